@@ -1,0 +1,444 @@
+//! The `kprov.dev/v1alpha1` objects: `Cluster` and `InstanceGroup`.
+//!
+//! Field names follow kops where kops has one, so specs read familiar to its users.
+//! Every struct rejects unknown fields: a typo must never be silently ignored.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const API_VERSION: &str = "kprov.dev/v1alpha1";
+pub const KIND_CLUSTER: &str = "Cluster";
+pub const KIND_INSTANCE_GROUP: &str = "InstanceGroup";
+/// Label that ties an InstanceGroup to its cluster (kops uses `kops.k8s.io/cluster`).
+pub const CLUSTER_LABEL: &str = "kprov.dev/cluster";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectMeta {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cluster {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: ClusterSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstanceGroup {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: InstanceGroupSpec,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudProvider {
+    Aws,
+    Metal,
+}
+
+impl CloudProvider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloudProvider::Aws => "aws",
+            CloudProvider::Metal => "metal",
+        }
+    }
+}
+
+impl std::fmt::Display for CloudProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `Option` fields are the ones defaults fill in; the completed spec has them all set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSpec {
+    pub cloud_provider: CloudProvider,
+    /// AWS region; derived from the zones when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    #[serde(default)]
+    pub networking: Networking,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<Dns>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<Api>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<Etcd>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_controller_manager: Option<CloudControllerManager>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_key: Option<SshKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assets: Option<Assets>,
+    /// Hosts of a `metal` cluster (the inventory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<Host>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Networking {
+    #[serde(
+        default,
+        rename = "networkCIDR",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network_cidr: Option<String>,
+    /// Adopt an existing VPC (or equivalent) by ID instead of creating one.
+    #[serde(default, rename = "networkID", skip_serializing_if = "Option::is_none")]
+    pub network_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subnets: Vec<Subnet>,
+    #[serde(default, rename = "podCIDR", skip_serializing_if = "Option::is_none")]
+    pub pod_cidr: Option<String>,
+    #[serde(
+        default,
+        rename = "serviceCIDR",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub service_cidr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cni: Option<Cni>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Subnet {
+    pub name: String,
+    pub zone: String,
+    pub cidr: String,
+    #[serde(rename = "type")]
+    pub kind: SubnetType,
+    /// Adopt an existing subnet by ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum SubnetType {
+    Public,
+    Private,
+    Utility,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Cni {
+    Calico,
+    Cilium,
+    Flannel,
+    /// The user installs a pod network themselves.
+    None,
+}
+
+impl Cni {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cni::Calico => "calico",
+            Cni::Cilium => "cilium",
+            Cni::Flannel => "flannel",
+            Cni::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Topology {
+    #[serde(rename = "type")]
+    pub kind: TopologyType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bastion: Option<Bastion>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum TopologyType {
+    /// Nodes in public subnets with public addresses.
+    Public,
+    /// Nodes in private subnets behind NAT; reach them through a bastion.
+    Private,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Bastion {
+    /// DNS name of the bastion (default `bastion.CLUSTER`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Dns {
+    #[serde(rename = "type")]
+    pub kind: DnsType,
+    /// The hosted zone records go into, found by name (e.g. `example.com`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum DnsType {
+    Public,
+    Private,
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Api {
+    /// Load balancer in front of the API servers; `None` for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancer>,
+    /// DNS name clients use (default `api.CLUSTER`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_name: Option<String>,
+    /// Bare metal: a fixed endpoint (virtual IP or external load balancer), `host[:port]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoadBalancer {
+    #[serde(rename = "type")]
+    pub kind: LoadBalancerType,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum LoadBalancerType {
+    Public,
+    Internal,
+    /// No load balancer (single control plane reached directly, or a local proxy on metal).
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Etcd {
+    #[serde(rename = "type")]
+    pub kind: EtcdType,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum EtcdType {
+    /// etcd runs on the control-plane nodes (kubeadm's default).
+    Stacked,
+    /// etcd runs on dedicated hosts (the `etcd` role).
+    External,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloudControllerManager {
+    /// Provider whose CCM runs (`aws`, `gce`, `azure`, `openstack`, `vsphere`, `hcloud`);
+    /// absent on plain bare metal, where no CCM runs and kubelets keep no cloud provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Override the image the provider table picks for the Kubernetes minor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Provider configuration (rendered into the provider's cloud config); keys are checked
+    /// against the provider table.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_args: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SshKey {
+    /// Name of the cloud key pair (default `kprov-CLUSTER`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// OpenSSH public key text (`ssh-ed25519 AAAA… comment`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Assets {
+    /// Replace the upstream download hosts: an `http(s)://` mirror laid out like upstream, or
+    /// a `file://` directory on the operator's machine (air-gapped sites).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<String>,
+    /// Per-file overrides (URL and sha256) on top of the pinned table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<AssetFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AssetFile {
+    pub name: String,
+    pub url: String,
+    pub sha256: String,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostRole {
+    ControlPlane,
+    Node,
+    Etcd,
+}
+
+impl HostRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostRole::ControlPlane => "control-plane",
+            HostRole::Node => "node",
+            HostRole::Etcd => "etcd",
+        }
+    }
+}
+
+/// One bare-metal host (kprov inventory entry, or imported from Kubespray).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Host {
+    pub name: String,
+    /// Where ssh connects (host name or IP).
+    pub address: String,
+    /// Address Kubernetes services bind to (Kubespray's `ip`); defaults to `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// Address other hosts reach this one at (Kubespray's `access_ip`).
+    #[serde(default, rename = "accessIP", skip_serializing_if = "Option::is_none")]
+    pub access_ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_path: Option<String>,
+    /// Jump host, `[user@]host[:port]`, passed to ssh as ProxyJump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bastion: Option<String>,
+    pub roles: Vec<HostRole>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// `key[=value]:Effect`, as kubectl taint writes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum InstanceGroupRole {
+    ControlPlane,
+    Node,
+    Bastion,
+}
+
+impl InstanceGroupRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceGroupRole::ControlPlane => "ControlPlane",
+            InstanceGroupRole::Node => "Node",
+            InstanceGroupRole::Bastion => "Bastion",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstanceGroupSpec {
+    pub role: InstanceGroupRole,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subnets: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdate>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+    /// `key[=value]:Effect`, as kubectl taint writes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RollingUpdate {
+    /// Extra instances started before old ones go: a count (`1`) or a percentage (`25%`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<IntOrPercent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrPercent>,
+}
+
+/// `3` or `"25%"`, like Kubernetes' IntOrString for rollout bounds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum IntOrPercent {
+    Int(u32),
+    Percent(String),
+}
+
+impl IntOrPercent {
+    /// Resolves against a group size; percentages round up for surge-like use when `round_up`.
+    pub fn resolve(&self, total: u32, round_up: bool) -> Option<u32> {
+        match self {
+            IntOrPercent::Int(n) => Some(*n),
+            IntOrPercent::Percent(p) => {
+                let n: u32 = p.strip_suffix('%')?.trim().parse().ok()?;
+                if n > 100 {
+                    return None;
+                }
+                let scaled = total as u64 * n as u64;
+                Some(if round_up {
+                    scaled.div_ceil(100)
+                } else {
+                    scaled / 100
+                } as u32)
+            }
+        }
+    }
+}
+
+impl Cluster {
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+
+    /// The provider whose cloud-controller-manager runs, if any. When set, every kubelet must
+    /// run with `--cloud-provider=external` and kube-apiserver / kube-controller-manager with no
+    /// `--cloud-provider`; when `None` nothing may set it, or nodes stay tainted uninitialized.
+    pub fn external_cloud_provider(&self) -> Option<&str> {
+        self.spec
+            .cloud_controller_manager
+            .as_ref()
+            .and_then(|c| c.provider.as_deref())
+            .filter(|p| !p.is_empty() && *p != "none")
+    }
+}

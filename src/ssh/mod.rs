@@ -1,0 +1,3 @@
+//! SSH transport and step execution on hosts.
+
+pub mod task;

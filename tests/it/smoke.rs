@@ -1,0 +1,26 @@
+use crate::support::moto::moto;
+
+/// The harness itself: moto answers S3 calls from the real SDK.
+#[tokio::test]
+async fn moto_answers_the_sdk() {
+    let m = moto();
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&m.sdk_config().await)
+            .force_path_style(true)
+            .build(),
+    );
+    s3.create_bucket()
+        .bucket("kprov-smoke")
+        .send()
+        .await
+        .expect("create bucket");
+    let buckets = s3.list_buckets().send().await.expect("list");
+    assert!(
+        buckets
+            .buckets()
+            .iter()
+            .any(|b| b.name() == Some("kprov-smoke")),
+        "{}",
+        m.log_tail()
+    );
+}

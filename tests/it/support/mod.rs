@@ -1,0 +1,4 @@
+//! Test support: real stand-ins started by the tests themselves.
+#![allow(dead_code)]
+
+pub mod moto;

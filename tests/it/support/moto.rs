@@ -1,0 +1,140 @@
+//! One `moto_server` per test binary on a free loopback port, stopped by PID when the
+//! binary exits. moto holds one global state, so tests sharing it use unique names.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub struct Moto {
+    pub endpoint: String,
+    pub log: PathBuf,
+    child: Mutex<Option<Child>>,
+}
+
+static MOTO: OnceLock<Moto> = OnceLock::new();
+
+/// Where `scripts/install-test-deps` puts moto; falls back to whatever is on PATH.
+fn moto_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("KPROV_MOTO_SERVER") {
+        return PathBuf::from(p);
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("moto_server")
+    }
+}
+
+fn free_port(host: &str) -> u16 {
+    TcpListener::bind((host, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Starts moto (once per test binary) listening on `host` (127.0.0.1 unless node-side code in a
+/// netns must reach it, then the bridge address).
+pub fn moto() -> &'static Moto {
+    MOTO.get_or_init(|| start("127.0.0.1"))
+}
+
+fn start(host: &str) -> Moto {
+    let port = free_port(host);
+    let log = std::env::temp_dir().join(format!("kprov-moto-{}-{port}.log", std::process::id()));
+    let logf = std::fs::File::create(&log).expect("moto log file");
+    let child = Command::new(moto_binary())
+        .args(["-H", host, "-p", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(logf.try_clone().expect("log fd"))
+        .stderr(logf)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start moto_server ({e}); run scripts/install-test-deps")
+        });
+    let endpoint = format!("http://{host}:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if std::net::TcpStream::connect((host, port)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "moto_server did not listen within 30 s; log: {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let moto = Moto {
+        endpoint,
+        log,
+        child: Mutex::new(Some(child)),
+    };
+    register_exit_hook();
+    moto
+}
+
+impl Moto {
+    /// Environment that points the AWS SDK's default chain at this moto.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_MAX_ATTEMPTS", "1".into()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ]
+    }
+
+    /// An SDK config for this moto: dummy credentials, us-east-1, one attempt (moto answers
+    /// unimplemented calls with 500, and retries would only add back-off).
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.endpoint)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                "testing", "testing", None, None, "moto",
+            ))
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
+            .load()
+            .await
+    }
+
+    /// The tail of moto's log, for assertion messages (moto's tracebacks only appear there).
+    pub fn log_tail(&self) -> String {
+        let f = match std::fs::File::open(&self.log) {
+            Ok(f) => f,
+            Err(e) => return format!("(no moto log: {e})"),
+        };
+        let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    fn stop(&self) {
+        if let Some(mut child) = self.child.lock().ok().and_then(|mut c| c.take()) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
+
+/// Statics are never dropped; stop moto when the test process exits instead.
+fn register_exit_hook() {
+    unsafe extern "C" {
+        fn atexit(cb: extern "C" fn()) -> i32;
+    }
+    extern "C" fn stop_moto() {
+        if let Some(m) = MOTO.get() {
+            m.stop();
+        }
+    }
+    // SAFETY: registering a plain extern "C" callback with libc's atexit.
+    unsafe {
+        atexit(stop_moto);
+    }
+}
