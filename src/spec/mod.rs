@@ -1,6 +1,15 @@
 //! Cluster and InstanceGroup objects: types, loading with source positions, defaults,
 //! validation and the JSON Schema.
 
+pub mod cidr;
+pub mod defaults;
+mod load;
+mod locate;
 mod types;
+pub mod versions;
 
+pub use load::{
+    Diagnostic, Loaded, Object, ObjectRef, SourceDoc, SpecErrors, load_objects, to_yaml_stream,
+};
+pub use locate::{FieldPath, Pos, Seg};
 pub use types::*;

@@ -1,0 +1,317 @@
+//! Filling in defaults: the user's spec plus deterministic defaults gives the *completed*
+//! spec (`cluster-completed.spec` in the store). What the user wrote always wins: defaults only
+//! fill fields that are absent.
+
+use std::collections::BTreeMap;
+
+use super::types::*;
+
+pub const DEFAULT_NETWORK_CIDR: &str = "172.20.0.0/16";
+/// kops's defaults, chosen outside RFC 1918 so they rarely collide with existing networks.
+pub const DEFAULT_POD_CIDR: &str = "100.96.0.0/11";
+pub const DEFAULT_SERVICE_CIDR: &str = "100.64.0.0/13";
+pub const DEFAULT_AWS_MACHINE_TYPE: &str = "t3.medium";
+pub const DEFAULT_AWS_BASTION_MACHINE_TYPE: &str = "t3.micro";
+/// Canonical's Ubuntu 24.04 LTS image, by owner and name pattern (resolved at update time).
+pub const DEFAULT_AWS_IMAGE: &str =
+    "099720109477/ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-*";
+
+/// The AWS region a zone belongs to (`us-east-1a` → `us-east-1`; local zones
+/// `us-west-2-lax-1a` → `us-west-2`).
+pub fn region_of_zone(zone: &str) -> Option<String> {
+    let parts: Vec<&str> = zone.split('-').collect();
+    if parts.len() < 3 {
+        return None;
+    }
+    let third = parts[2];
+    let digits: String = third.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if digits.is_empty() {
+        return None;
+    }
+    Some(format!("{}-{}-{}", parts[0], parts[1], digits))
+}
+
+/// The DNS zone a cluster name implies: everything after the first label.
+pub fn parent_zone(name: &str) -> Option<&str> {
+    name.split_once('.')
+        .map(|(_, rest)| rest)
+        .filter(|z| z.contains('.') || !z.is_empty())
+}
+
+/// Gossip-style names (`*.k8s.local`) have no DNS zone, as in kops.
+pub fn is_gossip_name(name: &str) -> bool {
+    name.ends_with(".k8s.local")
+}
+
+pub fn complete_cluster(c: &Cluster) -> Cluster {
+    let mut c = c.clone();
+    let name = c.metadata.name.clone();
+    let s = &mut c.spec;
+    let aws = s.cloud_provider == CloudProvider::Aws;
+
+    if s.kubernetes_version.is_none() {
+        s.kubernetes_version = Some(super::versions::DEFAULT_KUBERNETES_VERSION.to_string());
+    }
+    if aws && s.region.is_none() {
+        s.region = s
+            .networking
+            .subnets
+            .first()
+            .and_then(|sn| region_of_zone(&sn.zone));
+    }
+    let n = &mut s.networking;
+    if aws && n.network_cidr.is_none() {
+        n.network_cidr = Some(DEFAULT_NETWORK_CIDR.into());
+    }
+    n.pod_cidr.get_or_insert_with(|| DEFAULT_POD_CIDR.into());
+    n.service_cidr
+        .get_or_insert_with(|| DEFAULT_SERVICE_CIDR.into());
+    n.cni.get_or_insert(Cni::Calico);
+
+    s.topology.get_or_insert(Topology {
+        kind: TopologyType::Public,
+        bastion: None,
+    });
+    if let Some(b) = s.topology.as_mut().and_then(|t| t.bastion.as_mut()) {
+        b.public_name
+            .get_or_insert_with(|| format!("bastion.{name}"));
+    }
+    if s.dns.is_none() {
+        s.dns = Some(if aws && !is_gossip_name(&name) {
+            Dns {
+                kind: DnsType::Public,
+                zone: parent_zone(&name).map(str::to_string),
+            }
+        } else {
+            Dns {
+                kind: DnsType::None,
+                zone: None,
+            }
+        });
+    }
+    let api = s.api.get_or_insert_with(Api::default);
+    if api.load_balancer.is_none() {
+        // On metal a local proxy on every node fronts the API servers instead of a cloud LB.
+        let kind = if aws {
+            LoadBalancerType::Public
+        } else {
+            LoadBalancerType::None
+        };
+        api.load_balancer = Some(LoadBalancer { kind });
+    }
+    if aws && api.public_name.is_none() {
+        api.public_name = Some(format!("api.{name}"));
+    }
+    s.etcd.get_or_insert(Etcd {
+        kind: EtcdType::Stacked,
+    });
+    if aws {
+        let ccm = s
+            .cloud_controller_manager
+            .get_or_insert_with(CloudControllerManager::default);
+        ccm.provider.get_or_insert_with(|| "aws".into());
+    }
+    let key = s.ssh_key.get_or_insert_with(SshKey::default);
+    key.name.get_or_insert_with(|| format!("kprov-{name}"));
+    s.assets.get_or_insert_with(Assets::default);
+    for h in &mut s.hosts {
+        h.user.get_or_insert_with(|| "root".into());
+        h.port.get_or_insert(22);
+    }
+    c
+}
+
+pub fn complete_instance_group(c: &Cluster, ig: &InstanceGroup) -> InstanceGroup {
+    let mut ig = ig.clone();
+    ig.metadata
+        .labels
+        .entry(CLUSTER_LABEL.into())
+        .or_insert_with(|| c.metadata.name.clone());
+    let s = &mut ig.spec;
+    let aws = c.spec.cloud_provider == CloudProvider::Aws;
+    if aws {
+        s.machine_type.get_or_insert_with(|| {
+            if s.role == InstanceGroupRole::Bastion {
+                DEFAULT_AWS_BASTION_MACHINE_TYPE
+            } else {
+                DEFAULT_AWS_MACHINE_TYPE
+            }
+            .into()
+        });
+        s.image.get_or_insert_with(|| DEFAULT_AWS_IMAGE.into());
+        if s.subnets.is_empty() {
+            s.subnets = default_subnets_for(c, s.role);
+        }
+    }
+    let min = *s.min_size.get_or_insert(1);
+    s.max_size.get_or_insert(min);
+    if s.rolling_update.is_none() {
+        // Control planes are replaced one at a time without surge (etcd quorum); nodes surge
+        // first so capacity never drops.
+        s.rolling_update = Some(match s.role {
+            InstanceGroupRole::ControlPlane => RollingUpdate {
+                max_surge: Some(IntOrPercent::Int(0)),
+                max_unavailable: Some(IntOrPercent::Int(1)),
+            },
+            _ => RollingUpdate {
+                max_surge: Some(IntOrPercent::Int(1)),
+                max_unavailable: Some(IntOrPercent::Int(0)),
+            },
+        });
+    }
+    ig
+}
+
+fn default_subnets_for(c: &Cluster, role: InstanceGroupRole) -> Vec<String> {
+    let private = c
+        .spec
+        .topology
+        .as_ref()
+        .is_some_and(|t| t.kind == TopologyType::Private);
+    let want = match (role, private) {
+        (InstanceGroupRole::Bastion, true) => SubnetType::Utility,
+        (_, true) => SubnetType::Private,
+        (_, false) => SubnetType::Public,
+    };
+    c.spec
+        .networking
+        .subnets
+        .iter()
+        .filter(|s| s.kind == want)
+        .map(|s| s.name.clone())
+        .collect()
+}
+
+/// Completes a cluster and its groups together (groups depend on the completed cluster).
+pub fn complete(c: &Cluster, igs: &[InstanceGroup]) -> (Cluster, Vec<InstanceGroup>) {
+    let cluster = complete_cluster(c);
+    let groups = igs
+        .iter()
+        .map(|g| complete_instance_group(&cluster, g))
+        .collect();
+    (cluster, groups)
+}
+
+/// A new InstanceGroup object for `cluster`.
+pub fn new_instance_group(cluster: &str, name: &str, spec: InstanceGroupSpec) -> InstanceGroup {
+    InstanceGroup {
+        api_version: API_VERSION.into(),
+        kind: KIND_INSTANCE_GROUP.into(),
+        metadata: ObjectMeta {
+            name: name.into(),
+            labels: BTreeMap::from([(CLUSTER_LABEL.into(), cluster.into())]),
+            annotations: BTreeMap::new(),
+        },
+        spec,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aws_cluster() -> Cluster {
+        serde_saphyr::from_str(
+            "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: demo.example.com\nspec:\n  cloudProvider: aws\n  networking:\n    subnets:\n    - {name: us-east-1a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Public}\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn region_from_zone() {
+        assert_eq!(region_of_zone("us-east-1a").as_deref(), Some("us-east-1"));
+        assert_eq!(
+            region_of_zone("eu-central-1c").as_deref(),
+            Some("eu-central-1")
+        );
+        assert_eq!(
+            region_of_zone("us-west-2-lax-1a").as_deref(),
+            Some("us-west-2")
+        );
+        assert_eq!(region_of_zone("nonsense"), None);
+        assert_eq!(region_of_zone("a-b-c"), None);
+    }
+
+    #[test]
+    fn aws_defaults_are_filled() {
+        let c = complete_cluster(&aws_cluster());
+        let s = &c.spec;
+        assert_eq!(s.region.as_deref(), Some("us-east-1"));
+        assert_eq!(
+            s.networking.network_cidr.as_deref(),
+            Some(DEFAULT_NETWORK_CIDR)
+        );
+        assert_eq!(s.networking.pod_cidr.as_deref(), Some(DEFAULT_POD_CIDR));
+        assert_eq!(
+            s.dns,
+            Some(Dns {
+                kind: DnsType::Public,
+                zone: Some("example.com".into())
+            })
+        );
+        assert_eq!(
+            s.api.as_ref().and_then(|a| a.public_name.as_deref()),
+            Some("api.demo.example.com")
+        );
+        assert_eq!(c.external_cloud_provider(), Some("aws"));
+        assert_eq!(
+            s.etcd,
+            Some(Etcd {
+                kind: EtcdType::Stacked
+            })
+        );
+    }
+
+    #[test]
+    fn user_values_win() {
+        let mut c = aws_cluster();
+        c.spec.networking.pod_cidr = Some("10.200.0.0/16".into());
+        c.spec.kubernetes_version = Some("1.2.3".into());
+        c.spec.dns = Some(Dns {
+            kind: DnsType::Private,
+            zone: Some("internal.".into()),
+        });
+        let done = complete_cluster(&c);
+        assert_eq!(
+            done.spec.networking.pod_cidr.as_deref(),
+            Some("10.200.0.0/16")
+        );
+        assert_eq!(done.spec.kubernetes_version.as_deref(), Some("1.2.3"));
+        assert_eq!(done.spec.dns, c.spec.dns);
+    }
+
+    #[test]
+    fn completion_is_deterministic_and_idempotent() {
+        let once = complete_cluster(&aws_cluster());
+        assert_eq!(complete_cluster(&once), once);
+        let ig = new_instance_group(
+            "demo.example.com",
+            "nodes",
+            InstanceGroupSpec {
+                role: InstanceGroupRole::Node,
+                machine_type: None,
+                image: None,
+                min_size: Some(2),
+                max_size: None,
+                subnets: vec![],
+                rolling_update: None,
+                node_labels: Default::default(),
+                taints: vec![],
+            },
+        );
+        let g1 = complete_instance_group(&once, &ig);
+        assert_eq!(complete_instance_group(&once, &g1), g1);
+        assert_eq!(g1.spec.max_size, Some(2));
+        assert_eq!(g1.spec.subnets, vec!["us-east-1a".to_string()]);
+    }
+
+    #[test]
+    fn metal_gets_no_cloud_defaults() {
+        let c: Cluster = serde_saphyr::from_str("apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab.local\nspec:\n  cloudProvider: metal\n").unwrap();
+        let done = complete_cluster(&c);
+        assert_eq!(done.spec.region, None);
+        assert_eq!(done.spec.networking.network_cidr, None);
+        assert_eq!(done.external_cloud_provider(), None);
+        assert_eq!(done.spec.dns.as_ref().map(|d| d.kind), Some(DnsType::None));
+    }
+}

@@ -1,0 +1,348 @@
+//! Reading specs: multi-document YAML files of Clusters and InstanceGroups, with every error
+//! pointing at the source (file or state-store key), line and column.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::locate::{FieldPath, Pos, Tree};
+use super::types::{API_VERSION, Cluster, InstanceGroup, KIND_CLUSTER, KIND_INSTANCE_GROUP};
+
+/// One problem in a spec, located as precisely as the input allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// File path or state-store location the spec came from (`-` for standard input).
+    pub source: String,
+    pub pos: Option<Pos>,
+    /// Field path, when the problem is about a field.
+    pub path: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.source)?;
+        if let Some(p) = self.pos {
+            write!(f, ":{}:{}", p.line, p.column)?;
+        }
+        if let Some(path) = &self.path {
+            write!(f, ": {path}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// All problems found in one load or validation; never empty.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct SpecErrors(pub Vec<Diagnostic>);
+
+impl fmt::Display for SpecErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        if n > 1 {
+            write!(f, "\n({n} problems)")?;
+        }
+        Ok(())
+    }
+}
+
+/// The document an object was read from, kept so later validation can point into it.
+#[derive(Debug, Clone)]
+pub struct SourceDoc {
+    pub source: String,
+    /// Lines before this document in its file (0 for the first).
+    pub line_offset: usize,
+    tree: Option<Tree>,
+}
+
+impl SourceDoc {
+    pub fn locate(&self, path: &FieldPath) -> Option<Pos> {
+        self.tree.as_ref().map(|t| {
+            let p = t.locate(path);
+            Pos {
+                line: p.line + self.line_offset,
+                column: p.column,
+            }
+        })
+    }
+
+    pub fn diagnostic(&self, path: &FieldPath, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            source: self.source.clone(),
+            pos: self.locate(path),
+            path: Some(path.to_string()).filter(|p| !p.is_empty()),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Object {
+    Cluster(Cluster),
+    InstanceGroup(InstanceGroup),
+}
+
+/// An object plus where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded<T> {
+    pub value: T,
+    pub doc: Arc<SourceDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypeMeta {
+    #[serde(default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+/// Splits a YAML stream at document markers. A `---` or `...` line at column 0 always ends the
+/// previous document in YAML, even inside a block scalar, so a line-based split is exact.
+fn split_documents(text: &str) -> Vec<(usize, &str)> {
+    let mut docs = Vec::new();
+    let mut start = 0usize;
+    let mut start_line = 0usize;
+    let mut offset = 0usize;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        let is_marker = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
+        if is_marker && offset > start {
+            docs.push((start_line, &text[start..offset]));
+            start = offset;
+            start_line = i;
+        }
+        offset += line.len();
+    }
+    docs.push((start_line, &text[start..]));
+    docs.into_iter()
+        .filter(|(_, d)| {
+            d.lines().any(|l| {
+                let t = l.trim();
+                !(t.is_empty()
+                    || t.starts_with('#')
+                    || t == "---"
+                    || t == "..."
+                    || t.starts_with('%'))
+            })
+        })
+        .collect()
+}
+
+fn saphyr_diagnostic(
+    source: &str,
+    line_offset: usize,
+    tree: Option<&Tree>,
+    err: &serde_saphyr::Error,
+) -> Diagnostic {
+    let pos = err.location().map(|l| Pos {
+        line: l.line() as usize,
+        column: l.column() as usize,
+    });
+    let text = err.without_snippet().to_string();
+    // The library prefixes "error: line L column C: "; we print the position ourselves.
+    let message = match text.strip_prefix("error: ") {
+        Some(rest) if rest.starts_with("line ") => {
+            rest.split_once(": ").map_or(rest, |(_, m)| m).to_string()
+        }
+        Some(rest) => rest.to_string(),
+        None => text.clone(),
+    };
+    let path = pos
+        .and_then(|p| tree.and_then(|t| t.path_of_key_at(p)))
+        .map(|p| p.to_string());
+    Diagnostic {
+        source: source.to_string(),
+        pos: pos.map(|p| Pos {
+            line: p.line + line_offset,
+            column: p.column,
+        }),
+        path,
+        message,
+    }
+}
+
+/// Parses every document in `text` (read from `source`) into Clusters and InstanceGroups.
+/// Collects all problems instead of stopping at the first.
+pub fn load_objects(source: &str, text: &str) -> Result<Vec<Loaded<Object>>, SpecErrors> {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    let docs = split_documents(text);
+    if docs.is_empty() {
+        return Err(SpecErrors(vec![Diagnostic {
+            source: source.to_string(),
+            pos: None,
+            path: None,
+            message: "no objects found (expected a Cluster or InstanceGroup document)".into(),
+        }]));
+    }
+    for (line_offset, chunk) in docs {
+        let tree = Tree::parse(chunk);
+        let doc = Arc::new(SourceDoc {
+            source: source.to_string(),
+            line_offset,
+            tree: tree.clone(),
+        });
+        let meta: TypeMeta = match serde_saphyr::from_str(chunk) {
+            Ok(m) => m,
+            Err(e) => {
+                errors.push(saphyr_diagnostic(source, line_offset, tree.as_ref(), &e));
+                continue;
+            }
+        };
+        match meta.api_version.as_deref() {
+            Some(API_VERSION) => {}
+            Some(other) => {
+                errors.push(doc.diagnostic(
+                    &FieldPath::parse("apiVersion"),
+                    format!("unsupported apiVersion {other:?}; expected {API_VERSION:?}"),
+                ));
+                continue;
+            }
+            None => {
+                errors.push(doc.diagnostic(
+                    &FieldPath::root(),
+                    format!("missing apiVersion (expected {API_VERSION:?})"),
+                ));
+                continue;
+            }
+        }
+        let parsed = match meta.kind.as_deref() {
+            Some(KIND_CLUSTER) => serde_saphyr::from_str::<Cluster>(chunk).map(Object::Cluster),
+            Some(KIND_INSTANCE_GROUP) => {
+                serde_saphyr::from_str::<InstanceGroup>(chunk).map(Object::InstanceGroup)
+            }
+            Some(other) => {
+                errors.push(doc.diagnostic(
+                    &FieldPath::parse("kind"),
+                    format!("unknown kind {other:?}; expected Cluster or InstanceGroup"),
+                ));
+                continue;
+            }
+            None => {
+                errors.push(doc.diagnostic(
+                    &FieldPath::root(),
+                    "missing kind (Cluster or InstanceGroup)",
+                ));
+                continue;
+            }
+        };
+        match parsed {
+            Ok(value) => out.push(Loaded { value, doc }),
+            Err(e) => errors.push(saphyr_diagnostic(source, line_offset, tree.as_ref(), &e)),
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(SpecErrors(errors))
+    }
+}
+
+/// Serialises objects as one multi-document YAML stream that [`load_objects`] reads back.
+pub fn to_yaml_stream<'a>(
+    objects: impl IntoIterator<Item = ObjectRef<'a>>,
+) -> Result<String, serde_saphyr::ser::Error> {
+    let mut out = String::new();
+    for (i, o) in objects.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        let s = match o {
+            ObjectRef::Cluster(c) => serde_saphyr::to_string(c)?,
+            ObjectRef::InstanceGroup(g) => serde_saphyr::to_string(g)?,
+        };
+        out.push_str(&s);
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum ObjectRef<'a> {
+    Cluster(&'a Cluster),
+    InstanceGroup(&'a InstanceGroup),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_documents_with_line_offsets() {
+        let text = "# c\n---\na: 1\n---\nb: 2\n...\n---\n\n";
+        let docs = split_documents(text);
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].0, 1);
+        assert_eq!(docs[1].0, 3);
+    }
+
+    #[test]
+    fn unknown_field_in_second_document_points_at_file_line_and_path() {
+        let text = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: a.example.com\nspec:\n  cloudProvider: aws\n---\napiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata:\n  name: nodes\nspec:\n  role: Node\n  minSise: 1\n";
+        let err = load_objects("c.yaml", text).unwrap_err();
+        assert_eq!(err.0.len(), 1);
+        let d = &err.0[0];
+        assert_eq!(
+            d.pos,
+            Some(Pos {
+                line: 14,
+                column: 3
+            })
+        );
+        assert_eq!(d.path.as_deref(), Some("spec.minSise"));
+        assert!(
+            d.message.contains("unknown field `minSise`"),
+            "{}",
+            d.message
+        );
+        assert!(
+            d.to_string()
+                .starts_with("c.yaml:14:3: spec.minSise: unknown field"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn wrong_kind_and_api_version_are_named() {
+        let err = load_objects("x.yaml", "apiVersion: v1\nkind: Pod\n").unwrap_err();
+        assert!(
+            err.0[0]
+                .to_string()
+                .contains("x.yaml:1:13: apiVersion: unsupported apiVersion"),
+            "{err}"
+        );
+        let err =
+            load_objects("x.yaml", "apiVersion: kprov.dev/v1alpha1\nkind: Pod\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("x.yaml:2:7: kind: unknown kind \"Pod\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_are_located() {
+        let err = load_objects(
+            "s.yaml",
+            "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata: [a\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.0[0].pos.map(|p| p.line), Some(3), "{err}");
+    }
+
+    #[test]
+    fn empty_input_is_an_error() {
+        assert!(load_objects("e.yaml", "# nothing\n").is_err());
+    }
+}
