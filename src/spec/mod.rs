@@ -6,6 +6,7 @@ pub mod defaults;
 mod load;
 mod locate;
 mod types;
+pub mod validate;
 pub mod versions;
 
 pub use load::{
