@@ -5,8 +5,17 @@
 //! version the writer read. Backends: `file://DIR` (default) and `s3://BUCKET/PREFIX`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
+
+pub mod file;
+pub mod layout;
+pub mod lock;
+pub mod s3;
+pub mod url;
+
+pub use url::StoreUrl;
 
 /// Opaque version of a stored object: an S3 ETag, or a content hash for the file backend.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -51,8 +60,25 @@ pub enum StateError {
     NotFound { location: String, key: String },
     #[error("invalid state store URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
+    #[error("invalid state store key {key:?}: {reason}")]
+    InvalidKey { key: String, reason: String },
     #[error("{location}: {message}")]
     Backend { location: String, message: String },
+}
+
+/// Whether an S3 bucket keeps old versions of objects: without versioning an overwritten or
+/// deleted spec is gone for good, so the CLI warns about anything but `Enabled`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Versioning {
+    Enabled,
+    Suspended,
+    /// Versioning was never turned on for the bucket.
+    Disabled,
+    /// The bucket could not tell (the reply did not parse, or access was denied); the reason
+    /// is for the warning.
+    Unknown(String),
+    /// The backend has no notion of versions (a local directory).
+    NotApplicable,
 }
 
 /// A key-value store with compare-and-swap writes. Keys are `/`-separated relative paths
@@ -68,6 +94,163 @@ pub trait StateStore: Send + Sync + fmt::Debug {
     async fn get(&self, key: &str) -> Result<Option<Object>, StateError>;
     async fn put(&self, key: &str, data: Bytes, cond: Precondition) -> Result<Version, StateError>;
     async fn delete(&self, key: &str, cond: Precondition) -> Result<(), StateError>;
-    /// Keys below `prefix` (recursive), sorted.
+    /// Keys below `prefix` (recursive), sorted. `prefix` is a plain string prefix, as in S3:
+    /// `demo` matches `demo.example.com/config`; end it with `/` to mean a directory.
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError>;
+    /// Whether old versions of objects are kept (see [`Versioning`]).
+    async fn check_versioning(&self) -> Versioning {
+        Versioning::NotApplicable
+    }
+}
+
+/// The state store location used when neither `--state` nor `KPROV_STATE_STORE` is set.
+pub const DEFAULT_STORE_DIR: &str = ".kprov/state";
+/// Environment variable naming the state store, like kops's `KOPS_STATE_STORE`.
+pub const STORE_ENV: &str = "KPROV_STATE_STORE";
+
+/// Picks the store URL: the `--state` flag, else `KPROV_STATE_STORE`, else
+/// `file://$HOME/.kprov/state`. Empty values count as unset, so `KPROV_STATE_STORE=` in a
+/// script does not turn into an invalid URL.
+pub fn resolve(flag: Option<&str>, env: Option<&str>) -> String {
+    let chosen = [flag, env]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|s| !s.is_empty());
+    match chosen {
+        Some(s) => s.to_string(),
+        None => {
+            let home = std::env::home_dir().unwrap_or_else(|| std::path::PathBuf::from("."));
+            format!("file://{}", home.join(DEFAULT_STORE_DIR).display())
+        }
+    }
+}
+
+/// Opens the store a URL names. S3 uses the AWS SDK's default chain (`AWS_ENDPOINT_URL`,
+/// `AWS_PROFILE`, environment and instance credentials, ...).
+pub async fn open(url: &str) -> Result<Arc<dyn StateStore>, StateError> {
+    match StoreUrl::parse(url)? {
+        StoreUrl::File(dir) => Ok(Arc::new(file::FileStore::new(dir)?)),
+        StoreUrl::S3 { bucket, prefix } => {
+            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .load()
+                .await;
+            Ok(Arc::new(s3::S3Store::new(&sdk, &bucket, &prefix)))
+        }
+    }
+}
+
+/// Checks a key: `/`-separated relative path of non-empty segments, none of them `.`, `..`
+/// or hidden (a leading `.` is reserved for the file backend's lock and temporary files), no
+/// backslashes or control characters (they would mean different things on different backends).
+pub fn validate_key(key: &str) -> Result<(), StateError> {
+    let bad = |reason: &str| {
+        Err(StateError::InvalidKey {
+            key: key.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if key.is_empty() {
+        return bad("the key is empty");
+    }
+    if key.starts_with('/') {
+        return bad("keys are relative to the store; remove the leading '/'");
+    }
+    if key.len() > 900 {
+        return bad("the key is longer than 900 bytes");
+    }
+    if key.contains('\\') {
+        return bad("backslashes are not allowed; separate segments with '/'");
+    }
+    if key.chars().any(char::is_control) {
+        return bad("control characters are not allowed");
+    }
+    for segment in key.split('/') {
+        if segment.is_empty() {
+            return bad("empty path segment ('//' or a trailing '/')");
+        }
+        if segment == "." || segment == ".." {
+            return bad("'.' and '..' segments are not allowed");
+        }
+        if segment.starts_with('.') {
+            return bad("segments must not start with '.' (reserved for the store itself)");
+        }
+    }
+    Ok(())
+}
+
+/// Checks a list prefix: empty (everything), or a key, optionally ending in `/`.
+pub fn validate_prefix(prefix: &str) -> Result<(), StateError> {
+    let trimmed = prefix.strip_suffix('/').unwrap_or(prefix);
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    validate_key(trimmed).map_err(|e| match e {
+        StateError::InvalidKey { reason, .. } => StateError::InvalidKey {
+            key: prefix.to_string(),
+            reason,
+        },
+        other => other,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn resolve_prefers_flag_then_env_then_home() {
+        assert_eq!(resolve(Some("s3://a-b-c"), Some("file:///x")), "s3://a-b-c");
+        assert_eq!(resolve(None, Some("file:///x")), "file:///x");
+        assert_eq!(resolve(Some("  "), Some("file:///x")), "file:///x");
+        let default = resolve(None, Some(""));
+        assert!(default.starts_with("file://"), "{default}");
+        assert!(default.ends_with("/.kprov/state"), "{default}");
+        assert!(StoreUrl::parse(&default).is_ok());
+    }
+
+    #[test]
+    fn keys_that_could_escape_or_differ_between_backends_are_refused() {
+        for (key, reason) in [
+            ("", "empty"),
+            ("/etc/passwd", "leading '/'"),
+            ("a/../../etc", "'..'"),
+            ("a/./b", "'.'"),
+            ("a//b", "empty path segment"),
+            ("a/b/", "empty path segment"),
+            ("a/.kprov.lock", "must not start with '.'"),
+            ("a\\b", "backslashes"),
+            ("a\nb", "control characters"),
+        ] {
+            let e = validate_key(key).unwrap_err().to_string();
+            assert!(e.contains(reason), "{key:?}: {e}");
+            assert!(e.contains(&format!("{key:?}")), "{key:?}: {e}");
+        }
+        validate_key("demo.example.com/instancegroup/nodes-a").unwrap();
+        validate_prefix("").unwrap();
+        validate_prefix("demo.example.com/").unwrap();
+        validate_prefix("demo").unwrap();
+        assert!(validate_prefix("../").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn key_validation_never_panics_and_accepted_keys_stay_inside(s in "\\PC{0,60}") {
+            if validate_key(&s).is_ok() {
+                let p = std::path::Path::new(&s);
+                prop_assert!(p.is_relative());
+                prop_assert!(p.components().all(|c| matches!(c, std::path::Component::Normal(_))));
+            }
+            let _ = validate_prefix(&s);
+        }
+
+        #[test]
+        fn segment_soup_never_panics(parts in proptest::collection::vec("(\\.\\.|\\.|[a-z]{0,3}|/)", 0..8)) {
+            let key = parts.concat();
+            if validate_key(&key).is_ok() {
+                prop_assert!(!key.split('/').any(|s| s.is_empty() || s == ".." || s == "."));
+            }
+        }
+    }
 }

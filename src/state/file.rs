@@ -1,0 +1,272 @@
+//! `file://DIR`: a state store in a local directory, one file per key.
+//!
+//! It gives the same compare-and-swap guarantees as the S3 backend's conditional writes, across
+//! threads and processes: every write or delete holds an exclusive `flock` on `DIR/.kprov.lock`
+//! while it compares the current version and renames the new content into place. Readers take
+//! no lock: a rename replaces a file atomically, so a reader sees the old or the new content,
+//! never a mix. The version of an object is the sha256 of its content.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use super::{Object, Precondition, StateError, StateStore, Version};
+
+const LOCK_FILE: &str = ".kprov.lock";
+
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    root: PathBuf,
+}
+
+impl FileStore {
+    /// A store rooted at `root` (made absolute; created on the first write, so read-only
+    /// commands on a fresh machine leave nothing behind).
+    pub fn new(root: impl AsRef<Path>) -> Result<FileStore, StateError> {
+        let root = root.as_ref();
+        let root = std::path::absolute(root).map_err(|e| StateError::InvalidUrl {
+            url: format!("file://{}", root.display()),
+            reason: format!("cannot make the path absolute: {e}"),
+        })?;
+        if root.exists() && !root.is_dir() {
+            return Err(StateError::InvalidUrl {
+                url: format!("file://{}", root.display()),
+                reason: "the path exists and is not a directory".into(),
+            });
+        }
+        Ok(FileStore { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn io_err(&self, key: &str, what: &str, e: io::Error) -> StateError {
+        StateError::Backend {
+            location: self.key_location(key),
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    fn read(&self, key: &str) -> Result<Option<Object>, StateError> {
+        match fs::read(self.root.join(key)) {
+            Ok(data) => Ok(Some(Object {
+                version: version_of(&data),
+                data: Bytes::from(data),
+            })),
+            // A key that is a "directory" of other keys, or lies below a key, does not exist,
+            // as in S3.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound
+                        | io::ErrorKind::IsADirectory
+                        | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(self.io_err(key, "cannot read", e)),
+        }
+    }
+
+    /// Takes the store-wide write lock; released when the returned file is dropped.
+    fn lock(&self, key: &str) -> Result<File, StateError> {
+        fs::create_dir_all(&self.root)
+            .map_err(|e| self.io_err(key, "cannot create the store directory", e))?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.root.join(LOCK_FILE))
+            .map_err(|e| self.io_err(key, "cannot open the store lock file", e))?;
+        lock.lock()
+            .map_err(|e| self.io_err(key, "cannot lock the store", e))?;
+        Ok(lock)
+    }
+
+    fn check(
+        &self,
+        key: &str,
+        current: Option<&Object>,
+        cond: &Precondition,
+    ) -> Result<(), StateError> {
+        match (cond, current) {
+            (Precondition::None, _) | (Precondition::Absent, None) => Ok(()),
+            (Precondition::Absent, Some(_)) => Err(StateError::AlreadyExists {
+                location: self.location(),
+                key: key.to_string(),
+            }),
+            (Precondition::Matches(v), Some(cur)) if &cur.version == v => Ok(()),
+            (Precondition::Matches(v), _) => Err(StateError::Conflict {
+                location: self.location(),
+                key: key.to_string(),
+                expected: v.to_string(),
+            }),
+        }
+    }
+
+    fn write(&self, key: &str, data: &[u8], cond: &Precondition) -> Result<Version, StateError> {
+        super::validate_key(key)?;
+        let _lock = self.lock(key)?;
+        let current = self.read(key)?;
+        self.check(key, current.as_ref(), cond)?;
+        let path = self.root.join(key);
+        let dir = path.parent().unwrap_or(&self.root);
+        fs::create_dir_all(dir).map_err(|e| {
+            self.io_err(
+                key,
+                "cannot create its directory (is a parent key a file?)",
+                e,
+            )
+        })?;
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let tmp = dir.join(format!(
+            ".{name}.tmp-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let result = write_synced(&tmp, data).and_then(|()| fs::rename(&tmp, &path));
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(self.io_err(key, "cannot write (is it also a prefix of other keys?)", e));
+        }
+        // The rename is only durable once the directory entry is on disk.
+        sync_dir(dir).map_err(|e| self.io_err(key, "cannot sync its directory", e))?;
+        Ok(version_of(data))
+    }
+
+    fn remove(&self, key: &str, cond: &Precondition) -> Result<(), StateError> {
+        super::validate_key(key)?;
+        if !self.root.exists() {
+            return self.check(key, None, cond);
+        }
+        let _lock = self.lock(key)?;
+        let current = self.read(key)?;
+        self.check(key, current.as_ref(), cond)?;
+        if current.is_none() {
+            return Ok(());
+        }
+        let path = self.root.join(key);
+        fs::remove_file(&path).map_err(|e| self.io_err(key, "cannot delete", e))?;
+        let mut dir = path.parent();
+        if let Some(d) = dir {
+            sync_dir(d).map_err(|e| self.io_err(key, "cannot sync its directory", e))?;
+        }
+        // Empty directories are invisible to list() but would pile up; the lock keeps a
+        // concurrent write from losing its directory between create_dir_all and rename.
+        while let Some(d) = dir {
+            if d == self.root || fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+        Ok(())
+    }
+
+    fn walk(&self, prefix: &str) -> Result<Vec<String>, StateError> {
+        super::validate_prefix(prefix)?;
+        // Only the directory part of the prefix can be walked; the rest filters names, which
+        // gives S3's plain string-prefix semantics.
+        let base = prefix.rfind('/').map_or("", |i| &prefix[..=i]);
+        let mut keys = Vec::new();
+        let mut pending = vec![(self.root.join(base), base.to_string())];
+        while let Some((dir, rel)) = pending.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(self.io_err(&rel, "cannot list", e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(|e| self.io_err(&rel, "cannot list", e))?;
+                let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                    tracing::warn!(path = %entry.path().display(), "skipping a file whose name is not UTF-8");
+                    continue;
+                };
+                if name.starts_with('.') {
+                    continue; // the lock file and in-flight temporary files
+                }
+                let key = format!("{rel}{name}");
+                let ft = entry
+                    .file_type()
+                    .map_err(|e| self.io_err(&key, "cannot stat", e))?;
+                if ft.is_dir() {
+                    pending.push((entry.path(), format!("{key}/")));
+                } else if (ft.is_file() || entry.path().is_file()) && key.starts_with(prefix) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys.sort();
+        Ok(keys)
+    }
+}
+
+fn version_of(data: &[u8]) -> Version {
+    Version(hex::encode(Sha256::digest(data)))
+}
+
+fn write_synced(path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Runs blocking file work off the async runtime's worker threads (flock waits block).
+async fn blocking<T: Send + 'static>(
+    store: &FileStore,
+    f: impl FnOnce(&FileStore) -> Result<T, StateError> + Send + 'static,
+) -> Result<T, StateError> {
+    let store = store.clone();
+    let location = store.location();
+    tokio::task::spawn_blocking(move || f(&store))
+        .await
+        .map_err(|e| StateError::Backend {
+            location,
+            message: format!("file store task failed: {e}"),
+        })?
+}
+
+#[async_trait::async_trait]
+impl StateStore for FileStore {
+    fn location(&self) -> String {
+        format!("file://{}", self.root.display())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Object>, StateError> {
+        super::validate_key(key)?;
+        let key = key.to_string();
+        blocking(self, move |s| s.read(&key)).await
+    }
+
+    async fn put(&self, key: &str, data: Bytes, cond: Precondition) -> Result<Version, StateError> {
+        let key = key.to_string();
+        blocking(self, move |s| s.write(&key, &data, &cond)).await
+    }
+
+    async fn delete(&self, key: &str, cond: Precondition) -> Result<(), StateError> {
+        let key = key.to_string();
+        blocking(self, move |s| s.remove(&key, &cond)).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError> {
+        let prefix = prefix.to_string();
+        blocking(self, move |s| s.walk(&prefix)).await
+    }
+}

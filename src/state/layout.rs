@@ -1,0 +1,204 @@
+//! Where a cluster's objects live in the store (the kops layout, plus kprov's lock and journal):
+//!
+//! ```text
+//! <cluster>/config                    the Cluster as the user wrote it
+//! <cluster>/cluster-completed.spec    the Cluster with every default filled in
+//! <cluster>/instancegroup/<name>      one InstanceGroup each
+//! <cluster>/lock                      the cluster lock (see lock.rs)
+//! <cluster>/known_hosts               SSH host keys accepted for the cluster's hosts
+//! <cluster>/pki/...                   certificates and keys
+//! <cluster>/secrets/...               other secrets
+//! <cluster>/journal/...               the operation journal
+//! ```
+//!
+//! Every key is built here, so no other module spells a path.
+
+use super::{StateError, StateStore};
+
+const CONFIG: &str = "config";
+const COMPLETED: &str = "cluster-completed.spec";
+const INSTANCE_GROUPS: &str = "instancegroup";
+const LOCK: &str = "lock";
+const KNOWN_HOSTS: &str = "known_hosts";
+const PKI: &str = "pki";
+const SECRETS: &str = "secrets";
+const JOURNAL: &str = "journal";
+
+/// The keys of one cluster. The name must be a single key segment; the spec validator checks
+/// the stricter DNS rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterKeys {
+    name: String,
+}
+
+impl ClusterKeys {
+    pub fn new(cluster: &str) -> Result<ClusterKeys, StateError> {
+        single_segment(cluster, "cluster name")?;
+        Ok(ClusterKeys {
+            name: cluster.to_string(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `<cluster>/`: every key of the cluster starts with it.
+    pub fn prefix(&self) -> String {
+        format!("{}/", self.name)
+    }
+
+    pub fn config(&self) -> String {
+        self.key(CONFIG)
+    }
+
+    pub fn completed_spec(&self) -> String {
+        self.key(COMPLETED)
+    }
+
+    pub fn instance_groups_prefix(&self) -> String {
+        self.key(&format!("{INSTANCE_GROUPS}/"))
+    }
+
+    pub fn instance_group(&self, group: &str) -> Result<String, StateError> {
+        single_segment(group, "instance group name")?;
+        Ok(self.key(&format!("{INSTANCE_GROUPS}/{group}")))
+    }
+
+    pub fn lock(&self) -> String {
+        self.key(LOCK)
+    }
+
+    pub fn known_hosts(&self) -> String {
+        self.key(KNOWN_HOSTS)
+    }
+
+    pub fn pki_prefix(&self) -> String {
+        self.key(&format!("{PKI}/"))
+    }
+
+    /// `<cluster>/pki/<path>`; `path` may have several segments (`issued/ca.crt`).
+    pub fn pki(&self, path: &str) -> Result<String, StateError> {
+        self.below(PKI, path)
+    }
+
+    pub fn secrets_prefix(&self) -> String {
+        self.key(&format!("{SECRETS}/"))
+    }
+
+    pub fn secret(&self, path: &str) -> Result<String, StateError> {
+        self.below(SECRETS, path)
+    }
+
+    pub fn journal_prefix(&self) -> String {
+        self.key(&format!("{JOURNAL}/"))
+    }
+
+    pub fn journal(&self, entry: &str) -> Result<String, StateError> {
+        self.below(JOURNAL, entry)
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}/{rest}", self.name)
+    }
+
+    fn below(&self, dir: &str, path: &str) -> Result<String, StateError> {
+        let key = self.key(&format!("{dir}/{path}"));
+        super::validate_key(&key)?;
+        Ok(key)
+    }
+
+    /// Names of the cluster's instance groups, sorted.
+    pub async fn instance_groups(&self, store: &dyn StateStore) -> Result<Vec<String>, StateError> {
+        let prefix = self.instance_groups_prefix();
+        Ok(store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string))
+            .filter(|name| !name.contains('/'))
+            .collect())
+    }
+
+    /// Deletes every object of the cluster except its lock, which the caller holds and
+    /// releases last so no one starts on a half-deleted cluster. Returns the keys deleted.
+    pub async fn delete_all(&self, store: &dyn StateStore) -> Result<Vec<String>, StateError> {
+        let lock = self.lock();
+        let keys: Vec<String> = store
+            .list(&self.prefix())
+            .await?
+            .into_iter()
+            .filter(|k| *k != lock)
+            .collect();
+        for key in &keys {
+            store.delete(key, super::Precondition::None).await?;
+        }
+        Ok(keys)
+    }
+}
+
+fn single_segment(name: &str, what: &str) -> Result<(), StateError> {
+    super::validate_key(name)?;
+    if name.contains('/') {
+        return Err(StateError::InvalidKey {
+            key: name.to_string(),
+            reason: format!("a {what} must not contain '/'"),
+        });
+    }
+    Ok(())
+}
+
+/// Clusters in the store: top-level directories that hold a `config` (a half-deleted cluster
+/// without one, or a stray lock, is not a cluster). Sorted.
+pub async fn list_clusters(store: &dyn StateStore) -> Result<Vec<String>, StateError> {
+    let suffix = format!("/{CONFIG}");
+    Ok(store
+        .list("")
+        .await?
+        .into_iter()
+        .filter_map(|k| k.strip_suffix(&suffix).map(str::to_string))
+        .filter(|name| !name.contains('/'))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_kops_layout() {
+        let c = ClusterKeys::new("demo.example.com").unwrap();
+        assert_eq!(c.config(), "demo.example.com/config");
+        assert_eq!(
+            c.completed_spec(),
+            "demo.example.com/cluster-completed.spec"
+        );
+        assert_eq!(
+            c.instance_group("nodes-us-east-1a").unwrap(),
+            "demo.example.com/instancegroup/nodes-us-east-1a"
+        );
+        assert_eq!(c.lock(), "demo.example.com/lock");
+        assert_eq!(c.known_hosts(), "demo.example.com/known_hosts");
+        assert_eq!(
+            c.pki("issued/ca.crt").unwrap(),
+            "demo.example.com/pki/issued/ca.crt"
+        );
+        assert_eq!(c.secret("admin").unwrap(), "demo.example.com/secrets/admin");
+        assert_eq!(c.journal_prefix(), "demo.example.com/journal/");
+    }
+
+    #[test]
+    fn names_that_would_escape_are_refused() {
+        for bad in ["", "a/b", "..", ".hidden", "/abs"] {
+            assert!(ClusterKeys::new(bad).is_err(), "{bad:?} accepted");
+        }
+        let c = ClusterKeys::new("demo").unwrap();
+        assert!(c.instance_group("a/b").is_err());
+        assert!(c.pki("../../other/config").is_err());
+        let e = c.instance_group("x/y").unwrap_err().to_string();
+        assert!(
+            e.contains("instance group name") && e.contains("x/y"),
+            "{e}"
+        );
+    }
+}

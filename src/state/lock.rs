@@ -1,0 +1,430 @@
+//! The cluster lock: mutating commands hold `<cluster>/lock` so two operators never work on one
+//! cluster at once (kops has no such lock; see kops issue 3903).
+//!
+//! The lock is an object created with a conditional write (`Precondition::Absent`), so exactly
+//! one of several racing acquirers wins. It records who holds it and carries a lease that the
+//! holder renews in the background; a lock whose lease has expired (its holder crashed or lost
+//! the network) may be taken over, but only by a compare-and-swap on the stale lock's version,
+//! so again exactly one taker wins. Leases compare wall clocks of different machines: keep
+//! them much longer than any expected clock skew (the default is minutes, skew is seconds).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::layout::ClusterKeys;
+use super::{Precondition, StateError, StateStore, Version};
+
+/// The lease mutating commands use unless they have a reason to pick another.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
+/// Leases are capped so a typo cannot lock a cluster for years.
+const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How often acquire re-reads a lock that vanished or was taken over under it before giving up.
+const MAX_ATTEMPTS: usize = 8;
+
+/// What the lock object contains (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LockRecord {
+    /// The user who ran the command.
+    pub holder: String,
+    pub host: String,
+    pub pid: u32,
+    /// The command line, e.g. `kprov update cluster demo.example.com --yes`.
+    pub command: String,
+    pub acquired_at: DateTime<Utc>,
+    /// When the holder last renewed the lease.
+    pub renewed_at: DateTime<Utc>,
+    /// After this instant the lock counts as stale and may be taken over.
+    pub expires_at: DateTime<Utc>,
+    /// Random, so a holder recognises its own record (pid and host repeat across machines).
+    pub id: String,
+}
+
+impl LockRecord {
+    fn new(command: &str, lease: Duration) -> LockRecord {
+        let now = Utc::now();
+        LockRecord {
+            holder: current_user(),
+            host: gethostname::gethostname().to_string_lossy().into_owned(),
+            pid: std::process::id(),
+            command: command.to_string(),
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now + lease_delta(lease),
+            id: format!("{:032x}", rand::random::<u128>()),
+        }
+    }
+
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        now >= self.expires_at
+    }
+
+    pub fn to_bytes(&self) -> Bytes {
+        // A struct of strings, numbers and timestamps always serialises.
+        Bytes::from(serde_json::to_vec_pretty(self).unwrap_or_default())
+    }
+
+    pub fn parse(data: &[u8]) -> Result<LockRecord, serde_json::Error> {
+        serde_json::from_slice(data)
+    }
+}
+
+fn lease_delta(lease: Duration) -> TimeDelta {
+    TimeDelta::from_std(lease.min(MAX_LEASE)).unwrap_or(TimeDelta::zero())
+}
+
+fn current_user() -> String {
+    ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn when(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "cluster {cluster} is locked by {holder}@{host} (pid {pid}) running `{command}` since {since}; \
+         the lease runs until {until}. Wait for that command to finish; if it is dead, break the \
+         lock with `kprov lock break {cluster}`",
+        holder = record.holder,
+        host = record.host,
+        pid = record.pid,
+        command = record.command,
+        since = when(&record.acquired_at),
+        until = when(&record.expires_at)
+    )]
+    Held {
+        cluster: String,
+        record: Box<LockRecord>,
+    },
+    #[error(
+        "the lock {key} of cluster {cluster} is unreadable ({reason}); if no kprov command is \
+         running on the cluster, remove it with `kprov lock break {cluster}`"
+    )]
+    Corrupt {
+        cluster: String,
+        key: String,
+        reason: String,
+    },
+    #[error(
+        "the lock on cluster {cluster} was lost: {reason}. Someone broke or took over the lock; \
+         check `kprov get cluster {cluster}` before retrying"
+    )]
+    Lost { cluster: String, reason: String },
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// Takes the cluster's lock for `command` with a lease of `lease`, renewed in the background
+/// every third of the lease until [`LockGuard::release`].
+pub async fn acquire(
+    store: Arc<dyn StateStore>,
+    cluster: &str,
+    command: &str,
+    lease: Duration,
+) -> Result<LockGuard, LockError> {
+    let key = ClusterKeys::new(cluster)?.lock();
+    let mut last_error = None;
+    for _ in 0..MAX_ATTEMPTS {
+        let record = LockRecord::new(command, lease);
+        match store
+            .put(&key, record.to_bytes(), Precondition::Absent)
+            .await
+        {
+            Ok(version) => {
+                return Ok(LockGuard::start(
+                    store, cluster, key, record, version, lease,
+                ));
+            }
+            Err(StateError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(current) = store.get(&key).await? else {
+            continue; // released between our create and our read: try to create again
+        };
+        let held = LockRecord::parse(&current.data).map_err(|e| LockError::Corrupt {
+            cluster: cluster.to_string(),
+            key: store.key_location(&key),
+            reason: e.to_string(),
+        })?;
+        if !held.is_expired(Utc::now()) {
+            return Err(LockError::Held {
+                cluster: cluster.to_string(),
+                record: Box::new(held),
+            });
+        }
+        match store
+            .put(
+                &key,
+                record.to_bytes(),
+                Precondition::Matches(current.version),
+            )
+            .await
+        {
+            Ok(version) => {
+                tracing::warn!(
+                    "took over the expired lock of cluster {cluster} held by {}@{} (pid {}) running `{}`, \
+                     lease ended {}",
+                    held.holder,
+                    held.host,
+                    held.pid,
+                    held.command,
+                    when(&held.expires_at)
+                );
+                return Ok(LockGuard::start(
+                    store, cluster, key, record, version, lease,
+                ));
+            }
+            // Another taker won the stale lock, or its holder renewed it: look again.
+            Err(e @ (StateError::Conflict { .. } | StateError::AlreadyExists { .. })) => {
+                last_error = Some(e);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(last_error
+        .unwrap_or_else(|| StateError::Backend {
+            location: store.key_location(&key),
+            message: format!("the lock changed {MAX_ATTEMPTS} times while acquiring it"),
+        })
+        .into())
+}
+
+/// Reads the cluster's lock without touching it (for `kprov lock status`).
+pub async fn read(store: &dyn StateStore, cluster: &str) -> Result<Option<LockRecord>, LockError> {
+    let key = ClusterKeys::new(cluster)?.lock();
+    let Some(obj) = store.get(&key).await? else {
+        return Ok(None);
+    };
+    LockRecord::parse(&obj.data)
+        .map(Some)
+        .map_err(|e| LockError::Corrupt {
+            cluster: cluster.to_string(),
+            key: store.key_location(&key),
+            reason: e.to_string(),
+        })
+}
+
+/// What [`break_lock`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Broken {
+    NotLocked,
+    Lock(Box<LockRecord>),
+    /// The lock object did not parse; it was removed anyway.
+    Unreadable,
+}
+
+/// Deliberately removes the cluster's lock, whoever holds it and whether or not its lease has
+/// expired. The delete is conditional on the version read, so a lock that changed hands in the
+/// meantime is not removed blindly: the caller gets a conflict and looks again.
+pub async fn break_lock(store: &dyn StateStore, cluster: &str) -> Result<Broken, LockError> {
+    let key = ClusterKeys::new(cluster)?.lock();
+    let Some(obj) = store.get(&key).await? else {
+        return Ok(Broken::NotLocked);
+    };
+    store
+        .delete(&key, Precondition::Matches(obj.version))
+        .await?;
+    Ok(match LockRecord::parse(&obj.data) {
+        Ok(record) => {
+            tracing::warn!(
+                "broke the lock of cluster {cluster} held by {}@{} (pid {}) running `{}` since {}",
+                record.holder,
+                record.host,
+                record.pid,
+                record.command,
+                when(&record.acquired_at)
+            );
+            Broken::Lock(Box::new(record))
+        }
+        Err(_) => Broken::Unreadable,
+    })
+}
+
+struct Held {
+    version: Version,
+    record: LockRecord,
+    lost: Option<String>,
+}
+
+/// A held cluster lock. Call [`LockGuard::release`] when done; dropping the guard stops the
+/// renewal and releases the lock from a background task on a best-effort basis (if the process
+/// exits first, the lease runs out instead).
+pub struct LockGuard {
+    store: Arc<dyn StateStore>,
+    cluster: String,
+    key: String,
+    held: Arc<Mutex<Held>>,
+    stop: Option<oneshot::Sender<()>>,
+    renewer: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("cluster", &self.cluster)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    fn start(
+        store: Arc<dyn StateStore>,
+        cluster: &str,
+        key: String,
+        record: LockRecord,
+        version: Version,
+        lease: Duration,
+    ) -> LockGuard {
+        let held = Arc::new(Mutex::new(Held {
+            version,
+            record,
+            lost: None,
+        }));
+        let (stop, stopped) = oneshot::channel();
+        let renewer = tokio::spawn(renew(
+            store.clone(),
+            key.clone(),
+            held.clone(),
+            lease,
+            stopped,
+        ));
+        LockGuard {
+            store,
+            cluster: cluster.to_string(),
+            key,
+            held,
+            stop: Some(stop),
+            renewer: Some(renewer),
+        }
+    }
+
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The record as last written (renewals move `renewedAt` and `expiresAt`).
+    pub fn record(&self) -> LockRecord {
+        lock_held(&self.held).record.clone()
+    }
+
+    /// Fails once a renewal found the lock broken or taken over: a long command checks this
+    /// before each write it makes under the lock.
+    pub fn check(&self) -> Result<(), LockError> {
+        match &lock_held(&self.held).lost {
+            Some(reason) => Err(LockError::Lost {
+                cluster: self.cluster.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops renewing and deletes the lock, on condition that it is still ours.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.stop_renewal().await;
+        self.check()?;
+        let version = lock_held(&self.held).version.clone();
+        match self
+            .store
+            .delete(&self.key, Precondition::Matches(version))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(StateError::Conflict { .. }) => Err(LockError::Lost {
+                cluster: self.cluster.clone(),
+                reason: "the lock object changed before it was released".into(),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn stop_renewal(&mut self) {
+        drop(self.stop.take());
+        if let Some(renewer) = self.renewer.take() {
+            let _ = renewer.await;
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(renewer) = self.renewer.take() else {
+            return; // released
+        };
+        drop(self.stop.take());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, key, held) = (self.store.clone(), self.key.clone(), self.held.clone());
+        runtime.spawn(async move {
+            // Wait for an in-flight renewal so the delete carries the latest version.
+            let _ = renewer.await;
+            let (version, lost) = {
+                let h = lock_held(&held);
+                (h.version.clone(), h.lost.is_some())
+            };
+            if !lost {
+                let _ = store.delete(&key, Precondition::Matches(version)).await;
+            }
+        });
+    }
+}
+
+fn lock_held(held: &Mutex<Held>) -> std::sync::MutexGuard<'_, Held> {
+    // The data stays consistent even if a holder panicked: every update is a single assignment.
+    held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn renew(
+    store: Arc<dyn StateStore>,
+    key: String,
+    held: Arc<Mutex<Held>>,
+    lease: Duration,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let every = (lease / 3).max(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            _ = &mut stopped => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let (version, mut record) = {
+            let h = lock_held(&held);
+            (h.version.clone(), h.record.clone())
+        };
+        let now = Utc::now();
+        record.renewed_at = now;
+        record.expires_at = now + lease_delta(lease);
+        match store
+            .put(&key, record.to_bytes(), Precondition::Matches(version))
+            .await
+        {
+            Ok(version) => {
+                let mut h = lock_held(&held);
+                h.version = version;
+                h.record = record;
+            }
+            Err(StateError::Conflict { .. }) => {
+                lock_held(&held).lost = Some(format!(
+                    "{} changed under the holder while renewing the lease",
+                    store.key_location(&key)
+                ));
+                return;
+            }
+            // A transient failure: the lease still runs, try again at the next tick.
+            Err(e) => tracing::warn!("cannot renew the cluster lock: {e}"),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Parsing state store URLs: `file://DIR` and `s3://BUCKET[/PREFIX]`.
+
+use std::path::PathBuf;
+
+use super::StateError;
+
+/// Where a state store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// A local directory; relative paths are relative to the working directory.
+    File(PathBuf),
+    /// An S3 bucket and a key prefix without leading or trailing `/` (may be empty).
+    S3 { bucket: String, prefix: String },
+}
+
+impl StoreUrl {
+    pub fn parse(url: &str) -> Result<StoreUrl, StateError> {
+        let invalid = |reason: String| StateError::InvalidUrl {
+            url: url.to_string(),
+            reason,
+        };
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(invalid(missing_scheme_hint(url)));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "file" => parse_file(rest).map_err(invalid),
+            "s3" => parse_s3(rest).map_err(invalid),
+            other => Err(invalid(format!(
+                "unsupported scheme {other:?}; use file://DIR or s3://BUCKET/PREFIX"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::File(dir) => write!(f, "file://{}", dir.display()),
+            StoreUrl::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            StoreUrl::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+fn missing_scheme_hint(url: &str) -> String {
+    if url.trim().is_empty() {
+        return "the URL is empty; use file://DIR or s3://BUCKET/PREFIX".into();
+    }
+    if url.starts_with("s3:") {
+        return format!(
+            "missing '//' after 's3:'; did you mean s3://{}?",
+            url["s3:".len()..].trim_start_matches('/')
+        );
+    }
+    if url.starts_with("file:") {
+        return format!(
+            "missing '//' after 'file:'; did you mean file://{}?",
+            &url["file:".len()..]
+        );
+    }
+    format!("a bare path has no scheme; did you mean file://{url}?")
+}
+
+fn parse_file(rest: &str) -> Result<StoreUrl, String> {
+    if rest.is_empty() {
+        return Err("file:// needs a directory, e.g. file:///var/lib/kprov or file://state".into());
+    }
+    // `file://localhost/x` is the RFC 8089 spelling of `/x`; anything else before the first
+    // '/' is a relative path (kops accepts `file://relative` too).
+    let path = rest
+        .strip_prefix("localhost/")
+        .map_or(rest.to_string(), |p| format!("/{p}"));
+    if path.contains('\0') {
+        return Err("the path contains a NUL byte".into());
+    }
+    if path.contains('?') || path.contains('#') {
+        return Err("query strings and fragments are not supported in file:// URLs".into());
+    }
+    Ok(StoreUrl::File(PathBuf::from(path)))
+}
+
+fn parse_s3(rest: &str) -> Result<StoreUrl, String> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err("s3:// needs a bucket name, e.g. s3://my-kprov-state".into());
+    }
+    check_bucket_name(bucket)?;
+    if prefix.contains('?') || prefix.contains('#') {
+        return Err("query strings and fragments are not supported in s3:// URLs".into());
+    }
+    let prefix = prefix.trim_matches('/');
+    if !prefix.is_empty() {
+        super::validate_key(prefix).map_err(|e| match e {
+            StateError::InvalidKey { reason, .. } => format!("prefix {prefix:?}: {reason}"),
+            other => other.to_string(),
+        })?;
+    }
+    Ok(StoreUrl::S3 {
+        bucket: bucket.to_string(),
+        prefix: prefix.to_string(),
+    })
+}
+
+/// The S3 naming rules for general purpose buckets, so a typo fails here and not as an
+/// opaque signature or DNS error from the SDK.
+fn check_bucket_name(bucket: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("bucket name {bucket:?} {why}"));
+    if !(3..=63).contains(&bucket.len()) {
+        return bad("must be 3 to 63 characters long");
+    }
+    if !bucket
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return bad("may contain only lowercase letters, digits, '-' and '.'");
+    }
+    let edges = [bucket.as_bytes()[0], bucket.as_bytes()[bucket.len() - 1]];
+    if edges
+        .iter()
+        .any(|b| !(b.is_ascii_lowercase() || b.is_ascii_digit()))
+    {
+        return bad("must begin and end with a letter or digit");
+    }
+    if bucket.contains("..") {
+        return bad("must not contain two adjacent periods");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn err(url: &str) -> String {
+        StoreUrl::parse(url).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn file_urls() {
+        assert_eq!(
+            StoreUrl::parse("file:///var/lib/kprov").unwrap(),
+            StoreUrl::File("/var/lib/kprov".into())
+        );
+        assert_eq!(
+            StoreUrl::parse("file://state/dev").unwrap(),
+            StoreUrl::File("state/dev".into())
+        );
+        assert_eq!(
+            StoreUrl::parse("file://./state").unwrap(),
+            StoreUrl::File("./state".into())
+        );
+        assert_eq!(
+            StoreUrl::parse("file://localhost/srv/kprov").unwrap(),
+            StoreUrl::File("/srv/kprov".into())
+        );
+        assert!(err("file://").contains("needs a directory"));
+    }
+
+    #[test]
+    fn s3_urls() {
+        assert_eq!(
+            StoreUrl::parse("s3://my-state").unwrap(),
+            StoreUrl::S3 {
+                bucket: "my-state".into(),
+                prefix: String::new()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("s3://my-state/teams/a/").unwrap(),
+            StoreUrl::S3 {
+                bucket: "my-state".into(),
+                prefix: "teams/a".into()
+            }
+        );
+        assert!(err("s3://").contains("needs a bucket"));
+        assert!(err("s3://My_Bucket").contains("lowercase"));
+        assert!(err("s3://ab").contains("3 to 63"));
+        assert!(err("s3://bucket/a/../b").contains("'..'"));
+    }
+
+    #[test]
+    fn errors_name_the_url_and_suggest_a_fix() {
+        let e = err("/var/lib/kprov");
+        assert!(e.contains("\"/var/lib/kprov\""), "{e}");
+        assert!(e.contains("did you mean file:///var/lib/kprov?"), "{e}");
+        assert!(err("state").contains("did you mean file://state?"));
+        assert!(err("s3:bucket/x").contains("did you mean s3://bucket/x?"));
+        assert!(err("gs://bucket").contains("unsupported scheme \"gs\""));
+        assert!(err("").contains("empty"));
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for url in [
+            "file:///a/b",
+            "file://rel",
+            "s3://bucket",
+            "s3://bucket/p/q",
+        ] {
+            assert_eq!(StoreUrl::parse(url).unwrap().to_string(), url);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(s in "\\PC{0,40}") {
+            let _ = StoreUrl::parse(&s);
+        }
+
+        #[test]
+        fn s3_parse_never_panics(s in "s3://[a-z0-9./_-]{0,70}") {
+            if let Ok(url) = StoreUrl::parse(&s) {
+                // Whatever parses must print back to something that parses to the same value.
+                prop_assert_eq!(StoreUrl::parse(&url.to_string()).unwrap(), url);
+            }
+        }
+    }
+}
