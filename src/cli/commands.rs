@@ -1,0 +1,539 @@
+//! Command implementations. Each returns an exit code; errors are mapped to exit codes in
+//! [`run`].
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+
+use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
+use super::{Cli, Command, CreateWhat, DeleteWhat, EditWhat, GetWhat, LockWhat, SchemaKind, exit};
+use crate::output::{Format, Printer, Table};
+use crate::repo::{Repo, RepoError, resolve_with_docs};
+use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecErrors};
+use crate::state::lock::{self, LockError};
+use crate::state::{self, StateError, StateStore, Versioning};
+
+/// How long a mutating command's lock lease lasts between renewals.
+pub(super) const LOCK_LEASE: Duration = Duration::from_secs(300);
+
+pub struct Ctx {
+    pub printer: Printer,
+    pub store_url: String,
+}
+
+impl Ctx {
+    async fn store(&self) -> anyhow::Result<Arc<dyn StateStore>> {
+        let store = state::open(&self.store_url).await?;
+        Ok(store)
+    }
+
+    async fn repo(&self) -> anyhow::Result<Repo> {
+        Ok(Repo::new(self.store().await?))
+    }
+
+    /// Teams rely on S3 versioning to recover from mistakes; say so when it is off.
+    async fn warn_versioning(&self, store: &dyn StateStore) {
+        match store.check_versioning().await {
+            Versioning::Enabled | Versioning::NotApplicable => {}
+            Versioning::Suspended | Versioning::Disabled => self.printer.warn(&format!("{} has no object versioning: an overwritten or deleted spec cannot be recovered; enable versioning on the bucket", store.location())),
+            Versioning::Unknown(why) => self.printer.warn(&format!("could not confirm object versioning on {} ({why})", store.location())),
+        }
+    }
+}
+
+/// Maps an error to the documented exit code.
+pub fn exit_code_of(e: &anyhow::Error) -> i32 {
+    for cause in e.chain() {
+        if cause.is::<SpecErrors>() || cause.is::<super::create::FlagError>() {
+            return exit::INVALID_SPEC;
+        }
+        if let Some(r) = cause.downcast_ref::<RepoError>() {
+            match r {
+                RepoError::Spec(_) => return exit::INVALID_SPEC,
+                RepoError::State(StateError::Conflict { .. }) => return exit::CONFLICT,
+                _ => {}
+            }
+        }
+        if let Some(StateError::Conflict { .. }) = cause.downcast_ref::<StateError>() {
+            return exit::CONFLICT;
+        }
+        if let Some(LockError::Held { .. }) = cause.downcast_ref::<LockError>() {
+            return exit::CONFLICT;
+        }
+    }
+    exit::ERROR
+}
+
+pub async fn run(cli: Cli) -> i32 {
+    let format = match &cli.command {
+        Command::Get(g) => match &g.what {
+            GetWhat::Clusters { out, .. } | GetWhat::Instancegroups { out, .. } => out.output,
+        },
+        _ => Format::Table,
+    };
+    let ctx = Ctx { printer: Printer::new(format, cli.verbose), store_url: state::resolve(cli.state.as_deref(), None) };
+    match dispatch(&ctx, cli.command).await {
+        Ok(code) => code,
+        Err(e) => {
+            let code = exit_code_of(&e);
+            // Spec errors are already complete sentences with file:line:column; no chain needed.
+            let text = if code == exit::INVALID_SPEC { e.to_string() } else { format!("{e:#}") };
+            ctx.printer.error(&text);
+            code
+        }
+    }
+}
+
+async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
+    match cmd {
+        Command::Create(c) => match (c.what, c.file) {
+            (Some(CreateWhat::Cluster(a)), _) => create_cluster(ctx, &a).await,
+            (None, Some(f)) => create_from_file(ctx, &f).await,
+            (None, None) => Err(anyhow!("say what to create: `kprov create cluster NAME ...` or `kprov create -f FILE`")),
+        },
+        Command::Replace(f) => replace_from_file(ctx, &f.file).await,
+        Command::Get(g) => match g.what {
+            GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
+            GetWhat::Instancegroups { cluster, name, .. } => {
+                let cluster = cluster.or(name).ok_or_else(|| anyhow!("name the cluster"))?;
+                get_groups(ctx, &cluster).await
+            }
+        },
+        Command::Edit(e) => match e.what {
+            EditWhat::Cluster { name } => super::edit::edit(ctx, &name, None).await,
+            EditWhat::Instancegroups { group, name } => super::edit::edit(ctx, &name, Some(&group)).await,
+        },
+        Command::Delete(d) => match d.what {
+            DeleteWhat::Cluster { name, yes } => delete_cluster(ctx, &name, yes).await,
+            DeleteWhat::Instancegroups { group, name, yes } => delete_group(ctx, &name, &group, yes).await,
+        },
+        Command::Lock(l) => match l.what {
+            LockWhat::Status { cluster } => lock_status(ctx, &cluster).await,
+            LockWhat::Break { cluster } => lock_break(ctx, &cluster).await,
+        },
+        Command::Schema(s) => {
+            ctx.printer.data(&schema_json(s.kind)?);
+            Ok(exit::OK)
+        }
+        Command::Completion(c) => {
+            let mut cmd = super::command();
+            let mut buf = Vec::new();
+            clap_complete::generate(c.shell, &mut cmd, "kprov", &mut buf);
+            ctx.printer.data(&String::from_utf8_lossy(&buf));
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// The SSH key `create cluster` installs: the flag, else the user's usual default key.
+fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
+    if let Some(p) = flag {
+        let text = std::fs::read_to_string(p).with_context(|| format!("--ssh-public-key: cannot read {}", p.display()))?;
+        return Ok(Some(text.trim().to_string()));
+    }
+    let Some(home) = std::env::home_dir() else { return Ok(None) };
+    for f in [".ssh/id_ed25519.pub", ".ssh/id_rsa.pub"] {
+        if let Ok(t) = std::fs::read_to_string(home.join(f)) {
+            return Ok(Some(t.trim().to_string()));
+        }
+    }
+    Ok(None)
+}
+
+async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32> {
+    let hosts = match &a.inventory {
+        Some(path) => crate::inventory::load(path)?,
+        None => Vec::new(),
+    };
+    let key = read_ssh_public_key(a.ssh_public_key.as_deref())?;
+    let (cluster, groups) = build_cluster_objects(a, hosts, key)?;
+    resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
+    if a.dry_run {
+        let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(&cluster)).chain(groups.iter().map(ObjectRef::InstanceGroup)).collect();
+        match a.output {
+            DryRunFormat::Yaml => ctx.printer.data(&spec::to_yaml_stream(objects)?),
+            DryRunFormat::Json => {
+                let items: Vec<serde_json::Value> = objects
+                    .iter()
+                    .map(|o| match o {
+                        ObjectRef::Cluster(c) => serde_json::to_value(c),
+                        ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
+                    })
+                    .collect::<Result<_, _>>()?;
+                ctx.printer.data(&serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))?);
+            }
+        }
+        return Ok(exit::OK);
+    }
+    let repo = ctx.repo().await?;
+    ctx.warn_versioning(repo.store().as_ref()).await;
+    let guard = lock::acquire(repo.store().clone(), cluster.name(), "create cluster", LOCK_LEASE).await?;
+    let res = repo.create(&cluster, &groups).await;
+    guard.release().await?;
+    res?;
+    ctx.printer.success(&format!("Cluster {} created in {} ({} instance groups).", cluster.name(), repo.location(), groups.len()));
+    ctx.printer.status(&format!("No infrastructure was changed. Review with `kprov get cluster {0} -o yaml`, then preview with `kprov update cluster {0}`.", cluster.name()));
+    Ok(exit::OK)
+}
+
+fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
+    if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("reading standard input")?;
+        Ok(("<stdin>".into(), s))
+    } else {
+        let s = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Ok((path.display().to_string(), s))
+    }
+}
+
+/// Objects of a file grouped per cluster: the Cluster (if present) and its groups.
+struct FileCluster {
+    cluster: Option<Loaded<Cluster>>,
+    groups: Vec<Loaded<InstanceGroup>>,
+}
+
+fn group_by_cluster(source: &str, objects: Vec<Loaded<Object>>) -> Result<Vec<(String, FileCluster)>, SpecErrors> {
+    let single_cluster = {
+        let names: Vec<String> = objects.iter().filter_map(|o| if let Object::Cluster(c) = &o.value { Some(c.metadata.name.clone()) } else { None }).collect();
+        if names.len() == 1 { names.into_iter().next() } else { None }
+    };
+    let mut out: Vec<(String, FileCluster)> = Vec::new();
+    let mut errors = Vec::new();
+    for o in objects {
+        let (name, is_cluster) = match &o.value {
+            Object::Cluster(c) => (Some(c.metadata.name.clone()), true),
+            Object::InstanceGroup(g) => (g.metadata.labels.get(spec::CLUSTER_LABEL).cloned().or_else(|| single_cluster.clone()), false),
+        };
+        let Some(name) = name else {
+            errors.push(o.doc.diagnostic(&spec::FieldPath::parse("metadata.labels"), format!("InstanceGroup has no {} label naming its cluster", spec::CLUSTER_LABEL)));
+            continue;
+        };
+        let idx = match out.iter().position(|(n, _)| *n == name) {
+            Some(i) => i,
+            None => {
+                out.push((name.clone(), FileCluster { cluster: None, groups: Vec::new() }));
+                out.len() - 1
+            }
+        };
+        match o.value {
+            Object::Cluster(c) => {
+                if out[idx].1.cluster.is_some() && is_cluster {
+                    errors.push(o.doc.diagnostic(&spec::FieldPath::parse("metadata.name"), format!("cluster {name} appears twice")));
+                }
+                out[idx].1.cluster = Some(Loaded { value: c, doc: o.doc });
+            }
+            Object::InstanceGroup(mut g) => {
+                g.metadata.labels.entry(spec::CLUSTER_LABEL.into()).or_insert_with(|| name.clone());
+                out[idx].1.groups.push(Loaded { value: g, doc: o.doc });
+            }
+        }
+    }
+    if errors.is_empty() { Ok(out) } else { Err(SpecErrors(errors)) }
+}
+
+/// Validates the union of stored and incoming objects, locating errors in whichever document
+/// each object came from.
+fn validate_merged(source: &str, cluster: &Loaded<Cluster>, groups: &[Loaded<InstanceGroup>]) -> Result<(), SpecErrors> {
+    let docs: HashMap<String, Arc<spec::SourceDoc>> = groups.iter().map(|g| (g.value.metadata.name.clone(), g.doc.clone())).collect();
+    let values: Vec<InstanceGroup> = groups.iter().map(|g| g.value.clone()).collect();
+    resolve_with_docs(&cluster.value, &values, Some(&cluster.doc), &docs, source).map(|_| ())
+}
+
+async fn create_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
+    let (source, text) = read_input(path)?;
+    let objects = spec::load_objects(&source, &text)?;
+    let per_cluster = group_by_cluster(&source, objects)?;
+    let repo = ctx.repo().await?;
+    ctx.warn_versioning(repo.store().as_ref()).await;
+    for (name, fc) in per_cluster {
+        let guard = lock::acquire(repo.store().clone(), &name, "create -f", LOCK_LEASE).await?;
+        let res = create_one(ctx, &repo, &source, &name, fc).await;
+        guard.release().await?;
+        res?;
+    }
+    Ok(exit::OK)
+}
+
+async fn create_one(ctx: &Ctx, repo: &Repo, source: &str, name: &str, fc: FileCluster) -> anyhow::Result<()> {
+    match fc.cluster {
+        Some(cluster) => {
+            validate_merged(source, &cluster, &fc.groups)?;
+            let groups: Vec<InstanceGroup> = fc.groups.iter().map(|g| g.value.clone()).collect();
+            repo.create(&cluster.value, &groups).await?;
+            ctx.printer.success(&format!("Created cluster {name} with {} instance groups.", groups.len()));
+        }
+        None => {
+            // Only groups: add them to the stored cluster.
+            let stored = repo.get(name).await?;
+            let mut all: Vec<Loaded<InstanceGroup>> = stored.groups.iter().map(|g| g.group.clone()).collect();
+            for g in &fc.groups {
+                if all.iter().any(|x| x.value.metadata.name == g.value.metadata.name) {
+                    return Err(anyhow!("{}: instance group {} already exists in cluster {name}; use `kprov replace -f`", source, g.value.metadata.name));
+                }
+                all.push(g.clone());
+            }
+            validate_merged(source, &stored.cluster, &all)?;
+            for g in &fc.groups {
+                repo.put_group(name, &g.value, None).await?;
+                ctx.printer.success(&format!("Created instance group {} in cluster {name}.", g.value.metadata.name));
+            }
+            let values: Vec<InstanceGroup> = all.iter().map(|g| g.value.clone()).collect();
+            repo.write_completed(&stored.cluster.value, &values).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn replace_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
+    let (source, text) = read_input(path)?;
+    let objects = spec::load_objects(&source, &text)?;
+    let per_cluster = group_by_cluster(&source, objects)?;
+    let repo = ctx.repo().await?;
+    for (name, fc) in per_cluster {
+        let guard = lock::acquire(repo.store().clone(), &name, "replace -f", LOCK_LEASE).await?;
+        let res = replace_one(ctx, &repo, &source, &name, fc).await;
+        guard.release().await?;
+        res?;
+    }
+    Ok(exit::OK)
+}
+
+async fn replace_one(ctx: &Ctx, repo: &Repo, source: &str, name: &str, fc: FileCluster) -> anyhow::Result<()> {
+    let stored = repo.get(name).await?;
+    let cluster = fc.cluster.clone().unwrap_or_else(|| stored.cluster.clone());
+    let mut all: Vec<Loaded<InstanceGroup>> = stored.groups.iter().map(|g| g.group.clone()).collect();
+    for g in &fc.groups {
+        match all.iter_mut().find(|x| x.value.metadata.name == g.value.metadata.name) {
+            Some(slot) => *slot = g.clone(),
+            None => all.push(g.clone()),
+        }
+    }
+    validate_merged(source, &cluster, &all)?;
+    if let Some(c) = &fc.cluster {
+        if c.value != stored.cluster.value {
+            repo.put_cluster(&c.value, &stored.version).await?;
+            ctx.printer.success(&format!("Replaced cluster {name}."));
+        } else {
+            ctx.printer.status(&format!("Cluster {name} unchanged."));
+        }
+    }
+    for g in &fc.groups {
+        let existing = stored.groups.iter().find(|x| x.group.value.metadata.name == g.value.metadata.name);
+        if existing.is_some_and(|e| e.group.value == g.value) {
+            ctx.printer.status(&format!("Instance group {} unchanged.", g.value.metadata.name));
+            continue;
+        }
+        repo.put_group(name, &g.value, existing.map(|e| &e.version)).await?;
+        ctx.printer.success(&format!("{} instance group {}.", if existing.is_some() { "Replaced" } else { "Created" }, g.value.metadata.name));
+    }
+    let values: Vec<InstanceGroup> = all.iter().map(|g| g.value.clone()).collect();
+    repo.write_completed(&cluster.value, &values).await?;
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct ClusterRow {
+    name: String,
+    cloud: String,
+    zones: Vec<String>,
+    #[serde(rename = "kubernetesVersion")]
+    kubernetes_version: String,
+    #[serde(rename = "controlPlanes")]
+    control_planes: u32,
+    nodes: u32,
+}
+
+async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Result<i32> {
+    let repo = ctx.repo().await?;
+    let names = match name {
+        Some(n) => vec![n.to_string()],
+        None => repo.list().await?,
+    };
+    let mut clusters = Vec::new();
+    for n in &names {
+        let stored = repo.get(n).await?;
+        let (c, g) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+        clusters.push((stored, c, g));
+    }
+    if ctx.printer.format() != Format::Table {
+        // -o yaml/json prints objects that `create -f` / `replace -f` accept as they are.
+        let mut objs: Vec<ObjectRef> = Vec::new();
+        let user_groups: Vec<Vec<InstanceGroup>> = clusters.iter().map(|(s, _, _)| s.group_values()).collect();
+        for (i, (stored, c, g)) in clusters.iter().enumerate() {
+            objs.push(ObjectRef::Cluster(if full { c } else { &stored.cluster.value }));
+            if name.is_some() {
+                objs.extend(if full { g.iter() } else { user_groups[i].iter() }.map(ObjectRef::InstanceGroup));
+            }
+        }
+        return print_objects(ctx, &objs).map(|_| exit::OK);
+    }
+    if names.is_empty() {
+        ctx.printer.status(&format!("No clusters in {}.", repo.location()));
+        return Ok(exit::OK);
+    }
+    let rows: Vec<ClusterRow> = clusters
+        .iter()
+        .map(|(_, c, g)| ClusterRow {
+            name: c.metadata.name.clone(),
+            cloud: c.spec.cloud_provider.to_string(),
+            zones: {
+                let mut z: Vec<String> = c.spec.networking.subnets.iter().map(|s| s.zone.clone()).collect();
+                z.dedup();
+                z
+            },
+            kubernetes_version: c.spec.kubernetes_version.clone().unwrap_or_default(),
+            control_planes: g.iter().filter(|g| g.spec.role == spec::InstanceGroupRole::ControlPlane).map(|g| g.spec.min_size.unwrap_or(0)).sum(),
+            nodes: g.iter().filter(|g| g.spec.role == spec::InstanceGroupRole::Node).map(|g| g.spec.min_size.unwrap_or(0)).sum(),
+        })
+        .collect();
+    let mut t = Table::new(["NAME", "CLOUD", "ZONES", "VERSION", "CONTROL PLANES", "NODES"]);
+    for r in &rows {
+        t.row([r.name.clone(), r.cloud.clone(), if r.zones.is_empty() { "-".into() } else { r.zones.join(",") }, r.kubernetes_version.clone(), r.control_planes.to_string(), r.nodes.to_string()]);
+    }
+    ctx.printer.data(&t.render());
+    Ok(exit::OK)
+}
+
+fn print_objects(ctx: &Ctx, objs: &[ObjectRef]) -> anyhow::Result<()> {
+    match ctx.printer.format() {
+        Format::Json => {
+            let items: Vec<serde_json::Value> = objs
+                .iter()
+                .map(|o| match o {
+                    ObjectRef::Cluster(c) => serde_json::to_value(c),
+                    ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
+                })
+                .collect::<Result<_, _>>()?;
+            ctx.printer.data(&serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))?);
+        }
+        _ => ctx.printer.data(&spec::to_yaml_stream(objs.iter().copied())?),
+    }
+    Ok(())
+}
+
+async fn get_groups(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
+    let repo = ctx.repo().await?;
+    let stored = repo.get(cluster).await?;
+    if ctx.printer.format() != Format::Table {
+        let groups = stored.group_values();
+        let objs: Vec<ObjectRef> = groups.iter().map(ObjectRef::InstanceGroup).collect();
+        print_objects(ctx, &objs)?;
+        return Ok(exit::OK);
+    }
+    let (_, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+    let mut t = Table::new(["NAME", "ROLE", "MACHINETYPE", "MIN", "MAX", "SUBNETS"]);
+    for g in &groups {
+        let s = &g.spec;
+        t.row([
+            g.metadata.name.clone(),
+            s.role.as_str().to_string(),
+            s.machine_type.clone().unwrap_or_else(|| "-".into()),
+            s.min_size.map_or("-".into(), |n| n.to_string()),
+            s.max_size.map_or("-".into(), |n| n.to_string()),
+            if s.subnets.is_empty() { "-".into() } else { s.subnets.join(",") },
+        ]);
+    }
+    ctx.printer.data(&t.render());
+    Ok(exit::OK)
+}
+
+async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32> {
+    let repo = ctx.repo().await?;
+    let stored = repo.get(name).await?;
+    let keys = repo.store().list(&format!("{name}/")).await?;
+    if !yes {
+        ctx.printer.data(&format!("Will delete cluster {name} from {}:\n{}", repo.location(), keys.iter().map(|k| format!("  {k}")).collect::<Vec<_>>().join("\n")));
+        ctx.printer.status(&format!("Must specify --yes to delete cluster {name}."));
+        return Ok(exit::OK);
+    }
+    let guard = lock::acquire(repo.store().clone(), stored.name(), "delete cluster", LOCK_LEASE).await?;
+    let res = repo.delete_cluster(name).await;
+    // The lock key lives under the cluster's prefix: releasing it is the last delete.
+    guard.release().await?;
+    let n = res?;
+    ctx.printer.success(&format!("Deleted cluster {name} ({n} objects) from {}.", repo.location()));
+    Ok(exit::OK)
+}
+
+async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyhow::Result<i32> {
+    let repo = ctx.repo().await?;
+    let stored = repo.get(cluster).await?;
+    let g = stored.groups.iter().find(|g| g.group.value.metadata.name == group).ok_or_else(|| RepoError::GroupNotFound { cluster: cluster.into(), group: group.into() })?;
+    let remaining: Vec<InstanceGroup> = stored.groups.iter().filter(|x| x.group.value.metadata.name != group).map(|x| x.group.value.clone()).collect();
+    resolve_with_docs(&stored.cluster.value, &remaining, Some(&stored.cluster.doc), &HashMap::new(), &repo.location()).context(format!("cluster {cluster} would be invalid without instance group {group}"))?;
+    if !yes {
+        ctx.printer.data(&format!("Will delete instance group {group} of cluster {cluster}."));
+        ctx.printer.status("Must specify --yes to delete.");
+        return Ok(exit::OK);
+    }
+    let guard = lock::acquire(repo.store().clone(), cluster, "delete instancegroup", LOCK_LEASE).await?;
+    let res = async {
+        repo.delete_group(cluster, group, &g.version).await?;
+        repo.write_completed(&stored.cluster.value, &remaining).await
+    }
+    .await;
+    guard.release().await?;
+    res?;
+    ctx.printer.success(&format!("Deleted instance group {group} of cluster {cluster}."));
+    Ok(exit::OK)
+}
+
+async fn lock_status(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
+    let store = ctx.store().await?;
+    match lock::read(store.as_ref(), cluster).await? {
+        None => ctx.printer.data(&format!("cluster {cluster} is not locked")),
+        Some(r) => ctx.printer.data(&serde_json::to_string_pretty(&r)?),
+    }
+    Ok(exit::OK)
+}
+
+async fn lock_break(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
+    let store = ctx.store().await?;
+    match lock::break_lock(store.as_ref(), cluster).await? {
+        lock::Broken::NotLocked => ctx.printer.status(&format!("cluster {cluster} was not locked")),
+        lock::Broken::Lock(r) => ctx.printer.success(&format!("broke the lock of cluster {cluster} held by {}@{} running `{}`", r.holder, r.host, r.command)),
+        lock::Broken::Unreadable => ctx.printer.success(&format!("removed the unreadable lock of cluster {cluster}")),
+    }
+    Ok(exit::OK)
+}
+
+pub fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
+    let cluster = schemars::schema_for!(Cluster);
+    let ig = schemars::schema_for!(InstanceGroup);
+    let value = match kind {
+        SchemaKind::Cluster => serde_json::to_value(&cluster)?,
+        SchemaKind::Instancegroup => serde_json::to_value(&ig)?,
+        SchemaKind::All => {
+            // One schema for multi-document files holding either kind; `kind` picks the branch.
+            let mut c = serde_json::to_value(&cluster)?;
+            let mut g = serde_json::to_value(&ig)?;
+            let mut defs = serde_json::Map::new();
+            for v in [&mut c, &mut g] {
+                if let Some(serde_json::Value::Object(d)) = v.as_object_mut().and_then(|o| o.remove("$defs")) {
+                    defs.extend(d);
+                }
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("$schema");
+                }
+            }
+            for (v, k) in [(&mut c, spec::KIND_CLUSTER), (&mut g, spec::KIND_INSTANCE_GROUP)] {
+                if let Some(props) = v.get_mut("properties").and_then(|p| p.as_object_mut()) {
+                    props.insert("kind".into(), serde_json::json!({"const": k}));
+                    props.insert("apiVersion".into(), serde_json::json!({"const": spec::API_VERSION}));
+                }
+            }
+            serde_json::json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "title": "kprov objects",
+                "oneOf": [c, g],
+                "$defs": defs,
+            })
+        }
+    };
+    Ok(serde_json::to_string_pretty(&value)?)
+}
