@@ -3,6 +3,8 @@
 //! Pipeline: spec → resolved (completed) cluster → resource graph → plan → apply.
 //! See docs/architecture.md for where each stage lives.
 
+pub mod cli;
+pub mod inventory;
 pub mod output;
 pub mod repo;
 pub mod spec;
