@@ -9,10 +9,16 @@ fn main() {
         _ => "trace",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KPROV_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KPROV_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

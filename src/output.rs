@@ -33,12 +33,30 @@ impl Printer {
     pub fn new(format: Format, verbosity: u8) -> Self {
         let tty = std::io::stderr().is_terminal();
         let color = tty && std::env::var_os("NO_COLOR").is_none();
-        Printer { format, color, tty, verbosity, out: Mutex::new(Box::new(std::io::stdout())), err: Mutex::new(Box::new(std::io::stderr())) }
+        Printer {
+            format,
+            color,
+            tty,
+            verbosity,
+            out: Mutex::new(Box::new(std::io::stdout())),
+            err: Mutex::new(Box::new(std::io::stderr())),
+        }
     }
 
     /// A printer writing into buffers, for tests of command output.
-    pub fn to_writers(format: Format, out: Box<dyn Write + Send>, err: Box<dyn Write + Send>) -> Self {
-        Printer { format, color: false, tty: false, verbosity: 0, out: Mutex::new(out), err: Mutex::new(err) }
+    pub fn to_writers(
+        format: Format,
+        out: Box<dyn Write + Send>,
+        err: Box<dyn Write + Send>,
+    ) -> Self {
+        Printer {
+            format,
+            color: false,
+            tty: false,
+            verbosity: 0,
+            out: Mutex::new(out),
+            err: Mutex::new(err),
+        }
     }
 
     pub fn format(&self) -> Format {
@@ -82,17 +100,29 @@ impl Printer {
     }
 
     pub fn success(&self, msg: &str) {
-        let m = if self.color { style(msg).green().to_string() } else { msg.to_string() };
+        let m = if self.color {
+            style(msg).green().to_string()
+        } else {
+            msg.to_string()
+        };
         self.status(&m);
     }
 
     pub fn warn(&self, msg: &str) {
-        let prefix = if self.color { style("warning:").yellow().bold().to_string() } else { "warning:".into() };
+        let prefix = if self.color {
+            style("warning:").yellow().bold().to_string()
+        } else {
+            "warning:".into()
+        };
         self.write_err(&format!("{prefix} {msg}\n"));
     }
 
     pub fn error(&self, msg: &str) {
-        let prefix = if self.color { style("error:").red().bold().to_string() } else { "error:".into() };
+        let prefix = if self.color {
+            style("error:").red().bold().to_string()
+        } else {
+            "error:".into()
+        };
         self.write_err(&format!("{prefix} {msg}\n"));
     }
 
@@ -103,7 +133,11 @@ impl Printer {
     }
 
     /// Structured data in the chosen format; `table` renders the human table.
-    pub fn value<T: Serialize>(&self, value: &T, table: impl FnOnce() -> Table) -> anyhow::Result<()> {
+    pub fn value<T: Serialize>(
+        &self,
+        value: &T,
+        table: impl FnOnce() -> Table,
+    ) -> anyhow::Result<()> {
         match self.format {
             Format::Json => self.data(&serde_json::to_string_pretty(value)?),
             Format::Yaml => self.data(&serde_saphyr::to_string(value)?),
@@ -116,7 +150,11 @@ impl Printer {
     pub fn progress(&self, len: u64, what: &str) -> Progress {
         if self.tty {
             let bar = ProgressBar::new(len);
-            bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} {elapsed}").unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} {elapsed}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
             bar.set_message(what.to_string());
             bar.enable_steady_tick(Duration::from_millis(120));
             Progress { bar: Some(bar) }
@@ -158,7 +196,10 @@ pub struct Table {
 
 impl Table {
     pub fn new<S: Into<String>>(headers: impl IntoIterator<Item = S>) -> Self {
-        Table { headers: headers.into_iter().map(Into::into).collect(), rows: Vec::new() }
+        Table {
+            headers: headers.into_iter().map(Into::into).collect(),
+            rows: Vec::new(),
+        }
     }
 
     pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
@@ -175,7 +216,18 @@ impl Table {
         }
         let mut out = String::new();
         for r in std::iter::once(&self.headers).chain(self.rows.iter()) {
-            let line: Vec<String> = r.iter().enumerate().take(cols).map(|(i, c)| if i + 1 == cols { c.clone() } else { format!("{c:<w$}", w = width[i]) }).collect();
+            let line: Vec<String> = r
+                .iter()
+                .enumerate()
+                .take(cols)
+                .map(|(i, c)| {
+                    if i + 1 == cols {
+                        c.clone()
+                    } else {
+                        format!("{c:<w$}", w = width[i])
+                    }
+                })
+                .collect();
             out.push_str(line.join("   ").trim_end());
             out.push('\n');
         }
@@ -192,6 +244,9 @@ mod tests {
         let mut t = Table::new(["NAME", "CLOUD"]);
         t.row(["a.example.com", "aws"]);
         t.row(["b", "metal"]);
-        assert_eq!(t.render(), "NAME            CLOUD\na.example.com   aws\nb               metal\n");
+        assert_eq!(
+            t.render(),
+            "NAME            CLOUD\na.example.com   aws\nb               metal\n"
+        );
     }
 }

@@ -18,7 +18,9 @@ use crate::state::{Precondition, StateError, StateStore, Version};
 pub enum RepoError {
     #[error("cluster {name:?} not found in {store}; `kprov get clusters` lists what is there")]
     NotFound { name: String, store: String },
-    #[error("cluster {name:?} already exists in {store}; use `kprov replace -f` or `kprov edit cluster {name}` to change it")]
+    #[error(
+        "cluster {name:?} already exists in {store}; use `kprov replace -f` or `kprov edit cluster {name}` to change it"
+    )]
     Exists { name: String, store: String },
     #[error("instance group {group:?} not found in cluster {cluster:?}")]
     GroupNotFound { cluster: String, group: String },
@@ -27,7 +29,10 @@ pub enum RepoError {
     #[error(transparent)]
     State(#[from] StateError),
     #[error("{location}: stored object is not a {expected}")]
-    Corrupt { location: String, expected: &'static str },
+    Corrupt {
+        location: String,
+        expected: &'static str,
+    },
     #[error("cannot serialise {what}: {message}")]
     Serialise { what: String, message: String },
 }
@@ -57,8 +62,18 @@ impl StoredCluster {
 
     /// Completes and validates; errors point into the stored documents.
     pub fn resolve(&self, store: &str) -> Result<(Cluster, Vec<InstanceGroup>), SpecErrors> {
-        let docs: HashMap<String, Arc<spec::SourceDoc>> = self.groups.iter().map(|g| (g.group.value.metadata.name.clone(), g.group.doc.clone())).collect();
-        resolve_with_docs(&self.cluster.value, &self.group_values(), Some(&self.cluster.doc), &docs, store)
+        let docs: HashMap<String, Arc<spec::SourceDoc>> = self
+            .groups
+            .iter()
+            .map(|g| (g.group.value.metadata.name.clone(), g.group.doc.clone()))
+            .collect();
+        resolve_with_docs(
+            &self.cluster.value,
+            &self.group_values(),
+            Some(&self.cluster.doc),
+            &docs,
+            store,
+        )
     }
 }
 
@@ -72,7 +87,16 @@ pub fn resolve_with_docs(
 ) -> Result<(Cluster, Vec<InstanceGroup>), SpecErrors> {
     let (c, g) = spec::defaults::complete(cluster, groups);
     let violations = spec::validate::validate(&c, &g);
-    if violations.is_empty() { Ok((c, g)) } else { Err(spec::validate::locate(&violations, cluster_doc, group_docs, fallback_source)) }
+    if violations.is_empty() {
+        Ok((c, g))
+    } else {
+        Err(spec::validate::locate(
+            &violations,
+            cluster_doc,
+            group_docs,
+            fallback_source,
+        ))
+    }
 }
 
 pub struct Repo {
@@ -80,7 +104,12 @@ pub struct Repo {
 }
 
 fn yaml_of(o: ObjectRef<'_>) -> Result<Bytes, RepoError> {
-    spec::to_yaml_stream([o]).map(Bytes::from).map_err(|e| RepoError::Serialise { what: "spec".into(), message: e.to_string() })
+    spec::to_yaml_stream([o])
+        .map(Bytes::from)
+        .map_err(|e| RepoError::Serialise {
+            what: "spec".into(),
+            message: e.to_string(),
+        })
 }
 
 impl Repo {
@@ -99,86 +128,207 @@ impl Repo {
     /// Cluster names: top-level directories with a `config`.
     pub async fn list(&self) -> Result<Vec<String>, RepoError> {
         let keys = self.store.list("").await?;
-        let mut names: Vec<String> = keys.iter().filter_map(|k| k.strip_suffix("/config")).filter(|n| !n.contains('/')).map(str::to_string).collect();
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|k| k.strip_suffix("/config"))
+            .filter(|n| !n.contains('/'))
+            .map(str::to_string)
+            .collect();
         names.sort();
         names.dedup();
         Ok(names)
     }
 
     async fn read_object(&self, key: &str) -> Result<Option<(Loaded<Object>, Version)>, RepoError> {
-        let Some(obj) = self.store.get(key).await? else { return Ok(None) };
+        let Some(obj) = self.store.get(key).await? else {
+            return Ok(None);
+        };
         let location = self.store.key_location(key);
-        let text = String::from_utf8(obj.data.to_vec()).map_err(|_| RepoError::Corrupt { location: location.clone(), expected: "UTF-8 YAML document" })?;
+        let text = String::from_utf8(obj.data.to_vec()).map_err(|_| RepoError::Corrupt {
+            location: location.clone(),
+            expected: "UTF-8 YAML document",
+        })?;
         let mut objs = spec::load_objects(&location, &text)?;
         if objs.len() != 1 {
-            return Err(RepoError::Corrupt { location, expected: "single YAML document" });
+            return Err(RepoError::Corrupt {
+                location,
+                expected: "single YAML document",
+            });
         }
         Ok(objs.pop().map(|o| (o, obj.version)))
     }
 
     pub async fn get(&self, name: &str) -> Result<StoredCluster, RepoError> {
         let keys = ClusterKeys::new(name)?;
-        let not_found = || RepoError::NotFound { name: name.into(), store: self.location() };
-        let (loaded, version) = self.read_object(&keys.config()).await?.ok_or_else(not_found)?;
+        let not_found = || RepoError::NotFound {
+            name: name.into(),
+            store: self.location(),
+        };
+        let (loaded, version) = self
+            .read_object(&keys.config())
+            .await?
+            .ok_or_else(not_found)?;
         let cluster = match loaded.value {
-            Object::Cluster(c) => Loaded { value: c, doc: loaded.doc },
-            Object::InstanceGroup(_) => return Err(RepoError::Corrupt { location: self.store.key_location(&keys.config()), expected: "Cluster" }),
+            Object::Cluster(c) => Loaded {
+                value: c,
+                doc: loaded.doc,
+            },
+            Object::InstanceGroup(_) => {
+                return Err(RepoError::Corrupt {
+                    location: self.store.key_location(&keys.config()),
+                    expected: "Cluster",
+                });
+            }
         };
         let mut groups = Vec::new();
         for key in self.store.list(&keys.instance_groups_prefix()).await? {
-            let Some((loaded, version)) = self.read_object(&key).await? else { continue };
+            let Some((loaded, version)) = self.read_object(&key).await? else {
+                continue;
+            };
             match loaded.value {
-                Object::InstanceGroup(g) => groups.push(StoredGroup { group: Loaded { value: g, doc: loaded.doc }, version }),
-                Object::Cluster(_) => return Err(RepoError::Corrupt { location: self.store.key_location(&key), expected: "InstanceGroup" }),
+                Object::InstanceGroup(g) => groups.push(StoredGroup {
+                    group: Loaded {
+                        value: g,
+                        doc: loaded.doc,
+                    },
+                    version,
+                }),
+                Object::Cluster(_) => {
+                    return Err(RepoError::Corrupt {
+                        location: self.store.key_location(&key),
+                        expected: "InstanceGroup",
+                    });
+                }
             }
         }
-        groups.sort_by(|a, b| a.group.value.metadata.name.cmp(&b.group.value.metadata.name));
-        Ok(StoredCluster { cluster, version, groups })
+        groups.sort_by(|a, b| {
+            a.group
+                .value
+                .metadata
+                .name
+                .cmp(&b.group.value.metadata.name)
+        });
+        Ok(StoredCluster {
+            cluster,
+            version,
+            groups,
+        })
     }
 
     /// Writes a new cluster. Fails if one of that name exists; every key is created with
     /// create-if-absent, so two operators creating the same cluster cannot both succeed.
-    pub async fn create(&self, cluster: &Cluster, groups: &[InstanceGroup]) -> Result<(), RepoError> {
+    pub async fn create(
+        &self,
+        cluster: &Cluster,
+        groups: &[InstanceGroup],
+    ) -> Result<(), RepoError> {
         let name = cluster.name();
         let keys = ClusterKeys::new(name)?;
-        match self.store.put(&keys.config(), yaml_of(ObjectRef::Cluster(cluster))?, Precondition::Absent).await {
+        match self
+            .store
+            .put(
+                &keys.config(),
+                yaml_of(ObjectRef::Cluster(cluster))?,
+                Precondition::Absent,
+            )
+            .await
+        {
             Ok(_) => {}
-            Err(StateError::AlreadyExists { .. } | StateError::Conflict { .. }) => return Err(RepoError::Exists { name: name.into(), store: self.location() }),
+            Err(StateError::AlreadyExists { .. } | StateError::Conflict { .. }) => {
+                return Err(RepoError::Exists {
+                    name: name.into(),
+                    store: self.location(),
+                });
+            }
             Err(e) => return Err(e.into()),
         }
         for g in groups {
-            self.store.put(&keys.instance_group(&g.metadata.name)?, yaml_of(ObjectRef::InstanceGroup(g))?, Precondition::Absent).await?;
+            self.store
+                .put(
+                    &keys.instance_group(&g.metadata.name)?,
+                    yaml_of(ObjectRef::InstanceGroup(g))?,
+                    Precondition::Absent,
+                )
+                .await?;
         }
         self.write_completed(cluster, groups).await
     }
 
     /// Stores the completed spec beside the user's, for tools and humans to inspect.
-    pub async fn write_completed(&self, cluster: &Cluster, groups: &[InstanceGroup]) -> Result<(), RepoError> {
+    pub async fn write_completed(
+        &self,
+        cluster: &Cluster,
+        groups: &[InstanceGroup],
+    ) -> Result<(), RepoError> {
         let keys = ClusterKeys::new(cluster.name())?;
         let (c, g) = spec::defaults::complete(cluster, groups);
-        let objects = std::iter::once(ObjectRef::Cluster(&c)).chain(g.iter().map(ObjectRef::InstanceGroup));
-        let text = spec::to_yaml_stream(objects).map_err(|e| RepoError::Serialise { what: "completed spec".into(), message: e.to_string() })?;
+        let objects =
+            std::iter::once(ObjectRef::Cluster(&c)).chain(g.iter().map(ObjectRef::InstanceGroup));
+        let text = spec::to_yaml_stream(objects).map_err(|e| RepoError::Serialise {
+            what: "completed spec".into(),
+            message: e.to_string(),
+        })?;
         // Derived data: last writer wins, and it is rewritten from the user's spec on every change.
-        self.store.put(&keys.completed_spec(), Bytes::from(text), Precondition::None).await?;
+        self.store
+            .put(
+                &keys.completed_spec(),
+                Bytes::from(text),
+                Precondition::None,
+            )
+            .await?;
         Ok(())
     }
 
     /// Replaces the Cluster object, conditional on the version read.
-    pub async fn put_cluster(&self, cluster: &Cluster, expected: &Version) -> Result<Version, RepoError> {
+    pub async fn put_cluster(
+        &self,
+        cluster: &Cluster,
+        expected: &Version,
+    ) -> Result<Version, RepoError> {
         let keys = ClusterKeys::new(cluster.name())?;
-        Ok(self.store.put(&keys.config(), yaml_of(ObjectRef::Cluster(cluster))?, Precondition::Matches(expected.clone())).await?)
+        Ok(self
+            .store
+            .put(
+                &keys.config(),
+                yaml_of(ObjectRef::Cluster(cluster))?,
+                Precondition::Matches(expected.clone()),
+            )
+            .await?)
     }
 
     /// Creates (`expected: None`) or replaces an InstanceGroup.
-    pub async fn put_group(&self, cluster: &str, group: &InstanceGroup, expected: Option<&Version>) -> Result<Version, RepoError> {
+    pub async fn put_group(
+        &self,
+        cluster: &str,
+        group: &InstanceGroup,
+        expected: Option<&Version>,
+    ) -> Result<Version, RepoError> {
         let keys = ClusterKeys::new(cluster)?;
         let cond = expected.map_or(Precondition::Absent, |v| Precondition::Matches(v.clone()));
-        Ok(self.store.put(&keys.instance_group(&group.metadata.name)?, yaml_of(ObjectRef::InstanceGroup(group))?, cond).await?)
+        Ok(self
+            .store
+            .put(
+                &keys.instance_group(&group.metadata.name)?,
+                yaml_of(ObjectRef::InstanceGroup(group))?,
+                cond,
+            )
+            .await?)
     }
 
-    pub async fn delete_group(&self, cluster: &str, group: &str, expected: &Version) -> Result<(), RepoError> {
+    pub async fn delete_group(
+        &self,
+        cluster: &str,
+        group: &str,
+        expected: &Version,
+    ) -> Result<(), RepoError> {
         let keys = ClusterKeys::new(cluster)?;
-        Ok(self.store.delete(&keys.instance_group(group)?, Precondition::Matches(expected.clone())).await?)
+        Ok(self
+            .store
+            .delete(
+                &keys.instance_group(group)?,
+                Precondition::Matches(expected.clone()),
+            )
+            .await?)
     }
 
     /// Removes every key of the cluster (config last, so a half-finished delete still lists).

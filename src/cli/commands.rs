@@ -31,7 +31,7 @@ impl Ctx {
         Ok(store)
     }
 
-    async fn repo(&self) -> anyhow::Result<Repo> {
+    pub(super) async fn repo(&self) -> anyhow::Result<Repo> {
         Ok(Repo::new(self.store().await?))
     }
 
@@ -75,13 +75,20 @@ pub async fn run(cli: Cli) -> i32 {
         },
         _ => Format::Table,
     };
-    let ctx = Ctx { printer: Printer::new(format, cli.verbose), store_url: state::resolve(cli.state.as_deref(), None) };
+    let ctx = Ctx {
+        printer: Printer::new(format, cli.verbose),
+        store_url: state::resolve(cli.state.as_deref(), None),
+    };
     match dispatch(&ctx, cli.command).await {
         Ok(code) => code,
         Err(e) => {
             let code = exit_code_of(&e);
             // Spec errors are already complete sentences with file:line:column; no chain needed.
-            let text = if code == exit::INVALID_SPEC { e.to_string() } else { format!("{e:#}") };
+            let text = if code == exit::INVALID_SPEC {
+                e.to_string()
+            } else {
+                format!("{e:#}")
+            };
             ctx.printer.error(&text);
             code
         }
@@ -93,23 +100,31 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Create(c) => match (c.what, c.file) {
             (Some(CreateWhat::Cluster(a)), _) => create_cluster(ctx, &a).await,
             (None, Some(f)) => create_from_file(ctx, &f).await,
-            (None, None) => Err(anyhow!("say what to create: `kprov create cluster NAME ...` or `kprov create -f FILE`")),
+            (None, None) => Err(anyhow!(
+                "say what to create: `kprov create cluster NAME ...` or `kprov create -f FILE`"
+            )),
         },
         Command::Replace(f) => replace_from_file(ctx, &f.file).await,
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
-                let cluster = cluster.or(name).ok_or_else(|| anyhow!("name the cluster"))?;
+                let cluster = cluster
+                    .or(name)
+                    .ok_or_else(|| anyhow!("name the cluster"))?;
                 get_groups(ctx, &cluster).await
             }
         },
         Command::Edit(e) => match e.what {
             EditWhat::Cluster { name } => super::edit::edit(ctx, &name, None).await,
-            EditWhat::Instancegroups { group, name } => super::edit::edit(ctx, &name, Some(&group)).await,
+            EditWhat::Instancegroups { group, name } => {
+                super::edit::edit(ctx, &name, Some(&group)).await
+            }
         },
         Command::Delete(d) => match d.what {
             DeleteWhat::Cluster { name, yes } => delete_cluster(ctx, &name, yes).await,
-            DeleteWhat::Instancegroups { group, name, yes } => delete_group(ctx, &name, &group, yes).await,
+            DeleteWhat::Instancegroups { group, name, yes } => {
+                delete_group(ctx, &name, &group, yes).await
+            }
         },
         Command::Lock(l) => match l.what {
             LockWhat::Status { cluster } => lock_status(ctx, &cluster).await,
@@ -132,10 +147,20 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
 /// The SSH key `create cluster` installs: the flag, else the user's usual default key.
 fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
     if let Some(p) = flag {
-        let text = std::fs::read_to_string(p).with_context(|| format!("--ssh-public-key: cannot read {}", p.display()))?;
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("--ssh-public-key: cannot read {}", p.display()))?;
+        if text.trim().is_empty() {
+            return Err(super::create::FlagError {
+                flag: "ssh-public-key",
+                message: format!("{} is empty", p.display()),
+            }
+            .into());
+        }
         return Ok(Some(text.trim().to_string()));
     }
-    let Some(home) = std::env::home_dir() else { return Ok(None) };
+    let Some(home) = std::env::home_dir() else {
+        return Ok(None);
+    };
     for f in [".ssh/id_ed25519.pub", ".ssh/id_rsa.pub"] {
         if let Ok(t) = std::fs::read_to_string(home.join(f)) {
             return Ok(Some(t.trim().to_string()));
@@ -153,7 +178,9 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
     let (cluster, groups) = build_cluster_objects(a, hosts, key)?;
     resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
     if a.dry_run {
-        let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(&cluster)).chain(groups.iter().map(ObjectRef::InstanceGroup)).collect();
+        let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(&cluster))
+            .chain(groups.iter().map(ObjectRef::InstanceGroup))
+            .collect();
         match a.output {
             DryRunFormat::Yaml => ctx.printer.data(&spec::to_yaml_stream(objects)?),
             DryRunFormat::Json => {
@@ -164,18 +191,31 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
                         ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
                     })
                     .collect::<Result<_, _>>()?;
-                ctx.printer.data(&serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))?);
+                ctx.printer.data(&serde_json::to_string_pretty(
+                    &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+                )?);
             }
         }
         return Ok(exit::OK);
     }
     let repo = ctx.repo().await?;
     ctx.warn_versioning(repo.store().as_ref()).await;
-    let guard = lock::acquire(repo.store().clone(), cluster.name(), "create cluster", LOCK_LEASE).await?;
+    let guard = lock::acquire(
+        repo.store().clone(),
+        cluster.name(),
+        "create cluster",
+        LOCK_LEASE,
+    )
+    .await?;
     let res = repo.create(&cluster, &groups).await;
     guard.release().await?;
     res?;
-    ctx.printer.success(&format!("Cluster {} created in {} ({} instance groups).", cluster.name(), repo.location(), groups.len()));
+    ctx.printer.success(&format!(
+        "Cluster {} created in {} ({} instance groups).",
+        cluster.name(),
+        repo.location(),
+        groups.len()
+    ));
     ctx.printer.status(&format!("No infrastructure was changed. Review with `kprov get cluster {0} -o yaml`, then preview with `kprov update cluster {0}`.", cluster.name()));
     Ok(exit::OK)
 }
@@ -183,10 +223,13 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
 fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
     if path == Path::new("-") {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("reading standard input")?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
         Ok(("<stdin>".into(), s))
     } else {
-        let s = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let s = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         Ok((path.display().to_string(), s))
     }
 }
@@ -197,49 +240,106 @@ struct FileCluster {
     groups: Vec<Loaded<InstanceGroup>>,
 }
 
-fn group_by_cluster(source: &str, objects: Vec<Loaded<Object>>) -> Result<Vec<(String, FileCluster)>, SpecErrors> {
+fn group_by_cluster(
+    objects: Vec<Loaded<Object>>,
+) -> Result<Vec<(String, FileCluster)>, SpecErrors> {
     let single_cluster = {
-        let names: Vec<String> = objects.iter().filter_map(|o| if let Object::Cluster(c) = &o.value { Some(c.metadata.name.clone()) } else { None }).collect();
-        if names.len() == 1 { names.into_iter().next() } else { None }
+        let names: Vec<String> = objects
+            .iter()
+            .filter_map(|o| {
+                if let Object::Cluster(c) = &o.value {
+                    Some(c.metadata.name.clone())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if names.len() == 1 {
+            names.into_iter().next()
+        } else {
+            None
+        }
     };
     let mut out: Vec<(String, FileCluster)> = Vec::new();
     let mut errors = Vec::new();
     for o in objects {
         let (name, is_cluster) = match &o.value {
             Object::Cluster(c) => (Some(c.metadata.name.clone()), true),
-            Object::InstanceGroup(g) => (g.metadata.labels.get(spec::CLUSTER_LABEL).cloned().or_else(|| single_cluster.clone()), false),
+            Object::InstanceGroup(g) => (
+                g.metadata
+                    .labels
+                    .get(spec::CLUSTER_LABEL)
+                    .cloned()
+                    .or_else(|| single_cluster.clone()),
+                false,
+            ),
         };
         let Some(name) = name else {
-            errors.push(o.doc.diagnostic(&spec::FieldPath::parse("metadata.labels"), format!("InstanceGroup has no {} label naming its cluster", spec::CLUSTER_LABEL)));
+            errors.push(o.doc.diagnostic(
+                &spec::FieldPath::parse("metadata.labels"),
+                format!(
+                    "InstanceGroup has no {} label naming its cluster",
+                    spec::CLUSTER_LABEL
+                ),
+            ));
             continue;
         };
         let idx = match out.iter().position(|(n, _)| *n == name) {
             Some(i) => i,
             None => {
-                out.push((name.clone(), FileCluster { cluster: None, groups: Vec::new() }));
+                out.push((
+                    name.clone(),
+                    FileCluster {
+                        cluster: None,
+                        groups: Vec::new(),
+                    },
+                ));
                 out.len() - 1
             }
         };
         match o.value {
             Object::Cluster(c) => {
                 if out[idx].1.cluster.is_some() && is_cluster {
-                    errors.push(o.doc.diagnostic(&spec::FieldPath::parse("metadata.name"), format!("cluster {name} appears twice")));
+                    errors.push(o.doc.diagnostic(
+                        &spec::FieldPath::parse("metadata.name"),
+                        format!("cluster {name} appears twice"),
+                    ));
                 }
-                out[idx].1.cluster = Some(Loaded { value: c, doc: o.doc });
+                out[idx].1.cluster = Some(Loaded {
+                    value: c,
+                    doc: o.doc,
+                });
             }
             Object::InstanceGroup(mut g) => {
-                g.metadata.labels.entry(spec::CLUSTER_LABEL.into()).or_insert_with(|| name.clone());
-                out[idx].1.groups.push(Loaded { value: g, doc: o.doc });
+                g.metadata
+                    .labels
+                    .entry(spec::CLUSTER_LABEL.into())
+                    .or_insert_with(|| name.clone());
+                out[idx].1.groups.push(Loaded {
+                    value: g,
+                    doc: o.doc,
+                });
             }
         }
     }
-    if errors.is_empty() { Ok(out) } else { Err(SpecErrors(errors)) }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(SpecErrors(errors))
+    }
 }
 
 /// Validates the union of stored and incoming objects, locating errors in whichever document
 /// each object came from.
-fn validate_merged(source: &str, cluster: &Loaded<Cluster>, groups: &[Loaded<InstanceGroup>]) -> Result<(), SpecErrors> {
-    let docs: HashMap<String, Arc<spec::SourceDoc>> = groups.iter().map(|g| (g.value.metadata.name.clone(), g.doc.clone())).collect();
+fn validate_merged(
+    source: &str,
+    cluster: &Loaded<Cluster>,
+    groups: &[Loaded<InstanceGroup>],
+) -> Result<(), SpecErrors> {
+    let docs: HashMap<String, Arc<spec::SourceDoc>> = groups
+        .iter()
+        .map(|g| (g.value.metadata.name.clone(), g.doc.clone()))
+        .collect();
     let values: Vec<InstanceGroup> = groups.iter().map(|g| g.value.clone()).collect();
     resolve_with_docs(&cluster.value, &values, Some(&cluster.doc), &docs, source).map(|_| ())
 }
@@ -247,7 +347,7 @@ fn validate_merged(source: &str, cluster: &Loaded<Cluster>, groups: &[Loaded<Ins
 async fn create_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
     let (source, text) = read_input(path)?;
     let objects = spec::load_objects(&source, &text)?;
-    let per_cluster = group_by_cluster(&source, objects)?;
+    let per_cluster = group_by_cluster(objects)?;
     let repo = ctx.repo().await?;
     ctx.warn_versioning(repo.store().as_ref()).await;
     for (name, fc) in per_cluster {
@@ -259,28 +359,48 @@ async fn create_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
-async fn create_one(ctx: &Ctx, repo: &Repo, source: &str, name: &str, fc: FileCluster) -> anyhow::Result<()> {
+async fn create_one(
+    ctx: &Ctx,
+    repo: &Repo,
+    source: &str,
+    name: &str,
+    fc: FileCluster,
+) -> anyhow::Result<()> {
     match fc.cluster {
         Some(cluster) => {
             validate_merged(source, &cluster, &fc.groups)?;
             let groups: Vec<InstanceGroup> = fc.groups.iter().map(|g| g.value.clone()).collect();
             repo.create(&cluster.value, &groups).await?;
-            ctx.printer.success(&format!("Created cluster {name} with {} instance groups.", groups.len()));
+            ctx.printer.success(&format!(
+                "Created cluster {name} with {} instance groups.",
+                groups.len()
+            ));
         }
         None => {
             // Only groups: add them to the stored cluster.
             let stored = repo.get(name).await?;
-            let mut all: Vec<Loaded<InstanceGroup>> = stored.groups.iter().map(|g| g.group.clone()).collect();
+            let mut all: Vec<Loaded<InstanceGroup>> =
+                stored.groups.iter().map(|g| g.group.clone()).collect();
             for g in &fc.groups {
-                if all.iter().any(|x| x.value.metadata.name == g.value.metadata.name) {
-                    return Err(anyhow!("{}: instance group {} already exists in cluster {name}; use `kprov replace -f`", source, g.value.metadata.name));
+                if all
+                    .iter()
+                    .any(|x| x.value.metadata.name == g.value.metadata.name)
+                {
+                    return Err(anyhow!(
+                        "{}: instance group {} already exists in cluster {name}; use `kprov replace -f`",
+                        source,
+                        g.value.metadata.name
+                    ));
                 }
                 all.push(g.clone());
             }
             validate_merged(source, &stored.cluster, &all)?;
             for g in &fc.groups {
                 repo.put_group(name, &g.value, None).await?;
-                ctx.printer.success(&format!("Created instance group {} in cluster {name}.", g.value.metadata.name));
+                ctx.printer.success(&format!(
+                    "Created instance group {} in cluster {name}.",
+                    g.value.metadata.name
+                ));
             }
             let values: Vec<InstanceGroup> = all.iter().map(|g| g.value.clone()).collect();
             repo.write_completed(&stored.cluster.value, &values).await?;
@@ -292,7 +412,7 @@ async fn create_one(ctx: &Ctx, repo: &Repo, source: &str, name: &str, fc: FileCl
 async fn replace_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
     let (source, text) = read_input(path)?;
     let objects = spec::load_objects(&source, &text)?;
-    let per_cluster = group_by_cluster(&source, objects)?;
+    let per_cluster = group_by_cluster(objects)?;
     let repo = ctx.repo().await?;
     for (name, fc) in per_cluster {
         let guard = lock::acquire(repo.store().clone(), &name, "replace -f", LOCK_LEASE).await?;
@@ -303,12 +423,22 @@ async fn replace_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
-async fn replace_one(ctx: &Ctx, repo: &Repo, source: &str, name: &str, fc: FileCluster) -> anyhow::Result<()> {
+async fn replace_one(
+    ctx: &Ctx,
+    repo: &Repo,
+    source: &str,
+    name: &str,
+    fc: FileCluster,
+) -> anyhow::Result<()> {
     let stored = repo.get(name).await?;
     let cluster = fc.cluster.clone().unwrap_or_else(|| stored.cluster.clone());
-    let mut all: Vec<Loaded<InstanceGroup>> = stored.groups.iter().map(|g| g.group.clone()).collect();
+    let mut all: Vec<Loaded<InstanceGroup>> =
+        stored.groups.iter().map(|g| g.group.clone()).collect();
     for g in &fc.groups {
-        match all.iter_mut().find(|x| x.value.metadata.name == g.value.metadata.name) {
+        match all
+            .iter_mut()
+            .find(|x| x.value.metadata.name == g.value.metadata.name)
+        {
             Some(slot) => *slot = g.clone(),
             None => all.push(g.clone()),
         }
@@ -323,13 +453,28 @@ async fn replace_one(ctx: &Ctx, repo: &Repo, source: &str, name: &str, fc: FileC
         }
     }
     for g in &fc.groups {
-        let existing = stored.groups.iter().find(|x| x.group.value.metadata.name == g.value.metadata.name);
+        let existing = stored
+            .groups
+            .iter()
+            .find(|x| x.group.value.metadata.name == g.value.metadata.name);
         if existing.is_some_and(|e| e.group.value == g.value) {
-            ctx.printer.status(&format!("Instance group {} unchanged.", g.value.metadata.name));
+            ctx.printer.status(&format!(
+                "Instance group {} unchanged.",
+                g.value.metadata.name
+            ));
             continue;
         }
-        repo.put_group(name, &g.value, existing.map(|e| &e.version)).await?;
-        ctx.printer.success(&format!("{} instance group {}.", if existing.is_some() { "Replaced" } else { "Created" }, g.value.metadata.name));
+        repo.put_group(name, &g.value, existing.map(|e| &e.version))
+            .await?;
+        ctx.printer.success(&format!(
+            "{} instance group {}.",
+            if existing.is_some() {
+                "Replaced"
+            } else {
+                "Created"
+            },
+            g.value.metadata.name
+        ));
     }
     let values: Vec<InstanceGroup> = all.iter().map(|g| g.value.clone()).collect();
     repo.write_completed(&cluster.value, &values).await?;
@@ -363,17 +508,30 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
     if ctx.printer.format() != Format::Table {
         // -o yaml/json prints objects that `create -f` / `replace -f` accept as they are.
         let mut objs: Vec<ObjectRef> = Vec::new();
-        let user_groups: Vec<Vec<InstanceGroup>> = clusters.iter().map(|(s, _, _)| s.group_values()).collect();
+        let user_groups: Vec<Vec<InstanceGroup>> =
+            clusters.iter().map(|(s, _, _)| s.group_values()).collect();
         for (i, (stored, c, g)) in clusters.iter().enumerate() {
-            objs.push(ObjectRef::Cluster(if full { c } else { &stored.cluster.value }));
+            objs.push(ObjectRef::Cluster(if full {
+                c
+            } else {
+                &stored.cluster.value
+            }));
             if name.is_some() {
-                objs.extend(if full { g.iter() } else { user_groups[i].iter() }.map(ObjectRef::InstanceGroup));
+                objs.extend(
+                    if full {
+                        g.iter()
+                    } else {
+                        user_groups[i].iter()
+                    }
+                    .map(ObjectRef::InstanceGroup),
+                );
             }
         }
         return print_objects(ctx, &objs).map(|_| exit::OK);
     }
     if names.is_empty() {
-        ctx.printer.status(&format!("No clusters in {}.", repo.location()));
+        ctx.printer
+            .status(&format!("No clusters in {}.", repo.location()));
         return Ok(exit::OK);
     }
     let rows: Vec<ClusterRow> = clusters
@@ -382,18 +540,51 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
             name: c.metadata.name.clone(),
             cloud: c.spec.cloud_provider.to_string(),
             zones: {
-                let mut z: Vec<String> = c.spec.networking.subnets.iter().map(|s| s.zone.clone()).collect();
+                let mut z: Vec<String> = c
+                    .spec
+                    .networking
+                    .subnets
+                    .iter()
+                    .map(|s| s.zone.clone())
+                    .collect();
+                z.sort();
                 z.dedup();
                 z
             },
             kubernetes_version: c.spec.kubernetes_version.clone().unwrap_or_default(),
-            control_planes: g.iter().filter(|g| g.spec.role == spec::InstanceGroupRole::ControlPlane).map(|g| g.spec.min_size.unwrap_or(0)).sum(),
-            nodes: g.iter().filter(|g| g.spec.role == spec::InstanceGroupRole::Node).map(|g| g.spec.min_size.unwrap_or(0)).sum(),
+            control_planes: g
+                .iter()
+                .filter(|g| g.spec.role == spec::InstanceGroupRole::ControlPlane)
+                .map(|g| g.spec.min_size.unwrap_or(0))
+                .sum(),
+            nodes: g
+                .iter()
+                .filter(|g| g.spec.role == spec::InstanceGroupRole::Node)
+                .map(|g| g.spec.min_size.unwrap_or(0))
+                .sum(),
         })
         .collect();
-    let mut t = Table::new(["NAME", "CLOUD", "ZONES", "VERSION", "CONTROL PLANES", "NODES"]);
+    let mut t = Table::new([
+        "NAME",
+        "CLOUD",
+        "ZONES",
+        "VERSION",
+        "CONTROL PLANES",
+        "NODES",
+    ]);
     for r in &rows {
-        t.row([r.name.clone(), r.cloud.clone(), if r.zones.is_empty() { "-".into() } else { r.zones.join(",") }, r.kubernetes_version.clone(), r.control_planes.to_string(), r.nodes.to_string()]);
+        t.row([
+            r.name.clone(),
+            r.cloud.clone(),
+            if r.zones.is_empty() {
+                "-".into()
+            } else {
+                r.zones.join(",")
+            },
+            r.kubernetes_version.clone(),
+            r.control_planes.to_string(),
+            r.nodes.to_string(),
+        ]);
     }
     ctx.printer.data(&t.render());
     Ok(exit::OK)
@@ -409,9 +600,13 @@ fn print_objects(ctx: &Ctx, objs: &[ObjectRef]) -> anyhow::Result<()> {
                     ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
                 })
                 .collect::<Result<_, _>>()?;
-            ctx.printer.data(&serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))?);
+            ctx.printer.data(&serde_json::to_string_pretty(
+                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+            )?);
         }
-        _ => ctx.printer.data(&spec::to_yaml_stream(objs.iter().copied())?),
+        _ => ctx
+            .printer
+            .data(&spec::to_yaml_stream(objs.iter().copied())?),
     }
     Ok(())
 }
@@ -435,7 +630,11 @@ async fn get_groups(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
             s.machine_type.clone().unwrap_or_else(|| "-".into()),
             s.min_size.map_or("-".into(), |n| n.to_string()),
             s.max_size.map_or("-".into(), |n| n.to_string()),
-            if s.subnets.is_empty() { "-".into() } else { s.subnets.join(",") },
+            if s.subnets.is_empty() {
+                "-".into()
+            } else {
+                s.subnets.join(",")
+            },
         ]);
     }
     ctx.printer.data(&t.render());
@@ -447,46 +646,97 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
     let stored = repo.get(name).await?;
     let keys = repo.store().list(&format!("{name}/")).await?;
     if !yes {
-        ctx.printer.data(&format!("Will delete cluster {name} from {}:\n{}", repo.location(), keys.iter().map(|k| format!("  {k}")).collect::<Vec<_>>().join("\n")));
-        ctx.printer.status(&format!("Must specify --yes to delete cluster {name}."));
+        ctx.printer.data(&format!(
+            "Will delete cluster {name} from {}:\n{}",
+            repo.location(),
+            keys.iter()
+                .map(|k| format!("  {k}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ));
+        ctx.printer
+            .status(&format!("Must specify --yes to delete cluster {name}."));
         return Ok(exit::OK);
     }
-    let guard = lock::acquire(repo.store().clone(), stored.name(), "delete cluster", LOCK_LEASE).await?;
+    let guard = lock::acquire(
+        repo.store().clone(),
+        stored.name(),
+        "delete cluster",
+        LOCK_LEASE,
+    )
+    .await?;
     let res = repo.delete_cluster(name).await;
     // The lock key lives under the cluster's prefix: releasing it is the last delete.
     guard.release().await?;
     let n = res?;
-    ctx.printer.success(&format!("Deleted cluster {name} ({n} objects) from {}.", repo.location()));
+    ctx.printer.success(&format!(
+        "Deleted cluster {name} ({n} objects) from {}.",
+        repo.location()
+    ));
     Ok(exit::OK)
 }
 
 async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let stored = repo.get(cluster).await?;
-    let g = stored.groups.iter().find(|g| g.group.value.metadata.name == group).ok_or_else(|| RepoError::GroupNotFound { cluster: cluster.into(), group: group.into() })?;
-    let remaining: Vec<InstanceGroup> = stored.groups.iter().filter(|x| x.group.value.metadata.name != group).map(|x| x.group.value.clone()).collect();
-    resolve_with_docs(&stored.cluster.value, &remaining, Some(&stored.cluster.doc), &HashMap::new(), &repo.location()).context(format!("cluster {cluster} would be invalid without instance group {group}"))?;
+    let g = stored
+        .groups
+        .iter()
+        .find(|g| g.group.value.metadata.name == group)
+        .ok_or_else(|| RepoError::GroupNotFound {
+            cluster: cluster.into(),
+            group: group.into(),
+        })?;
+    let remaining: Vec<InstanceGroup> = stored
+        .groups
+        .iter()
+        .filter(|x| x.group.value.metadata.name != group)
+        .map(|x| x.group.value.clone())
+        .collect();
+    resolve_with_docs(
+        &stored.cluster.value,
+        &remaining,
+        Some(&stored.cluster.doc),
+        &HashMap::new(),
+        &repo.location(),
+    )
+    .context(format!(
+        "cluster {cluster} would be invalid without instance group {group}"
+    ))?;
     if !yes {
-        ctx.printer.data(&format!("Will delete instance group {group} of cluster {cluster}."));
+        ctx.printer.data(&format!(
+            "Will delete instance group {group} of cluster {cluster}."
+        ));
         ctx.printer.status("Must specify --yes to delete.");
         return Ok(exit::OK);
     }
-    let guard = lock::acquire(repo.store().clone(), cluster, "delete instancegroup", LOCK_LEASE).await?;
+    let guard = lock::acquire(
+        repo.store().clone(),
+        cluster,
+        "delete instancegroup",
+        LOCK_LEASE,
+    )
+    .await?;
     let res = async {
         repo.delete_group(cluster, group, &g.version).await?;
-        repo.write_completed(&stored.cluster.value, &remaining).await
+        repo.write_completed(&stored.cluster.value, &remaining)
+            .await
     }
     .await;
     guard.release().await?;
     res?;
-    ctx.printer.success(&format!("Deleted instance group {group} of cluster {cluster}."));
+    ctx.printer.success(&format!(
+        "Deleted instance group {group} of cluster {cluster}."
+    ));
     Ok(exit::OK)
 }
 
 async fn lock_status(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let store = ctx.store().await?;
     match lock::read(store.as_ref(), cluster).await? {
-        None => ctx.printer.data(&format!("cluster {cluster} is not locked")),
+        None => ctx
+            .printer
+            .data(&format!("cluster {cluster} is not locked")),
         Some(r) => ctx.printer.data(&serde_json::to_string_pretty(&r)?),
     }
     Ok(exit::OK)
@@ -495,9 +745,16 @@ async fn lock_status(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
 async fn lock_break(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let store = ctx.store().await?;
     match lock::break_lock(store.as_ref(), cluster).await? {
-        lock::Broken::NotLocked => ctx.printer.status(&format!("cluster {cluster} was not locked")),
-        lock::Broken::Lock(r) => ctx.printer.success(&format!("broke the lock of cluster {cluster} held by {}@{} running `{}`", r.holder, r.host, r.command)),
-        lock::Broken::Unreadable => ctx.printer.success(&format!("removed the unreadable lock of cluster {cluster}")),
+        lock::Broken::NotLocked => ctx
+            .printer
+            .status(&format!("cluster {cluster} was not locked")),
+        lock::Broken::Lock(r) => ctx.printer.success(&format!(
+            "broke the lock of cluster {cluster} held by {}@{} running `{}`",
+            r.holder, r.host, r.command
+        )),
+        lock::Broken::Unreadable => ctx
+            .printer
+            .success(&format!("removed the unreadable lock of cluster {cluster}")),
     }
     Ok(exit::OK)
 }
@@ -514,17 +771,25 @@ pub fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
             let mut g = serde_json::to_value(&ig)?;
             let mut defs = serde_json::Map::new();
             for v in [&mut c, &mut g] {
-                if let Some(serde_json::Value::Object(d)) = v.as_object_mut().and_then(|o| o.remove("$defs")) {
+                if let Some(serde_json::Value::Object(d)) =
+                    v.as_object_mut().and_then(|o| o.remove("$defs"))
+                {
                     defs.extend(d);
                 }
                 if let Some(o) = v.as_object_mut() {
                     o.remove("$schema");
                 }
             }
-            for (v, k) in [(&mut c, spec::KIND_CLUSTER), (&mut g, spec::KIND_INSTANCE_GROUP)] {
+            for (v, k) in [
+                (&mut c, spec::KIND_CLUSTER),
+                (&mut g, spec::KIND_INSTANCE_GROUP),
+            ] {
                 if let Some(props) = v.get_mut("properties").and_then(|p| p.as_object_mut()) {
                     props.insert("kind".into(), serde_json::json!({"const": k}));
-                    props.insert("apiVersion".into(), serde_json::json!({"const": spec::API_VERSION}));
+                    props.insert(
+                        "apiVersion".into(),
+                        serde_json::json!({"const": spec::API_VERSION}),
+                    );
                 }
             }
             serde_json::json!({

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::spec::defaults::{DEFAULT_NETWORK_CIDR, new_instance_group, region_of_zone};
+use crate::spec::defaults::{
+    DEFAULT_NETWORK_CIDR, DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, new_instance_group,
+    region_of_zone,
+};
 use crate::spec::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -141,10 +144,19 @@ pub struct FlagError {
 }
 
 fn flag_err(flag: &'static str, message: impl Into<String>) -> FlagError {
-    FlagError { flag, message: message.into() }
+    FlagError {
+        flag,
+        message: message.into(),
+    }
 }
 
-fn ig_spec(role: InstanceGroupRole, machine_type: Option<String>, image: Option<String>, size: u32, subnets: Vec<String>) -> InstanceGroupSpec {
+fn ig_spec(
+    role: InstanceGroupRole,
+    machine_type: Option<String>,
+    image: Option<String>,
+    size: u32,
+    subnets: Vec<String>,
+) -> InstanceGroupSpec {
     InstanceGroupSpec {
         role,
         machine_type,
@@ -160,20 +172,42 @@ fn ig_spec(role: InstanceGroupRole, machine_type: Option<String>, image: Option<
 
 /// Builds the objects `create cluster` stores. `hosts` is the parsed inventory for metal.
 /// `ssh_public_key` is the key text already read from disk.
-pub fn build_cluster_objects(a: &CreateClusterArgs, hosts: Vec<Host>, ssh_public_key: Option<String>) -> Result<(Cluster, Vec<InstanceGroup>), FlagError> {
+pub fn build_cluster_objects(
+    a: &CreateClusterArgs,
+    hosts: Vec<Host>,
+    ssh_public_key: Option<String>,
+) -> Result<(Cluster, Vec<InstanceGroup>), FlagError> {
     let name = a.name.trim_end_matches('.').to_string();
     let aws = a.cloud == CloudArg::Aws;
     let mut spec = ClusterSpec {
-        cloud_provider: if aws { CloudProvider::Aws } else { CloudProvider::Metal },
+        cloud_provider: if aws {
+            CloudProvider::Aws
+        } else {
+            CloudProvider::Metal
+        },
         region: None,
-        kubernetes_version: a.kubernetes_version.clone(),
+        // Choices made at creation are pinned in the user's spec, so a newer kprov with newer
+        // defaults never changes an existing cluster behind its owner's back.
+        kubernetes_version: Some(
+            a.kubernetes_version
+                .clone()
+                .unwrap_or_else(|| crate::spec::versions::DEFAULT_KUBERNETES_VERSION.into()),
+        ),
         networking: Networking {
             network_cidr: a.network_cidr.clone(),
             network_id: a.network_id.clone(),
             subnets: Vec::new(),
-            pod_cidr: a.pod_cidr.clone(),
-            service_cidr: a.service_cidr.clone(),
-            cni: a.networking.map(|n| match n {
+            pod_cidr: Some(
+                a.pod_cidr
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_POD_CIDR.into()),
+            ),
+            service_cidr: Some(
+                a.service_cidr
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_SERVICE_CIDR.into()),
+            ),
+            cni: Some(match a.networking.unwrap_or(CniArg::Calico) {
                 CniArg::Calico => Cni::Calico,
                 CniArg::Cilium => Cni::Cilium,
                 CniArg::Flannel => Cni::Flannel,
@@ -181,14 +215,27 @@ pub fn build_cluster_objects(a: &CreateClusterArgs, hosts: Vec<Host>, ssh_public
             }),
         },
         topology: Some(Topology {
-            kind: if a.topology == TopologyArg::Private { TopologyType::Private } else { TopologyType::Public },
+            kind: if a.topology == TopologyArg::Private {
+                TopologyType::Private
+            } else {
+                TopologyType::Public
+            },
             bastion: a.bastion.then(Bastion::default),
         }),
         dns: None,
         api: None,
-        etcd: a.etcd.map(|e| Etcd { kind: if e == EtcdArg::External { EtcdType::External } else { EtcdType::Stacked } }),
+        etcd: a.etcd.map(|e| Etcd {
+            kind: if e == EtcdArg::External {
+                EtcdType::External
+            } else {
+                EtcdType::Stacked
+            },
+        }),
         cloud_controller_manager: None,
-        ssh_key: ssh_public_key.map(|k| SshKey { name: None, public_key: Some(k.trim().to_string()) }),
+        ssh_key: ssh_public_key.map(|k| SshKey {
+            name: None,
+            public_key: Some(k.trim().to_string()),
+        }),
         assets: None,
         hosts: Vec::new(),
     };
@@ -198,7 +245,13 @@ pub fn build_cluster_objects(a: &CreateClusterArgs, hosts: Vec<Host>, ssh_public
             Some(DnsArg::Private) => DnsType::Private,
             _ => DnsType::Public,
         };
-        spec.dns = Some(Dns { kind, zone: a.dns_zone.clone().map(|z| z.trim_end_matches('.').to_string()) });
+        spec.dns = Some(Dns {
+            kind,
+            zone: a
+                .dns_zone
+                .clone()
+                .map(|z| z.trim_end_matches('.').to_string()),
+        });
     }
     if let Some(lb) = a.api_loadbalancer_type {
         let kind = match lb {
@@ -206,47 +259,95 @@ pub fn build_cluster_objects(a: &CreateClusterArgs, hosts: Vec<Host>, ssh_public
             ApiLbArg::Internal => LoadBalancerType::Internal,
             ApiLbArg::None => LoadBalancerType::None,
         };
-        spec.api = Some(Api { load_balancer: Some(LoadBalancer { kind }), ..Default::default() });
+        spec.api = Some(Api {
+            load_balancer: Some(LoadBalancer { kind }),
+            ..Default::default()
+        });
     }
 
     let mut groups = Vec::new();
     if aws {
         if !hosts.is_empty() || a.inventory.is_some() {
-            return Err(flag_err("inventory", "an inventory is only for --cloud metal"));
+            return Err(flag_err(
+                "inventory",
+                "an inventory is only for --cloud metal",
+            ));
         }
         if a.zones.is_empty() {
-            return Err(flag_err("zones", "at least one zone is required for --cloud aws (e.g. --zones us-east-1a,us-east-1b)"));
+            return Err(flag_err(
+                "zones",
+                "at least one zone is required for --cloud aws (e.g. --zones us-east-1a,us-east-1b)",
+            ));
         }
         let mut zones: Vec<String> = Vec::new();
         for z in &a.zones {
             let z = z.trim().to_string();
             if region_of_zone(&z).is_none() {
-                return Err(flag_err("zones", format!("{z:?} is not an availability zone like us-east-1a")));
+                return Err(flag_err(
+                    "zones",
+                    format!("{z:?} is not an availability zone like us-east-1a"),
+                ));
             }
             if !zones.contains(&z) {
                 zones.push(z);
             }
         }
-        let net_text = a.network_cidr.clone().unwrap_or_else(|| DEFAULT_NETWORK_CIDR.to_string());
-        let net: ipnet::Ipv4Net = net_text.parse().map_err(|_| flag_err("network-cidr", format!("{net_text:?} is not an IPv4 CIDR")))?;
+        let net_text = a
+            .network_cidr
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NETWORK_CIDR.to_string());
+        spec.networking.network_cidr = Some(net_text.clone());
+        let net: ipnet::Ipv4Net = net_text
+            .parse()
+            .map_err(|_| flag_err("network-cidr", format!("{net_text:?} is not an IPv4 CIDR")))?;
         let private = a.topology == TopologyArg::Private;
-        let (node_cidrs, util_cidrs) = cidr::kops_layout(net.trunc(), zones.len(), private).map_err(|e| flag_err("network-cidr", e.to_string()))?;
+        let (node_cidrs, util_cidrs) = cidr::kops_layout(net.trunc(), zones.len(), private)
+            .map_err(|e| flag_err("network-cidr", e.to_string()))?;
         for (z, c) in zones.iter().zip(&node_cidrs) {
-            spec.networking.subnets.push(Subnet { name: z.clone(), zone: z.clone(), cidr: c.to_string(), kind: if private { SubnetType::Private } else { SubnetType::Public }, id: None });
+            spec.networking.subnets.push(Subnet {
+                name: z.clone(),
+                zone: z.clone(),
+                cidr: c.to_string(),
+                kind: if private {
+                    SubnetType::Private
+                } else {
+                    SubnetType::Public
+                },
+                id: None,
+            });
         }
         for (z, c) in zones.iter().zip(&util_cidrs) {
-            spec.networking.subnets.push(Subnet { name: format!("utility-{z}"), zone: z.clone(), cidr: c.to_string(), kind: SubnetType::Utility, id: None });
+            spec.networking.subnets.push(Subnet {
+                name: format!("utility-{z}"),
+                zone: z.clone(),
+                cidr: c.to_string(),
+                kind: SubnetType::Utility,
+                id: None,
+            });
         }
         if a.bastion && !private {
-            return Err(flag_err("bastion", "a bastion is only useful with --topology private"));
+            return Err(flag_err(
+                "bastion",
+                "a bastion is only useful with --topology private",
+            ));
         }
 
         // One control-plane group per instance, spread over the zones (kops's layout: etcd
         // members and their volumes stay tied to one zone each).
-        let cp_zones: Vec<String> = if a.control_plane_zones.is_empty() { zones.clone() } else { a.control_plane_zones.iter().map(|z| z.trim().to_string()).collect() };
+        let cp_zones: Vec<String> = if a.control_plane_zones.is_empty() {
+            zones.clone()
+        } else {
+            a.control_plane_zones
+                .iter()
+                .map(|z| z.trim().to_string())
+                .collect()
+        };
         for z in &cp_zones {
             if !zones.contains(z) {
-                return Err(flag_err("control-plane-zones", format!("{z} is not one of --zones")));
+                return Err(flag_err(
+                    "control-plane-zones",
+                    format!("{z} is not one of --zones"),
+                ));
             }
         }
         if a.control_plane_count == 0 {
@@ -255,37 +356,122 @@ pub fn build_cluster_objects(a: &CreateClusterArgs, hosts: Vec<Host>, ssh_public
         let per_zone_multiple = a.control_plane_count as usize > cp_zones.len();
         for i in 0..a.control_plane_count as usize {
             let z = &cp_zones[i % cp_zones.len()];
-            let subnet = spec.networking.subnets.iter().find(|s| &s.zone == z && s.kind != SubnetType::Utility).map(|s| s.name.clone()).unwrap_or_default();
-            let ig_name = if per_zone_multiple { format!("control-plane-{z}-{}", i / cp_zones.len() + 1) } else { format!("control-plane-{z}") };
-            groups.push(new_instance_group(&name, &ig_name, ig_spec(InstanceGroupRole::ControlPlane, a.control_plane_size.clone(), a.image.clone(), 1, vec![subnet])));
+            let subnet = spec
+                .networking
+                .subnets
+                .iter()
+                .find(|s| &s.zone == z && s.kind != SubnetType::Utility)
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
+            let ig_name = if per_zone_multiple {
+                format!("control-plane-{z}-{}", i / cp_zones.len() + 1)
+            } else {
+                format!("control-plane-{z}")
+            };
+            groups.push(new_instance_group(
+                &name,
+                &ig_name,
+                ig_spec(
+                    InstanceGroupRole::ControlPlane,
+                    a.control_plane_size.clone(),
+                    a.image.clone(),
+                    1,
+                    vec![subnet],
+                ),
+            ));
         }
-        let node_subnets: Vec<String> = spec.networking.subnets.iter().filter(|s| s.kind != SubnetType::Utility).map(|s| s.name.clone()).collect();
-        groups.push(new_instance_group(&name, "nodes", ig_spec(InstanceGroupRole::Node, a.node_size.clone(), a.image.clone(), a.node_count, node_subnets)));
+        let node_subnets: Vec<String> = spec
+            .networking
+            .subnets
+            .iter()
+            .filter(|s| s.kind != SubnetType::Utility)
+            .map(|s| s.name.clone())
+            .collect();
+        groups.push(new_instance_group(
+            &name,
+            "nodes",
+            ig_spec(
+                InstanceGroupRole::Node,
+                a.node_size.clone(),
+                a.image.clone(),
+                a.node_count,
+                node_subnets,
+            ),
+        ));
         if a.bastion {
-            let util: Vec<String> = spec.networking.subnets.iter().filter(|s| s.kind == SubnetType::Utility).map(|s| s.name.clone()).collect();
-            groups.push(new_instance_group(&name, "bastions", ig_spec(InstanceGroupRole::Bastion, None, a.image.clone(), 1, util)));
+            let util: Vec<String> = spec
+                .networking
+                .subnets
+                .iter()
+                .filter(|s| s.kind == SubnetType::Utility)
+                .map(|s| s.name.clone())
+                .collect();
+            groups.push(new_instance_group(
+                &name,
+                "bastions",
+                ig_spec(InstanceGroupRole::Bastion, None, a.image.clone(), 1, util),
+            ));
         }
     } else {
         if !a.zones.is_empty() {
-            return Err(flag_err("zones", "zones are only for --cloud aws; metal hosts come from --inventory"));
+            return Err(flag_err(
+                "zones",
+                "zones are only for --cloud aws; metal hosts come from --inventory",
+            ));
         }
         if a.inventory.is_none() {
-            return Err(flag_err("inventory", "--cloud metal needs an inventory of hosts (kprov YAML, Kubespray hosts.yaml or inventory.ini)"));
+            return Err(flag_err(
+                "inventory",
+                "--cloud metal needs an inventory of hosts (kprov YAML, Kubespray hosts.yaml or inventory.ini)",
+            ));
         }
         if a.control_plane_size.is_some() || a.node_size.is_some() {
-            return Err(flag_err("node-size", "machine sizes do not apply to metal hosts"));
+            return Err(flag_err(
+                "node-size",
+                "machine sizes do not apply to metal hosts",
+            ));
         }
-        if a.etcd.is_none() && hosts.iter().any(|h| h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane)) {
-            spec.etcd = Some(Etcd { kind: EtcdType::External });
+        if a.etcd.is_none()
+            && hosts.iter().any(|h| {
+                h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane)
+            })
+        {
+            spec.etcd = Some(Etcd {
+                kind: EtcdType::External,
+            });
         }
-        let cps = hosts.iter().filter(|h| h.roles.contains(&HostRole::ControlPlane)).count() as u32;
-        let nodes = hosts.iter().filter(|h| h.roles.contains(&HostRole::Node) && !h.roles.contains(&HostRole::ControlPlane)).count() as u32;
-        groups.push(new_instance_group(&name, "control-plane", ig_spec(InstanceGroupRole::ControlPlane, None, None, cps, vec![])));
+        let cps = hosts
+            .iter()
+            .filter(|h| h.roles.contains(&HostRole::ControlPlane))
+            .count() as u32;
+        let nodes = hosts
+            .iter()
+            .filter(|h| {
+                h.roles.contains(&HostRole::Node) && !h.roles.contains(&HostRole::ControlPlane)
+            })
+            .count() as u32;
+        groups.push(new_instance_group(
+            &name,
+            "control-plane",
+            ig_spec(InstanceGroupRole::ControlPlane, None, None, cps, vec![]),
+        ));
         if nodes > 0 {
-            groups.push(new_instance_group(&name, "nodes", ig_spec(InstanceGroupRole::Node, None, None, nodes, vec![])));
+            groups.push(new_instance_group(
+                &name,
+                "nodes",
+                ig_spec(InstanceGroupRole::Node, None, None, nodes, vec![]),
+            ));
         }
         spec.hosts = hosts;
     }
-    let cluster = Cluster { api_version: API_VERSION.into(), kind: KIND_CLUSTER.into(), metadata: ObjectMeta { name, ..Default::default() }, spec };
+    let cluster = Cluster {
+        api_version: API_VERSION.into(),
+        kind: KIND_CLUSTER.into(),
+        metadata: ObjectMeta {
+            name,
+            ..Default::default()
+        },
+        spec,
+    };
     Ok((cluster, groups))
 }

@@ -28,7 +28,12 @@ pub mod exit {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "kprov", version, about = "Declarative Kubernetes clusters: kops's workflow, Kubespray's reach", propagate_version = true)]
+#[command(
+    name = "kprov",
+    version,
+    about = "Declarative Kubernetes clusters: kops's workflow, Kubespray's reach",
+    propagate_version = true
+)]
 pub struct Cli {
     /// State store: file://DIR or s3://BUCKET/PREFIX [default: file://$HOME/.kprov/state]
     #[arg(long, global = true, env = "KPROV_STATE_STORE", value_name = "URL")]
@@ -205,7 +210,9 @@ pub fn parse() -> Cli {
         Ok(c) => c,
         Err(e) => {
             let code = match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => exit::OK,
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayVersion
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => exit::OK,
                 _ => exit::USAGE,
             };
             let _ = e.print();

@@ -257,8 +257,8 @@ pub fn to_yaml_stream<'a>(
             out.push_str("---\n");
         }
         let s = match o {
-            ObjectRef::Cluster(c) => serde_saphyr::to_string(c)?,
-            ObjectRef::InstanceGroup(g) => serde_saphyr::to_string(g)?,
+            ObjectRef::Cluster(c) => to_yaml(c)?,
+            ObjectRef::InstanceGroup(g) => to_yaml(g)?,
         };
         out.push_str(&s);
         if !out.ends_with('\n') {
@@ -266,6 +266,14 @@ pub fn to_yaml_stream<'a>(
         }
     }
     Ok(out)
+}
+
+/// YAML as people write it: long one-line values (SSH keys, URLs) stay on one line instead of
+/// being folded, multi-line text uses literal blocks.
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::ser::Error> {
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX / 2;
+    serde_saphyr::to_string_with_options(value, options)
 }
 
 #[derive(Debug, Clone, Copy)]
