@@ -83,13 +83,7 @@ pub async fn run(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(e) => {
             let code = exit_code_of(&e);
-            // Spec errors are already complete sentences with file:line:column; no chain needed.
-            let text = if code == exit::INVALID_SPEC {
-                e.to_string()
-            } else {
-                format!("{e:#}")
-            };
-            ctx.printer.error(&text);
+            ctx.printer.error(&format!("{e:#}"));
             code
         }
     }

@@ -214,7 +214,8 @@ pub fn build_cluster_objects(
                 CniArg::None => Cni::None,
             }),
         },
-        topology: Some(Topology {
+        // Public/private subnets and bastions are cloud networking; metal hosts have neither.
+        topology: aws.then(|| Topology {
             kind: if a.topology == TopologyArg::Private {
                 TopologyType::Private
             } else {

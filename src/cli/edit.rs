@@ -95,10 +95,11 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
             Err(errors) => {
                 if last_invalid.as_deref() == Some(body.as_str()) {
                     let kept = keep_copy(&path)?;
-                    bail!(
-                        "{errors}\nThe edit is still invalid; nothing was saved. Your copy: {}",
+                    let why = format!(
+                        "the edit is still invalid and nothing was saved (your copy: {})",
                         kept.display()
                     );
+                    return Err(anyhow::Error::new(errors).context(why));
                 }
                 last_invalid = Some(body.clone());
                 let commented: String = errors

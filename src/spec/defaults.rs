@@ -68,10 +68,12 @@ pub fn complete_cluster(c: &Cluster) -> Cluster {
         .get_or_insert_with(|| DEFAULT_SERVICE_CIDR.into());
     n.cni.get_or_insert(Cni::Calico);
 
-    s.topology.get_or_insert(Topology {
-        kind: TopologyType::Public,
-        bastion: None,
-    });
+    if aws {
+        s.topology.get_or_insert(Topology {
+            kind: TopologyType::Public,
+            bastion: None,
+        });
+    }
     if let Some(b) = s.topology.as_mut().and_then(|t| t.bastion.as_mut()) {
         b.public_name
             .get_or_insert_with(|| format!("bastion.{name}"));

@@ -321,6 +321,10 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         );
     }
 
+    if !aws && s.topology.is_some() {
+        c.err(p("spec.topology"), "topology (public/private subnets, bastion) is only for cloudProvider aws; metal hosts set `bastion` per host");
+    }
+
     // DNS.
     if let Some(d) = &s.dns {
         match (d.kind, &d.zone) {

@@ -2,5 +2,6 @@
 
 mod support;
 
+mod cli;
 mod smoke;
 mod state;

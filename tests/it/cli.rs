@@ -1,0 +1,615 @@
+//! The command line end to end, as a user runs it: the real binary against real stores.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+
+use crate::support::moto::moto;
+
+const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
+
+/// A scratch HOME and file store per test, so nothing leaks between tests or from the machine.
+struct Env {
+    dir: tempfile::TempDir,
+    store: String,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = format!("file://{}", dir.path().join("state").display());
+        Env { dir, store }
+    }
+
+    fn with_store(store: String) -> Env {
+        Env {
+            dir: tempfile::tempdir().expect("tempdir"),
+            store,
+        }
+    }
+
+    fn kprov(&self) -> Command {
+        let mut c = Command::cargo_bin("kprov").expect("binary");
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("KPROV_STATE_STORE", &self.store)
+            .env("NO_COLOR", "1");
+        for (k, v) in moto().env() {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.kprov().args(args).output().expect("runs")
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[track_caller]
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+}
+
+#[track_caller]
+fn fails(o: &Output, code: i32) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    text(&o.stderr)
+}
+
+fn dry_run(env: &Env, extra: &[&str]) -> String {
+    let mut args = vec!["create", "cluster"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--ssh-public-key", KEY, "--dry-run", "-o", "yaml"]);
+    ok(&env.run(&args))
+}
+
+#[test]
+fn dry_run_golden_minimal_aws() {
+    let env = Env::new();
+    insta::assert_snapshot!(dry_run(
+        &env,
+        &[
+            "minimal.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a"
+        ]
+    ));
+    assert!(!env.path("state").exists(), "--dry-run must write nothing");
+}
+
+#[test]
+fn dry_run_golden_ha_private() {
+    let env = Env::new();
+    insta::assert_snapshot!(dry_run(
+        &env,
+        &[
+            "ha.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "eu-west-1a,eu-west-1b,eu-west-1c",
+            "--control-plane-count",
+            "3",
+            "--topology",
+            "private",
+            "--bastion",
+            "--node-count",
+            "5",
+            "--node-size",
+            "m6i.large",
+            "--networking",
+            "cilium",
+        ]
+    ));
+}
+
+#[test]
+fn dry_run_golden_metal_from_kubespray_inventory() {
+    let env = Env::new();
+    let inv = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/inventories/kubespray-hosts.yaml"
+    );
+    insta::assert_snapshot!(dry_run(
+        &env,
+        &[
+            "lab.internal",
+            "--cloud",
+            "metal",
+            "--inventory",
+            inv,
+            "--kubernetes-version",
+            "1.33.5"
+        ]
+    ));
+}
+
+#[test]
+fn dry_run_output_is_accepted_by_create_f() {
+    let env = Env::new();
+    let yaml = dry_run(
+        &env,
+        &[
+            "round.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a,us-east-1b",
+            "--topology",
+            "private",
+        ],
+    );
+    std::fs::write(env.path("c.yaml"), &yaml).unwrap();
+    ok(&env.run(&["create", "-f", env.path("c.yaml").to_str().unwrap()]));
+    let back = ok(&env.run(&["get", "cluster", "round.example.com", "-o", "yaml"]));
+    assert_eq!(
+        back, yaml,
+        "stored objects must read back exactly as written"
+    );
+}
+
+#[test]
+fn invalid_flags_are_refused_without_writing() {
+    let env = Env::new();
+    let err = fails(
+        &env.run(&[
+            "create",
+            "cluster",
+            "x.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a",
+            "--control-plane-count",
+            "2",
+            "--ssh-public-key",
+            KEY,
+        ]),
+        3,
+    );
+    assert!(
+        err.contains("2 control-plane members with stacked etcd"),
+        "{err}"
+    );
+    let err = fails(
+        &env.run(&[
+            "create",
+            "cluster",
+            "x.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "mars-1a",
+        ]),
+        3,
+    );
+    assert!(
+        err.contains("--zones: \"mars-1a\" is not an availability zone"),
+        "{err}"
+    );
+    let err = fails(
+        &env.run(&[
+            "create",
+            "cluster",
+            "x.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a",
+            "--kubernetes-version",
+            "1.19.0",
+            "--ssh-public-key",
+            KEY,
+        ]),
+        3,
+    );
+    assert!(
+        err.contains("spec.kubernetesVersion: 1.19.0 is not supported"),
+        "{err}"
+    );
+    assert!(!env.path("state").join("x.example.com").exists());
+    // Usage errors have their own code: 2 is reserved for "changes pending".
+    fails(&env.run(&["create", "cluster", "--bogus"]), 64);
+}
+
+#[test]
+fn bad_file_errors_point_at_file_line_and_field() {
+    let env = Env::new();
+    let yaml = dry_run(
+        &env,
+        &[
+            "lines.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a",
+        ],
+    );
+    let bad = yaml
+        .replacen("cidr: 172.20.32.0/19", "cidr: 10.1.0.0/24", 1)
+        .replacen("minSize: 2", "minSize: 2\n  maxSise: 3", 1);
+    let f = env.path("bad.yaml");
+    std::fs::write(&f, &bad).unwrap();
+    let err = fails(&env.run(&["create", "-f", f.to_str().unwrap()]), 3);
+    let line_of = |needle: &str| {
+        bad.lines()
+            .position(|l| l.contains(needle))
+            .map(|i| i + 1)
+            .unwrap()
+    };
+    let want = format!(
+        "{}:{}:3: spec.maxSise: unknown field `maxSise`",
+        f.display(),
+        line_of("maxSise")
+    );
+    assert!(err.contains(&want), "want {want:?} in\n{err}");
+    // Fix the syntax error: the semantic error is then reported at its own line.
+    let bad2 = yaml.replacen("cidr: 172.20.32.0/19", "cidr: 10.1.0.0/24", 1);
+    std::fs::write(&f, &bad2).unwrap();
+    let err = fails(&env.run(&["create", "-f", f.to_str().unwrap()]), 3);
+    let want = format!(
+        "{}:{}:13: spec.networking.subnets[0].cidr: 10.1.0.0/24 is not inside networkCIDR 172.20.0.0/16",
+        f.display(),
+        line_of("10.1.0.0/24")
+    );
+    assert!(err.contains(&want), "want {want:?} in\n{err}");
+}
+
+#[test]
+fn create_get_replace_delete_lifecycle() {
+    let env = Env::new();
+    ok(&env.run(&[
+        "create",
+        "cluster",
+        "life.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "us-east-1a",
+        "--ssh-public-key",
+        KEY,
+    ]));
+    let err = fails(
+        &env.run(&[
+            "create",
+            "cluster",
+            "life.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a",
+            "--ssh-public-key",
+            KEY,
+        ]),
+        1,
+    );
+    assert!(err.contains("already exists"), "{err}");
+    let table = ok(&env.run(&["get", "clusters"]));
+    assert!(
+        table.contains("life.example.com   aws     us-east-1a   1.34.2"),
+        "{table}"
+    );
+    let igs = ok(&env.run(&["get", "ig", "--name", "life.example.com"]));
+    assert!(
+        igs.contains(
+            "nodes                      Node           t3.medium     2     2     us-east-1a"
+        ),
+        "{igs}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&env.run(&["get", "clusters", "-o", "json"]))).unwrap();
+    assert_eq!(json["items"][0]["metadata"]["name"], "life.example.com");
+
+    // replace -f: scale the nodes group.
+    let yaml = ok(&env.run(&["get", "ig", "life.example.com", "-o", "yaml"]));
+    let nodes_doc = yaml
+        .split("---\n")
+        .find(|d| d.contains("name: nodes"))
+        .unwrap()
+        .replace("minSize: 2\n  maxSize: 2", "minSize: 3\n  maxSize: 6");
+    std::fs::write(env.path("nodes.yaml"), &nodes_doc).unwrap();
+    ok(&env.run(&["replace", "-f", env.path("nodes.yaml").to_str().unwrap()]));
+    let igs = ok(&env.run(&["get", "ig", "life.example.com"]));
+    assert!(igs.contains("3     6"), "{igs}");
+    let completed =
+        std::fs::read_to_string(env.path("state/life.example.com/cluster-completed.spec")).unwrap();
+    assert!(
+        completed.contains("maxSize: 6") && completed.contains("region: us-east-1"),
+        "{completed}"
+    );
+
+    // Delete previews without --yes, then deletes.
+    let preview = ok(&env.run(&["delete", "cluster", "life.example.com"]));
+    assert!(preview.contains("life.example.com/config"), "{preview}");
+    assert!(env.path("state/life.example.com/config").exists());
+    ok(&env.run(&["delete", "cluster", "life.example.com", "--yes"]));
+    assert!(!env.path("state/life.example.com/config").exists());
+    let err = fails(&env.run(&["get", "cluster", "life.example.com"]), 1);
+    assert!(err.contains("not found"), "{err}");
+}
+
+/// An editor script: applies a sed expression to the file it is given.
+fn sed_editor(env: &Env, name: &str, expr: &str) -> String {
+    let p = env.path(name);
+    std::fs::write(&p, format!("#!/bin/sh\nsed -i '{expr}' \"$1\"\n")).unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
+    let env = Env::new();
+    ok(&env.run(&[
+        "create",
+        "cluster",
+        "edit.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "us-east-1a",
+        "--ssh-public-key",
+        KEY,
+    ]));
+    let config = env.path("state/edit.example.com/config");
+    let before = std::fs::read_to_string(&config).unwrap();
+
+    let good = sed_editor(&env, "good.sh", "s/cni: calico/cni: cilium/");
+    ok(&env
+        .kprov()
+        .env("EDITOR", &good)
+        .args(["edit", "cluster", "edit.example.com"])
+        .output()
+        .unwrap());
+    let after = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        after.contains("cni: cilium") && !after.contains("cni: calico"),
+        "{after}"
+    );
+
+    let bad = sed_editor(
+        &env,
+        "bad.sh",
+        "s/podCIDR: 100.96.0.0\\/11/podCIDR: 172.20.0.0\\/24/",
+    );
+    let err = fails(
+        &env.kprov()
+            .env("EDITOR", &bad)
+            .args(["edit", "cluster", "edit.example.com"])
+            .output()
+            .unwrap(),
+        3,
+    );
+    assert!(err.contains("overlaps networkCIDR"), "{err}");
+    assert!(err.contains("nothing was saved"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        after,
+        "an invalid edit must not be saved"
+    );
+    assert_ne!(before, after);
+
+    let ig = sed_editor(&env, "ig.sh", "s/maxSize: 2/maxSize: 4/");
+    ok(&env
+        .kprov()
+        .env("EDITOR", &ig)
+        .args(["edit", "ig", "--name", "edit.example.com", "nodes"])
+        .output()
+        .unwrap());
+    assert!(
+        std::fs::read_to_string(env.path("state/edit.example.com/instancegroup/nodes"))
+            .unwrap()
+            .contains("maxSize: 4")
+    );
+}
+
+#[test]
+fn edit_racing_another_writer_keeps_the_users_copy() {
+    let env = Env::new();
+    ok(&env.run(&[
+        "create",
+        "cluster",
+        "race.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "us-east-1a",
+        "--ssh-public-key",
+        KEY,
+    ]));
+    // The "editor" itself changes the stored spec behind kprov's back (another operator
+    // saving while this one edits), then makes its own change.
+    let other = env.path("other.yaml");
+    let yaml = ok(&env.run(&["get", "cluster", "race.example.com", "-o", "yaml"]));
+    let cluster_doc = yaml
+        .split("---\n")
+        .next()
+        .unwrap()
+        .replace("cni: calico", "cni: flannel");
+    std::fs::write(&other, cluster_doc).unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("kprov");
+    let script = env.path("racing.sh");
+    std::fs::write(&script, format!("#!/bin/sh\n{} replace -f {} >/dev/null 2>&1 || exit 9\nsed -i 's/cni: calico/cni: cilium/' \"$1\"\n", bin.display(), other.display())).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let err = fails(
+        &env.kprov()
+            .env("EDITOR", &script)
+            .args(["edit", "cluster", "race.example.com"])
+            .output()
+            .unwrap(),
+        4,
+    );
+    assert!(
+        err.contains("changed by someone else while you were editing"),
+        "{err}"
+    );
+    let kept = err
+        .split("kept at ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .map(|s| s.trim_end_matches(':').to_string())
+        .expect("path of kept copy");
+    let kept_text = std::fs::read_to_string(Path::new(&kept)).expect("kept copy exists");
+    assert!(kept_text.contains("cni: cilium"), "{kept_text}");
+    let stored = std::fs::read_to_string(env.path("state/race.example.com/config")).unwrap();
+    assert!(
+        stored.contains("cni: flannel"),
+        "the other operator's update must survive: {stored}"
+    );
+    let _ = std::fs::remove_file(kept);
+}
+
+#[test]
+fn locked_cluster_refuses_writers_and_lock_break_clears_it() {
+    let env = Env::new();
+    ok(&env.run(&[
+        "create",
+        "cluster",
+        "locked.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "us-east-1a",
+        "--ssh-public-key",
+        KEY,
+    ]));
+    // A lock left by a crashed process on another host.
+    let lock = serde_json::json!({
+        "holder": "alice", "host": "ops-box", "pid": 4242, "command": "update cluster",
+        "acquiredAt": "2026-01-01T00:00:00Z", "renewedAt": "2026-01-01T00:00:00Z",
+        "expiresAt": "2999-01-01T00:00:00Z", "id": "0123456789abcdef0123456789abcdef"
+    });
+    std::fs::write(env.path("state/locked.example.com/lock"), lock.to_string()).unwrap();
+    let status = ok(&env.run(&["lock", "status", "locked.example.com"]));
+    assert!(status.contains("alice"), "{status}");
+    let err = fails(
+        &env.run(&["delete", "cluster", "locked.example.com", "--yes"]),
+        4,
+    );
+    assert!(
+        err.contains("locked by alice@ops-box")
+            && err.contains("kprov lock break locked.example.com"),
+        "{err}"
+    );
+    assert!(env.path("state/locked.example.com/config").exists());
+    ok(&env.run(&["lock", "break", "locked.example.com"]));
+    ok(&env.run(&["delete", "cluster", "locked.example.com", "--yes"]));
+}
+
+#[test]
+fn s3_store_end_to_end_against_moto() {
+    let m = moto();
+    let bucket = format!("kprov-cli-{}", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&m.sdk_config().await)
+                .force_path_style(true)
+                .build(),
+        );
+        s3.create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("bucket");
+    });
+    let env = Env::with_store(format!("s3://{bucket}/teams/platform"));
+    let out = env.run(&[
+        "create",
+        "cluster",
+        "s3.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "us-east-1a",
+        "--ssh-public-key",
+        KEY,
+    ]);
+    ok(&out);
+    // moto's GetBucketVersioning reply does not parse in the SDK: a warning, never a failure.
+    assert!(
+        text(&out.stderr).contains("versioning"),
+        "{}",
+        text(&out.stderr)
+    );
+    let table = ok(&env.run(&["get", "clusters"]));
+    assert!(table.contains("s3.example.com"), "{table}");
+    let keys = rt.block_on(async {
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&m.sdk_config().await)
+                .force_path_style(true)
+                .build(),
+        );
+        let r = s3
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix("teams/platform/")
+            .send()
+            .await
+            .expect("list");
+        r.contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_string))
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        keys.contains(&"teams/platform/s3.example.com/config".to_string()),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&"teams/platform/s3.example.com/instancegroup/nodes".to_string()),
+        "{keys:?}"
+    );
+    ok(&env.run(&["delete", "cluster", "s3.example.com", "--yes"]));
+    assert!(!ok(&env.run(&["get", "clusters"])).contains("s3.example.com"));
+}
+
+#[test]
+fn schema_describes_both_kinds() {
+    let env = Env::new();
+    let schema: serde_json::Value = serde_json::from_str(&ok(&env.run(&["schema"]))).unwrap();
+    let one_of = schema["oneOf"].as_array().unwrap();
+    assert_eq!(one_of.len(), 2);
+    assert_eq!(one_of[0]["properties"]["kind"]["const"], "Cluster");
+    assert_eq!(one_of[1]["properties"]["kind"]["const"], "InstanceGroup");
+    assert_eq!(
+        one_of[0]["additionalProperties"], false,
+        "unknown fields must be rejected by editors too"
+    );
+    let c: serde_json::Value = serde_json::from_str(&ok(&env.run(&["schema", "cluster"]))).unwrap();
+    assert!(
+        c["$defs"]["ClusterSpec"]["properties"]["kubernetesVersion"].is_object(),
+        "{c}"
+    );
+}
+
+#[test]
+fn completions_and_version() {
+    let env = Env::new();
+    assert!(ok(&env.run(&["completion", "bash"])).contains("_kprov"));
+    assert!(ok(&env.run(&["--version"])).starts_with("kprov "));
+}
