@@ -9,6 +9,9 @@ mod types;
 pub mod validate;
 pub mod versions;
 
+#[cfg(test)]
+mod proptests;
+
 pub use load::{
     Diagnostic, Loaded, Object, ObjectRef, SourceDoc, SpecErrors, load_objects, to_yaml_stream,
 };

@@ -3,5 +3,6 @@
 mod support;
 
 mod cli;
+mod race;
 mod smoke;
 mod state;
