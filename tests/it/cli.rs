@@ -613,3 +613,15 @@ fn completions_and_version() {
     assert!(ok(&env.run(&["completion", "bash"])).contains("_kprov"));
     assert!(ok(&env.run(&["--version"])).starts_with("kprov "));
 }
+
+#[test]
+fn example_specs_are_valid() {
+    let env = Env::new();
+    for f in ["minimal-aws.yaml", "ha-private-aws.yaml"] {
+        let path = format!("{}/examples/{f}", env!("CARGO_MANIFEST_DIR"));
+        ok(&env.run(&["create", "-f", &path]));
+    }
+    let table = ok(&env.run(&["get", "clusters"]));
+    assert!(table.contains("demo.example.com") && table.contains("prod.example.com"), "{table}");
+    assert!(table.contains("us-east-1a,us-east-1b,us-east-1c   1.34.2    3"), "{table}");
+}
