@@ -27,9 +27,10 @@ const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How often acquire re-reads a lock that vanished or was taken over under it before giving up.
 const MAX_ATTEMPTS: usize = 8;
 
-/// What the lock object contains (JSON).
+/// What the lock object contains (JSON). Unknown fields are accepted: a lock written by a newer
+/// kprov must still read as held, not as corrupt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LockRecord {
     /// The user who ran the command.
     pub holder: String,

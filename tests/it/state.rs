@@ -851,3 +851,56 @@ async fn s3_versioning_check_does_not_fail() {
         other => panic!("moto's reply unexpectedly parsed: {other:?}"),
     }
 }
+
+/// `state::open("s3://...")` configures itself from the environment alone, as the CLI will run
+/// it: the child process gets moto's endpoint as `AWS_ENDPOINT_URL` with a `localhost` host,
+/// which only works with path-style addressing (`BUCKET.localhost` does not resolve).
+#[tokio::test]
+async fn s3_store_opens_from_the_environment() {
+    let bucket = new_bucket().await;
+    let url = format!("s3://{bucket}/ops/");
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "state::s3_open_child_process",
+        "--ignored",
+        "--test-threads=1",
+    ])
+    .env("KPROV_TEST_S3_URL", &url)
+    .env("AWS_CONFIG_FILE", "/nonexistent")
+    .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent");
+    for (k, v) in moto().env() {
+        cmd.env(k, v.replace("127.0.0.1", "localhost"));
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child failed: {stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        moto().log_tail()
+    );
+    let raw = s3_client()
+        .await
+        .get_object()
+        .bucket(&bucket)
+        .key(format!("ops/{KEY}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.body.collect().await.unwrap().into_bytes(), "from env");
+}
+
+#[tokio::test]
+#[ignore = "run as a child process by s3_store_opens_from_the_environment"]
+async fn s3_open_child_process() {
+    let Ok(url) = std::env::var("KPROV_TEST_S3_URL") else {
+        return;
+    };
+    let store = kprov::state::open(&url).await.unwrap();
+    assert_eq!(store.location(), url.trim_end_matches('/'));
+    store
+        .put(KEY, Bytes::from_static(b"from env"), Precondition::Absent)
+        .await
+        .unwrap();
+}
