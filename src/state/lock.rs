@@ -136,8 +136,10 @@ pub async fn acquire(
 ) -> Result<LockGuard, LockError> {
     let key = ClusterKeys::new(cluster)?.lock();
     let mut last_error = None;
+    // One record (one id) for every attempt, so a write of ours that succeeded unseen is
+    // recognised below.
+    let record = LockRecord::new(command, lease);
     for _ in 0..MAX_ATTEMPTS {
-        let record = LockRecord::new(command, lease);
         match store
             .put(&key, record.to_bytes(), Precondition::Absent)
             .await
@@ -158,6 +160,18 @@ pub async fn acquire(
             key: store.key_location(&key),
             reason: e.to_string(),
         })?;
+        if held.id == record.id {
+            // Our own create went through but its reply was lost, and the SDK's retry of it
+            // failed the condition: the lock is ours.
+            return Ok(LockGuard::start(
+                store,
+                cluster,
+                key,
+                record,
+                current.version,
+                lease,
+            ));
+        }
         if !held.is_expired(Utc::now()) {
             return Err(LockError::Held {
                 cluster: cluster.to_string(),

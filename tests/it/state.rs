@@ -13,7 +13,8 @@ use kprov::state::s3::S3Store;
 use kprov::state::{Precondition, StateError, StateStore, Version, Versioning, file::FileStore};
 use tokio::sync::Barrier;
 
-use crate::support::moto::moto;
+// The serial moto: the threaded one does not make conditional writes atomic (see the harness).
+use crate::support::moto::moto_serial as moto;
 
 /// A store plus whatever must live as long as it (the temporary directory).
 struct Fixture {
@@ -535,12 +536,13 @@ async fn stale_lease_takeover_has_one_winner(store: Arc<dyn StateStore>) {
 }
 
 async fn lock_renewal_keeps_the_lease_alive(store: Arc<dyn StateStore>) {
-    let lease = Duration::from_millis(900);
+    // Renewals every second; the check a second after the first lease would have ended leaves
+    // room for a loaded machine to delay a renewal or two.
+    let lease = Duration::from_secs(3);
     let guard = lock::acquire(store.clone(), CLUSTER, "long run", lease)
         .await
         .unwrap();
-    // Three leases later the lock would be stale without renewal.
-    tokio::time::sleep(lease * 3).await;
+    tokio::time::sleep(lease + Duration::from_secs(1)).await;
     let err = lock::acquire(store.clone(), CLUSTER, "intruder", lease)
         .await
         .unwrap_err();
@@ -573,7 +575,14 @@ async fn break_lock_is_deliberate(store: Arc<dyn StateStore>) {
         .unwrap();
     // The old holder learns at its next renewal that the lock is gone, and its release must
     // not delete the new holder's lock.
-    tokio::time::sleep(lease).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while a.check().is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the old holder never noticed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(matches!(a.check(), Err(LockError::Lost { .. })));
     assert!(matches!(a.release().await, Err(LockError::Lost { .. })));
     assert_eq!(
@@ -617,7 +626,7 @@ async fn dropped_guard_releases(store: Arc<dyn StateStore>) {
     .await
     .unwrap();
     drop(guard);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         if lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none() {
             break;
