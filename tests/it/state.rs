@@ -1088,3 +1088,65 @@ proptest::proptest! {
         });
     }
 }
+
+/// A real store whose first create "loses its reply": the write happens, but the caller hears
+/// `AlreadyExists`, as when the SDK retries a create whose answer never arrived.
+#[derive(Debug)]
+struct LostReply {
+    inner: Arc<dyn StateStore>,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl StateStore for LostReply {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    async fn get(&self, key: &str) -> Result<Option<kprov::state::Object>, StateError> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &str, data: Bytes, cond: Precondition) -> Result<Version, StateError> {
+        let absent = cond == Precondition::Absent;
+        let v = self.inner.put(key, data, cond).await?;
+        if absent && !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(StateError::AlreadyExists {
+                location: self.location(),
+                key: key.to_string(),
+            });
+        }
+        Ok(v)
+    }
+    async fn delete(&self, key: &str, cond: Precondition) -> Result<(), StateError> {
+        self.inner.delete(key, cond).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError> {
+        self.inner.list(prefix).await
+    }
+}
+
+#[tokio::test]
+async fn lock_whose_create_reply_was_lost_is_still_ours() {
+    let f = file_fixture();
+    let store: Arc<dyn StateStore> = Arc::new(LostReply {
+        inner: f.store.clone(),
+        lost: Default::default(),
+    });
+    let guard = lock::acquire(
+        store.clone(),
+        CLUSTER,
+        "kprov edit cluster",
+        lock::DEFAULT_LEASE,
+    )
+    .await
+    .expect("our own lock reported as held by someone else");
+    assert_eq!(
+        lock::read(store.as_ref(), CLUSTER)
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        guard.record().id
+    );
+    guard.release().await.unwrap();
+    assert!(lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none());
+}
