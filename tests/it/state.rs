@@ -829,16 +829,6 @@ async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
 }
 
 #[tokio::test]
-async fn s3_lists_more_than_one_default_page() {
-    let bucket = new_bucket().await;
-    let store: Arc<dyn StateStore> =
-        Arc::new(S3Store::new(&moto().sdk_config().await, &bucket, "p"));
-    let keys: Vec<String> = (0..1100).map(|i| format!("c/k{i:04}")).collect();
-    put_all(&store, &keys).await;
-    assert_eq!(store.list("c/").await.unwrap(), keys);
-}
-
-#[tokio::test]
 async fn s3_errors_name_the_bucket() {
     let store = S3Store::new(&moto().sdk_config().await, "kprov-no-such-bucket", "");
     let err = store.get(KEY).await.unwrap_err().to_string();
