@@ -675,7 +675,7 @@ async fn file_store_opens_from_urls() {
 }
 
 #[tokio::test]
-async fn file_store_leaves_no_temporary_files_and_no_empty_directories() {
+async fn file_store_is_private_and_leaves_no_temporary_files_or_empty_directories() {
     let f = file_fixture();
     let store = &f.store;
     let keys = ClusterKeys::new(CLUSTER).unwrap();
@@ -694,6 +694,12 @@ async fn file_store_leaves_no_temporary_files_and_no_empty_directories() {
         "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d"
     );
     let root = f._dir.as_ref().unwrap().path().join("state");
+    // Secrets will live here: nothing may be readable by others, whatever the umask.
+    use std::os::unix::fs::PermissionsExt;
+    for path in [root.clone(), root.join(CLUSTER), root.join(&ig)] {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", path.display());
+    }
     let names: Vec<String> = std::fs::read_dir(root.join(CLUSTER).join("instancegroup"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
