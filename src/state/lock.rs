@@ -215,6 +215,29 @@ pub async fn acquire(
         .into())
 }
 
+/// Like [`acquire`], but while the lock is held by someone else keeps trying until `wait` has
+/// passed (a CI job queued behind another, Terraform's `-lock-timeout`). Gives up with the
+/// last `Held` error, so the message still names the holder.
+pub async fn acquire_waiting(
+    store: Arc<dyn StateStore>,
+    cluster: &str,
+    command: &str,
+    lease: Duration,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match acquire(store.clone(), cluster, command, lease).await {
+            Err(LockError::Held { .. }) if tokio::time::Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Reads the cluster's lock without touching it (for `kprov lock status`).
 pub async fn read(store: &dyn StateStore, cluster: &str) -> Result<Option<LockRecord>, LockError> {
     let key = ClusterKeys::new(cluster)?.lock();

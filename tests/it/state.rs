@@ -100,6 +100,7 @@ conformance!(
     lock_renewal_keeps_the_lease_alive,
     break_lock_is_deliberate,
     dropped_guard_releases,
+    waiting_acquirer_gets_the_lock_when_released,
 );
 
 const KEY: &str = "demo.example.com/config";
@@ -637,6 +638,36 @@ async fn dropped_guard_releases(store: Arc<dyn StateStore>) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+async fn waiting_acquirer_gets_the_lock_when_released(store: Arc<dyn StateStore>) {
+    let first = lock::acquire(store.clone(), CLUSTER, "first", lock::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    // Too short a wait ends with the holder named.
+    let err = lock::acquire_waiting(
+        store.clone(),
+        CLUSTER,
+        "impatient",
+        lock::DEFAULT_LEASE,
+        Duration::from_millis(300),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("running `first`"), "{err}");
+    let waiter = tokio::spawn(lock::acquire_waiting(
+        store.clone(),
+        CLUSTER,
+        "second",
+        lock::DEFAULT_LEASE,
+        Duration::from_secs(30),
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert_eq!(second.record().command, "second");
+    second.release().await.unwrap();
 }
 
 // ---- file backend only ----
