@@ -874,6 +874,16 @@ async fn s3_errors_name_the_bucket() {
         "{err}"
     );
     assert!(err.contains("NoSuchBucket"), "{err}");
+    // Conditional requests to a missing bucket are not conflicts: the bucket must be named.
+    let stale = Precondition::Matches(Version("\"0123\"".into()));
+    let err = store
+        .put(KEY, Bytes::from_static(b"x"), stale.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StateError::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+    let err = store.delete(KEY, stale).await.unwrap_err();
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
 }
 
 #[tokio::test]
