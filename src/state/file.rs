@@ -6,8 +6,9 @@
 //! no lock: a rename replaces a file atomically, so a reader sees the old or the new content,
 //! never a mix. The version of an object is the sha256 of its content.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -75,12 +76,13 @@ impl FileStore {
 
     /// Takes the store-wide write lock; released when the returned file is dropped.
     fn lock(&self, key: &str) -> Result<File, StateError> {
-        fs::create_dir_all(&self.root)
+        create_private_dir(&self.root)
             .map_err(|e| self.io_err(key, "cannot create the store directory", e))?;
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
             .open(self.root.join(LOCK_FILE))
             .map_err(|e| self.io_err(key, "cannot open the store lock file", e))?;
         lock.lock()
@@ -116,7 +118,7 @@ impl FileStore {
         self.check(key, current.as_ref(), cond)?;
         let path = self.root.join(key);
         let dir = path.parent().unwrap_or(&self.root);
-        fs::create_dir_all(dir).map_err(|e| {
+        create_private_dir(dir).map_err(|e| {
             self.io_err(
                 key,
                 "cannot create its directory (is a parent key a file?)",
@@ -219,9 +221,18 @@ fn version_of(data: &[u8]) -> Version {
 }
 
 fn write_synced(path: &Path, data: &[u8]) -> io::Result<()> {
-    let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
     f.write_all(data)?;
     f.sync_all()
+}
+
+/// The store will hold PKI and secrets: only its owner may read it, whatever the umask.
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -27,9 +27,10 @@ const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How often acquire re-reads a lock that vanished or was taken over under it before giving up.
 const MAX_ATTEMPTS: usize = 8;
 
-/// What the lock object contains (JSON).
+/// What the lock object contains (JSON). Unknown fields are accepted: a lock written by a newer
+/// kprov must still read as held, not as corrupt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct LockRecord {
     /// The user who ran the command.
     pub holder: String,
@@ -135,8 +136,10 @@ pub async fn acquire(
 ) -> Result<LockGuard, LockError> {
     let key = ClusterKeys::new(cluster)?.lock();
     let mut last_error = None;
+    // One record (one id) for every attempt, so a write of ours that succeeded unseen is
+    // recognised below.
+    let record = LockRecord::new(command, lease);
     for _ in 0..MAX_ATTEMPTS {
-        let record = LockRecord::new(command, lease);
         match store
             .put(&key, record.to_bytes(), Precondition::Absent)
             .await
@@ -157,6 +160,18 @@ pub async fn acquire(
             key: store.key_location(&key),
             reason: e.to_string(),
         })?;
+        if held.id == record.id {
+            // Our own create went through but its reply was lost, and the SDK's retry of it
+            // failed the condition: the lock is ours.
+            return Ok(LockGuard::start(
+                store,
+                cluster,
+                key,
+                record,
+                current.version,
+                lease,
+            ));
+        }
         if !held.is_expired(Utc::now()) {
             return Err(LockError::Held {
                 cluster: cluster.to_string(),
@@ -198,6 +213,29 @@ pub async fn acquire(
             message: format!("the lock changed {MAX_ATTEMPTS} times while acquiring it"),
         })
         .into())
+}
+
+/// Like [`acquire`], but while the lock is held by someone else keeps trying until `wait` has
+/// passed (a CI job queued behind another, Terraform's `-lock-timeout`). Gives up with the
+/// last `Held` error, so the message still names the holder.
+pub async fn acquire_waiting(
+    store: Arc<dyn StateStore>,
+    cluster: &str,
+    command: &str,
+    lease: Duration,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match acquire(store.clone(), cluster, command, lease).await {
+            Err(LockError::Held { .. }) if tokio::time::Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Reads the cluster's lock without touching it (for `kprov lock status`).

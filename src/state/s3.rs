@@ -93,7 +93,8 @@ impl S3Store {
                 Some("PreconditionFailed" | "ConditionalRequestConflict")
             );
         // If-Match on a key that is gone: it changed since it was read, just as a new ETag.
-        let vanished = matches!(status, Some(404)) || matches!(code, Some("NoSuchKey"));
+        // (A missing bucket is a 404 too, and must stay an error that names it.)
+        let vanished = matches!(code, Some("NoSuchKey")) || (status == Some(404) && code.is_none());
         match cond {
             Precondition::Absent if precondition => Some(StateError::AlreadyExists {
                 location: self.location(),

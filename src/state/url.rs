@@ -46,17 +46,14 @@ fn missing_scheme_hint(url: &str) -> String {
     if url.trim().is_empty() {
         return "the URL is empty; use file://DIR or s3://BUCKET/PREFIX".into();
     }
-    if url.starts_with("s3:") {
+    if let Some(rest) = url.strip_prefix("s3:") {
         return format!(
             "missing '//' after 's3:'; did you mean s3://{}?",
-            url["s3:".len()..].trim_start_matches('/')
+            rest.trim_start_matches('/')
         );
     }
-    if url.starts_with("file:") {
-        return format!(
-            "missing '//' after 'file:'; did you mean file://{}?",
-            &url["file:".len()..]
-        );
+    if let Some(rest) = url.strip_prefix("file:") {
+        return format!("missing '//' after 'file:'; did you mean file://{rest}?");
     }
     format!("a bare path has no scheme; did you mean file://{url}?")
 }

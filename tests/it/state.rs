@@ -13,7 +13,8 @@ use kprov::state::s3::S3Store;
 use kprov::state::{Precondition, StateError, StateStore, Version, Versioning, file::FileStore};
 use tokio::sync::Barrier;
 
-use crate::support::moto::moto;
+// The serial moto: the threaded one does not make conditional writes atomic (see the harness).
+use crate::support::moto::moto_serial as moto;
 
 /// A store plus whatever must live as long as it (the temporary directory).
 struct Fixture {
@@ -99,6 +100,7 @@ conformance!(
     lock_renewal_keeps_the_lease_alive,
     break_lock_is_deliberate,
     dropped_guard_releases,
+    waiting_acquirer_gets_the_lock_when_released,
 );
 
 const KEY: &str = "demo.example.com/config";
@@ -535,12 +537,13 @@ async fn stale_lease_takeover_has_one_winner(store: Arc<dyn StateStore>) {
 }
 
 async fn lock_renewal_keeps_the_lease_alive(store: Arc<dyn StateStore>) {
-    let lease = Duration::from_millis(900);
+    // Renewals every second; the check a second after the first lease would have ended leaves
+    // room for a loaded machine to delay a renewal or two.
+    let lease = Duration::from_secs(3);
     let guard = lock::acquire(store.clone(), CLUSTER, "long run", lease)
         .await
         .unwrap();
-    // Three leases later the lock would be stale without renewal.
-    tokio::time::sleep(lease * 3).await;
+    tokio::time::sleep(lease + Duration::from_secs(1)).await;
     let err = lock::acquire(store.clone(), CLUSTER, "intruder", lease)
         .await
         .unwrap_err();
@@ -573,7 +576,14 @@ async fn break_lock_is_deliberate(store: Arc<dyn StateStore>) {
         .unwrap();
     // The old holder learns at its next renewal that the lock is gone, and its release must
     // not delete the new holder's lock.
-    tokio::time::sleep(lease).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while a.check().is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the old holder never noticed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(matches!(a.check(), Err(LockError::Lost { .. })));
     assert!(matches!(a.release().await, Err(LockError::Lost { .. })));
     assert_eq!(
@@ -617,7 +627,7 @@ async fn dropped_guard_releases(store: Arc<dyn StateStore>) {
     .await
     .unwrap();
     drop(guard);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         if lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none() {
             break;
@@ -628,6 +638,36 @@ async fn dropped_guard_releases(store: Arc<dyn StateStore>) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+async fn waiting_acquirer_gets_the_lock_when_released(store: Arc<dyn StateStore>) {
+    let first = lock::acquire(store.clone(), CLUSTER, "first", lock::DEFAULT_LEASE)
+        .await
+        .unwrap();
+    // Too short a wait ends with the holder named.
+    let err = lock::acquire_waiting(
+        store.clone(),
+        CLUSTER,
+        "impatient",
+        lock::DEFAULT_LEASE,
+        Duration::from_millis(300),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("running `first`"), "{err}");
+    let waiter = tokio::spawn(lock::acquire_waiting(
+        store.clone(),
+        CLUSTER,
+        "second",
+        lock::DEFAULT_LEASE,
+        Duration::from_secs(30),
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert_eq!(second.record().command, "second");
+    second.release().await.unwrap();
 }
 
 // ---- file backend only ----
@@ -666,7 +706,7 @@ async fn file_store_opens_from_urls() {
 }
 
 #[tokio::test]
-async fn file_store_leaves_no_temporary_files_and_no_empty_directories() {
+async fn file_store_is_private_and_leaves_no_temporary_files_or_empty_directories() {
     let f = file_fixture();
     let store = &f.store;
     let keys = ClusterKeys::new(CLUSTER).unwrap();
@@ -685,6 +725,12 @@ async fn file_store_leaves_no_temporary_files_and_no_empty_directories() {
         "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d"
     );
     let root = f._dir.as_ref().unwrap().path().join("state");
+    // Secrets will live here: nothing may be readable by others, whatever the umask.
+    use std::os::unix::fs::PermissionsExt;
+    for path in [root.clone(), root.join(CLUSTER), root.join(&ig)] {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", path.display());
+    }
     let names: Vec<String> = std::fs::read_dir(root.join(CLUSTER).join("instancegroup"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -820,16 +866,6 @@ async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
 }
 
 #[tokio::test]
-async fn s3_lists_more_than_one_default_page() {
-    let bucket = new_bucket().await;
-    let store: Arc<dyn StateStore> =
-        Arc::new(S3Store::new(&moto().sdk_config().await, &bucket, "p"));
-    let keys: Vec<String> = (0..1100).map(|i| format!("c/k{i:04}")).collect();
-    put_all(&store, &keys).await;
-    assert_eq!(store.list("c/").await.unwrap(), keys);
-}
-
-#[tokio::test]
 async fn s3_errors_name_the_bucket() {
     let store = S3Store::new(&moto().sdk_config().await, "kprov-no-such-bucket", "");
     let err = store.get(KEY).await.unwrap_err().to_string();
@@ -838,6 +874,16 @@ async fn s3_errors_name_the_bucket() {
         "{err}"
     );
     assert!(err.contains("NoSuchBucket"), "{err}");
+    // Conditional requests to a missing bucket are not conflicts: the bucket must be named.
+    let stale = Precondition::Matches(Version("\"0123\"".into()));
+    let err = store
+        .put(KEY, Bytes::from_static(b"x"), stale.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StateError::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+    let err = store.delete(KEY, stale).await.unwrap_err();
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
 }
 
 #[tokio::test]
@@ -850,4 +896,294 @@ async fn s3_versioning_check_does_not_fail() {
         Versioning::Unknown(reason) => assert!(!reason.is_empty()),
         other => panic!("moto's reply unexpectedly parsed: {other:?}"),
     }
+}
+
+/// `state::open("s3://...")` configures itself from the environment alone, as the CLI will run
+/// it: the child process gets moto's endpoint as `AWS_ENDPOINT_URL` with a `localhost` host,
+/// which only works with path-style addressing (`BUCKET.localhost` does not resolve).
+#[tokio::test]
+async fn s3_store_opens_from_the_environment() {
+    let bucket = new_bucket().await;
+    let url = format!("s3://{bucket}/ops/");
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "state::s3_open_child_process",
+        "--ignored",
+        "--test-threads=1",
+    ])
+    .env("KPROV_TEST_S3_URL", &url)
+    .env("AWS_CONFIG_FILE", "/nonexistent")
+    .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent");
+    for (k, v) in moto().env() {
+        cmd.env(k, v.replace("127.0.0.1", "localhost"));
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child failed: {stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        moto().log_tail()
+    );
+    let raw = s3_client()
+        .await
+        .get_object()
+        .bucket(&bucket)
+        .key(format!("ops/{KEY}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.body.collect().await.unwrap().into_bytes(), "from env");
+}
+
+#[tokio::test]
+#[ignore = "run as a child process by s3_store_opens_from_the_environment"]
+async fn s3_open_child_process() {
+    let Ok(url) = std::env::var("KPROV_TEST_S3_URL") else {
+        return;
+    };
+    let store = kprov::state::open(&url).await.unwrap();
+    assert_eq!(store.location(), url.trim_end_matches('/'));
+    store
+        .put(KEY, Bytes::from_static(b"from env"), Precondition::Absent)
+        .await
+        .unwrap();
+}
+
+// ---- both backends, one behaviour ----
+
+#[derive(Debug, Clone, Copy)]
+enum Cond {
+    None,
+    Absent,
+    /// The version this client last saw for the key (from a get or its own put).
+    LastSeen,
+    /// A version no object ever had.
+    Bogus,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(usize, &'static str, Cond),
+    Delete(usize, Cond),
+    Get(usize),
+    List(&'static str),
+}
+
+const MODEL_KEYS: [&str; 4] = ["a/config", "a/instancegroup/x", "b/config", "a/pki/ca.crt"];
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    let key = 0..MODEL_KEYS.len();
+    let cond = prop_oneof![
+        Just(Cond::None),
+        Just(Cond::Absent),
+        Just(Cond::LastSeen),
+        Just(Cond::LastSeen),
+        Just(Cond::Bogus),
+    ];
+    // Few distinct contents, so rewrites of identical content (same version) happen too.
+    let data = prop_oneof![Just("one"), Just("two"), Just("three")];
+    prop_oneof![
+        (key.clone(), data, cond.clone()).prop_map(|(k, d, c)| Op::Put(k, d, c)),
+        (key.clone(), cond).prop_map(|(k, c)| Op::Delete(k, c)),
+        key.prop_map(Op::Get),
+        prop_oneof![Just(""), Just("a/"), Just("a"), Just("b/config")].prop_map(Op::List),
+    ]
+}
+
+/// What an operation returned, with versions left out (ETags and hashes differ by design).
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    Data(Option<Bytes>),
+    Keys(Vec<String>),
+    AlreadyExists,
+    Conflict,
+}
+
+/// Runs `ops` as one client of `store` would, checking every outcome against a model of the
+/// compare-and-swap rules in docs/state-store.md, and returns the outcomes.
+async fn run_against_model(store: &dyn StateStore, ops: &[Op]) -> Vec<Outcome> {
+    let mut content: std::collections::BTreeMap<&str, Bytes> = Default::default();
+    // Per key: the version this client last saw and the content it had then.
+    let mut seen: std::collections::HashMap<&str, (Version, Bytes)> = Default::default();
+    let mut outcomes = Vec::new();
+    for op in ops {
+        let (precondition, expected_ok) = match op {
+            Op::Put(k, _, c) | Op::Delete(k, c) => {
+                let (p, ok) = precondition(&content, &seen, MODEL_KEYS[*k], *c);
+                (p, Some(ok))
+            }
+            Op::Get(_) | Op::List(_) => (Precondition::None, None),
+        };
+        let before = content.clone();
+        let outcome = match op {
+            Op::Put(k, d, _) => {
+                let key = MODEL_KEYS[*k];
+                match store.put(key, Bytes::from(*d), precondition).await {
+                    Ok(v) => {
+                        content.insert(key, Bytes::from(*d));
+                        seen.insert(key, (v, Bytes::from(*d)));
+                        Outcome::Ok
+                    }
+                    Err(e) => error_outcome(e),
+                }
+            }
+            Op::Delete(k, _) => {
+                let key = MODEL_KEYS[*k];
+                match store.delete(key, precondition).await {
+                    Ok(()) => {
+                        content.remove(key);
+                        Outcome::Ok
+                    }
+                    Err(e) => error_outcome(e),
+                }
+            }
+            Op::Get(k) => {
+                let key = MODEL_KEYS[*k];
+                let obj = store.get(key).await.unwrap();
+                if let Some(o) = &obj {
+                    seen.insert(key, (o.version.clone(), o.data.clone()));
+                }
+                assert_eq!(obj.as_ref().map(|o| &o.data), content.get(key), "get {key}");
+                Outcome::Data(obj.map(|o| o.data))
+            }
+            Op::List(prefix) => {
+                let keys = store.list(prefix).await.unwrap();
+                let model: Vec<String> = content
+                    .keys()
+                    .filter(|k| k.starts_with(prefix))
+                    .map(|k| k.to_string())
+                    .collect();
+                assert_eq!(keys, model, "list {prefix:?}");
+                Outcome::Keys(keys)
+            }
+        };
+        if let Some(ok) = expected_ok {
+            assert_eq!(
+                outcome == Outcome::Ok,
+                ok,
+                "{op:?} gave {outcome:?}; content before: {before:?}"
+            );
+        }
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+/// The precondition a client sends for `cond`, and whether the model says it holds: both
+/// backends compare versions that identify content (sha256, single-part ETag), so "still at the
+/// version I saw" means "still has the content I saw".
+fn precondition(
+    content: &std::collections::BTreeMap<&str, Bytes>,
+    seen: &std::collections::HashMap<&str, (Version, Bytes)>,
+    key: &str,
+    cond: Cond,
+) -> (Precondition, bool) {
+    let current = content.get(key);
+    match (cond, seen.get(key)) {
+        (Cond::None, _) => (Precondition::None, true),
+        (Cond::Absent, _) => (Precondition::Absent, current.is_none()),
+        (Cond::LastSeen, Some((v, data))) => {
+            (Precondition::Matches(v.clone()), current == Some(data))
+        }
+        (Cond::LastSeen | Cond::Bogus, _) => (
+            Precondition::Matches(Version("\"0123456789abcdef\"".into())),
+            false,
+        ),
+    }
+}
+
+fn error_outcome(e: StateError) -> Outcome {
+    match e {
+        StateError::AlreadyExists { .. } => Outcome::AlreadyExists,
+        StateError::Conflict { .. } => Outcome::Conflict,
+        other => panic!("unexpected error {other:?}"),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..Default::default()
+    })]
+
+    /// Random operation sequences give the same outcomes on a directory and on S3, and both
+    /// follow the model of the compare-and-swap rules.
+    #[test]
+    fn both_backends_follow_one_model(ops in proptest::collection::vec(op(), 1..25)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let file = file_fixture();
+            let s3 = s3_fixture().await;
+            let on_file = run_against_model(file.store.as_ref(), &ops).await;
+            let on_s3 = run_against_model(s3.store.as_ref(), &ops).await;
+            assert_eq!(on_file, on_s3);
+        });
+    }
+}
+
+/// A real store whose first create "loses its reply": the write happens, but the caller hears
+/// `AlreadyExists`, as when the SDK retries a create whose answer never arrived.
+#[derive(Debug)]
+struct LostReply {
+    inner: Arc<dyn StateStore>,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl StateStore for LostReply {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    async fn get(&self, key: &str) -> Result<Option<kprov::state::Object>, StateError> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &str, data: Bytes, cond: Precondition) -> Result<Version, StateError> {
+        let absent = cond == Precondition::Absent;
+        let v = self.inner.put(key, data, cond).await?;
+        if absent && !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(StateError::AlreadyExists {
+                location: self.location(),
+                key: key.to_string(),
+            });
+        }
+        Ok(v)
+    }
+    async fn delete(&self, key: &str, cond: Precondition) -> Result<(), StateError> {
+        self.inner.delete(key, cond).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError> {
+        self.inner.list(prefix).await
+    }
+}
+
+#[tokio::test]
+async fn lock_whose_create_reply_was_lost_is_still_ours() {
+    let f = file_fixture();
+    let store: Arc<dyn StateStore> = Arc::new(LostReply {
+        inner: f.store.clone(),
+        lost: Default::default(),
+    });
+    let guard = lock::acquire(
+        store.clone(),
+        CLUSTER,
+        "kprov edit cluster",
+        lock::DEFAULT_LEASE,
+    )
+    .await
+    .expect("our own lock reported as held by someone else");
+    assert_eq!(
+        lock::read(store.as_ref(), CLUSTER)
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        guard.record().id
+    );
+    guard.release().await.unwrap();
+    assert!(lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none());
 }

@@ -15,6 +15,7 @@ pub struct Moto {
 }
 
 static MOTO: OnceLock<Moto> = OnceLock::new();
+static MOTO_SERIAL: OnceLock<Moto> = OnceLock::new();
 
 /// Where `scripts/install-test-deps` puts moto; falls back to whatever is on PATH.
 fn moto_binary() -> PathBuf {
@@ -39,15 +40,50 @@ fn free_port(host: &str) -> u16 {
 /// Starts moto (once per test binary) listening on `host` (127.0.0.1 unless node-side code in a
 /// netns must reach it, then the bridge address).
 pub fn moto() -> &'static Moto {
-    MOTO.get_or_init(|| start("127.0.0.1"))
+    MOTO.get_or_init(|| start("127.0.0.1", false))
 }
 
-fn start(host: &str) -> Moto {
+/// A second moto that handles one request at a time, for tests of concurrent conditional
+/// writes. moto checks `If-Match`/`If-None-Match` and then writes without a lock, on a threaded
+/// server: two racing writes of one version can both succeed, which real S3 never allows
+/// (observed under load: a lost update in the 16-writer race). Serialised requests give the
+/// atomicity S3 guarantees; werkzeug closes every connection, so one thread does not stall
+/// pooled clients.
+pub fn moto_serial() -> &'static Moto {
+    MOTO_SERIAL.get_or_init(|| start("127.0.0.1", true))
+}
+
+/// The interpreter moto is installed in: the venv's own python next to its `moto_server`.
+fn moto_python(moto: &std::path::Path) -> PathBuf {
+    moto.parent()
+        .map(|dir| dir.join("python3"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+const SERIAL_SERVER: &str = "\
+import sys
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+run_simple(sys.argv[1], int(sys.argv[2]), DomainDispatcherApplication(create_backend_app),
+           threaded=False, request_handler=MotoRequestHandler)
+";
+
+fn start(host: &str, serial: bool) -> Moto {
     let port = free_port(host);
     let log = std::env::temp_dir().join(format!("kprov-moto-{}-{port}.log", std::process::id()));
     let logf = std::fs::File::create(&log).expect("moto log file");
-    let child = Command::new(moto_binary())
-        .args(["-H", host, "-p", &port.to_string()])
+    let mut cmd = if serial {
+        let mut c = Command::new(moto_python(&moto_binary()));
+        c.args(["-c", SERIAL_SERVER, host, &port.to_string()])
+            .env("MOTO_PORT", port.to_string());
+        c
+    } else {
+        let mut c = Command::new(moto_binary());
+        c.args(["-H", host, "-p", &port.to_string()]);
+        c
+    };
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(logf.try_clone().expect("log fd"))
         .stderr(logf)
@@ -129,12 +165,13 @@ fn register_exit_hook() {
         fn atexit(cb: extern "C" fn()) -> i32;
     }
     extern "C" fn stop_moto() {
-        if let Some(m) = MOTO.get() {
+        for m in [MOTO.get(), MOTO_SERIAL.get()].into_iter().flatten() {
             m.stop();
         }
     }
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
     // SAFETY: registering a plain extern "C" callback with libc's atexit.
-    unsafe {
+    REGISTERED.call_once(|| unsafe {
         atexit(stop_moto);
-    }
+    });
 }
