@@ -54,7 +54,7 @@ pub fn kops_layout(
     zones: usize,
     utility: bool,
 ) -> Result<(Vec<Ipv4Net>, Vec<Ipv4Net>), CidrError> {
-    let node_prefix = (network.prefix_len() + 3).max(19).min(28);
+    let node_prefix = (network.prefix_len() + 3).clamp(19, 28);
     let first_block = network.subnets(node_prefix).ok().and_then(|mut s| s.next());
     let reserved: Vec<Ipv4Net> = first_block.into_iter().collect();
     let nodes = allocate(network, node_prefix, zones, &reserved)?;

@@ -83,6 +83,8 @@ impl SourceDoc {
     }
 }
 
+// A handful of objects live per command; boxing the Cluster would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Object {
     Cluster(Cluster),

@@ -387,7 +387,7 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         };
         c.err(where_cp.clone(), msg);
     }
-    if etcd == EtcdType::Stacked && cp_count > 0 && cp_count % 2 == 0 {
+    if etcd == EtcdType::Stacked && cp_count > 0 && cp_count.is_multiple_of(2) {
         c.err(where_cp, format!("{cp_count} control-plane members with stacked etcd: use an odd number (1, 3, 5) so etcd keeps quorum"));
     }
     if etcd == EtcdType::External {
@@ -399,7 +399,7 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
                 .iter()
                 .filter(|h| h.roles.contains(&HostRole::Etcd))
                 .count();
-            if members == 0 || members % 2 == 0 {
+            if members == 0 || members.is_multiple_of(2) {
                 c.err(p("spec.hosts"), format!("External etcd needs an odd number of hosts with the etcd role, found {members}"));
             }
         }

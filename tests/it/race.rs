@@ -8,7 +8,7 @@ use kprov::repo::{Repo, RepoError};
 use kprov::spec::{self, Object};
 use kprov::state::{self, StateError, StateStore};
 
-use crate::support::moto::moto;
+use crate::support::moto::moto_serial;
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
@@ -118,7 +118,9 @@ async fn racing_writers_on_a_file_store_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_writers_on_s3_lose_nothing() {
-    let m = moto();
+    // moto checks conditional writes and then writes without a lock; only a serial moto
+    // evaluates them atomically the way S3 does (see docs/state-store.md).
+    let m = moto_serial();
     let bucket = format!("kprov-race-{}", std::process::id());
     let sdk = m.sdk_config().await;
     let s3 = aws_sdk_s3::Client::from_conf(
