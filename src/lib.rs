@@ -7,3 +7,4 @@ pub mod inventory;
 pub mod spec;
 pub mod ssh;
 pub mod state;
+pub mod provision;
