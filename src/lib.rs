@@ -4,7 +4,7 @@
 //! See docs/architecture.md for where each stage lives.
 
 pub mod inventory;
+pub mod provision;
 pub mod spec;
 pub mod ssh;
 pub mod state;
-pub mod provision;

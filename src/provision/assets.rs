@@ -106,32 +106,162 @@ pub const DEFAULT_KUBERNETES_VERSION: &str = "1.35.1";
 
 /// (component, version, arch, sha256) from Kubespray's checksums.yml.
 const PINNED: &[(Component, &str, Arch, &str)] = &[
-    (Component::Kubeadm, "1.35.1", Arch::Amd64, "8a7ff344eef1bfba88f9a74b3fdc9ea4448c94f1b3cefb8c0aeeaf1f96e05053"),
-    (Component::Kubeadm, "1.35.0", Arch::Amd64, "729e7fb34e4f1bfcf2bdaf2a14891ed64bd18c47aaab42f8cc5030875276cfed"),
-    (Component::Kubeadm, "1.34.4", Arch::Amd64, "b967f1fa0e36621c402d38bb560eb4a943954d5cf5a00e5150842f6f5da73455"),
-    (Component::Kubeadm, "1.35.1", Arch::Arm64, "80097a3c4ef824f4edfe131d2bd429772c4be3a460c42a44f2320164a917de32"),
-    (Component::Kubeadm, "1.35.0", Arch::Arm64, "1dac7dc2c6a56548bbc6bf8a7ecf4734f2e733fb336d7293d84541ebe52d0e50"),
-    (Component::Kubeadm, "1.34.4", Arch::Arm64, "d8028b7e8c8d6c9b3fc3da6bc88d4d0cfb33df1b4b026a7d6e8c35d1471c9f6e"),
-    (Component::Kubelet, "1.35.1", Arch::Amd64, "e7343310e03ff0d424df4397bdfa4468947d6d1f0f93dac586c1e8d6e4086d5d"),
-    (Component::Kubelet, "1.35.0", Arch::Amd64, "2f4ed7778681649b81244426c29c5d98df60ccabf83d561d69e61c1cbb943ddf"),
-    (Component::Kubelet, "1.34.4", Arch::Amd64, "03b8fea715a7ef82eeaf518dee34c72670c57cc7bc40dc1320c04fbf4f15172f"),
-    (Component::Kubelet, "1.35.1", Arch::Arm64, "73475c6db8fd8a9780b1b378fa2f917875e6146166c24603c1abc6eafd4493a8"),
-    (Component::Kubelet, "1.35.0", Arch::Arm64, "aa658d077348b43d238f50966a583f4244b2a7d45590c77b3b165b7d44983ab8"),
-    (Component::Kubelet, "1.34.4", Arch::Arm64, "c78845473c434ee85a2444eeab87f8b20f524e3ab6854a078f79468f44aad8f5"),
-    (Component::Kubectl, "1.35.1", Arch::Amd64, "36e2f4ac66259232341dd7866952d64a958846470f6a9a6a813b9117bd965207"),
-    (Component::Kubectl, "1.35.0", Arch::Amd64, "a2e984a18a0c063279d692533031c1eff93a262afcc0afdc517375432d060989"),
-    (Component::Kubectl, "1.34.4", Arch::Amd64, "d50c359d95e0841eaad08ddc27c7be37cba8fdccfba5c8e2ded65e121ff112db"),
-    (Component::Kubectl, "1.35.1", Arch::Arm64, "706256e21a4e9192ee62d1a007ac0bfcff2b0b26e92cc7baad487a6a5d08ff82"),
-    (Component::Kubectl, "1.35.0", Arch::Arm64, "58f82f9fe796c375c5c4b8439850b0f3f4d401a52434052f2df46035a8789e25"),
-    (Component::Kubectl, "1.34.4", Arch::Arm64, "5b982c0644ab1e27780246b9085a5886651b4a7ed86243acbb2bacc1bea01dda"),
-    (Component::Containerd, CONTAINERD_VERSION, Arch::Amd64, "f5d8e90ecb6c1c7e33ecddf8cc268a93b9e5b54e0e850320d765511d76624f41"),
-    (Component::Containerd, CONTAINERD_VERSION, Arch::Arm64, "dac15a0d412a24be8bfe6a40cec8f51829062725169f1e72ac7d120a891ef5b6"),
-    (Component::Runc, RUNC_VERSION, Arch::Amd64, "5966ca40b6187b30e33bfc299c5f1fe72e8c1aa01cf3fefdadf391668f47f103"),
-    (Component::Runc, RUNC_VERSION, Arch::Arm64, "d6dcab36d1b6af1b72c7f0662e5fcf446a291271ba6006532b95c4144e19d428"),
-    (Component::CniPlugins, CNI_PLUGINS_VERSION, Arch::Amd64, "ab3bda535f9d90766cccc90d3dddb5482003dd744d7f22bcf98186bf8eea8be6"),
-    (Component::CniPlugins, CNI_PLUGINS_VERSION, Arch::Arm64, "57ce466fc3b79db1f19b8f4c63e07a1112306efa53c94fe810a2150dd9e07ddb"),
-    (Component::Crictl, CRICTL_VERSION, Arch::Amd64, "2e141e5b22cb189c40365a11807d69b76b9b3caced89fac2f4ec879408ce2177"),
-    (Component::Crictl, CRICTL_VERSION, Arch::Arm64, "519071de89b64c43e2a1661bb5489c6c3fd5e9e5fcef75e50e542b0c891f1118"),
+    (
+        Component::Kubeadm,
+        "1.35.1",
+        Arch::Amd64,
+        "8a7ff344eef1bfba88f9a74b3fdc9ea4448c94f1b3cefb8c0aeeaf1f96e05053",
+    ),
+    (
+        Component::Kubeadm,
+        "1.35.0",
+        Arch::Amd64,
+        "729e7fb34e4f1bfcf2bdaf2a14891ed64bd18c47aaab42f8cc5030875276cfed",
+    ),
+    (
+        Component::Kubeadm,
+        "1.34.4",
+        Arch::Amd64,
+        "b967f1fa0e36621c402d38bb560eb4a943954d5cf5a00e5150842f6f5da73455",
+    ),
+    (
+        Component::Kubeadm,
+        "1.35.1",
+        Arch::Arm64,
+        "80097a3c4ef824f4edfe131d2bd429772c4be3a460c42a44f2320164a917de32",
+    ),
+    (
+        Component::Kubeadm,
+        "1.35.0",
+        Arch::Arm64,
+        "1dac7dc2c6a56548bbc6bf8a7ecf4734f2e733fb336d7293d84541ebe52d0e50",
+    ),
+    (
+        Component::Kubeadm,
+        "1.34.4",
+        Arch::Arm64,
+        "d8028b7e8c8d6c9b3fc3da6bc88d4d0cfb33df1b4b026a7d6e8c35d1471c9f6e",
+    ),
+    (
+        Component::Kubelet,
+        "1.35.1",
+        Arch::Amd64,
+        "e7343310e03ff0d424df4397bdfa4468947d6d1f0f93dac586c1e8d6e4086d5d",
+    ),
+    (
+        Component::Kubelet,
+        "1.35.0",
+        Arch::Amd64,
+        "2f4ed7778681649b81244426c29c5d98df60ccabf83d561d69e61c1cbb943ddf",
+    ),
+    (
+        Component::Kubelet,
+        "1.34.4",
+        Arch::Amd64,
+        "03b8fea715a7ef82eeaf518dee34c72670c57cc7bc40dc1320c04fbf4f15172f",
+    ),
+    (
+        Component::Kubelet,
+        "1.35.1",
+        Arch::Arm64,
+        "73475c6db8fd8a9780b1b378fa2f917875e6146166c24603c1abc6eafd4493a8",
+    ),
+    (
+        Component::Kubelet,
+        "1.35.0",
+        Arch::Arm64,
+        "aa658d077348b43d238f50966a583f4244b2a7d45590c77b3b165b7d44983ab8",
+    ),
+    (
+        Component::Kubelet,
+        "1.34.4",
+        Arch::Arm64,
+        "c78845473c434ee85a2444eeab87f8b20f524e3ab6854a078f79468f44aad8f5",
+    ),
+    (
+        Component::Kubectl,
+        "1.35.1",
+        Arch::Amd64,
+        "36e2f4ac66259232341dd7866952d64a958846470f6a9a6a813b9117bd965207",
+    ),
+    (
+        Component::Kubectl,
+        "1.35.0",
+        Arch::Amd64,
+        "a2e984a18a0c063279d692533031c1eff93a262afcc0afdc517375432d060989",
+    ),
+    (
+        Component::Kubectl,
+        "1.34.4",
+        Arch::Amd64,
+        "d50c359d95e0841eaad08ddc27c7be37cba8fdccfba5c8e2ded65e121ff112db",
+    ),
+    (
+        Component::Kubectl,
+        "1.35.1",
+        Arch::Arm64,
+        "706256e21a4e9192ee62d1a007ac0bfcff2b0b26e92cc7baad487a6a5d08ff82",
+    ),
+    (
+        Component::Kubectl,
+        "1.35.0",
+        Arch::Arm64,
+        "58f82f9fe796c375c5c4b8439850b0f3f4d401a52434052f2df46035a8789e25",
+    ),
+    (
+        Component::Kubectl,
+        "1.34.4",
+        Arch::Arm64,
+        "5b982c0644ab1e27780246b9085a5886651b4a7ed86243acbb2bacc1bea01dda",
+    ),
+    (
+        Component::Containerd,
+        CONTAINERD_VERSION,
+        Arch::Amd64,
+        "f5d8e90ecb6c1c7e33ecddf8cc268a93b9e5b54e0e850320d765511d76624f41",
+    ),
+    (
+        Component::Containerd,
+        CONTAINERD_VERSION,
+        Arch::Arm64,
+        "dac15a0d412a24be8bfe6a40cec8f51829062725169f1e72ac7d120a891ef5b6",
+    ),
+    (
+        Component::Runc,
+        RUNC_VERSION,
+        Arch::Amd64,
+        "5966ca40b6187b30e33bfc299c5f1fe72e8c1aa01cf3fefdadf391668f47f103",
+    ),
+    (
+        Component::Runc,
+        RUNC_VERSION,
+        Arch::Arm64,
+        "d6dcab36d1b6af1b72c7f0662e5fcf446a291271ba6006532b95c4144e19d428",
+    ),
+    (
+        Component::CniPlugins,
+        CNI_PLUGINS_VERSION,
+        Arch::Amd64,
+        "ab3bda535f9d90766cccc90d3dddb5482003dd744d7f22bcf98186bf8eea8be6",
+    ),
+    (
+        Component::CniPlugins,
+        CNI_PLUGINS_VERSION,
+        Arch::Arm64,
+        "57ce466fc3b79db1f19b8f4c63e07a1112306efa53c94fe810a2150dd9e07ddb",
+    ),
+    (
+        Component::Crictl,
+        CRICTL_VERSION,
+        Arch::Amd64,
+        "2e141e5b22cb189c40365a11807d69b76b9b3caced89fac2f4ec879408ce2177",
+    ),
+    (
+        Component::Crictl,
+        CRICTL_VERSION,
+        Arch::Arm64,
+        "519071de89b64c43e2a1661bb5489c6c3fd5e9e5fcef75e50e542b0c891f1118",
+    ),
 ];
 
 /// Where one file is fetched from.
@@ -185,9 +315,9 @@ pub fn upstream_url(component: Component, version: &str, arch: Arch) -> String {
         Component::Containerd => format!(
             "https://github.com/containerd/containerd/releases/download/v{version}/containerd-{version}-linux-{a}.tar.gz"
         ),
-        Component::Runc => format!(
-            "https://github.com/opencontainers/runc/releases/download/v{version}/runc.{a}"
-        ),
+        Component::Runc => {
+            format!("https://github.com/opencontainers/runc/releases/download/v{version}/runc.{a}")
+        }
         Component::CniPlugins => format!(
             "https://github.com/containernetworking/plugins/releases/download/v{version}/cni-plugins-linux-{a}-v{version}.tgz"
         ),
@@ -339,7 +469,10 @@ mod tests {
     fn upstream_urls() {
         let a = resolve_for("1.35.1", None).unwrap();
         let url = |c: Component, arch: Arch| {
-            let x = a.iter().find(|x| x.component == c && x.arch == arch).unwrap();
+            let x = a
+                .iter()
+                .find(|x| x.component == c && x.arch == arch)
+                .unwrap();
             match &x.source {
                 Source::Url(u) => u.clone(),
                 Source::Local(_) => unreachable!(),
@@ -377,12 +510,21 @@ mod tests {
             ],
         };
         let a = resolve_for("1.34.4", Some(&assets)).unwrap();
-        let get = |c, arch| a.iter().find(|x| x.component == c && x.arch == arch).unwrap();
+        let get = |c, arch| {
+            a.iter()
+                .find(|x| x.component == c && x.arch == arch)
+                .unwrap()
+        };
         assert_eq!(
             get(Component::Kubelet, Arch::Amd64).source,
-            Source::Url("http://10.0.0.1:8080/dl.k8s.io/release/v1.34.4/bin/linux/amd64/kubelet".into())
+            Source::Url(
+                "http://10.0.0.1:8080/dl.k8s.io/release/v1.34.4/bin/linux/amd64/kubelet".into()
+            )
         );
-        assert_eq!(get(Component::Kubeadm, Arch::Arm64).source, Source::Local("/srv/kubeadm".into()));
+        assert_eq!(
+            get(Component::Kubeadm, Arch::Arm64).source,
+            Source::Local("/srv/kubeadm".into())
+        );
         assert_eq!(get(Component::Kubeadm, Arch::Arm64).sha256, "ab".repeat(32));
         assert_eq!(get(Component::Runc, Arch::Arm64).sha256, "cd".repeat(32));
         assert_eq!(
@@ -399,7 +541,11 @@ mod tests {
         );
         let bad = |name: &str, sha: &str| Assets {
             mirror: None,
-            files: vec![AssetFile { name: name.into(), url: "http://x".into(), sha256: sha.into() }],
+            files: vec![AssetFile {
+                name: name.into(),
+                url: "http://x".into(),
+                sha256: sha.into(),
+            }],
         };
         assert!(matches!(
             resolve_for("1.35.1", Some(&bad("kubeadmm", &"a".repeat(64)))),
@@ -413,7 +559,13 @@ mod tests {
             resolve_for("1.35.1", Some(&bad("kubeadm", "abc"))),
             Err(AssetError::BadChecksum { .. })
         ));
-        let m = Assets { mirror: Some("ftp://x".into()), files: vec![] };
-        assert!(matches!(resolve_for("1.35.1", Some(&m)), Err(AssetError::BadMirror(_))));
+        let m = Assets {
+            mirror: Some("ftp://x".into()),
+            files: vec![],
+        };
+        assert!(matches!(
+            resolve_for("1.35.1", Some(&m)),
+            Err(AssetError::BadMirror(_))
+        ));
     }
 }

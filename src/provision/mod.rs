@@ -6,4 +6,5 @@
 
 pub mod assets;
 pub mod orchestrate;
+pub mod pki;
 pub mod render;

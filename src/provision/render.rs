@@ -43,21 +43,66 @@ const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
 
 const TEMPLATES: &[(&str, &str)] = &[
-    ("node/preflight.sh.tera", include_str!("../../templates/node/preflight.sh.tera")),
-    ("node/modules-load.conf.tera", include_str!("../../templates/node/modules-load.conf.tera")),
-    ("node/sysctl.conf.tera", include_str!("../../templates/node/sysctl.conf.tera")),
-    ("node/install.sh.tera", include_str!("../../templates/node/install.sh.tera")),
-    ("node/containerd-config.toml.tera", include_str!("../../templates/node/containerd-config.toml.tera")),
-    ("node/containerd.service.tera", include_str!("../../templates/node/containerd.service.tera")),
-    ("node/crictl.yaml.tera", include_str!("../../templates/node/crictl.yaml.tera")),
-    ("node/kubelet.service.tera", include_str!("../../templates/node/kubelet.service.tera")),
-    ("node/10-kubeadm.conf.tera", include_str!("../../templates/node/10-kubeadm.conf.tera")),
-    ("node/node-registration.yaml.tera", include_str!("../../templates/node/node-registration.yaml.tera")),
-    ("node/kubeadm-init.yaml.tera", include_str!("../../templates/node/kubeadm-init.yaml.tera")),
-    ("node/kubeadm-join.yaml.tera", include_str!("../../templates/node/kubeadm-join.yaml.tera")),
-    ("node/haproxy.cfg.tera", include_str!("../../templates/node/haproxy.cfg.tera")),
-    ("node/api-proxy.yaml.tera", include_str!("../../templates/node/api-proxy.yaml.tera")),
-    ("node/reset.sh.tera", include_str!("../../templates/node/reset.sh.tera")),
+    (
+        "node/preflight.sh.tera",
+        include_str!("../../templates/node/preflight.sh.tera"),
+    ),
+    (
+        "node/modules-load.conf.tera",
+        include_str!("../../templates/node/modules-load.conf.tera"),
+    ),
+    (
+        "node/sysctl.conf.tera",
+        include_str!("../../templates/node/sysctl.conf.tera"),
+    ),
+    (
+        "node/install.sh.tera",
+        include_str!("../../templates/node/install.sh.tera"),
+    ),
+    (
+        "node/containerd-config.toml.tera",
+        include_str!("../../templates/node/containerd-config.toml.tera"),
+    ),
+    (
+        "node/containerd.service.tera",
+        include_str!("../../templates/node/containerd.service.tera"),
+    ),
+    (
+        "node/crictl.yaml.tera",
+        include_str!("../../templates/node/crictl.yaml.tera"),
+    ),
+    (
+        "node/kubelet.service.tera",
+        include_str!("../../templates/node/kubelet.service.tera"),
+    ),
+    (
+        "node/10-kubeadm.conf.tera",
+        include_str!("../../templates/node/10-kubeadm.conf.tera"),
+    ),
+    (
+        "node/node-registration.yaml.tera",
+        include_str!("../../templates/node/node-registration.yaml.tera"),
+    ),
+    (
+        "node/kubeadm-init.yaml.tera",
+        include_str!("../../templates/node/kubeadm-init.yaml.tera"),
+    ),
+    (
+        "node/kubeadm-join.yaml.tera",
+        include_str!("../../templates/node/kubeadm-join.yaml.tera"),
+    ),
+    (
+        "node/haproxy.cfg.tera",
+        include_str!("../../templates/node/haproxy.cfg.tera"),
+    ),
+    (
+        "node/api-proxy.yaml.tera",
+        include_str!("../../templates/node/api-proxy.yaml.tera"),
+    ),
+    (
+        "node/reset.sh.tera",
+        include_str!("../../templates/node/reset.sh.tera"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -144,10 +189,7 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-fn sh_filter(
-    value: &Value,
-    _: &std::collections::HashMap<String, Value>,
-) -> tera::Result<Value> {
+fn sh_filter(value: &Value, _: &std::collections::HashMap<String, Value>) -> tera::Result<Value> {
     let s = value
         .as_str()
         .ok_or_else(|| tera::Error::msg("sh filter expects a string"))?;
@@ -190,7 +232,10 @@ impl Renderer {
             .as_ref()
             .map(|e| e.kind)
             .ok_or(RenderError::Missing("spec.etcd"))?;
-        if !hosts.iter().any(|h| h.roles.contains(&HostRole::ControlPlane)) {
+        if !hosts
+            .iter()
+            .any(|h| h.roles.contains(&HostRole::ControlPlane))
+        {
             return Err(RenderError::NoControlPlane);
         }
         for h in hosts {
@@ -445,7 +490,11 @@ impl Renderer {
             args.push(json!({ "name": "cloud-provider", "value": "external" }));
         }
         if !host.labels.is_empty() {
-            let labels: Vec<String> = host.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let labels: Vec<String> = host
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             args.push(json!({ "name": "node-labels", "value": labels.join(",") }));
         }
         let control_plane = host.roles.contains(&HostRole::ControlPlane);
@@ -636,7 +685,10 @@ impl Renderer {
                 "! [ -e /etc/kubernetes ] && ! [ -e /var/lib/kubelet ] && ! [ -e /var/lib/kprov ]"
                     .into(),
             ),
-            run: self.render("node/reset.sh.tera", json!({ "node": { "name": host.name } }))?,
+            run: self.render(
+                "node/reset.sh.tera",
+                json!({ "node": { "name": host.name } }),
+            )?,
             timeout: LONG,
         }])
     }
@@ -660,7 +712,11 @@ fn parse_endpoint(e: &str) -> Result<Endpoint, RenderError> {
 pub fn describe(steps: &[Step]) -> String {
     let mut out = String::new();
     for s in steps {
-        out.push_str(&format!("=== step: {} (timeout {}s)\n", s.name, s.timeout.as_secs()));
+        out.push_str(&format!(
+            "=== step: {} (timeout {}s)\n",
+            s.name,
+            s.timeout.as_secs()
+        ));
         for f in &s.files {
             out.push_str(&format!("--- file {} (mode {:o})\n", f.path, f.mode));
             match std::str::from_utf8(&f.content) {
