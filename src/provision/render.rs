@@ -696,13 +696,22 @@ impl Renderer {
 
 fn parse_endpoint(e: &str) -> Result<Endpoint, RenderError> {
     let bad = || RenderError::BadEndpoint(e.to_string());
-    let (host, port) = match e.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') || h.starts_with('[') => {
-            (h.to_string(), p.parse::<u16>().map_err(|_| bad())?)
+    let (host, port) = if let Some(rest) = e.strip_prefix('[') {
+        // [IPv6]:port or [IPv6]
+        let (h, after) = rest.split_once(']').ok_or_else(bad)?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse::<u16>().map_err(|_| bad())?,
+            None if after.is_empty() => 6443,
+            None => return Err(bad()),
+        };
+        (format!("[{h}]"), port)
+    } else {
+        match e.split_once(':') {
+            Some((h, p)) => (h.to_string(), p.parse::<u16>().map_err(|_| bad())?),
+            None => (e.to_string(), 6443),
         }
-        _ => (e.to_string(), 6443),
     };
-    if host.is_empty() || host.contains('/') || host.contains(' ') {
+    if host.is_empty() || host.contains('/') || host.contains(char::is_whitespace) {
         return Err(bad());
     }
     Ok(Endpoint::Fixed { host, port })
@@ -736,4 +745,214 @@ pub fn describe(steps: &[Step]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::orchestrate::tests::{cluster, hosts};
+    use serde_json::Value;
+
+    fn secrets() -> JoinSecrets {
+        JoinSecrets {
+            token: "abcdef.0123456789abcdef".into(),
+            ca_cert_hash: "98eaf2e53ec610253dd7e225ff8b8d4bf37f038900b6d1de2f9cdf97ad50af71".into(),
+            certificate_key: "c".repeat(64),
+        }
+    }
+
+    fn docs(yaml: &str) -> Vec<Value> {
+        yaml.split("\n---\n")
+            .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{e}\n{d}")))
+            .collect()
+    }
+
+    const AWS_CCM: &str = "  cloudControllerManager:\n    provider: aws\n";
+
+    #[test]
+    fn golden_first_control_plane() {
+        let hs = hosts(3, 2);
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let mut steps = r.preflight(&hs[0]).unwrap();
+        steps.extend(r.init(&hs[0], &"k".repeat(64)).unwrap());
+        steps.extend(r.settle(&hs[0]).unwrap());
+        insta::assert_snapshot!("first_control_plane", describe(&steps));
+    }
+
+    #[test]
+    fn golden_install_amd64() {
+        let hs = hosts(1, 0);
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        insta::assert_snapshot!("install_amd64", describe(&r.install(Arch::Amd64).unwrap()));
+    }
+
+    #[test]
+    fn golden_joins() {
+        let mut hs = hosts(3, 2);
+        hs[4].labels.insert("disk".into(), "ssd".into());
+        hs[4].taints.push("dedicated=batch:NoSchedule".into());
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let mut cp = r.join(&hs[1], &hs[0], &secrets()).unwrap();
+        cp.extend(r.settle(&hs[1]).unwrap());
+        insta::assert_snapshot!("join_control_plane", describe(&cp));
+        let mut w = r.join(&hs[4], &hs[0], &secrets()).unwrap();
+        w.extend(r.settle(&hs[4]).unwrap());
+        insta::assert_snapshot!("join_worker", describe(&w));
+        insta::assert_snapshot!("reset", describe(&r.reset(&hs[4]).unwrap()));
+    }
+
+    #[test]
+    fn golden_external_endpoint_external_etcd_and_ccm() {
+        let mut hs = hosts(1, 1);
+        hs[0].roles = vec![HostRole::ControlPlane];
+        for (i, n) in ["etcd1", "etcd2", "etcd3"].iter().enumerate() {
+            hs.push(Host {
+                name: n.to_string(),
+                address: format!("198.18.0.{}", 40 + i),
+                roles: vec![HostRole::Etcd],
+                ..hs[1].clone()
+            });
+        }
+        let extra = format!("{AWS_CCM}  api:\n    endpoint: k8s-api.example.com:8443\n");
+        let mut c = cluster(&extra);
+        c.spec.etcd = Some(crate::spec::Etcd {
+            kind: EtcdType::External,
+        });
+        let r = Renderer::new(&c, &hs).unwrap();
+        let init = r.init_config(&hs[0], &"k".repeat(64)).unwrap();
+        insta::assert_snapshot!("init_config_external", init);
+        let d = docs(&init);
+        assert_eq!(d[1]["controlPlaneEndpoint"], "k8s-api.example.com:8443");
+        assert_eq!(
+            d[1]["etcd"]["external"]["endpoints"],
+            serde_json::json!([
+                "https://198.18.0.40:2379",
+                "https://198.18.0.41:2379",
+                "https://198.18.0.42:2379"
+            ])
+        );
+        // No /etc/hosts games and no local proxy with a real load balancer in front.
+        assert!(r.endpoint_entry("1.2.3.4").is_none());
+        assert!(r.settle(&hs[1]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn cloud_provider_flags_are_consistent() {
+        let hs = hosts(1, 1);
+        for (extra, external) in [
+            ("", false),
+            (AWS_CCM, true),
+            ("  cloudControllerManager:\n    provider: none\n", false),
+        ] {
+            let r = Renderer::new(&cluster(extra), &hs).unwrap();
+            let init = docs(&r.init_config(&hs[0], &"k".repeat(64)).unwrap());
+            let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+            for args in [
+                &init[0]["nodeRegistration"]["kubeletExtraArgs"],
+                &join[0]["nodeRegistration"]["kubeletExtraArgs"],
+            ] {
+                let has = args
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a["name"] == "cloud-provider" && a["value"] == "external");
+                assert_eq!(has, external, "{extra:?}: {args}");
+            }
+            // kube-apiserver and kube-controller-manager never get the flag.
+            let cc = &init[1];
+            assert!(cc["apiServer"].get("extraArgs").is_none());
+            assert!(cc.get("controllerManager").is_none());
+            let text = r.init_config(&hs[0], "k").unwrap();
+            assert_eq!(
+                text.matches("cloud-provider").count(),
+                usize::from(external)
+            );
+        }
+    }
+
+    #[test]
+    fn kubeadm_documents_are_v1beta4_and_pin_the_ca() {
+        let hs = hosts(3, 1);
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let init = docs(&r.init_config(&hs[0], &"k".repeat(64)).unwrap());
+        assert_eq!(init[0]["apiVersion"], "kubeadm.k8s.io/v1beta4");
+        assert_eq!(init[0]["kind"], "InitConfiguration");
+        assert_eq!(init[1]["kind"], "ClusterConfiguration");
+        assert_eq!(
+            init[1]["controlPlaneEndpoint"],
+            "api.internal.demo.example.com:6443"
+        );
+        assert_eq!(init[1]["networking"]["podSubnet"], "100.96.0.0/11");
+        assert_eq!(init[1]["networking"]["serviceSubnet"], "100.64.0.0/13");
+        assert_eq!(init[1]["kubernetesVersion"], "v1.35.1");
+        assert_eq!(init[2]["kind"], "KubeletConfiguration");
+        assert_eq!(init[2]["cgroupDriver"], "systemd");
+        let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+        let bt = &join[0]["discovery"]["bootstrapToken"];
+        assert_eq!(
+            bt["caCertHashes"][0],
+            format!("sha256:{}", secrets().ca_cert_hash)
+        );
+        assert!(bt.get("unsafeSkipCAVerification").is_none());
+        assert_eq!(join[0]["controlPlane"]["certificateKey"], "c".repeat(64));
+        let worker = docs(&r.join_config(&hs[3], &secrets()).unwrap());
+        assert!(worker[0].get("controlPlane").is_none());
+        assert!(worker[0]["nodeRegistration"].get("taints").is_none());
+    }
+
+    #[test]
+    fn hostile_values_are_quoted() {
+        let mut hs = hosts(1, 1);
+        hs[1].labels.insert("team".into(), "a\"b'; rm -rf /".into());
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+        let args = join[0]["nodeRegistration"]["kubeletExtraArgs"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(args.iter().any(|a| a["value"] == "team=a\"b'; rm -rf /"));
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn bad_specs_are_named() {
+        let hs = hosts(1, 0);
+        let mut c = cluster("");
+        c.spec.networking.pod_cidr = None;
+        assert_eq!(
+            Renderer::new(&c, &hs).err().unwrap().to_string(),
+            "spec.networking.podCIDR is not set (the spec must be completed with defaults first)"
+        );
+        let mut named = hs.clone();
+        named[0].address = "cp1.example.com".into();
+        assert!(matches!(
+            Renderer::new(&cluster(""), &named),
+            Err(RenderError::Host { .. })
+        ));
+        let mut c = cluster("");
+        c.spec.api = Some(crate::spec::Api {
+            endpoint: Some("a:b:c".into()),
+            ..Default::default()
+        });
+        assert!(matches!(
+            Renderer::new(&c, &hs),
+            Err(RenderError::BadEndpoint(_))
+        ));
+        for (text, want) in [
+            ("lb:8443", ("lb", 8443)),
+            ("10.0.0.1", ("10.0.0.1", 6443)),
+            ("[fd00::1]:7443", ("[fd00::1]", 7443)),
+        ] {
+            assert_eq!(
+                parse_endpoint(text).unwrap(),
+                Endpoint::Fixed {
+                    host: want.0.into(),
+                    port: want.1
+                }
+            );
+        }
+        for bad in ["", "lb:", "lb:x", "[fd00::1", "a b"] {
+            assert!(parse_endpoint(bad).is_err(), "{bad}");
+        }
+    }
 }
