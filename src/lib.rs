@@ -7,6 +7,7 @@ pub mod cli;
 pub mod inventory;
 pub mod output;
 pub mod repo;
+pub mod provision;
 pub mod spec;
 pub mod ssh;
 pub mod state;

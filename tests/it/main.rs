@@ -4,5 +4,6 @@ mod support;
 
 mod cli;
 mod race;
+mod provision;
 mod smoke;
 mod state;

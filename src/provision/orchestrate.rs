@@ -1,0 +1,1124 @@
+//! Runs provisioning phases through a `HostExecutor`, in the order kubeadm needs:
+//!
+//! 1. preflight on every host (in parallel); facts compared across hosts;
+//! 2. container runtime and kube binaries (in parallel);
+//! 3. `kubeadm init --upload-certs` on the first control plane, unless it is initialised;
+//! 4. a join token and the CA pin read back from it; the certificate key re-uploaded when it
+//!    is older than its 2 h validity allows;
+//! 5. the other control planes join one at a time (etcd grows one member at a time);
+//! 6. workers join in parallel; a failing worker does not stop the others.
+//!
+//! Hosts already in the cluster (kubelet.conf present) are not joined again, so a re-run on a
+//! converged cluster only re-checks; new hosts in the inventory join.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use rand::RngCore;
+
+use super::assets::Arch;
+use super::pki;
+use super::render::{self, Endpoint, JoinSecrets, RenderError, Renderer};
+use crate::spec::{Cluster, Host, HostRole};
+use crate::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
+
+/// kubeadm deletes uploaded certificates after 2 h; keep a margin for slow joins.
+pub const CERTIFICATE_KEY_LIFETIME: i64 = 2 * 3600 - 15 * 60;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error("{host}: {path}: {message}")]
+    Remote {
+        host: String,
+        path: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error(
+        "no control plane has been initialised (no {} on any control-plane host)",
+        render::ADMIN_CONF
+    )]
+    NotInitialised,
+}
+
+/// How one host fared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostResult {
+    Ok,
+    Failed {
+        phase: Phase,
+        error: String,
+    },
+    /// Not attempted because something it depends on failed.
+    Skipped {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    Preflight,
+    Install,
+    Init,
+    JoinControlPlane,
+    JoinWorker,
+    Settle,
+    Reset,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Preflight => "preflight",
+            Phase::Install => "install",
+            Phase::Init => "init",
+            Phase::JoinControlPlane => "join control plane",
+            Phase::JoinWorker => "join worker",
+            Phase::Settle => "settle",
+            Phase::Reset => "reset",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostReport {
+    pub host: String,
+    pub roles: Vec<HostRole>,
+    pub result: HostResult,
+    pub changed: usize,
+    pub unchanged: usize,
+    pub duration: Duration,
+}
+
+/// The final table: host, roles, result, duration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub hosts: Vec<HostReport>,
+}
+
+impl Report {
+    pub fn success(&self) -> bool {
+        self.hosts.iter().all(|h| h.result == HostResult::Ok)
+    }
+
+    /// Steps that changed something; 0 on a converged cluster.
+    pub fn changed(&self) -> usize {
+        self.hosts.iter().map(|h| h.changed).sum()
+    }
+}
+
+/// Inputs that vary between runs, injectable for tests.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Unix time, to date certificate keys.
+    pub now: i64,
+}
+
+impl Options {
+    pub fn current() -> Self {
+        Options {
+            now: chrono::Utc::now().timestamp(),
+        }
+    }
+}
+
+/// What preflight learnt about a host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub hostname: String,
+    pub machine: String,
+    pub product_uuid: String,
+    pub macs: Vec<String>,
+}
+
+impl Facts {
+    pub fn parse(text: &str) -> Facts {
+        let mut f = Facts::default();
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let v = v.trim();
+            match k {
+                "hostname" => f.hostname = v.to_string(),
+                "machine" => f.machine = v.to_string(),
+                "product_uuid" => f.product_uuid = v.to_string(),
+                "macs" => f.macs = v.split_whitespace().map(str::to_string).collect(),
+                _ => {}
+            }
+        }
+        f
+    }
+
+    pub fn arch(&self) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.uname() == self.machine)
+    }
+}
+
+/// Finds values that more than one host reports; returns a message per offending host.
+pub fn duplicate_facts(facts: &[(String, Facts)]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut check = |what: &str, why: &str, value_of: &dyn Fn(&Facts) -> Vec<String>| {
+        let mut seen: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for (host, f) in facts {
+            for v in value_of(f) {
+                if !v.is_empty() && v != "unknown" {
+                    seen.entry(v).or_default().push(host);
+                }
+            }
+        }
+        for (value, hosts) in seen {
+            if hosts.len() > 1 {
+                for h in &hosts {
+                    let others: Vec<&str> = hosts.iter().copied().filter(|o| o != h).collect();
+                    out.entry(h.to_string()).or_default().push(format!(
+                        "{what} {value} is also used by {}; {why}",
+                        others.join(", ")
+                    ));
+                }
+            }
+        }
+    };
+    check("hostname", "each node must have a unique hostname", &|f| {
+        vec![f.hostname.clone()]
+    });
+    check(
+        "product_uuid",
+        "cloned machines confuse the kubelet and CNI plugins (regenerate the machine's UUID)",
+        &|f| vec![f.product_uuid.clone()],
+    );
+    check(
+        "MAC address",
+        "cloned network interfaces break pod networking",
+        &|f| f.macs.clone(),
+    );
+    out
+}
+
+struct Tracker {
+    reports: BTreeMap<String, HostReport>,
+    order: Vec<String>,
+}
+
+impl Tracker {
+    fn new(hosts: &[Host]) -> Self {
+        Tracker {
+            reports: hosts
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.clone(),
+                        HostReport {
+                            host: h.name.clone(),
+                            roles: h.roles.clone(),
+                            result: HostResult::Ok,
+                            changed: 0,
+                            unchanged: 0,
+                            duration: Duration::ZERO,
+                        },
+                    )
+                })
+                .collect(),
+            order: hosts.iter().map(|h| h.name.clone()).collect(),
+        }
+    }
+
+    fn healthy(&self, host: &str) -> bool {
+        self.reports
+            .get(host)
+            .is_some_and(|r| r.result == HostResult::Ok)
+    }
+
+    fn record(
+        &mut self,
+        host: &str,
+        phase: Phase,
+        took: Duration,
+        result: Result<Vec<StepOutcome>, String>,
+    ) -> bool {
+        let Some(r) = self.reports.get_mut(host) else {
+            return false;
+        };
+        r.duration += took;
+        match result {
+            Ok(outcomes) => {
+                for o in outcomes {
+                    match o {
+                        StepOutcome::Changed => r.changed += 1,
+                        StepOutcome::Unchanged => r.unchanged += 1,
+                    }
+                }
+                true
+            }
+            Err(error) => {
+                r.result = HostResult::Failed { phase, error };
+                false
+            }
+        }
+    }
+
+    fn fail(&mut self, host: &str, phase: Phase, error: String) {
+        if let Some(r) = self.reports.get_mut(host) {
+            r.result = HostResult::Failed { phase, error };
+        }
+    }
+
+    fn skip(&mut self, host: &str, reason: &str) {
+        if let Some(r) = self.reports.get_mut(host) {
+            if r.result == HostResult::Ok {
+                r.result = HostResult::Skipped {
+                    reason: reason.to_string(),
+                };
+            }
+        }
+    }
+
+    fn finish(mut self) -> Report {
+        Report {
+            hosts: self
+                .order
+                .iter()
+                .filter_map(|h| self.reports.remove(h))
+                .collect(),
+        }
+    }
+}
+
+async fn timed(
+    exec: &dyn HostExecutor,
+    host: &str,
+    steps: &[Step],
+) -> (Duration, Result<Vec<StepOutcome>, String>) {
+    let start = Instant::now();
+    let r = exec.run_steps(host, steps).await.map_err(|e| e.to_string());
+    (start.elapsed(), r)
+}
+
+/// Runs one step list per host, all hosts concurrently (the executor bounds concurrency).
+async fn parallel(
+    exec: &dyn HostExecutor,
+    tracker: &mut Tracker,
+    phase: Phase,
+    work: Vec<(String, Vec<Step>)>,
+) {
+    let runs = work.iter().map(|(host, steps)| timed(exec, host, steps));
+    let results = join_all(runs).await;
+    for ((host, _), (took, r)) in work.iter().zip(results) {
+        tracker.record(host, phase, took, r);
+    }
+}
+
+async fn read_text(
+    exec: &dyn HostExecutor,
+    host: &str,
+    path: &str,
+) -> Result<Option<String>, ProvisionError> {
+    let Some(bytes) = exec.read_file(host, path).await? else {
+        return Ok(None);
+    };
+    String::from_utf8(bytes.to_vec())
+        .map(Some)
+        .map_err(|_| ProvisionError::Remote {
+            host: host.into(),
+            path: path.into(),
+            message: "not UTF-8 text".into(),
+        })
+}
+
+fn new_certificate_key() -> String {
+    let mut key = [0u8; 32];
+    rand::rng().fill_bytes(&mut key);
+    hex::encode(key)
+}
+
+/// Parses `kubeadm token create --print-join-command` output: the token and the CA pin.
+pub fn parse_join_command(text: &str) -> Option<(String, Option<String>)> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let after = |flag: &str| {
+        words
+            .iter()
+            .position(|w| *w == flag)
+            .and_then(|i| words.get(i + 1))
+            .map(|s| s.to_string())
+    };
+    let token = after("--token")?;
+    let hash = after("--discovery-token-ca-cert-hash")
+        .map(|h| h.strip_prefix("sha256:").unwrap_or(&h).to_string());
+    Some((token, hash))
+}
+
+/// Provisions (or converges) the cluster's hosts.
+pub async fn provision(
+    exec: &dyn HostExecutor,
+    cluster: &Cluster,
+    hosts: &[Host],
+    options: &Options,
+) -> Result<Report, ProvisionError> {
+    let renderer = Renderer::new(cluster, hosts)?;
+    let mut t = Tracker::new(hosts);
+
+    // 1. Preflight.
+    let work = hosts
+        .iter()
+        .map(|h| Ok((h.name.clone(), renderer.preflight(h)?)))
+        .collect::<Result<Vec<_>, RenderError>>()?;
+    parallel(exec, &mut t, Phase::Preflight, work).await;
+    let mut facts = Vec::new();
+    for h in hosts {
+        if !t.healthy(&h.name) {
+            continue;
+        }
+        match read_text(exec, &h.name, render::FACTS_FILE).await {
+            Ok(Some(text)) => facts.push((h.name.clone(), Facts::parse(&text))),
+            Ok(None) => t.fail(
+                &h.name,
+                Phase::Preflight,
+                format!("preflight wrote no {}", render::FACTS_FILE),
+            ),
+            Err(e) => t.fail(&h.name, Phase::Preflight, e.to_string()),
+        }
+    }
+    for (host, problems) in duplicate_facts(&facts) {
+        t.fail(&host, Phase::Preflight, problems.join("; "));
+    }
+
+    // 2. Runtime and binaries.
+    let mut work = Vec::new();
+    for (host, f) in &facts {
+        if !t.healthy(host) {
+            continue;
+        }
+        match f.arch() {
+            Some(arch) => work.push((host.clone(), renderer.install(arch)?)),
+            None => t.fail(
+                host,
+                Phase::Preflight,
+                format!("unsupported architecture {:?}", f.machine),
+            ),
+        }
+    }
+    parallel(exec, &mut t, Phase::Install, work).await;
+
+    // 3. The first control plane: an initialised one if any, else the first healthy one.
+    let mut initialised = Vec::new();
+    for cp in renderer.control_planes() {
+        if t.healthy(&cp.name)
+            && exec
+                .read_file(&cp.name, render::ADMIN_CONF)
+                .await?
+                .is_some()
+        {
+            initialised.push(cp.name.clone());
+        }
+    }
+    let first = match initialised.first() {
+        Some(name) => hosts.iter().find(|h| &h.name == name),
+        None => renderer.control_planes().find(|h| t.healthy(&h.name)),
+    };
+    let Some(first) = first.cloned() else {
+        for h in hosts {
+            t.skip(
+                &h.name,
+                "no control plane is available to initialise or join",
+            );
+        }
+        return Ok(t.finish());
+    };
+    let mut certificate_key = None;
+    if initialised.is_empty() {
+        let key = new_certificate_key();
+        let mut steps = vec![renderer.certificate_key(&key, options.now)];
+        steps.extend(renderer.init(&first, &key)?);
+        steps.extend(renderer.settle(&first)?);
+        let (took, r) = timed(exec, &first.name, &steps).await;
+        if !t.record(&first.name, Phase::Init, took, r) {
+            for h in hosts {
+                t.skip(&h.name, &format!("kubeadm init failed on {}", first.name));
+            }
+            return Ok(t.finish());
+        }
+        certificate_key = Some((options.now, key));
+    } else {
+        let steps = renderer.settle(&first)?;
+        let (took, r) = timed(exec, &first.name, &steps).await;
+        t.record(&first.name, Phase::Settle, took, r);
+    }
+
+    // 4. Who still has to join; members only re-check their settled state.
+    let mut to_join = Vec::new();
+    let mut settle = Vec::new();
+    for h in hosts {
+        if h.name == first.name || !t.healthy(&h.name) || !joins_cluster(h) {
+            continue;
+        }
+        if exec
+            .read_file(&h.name, render::KUBELET_CONF)
+            .await?
+            .is_some()
+        {
+            settle.push((h.name.clone(), renderer.settle(h)?));
+        } else {
+            to_join.push(h.clone());
+        }
+    }
+    parallel(exec, &mut t, Phase::Settle, settle).await;
+    if to_join.is_empty() {
+        return Ok(t.finish());
+    }
+    let secrets = match join_secrets(
+        exec,
+        &renderer,
+        &first,
+        certificate_key,
+        to_join.iter().any(is_control_plane),
+        options,
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let why = format!("cannot prepare joins on {}: {e}", first.name);
+            for h in &to_join {
+                t.fail(&h.name, Phase::JoinWorker, why.clone());
+            }
+            return Ok(t.finish());
+        }
+    };
+
+    // 5. Control planes, one at a time.
+    let mut cp_failed: Option<String> = None;
+    for h in to_join.iter().filter(|h| is_control_plane(h)) {
+        if let Some(failed) = &cp_failed {
+            t.skip(
+                &h.name,
+                &format!("control plane {failed} failed to join before it"),
+            );
+            continue;
+        }
+        let mut steps = renderer.join(h, &first, &secrets)?;
+        steps.extend(renderer.settle(h)?);
+        let (took, r) = timed(exec, &h.name, &steps).await;
+        if !t.record(&h.name, Phase::JoinControlPlane, took, r) {
+            cp_failed = Some(h.name.clone());
+        }
+    }
+
+    // 6. Workers, all at once.
+    let work = to_join
+        .iter()
+        .filter(|h| !is_control_plane(h))
+        .map(|h| {
+            let mut steps = renderer.join(h, &first, &secrets)?;
+            steps.extend(renderer.settle(h)?);
+            Ok((h.name.clone(), steps))
+        })
+        .collect::<Result<Vec<_>, RenderError>>()?;
+    parallel(exec, &mut t, Phase::JoinWorker, work).await;
+    Ok(t.finish())
+}
+
+fn is_control_plane(h: &Host) -> bool {
+    h.roles.contains(&HostRole::ControlPlane)
+}
+
+/// Dedicated etcd hosts are not Kubernetes nodes.
+fn joins_cluster(h: &Host) -> bool {
+    h.roles.contains(&HostRole::ControlPlane) || h.roles.contains(&HostRole::Node)
+}
+
+async fn join_secrets(
+    exec: &dyn HostExecutor,
+    renderer: &Renderer,
+    first: &Host,
+    fresh_key: Option<(i64, String)>,
+    control_planes_join: bool,
+    options: &Options,
+) -> Result<JoinSecrets, ProvisionError> {
+    let remote = |path: &str, message: String| ProvisionError::Remote {
+        host: first.name.clone(),
+        path: path.to_string(),
+        message,
+    };
+    let ca = read_text(exec, &first.name, render::CA_CERT)
+        .await?
+        .ok_or_else(|| remote(render::CA_CERT, "missing".into()))?;
+    let ca_cert_hash =
+        pki::ca_cert_hash(&ca).map_err(|e| remote(render::CA_CERT, e.to_string()))?;
+
+    let mut steps = vec![renderer.join_token()];
+    let mut key = fresh_key.map(|(_, k)| k);
+    if key.is_none() && control_planes_join {
+        let existing = read_text(exec, &first.name, render::CERTIFICATE_KEY_FILE).await?;
+        key = existing.as_deref().and_then(|text| {
+            let (issued, k) = text.trim().split_once(' ')?;
+            let issued: i64 = issued.parse().ok()?;
+            (options.now - issued < CERTIFICATE_KEY_LIFETIME && k.len() == 64)
+                .then(|| k.to_string())
+        });
+        if key.is_none() {
+            // Expired (or never recorded): upload the certificates again under a new key.
+            let k = new_certificate_key();
+            steps.push(renderer.certificate_key(&k, options.now));
+            key = Some(k);
+        }
+    }
+    exec.run_steps(&first.name, &steps).await?;
+    let command = read_text(exec, &first.name, render::JOIN_COMMAND_FILE)
+        .await?
+        .ok_or_else(|| remote(render::JOIN_COMMAND_FILE, "missing".into()))?;
+    let (token, printed_hash) = parse_join_command(&command).ok_or_else(|| {
+        remote(
+            render::JOIN_COMMAND_FILE,
+            "no --token in kubeadm's join command".into(),
+        )
+    })?;
+    if let Some(printed) = printed_hash {
+        if printed != ca_cert_hash {
+            return Err(remote(
+                render::CA_CERT,
+                format!(
+                    "kubeadm pins the CA as sha256:{printed} but {} hashes to sha256:{ca_cert_hash}",
+                    render::CA_CERT
+                ),
+            ));
+        }
+    }
+    Ok(JoinSecrets {
+        token,
+        ca_cert_hash,
+        certificate_key: key.unwrap_or_default(),
+    })
+}
+
+/// Resets every host (`delete cluster`), in parallel.
+pub async fn reset(
+    exec: &dyn HostExecutor,
+    cluster: &Cluster,
+    hosts: &[Host],
+) -> Result<Report, ProvisionError> {
+    let renderer = Renderer::new(cluster, hosts)?;
+    let mut t = Tracker::new(hosts);
+    let work = hosts
+        .iter()
+        .map(|h| Ok((h.name.clone(), renderer.reset(h)?)))
+        .collect::<Result<Vec<_>, RenderError>>()?;
+    parallel(exec, &mut t, Phase::Reset, work).await;
+    Ok(t.finish())
+}
+
+/// The cluster's admin kubeconfig, from the first control plane that has one. With the
+/// local-proxy endpoint (a name only the nodes resolve) the server is rewritten to that
+/// control plane's reachable address, which the API server certificate also covers.
+pub async fn admin_kubeconfig(
+    exec: &dyn HostExecutor,
+    cluster: &Cluster,
+    hosts: &[Host],
+) -> Result<String, ProvisionError> {
+    let renderer = Renderer::new(cluster, hosts)?;
+    for cp in renderer.control_planes() {
+        let Some(text) = read_text(exec, &cp.name, render::ADMIN_CONF).await? else {
+            continue;
+        };
+        return Ok(match renderer.endpoint() {
+            Endpoint::Fixed { .. } => text,
+            Endpoint::LocalProxy { .. } => {
+                let reachable = cp.access_ip.clone().unwrap_or(render::node_ip(cp)?);
+                text.replace(
+                    &format!("https://{}", renderer.endpoint().address()),
+                    &format!("https://{reachable}:6443"),
+                )
+            }
+        });
+    }
+    Err(ProvisionError::NotInitialised)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::{BTreeSet, HashMap};
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+
+    use super::*;
+
+    pub(crate) const CA: &str = include_str!("testdata/ca.crt");
+    const CA_HASH: &str = include_str!("testdata/ca.hash");
+
+    pub(crate) fn cluster(extra: &str) -> Cluster {
+        let yaml = format!(
+            "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: demo.example.com\n\
+             spec:\n  cloudProvider: metal\n  kubernetesVersion: 1.35.1\n  networking:\n    \
+             podCIDR: 100.96.0.0/11\n    serviceCIDR: 100.64.0.0/13\n  etcd:\n    type: Stacked\n{extra}"
+        );
+        serde_saphyr::from_str(&yaml).unwrap()
+    }
+
+    pub(crate) fn hosts(cps: usize, workers: usize) -> Vec<Host> {
+        let mut out = Vec::new();
+        for i in 0..cps + workers {
+            let cp = i < cps;
+            out.push(Host {
+                name: if cp {
+                    format!("cp{}", i + 1)
+                } else {
+                    format!("w{}", i + 1 - cps)
+                },
+                address: format!("198.18.0.{}", 11 + i),
+                ip: None,
+                access_ip: None,
+                user: None,
+                port: None,
+                key_path: None,
+                bastion: None,
+                roles: if cp {
+                    vec![HostRole::ControlPlane, HostRole::Etcd]
+                } else {
+                    vec![HostRole::Node]
+                },
+                labels: Default::default(),
+                taints: vec![],
+            });
+        }
+        out
+    }
+
+    #[derive(Debug, Clone)]
+    struct Event {
+        host: String,
+        step: String,
+        start: u64,
+        end: u64,
+    }
+
+    /// Simulates hosts: stores uploaded files, plays the effect of kubeadm steps, treats a
+    /// step as converged when its check exists and it already succeeded with the same files.
+    #[derive(Default)]
+    struct Fake {
+        clock: Mutex<u64>,
+        events: Mutex<Vec<Event>>,
+        files: Mutex<HashMap<(String, String), Bytes>>,
+        done: Mutex<BTreeSet<(String, String, Vec<Bytes>)>>,
+        fail: Vec<(String, String)>,
+        unreachable: Vec<String>,
+        duplicate_uuid: bool,
+    }
+
+    impl Fake {
+        fn tick(&self) -> u64 {
+            let mut c = self.clock.lock().unwrap();
+            *c += 1;
+            *c
+        }
+
+        fn put(&self, host: &str, path: &str, content: impl Into<Bytes>) {
+            self.files
+                .lock()
+                .unwrap()
+                .insert((host.into(), path.into()), content.into());
+        }
+
+        fn events(&self) -> Vec<Event> {
+            self.events.lock().unwrap().clone()
+        }
+
+        fn steps_on(&self, host: &str) -> Vec<String> {
+            self.events()
+                .into_iter()
+                .filter(|e| e.host == host)
+                .map(|e| e.step)
+                .collect()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HostExecutor for Fake {
+        async fn run_steps(
+            &self,
+            host: &str,
+            steps: &[Step],
+        ) -> Result<Vec<StepOutcome>, ExecError> {
+            if self.unreachable.iter().any(|h| h == host) {
+                return Err(ExecError::Connect {
+                    host: host.into(),
+                    message: "No route to host".into(),
+                });
+            }
+            let mut out = Vec::new();
+            for s in steps {
+                let start = self.tick();
+                // Let concurrent hosts interleave, as real ssh round trips do.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let key = (
+                    host.to_string(),
+                    s.name.clone(),
+                    s.files.iter().map(|f| f.content.clone()).collect(),
+                );
+                let converged = s.check.is_some() && self.done.lock().unwrap().contains(&key);
+                let end = self.tick();
+                self.events.lock().unwrap().push(Event {
+                    host: host.into(),
+                    step: s.name.clone(),
+                    start,
+                    end,
+                });
+                if self
+                    .fail
+                    .iter()
+                    .any(|(h, n)| h == host && s.name.starts_with(n.as_str()))
+                {
+                    return Err(ExecError::Step {
+                        host: host.into(),
+                        step: s.name.clone(),
+                        code: Some(1),
+                        stderr: "boom".into(),
+                    });
+                }
+                if converged {
+                    out.push(StepOutcome::Unchanged);
+                    continue;
+                }
+                for f in &s.files {
+                    self.put(host, &f.path, f.content.clone());
+                }
+                match s.name.as_str() {
+                    "preflight: checks" => {
+                        let uuid = if self.duplicate_uuid { "same".to_string() } else { format!("uuid-{host}") };
+                        self.put(host, render::FACTS_FILE, format!(
+                            "hostname={host}\nmachine=x86_64\nproduct_uuid={uuid}\nmacs=mac-of-{host}\n"
+                        ));
+                    }
+                    "kubeadm: init" => {
+                        self.put(host, render::ADMIN_CONF, "apiVersion: v1\nclusters:\n- cluster:\n    server: https://api.internal.demo.example.com:6443\n");
+                        self.put(host, render::CA_CERT, CA);
+                        self.put(host, render::KUBELET_CONF, "kubelet");
+                    }
+                    "kubeadm: join token" => self.put(host, render::JOIN_COMMAND_FILE, format!(
+                        "kubeadm join api.internal.demo.example.com:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:{}\n",
+                        CA_HASH.trim()
+                    )),
+                    "kubeadm: join" => self.put(host, render::KUBELET_CONF, "kubelet"),
+                    _ => {}
+                }
+                self.done.lock().unwrap().insert(key);
+                out.push(StepOutcome::Changed);
+            }
+            Ok(out)
+        }
+
+        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+            Ok(self
+                .files
+                .lock()
+                .unwrap()
+                .get(&(host.to_string(), path.to_string()))
+                .cloned())
+        }
+    }
+
+    fn opts() -> Options {
+        Options { now: 1_800_000_000 }
+    }
+
+    fn span(events: &[Event], host: &str, step: &str) -> (u64, u64) {
+        let e = events
+            .iter()
+            .find(|e| e.host == host && e.step == step)
+            .unwrap_or_else(|| panic!("{host}: no {step}"));
+        (e.start, e.end)
+    }
+
+    #[tokio::test]
+    async fn ha_order_init_then_sequential_control_planes_then_parallel_workers() {
+        let fake = Fake::default();
+        let hosts = hosts(3, 3);
+        let report = provision(&fake, &cluster(""), &hosts, &opts())
+            .await
+            .unwrap();
+        assert!(report.success(), "{report:#?}");
+        let ev = fake.events();
+        let init = span(&ev, "cp1", "kubeadm: init");
+        let joins: Vec<(u64, u64)> = ["cp2", "cp3", "w1", "w2", "w3"]
+            .iter()
+            .map(|h| span(&ev, h, "kubeadm: join"))
+            .collect();
+        for j in &joins {
+            assert!(init.1 < j.0, "a join started before init finished");
+        }
+        // Control planes strictly one after the other, and before workers.
+        assert!(joins[0].1 < joins[1].0);
+        for w in &joins[2..] {
+            assert!(joins[1].1 < w.0);
+        }
+        // Workers overlap: each starts before the others end.
+        let latest_start = joins[2..].iter().map(|j| j.0).max().unwrap();
+        let earliest_end = joins[2..].iter().map(|j| j.1).min().unwrap();
+        assert!(
+            latest_start < earliest_end,
+            "workers did not join in parallel: {joins:?}"
+        );
+        assert!(!fake.steps_on("cp2").contains(&"kubeadm: init".to_string()));
+        // The join configs pin the CA read back from cp1 and carry the key init uploaded.
+        let files = fake.files.lock().unwrap();
+        let join = std::str::from_utf8(
+            &files[&(
+                "cp2".to_string(),
+                "/etc/kubernetes/kprov/kubeadm-join.yaml".to_string(),
+            )],
+        )
+        .unwrap()
+        .to_string();
+        let key_file = std::str::from_utf8(
+            &files[&("cp1".to_string(), render::CERTIFICATE_KEY_FILE.to_string())],
+        )
+        .unwrap()
+        .to_string();
+        let key = key_file.split_whitespace().nth(1).unwrap();
+        assert!(
+            join.contains(&format!("sha256:{}", CA_HASH.trim())),
+            "{join}"
+        );
+        assert!(
+            join.contains(&format!("certificateKey: \"{key}\"")),
+            "{join}"
+        );
+        assert!(key_file.starts_with("1800000000 "));
+        assert!(!join.contains("unsafeSkipCAVerification"));
+        let worker_join = std::str::from_utf8(
+            &files[&(
+                "w1".to_string(),
+                "/etc/kubernetes/kprov/kubeadm-join.yaml".to_string(),
+            )],
+        )
+        .unwrap()
+        .to_string();
+        assert!(!worker_join.contains("controlPlane:"));
+    }
+
+    #[tokio::test]
+    async fn rerun_is_a_no_op() {
+        let fake = Fake::default();
+        let hosts = hosts(3, 2);
+        provision(&fake, &cluster(""), &hosts, &opts())
+            .await
+            .unwrap();
+        let before = fake.events().len();
+        let report = provision(&fake, &cluster(""), &hosts, &opts())
+            .await
+            .unwrap();
+        assert!(report.success());
+        assert_eq!(report.changed(), 0, "{report:#?}");
+        let rerun: Vec<String> = fake.events()[before..]
+            .iter()
+            .map(|e| e.step.clone())
+            .collect();
+        for forbidden in [
+            "kubeadm: init",
+            "kubeadm: join",
+            "kubeadm: join token",
+            "kubeadm: certificate key",
+        ] {
+            assert!(
+                !rerun.iter().any(|s| s == forbidden),
+                "{forbidden} ran again"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn new_host_joins_on_rerun_and_expired_key_is_reuploaded() {
+        let fake = Fake::default();
+        let mut hs = hosts(1, 1);
+        provision(&fake, &cluster(""), &hs, &opts()).await.unwrap();
+        // A new control plane arrives three hours later: the key from init has expired.
+        hs.insert(
+            1,
+            Host {
+                name: "cp2".into(),
+                address: "198.18.0.30".into(),
+                ..hs[0].clone()
+            },
+        );
+        let later = Options {
+            now: opts().now + 3 * 3600,
+        };
+        let before = fake.events().len();
+        let report = provision(&fake, &cluster(""), &hs, &later).await.unwrap();
+        assert!(report.success(), "{report:#?}");
+        let rerun: Vec<(String, String)> = fake.events()[before..]
+            .iter()
+            .map(|e| (e.host.clone(), e.step.clone()))
+            .collect();
+        assert!(rerun.contains(&("cp1".into(), "kubeadm: certificate key".into())));
+        assert!(rerun.contains(&("cp2".into(), "kubeadm: join".into())));
+        assert!(!rerun.contains(&("w1".into(), "kubeadm: join".into())));
+        let files = fake.files.lock().unwrap();
+        let key_file = std::str::from_utf8(
+            &files[&("cp1".to_string(), render::CERTIFICATE_KEY_FILE.to_string())],
+        )
+        .unwrap()
+        .to_string();
+        assert!(key_file.starts_with(&format!("{} ", later.now)));
+        // The worker's proxy now balances over both control planes.
+        let cfg = std::str::from_utf8(
+            &files[&(
+                "w1".to_string(),
+                "/etc/kubernetes/kprov/haproxy.cfg".to_string(),
+            )],
+        )
+        .unwrap()
+        .to_string();
+        assert!(
+            cfg.contains("server cp1 198.18.0.11:6443")
+                && cfg.contains("server cp2 198.18.0.30:6443"),
+            "{cfg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn valid_key_is_reused_without_reupload() {
+        let fake = Fake::default();
+        let mut hs = hosts(1, 0);
+        provision(&fake, &cluster(""), &hs, &opts()).await.unwrap();
+        hs.push(Host {
+            name: "cp2".into(),
+            address: "198.18.0.30".into(),
+            ..hs[0].clone()
+        });
+        let before = fake.events().len();
+        let soon = Options {
+            now: opts().now + 3600,
+        };
+        provision(&fake, &cluster(""), &hs, &soon).await.unwrap();
+        assert!(
+            !fake.events()[before..]
+                .iter()
+                .any(|e| e.step == "kubeadm: certificate key")
+        );
+    }
+
+    #[tokio::test]
+    async fn failed_worker_does_not_stop_others() {
+        let fake = Fake {
+            fail: vec![("w2".into(), "kubeadm: join".into())],
+            unreachable: vec!["w3".into()],
+            ..Default::default()
+        };
+        let report = provision(&fake, &cluster(""), &hosts(1, 4), &opts())
+            .await
+            .unwrap();
+        assert!(!report.success());
+        let result = |h: &str| {
+            report
+                .hosts
+                .iter()
+                .find(|r| r.host == h)
+                .unwrap()
+                .result
+                .clone()
+        };
+        assert_eq!(result("w1"), HostResult::Ok);
+        assert_eq!(result("w4"), HostResult::Ok);
+        assert!(
+            matches!(result("w2"), HostResult::Failed { phase: Phase::JoinWorker, ref error } if error.contains("boom"))
+        );
+        assert!(
+            matches!(result("w3"), HostResult::Failed { phase: Phase::Preflight, ref error } if error.contains("No route to host"))
+        );
+    }
+
+    #[tokio::test]
+    async fn failed_control_plane_join_stops_later_control_planes_only() {
+        let fake = Fake {
+            fail: vec![("cp2".into(), "kubeadm: join".into())],
+            ..Default::default()
+        };
+        let report = provision(&fake, &cluster(""), &hosts(3, 1), &opts())
+            .await
+            .unwrap();
+        let result = |h: &str| {
+            report
+                .hosts
+                .iter()
+                .find(|r| r.host == h)
+                .unwrap()
+                .result
+                .clone()
+        };
+        assert!(matches!(result("cp2"), HostResult::Failed { .. }));
+        assert!(
+            matches!(result("cp3"), HostResult::Skipped { ref reason } if reason.contains("cp2"))
+        );
+        assert_eq!(result("w1"), HostResult::Ok);
+        assert!(!fake.steps_on("cp3").contains(&"kubeadm: join".to_string()));
+    }
+
+    #[tokio::test]
+    async fn failed_init_skips_everyone_else() {
+        let fake = Fake {
+            fail: vec![("cp1".into(), "kubeadm: init".into())],
+            ..Default::default()
+        };
+        let report = provision(&fake, &cluster(""), &hosts(1, 2), &opts())
+            .await
+            .unwrap();
+        assert!(matches!(
+            report.hosts[0].result,
+            HostResult::Failed {
+                phase: Phase::Init,
+                ..
+            }
+        ));
+        assert!(matches!(report.hosts[1].result, HostResult::Skipped { .. }));
+        assert!(!fake.steps_on("w1").contains(&"kubeadm: join".to_string()));
+    }
+
+    #[tokio::test]
+    async fn cloned_machines_fail_preflight() {
+        let fake = Fake {
+            duplicate_uuid: true,
+            ..Default::default()
+        };
+        let report = provision(&fake, &cluster(""), &hosts(1, 1), &opts())
+            .await
+            .unwrap();
+        for r in &report.hosts {
+            assert!(
+                matches!(&r.result, HostResult::Failed { phase: Phase::Preflight, error } if error.contains("product_uuid same is also used by")),
+                "{r:?}"
+            );
+        }
+        assert!(!fake.events().iter().any(|e| e.step.starts_with("kubeadm")));
+    }
+
+    #[tokio::test]
+    async fn reset_and_admin_kubeconfig() {
+        let fake = Fake::default();
+        let hs = hosts(1, 1);
+        assert!(matches!(
+            admin_kubeconfig(&fake, &cluster(""), &hs).await,
+            Err(ProvisionError::NotInitialised)
+        ));
+        provision(&fake, &cluster(""), &hs, &opts()).await.unwrap();
+        let kc = admin_kubeconfig(&fake, &cluster(""), &hs).await.unwrap();
+        assert!(kc.contains("server: https://198.18.0.11:6443"), "{kc}");
+        let report = reset(&fake, &cluster(""), &hs).await.unwrap();
+        assert!(report.success());
+        assert_eq!(fake.steps_on("w1").last().unwrap(), "kubeadm: reset");
+    }
+
+    #[test]
+    fn join_command_parsing() {
+        assert_eq!(
+            parse_join_command(
+                "kubeadm join x:6443 --token a.b --discovery-token-ca-cert-hash sha256:ff \n"
+            ),
+            Some(("a.b".into(), Some("ff".into())))
+        );
+        assert_eq!(parse_join_command("kubeadm join x:6443"), None);
+    }
+}

@@ -1,0 +1,958 @@
+//! Turns a completed cluster and its hosts into the steps that run on each node.
+//!
+//! Everything here is pure: no I/O except reading `file://` assets to upload them. The
+//! orchestrator (`orchestrate`) decides which of these step lists run where and when.
+//!
+//! HA endpoint on bare metal (Kubespray's approach): when `spec.api.endpoint` names an
+//! external load balancer or virtual IP, it is the `controlPlaneEndpoint`. Otherwise the
+//! endpoint is the name `api.internal.CLUSTER:6443`, which each host resolves through a line in
+//! its own /etc/hosts: control planes to themselves, workers to 127.0.0.1 where a local haproxy
+//! (static pod) balances over every control plane. While a host joins, the name points at the
+//! first control plane (its own proxy or API server does not run yet). This works the same for
+//! 1 and 3 control planes, needs no extra machine, and adding control planes later only
+//! rewrites the proxies' backend lists.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tera::Tera;
+
+use super::assets::{self, Arch, Asset, Component, Install, Source};
+use crate::inventory::parse_taint;
+use crate::spec::{Cluster, EtcdType, Host, HostRole};
+use crate::ssh::task::{RemoteFile, Step};
+
+/// Image of the local API proxy on workers.
+pub const API_PROXY_IMAGE: &str = "docker.io/library/haproxy:3.2-alpine";
+/// Sandbox image for containerd, as kubeadm 1.34/1.35 expects.
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
+/// Marker on kprov's line in /etc/hosts.
+const HOSTS_MARK: &str = "# kprov-api";
+pub const KPROV_DIR: &str = "/etc/kubernetes/kprov";
+pub const CERTIFICATE_KEY_FILE: &str = "/etc/kubernetes/kprov/certificate-key";
+pub const JOIN_COMMAND_FILE: &str = "/etc/kubernetes/kprov/join-command";
+pub const FACTS_FILE: &str = "/var/lib/kprov/facts";
+pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
+pub const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
+pub const CA_CERT: &str = "/etc/kubernetes/pki/ca.crt";
+
+const SHORT: Duration = Duration::from_secs(120);
+const LONG: Duration = Duration::from_secs(600);
+
+const TEMPLATES: &[(&str, &str)] = &[
+    (
+        "node/preflight.sh.tera",
+        include_str!("../../templates/node/preflight.sh.tera"),
+    ),
+    (
+        "node/modules-load.conf.tera",
+        include_str!("../../templates/node/modules-load.conf.tera"),
+    ),
+    (
+        "node/sysctl.conf.tera",
+        include_str!("../../templates/node/sysctl.conf.tera"),
+    ),
+    (
+        "node/install.sh.tera",
+        include_str!("../../templates/node/install.sh.tera"),
+    ),
+    (
+        "node/containerd-config.toml.tera",
+        include_str!("../../templates/node/containerd-config.toml.tera"),
+    ),
+    (
+        "node/containerd.service.tera",
+        include_str!("../../templates/node/containerd.service.tera"),
+    ),
+    (
+        "node/crictl.yaml.tera",
+        include_str!("../../templates/node/crictl.yaml.tera"),
+    ),
+    (
+        "node/kubelet.service.tera",
+        include_str!("../../templates/node/kubelet.service.tera"),
+    ),
+    (
+        "node/10-kubeadm.conf.tera",
+        include_str!("../../templates/node/10-kubeadm.conf.tera"),
+    ),
+    (
+        "node/node-registration.yaml.tera",
+        include_str!("../../templates/node/node-registration.yaml.tera"),
+    ),
+    (
+        "node/kubeadm-init.yaml.tera",
+        include_str!("../../templates/node/kubeadm-init.yaml.tera"),
+    ),
+    (
+        "node/kubeadm-join.yaml.tera",
+        include_str!("../../templates/node/kubeadm-join.yaml.tera"),
+    ),
+    (
+        "node/haproxy.cfg.tera",
+        include_str!("../../templates/node/haproxy.cfg.tera"),
+    ),
+    (
+        "node/api-proxy.yaml.tera",
+        include_str!("../../templates/node/api-proxy.yaml.tera"),
+    ),
+    (
+        "node/reset.sh.tera",
+        include_str!("../../templates/node/reset.sh.tera"),
+    ),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("{0} is not set (the spec must be completed with defaults first)")]
+    Missing(&'static str),
+    #[error(transparent)]
+    Assets(#[from] assets::AssetError),
+    #[error("host {host:?}: {message}")]
+    Host { host: String, message: String },
+    #[error("spec.api.endpoint: {0:?} is not host[:port]")]
+    BadEndpoint(String),
+    #[error("the cluster has no control-plane host")]
+    NoControlPlane,
+    #[error("template {name}: {message}")]
+    Template { name: String, message: String },
+    #[error("asset {path}: cannot read: {message}")]
+    LocalAsset { path: String, message: String },
+}
+
+/// How nodes reach the API servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// An external load balancer or VIP (`spec.api.endpoint`).
+    Fixed { host: String, port: u16 },
+    /// `NAME:6443` resolved per host through /etc/hosts (see the module docs).
+    LocalProxy { name: String },
+}
+
+impl Endpoint {
+    pub fn host(&self) -> &str {
+        match self {
+            Endpoint::Fixed { host, .. } => host,
+            Endpoint::LocalProxy { name } => name,
+        }
+    }
+
+    pub fn address(&self) -> String {
+        match self {
+            Endpoint::Fixed { host, port } => format!("{host}:{port}"),
+            Endpoint::LocalProxy { name } => format!("{name}:6443"),
+        }
+    }
+}
+
+/// Secrets a joining node needs, read back from the first control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinSecrets {
+    pub token: String,
+    /// Hex sha256 of the cluster CA's SubjectPublicKeyInfo.
+    pub ca_cert_hash: String,
+    /// Decrypts the control-plane certificates uploaded by `--upload-certs`.
+    pub certificate_key: String,
+}
+
+pub struct Renderer {
+    tera: Tera,
+    cluster_name: String,
+    kubernetes_version: String,
+    endpoint: Endpoint,
+    pod_cidr: String,
+    service_cidr: String,
+    etcd: EtcdType,
+    cloud_external: bool,
+    hosts: Vec<Host>,
+    assets: Vec<Asset>,
+}
+
+/// The address Kubernetes binds to on a host (`ip`, else `address` when it is an IP).
+pub fn node_ip(host: &Host) -> Result<String, RenderError> {
+    let candidate = host.ip.as_deref().unwrap_or(&host.address);
+    candidate
+        .parse::<IpAddr>()
+        .map(|ip| ip.to_string())
+        .map_err(|_| RenderError::Host {
+            host: host.name.clone(),
+            message: format!(
+                "{candidate:?} is not an IP address; set `ip` to the address Kubernetes should bind to"
+            ),
+        })
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn sh_filter(value: &Value, _: &std::collections::HashMap<String, Value>) -> tera::Result<Value> {
+    let s = value
+        .as_str()
+        .ok_or_else(|| tera::Error::msg("sh filter expects a string"))?;
+    Ok(Value::String(sh_quote(s)))
+}
+
+fn file(path: &str, content: impl Into<Bytes>, mode: u32) -> RemoteFile {
+    RemoteFile {
+        path: path.to_string(),
+        content: content.into(),
+        mode,
+    }
+}
+
+impl Renderer {
+    pub fn new(cluster: &Cluster, hosts: &[Host]) -> Result<Self, RenderError> {
+        let mut tera = Tera::default();
+        tera.add_raw_templates(TEMPLATES.to_vec())
+            .map_err(|e| RenderError::Template {
+                name: "node/*".into(),
+                message: format!("{e:?}"),
+            })?;
+        tera.register_filter("sh", sh_filter);
+        tera.autoescape_on(vec![]);
+        let spec = &cluster.spec;
+        let kubernetes_version = assets::normalize_version(
+            spec.kubernetes_version
+                .as_deref()
+                .ok_or(RenderError::Missing("spec.kubernetesVersion"))?,
+        )
+        .to_string();
+        let endpoint = match spec.api.as_ref().and_then(|a| a.endpoint.as_deref()) {
+            Some(e) => parse_endpoint(e)?,
+            None => Endpoint::LocalProxy {
+                name: format!("api.internal.{}", cluster.name()),
+            },
+        };
+        let etcd = spec
+            .etcd
+            .as_ref()
+            .map(|e| e.kind)
+            .ok_or(RenderError::Missing("spec.etcd"))?;
+        if !hosts
+            .iter()
+            .any(|h| h.roles.contains(&HostRole::ControlPlane))
+        {
+            return Err(RenderError::NoControlPlane);
+        }
+        for h in hosts {
+            node_ip(h)?;
+        }
+        Ok(Renderer {
+            tera,
+            cluster_name: cluster.name().to_string(),
+            assets: assets::resolve(cluster)?,
+            kubernetes_version,
+            endpoint,
+            pod_cidr: spec
+                .networking
+                .pod_cidr
+                .clone()
+                .ok_or(RenderError::Missing("spec.networking.podCIDR"))?,
+            service_cidr: spec
+                .networking
+                .service_cidr
+                .clone()
+                .ok_or(RenderError::Missing("spec.networking.serviceCIDR"))?,
+            etcd,
+            cloud_external: cluster.external_cloud_provider().is_some(),
+            hosts: hosts.to_vec(),
+        })
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn control_planes(&self) -> impl Iterator<Item = &Host> {
+        self.hosts
+            .iter()
+            .filter(|h| h.roles.contains(&HostRole::ControlPlane))
+    }
+
+    fn render(&self, name: &str, ctx: Value) -> Result<String, RenderError> {
+        let ctx = tera::Context::from_value(ctx).map_err(|e| RenderError::Template {
+            name: name.into(),
+            message: e.to_string(),
+        })?;
+        self.tera
+            .render(name, &ctx)
+            .map_err(|e| RenderError::Template {
+                name: name.into(),
+                message: format!("{e:?}"),
+            })
+    }
+
+    /// Host settings (modules, sysctls, swap) and the preflight checks, which also record the
+    /// facts `orchestrate` compares across hosts.
+    pub fn preflight(&self, host: &Host) -> Result<Vec<Step>, RenderError> {
+        let ports: Vec<u16> = if host.roles.contains(&HostRole::ControlPlane) {
+            vec![6443, 2379, 2380, 10250, 10257, 10259]
+        } else {
+            vec![10250]
+        };
+        let script = self.render(
+            "node/preflight.sh.tera",
+            json!({ "node": { "name": host.name }, "ports": ports }),
+        )?;
+        Ok(vec![
+            Step {
+                name: "preflight: kernel settings".into(),
+                files: vec![
+                    file(
+                        "/etc/modules-load.d/kprov.conf",
+                        self.render("node/modules-load.conf.tera", json!({}))?,
+                        0o644,
+                    ),
+                    file(
+                        "/etc/sysctl.d/99-kprov.conf",
+                        self.render("node/sysctl.conf.tera", json!({}))?,
+                        0o644,
+                    ),
+                ],
+                check: Some(
+                    "[ -d /sys/module/overlay ] && [ -d /sys/module/br_netfilter ] && \
+                     [ -z \"$(swapon --show=NAME --noheadings 2>/dev/null)\" ] && \
+                     [ \"$(sysctl -n net.ipv4.ip_forward)\" = 1 ] && \
+                     [ \"$(sysctl -n net.bridge.bridge-nf-call-iptables)\" = 1 ]"
+                        .into(),
+                ),
+                run: "set -e\nmodprobe overlay\nmodprobe br_netfilter\nsysctl --system >/dev/null\n\
+                      swapoff -a\n\
+                      # Keep swap off across reboots.\n\
+                      if [ -f /etc/fstab ]; then sed -i '/^[^#].*[[:space:]]swap[[:space:]]/s/^/#kprov: /' /etc/fstab; fi\n"
+                    .into(),
+                timeout: SHORT,
+            },
+            Step {
+                name: "preflight: checks".into(),
+                files: vec![file("/var/lib/kprov/preflight.sh", script, 0o755)],
+                // The check is the script itself: a passing host reports "unchanged", a
+                // failing one runs it again to print what is wrong.
+                check: Some("sh /var/lib/kprov/preflight.sh >/dev/null 2>&1".into()),
+                run: "sh /var/lib/kprov/preflight.sh".into(),
+                timeout: SHORT,
+            },
+        ])
+    }
+
+    fn asset(&self, component: Component, arch: Arch) -> Result<&Asset, RenderError> {
+        self.assets
+            .iter()
+            .find(|a| a.component == component && a.arch == arch)
+            .ok_or(RenderError::Missing("asset"))
+    }
+
+    fn install_step(&self, component: Component, arch: Arch) -> Result<Step, RenderError> {
+        let a = self.asset(component, arch)?;
+        let name = component.name();
+        let (dest, marker_bin) = match component {
+            Component::Kubeadm | Component::Kubelet | Component::Kubectl => {
+                (format!("/usr/local/bin/{name}"), None)
+            }
+            Component::Runc => ("/usr/local/sbin/runc".to_string(), None),
+            Component::Containerd => ("/usr/local".into(), Some("/usr/local/bin/containerd")),
+            Component::CniPlugins => ("/opt/cni/bin".into(), Some("/opt/cni/bin/bridge")),
+            Component::Crictl => ("/usr/local/bin".into(), Some("/usr/local/bin/crictl")),
+        };
+        let tarball = component.install() == Install::Tarball;
+        let mut files = Vec::new();
+        let (url, cache, origin) = match &a.source {
+            Source::Url(u) => (Some(u.clone()), None, u.clone()),
+            Source::Local(p) => {
+                let bytes = std::fs::read(p).map_err(|e| RenderError::LocalAsset {
+                    path: p.display().to_string(),
+                    message: e.to_string(),
+                })?;
+                let cache = format!("/var/lib/kprov/cache/{name}-{}", a.sha256);
+                files.push(file(&cache, bytes, 0o644));
+                (None, Some(cache), format!("file://{}", p.display()))
+            }
+        };
+        let run = self.render(
+            "node/install.sh.tera",
+            json!({
+                "name": name, "version": a.version, "arch": arch.as_str(), "url": url,
+                "cache": cache, "origin": origin, "sha256": a.sha256, "dest": dest,
+                "tarball": tarball,
+            }),
+        )?;
+        let check = match marker_bin {
+            Some(bin) => format!(
+                "[ \"$(cat /var/lib/kprov/installed/{name} 2>/dev/null)\" = {} ] && [ -x {bin} ]",
+                a.sha256
+            ),
+            None => format!(
+                "[ \"$(sha256sum {dest} 2>/dev/null | cut -d' ' -f1)\" = {} ]",
+                a.sha256
+            ),
+        };
+        Ok(Step {
+            name: format!("{name}: install {}", a.version),
+            files,
+            check: Some(check),
+            run,
+            timeout: LONG,
+        })
+    }
+
+    /// Container runtime, kube binaries and their services, for a host of `arch`.
+    pub fn install(&self, arch: Arch) -> Result<Vec<Step>, RenderError> {
+        let mut steps = Vec::new();
+        for c in [
+            Component::Runc,
+            Component::Containerd,
+            Component::CniPlugins,
+            Component::Crictl,
+        ] {
+            steps.push(self.install_step(c, arch)?);
+        }
+        steps.push(Step {
+            name: "containerd: configure".into(),
+            files: vec![
+                file(
+                    "/etc/containerd/config.toml",
+                    self.render(
+                        "node/containerd-config.toml.tera",
+                        json!({ "pause_image": PAUSE_IMAGE }),
+                    )?,
+                    0o644,
+                ),
+                file(
+                    "/etc/systemd/system/containerd.service",
+                    self.render("node/containerd.service.tera", json!({}))?,
+                    0o644,
+                ),
+                file(
+                    "/etc/crictl.yaml",
+                    self.render("node/crictl.yaml.tera", json!({}))?,
+                    0o644,
+                ),
+            ],
+            check: Some("systemctl is-active --quiet containerd".into()),
+            run: "set -e\nsystemctl daemon-reload\nsystemctl enable containerd\nsystemctl restart containerd\n"
+                .into(),
+            timeout: SHORT,
+        });
+        for c in [Component::Kubeadm, Component::Kubelet, Component::Kubectl] {
+            steps.push(self.install_step(c, arch)?);
+        }
+        steps.push(Step {
+            name: "kubelet: service".into(),
+            files: vec![
+                file(
+                    "/etc/systemd/system/kubelet.service",
+                    self.render("node/kubelet.service.tera", json!({}))?,
+                    0o644,
+                ),
+                file(
+                    "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
+                    self.render("node/10-kubeadm.conf.tera", json!({}))?,
+                    0o644,
+                ),
+            ],
+            check: Some("systemctl is-enabled --quiet kubelet".into()),
+            // kubeadm init/join start the kubelet once its configuration exists.
+            run: "set -e\nsystemctl daemon-reload\nsystemctl enable kubelet\n".into(),
+            timeout: SHORT,
+        });
+        Ok(steps)
+    }
+
+    /// Points the API name at `ip` in /etc/hosts (local-proxy endpoint only).
+    pub fn endpoint_entry(&self, ip: &str) -> Option<Step> {
+        let Endpoint::LocalProxy { name } = &self.endpoint else {
+            return None;
+        };
+        let line = format!("{ip} {name} {HOSTS_MARK}");
+        Some(Step {
+            name: format!("api endpoint: {name} -> {ip}"),
+            files: vec![],
+            check: Some(format!("grep -qxF {} /etc/hosts", sh_quote(&line))),
+            // Rewritten in place (not renamed): /etc/hosts may be a bind mount.
+            run: format!(
+                "set -e\ngrep -v '{HOSTS_MARK}$' /etc/hosts > /etc/hosts.kprov-new || true\n\
+                 echo {} >> /etc/hosts.kprov-new\ncat /etc/hosts.kprov-new > /etc/hosts\n\
+                 rm -f /etc/hosts.kprov-new\n",
+                sh_quote(&line)
+            ),
+            timeout: SHORT,
+        })
+    }
+
+    fn registration(&self, host: &Host) -> Result<Value, RenderError> {
+        let mut args = vec![json!({ "name": "node-ip", "value": node_ip(host)? })];
+        if self.cloud_external {
+            // The cloud-controller-manager initialises the node; the kubelet must not.
+            args.push(json!({ "name": "cloud-provider", "value": "external" }));
+        }
+        if !host.labels.is_empty() {
+            let labels: Vec<String> = host
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            args.push(json!({ "name": "node-labels", "value": labels.join(",") }));
+        }
+        let control_plane = host.roles.contains(&HostRole::ControlPlane);
+        let mut taints = Vec::new();
+        if control_plane && !host.roles.contains(&HostRole::Node) {
+            taints.push(json!({
+                "key": "node-role.kubernetes.io/control-plane", "value": null, "effect": "NoSchedule"
+            }));
+        }
+        for t in &host.taints {
+            let t = parse_taint(t).map_err(|message| RenderError::Host {
+                host: host.name.clone(),
+                message,
+            })?;
+            taints.push(json!({ "key": t.key, "value": t.value, "effect": t.effect }));
+        }
+        Ok(json!({
+            "node": { "name": host.name, "ip": node_ip(host)? },
+            "kubelet_args": args,
+            "taints": taints,
+            "control_plane": control_plane,
+        }))
+    }
+
+    fn kubeadm_common(&self, host: &Host) -> Result<serde_json::Map<String, Value>, RenderError> {
+        let Value::Object(mut ctx) = self.registration(host)? else {
+            unreachable!("registration renders an object")
+        };
+        ctx.insert("cluster_name".into(), json!(self.cluster_name));
+        ctx.insert("endpoint".into(), json!(self.endpoint.address()));
+        Ok(ctx)
+    }
+
+    /// The kubeadm configuration for `kubeadm init` on `host`.
+    pub fn init_config(&self, host: &Host, certificate_key: &str) -> Result<String, RenderError> {
+        let mut ctx = self.kubeadm_common(host)?;
+        let mut sans = vec![self.endpoint.host().to_string()];
+        for cp in self.control_planes() {
+            sans.push(cp.name.clone());
+            sans.push(node_ip(cp)?);
+        }
+        sans.dedup();
+        let etcd_endpoints: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|h| h.roles.contains(&HostRole::Etcd))
+            .map(|h| node_ip(h).map(|ip| format!("https://{ip}:2379")))
+            .collect::<Result<_, _>>()?;
+        ctx.insert("certificate_key".into(), json!(certificate_key));
+        ctx.insert("kubernetes_version".into(), json!(self.kubernetes_version));
+        ctx.insert("pod_cidr".into(), json!(self.pod_cidr));
+        ctx.insert("service_cidr".into(), json!(self.service_cidr));
+        ctx.insert("cert_sans".into(), json!(sans));
+        ctx.insert(
+            "external_etcd".into(),
+            json!(self.etcd == EtcdType::External),
+        );
+        ctx.insert("etcd_endpoints".into(), json!(etcd_endpoints));
+        self.render("node/kubeadm-init.yaml.tera", Value::Object(ctx))
+    }
+
+    /// The kubeadm configuration for `kubeadm join` on `host`.
+    pub fn join_config(&self, host: &Host, secrets: &JoinSecrets) -> Result<String, RenderError> {
+        let mut ctx = self.kubeadm_common(host)?;
+        ctx.insert("discovery_endpoint".into(), json!(self.endpoint.address()));
+        ctx.insert("token".into(), json!(secrets.token));
+        ctx.insert("ca_cert_hash".into(), json!(secrets.ca_cert_hash));
+        ctx.insert("certificate_key".into(), json!(secrets.certificate_key));
+        self.render("node/kubeadm-join.yaml.tera", Value::Object(ctx))
+    }
+
+    /// Writes a fresh certificate key (with the time it was issued, for its 2 h validity) and,
+    /// on an initialised control plane, re-uploads the certificates encrypted with it.
+    pub fn certificate_key(&self, key: &str, issued_at: i64) -> Step {
+        Step {
+            name: "kubeadm: certificate key".into(),
+            files: vec![file(
+                CERTIFICATE_KEY_FILE,
+                format!("{issued_at} {key}\n"),
+                0o600,
+            )],
+            check: None,
+            run: format!(
+                "set -e\nif [ -f {ADMIN_CONF} ]; then\n  kubeadm init phase upload-certs --upload-certs \
+                 --certificate-key \"$(cut -d' ' -f2 {CERTIFICATE_KEY_FILE})\"\nfi\n"
+            ),
+            timeout: SHORT,
+        }
+    }
+
+    /// `kubeadm init` on the first control plane.
+    pub fn init(&self, host: &Host, certificate_key: &str) -> Result<Vec<Step>, RenderError> {
+        let mut steps: Vec<Step> = self.endpoint_entry(&node_ip(host)?).into_iter().collect();
+        let config = format!("{KPROV_DIR}/kubeadm-init.yaml");
+        steps.push(Step {
+            name: "kubeadm: init".into(),
+            files: vec![file(&config, self.init_config(host, certificate_key)?, 0o600)],
+            check: Some(format!("test -f {ADMIN_CONF}")),
+            run: format!(
+                "set -e\n[ -f {ADMIN_CONF} ] && exit 0\nkubeadm init --config {config} --upload-certs\n"
+            ),
+            timeout: LONG,
+        });
+        Ok(steps)
+    }
+
+    /// Creates a bootstrap token on the first control plane; its join command is read back.
+    pub fn join_token(&self) -> Step {
+        Step {
+            name: "kubeadm: join token".into(),
+            files: vec![],
+            check: None,
+            run: format!(
+                "set -e\numask 077\nkubeadm token create --ttl 1h0m0s --print-join-command > {JOIN_COMMAND_FILE}\n"
+            ),
+            timeout: SHORT,
+        }
+    }
+
+    /// `kubeadm join` on `host`, through the first control plane `via`.
+    pub fn join(
+        &self,
+        host: &Host,
+        via: &Host,
+        secrets: &JoinSecrets,
+    ) -> Result<Vec<Step>, RenderError> {
+        let mut steps: Vec<Step> = self.endpoint_entry(&node_ip(via)?).into_iter().collect();
+        let config = format!("{KPROV_DIR}/kubeadm-join.yaml");
+        steps.push(Step {
+            name: "kubeadm: join".into(),
+            files: vec![file(&config, self.join_config(host, secrets)?, 0o600)],
+            check: Some(format!("test -f {KUBELET_CONF}")),
+            run: format!(
+                "set -e\n[ -f {KUBELET_CONF} ] && exit 0\nkubeadm join --config {config}\n"
+            ),
+            timeout: LONG,
+        });
+        Ok(steps)
+    }
+
+    /// What a member runs once it is in the cluster: control planes use their own API server,
+    /// workers the local proxy over every control plane.
+    pub fn settle(&self, host: &Host) -> Result<Vec<Step>, RenderError> {
+        if !matches!(self.endpoint, Endpoint::LocalProxy { .. }) {
+            return Ok(vec![]);
+        }
+        if host.roles.contains(&HostRole::ControlPlane) {
+            return Ok(self.endpoint_entry(&node_ip(host)?).into_iter().collect());
+        }
+        let control_planes: Vec<Value> = self
+            .control_planes()
+            .map(|cp| Ok(json!({ "name": cp.name, "ip": node_ip(cp)? })))
+            .collect::<Result<_, RenderError>>()?;
+        let cfg = self.render(
+            "node/haproxy.cfg.tera",
+            json!({ "cluster_name": self.cluster_name, "endpoint": self.endpoint.address(),
+                    "control_planes": control_planes }),
+        )?;
+        let manifest = self.render(
+            "node/api-proxy.yaml.tera",
+            json!({ "image": API_PROXY_IMAGE, "config_sha256": hex::encode(Sha256::digest(&cfg)) }),
+        )?;
+        let mut steps = vec![Step {
+            name: "api proxy: local load balancer".into(),
+            files: vec![
+                file(&format!("{KPROV_DIR}/haproxy.cfg"), cfg, 0o644),
+                file(
+                    "/etc/kubernetes/manifests/kprov-api-proxy.yaml",
+                    manifest,
+                    0o644,
+                ),
+            ],
+            check: Some("test -f /etc/kubernetes/manifests/kprov-api-proxy.yaml".into()),
+            // The kubelet watches the manifest directory and (re)starts the static pod itself.
+            run: "true".into(),
+            timeout: SHORT,
+        }];
+        steps.extend(self.endpoint_entry("127.0.0.1"));
+        Ok(steps)
+    }
+
+    /// Removes Kubernetes from a host (`delete cluster`).
+    pub fn reset(&self, host: &Host) -> Result<Vec<Step>, RenderError> {
+        Ok(vec![Step {
+            name: "kubeadm: reset".into(),
+            files: vec![],
+            check: Some(
+                "! [ -e /etc/kubernetes ] && ! [ -e /var/lib/kubelet ] && ! [ -e /var/lib/kprov ]"
+                    .into(),
+            ),
+            run: self.render(
+                "node/reset.sh.tera",
+                json!({ "node": { "name": host.name } }),
+            )?,
+            timeout: LONG,
+        }])
+    }
+}
+
+fn parse_endpoint(e: &str) -> Result<Endpoint, RenderError> {
+    let bad = || RenderError::BadEndpoint(e.to_string());
+    let (host, port) = if let Some(rest) = e.strip_prefix('[') {
+        // [IPv6]:port or [IPv6]
+        let (h, after) = rest.split_once(']').ok_or_else(bad)?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse::<u16>().map_err(|_| bad())?,
+            None if after.is_empty() => 6443,
+            None => return Err(bad()),
+        };
+        (format!("[{h}]"), port)
+    } else {
+        match e.split_once(':') {
+            Some((h, p)) => (h.to_string(), p.parse::<u16>().map_err(|_| bad())?),
+            None => (e.to_string(), 6443),
+        }
+    };
+    if host.is_empty() || host.contains('/') || host.contains(char::is_whitespace) {
+        return Err(bad());
+    }
+    Ok(Endpoint::Fixed { host, port })
+}
+
+/// A readable dump of steps, for golden tests and `--dry-run` style output.
+pub fn describe(steps: &[Step]) -> String {
+    let mut out = String::new();
+    for s in steps {
+        out.push_str(&format!(
+            "=== step: {} (timeout {}s)\n",
+            s.name,
+            s.timeout.as_secs()
+        ));
+        for f in &s.files {
+            out.push_str(&format!("--- file {} (mode {:o})\n", f.path, f.mode));
+            match std::str::from_utf8(&f.content) {
+                Ok(t) => out.push_str(t),
+                Err(_) => out.push_str(&format!("<{} bytes>\n", f.content.len())),
+            }
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        if let Some(c) = &s.check {
+            out.push_str(&format!("--- check\n{c}\n"));
+        }
+        out.push_str(&format!("--- run\n{}", s.run));
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::orchestrate::tests::{cluster, hosts};
+    use serde_json::Value;
+
+    fn secrets() -> JoinSecrets {
+        JoinSecrets {
+            token: "abcdef.0123456789abcdef".into(),
+            ca_cert_hash: "98eaf2e53ec610253dd7e225ff8b8d4bf37f038900b6d1de2f9cdf97ad50af71".into(),
+            certificate_key: "c".repeat(64),
+        }
+    }
+
+    fn docs(yaml: &str) -> Vec<Value> {
+        yaml.split("\n---\n")
+            .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{e}\n{d}")))
+            .collect()
+    }
+
+    const AWS_CCM: &str = "  cloudControllerManager:\n    provider: aws\n";
+
+    #[test]
+    fn golden_first_control_plane() {
+        let hs = hosts(3, 2);
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let mut steps = r.preflight(&hs[0]).unwrap();
+        steps.extend(r.init(&hs[0], &"k".repeat(64)).unwrap());
+        steps.extend(r.settle(&hs[0]).unwrap());
+        insta::assert_snapshot!("first_control_plane", describe(&steps));
+    }
+
+    #[test]
+    fn golden_install_amd64() {
+        let hs = hosts(1, 0);
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        insta::assert_snapshot!("install_amd64", describe(&r.install(Arch::Amd64).unwrap()));
+    }
+
+    #[test]
+    fn golden_joins() {
+        let mut hs = hosts(3, 2);
+        hs[4].labels.insert("disk".into(), "ssd".into());
+        hs[4].taints.push("dedicated=batch:NoSchedule".into());
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let mut cp = r.join(&hs[1], &hs[0], &secrets()).unwrap();
+        cp.extend(r.settle(&hs[1]).unwrap());
+        insta::assert_snapshot!("join_control_plane", describe(&cp));
+        let mut w = r.join(&hs[4], &hs[0], &secrets()).unwrap();
+        w.extend(r.settle(&hs[4]).unwrap());
+        insta::assert_snapshot!("join_worker", describe(&w));
+        insta::assert_snapshot!("reset", describe(&r.reset(&hs[4]).unwrap()));
+    }
+
+    #[test]
+    fn golden_external_endpoint_external_etcd_and_ccm() {
+        let mut hs = hosts(1, 1);
+        hs[0].roles = vec![HostRole::ControlPlane];
+        for (i, n) in ["etcd1", "etcd2", "etcd3"].iter().enumerate() {
+            hs.push(Host {
+                name: n.to_string(),
+                address: format!("198.18.0.{}", 40 + i),
+                roles: vec![HostRole::Etcd],
+                ..hs[1].clone()
+            });
+        }
+        let extra = format!("{AWS_CCM}  api:\n    endpoint: k8s-api.example.com:8443\n");
+        let mut c = cluster(&extra);
+        c.spec.etcd = Some(crate::spec::Etcd {
+            kind: EtcdType::External,
+        });
+        let r = Renderer::new(&c, &hs).unwrap();
+        let init = r.init_config(&hs[0], &"k".repeat(64)).unwrap();
+        insta::assert_snapshot!("init_config_external", init);
+        let d = docs(&init);
+        assert_eq!(d[1]["controlPlaneEndpoint"], "k8s-api.example.com:8443");
+        assert_eq!(
+            d[1]["etcd"]["external"]["endpoints"],
+            serde_json::json!([
+                "https://198.18.0.40:2379",
+                "https://198.18.0.41:2379",
+                "https://198.18.0.42:2379"
+            ])
+        );
+        // No /etc/hosts games and no local proxy with a real load balancer in front.
+        assert!(r.endpoint_entry("1.2.3.4").is_none());
+        assert!(r.settle(&hs[1]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn cloud_provider_flags_are_consistent() {
+        let hs = hosts(1, 1);
+        for (extra, external) in [
+            ("", false),
+            (AWS_CCM, true),
+            ("  cloudControllerManager:\n    provider: none\n", false),
+        ] {
+            let r = Renderer::new(&cluster(extra), &hs).unwrap();
+            let init = docs(&r.init_config(&hs[0], &"k".repeat(64)).unwrap());
+            let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+            for args in [
+                &init[0]["nodeRegistration"]["kubeletExtraArgs"],
+                &join[0]["nodeRegistration"]["kubeletExtraArgs"],
+            ] {
+                let has = args
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a["name"] == "cloud-provider" && a["value"] == "external");
+                assert_eq!(has, external, "{extra:?}: {args}");
+            }
+            // kube-apiserver and kube-controller-manager never get the flag.
+            let cc = &init[1];
+            assert!(cc["apiServer"].get("extraArgs").is_none());
+            assert!(cc.get("controllerManager").is_none());
+            let text = r.init_config(&hs[0], "k").unwrap();
+            assert_eq!(
+                text.matches("cloud-provider").count(),
+                usize::from(external)
+            );
+        }
+    }
+
+    #[test]
+    fn kubeadm_documents_are_v1beta4_and_pin_the_ca() {
+        let hs = hosts(3, 1);
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let init = docs(&r.init_config(&hs[0], &"k".repeat(64)).unwrap());
+        assert_eq!(init[0]["apiVersion"], "kubeadm.k8s.io/v1beta4");
+        assert_eq!(init[0]["kind"], "InitConfiguration");
+        assert_eq!(init[1]["kind"], "ClusterConfiguration");
+        assert_eq!(
+            init[1]["controlPlaneEndpoint"],
+            "api.internal.demo.example.com:6443"
+        );
+        assert_eq!(init[1]["networking"]["podSubnet"], "100.96.0.0/11");
+        assert_eq!(init[1]["networking"]["serviceSubnet"], "100.64.0.0/13");
+        assert_eq!(init[1]["kubernetesVersion"], "v1.35.1");
+        assert_eq!(init[2]["kind"], "KubeletConfiguration");
+        assert_eq!(init[2]["cgroupDriver"], "systemd");
+        let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+        let bt = &join[0]["discovery"]["bootstrapToken"];
+        assert_eq!(
+            bt["caCertHashes"][0],
+            format!("sha256:{}", secrets().ca_cert_hash)
+        );
+        assert!(bt.get("unsafeSkipCAVerification").is_none());
+        assert_eq!(join[0]["controlPlane"]["certificateKey"], "c".repeat(64));
+        let worker = docs(&r.join_config(&hs[3], &secrets()).unwrap());
+        assert!(worker[0].get("controlPlane").is_none());
+        assert!(worker[0]["nodeRegistration"].get("taints").is_none());
+    }
+
+    #[test]
+    fn hostile_values_are_quoted() {
+        let mut hs = hosts(1, 1);
+        hs[1].labels.insert("team".into(), "a\"b'; rm -rf /".into());
+        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+        let args = join[0]["nodeRegistration"]["kubeletExtraArgs"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(args.iter().any(|a| a["value"] == "team=a\"b'; rm -rf /"));
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn bad_specs_are_named() {
+        let hs = hosts(1, 0);
+        let mut c = cluster("");
+        c.spec.networking.pod_cidr = None;
+        assert_eq!(
+            Renderer::new(&c, &hs).err().unwrap().to_string(),
+            "spec.networking.podCIDR is not set (the spec must be completed with defaults first)"
+        );
+        let mut named = hs.clone();
+        named[0].address = "cp1.example.com".into();
+        assert!(matches!(
+            Renderer::new(&cluster(""), &named),
+            Err(RenderError::Host { .. })
+        ));
+        let mut c = cluster("");
+        c.spec.api = Some(crate::spec::Api {
+            endpoint: Some("a:b:c".into()),
+            ..Default::default()
+        });
+        assert!(matches!(
+            Renderer::new(&c, &hs),
+            Err(RenderError::BadEndpoint(_))
+        ));
+        for (text, want) in [
+            ("lb:8443", ("lb", 8443)),
+            ("10.0.0.1", ("10.0.0.1", 6443)),
+            ("[fd00::1]:7443", ("[fd00::1]", 7443)),
+        ] {
+            assert_eq!(
+                parse_endpoint(text).unwrap(),
+                Endpoint::Fixed {
+                    host: want.0.into(),
+                    port: want.1
+                }
+            );
+        }
+        for bad in ["", "lb:", "lb:x", "[fd00::1", "a b"] {
+            assert!(parse_endpoint(bad).is_err(), "{bad}");
+        }
+    }
+}
