@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod inventory;
+pub mod kubeconfig;
 pub mod output;
 pub mod repo;
 pub mod provision;

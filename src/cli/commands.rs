@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
-use super::{Cli, Command, CreateWhat, DeleteWhat, EditWhat, GetWhat, LockWhat, SchemaKind, exit};
+use super::{Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind, exit};
 use crate::output::{Format, Printer, Table};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecErrors};
@@ -123,6 +123,9 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Lock(l) => match l.what {
             LockWhat::Status { cluster } => lock_status(ctx, &cluster).await,
             LockWhat::Break { cluster } => lock_break(ctx, &cluster).await,
+        },
+        Command::Export(e) => match e.what {
+            ExportWhat::Kubeconfig { name, kubeconfig } => export_kubeconfig(ctx, &name, kubeconfig.as_deref()).await,
         },
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);
@@ -795,4 +798,29 @@ pub fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
         }
     };
     Ok(serde_json::to_string_pretty(&value)?)
+}
+
+/// Where provisioning keeps the cluster's admin kubeconfig (under the cluster's secrets).
+pub const ADMIN_KUBECONFIG_SECRET: &str = "admin.conf";
+
+async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> anyhow::Result<i32> {
+    let repo = ctx.repo().await?;
+    let stored = repo.get(name).await?;
+    let key = crate::state::layout::ClusterKeys::new(name)?.secret(ADMIN_KUBECONFIG_SECRET)?;
+    let admin = repo
+        .store()
+        .get(&key)
+        .await?
+        .ok_or_else(|| anyhow!("cluster {name} has no admin credentials yet: provision it first with `kprov update cluster {name} --yes`"))?;
+    let admin = String::from_utf8(admin.data.to_vec()).context("the stored admin kubeconfig is not UTF-8")?;
+    let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+    // Cloud clusters are reached through their API name; metal kubeconfigs already carry the
+    // control-plane endpoint kubeadm was given.
+    let server = cluster.spec.api.as_ref().and_then(|a| a.public_name.as_ref()).map(|n| format!("https://{n}"));
+    let env = std::env::var("KUBECONFIG").ok();
+    let home = std::env::home_dir();
+    let path = crate::kubeconfig::target_path(explicit, env.as_deref(), home.as_deref(), name);
+    crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
+    ctx.printer.success(&format!("kubeconfig for {name} written to {} (current context: {name})", path.display()));
+    Ok(exit::OK)
 }

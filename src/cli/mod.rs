@@ -59,6 +59,8 @@ pub enum Command {
     Delete(DeleteCmd),
     /// Inspect or break a cluster's lock
     Lock(LockCmd),
+    /// Export credentials (kubeconfig) of a provisioned cluster
+    Export(ExportCmd),
     /// Print the JSON Schema of the kprov objects (for editors)
     Schema(SchemaArgs),
     /// Print a shell completion script
@@ -184,6 +186,24 @@ pub enum LockWhat {
     Status { cluster: String },
     /// Remove a cluster's lock, whoever holds it (only when its holder is dead)
     Break { cluster: String },
+}
+
+#[derive(Debug, Args)]
+pub struct ExportCmd {
+    #[command(subcommand)]
+    pub what: ExportWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportWhat {
+    /// Merge the cluster's admin credentials into your kubeconfig (context named after the
+    /// cluster; KUBECONFIG honoured like kubectl does)
+    Kubeconfig {
+        name: String,
+        /// Write this file instead of $KUBECONFIG / ~/.kube/config
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
