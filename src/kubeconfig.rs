@@ -11,7 +11,10 @@ pub enum KubeconfigError {
     #[error("{path}: not a kubeconfig: {message}")]
     Parse { path: String, message: String },
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{what}: the admin kubeconfig has no {field}")]
     Missing { what: String, field: &'static str },
 }
@@ -20,9 +23,15 @@ fn parse(text: &str, path: &str) -> Result<Value, KubeconfigError> {
     if text.trim().is_empty() {
         return Ok(json!({"apiVersion": "v1", "kind": "Config"}));
     }
-    let v: Value = serde_saphyr::from_str(text).map_err(|e| KubeconfigError::Parse { path: path.into(), message: e.without_snippet().to_string() })?;
+    let v: Value = serde_saphyr::from_str(text).map_err(|e| KubeconfigError::Parse {
+        path: path.into(),
+        message: e.without_snippet().to_string(),
+    })?;
     if !v.is_object() {
-        return Err(KubeconfigError::Parse { path: path.into(), message: "the top level is not a mapping".into() });
+        return Err(KubeconfigError::Parse {
+            path: path.into(),
+            message: "the top level is not a mapping".into(),
+        });
     }
     Ok(v)
 }
@@ -39,7 +48,10 @@ fn upsert(doc: &mut Map<String, Value>, list: &str, name: &str, entry: Value) {
     }
     if let Some(items) = arr.as_array_mut() {
         let item = json!({"name": name, list.trim_end_matches('s'): entry});
-        match items.iter_mut().find(|i| i.get("name").and_then(Value::as_str) == Some(name)) {
+        match items
+            .iter_mut()
+            .find(|i| i.get("name").and_then(Value::as_str) == Some(name))
+        {
             Some(slot) => *slot = item,
             None => items.push(item),
         }
@@ -48,40 +60,88 @@ fn upsert(doc: &mut Map<String, Value>, list: &str, name: &str, entry: Value) {
 
 /// Merges the admin kubeconfig `admin` (as kubeadm writes it) into `existing` under the
 /// cluster's name. `server` overrides the API address (the load balancer or public name).
-pub fn merge(existing: &str, existing_path: &str, admin: &str, cluster: &str, server: Option<&str>) -> Result<String, KubeconfigError> {
+pub fn merge(
+    existing: &str,
+    existing_path: &str,
+    admin: &str,
+    cluster: &str,
+    server: Option<&str>,
+) -> Result<String, KubeconfigError> {
     let admin_doc = parse(admin, "admin kubeconfig")?;
-    let missing = |field| KubeconfigError::Missing { what: cluster.into(), field };
-    let mut c = first_named(&admin_doc, "clusters").and_then(|e| e.get("cluster")).cloned().ok_or_else(|| missing("cluster"))?;
-    let u = first_named(&admin_doc, "users").and_then(|e| e.get("user")).cloned().ok_or_else(|| missing("user"))?;
+    let missing = |field| KubeconfigError::Missing {
+        what: cluster.into(),
+        field,
+    };
+    let mut c = first_named(&admin_doc, "clusters")
+        .and_then(|e| e.get("cluster"))
+        .cloned()
+        .ok_or_else(|| missing("cluster"))?;
+    let u = first_named(&admin_doc, "users")
+        .and_then(|e| e.get("user"))
+        .cloned()
+        .ok_or_else(|| missing("user"))?;
     if let (Some(s), Some(obj)) = (server, c.as_object_mut()) {
         obj.insert("server".into(), Value::String(s.to_string()));
     }
     let mut doc = parse(existing, existing_path)?;
-    let Some(map) = doc.as_object_mut() else { return Err(KubeconfigError::Parse { path: existing_path.into(), message: "not a mapping".into() }) };
+    let Some(map) = doc.as_object_mut() else {
+        return Err(KubeconfigError::Parse {
+            path: existing_path.into(),
+            message: "not a mapping".into(),
+        });
+    };
     map.entry("apiVersion").or_insert_with(|| json!("v1"));
     map.entry("kind").or_insert_with(|| json!("Config"));
     upsert(map, "clusters", cluster, c);
     upsert(map, "users", cluster, u);
-    upsert(map, "contexts", cluster, json!({"cluster": cluster, "user": cluster}));
+    upsert(
+        map,
+        "contexts",
+        cluster,
+        json!({"cluster": cluster, "user": cluster}),
+    );
     map.insert("current-context".into(), json!(cluster));
-    serde_saphyr::to_string(&doc).map_err(|e| KubeconfigError::Parse { path: existing_path.into(), message: e.to_string() })
+    serde_saphyr::to_string(&doc).map_err(|e| KubeconfigError::Parse {
+        path: existing_path.into(),
+        message: e.to_string(),
+    })
 }
 
 /// Which file to write, following kubectl: an explicit path wins; with `KUBECONFIG`, the file
 /// that already has the context, else the first that exists, else the last listed; otherwise
 /// `~/.kube/config`.
-pub fn target_path(explicit: Option<&Path>, kubeconfig_env: Option<&str>, home: Option<&Path>, context: &str) -> PathBuf {
+pub fn target_path(
+    explicit: Option<&Path>,
+    kubeconfig_env: Option<&str>,
+    home: Option<&Path>,
+    context: &str,
+) -> PathBuf {
     if let Some(p) = explicit {
         return p.to_path_buf();
     }
     if let Some(env) = kubeconfig_env.filter(|s| !s.trim().is_empty()) {
-        let paths: Vec<PathBuf> = std::env::split_paths(env).filter(|p| !p.as_os_str().is_empty()).collect();
+        let paths: Vec<PathBuf> = std::env::split_paths(env)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
         let has_context = |p: &PathBuf| {
-            std::fs::read_to_string(p).ok().and_then(|t| parse(&t, "").ok()).is_some_and(|d| {
-                d.get("contexts").and_then(Value::as_array).is_some_and(|a| a.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(context)))
-            })
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|t| parse(&t, "").ok())
+                .is_some_and(|d| {
+                    d.get("contexts")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| {
+                            a.iter()
+                                .any(|c| c.get("name").and_then(Value::as_str) == Some(context))
+                        })
+                })
         };
-        if let Some(p) = paths.iter().find(|p| has_context(p)).or_else(|| paths.iter().find(|p| p.exists())).or(paths.last()) {
+        if let Some(p) = paths
+            .iter()
+            .find(|p| has_context(p))
+            .or_else(|| paths.iter().find(|p| p.exists()))
+            .or(paths.last())
+        {
             return p.clone();
         }
     }
@@ -89,19 +149,40 @@ pub fn target_path(explicit: Option<&Path>, kubeconfig_env: Option<&str>, home: 
 }
 
 /// Merges into `path` and writes it back atomically, readable by the owner only.
-pub fn export(path: &Path, admin: &str, cluster: &str, server: Option<&str>) -> Result<(), KubeconfigError> {
-    let io = |source| KubeconfigError::Io { path: path.display().to_string(), source };
+pub fn export(
+    path: &Path,
+    admin: &str,
+    cluster: &str,
+    server: Option<&str>,
+) -> Result<(), KubeconfigError> {
+    let io = |source| KubeconfigError::Io {
+        path: path.display().to_string(),
+        source,
+    };
     let existing = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(io(e)),
     };
-    let merged = merge(&existing, &path.display().to_string(), admin, cluster, server)?;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let merged = merge(
+        &existing,
+        &path.display().to_string(),
+        admin,
+        cluster,
+        server,
+    )?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
     std::io::Write::write_all(&mut tmp, merged.as_bytes()).map_err(io)?;
-    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o600)).map_err(io)?;
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
     Ok(())
 }
@@ -115,14 +196,24 @@ mod tests {
 
     #[test]
     fn merges_without_losing_other_entries() {
-        let out = merge(MINE, "config", ADMIN, "demo.example.com", Some("https://api.demo.example.com")).unwrap();
+        let out = merge(
+            MINE,
+            "config",
+            ADMIN,
+            "demo.example.com",
+            Some("https://api.demo.example.com"),
+        )
+        .unwrap();
         let v: Value = serde_saphyr::from_str(&out).unwrap();
         assert_eq!(v["current-context"], "demo.example.com");
         assert_eq!(v["preferences"]["colors"], true);
         let clusters = v["clusters"].as_array().unwrap();
         assert_eq!(clusters.len(), 2);
         assert_eq!(clusters[0]["cluster"]["extensions"][0]["extension"]["a"], 1);
-        assert_eq!(clusters[1]["cluster"]["server"], "https://api.demo.example.com");
+        assert_eq!(
+            clusters[1]["cluster"]["server"],
+            "https://api.demo.example.com"
+        );
         assert_eq!(clusters[1]["cluster"]["certificate-authority-data"], "Q0E=");
         assert_eq!(v["users"][1]["user"]["client-key-data"], "S0VZ");
         assert_eq!(v["contexts"][0]["context"]["namespace"], "dev");
@@ -139,14 +230,21 @@ mod tests {
     fn empty_or_missing_file_starts_fresh() {
         let out = merge("", "config", ADMIN, "demo", None).unwrap();
         let v: Value = serde_saphyr::from_str(&out).unwrap();
-        assert_eq!(v["clusters"][0]["cluster"]["server"], "https://10.0.0.1:6443");
+        assert_eq!(
+            v["clusters"][0]["cluster"]["server"],
+            "https://10.0.0.1:6443"
+        );
         assert_eq!(v["kind"], "Config");
     }
 
     #[test]
     fn garbage_is_refused_naming_the_file() {
         let e = merge("- a\n- b\n", "/home/u/.kube/config", ADMIN, "demo", None).unwrap_err();
-        assert!(e.to_string().starts_with("/home/u/.kube/config: not a kubeconfig"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("/home/u/.kube/config: not a kubeconfig"),
+            "{e}"
+        );
         assert!(merge(MINE, "c", "clusters: []\n", "demo", None).is_err());
     }
 
@@ -155,14 +253,35 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let a = d.path().join("a");
         let b = d.path().join("b");
-        let env = std::env::join_paths([&a, &b]).unwrap().into_string().unwrap();
-        assert_eq!(target_path(None, Some(&env), None, "demo"), b, "nothing exists: the last file");
+        let env = std::env::join_paths([&a, &b])
+            .unwrap()
+            .into_string()
+            .unwrap();
+        assert_eq!(
+            target_path(None, Some(&env), None, "demo"),
+            b,
+            "nothing exists: the last file"
+        );
         std::fs::write(&b, MINE).unwrap();
-        assert_eq!(target_path(None, Some(&env), None, "demo"), b, "the first that exists");
+        assert_eq!(
+            target_path(None, Some(&env), None, "demo"),
+            b,
+            "the first that exists"
+        );
         std::fs::write(&a, merge("", "a", ADMIN, "demo", None).unwrap()).unwrap();
-        assert_eq!(target_path(None, Some(&env), None, "demo"), a, "the file that has the context");
-        assert_eq!(target_path(None, None, Some(d.path()), "demo"), d.path().join(".kube/config"));
-        assert_eq!(target_path(Some(Path::new("/x")), Some(&env), None, "demo"), PathBuf::from("/x"));
+        assert_eq!(
+            target_path(None, Some(&env), None, "demo"),
+            a,
+            "the file that has the context"
+        );
+        assert_eq!(
+            target_path(None, None, Some(d.path()), "demo"),
+            d.path().join(".kube/config")
+        );
+        assert_eq!(
+            target_path(Some(Path::new("/x")), Some(&env), None, "demo"),
+            PathBuf::from("/x")
+        );
     }
 
     #[test]
@@ -170,7 +289,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("sub/config");
         export(&p, ADMIN, "demo", None).unwrap();
-        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&p).unwrap().permissions());
+        let mode =
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&p).unwrap().permissions());
         assert_eq!(mode & 0o777, 0o600);
     }
 }

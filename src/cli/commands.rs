@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
-use super::{Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind, exit};
+use super::{
+    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind, exit,
+};
 use crate::output::{Format, Printer, Table};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecErrors};
@@ -125,7 +127,9 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             LockWhat::Break { cluster } => lock_break(ctx, &cluster).await,
         },
         Command::Export(e) => match e.what {
-            ExportWhat::Kubeconfig { name, kubeconfig } => export_kubeconfig(ctx, &name, kubeconfig.as_deref()).await,
+            ExportWhat::Kubeconfig { name, kubeconfig } => {
+                export_kubeconfig(ctx, &name, kubeconfig.as_deref()).await
+            }
         },
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);
@@ -812,15 +816,24 @@ async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> an
         .get(&key)
         .await?
         .ok_or_else(|| anyhow!("cluster {name} has no admin credentials yet: provision it first with `kprov update cluster {name} --yes`"))?;
-    let admin = String::from_utf8(admin.data.to_vec()).context("the stored admin kubeconfig is not UTF-8")?;
+    let admin = String::from_utf8(admin.data.to_vec())
+        .context("the stored admin kubeconfig is not UTF-8")?;
     let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
     // Cloud clusters are reached through their API name; metal kubeconfigs already carry the
     // control-plane endpoint kubeadm was given.
-    let server = cluster.spec.api.as_ref().and_then(|a| a.public_name.as_ref()).map(|n| format!("https://{n}"));
+    let server = cluster
+        .spec
+        .api
+        .as_ref()
+        .and_then(|a| a.public_name.as_ref())
+        .map(|n| format!("https://{n}"));
     let env = std::env::var("KUBECONFIG").ok();
     let home = std::env::home_dir();
     let path = crate::kubeconfig::target_path(explicit, env.as_deref(), home.as_deref(), name);
     crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
-    ctx.printer.success(&format!("kubeconfig for {name} written to {} (current context: {name})", path.display()));
+    ctx.printer.success(&format!(
+        "kubeconfig for {name} written to {} (current context: {name})",
+        path.display()
+    ));
     Ok(exit::OK)
 }

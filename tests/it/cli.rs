@@ -622,6 +622,43 @@ fn example_specs_are_valid() {
         ok(&env.run(&["create", "-f", &path]));
     }
     let table = ok(&env.run(&["get", "clusters"]));
-    assert!(table.contains("demo.example.com") && table.contains("prod.example.com"), "{table}");
-    assert!(table.contains("us-east-1a,us-east-1b,us-east-1c   1.34.2    3"), "{table}");
+    assert!(
+        table.contains("demo.example.com") && table.contains("prod.example.com"),
+        "{table}"
+    );
+    assert!(
+        table.contains("us-east-1a,us-east-1b,us-east-1c   1.34.2    3"),
+        "{table}"
+    );
+}
+
+/// The README's sample store reads back, and its completed specs are what the current
+/// defaults produce (a defaults change must refresh them).
+#[test]
+fn sample_store_is_current() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("state");
+    let env = Env::new();
+    let dst = env.path("state");
+    std::fs::create_dir_all(&dst).unwrap();
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", src.display()))
+        .arg(&dst)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let table = ok(&env.run(&["get", "clusters"]));
+    assert!(
+        table.contains("demo.example.com") && table.contains("lab.internal"),
+        "{table}"
+    );
+    for name in ["demo.example.com", "lab.internal"] {
+        let full = ok(&env.run(&["get", "cluster", name, "--full", "-o", "yaml"]));
+        let stored =
+            std::fs::read_to_string(src.join(name).join("cluster-completed.spec")).unwrap();
+        assert_eq!(
+            full, stored,
+            "state/{name}/cluster-completed.spec is stale; recreate the sample store (state/README.md)"
+        );
+    }
 }

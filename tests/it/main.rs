@@ -3,7 +3,7 @@
 mod support;
 
 mod cli;
-mod race;
 mod provision;
+mod race;
 mod smoke;
 mod state;
