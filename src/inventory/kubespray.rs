@@ -103,10 +103,11 @@ impl Raw {
                 .map(|g| g.vars.clone())
                 .unwrap_or_default();
             for (group, members) in &memberships {
-                if group.as_str() != "all" && members.contains(name) {
-                    if let Some(g) = self.groups.get(group.as_str()) {
-                        vars.extend(g.vars.clone());
-                    }
+                if group.as_str() != "all"
+                    && members.contains(name)
+                    && let Some(g) = self.groups.get(group.as_str())
+                {
+                    vars.extend(g.vars.clone());
                 }
             }
             if let Some(own) = self.host_vars.get(name) {
@@ -403,10 +404,10 @@ pub fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError>
 /// INI values are strings, except that Kubespray users write dicts and lists for
 /// `node_labels` / `node_taints` as JSON-ish literals; accept those when they parse.
 fn ini_value(v: &str) -> Value {
-    if v.starts_with('{') || v.starts_with('[') {
-        if let Ok(parsed) = serde_json::from_str(v) {
-            return parsed;
-        }
+    if (v.starts_with('{') || v.starts_with('['))
+        && let Ok(parsed) = serde_json::from_str(v)
+    {
+        return parsed;
     }
     Value::String(v.to_string())
 }

@@ -268,12 +268,12 @@ impl Tracker {
     }
 
     fn skip(&mut self, host: &str, reason: &str) {
-        if let Some(r) = self.reports.get_mut(host) {
-            if r.result == HostResult::Ok {
-                r.result = HostResult::Skipped {
-                    reason: reason.to_string(),
-                };
-            }
+        if let Some(r) = self.reports.get_mut(host)
+            && r.result == HostResult::Ok
+        {
+            r.result = HostResult::Skipped {
+                reason: reason.to_string(),
+            };
         }
     }
 
@@ -576,16 +576,16 @@ async fn join_secrets(
             "no --token in kubeadm's join command".into(),
         )
     })?;
-    if let Some(printed) = printed_hash {
-        if printed != ca_cert_hash {
-            return Err(remote(
-                render::CA_CERT,
-                format!(
-                    "kubeadm pins the CA as sha256:{printed} but {} hashes to sha256:{ca_cert_hash}",
-                    render::CA_CERT
-                ),
-            ));
-        }
+    if let Some(printed) = printed_hash
+        && printed != ca_cert_hash
+    {
+        return Err(remote(
+            render::CA_CERT,
+            format!(
+                "kubeadm pins the CA as sha256:{printed} but {} hashes to sha256:{ca_cert_hash}",
+                render::CA_CERT
+            ),
+        ));
     }
     Ok(JoinSecrets {
         token,
