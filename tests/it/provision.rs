@@ -382,7 +382,9 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
     assert!(kc.contains("server: https://198.18.0.11:6443"), "{kc}");
 
     // delete cluster: every host reset.
-    let reset = orchestrate::reset(&ns, &c, &hosts).await.unwrap();
+    let reset = orchestrate::reset(&ns, &c, &hosts, &Options::current())
+        .await
+        .unwrap();
     assert!(reset.success(), "{reset:#?}");
     for h in &hosts {
         assert!(
