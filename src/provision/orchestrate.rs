@@ -21,7 +21,7 @@ use rand::RngCore;
 use super::assets::Arch;
 use super::pki;
 use super::render::{self, Endpoint, JoinSecrets, RenderError, Renderer};
-use crate::spec::{Cluster, Host, HostRole};
+use crate::spec::{Cluster, EtcdType, Host, HostRole};
 use crate::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
 /// kubeadm deletes uploaded certificates after 2 h; keep a margin for slow joins.
@@ -64,6 +64,7 @@ pub enum HostResult {
 pub enum Phase {
     Preflight,
     Install,
+    Etcd,
     Init,
     JoinControlPlane,
     JoinWorker,
@@ -76,6 +77,7 @@ impl Phase {
         match self {
             Phase::Preflight => "preflight",
             Phase::Install => "install",
+            Phase::Etcd => "etcd",
             Phase::Init => "init",
             Phase::JoinControlPlane => "join control plane",
             Phase::JoinWorker => "join worker",
@@ -498,10 +500,26 @@ pub async fn provision(
         }
         return Ok(t.finish());
     };
+    // External etcd is converged on every run; a cluster that still needs `kubeadm init`
+    // cannot start without it.
+    let mut etcd_client = None;
+    if renderer.etcd_type() == EtcdType::External {
+        match external_etcd(exec, &renderer, &mut t, options).await {
+            Ok(step) => etcd_client = Some(step),
+            Err(why) if initialised.is_empty() => {
+                for h in hosts {
+                    t.skip(&h.name, &why);
+                }
+                return Ok(t.finish());
+            }
+            Err(_) => {}
+        }
+    }
     let mut certificate_key = None;
     if initialised.is_empty() {
         let key = new_certificate_key();
-        let mut steps = vec![renderer.certificate_key(&key, options.now)];
+        let mut steps: Vec<Step> = etcd_client.into_iter().collect();
+        steps.push(renderer.certificate_key(&key, options.now));
         steps.extend(renderer.init(&first, &key)?);
         steps.extend(renderer.settle(&first)?);
         let (took, r) = timed(exec, options, Phase::Init, &first.name, &steps).await;
@@ -589,6 +607,62 @@ pub async fn provision(
         .collect::<Result<Vec<_>, RenderError>>()?;
     parallel(exec, options, &mut t, Phase::JoinWorker, work).await;
     Ok(t.finish())
+}
+
+/// Sets up the dedicated etcd hosts (kubeadm's "HA etcd with kubeadm" recipe) and returns the
+/// step that gives the first control plane its etcd client certificates. Runs before
+/// `kubeadm init`; every member is needed, since the cluster bootstraps with all of them.
+async fn external_etcd(
+    exec: &dyn HostExecutor,
+    renderer: &Renderer,
+    t: &mut Tracker,
+    options: &Options,
+) -> Result<Step, String> {
+    let members: Vec<Host> = renderer.etcd_hosts().cloned().collect();
+    if let Some(down) = members.iter().find(|h| !t.healthy(&h.name)) {
+        return Err(format!("etcd host {} is not available", down.name));
+    }
+    let kubelet = renderer.etcd_kubelet().map_err(|e| e.to_string())?;
+    let work = members
+        .iter()
+        .map(|h| (h.name.clone(), kubelet.clone()))
+        .collect();
+    parallel(exec, options, t, Phase::Etcd, work).await;
+    let first = members.first().ok_or("no etcd host")?;
+    let (took, r) = timed(
+        exec,
+        options,
+        Phase::Etcd,
+        &first.name,
+        &[renderer.etcd_ca()],
+    )
+    .await;
+    if !t.record(&first.name, Phase::Etcd, took, r) {
+        return Err(format!("the etcd CA could not be made on {}", first.name));
+    }
+    let read = |path: &'static str| async move {
+        match exec.read_file(&first.name, path).await {
+            Ok(Some(b)) => Ok(b),
+            Ok(None) => Err(format!("{}: {path} is missing", first.name)),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let (ca_cert, ca_key) = (
+        read(render::ETCD_CA_CERT).await?,
+        read(render::ETCD_CA_KEY).await?,
+    );
+    let work = members
+        .iter()
+        .map(|h| Ok((h.name.clone(), renderer.etcd_member(h, &ca_cert, &ca_key)?)))
+        .collect::<Result<Vec<_>, RenderError>>()
+        .map_err(|e| e.to_string())?;
+    parallel(exec, options, t, Phase::Etcd, work).await;
+    if let Some(down) = members.iter().find(|h| !t.healthy(&h.name)) {
+        return Err(format!("etcd member {} failed", down.name));
+    }
+    let cert = read(render::ETCD_CLIENT_CERT).await?;
+    let key = read(render::ETCD_CLIENT_KEY).await?;
+    Ok(renderer.etcd_client(&ca_cert, &cert, &key))
 }
 
 fn is_control_plane(h: &Host) -> bool {
