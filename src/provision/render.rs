@@ -268,6 +268,19 @@ impl Renderer {
                 });
             }
         }
+        if etcd == EtcdType::Stacked
+            && let Some(h) = hosts.iter().find(|h| {
+                h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane)
+            })
+        {
+            return Err(RenderError::Host {
+                host: h.name.clone(),
+                message: "has the etcd role without control-plane, but spec.etcd.type is \
+                          Stacked (etcd on the control planes); set it to External to run etcd \
+                          on dedicated hosts"
+                    .into(),
+            });
+        }
         if etcd == EtcdType::External && !hosts.iter().any(|h| h.roles.contains(&HostRole::Etcd)) {
             return Err(RenderError::Missing(
                 "hosts with the etcd role (spec.etcd.type is External)",
@@ -993,6 +1006,9 @@ mod tests {
         etcd.push(r.etcd_ca());
         etcd.extend(r.etcd_member(&hs[3], &ca, &key).unwrap());
         insta::assert_snapshot!("external_etcd_member", describe(&etcd));
+        assert!(
+            matches!(Renderer::new(&cluster(""), &hs), Err(RenderError::Host { ref host, .. }) if host == "etcd1")
+        );
         let mut both = hs.clone();
         both[0].roles.push(HostRole::Etcd);
         assert!(matches!(
