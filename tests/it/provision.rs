@@ -588,3 +588,41 @@ hosts:
     assert!(again.success(), "{again:#?}");
     assert_eq!(again.changed(), 0, "{again:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn air_gapped_assets_are_uploaded_not_downloaded() {
+    let m = mirror();
+    let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
+    let mut c = cluster(&m, "");
+    c.spec.assets = Some(Assets {
+        mirror: None,
+        files: m.local_asset_files(),
+    });
+    let ns = NsHosts::new(&hosts);
+    let report = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+        .await
+        .unwrap();
+    assert!(report.success(), "{report:#?}");
+    assert!(
+        m.downloads().is_empty(),
+        "nodes downloaded {:?}",
+        m.downloads()
+    );
+    assert!(!ns.calls("node2").is_empty());
+    for h in &hosts {
+        assert!(
+            ns.file(&h.name, "/usr/local/bin/kubelet")
+                .unwrap()
+                .contains("stand-in for kubelet")
+        );
+        assert!(
+            ns.file(&h.name, "/etc/kubernetes/kubelet.conf").is_some(),
+            "{} did not join",
+            h.name
+        );
+    }
+    let again = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+        .await
+        .unwrap();
+    assert_eq!(again.changed(), 0, "{again:#?}");
+}
