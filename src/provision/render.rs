@@ -427,6 +427,11 @@ impl Renderer {
                 "name": name, "version": a.version, "arch": arch.as_str(), "url": url,
                 "cache": cache, "origin": origin, "sha256": a.sha256, "dest": dest,
                 "tarball": tarball,
+                "service": match component {
+                    Component::Kubelet => Some("kubelet"),
+                    Component::Containerd => Some("containerd"),
+                    _ => None,
+                },
             }),
         )?;
         let check = match marker_bin {
