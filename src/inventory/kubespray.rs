@@ -4,7 +4,8 @@
 //! → control-plane, `kube_node` (`kube-node`) → node, `etcd` → etcd. `k8s_cluster`
 //! (`k8s-cluster`) and any other group only carry membership and vars. A `bastion` group's
 //! host becomes every host's jump host, as Kubespray uses it. Host vars: `ansible_host`,
-//! `ansible_port`, `ansible_user`, `ip`, `access_ip`, `ansible_ssh_private_key_file`,
+//! `ansible_port`, `ansible_user` (or their pre-2.0 `ansible_ssh_*` spellings), `ip`,
+//! `access_ip`, `ansible_ssh_private_key_file`,
 //! `node_labels`, `node_taints`; group vars apply with host vars taking precedence.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -103,10 +104,11 @@ impl Raw {
                 .map(|g| g.vars.clone())
                 .unwrap_or_default();
             for (group, members) in &memberships {
-                if group.as_str() != "all" && members.contains(name) {
-                    if let Some(g) = self.groups.get(group.as_str()) {
-                        vars.extend(g.vars.clone());
-                    }
+                if group.as_str() != "all"
+                    && members.contains(name)
+                    && let Some(g) = self.groups.get(group.as_str())
+                {
+                    vars.extend(g.vars.clone());
                 }
             }
             if let Some(own) = self.host_vars.get(name) {
@@ -184,7 +186,11 @@ fn build_host(name: &str, vars: &Vars, file: &str, line: usize) -> Result<Host, 
             Some(_) => Err(bad(var, "expected a string")),
         }
     };
-    let port = match text("ansible_port")? {
+    // Ansible before 2.0 spelled these ansible_ssh_*; old Kubespray inventories still do.
+    let either = |new: &str, old: &str| -> Result<Option<String>, InventoryError> {
+        Ok(text(new)?.or(text(old)?))
+    };
+    let port = match either("ansible_port", "ansible_ssh_port")? {
         None => None,
         Some(p) => Some(
             p.parse::<u16>()
@@ -216,10 +222,10 @@ fn build_host(name: &str, vars: &Vars, file: &str, line: usize) -> Result<Host, 
     };
     Ok(Host {
         name: name.to_string(),
-        address: text("ansible_host")?.unwrap_or_else(|| name.to_string()),
+        address: either("ansible_host", "ansible_ssh_host")?.unwrap_or_else(|| name.to_string()),
         ip: text("ip")?,
         access_ip: text("access_ip")?,
-        user: text("ansible_user")?,
+        user: either("ansible_user", "ansible_ssh_user")?,
         port,
         key_path: text("ansible_ssh_private_key_file")?,
         bastion: None,
@@ -403,10 +409,10 @@ pub fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError>
 /// INI values are strings, except that Kubespray users write dicts and lists for
 /// `node_labels` / `node_taints` as JSON-ish literals; accept those when they parse.
 fn ini_value(v: &str) -> Value {
-    if v.starts_with('{') || v.starts_with('[') {
-        if let Ok(parsed) = serde_json::from_str(v) {
-            return parsed;
-        }
+    if (v.starts_with('{') || v.starts_with('['))
+        && let Ok(parsed) = serde_json::from_str(v)
+    {
+        return parsed;
     }
     Value::String(v.to_string())
 }

@@ -472,5 +472,7 @@ mod samples {
         let old = load(&dir.join("kubespray-old.ini")).unwrap();
         assert_eq!(roles(&old)[0], ("master1".to_string(), vec![cp, etcd]));
         assert_eq!(roles(&old)[3], ("worker1".to_string(), vec![node]));
+        assert_eq!(old[3].address, "198.18.0.14");
+        assert_eq!(old[3].user.as_deref(), Some("core"));
     }
 }

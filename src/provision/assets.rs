@@ -367,10 +367,10 @@ pub fn resolve_for(kubernetes: &str, assets: Option<&Assets>) -> Result<Vec<Asse
     }
     let default = Assets::default();
     let assets = assets.unwrap_or(&default);
-    if let Some(m) = &assets.mirror {
-        if !(m.starts_with("http://") || m.starts_with("https://") || m.starts_with("file://")) {
-            return Err(AssetError::BadMirror(m.clone()));
-        }
+    if let Some(m) = &assets.mirror
+        && !(m.starts_with("http://") || m.starts_with("https://") || m.starts_with("file://"))
+    {
+        return Err(AssetError::BadMirror(m.clone()));
     }
     for (index, f) in assets.files.iter().enumerate() {
         let (name, arch) = match f.name.split_once('/') {

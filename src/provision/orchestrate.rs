@@ -12,6 +12,7 @@
 //! converged cluster only re-checks; new hosts in the inventory join.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -20,7 +21,7 @@ use rand::RngCore;
 use super::assets::Arch;
 use super::pki;
 use super::render::{self, Endpoint, JoinSecrets, RenderError, Renderer};
-use crate::spec::{Cluster, Host, HostRole};
+use crate::spec::{Cluster, EtcdType, Host, HostRole};
 use crate::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
 /// kubeadm deletes uploaded certificates after 2 h; keep a margin for slow joins.
@@ -63,6 +64,7 @@ pub enum HostResult {
 pub enum Phase {
     Preflight,
     Install,
+    Etcd,
     Init,
     JoinControlPlane,
     JoinWorker,
@@ -75,6 +77,7 @@ impl Phase {
         match self {
             Phase::Preflight => "preflight",
             Phase::Install => "install",
+            Phase::Etcd => "etcd",
             Phase::Init => "init",
             Phase::JoinControlPlane => "join control plane",
             Phase::JoinWorker => "join worker",
@@ -111,17 +114,57 @@ impl Report {
     }
 }
 
+/// What the orchestrator reports while it runs (for per-host progress bars or plain lines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgressEvent {
+    Started {
+        host: String,
+        phase: Phase,
+        steps: usize,
+    },
+    Finished {
+        host: String,
+        phase: Phase,
+        changed: usize,
+        unchanged: usize,
+    },
+    Failed {
+        host: String,
+        phase: Phase,
+        error: String,
+    },
+}
+
+pub type Progress = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
+
 /// Inputs that vary between runs, injectable for tests.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
     /// Unix time, to date certificate keys.
     pub now: i64,
+    pub progress: Option<Progress>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("now", &self.now)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 impl Options {
     pub fn current() -> Self {
         Options {
             now: chrono::Utc::now().timestamp(),
+            progress: None,
+        }
+    }
+
+    fn emit(&self, event: ProgressEvent) {
+        if let Some(p) = &self.progress {
+            p(&event);
         }
     }
 }
@@ -268,12 +311,12 @@ impl Tracker {
     }
 
     fn skip(&mut self, host: &str, reason: &str) {
-        if let Some(r) = self.reports.get_mut(host) {
-            if r.result == HostResult::Ok {
-                r.result = HostResult::Skipped {
-                    reason: reason.to_string(),
-                };
-            }
+        if let Some(r) = self.reports.get_mut(host)
+            && r.result == HostResult::Ok
+        {
+            r.result = HostResult::Skipped {
+                reason: reason.to_string(),
+            };
         }
     }
 
@@ -290,22 +333,51 @@ impl Tracker {
 
 async fn timed(
     exec: &dyn HostExecutor,
+    options: &Options,
+    phase: Phase,
     host: &str,
     steps: &[Step],
 ) -> (Duration, Result<Vec<StepOutcome>, String>) {
+    options.emit(ProgressEvent::Started {
+        host: host.into(),
+        phase,
+        steps: steps.len(),
+    });
     let start = Instant::now();
     let r = exec.run_steps(host, steps).await.map_err(|e| e.to_string());
+    options.emit(match &r {
+        Ok(outcomes) => ProgressEvent::Finished {
+            host: host.into(),
+            phase,
+            changed: outcomes
+                .iter()
+                .filter(|o| **o == StepOutcome::Changed)
+                .count(),
+            unchanged: outcomes
+                .iter()
+                .filter(|o| **o == StepOutcome::Unchanged)
+                .count(),
+        },
+        Err(error) => ProgressEvent::Failed {
+            host: host.into(),
+            phase,
+            error: error.clone(),
+        },
+    });
     (start.elapsed(), r)
 }
 
 /// Runs one step list per host, all hosts concurrently (the executor bounds concurrency).
 async fn parallel(
     exec: &dyn HostExecutor,
+    options: &Options,
     tracker: &mut Tracker,
     phase: Phase,
     work: Vec<(String, Vec<Step>)>,
 ) {
-    let runs = work.iter().map(|(host, steps)| timed(exec, host, steps));
+    let runs = work
+        .iter()
+        .map(|(host, steps)| timed(exec, options, phase, host, steps));
     let results = join_all(runs).await;
     for ((host, _), (took, r)) in work.iter().zip(results) {
         tracker.record(host, phase, took, r);
@@ -366,7 +438,7 @@ pub async fn provision(
         .iter()
         .map(|h| Ok((h.name.clone(), renderer.preflight(h)?)))
         .collect::<Result<Vec<_>, RenderError>>()?;
-    parallel(exec, &mut t, Phase::Preflight, work).await;
+    parallel(exec, options, &mut t, Phase::Preflight, work).await;
     let mut facts = Vec::new();
     for h in hosts {
         if !t.healthy(&h.name) {
@@ -401,7 +473,7 @@ pub async fn provision(
             ),
         }
     }
-    parallel(exec, &mut t, Phase::Install, work).await;
+    parallel(exec, options, &mut t, Phase::Install, work).await;
 
     // 3. The first control plane: an initialised one if any, else the first healthy one.
     let mut initialised = Vec::new();
@@ -428,13 +500,29 @@ pub async fn provision(
         }
         return Ok(t.finish());
     };
+    // External etcd is converged on every run; a cluster that still needs `kubeadm init`
+    // cannot start without it.
+    let mut etcd_client = None;
+    if renderer.etcd_type() == EtcdType::External {
+        match external_etcd(exec, &renderer, &mut t, options).await {
+            Ok(step) => etcd_client = Some(step),
+            Err(why) if initialised.is_empty() => {
+                for h in hosts {
+                    t.skip(&h.name, &why);
+                }
+                return Ok(t.finish());
+            }
+            Err(_) => {}
+        }
+    }
     let mut certificate_key = None;
     if initialised.is_empty() {
         let key = new_certificate_key();
-        let mut steps = vec![renderer.certificate_key(&key, options.now)];
+        let mut steps: Vec<Step> = etcd_client.into_iter().collect();
+        steps.push(renderer.certificate_key(&key, options.now));
         steps.extend(renderer.init(&first, &key)?);
         steps.extend(renderer.settle(&first)?);
-        let (took, r) = timed(exec, &first.name, &steps).await;
+        let (took, r) = timed(exec, options, Phase::Init, &first.name, &steps).await;
         if !t.record(&first.name, Phase::Init, took, r) {
             for h in hosts {
                 t.skip(&h.name, &format!("kubeadm init failed on {}", first.name));
@@ -444,7 +532,7 @@ pub async fn provision(
         certificate_key = Some((options.now, key));
     } else {
         let steps = renderer.settle(&first)?;
-        let (took, r) = timed(exec, &first.name, &steps).await;
+        let (took, r) = timed(exec, options, Phase::Settle, &first.name, &steps).await;
         t.record(&first.name, Phase::Settle, took, r);
     }
 
@@ -465,7 +553,7 @@ pub async fn provision(
             to_join.push(h.clone());
         }
     }
-    parallel(exec, &mut t, Phase::Settle, settle).await;
+    parallel(exec, options, &mut t, Phase::Settle, settle).await;
     if to_join.is_empty() {
         return Ok(t.finish());
     }
@@ -501,7 +589,7 @@ pub async fn provision(
         }
         let mut steps = renderer.join(h, &first, &secrets)?;
         steps.extend(renderer.settle(h)?);
-        let (took, r) = timed(exec, &h.name, &steps).await;
+        let (took, r) = timed(exec, options, Phase::JoinControlPlane, &h.name, &steps).await;
         if !t.record(&h.name, Phase::JoinControlPlane, took, r) {
             cp_failed = Some(h.name.clone());
         }
@@ -517,8 +605,64 @@ pub async fn provision(
             Ok((h.name.clone(), steps))
         })
         .collect::<Result<Vec<_>, RenderError>>()?;
-    parallel(exec, &mut t, Phase::JoinWorker, work).await;
+    parallel(exec, options, &mut t, Phase::JoinWorker, work).await;
     Ok(t.finish())
+}
+
+/// Sets up the dedicated etcd hosts (kubeadm's "HA etcd with kubeadm" recipe) and returns the
+/// step that gives the first control plane its etcd client certificates. Runs before
+/// `kubeadm init`; every member is needed, since the cluster bootstraps with all of them.
+async fn external_etcd(
+    exec: &dyn HostExecutor,
+    renderer: &Renderer,
+    t: &mut Tracker,
+    options: &Options,
+) -> Result<Step, String> {
+    let members: Vec<Host> = renderer.etcd_hosts().cloned().collect();
+    if let Some(down) = members.iter().find(|h| !t.healthy(&h.name)) {
+        return Err(format!("etcd host {} is not available", down.name));
+    }
+    let kubelet = renderer.etcd_kubelet().map_err(|e| e.to_string())?;
+    let work = members
+        .iter()
+        .map(|h| (h.name.clone(), kubelet.clone()))
+        .collect();
+    parallel(exec, options, t, Phase::Etcd, work).await;
+    let first = members.first().ok_or("no etcd host")?;
+    let (took, r) = timed(
+        exec,
+        options,
+        Phase::Etcd,
+        &first.name,
+        &[renderer.etcd_ca()],
+    )
+    .await;
+    if !t.record(&first.name, Phase::Etcd, took, r) {
+        return Err(format!("the etcd CA could not be made on {}", first.name));
+    }
+    let read = |path: &'static str| async move {
+        match exec.read_file(&first.name, path).await {
+            Ok(Some(b)) => Ok(b),
+            Ok(None) => Err(format!("{}: {path} is missing", first.name)),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let (ca_cert, ca_key) = (
+        read(render::ETCD_CA_CERT).await?,
+        read(render::ETCD_CA_KEY).await?,
+    );
+    let work = members
+        .iter()
+        .map(|h| Ok((h.name.clone(), renderer.etcd_member(h, &ca_cert, &ca_key)?)))
+        .collect::<Result<Vec<_>, RenderError>>()
+        .map_err(|e| e.to_string())?;
+    parallel(exec, options, t, Phase::Etcd, work).await;
+    if let Some(down) = members.iter().find(|h| !t.healthy(&h.name)) {
+        return Err(format!("etcd member {} failed", down.name));
+    }
+    let cert = read(render::ETCD_CLIENT_CERT).await?;
+    let key = read(render::ETCD_CLIENT_KEY).await?;
+    Ok(renderer.etcd_client(&ca_cert, &cert, &key))
 }
 
 fn is_control_plane(h: &Host) -> bool {
@@ -576,16 +720,16 @@ async fn join_secrets(
             "no --token in kubeadm's join command".into(),
         )
     })?;
-    if let Some(printed) = printed_hash {
-        if printed != ca_cert_hash {
-            return Err(remote(
-                render::CA_CERT,
-                format!(
-                    "kubeadm pins the CA as sha256:{printed} but {} hashes to sha256:{ca_cert_hash}",
-                    render::CA_CERT
-                ),
-            ));
-        }
+    if let Some(printed) = printed_hash
+        && printed != ca_cert_hash
+    {
+        return Err(remote(
+            render::CA_CERT,
+            format!(
+                "kubeadm pins the CA as sha256:{printed} but {} hashes to sha256:{ca_cert_hash}",
+                render::CA_CERT
+            ),
+        ));
     }
     Ok(JoinSecrets {
         token,
@@ -599,6 +743,7 @@ pub async fn reset(
     exec: &dyn HostExecutor,
     cluster: &Cluster,
     hosts: &[Host],
+    options: &Options,
 ) -> Result<Report, ProvisionError> {
     let renderer = Renderer::new(cluster, hosts)?;
     let mut t = Tracker::new(hosts);
@@ -606,7 +751,7 @@ pub async fn reset(
         .iter()
         .map(|h| Ok((h.name.clone(), renderer.reset(h)?)))
         .collect::<Result<Vec<_>, RenderError>>()?;
-    parallel(exec, &mut t, Phase::Reset, work).await;
+    parallel(exec, options, &mut t, Phase::Reset, work).await;
     Ok(t.finish())
 }
 
@@ -821,7 +966,10 @@ pub(crate) mod tests {
     }
 
     fn opts() -> Options {
-        Options { now: 1_800_000_000 }
+        Options {
+            now: 1_800_000_000,
+            progress: None,
+        }
     }
 
     fn span(events: &[Event], host: &str, step: &str) -> (u64, u64) {
@@ -945,6 +1093,7 @@ pub(crate) mod tests {
         );
         let later = Options {
             now: opts().now + 3 * 3600,
+            progress: None,
         };
         let before = fake.events().len();
         let report = provision(&fake, &cluster(""), &hs, &later).await.unwrap();
@@ -992,6 +1141,7 @@ pub(crate) mod tests {
         let before = fake.events().len();
         let soon = Options {
             now: opts().now + 3600,
+            progress: None,
         };
         provision(&fake, &cluster(""), &hs, &soon).await.unwrap();
         assert!(
@@ -1106,7 +1256,30 @@ pub(crate) mod tests {
         provision(&fake, &cluster(""), &hs, &opts()).await.unwrap();
         let kc = admin_kubeconfig(&fake, &cluster(""), &hs).await.unwrap();
         assert!(kc.contains("server: https://198.18.0.11:6443"), "{kc}");
-        let report = reset(&fake, &cluster(""), &hs).await.unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let with_progress = Options {
+            progress: Some(Arc::new(move |e: &ProgressEvent| {
+                sink.lock().unwrap().push(e.clone())
+            })),
+            ..opts()
+        };
+        let report = reset(&fake, &cluster(""), &hs, &with_progress)
+            .await
+            .unwrap();
+        let events = events.lock().unwrap().clone();
+        assert_eq!(events.len(), 4, "{events:?}");
+        assert!(events.contains(&ProgressEvent::Started {
+            host: "w1".into(),
+            phase: Phase::Reset,
+            steps: 1
+        }));
+        assert!(events.contains(&ProgressEvent::Finished {
+            host: "w1".into(),
+            phase: Phase::Reset,
+            changed: 1,
+            unchanged: 0
+        }));
         assert!(report.success());
         assert_eq!(fake.steps_on("w1").last().unwrap(), "kubeadm: reset");
     }

@@ -56,7 +56,9 @@ fn base64_decode(text: &str) -> Result<Vec<u8>, PkiError> {
 }
 
 /// One DER element: (tag, whole element bytes, content bytes, rest after it).
-fn element(input: &[u8]) -> Result<(u8, &[u8], &[u8], &[u8]), PkiError> {
+type Element<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
+
+fn element(input: &[u8]) -> Result<Element<'_>, PkiError> {
     let (&tag, rest) = input.split_first().ok_or(PkiError::Der("truncated tag"))?;
     let (&first, rest) = rest
         .split_first()

@@ -38,6 +38,10 @@ pub const FACTS_FILE: &str = "/var/lib/kprov/facts";
 pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
 pub const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
 pub const CA_CERT: &str = "/etc/kubernetes/pki/ca.crt";
+pub const ETCD_CA_CERT: &str = "/etc/kubernetes/pki/etcd/ca.crt";
+pub const ETCD_CA_KEY: &str = "/etc/kubernetes/pki/etcd/ca.key";
+pub const ETCD_CLIENT_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
+pub const ETCD_CLIENT_KEY: &str = "/etc/kubernetes/pki/apiserver-etcd-client.key";
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
@@ -102,6 +106,18 @@ const TEMPLATES: &[(&str, &str)] = &[
     (
         "node/reset.sh.tera",
         include_str!("../../templates/node/reset.sh.tera"),
+    ),
+    (
+        "node/kubeadm-etcd.yaml.tera",
+        include_str!("../../templates/node/kubeadm-etcd.yaml.tera"),
+    ),
+    (
+        "node/etcd-kubelet.conf.tera",
+        include_str!("../../templates/node/etcd-kubelet.conf.tera"),
+    ),
+    (
+        "node/etcd-kubelet.yaml.tera",
+        include_str!("../../templates/node/etcd-kubelet.yaml.tera"),
     ),
 ];
 
@@ -240,6 +256,35 @@ impl Renderer {
         }
         for h in hosts {
             node_ip(h)?;
+            if etcd == EtcdType::External
+                && h.roles.contains(&HostRole::Etcd)
+                && h.roles.contains(&HostRole::ControlPlane)
+            {
+                return Err(RenderError::Host {
+                    host: h.name.clone(),
+                    message: "with external etcd, etcd hosts are dedicated: a host cannot have \
+                              both the etcd and control-plane roles"
+                        .into(),
+                });
+            }
+        }
+        if etcd == EtcdType::Stacked
+            && let Some(h) = hosts.iter().find(|h| {
+                h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane)
+            })
+        {
+            return Err(RenderError::Host {
+                host: h.name.clone(),
+                message: "has the etcd role without control-plane, but spec.etcd.type is \
+                          Stacked (etcd on the control planes); set it to External to run etcd \
+                          on dedicated hosts"
+                    .into(),
+            });
+        }
+        if etcd == EtcdType::External && !hosts.iter().any(|h| h.roles.contains(&HostRole::Etcd)) {
+            return Err(RenderError::Missing(
+                "hosts with the etcd role (spec.etcd.type is External)",
+            ));
         }
         Ok(Renderer {
             tera,
@@ -289,11 +334,15 @@ impl Renderer {
     /// Host settings (modules, sysctls, swap) and the preflight checks, which also record the
     /// facts `orchestrate` compares across hosts.
     pub fn preflight(&self, host: &Host) -> Result<Vec<Step>, RenderError> {
-        let ports: Vec<u16> = if host.roles.contains(&HostRole::ControlPlane) {
-            vec![6443, 2379, 2380, 10250, 10257, 10259]
-        } else {
-            vec![10250]
-        };
+        let mut ports: Vec<u16> = vec![10250];
+        if host.roles.contains(&HostRole::ControlPlane) {
+            ports.extend([6443, 10257, 10259]);
+        }
+        if host.roles.contains(&HostRole::ControlPlane) || host.roles.contains(&HostRole::Etcd) {
+            ports.extend([2379, 2380]);
+        }
+        ports.sort_unstable();
+        ports.dedup();
         let script = self.render(
             "node/preflight.sh.tera",
             json!({ "node": { "name": host.name }, "ports": ports }),
@@ -378,6 +427,11 @@ impl Renderer {
                 "name": name, "version": a.version, "arch": arch.as_str(), "url": url,
                 "cache": cache, "origin": origin, "sha256": a.sha256, "dest": dest,
                 "tarball": tarball,
+                "service": match component {
+                    Component::Kubelet => Some("kubelet"),
+                    Component::Containerd => Some("containerd"),
+                    _ => None,
+                },
             }),
         )?;
         let check = match marker_bin {
@@ -676,6 +730,126 @@ impl Renderer {
         Ok(steps)
     }
 
+    pub fn etcd_type(&self) -> EtcdType {
+        self.etcd
+    }
+
+    /// Dedicated etcd hosts (external etcd only).
+    pub fn etcd_hosts(&self) -> impl Iterator<Item = &Host> {
+        let external = self.etcd == EtcdType::External;
+        self.hosts
+            .iter()
+            .filter(move |h| external && h.roles.contains(&HostRole::Etcd))
+    }
+
+    /// The kubelet of a dedicated etcd host, standalone: it only runs etcd's static pod.
+    pub fn etcd_kubelet(&self) -> Result<Vec<Step>, RenderError> {
+        Ok(vec![Step {
+            name: "etcd: standalone kubelet".into(),
+            files: vec![
+                file(
+                    "/etc/systemd/system/kubelet.service.d/20-etcd-service-manager.conf",
+                    self.render("node/etcd-kubelet.conf.tera", json!({}))?,
+                    0o644,
+                ),
+                file(
+                    &format!("{KPROV_DIR}/etcd-kubelet.yaml"),
+                    self.render("node/etcd-kubelet.yaml.tera", json!({}))?,
+                    0o644,
+                ),
+            ],
+            check: Some("systemctl is-active --quiet kubelet".into()),
+            run: "set -e\nsystemctl daemon-reload\nsystemctl enable kubelet\nsystemctl restart kubelet\n"
+                .into(),
+            timeout: SHORT,
+        }])
+    }
+
+    /// The etcd CA, made once on the first etcd host and copied to the others.
+    pub fn etcd_ca(&self) -> Step {
+        Step {
+            name: "etcd: CA".into(),
+            files: vec![],
+            check: Some(format!("test -f {ETCD_CA_CERT} && test -f {ETCD_CA_KEY}")),
+            run: "kubeadm init phase certs etcd-ca\n".into(),
+            timeout: SHORT,
+        }
+    }
+
+    /// Certificates and static pod of one external etcd member, under the shared CA.
+    pub fn etcd_member(
+        &self,
+        host: &Host,
+        ca_cert: &Bytes,
+        ca_key: &Bytes,
+    ) -> Result<Vec<Step>, RenderError> {
+        let members: Vec<String> = self
+            .etcd_hosts()
+            .map(|h| Ok(format!("{}=https://{}:2380", h.name, node_ip(h)?)))
+            .collect::<Result<_, RenderError>>()?;
+        let ip = node_ip(host)?;
+        let config = format!("{KPROV_DIR}/kubeadm-etcd.yaml");
+        let text = self.render(
+            "node/kubeadm-etcd.yaml.tera",
+            json!({
+                "node": { "name": host.name, "ip": ip },
+                "cluster_name": self.cluster_name,
+                "kubernetes_version": self.kubernetes_version,
+                "initial_cluster": members.join(","),
+                "peer_url": format!("https://{ip}:2380"),
+                "client_url": format!("https://{ip}:2379"),
+            }),
+        )?;
+        let certs = "etcd-server etcd-peer etcd-healthcheck-client apiserver-etcd-client";
+        Ok(vec![
+            Step {
+                name: "etcd: shared CA".into(),
+                files: vec![
+                    file(ETCD_CA_CERT, ca_cert.clone(), 0o644),
+                    file(ETCD_CA_KEY, ca_key.clone(), 0o600),
+                ],
+                check: Some("true".into()),
+                run: "true".into(),
+                timeout: SHORT,
+            },
+            Step {
+                name: "etcd: certificates".into(),
+                files: vec![file(&config, text, 0o600)],
+                check: Some(
+                    "test -f /etc/kubernetes/pki/etcd/server.crt && test -f /etc/kubernetes/pki/etcd/peer.crt \
+                     && test -f /etc/kubernetes/pki/etcd/healthcheck-client.crt && test -f /etc/kubernetes/pki/apiserver-etcd-client.crt"
+                        .into(),
+                ),
+                run: format!(
+                    "set -e\nfor c in {certs}; do\n  kubeadm init phase certs \"$c\" --config {config}\ndone\n"
+                ),
+                timeout: SHORT,
+            },
+            Step {
+                name: "etcd: static pod".into(),
+                files: vec![],
+                check: Some("test -f /etc/kubernetes/manifests/etcd.yaml".into()),
+                run: format!("kubeadm init phase etcd local --config {config}\n"),
+                timeout: SHORT,
+            },
+        ])
+    }
+
+    /// What the first control plane needs to reach external etcd, copied from an etcd host.
+    pub fn etcd_client(&self, ca_cert: &Bytes, cert: &Bytes, key: &Bytes) -> Step {
+        Step {
+            name: "etcd: client certificates".into(),
+            files: vec![
+                file(ETCD_CA_CERT, ca_cert.clone(), 0o644),
+                file(ETCD_CLIENT_CERT, cert.clone(), 0o644),
+                file(ETCD_CLIENT_KEY, key.clone(), 0o600),
+            ],
+            check: Some("true".into()),
+            run: "true".into(),
+            timeout: SHORT,
+        }
+    }
+
     /// Removes Kubernetes from a host (`delete cluster`).
     pub fn reset(&self, host: &Host) -> Result<Vec<Step>, RenderError> {
         Ok(vec![Step {
@@ -831,6 +1005,21 @@ mod tests {
                 "https://198.18.0.42:2379"
             ])
         );
+        let ca = Bytes::from_static(b"CA CERT\n");
+        let key = Bytes::from_static(b"CA KEY\n");
+        let mut etcd = r.etcd_kubelet().unwrap();
+        etcd.push(r.etcd_ca());
+        etcd.extend(r.etcd_member(&hs[3], &ca, &key).unwrap());
+        insta::assert_snapshot!("external_etcd_member", describe(&etcd));
+        assert!(
+            matches!(Renderer::new(&cluster(""), &hs), Err(RenderError::Host { ref host, .. }) if host == "etcd1")
+        );
+        let mut both = hs.clone();
+        both[0].roles.push(HostRole::Etcd);
+        assert!(matches!(
+            Renderer::new(&c, &both),
+            Err(RenderError::Host { .. })
+        ));
         // No /etc/hosts games and no local proxy with a real load balancer in front.
         assert!(r.endpoint_entry("1.2.3.4").is_none());
         assert!(r.settle(&hs[1]).unwrap().is_empty());

@@ -382,7 +382,9 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
     assert!(kc.contains("server: https://198.18.0.11:6443"), "{kc}");
 
     // delete cluster: every host reset.
-    let reset = orchestrate::reset(&ns, &c, &hosts).await.unwrap();
+    let reset = orchestrate::reset(&ns, &c, &hosts, &Options::current())
+        .await
+        .unwrap();
     assert!(reset.success(), "{reset:#?}");
     for h in &hosts {
         assert!(
@@ -497,4 +499,130 @@ async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
         }
     ));
     assert!(ns.file("worker1", "/usr/local/bin/kubelet").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn external_etcd_hosts_then_control_plane_and_worker() {
+    let m = mirror();
+    let inventory = "\
+hosts:
+  - {name: cp1, address: 198.18.0.11, roles: [control-plane]}
+  - {name: etcd1, address: 198.18.0.21, roles: [etcd]}
+  - {name: etcd2, address: 198.18.0.22, roles: [etcd]}
+  - {name: etcd3, address: 198.18.0.23, roles: [etcd]}
+  - {name: w1, address: 198.18.0.31, roles: [node]}
+";
+    let hosts = inventory::parse(inventory, "external.yaml").unwrap();
+    assert_eq!(
+        inventory::etcd_topology(&hosts),
+        kprov::spec::EtcdType::External
+    );
+    let c = cluster(&m, "").clone();
+    let mut c = c;
+    c.spec.etcd = Some(kprov::spec::Etcd {
+        kind: kprov::spec::EtcdType::External,
+    });
+    let ns = NsHosts::new(&hosts);
+    let report = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+        .await
+        .unwrap();
+    assert!(report.success(), "{report:#?}");
+
+    // One CA for the etcd cluster, every member knows all three peers.
+    let ca = ns.file("etcd1", "/etc/kubernetes/pki/etcd/ca.crt").unwrap();
+    for e in ["etcd1", "etcd2", "etcd3"] {
+        assert_eq!(
+            ns.file(e, "/etc/kubernetes/pki/etcd/ca.crt").unwrap(),
+            ca,
+            "{e}"
+        );
+        let pod = ns.file(e, "/etc/kubernetes/manifests/etcd.yaml").unwrap();
+        assert!(pod.contains("--initial-cluster=etcd1=https://198.18.0.21:2380,etcd2=https://198.18.0.22:2380,etcd3=https://198.18.0.23:2380"), "{e}: {pod}");
+        assert!(
+            ns.file(
+                e,
+                "/etc/systemd/system/kubelet.service.d/20-etcd-service-manager.conf"
+            )
+            .is_some()
+        );
+        assert!(
+            !ns.calls(e)
+                .iter()
+                .any(|(_, c)| c.starts_with("kubeadm join")
+                    || c.starts_with("kubeadm init --config"))
+        );
+    }
+    // The etcd CA exists before the control plane starts, and kubeadm init uses the client
+    // certificates made under it.
+    assert!(
+        ns.first_call("etcd1", "kubeadm init phase certs etcd-ca")
+            < ns.first_call("cp1", "kubeadm init --config")
+    );
+    assert_eq!(
+        ns.file("cp1", "/etc/kubernetes/pki/etcd/ca.crt").unwrap(),
+        ca
+    );
+    assert_eq!(
+        ns.file("cp1", "/etc/kubernetes/pki/apiserver-etcd-client.crt")
+            .unwrap(),
+        ns.file("etcd1", "/etc/kubernetes/pki/apiserver-etcd-client.crt")
+            .unwrap()
+    );
+    let init = ns
+        .file("cp1", "/etc/kubernetes/kprov/kubeadm-init.yaml")
+        .unwrap();
+    assert!(
+        init.contains("external:") && init.contains("https://198.18.0.22:2379"),
+        "{init}"
+    );
+    assert!(
+        ns.file("cp1", "/etc/kubernetes/manifests/etcd.yaml")
+            .is_none(),
+        "no stacked etcd on cp1"
+    );
+    assert!(ns.file("w1", "/etc/kubernetes/kubelet.conf").is_some());
+
+    let again = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+        .await
+        .unwrap();
+    assert!(again.success(), "{again:#?}");
+    assert_eq!(again.changed(), 0, "{again:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn air_gapped_assets_are_uploaded_not_downloaded() {
+    let m = mirror();
+    let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
+    let mut c = cluster(&m, "");
+    c.spec.assets = Some(Assets {
+        mirror: None,
+        files: m.local_asset_files(),
+    });
+    let ns = NsHosts::new(&hosts);
+    let report = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+        .await
+        .unwrap();
+    assert!(report.success(), "{report:#?}");
+    assert!(
+        m.downloads().is_empty(),
+        "nodes downloaded {:?}",
+        m.downloads()
+    );
+    assert!(!ns.calls("node2").is_empty());
+    for h in &hosts {
+        assert!(
+            ns.file(&h.name, "/usr/local/bin/kubelet")
+                .unwrap()
+                .contains("stand-in for kubelet")
+        );
+        assert!(
+            ns.file(&h.name, "/etc/kubernetes/kubelet.conf").is_some(),
+            "{} did not join",
+            h.name
+        );
+    }
+    let again = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+        .await
+        .unwrap();
+    assert_eq!(again.changed(), 0, "{again:#?}");
 }

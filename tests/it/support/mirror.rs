@@ -116,6 +116,22 @@ impl Mirror {
             .collect()
     }
 
+    /// The same overrides as `file://` URLs into the mirror's directory: what an air-gapped
+    /// site uses (kprov uploads the files over ssh instead of nodes downloading them).
+    pub fn local_asset_files(&self) -> Vec<AssetFile> {
+        self.asset_files()
+            .into_iter()
+            .map(|mut f| {
+                let rel = f
+                    .url
+                    .strip_prefix(&format!("{}/", self.url))
+                    .expect("mirror url");
+                f.url = format!("file://{}", self.root.path().join(rel).display());
+                f
+            })
+            .collect()
+    }
+
     pub fn root(&self) -> &Path {
         self.root.path()
     }
