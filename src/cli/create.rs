@@ -65,7 +65,7 @@ pub struct CreateClusterArgs {
     /// Machine image for all instance groups
     #[arg(long)]
     pub image: Option<String>,
-    /// Kubernetes version, e.g. 1.34.2
+    /// Kubernetes version, e.g. 1.35.1
     #[arg(long)]
     pub kubernetes_version: Option<String>,
     /// Pod network add-on

@@ -5,7 +5,6 @@
 //! docs/provisioning.md.
 
 pub mod assets;
-pub mod kubeconfig;
 pub mod orchestrate;
 pub mod pki;
 pub mod render;

@@ -171,12 +171,12 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         None => c.err(p("spec.kubernetesVersion"), "is required"),
         Some(v) if versions::parse(v).is_none() => c.err(
             p("spec.kubernetesVersion"),
-            format!("{v:?} is not a version like 1.34.2"),
+            format!("{v:?} is not a version like 1.35.1"),
         ),
         Some(v) if !versions::is_supported(v) => c.err(
             p("spec.kubernetesVersion"),
             format!(
-                "{v} is not supported; supported minor versions: {}",
+                "{v} is not supported; supported versions (pinned checksums): {}",
                 versions::supported_list()
             ),
         ),
@@ -569,6 +569,16 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
                 }
             }
         }
+        // Kubernetes binds to an IP: a host known only by name needs `ip` (Kubespray's rule).
+        if h.ip.is_none() && h.address.parse::<std::net::IpAddr>().is_err() {
+            c.err(
+                base.key("address"),
+                format!(
+                    "{:?} is not an IP address; set `ip` to the address Kubernetes should bind to",
+                    h.address
+                ),
+            );
+        }
         check_labels_and_taints(c, &base, &h.labels, &h.taints, "labels");
     }
 }
@@ -742,7 +752,7 @@ metadata:
   name: demo.example.com
 spec:
   cloudProvider: aws
-  kubernetesVersion: 1.34.2
+  kubernetesVersion: 1.35.1
   networking:
     networkCIDR: 172.20.0.0/16
     subnets:
@@ -870,12 +880,12 @@ spec:
     #[test]
     fn unsupported_kubernetes_version() {
         expect_one(
-            &BASE.replace("1.34.2", "1.20.0"),
+            &BASE.replace("1.35.1", "1.20.0"),
             "c.yaml:7:22: spec.kubernetesVersion: 1.20.0 is not supported",
         );
         expect_one(
-            &BASE.replace("1.34.2", "latest"),
-            "is not a version like 1.34.2",
+            &BASE.replace("1.35.1", "latest"),
+            "is not a version like 1.35.1",
         );
     }
 
@@ -913,8 +923,8 @@ spec:
     #[test]
     fn dns_zone_must_contain_cluster() {
         let t = BASE.replace(
-            "  kubernetesVersion: 1.34.2",
-            "  kubernetesVersion: 1.34.2\n  dns: {type: Public, zone: other.org}",
+            "  kubernetesVersion: 1.35.1",
+            "  kubernetesVersion: 1.35.1\n  dns: {type: Public, zone: other.org}",
         );
         expect_one(
             &t,
@@ -937,8 +947,8 @@ spec:
         let t = BASE
             .replace("  minSize: 1\n  maxSize: 1", "  minSize: 3\n  maxSize: 3")
             .replace(
-                "  kubernetesVersion: 1.34.2",
-                "  kubernetesVersion: 1.34.2\n  api: {loadBalancer: {type: None}}",
+                "  kubernetesVersion: 1.35.1",
+                "  kubernetesVersion: 1.35.1\n  api: {loadBalancer: {type: None}}",
             );
         expect_one(&t, "more than one control plane needs a load balancer");
     }
@@ -946,8 +956,8 @@ spec:
     #[test]
     fn private_topology_needs_utility_subnets() {
         let t = BASE.replace("type: Public}", "type: Private}").replace(
-            "  kubernetesVersion: 1.34.2",
-            "  kubernetesVersion: 1.34.2\n  topology: {type: Private}",
+            "  kubernetesVersion: 1.35.1",
+            "  kubernetesVersion: 1.35.1\n  topology: {type: Private}",
         );
         expect_one(&t, "Private topology needs Utility subnets");
     }
@@ -972,7 +982,7 @@ metadata:
   name: lab
 spec:
   cloudProvider: metal
-  kubernetesVersion: 1.34.2
+  kubernetesVersion: 1.35.1
   hosts:
   - {name: cp1, address: 198.18.0.11, roles: [control-plane]}
   - {name: cp2, address: 198.18.0.12, roles: [control-plane]}

@@ -1,11 +1,14 @@
-//! Kubernetes versions kprov can install. The provisioning asset table pins checksums for
-//! exactly these; a version outside the list is refused at validation, not at install time.
+//! Kubernetes versions kprov can install: exactly those whose binaries have pinned checksums
+//! in the provisioning asset table. A version outside the list is refused at validation, not
+//! half-way through an install.
 
-/// Supported minor versions, oldest first (upstream supports the newest three or four).
-pub const SUPPORTED_MINORS: &[(u32, u32)] = &[(1, 32), (1, 33), (1, 34), (1, 35)];
-pub const DEFAULT_KUBERNETES_VERSION: &str = "1.34.2";
+use crate::provision::assets::{
+    DEFAULT_KUBERNETES_VERSION as PINNED_DEFAULT, SUPPORTED_KUBERNETES_VERSIONS,
+};
 
-/// Parses `1.34.2` or `v1.34.2` into (major, minor, patch).
+pub const DEFAULT_KUBERNETES_VERSION: &str = PINNED_DEFAULT;
+
+/// Parses `1.35.1` or `v1.35.1` into (major, minor, patch).
 pub fn parse(v: &str) -> Option<(u32, u32, u32)> {
     let v = v.strip_prefix('v').unwrap_or(v);
     let mut it = v.split('.');
@@ -19,13 +22,9 @@ pub fn parse(v: &str) -> Option<(u32, u32, u32)> {
 }
 
 pub fn is_supported(v: &str) -> bool {
-    parse(v).is_some_and(|(ma, mi, _)| SUPPORTED_MINORS.contains(&(ma, mi)))
+    SUPPORTED_KUBERNETES_VERSIONS.contains(&v.strip_prefix('v').unwrap_or(v))
 }
 
 pub fn supported_list() -> String {
-    SUPPORTED_MINORS
-        .iter()
-        .map(|(a, b)| format!("{a}.{b}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    SUPPORTED_KUBERNETES_VERSIONS.join(", ")
 }

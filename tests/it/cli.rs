@@ -144,7 +144,7 @@ fn dry_run_golden_metal_from_kubespray_inventory() {
             "--inventory",
             inv,
             "--kubernetes-version",
-            "1.33.5"
+            "1.34.4"
         ]
     ));
 }
@@ -311,7 +311,7 @@ fn create_get_replace_delete_lifecycle() {
     assert!(err.contains("already exists"), "{err}");
     let table = ok(&env.run(&["get", "clusters"]));
     assert!(
-        table.contains("life.example.com   aws     us-east-1a   1.34.2"),
+        table.contains("life.example.com   aws     us-east-1a   1.35.1"),
         "{table}"
     );
     let igs = ok(&env.run(&["get", "ig", "--name", "life.example.com"]));
@@ -627,7 +627,7 @@ fn example_specs_are_valid() {
         "{table}"
     );
     assert!(
-        table.contains("us-east-1a,us-east-1b,us-east-1c   1.34.2    3"),
+        table.contains("us-east-1a,us-east-1b,us-east-1c   1.35.1    3"),
         "{table}"
     );
 }

@@ -14,7 +14,7 @@ const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed2551
 
 fn cluster_yaml(name: &str) -> String {
     format!(
-        "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  cloudProvider: aws\n  kubernetesVersion: 1.34.2\n  networking:\n    subnets:\n    - {{name: us-east-1a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Public}}\n---\napiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata:\n  name: control-plane\nspec:\n  role: ControlPlane\n"
+        "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  cloudProvider: aws\n  kubernetesVersion: 1.35.1\n  networking:\n    subnets:\n    - {{name: us-east-1a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Public}}\n---\napiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata:\n  name: control-plane\nspec:\n  role: ControlPlane\n"
     )
 }
 
