@@ -3,6 +3,8 @@
 //! Pipeline: spec → resolved (completed) cluster → resource graph → plan → apply.
 //! See docs/architecture.md for where each stage lives.
 
+pub mod addons;
+pub mod kube;
 pub mod spec;
 pub mod ssh;
 pub mod state;
