@@ -137,9 +137,12 @@ impl Kube {
             context: context.map(str::to_string),
             ..KubeConfigOptions::default()
         };
-        let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|e| err(e.to_string()))?;
+        // kube-rs would retry 429s itself with back-off of up to 1000 s, hiding a blocked
+        // eviction from kprov's own deadline and its message; kprov retries where it means to.
+        config.default_retry = false;
         let client = Client::try_from(config).map_err(|e| err(e.to_string()))?;
         Ok(Self { client })
     }
