@@ -10,6 +10,8 @@ use super::{AddonError, Manifest, base64, render};
 use crate::spec::Cluster;
 
 pub(super) const TEMPLATE: &str = "ccm-v1.yaml";
+/// The add-on name of the CCM manifest.
+pub const ADDON: &str = "cloud-controller-manager";
 const TEMPLATE_VERSION: &str = "v1";
 const CONFIG_DIR: &str = "/etc/kubernetes/cloud-config";
 
@@ -233,7 +235,7 @@ pub fn render_ccm(cluster: &Cluster) -> Result<Option<Manifest>, AddonError> {
     ctx.insert("config_text", &config_text);
     ctx.insert("config_base64", &base64(config_text.as_bytes()));
     Ok(Some(Manifest {
-        addon: "cloud-controller-manager".into(),
+        addon: ADDON.into(),
         version: TEMPLATE_VERSION.into(),
         yaml: render(TEMPLATE, &ctx)?,
     }))

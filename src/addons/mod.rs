@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tera::Tera;
 
-use crate::kube::{ApplyOptions, Kube, KubeError, Object, ObjectRef, parse_manifests};
+use crate::kube::{ApplyOptions, Kube, KubeError, Object, ObjectRef, Poll, parse_manifests};
 use crate::spec::Cluster;
 
 #[derive(Debug, thiserror::Error)]
@@ -203,6 +203,39 @@ pub async fn apply_addons(
         }
     }
     Ok(out)
+}
+
+/// The add-on step after provisioning (`update cluster --yes`, `update addons --yes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeployOptions {
+    /// `--force-conflicts`.
+    pub force: bool,
+    /// Wait for the CCM to roll out and initialise every node (each stage gets the timeout).
+    pub wait: Option<Poll>,
+}
+
+/// Renders and applies every add-on; with `wait`, then waits until the CCM runs and has
+/// initialised every node, since nothing else schedules on an uninitialised node.
+pub async fn deploy_addons(
+    kube: &Kube,
+    cluster: &Cluster,
+    options: DeployOptions,
+) -> Result<Vec<ObjectDiff>, AddonError> {
+    let manifests = render_addons(cluster)?;
+    let report = apply_addons(kube, &manifests, options.force).await?;
+    if let Some(poll) = options.wait
+        && ccm::cluster_provider(cluster)?.is_some()
+    {
+        let ccm: Vec<Manifest> = manifests
+            .into_iter()
+            .filter(|m| m.addon == ccm::ADDON)
+            .collect();
+        for workload in workloads(&ccm)? {
+            kube.wait_rollout(&workload, poll).await?;
+        }
+        kube.wait_nodes_initialized(poll).await?;
+    }
+    Ok(report)
 }
 
 /// The workloads (DaemonSets, Deployments) of the manifests, to wait for their rollout.

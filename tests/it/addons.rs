@@ -78,8 +78,16 @@ fn object<'a>(objs: &'a [kprov::kube::Object], kind: &str, name: &str) -> &'a Va
 #[test]
 fn ccm_manifests_golden_per_provider() {
     for p in PROVIDERS {
-        let m = ccm_manifest(&cluster(Some(p.name), "calico"));
+        let c = cluster(Some(p.name), "calico");
+        let m = ccm_manifest(&c);
         insta::assert_snapshot!(format!("ccm-{}", p.name), m.yaml);
+        // Secrets carry the cloud config base64-encoded: review its text here.
+        let config = &c.spec.cloud_controller_manager.as_ref().unwrap().config;
+        let text = p.render_config(&p.check_config(config).unwrap());
+        insta::assert_snapshot!(
+            format!("ccm-{}-cloud-config", p.name),
+            text.unwrap_or_else(|| "(none)".into())
+        );
     }
 }
 
@@ -929,4 +937,66 @@ async fn rollout_wait_reports_progress_on_timeout() {
     );
     fake.set_status("DaemonSet", Some("kube-system"), "cloud-controller-manager", json!({"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberMisscheduled": 0, "numberReady": 3, "updatedNumberScheduled": 3, "numberAvailable": 3, "observedGeneration": 1}));
     kube.wait_rollout(&ds, poll).await.unwrap();
+}
+
+#[tokio::test]
+async fn deploy_applies_then_waits_for_the_ccm_to_initialise_every_node() {
+    let fake = std::sync::Arc::new(FakeKube::start().await);
+    let kube = fake.kube().await;
+    fake.put(node("cp1", true, false, true, None));
+    fake.put(node("w1", false, false, true, None));
+    // Stands in for the kubelets and the CCM: only once the CCM DaemonSet exists does it run
+    // and initialise the nodes.
+    let ccm = tokio::spawn({
+        let fake = fake.clone();
+        async move {
+            while fake
+                .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
+                .is_none()
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            fake.set_status("DaemonSet", Some("kube-system"), "cloud-controller-manager", json!({"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1, "updatedNumberScheduled": 1, "numberAvailable": 1, "observedGeneration": 1}));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            fake.put(node(
+                "cp1",
+                true,
+                true,
+                false,
+                Some("aws:///eu-west-1a/i-1"),
+            ));
+            fake.put(node(
+                "w1",
+                false,
+                true,
+                false,
+                Some("aws:///eu-west-1a/i-2"),
+            ));
+        }
+    });
+    let poll = Poll {
+        timeout: Duration::from_secs(10),
+        interval: Duration::from_millis(50),
+    };
+    let report = kprov::addons::deploy_addons(
+        &kube,
+        &cluster(Some("aws"), "calico"),
+        kprov::addons::DeployOptions {
+            force: false,
+            wait: Some(poll),
+        },
+    )
+    .await
+    .unwrap();
+    ccm.await.unwrap();
+    assert!(
+        report
+            .iter()
+            .any(|d| d.object == "DaemonSet kube-system/calico-node" && d.change == Change::Create)
+    );
+    let nodes = kube.list_nodes().await.unwrap();
+    assert!(
+        nodes.iter().all(|n| n.uninitialized_reason().is_none()),
+        "{nodes:?}"
+    );
 }
