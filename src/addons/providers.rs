@@ -347,13 +347,18 @@ impl Provider {
                     });
                 }
                 (None, _) => continue,
-                (Some(Value::String(s)), KeyType::String) if !s.trim().is_empty() => s.clone(),
+                // A line break would let a value open a new section of the INI file.
+                (Some(Value::String(s)), KeyType::String)
+                    if !s.trim().is_empty() && !s.contains(['\n', '\r']) =>
+                {
+                    s.clone()
+                }
                 (Some(Value::Number(n)), KeyType::String) => n.to_string(),
                 (Some(Value::Bool(b)), KeyType::Bool) => b.to_string(),
                 (Some(_), KeyType::String) => {
                     return Err(AddonError::Field {
                         field: field(key.name),
-                        message: "must be a non-empty string".into(),
+                        message: "must be a non-empty string on one line".into(),
                     });
                 }
                 (Some(_), KeyType::Bool) => {

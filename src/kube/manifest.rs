@@ -107,22 +107,37 @@ fn object_from_value(body: Value, source: &str) -> Result<Object, KubeError> {
         source_name: source.to_string(),
         message,
     };
-    let field = |path: &[&str]| -> Option<String> {
+    // Absent → None; present but not a string (YAML reads an unquoted `y`, `on` or `123` as a
+    // bool or number) → an error saying so, since "missing" would mislead.
+    let field = |path: &[&str]| -> Result<Option<String>, KubeError> {
         let mut v = &body;
         for p in path {
-            v = v.get(p)?;
+            match v.get(p) {
+                Some(next) => v = next,
+                None => return Ok(None),
+            }
         }
-        v.as_str().map(str::to_string)
+        match v {
+            Value::String(s) => Ok(Some(s.clone())),
+            Value::Null => Ok(None),
+            other => Err(err(format!(
+                "{} is {other}, not a string: quote it",
+                path.join(".")
+            ))),
+        }
     };
-    let api_version = field(&["apiVersion"]).ok_or_else(|| err("missing apiVersion".into()))?;
-    let kind = field(&["kind"]).ok_or_else(|| err("missing kind".into()))?;
-    let name = field(&["metadata", "name"]).ok_or_else(|| err("missing metadata.name".into()))?;
+    let required = |path: &[&str]| -> Result<String, KubeError> {
+        field(path)?.ok_or_else(|| err(format!("missing {}", path.join("."))))
+    };
+    let api_version = required(&["apiVersion"])?;
+    let kind = required(&["kind"])?;
+    let name = required(&["metadata", "name"])?;
     let (_, namespaced) = api_resource(&api_version, &kind).ok_or_else(|| {
         err(format!(
             "kind {kind} ({api_version}) is not one kprov applies"
         ))
     })?;
-    let namespace = field(&["metadata", "namespace"]);
+    let namespace = field(&["metadata", "namespace"])?;
     let namespace = match (namespaced, namespace) {
         (true, Some(ns)) => Some(ns),
         (true, None) => {
@@ -151,6 +166,26 @@ fn object_from_value(body: Value, source: &str) -> Result<Object, KubeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_text_parses_or_errors_without_panicking(s in ".{0,200}") {
+            let _ = parse_manifests(&s, "fuzz");
+        }
+
+        #[test]
+        fn rendered_objects_round_trip(names in proptest::collection::vec("[a-z][a-z0-9-]{0,20}", 1..8)) {
+            let yaml: String = names
+                .iter()
+                .map(|n| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: \"{n}\"\n  namespace: kube-system\ndata:\n  k: \"v\"\n"))
+                .collect::<Vec<_>>()
+                .join("---\n");
+            let objs = parse_manifests(&yaml, "gen").unwrap();
+            let got: Vec<&str> = objs.iter().map(|o| o.reference.name.as_str()).collect();
+            prop_assert_eq!(got, names.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+    }
 
     #[test]
     fn parses_documents_and_rejects_unknown_kinds() {
@@ -178,5 +213,16 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("metadata.namespace is required"), "{e}");
+        // Found by the round-trip property: an unquoted `y` is a YAML bool, not a name.
+        let e = parse_manifests(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: y, namespace: a}\n",
+            "t.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("metadata.name is true, not a string: quote it"),
+            "{e}"
+        );
     }
 }
