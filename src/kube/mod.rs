@@ -250,7 +250,7 @@ impl Kube {
     /// Lists every object of a typed resource, page by page.
     pub async fn list_all<K>(&self, api: &Api<K>, params: &ListParams) -> Result<Vec<K>, KubeError>
     where
-        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
         let mut out = Vec::new();
         let mut params = params.clone().limit(PAGE_SIZE);
@@ -258,7 +258,7 @@ impl Kube {
             let page = api
                 .list(&params)
                 .await
-                .map_err(|e| api_error("listing", std::any::type_name::<K>(), e))?;
+                .map_err(|e| api_error("listing", &K::plural(&()), e))?;
             out.extend(page.items);
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),

@@ -126,6 +126,12 @@ impl Kube {
         self.list_all(&api, params).await
     }
 
+    /// Every pod scheduled on a node (what a drain must evict).
+    pub async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, KubeError> {
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        self.list_pods(None, &params).await
+    }
+
     /// Marks a node unschedulable (kubectl cordon).
     pub async fn cordon(&self, node: &str) -> Result<(), KubeError> {
         let api: Api<Node> = Api::all(self.client.clone());

@@ -875,6 +875,22 @@ async fn pending_pods_are_evicted_despite_a_budget_and_cordon_marks_unschedulabl
         false,
     ));
     fake.put(pdb(0));
+    fake.put(pod(
+        "default",
+        "other",
+        json!({"app": "db"}),
+        "w2",
+        "Running",
+        true,
+    ));
+    let on_w1: Vec<_> = kube
+        .pods_on_node("w1")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(on_w1, ["web-2"]);
     kube.evict("default", "web-2", EvictOptions::default())
         .await
         .unwrap();
