@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use serde::Serialize;
 use serde_json::Value;
+use sha2::Digest;
 use tera::Tera;
 
 use crate::kube::{ApplyOptions, Kube, KubeError, Object, ObjectRef, Poll, parse_manifests};
@@ -105,6 +106,21 @@ fn normalized_yaml(object: &Value) -> String {
     let mut v = object.clone();
     if let Some(map) = v.as_object_mut() {
         map.remove("status");
+        // Previews are printed and pasted into reviews: show that a Secret value changed, never
+        // the value itself.
+        if map.get("kind").and_then(Value::as_str) == Some("Secret") {
+            for field in ["data", "stringData"] {
+                if let Some(data) = map.get_mut(field).and_then(Value::as_object_mut) {
+                    for value in data.values_mut() {
+                        let digest = sha2::Sha256::digest(value.as_str().unwrap_or_default());
+                        *value = Value::String(format!(
+                            "<redacted, sha256 {}>",
+                            &hex::encode(digest)[..12]
+                        ));
+                    }
+                }
+            }
+        }
         if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
             for key in NOISE {
                 meta.remove(*key);

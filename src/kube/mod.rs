@@ -190,6 +190,19 @@ impl Kube {
         })
     }
 
+    /// Applies a whole manifest in order (namespaces and CRDs come first in kprov's templates).
+    pub async fn apply_all(
+        &self,
+        objects: &[Object],
+        options: ApplyOptions,
+    ) -> Result<Vec<Value>, KubeError> {
+        let mut out = Vec::with_capacity(objects.len());
+        for object in objects {
+            out.push(self.apply(object, options).await?);
+        }
+        Ok(out)
+    }
+
     /// The live object, or `None` when it does not exist.
     pub async fn get(&self, r: &ObjectRef) -> Result<Option<Value>, KubeError> {
         let api = self.dynamic_api(r)?;

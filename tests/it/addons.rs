@@ -1016,3 +1016,75 @@ async fn deploy_applies_then_waits_for_the_ccm_to_initialise_every_node() {
         "{nodes:?}"
     );
 }
+
+#[tokio::test]
+async fn preview_never_prints_secret_values() {
+    let fake = FakeKube::start().await;
+    let kube = fake.kube().await;
+    let mut c = cluster(Some("vsphere"), "calico");
+    apply_addons(&kube, &render_addons(&c).unwrap(), false)
+        .await
+        .unwrap();
+    c.spec
+        .cloud_controller_manager
+        .as_mut()
+        .unwrap()
+        .config
+        .insert("password".into(), json!("n3w-s3cret"));
+    let diffs = preview_addons(&kube, &render_addons(&c).unwrap(), false)
+        .await
+        .unwrap();
+    let secret = diffs
+        .iter()
+        .find(|d| d.object == "Secret kube-system/cloud-config")
+        .unwrap();
+    assert_eq!(secret.change, Change::Update);
+    assert!(
+        secret.diff.contains("<redacted, sha256 "),
+        "{}",
+        secret.diff
+    );
+    let stored = fake
+        .get("Secret", Some("kube-system"), "cloud-config")
+        .unwrap();
+    let old_b64 = stored["data"]["vsphere.conf"].as_str().unwrap();
+    assert!(
+        !secret.diff.contains(old_b64) && !secret.diff.contains("s3cret"),
+        "{}",
+        secret.diff
+    );
+}
+
+#[tokio::test]
+async fn kube_layer_applies_a_multi_document_manifest_and_dry_run_persists_nothing() {
+    let fake = FakeKube::start().await;
+    let kube = fake.kube().await;
+    let objs = parse_manifests(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-a\ndata:\n  mode: fast\n",
+        "team-a.yaml",
+    )
+    .unwrap();
+    let dry = kube
+        .apply_all(
+            &objs,
+            kprov::kube::ApplyOptions {
+                force: false,
+                dry_run: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(dry[1]["data"]["mode"], "fast");
+    assert!(
+        fake.get("ConfigMap", Some("team-a"), "settings").is_none(),
+        "dry run persisted"
+    );
+    kube.apply_all(&objs, kprov::kube::ApplyOptions::default())
+        .await
+        .unwrap();
+    let cm = fake.get("ConfigMap", Some("team-a"), "settings").unwrap();
+    assert_eq!(cm["data"]["mode"], "fast");
+    assert_eq!(cm["metadata"]["managedFields"][0]["manager"], "kprov");
+    assert_eq!(cm["metadata"]["managedFields"][0]["operation"], "Apply");
+    assert!(kube.get(&objs[1].reference).await.unwrap().is_some());
+}
