@@ -69,8 +69,8 @@ pub fn kubelet_extra_args(cluster: &Cluster) -> Result<BTreeMap<String, String>,
         .collect())
 }
 
-/// Checks a component's rendered arguments against the rule, for renderers to call on what
-/// they produced (`--flag=value` or `flag: value` style keys both count).
+/// Checks a component's rendered arguments (`--name=value` strings) against the rule, for
+/// renderers to call on what they produced.
 pub fn check_cloud_provider_args(
     cluster: &Cluster,
     component: Component,

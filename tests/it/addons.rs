@@ -584,7 +584,7 @@ async fn conflict_names_object_manager_and_field_until_forced() {
         "cloud-controller-manager",
         json!({"spec": {"template": {"spec": {"containers": [{"name": "cloud-controller-manager", "image": "example.com/hotfix:1"}]}}}}),
     );
-    // A merge patch replaces the whole list; restore the rest as kubectl edit would have kept it.
+    // A JSON merge patch replaces the whole containers list; the conflict is on the image either way.
     let stored = fake
         .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
         .unwrap();
