@@ -81,11 +81,11 @@ pub const PROVIDERS: &[Provider] = &[
         images: &[
             (
                 31,
-                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.31.0",
+                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.31.5",
             ),
             (
                 32,
-                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.32.0",
+                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.32.5",
             ),
             (
                 33,
@@ -106,11 +106,11 @@ pub const PROVIDERS: &[Provider] = &[
         images: &[
             (
                 31,
-                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v31.4.0",
+                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v30.0.0",
             ),
             (
                 32,
-                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v32.2.3",
+                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v32.2.4",
             ),
             (
                 33,
@@ -177,15 +177,15 @@ pub const PROVIDERS: &[Provider] = &[
         images: &[
             (
                 31,
-                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0",
+                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.3",
             ),
             (
                 32,
-                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.32.0",
+                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.32.1",
             ),
             (
                 33,
-                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.33.0",
+                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.33.1",
             ),
         ],
         command: Some("/bin/openstack-cloud-controller-manager"),
@@ -214,11 +214,11 @@ pub const PROVIDERS: &[Provider] = &[
         images: &[
             (
                 31,
-                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.31.0",
+                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.31.1",
             ),
             (
                 32,
-                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.32.0",
+                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.32.2",
             ),
             (
                 33,
@@ -245,15 +245,15 @@ pub const PROVIDERS: &[Provider] = &[
         images: &[
             (
                 31,
-                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.24.0",
+                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0",
             ),
             (
                 32,
-                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.24.0",
+                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0",
             ),
             (
                 33,
-                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.24.0",
+                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0",
             ),
         ],
         command: None,
