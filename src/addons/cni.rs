@@ -37,6 +37,7 @@ const CALICO_CRDS: &[(&str, &str, &str)] = &[
     ),
     ("networkpolicies", "NetworkPolicy", "Namespaced"),
     ("networksets", "NetworkSet", "Namespaced"),
+    ("tiers", "Tier", "Cluster"),
 ];
 
 #[derive(Serialize)]
