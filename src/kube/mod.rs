@@ -125,6 +125,25 @@ pub struct Kube {
 impl Kube {
     /// Builds a client from a kubeconfig file and an optional context (default: current).
     pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Self, KubeError> {
+        Self::build(path, context, None).await
+    }
+
+    /// Like [`Kube::from_kubeconfig`], but requests go to `local` (e.g. `https://127.0.0.1:16443`,
+    /// the near end of an SSH tunnel to a control-plane host) while the server certificate is
+    /// still checked against the kubeconfig's host name, which is what the certificate names.
+    pub async fn from_kubeconfig_through(
+        path: &Path,
+        context: Option<&str>,
+        local: &str,
+    ) -> Result<Self, KubeError> {
+        Self::build(path, context, Some(local)).await
+    }
+
+    async fn build(
+        path: &Path,
+        context: Option<&str>,
+        local: Option<&str>,
+    ) -> Result<Self, KubeError> {
         // kube-rs and the AWS SDK both link rustls; with two crypto providers present rustls
         // refuses to pick one, so install ours before the first connection.
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -143,6 +162,19 @@ impl Kube {
         // kube-rs would retry 429s itself with back-off of up to 1000 s, hiding a blocked
         // eviction from kprov's own deadline and its message; kprov retries where it means to.
         config.default_retry = false;
+        // A CLI must not hang on an API server that stopped answering.
+        config.connect_timeout = Some(Duration::from_secs(10));
+        config.read_timeout = Some(Duration::from_secs(60));
+        config.reset_reader_on_write = true;
+        if let Some(local) = local {
+            let url: http::Uri = local
+                .parse()
+                .map_err(|e| err(format!("tunnel address {local:?}: {e}")))?;
+            if config.tls_server_name.is_none() {
+                config.tls_server_name = config.cluster_url.host().map(str::to_string);
+            }
+            config.cluster_url = url;
+        }
         let client = Client::try_from(config).map_err(|e| err(e.to_string()))?;
         Ok(Self { client })
     }

@@ -1088,3 +1088,40 @@ async fn kube_layer_applies_a_multi_document_manifest_and_dry_run_persists_nothi
     assert_eq!(cm["metadata"]["managedFields"][0]["operation"], "Apply");
     assert!(kube.get(&objs[1].reference).await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn a_tunnel_address_replaces_the_kubeconfig_server() {
+    let fake = FakeKube::start().await;
+    fake.put(node("cp1", true, true, false, Some("p")));
+    // The kubeconfig names a loopback port nothing listens on; the "tunnel" is the fake.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("admin.conf");
+    let text = std::fs::read_to_string(&fake.kubeconfig)
+        .unwrap()
+        .replace(&fake.addr.to_string(), "127.0.0.1:1");
+    std::fs::write(&kubeconfig, text).unwrap();
+    let direct = kprov::kube::Kube::from_kubeconfig(&kubeconfig, None)
+        .await
+        .unwrap();
+    assert!(direct.list_nodes().await.is_err());
+    let tunneled = kprov::kube::Kube::from_kubeconfig_through(
+        &kubeconfig,
+        Some("admin@fake"),
+        &format!("http://{}", fake.addr),
+    )
+    .await
+    .unwrap();
+    assert_eq!(tunneled.list_nodes().await.unwrap()[0].name, "cp1");
+    let e = kprov::kube::Kube::from_kubeconfig(&dir.path().join("missing.conf"), None)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("missing.conf"), "{e}");
+    let e = kprov::kube::Kube::from_kubeconfig(&kubeconfig, Some("nope"))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("admin.conf") && e.contains("nope"), "{e}");
+}
