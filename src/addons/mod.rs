@@ -92,6 +92,28 @@ pub fn summary(diffs: &[ObjectDiff]) -> String {
     )
 }
 
+/// The preview as plain text: what will be created or modified (with the diff of each
+/// modification), then the summary. New objects are listed, not dumped: `get addons -o yaml`
+/// shows them whole. The CLI's printer may add colour on a terminal.
+pub fn preview_text(diffs: &[ObjectDiff]) -> String {
+    let mut out = String::new();
+    for d in diffs {
+        match d.change {
+            Change::Create => out.push_str(&format!("Will create {} ({})\n", d.object, d.addon)),
+            Change::Update => {
+                out.push_str(&format!("Will modify {} ({})\n", d.object, d.addon));
+                for line in d.diff.lines() {
+                    out.push_str(&format!("    {line}\n"));
+                }
+            }
+            Change::Unchanged => {}
+        }
+    }
+    out.push_str(&summary(diffs));
+    out.push('\n');
+    out
+}
+
 /// Fields the server owns; they differ between any two reads and say nothing about the spec.
 const NOISE: &[&str] = &[
     "managedFields",

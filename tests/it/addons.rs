@@ -569,6 +569,10 @@ async fn preview_shows_a_diff_per_changed_object_and_writes_nothing() {
         "DaemonSet kube-system/cloud-controller-manager"
     );
     insta::assert_snapshot!("preview-diff-ccm-verbosity", changed[0].diff);
+    insta::assert_snapshot!(
+        "preview-text-ccm-verbosity",
+        kprov::addons::preview_text(&diffs)
+    );
 }
 
 #[tokio::test]
