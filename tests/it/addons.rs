@@ -1129,3 +1129,67 @@ async fn a_tunnel_address_replaces_the_kubeconfig_server() {
         .to_string();
     assert!(e.contains("admin.conf") && e.contains("nope"), "{e}");
 }
+
+#[tokio::test]
+async fn validate_counts_instance_group_nodes_on_clouds() {
+    let fake = FakeKube::start().await;
+    let kube = fake.kube().await;
+    let mut c = cluster(Some("aws"), "cilium");
+    c.spec.hosts.clear();
+    let ig = |name: &str, role: &str, min: u32| -> kprov::spec::InstanceGroup {
+        serde_saphyr::from_str(&format!(
+            "apiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata:\n  name: {name}\nspec:\n  role: {role}\n  minSize: {min}\n  maxSize: 5\n"
+        ))
+        .unwrap()
+    };
+    let groups = [
+        ig("cp-a", "ControlPlane", 1),
+        ig("cp-b", "ControlPlane", 1),
+        ig("cp-c", "ControlPlane", 1),
+        ig("nodes", "Node", 2),
+        ig("bastions", "Bastion", 1),
+    ];
+    let expect = Expectations::from_spec(&c, &groups).unwrap();
+    assert_eq!((expect.min_control_plane, expect.min_nodes), (3, 5));
+    for (i, cp) in [(1, true), (2, true), (3, true), (4, false)] {
+        let name = format!("ip-10-0-0-{i}");
+        fake.put(node(&name, cp, true, false, Some("aws:///x")));
+        fake.put(pod(
+            "kube-system",
+            &format!("cilium-{i}"),
+            json!({"k8s-app": "cilium"}),
+            &name,
+            "Running",
+            true,
+        ));
+    }
+    fake.put(pod(
+        "kube-system",
+        "coredns-1",
+        json!({"k8s-app": "kube-dns"}),
+        "ip-10-0-0-4",
+        "Running",
+        true,
+    ));
+    fake.put(pod(
+        "kube-system",
+        "ccm-1",
+        json!({"k8s-app": "cloud-controller-manager"}),
+        "ip-10-0-0-1",
+        "Running",
+        true,
+    ));
+    let result = validate_cluster(&kube, &c, &expect).await.unwrap();
+    let messages: Vec<&str> = result.failures.iter().map(|f| f.message.as_str()).collect();
+    assert_eq!(messages, ["4 node(s) registered, 5 expected"]);
+    fake.put(node("ip-10-0-0-5", false, true, false, Some("aws:///y")));
+    fake.put(pod(
+        "kube-system",
+        "cilium-5",
+        json!({"k8s-app": "cilium"}),
+        "ip-10-0-0-5",
+        "Running",
+        true,
+    ));
+    assert!(validate_cluster(&kube, &c, &expect).await.unwrap().ok);
+}
