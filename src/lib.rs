@@ -3,8 +3,10 @@
 //! Pipeline: spec → resolved (completed) cluster → resource graph → plan → apply.
 //! See docs/architecture.md for where each stage lives.
 
+pub mod addons;
 pub mod cli;
 pub mod inventory;
+pub mod kube;
 pub mod kubeconfig;
 pub mod output;
 pub mod provision;

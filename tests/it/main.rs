@@ -2,6 +2,7 @@
 
 mod support;
 
+mod addons;
 mod cli;
 mod provision;
 mod race;

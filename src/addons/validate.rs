@@ -1,0 +1,303 @@
+//! `kprov validate cluster`: are the expected nodes registered, Ready and initialised, and are
+//! the kube-system pods of the CCM, the pod network and CoreDNS running?
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use serde::Serialize;
+
+use super::AddonError;
+use super::ccm::cluster_provider;
+use crate::kube::{Kube, NodeInfo, Poll, UNINITIALIZED_TAINT};
+use crate::spec::{Cluster, Cni, HostRole, InstanceGroup, InstanceGroupRole};
+
+/// What a healthy cluster has, derived from the spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Expectations {
+    /// Nodes known by name (bare-metal hosts): (name, control plane).
+    pub named: Vec<(String, bool)>,
+    pub min_control_plane: u32,
+    /// All nodes, control plane included.
+    pub min_nodes: u32,
+    pub ccm: bool,
+    pub cni: Option<String>,
+}
+
+/// One system pod group validate looks for: (what, namespace, label selector, per node).
+struct PodCheck {
+    what: &'static str,
+    namespace: &'static str,
+    selector: &'static str,
+    /// DaemonSets of the pod network must run on every node.
+    every_node: bool,
+}
+
+impl Expectations {
+    pub fn from_spec(cluster: &Cluster, groups: &[InstanceGroup]) -> Result<Self, AddonError> {
+        let mut named = Vec::new();
+        for h in &cluster.spec.hosts {
+            let cp = h.roles.contains(&HostRole::ControlPlane);
+            if cp || h.roles.contains(&HostRole::Node) {
+                named.push((h.name.clone(), cp));
+            }
+        }
+        let count = |role: InstanceGroupRole| -> u32 {
+            groups
+                .iter()
+                .filter(|g| g.spec.role == role)
+                .map(|g| g.spec.min_size.unwrap_or(0))
+                .sum()
+        };
+        let named_cp = named.iter().filter(|(_, cp)| *cp).count() as u32;
+        let min_control_plane = named_cp + count(InstanceGroupRole::ControlPlane);
+        let min_nodes =
+            named.len() as u32 + min_control_plane - named_cp + count(InstanceGroupRole::Node);
+        Ok(Self {
+            named,
+            min_control_plane,
+            min_nodes,
+            ccm: cluster_provider(cluster)?.is_some(),
+            cni: cluster
+                .spec
+                .networking
+                .cni
+                .filter(|c| *c != Cni::None)
+                .map(|c| c.as_str().to_string()),
+        })
+    }
+
+    fn pod_checks(&self) -> Vec<PodCheck> {
+        let mut checks = vec![PodCheck {
+            what: "CoreDNS",
+            namespace: "kube-system",
+            selector: "k8s-app=kube-dns",
+            every_node: false,
+        }];
+        if self.ccm {
+            checks.push(PodCheck {
+                what: "cloud-controller-manager",
+                namespace: "kube-system",
+                selector: "k8s-app=cloud-controller-manager",
+                every_node: false,
+            });
+        }
+        let cni = match self.cni.as_deref() {
+            Some("calico") => Some(("calico-node", "kube-system", "k8s-app=calico-node")),
+            Some("cilium") => Some(("cilium", "kube-system", "k8s-app=cilium")),
+            Some("flannel") => Some(("flannel", "kube-flannel", "app=flannel")),
+            _ => None,
+        };
+        if let Some((what, namespace, selector)) = cni {
+            checks.push(PodCheck {
+                what,
+                namespace,
+                selector,
+                every_node: true,
+            });
+        }
+        checks
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// `node`, `pod` or `cluster`.
+    pub kind: &'static str,
+    pub name: String,
+    pub message: String,
+}
+
+/// The result `validate cluster` prints (and `-o json` serialises).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidationResult {
+    pub cluster: String,
+    pub ok: bool,
+    pub nodes: Vec<NodeInfo>,
+    pub failures: Vec<Failure>,
+}
+
+impl ValidationResult {
+    /// Human text: one line per node, then each failure.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            out.push_str(&format!(
+                "node {}\t{}\t{}\n",
+                n.name,
+                if n.control_plane {
+                    "control-plane"
+                } else {
+                    "node"
+                },
+                if n.ready { "Ready" } else { "NotReady" }
+            ));
+        }
+        if self.ok {
+            out.push_str(&format!("cluster {} is valid\n", self.cluster));
+        } else {
+            out.push_str(&format!(
+                "cluster {} is not valid: {} failure(s)\n",
+                self.cluster,
+                self.failures.len()
+            ));
+            for f in &self.failures {
+                out.push_str(&format!("  {} {}: {}\n", f.kind, f.name, f.message));
+            }
+        }
+        out
+    }
+}
+
+fn pod_problem(pod: &Pod) -> Option<String> {
+    let status = pod.status.clone().unwrap_or_default();
+    let phase = status.phase.unwrap_or_else(|| "Unknown".into());
+    if phase != "Running" {
+        return Some(format!("is {phase}"));
+    }
+    let not_ready: Vec<String> = status
+        .container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| !c.ready)
+        .map(|c| c.name)
+        .collect();
+    (!not_ready.is_empty()).then(|| format!("is Running but not ready ({})", not_ready.join(", ")))
+}
+
+/// One validation pass against the live cluster.
+pub async fn validate_cluster(
+    kube: &Kube,
+    cluster: &Cluster,
+    expect: &Expectations,
+) -> Result<ValidationResult, AddonError> {
+    let nodes = kube.list_nodes().await?;
+    let mut failures = Vec::new();
+    let fail = |kind: &'static str, name: &str, message: String| Failure {
+        kind,
+        name: name.to_string(),
+        message,
+    };
+    let registered: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    for (name, cp) in &expect.named {
+        if !registered.contains(name.as_str()) {
+            failures.push(fail(
+                "node",
+                name,
+                format!(
+                    "expected {} is not registered",
+                    if *cp { "control-plane node" } else { "node" }
+                ),
+            ));
+        }
+    }
+    let cp = nodes.iter().filter(|n| n.control_plane).count() as u32;
+    if cp < expect.min_control_plane {
+        failures.push(fail(
+            "cluster",
+            cluster.name(),
+            format!(
+                "{cp} control-plane node(s) registered, {} expected",
+                expect.min_control_plane
+            ),
+        ));
+    }
+    if (nodes.len() as u32) < expect.min_nodes {
+        failures.push(fail(
+            "cluster",
+            cluster.name(),
+            format!(
+                "{} node(s) registered, {} expected",
+                nodes.len(),
+                expect.min_nodes
+            ),
+        ));
+    }
+    for n in &nodes {
+        if !n.ready {
+            failures.push(fail("node", &n.name, "is not Ready".into()));
+        }
+        if n.has_taint(UNINITIALIZED_TAINT) {
+            failures.push(fail(
+                "node",
+                &n.name,
+                format!("still has the {UNINITIALIZED_TAINT} taint (not initialised by the cloud-controller-manager)"),
+            ));
+        }
+    }
+    for check in expect.pod_checks() {
+        let pods = kube
+            .list_pods(
+                Some(check.namespace),
+                &ListParams::default().labels(check.selector),
+            )
+            .await?;
+        if pods.is_empty() {
+            failures.push(fail(
+                "pod",
+                check.what,
+                format!("no pod in {} matches {}", check.namespace, check.selector),
+            ));
+            continue;
+        }
+        let mut running_on = BTreeSet::new();
+        for pod in &pods {
+            let name = format!(
+                "{}/{}",
+                check.namespace,
+                pod.metadata.name.as_deref().unwrap_or("?")
+            );
+            match pod_problem(pod) {
+                Some(problem) => {
+                    failures.push(fail("pod", &name, format!("{} pod {problem}", check.what)))
+                }
+                None => {
+                    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                        running_on.insert(node.to_string());
+                    }
+                }
+            }
+        }
+        if check.every_node {
+            for n in &nodes {
+                if !running_on.contains(&n.name) {
+                    failures.push(fail(
+                        "node",
+                        &n.name,
+                        format!(
+                            "no running {} pod (the pod network is not up there)",
+                            check.what
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(ValidationResult {
+        cluster: cluster.name().to_string(),
+        ok: failures.is_empty(),
+        nodes,
+        failures,
+    })
+}
+
+/// Validates until the cluster passes or the wait expires; returns the last result either
+/// way (the CLI exits non-zero when it is not ok).
+pub async fn validate_until(
+    kube: &Kube,
+    cluster: &Cluster,
+    expect: &Expectations,
+    poll: Poll,
+) -> Result<ValidationResult, AddonError> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let result = validate_cluster(kube, cluster, expect).await?;
+        if result.ok || start.elapsed() >= poll.timeout {
+            return Ok(result);
+        }
+        tokio::time::sleep(poll.interval).await;
+    }
+}

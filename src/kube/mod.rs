@@ -1,0 +1,388 @@
+//! kprov's layer over kube-rs: one client built from a kubeconfig, server-side apply of
+//! manifests under the field manager `kprov`, rollouts, nodes, cordon and eviction.
+//!
+//! The API is reached at the kubeconfig's server as written; reaching a private endpoint
+//! through an SSH tunnel is a separate wiring step (the caller rewrites the server URL).
+
+mod manifest;
+mod nodes;
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::Value;
+
+pub use manifest::{Object, ObjectRef, api_resource, parse_manifests};
+pub use nodes::{EvictOptions, NodeInfo, Taint, UNINITIALIZED_TAINT};
+
+/// The field manager every kprov write uses, so ownership is visible in managedFields.
+pub const FIELD_MANAGER: &str = "kprov";
+
+/// Page size for list calls: large clusters are read in pages with `continue`, never at once.
+pub const PAGE_SIZE: u32 = 250;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig { path: String, message: String },
+    #[error("manifest {source_name}: {message}")]
+    Manifest {
+        source_name: String,
+        message: String,
+    },
+    #[error("{}", conflict_message(.object, .conflicts))]
+    Conflict {
+        object: ObjectRef,
+        conflicts: Vec<FieldConflict>,
+    },
+    #[error("{action} {object}: the API server answered {code} {reason}: {message}")]
+    Api {
+        action: &'static str,
+        object: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("{action} {object}: {source}")]
+    Transport {
+        action: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "evicting pod {namespace}/{pod}: still blocked by a PodDisruptionBudget after {}s ({message}); \
+         the disruption budget must allow one more pod to go before the node can be drained",
+        .waited.as_secs()
+    )]
+    EvictionBlocked {
+        namespace: String,
+        pod: String,
+        waited: Duration,
+        message: String,
+    },
+    #[error("timed out after {}s waiting for the rollout of {object}: {state}", .waited.as_secs())]
+    RolloutTimeout {
+        object: String,
+        waited: Duration,
+        state: String,
+    },
+    #[error(
+        "timed out after {}s waiting for the cloud-controller-manager to initialise {} node(s): {}",
+        .waited.as_secs(), .waiting.len(), .waiting.join("; ")
+    )]
+    NodesNotInitialized {
+        waited: Duration,
+        waiting: Vec<String>,
+    },
+}
+
+/// One field another manager owns and kprov's apply would change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldConflict {
+    pub manager: String,
+    pub field: String,
+}
+
+fn conflict_message(object: &ObjectRef, conflicts: &[FieldConflict]) -> String {
+    let fields: Vec<String> = conflicts
+        .iter()
+        .map(|c| format!("{} (owned by field manager \"{}\")", c.field, c.manager))
+        .collect();
+    format!(
+        "applying {object} as field manager \"{FIELD_MANAGER}\": conflict on {}; someone changed \
+         these fields outside kprov. Re-run with --force-conflicts to take them over, or remove \
+         the change from the cluster",
+        fields.join(", ")
+    )
+}
+
+/// Server-side apply switches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// Take over fields other managers own (`--force-conflicts`).
+    pub force: bool,
+    /// `dryRun=All`: the server computes the result and persists nothing.
+    pub dry_run: bool,
+}
+
+/// How long and how often to poll while waiting for the cluster to converge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Poll {
+    pub timeout: Duration,
+    pub interval: Duration,
+}
+
+#[derive(Clone)]
+pub struct Kube {
+    client: Client,
+}
+
+impl Kube {
+    /// Builds a client from a kubeconfig file and an optional context (default: current).
+    pub async fn from_kubeconfig(path: &Path, context: Option<&str>) -> Result<Self, KubeError> {
+        Self::build(path, context, None).await
+    }
+
+    /// Like [`Kube::from_kubeconfig`], but requests go to `local` (e.g. `https://127.0.0.1:16443`,
+    /// the near end of an SSH tunnel to a control-plane host) while the server certificate is
+    /// still checked against the kubeconfig's host name, which is what the certificate names.
+    pub async fn from_kubeconfig_through(
+        path: &Path,
+        context: Option<&str>,
+        local: &str,
+    ) -> Result<Self, KubeError> {
+        Self::build(path, context, Some(local)).await
+    }
+
+    async fn build(
+        path: &Path,
+        context: Option<&str>,
+        local: Option<&str>,
+    ) -> Result<Self, KubeError> {
+        // kube-rs and the AWS SDK both link rustls; with two crypto providers present rustls
+        // refuses to pick one, so install ours before the first connection.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let err = |message: String| KubeError::Kubeconfig {
+            path: path.display().to_string(),
+            message,
+        };
+        let kubeconfig = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+        let options = KubeConfigOptions {
+            context: context.map(str::to_string),
+            ..KubeConfigOptions::default()
+        };
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        // kube-rs would retry 429s itself with back-off of up to 1000 s, hiding a blocked
+        // eviction from kprov's own deadline and its message; kprov retries where it means to.
+        config.default_retry = false;
+        // A CLI must not hang on an API server that stopped answering.
+        config.connect_timeout = Some(Duration::from_secs(10));
+        config.read_timeout = Some(Duration::from_secs(60));
+        config.reset_reader_on_write = true;
+        if let Some(local) = local {
+            let url: http::Uri = local
+                .parse()
+                .map_err(|e| err(format!("tunnel address {local:?}: {e}")))?;
+            if config.tls_server_name.is_none() {
+                config.tls_server_name = config.cluster_url.host().map(str::to_string);
+            }
+            config.cluster_url = url;
+        }
+        let client = Client::try_from(config).map_err(|e| err(e.to_string()))?;
+        Ok(Self { client })
+    }
+
+    pub fn from_client(client: Client) -> Self {
+        Self { client }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn dynamic_api(&self, r: &ObjectRef) -> Result<Api<DynamicObject>, KubeError> {
+        let (resource, _) =
+            api_resource(&r.api_version, &r.kind).ok_or_else(|| KubeError::Manifest {
+                source_name: r.to_string(),
+                message: format!(
+                    "kind {} ({}) is not one kprov applies",
+                    r.kind, r.api_version
+                ),
+            })?;
+        Ok(match &r.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        })
+    }
+
+    /// Server-side apply of one object as field manager `kprov`; returns the object the server
+    /// stored (or, with `dry_run`, would store).
+    pub async fn apply(&self, object: &Object, options: ApplyOptions) -> Result<Value, KubeError> {
+        let api = self.dynamic_api(&object.reference)?;
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.force = options.force;
+        params.dry_run = options.dry_run;
+        let applied = api
+            .patch(&object.reference.name, &params, &Patch::Apply(&object.body))
+            .await
+            .map_err(|e| apply_error(&object.reference, e))?;
+        serde_json::to_value(applied).map_err(|e| KubeError::Api {
+            action: "applying",
+            object: object.reference.to_string(),
+            code: 0,
+            reason: "unreadable answer".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Applies a whole manifest in order (namespaces and CRDs come first in kprov's templates).
+    pub async fn apply_all(
+        &self,
+        objects: &[Object],
+        options: ApplyOptions,
+    ) -> Result<Vec<Value>, KubeError> {
+        let mut out = Vec::with_capacity(objects.len());
+        for object in objects {
+            out.push(self.apply(object, options).await?);
+        }
+        Ok(out)
+    }
+
+    /// The live object, or `None` when it does not exist.
+    pub async fn get(&self, r: &ObjectRef) -> Result<Option<Value>, KubeError> {
+        let api = self.dynamic_api(r)?;
+        let live = api
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| api_error("reading", &r.to_string(), e))?;
+        live.map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| KubeError::Api {
+                action: "reading",
+                object: r.to_string(),
+                code: 0,
+                reason: "unreadable answer".into(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Waits until a DaemonSet or Deployment has rolled out its current generation everywhere.
+    pub async fn wait_rollout(&self, r: &ObjectRef, poll: Poll) -> Result<(), KubeError> {
+        let ns = r.namespace.as_deref().unwrap_or("default");
+        let start = tokio::time::Instant::now();
+        loop {
+            let state = match r.kind.as_str() {
+                "DaemonSet" => {
+                    let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), ns);
+                    let ds = api
+                        .get(&r.name)
+                        .await
+                        .map_err(|e| api_error("reading", &r.to_string(), e))?;
+                    daemonset_progress(&ds)
+                }
+                "Deployment" => {
+                    let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+                    let d = api
+                        .get(&r.name)
+                        .await
+                        .map_err(|e| api_error("reading", &r.to_string(), e))?;
+                    deployment_progress(&d)
+                }
+                // Other kinds have no rollout: applied is done.
+                _ => return Ok(()),
+            };
+            match state {
+                None => return Ok(()),
+                Some(state) if start.elapsed() >= poll.timeout => {
+                    return Err(KubeError::RolloutTimeout {
+                        object: r.to_string(),
+                        waited: start.elapsed(),
+                        state,
+                    });
+                }
+                Some(_) => tokio::time::sleep(poll.interval).await,
+            }
+        }
+    }
+
+    /// Lists every object of a typed resource, page by page.
+    pub async fn list_all<K>(&self, api: &Api<K>, params: &ListParams) -> Result<Vec<K>, KubeError>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let mut out = Vec::new();
+        let mut params = params.clone().limit(PAGE_SIZE);
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|e| api_error("listing", &K::plural(&()), e))?;
+            out.extend(page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
+/// `None` when rolled out, otherwise what is still missing.
+fn daemonset_progress(ds: &DaemonSet) -> Option<String> {
+    let generation = ds.metadata.generation.unwrap_or(0);
+    let status = ds.status.clone().unwrap_or_default();
+    let observed = status.observed_generation.unwrap_or(0);
+    let desired = status.desired_number_scheduled;
+    let updated = status.updated_number_scheduled.unwrap_or(0);
+    let available = status.number_available.unwrap_or(0);
+    if observed >= generation && updated >= desired && available >= desired {
+        None
+    } else {
+        Some(format!(
+            "{updated} of {desired} pods updated, {available} available (generation {observed}/{generation} observed)"
+        ))
+    }
+}
+
+fn deployment_progress(d: &Deployment) -> Option<String> {
+    let generation = d.metadata.generation.unwrap_or(0);
+    let desired = d.spec.replicas.unwrap_or(1);
+    let status = d.status.clone().unwrap_or_default();
+    let observed = status.observed_generation.unwrap_or(0);
+    let updated = status.updated_replicas.unwrap_or(0);
+    let available = status.available_replicas.unwrap_or(0);
+    if observed >= generation && updated >= desired && available >= desired {
+        None
+    } else {
+        Some(format!(
+            "{updated} of {desired} replicas updated, {available} available (generation {observed}/{generation} observed)"
+        ))
+    }
+}
+
+fn apply_error(r: &ObjectRef, e: kube::Error) -> KubeError {
+    if let kube::Error::Api(status) = &e
+        && status.code == 409
+    {
+        let conflicts: Vec<FieldConflict> = status
+            .details
+            .iter()
+            .flat_map(|d| d.causes.iter())
+            .filter(|c| c.reason == "FieldManagerConflict")
+            .map(|c| FieldConflict {
+                manager: c.message.split('"').nth(1).unwrap_or("unknown").to_string(),
+                field: c.field.clone(),
+            })
+            .collect();
+        if !conflicts.is_empty() {
+            return KubeError::Conflict {
+                object: r.clone(),
+                conflicts,
+            };
+        }
+    }
+    api_error("applying", &r.to_string(), e)
+}
+
+fn api_error(action: &'static str, object: &str, e: kube::Error) -> KubeError {
+    match e {
+        kube::Error::Api(status) => KubeError::Api {
+            action,
+            object: object.to_string(),
+            code: status.code,
+            reason: status.reason.clone(),
+            message: status.message.clone(),
+        },
+        other => KubeError::Transport {
+            action,
+            object: object.to_string(),
+            source: other,
+        },
+    }
+}

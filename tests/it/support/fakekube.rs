@@ -1,0 +1,1106 @@
+//! An HTTP-level fake of the Kubernetes API server (kube-rs's mock-server idea, over a real
+//! socket): the real URL paths and JSON, server-side apply with field ownership and 409
+//! conflicts, dry runs, merge patches, LIST with label/field selectors and `limit`/`continue`,
+//! and the eviction subresource with 429 when a PodDisruptionBudget blocks. Every request is
+//! recorded. It listens on 127.0.0.1 and stops when dropped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub query: BTreeMap<String, String>,
+    pub content_type: String,
+    pub body: String,
+}
+
+impl Recorded {
+    pub fn is_dry_run(&self) -> bool {
+        self.query.get("dryRun").map(String::as_str) == Some("All")
+    }
+    /// A request that changes stored state.
+    pub fn is_write(&self) -> bool {
+        self.method != "GET" && !self.is_dry_run()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Seg {
+    F(String),
+    K(String),
+}
+type FieldPath = Vec<Seg>;
+
+fn path_string(p: &FieldPath) -> String {
+    p.iter()
+        .map(|s| match s {
+            Seg::F(f) => format!(".{f}"),
+            Seg::K(k) => format!("[name=\"{k}\"]"),
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Managed {
+    manager: String,
+    operation: &'static str,
+    api_version: String,
+    fields: BTreeSet<FieldPath>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    api_version: String,
+    obj: Value,
+    managed: Vec<Managed>,
+    rv: u64,
+    uid: String,
+    generation: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    group: String,
+    plural: String,
+    ns: Option<String>,
+    name: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    objects: BTreeMap<Key, Entry>,
+    requests: Vec<Recorded>,
+    rv: u64,
+}
+
+type Shared = Arc<Mutex<Inner>>;
+
+/// (group, plural, kind): what the fake serves.
+const RESOURCES: &[(&str, &str, &str)] = &[
+    ("", "namespaces", "Namespace"),
+    ("", "serviceaccounts", "ServiceAccount"),
+    ("", "configmaps", "ConfigMap"),
+    ("", "secrets", "Secret"),
+    ("", "services", "Service"),
+    ("", "nodes", "Node"),
+    ("", "pods", "Pod"),
+    ("apps", "daemonsets", "DaemonSet"),
+    ("apps", "deployments", "Deployment"),
+    ("rbac.authorization.k8s.io", "clusterroles", "ClusterRole"),
+    (
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+    ),
+    ("rbac.authorization.k8s.io", "roles", "Role"),
+    ("rbac.authorization.k8s.io", "rolebindings", "RoleBinding"),
+    (
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+    ),
+    ("policy", "poddisruptionbudgets", "PodDisruptionBudget"),
+    ("coordination.k8s.io", "leases", "Lease"),
+];
+
+fn kind_of(group: &str, plural: &str) -> Option<&'static str> {
+    RESOURCES
+        .iter()
+        .find(|(g, p, _)| *g == group && *p == plural)
+        .map(|(_, _, k)| *k)
+}
+
+fn plural_of(kind: &str) -> Option<(&'static str, &'static str)> {
+    RESOURCES
+        .iter()
+        .find(|(_, _, k)| *k == kind)
+        .map(|(g, p, _)| (*g, *p))
+}
+
+pub struct FakeKube {
+    pub addr: SocketAddr,
+    pub kubeconfig: PathBuf,
+    state: Shared,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for FakeKube {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl FakeKube {
+    pub async fn start() -> FakeKube {
+        let state: Shared = Arc::default();
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("admin.conf");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\n\
+                 users:\n- name: admin\n  user: {{}}\ncontexts:\n- name: admin@fake\n  context:\n    cluster: fake\n    user: admin\n\
+                 current-context: admin@fake\n"
+            ),
+        )
+        .expect("write kubeconfig");
+        FakeKube {
+            addr,
+            kubeconfig,
+            state,
+            shutdown: Some(tx),
+            _dir: dir,
+        }
+    }
+
+    pub async fn kube(&self) -> kprov::kube::Kube {
+        kprov::kube::Kube::from_kubeconfig(&self.kubeconfig, None)
+            .await
+            .expect("client from the fake's kubeconfig")
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.state.lock().unwrap().requests.clear();
+    }
+
+    fn key_of(obj: &Value) -> Key {
+        let kind = obj["kind"].as_str().expect("kind");
+        let (group, plural) = plural_of(kind).expect("kind the fake serves");
+        Key {
+            group: group.into(),
+            plural: plural.into(),
+            ns: obj["metadata"]["namespace"].as_str().map(str::to_string),
+            name: obj["metadata"]["name"].as_str().expect("name").to_string(),
+        }
+    }
+
+    /// Stores an object as-is (test setup: nodes, pods, status), owned by no manager.
+    pub fn put(&self, obj: Value) {
+        let key = Self::key_of(&obj);
+        let mut st = self.state.lock().unwrap();
+        st.rv += 1;
+        let rv = st.rv;
+        let api_version = obj["apiVersion"].as_str().unwrap_or("v1").to_string();
+        let entry = st.objects.entry(key).or_insert_with(|| Entry {
+            api_version: api_version.clone(),
+            obj: Value::Null,
+            managed: Vec::new(),
+            rv,
+            uid: format!("uid-{rv}"),
+            generation: 1,
+        });
+        entry.obj = obj;
+        entry.rv = rv;
+    }
+
+    /// The stored object as the API would return it.
+    pub fn get(&self, kind: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+        let (group, plural) = plural_of(kind)?;
+        let st = self.state.lock().unwrap();
+        st.objects
+            .get(&Key {
+                group: group.into(),
+                plural: plural.into(),
+                ns: ns.map(str::to_string),
+                name: name.into(),
+            })
+            .map(render)
+    }
+
+    /// Changes an object as another field manager would (`kubectl edit`): a merge patch
+    /// recorded as an Update by `manager`.
+    pub fn update_as(&self, manager: &str, kind: &str, ns: Option<&str>, name: &str, patch: Value) {
+        let (group, plural) = plural_of(kind).expect("kind");
+        let key = Key {
+            group: group.into(),
+            plural: plural.into(),
+            ns: ns.map(str::to_string),
+            name: name.into(),
+        };
+        let mut st = self.state.lock().unwrap();
+        merge_patch(&mut st, &key, &patch, manager).expect("object exists");
+    }
+
+    /// Sets `status` (what controllers would write).
+    pub fn set_status(&self, kind: &str, ns: Option<&str>, name: &str, status: Value) {
+        let mut obj = self.get(kind, ns, name).expect("object exists");
+        obj["status"] = status;
+        let (group, plural) = plural_of(kind).expect("kind");
+        let key = Key {
+            group: group.into(),
+            plural: plural.into(),
+            ns: ns.map(str::to_string),
+            name: name.into(),
+        };
+        let mut st = self.state.lock().unwrap();
+        st.rv += 1;
+        let rv = st.rv;
+        if let Some(e) = st.objects.get_mut(&key) {
+            e.obj["status"] = obj["status"].take();
+            e.rv = rv;
+        }
+    }
+
+    /// Objects of a kind, ordered by namespace and name.
+    pub fn list(&self, kind: &str) -> Vec<Value> {
+        let (group, plural) = plural_of(kind).expect("kind");
+        let st = self.state.lock().unwrap();
+        st.objects
+            .iter()
+            .filter(|(k, _)| k.group == group && k.plural == plural)
+            .map(|(_, e)| render(e))
+            .collect()
+    }
+}
+
+/// A node as a kubelet registers it.
+pub fn node(
+    name: &str,
+    control_plane: bool,
+    ready: bool,
+    uninitialized: bool,
+    provider_id: Option<&str>,
+) -> Value {
+    let mut labels = json!({ "kubernetes.io/hostname": name, "kubernetes.io/os": "linux" });
+    let mut taints = Vec::new();
+    if control_plane {
+        labels["node-role.kubernetes.io/control-plane"] = json!("");
+        taints
+            .push(json!({"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}));
+    }
+    if uninitialized {
+        taints.push(json!({"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}));
+    }
+    let mut spec = json!({ "taints": taints });
+    if let Some(p) = provider_id {
+        spec["providerID"] = json!(p);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": { "name": name, "labels": labels },
+        "spec": spec,
+        "status": { "conditions": [
+            { "type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "KubeletReady" }
+        ]}
+    })
+}
+
+/// A pod in `phase` on `node`, every container ready iff `ready`.
+pub fn pod(ns: &str, name: &str, labels: Value, node: &str, phase: &str, ready: bool) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": ns, "labels": labels },
+        "spec": { "nodeName": node, "containers": [ { "name": "main", "image": "registry.k8s.io/pause:3.10" } ] },
+        "status": {
+            "phase": phase,
+            "containerStatuses": [ { "name": "main", "ready": ready, "restartCount": 0, "image": "registry.k8s.io/pause:3.10", "imageID": "" } ]
+        }
+    })
+}
+
+fn render(e: &Entry) -> Value {
+    let mut obj = e.obj.clone();
+    let meta = &mut obj["metadata"];
+    meta["resourceVersion"] = json!(e.rv.to_string());
+    meta["uid"] = json!(e.uid);
+    meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    meta["generation"] = json!(e.generation);
+    if !e.managed.is_empty() {
+        meta["managedFields"] = Value::Array(
+            e.managed
+                .iter()
+                .map(|m| {
+                    json!({
+                        "manager": m.manager,
+                        "operation": m.operation,
+                        "apiVersion": m.api_version,
+                        "time": "2026-01-01T00:00:00Z",
+                        "fieldsType": "FieldsV1",
+                        "fieldsV1": fields_v1(&m.fields),
+                    })
+                })
+                .collect(),
+        );
+    }
+    obj
+}
+
+fn fields_v1(fields: &BTreeSet<FieldPath>) -> Value {
+    let mut root = json!({});
+    for path in fields {
+        let mut cur = &mut root;
+        for seg in path {
+            let k = match seg {
+                Seg::F(f) => format!("f:{f}"),
+                Seg::K(n) => format!("k:{{\"name\":\"{n}\"}}"),
+            };
+            cur = cur
+                .as_object_mut()
+                .expect("object")
+                .entry(k)
+                .or_insert_with(|| json!({}));
+        }
+    }
+    root
+}
+
+fn is_named_list(a: &[Value]) -> bool {
+    !a.is_empty()
+        && a.iter()
+            .all(|e| e.get("name").and_then(Value::as_str).is_some())
+}
+
+fn flatten(v: &Value, prefix: &mut FieldPath, out: &mut BTreeMap<FieldPath, Value>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, c) in m {
+                prefix.push(Seg::F(k.clone()));
+                flatten(c, prefix, out);
+                prefix.pop();
+            }
+        }
+        Value::Array(a) if is_named_list(a) => {
+            for e in a {
+                prefix.push(Seg::K(e["name"].as_str().unwrap_or_default().to_string()));
+                flatten(e, prefix, out);
+                prefix.pop();
+            }
+        }
+        _ => {
+            out.insert(prefix.clone(), v.clone());
+        }
+    }
+}
+
+/// The fields a client sets: everything but identity and status.
+fn leaves(obj: &Value) -> BTreeMap<FieldPath, Value> {
+    let mut body = obj.clone();
+    if let Some(m) = body.as_object_mut() {
+        m.remove("apiVersion");
+        m.remove("kind");
+        m.remove("status");
+        if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+            for k in [
+                "name",
+                "namespace",
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "managedFields",
+            ] {
+                meta.remove(k);
+            }
+        }
+        if m.get("metadata")
+            .is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
+        {
+            m.remove("metadata");
+        }
+    }
+    let mut out = BTreeMap::new();
+    flatten(&body, &mut Vec::new(), &mut out);
+    out.retain(|p, _| !p.is_empty());
+    out
+}
+
+fn get_path<'a>(v: &'a Value, path: &[Seg]) -> Option<&'a Value> {
+    let mut cur = v;
+    for seg in path {
+        cur = match seg {
+            Seg::F(f) => cur.get(f)?,
+            Seg::K(n) => cur
+                .as_array()?
+                .iter()
+                .find(|e| e.get("name").and_then(Value::as_str) == Some(n))?,
+        };
+    }
+    Some(cur)
+}
+
+fn set_path(v: &mut Value, path: &[Seg], val: Value) {
+    let Some((first, rest)) = path.split_first() else {
+        *v = val;
+        return;
+    };
+    let next_is_key = matches!(rest.first(), Some(Seg::K(_)));
+    match first {
+        Seg::F(f) => {
+            if !v.is_object() {
+                *v = json!({});
+            }
+            let child = v
+                .as_object_mut()
+                .expect("object")
+                .entry(f.clone())
+                .or_insert_with(|| if next_is_key { json!([]) } else { json!({}) });
+            set_path(child, rest, val);
+        }
+        Seg::K(n) => {
+            if !v.is_array() {
+                *v = json!([]);
+            }
+            let arr = v.as_array_mut().expect("array");
+            let idx = match arr
+                .iter()
+                .position(|e| e.get("name").and_then(Value::as_str) == Some(n))
+            {
+                Some(i) => i,
+                None => {
+                    arr.push(json!({ "name": n }));
+                    arr.len() - 1
+                }
+            };
+            set_path(&mut arr[idx], rest, val);
+        }
+    }
+}
+
+/// Removes a field; returns whether `v` became empty (so the parent drops it too).
+fn remove_path(v: &mut Value, path: &[Seg]) -> bool {
+    let Some((first, rest)) = path.split_first() else {
+        return true;
+    };
+    match first {
+        Seg::F(f) => {
+            if let Some(m) = v.as_object_mut() {
+                let drop_child = m.get_mut(f).is_some_and(|c| remove_path(c, rest));
+                if drop_child {
+                    m.remove(f);
+                }
+                return m.is_empty();
+            }
+            false
+        }
+        Seg::K(n) => {
+            if let Some(arr) = v.as_array_mut() {
+                if let Some(i) = arr
+                    .iter()
+                    .position(|e| e.get("name").and_then(Value::as_str) == Some(n))
+                {
+                    let emptied = remove_path(&mut arr[i], rest)
+                        || arr[i]
+                            .as_object()
+                            .is_some_and(|o| o.len() == 1 && o.contains_key("name"));
+                    if emptied {
+                        arr.remove(i);
+                    }
+                }
+                return arr.is_empty();
+            }
+            false
+        }
+    }
+}
+
+/// Keyed lists keep the order of the applied configuration (env order matters), as the API
+/// server's structured merge does.
+fn follow_order(obj: &mut Value, applied: &Value) {
+    match (obj, applied) {
+        (Value::Object(o), Value::Object(a)) => {
+            for (k, av) in a {
+                if let Some(ov) = o.get_mut(k) {
+                    follow_order(ov, av);
+                }
+            }
+        }
+        (Value::Array(o), Value::Array(a)) if is_named_list(a) => {
+            let name = |v: &Value| v.get("name").and_then(Value::as_str).map(str::to_string);
+            let rank = |v: &Value| {
+                a.iter()
+                    .position(|e| name(e) == name(v))
+                    .unwrap_or(usize::MAX)
+            };
+            o.sort_by_key(|v| rank(v));
+            for e in o.iter_mut() {
+                if let Some(ae) = a.iter().find(|ae| name(ae) == name(e)) {
+                    follow_order(e, ae);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn spec_changed(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(a) != strip(b)
+}
+
+fn status_response(code: u16, reason: &str, message: &str, details: Value) -> Response {
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": if code < 300 { "Success" } else { "Failure" },
+        "message": message,
+        "reason": reason,
+        "details": details,
+        "code": code,
+    });
+    json_response(code, body)
+}
+
+fn json_response(code: u16, body: Value) -> Response {
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (b'+', _) => out.push(b' '),
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_query(q: Option<&str>) -> BTreeMap<String, String> {
+    q.unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+struct Target {
+    group: String,
+    version: String,
+    plural: String,
+    ns: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+fn parse_path(path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => (String::new(), v.to_string(), rest),
+        ["apis", g, v, rest @ ..] => (g.to_string(), v.to_string(), rest),
+        _ => return None,
+    };
+    let (ns, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        _ => (None, rest),
+    };
+    let plural = rest.first()?.to_string();
+    Some(Target {
+        group,
+        version,
+        plural,
+        ns,
+        name: rest.get(1).map(|s| s.to_string()),
+        sub: rest.get(2).map(|s| s.to_string()),
+    })
+}
+
+fn labels_match(obj: &Value, selector: &str) -> bool {
+    let labels = &obj["metadata"]["labels"];
+    selector.split(',').filter(|s| !s.is_empty()).all(|term| {
+        if let Some((k, v)) = term.split_once("!=") {
+            labels[k].as_str() != Some(v)
+        } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            labels[k].as_str() == Some(v)
+        } else {
+            labels.get(term).is_some()
+        }
+    })
+}
+
+fn fields_match(obj: &Value, selector: &str) -> bool {
+    selector.split(',').filter(|s| !s.is_empty()).all(|term| {
+        let (k, v) = term.split_once('=').unwrap_or((term, ""));
+        let mut cur = obj;
+        for part in k.split('.') {
+            cur = &cur[part];
+        }
+        cur.as_str().unwrap_or_default() == v
+    })
+}
+
+async fn handle(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let query = parse_query(uri.query());
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let mut st = state.lock().unwrap();
+    st.requests.push(Recorded {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+        query: query.clone(),
+        content_type: content_type.clone(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+    });
+    let Some(t) = parse_path(uri.path()) else {
+        return status_response(
+            404,
+            "NotFound",
+            &format!("the server could not find {}", uri.path()),
+            json!({}),
+        );
+    };
+    let Some(kind) = kind_of(&t.group, &t.plural) else {
+        return status_response(
+            404,
+            "NotFound",
+            &format!(
+                "the server could not find the requested resource ({})",
+                t.plural
+            ),
+            json!({}),
+        );
+    };
+    let api_version = if t.group.is_empty() {
+        t.version.clone()
+    } else {
+        format!("{}/{}", t.group, t.version)
+    };
+    let not_found = |name: &str| {
+        status_response(
+            404,
+            "NotFound",
+            &format!("{} \"{name}\" not found", t.plural),
+            json!({ "name": name, "group": t.group, "kind": t.plural }),
+        )
+    };
+    match (&method, &t.name, t.sub.as_deref()) {
+        (&Method::GET, None, _) => list(&st, &t, kind, &api_version, &query),
+        (&Method::GET, Some(name), None) => {
+            let key = Key {
+                group: t.group.clone(),
+                plural: t.plural.clone(),
+                ns: t.ns.clone(),
+                name: name.clone(),
+            };
+            match st.objects.get(&key) {
+                Some(e) => json_response(200, render(e)),
+                None => not_found(name),
+            }
+        }
+        (&Method::PATCH, Some(name), None) => {
+            let Some(manager) = query.get("fieldManager").cloned() else {
+                return status_response(400, "BadRequest", "fieldManager is required", json!({}));
+            };
+            let key = Key {
+                group: t.group.clone(),
+                plural: t.plural.clone(),
+                ns: t.ns.clone(),
+                name: name.clone(),
+            };
+            if content_type.starts_with("application/apply-patch") {
+                let parsed: Result<Value, _> = serde_json::from_slice(&body);
+                let Ok(applied) = parsed else {
+                    return status_response(
+                        400,
+                        "BadRequest",
+                        "body is not a JSON/YAML object",
+                        json!({}),
+                    );
+                };
+                apply(
+                    &mut st,
+                    key,
+                    &api_version,
+                    applied,
+                    &manager,
+                    query.get("force").map(String::as_str) == Some("true"),
+                    query.get("dryRun").map(String::as_str) == Some("All"),
+                )
+            } else if content_type.starts_with("application/merge-patch+json") {
+                let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+                    return status_response(400, "BadRequest", "body is not JSON", json!({}));
+                };
+                match merge_patch(&mut st, &key, &patch, &manager) {
+                    Some(obj) => json_response(200, obj),
+                    None => not_found(name),
+                }
+            } else {
+                status_response(
+                    415,
+                    "UnsupportedMediaType",
+                    &format!("unsupported patch type {content_type}"),
+                    json!({}),
+                )
+            }
+        }
+        (&Method::POST, Some(name), Some("eviction")) if kind == "Pod" => {
+            evict(&mut st, t.ns.clone().unwrap_or_default(), name)
+        }
+        (&Method::DELETE, Some(name), None) => {
+            let key = Key {
+                group: t.group.clone(),
+                plural: t.plural.clone(),
+                ns: t.ns.clone(),
+                name: name.clone(),
+            };
+            match st.objects.remove(&key) {
+                Some(e) => json_response(200, render(&e)),
+                None => not_found(name),
+            }
+        }
+        _ => status_response(
+            405,
+            "MethodNotAllowed",
+            &format!("{method} is not supported on {}", uri.path()),
+            json!({}),
+        ),
+    }
+}
+
+fn list(
+    st: &Inner,
+    t: &Target,
+    kind: &str,
+    api_version: &str,
+    query: &BTreeMap<String, String>,
+) -> Response {
+    let items: Vec<Value> = st
+        .objects
+        .iter()
+        .filter(|(k, _)| {
+            k.group == t.group && k.plural == t.plural && (t.ns.is_none() || k.ns == t.ns)
+        })
+        .map(|(_, e)| render(e))
+        .filter(|o| {
+            query
+                .get("labelSelector")
+                .is_none_or(|s| labels_match(o, s))
+        })
+        .filter(|o| {
+            query
+                .get("fieldSelector")
+                .is_none_or(|s| fields_match(o, s))
+        })
+        .collect();
+    let start: usize = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => match token
+            .strip_prefix("fake-offset-")
+            .and_then(|n| n.parse().ok())
+        {
+            Some(n) => n,
+            None => {
+                return status_response(
+                    410,
+                    "Expired",
+                    "the provided continue parameter is invalid",
+                    json!({}),
+                );
+            }
+        },
+        None => 0,
+    };
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let end = start.saturating_add(limit).min(items.len());
+    let page: Vec<Value> = items
+        .get(start..end)
+        .map(<[Value]>::to_vec)
+        .unwrap_or_default();
+    let mut metadata = json!({ "resourceVersion": st.rv.to_string() });
+    if end < items.len() {
+        metadata["continue"] = json!(format!("fake-offset-{end}"));
+        metadata["remainingItemCount"] = json!(items.len() - end);
+    }
+    json_response(
+        200,
+        json!({ "kind": format!("{kind}List"), "apiVersion": api_version, "metadata": metadata, "items": page }),
+    )
+}
+
+fn apply(
+    st: &mut Inner,
+    key: Key,
+    api_version: &str,
+    applied: Value,
+    manager: &str,
+    force: bool,
+    dry_run: bool,
+) -> Response {
+    if applied["metadata"]["name"].as_str() != Some(key.name.as_str()) {
+        return status_response(
+            400,
+            "BadRequest",
+            "metadata.name does not match the URL",
+            json!({}),
+        );
+    }
+    let new_leaves = leaves(&applied);
+    let existing = st.objects.get(&key).cloned();
+    let mut conflicts = Vec::new();
+    if let Some(e) = &existing {
+        for (p, v) in &new_leaves {
+            if get_path(&e.obj, p).is_some_and(|cur| cur != v) {
+                for m in e
+                    .managed
+                    .iter()
+                    .filter(|m| m.manager != manager && m.fields.contains(p))
+                {
+                    conflicts.push((m.manager.clone(), m.api_version.clone(), p.clone()));
+                }
+            }
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        let causes: Vec<Value> = conflicts
+            .iter()
+            .map(|(m, v, p)| json!({ "reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\" using {v}"), "field": path_string(p) }))
+            .collect();
+        let message = format!(
+            "Apply failed with {} conflict{}: {}",
+            conflicts.len(),
+            if conflicts.len() == 1 { "" } else { "s" },
+            conflicts
+                .iter()
+                .map(|(m, v, p)| format!("conflict with \"{m}\" using {v}: {}", path_string(p)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        return status_response(409, "Conflict", &message, json!({ "causes": causes }));
+    }
+    let mut entry = existing.clone().unwrap_or_else(|| Entry {
+        api_version: api_version.to_string(),
+        obj: json!({
+            "apiVersion": applied["apiVersion"],
+            "kind": applied["kind"],
+            "metadata": { "name": key.name },
+        }),
+        managed: Vec::new(),
+        rv: 0,
+        uid: format!("uid-{}", st.rv + 1),
+        generation: 1,
+    });
+    if let Some(ns) = &key.ns {
+        entry.obj["metadata"]["namespace"] = json!(ns);
+    }
+    let before = entry.obj.clone();
+    let new_paths: BTreeSet<FieldPath> = new_leaves.keys().cloned().collect();
+    let previously_mine: BTreeSet<FieldPath> = entry
+        .managed
+        .iter()
+        .filter(|m| m.manager == manager && m.operation == "Apply")
+        .flat_map(|m| m.fields.iter().cloned())
+        .collect();
+    for p in previously_mine.difference(&new_paths) {
+        let shared = entry
+            .managed
+            .iter()
+            .any(|m| m.manager != manager && m.fields.contains(p));
+        if !shared {
+            remove_path(&mut entry.obj, p);
+        }
+    }
+    for (p, v) in &new_leaves {
+        set_path(&mut entry.obj, p, v.clone());
+    }
+    follow_order(&mut entry.obj, &applied);
+    let before_managed = entry.managed.clone();
+    for (m, _, p) in &conflicts {
+        for owner in entry.managed.iter_mut().filter(|o| &o.manager == m) {
+            owner.fields.remove(p);
+        }
+    }
+    entry
+        .managed
+        .retain(|m| !(m.manager == manager && m.operation == "Apply"));
+    entry.managed.retain(|m| !m.fields.is_empty());
+    entry.managed.push(Managed {
+        manager: manager.to_string(),
+        operation: "Apply",
+        api_version: api_version.to_string(),
+        fields: new_paths,
+    });
+    entry.managed.sort_by(|a, b| a.manager.cmp(&b.manager));
+    let changed = existing.is_none() || entry.obj != before || entry.managed != before_managed;
+    if changed && existing.is_some() && spec_changed(&before, &entry.obj) {
+        entry.generation += 1;
+    }
+    if dry_run {
+        return json_response(if existing.is_none() { 201 } else { 200 }, render(&entry));
+    }
+    if changed {
+        st.rv += 1;
+        entry.rv = st.rv;
+        st.objects.insert(key, entry.clone());
+    }
+    json_response(if existing.is_none() { 201 } else { 200 }, render(&entry))
+}
+
+fn merge_values(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().expect("object");
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_values(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn merge_patch(st: &mut Inner, key: &Key, patch: &Value, manager: &str) -> Option<Value> {
+    let rv = st.rv + 1;
+    let e = st.objects.get_mut(key)?;
+    let before = e.obj.clone();
+    merge_values(&mut e.obj, patch);
+    let old = leaves(&before);
+    let new = leaves(&e.obj);
+    let changed: BTreeSet<FieldPath> = new
+        .iter()
+        .filter(|(p, v)| old.get(*p) != Some(*v))
+        .map(|(p, _)| p.clone())
+        .collect();
+    if !changed.is_empty() {
+        for m in e.managed.iter_mut().filter(|m| m.manager != manager) {
+            m.fields.retain(|p| !changed.contains(p));
+        }
+        match e
+            .managed
+            .iter_mut()
+            .find(|m| m.manager == manager && m.operation == "Update")
+        {
+            Some(m) => m.fields.extend(changed),
+            None => e.managed.push(Managed {
+                manager: manager.to_string(),
+                operation: "Update",
+                api_version: e.api_version.clone(),
+                fields: changed,
+            }),
+        }
+        e.managed.retain(|m| !m.fields.is_empty());
+        if spec_changed(&before, &e.obj) {
+            e.generation += 1;
+        }
+    }
+    if e.obj != before {
+        e.rv = rv;
+        st.rv = rv;
+    }
+    st.objects.get(key).map(render)
+}
+
+fn evict(st: &mut Inner, ns: String, name: &str) -> Response {
+    let key = Key {
+        group: String::new(),
+        plural: "pods".into(),
+        ns: Some(ns.clone()),
+        name: name.to_string(),
+    };
+    let Some(pod) = st.objects.get(&key).map(|e| e.obj.clone()) else {
+        return status_response(
+            404,
+            "NotFound",
+            &format!("pods \"{name}\" not found"),
+            json!({ "name": name, "kind": "pods" }),
+        );
+    };
+    // Pending pods do not count against a disruption budget: they go at once.
+    if pod["status"]["phase"].as_str() != Some("Pending") {
+        let blocking = st.objects.iter_mut().find(|(k, e)| {
+            k.plural == "poddisruptionbudgets"
+                && k.ns.as_deref() == Some(ns.as_str())
+                && e.obj["spec"]["selector"]["matchLabels"]
+                    .as_object()
+                    .is_some_and(|sel| {
+                        sel.iter()
+                            .all(|(lk, lv)| pod["metadata"]["labels"][lk] == *lv)
+                    })
+        });
+        if let Some((k, e)) = blocking {
+            let allowed = e.obj["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
+            if allowed < 1 {
+                let healthy = e.obj["status"]["currentHealthy"].as_i64().unwrap_or(0);
+                let desired = e.obj["status"]["desiredHealthy"].as_i64().unwrap_or(0);
+                return status_response(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    json!({ "causes": [ { "reason": "DisruptionBudget", "message": format!("The disruption budget {} needs {desired} healthy pods and has {healthy} currently", k.name) } ] }),
+                );
+            }
+            e.obj["status"]["disruptionsAllowed"] = json!(allowed - 1);
+        }
+    }
+    st.objects.remove(&key);
+    st.rv += 1;
+    status_response(201, "", "", json!({}))
+}
