@@ -74,6 +74,14 @@ pub async fn run(cli: Cli) -> i32 {
     let format = match &cli.command {
         Command::Get(g) => match &g.what {
             GetWhat::Clusters { out, .. } | GetWhat::Instancegroups { out, .. } => out.output,
+            GetWhat::Addons { output, .. } => *output,
+        },
+        Command::Update(u) => match &u.what {
+            UpdateWhat::Cluster(a) => a.output,
+            UpdateWhat::Addons(_) => Format::Table,
+        },
+        Command::Validate(v) => match &v.what {
+            ValidateWhat::Cluster { output, .. } => *output,
         },
         _ => Format::Table,
     };
@@ -103,6 +111,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Replace(f) => replace_from_file(ctx, &f.file).await,
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
+            GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -130,6 +139,16 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             ExportWhat::Kubeconfig { name, kubeconfig } => {
                 export_kubeconfig(ctx, &name, kubeconfig.as_deref()).await
             }
+        },
+        Command::Update(u) => match u.what {
+            UpdateWhat::Cluster(a) => super::update::cluster(ctx, &a).await,
+            UpdateWhat::Addons(a) => {
+                let args = super::addons::UpdateAddonsArgs { name: &a.name, yes: a.yes, kubeconfig: a.kubeconfig.as_deref(), force_conflicts: a.force_conflicts, wait: a.wait, exit_code: a.exit_code };
+                super::addons::update_addons(ctx, &args).await
+            }
+        },
+        Command::Validate(v) => match v.what {
+            ValidateWhat::Cluster { name, wait, kubeconfig, .. } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref()).await,
         },
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);

@@ -1,8 +1,10 @@
 //! The command line: kops-like commands over the spec, the state store and (later) the cloud.
 
-mod commands;
+mod addons;
+pub mod commands;
 mod create;
 mod edit;
+mod update;
 
 use std::path::PathBuf;
 
@@ -61,6 +63,10 @@ pub enum Command {
     Lock(LockCmd),
     /// Export credentials (kubeconfig) of a provisioned cluster
     Export(ExportCmd),
+    /// Preview, and with --yes apply, what a cluster needs (cloud resources, nodes, add-ons)
+    Update(UpdateCmd),
+    /// Check that a running cluster is healthy
+    Validate(ValidateCmd),
     /// Print the JSON Schema of the kprov objects (for editors)
     Schema(SchemaArgs),
     /// Print a shell completion script
@@ -114,6 +120,14 @@ pub enum GetWhat {
         /// Show the completed spec (defaults filled in) instead of what was written
         #[arg(long)]
         full: bool,
+    },
+    /// Print the add-on manifests kprov applies to a cluster (CCM, CNI)
+    #[command(visible_alias = "addon")]
+    Addons {
+        name: String,
+        /// Output format (yaml: the manifests as applied; json: with add-on names and versions)
+        #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
     },
     /// List a cluster's instance groups
     #[command(visible_aliases = ["instancegroup", "ig", "igs"])]
@@ -201,6 +215,90 @@ pub enum ExportWhat {
     Kubeconfig {
         name: String,
         /// Write this file instead of $KUBECONFIG / ~/.kube/config
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateCmd {
+    #[command(subcommand)]
+    pub what: UpdateWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UpdateWhat {
+    /// Preview what the cluster needs; --yes applies it (cloud resources, nodes, add-ons)
+    Cluster(UpdateClusterArgs),
+    /// Preview the add-ons against the live cluster (server-side apply dry run); --yes applies
+    #[command(visible_alias = "addon")]
+    Addons(UpdateAddonsCli),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct UpdateClusterArgs {
+    pub name: String,
+    /// Apply the changes (without it nothing is changed)
+    #[arg(long, short)]
+    pub yes: bool,
+    /// Also delete resources the cluster owns that the spec no longer wants
+    #[arg(long)]
+    pub prune: bool,
+    /// Exit 2 when changes are pending, 0 when there are none
+    #[arg(long)]
+    pub exit_code: bool,
+    /// Output format of the preview
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    /// Record the host keys of hosts contacted for the first time (strict checking otherwise)
+    #[arg(long)]
+    pub accept_new_host_keys: bool,
+    /// Hosts provisioned at once
+    #[arg(long, default_value_t = 20)]
+    pub concurrency: usize,
+    /// Kubeconfig for the add-on step (default: the credentials kprov stored)
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Provision cloud resources and nodes but leave add-ons alone
+    #[arg(long)]
+    pub skip_addons: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateAddonsCli {
+    pub name: String,
+    #[arg(long, short)]
+    pub yes: bool,
+    /// Kubeconfig to use (default: the credentials kprov stored)
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Take over fields another field manager changed
+    #[arg(long)]
+    pub force_conflicts: bool,
+    /// How long to wait for the CCM rollout and node initialisation
+    #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
+    pub wait: std::time::Duration,
+    /// Exit 2 when changes are pending
+    #[arg(long)]
+    pub exit_code: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateCmd {
+    #[command(subcommand)]
+    pub what: ValidateWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ValidateWhat {
+    /// Nodes registered and Ready, none left uninitialized, CCM / CNI / CoreDNS running
+    Cluster {
+        name: String,
+        /// Keep checking until the cluster passes or this much time has passed (e.g. 10m)
+        #[arg(long, value_parser = addons::parse_duration)]
+        wait: Option<std::time::Duration>,
+        #[arg(short, long, value_enum, default_value_t = Format::Table)]
+        output: Format,
         #[arg(long, value_name = "FILE")]
         kubeconfig: Option<PathBuf>,
     },

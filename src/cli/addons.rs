@@ -1,0 +1,172 @@
+//! `get addons`, `update addons` and `validate cluster`: the add-on manifests kprov applies
+//! and the health of a running cluster.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+
+use super::commands::{ADMIN_KUBECONFIG_SECRET, Ctx};
+use super::exit;
+use crate::addons::{self, DeployOptions};
+use crate::kube::{Kube, Poll};
+use crate::output::Format;
+use crate::spec::{Cluster, InstanceGroup};
+use crate::state::layout::ClusterKeys;
+
+/// Parses `90s`, `5m`, `1h30m` (Go-style durations, as kops and kubectl take them).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let mut total = 0u64;
+    let mut num = String::new();
+    let mut seen_unit = false;
+    let mut chars = s.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit = if c == 'm' && chars.peek() == Some(&'s') {
+            chars.next();
+            "ms"
+        } else {
+            match c {
+                'h' => "h",
+                'm' => "m",
+                's' => "s",
+                _ => return Err(format!("{s:?} is not a duration like 90s, 5m or 1h30m")),
+            }
+        };
+        let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 90s, 5m or 1h30m"))?;
+        num.clear();
+        seen_unit = true;
+        total = total.saturating_add(match unit {
+            "h" => n * 3_600_000,
+            "m" => n * 60_000,
+            "s" => n * 1000,
+            _ => n,
+        });
+    }
+    if !num.is_empty() || !seen_unit {
+        return Err(format!("{s:?} is not a duration like 90s, 5m or 1h30m (a unit is required)"));
+    }
+    Ok(Duration::from_millis(total))
+}
+
+/// The resolved cluster from the store.
+pub(super) async fn resolved(ctx: &Ctx, name: &str) -> anyhow::Result<(Cluster, Vec<InstanceGroup>)> {
+    let repo = ctx.repo().await?;
+    let stored = repo.get(name).await?;
+    Ok(stored.resolve(&repo.location())?)
+}
+
+/// A client for the cluster: `--kubeconfig FILE` as given, else the admin credentials kprov
+/// stored when it provisioned the cluster (written to a private temporary file).
+pub(super) async fn cluster_client(ctx: &Ctx, cluster: &Cluster, explicit: Option<&Path>) -> anyhow::Result<(Kube, Option<tempfile::TempDir>)> {
+    if let Some(p) = explicit {
+        return Ok((Kube::from_kubeconfig(p, None)?, None));
+    }
+    let name = cluster.name();
+    let store = ctx.repo().await?;
+    let key = ClusterKeys::new(name)?.secret(ADMIN_KUBECONFIG_SECRET)?;
+    let admin = store
+        .store()
+        .get(&key)
+        .await?
+        .ok_or_else(|| anyhow!("no credentials for cluster {name} in the state store: provision it with `kprov update cluster {name} --yes`, or pass --kubeconfig FILE"))?;
+    let admin = String::from_utf8(admin.data.to_vec()).context("the stored admin kubeconfig is not UTF-8")?;
+    let server = cluster.spec.api.as_ref().and_then(|a| a.public_name.as_ref()).map(|n| format!("https://{n}"));
+    let dir = tempfile::Builder::new().prefix("kprov-kube-").tempdir()?;
+    let path: PathBuf = dir.path().join("config");
+    crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
+    Ok((Kube::from_kubeconfig(&path, Some(name))?, Some(dir)))
+}
+
+/// Whether kprov holds credentials for the cluster (it has been provisioned).
+pub(super) async fn has_credentials(ctx: &Ctx, cluster: &Cluster) -> anyhow::Result<bool> {
+    let key = ClusterKeys::new(cluster.name())?.secret(ADMIN_KUBECONFIG_SECRET)?;
+    Ok(ctx.repo().await?.store().get(&key).await?.is_some())
+}
+
+pub async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+    let (cluster, _) = resolved(ctx, name).await?;
+    let manifests = addons::render_addons(&cluster)?;
+    match ctx.printer.format() {
+        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&manifests)?),
+        // The manifests are the review artefact: print them exactly as they are applied.
+        Format::Yaml | Format::Table => ctx.printer.data(&addons::manifests_yaml(&manifests)),
+    }
+    Ok(exit::OK)
+}
+
+pub struct UpdateAddonsArgs<'a> {
+    pub name: &'a str,
+    pub yes: bool,
+    pub kubeconfig: Option<&'a Path>,
+    pub force_conflicts: bool,
+    pub wait: Duration,
+    pub exit_code: bool,
+}
+
+pub async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow::Result<i32> {
+    let (cluster, _) = resolved(ctx, a.name).await?;
+    deploy(ctx, &cluster, a).await
+}
+
+/// Previews (dry run) or applies the add-ons of an already resolved cluster; `update cluster`
+/// calls this after provisioning.
+pub(super) async fn deploy(ctx: &Ctx, cluster: &Cluster, a: &UpdateAddonsArgs<'_>) -> anyhow::Result<i32> {
+    let manifests = addons::render_addons(cluster)?;
+    let (kube, _tmp) = cluster_client(ctx, cluster, a.kubeconfig).await?;
+    if !a.yes {
+        let diffs = addons::preview_addons(&kube, &manifests, a.force_conflicts).await?;
+        ctx.printer.data(&addons::preview_text(&diffs));
+        let pending = diffs.iter().any(|d| d.change != addons::Change::Unchanged);
+        if pending {
+            ctx.printer.status(&format!("Must specify --yes to apply these add-on changes to {}.", cluster.name()));
+        }
+        return Ok(if pending && a.exit_code { exit::CHANGES_PENDING } else { exit::OK });
+    }
+    let poll = Poll { timeout: a.wait, interval: Duration::from_secs(2) };
+    let diffs = addons::deploy_addons(&kube, cluster, DeployOptions { force: a.force_conflicts, wait: Some(poll) }).await?;
+    ctx.printer.data(&addons::preview_text(&diffs));
+    ctx.printer.success(&format!("Add-ons of {}: {}", cluster.name(), addons::summary(&diffs)));
+    Ok(exit::OK)
+}
+
+pub async fn validate(ctx: &Ctx, name: &str, wait: Option<Duration>, kubeconfig: Option<&Path>) -> anyhow::Result<i32> {
+    let (cluster, groups) = resolved(ctx, name).await?;
+    let (kube, _tmp) = cluster_client(ctx, &cluster, kubeconfig).await?;
+    let expect = addons::validate::Expectations::from_spec(&cluster, &groups)?;
+    let result = match wait {
+        Some(w) => addons::validate::validate_until(&kube, &cluster, &expect, Poll { timeout: w, interval: Duration::from_secs(5) }).await?,
+        None => addons::validate::validate_cluster(&kube, &cluster, &expect).await?,
+    };
+    match ctx.printer.format() {
+        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&result)?),
+        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(&result)?),
+        Format::Table => ctx.printer.data(&result.render_text()),
+    }
+    if result.ok {
+        ctx.printer.success(&format!("Your cluster {name} is ready."));
+        Ok(exit::OK)
+    } else {
+        ctx.printer.error(&format!("cluster {name} did not pass validation"));
+        Ok(exit::ERROR)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("five minutes").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}
