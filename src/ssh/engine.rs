@@ -86,6 +86,11 @@ pub struct SshFleet {
     options: SshOptions,
     progress: Arc<dyn Progress>,
     in_flight: Semaphore,
+    /// sha256 of file contents by buffer address. Renderers hand every host clones of the same
+    /// `Bytes` (a 100 MB kubelet), so each is hashed once per fleet, not once per host. The
+    /// cache holds a clone, which keeps the buffer alive: an address is never reused while
+    /// cached.
+    hashes: std::sync::Mutex<HashMap<(usize, usize), (Bytes, String)>>,
     /// Private (0700), short path: control sockets (≤ 108 bytes) and known_hosts files.
     dir: tempfile::TempDir,
 }
@@ -179,10 +184,25 @@ impl SshFleet {
             by_name,
             store,
             in_flight: Semaphore::new(options.concurrency.max(1)),
+            hashes: std::sync::Mutex::new(HashMap::new()),
             options,
             progress,
             dir,
         })
+    }
+
+    fn content_hash(&self, content: &Bytes) -> String {
+        let key = (content.as_ptr() as usize, content.len());
+        if let Ok(cache) = self.hashes.lock()
+            && let Some((_, h)) = cache.get(&key)
+        {
+            return h.clone();
+        }
+        let h = hex::encode(Sha256::digest(content));
+        if let Ok(mut cache) = self.hashes.lock() {
+            cache.insert(key, (content.clone(), h.clone()));
+        }
+        h
     }
 
     fn slot(&self, host: &str) -> Result<(usize, &HostSlot), ExecError> {
@@ -618,7 +638,7 @@ done"#;
             .iter()
             .enumerate()
             .filter(|(i, f)| {
-                let want = format!("{} {:o}", hex::encode(Sha256::digest(&f.content)), f.mode);
+                let want = format!("{} {:o}", self.content_hash(&f.content), f.mode);
                 remote.get(*i).is_none_or(|have| *have != want)
             })
             .map(|(_, f)| f)
