@@ -387,6 +387,7 @@ impl SshFleet {
             t.port,
             &t.pattern,
             h.bastion.as_deref(),
+            self.options.config_file.as_deref(),
             self.options.connect_timeout.as_secs().max(1),
         )
         .await

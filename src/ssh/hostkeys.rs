@@ -90,12 +90,13 @@ pub(crate) async fn fingerprints(keys: &[KnownKey], scratch: &Path) -> Result<Ve
 }
 
 /// Asks the host for its keys without authenticating. Behind a bastion the scan runs on the
-/// bastion (whose own key ssh checks against the user's known_hosts, as ProxyJump does).
+/// bastion, reached like ProxyJump reaches it (same ssh config, its key checked strictly).
 pub(crate) async fn scan(
     hostname: &str,
     port: u16,
     pattern: &str,
     bastion: Option<&str>,
+    ssh_config: Option<&Path>,
     timeout_secs: u64,
 ) -> Result<Vec<KnownKey>, String> {
     let scan_args = [
@@ -114,8 +115,11 @@ pub(crate) async fn scan(
                 .chain(scan_args.iter().map(|a| shell_quote(a)))
                 .collect::<Vec<_>>()
                 .join(" ");
-            Command::new("ssh")
-                .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"])
+            let mut ssh = Command::new("ssh");
+            if let Some(f) = ssh_config {
+                ssh.arg("-F").arg(f);
+            }
+            ssh.args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"])
                 .arg(format!("ssh://{b}"))
                 .arg(remote)
                 .output()

@@ -46,18 +46,21 @@ fn hosts(th: &TestHosts) -> Vec<Host> {
         .collect()
 }
 
+fn options(accept: bool) -> SshOptions {
+    SshOptions {
+        accept_new_host_keys: accept,
+        connect_timeout: Duration::from_secs(2),
+        ..SshOptions::default()
+    }
+}
+
 fn fleet_with(
     hosts: Vec<Host>,
     store: &Arc<MemStore>,
     accept: bool,
     progress: Arc<dyn Progress>,
 ) -> SshFleet {
-    let options = SshOptions {
-        accept_new_host_keys: accept,
-        connect_timeout: Duration::from_secs(2),
-        ..SshOptions::default()
-    };
-    SshFleet::new(CLUSTER, hosts, store.clone(), options, progress).expect("fleet")
+    SshFleet::new(CLUSTER, hosts, store.clone(), options(accept), progress).expect("fleet")
 }
 
 fn fleet(th: &TestHosts, store: &Arc<MemStore>) -> SshFleet {
@@ -435,4 +438,103 @@ async fn step_timeout_is_reported_and_the_remote_command_stopped() {
         assert!(Instant::now() < deadline, "remote sleep still running");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn host_behind_a_bastion_is_reached_through_it() {
+    let th = TestHosts::start(2);
+    let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
+    // The jump host is the operator's business: its key is checked by the ssh config given
+    // with -F (which ProxyJump passes on), never disabled.
+    let bastion_known = th.dir().join("bastion_known_hosts");
+    std::fs::write(
+        &bastion_known,
+        format!("{} {}", bastion.address, bastion.host_public_key()),
+    )
+    .unwrap();
+    let config = th.dir().join("ssh_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Host {}\n  User root\n  IdentityFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n",
+            bastion.address,
+            th.client_key.display(),
+            bastion_known.display()
+        ),
+    )
+    .unwrap();
+    let mut behind = host(&th, "inner", &target.address, None);
+    behind.bastion = Some(format!("root@{}", bastion.address));
+    let store = Arc::new(MemStore::default());
+    let options = SshOptions {
+        config_file: Some(config),
+        ..options(true)
+    };
+    let fleet = SshFleet::new(
+        CLUSTER,
+        vec![behind],
+        store.clone(),
+        options,
+        Arc::new(Recorder::default()),
+    )
+    .unwrap();
+    fleet
+        .run_steps(
+            "inner",
+            &[step(
+                "mark",
+                "mkdir -p /etc/kprov && hostname > /etc/kprov/who",
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(target.read_upper("/etc/kprov/who").unwrap(), b"host2\n");
+    // The scan through the bastion recorded the target's key, not the bastion's.
+    let recorded = known_hosts(&store).await;
+    let key = target.host_public_key();
+    let key: Vec<&str> = key.split_whitespace().take(2).collect();
+    assert!(
+        recorded.contains(&format!("{} {} {}", target.address, key[0], key[1])),
+        "{recorded}"
+    );
+    // sshd on the target saw the connection come from the bastion's address.
+    assert!(
+        target
+            .log()
+            .contains(&format!("from {} port", bastion.address)),
+        "{}",
+        target.log()
+    );
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn concurrency_bounds_hosts_in_flight() {
+    let th = TestHosts::start(3);
+    let store = Arc::new(MemStore::default());
+    let rec = Arc::new(Recorder::default());
+    let options = SshOptions {
+        concurrency: 1,
+        ..options(true)
+    };
+    let fleet = SshFleet::new(CLUSTER, hosts(&th), store.clone(), options, rec.clone()).unwrap();
+    let work: Vec<(String, Vec<Step>)> = th
+        .hosts
+        .iter()
+        .map(|h| (h.name.clone(), vec![step("a", "true"), step("b", "true")]))
+        .collect();
+    assert!(fleet.run_all(&work).await.ok());
+    // With one host in flight, each host's events form one uninterrupted block.
+    let events = rec.0.lock().unwrap();
+    let order: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Connecting { host } | Event::StepStarted { host, .. } => Some(host.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut blocks = order.clone();
+    blocks.dedup();
+    assert_eq!(blocks.len(), 3, "{order:?}");
+    fleet.close().await;
 }
