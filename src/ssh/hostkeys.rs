@@ -237,6 +237,28 @@ mod tests {
         assert_eq!(keys[1].pattern, "[h2]:2200");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(text in "\\PC*") {
+            let _ = parse(&text);
+        }
+
+        #[test]
+        fn lines_round_trip(
+            keys in proptest::collection::vec(
+                ("[a-z0-9.\\[\\]:-]{1,30}", "(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256)", "[A-Za-z0-9+/=]{1,80}"),
+                0..8,
+            )
+        ) {
+            let keys: Vec<KnownKey> = keys
+                .into_iter()
+                .map(|(pattern, key_type, key)| KnownKey { pattern, key_type, key })
+                .collect();
+            let text: String = keys.iter().map(|k| k.line() + "\n").collect();
+            proptest::prop_assert_eq!(parse(&text), keys);
+        }
+    }
+
     #[test]
     fn shell_quote_round_trips_through_sh() {
         for s in ["plain", "with space", "it's", "", "$(x)`y`", "a\nb"] {

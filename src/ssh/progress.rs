@@ -80,6 +80,14 @@ impl PlainProgress<std::io::Stderr> {
     }
 }
 
+fn plural(steps: usize) -> String {
+    if steps == 1 {
+        "1 step".to_string()
+    } else {
+        format!("{steps} steps")
+    }
+}
+
 fn ms(d: Duration) -> String {
     format!("{} ms", d.as_millis())
 }
@@ -189,9 +197,9 @@ impl fmt::Display for Summary {
                 let roles: Vec<&str> = h.roles.iter().map(|r| r.as_str()).collect();
                 let result = match &h.result {
                     Ok(steps) if h.changed() == 0 => {
-                        format!("ok, unchanged ({} steps)", steps.len())
+                        format!("ok, no changes ({})", plural(steps.len()))
                     }
-                    Ok(steps) => format!("ok, {} of {} steps changed", h.changed(), steps.len()),
+                    Ok(steps) => format!("ok, {} of {} changed", h.changed(), plural(steps.len())),
                     Err(ExecError::Step { step, .. } | ExecError::Timeout { step, .. }) => {
                         format!("FAILED at {step:?}")
                     }
@@ -225,5 +233,112 @@ impl fmt::Display for Summary {
             writeln!(f, "\nerror: {e}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(
+        host: &str,
+        roles: Vec<HostRole>,
+        secs: u64,
+        result: Result<Vec<(String, StepOutcome)>, ExecError>,
+    ) -> HostReport {
+        HostReport {
+            host: host.into(),
+            roles,
+            duration: Duration::from_millis(secs * 1000 + 250),
+            result,
+        }
+    }
+
+    #[test]
+    fn summary_table_lists_every_host_then_every_failure() {
+        let steps = |outcomes: &[StepOutcome]| {
+            Ok(outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (format!("step {i}"), o.clone()))
+                .collect())
+        };
+        let summary = Summary {
+            hosts: vec![
+                report(
+                    "cp1",
+                    vec![HostRole::ControlPlane, HostRole::Etcd],
+                    12,
+                    steps(&[StepOutcome::Changed, StepOutcome::Unchanged]),
+                ),
+                report(
+                    "worker-1",
+                    vec![HostRole::Node],
+                    3,
+                    steps(&[StepOutcome::Unchanged]),
+                ),
+                report(
+                    "worker-2",
+                    vec![HostRole::Node],
+                    4,
+                    Err(ExecError::Step {
+                        host: "worker-2".into(),
+                        step: "kubeadm join".into(),
+                        code: Some(1),
+                        stderr: "error execution phase preflight: port 10250 is in use".into(),
+                    }),
+                ),
+                report(
+                    "worker-3",
+                    vec![HostRole::Node],
+                    2,
+                    Err(ExecError::Connect {
+                        host: "worker-3".into(),
+                        message: "no route to host".into(),
+                    }),
+                ),
+            ],
+        };
+        assert!(!summary.ok());
+        assert!(!summary.converged());
+        assert_eq!(summary.failures().count(), 2);
+        insta::assert_snapshot!(summary.to_string());
+    }
+
+    #[test]
+    fn converged_only_when_nothing_changed() {
+        let ok = |o: StepOutcome| Summary {
+            hosts: vec![report(
+                "h",
+                vec![HostRole::Node],
+                1,
+                Ok(vec![("s".into(), o)]),
+            )],
+        };
+        assert!(ok(StepOutcome::Unchanged).converged());
+        assert!(!ok(StepOutcome::Changed).converged());
+        assert!(ok(StepOutcome::Changed).ok());
+    }
+
+    #[test]
+    fn plain_progress_writes_one_line_per_event() {
+        let p = PlainProgress::new(Vec::new());
+        p.event(&Event::StepStarted {
+            host: "h1".into(),
+            step: "containerd".into(),
+            index: 0,
+            total: 3,
+        });
+        p.event(&Event::StepFinished {
+            host: "h1".into(),
+            step: "containerd".into(),
+            result: Err("boom".into()),
+            duration: Duration::from_millis(42),
+        });
+        let out = String::from_utf8(p.out.into_inner().unwrap()).unwrap();
+        assert_eq!(
+            out,
+            "h1: [1/3] containerd\nh1: containerd: FAILED (42 ms): boom\n"
+        );
     }
 }

@@ -44,7 +44,7 @@ pub enum ExecError {
     #[error("{host}: cannot connect: {message}")]
     Connect { host: String, message: String },
     /// A step failed; `stderr` is the remote command's standard error.
-    #[error("{host}: step {step:?} failed (exit {code:?}): {stderr}")]
+    #[error("{host}: step {step:?} failed ({}): {stderr}", exit_text(*.code))]
     Step {
         host: String,
         step: String,
@@ -77,6 +77,13 @@ pub enum ExecError {
     SudoPassword { host: String, user: String },
     #[error("{host}: {message}")]
     Other { host: String, message: String },
+}
+
+fn exit_text(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit {c}"),
+        None => "killed by a signal".to_string(),
+    }
 }
 
 /// Runs steps on named hosts. The SSH engine implements it; provisioning orchestrates through it.

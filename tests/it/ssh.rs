@@ -525,16 +525,57 @@ async fn concurrency_bounds_hosts_in_flight() {
         .collect();
     assert!(fleet.run_all(&work).await.ok());
     // With one host in flight, each host's events form one uninterrupted block.
-    let events = rec.0.lock().unwrap();
-    let order: Vec<&str> = events
+    let order: Vec<String> = rec
+        .0
+        .lock()
+        .unwrap()
         .iter()
         .filter_map(|e| match e {
-            Event::Connecting { host } | Event::StepStarted { host, .. } => Some(host.as_str()),
+            Event::Connecting { host } | Event::StepStarted { host, .. } => Some(host.clone()),
             _ => None,
         })
         .collect();
     let mut blocks = order.clone();
     blocks.dedup();
     assert_eq!(blocks.len(), 3, "{order:?}");
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn many_files_fit_through_stock_max_sessions() {
+    let th = TestHosts::start(1);
+    // Real hosts allow 10 sessions per connection; every upload is one.
+    th.hosts[0].set_max_sessions(10);
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet(&th, &store);
+    let files: Vec<RemoteFile> = (0..40)
+        .map(|i| RemoteFile {
+            path: format!("/etc/kprov/many/{i}.conf"),
+            content: Bytes::from(format!("file {i}\n")),
+            mode: 0o644,
+        })
+        .collect();
+    let s = Step {
+        files,
+        ..step(
+            "many files",
+            "cat /etc/kprov/many/*.conf | wc -l > /etc/kprov/count",
+        )
+    };
+    let outcomes = fleet
+        .run_steps("host1", std::slice::from_ref(&s))
+        .await
+        .unwrap();
+    assert_eq!(outcomes, vec![StepOutcome::Changed]);
+    assert_eq!(th.hosts[0].read_upper("/etc/kprov/count").unwrap(), b"40\n");
+    let upper = th.hosts[0].upper_path("/etc/kprov/many/7.conf");
+    let mtime = std::fs::metadata(&upper).unwrap().modified().unwrap();
+    // Without a check the run runs again, but nothing is uploaded.
+    let again = fleet.run_steps("host1", &[s]).await.unwrap();
+    assert_eq!(again, vec![StepOutcome::Changed]);
+    assert_eq!(
+        std::fs::metadata(&upper).unwrap().modified().unwrap(),
+        mtime
+    );
     fleet.close().await;
 }

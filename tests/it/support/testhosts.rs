@@ -373,6 +373,27 @@ impl TestHost {
         self.wait_ready();
     }
 
+    /// Lowers (or raises) sshd's `MaxSessions`, e.g. to the stock default of 10 that real
+    /// hosts have.
+    pub fn set_max_sessions(&self, n: u32) {
+        let path = self.dir.join("sshd_config");
+        let config = fs::read_to_string(&path).expect("sshd_config");
+        let config: String = config
+            .lines()
+            .map(|l| {
+                if l.starts_with("MaxSessions ") {
+                    format!("MaxSessions {n}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        fs::write(&path, config).expect("sshd_config");
+        let _ = fs::remove_file(self.pid_file());
+        sh(&["kill", "-HUP", &self.pid().to_string()]).expect("SIGHUP sshd");
+        self.wait_ready();
+    }
+
     /// Runs a command as root inside the host's namespaces (not over ssh).
     pub fn exec(&self, script: &str) -> Result<String, String> {
         run(Command::new("nsenter")
