@@ -187,6 +187,13 @@ async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
         h.exec("stat -c %a /etc/kprov/b.conf").unwrap().trim(),
         "600"
     );
+    // Four runs, dozens of commands: one authenticated connection.
+    assert_eq!(
+        h.log().matches("Accepted publickey").count(),
+        1,
+        "{}",
+        h.log()
+    );
     fleet.close().await;
 }
 
@@ -577,5 +584,33 @@ async fn many_files_fit_through_stock_max_sessions() {
         std::fs::metadata(&upper).unwrap().modified().unwrap(),
         mtime
     );
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_reopened() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let rec = Arc::new(Recorder::default());
+    let fleet = fleet_with(hosts(&th), &store, true, rec.clone());
+    let s = step("mark", "mkdir -p /etc/kprov && echo x >> /etc/kprov/runs");
+    fleet
+        .run_steps("host1", std::slice::from_ref(&s))
+        .await
+        .unwrap();
+    th.hosts[0].drop_connections();
+    fleet.run_steps("host1", &[s]).await.unwrap();
+    assert_eq!(
+        th.hosts[0].read_upper("/etc/kprov/runs").unwrap(),
+        b"x\nx\n"
+    );
+    let connects = rec
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, Event::Connected { .. }))
+        .count();
+    assert_eq!(connects, 2);
     fleet.close().await;
 }

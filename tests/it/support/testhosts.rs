@@ -411,6 +411,16 @@ impl TestHost {
             .collect()
     }
 
+    /// Cuts every open ssh connection (as a reboot or a network blip would) by killing all
+    /// processes in the host's namespace except the listening sshd.
+    pub fn drop_connections(&self) {
+        let listener = self.pid().to_string();
+        let pids = sh(&["ip", "netns", "pids", &self.netns]).unwrap_or_default();
+        for p in pids.split_whitespace().filter(|p| *p != listener) {
+            let _ = sh(&["kill", "-KILL", p]);
+        }
+    }
+
     /// Adds a login user (the test client key authorises it) with or without passwordless sudo.
     pub fn add_user(&self, user: &str, passwordless_sudo: bool) {
         // '*' instead of useradd's locked '!': with UsePAM no, sshd refuses locked accounts.
