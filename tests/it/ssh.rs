@@ -104,6 +104,28 @@ async fn runs_on_three_hosts_at_once() {
         .collect();
     let summary = fleet.run_all(&work).await;
     assert!(summary.ok(), "{summary}");
+    // Hosts reach servers listening on the bridge (where tests run artifact mirrors).
+    let listener = std::net::TcpListener::bind((th.gateway.as_str(), 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::thread::spawn(move || {
+        let (mut conn, from) = listener.accept().unwrap();
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut conn, &mut got).unwrap();
+        (from.ip().to_string(), got)
+    });
+    let probe = format!(
+        "python3 -c \"import socket; socket.create_connection(('{}', {port}), 5).sendall(b'hello')\"",
+        th.gateway
+    );
+    fleet
+        .run_steps("host2", &[step("reach gateway", &probe)])
+        .await
+        .unwrap();
+    let (from, got) = accepted.join().unwrap();
+    assert_eq!(
+        (from.as_str(), got.as_str()),
+        (th.hosts[1].address.as_str(), "hello")
+    );
     for h in &th.hosts {
         // Each host wrote into its own overlay: proof the commands ran on distinct hosts.
         let who = h.read_upper("/etc/kprov/who").expect("file written");

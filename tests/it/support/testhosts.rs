@@ -42,6 +42,9 @@ pub struct TestHosts {
     pub client_key: PathBuf,
     /// An address inside the subnet that nothing answers on.
     pub unreachable_address: String,
+    /// The root namespace's address on the hosts' bridge: where a server the hosts must reach
+    /// (an artifact mirror, a fake API) listens.
+    pub gateway: String,
     bridge: String,
     dir: PathBuf,
 }
@@ -143,6 +146,7 @@ impl TestHosts {
             hosts: Vec::new(),
             client_key: dir.join("client_key"),
             unreachable_address: format!("198.{b}.{c}.254"),
+            gateway: format!("198.{b}.{c}.1"),
             bridge,
             dir,
         };
@@ -158,7 +162,7 @@ impl TestHosts {
             "ip",
             "addr",
             "add",
-            &format!("198.{b}.{c}.1/24"),
+            &format!("{}/24", hosts.gateway),
             "dev",
             &hosts.bridge,
         ])
