@@ -256,6 +256,13 @@ async fn main() {
     ansible_close(&dir);
 
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    // Both tools are CPU-bound on a busy machine: say how busy it was.
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load.split_whitespace().next().unwrap_or("?");
+    println!(
+        "N={n:<3} load average {load}, {} CPUs",
+        std::thread::available_parallelism().map_or(0, |p| p.get())
+    );
     println!(
         "N={n:<3} first run: kprov {:>8.0} ms  ansible {:>8.0} ms  ratio {:>5.1}x",
         ms(k1),

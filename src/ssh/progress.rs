@@ -185,6 +185,25 @@ impl Summary {
             .iter()
             .filter_map(|h| h.result.as_ref().err().map(|e| (h, e)))
     }
+
+    /// Folds a later phase's summary into this one (provisioning runs phases: common steps on
+    /// all hosts, init on the first control plane, joins): per host, steps are appended,
+    /// durations added, and a failure ends the host's record. Hosts new in `later` are appended.
+    pub fn absorb(&mut self, later: Summary) {
+        for report in later.hosts {
+            let Some(mine) = self.hosts.iter_mut().find(|h| h.host == report.host) else {
+                self.hosts.push(report);
+                continue;
+            };
+            mine.duration += report.duration;
+            match (&mut mine.result, report.result) {
+                // The host already failed: kprov does not run later phases on it; keep the cause.
+                (Err(_), _) => {}
+                (Ok(steps), Ok(more)) => steps.extend(more),
+                (mine_result @ Ok(_), Err(e)) => *mine_result = Err(e),
+            }
+        }
+    }
 }
 
 /// Plain table: host, roles, result, duration; then each failure in full.
@@ -303,6 +322,65 @@ mod tests {
         assert!(!summary.converged());
         assert_eq!(summary.failures().count(), 2);
         insta::assert_snapshot!(summary.to_string());
+    }
+
+    #[test]
+    fn absorb_joins_phases_per_host() {
+        let step = |n: &str, o| (n.to_string(), o);
+        let mut first = Summary {
+            hosts: vec![
+                report(
+                    "cp1",
+                    vec![HostRole::ControlPlane],
+                    1,
+                    Ok(vec![step("a", StepOutcome::Changed)]),
+                ),
+                report(
+                    "w1",
+                    vec![HostRole::Node],
+                    1,
+                    Ok(vec![step("a", StepOutcome::Unchanged)]),
+                ),
+            ],
+        };
+        first.absorb(Summary {
+            hosts: vec![
+                report(
+                    "cp1",
+                    vec![HostRole::ControlPlane],
+                    2,
+                    Ok(vec![step("init", StepOutcome::Changed)]),
+                ),
+                report(
+                    "w1",
+                    vec![HostRole::Node],
+                    1,
+                    Err(ExecError::Timeout {
+                        host: "w1".into(),
+                        step: "join".into(),
+                        timeout: Duration::from_secs(1),
+                    }),
+                ),
+                report("w2", vec![HostRole::Node], 1, Ok(vec![])),
+            ],
+        });
+        let names: Vec<&str> = first.hosts.iter().map(|h| h.host.as_str()).collect();
+        assert_eq!(names, ["cp1", "w1", "w2"]);
+        let cp1 = &first.hosts[0];
+        assert_eq!(cp1.duration, Duration::from_millis(3500));
+        let steps: Vec<&str> = cp1
+            .result
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(steps, ["a", "init"]);
+        assert!(matches!(
+            first.hosts[1].result,
+            Err(ExecError::Timeout { .. })
+        ));
+        assert_eq!(first.failures().count(), 1);
     }
 
     #[test]
