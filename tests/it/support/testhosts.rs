@@ -98,6 +98,52 @@ fn is_dead(pid: u32) -> bool {
     }
 }
 
+/// A test binary killed outright (SIGKILL, a CI timeout) never runs `Drop`. Each bridge
+/// carries its owner's PID and directory in its link alias, so a later run tears down what a
+/// dead owner left behind: processes in its namespaces, the namespaces, the bridge, the dir.
+fn reap_orphans() {
+    let Ok(links) = sh(&["ip", "-o", "link", "show", "type", "bridge"]) else {
+        return;
+    };
+    for line in links.lines() {
+        let Some(name) = line.split(": ").nth(1).filter(|n| n.starts_with("kpb")) else {
+            continue;
+        };
+        let Some(alias) = line.split("alias kprov-test ").nth(1) else {
+            continue;
+        };
+        let field = |k: &str| {
+            alias
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix(k))
+                .map(str::to_string)
+        };
+        let (Some(pid), Some(dir)) = (field("pid="), field("dir=")) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let idx = name.trim_start_matches("kpb");
+        let namespaces = sh(&["ip", "netns", "list"]).unwrap_or_default();
+        for ns in namespaces
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|ns| ns.starts_with(&format!("kprov-{idx}-")))
+        {
+            let pids = sh(&["ip", "netns", "pids", ns]).unwrap_or_default();
+            for p in pids.split_whitespace() {
+                let _ = sh(&["kill", "-KILL", p]);
+            }
+            let _ = sh(&["ip", "netns", "del", ns]);
+        }
+        let _ = sh(&["ip", "link", "del", name]);
+        if dir.starts_with("/var/tmp/kprov-th-") {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// Claims a free /24 by creating its bridge: `ip link add` fails if another test run (or
 /// another test binary) already holds that name, which makes the claim atomic.
 fn claim_subnet() -> (u32, String) {
@@ -134,6 +180,7 @@ impl TestHosts {
             (1..=200).contains(&n),
             "between 1 and 200 test hosts, not {n}"
         );
+        reap_orphans();
         let (idx, bridge) = claim_subnet();
         let (b, c) = (18 + idx / 256, idx % 256);
         let dir = tempfile::Builder::new()
@@ -168,6 +215,20 @@ impl TestHosts {
         ])
         .expect("bridge address");
         sh(&["ip", "link", "set", &hosts.bridge, "up"]).expect("bridge up");
+        sh(&[
+            "ip",
+            "link",
+            "set",
+            "dev",
+            &hosts.bridge,
+            "alias",
+            &format!(
+                "kprov-test pid={} dir={}",
+                std::process::id(),
+                hosts.dir.display()
+            ),
+        ])
+        .expect("bridge alias");
         for i in 0..n {
             let host = hosts.add_host(idx, i, &format!("198.{b}.{c}.{}", 11 + i));
             hosts.hosts.push(host);
