@@ -95,6 +95,25 @@ pub struct SshFleet {
     dir: tempfile::TempDir,
 }
 
+/// How running one command failed.
+enum Attempt {
+    /// No session could be opened on the master: the command did not start.
+    NotStarted(openssh::Error),
+    Failed(ExecError),
+}
+
+impl Attempt {
+    fn into_error(self, host: &str) -> ExecError {
+        match self {
+            Attempt::NotStarted(e) => ExecError::Connect {
+                host: host.to_string(),
+                message: chain(&e),
+            },
+            Attempt::Failed(e) => e,
+        }
+    }
+}
+
 /// Exit status kprov's own remote snippets use for "file does not exist".
 const MISSING: i32 = 100;
 /// coreutils `timeout` exits with 124 when it had to stop the command.
@@ -268,7 +287,8 @@ impl SshFleet {
                 host: host.to_string(),
                 message: e.to_string(),
             })?;
-        let conn = self.connection(slot).await?;
+        // Connect before the first step, so a host that cannot be reached fails as such.
+        self.connection(slot).await?;
         let mut outcomes = Vec::with_capacity(steps.len());
         for (index, step) in steps.iter().enumerate() {
             self.progress.event(&Event::StepStarted {
@@ -278,7 +298,7 @@ impl SshFleet {
                 total: steps.len(),
             });
             let started = Instant::now();
-            let result = self.run_step(slot, &conn, step).await;
+            let result = self.run_step(slot, step).await;
             self.progress.event(&Event::StepFinished {
                 host: host.to_string(),
                 step: step.name.clone(),
@@ -290,11 +310,26 @@ impl SshFleet {
         Ok(outcomes)
     }
 
-    /// The host's open connection, (re)connecting if there is none or the master died.
+    /// The host's connection, opened on first use.
     async fn connection(&self, slot: &HostSlot) -> Result<Connection, ExecError> {
         let mut guard = slot.connection.lock().await;
+        if let Some(c) = guard.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = self.connect(slot).await?;
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Replaces `stale` with a new connection, unless another task already did.
+    async fn reconnect(
+        &self,
+        slot: &HostSlot,
+        stale: &Connection,
+    ) -> Result<Connection, ExecError> {
+        let mut guard = slot.connection.lock().await;
         if let Some(c) = guard.as_ref()
-            && c.session.check().await.is_ok()
+            && !Arc::ptr_eq(&c.session, &stale.session)
         {
             return Ok(c.clone());
         }
@@ -511,7 +546,10 @@ impl SshFleet {
         };
         if conn.target.user != "root" {
             // Fail at connect with the clear sudo message rather than in the middle of a step.
-            let out = self.exec(slot, &conn, "true", &[], None, None).await?;
+            let out = self
+                .exec_on(slot, &conn, "true", &[], None, None)
+                .await
+                .map_err(|a| a.into_error(&h.name))?;
             if !out.status.success() {
                 return Err(ExecError::Other {
                     host: h.name.clone(),
@@ -531,16 +569,43 @@ impl SshFleet {
     async fn exec(
         &self,
         slot: &HostSlot,
-        conn: &Connection,
         script: &str,
         args: &[&str],
         stdin: Option<&Bytes>,
         timeout: Option<Duration>,
     ) -> Result<Output, ExecError> {
+        let conn = self.connection(slot).await?;
+        match self
+            .exec_on(slot, &conn, script, args, stdin, timeout)
+            .await
+        {
+            // The master died since its last use (host rebooted, network cut). The command
+            // never started, so running it on a fresh connection is safe.
+            Err(Attempt::NotStarted(_)) => {
+                let fresh = self.reconnect(slot, &conn).await?;
+                self.exec_on(slot, &fresh, script, args, stdin, timeout)
+                    .await
+                    .map_err(|a| a.into_error(&slot.spec.name))
+            }
+            other => other.map_err(|a| a.into_error(&slot.spec.name)),
+        }
+    }
+
+    async fn exec_on(
+        &self,
+        slot: &HostSlot,
+        conn: &Connection,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&Bytes>,
+        timeout: Option<Duration>,
+    ) -> Result<Output, Attempt> {
         let host = &slot.spec.name;
-        let failed = |e: openssh::Error| ExecError::Connect {
-            host: host.clone(),
-            message: chain(&e),
+        let failed = |e: openssh::Error| {
+            Attempt::Failed(ExecError::Connect {
+                host: host.clone(),
+                message: chain(&e),
+            })
         };
         let sudo = conn.target.user != "root";
         let mut argv: Vec<String> = Vec::new();
@@ -559,14 +624,12 @@ impl SshFleet {
         argv.extend(["sh".into(), "-c".into(), script.into(), "sh".into()]);
         argv.extend(args.iter().map(|a| a.to_string()));
 
-        let _permit = slot
-            .sessions
-            .acquire()
-            .await
-            .map_err(|e| ExecError::Other {
+        let _permit = slot.sessions.acquire().await.map_err(|e| {
+            Attempt::Failed(ExecError::Other {
                 host: host.clone(),
                 message: e.to_string(),
-            })?;
+            })
+        })?;
         let mut cmd = conn.session.command(&argv[0]);
         cmd.args(&argv[1..])
             .stdin(if stdin.is_some() {
@@ -576,7 +639,7 @@ impl SshFleet {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().await.map_err(failed)?;
+        let mut child = cmd.spawn().await.map_err(Attempt::NotStarted)?;
         let writer = child.stdin().take();
         let feed = async move {
             if let (Some(mut w), Some(data)) = (writer, stdin) {
@@ -588,31 +651,28 @@ impl SshFleet {
         };
         let (fed, out) = tokio::join!(feed, child.wait_with_output());
         let out = out.map_err(failed)?;
-        fed.map_err(|e| ExecError::Other {
-            host: host.clone(),
-            message: format!("sending data: {e}"),
+        fed.map_err(|e| {
+            Attempt::Failed(ExecError::Other {
+                host: host.clone(),
+                message: format!("sending data: {e}"),
+            })
         })?;
         if sudo && out.status.code() == Some(1) {
             let err = String::from_utf8_lossy(&out.stderr);
             if err.starts_with("sudo:")
                 && (err.contains("password is required") || err.contains("terminal is required"))
             {
-                return Err(ExecError::SudoPassword {
+                return Err(Attempt::Failed(ExecError::SudoPassword {
                     host: host.clone(),
                     user: conn.target.user.clone(),
-                });
+                }));
             }
         }
         Ok(out)
     }
 
     /// Uploads the step's files whose content or mode differ on the host; returns how many.
-    async fn sync_files(
-        &self,
-        slot: &HostSlot,
-        conn: &Connection,
-        step: &Step,
-    ) -> Result<usize, ExecError> {
+    async fn sync_files(&self, slot: &HostSlot, step: &Step) -> Result<usize, ExecError> {
         if step.files.is_empty() {
             return Ok(0);
         }
@@ -628,7 +688,7 @@ impl SshFleet {
   else echo missing; fi
 done"#;
         let paths: Vec<&str> = step.files.iter().map(|f| f.path.as_str()).collect();
-        let out = self.exec(slot, conn, STAT, &paths, None, None).await?;
+        let out = self.exec(slot, STAT, &paths, None, None).await?;
         if !out.status.success() {
             return Err(fail(&out, "comparing files"));
         }
@@ -656,7 +716,7 @@ mv -f "$t" "$1""#;
         let uploads = stale.iter().map(|f| async move {
             let mode = format!("{:o}", f.mode);
             let out = self
-                .exec(slot, conn, PUT, &[&f.path, &mode], Some(&f.content), None)
+                .exec(slot, PUT, &[&f.path, &mode], Some(&f.content), None)
                 .await?;
             if out.status.success() {
                 Ok(())
@@ -668,12 +728,7 @@ mv -f "$t" "$1""#;
         Ok(stale.len())
     }
 
-    async fn run_step(
-        &self,
-        slot: &HostSlot,
-        conn: &Connection,
-        step: &Step,
-    ) -> Result<StepOutcome, ExecError> {
+    async fn run_step(&self, slot: &HostSlot, step: &Step) -> Result<StepOutcome, ExecError> {
         let host = &slot.spec.name;
         let timed_out = || ExecError::Timeout {
             host: host.clone(),
@@ -681,7 +736,7 @@ mv -f "$t" "$1""#;
             timeout: step.timeout,
         };
         let work = async {
-            let uploaded = self.sync_files(slot, conn, step).await?;
+            let uploaded = self.sync_files(slot, step).await?;
             // A files-only step is converged exactly when no file had to be uploaded.
             if step.run.trim().is_empty() {
                 return Ok(if uploaded > 0 {
@@ -694,14 +749,14 @@ mv -f "$t" "$1""#;
                 && let Some(check) = &step.check
             {
                 let out = self
-                    .exec(slot, conn, check, &[], None, Some(step.timeout))
+                    .exec(slot, check, &[], None, Some(step.timeout))
                     .await?;
                 if out.status.success() {
                     return Ok(StepOutcome::Unchanged);
                 }
             }
             let out = self
-                .exec(slot, conn, &step.run, &[], None, Some(step.timeout))
+                .exec(slot, &step.run, &[], None, Some(step.timeout))
                 .await?;
             match out.status.code() {
                 Some(0) => Ok(StepOutcome::Changed),
@@ -733,9 +788,8 @@ impl HostExecutor for SshFleet {
 
     async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
         let (_, slot) = self.slot(host)?;
-        let conn = self.connection(slot).await?;
         let script = format!("[ -e \"$1\" ] || exit {MISSING}; cat -- \"$1\"");
-        let out = self.exec(slot, &conn, &script, &[path], None, None).await?;
+        let out = self.exec(slot, &script, &[path], None, None).await?;
         match out.status.code() {
             Some(0) => Ok(Some(Bytes::from(out.stdout))),
             Some(MISSING) => Ok(None),

@@ -45,6 +45,7 @@ pub struct TestHosts {
     /// The root namespace's address on the hosts' bridge: where a server the hosts must reach
     /// (an artifact mirror, a fake API) listens.
     pub gateway: String,
+    idx: u32,
     bridge: String,
     dir: PathBuf,
 }
@@ -124,23 +125,45 @@ fn reap_orphans() {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        let idx = name.trim_start_matches("kpb");
-        let namespaces = sh(&["ip", "netns", "list"]).unwrap_or_default();
-        for ns in namespaces
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|ns| ns.starts_with(&format!("kprov-{idx}-")))
-        {
-            let pids = sh(&["ip", "netns", "pids", ns]).unwrap_or_default();
-            for p in pids.split_whitespace() {
-                let _ = sh(&["kill", "-KILL", p]);
+        if let Ok(idx) = name.trim_start_matches("kpb").parse() {
+            teardown(idx, Path::new(&dir));
+        }
+    }
+}
+
+/// Removes everything of subnet `idx`: processes in its namespaces (also of hosts that
+/// failed half-way through setup), the namespaces, stray veths, the bridge, the directory.
+fn teardown(idx: u32, dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let namespaces = sh(&["ip", "netns", "list"]).unwrap_or_default();
+    for ns in namespaces
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|ns| ns.starts_with(&format!("kprov-{idx}-")))
+    {
+        let pids = sh(&["ip", "netns", "pids", ns]).unwrap_or_default();
+        for p in pids.split_whitespace() {
+            let _ = sh(&["kill", "-KILL", p]);
+        }
+        for p in pids.split_whitespace().filter_map(|p| p.parse().ok()) {
+            // No assertion here: this runs in Drop, possibly while a test is panicking.
+            while !is_dead(p) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
             }
-            let _ = sh(&["ip", "netns", "del", ns]);
         }
-        let _ = sh(&["ip", "link", "del", name]);
-        if dir.starts_with("/var/tmp/kprov-th-") {
-            let _ = fs::remove_dir_all(dir);
+        let _ = sh(&["ip", "netns", "del", ns]);
+    }
+    // A veth whose peer never reached its namespace survives the namespace's deletion.
+    let links = sh(&["ip", "-o", "link", "show"]).unwrap_or_default();
+    for link in links.lines().filter_map(|l| l.split(": ").nth(1)) {
+        let link = link.split('@').next().unwrap_or(link);
+        if link.starts_with(&format!("kp{idx}h")) || link.starts_with(&format!("kp{idx}n")) {
+            let _ = sh(&["ip", "link", "del", link]);
         }
+    }
+    let _ = sh(&["ip", "link", "del", &format!("kpb{idx}")]);
+    if dir.starts_with("/var/tmp") && dir.to_string_lossy().contains("/kprov-th-") {
+        let _ = fs::remove_dir_all(dir);
     }
 }
 
@@ -194,6 +217,7 @@ impl TestHosts {
             client_key: dir.join("client_key"),
             unreachable_address: format!("198.{b}.{c}.254"),
             gateway: format!("198.{b}.{c}.1"),
+            idx,
             bridge,
             dir,
         };
@@ -534,31 +558,15 @@ impl TestHost {
             std::thread::sleep(Duration::from_millis(5));
         }
         let _ = child.wait();
-        // Sessions forked by sshd outlive it: kill whatever is left in the namespace.
-        if let Ok(pids) = sh(&["ip", "netns", "pids", &self.netns]) {
-            for p in pids.split_whitespace() {
-                let _ = sh(&["kill", "-KILL", p]);
-            }
-            for p in pids.split_whitespace().filter_map(|p| p.parse().ok()) {
-                // No assertion here: this runs in Drop, possibly while a test is panicking.
-                while !is_dead(p) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
     }
 }
 
 impl Drop for TestHosts {
     fn drop(&mut self) {
+        // sshd first, by PID, reaping our child; then whatever else the namespaces hold.
         for h in &self.hosts {
             h.stop();
         }
-        for h in &self.hosts {
-            let _ = sh(&["ip", "netns", "del", &h.netns]);
-            let _ = sh(&["ip", "link", "del", &h.veth]);
-        }
-        let _ = sh(&["ip", "link", "del", &self.bridge]);
-        let _ = fs::remove_dir_all(&self.dir);
+        teardown(self.idx, &self.dir);
     }
 }
