@@ -636,3 +636,33 @@ async fn a_lost_connection_is_reopened() {
     assert_eq!(connects, 2);
     fleet.close().await;
 }
+
+#[tokio::test]
+async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    // The cluster knows this address's key (it was up once); now nothing answers there.
+    let key = th.hosts[0].host_public_key();
+    store
+        .put(
+            &format!("{CLUSTER}/known_hosts"),
+            Bytes::from(format!("{} {key}", th.unreachable_address)),
+            kprov::state::Precondition::Absent,
+        )
+        .await
+        .unwrap();
+    let fleet = fleet_with(
+        vec![host(&th, "gone", &th.unreachable_address, None)],
+        &store,
+        false,
+        Arc::new(Recorder::default()),
+    );
+    let err = fleet
+        .run_steps("gone", &[step("x", "true")])
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::Connect { .. }), "{msg}");
+    assert!(msg.starts_with("gone: cannot connect: "), "{msg}");
+    assert!(msg.contains(&th.unreachable_address), "{msg}");
+}
