@@ -432,13 +432,32 @@ impl SshFleet {
         })
     }
 
+    /// Explains a host key verification failure. If the host still offers a recorded key,
+    /// the failure was elsewhere (a bastion's key, checked by the user's known_hosts).
     async fn changed_key(
         &self,
         h: &Host,
         t: &Target,
         known: &[KnownKey],
+        ssh_message: String,
     ) -> Result<ExecError, ExecError> {
-        let offered = self.scan(h, t).await?;
+        let offered = match self.scan(h, t).await {
+            Ok(offered) => offered,
+            // Not even the scan gets through (e.g. the bastion's key is refused): ssh's own
+            // message says more than the scan's.
+            Err(_) => {
+                return Ok(ExecError::Connect {
+                    host: h.name.clone(),
+                    message: ssh_message,
+                });
+            }
+        };
+        if offered.iter().any(|k| known.contains(k)) {
+            return Ok(ExecError::Connect {
+                host: h.name.clone(),
+                message: ssh_message,
+            });
+        }
         Ok(ExecError::HostKeyChanged {
             host: h.name.clone(),
             known: self.fingerprints(&h.name, known).await?,
@@ -532,7 +551,7 @@ impl SshFleet {
                 if message.contains("Host key verification failed")
                     || message.contains("HOST IDENTIFICATION HAS CHANGED")
                 {
-                    return Err(self.changed_key(h, &target, &keys).await?);
+                    return Err(self.changed_key(h, &target, &keys, message).await?);
                 }
                 return Err(ExecError::Connect {
                     host: h.name.clone(),

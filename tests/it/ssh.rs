@@ -494,6 +494,7 @@ async fn host_behind_a_bastion_is_reached_through_it() {
     .unwrap();
     let mut behind = host(&th, "inner", &target.address, None);
     behind.bastion = Some(format!("root@{}", bastion.address));
+    let behind_again = behind.clone();
     let store = Arc::new(MemStore::default());
     let options = SshOptions {
         config_file: Some(config),
@@ -503,7 +504,7 @@ async fn host_behind_a_bastion_is_reached_through_it() {
         CLUSTER,
         vec![behind],
         store.clone(),
-        options,
+        options.clone(),
         Arc::new(Recorder::default()),
     )
     .unwrap();
@@ -535,6 +536,31 @@ async fn host_behind_a_bastion_is_reached_through_it() {
         target.log()
     );
     fleet.close().await;
+
+    // A bastion whose key does not match is refused by ssh, and is not mistaken for a
+    // changed key of the host behind it.
+    std::fs::write(
+        &bastion_known,
+        format!("{} {}", bastion.address, target.host_public_key()),
+    )
+    .unwrap();
+    let again = SshFleet::new(
+        CLUSTER,
+        vec![behind_again],
+        store.clone(),
+        options,
+        Arc::new(Recorder::default()),
+    )
+    .unwrap();
+    let err = again
+        .run_steps("inner", &[step("x", "true")])
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    // (ssh's ProxyJump child reports the refusal on a stderr the crate discards, so the
+    // message is only ssh's "connection closed".)
+    assert!(matches!(err, ExecError::Connect { .. }), "{msg}");
+    assert!(msg.starts_with("inner: cannot connect: "), "{msg}");
 }
 
 #[tokio::test]
