@@ -30,7 +30,7 @@ fn host(th: &TestHosts, name: &str, address: &str, user: Option<&str>) -> Host {
         ip: None,
         access_ip: None,
         user: Some(user.unwrap_or("root").to_string()),
-        port: Some(22),
+        port: None,
         key_path: Some(th.client_key.display().to_string()),
         bastion: None,
         roles: vec![HostRole::Node],
@@ -42,7 +42,10 @@ fn host(th: &TestHosts, name: &str, address: &str, user: Option<&str>) -> Host {
 fn hosts(th: &TestHosts) -> Vec<Host> {
     th.hosts
         .iter()
-        .map(|h| host(th, &h.name, &h.address, None))
+        .map(|h| Host {
+            port: Some(h.port),
+            ..host(th, &h.name, &h.address, None)
+        })
         .collect()
 }
 
@@ -691,4 +694,30 @@ async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
     assert!(matches!(err, ExecError::Connect { .. }), "{msg}");
     assert!(msg.starts_with("gone: cannot connect: "), "{msg}");
     assert!(msg.contains(&th.unreachable_address), "{msg}");
+}
+
+#[tokio::test]
+async fn host_keys_on_another_port_are_recorded_as_ssh_looks_them_up() {
+    let th = TestHosts::start_on_port(1, 2222);
+    let h = &th.hosts[0];
+    let store = Arc::new(MemStore::default());
+    let first = fleet(&th, &store);
+    first
+        .run_steps("host1", &[step("x", "true")])
+        .await
+        .unwrap();
+    first.close().await;
+    let key = h.host_public_key();
+    let key: Vec<&str> = key.split_whitespace().take(2).collect();
+    assert_eq!(
+        known_hosts(&store).await,
+        format!("[{}]:2222 {} {}\n", h.address, key[0], key[1])
+    );
+    // ssh finds the recorded key under that name: no permission needed the second time.
+    let second = fleet_with(hosts(&th), &store, false, Arc::new(Recorder::default()));
+    second
+        .run_steps("host1", &[step("x", "true")])
+        .await
+        .unwrap();
+    second.close().await;
 }

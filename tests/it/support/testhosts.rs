@@ -199,6 +199,11 @@ fn claim_subnet() -> (u32, String) {
 impl TestHosts {
     /// Starts `n` hosts named `host1..hostN` and waits until every sshd listens.
     pub fn start(n: usize) -> TestHosts {
+        TestHosts::start_on_port(n, 22)
+    }
+
+    /// Like `start`, with every sshd listening on `port`.
+    pub fn start_on_port(n: usize, port: u16) -> TestHosts {
         assert!(
             (1..=200).contains(&n),
             "between 1 and 200 test hosts, not {n}"
@@ -254,7 +259,7 @@ impl TestHosts {
         ])
         .expect("bridge alias");
         for i in 0..n {
-            let host = hosts.add_host(idx, i, &format!("198.{b}.{c}.{}", 11 + i));
+            let host = hosts.add_host(idx, i, &format!("198.{b}.{c}.{}", 11 + i), port);
             hosts.hosts.push(host);
         }
         for h in &hosts.hosts {
@@ -263,7 +268,7 @@ impl TestHosts {
         hosts
     }
 
-    fn add_host(&self, idx: u32, i: usize, address: &str) -> TestHost {
+    fn add_host(&self, idx: u32, i: usize, address: &str, port: u16) -> TestHost {
         let name = format!("host{}", i + 1);
         let dir = self.dir.join(&name);
         for d in OVERLAYS {
@@ -276,7 +281,7 @@ impl TestHosts {
         let host = TestHost {
             name,
             address: address.to_string(),
-            port: 22,
+            port,
             netns: format!("kprov-{idx}-{i}"),
             veth: format!("kp{idx}h{i}"),
             dir,
