@@ -182,8 +182,10 @@ impl SshFleet {
             }
         }
         // /tmp, not $TMPDIR: a long TMPDIR would push socket paths past the 108-byte limit.
+        // Private: it holds the control sockets, through which anyone could run commands.
         let dir = tempfile::Builder::new()
             .prefix("kprov-ssh-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in("/tmp")
             .map_err(|e| ExecError::Other {
                 host: "localhost".into(),
@@ -259,6 +261,11 @@ impl SshFleet {
         Summary {
             hosts: futures::future::join_all(runs).await,
         }
+    }
+
+    /// Where the masters' control sockets live (diagnostics: `ssh -S SOCKET -O check x`).
+    pub fn control_dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// Closes every master connection (also done on drop, without waiting).

@@ -140,6 +140,10 @@ async fn runs_on_three_hosts_at_once() {
         fleet.read_file("host1", "/etc/kprov/none").await.unwrap(),
         None
     );
+    // The control directory (sockets that run commands as root) is private.
+    let meta = std::fs::metadata(fleet.control_dir()).unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
     let table = summary.to_string();
     assert!(table.starts_with("HOST"), "{table}");
     assert_eq!(table.lines().count(), 4, "{table}");
