@@ -44,7 +44,7 @@ pub enum ExecError {
     #[error("{host}: cannot connect: {message}")]
     Connect { host: String, message: String },
     /// A step failed; `stderr` is the remote command's standard error.
-    #[error("{host}: step {step:?} failed (exit {code:?}): {stderr}")]
+    #[error("{host}: step {step:?} failed ({}): {stderr}", exit_text(*.code))]
     Step {
         host: String,
         step: String,
@@ -57,8 +57,33 @@ pub enum ExecError {
         step: String,
         timeout: Duration,
     },
+    /// First contact with a host whose key the cluster has not recorded yet.
+    #[error(
+        "{host}: unknown host key {fingerprints}; verify it (e.g. on the host: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and re-run with --accept-new-host-keys to record it"
+    )]
+    UnknownHostKey { host: String, fingerprints: String },
+    /// The host offers a key other than the one recorded for the cluster.
+    #[error(
+        "{host}: HOST KEY CHANGED: the cluster's state store has {known} but the host offers {offered}; this may be an attack or a reinstalled host. If the host was reinstalled, remove its line from the cluster's known_hosts in the state store"
+    )]
+    HostKeyChanged {
+        host: String,
+        known: String,
+        offered: String,
+    },
+    #[error(
+        "sudo on {host} requires a password; configure NOPASSWD for user {user} (e.g. '{user} ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/) or connect as root"
+    )]
+    SudoPassword { host: String, user: String },
     #[error("{host}: {message}")]
     Other { host: String, message: String },
+}
+
+fn exit_text(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit {c}"),
+        None => "killed by a signal".to_string(),
+    }
 }
 
 /// Runs steps on named hosts. The SSH engine implements it; provisioning orchestrates through it.

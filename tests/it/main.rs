@@ -7,4 +7,5 @@ mod cli;
 mod provision;
 mod race;
 mod smoke;
+mod ssh;
 mod state;

@@ -2,5 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fakekube;
+pub mod memstate;
 pub mod mirror;
 pub mod moto;
+pub mod testhosts;

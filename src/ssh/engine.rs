@@ -1,0 +1,828 @@
+//! The SSH engine: one multiplexed OpenSSH master per host, steps executed idempotently.
+//!
+//! The system `ssh` does the connecting (so `~/.ssh/config`, the agent and ProxyJump behave
+//! as users expect); host keys are always checked strictly against the cluster's known hosts
+//! from the state store (see `hostkeys`).
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::process::Output;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Mutex, Semaphore};
+
+use crate::spec::{Cluster, Host};
+use crate::state::StateStore;
+
+use super::hostkeys::{self, KnownKey, RecordError};
+use super::progress::{Event, HostReport, Progress, Summary};
+use super::task::{ExecError, HostExecutor, Step, StepOutcome};
+
+/// Tuning and policy for a fleet of SSH connections.
+#[derive(Debug, Clone)]
+pub struct SshOptions {
+    /// Hosts worked on at the same time (`--concurrency`).
+    pub concurrency: usize,
+    /// Commands in flight on one connection. sshd's default `MaxSessions` is 10 and a
+    /// multiplexed master counts each command as a session, so stay below it.
+    pub sessions_per_host: usize,
+    pub connect_timeout: Duration,
+    /// Record the keys of hosts the cluster has never seen (`--accept-new-host-keys`).
+    pub accept_new_host_keys: bool,
+    /// Passed to ssh as `-F` only when set; otherwise the user's own config applies.
+    pub config_file: Option<PathBuf>,
+    /// A master left behind by a killed kprov exits after this much idle time.
+    pub control_persist_idle: Duration,
+}
+
+impl Default for SshOptions {
+    fn default() -> Self {
+        SshOptions {
+            concurrency: 20,
+            sessions_per_host: 8,
+            connect_timeout: Duration::from_secs(10),
+            accept_new_host_keys: false,
+            config_file: None,
+            control_persist_idle: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Where ssh will really connect, after the user's ssh config is applied (`ssh -G`).
+#[derive(Debug, Clone)]
+struct Target {
+    user: String,
+    hostname: String,
+    port: u16,
+    /// Name the host key is recorded under.
+    pattern: String,
+}
+
+#[derive(Clone)]
+struct Connection {
+    session: Arc<Session>,
+    target: Target,
+}
+
+struct HostSlot {
+    spec: Host,
+    connection: Mutex<Option<Connection>>,
+    sessions: Semaphore,
+}
+
+/// A cluster's hosts reached over SSH. Implements [`HostExecutor`].
+pub struct SshFleet {
+    cluster: String,
+    // Declared before `dir`: sessions shut their masters down before the control dir goes.
+    hosts: Vec<HostSlot>,
+    by_name: HashMap<String, usize>,
+    store: Arc<dyn StateStore>,
+    options: SshOptions,
+    progress: Arc<dyn Progress>,
+    in_flight: Semaphore,
+    /// sha256 of file contents by buffer address. Renderers hand every host clones of the same
+    /// `Bytes` (a 100 MB kubelet), so each is hashed once per fleet, not once per host. The
+    /// cache holds a clone, which keeps the buffer alive: an address is never reused while
+    /// cached.
+    hashes: std::sync::Mutex<HashMap<(usize, usize), (Bytes, String)>>,
+    /// Private (0700), short path: control sockets (≤ 108 bytes) and known_hosts files.
+    dir: tempfile::TempDir,
+}
+
+/// How running one command failed.
+enum Attempt {
+    /// No session could be opened on the master: the command did not start.
+    NotStarted(openssh::Error),
+    Failed(ExecError),
+}
+
+impl Attempt {
+    fn into_error(self, host: &str) -> ExecError {
+        match self {
+            Attempt::NotStarted(e) => ExecError::Connect {
+                host: host.to_string(),
+                message: chain(&e),
+            },
+            Attempt::Failed(e) => e,
+        }
+    }
+}
+
+/// Exit status kprov's own remote snippets use for "file does not exist".
+const MISSING: i32 = 100;
+/// coreutils `timeout` exits with 124 when it had to stop the command.
+const TIMED_OUT: i32 = 124;
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let s_msg = s.to_string();
+        if !msg.contains(&s_msg) {
+            msg.push_str(": ");
+            msg.push_str(s_msg.trim());
+        }
+        src = s.source();
+    }
+    msg
+}
+
+fn stderr_text(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let text = if err.is_empty() {
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    } else {
+        err
+    };
+    // The end of the output is where the reason is; keep errors readable.
+    const MAX: usize = 4000;
+    match text.char_indices().rev().nth(MAX) {
+        Some((i, _)) => format!("...{}", &text[i..]),
+        None => text,
+    }
+}
+
+impl SshFleet {
+    /// A fleet for the hosts of a completed metal cluster spec.
+    pub fn for_cluster(
+        cluster: &Cluster,
+        store: Arc<dyn StateStore>,
+        options: SshOptions,
+        progress: Arc<dyn Progress>,
+    ) -> Result<SshFleet, ExecError> {
+        SshFleet::new(
+            &cluster.metadata.name,
+            cluster.spec.hosts.clone(),
+            store,
+            options,
+            progress,
+        )
+    }
+
+    pub fn new(
+        cluster: &str,
+        hosts: Vec<Host>,
+        store: Arc<dyn StateStore>,
+        options: SshOptions,
+        progress: Arc<dyn Progress>,
+    ) -> Result<SshFleet, ExecError> {
+        let mut by_name = HashMap::new();
+        for (i, h) in hosts.iter().enumerate() {
+            if by_name.insert(h.name.clone(), i).is_some() {
+                return Err(ExecError::Other {
+                    host: h.name.clone(),
+                    message: "host name appears twice in the inventory".into(),
+                });
+            }
+        }
+        // /tmp, not $TMPDIR: a long TMPDIR would push socket paths past the 108-byte limit.
+        // Private: it holds the control sockets, through which anyone could run commands.
+        let dir = tempfile::Builder::new()
+            .prefix("kprov-ssh-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir_in("/tmp")
+            .map_err(|e| ExecError::Other {
+                host: "localhost".into(),
+                message: format!("cannot create the ssh control directory in /tmp: {e}"),
+            })?;
+        let sessions = options.sessions_per_host.max(1);
+        Ok(SshFleet {
+            cluster: cluster.to_string(),
+            hosts: hosts
+                .into_iter()
+                .map(|spec| HostSlot {
+                    spec,
+                    connection: Mutex::new(None),
+                    sessions: Semaphore::new(sessions),
+                })
+                .collect(),
+            by_name,
+            store,
+            in_flight: Semaphore::new(options.concurrency.max(1)),
+            hashes: std::sync::Mutex::new(HashMap::new()),
+            options,
+            progress,
+            dir,
+        })
+    }
+
+    fn content_hash(&self, content: &Bytes) -> String {
+        let key = (content.as_ptr() as usize, content.len());
+        if let Ok(cache) = self.hashes.lock()
+            && let Some((_, h)) = cache.get(&key)
+        {
+            return h.clone();
+        }
+        let h = hex::encode(Sha256::digest(content));
+        if let Ok(mut cache) = self.hashes.lock() {
+            cache.insert(key, (content.clone(), h.clone()));
+        }
+        h
+    }
+
+    fn slot(&self, host: &str) -> Result<(usize, &HostSlot), ExecError> {
+        self.by_name
+            .get(host)
+            .map(|&i| (i, &self.hosts[i]))
+            .ok_or_else(|| ExecError::Other {
+                host: host.to_string(),
+                message: format!("not a host of cluster {}", self.cluster),
+            })
+    }
+
+    /// Runs each host's steps, hosts in parallel (bounded by `concurrency`); a failed host
+    /// does not stop the others. Reports come back in the order of `work`.
+    pub async fn run_all(&self, work: &[(String, Vec<Step>)]) -> Summary {
+        let runs = work.iter().map(|(host, steps)| async move {
+            let started = Instant::now();
+            let result = self.run_named(host, steps).await;
+            let duration = started.elapsed();
+            self.progress.event(&Event::HostFinished {
+                host: host.clone(),
+                ok: result.is_ok(),
+                duration,
+            });
+            HostReport {
+                host: host.clone(),
+                roles: self
+                    .slot(host)
+                    .map(|(_, s)| s.spec.roles.clone())
+                    .unwrap_or_default(),
+                duration,
+                result,
+            }
+        });
+        Summary {
+            hosts: futures::future::join_all(runs).await,
+        }
+    }
+
+    /// Where the masters' control sockets live (diagnostics: `ssh -S SOCKET -O check x`).
+    pub fn control_dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Closes every master connection (also done on drop, without waiting).
+    pub async fn close(&self) {
+        for slot in &self.hosts {
+            if let Some(c) = slot.connection.lock().await.take()
+                && let Ok(session) = Arc::try_unwrap(c.session)
+            {
+                // Nothing useful to do if the master is already gone.
+                let _ = session.close().await;
+            }
+        }
+    }
+
+    async fn run_named(
+        &self,
+        host: &str,
+        steps: &[Step],
+    ) -> Result<Vec<(String, StepOutcome)>, ExecError> {
+        let (_, slot) = self.slot(host)?;
+        let _permit = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|e| ExecError::Other {
+                host: host.to_string(),
+                message: e.to_string(),
+            })?;
+        // Connect before the first step, so a host that cannot be reached fails as such.
+        self.connection(slot).await?;
+        let mut outcomes = Vec::with_capacity(steps.len());
+        for (index, step) in steps.iter().enumerate() {
+            self.progress.event(&Event::StepStarted {
+                host: host.to_string(),
+                step: step.name.clone(),
+                index,
+                total: steps.len(),
+            });
+            let started = Instant::now();
+            let result = self.run_step(slot, step).await;
+            self.progress.event(&Event::StepFinished {
+                host: host.to_string(),
+                step: step.name.clone(),
+                result: result.as_ref().map(Clone::clone).map_err(|e| e.to_string()),
+                duration: started.elapsed(),
+            });
+            outcomes.push((step.name.clone(), result?));
+        }
+        Ok(outcomes)
+    }
+
+    /// The host's connection, opened on first use.
+    async fn connection(&self, slot: &HostSlot) -> Result<Connection, ExecError> {
+        let mut guard = slot.connection.lock().await;
+        if let Some(c) = guard.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = self.connect(slot).await?;
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Replaces `stale` with a new connection, unless another task already did.
+    async fn reconnect(
+        &self,
+        slot: &HostSlot,
+        stale: &Connection,
+    ) -> Result<Connection, ExecError> {
+        let mut guard = slot.connection.lock().await;
+        if let Some(c) = guard.as_ref()
+            && !Arc::ptr_eq(&c.session, &stale.session)
+        {
+            return Ok(c.clone());
+        }
+        *guard = None;
+        let c = self.connect(slot).await?;
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+
+    fn ssh_args(&self, h: &Host) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(f) = &self.options.config_file {
+            args.extend(["-F".to_string(), f.display().to_string()]);
+        }
+        if let Some(p) = h.port {
+            args.extend(["-p".to_string(), p.to_string()]);
+        }
+        if let Some(u) = &h.user {
+            args.extend(["-l".to_string(), u.clone()]);
+        }
+        if let Some(b) = &h.bastion {
+            args.extend(["-J".to_string(), b.clone()]);
+        }
+        args
+    }
+
+    async fn resolve(&self, h: &Host) -> Result<Target, ExecError> {
+        let err = |message: String| ExecError::Connect {
+            host: h.name.clone(),
+            message,
+        };
+        let out = tokio::process::Command::new("ssh")
+            .arg("-G")
+            .args(self.ssh_args(h))
+            .arg(&h.address)
+            .output()
+            .await
+            .map_err(|e| err(format!("cannot run ssh: {e}")))?;
+        if !out.status.success() {
+            return Err(err(format!(
+                "ssh -G {}: {}",
+                h.address,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let get = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix(' '))
+                .map(str::trim)
+        };
+        let hostname = get("hostname").unwrap_or(&h.address).to_string();
+        let port = get("port").and_then(|p| p.parse().ok()).unwrap_or(22);
+        let alias = get("hostkeyalias").filter(|a| *a != "none");
+        Ok(Target {
+            user: get("user").unwrap_or("root").to_string(),
+            pattern: hostkeys::pattern(&hostname, port, alias),
+            hostname,
+            port,
+        })
+    }
+
+    async fn stored_keys(&self, host: &str, pattern: &str) -> Result<Vec<KnownKey>, ExecError> {
+        let key = hostkeys::store_key(&self.cluster);
+        let obj = self.store.get(&key).await.map_err(|e| ExecError::Other {
+            host: host.to_string(),
+            message: format!("reading known host keys: {e}"),
+        })?;
+        Ok(obj
+            .map(|o| hostkeys::parse(&String::from_utf8_lossy(&o.data)))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|k| k.pattern == pattern)
+            .collect())
+    }
+
+    async fn fingerprints(&self, host: &str, keys: &[KnownKey]) -> Result<String, ExecError> {
+        hostkeys::fingerprints(keys, self.dir.path())
+            .await
+            .map(|f| f.join(", "))
+            .map_err(|message| ExecError::Other {
+                host: host.to_string(),
+                message,
+            })
+    }
+
+    async fn scan(&self, h: &Host, t: &Target) -> Result<Vec<KnownKey>, ExecError> {
+        hostkeys::scan(
+            &t.hostname,
+            t.port,
+            &t.pattern,
+            h.bastion.as_deref(),
+            self.options.config_file.as_deref(),
+            self.options.connect_timeout.as_secs().max(1),
+        )
+        .await
+        .map_err(|message| ExecError::Connect {
+            host: h.name.clone(),
+            message,
+        })
+    }
+
+    /// Explains a host key verification failure. If the host still offers a recorded key,
+    /// the failure was elsewhere (a bastion's key, checked by the user's known_hosts).
+    async fn changed_key(
+        &self,
+        h: &Host,
+        t: &Target,
+        known: &[KnownKey],
+        ssh_message: String,
+    ) -> Result<ExecError, ExecError> {
+        let offered = match self.scan(h, t).await {
+            Ok(offered) => offered,
+            // Not even the scan gets through (e.g. the bastion's key is refused): ssh's own
+            // message says more than the scan's.
+            Err(_) => {
+                return Ok(ExecError::Connect {
+                    host: h.name.clone(),
+                    message: ssh_message,
+                });
+            }
+        };
+        if offered.iter().any(|k| known.contains(k)) {
+            return Ok(ExecError::Connect {
+                host: h.name.clone(),
+                message: ssh_message,
+            });
+        }
+        Ok(ExecError::HostKeyChanged {
+            host: h.name.clone(),
+            known: self.fingerprints(&h.name, known).await?,
+            offered: self.fingerprints(&h.name, &offered).await?,
+        })
+    }
+
+    /// The host keys to trust for `h`: the cluster's recorded ones, or on first contact the
+    /// scanned ones if the operator allowed recording them.
+    async fn trusted_keys(&self, h: &Host, t: &Target) -> Result<Vec<KnownKey>, ExecError> {
+        let stored = self.stored_keys(&h.name, &t.pattern).await?;
+        if !stored.is_empty() {
+            return Ok(stored);
+        }
+        let scanned = self.scan(h, t).await?;
+        let fingerprints = self.fingerprints(&h.name, &scanned).await?;
+        if !self.options.accept_new_host_keys {
+            return Err(ExecError::UnknownHostKey {
+                host: h.name.clone(),
+                fingerprints,
+            });
+        }
+        match hostkeys::record(&self.store, &self.cluster, &scanned).await {
+            Ok(()) => {}
+            Err(RecordError::Differs(existing)) => {
+                return Err(ExecError::HostKeyChanged {
+                    host: h.name.clone(),
+                    known: self.fingerprints(&h.name, &existing).await?,
+                    offered: fingerprints,
+                });
+            }
+            Err(RecordError::Store(e)) => {
+                return Err(ExecError::Other {
+                    host: h.name.clone(),
+                    message: format!("recording host keys: {e}"),
+                });
+            }
+        }
+        self.progress.event(&Event::HostKeyRecorded {
+            host: h.name.clone(),
+            fingerprints: fingerprints.split(", ").map(String::from).collect(),
+        });
+        Ok(scanned)
+    }
+
+    async fn connect(&self, slot: &HostSlot) -> Result<Connection, ExecError> {
+        let h = &slot.spec;
+        let started = Instant::now();
+        self.progress.event(&Event::Connecting {
+            host: h.name.clone(),
+        });
+        let target = self.resolve(h).await?;
+        let keys = self.trusted_keys(h, &target).await?;
+        let (index, _) = self.slot(&h.name)?;
+        let known_hosts = self.dir.path().join(format!("known_hosts.{index}"));
+        let text: String = keys.iter().map(|k| k.line() + "\n").collect();
+        std::fs::write(&known_hosts, text).map_err(|e| ExecError::Other {
+            host: h.name.clone(),
+            message: format!("writing {}: {e}", known_hosts.display()),
+        })?;
+
+        let mut b = SessionBuilder::default();
+        b.known_hosts_check(KnownHosts::Strict)
+            .user_known_hosts_file(&known_hosts)
+            .control_directory(self.dir.path())
+            .control_persist(ControlPersist::IdleFor(
+                NonZeroUsize::new(self.options.control_persist_idle.as_secs() as usize)
+                    .unwrap_or(NonZeroUsize::MIN),
+            ))
+            .connect_timeout(self.options.connect_timeout)
+            .server_alive_interval(Duration::from_secs(15));
+        if let Some(u) = &h.user {
+            b.user(u.clone());
+        }
+        if let Some(p) = h.port {
+            b.port(p);
+        }
+        if let Some(k) = &h.key_path {
+            b.keyfile(k);
+        }
+        if let Some(j) = &h.bastion {
+            b.jump_hosts([j]);
+        }
+        if let Some(f) = &self.options.config_file {
+            b.config_file(f);
+        }
+        let session = match b.connect_mux(&h.address).await {
+            Ok(s) => s,
+            Err(e) => {
+                let message = chain(&e);
+                if message.contains("Host key verification failed")
+                    || message.contains("HOST IDENTIFICATION HAS CHANGED")
+                {
+                    return Err(self.changed_key(h, &target, &keys, message).await?);
+                }
+                return Err(ExecError::Connect {
+                    host: h.name.clone(),
+                    message,
+                });
+            }
+        };
+        let conn = Connection {
+            session: Arc::new(session),
+            target,
+        };
+        if conn.target.user != "root" {
+            // Fail at connect with the clear sudo message rather than in the middle of a step.
+            let out = self
+                .exec_on(slot, &conn, "true", &[], None, None)
+                .await
+                .map_err(|a| a.into_error(&h.name))?;
+            if !out.status.success() {
+                return Err(ExecError::Other {
+                    host: h.name.clone(),
+                    message: format!("sudo -n true failed: {}", stderr_text(&out)),
+                });
+            }
+        }
+        self.progress.event(&Event::Connected {
+            host: h.name.clone(),
+            duration: started.elapsed(),
+        });
+        Ok(conn)
+    }
+
+    /// Runs `sh -c script` (with `args` as `$1..`) as root on the host, through `sudo -n`
+    /// when the login user is not root, optionally killed remotely after `timeout`.
+    async fn exec(
+        &self,
+        slot: &HostSlot,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&Bytes>,
+        timeout: Option<Duration>,
+    ) -> Result<Output, ExecError> {
+        let conn = self.connection(slot).await?;
+        match self
+            .exec_on(slot, &conn, script, args, stdin, timeout)
+            .await
+        {
+            // The master died since its last use (host rebooted, network cut). The command
+            // never started, so running it on a fresh connection is safe.
+            Err(Attempt::NotStarted(_)) => {
+                let fresh = self.reconnect(slot, &conn).await?;
+                self.exec_on(slot, &fresh, script, args, stdin, timeout)
+                    .await
+                    .map_err(|a| a.into_error(&slot.spec.name))
+            }
+            other => other.map_err(|a| a.into_error(&slot.spec.name)),
+        }
+    }
+
+    async fn exec_on(
+        &self,
+        slot: &HostSlot,
+        conn: &Connection,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&Bytes>,
+        timeout: Option<Duration>,
+    ) -> Result<Output, Attempt> {
+        let host = &slot.spec.name;
+        let failed = |e: openssh::Error| {
+            Attempt::Failed(ExecError::Connect {
+                host: host.clone(),
+                message: chain(&e),
+            })
+        };
+        let sudo = conn.target.user != "root";
+        let mut argv: Vec<String> = Vec::new();
+        if sudo {
+            argv.extend(["sudo".into(), "-n".into()]);
+        }
+        if let Some(t) = timeout {
+            // Ends the remote command too; the local timeout alone would leave it running.
+            argv.extend([
+                "timeout".into(),
+                "-k".into(),
+                "5".into(),
+                format!("{}", t.as_secs().max(1)),
+            ]);
+        }
+        argv.extend(["sh".into(), "-c".into(), script.into(), "sh".into()]);
+        argv.extend(args.iter().map(|a| a.to_string()));
+
+        let _permit = slot.sessions.acquire().await.map_err(|e| {
+            Attempt::Failed(ExecError::Other {
+                host: host.clone(),
+                message: e.to_string(),
+            })
+        })?;
+        let mut cmd = conn.session.command(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().await.map_err(Attempt::NotStarted)?;
+        let writer = child.stdin().take();
+        let feed = async move {
+            if let (Some(mut w), Some(data)) = (writer, stdin) {
+                w.write_all(data).await?;
+                // EOF tells the remote `cat` the file is complete.
+                w.shutdown().await?;
+            }
+            Ok::<_, std::io::Error>(())
+        };
+        let (fed, out) = tokio::join!(feed, child.wait_with_output());
+        let out = out.map_err(failed)?;
+        fed.map_err(|e| {
+            Attempt::Failed(ExecError::Other {
+                host: host.clone(),
+                message: format!("sending data: {e}"),
+            })
+        })?;
+        if sudo && out.status.code() == Some(1) {
+            let err = String::from_utf8_lossy(&out.stderr);
+            if err.starts_with("sudo:")
+                && (err.contains("password is required") || err.contains("terminal is required"))
+            {
+                return Err(Attempt::Failed(ExecError::SudoPassword {
+                    host: host.clone(),
+                    user: conn.target.user.clone(),
+                }));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Uploads the step's files whose content or mode differ on the host; returns how many.
+    async fn sync_files(&self, slot: &HostSlot, step: &Step) -> Result<usize, ExecError> {
+        if step.files.is_empty() {
+            return Ok(0);
+        }
+        let fail = |out: &Output, what: &str| ExecError::Step {
+            host: slot.spec.name.clone(),
+            step: step.name.clone(),
+            code: out.status.code(),
+            stderr: format!("{what}: {}", stderr_text(out)),
+        };
+        const STAT: &str = r#"for f; do
+  if [ -f "$f" ]; then
+    printf '%s %s\n' "$(sha256sum < "$f" | cut -d' ' -f1)" "$(stat -c %a "$f")"
+  else echo missing; fi
+done"#;
+        let paths: Vec<&str> = step.files.iter().map(|f| f.path.as_str()).collect();
+        let out = self.exec(slot, STAT, &paths, None, None).await?;
+        if !out.status.success() {
+            return Err(fail(&out, "comparing files"));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let remote: Vec<&str> = stdout.lines().collect();
+        let stale: Vec<_> = step
+            .files
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| {
+                let want = format!("{} {:o}", self.content_hash(&f.content), f.mode);
+                remote.get(*i).is_none_or(|have| *have != want)
+            })
+            .map(|(_, f)| f)
+            .collect();
+        // mktemp beside the target keeps the final mv on one filesystem, hence atomic.
+        const PUT: &str = r#"set -e
+d=$(dirname "$1")
+mkdir -p "$d"
+t=$(mktemp "$d/.kprov.XXXXXX")
+trap 'rm -f "$t"' EXIT
+cat > "$t"
+chmod "$2" "$t"
+mv -f "$t" "$1""#;
+        let uploads = stale.iter().map(|f| async move {
+            let mode = format!("{:o}", f.mode);
+            let out = self
+                .exec(slot, PUT, &[&f.path, &mode], Some(&f.content), None)
+                .await?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(fail(&out, &format!("uploading {}", f.path)))
+            }
+        });
+        futures::future::try_join_all(uploads).await?;
+        Ok(stale.len())
+    }
+
+    async fn run_step(&self, slot: &HostSlot, step: &Step) -> Result<StepOutcome, ExecError> {
+        let host = &slot.spec.name;
+        let timed_out = || ExecError::Timeout {
+            host: host.clone(),
+            step: step.name.clone(),
+            timeout: step.timeout,
+        };
+        let work = async {
+            let uploaded = self.sync_files(slot, step).await?;
+            // A files-only step is converged exactly when no file had to be uploaded.
+            if step.run.trim().is_empty() {
+                return Ok(if uploaded > 0 {
+                    StepOutcome::Changed
+                } else {
+                    StepOutcome::Unchanged
+                });
+            }
+            if uploaded == 0
+                && let Some(check) = &step.check
+            {
+                let out = self
+                    .exec(slot, check, &[], None, Some(step.timeout))
+                    .await?;
+                if out.status.success() {
+                    return Ok(StepOutcome::Unchanged);
+                }
+            }
+            let out = self
+                .exec(slot, &step.run, &[], None, Some(step.timeout))
+                .await?;
+            match out.status.code() {
+                Some(0) => Ok(StepOutcome::Changed),
+                Some(TIMED_OUT) => Err(timed_out()),
+                code => Err(ExecError::Step {
+                    host: host.clone(),
+                    step: step.name.clone(),
+                    code,
+                    stderr: stderr_text(&out),
+                }),
+            }
+        };
+        tokio::time::timeout(step.timeout, work)
+            .await
+            .unwrap_or_else(|_| Err(timed_out()))
+    }
+}
+
+#[async_trait::async_trait]
+impl HostExecutor for SshFleet {
+    async fn run_steps(&self, host: &str, steps: &[Step]) -> Result<Vec<StepOutcome>, ExecError> {
+        Ok(self
+            .run_named(host, steps)
+            .await?
+            .into_iter()
+            .map(|(_, o)| o)
+            .collect())
+    }
+
+    async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+        let (_, slot) = self.slot(host)?;
+        let script = format!("[ -e \"$1\" ] || exit {MISSING}; cat -- \"$1\"");
+        let out = self.exec(slot, &script, &[path], None, None).await?;
+        match out.status.code() {
+            Some(0) => Ok(Some(Bytes::from(out.stdout))),
+            Some(MISSING) => Ok(None),
+            _ => Err(ExecError::Other {
+                host: host.to_string(),
+                message: format!("reading {path}: {}", stderr_text(&out)),
+            }),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The cluster's known host keys, kept in the state store at `<cluster>/known_hosts` in
+//! OpenSSH's known_hosts format, so every operator of a cluster checks the same keys.
+//!
+//! ssh itself does the checking (`StrictHostKeyChecking=yes` against a private file written
+//! from the store); this module only decides what goes into that file, learns keys on first
+//! contact (`ssh-keyscan`, only recorded with the operator's permission) and names
+//! fingerprints in errors.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::process::Command;
+
+use crate::state::{Precondition, StateError, StateStore};
+
+/// One `pattern keytype base64` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KnownKey {
+    pub pattern: String,
+    pub key_type: String,
+    pub key: String,
+}
+
+impl KnownKey {
+    pub fn line(&self) -> String {
+        format!("{} {} {}", self.pattern, self.key_type, self.key)
+    }
+}
+
+/// Parses known_hosts text; comments, blank lines, markers (`@revoked`) and hashed or
+/// malformed lines are skipped because kprov only ever stores plain lines it wrote itself.
+pub(crate) fn parse(text: &str) -> Vec<KnownKey> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('@'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some(KnownKey {
+                pattern: f.next()?.to_string(),
+                key_type: f.next()?.to_string(),
+                key: f.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The name ssh looks a host key up under: the HostKeyAlias if configured, else the host
+/// name, with the port in brackets when it is not 22.
+pub(crate) fn pattern(hostname: &str, port: u16, alias: Option<&str>) -> String {
+    match alias {
+        Some(a) => a.to_string(),
+        None if port == 22 => hostname.to_string(),
+        None => format!("[{hostname}]:{port}"),
+    }
+}
+
+pub(crate) fn store_key(cluster: &str) -> String {
+    format!("{cluster}/known_hosts")
+}
+
+/// `SHA256:... (ED25519)` for each key, as `ssh-keygen -lf` computes them.
+pub(crate) async fn fingerprints(keys: &[KnownKey], scratch: &Path) -> Result<Vec<String>, String> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let file = tempfile::NamedTempFile::new_in(scratch).map_err(|e| e.to_string())?;
+    let text: String = keys.iter().map(|k| k.line() + "\n").collect();
+    std::fs::write(file.path(), text).map_err(|e| e.to_string())?;
+    let out = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(file.path())
+        .output()
+        .await
+        .map_err(|e| format!("ssh-keygen: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ssh-keygen -lf: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    // `256 SHA256:abc 198.18.0.11 (ED25519)`
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(format!("{} {}", f.get(1)?, f.last()?))
+        })
+        .collect())
+}
+
+/// Asks the host for its keys without authenticating. Behind a bastion the scan runs on the
+/// bastion, reached like ProxyJump reaches it (same ssh config, its key checked strictly).
+pub(crate) async fn scan(
+    hostname: &str,
+    port: u16,
+    pattern: &str,
+    bastion: Option<&str>,
+    ssh_config: Option<&Path>,
+    timeout_secs: u64,
+) -> Result<Vec<KnownKey>, String> {
+    let scan_args = [
+        "-T".to_string(),
+        timeout_secs.to_string(),
+        "-p".to_string(),
+        port.to_string(),
+        "-t".to_string(),
+        "ed25519,ecdsa,rsa".to_string(),
+        hostname.to_string(),
+    ];
+    let out = match bastion {
+        None => Command::new("ssh-keyscan").args(&scan_args).output().await,
+        Some(b) => {
+            let remote = std::iter::once("ssh-keyscan".to_string())
+                .chain(scan_args.iter().map(|a| shell_quote(a)))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let mut ssh = Command::new("ssh");
+            if let Some(f) = ssh_config {
+                ssh.arg("-F").arg(f);
+            }
+            ssh.args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"])
+                .arg(format!("ssh://{b}"))
+                .arg(remote)
+                .output()
+                .await
+        }
+    }
+    .map_err(|e| format!("ssh-keyscan: {e}"))?;
+    let keys: Vec<KnownKey> = parse(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .map(|k| KnownKey {
+            pattern: pattern.to_string(),
+            ..k
+        })
+        .collect();
+    if keys.is_empty() {
+        let via = bastion.map(|b| format!(" via {b}")).unwrap_or_default();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let detail: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .collect();
+        return Err(format!(
+            "no host key from {hostname} port {port}{via} (host unreachable or no sshd listening){}{}",
+            if detail.is_empty() { "" } else { ": " },
+            detail.join("; ")
+        ));
+    }
+    Ok(keys)
+}
+
+/// Quotes one word for a POSIX shell.
+pub(crate) fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Adds `keys` (all for one pattern) to the store with compare-and-swap, retrying when
+/// another writer got there first. If meanwhile someone recorded *different* keys for the
+/// same pattern, those win and are returned as the error, so the caller reports a change.
+pub(crate) async fn record(
+    store: &Arc<dyn StateStore>,
+    cluster: &str,
+    keys: &[KnownKey],
+) -> Result<(), RecordError> {
+    let key = store_key(cluster);
+    for _ in 0..10 {
+        let current = store.get(&key).await.map_err(RecordError::Store)?;
+        let (mut text, cond) = match &current {
+            Some(o) => (
+                String::from_utf8_lossy(&o.data).into_owned(),
+                Precondition::Matches(o.version.clone()),
+            ),
+            None => (String::new(), Precondition::Absent),
+        };
+        let existing: Vec<KnownKey> = parse(&text)
+            .into_iter()
+            .filter(|k| keys.iter().any(|n| n.pattern == k.pattern))
+            .collect();
+        if !existing.is_empty() {
+            if existing.iter().any(|e| keys.contains(e)) {
+                return Ok(());
+            }
+            return Err(RecordError::Differs(existing));
+        }
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        for k in keys {
+            text.push_str(&k.line());
+            text.push('\n');
+        }
+        match store.put(&key, Bytes::from(text), cond).await {
+            Ok(_) => return Ok(()),
+            Err(StateError::Conflict { .. } | StateError::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(RecordError::Store(e)),
+        }
+    }
+    Err(RecordError::Store(StateError::Backend {
+        location: store.key_location(&key),
+        message: "gave up recording host keys after 10 conflicting concurrent writes".into(),
+    }))
+}
+
+#[derive(Debug)]
+pub(crate) enum RecordError {
+    Store(StateError),
+    /// The store already holds other keys for this host.
+    Differs(Vec<KnownKey>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_follows_ssh_lookup_rules() {
+        assert_eq!(pattern("10.0.0.1", 22, None), "10.0.0.1");
+        assert_eq!(pattern("10.0.0.1", 2222, None), "[10.0.0.1]:2222");
+        assert_eq!(pattern("10.0.0.1", 2222, Some("cp1")), "cp1");
+    }
+
+    #[test]
+    fn parse_skips_what_kprov_never_writes() {
+        let text =
+            "# c\n\n@revoked * ssh-rsa AAA\nh1 ssh-ed25519 AAAA x\nbroken\n[h2]:2200 ssh-rsa BBB\n";
+        let keys = parse(text);
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys[0].line(), "h1 ssh-ed25519 AAAA");
+        assert_eq!(keys[1].pattern, "[h2]:2200");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(text in "\\PC*") {
+            let _ = parse(&text);
+        }
+
+        #[test]
+        fn lines_round_trip(
+            keys in proptest::collection::vec(
+                ("[a-z0-9.\\[\\]:-]{1,30}", "(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256)", "[A-Za-z0-9+/=]{1,80}"),
+                0..8,
+            )
+        ) {
+            let keys: Vec<KnownKey> = keys
+                .into_iter()
+                .map(|(pattern, key_type, key)| KnownKey { pattern, key_type, key })
+                .collect();
+            let text: String = keys.iter().map(|k| k.line() + "\n").collect();
+            proptest::prop_assert_eq!(parse(&text), keys);
+        }
+    }
+
+    #[test]
+    fn shell_quote_round_trips_through_sh() {
+        for s in ["plain", "with space", "it's", "", "$(x)`y`", "a\nb"] {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", shell_quote(s)))
+                .output()
+                .expect("sh");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), s);
+        }
+    }
+}

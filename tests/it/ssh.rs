@@ -1,0 +1,727 @@
+//! The SSH engine against real sshd hosts in network namespaces.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kprov::spec::{Host, HostRole};
+use kprov::ssh::task::{ExecError, HostExecutor, RemoteFile, Step, StepOutcome};
+use kprov::ssh::{Event, Progress, SshFleet, SshOptions};
+use kprov::state::StateStore;
+
+use crate::support::memstate::MemStore;
+use crate::support::testhosts::TestHosts;
+
+const CLUSTER: &str = "ssh.example.com";
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<Event>>);
+
+impl Progress for Recorder {
+    fn event(&self, e: &Event) {
+        self.0.lock().unwrap().push(e.clone());
+    }
+}
+
+fn host(th: &TestHosts, name: &str, address: &str, user: Option<&str>) -> Host {
+    Host {
+        name: name.to_string(),
+        address: address.to_string(),
+        ip: None,
+        access_ip: None,
+        user: Some(user.unwrap_or("root").to_string()),
+        port: None,
+        key_path: Some(th.client_key.display().to_string()),
+        bastion: None,
+        roles: vec![HostRole::Node],
+        labels: Default::default(),
+        taints: Vec::new(),
+    }
+}
+
+fn hosts(th: &TestHosts) -> Vec<Host> {
+    th.hosts
+        .iter()
+        .map(|h| Host {
+            port: Some(h.port),
+            ..host(th, &h.name, &h.address, None)
+        })
+        .collect()
+}
+
+fn options(accept: bool) -> SshOptions {
+    SshOptions {
+        accept_new_host_keys: accept,
+        connect_timeout: Duration::from_secs(2),
+        ..SshOptions::default()
+    }
+}
+
+fn fleet_with(
+    hosts: Vec<Host>,
+    store: &Arc<MemStore>,
+    accept: bool,
+    progress: Arc<dyn Progress>,
+) -> SshFleet {
+    SshFleet::new(CLUSTER, hosts, store.clone(), options(accept), progress).expect("fleet")
+}
+
+fn fleet(th: &TestHosts, store: &Arc<MemStore>) -> SshFleet {
+    fleet_with(hosts(th), store, true, Arc::new(Recorder::default()))
+}
+
+fn step(name: &str, run: &str) -> Step {
+    Step {
+        name: name.to_string(),
+        files: Vec::new(),
+        check: None,
+        run: run.to_string(),
+        timeout: Duration::from_secs(20),
+    }
+}
+
+async fn known_hosts(store: &MemStore) -> String {
+    store
+        .get(&format!("{CLUSTER}/known_hosts"))
+        .await
+        .unwrap()
+        .map(|o| String::from_utf8_lossy(&o.data).into_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn runs_on_three_hosts_at_once() {
+    let th = TestHosts::start(3);
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet(&th, &store);
+    let work: Vec<(String, Vec<Step>)> = th
+        .hosts
+        .iter()
+        .map(|h| {
+            let s = step(
+                "who am i",
+                "mkdir -p /etc/kprov && hostname > /etc/kprov/who",
+            );
+            (h.name.clone(), vec![s])
+        })
+        .collect();
+    let summary = fleet.run_all(&work).await;
+    assert!(summary.ok(), "{summary}");
+    // Hosts reach servers listening on the bridge (where tests run artifact mirrors).
+    let listener = std::net::TcpListener::bind((th.gateway.as_str(), 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::thread::spawn(move || {
+        let (mut conn, from) = listener.accept().unwrap();
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut conn, &mut got).unwrap();
+        (from.ip().to_string(), got)
+    });
+    let probe = format!(
+        "python3 -c \"import socket; socket.create_connection(('{}', {port}), 5).sendall(b'hello')\"",
+        th.gateway
+    );
+    fleet
+        .run_steps("host2", &[step("reach gateway", &probe)])
+        .await
+        .unwrap();
+    let (from, got) = accepted.join().unwrap();
+    assert_eq!(
+        (from.as_str(), got.as_str()),
+        (th.hosts[1].address.as_str(), "hello")
+    );
+    for h in &th.hosts {
+        // Each host wrote into its own overlay: proof the commands ran on distinct hosts.
+        let who = h.read_upper("/etc/kprov/who").expect("file written");
+        assert_eq!(String::from_utf8_lossy(&who).trim(), h.name);
+        let via_ssh = fleet.read_file(&h.name, "/etc/kprov/who").await.unwrap();
+        assert_eq!(via_ssh, Some(Bytes::from(who)));
+    }
+    assert_eq!(
+        fleet.read_file("host1", "/etc/kprov/none").await.unwrap(),
+        None
+    );
+    // The control directory (sockets that run commands as root) is private.
+    let meta = std::fs::metadata(fleet.control_dir()).unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    let table = summary.to_string();
+    assert!(table.starts_with("HOST"), "{table}");
+    assert_eq!(table.lines().count(), 4, "{table}");
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet(&th, &store);
+    let file = |path: &str, content: &str, mode| RemoteFile {
+        path: path.to_string(),
+        content: Bytes::from(content.to_string()),
+        mode,
+    };
+    let steps = |a: &str| {
+        vec![
+            Step {
+                files: vec![
+                    file("/etc/kprov/a.conf", a, 0o644),
+                    file("/opt/kprov/bin/tool", "#!/bin/sh\necho tool\n", 0o755),
+                ],
+                check: Some("test -f /var/lib/kprov/combined".into()),
+                ..step(
+                    "install",
+                    "mkdir -p /var/lib/kprov && cat /etc/kprov/a.conf >> /var/lib/kprov/combined",
+                )
+            },
+            // Files only: converged exactly when nothing was uploaded.
+            Step {
+                files: vec![file("/etc/kprov/b.conf", "b\n", 0o600)],
+                ..step("files only", "")
+            },
+        ]
+    };
+    let h = &th.hosts[0];
+    let first = fleet.run_steps("host1", &steps("one\n")).await.unwrap();
+    assert_eq!(first, vec![StepOutcome::Changed, StepOutcome::Changed]);
+    let upper = h.upper_path("/etc/kprov/a.conf");
+    let mtime = std::fs::metadata(&upper).unwrap().modified().unwrap();
+    let meta = std::fs::metadata(h.upper_path("/opt/kprov/bin/tool")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
+        0o755
+    );
+
+    let second = fleet.run_steps("host1", &steps("one\n")).await.unwrap();
+    assert_eq!(second, vec![StepOutcome::Unchanged, StepOutcome::Unchanged]);
+    assert_eq!(
+        std::fs::metadata(&upper).unwrap().modified().unwrap(),
+        mtime,
+        "an unchanged file was uploaded again"
+    );
+    assert_eq!(h.read_upper("/var/lib/kprov/combined").unwrap(), b"one\n");
+
+    // A changed file makes the step run even though its check passes.
+    let third = fleet.run_steps("host1", &steps("two\n")).await.unwrap();
+    assert_eq!(third, vec![StepOutcome::Changed, StepOutcome::Unchanged]);
+    assert_eq!(
+        h.read_upper("/var/lib/kprov/combined").unwrap(),
+        b"one\ntwo\n"
+    );
+
+    // A mode changed behind kprov's back is repaired.
+    h.exec("chmod 0644 /etc/kprov/b.conf").unwrap();
+    let fourth = fleet.run_steps("host1", &steps("two\n")).await.unwrap();
+    assert_eq!(fourth, vec![StepOutcome::Unchanged, StepOutcome::Changed]);
+    assert_eq!(
+        h.exec("stat -c %a /etc/kprov/b.conf").unwrap().trim(),
+        "600"
+    );
+    // Four runs, dozens of commands: one authenticated connection.
+    assert_eq!(
+        h.log().matches("Accepted publickey").count(),
+        1,
+        "{}",
+        h.log()
+    );
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn first_contact_needs_permission_and_records_the_key() {
+    let th = TestHosts::start(2);
+    let store = Arc::new(MemStore::default());
+    let refused = fleet_with(hosts(&th), &store, false, Arc::new(Recorder::default()));
+    let err = refused
+        .run_steps("host1", &[step("x", "true")])
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::UnknownHostKey { .. }), "{msg}");
+    assert!(msg.starts_with("host1: "), "{msg}");
+    assert!(msg.contains(&th.hosts[0].fingerprint()), "{msg}");
+    assert!(msg.contains("--accept-new-host-keys"), "{msg}");
+    assert_eq!(
+        known_hosts(&store).await,
+        "",
+        "nothing recorded without permission"
+    );
+    // Nothing ran on the host either.
+    assert!(th.hosts[0].read_upper("/etc/kprov").is_none());
+
+    let rec = Arc::new(Recorder::default());
+    let accepted = fleet_with(hosts(&th), &store, true, rec.clone());
+    let summary = accepted
+        .run_all(&[
+            ("host1".into(), vec![step("x", "true")]),
+            ("host2".into(), vec![step("x", "true")]),
+        ])
+        .await;
+    assert!(summary.ok(), "{summary}");
+    let recorded = known_hosts(&store).await;
+    for h in &th.hosts {
+        let key = h.host_public_key();
+        let key: Vec<&str> = key.split_whitespace().take(2).collect();
+        assert!(
+            recorded.contains(&format!("{} {} {}", h.address, key[0], key[1])),
+            "{recorded}"
+        );
+        let events = rec.0.lock().unwrap();
+        assert!(
+            events.iter().any(
+                |e| matches!(e, Event::HostKeyRecorded { host, fingerprints }
+                if *host == h.name && fingerprints.iter().any(|f| f.contains(&h.fingerprint())))
+            ),
+            "{events:?}"
+        );
+    }
+    accepted.close().await;
+
+    // Once recorded, no permission is needed any more.
+    let later = fleet_with(hosts(&th), &store, false, Arc::new(Recorder::default()));
+    later
+        .run_steps("host2", &[step("x", "true")])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn changed_host_key_is_refused_naming_both_fingerprints() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let first = fleet(&th, &store);
+    first
+        .run_steps("host1", &[step("x", "true")])
+        .await
+        .unwrap();
+    first.close().await;
+    let old = th.hosts[0].fingerprint();
+    th.hosts[0].new_host_key();
+    let new = th.hosts[0].fingerprint();
+    assert_ne!(old, new);
+
+    // Even with permission to accept new keys, a changed key is never accepted.
+    let second = fleet(&th, &store);
+    let err = second
+        .run_steps("host1", &[step("x", "touch /etc/pwned")])
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::HostKeyChanged { .. }), "{msg}");
+    assert!(
+        msg.contains("host1") && msg.contains(&old) && msg.contains(&new),
+        "{msg}"
+    );
+    assert!(th.hosts[0].read_upper("/etc/pwned").is_none());
+    assert!(!known_hosts(&store).await.is_empty());
+}
+
+#[tokio::test]
+async fn unreachable_host_is_reported_while_others_succeed() {
+    let th = TestHosts::start(2);
+    let store = Arc::new(MemStore::default());
+    let mut inventory = hosts(&th);
+    inventory.push(host(&th, "ghost", &th.unreachable_address, None));
+    let fleet = fleet_with(inventory, &store, true, Arc::new(Recorder::default()));
+    let work: Vec<(String, Vec<Step>)> = ["host1", "ghost", "host2"]
+        .iter()
+        .map(|h| {
+            (
+                h.to_string(),
+                vec![step("mark", "mkdir -p /etc/kprov && touch /etc/kprov/ok")],
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    let summary = fleet.run_all(&work).await;
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(!summary.ok());
+    let failures: Vec<_> = summary.failures().collect();
+    assert_eq!(failures.len(), 1, "{summary}");
+    assert_eq!(failures[0].0.host, "ghost");
+    assert!(
+        matches!(failures[0].1, ExecError::Connect { .. }),
+        "{:?}",
+        failures[0].1
+    );
+    assert!(
+        summary.to_string().contains(&th.unreachable_address),
+        "{summary}"
+    );
+    for h in &th.hosts {
+        assert!(
+            h.read_upper("/etc/kprov/ok").is_some(),
+            "{} not provisioned",
+            h.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn non_root_user_works_through_sudo() {
+    let th = TestHosts::start(1);
+    th.hosts[0].add_user("deploy", true);
+    let store = Arc::new(MemStore::default());
+    let h = &th.hosts[0];
+    let fleet = fleet_with(
+        vec![host(&th, "host1", &h.address, Some("deploy"))],
+        &store,
+        true,
+        Arc::new(Recorder::default()),
+    );
+    let s = Step {
+        files: vec![RemoteFile {
+            path: "/etc/kprov/secret".into(),
+            content: Bytes::from_static(b"s3cret"),
+            mode: 0o600,
+        }],
+        ..step(
+            "as root",
+            "echo \"$(id -u) $SUDO_USER\" > /etc/kprov/whoami",
+        )
+    };
+    fleet.run_steps("host1", &[s]).await.unwrap();
+    assert_eq!(h.read_upper("/etc/kprov/whoami").unwrap(), b"0 deploy\n");
+    assert_eq!(
+        h.exec("stat -c '%U %a' /etc/kprov/secret").unwrap().trim(),
+        "root 600"
+    );
+    assert_eq!(
+        fleet.read_file("host1", "/etc/kprov/secret").await.unwrap(),
+        Some(Bytes::from_static(b"s3cret"))
+    );
+}
+
+#[tokio::test]
+async fn sudo_wanting_a_password_is_a_clear_error() {
+    let th = TestHosts::start(1);
+    th.hosts[0].add_user("alice", false);
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet_with(
+        vec![host(&th, "host1", &th.hosts[0].address, Some("alice"))],
+        &store,
+        true,
+        Arc::new(Recorder::default()),
+    );
+    let err = fleet
+        .run_steps("host1", &[step("x", "true")])
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::SudoPassword { .. }), "{msg}");
+    assert!(
+        msg.starts_with("sudo on host1 requires a password"),
+        "{msg}"
+    );
+    assert!(msg.contains("NOPASSWD"), "{msg}");
+}
+
+#[tokio::test]
+async fn failed_step_carries_remote_stderr_and_stops_the_host() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet(&th, &store);
+    let err = fleet
+        .run_steps(
+            "host1",
+            &[
+                step("breaks", "echo partial; echo 'kubeadm: boom' >&2; exit 3"),
+                step("never", "mkdir -p /etc/kprov && touch /etc/kprov/after"),
+            ],
+        )
+        .await
+        .unwrap_err();
+    match &err {
+        ExecError::Step {
+            host,
+            step,
+            code,
+            stderr,
+        } => {
+            assert_eq!(
+                (host.as_str(), step.as_str(), *code),
+                ("host1", "breaks", Some(3))
+            );
+            assert_eq!(stderr, "kubeadm: boom");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(th.hosts[0].read_upper("/etc/kprov/after").is_none());
+}
+
+#[tokio::test]
+async fn step_timeout_is_reported_and_the_remote_command_stopped() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet(&th, &store);
+    let slow = Step {
+        timeout: Duration::from_secs(1),
+        ..step("slow", "sleep 30")
+    };
+    let started = Instant::now();
+    let err = fleet.run_steps("host1", &[slow]).await.unwrap_err();
+    assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The remote sleep must not outlive its step.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if !th.hosts[0].processes().iter().any(|p| p == "sleep") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "remote sleep still running");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn host_behind_a_bastion_is_reached_through_it() {
+    let th = TestHosts::start(2);
+    let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
+    // The jump host is the operator's business: its key is checked by the ssh config given
+    // with -F (which ProxyJump passes on), never disabled.
+    let bastion_known = th.dir().join("bastion_known_hosts");
+    std::fs::write(
+        &bastion_known,
+        format!("{} {}", bastion.address, bastion.host_public_key()),
+    )
+    .unwrap();
+    let config = th.dir().join("ssh_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Host {}\n  User root\n  IdentityFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n",
+            bastion.address,
+            th.client_key.display(),
+            bastion_known.display()
+        ),
+    )
+    .unwrap();
+    let mut behind = host(&th, "inner", &target.address, None);
+    behind.bastion = Some(format!("root@{}", bastion.address));
+    let behind_again = behind.clone();
+    let store = Arc::new(MemStore::default());
+    let options = SshOptions {
+        config_file: Some(config),
+        ..options(true)
+    };
+    let fleet = SshFleet::new(
+        CLUSTER,
+        vec![behind],
+        store.clone(),
+        options.clone(),
+        Arc::new(Recorder::default()),
+    )
+    .unwrap();
+    fleet
+        .run_steps(
+            "inner",
+            &[step(
+                "mark",
+                "mkdir -p /etc/kprov && hostname > /etc/kprov/who",
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(target.read_upper("/etc/kprov/who").unwrap(), b"host2\n");
+    // The scan through the bastion recorded the target's key, not the bastion's.
+    let recorded = known_hosts(&store).await;
+    let key = target.host_public_key();
+    let key: Vec<&str> = key.split_whitespace().take(2).collect();
+    assert!(
+        recorded.contains(&format!("{} {} {}", target.address, key[0], key[1])),
+        "{recorded}"
+    );
+    // sshd on the target saw the connection come from the bastion's address.
+    assert!(
+        target
+            .log()
+            .contains(&format!("from {} port", bastion.address)),
+        "{}",
+        target.log()
+    );
+    fleet.close().await;
+
+    // A bastion whose key does not match is refused by ssh, and is not mistaken for a
+    // changed key of the host behind it.
+    std::fs::write(
+        &bastion_known,
+        format!("{} {}", bastion.address, target.host_public_key()),
+    )
+    .unwrap();
+    let again = SshFleet::new(
+        CLUSTER,
+        vec![behind_again],
+        store.clone(),
+        options,
+        Arc::new(Recorder::default()),
+    )
+    .unwrap();
+    let err = again
+        .run_steps("inner", &[step("x", "true")])
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    // (ssh's ProxyJump child reports the refusal on a stderr the crate discards, so the
+    // message is only ssh's "connection closed".)
+    assert!(matches!(err, ExecError::Connect { .. }), "{msg}");
+    assert!(msg.starts_with("inner: cannot connect: "), "{msg}");
+}
+
+#[tokio::test]
+async fn concurrency_bounds_hosts_in_flight() {
+    let th = TestHosts::start(3);
+    let store = Arc::new(MemStore::default());
+    let rec = Arc::new(Recorder::default());
+    let options = SshOptions {
+        concurrency: 1,
+        ..options(true)
+    };
+    let fleet = SshFleet::new(CLUSTER, hosts(&th), store.clone(), options, rec.clone()).unwrap();
+    let work: Vec<(String, Vec<Step>)> = th
+        .hosts
+        .iter()
+        .map(|h| (h.name.clone(), vec![step("a", "true"), step("b", "true")]))
+        .collect();
+    assert!(fleet.run_all(&work).await.ok());
+    // With one host in flight, each host's events form one uninterrupted block.
+    let order: Vec<String> = rec
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Connecting { host } | Event::StepStarted { host, .. } => Some(host.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut blocks = order.clone();
+    blocks.dedup();
+    assert_eq!(blocks.len(), 3, "{order:?}");
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn many_files_fit_through_stock_max_sessions() {
+    let th = TestHosts::start(1);
+    // Real hosts allow 10 sessions per connection; every upload is one.
+    th.hosts[0].set_max_sessions(10);
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet(&th, &store);
+    let files: Vec<RemoteFile> = (0..40)
+        .map(|i| RemoteFile {
+            path: format!("/etc/kprov/many/{i}.conf"),
+            content: Bytes::from(format!("file {i}\n")),
+            mode: 0o644,
+        })
+        .collect();
+    let s = Step {
+        files,
+        ..step(
+            "many files",
+            "cat /etc/kprov/many/*.conf | wc -l > /etc/kprov/count",
+        )
+    };
+    let outcomes = fleet
+        .run_steps("host1", std::slice::from_ref(&s))
+        .await
+        .unwrap();
+    assert_eq!(outcomes, vec![StepOutcome::Changed]);
+    assert_eq!(th.hosts[0].read_upper("/etc/kprov/count").unwrap(), b"40\n");
+    let upper = th.hosts[0].upper_path("/etc/kprov/many/7.conf");
+    let mtime = std::fs::metadata(&upper).unwrap().modified().unwrap();
+    // Without a check the run runs again, but nothing is uploaded.
+    let again = fleet.run_steps("host1", &[s]).await.unwrap();
+    assert_eq!(again, vec![StepOutcome::Changed]);
+    assert_eq!(
+        std::fs::metadata(&upper).unwrap().modified().unwrap(),
+        mtime
+    );
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_reopened() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let rec = Arc::new(Recorder::default());
+    let fleet = fleet_with(hosts(&th), &store, true, rec.clone());
+    let s = step("mark", "mkdir -p /etc/kprov && echo x >> /etc/kprov/runs");
+    fleet
+        .run_steps("host1", std::slice::from_ref(&s))
+        .await
+        .unwrap();
+    th.hosts[0].drop_connections();
+    fleet.run_steps("host1", &[s]).await.unwrap();
+    assert_eq!(
+        th.hosts[0].read_upper("/etc/kprov/runs").unwrap(),
+        b"x\nx\n"
+    );
+    let connects = rec
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, Event::Connected { .. }))
+        .count();
+    assert_eq!(connects, 2);
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    // The cluster knows this address's key (it was up once); now nothing answers there.
+    let key = th.hosts[0].host_public_key();
+    store
+        .put(
+            &format!("{CLUSTER}/known_hosts"),
+            Bytes::from(format!("{} {key}", th.unreachable_address)),
+            kprov::state::Precondition::Absent,
+        )
+        .await
+        .unwrap();
+    let fleet = fleet_with(
+        vec![host(&th, "gone", &th.unreachable_address, None)],
+        &store,
+        false,
+        Arc::new(Recorder::default()),
+    );
+    let err = fleet
+        .run_steps("gone", &[step("x", "true")])
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::Connect { .. }), "{msg}");
+    assert!(msg.starts_with("gone: cannot connect: "), "{msg}");
+    assert!(msg.contains(&th.unreachable_address), "{msg}");
+}
+
+#[tokio::test]
+async fn host_keys_on_another_port_are_recorded_as_ssh_looks_them_up() {
+    let th = TestHosts::start_on_port(1, 2222);
+    let h = &th.hosts[0];
+    let store = Arc::new(MemStore::default());
+    let first = fleet(&th, &store);
+    first
+        .run_steps("host1", &[step("x", "true")])
+        .await
+        .unwrap();
+    first.close().await;
+    let key = h.host_public_key();
+    let key: Vec<&str> = key.split_whitespace().take(2).collect();
+    assert_eq!(
+        known_hosts(&store).await,
+        format!("[{}]:2222 {} {}\n", h.address, key[0], key[1])
+    );
+    // ssh finds the recorded key under that name: no permission needed the second time.
+    let second = fleet_with(hosts(&th), &store, false, Arc::new(Recorder::default()));
+    second
+        .run_steps("host1", &[step("x", "true")])
+        .await
+        .unwrap();
+    second.close().await;
+}
