@@ -2,7 +2,9 @@
 //! configuration each provider reads and the credentials it expects.
 //!
 //! Image tags are the providers' releases for each Kubernetes minor (a CCM follows the minor of
-//! the cluster it runs in); docs/addons.md says where each tag was taken from.
+//! the cluster it runs in), one entry for exactly the minors of
+//! `provision::assets::SUPPORTED_KUBERNETES_VERSIONS` (a unit test holds the two tables together);
+//! docs/addons.md says where each tag was taken from.
 
 use std::collections::BTreeMap;
 
@@ -80,16 +82,12 @@ pub const PROVIDERS: &[Provider] = &[
         name: "aws",
         images: &[
             (
-                31,
-                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.31.5",
+                34,
+                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.34.0",
             ),
             (
-                32,
-                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.32.5",
-            ),
-            (
-                33,
-                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.33.0",
+                35,
+                "registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.0",
             ),
         ],
         command: None,
@@ -105,16 +103,12 @@ pub const PROVIDERS: &[Provider] = &[
         name: "gce",
         images: &[
             (
-                31,
-                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v30.0.0",
+                34,
+                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v34.2.0",
             ),
             (
-                32,
-                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v32.2.4",
-            ),
-            (
-                33,
-                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v33.1.1",
+                35,
+                "registry.k8s.io/cloud-provider-gcp/cloud-controller-manager:v35.0.2",
             ),
         ],
         command: Some("/cloud-controller-manager"),
@@ -133,18 +127,15 @@ pub const PROVIDERS: &[Provider] = &[
     },
     Provider {
         name: "azure",
+        // From 1.32 upstream publishes under oss/v2; the old oss/kubernetes path stopped at v1.34.3.
         images: &[
             (
-                31,
-                "mcr.microsoft.com/oss/kubernetes/azure-cloud-controller-manager:v1.31.10",
+                34,
+                "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.34.13",
             ),
             (
-                32,
-                "mcr.microsoft.com/oss/kubernetes/azure-cloud-controller-manager:v1.32.9",
-            ),
-            (
-                33,
-                "mcr.microsoft.com/oss/kubernetes/azure-cloud-controller-manager:v1.33.4",
+                35,
+                "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.35.8",
             ),
         ],
         command: Some("cloud-controller-manager"),
@@ -176,16 +167,12 @@ pub const PROVIDERS: &[Provider] = &[
         name: "openstack",
         images: &[
             (
-                31,
-                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.3",
+                34,
+                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.34.1",
             ),
             (
-                32,
-                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.32.1",
-            ),
-            (
-                33,
-                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.33.1",
+                35,
+                "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0",
             ),
         ],
         command: Some("/bin/openstack-cloud-controller-manager"),
@@ -213,16 +200,12 @@ pub const PROVIDERS: &[Provider] = &[
         name: "vsphere",
         images: &[
             (
-                31,
-                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.31.1",
+                34,
+                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.34.0",
             ),
             (
-                32,
-                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.32.2",
-            ),
-            (
-                33,
-                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.33.0",
+                35,
+                "registry.k8s.io/cloud-pv-vsphere/cloud-provider-vsphere:v1.35.1",
             ),
         ],
         command: None,
@@ -242,18 +225,16 @@ pub const PROVIDERS: &[Provider] = &[
     },
     Provider {
         name: "hcloud",
+        // One release serves the three newest minors; releases before v1.30.1 crash since
+        // Hetzner dropped `server.datacenter` from its API (July 2026).
         images: &[
             (
-                31,
-                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0",
+                34,
+                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.34.0",
             ),
             (
-                32,
-                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0",
-            ),
-            (
-                33,
-                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.26.0",
+                35,
+                "docker.io/hetznercloud/hcloud-cloud-controller-manager:v1.34.0",
             ),
         ],
         command: None,
@@ -519,21 +500,66 @@ impl Provider {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
+    use crate::provision::assets::SUPPORTED_KUBERNETES_VERSIONS;
     use proptest::prelude::*;
+
+    /// The minors kprov can install, from the pinned-checksum table.
+    fn supported_minors() -> BTreeSet<u32> {
+        SUPPORTED_KUBERNETES_VERSIONS
+            .iter()
+            .map(|v| kubernetes_minor(v).unwrap_or_else(|| panic!("pinned version {v:?}")))
+            .collect()
+    }
 
     #[test]
     fn every_provider_has_an_image_per_supported_minor() {
         for p in PROVIDERS {
-            for minor in [31, 32, 33] {
-                let image = p.image_for(&format!("1.{minor}.2")).unwrap();
-                assert!(image.contains(':'), "{image}");
+            for v in SUPPORTED_KUBERNETES_VERSIONS {
+                let image = p
+                    .image_for(v)
+                    .unwrap_or_else(|e| panic!("{} on {v}: {e}", p.name));
+                let (_, tag) = image
+                    .rsplit_once(':')
+                    .unwrap_or_else(|| panic!("{image} has no tag"));
+                assert!(tag.starts_with('v') && !tag.contains("latest"), "{image}");
             }
             let e = p.image_for("1.20.0").unwrap_err().to_string();
             assert!(
                 e.contains("spec.kubernetesVersion") && e.contains("1.20"),
                 "{e}"
             );
+        }
+    }
+
+    /// An entry for a minor kprov cannot install is dead data that nobody re-checks upstream;
+    /// one missing breaks every cluster of that minor. Either way the tables have drifted.
+    #[test]
+    fn provider_minors_are_exactly_the_supported_minors() {
+        let supported = supported_minors();
+        for p in PROVIDERS {
+            let minors: BTreeSet<u32> = p.images.iter().map(|(m, _)| *m).collect();
+            assert_eq!(minors, supported, "{}", p.name);
+            assert_eq!(minors.len(), p.images.len(), "{}: duplicate minor", p.name);
+        }
+    }
+
+    /// A CCM image of another minor would run against an API server it was not built for.
+    #[test]
+    fn per_minor_images_carry_their_minor() {
+        for p in PROVIDERS.iter().filter(|p| p.name != "hcloud") {
+            for (minor, image) in p.images {
+                let (_, tag) = image.rsplit_once(':').unwrap_or_default();
+                // cloud-provider-gcp tags are MINOR.PATCH.CCM_PATCH (v34.2.0 is Kubernetes 1.34).
+                let expected = if p.name == "gce" {
+                    format!("v{minor}.")
+                } else {
+                    format!("v1.{minor}.")
+                };
+                assert!(tag.starts_with(&expected), "{}: {image}", p.name);
+            }
         }
     }
 

@@ -14,7 +14,10 @@ use kprov::addons::{
     AddonError, Change, Manifest, apply_addons, manifests_yaml, preview_addons, render_addons,
 };
 use kprov::kube::{EvictOptions, KubeError, Poll, parse_manifests};
+use kprov::provision::assets::{DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS};
 use kprov::spec::Cluster;
+use kprov::spec::defaults::complete_cluster;
+use kprov::spec::validate::validate;
 use serde_json::{Value, json};
 
 use crate::support::fakekube::{FakeKube, node, pod};
@@ -38,7 +41,8 @@ fn provider_config(provider: &str) -> &'static str {
     }
 }
 
-fn cluster(provider: Option<&str>, cni: &str) -> Cluster {
+/// The test spec as YAML; `version: None` leaves `kubernetesVersion` to the defaults.
+fn cluster_yaml(provider: Option<&str>, cni: &str, version: Option<&str>) -> String {
     let ccm = match provider {
         Some(p) => {
             let config = provider_config(p);
@@ -53,15 +57,31 @@ fn cluster(provider: Option<&str>, cni: &str) -> Cluster {
         }
         None => String::new(),
     };
-    let yaml = format!(
-        "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: demo.example.com\nspec:\n  cloudProvider: metal\n  kubernetesVersion: 1.33.2\n  networking:\n    podCIDR: 100.96.0.0/11\n    serviceCIDR: 100.64.0.0/13\n    cni: {cni}\n{ccm}  hosts:\n  - name: cp1\n    address: 198.18.0.11\n    roles: [control-plane, etcd]\n  - name: w1\n    address: 198.18.0.21\n    roles: [node]\n"
-    );
-    serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("test spec: {e}\n{yaml}"))
+    let version = version.map_or(String::new(), |v| format!("  kubernetesVersion: {v}\n"));
+    format!(
+        "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: demo.example.com\nspec:\n  cloudProvider: metal\n{version}  networking:\n    podCIDR: 100.96.0.0/11\n    serviceCIDR: 100.64.0.0/13\n    cni: {cni}\n{ccm}  hosts:\n  - name: cp1\n    address: 198.18.0.11\n    roles: [control-plane, etcd]\n  - name: w1\n    address: 198.18.0.21\n    roles: [node]\n"
+    )
+}
+
+fn parse_cluster(yaml: &str) -> Cluster {
+    serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("test spec: {e}\n{yaml}"))
+}
+
+fn cluster_at(provider: Option<&str>, cni: &str, version: &str) -> Cluster {
+    parse_cluster(&cluster_yaml(provider, cni, Some(version)))
+}
+
+/// At the version a spec without `kubernetesVersion` gets.
+fn cluster(provider: Option<&str>, cni: &str) -> Cluster {
+    cluster_at(provider, cni, DEFAULT_KUBERNETES_VERSION)
 }
 
 fn ccm_manifest(c: &Cluster) -> Manifest {
-    render_addons(c)
-        .unwrap()
+    ccm_of(render_addons(c).unwrap())
+}
+
+fn ccm_of(manifests: Vec<Manifest>) -> Manifest {
+    manifests
         .into_iter()
         .find(|m| m.addon == "cloud-controller-manager")
         .expect("ccm manifest")
@@ -97,6 +117,53 @@ fn cni_manifests_golden() {
         let m = render_addons(&cluster(None, cni)).unwrap();
         assert_eq!(m.len(), 1, "no CCM without a provider");
         insta::assert_snapshot!(format!("cni-{cni}"), m[0].yaml);
+    }
+}
+
+fn ccm_image(manifests: Vec<Manifest>) -> Value {
+    let objs = ccm_of(manifests).objects().unwrap();
+    object(&objs, "DaemonSet", "cloud-controller-manager")["spec"]["template"]["spec"]["containers"]
+        [0]["image"]
+        .clone()
+}
+
+/// Every version kprov installs is one its CCM can run on, for every provider: the spec the
+/// validator accepts renders, with that minor's image.
+#[test]
+fn ccm_renders_for_every_provider_and_supported_version() {
+    for p in PROVIDERS {
+        for v in SUPPORTED_KUBERNETES_VERSIONS {
+            let c = cluster_at(Some(p.name), "calico", v);
+            let violations = validate(&complete_cluster(&c), &[]);
+            assert!(violations.is_empty(), "{} on {v}: {violations:?}", p.name);
+            let manifests = render_addons(&c).unwrap_or_else(|e| panic!("{} on {v}: {e}", p.name));
+            assert_eq!(
+                ccm_image(manifests),
+                p.image_for(v).unwrap(),
+                "{} {v}",
+                p.name
+            );
+        }
+    }
+}
+
+/// The reported bug: a spec naming no version got the default (1.35.1), for which the table
+/// had no image, so no cloud cluster could get its CCM.
+#[test]
+fn a_spec_without_a_version_renders_the_ccm_of_the_default_version() {
+    for p in PROVIDERS {
+        let c = complete_cluster(&parse_cluster(&cluster_yaml(Some(p.name), "cilium", None)));
+        assert_eq!(
+            c.spec.kubernetes_version.as_deref(),
+            Some(DEFAULT_KUBERNETES_VERSION)
+        );
+        let manifests = render_addons(&c).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        assert_eq!(
+            ccm_image(manifests),
+            p.image_for(DEFAULT_KUBERNETES_VERSION).unwrap(),
+            "{}",
+            p.name
+        );
     }
 }
 
@@ -223,7 +290,7 @@ fn ccm_daemonset_runs_on_control_planes_through_bootstrap() {
         assert!(args.contains(&"--leader-elect=true"), "{args:?}");
         assert_eq!(
             pod["containers"][0]["image"],
-            p.image_for("1.33.2").unwrap()
+            p.image_for(DEFAULT_KUBERNETES_VERSION).unwrap()
         );
     }
 }
@@ -625,7 +692,7 @@ async fn conflict_names_object_manager_and_field_until_forced() {
         .unwrap();
     assert_eq!(
         stored["spec"]["template"]["spec"]["containers"][0]["image"],
-        "registry.k8s.io/provider-aws/cloud-controller-manager:v1.33.0"
+        "registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.0"
     );
 }
 
