@@ -1,4 +1,5 @@
 //! Test support: real stand-ins started by the tests themselves.
 #![allow(dead_code)]
 
+pub mod aws_recorder;
 pub mod moto;
