@@ -735,7 +735,7 @@ async fn interrupted_applies_converge() {
     delete_all(&e, &c, &igs).await;
     assert!(total > 20, "a full apply made only {total} writes");
 
-    for k in (1..total).step_by(2) {
+    for k in 1..total {
         let name = format!("k{k}.{zone}");
         let e = env(&name).await;
         let (c, igs) = spec(&name, zone, false);
@@ -762,5 +762,55 @@ async fn interrupted_applies_converge() {
         delete_all(&e, &c, &igs).await;
         let left = count_owned(&sdk, &name, &zone_id).await;
         assert_eq!(left.values().sum::<usize>(), 0, "k={k}: leaked {left:?}");
+    }
+}
+
+/// Figures for scripts/bench-plan: AWS requests and wall time of a preview of an applied
+/// cluster with 1, 10 and 50 instance groups. Run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: scripts/bench-plan runs it"]
+async fn bench_plan() {
+    let zone = "bench.example.com";
+    let sdk = moto().sdk_config().await;
+    make_zone(&sdk, zone).await;
+    println!("\ninstance_groups requests reads_by_operation wall_ms");
+    for n in [1usize, 10, 50] {
+        let name = format!("n{n}.{zone}");
+        let e = env(&name).await;
+        let (c, mut igs) = spec(&name, zone, false);
+        let template = igs.pop().expect("nodes group");
+        igs.truncate(1);
+        for i in 1..n {
+            let mut g = template.clone();
+            g.metadata.name = format!("nodes-{i}");
+            g.spec.min_size = Some(0);
+            igs.push(g);
+        }
+        let p = plan(&e, &c, &igs).await;
+        apply(&e, &p, false).await;
+        e.rec.take();
+        let start = std::time::Instant::now();
+        let p = plan(&e, &c, &igs).await;
+        let wall = start.elapsed();
+        let sent = e.rec.take();
+        assert!(
+            p.is_empty(),
+            "{}",
+            engine::render_text(&p, RenderOptions::default())
+        );
+        assert!(sent.iter().all(|o| !is_write(o)));
+        let mut ops: BTreeMap<&str, usize> = BTreeMap::new();
+        for o in &sent {
+            *ops.entry(o.as_str()).or_default() += 1;
+        }
+        let distinct = ops.len();
+        println!(
+            "{:>15} {:>8} {:>18} {:>7}",
+            igs.len(),
+            sent.len(),
+            format!("{distinct} operations"),
+            wall.as_millis()
+        );
+        delete_all(&e, &c, &igs).await;
     }
 }

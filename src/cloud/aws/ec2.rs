@@ -436,6 +436,8 @@ pub(super) async fn read_launch_templates(
         .ec2
         .describe_launch_templates()
         .filters(owned(c))
+        // AWS's largest page; moto returns only the first page (15 by default) and no token.
+        .max_results(200)
         .into_paginator()
         .items()
         .send()
@@ -457,6 +459,7 @@ pub(super) async fn read_launch_templates(
         .ec2
         .describe_launch_template_versions()
         .versions("$Latest")
+        .max_results(200)
         .into_paginator()
         .items()
         .send()
