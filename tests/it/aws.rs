@@ -290,7 +290,14 @@ async fn count_owned(
             .await
             .unwrap()
             .nat_gateways()
-            .len(),
+            .iter()
+            // moto ignores tag filters here.
+            .filter(|g| {
+                g.tags()
+                    .iter()
+                    .any(|t| t.key() == Some(&owned_tag_key(cluster)))
+            })
+            .count(),
     );
     n.insert(
         "key-pair",

@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_autoscaling::types::{Filter, LaunchTemplateSpecification, Tag};
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, cids, id_from_tags};
+use super::{AwsCloud, Ctx, Reader, cid, cids, id_from_tags, owned_by};
 use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 const TAG_ROLE: &str = "kprov.dev/role";
@@ -34,6 +34,9 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
                 .iter()
                 .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
         };
+        if !owned_by(&c.cluster, tags()) {
+            continue;
+        }
         let id = id_from_tags(AUTOSCALING_GROUP, name, tags());
         let role = tags()
             .find(|(k, _)| *k == TAG_ROLE)
@@ -201,10 +204,10 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         .send()
         .await
         .ctx("DeleteAutoScalingGroup");
-    if let Err(e) = r {
-        if !e.to_string().contains("not found") {
-            return Err(e);
-        }
+    if let Err(e) = r
+        && !e.to_string().contains("not found")
+    {
+        return Err(e);
     }
     // Its instances hold the subnets and security groups: wait until the group is gone.
     loop {

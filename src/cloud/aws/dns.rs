@@ -99,10 +99,8 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
             .field("zoneName", Value::str(&name))
             .field("private", Value::Bool(is_private)),
     );
-    if !is_private {
-        if let Some(w) = check_delegation(c, &zid, &name).await? {
-            rd.warnings.push(w);
-        }
+    if !is_private && let Some(w) = check_delegation(c, &zid, &name).await? {
+        rd.warnings.push(w);
     }
     let sets = record_sets(c, &zid).await?;
     for txt in sets.iter().filter(|s| s.r#type() == &RrType::Txt) {

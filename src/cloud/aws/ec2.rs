@@ -12,7 +12,7 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, id_from_tags};
+use super::{AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, id_from_tags, owned_by};
 use crate::cloud::engine::{
     CloudError, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
@@ -118,7 +118,10 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         let vid = v.vpc_id().unwrap_or_default();
         let (id, lc) = match adopted_vpcs.get(vid) {
             Some(id) => (id.clone(), Lifecycle::ExistsAndValidates),
-            None => (id_from_tags(VPC, vid, tag_pairs(v.tags())), Lifecycle::Sync),
+            None if owned_by(&c.cluster, tag_pairs(v.tags())) => {
+                (id_from_tags(VPC, vid, tag_pairs(v.tags())), Lifecycle::Sync)
+            }
+            None => continue,
         };
         rd.push(
             Resource::new(VPC, id.name)
@@ -159,10 +162,11 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         let sid = s.subnet_id().unwrap_or_default();
         let (id, lc) = match adopted_subnets.get(sid) {
             Some(id) => (id.clone(), Lifecycle::ExistsAndValidates),
-            None => (
+            None if owned_by(&c.cluster, tag_pairs(s.tags())) => (
                 id_from_tags(SUBNET, sid, tag_pairs(s.tags())),
                 Lifecycle::Sync,
             ),
+            None => continue,
         };
         let vpc = rd.r(s.vpc_id().unwrap_or_default());
         rd.push(
@@ -218,10 +222,11 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         let gid = g.internet_gateway_id().unwrap_or_default();
         let (id, lc) = match &adopted_igw {
             Some((a, id)) if a == gid => (id.clone(), Lifecycle::ExistsAndValidates),
-            _ => (
+            _ if owned_by(&c.cluster, tag_pairs(g.tags())) => (
                 id_from_tags(INTERNET_GATEWAY, gid, tag_pairs(g.tags())),
                 Lifecycle::Sync,
             ),
+            _ => continue,
         };
         let mut r = Resource::new(INTERNET_GATEWAY, id.name)
             .lifecycle(lc)
@@ -239,7 +244,11 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         .send()
         .await
         .ctx("DescribeAddresses")?;
-    for a in eips.addresses() {
+    for a in eips
+        .addresses()
+        .iter()
+        .filter(|a| owned_by(&c.cluster, tag_pairs(a.tags())))
+    {
         let aid = a.allocation_id().unwrap_or_default();
         let id = id_from_tags(ELASTIC_IP, aid, tag_pairs(a.tags()));
         rd.push(Resource::new(ELASTIC_IP, id.name).cloud_id(aid).field(
@@ -259,7 +268,10 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         .try_collect()
         .await
         .ctx("DescribeNatGateways")?;
-    for n in nats {
+    for n in nats
+        .iter()
+        .filter(|n| owned_by(&c.cluster, tag_pairs(n.tags())))
+    {
         let nid = n.nat_gateway_id().unwrap_or_default();
         let id = id_from_tags(NAT_GATEWAY, nid, tag_pairs(n.tags()));
         let alloc = n
@@ -287,7 +299,10 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         .try_collect()
         .await
         .ctx("DescribeRouteTables")?;
-    for t in tables {
+    for t in tables
+        .iter()
+        .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
+    {
         let tid = t.route_table_id().unwrap_or_default();
         let id = id_from_tags(ROUTE_TABLE, tid, tag_pairs(t.tags()));
         let routes = t
@@ -352,6 +367,10 @@ pub(super) async fn read_security_groups(
         .await
         .ctx("DescribeSecurityGroups")?;
     let mut ids = Vec::new();
+    let groups: Vec<_> = groups
+        .into_iter()
+        .filter(|g| owned_by(&c.cluster, tag_pairs(g.tags())))
+        .collect();
     for g in &groups {
         let gid = g.group_id().unwrap_or_default();
         let id = id_from_tags(SECURITY_GROUP, gid, tag_pairs(g.tags()));
@@ -411,7 +430,11 @@ pub(super) async fn read_key_pairs(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<
         .send()
         .await
         .ctx("DescribeKeyPairs")?;
-    for k in keys.key_pairs() {
+    for k in keys
+        .key_pairs()
+        .iter()
+        .filter(|k| owned_by(&c.cluster, tag_pairs(k.tags())))
+    {
         let name = k.key_name().unwrap_or_default();
         let id = id_from_tags(KEY_PAIR, name, tag_pairs(k.tags()));
         let hash = tag_pairs(k.tags())
@@ -449,6 +472,7 @@ pub(super) async fn read_launch_templates(
     }
     let owned_ids: BTreeMap<&str, ResourceId> = templates
         .iter()
+        .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
         .filter_map(|t| {
             let tid = t.launch_template_id()?;
             Some((tid, id_from_tags(LAUNCH_TEMPLATE, tid, tag_pairs(t.tags()))))
@@ -1062,10 +1086,10 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                     .vpc_id(cid(ids, Some(vpc)).unwrap_or_default())
                     .send()
                     .await;
-                if let Err(e) = r {
-                    if error_code(&e) != Some("Gateway.NotAttached") {
-                        return gone_ok(Err::<(), _>(e).ctx("DetachInternetGateway"));
-                    }
+                if let Err(e) = r
+                    && error_code(&e) != Some("Gateway.NotAttached")
+                {
+                    return gone_ok(Err::<(), _>(e).ctx("DetachInternetGateway"));
                 }
             }
             gone_ok(

@@ -164,6 +164,17 @@ pub(crate) fn id_from_tags<'a>(
         .unwrap_or_else(|| ResourceId::new(kind, format!("untracked-{cloud_id}")))
 }
 
+/// Reads filter on the ownership tag, and this checks it again on what came back: an API (or
+/// an emulator: moto ignores tag filters on DescribeNatGateways) that ignores a filter must
+/// never make another cluster's resource look like ours.
+pub(crate) fn owned_by<'a>(
+    cluster: &str,
+    mut tags: impl Iterator<Item = (&'a str, &'a str)>,
+) -> bool {
+    let key = owned_tag_key(cluster);
+    tags.any(|(k, v)| k == key && v == "owned")
+}
+
 /// Resolves a reference to a cloud ID.
 pub(crate) fn cid<'a>(ids: &'a IdMap, v: Option<&'a Value>) -> Result<&'a str, CloudError> {
     match v {

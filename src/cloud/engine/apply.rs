@@ -231,7 +231,7 @@ where
         if start.elapsed() + delay + jitter >= opts.resource_deadline {
             return Err(CloudError::Deadline {
                 id: id.clone(),
-                secs: opts.resource_deadline.as_secs(),
+                after: opts.resource_deadline,
                 last: err,
             });
         }

@@ -41,10 +41,10 @@ pub enum CloudError {
     /// The spec lacks something this provider needs.
     #[error("spec: {0}")]
     Spec(String),
-    #[error("{id}: not done within {secs} s (last error: {last})")]
+    #[error("{id}: not done within {after:?} (last error: {last})")]
     Deadline {
         id: ResourceId,
-        secs: u64,
+        after: std::time::Duration,
         last: String,
     },
     #[error("{id}: {source}")]
@@ -76,3 +76,6 @@ impl CloudError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
