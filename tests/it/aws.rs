@@ -435,6 +435,46 @@ async fn minimal_public_cluster_lifecycle() {
         .vpc()
         .and_then(|v| v.vpc_id().map(str::to_string))
         .unwrap();
+    // Another cluster's NAT gateway, carrying a kprov identity this cluster could also have:
+    // regression test for trusting the server's tag filter (moto ignores it for NAT gateways).
+    let foreign_subnet = ec2
+        .create_subnet()
+        .vpc_id(&foreign_vpc)
+        .cidr_block("172.20.0.0/24")
+        .send()
+        .await
+        .unwrap()
+        .subnet()
+        .and_then(|s| s.subnet_id().map(str::to_string))
+        .unwrap();
+    let eip = ec2.allocate_address().send().await.unwrap();
+    let foreign_nat = ec2
+        .create_nat_gateway()
+        .subnet_id(&foreign_subnet)
+        .allocation_id(eip.allocation_id().unwrap())
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Natgateway)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key(owned_tag_key("other.example.com"))
+                        .value("owned")
+                        .build(),
+                )
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("kprov.dev/id")
+                        .value("NatGateway/us-east-1a")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .nat_gateway()
+        .and_then(|n| n.nat_gateway_id().map(str::to_string))
+        .unwrap();
     let r53 = aws_sdk_route53::Client::new(&e.sdk);
     let foreign = aws_sdk_route53::types::ResourceRecordSet::builder()
         .name(format!("www.{zone}."))
@@ -671,6 +711,17 @@ async fn minimal_public_cluster_lifecycle() {
         .await
         .unwrap();
     assert_eq!(vpcs.vpcs().len(), 1, "foreign VPC deleted");
+    let nats = ec2
+        .describe_nat_gateways()
+        .nat_gateway_ids(&foreign_nat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        nats.nat_gateways()[0].state().map(|s| s.as_str()),
+        Some("available"),
+        "foreign NAT gateway deleted"
+    );
     let sets = r53
         .list_resource_record_sets()
         .hosted_zone_id(&zone_id)
