@@ -872,3 +872,115 @@ async fn bench_plan() {
         delete_all(&e, &c, &igs).await;
     }
 }
+
+/// `networking.networkID` adopts an existing VPC (and its internet gateway): used, validated,
+/// never changed or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopted_vpc_is_used_validated_and_kept() {
+    let name = "adopt.shared.example.com";
+    let zone = "shared.example.com";
+    let e = env(name).await;
+    let zone_id = make_zone(&e.sdk, zone).await;
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("172.20.0.0/16")
+        .send()
+        .await
+        .unwrap()
+        .vpc()
+        .and_then(|v| v.vpc_id().map(str::to_string))
+        .unwrap();
+    let igw = ec2
+        .create_internet_gateway()
+        .send()
+        .await
+        .unwrap()
+        .internet_gateway()
+        .and_then(|g| g.internet_gateway_id().map(str::to_string))
+        .unwrap();
+    ec2.attach_internet_gateway()
+        .internet_gateway_id(&igw)
+        .vpc_id(&vpc)
+        .send()
+        .await
+        .unwrap();
+
+    let (mut c, igs) = spec(name, zone, false);
+    c.spec.networking.network_id = Some("vpc-00000000".into());
+    let missing = plan(&e, &c, &igs).await;
+    assert!(
+        missing
+            .errors
+            .iter()
+            .any(|m| m == "Vpc/main: must already exist (vpc-00000000) but was not found"),
+        "{:?}",
+        missing.errors
+    );
+
+    c.spec.networking.network_id = Some(vpc.clone());
+    let p = plan(&e, &c, &igs).await;
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert!(
+        !p.changes
+            .iter()
+            .any(|ch| ch.kind == "Vpc" || ch.kind == "InternetGateway"),
+        "adopted resources must not be created"
+    );
+    apply(&e, &p, false).await;
+    let subnets = ec2
+        .describe_subnets()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:{}", owned_tag_key(name)))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(subnets.subnets()[0].vpc_id(), Some(vpc.as_str()));
+    assert!(plan(&e, &c, &igs).await.is_empty());
+
+    let mut wrong = c.clone();
+    wrong.spec.networking.network_cidr = Some("10.0.0.0/16".into());
+    let differs = plan(&e, &wrong, &igs).await;
+    assert!(
+        differs
+            .errors
+            .iter()
+            .any(|m| m.contains("Vpc/main") && m.contains("adopted resource differs")),
+        "{:?}",
+        differs.errors
+    );
+
+    delete_all(&e, &c, &igs).await;
+    assert_eq!(
+        count_owned(&e.sdk, name, &zone_id)
+            .await
+            .values()
+            .sum::<usize>(),
+        0
+    );
+    assert_eq!(
+        ec2.describe_vpcs()
+            .vpc_ids(&vpc)
+            .send()
+            .await
+            .unwrap()
+            .vpcs()
+            .len(),
+        1
+    );
+    let g = ec2
+        .describe_internet_gateways()
+        .internet_gateway_ids(&igw)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        g.internet_gateways()[0].attachments()[0].vpc_id(),
+        Some(vpc.as_str()),
+        "the adopted gateway must stay attached"
+    );
+}
