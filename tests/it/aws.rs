@@ -178,8 +178,8 @@ fn fast() -> ApplyOptions {
 }
 
 async fn plan(e: &Env, c: &Cluster, igs: &[InstanceGroup]) -> Plan {
-    let desired = e.cloud.desired(c, igs).await.expect("desired model");
-    engine::plan(&e.cloud, c.name(), desired)
+    e.cloud
+        .plan(c, igs)
         .await
         .unwrap_or_else(|err| panic!("plan: {err}\n{}", moto().log_tail()))
 }
@@ -192,10 +192,7 @@ async fn apply(e: &Env, p: &Plan, prune: bool) {
 }
 
 async fn delete_all(e: &Env, c: &Cluster, igs: &[InstanceGroup]) {
-    let desired = e.cloud.desired(c, igs).await.expect("desired model");
-    let p = engine::plan_delete(&e.cloud, c.name(), desired)
-        .await
-        .expect("delete plan");
+    let p = e.cloud.plan_delete(c, igs).await.expect("delete plan");
     assert!(p.changes.iter().all(|ch| ch.action == Action::Delete));
     apply(e, &p, true).await;
 }

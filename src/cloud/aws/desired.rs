@@ -463,19 +463,13 @@ pub fn desired(
             )));
         }
         let key = role_key(s.role);
-        let mut sgs = vec![sg(match s.role {
-            InstanceGroupRole::ControlPlane => "control-plane",
-            InstanceGroupRole::Node => "nodes",
-            InstanceGroupRole::Bastion => "bastion",
-        })];
-        sgs.sort();
         out.push(
             Resource::new(LAUNCH_TEMPLATE, ig_name)
                 .field("templateName", Value::str(format!("{ig_name}.{name}")))
                 .field("imageId", Value::str(image_id))
                 .field("instanceType", Value::str(machine))
                 .field("keyName", Value::reference(KEY_PAIR, "main"))
-                .field("securityGroups", Value::set(sgs))
+                .field("securityGroups", Value::set(vec![sg(key)]))
                 .field("instanceProfile", Value::reference(INSTANCE_PROFILE, key))
                 .field(
                     "userData",

@@ -211,43 +211,44 @@ async fn check_delegation(
     })
 }
 
-fn txt_set(name: &str, value: &str) -> ResourceRecordSet {
-    ResourceRecordSet::builder()
-        .name(name)
-        .r#type(RrType::Txt)
-        .ttl(300)
-        .resource_records(
-            ResourceRecord::builder()
-                .value(value)
-                .build()
-                .expect("value set"),
-        )
-        .build()
-        .expect("name and type set")
+/// The SDK's builders fail only when a required field is missing, which would be a bug here.
+fn built<T>(r: Result<T, aws_sdk_route53::error::BuildError>) -> Result<T, CloudError> {
+    r.map_err(|e| CloudError::Model(format!("Route53 request: {e}")))
 }
 
-fn alias_set(name: &str, dns: &str, zone: &str) -> ResourceRecordSet {
-    ResourceRecordSet::builder()
-        .name(name)
-        .r#type(RrType::A)
-        .alias_target(
-            AliasTarget::builder()
-                .dns_name(dns)
-                .hosted_zone_id(zone)
-                .evaluate_target_health(false)
-                .build()
-                .expect("alias fields set"),
-        )
-        .build()
-        .expect("name and type set")
+fn txt_set(name: &str, value: &str) -> Result<ResourceRecordSet, CloudError> {
+    built(
+        ResourceRecordSet::builder()
+            .name(name)
+            .r#type(RrType::Txt)
+            .ttl(300)
+            .resource_records(built(ResourceRecord::builder().value(value).build())?)
+            .build(),
+    )
 }
 
-fn change(action: ChangeAction, set: ResourceRecordSet) -> Change {
-    Change::builder()
-        .action(action)
-        .resource_record_set(set)
-        .build()
-        .expect("action and set given")
+fn alias_set(name: &str, dns: &str, zone: &str) -> Result<ResourceRecordSet, CloudError> {
+    let target = AliasTarget::builder()
+        .dns_name(dns)
+        .hosted_zone_id(zone)
+        .evaluate_target_health(false)
+        .build();
+    built(
+        ResourceRecordSet::builder()
+            .name(name)
+            .r#type(RrType::A)
+            .alias_target(built(target)?)
+            .build(),
+    )
+}
+
+fn change(action: ChangeAction, set: ResourceRecordSet) -> Result<Change, CloudError> {
+    built(
+        Change::builder()
+            .action(action)
+            .resource_record_set(set)
+            .build(),
+    )
 }
 
 async fn submit(c: &AwsCloud, zone: &str, changes: Vec<Change>) -> Result<(), CloudError> {
@@ -255,12 +256,9 @@ async fn submit(c: &AwsCloud, zone: &str, changes: Vec<Change>) -> Result<(), Cl
         .r53
         .change_resource_record_sets()
         .hosted_zone_id(zone)
-        .change_batch(
-            ChangeBatch::builder()
-                .set_changes(Some(changes))
-                .build()
-                .expect("changes given"),
-        )
+        .change_batch(built(
+            ChangeBatch::builder().set_changes(Some(changes)).build(),
+        )?)
         .send()
         .await
         .ctx("ChangeResourceRecordSets")?;
@@ -290,7 +288,6 @@ async fn submit(c: &AwsCloud, zone: &str, changes: Vec<Change>) -> Result<(), Cl
 pub(super) async fn upsert(
     c: &AwsCloud,
     want: &Resource,
-    _have: Option<&Resource>,
     ids: &IdMap,
 ) -> Result<String, CloudError> {
     let zone = cid(ids, want.get("zone"))?.to_string();
@@ -309,19 +306,15 @@ pub(super) async fn upsert(
             format!("load balancer {arn} not found"),
         )
     })?;
+    let alias = alias_set(
+        name,
+        lb.dns_name().unwrap_or_default(),
+        lb.canonical_hosted_zone_id().unwrap_or_default(),
+    )?;
+    let owner = txt_set(name, &owner_value(c, &want.id))?;
     let changes = vec![
-        change(
-            ChangeAction::Upsert,
-            alias_set(
-                name,
-                lb.dns_name().unwrap_or_default(),
-                lb.canonical_hosted_zone_id().unwrap_or_default(),
-            ),
-        ),
-        change(
-            ChangeAction::Upsert,
-            txt_set(name, &owner_value(c, &want.id)),
-        ),
+        change(ChangeAction::Upsert, alias)?,
+        change(ChangeAction::Upsert, owner)?,
     ];
     submit(c, &zone, changes).await?;
     Ok(format!("{zone}/{name}"))
@@ -335,10 +328,10 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         .ok_or_else(|| CloudError::Model(format!("{}: no zone/name", have.id)))?;
     let mut changes = vec![change(
         ChangeAction::Delete,
-        txt_set(name, have.get_str("txt").unwrap_or_default()),
-    )];
+        txt_set(name, have.get_str("txt").unwrap_or_default())?,
+    )?];
     if let (Some(dns), Some(z)) = (have.get_str("aliasDns"), have.get_str("aliasZone")) {
-        changes.push(change(ChangeAction::Delete, alias_set(name, dns, z)));
+        changes.push(change(ChangeAction::Delete, alias_set(name, dns, z)?)?);
     }
     submit(c, zone, changes).await
 }

@@ -25,7 +25,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 pub use desired::{desired, fqdn, public_key_hash, short_name};
 
 use crate::cloud::engine::{
-    CloudError, ErrorClass, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
+    self, CloudError, ErrorClass, FieldChange, IdMap, Lifecycle, Plan, Resource, ResourceId, Value,
 };
 use crate::cloud::{Actual, Provider};
 use crate::spec::{Cluster, InstanceGroup};
@@ -106,7 +106,23 @@ impl AwsCloud {
         desired(cluster, igs, &images)
     }
 
-    /// The standard tags plus `extra`.
+    /// The preview of `update cluster`: desired model, read-only read, diff.
+    pub async fn plan(&self, cluster: &Cluster, igs: &[InstanceGroup]) -> Result<Plan, CloudError> {
+        let desired = self.desired(cluster, igs).await?;
+        engine::plan(self, cluster.name(), desired).await
+    }
+
+    /// The preview of `delete cluster`: every owned resource, in deletion order.
+    pub async fn plan_delete(
+        &self,
+        cluster: &Cluster,
+        igs: &[InstanceGroup],
+    ) -> Result<Plan, CloudError> {
+        let desired = self.desired(cluster, igs).await?;
+        engine::plan_delete(self, cluster.name(), desired).await
+    }
+
+    /// The standard ownership and identity tags.
     fn tags(&self, id: &ResourceId, display: &str) -> Vec<(String, String)> {
         vec![
             (owned_tag_key(&self.cluster), "owned".into()),
@@ -294,7 +310,7 @@ impl Provider for AwsCloud {
             AUTOSCALING_GROUP => asg::create(self, want, ids).await,
             LOAD_BALANCER | TARGET_GROUP | LISTENER => elb::create(self, want, ids).await,
             IAM_ROLE | IAM_ROLE_POLICY | INSTANCE_PROFILE => iam::create(self, want, ids).await,
-            DNS_RECORD => dns::upsert(self, want, None, ids).await,
+            DNS_RECORD => dns::upsert(self, want, ids).await,
             _ => ec2::create(self, want, ids).await,
         }
     }
@@ -314,7 +330,7 @@ impl Provider for AwsCloud {
             IAM_ROLE | IAM_ROLE_POLICY | INSTANCE_PROFILE => {
                 iam::update(self, want, have, changes, ids).await
             }
-            DNS_RECORD => dns::upsert(self, want, Some(have), ids).await.map(|_| ()),
+            DNS_RECORD => dns::upsert(self, want, ids).await.map(|_| ()),
             _ => ec2::update(self, want, have, changes, ids).await,
         }
     }
