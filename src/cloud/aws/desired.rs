@@ -665,3 +665,158 @@ fn user_data(cluster: &Cluster, ig: &InstanceGroup, version: &str, api: &str) ->
         c = cluster.name(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::engine::topo_order;
+    use proptest::prelude::*;
+
+    fn cluster(private: bool, extra: &str) -> Cluster {
+        let subnets = if private {
+            "    - {name: a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Private}
+    - {name: ua, zone: us-east-1a, cidr: 172.20.0.0/22, type: Utility}
+    - {name: b, zone: us-east-1b, cidr: 172.20.64.0/19, type: Private}
+    - {name: ub, zone: us-east-1b, cidr: 172.20.4.0/22, type: Utility}"
+        } else {
+            "    - {name: a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Public}"
+        };
+        let topology = if private { "Private" } else { "Public" };
+        let yaml = format!(
+            "apiVersion: kprov.dev/v1alpha1
+kind: Cluster
+metadata: {{name: c.example.com}}
+spec:
+  cloudProvider: aws
+  region: us-east-1
+  kubernetesVersion: 1.31.2
+  networking:
+    networkCIDR: 172.20.0.0/16
+    subnets:
+{subnets}
+  topology: {{type: {topology}}}
+  dns: {{type: Public, zone: example.com}}
+  api: {{loadBalancer: {{type: Public}}}}
+  etcd: {{type: Stacked}}
+{extra}"
+        );
+        serde_saphyr::from_str(&yaml).unwrap()
+    }
+
+    const KEY: &str = "  sshKey: {publicKey: ssh-ed25519 AAAA k}\n";
+
+    fn ig(name: &str, role: &str, rest: &str) -> InstanceGroup {
+        serde_saphyr::from_str(&format!(
+            "apiVersion: kprov.dev/v1alpha1
+kind: InstanceGroup
+metadata: {{name: {name}}}
+spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize: 2{rest}}}
+"
+        ))
+        .unwrap()
+    }
+
+    fn err(c: &Cluster, igs: &[InstanceGroup]) -> String {
+        desired(c, igs, &BTreeMap::new()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn models_are_ordered_and_complete() {
+        for private in [false, true] {
+            let igs = [
+                ig("cp", "ControlPlane", ""),
+                ig("nodes", "Node", ""),
+                ig("bastion", "Bastion", ""),
+            ];
+            let rs = desired(&cluster(private, KEY), &igs, &BTreeMap::new()).unwrap();
+            let set: BTreeMap<_, _> = rs.into_iter().map(|r| (r.id.clone(), r)).collect();
+            // Every reference resolves and there is no cycle.
+            let order = topo_order(&set).unwrap();
+            let pos = |k: &str, n: &str| order.iter().position(|i| *i == ResourceId::new(k, n));
+            let asg = pos(AUTOSCALING_GROUP, "nodes").unwrap();
+            if private {
+                assert!(pos(ROUTE_TABLE, "private-us-east-1a").unwrap() < asg);
+                assert!(pos(NAT_GATEWAY, "us-east-1b").is_some());
+            } else {
+                assert!(pos(ROUTE_TABLE, "public").unwrap() < asg);
+                assert!(pos(NAT_GATEWAY, "us-east-1a").is_none());
+            }
+            let nodes = &set[&ResourceId::new(AUTOSCALING_GROUP, "nodes")];
+            let want = if private { "a" } else { "a" };
+            assert!(
+                nodes
+                    .get("subnets")
+                    .unwrap()
+                    .as_list()
+                    .contains(&Value::reference(SUBNET, want))
+            );
+            let bastion = &set[&ResourceId::new(AUTOSCALING_GROUP, "bastion")];
+            let bastion_subnet = if private { "ua" } else { "a" };
+            assert!(
+                bastion
+                    .get("subnets")
+                    .unwrap()
+                    .as_list()
+                    .contains(&Value::reference(SUBNET, bastion_subnet))
+            );
+        }
+    }
+
+    #[test]
+    fn bad_specs_get_errors_naming_the_field() {
+        let igs = [ig("cp", "ControlPlane", "")];
+        assert!(err(&cluster(false, ""), &igs).contains("spec.sshKey is not set"));
+
+        let mut c = cluster(true, KEY);
+        c.spec.networking.subnets.retain(|s| s.name != "ub");
+        assert!(
+            err(&c, &igs).contains("zone us-east-1b has a Private subnet but no Utility subnet")
+        );
+
+        let c = cluster(false, KEY);
+        let bad = [ig("cp", "ControlPlane", ", subnets: [nope]")];
+        assert!(
+            err(&c, &bad).contains(
+                "instance group cp: spec.subnets: subnet \"nope\" is not in spec.networking.subnets"
+            ),
+            "{}",
+            err(&c, &bad)
+        );
+        let mut big = ig("cp", "ControlPlane", "");
+        big.spec.min_size = Some(3);
+        assert!(
+            err(&c, &[big])
+                .contains("instance group cp: spec.minSize (3) is larger than maxSize (2)")
+        );
+        let mut named = ig("cp", "ControlPlane", "");
+        named.spec.image = Some("ubuntu/noble".into());
+        assert!(
+            err(&c, &[named])
+                .contains("instance group cp: spec.image: no image named \"ubuntu/noble\"")
+        );
+        let twice = [ig("cp", "ControlPlane", ""), ig("cp", "Node", "")];
+        assert!(err(&c, &twice).contains("instance group cp is defined twice"));
+        let mut outside = cluster(false, KEY);
+        outside.spec.api.as_mut().unwrap().public_name = Some("api.elsewhere.org".into());
+        assert!(
+            err(&outside, &igs)
+                .contains("api.elsewhere.org is not inside the DNS zone example.com")
+        );
+    }
+
+    proptest! {
+        /// Load balancer and target group names: AWS allows 32 characters of [A-Za-z0-9-], no
+        /// leading or trailing hyphen; distinct clusters get distinct names.
+        #[test]
+        fn short_names_are_valid(a in "[a-z0-9.-]{1,80}", b in "[a-z0-9.-]{1,80}") {
+            let n = short_name("api", &a);
+            prop_assert!(n.len() <= 32, "{}", n);
+            prop_assert!(n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+            prop_assert!(!n.ends_with('-'));
+            prop_assert_eq!(&n, &short_name("api", &a));
+            if a != b {
+                prop_assert_ne!(n, short_name("api", &b));
+            }
+        }
+    }
+}
