@@ -44,4 +44,7 @@ pub struct Actual {
     pub resources: Vec<Resource>,
     /// Things the operator should know that do not stop a plan (e.g. NS delegation unconfirmed).
     pub warnings: Vec<String>,
+    /// Conflicts that make applying unsafe (a record this cluster would write exists and is
+    /// not owned by it); they become plan errors.
+    pub conflicts: Vec<String>,
 }

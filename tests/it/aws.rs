@@ -981,3 +981,56 @@ async fn adopted_vpc_is_used_validated_and_kept() {
         "the adopted gateway must stay attached"
     );
 }
+
+/// A record this cluster would write that already exists and is not owned (no owner TXT) is a
+/// plan error: applying would take over someone else's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_record_at_an_api_name_is_a_conflict() {
+    let name = "taken.conflict.example.com";
+    let zone = "conflict.example.com";
+    let e = env(name).await;
+    let zone_id = make_zone(&e.sdk, zone).await;
+    let r53 = aws_sdk_route53::Client::new(&e.sdk);
+    let set = aws_sdk_route53::types::ResourceRecordSet::builder()
+        .name(format!("api.{name}."))
+        .r#type(aws_sdk_route53::types::RrType::A)
+        .ttl(60)
+        .resource_records(
+            aws_sdk_route53::types::ResourceRecord::builder()
+                .value("192.0.2.1")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    r53.change_resource_record_sets()
+        .hosted_zone_id(&zone_id)
+        .change_batch(
+            aws_sdk_route53::types::ChangeBatch::builder()
+                .changes(
+                    aws_sdk_route53::types::Change::builder()
+                        .action(aws_sdk_route53::types::ChangeAction::Create)
+                        .resource_record_set(set)
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let (c, igs) = spec(name, zone, false);
+    let p = plan(&e, &c, &igs).await;
+    assert_eq!(
+        p.errors,
+        [format!(
+            "DnsRecord/api: api.{name}. already has a A record in zone {zone}. that cluster \
+             {name} does not own (no owner TXT record); remove it or choose another name"
+        )]
+    );
+    let err = engine::apply(&e.cloud, &p, &fast()).await.unwrap_err();
+    assert!(err.to_string().contains("cannot be applied"), "{err}");
+    assert!(e.rec.take().iter().all(|o| !is_write(o)), "a refused plan wrote");
+    assert_eq!(count_owned(&e.sdk, name, &zone_id).await["vpc"], 0);
+}

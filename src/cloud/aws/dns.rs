@@ -139,6 +139,38 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
         }
         rd.push(r);
     }
+    // A name this cluster would write that holds someone else's record: UPSERT would
+    // silently take it over, so the plan refuses instead.
+    let owned: Vec<&str> = sets
+        .iter()
+        .filter(|s| s.r#type() == &RrType::Txt)
+        .filter(|s| {
+            s.resource_records()
+                .iter()
+                .any(|r| owner_id(c, r.value()).is_some())
+        })
+        .map(|s| s.name())
+        .collect();
+    let zone_name = name.clone();
+    for want in rd.desired.iter().filter(|r| r.id.kind == DNS_RECORD) {
+        let name = want.get_str("recordName").unwrap_or_default();
+        if owned.contains(&name) {
+            continue;
+        }
+        if let Some(s) = sets
+            .iter()
+            .find(|s| s.name() == name && s.r#type() != &RrType::Txt)
+        {
+            rd.conflicts.push(format!(
+                "{}: {name} already has a {} record in zone {zone} that cluster {} does not own \
+                 (no owner TXT record); remove it or choose another name",
+                want.id,
+                s.r#type().as_str(),
+                c.cluster,
+                zone = zone_name,
+            ));
+        }
+    }
     Ok(())
 }
 

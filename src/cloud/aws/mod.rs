@@ -140,6 +140,7 @@ pub(crate) struct Reader<'a> {
     pub refs: HashMap<String, ResourceId>,
     pub out: Vec<Resource>,
     pub warnings: Vec<String>,
+    pub conflicts: Vec<String>,
 }
 
 impl Reader<'_> {
@@ -289,6 +290,7 @@ impl Provider for AwsCloud {
             refs: HashMap::new(),
             out: Vec::new(),
             warnings: Vec::new(),
+            conflicts: Vec::new(),
         };
         // Order matters: each reader turns cloud IDs of the kinds read before it into refs.
         ec2::read_network(self, &mut rd).await?;
@@ -302,6 +304,7 @@ impl Provider for AwsCloud {
         Ok(Actual {
             resources: rd.out,
             warnings: rd.warnings,
+            conflicts: rd.conflicts,
         })
     }
 

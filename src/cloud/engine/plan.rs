@@ -151,7 +151,7 @@ pub fn diff(cluster: &str, desired: Vec<Resource>, actual: Actual) -> Result<Pla
     let order = topo_order(&want)?;
 
     let mut changes = Vec::new();
-    let mut errors = Vec::new();
+    let mut errors = actual.conflicts;
     for id in &order {
         let w = &want[id];
         if w.lifecycle == Lifecycle::Ignore {

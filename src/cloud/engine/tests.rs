@@ -66,6 +66,7 @@ impl Provider for MemCloud {
         Ok(Actual {
             resources: self.state.lock().unwrap().values().cloned().collect(),
             warnings: vec![],
+            conflicts: vec![],
         })
     }
 
@@ -221,6 +222,7 @@ proptest! {
         let actual = Actual {
             resources: set.iter().cloned().map(|r| r.cloud_id("x")).collect(),
             warnings: vec![],
+            conflicts: vec![],
         };
         let p = diff("c", set, actual).unwrap();
         prop_assert!(p.is_empty());
@@ -351,6 +353,7 @@ fn preview_text_groups_diffs_documents_and_colours_on_request() {
         Actual {
             resources: vec![have, extra],
             warnings: vec!["careful".into()],
+            conflicts: vec![],
         },
     )
     .unwrap();
