@@ -770,8 +770,8 @@ async fn ha_private_cluster_lifecycle() {
     assert_eq!(left.values().sum::<usize>(), 0, "{left:?}");
 }
 
-/// Stop the apply after its k-th write, for many k; the re-run must converge with nothing
-/// duplicated, and delete must leave nothing behind.
+/// Stop the apply after its k-th write, for every k; the re-run must converge with nothing
+/// duplicated. Then stop the delete after its k-th write; the re-run must leave nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_applies_converge() {
     let zone = "interrupt.example.com";
@@ -814,6 +814,15 @@ async fn interrupted_applies_converge() {
             engine::render_text(&converged, RenderOptions::default())
         );
         assert_eq!(count_owned(&sdk, &name, &zone_id).await, expected, "k={k}");
+        // Delete, interrupted the same way, then run again.
+        let doomed = e.cloud.plan_delete(&c, &igs).await.expect("delete plan");
+        e.rec.limit_writes(Some(k));
+        let prune = ApplyOptions {
+            prune: true,
+            ..opts
+        };
+        let _ = engine::apply(&e.cloud, &doomed, &prune).await;
+        e.rec.limit_writes(None);
         delete_all(&e, &c, &igs).await;
         let left = count_owned(&sdk, &name, &zone_id).await;
         assert_eq!(left.values().sum::<usize>(), 0, "k={k}: leaked {left:?}");
@@ -1031,6 +1040,9 @@ async fn foreign_record_at_an_api_name_is_a_conflict() {
     );
     let err = engine::apply(&e.cloud, &p, &fast()).await.unwrap_err();
     assert!(err.to_string().contains("cannot be applied"), "{err}");
-    assert!(e.rec.take().iter().all(|o| !is_write(o)), "a refused plan wrote");
+    assert!(
+        e.rec.take().iter().all(|o| !is_write(o)),
+        "a refused plan wrote"
+    );
     assert_eq!(count_owned(&e.sdk, name, &zone_id).await["vpc"], 0);
 }
