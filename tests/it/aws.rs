@@ -411,6 +411,19 @@ fn redact(text: &str, cluster: &str) -> String {
     text.replace(cluster, "CLUSTER")
 }
 
+/// Cloud IDs are random: `~ nodes (sg-0a1b2c)` → `~ nodes (ID)`.
+fn redact_ids(text: &str) -> String {
+    text.lines()
+        .map(|l| match (l.rfind(" ("), l.ends_with(')')) {
+            (Some(i), true) if l.trim_start().starts_with(['~', '-', '±']) => {
+                format!("{} (ID)", &l[..i])
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn json(p: &Plan) -> serde_json::Value {
     serde_json::to_value(p).expect("plan serialises")
 }
@@ -605,6 +618,7 @@ async fn minimal_public_cluster_lifecycle() {
     let drift = plan(&e, &c, &igs).await;
     let text = redact(&engine::render_text(&drift, RenderOptions::default()), name);
     assert_eq!(drift.summary.update, 2, "{text}");
+    insta::assert_snapshot!("minimal_public_drift", redact_ids(&text));
     assert_eq!(drift.summary.total(), 2, "{text}");
     let fields = |kind: &str| -> Vec<String> {
         drift
@@ -630,6 +644,13 @@ async fn minimal_public_cluster_lifecycle() {
         "{text}"
     );
     apply(&e, &drift, false).await;
+    // Scaling within the spec's bounds is the autoscaler's business, not drift.
+    asg.set_desired_capacity()
+        .auto_scaling_group_name(&group)
+        .desired_capacity(3)
+        .send()
+        .await
+        .unwrap();
     let repaired = plan(&e, &c, &igs).await;
     assert!(
         repaired.is_empty(),

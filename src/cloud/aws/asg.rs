@@ -53,6 +53,18 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
             .collect();
         let tgs = g.target_group_arns().iter().map(|a| rd.r(a)).collect();
         let lt_ref = rd.r(lt.and_then(|l| l.launch_template_id()).unwrap_or_default());
+        // The desired capacity belongs to whoever scales the group (a cluster-autoscaler,
+        // an operator): any value within the spec's [min, max] counts as matching.
+        let mut desired = i64::from(g.desired_capacity().unwrap_or(0));
+        if let Some(w) = rd.desired.iter().find(|r| r.id == id) {
+            let bound = |f: &str| w.get(f).and_then(Value::as_int);
+            if let (Some(min), Some(max), Some(want)) =
+                (bound("minSize"), bound("maxSize"), bound("desiredCapacity"))
+                && (min..=max).contains(&desired)
+            {
+                desired = want;
+            }
+        }
         rd.push(
             Resource::new(AUTOSCALING_GROUP, id.name)
                 .cloud_id(name)
@@ -64,10 +76,7 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
                 )
                 .field("minSize", Value::Int(g.min_size().unwrap_or(0).into()))
                 .field("maxSize", Value::Int(g.max_size().unwrap_or(0).into()))
-                .field(
-                    "desiredCapacity",
-                    Value::Int(g.desired_capacity().unwrap_or(0).into()),
-                )
+                .field("desiredCapacity", Value::Int(desired))
                 .field("subnets", Value::set(subnets))
                 .field("targetGroups", Value::set(tgs))
                 .field("role", Value::str(role)),
@@ -153,7 +162,13 @@ pub(super) async fn update(
             .launch_template(template(want, ids)?)
             .min_size(int(want, "minSize"))
             .max_size(int(want, "maxSize"))
-            .desired_capacity(int(want, "desiredCapacity"))
+            // Only when out of bounds (see `read`): never undo an autoscaler's decision.
+            .set_desired_capacity(
+                changes
+                    .iter()
+                    .any(|ch| ch.field == "desiredCapacity")
+                    .then(|| int(want, "desiredCapacity")),
+            )
             .vpc_zone_identifier(cids(ids, want.get("subnets"))?.join(","))
             .send()
             .await

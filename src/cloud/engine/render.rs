@@ -162,6 +162,16 @@ fn render_field(
         (None, Some(n)) => {
             let _ = writeln!(out, "      {name}: {n}");
         }
+        (Some(Value::List(o)), Some(Value::List(n))) if action != Action::Create => {
+            // Sets (rules, subnets): what goes and what comes, not two long lines.
+            let _ = writeln!(out, "      {name}:");
+            for v in o.iter().filter(|v| !n.contains(v)) {
+                let _ = writeln!(out, "{PAD}{}", st.del.apply_to(format!("- {v}")));
+            }
+            for v in n.iter().filter(|v| !o.contains(v)) {
+                let _ = writeln!(out, "{PAD}{}", st.add.apply_to(format!("+ {v}")));
+            }
+        }
         (Some(o), Some(n)) => {
             let _ = writeln!(
                 out,

@@ -342,10 +342,12 @@ fn preview_text_groups_diffs_documents_and_colours_on_request() {
     let have = Resource::new("Doc", "d")
         .field("body", Value::Doc("a\nb\nc\n".into()))
         .field("n", Value::Int(1))
+        .field("set", Value::set(vec![Value::str("x"), Value::str("y")]))
         .cloud_id("d-1");
     let want = Resource::new("Doc", "d")
         .field("body", Value::Doc("a\nB\nc\n".into()))
-        .field("n", Value::Int(2));
+        .field("n", Value::Int(2))
+        .field("set", Value::set(vec![Value::str("y"), Value::str("z")]));
     let extra = Resource::new("Old", "o").cloud_id("o-1");
     let p = diff(
         "c",
@@ -361,7 +363,7 @@ fn preview_text_groups_diffs_documents_and_colours_on_request() {
     assert_eq!(
         plain,
         "Warning: careful\n\n\
-         Will modify resources:\n  Doc\n    ~ d (d-1)\n      body:\n         a\n        -b\n        +B\n         c\n      n: 1 -> 2\n\n\
+         Will modify resources:\n  Doc\n    ~ d (d-1)\n      body:\n         a\n        -b\n        +B\n         c\n      n: 1 -> 2\n      set:\n        - \"x\"\n        + \"z\"\n\n\
          Would delete resources (owned but no longer in the spec; run with --prune):\n  Old\n    - o (o-1)\n\n\
          Plan: 0 to create, 1 to modify, 0 to replace, 1 to delete (deletions need --prune).\n"
     );
