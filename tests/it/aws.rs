@@ -13,6 +13,7 @@ use crate::support::moto::moto;
 
 const IMAGE: &str = "ami-1e749f67";
 const IMAGE_NAME: &str = "ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-20170727";
+const ROTATED_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPbux3eWNc+++t1ENCHPOraouUduIhZMg8PM7hnKVFwQ kprov@rotated";
 const SSH_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBk2yW8tEvt3hWRVrDTyW8ODgQSKmIbN6Vw0nYq1eNvd kprov@test";
 
@@ -670,6 +671,31 @@ async fn minimal_public_cluster_lifecycle() {
     assert!(text.contains("+        \"tier\": \"gold\""), "{text}");
     apply(&e, &changed, false).await;
     assert!(plan(&e, &c, &igs2).await.is_empty());
+
+    // A new SSH key cannot be changed in place: the key pair is replaced (same name, so the
+    // launch templates that name it stay as they are).
+    let mut rotated = c.clone();
+    rotated.spec.ssh_key.as_mut().unwrap().public_key = Some(ROTATED_KEY.into());
+    let replace = plan(&e, &rotated, &igs2).await;
+    assert_eq!(replace.summary.replace, 1, "{:?}", replace.changes);
+    assert_eq!(replace.summary.total(), 1);
+    assert_eq!(replace.changes[0].kind, "KeyPair");
+    apply(&e, &replace, false).await;
+    assert!(plan(&e, &rotated, &igs2).await.is_empty());
+    let keys = ec2
+        .describe_key_pairs()
+        .key_names(format!("kprov-{name}"))
+        .send()
+        .await
+        .unwrap();
+    let hash = keys.key_pairs()[0]
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some("kprov.dev/public-key-sha256"))
+        .and_then(|t| t.value())
+        .map(str::to_string);
+    assert_eq!(hash, Some(kprov::cloud::aws::public_key_hash(ROTATED_KEY)));
+    let c = rotated;
 
     // An immutable field is refused with a message naming it, and apply refuses the plan.
     let mut c2 = c.clone();

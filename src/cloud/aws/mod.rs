@@ -348,3 +348,44 @@ impl Provider for AwsCloud {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_decide_retries() {
+        for code in ["Throttling", "RequestLimitExceeded", "ThrottlingException"] {
+            assert_eq!(classify(code), ErrorClass::Throttled, "{code}");
+        }
+        for code in ["DependencyViolation", "ResourceInUse", "DeleteConflict"] {
+            assert_eq!(classify(code), ErrorClass::DependencyViolation, "{code}");
+        }
+        for code in ["InvalidParameterValue", "UnauthorizedOperation", ""] {
+            assert_eq!(classify(code), ErrorClass::Fatal, "{code}");
+        }
+    }
+
+    #[test]
+    fn ownership_needs_the_owned_tag_of_this_cluster() {
+        let key = owned_tag_key("a.example.com");
+        assert!(owned_by(
+            "a.example.com",
+            [(key.as_str(), "owned")].into_iter()
+        ));
+        assert!(!owned_by(
+            "a.example.com",
+            [(key.as_str(), "shared")].into_iter()
+        ));
+        let other = owned_tag_key("b.example.com");
+        assert!(!owned_by(
+            "a.example.com",
+            [(other.as_str(), "owned")].into_iter()
+        ));
+        assert_eq!(
+            id_from_tags(VPC, "vpc-1", [(TAG_ID, "Subnet/x")].into_iter()),
+            ResourceId::new(VPC, "untracked-vpc-1"),
+            "an identity of another kind is not trusted"
+        );
+    }
+}
