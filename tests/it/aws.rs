@@ -926,8 +926,8 @@ async fn bench_plan() {
     }
 }
 
-/// `networking.networkID` adopts an existing VPC (and its internet gateway): used, validated,
-/// never changed or deleted.
+/// `networking.networkID` adopts an existing VPC (and its internet gateway), a subnet `id` an
+/// existing subnet: used, validated, never changed or deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adopted_vpc_is_used_validated_and_kept() {
     let name = "adopt.shared.example.com";
@@ -959,7 +959,30 @@ async fn adopted_vpc_is_used_validated_and_kept() {
         .await
         .unwrap();
 
+    let subnet = ec2
+        .create_subnet()
+        .vpc_id(&vpc)
+        .cidr_block("172.20.32.0/19")
+        .availability_zone("us-east-1a")
+        .send()
+        .await
+        .unwrap()
+        .subnet()
+        .and_then(|s| s.subnet_id().map(str::to_string))
+        .unwrap();
+    ec2.modify_subnet_attribute()
+        .subnet_id(&subnet)
+        .map_public_ip_on_launch(
+            aws_sdk_ec2::types::AttributeBooleanValue::builder()
+                .value(true)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+
     let (mut c, igs) = spec(name, zone, false);
+    c.spec.networking.subnets[0].id = Some(subnet.clone());
     c.spec.networking.network_id = Some("vpc-00000000".into());
     let missing = plan(&e, &c, &igs).await;
     assert!(
@@ -974,25 +997,26 @@ async fn adopted_vpc_is_used_validated_and_kept() {
     c.spec.networking.network_id = Some(vpc.clone());
     let p = plan(&e, &c, &igs).await;
     assert!(p.errors.is_empty(), "{:?}", p.errors);
-    assert!(
-        !p.changes
-            .iter()
-            .any(|ch| ch.kind == "Vpc" || ch.kind == "InternetGateway"),
-        "adopted resources must not be created"
-    );
+    let made: Vec<&str> = p.changes.iter().map(|ch| ch.kind.as_str()).collect();
+    for kind in ["Vpc", "InternetGateway", "Subnet", "RouteTable"] {
+        assert!(
+            !made.contains(&kind),
+            "adopted network: {kind} must not be created"
+        );
+    }
     apply(&e, &p, false).await;
-    let subnets = ec2
-        .describe_subnets()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name(format!("tag:{}", owned_tag_key(name)))
-                .values("owned")
-                .build(),
-        )
+    // The instance groups use the adopted subnet.
+    let asg = aws_sdk_autoscaling::Client::new(&e.sdk);
+    let groups = asg
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(format!("nodes.{name}"))
         .send()
         .await
         .unwrap();
-    assert_eq!(subnets.subnets()[0].vpc_id(), Some(vpc.as_str()));
+    assert_eq!(
+        groups.auto_scaling_groups()[0].vpc_zone_identifier(),
+        Some(subnet.as_str())
+    );
     assert!(plan(&e, &c, &igs).await.is_empty());
 
     let mut wrong = c.clone();
@@ -1025,6 +1049,13 @@ async fn adopted_vpc_is_used_validated_and_kept() {
             .len(),
         1
     );
+    let kept = ec2
+        .describe_subnets()
+        .subnet_ids(&subnet)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.subnets().len(), 1, "the adopted subnet must survive");
     let g = ec2
         .describe_internet_gateways()
         .internet_gateway_ids(&igw)

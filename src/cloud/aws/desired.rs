@@ -92,7 +92,7 @@ pub fn desired(
     let mut utility_by_zone: BTreeMap<&str, &str> = BTreeMap::new();
     for s in &net.subnets {
         let public = s.kind != SubnetType::Private;
-        let mut r = Resource::new(SUBNET, &s.name)
+        let r = Resource::new(SUBNET, &s.name)
             .field("vpc", vpc_ref.clone())
             .field("zone", Value::str(&s.zone))
             .field("cidr", Value::str(&s.cidr))
@@ -101,7 +101,9 @@ pub fn desired(
             .rule("zone", FieldRule::Immutable)
             .rule("cidr", FieldRule::Immutable);
         if let Some(id) = &s.id {
-            r = r.lifecycle(Lifecycle::ExistsAndValidates).cloud_id(id);
+            // An adopted subnet keeps its owner's routing: no route table, no NAT from us.
+            out.push(r.lifecycle(Lifecycle::ExistsAndValidates).cloud_id(id));
+            continue;
         }
         out.push(r);
         match s.kind {
@@ -140,7 +142,7 @@ pub fn desired(
         let utility = utility_by_zone.get(zone).ok_or_else(|| {
             CloudError::Spec(format!(
                 "spec.networking.subnets: zone {zone} has a Private subnet but no Utility subnet \
-                 for its NAT gateway"
+                 (created by kprov, without an id) for its NAT gateway"
             ))
         })?;
         out.push(
