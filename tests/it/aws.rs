@@ -1124,3 +1124,99 @@ async fn foreign_record_at_an_api_name_is_a_conflict() {
     );
     assert_eq!(count_owned(&e.sdk, name, &zone_id).await["vpc"], 0);
 }
+
+/// A private zone is associated with the cluster's VPC (instances resolve it only from
+/// associated VPCs); delete removes that association and nothing else of the zone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_zone_is_associated_with_the_cluster_vpc() {
+    let name = "dns.internal.example";
+    let zone = "internal.example";
+    let e = env(name).await;
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let other_vpc = ec2
+        .create_vpc()
+        .cidr_block("10.9.0.0/16")
+        .send()
+        .await
+        .unwrap()
+        .vpc()
+        .and_then(|v| v.vpc_id().map(str::to_string))
+        .unwrap();
+    let r53 = aws_sdk_route53::Client::new(&e.sdk);
+    let zone_id = r53
+        .create_hosted_zone()
+        .name(zone)
+        .caller_reference("kprov-test-private")
+        .hosted_zone_config(
+            aws_sdk_route53::types::HostedZoneConfig::builder()
+                .private_zone(true)
+                .build(),
+        )
+        .vpc(
+            aws_sdk_route53::types::Vpc::builder()
+                .vpc_id(&other_vpc)
+                .vpc_region(aws_sdk_route53::types::VpcRegion::UsEast1)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .hosted_zone()
+        .map(|z| z.id().trim_start_matches("/hostedzone/").to_string())
+        .unwrap();
+    let associated = || async {
+        let z = r53.get_hosted_zone().id(&zone_id).send().await.unwrap();
+        let mut v: Vec<String> = z
+            .vpcs()
+            .iter()
+            .filter_map(|v| v.vpc_id().map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    };
+
+    let (mut c, igs) = spec(name, zone, false);
+    c.spec.dns.as_mut().unwrap().kind = kprov::spec::DnsType::Private;
+    let p = plan(&e, &c, &igs).await;
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert!(
+        p.warnings.is_empty(),
+        "no NS check for a private zone: {:?}",
+        p.warnings
+    );
+    assert!(
+        p.changes
+            .iter()
+            .any(|ch| ch.kind == "DnsZoneVpcAssociation")
+    );
+    apply(&e, &p, false).await;
+    let ours = ec2
+        .describe_vpcs()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:{}", owned_tag_key(name)))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .vpcs()[0]
+        .vpc_id()
+        .unwrap()
+        .to_string();
+    let mut both = vec![other_vpc.clone(), ours];
+    both.sort();
+    assert_eq!(associated().await, both);
+    assert!(plan(&e, &c, &igs).await.is_empty());
+
+    delete_all(&e, &c, &igs).await;
+    assert_eq!(associated().await, [other_vpc.clone()]);
+    assert_eq!(
+        count_owned(&e.sdk, name, &zone_id)
+            .await
+            .values()
+            .sum::<usize>(),
+        0
+    );
+}

@@ -386,6 +386,16 @@ pub fn desired(
                 .field("zoneName", Value::str(fqdn(zone)))
                 .field("private", Value::Bool(dns.kind == DnsType::Private)),
         );
+        if dns.kind == DnsType::Private {
+            // Instances resolve a private zone only from VPCs associated with it.
+            out.push(
+                Resource::new(DNS_ZONE_VPC, "main")
+                    .field("zone", Value::reference(DNS_ZONE, "main"))
+                    .field("vpc", vpc_ref.clone())
+                    .rule("zone", FieldRule::Replace)
+                    .rule("vpc", FieldRule::Replace),
+            );
+        }
         for (rname, host) in [("api", &public_name), ("api-internal", &internal_name)] {
             if !fqdn(host).ends_with(&format!(".{}", fqdn(zone))) {
                 return Err(CloudError::Spec(format!(

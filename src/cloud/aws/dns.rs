@@ -102,6 +102,9 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
     if !is_private && let Some(w) = check_delegation(c, &zid, &name).await? {
         rd.warnings.push(w);
     }
+    if is_private {
+        read_association(c, rd, &zid).await?;
+    }
     let sets = record_sets(c, &zid).await?;
     for txt in sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
         let Some(id) = txt
@@ -172,6 +175,89 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
         }
     }
     Ok(())
+}
+
+/// The private zone's association with the cluster's VPC. Only an association with a VPC kprov
+/// owns is owned: one with an adopted VPC is its owner's and is never removed.
+async fn read_association(c: &AwsCloud, rd: &mut Reader<'_>, zid: &str) -> Result<(), CloudError> {
+    let Some(vpc) = rd
+        .out
+        .iter()
+        .find(|r| r.id == ResourceId::new(VPC, "main"))
+        .map(|r| (r.cloud_id.clone().unwrap_or_default(), r.lifecycle))
+    else {
+        return Ok(());
+    };
+    let zone = c
+        .r53
+        .get_hosted_zone()
+        .id(zid)
+        .send()
+        .await
+        .ctx("GetHostedZone")?;
+    if zone
+        .vpcs()
+        .iter()
+        .any(|v| v.vpc_id() == Some(vpc.0.as_str()))
+    {
+        let vpc_ref = rd.r(&vpc.0);
+        rd.push(
+            Resource::new(DNS_ZONE_VPC, "main")
+                .lifecycle(vpc.1)
+                .cloud_id(format!("{zid}/{}", vpc.0))
+                .field("zone", Value::reference(DNS_ZONE, "main"))
+                .field("vpc", vpc_ref),
+        );
+    }
+    Ok(())
+}
+
+pub(super) async fn associate(
+    c: &AwsCloud,
+    want: &Resource,
+    ids: &IdMap,
+) -> Result<String, CloudError> {
+    let zone = cid(ids, want.get("zone"))?.to_string();
+    let vpc = cid(ids, want.get("vpc"))?.to_string();
+    let region = c
+        .r53
+        .config()
+        .region()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
+    c.r53
+        .associate_vpc_with_hosted_zone()
+        .hosted_zone_id(&zone)
+        .vpc(
+            aws_sdk_route53::types::Vpc::builder()
+                .vpc_id(&vpc)
+                .vpc_region(aws_sdk_route53::types::VpcRegion::from(region.as_str()))
+                .build(),
+        )
+        .send()
+        .await
+        .ctx("AssociateVPCWithHostedZone")?;
+    Ok(format!("{zone}/{vpc}"))
+}
+
+pub(super) async fn disassociate(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
+    let (zone, vpc) = have
+        .cloud_id
+        .as_deref()
+        .and_then(|s| s.split_once('/'))
+        .ok_or_else(|| CloudError::Model(format!("{}: no zone/vpc", have.id)))?;
+    let r = c
+        .r53
+        .disassociate_vpc_from_hosted_zone()
+        .hosted_zone_id(zone)
+        .vpc(aws_sdk_route53::types::Vpc::builder().vpc_id(vpc).build())
+        .send()
+        .await;
+    match r {
+        // A private zone keeps at least one VPC; the zone is not ours to empty.
+        Err(e) if super::error_code(&e) == Some("LastVPCAssociation") => Ok(()),
+        other => other.ctx("DisassociateVPCFromHostedZone").map(|_| ()),
+    }
 }
 
 /// Route53 answers only for zones the registrar or parent zone delegates to it. The parent can

@@ -19,3 +19,4 @@ pub const TARGET_GROUP: &str = "TargetGroup";
 pub const LISTENER: &str = "Listener";
 pub const DNS_ZONE: &str = "DnsZone";
 pub const DNS_RECORD: &str = "DnsRecord";
+pub const DNS_ZONE_VPC: &str = "DnsZoneVpcAssociation";

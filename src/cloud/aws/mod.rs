@@ -314,6 +314,7 @@ impl Provider for AwsCloud {
             LOAD_BALANCER | TARGET_GROUP | LISTENER => elb::create(self, want, ids).await,
             IAM_ROLE | IAM_ROLE_POLICY | INSTANCE_PROFILE => iam::create(self, want, ids).await,
             DNS_RECORD => dns::upsert(self, want, ids).await,
+            DNS_ZONE_VPC => dns::associate(self, want, ids).await,
             _ => ec2::create(self, want, ids).await,
         }
     }
@@ -344,6 +345,7 @@ impl Provider for AwsCloud {
             LOAD_BALANCER | TARGET_GROUP | LISTENER => elb::delete(self, have).await,
             IAM_ROLE | IAM_ROLE_POLICY | INSTANCE_PROFILE => iam::delete(self, have, ids).await,
             DNS_RECORD => dns::delete(self, have).await,
+            DNS_ZONE_VPC => dns::disassociate(self, have).await,
             _ => ec2::delete(self, have, ids).await,
         }
     }
