@@ -1211,7 +1211,7 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
     assert!(plan(&e, &c, &igs).await.is_empty());
 
     delete_all(&e, &c, &igs).await;
-    assert_eq!(associated().await, [other_vpc.clone()]);
+    assert_eq!(associated().await, [other_vpc]);
     assert_eq!(
         count_owned(&e.sdk, name, &zone_id)
             .await
