@@ -82,9 +82,12 @@ impl Plan {
         self.changes.is_empty()
     }
 
-    /// `--exit-code` semantics: 0 when nothing would change, 2 when changes are pending.
-    /// (1, an error, is the CLI's to return.) Deletions count only when they would be applied.
+    /// `--exit-code` semantics: 0 when nothing would change, 2 when changes are pending, 1 when
+    /// the plan cannot be applied (`errors`). Deletions count only when they would be applied.
     pub fn exit_code(&self, prune: bool) -> i32 {
+        if !self.errors.is_empty() {
+            return 1;
+        }
         let pending = self
             .changes
             .iter()

@@ -280,6 +280,7 @@ fn immutable_changes_are_refused_and_replacements_planned() {
     );
     let err = rt.block_on(apply(&cloud, &p, &quick())).unwrap_err();
     assert!(matches!(err, CloudError::Refused(_)));
+    assert_eq!(p.exit_code(true), 1);
 
     let want = Resource::new("Net", "main")
         .field("cidr", Value::str("10.0.0.0/16"))
