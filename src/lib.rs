@@ -5,6 +5,7 @@
 
 pub mod addons;
 pub mod cli;
+pub mod cloud;
 pub mod inventory;
 pub mod kube;
 pub mod kubeconfig;

@@ -3,6 +3,7 @@
 mod support;
 
 mod addons;
+mod aws;
 mod cli;
 mod provision;
 mod race;

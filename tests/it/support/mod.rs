@@ -1,6 +1,7 @@
 //! Test support: real stand-ins started by the tests themselves.
 #![allow(dead_code)]
 
+pub mod aws_recorder;
 pub mod fakekube;
 pub mod memstate;
 pub mod mirror;

@@ -1,0 +1,241 @@
+//! Auto Scaling groups, one per instance group, on the group's launch template.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use aws_sdk_autoscaling::types::{Filter, LaunchTemplateSpecification, Tag};
+
+use super::kinds::*;
+use super::{AwsCloud, Ctx, Reader, cid, cids, id_from_tags, owned_by};
+use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
+
+const TAG_ROLE: &str = "kprov.dev/role";
+
+pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+    let groups: Vec<_> = c
+        .asg
+        .describe_auto_scaling_groups()
+        .filters(
+            Filter::builder()
+                .name(format!("tag:{}", super::owned_tag_key(&c.cluster)))
+                .values("owned")
+                .build(),
+        )
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeAutoScalingGroups")?;
+    for g in groups {
+        let name = g.auto_scaling_group_name().unwrap_or_default();
+        let tags = || {
+            g.tags()
+                .iter()
+                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
+        };
+        if !owned_by(&c.cluster, tags()) {
+            continue;
+        }
+        let id = id_from_tags(AUTOSCALING_GROUP, name, tags());
+        let role = tags()
+            .find(|(k, _)| *k == TAG_ROLE)
+            .map(|(_, v)| v)
+            .unwrap_or_default();
+        let lt = g.launch_template();
+        let subnets = g
+            .vpc_zone_identifier()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| rd.r(s))
+            .collect();
+        let tgs = g.target_group_arns().iter().map(|a| rd.r(a)).collect();
+        let lt_ref = rd.r(lt.and_then(|l| l.launch_template_id()).unwrap_or_default());
+        // The desired capacity belongs to whoever scales the group (a cluster-autoscaler,
+        // an operator): any value within the spec's [min, max] counts as matching.
+        let mut desired = i64::from(g.desired_capacity().unwrap_or(0));
+        if let Some(w) = rd.desired.iter().find(|r| r.id == id) {
+            let bound = |f: &str| w.get(f).and_then(Value::as_int);
+            if let (Some(min), Some(max), Some(want)) =
+                (bound("minSize"), bound("maxSize"), bound("desiredCapacity"))
+                && (min..=max).contains(&desired)
+            {
+                desired = want;
+            }
+        }
+        rd.push(
+            Resource::new(AUTOSCALING_GROUP, id.name)
+                .cloud_id(name)
+                .field("groupName", Value::str(name))
+                .field("launchTemplate", lt_ref)
+                .field(
+                    "launchTemplateVersion",
+                    Value::str(lt.and_then(|l| l.version()).unwrap_or_default()),
+                )
+                .field("minSize", Value::Int(g.min_size().unwrap_or(0).into()))
+                .field("maxSize", Value::Int(g.max_size().unwrap_or(0).into()))
+                .field("desiredCapacity", Value::Int(desired))
+                .field("subnets", Value::set(subnets))
+                .field("targetGroups", Value::set(tgs))
+                .field("role", Value::str(role)),
+        );
+    }
+    Ok(())
+}
+
+fn int(r: &Resource, f: &str) -> i32 {
+    r.get(f).and_then(Value::as_int).unwrap_or(0) as i32
+}
+
+fn template(want: &Resource, ids: &IdMap) -> Result<LaunchTemplateSpecification, CloudError> {
+    Ok(LaunchTemplateSpecification::builder()
+        .launch_template_id(cid(ids, want.get("launchTemplate"))?)
+        .version(want.get_str("launchTemplateVersion").unwrap_or("$Latest"))
+        .build())
+}
+
+fn tags(c: &AwsCloud, want: &Resource, name: &str) -> Vec<Tag> {
+    let role = want.get_str("role").unwrap_or_default();
+    let display = format!("{}.{}", want.id.name, c.cluster);
+    c.tags(&want.id, &display)
+        .into_iter()
+        .chain([(TAG_ROLE.to_string(), role.to_string())])
+        .map(|(k, v)| {
+            Tag::builder()
+                .resource_id(name)
+                .resource_type("auto-scaling-group")
+                .key(k)
+                .value(v)
+                .propagate_at_launch(true)
+                .build()
+        })
+        .collect()
+}
+
+pub(super) async fn create(
+    c: &AwsCloud,
+    want: &Resource,
+    ids: &IdMap,
+) -> Result<String, CloudError> {
+    let name = want.get_str("groupName").unwrap_or_default().to_string();
+    c.asg
+        .create_auto_scaling_group()
+        .auto_scaling_group_name(&name)
+        .launch_template(template(want, ids)?)
+        .min_size(int(want, "minSize"))
+        .max_size(int(want, "maxSize"))
+        .desired_capacity(int(want, "desiredCapacity"))
+        .vpc_zone_identifier(cids(ids, want.get("subnets"))?.join(","))
+        .set_target_group_arns(Some(cids(ids, want.get("targetGroups"))?))
+        .set_tags(Some(tags(c, want, &name)))
+        .send()
+        .await
+        .ctx("CreateAutoScalingGroup")?;
+    Ok(name)
+}
+
+pub(super) async fn update(
+    c: &AwsCloud,
+    want: &Resource,
+    have: &Resource,
+    changes: &[FieldChange],
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let group_fields = [
+        "launchTemplate",
+        "launchTemplateVersion",
+        "minSize",
+        "maxSize",
+        "desiredCapacity",
+        "subnets",
+    ];
+    if changes
+        .iter()
+        .any(|ch| group_fields.contains(&ch.field.as_str()))
+    {
+        c.asg
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(name)
+            .launch_template(template(want, ids)?)
+            .min_size(int(want, "minSize"))
+            .max_size(int(want, "maxSize"))
+            // Only when out of bounds (see `read`): never undo an autoscaler's decision.
+            .set_desired_capacity(
+                changes
+                    .iter()
+                    .any(|ch| ch.field == "desiredCapacity")
+                    .then(|| int(want, "desiredCapacity")),
+            )
+            .vpc_zone_identifier(cids(ids, want.get("subnets"))?.join(","))
+            .send()
+            .await
+            .ctx("UpdateAutoScalingGroup")?;
+    }
+    if changes.iter().any(|ch| ch.field == "targetGroups") {
+        let want_tg: BTreeSet<String> = cids(ids, want.get("targetGroups"))?.into_iter().collect();
+        let have_tg: BTreeSet<String> = cids(ids, have.get("targetGroups"))?.into_iter().collect();
+        let add: Vec<String> = want_tg.difference(&have_tg).cloned().collect();
+        let remove: Vec<String> = have_tg.difference(&want_tg).cloned().collect();
+        if !add.is_empty() {
+            c.asg
+                .attach_load_balancer_target_groups()
+                .auto_scaling_group_name(name)
+                .set_target_group_arns(Some(add))
+                .send()
+                .await
+                .ctx("AttachLoadBalancerTargetGroups")?;
+        }
+        if !remove.is_empty() {
+            c.asg
+                .detach_load_balancer_target_groups()
+                .auto_scaling_group_name(name)
+                .set_target_group_arns(Some(remove))
+                .send()
+                .await
+                .ctx("DetachLoadBalancerTargetGroups")?;
+        }
+    }
+    if changes.iter().any(|ch| ch.field == "role") {
+        c.asg
+            .create_or_update_tags()
+            .set_tags(Some(tags(c, want, name)))
+            .send()
+            .await
+            .ctx("CreateOrUpdateTags")?;
+    }
+    Ok(())
+}
+
+pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
+    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let r = c
+        .asg
+        .delete_auto_scaling_group()
+        .auto_scaling_group_name(name)
+        .force_delete(true)
+        .send()
+        .await
+        .ctx("DeleteAutoScalingGroup");
+    if let Err(e) = r
+        && !e.to_string().contains("not found")
+    {
+        return Err(e);
+    }
+    // Its instances hold the subnets and security groups: wait until the group is gone.
+    loop {
+        let out = c
+            .asg
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(name)
+            .send()
+            .await
+            .ctx("DescribeAutoScalingGroups")?;
+        if out.auto_scaling_groups().is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}

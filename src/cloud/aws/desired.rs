@@ -1,0 +1,832 @@
+//! The AWS resources a completed cluster spec needs (kops's AWS model, trimmed): a pure
+//! function of the spec, so golden tests need no cloud.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use super::kinds::*;
+use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
+use crate::spec::{
+    Cluster, DnsType, InstanceGroup, InstanceGroupRole, LoadBalancerType, SubnetType, TopologyType,
+};
+
+const ANYWHERE: &str = "0.0.0.0/0";
+pub const API_PORT: i64 = 6443;
+
+/// Role names the IAM resources, security groups and launch templates are keyed by.
+fn role_key(role: InstanceGroupRole) -> &'static str {
+    match role {
+        InstanceGroupRole::ControlPlane => "control-plane",
+        InstanceGroupRole::Node => "nodes",
+        InstanceGroupRole::Bastion => "bastion",
+    }
+}
+
+fn need<'a, T>(v: Option<&'a T>, field: &str) -> Result<&'a T, CloudError> {
+    v.ok_or_else(|| {
+        CloudError::Spec(format!(
+            "{field} is not set (the completed spec must have it; run the defaults first)"
+        ))
+    })
+}
+
+/// Load balancer names are limited to 32 characters of `[A-Za-z0-9-]`: keep a readable prefix
+/// and make it unique with a hash of the cluster name.
+pub fn short_name(prefix: &str, cluster: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hash = hex::encode(&Sha256::digest(cluster.as_bytes())[..4]);
+    let clean: String = cluster
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let room = 32 - prefix.len() - 1 - hash.len() - 1;
+    let mut body: String = clean.chars().take(room).collect();
+    while body.ends_with('-') {
+        body.pop();
+    }
+    format!("{prefix}-{body}-{hash}")
+}
+
+pub fn public_key_hash(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(key.trim().as_bytes()))
+}
+
+/// Images: an `ami-` ID is used as it is; anything else is an image name that
+/// `AwsCloud::desired` resolved into `images` (name → ID).
+pub fn desired(
+    cluster: &Cluster,
+    igs: &[InstanceGroup],
+    images: &BTreeMap<String, String>,
+) -> Result<Vec<Resource>, CloudError> {
+    let name = cluster.name();
+    let spec = &cluster.spec;
+    let net = &spec.networking;
+    let topology = need(spec.topology.as_ref(), "spec.topology")?.kind;
+    let cidr = need(net.network_cidr.as_ref(), "spec.networking.networkCIDR")?;
+    if net.subnets.is_empty() {
+        return Err(CloudError::Spec("spec.networking.subnets is empty".into()));
+    }
+    let mut out = Vec::new();
+
+    let vpc = Resource::new(VPC, "main")
+        .field("cidr", Value::str(cidr))
+        .rule("cidr", FieldRule::Immutable);
+    out.push(match &net.network_id {
+        Some(id) => vpc.lifecycle(Lifecycle::ExistsAndValidates).cloud_id(id),
+        None => vpc,
+    });
+    let vpc_ref = Value::reference(VPC, "main");
+
+    // An adopted VPC brings its own internet gateway (a VPC can have only one).
+    let igw = Resource::new(INTERNET_GATEWAY, "main").field("vpc", vpc_ref.clone());
+    out.push(if net.network_id.is_some() {
+        igw.lifecycle(Lifecycle::ExistsAndValidates)
+    } else {
+        igw
+    });
+
+    let mut zones_private: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut public_subnets = Vec::new();
+    let mut utility_by_zone: BTreeMap<&str, &str> = BTreeMap::new();
+    for s in &net.subnets {
+        let public = s.kind != SubnetType::Private;
+        let r = Resource::new(SUBNET, &s.name)
+            .field("vpc", vpc_ref.clone())
+            .field("zone", Value::str(&s.zone))
+            .field("cidr", Value::str(&s.cidr))
+            .field("mapPublicIp", Value::Bool(public))
+            .rule("vpc", FieldRule::Immutable)
+            .rule("zone", FieldRule::Immutable)
+            .rule("cidr", FieldRule::Immutable);
+        if let Some(id) = &s.id {
+            // An adopted subnet keeps its owner's routing: no route table, no NAT from us.
+            out.push(r.lifecycle(Lifecycle::ExistsAndValidates).cloud_id(id));
+            continue;
+        }
+        out.push(r);
+        match s.kind {
+            SubnetType::Private => zones_private.entry(&s.zone).or_default().push(&s.name),
+            SubnetType::Utility => {
+                utility_by_zone.entry(&s.zone).or_insert(&s.name);
+                public_subnets.push(&s.name);
+            }
+            SubnetType::Public => public_subnets.push(&s.name),
+        }
+    }
+
+    if !public_subnets.is_empty() {
+        out.push(
+            Resource::new(ROUTE_TABLE, "public")
+                .field("vpc", vpc_ref.clone())
+                .field(
+                    "routes",
+                    Value::set(vec![Value::List(vec![
+                        Value::str(ANYWHERE),
+                        Value::reference(INTERNET_GATEWAY, "main"),
+                    ])]),
+                )
+                .field(
+                    "subnets",
+                    Value::set(
+                        public_subnets
+                            .iter()
+                            .map(|s| Value::reference(SUBNET, *s))
+                            .collect(),
+                    ),
+                ),
+        );
+    }
+    for (zone, subnets) in &zones_private {
+        let utility = utility_by_zone.get(zone).ok_or_else(|| {
+            CloudError::Spec(format!(
+                "spec.networking.subnets: zone {zone} has a Private subnet but no Utility subnet \
+                 (created by kprov, without an id) for its NAT gateway"
+            ))
+        })?;
+        out.push(
+            Resource::new(ELASTIC_IP, format!("nat-{zone}")).field("domain", Value::str("vpc")),
+        );
+        out.push(
+            Resource::new(NAT_GATEWAY, *zone)
+                .field("subnet", Value::reference(SUBNET, *utility))
+                .field(
+                    "allocation",
+                    Value::reference(ELASTIC_IP, format!("nat-{zone}")),
+                )
+                .rule("subnet", FieldRule::Immutable)
+                .rule("allocation", FieldRule::Immutable),
+        );
+        out.push(
+            Resource::new(ROUTE_TABLE, format!("private-{zone}"))
+                .field("vpc", vpc_ref.clone())
+                .field(
+                    "routes",
+                    Value::set(vec![Value::List(vec![
+                        Value::str(ANYWHERE),
+                        Value::reference(NAT_GATEWAY, *zone),
+                    ])]),
+                )
+                .field(
+                    "subnets",
+                    Value::set(
+                        subnets
+                            .iter()
+                            .map(|s| Value::reference(SUBNET, *s))
+                            .collect(),
+                    ),
+                ),
+        );
+    }
+
+    let public_table: Vec<ResourceId> = if public_subnets.is_empty() {
+        vec![]
+    } else {
+        vec![ResourceId::new(ROUTE_TABLE, "public")]
+    };
+    let private_tables: Vec<ResourceId> = zones_private
+        .keys()
+        .map(|z| ResourceId::new(ROUTE_TABLE, format!("private-{z}")))
+        .collect();
+
+    // Security groups and their ingress rules (kept apart: the groups reference each other).
+    let lb_kind = spec
+        .api
+        .as_ref()
+        .and_then(|a| a.load_balancer.as_ref())
+        .map(|l| l.kind)
+        .unwrap_or(LoadBalancerType::None);
+    let has_lb = lb_kind != LoadBalancerType::None;
+    let roles: Vec<InstanceGroupRole> = [
+        InstanceGroupRole::ControlPlane,
+        InstanceGroupRole::Node,
+        InstanceGroupRole::Bastion,
+    ]
+    .into_iter()
+    .filter(|r| igs.iter().any(|ig| ig.spec.role == *r))
+    .collect();
+    let has_bastion = roles.contains(&InstanceGroupRole::Bastion);
+    let sg = |n: &str| Value::reference(SECURITY_GROUP, n);
+    let rule = |proto: &str, ports: &str, src: Value| {
+        Value::List(vec![Value::str(proto), Value::str(ports), src])
+    };
+    let ssh_from = if has_bastion {
+        sg("bastion")
+    } else if topology == TopologyType::Private {
+        // No bastion and no public address: SSH only from inside the VPC.
+        Value::str(cidr)
+    } else {
+        Value::str(ANYWHERE)
+    };
+    let mut groups: Vec<(&str, Vec<Value>)> = vec![
+        (
+            "control-plane",
+            vec![
+                rule("-1", "all", sg("control-plane")),
+                rule("-1", "all", sg("nodes")),
+                rule("tcp", "22", ssh_from.clone()),
+                rule(
+                    "tcp",
+                    "6443",
+                    if has_lb {
+                        sg("api-lb")
+                    } else {
+                        Value::str(ANYWHERE)
+                    },
+                ),
+            ],
+        ),
+        (
+            "nodes",
+            vec![
+                rule("-1", "all", sg("nodes")),
+                rule("-1", "all", sg("control-plane")),
+                rule("tcp", "22", ssh_from),
+            ],
+        ),
+    ];
+    if has_lb {
+        groups.push(("api-lb", vec![rule("tcp", "6443", Value::str(ANYWHERE))]));
+    }
+    if has_bastion {
+        groups.push(("bastion", vec![rule("tcp", "22", Value::str(ANYWHERE))]));
+    }
+    for (g, rules) in groups {
+        out.push(
+            Resource::new(SECURITY_GROUP, g)
+                .field("vpc", vpc_ref.clone())
+                .field("groupName", Value::str(format!("{g}.{name}")))
+                .field(
+                    "description",
+                    Value::str(format!("kprov {g} of cluster {name}")),
+                )
+                .rule("vpc", FieldRule::Immutable)
+                .rule("groupName", FieldRule::Immutable)
+                .rule("description", FieldRule::Immutable),
+        );
+        out.push(
+            Resource::new(SECURITY_GROUP_RULES, g)
+                .field("group", sg(g))
+                .field("ingress", Value::set(rules)),
+        );
+    }
+
+    let ssh_key = need(spec.ssh_key.as_ref(), "spec.sshKey")?;
+    let public_key = need(ssh_key.public_key.as_ref(), "spec.sshKey.publicKey")?;
+    let key_name = ssh_key
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("kprov-{name}"));
+    out.push(
+        Resource::new(KEY_PAIR, "main")
+            .field("keyName", Value::str(key_name))
+            .field("publicKeySha256", Value::str(public_key_hash(public_key)))
+            .input("publicKey", public_key.trim())
+            .rule("keyName", FieldRule::Replace)
+            .rule("publicKeySha256", FieldRule::Replace),
+    );
+
+    for role in &roles {
+        let key = role_key(*role);
+        out.push(
+            Resource::new(IAM_ROLE, key)
+                .field("roleName", Value::str(format!("{key}.{name}")))
+                .field("assumeRolePolicy", Value::Doc(assume_role_policy()))
+                .rule("roleName", FieldRule::Immutable),
+        );
+        out.push(
+            Resource::new(IAM_ROLE_POLICY, key)
+                .field("role", Value::reference(IAM_ROLE, key))
+                .field("policyName", Value::str(format!("kprov-{key}")))
+                .field("document", Value::Doc(role_policy(*role)))
+                .rule("policyName", FieldRule::Immutable),
+        );
+        out.push(
+            Resource::new(INSTANCE_PROFILE, key)
+                .field("profileName", Value::str(format!("{key}.{name}")))
+                .field("role", Value::reference(IAM_ROLE, key))
+                .rule("profileName", FieldRule::Immutable),
+        );
+    }
+
+    let kubernetes_version = need(spec.kubernetes_version.as_ref(), "spec.kubernetesVersion")?;
+    let internal_name = format!("api.internal.{name}");
+    let public_name = spec
+        .api
+        .as_ref()
+        .and_then(|a| a.public_name.clone())
+        .unwrap_or_else(|| format!("api.{name}"));
+
+    let mut lb_subnets = BTreeMap::new();
+    let lb_type = if lb_kind == LoadBalancerType::Internal {
+        SubnetType::Private
+    } else {
+        SubnetType::Utility
+    };
+    for want in [lb_type, SubnetType::Public] {
+        for s in net.subnets.iter().filter(|s| s.kind == want) {
+            lb_subnets.entry(s.zone.as_str()).or_insert(s.name.as_str());
+        }
+        if !lb_subnets.is_empty() {
+            break;
+        }
+    }
+    if has_lb {
+        let scheme = if lb_kind == LoadBalancerType::Internal {
+            "internal"
+        } else {
+            "internet-facing"
+        };
+        out.push(
+            Resource::new(LOAD_BALANCER, "api")
+                .field("lbName", Value::str(short_name("api", name)))
+                .field("scheme", Value::str(scheme))
+                .field(
+                    "subnets",
+                    Value::set(
+                        lb_subnets
+                            .values()
+                            .map(|s| Value::reference(SUBNET, *s))
+                            .collect(),
+                    ),
+                )
+                .field("securityGroups", Value::set(vec![sg("api-lb")]))
+                .rule("lbName", FieldRule::Immutable)
+                .rule("scheme", FieldRule::Immutable)
+                .rule("securityGroups", FieldRule::Immutable),
+        );
+        out.push(
+            Resource::new(TARGET_GROUP, "api")
+                .field("tgName", Value::str(short_name("tcp", name)))
+                .field("port", Value::Int(API_PORT))
+                .field("protocol", Value::str("TCP"))
+                .field("vpc", vpc_ref.clone())
+                .rule("tgName", FieldRule::Immutable)
+                .rule("port", FieldRule::Immutable)
+                .rule("protocol", FieldRule::Immutable)
+                .rule("vpc", FieldRule::Immutable),
+        );
+        out.push(
+            Resource::new(LISTENER, "api")
+                .field("loadBalancer", Value::reference(LOAD_BALANCER, "api"))
+                .field("port", Value::Int(API_PORT))
+                .field("protocol", Value::str("TCP"))
+                .field("targetGroup", Value::reference(TARGET_GROUP, "api"))
+                .rule("loadBalancer", FieldRule::Immutable),
+        );
+    }
+
+    let dns = need(spec.dns.as_ref(), "spec.dns")?;
+    if dns.kind != DnsType::None && has_lb {
+        let zone = need(dns.zone.as_ref(), "spec.dns.zone")?;
+        out.push(
+            Resource::new(DNS_ZONE, "main")
+                .lifecycle(Lifecycle::ExistsAndValidates)
+                .field("zoneName", Value::str(fqdn(zone)))
+                .field("private", Value::Bool(dns.kind == DnsType::Private)),
+        );
+        if dns.kind == DnsType::Private {
+            // Instances resolve a private zone only from VPCs associated with it.
+            out.push(
+                Resource::new(DNS_ZONE_VPC, "main")
+                    .field("zone", Value::reference(DNS_ZONE, "main"))
+                    .field("vpc", vpc_ref.clone())
+                    .rule("zone", FieldRule::Replace)
+                    .rule("vpc", FieldRule::Replace),
+            );
+        }
+        for (rname, host) in [("api", &public_name), ("api-internal", &internal_name)] {
+            if !fqdn(host).ends_with(&format!(".{}", fqdn(zone))) {
+                return Err(CloudError::Spec(format!(
+                    "{host} is not inside the DNS zone {zone} (spec.dns.zone)"
+                )));
+            }
+            out.push(
+                Resource::new(DNS_RECORD, rname)
+                    .field("zone", Value::reference(DNS_ZONE, "main"))
+                    .field("recordName", Value::str(fqdn(host)))
+                    .field("type", Value::str("A"))
+                    .field("alias", Value::reference(LOAD_BALANCER, "api"))
+                    .rule("recordName", FieldRule::Replace),
+            );
+        }
+    }
+
+    let mut seen = BTreeSet::new();
+    for ig in igs {
+        let ig_name = &ig.metadata.name;
+        if !seen.insert(ig_name.as_str()) {
+            return Err(CloudError::Spec(format!(
+                "instance group {ig_name} is defined twice"
+            )));
+        }
+        let field = |f: &str| format!("instance group {ig_name}: spec.{f}");
+        let s = &ig.spec;
+        let machine = need(s.machine_type.as_ref(), &field("machineType"))?;
+        let image = need(s.image.as_ref(), &field("image"))?;
+        let image_id = if image.starts_with("ami-") {
+            image.clone()
+        } else {
+            images.get(image).cloned().ok_or_else(|| {
+                CloudError::Spec(format!("{}: no image named {image:?}", field("image")))
+            })?
+        };
+        let min = *need(s.min_size.as_ref(), &field("minSize"))?;
+        let max = *need(s.max_size.as_ref(), &field("maxSize"))?;
+        if min > max {
+            return Err(CloudError::Spec(format!(
+                "{} ({min}) is larger than maxSize ({max})",
+                field("minSize")
+            )));
+        }
+        let subnets: Vec<&str> = if s.subnets.is_empty() {
+            let kinds: &[SubnetType] = match (s.role, topology) {
+                (InstanceGroupRole::Bastion, _) => &[SubnetType::Utility, SubnetType::Public],
+                (_, TopologyType::Private) => &[SubnetType::Private],
+                (_, TopologyType::Public) => &[SubnetType::Public],
+            };
+            kinds
+                .iter()
+                .map(|k| {
+                    net.subnets
+                        .iter()
+                        .filter(|x| x.kind == *k)
+                        .map(|x| x.name.as_str())
+                        .collect::<Vec<_>>()
+                })
+                .find(|v| !v.is_empty())
+                .unwrap_or_default()
+        } else {
+            for sub in &s.subnets {
+                if !net.subnets.iter().any(|x| &x.name == sub) {
+                    return Err(CloudError::Spec(format!(
+                        "{}: subnet {sub:?} is not in spec.networking.subnets",
+                        field("subnets")
+                    )));
+                }
+            }
+            s.subnets.iter().map(String::as_str).collect()
+        };
+        if subnets.is_empty() {
+            return Err(CloudError::Spec(format!(
+                "{}: no subnet of a suitable type to place it in",
+                field("subnets")
+            )));
+        }
+        let key = role_key(s.role);
+        out.push(
+            Resource::new(LAUNCH_TEMPLATE, ig_name)
+                .field("templateName", Value::str(format!("{ig_name}.{name}")))
+                .field("imageId", Value::str(image_id))
+                .field("instanceType", Value::str(machine))
+                .field("keyName", Value::reference(KEY_PAIR, "main"))
+                .field("securityGroups", Value::set(vec![sg(key)]))
+                .field("instanceProfile", Value::reference(INSTANCE_PROFILE, key))
+                .field(
+                    "userData",
+                    Value::Doc(user_data(cluster, ig, kubernetes_version, &internal_name)),
+                )
+                .rule("templateName", FieldRule::Immutable),
+        );
+        let tgs = if s.role == InstanceGroupRole::ControlPlane && has_lb {
+            vec![Value::reference(TARGET_GROUP, "api")]
+        } else {
+            vec![]
+        };
+        let asg = Resource::new(AUTOSCALING_GROUP, ig_name)
+            .field("groupName", Value::str(format!("{ig_name}.{name}")))
+            .field("launchTemplate", Value::reference(LAUNCH_TEMPLATE, ig_name))
+            .field("launchTemplateVersion", Value::str("$Latest"))
+            .field("minSize", Value::Int(min.into()))
+            .field("maxSize", Value::Int(max.into()))
+            .field("desiredCapacity", Value::Int(min.into()))
+            .field(
+                "subnets",
+                Value::set(
+                    subnets
+                        .iter()
+                        .map(|x| Value::reference(SUBNET, *x))
+                        .collect(),
+                ),
+            )
+            .field("targetGroups", Value::set(tgs))
+            .field("role", Value::str(s.role.as_str()))
+            .rule("groupName", FieldRule::Immutable);
+        // Instances must not boot before their subnets route to the internet (packages).
+        let tables = if topology == TopologyType::Private && s.role != InstanceGroupRole::Bastion {
+            &private_tables
+        } else {
+            &public_table
+        };
+        out.push(tables.iter().fold(asg, |r, t| r.depends_on(t.clone())));
+    }
+    Ok(out)
+}
+
+pub fn fqdn(s: &str) -> String {
+    if s.ends_with('.') {
+        s.to_string()
+    } else {
+        format!("{s}.")
+    }
+}
+
+fn assume_role_policy() -> String {
+    pretty(&json!({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": { "Service": "ec2.amazonaws.com" },
+            "Action": "sts:AssumeRole"
+        }]
+    }))
+}
+
+/// The control plane's policy includes what the AWS cloud-controller-manager needs
+/// (cloud-provider-aws's documented controller policy) plus volume management for the CSI
+/// driver's controller; nodes and bastions get what kubelet and the ECR credential helper need.
+fn role_policy(role: InstanceGroupRole) -> String {
+    let actions: &[&str] = match role {
+        InstanceGroupRole::ControlPlane => &[
+            "autoscaling:DescribeAutoScalingGroups",
+            "autoscaling:DescribeLaunchConfigurations",
+            "autoscaling:DescribeTags",
+            "ec2:AttachVolume",
+            "ec2:AuthorizeSecurityGroupIngress",
+            "ec2:CreateRoute",
+            "ec2:CreateSecurityGroup",
+            "ec2:CreateTags",
+            "ec2:CreateVolume",
+            "ec2:DeleteRoute",
+            "ec2:DeleteSecurityGroup",
+            "ec2:DeleteVolume",
+            "ec2:DescribeAvailabilityZones",
+            "ec2:DescribeInstances",
+            "ec2:DescribeRegions",
+            "ec2:DescribeRouteTables",
+            "ec2:DescribeSecurityGroups",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeVolumes",
+            "ec2:DescribeVpcs",
+            "ec2:DetachVolume",
+            "ec2:ModifyInstanceAttribute",
+            "ec2:ModifyVolume",
+            "ec2:RevokeSecurityGroupIngress",
+            "elasticloadbalancing:AddTags",
+            "elasticloadbalancing:ApplySecurityGroupsToLoadBalancer",
+            "elasticloadbalancing:AttachLoadBalancerToSubnets",
+            "elasticloadbalancing:ConfigureHealthCheck",
+            "elasticloadbalancing:CreateListener",
+            "elasticloadbalancing:CreateLoadBalancer",
+            "elasticloadbalancing:CreateLoadBalancerListeners",
+            "elasticloadbalancing:CreateLoadBalancerPolicy",
+            "elasticloadbalancing:CreateTargetGroup",
+            "elasticloadbalancing:DeleteListener",
+            "elasticloadbalancing:DeleteLoadBalancer",
+            "elasticloadbalancing:DeleteLoadBalancerListeners",
+            "elasticloadbalancing:DeleteTargetGroup",
+            "elasticloadbalancing:DeregisterInstancesFromLoadBalancer",
+            "elasticloadbalancing:DeregisterTargets",
+            "elasticloadbalancing:DescribeListeners",
+            "elasticloadbalancing:DescribeLoadBalancerAttributes",
+            "elasticloadbalancing:DescribeLoadBalancerPolicies",
+            "elasticloadbalancing:DescribeLoadBalancers",
+            "elasticloadbalancing:DescribeTargetGroups",
+            "elasticloadbalancing:DescribeTargetHealth",
+            "elasticloadbalancing:DetachLoadBalancerFromSubnets",
+            "elasticloadbalancing:ModifyListener",
+            "elasticloadbalancing:ModifyLoadBalancerAttributes",
+            "elasticloadbalancing:ModifyTargetGroup",
+            "elasticloadbalancing:RegisterInstancesWithLoadBalancer",
+            "elasticloadbalancing:RegisterTargets",
+            "elasticloadbalancing:SetLoadBalancerPoliciesForBackendServer",
+            "elasticloadbalancing:SetLoadBalancerPoliciesOfListener",
+            "iam:CreateServiceLinkedRole",
+            "kms:DescribeKey",
+        ],
+        InstanceGroupRole::Node => &[
+            "ec2:DescribeInstances",
+            "ec2:DescribeRegions",
+            "ecr:BatchCheckLayerAvailability",
+            "ecr:BatchGetImage",
+            "ecr:DescribeRepositories",
+            "ecr:GetAuthorizationToken",
+            "ecr:GetDownloadUrlForLayer",
+            "ecr:GetRepositoryPolicy",
+            "ecr:ListImages",
+        ],
+        InstanceGroupRole::Bastion => &["ec2:DescribeRegions"],
+    };
+    pretty(&json!({
+        "Version": "2012-10-17",
+        "Statement": [{ "Effect": "Allow", "Action": actions, "Resource": "*" }]
+    }))
+}
+
+/// Canonical JSON text (sorted keys, two-space indent) so documents compare as text and diff
+/// line by line.
+pub fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// A small cloud-init document; the node bootstrap reads its settings from the written file.
+/// User-provided strings are JSON-quoted, which YAML reads as double-quoted scalars.
+fn user_data(cluster: &Cluster, ig: &InstanceGroup, version: &str, api: &str) -> String {
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let net = &cluster.spec.networking;
+    let mut cfg = vec![
+        format!("cluster: {}", q(cluster.name())),
+        format!("instanceGroup: {}", q(&ig.metadata.name)),
+        format!("role: {}", ig.spec.role.as_str()),
+        format!("kubernetesVersion: {}", q(version)),
+        format!("apiServer: {}", q(&format!("https://{api}:{API_PORT}"))),
+    ];
+    if let Some(p) = &net.pod_cidr {
+        cfg.push(format!("podCIDR: {}", q(p)));
+    }
+    if let Some(s) = &net.service_cidr {
+        cfg.push(format!("serviceCIDR: {}", q(s)));
+    }
+    if let Some(p) = cluster.external_cloud_provider() {
+        cfg.push(format!("cloudProvider: {}", q(p)));
+    }
+    if !ig.spec.node_labels.is_empty() {
+        cfg.push("nodeLabels:".into());
+        for (k, v) in &ig.spec.node_labels {
+            cfg.push(format!("  {}: {}", q(k), q(v)));
+        }
+    }
+    if !ig.spec.taints.is_empty() {
+        cfg.push("taints:".into());
+        for t in &ig.spec.taints {
+            cfg.push(format!("  - {}", q(t)));
+        }
+    }
+    let body: String = cfg.iter().map(|l| format!("      {l}\n")).collect();
+    format!(
+        "#cloud-config\n\
+         # kprov bootstrap for instance group {ig} of cluster {c}.\n\
+         write_files:\n  \
+           - path: /etc/kprov/bootstrap.yaml\n    \
+             permissions: \"0600\"\n    \
+             content: |\n{body}\
+         runcmd:\n  \
+           - [/opt/kprov/bin/kprov-node, bootstrap, --config, /etc/kprov/bootstrap.yaml]\n",
+        ig = ig.metadata.name,
+        c = cluster.name(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::engine::topo_order;
+    use proptest::prelude::*;
+
+    fn cluster(private: bool, extra: &str) -> Cluster {
+        let subnets = if private {
+            "    - {name: a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Private}
+    - {name: ua, zone: us-east-1a, cidr: 172.20.0.0/22, type: Utility}
+    - {name: b, zone: us-east-1b, cidr: 172.20.64.0/19, type: Private}
+    - {name: ub, zone: us-east-1b, cidr: 172.20.4.0/22, type: Utility}"
+        } else {
+            "    - {name: a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Public}"
+        };
+        let topology = if private { "Private" } else { "Public" };
+        let yaml = format!(
+            "apiVersion: kprov.dev/v1alpha1
+kind: Cluster
+metadata: {{name: c.example.com}}
+spec:
+  cloudProvider: aws
+  region: us-east-1
+  kubernetesVersion: 1.31.2
+  networking:
+    networkCIDR: 172.20.0.0/16
+    subnets:
+{subnets}
+  topology: {{type: {topology}}}
+  dns: {{type: Public, zone: example.com}}
+  api: {{loadBalancer: {{type: Public}}}}
+  etcd: {{type: Stacked}}
+{extra}"
+        );
+        serde_saphyr::from_str(&yaml).unwrap()
+    }
+
+    const KEY: &str = "  sshKey: {publicKey: ssh-ed25519 AAAA k}\n";
+
+    fn ig(name: &str, role: &str, rest: &str) -> InstanceGroup {
+        serde_saphyr::from_str(&format!(
+            "apiVersion: kprov.dev/v1alpha1
+kind: InstanceGroup
+metadata: {{name: {name}}}
+spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize: 2{rest}}}
+"
+        ))
+        .unwrap()
+    }
+
+    fn err(c: &Cluster, igs: &[InstanceGroup]) -> String {
+        desired(c, igs, &BTreeMap::new()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn models_are_ordered_and_complete() {
+        for private in [false, true] {
+            let igs = [
+                ig("cp", "ControlPlane", ""),
+                ig("nodes", "Node", ""),
+                ig("bastion", "Bastion", ""),
+            ];
+            let rs = desired(&cluster(private, KEY), &igs, &BTreeMap::new()).unwrap();
+            let set: BTreeMap<_, _> = rs.into_iter().map(|r| (r.id.clone(), r)).collect();
+            // Every reference resolves and there is no cycle.
+            let order = topo_order(&set).unwrap();
+            let pos = |k: &str, n: &str| order.iter().position(|i| *i == ResourceId::new(k, n));
+            let asg = pos(AUTOSCALING_GROUP, "nodes").unwrap();
+            if private {
+                assert!(pos(ROUTE_TABLE, "private-us-east-1a").unwrap() < asg);
+                assert!(pos(NAT_GATEWAY, "us-east-1b").is_some());
+            } else {
+                assert!(pos(ROUTE_TABLE, "public").unwrap() < asg);
+                assert!(pos(NAT_GATEWAY, "us-east-1a").is_none());
+            }
+            let nodes = &set[&ResourceId::new(AUTOSCALING_GROUP, "nodes")];
+            // Nodes go to the Private subnets in private topology (never a Utility one), to
+            // the Public ones otherwise.
+            let placed = nodes.get("subnets").unwrap().as_list();
+            assert!(placed.contains(&Value::reference(SUBNET, "a")));
+            assert_eq!(placed.len(), if private { 2 } else { 1 });
+            assert!(!placed.contains(&Value::reference(SUBNET, "ua")));
+            let bastion = &set[&ResourceId::new(AUTOSCALING_GROUP, "bastion")];
+            let bastion_subnet = if private { "ua" } else { "a" };
+            assert!(
+                bastion
+                    .get("subnets")
+                    .unwrap()
+                    .as_list()
+                    .contains(&Value::reference(SUBNET, bastion_subnet))
+            );
+        }
+    }
+
+    #[test]
+    fn bad_specs_get_errors_naming_the_field() {
+        let igs = [ig("cp", "ControlPlane", "")];
+        assert!(err(&cluster(false, ""), &igs).contains("spec.sshKey is not set"));
+
+        let mut c = cluster(true, KEY);
+        c.spec.networking.subnets.retain(|s| s.name != "ub");
+        assert!(
+            err(&c, &igs).contains("zone us-east-1b has a Private subnet but no Utility subnet")
+        );
+
+        let c = cluster(false, KEY);
+        let bad = [ig("cp", "ControlPlane", ", subnets: [nope]")];
+        assert!(
+            err(&c, &bad).contains(
+                "instance group cp: spec.subnets: subnet \"nope\" is not in spec.networking.subnets"
+            ),
+            "{}",
+            err(&c, &bad)
+        );
+        let mut big = ig("cp", "ControlPlane", "");
+        big.spec.min_size = Some(3);
+        assert!(
+            err(&c, &[big])
+                .contains("instance group cp: spec.minSize (3) is larger than maxSize (2)")
+        );
+        let mut named = ig("cp", "ControlPlane", "");
+        named.spec.image = Some("ubuntu/noble".into());
+        assert!(
+            err(&c, &[named])
+                .contains("instance group cp: spec.image: no image named \"ubuntu/noble\"")
+        );
+        let twice = [ig("cp", "ControlPlane", ""), ig("cp", "Node", "")];
+        assert!(err(&c, &twice).contains("instance group cp is defined twice"));
+        let mut outside = cluster(false, KEY);
+        outside.spec.api.as_mut().unwrap().public_name = Some("api.elsewhere.org".into());
+        assert!(
+            err(&outside, &igs)
+                .contains("api.elsewhere.org is not inside the DNS zone example.com")
+        );
+    }
+
+    proptest! {
+        /// Load balancer and target group names: AWS allows 32 characters of [A-Za-z0-9-], no
+        /// leading or trailing hyphen; distinct clusters get distinct names.
+        #[test]
+        fn short_names_are_valid(a in "[a-z0-9.-]{1,80}", b in "[a-z0-9.-]{1,80}") {
+            let n = short_name("api", &a);
+            prop_assert!(n.len() <= 32, "{}", n);
+            prop_assert!(n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+            prop_assert!(!n.ends_with('-'));
+            prop_assert_eq!(&n, &short_name("api", &a));
+            if a != b {
+                prop_assert_ne!(n, short_name("api", &b));
+            }
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! Route53: the zone named by `spec.dns.zone` (adopted, never managed) and the API records.
+//! Records cannot carry tags; a TXT record at the same name (external-dns's scheme) says which
+//! cluster owns it, and only records with that proof are ever read as owned or deleted.
+
+use std::time::Duration;
+
+use aws_sdk_route53::types::{
+    AliasTarget, Change, ChangeAction, ChangeBatch, ChangeStatus, ResourceRecord,
+    ResourceRecordSet, RrType,
+};
+
+use super::kinds::*;
+use super::{AwsCloud, Ctx, Reader, cid};
+use crate::cloud::engine::{CloudError, IdMap, Lifecycle, Resource, ResourceId, Value};
+
+fn owner_value(c: &AwsCloud, id: &ResourceId) -> String {
+    format!(
+        "\"heritage=kprov,kprov.dev/cluster={},kprov.dev/id={id}\"",
+        c.cluster
+    )
+}
+
+fn owner_id(c: &AwsCloud, txt: &str) -> Option<ResourceId> {
+    let prefix = format!(
+        "\"heritage=kprov,kprov.dev/cluster={},kprov.dev/id=",
+        c.cluster
+    );
+    ResourceId::parse(txt.strip_prefix(&prefix)?.strip_suffix('"')?)
+}
+
+fn zone_id(raw: &str) -> &str {
+    raw.trim_start_matches("/hostedzone/")
+}
+
+fn dns_key(name: &str) -> String {
+    let n = name.trim_end_matches('.').to_lowercase();
+    n.strip_prefix("dualstack.")
+        .map(str::to_string)
+        .unwrap_or(n)
+}
+
+async fn find_zone(
+    c: &AwsCloud,
+    name: &str,
+    private: Option<bool>,
+) -> Result<Option<(String, bool)>, CloudError> {
+    let out = c
+        .r53
+        .list_hosted_zones_by_name()
+        .dns_name(name)
+        .send()
+        .await
+        .ctx("ListHostedZonesByName")?;
+    Ok(out
+        .hosted_zones()
+        .iter()
+        .filter(|z| z.name() == name)
+        .map(|z| {
+            let p = z.config().map(|c| c.private_zone()).unwrap_or(false);
+            (zone_id(z.id()).to_string(), p)
+        })
+        .find(|(_, p)| private.is_none_or(|want| want == *p)))
+}
+
+async fn record_sets(c: &AwsCloud, zone: &str) -> Result<Vec<ResourceRecordSet>, CloudError> {
+    let mut out = Vec::new();
+    let mut next: Option<(String, RrType)> = None;
+    loop {
+        let mut req = c.r53.list_resource_record_sets().hosted_zone_id(zone);
+        if let Some((n, t)) = next.take() {
+            req = req.start_record_name(n).start_record_type(t);
+        }
+        let page = req.send().await.ctx("ListResourceRecordSets")?;
+        out.extend(page.resource_record_sets().iter().cloned());
+        match (
+            page.is_truncated(),
+            page.next_record_name(),
+            page.next_record_type(),
+        ) {
+            (true, Some(n), Some(t)) => next = Some((n.to_string(), t.clone())),
+            _ => return Ok(out),
+        }
+    }
+}
+
+pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+    let Some(want) = rd.desired.iter().find(|r| r.id.kind == DNS_ZONE) else {
+        return Ok(());
+    };
+    let name = want.get_str("zoneName").unwrap_or_default().to_string();
+    let private = want.get("private").and_then(Value::as_bool);
+    let Some((zid, is_private)) = find_zone(c, &name, private).await? else {
+        return Ok(());
+    };
+    rd.push(
+        Resource::new(DNS_ZONE, &want.id.name)
+            .lifecycle(Lifecycle::ExistsAndValidates)
+            .cloud_id(&zid)
+            .field("zoneName", Value::str(&name))
+            .field("private", Value::Bool(is_private)),
+    );
+    if !is_private && let Some(w) = check_delegation(c, &zid, &name).await? {
+        rd.warnings.push(w);
+    }
+    if is_private {
+        read_association(c, rd, &zid).await?;
+    }
+    let sets = record_sets(c, &zid).await?;
+    for txt in sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
+        let Some(id) = txt
+            .resource_records()
+            .iter()
+            .find_map(|r| owner_id(c, r.value()))
+        else {
+            continue;
+        };
+        let mut r = Resource::new(DNS_RECORD, id.name)
+            .cloud_id(format!("{zid}/{}", txt.name()))
+            .field("zone", Value::reference(DNS_ZONE, &want.id.name))
+            .field("recordName", Value::str(txt.name()))
+            .field(
+                "txt",
+                Value::str(
+                    txt.resource_records()
+                        .first()
+                        .map(|r| r.value())
+                        .unwrap_or_default(),
+                ),
+            );
+        if let Some(a) = sets
+            .iter()
+            .find(|s| s.name() == txt.name() && s.r#type() == &RrType::A)
+        {
+            r = r.field("type", Value::str("A"));
+            if let Some(t) = a.alias_target() {
+                let key = dns_key(t.dns_name());
+                r = r
+                    .field("alias", rd.r(&key))
+                    .field("aliasDns", Value::str(t.dns_name()))
+                    .field("aliasZone", Value::str(t.hosted_zone_id()));
+            }
+        }
+        rd.push(r);
+    }
+    // A name this cluster would write that holds someone else's record: UPSERT would
+    // silently take it over, so the plan refuses instead.
+    let owned: Vec<&str> = sets
+        .iter()
+        .filter(|s| s.r#type() == &RrType::Txt)
+        .filter(|s| {
+            s.resource_records()
+                .iter()
+                .any(|r| owner_id(c, r.value()).is_some())
+        })
+        .map(|s| s.name())
+        .collect();
+    let zone_name = name.clone();
+    for want in rd.desired.iter().filter(|r| r.id.kind == DNS_RECORD) {
+        let name = want.get_str("recordName").unwrap_or_default();
+        if owned.contains(&name) {
+            continue;
+        }
+        if let Some(s) = sets
+            .iter()
+            .find(|s| s.name() == name && s.r#type() != &RrType::Txt)
+        {
+            rd.conflicts.push(format!(
+                "{}: {name} already has a {} record in zone {zone} that cluster {} does not own \
+                 (no owner TXT record); remove it or choose another name",
+                want.id,
+                s.r#type().as_str(),
+                c.cluster,
+                zone = zone_name,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The private zone's association with the cluster's VPC. Only an association with a VPC kprov
+/// owns is owned: one with an adopted VPC is its owner's and is never removed.
+async fn read_association(c: &AwsCloud, rd: &mut Reader<'_>, zid: &str) -> Result<(), CloudError> {
+    let Some(vpc) = rd
+        .out
+        .iter()
+        .find(|r| r.id == ResourceId::new(VPC, "main"))
+        .map(|r| (r.cloud_id.clone().unwrap_or_default(), r.lifecycle))
+    else {
+        return Ok(());
+    };
+    let zone = c
+        .r53
+        .get_hosted_zone()
+        .id(zid)
+        .send()
+        .await
+        .ctx("GetHostedZone")?;
+    if zone
+        .vpcs()
+        .iter()
+        .any(|v| v.vpc_id() == Some(vpc.0.as_str()))
+    {
+        let vpc_ref = rd.r(&vpc.0);
+        rd.push(
+            Resource::new(DNS_ZONE_VPC, "main")
+                .lifecycle(vpc.1)
+                .cloud_id(format!("{zid}/{}", vpc.0))
+                .field("zone", Value::reference(DNS_ZONE, "main"))
+                .field("vpc", vpc_ref),
+        );
+    }
+    Ok(())
+}
+
+pub(super) async fn associate(
+    c: &AwsCloud,
+    want: &Resource,
+    ids: &IdMap,
+) -> Result<String, CloudError> {
+    let zone = cid(ids, want.get("zone"))?.to_string();
+    let vpc = cid(ids, want.get("vpc"))?.to_string();
+    let region = c
+        .r53
+        .config()
+        .region()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
+    c.r53
+        .associate_vpc_with_hosted_zone()
+        .hosted_zone_id(&zone)
+        .vpc(
+            aws_sdk_route53::types::Vpc::builder()
+                .vpc_id(&vpc)
+                .vpc_region(aws_sdk_route53::types::VpcRegion::from(region.as_str()))
+                .build(),
+        )
+        .send()
+        .await
+        .ctx("AssociateVPCWithHostedZone")?;
+    Ok(format!("{zone}/{vpc}"))
+}
+
+pub(super) async fn disassociate(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
+    let (zone, vpc) = have
+        .cloud_id
+        .as_deref()
+        .and_then(|s| s.split_once('/'))
+        .ok_or_else(|| CloudError::Model(format!("{}: no zone/vpc", have.id)))?;
+    let r = c
+        .r53
+        .disassociate_vpc_from_hosted_zone()
+        .hosted_zone_id(zone)
+        .vpc(aws_sdk_route53::types::Vpc::builder().vpc_id(vpc).build())
+        .send()
+        .await;
+    match r {
+        // A private zone keeps at least one VPC; the zone is not ours to empty.
+        Err(e) if super::error_code(&e) == Some("LastVPCAssociation") => Ok(()),
+        other => other.ctx("DisassociateVPCFromHostedZone").map(|_| ()),
+    }
+}
+
+/// Route53 answers only for zones the registrar or parent zone delegates to it. The parent can
+/// be checked when it is in this account; otherwise say what must be confirmed by hand.
+async fn check_delegation(
+    c: &AwsCloud,
+    zid: &str,
+    name: &str,
+) -> Result<Option<String>, CloudError> {
+    let zone = c
+        .r53
+        .get_hosted_zone()
+        .id(zid)
+        .send()
+        .await
+        .ctx("GetHostedZone")?;
+    let mut servers: Vec<String> = zone
+        .delegation_set()
+        .map(|d| d.name_servers().iter().map(|s| dns_key(s)).collect())
+        .unwrap_or_default();
+    servers.sort();
+    let Some((_, parent)) = name.trim_end_matches('.').split_once('.') else {
+        return Ok(None);
+    };
+    let parent = super::fqdn(parent);
+    let unconfirmed = |why: &str| {
+        Some(format!(
+            "cannot confirm NS delegation of {name} ({why}); it must be delegated to {}",
+            servers.join(", ")
+        ))
+    };
+    let Some((pid, _)) = find_zone(c, &parent, Some(false)).await? else {
+        return Ok(unconfirmed(&format!(
+            "parent zone {parent} is not in this account"
+        )));
+    };
+    let out = c
+        .r53
+        .list_resource_record_sets()
+        .hosted_zone_id(&pid)
+        .start_record_name(name)
+        .start_record_type(RrType::Ns)
+        .max_items(1)
+        .send()
+        .await
+        .ctx("ListResourceRecordSets")?;
+    let ns = out
+        .resource_record_sets()
+        .iter()
+        .find(|s| s.name() == name && s.r#type() == &RrType::Ns);
+    let mut delegated: Vec<String> = ns
+        .map(|s| {
+            s.resource_records()
+                .iter()
+                .map(|r| dns_key(r.value()))
+                .collect()
+        })
+        .unwrap_or_default();
+    delegated.sort();
+    Ok(if delegated.is_empty() {
+        unconfirmed(&format!("parent zone {parent} has no NS record for it"))
+    } else if delegated != servers {
+        unconfirmed(&format!(
+            "parent zone {parent} delegates to {}",
+            delegated.join(", ")
+        ))
+    } else {
+        None
+    })
+}
+
+/// The SDK's builders fail only when a required field is missing, which would be a bug here.
+fn built<T>(r: Result<T, aws_sdk_route53::error::BuildError>) -> Result<T, CloudError> {
+    r.map_err(|e| CloudError::Model(format!("Route53 request: {e}")))
+}
+
+fn txt_set(name: &str, value: &str) -> Result<ResourceRecordSet, CloudError> {
+    built(
+        ResourceRecordSet::builder()
+            .name(name)
+            .r#type(RrType::Txt)
+            .ttl(300)
+            .resource_records(built(ResourceRecord::builder().value(value).build())?)
+            .build(),
+    )
+}
+
+fn alias_set(name: &str, dns: &str, zone: &str) -> Result<ResourceRecordSet, CloudError> {
+    let target = AliasTarget::builder()
+        .dns_name(dns)
+        .hosted_zone_id(zone)
+        .evaluate_target_health(false)
+        .build();
+    built(
+        ResourceRecordSet::builder()
+            .name(name)
+            .r#type(RrType::A)
+            .alias_target(built(target)?)
+            .build(),
+    )
+}
+
+fn change(action: ChangeAction, set: ResourceRecordSet) -> Result<Change, CloudError> {
+    built(
+        Change::builder()
+            .action(action)
+            .resource_record_set(set)
+            .build(),
+    )
+}
+
+async fn submit(c: &AwsCloud, zone: &str, changes: Vec<Change>) -> Result<(), CloudError> {
+    let out = c
+        .r53
+        .change_resource_record_sets()
+        .hosted_zone_id(zone)
+        .change_batch(built(
+            ChangeBatch::builder().set_changes(Some(changes)).build(),
+        )?)
+        .send()
+        .await
+        .ctx("ChangeResourceRecordSets")?;
+    let Some(info) = out.change_info() else {
+        return Ok(());
+    };
+    let mut status = info.status().clone();
+    // The engine's per-resource deadline bounds this wait.
+    while status != ChangeStatus::Insync {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let got = c
+            .r53
+            .get_change()
+            .id(info.id())
+            .send()
+            .await
+            .ctx("GetChange")?;
+        status = got
+            .change_info()
+            .map(|i| i.status().clone())
+            .unwrap_or(ChangeStatus::Insync);
+    }
+    Ok(())
+}
+
+/// Create and update alike: the record and its owner TXT go in one atomic batch.
+pub(super) async fn upsert(
+    c: &AwsCloud,
+    want: &Resource,
+    ids: &IdMap,
+) -> Result<String, CloudError> {
+    let zone = cid(ids, want.get("zone"))?.to_string();
+    let name = want.get_str("recordName").unwrap_or_default();
+    let arn = cid(ids, want.get("alias"))?;
+    let lbs = c
+        .elb
+        .describe_load_balancers()
+        .load_balancer_arns(arn)
+        .send()
+        .await
+        .ctx("DescribeLoadBalancers")?;
+    let lb = lbs.load_balancers().first().ok_or_else(|| {
+        CloudError::not_ready(
+            "DescribeLoadBalancers",
+            format!("load balancer {arn} not found"),
+        )
+    })?;
+    let alias = alias_set(
+        name,
+        lb.dns_name().unwrap_or_default(),
+        lb.canonical_hosted_zone_id().unwrap_or_default(),
+    )?;
+    let owner = txt_set(name, &owner_value(c, &want.id))?;
+    let changes = vec![
+        change(ChangeAction::Upsert, alias)?,
+        change(ChangeAction::Upsert, owner)?,
+    ];
+    submit(c, &zone, changes).await?;
+    Ok(format!("{zone}/{name}"))
+}
+
+pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
+    let (zone, name) = have
+        .cloud_id
+        .as_deref()
+        .and_then(|s| s.split_once('/'))
+        .ok_or_else(|| CloudError::Model(format!("{}: no zone/name", have.id)))?;
+    let mut changes = vec![change(
+        ChangeAction::Delete,
+        txt_set(name, have.get_str("txt").unwrap_or_default())?,
+    )?];
+    if let (Some(dns), Some(z)) = (have.get_str("aliasDns"), have.get_str("aliasZone")) {
+        changes.push(change(ChangeAction::Delete, alias_set(name, dns, z)?)?);
+    }
+    submit(c, zone, changes).await
+}

@@ -1,0 +1,1167 @@
+//! EC2: VPC, subnets, internet gateway, route tables, elastic IPs, NAT gateways, security
+//! groups and rules, the key pair, launch templates.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{
+    AttributeBooleanValue, Filter, IpPermission, IpRange,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateTagSpecificationRequest,
+    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair,
+};
+use aws_smithy_types::base64;
+
+use super::kinds::*;
+use super::{AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, id_from_tags, owned_by};
+use crate::cloud::engine::{
+    CloudError, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
+};
+
+const TAG_KEY_HASH: &str = "kprov.dev/public-key-sha256";
+
+fn owned(c: &AwsCloud) -> Filter {
+    Filter::builder()
+        .name(format!("tag:{}", super::owned_tag_key(&c.cluster)))
+        .values("owned")
+        .build()
+}
+
+fn filter(name: &str, values: impl IntoIterator<Item = String>) -> Filter {
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values.into_iter().collect()))
+        .build()
+}
+
+fn tag_pairs(tags: &[Tag]) -> impl Iterator<Item = (&str, &str)> {
+    tags.iter()
+        .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
+}
+
+fn tag_spec(
+    c: &AwsCloud,
+    rt: ResourceType,
+    id: &ResourceId,
+    extra: &[(&str, &str)],
+) -> TagSpecification {
+    let display = format!("{}.{}", id.name, c.cluster);
+    let tags = c
+        .tags(id, &display)
+        .into_iter()
+        .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .map(|(k, v)| Tag::builder().key(k).value(v).build());
+    TagSpecification::builder()
+        .resource_type(rt)
+        .set_tags(Some(tags.collect()))
+        .build()
+}
+
+pub(super) async fn resolve_images(
+    c: &AwsCloud,
+    names: Vec<String>,
+) -> Result<BTreeMap<String, String>, CloudError> {
+    let images: Vec<_> = c
+        .ec2
+        .describe_images()
+        .filters(filter("name", names.clone()))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeImages")?;
+    let mut out: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for i in images {
+        let (Some(name), Some(id)) = (i.name(), i.image_id()) else {
+            continue;
+        };
+        // Several images can share a name across owners; take the newest.
+        let created = i.creation_date().unwrap_or_default().to_string();
+        let newer = out.get(name).is_none_or(|(d, _)| created > *d);
+        if newer {
+            out.insert(name.to_string(), (created, id.to_string()));
+        }
+    }
+    Ok(out.into_iter().map(|(k, (_, id))| (k, id)).collect())
+}
+
+pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+    // VPCs: owned ones by tag, adopted ones by ID (a filter, so a missing ID is no error).
+    let mut vpcs: Vec<_> = c
+        .ec2
+        .describe_vpcs()
+        .filters(owned(c))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeVpcs")?;
+    let adopted_vpcs: BTreeMap<String, ResourceId> = rd
+        .adopted(VPC)
+        .filter_map(|r| Some((r.cloud_id.clone()?, r.id.clone())))
+        .collect();
+    if !adopted_vpcs.is_empty() {
+        let more: Vec<_> = c
+            .ec2
+            .describe_vpcs()
+            .filters(filter("vpc-id", adopted_vpcs.keys().cloned()))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeVpcs")?;
+        vpcs.extend(more);
+    }
+    for v in vpcs {
+        let vid = v.vpc_id().unwrap_or_default();
+        let (id, lc) = match adopted_vpcs.get(vid) {
+            Some(id) => (id.clone(), Lifecycle::ExistsAndValidates),
+            None if owned_by(&c.cluster, tag_pairs(v.tags())) => {
+                (id_from_tags(VPC, vid, tag_pairs(v.tags())), Lifecycle::Sync)
+            }
+            None => continue,
+        };
+        rd.push(
+            Resource::new(VPC, id.name)
+                .lifecycle(lc)
+                .cloud_id(vid)
+                .field("cidr", Value::str(v.cidr_block().unwrap_or_default())),
+        );
+    }
+
+    let mut subnets: Vec<_> = c
+        .ec2
+        .describe_subnets()
+        .filters(owned(c))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeSubnets")?;
+    let adopted_subnets: BTreeMap<String, ResourceId> = rd
+        .adopted(SUBNET)
+        .filter_map(|r| Some((r.cloud_id.clone()?, r.id.clone())))
+        .collect();
+    if !adopted_subnets.is_empty() {
+        let more: Vec<_> = c
+            .ec2
+            .describe_subnets()
+            .filters(filter("subnet-id", adopted_subnets.keys().cloned()))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeSubnets")?;
+        subnets.extend(more);
+    }
+    for s in subnets {
+        let sid = s.subnet_id().unwrap_or_default();
+        let (id, lc) = match adopted_subnets.get(sid) {
+            Some(id) => (id.clone(), Lifecycle::ExistsAndValidates),
+            None if owned_by(&c.cluster, tag_pairs(s.tags())) => (
+                id_from_tags(SUBNET, sid, tag_pairs(s.tags())),
+                Lifecycle::Sync,
+            ),
+            None => continue,
+        };
+        let vpc = rd.r(s.vpc_id().unwrap_or_default());
+        rd.push(
+            Resource::new(SUBNET, id.name)
+                .lifecycle(lc)
+                .cloud_id(sid)
+                .field("vpc", vpc)
+                .field(
+                    "zone",
+                    Value::str(s.availability_zone().unwrap_or_default()),
+                )
+                .field("cidr", Value::str(s.cidr_block().unwrap_or_default()))
+                .field(
+                    "mapPublicIp",
+                    Value::Bool(s.map_public_ip_on_launch().unwrap_or(false)),
+                ),
+        );
+    }
+
+    let mut igws: Vec<_> = c
+        .ec2
+        .describe_internet_gateways()
+        .filters(owned(c))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeInternetGateways")?;
+    // An adopted VPC's gateway is found by its attachment.
+    let adopt_igw = rd.adopted(INTERNET_GATEWAY).next().map(|r| r.id.clone());
+    let mut adopted_igw = None;
+    if let (Some(igw_id), Some(vpc_cid)) = (adopt_igw, adopted_vpcs.keys().next()) {
+        let more: Vec<_> = c
+            .ec2
+            .describe_internet_gateways()
+            .filters(filter("attachment.vpc-id", [vpc_cid.clone()]))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeInternetGateways")?;
+        if let Some(g) = more.into_iter().next() {
+            adopted_igw = Some((
+                g.internet_gateway_id().unwrap_or_default().to_string(),
+                igw_id,
+            ));
+            igws.push(g);
+        }
+    }
+    for g in igws {
+        let gid = g.internet_gateway_id().unwrap_or_default();
+        let (id, lc) = match &adopted_igw {
+            Some((a, id)) if a == gid => (id.clone(), Lifecycle::ExistsAndValidates),
+            _ if owned_by(&c.cluster, tag_pairs(g.tags())) => (
+                id_from_tags(INTERNET_GATEWAY, gid, tag_pairs(g.tags())),
+                Lifecycle::Sync,
+            ),
+            _ => continue,
+        };
+        let mut r = Resource::new(INTERNET_GATEWAY, id.name)
+            .lifecycle(lc)
+            .cloud_id(gid);
+        if let Some(vid) = g.attachments().iter().find_map(|a| a.vpc_id()) {
+            r = r.field("vpc", rd.r(vid));
+        }
+        rd.push(r);
+    }
+
+    let eips = c
+        .ec2
+        .describe_addresses()
+        .filters(owned(c))
+        .send()
+        .await
+        .ctx("DescribeAddresses")?;
+    for a in eips
+        .addresses()
+        .iter()
+        .filter(|a| owned_by(&c.cluster, tag_pairs(a.tags())))
+    {
+        let aid = a.allocation_id().unwrap_or_default();
+        let id = id_from_tags(ELASTIC_IP, aid, tag_pairs(a.tags()));
+        rd.push(Resource::new(ELASTIC_IP, id.name).cloud_id(aid).field(
+            "domain",
+            Value::str(a.domain().map(|d| d.as_str()).unwrap_or("vpc")),
+        ));
+    }
+
+    let nats: Vec<_> = c
+        .ec2
+        .describe_nat_gateways()
+        .filter(owned(c))
+        .filter(filter("state", ["pending".into(), "available".into()]))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeNatGateways")?;
+    for n in nats
+        .iter()
+        .filter(|n| owned_by(&c.cluster, tag_pairs(n.tags())))
+    {
+        let nid = n.nat_gateway_id().unwrap_or_default();
+        let id = id_from_tags(NAT_GATEWAY, nid, tag_pairs(n.tags()));
+        let alloc = n
+            .nat_gateway_addresses()
+            .iter()
+            .find_map(|a| a.allocation_id())
+            .unwrap_or_default();
+        let subnet = rd.r(n.subnet_id().unwrap_or_default());
+        let allocation = rd.r(alloc);
+        rd.push(
+            Resource::new(NAT_GATEWAY, id.name)
+                .cloud_id(nid)
+                .field("subnet", subnet)
+                .field("allocation", allocation),
+        );
+    }
+
+    let tables: Vec<_> = c
+        .ec2
+        .describe_route_tables()
+        .filters(owned(c))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeRouteTables")?;
+    for t in tables
+        .iter()
+        .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
+    {
+        let tid = t.route_table_id().unwrap_or_default();
+        let id = id_from_tags(ROUTE_TABLE, tid, tag_pairs(t.tags()));
+        let routes = t
+            .routes()
+            .iter()
+            .filter(|r| r.gateway_id() != Some("local"))
+            .filter_map(|r| {
+                let dest = r.destination_cidr_block()?;
+                let target = r.gateway_id().or(r.nat_gateway_id())?;
+                Some(Value::List(vec![Value::str(dest), rd.r(target)]))
+            })
+            .collect();
+        let assoc: Vec<(&str, &str)> = t
+            .associations()
+            .iter()
+            .filter(|a| a.main() != Some(true))
+            .filter_map(|a| Some((a.subnet_id()?, a.route_table_association_id()?)))
+            .collect();
+        let vpc = rd.r(t.vpc_id().unwrap_or_default());
+        let subnets = Value::set(assoc.iter().map(|(s, _)| rd.r(s)).collect());
+        rd.push(
+            Resource::new(ROUTE_TABLE, id.name)
+                .cloud_id(tid)
+                .field("vpc", vpc)
+                .field("routes", Value::set(routes))
+                .field("subnets", subnets)
+                // Not compared (desired has no such field): what disassociation needs.
+                .field(
+                    "associations",
+                    Value::List(
+                        assoc
+                            .iter()
+                            .map(|(s, a)| Value::List(vec![Value::str(*s), Value::str(*a)]))
+                            .collect(),
+                    ),
+                ),
+        );
+    }
+    Ok(())
+}
+
+fn ports(p: &IpPermission) -> String {
+    match (p.ip_protocol(), p.from_port(), p.to_port()) {
+        (Some("-1"), _, _) | (_, None, _) => "all".into(),
+        (_, Some(f), Some(t)) if f != t => format!("{f}-{t}"),
+        (_, Some(f), _) => f.to_string(),
+    }
+}
+
+pub(super) async fn read_security_groups(
+    c: &AwsCloud,
+    rd: &mut Reader<'_>,
+) -> Result<(), CloudError> {
+    let groups: Vec<_> = c
+        .ec2
+        .describe_security_groups()
+        .filters(owned(c))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeSecurityGroups")?;
+    let mut ids = Vec::new();
+    let groups: Vec<_> = groups
+        .into_iter()
+        .filter(|g| owned_by(&c.cluster, tag_pairs(g.tags())))
+        .collect();
+    for g in &groups {
+        let gid = g.group_id().unwrap_or_default();
+        let id = id_from_tags(SECURITY_GROUP, gid, tag_pairs(g.tags()));
+        let vpc = rd.r(g.vpc_id().unwrap_or_default());
+        rd.push(
+            Resource::new(SECURITY_GROUP, &id.name)
+                .cloud_id(gid)
+                .field("vpc", vpc)
+                .field("groupName", Value::str(g.group_name().unwrap_or_default()))
+                .field(
+                    "description",
+                    Value::str(g.description().unwrap_or_default()),
+                ),
+        );
+        ids.push(id);
+    }
+    // The rules come second: they refer to groups by ID, and all groups are known now.
+    for (g, id) in groups.iter().zip(ids) {
+        let gid = g.group_id().unwrap_or_default();
+        let mut rules = Vec::new();
+        for p in g.ip_permissions() {
+            let proto = Value::str(p.ip_protocol().unwrap_or("-1"));
+            let ports = Value::str(ports(p));
+            for r in p.ip_ranges() {
+                rules.push(Value::List(vec![
+                    proto.clone(),
+                    ports.clone(),
+                    Value::str(r.cidr_ip().unwrap_or_default()),
+                ]));
+            }
+            for pair in p.user_id_group_pairs() {
+                rules.push(Value::List(vec![
+                    proto.clone(),
+                    ports.clone(),
+                    rd.r(pair.group_id().unwrap_or_default()),
+                ]));
+            }
+        }
+        let group = Value::reference(SECURITY_GROUP, &id.name);
+        // Shares its group's cloud ID: pushed past `Reader::push` so that ID keeps mapping to
+        // the group.
+        rd.out.push(
+            Resource::new(SECURITY_GROUP_RULES, id.name)
+                .cloud_id(gid)
+                .field("group", group)
+                .field("ingress", Value::set(rules)),
+        );
+    }
+    Ok(())
+}
+
+pub(super) async fn read_key_pairs(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+    let keys = c
+        .ec2
+        .describe_key_pairs()
+        .filters(owned(c))
+        .send()
+        .await
+        .ctx("DescribeKeyPairs")?;
+    for k in keys
+        .key_pairs()
+        .iter()
+        .filter(|k| owned_by(&c.cluster, tag_pairs(k.tags())))
+    {
+        let name = k.key_name().unwrap_or_default();
+        let id = id_from_tags(KEY_PAIR, name, tag_pairs(k.tags()));
+        let hash = tag_pairs(k.tags())
+            .find(|(t, _)| *t == TAG_KEY_HASH)
+            .map(|(_, v)| v)
+            .unwrap_or_default();
+        rd.push(
+            Resource::new(KEY_PAIR, id.name)
+                .cloud_id(name)
+                .field("keyName", Value::str(name))
+                .field("publicKeySha256", Value::str(hash)),
+        );
+    }
+    Ok(())
+}
+
+pub(super) async fn read_launch_templates(
+    c: &AwsCloud,
+    rd: &mut Reader<'_>,
+) -> Result<(), CloudError> {
+    let templates: Vec<_> = c
+        .ec2
+        .describe_launch_templates()
+        .filters(owned(c))
+        // AWS's largest page; moto returns only the first page (15 by default) and no token.
+        .max_results(200)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeLaunchTemplates")?;
+    if templates.is_empty() {
+        return Ok(());
+    }
+    let owned_ids: BTreeMap<&str, ResourceId> = templates
+        .iter()
+        .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
+        .filter_map(|t| {
+            let tid = t.launch_template_id()?;
+            Some((tid, id_from_tags(LAUNCH_TEMPLATE, tid, tag_pairs(t.tags()))))
+        })
+        .collect();
+    // One call for the latest version of every template (not one per instance group).
+    let versions: Vec<_> = c
+        .ec2
+        .describe_launch_template_versions()
+        .versions("$Latest")
+        .max_results(200)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeLaunchTemplateVersions")?;
+    for v in versions {
+        let Some(tid) = v.launch_template_id() else {
+            continue;
+        };
+        let Some(id) = owned_ids.get(tid) else {
+            continue;
+        };
+        let d = v.launch_template_data();
+        let user_data = d
+            .and_then(|d| d.user_data())
+            .and_then(|u| base64::decode(u).ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let sgs = d
+            .map(|d| d.security_group_ids().iter().map(|g| rd.r(g)).collect())
+            .unwrap_or_default();
+        let profile = d
+            .and_then(|d| d.iam_instance_profile())
+            .and_then(|p| p.name())
+            .unwrap_or_default();
+        let key = d.and_then(|d| d.key_name()).unwrap_or_default();
+        rd.push(
+            Resource::new(LAUNCH_TEMPLATE, &id.name)
+                .cloud_id(tid)
+                .field(
+                    "templateName",
+                    Value::str(v.launch_template_name().unwrap_or_default()),
+                )
+                .field(
+                    "imageId",
+                    Value::str(d.and_then(|d| d.image_id()).unwrap_or_default()),
+                )
+                .field(
+                    "instanceType",
+                    Value::str(
+                        d.and_then(|d| d.instance_type())
+                            .map(|t| t.as_str())
+                            .unwrap_or_default(),
+                    ),
+                )
+                .field("keyName", rd.r(key))
+                .field("securityGroups", Value::set(sgs))
+                .field("instanceProfile", rd.r(profile))
+                .field("userData", Value::Doc(user_data))
+                .field("latestVersion", Value::Int(v.version_number().unwrap_or(0))),
+        );
+    }
+    Ok(())
+}
+
+/// `[proto, ports, source]` → one IpPermission.
+fn permission(rule: &Value, ids: &IdMap) -> Result<IpPermission, CloudError> {
+    let bad = || CloudError::Model(format!("malformed security group rule {rule}"));
+    let [proto, ports, src] = rule.as_list() else {
+        return Err(bad());
+    };
+    let proto = proto.as_str().ok_or_else(bad)?;
+    let ports = ports.as_str().ok_or_else(bad)?;
+    let mut b = IpPermission::builder().ip_protocol(proto);
+    if ports != "all" {
+        let (from, to) = ports.split_once('-').unwrap_or((ports, ports));
+        let from: i32 = from.parse().map_err(|_| bad())?;
+        let to: i32 = to.parse().map_err(|_| bad())?;
+        b = b.from_port(from).to_port(to);
+    }
+    let source = cid(ids, Some(src))?;
+    b = if source.starts_with("sg-") {
+        b.user_id_group_pairs(UserIdGroupPair::builder().group_id(source).build())
+    } else {
+        b.ip_ranges(IpRange::builder().cidr_ip(source).build())
+    };
+    Ok(b.build())
+}
+
+fn permissions(rules: &[Value], ids: &IdMap) -> Result<Vec<IpPermission>, CloudError> {
+    rules.iter().map(|r| permission(r, ids)).collect()
+}
+
+async fn authorize(
+    c: &AwsCloud,
+    gid: &str,
+    rules: &[Value],
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    c.ec2
+        .authorize_security_group_ingress()
+        .group_id(gid)
+        .set_ip_permissions(Some(permissions(rules, ids)?))
+        .send()
+        .await
+        .ctx("AuthorizeSecurityGroupIngress")?;
+    Ok(())
+}
+
+async fn revoke(c: &AwsCloud, gid: &str, rules: &[Value], ids: &IdMap) -> Result<(), CloudError> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    c.ec2
+        .revoke_security_group_ingress()
+        .group_id(gid)
+        .set_ip_permissions(Some(permissions(rules, ids)?))
+        .send()
+        .await
+        .ctx("RevokeSecurityGroupIngress")?;
+    Ok(())
+}
+
+fn launch_data(
+    c: &AwsCloud,
+    want: &Resource,
+    ids: &IdMap,
+) -> Result<RequestLaunchTemplateData, CloudError> {
+    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
+    let instance_tags = |rt: ResourceType| {
+        let display = format!("{}.{}", want.id.name, c.cluster);
+        let tags = c
+            .tags(&ResourceId::new("Instance", &want.id.name), &display)
+            .into_iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build());
+        LaunchTemplateTagSpecificationRequest::builder()
+            .resource_type(rt)
+            .set_tags(Some(tags.collect()))
+            .build()
+    };
+    Ok(RequestLaunchTemplateData::builder()
+        .image_id(s("imageId"))
+        .instance_type(s("instanceType").as_str().into())
+        .key_name(cid(ids, want.get("keyName"))?)
+        .set_security_group_ids(Some(cids(ids, want.get("securityGroups"))?))
+        .iam_instance_profile(
+            LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                .name(cid(ids, want.get("instanceProfile"))?)
+                .build(),
+        )
+        .user_data(base64::encode(s("userData")))
+        .tag_specifications(instance_tags(ResourceType::Instance))
+        .tag_specifications(instance_tags(ResourceType::Volume))
+        .build())
+}
+
+/// Routes as `(destination, target cloud ID)`.
+fn routes(v: Option<&Value>, ids: &IdMap) -> Result<BTreeMap<String, String>, CloudError> {
+    v.map(Value::as_list)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| match r.as_list() {
+            [dest, target] => Ok((
+                dest.as_str().unwrap_or_default().to_string(),
+                cid(ids, Some(target))?.to_string(),
+            )),
+            _ => Err(CloudError::Model(format!("malformed route {r}"))),
+        })
+        .collect()
+}
+
+async fn add_route(c: &AwsCloud, table: &str, dest: &str, target: &str) -> Result<(), CloudError> {
+    let req = c
+        .ec2
+        .create_route()
+        .route_table_id(table)
+        .destination_cidr_block(dest);
+    let req = if target.starts_with("nat-") {
+        req.nat_gateway_id(target)
+    } else {
+        req.gateway_id(target)
+    };
+    req.send().await.ctx("CreateRoute")?;
+    Ok(())
+}
+
+async fn associate(c: &AwsCloud, table: &str, subnet: &str) -> Result<(), CloudError> {
+    c.ec2
+        .associate_route_table()
+        .route_table_id(table)
+        .subnet_id(subnet)
+        .send()
+        .await
+        .ctx("AssociateRouteTable")?;
+    Ok(())
+}
+
+async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError> {
+    loop {
+        let out = c
+            .ec2
+            .describe_nat_gateways()
+            .nat_gateway_ids(nid)
+            .send()
+            .await
+            .ctx("DescribeNatGateways")?;
+        let state = out
+            .nat_gateways()
+            .first()
+            .and_then(|n| n.state())
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_else(|| "deleted".into());
+        match (state.as_str(), gone) {
+            ("available", false) | ("deleted", true) => return Ok(()),
+            ("failed", _) => {
+                return Err(CloudError::Api {
+                    operation: "CreateNatGateway".into(),
+                    class: crate::cloud::engine::ErrorClass::Fatal,
+                    message: format!("NAT gateway {nid} failed"),
+                });
+            }
+            // The engine's per-resource deadline bounds this wait.
+            _ => tokio::time::sleep(Duration::from_secs(2)).await,
+        }
+    }
+}
+
+pub(super) async fn create(
+    c: &AwsCloud,
+    want: &Resource,
+    ids: &IdMap,
+) -> Result<String, CloudError> {
+    let id = &want.id;
+    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
+    match id.kind.as_str() {
+        VPC => {
+            let out = c
+                .ec2
+                .create_vpc()
+                .cidr_block(s("cidr"))
+                .tag_specifications(tag_spec(c, ResourceType::Vpc, id, &[]))
+                .send()
+                .await
+                .ctx("CreateVpc")?;
+            Ok(out
+                .vpc()
+                .and_then(|v| v.vpc_id())
+                .unwrap_or_default()
+                .to_string())
+        }
+        SUBNET => {
+            let public = want.get("mapPublicIp").and_then(Value::as_bool) == Some(true);
+            let role = if public {
+                "kubernetes.io/role/elb"
+            } else {
+                "kubernetes.io/role/internal-elb"
+            };
+            let out = c
+                .ec2
+                .create_subnet()
+                .vpc_id(cid(ids, want.get("vpc"))?)
+                .cidr_block(s("cidr"))
+                .availability_zone(s("zone"))
+                .tag_specifications(tag_spec(c, ResourceType::Subnet, id, &[(role, "1")]))
+                .send()
+                .await
+                .ctx("CreateSubnet")?;
+            let sid = out
+                .subnet()
+                .and_then(|v| v.subnet_id())
+                .unwrap_or_default()
+                .to_string();
+            if public {
+                set_map_public_ip(c, &sid, true)
+                    .await
+                    .map_err(after_create)?;
+            }
+            Ok(sid)
+        }
+        INTERNET_GATEWAY => {
+            let out = c
+                .ec2
+                .create_internet_gateway()
+                .tag_specifications(tag_spec(c, ResourceType::InternetGateway, id, &[]))
+                .send()
+                .await
+                .ctx("CreateInternetGateway")?;
+            let gid = out
+                .internet_gateway()
+                .and_then(|g| g.internet_gateway_id())
+                .unwrap_or_default()
+                .to_string();
+            attach_igw(c, &gid, cid(ids, want.get("vpc"))?)
+                .await
+                .map_err(after_create)?;
+            Ok(gid)
+        }
+        ELASTIC_IP => {
+            let out = c
+                .ec2
+                .allocate_address()
+                .domain(aws_sdk_ec2::types::DomainType::Vpc)
+                .tag_specifications(tag_spec(c, ResourceType::ElasticIp, id, &[]))
+                .send()
+                .await
+                .ctx("AllocateAddress")?;
+            Ok(out.allocation_id().unwrap_or_default().to_string())
+        }
+        NAT_GATEWAY => {
+            let out = c
+                .ec2
+                .create_nat_gateway()
+                .subnet_id(cid(ids, want.get("subnet"))?)
+                .allocation_id(cid(ids, want.get("allocation"))?)
+                .tag_specifications(tag_spec(c, ResourceType::Natgateway, id, &[]))
+                .send()
+                .await
+                .ctx("CreateNatGateway")?;
+            let nid = out
+                .nat_gateway()
+                .and_then(|n| n.nat_gateway_id())
+                .unwrap_or_default()
+                .to_string();
+            wait_nat(c, &nid, false).await.map_err(after_create)?;
+            Ok(nid)
+        }
+        ROUTE_TABLE => {
+            let out = c
+                .ec2
+                .create_route_table()
+                .vpc_id(cid(ids, want.get("vpc"))?)
+                .tag_specifications(tag_spec(c, ResourceType::RouteTable, id, &[]))
+                .send()
+                .await
+                .ctx("CreateRouteTable")?;
+            let tid = out
+                .route_table()
+                .and_then(|t| t.route_table_id())
+                .unwrap_or_default()
+                .to_string();
+            let finish = async {
+                for (dest, target) in routes(want.get("routes"), ids)? {
+                    add_route(c, &tid, &dest, &target).await?;
+                }
+                for sub in cids(ids, want.get("subnets"))? {
+                    associate(c, &tid, &sub).await?;
+                }
+                Ok::<_, CloudError>(())
+            };
+            finish.await.map_err(after_create)?;
+            Ok(tid)
+        }
+        SECURITY_GROUP => {
+            let out = c
+                .ec2
+                .create_security_group()
+                .group_name(s("groupName"))
+                .description(s("description"))
+                .vpc_id(cid(ids, want.get("vpc"))?)
+                .tag_specifications(tag_spec(c, ResourceType::SecurityGroup, id, &[]))
+                .send()
+                .await
+                .ctx("CreateSecurityGroup")?;
+            Ok(out.group_id().unwrap_or_default().to_string())
+        }
+        SECURITY_GROUP_RULES => {
+            // The rules resource is the group's ingress list: "creating" it authorizes them.
+            let gid = cid(ids, want.get("group"))?.to_string();
+            let rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
+            authorize(c, &gid, rules, ids).await?;
+            Ok(gid)
+        }
+        KEY_PAIR => {
+            let key = want.inputs.get("publicKey").cloned().unwrap_or_default();
+            c.ec2
+                .import_key_pair()
+                .key_name(s("keyName"))
+                .public_key_material(aws_smithy_types::Blob::new(key.into_bytes()))
+                .tag_specifications(tag_spec(
+                    c,
+                    ResourceType::KeyPair,
+                    id,
+                    &[(TAG_KEY_HASH, &s("publicKeySha256"))],
+                ))
+                .send()
+                .await
+                .ctx("ImportKeyPair")?;
+            Ok(s("keyName"))
+        }
+        LAUNCH_TEMPLATE => {
+            let out = c
+                .ec2
+                .create_launch_template()
+                .launch_template_name(s("templateName"))
+                .launch_template_data(launch_data(c, want, ids)?)
+                .tag_specifications(tag_spec(c, ResourceType::LaunchTemplate, id, &[]))
+                .send()
+                .await
+                .ctx("CreateLaunchTemplate")?;
+            Ok(out
+                .launch_template()
+                .and_then(|t| t.launch_template_id())
+                .unwrap_or_default()
+                .to_string())
+        }
+        other => Err(CloudError::Model(format!("EC2 cannot create a {other}"))),
+    }
+}
+
+async fn set_map_public_ip(c: &AwsCloud, sid: &str, on: bool) -> Result<(), CloudError> {
+    c.ec2
+        .modify_subnet_attribute()
+        .subnet_id(sid)
+        .map_public_ip_on_launch(AttributeBooleanValue::builder().value(on).build())
+        .send()
+        .await
+        .ctx("ModifySubnetAttribute")?;
+    Ok(())
+}
+
+async fn attach_igw(c: &AwsCloud, gid: &str, vpc: &str) -> Result<(), CloudError> {
+    c.ec2
+        .attach_internet_gateway()
+        .internet_gateway_id(gid)
+        .vpc_id(vpc)
+        .send()
+        .await
+        .ctx("AttachInternetGateway")?;
+    Ok(())
+}
+
+fn changed(changes: &[FieldChange], f: &str) -> bool {
+    changes.iter().any(|c| c.field == f)
+}
+
+pub(super) async fn update(
+    c: &AwsCloud,
+    want: &Resource,
+    have: &Resource,
+    changes: &[FieldChange],
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    let cloud_id = have.cloud_id.as_deref().unwrap_or_default();
+    match want.id.kind.as_str() {
+        SUBNET if changed(changes, "mapPublicIp") => {
+            let on = want
+                .get("mapPublicIp")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            set_map_public_ip(c, cloud_id, on).await
+        }
+        INTERNET_GATEWAY => {
+            if let Some(old) = have.get("vpc") {
+                let old = cid(ids, Some(old))?;
+                c.ec2
+                    .detach_internet_gateway()
+                    .internet_gateway_id(cloud_id)
+                    .vpc_id(old)
+                    .send()
+                    .await
+                    .ctx("DetachInternetGateway")?;
+            }
+            attach_igw(c, cloud_id, cid(ids, want.get("vpc"))?).await
+        }
+        ROUTE_TABLE => {
+            let want_routes = routes(want.get("routes"), ids)?;
+            let have_routes = routes(have.get("routes"), ids)?;
+            for (dest, target) in &want_routes {
+                match have_routes.get(dest) {
+                    None => add_route(c, cloud_id, dest, target).await?,
+                    Some(t) if t != target => {
+                        let req = c
+                            .ec2
+                            .replace_route()
+                            .route_table_id(cloud_id)
+                            .destination_cidr_block(dest);
+                        let req = if target.starts_with("nat-") {
+                            req.nat_gateway_id(target)
+                        } else {
+                            req.gateway_id(target)
+                        };
+                        req.send().await.ctx("ReplaceRoute")?;
+                    }
+                    Some(_) => {}
+                }
+            }
+            for dest in have_routes.keys().filter(|d| !want_routes.contains_key(*d)) {
+                c.ec2
+                    .delete_route()
+                    .route_table_id(cloud_id)
+                    .destination_cidr_block(dest)
+                    .send()
+                    .await
+                    .ctx("DeleteRoute")?;
+            }
+            let want_subnets: BTreeSet<String> =
+                cids(ids, want.get("subnets"))?.into_iter().collect();
+            let assoc = associations(have);
+            for s in &want_subnets {
+                if !assoc.contains_key(s) {
+                    associate(c, cloud_id, s).await?;
+                }
+            }
+            for (s, a) in &assoc {
+                if !want_subnets.contains(s) {
+                    disassociate(c, a).await?;
+                }
+            }
+            Ok(())
+        }
+        SECURITY_GROUP_RULES => {
+            let want_rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
+            let have_rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
+            let missing: Vec<Value> = want_rules
+                .iter()
+                .filter(|r| !have_rules.contains(r))
+                .cloned()
+                .collect();
+            let extra: Vec<Value> = have_rules
+                .iter()
+                .filter(|r| !want_rules.contains(r))
+                .cloned()
+                .collect();
+            revoke(c, cloud_id, &extra, ids).await?;
+            authorize(c, cloud_id, &missing, ids).await
+        }
+        LAUNCH_TEMPLATE => {
+            // Instance groups use `$Latest`: a new complete version is the change.
+            c.ec2
+                .create_launch_template_version()
+                .launch_template_id(cloud_id)
+                .launch_template_data(launch_data(c, want, ids)?)
+                .send()
+                .await
+                .ctx("CreateLaunchTemplateVersion")?;
+            Ok(())
+        }
+        _ => Err(CloudError::Model(format!(
+            "{}: cannot change {} in place",
+            want.id,
+            changes
+                .iter()
+                .map(|c| c.field.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+fn associations(have: &Resource) -> BTreeMap<String, String> {
+    have.get("associations")
+        .map(Value::as_list)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| match v.as_list() {
+            [s, a] => Some((s.as_str()?.to_string(), a.as_str()?.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn disassociate(c: &AwsCloud, assoc: &str) -> Result<(), CloudError> {
+    c.ec2
+        .disassociate_route_table()
+        .association_id(assoc)
+        .send()
+        .await
+        .ctx("DisassociateRouteTable")?;
+    Ok(())
+}
+
+/// Deleting something already gone is success (an interrupted delete, re-run).
+fn gone_ok<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(CloudError::Api { message, .. }) if message.contains("NotFound") => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result<(), CloudError> {
+    let cloud_id = have.cloud_id.as_deref().unwrap_or_default();
+    match have.id.kind.as_str() {
+        VPC => gone_ok(
+            c.ec2
+                .delete_vpc()
+                .vpc_id(cloud_id)
+                .send()
+                .await
+                .ctx("DeleteVpc"),
+        ),
+        SUBNET => gone_ok(
+            c.ec2
+                .delete_subnet()
+                .subnet_id(cloud_id)
+                .send()
+                .await
+                .ctx("DeleteSubnet"),
+        ),
+        INTERNET_GATEWAY => {
+            if let Some(vpc) = have.get("vpc") {
+                let r = c
+                    .ec2
+                    .detach_internet_gateway()
+                    .internet_gateway_id(cloud_id)
+                    .vpc_id(cid(ids, Some(vpc)).unwrap_or_default())
+                    .send()
+                    .await;
+                if let Err(e) = r
+                    && error_code(&e) != Some("Gateway.NotAttached")
+                {
+                    return gone_ok(Err::<(), _>(e).ctx("DetachInternetGateway"));
+                }
+            }
+            gone_ok(
+                c.ec2
+                    .delete_internet_gateway()
+                    .internet_gateway_id(cloud_id)
+                    .send()
+                    .await
+                    .ctx("DeleteInternetGateway"),
+            )
+        }
+        ELASTIC_IP => gone_ok(
+            c.ec2
+                .release_address()
+                .allocation_id(cloud_id)
+                .send()
+                .await
+                .ctx("ReleaseAddress"),
+        ),
+        NAT_GATEWAY => {
+            gone_ok(
+                c.ec2
+                    .delete_nat_gateway()
+                    .nat_gateway_id(cloud_id)
+                    .send()
+                    .await
+                    .ctx("DeleteNatGateway"),
+            )?;
+            // Its elastic IP can only be released once it is gone.
+            wait_nat(c, cloud_id, true).await
+        }
+        ROUTE_TABLE => {
+            for a in associations(have).values() {
+                gone_ok(disassociate(c, a).await)?;
+            }
+            gone_ok(
+                c.ec2
+                    .delete_route_table()
+                    .route_table_id(cloud_id)
+                    .send()
+                    .await
+                    .ctx("DeleteRouteTable"),
+            )
+        }
+        SECURITY_GROUP => gone_ok(
+            c.ec2
+                .delete_security_group()
+                .group_id(cloud_id)
+                .send()
+                .await
+                .ctx("DeleteSecurityGroup"),
+        ),
+        SECURITY_GROUP_RULES => {
+            let rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
+            gone_ok(revoke(c, cloud_id, rules, ids).await)
+        }
+        KEY_PAIR => gone_ok(
+            c.ec2
+                .delete_key_pair()
+                .key_name(cloud_id)
+                .send()
+                .await
+                .ctx("DeleteKeyPair"),
+        ),
+        LAUNCH_TEMPLATE => gone_ok(
+            c.ec2
+                .delete_launch_template()
+                .launch_template_id(cloud_id)
+                .send()
+                .await
+                .ctx("DeleteLaunchTemplate"),
+        ),
+        other => Err(CloudError::Model(format!("EC2 cannot delete a {other}"))),
+    }
+}

@@ -1,0 +1,351 @@
+//! The API's network load balancer, its target group and the 6443 listener.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_elasticloadbalancingv2::types::{
+    Action, ActionTypeEnum, LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, Tag,
+    TargetTypeEnum,
+};
+
+use super::kinds::*;
+use super::{AwsCloud, Ctx, Reader, cid, cids, id_from_tags};
+use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
+
+/// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
+async fn owned_tags(
+    c: &AwsCloud,
+    arns: Vec<String>,
+) -> Result<BTreeMap<String, Vec<(String, String)>>, CloudError> {
+    let key = super::owned_tag_key(&c.cluster);
+    let mut out = BTreeMap::new();
+    for chunk in arns.chunks(20) {
+        let d = c
+            .elb
+            .describe_tags()
+            .set_resource_arns(Some(chunk.to_vec()))
+            .send()
+            .await
+            .ctx("DescribeTags")?;
+        for td in d.tag_descriptions() {
+            let tags: Vec<(String, String)> = td
+                .tags()
+                .iter()
+                .map(|t| {
+                    (
+                        t.key().unwrap_or_default().to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            if tags.iter().any(|(k, v)| *k == key && v == "owned") {
+                out.insert(td.resource_arn().unwrap_or_default().to_string(), tags);
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+    let lbs: Vec<_> = c
+        .elb
+        .describe_load_balancers()
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeLoadBalancers")?;
+    let tgs: Vec<_> = c
+        .elb
+        .describe_target_groups()
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeTargetGroups")?;
+    let arns: Vec<String> = lbs
+        .iter()
+        .filter_map(|l| l.load_balancer_arn())
+        .chain(tgs.iter().filter_map(|t| t.target_group_arn()))
+        .map(str::to_string)
+        .collect();
+    let owned = if arns.is_empty() {
+        BTreeMap::new()
+    } else {
+        owned_tags(c, arns).await?
+    };
+    let pairs = |arn: &str| {
+        owned.get(arn).map(|t| {
+            t.iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>()
+        })
+    };
+
+    for t in &tgs {
+        let arn = t.target_group_arn().unwrap_or_default();
+        let Some(tags) = pairs(arn) else { continue };
+        let id = id_from_tags(TARGET_GROUP, arn, tags.into_iter());
+        let vpc = rd.r(t.vpc_id().unwrap_or_default());
+        rd.push(
+            Resource::new(TARGET_GROUP, id.name)
+                .cloud_id(arn)
+                .field(
+                    "tgName",
+                    Value::str(t.target_group_name().unwrap_or_default()),
+                )
+                .field("port", Value::Int(t.port().unwrap_or(0).into()))
+                .field(
+                    "protocol",
+                    Value::str(t.protocol().map(|p| p.as_str()).unwrap_or_default()),
+                )
+                .field("vpc", vpc),
+        );
+    }
+    let mut owned_lbs = Vec::new();
+    for l in &lbs {
+        let arn = l.load_balancer_arn().unwrap_or_default();
+        let Some(tags) = pairs(arn) else { continue };
+        let id = id_from_tags(LOAD_BALANCER, arn, tags.into_iter());
+        let subnets = l
+            .availability_zones()
+            .iter()
+            .filter_map(|z| z.subnet_id())
+            .map(|s| rd.r(s))
+            .collect();
+        let sgs = l.security_groups().iter().map(|g| rd.r(g)).collect();
+        let dns = l
+            .dns_name()
+            .unwrap_or_default()
+            .trim_end_matches('.')
+            .to_lowercase();
+        // Route53 aliases name the load balancer by DNS name.
+        rd.refs.insert(dns.clone(), id.clone());
+        rd.push(
+            Resource::new(LOAD_BALANCER, &id.name)
+                .cloud_id(arn)
+                .field(
+                    "lbName",
+                    Value::str(l.load_balancer_name().unwrap_or_default()),
+                )
+                .field(
+                    "scheme",
+                    Value::str(l.scheme().map(|s| s.as_str()).unwrap_or_default()),
+                )
+                .field("subnets", Value::set(subnets))
+                .field("securityGroups", Value::set(sgs))
+                .field("dnsName", Value::str(dns))
+                .field(
+                    "canonicalZone",
+                    Value::str(l.canonical_hosted_zone_id().unwrap_or_default()),
+                ),
+        );
+        owned_lbs.push((arn.to_string(), id));
+    }
+    // One DescribeListeners per owned load balancer: a cluster has one.
+    for (arn, lb_id) in owned_lbs {
+        let ls: Vec<_> = c
+            .elb
+            .describe_listeners()
+            .load_balancer_arn(&arn)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeListeners")?;
+        for l in ls {
+            let port = l.port().unwrap_or(0);
+            let name = if i64::from(port) == super::desired::API_PORT {
+                lb_id.name.clone()
+            } else {
+                format!("{}-{port}", lb_id.name)
+            };
+            let tg = l
+                .default_actions()
+                .iter()
+                .find_map(|a| a.target_group_arn())
+                .unwrap_or_default();
+            rd.push(
+                Resource::new(LISTENER, name)
+                    .cloud_id(l.listener_arn().unwrap_or_default())
+                    .field("loadBalancer", Value::Ref(lb_id.clone()))
+                    .field("port", Value::Int(port.into()))
+                    .field(
+                        "protocol",
+                        Value::str(l.protocol().map(|p| p.as_str()).unwrap_or_default()),
+                    )
+                    .field("targetGroup", rd.r(tg)),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn tags(c: &AwsCloud, want: &Resource) -> Vec<Tag> {
+    let display = format!("{}.{}", want.id.name, c.cluster);
+    c.tags(&want.id, &display)
+        .into_iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect()
+}
+
+fn forward(tg: &str) -> Action {
+    Action::builder()
+        .r#type(ActionTypeEnum::Forward)
+        .target_group_arn(tg)
+        .build()
+}
+
+pub(super) async fn create(
+    c: &AwsCloud,
+    want: &Resource,
+    ids: &IdMap,
+) -> Result<String, CloudError> {
+    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
+    let port = want.get("port").and_then(Value::as_int).unwrap_or(0) as i32;
+    match want.id.kind.as_str() {
+        LOAD_BALANCER => {
+            let out = c
+                .elb
+                .create_load_balancer()
+                .name(s("lbName"))
+                .r#type(LoadBalancerTypeEnum::Network)
+                .scheme(LoadBalancerSchemeEnum::from(s("scheme").as_str()))
+                .set_subnets(Some(cids(ids, want.get("subnets"))?))
+                .set_security_groups(Some(cids(ids, want.get("securityGroups"))?))
+                .set_tags(Some(tags(c, want)))
+                .send()
+                .await
+                .ctx("CreateLoadBalancer")?;
+            Ok(out
+                .load_balancers()
+                .first()
+                .and_then(|l| l.load_balancer_arn())
+                .unwrap_or_default()
+                .to_string())
+        }
+        TARGET_GROUP => {
+            let out = c
+                .elb
+                .create_target_group()
+                .name(s("tgName"))
+                .protocol(ProtocolEnum::from(s("protocol").as_str()))
+                .port(port)
+                .vpc_id(cid(ids, want.get("vpc"))?)
+                .target_type(TargetTypeEnum::Instance)
+                .health_check_protocol(ProtocolEnum::Tcp)
+                .set_tags(Some(tags(c, want)))
+                .send()
+                .await
+                .ctx("CreateTargetGroup")?;
+            Ok(out
+                .target_groups()
+                .first()
+                .and_then(|t| t.target_group_arn())
+                .unwrap_or_default()
+                .to_string())
+        }
+        LISTENER => {
+            let out = c
+                .elb
+                .create_listener()
+                .load_balancer_arn(cid(ids, want.get("loadBalancer"))?)
+                .protocol(ProtocolEnum::from(s("protocol").as_str()))
+                .port(port)
+                .default_actions(forward(cid(ids, want.get("targetGroup"))?))
+                .set_tags(Some(tags(c, want)))
+                .send()
+                .await
+                .ctx("CreateListener")?;
+            Ok(out
+                .listeners()
+                .first()
+                .and_then(|l| l.listener_arn())
+                .unwrap_or_default()
+                .to_string())
+        }
+        other => Err(CloudError::Model(format!("ELB cannot create a {other}"))),
+    }
+}
+
+pub(super) async fn update(
+    c: &AwsCloud,
+    want: &Resource,
+    have: &Resource,
+    changes: &[FieldChange],
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    let arn = have.cloud_id.as_deref().unwrap_or_default();
+    match want.id.kind.as_str() {
+        LOAD_BALANCER if changes.iter().all(|ch| ch.field == "subnets") => {
+            c.elb
+                .set_subnets()
+                .load_balancer_arn(arn)
+                .set_subnets(Some(cids(ids, want.get("subnets"))?))
+                .send()
+                .await
+                .ctx("SetSubnets")?;
+            Ok(())
+        }
+        LISTENER => {
+            c.elb
+                .modify_listener()
+                .listener_arn(arn)
+                .port(want.get("port").and_then(Value::as_int).unwrap_or(0) as i32)
+                .protocol(ProtocolEnum::from(
+                    want.get_str("protocol").unwrap_or("TCP"),
+                ))
+                .default_actions(forward(cid(ids, want.get("targetGroup"))?))
+                .send()
+                .await
+                .ctx("ModifyListener")?;
+            Ok(())
+        }
+        _ => Err(CloudError::Model(format!(
+            "{}: cannot change {} in place",
+            want.id,
+            changes
+                .iter()
+                .map(|c| c.field.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
+    let arn = have.cloud_id.as_deref().unwrap_or_default();
+    let r = match have.id.kind.as_str() {
+        LOAD_BALANCER => c
+            .elb
+            .delete_load_balancer()
+            .load_balancer_arn(arn)
+            .send()
+            .await
+            .ctx("DeleteLoadBalancer")
+            .map(|_| ()),
+        TARGET_GROUP => c
+            .elb
+            .delete_target_group()
+            .target_group_arn(arn)
+            .send()
+            .await
+            .ctx("DeleteTargetGroup")
+            .map(|_| ()),
+        LISTENER => c
+            .elb
+            .delete_listener()
+            .listener_arn(arn)
+            .send()
+            .await
+            .ctx("DeleteListener")
+            .map(|_| ()),
+        other => return Err(CloudError::Model(format!("ELB cannot delete a {other}"))),
+    };
+    match r {
+        Err(CloudError::Api { message, .. }) if message.contains("NotFound") => Ok(()),
+        other => other,
+    }
+}

@@ -1,0 +1,304 @@
+//! IAM roles, their inline policies and instance profiles, per instance-group role.
+//! Owned objects live under the path `/kprov/CLUSTER/` (ListRoles filters on it) and are named
+//! `ROLE.CLUSTER`.
+
+use super::kinds::*;
+use super::{AwsCloud, Ctx, Reader, after_create, cid};
+use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
+
+fn path(c: &AwsCloud) -> String {
+    format!("/kprov/{}/", c.cluster)
+}
+
+/// IAM returns policy documents URL-encoded; canonical JSON makes them comparable.
+fn normalize(doc: &str) -> String {
+    let decoded = percent_decode(doc);
+    serde_json::from_str::<serde_json::Value>(&decoded)
+        .map(|v| super::desired::pretty(&v))
+        .unwrap_or(decoded)
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |x: u8| (x as char).to_digit(16);
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            x => out.push(x),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `control-plane.CLUSTER` → `control-plane`.
+fn key<'a>(c: &AwsCloud, name: &'a str) -> &'a str {
+    name.strip_suffix(&format!(".{}", c.cluster))
+        .unwrap_or(name)
+}
+
+pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+    let prefix = path(c);
+    let roles: Vec<_> = c
+        .iam
+        .list_roles()
+        .path_prefix(&prefix)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("ListRoles")?;
+    for role in roles.iter().filter(|r| r.path() == prefix) {
+        let name = role.role_name();
+        let k = key(c, name);
+        rd.push(
+            Resource::new(IAM_ROLE, k)
+                .cloud_id(name)
+                .field("roleName", Value::str(name))
+                .field(
+                    "assumeRolePolicy",
+                    Value::Doc(normalize(
+                        role.assume_role_policy_document().unwrap_or_default(),
+                    )),
+                ),
+        );
+        // One role per instance-group role (at most three): these reads do not grow with
+        // the number of instance groups.
+        let names: Vec<_> = c
+            .iam
+            .list_role_policies()
+            .role_name(name)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("ListRolePolicies")?;
+        for p in names {
+            let doc = c
+                .iam
+                .get_role_policy()
+                .role_name(name)
+                .policy_name(&p)
+                .send()
+                .await
+                .ctx("GetRolePolicy")?;
+            let rname = if p == format!("kprov-{k}") {
+                k.to_string()
+            } else {
+                format!("{k}-{p}")
+            };
+            let role_ref = rd.r(name);
+            rd.push(
+                Resource::new(IAM_ROLE_POLICY, rname)
+                    .cloud_id(format!("{name}:{p}"))
+                    .field("role", role_ref)
+                    .field("policyName", Value::str(&p))
+                    .field("document", Value::Doc(normalize(doc.policy_document()))),
+            );
+        }
+    }
+    let profiles: Vec<_> = c
+        .iam
+        .list_instance_profiles()
+        .path_prefix(&prefix)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("ListInstanceProfiles")?;
+    for p in profiles.iter().filter(|p| p.path() == prefix) {
+        let name = p.instance_profile_name();
+        let mut r = Resource::new(INSTANCE_PROFILE, key(c, name))
+            .cloud_id(name)
+            .field("profileName", Value::str(name));
+        if let Some(role) = p.roles().first() {
+            r = r.field("role", rd.r(role.role_name()));
+        }
+        rd.push(r);
+    }
+    Ok(())
+}
+
+fn tags(c: &AwsCloud, want: &Resource) -> Vec<aws_sdk_iam::types::Tag> {
+    let display = format!("{}.{}", want.id.name, c.cluster);
+    c.tags(&want.id, &display)
+        .into_iter()
+        .filter_map(|(k, v)| {
+            aws_sdk_iam::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+                .ok()
+        })
+        .collect()
+}
+
+async fn put_policy(c: &AwsCloud, want: &Resource, ids: &IdMap) -> Result<String, CloudError> {
+    let role = cid(ids, want.get("role"))?.to_string();
+    let policy = want.get_str("policyName").unwrap_or_default();
+    c.iam
+        .put_role_policy()
+        .role_name(&role)
+        .policy_name(policy)
+        .policy_document(want.get_str("document").unwrap_or_default())
+        .send()
+        .await
+        .ctx("PutRolePolicy")?;
+    Ok(format!("{role}:{policy}"))
+}
+
+async fn add_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
+    c.iam
+        .add_role_to_instance_profile()
+        .instance_profile_name(profile)
+        .role_name(role)
+        .send()
+        .await
+        .ctx("AddRoleToInstanceProfile")?;
+    Ok(())
+}
+
+pub(super) async fn create(
+    c: &AwsCloud,
+    want: &Resource,
+    ids: &IdMap,
+) -> Result<String, CloudError> {
+    match want.id.kind.as_str() {
+        IAM_ROLE => {
+            let name = want.get_str("roleName").unwrap_or_default();
+            c.iam
+                .create_role()
+                .role_name(name)
+                .path(path(c))
+                .assume_role_policy_document(want.get_str("assumeRolePolicy").unwrap_or_default())
+                .set_tags(Some(tags(c, want)))
+                .send()
+                .await
+                .ctx("CreateRole")?;
+            Ok(name.to_string())
+        }
+        IAM_ROLE_POLICY => put_policy(c, want, ids).await,
+        INSTANCE_PROFILE => {
+            let name = want.get_str("profileName").unwrap_or_default();
+            c.iam
+                .create_instance_profile()
+                .instance_profile_name(name)
+                .path(path(c))
+                .set_tags(Some(tags(c, want)))
+                .send()
+                .await
+                .ctx("CreateInstanceProfile")?;
+            add_role(c, name, cid(ids, want.get("role"))?)
+                .await
+                .map_err(after_create)?;
+            Ok(name.to_string())
+        }
+        other => Err(CloudError::Model(format!("IAM cannot create a {other}"))),
+    }
+}
+
+pub(super) async fn update(
+    c: &AwsCloud,
+    want: &Resource,
+    have: &Resource,
+    changes: &[FieldChange],
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    let name = have.cloud_id.as_deref().unwrap_or_default();
+    match want.id.kind.as_str() {
+        IAM_ROLE => {
+            c.iam
+                .update_assume_role_policy()
+                .role_name(name)
+                .policy_document(want.get_str("assumeRolePolicy").unwrap_or_default())
+                .send()
+                .await
+                .ctx("UpdateAssumeRolePolicy")?;
+            Ok(())
+        }
+        IAM_ROLE_POLICY => put_policy(c, want, ids).await.map(|_| ()),
+        INSTANCE_PROFILE => {
+            if let Some(old) = have.get("role") {
+                c.iam
+                    .remove_role_from_instance_profile()
+                    .instance_profile_name(name)
+                    .role_name(cid(ids, Some(old))?)
+                    .send()
+                    .await
+                    .ctx("RemoveRoleFromInstanceProfile")?;
+            }
+            add_role(c, name, cid(ids, want.get("role"))?).await
+        }
+        _ => Err(CloudError::Model(format!(
+            "{}: cannot change {} in place",
+            want.id,
+            changes
+                .iter()
+                .map(|c| c.field.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result<(), CloudError> {
+    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let r = match have.id.kind.as_str() {
+        IAM_ROLE => c
+            .iam
+            .delete_role()
+            .role_name(name)
+            .send()
+            .await
+            .ctx("DeleteRole")
+            .map(|_| ()),
+        IAM_ROLE_POLICY => {
+            let (role, policy) = name.split_once(':').unwrap_or((name, ""));
+            c.iam
+                .delete_role_policy()
+                .role_name(role)
+                .policy_name(policy)
+                .send()
+                .await
+                .ctx("DeleteRolePolicy")
+                .map(|_| ())
+        }
+        INSTANCE_PROFILE => {
+            if let Ok(role) = cid(ids, have.get("role")) {
+                // Already detached by an interrupted run is fine: the delete below decides.
+                let _ = c
+                    .iam
+                    .remove_role_from_instance_profile()
+                    .instance_profile_name(name)
+                    .role_name(role)
+                    .send()
+                    .await;
+            }
+            c.iam
+                .delete_instance_profile()
+                .instance_profile_name(name)
+                .send()
+                .await
+                .ctx("DeleteInstanceProfile")
+                .map(|_| ())
+        }
+        other => return Err(CloudError::Model(format!("IAM cannot delete a {other}"))),
+    };
+    match r {
+        Err(CloudError::Api { message, .. }) if message.contains("NoSuchEntity") => Ok(()),
+        other => other,
+    }
+}

@@ -1,0 +1,242 @@
+//! Executes a `Plan`: dependency order, bounded parallelism, retries with back-off, a deadline
+//! per resource.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+
+use super::model::{IdMap, ResourceId};
+use super::plan::{Action, Plan};
+use super::{CloudError, ErrorClass};
+use crate::cloud::Provider;
+
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    /// Resources worked on at once.
+    pub parallelism: usize,
+    /// How long one resource may take, retries and waits included.
+    pub resource_deadline: Duration,
+    /// First back-off after a retryable error; doubles up to `max_backoff`.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Delete owned resources the spec no longer wants (`--prune`, and `delete cluster`).
+    pub prune: bool,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        ApplyOptions {
+            parallelism: 8,
+            resource_deadline: Duration::from_secs(600),
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(20),
+            prune: false,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct ApplyReport {
+    /// Changes done, in completion order.
+    pub done: Vec<(Action, ResourceId)>,
+    /// Logical → cloud ID after the run.
+    pub ids: IdMap,
+}
+
+/// Applies `plan`. Refuses a plan with errors. On failure the resources already done stay
+/// done: a re-plan picks up from there (every create is found by tags before it is repeated).
+pub async fn apply(
+    provider: &dyn Provider,
+    plan: &Plan,
+    opts: &ApplyOptions,
+) -> Result<ApplyReport, CloudError> {
+    if !plan.errors.is_empty() {
+        return Err(CloudError::Refused(plan.errors.clone()));
+    }
+    let mut report = ApplyReport {
+        done: Vec::new(),
+        ids: plan
+            .actual
+            .iter()
+            .filter_map(|(id, r)| Some((id.clone(), r.cloud_id.clone()?)))
+            .collect(),
+    };
+
+    let forward: BTreeMap<ResourceId, Action> = plan
+        .changes
+        .iter()
+        .filter(|c| c.action != Action::Delete)
+        .map(|c| (c.id.clone(), c.action))
+        .collect();
+    let waits = forward
+        .keys()
+        .map(|id| {
+            let deps = plan.desired[id]
+                .dependencies()
+                .into_iter()
+                .filter(|d| forward.contains_key(d))
+                .collect();
+            (id.clone(), deps)
+        })
+        .collect();
+    schedule(waits, opts, &mut report, |id, ids| {
+        let action = forward[&id];
+        async move {
+            let want = &plan.desired[&id];
+            let cloud_id = match action {
+                Action::Create => Some(retry(&id, opts, || provider.create(want, &ids)).await?),
+                Action::Replace => {
+                    let have = &plan.actual[&id];
+                    retry(&id, opts, || provider.delete(have, &ids)).await?;
+                    Some(retry(&id, opts, || provider.create(want, &ids)).await?)
+                }
+                _ => {
+                    let have = &plan.actual[&id];
+                    let changes = plan
+                        .changes
+                        .iter()
+                        .find(|c| c.id == id)
+                        .map(|c| c.fields.as_slice())
+                        .unwrap_or_default();
+                    retry(&id, opts, || provider.update(want, have, changes, &ids)).await?;
+                    None
+                }
+            };
+            Ok((action, cloud_id))
+        }
+    })
+    .await?;
+
+    if !opts.prune {
+        return Ok(report);
+    }
+    // A resource goes only after everything (being deleted) that points at it is gone.
+    let doomed: BTreeSet<ResourceId> = plan
+        .changes
+        .iter()
+        .filter(|c| c.action == Action::Delete)
+        .map(|c| c.id.clone())
+        .collect();
+    let mut waits: BTreeMap<ResourceId, BTreeSet<ResourceId>> = doomed
+        .iter()
+        .map(|id| (id.clone(), BTreeSet::new()))
+        .collect();
+    for id in &doomed {
+        for dep in plan.actual[id].dependencies() {
+            if let Some(w) = waits.get_mut(&dep) {
+                w.insert(id.clone());
+            }
+        }
+    }
+    schedule(waits, opts, &mut report, |id, ids| async move {
+        let have = &plan.actual[&id];
+        retry(&id, opts, || provider.delete(have, &ids)).await?;
+        Ok((Action::Delete, None))
+    })
+    .await?;
+    Ok(report)
+}
+
+/// Runs `op` for every node once all it waits for are done, at most `parallelism` at a time.
+/// After the first failure nothing new starts; running work finishes and all failures are
+/// reported together.
+async fn schedule<'a, F, Fut>(
+    mut waits: BTreeMap<ResourceId, BTreeSet<ResourceId>>,
+    opts: &ApplyOptions,
+    report: &mut ApplyReport,
+    op: F,
+) -> Result<(), CloudError>
+where
+    F: Fn(ResourceId, IdMap) -> Fut,
+    Fut: Future<Output = Result<(Action, Option<String>), CloudError>> + 'a,
+{
+    let mut running = FuturesUnordered::new();
+    let mut failures = Vec::new();
+    let mut finished: BTreeSet<ResourceId> = BTreeSet::new();
+    loop {
+        if failures.is_empty() {
+            let ready: Vec<ResourceId> = waits
+                .iter()
+                .filter(|(_, w)| w.iter().all(|d| finished.contains(d)))
+                .map(|(id, _)| id.clone())
+                .take(opts.parallelism.max(1).saturating_sub(running.len()))
+                .collect();
+            for id in ready {
+                waits.remove(&id);
+                let fut = op(id.clone(), report.ids.clone());
+                running.push(async move { (id, fut.await) });
+            }
+        }
+        let Some((id, result)) = running.next().await else {
+            break;
+        };
+        match result {
+            Ok((action, cloud_id)) => {
+                match (action, cloud_id) {
+                    (Action::Delete, _) => {
+                        report.ids.remove(&id);
+                    }
+                    (_, Some(cid)) => {
+                        report.ids.insert(id.clone(), cid);
+                    }
+                    _ => {}
+                }
+                tracing::info!(resource = %id, ?action, "done");
+                report.done.push((action, id.clone()));
+                finished.insert(id);
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    if !failures.is_empty() {
+        return Err(CloudError::Failed(failures));
+    }
+    if !waits.is_empty() {
+        // Only reachable if the plan had a cycle, which `diff` already refuses.
+        let stuck: Vec<String> = waits.keys().map(ToString::to_string).collect();
+        return Err(CloudError::Model(format!(
+            "could not order: {}",
+            stuck.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Retries retryable errors with exponential back-off and jitter until the resource deadline.
+async fn retry<T, F, Fut>(id: &ResourceId, opts: &ApplyOptions, mut f: F) -> Result<T, CloudError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, CloudError>>,
+{
+    let start = Instant::now();
+    let mut delay = opts.initial_backoff;
+    loop {
+        let remaining = opts.resource_deadline.saturating_sub(start.elapsed());
+        let attempt = tokio::time::timeout(remaining, f()).await;
+        let err = match attempt {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if e.class() == ErrorClass::Fatal => {
+                return Err(CloudError::Resource {
+                    id: id.clone(),
+                    source: Box::new(e),
+                });
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "call did not return".to_string(),
+        };
+        let jitter = Duration::from_millis(rand::random_range(0..=delay.as_millis() as u64 / 4));
+        if start.elapsed() + delay + jitter >= opts.resource_deadline {
+            return Err(CloudError::Deadline {
+                id: id.clone(),
+                after: opts.resource_deadline,
+                last: err,
+            });
+        }
+        tracing::debug!(resource = %id, error = %err, ?delay, "retrying");
+        tokio::time::sleep(delay + jitter).await;
+        delay = (delay * 2).min(opts.max_backoff);
+    }
+}

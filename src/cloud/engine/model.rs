@@ -1,0 +1,271 @@
+//! The resource model: typed field values, stable IDs, lifecycles.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+
+/// A resource's stable identity: its kind and a logical name unique within the kind. It is
+/// written into the cloud resource's tags, so it must never depend on cloud-assigned IDs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceId {
+    pub kind: String,
+    pub name: String,
+}
+
+impl ResourceId {
+    pub fn new(kind: &str, name: impl Into<String>) -> Self {
+        ResourceId {
+            kind: kind.to_string(),
+            name: name.into(),
+        }
+    }
+
+    /// Parses the `Kind/name` form written into tags.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (kind, name) = s.split_once('/')?;
+        (!kind.is_empty() && !name.is_empty()).then(|| ResourceId::new(kind, name))
+    }
+}
+
+impl fmt::Display for ResourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.kind, self.name)
+    }
+}
+
+impl Serialize for ResourceId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A field value. Lists are kept sorted by their builders where order carries no meaning, so
+/// that comparison is set comparison.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Value {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    /// Another resource of the same plan; resolved to its cloud ID at apply time.
+    Ref(ResourceId),
+    List(Vec<Value>),
+    /// A multi-line document (user-data, a policy): previews show a line diff.
+    Doc(String),
+}
+
+impl Value {
+    pub fn str(s: impl Into<String>) -> Value {
+        Value::Str(s.into())
+    }
+
+    pub fn reference(kind: &str, name: impl Into<String>) -> Value {
+        Value::Ref(ResourceId::new(kind, name))
+    }
+
+    /// A list with set semantics: sorted and deduplicated.
+    pub fn set(mut items: Vec<Value>) -> Value {
+        items.sort();
+        items.dedup();
+        Value::List(items)
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) | Value::Doc(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn as_ref_id(&self) -> Option<&ResourceId> {
+        match self {
+            Value::Ref(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn as_list(&self) -> &[Value] {
+        match self {
+            Value::List(l) => l,
+            _ => &[],
+        }
+    }
+
+    /// Every resource this value points at, nested lists included.
+    pub fn refs<'a>(&'a self, out: &mut BTreeSet<&'a ResourceId>) {
+        match self {
+            Value::Ref(r) => {
+                out.insert(r);
+            }
+            Value::List(l) => l.iter().for_each(|v| v.refs(out)),
+            _ => {}
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Str(s) => write!(f, "{s:?}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Ref(r) => write!(f, "{r}"),
+            Value::List(l) => {
+                f.write_str("[")?;
+                for (i, v) in l.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                f.write_str("]")
+            }
+            Value::Doc(d) => write!(f, "<document, {} lines>", d.lines().count()),
+        }
+    }
+}
+
+/// JSON form (docs/plan-json.md): scalars as JSON scalars, lists as arrays, references as
+/// `{"ref": "Kind/name"}`, documents as strings.
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Str(v) | Value::Doc(v) => s.serialize_str(v),
+            Value::Int(i) => s.serialize_i64(*i),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::Ref(r) => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("ref", r)?;
+                m.end()
+            }
+            Value::List(l) => {
+                let mut seq = s.serialize_seq(Some(l.len()))?;
+                for v in l {
+                    seq.serialize_element(v)?;
+                }
+                seq.end()
+            }
+        }
+    }
+}
+
+/// How the engine treats a resource (kops's lifecycles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Lifecycle {
+    /// Create, update and (with prune) delete it.
+    Sync,
+    /// Leave it alone entirely.
+    Ignore,
+    /// Adopt: it must exist and match; never create, change or delete it.
+    ExistsAndValidates,
+}
+
+/// What a change to a field means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum FieldRule {
+    Mutable,
+    /// Cannot change in place; a plan that needs it is refused with a message.
+    Immutable,
+    /// Cannot change in place; the resource is deleted and created again.
+    Replace,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resource {
+    pub id: ResourceId,
+    pub lifecycle: Lifecycle,
+    /// The cloud's ID: set on actual resources, and on desired ones that are adopted by ID.
+    pub cloud_id: Option<String>,
+    /// Compared fields. Actual resources may carry extra fields the provider needs later
+    /// (association IDs, DNS names): only the desired resource's fields are compared.
+    pub fields: BTreeMap<String, Value>,
+    /// Dependencies not expressed by a `Value::Ref` in the fields.
+    pub deps: BTreeSet<ResourceId>,
+    pub rules: BTreeMap<String, FieldRule>,
+    /// Inputs apply needs but the diff must not compare (key material whose hash is a field).
+    pub inputs: BTreeMap<String, String>,
+}
+
+impl Resource {
+    pub fn new(kind: &str, name: impl Into<String>) -> Self {
+        Resource {
+            id: ResourceId::new(kind, name),
+            lifecycle: Lifecycle::Sync,
+            cloud_id: None,
+            fields: BTreeMap::new(),
+            deps: BTreeSet::new(),
+            rules: BTreeMap::new(),
+            inputs: BTreeMap::new(),
+        }
+    }
+
+    pub fn field(mut self, name: &str, v: Value) -> Self {
+        self.fields.insert(name.to_string(), v);
+        self
+    }
+
+    pub fn rule(mut self, name: &str, rule: FieldRule) -> Self {
+        self.rules.insert(name.to_string(), rule);
+        self
+    }
+
+    pub fn input(mut self, name: &str, v: impl Into<String>) -> Self {
+        self.inputs.insert(name.to_string(), v.into());
+        self
+    }
+
+    pub fn lifecycle(mut self, l: Lifecycle) -> Self {
+        self.lifecycle = l;
+        self
+    }
+
+    pub fn cloud_id(mut self, id: impl Into<String>) -> Self {
+        self.cloud_id = Some(id.into());
+        self
+    }
+
+    pub fn depends_on(mut self, id: ResourceId) -> Self {
+        self.deps.insert(id);
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.fields.get(name)
+    }
+
+    pub fn get_str(&self, name: &str) -> Option<&str> {
+        self.get(name).and_then(Value::as_str)
+    }
+
+    pub fn field_rule(&self, name: &str) -> FieldRule {
+        self.rules.get(name).copied().unwrap_or(FieldRule::Mutable)
+    }
+
+    /// Explicit dependencies plus every referenced resource.
+    pub fn dependencies(&self) -> BTreeSet<ResourceId> {
+        let mut refs = BTreeSet::new();
+        self.fields.values().for_each(|v| v.refs(&mut refs));
+        let mut all: BTreeSet<ResourceId> = refs.into_iter().cloned().collect();
+        all.extend(self.deps.iter().cloned());
+        all.remove(&self.id);
+        all
+    }
+}
+
+/// Logical ID → cloud ID, for resolving references.
+pub type IdMap = BTreeMap<ResourceId, String>;

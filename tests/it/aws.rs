@@ -1,0 +1,1238 @@
+//! The cloud engine and the AWS provider against moto_server: golden plans, read-only preview,
+//! create → no-op → drift → repair → delete cycles, interrupted applies, foreign resources.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kprov::cloud::aws::{AwsCloud, owned_tag_key};
+use kprov::cloud::engine::{self, Action, ApplyOptions, Plan, RenderOptions};
+use kprov::spec::{Cluster, InstanceGroup};
+
+use crate::support::aws_recorder::{Recorder, is_write};
+use crate::support::moto::moto;
+
+const IMAGE: &str = "ami-1e749f67";
+const IMAGE_NAME: &str = "ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-20170727";
+const ROTATED_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPbux3eWNc+++t1ENCHPOraouUduIhZMg8PM7hnKVFwQ kprov@rotated";
+const SSH_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBk2yW8tEvt3hWRVrDTyW8ODgQSKmIbN6Vw0nYq1eNvd kprov@test";
+
+/// A completed spec as the lead's defaults produce it. `zone` must already exist in Route53.
+fn spec(name: &str, zone: &str, private: bool) -> (Cluster, Vec<InstanceGroup>) {
+    let zones: &[&str] = if private {
+        &["us-east-1a", "us-east-1b", "us-east-1c"]
+    } else {
+        &["us-east-1a"]
+    };
+    let mut subnets = String::new();
+    for (i, z) in zones.iter().enumerate() {
+        if private {
+            subnets += &format!(
+                "      - {{name: {z}, zone: {z}, cidr: 172.20.{}.0/19, type: Private}}\n      \
+                 - {{name: utility-{z}, zone: {z}, cidr: 172.20.{}.0/22, type: Utility}}\n",
+                32 * (i + 1),
+                4 * i
+            );
+        } else {
+            subnets +=
+                &format!("      - {{name: {z}, zone: {z}, cidr: 172.20.32.0/19, type: Public}}\n");
+        }
+    }
+    let topology = if private {
+        "Private\n    bastion: {}"
+    } else {
+        "Public"
+    };
+    let yaml = format!(
+        "apiVersion: kprov.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: {name}
+spec:
+  cloudProvider: aws
+  region: us-east-1
+  kubernetesVersion: 1.31.2
+  networking:
+    networkCIDR: 172.20.0.0/16
+    subnets:
+{subnets}    podCIDR: 100.96.0.0/11
+    serviceCIDR: 100.64.0.0/13
+    cni: calico
+  topology:
+    type: {topology}
+  dns:
+    type: Public
+    zone: {zone}
+  api:
+    loadBalancer:
+      type: Public
+  etcd:
+    type: Stacked
+  cloudControllerManager:
+    provider: aws
+  sshKey:
+    publicKey: {SSH_KEY}
+"
+    );
+    let cluster: Cluster = serde_saphyr::from_str(&yaml).expect("test cluster parses");
+    let ig = |ig_name: &str,
+              role: &str,
+              machine: &str,
+              image: &str,
+              min: u32,
+              max: u32,
+              subnets: &[&str]| {
+        let subnets = if subnets.is_empty() {
+            String::new()
+        } else {
+            format!("  subnets: [{}]\n", subnets.join(", "))
+        };
+        let y = format!(
+            "apiVersion: kprov.dev/v1alpha1
+kind: InstanceGroup
+metadata:
+  name: {ig_name}
+  labels:
+    kprov.dev/cluster: {name}
+spec:
+  role: {role}
+  machineType: {machine}
+  image: {image}
+  minSize: {min}
+  maxSize: {max}
+{subnets}  nodeLabels:
+    kprov.dev/instancegroup: {ig_name}
+"
+        );
+        serde_saphyr::from_str::<InstanceGroup>(&y).expect("test instance group parses")
+    };
+    let igs = if private {
+        let mut v: Vec<InstanceGroup> = zones
+            .iter()
+            .map(|z| {
+                ig(
+                    &format!("control-plane-{z}"),
+                    "ControlPlane",
+                    "m5.large",
+                    IMAGE,
+                    1,
+                    1,
+                    &[z],
+                )
+            })
+            .collect();
+        v.push(ig("nodes", "Node", "m5.large", IMAGE_NAME, 2, 5, &[]));
+        v.push(ig("bastions", "Bastion", "t3.micro", IMAGE, 1, 1, &[]));
+        v
+    } else {
+        vec![
+            ig(
+                "control-plane-us-east-1a",
+                "ControlPlane",
+                "m5.large",
+                IMAGE,
+                1,
+                1,
+                &[],
+            ),
+            ig("nodes", "Node", "t3.medium", IMAGE_NAME, 1, 3, &[]),
+        ]
+    };
+    (cluster, igs)
+}
+
+struct Env {
+    sdk: aws_config::SdkConfig,
+    rec: Recorder,
+    cloud: AwsCloud,
+}
+
+async fn env(cluster: &str) -> Env {
+    let sdk = moto().sdk_config().await;
+    let rec = Recorder::default();
+    let cloud = AwsCloud::new(&sdk, cluster, &[rec.shared()]);
+    Env { sdk, rec, cloud }
+}
+
+async fn make_zone(sdk: &aws_config::SdkConfig, zone: &str) -> String {
+    let r53 = aws_sdk_route53::Client::new(sdk);
+    let out = r53
+        .create_hosted_zone()
+        .name(zone)
+        .caller_reference(format!("kprov-test-{zone}"))
+        .send()
+        .await
+        .expect("create hosted zone");
+    out.hosted_zone()
+        .map(|z| z.id().trim_start_matches("/hostedzone/").to_string())
+        .expect("zone id")
+}
+
+fn fast() -> ApplyOptions {
+    ApplyOptions {
+        parallelism: 6,
+        resource_deadline: Duration::from_secs(60),
+        initial_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(500),
+        prune: false,
+    }
+}
+
+async fn plan(e: &Env, c: &Cluster, igs: &[InstanceGroup]) -> Plan {
+    e.cloud
+        .plan(c, igs)
+        .await
+        .unwrap_or_else(|err| panic!("plan: {err}\n{}", moto().log_tail()))
+}
+
+async fn apply(e: &Env, p: &Plan, prune: bool) {
+    let opts = ApplyOptions { prune, ..fast() };
+    engine::apply(&e.cloud, p, &opts)
+        .await
+        .unwrap_or_else(|err| panic!("apply: {err}\n{}", moto().log_tail()));
+}
+
+async fn delete_all(e: &Env, c: &Cluster, igs: &[InstanceGroup]) {
+    let p = e.cloud.plan_delete(c, igs).await.expect("delete plan");
+    assert!(p.changes.iter().all(|ch| ch.action == Action::Delete));
+    apply(e, &p, true).await;
+}
+
+/// Owned resources per kind, counted with plain SDK calls filtering on the ownership tag (not
+/// through kprov's reader), to catch duplicates and leaks.
+async fn count_owned(
+    sdk: &aws_config::SdkConfig,
+    cluster: &str,
+    zone_id: &str,
+) -> BTreeMap<&'static str, usize> {
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let f = || {
+        aws_sdk_ec2::types::Filter::builder()
+            .name(format!("tag:{}", owned_tag_key(cluster)))
+            .values("owned")
+            .build()
+    };
+    let mut n = BTreeMap::new();
+    n.insert(
+        "vpc",
+        ec2.describe_vpcs()
+            .filters(f())
+            .send()
+            .await
+            .unwrap()
+            .vpcs()
+            .len(),
+    );
+    n.insert(
+        "subnet",
+        ec2.describe_subnets()
+            .filters(f())
+            .send()
+            .await
+            .unwrap()
+            .subnets()
+            .len(),
+    );
+    n.insert(
+        "igw",
+        ec2.describe_internet_gateways()
+            .filters(f())
+            .send()
+            .await
+            .unwrap()
+            .internet_gateways()
+            .len(),
+    );
+    n.insert(
+        "route-table",
+        ec2.describe_route_tables()
+            .filters(f())
+            .send()
+            .await
+            .unwrap()
+            .route_tables()
+            .len(),
+    );
+    n.insert(
+        "security-group",
+        ec2.describe_security_groups()
+            .filters(f())
+            .send()
+            .await
+            .unwrap()
+            .security_groups()
+            .len(),
+    );
+    n.insert(
+        "eip",
+        ec2.describe_addresses()
+            .filters(f())
+            .send()
+            .await
+            .unwrap()
+            .addresses()
+            .len(),
+    );
+    n.insert(
+        "nat",
+        ec2.describe_nat_gateways()
+            .filter(f())
+            .filter(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("state")
+                    .values("available")
+                    .values("pending")
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap()
+            .nat_gateways()
+            .iter()
+            // moto ignores tag filters here.
+            .filter(|g| {
+                g.tags()
+                    .iter()
+                    .any(|t| t.key() == Some(&owned_tag_key(cluster)))
+            })
+            .count(),
+    );
+    n.insert(
+        "key-pair",
+        ec2.describe_key_pairs()
+            .filters(f())
+            .send()
+            .await
+            .unwrap()
+            .key_pairs()
+            .len(),
+    );
+    n.insert(
+        "launch-template",
+        ec2.describe_launch_templates()
+            .filters(f())
+            .send()
+            .await
+            .unwrap()
+            .launch_templates()
+            .len(),
+    );
+    let asg = aws_sdk_autoscaling::Client::new(sdk);
+    n.insert(
+        "asg",
+        asg.describe_auto_scaling_groups()
+            .filters(
+                aws_sdk_autoscaling::types::Filter::builder()
+                    .name(format!("tag:{}", owned_tag_key(cluster)))
+                    .values("owned")
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap()
+            .auto_scaling_groups()
+            .len(),
+    );
+    let elb = aws_sdk_elasticloadbalancingv2::Client::new(sdk);
+    let lbs = elb.describe_load_balancers().send().await.unwrap();
+    let tgs = elb.describe_target_groups().send().await.unwrap();
+    let arns: Vec<String> = lbs
+        .load_balancers()
+        .iter()
+        .filter_map(|l| l.load_balancer_arn())
+        .chain(
+            tgs.target_groups()
+                .iter()
+                .filter_map(|t| t.target_group_arn()),
+        )
+        .map(str::to_string)
+        .collect();
+    let mut lb_n = 0;
+    for chunk in arns.chunks(20) {
+        let tags = elb
+            .describe_tags()
+            .set_resource_arns(Some(chunk.to_vec()))
+            .send()
+            .await
+            .unwrap();
+        lb_n += tags
+            .tag_descriptions()
+            .iter()
+            .filter(|d| {
+                d.tags()
+                    .iter()
+                    .any(|t| t.key() == Some(&owned_tag_key(cluster)))
+            })
+            .count();
+    }
+    n.insert("lb+tg", lb_n);
+    let iam = aws_sdk_iam::Client::new(sdk);
+    let prefix = format!("/kprov/{cluster}/");
+    n.insert(
+        "iam-role",
+        iam.list_roles()
+            .path_prefix(&prefix)
+            .send()
+            .await
+            .unwrap()
+            .roles()
+            .len(),
+    );
+    n.insert(
+        "instance-profile",
+        iam.list_instance_profiles()
+            .send()
+            .await
+            .unwrap()
+            .instance_profiles()
+            .iter()
+            .filter(|p| p.path() == prefix)
+            .count(),
+    );
+    let r53 = aws_sdk_route53::Client::new(sdk);
+    let sets = r53
+        .list_resource_record_sets()
+        .hosted_zone_id(zone_id)
+        .send()
+        .await
+        .unwrap();
+    n.insert(
+        "dns-record",
+        sets.resource_record_sets()
+            .iter()
+            .filter(|s| {
+                s.name().contains(cluster) && s.r#type() != &aws_sdk_route53::types::RrType::Ns
+            })
+            .count(),
+    );
+    n
+}
+
+fn redact(text: &str, cluster: &str) -> String {
+    text.replace(cluster, "CLUSTER")
+}
+
+/// Cloud IDs are random: `~ nodes (sg-0a1b2c)` → `~ nodes (ID)`.
+fn redact_ids(text: &str) -> String {
+    text.lines()
+        .map(|l| match (l.rfind(" ("), l.ends_with(')')) {
+            (Some(i), true) if l.trim_start().starts_with(['~', '-', '±']) => {
+                format!("{} (ID)", &l[..i])
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn json(p: &Plan) -> serde_json::Value {
+    serde_json::to_value(p).expect("plan serialises")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minimal_public_cluster_lifecycle() {
+    let name = "minimal.lifecycle.example.com";
+    let zone = "lifecycle.example.com";
+    let e = env(name).await;
+    let zone_id = make_zone(&e.sdk, zone).await;
+    // Foreign things in the same account and zone that must survive everything below.
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let foreign_vpc = ec2
+        .create_vpc()
+        .cidr_block("172.20.0.0/16")
+        .send()
+        .await
+        .unwrap()
+        .vpc()
+        .and_then(|v| v.vpc_id().map(str::to_string))
+        .unwrap();
+    // Another cluster's NAT gateway, carrying a kprov identity this cluster could also have:
+    // regression test for trusting the server's tag filter (moto ignores it for NAT gateways).
+    let foreign_subnet = ec2
+        .create_subnet()
+        .vpc_id(&foreign_vpc)
+        .cidr_block("172.20.0.0/24")
+        .send()
+        .await
+        .unwrap()
+        .subnet()
+        .and_then(|s| s.subnet_id().map(str::to_string))
+        .unwrap();
+    let eip = ec2.allocate_address().send().await.unwrap();
+    let foreign_nat = ec2
+        .create_nat_gateway()
+        .subnet_id(&foreign_subnet)
+        .allocation_id(eip.allocation_id().unwrap())
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Natgateway)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key(owned_tag_key("other.example.com"))
+                        .value("owned")
+                        .build(),
+                )
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("kprov.dev/id")
+                        .value("NatGateway/us-east-1a")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .nat_gateway()
+        .and_then(|n| n.nat_gateway_id().map(str::to_string))
+        .unwrap();
+    let r53 = aws_sdk_route53::Client::new(&e.sdk);
+    let foreign = aws_sdk_route53::types::ResourceRecordSet::builder()
+        .name(format!("www.{zone}."))
+        .r#type(aws_sdk_route53::types::RrType::A)
+        .ttl(60)
+        .resource_records(
+            aws_sdk_route53::types::ResourceRecord::builder()
+                .value("192.0.2.10")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    r53.change_resource_record_sets()
+        .hosted_zone_id(&zone_id)
+        .change_batch(
+            aws_sdk_route53::types::ChangeBatch::builder()
+                .changes(
+                    aws_sdk_route53::types::Change::builder()
+                        .action(aws_sdk_route53::types::ChangeAction::Create)
+                        .resource_record_set(foreign)
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let (c, igs) = spec(name, zone, false);
+    e.rec.take();
+    let first = plan(&e, &c, &igs).await;
+    // The preview is read-only: every request it sent was a Describe/List/Get.
+    let sent = e.rec.take();
+    let writes: Vec<&String> = sent.iter().filter(|o| is_write(o)).collect();
+    assert!(writes.is_empty(), "preview wrote: {writes:?}");
+    assert!(!sent.is_empty());
+    assert!(first.errors.is_empty(), "{:?}", first.errors);
+    assert_eq!(first.summary.update + first.summary.delete, 0);
+    assert_eq!(first.exit_code(false), 2);
+    insta::assert_snapshot!(
+        "minimal_public_plan",
+        redact(&engine::render_text(&first, RenderOptions::default()), name)
+    );
+    insta::assert_json_snapshot!("minimal_public_plan_json", json(&first), {
+        ".cluster" => "CLUSTER",
+    });
+
+    apply(&e, &first, false).await;
+    let counts = count_owned(&e.sdk, name, &zone_id).await;
+    let expected: BTreeMap<&str, usize> = [
+        ("vpc", 1),
+        ("subnet", 1),
+        ("igw", 1),
+        ("route-table", 1),
+        ("security-group", 3),
+        ("eip", 0),
+        ("nat", 0),
+        ("key-pair", 1),
+        ("launch-template", 2),
+        ("asg", 2),
+        ("lb+tg", 2),
+        ("iam-role", 2),
+        ("instance-profile", 2),
+        ("dns-record", 4),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(counts, expected);
+
+    // Converged: the next preview is empty, again without writes.
+    e.rec.take();
+    let again = plan(&e, &c, &igs).await;
+    assert!(
+        again.is_empty(),
+        "{}",
+        engine::render_text(&again, RenderOptions::default())
+    );
+    assert_eq!(again.exit_code(true), 0);
+    let sent = e.rec.take();
+    assert!(sent.iter().all(|o| !is_write(o)), "{sent:?}");
+
+    // Out-of-band drift: a rule revoked, an ASG resized and pinned to an old template version.
+    let sg = ec2
+        .describe_security_groups()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("group-name")
+                .values(format!("nodes.{name}"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let sg_id = sg.security_groups()[0].group_id().unwrap().to_string();
+    ec2.revoke_security_group_ingress()
+        .group_id(&sg_id)
+        .ip_permissions(
+            aws_sdk_ec2::types::IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(22)
+                .to_port(22)
+                .ip_ranges(
+                    aws_sdk_ec2::types::IpRange::builder()
+                        .cidr_ip("0.0.0.0/0")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let asg = aws_sdk_autoscaling::Client::new(&e.sdk);
+    let group = format!("nodes.{name}");
+    asg.update_auto_scaling_group()
+        .auto_scaling_group_name(&group)
+        .min_size(0)
+        .max_size(7)
+        .desired_capacity(0)
+        .launch_template(
+            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                .launch_template_name(format!("nodes.{name}"))
+                .version("1")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let drift = plan(&e, &c, &igs).await;
+    let text = redact(&engine::render_text(&drift, RenderOptions::default()), name);
+    assert_eq!(drift.summary.update, 2, "{text}");
+    insta::assert_snapshot!("minimal_public_drift", redact_ids(&text));
+    assert_eq!(drift.summary.total(), 2, "{text}");
+    let fields = |kind: &str| -> Vec<String> {
+        drift
+            .changes
+            .iter()
+            .filter(|c| c.kind == kind)
+            .flat_map(|c| c.fields.iter().map(|f| f.field.clone()))
+            .collect()
+    };
+    assert_eq!(fields("SecurityGroupRules"), ["ingress"]);
+    assert_eq!(
+        fields("AutoScalingGroup"),
+        [
+            "desiredCapacity",
+            "launchTemplateVersion",
+            "maxSize",
+            "minSize"
+        ]
+    );
+    assert!(text.contains("maxSize: 7 -> 3"), "{text}");
+    assert!(
+        text.contains("launchTemplateVersion: \"1\" -> \"$Latest\""),
+        "{text}"
+    );
+    apply(&e, &drift, false).await;
+    // Scaling within the spec's bounds is the autoscaler's business, not drift.
+    asg.set_desired_capacity()
+        .auto_scaling_group_name(&group)
+        .desired_capacity(3)
+        .send()
+        .await
+        .unwrap();
+    let repaired = plan(&e, &c, &igs).await;
+    assert!(
+        repaired.is_empty(),
+        "{}",
+        engine::render_text(&repaired, RenderOptions::default())
+    );
+
+    // A spec change to a document shows as a line diff and a new launch template version.
+    let mut igs2 = igs.clone();
+    igs2[1]
+        .spec
+        .node_labels
+        .insert("tier".into(), "gold".into());
+    let changed = plan(&e, &c, &igs2).await;
+    assert_eq!(changed.summary.update, 1);
+    let text = engine::render_text(&changed, RenderOptions::default());
+    assert!(text.contains("+        \"tier\": \"gold\""), "{text}");
+    apply(&e, &changed, false).await;
+    assert!(plan(&e, &c, &igs2).await.is_empty());
+
+    // A new SSH key cannot be changed in place: the key pair is replaced (same name, so the
+    // launch templates that name it stay as they are).
+    let mut rotated = c.clone();
+    rotated.spec.ssh_key.as_mut().unwrap().public_key = Some(ROTATED_KEY.into());
+    let replace = plan(&e, &rotated, &igs2).await;
+    assert_eq!(replace.summary.replace, 1, "{:?}", replace.changes);
+    assert_eq!(replace.summary.total(), 1);
+    assert_eq!(replace.changes[0].kind, "KeyPair");
+    apply(&e, &replace, false).await;
+    assert!(plan(&e, &rotated, &igs2).await.is_empty());
+    let keys = ec2
+        .describe_key_pairs()
+        .key_names(format!("kprov-{name}"))
+        .send()
+        .await
+        .unwrap();
+    let hash = keys.key_pairs()[0]
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some("kprov.dev/public-key-sha256"))
+        .and_then(|t| t.value())
+        .map(str::to_string);
+    assert_eq!(hash, Some(kprov::cloud::aws::public_key_hash(ROTATED_KEY)));
+    let c = rotated;
+
+    // An immutable field is refused with a message naming it, and apply refuses the plan.
+    let mut c2 = c.clone();
+    c2.spec.networking.subnets[0].cidr = "172.20.64.0/19".into();
+    let refused = plan(&e, &c2, &igs2).await;
+    assert!(
+        refused
+            .errors
+            .iter()
+            .any(|m| m.contains("Subnet/us-east-1a: field cidr cannot change")),
+        "{:?}",
+        refused.errors
+    );
+    assert!(engine::apply(&e.cloud, &refused, &fast()).await.is_err());
+
+    // Dropping an instance group: its resources are planned for deletion, applied only with prune.
+    let fewer = &igs2[..1];
+    let shrink = plan(&e, &c, fewer).await;
+    let doomed: Vec<String> = shrink
+        .changes
+        .iter()
+        .filter(|c| c.action == Action::Delete)
+        .map(|c| format!("{}/{}", c.kind, c.name))
+        .collect();
+    let mut sorted = doomed.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "AutoScalingGroup/nodes",
+            "IamInstanceProfile/nodes",
+            "IamRole/nodes",
+            "IamRolePolicy/nodes",
+            "LaunchTemplate/nodes",
+        ]
+    );
+    // Reverse dependency order: users before what they use.
+    let pos = |x: &str| doomed.iter().position(|d| d == x).unwrap();
+    assert!(pos("AutoScalingGroup/nodes") < pos("LaunchTemplate/nodes"));
+    assert!(pos("LaunchTemplate/nodes") < pos("IamInstanceProfile/nodes"));
+    assert!(pos("IamInstanceProfile/nodes") < pos("IamRole/nodes"));
+    assert!(pos("IamRolePolicy/nodes") < pos("IamRole/nodes"));
+
+    assert_eq!(shrink.exit_code(false), 0);
+    apply(&e, &shrink, false).await;
+    assert_eq!(plan(&e, &c, fewer).await.summary.delete, 5);
+
+    // Delete: everything owned goes, in reverse dependency order; foreign things stay.
+    e.rec.take();
+    delete_all(&e, &c, &igs2).await;
+    let left: usize = count_owned(&e.sdk, name, &zone_id).await.values().sum();
+    assert_eq!(left, 0, "{:?}", count_owned(&e.sdk, name, &zone_id).await);
+    let vpcs = ec2
+        .describe_vpcs()
+        .vpc_ids(&foreign_vpc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(vpcs.vpcs().len(), 1, "foreign VPC deleted");
+    let nats = ec2
+        .describe_nat_gateways()
+        .nat_gateway_ids(&foreign_nat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        nats.nat_gateways()[0].state().map(|s| s.as_str()),
+        Some("available"),
+        "foreign NAT gateway deleted"
+    );
+    let sets = r53
+        .list_resource_record_sets()
+        .hosted_zone_id(&zone_id)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        sets.resource_record_sets()
+            .iter()
+            .any(|s| s.name() == format!("www.{zone}.")),
+        "foreign record deleted"
+    );
+    let after = plan(&e, &c, &igs2).await;
+    assert_eq!(after.summary.create, first.summary.create);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ha_private_cluster_lifecycle() {
+    let name = "ha.private.example.com";
+    let zone = "private.example.com";
+    let e = env(name).await;
+    let zone_id = make_zone(&e.sdk, zone).await;
+    let (c, igs) = spec(name, zone, true);
+    e.rec.take();
+    let first = plan(&e, &c, &igs).await;
+    assert!(e.rec.take().iter().all(|o| !is_write(o)));
+    assert!(first.errors.is_empty(), "{:?}", first.errors);
+    insta::assert_snapshot!(
+        "ha_private_plan",
+        redact(&engine::render_text(&first, RenderOptions::default()), name)
+    );
+    apply(&e, &first, false).await;
+    let counts = count_owned(&e.sdk, name, &zone_id).await;
+    assert_eq!(counts["subnet"], 6);
+    assert_eq!(counts["nat"], 3);
+    assert_eq!(counts["eip"], 3);
+    assert_eq!(counts["route-table"], 4);
+    assert_eq!(counts["asg"], 5);
+    assert_eq!(counts["security-group"], 4);
+    assert_eq!(counts["iam-role"], 3);
+    e.rec.take();
+    let again = plan(&e, &c, &igs).await;
+    // Previews of an existing cluster, for update and for delete, are read-only too.
+    let doomed = e.cloud.plan_delete(&c, &igs).await.expect("delete plan");
+    assert_eq!(doomed.summary.delete, first.summary.create);
+    let sent = e.rec.take();
+    assert!(sent.iter().all(|o| !is_write(o)), "{sent:?}");
+    assert!(
+        again.is_empty(),
+        "{}",
+        engine::render_text(&again, RenderOptions::default())
+    );
+    delete_all(&e, &c, &igs).await;
+    let left = count_owned(&e.sdk, name, &zone_id).await;
+    assert_eq!(left.values().sum::<usize>(), 0, "{left:?}");
+}
+
+/// Stop the apply after its k-th write, for every k; the re-run must converge with nothing
+/// duplicated. Then stop the delete after its k-th write; the re-run must leave nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_applies_converge() {
+    interrupt_everywhere("interrupt.example.com", false, 1).await;
+}
+
+/// The same for the HA private cluster (NAT gateways and their waits, per-zone route tables,
+/// three roles), at every fifth write to keep the suite fast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_ha_private_applies_converge() {
+    interrupt_everywhere("interrupt-ha.example.com", true, 5).await;
+}
+
+async fn interrupt_everywhere(zone: &str, private: bool, step: usize) {
+    let sdk = moto().sdk_config().await;
+    let zone_id = make_zone(&sdk, zone).await;
+
+    // How many writes a full apply makes.
+    let probe = format!("probe.{zone}");
+    let e = env(&probe).await;
+    let (c, igs) = spec(&probe, zone, private);
+    let p = plan(&e, &c, &igs).await;
+    e.rec.limit_writes(None);
+    apply(&e, &p, false).await;
+    let total = e.rec.writes();
+    let expected = count_owned(&sdk, &probe, &zone_id).await;
+    delete_all(&e, &c, &igs).await;
+    assert!(total > 20, "a full apply made only {total} writes");
+
+    for k in (1..total).step_by(step) {
+        let name = format!("k{k}.{zone}");
+        let e = env(&name).await;
+        let (c, igs) = spec(&name, zone, private);
+        let p = plan(&e, &c, &igs).await;
+        e.rec.limit_writes(Some(k));
+        // Serial, so "the k-th write" is one exact point in the run.
+        let opts = ApplyOptions {
+            parallelism: 1,
+            ..fast()
+        };
+        let interrupted = engine::apply(&e.cloud, &p, &opts).await;
+        assert!(interrupted.is_err(), "k={k}: apply was not interrupted");
+        e.rec.limit_writes(None);
+        let resumed = plan(&e, &c, &igs).await;
+        assert!(resumed.errors.is_empty(), "k={k}: {:?}", resumed.errors);
+        apply(&e, &resumed, true).await;
+        let converged = plan(&e, &c, &igs).await;
+        assert!(
+            converged.is_empty(),
+            "k={k}: {}",
+            engine::render_text(&converged, RenderOptions::default())
+        );
+        assert_eq!(count_owned(&sdk, &name, &zone_id).await, expected, "k={k}");
+        // Delete, interrupted the same way, then run again.
+        let doomed = e.cloud.plan_delete(&c, &igs).await.expect("delete plan");
+        e.rec.limit_writes(Some(k));
+        let prune = ApplyOptions {
+            prune: true,
+            ..opts
+        };
+        let _ = engine::apply(&e.cloud, &doomed, &prune).await;
+        e.rec.limit_writes(None);
+        delete_all(&e, &c, &igs).await;
+        let left = count_owned(&sdk, &name, &zone_id).await;
+        assert_eq!(left.values().sum::<usize>(), 0, "k={k}: leaked {left:?}");
+    }
+}
+
+/// Figures for scripts/bench-plan: AWS requests and wall time of a preview of an applied
+/// cluster with 1, 10 and 50 instance groups. Run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: scripts/bench-plan runs it"]
+async fn bench_plan() {
+    let zone = "bench.example.com";
+    let sdk = moto().sdk_config().await;
+    make_zone(&sdk, zone).await;
+    println!("\ninstance_groups requests reads_by_operation wall_ms");
+    for n in [1usize, 10, 50] {
+        let name = format!("n{n}.{zone}");
+        let e = env(&name).await;
+        let (c, mut igs) = spec(&name, zone, false);
+        let template = igs.pop().expect("nodes group");
+        igs.truncate(1);
+        for i in 1..n {
+            let mut g = template.clone();
+            g.metadata.name = format!("nodes-{i}");
+            g.spec.min_size = Some(0);
+            igs.push(g);
+        }
+        let p = plan(&e, &c, &igs).await;
+        apply(&e, &p, false).await;
+        e.rec.take();
+        let start = std::time::Instant::now();
+        let p = plan(&e, &c, &igs).await;
+        let wall = start.elapsed();
+        let sent = e.rec.take();
+        assert!(
+            p.is_empty(),
+            "{}",
+            engine::render_text(&p, RenderOptions::default())
+        );
+        assert!(sent.iter().all(|o| !is_write(o)));
+        let mut ops: BTreeMap<&str, usize> = BTreeMap::new();
+        for o in &sent {
+            *ops.entry(o.as_str()).or_default() += 1;
+        }
+        let distinct = ops.len();
+        println!(
+            "{:>15} {:>8} {:>18} {:>7}",
+            igs.len(),
+            sent.len(),
+            format!("{distinct} operations"),
+            wall.as_millis()
+        );
+        delete_all(&e, &c, &igs).await;
+    }
+}
+
+/// `networking.networkID` adopts an existing VPC (and its internet gateway), a subnet `id` an
+/// existing subnet: used, validated, never changed or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopted_vpc_is_used_validated_and_kept() {
+    let name = "adopt.shared.example.com";
+    let zone = "shared.example.com";
+    let e = env(name).await;
+    let zone_id = make_zone(&e.sdk, zone).await;
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("172.20.0.0/16")
+        .send()
+        .await
+        .unwrap()
+        .vpc()
+        .and_then(|v| v.vpc_id().map(str::to_string))
+        .unwrap();
+    let igw = ec2
+        .create_internet_gateway()
+        .send()
+        .await
+        .unwrap()
+        .internet_gateway()
+        .and_then(|g| g.internet_gateway_id().map(str::to_string))
+        .unwrap();
+    ec2.attach_internet_gateway()
+        .internet_gateway_id(&igw)
+        .vpc_id(&vpc)
+        .send()
+        .await
+        .unwrap();
+
+    let subnet = ec2
+        .create_subnet()
+        .vpc_id(&vpc)
+        .cidr_block("172.20.32.0/19")
+        .availability_zone("us-east-1a")
+        .send()
+        .await
+        .unwrap()
+        .subnet()
+        .and_then(|s| s.subnet_id().map(str::to_string))
+        .unwrap();
+    ec2.modify_subnet_attribute()
+        .subnet_id(&subnet)
+        .map_public_ip_on_launch(
+            aws_sdk_ec2::types::AttributeBooleanValue::builder()
+                .value(true)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let (mut c, igs) = spec(name, zone, false);
+    c.spec.networking.subnets[0].id = Some(subnet.clone());
+    c.spec.networking.network_id = Some("vpc-00000000".into());
+    let missing = plan(&e, &c, &igs).await;
+    assert!(
+        missing
+            .errors
+            .iter()
+            .any(|m| m == "Vpc/main: must already exist (vpc-00000000) but was not found"),
+        "{:?}",
+        missing.errors
+    );
+
+    c.spec.networking.network_id = Some(vpc.clone());
+    let p = plan(&e, &c, &igs).await;
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let made: Vec<&str> = p.changes.iter().map(|ch| ch.kind.as_str()).collect();
+    for kind in ["Vpc", "InternetGateway", "Subnet", "RouteTable"] {
+        assert!(
+            !made.contains(&kind),
+            "adopted network: {kind} must not be created"
+        );
+    }
+    apply(&e, &p, false).await;
+    // The instance groups use the adopted subnet.
+    let asg = aws_sdk_autoscaling::Client::new(&e.sdk);
+    let groups = asg
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(format!("nodes.{name}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        groups.auto_scaling_groups()[0].vpc_zone_identifier(),
+        Some(subnet.as_str())
+    );
+    assert!(plan(&e, &c, &igs).await.is_empty());
+
+    let mut wrong = c.clone();
+    wrong.spec.networking.network_cidr = Some("10.0.0.0/16".into());
+    let differs = plan(&e, &wrong, &igs).await;
+    assert!(
+        differs
+            .errors
+            .iter()
+            .any(|m| m.contains("Vpc/main") && m.contains("adopted resource differs")),
+        "{:?}",
+        differs.errors
+    );
+
+    delete_all(&e, &c, &igs).await;
+    assert_eq!(
+        count_owned(&e.sdk, name, &zone_id)
+            .await
+            .values()
+            .sum::<usize>(),
+        0
+    );
+    assert_eq!(
+        ec2.describe_vpcs()
+            .vpc_ids(&vpc)
+            .send()
+            .await
+            .unwrap()
+            .vpcs()
+            .len(),
+        1
+    );
+    let kept = ec2
+        .describe_subnets()
+        .subnet_ids(&subnet)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.subnets().len(), 1, "the adopted subnet must survive");
+    let g = ec2
+        .describe_internet_gateways()
+        .internet_gateway_ids(&igw)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        g.internet_gateways()[0].attachments()[0].vpc_id(),
+        Some(vpc.as_str()),
+        "the adopted gateway must stay attached"
+    );
+}
+
+/// A record this cluster would write that already exists and is not owned (no owner TXT) is a
+/// plan error: applying would take over someone else's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_record_at_an_api_name_is_a_conflict() {
+    let name = "taken.conflict.example.com";
+    let zone = "conflict.example.com";
+    let e = env(name).await;
+    let zone_id = make_zone(&e.sdk, zone).await;
+    let r53 = aws_sdk_route53::Client::new(&e.sdk);
+    let set = aws_sdk_route53::types::ResourceRecordSet::builder()
+        .name(format!("api.{name}."))
+        .r#type(aws_sdk_route53::types::RrType::A)
+        .ttl(60)
+        .resource_records(
+            aws_sdk_route53::types::ResourceRecord::builder()
+                .value("192.0.2.1")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    r53.change_resource_record_sets()
+        .hosted_zone_id(&zone_id)
+        .change_batch(
+            aws_sdk_route53::types::ChangeBatch::builder()
+                .changes(
+                    aws_sdk_route53::types::Change::builder()
+                        .action(aws_sdk_route53::types::ChangeAction::Create)
+                        .resource_record_set(set)
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let (c, igs) = spec(name, zone, false);
+    let p = plan(&e, &c, &igs).await;
+    assert_eq!(
+        p.errors,
+        [format!(
+            "DnsRecord/api: api.{name}. already has a A record in zone {zone}. that cluster \
+             {name} does not own (no owner TXT record); remove it or choose another name"
+        )]
+    );
+    let err = engine::apply(&e.cloud, &p, &fast()).await.unwrap_err();
+    assert!(err.to_string().contains("cannot be applied"), "{err}");
+    assert!(
+        e.rec.take().iter().all(|o| !is_write(o)),
+        "a refused plan wrote"
+    );
+    assert_eq!(count_owned(&e.sdk, name, &zone_id).await["vpc"], 0);
+}
+
+/// A private zone is associated with the cluster's VPC (instances resolve it only from
+/// associated VPCs); delete removes that association and nothing else of the zone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_zone_is_associated_with_the_cluster_vpc() {
+    let name = "dns.internal.example";
+    let zone = "internal.example";
+    let e = env(name).await;
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let other_vpc = ec2
+        .create_vpc()
+        .cidr_block("10.9.0.0/16")
+        .send()
+        .await
+        .unwrap()
+        .vpc()
+        .and_then(|v| v.vpc_id().map(str::to_string))
+        .unwrap();
+    let r53 = aws_sdk_route53::Client::new(&e.sdk);
+    let zone_id = r53
+        .create_hosted_zone()
+        .name(zone)
+        .caller_reference("kprov-test-private")
+        .hosted_zone_config(
+            aws_sdk_route53::types::HostedZoneConfig::builder()
+                .private_zone(true)
+                .build(),
+        )
+        .vpc(
+            aws_sdk_route53::types::Vpc::builder()
+                .vpc_id(&other_vpc)
+                .vpc_region(aws_sdk_route53::types::VpcRegion::UsEast1)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .hosted_zone()
+        .map(|z| z.id().trim_start_matches("/hostedzone/").to_string())
+        .unwrap();
+    let associated = || async {
+        let z = r53.get_hosted_zone().id(&zone_id).send().await.unwrap();
+        let mut v: Vec<String> = z
+            .vpcs()
+            .iter()
+            .filter_map(|v| v.vpc_id().map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    };
+
+    let (mut c, igs) = spec(name, zone, false);
+    c.spec.dns.as_mut().unwrap().kind = kprov::spec::DnsType::Private;
+    let p = plan(&e, &c, &igs).await;
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert!(
+        p.warnings.is_empty(),
+        "no NS check for a private zone: {:?}",
+        p.warnings
+    );
+    assert!(
+        p.changes
+            .iter()
+            .any(|ch| ch.kind == "DnsZoneVpcAssociation")
+    );
+    apply(&e, &p, false).await;
+    let ours = ec2
+        .describe_vpcs()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:{}", owned_tag_key(name)))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .vpcs()[0]
+        .vpc_id()
+        .unwrap()
+        .to_string();
+    let mut both = vec![other_vpc.clone(), ours];
+    both.sort();
+    assert_eq!(associated().await, both);
+    assert!(plan(&e, &c, &igs).await.is_empty());
+
+    delete_all(&e, &c, &igs).await;
+    assert_eq!(associated().await, [other_vpc]);
+    assert_eq!(
+        count_owned(&e.sdk, name, &zone_id)
+            .await
+            .values()
+            .sum::<usize>(),
+        0
+    );
+}
