@@ -665,6 +665,11 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
     let repo = ctx.repo().await?;
     let stored = repo.get(name).await?;
     let keys = repo.store().list(&format!("{name}/")).await?;
+    // Cloud resources go first: the spec in the store is what finds them.
+    let (cluster, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+    if cluster.spec.cloud_provider == spec::CloudProvider::Aws {
+        super::update::aws_delete(ctx, &cluster, &groups, yes).await?;
+    }
     if !yes {
         ctx.printer.data(&format!(
             "Will delete cluster {name} from {}:\n{}",

@@ -4,6 +4,7 @@ mod addons;
 pub mod commands;
 mod create;
 mod edit;
+mod metal;
 mod update;
 
 use std::path::PathBuf;
