@@ -36,7 +36,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
                 _ => return Err(format!("{s:?} is not a duration like 90s, 5m or 1h30m")),
             }
         };
-        let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 90s, 5m or 1h30m"))?;
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a duration like 90s, 5m or 1h30m"))?;
         num.clear();
         seen_unit = true;
         total = total.saturating_add(match unit {
@@ -47,13 +49,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         });
     }
     if !num.is_empty() || !seen_unit {
-        return Err(format!("{s:?} is not a duration like 90s, 5m or 1h30m (a unit is required)"));
+        return Err(format!(
+            "{s:?} is not a duration like 90s, 5m or 1h30m (a unit is required)"
+        ));
     }
     Ok(Duration::from_millis(total))
 }
 
 /// The resolved cluster from the store.
-pub(super) async fn resolved(ctx: &Ctx, name: &str) -> anyhow::Result<(Cluster, Vec<InstanceGroup>)> {
+pub(super) async fn resolved(
+    ctx: &Ctx,
+    name: &str,
+) -> anyhow::Result<(Cluster, Vec<InstanceGroup>)> {
     let repo = ctx.repo().await?;
     let stored = repo.get(name).await?;
     Ok(stored.resolve(&repo.location())?)
@@ -61,9 +68,13 @@ pub(super) async fn resolved(ctx: &Ctx, name: &str) -> anyhow::Result<(Cluster, 
 
 /// A client for the cluster: `--kubeconfig FILE` as given, else the admin credentials kprov
 /// stored when it provisioned the cluster (written to a private temporary file).
-pub(super) async fn cluster_client(ctx: &Ctx, cluster: &Cluster, explicit: Option<&Path>) -> anyhow::Result<(Kube, Option<tempfile::TempDir>)> {
+pub(super) async fn cluster_client(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    explicit: Option<&Path>,
+) -> anyhow::Result<(Kube, Option<tempfile::TempDir>)> {
     if let Some(p) = explicit {
-        return Ok((Kube::from_kubeconfig(p, None)?, None));
+        return Ok((Kube::from_kubeconfig(p, None).await?, None));
     }
     let name = cluster.name();
     let store = ctx.repo().await?;
@@ -73,12 +84,18 @@ pub(super) async fn cluster_client(ctx: &Ctx, cluster: &Cluster, explicit: Optio
         .get(&key)
         .await?
         .ok_or_else(|| anyhow!("no credentials for cluster {name} in the state store: provision it with `kprov update cluster {name} --yes`, or pass --kubeconfig FILE"))?;
-    let admin = String::from_utf8(admin.data.to_vec()).context("the stored admin kubeconfig is not UTF-8")?;
-    let server = cluster.spec.api.as_ref().and_then(|a| a.public_name.as_ref()).map(|n| format!("https://{n}"));
+    let admin = String::from_utf8(admin.data.to_vec())
+        .context("the stored admin kubeconfig is not UTF-8")?;
+    let server = cluster
+        .spec
+        .api
+        .as_ref()
+        .and_then(|a| a.public_name.as_ref())
+        .map(|n| format!("https://{n}"));
     let dir = tempfile::Builder::new().prefix("kprov-kube-").tempdir()?;
     let path: PathBuf = dir.path().join("config");
     crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
-    Ok((Kube::from_kubeconfig(&path, Some(name))?, Some(dir)))
+    Ok((Kube::from_kubeconfig(&path, Some(name)).await?, Some(dir)))
 }
 
 /// Whether kprov holds credentials for the cluster (it has been provisioned).
@@ -114,7 +131,11 @@ pub async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow::Resul
 
 /// Previews (dry run) or applies the add-ons of an already resolved cluster; `update cluster`
 /// calls this after provisioning.
-pub(super) async fn deploy(ctx: &Ctx, cluster: &Cluster, a: &UpdateAddonsArgs<'_>) -> anyhow::Result<i32> {
+pub(super) async fn deploy(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    a: &UpdateAddonsArgs<'_>,
+) -> anyhow::Result<i32> {
     let manifests = addons::render_addons(cluster)?;
     let (kube, _tmp) = cluster_client(ctx, cluster, a.kubeconfig).await?;
     if !a.yes {
@@ -122,23 +143,61 @@ pub(super) async fn deploy(ctx: &Ctx, cluster: &Cluster, a: &UpdateAddonsArgs<'_
         ctx.printer.data(&addons::preview_text(&diffs));
         let pending = diffs.iter().any(|d| d.change != addons::Change::Unchanged);
         if pending {
-            ctx.printer.status(&format!("Must specify --yes to apply these add-on changes to {}.", cluster.name()));
+            ctx.printer.status(&format!(
+                "Must specify --yes to apply these add-on changes to {}.",
+                cluster.name()
+            ));
         }
-        return Ok(if pending && a.exit_code { exit::CHANGES_PENDING } else { exit::OK });
+        return Ok(if pending && a.exit_code {
+            exit::CHANGES_PENDING
+        } else {
+            exit::OK
+        });
     }
-    let poll = Poll { timeout: a.wait, interval: Duration::from_secs(2) };
-    let diffs = addons::deploy_addons(&kube, cluster, DeployOptions { force: a.force_conflicts, wait: Some(poll) }).await?;
+    let poll = Poll {
+        timeout: a.wait,
+        interval: Duration::from_secs(2),
+    };
+    let diffs = addons::deploy_addons(
+        &kube,
+        cluster,
+        DeployOptions {
+            force: a.force_conflicts,
+            wait: Some(poll),
+        },
+    )
+    .await?;
     ctx.printer.data(&addons::preview_text(&diffs));
-    ctx.printer.success(&format!("Add-ons of {}: {}", cluster.name(), addons::summary(&diffs)));
+    ctx.printer.success(&format!(
+        "Add-ons of {}: {}",
+        cluster.name(),
+        addons::summary(&diffs)
+    ));
     Ok(exit::OK)
 }
 
-pub async fn validate(ctx: &Ctx, name: &str, wait: Option<Duration>, kubeconfig: Option<&Path>) -> anyhow::Result<i32> {
+pub async fn validate(
+    ctx: &Ctx,
+    name: &str,
+    wait: Option<Duration>,
+    kubeconfig: Option<&Path>,
+) -> anyhow::Result<i32> {
     let (cluster, groups) = resolved(ctx, name).await?;
     let (kube, _tmp) = cluster_client(ctx, &cluster, kubeconfig).await?;
     let expect = addons::validate::Expectations::from_spec(&cluster, &groups)?;
     let result = match wait {
-        Some(w) => addons::validate::validate_until(&kube, &cluster, &expect, Poll { timeout: w, interval: Duration::from_secs(5) }).await?,
+        Some(w) => {
+            addons::validate::validate_until(
+                &kube,
+                &cluster,
+                &expect,
+                Poll {
+                    timeout: w,
+                    interval: Duration::from_secs(5),
+                },
+            )
+            .await?
+        }
         None => addons::validate::validate_cluster(&kube, &cluster, &expect).await?,
     };
     match ctx.printer.format() {
@@ -147,10 +206,12 @@ pub async fn validate(ctx: &Ctx, name: &str, wait: Option<Duration>, kubeconfig:
         Format::Table => ctx.printer.data(&result.render_text()),
     }
     if result.ok {
-        ctx.printer.success(&format!("Your cluster {name} is ready."));
+        ctx.printer
+            .success(&format!("Your cluster {name} is ready."));
         Ok(exit::OK)
     } else {
-        ctx.printer.error(&format!("cluster {name} did not pass validation"));
+        ctx.printer
+            .error(&format!("cluster {name} did not pass validation"));
         Ok(exit::ERROR)
     }
 }

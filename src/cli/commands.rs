@@ -11,7 +11,8 @@ use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
 use super::{
-    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind, exit,
+    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind,
+    UpdateWhat, ValidateWhat, exit,
 };
 use crate::output::{Format, Printer, Table};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
@@ -143,12 +144,24 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Update(u) => match u.what {
             UpdateWhat::Cluster(a) => super::update::cluster(ctx, &a).await,
             UpdateWhat::Addons(a) => {
-                let args = super::addons::UpdateAddonsArgs { name: &a.name, yes: a.yes, kubeconfig: a.kubeconfig.as_deref(), force_conflicts: a.force_conflicts, wait: a.wait, exit_code: a.exit_code };
+                let args = super::addons::UpdateAddonsArgs {
+                    name: &a.name,
+                    yes: a.yes,
+                    kubeconfig: a.kubeconfig.as_deref(),
+                    force_conflicts: a.force_conflicts,
+                    wait: a.wait,
+                    exit_code: a.exit_code,
+                };
                 super::addons::update_addons(ctx, &args).await
             }
         },
         Command::Validate(v) => match v.what {
-            ValidateWhat::Cluster { name, wait, kubeconfig, .. } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref()).await,
+            ValidateWhat::Cluster {
+                name,
+                wait,
+                kubeconfig,
+                ..
+            } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref()).await,
         },
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);

@@ -34,60 +34,140 @@ fn print_plan(ctx: &Ctx, plan: &engine::Plan, prune: bool) -> anyhow::Result<()>
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(plan)?),
         Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(plan)?),
-        Format::Table => ctx.printer.data(&engine::render_text(plan, RenderOptions { color: ctx.printer.color(), prune })),
+        Format::Table => ctx.printer.data(&engine::render_text(
+            plan,
+            RenderOptions {
+                color: ctx.printer.color(),
+                prune,
+            },
+        )),
     }
     Ok(())
 }
 
-async fn aws(ctx: &Ctx, cluster: &Cluster, groups: &[InstanceGroup], a: &UpdateClusterArgs) -> anyhow::Result<i32> {
+async fn aws(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<i32> {
     let cloud = aws_cloud(cluster).await?;
     if !a.yes {
-        let plan = cloud.plan(cluster, groups).await.context("planning cloud resources")?;
+        let plan = cloud
+            .plan(cluster, groups)
+            .await
+            .context("planning cloud resources")?;
         print_plan(ctx, &plan, a.prune)?;
         let pending = plan.exit_code(a.prune) == exit::CHANGES_PENDING;
         if pending {
-            ctx.printer.status(&format!("Must specify --yes to apply changes to {}.", cluster.name()));
+            ctx.printer.status(&format!(
+                "Must specify --yes to apply changes to {}.",
+                cluster.name()
+            ));
         }
-        return Ok(if pending && a.exit_code { exit::CHANGES_PENDING } else { exit::OK });
+        return Ok(if pending && a.exit_code {
+            exit::CHANGES_PENDING
+        } else {
+            exit::OK
+        });
     }
     let repo = ctx.repo().await?;
-    let guard = lock::acquire(repo.store().clone(), cluster.name(), "update cluster --yes", LOCK_LEASE).await?;
+    let guard = lock::acquire(
+        repo.store().clone(),
+        cluster.name(),
+        "update cluster --yes",
+        LOCK_LEASE,
+    )
+    .await?;
     let result = async {
         // Planned under the lock: what is applied is what the store says now.
-        let plan = cloud.plan(cluster, groups).await.context("planning cloud resources")?;
+        let plan = cloud
+            .plan(cluster, groups)
+            .await
+            .context("planning cloud resources")?;
         if plan.is_empty() || plan.exit_code(a.prune) == exit::OK {
-            ctx.printer.success(&format!("No changes to cloud resources of {}.", cluster.name()));
+            ctx.printer.success(&format!(
+                "No changes to cloud resources of {}.",
+                cluster.name()
+            ));
             return Ok::<_, anyhow::Error>(());
         }
         print_plan(ctx, &plan, a.prune)?;
         let progress = ctx.printer.progress(plan.changes.len() as u64, "applying");
-        let report = engine::apply(&cloud, &plan, &ApplyOptions { prune: a.prune, ..Default::default() }).await.context("applying cloud resources")?;
+        let report = engine::apply(
+            &cloud,
+            &plan,
+            &ApplyOptions {
+                prune: a.prune,
+                ..Default::default()
+            },
+        )
+        .await
+        .context("applying cloud resources")?;
         for (action, id) in &report.done {
             progress.inc(&ctx.printer, &format!("{action:?} {id}"));
         }
         progress.finish();
-        ctx.printer.success(&format!("Cloud resources of {} are up to date ({} changes applied).", cluster.name(), report.done.len()));
+        ctx.printer.success(&format!(
+            "Cloud resources of {} are up to date ({} changes applied).",
+            cluster.name(),
+            report.done.len()
+        ));
         Ok(())
     }
     .await;
     guard.release().await?;
     result?;
     if !a.skip_addons && super::addons::has_credentials(ctx, cluster).await? {
-        let args = super::addons::UpdateAddonsArgs { name: cluster.name(), yes: true, kubeconfig: a.kubeconfig.as_deref(), force_conflicts: false, wait: std::time::Duration::from_secs(300), exit_code: false };
+        let args = super::addons::UpdateAddonsArgs {
+            name: cluster.name(),
+            yes: true,
+            kubeconfig: a.kubeconfig.as_deref(),
+            force_conflicts: false,
+            wait: std::time::Duration::from_secs(300),
+            exit_code: false,
+        };
         super::addons::deploy(ctx, cluster, &args).await?;
     }
     Ok(exit::OK)
 }
 
 /// `delete cluster` for aws: every owned resource, in reverse dependency order.
-pub(super) async fn aws_delete(ctx: &Ctx, cluster: &Cluster, groups: &[InstanceGroup], yes: bool) -> anyhow::Result<()> {
+pub(super) async fn aws_delete(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    yes: bool,
+) -> anyhow::Result<()> {
     let cloud = aws_cloud(cluster).await?;
-    let plan = cloud.plan_delete(cluster, groups).await.context("finding the cluster's cloud resources")?;
+    let plan = cloud
+        .plan_delete(cluster, groups)
+        .await
+        .context("finding the cluster's cloud resources")?;
     if !yes {
-        ctx.printer.data(&engine::render_text(&plan, RenderOptions { color: ctx.printer.color(), prune: true }));
+        ctx.printer.data(&engine::render_text(
+            &plan,
+            RenderOptions {
+                color: ctx.printer.color(),
+                prune: true,
+            },
+        ));
         return Ok(());
     }
-    let report = engine::apply(&cloud, &plan, &ApplyOptions { prune: true, ..Default::default() }).await.context("deleting cloud resources")?;
-    ctx.printer.success(&format!("Deleted {} cloud resources of {}.", report.done.len(), cluster.name()));
+    let report = engine::apply(
+        &cloud,
+        &plan,
+        &ApplyOptions {
+            prune: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .context("deleting cloud resources")?;
+    ctx.printer.success(&format!(
+        "Deleted {} cloud resources of {}.",
+        report.done.len(),
+        cluster.name()
+    ));
     Ok(())
 }
