@@ -56,33 +56,130 @@ fn tag_spec(
         .build()
 }
 
+/// Splits kops-style `OWNER/NAME` (an account ID or an alias such as `amazon`) from a bare
+/// image name. Names may use `*` and `?` wildcards; the newest match wins.
+fn split_owner(image: &str) -> (Option<&str>, &str) {
+    match image.split_once('/') {
+        Some((owner, name))
+            if !owner.is_empty()
+                && (owner.bytes().all(|b| b.is_ascii_digit())
+                    || ["amazon", "self", "aws-marketplace"].contains(&owner)) =>
+        {
+            (Some(owner), name)
+        }
+        _ => (None, image),
+    }
+}
+
+/// `*` and `?` wildcards, as DescribeImages's name filter understands them.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(sp) = star {
+            pi = sp + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// Resolves image names to `ami-` IDs: one DescribeImages per distinct owner. A bare name
+/// that matches images of several owners is refused: anyone can publish an image under any
+/// name, so the owner must be said (as kops requires).
 pub(super) async fn resolve_images(
     c: &AwsCloud,
     names: Vec<String>,
 ) -> Result<BTreeMap<String, String>, CloudError> {
-    let images: Vec<_> = c
-        .ec2
-        .describe_images()
-        .filters(filter("name", names.clone()))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeImages")?;
-    let mut out: BTreeMap<String, (String, String)> = BTreeMap::new();
-    for i in images {
-        let (Some(name), Some(id)) = (i.name(), i.image_id()) else {
-            continue;
-        };
-        // Several images can share a name across owners; take the newest.
-        let created = i.creation_date().unwrap_or_default().to_string();
-        let newer = out.get(name).is_none_or(|(d, _)| created > *d);
-        if newer {
-            out.insert(name.to_string(), (created, id.to_string()));
+    let mut by_owner: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
+    for n in &names {
+        let (owner, pattern) = split_owner(n);
+        by_owner
+            .entry(owner.map(str::to_string))
+            .or_default()
+            .push(pattern.to_string());
+    }
+    let mut out = BTreeMap::new();
+    for (owner, patterns) in by_owner {
+        let mut req = c
+            .ec2
+            .describe_images()
+            .filters(filter("name", patterns.clone()));
+        if let Some(o) = &owner {
+            req = req.owners(o.clone());
+        }
+        let images: Vec<_> = req
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeImages")?;
+        for pattern in &patterns {
+            let matching: Vec<_> = images
+                .iter()
+                .filter(|i| i.name().is_some_and(|n| glob_match(pattern, n)))
+                .collect();
+            let owners: BTreeSet<&str> = matching.iter().filter_map(|i| i.owner_id()).collect();
+            if owner.is_none() && owners.len() > 1 {
+                return Err(CloudError::Model(format!(
+                    "image {pattern:?} is published by several accounts ({}); name the owner: OWNER/{pattern}",
+                    owners.into_iter().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            let newest = matching
+                .into_iter()
+                .filter_map(|i| Some((i.creation_date().unwrap_or_default(), i.image_id()?)))
+                .max();
+            if let Some((_, id)) = newest {
+                let key = match &owner {
+                    Some(o) => format!("{o}/{pattern}"),
+                    None => pattern.clone(),
+                };
+                out.insert(key, id.to_string());
+            }
         }
     }
-    Ok(out.into_iter().map(|(k, (_, id))| (k, id)).collect())
+    Ok(out)
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+
+    #[test]
+    fn owner_prefix() {
+        assert_eq!(
+            split_owner("099720109477/ubuntu/images/x-*"),
+            (Some("099720109477"), "ubuntu/images/x-*")
+        );
+        assert_eq!(
+            split_owner("amazon/al2023-ami-*"),
+            (Some("amazon"), "al2023-ami-*")
+        );
+        assert_eq!(split_owner("ubuntu/images/x"), (None, "ubuntu/images/x"));
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(glob_match(
+            "ubuntu-*-amd64-server-*",
+            "ubuntu-noble-24.04-amd64-server-20250101"
+        ));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("ubuntu-*-arm64-*", "ubuntu-noble-amd64-x"));
+        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
+    }
 }
 
 pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {

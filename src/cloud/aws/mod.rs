@@ -118,7 +118,14 @@ impl AwsCloud {
         cluster: &Cluster,
         igs: &[InstanceGroup],
     ) -> Result<Plan, CloudError> {
-        let desired = self.desired(cluster, igs).await?;
+        // Deleting must not depend on images still being published: only the adopted anchors
+        // (VPC, zone) of the desired model are used, so image names stand in for their IDs.
+        let images: BTreeMap<String, String> = igs
+            .iter()
+            .filter_map(|ig| ig.spec.image.clone())
+            .map(|i| (i.clone(), i))
+            .collect();
+        let desired = desired(cluster, igs, &images)?;
         engine::plan_delete(self, cluster.name(), desired).await
     }
 
