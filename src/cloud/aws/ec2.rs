@@ -153,35 +153,6 @@ pub(super) async fn resolve_images(
     Ok(out)
 }
 
-#[cfg(test)]
-mod image_tests {
-    use super::*;
-
-    #[test]
-    fn owner_prefix() {
-        assert_eq!(
-            split_owner("099720109477/ubuntu/images/x-*"),
-            (Some("099720109477"), "ubuntu/images/x-*")
-        );
-        assert_eq!(
-            split_owner("amazon/al2023-ami-*"),
-            (Some("amazon"), "al2023-ami-*")
-        );
-        assert_eq!(split_owner("ubuntu/images/x"), (None, "ubuntu/images/x"));
-    }
-
-    #[test]
-    fn wildcards() {
-        assert!(glob_match(
-            "ubuntu-*-amd64-server-*",
-            "ubuntu-noble-24.04-amd64-server-20250101"
-        ));
-        assert!(glob_match("a?c", "abc"));
-        assert!(!glob_match("ubuntu-*-arm64-*", "ubuntu-noble-amd64-x"));
-        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
-    }
-}
-
 pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
     // VPCs: owned ones by tag, adopted ones by ID (a filter, so a missing ID is no error).
     let mut vpcs: Vec<_> = c
@@ -1260,5 +1231,34 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .ctx("DeleteLaunchTemplate"),
         ),
         other => Err(CloudError::Model(format!("EC2 cannot delete a {other}"))),
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+
+    #[test]
+    fn owner_prefix() {
+        assert_eq!(
+            split_owner("099720109477/ubuntu/images/x-*"),
+            (Some("099720109477"), "ubuntu/images/x-*")
+        );
+        assert_eq!(
+            split_owner("amazon/al2023-ami-*"),
+            (Some("amazon"), "al2023-ami-*")
+        );
+        assert_eq!(split_owner("ubuntu/images/x"), (None, "ubuntu/images/x"));
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(glob_match(
+            "ubuntu-*-amd64-server-*",
+            "ubuntu-noble-24.04-amd64-server-20250101"
+        ));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("ubuntu-*-arm64-*", "ubuntu-noble-amd64-x"));
+        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
     }
 }
