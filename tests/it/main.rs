@@ -5,6 +5,7 @@ mod support;
 mod addons;
 mod aws;
 mod cli;
+mod cli_addons;
 mod cli_aws;
 mod provision;
 mod race;

@@ -1,0 +1,293 @@
+//! `get addons`, `update addons` and `validate cluster` through the real binary, against the
+//! HTTP fake of the Kubernetes API.
+
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::fakekube::{FakeKube, node, pod};
+
+const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(cluster: &str) -> Env {
+        let env = Env {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let o = env.run_blocking(&[
+            "create",
+            "cluster",
+            cluster,
+            "--cloud",
+            "aws",
+            "--zones",
+            "eu-west-1a",
+            "--ssh-public-key",
+            KEY,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        env
+    }
+
+    fn cmd(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("kprov"));
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env(
+                "KPROV_STATE_STORE",
+                format!("file://{}", self.dir.path().join("state").display()),
+            )
+            .env("NO_COLOR", "1")
+            .args(args);
+        c
+    }
+
+    fn run_blocking(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("runs")
+    }
+
+    /// The fake API is served by this test's runtime: the child must not block it.
+    async fn run(&self, args: &[&str]) -> Output {
+        let mut c = tokio::process::Command::from(self.cmd(args));
+        c.output().await.expect("runs")
+    }
+}
+
+fn out(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_addons_prints_the_manifests_applied() {
+    let env = Env::new("addons.example.com");
+    let o = env.run(&["get", "addons", "addons.example.com"]).await;
+    assert!(o.status.success(), "{}", out(&o));
+    let yaml = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        yaml.contains("registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.0"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("node.cloudprovider.kubernetes.io/uninitialized")
+            && yaml.contains("kind: ClusterRole")
+    );
+    assert!(yaml.contains("CALICO_IPV4POOL_CIDR") && yaml.contains("100.96.0.0/11"));
+    // Every document parses as the Kubernetes object it claims to be.
+    let objects = kprov::kube::parse_manifests(&yaml, "get addons").expect("valid manifests");
+    assert!(objects.len() > 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
+    let fake = Arc::new(FakeKube::start().await);
+    fake.put(node("cp1", true, false, true, None));
+    let env = Env::new("live.example.com");
+    let kc = fake.kubeconfig.display().to_string();
+
+    let o = env
+        .run(&[
+            "update",
+            "addons",
+            "live.example.com",
+            "--kubeconfig",
+            &kc,
+            "--exit-code",
+        ])
+        .await;
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .contains("DaemonSet kube-system/cloud-controller-manager"),
+        "{}",
+        out(&o)
+    );
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| !r.is_write() || r.is_dry_run()),
+        "a preview must only dry-run: {:?}",
+        fake.requests()
+    );
+    assert!(
+        fake.get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
+            .is_none()
+    );
+
+    // Stand-ins for the kubelet and the CCM: once the DaemonSet exists it rolls out and
+    // initialises the node.
+    let ccm = tokio::spawn({
+        let fake = fake.clone();
+        async move {
+            while fake
+                .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
+                .is_none()
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            fake.set_status("DaemonSet", Some("kube-system"), "cloud-controller-manager", json!({"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1, "updatedNumberScheduled": 1, "numberAvailable": 1, "observedGeneration": 1}));
+            fake.put(node(
+                "cp1",
+                true,
+                true,
+                false,
+                Some("aws:///eu-west-1a/i-1"),
+            ));
+        }
+    });
+    let o = env
+        .run(&[
+            "update",
+            "addons",
+            "live.example.com",
+            "--kubeconfig",
+            &kc,
+            "--yes",
+            "--wait",
+            "30s",
+        ])
+        .await;
+    assert!(o.status.success(), "{}", out(&o));
+    ccm.await.unwrap();
+    assert!(
+        fake.get("DaemonSet", Some("kube-system"), "calico-node")
+            .is_some()
+    );
+
+    fake.clear_requests();
+    let o = env
+        .run(&[
+            "update",
+            "addons",
+            "live.example.com",
+            "--kubeconfig",
+            &kc,
+            "--exit-code",
+        ])
+        .await;
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "unchanged add-ons must report no changes: {}",
+        out(&o)
+    );
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| !r.is_write() || r.is_dry_run())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_cluster_exit_code_follows_health() {
+    let fake = FakeKube::start().await;
+    let env = Env::new("health.example.com");
+    let kc = fake.kubeconfig.display().to_string();
+    fake.put(node(
+        "cp1",
+        true,
+        true,
+        false,
+        Some("aws:///eu-west-1a/i-1"),
+    ));
+    fake.put(node("w1", false, true, true, None));
+    fake.put(node(
+        "w2",
+        false,
+        true,
+        false,
+        Some("aws:///eu-west-1a/i-3"),
+    ));
+    for (name, n) in [
+        ("calico-node-a", "cp1"),
+        ("calico-node-b", "w1"),
+        ("calico-node-c", "w2"),
+    ] {
+        fake.put(pod(
+            "kube-system",
+            name,
+            json!({"k8s-app": "calico-node"}),
+            n,
+            "Running",
+            true,
+        ));
+    }
+    fake.put(pod(
+        "kube-system",
+        "coredns-1",
+        json!({"k8s-app": "kube-dns"}),
+        "w2",
+        "Running",
+        true,
+    ));
+    fake.put(pod(
+        "kube-system",
+        "ccm-1",
+        json!({"k8s-app": "cloud-controller-manager"}),
+        "cp1",
+        "Running",
+        true,
+    ));
+
+    let o = env
+        .run(&[
+            "validate",
+            "cluster",
+            "health.example.com",
+            "--kubeconfig",
+            &kc,
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["ok"], false);
+    assert!(v["failures"].to_string().contains("w1"), "{v}");
+
+    fake.put(node(
+        "w1",
+        false,
+        true,
+        false,
+        Some("aws:///eu-west-1a/i-2"),
+    ));
+    let o = env
+        .run(&[
+            "validate",
+            "cluster",
+            "health.example.com",
+            "--kubeconfig",
+            &kc,
+        ])
+        .await;
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is ready"),
+        "{}",
+        out(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn addon_commands_without_credentials_say_how_to_get_them() {
+    let env = Env::new("fresh.example.com");
+    let o = env.run(&["validate", "cluster", "fresh.example.com"]).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("kprov update cluster fresh.example.com --yes"),
+        "{}",
+        out(&o)
+    );
+}
