@@ -21,7 +21,7 @@ use crate::state::lock::{self, LockError};
 use crate::state::{self, StateError, StateStore, Versioning};
 
 /// How long a mutating command's lock lease lasts between renewals.
-pub(super) const LOCK_LEASE: Duration = Duration::from_secs(300);
+const LOCK_LEASE: Duration = Duration::from_secs(300);
 
 pub struct Ctx {
     pub printer: Printer,
@@ -46,6 +46,22 @@ impl Ctx {
             Versioning::Unknown(why) => self.printer.warn(&format!("could not confirm object versioning on {} ({why})", store.location())),
         }
     }
+}
+
+/// Runs `work` holding the cluster's lock. The lock is released whatever happens; when both
+/// the work and the release fail, the work's error is the one reported.
+pub(super) async fn locked<T>(
+    store: &Arc<dyn StateStore>,
+    cluster: &str,
+    command: &str,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let guard = lock::acquire(store.clone(), cluster, command, LOCK_LEASE).await?;
+    let res = work.await;
+    let released = guard.release().await;
+    let value = res?;
+    released?;
+    Ok(value)
 }
 
 /// Maps an error to the documented exit code.
@@ -233,16 +249,10 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
     }
     let repo = ctx.repo().await?;
     ctx.warn_versioning(repo.store().as_ref()).await;
-    let guard = lock::acquire(
-        repo.store().clone(),
-        cluster.name(),
-        "create cluster",
-        LOCK_LEASE,
-    )
+    locked(repo.store(), cluster.name(), "create cluster", async {
+        Ok(repo.create(&cluster, &groups).await?)
+    })
     .await?;
-    let res = repo.create(&cluster, &groups).await;
-    guard.release().await?;
-    res?;
     ctx.printer.success(&format!(
         "Cluster {} created in {} ({} instance groups).",
         cluster.name(),
@@ -384,10 +394,13 @@ async fn create_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     ctx.warn_versioning(repo.store().as_ref()).await;
     for (name, fc) in per_cluster {
-        let guard = lock::acquire(repo.store().clone(), &name, "create -f", LOCK_LEASE).await?;
-        let res = create_one(ctx, &repo, &source, &name, fc).await;
-        guard.release().await?;
-        res?;
+        locked(
+            repo.store(),
+            &name,
+            "create -f",
+            create_one(ctx, &repo, &source, &name, fc),
+        )
+        .await?;
     }
     Ok(exit::OK)
 }
@@ -448,10 +461,13 @@ async fn replace_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
     let per_cluster = group_by_cluster(objects)?;
     let repo = ctx.repo().await?;
     for (name, fc) in per_cluster {
-        let guard = lock::acquire(repo.store().clone(), &name, "replace -f", LOCK_LEASE).await?;
-        let res = replace_one(ctx, &repo, &source, &name, fc).await;
-        guard.release().await?;
-        res?;
+        locked(
+            repo.store(),
+            &name,
+            "replace -f",
+            replace_one(ctx, &repo, &source, &name, fc),
+        )
+        .await?;
     }
     Ok(exit::OK)
 }
@@ -696,17 +712,11 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
             .status(&format!("Must specify --yes to delete cluster {name}."));
         return Ok(exit::OK);
     }
-    let guard = lock::acquire(
-        repo.store().clone(),
-        stored.name(),
-        "delete cluster",
-        LOCK_LEASE,
-    )
-    .await?;
-    let res = repo.delete_cluster(name).await;
     // The lock key lives under the cluster's prefix: releasing it is the last delete.
-    guard.release().await?;
-    let n = res?;
+    let n = locked(repo.store(), stored.name(), "delete cluster", async {
+        Ok(repo.delete_cluster(name).await?)
+    })
+    .await?;
     ctx.printer.success(&format!(
         "Deleted cluster {name} ({n} objects) from {}.",
         repo.location()
@@ -748,21 +758,13 @@ async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyho
         ctx.printer.status("Must specify --yes to delete.");
         return Ok(exit::OK);
     }
-    let guard = lock::acquire(
-        repo.store().clone(),
-        cluster,
-        "delete instancegroup",
-        LOCK_LEASE,
-    )
-    .await?;
-    let res = async {
+    locked(repo.store(), cluster, "delete instancegroup", async {
         repo.delete_group(cluster, group, &g.version).await?;
-        repo.write_completed(&stored.cluster.value, &remaining)
-            .await
-    }
-    .await;
-    guard.release().await?;
-    res?;
+        Ok(repo
+            .write_completed(&stored.cluster.value, &remaining)
+            .await?)
+    })
+    .await?;
     ctx.printer.success(&format!(
         "Deleted instance group {group} of cluster {cluster}."
     ));

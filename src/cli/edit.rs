@@ -8,14 +8,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 
 use super::commands::Ctx;
 use super::exit;
 use crate::repo::{RepoError, resolve_with_docs};
 use crate::spec::{self, InstanceGroup, Loaded, Object, ObjectRef};
 use crate::state::StateError;
-use crate::state::lock;
 
 const HEADER: &str = "# Please edit the object below. Lines beginning with '#' are ignored; an empty\n# file aborts the edit. The object is validated before it is saved.\n";
 
@@ -114,18 +113,11 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
             }
         }
     };
-    let guard = lock::acquire(
-        repo.store().clone(),
-        cluster,
-        "edit",
-        super::commands::LOCK_LEASE,
-    )
-    .await?;
-    let res = async {
+    let res = super::commands::locked(repo.store(), cluster, "edit", async {
         match &edited {
             Object::Cluster(c) => {
                 repo.put_cluster(c, &stored.version).await?;
-                repo.write_completed(c, &stored.group_values()).await
+                Ok(repo.write_completed(c, &stored.group_values()).await?)
             }
             Object::InstanceGroup(g) => {
                 let version = stored
@@ -145,18 +137,32 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
                         }
                     })
                     .collect();
-                repo.write_completed(&stored.cluster.value, &groups).await
+                Ok(repo.write_completed(&stored.cluster.value, &groups).await?)
             }
         }
-    }
+    })
     .await;
-    guard.release().await?;
     if let Err(e) = res {
-        if matches!(e, RepoError::State(StateError::Conflict { .. })) {
-            let kept = keep_copy(&path)?;
-            return Err(anyhow!(e).context(format!("cluster {cluster} was changed by someone else while you were editing; your edit was not saved and is kept at {}", kept.display())));
-        }
-        return Err(e.into());
+        // Whatever went wrong, the user's edit survives on disk.
+        let kept = keep_copy(&path)?;
+        let conflict = e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<RepoError>(),
+                Some(RepoError::State(StateError::Conflict { .. }))
+            ) || matches!(
+                c.downcast_ref::<StateError>(),
+                Some(StateError::Conflict { .. })
+            )
+        });
+        let why = if conflict {
+            format!(
+                "cluster {cluster} was changed by someone else while you were editing; your edit was not saved and is kept at {}",
+                kept.display()
+            )
+        } else {
+            format!("your edit was not saved and is kept at {}", kept.display())
+        };
+        return Err(e.context(why));
     }
     ctx.printer.success(&format!(
         "Saved {}.",

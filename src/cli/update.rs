@@ -3,13 +3,12 @@
 
 use anyhow::Context;
 
-use super::commands::{Ctx, LOCK_LEASE};
+use super::commands::Ctx;
 use super::{UpdateClusterArgs, exit};
 use crate::cloud::aws::AwsCloud;
 use crate::cloud::engine::{self, ApplyOptions, RenderOptions};
 use crate::output::Format;
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
-use crate::state::lock;
 
 pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, &a.name).await?;
@@ -72,52 +71,48 @@ async fn aws(
         });
     }
     let repo = ctx.repo().await?;
-    let guard = lock::acquire(
-        repo.store().clone(),
+    super::commands::locked(
+        repo.store(),
         cluster.name(),
         "update cluster --yes",
-        LOCK_LEASE,
+        async {
+            // Planned under the lock: what is applied is what the store says now.
+            let plan = cloud
+                .plan(cluster, groups)
+                .await
+                .context("planning cloud resources")?;
+            if plan.is_empty() || plan.exit_code(a.prune) == exit::OK {
+                ctx.printer.success(&format!(
+                    "No changes to cloud resources of {}.",
+                    cluster.name()
+                ));
+                return Ok(());
+            }
+            print_plan(ctx, &plan, a.prune)?;
+            let progress = ctx.printer.progress(plan.changes.len() as u64, "applying");
+            let report = engine::apply(
+                &cloud,
+                &plan,
+                &ApplyOptions {
+                    prune: a.prune,
+                    ..Default::default()
+                },
+            )
+            .await
+            .context("applying cloud resources")?;
+            for (action, id) in &report.done {
+                progress.inc(&ctx.printer, &format!("{action:?} {id}"));
+            }
+            progress.finish();
+            ctx.printer.success(&format!(
+                "Cloud resources of {} are up to date ({} changes applied).",
+                cluster.name(),
+                report.done.len()
+            ));
+            Ok(())
+        },
     )
     .await?;
-    let result = async {
-        // Planned under the lock: what is applied is what the store says now.
-        let plan = cloud
-            .plan(cluster, groups)
-            .await
-            .context("planning cloud resources")?;
-        if plan.is_empty() || plan.exit_code(a.prune) == exit::OK {
-            ctx.printer.success(&format!(
-                "No changes to cloud resources of {}.",
-                cluster.name()
-            ));
-            return Ok::<_, anyhow::Error>(());
-        }
-        print_plan(ctx, &plan, a.prune)?;
-        let progress = ctx.printer.progress(plan.changes.len() as u64, "applying");
-        let report = engine::apply(
-            &cloud,
-            &plan,
-            &ApplyOptions {
-                prune: a.prune,
-                ..Default::default()
-            },
-        )
-        .await
-        .context("applying cloud resources")?;
-        for (action, id) in &report.done {
-            progress.inc(&ctx.printer, &format!("{action:?} {id}"));
-        }
-        progress.finish();
-        ctx.printer.success(&format!(
-            "Cloud resources of {} are up to date ({} changes applied).",
-            cluster.name(),
-            report.done.len()
-        ));
-        Ok(())
-    }
-    .await;
-    guard.release().await?;
-    result?;
     if !a.skip_addons && super::addons::has_credentials(ctx, cluster).await? {
         let args = super::addons::UpdateAddonsArgs {
             name: cluster.name(),
