@@ -167,9 +167,22 @@ impl Kube {
         config.read_timeout = Some(Duration::from_secs(60));
         config.reset_reader_on_write = true;
         if let Some(local) = local {
-            let url: http::Uri = local
+            // A bare `host:port` (what a port forward hands out) keeps the kubeconfig's
+            // scheme; kube-rs panics on a URL without one.
+            let text = if local.contains("://") {
+                local.to_string()
+            } else {
+                let scheme = config.cluster_url.scheme_str().unwrap_or("https");
+                format!("{scheme}://{local}")
+            };
+            let url: http::Uri = text
                 .parse()
                 .map_err(|e| err(format!("tunnel address {local:?}: {e}")))?;
+            if url.scheme().is_none() || url.authority().is_none() {
+                return Err(err(format!(
+                    "tunnel address {local:?} is not host:port or a URL"
+                )));
+            }
             if config.tls_server_name.is_none() {
                 config.tls_server_name = config.cluster_url.host().map(str::to_string);
             }

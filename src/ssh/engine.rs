@@ -263,6 +263,44 @@ impl SshFleet {
         }
     }
 
+    /// Forwards a free loopback port through `host`'s connection to `remote_host:remote_port`
+    /// as `host` sees it (the API server of a control plane that only the ssh path reaches:
+    /// private endpoints, hosts behind a bastion). The forward lasts as long as the fleet.
+    pub async fn forward(
+        &self,
+        host: &str,
+        remote_host: &str,
+        remote_port: u16,
+    ) -> Result<std::net::SocketAddr, ExecError> {
+        let (_, slot) = self.slot(host)?;
+        let conn = self.connection(slot).await?;
+        let other = |message: String| ExecError::Other {
+            host: host.to_string(),
+            message,
+        };
+        // The master binds the port itself: ask the kernel for a free one first.
+        let local = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|l| l.local_addr())
+            .map_err(|e| other(format!("no free local port for a tunnel: {e}")))?;
+        conn.session
+            .request_port_forward(
+                openssh::ForwardType::Local,
+                local,
+                openssh::Socket::TcpSocket {
+                    host: remote_host.to_string().into(),
+                    port: remote_port,
+                },
+            )
+            .await
+            .map_err(|e| {
+                other(format!(
+                    "cannot forward {local} to {remote_host}:{remote_port}: {}",
+                    chain(&e)
+                ))
+            })?;
+        Ok(local)
+    }
+
     /// Where the masters' control sockets live (diagnostics: `ssh -S SOCKET -O check x`).
     pub fn control_dir(&self) -> &std::path::Path {
         self.dir.path()

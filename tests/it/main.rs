@@ -12,3 +12,4 @@ mod race;
 mod smoke;
 mod ssh;
 mod state;
+mod tunnel;

@@ -145,13 +145,18 @@ impl Drop for FakeKube {
 
 impl FakeKube {
     pub async fn start() -> FakeKube {
+        Self::start_on("127.0.0.1").await
+    }
+
+    /// Listens on `ip` (the test hosts' gateway, when the API must be reached through them).
+    pub async fn start_on(ip: &str) -> FakeKube {
         let state: Shared = Arc::default();
         let app = axum::Router::new()
             .fallback(handle)
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind((ip, 0))
             .await
-            .expect("bind loopback");
+            .expect("bind the fake API");
         let addr = listener.local_addr().expect("local addr");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
