@@ -683,6 +683,9 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
     if cluster.spec.cloud_provider == spec::CloudProvider::Aws {
         super::update::aws_delete(ctx, &cluster, &groups, yes).await?;
     }
+    if cluster.spec.cloud_provider == spec::CloudProvider::Metal {
+        super::metal::reset_hosts(ctx, &cluster, yes).await?;
+    }
     if !yes {
         ctx.printer.data(&format!(
             "Will delete cluster {name} from {}:\n{}",
