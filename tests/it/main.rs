@@ -5,6 +5,7 @@ mod support;
 mod addons;
 mod aws;
 mod cli;
+mod metal;
 mod provision;
 mod race;
 mod smoke;
