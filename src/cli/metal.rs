@@ -242,8 +242,8 @@ pub async fn update(
     if !report.success() {
         for h in &report.hosts {
             if let HostResult::Failed { phase, error } = &h.result {
-                ctx.printer
-                    .error(&format!("{} failed in {}: {error}", h.host, phase.as_str()));
+                // The error names the host (and step, and remote stderr) itself.
+                ctx.printer.error(&format!("[{}] {error}", phase.as_str()));
             }
         }
         let failed = report

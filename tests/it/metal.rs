@@ -12,6 +12,8 @@ use std::process::Output;
 
 use assert_cmd::Command;
 
+use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectRef};
+
 use crate::support::mirror::{Mirror, host_standins_dir};
 use crate::support::testhosts::TestHosts;
 
@@ -182,44 +184,45 @@ impl Lab {
         all
     }
 
-    /// Points the cluster's assets at the mirror (the air-gapped-site workflow: edit the
-    /// spec, `replace -f`), optionally with a wrong checksum for one component.
-    fn use_mirror(&self, cluster: &str, wrong_sha_for: Option<&str>) {
+    /// Changes the stored Cluster the way an operator does: `get -o yaml`, edit, `replace -f`.
+    fn edit_cluster(&self, cluster: &str, edit: impl FnOnce(&mut Cluster)) {
         let yaml = ok(&self.kprov(&["get", "cluster", cluster, "-o", "yaml"]));
-        let mut files = String::from("  assets:\n    files:\n");
-        for f in self.mirror.asset_files() {
-            let sha = if Some(f.name.as_str()) == wrong_sha_for {
-                "0".repeat(64)
-            } else {
-                f.sha256.clone()
-            };
-            files.push_str(&format!(
-                "    - name: {}\n      url: {}\n      sha256: {sha}\n",
-                f.name, f.url
-            ));
-        }
-        let mut lines: Vec<String> = Vec::new();
-        let mut in_assets = false;
-        let mut inserted = false;
-        for l in yaml.lines() {
-            // Drop an earlier assets block (the test switches checksums).
-            if l == "  assets:" {
-                in_assets = true;
-                continue;
-            }
-            if in_assets && (l.starts_with("    ") || l.starts_with("  -")) {
-                continue;
-            }
-            in_assets = false;
-            lines.push(l.to_string());
-            // The first document is the Cluster; instance groups follow.
-            if l == "spec:" && !inserted {
-                inserted = true;
-                lines.push(files.trim_end().to_string());
-            }
-        }
-        let path = self.write("spec.yaml", &(lines.join("\n") + "\n"));
+        let mut objects: Vec<Object> = spec::load_objects("stored", &yaml)
+            .expect("stored objects parse")
+            .into_iter()
+            .map(|o| o.value)
+            .collect();
+        let cluster_obj = objects
+            .iter_mut()
+            .find_map(|o| match o {
+                Object::Cluster(c) => Some(c),
+                Object::InstanceGroup(_) => None,
+            })
+            .expect("a Cluster document");
+        edit(cluster_obj);
+        let refs = objects.iter().map(|o| match o {
+            Object::Cluster(c) => ObjectRef::Cluster(c),
+            Object::InstanceGroup(g) => ObjectRef::InstanceGroup(g),
+        });
+        let path = self.write("spec.yaml", &spec::to_yaml_stream(refs).expect("yaml"));
         ok(&self.kprov(&["replace", "-f", &path]));
+    }
+
+    /// Points the cluster's assets at the mirror (what an air-gapped site does), optionally
+    /// with a wrong checksum for one component.
+    fn use_mirror(&self, cluster: &str, wrong_sha_for: Option<&str>) {
+        let mut files = self.mirror.asset_files();
+        for f in &mut files {
+            if Some(f.name.as_str()) == wrong_sha_for {
+                f.sha256 = "0".repeat(64);
+            }
+        }
+        self.edit_cluster(cluster, |c| {
+            c.spec.assets = Some(Assets {
+                mirror: None,
+                files,
+            })
+        });
     }
 }
 
@@ -478,13 +481,12 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
         VERSION,
     ]));
     // A cloud provider's CCM: kubelets run with --cloud-provider=external.
-    let yaml = ok(&lab.kprov(&["get", "cluster", name, "-o", "yaml"]));
-    let yaml = yaml.replacen(
-        "spec:\n",
-        "spec:\n  cloudControllerManager:\n    provider: hcloud\n",
-        1,
-    );
-    ok(&lab.kprov(&["replace", "-f", &lab.write("ccm.yaml", &yaml)]));
+    lab.edit_cluster(name, |c| {
+        c.spec.cloud_controller_manager = Some(CloudControllerManager {
+            provider: Some("hcloud".into()),
+            ..Default::default()
+        })
+    });
     lab.use_mirror(name, None);
 
     let o = lab.kprov(&[
@@ -578,8 +580,8 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
 }
 
 #[test]
-fn checksum_mismatch_refused_then_unreachable_host_reported_from_old_kubespray_ini() {
-    let lab = Lab::start(2);
+fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_kubespray_ini() {
+    let lab = Lab::start(3);
     let name = "ini.metal.example.com";
     let inv = format!(
         "[all]\nnode1 ansible_host={} ip={}\nnode2 ansible_host={} ip={}\nnode3 ansible_host={}\n\n\
@@ -661,4 +663,67 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_from_old_kubespray_i
     );
     assert!(lab.upper("host2", "/etc/kubernetes/kubelet.conf").is_some());
     lab.first_call("host2", "kubeadm join --config");
+
+    // The inventory is corrected (node3 is the third machine): the next run joins it and
+    // changes nothing on the members but a fresh join token on the control plane.
+    let before_node2 = lab.kubeadm_calls("host2").len();
+    let before_node1 = lab.kubeadm_calls("host1").len();
+    let address = lab.host("host3").address.clone();
+    lab.edit_cluster(name, |c| {
+        let node3 = c
+            .spec
+            .hosts
+            .iter_mut()
+            .find(|h| h.name == "node3")
+            .expect("node3");
+        node3.address = address.clone();
+        node3.ip = Some(address.clone());
+    });
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let preview = text(&o.stdout);
+    let row = |t: &str, h: &str| {
+        t.lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        row(&preview, "node1").contains("initialised control plane"),
+        "{preview}"
+    );
+    assert!(row(&preview, "node2").contains("member"), "{preview}");
+    assert!(row(&preview, "node3").contains("join worker"), "{preview}");
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    let table = ok(&o);
+    assert!(row(&table, "node2").contains("ok, no changes"), "{table}");
+    assert!(row(&table, "node3").contains(" ok"), "{table}");
+    assert_eq!(lab.kubeadm_calls("host2").len(), before_node2);
+    let new_on_node1: Vec<String> = lab.kubeadm_calls("host1")[before_node1..]
+        .iter()
+        .map(|(_, c)| c.clone())
+        .collect();
+    assert!(
+        new_on_node1
+            .iter()
+            .all(|c| c.starts_with("kubeadm token create")),
+        "{new_on_node1:?}"
+    );
+    let used = lab
+        .upper("host3", "/var/lib/kprov-standins/joined-with-token")
+        .expect("joined");
+    let tokens = lab
+        .upper("host1", "/var/lib/kprov-standins/tokens")
+        .expect("tokens");
+    assert!(
+        tokens.lines().any(|t| t == used.trim()),
+        "{used} not in {tokens}"
+    );
 }
