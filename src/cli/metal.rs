@@ -7,12 +7,14 @@
 //! `--yes` would run. It never runs a step's `check` (some checks write, e.g. preflight
 //! records facts) and never records a host key.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
 use futures::future::join_all;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use super::commands::{ADMIN_KUBECONFIG_SECRET, Ctx, LOCK_LEASE};
@@ -67,9 +69,7 @@ pub struct PlannedHost {
 /// every host gets preflight and install (both check before acting); the first control plane
 /// is initialised if none is; members only re-check their settled state; others join.
 pub fn plan(hosts: &[Host], observed: &[Observed]) -> Vec<PlannedHost> {
-    let initialised = observed
-        .iter()
-        .any(|o| *o == Observed::Member { initialised: true });
+    let initialised = observed.contains(&Observed::Member { initialised: true });
     // The control plane `kubeadm init` would run on: the first one not known to be broken.
     let init_on = if initialised {
         None
@@ -178,7 +178,57 @@ fn fleet(
     .context("preparing ssh connections")
 }
 
-/// One line per host and phase while provisioning runs (progress goes to stderr).
+/// Per-host progress: a line per host and phase, or on a terminal a spinner line per host
+/// showing its current phase. Returns the bars to clear once the run is over.
+fn progress(ctx: &Ctx, hosts: &[Host]) -> (orchestrate::Progress, Option<MultiProgress>) {
+    if !ctx.printer.is_tty() {
+        return (progress_lines(), None);
+    }
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template("{spinner} {prefix:<16} {wide_msg} {elapsed:>4}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let bars: HashMap<String, ProgressBar> = hosts
+        .iter()
+        .map(|h| {
+            let bar = multi.add(ProgressBar::new_spinner());
+            bar.set_style(style.clone());
+            bar.set_prefix(h.name.clone());
+            bar.set_message("waiting");
+            bar.enable_steady_tick(Duration::from_millis(120));
+            (h.name.clone(), bar)
+        })
+        .collect();
+    let update = move |e: &ProgressEvent| {
+        let host = match e {
+            ProgressEvent::Started { host, .. }
+            | ProgressEvent::Finished { host, .. }
+            | ProgressEvent::Failed { host, .. } => host,
+        };
+        let Some(bar) = bars.get(host) else {
+            return;
+        };
+        match e {
+            ProgressEvent::Started { phase, steps, .. } => {
+                bar.set_message(format!("{} ({steps} steps)", phase.as_str()))
+            }
+            ProgressEvent::Finished {
+                phase,
+                changed,
+                unchanged,
+                ..
+            } => bar.set_message(format!(
+                "{} done ({changed} changed, {unchanged} unchanged)",
+                phase.as_str()
+            )),
+            ProgressEvent::Failed { phase, .. } => {
+                bar.abandon_with_message(format!("FAILED in {}", phase.as_str()))
+            }
+        }
+    };
+    (Arc::new(update), Some(multi))
+}
+
+/// One line per host and phase (progress goes to stderr).
 fn progress_lines() -> orchestrate::Progress {
     let printer = Printer::new(Format::Table, 0);
     Arc::new(move |e: &ProgressEvent| match e {
@@ -308,8 +358,9 @@ async fn provision(
         a.accept_new_host_keys,
         a.concurrency,
     )?;
+    let (events, bars) = progress(ctx, hosts);
     let options = Options {
-        progress: Some(progress_lines()),
+        progress: Some(events),
         ..Options::current()
     };
     let result = async {
@@ -335,6 +386,10 @@ async fn provision(
     }
     .await;
     fleet.close().await;
+    if let Some(bars) = bars {
+        // The final table says it all; finished spinners would only repeat it.
+        let _ = bars.clear();
+    }
     result
 }
 
@@ -437,12 +492,16 @@ pub async fn reset_hosts(ctx: &Ctx, cluster: &Cluster, yes: bool) -> anyhow::Res
     }
     let repo = ctx.repo().await?;
     let fleet = fleet(cluster, repo.store().clone(), false, 20)?;
+    let (events, bars) = progress(ctx, hosts);
     let options = Options {
-        progress: Some(progress_lines()),
+        progress: Some(events),
         ..Options::current()
     };
     let report = orchestrate::reset(&fleet, cluster, hosts, &options).await;
     fleet.close().await;
+    if let Some(bars) = bars {
+        let _ = bars.clear();
+    }
     let report = report.context("resetting hosts")?;
     let mut failures = Vec::new();
     for h in &report.hosts {
