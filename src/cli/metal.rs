@@ -491,6 +491,18 @@ pub async fn reset_hosts(ctx: &Ctx, cluster: &Cluster, yes: bool) -> anyhow::Res
         return Ok(());
     }
     let repo = ctx.repo().await?;
+    let known = repo
+        .store()
+        .get(&ClusterKeys::new(name)?.known_hosts())
+        .await?
+        .is_some_and(|o| !o.data.trim_ascii().is_empty());
+    if !known {
+        // Without a recorded key kprov cannot (and never did) log in to any of the hosts.
+        ctx.printer.warn(&format!(
+            "kprov never connected to a host of {name} (no host keys recorded): no host to reset"
+        ));
+        return Ok(());
+    }
     let fleet = fleet(cluster, repo.store().clone(), false, 20)?;
     let (events, bars) = progress(ctx, hosts);
     let options = Options {

@@ -727,3 +727,66 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
         "{used} not in {tokens}"
     );
 }
+
+/// A cluster kprov never provisioned: delete contacts no host (loopback listeners stand in
+/// for the hosts and see no connection) and removes the state.
+#[test]
+fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let listeners: Vec<std::net::TcpListener> = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|ip| {
+            let l = std::net::TcpListener::bind((*ip, 0)).expect("listener");
+            l.set_nonblocking(true).unwrap();
+            l
+        })
+        .collect();
+    let mut inv = String::from("hosts:\n");
+    for (i, (l, role)) in listeners.iter().zip(["control-plane", "node"]).enumerate() {
+        let a = l.local_addr().unwrap();
+        inv.push_str(&format!(
+            "  - name: h{i}\n    address: {}\n    port: {}\n    roles: [{role}]\n",
+            a.ip(),
+            a.port()
+        ));
+    }
+    let inv_path = dir.path().join("hosts.yaml");
+    std::fs::write(&inv_path, inv).unwrap();
+    let store = dir.path().join("state");
+    let kprov = |args: &[&str]| {
+        Command::cargo_bin("kprov")
+            .expect("binary")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", dir.path())
+            .env("KPROV_STATE_STORE", format!("file://{}", store.display()))
+            .args(args)
+            .output()
+            .expect("runs kprov")
+    };
+    let name = "never.metal.example.com";
+    ok(&kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inv_path.to_str().unwrap(),
+    ]));
+    let preview = ok(&kprov(&["delete", "cluster", name]));
+    assert!(
+        preview.contains("Will reset 2 hosts") && preview.contains("127.0.0.3"),
+        "{preview}"
+    );
+    let o = kprov(&["delete", "cluster", name, "--yes"]);
+    ok(&o);
+    assert!(text(&o.stderr).contains("no host to reset"), "{}", show(&o));
+    for l in &listeners {
+        assert!(
+            matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "kprov connected to a host it never provisioned"
+        );
+    }
+    assert!(!store.join(name).exists());
+}
