@@ -3,9 +3,10 @@
 //!
 //! The preview (no `--yes`) is read-only on hosts and in the store: it connects only to hosts
 //! whose keys the cluster already recorded, reads whether each host is a member
-//! (`kubelet.conf`) or an initialised control plane (`admin.conf`), and lists the phases
-//! `--yes` would run. It never runs a step's `check` (some checks write, e.g. preflight
-//! records facts) and never records a host key.
+//! (`kubelet.conf`) or an initialised control plane (`admin.conf`), compares the hashes of the
+//! files kprov keeps on members, and lists the phases `--yes` would run. It never runs a
+//! step's `check` (some checks write, e.g. preflight records facts) and never records a host
+//! key.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,8 +21,8 @@ use serde::Serialize;
 use super::commands::{ADMIN_KUBECONFIG_SECRET, Ctx, LOCK_LEASE};
 use super::{UpdateClusterArgs, exit};
 use crate::output::{Format, Printer, Table};
-use crate::provision::orchestrate::{self, HostResult, Options, ProgressEvent, Report};
-use crate::provision::render;
+use crate::provision::orchestrate::{self, Facts, HostResult, Options, ProgressEvent, Report};
+use crate::provision::render::{self, Renderer};
 use crate::spec::{Cluster, Host, HostRole, InstanceGroup};
 use crate::ssh::task::{ExecError, HostExecutor};
 use crate::ssh::{Event, Progress, SshFleet, SshOptions};
@@ -46,7 +47,11 @@ pub enum Observed {
     /// Not (yet) a cluster member.
     New,
     /// kubelet.conf present; `initialised` when it is a control plane holding admin.conf.
-    Member { initialised: bool },
+    /// `drift`: `step: path` of files that differ from what kprov would write.
+    Member {
+        initialised: bool,
+        drift: Vec<String>,
+    },
     /// The cluster has no recorded key for it: kprov never provisioned it.
     UnknownKey,
     /// Could not be inspected (unreachable, changed host key, ...).
@@ -61,7 +66,11 @@ pub struct PlannedHost {
     pub state: String,
     /// Phases `--yes` runs on the host, in order.
     pub phases: Vec<String>,
-    /// Whether `--yes` would change the host (it joins, or it could not be inspected).
+    /// Files on a member that differ from what kprov would write (`step: path`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<String>,
+    /// Whether `--yes` would change the host (it joins, files drifted, or it could not be
+    /// inspected).
     pub pending: bool,
 }
 
@@ -69,7 +78,15 @@ pub struct PlannedHost {
 /// every host gets preflight and install (both check before acting); the first control plane
 /// is initialised if none is; members only re-check their settled state; others join.
 pub fn plan(hosts: &[Host], observed: &[Observed]) -> Vec<PlannedHost> {
-    let initialised = observed.contains(&Observed::Member { initialised: true });
+    let initialised = observed.iter().any(|o| {
+        matches!(
+            o,
+            Observed::Member {
+                initialised: true,
+                ..
+            }
+        )
+    });
     // The control plane `kubeadm init` would run on: the first one not known to be broken.
     let init_on = if initialised {
         None
@@ -87,13 +104,14 @@ pub fn plan(hosts: &[Host], observed: &[Observed]) -> Vec<PlannedHost> {
             let joins = is_control_plane(h) || h.roles.contains(&HostRole::Node);
             let mut phases = vec!["preflight".to_string(), "install".to_string()];
             let (state, pending) = match o {
-                Observed::Member { initialised } => (
-                    if *initialised {
-                        "initialised control plane".to_string()
-                    } else {
-                        "member".to_string()
+                Observed::Member { initialised, drift } => (
+                    match (*initialised, drift.len()) {
+                        (true, 0) => "initialised control plane".to_string(),
+                        (false, 0) => "member".to_string(),
+                        (true, n) => format!("initialised control plane, {n} files differ"),
+                        (false, n) => format!("member, {n} files differ"),
                     },
-                    false,
+                    !drift.is_empty(),
                 ),
                 Observed::New => ("new".to_string(), true),
                 Observed::UnknownKey => (
@@ -118,15 +136,20 @@ pub fn plan(hosts: &[Host], observed: &[Observed]) -> Vec<PlannedHost> {
                 roles: h.roles.clone(),
                 state,
                 phases,
+                drift: match o {
+                    Observed::Member { drift, .. } => drift.clone(),
+                    _ => Vec::new(),
+                },
                 pending,
             }
         })
         .collect()
 }
 
-/// Reads, without changing anything, whether `h` is a member of the cluster.
-async fn observe(exec: &dyn HostExecutor, h: &Host) -> Observed {
-    let read = |path: &'static str| exec.read_file(&h.name, path);
+/// Reads, without changing anything, whether `h` is a member of the cluster and, if it is,
+/// which of the files kprov keeps on members (preflight, install, settle) differ.
+async fn observe(fleet: &SshFleet, renderer: &Renderer, h: &Host) -> Observed {
+    let read = |path: &'static str| fleet.read_file(&h.name, path);
     let member = match read(render::KUBELET_CONF).await {
         Ok(f) => f.is_some(),
         Err(ExecError::UnknownHostKey { .. }) => return Observed::UnknownKey,
@@ -140,11 +163,40 @@ async fn observe(exec: &dyn HostExecutor, h: &Host) -> Observed {
     } else {
         false
     };
-    if member || initialised {
-        Observed::Member { initialised }
-    } else {
-        Observed::New
+    if !member && !initialised {
+        return Observed::New;
     }
+    match member_drift(fleet, renderer, h).await {
+        Ok(drift) => Observed::Member { initialised, drift },
+        Err(e) => Observed::Unreachable(e),
+    }
+}
+
+async fn member_drift(
+    fleet: &SshFleet,
+    renderer: &Renderer,
+    h: &Host,
+) -> Result<Vec<String>, String> {
+    let facts = fleet
+        .read_file(&h.name, render::FACTS_FILE)
+        .await
+        .map_err(|e| e.to_string())?
+        .map(|b| Facts::parse(&String::from_utf8_lossy(&b)))
+        .unwrap_or_default();
+    let arch = facts
+        .arch()
+        .ok_or_else(|| format!("no usable facts in {}", render::FACTS_FILE))?;
+    let mut steps = renderer.preflight(h).map_err(|e| e.to_string())?;
+    steps.extend(renderer.install(arch).map_err(|e| e.to_string())?);
+    steps.extend(renderer.settle(h).map_err(|e| e.to_string())?);
+    let differing = fleet
+        .differing_files(&h.name, &steps)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(differing
+        .into_iter()
+        .flat_map(|(step, paths)| paths.into_iter().map(move |p| format!("{step}: {p}")))
+        .collect())
 }
 
 /// Reports from the SSH engine worth a line: recorded host keys and host failures.
@@ -427,7 +479,8 @@ async fn preview(
     let hosts = &cluster.spec.hosts;
     // Never records keys: the preview writes nothing, not even known hosts.
     let fleet = fleet(cluster, store, false, a.concurrency)?;
-    let observed = join_all(hosts.iter().map(|h| observe(&fleet, h))).await;
+    let renderer = Renderer::new(cluster, hosts).context("rendering the hosts' steps")?;
+    let observed = join_all(hosts.iter().map(|h| observe(&fleet, &renderer, h))).await;
     fleet.close().await;
     let planned = plan(hosts, &observed);
     match ctx.printer.format() {
@@ -616,9 +669,18 @@ mod tests {
         let p = plan(
             &hosts(),
             &[
-                Observed::Member { initialised: true },
-                Observed::Member { initialised: false },
-                Observed::Member { initialised: false },
+                Observed::Member {
+                    initialised: true,
+                    drift: vec![],
+                },
+                Observed::Member {
+                    initialised: false,
+                    drift: vec![],
+                },
+                Observed::Member {
+                    initialised: false,
+                    drift: vec![],
+                },
             ],
         );
         assert!(p.iter().all(|p| !p.pending));
@@ -632,13 +694,54 @@ mod tests {
         let p = plan(
             &more,
             &[
-                Observed::Member { initialised: true },
-                Observed::Member { initialised: false },
-                Observed::Member { initialised: false },
+                Observed::Member {
+                    initialised: true,
+                    drift: vec![],
+                },
+                Observed::Member {
+                    initialised: false,
+                    drift: vec![],
+                },
+                Observed::Member {
+                    initialised: false,
+                    drift: vec![],
+                },
                 Observed::New,
             ],
         );
         assert_eq!(last_phases(&p)[3], ("w2", "join worker", true));
         assert!(p[..3].iter().all(|p| !p.pending));
+    }
+
+    #[test]
+    fn a_member_with_drifted_files_is_pending_and_says_which() {
+        let drift = vec!["containerd: configure: /etc/containerd/config.toml".to_string()];
+        let p = plan(
+            &hosts(),
+            &[
+                Observed::Member {
+                    initialised: true,
+                    drift: vec![],
+                },
+                Observed::Member {
+                    initialised: false,
+                    drift: vec![],
+                },
+                Observed::Member {
+                    initialised: false,
+                    drift: drift.clone(),
+                },
+            ],
+        );
+        assert_eq!(
+            last_phases(&p),
+            [
+                ("cp1", "settle (re-check)", false),
+                ("cp2", "settle (re-check)", false),
+                ("w1", "settle (re-check)", true)
+            ]
+        );
+        assert_eq!(p[2].drift, drift);
+        assert_eq!(p[2].state, "member, 1 files differ");
     }
 }

@@ -549,6 +549,51 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
         assert!(proxy.contains(&lab.host(cp).address), "{proxy}");
     }
 
+    // Drift: someone edits containerd's config on host4. The preview finds it by hash
+    // (read-only: no host changes), --yes puts kprov's file back.
+    let wanted = lab
+        .upper("host4", "/etc/containerd/config.toml")
+        .expect("config");
+    lab.host("host4")
+        .exec("echo '# edited by hand' >> /etc/containerd/config.toml")
+        .expect("edit");
+    let hosts_before = lab.hosts_snapshot();
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code", "-o", "json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    assert_eq!(lab.hosts_snapshot(), hosts_before, "preview changed a host");
+    let planned: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json preview");
+    let rows = planned.as_array().expect("rows");
+    let pending: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["pending"] == true)
+        .map(|r| r["host"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(pending, ["host4"], "{planned}");
+    let host4 = rows.iter().find(|r| r["host"] == "host4").expect("host4");
+    assert_eq!(
+        host4["drift"],
+        serde_json::json!(["containerd: configure: /etc/containerd/config.toml"]),
+        "{planned}"
+    );
+    let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    let table = ok(&o);
+    let row = |h: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        row("host4").contains("ok") && !row("host4").contains("no changes"),
+        "{table}"
+    );
+    assert!(row("host1").contains("ok, no changes"), "{table}");
+    assert_eq!(
+        lab.upper("host4", "/etc/containerd/config.toml"),
+        Some(wanted)
+    );
+
     // host5 is reinstalled (new host key): refused, naming the host and both fingerprints;
     // the other hosts still converge.
     let old = lab.host("host5").fingerprint();
