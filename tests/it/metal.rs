@@ -283,6 +283,45 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     );
     assert_eq!(lab.hosts_snapshot(), hosts0, "preview changed a host");
 
+    // Someone else holds the cluster's lock: refused with the conflict exit code, naming the
+    // holder's command; no host touched, no key recorded.
+    {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let url = format!("file://{}", lab.store_dir().display());
+        let guard = rt.block_on(async {
+            let store = kprov::state::open(&url).await.expect("store");
+            kprov::state::lock::acquire(
+                store,
+                name,
+                "another operator's update",
+                std::time::Duration::from_secs(60),
+            )
+            .await
+            .expect("lock")
+        });
+        let o = lab.kprov(&[
+            "update",
+            "cluster",
+            name,
+            "--yes",
+            "--accept-new-host-keys",
+            "--skip-addons",
+        ]);
+        assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+        assert!(
+            text(&o.stderr).contains("another operator's update"),
+            "{}",
+            show(&o)
+        );
+        assert_eq!(
+            lab.hosts_snapshot(),
+            hosts0,
+            "a locked update changed a host"
+        );
+        assert!(!lab.store_dir().join(name).join("known_hosts").exists());
+        rt.block_on(guard.release()).expect("release");
+    }
+
     // First contact without permission: refused, naming the flag; nothing ran.
     let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
