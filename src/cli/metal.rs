@@ -199,13 +199,22 @@ async fn member_drift(
         .collect())
 }
 
-/// Reports from the SSH engine worth a line: recorded host keys and host failures.
-struct SshLines(Printer);
+/// The SSH engine's event worth a line of its own: a first-contact host key recorded (the
+/// operator should compare its fingerprint). Printed above the spinners on a terminal.
+struct SshLines {
+    printer: Printer,
+    bars: Option<MultiProgress>,
+}
 
 impl Progress for SshLines {
     fn event(&self, event: &Event) {
         if let Event::HostKeyRecorded { .. } = event {
-            self.0.status(&event.to_string());
+            match &self.bars {
+                Some(bars) => {
+                    let _ = bars.println(event.to_string());
+                }
+                None => self.printer.status(&event.to_string()),
+            }
         }
     }
 }
@@ -215,8 +224,12 @@ fn fleet(
     store: Arc<dyn StateStore>,
     accept_new_host_keys: bool,
     concurrency: usize,
+    bars: Option<MultiProgress>,
 ) -> anyhow::Result<SshFleet> {
-    let lines = Arc::new(SshLines(Printer::new(Format::Table, 0)));
+    let lines = Arc::new(SshLines {
+        printer: Printer::new(Format::Table, 0),
+        bars,
+    });
     SshFleet::for_cluster(
         cluster,
         store,
@@ -404,13 +417,14 @@ async fn provision(
     guard: &lock::LockGuard,
 ) -> anyhow::Result<Report> {
     let hosts = &cluster.spec.hosts;
+    let (events, bars) = progress(ctx, hosts);
     let fleet = fleet(
         cluster,
         store.clone(),
         a.accept_new_host_keys,
         a.concurrency,
+        bars.clone(),
     )?;
-    let (events, bars) = progress(ctx, hosts);
     let options = Options {
         progress: Some(events),
         ..Options::current()
@@ -478,7 +492,7 @@ async fn preview(
     let name = cluster.name();
     let hosts = &cluster.spec.hosts;
     // Never records keys: the preview writes nothing, not even known hosts.
-    let fleet = fleet(cluster, store, false, a.concurrency)?;
+    let fleet = fleet(cluster, store, false, a.concurrency, None)?;
     let renderer = Renderer::new(cluster, hosts).context("rendering the hosts' steps")?;
     let observed = join_all(hosts.iter().map(|h| observe(&fleet, &renderer, h))).await;
     fleet.close().await;
@@ -556,8 +570,8 @@ pub async fn reset_hosts(ctx: &Ctx, cluster: &Cluster, yes: bool) -> anyhow::Res
         ));
         return Ok(());
     }
-    let fleet = fleet(cluster, repo.store().clone(), false, 20)?;
     let (events, bars) = progress(ctx, hosts);
+    let fleet = fleet(cluster, repo.store().clone(), false, 20, bars.clone())?;
     let options = Options {
         progress: Some(events),
         ..Options::current()

@@ -124,6 +124,28 @@ impl Lab {
             .expect("runs kprov")
     }
 
+    /// `kprov` on a terminal (a pty from util-linux `script`): stdout and stderr merged.
+    fn kprov_tty(&self, args: &[&str]) -> Output {
+        let bin = assert_cmd::cargo::cargo_bin("kprov");
+        let line = std::iter::once(bin.display().to_string())
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        std::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("TERM", "xterm")
+            .env(
+                "KPROV_STATE_STORE",
+                format!("file://{}", self.store_dir().display()),
+            )
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("runs kprov under script")
+    }
+
     fn write(&self, name: &str, content: &str) -> String {
         let p = self.dir.path().join(name);
         std::fs::write(&p, content).unwrap();
@@ -778,7 +800,8 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
     );
     assert!(row(&preview, "node2").contains("member"), "{preview}");
     assert!(row(&preview, "node3").contains("join worker"), "{preview}");
-    let o = lab.kprov(&[
+    // On a terminal: spinners per host while it runs, then the same table.
+    let o = lab.kprov_tty(&[
         "update",
         "cluster",
         name,
@@ -787,6 +810,10 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
         "--skip-addons",
     ]);
     let table = ok(&o);
+    assert!(table.contains("node3: new host key recorded"), "{table}");
+    // Drawn as spinners (lines cleared and redrawn), not as plain progress lines.
+    assert!(table.contains("\u{1b}[2K"), "{table}");
+    assert!(!table.contains("node3: preflight (2 steps)"), "{table}");
     assert!(row(&table, "node2").contains("ok, no changes"), "{table}");
     assert!(row(&table, "node3").contains(" ok"), "{table}");
     assert_eq!(lab.kubeadm_calls("host2").len(), before_node2);
