@@ -469,6 +469,18 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
         "the re-run downloaded"
     );
 
+    // Without --skip-addons the add-ons go to the API server through the stored kubeconfig;
+    // the stand-ins run none, so that step fails, saying the hosts are fine and how to retry.
+    let o = lab.kprov(&["update", "cluster", name, "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(err.contains("No changes"), "{err}");
+    assert!(
+        err.contains("are provisioned, but deploying the add-ons failed")
+            && err.contains(&format!("kprov update addons {name} --yes")),
+        "{err}"
+    );
+
     // export kubeconfig: a context named after the cluster, the control plane reachable.
     let kc = lab.dir.path().join("kubeconfig");
     ok(&lab.kprov(&[
