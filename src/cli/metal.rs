@@ -401,7 +401,7 @@ pub async fn update(
     if let Err(e) = super::addons::deploy(ctx, cluster, &args).await {
         ctx.printer.error(&format!(
             "the hosts of {name} are provisioned, but deploying the add-ons failed: {e:#}. \
-             Retry with `kprov update addons {name} --yes` once the API server is reachable \
+             Retry with `kprov update addons {name} --yes` when the cause is fixed \
              (or pass --skip-addons)"
         ));
         return Ok(exit::ERROR);
