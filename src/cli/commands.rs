@@ -21,7 +21,7 @@ use crate::state::lock::{self, LockError};
 use crate::state::{self, StateError, StateStore, Versioning};
 
 /// How long a mutating command's lock lease lasts between renewals.
-const LOCK_LEASE: Duration = Duration::from_secs(300);
+pub(super) const LOCK_LEASE: Duration = Duration::from_secs(300);
 
 pub struct Ctx {
     pub printer: Printer,
@@ -694,12 +694,14 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
     let repo = ctx.repo().await?;
     let stored = repo.get(name).await?;
     let keys = repo.store().list(&format!("{name}/")).await?;
-    // Cloud resources go first: the spec in the store is what finds them.
     let (cluster, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
-    if cluster.spec.cloud_provider == spec::CloudProvider::Aws {
-        super::update::aws_delete(ctx, &cluster, &groups, yes).await?;
-    }
     if !yes {
+        match cluster.spec.cloud_provider {
+            spec::CloudProvider::Aws => {
+                super::update::aws_delete(ctx, &cluster, &groups, false).await?
+            }
+            spec::CloudProvider::Metal => super::metal::reset_hosts(ctx, &cluster, false).await?,
+        }
         ctx.printer.data(&format!(
             "Will delete cluster {name} from {}:\n{}",
             repo.location(),
@@ -712,8 +714,16 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
             .status(&format!("Must specify --yes to delete cluster {name}."));
         return Ok(exit::OK);
     }
-    // The lock key lives under the cluster's prefix: releasing it is the last delete.
+    // One lock for the whole teardown, so no update runs against a half-deleted cluster.
+    // Cloud resources and hosts go first: the spec in the store is what finds them. The lock
+    // key lives under the cluster's prefix: releasing it is the last delete.
     let n = locked(repo.store(), stored.name(), "delete cluster", async {
+        match cluster.spec.cloud_provider {
+            spec::CloudProvider::Aws => {
+                super::update::aws_delete(ctx, &cluster, &groups, true).await?
+            }
+            spec::CloudProvider::Metal => super::metal::reset_hosts(ctx, &cluster, true).await?,
+        }
         Ok(repo.delete_cluster(name).await?)
     })
     .await?;

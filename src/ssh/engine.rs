@@ -22,7 +22,7 @@ use crate::state::StateStore;
 
 use super::hostkeys::{self, KnownKey, RecordError};
 use super::progress::{Event, HostReport, Progress, Summary};
-use super::task::{ExecError, HostExecutor, Step, StepOutcome};
+use super::task::{ExecError, HostExecutor, RemoteFile, Step, StepOutcome};
 
 /// Tuning and policy for a fleet of SSH connections.
 #[derive(Debug, Clone)]
@@ -299,6 +299,28 @@ impl SshFleet {
                 ))
             })?;
         Ok(local)
+    }
+
+    /// Per step, the paths of its files whose content or mode differ on `host`. Strictly
+    /// read-only (hashes and modes are read; nothing is uploaded, no check or run script is
+    /// executed): what a preview may do.
+    pub async fn differing_files(
+        &self,
+        host: &str,
+        steps: &[Step],
+    ) -> Result<Vec<(String, Vec<String>)>, ExecError> {
+        let (_, slot) = self.slot(host)?;
+        let mut out = Vec::new();
+        for step in steps {
+            let stale = self.stale_files(slot, step).await?;
+            if !stale.is_empty() {
+                out.push((
+                    step.name.clone(),
+                    stale.iter().map(|f| f.path.clone()).collect(),
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// Where the masters' control sockets live (diagnostics: `ssh -S SOCKET -O check x`).
@@ -735,17 +757,15 @@ impl SshFleet {
         Ok(out)
     }
 
-    /// Uploads the step's files whose content or mode differ on the host; returns how many.
-    async fn sync_files(&self, slot: &HostSlot, step: &Step) -> Result<usize, ExecError> {
+    /// The step's files whose content or mode differ on the host (a read-only comparison).
+    async fn stale_files<'s>(
+        &self,
+        slot: &HostSlot,
+        step: &'s Step,
+    ) -> Result<Vec<&'s RemoteFile>, ExecError> {
         if step.files.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
-        let fail = |out: &Output, what: &str| ExecError::Step {
-            host: slot.spec.name.clone(),
-            step: step.name.clone(),
-            code: out.status.code(),
-            stderr: format!("{what}: {}", stderr_text(out)),
-        };
         const STAT: &str = r#"for f; do
   if [ -f "$f" ]; then
     printf '%s %s\n' "$(sha256sum < "$f" | cut -d' ' -f1)" "$(stat -c %a "$f")"
@@ -754,11 +774,16 @@ done"#;
         let paths: Vec<&str> = step.files.iter().map(|f| f.path.as_str()).collect();
         let out = self.exec(slot, STAT, &paths, None, None).await?;
         if !out.status.success() {
-            return Err(fail(&out, "comparing files"));
+            return Err(ExecError::Step {
+                host: slot.spec.name.clone(),
+                step: step.name.clone(),
+                code: out.status.code(),
+                stderr: format!("comparing files: {}", stderr_text(&out)),
+            });
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
         let remote: Vec<&str> = stdout.lines().collect();
-        let stale: Vec<_> = step
+        Ok(step
             .files
             .iter()
             .enumerate()
@@ -767,7 +792,18 @@ done"#;
                 remote.get(*i).is_none_or(|have| *have != want)
             })
             .map(|(_, f)| f)
-            .collect();
+            .collect())
+    }
+
+    /// Uploads the step's files whose content or mode differ on the host; returns how many.
+    async fn sync_files(&self, slot: &HostSlot, step: &Step) -> Result<usize, ExecError> {
+        let fail = |out: &Output, what: &str| ExecError::Step {
+            host: slot.spec.name.clone(),
+            step: step.name.clone(),
+            code: out.status.code(),
+            stderr: format!("{what}: {}", stderr_text(out)),
+        };
+        let stale = self.stale_files(slot, step).await?;
         // mktemp beside the target keeps the final mv on one filesystem, hence atomic.
         const PUT: &str = r#"set -e
 d=$(dirname "$1")

@@ -1,0 +1,915 @@
+//! Bare-metal clusters end to end, as an operator runs them: the real `kprov` binary, a
+//! file:// state store, real sshd test hosts in network + mount namespaces, stand-in
+//! kubeadm/kubelet/containerd served by a local mirror on the hosts' bridge, and host tools
+//! (systemctl, sysctl, ...) in each host's /usr/local/sbin. Needs root.
+//!
+//! What each host wrote is read from its overlay upper dirs; what the stand-ins were asked to
+//! do from their call log (each host's /var/log is a directory of this test).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+
+use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectRef};
+
+use crate::support::mirror::{Mirror, host_standins_dir};
+use crate::support::testhosts::TestHosts;
+
+const VERSION: &str = "1.35.1";
+
+struct Lab {
+    th: TestHosts,
+    mirror: Mirror,
+    /// HOME, state store, inventories, and per host its /var/log and fake /sys entries.
+    /// Under /var/tmp: the hosts mount tmpfs over /tmp, so they could not see it there.
+    dir: tempfile::TempDir,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        text(&o.stdout),
+        text(&o.stderr)
+    )
+}
+
+#[track_caller]
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}", show(o));
+    text(&o.stdout)
+}
+
+/// Every file below `dir` with its content (to prove nothing changed).
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+impl Lab {
+    fn start(n: usize) -> Lab {
+        let th = TestHosts::start(n);
+        let mirror = Mirror::start(th.gateway.parse().expect("gateway ip"), VERSION);
+        let dir = tempfile::Builder::new()
+            .prefix("kprov-metal-")
+            .tempdir_in("/var/tmp")
+            .expect("lab dir");
+        for (i, h) in th.hosts.iter().enumerate() {
+            let d = dir.path().join(&h.name);
+            for sub in [
+                "log",
+                "sys-module/overlay",
+                "sys-module/br_netfilter",
+                "sys-net/eth0",
+            ] {
+                std::fs::create_dir_all(d.join(sub)).unwrap();
+            }
+            // The hosts share this machine's /sys: give each its own modules and MAC, or
+            // preflight would see cloned machines.
+            std::fs::write(
+                d.join("sys-net/eth0/address"),
+                format!("02:00:00:00:01:{:02x}\n", i + 1),
+            )
+            .unwrap();
+            h.exec(&format!(
+                "set -e; mkdir -p /usr/local/sbin; cp {tools}/* /usr/local/sbin/\n\
+                 mount --bind {d}/log /var/log\n\
+                 mount --bind {d}/sys-module /sys/module\n\
+                 mount --bind {d}/sys-net /sys/class/net",
+                tools = host_standins_dir().display(),
+                d = d.display()
+            ))
+            .expect("prepare host");
+        }
+        Lab { th, mirror, dir }
+    }
+
+    fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn kprov(&self, args: &[&str]) -> Output {
+        Command::cargo_bin("kprov")
+            .expect("binary")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env(
+                "KPROV_STATE_STORE",
+                format!("file://{}", self.store_dir().display()),
+            )
+            .env("NO_COLOR", "1")
+            .args(args)
+            .output()
+            .expect("runs kprov")
+    }
+
+    /// `kprov` on a terminal (a pty from util-linux `script`): stdout and stderr merged.
+    fn kprov_tty(&self, args: &[&str]) -> Output {
+        let bin = assert_cmd::cargo::cargo_bin("kprov");
+        let line = std::iter::once(bin.display().to_string())
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        std::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("TERM", "xterm")
+            .env(
+                "KPROV_STATE_STORE",
+                format!("file://{}", self.store_dir().display()),
+            )
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("runs kprov under script")
+    }
+
+    fn write(&self, name: &str, content: &str) -> String {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, content).unwrap();
+        p.display().to_string()
+    }
+
+    fn key(&self) -> String {
+        self.th.client_key.display().to_string()
+    }
+
+    fn host(&self, name: &str) -> &crate::support::testhosts::TestHost {
+        self.th
+            .hosts
+            .iter()
+            .find(|h| h.name == name)
+            .unwrap_or_else(|| panic!("no test host {name}"))
+    }
+
+    /// The stand-ins' calls on test host `host`: (ns timestamp, "tool args").
+    fn calls(&self, host: &str) -> Vec<(u128, String)> {
+        std::fs::read_to_string(self.dir.path().join(host).join("log/kprov-standins.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (t, rest) = l.split_once(' ')?;
+                Some((t.parse().ok()?, rest.to_string()))
+            })
+            .collect()
+    }
+
+    fn kubeadm_calls(&self, host: &str) -> Vec<(u128, String)> {
+        self.calls(host)
+            .into_iter()
+            .filter(|(_, c)| c.starts_with("kubeadm "))
+            .collect()
+    }
+
+    fn first_call(&self, host: &str, prefix: &str) -> u128 {
+        self.calls(host)
+            .into_iter()
+            .find(|(_, c)| c.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{host}: no call {prefix:?} in {:#?}", self.calls(host)))
+            .0
+    }
+
+    fn upper(&self, host: &str, path: &str) -> Option<String> {
+        self.host(host).read_upper(path).map(|b| text(&b))
+    }
+
+    /// Everything the hosts wrote to their overlays.
+    fn hosts_snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut all = BTreeMap::new();
+        for h in &self.th.hosts {
+            let etc = h.upper_path("/etc/x");
+            let upper = etc.parent().and_then(Path::parent).expect("upper dir");
+            all.extend(snapshot(upper));
+        }
+        all
+    }
+
+    /// Changes the stored Cluster the way an operator does: `get -o yaml`, edit, `replace -f`.
+    fn edit_cluster(&self, cluster: &str, edit: impl FnOnce(&mut Cluster)) {
+        let yaml = ok(&self.kprov(&["get", "cluster", cluster, "-o", "yaml"]));
+        let mut objects: Vec<Object> = spec::load_objects("stored", &yaml)
+            .expect("stored objects parse")
+            .into_iter()
+            .map(|o| o.value)
+            .collect();
+        let cluster_obj = objects
+            .iter_mut()
+            .find_map(|o| match o {
+                Object::Cluster(c) => Some(c),
+                Object::InstanceGroup(_) => None,
+            })
+            .expect("a Cluster document");
+        edit(cluster_obj);
+        let refs = objects.iter().map(|o| match o {
+            Object::Cluster(c) => ObjectRef::Cluster(c),
+            Object::InstanceGroup(g) => ObjectRef::InstanceGroup(g),
+        });
+        let path = self.write("spec.yaml", &spec::to_yaml_stream(refs).expect("yaml"));
+        ok(&self.kprov(&["replace", "-f", &path]));
+    }
+
+    /// Points the cluster's assets at the mirror (what an air-gapped site does), optionally
+    /// with a wrong checksum for one component.
+    fn use_mirror(&self, cluster: &str, wrong_sha_for: Option<&str>) {
+        let mut files = self.mirror.asset_files();
+        for f in &mut files {
+            if Some(f.name.as_str()) == wrong_sha_for {
+                f.sha256 = "0".repeat(64);
+            }
+        }
+        self.edit_cluster(cluster, |c| {
+            c.spec.assets = Some(Assets {
+                mirror: None,
+                files,
+            })
+        });
+    }
+}
+
+fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
+    let mut s = String::from("hosts:\n");
+    for (name, role) in roles {
+        s.push_str(&format!(
+            "  - name: {name}\n    address: {}\n    user: root\n    keyPath: {}\n    roles: [{role}]\n",
+            lab.host(name).address,
+            lab.key()
+        ));
+    }
+    s
+}
+
+#[test]
+fn one_control_plane_from_kprov_inventory_lifecycle() {
+    let lab = Lab::start(3);
+    let name = "one.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(
+            &lab,
+            &[
+                ("host1", "control-plane"),
+                ("host2", "node"),
+                ("host3", "node"),
+            ],
+        ),
+    );
+    ok(&lab.kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        &inv,
+        "--kubernetes-version",
+        VERSION,
+    ]));
+    lab.use_mirror(name, None);
+
+    // Preview before anything: nothing is written anywhere; changes are pending.
+    let (store0, hosts0) = (snapshot(&lab.store_dir()), lab.hosts_snapshot());
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let out = text(&o.stdout);
+    for h in ["host1", "host2", "host3"] {
+        assert!(out.contains(h), "{out}");
+    }
+    assert!(out.contains("init") && out.contains("join worker"), "{out}");
+    assert!(out.contains("host key not recorded"), "{out}");
+    assert_eq!(
+        snapshot(&lab.store_dir()),
+        store0,
+        "preview wrote to the store"
+    );
+    assert_eq!(lab.hosts_snapshot(), hosts0, "preview changed a host");
+
+    // Someone else holds the cluster's lock: refused with the conflict exit code, naming the
+    // holder's command; no host touched, no key recorded.
+    {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let url = format!("file://{}", lab.store_dir().display());
+        let guard = rt.block_on(async {
+            let store = kprov::state::open(&url).await.expect("store");
+            kprov::state::lock::acquire(
+                store,
+                name,
+                "another operator's update",
+                std::time::Duration::from_secs(60),
+            )
+            .await
+            .expect("lock")
+        });
+        let o = lab.kprov(&[
+            "update",
+            "cluster",
+            name,
+            "--yes",
+            "--accept-new-host-keys",
+            "--skip-addons",
+        ]);
+        assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+        assert!(
+            text(&o.stderr).contains("another operator's update"),
+            "{}",
+            show(&o)
+        );
+        assert_eq!(
+            lab.hosts_snapshot(),
+            hosts0,
+            "a locked update changed a host"
+        );
+        assert!(!lab.store_dir().join(name).join("known_hosts").exists());
+        rt.block_on(guard.release()).expect("release");
+    }
+
+    // First contact without permission: refused, naming the flag; nothing ran.
+    let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("--accept-new-host-keys"),
+        "{}",
+        show(&o)
+    );
+    assert!(lab.kubeadm_calls("host1").is_empty());
+
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    let table = ok(&o);
+    let err = text(&o.stderr);
+    assert!(err.contains("new host key recorded"), "{err}");
+    for h in ["host1", "host2", "host3"] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_else(|| panic!("{table}"));
+        assert!(row.contains(" ok"), "{table}");
+    }
+
+    // Order: init on the control plane before any join.
+    let init = lab.first_call("host1", "kubeadm init --config");
+    for w in ["host2", "host3"] {
+        assert!(
+            init < lab.first_call(w, "kubeadm join --config"),
+            "{w} joined before init"
+        );
+    }
+    // Join arguments: a token host1 created, the CA pinned, no certificate key on workers.
+    let tokens = lab
+        .upper("host1", "/var/lib/kprov-standins/tokens")
+        .expect("tokens");
+    for w in ["host2", "host3"] {
+        let used = lab
+            .upper(w, "/var/lib/kprov-standins/joined-with-token")
+            .expect("joined");
+        assert!(
+            tokens.lines().any(|t| t == used.trim()),
+            "{w}: {used} not in {tokens}"
+        );
+        let cfg = lab
+            .upper(w, "/etc/kubernetes/kprov/kubeadm-join.yaml")
+            .expect("join cfg");
+        assert!(
+            cfg.contains("caCertHashes") && cfg.contains("sha256:"),
+            "{cfg}"
+        );
+        assert!(!cfg.contains("unsafeSkipCAVerification: true"), "{cfg}");
+        assert!(!cfg.contains("certificateKey"), "{w}: {cfg}");
+        assert!(lab.upper(w, "/etc/kubernetes/kubelet.conf").is_some());
+        // Workers reach the API through their local proxy.
+        assert!(
+            lab.upper(w, "/etc/kubernetes/manifests/kprov-api-proxy.yaml")
+                .is_some()
+        );
+    }
+    // What landed: kubelet flags without a cloud provider, containerd with systemd cgroups,
+    // the stand-in binaries verified and installed.
+    for h in ["host1", "host2", "host3"] {
+        let flags = lab
+            .upper(h, "/var/lib/kubelet/kubeadm-flags.env")
+            .expect("flags");
+        assert!(!flags.contains("cloud-provider"), "{h}: {flags}");
+        let containerd = lab
+            .upper(h, "/etc/containerd/config.toml")
+            .expect("containerd");
+        assert!(containerd.contains("SystemdCgroup = true"), "{containerd}");
+        let kubeadm = lab.upper(h, "/usr/local/bin/kubeadm").expect("kubeadm");
+        assert!(kubeadm.contains(&format!("stand-in for kubeadm {VERSION}")));
+    }
+    assert!(lab.upper("host1", "/etc/kubernetes/admin.conf").is_some());
+    assert!(lab.upper("host2", "/etc/kubernetes/admin.conf").is_none());
+    let admin_key = lab.store_dir().join(name).join("secrets/admin.conf");
+    assert!(admin_key.exists(), "admin kubeconfig not stored");
+
+    // The preview of a provisioned cluster: read-only, nothing pending.
+    let (store1, hosts1) = (snapshot(&lab.store_dir()), lab.hosts_snapshot());
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code", "-o", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let planned: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json preview");
+    assert_eq!(planned.as_array().map(Vec::len), Some(3));
+    assert!(
+        planned
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["pending"] == false),
+        "{planned}"
+    );
+    assert_eq!(
+        snapshot(&lab.store_dir()),
+        store1,
+        "preview wrote to the store"
+    );
+    assert_eq!(lab.hosts_snapshot(), hosts1, "preview changed a host");
+
+    // Re-run: no-op, says so, no kubeadm call; nothing downloaded again.
+    let before: Vec<usize> = ["host1", "host2", "host3"]
+        .iter()
+        .map(|h| lab.kubeadm_calls(h).len())
+        .collect();
+    let downloads = lab.mirror.downloads().len();
+    let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    ok(&o);
+    assert!(text(&o.stderr).contains("No changes"), "{}", show(&o));
+    let after: Vec<usize> = ["host1", "host2", "host3"]
+        .iter()
+        .map(|h| lab.kubeadm_calls(h).len())
+        .collect();
+    assert_eq!(before, after, "the re-run called kubeadm");
+    assert_eq!(
+        lab.mirror.downloads().len(),
+        downloads,
+        "the re-run downloaded"
+    );
+
+    // Without --skip-addons the add-ons go to the API server through the stored kubeconfig;
+    // the stand-ins run none, so that step fails, saying the hosts are fine and how to retry.
+    let o = lab.kprov(&["update", "cluster", name, "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(err.contains("No changes"), "{err}");
+    assert!(
+        err.contains("are provisioned, but deploying the add-ons failed")
+            && err.contains(&format!("kprov update addons {name} --yes")),
+        "{err}"
+    );
+
+    // export kubeconfig: a context named after the cluster, the control plane reachable.
+    let kc = lab.dir.path().join("kubeconfig");
+    ok(&lab.kprov(&[
+        "export",
+        "kubeconfig",
+        name,
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+    ]));
+    let kc = std::fs::read_to_string(&kc).unwrap();
+    assert!(kc.contains(&format!("current-context: {name}")), "{kc}");
+    assert!(
+        kc.contains(&format!("https://{}:6443", lab.host("host1").address)),
+        "{kc}"
+    );
+
+    // delete: the preview lists the hosts and resets nothing; --yes resets, then the state goes.
+    let o = lab.kprov(&["delete", "cluster", name]);
+    let out = ok(&o);
+    assert!(
+        out.contains("Will reset 3 hosts") && out.contains("host3"),
+        "{out}"
+    );
+    assert!(
+        lab.calls("host1")
+            .iter()
+            .all(|(_, c)| !c.starts_with("kubeadm reset"))
+    );
+    ok(&lab.kprov(&["delete", "cluster", name, "--yes"]));
+    for h in ["host1", "host2", "host3"] {
+        lab.first_call(h, "kubeadm reset");
+        assert!(
+            lab.host(h)
+                .exec("test -e /etc/kubernetes/kubelet.conf")
+                .is_err(),
+            "{h} still has kubelet.conf"
+        );
+    }
+    assert!(!lab.store_dir().join(name).exists(), "state not removed");
+}
+
+#[test]
+fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
+    let lab = Lab::start(5);
+    let name = "ha.metal.example.com";
+    let mut inv = String::from("all:\n  vars:\n    ansible_user: root\n  hosts:\n");
+    for h in &lab.th.hosts {
+        inv.push_str(&format!(
+            "    {}:\n      ansible_host: {}\n      ip: {}\n      ansible_ssh_private_key_file: {}\n",
+            h.name,
+            h.address,
+            h.address,
+            lab.key()
+        ));
+    }
+    inv.push_str(
+        "  children:\n    kube_control_plane:\n      hosts:\n        host1:\n        host2:\n        host3:\n\
+         \x20   kube_node:\n      hosts:\n        host4:\n        host5:\n\
+         \x20   etcd:\n      hosts:\n        host1:\n        host2:\n        host3:\n",
+    );
+    let inv = lab.write("hosts.yaml", &inv);
+    ok(&lab.kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        &inv,
+        "--kubernetes-version",
+        VERSION,
+    ]));
+    // A cloud provider's CCM: kubelets run with --cloud-provider=external.
+    lab.edit_cluster(name, |c| {
+        c.spec.cloud_controller_manager = Some(CloudControllerManager {
+            provider: Some("hcloud".into()),
+            ..Default::default()
+        })
+    });
+    lab.use_mirror(name, None);
+
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+        "--concurrency",
+        "3",
+    ]);
+    ok(&o);
+
+    let init = lab.first_call("host1", "kubeadm init --config");
+    let join = |h: &str| lab.first_call(h, "kubeadm join --config");
+    let last_kubeadm = |h: &str| lab.kubeadm_calls(h).last().map(|c| c.0).unwrap();
+    // Control planes join one at a time after init; workers after the control planes.
+    assert!(init < join("host2") && last_kubeadm("host2") < join("host3"));
+    for w in ["host4", "host5"] {
+        assert!(
+            join("host3") < join(w),
+            "{w} joined before the control planes"
+        );
+    }
+    let uploaded = lab
+        .upper("host1", "/var/lib/kprov-standins/uploaded-certificate-key")
+        .expect("certificate key uploaded");
+    for h in ["host2", "host3", "host4", "host5"] {
+        let cfg = lab
+            .upper(h, "/etc/kubernetes/kprov/kubeadm-join.yaml")
+            .expect("join cfg");
+        assert_eq!(
+            cfg.contains(&format!("certificateKey: \"{}\"", uploaded.trim())),
+            h == "host2" || h == "host3",
+            "{h}: {cfg}"
+        );
+        assert!(cfg.contains("caCertHashes"), "{cfg}");
+    }
+    for h in ["host1", "host2", "host3", "host4", "host5"] {
+        let flags = lab
+            .upper(h, "/var/lib/kubelet/kubeadm-flags.env")
+            .expect("flags");
+        assert!(flags.contains("--cloud-provider=external"), "{h}: {flags}");
+    }
+    let init_cfg = lab
+        .upper("host1", "/etc/kubernetes/kprov/kubeadm-init.yaml")
+        .expect("init");
+    let cluster_cfg = init_cfg
+        .split("kind: ClusterConfiguration")
+        .nth(1)
+        .expect("cluster cfg");
+    let cluster_cfg = cluster_cfg.split("---").next().unwrap_or_default();
+    assert!(!cluster_cfg.contains("cloud-provider"), "{cluster_cfg}");
+    // Every worker's proxy balances over all three control planes.
+    let proxy = lab
+        .upper("host4", "/etc/kubernetes/kprov/haproxy.cfg")
+        .expect("proxy");
+    for cp in ["host1", "host2", "host3"] {
+        assert!(proxy.contains(&lab.host(cp).address), "{proxy}");
+    }
+
+    // Drift: someone edits containerd's config on host4. The preview finds it by hash
+    // (read-only: no host changes), --yes puts kprov's file back.
+    let wanted = lab
+        .upper("host4", "/etc/containerd/config.toml")
+        .expect("config");
+    lab.host("host4")
+        .exec("echo '# edited by hand' >> /etc/containerd/config.toml")
+        .expect("edit");
+    let hosts_before = lab.hosts_snapshot();
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code", "-o", "json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    assert_eq!(lab.hosts_snapshot(), hosts_before, "preview changed a host");
+    let planned: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json preview");
+    let rows = planned.as_array().expect("rows");
+    let pending: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["pending"] == true)
+        .map(|r| r["host"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(pending, ["host4"], "{planned}");
+    let host4 = rows.iter().find(|r| r["host"] == "host4").expect("host4");
+    assert_eq!(
+        host4["drift"],
+        serde_json::json!(["containerd: configure: /etc/containerd/config.toml"]),
+        "{planned}"
+    );
+    let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    let table = ok(&o);
+    let row = |h: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        row("host4").contains("ok") && !row("host4").contains("no changes"),
+        "{table}"
+    );
+    assert!(row("host1").contains("ok, no changes"), "{table}");
+    assert_eq!(
+        lab.upper("host4", "/etc/containerd/config.toml"),
+        Some(wanted)
+    );
+
+    // host5 is reinstalled (new host key): refused, naming the host and both fingerprints;
+    // the other hosts still converge.
+    let old = lab.host("host5").fingerprint();
+    lab.host("host5").new_host_key();
+    let new = lab.host("host5").fingerprint();
+    assert_ne!(old, new);
+    let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("host5") && err.contains("HOST KEY CHANGED"),
+        "{err}"
+    );
+    assert!(err.contains(&old) && err.contains(&new), "{err}");
+    let table = text(&o.stdout);
+    for h in ["host1", "host2", "host3", "host4"] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_else(|| panic!("{table}"));
+        assert!(row.contains("ok, no changes"), "{table}");
+    }
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("host5") && l.contains("FAILED")),
+        "{table}"
+    );
+}
+
+#[test]
+fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_kubespray_ini() {
+    let lab = Lab::start(3);
+    let name = "ini.metal.example.com";
+    let inv = format!(
+        "[all]\nnode1 ansible_host={} ip={}\nnode2 ansible_host={} ip={}\nnode3 ansible_host={}\n\n\
+         [kube-master]\nnode1\n\n[etcd]\nnode1\n\n[kube-node]\nnode2\nnode3\n\n\
+         [all:vars]\nansible_user=root\nansible_ssh_private_key_file={}\n",
+        lab.host("host1").address,
+        lab.host("host1").address,
+        lab.host("host2").address,
+        lab.host("host2").address,
+        lab.th.unreachable_address,
+        lab.key()
+    );
+    let inv = lab.write("inventory.ini", &inv);
+    ok(&lab.kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        &inv,
+        "--kubernetes-version",
+        VERSION,
+    ]));
+
+    // A pinned checksum that does not match what the mirror serves: nothing installed.
+    lab.use_mirror(name, Some("kubelet"));
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("checksum mismatch") && err.contains(&"0".repeat(64)),
+        "{err}"
+    );
+    for h in ["host1", "host2"] {
+        assert!(
+            lab.upper(h, "/usr/local/bin/kubelet").is_none(),
+            "{h}: kubelet installed"
+        );
+        assert!(lab.kubeadm_calls(h).is_empty(), "{h}: kubeadm ran");
+    }
+
+    // Fixed: the run resumes; the unreachable node3 is reported while the others finish.
+    lab.use_mirror(name, None);
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let table = text(&o.stdout);
+    for h in ["node1", "node2"] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_else(|| panic!("{table}"));
+        assert!(row.contains(" ok"), "{table}");
+    }
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("node3") && l.contains("FAILED")),
+        "{table}"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("node3") && err.contains("cannot connect"),
+        "{err}"
+    );
+    assert!(lab.upper("host2", "/etc/kubernetes/kubelet.conf").is_some());
+    lab.first_call("host2", "kubeadm join --config");
+
+    // The inventory is corrected (node3 is the third machine): the next run joins it and
+    // changes nothing on the members but a fresh join token on the control plane.
+    let before_node2 = lab.kubeadm_calls("host2").len();
+    let before_node1 = lab.kubeadm_calls("host1").len();
+    let address = lab.host("host3").address.clone();
+    lab.edit_cluster(name, |c| {
+        let node3 = c
+            .spec
+            .hosts
+            .iter_mut()
+            .find(|h| h.name == "node3")
+            .expect("node3");
+        node3.address = address.clone();
+        node3.ip = Some(address.clone());
+    });
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let preview = text(&o.stdout);
+    let row = |t: &str, h: &str| {
+        t.lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        row(&preview, "node1").contains("initialised control plane"),
+        "{preview}"
+    );
+    assert!(row(&preview, "node2").contains("member"), "{preview}");
+    assert!(row(&preview, "node3").contains("join worker"), "{preview}");
+    // On a terminal: spinners per host while it runs, then the same table.
+    let o = lab.kprov_tty(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    let table = ok(&o);
+    assert!(table.contains("node3: new host key recorded"), "{table}");
+    // Drawn as spinners (lines cleared and redrawn), not as plain progress lines.
+    assert!(table.contains("\u{1b}[2K"), "{table}");
+    assert!(!table.contains("node3: preflight (2 steps)"), "{table}");
+    assert!(row(&table, "node2").contains("ok, no changes"), "{table}");
+    assert!(row(&table, "node3").contains(" ok"), "{table}");
+    assert_eq!(lab.kubeadm_calls("host2").len(), before_node2);
+    let new_on_node1: Vec<String> = lab.kubeadm_calls("host1")[before_node1..]
+        .iter()
+        .map(|(_, c)| c.clone())
+        .collect();
+    assert!(
+        new_on_node1
+            .iter()
+            .all(|c| c.starts_with("kubeadm token create")),
+        "{new_on_node1:?}"
+    );
+    let used = lab
+        .upper("host3", "/var/lib/kprov-standins/joined-with-token")
+        .expect("joined");
+    let tokens = lab
+        .upper("host1", "/var/lib/kprov-standins/tokens")
+        .expect("tokens");
+    assert!(
+        tokens.lines().any(|t| t == used.trim()),
+        "{used} not in {tokens}"
+    );
+}
+
+/// A cluster kprov never provisioned: delete contacts no host (loopback listeners stand in
+/// for the hosts and see no connection) and removes the state.
+#[test]
+fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let listeners: Vec<std::net::TcpListener> = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|ip| {
+            let l = std::net::TcpListener::bind((*ip, 0)).expect("listener");
+            l.set_nonblocking(true).unwrap();
+            l
+        })
+        .collect();
+    let mut inv = String::from("hosts:\n");
+    for (i, (l, role)) in listeners.iter().zip(["control-plane", "node"]).enumerate() {
+        let a = l.local_addr().unwrap();
+        inv.push_str(&format!(
+            "  - name: h{i}\n    address: {}\n    port: {}\n    roles: [{role}]\n",
+            a.ip(),
+            a.port()
+        ));
+    }
+    let inv_path = dir.path().join("hosts.yaml");
+    std::fs::write(&inv_path, inv).unwrap();
+    let store = dir.path().join("state");
+    let kprov = |args: &[&str]| {
+        Command::cargo_bin("kprov")
+            .expect("binary")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", dir.path())
+            .env("KPROV_STATE_STORE", format!("file://{}", store.display()))
+            .args(args)
+            .output()
+            .expect("runs kprov")
+    };
+    let name = "never.metal.example.com";
+    ok(&kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inv_path.to_str().unwrap(),
+    ]));
+    let preview = ok(&kprov(&["delete", "cluster", name]));
+    assert!(
+        preview.contains("Will reset 2 hosts") && preview.contains("127.0.0.3"),
+        "{preview}"
+    );
+    let o = kprov(&["delete", "cluster", name, "--yes"]);
+    ok(&o);
+    assert!(text(&o.stderr).contains("no host to reset"), "{}", show(&o));
+    for l in &listeners {
+        assert!(
+            matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "kprov connected to a host it never provisioned"
+        );
+    }
+    assert!(!store.join(name).exists());
+}
