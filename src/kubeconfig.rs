@@ -58,6 +58,16 @@ fn upsert(doc: &mut Map<String, Value>, list: &str, name: &str, entry: Value) {
     }
 }
 
+/// The server URL of the first cluster of a kubeconfig.
+pub fn server(text: &str) -> Option<String> {
+    let doc = parse(text, "kubeconfig").ok()?;
+    first_named(&doc, "clusters")?
+        .get("cluster")?
+        .get("server")?
+        .as_str()
+        .map(str::to_string)
+}
+
 /// Merges the admin kubeconfig `admin` (as kubeadm writes it) into `existing` under the
 /// cluster's name. `server` overrides the API address (the load balancer or public name).
 pub fn merge(

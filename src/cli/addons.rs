@@ -66,20 +66,46 @@ pub(super) async fn resolved(
     Ok(stored.resolve(&repo.location())?)
 }
 
+/// What keeps a cluster client working: its private kubeconfig file and, when the API is
+/// reached through SSH, the connection carrying the tunnel.
+pub(super) struct ClientGuard {
+    _dir: Option<tempfile::TempDir>,
+    _tunnel: Option<crate::ssh::SshFleet>,
+}
+
+/// The control-plane host to tunnel through when the API is not reachable directly: metal
+/// control planes that ssh itself only reaches through a bastion.
+fn tunnel_host(cluster: &Cluster, forced: bool) -> Option<&crate::spec::Host> {
+    let cp = cluster
+        .spec
+        .hosts
+        .iter()
+        .find(|h| h.roles.contains(&crate::spec::HostRole::ControlPlane))?;
+    (forced || cp.bastion.is_some()).then_some(cp)
+}
+
 /// A client for the cluster: `--kubeconfig FILE` as given, else the admin credentials kprov
-/// stored when it provisioned the cluster (written to a private temporary file).
+/// stored when it provisioned the cluster (written to a private temporary file), through an
+/// SSH tunnel to a control plane when the hosts sit behind a bastion.
 pub(super) async fn cluster_client(
     ctx: &Ctx,
     cluster: &Cluster,
     explicit: Option<&Path>,
-) -> anyhow::Result<(Kube, Option<tempfile::TempDir>)> {
+    ssh_tunnel: bool,
+) -> anyhow::Result<(Kube, ClientGuard)> {
     if let Some(p) = explicit {
-        return Ok((Kube::from_kubeconfig(p, None).await?, None));
+        return Ok((
+            Kube::from_kubeconfig(p, None).await?,
+            ClientGuard {
+                _dir: None,
+                _tunnel: None,
+            },
+        ));
     }
     let name = cluster.name();
-    let store = ctx.repo().await?;
+    let repo = ctx.repo().await?;
     let key = ClusterKeys::new(name)?.secret(ADMIN_KUBECONFIG_SECRET)?;
-    let admin = store
+    let admin = repo
         .store()
         .get(&key)
         .await?
@@ -95,7 +121,47 @@ pub(super) async fn cluster_client(
     let dir = tempfile::Builder::new().prefix("kprov-kube-").tempdir()?;
     let path: PathBuf = dir.path().join("config");
     crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
-    Ok((Kube::from_kubeconfig(&path, Some(name)).await?, Some(dir)))
+    if ssh_tunnel && cluster.spec.hosts.is_empty() {
+        anyhow::bail!(
+            "--ssh-tunnel needs the cluster's hosts (cloudProvider metal); {name} has none"
+        );
+    }
+    let Some(cp) = tunnel_host(cluster, ssh_tunnel) else {
+        return Ok((
+            Kube::from_kubeconfig(&path, Some(name)).await?,
+            ClientGuard {
+                _dir: Some(dir),
+                _tunnel: None,
+            },
+        ));
+    };
+    // The kubeconfig's server as the control plane sees it; TLS still checks its name.
+    let url: http::Uri = crate::kubeconfig::server(&admin)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow!("the stored admin kubeconfig of {name} has no usable server URL"))?;
+    let (remote_host, remote_port) = (
+        url.host().unwrap_or("127.0.0.1").to_string(),
+        url.port_u16().unwrap_or(443),
+    );
+    let fleet = crate::ssh::SshFleet::for_cluster(
+        cluster,
+        repo.store().clone(),
+        crate::ssh::SshOptions::default(),
+        std::sync::Arc::new(crate::ssh::NoProgress),
+    )?;
+    let local = fleet.forward(&cp.name, &remote_host, remote_port).await?;
+    ctx.printer.debug(&format!(
+        "reaching the API of {name} through {local} → {} → {remote_host}:{remote_port}",
+        cp.name
+    ));
+    let kube = Kube::from_kubeconfig_through(&path, Some(name), &local.to_string()).await?;
+    Ok((
+        kube,
+        ClientGuard {
+            _dir: Some(dir),
+            _tunnel: Some(fleet),
+        },
+    ))
 }
 
 /// Whether kprov holds credentials for the cluster (it has been provisioned).
@@ -122,6 +188,7 @@ pub struct UpdateAddonsArgs<'a> {
     pub force_conflicts: bool,
     pub wait: Duration,
     pub exit_code: bool,
+    pub ssh_tunnel: bool,
 }
 
 pub async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow::Result<i32> {
@@ -137,7 +204,7 @@ pub(super) async fn deploy(
     a: &UpdateAddonsArgs<'_>,
 ) -> anyhow::Result<i32> {
     let manifests = addons::render_addons(cluster)?;
-    let (kube, _tmp) = cluster_client(ctx, cluster, a.kubeconfig).await?;
+    let (kube, _tmp) = cluster_client(ctx, cluster, a.kubeconfig, a.ssh_tunnel).await?;
     if !a.yes {
         let diffs = addons::preview_addons(&kube, &manifests, a.force_conflicts).await?;
         ctx.printer.data(&addons::preview_text(&diffs));
@@ -181,9 +248,10 @@ pub async fn validate(
     name: &str,
     wait: Option<Duration>,
     kubeconfig: Option<&Path>,
+    ssh_tunnel: bool,
 ) -> anyhow::Result<i32> {
     let (cluster, groups) = resolved(ctx, name).await?;
-    let (kube, _tmp) = cluster_client(ctx, &cluster, kubeconfig).await?;
+    let (kube, _tmp) = cluster_client(ctx, &cluster, kubeconfig, ssh_tunnel).await?;
     let expect = addons::validate::Expectations::from_spec(&cluster, &groups)?;
     let result = match wait {
         Some(w) => {

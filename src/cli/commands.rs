@@ -167,6 +167,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                     force_conflicts: a.force_conflicts,
                     wait: a.wait,
                     exit_code: a.exit_code,
+                    ssh_tunnel: a.ssh_tunnel,
                 };
                 super::addons::update_addons(ctx, &args).await
             }
@@ -176,8 +177,9 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 name,
                 wait,
                 kubeconfig,
+                ssh_tunnel,
                 ..
-            } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref()).await,
+            } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref(), ssh_tunnel).await,
         },
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);

@@ -399,6 +399,7 @@ pub async fn update(
         force_conflicts: false,
         wait: Duration::from_secs(300),
         exit_code: false,
+        ssh_tunnel: false,
     };
     if let Err(e) = super::addons::deploy(ctx, cluster, &args).await {
         ctx.printer.error(&format!(

@@ -282,6 +282,10 @@ pub struct UpdateAddonsCli {
     /// Exit 2 when changes are pending
     #[arg(long)]
     pub exit_code: bool,
+    /// Reach the API through an SSH tunnel to a control-plane host (automatic when the
+    /// control planes sit behind a bastion)
+    #[arg(long)]
+    pub ssh_tunnel: bool,
 }
 
 #[derive(Debug, Args)]
@@ -302,6 +306,10 @@ pub enum ValidateWhat {
         output: Format,
         #[arg(long, value_name = "FILE")]
         kubeconfig: Option<PathBuf>,
+        /// Reach the API through an SSH tunnel to a control-plane host (automatic when the
+        /// control planes sit behind a bastion)
+        #[arg(long)]
+        ssh_tunnel: bool,
     },
 }
 

@@ -121,6 +121,7 @@ async fn aws(
             force_conflicts: false,
             wait: std::time::Duration::from_secs(300),
             exit_code: false,
+            ssh_tunnel: false,
         };
         super::addons::deploy(ctx, cluster, &args).await?;
     }

@@ -71,3 +71,105 @@ async fn the_api_is_reached_through_a_forwarded_port() {
     assert!(err.to_string().contains("nope"), "{err}");
     fleet.close().await;
 }
+
+/// `kprov validate cluster --ssh-tunnel` with the credentials and host keys kprov keeps in the
+/// store: the binary reaches an API server only the control-plane host can reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_reaches_the_api_through_the_control_plane() {
+    let th = tokio::task::spawn_blocking(|| TestHosts::start(1))
+        .await
+        .unwrap();
+    let fake = FakeKube::start_on(&th.gateway).await;
+    fake.put(node("cp1", true, true, false, None));
+    fake.put(crate::support::fakekube::pod(
+        "kube-system",
+        "calico-node-a",
+        serde_json::json!({"k8s-app": "calico-node"}),
+        "cp1",
+        "Running",
+        true,
+    ));
+    fake.put(crate::support::fakekube::pod(
+        "kube-system",
+        "coredns-1",
+        serde_json::json!({"k8s-app": "kube-dns"}),
+        "cp1",
+        "Running",
+        true,
+    ));
+    let h = &th.hosts[0];
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let spec = format!(
+        "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: tunnel.lab\nspec:\n  cloudProvider: metal\n  hosts:\n  - {{name: cp1, address: \"{}\", port: {}, user: root, keyPath: \"{}\", roles: [control-plane]}}\n",
+        h.address,
+        h.port,
+        th.client_key.display()
+    );
+    std::fs::write(dir.path().join("c.yaml"), spec).unwrap();
+    let kprov = assert_cmd::cargo::cargo_bin("kprov");
+    let run = |args: &[&str]| {
+        let mut c = tokio::process::Command::new(&kprov);
+        c.args(args)
+            .env("KPROV_STATE_STORE", format!("file://{}", state.display()))
+            .env("HOME", dir.path())
+            .env("NO_COLOR", "1");
+        c
+    };
+    let o = run(&["create", "-f", dir.path().join("c.yaml").to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // What provisioning leaves in the store: the host's key and the admin credentials.
+    let key_line = if h.port == 22 {
+        format!("{} {}", h.address, h.host_public_key())
+    } else {
+        format!("[{}]:{} {}", h.address, h.port, h.host_public_key())
+    };
+    std::fs::write(state.join("tunnel.lab/known_hosts"), key_line).unwrap();
+    std::fs::create_dir_all(state.join("tunnel.lab/secrets")).unwrap();
+    std::fs::copy(
+        &fake.kubeconfig,
+        state.join("tunnel.lab/secrets/admin.conf"),
+    )
+    .unwrap();
+
+    let o = run(&[
+        "validate",
+        "cluster",
+        "tunnel.lab",
+        "--ssh-tunnel",
+        "-o",
+        "json",
+    ])
+    .output()
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("\"ok\": true"), "{stdout}");
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.path.starts_with("/api/v1/nodes"))
+    );
+
+    // A host whose key kprov never recorded is refused, tunnel or not.
+    std::fs::write(state.join("tunnel.lab/known_hosts"), "").unwrap();
+    let o = run(&["validate", "cluster", "tunnel.lab", "--ssh-tunnel"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--accept-new-host-keys"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
