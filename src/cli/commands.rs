@@ -120,12 +120,12 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
     match cmd {
         Command::Create(c) => match (c.what, c.file) {
             (Some(CreateWhat::Cluster(a)), _) => create_cluster(ctx, &a).await,
-            (None, Some(f)) => create_from_file(ctx, &f).await,
+            (None, Some(f)) => objects_from_file(ctx, &f, FileMode::Create).await,
             (None, None) => Err(anyhow!(
                 "say what to create: `kprov create cluster NAME ...` or `kprov create -f FILE`"
             )),
         },
-        Command::Replace(f) => replace_from_file(ctx, &f.file).await,
+        Command::Replace(f) => objects_from_file(ctx, &f.file, FileMode::Replace).await,
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
@@ -389,20 +389,42 @@ fn validate_merged(
     resolve_with_docs(&cluster.value, &values, Some(&cluster.doc), &docs, source).map(|_| ())
 }
 
-async fn create_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
+#[derive(Clone, Copy)]
+enum FileMode {
+    Create,
+    Replace,
+}
+
+/// `create -f` and `replace -f`: every cluster in the file is handled under its own lock.
+async fn objects_from_file(ctx: &Ctx, path: &Path, mode: FileMode) -> anyhow::Result<i32> {
     let (source, text) = read_input(path)?;
     let objects = spec::load_objects(&source, &text)?;
     let per_cluster = group_by_cluster(objects)?;
     let repo = ctx.repo().await?;
-    ctx.warn_versioning(repo.store().as_ref()).await;
+    if matches!(mode, FileMode::Create) {
+        ctx.warn_versioning(repo.store().as_ref()).await;
+    }
     for (name, fc) in per_cluster {
-        locked(
-            repo.store(),
-            &name,
-            "create -f",
-            create_one(ctx, &repo, &source, &name, fc),
-        )
-        .await?;
+        match mode {
+            FileMode::Create => {
+                locked(
+                    repo.store(),
+                    &name,
+                    "create -f",
+                    create_one(ctx, &repo, &source, &name, fc),
+                )
+                .await?
+            }
+            FileMode::Replace => {
+                locked(
+                    repo.store(),
+                    &name,
+                    "replace -f",
+                    replace_one(ctx, &repo, &source, &name, fc),
+                )
+                .await?
+            }
+        }
     }
     Ok(exit::OK)
 }
@@ -455,23 +477,6 @@ async fn create_one(
         }
     }
     Ok(())
-}
-
-async fn replace_from_file(ctx: &Ctx, path: &Path) -> anyhow::Result<i32> {
-    let (source, text) = read_input(path)?;
-    let objects = spec::load_objects(&source, &text)?;
-    let per_cluster = group_by_cluster(objects)?;
-    let repo = ctx.repo().await?;
-    for (name, fc) in per_cluster {
-        locked(
-            repo.store(),
-            &name,
-            "replace -f",
-            replace_one(ctx, &repo, &source, &name, fc),
-        )
-        .await?;
-    }
-    Ok(exit::OK)
 }
 
 async fn replace_one(
