@@ -34,6 +34,8 @@ impl Env {
         c.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", self.dir.path())
+            // Temporary files (an unsaved edit's kept copy) stay inside the test's directory.
+            .env("TMPDIR", self.dir.path())
             .env("KPROV_STATE_STORE", &self.store)
             .env("NO_COLOR", "1");
         for (k, v) in moto().env() {
