@@ -43,17 +43,19 @@ impl Expectations {
                 named.push((h.name.clone(), cp));
             }
         }
+        // On metal the hosts are the nodes; its instance groups only group them (their sizes
+        // count the same hosts again). Cloud groups add nodes that have no name yet.
         let count = |role: InstanceGroupRole| -> u32 {
-            groups
-                .iter()
-                .filter(|g| g.spec.role == role)
-                .map(|g| g.spec.min_size.unwrap_or(0))
-                .sum()
+            if cluster.spec.cloud_provider == crate::spec::CloudProvider::Metal {
+                return 0;
+            }
+            u32::try_from(crate::spec::total_min_size(groups, role)).unwrap_or(u32::MAX)
         };
         let named_cp = named.iter().filter(|(_, cp)| *cp).count() as u32;
-        let min_control_plane = named_cp + count(InstanceGroupRole::ControlPlane);
-        let min_nodes =
-            named.len() as u32 + min_control_plane - named_cp + count(InstanceGroupRole::Node);
+        let min_control_plane = named_cp.saturating_add(count(InstanceGroupRole::ControlPlane));
+        let min_nodes = (named.len() as u32)
+            .saturating_add(min_control_plane - named_cp)
+            .saturating_add(count(InstanceGroupRole::Node));
         Ok(Self {
             named,
             min_control_plane,
@@ -299,5 +301,68 @@ pub async fn validate_until(
             return Ok(result);
         }
         tokio::time::sleep(poll.interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::defaults::new_instance_group;
+    use crate::spec::{InstanceGroupSpec, load_objects};
+
+    fn group(role: InstanceGroupRole, size: u32) -> InstanceGroup {
+        new_instance_group(
+            "lab",
+            if role == InstanceGroupRole::ControlPlane {
+                "control-plane"
+            } else {
+                "nodes"
+            },
+            InstanceGroupSpec {
+                role,
+                machine_type: None,
+                image: None,
+                min_size: Some(size),
+                max_size: Some(size),
+                subnets: vec![],
+                rolling_update: None,
+                node_labels: Default::default(),
+                taints: vec![],
+            },
+        )
+    }
+
+    #[test]
+    fn metal_groups_do_not_count_their_hosts_twice() {
+        let text = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  cloudProvider: metal\n  hosts:\n  - {name: cp1, address: 10.0.0.1, roles: [control-plane]}\n  - {name: cp2, address: 10.0.0.2, roles: [control-plane]}\n  - {name: cp3, address: 10.0.0.3, roles: [control-plane]}\n  - {name: w1, address: 10.0.0.4, roles: [node]}\n";
+        let Some(crate::spec::Object::Cluster(c)) =
+            load_objects("t", text).unwrap().pop().map(|o| o.value)
+        else {
+            panic!("cluster")
+        };
+        // `create cluster --cloud metal` makes these groups from the same hosts.
+        let groups = [
+            group(InstanceGroupRole::ControlPlane, 3),
+            group(InstanceGroupRole::Node, 1),
+        ];
+        let e = Expectations::from_spec(&c, &groups).unwrap();
+        assert_eq!(e.min_control_plane, 3);
+        assert_eq!(e.min_nodes, 4);
+    }
+
+    #[test]
+    fn huge_cloud_group_sizes_saturate() {
+        let text = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c.example.com\nspec:\n  cloudProvider: aws\n";
+        let Some(crate::spec::Object::Cluster(c)) =
+            load_objects("t", text).unwrap().pop().map(|o| o.value)
+        else {
+            panic!("cluster")
+        };
+        let groups = [
+            group(InstanceGroupRole::ControlPlane, u32::MAX),
+            group(InstanceGroupRole::Node, u32::MAX),
+        ];
+        let e = Expectations::from_spec(&c, &groups).unwrap();
+        assert_eq!(e.min_nodes, u32::MAX);
     }
 }

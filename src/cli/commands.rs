@@ -545,8 +545,8 @@ struct ClusterRow {
     #[serde(rename = "kubernetesVersion")]
     kubernetes_version: String,
     #[serde(rename = "controlPlanes")]
-    control_planes: u32,
-    nodes: u32,
+    control_planes: u64,
+    nodes: u64,
 }
 
 async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Result<i32> {
@@ -608,16 +608,8 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
                 z
             },
             kubernetes_version: c.spec.kubernetes_version.clone().unwrap_or_default(),
-            control_planes: g
-                .iter()
-                .filter(|g| g.spec.role == spec::InstanceGroupRole::ControlPlane)
-                .map(|g| g.spec.min_size.unwrap_or(0))
-                .sum(),
-            nodes: g
-                .iter()
-                .filter(|g| g.spec.role == spec::InstanceGroupRole::Node)
-                .map(|g| g.spec.min_size.unwrap_or(0))
-                .sum(),
+            control_planes: spec::total_min_size(g, spec::InstanceGroupRole::ControlPlane),
+            nodes: spec::total_min_size(g, spec::InstanceGroupRole::Node),
         })
         .collect();
     let mut t = Table::new([

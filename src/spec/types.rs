@@ -442,3 +442,13 @@ impl Cluster {
             .filter(|p| !p.is_empty() && *p != "none")
     }
 }
+
+/// Sum of the minimum sizes of the groups with `role`, in u64: sizes are user input and
+/// several near `u32::MAX` would overflow a u32 sum.
+pub fn total_min_size(groups: &[InstanceGroup], role: InstanceGroupRole) -> u64 {
+    groups
+        .iter()
+        .filter(|g| g.spec.role == role)
+        .map(|g| u64::from(g.spec.min_size.unwrap_or(1)))
+        .sum()
+}

@@ -367,16 +367,13 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
 
     // Control plane and etcd.
     let etcd = s.etcd.as_ref().map_or(EtcdType::Stacked, |e| e.kind);
-    let cp_count: u32 = if aws {
-        igs.iter()
-            .filter(|g| g.spec.role == InstanceGroupRole::ControlPlane)
-            .map(|g| g.spec.min_size.unwrap_or(1))
-            .sum()
+    let cp_count: u64 = if aws {
+        total_min_size(igs, InstanceGroupRole::ControlPlane)
     } else {
         s.hosts
             .iter()
             .filter(|h| h.roles.contains(&HostRole::ControlPlane))
-            .count() as u32
+            .count() as u64
     };
     let where_cp = if aws { p("spec") } else { p("spec.hosts") };
     if cp_count == 0 {
@@ -1018,6 +1015,16 @@ spec:
         assert!(check(&ext).iter().any(|e| {
             e.contains("External etcd needs an odd number of hosts with the etcd role, found 0")
         }));
+    }
+
+    #[test]
+    fn huge_group_sizes_do_not_overflow() {
+        // Found by validation_never_panics: two groups near u32::MAX overflowed a u32 sum.
+        let t = BASE.replace(
+            "  minSize: 1\n  maxSize: 1",
+            "  minSize: 4294967295\n  maxSize: 4294967295",
+        ) + "---\napiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata:\n  name: cp-b\nspec:\n  role: ControlPlane\n  minSize: 4294967295\n  maxSize: 4294967295\n";
+        expect_one(&t, "8589934590 control-plane members with stacked etcd");
     }
 
     #[test]
