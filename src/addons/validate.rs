@@ -43,10 +43,10 @@ impl Expectations {
                 named.push((h.name.clone(), cp));
             }
         }
-        // On metal the hosts are the nodes; its instance groups only group them (their sizes
-        // count the same hosts again). Cloud groups add nodes that have no name yet.
+        // Where hosts are listed (metal) they are the nodes; instance groups only group them
+        // (their sizes count the same hosts again). Cloud groups add nodes with no name yet.
         let count = |role: InstanceGroupRole| -> u32 {
-            if cluster.spec.cloud_provider == crate::spec::CloudProvider::Metal {
+            if !cluster.spec.hosts.is_empty() {
                 return 0;
             }
             u32::try_from(crate::spec::total_min_size(groups, role)).unwrap_or(u32::MAX)

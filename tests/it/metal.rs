@@ -91,12 +91,20 @@ impl Lab {
                 format!("02:00:00:00:01:{:02x}\n", i + 1),
             )
             .unwrap();
+            // The checkout may live under /tmp, which each host covers with its own tmpfs:
+            // stage the host tools in the lab dir the host can see.
+            let tools = d.join("tools");
+            std::fs::create_dir_all(&tools).unwrap();
+            for entry in std::fs::read_dir(host_standins_dir()).expect("stand-in host tools") {
+                let entry = entry.unwrap();
+                let to = tools.join(entry.file_name());
+                std::fs::copy(entry.path(), &to).unwrap();
+            }
             h.exec(&format!(
-                "set -e; mkdir -p /usr/local/sbin; cp {tools}/* /usr/local/sbin/\n\
+                "set -e; mkdir -p /usr/local/sbin; cp {d}/tools/* /usr/local/sbin/\n\
                  mount --bind {d}/log /var/log\n\
                  mount --bind {d}/sys-module /sys/module\n\
                  mount --bind {d}/sys-net /sys/class/net",
-                tools = host_standins_dir().display(),
                 d = d.display()
             ))
             .expect("prepare host");
