@@ -90,19 +90,28 @@ async fn aws(
             }
             print_plan(ctx, &plan, a.prune)?;
             let progress = ctx.printer.progress(plan.changes.len() as u64, "applying");
-            let report = engine::apply(
-                &cloud,
-                &plan,
-                &ApplyOptions {
-                    prune: a.prune,
-                    ..Default::default()
-                },
-            )
-            .await
-            .context("applying cloud resources")?;
-            for (action, id) in &report.done {
-                progress.inc(&ctx.printer, &format!("{action:?} {id}"));
+            // The engine reports each finished resource; lines appear as the apply goes.
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let hook = engine::DoneHook(std::sync::Arc::new(move |action, id| {
+                let _ = tx.send(format!("{action:?} {id}"));
+            }));
+            let opts = ApplyOptions {
+                prune: a.prune,
+                on_done: Some(hook),
+                ..Default::default()
+            };
+            let apply = engine::apply(&cloud, &plan, &opts);
+            tokio::pin!(apply);
+            let result = loop {
+                tokio::select! {
+                    r = &mut apply => break r,
+                    Some(line) = rx.recv() => progress.inc(&ctx.printer, &line),
+                }
+            };
+            while let Ok(line) = rx.try_recv() {
+                progress.inc(&ctx.printer, &line);
             }
+            let report = result.context("applying cloud resources")?;
             progress.finish();
             ctx.printer.success(&format!(
                 "Cloud resources of {} are up to date ({} changes applied).",

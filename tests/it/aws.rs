@@ -175,6 +175,7 @@ fn fast() -> ApplyOptions {
         initial_backoff: Duration::from_millis(50),
         max_backoff: Duration::from_millis(500),
         prune: false,
+        on_done: None,
     }
 }
 

@@ -24,6 +24,20 @@ pub struct ApplyOptions {
     pub max_backoff: Duration,
     /// Delete owned resources the spec no longer wants (`--prune`, and `delete cluster`).
     pub prune: bool,
+    /// Called as each resource is done, for live progress.
+    pub on_done: Option<DoneHook>,
+}
+
+/// A callback per finished resource (the CLI advances its progress bar with it).
+#[derive(Clone)]
+pub struct DoneHook(pub std::sync::Arc<DoneFn>);
+
+pub type DoneFn = dyn Fn(Action, &ResourceId) + Send + Sync;
+
+impl std::fmt::Debug for DoneHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DoneHook")
+    }
 }
 
 impl Default for ApplyOptions {
@@ -34,6 +48,7 @@ impl Default for ApplyOptions {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(20),
             prune: false,
+            on_done: None,
         }
     }
 }
@@ -185,6 +200,9 @@ where
                     _ => {}
                 }
                 tracing::info!(resource = %id, ?action, "done");
+                if let Some(hook) = &opts.on_done {
+                    (hook.0)(action, &id);
+                }
                 report.done.push((action, id.clone()));
                 finished.insert(id);
             }

@@ -126,6 +126,7 @@ fn quick() -> ApplyOptions {
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(4),
         prune: true,
+        on_done: None,
     }
 }
 
@@ -193,7 +194,14 @@ proptest! {
                 prop_assert_ne!(&f.old, &f.new);
             }
         }
-        rt.block_on(apply(&cloud, &plan, &quick())).unwrap();
+        // The progress hook sees every finished resource exactly once, as the report does.
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let hook = {
+            let seen = seen.clone();
+            super::DoneHook(std::sync::Arc::new(move |a, id: &super::ResourceId| seen.lock().unwrap().push((a, id.clone()))))
+        };
+        let report = rt.block_on(apply(&cloud, &plan, &ApplyOptions { on_done: Some(hook), ..quick() })).unwrap();
+        prop_assert_eq!(seen.lock().unwrap().clone(), report.done);
         let expect: BTreeMap<_, _> = desired.iter().map(|r| (r.id.clone(), r.fields.clone())).collect();
         prop_assert_eq!(cloud.fields(), expect);
         let again = rt.block_on(super::plan(&cloud, "c", desired)).unwrap();
