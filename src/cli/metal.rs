@@ -358,7 +358,7 @@ pub async fn update(
     ctx.printer.data(&report_table(&report).render());
     if !report.success() {
         for h in &report.hosts {
-            if let HostResult::Failed { phase, error } = &h.result {
+            if let HostResult::Failed { phase, error, .. } = &h.result {
                 // The error names the host (and step, and remote stderr) itself.
                 ctx.printer.error(&format!("[{}] {error}", phase.as_str()));
             }
@@ -588,7 +588,10 @@ pub async fn reset_hosts(ctx: &Ctx, cluster: &Cluster, yes: bool) -> anyhow::Res
     let mut failures = Vec::new();
     for h in &report.hosts {
         match &h.result {
-            HostResult::Failed { error, .. } if error.contains("unknown host key") => {
+            HostResult::Failed {
+                unknown_host_key: true,
+                ..
+            } => {
                 ctx.printer.warn(&format!(
                     "{}: not reset: kprov never connected to it (no recorded host key)",
                     h.host

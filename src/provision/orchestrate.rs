@@ -46,6 +46,22 @@ pub enum ProvisionError {
     NotInitialised,
 }
 
+/// Why a host's phase failed, as the tracker keeps it.
+#[derive(Debug, Clone)]
+struct Failure {
+    message: String,
+    unknown_host_key: bool,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure {
+            message,
+            unknown_host_key: false,
+        }
+    }
+}
+
 /// How one host fared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostResult {
@@ -53,6 +69,8 @@ pub enum HostResult {
     Failed {
         phase: Phase,
         error: String,
+        /// The host was never contacted: its key is not recorded (a delete may skip it).
+        unknown_host_key: bool,
     },
     /// Not attempted because something it depends on failed.
     Skipped {
@@ -281,7 +299,7 @@ impl Tracker {
         host: &str,
         phase: Phase,
         took: Duration,
-        result: Result<Vec<StepOutcome>, String>,
+        result: Result<Vec<StepOutcome>, Failure>,
     ) -> bool {
         let Some(r) = self.reports.get_mut(host) else {
             return false;
@@ -297,8 +315,12 @@ impl Tracker {
                 }
                 true
             }
-            Err(error) => {
-                r.result = HostResult::Failed { phase, error };
+            Err(failure) => {
+                r.result = HostResult::Failed {
+                    phase,
+                    error: failure.message,
+                    unknown_host_key: failure.unknown_host_key,
+                };
                 false
             }
         }
@@ -306,7 +328,11 @@ impl Tracker {
 
     fn fail(&mut self, host: &str, phase: Phase, error: String) {
         if let Some(r) = self.reports.get_mut(host) {
-            r.result = HostResult::Failed { phase, error };
+            r.result = HostResult::Failed {
+                phase,
+                error,
+                unknown_host_key: false,
+            };
         }
     }
 
@@ -337,14 +363,17 @@ async fn timed(
     phase: Phase,
     host: &str,
     steps: &[Step],
-) -> (Duration, Result<Vec<StepOutcome>, String>) {
+) -> (Duration, Result<Vec<StepOutcome>, Failure>) {
     options.emit(ProgressEvent::Started {
         host: host.into(),
         phase,
         steps: steps.len(),
     });
     let start = Instant::now();
-    let r = exec.run_steps(host, steps).await.map_err(|e| e.to_string());
+    let r = exec.run_steps(host, steps).await.map_err(|e| Failure {
+        unknown_host_key: matches!(e, ExecError::UnknownHostKey { .. }),
+        message: e.to_string(),
+    });
     options.emit(match &r {
         Ok(outcomes) => ProgressEvent::Finished {
             host: host.into(),
@@ -361,7 +390,7 @@ async fn timed(
         Err(error) => ProgressEvent::Failed {
             host: host.into(),
             phase,
-            error: error.clone(),
+            error: error.message.clone(),
         },
     });
     (start.elapsed(), r)
@@ -850,6 +879,8 @@ pub(crate) mod tests {
         done: Mutex<BTreeSet<(String, String, Vec<Bytes>)>>,
         fail: Vec<(String, String)>,
         unreachable: Vec<String>,
+        /// Hosts whose key kprov never recorded.
+        unknown_key: Vec<String>,
         duplicate_uuid: bool,
     }
 
@@ -891,6 +922,12 @@ pub(crate) mod tests {
                 return Err(ExecError::Connect {
                     host: host.into(),
                     message: "No route to host".into(),
+                });
+            }
+            if self.unknown_key.iter().any(|h| h == host) {
+                return Err(ExecError::UnknownHostKey {
+                    host: host.into(),
+                    fingerprints: "SHA256:test".into(),
                 });
             }
             let mut out = Vec::new();
@@ -1151,6 +1188,38 @@ pub(crate) mod tests {
         );
     }
 
+    /// `delete cluster` skips hosts kprov never reached; the report says which they are by
+    /// type, not by the wording of the error.
+    #[tokio::test]
+    async fn reset_marks_hosts_never_contacted() {
+        let fake = Fake {
+            unknown_key: vec!["w2".into()],
+            unreachable: vec!["w3".into()],
+            ..Default::default()
+        };
+        let report = reset(&fake, &cluster(""), &hosts(1, 3), &opts())
+            .await
+            .unwrap();
+        let unknown = |h: &str| {
+            report.hosts.iter().find(|r| r.host == h).map(|r| {
+                matches!(
+                    r.result,
+                    HostResult::Failed {
+                        unknown_host_key: true,
+                        ..
+                    }
+                )
+            })
+        };
+        assert_eq!(unknown("w2"), Some(true));
+        assert_eq!(
+            unknown("w3"),
+            Some(false),
+            "unreachable is not the same as never contacted"
+        );
+        assert_eq!(unknown("w1"), Some(false));
+    }
+
     #[tokio::test]
     async fn failed_worker_does_not_stop_others() {
         let fake = Fake {
@@ -1174,10 +1243,10 @@ pub(crate) mod tests {
         assert_eq!(result("w1"), HostResult::Ok);
         assert_eq!(result("w4"), HostResult::Ok);
         assert!(
-            matches!(result("w2"), HostResult::Failed { phase: Phase::JoinWorker, ref error } if error.contains("boom"))
+            matches!(result("w2"), HostResult::Failed { phase: Phase::JoinWorker, ref error, .. } if error.contains("boom"))
         );
         assert!(
-            matches!(result("w3"), HostResult::Failed { phase: Phase::Preflight, ref error } if error.contains("No route to host"))
+            matches!(result("w3"), HostResult::Failed { phase: Phase::Preflight, ref error, unknown_host_key: false } if error.contains("No route to host"))
         );
     }
 
@@ -1238,7 +1307,7 @@ pub(crate) mod tests {
             .unwrap();
         for r in &report.hosts {
             assert!(
-                matches!(&r.result, HostResult::Failed { phase: Phase::Preflight, error } if error.contains("product_uuid same is also used by")),
+                matches!(&r.result, HostResult::Failed { phase: Phase::Preflight, error, .. } if error.contains("product_uuid same is also used by")),
                 "{r:?}"
             );
         }

@@ -470,6 +470,7 @@ async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
         HostResult::Failed {
             phase: Phase::Install,
             error,
+            ..
         } => {
             assert!(error.contains("kubelet: install 1.35.1"), "{error}");
             assert!(
@@ -487,6 +488,7 @@ async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
         HostResult::Failed {
             phase: Phase::Preflight,
             error,
+            unknown_host_key: false,
         } => assert!(error.contains("No route to host"), "{error}"),
         other => panic!("worker2: {other:?}"),
     }
