@@ -153,43 +153,67 @@ pub(super) async fn resolve_images(
     Ok(out)
 }
 
-pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
-    // VPCs: owned ones by tag, adopted ones by ID (a filter, so a missing ID is no error).
-    let mut vpcs: Vec<_> = c
-        .ec2
-        .describe_vpcs()
-        .filters(owned(c))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeVpcs")?;
-    let adopted_vpcs: BTreeMap<String, ResourceId> = rd
-        .adopted(VPC)
-        .filter_map(|r| Some((r.cloud_id.clone()?, r.id.clone())))
-        .collect();
-    if !adopted_vpcs.is_empty() {
-        let more: Vec<_> = c
+/// Items of one EC2 Describe call: those tagged as the cluster's, plus the adopted ones of
+/// `kind` by ID (a filter, so a missing ID is no error here; the plan reports it). Also returns
+/// adopted cloud ID → logical ID.
+macro_rules! owned_and_adopted {
+    ($c:expr, $rd:expr, $describe:ident, $id_filter:literal, $kind:expr, $op:literal) => {{
+        let mut items: Vec<_> = $c
             .ec2
-            .describe_vpcs()
-            .filters(filter("vpc-id", adopted_vpcs.keys().cloned()))
+            .$describe()
+            .filters(owned($c))
             .into_paginator()
             .items()
             .send()
             .try_collect()
             .await
-            .ctx("DescribeVpcs")?;
-        vpcs.extend(more);
+            .ctx($op)?;
+        let adopted: BTreeMap<String, ResourceId> = $rd
+            .adopted($kind)
+            .filter_map(|r| Some((r.cloud_id.clone()?, r.id.clone())))
+            .collect();
+        if !adopted.is_empty() {
+            let more: Vec<_> = $c
+                .ec2
+                .$describe()
+                .filters(filter($id_filter, adopted.keys().cloned()))
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await
+                .ctx($op)?;
+            items.extend(more);
+        }
+        (items, adopted)
+    }};
+}
+
+/// The logical ID and lifecycle of a read item: adopted, owned, or (None) someone else's.
+fn classify(
+    c: &AwsCloud,
+    adopted: &BTreeMap<String, ResourceId>,
+    kind: &str,
+    cloud_id: &str,
+    tags: &[Tag],
+) -> Option<(ResourceId, Lifecycle)> {
+    match adopted.get(cloud_id) {
+        Some(id) => Some((id.clone(), Lifecycle::ExistsAndValidates)),
+        None if owned_by(&c.cluster, tag_pairs(tags)) => Some((
+            id_from_tags(kind, cloud_id, tag_pairs(tags)),
+            Lifecycle::Sync,
+        )),
+        None => None,
     }
+}
+
+pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+    let (vpcs, adopted_vpcs) =
+        owned_and_adopted!(c, rd, describe_vpcs, "vpc-id", VPC, "DescribeVpcs");
     for v in vpcs {
         let vid = v.vpc_id().unwrap_or_default();
-        let (id, lc) = match adopted_vpcs.get(vid) {
-            Some(id) => (id.clone(), Lifecycle::ExistsAndValidates),
-            None if owned_by(&c.cluster, tag_pairs(v.tags())) => {
-                (id_from_tags(VPC, vid, tag_pairs(v.tags())), Lifecycle::Sync)
-            }
-            None => continue,
+        let Some((id, lc)) = classify(c, &adopted_vpcs, VPC, vid, v.tags()) else {
+            continue;
         };
         rd.push(
             Resource::new(VPC, id.name)
@@ -199,42 +223,18 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         );
     }
 
-    let mut subnets: Vec<_> = c
-        .ec2
-        .describe_subnets()
-        .filters(owned(c))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeSubnets")?;
-    let adopted_subnets: BTreeMap<String, ResourceId> = rd
-        .adopted(SUBNET)
-        .filter_map(|r| Some((r.cloud_id.clone()?, r.id.clone())))
-        .collect();
-    if !adopted_subnets.is_empty() {
-        let more: Vec<_> = c
-            .ec2
-            .describe_subnets()
-            .filters(filter("subnet-id", adopted_subnets.keys().cloned()))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeSubnets")?;
-        subnets.extend(more);
-    }
+    let (subnets, adopted_subnets) = owned_and_adopted!(
+        c,
+        rd,
+        describe_subnets,
+        "subnet-id",
+        SUBNET,
+        "DescribeSubnets"
+    );
     for s in subnets {
         let sid = s.subnet_id().unwrap_or_default();
-        let (id, lc) = match adopted_subnets.get(sid) {
-            Some(id) => (id.clone(), Lifecycle::ExistsAndValidates),
-            None if owned_by(&c.cluster, tag_pairs(s.tags())) => (
-                id_from_tags(SUBNET, sid, tag_pairs(s.tags())),
-                Lifecycle::Sync,
-            ),
-            None => continue,
+        let Some((id, lc)) = classify(c, &adopted_subnets, SUBNET, sid, s.tags()) else {
+            continue;
         };
         let vpc = rd.r(s.vpc_id().unwrap_or_default());
         rd.push(
