@@ -9,6 +9,7 @@ pub mod cloud;
 pub mod inventory;
 pub mod kube;
 pub mod kubeconfig;
+pub mod nodes;
 pub mod output;
 pub mod provision;
 pub mod repo;
