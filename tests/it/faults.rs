@@ -383,26 +383,30 @@ fn upload_cut_mid_transfer_leaves_no_partial_file() {
                 kill(master_pid(&fleet, &address).expect("master"));
             },
         );
+        // The remote side notices the EOF and ends: wait for that before judging the target
+        // (its last act, with the old code, was to rename half a file into place).
+        assert!(
+            wait_for(Duration::from_secs(10), || temp_files(&upper_dir)
+                .is_empty()
+                && !host.processes().iter().any(|p| p == "cat")),
+            "round {round}: temporary files left: {:?}",
+            temp_files(&upper_dir)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(temp_files(&upper_dir).is_empty(), "round {round}");
+        let have = host.read_upper(path).expect("the target exists");
         if summary.ok() {
             // The last bytes were already through: the file must then be complete.
-            assert_eq!(host.read_upper(path).as_deref(), Some(&content[..]));
+            assert_eq!(have, content, "round {round}");
         } else {
             cuts += 1;
             let msg = assert_step_failure(&summary, "host1", "install blob");
-            let have = host.read_upper(path).expect("the old file stays");
             assert!(
                 have == old || have == content,
                 "round {round}: a partial file of {} bytes replaced the target ({msg})",
                 have.len()
             );
         }
-        // The remote side notices the EOF and removes its temporary file.
-        assert!(
-            wait_for(Duration::from_secs(10), || temp_files(&upper_dir)
-                .is_empty()),
-            "round {round}: temporary files left: {:?}",
-            temp_files(&upper_dir)
-        );
         let again = rt.block_on(fleet.run_all(&[("host1".into(), vec![step(&content)])]));
         assert!(again.ok(), "{again}");
         assert_eq!(host.read_upper(path).as_deref(), Some(&content[..]));
