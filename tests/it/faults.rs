@@ -13,8 +13,12 @@ use bytes::Bytes;
 use kprov::spec::{Host, HostRole};
 use kprov::ssh::task::{ExecError, RemoteFile, Step, StepOutcome};
 use kprov::ssh::{NoProgress, SshFleet, SshOptions, Summary};
+use kprov::state::{Object, Precondition, StateError, StateStore, Version};
 
+use crate::metal::{Lab, kprov_inventory};
+use crate::support::faultproxy::{Fault, FaultProxy, Request};
 use crate::support::memstate::MemStore;
+use crate::support::moto::moto;
 use crate::support::testhosts::{TestHost, TestHosts};
 
 const CLUSTER: &str = "faults.example.com";
@@ -537,11 +541,6 @@ fn host_rebooting_mid_step_fails_clearly_and_rerun_converges() {
 
 // ---------------------------------------------------------------------------------------------
 // State store writes that fail half-way.
-
-use kprov::state::{Object, Precondition, StateError, StateStore, Version};
-
-use crate::support::faultproxy::{Fault, FaultProxy, Request};
-use crate::support::moto::moto;
 
 /// Leftover temporary files of the file backend below `dir`.
 fn store_temps(dir: &Path) -> Vec<PathBuf> {
@@ -1129,8 +1128,6 @@ async fn aws_throttling_past_the_deadline_is_reported_as_such() {
 
 // ---------------------------------------------------------------------------------------------
 // kprov killed (SIGKILL) in the middle of a metal `update --yes`, then re-run.
-
-use crate::metal::{Lab, kprov_inventory};
 
 /// `kprov update cluster NAME --yes` as a child process, killed after `after`; returns how it
 /// ended (None: killed).
