@@ -13,4 +13,5 @@ mod race;
 mod smoke;
 mod ssh;
 mod state;
+mod store_trust;
 mod tunnel;
