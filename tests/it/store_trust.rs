@@ -154,3 +154,69 @@ async fn the_users_own_kubeconfig_may_use_an_exec_plugin() {
     );
     assert!(!fake.requests().is_empty(), "{}", out(&o));
 }
+
+#[test]
+fn a_failed_edit_is_kept_private_and_no_symlink_is_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let name = "private.example.com";
+    env.create(name);
+    let tmp = env.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let victim = env.dir.path().join("victim");
+    std::fs::write(&victim, "untouched").unwrap();
+    // Whoever can guess the name plants symlinks for the next seconds; none may be followed.
+    let edits = env.dir.path().join(".kprov/edits");
+    std::fs::create_dir_all(&edits).unwrap();
+    let now = chrono::Utc::now();
+    for s in 0..120 {
+        let t = now + chrono::Duration::seconds(s);
+        let planted = edits.join(format!("{name}-{}.yaml", t.format("%Y%m%dT%H%M%SZ")));
+        std::os::unix::fs::symlink(&victim, planted).unwrap();
+    }
+    // An edit that stays invalid: kprov reopens it once, then gives up and keeps the copy.
+    let editor = env.dir.path().join("bad.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/podCIDR: 100.96.0.0\\/11/podCIDR: 172.20.0.0\\/24/' \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = env
+        .cmd(&["edit", "cluster", name])
+        .env("EDITOR", &editor)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(3), "{}", out(&o));
+    let kept = err
+        .split("your copy: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no path of the kept copy in: {err}"));
+    assert!(kept.starts_with(&edits), "{}", kept.display());
+    let md = std::fs::symlink_metadata(&kept).unwrap();
+    assert!(md.file_type().is_file(), "{}", kept.display());
+    assert_eq!(md.permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&edits).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert!(
+        std::fs::read_to_string(&kept)
+            .unwrap()
+            .contains("172.20.0.0/24")
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+    let in_tmp: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        in_tmp.is_empty(),
+        "left in the shared temporary directory: {in_tmp:?}"
+    );
+}
