@@ -104,8 +104,9 @@ pub struct CreateClusterArgs {
     /// SSH public key installed on instances [default: ~/.ssh/id_ed25519.pub or ~/.ssh/id_rsa.pub if present]
     #[arg(long, value_name = "FILE")]
     pub ssh_public_key: Option<PathBuf>,
-    /// Inventory of hosts (metal): kprov YAML, Kubespray hosts.yaml or inventory.ini
-    #[arg(long, value_name = "FILE")]
+    /// Inventory of hosts (metal): kprov YAML, or a Kubespray inventory file or directory
+    /// (inventory/mycluster/ with hosts.yaml or inventory.ini, group_vars/ and host_vars/)
+    #[arg(long, value_name = "DIR_OR_FILE")]
     pub inventory: Option<PathBuf>,
     /// Print the objects instead of storing them
     #[arg(long)]
@@ -475,4 +476,206 @@ pub fn build_cluster_objects(
         spec,
     };
     Ok((cluster, groups))
+}
+
+/// Applies the cluster-wide settings an inventory's variables carry (Kubespray's
+/// `kube_version`, `kube_pods_subnet`, ...). A flag given on the command line wins; each such
+/// override is returned as a note so the user sees it.
+pub fn apply_inventory(
+    cluster: &mut Cluster,
+    inv: &crate::inventory::Inventory,
+    a: &CreateClusterArgs,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let s = &inv.settings;
+    let spec = &mut cluster.spec;
+    let mut set = |flag: Option<String>,
+                   var: &Option<(String, crate::inventory::At)>,
+                   name: &str,
+                   field: &mut Option<String>| {
+        if let Some((value, at)) = var {
+            match flag {
+                Some(f) if f != *value => {
+                    notes.push(format!("--{name} {f} overrides {value} set at {at}"))
+                }
+                Some(_) => {}
+                None => *field = Some(value.clone()),
+            }
+        }
+    };
+    set(
+        a.kubernetes_version.clone(),
+        &s.kubernetes_version,
+        "kubernetes-version",
+        &mut spec.kubernetes_version,
+    );
+    set(
+        a.pod_cidr.clone(),
+        &s.pod_cidr,
+        "pod-cidr",
+        &mut spec.networking.pod_cidr,
+    );
+    set(
+        a.service_cidr.clone(),
+        &s.service_cidr,
+        "service-cidr",
+        &mut spec.networking.service_cidr,
+    );
+    if let Some((cni, at)) = &s.cni {
+        if a.networking.is_some() {
+            notes.push(format!(
+                "--networking overrides kube_network_plugin set at {at}"
+            ));
+        } else {
+            spec.networking.cni = Some(*cni);
+        }
+    }
+    if s.api_endpoint.is_some() || !s.extra_sans.is_empty() {
+        let api = spec.api.get_or_insert_with(Api::default);
+        if let Some((endpoint, _)) = &s.api_endpoint {
+            api.endpoint = Some(endpoint.clone());
+        }
+        for (san, _) in &s.extra_sans {
+            if !api.additional_sans.contains(san) {
+                api.additional_sans.push(san.clone());
+            }
+        }
+    }
+    notes
+}
+
+/// Validates what `create` built from flags and an inventory; problems about hosts point at
+/// the inventory line that defined the host, problems about a field an inventory variable set
+/// at that variable's line, and the rest at the command line.
+pub fn validate_with_inventory(
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    inv: &crate::inventory::Inventory,
+) -> Result<(), SpecErrors> {
+    use crate::spec::validate::ObjectKey;
+    let (c, g) = crate::spec::defaults::complete(cluster, groups);
+    let violations = crate::spec::validate::validate(&c, &g);
+    if violations.is_empty() {
+        return Ok(());
+    }
+    let diags = violations
+        .iter()
+        .map(|v| {
+            let path = v.path.to_string();
+            let host = (v.object == ObjectKey::Cluster)
+                .then(|| path.strip_prefix("spec.hosts["))
+                .flatten()
+                .and_then(|rest| rest.split(']').next())
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| inv.hosts.get(i));
+            if let Some(l) = host {
+                return Diagnostic {
+                    source: inv.file.clone(),
+                    pos: Some(Pos {
+                        line: l.line,
+                        column: 1,
+                    }),
+                    path: Some(path),
+                    message: format!("host {}: {}", l.host.name, v.message),
+                };
+            }
+            if v.object == ObjectKey::Cluster
+                && let Some(m) = inv.mapped.iter().find(|m| path.starts_with(&m.field))
+            {
+                return Diagnostic {
+                    source: m.at.file.clone(),
+                    pos: Some(Pos {
+                        line: m.at.line,
+                        column: 1,
+                    }),
+                    path: Some(path),
+                    message: format!("{} (from {}): {}", m.var, m.at, v.message),
+                };
+            }
+            Diagnostic {
+                source: "command line".into(),
+                pos: None,
+                path: Some(path),
+                message: v.message.clone(),
+            }
+        })
+        .collect();
+    Err(SpecErrors(diags))
+}
+
+/// What `create --dry-run` says it understood from an inventory, one line each.
+pub fn inventory_summary(inv: &crate::inventory::Inventory, overrides: &[String]) -> Vec<String> {
+    let mut out = vec![format!(
+        "Inventory {} ({:?}): {} host(s)",
+        inv.file,
+        inv.format,
+        inv.hosts.len()
+    )];
+    for l in &inv.hosts {
+        let h = &l.host;
+        let roles: Vec<&str> = h
+            .roles
+            .iter()
+            .map(|r| match r {
+                HostRole::ControlPlane => "control-plane",
+                HostRole::Node => "node",
+                HostRole::Etcd => "etcd",
+            })
+            .collect();
+        let mut line = format!(
+            "  {} (line {}): roles {}, address {}",
+            h.name,
+            l.line,
+            roles.join(","),
+            h.address
+        );
+        if let Some(ip) = &h.ip {
+            line.push_str(&format!(", ip {ip}"));
+        }
+        line.push_str(&format!(
+            ", user {}",
+            h.user.as_deref().unwrap_or("(default)")
+        ));
+        line.push_str(&format!(
+            ", port {}",
+            h.port.map_or("22".to_string(), |p| p.to_string())
+        ));
+        if let Some(k) = &h.key_path {
+            line.push_str(&format!(", key {k}"));
+        }
+        if let Some(b) = &h.bastion {
+            line.push_str(&format!(", bastion {b}"));
+        }
+        if !h.labels.is_empty() {
+            let labels: Vec<String> = h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            line.push_str(&format!(", labels {}", labels.join(",")));
+        }
+        if !h.taints.is_empty() {
+            line.push_str(&format!(", taints {}", h.taints.join(",")));
+        }
+        out.push(line);
+    }
+    let etcd = crate::inventory::etcd_topology(&inv.plain_hosts());
+    out.push(format!(
+        "etcd: {}",
+        match etcd {
+            EtcdType::Stacked => "stacked (a member on each control plane)",
+            EtcdType::External => "external (dedicated etcd hosts)",
+        }
+    ));
+    if inv.mapped.is_empty() {
+        out.push("Variables mapped to the spec: none".into());
+    } else {
+        out.push("Variables mapped to the spec:".into());
+        for m in &inv.mapped {
+            out.push(format!(
+                "  {} ({}) -> {} = {}",
+                m.var, m.at, m.field, m.value
+            ));
+        }
+    }
+    for n in inv.notes.iter().chain(overrides) {
+        out.push(format!("Note: {n}"));
+    }
+    out
 }

@@ -179,6 +179,8 @@ pub struct Renderer {
     cluster_name: String,
     kubernetes_version: String,
     endpoint: Endpoint,
+    /// `spec.api.additionalSANs`.
+    extra_sans: Vec<String>,
     pod_cidr: String,
     service_cidr: String,
     etcd: EtcdType,
@@ -292,6 +294,11 @@ impl Renderer {
             assets: assets::resolve(cluster)?,
             kubernetes_version,
             endpoint,
+            extra_sans: spec
+                .api
+                .as_ref()
+                .map(|a| a.additional_sans.clone())
+                .unwrap_or_default(),
             pod_cidr: spec
                 .networking
                 .pod_cidr
@@ -591,6 +598,11 @@ impl Renderer {
             sans.push(node_ip(cp)?);
         }
         sans.dedup();
+        for extra in &self.extra_sans {
+            if !sans.contains(extra) {
+                sans.push(extra.clone());
+            }
+        }
         let etcd_endpoints: Vec<String> = self
             .hosts
             .iter()
