@@ -679,3 +679,174 @@ pub fn inventory_summary(inv: &crate::inventory::Inventory, overrides: &[String]
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::path::Path;
+
+    #[derive(Parser)]
+    struct W {
+        #[command(flatten)]
+        a: CreateClusterArgs,
+    }
+
+    fn args(extra: &[&str]) -> CreateClusterArgs {
+        let mut argv = vec!["kprov", "lab.example.com", "--cloud", "metal"];
+        argv.extend_from_slice(extra);
+        W::try_parse_from(argv).unwrap().a
+    }
+
+    fn build(
+        path: &Path,
+        extra: &[&str],
+    ) -> (
+        Cluster,
+        Vec<InstanceGroup>,
+        crate::inventory::Inventory,
+        Vec<String>,
+    ) {
+        let p = path.to_str().unwrap();
+        let mut all = vec!["--inventory", p];
+        all.extend_from_slice(extra);
+        let a = args(&all);
+        let inv = crate::inventory::import(path).unwrap();
+        let (mut c, g) = build_cluster_objects(&a, inv.plain_hosts(), None).unwrap();
+        let notes = apply_inventory(&mut c, &inv, &a);
+        (c, g, inv, notes)
+    }
+
+    fn corpus(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kubespray/corpus")
+            .join(name)
+    }
+
+    #[test]
+    fn inventory_variables_become_spec_fields() {
+        let (c, g, inv, notes) = build(&corpus("mycluster"), &[]);
+        assert!(notes.is_empty(), "{notes:?}");
+        let s = &c.spec;
+        assert_eq!(s.kubernetes_version.as_deref(), Some("1.35.1"));
+        assert_eq!(s.networking.cni, Some(Cni::Cilium));
+        assert_eq!(s.networking.pod_cidr.as_deref(), Some("10.244.0.0/16"));
+        assert_eq!(s.networking.service_cidr.as_deref(), Some("10.96.0.0/16"));
+        let api = s.api.as_ref().unwrap();
+        assert_eq!(api.additional_sans, vec!["k8s.example.com", "203.0.113.10"]);
+        assert_eq!(
+            s.etcd, None,
+            "etcd group = control planes: stacked, the default"
+        );
+        validate_with_inventory(&c, &g, &inv).unwrap();
+        let summary = inventory_summary(&inv, &notes).join("\n");
+        assert!(
+            summary.contains(
+                "node3 (line 10): roles control-plane,etcd, address 198.18.10.3, ip 10.0.0.3, \
+                 user from-host-vars, port 2203, key ~/.ssh/cluster_key"
+            ),
+            "{summary}"
+        );
+        assert!(summary.contains("etcd: stacked"), "{summary}");
+        assert!(
+            summary.contains("kube_pods_subnet (")
+                && summary.contains("-> spec.networking.podCIDR = 10.244.0.0/16"),
+            "{summary}"
+        );
+
+        let (lb, g, inv, _) = build(&corpus("no-all.yaml"), &[]);
+        let api = lb.spec.api.as_ref().unwrap();
+        assert_eq!(api.endpoint.as_deref(), Some("api.example.com:8443"));
+        validate_with_inventory(&lb, &g, &inv).unwrap();
+    }
+
+    #[test]
+    fn flags_win_over_inventory_variables_and_say_so() {
+        let (c, _, _, notes) = build(
+            &corpus("mycluster"),
+            &["--pod-cidr", "10.32.0.0/16", "--networking", "calico"],
+        );
+        assert_eq!(c.spec.networking.pod_cidr.as_deref(), Some("10.32.0.0/16"));
+        assert_eq!(c.spec.networking.cni, Some(Cni::Calico));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("--pod-cidr 10.32.0.0/16 overrides 10.244.0.0/16 set at "));
+        assert!(notes[1].starts_with("--networking overrides kube_network_plugin set at "));
+    }
+
+    #[test]
+    fn spec_errors_point_at_inventory_lines_not_the_command_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("inventory.ini");
+        std::fs::write(
+            &path,
+            "[all]\ncp1 ansible_host=198.18.0.1 ip=10.244.0.5\n[kube_control_plane]\ncp1\n\
+             [all:vars]\nkube_pods_subnet=10.244.0.0/16\nkube_version=1.20.0\n",
+        )
+        .unwrap();
+        let (c, g, inv, _) = build(&path, &[]);
+        let err = validate_with_inventory(&c, &g, &inv)
+            .unwrap_err()
+            .to_string();
+        let file = path.display().to_string();
+        assert!(!err.contains("command line"), "{err}");
+        assert!(
+            err.contains(&format!("{file}:2:1: spec.hosts[0]")) && err.contains("host cp1: "),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "{file}:7:1: spec.kubernetesVersion: kube_version ("
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn inventory_errors_exit_3() {
+        let e: anyhow::Error = crate::inventory::InventoryError::Format {
+            file: "x".into(),
+            message: "y".into(),
+        }
+        .into();
+        assert_eq!(
+            crate::cli::commands::exit_code_of(&e),
+            crate::cli::exit::INVALID_SPEC
+        );
+    }
+
+    #[test]
+    fn external_etcd_hosts_with_other_roles_are_refused_by_the_spec() {
+        // What `create` stored before for 2 control planes + 3 etcd hosts: External etcd with
+        // etcd on control planes and workers. `update` could never run it; now it is invalid.
+        let host = |n: &str, a: &str, roles: &[HostRole]| Host {
+            name: n.into(),
+            address: a.into(),
+            ip: None,
+            access_ip: None,
+            user: None,
+            port: None,
+            key_path: None,
+            bastion: None,
+            roles: roles.to_vec(),
+            labels: Default::default(),
+            taints: vec![],
+        };
+        use HostRole::*;
+        let hosts = vec![
+            host("node1", "198.18.0.1", &[ControlPlane, Node, Etcd]),
+            host("node2", "198.18.0.2", &[ControlPlane, Node, Etcd]),
+            host("node3", "198.18.0.3", &[Node, Etcd]),
+        ];
+        let a = args(&["--inventory", "x", "--etcd", "external"]);
+        let (c, g) = build_cluster_objects(&a, hosts, None).unwrap();
+        let err = crate::repo::resolve_with_docs(&c, &g, None, &Default::default(), "flags")
+            .unwrap_err()
+            .to_string();
+        for h in ["node1", "node2", "node3"] {
+            assert!(
+                err.contains(&format!("host {h} has the etcd role and another role")),
+                "{err}"
+            );
+        }
+    }
+}

@@ -1072,6 +1072,22 @@ mod tests {
     }
 
     #[test]
+    fn additional_sans_reach_the_api_server_certificate() {
+        let hs = hosts(1, 0);
+        let c = cluster("  api:\n    additionalSANs: [k8s.example.com, 203.0.113.10]\n");
+        let r = Renderer::new(&c, &hs).unwrap();
+        let init = docs(&r.init_config(&hs[0], &"k".repeat(64)).unwrap());
+        let sans: Vec<&str> = init[1]["apiServer"]["certSANs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert!(sans.contains(&"k8s.example.com"), "{sans:?}");
+        assert!(sans.contains(&"203.0.113.10"), "{sans:?}");
+    }
+
+    #[test]
     fn kubeadm_documents_are_v1beta4_and_pin_the_ca() {
         let hs = hosts(3, 1);
         let r = Renderer::new(&cluster(""), &hs).unwrap();
