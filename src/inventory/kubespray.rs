@@ -755,7 +755,7 @@ fn cluster_settings(
             "kube_network_plugin",
             &v.at,
             "spec.networking.cni",
-            format!("{cni:?}"),
+            cni.as_str().to_string(),
         );
         s.cni = Some((cni, v.at.clone()));
     }

@@ -1118,7 +1118,7 @@ mod corpus {
             mapped(&inv),
             vec![
                 "kube_version spec.kubernetesVersion 1.35.1",
-                "kube_network_plugin spec.networking.cni Cilium",
+                "kube_network_plugin spec.networking.cni cilium",
                 "kube_pods_subnet spec.networking.podCIDR 10.244.0.0/16",
                 "kube_service_addresses spec.networking.serviceCIDR 10.96.0.0/16",
                 "supplementary_addresses_in_ssl_keys spec.api.additionalSANs k8s.example.com",
@@ -1185,7 +1185,7 @@ mod corpus {
         );
         assert_eq!(
             mapped(&inv),
-            vec!["kube_network_plugin spec.networking.cni Flannel"]
+            vec!["kube_network_plugin spec.networking.cni flannel"]
         );
         assert!(
             inv.notes
