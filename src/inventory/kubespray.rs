@@ -100,6 +100,7 @@ struct Raw {
     defs: Vec<(String, At)>,
     /// Files kprov could not read as data (ansible-vault), reported with the unused variables.
     skipped: Vec<Unused>,
+    notes: Vec<String>,
 }
 
 #[derive(Default)]
@@ -135,6 +136,16 @@ impl Raw {
         let own = self.host_vars.entry(name.to_string()).or_default();
         for (k, v) in vars {
             self.defs.push((k.clone(), v.at.clone()));
+            if let Some(old) = own.get(&k)
+                && old.value != v.value
+            {
+                // Ansible keeps the last definition; say so, it is rarely what was meant.
+                self.notes.push(format!(
+                    "{}: host {name:?}: {k} is set again ({} replaces {} from line {}), as \
+                     Ansible does",
+                    v.at, v.value, old.value, old.at.line
+                ));
+            }
             own.insert(k, v);
         }
         let g = self.group(group);
@@ -266,7 +277,7 @@ impl Raw {
             })
             .collect();
         sorted.sort();
-        let mut notes = Vec::new();
+        let mut notes = self.notes.clone();
         let mut mapped = Vec::new();
         let mut jump = None;
         if bastions.len() > 1 {

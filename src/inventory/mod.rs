@@ -415,7 +415,7 @@ fn etcd_layout(hosts: &[Located]) -> Option<Problem> {
         fixes.push(format!(
             "add {} to kube_control_plane ({total} control planes, each running an etcd member){}",
             list(&extra),
-            if total % 2 == 0 {
+            if total.is_multiple_of(2) {
                 "; etcd then needs one more, or one less, for an odd count"
             } else {
                 ""
@@ -431,7 +431,7 @@ fn etcd_layout(hosts: &[Located]) -> Option<Problem> {
         fixes.push(format!(
             "add {} to the etcd group (every control plane runs an etcd member){}",
             list(&missing),
-            if cps.len() % 2 == 0 {
+            if cps.len().is_multiple_of(2) {
                 "; etcd then needs an odd number of members: add or remove a control plane"
             } else {
                 ""
@@ -1051,6 +1051,14 @@ mod real {
             .filter(|n| !n.ends_with(".tsv") && !n.ends_with(".md"))
             .collect();
         files.sort();
+        let bastion = import(&dir.join("23-terraform-aws-output-bastion.ini")).unwrap();
+        assert!(
+            bastion.notes.iter().any(|n| n.contains(
+                "host \"bastion\": ansible_host is set again (\"54.209.28.146\" replaces \"54.89.80.238\""
+            )),
+            "{:?}",
+            bastion.notes
+        );
         let listed: Vec<String> = table.iter().map(|(f, _)| f.to_string()).collect();
         assert_eq!(files, listed, "every fixture has a row");
         for (file, want) in table {
