@@ -67,7 +67,10 @@ pub(super) async fn locked<T>(
 /// Maps an error to the documented exit code.
 pub fn exit_code_of(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
-        if cause.is::<SpecErrors>() || cause.is::<super::create::FlagError>() {
+        if cause.is::<SpecErrors>()
+            || cause.is::<super::create::FlagError>()
+            || cause.is::<crate::inventory::InventoryError>()
+        {
             return exit::INVALID_SPEC;
         }
         if let Some(r) = cause.downcast_ref::<RepoError>() {
@@ -223,13 +226,38 @@ fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
 }
 
 async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32> {
-    let hosts = match &a.inventory {
-        Some(path) => crate::inventory::load(path)?,
-        None => Vec::new(),
+    let inventory = match &a.inventory {
+        Some(path) => Some(crate::inventory::import(path)?),
+        None => None,
     };
+    let hosts = inventory
+        .as_ref()
+        .map(|i| i.plain_hosts())
+        .unwrap_or_default();
     let key = read_ssh_public_key(a.ssh_public_key.as_deref())?;
-    let (cluster, groups) = build_cluster_objects(a, hosts, key)?;
-    resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
+    let (mut cluster, groups) = build_cluster_objects(a, hosts, key)?;
+    let mut overrides = Vec::new();
+    if let Some(inv) = &inventory {
+        overrides = super::create::apply_inventory(&mut cluster, inv, a);
+        if let Some(w) = inv.unused_warning() {
+            ctx.printer.warn(&w);
+        }
+        super::create::validate_with_inventory(&cluster, &groups, inv)?;
+    } else {
+        resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
+    }
+    if let Some(inv) = &inventory {
+        let lines = super::create::inventory_summary(inv, &overrides);
+        if a.dry_run {
+            for l in lines {
+                ctx.printer.status(&l);
+            }
+        } else {
+            for n in inv.notes.iter().chain(&overrides) {
+                ctx.printer.status(&format!("Note: {n}"));
+            }
+        }
+    }
     if a.dry_run {
         let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(&cluster))
             .chain(groups.iter().map(ObjectRef::InstanceGroup))
