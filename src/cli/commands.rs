@@ -148,7 +148,11 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             }
         },
         Command::Delete(d) => match d.what {
-            DeleteWhat::Cluster { name, yes } => delete_cluster(ctx, &name, yes).await,
+            DeleteWhat::Cluster {
+                name,
+                yes,
+                concurrency,
+            } => delete_cluster(ctx, &name, yes, concurrency).await,
             DeleteWhat::Instancegroups { group, name, yes } => {
                 delete_group(ctx, &name, &group, yes).await
             }
@@ -719,7 +723,12 @@ async fn get_groups(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
-async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32> {
+async fn delete_cluster(
+    ctx: &Ctx,
+    name: &str,
+    yes: bool,
+    concurrency: usize,
+) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let stored = repo.get(name).await?;
     let keys = repo.store().list(&format!("{name}/")).await?;
@@ -729,7 +738,9 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
             spec::CloudProvider::Aws => {
                 super::update::aws_delete(ctx, &cluster, &groups, false).await?
             }
-            spec::CloudProvider::Metal => super::metal::reset_hosts(ctx, &cluster, false).await?,
+            spec::CloudProvider::Metal => {
+                super::metal::reset_hosts(ctx, &cluster, false, concurrency).await?
+            }
         }
         ctx.printer.data(&format!(
             "Will delete cluster {name} from {}:\n{}",
@@ -751,7 +762,9 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
             spec::CloudProvider::Aws => {
                 super::update::aws_delete(ctx, &cluster, &groups, true).await?
             }
-            spec::CloudProvider::Metal => super::metal::reset_hosts(ctx, &cluster, true).await?,
+            spec::CloudProvider::Metal => {
+                super::metal::reset_hosts(ctx, &cluster, true, concurrency).await?
+            }
         }
         Ok(repo.delete_cluster(name).await?)
     })
@@ -883,7 +896,7 @@ pub fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
 }
 
 /// Where provisioning keeps the cluster's admin kubeconfig (under the cluster's secrets).
-pub const ADMIN_KUBECONFIG_SECRET: &str = "admin.conf";
+pub use crate::ops::nodes::ADMIN_KUBECONFIG_SECRET;
 
 async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
