@@ -126,8 +126,10 @@ impl Moto {
         ]
     }
 
-    /// An SDK config for this moto: dummy credentials, us-east-1, one attempt (moto answers
-    /// unimplemented calls with 500, and retries would only add back-off).
+    /// An SDK config for this moto: dummy credentials, us-east-1, the SDK's retries with a
+    /// short back-off. moto's threaded server sometimes answers a read with an empty 500 while
+    /// other tests write (seen in full-suite runs: ListInstanceProfiles), which a real client
+    /// retries too; unimplemented calls cost only the short back-off.
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
         aws_config::defaults(aws_config::BehaviorVersion::latest())
             .endpoint_url(&self.endpoint)
@@ -135,7 +137,11 @@ impl Moto {
             .credentials_provider(aws_sdk_s3::config::Credentials::new(
                 "testing", "testing", None, None, "moto",
             ))
-            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
+            .retry_config(
+                aws_config::retry::RetryConfig::standard()
+                    .with_max_attempts(3)
+                    .with_initial_backoff(std::time::Duration::from_millis(20)),
+            )
             .load()
             .await
     }
