@@ -7,6 +7,7 @@ mod aws;
 mod cli;
 mod cli_addons;
 mod cli_aws;
+mod cloudlab;
 mod metal;
 mod provision;
 mod race;
