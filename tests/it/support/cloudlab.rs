@@ -849,3 +849,87 @@ impl Drop for CloudLab {
         }
     }
 }
+
+/// Every file below `dir` with its content (to prove nothing changed).
+pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+impl CloudLab {
+    /// Everything the instances' hosts wrote to their overlays and their stand-in logs.
+    pub fn hosts_snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut all = BTreeMap::new();
+        for h in self.instances().values() {
+            all.extend(snapshot(&h.dir().join("upper")));
+            all.extend(snapshot(&h.dir().join("log")));
+        }
+        all
+    }
+
+    /// Changes the stored objects the way an operator does: `get cluster -o yaml`, edit,
+    /// `replace -f`.
+    pub fn edit_objects(&self, cluster: &str, edit: impl FnOnce(&mut Vec<kprov::spec::Object>)) {
+        use kprov::spec::{self, Object, ObjectRef};
+        let o = self.kprov(&["get", "cluster", cluster, "-o", "yaml"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let yaml = String::from_utf8_lossy(&o.stdout).into_owned();
+        let mut objects: Vec<Object> = spec::load_objects("stored", &yaml)
+            .expect("stored objects parse")
+            .into_iter()
+            .map(|o| o.value)
+            .collect();
+        if !objects
+            .iter()
+            .any(|o| matches!(o, Object::InstanceGroup(_)))
+        {
+            let o = self.kprov(&["get", "instancegroups", cluster, "-o", "yaml"]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let igs = String::from_utf8_lossy(&o.stdout).into_owned();
+            objects.extend(
+                spec::load_objects("stored groups", &igs)
+                    .expect("stored groups parse")
+                    .into_iter()
+                    .map(|o| o.value),
+            );
+        }
+        edit(&mut objects);
+        let refs = objects.iter().map(|o| match o {
+            Object::Cluster(c) => ObjectRef::Cluster(c),
+            Object::InstanceGroup(g) => ObjectRef::InstanceGroup(g),
+        });
+        let path = self.home.join("edited.yaml");
+        std::fs::write(&path, spec::to_yaml_stream(refs).expect("yaml")).expect("write spec");
+        let o = self.kprov(&["replace", "-f", path.to_str().expect("utf-8")]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    /// Points the cluster's assets at the lab's mirror (what an air-gapped site does).
+    pub fn use_mirror(&self, cluster: &str) {
+        let files = self.mirror.asset_files();
+        self.edit_objects(cluster, |objects| {
+            for o in objects {
+                if let kprov::spec::Object::Cluster(c) = o {
+                    c.spec.assets = Some(kprov::spec::Assets {
+                        mirror: None,
+                        files: files.clone(),
+                    });
+                }
+            }
+        });
+    }
+}
