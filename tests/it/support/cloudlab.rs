@@ -143,6 +143,8 @@ pub struct CloudLab {
     proxy_addr: SocketAddr,
     proxy: Option<std::thread::JoinHandle<()>>,
     ca_dir: PathBuf,
+    /// Print a line per instance started or stopped (for `scripts/demo`).
+    pub announce: AtomicBool,
     pub mirror: Mirror,
     pub fake: FakeKube,
     rt: tokio::runtime::Runtime,
@@ -397,6 +399,7 @@ impl CloudLab {
             proxy_addr,
             proxy: Some(proxy),
             ca_dir,
+            announce: AtomicBool::new(false),
             mirror,
             fake,
             rt,
@@ -457,6 +460,7 @@ impl CloudLab {
             ("AWS_ACCESS_KEY_ID", "testing".into()),
             ("AWS_SECRET_ACCESS_KEY", "testing".into()),
             ("AWS_REGION", "us-east-1".into()),
+            ("AWS_DEFAULT_REGION", "us-east-1".into()),
             ("AWS_MAX_ATTEMPTS", "1".into()),
             ("AWS_EC2_METADATA_DISABLED", "true".into()),
         ]
@@ -573,10 +577,19 @@ impl CloudLab {
                     self.net
                         .stop_host(host.address.parse().map_err(|e| format!("{e}"))?);
                     self.state.lock().expect("lab state").instances.remove(id);
+                    if self.announce.load(Ordering::SeqCst) {
+                        eprintln!("[lab] {id} terminated: test host {} stopped", host.address);
+                    }
                     out.stopped.push(id.to_string());
                 }
                 (true, None) => {
                     self.start_instance(&ec2, i)?;
+                    if self.announce.load(Ordering::SeqCst) {
+                        eprintln!(
+                            "[lab] {id} running: played by an sshd test host at {}",
+                            i.private_ip_address().unwrap_or_default()
+                        );
+                    }
                     out.started.push(id.to_string());
                 }
                 _ => {}
