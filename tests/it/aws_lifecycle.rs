@@ -174,6 +174,18 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str]) {
         "no add-on applied: {writes:?}"
     );
 
+    // The lab's nodes and pods exist only because kprov provisioned and applied: validate
+    // passes, and the exported kubeconfig reaches the API.
+    code(&lab, &lab.kprov(&["validate", "cluster", cluster]), 0);
+    let kc = lab.home.join("kubeconfig");
+    code(
+        &lab,
+        &lab.kprov(&["export", "kubeconfig", cluster, "--kubeconfig", kc.to_str().unwrap()]),
+        0,
+    );
+    let kc = std::fs::read_to_string(&kc).unwrap();
+    assert!(kc.contains(&format!("current-context: {cluster}")), "{kc}");
+
     // Again: no changes, nothing run on a host; the preview is read-only on a live cluster.
     let calls = kubeadm_calls(&lab);
     let o = lab.kprov(&yes);

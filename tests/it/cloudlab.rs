@@ -358,6 +358,30 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
         .unwrap_or_else(|e| panic!("fake API from a host: {e}"));
     assert!(out.contains("NamespaceList"), "{out}");
 
+    // A kubelet kubeadm set up registers its node in the fake API (the lab plays kubelets),
+    // with the provider ID the CCM expects and the uninitialized taint (no CCM applied).
+    let (first_id, _) = hosts
+        .iter()
+        .find(|(_, h)| h.address == first.address)
+        .unwrap();
+    assert!(lab.fake.list("Node").is_empty());
+    first
+        .exec("mkdir -p /etc/kubernetes && printf 'users:\n- name: system:node:node-a\n' > /etc/kubernetes/kubelet.conf")
+        .unwrap();
+    lab.sync();
+    let node = lab
+        .fake
+        .get("Node", None, "node-a")
+        .expect("node registered");
+    assert_eq!(
+        node["spec"]["providerID"],
+        format!("aws:///us-east-1a/{first_id}")
+    );
+    assert!(
+        node["spec"]["taints"].to_string().contains("uninitialized"),
+        "{node}"
+    );
+
     // A host presenting a different key is refused.
     first.new_host_key();
     let o = ssh(

@@ -23,6 +23,11 @@
 //! `sync()` reconciles hosts with moto once; `watch()` keeps doing so in the background while
 //! kprov runs (instances appear in the middle of `update --yes`).
 //!
+//! The lab also plays what the stand-ins do not run (see `play_kubernetes`): kubelets
+//! register their nodes in the fake API, DaemonSets and Deployments get running pods, the
+//! CCM initialises nodes once its add-on is applied, kubeadm's CoreDNS runs. So `validate
+//! cluster` sees a cluster only if kprov provisioned the hosts and applied the add-ons.
+//!
 //! Caveats: moto ignores launch-template tags and metadata options on instances; instances
 //! are `running` at once, so a host appears within one sync period (200 ms) of the instance.
 
@@ -116,6 +121,8 @@ struct LabState {
     users: BTreeMap<String, String>,
     /// Subnets already classified.
     subnets: BTreeSet<String>,
+    /// instance ID → availability zone.
+    zones: BTreeMap<String, String>,
     errors: Vec<String>,
 }
 
@@ -596,7 +603,93 @@ impl CloudLab {
             }
         }
         self.sync_names(&sdk)?;
+        self.play_kubernetes();
         Ok(out)
+    }
+
+    /// Plays the parts of Kubernetes the stand-ins do not run, in the fake API: each kubelet
+    /// kubeadm set up registers its node (Ready, with the uninitialized taint until the
+    /// cloud-controller-manager add-on is applied, as the CCM would then remove it), each
+    /// DaemonSet runs a ready pod on every node, each Deployment its replicas, and CoreDNS
+    /// runs once a control plane is initialised (kubeadm deploys it).
+    fn play_kubernetes(&self) {
+        use crate::support::fakekube::{node, pod};
+        let zones = self.state.lock().expect("lab state").zones.clone();
+        let ccm = self
+            .fake
+            .list("DaemonSet")
+            .iter()
+            .chain(self.fake.list("Deployment").iter())
+            .any(|w| {
+                w["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("cloud-controller-manager"))
+            });
+        let mut nodes = Vec::new();
+        let mut initialised = None;
+        for (id, h) in self.instances() {
+            let Some(kubelet) = h.read_upper("/etc/kubernetes/kubelet.conf") else {
+                continue;
+            };
+            let kubelet = String::from_utf8_lossy(&kubelet).into_owned();
+            let name = kubelet
+                .split("system:node:")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .filter(|n| !n.is_empty())
+                .unwrap_or(&h.name)
+                .to_string();
+            let cp = h
+                .read_upper("/etc/kubernetes/manifests/kube-apiserver.yaml")
+                .is_some();
+            if cp && h.read_upper("/etc/kubernetes/admin.conf").is_some() {
+                initialised.get_or_insert(name.clone());
+            }
+            let provider = zones.get(&id).map(|z| format!("aws:///{z}/{id}"));
+            let want = node(&name, cp, true, !ccm, provider.as_deref());
+            let have = self.fake.get("Node", None, &name);
+            if have
+                .as_ref()
+                .map(|n| (&n["spec"], &n["metadata"]["labels"]))
+                != Some((&want["spec"], &want["metadata"]["labels"]))
+            {
+                self.fake.put(want);
+            }
+            nodes.push(name);
+        }
+        let running = |ns: &str, name: &str, labels: &Value, on: &str| {
+            if self.fake.get("Pod", Some(ns), name).is_none() {
+                self.fake
+                    .put(pod(ns, name, labels.clone(), on, "Running", true));
+            }
+        };
+        for ds in self.fake.list("DaemonSet") {
+            let ns = ds["metadata"]["namespace"].as_str().unwrap_or("default");
+            let ds_name = ds["metadata"]["name"].as_str().unwrap_or("ds");
+            let labels = &ds["spec"]["template"]["metadata"]["labels"];
+            for n in &nodes {
+                let short = n.split('.').next().unwrap_or(n);
+                running(ns, &format!("{ds_name}-{short}"), labels, n);
+            }
+        }
+        if let Some(first) = nodes.first() {
+            for d in self.fake.list("Deployment") {
+                let ns = d["metadata"]["namespace"].as_str().unwrap_or("default");
+                let d_name = d["metadata"]["name"].as_str().unwrap_or("deploy");
+                let labels = &d["spec"]["template"]["metadata"]["labels"];
+                for r in 0..d["spec"]["replicas"].as_u64().unwrap_or(1) {
+                    running(ns, &format!("{d_name}-{r}"), labels, first);
+                }
+            }
+        }
+        if let Some(cp) = initialised {
+            running(
+                "kube-system",
+                "coredns-0",
+                &serde_json::json!({"k8s-app": "kube-dns"}),
+                &cp,
+            );
+        }
     }
 
     fn start_instance(
@@ -651,6 +744,13 @@ impl CloudLab {
             .unwrap_or_else(|| {
                 format!("ip-{}.ec2.internal", address.to_string().replace('.', "-"))
             });
+        if let Some(z) = i.placement().and_then(|p| p.availability_zone()) {
+            self.state
+                .lock()
+                .expect("lab state")
+                .zones
+                .insert(id.to_string(), z.to_string());
+        }
         let host = self.net.start_host(&HostSpec {
             name,
             address,
