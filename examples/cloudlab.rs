@@ -10,7 +10,8 @@
 //!   only inside it);
 //! - `KPROV_LAB_ASSETS`: a YAML file with the `assets` section pointing at the lab's mirror.
 //!
-//! If this process is killed outright, the next lab (or test run) reaps what it left.
+//! Ctrl-C reaches the command (same process group); the runner outlives it and tears the lab
+//! down. If the runner is killed outright, the next lab (or test run) reaps what it left.
 
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/it/support/mod.rs"]
@@ -22,7 +23,22 @@ use std::time::Instant;
 
 use support::cloudlab::CloudLab;
 
+/// Survives SIGINT so that the lab is torn down after the command ends. A handler, not
+/// SIG_IGN: the command must not inherit an ignored SIGINT across exec.
+fn outlive_interrupts() {
+    unsafe extern "C" {
+        fn signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+    }
+    extern "C" fn noop(_: i32) {}
+    const SIGINT: i32 = 2;
+    // SAFETY: installs a handler that does nothing (async-signal-safe).
+    unsafe {
+        signal(SIGINT, noop);
+    }
+}
+
 fn main() {
+    outlive_interrupts();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((program, rest)) = args.split_first() else {
         eprintln!("usage: cloudlab COMMAND [ARGS...]");
