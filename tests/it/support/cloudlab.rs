@@ -568,6 +568,7 @@ impl CloudLab {
             }
         }
         use aws_sdk_ec2::types::InstanceStateName as S;
+        let mut to_start = Vec::new();
         for i in &instances {
             let Some(id) = i.instance_id() else { continue };
             let state = i.state().and_then(|s| s.name()).cloned();
@@ -589,18 +590,40 @@ impl CloudLab {
                     }
                     out.stopped.push(id.to_string());
                 }
-                (true, None) => {
-                    self.start_instance(&ec2, i)?;
-                    if self.announce.load(Ordering::SeqCst) {
-                        eprintln!(
-                            "[lab] {id} running: played by an sshd test host at {}",
-                            i.private_ip_address().unwrap_or_default()
-                        );
-                    }
-                    out.started.push(id.to_string());
-                }
+                (true, None) => to_start.push(i),
                 _ => {}
             }
+        }
+        // A host takes most of a second to set up (namespaces, sshd, login user): start
+        // the new ones side by side.
+        let started: Vec<Result<String, String>> = std::thread::scope(|s| {
+            let ec2 = &ec2;
+            let handles: Vec<_> = to_start
+                .iter()
+                .map(|i| {
+                    s.spawn(move || {
+                        self.start_instance(ec2, i)?;
+                        let id = i.instance_id().unwrap_or_default().to_string();
+                        if self.announce.load(Ordering::SeqCst) {
+                            eprintln!(
+                                "[lab] {id} running: played by an sshd test host at {}",
+                                i.private_ip_address().unwrap_or_default()
+                            );
+                        }
+                        Ok(id)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("starting a host panicked".into()))
+                })
+                .collect()
+        });
+        for r in started {
+            out.started.push(r?);
         }
         self.sync_names(&sdk)?;
         self.play_kubernetes();
