@@ -13,7 +13,7 @@
 //! Ctrl-C reaches the command (same process group); the runner outlives it and tears the lab
 //! down. If the runner is killed outright, the next lab (or test run) reaps what it left.
 
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 

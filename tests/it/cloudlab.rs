@@ -437,7 +437,7 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
     )
     .expect("terminate");
     let synced = lab.sync();
-    assert_eq!(synced.stopped, [gone.clone()], "{synced:?}");
+    assert_eq!(synced.stopped, std::slice::from_ref(&gone), "{synced:?}");
     assert!(!lab.instances().contains_key(&gone));
     assert!(lab.net.host(&third.address).is_none());
     let o = ssh(

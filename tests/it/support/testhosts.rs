@@ -671,7 +671,12 @@ impl TestHost {
         .expect("mac");
         // The checkout may live under /tmp, which each host covers with its own tmpfs: stage
         // the host tools in the host's directory, which it can see.
-        for entry in fs::read_dir(crate::support::mirror::host_standins_dir()).expect("tools") {
+        // Also built into examples/bench_ssh.rs on its own: no path through `crate::support`.
+        let tools = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/it/support/standins/host"
+        );
+        for entry in fs::read_dir(tools).expect("tools") {
             let entry = entry.expect("tool");
             fs::copy(entry.path(), d.join("tools").join(entry.file_name())).expect("copy tool");
         }
