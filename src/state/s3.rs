@@ -67,11 +67,11 @@ impl S3Store {
         e: &SdkError<E, aws_smithy_runtime_api::http::Response>,
     ) -> StateError
     where
-        E: std::error::Error + 'static,
+        E: std::error::Error + ProvideErrorMetadata + 'static,
     {
         StateError::Backend {
             location: self.key_location(key),
-            message: format!("{what}: {}", DisplayErrorContext(e)),
+            message: format!("{what}: {}", describe(e)),
         }
     }
 
@@ -107,6 +107,52 @@ impl S3Store {
             }),
             _ => None,
         }
+    }
+}
+
+/// An SDK error as a user reads it: the service's code, message and HTTP status, or what
+/// broke on the way (connection, timeout) with its causes; never a `Debug` dump.
+fn describe<E>(e: &SdkError<E, aws_smithy_runtime_api::http::Response>) -> String
+where
+    E: std::error::Error + 'static,
+    SdkError<E, aws_smithy_runtime_api::http::Response>: ProvideErrorMetadata,
+{
+    match e {
+        SdkError::ServiceError(se) => {
+            let status = se.raw().status().as_u16();
+            let code = e.code().unwrap_or("no error code");
+            let message = e.message().unwrap_or("no message");
+            let hint = match code {
+                "SlowDown" | "Throttling" | "RequestLimitExceeded" => " (throttled: retry later)",
+                _ if status >= 500 => " (the service failed: retry)",
+                _ => "",
+            };
+            format!("{code}: {message} (HTTP {status}){hint}")
+        }
+        SdkError::DispatchFailure(_) => {
+            format!("the request did not get through (retry): {}", causes(e))
+        }
+        SdkError::TimeoutError(_) => format!("the request timed out (retry): {}", causes(e)),
+        SdkError::ResponseError(_) => format!("the reply could not be read (retry): {}", causes(e)),
+        _ => DisplayErrorContext(e).to_string(),
+    }
+}
+
+/// The messages of an error's sources, each once.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !m.is_empty() && !parts.iter().any(|p| p.contains(&m)) {
+            parts.push(m);
+        }
+        cur = c.source();
+    }
+    if parts.is_empty() {
+        e.to_string()
+    } else {
+        parts.join(": ")
     }
 }
 

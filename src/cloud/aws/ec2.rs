@@ -12,7 +12,10 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, id_from_tags, owned_by};
+use super::{
+    AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, finish_create, id_from_tags,
+    owned_by,
+};
 use crate::cloud::engine::{
     CloudError, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
@@ -819,9 +822,7 @@ pub(super) async fn create(
                 .unwrap_or_default()
                 .to_string();
             if public {
-                set_map_public_ip(c, &sid, true)
-                    .await
-                    .map_err(after_create)?;
+                finish_create(|| set_map_public_ip(c, &sid, true)).await?;
             }
             Ok(sid)
         }
@@ -838,9 +839,8 @@ pub(super) async fn create(
                 .and_then(|g| g.internet_gateway_id())
                 .unwrap_or_default()
                 .to_string();
-            attach_igw(c, &gid, cid(ids, want.get("vpc"))?)
-                .await
-                .map_err(after_create)?;
+            let vpc = cid(ids, want.get("vpc"))?;
+            finish_create(|| attach_igw(c, &gid, vpc)).await?;
             Ok(gid)
         }
         ELASTIC_IP => {
@@ -886,16 +886,13 @@ pub(super) async fn create(
                 .and_then(|t| t.route_table_id())
                 .unwrap_or_default()
                 .to_string();
-            let finish = async {
-                for (dest, target) in routes(want.get("routes"), ids)? {
-                    add_route(c, &tid, &dest, &target).await?;
-                }
-                for sub in cids(ids, want.get("subnets"))? {
-                    associate(c, &tid, &sub).await?;
-                }
-                Ok::<_, CloudError>(())
-            };
-            finish.await.map_err(after_create)?;
+            // Call by call: a throttled route is retried alone, not with those already added.
+            for (dest, target) in routes(want.get("routes"), ids).map_err(after_create)? {
+                finish_create(|| add_route(c, &tid, &dest, &target)).await?;
+            }
+            for sub in cids(ids, want.get("subnets")).map_err(after_create)? {
+                finish_create(|| associate(c, &tid, &sub)).await?;
+            }
             Ok(tid)
         }
         SECURITY_GROUP => {

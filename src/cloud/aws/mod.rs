@@ -238,6 +238,22 @@ fn classify(code: &str) -> ErrorClass {
         | "AuthFailure"
         | "InvalidGroup.InUse" => ErrorClass::DependencyViolation,
         "IncorrectInstanceState" | "InvalidNatGatewayID.NotFound" => ErrorClass::NotReady,
+        "InternalError"
+        | "InternalFailure"
+        | "InternalServerError"
+        | "ServiceUnavailable"
+        | "Unavailable" => ErrorClass::Transient,
+        _ => ErrorClass::Fatal,
+    }
+}
+
+/// An error without a service error code: a broken connection, a timeout, or a 5xx reply the
+/// SDK could not parse is worth retrying; anything else is not.
+fn unclassified<E, R>(e: &SdkError<E, R>) -> ErrorClass {
+    match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
+            ErrorClass::Transient
+        }
         _ => ErrorClass::Fatal,
     }
 }
@@ -254,7 +270,10 @@ where
 {
     fn ctx(self, operation: &str) -> Result<T, CloudError> {
         self.map_err(|e| {
-            let class = e.code().map(classify).unwrap_or(ErrorClass::Fatal);
+            let class = match e.code() {
+                Some(code) => classify(code),
+                None => unclassified(&e),
+            };
             CloudError::Api {
                 operation: operation.to_string(),
                 class,
@@ -262,6 +281,29 @@ where
             }
         })
     }
+}
+
+/// Runs a step that follows the first write of a create (attach, add a route, associate):
+/// throttling and service failures are retried here, call by call, with back-off (about 30 s
+/// in all), since the engine must not retry by re-running the create; what still fails goes
+/// through [`after_create`].
+pub(crate) async fn finish_create<T, F, Fut>(mut step: F) -> Result<T, CloudError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, CloudError>>,
+{
+    let mut delay = std::time::Duration::from_millis(250);
+    for _ in 0..8 {
+        match step().await {
+            Err(e) if matches!(e.class(), ErrorClass::Throttled | ErrorClass::Transient) => {
+                tracing::debug!(error = %e, ?delay, "retrying a step of a create");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(8));
+            }
+            other => return other.map_err(after_create),
+        }
+    }
+    step().await.map_err(after_create)
 }
 
 /// A step after the first write of a create must not be retried by re-running the create (that
@@ -366,6 +408,12 @@ mod tests {
     fn error_codes_decide_retries() {
         for code in ["Throttling", "RequestLimitExceeded", "ThrottlingException"] {
             assert_eq!(classify(code), ErrorClass::Throttled, "{code}");
+        }
+        for code in ["SlowDown", "RequestThrottled"] {
+            assert_eq!(classify(code), ErrorClass::Throttled, "{code}");
+        }
+        for code in ["InternalError", "InternalFailure", "ServiceUnavailable"] {
+            assert_eq!(classify(code), ErrorClass::Transient, "{code}");
         }
         for code in ["DependencyViolation", "ResourceInUse", "DeleteConflict"] {
             assert_eq!(classify(code), ErrorClass::DependencyViolation, "{code}");

@@ -4,6 +4,7 @@
 pub mod aws_recorder;
 pub mod cloudlab;
 pub mod fakekube;
+pub mod faultproxy;
 pub mod memstate;
 pub mod mirror;
 pub mod moto;
