@@ -73,7 +73,9 @@ pub fn exit_code_of(e: &anyhow::Error) -> i32 {
         if let Some(r) = cause.downcast_ref::<RepoError>() {
             match r {
                 RepoError::Spec(_) => return exit::INVALID_SPEC,
-                RepoError::State(StateError::Conflict { .. }) => return exit::CONFLICT,
+                RepoError::State(StateError::Conflict { .. }) | RepoError::Exists { .. } => {
+                    return exit::CONFLICT;
+                }
                 _ => {}
             }
         }
@@ -864,8 +866,7 @@ async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> an
         .get(&key)
         .await?
         .ok_or_else(|| anyhow!("cluster {name} has no admin credentials yet: provision it first with `kprov update cluster {name} --yes`"))?;
-    let admin = String::from_utf8(admin.data.to_vec())
-        .context("the stored admin kubeconfig is not UTF-8")?;
+    let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
     let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
     // Cloud clusters are reached through their API name; metal kubeconfigs already carry the
     // control-plane endpoint kubeadm was given.

@@ -150,6 +150,49 @@ fn flag_err(flag: &'static str, message: impl Into<String>) -> FlagError {
     }
 }
 
+/// The zones of `--zones`, trimmed and de-duplicated: each an availability zone name
+/// (`REGION` and one letter, like us-east-1a), all in one region. Whether a zone really exists
+/// is asked of EC2 when the cluster is planned (`update cluster`), before anything is created.
+fn check_zones(given: &[String]) -> Result<Vec<String>, FlagError> {
+    let mut zones: Vec<String> = Vec::new();
+    let mut region: Option<(String, String)> = None;
+    for z in given {
+        let z = z.trim().to_string();
+        let r = region_of_zone(&z)
+            .filter(|r| {
+                let rest = &z[r.len()..];
+                rest.len() == 1 && rest.bytes().all(|b| b.is_ascii_lowercase())
+            })
+            .filter(|r| {
+                r.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+            .ok_or_else(|| {
+                flag_err(
+                    "zones",
+                    format!("{z:?} is not an availability zone like us-east-1a"),
+                )
+            })?;
+        match &region {
+            Some((first, fz)) if *first != r => {
+                return Err(flag_err(
+                    "zones",
+                    format!(
+                        "{z} is in region {r} but {fz} is in {first}: a cluster's zones are all \
+                         in one region"
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => region = Some((r, z.clone())),
+        }
+        if !zones.contains(&z) {
+            zones.push(z);
+        }
+    }
+    Ok(zones)
+}
+
 fn ig_spec(
     role: InstanceGroupRole,
     machine_type: Option<String>,
@@ -179,6 +222,7 @@ pub fn build_cluster_objects(
 ) -> Result<(Cluster, Vec<InstanceGroup>), FlagError> {
     let name = a.name.trim_end_matches('.').to_string();
     let aws = a.cloud == CloudArg::Aws;
+    let has_key = ssh_public_key.is_some();
     let mut spec = ClusterSpec {
         cloud_provider: if aws {
             CloudProvider::Aws
@@ -280,19 +324,7 @@ pub fn build_cluster_objects(
                 "at least one zone is required for --cloud aws (e.g. --zones us-east-1a,us-east-1b)",
             ));
         }
-        let mut zones: Vec<String> = Vec::new();
-        for z in &a.zones {
-            let z = z.trim().to_string();
-            if region_of_zone(&z).is_none() {
-                return Err(flag_err(
-                    "zones",
-                    format!("{z:?} is not an availability zone like us-east-1a"),
-                ));
-            }
-            if !zones.contains(&z) {
-                zones.push(z);
-            }
-        }
+        let zones = check_zones(&a.zones)?;
         let net_text = a
             .network_cidr
             .clone()
@@ -325,6 +357,15 @@ pub fn build_cluster_objects(
                 kind: SubnetType::Utility,
                 id: None,
             });
+        }
+        if !has_key {
+            return Err(flag_err(
+                "ssh-public-key",
+                "no SSH public key: --cloud aws installs one on every instance, and none was \
+                 given nor found at ~/.ssh/id_ed25519.pub or ~/.ssh/id_rsa.pub. Pass \
+                 --ssh-public-key FILE, or make a key with `ssh-keygen -t ed25519` and run \
+                 create again",
+            ));
         }
         if a.bastion && !private {
             return Err(flag_err(
@@ -475,4 +516,33 @@ pub fn build_cluster_objects(
         spec,
     };
     Ok((cluster, groups))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zones_are_names_of_one_region() {
+        let z = |v: &[&str]| check_zones(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            z(&["us-east-1a", " us-east-1b", "us-east-1a"]).unwrap(),
+            ["us-east-1a", "us-east-1b"]
+        );
+        let e = z(&["us-east-1a", "eu-west-1b"]).unwrap_err().to_string();
+        assert!(
+            e.contains("eu-west-1b is in region eu-west-1 but us-east-1a is in us-east-1"),
+            "{e}"
+        );
+        for bad in [
+            "us-east-1",
+            "us-east-1ab",
+            "us-east-1-",
+            "US-east-1a",
+            "us-east-1A",
+            "mars-1a",
+        ] {
+            assert!(z(&[bad]).is_err(), "{bad}");
+        }
+    }
 }

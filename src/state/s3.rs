@@ -6,7 +6,7 @@
 //! PreconditionFailed (409 ConditionalRequestConflict when two conditional writes to one key
 //! overlap), which become `AlreadyExists` or `Conflict`.
 
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::BucketVersioningStatus;
 use bytes::Bytes;
@@ -67,11 +67,11 @@ impl S3Store {
         e: &SdkError<E, aws_smithy_runtime_api::http::Response>,
     ) -> StateError
     where
-        E: std::error::Error + ProvideErrorMetadata + 'static,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         StateError::Backend {
             location: self.key_location(key),
-            message: format!("{what}: {}", describe(e)),
+            message: format!("{what}: {}", crate::cloud::aws::describe_sdk_error(e)),
         }
     }
 
@@ -107,52 +107,6 @@ impl S3Store {
             }),
             _ => None,
         }
-    }
-}
-
-/// An SDK error as a user reads it: the service's code, message and HTTP status, or what
-/// broke on the way (connection, timeout) with its causes; never a `Debug` dump.
-fn describe<E>(e: &SdkError<E, aws_smithy_runtime_api::http::Response>) -> String
-where
-    E: std::error::Error + 'static,
-    SdkError<E, aws_smithy_runtime_api::http::Response>: ProvideErrorMetadata,
-{
-    match e {
-        SdkError::ServiceError(se) => {
-            let status = se.raw().status().as_u16();
-            let code = e.code().unwrap_or("no error code");
-            let message = e.message().unwrap_or("no message");
-            let hint = match code {
-                "SlowDown" | "Throttling" | "RequestLimitExceeded" => " (throttled: retry later)",
-                _ if status >= 500 => " (the service failed: retry)",
-                _ => "",
-            };
-            format!("{code}: {message} (HTTP {status}){hint}")
-        }
-        SdkError::DispatchFailure(_) => {
-            format!("the request did not get through (retry): {}", causes(e))
-        }
-        SdkError::TimeoutError(_) => format!("the request timed out (retry): {}", causes(e)),
-        SdkError::ResponseError(_) => format!("the reply could not be read (retry): {}", causes(e)),
-        _ => DisplayErrorContext(e).to_string(),
-    }
-}
-
-/// The messages of an error's sources, each once.
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !m.is_empty() && !parts.iter().any(|p| p.contains(&m)) {
-            parts.push(m);
-        }
-        cur = c.source();
-    }
-    if parts.is_empty() {
-        e.to_string()
-    } else {
-        parts.join(": ")
     }
 }
 
@@ -309,7 +263,7 @@ impl StateStore for S3Store {
                 tracing::debug!(
                     bucket = %self.bucket,
                     "GetBucketVersioning failed: {}",
-                    DisplayErrorContext(&e)
+                    crate::cloud::aws::describe_sdk_error(&e)
                 );
                 let reason = match e.as_service_error().and_then(|s| s.code()) {
                     Some(code) => code.to_string(),

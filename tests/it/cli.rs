@@ -308,7 +308,7 @@ fn create_get_replace_delete_lifecycle() {
             "--ssh-public-key",
             KEY,
         ]),
-        1,
+        4,
     );
     assert!(err.contains("already exists"), "{err}");
     let table = ok(&env.run(&["get", "clusters"]));

@@ -19,6 +19,7 @@ use super::{
 use crate::cloud::engine::{
     CloudError, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
+use crate::spec::Cluster;
 
 const TAG_KEY_HASH: &str = "kprov.dev/public-key-sha256";
 
@@ -100,6 +101,46 @@ fn glob_match(pattern: &str, text: &str) -> bool {
 /// Resolves image names to `ami-` IDs: one DescribeImages per distinct owner. A bare name
 /// that matches images of several owners is refused: anyone can publish an image under any
 /// name, so the owner must be said (as kops requires).
+/// Refuses subnets in zones EC2 does not offer in the region (a typo such as us-east-1z
+/// would otherwise fail inside EC2 after the VPC and other resources were made).
+pub(super) async fn check_zones(c: &AwsCloud, cluster: &Cluster) -> Result<(), CloudError> {
+    let subnets = &cluster.spec.networking.subnets;
+    if subnets.is_empty() {
+        return Ok(());
+    }
+    let out = c
+        .ec2
+        .describe_availability_zones()
+        .send()
+        .await
+        .ctx("DescribeAvailabilityZones")?;
+    let known: Vec<&str> = out
+        .availability_zones()
+        .iter()
+        .filter_map(|z| z.zone_name())
+        .collect();
+    for (i, sn) in subnets.iter().enumerate() {
+        if !known.contains(&sn.zone.as_str()) {
+            let region = cluster
+                .spec
+                .region
+                .as_deref()
+                .unwrap_or("the configured region");
+            let list = if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            };
+            return Err(CloudError::Spec(format!(
+                "spec.networking.subnets[{i}].zone: availability zone {} does not exist in \
+                 {region} (EC2 offers: {list}); nothing was changed",
+                sn.zone
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub(super) async fn resolve_images(
     c: &AwsCloud,
     names: Vec<String>,
