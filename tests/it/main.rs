@@ -8,6 +8,7 @@ mod cli;
 mod cli_addons;
 mod cli_aws;
 mod cli_truth;
+mod cloudlab;
 mod faults;
 mod metal;
 mod provision;

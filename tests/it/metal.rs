@@ -14,7 +14,7 @@ use assert_cmd::Command;
 
 use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectRef};
 
-use crate::support::mirror::{Mirror, host_standins_dir};
+use crate::support::mirror::Mirror;
 use crate::support::testhosts::TestHosts;
 
 pub(crate) const VERSION: &str = "1.35.1";
@@ -75,39 +75,7 @@ impl Lab {
             .tempdir_in("/var/tmp")
             .expect("lab dir");
         for (i, h) in th.hosts.iter().enumerate() {
-            let d = dir.path().join(&h.name);
-            for sub in [
-                "log",
-                "sys-module/overlay",
-                "sys-module/br_netfilter",
-                "sys-net/eth0",
-            ] {
-                std::fs::create_dir_all(d.join(sub)).unwrap();
-            }
-            // The hosts share this machine's /sys: give each its own modules and MAC, or
-            // preflight would see cloned machines.
-            std::fs::write(
-                d.join("sys-net/eth0/address"),
-                format!("02:00:00:00:01:{:02x}\n", i + 1),
-            )
-            .unwrap();
-            // The checkout may live under /tmp, which each host covers with its own tmpfs:
-            // stage the host tools in the lab dir the host can see.
-            let tools = d.join("tools");
-            std::fs::create_dir_all(&tools).unwrap();
-            for entry in std::fs::read_dir(host_standins_dir()).expect("stand-in host tools") {
-                let entry = entry.unwrap();
-                let to = tools.join(entry.file_name());
-                std::fs::copy(entry.path(), &to).unwrap();
-            }
-            h.exec(&format!(
-                "set -e; mkdir -p /usr/local/sbin; cp {d}/tools/* /usr/local/sbin/\n\
-                 mount --bind {d}/log /var/log\n\
-                 mount --bind {d}/sys-module /sys/module\n\
-                 mount --bind {d}/sys-net /sys/class/net",
-                d = d.display()
-            ))
-            .expect("prepare host");
+            h.prepare_node(i as u32 + 1);
         }
         Lab { th, mirror, dir }
     }
@@ -174,14 +142,7 @@ impl Lab {
 
     /// The stand-ins' calls on test host `host`: (ns timestamp, "tool args").
     fn calls(&self, host: &str) -> Vec<(u128, String)> {
-        std::fs::read_to_string(self.dir.path().join(host).join("log/kprov-standins.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let (t, rest) = l.split_once(' ')?;
-                Some((t.parse().ok()?, rest.to_string()))
-            })
-            .collect()
+        self.host(host).standin_calls()
     }
 
     fn kubeadm_calls(&self, host: &str) -> Vec<(u128, String)> {

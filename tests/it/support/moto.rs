@@ -18,7 +18,7 @@ static MOTO: OnceLock<Moto> = OnceLock::new();
 static MOTO_SERIAL: OnceLock<Moto> = OnceLock::new();
 
 /// Where `scripts/install-test-deps` puts moto; falls back to whatever is on PATH.
-fn moto_binary() -> PathBuf {
+pub fn moto_binary() -> PathBuf {
     if let Ok(p) = std::env::var("KPROV_MOTO_SERVER") {
         return PathBuf::from(p);
     }

@@ -10,11 +10,14 @@
 //! Needs root, iproute2, util-linux (unshare, nsenter), openssh-server and sudo.
 
 use std::fs;
+use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ipnet::Ipv4Net;
 use std::time::{Duration, Instant};
 
 /// Directories each host gets a private, persistent copy-on-write view of.
@@ -33,6 +36,10 @@ pub struct TestHost {
     netns: String,
     veth: String,
     dir: PathBuf,
+    /// The keys sshd accepts (for root and every user).
+    authorized_keys: PathBuf,
+    /// Whether root may log in (a cloud image lets only its login user in).
+    root_login: bool,
     sshd: Mutex<Option<Child>>,
 }
 
@@ -157,8 +164,24 @@ fn teardown(idx: u32, dir: &Path) {
     let links = sh(&["ip", "-o", "link", "show"]).unwrap_or_default();
     for link in links.lines().filter_map(|l| l.split(": ").nth(1)) {
         let link = link.split('@').next().unwrap_or(link);
-        if link.starts_with(&format!("kp{idx}h")) || link.starts_with(&format!("kp{idx}n")) {
+        // kp{idx} followed by a letter: host (h/n), router (r/s) and operator (o/p) veths.
+        let ours = link
+            .strip_prefix(&format!("kp{idx}"))
+            .and_then(|rest| rest.chars().next())
+            .is_some_and(|c| c.is_ascii_alphabetic());
+        if ours {
             let _ = sh(&["ip", "link", "del", link]);
+        }
+    }
+    // What `ip netns exec` bind-mounts over /etc (the operator namespace's hosts file).
+    if let Ok(entries) = fs::read_dir("/etc/netns") {
+        for e in entries.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("kprov-{idx}-"))
+            {
+                let _ = fs::remove_dir_all(e.path());
+            }
         }
     }
     let _ = sh(&["ip", "link", "del", &format!("kpb{idx}")]);
@@ -170,30 +193,64 @@ fn teardown(idx: u32, dir: &Path) {
 /// Claims a free /24 by creating its bridge: `ip link add` fails if another test run (or
 /// another test binary) already holds that name, which makes the claim atomic.
 fn claim_subnet() -> (u32, String) {
-    let start = (std::process::id() * 37 + COUNTER.fetch_add(1, Ordering::SeqCst) * 7) % SUBNETS;
-    for i in 0..SUBNETS {
-        let idx = (start + i) % SUBNETS;
+    let (idx, _) = claim_block(1, None);
+    (idx, format!("kpb{idx}"))
+}
+
+/// Claims `count` consecutive /24s (a power of two, aligned: one CIDR block) the same way,
+/// one bridge per /24; the bridges after the first only mark the claim and carry the same
+/// alias (owner PID and `dir`) so `reap_orphans` frees them too. Returns the first index.
+fn claim_block(count: u32, owner_dir: Option<&Path>) -> (u32, Ipv4Net) {
+    assert!(
+        count.is_power_of_two() && count <= 64,
+        "block of {count} /24s"
+    );
+    let blocks = SUBNETS / count;
+    let start = (std::process::id() * 37 + COUNTER.fetch_add(1, Ordering::SeqCst) * 7) % blocks;
+    let prefix = 24 - count.trailing_zeros() as u8;
+    'next: for i in 0..blocks {
+        let idx = ((start + i) % blocks) * count;
         let (b, c) = (18 + idx / 256, idx % 256);
+        let net = Ipv4Net::new(Ipv4Addr::new(198, b as u8, c as u8, 0), prefix).expect("net");
         // Someone else may use the range without our naming scheme: skip anything in use.
-        let used = sh(&[
-            "ip",
-            "-o",
-            "addr",
-            "show",
-            "to",
-            &format!("198.{b}.{c}.0/24"),
-        ])
-        .map(|o| !o.trim().is_empty())
-        .unwrap_or(true);
+        let used = sh(&["ip", "-o", "addr", "show", "to", &net.to_string()])
+            .map(|o| !o.trim().is_empty())
+            .unwrap_or(true);
         if used {
             continue;
         }
-        let bridge = format!("kpb{idx}");
-        if sh(&["ip", "link", "add", &bridge, "type", "bridge"]).is_ok() {
-            return (idx, bridge);
+        for j in idx..idx + count {
+            if sh(&["ip", "link", "add", &format!("kpb{j}"), "type", "bridge"]).is_err() {
+                for k in idx..j {
+                    let _ = sh(&["ip", "link", "del", &format!("kpb{k}")]);
+                }
+                continue 'next;
+            }
+            if let Some(dir) = owner_dir {
+                label_bridge(&format!("kpb{j}"), dir);
+            }
         }
+        return (idx, net);
     }
-    panic!("no free test subnet in 198.18.0.0/15");
+    panic!("no free block of {count} /24s in 198.18.0.0/15");
+}
+
+/// The alias `reap_orphans` reads: who owns the bridge, and the directory to remove.
+fn label_bridge(bridge: &str, dir: &Path) {
+    sh(&[
+        "ip",
+        "link",
+        "set",
+        "dev",
+        bridge,
+        "alias",
+        &format!(
+            "kprov-test pid={} dir={}",
+            std::process::id(),
+            dir.display()
+        ),
+    ])
+    .expect("bridge alias");
 }
 
 impl TestHosts {
@@ -244,20 +301,7 @@ impl TestHosts {
         ])
         .expect("bridge address");
         sh(&["ip", "link", "set", &hosts.bridge, "up"]).expect("bridge up");
-        sh(&[
-            "ip",
-            "link",
-            "set",
-            "dev",
-            &hosts.bridge,
-            "alias",
-            &format!(
-                "kprov-test pid={} dir={}",
-                std::process::id(),
-                hosts.dir.display()
-            ),
-        ])
-        .expect("bridge alias");
+        label_bridge(&hosts.bridge, &hosts.dir);
         for i in 0..n {
             let host = hosts.add_host(idx, i, &format!("198.{b}.{c}.{}", 11 + i), port);
             hosts.hosts.push(host);
@@ -284,30 +328,21 @@ impl TestHosts {
             port,
             netns: format!("kprov-{idx}-{i}"),
             veth: format!("kp{idx}h{i}"),
+            authorized_keys: self.dir.join("authorized_keys"),
+            root_login: true,
             dir,
             sshd: Mutex::new(None),
         };
-        fs::write(host.dir.join("sshd_config"), host.sshd_config(&self.dir)).expect("config");
+        fs::write(host.dir.join("sshd_config"), host.sshd_config()).expect("config");
         fs::write(host.dir.join("init.sh"), host.init_script()).expect("init.sh");
-        let peer = format!("kp{idx}n{i}");
-        let ns = host.netns.as_str();
-        sh(&["ip", "netns", "add", ns]).expect("netns");
-        sh(&[
-            "ip", "link", "add", &host.veth, "type", "veth", "peer", "name", &peer,
-        ])
-        .expect("veth");
-        sh(&["ip", "link", "set", &host.veth, "master", &self.bridge]).expect("veth master");
-        sh(&["ip", "link", "set", &host.veth, "up"]).expect("veth up");
-        sh(&["ip", "link", "set", &peer, "netns", ns]).expect("veth to netns");
-        let in_ns = |args: &[&str]| {
-            let mut full = vec!["ip", "netns", "exec", ns];
-            full.extend_from_slice(args);
-            sh(&full).expect("configure netns");
-        };
-        in_ns(&["ip", "link", "set", &peer, "name", "eth0"]);
-        in_ns(&["ip", "addr", "add", &format!("{address}/24"), "dev", "eth0"]);
-        in_ns(&["ip", "link", "set", "eth0", "up"]);
-        in_ns(&["ip", "link", "set", "lo", "up"]);
+        plug(
+            &self.bridge,
+            &host.netns,
+            &host.veth,
+            &format!("kp{idx}n{i}"),
+            &format!("{address}/24"),
+            None,
+        );
         host.spawn_sshd();
         host
     }
@@ -335,15 +370,41 @@ impl TestHosts {
     }
 }
 
+/// Makes namespace `ns` with one interface, eth0, plugged into `bridge` (veth `veth`, whose
+/// peer is created as `peer`), holding `cidr` (address/prefix), and a default route via
+/// `gateway` when given. Loopback is up.
+fn plug(bridge: &str, ns: &str, veth: &str, peer: &str, cidr: &str, gateway: Option<Ipv4Addr>) {
+    sh(&["ip", "netns", "add", ns]).expect("netns");
+    sh(&[
+        "ip", "link", "add", veth, "type", "veth", "peer", "name", peer,
+    ])
+    .expect("veth");
+    sh(&["ip", "link", "set", veth, "master", bridge]).expect("veth master");
+    sh(&["ip", "link", "set", veth, "up"]).expect("veth up");
+    sh(&["ip", "link", "set", peer, "netns", ns]).expect("veth to netns");
+    let in_ns = |args: &[&str]| {
+        let mut full = vec!["ip", "netns", "exec", ns];
+        full.extend_from_slice(args);
+        sh(&full).expect("configure netns");
+    };
+    in_ns(&["ip", "link", "set", peer, "name", "eth0"]);
+    in_ns(&["ip", "addr", "add", cidr, "dev", "eth0"]);
+    in_ns(&["ip", "link", "set", "eth0", "up"]);
+    in_ns(&["ip", "link", "set", "lo", "up"]);
+    if let Some(gw) = gateway {
+        in_ns(&["ip", "route", "add", "default", "via", &gw.to_string()]);
+    }
+}
+
 impl TestHost {
-    fn sshd_config(&self, base: &Path) -> String {
+    fn sshd_config(&self) -> String {
         format!(
             "ListenAddress {addr}:{port}\n\
              HostKey {dir}/host_key\n\
              PidFile {dir}/sshd.pid\n\
-             AuthorizedKeysFile {base}/authorized_keys\n\
+             AuthorizedKeysFile {keys}\n\
              StrictModes no\n\
-             PermitRootLogin prohibit-password\n\
+             PermitRootLogin {root}\n\
              PubkeyAuthentication yes\n\
              PasswordAuthentication no\n\
              KbdInteractiveAuthentication no\n\
@@ -354,7 +415,12 @@ impl TestHost {
             addr = self.address,
             port = self.port,
             dir = self.dir.display(),
-            base = base.display(),
+            keys = self.authorized_keys.display(),
+            root = if self.root_login {
+                "prohibit-password"
+            } else {
+                "no"
+            },
         )
     }
 
@@ -615,4 +681,410 @@ impl Drop for TestHosts {
         }
         teardown(self.idx, &self.dir);
     }
+}
+
+impl TestHost {
+    /// Makes the host look like a machine kprov can provision: the stand-in host tools
+    /// (systemctl, sysctl, ...) in /usr/local/sbin, its own /var/log (the stand-ins' call log),
+    /// kernel modules and a MAC address of its own (the hosts share this machine's /sys, and
+    /// preflight would otherwise see cloned machines). `mac` makes the MAC unique.
+    pub fn prepare_node(&self, mac: u32) {
+        let d = &self.dir;
+        for sub in [
+            "log",
+            "sys-module/overlay",
+            "sys-module/br_netfilter",
+            "sys-net/eth0",
+            "tools",
+        ] {
+            fs::create_dir_all(d.join(sub)).expect("node dir");
+        }
+        fs::write(
+            d.join("sys-net/eth0/address"),
+            format!(
+                "02:00:{:02x}:{:02x}:{:02x}:{:02x}\n",
+                mac >> 24,
+                (mac >> 16) & 0xff,
+                (mac >> 8) & 0xff,
+                mac & 0xff
+            ),
+        )
+        .expect("mac");
+        // The checkout may live under /tmp, which each host covers with its own tmpfs: stage
+        // the host tools in the host's directory, which it can see.
+        // Also built into examples/bench_ssh.rs on its own: no path through `crate::support`.
+        let tools = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/it/support/standins/host"
+        );
+        for entry in fs::read_dir(tools).expect("tools") {
+            let entry = entry.expect("tool");
+            fs::copy(entry.path(), d.join("tools").join(entry.file_name())).expect("copy tool");
+        }
+        self.exec(&format!(
+            "set -e; mkdir -p /usr/local/sbin; cp {d}/tools/* /usr/local/sbin/\n\
+             mount --bind {d}/log /var/log\n\
+             mount --bind {d}/sys-module /sys/module\n\
+             mount --bind {d}/sys-net /sys/class/net",
+            d = d.display()
+        ))
+        .expect("prepare host");
+    }
+
+    /// The stand-ins' calls on this host (after `prepare_node`): (ns timestamp, "tool args").
+    pub fn standin_calls(&self) -> Vec<(u128, String)> {
+        fs::read_to_string(self.dir.join("log/kprov-standins.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (t, rest) = l.split_once(' ')?;
+                Some((t.parse().ok()?, rest.to_string()))
+            })
+            .collect()
+    }
+
+    /// The host's directory on this machine (overlay upper dirs, logs, sshd files).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// What a host started at a chosen address is like: what cloud-init would have set up on
+/// an instance from its user-data.
+#[derive(Debug, Clone)]
+pub struct HostSpec {
+    /// Host name (an instance's private DNS name).
+    pub name: String,
+    pub address: Ipv4Addr,
+    /// The subnet the address lies in; its first address is the host's default gateway.
+    pub subnet: Ipv4Net,
+    /// OpenSSH private host key (cloud-init's `ssh_keys.ed25519_private`); `None`: the host
+    /// makes its own, as cloud-init does without one.
+    pub host_key: Option<String>,
+    /// Lines of authorized_keys (cloud-init's `ssh_authorized_keys`).
+    pub authorized_keys: Vec<String>,
+    /// The image's login user, with passwordless sudo; root cannot log in. `None`: root
+    /// logs in (like `TestHosts`).
+    pub login_user: Option<String>,
+}
+
+struct NetState {
+    hosts: Vec<Arc<TestHost>>,
+    subnets: std::collections::BTreeSet<Ipv4Net>,
+    routed: std::collections::BTreeSet<Ipv4Net>,
+}
+
+/// Test hosts at chosen addresses in several subnets of one claimed block of 198.18.0.0/15,
+/// for cloud instances played by test hosts.
+///
+/// Layout of a block of four /24s (e.g. 198.18.8.0/22): the first /23 is for the test's VPC
+/// (`vpc_cidr`); the last /24 is the services network. One L2 bridge in the root namespace
+/// (no address there: the root namespace cannot reach the lab, the lab cannot reach it)
+/// links three kinds of namespaces:
+/// - the router (`router_ns`): the first address of every subnet added (`add_subnet`), like
+///   a VPC router, and `gateway` in the services network, where the artifact mirror and the
+///   fake API listen; it forwards between its networks and has no other route, so an
+///   address outside the block is unreachable from everywhere in the lab;
+/// - the operator (`operator_ns`): where kprov and moto run, at `operator_address` in the
+///   services network, with routes only to the subnets made reachable with
+///   `route_from_operator` (the public ones: private subnets are reached through a bastion);
+/// - one per host, its default route via its subnet's router address.
+///
+/// Torn down like `TestHosts` (by PID in Drop, orphans of killed runs reaped).
+pub struct Network {
+    pub block: Ipv4Net,
+    pub gateway: Ipv4Addr,
+    pub operator_address: Ipv4Addr,
+    pub router_ns: String,
+    pub operator_ns: String,
+    idx: u32,
+    count: u32,
+    bridge: String,
+    dir: PathBuf,
+    next: AtomicU32,
+    state: Mutex<NetState>,
+}
+
+impl Network {
+    /// Claims a free block of four /24s and sets up the bridge, router and operator.
+    pub fn start() -> Network {
+        reap_orphans();
+        let dir = tempfile::Builder::new()
+            .prefix("kprov-th-")
+            .tempdir_in("/var/tmp")
+            .expect("network dir")
+            .keep();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+        let count = 4;
+        let (idx, block) = claim_block(count, Some(&dir));
+        let services = block
+            .subnets(24)
+            .expect("/24s")
+            .last()
+            .expect("services /24");
+        let mut hosts = services.hosts();
+        let gateway = hosts.next().expect("gateway");
+        let operator_address = hosts.next().expect("operator address");
+        let net = Network {
+            block,
+            gateway,
+            operator_address,
+            router_ns: format!("kprov-{idx}-r"),
+            operator_ns: format!("kprov-{idx}-o"),
+            idx,
+            count,
+            bridge: format!("kpb{idx}"),
+            dir,
+            next: AtomicU32::new(0),
+            state: Mutex::new(NetState {
+                hosts: Vec::new(),
+                subnets: Default::default(),
+                routed: Default::default(),
+            }),
+        };
+        sh(&["ip", "link", "set", &net.bridge, "up"]).expect("bridge up");
+        let svc = |a: Ipv4Addr| format!("{a}/{}", services.prefix_len());
+        plug(
+            &net.bridge,
+            &net.router_ns,
+            &format!("kp{idx}r"),
+            &format!("kp{idx}s"),
+            &svc(gateway),
+            None,
+        );
+        net.in_ns(&net.router_ns, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        plug(
+            &net.bridge,
+            &net.operator_ns,
+            &format!("kp{idx}o"),
+            &format!("kp{idx}p"),
+            &svc(operator_address),
+            None,
+        );
+        // `ip netns exec` bind-mounts these over /etc: the lab's names, and no name server.
+        let etc = Path::new("/etc/netns").join(&net.operator_ns);
+        fs::create_dir_all(&etc).expect("/etc/netns dir");
+        fs::write(etc.join("hosts"), "127.0.0.1 localhost\n").expect("hosts");
+        fs::write(
+            etc.join("resolv.conf"),
+            "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
+        )
+        .expect("resolv.conf");
+        net
+    }
+
+    /// The CIDR a test's VPC uses (the first half of the block).
+    pub fn vpc_cidr(&self) -> Ipv4Net {
+        self.block
+            .subnets(self.block.prefix_len() + 1)
+            .expect("halves")
+            .next()
+            .expect("vpc")
+    }
+
+    fn in_ns(&self, ns: &str, args: &[&str]) -> String {
+        let mut full = vec!["ip", "netns", "exec", ns];
+        full.extend_from_slice(args);
+        sh(&full).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A command that runs `program` in the operator namespace.
+    pub fn operator_command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.operator_ns]).arg(program);
+        c
+    }
+
+    /// The operator namespace's hosts file (bind-mounted over /etc/hosts by `ip netns exec`).
+    pub fn operator_hosts_file(&self) -> PathBuf {
+        Path::new("/etc/netns")
+            .join(&self.operator_ns)
+            .join("hosts")
+    }
+
+    /// Gives the router the first address of `subnet` (idempotent).
+    pub fn add_subnet(&self, subnet: Ipv4Net) {
+        assert!(
+            self.vpc_cidr().contains(&subnet),
+            "subnet {subnet} outside the lab's VPC range {}",
+            self.vpc_cidr()
+        );
+        let mut st = self.state.lock().expect("network state");
+        if st.subnets.insert(subnet) {
+            let router = subnet.hosts().next().expect("router address");
+            self.in_ns(
+                &self.router_ns,
+                &[
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("{router}/{}", subnet.prefix_len()),
+                    "dev",
+                    "eth0",
+                ],
+            );
+        }
+    }
+
+    /// Lets the operator reach `subnet` (idempotent).
+    pub fn route_from_operator(&self, subnet: Ipv4Net) {
+        let mut st = self.state.lock().expect("network state");
+        if st.routed.insert(subnet) {
+            self.in_ns(
+                &self.operator_ns,
+                &[
+                    "ip",
+                    "route",
+                    "add",
+                    &subnet.to_string(),
+                    "via",
+                    &self.gateway.to_string(),
+                ],
+            );
+        }
+    }
+
+    /// Starts a host as `spec` says and waits until its sshd listens.
+    pub fn start_host(&self, spec: &HostSpec) -> Arc<TestHost> {
+        assert!(spec.subnet.contains(&spec.address), "{spec:?}");
+        self.add_subnet(spec.subnet);
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        let dir = self.dir.join(format!("h{n}"));
+        for d in OVERLAYS {
+            let flat = d.trim_start_matches('/').replace('/', "_");
+            fs::create_dir_all(dir.join("upper").join(&flat)).expect("upper dir");
+            fs::create_dir_all(dir.join("work").join(&flat)).expect("work dir");
+        }
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+        let key = dir.join("host_key");
+        match &spec.host_key {
+            None => keygen(&key),
+            Some(private) => {
+                let mut text = private.trim_end().to_string();
+                text.push('\n');
+                fs::write(&key, text).expect("host key");
+                fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).expect("chmod");
+                let public = sh(&["ssh-keygen", "-y", "-f", key.to_str().expect("utf-8")])
+                    .unwrap_or_else(|e| panic!("host key of {}: {e}", spec.name));
+                fs::write(key.with_extension("pub"), public).expect("host key .pub");
+            }
+        }
+        let authorized = dir.join("authorized_keys");
+        fs::write(&authorized, spec.authorized_keys.join("\n") + "\n").expect("authorized_keys");
+        fs::set_permissions(&authorized, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let host = TestHost {
+            name: spec.name.clone(),
+            address: spec.address.to_string(),
+            port: 22,
+            netns: format!("kprov-{}-{n}", self.idx),
+            veth: format!("kp{}h{n}", self.idx),
+            dir,
+            authorized_keys: authorized,
+            root_login: spec.login_user.is_none(),
+            sshd: Mutex::new(None),
+        };
+        fs::write(host.dir.join("sshd_config"), host.sshd_config()).expect("config");
+        fs::write(host.dir.join("init.sh"), host.init_script()).expect("init.sh");
+        plug(
+            &self.bridge,
+            &host.netns,
+            &host.veth,
+            &format!("kp{}n{n}", self.idx),
+            &format!("{}/{}", spec.address, spec.subnet.prefix_len()),
+            spec.subnet.hosts().next(),
+        );
+        host.spawn_sshd();
+        host.wait_ready();
+        if let Some(user) = &spec.login_user {
+            host.add_user(user, true);
+        }
+        let host = Arc::new(host);
+        self.state
+            .lock()
+            .expect("network state")
+            .hosts
+            .push(host.clone());
+        host
+    }
+
+    /// Stops the host at `address` and removes its namespace (an instance terminated).
+    /// Returns whether there was one.
+    pub fn stop_host(&self, address: Ipv4Addr) -> bool {
+        let host = {
+            let mut st = self.state.lock().expect("network state");
+            let Some(i) = st
+                .hosts
+                .iter()
+                .position(|h| h.address == address.to_string())
+            else {
+                return false;
+            };
+            st.hosts.remove(i)
+        };
+        host.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let pids = sh(&["ip", "netns", "pids", &host.netns]).unwrap_or_default();
+        for p in pids.split_whitespace() {
+            let _ = sh(&["kill", "-KILL", p]);
+        }
+        for p in pids.split_whitespace().filter_map(|p| p.parse().ok()) {
+            while !is_dead(p) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let _ = sh(&["ip", "netns", "del", &host.netns]);
+        let _ = sh(&["ip", "link", "del", &host.veth]);
+        true
+    }
+
+    pub fn hosts(&self) -> Vec<Arc<TestHost>> {
+        self.state.lock().expect("network state").hosts.clone()
+    }
+
+    pub fn host(&self, address: &str) -> Option<Arc<TestHost>> {
+        self.hosts().into_iter().find(|h| h.address == address)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        for h in self.hosts() {
+            h.stop();
+        }
+        for j in self.idx..self.idx + self.count {
+            teardown(j, &self.dir);
+        }
+    }
+}
+
+/// Runs `f` on a thread that has entered network namespace `ns`: sockets it creates (a
+/// listener, a connection) live in that namespace, whichever thread uses them later.
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    use std::os::fd::AsRawFd;
+    unsafe extern "C" {
+        fn setns(fd: i32, nstype: i32) -> i32;
+    }
+    const CLONE_NEWNET: i32 = 0x4000_0000;
+    let file = fs::File::open(Path::new("/run/netns").join(ns))
+        .unwrap_or_else(|e| panic!("network namespace {ns}: {e}"));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns on this thread only (network namespaces are per thread); the fd
+            // stays open for the call.
+            let rc = unsafe { setns(file.as_raw_fd(), CLONE_NEWNET) };
+            assert_eq!(
+                rc,
+                0,
+                "setns into {ns}: {}",
+                std::io::Error::last_os_error()
+            );
+            f()
+        })
+        .join()
+        .expect("thread in netns")
+    })
 }
