@@ -78,7 +78,7 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
     let mut last_invalid: Option<String> = None;
     let edited = loop {
         run_editor(&path)?;
-        let text = std::fs::read_to_string(&path)?;
+        let text = crate::bounded::read_file_to_string(&path, crate::bounded::SPEC)?;
         let body = strip_comments(&text);
         if body.trim().is_empty() {
             ctx.printer

@@ -51,11 +51,10 @@ impl fmt::Display for Problem {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
-    #[error("{file}: cannot read inventory: {source}")]
-    Io {
-        file: String,
+    #[error("inventory {source}")]
+    Read {
         #[source]
-        source: std::io::Error,
+        source: crate::bounded::ReadError,
     },
     /// The file is not well-formed in its format (YAML syntax, unknown field or role, bad INI
     /// line).
@@ -79,10 +78,8 @@ pub enum InventoryError {
 /// Reads, parses and validates an inventory file.
 pub fn load(path: &Path) -> Result<Vec<Host>, InventoryError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| InventoryError::Io {
-        file: file.clone(),
-        source,
-    })?;
+    let text = crate::bounded::read_file_to_string(path, crate::bounded::INVENTORY)
+        .map_err(|source| InventoryError::Read { source })?;
     parse(&text, &file)
 }
 
