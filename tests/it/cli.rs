@@ -707,7 +707,13 @@ fn endless_inputs_are_refused_promptly() {
     ];
     for (args, want) in cases {
         let start = std::time::Instant::now();
-        let o = env.run(args);
+        // Before the fix these grew without end or never returned: fail, not hang.
+        let o = env
+            .kprov()
+            .args(args)
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .expect("runs");
         let took = start.elapsed();
         assert!(!o.status.success(), "{args:?} succeeded");
         let err = text(&o.stderr);
