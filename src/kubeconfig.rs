@@ -15,6 +15,8 @@ pub enum KubeconfigError {
         path: String,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Read(#[from] crate::bounded::ReadError),
     #[error("{what}: the admin kubeconfig has no {field}")]
     Missing { what: String, field: &'static str },
     #[error(
@@ -235,7 +237,7 @@ pub fn target_path(
             .filter(|p| !p.as_os_str().is_empty())
             .collect();
         let has_context = |p: &PathBuf| {
-            std::fs::read_to_string(p)
+            crate::bounded::read_file_to_string(p, crate::bounded::KUBECONFIG)
                 .ok()
                 .and_then(|t| parse(&t, "").ok())
                 .is_some_and(|d| {
@@ -270,10 +272,12 @@ pub fn export(
         path: path.display().to_string(),
         source,
     };
-    let existing = match std::fs::read_to_string(path) {
+    let existing = match crate::bounded::read_file_to_string(path, crate::bounded::KUBECONFIG) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(io(e)),
+        Err(e) if e.io_kind() == Some(std::io::ErrorKind::NotFound) => String::new(),
+        Err(e) => {
+            return Err(KubeconfigError::Read(e));
+        }
     };
     let merged = merge(
         &existing,

@@ -4,6 +4,7 @@
 //! See docs/architecture.md for where each stage lives.
 
 pub mod addons;
+pub mod bounded;
 pub mod cli;
 pub mod cloud;
 pub mod inventory;

@@ -2,7 +2,6 @@
 //! [`run`].
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +13,7 @@ use super::{
     Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind,
     UpdateWhat, ValidateWhat, exit,
 };
+use crate::bounded;
 use crate::output::{Format, Printer, Table};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecErrors};
@@ -207,8 +207,8 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
 /// The SSH key `create cluster` installs: the flag, else the user's usual default key.
 fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
     if let Some(p) = flag {
-        let text = std::fs::read_to_string(p)
-            .with_context(|| format!("--ssh-public-key: cannot read {}", p.display()))?;
+        let text =
+            bounded::read_file_to_string(p, bounded::SSH_PUBLIC_KEY).context("--ssh-public-key")?;
         if text.trim().is_empty() {
             return Err(super::create::FlagError {
                 flag: "ssh-public-key",
@@ -222,7 +222,7 @@ fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
         return Ok(None);
     };
     for f in [".ssh/id_ed25519.pub", ".ssh/id_rsa.pub"] {
-        if let Ok(t) = std::fs::read_to_string(home.join(f)) {
+        if let Ok(t) = bounded::read_file_to_string(&home.join(f), bounded::SSH_PUBLIC_KEY) {
             return Ok(Some(t.trim().to_string()));
         }
     }
@@ -301,14 +301,10 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
 
 fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
     if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("reading standard input")?;
+        let s = bounded::read_stdin_to_string(bounded::SPEC)?;
         Ok(("<stdin>".into(), s))
     } else {
-        let s = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let s = bounded::read_file_to_string(path, bounded::SPEC)?;
         Ok((path.display().to_string(), s))
     }
 }

@@ -78,7 +78,7 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
             let kept = keep_copy(&path)?;
             return Err(e.context(format!("nothing was saved (your copy: {})", kept.display())));
         }
-        let text = std::fs::read_to_string(&path)?;
+        let text = crate::bounded::read_file_to_string(&path, crate::bounded::SPEC)?;
         let body = strip_comments(&text);
         if body.trim().is_empty() {
             ctx.printer

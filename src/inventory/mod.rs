@@ -179,6 +179,11 @@ pub enum InventoryError {
         #[source]
         source: std::io::Error,
     },
+    #[error("inventory {source}")]
+    Read {
+        #[source]
+        source: crate::bounded::ReadError,
+    },
     /// The file is not well-formed in its format (YAML syntax, unknown field or role, bad INI
     /// line), or a variable's value is wrong or not supported.
     #[error("{file}:{line}:{column}: {message}")]

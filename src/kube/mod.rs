@@ -151,7 +151,9 @@ impl Kube {
             path: path.display().to_string(),
             message,
         };
-        let kubeconfig = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+        let text = crate::bounded::read_file_to_string(path, crate::bounded::KUBECONFIG)
+            .map_err(|e| err(e.to_string()))?;
+        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| err(e.to_string()))?;
         let options = KubeConfigOptions {
             context: context.map(str::to_string),
             ..KubeConfigOptions::default()

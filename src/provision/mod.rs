@@ -8,3 +8,4 @@ pub mod assets;
 pub mod orchestrate;
 pub mod pki;
 pub mod render;
+pub mod shell;

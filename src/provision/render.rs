@@ -21,9 +21,14 @@ use sha2::{Digest, Sha256};
 use tera::Tera;
 
 use super::assets::{self, Arch, Asset, Component, Install, Source};
+use super::shell::enable_template_quoting;
 use crate::inventory::parse_taint;
 use crate::nodes::Target;
 use crate::nodes::owner::{OWNER_FILE, Owner};
+use crate::script;
+use crate::spec::validate::{
+    check_kubelet_label, check_label_key, check_label_value, check_taint, is_dns_subdomain,
+};
 use crate::spec::{Cluster, EtcdType, Host, HostRole};
 use crate::ssh::task::{RemoteFile, Step};
 
@@ -133,6 +138,8 @@ pub enum RenderError {
     Host { host: String, message: String },
     #[error("spec.api.endpoint: {0:?} is not host[:port]")]
     BadEndpoint(String),
+    #[error("cluster name {0:?} is not a DNS name")]
+    BadName(String),
     #[error("the cluster has no control-plane host")]
     NoControlPlane,
     #[error("template {name}: {message}")]
@@ -205,17 +212,6 @@ pub fn node_ip(host: &Host) -> Result<String, RenderError> {
         })
 }
 
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-fn sh_filter(value: &Value, _: &std::collections::HashMap<String, Value>) -> tera::Result<Value> {
-    let s = value
-        .as_str()
-        .ok_or_else(|| tera::Error::msg("sh filter expects a string"))?;
-    Ok(Value::String(sh_quote(s)))
-}
-
 fn file(path: &str, content: impl Into<Bytes>, mode: u32) -> RemoteFile {
     RemoteFile {
         path: path.to_string(),
@@ -233,8 +229,7 @@ impl Renderer {
                 name: "node/*".into(),
                 message: format!("{e:?}"),
             })?;
-        tera.register_filter("sh", sh_filter);
-        tera.autoescape_on(vec![]);
+        enable_template_quoting(&mut tera);
         let spec = &cluster.spec;
         let kubernetes_version = assets::normalize_version(
             spec.kubernetes_version
@@ -259,8 +254,19 @@ impl Renderer {
         {
             return Err(RenderError::NoControlPlane);
         }
+        // Names reach haproxy.cfg and /etc/hosts, which have no quoting: only DNS names pass,
+        // whatever validation let through.
+        if !is_dns_subdomain(cluster.name()) {
+            return Err(RenderError::BadName(cluster.name().to_string()));
+        }
         for h in hosts.iter().copied() {
             node_ip(h)?;
+            if !is_dns_subdomain(&h.name) {
+                return Err(RenderError::Host {
+                    host: h.name.clone(),
+                    message: "is not a valid node name (a lowercase DNS name)".into(),
+                });
+            }
             if etcd == EtcdType::External
                 && h.roles.contains(&HostRole::Etcd)
                 && h.roles.contains(&HostRole::ControlPlane)
@@ -421,10 +427,13 @@ impl Renderer {
         let (url, cache, origin) = match &a.source {
             Source::Url(u) => (Some(u.clone()), None, u.clone()),
             Source::Local(p) => {
-                let bytes = std::fs::read(p).map_err(|e| RenderError::LocalAsset {
-                    path: p.display().to_string(),
-                    message: e.to_string(),
-                })?;
+                let bytes =
+                    crate::bounded::read_file(p, crate::bounded::LOCAL_ASSET).map_err(|e| {
+                        RenderError::LocalAsset {
+                            path: p.display().to_string(),
+                            message: e.to_string(),
+                        }
+                    })?;
                 let cache = format!("/var/lib/kprov/cache/{name}-{}", a.sha256);
                 files.push(file(&cache, bytes, 0o644));
                 (None, Some(cache), format!("file://{}", p.display()))
@@ -444,12 +453,15 @@ impl Renderer {
             }),
         )?;
         let check = match marker_bin {
-            Some(bin) => format!(
-                "[ \"$(cat /var/lib/kprov/installed/{name} 2>/dev/null)\" = {} ] && [ -x {bin} ]",
-                a.sha256
+            Some(bin) => script!(
+                "[ \"$(cat /var/lib/kprov/installed/{} 2>/dev/null)\" = {} ] && [ -x {} ]",
+                name,
+                a.sha256,
+                bin
             ),
-            None => format!(
-                "[ \"$(sha256sum {dest} 2>/dev/null | cut -d' ' -f1)\" = {} ]",
+            None => script!(
+                "[ \"$(sha256sum {} 2>/dev/null | cut -d' ' -f1)\" = {} ]",
+                dest,
                 a.sha256
             ),
         };
@@ -534,13 +546,14 @@ impl Renderer {
         Some(Step {
             name: format!("api endpoint: {name} -> {ip}"),
             files: vec![],
-            check: Some(format!("grep -qxF {} /etc/hosts", sh_quote(&line))),
+            check: Some(script!("grep -qxF -e {} /etc/hosts", line)),
             // Rewritten in place (not renamed): /etc/hosts may be a bind mount.
-            run: format!(
-                "set -e\ngrep -v '{HOSTS_MARK}$' /etc/hosts > /etc/hosts.kprov-new || true\n\
-                 echo {} >> /etc/hosts.kprov-new\ncat /etc/hosts.kprov-new > /etc/hosts\n\
+            run: script!(
+                "set -e\ngrep -v -e {} /etc/hosts > /etc/hosts.kprov-new || true\n\
+                 printf '%s\\n' {} >> /etc/hosts.kprov-new\ncat /etc/hosts.kprov-new > /etc/hosts\n\
                  rm -f /etc/hosts.kprov-new\n",
-                sh_quote(&line)
+                format!("{HOSTS_MARK}$"),
+                line
             ),
             timeout: SHORT,
         })
@@ -558,6 +571,16 @@ impl Renderer {
             args.push(json!({ "name": "cloud-provider", "value": "external" }));
         }
         if !host.labels.is_empty() {
+            // `k=v,k2=v2`: only valid label keys and values keep that unambiguous.
+            for (k, v) in &host.labels {
+                check_label_key(k)
+                    .and_then(|()| check_label_value(v))
+                    .and_then(|()| check_kubelet_label(k))
+                    .map_err(|message| RenderError::Host {
+                        host: host.name.clone(),
+                        message,
+                    })?;
+            }
             let labels: Vec<String> = host
                 .labels
                 .iter()
@@ -573,10 +596,12 @@ impl Renderer {
             }));
         }
         for t in &host.taints {
-            let t = parse_taint(t).map_err(|message| RenderError::Host {
-                host: host.name.clone(),
-                message,
-            })?;
+            let t = check_taint(t)
+                .and_then(|()| parse_taint(t))
+                .map_err(|message| RenderError::Host {
+                    host: host.name.clone(),
+                    message,
+                })?;
             taints.push(json!({ "key": t.key, "value": t.value, "effect": t.effect }));
         }
         Ok(json!({
@@ -661,7 +686,7 @@ impl Renderer {
                 0o600,
             )],
             check: None,
-            run: format!(
+            run: script!(
                 "set -e\nif [ -f {ADMIN_CONF} ]; then\n  kubeadm init phase upload-certs --upload-certs \
                  --certificate-key \"$(cut -d' ' -f2 {CERTIFICATE_KEY_FILE})\"\nfi\n"
             ),
@@ -678,10 +703,15 @@ impl Renderer {
         let config = format!("{KPROV_DIR}/kubeadm-init.yaml");
         steps.push(Step {
             name: "kubeadm: init".into(),
-            files: vec![file(&config, self.init_config(target, certificate_key)?, 0o600)],
-            check: Some(format!("test -f {ADMIN_CONF}")),
-            run: format!(
-                "set -e\n[ -f {ADMIN_CONF} ] && exit 0\nkubeadm init --config {config} --upload-certs\n"
+            files: vec![file(
+                &config,
+                self.init_config(target, certificate_key)?,
+                0o600,
+            )],
+            check: Some(script!("test -f {ADMIN_CONF}")),
+            run: script!(
+                "set -e\n[ -f {ADMIN_CONF} ] && exit 0\nkubeadm init --config {} --upload-certs\n",
+                config
             ),
             timeout: LONG,
         });
@@ -694,7 +724,7 @@ impl Renderer {
             name: "kubeadm: join token".into(),
             files: vec![],
             check: None,
-            run: format!(
+            run: script!(
                 "set -e\numask 077\nkubeadm token create --ttl 1h0m0s --print-join-command > {JOIN_COMMAND_FILE}\n"
             ),
             timeout: SHORT,
@@ -716,9 +746,10 @@ impl Renderer {
         steps.push(Step {
             name: "kubeadm: join".into(),
             files: vec![file(&config, self.join_config(target, secrets)?, 0o600)],
-            check: Some(format!("test -f {KUBELET_CONF}")),
-            run: format!(
-                "set -e\n[ -f {KUBELET_CONF} ] && exit 0\nkubeadm join --config {config}\n"
+            check: Some(script!("test -f {KUBELET_CONF}")),
+            run: script!(
+                "set -e\n[ -f {KUBELET_CONF} ] && exit 0\nkubeadm join --config {}\n",
+                config
             ),
             timeout: LONG,
         });
@@ -809,7 +840,7 @@ impl Renderer {
         Step {
             name: "etcd: CA".into(),
             files: vec![],
-            check: Some(format!("test -f {ETCD_CA_CERT} && test -f {ETCD_CA_KEY}")),
+            check: Some(script!("test -f {ETCD_CA_CERT} && test -f {ETCD_CA_KEY}")),
             run: "kubeadm init phase certs etcd-ca\n".into(),
             timeout: SHORT,
         }
@@ -845,7 +876,6 @@ impl Renderer {
                 "client_url": format!("https://{ip}:2379"),
             }),
         )?;
-        let certs = "etcd-server etcd-peer etcd-healthcheck-client apiserver-etcd-client";
         Ok(vec![
             Step {
                 name: "etcd: shared CA".into(),
@@ -865,8 +895,10 @@ impl Renderer {
                      && test -f /etc/kubernetes/pki/etcd/healthcheck-client.crt && test -f /etc/kubernetes/pki/apiserver-etcd-client.crt"
                         .into(),
                 ),
-                run: format!(
-                    "set -e\nfor c in {certs}; do\n  kubeadm init phase certs \"$c\" --config {config}\ndone\n"
+                run: script!(
+                    "set -e\nfor c in etcd-server etcd-peer etcd-healthcheck-client apiserver-etcd-client; do\n  \
+                     kubeadm init phase certs \"$c\" --config {}\ndone\n",
+                    config
                 ),
                 timeout: SHORT,
             },
@@ -874,7 +906,7 @@ impl Renderer {
                 name: "etcd: static pod".into(),
                 files: vec![],
                 check: Some("test -f /etc/kubernetes/manifests/etcd.yaml".into()),
-                run: format!("kubeadm init phase etcd local --config {config}\n"),
+                run: script!("kubeadm init phase etcd local --config {}\n", config),
                 timeout: SHORT,
             },
         ])
@@ -899,22 +931,25 @@ impl Renderer {
     /// with `ln` (atomic, fails if it exists), so of two clusters racing for a host one wins
     /// and the other's step fails naming the winner. Re-claiming an own host changes nothing.
     pub fn claim(&self, owner: &Owner) -> Step {
-        let uid = sh_quote(&owner.uid);
-        let refuse = format!(
-            "echo \"this host belongs to another cluster: $(tr '\\n' ' ' < {OWNER_FILE} | head -c 512)\" >&2; exit 1"
-        );
         Step {
             name: "ownership: claim".into(),
             files: vec![],
-            check: Some(format!(
-                "[ \"$(sed -n 's/^uid=//p' {OWNER_FILE} 2>/dev/null)\" = {uid} ]"
+            check: Some(script!(
+                "[ \"$(sed -n 's/^uid=//p' {OWNER_FILE} 2>/dev/null)\" = {} ]",
+                owner.uid
             )),
-            run: format!(
-                "set -e\nif [ -e {OWNER_FILE} ]; then\n  [ \"$(sed -n 's/^uid=//p' {OWNER_FILE})\" = {uid} ] && exit 0\n  {refuse}\nfi\n\
-                 mkdir -p \"$(dirname {OWNER_FILE})\"\nnew={OWNER_FILE}.kprov-new.$$\nprintf '%s' {marker} > \"$new\"\n\
-                 if ! ln \"$new\" {OWNER_FILE} 2>/dev/null; then\n  rm -f \"$new\"\n  [ \"$(sed -n 's/^uid=//p' {OWNER_FILE})\" = {uid} ] && exit 0\n  {refuse}\nfi\n\
+            run: script!(
+                "set -e\nuid={}\nmarker={}\nf={OWNER_FILE}\n\
+                 if [ -e \"$f\" ]; then\n\
+                   [ \"$(sed -n 's/^uid=//p' \"$f\")\" = \"$uid\" ] && exit 0\n\
+                   printf 'this host belongs to another cluster: %s\\n' \"$(tr '\\n' ' ' < \"$f\" | head -c 512)\" >&2\n  exit 1\nfi\n\
+                 mkdir -p \"$(dirname \"$f\")\"\nnew=\"$f.kprov-new.$$\"\nprintf '%s' \"$marker\" > \"$new\"\n\
+                 if ! ln \"$new\" \"$f\" 2>/dev/null; then\n  rm -f \"$new\"\n\
+                   [ \"$(sed -n 's/^uid=//p' \"$f\")\" = \"$uid\" ] && exit 0\n\
+                   printf 'this host belongs to another cluster: %s\\n' \"$(tr '\\n' ' ' < \"$f\" | head -c 512)\" >&2\n  exit 1\nfi\n\
                  rm -f \"$new\"\n",
-                marker = sh_quote(&owner.marker()),
+                owner.uid,
+                owner.marker()
             ),
             timeout: SHORT,
         }
@@ -992,6 +1027,10 @@ pub fn describe(steps: &[Step]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+#[path = "render_hostile.rs"]
+mod hostile;
 
 #[cfg(test)]
 mod tests {
@@ -1223,17 +1262,27 @@ mod tests {
     }
 
     #[test]
-    fn hostile_values_are_quoted() {
+    fn node_labels_cannot_add_labels() {
         let mut hs = hosts(1, 1);
-        hs[1].labels.insert("team".into(), "a\"b'; rm -rf /".into());
         let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        // A comma, '=' or newline in a value would add labels to `--node-labels`.
+        for v in ["a,evil=1", "a\nevil=1", "a=b", "a\"b'; rm -rf /"] {
+            hs[1].labels = [("team".to_string(), v.to_string())].into();
+            assert!(
+                r.join_config(&targets(&hs)[1], &secrets()).is_err(),
+                "{v:?}"
+            );
+        }
+        // Reserved labels would stop the kubelet from starting.
+        hs[1].labels = [("node-role.kubernetes.io/worker".to_string(), String::new())].into();
+        assert!(r.join_config(&targets(&hs)[1], &secrets()).is_err());
+        hs[1].labels = [("disk".to_string(), "ssd".to_string())].into();
         let join = docs(&r.join_config(&targets(&hs)[1], &secrets()).unwrap());
         let args = join[0]["nodeRegistration"]["kubeletExtraArgs"]
             .as_array()
             .unwrap()
             .clone();
-        assert!(args.iter().any(|a| a["value"] == "team=a\"b'; rm -rf /"));
-        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+        assert!(args.iter().any(|a| a["value"] == "disk=ssd"));
     }
 
     #[test]

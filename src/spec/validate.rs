@@ -63,28 +63,134 @@ pub fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-/// `key[=value]:Effect`, as `kubectl taint` writes them.
+/// `key[=value]:Effect`, as `kubectl taint` writes them; key and value follow the label
+/// rules (Kubernetes validates taints the same way).
 pub fn check_taint(t: &str) -> Result<(), String> {
+    let shown = shorten(t);
     let (kv, effect) = t
         .rsplit_once(':')
-        .ok_or_else(|| format!("taint {t:?} must be key[=value]:Effect"))?;
+        .ok_or_else(|| format!("taint {shown:?} must be key[=value]:Effect"))?;
     if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
         return Err(format!(
-            "taint {t:?} has effect {effect:?}; expected NoSchedule, PreferNoSchedule or NoExecute"
+            "taint {shown:?} has effect {:?}; expected NoSchedule, PreferNoSchedule or NoExecute",
+            shorten(effect)
         ));
     }
-    let key = kv.split_once('=').map_or(kv, |(k, _)| k);
-    check_label_key(key).map_err(|e| format!("taint {t:?}: {e}"))
+    let (key, value) = kv.split_once('=').map_or((kv, None), |(k, v)| (k, Some(v)));
+    check_label_key(key).map_err(|e| format!("taint {shown:?}: {e}"))?;
+    if let Some(v) = value {
+        check_label_value(v).map_err(|e| format!("taint {shown:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// At most 60 characters of `s`, for messages about values that may be megabytes long.
+fn shorten(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(60) {
+        Some((i, _)) => format!("{}... ({} bytes)", &s[..i], s.len()).into(),
+        None => s.into(),
+    }
+}
+
+/// Kubernetes label value: empty, or at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both
+/// ends. This is also what keeps `--node-labels=k=v,k2=v2` unambiguous: a value cannot hold
+/// `,`, `=` or a newline.
+pub fn check_label_value(v: &str) -> Result<(), String> {
+    if v.is_empty() {
+        return Ok(());
+    }
+    let ok = v.len() <= 63
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "value {:?} is not a valid label value (at most 63 letters, digits, '-', '_' or \
+             '.', starting and ending with a letter or digit)",
+            shorten(v)
+        ))
+    }
+}
+
+/// Annotations: qualified-name keys, all values together at most 256 KiB (Kubernetes'
+/// `TotalAnnotationSizeLimitB`).
+pub fn check_annotations(a: &BTreeMap<String, String>) -> Result<(), String> {
+    for k in a.keys() {
+        check_label_key(k)?;
+    }
+    let total: usize = a.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > 256 * 1024 {
+        return Err(format!(
+            "annotations are {total} bytes; Kubernetes allows at most 262144 in total"
+        ));
+    }
+    Ok(())
+}
+
+/// Labels in the `kubernetes.io` and `k8s.io` namespaces a kubelet may set on its own node
+/// (`--node-labels`); any other label in those namespaces makes the kubelet exit at start.
+const KUBELET_WELL_KNOWN_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.kubernetes.io/zone",
+    "failure-domain.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+];
+
+fn in_namespace(ns: &str, domain: &str) -> bool {
+    ns == domain || ns.ends_with(&format!(".{domain}"))
+}
+
+/// Whether a kubelet accepts `key` in `--node-labels` (the kubelet's own rule).
+pub fn check_kubelet_label(key: &str) -> Result<(), String> {
+    let Some((ns, _)) = key.rsplit_once('/') else {
+        return Ok(());
+    };
+    let reserved = in_namespace(ns, "kubernetes.io") || in_namespace(ns, "k8s.io");
+    let allowed = in_namespace(ns, "kubelet.kubernetes.io")
+        || in_namespace(ns, "node.kubernetes.io")
+        || KUBELET_WELL_KNOWN_LABELS.contains(&key);
+    if !reserved || allowed {
+        return Ok(());
+    }
+    let hint = if ns == "node-role.kubernetes.io" {
+        " Node roles are shown by `kubectl get nodes` from these labels, which an \
+         administrator sets after the node joins (`kubectl label node NAME \
+         node-role.kubernetes.io/worker=`); or use a label of your own, like \
+         node.kubernetes.io/role=worker."
+    } else {
+        " Use a prefix of your own (like example.com/), or node.kubernetes.io/ or \
+         kubelet.kubernetes.io/."
+    };
+    Err(format!(
+        "label {key:?} is in the reserved {ns} namespace: a kubelet refuses to start with it \
+         (kubelets may set only node.kubernetes.io/, kubelet.kubernetes.io/ and a few \
+         well-known labels on their node).{hint}"
+    ))
 }
 
 /// Kubernetes label key: optional DNS-subdomain prefix and '/', then a name of up to 63
 /// alphanumerics, '-', '_' or '.'.
 pub fn check_label_key(k: &str) -> Result<(), String> {
-    let (prefix, name) = k.rsplit_once('/').map_or((None, k), |(p, n)| (Some(p), n));
+    let (prefix, name) = k.split_once('/').map_or((None, k), |(p, n)| (Some(p), n));
     if let Some(prefix) = prefix
         && !is_dns_subdomain(prefix)
     {
-        return Err(format!("key prefix {prefix:?} is not a DNS subdomain"));
+        return Err(format!(
+            "key prefix {:?} is not a DNS subdomain",
+            shorten(prefix)
+        ));
     }
     let ok = !name.is_empty()
         && name.len() <= 63
@@ -102,7 +208,153 @@ pub fn check_label_key(k: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("key {k:?} is not a valid label key"))
+        Err(format!(
+            "key {:?} is not a valid label key (optional DNS prefix and '/', then at most 63 \
+             letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+            shorten(k)
+        ))
+    }
+}
+
+/// A download URL (`spec.assets`): scheme http, https or file, then no whitespace or control
+/// characters (the URL reaches curl on every node; it is quoted there, but a URL with a space
+/// or a newline is never what was meant).
+pub fn check_url(u: &str) -> Result<(), String> {
+    let shown = shorten(u);
+    if u.len() > 2048 {
+        return Err(format!("URL {shown:?} is longer than 2048 characters"));
+    }
+    if let Some(c) = u.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "URL {shown:?} contains {c:?}; whitespace and control characters are not allowed \
+             (percent-encode them, e.g. %20)"
+        ));
+    }
+    let rest = ["http://", "https://", "file://"]
+        .iter()
+        .find_map(|s| u.strip_prefix(s))
+        .ok_or_else(|| {
+            format!("URL {shown:?} must start with http://, https:// or file:// (lowercase)")
+        })?;
+    if rest.is_empty() || (!u.starts_with("file://") && rest.starts_with('/')) {
+        return Err(format!("URL {shown:?} has no host"));
+    }
+    Ok(())
+}
+
+/// Characters of a host name as ssh takes it (letters, digits, '-', '_', '.'), never starting
+/// with '-' (ssh would read an option); or an IPv4/IPv6 address.
+pub fn check_ssh_host(h: &str) -> Result<(), String> {
+    if h.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let ok = !h.is_empty()
+        && h.len() <= 253
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && h.split('.')
+            .all(|l| !l.is_empty() && !l.starts_with('-') && !l.ends_with('-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not a host name or IP address (letters, digits, '-', '_' and '.'; no \
+             label may start or end with '-')",
+            shorten(h)
+        ))
+    }
+}
+
+/// A login name for ssh: letters, digits, '.', '_', '-', not starting with '-', at most 64.
+pub fn check_ssh_user(u: &str) -> Result<(), String> {
+    let ok = !u.is_empty()
+        && u.len() <= 64
+        && !u.starts_with('-')
+        && u.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not a user name (letters, digits, '.', '_' and '-', not starting with '-')",
+            shorten(u)
+        ))
+    }
+}
+
+/// A port for ssh, 1..=65535.
+pub fn check_ssh_port(p: u32) -> Result<(), String> {
+    if (1..=65535).contains(&p) {
+        Ok(())
+    } else {
+        Err(format!("port {p} is not in 1..65535"))
+    }
+}
+
+/// A private key path for `ssh -i`: not starting with '-', no whitespace or control
+/// characters.
+pub fn check_key_path(k: &str) -> Result<(), String> {
+    if k.is_empty() || k.starts_with('-') || k.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "{:?} is not a usable key path (it must not be empty, start with '-', or contain \
+             whitespace or control characters)",
+            shorten(k)
+        ));
+    }
+    Ok(())
+}
+
+/// A jump host for ssh's ProxyJump: `[user@]host[:port]`, host a name, an IPv4 address or
+/// `[IPv6]`.
+pub fn check_bastion(b: &str) -> Result<(), String> {
+    let shown = shorten(b);
+    let (user, hostport) = match b.split_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, b),
+    };
+    if let Some(u) = user {
+        check_ssh_user(u).map_err(|e| format!("bastion {shown:?}: {e}"))?;
+    }
+    let (host, port) = if let Some(rest) = hostport.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("bastion {shown:?}: unclosed '['"))?;
+        if h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("bastion {shown:?}: {h:?} is not an IPv6 address"));
+        }
+        match after.strip_prefix(':') {
+            Some(p) => (None, Some(p)),
+            None if after.is_empty() => (None, None),
+            None => return Err(format!("bastion {shown:?} is not [user@]host[:port]")),
+        }
+    } else {
+        match hostport.split_once(':') {
+            Some((h, p)) => (Some(h), Some(p)),
+            None => (Some(hostport), None),
+        }
+    };
+    if let Some(h) = host {
+        check_ssh_host(h).map_err(|e| format!("bastion {shown:?}: {e}"))?;
+    }
+    if let Some(p) = port {
+        let n: u32 = p
+            .parse()
+            .map_err(|_| format!("bastion {shown:?}: port {:?} is not a number", shorten(p)))?;
+        check_ssh_port(n).map_err(|e| format!("bastion {shown:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Labels (keys and values) and annotations of an object's metadata.
+fn check_metadata(c: &mut Check, meta: &ObjectMeta) {
+    for (k, v) in &meta.labels {
+        if let Err(e) = check_label_key(k).and_then(|()| check_label_value(v)) {
+            c.err(p("metadata.labels").key(k), e);
+        }
+    }
+    if let Err(e) = check_annotations(&meta.annotations) {
+        c.err(p("metadata.annotations"), e);
     }
 }
 
@@ -158,6 +410,7 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
     if cl.kind != KIND_CLUSTER {
         c.err(p("kind"), "must be Cluster");
     }
+    check_metadata(c, &cl.metadata);
     if !is_dns_subdomain(name) {
         c.err(
             p("metadata.name"),
@@ -506,12 +759,9 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
     // Assets.
     if let Some(a) = &s.assets {
         if let Some(m) = &a.mirror
-            && !(m.starts_with("http://") || m.starts_with("https://") || m.starts_with("file://"))
+            && let Err(e) = check_url(m)
         {
-            c.err(
-                p("spec.assets.mirror"),
-                format!("{m:?} must be an http(s):// URL or a file:// directory"),
-            );
+            c.err(p("spec.assets.mirror"), e);
         }
         for (i, f) in a.files.iter().enumerate() {
             let base = p("spec.assets.files").index(i);
@@ -521,14 +771,8 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
                     format!("{:?} is not a sha256 (64 hex digits)", f.sha256),
                 );
             }
-            if !(f.url.starts_with("http://")
-                || f.url.starts_with("https://")
-                || f.url.starts_with("file://"))
-            {
-                c.err(
-                    base.key("url"),
-                    format!("{:?} must be an http(s):// or file:// URL", f.url),
-                );
+            if let Err(e) = check_url(&f.url) {
+                c.err(base.key("url"), e);
             }
         }
     }
@@ -574,6 +818,23 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
                 "a host needs at least one role (control-plane, node, etcd)",
             );
         }
+        // These reach ssh's command line: kprov checks them itself rather than trusting ssh
+        // to refuse an address like `-oProxyCommand=...`.
+        if let Err(e) = check_ssh_host(&h.address) {
+            c.err(base.key("address"), e);
+        }
+        if let Some(Err(e)) = h.user.as_deref().map(check_ssh_user) {
+            c.err(base.key("user"), e);
+        }
+        if let Some(Err(e)) = h.port.map(|p| check_ssh_port(p.into())) {
+            c.err(base.key("port"), e);
+        }
+        if let Some(Err(e)) = h.key_path.as_deref().map(check_key_path) {
+            c.err(base.key("keyPath"), e);
+        }
+        if let Some(Err(e)) = h.bastion.as_deref().map(check_bastion) {
+            c.err(base.key("bastion"), e);
+        }
         for (field, ip) in [("ip", &h.ip), ("accessIP", &h.access_ip)] {
             if let Some(ip) = ip {
                 match ip.parse::<std::net::Ipv4Addr>() {
@@ -602,6 +863,7 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
     }
 }
 
+/// Node labels (they reach the kubelet's `--node-labels`) and taints.
 fn check_labels_and_taints(
     c: &mut Check,
     base: &FieldPath,
@@ -609,9 +871,13 @@ fn check_labels_and_taints(
     taints: &[String],
     labels_field: &str,
 ) {
-    for k in labels.keys() {
-        if let Err(e) = check_label_key(k) {
-            c.err(base.key(labels_field).key(k), e);
+    for (k, v) in labels {
+        let path = base.key(labels_field).key(k);
+        if let Err(e) = check_label_key(k)
+            .and_then(|()| check_label_value(v))
+            .and_then(|()| check_kubelet_label(k))
+        {
+            c.err(path, e);
         }
     }
     for (i, t) in taints.iter().enumerate() {
@@ -629,6 +895,7 @@ fn validate_ig(c: &mut Check, cl: &Cluster, ig: &InstanceGroup) {
     if ig.kind != KIND_INSTANCE_GROUP {
         c.err(p("kind"), "must be InstanceGroup");
     }
+    check_metadata(c, &ig.metadata);
     if !is_dns_label(&ig.metadata.name) {
         c.err(
             p("metadata.name"),
@@ -948,6 +1215,261 @@ spec:
         expect_one(
             &t,
             "cluster name demo.example.com is not inside zone other.org",
+        );
+    }
+
+    #[test]
+    fn urls_table() {
+        for ok in [
+            "https://mirror.example.com/files",
+            "http://10.0.0.1:8080/k8s",
+            "file:///srv/mirror",
+            "https://h/a%20b?x=1&y=2#f",
+        ] {
+            assert_eq!(check_url(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "ftp://x/y",
+            "HTTPS://x",
+            "https://",
+            "https:///path",
+            "https://x/a b",
+            "https://x/a\nb",
+            "https://x/a\tb",
+            "https://x/\u{7f}",
+            "-https://x",
+            " https://x",
+            "javascript:alert(1)",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_url(&format!("https://x/{}", "a".repeat(3000))).is_err());
+    }
+
+    #[test]
+    fn ssh_fields_table() {
+        for ok in [
+            "cp1",
+            "cp1.example.com",
+            "10.0.0.1",
+            "fd00::1",
+            "host_1.lan",
+        ] {
+            assert_eq!(check_ssh_host(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "-oProxyCommand=touch /x",
+            "-J",
+            "a b",
+            "a\nb",
+            "a;b",
+            "a$(b)",
+            "host:22",
+            "user@host",
+            "-host.example.com",
+            "a..b",
+        ] {
+            assert!(check_ssh_host(bad).is_err(), "{bad:?}");
+        }
+        for ok in ["root", "ubuntu", "core", "svc.deploy", "a-b_c"] {
+            assert_eq!(check_ssh_user(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "-oProxyCommand=x",
+            "a b",
+            "a@b",
+            "a\n",
+            "a;b",
+            &"u".repeat(65),
+        ] {
+            assert!(check_ssh_user(bad).is_err(), "{bad:?}");
+        }
+        for ok in ["~/.ssh/id_ed25519", "/home/me/.ssh/id_rsa", "keys/id"] {
+            assert_eq!(check_key_path(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "-oProxyCommand=x", "/a b", "/a\n", "/a\u{0}"] {
+            assert!(check_key_path(bad).is_err(), "{bad:?}");
+        }
+        for ok in [
+            "bastion",
+            "ops@bastion.example.com:2222",
+            "10.0.0.1",
+            "[fd00::1]:22",
+            "u@[fd00::1]",
+        ] {
+            assert_eq!(check_bastion(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "-oProxyCommand=touch /x",
+            "u@-oProxyCommand=x",
+            "-u@host",
+            "host:0",
+            "host:65536",
+            "host:x",
+            "host:22:23",
+            "[fd00::1",
+            "[nothost]:22",
+            "a b",
+            "a,b",
+            "host\n",
+        ] {
+            assert!(check_bastion(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_ssh_port(0).is_err() && check_ssh_port(65536).is_err());
+        assert!(check_ssh_port(1).is_ok() && check_ssh_port(65535).is_ok());
+    }
+
+    #[test]
+    fn hostile_host_fields_point_at_their_lines() {
+        let t = METAL
+            .replace("198.18.0.12, roles", "\"-oProxyCommand=touch /x\", roles")
+            .replace(
+                "{name: w1, address: 198.18.0.13,",
+                "{name: w1, address: 198.18.0.13, user: \"-x\", bastion: \"b;touch /x\", keyPath: \"-i\",",
+            )
+            .replace(
+                "  hosts:",
+                "  assets: {mirror: \"https://m.example/$(touch /x) x\"}\n  hosts:",
+            );
+        let errs = check(&t);
+        for needle in [
+            "c.yaml:11:", // the assets line
+            "spec.assets.mirror: URL",
+            "spec.hosts[1].address: \"-oProxyCommand=touch /x\" is not a host name",
+            "spec.hosts[2].user:",
+            "spec.hosts[2].bastion:",
+            "spec.hosts[2].keyPath:",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.contains(needle)),
+                "{needle}: {errs:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn labels_table() {
+        for ok in ["", "a", "ssd", "v1.2_x-y", &"a".repeat(63)] {
+            assert_eq!(check_label_value(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "-a",
+            "a-",
+            "a,b=c",
+            "a\nb",
+            "a b",
+            "a=b",
+            "é",
+            &"a".repeat(64),
+        ] {
+            assert!(check_label_value(bad).is_err(), "{bad:?}");
+        }
+        for ok in [
+            "disk",
+            "example.com/disk",
+            "node.kubernetes.io/role",
+            "a.b-c_d",
+        ] {
+            assert_eq!(check_label_key(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "/a",
+            "a/",
+            "Example.com/a",
+            "a/b/c",
+            "-a",
+            &"k".repeat(64),
+            &format!("{}/a", "p".repeat(254)),
+        ] {
+            assert!(check_label_key(bad).is_err(), "{bad:?}");
+        }
+        for ok in [
+            "disk",
+            "example.com/disk",
+            "node.kubernetes.io/role",
+            "x.node.kubernetes.io/a",
+            "kubelet.kubernetes.io/a",
+            "topology.kubernetes.io/zone",
+            "kubernetes.io/os",
+        ] {
+            assert_eq!(check_kubelet_label(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "node-role.kubernetes.io/worker",
+            "node-role.kubernetes.io/control-plane",
+            "kubernetes.io/role",
+            "example.k8s.io/x",
+            "k8s.io/x",
+            "node-restriction.kubernetes.io/x",
+        ] {
+            assert!(check_kubelet_label(bad).is_err(), "{bad:?}");
+        }
+        let e = check_kubelet_label("node-role.kubernetes.io/worker").unwrap_err();
+        assert!(
+            e.contains("kubelet refuses to start") && e.contains("kubectl label node"),
+            "{e}"
+        );
+        for ok in [
+            "k:NoSchedule",
+            "k=v:NoExecute",
+            "example.com/k=:PreferNoSchedule",
+        ] {
+            assert_eq!(check_taint(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "k",
+            "k=v:Never",
+            "k=a,b:NoSchedule",
+            "k=a\nb:NoSchedule",
+            "bad key:NoSchedule",
+        ] {
+            assert!(check_taint(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn huge_and_reserved_labels_are_refused_at_load() {
+        let big = "a".repeat(10 * 1024 * 1024);
+        let t = METAL.replace(
+            "{name: w1, address: 198.18.0.13, ip: 100.96.0.5, roles: [node]}",
+            &format!(
+                "{{name: w1, address: 198.18.0.13, roles: [node], labels: {{team: {big}, \"node-role.kubernetes.io/worker\": \"\"}}, taints: [\"k=a,b:NoSchedule\"]}}"
+            ),
+        );
+        let errs = check(&t);
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("spec.hosts[2].labels.team: value \"aaaa")
+                    && e.contains("(10485760 bytes)")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter().all(|e| e.len() < 2000),
+            "messages quote huge values in full"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("kubelet refuses to start")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("spec.hosts[2].taints[0]")),
+            "{errs:#?}"
+        );
+        let t = BASE.replace(
+            "  name: nodes\n",
+            "  name: nodes\n  labels: {team: \"a b\"}\n  annotations: {\"bad key\": x}\n",
+        );
+        let errs = check(&t);
+        assert!(
+            errs.iter().any(|e| e.contains("metadata.labels")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("metadata.annotations")),
+            "{errs:#?}"
         );
     }
 

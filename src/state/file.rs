@@ -53,24 +53,35 @@ impl FileStore {
     }
 
     fn read(&self, key: &str) -> Result<Option<Object>, StateError> {
-        match fs::read(self.root.join(key)) {
+        let file = match File::open(self.root.join(key)) {
+            Ok(f) => f,
+            // A key that lies below a key does not exist, as in S3.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(self.io_err(key, "cannot read", e)),
+        };
+        // A tampered store could hold a huge object (or a link to /dev/zero).
+        match crate::bounded::read(file, key, crate::bounded::STATE_OBJECT) {
             Ok(data) => Ok(Some(Object {
                 version: version_of(&data),
                 data: Bytes::from(data),
             })),
-            // A key that is a "directory" of other keys, or lies below a key, does not exist,
-            // as in S3.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound
-                        | io::ErrorKind::IsADirectory
-                        | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(self.io_err(key, "cannot read", e)),
+            // A key that is a "directory" of other keys does not exist, as in S3.
+            Err(e) if e.io_kind() == Some(io::ErrorKind::IsADirectory) => Ok(None),
+            Err(e @ crate::bounded::ReadError::TooLarge { .. }) => Err(StateError::Backend {
+                location: self.key_location(key),
+                message: e.to_string(),
+            }),
+            Err(e) => Err(StateError::Backend {
+                location: self.key_location(key),
+                message: format!("cannot read: {e}"),
+            }),
         }
     }
 

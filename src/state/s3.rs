@@ -141,12 +141,36 @@ impl StateStore for S3Store {
                 location: self.key_location(key),
                 message: "the object has no ETag, so it cannot be updated safely".into(),
             })?;
-        let data = out.body.collect().await.map_err(|e| StateError::Backend {
+        // A tampered bucket could hold a huge object: refuse it before reading (by its
+        // announced length) and while reading (whatever the length said).
+        let limit = crate::bounded::STATE_OBJECT;
+        let too_large = || StateError::Backend {
+            location: self.key_location(key),
+            message: crate::bounded::ReadError::TooLarge {
+                what: "the object".into(),
+                limit,
+            }
+            .to_string(),
+        };
+        if out
+            .content_length()
+            .is_some_and(|n| n > 0 && n as u64 > limit)
+        {
+            return Err(too_large());
+        }
+        let mut body = out.body;
+        let mut data = Vec::new();
+        while let Some(chunk) = body.try_next().await.map_err(|e| StateError::Backend {
             location: self.key_location(key),
             message: format!("cannot read the object's body: {e}"),
-        })?;
+        })? {
+            if (data.len() + chunk.len()) as u64 > limit {
+                return Err(too_large());
+            }
+            data.extend_from_slice(&chunk);
+        }
         Ok(Some(Object {
-            data: data.into_bytes(),
+            data: Bytes::from(data),
             version: Version(version),
         }))
     }

@@ -787,3 +787,67 @@ fn sample_store_is_current() {
         );
     }
 }
+
+/// Issue 9: endless or huge inputs end promptly with an error naming the input and the limit
+/// (they used to grow to 23 GB or never return).
+#[test]
+fn endless_inputs_are_refused_promptly() {
+    let env = Env::new();
+    let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "create",
+                "cluster",
+                "lab.internal",
+                "--cloud",
+                "metal",
+                "--inventory",
+                "/dev/zero",
+                "--ssh-public-key",
+                KEY,
+            ],
+            "inventory /dev/zero is larger than the limit of 4 MiB",
+        ),
+        (
+            &["create", "-f", "/dev/urandom"],
+            "/dev/urandom is larger than the limit of 4 MiB",
+        ),
+        (
+            &[
+                "create",
+                "cluster",
+                "lab.internal",
+                "--cloud",
+                "metal",
+                "--inventory",
+                inv,
+                "--ssh-public-key",
+                "/dev/zero",
+            ],
+            "/dev/zero is larger than the limit of 64 KiB",
+        ),
+    ];
+    for (args, want) in cases {
+        let start = std::time::Instant::now();
+        // Before the fix these grew without end or never returned: fail, not hang.
+        let o = env
+            .kprov()
+            .args(args)
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .expect("runs");
+        let took = start.elapsed();
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = text(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            took < std::time::Duration::from_secs(20),
+            "{args:?} took {took:?}"
+        );
+    }
+    assert!(
+        !env.path("state").exists(),
+        "a refused create wrote to the store"
+    );
+}
