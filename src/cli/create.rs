@@ -167,6 +167,7 @@ fn ig_spec(
         rolling_update: None,
         node_labels: BTreeMap::new(),
         taints: Vec::new(),
+        ssh_user: None,
     }
 }
 
@@ -222,6 +223,7 @@ pub fn build_cluster_objects(
                 TopologyType::Public
             },
             bastion: a.bastion.then(Bastion::default),
+            ssh_address: None,
         }),
         dns: None,
         api: None,
