@@ -1,12 +1,12 @@
 //! Bare-metal clusters: `update cluster` provisions the inventory's hosts over SSH with
 //! kubeadm (`provision::orchestrate`), `delete cluster` resets them.
 //!
-//! The preview (no `--yes`) is read-only on hosts and in the store: it connects only to hosts
-//! whose keys the cluster already recorded, reads whether each host is a member
-//! (`kubelet.conf`) or an initialised control plane (`admin.conf`), compares the hashes of the
-//! files kprov keeps on members, and lists the phases `--yes` would run. It never runs a
-//! step's `check` (some checks write, e.g. preflight records facts) and never records a host
-//! key.
+//! Both the preview (no `--yes`) and the apply make the node plan with `nodes::plan` (the
+//! apply again, under the cluster lock); the apply hands that same value to
+//! `orchestrate::execute`. The preview is read-only on hosts and in the store: it contacts
+//! only hosts whose keys the cluster already recorded (others are listed as "host key not
+//! recorded", without any network contact), compares the hashes of the files kprov keeps on
+//! members, and never records a host key.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,17 +14,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
-use futures::future::join_all;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use serde::Serialize;
 
 use super::commands::{ADMIN_KUBECONFIG_SECRET, Ctx, LOCK_LEASE};
 use super::{UpdateClusterArgs, exit};
+use crate::nodes::{self, Action, NodePlan, Owner, Target, TargetSource};
 use crate::output::{Format, Printer, Table};
-use crate::provision::orchestrate::{self, Facts, HostResult, Options, ProgressEvent, Report};
-use crate::provision::render::{self, Renderer};
-use crate::spec::{Cluster, Host, HostRole, InstanceGroup};
-use crate::ssh::task::{ExecError, HostExecutor};
+use crate::provision::orchestrate::{self, HostResult, Options, ProgressEvent, Report};
+use crate::spec::{Cluster, Host, InstanceGroup};
 use crate::ssh::{Event, Progress, SshFleet, SshOptions};
 use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateStore, lock};
@@ -35,168 +32,6 @@ fn roles(h: &Host) -> String {
         .map(|r| r.as_str())
         .collect::<Vec<_>>()
         .join(",")
-}
-
-fn is_control_plane(h: &Host) -> bool {
-    h.roles.contains(&HostRole::ControlPlane)
-}
-
-/// What the read-only look at a host found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Observed {
-    /// Not (yet) a cluster member.
-    New,
-    /// kubelet.conf present; `initialised` when it is a control plane holding admin.conf.
-    /// `drift`: `step: path` of files that differ from what kprov would write.
-    Member {
-        initialised: bool,
-        drift: Vec<String>,
-    },
-    /// The cluster has no recorded key for it: kprov never provisioned it.
-    UnknownKey,
-    /// Could not be inspected (unreachable, changed host key, ...).
-    Unreachable(String),
-}
-
-/// One row of the preview.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PlannedHost {
-    pub host: String,
-    pub roles: Vec<HostRole>,
-    pub state: String,
-    /// Phases `--yes` runs on the host, in order.
-    pub phases: Vec<String>,
-    /// Files on a member that differ from what kprov would write (`step: path`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub drift: Vec<String>,
-    /// Whether `--yes` would change the host (it joins, files drifted, or it could not be
-    /// inspected).
-    pub pending: bool,
-}
-
-/// Decides the phases per host from what was observed, the way `orchestrate::provision` does:
-/// every host gets preflight and install (both check before acting); the first control plane
-/// is initialised if none is; members only re-check their settled state; others join.
-pub fn plan(hosts: &[Host], observed: &[Observed]) -> Vec<PlannedHost> {
-    let initialised = observed.iter().any(|o| {
-        matches!(
-            o,
-            Observed::Member {
-                initialised: true,
-                ..
-            }
-        )
-    });
-    // The control plane `kubeadm init` would run on: the first one not known to be broken.
-    let init_on = if initialised {
-        None
-    } else {
-        hosts
-            .iter()
-            .zip(observed)
-            .find(|(h, o)| is_control_plane(h) && !matches!(o, Observed::Unreachable(_)))
-            .map(|(h, _)| h.name.as_str())
-    };
-    hosts
-        .iter()
-        .zip(observed)
-        .map(|(h, o)| {
-            let joins = is_control_plane(h) || h.roles.contains(&HostRole::Node);
-            let mut phases = vec!["preflight".to_string(), "install".to_string()];
-            let (state, pending) = match o {
-                Observed::Member { initialised, drift } => (
-                    match (*initialised, drift.len()) {
-                        (true, 0) => "initialised control plane".to_string(),
-                        (false, 0) => "member".to_string(),
-                        (true, n) => format!("initialised control plane, {n} files differ"),
-                        (false, n) => format!("member, {n} files differ"),
-                    },
-                    !drift.is_empty(),
-                ),
-                Observed::New => ("new".to_string(), true),
-                Observed::UnknownKey => (
-                    "new (host key not recorded yet: needs --accept-new-host-keys)".to_string(),
-                    true,
-                ),
-                Observed::Unreachable(why) => (format!("cannot inspect: {why}"), true),
-            };
-            if !joins {
-                phases.push("etcd".into());
-            } else if matches!(o, Observed::Member { .. }) {
-                phases.push("settle (re-check)".into());
-            } else if init_on == Some(h.name.as_str()) {
-                phases.push("init".into());
-            } else if is_control_plane(h) {
-                phases.push("join control plane".into());
-            } else {
-                phases.push("join worker".into());
-            }
-            PlannedHost {
-                host: h.name.clone(),
-                roles: h.roles.clone(),
-                state,
-                phases,
-                drift: match o {
-                    Observed::Member { drift, .. } => drift.clone(),
-                    _ => Vec::new(),
-                },
-                pending,
-            }
-        })
-        .collect()
-}
-
-/// Reads, without changing anything, whether `h` is a member of the cluster and, if it is,
-/// which of the files kprov keeps on members (preflight, install, settle) differ.
-async fn observe(fleet: &SshFleet, renderer: &Renderer, h: &Host) -> Observed {
-    let read = |path: &'static str| fleet.read_file(&h.name, path);
-    let member = match read(render::KUBELET_CONF).await {
-        Ok(f) => f.is_some(),
-        Err(ExecError::UnknownHostKey { .. }) => return Observed::UnknownKey,
-        Err(e) => return Observed::Unreachable(e.to_string()),
-    };
-    let initialised = if is_control_plane(h) {
-        match read(render::ADMIN_CONF).await {
-            Ok(f) => f.is_some(),
-            Err(e) => return Observed::Unreachable(e.to_string()),
-        }
-    } else {
-        false
-    };
-    if !member && !initialised {
-        return Observed::New;
-    }
-    match member_drift(fleet, renderer, h).await {
-        Ok(drift) => Observed::Member { initialised, drift },
-        Err(e) => Observed::Unreachable(e),
-    }
-}
-
-async fn member_drift(
-    fleet: &SshFleet,
-    renderer: &Renderer,
-    h: &Host,
-) -> Result<Vec<String>, String> {
-    let facts = fleet
-        .read_file(&h.name, render::FACTS_FILE)
-        .await
-        .map_err(|e| e.to_string())?
-        .map(|b| Facts::parse(&String::from_utf8_lossy(&b)))
-        .unwrap_or_default();
-    let arch = facts
-        .arch()
-        .ok_or_else(|| format!("no usable facts in {}", render::FACTS_FILE))?;
-    let mut steps = renderer.preflight(h).map_err(|e| e.to_string())?;
-    steps.extend(renderer.install(arch).map_err(|e| e.to_string())?);
-    steps.extend(renderer.settle(h).map_err(|e| e.to_string())?);
-    let differing = fleet
-        .differing_files(&h.name, &steps)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(differing
-        .into_iter()
-        .flat_map(|(step, paths)| paths.into_iter().map(move |p| format!("{step}: {p}")))
-        .collect())
 }
 
 /// The SSH engine's event worth a line of its own: a first-contact host key recorded (the
@@ -245,7 +80,7 @@ fn fleet(
 
 /// Per-host progress: a line per host and phase, or on a terminal a spinner line per host
 /// showing its current phase. Returns the bars to clear once the run is over.
-fn progress(ctx: &Ctx, hosts: &[Host]) -> (orchestrate::Progress, Option<MultiProgress>) {
+fn progress(ctx: &Ctx, hosts: &[Target]) -> (orchestrate::Progress, Option<MultiProgress>) {
     if !ctx.printer.is_tty() {
         return (progress_lines(), None);
     }
@@ -257,10 +92,10 @@ fn progress(ctx: &Ctx, hosts: &[Host]) -> (orchestrate::Progress, Option<MultiPr
         .map(|h| {
             let bar = multi.add(ProgressBar::new_spinner());
             bar.set_style(style.clone());
-            bar.set_prefix(h.name.clone());
+            bar.set_prefix(h.name().to_string());
             bar.set_message("waiting");
             bar.enable_steady_tick(Duration::from_millis(120));
-            (h.name.clone(), bar)
+            (h.name().to_string(), bar)
         })
         .collect();
     let update = move |e: &ProgressEvent| {
@@ -412,6 +247,15 @@ pub async fn update(
     Ok(exit::OK)
 }
 
+/// The targets of a metal cluster: its inventory.
+async fn targets(cluster: &Cluster) -> anyhow::Result<Vec<Target>> {
+    Ok(nodes::Inventory {
+        hosts: cluster.spec.hosts.clone(),
+    }
+    .targets()
+    .await?)
+}
+
 async fn provision(
     ctx: &Ctx,
     cluster: &Cluster,
@@ -419,8 +263,13 @@ async fn provision(
     a: &UpdateClusterArgs,
     guard: &lock::LockGuard,
 ) -> anyhow::Result<Report> {
-    let hosts = &cluster.spec.hosts;
-    let (events, bars) = progress(ctx, hosts);
+    let targets = targets(cluster).await?;
+    // The identity hosts are claimed for, made once (compare-and-swap) before any claim.
+    guard.check()?;
+    let owner = nodes::owner::ensure(store.as_ref(), cluster.name())
+        .await
+        .context("the cluster's UID")?;
+    let (events, bars) = progress(ctx, &targets);
     let fleet = fleet(
         cluster,
         store.clone(),
@@ -433,15 +282,20 @@ async fn provision(
         ..Options::current()
     };
     let result = async {
-        let report = orchestrate::provision(&fleet, cluster, hosts, &options)
+        // Observed again under the lock: the world may have changed since the preview.
+        let plan = nodes::plan::plan(&fleet, None, cluster, &targets, Some(owner.clone()))
+            .await
+            .context("planning the nodes")?;
+        let report = orchestrate::execute(&fleet, cluster, &targets, &plan, &options)
             .await
             .context("provisioning")?;
-        if report
-            .hosts
-            .iter()
-            .any(|h| is_control_plane_report(hosts, &h.host) && h.result == HostResult::Ok)
-        {
-            match orchestrate::admin_kubeconfig(&fleet, cluster, hosts).await {
+        if report.hosts.iter().any(|h| {
+            h.result == HostResult::Ok
+                && targets
+                    .iter()
+                    .any(|t| t.name() == h.host && t.is_control_plane())
+        }) {
+            match orchestrate::admin_kubeconfig(&fleet, cluster, &targets, &owner).await {
                 Ok(admin) => {
                     guard.check()?;
                     store_admin_kubeconfig(store.as_ref(), cluster.name(), admin).await?;
@@ -460,10 +314,6 @@ async fn provision(
         let _ = bars.clear();
     }
     result
-}
-
-fn is_control_plane_report(hosts: &[Host], name: &str) -> bool {
-    hosts.iter().any(|h| h.name == name && is_control_plane(h))
 }
 
 /// Writes the admin kubeconfig under the cluster's secrets, compare-and-swap; an unchanged one
@@ -486,6 +336,20 @@ async fn store_admin_kubeconfig(
     Ok(())
 }
 
+fn plan_table(plan: &NodePlan) -> Table {
+    let mut t = Table::new(["HOST", "ROLES", "STATE", "ACTION"]);
+    for n in &plan.nodes {
+        let roles: Vec<&str> = n.roles.iter().map(|r| r.as_str()).collect();
+        t.row([
+            n.target.clone(),
+            roles.join(","),
+            n.state(),
+            n.action.as_str().to_string(),
+        ]);
+    }
+    t
+}
+
 async fn preview(
     ctx: &Ctx,
     cluster: &Cluster,
@@ -493,35 +357,42 @@ async fn preview(
     a: &UpdateClusterArgs,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
-    let hosts = &cluster.spec.hosts;
-    // Never records keys: the preview writes nothing, not even known hosts.
+    let targets = targets(cluster).await?;
+    // Read-only: a cluster that never claimed a host has no UID yet (none is made here).
+    let owner: Option<Owner> = nodes::owner::read(store.as_ref(), name).await?;
+    // Never records keys, and contacts no host whose key is not recorded.
     let fleet = fleet(cluster, store, false, a.concurrency, None)?;
-    let renderer = Renderer::new(cluster, hosts).context("rendering the hosts' steps")?;
-    let observed = join_all(hosts.iter().map(|h| observe(&fleet, &renderer, h))).await;
+    let plan = nodes::plan::plan(&fleet, Some(&fleet), cluster, &targets, owner).await;
     fleet.close().await;
-    let planned = plan(hosts, &observed);
+    let plan = plan.context("planning the nodes")?;
     match ctx.printer.format() {
-        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&planned)?),
-        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(&planned)?),
+        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&plan)?),
+        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(&plan)?),
         Format::Table => {
-            let mut t = Table::new(["HOST", "ROLES", "STATE", "PHASES"]);
-            for p in &planned {
-                let host = hosts.iter().find(|h| h.name == p.host);
-                t.row([
-                    p.host.clone(),
-                    host.map(roles).unwrap_or_default(),
-                    p.state.clone(),
-                    p.phases.join(", "),
-                ]);
+            ctx.printer.data(&plan_table(&plan).render());
+            for n in &plan.nodes {
+                if n.pending || n.action == Action::Refused {
+                    ctx.printer
+                        .status(&format!("{}: {}", n.target, n.reasons.join("; ")));
+                }
             }
-            ctx.printer.data(&t.render());
         }
     }
-    let pending: Vec<&str> = planned
-        .iter()
-        .filter(|p| p.pending)
-        .map(|p| p.host.as_str())
-        .collect();
+    let refused = plan.refused();
+    if !refused.is_empty() {
+        let names: Vec<&str> = refused.iter().map(|n| n.target.as_str()).collect();
+        ctx.printer.error(&format!(
+            "{} hosts of {name} belong to another cluster and will not be provisioned: {}",
+            names.len(),
+            refused
+                .iter()
+                .map(|n| format!("{} ({})", n.target, n.state()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        return Ok(exit::ERROR);
+    }
+    let pending = plan.pending();
     if pending.is_empty() {
         ctx.printer.status(&format!(
             "Every host of {name} is a member; `--yes` re-checks each step and changes only what drifted."
@@ -531,7 +402,7 @@ async fn preview(
     ctx.printer.status(&format!(
         "{} of {} hosts need provisioning ({}). Must specify --yes to provision {name}.",
         pending.len(),
-        planned.len(),
+        plan.nodes.len(),
         pending.join(", ")
     ));
     Ok(if a.exit_code {
@@ -554,7 +425,7 @@ pub async fn reset_hosts(ctx: &Ctx, cluster: &Cluster, yes: bool) -> anyhow::Res
             t.row([h.name.clone(), roles(h), h.address.clone()]);
         }
         ctx.printer.data(&format!(
-            "Will reset {} hosts of {name} (kubeadm reset; /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /var/lib/kprov removed):\n{}",
+            "Will reset {} hosts of {name}, those that carry its ownership marker (kubeadm reset; /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /var/lib/kprov removed):\n{}",
             hosts.len(),
             t.render()
         ));
@@ -573,13 +444,21 @@ pub async fn reset_hosts(ctx: &Ctx, cluster: &Cluster, yes: bool) -> anyhow::Res
         ));
         return Ok(());
     }
-    let (events, bars) = progress(ctx, hosts);
+    let Some(owner) = nodes::owner::read(repo.store().as_ref(), name).await? else {
+        // No UID: the cluster never claimed a host, so none carries its marker.
+        ctx.printer.warn(&format!(
+            "{name} never claimed a host (no cluster UID in the state store): no host to reset"
+        ));
+        return Ok(());
+    };
+    let targets = targets(cluster).await?;
+    let (events, bars) = progress(ctx, &targets);
     let fleet = fleet(cluster, repo.store().clone(), false, 20, bars.clone())?;
     let options = Options {
         progress: Some(events),
         ..Options::current()
     };
-    let report = orchestrate::reset(&fleet, cluster, hosts, &options).await;
+    let report = orchestrate::reset(&fleet, cluster, &targets, &owner, &options).await;
     fleet.close().await;
     if let Some(bars) = bars {
         let _ = bars.clear();
@@ -598,7 +477,10 @@ pub async fn reset_hosts(ctx: &Ctx, cluster: &Cluster, yes: bool) -> anyhow::Res
                 ));
             }
             HostResult::Failed { error, .. } => failures.push(error.clone()),
-            _ => {}
+            HostResult::Skipped { reason } => {
+                ctx.printer.warn(&format!("{}: {reason}", h.host));
+            }
+            HostResult::Ok => {}
         }
     }
     if !failures.is_empty() {
@@ -609,159 +491,14 @@ pub async fn reset_hosts(ctx: &Ctx, cluster: &Cluster, yes: bool) -> anyhow::Res
             failures.join("\n")
         );
     }
-    ctx.printer
-        .success(&format!("Reset {} hosts of {name}.", report.hosts.len()));
+    let reset = report
+        .hosts
+        .iter()
+        .filter(|h| h.result == HostResult::Ok)
+        .count();
+    ctx.printer.success(&format!(
+        "Reset {reset} of the {} hosts of {name}.",
+        report.hosts.len()
+    ));
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn host(name: &str, roles: &[HostRole]) -> Host {
-        Host {
-            name: name.into(),
-            address: format!("{name}.lab"),
-            ip: None,
-            access_ip: None,
-            user: None,
-            port: None,
-            key_path: None,
-            bastion: None,
-            roles: roles.to_vec(),
-            labels: Default::default(),
-            taints: vec![],
-        }
-    }
-
-    fn hosts() -> Vec<Host> {
-        vec![
-            host("cp1", &[HostRole::ControlPlane]),
-            host("cp2", &[HostRole::ControlPlane]),
-            host("w1", &[HostRole::Node]),
-        ]
-    }
-
-    fn last_phases(p: &[PlannedHost]) -> Vec<(&str, &str, bool)> {
-        p.iter()
-            .map(|p| {
-                (
-                    p.host.as_str(),
-                    p.phases.last().map(String::as_str).unwrap_or(""),
-                    p.pending,
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn fresh_cluster_initialises_the_first_control_plane_and_joins_the_rest() {
-        let p = plan(
-            &hosts(),
-            &[Observed::New, Observed::New, Observed::UnknownKey],
-        );
-        assert_eq!(
-            last_phases(&p),
-            [
-                ("cp1", "init", true),
-                ("cp2", "join control plane", true),
-                ("w1", "join worker", true)
-            ]
-        );
-    }
-
-    #[test]
-    fn unreachable_first_control_plane_moves_init_to_the_next() {
-        let p = plan(
-            &hosts(),
-            &[
-                Observed::Unreachable("no route".into()),
-                Observed::New,
-                Observed::New,
-            ],
-        );
-        assert_eq!(p[1].phases.last().unwrap(), "init");
-        assert!(p[0].state.contains("no route"));
-    }
-
-    #[test]
-    fn converged_cluster_has_nothing_pending_and_a_new_host_joins() {
-        let p = plan(
-            &hosts(),
-            &[
-                Observed::Member {
-                    initialised: true,
-                    drift: vec![],
-                },
-                Observed::Member {
-                    initialised: false,
-                    drift: vec![],
-                },
-                Observed::Member {
-                    initialised: false,
-                    drift: vec![],
-                },
-            ],
-        );
-        assert!(p.iter().all(|p| !p.pending));
-        assert!(
-            p.iter()
-                .all(|p| p.phases.last().unwrap() == "settle (re-check)")
-        );
-
-        let mut more = hosts();
-        more.push(host("w2", &[HostRole::Node]));
-        let p = plan(
-            &more,
-            &[
-                Observed::Member {
-                    initialised: true,
-                    drift: vec![],
-                },
-                Observed::Member {
-                    initialised: false,
-                    drift: vec![],
-                },
-                Observed::Member {
-                    initialised: false,
-                    drift: vec![],
-                },
-                Observed::New,
-            ],
-        );
-        assert_eq!(last_phases(&p)[3], ("w2", "join worker", true));
-        assert!(p[..3].iter().all(|p| !p.pending));
-    }
-
-    #[test]
-    fn a_member_with_drifted_files_is_pending_and_says_which() {
-        let drift = vec!["containerd: configure: /etc/containerd/config.toml".to_string()];
-        let p = plan(
-            &hosts(),
-            &[
-                Observed::Member {
-                    initialised: true,
-                    drift: vec![],
-                },
-                Observed::Member {
-                    initialised: false,
-                    drift: vec![],
-                },
-                Observed::Member {
-                    initialised: false,
-                    drift: drift.clone(),
-                },
-            ],
-        );
-        assert_eq!(
-            last_phases(&p),
-            [
-                ("cp1", "settle (re-check)", false),
-                ("cp2", "settle (re-check)", false),
-                ("w1", "settle (re-check)", true)
-            ]
-        );
-        assert_eq!(p[2].drift, drift);
-        assert_eq!(p[2].state, "member, 1 files differ");
-    }
 }

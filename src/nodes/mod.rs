@@ -98,3 +98,9 @@ impl TargetSource for Inventory {
         Ok(self.hosts.iter().cloned().map(Target::from_host).collect())
     }
 }
+
+pub mod owner;
+pub mod plan;
+
+pub use owner::Owner;
+pub use plan::{Action, NodePlan, Observation, PlannedNode};

@@ -21,7 +21,10 @@ use rand::RngCore;
 use super::assets::Arch;
 use super::pki;
 use super::render::{self, Endpoint, JoinSecrets, RenderError, Renderer};
-use crate::spec::{Cluster, EtcdType, Host, HostRole};
+use crate::nodes::Target;
+use crate::nodes::owner::{OWNER_FILE, Owner};
+use crate::nodes::plan::{self, Action, NodePlan, Observation};
+use crate::spec::{Cluster, EtcdType, HostRole};
 use crate::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
 /// kubeadm deletes uploaded certificates after 2 h; keep a margin for slow joins.
@@ -44,6 +47,8 @@ pub enum ProvisionError {
         render::ADMIN_CONF
     )]
     NotInitialised,
+    #[error("the node plan names no owner (a preview's plan cannot be executed)")]
+    NoOwner,
 }
 
 /// Why a host's phase failed, as the tracker keeps it.
@@ -80,6 +85,8 @@ pub enum HostResult {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
+    /// Ownership: the host's marker names this cluster (written before anything else).
+    Claim,
     Preflight,
     Install,
     Etcd,
@@ -93,6 +100,7 @@ pub enum Phase {
 impl Phase {
     pub fn as_str(self) -> &'static str {
         match self {
+            Phase::Claim => "ownership",
             Phase::Preflight => "preflight",
             Phase::Install => "install",
             Phase::Etcd => "etcd",
@@ -266,16 +274,16 @@ struct Tracker {
 }
 
 impl Tracker {
-    fn new(hosts: &[Host]) -> Self {
+    fn new(targets: &[Target]) -> Self {
         Tracker {
-            reports: hosts
+            reports: targets
                 .iter()
-                .map(|h| {
+                .map(|t| {
                     (
-                        h.name.clone(),
+                        t.name().to_string(),
                         HostReport {
-                            host: h.name.clone(),
-                            roles: h.roles.clone(),
+                            host: t.name().to_string(),
+                            roles: t.host.roles.clone(),
                             result: HostResult::Ok,
                             changed: 0,
                             unchanged: 0,
@@ -284,7 +292,7 @@ impl Tracker {
                     )
                 })
                 .collect(),
-            order: hosts.iter().map(|h| h.name.clone()).collect(),
+            order: targets.iter().map(|t| t.name().to_string()).collect(),
         }
     }
 
@@ -332,6 +340,17 @@ impl Tracker {
                 phase,
                 error,
                 unknown_host_key: false,
+            };
+        }
+    }
+
+    /// Never contacted: its key is not recorded.
+    fn fail_unknown_key(&mut self, host: &str, error: String) {
+        if let Some(r) = self.reports.get_mut(host) {
+            r.result = HostResult::Failed {
+                phase: Phase::Preflight,
+                error,
+                unknown_host_key: true,
             };
         }
     }
@@ -452,35 +471,87 @@ pub fn parse_join_command(text: &str) -> Option<(String, Option<String>)> {
     Some((token, hash))
 }
 
-/// Provisions (or converges) the cluster's hosts.
+/// Observes the targets, plans and executes the plan: `update --yes` in one call (see
+/// `nodes::plan` for the steps taken apart, as the CLI does).
 pub async fn provision(
     exec: &dyn HostExecutor,
     cluster: &Cluster,
-    hosts: &[Host],
+    targets: &[Target],
+    owner: &Owner,
     options: &Options,
 ) -> Result<Report, ProvisionError> {
-    let renderer = Renderer::new(cluster, hosts)?;
-    let mut t = Tracker::new(hosts);
+    let plan = plan::plan(exec, None, cluster, targets, Some(owner.clone())).await?;
+    execute(exec, cluster, targets, &plan, options).await
+}
 
-    // 1. Preflight.
-    let work = hosts
+/// Provisions (or converges) the targets as `plan` says: it decides nothing about who
+/// initialises or joins. Targets the plan refuses, or could not inspect, are reported failed
+/// and never contacted again; every other target is claimed (ownership marker) before anything
+/// else changes it.
+pub async fn execute(
+    exec: &dyn HostExecutor,
+    cluster: &Cluster,
+    targets: &[Target],
+    plan: &NodePlan,
+    options: &Options,
+) -> Result<Report, ProvisionError> {
+    let owner = plan.owner.as_ref().ok_or(ProvisionError::NoOwner)?;
+    let renderer = Renderer::new(cluster, targets)?;
+    let mut t = Tracker::new(targets);
+    let action = |target: &Target| plan.action(target.name());
+
+    // 0. What observation already ruled out.
+    for target in targets {
+        let name = target.name();
+        match plan.node(name).map(|n| &n.observed) {
+            None => t.fail(name, Phase::Preflight, format!("{name}: not in the node plan")),
+            Some(Observation::OwnedByOther { owner }) => t.fail(
+                name,
+                Phase::Claim,
+                format!(
+                    "{name}: refused: the host belongs to {} (marker {OWNER_FILE}); kprov never changes a host of another cluster",
+                    owner.describe()
+                ),
+            ),
+            Some(Observation::HostKeyNotRecorded) => t.fail_unknown_key(
+                name,
+                ExecError::UnknownHostKey {
+                    host: name.to_string(),
+                    fingerprints: crate::ssh::NOT_SCANNED.into(),
+                }
+                .to_string(),
+            ),
+            Some(Observation::Unreachable { reason }) => {
+                t.fail(name, Phase::Preflight, reason.clone())
+            }
+            Some(_) => {}
+        }
+    }
+
+    // 1. Ownership, then preflight.
+    let work = targets
         .iter()
-        .map(|h| Ok((h.name.clone(), renderer.preflight(h)?)))
+        .filter(|h| t.healthy(h.name()))
+        .map(|h| {
+            let mut steps = vec![renderer.claim(owner)];
+            steps.extend(renderer.preflight(h)?);
+            Ok((h.name().to_string(), steps))
+        })
         .collect::<Result<Vec<_>, RenderError>>()?;
     parallel(exec, options, &mut t, Phase::Preflight, work).await;
     let mut facts = Vec::new();
-    for h in hosts {
-        if !t.healthy(&h.name) {
+    for h in targets {
+        if !t.healthy(h.name()) {
             continue;
         }
-        match read_text(exec, &h.name, render::FACTS_FILE).await {
-            Ok(Some(text)) => facts.push((h.name.clone(), Facts::parse(&text))),
+        match read_text(exec, h.name(), render::FACTS_FILE).await {
+            Ok(Some(text)) => facts.push((h.name().to_string(), Facts::parse(&text))),
             Ok(None) => t.fail(
-                &h.name,
+                h.name(),
                 Phase::Preflight,
                 format!("preflight wrote no {}", render::FACTS_FILE),
             ),
-            Err(e) => t.fail(&h.name, Phase::Preflight, e.to_string()),
+            Err(e) => t.fail(h.name(), Phase::Preflight, e.to_string()),
         }
     }
     for (host, problems) in duplicate_facts(&facts) {
@@ -504,40 +575,45 @@ pub async fn provision(
     }
     parallel(exec, options, &mut t, Phase::Install, work).await;
 
-    // 3. The first control plane: an initialised one if any, else the first healthy one.
-    let mut initialised = Vec::new();
-    for cp in renderer.control_planes() {
-        if t.healthy(&cp.name)
-            && exec
-                .read_file(&cp.name, render::ADMIN_CONF)
-                .await?
-                .is_some()
-        {
-            initialised.push(cp.name.clone());
-        }
-    }
-    let first = match initialised.first() {
-        Some(name) => hosts.iter().find(|h| &h.name == name),
-        None => renderer.control_planes().find(|h| t.healthy(&h.name)),
-    };
+    // 3. The first control plane, as planned.
+    let first = plan
+        .first_control_plane
+        .as_deref()
+        .and_then(|name| targets.iter().find(|h| h.name() == name));
     let Some(first) = first.cloned() else {
-        for h in hosts {
+        for h in targets {
             t.skip(
-                &h.name,
+                h.name(),
                 "no control plane is available to initialise or join",
             );
         }
         return Ok(t.finish());
     };
+    let initialise = action(&first) == Some(Action::Init);
+    if !t.healthy(first.name()) {
+        let why = format!(
+            "the control plane planned to {} ({}) failed; re-run to plan again",
+            if initialise {
+                "initialise the cluster"
+            } else {
+                "join through"
+            },
+            first.name()
+        );
+        for h in targets {
+            t.skip(h.name(), &why);
+        }
+        return Ok(t.finish());
+    }
     // External etcd is converged on every run; a cluster that still needs `kubeadm init`
     // cannot start without it.
     let mut etcd_client = None;
     if renderer.etcd_type() == EtcdType::External {
         match external_etcd(exec, &renderer, &mut t, options).await {
             Ok(step) => etcd_client = Some(step),
-            Err(why) if initialised.is_empty() => {
-                for h in hosts {
-                    t.skip(&h.name, &why);
+            Err(why) if initialise => {
+                for h in targets {
+                    t.skip(h.name(), &why);
                 }
                 return Ok(t.finish());
             }
@@ -545,41 +621,41 @@ pub async fn provision(
         }
     }
     let mut certificate_key = None;
-    if initialised.is_empty() {
+    if initialise {
         let key = new_certificate_key();
         let mut steps: Vec<Step> = etcd_client.into_iter().collect();
         steps.push(renderer.certificate_key(&key, options.now));
         steps.extend(renderer.init(&first, &key)?);
         steps.extend(renderer.settle(&first)?);
-        let (took, r) = timed(exec, options, Phase::Init, &first.name, &steps).await;
-        if !t.record(&first.name, Phase::Init, took, r) {
-            for h in hosts {
-                t.skip(&h.name, &format!("kubeadm init failed on {}", first.name));
+        let (took, r) = timed(exec, options, Phase::Init, first.name(), &steps).await;
+        if !t.record(first.name(), Phase::Init, took, r) {
+            for h in targets {
+                t.skip(
+                    h.name(),
+                    &format!("kubeadm init failed on {}", first.name()),
+                );
             }
             return Ok(t.finish());
         }
         certificate_key = Some((options.now, key));
     } else {
         let steps = renderer.settle(&first)?;
-        let (took, r) = timed(exec, options, Phase::Settle, &first.name, &steps).await;
-        t.record(&first.name, Phase::Settle, took, r);
+        let (took, r) = timed(exec, options, Phase::Settle, first.name(), &steps).await;
+        t.record(first.name(), Phase::Settle, took, r);
     }
 
-    // 4. Who still has to join; members only re-check their settled state.
+    // 4. Members only re-check their settled state; the others join.
     let mut to_join = Vec::new();
     let mut settle = Vec::new();
-    for h in hosts {
-        if h.name == first.name || !t.healthy(&h.name) || !joins_cluster(h) {
+    for h in targets {
+        if h.name() == first.name() || !t.healthy(h.name()) {
             continue;
         }
-        if exec
-            .read_file(&h.name, render::KUBELET_CONF)
-            .await?
-            .is_some()
-        {
-            settle.push((h.name.clone(), renderer.settle(h)?));
-        } else {
-            to_join.push(h.clone());
+        match action(h) {
+            Some(Action::Settle) => settle.push((h.name().to_string(), renderer.settle(h)?)),
+            Some(Action::JoinControlPlane | Action::JoinWorker) => to_join.push(h.clone()),
+            // `Init` only ever names `first`; etcd hosts were handled above.
+            _ => {}
         }
     }
     parallel(exec, options, &mut t, Phase::Settle, settle).await;
@@ -598,9 +674,9 @@ pub async fn provision(
     {
         Ok(s) => s,
         Err(e) => {
-            let why = format!("cannot prepare joins on {}: {e}", first.name);
+            let why = format!("cannot prepare joins on {}: {e}", first.name());
             for h in &to_join {
-                t.fail(&h.name, Phase::JoinWorker, why.clone());
+                t.fail(h.name(), Phase::JoinWorker, why.clone());
             }
             return Ok(t.finish());
         }
@@ -611,16 +687,16 @@ pub async fn provision(
     for h in to_join.iter().filter(|h| is_control_plane(h)) {
         if let Some(failed) = &cp_failed {
             t.skip(
-                &h.name,
+                h.name(),
                 &format!("control plane {failed} failed to join before it"),
             );
             continue;
         }
         let mut steps = renderer.join(h, &first, &secrets)?;
         steps.extend(renderer.settle(h)?);
-        let (took, r) = timed(exec, options, Phase::JoinControlPlane, &h.name, &steps).await;
-        if !t.record(&h.name, Phase::JoinControlPlane, took, r) {
-            cp_failed = Some(h.name.clone());
+        let (took, r) = timed(exec, options, Phase::JoinControlPlane, h.name(), &steps).await;
+        if !t.record(h.name(), Phase::JoinControlPlane, took, r) {
+            cp_failed = Some(h.name().to_string());
         }
     }
 
@@ -631,7 +707,7 @@ pub async fn provision(
         .map(|h| {
             let mut steps = renderer.join(h, &first, &secrets)?;
             steps.extend(renderer.settle(h)?);
-            Ok((h.name.clone(), steps))
+            Ok((h.name().to_string(), steps))
         })
         .collect::<Result<Vec<_>, RenderError>>()?;
     parallel(exec, options, &mut t, Phase::JoinWorker, work).await;
@@ -647,14 +723,14 @@ async fn external_etcd(
     t: &mut Tracker,
     options: &Options,
 ) -> Result<Step, String> {
-    let members: Vec<Host> = renderer.etcd_hosts().cloned().collect();
-    if let Some(down) = members.iter().find(|h| !t.healthy(&h.name)) {
-        return Err(format!("etcd host {} is not available", down.name));
+    let members: Vec<Target> = renderer.etcd_hosts().cloned().collect();
+    if let Some(down) = members.iter().find(|h| !t.healthy(h.name())) {
+        return Err(format!("etcd host {} is not available", down.name()));
     }
     let kubelet = renderer.etcd_kubelet().map_err(|e| e.to_string())?;
     let work = members
         .iter()
-        .map(|h| (h.name.clone(), kubelet.clone()))
+        .map(|h| (h.name().to_string(), kubelet.clone()))
         .collect();
     parallel(exec, options, t, Phase::Etcd, work).await;
     let first = members.first().ok_or("no etcd host")?;
@@ -662,17 +738,17 @@ async fn external_etcd(
         exec,
         options,
         Phase::Etcd,
-        &first.name,
+        first.name(),
         &[renderer.etcd_ca()],
     )
     .await;
-    if !t.record(&first.name, Phase::Etcd, took, r) {
-        return Err(format!("the etcd CA could not be made on {}", first.name));
+    if !t.record(first.name(), Phase::Etcd, took, r) {
+        return Err(format!("the etcd CA could not be made on {}", first.name()));
     }
     let read = |path: &'static str| async move {
-        match exec.read_file(&first.name, path).await {
+        match exec.read_file(first.name(), path).await {
             Ok(Some(b)) => Ok(b),
-            Ok(None) => Err(format!("{}: {path} is missing", first.name)),
+            Ok(None) => Err(format!("{}: {path} is missing", first.name())),
             Err(e) => Err(e.to_string()),
         }
     };
@@ -682,41 +758,41 @@ async fn external_etcd(
     );
     let work = members
         .iter()
-        .map(|h| Ok((h.name.clone(), renderer.etcd_member(h, &ca_cert, &ca_key)?)))
+        .map(|h| {
+            Ok((
+                h.name().to_string(),
+                renderer.etcd_member(h, &ca_cert, &ca_key)?,
+            ))
+        })
         .collect::<Result<Vec<_>, RenderError>>()
         .map_err(|e| e.to_string())?;
     parallel(exec, options, t, Phase::Etcd, work).await;
-    if let Some(down) = members.iter().find(|h| !t.healthy(&h.name)) {
-        return Err(format!("etcd member {} failed", down.name));
+    if let Some(down) = members.iter().find(|h| !t.healthy(h.name())) {
+        return Err(format!("etcd member {} failed", down.name()));
     }
     let cert = read(render::ETCD_CLIENT_CERT).await?;
     let key = read(render::ETCD_CLIENT_KEY).await?;
     Ok(renderer.etcd_client(&ca_cert, &cert, &key))
 }
 
-fn is_control_plane(h: &Host) -> bool {
-    h.roles.contains(&HostRole::ControlPlane)
-}
-
-/// Dedicated etcd hosts are not Kubernetes nodes.
-fn joins_cluster(h: &Host) -> bool {
-    h.roles.contains(&HostRole::ControlPlane) || h.roles.contains(&HostRole::Node)
+fn is_control_plane(t: &Target) -> bool {
+    t.is_control_plane()
 }
 
 async fn join_secrets(
     exec: &dyn HostExecutor,
     renderer: &Renderer,
-    first: &Host,
+    first: &Target,
     fresh_key: Option<(i64, String)>,
     control_planes_join: bool,
     options: &Options,
 ) -> Result<JoinSecrets, ProvisionError> {
     let remote = |path: &str, message: String| ProvisionError::Remote {
-        host: first.name.clone(),
+        host: first.name().to_string(),
         path: path.to_string(),
         message,
     };
-    let ca = read_text(exec, &first.name, render::CA_CERT)
+    let ca = read_text(exec, first.name(), render::CA_CERT)
         .await?
         .ok_or_else(|| remote(render::CA_CERT, "missing".into()))?;
     let ca_cert_hash =
@@ -725,7 +801,7 @@ async fn join_secrets(
     let mut steps = vec![renderer.join_token()];
     let mut key = fresh_key.map(|(_, k)| k);
     if key.is_none() && control_planes_join {
-        let existing = read_text(exec, &first.name, render::CERTIFICATE_KEY_FILE).await?;
+        let existing = read_text(exec, first.name(), render::CERTIFICATE_KEY_FILE).await?;
         key = existing.as_deref().and_then(|text| {
             let (issued, k) = text.trim().split_once(' ')?;
             let issued: i64 = issued.parse().ok()?;
@@ -739,8 +815,8 @@ async fn join_secrets(
             key = Some(k);
         }
     }
-    exec.run_steps(&first.name, &steps).await?;
-    let command = read_text(exec, &first.name, render::JOIN_COMMAND_FILE)
+    exec.run_steps(first.name(), &steps).await?;
+    let command = read_text(exec, first.name(), render::JOIN_COMMAND_FILE)
         .await?
         .ok_or_else(|| remote(render::JOIN_COMMAND_FILE, "missing".into()))?;
     let (token, printed_hash) = parse_join_command(&command).ok_or_else(|| {
@@ -767,40 +843,81 @@ async fn join_secrets(
     })
 }
 
-/// Resets every host (`delete cluster`), in parallel.
+/// Whose marker a target carries, read without changing anything.
+async fn marker(exec: &dyn HostExecutor, target: &str) -> Result<Option<Owner>, ExecError> {
+    Ok(exec.read_file(target, OWNER_FILE).await?.map(|b| {
+        Owner::parse(&b).unwrap_or(Owner {
+            uid: String::new(),
+            cluster: "(unreadable marker)".into(),
+            store: "(unknown store)".into(),
+        })
+    }))
+}
+
+/// Resets the targets that carry `owner`'s marker (`delete cluster`), in parallel. The others
+/// are skipped, naming their owner; the reset script checks the marker again on the host, so
+/// a host claimed in between is not reset either.
 pub async fn reset(
     exec: &dyn HostExecutor,
     cluster: &Cluster,
-    hosts: &[Host],
+    targets: &[Target],
+    owner: &Owner,
     options: &Options,
 ) -> Result<Report, ProvisionError> {
-    let renderer = Renderer::new(cluster, hosts)?;
-    let mut t = Tracker::new(hosts);
-    let work = hosts
-        .iter()
-        .map(|h| Ok((h.name.clone(), renderer.reset(h)?)))
-        .collect::<Result<Vec<_>, RenderError>>()?;
+    let renderer = Renderer::new(cluster, targets)?;
+    let mut t = Tracker::new(targets);
+    let mut work = Vec::new();
+    for h in targets {
+        match marker(exec, h.name()).await {
+            Ok(Some(m)) if m.uid == owner.uid => {
+                work.push((h.name().to_string(), renderer.reset(h, owner)?))
+            }
+            Ok(Some(m)) => t.skip(
+                h.name(),
+                &format!("not reset: the host belongs to {}", m.describe()),
+            ),
+            Ok(None) => t.skip(
+                h.name(),
+                &format!(
+                    "not reset: it carries no ownership marker ({OWNER_FILE}) of this cluster"
+                ),
+            ),
+            Err(e @ ExecError::UnknownHostKey { .. }) => {
+                t.fail_unknown_key(h.name(), e.to_string())
+            }
+            Err(e) => t.fail(h.name(), Phase::Reset, e.to_string()),
+        }
+    }
     parallel(exec, options, &mut t, Phase::Reset, work).await;
     Ok(t.finish())
 }
 
-/// The cluster's admin kubeconfig, from the first control plane that has one. With the
-/// local-proxy endpoint (a name only the nodes resolve) the server is rewritten to that
-/// control plane's reachable address, which the API server certificate also covers.
+/// The cluster's admin kubeconfig, from the first control plane that has one and carries this
+/// cluster's ownership marker (a host of another cluster never hands over its credentials).
+/// With the local-proxy endpoint (a name only the nodes resolve) the server is rewritten to
+/// that control plane's reachable address, which the API server certificate also covers.
 pub async fn admin_kubeconfig(
     exec: &dyn HostExecutor,
     cluster: &Cluster,
-    hosts: &[Host],
+    targets: &[Target],
+    owner: &Owner,
 ) -> Result<String, ProvisionError> {
-    let renderer = Renderer::new(cluster, hosts)?;
+    let renderer = Renderer::new(cluster, targets)?;
     for cp in renderer.control_planes() {
-        let Some(text) = read_text(exec, &cp.name, render::ADMIN_CONF).await? else {
+        if !matches!(marker(exec, cp.name()).await, Ok(Some(m)) if m.uid == owner.uid) {
+            continue;
+        }
+        let Some(text) = read_text(exec, cp.name(), render::ADMIN_CONF).await? else {
             continue;
         };
         return Ok(match renderer.endpoint() {
             Endpoint::Fixed { .. } => text,
             Endpoint::LocalProxy { .. } => {
-                let reachable = cp.access_ip.clone().unwrap_or(render::node_ip(cp)?);
+                let reachable = cp
+                    .host
+                    .access_ip
+                    .clone()
+                    .unwrap_or(render::node_ip(&cp.host)?);
                 text.replace(
                     &format!("https://{}", renderer.endpoint().address()),
                     &format!("https://{reachable}:6443"),
@@ -819,6 +936,8 @@ pub(crate) mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::nodes::plan::decide;
+    use crate::spec::Host;
 
     pub(crate) const CA: &str = include_str!("testdata/ca.crt");
     const CA_HASH: &str = include_str!("testdata/ca.hash");
@@ -861,6 +980,18 @@ pub(crate) mod tests {
         out
     }
 
+    pub(crate) fn targets(hosts: &[Host]) -> Vec<Target> {
+        hosts.iter().cloned().map(Target::from_host).collect()
+    }
+
+    pub(crate) fn owner() -> Owner {
+        Owner {
+            uid: "0123456789abcdef".into(),
+            cluster: "demo.example.com".into(),
+            store: "file:///var/tmp/store".into(),
+        }
+    }
+
     #[derive(Debug, Clone)]
     struct Event {
         host: String,
@@ -898,6 +1029,22 @@ pub(crate) mod tests {
                 .insert((host.into(), path.into()), content.into());
         }
 
+        fn reachable(&self, host: &str) -> Result<(), ExecError> {
+            if self.unreachable.iter().any(|h| h == host) {
+                return Err(ExecError::Connect {
+                    host: host.into(),
+                    message: "No route to host".into(),
+                });
+            }
+            if self.unknown_key.iter().any(|h| h == host) {
+                return Err(ExecError::UnknownHostKey {
+                    host: host.into(),
+                    fingerprints: "SHA256:test".into(),
+                });
+            }
+            Ok(())
+        }
+
         fn events(&self) -> Vec<Event> {
             self.events.lock().unwrap().clone()
         }
@@ -918,18 +1065,7 @@ pub(crate) mod tests {
             host: &str,
             steps: &[Step],
         ) -> Result<Vec<StepOutcome>, ExecError> {
-            if self.unreachable.iter().any(|h| h == host) {
-                return Err(ExecError::Connect {
-                    host: host.into(),
-                    message: "No route to host".into(),
-                });
-            }
-            if self.unknown_key.iter().any(|h| h == host) {
-                return Err(ExecError::UnknownHostKey {
-                    host: host.into(),
-                    fingerprints: "SHA256:test".into(),
-                });
-            }
+            self.reachable(host)?;
             let mut out = Vec::new();
             for s in steps {
                 let start = self.tick();
@@ -968,6 +1104,27 @@ pub(crate) mod tests {
                     self.put(host, &f.path, f.content.clone());
                 }
                 match s.name.as_str() {
+                    "ownership: claim" => {
+                        let ours = s.run.contains(&owner().uid);
+                        let existing = self
+                            .files
+                            .lock()
+                            .unwrap()
+                            .get(&(host.to_string(), OWNER_FILE.to_string()))
+                            .cloned();
+                        match existing {
+                            Some(m) if !ours || !m.starts_with(format!("uid={}", owner().uid).as_bytes()) => {
+                                return Err(ExecError::Step {
+                                    host: host.into(),
+                                    step: s.name.clone(),
+                                    code: Some(1),
+                                    stderr: "this host belongs to another cluster".into(),
+                                });
+                            }
+                            Some(_) => {}
+                            None => self.put(host, OWNER_FILE, owner().marker()),
+                        }
+                    }
                     "preflight: checks" => {
                         let uuid = if self.duplicate_uuid { "same".to_string() } else { format!("uuid-{host}") };
                         self.put(host, render::FACTS_FILE, format!(
@@ -993,6 +1150,7 @@ pub(crate) mod tests {
         }
 
         async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+            self.reachable(host)?;
             Ok(self
                 .files
                 .lock()
@@ -1021,7 +1179,7 @@ pub(crate) mod tests {
     async fn ha_order_init_then_sequential_control_planes_then_parallel_workers() {
         let fake = Fake::default();
         let hosts = hosts(3, 3);
-        let report = provision(&fake, &cluster(""), &hosts, &opts())
+        let report = provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
             .await
             .unwrap();
         assert!(report.success(), "{report:#?}");
@@ -1088,11 +1246,11 @@ pub(crate) mod tests {
     async fn rerun_is_a_no_op() {
         let fake = Fake::default();
         let hosts = hosts(3, 2);
-        provision(&fake, &cluster(""), &hosts, &opts())
+        provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
             .await
             .unwrap();
         let before = fake.events().len();
-        let report = provision(&fake, &cluster(""), &hosts, &opts())
+        let report = provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
             .await
             .unwrap();
         assert!(report.success());
@@ -1118,7 +1276,9 @@ pub(crate) mod tests {
     async fn new_host_joins_on_rerun_and_expired_key_is_reuploaded() {
         let fake = Fake::default();
         let mut hs = hosts(1, 1);
-        provision(&fake, &cluster(""), &hs, &opts()).await.unwrap();
+        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
+            .await
+            .unwrap();
         // A new control plane arrives three hours later: the key from init has expired.
         hs.insert(
             1,
@@ -1133,7 +1293,9 @@ pub(crate) mod tests {
             progress: None,
         };
         let before = fake.events().len();
-        let report = provision(&fake, &cluster(""), &hs, &later).await.unwrap();
+        let report = provision(&fake, &cluster(""), &targets(&hs), &owner(), &later)
+            .await
+            .unwrap();
         assert!(report.success(), "{report:#?}");
         let rerun: Vec<(String, String)> = fake.events()[before..]
             .iter()
@@ -1169,7 +1331,9 @@ pub(crate) mod tests {
     async fn valid_key_is_reused_without_reupload() {
         let fake = Fake::default();
         let mut hs = hosts(1, 0);
-        provision(&fake, &cluster(""), &hs, &opts()).await.unwrap();
+        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
+            .await
+            .unwrap();
         hs.push(Host {
             name: "cp2".into(),
             address: "198.18.0.30".into(),
@@ -1180,7 +1344,9 @@ pub(crate) mod tests {
             now: opts().now + 3600,
             progress: None,
         };
-        provision(&fake, &cluster(""), &hs, &soon).await.unwrap();
+        provision(&fake, &cluster(""), &targets(&hs), &owner(), &soon)
+            .await
+            .unwrap();
         assert!(
             !fake.events()[before..]
                 .iter()
@@ -1197,9 +1363,15 @@ pub(crate) mod tests {
             unreachable: vec!["w3".into()],
             ..Default::default()
         };
-        let report = reset(&fake, &cluster(""), &hosts(1, 3), &opts())
-            .await
-            .unwrap();
+        let report = reset(
+            &fake,
+            &cluster(""),
+            &targets(&hosts(1, 3)),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         let unknown = |h: &str| {
             report.hosts.iter().find(|r| r.host == h).map(|r| {
                 matches!(
@@ -1227,9 +1399,15 @@ pub(crate) mod tests {
             unreachable: vec!["w3".into()],
             ..Default::default()
         };
-        let report = provision(&fake, &cluster(""), &hosts(1, 4), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &cluster(""),
+            &targets(&hosts(1, 4)),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         assert!(!report.success());
         let result = |h: &str| {
             report
@@ -1256,9 +1434,15 @@ pub(crate) mod tests {
             fail: vec![("cp2".into(), "kubeadm: join".into())],
             ..Default::default()
         };
-        let report = provision(&fake, &cluster(""), &hosts(3, 1), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &cluster(""),
+            &targets(&hosts(3, 1)),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         let result = |h: &str| {
             report
                 .hosts
@@ -1282,9 +1466,15 @@ pub(crate) mod tests {
             fail: vec![("cp1".into(), "kubeadm: init".into())],
             ..Default::default()
         };
-        let report = provision(&fake, &cluster(""), &hosts(1, 2), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &cluster(""),
+            &targets(&hosts(1, 2)),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         assert!(matches!(
             report.hosts[0].result,
             HostResult::Failed {
@@ -1302,9 +1492,15 @@ pub(crate) mod tests {
             duplicate_uuid: true,
             ..Default::default()
         };
-        let report = provision(&fake, &cluster(""), &hosts(1, 1), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &cluster(""),
+            &targets(&hosts(1, 1)),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         for r in &report.hosts {
             assert!(
                 matches!(&r.result, HostResult::Failed { phase: Phase::Preflight, error, .. } if error.contains("product_uuid same is also used by")),
@@ -1319,11 +1515,15 @@ pub(crate) mod tests {
         let fake = Fake::default();
         let hs = hosts(1, 1);
         assert!(matches!(
-            admin_kubeconfig(&fake, &cluster(""), &hs).await,
+            admin_kubeconfig(&fake, &cluster(""), &targets(&hs), &owner()).await,
             Err(ProvisionError::NotInitialised)
         ));
-        provision(&fake, &cluster(""), &hs, &opts()).await.unwrap();
-        let kc = admin_kubeconfig(&fake, &cluster(""), &hs).await.unwrap();
+        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
+            .await
+            .unwrap();
+        let kc = admin_kubeconfig(&fake, &cluster(""), &targets(&hs), &owner())
+            .await
+            .unwrap();
         assert!(kc.contains("server: https://198.18.0.11:6443"), "{kc}");
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
@@ -1333,7 +1533,7 @@ pub(crate) mod tests {
             })),
             ..opts()
         };
-        let report = reset(&fake, &cluster(""), &hs, &with_progress)
+        let report = reset(&fake, &cluster(""), &targets(&hs), &owner(), &with_progress)
             .await
             .unwrap();
         let events = events.lock().unwrap().clone();
@@ -1351,6 +1551,106 @@ pub(crate) mod tests {
         }));
         assert!(report.success());
         assert_eq!(fake.steps_on("w1").last().unwrap(), "kubeadm: reset");
+    }
+
+    /// Refused hosts (another cluster's marker) get no step at all; every other host is
+    /// claimed before its first other step.
+    #[tokio::test]
+    async fn hosts_of_another_cluster_are_refused_and_claim_comes_first() {
+        let fake = Fake::default();
+        fake.put(
+            "w1",
+            OWNER_FILE,
+            "uid=ffff\ncluster=first.example.com\nstore=file:///var/tmp/first\n",
+        );
+        let report = provision(
+            &fake,
+            &cluster(""),
+            &targets(&hosts(1, 2)),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
+        let w1 = report.hosts.iter().find(|h| h.host == "w1").unwrap();
+        assert!(
+            matches!(&w1.result, HostResult::Failed { phase: Phase::Claim, error, .. }
+                if error.contains("first.example.com") && error.contains("file:///var/tmp/first")),
+            "{w1:?}"
+        );
+        assert!(fake.steps_on("w1").is_empty(), "{:?}", fake.steps_on("w1"));
+        for h in ["cp1", "w2"] {
+            assert_eq!(fake.steps_on(h)[0], "ownership: claim");
+            let marker =
+                fake.files.lock().unwrap()[&(h.to_string(), OWNER_FILE.to_string())].clone();
+            assert_eq!(Owner::parse(&marker), Some(owner()));
+        }
+        assert!(fake.steps_on("w2").contains(&"kubeadm: join".to_string()));
+    }
+
+    /// The orchestrator initialises where the plan says, not where it would have chosen.
+    #[tokio::test]
+    async fn execution_follows_the_plan() {
+        let fake = Fake::default();
+        let ts = targets(&hosts(2, 1));
+        let plan = decide(
+            "demo.example.com",
+            &ts,
+            &[Observation::New, Observation::New, Observation::New],
+            Some(owner()),
+        );
+        // Re-planned by hand: cp2 initialises, cp1 joins through it.
+        let mut plan = plan;
+        plan.first_control_plane = Some("cp2".into());
+        plan.nodes[0].action = Action::JoinControlPlane;
+        plan.nodes[1].action = Action::Init;
+        let report = execute(&fake, &cluster(""), &ts, &plan, &opts())
+            .await
+            .unwrap();
+        assert!(report.success(), "{report:#?}");
+        assert!(fake.steps_on("cp2").contains(&"kubeadm: init".to_string()));
+        assert!(!fake.steps_on("cp1").contains(&"kubeadm: init".to_string()));
+        assert!(fake.steps_on("cp1").contains(&"kubeadm: join".to_string()));
+        // A preview's plan (no owner) is never executed.
+        plan.owner = None;
+        assert!(matches!(
+            execute(&fake, &cluster(""), &ts, &plan, &opts()).await,
+            Err(ProvisionError::NoOwner)
+        ));
+    }
+
+    /// A second cluster listing the first one's hosts gets neither their credentials nor a
+    /// reset.
+    #[tokio::test]
+    async fn another_cluster_gets_no_credentials_and_resets_nothing() {
+        let fake = Fake::default();
+        let hs = hosts(1, 1);
+        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
+            .await
+            .unwrap();
+        let second = Owner {
+            uid: "9999".into(),
+            cluster: "second.example.com".into(),
+            store: "file:///var/tmp/second".into(),
+        };
+        assert!(matches!(
+            admin_kubeconfig(&fake, &cluster(""), &targets(&hs), &second).await,
+            Err(ProvisionError::NotInitialised)
+        ));
+        let report = reset(&fake, &cluster(""), &targets(&hs), &second, &opts())
+            .await
+            .unwrap();
+        for h in &report.hosts {
+            assert!(
+                matches!(&h.result, HostResult::Skipped { reason } if reason.contains("demo.example.com")),
+                "{h:?}"
+            );
+        }
+        assert!(!fake.events().iter().any(|e| e.step == "kubeadm: reset"));
+        let plan = plan::plan(&fake, None, &cluster(""), &targets(&hs), Some(second))
+            .await
+            .unwrap();
+        assert!(plan.nodes.iter().all(|n| n.action == Action::Refused));
     }
 
     #[test]

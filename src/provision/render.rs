@@ -22,6 +22,8 @@ use tera::Tera;
 
 use super::assets::{self, Arch, Asset, Component, Install, Source};
 use crate::inventory::parse_taint;
+use crate::nodes::Target;
+use crate::nodes::owner::{OWNER_FILE, Owner};
 use crate::spec::{Cluster, EtcdType, Host, HostRole};
 use crate::ssh::task::{RemoteFile, Step};
 
@@ -183,7 +185,7 @@ pub struct Renderer {
     service_cidr: String,
     etcd: EtcdType,
     cloud_external: bool,
-    hosts: Vec<Host>,
+    targets: Vec<Target>,
     assets: Vec<Asset>,
 }
 
@@ -221,7 +223,8 @@ fn file(path: &str, content: impl Into<Bytes>, mode: u32) -> RemoteFile {
 }
 
 impl Renderer {
-    pub fn new(cluster: &Cluster, hosts: &[Host]) -> Result<Self, RenderError> {
+    pub fn new(cluster: &Cluster, targets: &[Target]) -> Result<Self, RenderError> {
+        let hosts: Vec<&Host> = targets.iter().map(|t| &t.host).collect();
         let mut tera = Tera::default();
         tera.add_raw_templates(TEMPLATES.to_vec())
             .map_err(|e| RenderError::Template {
@@ -254,7 +257,7 @@ impl Renderer {
         {
             return Err(RenderError::NoControlPlane);
         }
-        for h in hosts {
+        for h in hosts.iter().copied() {
             node_ip(h)?;
             if etcd == EtcdType::External
                 && h.roles.contains(&HostRole::Etcd)
@@ -304,7 +307,7 @@ impl Renderer {
                 .ok_or(RenderError::Missing("spec.networking.serviceCIDR"))?,
             etcd,
             cloud_external: cluster.external_cloud_provider().is_some(),
-            hosts: hosts.to_vec(),
+            targets: targets.to_vec(),
         })
     }
 
@@ -312,10 +315,8 @@ impl Renderer {
         &self.endpoint
     }
 
-    pub fn control_planes(&self) -> impl Iterator<Item = &Host> {
-        self.hosts
-            .iter()
-            .filter(|h| h.roles.contains(&HostRole::ControlPlane))
+    pub fn control_planes(&self) -> impl Iterator<Item = &Target> {
+        self.targets.iter().filter(|t| t.is_control_plane())
     }
 
     fn render(&self, name: &str, ctx: Value) -> Result<String, RenderError> {
@@ -333,7 +334,8 @@ impl Renderer {
 
     /// Host settings (modules, sysctls, swap) and the preflight checks, which also record the
     /// facts `orchestrate` compares across hosts.
-    pub fn preflight(&self, host: &Host) -> Result<Vec<Step>, RenderError> {
+    pub fn preflight(&self, target: &Target) -> Result<Vec<Step>, RenderError> {
+        let host = &target.host;
         let mut ports: Vec<u16> = vec![10250];
         if host.roles.contains(&HostRole::ControlPlane) {
             ports.extend([6443, 10257, 10259]);
@@ -537,8 +539,13 @@ impl Renderer {
         })
     }
 
-    fn registration(&self, host: &Host) -> Result<Value, RenderError> {
+    fn registration(&self, target: &Target) -> Result<Value, RenderError> {
+        let host = &target.host;
         let mut args = vec![json!({ "name": "node-ip", "value": node_ip(host)? })];
+        if let Some(instance) = &target.instance {
+            // The cloud-controller-manager matches the Node to its instance by this ID.
+            args.push(json!({ "name": "provider-id", "value": instance.provider_id }));
+        }
         if self.cloud_external {
             // The cloud-controller-manager initialises the node; the kubelet must not.
             args.push(json!({ "name": "cloud-provider", "value": "external" }));
@@ -566,15 +573,18 @@ impl Renderer {
             taints.push(json!({ "key": t.key, "value": t.value, "effect": t.effect }));
         }
         Ok(json!({
-            "node": { "name": host.name, "ip": node_ip(host)? },
+            "node": { "name": target.node_name, "ip": node_ip(host)? },
             "kubelet_args": args,
             "taints": taints,
             "control_plane": control_plane,
         }))
     }
 
-    fn kubeadm_common(&self, host: &Host) -> Result<serde_json::Map<String, Value>, RenderError> {
-        let Value::Object(mut ctx) = self.registration(host)? else {
+    fn kubeadm_common(
+        &self,
+        target: &Target,
+    ) -> Result<serde_json::Map<String, Value>, RenderError> {
+        let Value::Object(mut ctx) = self.registration(target)? else {
             unreachable!("registration renders an object")
         };
         ctx.insert("cluster_name".into(), json!(self.cluster_name));
@@ -583,19 +593,23 @@ impl Renderer {
     }
 
     /// The kubeadm configuration for `kubeadm init` on `host`.
-    pub fn init_config(&self, host: &Host, certificate_key: &str) -> Result<String, RenderError> {
-        let mut ctx = self.kubeadm_common(host)?;
+    pub fn init_config(
+        &self,
+        target: &Target,
+        certificate_key: &str,
+    ) -> Result<String, RenderError> {
+        let mut ctx = self.kubeadm_common(target)?;
         let mut sans = vec![self.endpoint.host().to_string()];
         for cp in self.control_planes() {
-            sans.push(cp.name.clone());
-            sans.push(node_ip(cp)?);
+            sans.push(cp.node_name.clone());
+            sans.push(node_ip(&cp.host)?);
         }
         sans.dedup();
         let etcd_endpoints: Vec<String> = self
-            .hosts
+            .targets
             .iter()
-            .filter(|h| h.roles.contains(&HostRole::Etcd))
-            .map(|h| node_ip(h).map(|ip| format!("https://{ip}:2379")))
+            .filter(|t| t.has_role(HostRole::Etcd))
+            .map(|t| node_ip(&t.host).map(|ip| format!("https://{ip}:2379")))
             .collect::<Result<_, _>>()?;
         ctx.insert("certificate_key".into(), json!(certificate_key));
         ctx.insert("kubernetes_version".into(), json!(self.kubernetes_version));
@@ -611,8 +625,12 @@ impl Renderer {
     }
 
     /// The kubeadm configuration for `kubeadm join` on `host`.
-    pub fn join_config(&self, host: &Host, secrets: &JoinSecrets) -> Result<String, RenderError> {
-        let mut ctx = self.kubeadm_common(host)?;
+    pub fn join_config(
+        &self,
+        target: &Target,
+        secrets: &JoinSecrets,
+    ) -> Result<String, RenderError> {
+        let mut ctx = self.kubeadm_common(target)?;
         ctx.insert("discovery_endpoint".into(), json!(self.endpoint.address()));
         ctx.insert("token".into(), json!(secrets.token));
         ctx.insert("ca_cert_hash".into(), json!(secrets.ca_cert_hash));
@@ -640,12 +658,15 @@ impl Renderer {
     }
 
     /// `kubeadm init` on the first control plane.
-    pub fn init(&self, host: &Host, certificate_key: &str) -> Result<Vec<Step>, RenderError> {
-        let mut steps: Vec<Step> = self.endpoint_entry(&node_ip(host)?).into_iter().collect();
+    pub fn init(&self, target: &Target, certificate_key: &str) -> Result<Vec<Step>, RenderError> {
+        let mut steps: Vec<Step> = self
+            .endpoint_entry(&node_ip(&target.host)?)
+            .into_iter()
+            .collect();
         let config = format!("{KPROV_DIR}/kubeadm-init.yaml");
         steps.push(Step {
             name: "kubeadm: init".into(),
-            files: vec![file(&config, self.init_config(host, certificate_key)?, 0o600)],
+            files: vec![file(&config, self.init_config(target, certificate_key)?, 0o600)],
             check: Some(format!("test -f {ADMIN_CONF}")),
             run: format!(
                 "set -e\n[ -f {ADMIN_CONF} ] && exit 0\nkubeadm init --config {config} --upload-certs\n"
@@ -671,15 +692,18 @@ impl Renderer {
     /// `kubeadm join` on `host`, through the first control plane `via`.
     pub fn join(
         &self,
-        host: &Host,
-        via: &Host,
+        target: &Target,
+        via: &Target,
         secrets: &JoinSecrets,
     ) -> Result<Vec<Step>, RenderError> {
-        let mut steps: Vec<Step> = self.endpoint_entry(&node_ip(via)?).into_iter().collect();
+        let mut steps: Vec<Step> = self
+            .endpoint_entry(&node_ip(&via.host)?)
+            .into_iter()
+            .collect();
         let config = format!("{KPROV_DIR}/kubeadm-join.yaml");
         steps.push(Step {
             name: "kubeadm: join".into(),
-            files: vec![file(&config, self.join_config(host, secrets)?, 0o600)],
+            files: vec![file(&config, self.join_config(target, secrets)?, 0o600)],
             check: Some(format!("test -f {KUBELET_CONF}")),
             run: format!(
                 "set -e\n[ -f {KUBELET_CONF} ] && exit 0\nkubeadm join --config {config}\n"
@@ -691,16 +715,19 @@ impl Renderer {
 
     /// What a member runs once it is in the cluster: control planes use their own API server,
     /// workers the local proxy over every control plane.
-    pub fn settle(&self, host: &Host) -> Result<Vec<Step>, RenderError> {
+    pub fn settle(&self, target: &Target) -> Result<Vec<Step>, RenderError> {
         if !matches!(self.endpoint, Endpoint::LocalProxy { .. }) {
             return Ok(vec![]);
         }
-        if host.roles.contains(&HostRole::ControlPlane) {
-            return Ok(self.endpoint_entry(&node_ip(host)?).into_iter().collect());
+        if target.is_control_plane() {
+            return Ok(self
+                .endpoint_entry(&node_ip(&target.host)?)
+                .into_iter()
+                .collect());
         }
         let control_planes: Vec<Value> = self
             .control_planes()
-            .map(|cp| Ok(json!({ "name": cp.name, "ip": node_ip(cp)? })))
+            .map(|cp| Ok(json!({ "name": cp.name(), "ip": node_ip(&cp.host)? })))
             .collect::<Result<_, RenderError>>()?;
         let cfg = self.render(
             "node/haproxy.cfg.tera",
@@ -735,11 +762,11 @@ impl Renderer {
     }
 
     /// Dedicated etcd hosts (external etcd only).
-    pub fn etcd_hosts(&self) -> impl Iterator<Item = &Host> {
+    pub fn etcd_hosts(&self) -> impl Iterator<Item = &Target> {
         let external = self.etcd == EtcdType::External;
-        self.hosts
+        self.targets
             .iter()
-            .filter(move |h| external && h.roles.contains(&HostRole::Etcd))
+            .filter(move |t| external && t.has_role(HostRole::Etcd))
     }
 
     /// The kubelet of a dedicated etcd host, standalone: it only runs etcd's static pod.
@@ -779,20 +806,26 @@ impl Renderer {
     /// Certificates and static pod of one external etcd member, under the shared CA.
     pub fn etcd_member(
         &self,
-        host: &Host,
+        target: &Target,
         ca_cert: &Bytes,
         ca_key: &Bytes,
     ) -> Result<Vec<Step>, RenderError> {
         let members: Vec<String> = self
             .etcd_hosts()
-            .map(|h| Ok(format!("{}=https://{}:2380", h.name, node_ip(h)?)))
+            .map(|t| {
+                Ok(format!(
+                    "{}=https://{}:2380",
+                    t.node_name,
+                    node_ip(&t.host)?
+                ))
+            })
             .collect::<Result<_, RenderError>>()?;
-        let ip = node_ip(host)?;
+        let ip = node_ip(&target.host)?;
         let config = format!("{KPROV_DIR}/kubeadm-etcd.yaml");
         let text = self.render(
             "node/kubeadm-etcd.yaml.tera",
             json!({
-                "node": { "name": host.name, "ip": ip },
+                "node": { "name": target.node_name, "ip": ip },
                 "cluster_name": self.cluster_name,
                 "kubernetes_version": self.kubernetes_version,
                 "initial_cluster": members.join(","),
@@ -850,8 +883,35 @@ impl Renderer {
         }
     }
 
-    /// Removes Kubernetes from a host (`delete cluster`).
-    pub fn reset(&self, host: &Host) -> Result<Vec<Step>, RenderError> {
+    /// Claims the host for `owner` before anything else changes it: the marker is created
+    /// with `ln` (atomic, fails if it exists), so of two clusters racing for a host one wins
+    /// and the other's step fails naming the winner. Re-claiming an own host changes nothing.
+    pub fn claim(&self, owner: &Owner) -> Step {
+        let uid = sh_quote(&owner.uid);
+        let refuse = format!(
+            "echo \"this host belongs to another cluster: $(tr '\\n' ' ' < {OWNER_FILE} | head -c 512)\" >&2; exit 1"
+        );
+        Step {
+            name: "ownership: claim".into(),
+            files: vec![],
+            check: Some(format!(
+                "[ \"$(sed -n 's/^uid=//p' {OWNER_FILE} 2>/dev/null)\" = {uid} ]"
+            )),
+            run: format!(
+                "set -e\nif [ -e {OWNER_FILE} ]; then\n  [ \"$(sed -n 's/^uid=//p' {OWNER_FILE})\" = {uid} ] && exit 0\n  {refuse}\nfi\n\
+                 mkdir -p \"$(dirname {OWNER_FILE})\"\nnew={OWNER_FILE}.kprov-new.$$\nprintf '%s' {marker} > \"$new\"\n\
+                 if ! ln \"$new\" {OWNER_FILE} 2>/dev/null; then\n  rm -f \"$new\"\n  [ \"$(sed -n 's/^uid=//p' {OWNER_FILE})\" = {uid} ] && exit 0\n  {refuse}\nfi\n\
+                 rm -f \"$new\"\n",
+                marker = sh_quote(&owner.marker()),
+            ),
+            timeout: SHORT,
+        }
+    }
+
+    /// Removes Kubernetes from a host (`delete cluster`), only if its marker names `owner`
+    /// (checked on the host, right before the reset).
+    pub fn reset(&self, target: &Target, owner: &Owner) -> Result<Vec<Step>, RenderError> {
+        let host = &target.host;
         Ok(vec![Step {
             name: "kubeadm: reset".into(),
             files: vec![],
@@ -861,7 +921,7 @@ impl Renderer {
             ),
             run: self.render(
                 "node/reset.sh.tera",
-                json!({ "node": { "name": host.name } }),
+                json!({ "node": { "name": host.name }, "owner_uid": owner.uid, "owner_file": OWNER_FILE }),
             )?,
             timeout: LONG,
         }])
@@ -924,7 +984,7 @@ pub fn describe(steps: &[Step]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::orchestrate::tests::{cluster, hosts};
+    use crate::provision::orchestrate::tests::{cluster, hosts, owner, targets};
     use serde_json::Value;
 
     fn secrets() -> JoinSecrets {
@@ -946,17 +1006,55 @@ mod tests {
     #[test]
     fn golden_first_control_plane() {
         let hs = hosts(3, 2);
-        let r = Renderer::new(&cluster(""), &hs).unwrap();
-        let mut steps = r.preflight(&hs[0]).unwrap();
-        steps.extend(r.init(&hs[0], &"k".repeat(64)).unwrap());
-        steps.extend(r.settle(&hs[0]).unwrap());
+        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let mut steps = r.preflight(&targets(&hs)[0]).unwrap();
+        steps.extend(r.init(&targets(&hs)[0], &"k".repeat(64)).unwrap());
+        steps.extend(r.settle(&targets(&hs)[0]).unwrap());
         insta::assert_snapshot!("first_control_plane", describe(&steps));
+    }
+
+    /// A cloud instance registers under its private DNS name with its provider ID; a metal
+    /// host under its own name without one.
+    #[test]
+    fn golden_cloud_instance_registration() {
+        let hs = hosts(1, 1);
+        let mut ts = targets(&hs);
+        ts[1].node_name = "ip-10-0-1-23.ec2.internal".into();
+        ts[1].group = Some("nodes-us-east-1a".into());
+        ts[1].instance = Some(crate::nodes::CloudInstance {
+            id: "i-0123456789abcdef0".into(),
+            zone: "us-east-1a".into(),
+            private_ip: "198.18.0.12".into(),
+            public_ip: None,
+            private_dns: "ip-10-0-1-23.ec2.internal".into(),
+            provider_id: "aws:///us-east-1a/i-0123456789abcdef0".into(),
+            launch_template_version: None,
+        });
+        let r = Renderer::new(&cluster(AWS_CCM), &ts).unwrap();
+        let join = r.join_config(&ts[1], &secrets()).unwrap();
+        insta::assert_snapshot!("join_cloud_instance", join);
+        let reg = &docs(&join)[0]["nodeRegistration"];
+        assert_eq!(reg["name"], "ip-10-0-1-23.ec2.internal");
+        let args = reg["kubeletExtraArgs"].as_array().unwrap();
+        assert!(
+            args.iter().any(|a| a["name"] == "provider-id"
+                && a["value"] == "aws:///us-east-1a/i-0123456789abcdef0")
+        );
+        let metal = docs(&r.join_config(&ts[0], &secrets()).unwrap());
+        assert_eq!(metal[0]["nodeRegistration"]["name"], "cp1");
+        assert!(
+            !metal[0]["nodeRegistration"]["kubeletExtraArgs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["name"] == "provider-id")
+        );
     }
 
     #[test]
     fn golden_install_amd64() {
         let hs = hosts(1, 0);
-        let r = Renderer::new(&cluster(""), &hs).unwrap();
+        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
         insta::assert_snapshot!("install_amd64", describe(&r.install(Arch::Amd64).unwrap()));
     }
 
@@ -965,14 +1063,21 @@ mod tests {
         let mut hs = hosts(3, 2);
         hs[4].labels.insert("disk".into(), "ssd".into());
         hs[4].taints.push("dedicated=batch:NoSchedule".into());
-        let r = Renderer::new(&cluster(""), &hs).unwrap();
-        let mut cp = r.join(&hs[1], &hs[0], &secrets()).unwrap();
-        cp.extend(r.settle(&hs[1]).unwrap());
+        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let mut cp = r
+            .join(&targets(&hs)[1], &targets(&hs)[0], &secrets())
+            .unwrap();
+        cp.extend(r.settle(&targets(&hs)[1]).unwrap());
         insta::assert_snapshot!("join_control_plane", describe(&cp));
-        let mut w = r.join(&hs[4], &hs[0], &secrets()).unwrap();
-        w.extend(r.settle(&hs[4]).unwrap());
+        let mut w = r
+            .join(&targets(&hs)[4], &targets(&hs)[0], &secrets())
+            .unwrap();
+        w.extend(r.settle(&targets(&hs)[4]).unwrap());
         insta::assert_snapshot!("join_worker", describe(&w));
-        insta::assert_snapshot!("reset", describe(&r.reset(&hs[4]).unwrap()));
+        insta::assert_snapshot!(
+            "reset",
+            describe(&r.reset(&targets(&hs)[4], &owner()).unwrap())
+        );
     }
 
     #[test]
@@ -992,8 +1097,8 @@ mod tests {
         c.spec.etcd = Some(crate::spec::Etcd {
             kind: EtcdType::External,
         });
-        let r = Renderer::new(&c, &hs).unwrap();
-        let init = r.init_config(&hs[0], &"k".repeat(64)).unwrap();
+        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let init = r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap();
         insta::assert_snapshot!("init_config_external", init);
         let d = docs(&init);
         assert_eq!(d[1]["controlPlaneEndpoint"], "k8s-api.example.com:8443");
@@ -1009,20 +1114,20 @@ mod tests {
         let key = Bytes::from_static(b"CA KEY\n");
         let mut etcd = r.etcd_kubelet().unwrap();
         etcd.push(r.etcd_ca());
-        etcd.extend(r.etcd_member(&hs[3], &ca, &key).unwrap());
+        etcd.extend(r.etcd_member(&targets(&hs)[3], &ca, &key).unwrap());
         insta::assert_snapshot!("external_etcd_member", describe(&etcd));
         assert!(
-            matches!(Renderer::new(&cluster(""), &hs), Err(RenderError::Host { ref host, .. }) if host == "etcd1")
+            matches!(Renderer::new(&cluster(""), &targets(&hs)), Err(RenderError::Host { ref host, .. }) if host == "etcd1")
         );
         let mut both = hs.clone();
         both[0].roles.push(HostRole::Etcd);
         assert!(matches!(
-            Renderer::new(&c, &both),
+            Renderer::new(&c, &targets(&both)),
             Err(RenderError::Host { .. })
         ));
         // No /etc/hosts games and no local proxy with a real load balancer in front.
         assert!(r.endpoint_entry("1.2.3.4").is_none());
-        assert!(r.settle(&hs[1]).unwrap().is_empty());
+        assert!(r.settle(&targets(&hs)[1]).unwrap().is_empty());
     }
 
     #[test]
@@ -1033,9 +1138,9 @@ mod tests {
             (AWS_CCM, true),
             ("  cloudControllerManager:\n    provider: none\n", false),
         ] {
-            let r = Renderer::new(&cluster(extra), &hs).unwrap();
-            let init = docs(&r.init_config(&hs[0], &"k".repeat(64)).unwrap());
-            let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+            let r = Renderer::new(&cluster(extra), &targets(&hs)).unwrap();
+            let init = docs(&r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap());
+            let join = docs(&r.join_config(&targets(&hs)[1], &secrets()).unwrap());
             for args in [
                 &init[0]["nodeRegistration"]["kubeletExtraArgs"],
                 &join[0]["nodeRegistration"]["kubeletExtraArgs"],
@@ -1051,7 +1156,7 @@ mod tests {
             let cc = &init[1];
             assert!(cc["apiServer"].get("extraArgs").is_none());
             assert!(cc.get("controllerManager").is_none());
-            let text = r.init_config(&hs[0], "k").unwrap();
+            let text = r.init_config(&targets(&hs)[0], "k").unwrap();
             assert_eq!(
                 text.matches("cloud-provider").count(),
                 usize::from(external)
@@ -1062,8 +1167,8 @@ mod tests {
     #[test]
     fn kubeadm_documents_are_v1beta4_and_pin_the_ca() {
         let hs = hosts(3, 1);
-        let r = Renderer::new(&cluster(""), &hs).unwrap();
-        let init = docs(&r.init_config(&hs[0], &"k".repeat(64)).unwrap());
+        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let init = docs(&r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap());
         assert_eq!(init[0]["apiVersion"], "kubeadm.k8s.io/v1beta4");
         assert_eq!(init[0]["kind"], "InitConfiguration");
         assert_eq!(init[1]["kind"], "ClusterConfiguration");
@@ -1076,7 +1181,7 @@ mod tests {
         assert_eq!(init[1]["kubernetesVersion"], "v1.35.1");
         assert_eq!(init[2]["kind"], "KubeletConfiguration");
         assert_eq!(init[2]["cgroupDriver"], "systemd");
-        let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+        let join = docs(&r.join_config(&targets(&hs)[1], &secrets()).unwrap());
         let bt = &join[0]["discovery"]["bootstrapToken"];
         assert_eq!(
             bt["caCertHashes"][0],
@@ -1084,7 +1189,7 @@ mod tests {
         );
         assert!(bt.get("unsafeSkipCAVerification").is_none());
         assert_eq!(join[0]["controlPlane"]["certificateKey"], "c".repeat(64));
-        let worker = docs(&r.join_config(&hs[3], &secrets()).unwrap());
+        let worker = docs(&r.join_config(&targets(&hs)[3], &secrets()).unwrap());
         assert!(worker[0].get("controlPlane").is_none());
         assert!(worker[0]["nodeRegistration"].get("taints").is_none());
     }
@@ -1093,8 +1198,8 @@ mod tests {
     fn hostile_values_are_quoted() {
         let mut hs = hosts(1, 1);
         hs[1].labels.insert("team".into(), "a\"b'; rm -rf /".into());
-        let r = Renderer::new(&cluster(""), &hs).unwrap();
-        let join = docs(&r.join_config(&hs[1], &secrets()).unwrap());
+        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let join = docs(&r.join_config(&targets(&hs)[1], &secrets()).unwrap());
         let args = join[0]["nodeRegistration"]["kubeletExtraArgs"]
             .as_array()
             .unwrap()
@@ -1109,13 +1214,13 @@ mod tests {
         let mut c = cluster("");
         c.spec.networking.pod_cidr = None;
         assert_eq!(
-            Renderer::new(&c, &hs).err().unwrap().to_string(),
+            Renderer::new(&c, &targets(&hs)).err().unwrap().to_string(),
             "spec.networking.podCIDR is not set (the spec must be completed with defaults first)"
         );
         let mut named = hs.clone();
         named[0].address = "cp1.example.com".into();
         assert!(matches!(
-            Renderer::new(&cluster(""), &named),
+            Renderer::new(&cluster(""), &targets(&named)),
             Err(RenderError::Host { .. })
         ));
         let mut c = cluster("");
@@ -1124,7 +1229,7 @@ mod tests {
             ..Default::default()
         });
         assert!(matches!(
-            Renderer::new(&c, &hs),
+            Renderer::new(&c, &targets(&hs)),
             Err(RenderError::BadEndpoint(_))
         ));
         for (text, want) in [

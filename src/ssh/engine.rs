@@ -539,14 +539,16 @@ impl SshFleet {
         if !stored.is_empty() {
             return Ok(stored);
         }
-        let scanned = self.scan(h, t).await?;
-        let fingerprints = self.fingerprints(&h.name, &scanned).await?;
         if !self.options.accept_new_host_keys {
+            // No network contact at all (no keyscan, no bastion login): a preview, or an
+            // update not allowed to record keys, never reaches a host it cannot verify.
             return Err(ExecError::UnknownHostKey {
                 host: h.name.clone(),
-                fingerprints,
+                fingerprints: super::NOT_SCANNED.into(),
             });
         }
+        let scanned = self.scan(h, t).await?;
+        let fingerprints = self.fingerprints(&h.name, &scanned).await?;
         match hostkeys::record(&self.store, &self.cluster, &scanned).await {
             Ok(()) => {}
             Err(RecordError::Differs(existing)) => {

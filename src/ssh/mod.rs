@@ -11,3 +11,7 @@ pub mod task;
 
 pub use engine::{SshFleet, SshOptions};
 pub use progress::{Event, HostReport, NoProgress, PlainProgress, Progress, Summary};
+
+/// What an `UnknownHostKey` error says instead of fingerprints: kprov contacts no host whose
+/// key is not recorded unless it may record it.
+pub const NOT_SCANNED: &str = "(not scanned: kprov contacts no host whose key the cluster has not recorded; `ssh-keyscan HOST | ssh-keygen -lf -` shows it)";

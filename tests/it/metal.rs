@@ -441,9 +441,9 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     let o = lab.kprov(&["update", "cluster", name, "--exit-code", "-o", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let planned: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json preview");
-    assert_eq!(planned.as_array().map(Vec::len), Some(3));
+    assert_eq!(planned["nodes"].as_array().map(Vec::len), Some(3));
     assert!(
-        planned
+        planned["nodes"]
             .as_array()
             .unwrap()
             .iter()
@@ -643,16 +643,17 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     assert_eq!(lab.hosts_snapshot(), hosts_before, "preview changed a host");
     let planned: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json preview");
-    let rows = planned.as_array().expect("rows");
+    let rows = planned["nodes"].as_array().expect("rows");
     let pending: Vec<&str> = rows
         .iter()
         .filter(|r| r["pending"] == true)
-        .map(|r| r["host"].as_str().unwrap_or_default())
+        .map(|r| r["target"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(pending, ["host4"], "{planned}");
-    let host4 = rows.iter().find(|r| r["host"] == "host4").expect("host4");
+    let host4 = rows.iter().find(|r| r["target"] == "host4").expect("host4");
+    assert_eq!(host4["action"], "settle", "{planned}");
     assert_eq!(
-        host4["drift"],
+        host4["observed"]["drift"],
         serde_json::json!(["containerd: configure: /etc/containerd/config.toml"]),
         "{planned}"
     );
@@ -920,4 +921,127 @@ fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
         );
     }
     assert!(!store.join(name).exists());
+}
+
+/// Issue 9 §2: a host belongs to one cluster. A second cluster whose inventory lists the first
+/// one's hosts is refused on update (naming the owner), gets no credentials, its delete resets
+/// nothing, and the first cluster still converges.
+#[test]
+fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothing() {
+    let lab = Lab::start(2);
+    let first = "first.metal.example.com";
+    let second = "second.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
+    );
+    for name in [first, second] {
+        ok(&lab.kprov(&[
+            "create",
+            "cluster",
+            name,
+            "--cloud",
+            "metal",
+            "--inventory",
+            &inv,
+            "--kubernetes-version",
+            VERSION,
+        ]));
+        lab.use_mirror(name, None);
+    }
+    ok(&lab.kprov(&[
+        "update",
+        "cluster",
+        first,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]));
+    for h in ["host1", "host2"] {
+        let marker = lab
+            .upper(h, "/var/lib/kprov/owner")
+            .expect("ownership marker");
+        assert!(marker.contains(&format!("cluster={first}\n")), "{marker}");
+        assert!(marker.starts_with("uid="), "{marker}");
+    }
+    let hosts_after_first = lab.hosts_snapshot();
+    let kubeadm_before: Vec<usize> = ["host1", "host2"]
+        .iter()
+        .map(|h| lab.kubeadm_calls(h).len())
+        .collect();
+
+    // The second cluster's update: refused on both hosts, naming the owner; nothing changed.
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        second,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    for h in ["host1", "host2"] {
+        assert!(
+            err.contains(&format!(
+                "{h}: refused: the host belongs to cluster {first}"
+            )),
+            "{}",
+            show(&o)
+        );
+    }
+    assert_eq!(
+        lab.hosts_snapshot(),
+        hosts_after_first,
+        "a refused update changed a host"
+    );
+    assert!(
+        !lab.store_dir()
+            .join(second)
+            .join("secrets/admin.conf")
+            .exists(),
+        "the second cluster received the first one's admin kubeconfig"
+    );
+
+    // Its preview (keys now recorded) lists the hosts as owned by the first and fails.
+    let o = lab.kprov(&["update", "cluster", second]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stdout).contains(&format!("owned by cluster {first}")),
+        "{}",
+        show(&o)
+    );
+
+    // Its delete resets nothing.
+    let o = lab.kprov(&["delete", "cluster", second, "--yes"]);
+    ok(&o);
+    assert!(
+        text(&o.stderr).contains(&format!("not reset: the host belongs to cluster {first}")),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(
+        lab.hosts_snapshot(),
+        hosts_after_first,
+        "the second delete changed a host"
+    );
+    let kubeadm_after: Vec<usize> = ["host1", "host2"]
+        .iter()
+        .map(|h| lab.kubeadm_calls(h).len())
+        .collect();
+    assert_eq!(
+        kubeadm_before, kubeadm_after,
+        "kubeadm ran for the second cluster"
+    );
+
+    // The first cluster is intact and converges with no change.
+    let o = lab.kprov(&["update", "cluster", first, "--yes", "--skip-addons"]);
+    ok(&o);
+    assert!(text(&o.stderr).contains("No changes"), "{}", show(&o));
+    assert!(
+        lab.store_dir()
+            .join(first)
+            .join("secrets/admin.conf")
+            .exists()
+    );
 }

@@ -115,6 +115,23 @@ impl NsHosts {
     }
 }
 
+/// The inventory's hosts as targets.
+fn targets(hosts: &[kprov::spec::Host]) -> Vec<kprov::nodes::Target> {
+    hosts
+        .iter()
+        .cloned()
+        .map(kprov::nodes::Target::from_host)
+        .collect()
+}
+
+fn owner() -> kprov::nodes::Owner {
+    kprov::nodes::Owner {
+        uid: "5eed0000000000000000000000000001".into(),
+        cluster: "demo.example.com".into(),
+        store: "file:///var/tmp/kprov-provision-test".into(),
+    }
+}
+
 #[async_trait::async_trait]
 impl HostExecutor for NsHosts {
     /// Same contract as the SSH engine: upload files whose sha256 differs, skip `run` when the
@@ -252,7 +269,7 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
     let hosts = inventory::load(&inventory_file("kprov-ha.yaml")).unwrap();
     let c = cluster(&m, "");
     let ns = NsHosts::new(&hosts);
-    let report = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert!(report.success(), "{report:#?}");
@@ -358,7 +375,7 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
                 .count()
         })
         .sum();
-    let again = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+    let again = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert!(again.success(), "{again:#?}");
@@ -376,13 +393,13 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
     assert_eq!(after, kubeadm_calls);
 
     // The admin kubeconfig, pointed at a control plane the operator can reach.
-    let kc = orchestrate::admin_kubeconfig(&ns, &c, &hosts)
+    let kc = orchestrate::admin_kubeconfig(&ns, &c, &targets(&hosts), &owner())
         .await
         .unwrap();
     assert!(kc.contains("server: https://198.18.0.11:6443"), "{kc}");
 
     // delete cluster: every host reset.
-    let reset = orchestrate::reset(&ns, &c, &hosts, &Options::current())
+    let reset = orchestrate::reset(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert!(reset.success(), "{reset:#?}");
@@ -408,7 +425,7 @@ async fn kubespray_inventory_single_control_plane_with_external_cloud_provider()
     let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
     let c = cluster(&m, "  cloudControllerManager:\n    provider: openstack\n");
     let ns = NsHosts::new(&hosts);
-    let report = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert!(report.success(), "{report:#?}");
@@ -453,7 +470,7 @@ async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
     kubelet.sha256 = "0".repeat(64);
     let ns = NsHosts::new(&hosts);
     ns.unreachable.lock().unwrap().insert("worker2".into());
-    let report = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert!(!report.success());
@@ -525,7 +542,7 @@ hosts:
         kind: kprov::spec::EtcdType::External,
     });
     let ns = NsHosts::new(&hosts);
-    let report = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert!(report.success(), "{report:#?}");
@@ -584,7 +601,7 @@ hosts:
     );
     assert!(ns.file("w1", "/etc/kubernetes/kubelet.conf").is_some());
 
-    let again = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+    let again = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert!(again.success(), "{again:#?}");
@@ -601,7 +618,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
         files: m.local_asset_files(),
     });
     let ns = NsHosts::new(&hosts);
-    let report = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert!(report.success(), "{report:#?}");
@@ -623,7 +640,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
             h.name
         );
     }
-    let again = orchestrate::provision(&ns, &c, &hosts, &Options::current())
+    let again = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
         .await
         .unwrap();
     assert_eq!(again.changed(), 0, "{again:#?}");

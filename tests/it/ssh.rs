@@ -230,6 +230,7 @@ async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
 async fn first_contact_needs_permission_and_records_the_key() {
     let th = TestHosts::start(2);
     let store = Arc::new(MemStore::default());
+    let log_before = th.hosts[0].log();
     let refused = fleet_with(hosts(&th), &store, false, Arc::new(Recorder::default()));
     let err = refused
         .run_steps("host1", &[step("x", "true")])
@@ -238,8 +239,10 @@ async fn first_contact_needs_permission_and_records_the_key() {
     let msg = err.to_string();
     assert!(matches!(err, ExecError::UnknownHostKey { .. }), "{msg}");
     assert!(msg.starts_with("host1: "), "{msg}");
-    assert!(msg.contains(&th.hosts[0].fingerprint()), "{msg}");
     assert!(msg.contains("--accept-new-host-keys"), "{msg}");
+    // Not even scanned: a host whose key may not be recorded is never contacted.
+    assert!(!msg.contains(&th.hosts[0].fingerprint()), "{msg}");
+    assert_eq!(th.hosts[0].log(), log_before, "sshd saw a connection");
     assert_eq!(
         known_hosts(&store).await,
         "",
@@ -724,4 +727,76 @@ async fn host_keys_on_another_port_are_recorded_as_ssh_looks_them_up() {
         .await
         .unwrap();
     second.close().await;
+}
+
+/// Counts the TCP connections made to a loopback port (a stand-in for a host or a bastion).
+struct Listener {
+    port: u16,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Listener {
+    fn start() -> Listener {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        // Detached: the thread ends with the test process; the socket is loopback only.
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                if c.is_ok() {
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        Listener { port, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Issue 9: a read-only look (and any run not allowed to record keys) makes no network
+/// contact with a host whose key is not recorded: no keyscan, no login to its bastion.
+#[tokio::test]
+async fn unknown_host_key_means_zero_connections_direct_and_through_a_bastion() {
+    let target = Listener::start();
+    let bastion = Listener::start();
+    let mk = |name: &str, via: Option<String>| Host {
+        name: name.into(),
+        address: "127.0.0.1".into(),
+        ip: None,
+        access_ip: None,
+        user: Some("root".into()),
+        port: Some(target.port),
+        key_path: None,
+        bastion: via,
+        roles: vec![HostRole::Node],
+        labels: Default::default(),
+        taints: Vec::new(),
+    };
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet_with(
+        vec![
+            mk("direct", None),
+            mk("behind", Some(format!("root@127.0.0.1:{}", bastion.port))),
+        ],
+        &store,
+        false,
+        Arc::new(Recorder::default()),
+    );
+    for h in ["direct", "behind"] {
+        let err = fleet
+            .read_file(h, "/etc/kubernetes/kubelet.conf")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ExecError::UnknownHostKey { .. }), "{err}");
+    }
+    fleet.close().await;
+    // Give a stray connection (there must be none) time to be accepted.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(target.accepted(), 0, "the host was contacted");
+    assert_eq!(bastion.accepted(), 0, "the bastion was contacted");
+    assert_eq!(known_hosts(&store).await, "");
 }

@@ -1,0 +1,556 @@
+//! One node plan: what `update cluster` does to each target, with the reasons.
+//!
+//! [`observe`] looks at every target without changing anything (it reads the ownership marker,
+//! whether the host is a member, and optionally which of kprov's files drifted) and [`decide`]
+//! turns the observations into a [`NodePlan`]. The preview prints that value; `update --yes`
+//! observes again under the cluster lock with the same functions (the world may have changed
+//! since the preview) and hands the plan to `provision::orchestrate::execute`, which does what
+//! the plan says and decides nothing of its own about who initialises or joins.
+//!
+//! Caveat: observation reads only; it never runs a step's `check` (some checks write, e.g.
+//! preflight records facts). Whether it may contact a host whose key is not recorded is the
+//! executor's policy: the SSH engine contacts none unless new keys may be recorded.
+
+use futures::future::join_all;
+use serde::Serialize;
+
+use super::Target;
+use super::owner::{OWNER_FILE, Owner};
+use crate::provision::orchestrate::Facts;
+use crate::provision::render::{self, RenderError, Renderer};
+use crate::spec::{Cluster, HostRole};
+use crate::ssh::task::{ExecError, HostExecutor, Step};
+
+/// Marks an etcd-only host (external etcd) as set up.
+pub const ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
+
+/// Which files of a step list differ on a host, read-only (hashes and modes only). The SSH
+/// engine implements it; a plan made without it does not report drift.
+#[async_trait::async_trait]
+pub trait FileDiff: Send + Sync {
+    async fn differing_files(
+        &self,
+        host: &str,
+        steps: &[Step],
+    ) -> Result<Vec<(String, Vec<String>)>, ExecError>;
+}
+
+#[async_trait::async_trait]
+impl FileDiff for crate::ssh::SshFleet {
+    async fn differing_files(
+        &self,
+        host: &str,
+        steps: &[Step],
+    ) -> Result<Vec<(String, Vec<String>)>, ExecError> {
+        crate::ssh::SshFleet::differing_files(self, host, steps).await
+    }
+}
+
+/// What the read-only look at a target found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum Observation {
+    /// Reachable, not (yet) a member, and not owned by another cluster.
+    New,
+    /// kubelet.conf present (etcd-only hosts: etcd's manifest); `initialised` when it is a
+    /// control plane holding admin.conf. `drift`: `step: path` of files that differ from what
+    /// kprov would write (empty when not asked for).
+    Member {
+        initialised: bool,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        drift: Vec<String>,
+    },
+    /// The cluster has no recorded key for it: kprov has not contacted it.
+    HostKeyNotRecorded,
+    /// Could not be inspected (unreachable, changed host key, unreadable files).
+    Unreachable { reason: String },
+    /// Its ownership marker names another cluster.
+    OwnedByOther { owner: Owner },
+}
+
+/// What `update --yes` does to a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// `kubeadm init`: the first control plane of a cluster that has none initialised.
+    Init,
+    JoinControlPlane,
+    JoinWorker,
+    /// Already a member: every step is re-checked, only drifted files change.
+    Settle,
+    /// A dedicated etcd host (external etcd), converged on every run.
+    Etcd,
+    /// Never touched (owned by another cluster).
+    Refused,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Init => "init",
+            Action::JoinControlPlane => "join control plane",
+            Action::JoinWorker => "join worker",
+            Action::Settle => "settle (re-check)",
+            Action::Etcd => "etcd member",
+            Action::Refused => "refused",
+        }
+    }
+}
+
+/// One row of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedNode {
+    /// The target's name (progress, reports, host keys).
+    pub target: String,
+    pub node_name: String,
+    pub roles: Vec<HostRole>,
+    pub action: Action,
+    pub observed: Observation,
+    /// Why the action, and what stands in its way, in words.
+    pub reasons: Vec<String>,
+    /// Whether `--yes` would change the target (it joins, files drifted, or it could not be
+    /// inspected).
+    pub pending: bool,
+}
+
+impl PlannedNode {
+    /// A short state for tables.
+    pub fn state(&self) -> String {
+        match &self.observed {
+            Observation::New => "new".into(),
+            Observation::Member { initialised, drift } => match (*initialised, drift.len()) {
+                (true, 0) => "initialised control plane".into(),
+                (false, 0) => "member".into(),
+                (true, n) => format!("initialised control plane, {n} files differ"),
+                (false, n) => format!("member, {n} files differ"),
+            },
+            Observation::HostKeyNotRecorded => "host key not recorded".into(),
+            Observation::Unreachable { reason } => format!("not reachable: {reason}"),
+            Observation::OwnedByOther { owner } => format!("owned by {}", owner.describe()),
+        }
+    }
+}
+
+/// The node plan of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePlan {
+    pub cluster: String,
+    /// The control plane others join through: an initialised member, or the one planned for
+    /// `kubeadm init`. `None` when no control plane is usable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_control_plane: Option<String>,
+    pub nodes: Vec<PlannedNode>,
+    /// Who claims the hosts; `None` for a preview of a cluster that never claimed one (such a
+    /// plan cannot be executed).
+    #[serde(skip)]
+    pub owner: Option<Owner>,
+}
+
+impl NodePlan {
+    pub fn node(&self, target: &str) -> Option<&PlannedNode> {
+        self.nodes.iter().find(|n| n.target == target)
+    }
+
+    pub fn action(&self, target: &str) -> Option<Action> {
+        self.node(target).map(|n| n.action)
+    }
+
+    /// Targets `--yes` would change.
+    pub fn pending(&self) -> Vec<&str> {
+        self.nodes
+            .iter()
+            .filter(|n| n.pending)
+            .map(|n| n.target.as_str())
+            .collect()
+    }
+
+    /// Targets the plan refuses (errors, not changes).
+    pub fn refused(&self) -> Vec<&PlannedNode> {
+        self.nodes
+            .iter()
+            .filter(|n| n.action == Action::Refused)
+            .collect()
+    }
+}
+
+fn joins_cluster(t: &Target) -> bool {
+    t.has_role(HostRole::ControlPlane) || t.has_role(HostRole::Node)
+}
+
+/// Decides each target's action from what was observed (pure; `observed` in target order).
+pub fn decide(
+    cluster: &str,
+    targets: &[Target],
+    observed: &[Observation],
+    owner: Option<Owner>,
+) -> NodePlan {
+    let pairs: Vec<(&Target, &Observation)> = targets.iter().zip(observed).collect();
+    let initialised = pairs.iter().find(|(t, o)| {
+        t.is_control_plane()
+            && matches!(
+                o,
+                Observation::Member {
+                    initialised: true,
+                    ..
+                }
+            )
+    });
+    // `kubeadm init` goes to the first control plane that may be usable.
+    let init_on = match initialised {
+        Some(_) => None,
+        None => pairs
+            .iter()
+            .find(|(t, o)| {
+                t.is_control_plane()
+                    && matches!(o, Observation::New | Observation::HostKeyNotRecorded)
+            })
+            .map(|(t, _)| t.name().to_string()),
+    };
+    let first_control_plane = initialised
+        .map(|(t, _)| t.name().to_string())
+        .or(init_on.clone());
+    let nodes = pairs
+        .iter()
+        .map(|(t, o)| {
+            let mut reasons = Vec::new();
+            let action = match o {
+                Observation::OwnedByOther { owner } => {
+                    reasons.push(format!(
+                        "its ownership marker ({OWNER_FILE}) names {}; kprov never changes a host of another cluster",
+                        owner.describe()
+                    ));
+                    Action::Refused
+                }
+                _ if !joins_cluster(t) => Action::Etcd,
+                Observation::Member { .. } => Action::Settle,
+                _ if init_on.as_deref() == Some(t.name()) => {
+                    reasons.push("no control plane is initialised".into());
+                    Action::Init
+                }
+                _ if t.is_control_plane() => Action::JoinControlPlane,
+                _ => Action::JoinWorker,
+            };
+            let pending = match o {
+                Observation::Member { drift, .. } => {
+                    if !drift.is_empty() {
+                        reasons.push(format!("files differ: {}", drift.join(", ")));
+                    }
+                    !drift.is_empty()
+                }
+                Observation::New => {
+                    reasons.push("not a member yet".into());
+                    true
+                }
+                Observation::HostKeyNotRecorded => {
+                    reasons.push(
+                        "its host key is not recorded: kprov has not contacted it (`--yes --accept-new-host-keys` records it)"
+                            .into(),
+                    );
+                    true
+                }
+                Observation::Unreachable { reason } => {
+                    reasons.push(format!("cannot inspect: {reason}"));
+                    true
+                }
+                Observation::OwnedByOther { .. } => false,
+            };
+            PlannedNode {
+                target: t.name().to_string(),
+                node_name: t.node_name.clone(),
+                roles: t.host.roles.clone(),
+                action,
+                observed: (*o).clone(),
+                reasons,
+                pending,
+            }
+        })
+        .collect();
+    NodePlan {
+        cluster: cluster.to_string(),
+        first_control_plane,
+        nodes,
+        owner,
+    }
+}
+
+/// Looks at one target without changing anything.
+pub async fn observe_target(
+    exec: &dyn HostExecutor,
+    diff: Option<&dyn FileDiff>,
+    renderer: &Renderer,
+    target: &Target,
+    our_uid: Option<&str>,
+) -> Observation {
+    let name = target.name();
+    let unreachable = |e: ExecError| match e {
+        ExecError::UnknownHostKey { .. } => Observation::HostKeyNotRecorded,
+        e => Observation::Unreachable {
+            reason: e.to_string(),
+        },
+    };
+    match exec.read_file(name, OWNER_FILE).await {
+        Ok(None) => {}
+        Ok(Some(bytes)) => match Owner::parse(&bytes) {
+            Some(owner) if Some(owner.uid.as_str()) == our_uid => {}
+            Some(owner) => return Observation::OwnedByOther { owner },
+            None => {
+                return Observation::OwnedByOther {
+                    owner: Owner {
+                        uid: String::new(),
+                        cluster: "(unreadable marker)".into(),
+                        store: "(unknown store)".into(),
+                    },
+                };
+            }
+        },
+        Err(e) => return unreachable(e),
+    }
+    let etcd_only = !joins_cluster(target);
+    let membership = if etcd_only {
+        ETCD_MANIFEST
+    } else {
+        render::KUBELET_CONF
+    };
+    let member = match exec.read_file(name, membership).await {
+        Ok(f) => f.is_some(),
+        Err(e) => return unreachable(e),
+    };
+    let initialised = if target.is_control_plane() {
+        match exec.read_file(name, render::ADMIN_CONF).await {
+            Ok(f) => f.is_some(),
+            Err(e) => return unreachable(e),
+        }
+    } else {
+        false
+    };
+    if !member && !initialised {
+        return Observation::New;
+    }
+    let drift = match diff {
+        None => Vec::new(),
+        Some(diff) => match member_drift(exec, diff, renderer, target).await {
+            Ok(drift) => drift,
+            Err(reason) => return Observation::Unreachable { reason },
+        },
+    };
+    Observation::Member { initialised, drift }
+}
+
+/// Which of the files kprov keeps on members (preflight, install, settle) differ.
+async fn member_drift(
+    exec: &dyn HostExecutor,
+    diff: &dyn FileDiff,
+    renderer: &Renderer,
+    target: &Target,
+) -> Result<Vec<String>, String> {
+    let facts = exec
+        .read_file(target.name(), render::FACTS_FILE)
+        .await
+        .map_err(|e| e.to_string())?
+        .map(|b| Facts::parse(&String::from_utf8_lossy(&b)))
+        .unwrap_or_default();
+    let arch = facts
+        .arch()
+        .ok_or_else(|| format!("no usable facts in {}", render::FACTS_FILE))?;
+    let mut steps = renderer.preflight(target).map_err(|e| e.to_string())?;
+    steps.extend(renderer.install(arch).map_err(|e| e.to_string())?);
+    if joins_cluster(target) {
+        steps.extend(renderer.settle(target).map_err(|e| e.to_string())?);
+    }
+    let differing = diff
+        .differing_files(target.name(), &steps)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(differing
+        .into_iter()
+        .flat_map(|(step, paths)| paths.into_iter().map(move |p| format!("{step}: {p}")))
+        .collect())
+}
+
+/// Observes every target (concurrently; the executor bounds it) and decides. `owner` is the
+/// cluster's identity: `None` in a preview of a cluster that has never claimed a host.
+pub async fn plan(
+    exec: &dyn HostExecutor,
+    diff: Option<&dyn FileDiff>,
+    cluster: &Cluster,
+    targets: &[Target],
+    owner: Option<Owner>,
+) -> Result<NodePlan, RenderError> {
+    let renderer = Renderer::new(cluster, targets)?;
+    let uid = owner.as_ref().map(|o| o.uid.clone());
+    let observed = join_all(
+        targets
+            .iter()
+            .map(|t| observe_target(exec, diff, &renderer, t, uid.as_deref())),
+    )
+    .await;
+    Ok(decide(cluster.name(), targets, &observed, owner))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::orchestrate::tests::{hosts, owner, targets};
+
+    fn member(initialised: bool) -> Observation {
+        Observation::Member {
+            initialised,
+            drift: vec![],
+        }
+    }
+
+    /// cp1, cp2 (control planes), w1.
+    fn three() -> Vec<Target> {
+        targets(&hosts(2, 1))
+    }
+
+    fn actions(p: &NodePlan) -> Vec<(&str, Action, bool)> {
+        p.nodes
+            .iter()
+            .map(|n| (n.target.as_str(), n.action, n.pending))
+            .collect()
+    }
+
+    #[test]
+    fn fresh_cluster_initialises_the_first_control_plane_and_joins_the_rest() {
+        let p = decide(
+            "c",
+            &three(),
+            &[
+                Observation::New,
+                Observation::New,
+                Observation::HostKeyNotRecorded,
+            ],
+            None,
+        );
+        assert_eq!(
+            actions(&p),
+            [
+                ("cp1", Action::Init, true),
+                ("cp2", Action::JoinControlPlane, true),
+                ("w1", Action::JoinWorker, true)
+            ]
+        );
+        assert_eq!(p.first_control_plane.as_deref(), Some("cp1"));
+        assert_eq!(p.nodes[2].state(), "host key not recorded");
+        assert!(p.nodes[2].reasons[0].contains("--accept-new-host-keys"));
+    }
+
+    #[test]
+    fn unreachable_first_control_plane_moves_init_to_the_next() {
+        let p = decide(
+            "c",
+            &three(),
+            &[
+                Observation::Unreachable {
+                    reason: "no route".into(),
+                },
+                Observation::New,
+                Observation::New,
+            ],
+            None,
+        );
+        assert_eq!(p.nodes[1].action, Action::Init);
+        assert_eq!(p.first_control_plane.as_deref(), Some("cp2"));
+        assert!(p.nodes[0].state().contains("no route"));
+    }
+
+    #[test]
+    fn converged_cluster_has_nothing_pending_and_a_new_host_joins() {
+        let p = decide(
+            "c",
+            &three(),
+            &[member(true), member(false), member(false)],
+            None,
+        );
+        assert!(p.pending().is_empty());
+        assert!(p.nodes.iter().all(|n| n.action == Action::Settle));
+        assert_eq!(p.first_control_plane.as_deref(), Some("cp1"));
+
+        let more = targets(&hosts(2, 2));
+        let p = decide(
+            "c",
+            &more,
+            &[member(true), member(false), member(false), Observation::New],
+            None,
+        );
+        assert_eq!(actions(&p)[3], ("w2", Action::JoinWorker, true));
+        assert_eq!(p.pending(), ["w2"]);
+    }
+
+    #[test]
+    fn an_initialised_second_control_plane_is_the_one_joined_through() {
+        let p = decide(
+            "c",
+            &three(),
+            &[Observation::New, member(true), Observation::New],
+            None,
+        );
+        assert_eq!(p.first_control_plane.as_deref(), Some("cp2"));
+        assert_eq!(p.nodes[0].action, Action::JoinControlPlane);
+        assert!(!p.nodes.iter().any(|n| n.action == Action::Init));
+    }
+
+    #[test]
+    fn a_member_with_drifted_files_is_pending_and_says_which() {
+        let drift = vec!["containerd: configure: /etc/containerd/config.toml".to_string()];
+        let p = decide(
+            "c",
+            &three(),
+            &[
+                member(true),
+                member(false),
+                Observation::Member {
+                    initialised: false,
+                    drift: drift.clone(),
+                },
+            ],
+            None,
+        );
+        assert_eq!(p.pending(), ["w1"]);
+        assert_eq!(p.nodes[2].state(), "member, 1 files differ");
+        assert!(p.nodes[2].reasons[0].contains("/etc/containerd/config.toml"));
+    }
+
+    #[test]
+    fn a_host_of_another_cluster_is_refused_naming_it_and_never_initialised() {
+        let other = Owner {
+            uid: "ffff".into(),
+            cluster: "first.example.com".into(),
+            store: "s3://bucket/kprov".into(),
+        };
+        let p = decide(
+            "c",
+            &three(),
+            &[
+                Observation::OwnedByOther {
+                    owner: other.clone(),
+                },
+                Observation::New,
+                Observation::OwnedByOther { owner: other },
+            ],
+            Some(owner()),
+        );
+        assert_eq!(
+            actions(&p),
+            [
+                ("cp1", Action::Refused, false),
+                ("cp2", Action::Init, true),
+                ("w1", Action::Refused, false)
+            ]
+        );
+        assert_eq!(p.refused().len(), 2);
+        assert!(
+            p.nodes[0].reasons[0].contains("first.example.com")
+                && p.nodes[0].reasons[0].contains("s3://bucket/kprov"),
+            "{:?}",
+            p.nodes[0].reasons
+        );
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["nodes"][0]["observed"]["state"], "owned-by-other");
+        assert_eq!(json["nodes"][0]["action"], "refused");
+        assert_eq!(json["nodes"][1]["action"], "init");
+    }
+}
