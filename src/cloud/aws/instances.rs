@@ -21,11 +21,43 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 
 use super::{AwsCloud, Ctx, owned_by, owned_tag_key};
-use crate::cloud::engine::CloudError;
+use crate::cloud::engine::{CloudError, Plan, ResourceId};
 use crate::nodes::{CloudInstance, Target, TargetError, TargetSource};
+use crate::provision::render::CloudApi;
 use crate::spec::{
-    Cluster, Host, HostRole, InstanceGroup, InstanceGroupRole, SshAddress, TopologyType,
+    Cluster, DnsType, Host, HostRole, InstanceGroup, InstanceGroupRole, SshAddress, TopologyType,
 };
+
+/// The API endpoint kubeadm uses on AWS: the API record (`spec.api.publicName`, default
+/// `api.NAME`) that points at the load balancer, or the load balancer's own DNS name when the
+/// cluster has no DNS (`spec.dns.type: None`). The load balancer's name is always among the
+/// certificate names, so clients may use either.
+pub fn cloud_api(cluster: &Cluster, lb_dns: &str) -> CloudApi {
+    let spec = &cluster.spec;
+    let no_dns = spec.dns.as_ref().is_none_or(|d| d.kind == DnsType::None);
+    let endpoint = if no_dns {
+        lb_dns.to_string()
+    } else {
+        spec.api
+            .as_ref()
+            .and_then(|a| a.public_name.clone())
+            .unwrap_or_else(|| format!("api.{}", cluster.name()))
+    };
+    CloudApi {
+        endpoint,
+        port: super::desired::API_PORT as u16,
+        sans: vec![lb_dns.to_string()],
+    }
+}
+
+/// The API load balancer's DNS name, as the cloud read found it (after an apply, read again).
+pub fn load_balancer_dns(plan: &Plan) -> Option<String> {
+    plan.actual
+        .get(&ResourceId::new(super::kinds::LOAD_BALANCER, "api"))
+        .and_then(|r| r.get_str("dnsName"))
+        .filter(|d| !d.is_empty())
+        .map(str::to_string)
+}
 
 /// The tag Auto Scaling puts on the instances it starts.
 const TAG_ASG_NAME: &str = "aws:autoscaling:groupName";
@@ -430,6 +462,27 @@ spec: {{role: {role}, image: {image:?}, minSize: 1, maxSize: 1{extra}}}
             e.contains("instance i-1 of group cp has no public address"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn api_endpoint_is_the_record_or_the_load_balancer() {
+        let c = |dns: &str| -> Cluster {
+            serde_saphyr::from_str(&format!(
+                "apiVersion: kprov.dev/v1alpha1
+kind: Cluster
+metadata: {{name: c.example.com}}
+spec: {{cloudProvider: aws, dns: {dns}}}
+"
+            ))
+            .unwrap()
+        };
+        let lb = "api-c-1.elb.us-east-1.amazonaws.com";
+        let a = cloud_api(&c("{type: Public, zone: example.com}"), lb);
+        assert_eq!(a.endpoint, "api.c.example.com");
+        assert_eq!(a.port, 6443);
+        assert_eq!(a.sans, vec![lb.to_string()]);
+        let a = cloud_api(&c("{type: None}"), lb);
+        assert_eq!(a.endpoint, lb);
     }
 
     #[test]
