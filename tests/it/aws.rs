@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kprov::cloud::aws::instances::{AwsInstances, SshReach};
 use kprov::cloud::aws::{AwsCloud, GroupHostKey, owned_tag_key};
 use kprov::cloud::engine::{self, Action, ApplyOptions, Plan, RenderOptions};
-use kprov::spec::{Cluster, InstanceGroup};
+use kprov::spec::{Cluster, HostRole, InstanceGroup};
 
 use crate::support::aws_recorder::{Recorder, is_write};
 use crate::support::moto::moto;
@@ -626,6 +627,81 @@ async fn minimal_public_cluster_lifecycle() {
             assert!(text.contains(&format!("    {line}\n")), "{g}: {text}");
         }
         assert!(text.contains(&k.public), "{g}: {text}");
+    }
+
+    // The groups' running instances as node targets, in one read-only paginated read.
+    e.rec.take();
+    let reach = |r| AwsInstances::new(&e.cloud, &igs, r);
+    let err = reach(SshReach::Private)
+        .discover()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("instance group control-plane-us-east-1a") && err.contains("spec.sshUser"),
+        "an ami- image says nothing about its login user: {err}"
+    );
+    let mut igs_user = igs.clone();
+    igs_user[0].spec.ssh_user = Some("ops".into());
+    e.rec.take();
+    let found = AwsInstances::new(&e.cloud, &igs_user, SshReach::Private)
+        .discover()
+        .await
+        .expect("instances");
+    let sent = e.rec.take();
+    assert!(sent.iter().all(|o| !is_write(o)), "{sent:?}");
+    assert_eq!(
+        sent.iter()
+            .filter(|o| o.contains("DescribeInstances"))
+            .count(),
+        1,
+        "{sent:?}"
+    );
+    assert!(
+        found.jump_hosts.is_empty() && found.strays.is_empty(),
+        "{found:?}"
+    );
+    let groups: Vec<_> = found
+        .targets
+        .iter()
+        .map(|t| t.group.clone().unwrap())
+        .collect();
+    assert_eq!(
+        groups,
+        ["control-plane-us-east-1a", "nodes"],
+        "control planes first"
+    );
+    for t in &found.targets {
+        let i = t.instance.as_ref().expect("cloud instance");
+        assert_eq!(t.name(), i.id);
+        assert!(i.private_ip.starts_with("172.20."), "{i:?}");
+        assert_eq!(t.host.address, i.private_ip, "private reach");
+        assert_eq!(t.host.bastion, None);
+        assert_eq!(t.node_name, i.private_dns);
+        assert_eq!(
+            i.private_dns,
+            format!("ip-{}.ec2.internal", i.private_ip.replace('.', "-"))
+        );
+        assert_eq!(i.provider_id, format!("aws:///{}/{}", i.zone, i.id));
+    }
+    assert_eq!(found.targets[0].host.user.as_deref(), Some("ops"));
+    assert_eq!(
+        found.targets[1].host.user.as_deref(),
+        Some("ubuntu"),
+        "ubuntu image"
+    );
+    assert_eq!(found.targets[0].host.roles, [HostRole::ControlPlane]);
+    assert_eq!(found.targets[1].host.roles, [HostRole::Node]);
+    // Public reach maps the public address (moto invents it: mapped, never contacted).
+    let public = AwsInstances::new(&e.cloud, &igs_user, SshReach::Public)
+        .discover()
+        .await
+        .expect("instances");
+    for t in &public.targets {
+        assert_eq!(
+            Some(&t.host.address),
+            t.instance.as_ref().unwrap().public_ip.as_ref()
+        );
     }
 
     // Converged: the next preview is empty, again without writes.
