@@ -145,6 +145,31 @@ pub fn redact(doc: &str) -> String {
     out
 }
 
+/// The known_hosts lines kprov expects for cloud targets: each instance's address (as ssh
+/// looks it up: the port in brackets when it is not 22) with its group's public key. Written
+/// into the cluster's known hosts before the first connection, so that connection is checked
+/// strictly. A target whose group has no key yields none (it is not contacted; see the
+/// preview rules in docs/aws.md).
+pub fn expected_known_hosts(
+    targets: &[crate::nodes::Target],
+    keys: &BTreeMap<String, GroupHostKey>,
+) -> Vec<String> {
+    targets
+        .iter()
+        .filter_map(|t| {
+            let k = keys.get(t.group.as_deref()?)?;
+            let port = t.host.port.unwrap_or(22);
+            // ssh's lookup name (what ssh::hostkeys::pattern computes without an alias).
+            let pattern = if port == 22 {
+                t.host.address.clone()
+            } else {
+                format!("[{}]:{port}", t.host.address)
+            };
+            Some(format!("{pattern} ssh-ed25519 {}", k.public_blob()))
+        })
+        .collect()
+}
+
 fn secret_key(cluster: &str, group: &str) -> Result<String, StateError> {
     ClusterKeys::new(cluster)?.secret(&format!("{SECRET_DIR}/{group}"))
 }
@@ -329,6 +354,45 @@ H9qKbYhxPIoNMZdRB2dCAAAAAAECAwQF
         // A block that never ends is hidden too.
         let cut = doc.replace("-----END OPENSSH PRIVATE KEY-----", "");
         assert!(!redact(&cut).contains("b3BlbnNzaC1rZXkt"));
+    }
+
+    #[test]
+    fn known_hosts_pair_each_address_with_its_group_key() {
+        let t = |name: &str, group: Option<&str>, port: Option<u16>| {
+            let mut t = crate::nodes::Target::from_host(crate::spec::Host {
+                name: name.into(),
+                address: format!("198.18.32.{}", name.len()),
+                ip: None,
+                access_ip: None,
+                user: None,
+                port,
+                key_path: None,
+                bastion: None,
+                roles: vec![],
+                labels: Default::default(),
+                taints: vec![],
+            });
+            t.group = group.map(str::to_string);
+            t
+        };
+        let keys = BTreeMap::from([("nodes".to_string(), test_key())]);
+        let blob = test_key().public_blob().to_string();
+        let lines = expected_known_hosts(
+            &[
+                t("i-1", Some("nodes"), None),
+                t("i-22", Some("nodes"), Some(2222)),
+                t("i-333", Some("unknown"), None),
+                t("metal", None, None),
+            ],
+            &keys,
+        );
+        assert_eq!(
+            lines,
+            [
+                format!("198.18.32.3 ssh-ed25519 {blob}"),
+                format!("[198.18.32.4]:2222 ssh-ed25519 {blob}"),
+            ]
+        );
     }
 
     #[test]
