@@ -132,6 +132,16 @@ async fn aws(
         },
     )
     .await?;
+    // Not a silent success: the instances run no Kubernetes until the node layer provisions
+    // them, and this version does not run it on AWS yet (docs/aws.md, "Not done yet").
+    if !super::addons::has_credentials(ctx, cluster).await? {
+        ctx.printer.warn(&format!(
+            "the instances of {} are not provisioned: update cluster does not yet run the node \
+             layer (SSH, kubeadm) on AWS instances, so no Kubernetes runs there and the add-ons \
+             were not applied",
+            cluster.name()
+        ));
+    }
     if !a.skip_addons && super::addons::has_credentials(ctx, cluster).await? {
         let args = super::addons::UpdateAddonsArgs {
             name: cluster.name(),
