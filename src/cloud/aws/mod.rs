@@ -15,6 +15,7 @@ pub mod hostkeys;
 mod iam;
 pub mod instances;
 pub mod kinds;
+pub mod wait;
 
 use std::collections::{BTreeMap, HashMap};
 
