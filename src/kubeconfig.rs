@@ -17,6 +17,107 @@ pub enum KubeconfigError {
     },
     #[error("{what}: the admin kubeconfig has no {field}")]
     Missing { what: String, field: &'static str },
+    #[error(
+        "{key} in the state store: {message}; kprov stores client-certificate kubeconfigs only, so \
+         this one was not written by kprov (whoever can write the state store can change it). \
+         Refusing to use it: check who changed it, then re-provision (`kprov update cluster \
+         --yes`) or pass your own --kubeconfig FILE"
+    )]
+    Untrusted { key: String, message: String },
+}
+
+/// The fields kprov's stored admin kubeconfig may have, per level. Anything else (`exec`,
+/// `auth-provider`, `tokenFile`, `client-certificate` and other file paths, `proxy-url`,
+/// impersonation, extensions) is refused: each makes the client run or read something on the
+/// operator's machine, send credentials elsewhere, or is simply not what kprov writes.
+const TOP_FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "clusters",
+    "users",
+    "contexts",
+    "current-context",
+    "preferences",
+];
+const CLUSTER_FIELDS: &[&str] = &["server", "certificate-authority-data", "tls-server-name"];
+const USER_FIELDS: &[&str] = &["client-certificate-data", "client-key-data"];
+const CONTEXT_FIELDS: &[&str] = &["cluster", "user", "namespace"];
+const PREFERENCE_FIELDS: &[&str] = &["colors"];
+
+/// The largest stored admin kubeconfig accepted (kubeadm's is about 6 KiB).
+pub const MAX_STORED_ADMIN: usize = 256 * 1024;
+
+/// Checks an admin kubeconfig read from the state store under `key` and returns its text:
+/// UTF-8, bounded, and only the fields a client-certificate kubeconfig has.
+pub fn trusted_admin(data: &[u8], key: &str) -> Result<String, KubeconfigError> {
+    let bad = |message: String| KubeconfigError::Untrusted {
+        key: key.to_string(),
+        message,
+    };
+    if data.len() > MAX_STORED_ADMIN {
+        return Err(bad(format!(
+            "{} bytes, more than the {MAX_STORED_ADMIN} an admin kubeconfig may have",
+            data.len()
+        )));
+    }
+    let text = std::str::from_utf8(data)
+        .map_err(|_| bad("not UTF-8 text".into()))?
+        .to_string();
+    let doc: Value = serde_saphyr::from_str(&text)
+        .map_err(|e| bad(format!("not a kubeconfig: {}", e.without_snippet())))?;
+    let top = doc
+        .as_object()
+        .ok_or_else(|| bad("the top level is not a mapping".into()))?;
+    check_fields(top, TOP_FIELDS, "").map_err(bad)?;
+    if let Some(p) = top.get("preferences").filter(|p| !p.is_null()) {
+        let p = p
+            .as_object()
+            .ok_or_else(|| bad("preferences is not a mapping".into()))?;
+        check_fields(p, PREFERENCE_FIELDS, "preferences.").map_err(bad)?;
+    }
+    for (list, inner, allowed) in [
+        ("clusters", "cluster", CLUSTER_FIELDS),
+        ("users", "user", USER_FIELDS),
+        ("contexts", "context", CONTEXT_FIELDS),
+    ] {
+        let items = match top.get(list) {
+            None | Some(Value::Null) => continue,
+            Some(Value::Array(a)) => a,
+            Some(_) => return Err(bad(format!("{list} is not a list"))),
+        };
+        for (i, item) in items.iter().enumerate() {
+            let at = format!("{list}[{i}]");
+            let obj = item
+                .as_object()
+                .ok_or_else(|| bad(format!("{at} is not a mapping")))?;
+            check_fields(obj, &["name", inner], &format!("{at}.")).map_err(bad)?;
+            match obj.get(inner) {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(o)) => {
+                    check_fields(o, allowed, &format!("{at}.{inner}.")).map_err(bad)?
+                }
+                Some(_) => return Err(bad(format!("{at}.{inner} is not a mapping"))),
+            }
+        }
+    }
+    Ok(text)
+}
+
+fn check_fields(obj: &Map<String, Value>, allowed: &[&str], at: &str) -> Result<(), String> {
+    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(k) => {
+            let why = match k.as_str() {
+                "exec" | "auth-provider" => " (it would run a command on this machine)",
+                "tokenFile" | "client-certificate" | "client-key" | "certificate-authority" => {
+                    " (it would read a file of this machine)"
+                }
+                "proxy-url" => " (it would send the credentials through another host)",
+                _ => "",
+            };
+            Err(format!("the admin kubeconfig has `{at}{k}`{why}"))
+        }
+    }
 }
 
 fn parse(text: &str, path: &str) -> Result<Value, KubeconfigError> {
@@ -292,6 +393,65 @@ mod tests {
             target_path(Some(Path::new("/x")), Some(&env), None, "demo"),
             PathBuf::from("/x")
         );
+    }
+
+    #[test]
+    fn stored_client_certificate_kubeconfigs_are_trusted() {
+        assert_eq!(trusted_admin(ADMIN.as_bytes(), "k").unwrap(), ADMIN);
+        // What kubeadm writes, with empty preferences and a CA left empty.
+        let kubeadm = "apiVersion: v1\nkind: Config\npreferences: {}\nclusters:\n- cluster:\n    certificate-authority-data:\n    server: https://a:6443\n  name: k\nusers:\n- name: u\n  user: {}\ncontexts: []\n";
+        assert!(trusted_admin(kubeadm.as_bytes(), "k").is_ok());
+    }
+
+    #[test]
+    fn stored_kubeconfigs_that_run_or_read_something_are_refused() {
+        let user = |u: &str| {
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: https://a}}\nusers:\n- name: ok\n  user: {{client-key-data: S0VZ}}\n- name: x\n  user:\n{u}\n"
+            )
+        };
+        for (field, body) in [
+            (
+                "exec",
+                "    exec: {command: /bin/sh, args: [-c, touch /tmp/pwned], apiVersion: client.authentication.k8s.io/v1}",
+            ),
+            (
+                "auth-provider",
+                "    auth-provider: {name: gcp, config: {cmd-path: /bin/sh}}",
+            ),
+            ("tokenFile", "    tokenFile: /etc/shadow"),
+            ("token", "    token: abc"),
+            (
+                "client-certificate",
+                "    client-certificate: /home/u/.ssh/id_rsa",
+            ),
+            ("as", "    as: system:admin"),
+        ] {
+            let e = trusted_admin(user(body).as_bytes(), "demo/secrets/admin.conf").unwrap_err();
+            let m = e.to_string();
+            assert!(
+                m.starts_with("demo/secrets/admin.conf in the state store")
+                    && m.contains(&format!("users[1].user.{field}`")),
+                "{m}"
+            );
+        }
+        let e = trusted_admin(user("    exec: {command: x}").as_bytes(), "k").unwrap_err();
+        assert!(e.to_string().contains("run a command"), "{e}");
+        for doc in [
+            "clusters:\n- name: c\n  cluster: {server: https://a, certificate-authority: /etc/x}\n",
+            "clusters:\n- name: c\n  cluster: {server: https://a, proxy-url: socks5://evil:1080}\n",
+            "clusters:\n- name: c\n  cluster: {server: https://a}\n  extensions: []\n",
+            "contexts:\n- name: c\n  context: {cluster: c, user: u, extensions: []}\n",
+            "extensions: []\n",
+            "preferences: {extensions: []}\n",
+            "users: {name: x}\n",
+            "users:\n- name: x\n  user: exec\n",
+            "- not a mapping\n",
+        ] {
+            assert!(trusted_admin(doc.as_bytes(), "k").is_err(), "{doc}");
+        }
+        assert!(trusted_admin(&[0xff, 0xfe], "k").is_err());
+        assert!(trusted_admin(&vec![b' '; MAX_STORED_ADMIN + 1], "k").is_err());
     }
 
     #[test]

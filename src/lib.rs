@@ -10,6 +10,7 @@ pub mod inventory;
 pub mod kube;
 pub mod kubeconfig;
 pub mod nodes;
+pub mod ops;
 pub mod output;
 pub mod provision;
 pub mod repo;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 
 use super::commands::{ADMIN_KUBECONFIG_SECRET, Ctx};
 use super::exit;
@@ -110,8 +110,7 @@ pub(super) async fn cluster_client(
         .get(&key)
         .await?
         .ok_or_else(|| anyhow!("no credentials for cluster {name} in the state store: provision it with `kprov update cluster {name} --yes`, or pass --kubeconfig FILE"))?;
-    let admin = String::from_utf8(admin.data.to_vec())
-        .context("the stored admin kubeconfig is not UTF-8")?;
+    let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
     let server = cluster
         .spec
         .api

@@ -67,13 +67,18 @@ pub(super) async fn locked<T>(
 /// Maps an error to the documented exit code.
 pub fn exit_code_of(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
-        if cause.is::<SpecErrors>() || cause.is::<super::create::FlagError>() {
+        if cause.is::<SpecErrors>()
+            || cause.is::<super::create::FlagError>()
+            || cause.is::<crate::inventory::InventoryError>()
+        {
             return exit::INVALID_SPEC;
         }
         if let Some(r) = cause.downcast_ref::<RepoError>() {
             match r {
                 RepoError::Spec(_) => return exit::INVALID_SPEC,
-                RepoError::State(StateError::Conflict { .. }) => return exit::CONFLICT,
+                RepoError::State(StateError::Conflict { .. }) | RepoError::Exists { .. } => {
+                    return exit::CONFLICT;
+                }
                 _ => {}
             }
         }
@@ -143,7 +148,11 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             }
         },
         Command::Delete(d) => match d.what {
-            DeleteWhat::Cluster { name, yes } => delete_cluster(ctx, &name, yes).await,
+            DeleteWhat::Cluster {
+                name,
+                yes,
+                concurrency,
+            } => delete_cluster(ctx, &name, yes, concurrency).await,
             DeleteWhat::Instancegroups { group, name, yes } => {
                 delete_group(ctx, &name, &group, yes).await
             }
@@ -221,13 +230,38 @@ fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
 }
 
 async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32> {
-    let hosts = match &a.inventory {
-        Some(path) => crate::inventory::load(path)?,
-        None => Vec::new(),
+    let inventory = match &a.inventory {
+        Some(path) => Some(crate::inventory::import(path)?),
+        None => None,
     };
+    let hosts = inventory
+        .as_ref()
+        .map(|i| i.plain_hosts())
+        .unwrap_or_default();
     let key = read_ssh_public_key(a.ssh_public_key.as_deref())?;
-    let (cluster, groups) = build_cluster_objects(a, hosts, key)?;
-    resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
+    let (mut cluster, groups) = build_cluster_objects(a, hosts, key)?;
+    let mut overrides = Vec::new();
+    if let Some(inv) = &inventory {
+        overrides = super::create::apply_inventory(&mut cluster, inv, a);
+        if let Some(w) = inv.unused_warning() {
+            ctx.printer.warn(&w);
+        }
+        super::create::validate_with_inventory(&cluster, &groups, inv)?;
+    } else {
+        resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
+    }
+    if let Some(inv) = &inventory {
+        let lines = super::create::inventory_summary(inv, &overrides);
+        if a.dry_run {
+            for l in lines {
+                ctx.printer.status(&l);
+            }
+        } else {
+            for n in inv.notes.iter().chain(&overrides) {
+                ctx.printer.status(&format!("Note: {n}"));
+            }
+        }
+    }
     if a.dry_run {
         let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(&cluster))
             .chain(groups.iter().map(ObjectRef::InstanceGroup))
@@ -689,7 +723,12 @@ async fn get_groups(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
-async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32> {
+async fn delete_cluster(
+    ctx: &Ctx,
+    name: &str,
+    yes: bool,
+    concurrency: usize,
+) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let stored = repo.get(name).await?;
     let keys = repo.store().list(&format!("{name}/")).await?;
@@ -699,7 +738,9 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
             spec::CloudProvider::Aws => {
                 super::update::aws_delete(ctx, &cluster, &groups, false).await?
             }
-            spec::CloudProvider::Metal => super::metal::reset_hosts(ctx, &cluster, false).await?,
+            spec::CloudProvider::Metal => {
+                super::metal::reset_hosts(ctx, &cluster, false, concurrency).await?
+            }
         }
         ctx.printer.data(&format!(
             "Will delete cluster {name} from {}:\n{}",
@@ -721,7 +762,9 @@ async fn delete_cluster(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
             spec::CloudProvider::Aws => {
                 super::update::aws_delete(ctx, &cluster, &groups, true).await?
             }
-            spec::CloudProvider::Metal => super::metal::reset_hosts(ctx, &cluster, true).await?,
+            spec::CloudProvider::Metal => {
+                super::metal::reset_hosts(ctx, &cluster, true, concurrency).await?
+            }
         }
         Ok(repo.delete_cluster(name).await?)
     })
@@ -853,7 +896,7 @@ pub fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
 }
 
 /// Where provisioning keeps the cluster's admin kubeconfig (under the cluster's secrets).
-pub const ADMIN_KUBECONFIG_SECRET: &str = "admin.conf";
+pub use crate::ops::nodes::ADMIN_KUBECONFIG_SECRET;
 
 async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
@@ -864,8 +907,7 @@ async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> an
         .get(&key)
         .await?
         .ok_or_else(|| anyhow!("cluster {name} has no admin credentials yet: provision it first with `kprov update cluster {name} --yes`"))?;
-    let admin = String::from_utf8(admin.data.to_vec())
-        .context("the stored admin kubeconfig is not UTF-8")?;
+    let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
     let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
     // Cloud clusters are reached through their API name; metal kubeconfigs already carry the
     // control-plane endpoint kubeadm was given.

@@ -104,8 +104,9 @@ pub struct CreateClusterArgs {
     /// SSH public key installed on instances [default: ~/.ssh/id_ed25519.pub or ~/.ssh/id_rsa.pub if present]
     #[arg(long, value_name = "FILE")]
     pub ssh_public_key: Option<PathBuf>,
-    /// Inventory of hosts (metal): kprov YAML, Kubespray hosts.yaml or inventory.ini
-    #[arg(long, value_name = "FILE")]
+    /// Inventory of hosts (metal): kprov YAML, or a Kubespray inventory file or directory
+    /// (inventory/mycluster/ with hosts.yaml or inventory.ini, group_vars/ and host_vars/)
+    #[arg(long, value_name = "DIR_OR_FILE")]
     pub inventory: Option<PathBuf>,
     /// Print the objects instead of storing them
     #[arg(long)]
@@ -150,6 +151,49 @@ fn flag_err(flag: &'static str, message: impl Into<String>) -> FlagError {
     }
 }
 
+/// The zones of `--zones`, trimmed and de-duplicated: each an availability zone name
+/// (`REGION` and one letter, like us-east-1a), all in one region. Whether a zone really exists
+/// is asked of EC2 when the cluster is planned (`update cluster`), before anything is created.
+fn check_zones(given: &[String]) -> Result<Vec<String>, FlagError> {
+    let mut zones: Vec<String> = Vec::new();
+    let mut region: Option<(String, String)> = None;
+    for z in given {
+        let z = z.trim().to_string();
+        let r = region_of_zone(&z)
+            .filter(|r| {
+                let rest = &z[r.len()..];
+                rest.len() == 1 && rest.bytes().all(|b| b.is_ascii_lowercase())
+            })
+            .filter(|r| {
+                r.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+            .ok_or_else(|| {
+                flag_err(
+                    "zones",
+                    format!("{z:?} is not an availability zone like us-east-1a"),
+                )
+            })?;
+        match &region {
+            Some((first, fz)) if *first != r => {
+                return Err(flag_err(
+                    "zones",
+                    format!(
+                        "{z} is in region {r} but {fz} is in {first}: a cluster's zones are all \
+                         in one region"
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => region = Some((r, z.clone())),
+        }
+        if !zones.contains(&z) {
+            zones.push(z);
+        }
+    }
+    Ok(zones)
+}
+
 fn ig_spec(
     role: InstanceGroupRole,
     machine_type: Option<String>,
@@ -180,6 +224,7 @@ pub fn build_cluster_objects(
 ) -> Result<(Cluster, Vec<InstanceGroup>), FlagError> {
     let name = a.name.trim_end_matches('.').to_string();
     let aws = a.cloud == CloudArg::Aws;
+    let has_key = ssh_public_key.is_some();
     let mut spec = ClusterSpec {
         cloud_provider: if aws {
             CloudProvider::Aws
@@ -282,19 +327,7 @@ pub fn build_cluster_objects(
                 "at least one zone is required for --cloud aws (e.g. --zones us-east-1a,us-east-1b)",
             ));
         }
-        let mut zones: Vec<String> = Vec::new();
-        for z in &a.zones {
-            let z = z.trim().to_string();
-            if region_of_zone(&z).is_none() {
-                return Err(flag_err(
-                    "zones",
-                    format!("{z:?} is not an availability zone like us-east-1a"),
-                ));
-            }
-            if !zones.contains(&z) {
-                zones.push(z);
-            }
-        }
+        let zones = check_zones(&a.zones)?;
         let net_text = a
             .network_cidr
             .clone()
@@ -327,6 +360,15 @@ pub fn build_cluster_objects(
                 kind: SubnetType::Utility,
                 id: None,
             });
+        }
+        if !has_key {
+            return Err(flag_err(
+                "ssh-public-key",
+                "no SSH public key: --cloud aws installs one on every instance, and none was \
+                 given nor found at ~/.ssh/id_ed25519.pub or ~/.ssh/id_rsa.pub. Pass \
+                 --ssh-public-key FILE, or make a key with `ssh-keygen -t ed25519` and run \
+                 create again",
+            ));
         }
         if a.bastion && !private {
             return Err(flag_err(
@@ -477,4 +519,401 @@ pub fn build_cluster_objects(
         spec,
     };
     Ok((cluster, groups))
+}
+
+/// Applies the cluster-wide settings an inventory's variables carry (Kubespray's
+/// `kube_version`, `kube_pods_subnet`, ...). A flag given on the command line wins; each such
+/// override is returned as a note so the user sees it.
+pub fn apply_inventory(
+    cluster: &mut Cluster,
+    inv: &crate::inventory::Inventory,
+    a: &CreateClusterArgs,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let s = &inv.settings;
+    let spec = &mut cluster.spec;
+    let mut set = |flag: Option<String>,
+                   var: &Option<(String, crate::inventory::At)>,
+                   name: &str,
+                   field: &mut Option<String>| {
+        if let Some((value, at)) = var {
+            match flag {
+                Some(f) if f != *value => {
+                    notes.push(format!("--{name} {f} overrides {value} set at {at}"))
+                }
+                Some(_) => {}
+                None => *field = Some(value.clone()),
+            }
+        }
+    };
+    set(
+        a.kubernetes_version.clone(),
+        &s.kubernetes_version,
+        "kubernetes-version",
+        &mut spec.kubernetes_version,
+    );
+    set(
+        a.pod_cidr.clone(),
+        &s.pod_cidr,
+        "pod-cidr",
+        &mut spec.networking.pod_cidr,
+    );
+    set(
+        a.service_cidr.clone(),
+        &s.service_cidr,
+        "service-cidr",
+        &mut spec.networking.service_cidr,
+    );
+    if let Some((cni, at)) = &s.cni {
+        if a.networking.is_some() {
+            notes.push(format!(
+                "--networking overrides kube_network_plugin set at {at}"
+            ));
+        } else {
+            spec.networking.cni = Some(*cni);
+        }
+    }
+    if s.api_endpoint.is_some() || !s.extra_sans.is_empty() {
+        let api = spec.api.get_or_insert_with(Api::default);
+        if let Some((endpoint, _)) = &s.api_endpoint {
+            api.endpoint = Some(endpoint.clone());
+        }
+        for (san, _) in &s.extra_sans {
+            if !api.additional_sans.contains(san) {
+                api.additional_sans.push(san.clone());
+            }
+        }
+    }
+    notes
+}
+
+/// Validates what `create` built from flags and an inventory; problems about hosts point at
+/// the inventory line that defined the host, problems about a field an inventory variable set
+/// at that variable's line, and the rest at the command line.
+pub fn validate_with_inventory(
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    inv: &crate::inventory::Inventory,
+) -> Result<(), SpecErrors> {
+    use crate::spec::validate::ObjectKey;
+    let (c, g) = crate::spec::defaults::complete(cluster, groups);
+    let violations = crate::spec::validate::validate(&c, &g);
+    if violations.is_empty() {
+        return Ok(());
+    }
+    let diags = violations
+        .iter()
+        .map(|v| {
+            let path = v.path.to_string();
+            let host = (v.object == ObjectKey::Cluster)
+                .then(|| path.strip_prefix("spec.hosts["))
+                .flatten()
+                .and_then(|rest| rest.split(']').next())
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| inv.hosts.get(i));
+            if let Some(l) = host {
+                return Diagnostic {
+                    source: inv.file.clone(),
+                    pos: Some(Pos {
+                        line: l.line,
+                        column: 1,
+                    }),
+                    path: Some(path),
+                    message: format!("host {}: {}", l.host.name, v.message),
+                };
+            }
+            if v.object == ObjectKey::Cluster
+                && let Some(m) = inv.mapped.iter().find(|m| path.starts_with(&m.field))
+            {
+                return Diagnostic {
+                    source: m.at.file.clone(),
+                    pos: Some(Pos {
+                        line: m.at.line,
+                        column: 1,
+                    }),
+                    path: Some(path),
+                    message: format!("{} (from {}): {}", m.var, m.at, v.message),
+                };
+            }
+            Diagnostic {
+                source: "command line".into(),
+                pos: None,
+                path: Some(path),
+                message: v.message.clone(),
+            }
+        })
+        .collect();
+    Err(SpecErrors(diags))
+}
+
+/// What `create --dry-run` says it understood from an inventory, one line each.
+pub fn inventory_summary(inv: &crate::inventory::Inventory, overrides: &[String]) -> Vec<String> {
+    let mut out = vec![format!(
+        "Inventory {} ({:?}): {} host(s)",
+        inv.file,
+        inv.format,
+        inv.hosts.len()
+    )];
+    for l in &inv.hosts {
+        let h = &l.host;
+        let roles: Vec<&str> = h
+            .roles
+            .iter()
+            .map(|r| match r {
+                HostRole::ControlPlane => "control-plane",
+                HostRole::Node => "node",
+                HostRole::Etcd => "etcd",
+            })
+            .collect();
+        let mut line = format!(
+            "  {} (line {}): roles {}, address {}",
+            h.name,
+            l.line,
+            roles.join(","),
+            h.address
+        );
+        if let Some(ip) = &h.ip {
+            line.push_str(&format!(", ip {ip}"));
+        }
+        line.push_str(&format!(
+            ", user {}",
+            h.user.as_deref().unwrap_or("(default)")
+        ));
+        line.push_str(&format!(
+            ", port {}",
+            h.port.map_or("22".to_string(), |p| p.to_string())
+        ));
+        if let Some(k) = &h.key_path {
+            line.push_str(&format!(", key {k}"));
+        }
+        if let Some(b) = &h.bastion {
+            line.push_str(&format!(", bastion {b}"));
+        }
+        if !h.labels.is_empty() {
+            let labels: Vec<String> = h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            line.push_str(&format!(", labels {}", labels.join(",")));
+        }
+        if !h.taints.is_empty() {
+            line.push_str(&format!(", taints {}", h.taints.join(",")));
+        }
+        out.push(line);
+    }
+    let etcd = crate::inventory::etcd_topology(&inv.plain_hosts());
+    out.push(format!(
+        "etcd: {}",
+        match etcd {
+            EtcdType::Stacked => "stacked (a member on each control plane)",
+            EtcdType::External => "external (dedicated etcd hosts)",
+        }
+    ));
+    if inv.mapped.is_empty() {
+        out.push("Variables mapped to the spec: none".into());
+    } else {
+        out.push("Variables mapped to the spec:".into());
+        for m in &inv.mapped {
+            out.push(format!(
+                "  {} ({}) -> {} = {}",
+                m.var, m.at, m.field, m.value
+            ));
+        }
+    }
+    for n in inv.notes.iter().chain(overrides) {
+        out.push(format!("Note: {n}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::path::Path;
+
+    #[derive(Parser)]
+    struct W {
+        #[command(flatten)]
+        a: CreateClusterArgs,
+    }
+
+    fn args(extra: &[&str]) -> CreateClusterArgs {
+        let mut argv = vec!["kprov", "lab.example.com", "--cloud", "metal"];
+        argv.extend_from_slice(extra);
+        W::try_parse_from(argv).unwrap().a
+    }
+
+    fn build(
+        path: &Path,
+        extra: &[&str],
+    ) -> (
+        Cluster,
+        Vec<InstanceGroup>,
+        crate::inventory::Inventory,
+        Vec<String>,
+    ) {
+        let p = path.to_str().unwrap();
+        let mut all = vec!["--inventory", p];
+        all.extend_from_slice(extra);
+        let a = args(&all);
+        let inv = crate::inventory::import(path).unwrap();
+        let (mut c, g) = build_cluster_objects(&a, inv.plain_hosts(), None).unwrap();
+        let notes = apply_inventory(&mut c, &inv, &a);
+        (c, g, inv, notes)
+    }
+
+    fn corpus(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kubespray/corpus")
+            .join(name)
+    }
+
+    #[test]
+    fn inventory_variables_become_spec_fields() {
+        let (c, g, inv, notes) = build(&corpus("mycluster"), &[]);
+        assert!(notes.is_empty(), "{notes:?}");
+        let s = &c.spec;
+        assert_eq!(s.kubernetes_version.as_deref(), Some("1.35.1"));
+        assert_eq!(s.networking.cni, Some(Cni::Cilium));
+        assert_eq!(s.networking.pod_cidr.as_deref(), Some("10.244.0.0/16"));
+        assert_eq!(s.networking.service_cidr.as_deref(), Some("10.96.0.0/16"));
+        let api = s.api.as_ref().unwrap();
+        assert_eq!(api.additional_sans, vec!["k8s.example.com", "203.0.113.10"]);
+        assert_eq!(
+            s.etcd, None,
+            "etcd group = control planes: stacked, the default"
+        );
+        validate_with_inventory(&c, &g, &inv).unwrap();
+        let summary = inventory_summary(&inv, &notes).join("\n");
+        assert!(
+            summary.contains(
+                "node3 (line 10): roles control-plane,etcd, address 198.18.10.3, ip 10.0.0.3, \
+                 user from-host-vars, port 2203, key ~/.ssh/cluster_key"
+            ),
+            "{summary}"
+        );
+        assert!(summary.contains("etcd: stacked"), "{summary}");
+        assert!(
+            summary.contains("kube_pods_subnet (")
+                && summary.contains("-> spec.networking.podCIDR = 10.244.0.0/16"),
+            "{summary}"
+        );
+
+        let (lb, g, inv, _) = build(&corpus("no-all.yaml"), &[]);
+        let api = lb.spec.api.as_ref().unwrap();
+        assert_eq!(api.endpoint.as_deref(), Some("api.example.com:8443"));
+        validate_with_inventory(&lb, &g, &inv).unwrap();
+    }
+
+    #[test]
+    fn flags_win_over_inventory_variables_and_say_so() {
+        let (c, _, _, notes) = build(
+            &corpus("mycluster"),
+            &["--pod-cidr", "10.32.0.0/16", "--networking", "calico"],
+        );
+        assert_eq!(c.spec.networking.pod_cidr.as_deref(), Some("10.32.0.0/16"));
+        assert_eq!(c.spec.networking.cni, Some(Cni::Calico));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("--pod-cidr 10.32.0.0/16 overrides 10.244.0.0/16 set at "));
+        assert!(notes[1].starts_with("--networking overrides kube_network_plugin set at "));
+    }
+
+    #[test]
+    fn spec_errors_point_at_inventory_lines_not_the_command_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("inventory.ini");
+        std::fs::write(
+            &path,
+            "[all]\ncp1 ansible_host=198.18.0.1 ip=10.244.0.5\n[kube_control_plane]\ncp1\n\
+             [all:vars]\nkube_pods_subnet=10.244.0.0/16\nkube_version=1.20.0\n",
+        )
+        .unwrap();
+        let (c, g, inv, _) = build(&path, &[]);
+        let err = validate_with_inventory(&c, &g, &inv)
+            .unwrap_err()
+            .to_string();
+        let file = path.display().to_string();
+        assert!(!err.contains("command line"), "{err}");
+        assert!(
+            err.contains(&format!("{file}:2:1: spec.hosts[0]")) && err.contains("host cp1: "),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "{file}:7:1: spec.kubernetesVersion: kube_version ("
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn inventory_errors_exit_3() {
+        let e: anyhow::Error = crate::inventory::InventoryError::Format {
+            file: "x".into(),
+            message: "y".into(),
+        }
+        .into();
+        assert_eq!(
+            crate::cli::commands::exit_code_of(&e),
+            crate::cli::exit::INVALID_SPEC
+        );
+    }
+
+    #[test]
+    fn external_etcd_hosts_with_other_roles_are_refused_by_the_spec() {
+        // What `create` stored before for 2 control planes + 3 etcd hosts: External etcd with
+        // etcd on control planes and workers. `update` could never run it; now it is invalid.
+        let host = |n: &str, a: &str, roles: &[HostRole]| Host {
+            name: n.into(),
+            address: a.into(),
+            ip: None,
+            access_ip: None,
+            user: None,
+            port: None,
+            key_path: None,
+            bastion: None,
+            roles: roles.to_vec(),
+            labels: Default::default(),
+            taints: vec![],
+        };
+        use HostRole::*;
+        let hosts = vec![
+            host("node1", "198.18.0.1", &[ControlPlane, Node, Etcd]),
+            host("node2", "198.18.0.2", &[ControlPlane, Node, Etcd]),
+            host("node3", "198.18.0.3", &[Node, Etcd]),
+        ];
+        let a = args(&["--inventory", "x", "--etcd", "external"]);
+        let (c, g) = build_cluster_objects(&a, hosts, None).unwrap();
+        let err = crate::repo::resolve_with_docs(&c, &g, None, &Default::default(), "flags")
+            .unwrap_err()
+            .to_string();
+        for h in ["node1", "node2", "node3"] {
+            assert!(
+                err.contains(&format!("host {h} has the etcd role and another role")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn zones_are_names_of_one_region() {
+        let z = |v: &[&str]| check_zones(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            z(&["us-east-1a", " us-east-1b", "us-east-1a"]).unwrap(),
+            ["us-east-1a", "us-east-1b"]
+        );
+        let e = z(&["us-east-1a", "eu-west-1b"]).unwrap_err().to_string();
+        assert!(
+            e.contains("eu-west-1b is in region eu-west-1 but us-east-1a is in us-east-1"),
+            "{e}"
+        );
+        for bad in [
+            "us-east-1",
+            "us-east-1ab",
+            "us-east-1-",
+            "US-east-1a",
+            "us-east-1A",
+            "mars-1a",
+        ] {
+            assert!(z(&[bad]).is_err(), "{bad}");
+        }
+    }
 }

@@ -36,10 +36,7 @@ fn run_editor(path: &std::path::Path) -> anyhow::Result<()> {
         .status()
         .with_context(|| format!("cannot start editor {ed:?}"))?;
     if !status.success() {
-        bail!(
-            "editor {ed:?} exited with {status}; nothing was saved (your copy: {})",
-            path.display()
-        );
+        bail!("editor {ed:?} exited with {status}");
     }
     Ok(())
 }
@@ -77,7 +74,10 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
     std::fs::write(&path, format!("{HEADER}{original}"))?;
     let mut last_invalid: Option<String> = None;
     let edited = loop {
-        run_editor(&path)?;
+        if let Err(e) = run_editor(&path) {
+            let kept = keep_copy(&path)?;
+            return Err(e.context(format!("nothing was saved (your copy: {})", kept.display())));
+        }
         let text = std::fs::read_to_string(&path)?;
         let body = strip_comments(&text);
         if body.trim().is_empty() {
@@ -173,15 +173,98 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
     Ok(exit::OK)
 }
 
-/// Moves the edited file out of the temporary directory so the user's work survives.
+/// Where a failed edit is kept: `$XDG_STATE_HOME/kprov/edits`, else `~/.kprov/edits`. The
+/// copy can hold secrets (a cloud-controller password, say), so it never goes to a shared
+/// directory such as `/tmp`.
+fn edits_dir() -> anyhow::Result<std::path::PathBuf> {
+    let base = match std::env::var_os("XDG_STATE_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        Some(x) => x.join("kprov"),
+        None => std::env::home_dir()
+            .filter(|h| h.is_absolute())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no home directory to keep your edit in (set HOME or XDG_STATE_HOME)"
+                )
+            })?
+            .join(".kprov"),
+    };
+    Ok(base.join("edits"))
+}
+
+/// Copies the edited file out of the temporary directory so the user's work survives.
 fn keep_copy(path: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
-    let name = path
-        .file_name()
+    let stem = path
+        .file_stem()
         .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "edit.yaml".into());
-    let dest = std::env::temp_dir().join(format!("kprov-unsaved-{}-{name}", std::process::id()));
-    std::fs::copy(path, &dest)?;
-    Ok(dest)
+        .unwrap_or_else(|| "edit".into());
+    let text = std::fs::read(path)
+        .with_context(|| format!("reading your edit back from {}", path.display()))?;
+    let dir = edits_dir()?;
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let names = (0..100u32).map(|i| match i {
+        0 => format!("{stem}-{stamp}.yaml"),
+        i => format!("{stem}-{stamp}-{i}.yaml"),
+    });
+    keep_private(&dir, names, &text)
+        .with_context(|| format!("keeping your edit under {}", dir.display()))
+}
+
+/// Writes `data` to a new file in `dir` (created 0700; an existing one must be a real
+/// directory owned by this user) with mode 0600, `O_EXCL` and no symlink followed: a name that
+/// exists, symlink or not, is skipped, never written through.
+fn keep_private(
+    dir: &std::path::Path,
+    names: impl Iterator<Item = String>,
+    data: &[u8],
+) -> anyhow::Result<std::path::PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let md = std::fs::symlink_metadata(dir)?;
+    if !md.is_dir() {
+        bail!(
+            "{} is not a directory (a symlink is not followed)",
+            dir.display()
+        );
+    }
+    // The process's own uid, read from something it just made (std has no getuid).
+    let probe = tempfile::tempfile_in(dir)?;
+    let me = probe.metadata()?.uid();
+    drop(probe);
+    if md.uid() != me {
+        bail!(
+            "{} belongs to uid {}, not to you (uid {me})",
+            dir.display(),
+            md.uid()
+        );
+    }
+    if md.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    for name in names {
+        let dest = dir.join(&name);
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&dest);
+        match opened {
+            Ok(mut f) => {
+                f.write_all(data)?;
+                f.sync_all()?;
+                return Ok(dest);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    bail!("every candidate file name is taken")
 }
 
 fn check_edit(
@@ -265,5 +348,50 @@ fn check_edit(
                 "Cluster"
             }
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(p: &std::path::Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn kept_copies_are_private_and_never_follow_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let dir = d.path().join("state/kprov/edits");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("a.yaml")).unwrap();
+        let names = ["a.yaml", "b.yaml"].into_iter().map(String::from);
+        let kept = keep_private(&dir, names, b"secret: x\n").unwrap();
+        assert_eq!(kept, dir.join("b.yaml"));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "secret: x\n");
+        assert_eq!(mode(&kept), 0o600);
+        assert_eq!(mode(&dir), 0o700, "an existing directory is made private");
+    }
+
+    #[test]
+    fn a_symlinked_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let dir = d.path().join("edits");
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        let e = keep_private(&dir, std::iter::once("a.yaml".into()), b"x").unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        let fresh = d.path().join("new/kprov/edits");
+        let kept = keep_private(&fresh, std::iter::once("a.yaml".into()), b"x").unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+        assert_eq!(mode(&kept), 0o600);
     }
 }

@@ -177,6 +177,9 @@ pub enum DeleteWhat {
         /// Really delete
         #[arg(long, short)]
         yes: bool,
+        /// Hosts reset at once (nodes reached over SSH)
+        #[arg(long, default_value_t = 20)]
+        concurrency: usize,
     },
     /// Delete an instance group from the spec (preview without --yes)
     #[command(visible_aliases = ["instancegroup", "ig"])]

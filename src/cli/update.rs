@@ -63,6 +63,7 @@ async fn aws(
             .await
             .context("planning cloud resources")?;
         print_plan(ctx, &plan, a.prune)?;
+        plan.check().context("planning cloud resources")?;
         let pending = plan.exit_code(a.prune) == exit::CHANGES_PENDING;
         if pending {
             ctx.printer.status(&format!(
@@ -91,6 +92,7 @@ async fn aws(
                 .plan(cluster, groups)
                 .await
                 .context("planning cloud resources")?;
+            plan.check().context("planning cloud resources")?;
             if plan.is_empty() || plan.exit_code(a.prune) == exit::OK {
                 ctx.printer.success(&format!(
                     "No changes to cloud resources of {}.",

@@ -1,41 +1,106 @@
-//! Kubespray inventories (`hosts.yaml` and `inventory.ini`), imported as kprov hosts.
+//! Kubespray inventories, read as Ansible reads them, imported as kprov hosts and settings.
+//!
+//! Syntaxes: `inventory.ini` (values unquoted and typed as Ansible does: host lines are split
+//! like a shell line, `#` starts a comment, every value goes through Python's literal rules,
+//! see [`super::literal`]), YAML (`all:` with `hosts`/`children`/`vars`, or top-level groups
+//! without `all:`), and Ansible's JSON script format (`_meta.hostvars`, groups with host
+//! lists). `group_vars/` and `host_vars/` beside the inventory are read (files named after the
+//! group or host with no extension, `.yml`, `.yaml` or `.json`, and directories of such files).
+//!
+//! Precedence is Ansible's default (`VARIABLE_PRECEDENCE`): group vars from the inventory file
+//! (`all`, then the host's groups from parent to child, ties by name), then `group_vars/all`,
+//! then `group_vars/<group>` in the same order, then the inventory's own host vars, then
+//! `host_vars/<host>`. (`host_vars/` files beat inline host vars in Ansible; kprov follows it.)
 //!
 //! Groups map to roles: `kube_control_plane` (old names `kube-master`, `kube-controlplane`)
-//! → control-plane, `kube_node` (`kube-node`) → node, `etcd` → etcd. `k8s_cluster`
-//! (`k8s-cluster`) and any other group only carry membership and vars. A `bastion` group's
-//! host becomes every host's jump host, as Kubespray uses it. Host vars: `ansible_host`,
-//! `ansible_port`, `ansible_user` (or their pre-2.0 `ansible_ssh_*` spellings), `ip`,
-//! `access_ip`, `ansible_ssh_private_key_file`,
-//! `node_labels`, `node_taints`; group vars apply with host vars taking precedence.
+//! → control-plane, `kube_node` (`kube-node`) → node, `etcd` → etcd. A `bastion` group's
+//! host becomes every host's jump host, as Kubespray uses it. The variables kprov honours are
+//! listed in [`HOST_VARS`] and [`CLUSTER_VARS`]; every other variable is reported as unused
+//! with its file and line, never dropped silently.
+//!
+//! Caveats: Jinja templates (`{{ ... }}`) are not evaluated: a templated value in a variable
+//! kprov uses is an error; elsewhere it is only listed as unused. Host ranges (`node[1:3]`)
+//! are refused. In `[group:vars]` lines an unquoted value followed by ` # text` loses the
+//! comment (Ansible would keep it in the value, which nobody means).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::marker::PhantomData;
+use std::path::Path;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_saphyr::Spanned;
 
-use super::{InventoryError, Located, yaml_error};
-use crate::spec::{Host, HostRole};
-
-type Vars = BTreeMap<String, Value>;
+use super::{
+    At, ClusterSettings, Format, Inventory, InventoryError, Located, Mapped, Unused, literal,
+    read_bounded, yaml_error,
+};
+use crate::spec::{Cni, Host, HostRole};
 
 const CONTROL_PLANE_GROUPS: &[&str] = &["kube_control_plane", "kube-master", "kube-controlplane"];
 const NODE_GROUPS: &[&str] = &["kube_node", "kube-node"];
 const ETCD_GROUPS: &[&str] = &["etcd"];
 const BASTION_GROUP: &str = "bastion";
+/// Groups nest at most this deep (Ansible has no limit; a hostile file must not recurse forever).
+const MAX_GROUP_DEPTH: usize = 64;
 
-/// What both syntaxes reduce to before hosts are built.
+/// Per-host variables kprov honours.
+pub const HOST_VARS: &[&str] = &[
+    "ansible_host",
+    "ansible_ssh_host",
+    "ansible_port",
+    "ansible_ssh_port",
+    "ansible_user",
+    "ansible_ssh_user",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_ssh_common_args",
+    "ansible_become",
+    "ansible_become_user",
+    "ansible_connection",
+    "ip",
+    "access_ip",
+    "node_labels",
+    "node_taints",
+];
+
+/// Cluster-wide variables kprov honours (they must agree on every host).
+pub const CLUSTER_VARS: &[&str] = &[
+    "kube_version",
+    "kube_network_plugin",
+    "container_manager",
+    "kube_pods_subnet",
+    "kube_service_addresses",
+    "cluster_name",
+    "kube_proxy_mode",
+    "loadbalancer_apiserver",
+    "apiserver_loadbalancer_domain_name",
+    "supplementary_addresses_in_ssl_keys",
+];
+
+/// A variable's value and where it was set.
+#[derive(Debug, Clone)]
+pub(crate) struct Var {
+    value: Value,
+    at: At,
+}
+
+type Vars = BTreeMap<String, Var>;
+
+/// What every syntax reduces to before hosts are built.
 #[derive(Default)]
 struct Raw {
     /// Host names in order of first appearance, with that line.
     order: Vec<(String, usize)>,
     host_vars: BTreeMap<String, Vars>,
+    host_file_vars: BTreeMap<String, Vars>,
     groups: BTreeMap<String, Group>,
-    /// Groups in order of first appearance: vars of later (deeper) groups win.
-    group_order: Vec<String>,
+    /// Every variable definition in the order read, for the unused-variable report.
+    defs: Vec<(String, At)>,
+    /// Files kprov could not read as data (ansible-vault), reported with the unused variables.
+    skipped: Vec<Unused>,
+    notes: Vec<String>,
 }
 
 #[derive(Default)]
@@ -43,24 +108,46 @@ struct Group {
     hosts: Vec<String>,
     children: Vec<String>,
     vars: Vars,
+    file_vars: Vars,
 }
 
 impl Raw {
     fn group(&mut self, name: &str) -> &mut Group {
-        if !self.groups.contains_key(name) {
-            self.group_order.push(name.to_string());
-        }
         self.groups.entry(name.to_string()).or_default()
     }
 
-    fn add_host(&mut self, group: &str, name: &str, line: usize, vars: Vars) {
+    fn add_child(&mut self, parent: &str, child: &str) {
+        self.group(child);
+        let g = self.group(parent);
+        if !g.children.iter().any(|c| c == child) {
+            g.children.push(child.to_string());
+        }
+    }
+
+    fn set_group_var(&mut self, group: &str, name: String, value: Value, at: At) {
+        self.defs.push((name.clone(), at.clone()));
+        self.group(group).vars.insert(name, Var { value, at });
+    }
+
+    fn add_host(&mut self, group: &str, name: &str, line: usize, vars: Vec<(String, Var)>) {
         if !self.host_vars.contains_key(name) {
             self.order.push((name.to_string(), line));
         }
-        self.host_vars
-            .entry(name.to_string())
-            .or_default()
-            .extend(vars);
+        let own = self.host_vars.entry(name.to_string()).or_default();
+        for (k, v) in vars {
+            self.defs.push((k.clone(), v.at.clone()));
+            if let Some(old) = own.get(&k)
+                && old.value != v.value
+            {
+                // Ansible keeps the last definition; say so, it is rarely what was meant.
+                self.notes.push(format!(
+                    "{}: host {name:?}: {k} is set again ({} replaces {} from line {}), as \
+                     Ansible does",
+                    v.at, v.value, old.value, old.at.line
+                ));
+            }
+            own.insert(k, v);
+        }
         let g = self.group(group);
         if !g.hosts.iter().any(|h| h == name) {
             g.hosts.push(name.to_string());
@@ -84,7 +171,92 @@ impl Raw {
         out
     }
 
-    fn into_hosts(self, file: &str) -> Result<Vec<Located>, InventoryError> {
+    /// Ansible's group depth: `all` is 0, a child is one deeper than its deepest parent.
+    fn depths(&self) -> BTreeMap<String, usize> {
+        let mut depth: BTreeMap<String, usize> =
+            self.groups.keys().map(|g| (g.clone(), 1)).collect();
+        depth.insert("all".into(), 0);
+        // Relaxation, bounded: a cycle cannot make it loop forever.
+        for _ in 0..self.groups.len().min(MAX_GROUP_DEPTH) {
+            let mut changed = false;
+            for (name, g) in &self.groups {
+                let d = depth.get(name).copied().unwrap_or(1);
+                for c in &g.children {
+                    if c != "all" && depth.get(c).copied().unwrap_or(1) < d + 1 {
+                        depth.insert(c.clone(), d + 1);
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        depth
+    }
+
+    /// Reads `group_vars/` and `host_vars/` in `dir`, for the groups and hosts the inventory has.
+    fn read_var_dirs(&mut self, dir: &Path) -> Result<(), InventoryError> {
+        let groups: Vec<String> = self.groups.keys().cloned().collect();
+        for g in groups {
+            let vars = read_vars_for(
+                &dir.join("group_vars"),
+                &g,
+                &mut self.defs,
+                &mut self.skipped,
+            )?;
+            self.group(&g).file_vars = vars;
+        }
+        let hosts: Vec<String> = self.order.iter().map(|(h, _)| h.clone()).collect();
+        for h in hosts {
+            let vars = read_vars_for(
+                &dir.join("host_vars"),
+                &h,
+                &mut self.defs,
+                &mut self.skipped,
+            )?;
+            if !vars.is_empty() {
+                self.host_file_vars.insert(h, vars);
+            }
+        }
+        Ok(())
+    }
+
+    /// The variables of one host, merged in Ansible's order.
+    fn effective(&self, host: &str, sorted_groups: &[(usize, String, BTreeSet<String>)]) -> Vars {
+        let mut vars = Vars::new();
+        let mine: Vec<&String> = sorted_groups
+            .iter()
+            .filter(|(_, g, m)| g != "all" && m.contains(host))
+            .map(|(_, g, _)| g)
+            .collect();
+        let all = self.groups.get("all");
+        if let Some(a) = all {
+            vars.extend(a.vars.clone());
+        }
+        for g in &mine {
+            if let Some(g) = self.groups.get(g.as_str()) {
+                vars.extend(g.vars.clone());
+            }
+        }
+        if let Some(a) = all {
+            vars.extend(a.file_vars.clone());
+        }
+        for g in &mine {
+            if let Some(g) = self.groups.get(g.as_str()) {
+                vars.extend(g.file_vars.clone());
+            }
+        }
+        if let Some(own) = self.host_vars.get(host) {
+            vars.extend(own.clone());
+        }
+        if let Some(own) = self.host_file_vars.get(host) {
+            vars.extend(own.clone());
+        }
+        vars
+    }
+
+    fn finish(self, file: &str, format: Format) -> Result<Inventory, InventoryError> {
         let in_any = |names: &[&str]| -> BTreeSet<String> {
             names.iter().flat_map(|g| self.members(g)).collect()
         };
@@ -92,30 +264,21 @@ impl Raw {
         let nodes = in_any(NODE_GROUPS);
         let etcd = in_any(ETCD_GROUPS);
         let bastions = self.members(BASTION_GROUP);
-        let memberships: Vec<(&String, BTreeSet<String>)> = self
-            .group_order
-            .iter()
-            .map(|g| (g, self.members(g)))
+        let depths = self.depths();
+        let mut sorted: Vec<(usize, String, BTreeSet<String>)> = self
+            .groups
+            .keys()
+            .map(|g| {
+                (
+                    depths.get(g).copied().unwrap_or(1),
+                    g.clone(),
+                    self.members(g),
+                )
+            })
             .collect();
-        let vars_of = |name: &str| -> Vars {
-            let mut vars = self
-                .groups
-                .get("all")
-                .map(|g| g.vars.clone())
-                .unwrap_or_default();
-            for (group, members) in &memberships {
-                if group.as_str() != "all"
-                    && members.contains(name)
-                    && let Some(g) = self.groups.get(group.as_str())
-                {
-                    vars.extend(g.vars.clone());
-                }
-            }
-            if let Some(own) = self.host_vars.get(name) {
-                vars.extend(own.clone());
-            }
-            vars
-        };
+        sorted.sort();
+        let mut notes = self.notes.clone();
+        let mut mapped = Vec::new();
         let mut jump = None;
         if bastions.len() > 1 {
             return Err(InventoryError::Format {
@@ -129,7 +292,7 @@ impl Raw {
         }
         if let Some(b) = bastions.iter().next() {
             let line = self.line_of(b);
-            let h = build_host(b, &vars_of(b), file, line)?;
+            let (h, _) = build_host(b, &self.effective(b, &sorted), file, line)?;
             let mut spec = h.address.clone();
             if let Some(user) = &h.user {
                 spec = format!("{user}@{spec}");
@@ -137,14 +300,29 @@ impl Raw {
             if let Some(port) = h.port {
                 spec = format!("{spec}:{port}");
             }
+            notes.push(format!(
+                "{file}:{line}: host {b:?} (bastion group) is the jump host {spec} of every host; \
+                 it is not part of the cluster"
+            ));
             jump = Some(spec);
         }
+        if self.order.iter().all(|(n, _)| bastions.contains(n)) {
+            return Err(InventoryError::Format {
+                file: file.to_string(),
+                message: "the inventory lists no hosts (is every line commented out? Kubespray's \
+                          sample inventory is: uncomment the hosts and their groups)"
+                    .into(),
+            });
+        }
         let mut out = Vec::new();
+        let mut effective_of = Vec::new();
         for (name, line) in &self.order {
             if bastions.contains(name) {
                 continue;
             }
-            let mut host = build_host(name, &vars_of(name), file, *line)?;
+            let vars = self.effective(name, &sorted);
+            let (mut host, host_notes) = build_host(name, &vars, file, *line)?;
+            notes.extend(host_notes);
             if control_planes.contains(name) {
                 host.roles.push(HostRole::ControlPlane);
             }
@@ -157,9 +335,33 @@ impl Raw {
             if host.bastion.is_none() {
                 host.bastion = jump.clone();
             }
+            effective_of.push((name.clone(), vars));
             out.push(Located { host, line: *line });
         }
-        Ok(out)
+        let settings = cluster_settings(&effective_of, &mut mapped, &mut notes)?;
+        let mut unused: Vec<Unused> = self.skipped;
+        let mut seen = BTreeSet::new();
+        for (name, at) in self.defs {
+            if HOST_VARS.contains(&name.as_str()) || CLUSTER_VARS.contains(&name.as_str()) {
+                continue;
+            }
+            if seen.insert((name.clone(), at.clone())) {
+                unused.push(Unused {
+                    var: name,
+                    at,
+                    why: None,
+                });
+            }
+        }
+        Ok(Inventory {
+            file: file.to_string(),
+            format,
+            hosts: out,
+            settings,
+            mapped,
+            unused,
+            notes,
+        })
     }
 
     fn line_of(&self, name: &str) -> usize {
@@ -171,19 +373,79 @@ impl Raw {
     }
 }
 
-fn build_host(name: &str, vars: &Vars, file: &str, line: usize) -> Result<Host, InventoryError> {
-    let bad = |var: &str, why: &str| InventoryError::Syntax {
-        file: file.to_string(),
-        line,
+fn bad(at: &At, message: String) -> InventoryError {
+    InventoryError::Syntax {
+        file: at.file.clone(),
+        line: at.line,
         column: 0,
-        message: format!("host {name:?}: {var}: {why}"),
+        message,
+    }
+}
+
+/// The text of a scalar variable; a template or a structure is an error at its line.
+fn text_of(name: &str, var: &Var, who: &str) -> Result<String, InventoryError> {
+    let s = match &var.value {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        _ => {
+            return Err(bad(
+                &var.at,
+                format!("{who}{name}: expected a single value"),
+            ));
+        }
     };
+    if s.contains("{{") || s.contains("{%") {
+        return Err(bad(
+            &var.at,
+            format!(
+                "{who}{name}: {s:?} is a Jinja template; kprov does not evaluate templates, \
+                 write the value itself"
+            ),
+        ));
+    }
+    Ok(s)
+}
+
+/// Ansible's `boolean()`.
+fn truthy(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) => n.as_i64().map(|n| n != 0),
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "yes" | "on" | "1" | "true" | "y" | "t" => Some(true),
+            "no" | "off" | "0" | "false" | "n" | "f" | "" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A dict or list that INI or a quoted YAML string carries as Python literal text.
+fn structured(var: &Var) -> Value {
+    match &var.value {
+        Value::String(s) if s.trim_start().starts_with(['{', '[', '(']) => {
+            literal::parse(s).unwrap_or_else(|| var.value.clone())
+        }
+        v => v.clone(),
+    }
+}
+
+fn build_host(
+    name: &str,
+    vars: &Vars,
+    file: &str,
+    line: usize,
+) -> Result<(Host, Vec<String>), InventoryError> {
+    let who = format!("host {name:?}: ");
+    let mut notes = Vec::new();
     let text = |var: &str| -> Result<Option<String>, InventoryError> {
         match vars.get(var) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(Value::Number(n)) => Ok(Some(n.to_string())),
-            Some(_) => Err(bad(var, "expected a string")),
+            None => Ok(None),
+            Some(Var {
+                value: Value::Null, ..
+            }) => Ok(None),
+            Some(v) => text_of(var, v, &who).map(Some),
         }
     };
     // Ansible before 2.0 spelled these ansible_ssh_*; old Kubespray inventories still do.
@@ -192,114 +454,960 @@ fn build_host(name: &str, vars: &Vars, file: &str, line: usize) -> Result<Host, 
     };
     let port = match either("ansible_port", "ansible_ssh_port")? {
         None => None,
-        Some(p) => Some(
-            p.parse::<u16>()
-                .map_err(|_| bad("ansible_port", &format!("{p:?} is not a port number")))?,
-        ),
+        Some(p) => {
+            let at = vars
+                .get("ansible_port")
+                .or(vars.get("ansible_ssh_port"))
+                .map(|v| v.at.clone())
+                .unwrap_or(At {
+                    file: file.into(),
+                    line,
+                });
+            Some(p.parse::<u16>().map_err(|_| {
+                bad(
+                    &at,
+                    format!("{who}ansible_port: {p:?} is not a port number"),
+                )
+            })?)
+        }
     };
     let labels = match vars.get("node_labels") {
-        None | Some(Value::Null) => BTreeMap::new(),
-        Some(Value::Object(map)) => map
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                Value::Number(_) | Value::Bool(_) => Ok((k.clone(), v.to_string())),
-                _ => Err(bad("node_labels", "label values must be strings")),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(bad("node_labels", "expected a mapping")),
+        None => BTreeMap::new(),
+        Some(v) => match structured(v) {
+            Value::Null => BTreeMap::new(),
+            Value::Object(map) => map
+                .iter()
+                .map(|(k, val)| match val {
+                    Value::String(s) => Ok((k.clone(), s.clone())),
+                    Value::Number(_) | Value::Bool(_) => Ok((k.clone(), val.to_string())),
+                    _ => Err(bad(
+                        &v.at,
+                        format!("{who}node_labels: label {k:?} must be a string"),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            other => {
+                return Err(bad(
+                    &v.at,
+                    format!(
+                        "{who}node_labels: expected a mapping such as {{'disk': 'ssd'}}, got {other}"
+                    ),
+                ));
+            }
+        },
     };
     let taints = match vars.get("node_taints") {
-        None | Some(Value::Null) => vec![],
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| match v {
-                Value::String(s) => Ok(s.clone()),
-                _ => Err(bad("node_taints", "taints must be strings")),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(bad("node_taints", "expected a list")),
+        None => vec![],
+        Some(v) => match structured(v) {
+            Value::Null => vec![],
+            Value::Array(items) => items
+                .iter()
+                .map(|i| match i {
+                    Value::String(s) => Ok(s.clone()),
+                    _ => Err(bad(
+                        &v.at,
+                        format!("{who}node_taints: taints must be strings"),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            other => {
+                return Err(bad(
+                    &v.at,
+                    format!(
+                        "{who}node_taints: expected a list such as ['key=value:NoSchedule'], got {other}"
+                    ),
+                ));
+            }
+        },
     };
-    Ok(Host {
+    let mut address = either("ansible_host", "ansible_ssh_host")?;
+    if let Some(v) = vars.get("ansible_connection") {
+        match text_of("ansible_connection", v, &who)?.as_str() {
+            "ssh" | "smart" | "paramiko" | "paramiko_ssh" => {}
+            "local" => {
+                if address.is_none() {
+                    address = Some("127.0.0.1".into());
+                }
+                notes.push(format!(
+                    "{}:{}: host {name:?}: ansible_connection=local: kprov reaches every host \
+                     over ssh, this one at {}; this machine must run sshd and accept your key",
+                    v.at.file,
+                    v.at.line,
+                    address.as_deref().unwrap_or_default()
+                ));
+            }
+            other => {
+                return Err(bad(
+                    &v.at,
+                    format!(
+                        "{who}ansible_connection={other} is not supported: kprov reaches hosts \
+                         over ssh (ssh or local)"
+                    ),
+                ));
+            }
+        }
+    }
+    let become_ = match vars.get("ansible_become") {
+        None => None,
+        Some(v) => Some(truthy(&v.value).ok_or_else(|| {
+            bad(
+                &v.at,
+                format!("{who}ansible_become: {} is not a boolean", v.value),
+            )
+        })?),
+    };
+    if let Some(v) = vars.get("ansible_become_user") {
+        let u = text_of("ansible_become_user", v, &who)?;
+        if u != "root" {
+            return Err(bad(
+                &v.at,
+                format!(
+                    "{who}ansible_become_user={u} is not supported: kprov runs every step as \
+                     root (through sudo -n when the ssh user is not root)"
+                ),
+            ));
+        }
+    }
+    let user = either("ansible_user", "ansible_ssh_user")?;
+    if become_ == Some(false)
+        && user.as_deref().is_some_and(|u| u != "root")
+        && let Some(v) = vars.get("ansible_become")
+    {
+        notes.push(format!(
+            "{}:{}: host {name:?}: ansible_become is false, but kprov needs root: it runs its \
+             steps through sudo -n as {}",
+            v.at.file,
+            v.at.line,
+            user.as_deref().unwrap_or_default()
+        ));
+    }
+    let mut bastion = None;
+    if let Some(v) = vars.get("ansible_ssh_common_args") {
+        let args = text_of("ansible_ssh_common_args", v, &who)?;
+        let (jump, extra) = proxy_of(&args)
+            .map_err(|e| bad(&v.at, format!("{who}ansible_ssh_common_args: {e}")))?;
+        bastion = jump;
+        if !extra.is_empty() {
+            notes.push(format!(
+                "{}:{}: host {name:?}: ansible_ssh_common_args: kprov does not pass {} to ssh \
+                 (it keeps strict host keys in the state store and uses your key and agent)",
+                v.at.file,
+                v.at.line,
+                extra.join(" ")
+            ));
+        }
+    }
+    let host = Host {
         name: name.to_string(),
-        address: either("ansible_host", "ansible_ssh_host")?.unwrap_or_else(|| name.to_string()),
+        address: address.unwrap_or_else(|| name.to_string()),
         ip: text("ip")?,
         access_ip: text("access_ip")?,
-        user: either("ansible_user", "ansible_ssh_user")?,
+        user,
         port,
-        key_path: text("ansible_ssh_private_key_file")?,
-        bastion: None,
+        key_path: either("ansible_ssh_private_key_file", "ansible_private_key_file")?,
+        bastion,
         roles: vec![],
         labels,
         taints,
-    })
+    };
+    Ok((host, notes))
 }
 
-// ---- hosts.yaml ----
+/// The jump host in `ansible_ssh_common_args` (`-o ProxyCommand="ssh -W %h:%p user@host"`,
+/// `-o ProxyJump=...`, `-J ...`) as `[user@]host[:port]`, and the arguments kprov does not use.
+pub fn proxy_of(args: &str) -> Result<(Option<String>, Vec<String>), String> {
+    let words = split_words(args)?;
+    let mut jump = None;
+    let mut extra = Vec::new();
+    let mut it = words.into_iter();
+    while let Some(w) = it.next() {
+        let option = if w == "-o" {
+            it.next().ok_or("-o without an option")?
+        } else if let Some(o) = w.strip_prefix("-o") {
+            o.to_string()
+        } else if w == "-J" {
+            format!("ProxyJump={}", it.next().ok_or("-J without a host")?)
+        } else if let Some(j) = w.strip_prefix("-J") {
+            format!("ProxyJump={j}")
+        } else {
+            extra.push(w);
+            continue;
+        };
+        let (key, value) = option
+            .split_once('=')
+            .or_else(|| option.split_once(' '))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .unwrap_or((option.clone(), String::new()));
+        match key.to_ascii_lowercase().as_str() {
+            "proxyjump" => {
+                if value.contains(',') {
+                    return Err(format!(
+                        "ProxyJump {value:?} chains jump hosts; kprov supports one"
+                    ));
+                }
+                jump = Some(value.trim_start_matches("ssh://").to_string());
+            }
+            "proxycommand" => jump = Some(jump_of_proxy_command(&value)?),
+            _ => extra.push(format!("-o {option}")),
+        }
+    }
+    Ok((jump, extra))
+}
 
-/// A YAML mapping that keeps document order (host order decides the first control plane).
-struct Ordered<V>(Vec<(Spanned<String>, V)>);
+fn jump_of_proxy_command(cmd: &str) -> Result<String, String> {
+    let words = split_words(cmd)?;
+    let unsupported = || {
+        format!(
+            "ProxyCommand {cmd:?} is not of the form `ssh -W %h:%p [-p PORT] [-l USER] \
+             [user@]HOST`; write the jump host with ProxyJump"
+        )
+    };
+    let mut it = words.into_iter();
+    if it.next().as_deref() != Some("ssh") {
+        return Err(unsupported());
+    }
+    let (mut user, mut port, mut dest, mut forwards) = (None, None, None, false);
+    while let Some(w) = it.next() {
+        match w.as_str() {
+            "-W" => forwards = it.next().as_deref() == Some("%h:%p"),
+            "-p" => port = it.next(),
+            "-l" => user = it.next(),
+            // Options that do not change where the jump goes; kprov keeps its own host keys.
+            "-o" | "-i" | "-F" => {
+                it.next();
+            }
+            "-q" | "-A" | "-T" | "-N" | "-4" | "-6" | "-C" | "-v" => {}
+            w if w.starts_with('-') => return Err(unsupported()),
+            w => {
+                if dest.replace(w.to_string()).is_some() {
+                    return Err(unsupported());
+                }
+            }
+        }
+    }
+    let dest = dest.filter(|_| forwards).ok_or_else(unsupported)?;
+    let mut spec = match (user, dest.contains('@')) {
+        (Some(u), false) => format!("{u}@{dest}"),
+        _ => dest,
+    };
+    if let Some(p) = port {
+        if p.parse::<u16>().is_err() {
+            return Err(format!("ProxyCommand port {p:?} is not a port number"));
+        }
+        spec = format!("{spec}:{p}");
+    }
+    Ok(spec)
+}
 
-impl<'de, V: Deserialize<'de>> Deserialize<'de> for Ordered<V> {
+/// The cluster-wide variables, which must agree on every host.
+fn cluster_settings(
+    hosts: &[(String, Vars)],
+    mapped: &mut Vec<Mapped>,
+    notes: &mut Vec<String>,
+) -> Result<ClusterSettings, InventoryError> {
+    let mut one: BTreeMap<&str, Var> = BTreeMap::new();
+    for name in CLUSTER_VARS {
+        let mut first: Option<(&str, &Var)> = None;
+        for (host, vars) in hosts {
+            let Some(v) = vars.get(*name) else { continue };
+            match first {
+                None => first = Some((host, v)),
+                Some((h0, v0)) if v0.value != v.value => {
+                    return Err(bad(
+                        &v.at,
+                        format!(
+                            "{name} is {} for host {host:?} but {} for host {h0:?} ({}): a \
+                             cluster-wide setting must be the same on every host",
+                            v.value, v0.value, v0.at
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some((_, v)) = first {
+            one.insert(name, v.clone());
+        }
+    }
+    let mut s = ClusterSettings::default();
+    let mut map = |var: &str, at: &At, field: &str, value: String| {
+        mapped.push(Mapped {
+            var: var.to_string(),
+            at: at.clone(),
+            field: field.to_string(),
+            value,
+        });
+    };
+    let text = |name: &str, v: &Var| text_of(name, v, "");
+    if let Some(v) = one.get("kube_version") {
+        let t = text("kube_version", v)?;
+        let t = t.strip_prefix('v').unwrap_or(&t).to_string();
+        map("kube_version", &v.at, "spec.kubernetesVersion", t.clone());
+        s.kubernetes_version = Some((t, v.at.clone()));
+    }
+    if let Some(v) = one.get("kube_network_plugin") {
+        let t = text("kube_network_plugin", v)?;
+        let cni = match t.as_str() {
+            "calico" => Cni::Calico,
+            "cilium" => Cni::Cilium,
+            "flannel" => Cni::Flannel,
+            "cni" => Cni::None,
+            other => {
+                return Err(bad(
+                    &v.at,
+                    format!(
+                        "kube_network_plugin: {other:?} is not supported by kprov (calico, \
+                         cilium, flannel, or cni to install your own)"
+                    ),
+                ));
+            }
+        };
+        map(
+            "kube_network_plugin",
+            &v.at,
+            "spec.networking.cni",
+            cni.as_str().to_string(),
+        );
+        s.cni = Some((cni, v.at.clone()));
+    }
+    if let Some(v) = one.get("container_manager") {
+        let t = text("container_manager", v)?;
+        if t != "containerd" {
+            return Err(bad(
+                &v.at,
+                format!(
+                    "container_manager: {t:?} is not supported: kprov installs containerd; set \
+                     container_manager: containerd or remove it"
+                ),
+            ));
+        }
+        notes.push(format!(
+            "{}: container_manager: containerd is what kprov installs",
+            v.at
+        ));
+    }
+    if let Some(v) = one.get("kube_pods_subnet") {
+        let t = text("kube_pods_subnet", v)?;
+        map(
+            "kube_pods_subnet",
+            &v.at,
+            "spec.networking.podCIDR",
+            t.clone(),
+        );
+        s.pod_cidr = Some((t, v.at.clone()));
+    }
+    if let Some(v) = one.get("kube_service_addresses") {
+        let t = text("kube_service_addresses", v)?;
+        map(
+            "kube_service_addresses",
+            &v.at,
+            "spec.networking.serviceCIDR",
+            t.clone(),
+        );
+        s.service_cidr = Some((t, v.at.clone()));
+    }
+    if let Some(v) = one.get("cluster_name") {
+        let t = text("cluster_name", v)?;
+        if t != "cluster.local" {
+            return Err(bad(
+                &v.at,
+                format!(
+                    "cluster_name: {t:?} is Kubespray's cluster DNS domain; kprov uses \
+                     cluster.local (kubeadm's default) and cannot change it yet. The kprov \
+                     cluster name is the NAME given to `create cluster`"
+                ),
+            ));
+        }
+        notes.push(format!(
+            "{}: cluster_name: cluster.local is the DNS domain kprov uses",
+            v.at
+        ));
+    }
+    if let Some(v) = one.get("kube_proxy_mode") {
+        let t = text("kube_proxy_mode", v)?;
+        if t != "iptables" {
+            return Err(bad(
+                &v.at,
+                format!(
+                    "kube_proxy_mode: {t:?} is not supported: kprov runs kube-proxy in iptables \
+                     mode (kubeadm's default); set kube_proxy_mode: iptables or remove it"
+                ),
+            ));
+        }
+        notes.push(format!(
+            "{}: kube_proxy_mode: iptables is how kprov runs kube-proxy",
+            v.at
+        ));
+    }
+    let domain = match one.get("apiserver_loadbalancer_domain_name") {
+        Some(v) => Some((text("apiserver_loadbalancer_domain_name", v)?, v.at.clone())),
+        None => None,
+    };
+    if let Some(v) = one.get("loadbalancer_apiserver") {
+        let lb = structured(v);
+        let obj = lb.as_object().ok_or_else(|| {
+            bad(
+                &v.at,
+                format!("loadbalancer_apiserver: expected {{address: ..., port: ...}}, got {lb}"),
+            )
+        })?;
+        let field = |k: &str| -> Result<Option<String>, InventoryError> {
+            match obj.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(x) => text_of(
+                    &format!("loadbalancer_apiserver.{k}"),
+                    &Var {
+                        value: x.clone(),
+                        at: v.at.clone(),
+                    },
+                    "",
+                )
+                .map(Some),
+            }
+        };
+        let address = field("address")?;
+        let port = field("port")?.unwrap_or_else(|| "6443".into());
+        let host = match (&domain, address) {
+            (Some((d, _)), _) => d.clone(),
+            (None, Some(a)) => a,
+            (None, None) => {
+                return Err(bad(
+                    &v.at,
+                    "loadbalancer_apiserver has no address (and no \
+                     apiserver_loadbalancer_domain_name names it)"
+                        .into(),
+                ));
+            }
+        };
+        let endpoint = format!("{host}:{port}");
+        map(
+            "loadbalancer_apiserver",
+            &v.at,
+            "spec.api.endpoint",
+            endpoint.clone(),
+        );
+        s.api_endpoint = Some((endpoint, v.at.clone()));
+    }
+    if let Some((d, at)) = domain {
+        map(
+            "apiserver_loadbalancer_domain_name",
+            &at,
+            "spec.api.additionalSANs",
+            d.clone(),
+        );
+        s.extra_sans.push((d, at));
+    }
+    if let Some(v) = one.get("supplementary_addresses_in_ssl_keys") {
+        let list = match structured(v) {
+            Value::Array(items) => items,
+            Value::Null => vec![],
+            Value::String(one) => one
+                .split(',')
+                .map(|s| Value::String(s.trim().into()))
+                .collect(),
+            other => {
+                return Err(bad(
+                    &v.at,
+                    format!("supplementary_addresses_in_ssl_keys: expected a list, got {other}"),
+                ));
+            }
+        };
+        for item in list {
+            let t = text_of(
+                "supplementary_addresses_in_ssl_keys",
+                &Var {
+                    value: item,
+                    at: v.at.clone(),
+                },
+                "",
+            )?;
+            map(
+                "supplementary_addresses_in_ssl_keys",
+                &v.at,
+                "spec.api.additionalSANs",
+                t.clone(),
+            );
+            s.extra_sans.push((t, v.at.clone()));
+        }
+    }
+    Ok(s)
+}
+
+// ---- YAML and JSON ----
+
+/// A YAML/JSON value that keeps the line of every mapping key and document order.
+#[derive(Debug, Clone)]
+enum Node {
+    Scalar(Value),
+    Seq(Vec<Spanned<Node>>),
+    Map(Vec<(Spanned<String>, Node)>),
+}
+
+impl Node {
+    fn to_value(&self) -> Value {
+        match self {
+            Node::Scalar(v) => v.clone(),
+            Node::Seq(items) => Value::Array(items.iter().map(|i| i.value.to_value()).collect()),
+            Node::Map(entries) => Value::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.value.clone(), v.to_value()))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn is_null(&self) -> bool {
+        matches!(self, Node::Scalar(Value::Null))
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V_<V>(PhantomData<V>);
-        impl<'de, V: Deserialize<'de>> Visitor<'de> for V_<V> {
-            type Value = Ordered<V>;
+        struct NodeVisitor;
+        impl<'de> Visitor<'de> for NodeVisitor {
+            type Value = Node;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a mapping")
+                f.write_str("a YAML value")
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Ordered(vec![]))
+            fn visit_unit<E: de::Error>(self) -> Result<Node, E> {
+                Ok(Node::Scalar(Value::Null))
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            fn visit_none<E: de::Error>(self) -> Result<Node, E> {
+                Ok(Node::Scalar(Value::Null))
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+                Node::deserialize(d)
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Node, E> {
+                Ok(Node::Scalar(Value::Bool(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Node, E> {
+                Ok(Node::Scalar(Value::Number(v.into())))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node, E> {
+                Ok(Node::Scalar(Value::Number(v.into())))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
+                Ok(Node::Scalar(
+                    serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+                ))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Node, E> {
+                Ok(Node::Scalar(Value::String(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Node, E> {
+                Ok(Node::Scalar(Value::String(v)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element::<Spanned<Node>>()? {
+                    out.push(item);
+                }
+                Ok(Node::Seq(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
                 let mut out = Vec::new();
                 while let Some(k) = map.next_key::<Spanned<String>>()? {
                     out.push((k, map.next_value()?));
                 }
-                Ok(Ordered(out))
+                Ok(Node::Map(out))
             }
         }
-        d.deserialize_any(V_(PhantomData))
+        d.deserialize_any(NodeVisitor)
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlFile {
-    all: YamlGroup,
+fn line(s: &Spanned<impl Sized>) -> usize {
+    s.referenced.line() as usize
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct YamlGroup {
-    #[serde(default)]
-    hosts: Option<Ordered<Option<Vars>>>,
-    #[serde(default)]
-    children: Option<Ordered<Option<YamlGroup>>>,
-    #[serde(default)]
-    vars: Option<Vars>,
-}
-
-fn walk_yaml(raw: &mut Raw, name: &str, group: YamlGroup) {
-    raw.group(name).vars.extend(group.vars.unwrap_or_default());
-    for (host, vars) in group.hosts.map(|o| o.0).unwrap_or_default() {
-        let line = host.referenced.line() as usize;
-        raw.add_host(name, &host.value, line, vars.unwrap_or_default());
+fn vars_of_map(
+    node: &Node,
+    file: &str,
+    what: &str,
+    at_line: usize,
+) -> Result<Vec<(String, Var)>, InventoryError> {
+    match node {
+        Node::Scalar(Value::Null) => Ok(vec![]),
+        Node::Map(entries) => Ok(entries
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.value.clone(),
+                    Var {
+                        value: v.to_value(),
+                        at: At {
+                            file: file.to_string(),
+                            line: line(k),
+                        },
+                    },
+                )
+            })
+            .collect()),
+        _ => Err(InventoryError::Syntax {
+            file: file.to_string(),
+            line: at_line,
+            column: 0,
+            message: format!("{what} must be a mapping of variable: value"),
+        }),
     }
-    for (child, sub) in group.children.map(|o| o.0).unwrap_or_default() {
-        let g = raw.group(name);
-        if !g.children.contains(&child.value) {
-            g.children.push(child.value.clone());
+}
+
+fn walk_yaml(
+    raw: &mut Raw,
+    name: &str,
+    node: &Node,
+    file: &str,
+    depth: usize,
+) -> Result<(), InventoryError> {
+    if depth > MAX_GROUP_DEPTH {
+        return Err(InventoryError::Format {
+            file: file.to_string(),
+            message: format!("groups nest more than {MAX_GROUP_DEPTH} deep (at group {name:?})"),
+        });
+    }
+    raw.group(name);
+    let entries = match node {
+        Node::Scalar(Value::Null) => return Ok(()),
+        Node::Map(entries) => entries,
+        _ => {
+            return Err(InventoryError::Format {
+                file: file.to_string(),
+                message: format!("group {name:?} must be a mapping with hosts, children or vars"),
+            });
         }
-        walk_yaml(raw, &child.value, sub.unwrap_or_default());
+    };
+    for (key, value) in entries {
+        let err = |message: String| InventoryError::Syntax {
+            file: file.to_string(),
+            line: line(key),
+            column: 0,
+            message,
+        };
+        match key.value.as_str() {
+            "vars" => {
+                for (k, v) in
+                    vars_of_map(value, file, &format!("vars of group {name:?}"), line(key))?
+                {
+                    raw.set_group_var(name, k, v.value, v.at);
+                }
+            }
+            "hosts" => match value {
+                Node::Scalar(Value::Null) => {}
+                Node::Map(hosts) => {
+                    for (h, vars) in hosts {
+                        let vars =
+                            vars_of_map(vars, file, &format!("host {:?}", h.value), line(h))?;
+                        raw.add_host(name, &h.value, line(h), vars);
+                    }
+                }
+                Node::Scalar(v) => {
+                    return Err(err(format!(
+                        "hosts of group {name:?} is the text {v}, not a mapping: write each host \
+                         as `name:` on its own line (YAML reads indented bare names as one text)"
+                    )));
+                }
+                Node::Seq(_) => {
+                    return Err(err(format!(
+                        "hosts of group {name:?} must be a mapping (host: vars), not a list"
+                    )));
+                }
+            },
+            "children" => match value {
+                Node::Scalar(Value::Null) => {}
+                Node::Map(children) => {
+                    for (c, sub) in children {
+                        raw.add_child(name, &c.value);
+                        walk_yaml(raw, &c.value, sub, file, depth + 1)?;
+                    }
+                }
+                _ => {
+                    return Err(err(format!(
+                        "children of group {name:?} must be a mapping of groups"
+                    )));
+                }
+            },
+            other => {
+                return Err(err(format!(
+                    "unknown key {other:?} in group {name:?} (expected hosts, children or vars)"
+                )));
+            }
+        }
     }
+    Ok(())
+}
+
+/// Ansible's script (JSON) format: groups as host lists, host vars under `_meta.hostvars`.
+fn is_script_format(top: &[(Spanned<String>, Node)]) -> bool {
+    top.iter().any(|(k, v)| {
+        k.value == "_meta"
+            || matches!(v, Node::Seq(_))
+            || matches!(v, Node::Map(e) if e.iter().any(|(k, v)| k.value == "hosts" && matches!(v, Node::Seq(_))))
+    })
+}
+
+fn walk_script(
+    raw: &mut Raw,
+    top: &[(Spanned<String>, Node)],
+    file: &str,
+) -> Result<(), InventoryError> {
+    let err = |l: usize, message: String| InventoryError::Syntax {
+        file: file.to_string(),
+        line: l,
+        column: 0,
+        message,
+    };
+    let names =
+        |node: &Node, what: &str, l: usize| -> Result<Vec<(String, usize)>, InventoryError> {
+            match node {
+                Node::Scalar(Value::Null) => Ok(vec![]),
+                Node::Seq(items) => items
+                    .iter()
+                    .map(|i| match &i.value {
+                        Node::Scalar(Value::String(s)) => Ok((s.clone(), line(i))),
+                        _ => Err(err(line(i), format!("{what} must be a list of names"))),
+                    })
+                    .collect(),
+                _ => Err(err(l, format!("{what} must be a list of names"))),
+            }
+        };
+    let mut meta: BTreeMap<String, (usize, Vec<(String, Var)>)> = BTreeMap::new();
+    let mut children_seen = BTreeSet::new();
+    for (g, node) in top {
+        if g.value == "_meta" {
+            let Node::Map(entries) = node else {
+                return Err(err(line(g), "_meta must be a mapping".into()));
+            };
+            for (k, v) in entries {
+                if k.value != "hostvars" {
+                    continue;
+                }
+                let Node::Map(hosts) = v else {
+                    return Err(err(line(k), "_meta.hostvars must be a mapping".into()));
+                };
+                for (h, vars) in hosts {
+                    let vars =
+                        vars_of_map(vars, file, &format!("hostvars of {:?}", h.value), line(h))?;
+                    meta.insert(h.value.clone(), (line(h), vars));
+                }
+            }
+            continue;
+        }
+        raw.group(&g.value);
+        match node {
+            Node::Seq(_) => {
+                for (h, l) in names(node, &format!("group {:?}", g.value), line(g))? {
+                    raw.add_host(&g.value, &h, l, vec![]);
+                }
+            }
+            Node::Map(entries) => {
+                for (k, v) in entries {
+                    match k.value.as_str() {
+                        "hosts" => {
+                            for (h, l) in names(v, "hosts", line(k))? {
+                                raw.add_host(&g.value, &h, l, vec![]);
+                            }
+                        }
+                        "children" => {
+                            for (c, _) in names(v, "children", line(k))? {
+                                children_seen.insert(c.clone());
+                                raw.add_child(&g.value, &c);
+                            }
+                        }
+                        "vars" => {
+                            for (name, var) in vars_of_map(v, file, "vars", line(k))? {
+                                raw.set_group_var(&g.value, name, var.value, var.at);
+                            }
+                        }
+                        other => {
+                            return Err(err(
+                                line(k),
+                                format!(
+                                    "unknown key {other:?} in group {:?} (expected hosts, children or vars)",
+                                    g.value
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            Node::Scalar(Value::Null) => {}
+            _ => {
+                return Err(err(
+                    line(g),
+                    format!("group {:?} must be a list or a mapping", g.value),
+                ));
+            }
+        }
+    }
+    let groups: Vec<String> = raw.groups.keys().cloned().collect();
+    for g in groups {
+        if g != "all" && !children_seen.contains(&g) {
+            raw.add_child("all", &g);
+        }
+    }
+    for (h, (l, vars)) in meta {
+        if raw.host_vars.contains_key(&h) {
+            let own = raw.host_vars.entry(h.clone()).or_default();
+            for (k, v) in vars {
+                raw.defs.push((k.clone(), v.at.clone()));
+                own.insert(k, v);
+            }
+        } else {
+            // A host with vars but no group is in `all` (Ansible's `ungrouped`).
+            raw.add_host("ungrouped", &h, l, vars);
+            raw.add_child("all", "ungrouped");
+        }
+    }
+    Ok(())
+}
+
+/// YAML (with or without a top-level `all:`) and JSON inventories.
+fn parse_structured(text: &str, file: &str) -> Result<Raw, InventoryError> {
+    let node: Node = serde_saphyr::from_str(text).map_err(|e| yaml_error(file, &e))?;
+    let mut raw = Raw::default();
+    raw.group("all");
+    let top = match node {
+        Node::Map(top) => top,
+        Node::Scalar(Value::Null) => vec![],
+        _ => {
+            return Err(InventoryError::Format {
+                file: file.to_string(),
+                message: "an inventory must be a mapping of groups (all: ...)".into(),
+            });
+        }
+    };
+    if is_script_format(&top) {
+        walk_script(&mut raw, &top, file)?;
+        return Ok(raw);
+    }
+    for (g, sub) in &top {
+        if g.value != "all" {
+            raw.add_child("all", &g.value);
+        }
+        walk_yaml(&mut raw, &g.value, sub, file, 0)?;
+    }
+    Ok(raw)
 }
 
 pub fn parse_yaml(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
-    let parsed: YamlFile = serde_saphyr::from_str(text).map_err(|e| yaml_error(file, &e))?;
-    let mut raw = Raw::default();
-    walk_yaml(&mut raw, "all", parsed.all);
-    raw.into_hosts(file)
+    Ok(import_text(text, file, Format::KubesprayYaml, None)?.hosts)
+}
+
+pub fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
+    Ok(import_text(text, file, Format::KubesprayIni, None)?.hosts)
+}
+
+/// Reads inventory text of a Kubespray format; `vars_dir` is where `group_vars/` and
+/// `host_vars/` are looked for (the inventory's directory), if anywhere.
+pub fn import_text(
+    text: &str,
+    file: &str,
+    format: Format,
+    vars_dir: Option<&Path>,
+) -> Result<Inventory, InventoryError> {
+    let mut raw = match format {
+        Format::KubesprayIni => ini(text, file)?,
+        _ => parse_structured(text, file)?,
+    };
+    if let Some(dir) = vars_dir {
+        raw.read_var_dirs(dir)?;
+    }
+    raw.finish(file, format)
+}
+
+// ---- group_vars/ and host_vars/ ----
+
+const VAR_EXTENSIONS: &[&str] = &["", "yml", "yaml", "json"];
+
+/// The vars files for one group or host in `dir`, in Ansible's order (the file, then a
+/// directory's files sorted by path; later files win).
+fn read_vars_for(
+    dir: &Path,
+    name: &str,
+    defs: &mut Vec<(String, At)>,
+    skipped: &mut Vec<Unused>,
+) -> Result<Vars, InventoryError> {
+    let mut files = Vec::new();
+    for ext in VAR_EXTENSIONS {
+        let p = if ext.is_empty() {
+            dir.join(name)
+        } else {
+            dir.join(format!("{name}.{ext}"))
+        };
+        if p.is_file() {
+            files.push(p);
+        }
+    }
+    let sub = dir.join(name);
+    if sub.is_dir() {
+        collect_var_files(&sub, &mut files, 0)?;
+    }
+    let mut vars = Vars::new();
+    for f in files {
+        let shown = f.display().to_string();
+        let text = read_bounded(&f)?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        if text.trim_start().starts_with("$ANSIBLE_VAULT") {
+            skipped.push(Unused {
+                var: "(whole file)".into(),
+                at: At {
+                    file: shown,
+                    line: 1,
+                },
+                why: Some("encrypted with ansible-vault; kprov does not read it".into()),
+            });
+            continue;
+        }
+        let node: Node = serde_saphyr::from_str(text).map_err(|e| yaml_error(&shown, &e))?;
+        if node.is_null() {
+            continue;
+        }
+        for (k, v) in vars_of_map(&node, &shown, "a vars file", 1)? {
+            defs.push((k.clone(), v.at.clone()));
+            vars.insert(k, v);
+        }
+    }
+    Ok(vars)
+}
+
+fn collect_var_files(
+    dir: &Path,
+    out: &mut Vec<std::path::PathBuf>,
+    depth: usize,
+) -> Result<(), InventoryError> {
+    if depth > 8 {
+        return Ok(());
+    }
+    let io = |source| InventoryError::Io {
+        file: dir.display().to_string(),
+        source,
+    };
+    let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    entries.sort();
+    for p in entries {
+        let hidden = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_none_or(|n| n.starts_with('.'));
+        if hidden {
+            continue;
+        }
+        if p.is_dir() {
+            collect_var_files(&p, out, depth + 1)?;
+        } else if VAR_EXTENSIONS
+            .iter()
+            .any(|e| p.extension().and_then(|x| x.to_str()).unwrap_or("") == *e)
+        {
+            out.push(p);
+        }
+    }
+    Ok(())
 }
 
 // ---- inventory.ini ----
@@ -310,12 +1418,38 @@ enum Section {
     Vars(String),
 }
 
-pub fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
+/// An INI value as Ansible types it: a Python literal when it is one, else the text.
+fn ini_value(v: &str) -> Value {
+    literal::parse(v).unwrap_or_else(|| Value::String(v.to_string()))
+}
+
+/// `value # comment` in a `[group:vars]` line: the comment goes (outside quotes, after space).
+fn strip_comment(v: &str) -> &str {
+    let mut quote = None;
+    let mut prev_space = true;
+    for (i, c) in v.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if c == '#' && prev_space => return v[..i].trim_end(),
+            None => {}
+        }
+        prev_space = c.is_whitespace();
+    }
+    v
+}
+
+fn ini(text: &str, file: &str) -> Result<Raw, InventoryError> {
     let mut raw = Raw::default();
     let mut section = Section::Hosts("ungrouped".to_string());
-    raw.group("all").children.push("ungrouped".into());
+    raw.add_child("all", "ungrouped");
     for (idx, full) in text.lines().enumerate() {
         let line_no = idx + 1;
+        let at = At {
+            file: file.to_string(),
+            line: line_no,
+        };
         let err = |message: String| InventoryError::Syntax {
             file: file.to_string(),
             line: line_no,
@@ -327,6 +1461,7 @@ pub fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError>
             continue;
         }
         if let Some(header) = line.strip_prefix('[') {
+            let header = strip_comment(header);
             let header = header
                 .strip_suffix(']')
                 .ok_or_else(|| err(format!("section header {line:?} has no closing ']'")))?
@@ -349,86 +1484,92 @@ pub fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError>
                     )));
                 }
             };
-            if name != "all" && name != "ungrouped" {
-                let all = raw.group("all");
-                if !all.children.iter().any(|c| c == name) {
-                    all.children.push(name.into());
-                }
+            if name != "all" {
+                raw.add_child("all", name);
             }
-            raw.group(name);
             continue;
         }
-        let words = split_words(line).map_err(err)?;
-        let Some((first, rest)) = words.split_first() else {
-            continue;
-        };
         match &section {
             Section::Hosts(group) => {
+                let words = split_words(line).map_err(err)?;
+                let Some((first, rest)) = words.split_first() else {
+                    continue;
+                };
                 if first.contains('[') {
                     return Err(err(format!(
                         "host pattern {first:?}: ranges are not supported, list each host"
                     )));
                 }
-                let mut vars = Vars::new();
+                let mut vars = Vec::new();
                 for w in rest {
                     let (k, v) = w
                         .split_once('=')
                         .ok_or_else(|| err(format!("{w:?} is not a key=value host variable")))?;
-                    vars.insert(k.to_string(), ini_value(v));
+                    vars.push((
+                        k.to_string(),
+                        Var {
+                            value: ini_value(v),
+                            at: at.clone(),
+                        },
+                    ));
                 }
                 let group = group.clone();
                 raw.add_host(&group, first, line_no, vars);
             }
             Section::Children(group) => {
+                let words = split_words(line).map_err(err)?;
+                let Some((first, rest)) = words.split_first() else {
+                    continue;
+                };
                 if !rest.is_empty() {
                     return Err(err(format!(
                         "a [{group}:children] line names one group, got {line:?}"
                     )));
                 }
                 let group = group.clone();
-                raw.group(first);
-                let g = raw.group(&group);
-                if !g.children.contains(first) {
-                    g.children.push(first.clone());
-                }
+                raw.add_child(&group, first);
             }
             Section::Vars(group) => {
                 let (k, v) = line
                     .split_once('=')
                     .ok_or_else(|| err(format!("{line:?} is not a key=value variable")))?;
                 let group = group.clone();
-                raw.group(&group)
-                    .vars
-                    .insert(k.trim().to_string(), ini_value(v.trim()));
+                let v = strip_comment(v.trim());
+                raw.set_group_var(&group, k.trim().to_string(), ini_value(v), at);
             }
         }
     }
-    raw.into_hosts(file)
+    Ok(raw)
 }
 
-/// INI values are strings, except that Kubespray users write dicts and lists for
-/// `node_labels` / `node_taints` as JSON-ish literals; accept those when they parse.
-fn ini_value(v: &str) -> Value {
-    if (v.starts_with('{') || v.starts_with('['))
-        && let Ok(parsed) = serde_json::from_str(v)
-    {
-        return parsed;
-    }
-    Value::String(v.to_string())
-}
-
-/// Splits on whitespace, honouring single and double quotes (Ansible's INI host lines).
+/// Splits a line as Python's `shlex.split(line, comments=True)` does (Ansible's INI host
+/// lines): whitespace separates words, quotes group, `\` escapes, `#` starts a comment.
 fn split_words(line: &str) -> Result<Vec<String>, String> {
     let mut words = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;
     let mut in_word = false;
-    for c in line.chars() {
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
         match quote {
             Some(q) if c == q => quote = None,
+            Some('"') if c == '\\' => match chars.next() {
+                Some(n @ ('"' | '\\' | '$' | '`')) => cur.push(n),
+                Some(n) => {
+                    cur.push('\\');
+                    cur.push(n);
+                }
+                None => return Err("unterminated \" quote".into()),
+            },
             Some(_) => cur.push(c),
             None if c == '"' || c == '\'' => {
                 quote = Some(c);
+                in_word = true;
+            }
+            None if c == '\\' => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
                 in_word = true;
             }
             None if c.is_whitespace() => {
@@ -437,7 +1578,7 @@ fn split_words(line: &str) -> Result<Vec<String>, String> {
                     in_word = false;
                 }
             }
-            None if c == '#' && !in_word => break,
+            None if c == '#' => break,
             None => {
                 cur.push(c);
                 in_word = true;
@@ -531,7 +1672,7 @@ all:
         let err = parse_yaml(text, "h.yaml").unwrap_err().to_string();
         assert_eq!(
             err,
-            "h.yaml:3:0: host \"a\": ansible_port: \"ssh\" is not a port number"
+            "h.yaml:4:0: host \"a\": ansible_port: \"ssh\" is not a port number"
         );
     }
 

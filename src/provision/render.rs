@@ -181,6 +181,8 @@ pub struct Renderer {
     cluster_name: String,
     kubernetes_version: String,
     endpoint: Endpoint,
+    /// `spec.api.additionalSANs`.
+    extra_sans: Vec<String>,
     pod_cidr: String,
     service_cidr: String,
     etcd: EtcdType,
@@ -308,6 +310,11 @@ impl Renderer {
             assets: assets::resolve(cluster)?,
             kubernetes_version,
             endpoint,
+            extra_sans: spec
+                .api
+                .as_ref()
+                .map(|a| a.additional_sans.clone())
+                .unwrap_or_default(),
             pod_cidr: spec
                 .networking
                 .pod_cidr
@@ -631,6 +638,11 @@ impl Renderer {
             sans.push(node_ip(&cp.host)?);
         }
         sans.dedup();
+        for extra in &self.extra_sans {
+            if !sans.contains(extra) {
+                sans.push(extra.clone());
+            }
+        }
         let etcd_endpoints: Vec<String> = self
             .targets
             .iter()
@@ -1253,6 +1265,22 @@ mod tests {
                 usize::from(external)
             );
         }
+    }
+
+    #[test]
+    fn additional_sans_reach_the_api_server_certificate() {
+        let hs = hosts(1, 0);
+        let c = cluster("  api:\n    additionalSANs: [k8s.example.com, 203.0.113.10]\n");
+        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let init = docs(&r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap());
+        let sans: Vec<&str> = init[1]["apiServer"]["certSANs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert!(sans.contains(&"k8s.example.com"), "{sans:?}");
+        assert!(sans.contains(&"203.0.113.10"), "{sans:?}");
     }
 
     #[test]

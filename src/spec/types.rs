@@ -233,6 +233,15 @@ pub struct Api {
     /// Bare metal: a fixed endpoint (virtual IP or external load balancer), `host[:port]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// Extra names and addresses in the API server certificate (Kubespray's
+    /// `supplementary_addresses_in_ssl_keys`). Read when the first control plane is
+    /// initialised; changing them later does not re-issue the certificate.
+    #[serde(
+        default,
+        rename = "additionalSANs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub additional_sans: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

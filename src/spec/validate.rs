@@ -406,6 +406,20 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
             if members == 0 || members.is_multiple_of(2) {
                 c.err(p("spec.hosts"), format!("External etcd needs an odd number of hosts with the etcd role, found {members}"));
             }
+            // External etcd members run under a standalone kubelet, which cannot also be a
+            // control plane's or a worker's kubelet: refused here so `create` never stores
+            // what `update` cannot run.
+            for (i, h) in s.hosts.iter().enumerate() {
+                if h.roles.contains(&HostRole::Etcd)
+                    && (h.roles.contains(&HostRole::ControlPlane)
+                        || h.roles.contains(&HostRole::Node))
+                {
+                    c.err(
+                        p("spec.hosts").index(i).key("roles"),
+                        format!("host {} has the etcd role and another role, but External etcd runs on dedicated hosts (etcd role only)", h.name),
+                    );
+                }
+            }
         }
     } else if let Some(i) = s.hosts.iter().position(|h| {
         h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane)
@@ -438,6 +452,14 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
                 p("spec.api.publicName"),
                 format!("{pn:?} is not a valid DNS name"),
             );
+        }
+        for (i, san) in api.additional_sans.iter().enumerate() {
+            if san.parse::<std::net::IpAddr>().is_err() && !is_dns_subdomain(san) {
+                c.err(
+                    p("spec.api.additionalSANs").index(i),
+                    format!("{san:?} is neither an IP address nor a valid DNS name"),
+                );
+            }
         }
         if let Some(ep) = &api.endpoint {
             let host = ep

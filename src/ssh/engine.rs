@@ -806,19 +806,30 @@ done"#;
             stderr: format!("{what}: {}", stderr_text(out)),
         };
         let stale = self.stale_files(slot, step).await?;
-        // mktemp beside the target keeps the final mv on one filesystem, hence atomic.
+        // mktemp beside the target keeps the final mv on one filesystem, hence atomic. The
+        // content is checked before the rename: when the connection (or kprov) dies in the
+        // middle of an upload, the remote `cat` sees an early EOF and would otherwise succeed
+        // with half a file. The traps remove the temporary file also when the shell is killed
+        // by the hang-up of a cut session.
         const PUT: &str = r#"set -e
 d=$(dirname "$1")
 mkdir -p "$d"
 t=$(mktemp "$d/.kprov.XXXXXX")
 trap 'rm -f "$t"' EXIT
+trap 'exit 1' HUP INT TERM PIPE
 cat > "$t"
+h=$(sha256sum < "$t" | cut -d' ' -f1)
+if [ "$h" != "$3" ]; then
+  echo "received content has sha256 $h, expected $3 (upload cut short?)" >&2
+  exit 1
+fi
 chmod "$2" "$t"
 mv -f "$t" "$1""#;
         let uploads = stale.iter().map(|f| async move {
             let mode = format!("{:o}", f.mode);
+            let hash = self.content_hash(&f.content);
             let out = self
-                .exec(slot, PUT, &[&f.path, &mode], Some(&f.content), None)
+                .exec(slot, PUT, &[&f.path, &mode, &hash], Some(&f.content), None)
                 .await?;
             if out.status.success() {
                 Ok(())
@@ -874,6 +885,15 @@ mv -f "$t" "$1""#;
         tokio::time::timeout(step.timeout, work)
             .await
             .unwrap_or_else(|_| Err(timed_out()))
+            .map_err(|e| match e {
+                // Inside a step a broken connection is about the step: say which one.
+                ExecError::Connect { host, message } => ExecError::ConnectionLost {
+                    host,
+                    step: step.name.clone(),
+                    message,
+                },
+                other => other,
+            })
     }
 }
 

@@ -219,7 +219,11 @@ impl fmt::Display for Summary {
                         format!("ok, no changes ({})", plural(steps.len()))
                     }
                     Ok(steps) => format!("ok, {} of {} changed", h.changed(), plural(steps.len())),
-                    Err(ExecError::Step { step, .. } | ExecError::Timeout { step, .. }) => {
+                    Err(
+                        ExecError::Step { step, .. }
+                        | ExecError::Timeout { step, .. }
+                        | ExecError::ConnectionLost { step, .. },
+                    ) => {
                         format!("FAILED at {step:?}")
                     }
                     Err(_) => "FAILED".to_string(),

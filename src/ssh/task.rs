@@ -51,6 +51,16 @@ pub enum ExecError {
         code: Option<i32>,
         stderr: String,
     },
+    /// The connection broke (or could not be reopened) while a step was running: the step may
+    /// have run in part. Steps are idempotent, so a re-run finishes it.
+    #[error(
+        "{host}: step {step:?}: connection lost ({message}); the step may have run in part, re-run to finish it"
+    )]
+    ConnectionLost {
+        host: String,
+        step: String,
+        message: String,
+    },
     #[error("{host}: step {step:?} timed out after {timeout:?}")]
     Timeout {
         host: String,

@@ -133,10 +133,23 @@ impl FileStore {
             std::process::id(),
             rand::random::<u64>()
         ));
+        remove_leftovers(dir, &name);
         let result = write_synced(&tmp, data).and_then(|()| fs::rename(&tmp, &path));
         if let Err(e) = result {
             let _ = fs::remove_file(&tmp);
-            return Err(self.io_err(key, "cannot write (is it also a prefix of other keys?)", e));
+            // Only a directory in the way means the key clashes with a prefix of others; a
+            // full disk or a read-only file system must not be explained as that.
+            let what = if matches!(
+                e.kind(),
+                io::ErrorKind::IsADirectory
+                    | io::ErrorKind::NotADirectory
+                    | io::ErrorKind::DirectoryNotEmpty
+            ) {
+                "cannot write (is it also a prefix of other keys?)"
+            } else {
+                "cannot write (the stored object is unchanged)"
+            };
+            return Err(self.io_err(key, what, e));
         }
         // The rename is only durable once the directory entry is on disk.
         sync_dir(dir).map_err(|e| self.io_err(key, "cannot sync its directory", e))?;
@@ -213,6 +226,22 @@ impl FileStore {
         }
         keys.sort();
         Ok(keys)
+    }
+}
+
+/// Removes the temporary files of `name` left in `dir` by a writer that died between writing
+/// and renaming (killed, power cut). Called with the store lock held: every writer holds it
+/// while its temporary file exists, so any such file found now belongs to a dead writer.
+fn remove_leftovers(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            // Best effort: a leftover that cannot be removed is only clutter, never read.
+            let _ = fs::remove_file(e.path());
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! PreconditionFailed (409 ConditionalRequestConflict when two conditional writes to one key
 //! overlap), which become `AlreadyExists` or `Conflict`.
 
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::BucketVersioningStatus;
 use bytes::Bytes;
@@ -67,11 +67,11 @@ impl S3Store {
         e: &SdkError<E, aws_smithy_runtime_api::http::Response>,
     ) -> StateError
     where
-        E: std::error::Error + 'static,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         StateError::Backend {
             location: self.key_location(key),
-            message: format!("{what}: {}", DisplayErrorContext(e)),
+            message: format!("{what}: {}", crate::cloud::aws::describe_sdk_error(e)),
         }
     }
 
@@ -263,7 +263,7 @@ impl StateStore for S3Store {
                 tracing::debug!(
                     bucket = %self.bucket,
                     "GetBucketVersioning failed: {}",
-                    DisplayErrorContext(&e)
+                    crate::cloud::aws::describe_sdk_error(&e)
                 );
                 let reason = match e.as_service_error().and_then(|s| s.code()) {
                     Some(code) => code.to_string(),

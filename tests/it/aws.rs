@@ -19,7 +19,7 @@ const SSH_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBk2yW8tEvt3hWRVrDTyW8ODgQSKmIbN6Vw0nYq1eNvd kprov@test";
 
 /// A completed spec as the lead's defaults produce it. `zone` must already exist in Route53.
-fn spec(name: &str, zone: &str, private: bool) -> (Cluster, Vec<InstanceGroup>) {
+pub(crate) fn spec(name: &str, zone: &str, private: bool) -> (Cluster, Vec<InstanceGroup>) {
     let zones: &[&str] = if private {
         &["us-east-1a", "us-east-1b", "us-east-1c"]
     } else {
@@ -184,7 +184,7 @@ async fn env(cluster: &str) -> Env {
     Env { sdk, rec, cloud }
 }
 
-async fn make_zone(sdk: &aws_config::SdkConfig, zone: &str) -> String {
+pub(crate) async fn make_zone(sdk: &aws_config::SdkConfig, zone: &str) -> String {
     let r53 = aws_sdk_route53::Client::new(sdk);
     let out = r53
         .create_hosted_zone()

@@ -152,6 +152,129 @@ fn dry_run_golden_metal_from_kubespray_inventory() {
 }
 
 #[test]
+fn dry_run_says_what_it_understood_from_a_kubespray_inventory_directory() {
+    let env = Env::new();
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kubespray/corpus/mycluster"
+    );
+    let o = env.run(&[
+        "create",
+        "cluster",
+        "lab.internal",
+        "--cloud",
+        "metal",
+        "--inventory",
+        dir,
+        "--ssh-public-key",
+        KEY,
+        "--dry-run",
+        "-o",
+        "yaml",
+    ]);
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    for want in [
+        "kubernetesVersion: \"1.35.1\"",
+        "cni: cilium",
+        "podCIDR: 10.244.0.0/16",
+        "serviceCIDR: 10.96.0.0/16",
+        "additionalSANs:",
+        "name: node3",
+    ] {
+        assert!(out.contains(want), "{want}\n{out}");
+    }
+    for want in [
+        "mycluster/hosts.yaml (KubesprayYaml): 4 host(s)",
+        "node3 (line 10): roles control-plane,etcd, address 198.18.10.3, ip 10.0.0.3, user \
+         from-host-vars, port 2203, key ~/.ssh/cluster_key",
+        "etcd: stacked",
+        "-> spec.networking.podCIDR = 10.244.0.0/16",
+        "2 inventory variable(s) not used by kprov",
+        "group_vars/all/all.yml:5",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+    assert!(!env.path("state").exists(), "a dry run writes nothing");
+}
+
+#[test]
+fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
+    let env = Env::new();
+    let real = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubespray/real");
+    // Kubespray's inventory builder for 3 hosts: 2 control planes, 3 etcd hosts.
+    let builder = format!("{real}/12-inventory-builder-3-hosts.yaml");
+    let err = fails(
+        &env.run(&[
+            "create",
+            "cluster",
+            "lab.internal",
+            "--cloud",
+            "metal",
+            "--inventory",
+            &builder,
+            "--ssh-public-key",
+            KEY,
+        ]),
+        3,
+    );
+    assert!(
+        err.contains(&format!(
+            "{builder}:3: the etcd group (node1, node2, node3)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("add node3 to kube_control_plane"), "{err}");
+    let commented = format!("{real}/01-sample-inventory-HEAD.ini");
+    let err = fails(
+        &env.run(&[
+            "create",
+            "cluster",
+            "lab.internal",
+            "--cloud",
+            "metal",
+            "--inventory",
+            &commented,
+            "--ssh-public-key",
+            KEY,
+        ]),
+        3,
+    );
+    assert!(err.contains("the inventory lists no hosts"), "{err}");
+    // A host problem found by spec validation points at the host's line, not "command line".
+    let ini = env.path("inventory.ini");
+    std::fs::write(
+        &ini,
+        "[all]\ncp1 ansible_host=198.18.0.1 ip=10.244.0.5\n[kube_control_plane]\ncp1\n\
+         [all:vars]\nkube_pods_subnet=10.244.0.0/16\n",
+    )
+    .unwrap();
+    let err = fails(
+        &env.run(&[
+            "create",
+            "cluster",
+            "lab.internal",
+            "--cloud",
+            "metal",
+            "--inventory",
+            ini.to_str().unwrap(),
+            "--ssh-public-key",
+            KEY,
+        ]),
+        3,
+    );
+    assert!(
+        err.contains(&format!("{}:2:1: spec.hosts[0]", ini.display())),
+        "{err}"
+    );
+    assert!(!err.contains("command line"), "{err}");
+    assert!(
+        !env.path("state").exists(),
+        "a refused create writes nothing"
+    );
+}
+
+#[test]
 fn dry_run_output_is_accepted_by_create_f() {
     let env = Env::new();
     let yaml = dry_run(
@@ -308,7 +431,7 @@ fn create_get_replace_delete_lifecycle() {
             "--ssh-public-key",
             KEY,
         ]),
-        1,
+        4,
     );
     assert!(err.contains("already exists"), "{err}");
     let table = ok(&env.run(&["get", "clusters"]));

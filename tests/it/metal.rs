@@ -17,21 +17,21 @@ use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectR
 use crate::support::mirror::{Mirror, host_standins_dir};
 use crate::support::testhosts::TestHosts;
 
-const VERSION: &str = "1.35.1";
+pub(crate) const VERSION: &str = "1.35.1";
 
-struct Lab {
-    th: TestHosts,
-    mirror: Mirror,
+pub(crate) struct Lab {
+    pub(crate) th: TestHosts,
+    pub(crate) mirror: Mirror,
     /// HOME, state store, inventories, and per host its /var/log and fake /sys entries.
     /// Under /var/tmp: the hosts mount tmpfs over /tmp, so they could not see it there.
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn show(o: &Output) -> String {
+pub(crate) fn show(o: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
         o.status.code(),
@@ -67,7 +67,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 impl Lab {
-    fn start(n: usize) -> Lab {
+    pub(crate) fn start(n: usize) -> Lab {
         let th = TestHosts::start(n);
         let mirror = Mirror::start(th.gateway.parse().expect("gateway ip"), VERSION);
         let dir = tempfile::Builder::new()
@@ -112,11 +112,11 @@ impl Lab {
         Lab { th, mirror, dir }
     }
 
-    fn store_dir(&self) -> PathBuf {
+    pub(crate) fn store_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }
 
-    fn kprov(&self, args: &[&str]) -> Output {
+    pub(crate) fn kprov(&self, args: &[&str]) -> Output {
         Command::cargo_bin("kprov")
             .expect("binary")
             .env_clear()
@@ -154,7 +154,7 @@ impl Lab {
             .expect("runs kprov under script")
     }
 
-    fn write(&self, name: &str, content: &str) -> String {
+    pub(crate) fn write(&self, name: &str, content: &str) -> String {
         let p = self.dir.path().join(name);
         std::fs::write(&p, content).unwrap();
         p.display().to_string()
@@ -204,7 +204,7 @@ impl Lab {
     }
 
     /// Everything the hosts wrote to their overlays.
-    fn hosts_snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+    pub(crate) fn hosts_snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         let mut all = BTreeMap::new();
         for h in &self.th.hosts {
             let etc = h.upper_path("/etc/x");
@@ -240,7 +240,7 @@ impl Lab {
 
     /// Points the cluster's assets at the mirror (what an air-gapped site does), optionally
     /// with a wrong checksum for one component.
-    fn use_mirror(&self, cluster: &str, wrong_sha_for: Option<&str>) {
+    pub(crate) fn use_mirror(&self, cluster: &str, wrong_sha_for: Option<&str>) {
         let mut files = self.mirror.asset_files();
         for f in &mut files {
             if Some(f.name.as_str()) == wrong_sha_for {
@@ -256,7 +256,7 @@ impl Lab {
     }
 }
 
-fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
+pub(crate) fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
     let mut s = String::from("hosts:\n");
     for (name, role) in roles {
         s.push_str(&format!(

@@ -277,8 +277,16 @@ pub fn desired(
         );
     }
 
-    let ssh_key = need(spec.ssh_key.as_ref(), "spec.sshKey")?;
-    let public_key = need(ssh_key.public_key.as_ref(), "spec.sshKey.publicKey")?;
+    let no_key = || {
+        CloudError::Spec(format!(
+            "spec.sshKey.publicKey is not set: instances need an SSH key. Add one with `kprov \
+             edit cluster {}` (sshKey: {{publicKey: \"ssh-ed25519 AAAA...\"}}); make a key with \
+             `ssh-keygen -t ed25519` if you have none",
+            cluster.metadata.name
+        ))
+    };
+    let ssh_key = spec.ssh_key.as_ref().ok_or_else(no_key)?;
+    let public_key = ssh_key.public_key.as_ref().ok_or_else(no_key)?;
     let key_name = ssh_key
         .name
         .clone()
@@ -801,7 +809,10 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
     #[test]
     fn bad_specs_get_errors_naming_the_field() {
         let igs = [ig("cp", "ControlPlane", "")];
-        assert!(err(&cluster(false, ""), &igs).contains("spec.sshKey is not set"));
+        assert!(
+            err(&cluster(false, ""), &igs)
+                .contains("spec.sshKey.publicKey is not set: instances need an SSH key")
+        );
 
         let mut c = cluster(true, KEY);
         c.spec.networking.subnets.retain(|s| s.name != "ub");

@@ -13,10 +13,14 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, id_from_tags, owned_by};
+use super::{
+    AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, finish_create, id_from_tags,
+    owned_by,
+};
 use crate::cloud::engine::{
     CloudError, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
+use crate::spec::Cluster;
 
 const TAG_KEY_HASH: &str = "kprov.dev/public-key-sha256";
 
@@ -98,6 +102,46 @@ fn glob_match(pattern: &str, text: &str) -> bool {
 /// Resolves image names to `ami-` IDs: one DescribeImages per distinct owner. A bare name
 /// that matches images of several owners is refused: anyone can publish an image under any
 /// name, so the owner must be said (as kops requires).
+/// Refuses subnets in zones EC2 does not offer in the region (a typo such as us-east-1z
+/// would otherwise fail inside EC2 after the VPC and other resources were made).
+pub(super) async fn check_zones(c: &AwsCloud, cluster: &Cluster) -> Result<(), CloudError> {
+    let subnets = &cluster.spec.networking.subnets;
+    if subnets.is_empty() {
+        return Ok(());
+    }
+    let out = c
+        .ec2
+        .describe_availability_zones()
+        .send()
+        .await
+        .ctx("DescribeAvailabilityZones")?;
+    let known: Vec<&str> = out
+        .availability_zones()
+        .iter()
+        .filter_map(|z| z.zone_name())
+        .collect();
+    for (i, sn) in subnets.iter().enumerate() {
+        if !known.contains(&sn.zone.as_str()) {
+            let region = cluster
+                .spec
+                .region
+                .as_deref()
+                .unwrap_or("the configured region");
+            let list = if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            };
+            return Err(CloudError::Spec(format!(
+                "spec.networking.subnets[{i}].zone: availability zone {} does not exist in \
+                 {region} (EC2 offers: {list}); nothing was changed",
+                sn.zone
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub(super) async fn resolve_images(
     c: &AwsCloud,
     names: Vec<String>,
@@ -866,9 +910,7 @@ pub(super) async fn create(
                 .unwrap_or_default()
                 .to_string();
             if public {
-                set_map_public_ip(c, &sid, true)
-                    .await
-                    .map_err(after_create)?;
+                finish_create(|| set_map_public_ip(c, &sid, true)).await?;
             }
             Ok(sid)
         }
@@ -885,9 +927,8 @@ pub(super) async fn create(
                 .and_then(|g| g.internet_gateway_id())
                 .unwrap_or_default()
                 .to_string();
-            attach_igw(c, &gid, cid(ids, want.get("vpc"))?)
-                .await
-                .map_err(after_create)?;
+            let vpc = cid(ids, want.get("vpc"))?;
+            finish_create(|| attach_igw(c, &gid, vpc)).await?;
             Ok(gid)
         }
         ELASTIC_IP => {
@@ -933,16 +974,13 @@ pub(super) async fn create(
                 .and_then(|t| t.route_table_id())
                 .unwrap_or_default()
                 .to_string();
-            let finish = async {
-                for (dest, target) in routes(want.get("routes"), ids)? {
-                    add_route(c, &tid, &dest, &target).await?;
-                }
-                for sub in cids(ids, want.get("subnets"))? {
-                    associate(c, &tid, &sub).await?;
-                }
-                Ok::<_, CloudError>(())
-            };
-            finish.await.map_err(after_create)?;
+            // Call by call: a throttled route is retried alone, not with those already added.
+            for (dest, target) in routes(want.get("routes"), ids).map_err(after_create)? {
+                finish_create(|| add_route(c, &tid, &dest, &target)).await?;
+            }
+            for sub in cids(ids, want.get("subnets")).map_err(after_create)? {
+                finish_create(|| associate(c, &tid, &sub)).await?;
+            }
             Ok(tid)
         }
         SECURITY_GROUP => {

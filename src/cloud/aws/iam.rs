@@ -3,7 +3,7 @@
 //! `ROLE.CLUSTER`.
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, after_create, cid};
+use super::{AwsCloud, Ctx, Reader, cid, finish_create};
 use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 fn path(c: &AwsCloud) -> String {
@@ -201,9 +201,8 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateInstanceProfile")?;
-            add_role(c, name, cid(ids, want.get("role"))?)
-                .await
-                .map_err(after_create)?;
+            let role = cid(ids, want.get("role"))?;
+            finish_create(|| add_role(c, name, role)).await?;
             Ok(name.to_string())
         }
         other => Err(CloudError::Model(format!("IAM cannot create a {other}"))),

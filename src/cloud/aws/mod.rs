@@ -20,9 +20,9 @@ pub mod wait;
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
+use aws_credential_types::provider::error::CredentialsError;
 use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
 use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 pub use desired::{HOST_KEY_PENDING, desired, fqdn, public_key_hash, short_name, user_data};
@@ -123,6 +123,8 @@ impl AwsCloud {
 
     /// The preview of `update cluster`: desired model, read-only read, diff.
     pub async fn plan(&self, cluster: &Cluster, igs: &[InstanceGroup]) -> Result<Plan, CloudError> {
+        // Apply plans first too, so a zone EC2 does not have is refused before any write.
+        ec2::check_zones(self, cluster).await?;
         let desired = self.desired(cluster, igs).await?;
         engine::plan(self, cluster.name(), desired).await
     }
@@ -253,8 +255,148 @@ fn classify(code: &str) -> ErrorClass {
         | "AuthFailure"
         | "InvalidGroup.InUse" => ErrorClass::DependencyViolation,
         "IncorrectInstanceState" | "InvalidNatGatewayID.NotFound" => ErrorClass::NotReady,
+        "InternalError"
+        | "InternalFailure"
+        | "InternalServerError"
+        | "ServiceUnavailable"
+        | "Unavailable" => ErrorClass::Transient,
         _ => ErrorClass::Fatal,
     }
+}
+
+/// An error without a service error code: a broken connection, a timeout, or a 5xx reply the
+/// SDK could not parse is worth retrying; anything else is not.
+fn unclassified<E, R>(e: &SdkError<E, R>) -> ErrorClass {
+    match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
+            ErrorClass::Transient
+        }
+        _ => ErrorClass::Fatal,
+    }
+}
+
+/// An SDK error as the user should read it: the service's code and message (and HTTP status),
+/// or the chain of causes for errors that never reached a service; when no credentials were
+/// found, which sources were tried and how to provide one. Never a `Debug` dump (which
+/// `DisplayErrorContext` appends, with the raw response, headers and body).
+pub fn describe_sdk_error<E, R>(e: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    if let Some(service) = e.as_service_error()
+        && let Some(code) = service.code()
+    {
+        let message = service.message().unwrap_or("(no message)");
+        let status = e.raw_response().and_then(raw_status);
+        // Say what the operator can do about it: wait, or retry.
+        let hint = match (code, status) {
+            ("SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded", _) => {
+                " (throttled: retry later)"
+            }
+            (_, Some(s)) if s >= 500 => " (the service failed: retry)",
+            _ => "",
+        };
+        return match status {
+            Some(status) => format!("{code}: {message} (HTTP {status}){hint}"),
+            None => format!("{code}: {message}{hint}"),
+        };
+    }
+    let text = match e {
+        // Missing credentials also fail the dispatch; retrying does not help there.
+        _ if credentials_missing(e).is_some() => causes(e),
+        SdkError::DispatchFailure(_) => {
+            format!("the request did not get through (retry): {}", causes(e))
+        }
+        SdkError::TimeoutError(_) => format!("the request timed out (retry): {}", causes(e)),
+        SdkError::ResponseError(_) => {
+            format!("the reply could not be read (retry): {}", causes(e))
+        }
+        _ => causes(e),
+    };
+    match credentials_missing(e) {
+        Some(CredentialsError::CredentialsNotLoaded(_)) => {
+            format!("{}\n  ({text})", no_credentials_help())
+        }
+        Some(_) => format!(
+            "{text}\n  the AWS credentials could not be loaded; {}",
+            chain_tried()
+        ),
+        None => text,
+    }
+}
+
+/// The HTTP status of a raw response, when the response type is the SDK's.
+fn raw_status<R: std::fmt::Debug + 'static>(r: &R) -> Option<u16> {
+    (r as &dyn std::any::Any)
+        .downcast_ref::<aws_smithy_runtime_api::http::Response>()
+        .map(|r| r.status().as_u16())
+}
+
+/// The `Display` texts of an error and its sources, each once.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let t = err.to_string();
+        if !t.is_empty() && !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
+}
+
+fn credentials_missing<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a CredentialsError> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(c) = err.downcast_ref::<CredentialsError>() {
+            return Some(c);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn aws_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The default chain of the AWS SDK, in its order, with what this process has set.
+fn chain_tried() -> String {
+    let profile = aws_env("AWS_PROFILE").unwrap_or_else(|| "default".into());
+    let home = || {
+        std::env::home_dir()
+            .map(|h| h.display().to_string())
+            .unwrap_or_else(|| "~".into())
+    };
+    let config = aws_env("AWS_CONFIG_FILE").unwrap_or_else(|| format!("{}/.aws/config", home()));
+    let creds = aws_env("AWS_SHARED_CREDENTIALS_FILE")
+        .unwrap_or_else(|| format!("{}/.aws/credentials", home()));
+    let imds =
+        if aws_env("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            "EC2 instance metadata (IMDS; disabled by AWS_EC2_METADATA_DISABLED)"
+        } else {
+            "EC2 instance metadata (IMDS)"
+        };
+    format!(
+        "tried, in order: the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), \
+         profile {profile:?} of the shared files {config} and {creds} (including SSO and \
+         credential_process there), a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE), \
+         ECS container credentials, {imds}"
+    )
+}
+
+fn no_credentials_help() -> String {
+    let profile = aws_env("AWS_PROFILE").unwrap_or_else(|| "default".into());
+    format!(
+        "no AWS credentials found: {}. Fix: export AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY, or run `aws configure --profile {profile}` (or `aws sso login \
+         --profile {profile}` for SSO), or choose another profile with AWS_PROFILE",
+        chain_tried()
+    )
 }
 
 /// Turns SDK errors into `CloudError`s with the operation name and a class for retries.
@@ -265,18 +407,44 @@ pub(crate) trait Ctx<T> {
 impl<T, E, R> Ctx<T> for Result<T, SdkError<E, R>>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + 'static,
 {
     fn ctx(self, operation: &str) -> Result<T, CloudError> {
         self.map_err(|e| {
-            let class = e.code().map(classify).unwrap_or(ErrorClass::Fatal);
+            let class = match e.code() {
+                Some(code) => classify(code),
+                None => unclassified(&e),
+            };
             CloudError::Api {
                 operation: operation.to_string(),
                 class,
-                message: DisplayErrorContext(&e).to_string(),
+                message: describe_sdk_error(&e),
             }
         })
     }
+}
+
+/// Runs a step that follows the first write of a create (attach, add a route, associate):
+/// throttling and service failures are retried here, call by call, with back-off (about 30 s
+/// in all), since the engine must not retry by re-running the create; what still fails goes
+/// through [`after_create`].
+pub(crate) async fn finish_create<T, F, Fut>(mut step: F) -> Result<T, CloudError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, CloudError>>,
+{
+    let mut delay = std::time::Duration::from_millis(250);
+    for _ in 0..8 {
+        match step().await {
+            Err(e) if matches!(e.class(), ErrorClass::Throttled | ErrorClass::Transient) => {
+                tracing::debug!(error = %e, ?delay, "retrying a step of a create");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(8));
+            }
+            other => return other.map_err(after_create),
+        }
+    }
+    step().await.map_err(after_create)
 }
 
 /// A step after the first write of a create must not be retried by re-running the create (that
@@ -381,6 +549,12 @@ mod tests {
     fn error_codes_decide_retries() {
         for code in ["Throttling", "RequestLimitExceeded", "ThrottlingException"] {
             assert_eq!(classify(code), ErrorClass::Throttled, "{code}");
+        }
+        for code in ["SlowDown", "RequestThrottled"] {
+            assert_eq!(classify(code), ErrorClass::Throttled, "{code}");
+        }
+        for code in ["InternalError", "InternalFailure", "ServiceUnavailable"] {
+            assert_eq!(classify(code), ErrorClass::Transient, "{code}");
         }
         for code in ["DependencyViolation", "ResourceInUse", "DeleteConflict"] {
             assert_eq!(classify(code), ErrorClass::DependencyViolation, "{code}");

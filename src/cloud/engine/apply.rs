@@ -242,7 +242,13 @@ where
                     source: Box::new(e),
                 });
             }
-            Ok(Err(e)) => e.to_string(),
+            // Say why it was retried: a deadline reached while throttled reads differently
+            // from one reached while the service failed.
+            Ok(Err(e)) => match e.class() {
+                ErrorClass::Throttled => format!("throttled by the API: {e}"),
+                ErrorClass::Transient => format!("the API failed: {e}"),
+                _ => e.to_string(),
+            },
             Err(_) => "call did not return".to_string(),
         };
         let jitter = Duration::from_millis(rand::random_range(0..=delay.as_millis() as u64 / 4));

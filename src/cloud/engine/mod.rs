@@ -23,6 +23,9 @@ pub enum ErrorClass {
     DependencyViolation,
     /// Not ready yet (a NAT gateway still pending): wait and retry.
     NotReady,
+    /// The service failed (HTTP 5xx, `InternalError`) or the connection broke before a reply:
+    /// retry with back-off, like throttling.
+    Transient,
     /// Anything else: fail the resource.
     Fatal,
 }

@@ -94,6 +94,17 @@ impl Plan {
             .any(|c| prune || c.action != Action::Delete);
         if pending { 2 } else { 0 }
     }
+
+    /// A plan with errors cannot be applied, and `update cluster` fails on it (exit 1) whether
+    /// it previews or applies and whatever `--exit-code` says: a CI gate must never read a
+    /// broken plan as "in sync".
+    pub fn check(&self) -> Result<(), CloudError> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(CloudError::Refused(self.errors.clone()))
+        }
+    }
 }
 
 /// Reads the actual state through `provider` (read-only) and diffs it against `desired`.

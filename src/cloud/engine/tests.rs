@@ -265,6 +265,7 @@ fn throttling_is_retried_until_the_deadline() {
         .to_string();
     assert!(err.contains("K/a: not done within 50ms"), "{err}");
     assert!(err.contains("slow down"), "{err}");
+    assert!(err.contains("throttled by the API"), "{err}");
 }
 
 #[test]

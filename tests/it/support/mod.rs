@@ -3,6 +3,7 @@
 
 pub mod aws_recorder;
 pub mod fakekube;
+pub mod faultproxy;
 pub mod memstate;
 pub mod mirror;
 pub mod moto;

@@ -515,6 +515,47 @@ impl TestHost {
         }
     }
 
+    /// Takes the host down as a power cut would: sshd and every process in the host's
+    /// namespaces killed (its tmpfs mounts go with them; the overlay upper dirs stay).
+    pub fn power_off(&self) {
+        self.stop();
+        let pids = sh(&["ip", "netns", "pids", &self.netns]).unwrap_or_default();
+        for p in pids.split_whitespace() {
+            let _ = sh(&["kill", "-KILL", p]);
+        }
+    }
+
+    /// Boots a host taken down by `power_off` (same address and host key) and waits for sshd.
+    pub fn power_on(&self) {
+        self.spawn_sshd();
+        self.wait_ready();
+    }
+
+    /// Unplugs (`false`) or plugs back (`true`) the host's cable: its end of the veth on the
+    /// bridge goes down, so packets are dropped without any reset, as when a host vanishes.
+    pub fn set_link(&self, up: bool) {
+        sh(&[
+            "ip",
+            "link",
+            "set",
+            &self.veth,
+            if up { "up" } else { "down" },
+        ])
+        .expect("ip link set");
+    }
+
+    /// PIDs of the processes in the host's network namespace other than the listening sshd:
+    /// the per-connection sshd processes and what they run.
+    pub fn session_pids(&self) -> Vec<u32> {
+        let listener = self.pid();
+        sh(&["ip", "netns", "pids", &self.netns])
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .filter(|p| *p != listener)
+            .collect()
+    }
+
     /// Adds a login user (the test client key authorises it) with or without passwordless sudo.
     pub fn add_user(&self, user: &str, passwordless_sudo: bool) {
         // '*' instead of useradd's locked '!': with UsePAM no, sshd refuses locked accounts.

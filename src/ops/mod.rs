@@ -1,0 +1,12 @@
+//! Use cases: what a command does, without the command line. No clap, no indicatif and no
+//! printing in here: progress leaves as events that the CLI renders through the printer
+//! (a spinner line per host on a terminal, plain lines otherwise).
+//!
+//! - [`nodes`]: a cluster's machines over SSH on any platform: the node plan
+//!   ([`nodes::plan`]), converging the nodes and storing the admin kubeconfig
+//!   ([`nodes::converge`]), resetting them at `delete cluster` ([`nodes::reset`]).
+//!
+//! Caveat: `update addons`, the SSH tunnel and the AWS cloud apply still live in `cli/`
+//! (`cli/addons.rs`, `cli/update.rs`); they are the next to move.
+
+pub mod nodes;

@@ -1,0 +1,295 @@
+//! Nodes over SSH, whatever platform found them: the entry points `update cluster` and
+//! `delete cluster` call on metal, and AWS calls once its instances are targets.
+//!
+//! ```text
+//! let targets = source.targets().await?;          // nodes::Inventory, AwsInstances, ...
+//! let plan = ops::nodes::plan(store, &cluster, &targets, &options).await?;     // preview
+//! let report = ops::nodes::converge(store, &cluster, &targets, &guard, &options, &events).await?;
+//! ```
+//!
+//! `converge` observes the targets again under the caller's cluster lock (the same function
+//! the preview used), executes that plan, and stores the admin kubeconfig (compare-and-swap)
+//! fetched from a control plane this cluster owns. It does not deploy add-ons: the caller
+//! does, once the report says the nodes converged.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use bytes::Bytes;
+
+use crate::nodes::{self, NodePlan, Owner, Target};
+use crate::provision::orchestrate::{self, HostResult, Options, ProgressEvent, Report};
+use crate::spec::Cluster;
+use crate::ssh::{Event, Progress, SshFleet, SshOptions};
+use crate::state::layout::ClusterKeys;
+use crate::state::{Precondition, StateStore, lock};
+
+/// Where the admin kubeconfig is kept: `<cluster>/secrets/admin.conf`.
+pub const ADMIN_KUBECONFIG_SECRET: &str = "admin.conf";
+
+/// How to reach and treat the nodes.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Record the keys of hosts the cluster has never seen (`--accept-new-host-keys`).
+    /// Ignored by [`plan`] (a preview never records a key).
+    pub accept_new_host_keys: bool,
+    /// Hosts worked on at the same time (`--concurrency`).
+    pub concurrency: usize,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            accept_new_host_keys: false,
+            concurrency: SshOptions::default().concurrency,
+        }
+    }
+}
+
+/// What happens while nodes are worked on, for the CLI to render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// A phase started, finished or failed on a target.
+    Progress(ProgressEvent),
+    /// A first-contact host key was recorded: the operator should compare its fingerprints.
+    HostKeyRecorded {
+        host: String,
+        fingerprints: Vec<String>,
+    },
+    /// Something worth a warning that does not fail the run.
+    Warning(String),
+}
+
+pub type Events = Arc<dyn Fn(&NodeEvent) + Send + Sync>;
+
+/// Events nobody listens to.
+pub fn no_events() -> Events {
+    Arc::new(|_: &NodeEvent| {})
+}
+
+/// What became of the admin kubeconfig.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminKubeconfig {
+    /// Written to the store (new or changed).
+    Stored,
+    /// The store already held exactly this one.
+    Unchanged,
+    /// Not fetched; why (no control plane converged, none initialised, ...).
+    NotFetched(String),
+}
+
+/// The outcome of [`converge`].
+#[derive(Debug, Clone)]
+pub struct NodeReport {
+    /// The plan that was executed (observed under the lock).
+    pub plan: NodePlan,
+    pub report: Report,
+    pub admin_kubeconfig: AdminKubeconfig,
+}
+
+impl NodeReport {
+    /// Every target converged and the cluster's credentials are in the store.
+    pub fn success(&self) -> bool {
+        self.report.success()
+            && matches!(
+                self.admin_kubeconfig,
+                AdminKubeconfig::Stored | AdminKubeconfig::Unchanged
+            )
+    }
+}
+
+struct SshEvents(Events);
+
+impl Progress for SshEvents {
+    fn event(&self, event: &Event) {
+        if let Event::HostKeyRecorded { host, fingerprints } = event {
+            (self.0)(&NodeEvent::HostKeyRecorded {
+                host: host.clone(),
+                fingerprints: fingerprints.clone(),
+            });
+        }
+    }
+}
+
+/// An SSH fleet over the targets' hosts.
+fn fleet(
+    cluster: &Cluster,
+    targets: &[Target],
+    store: Arc<dyn StateStore>,
+    accept_new_host_keys: bool,
+    concurrency: usize,
+    events: &Events,
+) -> anyhow::Result<SshFleet> {
+    SshFleet::new(
+        cluster.name(),
+        targets.iter().map(|t| t.host.clone()).collect(),
+        store,
+        SshOptions {
+            concurrency,
+            accept_new_host_keys,
+            ..SshOptions::default()
+        },
+        Arc::new(SshEvents(events.clone())),
+    )
+    .context("preparing ssh connections")
+}
+
+fn progress(events: &Events) -> orchestrate::Progress {
+    let events = events.clone();
+    Arc::new(move |e: &ProgressEvent| events(&NodeEvent::Progress(e.clone())))
+}
+
+/// The preview: observes every target read-only and decides. Contacts only hosts whose keys
+/// the cluster recorded, writes nothing to hosts or to the store, records no key.
+pub async fn plan(
+    store: Arc<dyn StateStore>,
+    cluster: &Cluster,
+    targets: &[Target],
+    options: &NodeOptions,
+) -> anyhow::Result<NodePlan> {
+    // A cluster that never claimed a host has no UID yet (none is made here).
+    let owner: Option<Owner> = nodes::owner::read(store.as_ref(), cluster.name()).await?;
+    let fleet = fleet(
+        cluster,
+        targets,
+        store,
+        false,
+        options.concurrency,
+        &no_events(),
+    )?;
+    let plan = nodes::plan::plan(&fleet, Some(&fleet), cluster, targets, owner).await;
+    fleet.close().await;
+    plan.context("planning the nodes")
+}
+
+/// `update cluster --yes` for the nodes: plans again under `guard` (the cluster lock the
+/// caller holds), executes the plan, stores the admin kubeconfig. The nodes' failures are in
+/// the report; an `Err` means the run itself could not proceed (store, lock, rendering).
+pub async fn converge(
+    store: Arc<dyn StateStore>,
+    cluster: &Cluster,
+    targets: &[Target],
+    guard: &lock::LockGuard,
+    options: &NodeOptions,
+    events: &Events,
+) -> anyhow::Result<NodeReport> {
+    guard.check()?;
+    // The identity hosts are claimed for, made once (compare-and-swap) before any claim.
+    let owner = nodes::owner::ensure(store.as_ref(), cluster.name())
+        .await
+        .context("the cluster's UID")?;
+    let fleet = fleet(
+        cluster,
+        targets,
+        store.clone(),
+        options.accept_new_host_keys,
+        options.concurrency,
+        events,
+    )?;
+    let run = Options {
+        progress: Some(progress(events)),
+        ..Options::current()
+    };
+    let result = async {
+        // Observed again: the world may have changed since the preview.
+        let plan = nodes::plan::plan(&fleet, None, cluster, targets, Some(owner.clone()))
+            .await
+            .context("planning the nodes")?;
+        let report = orchestrate::execute(&fleet, cluster, targets, &plan, &run)
+            .await
+            .context("provisioning")?;
+        let converged_control_plane = report.hosts.iter().any(|h| {
+            h.result == HostResult::Ok
+                && targets
+                    .iter()
+                    .any(|t| t.name() == h.host && t.is_control_plane())
+        });
+        let admin_kubeconfig = if !converged_control_plane {
+            AdminKubeconfig::NotFetched("no control plane converged".into())
+        } else {
+            match orchestrate::admin_kubeconfig(&fleet, cluster, targets, &owner).await {
+                Ok(admin) => {
+                    guard.check()?;
+                    store_admin_kubeconfig(store.as_ref(), cluster.name(), admin).await?
+                }
+                Err(e) => {
+                    events(&NodeEvent::Warning(format!(
+                        "could not fetch the admin kubeconfig: {e}"
+                    )));
+                    AdminKubeconfig::NotFetched(e.to_string())
+                }
+            }
+        };
+        Ok::<_, anyhow::Error>(NodeReport {
+            plan,
+            report,
+            admin_kubeconfig,
+        })
+    }
+    .await;
+    fleet.close().await;
+    result
+}
+
+/// Writes the admin kubeconfig under the cluster's secrets, compare-and-swap; an unchanged
+/// one is not rewritten.
+pub async fn store_admin_kubeconfig(
+    store: &dyn StateStore,
+    cluster: &str,
+    admin: String,
+) -> anyhow::Result<AdminKubeconfig> {
+    let key = ClusterKeys::new(cluster)?.secret(ADMIN_KUBECONFIG_SECRET)?;
+    let cond = match store.get(&key).await? {
+        Some(o) if o.data == admin.as_bytes() => return Ok(AdminKubeconfig::Unchanged),
+        Some(o) => Precondition::Matches(o.version),
+        None => Precondition::Absent,
+    };
+    store
+        .put(&key, Bytes::from(admin), cond)
+        .await
+        .context("storing the admin kubeconfig")?;
+    Ok(AdminKubeconfig::Stored)
+}
+
+/// What [`reset`] did.
+#[derive(Debug, Clone)]
+pub enum ResetOutcome {
+    /// The cluster never claimed a host (no UID, or no key recorded): nothing contacted.
+    NothingClaimed(String),
+    Reset(Report),
+}
+
+/// `delete cluster` for the nodes: resets the targets that carry this cluster's ownership
+/// marker; the others are skipped (the report says whose they are). Call under the lock.
+pub async fn reset(
+    store: Arc<dyn StateStore>,
+    cluster: &Cluster,
+    targets: &[Target],
+    options: &NodeOptions,
+    events: &Events,
+) -> anyhow::Result<ResetOutcome> {
+    let name = cluster.name();
+    let known = store
+        .get(&ClusterKeys::new(name)?.known_hosts())
+        .await?
+        .is_some_and(|o| !o.data.trim_ascii().is_empty());
+    if !known {
+        // Without a recorded key kprov cannot (and never did) log in to any of the hosts.
+        return Ok(ResetOutcome::NothingClaimed(format!(
+            "kprov never connected to a host of {name} (no host keys recorded)"
+        )));
+    }
+    let Some(owner) = nodes::owner::read(store.as_ref(), name).await? else {
+        return Ok(ResetOutcome::NothingClaimed(format!(
+            "{name} never claimed a host (no cluster UID in the state store)"
+        )));
+    };
+    let fleet = fleet(cluster, targets, store, false, options.concurrency, events)?;
+    let run = Options {
+        progress: Some(progress(events)),
+        ..Options::current()
+    };
+    let report = orchestrate::reset(&fleet, cluster, targets, &owner, &run).await;
+    fleet.close().await;
+    Ok(ResetOutcome::Reset(report.context("resetting hosts")?))
+}

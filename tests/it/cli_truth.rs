@@ -1,0 +1,305 @@
+//! Exit codes and errors that tell the truth, through the real binary (against moto where a
+//! cloud is needed): a plan with errors fails, a zone EC2 does not have is refused before
+//! anything is made, a refused `create` writes nothing, SDK errors show the service's code.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+
+use crate::support::moto::moto;
+
+const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// No AWS settings at all: HOME is an empty directory.
+    fn bare(&self, args: &[&str]) -> Command {
+        let mut c = Command::cargo_bin("kprov").expect("binary");
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env(
+                "KPROV_STATE_STORE",
+                format!("file://{}", self.state().display()),
+            )
+            .env("NO_COLOR", "1")
+            .args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut c = self.bare(args);
+        for (k, v) in moto().env() {
+            c.env(k, v);
+        }
+        c.output().expect("runs")
+    }
+}
+
+fn out(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[track_caller]
+fn code(o: &Output, want: i32) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(want),
+        "{}\nmoto:\n{}",
+        out(o),
+        moto().log_tail()
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.insert(p.clone(), Vec::new());
+                todo.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// VPCs tagged as owned by the cluster, counted with the SDK, not with kprov's reader.
+async fn owned_vpcs(cluster: &str) -> usize {
+    let sdk = moto().sdk_config().await;
+    let ec2 = aws_sdk_ec2::Client::new(&sdk);
+    let f = aws_sdk_ec2::types::Filter::builder()
+        .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+        .values("owned")
+        .build();
+    ec2.describe_vpcs()
+        .filters(f)
+        .send()
+        .await
+        .expect("describe")
+        .vpcs()
+        .len()
+}
+
+/// No debug dump of an SDK error: no struct syntax of the SDK's types.
+#[track_caller]
+fn no_debug_dump(err: &str) {
+    for needle in [
+        "ServiceError {",
+        "DispatchFailure(",
+        "ErrorMetadata {",
+        "raw: Response",
+        "SdkError",
+        "source: ",
+    ] {
+        assert!(!err.contains(needle), "debug dump ({needle}) in:\n{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_with_errors_exits_1_preview_or_apply() {
+    let env = Env::new();
+    // The DNS zone kprov must adopt does not exist: the plan has an error.
+    let name = "gate.no-such-zone-kprov.test";
+    code(
+        &env.run(&[
+            "create",
+            "cluster",
+            name,
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a",
+            "--ssh-public-key",
+            KEY,
+            "--image",
+            "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*",
+        ]),
+        0,
+    );
+    for args in [
+        vec!["update", "cluster", name],
+        vec!["update", "cluster", name, "--exit-code"],
+        vec!["update", "cluster", name, "--exit-code", "-o", "json"],
+        vec!["update", "cluster", name, "--yes"],
+    ] {
+        let o = env.run(&args);
+        let err = code(&o, 1);
+        assert!(
+            err.contains("DnsZone/main: must already exist") && err.contains("cannot be applied"),
+            "{args:?}: {}",
+            out(&o)
+        );
+    }
+    assert_eq!(owned_vpcs(name).await, 0, "nothing may be created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_ec2_does_not_have_is_refused_before_anything_is_created() {
+    let env = Env::new();
+    let name = "zonetypo.k8s.local";
+    // Syntax alone cannot tell: us-east-1z looks like a zone of us-east-1.
+    code(
+        &env.run(&[
+            "create",
+            "cluster",
+            name,
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a,us-east-1z",
+            "--ssh-public-key",
+            KEY,
+        ]),
+        0,
+    );
+    for args in [
+        vec!["update", "cluster", name],
+        vec!["update", "cluster", name, "--exit-code"],
+        vec!["update", "cluster", name, "--yes"],
+    ] {
+        let o = env.run(&args);
+        let err = code(&o, 1);
+        assert!(
+            err.contains("availability zone us-east-1z does not exist in us-east-1")
+                && err.contains("us-east-1a, us-east-1b"),
+            "{args:?}: {}",
+            out(&o)
+        );
+    }
+    assert_eq!(owned_vpcs(name).await, 0, "nothing may be created");
+}
+
+#[test]
+fn a_refused_create_writes_nothing_and_says_how_to_fix_it() {
+    let env = Env::new();
+    let create = |extra: &[&str]| {
+        let mut args = vec!["create", "cluster", "r.example.com", "--cloud", "aws"];
+        args.extend_from_slice(extra);
+        env.bare(&args).output().expect("runs")
+    };
+    // No flag and no ~/.ssh/id_*.pub (HOME is empty).
+    let o = create(&["--zones", "us-east-1a"]);
+    let err = code(&o, 3);
+    assert!(
+        err.contains("--ssh-public-key") && err.contains("ssh-keygen -t ed25519"),
+        "{}",
+        out(&o)
+    );
+    assert!(!env.state().exists(), "a refused create wrote to the store");
+    // Zones of two regions.
+    let o = create(&["--zones", "us-east-1a,eu-west-1b", "--ssh-public-key", KEY]);
+    let err = code(&o, 3);
+    assert!(err.contains("one region"), "{}", out(&o));
+    assert!(!env.state().exists(), "a refused create wrote to the store");
+
+    // A cluster that exists: exit 4 (conflict), and the store is left as it was.
+    code(
+        &create(&["--zones", "us-east-1a", "--ssh-public-key", KEY]),
+        0,
+    );
+    let before = snapshot(&env.state());
+    let o = create(&["--zones", "us-east-1b", "--ssh-public-key", KEY]);
+    let err = code(&o, 4);
+    assert!(err.contains("already exists"), "{}", out(&o));
+    assert_eq!(
+        snapshot(&env.state()),
+        before,
+        "a refused create changed the store"
+    );
+}
+
+#[test]
+fn sdk_errors_show_the_service_code_and_message() {
+    let env = Env::new();
+    let mut c = env.bare(&["get", "clusters"]);
+    for (k, v) in moto().env() {
+        c.env(k, v);
+    }
+    let o = c
+        .env("KPROV_STATE_STORE", "s3://kprov-no-such-bucket-4711/state")
+        .output()
+        .expect("runs");
+    let err = code(&o, 1);
+    assert!(
+        err.contains("NoSuchBucket") && err.contains("kprov-no-such-bucket-4711"),
+        "{}",
+        out(&o)
+    );
+    no_debug_dump(&err);
+}
+
+#[test]
+fn missing_credentials_say_which_chain_was_tried() {
+    let env = Env::new();
+    let aws_env = |c: &mut Command| {
+        // Nothing may leave loopback: the endpoint is moto's, IMDS is off.
+        c.env("AWS_ENDPOINT_URL", &moto().env()[0].1)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_MAX_ATTEMPTS", "1")
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+    };
+    let mut c = env.bare(&["get", "clusters"]);
+    aws_env(&mut c);
+    let o = c
+        .env("KPROV_STATE_STORE", "s3://kprov-creds-4711/state")
+        .output()
+        .expect("runs");
+    let mut errs = vec![code(&o, 1)];
+
+    let mut c = env.bare(&[
+        "create",
+        "cluster",
+        "creds.k8s.local",
+        "--cloud",
+        "aws",
+        "--zones",
+        "us-east-1a",
+        "--ssh-public-key",
+        KEY,
+    ]);
+    code(&c.output().expect("runs"), 0);
+    c = env.bare(&["update", "cluster", "creds.k8s.local"]);
+    aws_env(&mut c);
+    errs.push(code(&c.output().expect("runs"), 1));
+    for err in errs {
+        assert!(
+            err.contains("no AWS credentials found")
+                && err.contains("AWS_ACCESS_KEY_ID")
+                && err.contains("profile \"default\"")
+                && err.contains(&format!("{}/.aws/credentials", env.dir.path().display()))
+                && err.contains("SSO")
+                && err.contains("IMDS"),
+            "{err}"
+        );
+        no_debug_dump(&err);
+    }
+}
