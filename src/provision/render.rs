@@ -190,7 +190,7 @@ pub struct Renderer {
     targets: Vec<Target>,
     assets: Vec<Asset>,
     /// Extra API server certificate names (a cloud load balancer's DNS name).
-    extra_sans: Vec<String>,
+    cloud_sans: Vec<String>,
 }
 
 /// How clients reach a cloud cluster's API servers: through its load balancer, under the API
@@ -328,7 +328,7 @@ impl Renderer {
             etcd,
             cloud_external: cluster.external_cloud_provider().is_some(),
             targets: targets.to_vec(),
-            extra_sans: Vec::new(),
+            cloud_sans: Vec::new(),
         })
     }
 
@@ -339,7 +339,7 @@ impl Renderer {
             host: api.endpoint,
             port: api.port,
         };
-        self.extra_sans = api.sans;
+        self.cloud_sans = api.sans;
         self
     }
 
@@ -632,7 +632,7 @@ impl Renderer {
     ) -> Result<String, RenderError> {
         let mut ctx = self.kubeadm_common(target)?;
         let mut sans = vec![self.endpoint.host().to_string()];
-        sans.extend(self.extra_sans.iter().cloned());
+        sans.extend(self.cloud_sans.iter().cloned());
         for cp in self.control_planes() {
             sans.push(cp.node_name.clone());
             sans.push(node_ip(&cp.host)?);
