@@ -328,6 +328,7 @@ mod tests {
                 rolling_update: None,
                 node_labels: Default::default(),
                 taints: vec![],
+                ssh_user: None,
             },
         )
     }

@@ -211,6 +211,7 @@ fn ig_spec(
         rolling_update: None,
         node_labels: BTreeMap::new(),
         taints: Vec::new(),
+        ssh_user: None,
     }
 }
 
@@ -267,6 +268,7 @@ pub fn build_cluster_objects(
                 TopologyType::Public
             },
             bastion: a.bastion.then(Bastion::default),
+            ssh_address: None,
         }),
         dns: None,
         api: None,

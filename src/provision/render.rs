@@ -196,6 +196,19 @@ pub struct Renderer {
     cloud_external: bool,
     targets: Vec<Target>,
     assets: Vec<Asset>,
+    /// Extra API server certificate names (a cloud load balancer's DNS name).
+    cloud_sans: Vec<String>,
+}
+
+/// How clients reach a cloud cluster's API servers: through its load balancer, under the API
+/// record when the cluster has DNS (`api.NAME`), else under the load balancer's own name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudApi {
+    /// The `controlPlaneEndpoint` host.
+    pub endpoint: String,
+    pub port: u16,
+    /// Names the API server certificate must also carry (the load balancer's DNS name).
+    pub sans: Vec<String>,
 }
 
 /// The address Kubernetes binds to on a host (`ip`, else `address` when it is an IP).
@@ -321,7 +334,19 @@ impl Renderer {
             etcd,
             cloud_external: cluster.external_cloud_provider().is_some(),
             targets: targets.to_vec(),
+            cloud_sans: Vec::new(),
         })
+    }
+
+    /// A cloud cluster's API sits behind a load balancer: that is the control-plane endpoint
+    /// (no per-host /etc/hosts line or local proxy), and its names go into the certificate.
+    pub fn with_cloud_api(mut self, api: CloudApi) -> Self {
+        self.endpoint = Endpoint::Fixed {
+            host: api.endpoint,
+            port: api.port,
+        };
+        self.cloud_sans = api.sans;
+        self
     }
 
     pub fn endpoint(&self) -> &Endpoint {
@@ -632,6 +657,7 @@ impl Renderer {
     ) -> Result<String, RenderError> {
         let mut ctx = self.kubeadm_common(target)?;
         let mut sans = vec![self.endpoint.host().to_string()];
+        sans.extend(self.cloud_sans.iter().cloned());
         for cp in self.control_planes() {
             sans.push(cp.node_name.clone());
             sans.push(node_ip(&cp.host)?);
@@ -1100,6 +1126,71 @@ mod tests {
                 .iter()
                 .any(|a| a["name"] == "provider-id")
         );
+    }
+
+    /// AWS: the first control plane's `kubeadm init` uses the API record behind the load
+    /// balancer as the endpoint, carries the load balancer's name among the certificate names,
+    /// registers under the private DNS name with the provider ID and an external cloud
+    /// provider. The uninitialized taint is the kubelet's own (it adds it itself with
+    /// `--cloud-provider=external`; listing it again would make a duplicate the API refuses).
+    #[test]
+    fn golden_aws_init() {
+        let hs = hosts(1, 1);
+        let mut ts = targets(&hs);
+        ts[0].node_name = "ip-198-18-32-4.ec2.internal".into();
+        ts[0].host.address = "198.18.32.4".into();
+        ts[0].host.ip = Some("198.18.32.4".into());
+        ts[0].group = Some("control-plane-us-east-1a".into());
+        ts[0].instance = Some(crate::nodes::CloudInstance {
+            id: "i-0aaa".into(),
+            zone: "us-east-1a".into(),
+            private_ip: "198.18.32.4".into(),
+            public_ip: None,
+            private_dns: "ip-198-18-32-4.ec2.internal".into(),
+            provider_id: "aws:///us-east-1a/i-0aaa".into(),
+            launch_template_version: Some("1".into()),
+        });
+        let lb = "api-c-example-com-1a2b3c4d.elb.us-east-1.amazonaws.com";
+        let r = Renderer::new(&cluster(AWS_CCM), &ts)
+            .unwrap()
+            .with_cloud_api(CloudApi {
+                endpoint: "api.c.example.com".into(),
+                port: 6443,
+                sans: vec![lb.into()],
+            });
+        let init = r.init_config(&ts[0], &"k".repeat(64)).unwrap();
+        insta::assert_snapshot!("aws_init", init);
+        let d = docs(&init);
+        let reg = &d[0]["nodeRegistration"];
+        assert_eq!(reg["name"], "ip-198-18-32-4.ec2.internal");
+        let args = reg["kubeletExtraArgs"].as_array().unwrap();
+        for (k, v) in [
+            ("provider-id", "aws:///us-east-1a/i-0aaa"),
+            ("cloud-provider", "external"),
+        ] {
+            assert!(
+                args.iter().any(|a| a["name"] == k && a["value"] == v),
+                "{k}"
+            );
+        }
+        assert!(!init.contains("node.cloudprovider.kubernetes.io/uninitialized"));
+        assert_eq!(d[1]["controlPlaneEndpoint"], "api.c.example.com:6443");
+        let sans: Vec<&str> = d[1]["apiServer"]["certSANs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        for n in [
+            "api.c.example.com",
+            lb,
+            "ip-198-18-32-4.ec2.internal",
+            "198.18.32.4",
+        ] {
+            assert!(sans.contains(&n), "{n} in {sans:?}");
+        }
+        // A cloud endpoint needs no /etc/hosts line (that is the metal local-proxy scheme).
+        assert!(r.endpoint_entry("198.18.32.4").is_none());
     }
 
     #[test]

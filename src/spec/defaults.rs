@@ -72,6 +72,7 @@ pub fn complete_cluster(c: &Cluster) -> Cluster {
         s.topology.get_or_insert(Topology {
             kind: TopologyType::Public,
             bastion: None,
+            ssh_address: None,
         });
     }
     if let Some(b) = s.topology.as_mut().and_then(|t| t.bastion.as_mut()) {
@@ -299,6 +300,7 @@ mod tests {
                 rolling_update: None,
                 node_labels: Default::default(),
                 taints: vec![],
+                ssh_user: None,
             },
         );
         let g1 = complete_instance_group(&once, &ig);

@@ -177,6 +177,7 @@ fn group() -> impl Strategy<Value = InstanceGroup> {
                     }),
                     node_labels,
                     taints: vec![],
+                    ssh_user: None,
                 },
             )
         })

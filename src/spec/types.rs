@@ -169,6 +169,23 @@ pub struct Topology {
     pub kind: TopologyType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bastion: Option<Bastion>,
+    /// Which address kprov connects to over SSH (aws). Default: `Public` in public topology,
+    /// `Bastion` in private topology. `Private` for operators whose machine reaches the VPC's
+    /// private addresses (VPN, peering); `update cluster --ssh-private-address` does the same
+    /// for one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_address: Option<SshAddress>,
+}
+
+/// How kprov reaches cloud instances over SSH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum SshAddress {
+    /// The instance's public address (public topology only).
+    Public,
+    /// The private address, through the bastion group's instance (ProxyJump).
+    Bastion,
+    /// The private address, directly.
+    Private,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -394,6 +411,11 @@ pub struct InstanceGroupSpec {
     /// `key[=value]:Effect`, as kubectl taint writes them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<String>,
+    /// The user kprov logs in as over SSH (aws). Default: from the image family (`ubuntu`
+    /// for Ubuntu, `ec2-user` for Amazon Linux, `admin` for Debian); required for an image
+    /// given by `ami-` ID whose family kprov cannot tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]

@@ -574,6 +574,13 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         );
     }
 
+    if private && s.topology.as_ref().and_then(|t| t.ssh_address) == Some(SshAddress::Public) {
+        c.err(
+            p("spec.topology.sshAddress"),
+            "Public: instances in Private topology have no public address; use Bastion or Private",
+        );
+    }
+
     if !aws && s.topology.is_some() {
         c.err(p("spec.topology"), "topology (public/private subnets, bastion) is only for cloudProvider aws; metal hosts set `bastion` per host");
     }
@@ -985,6 +992,28 @@ fn validate_ig(c: &mut Check, cl: &Cluster, ig: &InstanceGroup) {
             );
         }
     }
+    if let Some(u) = &s.ssh_user {
+        // A POSIX login name: it reaches ssh's command line and `user@host` strings.
+        let ok = u.len() <= 32
+            && u.starts_with(|ch: char| ch.is_ascii_lowercase() || ch == '_')
+            && u.chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_' || ch == '-');
+        if !ok {
+            c.err(
+                p("spec.sshUser"),
+                format!(
+                    "{u:?} is not a login name (lowercase letters, digits, '_', '-', at most 32, \
+                     starting with a letter or '_')"
+                ),
+            );
+        }
+        if cl.spec.cloud_provider != CloudProvider::Aws {
+            c.err(
+                p("spec.sshUser"),
+                "is only for cloudProvider aws; metal hosts set `user` per host",
+            );
+        }
+    }
     let base = FieldPath::root().key("spec");
     check_labels_and_taints(c, &base, &s.node_labels, &s.taints, "nodeLabels");
 }
@@ -1197,6 +1226,28 @@ spec:
         expect_one(
             &BASE.replace("name: nodes", "name: Nodes!"),
             "metadata.name: InstanceGroup Nodes!: \"Nodes!\" is not a valid name",
+        );
+    }
+
+    #[test]
+    fn ssh_user_and_address() {
+        let t = BASE.replace("  minSize: 2\n", "  minSize: 2\n  sshUser: \"root;id\"\n");
+        expect_one(
+            &t,
+            "spec.sshUser: InstanceGroup nodes: \"root;id\" is not a login name",
+        );
+        let ok = BASE.replace("  minSize: 2\n", "  minSize: 2\n  sshUser: ec2-user\n");
+        assert!(check(&ok).is_empty(), "{:?}", check(&ok));
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1",
+            "  kubernetesVersion: 1.35.1\n  topology: {type: Private, sshAddress: Public}",
+        );
+        assert!(
+            check(&t)
+                .iter()
+                .any(|m| m.contains("spec.topology.sshAddress") && m.contains("no public address")),
+            "{:?}",
+            check(&t)
         );
     }
 

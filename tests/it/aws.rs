@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kprov::cloud::aws::{AwsCloud, owned_tag_key};
+use kprov::cloud::aws::instances::{AwsInstances, SshReach};
+use kprov::cloud::aws::{AwsCloud, GroupHostKey, owned_tag_key};
 use kprov::cloud::engine::{self, Action, ApplyOptions, Plan, RenderOptions};
-use kprov::spec::{Cluster, InstanceGroup};
+use kprov::spec::{Cluster, HostRole, InstanceGroup};
 
 use crate::support::aws_recorder::{Recorder, is_write};
 use crate::support::moto::moto;
@@ -147,10 +148,39 @@ struct Env {
     cloud: AwsCloud,
 }
 
+/// A fixed host key (generated once with `ssh-keygen -t ed25519`; it protects nothing) so the
+/// golden plans show a stable digest. The binary generates one per group on `--yes`.
+fn host_key() -> GroupHostKey {
+    GroupHostKey {
+        private: "-----BEGIN OPENSSH PRIVATE KEY-----
+b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW
+QyNTUxOQAAACD1oIjJ5QsAfGitIRvzAgtn2x/aim2IcTyKDTGXUQdnQgAAAIiUqU9IlKlP
+SAAAAAtzc2gtZWQyNTUxOQAAACD1oIjJ5QsAfGitIRvzAgtn2x/aim2IcTyKDTGXUQdnQg
+AAAEA9MAmJ+bNR7vpmx2kzLQmof3czsSo4RSlala6ku4/IivWgiMnlCwB8aK0hG/MCC2fb
+H9qKbYhxPIoNMZdRB2dCAAAAAAECAwQF
+-----END OPENSSH PRIVATE KEY-----
+"
+        .into(),
+        public: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPWgiMnlCwB8aK0hG/MCC2fbH9qKbYhxPIoNMZdRB2dC"
+            .into(),
+    }
+}
+
 async fn env(cluster: &str) -> Env {
     let sdk = moto().sdk_config().await;
     let rec = Recorder::default();
-    let cloud = AwsCloud::new(&sdk, cluster, &[rec.shared()]);
+    // Every group name the specs above use.
+    let keys = ["nodes", "bastions"]
+        .into_iter()
+        .map(str::to_string)
+        .chain(
+            ["us-east-1a", "us-east-1b", "us-east-1c"]
+                .iter()
+                .map(|z| format!("control-plane-{z}")),
+        )
+        .map(|g| (g, host_key()))
+        .collect();
+    let cloud = AwsCloud::new(&sdk, cluster, &[rec.shared()]).with_host_keys(keys);
     Env { sdk, rec, cloud }
 }
 
@@ -559,6 +589,121 @@ async fn minimal_public_cluster_lifecycle() {
     .collect();
     assert_eq!(counts, expected);
 
+    // The launch templates require IMDSv2 with one hop (moto does not copy the options to
+    // instances, so the template is where this is proven), and carry the complete user-data
+    // with the host key, which only the plan redacts.
+    let imds = |name: String| {
+        let ec2 = ec2.clone();
+        async move {
+            let v = ec2
+                .describe_launch_template_versions()
+                .launch_template_name(name)
+                .versions("$Latest")
+                .send()
+                .await
+                .unwrap();
+            let d = v.launch_template_versions()[0]
+                .launch_template_data()
+                .cloned()
+                .unwrap();
+            let m = d.metadata_options().cloned().unwrap();
+            (
+                m.http_tokens().map(|t| t.as_str().to_string()),
+                m.http_put_response_hop_limit(),
+                m.http_endpoint().map(|t| t.as_str().to_string()),
+                d.user_data().map(str::to_string).unwrap_or_default(),
+            )
+        }
+    };
+    for g in ["nodes", "control-plane-us-east-1a"] {
+        let (tokens, hops, endpoint, user_data) = imds(format!("{g}.{name}")).await;
+        assert_eq!(tokens.as_deref(), Some("required"), "{g}");
+        assert_eq!(hops, Some(1), "{g}");
+        assert_eq!(endpoint.as_deref(), Some("enabled"), "{g}");
+        let text = aws_smithy_types::base64::decode(&user_data).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let k = host_key();
+        for line in k.private.lines() {
+            assert!(text.contains(&format!("    {line}\n")), "{g}: {text}");
+        }
+        assert!(text.contains(&k.public), "{g}: {text}");
+    }
+
+    // The groups' running instances as node targets, in one read-only paginated read.
+    e.rec.take();
+    let reach = |r| AwsInstances::new(&e.cloud, &igs, r);
+    let err = reach(SshReach::Private)
+        .discover()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("instance group control-plane-us-east-1a") && err.contains("spec.sshUser"),
+        "an ami- image says nothing about its login user: {err}"
+    );
+    let mut igs_user = igs.clone();
+    igs_user[0].spec.ssh_user = Some("ops".into());
+    e.rec.take();
+    let found = AwsInstances::new(&e.cloud, &igs_user, SshReach::Private)
+        .discover()
+        .await
+        .expect("instances");
+    let sent = e.rec.take();
+    assert!(sent.iter().all(|o| !is_write(o)), "{sent:?}");
+    assert_eq!(
+        sent.iter()
+            .filter(|o| o.contains("DescribeInstances"))
+            .count(),
+        1,
+        "{sent:?}"
+    );
+    assert!(
+        found.jump_hosts.is_empty() && found.strays.is_empty(),
+        "{found:?}"
+    );
+    let groups: Vec<_> = found
+        .targets
+        .iter()
+        .map(|t| t.group.clone().unwrap())
+        .collect();
+    assert_eq!(
+        groups,
+        ["control-plane-us-east-1a", "nodes"],
+        "control planes first"
+    );
+    for t in &found.targets {
+        let i = t.instance.as_ref().expect("cloud instance");
+        assert_eq!(t.name(), i.id);
+        assert!(i.private_ip.starts_with("172.20."), "{i:?}");
+        assert_eq!(t.host.address, i.private_ip, "private reach");
+        assert_eq!(t.host.bastion, None);
+        assert_eq!(t.node_name, i.private_dns);
+        assert_eq!(
+            i.private_dns,
+            format!("ip-{}.ec2.internal", i.private_ip.replace('.', "-"))
+        );
+        assert_eq!(i.provider_id, format!("aws:///{}/{}", i.zone, i.id));
+    }
+    assert_eq!(found.targets[0].host.user.as_deref(), Some("ops"));
+    assert_eq!(
+        found.targets[1].host.user.as_deref(),
+        Some("ubuntu"),
+        "ubuntu image"
+    );
+    assert_eq!(found.targets[0].host.roles, [HostRole::ControlPlane]);
+    assert_eq!(found.targets[1].host.roles, [HostRole::Node]);
+    // Public reach maps the public address (moto invents it: mapped, never contacted).
+    let public = AwsInstances::new(&e.cloud, &igs_user, SshReach::Public)
+        .discover()
+        .await
+        .expect("instances");
+    for t in &public.targets {
+        assert_eq!(
+            Some(&t.host.address),
+            t.instance.as_ref().unwrap().public_ip.as_ref()
+        );
+    }
+
     // Converged: the next preview is empty, again without writes.
     e.rec.take();
     let again = plan(&e, &c, &igs).await;
@@ -660,27 +805,63 @@ async fn minimal_public_cluster_lifecycle() {
         engine::render_text(&repaired, RenderOptions::default())
     );
 
-    // A spec change to a document shows as a line diff and a new launch template version.
-    let mut igs2 = igs.clone();
-    igs2[1]
-        .spec
-        .node_labels
-        .insert("tier".into(), "gold".into());
-    let changed = plan(&e, &c, &igs2).await;
+    // A new host key for a group changes its user-data: the plan shows the digest line
+    // change (never the key) and the apply writes a new launch template version.
+    let rotated = kprov::cloud::aws::hostkeys::generate("nodes")
+        .await
+        .expect("ssh-keygen");
+    let mut keys: BTreeMap<String, GroupHostKey> = igs
+        .iter()
+        .map(|g| (g.metadata.name.clone(), host_key()))
+        .collect();
+    keys.insert("nodes".into(), rotated.clone());
+    let rotating = AwsCloud::new(&e.sdk, name, &[]).with_host_keys(keys);
+    let changed = rotating.plan(&c, &igs).await.expect("plan");
     assert_eq!(changed.summary.update, 1);
     let text = engine::render_text(&changed, RenderOptions::default());
-    assert!(text.contains("+        \"tier\": \"gold\""), "{text}");
-    apply(&e, &changed, false).await;
-    assert!(plan(&e, &c, &igs2).await.is_empty());
+    let digest = kprov::cloud::aws::hostkeys::digest(&rotated.private);
+    assert!(
+        text.lines().any(|l| l.trim_start().starts_with('+')
+            && l.ends_with(&format!("<private key redacted, {digest}>"))),
+        "{text}"
+    );
+    let json_text = serde_json::to_string(&json(&changed)).unwrap();
+    for line in rotated.private.lines().chain(host_key().private.lines()) {
+        if !line.starts_with("-----") {
+            assert!(!text.contains(line) && !json_text.contains(line), "{text}");
+        }
+    }
+    engine::apply(&rotating, &changed, &fast())
+        .await
+        .expect("apply");
+    assert!(rotating.plan(&c, &igs).await.expect("plan").is_empty());
+    let igs2 = igs.clone();
+    let e = Env {
+        sdk: e.sdk.clone(),
+        rec: e.rec,
+        cloud: rotating,
+    };
 
     // A new SSH key cannot be changed in place: the key pair is replaced (same name, so the
-    // launch templates that name it stay as they are).
+    // launch templates keep naming it); their user-data authorizes the new key, so each gets
+    // a new version.
     let mut rotated = c.clone();
     rotated.spec.ssh_key.as_mut().unwrap().public_key = Some(ROTATED_KEY.into());
     let replace = plan(&e, &rotated, &igs2).await;
     assert_eq!(replace.summary.replace, 1, "{:?}", replace.changes);
-    assert_eq!(replace.summary.total(), 1);
-    assert_eq!(replace.changes[0].kind, "KeyPair");
+    assert_eq!(replace.summary.update, 2, "{:?}", replace.changes);
+    assert_eq!(replace.summary.total(), 3);
+    let kinds: Vec<&str> = replace.changes.iter().map(|c| c.kind.as_str()).collect();
+    assert!(kinds.contains(&"KeyPair"), "{kinds:?}");
+    assert!(
+        replace
+            .changes
+            .iter()
+            .filter(|c| c.kind == "LaunchTemplate")
+            .all(|c| c.fields.iter().map(|f| f.field.as_str()).eq(["userData"])),
+        "{:?}",
+        replace.changes
+    );
     apply(&e, &replace, false).await;
     assert!(plan(&e, &rotated, &igs2).await.is_empty());
     let keys = ec2

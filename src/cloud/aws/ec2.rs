@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::{
     AttributeBooleanValue, Filter, IpPermission, IpRange,
-    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateTagSpecificationRequest,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
     RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair,
 };
 use aws_smithy_types::base64;
@@ -623,6 +624,7 @@ pub(super) async fn read_launch_templates(
             .and_then(|p| p.name())
             .unwrap_or_default();
         let key = d.and_then(|d| d.key_name()).unwrap_or_default();
+        let imds = d.and_then(|d| d.metadata_options());
         rd.push(
             Resource::new(LAUNCH_TEMPLATE, &id.name)
                 .cloud_id(tid)
@@ -645,7 +647,32 @@ pub(super) async fn read_launch_templates(
                 .field("keyName", rd.r(key))
                 .field("securityGroups", Value::set(sgs))
                 .field("instanceProfile", rd.r(profile))
-                .field("userData", Value::Doc(user_data))
+                // Compared by the private key's digest; a plan never shows the key.
+                .field("userData", Value::Doc(super::hostkeys::redact(&user_data)))
+                .field(
+                    "metadataHttpEndpoint",
+                    Value::str(
+                        imds.and_then(|m| m.http_endpoint())
+                            .map(|v| v.as_str())
+                            .unwrap_or_default(),
+                    ),
+                )
+                .field(
+                    "metadataHttpTokens",
+                    Value::str(
+                        imds.and_then(|m| m.http_tokens())
+                            .map(|v| v.as_str())
+                            .unwrap_or_default(),
+                    ),
+                )
+                .field(
+                    "metadataHopLimit",
+                    Value::Int(
+                        imds.and_then(|m| m.http_put_response_hop_limit())
+                            .map(i64::from)
+                            .unwrap_or(0),
+                    ),
+                )
                 .field("latestVersion", Value::Int(v.version_number().unwrap_or(0))),
         );
     }
@@ -719,6 +746,15 @@ fn launch_data(
     ids: &IdMap,
 ) -> Result<RequestLaunchTemplateData, CloudError> {
     let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
+    // The field holds the redacted text; the complete user-data is an input, present only
+    // when the group's host key exists.
+    let user_data = want.inputs.get("userData").ok_or_else(|| {
+        CloudError::Model(format!(
+            "{}: the instance group has no SSH host key yet (update cluster --yes generates it \
+             before writing launch templates)",
+            want.id
+        ))
+    })?;
     let instance_tags = |rt: ResourceType| {
         let display = format!("{}.{}", want.id.name, c.cluster);
         let tags = c
@@ -740,7 +776,18 @@ fn launch_data(
                 .name(cid(ids, want.get("instanceProfile"))?)
                 .build(),
         )
-        .user_data(base64::encode(s("userData")))
+        .user_data(base64::encode(user_data))
+        .metadata_options(
+            LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                .http_endpoint(s("metadataHttpEndpoint").as_str().into())
+                .http_tokens(s("metadataHttpTokens").as_str().into())
+                .set_http_put_response_hop_limit(
+                    want.get("metadataHopLimit")
+                        .and_then(Value::as_int)
+                        .and_then(|n| i32::try_from(n).ok()),
+                )
+                .build(),
+        )
         .tag_specifications(instance_tags(ResourceType::Instance))
         .tag_specifications(instance_tags(ResourceType::Volume))
         .build())

@@ -11,8 +11,11 @@ mod desired;
 mod dns;
 mod ec2;
 mod elb;
+pub mod hostkeys;
 mod iam;
+pub mod instances;
 pub mod kinds;
+pub mod wait;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,7 +25,8 @@ use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
-pub use desired::{desired, fqdn, public_key_hash, short_name};
+pub use desired::{HOST_KEY_PENDING, desired, fqdn, public_key_hash, short_name, user_data};
+pub use hostkeys::GroupHostKey;
 
 use crate::cloud::engine::{
     self, CloudError, ErrorClass, FieldChange, IdMap, Lifecycle, Plan, Resource, ResourceId, Value,
@@ -45,6 +49,9 @@ pub struct AwsCloud {
     elb: aws_sdk_elasticloadbalancingv2::Client,
     iam: aws_sdk_iam::Client,
     r53: aws_sdk_route53::Client,
+    /// The instance groups' SSH host keys (see [`hostkeys`]); launch templates of groups
+    /// without one can be planned but not written.
+    host_keys: BTreeMap<String, GroupHostKey>,
 }
 
 impl AwsCloud {
@@ -72,7 +79,15 @@ impl AwsCloud {
             elb: client!(aws_sdk_elasticloadbalancingv2),
             iam: client!(aws_sdk_iam),
             r53: client!(aws_sdk_route53),
+            host_keys: BTreeMap::new(),
         }
+    }
+
+    /// The groups' host keys, as [`hostkeys::load`] (preview) or [`hostkeys::ensure`]
+    /// (`--yes`) returned them.
+    pub fn with_host_keys(mut self, keys: BTreeMap<String, GroupHostKey>) -> Self {
+        self.host_keys = keys;
+        self
     }
 
     pub fn cluster(&self) -> &str {
@@ -103,7 +118,7 @@ impl AwsCloud {
         } else {
             ec2::resolve_images(self, names).await?
         };
-        desired(cluster, igs, &images)
+        desired(cluster, igs, &images, &self.host_keys)
     }
 
     /// The preview of `update cluster`: desired model, read-only read, diff.
@@ -127,7 +142,7 @@ impl AwsCloud {
             .filter_map(|ig| ig.spec.image.clone())
             .map(|i| (i.clone(), i))
             .collect();
-        let desired = desired(cluster, igs, &images)?;
+        let desired = desired(cluster, igs, &images, &self.host_keys)?;
         engine::plan_delete(self, cluster.name(), desired).await
     }
 
