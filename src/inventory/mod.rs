@@ -14,13 +14,12 @@ pub mod literal;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::spec::{Cni, EtcdType, Host, HostRole};
 
 /// Inventory and vars files larger than this are refused (a real inventory is a few KiB).
-pub const MAX_INVENTORY_BYTES: u64 = 4 << 20;
+pub const MAX_INVENTORY_BYTES: u64 = crate::bounded::INVENTORY;
 
 /// The names Kubespray users give the inventory file in `inventory/NAME/`, in the order tried.
 pub const DIRECTORY_FILES: &[&str] = &[
@@ -203,31 +202,11 @@ pub enum InventoryError {
     },
 }
 
-/// Reads a file of at most [`MAX_INVENTORY_BYTES`].
+/// Reads an inventory or variables file of at most [`MAX_INVENTORY_BYTES`], through the one
+/// bounded reader every input goes through.
 pub(crate) fn read_bounded(path: &Path) -> Result<String, InventoryError> {
-    let file = path.display().to_string();
-    let io = |source| InventoryError::Io {
-        file: file.clone(),
-        source,
-    };
-    let f = std::fs::File::open(path).map_err(io)?;
-    let mut bytes = Vec::new();
-    f.take(MAX_INVENTORY_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 > MAX_INVENTORY_BYTES {
-        return Err(InventoryError::Format {
-            file,
-            message: format!(
-                "larger than {} MiB; this is not an inventory",
-                MAX_INVENTORY_BYTES >> 20
-            ),
-        });
-    }
-    String::from_utf8(bytes).map_err(|e| InventoryError::Format {
-        file,
-        message: format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
-    })
+    crate::bounded::read_file_to_string(path, MAX_INVENTORY_BYTES)
+        .map_err(|source| InventoryError::Read { source })
 }
 
 /// The inventory file `path` names: the path itself, or inside a directory the one file with
