@@ -163,12 +163,6 @@ pub(super) async fn cluster_client(
     ))
 }
 
-/// Whether kprov holds credentials for the cluster (it has been provisioned).
-pub(super) async fn has_credentials(ctx: &Ctx, cluster: &Cluster) -> anyhow::Result<bool> {
-    let key = ClusterKeys::new(cluster.name())?.secret(ADMIN_KUBECONFIG_SECRET)?;
-    Ok(ctx.repo().await?.store().get(&key).await?.is_some())
-}
-
 pub async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, name).await?;
     let manifests = addons::render_addons(&cluster)?;

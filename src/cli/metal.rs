@@ -20,7 +20,7 @@ use super::commands::{Ctx, LOCK_LEASE};
 use super::{UpdateClusterArgs, exit};
 use crate::nodes::{self, Action, NodePlan, Target, TargetSource};
 use crate::ops::nodes::{
-    self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, ResetOutcome,
+    self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, NodeReport, ResetOutcome,
 };
 use crate::output::{Format, Printer, Table};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
@@ -61,7 +61,7 @@ fn phase_line(e: &ProgressEvent) -> (String, String) {
 /// Renders node events: on a terminal a spinner line per target showing its current phase
 /// (other lines printed above the spinners), otherwise a plain status line per event.
 /// Returns the bars to clear once the run is over.
-fn render_events(ctx: &Ctx, targets: &[Target]) -> (Events, Option<MultiProgress>) {
+pub(super) fn render_events(ctx: &Ctx, targets: &[Target]) -> (Events, Option<MultiProgress>) {
     let printer = Printer::new(Format::Table, 0);
     if !ctx.printer.is_tty() {
         let events: Events = Arc::new(move |e: &NodeEvent| match e {
@@ -162,6 +162,7 @@ pub async fn update(
     let options = NodeOptions {
         accept_new_host_keys: a.accept_new_host_keys,
         concurrency: a.concurrency,
+        cloud_api: None,
     };
     if !a.yes {
         let plan = ops::plan(store, cluster, &targets, &options).await?;
@@ -178,6 +179,19 @@ pub async fn update(
     // The provisioning error, if any, is the one worth reporting.
     let nodes = result?;
     released?;
+    finish(ctx, cluster, &nodes, a).await
+}
+
+/// After converging, on every platform: the report table, each failure named, the admin
+/// kubeconfig checked, then the add-ons. Never a silent success: exit 1 when a host did not
+/// converge, the credentials were not stored, or the add-ons failed.
+pub(super) async fn finish(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    nodes: &NodeReport,
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<i32> {
+    let name = cluster.name();
     let report = &nodes.report;
     ctx.printer.data(&report_table(report).render());
     if !report.success() {
@@ -242,7 +256,7 @@ pub async fn update(
     Ok(exit::OK)
 }
 
-fn plan_table(plan: &NodePlan) -> Table {
+pub(super) fn plan_table(plan: &NodePlan) -> Table {
     let mut t = Table::new(["HOST", "ROLES", "STATE", "ACTION"]);
     for n in &plan.nodes {
         let roles: Vec<&str> = n.roles.iter().map(|r| r.as_str()).collect();
@@ -256,7 +270,12 @@ fn plan_table(plan: &NodePlan) -> Table {
     t
 }
 
-fn preview(ctx: &Ctx, name: &str, plan: &NodePlan, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
+pub(super) fn preview(
+    ctx: &Ctx,
+    name: &str,
+    plan: &NodePlan,
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<i32> {
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(plan)?),
         Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(plan)?),
@@ -334,6 +353,7 @@ pub async fn reset_hosts(
     let options = NodeOptions {
         accept_new_host_keys: false,
         concurrency,
+        cloud_api: None,
     };
     let outcome = ops::reset(repo.store().clone(), cluster, &targets, &options, &events).await;
     if let Some(bars) = bars {

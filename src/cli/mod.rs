@@ -266,6 +266,10 @@ pub struct UpdateClusterArgs {
     /// Provision cloud resources and nodes but leave add-ons alone
     #[arg(long)]
     pub skip_addons: bool,
+    /// AWS: connect to instances at their private addresses (VPN, peered network), like
+    /// `spec.topology.sshAddress: Private`
+    #[arg(long)]
+    pub ssh_private_address: bool,
 }
 
 #[derive(Debug, Args)]

@@ -4,11 +4,15 @@
 use anyhow::Context;
 
 use super::commands::Ctx;
+use super::commands::LOCK_LEASE;
 use super::{UpdateClusterArgs, exit};
-use crate::cloud::aws::{AwsCloud, hostkeys};
+use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
+use crate::cloud::aws::{AwsCloud, hostkeys, wait};
 use crate::cloud::engine::{self, ApplyOptions, RenderOptions};
+use crate::ops::nodes::{self as ops, NodeOptions};
 use crate::output::Format;
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::state::lock;
 
 pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, &a.name).await?;
@@ -64,7 +68,9 @@ async fn aws(
             .context("planning cloud resources")?;
         print_plan(ctx, &plan, a.prune)?;
         plan.check().context("planning cloud resources")?;
-        let pending = plan.exit_code(a.prune) == exit::CHANGES_PENDING;
+        let cloud_pending = plan.exit_code(a.prune) == exit::CHANGES_PENDING;
+        let nodes_pending = preview_nodes(ctx, &cloud, cluster, groups, &plan, a).await?;
+        let pending = cloud_pending || nodes_pending;
         if pending {
             ctx.printer.status(&format!(
                 "Must specify --yes to apply changes to {}.",
@@ -77,86 +83,231 @@ async fn aws(
             exit::OK
         });
     }
-    super::commands::locked(
-        repo.store(),
-        cluster.name(),
-        "update cluster --yes",
-        async {
-            // Generated (once, compare-and-swap) before any launch template is written.
-            let keys = hostkeys::ensure(repo.store().as_ref(), cluster.name(), &group_names)
-                .await
-                .context("generating the instance groups' host keys")?;
-            let cloud = aws_cloud(cluster).await?.with_host_keys(keys);
-            // Planned under the lock: what is applied is what the store says now.
-            let plan = cloud
-                .plan(cluster, groups)
-                .await
-                .context("planning cloud resources")?;
-            plan.check().context("planning cloud resources")?;
-            if plan.is_empty() || plan.exit_code(a.prune) == exit::OK {
-                ctx.printer.success(&format!(
-                    "No changes to cloud resources of {}.",
-                    cluster.name()
-                ));
-                return Ok(());
-            }
-            print_plan(ctx, &plan, a.prune)?;
-            let progress = ctx.printer.progress(plan.changes.len() as u64, "applying");
-            // The engine reports each finished resource; lines appear as the apply goes.
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-            let hook = engine::DoneHook(std::sync::Arc::new(move |action, id| {
-                let _ = tx.send(format!("{action:?} {id}"));
-            }));
-            let opts = ApplyOptions {
-                prune: a.prune,
-                on_done: Some(hook),
-                ..Default::default()
-            };
-            let apply = engine::apply(&cloud, &plan, &opts);
-            tokio::pin!(apply);
-            let result = loop {
-                tokio::select! {
-                    r = &mut apply => break r,
-                    Some(line) = rx.recv() => progress.inc(&ctx.printer, &line),
-                }
-            };
-            while let Ok(line) = rx.try_recv() {
-                progress.inc(&ctx.printer, &line);
-            }
-            let report = result.context("applying cloud resources")?;
-            progress.finish();
-            ctx.printer.success(&format!(
-                "Cloud resources of {} are up to date ({} changes applied).",
-                cluster.name(),
-                report.done.len()
-            ));
-            Ok(())
-        },
-    )
-    .await?;
-    // Not a silent success: the instances run no Kubernetes until the node layer provisions
-    // them, and this version does not run it on AWS yet (docs/aws.md, "Not done yet").
-    if !super::addons::has_credentials(ctx, cluster).await? {
+    let store = repo.store().clone();
+    let name = cluster.name();
+    let guard = lock::acquire(store.clone(), name, "update cluster --yes", LOCK_LEASE).await?;
+    let result = aws_apply(ctx, cluster, groups, a, &guard).await;
+    let released = guard.release().await;
+    let outcome = result?;
+    released?;
+    match outcome {
+        AwsOutcome::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a).await,
+        AwsOutcome::Failed(code) => Ok(code),
+    }
+}
+
+enum AwsOutcome {
+    Nodes(Box<ops::NodeReport>),
+    Failed(i32),
+}
+
+/// Under the cluster lock: the cloud apply, then the instances found, their expected host
+/// keys recorded, waited for (bounded) and converged through the node layer metal uses.
+async fn aws_apply(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    a: &UpdateClusterArgs,
+    guard: &lock::LockGuard,
+) -> anyhow::Result<AwsOutcome> {
+    let repo = ctx.repo().await?;
+    let store = repo.store().clone();
+    let name = cluster.name();
+    let group_names: Vec<&str> = groups.iter().map(|g| g.metadata.name.as_str()).collect();
+    // Generated (once, compare-and-swap) before any launch template is written.
+    let keys = hostkeys::ensure(store.as_ref(), name, &group_names)
+        .await
+        .context("generating the instance groups' host keys")?;
+    let cloud = aws_cloud(cluster).await?.with_host_keys(keys.clone());
+    apply_cloud(ctx, &cloud, cluster, groups, a).await?;
+    guard.check()?;
+    // Read again after the apply: the load balancer's DNS name exists only now.
+    let after = cloud
+        .plan(cluster, groups)
+        .await
+        .context("reading cloud resources after the apply")?;
+    let Some(lb) = instances::load_balancer_dns(&after) else {
+        anyhow::bail!(
+            "the API load balancer of {name} has no DNS name yet; re-run `kprov update cluster {name} --yes`"
+        );
+    };
+    let reach = SshReach::of(cluster, a.ssh_private_address);
+    let found = AwsInstances::new(&cloud, groups, reach)
+        .discover()
+        .await
+        .context("finding the cluster's instances")?;
+    for s in &found.strays {
         ctx.printer.warn(&format!(
-            "the instances of {} are not provisioned: update cluster does not yet run the node \
-             layer (SSH, kubeadm) on AWS instances, so no Kubernetes runs there and the add-ons \
-             were not applied",
-            cluster.name()
+            "{s}: owned by {name} but in no instance group; not provisioned"
         ));
     }
-    if !a.skip_addons && super::addons::has_credentials(ctx, cluster).await? {
-        let args = super::addons::UpdateAddonsArgs {
-            name: cluster.name(),
-            yes: true,
-            kubeconfig: a.kubeconfig.as_deref(),
-            force_conflicts: false,
-            wait: std::time::Duration::from_secs(300),
-            exit_code: false,
-            ssh_tunnel: false,
-        };
-        super::addons::deploy(ctx, cluster, &args).await?;
+    let targets = found.targets;
+    if targets.is_empty() {
+        ctx.printer.error(&format!(
+            "no running instance of {name} was found; nothing was provisioned (are the groups' minSize 0?)"
+        ));
+        return Ok(AwsOutcome::Failed(exit::ERROR));
     }
-    Ok(exit::OK)
+    // kprov generated the host keys: the first connection is checked strictly against them.
+    let mut expected = hostkeys::expected_known_hosts(&targets, &keys);
+    expected.extend(hostkeys::expected_known_hosts(&found.jump_hosts, &keys));
+    let differing = crate::ssh::record_expected_keys(&store, name, &expected)
+        .await
+        .context("recording the instances' host keys")?;
+    for d in differing {
+        ctx.printer.warn(&format!(
+            "{d}: the state store already holds another host key for this address; the \
+             connection will be refused until the stale line is removed from {name}'s known hosts"
+        ));
+    }
+    let printer = crate::output::Printer::new(Format::Table, 0);
+    let on_wait = move |e: wait::WaitEvent| match e {
+        wait::WaitEvent::Waiting { instance, last } => {
+            printer.status(&format!("{instance}: waiting for SSH ({last})"))
+        }
+        wait::WaitEvent::Answering { instance, banner } => {
+            printer.status(&format!("{instance}: answering ({banner})"))
+        }
+        wait::WaitEvent::Deferred { instance } => {
+            printer.status(&format!("{instance}: reached through the bastion"))
+        }
+    };
+    if let Err(late) = wait::wait_for_ssh(
+        &targets,
+        SSH_WAIT,
+        std::time::Duration::from_secs(2),
+        &on_wait,
+    )
+    .await
+    {
+        for (instance, last) in &late {
+            ctx.printer.error(&format!(
+                "{instance}: not answering SSH after {}s: {last}",
+                SSH_WAIT.as_secs()
+            ));
+        }
+    }
+    guard.check()?;
+    let options = NodeOptions {
+        accept_new_host_keys: a.accept_new_host_keys,
+        concurrency: a.concurrency,
+        cloud_api: Some(instances::cloud_api(cluster, &lb)),
+    };
+    let (events, bars) = super::metal::render_events(ctx, &targets);
+    let result = ops::converge(store, cluster, &targets, guard, &options, &events).await;
+    if let Some(bars) = bars {
+        let _ = bars.clear();
+    }
+    Ok(AwsOutcome::Nodes(Box::new(result?)))
+}
+
+/// The node plan of the running instances, read-only: only instances whose host key the
+/// store holds are contacted (read-only checks); the others are listed as joining. Returns
+/// whether nodes are pending. Nothing to show before the load balancer and instances exist.
+async fn preview_nodes(
+    ctx: &Ctx,
+    cloud: &AwsCloud,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    cloud_plan: &engine::Plan,
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<bool> {
+    let Some(lb) = instances::load_balancer_dns(cloud_plan) else {
+        return Ok(false);
+    };
+    let reach = SshReach::of(cluster, a.ssh_private_address);
+    let found = AwsInstances::new(cloud, groups, reach)
+        .discover()
+        .await
+        .context("finding the cluster's instances")?;
+    if found.targets.is_empty() {
+        return Ok(false);
+    }
+    let options = NodeOptions {
+        accept_new_host_keys: false,
+        concurrency: a.concurrency,
+        cloud_api: Some(instances::cloud_api(cluster, &lb)),
+    };
+    let repo = ctx.repo().await?;
+    let plan = ops::plan(repo.store().clone(), cluster, &found.targets, &options).await?;
+    if ctx.printer.format() == Format::Table {
+        ctx.printer.data(&super::metal::plan_table(&plan).render());
+        for n in &plan.nodes {
+            if n.pending {
+                ctx.printer
+                    .status(&format!("{}: {}", n.target, n.reasons.join("; ")));
+            }
+        }
+    }
+    let pending = plan.pending();
+    if !pending.is_empty() {
+        ctx.printer.status(&format!(
+            "{} of {} instances of {} need provisioning ({}).",
+            pending.len(),
+            plan.nodes.len(),
+            cluster.name(),
+            pending.join(", ")
+        ));
+    }
+    Ok(!pending.is_empty())
+}
+
+/// How long instances get to answer SSH after the cloud apply.
+const SSH_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The cloud part of `--yes`: planned under the lock (what is applied is what the store says
+/// now), applied with a line per finished resource.
+async fn apply_cloud(
+    ctx: &Ctx,
+    cloud: &AwsCloud,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<()> {
+    // Planned under the lock: what is applied is what the store says now.
+    let plan = cloud
+        .plan(cluster, groups)
+        .await
+        .context("planning cloud resources")?;
+    plan.check().context("planning cloud resources")?;
+    if plan.is_empty() || plan.exit_code(a.prune) == exit::OK {
+        ctx.printer.success(&format!(
+            "No changes to cloud resources of {}.",
+            cluster.name()
+        ));
+        return Ok(());
+    }
+    print_plan(ctx, &plan, a.prune)?;
+    let progress = ctx.printer.progress(plan.changes.len() as u64, "applying");
+    // The engine reports each finished resource; lines appear as the apply goes.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let hook = engine::DoneHook(std::sync::Arc::new(move |action, id| {
+        let _ = tx.send(format!("{action:?} {id}"));
+    }));
+    let opts = ApplyOptions {
+        prune: a.prune,
+        on_done: Some(hook),
+        ..Default::default()
+    };
+    let apply = engine::apply(cloud, &plan, &opts);
+    tokio::pin!(apply);
+    let result = loop {
+        tokio::select! {
+            r = &mut apply => break r,
+            Some(line) = rx.recv() => progress.inc(&ctx.printer, &line),
+        }
+    };
+    while let Ok(line) = rx.try_recv() {
+        progress.inc(&ctx.printer, &line);
+    }
+    let report = result.context("applying cloud resources")?;
+    progress.finish();
+    ctx.printer.success(&format!(
+        "Cloud resources of {} are up to date ({} changes applied).",
+        cluster.name(),
+        report.done.len()
+    ));
+    Ok(())
 }
 
 /// `delete cluster` for aws: every owned resource, in reverse dependency order.

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::Target;
 use super::owner::{OWNER_FILE, Owner};
 use crate::provision::orchestrate::Facts;
-use crate::provision::render::{self, RenderError, Renderer};
+use crate::provision::render::{self, CloudApi, RenderError, Renderer};
 use crate::spec::{Cluster, HostRole};
 use crate::ssh::task::{ExecError, HostExecutor, Step};
 
@@ -378,7 +378,19 @@ pub async fn plan(
     targets: &[Target],
     owner: Option<Owner>,
 ) -> Result<NodePlan, RenderError> {
-    let renderer = Renderer::new(cluster, targets)?;
+    plan_with(exec, diff, cluster, targets, owner, None).await
+}
+
+/// [`plan`] of a cloud cluster: the files compared are rendered with its API settings.
+pub async fn plan_with(
+    exec: &dyn HostExecutor,
+    diff: Option<&dyn FileDiff>,
+    cluster: &Cluster,
+    targets: &[Target],
+    owner: Option<Owner>,
+    cloud_api: Option<&CloudApi>,
+) -> Result<NodePlan, RenderError> {
+    let renderer = Renderer::for_run(cluster, targets, cloud_api)?;
     let uid = owner.as_ref().map(|o| o.uid.clone());
     let observed = join_all(
         targets

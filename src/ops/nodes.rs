@@ -19,6 +19,7 @@ use bytes::Bytes;
 
 use crate::nodes::{self, NodePlan, Owner, Target};
 use crate::provision::orchestrate::{self, HostResult, Options, ProgressEvent, Report};
+use crate::provision::render::CloudApi;
 use crate::spec::Cluster;
 use crate::ssh::{Event, Progress, SshFleet, SshOptions};
 use crate::state::layout::ClusterKeys;
@@ -35,6 +36,8 @@ pub struct NodeOptions {
     pub accept_new_host_keys: bool,
     /// Hosts worked on at the same time (`--concurrency`).
     pub concurrency: usize,
+    /// The cloud's API endpoint and certificate names (AWS: the load balancer); `None` on metal.
+    pub cloud_api: Option<CloudApi>,
 }
 
 impl Default for NodeOptions {
@@ -42,6 +45,7 @@ impl Default for NodeOptions {
         NodeOptions {
             accept_new_host_keys: false,
             concurrency: SshOptions::default().concurrency,
+            cloud_api: None,
         }
     }
 }
@@ -157,7 +161,15 @@ pub async fn plan(
         options.concurrency,
         &no_events(),
     )?;
-    let plan = nodes::plan::plan(&fleet, Some(&fleet), cluster, targets, owner).await;
+    let plan = nodes::plan::plan_with(
+        &fleet,
+        Some(&fleet),
+        cluster,
+        targets,
+        owner,
+        options.cloud_api.as_ref(),
+    )
+    .await;
     fleet.close().await;
     plan.context("planning the nodes")
 }
@@ -188,13 +200,21 @@ pub async fn converge(
     )?;
     let run = Options {
         progress: Some(progress(events)),
+        cloud_api: options.cloud_api.clone(),
         ..Options::current()
     };
     let result = async {
         // Observed again: the world may have changed since the preview.
-        let plan = nodes::plan::plan(&fleet, None, cluster, targets, Some(owner.clone()))
-            .await
-            .context("planning the nodes")?;
+        let plan = nodes::plan::plan_with(
+            &fleet,
+            None,
+            cluster,
+            targets,
+            Some(owner.clone()),
+            options.cloud_api.as_ref(),
+        )
+        .await
+        .context("planning the nodes")?;
         let report = orchestrate::execute(&fleet, cluster, targets, &plan, &run)
             .await
             .context("provisioning")?;
@@ -207,7 +227,15 @@ pub async fn converge(
         let admin_kubeconfig = if !converged_control_plane {
             AdminKubeconfig::NotFetched("no control plane converged".into())
         } else {
-            match orchestrate::admin_kubeconfig(&fleet, cluster, targets, &owner).await {
+            match orchestrate::admin_kubeconfig_with(
+                &fleet,
+                cluster,
+                targets,
+                &owner,
+                options.cloud_api.as_ref(),
+            )
+            .await
+            {
                 Ok(admin) => {
                     guard.check()?;
                     store_admin_kubeconfig(store.as_ref(), cluster.name(), admin).await?
@@ -287,6 +315,7 @@ pub async fn reset(
     let fleet = fleet(cluster, targets, store, false, options.concurrency, events)?;
     let run = Options {
         progress: Some(progress(events)),
+        cloud_api: options.cloud_api.clone(),
         ..Options::current()
     };
     let report = orchestrate::reset(&fleet, cluster, targets, &owner, &run).await;

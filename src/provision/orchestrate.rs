@@ -20,7 +20,7 @@ use rand::RngCore;
 
 use super::assets::Arch;
 use super::pki;
-use super::render::{self, Endpoint, JoinSecrets, RenderError, Renderer};
+use super::render::{self, CloudApi, Endpoint, JoinSecrets, RenderError, Renderer};
 use crate::nodes::Target;
 use crate::nodes::owner::{OWNER_FILE, Owner};
 use crate::nodes::plan::{self, Action, NodePlan, Observation};
@@ -169,6 +169,8 @@ pub struct Options {
     /// Unix time, to date certificate keys.
     pub now: i64,
     pub progress: Option<Progress>,
+    /// The cloud's API endpoint and certificate names (AWS: the load balancer).
+    pub cloud_api: Option<CloudApi>,
 }
 
 impl std::fmt::Debug for Options {
@@ -185,6 +187,7 @@ impl Options {
         Options {
             now: chrono::Utc::now().timestamp(),
             progress: None,
+            cloud_api: None,
         }
     }
 
@@ -480,7 +483,15 @@ pub async fn provision(
     owner: &Owner,
     options: &Options,
 ) -> Result<Report, ProvisionError> {
-    let plan = plan::plan(exec, None, cluster, targets, Some(owner.clone())).await?;
+    let plan = plan::plan_with(
+        exec,
+        None,
+        cluster,
+        targets,
+        Some(owner.clone()),
+        options.cloud_api.as_ref(),
+    )
+    .await?;
     execute(exec, cluster, targets, &plan, options).await
 }
 
@@ -496,7 +507,7 @@ pub async fn execute(
     options: &Options,
 ) -> Result<Report, ProvisionError> {
     let owner = plan.owner.as_ref().ok_or(ProvisionError::NoOwner)?;
-    let renderer = Renderer::new(cluster, targets)?;
+    let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
     let mut t = Tracker::new(targets);
     let action = |target: &Target| plan.action(target.name());
 
@@ -864,7 +875,7 @@ pub async fn reset(
     owner: &Owner,
     options: &Options,
 ) -> Result<Report, ProvisionError> {
-    let renderer = Renderer::new(cluster, targets)?;
+    let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
     let mut t = Tracker::new(targets);
     let mut work = Vec::new();
     for h in targets {
@@ -902,7 +913,18 @@ pub async fn admin_kubeconfig(
     targets: &[Target],
     owner: &Owner,
 ) -> Result<String, ProvisionError> {
-    let renderer = Renderer::new(cluster, targets)?;
+    admin_kubeconfig_with(exec, cluster, targets, owner, None).await
+}
+
+/// [`admin_kubeconfig`] of a cloud cluster (its API behind the cloud's load balancer).
+pub async fn admin_kubeconfig_with(
+    exec: &dyn HostExecutor,
+    cluster: &Cluster,
+    targets: &[Target],
+    owner: &Owner,
+    cloud_api: Option<&CloudApi>,
+) -> Result<String, ProvisionError> {
+    let renderer = Renderer::for_run(cluster, targets, cloud_api)?;
     for cp in renderer.control_planes() {
         if !matches!(marker(exec, cp.name()).await, Ok(Some(m)) if m.uid == owner.uid) {
             continue;
@@ -1164,6 +1186,7 @@ pub(crate) mod tests {
         Options {
             now: 1_800_000_000,
             progress: None,
+            cloud_api: None,
         }
     }
 
@@ -1291,6 +1314,7 @@ pub(crate) mod tests {
         let later = Options {
             now: opts().now + 3 * 3600,
             progress: None,
+            cloud_api: None,
         };
         let before = fake.events().len();
         let report = provision(&fake, &cluster(""), &targets(&hs), &owner(), &later)
@@ -1343,6 +1367,7 @@ pub(crate) mod tests {
         let soon = Options {
             now: opts().now + 3600,
             progress: None,
+            cloud_api: None,
         };
         provision(&fake, &cluster(""), &targets(&hs), &owner(), &soon)
             .await

@@ -340,6 +340,19 @@ impl Renderer {
 
     /// A cloud cluster's API sits behind a load balancer: that is the control-plane endpoint
     /// (no per-host /etc/hosts line or local proxy), and its names go into the certificate.
+    /// [`Renderer::new`], with the cloud's API settings when the platform has them.
+    pub fn for_run(
+        cluster: &Cluster,
+        targets: &[Target],
+        cloud_api: Option<&CloudApi>,
+    ) -> Result<Self, RenderError> {
+        let r = Renderer::new(cluster, targets)?;
+        Ok(match cloud_api {
+            Some(api) => r.with_cloud_api(api.clone()),
+            None => r,
+        })
+    }
+
     pub fn with_cloud_api(mut self, api: CloudApi) -> Self {
         self.endpoint = Endpoint::Fixed {
             host: api.endpoint,

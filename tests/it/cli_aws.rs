@@ -5,9 +5,11 @@ use std::process::Output;
 
 use assert_cmd::Command;
 
+use std::sync::Arc;
+
+use crate::support::cloudlab::{CloudLab, VERSION};
 use crate::support::moto::moto;
 
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 /// moto carries only old Ubuntu images; the owner prefix is what users write too.
 const IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*";
 
@@ -37,34 +39,9 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-#[track_caller]
-fn code(o: &Output, want: i32) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(want),
-        "stdout:\n{}\nstderr:\n{}\nmoto:\n{}",
-        text(&o.stdout),
-        text(&o.stderr),
-        moto().log_tail()
-    );
-    text(&o.stdout)
-}
-
-async fn make_zone(zone: &str) {
-    let sdk = moto().sdk_config().await;
-    let r53 = aws_sdk_route53::Client::new(&sdk);
-    r53.create_hosted_zone()
-        .name(zone)
-        .caller_reference(zone)
-        .send()
-        .await
-        .expect("zone");
-}
-
 /// VPCs tagged as owned by the cluster, counted with the SDK, not with kprov's reader.
-async fn owned_vpcs(cluster: &str) -> usize {
-    let sdk = moto().sdk_config().await;
-    let ec2 = aws_sdk_ec2::Client::new(&sdk);
+async fn owned_vpcs(sdk: &aws_config::SdkConfig, cluster: &str) -> usize {
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
     let f = aws_sdk_ec2::types::Filter::builder()
         .name(format!("tag:kubernetes.io/cluster/{cluster}"))
         .values("owned")
@@ -78,11 +55,48 @@ async fn owned_vpcs(cluster: &str) -> usize {
         .len()
 }
 
-async fn lifecycle(zone: &str, cluster: &str, extra: &[&str]) {
-    make_zone(zone).await;
-    let env = Env {
-        dir: tempfile::tempdir().unwrap(),
-    };
+#[track_caller]
+fn lab_code(lab: &CloudLab, o: &Output, want: i32) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(want),
+        "stdout:\n{}\nstderr:\n{}\nlab sync errors: {:?}\nmoto:\n{}",
+        text(&o.stdout),
+        text(&o.stderr),
+        lab.sync_errors(),
+        lab.moto_log()
+    );
+    text(&o.stdout)
+}
+
+/// The whole CLI lifecycle in a cloud lab: `update --yes` provisions the instances, so kprov
+/// and moto run where the only addresses are test hosts the lab created (moto's public
+/// addresses are invented). kprov reaches the instances at their private addresses.
+fn lifecycle(zone: &str, cluster: &str, extra: &[&str]) {
+    let lab = Arc::new(CloudLab::start());
+    let sdk = lab.block_on(lab.sdk_config());
+    lab.block_on(async {
+        aws_sdk_route53::Client::new(&sdk)
+            .create_hosted_zone()
+            .name(zone)
+            .caller_reference(zone)
+            .send()
+            .await
+            .expect("zone")
+    });
+    let key = lab.home.join(".ssh/id_ed25519");
+    std::fs::create_dir_all(lab.home.join(".ssh")).unwrap();
+    assert!(
+        std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "operator", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap()
+            .success()
+    );
+    lab.add_operator_key(&key);
+    let public = format!("{}.pub", key.display());
+    let vpc = lab.net.vpc_cidr().to_string();
     let mut create = vec![
         "create",
         "cluster",
@@ -90,30 +104,34 @@ async fn lifecycle(zone: &str, cluster: &str, extra: &[&str]) {
         "--cloud",
         "aws",
         "--ssh-public-key",
-        KEY,
+        &public,
         "--image",
         IMAGE,
+        "--network-cidr",
+        &vpc,
+        "--kubernetes-version",
+        VERSION,
     ];
     create.extend_from_slice(extra);
-    code(&env.run(&create), 0);
-    assert_eq!(
-        owned_vpcs(cluster).await,
-        0,
-        "create cluster must change no infrastructure"
-    );
+    lab_code(&lab, &lab.kprov(&create), 0);
+    lab.use_mirror(cluster);
+    lab.watch();
+    let vpcs = || lab.block_on(owned_vpcs(&sdk, cluster));
+    assert_eq!(vpcs(), 0, "create cluster must change no infrastructure");
 
-    let preview = code(&env.run(&["update", "cluster", cluster, "--exit-code"]), 2);
+    let preview = lab_code(
+        &lab,
+        &lab.kprov(&["update", "cluster", cluster, "--exit-code"]),
+        2,
+    );
     assert!(
         preview.contains("Will create") && preview.contains("Vpc"),
         "{preview}"
     );
-    assert_eq!(
-        owned_vpcs(cluster).await,
-        0,
-        "a preview must change nothing"
-    );
-    let json: serde_json::Value = serde_json::from_str(&code(
-        &env.run(&["update", "cluster", cluster, "-o", "json"]),
+    assert_eq!(vpcs(), 0, "a preview must change nothing");
+    let json: serde_json::Value = serde_json::from_str(&lab_code(
+        &lab,
+        &lab.kprov(&["update", "cluster", cluster, "-o", "json"]),
         0,
     ))
     .expect("json plan");
@@ -121,21 +139,30 @@ async fn lifecycle(zone: &str, cluster: &str, extra: &[&str]) {
     let creates = json["summary"]["create"].as_u64().unwrap();
     assert!(creates > 20, "{json}");
 
-    code(&env.run(&["update", "cluster", cluster, "--yes"]), 0);
-    assert_eq!(owned_vpcs(cluster).await, 1);
-    let again = code(&env.run(&["update", "cluster", cluster, "--exit-code"]), 0);
+    let private = "--ssh-private-address";
+    lab_code(
+        &lab,
+        &lab.kprov(&["update", "cluster", cluster, "--yes", private]),
+        0,
+    );
+    assert_eq!(vpcs(), 1);
+    let again = lab_code(
+        &lab,
+        &lab.kprov(&["update", "cluster", cluster, "--exit-code", private]),
+        0,
+    );
     assert!(again.contains("No changes"), "{again}");
 
-    let delete_preview = code(&env.run(&["delete", "cluster", cluster]), 0);
+    let delete_preview = lab_code(&lab, &lab.kprov(&["delete", "cluster", cluster]), 0);
     assert!(delete_preview.contains("Will delete"), "{delete_preview}");
-    assert_eq!(
-        owned_vpcs(cluster).await,
-        1,
-        "delete without --yes must change nothing"
+    assert_eq!(vpcs(), 1, "delete without --yes must change nothing");
+    lab_code(
+        &lab,
+        &lab.kprov(&["delete", "cluster", cluster, "--yes"]),
+        0,
     );
-    code(&env.run(&["delete", "cluster", cluster, "--yes"]), 0);
-    assert_eq!(owned_vpcs(cluster).await, 0);
-    let gone = env.run(&["get", "cluster", cluster]);
+    assert_eq!(vpcs(), 0);
+    let gone = lab.kprov(&["get", "cluster", cluster]);
     assert_eq!(
         gone.status.code(),
         Some(1),
@@ -143,18 +170,17 @@ async fn lifecycle(zone: &str, cluster: &str, extra: &[&str]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn minimal_public_cluster_through_the_cli() {
+#[test]
+fn minimal_public_cluster_through_the_cli() {
     lifecycle(
         "cli-min.example",
         "demo.cli-min.example",
         &["--zones", "us-east-1a"],
-    )
-    .await;
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ha_private_cluster_through_the_cli() {
+#[test]
+fn ha_private_cluster_through_the_cli() {
     lifecycle(
         "cli-ha.example",
         "prod.cli-ha.example",
@@ -167,8 +193,7 @@ async fn ha_private_cluster_through_the_cli() {
             "private",
             "--bastion",
         ],
-    )
-    .await;
+    );
 }
 
 #[test]

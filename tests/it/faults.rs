@@ -905,9 +905,6 @@ async fn s3_store_writes_failing_half_way_leave_no_torn_object() {
 // ---------------------------------------------------------------------------------------------
 // An AWS API that throttles and fails for a while.
 
-const AWS_KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
-const AWS_IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*";
-
 /// The throttling policy of the AWS tests, fixed by `seed` and each request's content: a
 /// quarter of the distinct reads are throttled twice and a tenth fail once with 500 (the SDK's
 /// three attempts absorb both); a quarter of the writes are throttled four times and a sixth
@@ -925,38 +922,6 @@ fn throttling(seed: u64) -> crate::support::faultproxy::Policy {
             None
         }
     })
-}
-
-struct AwsEnv {
-    dir: tempfile::TempDir,
-    proxy: FaultProxy,
-}
-
-impl AwsEnv {
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        let mut c = assert_cmd::Command::cargo_bin("kprov").expect("binary");
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env(
-                "KPROV_STATE_STORE",
-                format!("file://{}", self.dir.path().join("state").display()),
-            )
-            .env("NO_COLOR", "1");
-        for (k, v) in self.proxy.env() {
-            c.env(k, v);
-        }
-        c.args(args).output().expect("runs kprov")
-    }
-}
-
-fn show(o: &std::process::Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 async fn owned(cluster: &str) -> (usize, usize) {
@@ -985,76 +950,71 @@ async fn owned(cluster: &str) -> (usize, usize) {
     (vpcs, subnets)
 }
 
-/// `update cluster --yes` through throttling and 500s converges (the SDK retries reads, the
-/// engine retries writes past the SDK's attempts), creates nothing twice, and the next
-/// preview and apply find no changes, with the faults still on.
+/// The cloud apply of `update cluster --yes` through throttling and 500s converges (the SDK
+/// retries reads, the engine retries writes past the SDK's attempts), creates nothing twice,
+/// and the next plan and apply find no changes, with the faults still on. Through the library:
+/// the binary's `--yes` goes on to provision the instances over SSH, which only the cloud lab
+/// can play (tests never connect to the addresses moto invents).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_update_converges_while_the_api_throttles() {
+    use kprov::cloud::aws::AwsCloud;
+    use kprov::cloud::engine::{self, ApplyOptions};
     let zone = "faults-throttle.example";
     let cluster = "demo.faults-throttle.example";
     crate::aws::make_zone(&moto().sdk_config().await, zone).await;
-    let env = AwsEnv {
-        dir: tempfile::tempdir().unwrap(),
-        proxy: FaultProxy::start(&moto().endpoint),
-    };
-    let o = env.run(&[
-        "create",
-        "cluster",
-        cluster,
-        "--cloud",
-        "aws",
-        "--ssh-public-key",
-        AWS_KEY,
-        "--image",
-        AWS_IMAGE,
-        "--zones",
-        "us-east-1a",
-    ]);
-    assert!(o.status.success(), "{}", show(&o));
-    env.proxy.set_policy(throttling(11));
+    let proxy = FaultProxy::start(&moto().endpoint);
+    // The CLI's SDK settings (standard retry mode, 3 attempts).
+    let sdk = proxied_sdk(&proxy.endpoint, 3).await;
+    let (c, igs) = crate::aws::spec(cluster, zone, false);
+    let mut keys = std::collections::BTreeMap::new();
+    for g in &igs {
+        let k = kprov::cloud::aws::hostkeys::generate(&g.metadata.name)
+            .await
+            .expect("ssh-keygen");
+        keys.insert(g.metadata.name.clone(), k);
+    }
+    let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
+    proxy.set_policy(throttling(11));
     let started = Instant::now();
-    let o = env.run(&["update", "cluster", cluster, "--yes"]);
+    let plan = cloud.plan(&c, &igs).await.expect("plan under faults");
+    engine::apply(&cloud, &plan, &ApplyOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nmoto:\n{}", moto().log_tail()));
     let took = started.elapsed();
-    assert!(
-        o.status.success(),
-        "{}\nmoto:\n{}",
-        show(&o),
-        moto().log_tail()
-    );
-    let first = env.proxy.stats();
+    let first = proxy.stats();
     assert!(first.total_injected() > 20, "{first:?}");
     // Other requests fail now: the second runs meet faults of their own.
-    env.proxy.set_policy(throttling(12));
-    let o = env.run(&["update", "cluster", cluster, "--exit-code"]);
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("No changes"),
-        "{}",
-        show(&o)
-    );
-    let o = env.run(&["update", "cluster", cluster, "--yes"]);
-    assert!(o.status.success(), "{}", show(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("No changes to cloud resources"),
-        "{}",
-        show(&o)
-    );
+    proxy.set_policy(throttling(12));
+    let again = cloud.plan(&c, &igs).await.expect("plan again");
+    assert!(again.is_empty(), "{:?}", again.changes);
+    engine::apply(&cloud, &again, &ApplyOptions::default())
+        .await
+        .expect("no-op apply");
     // Retries created nothing twice.
     assert_eq!(owned(cluster).await, (1, 1));
-    let stats = env.proxy.stats();
+    let stats = proxy.stats();
     figures(
         "aws-throttle",
         &format!(
-            "apply: {} faults in {} requests ({:?}), converged in {took:.1?}; then preview and apply with {} more faults: no changes; duplicates 0",
+            "apply: {} faults in {} requests ({:?}), converged in {took:.1?}; then plan and apply with {} more faults: no changes; duplicates 0",
             first.total_injected(),
             first.requests,
             first.by_service,
             stats.total_injected() - first.total_injected(),
         ),
     );
-    env.proxy.set_policy(Box::new(|_: &Request| None));
-    let o = env.run(&["delete", "cluster", cluster, "--yes"]);
-    assert!(o.status.success(), "{}", show(&o));
+    proxy.set_policy(Box::new(|_: &Request| None));
+    let doomed = cloud.plan_delete(&c, &igs).await.expect("delete plan");
+    engine::apply(
+        &cloud,
+        &doomed,
+        &ApplyOptions {
+            prune: true,
+            ..ApplyOptions::default()
+        },
+    )
+    .await
+    .expect("clean up");
 }
 
 /// Throttling that outlasts the resource deadline: the apply stops at the deadline with an

@@ -4,6 +4,7 @@ mod support;
 
 mod addons;
 mod aws;
+mod aws_lifecycle;
 mod cli;
 mod cli_addons;
 mod cli_aws;

@@ -146,6 +146,8 @@ pub struct CloudLab {
     sync_lock: Mutex<()>,
     watcher: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
     moto: Mutex<Option<Child>>,
+    /// The operator's ssh-agent and its socket ([`CloudLab::add_operator_key`]).
+    agent: Mutex<Option<(Child, PathBuf)>>,
     proxy_stop: Arc<AtomicBool>,
     proxy_addr: SocketAddr,
     proxy: Option<std::thread::JoinHandle<()>>,
@@ -401,6 +403,7 @@ impl CloudLab {
             state: Mutex::new(LabState::default()),
             sync_lock: Mutex::new(()),
             watcher: Mutex::new(None),
+            agent: Mutex::new(None),
             moto: Mutex::new(Some(moto)),
             proxy_stop,
             proxy_addr,
@@ -472,8 +475,55 @@ impl CloudLab {
             ("AWS_EC2_METADATA_DISABLED", "true".into()),
         ]
         .into_iter()
+        .chain(
+            self.agent_socket()
+                .map(|s| ("SSH_AUTH_SOCK", s.display().to_string())),
+        )
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+    }
+
+    fn agent_socket(&self) -> Option<PathBuf> {
+        self.agent
+            .lock()
+            .ok()
+            .and_then(|a| a.as_ref().map(|(_, s)| s.clone()))
+    }
+
+    /// Gives kprov's ssh the operator's private key through an ssh-agent the lab starts (and
+    /// stops by PID): ssh finds default identities in the passwd entry's home, never in the
+    /// `HOME` the lab sets, and an agent is what operators use anyway.
+    pub fn add_operator_key(&self, key: &Path) {
+        let mut agent = self.agent.lock().expect("agent");
+        if agent.is_none() {
+            let sock = self.home.join("agent.sock");
+            let child = Command::new("ssh-agent")
+                .arg("-D")
+                .arg("-a")
+                .arg(&sock)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("ssh-agent");
+            let until = Instant::now() + Duration::from_secs(10);
+            while !sock.exists() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            *agent = Some((child, sock));
+        }
+        let sock = agent
+            .as_ref()
+            .map(|(_, s)| s.clone())
+            .expect("agent socket");
+        let st = Command::new("ssh-add")
+            .arg("-q")
+            .arg(key)
+            .env("SSH_AUTH_SOCK", &sock)
+            .stdin(Stdio::null())
+            .status()
+            .expect("ssh-add");
+        assert!(st.success(), "ssh-add {}", key.display());
     }
 
     pub fn store_dir(&self) -> PathBuf {
@@ -686,7 +736,10 @@ impl CloudLab {
                     .put(pod(ns, name, labels.clone(), on, "Running", true));
             }
         };
-        for ds in self.fake.list("DaemonSet") {
+        // One list per pass: status is only written for what the pods were made for.
+        let daemonsets = self.fake.list("DaemonSet");
+        let deployments = self.fake.list("Deployment");
+        for ds in &daemonsets {
             let ns = ds["metadata"]["namespace"].as_str().unwrap_or("default");
             let ds_name = ds["metadata"]["name"].as_str().unwrap_or("ds");
             let labels = &ds["spec"]["template"]["metadata"]["labels"];
@@ -695,8 +748,45 @@ impl CloudLab {
                 running(ns, &format!("{ds_name}-{short}"), labels, n);
             }
         }
+        // The controllers' status: every DaemonSet and Deployment rolled out on the nodes.
+        let n = nodes.len() as u64;
+        for ds in &daemonsets {
+            let meta = &ds["metadata"];
+            let want = serde_json::json!({
+                "desiredNumberScheduled": n, "currentNumberScheduled": n,
+                "numberMisscheduled": 0, "numberReady": n, "updatedNumberScheduled": n,
+                "numberAvailable": n, "observedGeneration": meta["generation"].as_u64().unwrap_or(1),
+            });
+            if ds["status"] != want {
+                self.fake.set_status(
+                    "DaemonSet",
+                    meta["namespace"].as_str(),
+                    meta["name"].as_str().unwrap_or_default(),
+                    want,
+                );
+            }
+        }
+        if !nodes.is_empty() {
+            for d in &deployments {
+                let meta = &d["metadata"];
+                let r = d["spec"]["replicas"].as_u64().unwrap_or(1);
+                let want = serde_json::json!({
+                    "replicas": r, "updatedReplicas": r, "readyReplicas": r,
+                    "availableReplicas": r,
+                    "observedGeneration": meta["generation"].as_u64().unwrap_or(1),
+                });
+                if d["status"] != want {
+                    self.fake.set_status(
+                        "Deployment",
+                        meta["namespace"].as_str(),
+                        meta["name"].as_str().unwrap_or_default(),
+                        want,
+                    );
+                }
+            }
+        }
         if let Some(first) = nodes.first() {
-            for d in self.fake.list("Deployment") {
+            for d in &deployments {
                 let ns = d["metadata"]["namespace"].as_str().unwrap_or("default");
                 let d_name = d["metadata"]["name"].as_str().unwrap_or("deploy");
                 let labels = &d["spec"]["template"]["metadata"]["labels"];
@@ -974,6 +1064,10 @@ fn write_hosts(host: &TestHost, names: &BTreeSet<String>, gateway: Ipv4Addr) -> 
 impl Drop for CloudLab {
     fn drop(&mut self) {
         self.unwatch();
+        if let Some((mut a, _)) = self.agent.lock().map(|mut a| a.take()).unwrap_or(None) {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
         if let Some(mut m) = self.moto.lock().map(|mut m| m.take()).unwrap_or(None) {
             let _ = m.kill();
             let _ = m.wait();
