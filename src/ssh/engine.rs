@@ -116,6 +116,8 @@ impl Attempt {
 
 /// Exit status kprov's own remote snippets use for "file does not exist".
 const MISSING: i32 = 100;
+/// Files kprov reads back from hosts (kubeconfigs, certificates, facts, markers) are small.
+const MAX_REMOTE_FILE: u64 = crate::bounded::KUBECONFIG;
 /// coreutils `timeout` exits with 124 when it had to stop the command.
 const TIMED_OUT: i32 = 124;
 
@@ -910,9 +912,21 @@ impl HostExecutor for SshFleet {
 
     async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
         let (_, slot) = self.slot(host)?;
-        let script = format!("[ -e \"$1\" ] || exit {MISSING}; cat -- \"$1\"");
+        // A host is not trusted with the operator's memory: the remote side sends at most one
+        // byte over the limit, and that byte is the refusal.
+        let script = format!(
+            "[ -e \"$1\" ] || exit {MISSING}; head -c {} -- \"$1\"",
+            MAX_REMOTE_FILE + 1
+        );
         let out = self.exec(slot, &script, &[path], None, None).await?;
         match out.status.code() {
+            Some(0) if out.stdout.len() as u64 > MAX_REMOTE_FILE => Err(ExecError::Other {
+                host: host.to_string(),
+                message: format!(
+                    "reading {path}: larger than {} MiB, which no file kprov reads back is; refused",
+                    MAX_REMOTE_FILE >> 20
+                ),
+            }),
             Some(0) => Ok(Some(Bytes::from(out.stdout))),
             Some(MISSING) => Ok(None),
             _ => Err(ExecError::Other {

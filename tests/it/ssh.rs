@@ -140,6 +140,20 @@ async fn runs_on_three_hosts_at_once() {
         fleet.read_file("host1", "/etc/kprov/none").await.unwrap(),
         None
     );
+    // A host cannot make kprov hold an endless file in memory.
+    fleet
+        .run_steps(
+            "host1",
+            &[step("big", "head -c 17000000 /dev/zero > /etc/kprov/big")],
+        )
+        .await
+        .unwrap();
+    let err = fleet
+        .read_file("host1", "/etc/kprov/big")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("larger than 16 MiB"), "{err}");
     // The control directory (sockets that run commands as root) is private.
     let meta = std::fs::metadata(fleet.control_dir()).unwrap();
     let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
