@@ -76,27 +76,40 @@ fn split_owner(image: &str) -> (Option<&str>, &str) {
     }
 }
 
-/// `*` and `?` wildcards, as DescribeImages's name filter understands them.
-fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(sp) = star {
-            pi = sp + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
+/// An image name pattern as DescribeImages's name filter understands it: `*` and `?` are
+/// wildcards, a backslash makes the next character literal, anything else (`[`, `{`, `/`)
+/// is itself. globset has richer syntax, so its other special characters are escaped and
+/// `*` runs are collapsed (globset gives `**` a path meaning EC2 does not have).
+fn name_matcher(pattern: &str) -> Result<globset::GlobMatcher, CloudError> {
+    // With backslash escapes on, `\c` is the literal `c` for any `c` in globset.
+    let literal = |glob: &mut String, c: char| {
+        if !c.is_alphanumeric() {
+            glob.push('\\');
+        }
+        glob.push(c);
+    };
+    let mut glob = String::with_capacity(pattern.len() * 2);
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            // A trailing backslash has nothing to escape: it is kept as itself.
+            '\\' => literal(&mut glob, chars.next().unwrap_or('\\')),
+            '*' => {
+                while chars.peek() == Some(&'*') {
+                    chars.next();
+                }
+                glob.push('*');
+            }
+            '?' => glob.push('?'),
+            other => literal(&mut glob, other),
         }
     }
-    p[pi..].iter().all(|c| *c == '*')
+    globset::GlobBuilder::new(&glob)
+        .literal_separator(false)
+        .backslash_escape(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| CloudError::Model(format!("image name pattern {pattern:?}: {e}")))
 }
 
 /// Resolves image names to `ami-` IDs: one DescribeImages per distinct owner. A bare name
@@ -171,9 +184,10 @@ pub(super) async fn resolve_images(
             .await
             .ctx("DescribeImages")?;
         for pattern in &patterns {
+            let matcher = name_matcher(pattern)?;
             let matching: Vec<_> = images
                 .iter()
-                .filter(|i| i.name().is_some_and(|n| glob_match(pattern, n)))
+                .filter(|i| i.name().is_some_and(|n| matcher.is_match(n)))
                 .collect();
             let owners: BTreeSet<&str> = matching.iter().filter_map(|i| i.owner_id()).collect();
             if owner.is_none() && owners.len() > 1 {
@@ -1336,14 +1350,30 @@ mod image_tests {
         assert_eq!(split_owner("ubuntu/images/x"), (None, "ubuntu/images/x"));
     }
 
+    fn matches(pattern: &str, name: &str) -> bool {
+        name_matcher(pattern).expect("valid pattern").is_match(name)
+    }
+
     #[test]
-    fn wildcards() {
-        assert!(glob_match(
+    fn wildcards_as_ec2_filters_read_them() {
+        assert!(matches(
             "ubuntu-*-amd64-server-*",
             "ubuntu-noble-24.04-amd64-server-20250101"
         ));
-        assert!(glob_match("a?c", "abc"));
-        assert!(!glob_match("ubuntu-*-arm64-*", "ubuntu-noble-amd64-x"));
-        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
+        assert!(matches("a?c", "abc"));
+        assert!(!matches("ubuntu-*-arm64-*", "ubuntu-noble-amd64-x"));
+        assert!(matches("exact", "exact") && !matches("exact", "exactly"));
+        // `*` crosses `/` and `**` means no more than `*`, as in EC2's filters.
+        assert!(matches(
+            "ubuntu/images/*-server-*",
+            "ubuntu/images/hvm-ssd/x-server-1"
+        ));
+        assert!(matches("a/**/b", "a/x/b") && !matches("a/**/b", "a/b"));
+        // Characters globset would treat as syntax are literal in EC2.
+        assert!(matches("img-[v1]-{x}", "img-[v1]-{x}") && !matches("img-[v1]-{x}", "img-v-x"));
+        // A backslash makes the next character literal.
+        assert!(matches(r"100\%-\*", "100%-*") && !matches(r"100\%-\*", "100%-x"));
+        assert!(matches(r"ends\\", r"ends\"));
+        assert!(matches(r"trailing\", r"trailing\"));
     }
 }
