@@ -9,4 +9,5 @@
 //! Caveat: `update addons`, the SSH tunnel and the AWS cloud apply still live in `cli/`
 //! (`cli/addons.rs`, `cli/update.rs`); they are the next to move.
 
+pub mod certificates;
 pub mod nodes;
