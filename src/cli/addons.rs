@@ -266,6 +266,7 @@ pub async fn validate(
         Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(&result)?),
         Format::Table => ctx.printer.data(&result.render_text()),
     }
+    super::certificates::warn_expiring(ctx, &cluster, &groups).await;
     if result.ok {
         ctx.printer
             .success(&format!("Your cluster {name} is ready."));

@@ -10,8 +10,8 @@ use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
 use super::{
-    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind,
-    UpdateWhat, ValidateWhat, exit,
+    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, RotateWhat,
+    SchemaKind, UpdateWhat, ValidateWhat, exit,
 };
 use crate::bounded;
 use crate::output::{Format, Printer, Table};
@@ -95,7 +95,9 @@ pub fn exit_code_of(e: &anyhow::Error) -> i32 {
 pub async fn run(cli: Cli) -> i32 {
     let format = match &cli.command {
         Command::Get(g) => match &g.what {
-            GetWhat::Clusters { out, .. } | GetWhat::Instancegroups { out, .. } => out.output,
+            GetWhat::Clusters { out, .. }
+            | GetWhat::Instancegroups { out, .. }
+            | GetWhat::Certificates { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -104,6 +106,9 @@ pub async fn run(cli: Cli) -> i32 {
         },
         Command::Validate(v) => match &v.what {
             ValidateWhat::Cluster { output, .. } => *output,
+        },
+        Command::Rotate(r) => match &r.what {
+            RotateWhat::Certificates(a) => a.out.output,
         },
         _ => Format::Table,
     };
@@ -134,6 +139,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
+            GetWhat::Certificates { name, .. } => super::certificates::get(ctx, &name).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -189,6 +195,18 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 ssh_tunnel,
                 ..
             } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref(), ssh_tunnel).await,
+        },
+        Command::Rotate(r) => match r.what {
+            RotateWhat::Certificates(a) => {
+                let args = super::certificates::RotateArgs {
+                    name: a.name,
+                    yes: a.yes,
+                    static_pod_wait: a.static_pod_wait,
+                    health_timeout: a.health_timeout,
+                    concurrency: a.concurrency,
+                };
+                super::certificates::rotate(ctx, &args).await
+            }
         },
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);
