@@ -63,8 +63,6 @@ pub struct Known {
     pub path: &'static str,
     pub carrier: Carrier,
     pub ca: bool,
-    /// Only where etcd runs stacked on the control plane.
-    pub stacked_etcd: bool,
 }
 
 const fn pem(name: &'static str, path: &'static str) -> Known {
@@ -73,7 +71,6 @@ const fn pem(name: &'static str, path: &'static str) -> Known {
         path,
         carrier: Carrier::Pem,
         ca: false,
-        stacked_etcd: false,
     }
 }
 
@@ -91,14 +88,8 @@ const fn ca(name: &'static str, path: &'static str) -> Known {
     }
 }
 
-const fn etcd(k: Known) -> Known {
-    Known {
-        stacked_etcd: true,
-        ..k
-    }
-}
-
-/// What `kubeadm certs check-expiration` lists (in its order), then the CAs.
+/// What `kubeadm certs check-expiration` lists (in its order), then the CAs. The etcd
+/// certificates exist only where etcd runs on the control plane.
 pub const KUBEADM_CERTIFICATES: &[Known] = &[
     conf("admin.conf", "/etc/kubernetes/admin.conf"),
     pem("apiserver", "/etc/kubernetes/pki/apiserver.crt"),
@@ -114,12 +105,12 @@ pub const KUBEADM_CERTIFICATES: &[Known] = &[
         "controller-manager.conf",
         "/etc/kubernetes/controller-manager.conf",
     ),
-    etcd(pem(
+    pem(
         "etcd-healthcheck-client",
         "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
-    )),
-    etcd(pem("etcd-peer", "/etc/kubernetes/pki/etcd/peer.crt")),
-    etcd(pem("etcd-server", "/etc/kubernetes/pki/etcd/server.crt")),
+    ),
+    pem("etcd-peer", "/etc/kubernetes/pki/etcd/peer.crt"),
+    pem("etcd-server", "/etc/kubernetes/pki/etcd/server.crt"),
     pem(
         "front-proxy-client",
         "/etc/kubernetes/pki/front-proxy-client.crt",
@@ -127,7 +118,7 @@ pub const KUBEADM_CERTIFICATES: &[Known] = &[
     conf("scheduler.conf", "/etc/kubernetes/scheduler.conf"),
     conf("super-admin.conf", "/etc/kubernetes/super-admin.conf"),
     ca("ca", "/etc/kubernetes/pki/ca.crt"),
-    etcd(ca("etcd-ca", "/etc/kubernetes/pki/etcd/ca.crt")),
+    ca("etcd-ca", "/etc/kubernetes/pki/etcd/ca.crt"),
     ca("front-proxy-ca", "/etc/kubernetes/pki/front-proxy-ca.crt"),
 ];
 
@@ -392,12 +383,10 @@ async fn observe(
             }
         },
     }
-    let stacked = target.has_role(crate::spec::HostRole::Etcd);
+    // Every file is read: where one is absent (etcd's with external etcd, super-admin.conf
+    // before 1.29) it is shown as missing, which is information, not a failure.
     let mut certificates = Vec::new();
     for known in KUBEADM_CERTIFICATES {
-        if known.stacked_etcd && !stacked {
-            continue;
-        }
         match exec.read_file(host, known.path).await {
             Ok(content) => certificates.push(inspect(known, content.as_deref(), now)),
             Err(e) => return unreachable(host, e),
@@ -937,10 +926,7 @@ mod tests {
             unknown_key: vec!["cp3".into()],
             ..Fake::default()
         };
-        let mut hs = hosts(4, 1);
-        // cp4 runs no etcd (external etcd): its etcd certificates are not expected.
-        hs[3].roles.retain(|r| *r != crate::spec::HostRole::Etcd);
-        let ts = targets(&hs);
+        let ts = targets(&hosts(4, 1));
         let me = owner();
         fake.control_plane("cp1", &me);
         let other = Owner {
@@ -950,6 +936,16 @@ mod tests {
         };
         fake.control_plane("cp2", &other);
         fake.control_plane("cp4", &me);
+        // cp4 runs no etcd (external etcd): its etcd certificates are missing, not invalid.
+        for k in KUBEADM_CERTIFICATES
+            .iter()
+            .filter(|k| k.name.starts_with("etcd-"))
+        {
+            fake.files
+                .lock()
+                .unwrap()
+                .remove(&("cp4".to_string(), k.path.to_string()));
+        }
         let cps = control_planes(&ts);
         let r = read_with(&fake, "demo.example.com", &cps, Some(&me), at(2036, 11, 1)).await;
         let states: Vec<_> = r.hosts.iter().map(|h| (h.host.as_str(), h.state)).collect();
@@ -973,10 +969,22 @@ mod tests {
         assert_eq!(fake.reads_on("cp2"), [OWNER_FILE]);
         assert!(fake.reads_on("w1").is_empty(), "a worker was read");
         assert_eq!(r.hosts[0].certificates.len(), KUBEADM_CERTIFICATES.len());
+        let missing: Vec<_> = r.hosts[3]
+            .certificates
+            .iter()
+            .filter(|c| c.state == CertState::Missing)
+            .map(|c| c.name.as_str())
+            .collect();
         assert_eq!(
-            r.hosts[3].certificates.len(),
-            KUBEADM_CERTIFICATES.len() - 4
+            missing,
+            [
+                "etcd-healthcheck-client",
+                "etcd-peer",
+                "etcd-server",
+                "etcd-ca"
+            ]
         );
+        assert!(r.invalid().is_empty());
         assert!(
             r.hosts[0]
                 .certificates
