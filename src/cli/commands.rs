@@ -222,8 +222,10 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
     }
 }
 
-/// The SSH key `create cluster` installs: the flag, else the user's usual default key.
-fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
+/// The SSH key `create cluster` installs: the flag, else the user's usual default key. A
+/// default key that exists but cannot be used (too large, unreadable, not text, empty) is
+/// skipped with a warning naming the file and why; an absent one silently.
+fn read_ssh_public_key(printer: &Printer, flag: Option<&Path>) -> anyhow::Result<Option<String>> {
     if let Some(p) = flag {
         let text =
             bounded::read_file_to_string(p, bounded::SSH_PUBLIC_KEY).context("--ssh-public-key")?;
@@ -240,8 +242,16 @@ fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
         return Ok(None);
     };
     for f in [".ssh/id_ed25519.pub", ".ssh/id_rsa.pub"] {
-        if let Ok(t) = bounded::read_file_to_string(&home.join(f), bounded::SSH_PUBLIC_KEY) {
-            return Ok(Some(t.trim().to_string()));
+        let path = home.join(f);
+        match bounded::read_file_to_string(&path, bounded::SSH_PUBLIC_KEY) {
+            Ok(t) if !t.trim().is_empty() => return Ok(Some(t.trim().to_string())),
+            Ok(_) => printer.warn(&format!(
+                "skipped the SSH public key {}: it is empty",
+                path.display()
+            )),
+            Err(e) if e.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
+            // The error names the file.
+            Err(e) => printer.warn(&format!("skipped a default SSH public key: {e}")),
         }
     }
     Ok(None)
@@ -256,7 +266,7 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
         .as_ref()
         .map(|i| i.plain_hosts())
         .unwrap_or_default();
-    let key = read_ssh_public_key(a.ssh_public_key.as_deref())?;
+    let key = read_ssh_public_key(&ctx.printer, a.ssh_public_key.as_deref())?;
     let (mut cluster, groups) = build_cluster_objects(a, hosts, key)?;
     let mut overrides = Vec::new();
     if let Some(inv) = &inventory {

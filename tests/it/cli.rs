@@ -804,3 +804,64 @@ fn endless_inputs_are_refused_promptly() {
         "a refused create wrote to the store"
     );
 }
+
+#[test]
+fn an_unusable_default_ssh_key_is_skipped_with_a_warning_naming_it() {
+    let env = Env::new();
+    let ssh = env.path(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    // Too large to be a public key; the next default is used, and the skip is said.
+    std::fs::write(ssh.join("id_ed25519.pub"), "x".repeat(70 * 1024)).unwrap();
+    let rsa = std::fs::read_to_string(KEY).unwrap();
+    std::fs::write(ssh.join("id_rsa.pub"), &rsa).unwrap();
+    let create = [
+        "create",
+        "cluster",
+        "keys.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--dry-run",
+        "-o",
+        "yaml",
+    ];
+    let o = env.run(&create);
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    let skipped = format!("{}/id_ed25519.pub", ssh.display());
+    assert!(
+        err.contains("skipped a default SSH public key")
+            && err.contains(&skipped)
+            && err.contains("larger than the limit of 64 KiB"),
+        "{err}"
+    );
+    assert!(
+        out.contains(rsa.split_whitespace().nth(1).unwrap()),
+        "{out}"
+    );
+
+    // Neither is usable (a directory, an empty file): both named, then the refusal.
+    std::fs::remove_file(ssh.join("id_ed25519.pub")).unwrap();
+    std::fs::create_dir(ssh.join("id_ed25519.pub")).unwrap();
+    std::fs::write(ssh.join("id_rsa.pub"), "\n").unwrap();
+    let err = fails(&env.run(&create), 3);
+    assert!(
+        err.contains(&skipped) && err.contains("cannot read"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "skipped the SSH public key {}/id_rsa.pub: it is empty",
+            ssh.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("no SSH public key"), "{err}");
+
+    // Absent keys are not worth a warning.
+    std::fs::remove_dir(ssh.join("id_ed25519.pub")).unwrap();
+    std::fs::remove_file(ssh.join("id_rsa.pub")).unwrap();
+    let err = fails(&env.run(&create), 3);
+    assert!(!err.contains("skipped"), "{err}");
+}
