@@ -197,9 +197,9 @@ pub(super) async fn warn_expiring(ctx: &Ctx, cluster: &Cluster, groups: &[Instan
     }
 }
 
-fn render_events(ctx: &Ctx) -> RotateEvents {
+/// A status line per step and per finished control plane (stderr, whatever `-o` says).
+fn render_events() -> RotateEvents {
     let printer = Printer::new(Format::Table, 0);
-    let _ = ctx;
     Arc::new(move |e: &RotateEvent| match e {
         RotateEvent::Step { host, step } => printer.status(&format!("{host}: {step}")),
         RotateEvent::HostDone { host, took } => printer.status(&format!(
@@ -257,7 +257,7 @@ pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
         &targets,
         &guard,
         &options,
-        &render_events(ctx),
+        &render_events(),
     )
     .await;
     let released = guard.release().await;

@@ -541,4 +541,38 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
         openssl_not_after(h1, "/etc/kubernetes/admin.conf", true)
     );
     eprintln!("rotation of 3 control planes (1 s static pod wait): {took:?}");
+
+    // host2's API server does not come back: the rotation stops there, host3 is left alone,
+    // host2's manifests are back in place, and the error says where and why.
+    drop(api);
+    let _api = ApiServers::start(&lab, &["host1", "host3"]);
+    let o = lab.kprov(&[
+        "rotate",
+        "certificates",
+        name,
+        "--yes",
+        "--static-pod-wait",
+        "1s",
+        "--health-timeout",
+        "3s",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("host2: the rotation stopped here")
+            && err.contains("kube-apiserver not healthy after 3s"),
+        "{err}"
+    );
+    assert!(err.contains("not rotated: host3"), "{err}");
+    let counts: Vec<usize> = CPS
+        .iter()
+        .map(|h| kubeadm_certs_calls(&lab, h).len())
+        .collect();
+    assert_eq!(counts, [2, 2, 1], "renewals per control plane");
+    assert!(
+        host(&lab, "host2")
+            .read_upper("/etc/kubernetes/manifests/kube-apiserver.yaml")
+            .is_some(),
+        "host2's manifests were left aside"
+    );
 }
