@@ -14,6 +14,7 @@ use super::commands::{Ctx, LOCK_LEASE};
 use super::exit;
 use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
 use crate::nodes::{self, Target, TargetSource};
+use crate::ops::certificates::RenewedBy;
 use crate::ops::certificates::{
     self as ops, CertState, CertificateReport, HostState, RotateEvent, RotateEvents, RotateOptions,
     WARN_WITHIN,
@@ -72,7 +73,14 @@ fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
 }
 
 fn report_table(report: &CertificateReport) -> Table {
-    let mut t = Table::new(["HOST", "CERTIFICATE", "EXPIRES", "RESIDUAL TIME", "ISSUER"]);
+    let mut t = Table::new([
+        "HOST",
+        "CERTIFICATE",
+        "EXPIRES",
+        "RESIDUAL TIME",
+        "ISSUER",
+        "RENEWED BY",
+    ]);
     for h in &report.hosts {
         if h.state != HostState::Read {
             t.row([
@@ -81,6 +89,7 @@ fn report_table(report: &CertificateReport) -> Table {
                 "-".into(),
                 "not read".into(),
                 h.reason.clone().unwrap_or_default(),
+                "-".into(),
             ]);
             continue;
         }
@@ -96,6 +105,12 @@ fn report_table(report: &CertificateReport) -> Table {
                 when(c.not_after),
                 c.residual(),
                 issuer,
+                match c.renewed_by {
+                    RenewedBy::Kubeadm => "kubeadm (rotate certificates)",
+                    RenewedBy::Kubelet => "the kubelet",
+                    RenewedBy::Manual => "manual",
+                }
+                .to_string(),
             ]);
         }
     }
@@ -130,6 +145,16 @@ fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
             c.error.as_deref().unwrap_or("unknown reason")
         ));
     }
+    for h in &report.hosts {
+        for c in h.certificates.iter().filter(|c| c.note.is_some()) {
+            printer.warn(&format!(
+                "{}: {}: {}",
+                h.host,
+                c.name,
+                c.note.as_deref().unwrap_or_default()
+            ));
+        }
+    }
     let expiring = report.expiring(WARN_WITHIN);
     for (host, c) in &expiring {
         let what = if c.state == CertState::Expired {
@@ -137,12 +162,22 @@ fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
         } else {
             format!("expires on {} (in {})", when(c.not_after), c.residual())
         };
-        printer.warn(&format!("{host}: certificate {} {what}", c.name));
+        let who = match c.renewed_by {
+            RenewedBy::Kubeadm => "",
+            RenewedBy::Kubelet => {
+                " (the kubelet should have rotated it: check its rotateCertificates setting and that its certificate signing requests are approved)"
+            }
+            RenewedBy::Manual => " (no tool renews it: renew it by hand as kubeadm documents)",
+        };
+        printer.warn(&format!("{host}: certificate {} {what}{who}", c.name));
     }
-    if !expiring.is_empty() {
+    let kubeadm = expiring
+        .iter()
+        .filter(|(_, c)| c.renewed_by == RenewedBy::Kubeadm)
+        .count();
+    if kubeadm > 0 {
         printer.warn(&format!(
-            "{} certificates of {name} expire within 30 days: renew them with `kprov rotate certificates {name} --yes`",
-            expiring.len()
+            "{kubeadm} certificates of {name} expire within 30 days: renew them with `kprov rotate certificates {name} --yes`"
         ));
     }
     report.unread().is_empty()

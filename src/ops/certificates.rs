@@ -134,6 +134,24 @@ pub enum CertState {
     Invalid,
 }
 
+/// Who renews a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RenewedBy {
+    /// `kubeadm certs renew all`, which `rotate certificates` runs.
+    Kubeadm,
+    /// The kubelet itself (`rotateCertificates`, kubeadm's default).
+    Kubelet,
+    /// Nobody automatically: the CAs, and a kubelet.conf with an embedded certificate.
+    Manual,
+}
+
+/// The kubelet's client certificate as kubeadm (1.17+) leaves it: kubelet.conf points at the
+/// kubelet's rotating file. Not renewed by kubeadm.
+pub const KUBELET_CLIENT: &str = "kubelet-client";
+/// The only directory kprov follows a kubelet.conf's `client-certificate` into.
+const KUBELET_PKI: &str = "/var/lib/kubelet/pki/";
+
 /// One certificate on one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -141,6 +159,7 @@ pub struct CertificateStatus {
     pub name: String,
     pub path: String,
     pub certificate_authority: bool,
+    pub renewed_by: RenewedBy,
     pub state: CertState,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
@@ -153,6 +172,9 @@ pub struct CertificateStatus {
     pub residual_seconds: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Something the operator should know (an embedded kubelet certificate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl CertificateStatus {
@@ -227,7 +249,8 @@ pub struct CertificateReport {
 }
 
 impl CertificateReport {
-    /// Certificates that expire within `within` (or have expired), with their host.
+    /// Certificates that expire within `within` (or have expired), with their host, whoever
+    /// renews them.
     pub fn expiring(&self, within: Duration) -> Vec<(&str, &CertificateStatus)> {
         self.hosts
             .iter()
@@ -254,8 +277,25 @@ impl CertificateReport {
     }
 }
 
+/// Where a kubeconfig keeps its client certificate.
+enum ClientCertificate {
+    /// PEM text from `client-certificate-data`.
+    Embedded(String),
+    /// A file named by `client-certificate`.
+    File(String),
+}
+
 /// The client certificate (PEM text) embedded in a kubeconfig.
 fn kubeconfig_client_certificate(text: &str) -> Result<String, String> {
+    match kubeconfig_client(text)? {
+        ClientCertificate::Embedded(pem) => Ok(pem),
+        ClientCertificate::File(file) => Err(format!(
+            "the client certificate is not embedded (client-certificate: {file})"
+        )),
+    }
+}
+
+fn kubeconfig_client(text: &str) -> Result<ClientCertificate, String> {
     #[derive(serde::Deserialize)]
     struct Kubeconfig {
         #[serde(default)]
@@ -285,11 +325,11 @@ fn kubeconfig_client_certificate(text: &str) -> Result<String, String> {
         (Some(data), _) => {
             let pem =
                 pki::decode_base64(&data).map_err(|e| format!("client-certificate-data: {e}"))?;
-            String::from_utf8(pem).map_err(|_| "client-certificate-data is not PEM text".into())
+            String::from_utf8(pem)
+                .map(ClientCertificate::Embedded)
+                .map_err(|_| "client-certificate-data is not PEM text".into())
         }
-        (None, Some(file)) => Err(format!(
-            "the client certificate is not embedded (client-certificate: {file})"
-        )),
+        (None, Some(file)) => Ok(ClientCertificate::File(file)),
         (None, None) => Err("the kubeconfig's user has no client certificate".into()),
     }
 }
@@ -300,12 +340,18 @@ pub fn inspect(known: &Known, content: Option<&[u8]>, now: DateTime<Utc>) -> Cer
         name: known.name.to_string(),
         path: known.path.to_string(),
         certificate_authority: known.ca,
+        renewed_by: if known.ca {
+            RenewedBy::Manual
+        } else {
+            RenewedBy::Kubeadm
+        },
         state: CertState::Missing,
         subject: None,
         issuer: None,
         not_after: None,
         residual_seconds: None,
         error: None,
+        note: None,
     };
     let Some(content) = content else {
         return status;
@@ -334,6 +380,64 @@ pub fn inspect(known: &Known, content: Option<&[u8]>, now: DateTime<Utc>) -> Cer
         }
     }
     status
+}
+
+/// The kubelet's client certificate on a host: kubelet.conf's file in /var/lib/kubelet/pki
+/// (rotated by the kubelet), or the certificate kubelet.conf embeds (rotated by nobody).
+async fn kubelet_client(
+    exec: &dyn HostExecutor,
+    host: &str,
+    now: DateTime<Utc>,
+) -> Result<CertificateStatus, ExecError> {
+    let conf = crate::provision::render::KUBELET_CONF;
+    let known = Known {
+        name: KUBELET_CLIENT,
+        path: conf,
+        carrier: Carrier::Pem,
+        ca: false,
+    };
+    let mut status = inspect(&known, None, now);
+    status.renewed_by = RenewedBy::Kubelet;
+    let Some(text) = exec.read_file(host, conf).await? else {
+        return Ok(status);
+    };
+    let pem = match kubeconfig_client(&String::from_utf8_lossy(&text)) {
+        Ok(ClientCertificate::Embedded(pem)) => {
+            status.renewed_by = RenewedBy::Manual;
+            status.note = Some(format!(
+                "{conf} embeds its client certificate, which the kubelet does not rotate \
+                 (kubeadm before 1.17 wrote it so): point client-certificate and client-key \
+                 at /var/lib/kubelet/pki/kubelet-client-current.pem as kubeadm documents"
+            ));
+            pem
+        }
+        Ok(ClientCertificate::File(file)) => {
+            status.path = file.clone();
+            if !file.starts_with(KUBELET_PKI) || file.contains("..") {
+                status.state = CertState::Invalid;
+                status.error = Some(format!(
+                    "{conf} names a client certificate outside {KUBELET_PKI}; not followed"
+                ));
+                return Ok(status);
+            }
+            match exec.read_file(host, &file).await? {
+                Some(b) => String::from_utf8_lossy(&b).into_owned(),
+                None => return Ok(status),
+            }
+        }
+        Err(e) => {
+            status.state = CertState::Invalid;
+            status.error = Some(e);
+            return Ok(status);
+        }
+    };
+    let path = status.path.clone();
+    let (renewed_by, note) = (status.renewed_by, status.note.clone());
+    let mut status = inspect(&known, Some(pem.as_bytes()), now);
+    status.path = path;
+    status.renewed_by = renewed_by;
+    status.note = note;
+    Ok(status)
 }
 
 fn unreachable(host: &str, e: ExecError) -> HostCertificates {
@@ -391,6 +495,10 @@ async fn observe(
             Ok(content) => certificates.push(inspect(known, content.as_deref(), now)),
             Err(e) => return unreachable(host, e),
         }
+    }
+    match kubelet_client(exec, host, now).await {
+        Ok(c) => certificates.push(c),
+        Err(e) => return unreachable(host, e),
     }
     HostCertificates {
         host: host.to_string(),
@@ -804,6 +912,11 @@ mod tests {
         /// A control plane of `owner` with every certificate kubeadm writes.
         fn control_plane(&self, host: &str, marker: &Owner) {
             self.put(host, OWNER_FILE, &marker.marker());
+            self.put(
+                host,
+                crate::provision::render::KUBELET_CONF,
+                &kubeconfig(CA),
+            );
             for k in KUBEADM_CERTIFICATES {
                 match k.carrier {
                     Carrier::Pem => self.put(host, k.path, CA),
@@ -968,7 +1081,11 @@ mod tests {
         // The other cluster's host: its marker is read, nothing else.
         assert_eq!(fake.reads_on("cp2"), [OWNER_FILE]);
         assert!(fake.reads_on("w1").is_empty(), "a worker was read");
-        assert_eq!(r.hosts[0].certificates.len(), KUBEADM_CERTIFICATES.len());
+        // Plus the kubelet's client certificate.
+        assert_eq!(
+            r.hosts[0].certificates.len(),
+            KUBEADM_CERTIFICATES.len() + 1
+        );
         let missing: Vec<_> = r.hosts[3]
             .certificates
             .iter()
@@ -994,7 +1111,7 @@ mod tests {
         // All expire within 30 days of 2036-11-01, CAs included.
         assert_eq!(
             r.expiring(WARN_WITHIN).len(),
-            2 * KUBEADM_CERTIFICATES.len() - 4
+            2 * (KUBEADM_CERTIFICATES.len() + 1) - 4
         );
         assert!(r.expiring(Duration::from_secs(86_400)).is_empty());
         assert_eq!(r.unread().len(), 2);
@@ -1004,6 +1121,57 @@ mod tests {
         let r = read_with(&quiet, "demo.example.com", &cps, None, at(2036, 11, 1)).await;
         assert!(r.hosts.iter().all(|h| h.state == HostState::NotOwned));
         assert!(quiet.reads.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_kubelet_client_certificate_is_followed_only_into_its_directory() {
+        let fake = Fake::default();
+        let now = at(2036, 11, 1);
+        let conf = crate::provision::render::KUBELET_CONF;
+        let pem = "/var/lib/kubelet/pki/kubelet-client-current.pem";
+        let file_conf = |path: &str| {
+            format!(
+                "users:\n- name: n\n  user:\n    client-certificate: {path}\n    client-key: {path}\n"
+            )
+        };
+        // kubeadm 1.17+: the kubelet's rotating file.
+        fake.put("cp1", conf, &file_conf(pem));
+        fake.put(
+            "cp1",
+            pem,
+            &format!("{CA}-----BEGIN EC PRIVATE KEY-----\nx\n-----END EC PRIVATE KEY-----\n"),
+        );
+        let c = kubelet_client(&fake, "cp1", now).await.unwrap();
+        assert_eq!(
+            (c.state, c.renewed_by, c.path.as_str(), c.note.is_none()),
+            (CertState::Valid, RenewedBy::Kubelet, pem, true)
+        );
+        // An old kubeadm's embedded certificate: nobody rotates it, and the note says so.
+        fake.put("cp2", conf, &kubeconfig(CA));
+        let c = kubelet_client(&fake, "cp2", now).await.unwrap();
+        assert_eq!(
+            (c.state, c.renewed_by),
+            (CertState::Valid, RenewedBy::Manual)
+        );
+        assert!(c.note.unwrap().contains("does not rotate"));
+        // A path elsewhere is not read.
+        fake.put("cp3", conf, &file_conf("/etc/shadow"));
+        fake.put(
+            "cp4",
+            conf,
+            &file_conf("/var/lib/kubelet/pki/../../../../etc/shadow"),
+        );
+        for h in ["cp3", "cp4"] {
+            let c = kubelet_client(&fake, h, now).await.unwrap();
+            assert_eq!(c.state, CertState::Invalid, "{h}");
+            assert!(
+                !fake.reads_on(h).iter().any(|p| p.contains("shadow")),
+                "{h}"
+            );
+        }
+        // No kubelet.conf: missing.
+        let c = kubelet_client(&fake, "cp5", now).await.unwrap();
+        assert_eq!(c.state, CertState::Missing);
     }
 
     #[tokio::test]

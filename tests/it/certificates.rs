@@ -352,6 +352,13 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
                 "{cp} {cert}"
             );
         }
+        // The kubelet's own client certificate, which kubeadm leaves to the kubelet.
+        let kubelet = "/var/lib/kubelet/pki/kubelet-client-current.pem";
+        assert_eq!(
+            before[cp]["kubelet-client"].1,
+            openssl_not_after(h, kubelet, false),
+            "{cp}"
+        );
     }
     let o = lab.kprov(&["get", "certificates", name]);
     let table = ok(&o);
@@ -519,7 +526,7 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
             let moved = day(not_after) - day(&before[cp][cert].1);
             assert!(moved > 350 * 86_400, "{cp} {cert} moved {moved}s");
         }
-        for (cert, _) in CAS {
+        for cert in CAS.iter().map(|(c, _)| *c).chain(["kubelet-client"]) {
             assert_eq!(after[cp][cert].1, before[cp][cert].1, "{cp} {cert}");
         }
     }
