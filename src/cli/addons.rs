@@ -244,6 +244,8 @@ pub async fn validate(
     ssh_tunnel: bool,
 ) -> anyhow::Result<i32> {
     let (cluster, groups) = resolved(ctx, name).await?;
+    // Over SSH, before the API: an expired certificate is often why the API fails.
+    super::certificates::warn_expiring(ctx, &cluster, &groups).await;
     let (kube, _tmp) = cluster_client(ctx, &cluster, kubeconfig, ssh_tunnel).await?;
     let expect = addons::validate::Expectations::from_spec(&cluster, &groups)?;
     let result = match wait {

@@ -10,8 +10,8 @@ use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
 use super::{
-    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind,
-    UpdateWhat, ValidateWhat, exit,
+    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, RotateWhat,
+    SchemaKind, UpdateWhat, ValidateWhat, exit,
 };
 use crate::bounded;
 use crate::output::{Format, Printer, Table};
@@ -95,7 +95,9 @@ pub fn exit_code_of(e: &anyhow::Error) -> i32 {
 pub async fn run(cli: Cli) -> i32 {
     let format = match &cli.command {
         Command::Get(g) => match &g.what {
-            GetWhat::Clusters { out, .. } | GetWhat::Instancegroups { out, .. } => out.output,
+            GetWhat::Clusters { out, .. }
+            | GetWhat::Instancegroups { out, .. }
+            | GetWhat::Certificates { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -104,6 +106,9 @@ pub async fn run(cli: Cli) -> i32 {
         },
         Command::Validate(v) => match &v.what {
             ValidateWhat::Cluster { output, .. } => *output,
+        },
+        Command::Rotate(r) => match &r.what {
+            RotateWhat::Certificates(a) => a.out.output,
         },
         _ => Format::Table,
     };
@@ -134,6 +139,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
+            GetWhat::Certificates { name, .. } => super::certificates::get(ctx, &name).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -190,6 +196,18 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 ..
             } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref(), ssh_tunnel).await,
         },
+        Command::Rotate(r) => match r.what {
+            RotateWhat::Certificates(a) => {
+                let args = super::certificates::RotateArgs {
+                    name: a.name,
+                    yes: a.yes,
+                    static_pod_wait: a.static_pod_wait,
+                    health_timeout: a.health_timeout,
+                    concurrency: a.concurrency,
+                };
+                super::certificates::rotate(ctx, &args).await
+            }
+        },
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);
             Ok(exit::OK)
@@ -204,8 +222,10 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
     }
 }
 
-/// The SSH key `create cluster` installs: the flag, else the user's usual default key.
-fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
+/// The SSH key `create cluster` installs: the flag, else the user's usual default key. A
+/// default key that exists but cannot be used (too large, unreadable, not text, empty) is
+/// skipped with a warning naming the file and why; an absent one silently.
+fn read_ssh_public_key(printer: &Printer, flag: Option<&Path>) -> anyhow::Result<Option<String>> {
     if let Some(p) = flag {
         let text =
             bounded::read_file_to_string(p, bounded::SSH_PUBLIC_KEY).context("--ssh-public-key")?;
@@ -222,8 +242,16 @@ fn read_ssh_public_key(flag: Option<&Path>) -> anyhow::Result<Option<String>> {
         return Ok(None);
     };
     for f in [".ssh/id_ed25519.pub", ".ssh/id_rsa.pub"] {
-        if let Ok(t) = bounded::read_file_to_string(&home.join(f), bounded::SSH_PUBLIC_KEY) {
-            return Ok(Some(t.trim().to_string()));
+        let path = home.join(f);
+        match bounded::read_file_to_string(&path, bounded::SSH_PUBLIC_KEY) {
+            Ok(t) if !t.trim().is_empty() => return Ok(Some(t.trim().to_string())),
+            Ok(_) => printer.warn(&format!(
+                "skipped the SSH public key {}: it is empty",
+                path.display()
+            )),
+            Err(e) if e.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
+            // The error names the file.
+            Err(e) => printer.warn(&format!("skipped a default SSH public key: {e}")),
         }
     }
     Ok(None)
@@ -238,7 +266,7 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
         .as_ref()
         .map(|i| i.plain_hosts())
         .unwrap_or_default();
-    let key = read_ssh_public_key(a.ssh_public_key.as_deref())?;
+    let key = read_ssh_public_key(&ctx.printer, a.ssh_public_key.as_deref())?;
     let (mut cluster, groups) = build_cluster_objects(a, hosts, key)?;
     let mut overrides = Vec::new();
     if let Some(inv) = &inventory {

@@ -1,6 +1,7 @@
 //! The command line: kops-like commands over the spec, the state store and (later) the cloud.
 
 mod addons;
+mod certificates;
 pub mod commands;
 mod create;
 mod edit;
@@ -68,6 +69,8 @@ pub enum Command {
     Update(UpdateCmd),
     /// Check that a running cluster is healthy
     Validate(ValidateCmd),
+    /// Renew credentials of a running cluster (kubeadm certificates)
+    Rotate(RotateCmd),
     /// Print the JSON Schema of the kprov objects (for editors)
     Schema(SchemaArgs),
     /// Print a shell completion script
@@ -129,6 +132,13 @@ pub enum GetWhat {
         /// Output format (yaml: the manifests as applied; json: with add-on names and versions)
         #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
+    },
+    /// Show every control plane's kubeadm certificates with their expiry (read over SSH)
+    #[command(visible_aliases = ["certificate", "certs", "cert"])]
+    Certificates {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// List a cluster's instance groups
     #[command(visible_aliases = ["instancegroup", "ig", "igs"])]
@@ -318,6 +328,39 @@ pub enum ValidateWhat {
         #[arg(long)]
         ssh_tunnel: bool,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct RotateCmd {
+    #[command(subcommand)]
+    pub what: RotateWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RotateWhat {
+    /// Renew the kubeadm certificates one control plane at a time (preview without --yes)
+    #[command(visible_aliases = ["certificate", "certs"])]
+    Certificates(RotateCertificatesCli),
+}
+
+#[derive(Debug, Args)]
+pub struct RotateCertificatesCli {
+    pub name: String,
+    /// Really rotate (without it: the certificates and the plan)
+    #[arg(long, short)]
+    pub yes: bool,
+    /// How long static pod manifests stay out of the kubelet's directory; at least the
+    /// kubelet's fileCheckFrequency (20s by default)
+    #[arg(long, value_parser = addons::parse_duration, default_value = "20s")]
+    pub static_pod_wait: std::time::Duration,
+    /// How long to wait for each restarted kube-apiserver to be healthy
+    #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
+    pub health_timeout: std::time::Duration,
+    /// Hosts read at once
+    #[arg(long, default_value_t = 20)]
+    pub concurrency: usize,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

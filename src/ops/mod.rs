@@ -5,8 +5,11 @@
 //! - [`nodes`]: a cluster's machines over SSH on any platform: the node plan
 //!   ([`nodes::plan`]), converging the nodes and storing the admin kubeconfig
 //!   ([`nodes::converge`]), resetting them at `delete cluster` ([`nodes::reset`]).
+//! - [`certificates`]: every control plane's kubeadm certificates and their expiry
+//!   ([`certificates::read`]), renewal one control plane at a time ([`certificates::rotate`]).
 //!
 //! Caveat: `update addons`, the SSH tunnel and the AWS cloud apply still live in `cli/`
 //! (`cli/addons.rs`, `cli/update.rs`); they are the next to move.
 
+pub mod certificates;
 pub mod nodes;

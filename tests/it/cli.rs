@@ -1,57 +1,12 @@
 //! The command line end to end, as a user runs it: the real binary against real stores.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
-use assert_cmd::Command;
-
+use crate::support::cli::Env;
 use crate::support::moto::moto;
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
-
-/// A scratch HOME and file store per test, so nothing leaks between tests or from the machine.
-struct Env {
-    dir: tempfile::TempDir,
-    store: String,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = format!("file://{}", dir.path().join("state").display());
-        Env { dir, store }
-    }
-
-    fn with_store(store: String) -> Env {
-        Env {
-            dir: tempfile::tempdir().expect("tempdir"),
-            store,
-        }
-    }
-
-    fn kprov(&self) -> Command {
-        let mut c = Command::cargo_bin("kprov").expect("binary");
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            // Temporary files (an unsaved edit's kept copy) stay inside the test's directory.
-            .env("TMPDIR", self.dir.path())
-            .env("KPROV_STATE_STORE", &self.store)
-            .env("NO_COLOR", "1");
-        for (k, v) in moto().env() {
-            c.env(k, v);
-        }
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.kprov().args(args).output().expect("runs")
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -90,7 +45,7 @@ fn dry_run(env: &Env, extra: &[&str]) -> String {
 
 #[test]
 fn dry_run_golden_minimal_aws() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     insta::assert_snapshot!(dry_run(
         &env,
         &[
@@ -106,7 +61,7 @@ fn dry_run_golden_minimal_aws() {
 
 #[test]
 fn dry_run_golden_ha_private() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     insta::assert_snapshot!(dry_run(
         &env,
         &[
@@ -132,7 +87,7 @@ fn dry_run_golden_ha_private() {
 
 #[test]
 fn dry_run_golden_metal_from_kubespray_inventory() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let inv = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/inventories/kubespray-hosts.yaml"
@@ -153,7 +108,7 @@ fn dry_run_golden_metal_from_kubespray_inventory() {
 
 #[test]
 fn dry_run_says_what_it_understood_from_a_kubespray_inventory_directory() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let dir = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/kubespray/corpus/mycluster"
@@ -200,7 +155,7 @@ fn dry_run_says_what_it_understood_from_a_kubespray_inventory_directory() {
 
 #[test]
 fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let real = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubespray/real");
     // Kubespray's inventory builder for 3 hosts: 2 control planes, 3 etcd hosts.
     let builder = format!("{real}/12-inventory-builder-3-hosts.yaml");
@@ -276,7 +231,7 @@ fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
 
 #[test]
 fn dry_run_output_is_accepted_by_create_f() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let yaml = dry_run(
         &env,
         &[
@@ -300,7 +255,7 @@ fn dry_run_output_is_accepted_by_create_f() {
 
 #[test]
 fn invalid_flags_are_refused_without_writing() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let err = fails(
         &env.run(&[
             "create",
@@ -364,7 +319,7 @@ fn invalid_flags_are_refused_without_writing() {
 
 #[test]
 fn bad_file_errors_point_at_file_line_and_field() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let yaml = dry_run(
         &env,
         &[
@@ -407,7 +362,7 @@ fn bad_file_errors_point_at_file_line_and_field() {
 
 #[test]
 fn create_get_replace_delete_lifecycle() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     ok(&env.run(&[
         "create",
         "cluster",
@@ -488,7 +443,7 @@ fn sed_editor(env: &Env, name: &str, expr: &str) -> String {
 
 #[test]
 fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     ok(&env.run(&[
         "create",
         "cluster",
@@ -505,7 +460,7 @@ fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
 
     let good = sed_editor(&env, "good.sh", "s/cni: calico/cni: cilium/");
     ok(&env
-        .kprov()
+        .cmd(&[])
         .env("EDITOR", &good)
         .args(["edit", "cluster", "edit.example.com"])
         .output()
@@ -522,7 +477,7 @@ fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
         "s/podCIDR: 100.96.0.0\\/11/podCIDR: 172.20.0.0\\/24/",
     );
     let err = fails(
-        &env.kprov()
+        &env.cmd(&[])
             .env("EDITOR", &bad)
             .args(["edit", "cluster", "edit.example.com"])
             .output()
@@ -540,7 +495,7 @@ fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
 
     let ig = sed_editor(&env, "ig.sh", "s/maxSize: 2/maxSize: 4/");
     ok(&env
-        .kprov()
+        .cmd(&[])
         .env("EDITOR", &ig)
         .args(["edit", "ig", "--name", "edit.example.com", "nodes"])
         .output()
@@ -554,7 +509,7 @@ fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
 
 #[test]
 fn edit_racing_another_writer_keeps_the_users_copy() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     ok(&env.run(&[
         "create",
         "cluster",
@@ -581,7 +536,7 @@ fn edit_racing_another_writer_keeps_the_users_copy() {
     std::fs::write(&script, format!("#!/bin/sh\n{} replace -f {} >/dev/null 2>&1 || exit 9\nsed -i 's/cni: calico/cni: cilium/' \"$1\"\n", bin.display(), other.display())).unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let err = fails(
-        &env.kprov()
+        &env.cmd(&[])
             .env("EDITOR", &script)
             .args(["edit", "cluster", "race.example.com"])
             .output()
@@ -610,7 +565,7 @@ fn edit_racing_another_writer_keeps_the_users_copy() {
 
 #[test]
 fn locked_cluster_refuses_writers_and_lock_break_clears_it() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     ok(&env.run(&[
         "create",
         "cluster",
@@ -662,7 +617,7 @@ fn s3_store_end_to_end_against_moto() {
             .await
             .expect("bucket");
     });
-    let env = Env::with_store(format!("s3://{bucket}/teams/platform"));
+    let env = Env::with_store(format!("s3://{bucket}/teams/platform")).with_moto();
     let out = env.run(&[
         "create",
         "cluster",
@@ -715,7 +670,7 @@ fn s3_store_end_to_end_against_moto() {
 
 #[test]
 fn schema_describes_both_kinds() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let schema: serde_json::Value = serde_json::from_str(&ok(&env.run(&["schema"]))).unwrap();
     let one_of = schema["oneOf"].as_array().unwrap();
     assert_eq!(one_of.len(), 2);
@@ -734,14 +689,14 @@ fn schema_describes_both_kinds() {
 
 #[test]
 fn completions_and_version() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     assert!(ok(&env.run(&["completion", "bash"])).contains("_kprov"));
     assert!(ok(&env.run(&["--version"])).starts_with("kprov "));
 }
 
 #[test]
 fn example_specs_are_valid() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     for f in ["minimal-aws.yaml", "ha-private-aws.yaml"] {
         let path = format!("{}/examples/{f}", env!("CARGO_MANIFEST_DIR"));
         ok(&env.run(&["create", "-f", &path]));
@@ -762,7 +717,7 @@ fn example_specs_are_valid() {
 #[test]
 fn sample_store_is_current() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("state");
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let dst = env.path("state");
     std::fs::create_dir_all(&dst).unwrap();
     let cp = std::process::Command::new("cp")
@@ -792,7 +747,7 @@ fn sample_store_is_current() {
 /// (they used to grow to 23 GB or never return).
 #[test]
 fn endless_inputs_are_refused_promptly() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
     let cases: [(&[&str], &str); 3] = [
         (
@@ -831,9 +786,7 @@ fn endless_inputs_are_refused_promptly() {
     for (args, want) in cases {
         let start = std::time::Instant::now();
         // Before the fix these grew without end or never returned: fail, not hang.
-        let o = env
-            .kprov()
-            .args(args)
+        let o = assert_cmd::Command::from_std(env.cmd(args))
             .timeout(std::time::Duration::from_secs(30))
             .output()
             .expect("runs");
@@ -850,4 +803,65 @@ fn endless_inputs_are_refused_promptly() {
         !env.path("state").exists(),
         "a refused create wrote to the store"
     );
+}
+
+#[test]
+fn an_unusable_default_ssh_key_is_skipped_with_a_warning_naming_it() {
+    let env = Env::new();
+    let ssh = env.path(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    // Too large to be a public key; the next default is used, and the skip is said.
+    std::fs::write(ssh.join("id_ed25519.pub"), "x".repeat(70 * 1024)).unwrap();
+    let rsa = std::fs::read_to_string(KEY).unwrap();
+    std::fs::write(ssh.join("id_rsa.pub"), &rsa).unwrap();
+    let create = [
+        "create",
+        "cluster",
+        "keys.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--dry-run",
+        "-o",
+        "yaml",
+    ];
+    let o = env.run(&create);
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    let skipped = format!("{}/id_ed25519.pub", ssh.display());
+    assert!(
+        err.contains("skipped a default SSH public key")
+            && err.contains(&skipped)
+            && err.contains("larger than the limit of 64 KiB"),
+        "{err}"
+    );
+    assert!(
+        out.contains(rsa.split_whitespace().nth(1).unwrap()),
+        "{out}"
+    );
+
+    // Neither is usable (a directory, an empty file): both named, then the refusal.
+    std::fs::remove_file(ssh.join("id_ed25519.pub")).unwrap();
+    std::fs::create_dir(ssh.join("id_ed25519.pub")).unwrap();
+    std::fs::write(ssh.join("id_rsa.pub"), "\n").unwrap();
+    let err = fails(&env.run(&create), 3);
+    assert!(
+        err.contains(&skipped) && err.contains("cannot read"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "skipped the SSH public key {}/id_rsa.pub: it is empty",
+            ssh.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("no SSH public key"), "{err}");
+
+    // Absent keys are not worth a warning.
+    std::fs::remove_dir(ssh.join("id_ed25519.pub")).unwrap();
+    std::fs::remove_file(ssh.join("id_rsa.pub")).unwrap();
+    let err = fails(&env.run(&create), 3);
+    assert!(!err.contains("skipped"), "{err}");
 }

@@ -7,57 +7,27 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::support::cli::Env;
 use crate::support::fakekube::{FakeKube, node, pod};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new(cluster: &str) -> Env {
-        let env = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        let o = env.run_blocking(&[
-            "create",
-            "cluster",
-            cluster,
-            "--cloud",
-            "aws",
-            "--zones",
-            "eu-west-1a",
-            "--ssh-public-key",
-            KEY,
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        env
-    }
-
-    fn cmd(&self, args: &[&str]) -> std::process::Command {
-        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("kprov"));
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env(
-                "KPROV_STATE_STORE",
-                format!("file://{}", self.dir.path().join("state").display()),
-            )
-            .env("NO_COLOR", "1")
-            .args(args);
-        c
-    }
-
-    fn run_blocking(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("runs")
-    }
-
-    /// The fake API is served by this test's runtime: the child must not block it.
-    async fn run(&self, args: &[&str]) -> Output {
-        let mut c = tokio::process::Command::from(self.cmd(args));
-        c.output().await.expect("runs")
-    }
+/// A scratch environment holding one AWS cluster spec (no cloud is contacted).
+fn env_with(cluster: &str) -> Env {
+    let env = Env::new();
+    let o = env.run(&[
+        "create",
+        "cluster",
+        cluster,
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    env
 }
 
 fn out(o: &Output) -> String {
@@ -71,8 +41,10 @@ fn out(o: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_addons_prints_the_manifests_applied() {
-    let env = Env::new("addons.example.com");
-    let o = env.run(&["get", "addons", "addons.example.com"]).await;
+    let env = env_with("addons.example.com");
+    let o = env
+        .run_async(&["get", "addons", "addons.example.com"])
+        .await;
     assert!(o.status.success(), "{}", out(&o));
     let yaml = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -93,11 +65,11 @@ async fn get_addons_prints_the_manifests_applied() {
 async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
     let fake = Arc::new(FakeKube::start().await);
     fake.put(node("cp1", true, false, true, None));
-    let env = Env::new("live.example.com");
+    let env = env_with("live.example.com");
     let kc = fake.kubeconfig.display().to_string();
 
     let o = env
-        .run(&[
+        .run_async(&[
             "update",
             "addons",
             "live.example.com",
@@ -147,7 +119,7 @@ async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
         }
     });
     let o = env
-        .run(&[
+        .run_async(&[
             "update",
             "addons",
             "live.example.com",
@@ -167,7 +139,7 @@ async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
 
     fake.clear_requests();
     let o = env
-        .run(&[
+        .run_async(&[
             "update",
             "addons",
             "live.example.com",
@@ -192,7 +164,7 @@ async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validate_cluster_exit_code_follows_health() {
     let fake = FakeKube::start().await;
-    let env = Env::new("health.example.com");
+    let env = env_with("health.example.com");
     let kc = fake.kubeconfig.display().to_string();
     fake.put(node(
         "cp1",
@@ -241,7 +213,7 @@ async fn validate_cluster_exit_code_follows_health() {
     ));
 
     let o = env
-        .run(&[
+        .run_async(&[
             "validate",
             "cluster",
             "health.example.com",
@@ -264,7 +236,7 @@ async fn validate_cluster_exit_code_follows_health() {
         Some("aws:///eu-west-1a/i-2"),
     ));
     let o = env
-        .run(&[
+        .run_async(&[
             "validate",
             "cluster",
             "health.example.com",
@@ -282,8 +254,10 @@ async fn validate_cluster_exit_code_follows_health() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn addon_commands_without_credentials_say_how_to_get_them() {
-    let env = Env::new("fresh.example.com");
-    let o = env.run(&["validate", "cluster", "fresh.example.com"]).await;
+    let env = env_with("fresh.example.com");
+    let o = env
+        .run_async(&["validate", "cluster", "fresh.example.com"])
+        .await;
     assert_eq!(o.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("kprov update cluster fresh.example.com --yes"),

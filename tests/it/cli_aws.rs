@@ -3,37 +3,13 @@
 
 use std::process::Output;
 
-use assert_cmd::Command;
-
 use std::sync::Arc;
 
+use crate::support::cli::Env;
 use crate::support::cloudlab::{CloudLab, VERSION};
-use crate::support::moto::moto;
 
 /// moto carries only old Ubuntu images; the owner prefix is what users write too.
 const IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*";
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn run(&self, args: &[&str]) -> Output {
-        let mut c = Command::cargo_bin("kprov").expect("binary");
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env(
-                "KPROV_STATE_STORE",
-                format!("file://{}", self.dir.path().join("state").display()),
-            )
-            .env("NO_COLOR", "1");
-        for (k, v) in moto().env() {
-            c.env(k, v);
-        }
-        c.args(args).output().expect("runs")
-    }
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -199,9 +175,7 @@ fn ha_private_cluster_through_the_cli() {
 
 #[test]
 fn update_of_a_missing_cluster_names_the_store() {
-    let env = Env {
-        dir: tempfile::tempdir().unwrap(),
-    };
+    let env = Env::new().with_moto();
     let err = env.run(&["update", "cluster", "nope.example.com"]);
     assert_eq!(err.status.code(), Some(1));
     assert!(

@@ -4,52 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 
-use assert_cmd::Command;
-
+use crate::support::cli::Env;
 use crate::support::moto::moto;
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        Env {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
-    }
-
-    /// No AWS settings at all: HOME is an empty directory.
-    fn bare(&self, args: &[&str]) -> Command {
-        let mut c = Command::cargo_bin("kprov").expect("binary");
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env(
-                "KPROV_STATE_STORE",
-                format!("file://{}", self.state().display()),
-            )
-            .env("NO_COLOR", "1")
-            .args(args);
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let mut c = self.bare(args);
-        for (k, v) in moto().env() {
-            c.env(k, v);
-        }
-        c.output().expect("runs")
-    }
-}
 
 fn out(o: &Output) -> String {
     format!(
@@ -126,7 +86,7 @@ fn no_debug_dump(err: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_with_errors_exits_1_preview_or_apply() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     // The DNS zone kprov must adopt does not exist: the plan has an error.
     let name = "gate.no-such-zone-kprov.test";
     code(
@@ -164,7 +124,7 @@ async fn a_plan_with_errors_exits_1_preview_or_apply() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zone_ec2_does_not_have_is_refused_before_anything_is_created() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let name = "zonetypo.k8s.local";
     // Syntax alone cannot tell: us-east-1z looks like a zone of us-east-1.
     code(
@@ -200,7 +160,7 @@ async fn a_zone_ec2_does_not_have_is_refused_before_anything_is_created() {
 
 #[test]
 fn a_refused_create_writes_nothing_and_says_how_to_fix_it() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let create = |extra: &[&str]| {
         let mut args = vec!["create", "cluster", "r.example.com", "--cloud", "aws"];
         args.extend_from_slice(extra);
@@ -239,7 +199,7 @@ fn a_refused_create_writes_nothing_and_says_how_to_fix_it() {
 
 #[test]
 fn sdk_errors_show_the_service_code_and_message() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let mut c = env.bare(&["get", "clusters"]);
     for (k, v) in moto().env() {
         c.env(k, v);
@@ -259,7 +219,7 @@ fn sdk_errors_show_the_service_code_and_message() {
 
 #[test]
 fn missing_credentials_say_which_chain_was_tried() {
-    let env = Env::new();
+    let env = Env::new().with_moto();
     let aws_env = |c: &mut Command| {
         // Nothing may leave loopback: the endpoint is moto's, IMDS is off.
         c.env("AWS_ENDPOINT_URL", &moto().env()[0].1)

@@ -5,6 +5,7 @@ mod support;
 mod addons;
 mod aws;
 mod aws_lifecycle;
+mod certificates;
 mod cli;
 mod cli_addons;
 mod cli_aws;

@@ -4,60 +4,25 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use crate::support::cli::Env;
 use crate::support::fakekube::FakeKube;
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        Env {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
-    }
-
-    fn cmd(&self, args: &[&str]) -> std::process::Command {
-        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("kprov"));
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env(
-                "KPROV_STATE_STORE",
-                format!("file://{}", self.state().display()),
-            )
-            .env("NO_COLOR", "1")
-            .args(args);
-        c
-    }
-
-    /// The fake API is served by this test's runtime: the child must not block it.
-    async fn run(&self, args: &[&str]) -> Output {
-        let mut c = tokio::process::Command::from(self.cmd(args));
-        c.output().await.expect("runs")
-    }
-
-    fn create(&self, cluster: &str) {
-        let mut o = self.cmd(&[
-            "create",
-            "cluster",
-            cluster,
-            "--cloud",
-            "aws",
-            "--zones",
-            "eu-west-1a",
-            "--ssh-public-key",
-            KEY,
-        ]);
-        let o = o.output().expect("runs");
-        assert!(o.status.success(), "{}", out(&o));
-    }
+/// Writes one AWS cluster spec (no cloud is contacted).
+fn create(env: &Env, cluster: &str) {
+    let o = env.run(&[
+        "create",
+        "cluster",
+        cluster,
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
+    ]);
+    assert!(o.status.success(), "{}", out(&o));
 }
 
 fn out(o: &Output) -> String {
@@ -87,7 +52,7 @@ async fn a_stored_kubeconfig_that_runs_a_command_is_refused() {
     let fake = FakeKube::start().await;
     let env = Env::new();
     let name = "tampered.example.com";
-    env.create(name);
+    create(&env, name);
     let marker = env.dir.path().join("pwned");
     let secrets = env.state().join(name).join("secrets");
     std::fs::create_dir_all(&secrets).unwrap();
@@ -103,7 +68,7 @@ async fn a_stored_kubeconfig_that_runs_a_command_is_refused() {
         vec!["update", "addons", name, "--yes"],
         vec!["export", "kubeconfig", name],
     ] {
-        let o = env.run(&args).await;
+        let o = env.run_async(&args).await;
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", out(&o));
         assert!(
@@ -130,7 +95,7 @@ async fn the_users_own_kubeconfig_may_use_an_exec_plugin() {
     let fake = FakeKube::start().await;
     let env = Env::new();
     let name = "own.example.com";
-    env.create(name);
+    create(&env, name);
     let marker = env.dir.path().join("plugin-ran");
     let mine = env.dir.path().join("mine.conf");
     std::fs::write(
@@ -139,7 +104,7 @@ async fn the_users_own_kubeconfig_may_use_an_exec_plugin() {
     )
     .unwrap();
     let o = env
-        .run(&[
+        .run_async(&[
             "validate",
             "cluster",
             name,
@@ -160,7 +125,7 @@ fn a_failed_edit_is_kept_private_and_no_symlink_is_followed() {
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
     let name = "private.example.com";
-    env.create(name);
+    create(&env, name);
     let tmp = env.dir.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let victim = env.dir.path().join("victim");

@@ -497,7 +497,8 @@ impl TestHost {
         fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default()
     }
 
-    fn pid(&self) -> u32 {
+    /// The host's sshd, whose namespaces are the host's (`nsenter -t PID`).
+    pub fn pid(&self) -> u32 {
         self.sshd
             .lock()
             .expect("sshd lock")

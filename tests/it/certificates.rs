@@ -1,0 +1,585 @@
+//! `get certificates`, `rotate certificates` and the certificate warning of `validate
+//! cluster`, end to end: the real binary against sshd test hosts provisioned by kprov with
+//! the stand-in kubeadm, which writes real certificates (openssl) and renews them for real.
+//!
+//! The hosts share a lab CA (as kubeadm's uploaded certificates make control planes share
+//! theirs) and get certificates valid for 10 days, so the 30-day warning fires and a renewal
+//! (365 days) moves every date. The kubelet is played for kube-apiserver only
+//! ([`ApiServers`]): while its manifest is in /etc/kubernetes/manifests an `openssl
+//! s_server` serves the host's apiserver certificate on 6443, and it is restarted (reading
+//! the certificate again) when the manifest comes back, so the health step's check that the
+//! renewed certificate is served passes only if kprov really restarted the static pods.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::metal::{Lab, VERSION, kprov_inventory, show};
+use crate::support::testhosts::TestHost;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[track_caller]
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}", show(o));
+    text(&o.stdout)
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+fn host<'a>(lab: &'a Lab, name: &str) -> &'a TestHost {
+    lab.th
+        .hosts
+        .iter()
+        .find(|h| h.name == name)
+        .unwrap_or_else(|| panic!("no test host {name}"))
+}
+
+/// openssl's reading of a certificate's notAfter (ISO 8601, as `2027-11-22T21:34:04Z`) in a
+/// host file, or in the client certificate a kubeconfig embeds.
+fn openssl_not_after(h: &TestHost, path: &str, kubeconfig: bool) -> String {
+    let source = if kubeconfig {
+        format!("sed -n 's/^ *client-certificate-data: *//p' {path} | base64 -d")
+    } else {
+        format!("cat {path}")
+    };
+    let out = h
+        .exec(&format!(
+            "{source} | openssl x509 -noout -enddate -dateopt iso_8601"
+        ))
+        .unwrap_or_else(|e| panic!("{}: {path}: {e}", h.name));
+    // notAfter=2027-11-22 21:34:04Z
+    out.trim()
+        .trim_start_matches("notAfter=")
+        .replacen(' ', "T", 1)
+}
+
+/// The kube-apiserver static pod as the kubelet would run it: see the module docs.
+struct ApiServers {
+    stop: Arc<AtomicBool>,
+    /// (host, ns timestamp) of every start.
+    starts: Arc<Mutex<Vec<(String, u128)>>>,
+    pids: Arc<Mutex<BTreeMap<String, u32>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn kill(pid: u32) {
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl ApiServers {
+    fn start(lab: &Lab, names: &[&str]) -> ApiServers {
+        let hosts: Vec<(String, std::path::PathBuf, u32)> = names
+            .iter()
+            .map(|n| {
+                let h = host(lab, n);
+                (
+                    n.to_string(),
+                    h.upper_path("/etc/kubernetes/manifests/kube-apiserver.yaml"),
+                    h.pid(),
+                )
+            })
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let pids = Arc::new(Mutex::new(BTreeMap::new()));
+        let thread = {
+            let (stop, starts, pids) = (stop.clone(), starts.clone(), pids.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    for (name, manifest, sshd) in &hosts {
+                        let running = pids.lock().unwrap().get(name).copied();
+                        match (manifest.exists(), running) {
+                            (true, None) => {
+                                let out = Command::new("nsenter")
+                                    .args(["-t", &sshd.to_string(), "-m", "-u", "-n", "--"])
+                                    .args([
+                                        "sh",
+                                        "-c",
+                                        "openssl s_server -4 -accept 6443 -www -quiet \
+                                         -cert /etc/kubernetes/pki/apiserver.crt \
+                                         -key /etc/kubernetes/pki/apiserver.key \
+                                         </dev/null >/dev/null 2>&1 & echo $!",
+                                    ])
+                                    .output();
+                                if let Ok(pid) = out
+                                    .map(|o| text(&o.stdout))
+                                    .unwrap_or_default()
+                                    .trim()
+                                    .parse::<u32>()
+                                {
+                                    pids.lock().unwrap().insert(name.clone(), pid);
+                                    starts.lock().unwrap().push((name.clone(), now_ns()));
+                                }
+                            }
+                            (false, Some(pid)) => {
+                                kill(pid);
+                                pids.lock().unwrap().remove(name);
+                            }
+                            _ => {}
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+        ApiServers {
+            stop,
+            starts,
+            pids,
+            thread: Some(thread),
+        }
+    }
+
+    fn starts_on(&self, name: &str) -> Vec<u128> {
+        self.starts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(h, _)| h == name)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+}
+
+impl Drop for ApiServers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        for pid in self
+            .pids
+            .lock()
+            .map(|p| p.values().copied().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            kill(pid);
+        }
+    }
+}
+
+/// host → certificate name → (state, notAfter, residualSeconds), from `-o json`.
+type Seen = BTreeMap<String, BTreeMap<String, (String, String, i64)>>;
+
+fn certificates(lab: &Lab, name: &str) -> (Seen, Value) {
+    let o = lab.kprov(&["get", "certificates", name, "-o", "json"]);
+    let v: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}\n{}", show(&o)));
+    let mut seen = Seen::new();
+    for h in v["hosts"].as_array().expect("hosts") {
+        let host = h["host"].as_str().unwrap().to_string();
+        let certs = seen.entry(host).or_default();
+        for c in h["certificates"].as_array().unwrap() {
+            certs.insert(
+                c["name"].as_str().unwrap().to_string(),
+                (
+                    c["state"].as_str().unwrap().to_string(),
+                    c["notAfter"].as_str().unwrap_or("").to_string(),
+                    c["residualSeconds"].as_i64().unwrap_or(i64::MIN),
+                ),
+            );
+        }
+    }
+    (seen, v)
+}
+
+fn kubeadm_certs_calls(lab: &Lab, name: &str) -> Vec<u128> {
+    host(lab, name)
+        .standin_calls()
+        .into_iter()
+        .filter(|(_, c)| c.starts_with("kubeadm certs"))
+        .map(|(t, _)| t)
+        .collect()
+}
+
+const LEAVES: [(&str, &str, bool); 11] = [
+    ("admin.conf", "/etc/kubernetes/admin.conf", true),
+    ("apiserver", "/etc/kubernetes/pki/apiserver.crt", false),
+    (
+        "apiserver-etcd-client",
+        "/etc/kubernetes/pki/apiserver-etcd-client.crt",
+        false,
+    ),
+    (
+        "apiserver-kubelet-client",
+        "/etc/kubernetes/pki/apiserver-kubelet-client.crt",
+        false,
+    ),
+    (
+        "controller-manager.conf",
+        "/etc/kubernetes/controller-manager.conf",
+        true,
+    ),
+    (
+        "etcd-healthcheck-client",
+        "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
+        false,
+    ),
+    ("etcd-peer", "/etc/kubernetes/pki/etcd/peer.crt", false),
+    ("etcd-server", "/etc/kubernetes/pki/etcd/server.crt", false),
+    (
+        "front-proxy-client",
+        "/etc/kubernetes/pki/front-proxy-client.crt",
+        false,
+    ),
+    ("scheduler.conf", "/etc/kubernetes/scheduler.conf", true),
+    ("super-admin.conf", "/etc/kubernetes/super-admin.conf", true),
+];
+const CPS: [&str; 3] = ["host1", "host2", "host3"];
+const CAS: [(&str, &str); 3] = [
+    ("ca", "/etc/kubernetes/pki/ca.crt"),
+    ("etcd-ca", "/etc/kubernetes/pki/etcd/ca.crt"),
+    ("front-proxy-ca", "/etc/kubernetes/pki/front-proxy-ca.crt"),
+];
+
+#[test]
+fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane_at_a_time() {
+    let lab = Lab::start(4);
+    let name = "certs.metal.example.com";
+    let ca = lab.dir.path().join("ca");
+    std::fs::create_dir_all(&ca).unwrap();
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args([
+            "-nodes",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=kubernetes",
+            "-keyout",
+        ])
+        .arg(ca.join("ca.key"))
+        .arg("-out")
+        .arg(ca.join("ca.crt"))
+        .output()
+        .expect("openssl");
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    for h in &lab.th.hosts {
+        h.exec(&format!(
+            "mkdir -p /etc/kprov-standins && cp {d}/ca.crt {d}/ca.key /etc/kprov-standins/ && echo 10 > /etc/kprov-standins/cert-days",
+            d = ca.display()
+        ))
+        .expect("lab CA");
+    }
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(
+            &lab,
+            &[
+                ("host1", "control-plane"),
+                ("host2", "control-plane"),
+                ("host3", "control-plane"),
+                ("host4", "node"),
+            ],
+        ),
+    );
+    ok(&lab.kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        &inv,
+        "--kubernetes-version",
+        VERSION,
+    ]));
+    lab.use_mirror(name, None);
+    ok(&lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]));
+    let api = ApiServers::start(&lab, &["host1", "host2", "host3"]);
+
+    // get: the expiry openssl reads in each file, on both control planes, not the worker.
+    let (before, json) = certificates(&lab, name);
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        ["host1", "host2", "host3"],
+        "{json:#}"
+    );
+    for cp in CPS {
+        let h = host(&lab, cp);
+        for (cert, path, kubeconfig) in LEAVES {
+            if cert == "super-admin.conf" && cp != "host1" {
+                // kubeadm writes it on the first control plane only.
+                assert_eq!(before[cp][cert].0, "missing", "{cp} {cert}");
+                continue;
+            }
+            let (state, not_after, residual) = &before[cp][cert];
+            assert_eq!(state, "valid", "{cp} {cert}: {json:#}");
+            assert_eq!(
+                *not_after,
+                openssl_not_after(h, path, kubeconfig),
+                "{cp} {cert}"
+            );
+            assert!(
+                (9 * 86_400..=10 * 86_400).contains(residual),
+                "{cp} {cert}: {residual}"
+            );
+        }
+        for (cert, path) in CAS {
+            assert_eq!(
+                before[cp][cert].1,
+                openssl_not_after(h, path, false),
+                "{cp} {cert}"
+            );
+        }
+        // The kubelet's own client certificate, which kubeadm leaves to the kubelet.
+        let kubelet = "/var/lib/kubelet/pki/kubelet-client-current.pem";
+        assert_eq!(
+            before[cp]["kubelet-client"].1,
+            openssl_not_after(h, kubelet, false),
+            "{cp}"
+        );
+    }
+    let o = lab.kprov(&["get", "certificates", name]);
+    let table = ok(&o);
+    for want in [
+        "HOST",
+        "RESIDUAL TIME",
+        "host1",
+        "host2",
+        "etcd-peer",
+        "front-proxy-ca",
+        "9d",
+    ] {
+        assert!(table.contains(want), "{want}: {table}");
+    }
+    assert!(!table.contains("host4"), "{table}");
+    let err = text(&o.stderr);
+    assert!(err.contains("expire within 30 days"), "{err}");
+    assert!(
+        err.contains(&format!("kprov rotate certificates {name} --yes")),
+        "{err}"
+    );
+
+    // validate warns (its API checks fail here: the fake API server is no Kubernetes API).
+    let o = lab.kprov(&["validate", "cluster", name]);
+    assert!(
+        text(&o.stderr).contains("expire within 30 days"),
+        "{}",
+        show(&o)
+    );
+
+    // The preview: the order, nothing renewed, nothing stored.
+    let admin_key = lab.store_dir().join(name).join("secrets/admin.conf");
+    let admin_before = std::fs::read(&admin_key).expect("stored admin kubeconfig");
+    let o = lab.kprov(&["rotate", "certificates", name]);
+    ok(&o);
+    assert!(
+        text(&o.stderr).contains("host1 → host2 → host3"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        text(&o.stderr).contains("Must specify --yes"),
+        "{}",
+        show(&o)
+    );
+    assert!(kubeadm_certs_calls(&lab, "host1").is_empty());
+
+    // A control plane that is not this cluster's: refused before anything is renewed.
+    let h2 = host(&lab, "host2");
+    let marker = h2.exec("cat /var/lib/kprov/owner").expect("marker");
+    h2.exec("printf 'uid=ffffffffffffffff\\ncluster=other.example.com\\nstore=file:///elsewhere\\n' > /var/lib/kprov/owner")
+        .expect("foreign marker");
+    let o = lab.kprov(&[
+        "rotate",
+        "certificates",
+        name,
+        "--yes",
+        "--static-pod-wait",
+        "1s",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("host2") && err.contains("other.example.com"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was renewed"), "{err}");
+    for cp in CPS {
+        assert!(kubeadm_certs_calls(&lab, cp).is_empty(), "{cp} renewed");
+    }
+    let o = lab.kprov(&["get", "certificates", name]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("host2: certificates not read"),
+        "{}",
+        show(&o)
+    );
+    h2.exec(&format!(
+        "cat > /var/lib/kprov/owner <<'KPROV_EOF'\n{}\nKPROV_EOF",
+        marker.trim_end()
+    ))
+    .expect("marker back");
+    assert_eq!(
+        h2.exec("cat /var/lib/kprov/owner").unwrap().trim(),
+        marker.trim()
+    );
+
+    // The rotation.
+    let started = Instant::now();
+    let o = lab.kprov(&[
+        "rotate",
+        "certificates",
+        name,
+        "--yes",
+        "--static-pod-wait",
+        "1s",
+        "--health-timeout",
+        "60s",
+    ]);
+    ok(&o);
+    let took = started.elapsed();
+    let err = text(&o.stderr);
+    assert!(err.contains("Stored the renewed admin kubeconfig"), "{err}");
+    assert!(
+        err.find("host1: renewed").unwrap() < err.find("host2: certificates: kubeadm").unwrap(),
+        "{err}"
+    );
+    let renewals: Vec<Vec<u128>> = CPS.iter().map(|h| kubeadm_certs_calls(&lab, h)).collect();
+    assert!(
+        renewals.iter().all(|r| r.len() == 1),
+        "one renewal per control plane: {renewals:?}"
+    );
+    assert!(
+        kubeadm_certs_calls(&lab, "host4").is_empty(),
+        "a worker renewed"
+    );
+    // Each API server was restarted (and served the renewed certificate) before the next
+    // control plane began.
+    for (i, cp) in CPS.iter().enumerate() {
+        let from = renewals[i][0];
+        let until = renewals.get(i + 1).map_or(u128::MAX, |r| r[0]);
+        let restarts = api.starts_on(cp);
+        assert!(
+            restarts.iter().any(|t| *t > from && *t < until),
+            "{cp}: restarts {restarts:?}, renewals {renewals:?}"
+        );
+    }
+    for cp in CPS {
+        let h = host(&lab, cp);
+        for m in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "etcd",
+        ] {
+            assert!(
+                h.read_upper(&format!("/etc/kubernetes/manifests/{m}.yaml"))
+                    .is_some(),
+                "{cp}: {m} manifest not back"
+            );
+        }
+    }
+
+    // Every leaf moved by about a year; the CAs did not; openssl agrees.
+    let (after, json) = certificates(&lab, name);
+    let day = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap_or_else(|e| panic!("{s}: {e}"))
+            .timestamp()
+    };
+    for cp in CPS {
+        let h = host(&lab, cp);
+        for (cert, path, kubeconfig) in LEAVES {
+            if cert == "super-admin.conf" && cp != "host1" {
+                assert_eq!(after[cp][cert].0, "missing", "{cp} {cert}");
+                continue;
+            }
+            let (state, not_after, _) = &after[cp][cert];
+            assert_eq!(state, "valid", "{cp} {cert}: {json:#}");
+            assert_eq!(
+                *not_after,
+                openssl_not_after(h, path, kubeconfig),
+                "{cp} {cert}"
+            );
+            let moved = day(not_after) - day(&before[cp][cert].1);
+            assert!(moved > 350 * 86_400, "{cp} {cert} moved {moved}s");
+        }
+        for cert in CAS.iter().map(|(c, _)| *c).chain(["kubelet-client"]) {
+            assert_eq!(after[cp][cert].1, before[cp][cert].1, "{cp} {cert}");
+        }
+    }
+    let o = lab.kprov(&["get", "certificates", name]);
+    ok(&o);
+    assert!(
+        !text(&o.stderr).contains("expire within 30 days"),
+        "{}",
+        show(&o)
+    );
+
+    // The stored admin kubeconfig is the renewed one.
+    let admin_after = std::fs::read(&admin_key).expect("stored admin kubeconfig");
+    assert_ne!(admin_after, admin_before, "admin kubeconfig not refreshed");
+    let stored = lab.write("stored-admin.conf", &text(&admin_after));
+    let h1 = host(&lab, "host1");
+    assert_eq!(
+        openssl_not_after(h1, &stored, true),
+        openssl_not_after(h1, "/etc/kubernetes/admin.conf", true)
+    );
+    eprintln!("rotation of 3 control planes (1 s static pod wait): {took:?}");
+
+    // host2's API server does not come back: the rotation stops there, host3 is left alone,
+    // host2's manifests are back in place, and the error says where and why.
+    drop(api);
+    let _api = ApiServers::start(&lab, &["host1", "host3"]);
+    let o = lab.kprov(&[
+        "rotate",
+        "certificates",
+        name,
+        "--yes",
+        "--static-pod-wait",
+        "1s",
+        "--health-timeout",
+        "3s",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("host2: the rotation stopped here")
+            && err.contains("kube-apiserver not healthy after 3s"),
+        "{err}"
+    );
+    assert!(err.contains("not rotated: host3"), "{err}");
+    let counts: Vec<usize> = CPS
+        .iter()
+        .map(|h| kubeadm_certs_calls(&lab, h).len())
+        .collect();
+    assert_eq!(counts, [2, 2, 1], "renewals per control plane");
+    assert!(
+        host(&lab, "host2")
+            .read_upper("/etc/kubernetes/manifests/kube-apiserver.yaml")
+            .is_some(),
+        "host2's manifests were left aside"
+    );
+}

@@ -1,0 +1,103 @@
+//! The kprov binary as a user runs it: one scratch HOME and state store per test, so nothing
+//! leaks between tests or from the machine (its `~/.ssh`, `~/.aws`, `~/.kube`).
+//!
+//! The environment is cleared except PATH; AWS settings are passed only when the test asks
+//! for moto ([`Env::with_moto`]), so a test that must not reach a cloud cannot by accident.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::support::moto::moto;
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    store: String,
+    moto: bool,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Env::new()
+    }
+}
+
+impl Env {
+    /// A scratch HOME with a `file://` store in it (`<HOME>/state`).
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = format!("file://{}", dir.path().join("state").display());
+        Env {
+            dir,
+            store,
+            moto: false,
+        }
+    }
+
+    /// A scratch HOME with another store (an `s3://` URL on moto).
+    pub fn with_store(store: String) -> Env {
+        Env {
+            dir: tempfile::tempdir().expect("tempdir"),
+            store,
+            moto: false,
+        }
+    }
+
+    /// Every command of this environment talks to the shared moto server.
+    pub fn with_moto(mut self) -> Env {
+        self.moto = true;
+        self
+    }
+
+    pub fn home(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A path inside the scratch HOME.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The directory of the default `file://` store.
+    pub fn state(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    pub fn store(&self) -> &str {
+        &self.store
+    }
+
+    /// The command without any AWS settings, whatever [`Env::with_moto`] said.
+    pub fn bare(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(assert_cmd::cargo::cargo_bin("kprov"));
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            // Temporary files (an unsaved edit's kept copy) stay inside the test's directory.
+            .env("TMPDIR", self.dir.path())
+            .env("KPROV_STATE_STORE", &self.store)
+            .env("NO_COLOR", "1")
+            .args(args);
+        c
+    }
+
+    /// The command, with moto's settings when the environment has them.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = self.bare(args);
+        if self.moto {
+            c.envs(moto().env());
+        }
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("runs")
+    }
+
+    /// For tests whose runtime serves a fake (the Kubernetes API): the child must not block it.
+    pub async fn run_async(&self, args: &[&str]) -> Output {
+        tokio::process::Command::from(self.cmd(args))
+            .output()
+            .await
+            .expect("runs")
+    }
+}
