@@ -564,10 +564,19 @@ impl Kube {
                     });
                 }
             }
-            let attempts = stream::iter(due.iter().map(|&i| {
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), &tracked[i].namespace);
-                let name = tracked[i].name.clone();
-                async move {
+            let requests: Vec<(usize, Api<Pod>, String)> = due
+                .iter()
+                .map(|&i| {
+                    let t = &tracked[i];
+                    (
+                        i,
+                        Api::namespaced(self.client.clone(), &t.namespace),
+                        t.name.clone(),
+                    )
+                })
+                .collect();
+            let attempts = stream::iter(requests)
+                .map(|(i, api, name)| async move {
                     let r = match api.evict(&name, &EvictParams::default()).await {
                         Ok(_) => Ok(Attempt::Accepted),
                         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Attempt::Gone),
@@ -577,10 +586,9 @@ impl Kube {
                         Err(e) => Err(e),
                     };
                     (i, r)
-                }
-            }))
-            .buffer_unordered(EVICTION_CONCURRENCY)
-            .collect::<Vec<_>>();
+                })
+                .buffer_unordered(EVICTION_CONCURRENCY)
+                .collect::<Vec<_>>();
             let attempts = match tokio::time::timeout_at(deadline, attempts).await {
                 Ok(a) => a,
                 Err(_) => return Err(timeout(&tracked)),
