@@ -12,6 +12,7 @@ mod cli_truth;
 mod cloudlab;
 mod drain;
 mod faults;
+mod instance;
 mod metal;
 mod provision;
 mod race;
