@@ -1,18 +1,23 @@
 //! `delete instance CLUSTER NODE [--yes]`: the command over `ops::instance` (preview, then
 //! drain, etcd member, reset, Node object, spec). Renders the plan and the progress.
 //!
+//! On AWS: drain, terminate the instance in its Auto Scaling group (replaced, or the group
+//! shrinks with `--decrement-desired-capacity`), delete the Node object.
+//!
 //! Exit codes: 0 removed (or previewed); 1 refused (last control plane, etcd quorum, pods
-//! that would be lost, a spec left invalid) or failed (drain timed out: the node stays
+//! that would be lost; on AWS a control plane, or a group below its minimum) or failed (drain timed out: the node stays
 //! cordoned and nothing else changed; host not reset); 4 the cluster's lock is held.
 
 use std::sync::Arc;
 
 use super::commands::{Ctx, LOCK_LEASE};
 use super::{DeleteInstanceArgs, exit};
+use crate::cloud::aws::instances::{AwsInstances, SshReach};
 use crate::kube::{Disposition, DrainEvent, DrainOptions, EvictOptions, Kube};
+use crate::ops::instance::AwsRemovalPlan;
 use crate::ops::instance::{self as ops, EtcdPlan, RemovalPlan, RemoveEvent, RemoveEvents};
 use crate::output::{Format, Printer, Table};
-use crate::spec::{CloudProvider, Cluster};
+use crate::spec::{CloudProvider, Cluster, InstanceGroup};
 use crate::state::lock;
 
 /// The API client for the cluster. One call, so moving the client into `ops` is a one-line
@@ -75,20 +80,7 @@ fn render_plan(ctx: &Ctx, plan: &RemovalPlan) -> anyhow::Result<()> {
         },
     ]);
     let mut out = t.render();
-    let evict = plan.to_evict();
-    out.push_str(&format!("\nPods to evict ({}):", evict.len()));
-    for p in &evict {
-        out.push_str(&format!("\n  {p}"));
-    }
-    for (p, d) in &plan.pods {
-        match d {
-            Disposition::Skip(why) => out.push_str(&format!("\n  {p}: left alone ({why})")),
-            Disposition::Refuse(why) => {
-                out.push_str(&format!("\n  {p}: REFUSED ({})", why.join("; ")))
-            }
-            Disposition::Evict => {}
-        }
-    }
+    out.push_str(&pods_text(&plan.pods));
     out.push_str("\netcd: ");
     out.push_str(&match &plan.etcd {
         EtcdPlan::NoEtcd => "no etcd member on this host".to_string(),
@@ -133,11 +125,30 @@ fn render_plan(ctx: &Ctx, plan: &RemovalPlan) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn preview_value(plan: &RemovalPlan) -> anyhow::Result<serde_json::Value> {
-    let mut v = serde_json::to_value(plan)?;
-    v["pods"] = plan
-        .pods
+fn pods_text(pods: &[(String, Disposition)]) -> String {
+    let evict: Vec<&str> = pods
         .iter()
+        .filter(|(_, d)| *d == Disposition::Evict)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    let mut out = format!("\nPods to evict ({}):", evict.len());
+    for p in &evict {
+        out.push_str(&format!("\n  {p}"));
+    }
+    for (p, d) in pods {
+        match d {
+            Disposition::Skip(why) => out.push_str(&format!("\n  {p}: left alone ({why})")),
+            Disposition::Refuse(why) => {
+                out.push_str(&format!("\n  {p}: REFUSED ({})", why.join("; ")))
+            }
+            Disposition::Evict => {}
+        }
+    }
+    out
+}
+
+fn pods_value(pods: &[(String, Disposition)]) -> serde_json::Value {
+    pods.iter()
         .map(|(p, d)| {
             let (action, why) = match d {
                 Disposition::Evict => ("evict", String::new()),
@@ -146,7 +157,12 @@ fn preview_value(plan: &RemovalPlan) -> anyhow::Result<serde_json::Value> {
             };
             serde_json::json!({ "pod": p, "action": action, "reason": why })
         })
-        .collect();
+        .collect()
+}
+
+fn preview_value(plan: &RemovalPlan) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(plan)?;
+    v["pods"] = pods_value(&plan.pods);
     Ok(v)
 }
 
@@ -186,14 +202,10 @@ fn render_events(printer: Printer, node: String) -> RemoveEvents {
 }
 
 pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Result<i32> {
-    let (cluster, _) = super::addons::resolved(ctx, &a.cluster).await?;
+    let (cluster, groups) = super::addons::resolved(ctx, &a.cluster).await?;
     let name = cluster.name();
     if cluster.spec.cloud_provider == CloudProvider::Aws {
-        // Not built yet: say so rather than pretend.
-        anyhow::bail!(
-            "delete instance is not implemented for AWS clusters yet ({name}); terminate the \
-             instance in its Auto Scaling group after draining it with kubectl"
-        );
+        return delete_aws_instance(ctx, &cluster, &groups, a).await;
     }
     if a.decrement_desired_capacity {
         anyhow::bail!("--decrement-desired-capacity applies to AWS clusters; {name} is bare metal");
@@ -242,6 +254,130 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
             ", host reset"
         } else {
             ", host not reset (no ownership marker of this cluster on it)"
+        }
+    ));
+    Ok(exit::OK)
+}
+
+fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
+    match ctx.printer.format() {
+        Format::Json | Format::Yaml => {
+            let mut v = serde_json::to_value(plan)?;
+            v["pods"] = pods_value(&plan.pods);
+            let text = if ctx.printer.format() == Format::Json {
+                serde_json::to_string_pretty(&v)?
+            } else {
+                serde_saphyr::to_string(&v)?
+            };
+            ctx.printer.data(&text);
+            return Ok(());
+        }
+        Format::Table => {}
+    }
+    let mut t = Table::new(["NODE", "INSTANCE", "GROUP", "ROLE", "NODE OBJECT"]);
+    t.row([
+        plan.node.clone(),
+        plan.instance_id.clone(),
+        plan.instance_group.clone(),
+        if plan.control_plane {
+            "control-plane".to_string()
+        } else {
+            "node".to_string()
+        },
+        match &plan.node_object {
+            Some(n) if n.unschedulable => "cordoned".to_string(),
+            Some(n) if n.ready => "Ready".to_string(),
+            Some(_) => "NotReady".to_string(),
+            None => "none".to_string(),
+        },
+    ]);
+    let mut out = t.render();
+    out.push_str(&pods_text(&plan.pods));
+    let c = plan.capacity;
+    out.push_str(&format!(
+        "\nThen: {} is terminated in {} ({}), and the Node object is deleted.",
+        plan.instance_id,
+        plan.auto_scaling_group,
+        if plan.decrement {
+            format!("desired capacity {} -> {}", c.desired, c.desired - 1)
+        } else {
+            format!(
+                "the group launches a replacement; desired capacity stays {}",
+                c.desired
+            )
+        }
+    ));
+    ctx.printer.data(&out);
+    Ok(())
+}
+
+async fn delete_aws_instance(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    a: &DeleteInstanceArgs,
+) -> anyhow::Result<i32> {
+    let name = cluster.name();
+    let cloud = super::update::aws_cloud(cluster).await?;
+    let instances = AwsInstances::new(&cloud, groups, SshReach::of(cluster, false));
+    let (kube, _client) = api(ctx, cluster, a).await?;
+    let drain = drain_options(a);
+    if !a.yes {
+        let plan = ops::plan_aws(
+            &cloud,
+            &instances,
+            &kube,
+            &a.node,
+            &drain,
+            a.decrement_desired_capacity,
+        )
+        .await?;
+        render_aws_plan(ctx, &plan)?;
+        if !plan.refusals.is_empty() {
+            for r in &plan.refusals {
+                ctx.printer.error(r);
+            }
+            return Ok(exit::ERROR);
+        }
+        ctx.printer.status(&format!(
+            "Must specify --yes to remove {} from {name}.",
+            plan.node
+        ));
+        return Ok(exit::OK);
+    }
+    let repo = ctx.repo().await?;
+    let guard = lock::acquire(repo.store().clone(), name, "delete instance", LOCK_LEASE).await?;
+    let events = render_events(Printer::new(Format::Table, 0), a.node.clone());
+    let result = ops::remove_aws(
+        &cloud,
+        &instances,
+        &kube,
+        &a.node,
+        &guard,
+        &drain,
+        a.decrement_desired_capacity,
+        &events,
+    )
+    .await;
+    let released = guard.release().await;
+    let (plan, drained) = result?;
+    released?;
+    if let Some(d) = &drained {
+        ctx.printer.status(&format!(
+            "{}: {} pod(s) evicted, {} left alone",
+            plan.node,
+            d.evicted.len(),
+            d.skipped.len()
+        ));
+    }
+    ctx.printer.success(&format!(
+        "Removed {} ({}) from {name}: {}.",
+        plan.node,
+        plan.instance_id,
+        if plan.decrement {
+            format!("{} shrank by one", plan.auto_scaling_group)
+        } else {
+            format!("{} launches a replacement", plan.auto_scaling_group)
         }
     ));
     Ok(exit::OK)

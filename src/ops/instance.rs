@@ -20,7 +20,12 @@
 //! reach such a host (its SSH details are in the record). It is kprov's own record and needs
 //! no API server, so the metal preview stays offline.
 //!
-//! Caveats: bare metal only (AWS instances are refused with a clear message for now). The
+//! On AWS ([`plan_aws`], [`remove_aws`]) the node is drained, its instance terminated through
+//! its Auto Scaling group (which launches a replacement, or with `--decrement-desired-capacity`
+//! shrinks), and its Node object deleted.
+//!
+//! Caveats: on AWS only worker instances are removed (a control plane's etcd member is not
+//! removed there yet: refused with that reason). The
 //! etcd membership is read with `crictl exec` into the running `etcd` container of another
 //! etcd host: a host whose etcd does not run as a container (e.g. installed from packages) is
 //! not supported. The preview reads the member list too; it writes the answer to a file under
@@ -33,6 +38,9 @@ use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
 use serde::Serialize;
 
+use crate::cloud::aws::AwsCloud;
+use crate::cloud::aws::GroupCapacity;
+use crate::cloud::aws::instances::AwsInstances;
 use crate::kube::{Disposition, DrainEvent, DrainOptions, DrainReport, Kube, NodeInfo};
 use crate::nodes::{self, Target};
 use crate::provision::orchestrate::{self, HostResult, Options};
@@ -551,19 +559,7 @@ pub async fn plan(
         Some(_) => kube.drain_preview(node, drain).await?,
         None => Vec::new(),
     };
-    let lost: Vec<String> = pods
-        .iter()
-        .filter_map(|(p, d)| match d {
-            Disposition::Refuse(why) => Some(format!("{p} ({})", why.join("; "))),
-            _ => None,
-        })
-        .collect();
-    if !lost.is_empty() {
-        refusals.push(format!(
-            "draining {node} would lose these pods: {}",
-            lost.join("; ")
-        ));
-    }
+    refusals.extend(refused_pods(node, &pods));
     let etcd = if refusals.iter().any(|r| r.contains("last control plane")) {
         EtcdPlan::NoEtcd
     } else {
@@ -717,6 +713,174 @@ pub async fn remove(
     }
     forget_provisioned(store.as_ref(), name, node).await?;
     Ok(report)
+}
+
+/// What removing an AWS instance means, observed read-only.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsRemovalPlan {
+    pub cluster: String,
+    /// The Node name (the instance's private DNS name).
+    pub node: String,
+    pub instance_id: String,
+    pub instance_group: String,
+    pub auto_scaling_group: String,
+    pub capacity: GroupCapacity,
+    /// Shrink the group instead of letting it launch a replacement.
+    pub decrement: bool,
+    pub control_plane: bool,
+    pub node_object: Option<NodeInfo>,
+    #[serde(skip)]
+    pub pods: Vec<(String, Disposition)>,
+    pub refusals: Vec<String>,
+}
+
+fn refused_pods(node: &str, pods: &[(String, Disposition)]) -> Option<String> {
+    let lost: Vec<String> = pods
+        .iter()
+        .filter_map(|(p, d)| match d {
+            Disposition::Refuse(why) => Some(format!("{p} ({})", why.join("; "))),
+            _ => None,
+        })
+        .collect();
+    (!lost.is_empty())
+        .then(|| format!("draining {node} would lose these pods: {}", lost.join("; ")))
+}
+
+/// Finds `node` (a Node name or an instance ID) among the cluster's instances and says what
+/// removing it means. Read-only.
+pub async fn plan_aws(
+    cloud: &AwsCloud,
+    instances: &AwsInstances,
+    kube: &Kube,
+    node: &str,
+    drain: &DrainOptions,
+    decrement: bool,
+) -> anyhow::Result<AwsRemovalPlan> {
+    let name = cloud.cluster();
+    let found = instances.discover().await?;
+    let target = found
+        .targets
+        .iter()
+        .find(|t| t.node_name == node || t.name() == node)
+        .ok_or_else(|| {
+            anyhow!(
+                "{name} has no running instance {node} (nodes: {})",
+                found
+                    .targets
+                    .iter()
+                    .map(|t| format!("{} ({})", t.node_name, t.name()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+    let group = target
+        .group
+        .clone()
+        .ok_or_else(|| anyhow!("instance {} has no instance group", target.name()))?;
+    let asg = format!("{group}.{name}");
+    let capacity = cloud.group_capacity(&asg).await?;
+    let node_name = target.node_name.clone();
+    let mut refusals = Vec::new();
+    let control_plane = target.is_control_plane();
+    if control_plane {
+        refusals.push(format!(
+            "{node_name} is a control plane: removing its etcd member is not automated on AWS \
+             yet, so kprov does not terminate it"
+        ));
+    }
+    if decrement && capacity.desired - 1 < capacity.min {
+        refusals.push(format!(
+            "--decrement-desired-capacity would take {asg} below its minimum size {} (desired \
+             {}); lower the instance group's minSize first",
+            capacity.min, capacity.desired
+        ));
+    }
+    let node_object = kube
+        .list_nodes()
+        .await?
+        .into_iter()
+        .find(|n| n.name == node_name);
+    let pods = match &node_object {
+        Some(_) => kube.drain_preview(&node_name, drain).await?,
+        None => Vec::new(),
+    };
+    refusals.extend(refused_pods(&node_name, &pods));
+    Ok(AwsRemovalPlan {
+        cluster: name.to_string(),
+        node: node_name,
+        instance_id: target.name().to_string(),
+        instance_group: group,
+        auto_scaling_group: asg,
+        capacity,
+        decrement,
+        control_plane,
+        node_object,
+        pods,
+        refusals,
+    })
+}
+
+/// Drains `node`, terminates its instance through its Auto Scaling group and deletes the Node
+/// object, under `guard`. A failed drain leaves the node cordoned and the instance running.
+#[allow(clippy::too_many_arguments)]
+pub async fn remove_aws(
+    cloud: &AwsCloud,
+    instances: &AwsInstances,
+    kube: &Kube,
+    node: &str,
+    guard: &lock::LockGuard,
+    drain: &DrainOptions,
+    decrement: bool,
+    events: &RemoveEvents,
+) -> anyhow::Result<(AwsRemovalPlan, Option<DrainReport>)> {
+    guard.check()?;
+    let plan = plan_aws(cloud, instances, kube, node, drain, decrement).await?;
+    if !plan.refusals.is_empty() {
+        bail!(
+            "refusing to remove {node} from {}: {}",
+            plan.cluster,
+            plan.refusals.join("; ")
+        );
+    }
+    let node = plan.node.clone();
+    let mut drained = None;
+    if plan.node_object.is_some() {
+        events(&RemoveEvent::Step(format!("draining {node}")));
+        let sink = {
+            let events = events.clone();
+            move |e: &DrainEvent| events(&RemoveEvent::Drain(e.clone()))
+        };
+        drained = Some(kube.drain(&node, drain, &sink).await.with_context(|| {
+            format!(
+                "{node} was not removed: its instance {} still runs; fix the cause and re-run, \
+                 or `kubectl uncordon {node}` to give up",
+                plan.instance_id
+            )
+        })?);
+    } else {
+        events(&RemoveEvent::Warning(format!(
+            "{node} has no Node object in the API: nothing to drain"
+        )));
+    }
+    guard.check()?;
+    events(&RemoveEvent::Step(format!(
+        "terminating {} in {}{}",
+        plan.instance_id,
+        plan.auto_scaling_group,
+        if decrement {
+            " (shrinking the group)"
+        } else {
+            " (the group replaces it)"
+        }
+    )));
+    cloud
+        .terminate_in_group(&plan.instance_id, decrement)
+        .await
+        .with_context(|| format!("terminating {} ({node})", plan.instance_id))?;
+    events(&RemoveEvent::Step(format!("deleting Node {node}")));
+    kube.delete_node(&node).await?;
+    Ok((plan, drained))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod cloudlab;
 mod drain;
 mod faults;
 mod instance;
+mod instance_aws;
 mod metal;
 mod provision;
 mod race;
