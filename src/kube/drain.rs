@@ -630,7 +630,13 @@ impl Kube {
                                 )
                                 .await
                                 {
-                                    Ok(r) => r?,
+                                    Ok(Ok(l)) => l,
+                                    // Naming the budget is a courtesy: a client that may not
+                                    // list budgets still drains (the message says why).
+                                    Ok(Err(e)) => {
+                                        tracing::debug!(%e, "listing PodDisruptionBudgets");
+                                        Vec::new()
+                                    }
                                     Err(_) => return Err(timeout(&tracked)),
                                 };
                                 pdb_cache.insert(t.namespace.clone(), listed);

@@ -540,3 +540,35 @@ async fn taints_are_added_once_removed_by_key_and_nodes_uncordoned_and_deleted()
     let e = kube.add_taint("w1", &taint).await.unwrap_err().to_string();
     assert!(e.contains("node w1") && e.contains("404"), "{e}");
 }
+
+#[tokio::test]
+async fn a_client_that_may_not_list_budgets_still_drains_and_reports_the_block() {
+    let (fake, kube) = three_nodes().await;
+    fake.put(rs_pod("web-1", "web", "w1"));
+    fake.put(pdb(
+        "default",
+        "web",
+        json!({"app": "web"}),
+        ("minAvailable", json!(1)),
+    ));
+    fake.forbid_list("poddisruptionbudgets");
+    let e = kube
+        .drain(
+            "w1",
+            &options(Duration::from_millis(600)),
+            &|_: &DrainEvent| {},
+        )
+        .await
+        .unwrap_err();
+    let DrainError::Timeout { stuck, .. } = &e else {
+        panic!("{e}")
+    };
+    // The budget cannot be named by selector, but the API server's own message names it.
+    assert_eq!(stuck[0].pdb, None);
+    assert!(
+        stuck[0]
+            .message
+            .contains("The disruption budget web needs 1"),
+        "{e}"
+    );
+}

@@ -91,6 +91,8 @@ struct Inner {
     /// Re-create evicted ReplicaSet pods on another schedulable node.
     replicaset_controller: bool,
     recreated: u64,
+    /// Plurals whose LIST answers 403 (a client without that permission).
+    forbidden_lists: BTreeSet<String>,
 }
 
 type Shared = Arc<Mutex<Inner>>;
@@ -315,6 +317,15 @@ impl FakeKube {
     /// schedulable, Ready node without a NoSchedule taint, or Pending when there is none.
     pub fn run_replicaset_controller(&self) {
         self.state.lock().unwrap().replicaset_controller = true;
+    }
+
+    /// LIST of `plural` answers 403 Forbidden from now on (RBAC without that verb).
+    pub fn forbid_list(&self, plural: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .forbidden_lists
+            .insert(plural.to_string());
     }
 
     /// What the disruption controller would write into a budget's status now.
@@ -827,6 +838,12 @@ async fn handle(
         )
     };
     match (&method, &t.name, t.sub.as_deref()) {
+        (&Method::GET, None, _) if st.forbidden_lists.contains(&t.plural) => status_response(
+            403,
+            "Forbidden",
+            &format!("{} is forbidden: cannot list resource", t.plural),
+            json!({ "kind": t.plural }),
+        ),
         (&Method::GET, None, _) => list(&st, &t, kind, &api_version, &query),
         (&Method::GET, Some(name), None) => {
             let key = Key {
