@@ -572,3 +572,34 @@ async fn a_client_that_may_not_list_budgets_still_drains_and_reports_the_block()
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn two_hundred_pods_are_evicted_in_parallel_within_the_bound() {
+    let (fake, kube) = three_nodes().await;
+    for i in 0..200 {
+        fake.put(rs_pod(&format!("web-{i:03}"), "web", "w1"));
+    }
+    let started = Instant::now();
+    let report = kube
+        .drain(
+            "w1",
+            &options(Duration::from_secs(20)),
+            &|_: &DrainEvent| {},
+        )
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    eprintln!("drained 200 pods in {took:?}");
+    assert_eq!(report.evicted.len(), 200);
+    assert!(pods_on(&fake, "w1").is_empty());
+    // One eviction request each (nothing blocked), and few polls of the node's pods.
+    let requests = fake.requests();
+    let evictions = requests
+        .iter()
+        .filter(|r| r.path.ends_with("/eviction"))
+        .count();
+    assert_eq!(evictions, 200);
+    let lists = requests.iter().filter(|r| r.path == "/api/v1/pods").count();
+    assert!(lists <= 5, "{lists} list calls");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
