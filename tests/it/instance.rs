@@ -12,14 +12,14 @@ use crate::support::fakekube::{FakeKube, mirror, node, owned_by, pdb, pod};
 
 struct Api {
     fake: FakeKube,
-    _rt: tokio::runtime::Runtime,
+    rt: tokio::runtime::Runtime,
 }
 
 impl Api {
     fn start() -> Api {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let fake = rt.block_on(FakeKube::start());
-        Api { fake, _rt: rt }
+        Api { fake, rt }
     }
     fn kubeconfig(&self) -> String {
         self.fake.kubeconfig.display().to_string()
@@ -195,6 +195,39 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     }
     assert!(!api.unschedulable("host1"));
     assert!(has_call(&lab, "host1", "kubeadm reset").is_none());
+
+    // Another operator holds the cluster's lock: refused (exit 4) naming them; nothing done.
+    {
+        let url = format!("file://{}", lab.store_dir().display());
+        let guard = api.rt.block_on(async {
+            let store = kprov::state::open(&url).await.expect("store");
+            kprov::state::lock::acquire(
+                store,
+                name,
+                "another operator's rolling update",
+                std::time::Duration::from_secs(60),
+            )
+            .await
+            .expect("lock")
+        });
+        let o = lab.kprov(&[
+            "delete",
+            "instance",
+            name,
+            "host2",
+            "--kubeconfig",
+            &kc,
+            "--yes",
+        ]);
+        assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+        assert!(
+            text(&o.stderr).contains("another operator's rolling update"),
+            "{}",
+            show(&o)
+        );
+        assert!(!api.unschedulable("host2"));
+        api.rt.block_on(guard.release()).expect("release");
+    }
 
     // --yes: cordon, evict (the replacement lands on host3), reset, delete the Node, spec.
     let o = lab.kprov(&[
