@@ -7,9 +7,12 @@
 //!   ([`nodes::converge`]), resetting them at `delete cluster` ([`nodes::reset`]).
 //! - [`certificates`]: every control plane's kubeadm certificates and their expiry
 //!   ([`certificates::read`]), renewal one control plane at a time ([`certificates::rotate`]).
+//! - [`instance`]: `delete instance`, one node out of the cluster (drain, etcd member, reset,
+//!   Node object, spec), and kprov's record of provisioned hosts.
 //!
 //! Caveat: `update addons`, the SSH tunnel and the AWS cloud apply still live in `cli/`
 //! (`cli/addons.rs`, `cli/update.rs`); they are the next to move.
 
 pub mod certificates;
+pub mod instance;
 pub mod nodes;

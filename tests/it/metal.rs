@@ -27,7 +27,7 @@ pub(crate) struct Lab {
     pub(crate) dir: tempfile::TempDir,
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
@@ -41,7 +41,7 @@ pub(crate) fn show(o: &Output) -> String {
 }
 
 #[track_caller]
-fn ok(o: &Output) -> String {
+pub(crate) fn ok(o: &Output) -> String {
     assert!(o.status.success(), "{}", show(o));
     text(&o.stdout)
 }
@@ -132,7 +132,7 @@ impl Lab {
         self.th.client_key.display().to_string()
     }
 
-    fn host(&self, name: &str) -> &crate::support::testhosts::TestHost {
+    pub(crate) fn host(&self, name: &str) -> &crate::support::testhosts::TestHost {
         self.th
             .hosts
             .iter()
@@ -141,7 +141,7 @@ impl Lab {
     }
 
     /// The stand-ins' calls on test host `host`: (ns timestamp, "tool args").
-    fn calls(&self, host: &str) -> Vec<(u128, String)> {
+    pub(crate) fn calls(&self, host: &str) -> Vec<(u128, String)> {
         self.host(host).standin_calls()
     }
 
@@ -176,7 +176,7 @@ impl Lab {
     }
 
     /// Changes the stored Cluster the way an operator does: `get -o yaml`, edit, `replace -f`.
-    fn edit_cluster(&self, cluster: &str, edit: impl FnOnce(&mut Cluster)) {
+    pub(crate) fn edit_cluster(&self, cluster: &str, edit: impl FnOnce(&mut Cluster)) {
         let yaml = ok(&self.kprov(&["get", "cluster", cluster, "-o", "yaml"]));
         let mut objects: Vec<Object> = spec::load_objects("stored", &yaml)
             .expect("stored objects parse")
