@@ -9,6 +9,7 @@ use super::{UpdateClusterArgs, exit};
 use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
 use crate::cloud::aws::{AwsCloud, hostkeys, wait};
 use crate::cloud::engine::{self, ApplyOptions, RenderOptions};
+use crate::nodes::plan::NodePlan;
 use crate::ops::nodes::{self as ops, NodeOptions};
 use crate::output::Format;
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
@@ -33,10 +34,26 @@ pub(super) async fn aws_cloud(cluster: &Cluster) -> anyhow::Result<AwsCloud> {
     Ok(AwsCloud::new(&sdk, cluster.name(), &[]))
 }
 
-fn print_plan(ctx: &Ctx, plan: &engine::Plan, prune: bool) -> anyhow::Result<()> {
+/// The cloud plan; `-o json|yaml` documents also carry the node plan of the running instances
+/// as `nodePlan` (docs/plan-json.md), absent while no instance runs.
+fn print_plan(
+    ctx: &Ctx,
+    plan: &engine::Plan,
+    nodes: Option<&NodePlan>,
+    prune: bool,
+) -> anyhow::Result<()> {
+    let document = || -> anyhow::Result<serde_json::Value> {
+        let mut doc = serde_json::to_value(plan)?;
+        if let (Some(n), Some(map)) = (nodes, doc.as_object_mut()) {
+            map.insert("nodePlan".into(), serde_json::to_value(n)?);
+        }
+        Ok(doc)
+    };
     match ctx.printer.format() {
-        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(plan)?),
-        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(plan)?),
+        Format::Json => ctx
+            .printer
+            .data(&serde_json::to_string_pretty(&document()?)?),
+        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(&document()?)?),
         Format::Table => ctx.printer.data(&engine::render_text(
             plan,
             RenderOptions {
@@ -66,10 +83,23 @@ async fn aws(
             .plan(cluster, groups)
             .await
             .context("planning cloud resources")?;
-        print_plan(ctx, &plan, a.prune)?;
-        plan.check().context("planning cloud resources")?;
+        let table = ctx.printer.format() == Format::Table;
+        if table {
+            // On a terminal the cloud plan shows even when the instances cannot be read.
+            print_plan(ctx, &plan, None, a.prune)?;
+        }
+        if let Err(e) = plan.check() {
+            if !table {
+                print_plan(ctx, &plan, None, a.prune)?;
+            }
+            return Err(anyhow::Error::new(e).context("planning cloud resources"));
+        }
         let cloud_pending = plan.exit_code(a.prune) == exit::CHANGES_PENDING;
-        let nodes_pending = preview_nodes(ctx, &cloud, cluster, groups, &plan, a).await?;
+        let nodes = preview_nodes(ctx, &cloud, cluster, groups, &plan, a).await?;
+        if !table {
+            print_plan(ctx, &plan, nodes.as_ref(), a.prune)?;
+        }
+        let nodes_pending = nodes.as_ref().is_some_and(|n| !n.pending().is_empty());
         let pending = cloud_pending || nodes_pending;
         if pending {
             ctx.printer.status(&format!(
@@ -133,6 +163,7 @@ async fn aws_apply(
     };
     let reach = SshReach::of(cluster, a.ssh_private_address);
     let found = AwsInstances::new(&cloud, groups, reach)
+        .through(instances::jump_name(cluster, &after))
         .discover()
         .await
         .context("finding the cluster's instances")?;
@@ -149,16 +180,24 @@ async fn aws_apply(
         return Ok(AwsOutcome::Failed(exit::ERROR));
     }
     // kprov generated the host keys: the first connection is checked strictly against them.
-    let mut expected = hostkeys::expected_known_hosts(&targets, &keys);
-    expected.extend(hostkeys::expected_known_hosts(&found.jump_hosts, &keys));
-    let differing = crate::ssh::record_expected_keys(&store, name, &expected)
+    let mut expected = hostkeys::expected_known_hosts(&targets, &keys)
         .await
+        .map_err(anyhow::Error::msg)?;
+    expected.extend(
+        hostkeys::expected_known_hosts(&found.jump_hosts, &keys)
+            .await
+            .map_err(anyhow::Error::msg)?,
+    );
+    let conflicts = crate::ssh::record_expected_keys(&store, name, &expected)
+        .await
+        .map_err(anyhow::Error::msg)
         .context("recording the instances' host keys")?;
-    for d in differing {
-        ctx.printer.warn(&format!(
-            "{d}: the state store already holds another host key for this address; the \
-             connection will be refused until the stale line is removed from {name}'s known hosts"
-        ));
+    if !conflicts.is_empty() {
+        // Neither key is trusted silently: the operator decides which one is right.
+        for c in &conflicts {
+            ctx.printer.error(&c.to_string());
+        }
+        return Ok(AwsOutcome::Failed(exit::ERROR));
     }
     let printer = crate::output::Printer::new(Format::Table, 0);
     let on_wait = move |e: wait::WaitEvent| match e {
@@ -172,8 +211,24 @@ async fn aws_apply(
             printer.status(&format!("{instance}: reached through the bastion"))
         }
     };
+    // Nodes behind the bastion are waited for by the jump itself; the way in (the bastion's
+    // name, where the user's ssh config sends it) is waited for here.
+    let mut waited = targets.clone();
+    if reach == SshReach::Bastion
+        && let Some(jump) = found.jump_hosts.first()
+    {
+        let mut j = jump.clone();
+        let (hostname, port) =
+            crate::ssh::destination(&j.host.address, j.host.user.as_deref(), j.host.port)
+                .await
+                .map_err(anyhow::Error::msg)?;
+        j.host.name = format!("bastion {}", j.host.address);
+        j.host.address = hostname;
+        j.host.port = Some(port);
+        waited.push(j);
+    }
     if let Err(late) = wait::wait_for_ssh(
-        &targets,
+        &waited,
         SSH_WAIT,
         std::time::Duration::from_secs(2),
         &on_wait,
@@ -202,8 +257,9 @@ async fn aws_apply(
 }
 
 /// The node plan of the running instances, read-only: only instances whose host key the
-/// store holds are contacted (read-only checks); the others are listed as joining. Returns
-/// whether nodes are pending. Nothing to show before the load balancer and instances exist.
+/// store holds are contacted (read-only checks); the others are listed as joining. Printed
+/// as a table on a terminal (documents carry it in the plan). None before the load balancer
+/// and instances exist.
 async fn preview_nodes(
     ctx: &Ctx,
     cloud: &AwsCloud,
@@ -211,17 +267,18 @@ async fn preview_nodes(
     groups: &[InstanceGroup],
     cloud_plan: &engine::Plan,
     a: &UpdateClusterArgs,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Option<NodePlan>> {
     let Some(lb) = instances::load_balancer_dns(cloud_plan) else {
-        return Ok(false);
+        return Ok(None);
     };
     let reach = SshReach::of(cluster, a.ssh_private_address);
     let found = AwsInstances::new(cloud, groups, reach)
+        .through(instances::jump_name(cluster, cloud_plan))
         .discover()
         .await
         .context("finding the cluster's instances")?;
     if found.targets.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
     let options = NodeOptions {
         accept_new_host_keys: false,
@@ -249,7 +306,7 @@ async fn preview_nodes(
             pending.join(", ")
         ));
     }
-    Ok(!pending.is_empty())
+    Ok(Some(plan))
 }
 
 /// How long instances get to answer SSH after the cloud apply.
@@ -277,7 +334,7 @@ async fn apply_cloud(
         ));
         return Ok(());
     }
-    print_plan(ctx, &plan, a.prune)?;
+    print_plan(ctx, &plan, None, a.prune)?;
     let progress = ctx.printer.progress(plan.changes.len() as u64, "applying");
     // The engine reports each finished resource; lines appear as the apply goes.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
