@@ -163,7 +163,7 @@ async fn aws_apply(
         let mut bar = progress.lock().unwrap_or_else(|p| p.into_inner());
         match e {
             AwsEvent::CloudPlan(plan) => {
-                if let Err(e) = print_plan(&printer, plan, None, prune) {
+                if let Err(e) = print_plan(printer, plan, None, prune) {
                     printer.warn(&format!("printing the plan: {e:#}"));
                 }
                 *bar = Some(printer.progress(plan.changes.len() as u64, "applying"));
@@ -172,7 +172,7 @@ async fn aws_apply(
                 printer.success(&format!("No changes to cloud resources of {name}."))
             }
             AwsEvent::CloudChangeDone(line) => match bar.as_ref() {
-                Some(p) => p.inc(&printer, line),
+                Some(p) => p.inc(printer, line),
                 None => printer.status(line),
             },
             AwsEvent::CloudApplied { changes } => {

@@ -3,15 +3,19 @@
 //! stand-in kube binaries from the lab's mirror, the add-ons applied to the lab's fake API.
 //!
 //! create → preview (read-only: no write, nothing run on a host) → update --yes (every
-//! instance provisioned, admin kubeconfig stored, add-ons applied) → no changes → a group
-//! grows → the new instance joins → a host presenting a different key is refused, naming
-//! both fingerprints → a stale key stored for a reused address is refused, naming both
-//! fingerprints → delete --yes. Public topology (the operator reaches the instances at
-//! their private addresses, as over a VPN: moto's public addresses are invented) and private
-//! topology (through `bastion.NAME`, the bastion load balancer's record, which the lab
-//! resolves to the host playing the bastion instance: the only one the operator has a route
-//! to; the operator's `~/.ssh/config` gives it a `HostKeyAlias`, so kprov must record the
-//! bastion's key under the name ssh really checks).
+//! instance provisioned, admin kubeconfig stored, add-ons applied) → validate, export
+//! kubeconfig → no changes (preview read-only on a live cluster) → add-ons that cannot be
+//! applied fail the run (exit 1) → (private topology: a bastion presenting another key is
+//! refused) → a group grows → the new instance joins → the group replaces an instance: the
+//! preview (JSON node plan too) lists it as joining, `--yes` joins it → a stale key stored
+//! for a reused address is refused before any connection, naming both fingerprints → a host
+//! presenting a different key is refused, naming both fingerprints → delete --yes.
+//!
+//! Public topology (the operator reaches the instances at their private addresses, as over a
+//! VPN: moto's public addresses are invented) and private topology (through `bastion.NAME`,
+//! the bastion load balancer's record, which the lab resolves to the host playing the bastion
+//! instance: the only one the operator has a route to; the operator's `~/.ssh/config` gives it
+//! a `HostKeyAlias`, so kprov must record the bastion's key under the name ssh really checks).
 //!
 //! Needs root. `PRIVATE_ADDRESSES` is the flag that selects private addresses
 //! (`update cluster --ssh-private-address`, or `spec.topology.sshAddress: Private`).
@@ -270,6 +274,34 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
     assert_eq!(snapshot(&lab.store_dir()), store1, "the preview wrote");
     assert_eq!(lab.hosts_snapshot(), hosts1, "the preview changed a host");
 
+    // Add-ons that cannot be applied are never a silent success: another field manager took
+    // the CCM's image, so `--yes` converges the nodes (nothing to do), says the add-ons
+    // failed, how to retry, and exits 1. Forcing the add-ons takes the field back.
+    lab.fake.update_as(
+        "kubectl-edit",
+        "DaemonSet",
+        Some("kube-system"),
+        "cloud-controller-manager",
+        serde_json::json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "cloud-controller-manager", "image": "example.com/hotfix:1"}
+        ]}}}}),
+    );
+    let o = lab.kprov(&yes);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("deploying the add-ons failed")
+            && err.contains("kubectl-edit")
+            && err.contains(&format!("kprov update addons {cluster} --yes")),
+        "{err}"
+    );
+    assert_eq!(kubeadm_calls(&lab), calls, "the re-run called kubeadm");
+    code(
+        &lab,
+        &lab.kprov(&["update", "addons", cluster, "--yes", "--force-conflicts"]),
+        0,
+    );
+
     // The bastion's key is checked strictly against the one kprov generated: a bastion
     // presenting another is refused, and no node is provisioned through it.
     if reach == Reach::Bastion {
@@ -376,7 +408,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
     );
     code(&lab, &lab.kprov(&yes), 0);
     assert!(with_call(&lab, "kubeadm join").contains(&replacement));
-    let new = vec![replacement];
+    let new = [replacement];
 
     // An address reused by a new instance while the store still holds the old host's key
     // there: refused before any connection, naming both fingerprints.
