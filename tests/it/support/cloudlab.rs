@@ -532,20 +532,31 @@ impl CloudLab {
         self.home.join("state")
     }
 
-    /// Runs a program in the operator namespace with the lab's environment, with the lab's
-    /// home mounted over the passwd entry's home directory (in a mount namespace of its own):
-    /// ssh reads `~/.ssh/config` and default identities from there, never from `HOME`, so a
-    /// test writes the operator's ssh config in `home/.ssh/` and it applies as on an
-    /// operator's machine.
+    /// Runs a program in the operator namespace with the lab's environment. In a mount
+    /// namespace of its own, the passwd entry's home gets the lab's `home/.ssh` as its
+    /// `.ssh` (over a scratch overlay of that home, so the real one is neither changed nor
+    /// hidden: tools installed under it keep working): ssh reads `~/.ssh/config` and default
+    /// identities from the passwd home, never from `HOME`, so a test writes the operator's
+    /// ssh config in `home/.ssh/` and it applies as on an operator's machine.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = self.net.operator_command("unshare");
         c.args(["--mount", "--propagation", "private", "sh", "-c"])
             .arg(
-                "home=$(getent passwd \"$(id -u)\" | cut -d: -f6) && mount --bind \"$1\" \"$home\" \
-                 || exit 125; shift; exec \"$@\"",
+                r#"set -e
+home=$(getent passwd "$(id -u)" | cut -d: -f6)
+mkdir -p "$1/.ssh"
+o=$(mktemp -d "$2/passwd-home.XXXXXX")
+mkdir "$o/upper" "$o/work"
+mount -t overlay overlay -o "lowerdir=$home,upperdir=$o/upper,workdir=$o/work" "$home"
+mkdir -p "$home/.ssh"
+mount --bind "$1/.ssh" "$home/.ssh"
+set +e
+shift 2
+exec "$@""#,
             )
             .arg("sh")
             .arg(&self.home)
+            .arg(self.net.dir())
             .arg(program);
         c.env_clear().envs(self.env()).stdin(Stdio::null());
         c
