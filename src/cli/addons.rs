@@ -1,18 +1,18 @@
 //! `get addons`, `update addons` and `validate cluster`: the add-on manifests kprov applies
-//! and the health of a running cluster.
+//! and the health of a running cluster. Thin commands: the deployment is
+//! `ops::addons::deploy`, the API client `ops::credentials::kube_client`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::anyhow;
-
-use super::commands::{ADMIN_KUBECONFIG_SECRET, Ctx};
+use super::commands::Ctx;
 use super::exit;
-use crate::addons::{self, DeployOptions};
+use crate::addons;
 use crate::kube::{Kube, Poll};
+use crate::ops::addons::{self as ops_addons, AddonOptions};
+use crate::ops::credentials::{self, ClientGuard};
 use crate::output::Format;
 use crate::spec::{Cluster, InstanceGroup};
-use crate::state::layout::ClusterKeys;
 
 /// Parses `90s`, `5m`, `1h30m` (Go-style durations, as kops and kubectl take them).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -66,101 +66,21 @@ pub(super) async fn resolved(
     Ok(stored.resolve(&repo.location())?)
 }
 
-/// What keeps a cluster client working: its private kubeconfig file and, when the API is
-/// reached through SSH, the connection carrying the tunnel.
-pub(super) struct ClientGuard {
-    _dir: Option<tempfile::TempDir>,
-    _tunnel: Option<crate::ssh::SshFleet>,
-}
-
-/// The control-plane host to tunnel through when the API is not reachable directly: metal
-/// control planes that ssh itself only reaches through a bastion.
-fn tunnel_host(cluster: &Cluster, forced: bool) -> Option<&crate::spec::Host> {
-    let cp = cluster
-        .spec
-        .hosts
-        .iter()
-        .find(|h| h.roles.contains(&crate::spec::HostRole::ControlPlane))?;
-    (forced || cp.bastion.is_some()).then_some(cp)
-}
-
-/// A client for the cluster: `--kubeconfig FILE` as given, else the admin credentials kprov
-/// stored when it provisioned the cluster (written to a private temporary file), through an
-/// SSH tunnel to a control plane when the hosts sit behind a bastion.
+/// The cluster's API client from stored credentials ([`crate::ops::credentials::kube_client`]),
+/// with the route it takes shown at debug level.
 pub(super) async fn cluster_client(
     ctx: &Ctx,
     cluster: &Cluster,
     explicit: Option<&Path>,
     ssh_tunnel: bool,
 ) -> anyhow::Result<(Kube, ClientGuard)> {
-    if let Some(p) = explicit {
-        return Ok((
-            Kube::from_kubeconfig(p, None).await?,
-            ClientGuard {
-                _dir: None,
-                _tunnel: None,
-            },
-        ));
-    }
-    let name = cluster.name();
     let repo = ctx.repo().await?;
-    let key = ClusterKeys::new(name)?.secret(ADMIN_KUBECONFIG_SECRET)?;
-    let admin = repo
-        .store()
-        .get(&key)
-        .await?
-        .ok_or_else(|| anyhow!("no credentials for cluster {name} in the state store: provision it with `kprov update cluster {name} --yes`, or pass --kubeconfig FILE"))?;
-    let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
-    let server = cluster
-        .spec
-        .api
-        .as_ref()
-        .and_then(|a| a.public_name.as_ref())
-        .map(|n| format!("https://{n}"));
-    let dir = tempfile::Builder::new().prefix("kprov-kube-").tempdir()?;
-    let path: PathBuf = dir.path().join("config");
-    crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
-    if ssh_tunnel && cluster.spec.hosts.is_empty() {
-        anyhow::bail!(
-            "--ssh-tunnel needs the cluster's hosts (cloudProvider metal); {name} has none"
-        );
+    let (kube, guard) =
+        credentials::kube_client(repo.store(), cluster, explicit, ssh_tunnel).await?;
+    if let Some(route) = guard.route() {
+        ctx.printer.debug(route);
     }
-    let Some(cp) = tunnel_host(cluster, ssh_tunnel) else {
-        return Ok((
-            Kube::from_kubeconfig(&path, Some(name)).await?,
-            ClientGuard {
-                _dir: Some(dir),
-                _tunnel: None,
-            },
-        ));
-    };
-    // The kubeconfig's server as the control plane sees it; TLS still checks its name.
-    let url: http::Uri = crate::kubeconfig::server(&admin)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow!("the stored admin kubeconfig of {name} has no usable server URL"))?;
-    let (remote_host, remote_port) = (
-        url.host().unwrap_or("127.0.0.1").to_string(),
-        url.port_u16().unwrap_or(443),
-    );
-    let fleet = crate::ssh::SshFleet::for_cluster(
-        cluster,
-        repo.store().clone(),
-        crate::ssh::SshOptions::default(),
-        std::sync::Arc::new(crate::ssh::NoProgress),
-    )?;
-    let local = fleet.forward(&cp.name, &remote_host, remote_port).await?;
-    ctx.printer.debug(&format!(
-        "reaching the API of {name} through {local} → {} → {remote_host}:{remote_port}",
-        cp.name
-    ));
-    let kube = Kube::from_kubeconfig_through(&path, Some(name), &local.to_string()).await?;
-    Ok((
-        kube,
-        ClientGuard {
-            _dir: Some(dir),
-            _tunnel: Some(fleet),
-        },
-    ))
+    Ok((kube, guard))
 }
 
 pub async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
@@ -189,19 +109,28 @@ pub async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow::Resul
     deploy(ctx, &cluster, a).await
 }
 
-/// Previews (dry run) or applies the add-ons of an already resolved cluster; `update cluster`
-/// calls this after provisioning.
+/// Previews (dry run) or applies the add-ons of an already resolved cluster
+/// ([`crate::ops::addons::deploy`]); `update cluster` calls this after provisioning.
 pub(super) async fn deploy(
     ctx: &Ctx,
     cluster: &Cluster,
     a: &UpdateAddonsArgs<'_>,
 ) -> anyhow::Result<i32> {
-    let manifests = addons::render_addons(cluster)?;
-    let (kube, _tmp) = cluster_client(ctx, cluster, a.kubeconfig, a.ssh_tunnel).await?;
-    if !a.yes {
-        let diffs = addons::preview_addons(&kube, &manifests, a.force_conflicts).await?;
-        ctx.printer.data(&addons::preview_text(&diffs));
-        let pending = diffs.iter().any(|d| d.change != addons::Change::Unchanged);
+    let repo = ctx.repo().await?;
+    let options = AddonOptions {
+        apply: a.yes,
+        kubeconfig: a.kubeconfig.map(Path::to_path_buf),
+        force_conflicts: a.force_conflicts,
+        wait: a.wait,
+        ssh_tunnel: a.ssh_tunnel,
+    };
+    let report = ops_addons::deploy(repo.store(), cluster, &options).await?;
+    if let Some(route) = &report.route {
+        ctx.printer.debug(route);
+    }
+    ctx.printer.data(&addons::preview_text(&report.diffs));
+    if !report.applied {
+        let pending = report.pending();
         if pending {
             ctx.printer.status(&format!(
                 "Must specify --yes to apply these add-on changes to {}.",
@@ -214,24 +143,10 @@ pub(super) async fn deploy(
             exit::OK
         });
     }
-    let poll = Poll {
-        timeout: a.wait,
-        interval: Duration::from_secs(2),
-    };
-    let diffs = addons::deploy_addons(
-        &kube,
-        cluster,
-        DeployOptions {
-            force: a.force_conflicts,
-            wait: Some(poll),
-        },
-    )
-    .await?;
-    ctx.printer.data(&addons::preview_text(&diffs));
     ctx.printer.success(&format!(
         "Add-ons of {}: {}",
         cluster.name(),
-        addons::summary(&diffs)
+        addons::summary(&report.diffs)
     ));
     Ok(exit::OK)
 }

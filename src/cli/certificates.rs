@@ -51,7 +51,7 @@ async fn targets(
         )),
         CloudProvider::Aws => {
             let name = cluster.name();
-            let cloud = super::update::aws_cloud(cluster).await?;
+            let cloud = crate::ops::aws::cloud(cluster).await?;
             let plan = cloud
                 .plan(cluster, groups)
                 .await
@@ -59,6 +59,7 @@ async fn targets(
             let api =
                 instances::load_balancer_dns(&plan).map(|lb| instances::cloud_api(cluster, &lb));
             let found = AwsInstances::new(&cloud, groups, SshReach::of(cluster, false))
+                .through(instances::jump_name(cluster, &plan))
                 .discover()
                 .await
                 .with_context(|| format!("finding the instances of {name}"))?;

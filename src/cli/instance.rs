@@ -26,7 +26,7 @@ async fn api(
     ctx: &Ctx,
     cluster: &Cluster,
     a: &DeleteInstanceArgs,
-) -> anyhow::Result<(Kube, super::addons::ClientGuard)> {
+) -> anyhow::Result<(Kube, crate::ops::credentials::ClientGuard)> {
     super::addons::cluster_client(ctx, cluster, a.kubeconfig.as_deref(), false).await
 }
 
@@ -318,7 +318,7 @@ async fn delete_aws_instance(
     a: &DeleteInstanceArgs,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
-    let cloud = super::update::aws_cloud(cluster).await?;
+    let cloud = crate::ops::aws::cloud(cluster).await?;
     let instances = AwsInstances::new(&cloud, groups, SshReach::of(cluster, false));
     let (kube, _client) = api(ctx, cluster, a).await?;
     let drain = drain_options(a);

@@ -9,10 +9,16 @@
 //!   ([`certificates::read`]), renewal one control plane at a time ([`certificates::rotate`]).
 //! - [`instance`]: `delete instance`, one node out of the cluster (drain, etcd member, reset,
 //!   Node object, spec), and kprov's record of provisioned hosts.
-//!
-//! Caveat: `update addons`, the SSH tunnel and the AWS cloud apply still live in `cli/`
-//! (`cli/addons.rs`, `cli/update.rs`); they are the next to move.
+//! - [`credentials`]: the cluster's API client from stored credentials
+//!   ([`credentials::kube_client`], through an SSH tunnel where needed): the one way a
+//!   command gets a Kubernetes client for a cluster.
+//! - [`addons`]: add-on preview and apply ([`addons::deploy`]).
+//! - [`aws`]: `update cluster` and `delete cluster` on AWS: the cloud plan and apply, then
+//!   the instances as node targets converged through [`nodes::converge`].
 
+pub mod addons;
+pub mod aws;
 pub mod certificates;
+pub mod credentials;
 pub mod instance;
 pub mod nodes;

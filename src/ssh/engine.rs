@@ -95,6 +95,124 @@ pub struct SshFleet {
     dir: tempfile::TempDir,
 }
 
+/// Where ssh will connect for `address` (`ssh -G`: the user's config applied, no network
+/// contact) and the name it checks the host key under.
+async fn resolve(
+    address: &str,
+    user: Option<&str>,
+    port: Option<u16>,
+    config_file: Option<&std::path::Path>,
+) -> Result<Target, String> {
+    let mut cmd = tokio::process::Command::new("ssh");
+    cmd.arg("-G");
+    if let Some(f) = config_file {
+        cmd.arg("-F").arg(f);
+    }
+    if let Some(p) = port {
+        cmd.args(["-p", &p.to_string()]);
+    }
+    if let Some(u) = user {
+        cmd.args(["-l", u]);
+    }
+    // `--`: an address is never read as an option.
+    let out = cmd
+        .arg("--")
+        .arg(address)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run ssh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ssh -G {address}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let get = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(' '))
+            .map(str::trim)
+    };
+    let hostname = get("hostname").unwrap_or(address).to_string();
+    let port = get("port").and_then(|p| p.parse().ok()).unwrap_or(22);
+    let alias = get("hostkeyalias").filter(|a| *a != "none");
+    Ok(Target {
+        user: get("user").unwrap_or("root").to_string(),
+        pattern: hostkeys::pattern(&hostname, port, alias),
+        hostname,
+        port,
+    })
+}
+
+/// The name ssh checks `address`'s host key under once the user's ssh config (or
+/// `config_file`) is applied: a `HostKeyAlias`, else the `HostName`, with the port in
+/// brackets when it is not 22. Where kprov records a key it knows in advance.
+pub async fn known_hosts_name(
+    address: &str,
+    user: Option<&str>,
+    port: Option<u16>,
+    config_file: Option<&std::path::Path>,
+) -> Result<String, String> {
+    resolve(address, user, port, config_file)
+        .await
+        .map(|t| t.pattern)
+}
+
+/// Where ssh connects for `address` once the user's ssh config is applied (`HostName`,
+/// `Port`), without contacting it: what a probe of the same host must dial.
+pub async fn destination(
+    address: &str,
+    user: Option<&str>,
+    port: Option<u16>,
+) -> Result<(String, u16), String> {
+    resolve(address, user, port, None)
+        .await
+        .map(|t| (t.hostname, t.port))
+}
+
+/// `[user@]host[:port]` (an IPv6 host in brackets), as `spec::validate::check_bastion`
+/// accepts it.
+fn split_jump(jump: &str) -> (Option<&str>, &str, Option<u16>) {
+    let (user, rest) = match jump.rsplit_once('@') {
+        Some((u, r)) => (Some(u), r),
+        None => (None, jump),
+    };
+    if let Some(v6) = rest.strip_prefix('[') {
+        return match v6.split_once(']') {
+            Some((h, p)) => (user, h, p.strip_prefix(':').and_then(|p| p.parse().ok())),
+            None => (user, rest, None),
+        };
+    }
+    match rest.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => (user, h, p.parse().ok()),
+        _ => (user, rest, None),
+    }
+}
+
+/// The ssh config of a connection whose jump host is checked against `known`: that check
+/// first (ssh keeps the first value it reads), then the user's config as ssh would have read
+/// it without `-F`.
+fn jump_config_text(
+    jump_host: &str,
+    known: &std::path::Path,
+    config_file: Option<&std::path::Path>,
+) -> String {
+    let mut text = format!(
+        "# Written by kprov for one connection: the jump host's key is the one kprov recorded.\n\
+         Match originalhost {jump_host}\n  \
+         StrictHostKeyChecking yes\n  \
+         UserKnownHostsFile \"{k}\"\n  \
+         GlobalKnownHostsFile \"{k}\"\n\
+         Match all\n",
+        k = known.display()
+    );
+    match config_file {
+        Some(f) => text.push_str(&format!("Include \"{}\"\n", f.display())),
+        None => text.push_str("Include ~/.ssh/config\nInclude /etc/ssh/ssh_config\n"),
+    }
+    text
+}
+
 /// How running one command failed.
 enum Attempt {
     /// No session could be opened on the master: the command did not start.
@@ -408,57 +526,56 @@ impl SshFleet {
         Ok(c)
     }
 
-    fn ssh_args(&self, h: &Host) -> Vec<String> {
-        let mut args = Vec::new();
-        if let Some(f) = &self.options.config_file {
-            args.extend(["-F".to_string(), f.display().to_string()]);
-        }
-        if let Some(p) = h.port {
-            args.extend(["-p".to_string(), p.to_string()]);
-        }
-        if let Some(u) = &h.user {
-            args.extend(["-l".to_string(), u.clone()]);
-        }
-        if let Some(b) = &h.bastion {
-            args.extend(["-J".to_string(), b.clone()]);
-        }
-        args
+    async fn resolve(&self, h: &Host) -> Result<Target, ExecError> {
+        resolve(
+            &h.address,
+            h.user.as_deref(),
+            h.port,
+            self.options.config_file.as_deref(),
+        )
+        .await
+        .map_err(|message| ExecError::Connect {
+            host: h.name.clone(),
+            message,
+        })
     }
 
-    async fn resolve(&self, h: &Host) -> Result<Target, ExecError> {
-        let err = |message: String| ExecError::Connect {
+    /// When the cluster's store holds the key of `h`'s jump host (a cloud bastion whose key
+    /// kprov generated), an ssh config that checks the jump strictly against it: OpenSSH
+    /// passes `-F` on to the ProxyJump child but no `-o`, so the check must live in a config
+    /// file. The file then includes the user's own config (or the one given), so everything
+    /// else the user configured keeps applying. None: the user's config checks the jump, as
+    /// it does for metal bastions.
+    async fn jump_config(&self, h: &Host, index: usize) -> Result<Option<PathBuf>, ExecError> {
+        let Some(jump) = &h.bastion else {
+            return Ok(None);
+        };
+        let other = |message: String| ExecError::Other {
             host: h.name.clone(),
             message,
         };
-        let out = tokio::process::Command::new("ssh")
-            .arg("-G")
-            .args(self.ssh_args(h))
-            .arg(&h.address)
-            .output()
+        let (user, host, port) = split_jump(jump);
+        let t = resolve(host, user, port, self.options.config_file.as_deref())
             .await
-            .map_err(|e| err(format!("cannot run ssh: {e}")))?;
-        if !out.status.success() {
-            return Err(err(format!(
-                "ssh -G {}: {}",
-                h.address,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            .map_err(|message| ExecError::Connect {
+                host: h.name.clone(),
+                message: format!("jump host {jump}: {message}"),
+            })?;
+        let keys = self.stored_keys(&h.name, &t.pattern).await?;
+        if keys.is_empty() {
+            return Ok(None);
         }
-        let text = String::from_utf8_lossy(&out.stdout);
-        let get = |k: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k)?.strip_prefix(' '))
-                .map(str::trim)
-        };
-        let hostname = get("hostname").unwrap_or(&h.address).to_string();
-        let port = get("port").and_then(|p| p.parse().ok()).unwrap_or(22);
-        let alias = get("hostkeyalias").filter(|a| *a != "none");
-        Ok(Target {
-            user: get("user").unwrap_or("root").to_string(),
-            pattern: hostkeys::pattern(&hostname, port, alias),
-            hostname,
-            port,
-        })
+        let known = self.dir.path().join(format!("known_hosts.jump.{index}"));
+        let text: String = keys.iter().map(|k| k.line() + "\n").collect();
+        std::fs::write(&known, text)
+            .map_err(|e| other(format!("writing {}: {e}", known.display())))?;
+        let config = self.dir.path().join(format!("ssh_config.{index}"));
+        std::fs::write(
+            &config,
+            jump_config_text(host, &known, self.options.config_file.as_deref()),
+        )
+        .map_err(|e| other(format!("writing {}: {e}", config.display())))?;
+        Ok(Some(config))
     }
 
     async fn stored_keys(&self, host: &str, pattern: &str) -> Result<Vec<KnownKey>, ExecError> {
@@ -486,12 +603,14 @@ impl SshFleet {
     }
 
     async fn scan(&self, h: &Host, t: &Target) -> Result<Vec<KnownKey>, ExecError> {
+        let (index, _) = self.slot(&h.name)?;
+        let config = self.jump_config(h, index).await?;
         hostkeys::scan(
             &t.hostname,
             t.port,
             &t.pattern,
             h.bastion.as_deref(),
-            self.options.config_file.as_deref(),
+            config.as_deref().or(self.options.config_file.as_deref()),
             self.options.connect_timeout.as_secs().max(1),
         )
         .await
@@ -612,7 +731,11 @@ impl SshFleet {
         if let Some(j) = &h.bastion {
             b.jump_hosts([j]);
         }
-        if let Some(f) = &self.options.config_file {
+        if let Some(f) = self
+            .jump_config(h, index)
+            .await?
+            .or(self.options.config_file.clone())
+        {
             b.config_file(f);
         }
         let session = match b.connect_mux(&h.address).await {
@@ -934,5 +1057,62 @@ impl HostExecutor for SshFleet {
                 message: format!("reading {path}: {}", stderr_text(&out)),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jump_specs_split_like_ssh_reads_them() {
+        assert_eq!(
+            split_jump("admin@bastion.c.example.com"),
+            (Some("admin"), "bastion.c.example.com", None)
+        );
+        assert_eq!(split_jump("b:2222"), (None, "b", Some(2222)));
+        assert_eq!(
+            split_jump("u@[2001:db8::1]:2200"),
+            (Some("u"), "2001:db8::1", Some(2200))
+        );
+        assert_eq!(split_jump("2001:db8::1"), (None, "2001:db8::1", None));
+    }
+
+    #[tokio::test]
+    async fn the_jump_config_checks_the_jump_strictly_and_keeps_the_users_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user_config");
+        std::fs::write(&user, "Host bastion.c.example.com\n  HostName 198.18.9.9\n").unwrap();
+        let known = dir.path().join("known");
+        let config = dir.path().join("config");
+        std::fs::write(
+            &config,
+            jump_config_text("bastion.c.example.com", &known, Some(&user)),
+        )
+        .unwrap();
+        // What ssh makes of it, without contacting anything.
+        let g = |host: &str| {
+            let out = std::process::Command::new("ssh")
+                .arg("-G")
+                .arg("-F")
+                .arg(&config)
+                .arg(host)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let jump = g("bastion.c.example.com");
+        assert!(jump.contains("hostname 198.18.9.9"), "{jump}");
+        assert!(jump.contains("stricthostkeychecking true"), "{jump}");
+        assert!(
+            jump.contains(&format!("userknownhostsfile {}", known.display())),
+            "{jump}"
+        );
+        // Other hosts are left to the user's config.
+        let other = g("node.c.example.com");
+        assert!(
+            !other.contains(&format!("userknownhostsfile {}", known.display())),
+            "{other}"
+        );
     }
 }

@@ -9,30 +9,60 @@ mod hostkeys;
 pub mod progress;
 pub mod task;
 
-pub use engine::{SshFleet, SshOptions};
+pub use engine::{SshFleet, SshOptions, destination, known_hosts_name};
 pub use progress::{Event, HostReport, NoProgress, PlainProgress, Progress, Summary};
 
 /// What an `UnknownHostKey` error says instead of fingerprints: kprov contacts no host whose
 /// key is not recorded unless it may record it.
 pub const NOT_SCANNED: &str = "(not scanned: kprov contacts no host whose key the cluster has not recorded; `ssh-keyscan HOST | ssh-keygen -lf -` shows it)";
 
+/// A host key kprov expected (it generated it) at a name the store already holds another
+/// key for: an address reused by a new instance, or a host impersonating one. Fingerprints
+/// as `ssh-keygen -lf` prints them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyConflict {
+    /// The name the key is checked under (an address, a jump host's name).
+    pub name: String,
+    pub stored: Vec<String>,
+    pub expected: Vec<String>,
+}
+
+impl std::fmt::Display for KeyConflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: the state store holds host key {} for this name, but kprov generated {} for \
+             the instance now there; refused (if the address was reused by a new instance, \
+             remove the stale line from the cluster's known hosts in the state store)",
+            self.name,
+            self.stored.join(", "),
+            self.expected.join(", ")
+        )
+    }
+}
+
 /// Records known_hosts lines kprov knows in advance (a cloud instance's address with the host
 /// key kprov generated for its group), compare-and-swap, before the first connection, so that
-/// connection is checked strictly. A line whose host already has other keys in the store is
-/// not recorded: its pattern is returned, and the connection will be refused naming both
-/// fingerprints rather than trusting either silently.
+/// connection is checked strictly. A line whose name already has other keys in the store is
+/// not recorded: it comes back as a [`KeyConflict`] naming both fingerprints, and the caller
+/// refuses to go on rather than trusting either key.
 pub async fn record_expected_keys(
     store: &std::sync::Arc<dyn crate::state::StateStore>,
     cluster: &str,
     lines: &[String],
-) -> Result<Vec<String>, crate::state::StateError> {
-    let mut differing = Vec::new();
+) -> Result<Vec<KeyConflict>, String> {
+    let mut conflicts = Vec::new();
+    let scratch = tempfile::tempdir().map_err(|e| format!("scratch directory: {e}"))?;
     for k in hostkeys::parse(&lines.join("\n")) {
         match hostkeys::record(store, cluster, std::slice::from_ref(&k)).await {
             Ok(()) => {}
-            Err(hostkeys::RecordError::Differs(_)) => differing.push(k.pattern.clone()),
-            Err(hostkeys::RecordError::Store(e)) => return Err(e),
+            Err(hostkeys::RecordError::Differs(existing)) => conflicts.push(KeyConflict {
+                name: k.pattern.clone(),
+                stored: hostkeys::fingerprints(&existing, scratch.path()).await?,
+                expected: hostkeys::fingerprints(std::slice::from_ref(&k), scratch.path()).await?,
+            }),
+            Err(hostkeys::RecordError::Store(e)) => return Err(e.to_string()),
         }
     }
-    Ok(differing)
+    Ok(conflicts)
 }

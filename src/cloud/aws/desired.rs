@@ -34,6 +34,22 @@ fn need<'a, T>(v: Option<&'a T>, field: &str) -> Result<&'a T, CloudError> {
 
 /// Load balancer names are limited to 32 characters of `[A-Za-z0-9-]`: keep a readable prefix
 /// and make it unique with a hash of the cluster name.
+/// The bastion's DNS name (`spec.topology.bastion.publicName`, default `bastion.NAME`):
+/// the record kprov writes for the bastion load balancer and the jump host it connects
+/// through.
+pub fn bastion_name(cluster: &Cluster) -> String {
+    cluster
+        .spec
+        .topology
+        .as_ref()
+        .and_then(|t| t.bastion.as_ref())
+        .and_then(|b| b.public_name.clone())
+        .unwrap_or_else(|| format!("bastion.{}", cluster.name()))
+}
+
+/// The port the bastion load balancer forwards to the bastion instances.
+pub const SSH_PORT: i64 = 22;
+
 pub fn short_name(prefix: &str, cluster: &str) -> String {
     use sha2::{Digest, Sha256};
     let hash = hex::encode(&Sha256::digest(cluster.as_bytes())[..4]);
@@ -392,8 +408,60 @@ pub fn desired(
         );
     }
 
+    // The bastion group behind its own load balancer (kops's layout): one stable name,
+    // `bastion.NAME` (spec.topology.bastion.publicName), that kprov and operators jump
+    // through, whichever instance the group runs now.
+    if has_bastion {
+        let mut subnets = BTreeMap::new();
+        for want in [SubnetType::Utility, SubnetType::Public] {
+            for s in net.subnets.iter().filter(|s| s.kind == want) {
+                subnets.entry(s.zone.as_str()).or_insert(s.name.as_str());
+            }
+            if !subnets.is_empty() {
+                break;
+            }
+        }
+        out.push(
+            Resource::new(LOAD_BALANCER, "bastion")
+                .field("lbName", Value::str(short_name("bastion", name)))
+                .field("scheme", Value::str("internet-facing"))
+                .field(
+                    "subnets",
+                    Value::set(
+                        subnets
+                            .values()
+                            .map(|s| Value::reference(SUBNET, *s))
+                            .collect(),
+                    ),
+                )
+                .field("securityGroups", Value::set(vec![sg("bastion")]))
+                .rule("lbName", FieldRule::Immutable)
+                .rule("scheme", FieldRule::Immutable)
+                .rule("securityGroups", FieldRule::Immutable),
+        );
+        out.push(
+            Resource::new(TARGET_GROUP, "bastion")
+                .field("tgName", Value::str(short_name("ssh", name)))
+                .field("port", Value::Int(SSH_PORT))
+                .field("protocol", Value::str("TCP"))
+                .field("vpc", vpc_ref.clone())
+                .rule("tgName", FieldRule::Immutable)
+                .rule("port", FieldRule::Immutable)
+                .rule("protocol", FieldRule::Immutable)
+                .rule("vpc", FieldRule::Immutable),
+        );
+        out.push(
+            Resource::new(LISTENER, "bastion")
+                .field("loadBalancer", Value::reference(LOAD_BALANCER, "bastion"))
+                .field("port", Value::Int(SSH_PORT))
+                .field("protocol", Value::str("TCP"))
+                .field("targetGroup", Value::reference(TARGET_GROUP, "bastion"))
+                .rule("loadBalancer", FieldRule::Immutable),
+        );
+    }
+
     let dns = need(spec.dns.as_ref(), "spec.dns")?;
-    if dns.kind != DnsType::None && has_lb {
+    if dns.kind != DnsType::None && (has_lb || has_bastion) {
         let zone = need(dns.zone.as_ref(), "spec.dns.zone")?;
         out.push(
             Resource::new(DNS_ZONE, "main")
@@ -411,6 +479,26 @@ pub fn desired(
                     .rule("vpc", FieldRule::Replace),
             );
         }
+    }
+    if dns.kind != DnsType::None && has_bastion {
+        let zone = need(dns.zone.as_ref(), "spec.dns.zone")?;
+        let host = bastion_name(cluster);
+        if !fqdn(&host).ends_with(&format!(".{}", fqdn(zone))) {
+            return Err(CloudError::Spec(format!(
+                "{host} is not inside the DNS zone {zone} (spec.topology.bastion.publicName)"
+            )));
+        }
+        out.push(
+            Resource::new(DNS_RECORD, "bastion")
+                .field("zone", Value::reference(DNS_ZONE, "main"))
+                .field("recordName", Value::str(fqdn(&host)))
+                .field("type", Value::str("A"))
+                .field("alias", Value::reference(LOAD_BALANCER, "bastion"))
+                .rule("recordName", FieldRule::Replace),
+        );
+    }
+    if dns.kind != DnsType::None && has_lb {
+        let zone = need(dns.zone.as_ref(), "spec.dns.zone")?;
         for (rname, host) in [("api", &public_name), ("api-internal", &internal_name)] {
             if !fqdn(host).ends_with(&format!(".{}", fqdn(zone))) {
                 return Err(CloudError::Spec(format!(
@@ -512,10 +600,12 @@ pub fn desired(
             Some(_) => template.input("userData", boot),
             None => template,
         });
-        let tgs = if s.role == InstanceGroupRole::ControlPlane && has_lb {
-            vec![Value::reference(TARGET_GROUP, "api")]
-        } else {
-            vec![]
+        let tgs = match s.role {
+            InstanceGroupRole::ControlPlane if has_lb => {
+                vec![Value::reference(TARGET_GROUP, "api")]
+            }
+            InstanceGroupRole::Bastion => vec![Value::reference(TARGET_GROUP, "bastion")],
+            _ => vec![],
         };
         let asg = Resource::new(AUTOSCALING_GROUP, ig_name)
             .field("groupName", Value::str(format!("{ig_name}.{name}")))

@@ -157,7 +157,13 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
             .ctx("DescribeListeners")?;
         for l in ls {
             let port = l.port().unwrap_or(0);
-            let name = if i64::from(port) == super::desired::API_PORT {
+            // A load balancer's own listener is named after it (api: 6443, bastion: 22).
+            let own = if lb_id.name == "bastion" {
+                super::desired::SSH_PORT
+            } else {
+                super::desired::API_PORT
+            };
+            let name = if i64::from(port) == own {
                 lb_id.name.clone()
             } else {
                 format!("{}-{port}", lb_id.name)

@@ -145,29 +145,32 @@ pub fn redact(doc: &str) -> String {
     out
 }
 
-/// The known_hosts lines kprov expects for cloud targets: each instance's address (as ssh
-/// looks it up: the port in brackets when it is not 22) with its group's public key. Written
-/// into the cluster's known hosts before the first connection, so that connection is checked
-/// strictly. A target whose group has no key yields none (it is not contacted; see the
-/// preview rules in docs/aws.md).
-pub fn expected_known_hosts(
+/// The known_hosts lines kprov expects for cloud targets: each instance's address (or a
+/// jump host's name) under the name ssh checks it as (`ssh -G`: the user's `HostName` or
+/// `HostKeyAlias`, the port in brackets when it is not 22) with its group's public key.
+/// Written into the cluster's known hosts before the first connection, so that connection is
+/// checked strictly. A target whose group has no key yields none (it is not contacted; see
+/// the preview rules in docs/aws.md). Targets sharing a name (a bastion group's instances
+/// behind its load balancer) yield one line.
+pub async fn expected_known_hosts(
     targets: &[crate::nodes::Target],
     keys: &BTreeMap<String, GroupHostKey>,
-) -> Vec<String> {
-    targets
-        .iter()
-        .filter_map(|t| {
-            let k = keys.get(t.group.as_deref()?)?;
-            let port = t.host.port.unwrap_or(22);
-            // ssh's lookup name (what ssh::hostkeys::pattern computes without an alias).
-            let pattern = if port == 22 {
-                t.host.address.clone()
-            } else {
-                format!("[{}]:{port}", t.host.address)
-            };
-            Some(format!("{pattern} ssh-ed25519 {}", k.public_blob()))
-        })
-        .collect()
+) -> Result<Vec<String>, String> {
+    let mut lines = Vec::new();
+    for t in targets {
+        let Some(k) = t.group.as_deref().and_then(|g| keys.get(g)) else {
+            continue;
+        };
+        let h = &t.host;
+        let name = crate::ssh::known_hosts_name(&h.address, h.user.as_deref(), h.port, None)
+            .await
+            .map_err(|e| format!("{}: {e}", t.name()))?;
+        let line = format!("{name} ssh-ed25519 {}", k.public_blob());
+        if !lines.contains(&line) {
+            lines.push(line);
+        }
+    }
+    Ok(lines)
 }
 
 fn secret_key(cluster: &str, group: &str) -> Result<String, StateError> {
@@ -356,8 +359,8 @@ H9qKbYhxPIoNMZdRB2dCAAAAAAECAwQF
         assert!(!redact(&cut).contains("b3BlbnNzaC1rZXkt"));
     }
 
-    #[test]
-    fn known_hosts_pair_each_address_with_its_group_key() {
+    #[tokio::test]
+    async fn known_hosts_pair_each_address_with_its_group_key() {
         let t = |name: &str, group: Option<&str>, port: Option<u16>| {
             let mut t = crate::nodes::Target::from_host(crate::spec::Host {
                 name: name.into(),
@@ -383,9 +386,12 @@ H9qKbYhxPIoNMZdRB2dCAAAAAAECAwQF
                 t("i-22", Some("nodes"), Some(2222)),
                 t("i-333", Some("unknown"), None),
                 t("metal", None, None),
+                t("i-1", Some("nodes"), None),
             ],
             &keys,
-        );
+        )
+        .await
+        .unwrap();
         assert_eq!(
             lines,
             [

@@ -52,8 +52,28 @@ pub fn cloud_api(cluster: &Cluster, lb_dns: &str) -> CloudApi {
 
 /// The API load balancer's DNS name, as the cloud read found it (after an apply, read again).
 pub fn load_balancer_dns(plan: &Plan) -> Option<String> {
+    lb_dns(plan, "api")
+}
+
+/// The name kprov jumps through in private topology: the bastion record
+/// (`spec.topology.bastion.publicName`, default `bastion.NAME`), or the bastion load
+/// balancer's own DNS name when the cluster has no DNS. None before the load balancer exists.
+pub fn jump_name(cluster: &Cluster, plan: &Plan) -> Option<String> {
+    let no_dns = cluster
+        .spec
+        .dns
+        .as_ref()
+        .is_none_or(|d| d.kind == DnsType::None);
+    if no_dns {
+        lb_dns(plan, "bastion")
+    } else {
+        Some(super::desired::bastion_name(cluster))
+    }
+}
+
+fn lb_dns(plan: &Plan, name: &str) -> Option<String> {
     plan.actual
-        .get(&ResourceId::new(super::kinds::LOAD_BALANCER, "api"))
+        .get(&ResourceId::new(super::kinds::LOAD_BALANCER, name))
         .and_then(|r| r.get_str("dnsName"))
         .filter(|d| !d.is_empty())
         .map(str::to_string)
@@ -67,7 +87,7 @@ const TAG_ASG_NAME: &str = "aws:autoscaling:groupName";
 pub enum SshReach {
     /// The instance's public address (public topology).
     Public,
-    /// The private address, through the bastion group's instance as ProxyJump.
+    /// The private address, through the bastion's DNS name (its load balancer) as ProxyJump.
     Bastion,
     /// The private address directly (VPN, peered network, a test network).
     Private,
@@ -152,11 +172,13 @@ pub struct Discovered {
     pub strays: Vec<String>,
 }
 
-/// Maps instances to targets. `groups` are the cluster's instance groups.
+/// Maps instances to targets. `groups` are the cluster's instance groups; `jump_name` is the
+/// name nodes are reached through in [`SshReach::Bastion`] (see [`jump_name`]).
 pub fn map_instances(
     cluster: &str,
     groups: &[InstanceGroup],
     reach: SshReach,
+    jump_name: Option<&str>,
     mut found: Vec<InstanceFacts>,
 ) -> Result<Discovered, String> {
     found.sort_by(|a, b| (&a.launched, &a.id).cmp(&(&b.launched, &b.id)));
@@ -225,15 +247,17 @@ pub fn map_instances(
         };
         if ig.spec.role == InstanceGroupRole::Bastion {
             let mut t = target(f, ig)?;
-            // A jump host is reached at its public address unless private addresses were
-            // asked for: it is the way in.
+            // The way in is the bastion's name (its load balancer, whichever instance the
+            // group runs now), unless private addresses were asked for.
             if reach == SshReach::Bastion {
-                t.host.address = f.public_ip.clone().ok_or_else(|| {
-                    format!(
-                        "bastion instance {} of group {} has no public address",
-                        f.id, ig.metadata.name
-                    )
-                })?;
+                t.host.address = jump_name
+                    .ok_or_else(|| {
+                        format!(
+                            "the bastion load balancer of {cluster} has no DNS name yet; re-run \
+                             `kprov update cluster {cluster} --yes`"
+                        )
+                    })?
+                    .to_string();
             }
             out.jump_hosts.push(t);
         } else {
@@ -296,6 +320,7 @@ pub struct AwsInstances {
     cluster: String,
     groups: Vec<InstanceGroup>,
     reach: SshReach,
+    jump_name: Option<String>,
 }
 
 impl AwsInstances {
@@ -305,7 +330,14 @@ impl AwsInstances {
             cluster: cloud.cluster.clone(),
             groups: groups.to_vec(),
             reach,
+            jump_name: None,
         }
+    }
+
+    /// The name nodes are reached through in private topology ([`jump_name`]).
+    pub fn through(mut self, jump_name: Option<String>) -> AwsInstances {
+        self.jump_name = jump_name;
+        self
     }
 
     /// One paginated DescribeInstances for the whole cluster.
@@ -355,7 +387,14 @@ impl AwsInstances {
             message,
         };
         let found = self.instances().await.map_err(|e| err(e.to_string()))?;
-        map_instances(&self.cluster, &self.groups, self.reach, found).map_err(err)
+        map_instances(
+            &self.cluster,
+            &self.groups,
+            self.reach,
+            self.jump_name.as_deref(),
+            found,
+        )
+        .map_err(err)
     }
 }
 
@@ -411,7 +450,7 @@ spec: {{role: {role}, image: {image:?}, minSize: 1, maxSize: 1{extra}}}
             inst("i-1", "cp.c.example.com", 4, true, "1"),
             inst("i-9", "other.c.example.com", 9, true, "1"),
         ];
-        let d = map_instances(C, &groups(), SshReach::Public, found).unwrap();
+        let d = map_instances(C, &groups(), SshReach::Public, None, found).unwrap();
         let cp = &d.targets[0];
         assert_eq!(cp.name(), "i-1");
         assert_eq!(cp.node_name, "ip-198-18-32-4.ec2.internal");
@@ -436,28 +475,34 @@ spec: {{role: {role}, image: {image:?}, minSize: 1, maxSize: 1{extra}}}
             inst("i-1", "cp.c.example.com", 4, false, "1"),
             inst("i-b", "bastions.c.example.com", 10, true, "1"),
         ];
-        let d = map_instances(C, &groups(), SshReach::Bastion, found.clone()).unwrap();
+        let jump = Some("bastion.c.example.com");
+        let d = map_instances(C, &groups(), SshReach::Bastion, jump, found.clone()).unwrap();
         assert_eq!(d.targets.len(), 1, "a bastion is not a Kubernetes node");
         assert_eq!(d.jump_hosts.len(), 1);
-        assert_eq!(d.jump_hosts[0].host.address, "54.0.0.10");
+        // The way in is the bastion's name, never an address of one instance.
+        assert_eq!(d.jump_hosts[0].host.address, "bastion.c.example.com");
         assert_eq!(d.jump_hosts[0].host.user.as_deref(), Some("admin"));
         assert!(d.jump_hosts[0].host.roles.is_empty());
         assert_eq!(d.targets[0].host.address, "198.18.32.4");
         assert_eq!(
             d.targets[0].host.bastion.as_deref(),
-            Some("admin@54.0.0.10")
+            Some("admin@bastion.c.example.com")
         );
 
         // Private addresses directly: no jump, even for the bastion itself.
-        let d = map_instances(C, &groups(), SshReach::Private, found.clone()).unwrap();
+        let d = map_instances(C, &groups(), SshReach::Private, None, found.clone()).unwrap();
         assert_eq!(d.targets[0].host.bastion, None);
         assert_eq!(d.jump_hosts[0].host.address, "198.18.32.10");
 
         // No bastion running: said, not guessed.
-        let e = map_instances(C, &groups(), SshReach::Bastion, found[..1].to_vec()).unwrap_err();
+        let e =
+            map_instances(C, &groups(), SshReach::Bastion, jump, found[..1].to_vec()).unwrap_err();
         assert!(e.contains("no bastion instance is running"), "{e}");
+        // No name to jump through yet (the load balancer is not made): said.
+        let e = map_instances(C, &groups(), SshReach::Bastion, None, found.clone()).unwrap_err();
+        assert!(e.contains("has no DNS name yet"), "{e}");
         // Public reach of an instance without a public address: said, naming it.
-        let e = map_instances(C, &groups(), SshReach::Public, found).unwrap_err();
+        let e = map_instances(C, &groups(), SshReach::Public, None, found).unwrap_err();
         assert!(
             e.contains("instance i-1 of group cp has no public address"),
             "{e}"

@@ -115,8 +115,10 @@ pub fn login_user_for_image(name: &str) -> &'static str {
 struct LabState {
     /// instance ID → the host playing it.
     instances: BTreeMap<String, Arc<TestHost>>,
-    /// Names that resolve to the gateway.
-    names: BTreeSet<String>,
+    /// Names that resolve in the lab, and where to: the gateway (the fake API behind every
+    /// API record and load balancer), or the host playing an instance behind an SSH load
+    /// balancer (the bastion's).
+    names: BTreeMap<String, Ipv4Addr>,
     /// image ID → login user.
     users: BTreeMap<String, String>,
     /// Subnets already classified.
@@ -530,9 +532,32 @@ impl CloudLab {
         self.home.join("state")
     }
 
-    /// Runs a program in the operator namespace with the lab's environment.
+    /// Runs a program in the operator namespace with the lab's environment. In a mount
+    /// namespace of its own, the passwd entry's home gets the lab's `home/.ssh` as its
+    /// `.ssh` (over a scratch overlay of that home, so the real one is neither changed nor
+    /// hidden: tools installed under it keep working): ssh reads `~/.ssh/config` and default
+    /// identities from the passwd home, never from `HOME`, so a test writes the operator's
+    /// ssh config in `home/.ssh/` and it applies as on an operator's machine.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = self.net.operator_command(program);
+        let mut c = self.net.operator_command("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(
+                r#"set -e
+home=$(getent passwd "$(id -u)" | cut -d: -f6)
+mkdir -p "$1/.ssh"
+o=$(mktemp -d "$2/passwd-home.XXXXXX")
+mkdir "$o/upper" "$o/work"
+mount -t overlay overlay -o "lowerdir=$home,upperdir=$o/upper,workdir=$o/work" "$home"
+mkdir -p "$home/.ssh"
+mount --bind "$1/.ssh" "$home/.ssh"
+set +e
+shift 2
+exec "$@""#,
+            )
+            .arg("sh")
+            .arg(&self.home)
+            .arg(self.net.dir())
+            .arg(program);
         c.env_clear().envs(self.env()).stdin(Stdio::null());
         c
     }
@@ -550,8 +575,8 @@ impl CloudLab {
         self.state.lock().expect("lab state").instances.clone()
     }
 
-    /// The names the lab resolves to the gateway.
-    pub fn names(&self) -> BTreeSet<String> {
+    /// The names the lab resolves, with their addresses.
+    pub fn names(&self) -> BTreeMap<String, Ipv4Addr> {
         self.state.lock().expect("lab state").names.clone()
     }
 
@@ -881,7 +906,7 @@ impl CloudLab {
         ))
         .map_err(|e| format!("lab CA on {id}: {e}"))?;
         let names = self.names();
-        write_hosts(&host, &names, self.net.gateway)?;
+        write_hosts(&host, &names)?;
         self.state
             .lock()
             .expect("lab state")
@@ -988,12 +1013,66 @@ impl CloudLab {
         Ok(user)
     }
 
+    /// Where a load balancer leads: Some(gateway) unless it forwards SSH (a target group on
+    /// port 22), then the address of the host playing its first registered instance (None
+    /// until one runs).
+    fn ssh_backend(
+        &self,
+        elb: &aws_sdk_elasticloadbalancingv2::Client,
+        lb_arn: Option<&str>,
+    ) -> Result<Option<Ipv4Addr>, String> {
+        let Some(arn) = lb_arn else {
+            return Ok(Some(self.net.gateway));
+        };
+        let tgs = self
+            .rt
+            .block_on(elb.describe_target_groups().load_balancer_arn(arn).send())
+            .map_err(|e| format!("DescribeTargetGroups {arn}: {e:?}"))?;
+        let Some(tg) = tgs.target_groups().iter().find(|t| t.port() == Some(22)) else {
+            return Ok(Some(self.net.gateway));
+        };
+        let health = self
+            .rt
+            .block_on(
+                elb.describe_target_health()
+                    .set_target_group_arn(tg.target_group_arn().map(str::to_string))
+                    .send(),
+            )
+            .map_err(|e| format!("DescribeTargetHealth: {e:?}"))?;
+        let instances = self.instances();
+        Ok(health
+            .target_health_descriptions()
+            .iter()
+            .filter_map(|d| d.target()?.id())
+            .filter_map(|id| instances.get(id))
+            .find_map(|h| h.address.parse().ok()))
+    }
+
     /// Every name a Route53 record or a load balancer answers for resolves to the gateway
-    /// (where the fake API listens), for kprov and on every host.
+    /// (where the fake API listens), for kprov and on every host; except a load balancer
+    /// that forwards SSH (the bastion's), whose names resolve to the host playing one of its
+    /// registered instances, as the load balancer would forward there (no name until one
+    /// runs).
     fn sync_names(&self, sdk: &aws_config::SdkConfig) -> Result<(), String> {
         let r53 = aws_sdk_route53::Client::new(sdk);
         let elb = aws_sdk_elasticloadbalancingv2::Client::new(sdk);
-        let mut names = BTreeSet::new();
+        let clean = |n: &str| {
+            let n = n.trim_end_matches('.').to_ascii_lowercase();
+            n.strip_prefix("dualstack.")
+                .map(str::to_string)
+                .unwrap_or(n)
+        };
+        // Load balancer DNS name → where it leads (None: an SSH one with no instance yet).
+        let mut lb_to = BTreeMap::new();
+        let lbs = self
+            .rt
+            .block_on(elb.describe_load_balancers().send())
+            .map_err(|e| format!("DescribeLoadBalancers: {e:?}"))?;
+        for lb in lbs.load_balancers() {
+            let Some(n) = lb.dns_name() else { continue };
+            lb_to.insert(clean(n), self.ssh_backend(&elb, lb.load_balancer_arn())?);
+        }
+        let mut names = BTreeMap::new();
         let zones = self
             .rt
             .block_on(r53.list_hosted_zones().send())
@@ -1010,17 +1089,21 @@ impl CloudLab {
             use aws_sdk_route53::types::RrType;
             for r in records.resource_record_sets() {
                 if matches!(r.r#type(), RrType::A | RrType::Aaaa | RrType::Cname) {
-                    names.insert(r.name().trim_end_matches('.').to_string());
+                    let to = match r
+                        .alias_target()
+                        .and_then(|a| lb_to.get(&clean(a.dns_name())))
+                    {
+                        Some(Some(host)) => *host,
+                        Some(None) => continue,
+                        None => self.net.gateway,
+                    };
+                    names.insert(r.name().trim_end_matches('.').to_string(), to);
                 }
             }
         }
-        let lbs = self
-            .rt
-            .block_on(elb.describe_load_balancers().send())
-            .map_err(|e| format!("DescribeLoadBalancers: {e:?}"))?;
-        for lb in lbs.load_balancers() {
-            if let Some(n) = lb.dns_name() {
-                names.insert(n.trim_end_matches('.').to_string());
+        for (n, to) in &lb_to {
+            if let Some(to) = to {
+                names.insert(n.clone(), *to);
             }
         }
         let changed = {
@@ -1031,8 +1114,8 @@ impl CloudLab {
         };
         if changed {
             let mut text = String::from("127.0.0.1 localhost\n");
-            for n in &names {
-                text.push_str(&format!("{} {n}\n", self.net.gateway));
+            for (n, to) in &names {
+                text.push_str(&format!("{to} {n}\n"));
             }
             // In place (same inode): `ip netns exec` bind-mounts this file.
             let mut f = std::fs::OpenOptions::new()
@@ -1043,18 +1126,18 @@ impl CloudLab {
             f.write_all(text.as_bytes())
                 .map_err(|e| format!("operator hosts file: {e}"))?;
             for host in self.instances().values() {
-                write_hosts(host, &names, self.net.gateway)?;
+                write_hosts(host, &names)?;
             }
         }
         Ok(())
     }
 }
 
-/// The host's /etc/hosts: itself, and the lab's names at the gateway.
-fn write_hosts(host: &TestHost, names: &BTreeSet<String>, gateway: Ipv4Addr) -> Result<(), String> {
+/// The host's /etc/hosts: itself, and the lab's names.
+fn write_hosts(host: &TestHost, names: &BTreeMap<String, Ipv4Addr>) -> Result<(), String> {
     let mut text = format!("127.0.0.1 localhost\n{} {}\n", host.address, host.name);
-    for n in names {
-        text.push_str(&format!("{gateway} {n}\n"));
+    for (n, to) in names {
+        text.push_str(&format!("{to} {n}\n"));
     }
     host.exec(&format!("cat > /etc/hosts <<'EOF'\n{text}EOF"))
         .map(|_| ())

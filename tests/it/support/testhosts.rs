@@ -534,6 +534,20 @@ impl TestHost {
         self.wait_ready();
     }
 
+    /// Gives the host back a host key it had (`private`: the OpenSSH private key file's
+    /// bytes), as re-running cloud-init would.
+    pub fn set_host_key(&self, private: &[u8]) {
+        let path = self.dir.join("host_key");
+        fs::write(&path, private).expect("host key");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
+        let public = sh(&["ssh-keygen", "-y", "-f", path.to_str().expect("utf-8 path")])
+            .expect("ssh-keygen -y");
+        fs::write(path.with_extension("pub"), public).expect("public key");
+        let _ = fs::remove_file(self.pid_file());
+        sh(&["kill", "-HUP", &self.pid().to_string()]).expect("SIGHUP sshd");
+        self.wait_ready();
+    }
+
     /// Lowers (or raises) sshd's `MaxSessions`, e.g. to the stock default of 10 that real
     /// hosts have.
     pub fn set_max_sessions(&self, n: u32) {

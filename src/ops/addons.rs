@@ -1,0 +1,83 @@
+//! Add-on deployment of a resolved cluster: the preview (server-side dry run) or the apply
+//! (server-side apply, then waiting for the rollouts), through the cluster's API client from
+//! stored credentials ([`super::credentials::kube_client`]). `update addons` and
+//! `update cluster --yes` (metal and AWS) call [`deploy`]; the CLI prints the outcome.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::addons::{self, Change, DeployOptions, ObjectDiff};
+use crate::kube::Poll;
+use crate::spec::Cluster;
+use crate::state::StateStore;
+
+/// How to deploy.
+#[derive(Debug, Clone, Default)]
+pub struct AddonOptions {
+    /// Apply (`--yes`); otherwise a dry run.
+    pub apply: bool,
+    /// `--kubeconfig FILE` instead of the stored admin credentials.
+    pub kubeconfig: Option<PathBuf>,
+    pub force_conflicts: bool,
+    /// How long an apply waits for the rollouts.
+    pub wait: Duration,
+    pub ssh_tunnel: bool,
+}
+
+/// What [`deploy`] did.
+#[derive(Debug)]
+pub struct AddonReport {
+    /// Per manifest: created, changed, unchanged (a preview: what would be).
+    pub diffs: Vec<ObjectDiff>,
+    pub applied: bool,
+    /// How the API was reached when not directly (an SSH tunnel).
+    pub route: Option<String>,
+}
+
+impl AddonReport {
+    /// Whether a preview found changes to apply.
+    pub fn pending(&self) -> bool {
+        !self.applied && self.diffs.iter().any(|d| d.change != Change::Unchanged)
+    }
+}
+
+/// Previews or applies the add-ons of `cluster` (CCM of its provider, CNI).
+pub async fn deploy(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    o: &AddonOptions,
+) -> anyhow::Result<AddonReport> {
+    let manifests = addons::render_addons(cluster)?;
+    let (kube, guard) =
+        super::credentials::kube_client(store, cluster, o.kubeconfig.as_deref(), o.ssh_tunnel)
+            .await?;
+    let route = guard.route().map(str::to_string);
+    if !o.apply {
+        let diffs = addons::preview_addons(&kube, &manifests, o.force_conflicts).await?;
+        return Ok(AddonReport {
+            diffs,
+            applied: false,
+            route,
+        });
+    }
+    let poll = Poll {
+        timeout: o.wait,
+        interval: Duration::from_secs(2),
+    };
+    let diffs = addons::deploy_addons(
+        &kube,
+        cluster,
+        DeployOptions {
+            force: o.force_conflicts,
+            wait: Some(poll),
+        },
+    )
+    .await?;
+    drop(guard);
+    Ok(AddonReport {
+        diffs,
+        applied: true,
+        route,
+    })
+}

@@ -1,0 +1,328 @@
+//! `update cluster` and `delete cluster` on AWS, without the command line: the cloud plan and
+//! its apply, then the instances as node targets (host keys kprov generated recorded first,
+//! a bounded wait for SSH) converged through [`super::nodes::converge`], the code path metal
+//! uses. Progress leaves as [`AwsEvent`]s (cloud) and [`NodeEvent`](super::nodes::NodeEvent)s
+//! (nodes) that the CLI renders.
+//!
+//! ```text
+//! let (cloud, plan) = ops::aws::plan(store, &cluster, &groups).await?;             // preview
+//! let nodes = ops::aws::node_plan(store, &cloud, &cluster, &groups, &plan, &o).await?;
+//! let outcome = ops::aws::apply(store, &cluster, &groups, &guard, &o, &events, node_events).await?;
+//! let (plan, deleted) = ops::aws::delete(&cluster, &groups, yes).await?;
+//! ```
+//!
+//! Caveat: instances are a snapshot taken after the cloud apply; an instance a group starts
+//! later is found by the next run (and listed as joining by its preview).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::nodes::{self as ops_nodes, Events, NodeOptions, NodeReport};
+use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
+use crate::cloud::aws::{AwsCloud, hostkeys, wait};
+use crate::cloud::engine::{self, ApplyOptions, Plan};
+use crate::nodes::{NodePlan, Target};
+use crate::spec::{Cluster, InstanceGroup};
+use crate::ssh::KeyConflict;
+use crate::state::{StateStore, lock};
+
+/// How long instances get to answer SSH after the cloud apply.
+pub const SSH_WAIT: Duration = Duration::from_secs(300);
+
+/// What `update cluster` on AWS was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct AwsUpdateOptions {
+    /// Apply deletions of resources the spec no longer wants (`--prune`).
+    pub prune: bool,
+    /// Reach instances at their private addresses (`--ssh-private-address`).
+    pub ssh_private_address: bool,
+    pub accept_new_host_keys: bool,
+    /// Hosts worked on at the same time (`--concurrency`).
+    pub concurrency: usize,
+}
+
+/// Progress of an AWS apply, for the CLI to render.
+#[derive(Debug)]
+pub enum AwsEvent<'a> {
+    /// The cloud changes about to be applied (planned under the lock).
+    CloudPlan(&'a Plan),
+    /// The cloud resources already match the spec.
+    CloudUnchanged,
+    /// One cloud change finished (`Create Subnet/us-east-1a`).
+    CloudChangeDone(String),
+    CloudApplied {
+        changes: usize,
+    },
+    /// An instance owned by the cluster but in none of its groups: never provisioned.
+    Stray(String),
+    Wait(wait::WaitEvent),
+    /// Still silent at the end of the wait (provisioning it will fail and say so).
+    NotAnswering {
+        instance: String,
+        last: String,
+        waited: Duration,
+    },
+}
+
+/// Where [`apply`] reports progress; called on the caller's task.
+pub type AwsEvents<'e> = &'e (dyn Fn(&AwsEvent<'_>) + Send + Sync);
+
+/// How an AWS apply ended.
+#[derive(Debug)]
+pub enum AwsApplied {
+    /// The nodes were converged (see the report for failures).
+    Nodes(Box<NodeReport>),
+    /// No instance of the cluster runs: nothing was provisioned.
+    NoInstances,
+    /// The store holds other keys than the generated ones for these names: nothing was
+    /// provisioned (neither key is trusted silently).
+    KeyConflicts(Vec<KeyConflict>),
+}
+
+/// SDK clients in the cluster's region; credentials and endpoint come from the usual chain
+/// (environment, profiles, SSO, instance roles; `AWS_ENDPOINT_URL` for emulators).
+pub async fn cloud(cluster: &Cluster) -> anyhow::Result<AwsCloud> {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(region) = &cluster.spec.region {
+        loader = loader.region(aws_config::Region::new(region.clone()));
+    }
+    let sdk = loader.load().await;
+    Ok(AwsCloud::new(&sdk, cluster.name(), &[]))
+}
+
+/// The cloud plan, read-only: a group without a host key shows it as pending; none is
+/// generated.
+pub async fn plan(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+) -> anyhow::Result<(AwsCloud, Plan)> {
+    let names: Vec<&str> = groups.iter().map(|g| g.metadata.name.as_str()).collect();
+    let keys = hostkeys::load(store.as_ref(), cluster.name(), &names)
+        .await
+        .context("reading the instance groups' host keys")?;
+    let cloud = cloud(cluster).await?.with_host_keys(keys);
+    let plan = cloud
+        .plan(cluster, groups)
+        .await
+        .context("planning cloud resources")?;
+    Ok((cloud, plan))
+}
+
+/// The node plan of the running instances, read-only: only instances whose host key the
+/// store holds are contacted (read-only checks); the others are listed as joining. None
+/// before the load balancer and instances exist.
+pub async fn node_plan(
+    store: &Arc<dyn StateStore>,
+    cloud: &AwsCloud,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    cloud_plan: &Plan,
+    o: &AwsUpdateOptions,
+) -> anyhow::Result<Option<NodePlan>> {
+    let Some(lb) = instances::load_balancer_dns(cloud_plan) else {
+        return Ok(None);
+    };
+    let reach = SshReach::of(cluster, o.ssh_private_address);
+    let found = AwsInstances::new(cloud, groups, reach)
+        .through(instances::jump_name(cluster, cloud_plan))
+        .discover()
+        .await
+        .context("finding the cluster's instances")?;
+    if found.targets.is_empty() {
+        return Ok(None);
+    }
+    let options = NodeOptions {
+        accept_new_host_keys: false,
+        concurrency: o.concurrency,
+        cloud_api: Some(instances::cloud_api(cluster, &lb)),
+    };
+    Ok(Some(
+        ops_nodes::plan(store.clone(), cluster, &found.targets, &options).await?,
+    ))
+}
+
+/// Under the caller's cluster lock: the cloud apply, then the instances found, their
+/// expected host keys recorded, waited for (bounded) and converged through the node layer
+/// metal uses. `node_events` makes the node progress sink once the targets are known.
+pub async fn apply(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    guard: &lock::LockGuard,
+    o: &AwsUpdateOptions,
+    events: AwsEvents<'_>,
+    node_events: impl FnOnce(&[Target]) -> Events,
+) -> anyhow::Result<AwsApplied> {
+    let name = cluster.name();
+    let group_names: Vec<&str> = groups.iter().map(|g| g.metadata.name.as_str()).collect();
+    // Generated (once, compare-and-swap) before any launch template is written.
+    let keys = hostkeys::ensure(store.as_ref(), name, &group_names)
+        .await
+        .context("generating the instance groups' host keys")?;
+    let cloud = cloud(cluster).await?.with_host_keys(keys.clone());
+    apply_cloud(&cloud, cluster, groups, o.prune, events).await?;
+    guard.check()?;
+    // Read again after the apply: the load balancers' DNS names exist only now.
+    let after = cloud
+        .plan(cluster, groups)
+        .await
+        .context("reading cloud resources after the apply")?;
+    let Some(lb) = instances::load_balancer_dns(&after) else {
+        anyhow::bail!(
+            "the API load balancer of {name} has no DNS name yet; re-run `kprov update cluster {name} --yes`"
+        );
+    };
+    let reach = SshReach::of(cluster, o.ssh_private_address);
+    let found = AwsInstances::new(&cloud, groups, reach)
+        .through(instances::jump_name(cluster, &after))
+        .discover()
+        .await
+        .context("finding the cluster's instances")?;
+    for s in &found.strays {
+        events(&AwsEvent::Stray(s.clone()));
+    }
+    let targets = found.targets;
+    if targets.is_empty() {
+        return Ok(AwsApplied::NoInstances);
+    }
+    // kprov generated the host keys: the first connection is checked strictly against them.
+    let mut expected = hostkeys::expected_known_hosts(&targets, &keys)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    expected.extend(
+        hostkeys::expected_known_hosts(&found.jump_hosts, &keys)
+            .await
+            .map_err(anyhow::Error::msg)?,
+    );
+    let conflicts = crate::ssh::record_expected_keys(store, name, &expected)
+        .await
+        .map_err(anyhow::Error::msg)
+        .context("recording the instances' host keys")?;
+    if !conflicts.is_empty() {
+        return Ok(AwsApplied::KeyConflicts(conflicts));
+    }
+    // Nodes behind the bastion are waited for by the jump itself; the way in (the bastion's
+    // name, where the user's ssh config sends it) is waited for here.
+    let mut waited = targets.clone();
+    if reach == SshReach::Bastion
+        && let Some(jump) = found.jump_hosts.first()
+    {
+        let mut j = jump.clone();
+        let (hostname, port) =
+            crate::ssh::destination(&j.host.address, j.host.user.as_deref(), j.host.port)
+                .await
+                .map_err(anyhow::Error::msg)?;
+        j.host.name = format!("bastion {}", j.host.address);
+        j.host.address = hostname;
+        j.host.port = Some(port);
+        waited.push(j);
+    }
+    let on_wait = |e: wait::WaitEvent| events(&AwsEvent::Wait(e));
+    if let Err(late) = wait::wait_for_ssh(&waited, SSH_WAIT, Duration::from_secs(2), &on_wait).await
+    {
+        for (instance, last) in late {
+            events(&AwsEvent::NotAnswering {
+                instance,
+                last,
+                waited: SSH_WAIT,
+            });
+        }
+    }
+    guard.check()?;
+    let options = NodeOptions {
+        accept_new_host_keys: o.accept_new_host_keys,
+        concurrency: o.concurrency,
+        cloud_api: Some(instances::cloud_api(cluster, &lb)),
+    };
+    let node_events = node_events(&targets);
+    let report = ops_nodes::converge(
+        store.clone(),
+        cluster,
+        &targets,
+        guard,
+        &options,
+        &node_events,
+    )
+    .await?;
+    Ok(AwsApplied::Nodes(Box::new(report)))
+}
+
+/// The cloud part of `--yes`: planned under the lock (what is applied is what the store says
+/// now), applied with an event per finished resource.
+async fn apply_cloud(
+    cloud: &AwsCloud,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    prune: bool,
+    events: AwsEvents<'_>,
+) -> anyhow::Result<()> {
+    let plan = cloud
+        .plan(cluster, groups)
+        .await
+        .context("planning cloud resources")?;
+    plan.check().context("planning cloud resources")?;
+    // 0: nothing to apply (deletions wait for --prune).
+    if plan.is_empty() || plan.exit_code(prune) == 0 {
+        events(&AwsEvent::CloudUnchanged);
+        return Ok(());
+    }
+    events(&AwsEvent::CloudPlan(&plan));
+    // The engine reports each finished resource from its workers; the events are sent on
+    // from this task, as the apply goes.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let hook = engine::DoneHook(Arc::new(move |action, id| {
+        let _ = tx.send(format!("{action:?} {id}"));
+    }));
+    let opts = ApplyOptions {
+        prune,
+        on_done: Some(hook),
+        ..Default::default()
+    };
+    let apply = engine::apply(cloud, &plan, &opts);
+    tokio::pin!(apply);
+    let result = loop {
+        tokio::select! {
+            r = &mut apply => break r,
+            Some(line) = rx.recv() => events(&AwsEvent::CloudChangeDone(line)),
+        }
+    };
+    while let Ok(line) = rx.try_recv() {
+        events(&AwsEvent::CloudChangeDone(line));
+    }
+    let report = result.context("applying cloud resources")?;
+    events(&AwsEvent::CloudApplied {
+        changes: report.done.len(),
+    });
+    Ok(())
+}
+
+/// `delete cluster` on AWS: every owned resource, in reverse dependency order. Returns the
+/// deletion plan and, with `yes`, how many resources were deleted.
+pub async fn delete(
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    yes: bool,
+) -> anyhow::Result<(Plan, Option<usize>)> {
+    let cloud = cloud(cluster).await?;
+    let plan = cloud
+        .plan_delete(cluster, groups)
+        .await
+        .context("finding the cluster's cloud resources")?;
+    if !yes {
+        return Ok((plan, None));
+    }
+    let report = engine::apply(
+        &cloud,
+        &plan,
+        &ApplyOptions {
+            prune: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .context("deleting cloud resources")?;
+    Ok((plan, Some(report.done.len())))
+}

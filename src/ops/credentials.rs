@@ -1,0 +1,133 @@
+//! The cluster's API client from stored credentials: the one place commands get a
+//! Kubernetes client for a cluster kprov provisioned (add-ons, validate, and anything that
+//! talks to the API: rolling updates, drains, certificates, etcd backups).
+//!
+//! [`kube_client`] uses `--kubeconfig FILE` when given, else the admin kubeconfig kprov
+//! stored at `<cluster>/secrets/admin.conf` (read as untrusted data: the store is a trust
+//! boundary, see `kubeconfig::trusted_admin`), written to a private temporary file, reached
+//! through an SSH port forward to a control plane when the hosts sit behind a bastion
+//! (metal) or when asked (`--ssh-tunnel`). The returned [`ClientGuard`] keeps the file and
+//! the tunnel alive: drop it after the client.
+//!
+//! Caveat: the tunnel is for metal clusters (their hosts are in the spec); an AWS cluster's
+//! API is reached through its load balancer.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::anyhow;
+
+use crate::kube::Kube;
+use crate::spec::Cluster;
+use crate::state::StateStore;
+use crate::state::layout::ClusterKeys;
+
+pub use super::nodes::ADMIN_KUBECONFIG_SECRET;
+
+/// What keeps a cluster client working: its private kubeconfig file and, when the API is
+/// reached through SSH, the connection carrying the tunnel.
+pub struct ClientGuard {
+    _dir: Option<tempfile::TempDir>,
+    _tunnel: Option<crate::ssh::SshFleet>,
+    route: Option<String>,
+}
+
+impl ClientGuard {
+    /// How the API is reached when it is not direct (`local → host → server`), for a debug
+    /// line.
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+}
+
+/// The control-plane host to tunnel through when the API is not reachable directly: metal
+/// control planes that ssh itself only reaches through a bastion.
+fn tunnel_host(cluster: &Cluster, forced: bool) -> Option<&crate::spec::Host> {
+    let cp = cluster
+        .spec
+        .hosts
+        .iter()
+        .find(|h| h.roles.contains(&crate::spec::HostRole::ControlPlane))?;
+    (forced || cp.bastion.is_some()).then_some(cp)
+}
+
+/// A client for the cluster: `explicit` (`--kubeconfig FILE`) as given, else the admin
+/// credentials kprov stored when it provisioned the cluster (written to a private temporary
+/// file), through an SSH tunnel to a control plane when the hosts sit behind a bastion or
+/// `ssh_tunnel` asks for it.
+pub async fn kube_client(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    explicit: Option<&Path>,
+    ssh_tunnel: bool,
+) -> anyhow::Result<(Kube, ClientGuard)> {
+    if let Some(p) = explicit {
+        return Ok((
+            Kube::from_kubeconfig(p, None).await?,
+            ClientGuard {
+                _dir: None,
+                _tunnel: None,
+                route: None,
+            },
+        ));
+    }
+    let name = cluster.name();
+    let key = ClusterKeys::new(name)?.secret(ADMIN_KUBECONFIG_SECRET)?;
+    let admin = store
+        .get(&key)
+        .await?
+        .ok_or_else(|| anyhow!("no credentials for cluster {name} in the state store: provision it with `kprov update cluster {name} --yes`, or pass --kubeconfig FILE"))?;
+    let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
+    let server = cluster
+        .spec
+        .api
+        .as_ref()
+        .and_then(|a| a.public_name.as_ref())
+        .map(|n| format!("https://{n}"));
+    let dir = tempfile::Builder::new().prefix("kprov-kube-").tempdir()?;
+    let path: PathBuf = dir.path().join("config");
+    crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
+    if ssh_tunnel && cluster.spec.hosts.is_empty() {
+        anyhow::bail!(
+            "--ssh-tunnel needs the cluster's hosts (cloudProvider metal); {name} has none"
+        );
+    }
+    let Some(cp) = tunnel_host(cluster, ssh_tunnel) else {
+        return Ok((
+            Kube::from_kubeconfig(&path, Some(name)).await?,
+            ClientGuard {
+                _dir: Some(dir),
+                _tunnel: None,
+                route: None,
+            },
+        ));
+    };
+    // The kubeconfig's server as the control plane sees it; TLS still checks its name.
+    let url: http::Uri = crate::kubeconfig::server(&admin)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow!("the stored admin kubeconfig of {name} has no usable server URL"))?;
+    let (remote_host, remote_port) = (
+        url.host().unwrap_or("127.0.0.1").to_string(),
+        url.port_u16().unwrap_or(443),
+    );
+    let fleet = crate::ssh::SshFleet::for_cluster(
+        cluster,
+        store.clone(),
+        crate::ssh::SshOptions::default(),
+        Arc::new(crate::ssh::NoProgress),
+    )?;
+    let local = fleet.forward(&cp.name, &remote_host, remote_port).await?;
+    let route = format!(
+        "reaching the API of {name} through {local} → {} → {remote_host}:{remote_port}",
+        cp.name
+    );
+    let kube = Kube::from_kubeconfig_through(&path, Some(name), &local.to_string()).await?;
+    Ok((
+        kube,
+        ClientGuard {
+            _dir: Some(dir),
+            _tunnel: Some(fleet),
+            route: Some(route),
+        },
+    ))
+}
