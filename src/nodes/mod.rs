@@ -101,6 +101,7 @@ impl TargetSource for Inventory {
 
 pub mod owner;
 pub mod plan;
+pub mod roll;
 
 pub use owner::Owner;
 pub use plan::{Action, NodePlan, Observation, PlannedNode};
