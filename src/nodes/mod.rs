@@ -99,6 +99,7 @@ impl TargetSource for Inventory {
     }
 }
 
+pub mod journal;
 pub mod owner;
 pub mod plan;
 pub mod roll;

@@ -10,3 +10,4 @@
 //! (`cli/addons.rs`, `cli/update.rs`); they are the next to move.
 
 pub mod nodes;
+pub mod rolling;
