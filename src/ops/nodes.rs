@@ -219,7 +219,7 @@ pub async fn converge(
             .await
             .context("provisioning")?;
         let converged_control_plane = report.hosts.iter().any(|h| {
-            h.result == HostResult::Ok
+            matches!(h.result, HostResult::Ok | HostResult::PendingRoll { .. })
                 && targets
                     .iter()
                     .any(|t| t.name() == h.host && t.is_control_plane())
