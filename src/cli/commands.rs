@@ -10,8 +10,8 @@ use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
 use super::{
-    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind,
-    UpdateWhat, ValidateWhat, exit,
+    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat,
+    RollingUpdateWhat, SchemaKind, UpdateWhat, ValidateWhat, exit,
 };
 use crate::bounded;
 use crate::output::{Format, Printer, Table};
@@ -95,7 +95,9 @@ pub fn exit_code_of(e: &anyhow::Error) -> i32 {
 pub async fn run(cli: Cli) -> i32 {
     let format = match &cli.command {
         Command::Get(g) => match &g.what {
-            GetWhat::Clusters { out, .. } | GetWhat::Instancegroups { out, .. } => out.output,
+            GetWhat::Clusters { out, .. }
+            | GetWhat::Instancegroups { out, .. }
+            | GetWhat::Instances { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -104,6 +106,9 @@ pub async fn run(cli: Cli) -> i32 {
         },
         Command::Validate(v) => match &v.what {
             ValidateWhat::Cluster { output, .. } => *output,
+        },
+        Command::RollingUpdate(r) => match &r.what {
+            RollingUpdateWhat::Cluster(a) => a.output,
         },
         _ => Format::Table,
     };
@@ -134,6 +139,9 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
+            GetWhat::Instances {
+                name, kubeconfig, ..
+            } => super::rolling::get_instances(ctx, &name, kubeconfig.as_deref()).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -165,6 +173,9 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             ExportWhat::Kubeconfig { name, kubeconfig } => {
                 export_kubeconfig(ctx, &name, kubeconfig.as_deref()).await
             }
+        },
+        Command::RollingUpdate(r) => match r.what {
+            RollingUpdateWhat::Cluster(a) => super::rolling::cluster(ctx, &a).await,
         },
         Command::Update(u) => match u.what {
             UpdateWhat::Cluster(a) => super::update::cluster(ctx, &a).await,

@@ -5,6 +5,7 @@ pub mod commands;
 mod create;
 mod edit;
 mod metal;
+mod rolling;
 mod update;
 
 use std::path::PathBuf;
@@ -66,6 +67,8 @@ pub enum Command {
     Export(ExportCmd),
     /// Preview, and with --yes apply, what a cluster needs (cloud resources, nodes, add-ons)
     Update(UpdateCmd),
+    /// Replace or re-provision nodes whose configuration is out of date, safely, in batches
+    RollingUpdate(RollingUpdateCmd),
     /// Check that a running cluster is healthy
     Validate(ValidateCmd),
     /// Print the JSON Schema of the kprov objects (for editors)
@@ -129,6 +132,15 @@ pub enum GetWhat {
         /// Output format (yaml: the manifests as applied; json: with add-on names and versions)
         #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
+    },
+    /// List every instance or host of a cluster: group, node, up to date or why not, Ready
+    #[command(visible_alias = "instance")]
+    Instances {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
     },
     /// List a cluster's instance groups
     #[command(visible_aliases = ["instancegroup", "ig", "igs"])]
@@ -293,6 +305,18 @@ pub struct UpdateAddonsCli {
     /// control planes sit behind a bastion)
     #[arg(long)]
     pub ssh_tunnel: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RollingUpdateCmd {
+    #[command(subcommand)]
+    pub what: RollingUpdateWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RollingUpdateWhat {
+    /// Preview (and with --yes, roll) the nodes that need an update
+    Cluster(rolling::RollingUpdateClusterArgs),
 }
 
 #[derive(Debug, Args)]

@@ -25,8 +25,18 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use tokio::sync::{Mutex, watch};
 
+use std::collections::BTreeMap;
+
+use crate::nodes::Target;
 use crate::nodes::journal::{Journal, JournalError, JournalFile, JournalNode, NodeStep};
-use crate::nodes::roll::RollAction;
+use crate::nodes::roll::{
+    GroupInput, GroupRole, NodeInput, PROVISIONED_FILE, Provisioned, RollAction,
+};
+use crate::ops::nodes::NodeOptions;
+use crate::provision::render::Renderer;
+use crate::spec::{Cluster, HostRole, InstanceGroup};
+use crate::ssh::task::{ExecError, HostExecutor};
+use crate::state::StateStore;
 
 /// The taint put on nodes about to be replaced, so evicted pods prefer other nodes.
 pub const REPLACING_TAINT: &str = "kprov.dev/rolling-update";
@@ -463,6 +473,124 @@ async fn gate(
             return Err(RollError::Interrupted(format!("during validation {when}")));
         }
     }
+}
+
+/// What a rolling-update preview found on one target.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub target: Target,
+    /// The record on the host (`None`: none), or why it could not be read.
+    pub record: Result<Option<Provisioned>, String>,
+    /// What provisioning it today would record.
+    pub desired: Result<Provisioned, String>,
+}
+
+/// Reads every target's provisioning record, read-only: contacts only hosts whose key the
+/// cluster recorded, records no key, writes nothing.
+pub async fn observe(
+    store: Arc<dyn StateStore>,
+    cluster: &Cluster,
+    targets: &[Target],
+    options: &NodeOptions,
+) -> anyhow::Result<Vec<Observed>> {
+    let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
+    let fleet = super::nodes::fleet(
+        cluster,
+        targets,
+        store,
+        false,
+        options.concurrency,
+        &super::nodes::no_events(),
+    )?;
+    let reads = join_all(targets.iter().map(|t| async {
+        let record = match fleet.read_file(t.name(), PROVISIONED_FILE).await {
+            Ok(None) => Ok(None),
+            Ok(Some(bytes)) => Provisioned::parse(&bytes).map(Some),
+            Err(ExecError::UnknownHostKey { .. }) => Err(
+                "its host key is not recorded: `kprov update cluster --yes --accept-new-host-keys` first"
+                    .to_string(),
+            ),
+            Err(e) => Err(e.to_string()),
+        };
+        Observed {
+            target: t.clone(),
+            record,
+            desired: renderer.provisioned(t).map_err(|e| e.to_string()),
+        }
+    }))
+    .await;
+    fleet.close().await;
+    Ok(reads)
+}
+
+/// The planner's inputs from the spec's groups and what was observed. Metal hosts belong to
+/// the first group of their role (control planes before workers); etcd-only hosts are not
+/// rolled. Targets that could not be inspected come back as problems: a roll never guesses.
+pub fn inputs(
+    groups: &[InstanceGroup],
+    observed: &[Observed],
+    ready: Option<&BTreeMap<String, bool>>,
+) -> (Vec<GroupInput>, Vec<NodeInput>, Vec<String>) {
+    let group_inputs: Vec<GroupInput> = groups
+        .iter()
+        .map(|g| GroupInput {
+            name: g.metadata.name.clone(),
+            role: g.spec.role.into(),
+            min: g.spec.min_size.unwrap_or(1),
+            max: g.spec.max_size.or(g.spec.min_size).unwrap_or(1),
+            rolling_update: g.spec.rolling_update.clone(),
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    let mut problems = Vec::new();
+    for o in observed {
+        let t = &o.target;
+        let role = if t.is_control_plane() {
+            GroupRole::ControlPlane
+        } else if t.has_role(HostRole::Node) {
+            GroupRole::Node
+        } else {
+            continue;
+        };
+        let group = t.group.clone().or_else(|| {
+            group_inputs
+                .iter()
+                .find(|g| g.role == role)
+                .map(|g| g.name.clone())
+        });
+        let Some(group) = group else {
+            problems.push(format!(
+                "{}: no instance group with role {} to roll it in",
+                t.name(),
+                role.as_str()
+            ));
+            continue;
+        };
+        let (record, desired) = match (&o.record, &o.desired) {
+            (Ok(r), Ok(d)) => (r.clone(), d.clone()),
+            (Err(e), _) => {
+                problems.push(format!(
+                    "{}: cannot read its provisioning record: {e}",
+                    t.name()
+                ));
+                continue;
+            }
+            (_, Err(e)) => {
+                problems.push(format!("{}: {e}", t.name()));
+                continue;
+            }
+        };
+        nodes.push(NodeInput {
+            target: t.name().to_string(),
+            node_name: t.node_name.clone(),
+            group,
+            role,
+            recorded: record,
+            desired,
+            ready: ready.map(|r| r.get(&t.node_name).copied().unwrap_or(false)),
+        });
+    }
+    (group_inputs, nodes, problems)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod faults;
 mod metal;
 mod provision;
 mod race;
+mod rolling;
 mod smoke;
 mod ssh;
 mod state;

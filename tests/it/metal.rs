@@ -132,7 +132,7 @@ impl Lab {
         self.th.client_key.display().to_string()
     }
 
-    fn host(&self, name: &str) -> &crate::support::testhosts::TestHost {
+    pub(crate) fn host(&self, name: &str) -> &crate::support::testhosts::TestHost {
         self.th
             .hosts
             .iter()
@@ -176,7 +176,7 @@ impl Lab {
     }
 
     /// Changes the stored Cluster the way an operator does: `get -o yaml`, edit, `replace -f`.
-    fn edit_cluster(&self, cluster: &str, edit: impl FnOnce(&mut Cluster)) {
+    pub(crate) fn edit_cluster(&self, cluster: &str, edit: impl FnOnce(&mut Cluster)) {
         let yaml = ok(&self.kprov(&["get", "cluster", cluster, "-o", "yaml"]));
         let mut objects: Vec<Object> = spec::load_objects("stored", &yaml)
             .expect("stored objects parse")
@@ -215,6 +215,11 @@ impl Lab {
             })
         });
     }
+}
+
+/// Everything in the lab's state store.
+pub(crate) fn store_snapshot(lab: &Lab) -> BTreeMap<PathBuf, Vec<u8>> {
+    snapshot(&lab.store_dir())
 }
 
 pub(crate) fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
