@@ -110,6 +110,10 @@ pub async fn run(cli: Cli) -> i32 {
         Command::RollingUpdate(r) => match &r.what {
             RollingUpdateWhat::Cluster(a) => a.output,
         },
+        Command::Delete(d) => match &d.what {
+            DeleteWhat::Instance(a) => a.output,
+            _ => Format::Table,
+        },
         _ => Format::Table,
     };
     let ctx = Ctx {
@@ -164,6 +168,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             DeleteWhat::Instancegroups { group, name, yes } => {
                 delete_group(ctx, &name, &group, yes).await
             }
+            DeleteWhat::Instance(a) => super::instance::delete_instance(ctx, &a).await,
         },
         Command::Lock(l) => match l.what {
             LockWhat::Status { cluster } => lock_status(ctx, &cluster).await,

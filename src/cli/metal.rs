@@ -165,10 +165,28 @@ pub async fn update(
         concurrency: a.concurrency,
         cloud_api: None,
     };
+    // Hosts kprov provisioned that the inventory lost stay in the cluster until removed.
+    let gone = crate::ops::instance::hosts_to_remove(store.as_ref(), cluster).await?;
+    let warn_gone = || {
+        for h in &gone {
+            ctx.printer.warn(&format!(
+                "{} ({}) is no longer in the spec but kprov provisioned it: it is still in the \
+                 cluster (to remove). Remove it with `kprov delete instance {name} {}`",
+                h.name, h.address, h.name
+            ));
+        }
+    };
     if !a.yes {
         let plan = ops::plan(store, cluster, &targets, &options).await?;
-        return preview(ctx, name, &plan, a);
+        let code = preview(ctx, name, &plan, a)?;
+        warn_gone();
+        return Ok(if code == exit::OK && a.exit_code && !gone.is_empty() {
+            exit::CHANGES_PENDING
+        } else {
+            code
+        });
     }
+    warn_gone();
     let guard = lock::acquire(store.clone(), name, "update cluster --yes", LOCK_LEASE).await?;
     let (events, bars) = render_events(ctx, &targets);
     let result = ops::converge(store.clone(), cluster, &targets, &guard, &options, &events).await;

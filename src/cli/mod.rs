@@ -4,6 +4,7 @@ mod addons;
 pub mod commands;
 mod create;
 mod edit;
+mod instance;
 mod metal;
 mod rolling;
 mod update;
@@ -202,6 +203,38 @@ pub enum DeleteWhat {
         #[arg(long, short)]
         yes: bool,
     },
+    /// Remove one node: cordon, drain, remove its etcd member, reset the host, delete the
+    /// Node object (kops's `delete instance`, Kubespray's remove-node.yml; preview without --yes)
+    Instance(DeleteInstanceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteInstanceArgs {
+    /// The cluster
+    pub cluster: String,
+    /// The node (on metal: the host's name in the inventory)
+    pub node: String,
+    /// Really remove it
+    #[arg(long, short)]
+    pub yes: bool,
+    /// Give up draining after this long (the node then stays cordoned and nothing else changes)
+    #[arg(long, value_parser = addons::parse_duration, default_value = "15m")]
+    pub drain_timeout: std::time::Duration,
+    /// Evict pods with emptyDir volumes (their data is lost)
+    #[arg(long)]
+    pub delete_emptydir_data: bool,
+    /// Evict pods that no controller manages (nothing re-creates them)
+    #[arg(long)]
+    pub force: bool,
+    /// AWS: shrink the Auto Scaling group instead of letting it replace the instance
+    #[arg(long)]
+    pub decrement_desired_capacity: bool,
+    /// Kubeconfig to reach the API with (default: the credentials kprov stored)
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Output format of the preview
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
 }
 
 #[derive(Debug, Args)]

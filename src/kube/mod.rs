@@ -1,9 +1,10 @@
 //! kprov's layer over kube-rs: one client built from a kubeconfig, server-side apply of
-//! manifests under the field manager `kprov`, rollouts, nodes, cordon and eviction.
+//! manifests under the field manager `kprov`, rollouts, nodes, cordon, eviction and drains.
 //!
 //! The API is reached at the kubeconfig's server as written; reaching a private endpoint
 //! through an SSH tunnel is a separate wiring step (the caller rewrites the server URL).
 
+mod drain;
 mod manifest;
 mod nodes;
 
@@ -16,6 +17,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
 
+pub use drain::{
+    Disposition, DrainError, DrainEvent, DrainOptions, DrainReport, MIRROR_ANNOTATION, SkipReason,
+    StuckPod, classify, matching_pdbs, selector_matches,
+};
 pub use manifest::{Object, ObjectRef, api_resource, parse_manifests};
 pub use nodes::{EvictOptions, NodeInfo, Taint, UNINITIALIZED_TAINT};
 

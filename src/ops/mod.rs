@@ -5,9 +5,12 @@
 //! - [`nodes`]: a cluster's machines over SSH on any platform: the node plan
 //!   ([`nodes::plan`]), converging the nodes and storing the admin kubeconfig
 //!   ([`nodes::converge`]), resetting them at `delete cluster` ([`nodes::reset`]).
+//! - [`instance`]: `delete instance`, one node out of the cluster (drain, etcd member, reset,
+//!   Node object, spec), and kprov's record of provisioned hosts.
 //!
 //! Caveat: `update addons`, the SSH tunnel and the AWS cloud apply still live in `cli/`
 //! (`cli/addons.rs`, `cli/update.rs`); they are the next to move.
 
+pub mod instance;
 pub mod nodes;
 pub mod rolling;

@@ -218,6 +218,22 @@ pub async fn converge(
         let report = orchestrate::execute(&fleet, cluster, targets, &plan, &run)
             .await
             .context("provisioning")?;
+        // kprov's record of its metal hosts: `update cluster` names those the inventory lost.
+        // (Cloud instances are found from the cloud; their groups replace them.)
+        let metal = cluster.spec.cloud_provider == crate::spec::CloudProvider::Metal;
+        let converged: Vec<&crate::spec::Host> = targets
+            .iter()
+            .filter(|_| metal)
+            .filter(|t| {
+                report
+                    .hosts
+                    .iter()
+                    .any(|h| h.host == t.name() && h.result == HostResult::Ok)
+            })
+            .map(|t| &t.host)
+            .collect();
+        guard.check()?;
+        super::instance::record_provisioned(store.as_ref(), cluster.name(), &converged).await?;
         let converged_control_plane = report.hosts.iter().any(|h| {
             matches!(h.result, HostResult::Ok | HostResult::PendingRoll { .. })
                 && targets

@@ -919,10 +919,29 @@ pub async fn reset(
     owner: &Owner,
     options: &Options,
 ) -> Result<Report, ProvisionError> {
+    let all: Vec<&str> = targets.iter().map(Target::name).collect();
+    reset_only(exec, cluster, targets, &all, owner, options).await
+}
+
+/// [`reset`] of the targets named in `only` (`delete instance`); `targets` are all of the
+/// cluster's, which the scripts are rendered against.
+pub async fn reset_only(
+    exec: &dyn HostExecutor,
+    cluster: &Cluster,
+    targets: &[Target],
+    only: &[&str],
+    owner: &Owner,
+    options: &Options,
+) -> Result<Report, ProvisionError> {
     let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
-    let mut t = Tracker::new(targets);
+    let chosen: Vec<Target> = targets
+        .iter()
+        .filter(|t| only.contains(&t.name()))
+        .cloned()
+        .collect();
+    let mut t = Tracker::new(&chosen);
     let mut work = Vec::new();
-    for h in targets {
+    for h in &chosen {
         match marker(exec, h.name()).await {
             Ok(Some(m)) if m.uid == owner.uid => {
                 work.push((h.name().to_string(), renderer.reset(h, owner)?))

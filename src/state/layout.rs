@@ -23,6 +23,7 @@ const KNOWN_HOSTS: &str = "known_hosts";
 const PKI: &str = "pki";
 const SECRETS: &str = "secrets";
 const JOURNAL: &str = "journal";
+const HOSTS: &str = "hosts";
 
 /// The keys of one cluster. The name must be a single key segment; the spec validator checks
 /// the stricter DNS rules.
@@ -88,6 +89,16 @@ impl ClusterKeys {
 
     pub fn secret(&self, path: &str) -> Result<String, StateError> {
         self.below(SECRETS, path)
+    }
+
+    /// `<cluster>/hosts/`: kprov's record of the hosts it provisioned.
+    pub fn hosts_prefix(&self) -> String {
+        self.key(&format!("{HOSTS}/"))
+    }
+
+    pub fn host(&self, name: &str) -> Result<String, StateError> {
+        single_segment(name, "host name")?;
+        Ok(self.key(&format!("{HOSTS}/{name}")))
     }
 
     pub fn journal_prefix(&self) -> String {

@@ -142,10 +142,10 @@ spec:
     (cluster, igs)
 }
 
-struct Env {
-    sdk: aws_config::SdkConfig,
-    rec: Recorder,
-    cloud: AwsCloud,
+pub(crate) struct Env {
+    pub(crate) sdk: aws_config::SdkConfig,
+    pub(crate) rec: Recorder,
+    pub(crate) cloud: AwsCloud,
 }
 
 /// A fixed host key (generated once with `ssh-keygen -t ed25519`; it protects nothing) so the
@@ -166,7 +166,7 @@ H9qKbYhxPIoNMZdRB2dCAAAAAAECAwQF
     }
 }
 
-async fn env(cluster: &str) -> Env {
+pub(crate) async fn env(cluster: &str) -> Env {
     let sdk = moto().sdk_config().await;
     let rec = Recorder::default();
     // Every group name the specs above use.
@@ -209,21 +209,21 @@ fn fast() -> ApplyOptions {
     }
 }
 
-async fn plan(e: &Env, c: &Cluster, igs: &[InstanceGroup]) -> Plan {
+pub(crate) async fn plan(e: &Env, c: &Cluster, igs: &[InstanceGroup]) -> Plan {
     e.cloud
         .plan(c, igs)
         .await
         .unwrap_or_else(|err| panic!("plan: {err}\n{}", moto().log_tail()))
 }
 
-async fn apply(e: &Env, p: &Plan, prune: bool) {
+pub(crate) async fn apply(e: &Env, p: &Plan, prune: bool) {
     let opts = ApplyOptions { prune, ..fast() };
     engine::apply(&e.cloud, p, &opts)
         .await
         .unwrap_or_else(|err| panic!("apply: {err}\n{}", moto().log_tail()));
 }
 
-async fn delete_all(e: &Env, c: &Cluster, igs: &[InstanceGroup]) {
+pub(crate) async fn delete_all(e: &Env, c: &Cluster, igs: &[InstanceGroup]) {
     let p = e.cloud.plan_delete(c, igs).await.expect("delete plan");
     assert!(p.changes.iter().all(|ch| ch.action == Action::Delete));
     apply(e, &p, true).await;

@@ -27,7 +27,7 @@ pub(crate) struct Lab {
     pub(crate) dir: tempfile::TempDir,
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
@@ -41,7 +41,7 @@ pub(crate) fn show(o: &Output) -> String {
 }
 
 #[track_caller]
-fn ok(o: &Output) -> String {
+pub(crate) fn ok(o: &Output) -> String {
     assert!(o.status.success(), "{}", show(o));
     text(&o.stdout)
 }
@@ -141,7 +141,7 @@ impl Lab {
     }
 
     /// The stand-ins' calls on test host `host`: (ns timestamp, "tool args").
-    fn calls(&self, host: &str) -> Vec<(u128, String)> {
+    pub(crate) fn calls(&self, host: &str) -> Vec<(u128, String)> {
         self.host(host).standin_calls()
     }
 

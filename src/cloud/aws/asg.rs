@@ -239,3 +239,68 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
+
+/// An Auto Scaling group's size (`delete instance` shows what terminating does to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCapacity {
+    pub min: i32,
+    pub desired: i32,
+    pub max: i32,
+}
+
+impl AwsCloud {
+    /// The size of one of the cluster's groups (`NAME.CLUSTER`); an error when it is not the
+    /// cluster's.
+    pub async fn group_capacity(&self, asg_name: &str) -> Result<GroupCapacity, CloudError> {
+        let out = self
+            .asg
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(asg_name)
+            .send()
+            .await
+            .ctx("DescribeAutoScalingGroups")?;
+        let g = out
+            .auto_scaling_groups()
+            .iter()
+            .find(|g| {
+                owned_by(
+                    &self.cluster,
+                    g.tags()
+                        .iter()
+                        .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
+                )
+            })
+            .ok_or_else(|| CloudError::Api {
+                operation: "DescribeAutoScalingGroups".into(),
+                class: crate::cloud::engine::ErrorClass::Fatal,
+                message: format!(
+                    "no Auto Scaling group {asg_name} owned by cluster {}",
+                    self.cluster
+                ),
+            })?;
+        Ok(GroupCapacity {
+            min: g.min_size().unwrap_or(0),
+            desired: g.desired_capacity().unwrap_or(0),
+            max: g.max_size().unwrap_or(0),
+        })
+    }
+
+    /// Terminates an instance through its Auto Scaling group: the group launches a
+    /// replacement, or with `decrement` shrinks by one (refused by AWS below the group's
+    /// minimum). The caller checks the instance is the cluster's.
+    pub async fn terminate_in_group(
+        &self,
+        instance_id: &str,
+        decrement: bool,
+    ) -> Result<(), CloudError> {
+        self.asg
+            .terminate_instance_in_auto_scaling_group()
+            .instance_id(instance_id)
+            .should_decrement_desired_capacity(decrement)
+            .send()
+            .await
+            .ctx("TerminateInstanceInAutoScalingGroup")?;
+        Ok(())
+    }
+}

@@ -7,6 +7,7 @@
 //! `/kprov/NAME/`; Route53 records are owned through a TXT record next to them.
 
 mod asg;
+pub use asg::GroupCapacity;
 mod desired;
 mod dns;
 mod ec2;

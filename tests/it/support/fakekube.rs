@@ -1,8 +1,13 @@
 //! An HTTP-level fake of the Kubernetes API server (kube-rs's mock-server idea, over a real
 //! socket): the real URL paths and JSON, server-side apply with field ownership and 409
 //! conflicts, dry runs, merge patches, LIST with label/field selectors and `limit`/`continue`,
-//! and the eviction subresource with 429 when a PodDisruptionBudget blocks. Every request is
-//! recorded. It listens on 127.0.0.1 and stops when dropped.
+//! strategic merge patches (keyed lists such as node taints, `$patch: delete`), and what drains
+//! need: the eviction subresource with 429 while a PodDisruptionBudget (policy/v1) allows no
+//! disruption (computed from minAvailable / maxUnavailable over the healthy pods it selects,
+//! as the disruption controller does), evictions that delete the pod, nodes whose kubelet is
+//! down (their pods stay Terminating), and a ReplicaSet "controller" that re-creates an
+//! evicted pod on another schedulable node. Every request is recorded. It listens on
+//! 127.0.0.1 and stops when dropped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -81,6 +86,11 @@ struct Inner {
     objects: BTreeMap<Key, Entry>,
     requests: Vec<Recorded>,
     rv: u64,
+    /// Nodes without a running kubelet: their pods stay Terminating once deleted.
+    kubelet_down: BTreeSet<String>,
+    /// Re-create evicted ReplicaSet pods on another schedulable node.
+    replicaset_controller: bool,
+    recreated: u64,
 }
 
 type Shared = Arc<Mutex<Inner>>;
@@ -278,6 +288,47 @@ impl FakeKube {
         }
     }
 
+    /// The node's kubelet stops: pods deleted or evicted there stay Terminating (a
+    /// deletionTimestamp, never removed), as on a real API server without a kubelet.
+    pub fn stop_kubelet(&self, node: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .kubelet_down
+            .insert(node.to_string());
+    }
+
+    /// The kubelet is back: pods Terminating on the node finish (are removed).
+    pub fn start_kubelet(&self, node: &str) {
+        let mut st = self.state.lock().unwrap();
+        st.kubelet_down.remove(node);
+        st.objects.retain(|k, e| {
+            !(k.plural == "pods"
+                && e.obj["spec"]["nodeName"].as_str() == Some(node)
+                && !e.obj["metadata"]["deletionTimestamp"].is_null())
+        });
+        st.rv += 1;
+    }
+
+    /// Plays the ReplicaSet controller: a pod owned by a ReplicaSet that is evicted is
+    /// re-created (new name and UID, same labels and owner) Running and ready on another
+    /// schedulable, Ready node without a NoSchedule taint, or Pending when there is none.
+    pub fn run_replicaset_controller(&self) {
+        self.state.lock().unwrap().replicaset_controller = true;
+    }
+
+    /// What the disruption controller would write into a budget's status now.
+    pub fn pdb_status(&self, ns: &str, name: &str) -> Option<Value> {
+        let st = self.state.lock().unwrap();
+        let key = Key {
+            group: "policy".into(),
+            plural: "poddisruptionbudgets".into(),
+            ns: Some(ns.into()),
+            name: name.into(),
+        };
+        st.objects.get(&key).map(|e| pdb_status(&st, ns, &e.obj))
+    }
+
     /// Objects of a kind, ordered by namespace and name.
     pub fn list(&self, kind: &str) -> Vec<Value> {
         let (group, plural) = plural_of(kind).expect("kind");
@@ -334,6 +385,43 @@ pub fn pod(ns: &str, name: &str, labels: Value, node: &str, phase: &str, ready: 
             "phase": phase,
             "containerStatuses": [ { "name": "main", "ready": ready, "restartCount": 0, "image": "registry.k8s.io/pause:3.10", "imageID": "" } ]
         }
+    })
+}
+
+/// `pod` owned (as its controller) by a `kind` (ReplicaSet, DaemonSet, StatefulSet, ...).
+pub fn owned_by(mut pod: Value, kind: &str, owner: &str) -> Value {
+    let api_version = if kind == "Job" { "batch/v1" } else { "apps/v1" };
+    pod["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": api_version, "kind": kind, "name": owner,
+        "uid": format!("uid-{owner}"), "controller": true, "blockOwnerDeletion": true
+    }]);
+    pod
+}
+
+/// The API mirror of a static pod (what the kubelet registers for kube-apiserver & co).
+pub fn mirror(mut pod: Value) -> Value {
+    pod["metadata"]["annotations"] = json!({ "kubernetes.io/config.mirror": "0123abcd" });
+    pod
+}
+
+/// `pod` with an emptyDir volume named `volume`.
+pub fn with_empty_dir(mut pod: Value, volume: &str) -> Value {
+    pod["spec"]["volumes"] = json!([{ "name": volume, "emptyDir": {} }]);
+    pod
+}
+
+/// A policy/v1 PodDisruptionBudget selecting `match_labels`; `budget` is
+/// `("minAvailable" | "maxUnavailable", 1 | "50%")`. No status: the fake computes it, over
+/// the matching pods that exist (it has no scale subresource: an evicted pod that nothing
+/// re-creates lowers the expected count, unlike a real ReplicaSet's budget).
+pub fn pdb(ns: &str, name: &str, match_labels: Value, budget: (&str, Value)) -> Value {
+    let mut spec = json!({ "selector": { "matchLabels": match_labels } });
+    spec[budget.0] = budget.1;
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": spec,
     })
 }
 
@@ -781,11 +869,14 @@ async fn handle(
                     query.get("force").map(String::as_str) == Some("true"),
                     query.get("dryRun").map(String::as_str) == Some("All"),
                 )
-            } else if content_type.starts_with("application/merge-patch+json") {
+            } else if content_type.starts_with("application/merge-patch+json")
+                || content_type.starts_with("application/strategic-merge-patch+json")
+            {
                 let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
                     return status_response(400, "BadRequest", "body is not JSON", json!({}));
                 };
-                match merge_patch(&mut st, &key, &patch, &manager) {
+                let strategic = content_type.starts_with("application/strategic-merge-patch");
+                match patch_object(&mut st, &key, &patch, &manager, strategic) {
                     Some(obj) => json_response(200, obj),
                     None => not_found(name),
                 }
@@ -1022,11 +1113,70 @@ fn merge_values(target: &mut Value, patch: &Value) {
     }
 }
 
+/// Strategic merge as the API server does it for the lists kprov patches: lists of objects
+/// with a merge key (`key` for taints, else `name`) merge element by element, and an element
+/// `{"<key>": K, "$patch": "delete"}` removes K; other values merge like a JSON merge patch.
+fn strategic_merge_values(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().expect("object");
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    strategic_merge_values(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        Value::Array(items) if items.iter().all(Value::is_object) && !items.is_empty() => {
+            let merge_key = if items.iter().all(|i| i.get("key").is_some()) {
+                "key"
+            } else {
+                "name"
+            };
+            if !target.is_array() {
+                *target = json!([]);
+            }
+            let t = target.as_array_mut().expect("array");
+            for item in items {
+                let k = item.get(merge_key).cloned().unwrap_or(Value::Null);
+                let pos = t.iter().position(|e| e.get(merge_key) == Some(&k));
+                if item.get("$patch").and_then(Value::as_str) == Some("delete") {
+                    t.retain(|e| e.get(merge_key) != Some(&k));
+                    continue;
+                }
+                match pos {
+                    Some(i) => strategic_merge_values(&mut t[i], item),
+                    None => t.push(item.clone()),
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
 fn merge_patch(st: &mut Inner, key: &Key, patch: &Value, manager: &str) -> Option<Value> {
+    patch_object(st, key, patch, manager, false)
+}
+
+fn patch_object(
+    st: &mut Inner,
+    key: &Key,
+    patch: &Value,
+    manager: &str,
+    strategic: bool,
+) -> Option<Value> {
     let rv = st.rv + 1;
     let e = st.objects.get_mut(key)?;
     let before = e.obj.clone();
-    merge_values(&mut e.obj, patch);
+    if strategic {
+        strategic_merge_values(&mut e.obj, patch);
+    } else {
+        merge_values(&mut e.obj, patch);
+    }
     let old = leaves(&before);
     let new = leaves(&e.obj);
     let changed: BTreeSet<FieldPath> = new
@@ -1063,6 +1213,91 @@ fn merge_patch(st: &mut Inner, key: &Key, patch: &Value, manager: &str) -> Optio
     st.objects.get(key).map(render)
 }
 
+fn obj_labels_match(labels: &Value, sel: &Value) -> bool {
+    if sel.is_null() {
+        return false;
+    }
+    let by_labels = sel["matchLabels"]
+        .as_object()
+        .is_none_or(|m| m.iter().all(|(k, v)| labels[k] == *v));
+    let by_expressions = sel["matchExpressions"].as_array().is_none_or(|exprs| {
+        exprs.iter().all(|e| {
+            let value = labels[e["key"].as_str().unwrap_or_default()].as_str();
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match e["operator"].as_str() {
+                Some("In") => value.is_some_and(|v| values.contains(&v)),
+                Some("NotIn") => value.is_none_or(|v| !values.contains(&v)),
+                Some("Exists") => value.is_some(),
+                Some("DoesNotExist") => value.is_none(),
+                _ => false,
+            }
+        })
+    });
+    by_labels && by_expressions
+}
+
+fn pod_healthy(pod: &Value) -> bool {
+    pod["metadata"]["deletionTimestamp"].is_null()
+        && pod["status"]["phase"].as_str() == Some("Running")
+        && pod["status"]["containerStatuses"]
+            .as_array()
+            .is_some_and(|c| c.iter().all(|c| c["ready"].as_bool() == Some(true)))
+}
+
+/// An int-or-percent of `of`, rounded up as the disruption controller does.
+fn scaled(v: &Value, of: i64) -> i64 {
+    match v {
+        Value::String(p) => p
+            .trim_end_matches('%')
+            .parse::<i64>()
+            .map(|p| (p * of + 99) / 100)
+            .unwrap_or(0),
+        other => other.as_i64().unwrap_or(0),
+    }
+}
+
+/// The disruption controller's status for a budget: a status stored by the test wins (a
+/// controller that lags), otherwise computed over the pods the selector matches now.
+fn pdb_status(st: &Inner, ns: &str, pdb: &Value) -> Value {
+    if pdb["status"]["disruptionsAllowed"].is_i64() {
+        return pdb["status"].clone();
+    }
+    let matching: Vec<&Value> = st
+        .objects
+        .iter()
+        .filter(|(k, _)| k.plural == "pods" && k.ns.as_deref() == Some(ns))
+        .map(|(_, e)| &e.obj)
+        .filter(|p| obj_labels_match(&p["metadata"]["labels"], &pdb["spec"]["selector"]))
+        .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+        .collect();
+    let expected = matching
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .count() as i64;
+    let healthy = matching.iter().filter(|p| pod_healthy(p)).count() as i64;
+    let spec = &pdb["spec"];
+    let desired = if !spec["minAvailable"].is_null() {
+        scaled(&spec["minAvailable"], expected)
+    } else if !spec["maxUnavailable"].is_null() {
+        (expected - scaled(&spec["maxUnavailable"], expected)).max(0)
+    } else {
+        expected
+    };
+    json!({
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "expectedPods": expected,
+        "disruptionsAllowed": (healthy - desired).max(0),
+    })
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
 fn evict(st: &mut Inner, ns: String, name: &str) -> Response {
     let key = Key {
         group: String::new(),
@@ -1078,23 +1313,37 @@ fn evict(st: &mut Inner, ns: String, name: &str) -> Response {
             json!({ "name": name, "kind": "pods" }),
         );
     };
+    // A pod already terminating is not disrupted again: the eviction succeeds as is.
+    if !pod["metadata"]["deletionTimestamp"].is_null() {
+        return status_response(201, "", "", json!({}));
+    }
     // Pending pods do not count against a disruption budget: they go at once.
     if pod["status"]["phase"].as_str() != Some("Pending") {
-        let blocking = st.objects.iter_mut().find(|(k, e)| {
-            k.plural == "poddisruptionbudgets"
-                && k.ns.as_deref() == Some(ns.as_str())
-                && e.obj["spec"]["selector"]["matchLabels"]
-                    .as_object()
-                    .is_some_and(|sel| {
-                        sel.iter()
-                            .all(|(lk, lv)| pod["metadata"]["labels"][lk] == *lv)
-                    })
-        });
-        if let Some((k, e)) = blocking {
-            let allowed = e.obj["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
+        let budgets: Vec<Key> = st
+            .objects
+            .iter()
+            .filter(|(k, e)| {
+                k.plural == "poddisruptionbudgets"
+                    && k.ns.as_deref() == Some(ns.as_str())
+                    && obj_labels_match(&pod["metadata"]["labels"], &e.obj["spec"]["selector"])
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        if budgets.len() > 1 {
+            return status_response(
+                500,
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                json!({}),
+            );
+        }
+        if let Some(k) = budgets.first() {
+            let obj = st.objects[k].obj.clone();
+            let status = pdb_status(st, &ns, &obj);
+            let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0);
             if allowed < 1 {
-                let healthy = e.obj["status"]["currentHealthy"].as_i64().unwrap_or(0);
-                let desired = e.obj["status"]["desiredHealthy"].as_i64().unwrap_or(0);
+                let healthy = status["currentHealthy"].as_i64().unwrap_or(0);
+                let desired = status["desiredHealthy"].as_i64().unwrap_or(0);
                 return status_response(
                     429,
                     "TooManyRequests",
@@ -1102,10 +1351,112 @@ fn evict(st: &mut Inner, ns: String, name: &str) -> Response {
                     json!({ "causes": [ { "reason": "DisruptionBudget", "message": format!("The disruption budget {} needs {desired} healthy pods and has {healthy} currently", k.name) } ] }),
                 );
             }
-            e.obj["status"]["disruptionsAllowed"] = json!(allowed - 1);
+            // A pinned status is consumed like the API server decrements it.
+            if let Some(e) = st.objects.get_mut(k)
+                && e.obj["status"]["disruptionsAllowed"].is_i64()
+            {
+                e.obj["status"]["disruptionsAllowed"] = json!(allowed - 1);
+            }
         }
     }
-    st.objects.remove(&key);
+    let node = pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     st.rv += 1;
+    let rv = st.rv;
+    if st.kubelet_down.contains(&node) {
+        if let Some(e) = st.objects.get_mut(&key) {
+            e.obj["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            e.obj["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+            e.rv = rv;
+        }
+    } else {
+        st.objects.remove(&key);
+    }
+    if st.replicaset_controller {
+        recreate(st, &pod, &node);
+    }
     status_response(201, "", "", json!({}))
+}
+
+/// The ReplicaSet controller's answer to a pod of its going away.
+fn recreate(st: &mut Inner, pod: &Value, old_node: &str) {
+    let owner = pod["metadata"]["ownerReferences"]
+        .as_array()
+        .and_then(|o| o.iter().find(|o| o["controller"].as_bool() == Some(true)))
+        .cloned();
+    let Some(owner) = owner.filter(|o| o["kind"].as_str() == Some("ReplicaSet")) else {
+        return;
+    };
+    let target = st
+        .objects
+        .iter()
+        .filter(|(k, _)| k.plural == "nodes" && k.name != old_node)
+        .map(|(_, e)| &e.obj)
+        .find(|n| {
+            n["spec"]["unschedulable"].as_bool() != Some(true)
+                && n["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+                && !n["spec"]["taints"].as_array().is_some_and(|t| {
+                    t.iter()
+                        .any(|t| matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")))
+                })
+        })
+        .and_then(|n| n["metadata"]["name"].as_str())
+        .map(str::to_string);
+    st.recreated += 1;
+    st.rv += 1;
+    let rv = st.rv;
+    let ns = pod["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
+    let name = format!(
+        "{}-{:05}",
+        owner["name"].as_str().unwrap_or("rs"),
+        st.recreated
+    );
+    let mut new = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": ns,
+            "labels": pod["metadata"]["labels"],
+            "ownerReferences": [owner],
+        },
+        "spec": pod["spec"],
+    });
+    match &target {
+        Some(n) => {
+            new["spec"]["nodeName"] = json!(n);
+            new["status"] = json!({ "phase": "Running", "containerStatuses": [
+                { "name": "main", "ready": true, "restartCount": 0, "image": "registry.k8s.io/pause:3.10", "imageID": "" } ] });
+        }
+        None => {
+            if let Some(spec) = new["spec"].as_object_mut() {
+                spec.remove("nodeName");
+            }
+            new["status"] = json!({ "phase": "Pending" });
+        }
+    }
+    let key = Key {
+        group: String::new(),
+        plural: "pods".into(),
+        ns: Some(ns),
+        name,
+    };
+    st.objects.insert(
+        key,
+        Entry {
+            api_version: "v1".into(),
+            obj: new,
+            managed: Vec::new(),
+            rv,
+            uid: format!("uid-{rv}"),
+            generation: 1,
+        },
+    );
 }

@@ -174,10 +174,11 @@ async fn serve(
 }
 
 fn standin(tool: &str, version: &str) -> String {
-    let template = if tool == "kubeadm" {
-        "kubeadm"
-    } else {
-        "simple"
+    let template = match tool {
+        "kubeadm" => "kubeadm",
+        // Plays etcdctl inside a running etcd container (etcd member removal).
+        "crictl" => "crictl",
+        _ => "simple",
     };
     std::fs::read_to_string(Path::new(STANDINS).join(template))
         .expect("stand-in template")

@@ -1,0 +1,384 @@
+//! `delete instance CLUSTER NODE [--yes]`: the command over `ops::instance` (preview, then
+//! drain, etcd member, reset, Node object, spec). Renders the plan and the progress.
+//!
+//! On AWS: drain, terminate the instance in its Auto Scaling group (replaced, or the group
+//! shrinks with `--decrement-desired-capacity`), delete the Node object.
+//!
+//! Exit codes: 0 removed (or previewed); 1 refused (last control plane, etcd quorum, pods
+//! that would be lost; on AWS a control plane, or a group below its minimum) or failed (drain timed out: the node stays
+//! cordoned and nothing else changed; host not reset); 4 the cluster's lock is held.
+
+use std::sync::Arc;
+
+use super::commands::{Ctx, LOCK_LEASE};
+use super::{DeleteInstanceArgs, exit};
+use crate::cloud::aws::instances::{AwsInstances, SshReach};
+use crate::kube::{Disposition, DrainEvent, DrainOptions, EvictOptions, Kube};
+use crate::ops::instance::AwsRemovalPlan;
+use crate::ops::instance::{self as ops, EtcdPlan, RemovalPlan, RemoveEvent, RemoveEvents};
+use crate::output::{Format, Printer, Table};
+use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::state::lock;
+
+/// The API client for the cluster. One call, so moving the client into `ops` is a one-line
+/// change here.
+async fn api(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    a: &DeleteInstanceArgs,
+) -> anyhow::Result<(Kube, super::addons::ClientGuard)> {
+    super::addons::cluster_client(ctx, cluster, a.kubeconfig.as_deref(), false).await
+}
+
+fn drain_options(a: &DeleteInstanceArgs) -> DrainOptions {
+    DrainOptions {
+        timeout: a.drain_timeout,
+        delete_emptydir_data: a.delete_emptydir_data,
+        force_unmanaged: a.force,
+        eviction: EvictOptions {
+            deadline: a.drain_timeout,
+            ..EvictOptions::default()
+        },
+        ..DrainOptions::default()
+    }
+}
+
+fn roles(plan: &RemovalPlan) -> String {
+    plan.host
+        .roles
+        .iter()
+        .map(|r| r.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn render_plan(ctx: &Ctx, plan: &RemovalPlan) -> anyhow::Result<()> {
+    match ctx.printer.format() {
+        Format::Json => {
+            ctx.printer
+                .data(&serde_json::to_string_pretty(&preview_value(plan)?)?);
+            return Ok(());
+        }
+        Format::Yaml => {
+            ctx.printer
+                .data(&serde_saphyr::to_string(&preview_value(plan)?)?);
+            return Ok(());
+        }
+        Format::Table => {}
+    }
+    let mut t = Table::new(["NODE", "HOST", "ADDRESS", "ROLES", "NODE OBJECT"]);
+    t.row([
+        plan.node.clone(),
+        plan.host.name.clone(),
+        plan.host.address.clone(),
+        roles(plan),
+        match &plan.node_object {
+            Some(n) if n.unschedulable => "cordoned".to_string(),
+            Some(n) if n.ready => "Ready".to_string(),
+            Some(_) => "NotReady".to_string(),
+            None => "none".to_string(),
+        },
+    ]);
+    let mut out = t.render();
+    out.push_str(&pods_text(&plan.pods));
+    out.push_str("\netcd: ");
+    out.push_str(&match &plan.etcd {
+        EtcdPlan::NoEtcd => "no etcd member on this host".to_string(),
+        EtcdPlan::NotAMember { via, members } => format!(
+            "no member for this host among the {} members (read on {via}): nothing to remove",
+            members.len()
+        ),
+        EtcdPlan::Remove {
+            member,
+            via,
+            members,
+        } => format!(
+            "member {} ({}) is removed through {via} first; {} of {} members remain, {} healthy",
+            member.name,
+            member.hex_id(),
+            members.len() - 1,
+            members.len(),
+            members
+                .iter()
+                .filter(|m| m.id != member.id && m.healthy)
+                .count()
+        ),
+    });
+    out.push_str(&format!(
+        "\nThen: host {} is reset (kubeadm reset; only if it carries this cluster's ownership marker), \
+         the Node object is deleted{}.",
+        plan.host.name,
+        match (&plan.stays_in_spec, plan.in_spec) {
+            (Some(_), true) => ", and the host stays in the spec",
+            (None, true) => ", and the host is removed from the spec",
+            (_, false) => " (the host is no longer in the spec)",
+        }
+    ));
+    if let (Some(why), true) = (&plan.stays_in_spec, plan.in_spec) {
+        out.push_str(&format!(
+            "\nNote: {why}; `kprov update cluster {} --yes` would provision it again (a \
+             replacement); to shrink the cluster, change the spec first.",
+            plan.cluster
+        ));
+    }
+    ctx.printer.data(&out);
+    Ok(())
+}
+
+fn pods_text(pods: &[(String, Disposition)]) -> String {
+    let evict: Vec<&str> = pods
+        .iter()
+        .filter(|(_, d)| *d == Disposition::Evict)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    let mut out = format!("\nPods to evict ({}):", evict.len());
+    for p in &evict {
+        out.push_str(&format!("\n  {p}"));
+    }
+    for (p, d) in pods {
+        match d {
+            Disposition::Skip(why) => out.push_str(&format!("\n  {p}: left alone ({why})")),
+            Disposition::Refuse(why) => {
+                out.push_str(&format!("\n  {p}: REFUSED ({})", why.join("; ")))
+            }
+            Disposition::Evict => {}
+        }
+    }
+    out
+}
+
+fn pods_value(pods: &[(String, Disposition)]) -> serde_json::Value {
+    pods.iter()
+        .map(|(p, d)| {
+            let (action, why) = match d {
+                Disposition::Evict => ("evict", String::new()),
+                Disposition::Skip(r) => ("skip", r.to_string()),
+                Disposition::Refuse(w) => ("refused", w.join("; ")),
+            };
+            serde_json::json!({ "pod": p, "action": action, "reason": why })
+        })
+        .collect()
+}
+
+fn preview_value(plan: &RemovalPlan) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(plan)?;
+    v["pods"] = pods_value(&plan.pods);
+    Ok(v)
+}
+
+fn render_events(printer: Printer, node: String) -> RemoveEvents {
+    Arc::new(move |e: &RemoveEvent| match e {
+        RemoveEvent::Step(s) => printer.status(s),
+        RemoveEvent::Warning(w) => printer.warn(w),
+        RemoveEvent::Drain(d) => match d {
+            DrainEvent::Cordoned { node } => printer.status(&format!("{node}: cordoned")),
+            DrainEvent::Skipped {
+                namespace,
+                pod,
+                reason,
+            } => printer.status(&format!("{node}: {namespace}/{pod} left alone ({reason})")),
+            DrainEvent::Evicting { namespace, pod } => {
+                printer.status(&format!("{node}: evicting {namespace}/{pod}"))
+            }
+            DrainEvent::Blocked {
+                namespace,
+                pod,
+                pdb,
+                message,
+            } => printer.status(&format!(
+                "{node}: {namespace}/{pod} blocked{}: {message} (retrying)",
+                pdb.as_ref()
+                    .map(|p| format!(" by PodDisruptionBudget {p}"))
+                    .unwrap_or_default()
+            )),
+            DrainEvent::Evicted { namespace, pod } => {
+                printer.status(&format!("{node}: evicted {namespace}/{pod}"))
+            }
+            DrainEvent::Waiting { remaining } => {
+                printer.status(&format!("{node}: waiting for {remaining} pod(s) to go"))
+            }
+        },
+    })
+}
+
+pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Result<i32> {
+    let (cluster, groups) = super::addons::resolved(ctx, &a.cluster).await?;
+    let name = cluster.name();
+    if cluster.spec.cloud_provider == CloudProvider::Aws {
+        return delete_aws_instance(ctx, &cluster, &groups, a).await;
+    }
+    if a.decrement_desired_capacity {
+        anyhow::bail!("--decrement-desired-capacity applies to AWS clusters; {name} is bare metal");
+    }
+    let repo = ctx.repo().await?;
+    let store = repo.store().clone();
+    let (kube, _client) = api(ctx, &cluster, a).await?;
+    let drain = drain_options(a);
+    if !a.yes {
+        let plan = ops::plan(store, &cluster, &kube, &a.node, &drain).await?;
+        render_plan(ctx, &plan)?;
+        if !plan.refusals.is_empty() {
+            for r in &plan.refusals {
+                ctx.printer.error(r);
+            }
+            return Ok(exit::ERROR);
+        }
+        ctx.printer.status(&format!(
+            "Must specify --yes to remove {} from {name}.",
+            a.node
+        ));
+        return Ok(exit::OK);
+    }
+    let guard = lock::acquire(store.clone(), name, "delete instance", LOCK_LEASE).await?;
+    let events = render_events(Printer::new(Format::Table, 0), a.node.clone());
+    let result = ops::remove(store, &cluster, &kube, &a.node, &guard, &drain, &events).await;
+    let released = guard.release().await;
+    let report = result?;
+    released?;
+    if let Some(d) = &report.drain {
+        ctx.printer.status(&format!(
+            "{}: {} pod(s) evicted, {} left alone",
+            a.node,
+            d.evicted.len(),
+            d.skipped.len()
+        ));
+    }
+    ctx.printer.success(&format!(
+        "Removed {} from {name}{}{}.",
+        a.node,
+        match &report.etcd_member_removed {
+            Some(m) => format!(" (etcd member {} removed)", m.hex_id()),
+            None => String::new(),
+        },
+        if report.host_reset {
+            ", host reset"
+        } else {
+            ", host not reset (no ownership marker of this cluster on it)"
+        }
+    ));
+    Ok(exit::OK)
+}
+
+fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
+    match ctx.printer.format() {
+        Format::Json | Format::Yaml => {
+            let mut v = serde_json::to_value(plan)?;
+            v["pods"] = pods_value(&plan.pods);
+            let text = if ctx.printer.format() == Format::Json {
+                serde_json::to_string_pretty(&v)?
+            } else {
+                serde_saphyr::to_string(&v)?
+            };
+            ctx.printer.data(&text);
+            return Ok(());
+        }
+        Format::Table => {}
+    }
+    let mut t = Table::new(["NODE", "INSTANCE", "GROUP", "ROLE", "NODE OBJECT"]);
+    t.row([
+        plan.node.clone(),
+        plan.instance_id.clone(),
+        plan.instance_group.clone(),
+        if plan.control_plane {
+            "control-plane".to_string()
+        } else {
+            "node".to_string()
+        },
+        match &plan.node_object {
+            Some(n) if n.unschedulable => "cordoned".to_string(),
+            Some(n) if n.ready => "Ready".to_string(),
+            Some(_) => "NotReady".to_string(),
+            None => "none".to_string(),
+        },
+    ]);
+    let mut out = t.render();
+    out.push_str(&pods_text(&plan.pods));
+    let c = plan.capacity;
+    out.push_str(&format!(
+        "\nThen: {} is terminated in {} ({}), and the Node object is deleted.",
+        plan.instance_id,
+        plan.auto_scaling_group,
+        if plan.decrement {
+            format!("desired capacity {} -> {}", c.desired, c.desired - 1)
+        } else {
+            format!(
+                "the group launches a replacement; desired capacity stays {}",
+                c.desired
+            )
+        }
+    ));
+    ctx.printer.data(&out);
+    Ok(())
+}
+
+async fn delete_aws_instance(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    a: &DeleteInstanceArgs,
+) -> anyhow::Result<i32> {
+    let name = cluster.name();
+    let cloud = super::update::aws_cloud(cluster).await?;
+    let instances = AwsInstances::new(&cloud, groups, SshReach::of(cluster, false));
+    let (kube, _client) = api(ctx, cluster, a).await?;
+    let drain = drain_options(a);
+    if !a.yes {
+        let plan = ops::plan_aws(
+            &cloud,
+            &instances,
+            &kube,
+            &a.node,
+            &drain,
+            a.decrement_desired_capacity,
+        )
+        .await?;
+        render_aws_plan(ctx, &plan)?;
+        if !plan.refusals.is_empty() {
+            for r in &plan.refusals {
+                ctx.printer.error(r);
+            }
+            return Ok(exit::ERROR);
+        }
+        ctx.printer.status(&format!(
+            "Must specify --yes to remove {} from {name}.",
+            plan.node
+        ));
+        return Ok(exit::OK);
+    }
+    let repo = ctx.repo().await?;
+    let guard = lock::acquire(repo.store().clone(), name, "delete instance", LOCK_LEASE).await?;
+    let events = render_events(Printer::new(Format::Table, 0), a.node.clone());
+    let result = ops::remove_aws(
+        &cloud,
+        &instances,
+        &kube,
+        &a.node,
+        &guard,
+        &drain,
+        a.decrement_desired_capacity,
+        &events,
+    )
+    .await;
+    let released = guard.release().await;
+    let (plan, drained) = result?;
+    released?;
+    if let Some(d) = &drained {
+        ctx.printer.status(&format!(
+            "{}: {} pod(s) evicted, {} left alone",
+            plan.node,
+            d.evicted.len(),
+            d.skipped.len()
+        ));
+    }
+    ctx.printer.success(&format!(
+        "Removed {} ({}) from {name}: {}.",
+        plan.node,
+        plan.instance_id,
+        if plan.decrement {
+            format!("{} shrank by one", plan.auto_scaling_group)
+        } else {
+            format!("{} launches a replacement", plan.auto_scaling_group)
+        }
+    ));
+    Ok(exit::OK)
+}

@@ -1,0 +1,981 @@
+//! `delete instance`: taking one node out of a cluster, as Kubespray's `remove-node.yml` and
+//! kops's `delete instance` do. [`plan`] observes (read-only) what removing a node means;
+//! [`remove`] does it under the caller's cluster lock:
+//!
+//! 1. cordon and drain the node ([`Kube::drain`]: PodDisruptionBudgets respected, bounded);
+//! 2. for a host running etcd, remove its member through another etcd host first (etcdctl in
+//!    that host's etcd container, with the etcd static pod's certificates, as `kubeadm reset`
+//!    removes a member), refusing when the members left would not have quorum;
+//! 3. reset the host with the `delete cluster` reset (only a host carrying this cluster's
+//!    ownership marker; the script checks it again on the host);
+//! 4. delete the Node object;
+//! 5. remove the host from the stored spec and forget kprov's record of it, so neither
+//!    `update cluster` re-joins it nor its preview lists it as "to remove".
+//!
+//! Every step is safe to run again: an interrupted removal is finished by re-running it.
+//!
+//! kprov's record of provisioned hosts (`<cluster>/hosts/<name>`, written by
+//! `ops::nodes::converge` for every host that converged) is what lets `update cluster` say
+//! that a host removed from the inventory is still in the cluster, and what lets this command
+//! reach such a host (its SSH details are in the record). It is kprov's own record and needs
+//! no API server, so the metal preview stays offline.
+//!
+//! On AWS ([`plan_aws`], [`remove_aws`]) the node is drained, its instance terminated through
+//! its Auto Scaling group (which launches a replacement, or with `--decrement-desired-capacity`
+//! shrinks), and its Node object deleted.
+//!
+//! Caveats: on AWS only worker instances are removed (a control plane's etcd member is not
+//! removed there yet: refused with that reason). The
+//! etcd membership is read with `crictl exec` into the running `etcd` container of another
+//! etcd host: a host whose etcd does not run as a container (e.g. installed from packages) is
+//! not supported. The preview reads the member list too; it writes the answer to a file under
+//! /run/kprov on that host and removes it again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow, bail};
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::cloud::aws::AwsCloud;
+use crate::cloud::aws::GroupCapacity;
+use crate::cloud::aws::instances::AwsInstances;
+use crate::kube::{Disposition, DrainEvent, DrainOptions, DrainReport, Kube, NodeInfo};
+use crate::nodes::{self, Target};
+use crate::provision::orchestrate::{self, HostResult, Options};
+use crate::repo::{Repo, resolve_with_docs};
+use crate::spec::{Cluster, EtcdType, Host, HostRole};
+use crate::ssh::task::{HostExecutor, Step};
+use crate::ssh::{NoProgress, SshFleet, SshOptions};
+use crate::state::layout::ClusterKeys;
+use crate::state::{Precondition, StateStore, lock};
+
+/// Largest record of a provisioned host kprov reads back.
+const RECORD_LIMIT: usize = 64 * 1024;
+/// Largest etcdctl answer read back from a host.
+const ETCD_ANSWER_LIMIT: usize = 1024 * 1024;
+const ETCD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One etcd member, as `etcdctl member list -w json` and `endpoint health` describe it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMember {
+    pub id: u64,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub healthy: bool,
+}
+
+impl EtcdMember {
+    /// The member id as etcdctl prints and takes it (hex).
+    pub fn hex_id(&self) -> String {
+        format!("{:x}", self.id)
+    }
+}
+
+/// What happens to etcd when the node goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum EtcdPlan {
+    /// The host runs no etcd member.
+    NoEtcd,
+    /// The host should run etcd, but the member list has no member for it (already removed).
+    NotAMember {
+        via: String,
+        members: Vec<EtcdMember>,
+    },
+    /// Its member is removed through `via` before the host is reset.
+    Remove {
+        member: EtcdMember,
+        via: String,
+        members: Vec<EtcdMember>,
+    },
+}
+
+/// What removing a node means, observed read-only.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemovalPlan {
+    pub cluster: String,
+    pub node: String,
+    pub host: Host,
+    /// In the stored spec (otherwise only in kprov's record of provisioned hosts).
+    pub in_spec: bool,
+    /// Why the host stays in the spec after the removal (the spec without it would be
+    /// invalid, e.g. an even number of stacked control planes): `update cluster --yes` then
+    /// provisions it again, which is how a control plane is replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stays_in_spec: Option<String>,
+    /// The Node object, when the API server has one.
+    pub node_object: Option<NodeInfo>,
+    /// `namespace/name` of each pod on the node and what the drain does with it.
+    #[serde(skip)]
+    pub pods: Vec<(String, Disposition)>,
+    pub etcd: EtcdPlan,
+    /// Why the removal may not go ahead (quorum, last control plane, pods that would be lost).
+    pub refusals: Vec<String>,
+}
+
+impl RemovalPlan {
+    pub fn to_evict(&self) -> Vec<&str> {
+        self.pods
+            .iter()
+            .filter(|(_, d)| *d == Disposition::Evict)
+            .map(|(p, _)| p.as_str())
+            .collect()
+    }
+}
+
+/// Progress of a removal, for the CLI to render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoveEvent {
+    Step(String),
+    Drain(DrainEvent),
+    Warning(String),
+}
+
+pub type RemoveEvents = Arc<dyn Fn(&RemoveEvent) + Send + Sync>;
+
+/// What [`remove`] did.
+#[derive(Debug, Clone)]
+pub struct RemoveReport {
+    pub drain: Option<DrainReport>,
+    pub etcd_member_removed: Option<EtcdMember>,
+    /// `false` when the host carried no marker of this cluster (e.g. already reset).
+    pub host_reset: bool,
+    pub node_deleted: bool,
+    pub removed_from_spec: bool,
+}
+
+/// Whether a host runs an etcd member in this cluster.
+pub fn runs_etcd(cluster: &Cluster, host: &Host) -> bool {
+    let external = cluster
+        .spec
+        .etcd
+        .as_ref()
+        .is_some_and(|e| e.kind == EtcdType::External);
+    host.roles.contains(&HostRole::Etcd)
+        || (!external && host.roles.contains(&HostRole::ControlPlane))
+}
+
+/// etcd's rule for removing `removing`: the members left must still have a quorum of healthy
+/// members, and the last member is never removed.
+pub fn removal_keeps_quorum(members: &[EtcdMember], removing: u64) -> Result<(), String> {
+    let remaining: Vec<&EtcdMember> = members.iter().filter(|m| m.id != removing).collect();
+    if remaining.is_empty() {
+        return Err(
+            "it is the last etcd member: removing it would destroy the cluster's data".into(),
+        );
+    }
+    let healthy = remaining.iter().filter(|m| m.healthy).count();
+    let quorum = remaining.len() / 2 + 1;
+    if healthy < quorum {
+        let unhealthy: Vec<&str> = remaining
+            .iter()
+            .filter(|m| !m.healthy)
+            .map(|m| m.name.as_str())
+            .collect();
+        return Err(format!(
+            "removing it would lose etcd quorum: {} members would remain, {healthy} of them healthy, \
+             and etcd needs {quorum} (unhealthy: {}); repair or remove the unhealthy members first",
+            remaining.len(),
+            unhealthy.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Parses `etcdctl member list -w json` and `etcdctl endpoint health --cluster -w json`. A
+/// member no health answer names is counted unhealthy.
+pub fn parse_members(list: &str, health: &str) -> anyhow::Result<Vec<EtcdMember>> {
+    let list: serde_json::Value =
+        serde_json::from_str(list).context("etcdctl member list: not JSON")?;
+    let health: serde_json::Value = if health.trim().is_empty() {
+        serde_json::Value::Array(Vec::new())
+    } else {
+        serde_json::from_str(health).context("etcdctl endpoint health: not JSON")?
+    };
+    let healthy_endpoints: Vec<&str> = health
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|h| h["health"].as_bool() == Some(true))
+        .filter_map(|h| h["endpoint"].as_str())
+        .collect();
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    let members = list["members"]
+        .as_array()
+        .ok_or_else(|| anyhow!("etcdctl member list: no \"members\""))?;
+    members
+        .iter()
+        .map(|m| {
+            let id = m["ID"]
+                .as_u64()
+                .ok_or_else(|| anyhow!("etcdctl member list: a member without a numeric ID"))?;
+            let client_urls = strings(&m["clientURLs"]);
+            Ok(EtcdMember {
+                id,
+                name: m["name"].as_str().unwrap_or_default().to_string(),
+                peer_urls: strings(&m["peerURLs"]),
+                healthy: client_urls
+                    .iter()
+                    .any(|u| healthy_endpoints.contains(&u.as_str())),
+                client_urls,
+            })
+        })
+        .collect()
+}
+
+fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    }
+}
+
+/// The member of `host`: by name (kubeadm names members after the node), else by peer address.
+pub fn member_of<'a>(members: &'a [EtcdMember], host: &Host) -> Option<&'a EtcdMember> {
+    members.iter().find(|m| m.name == host.name).or_else(|| {
+        let addresses: Vec<&str> = [
+            Some(&host.address),
+            host.ip.as_ref(),
+            host.access_ip.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+        members
+            .iter()
+            .find(|m| m.peer_urls.iter().any(|u| addresses.contains(&url_host(u))))
+    })
+}
+
+/// etcdctl inside the running etcd container, with the etcd static pod's certificates.
+const ETCDCTL: &str = "id=$(crictl ps --name '^etcd$' --state running -q | head -n1)\n\
+[ -n \"$id\" ] || { echo 'no running etcd container on this host' >&2; exit 1; }\n\
+etcdctl() { crictl exec \"$id\" etcdctl --endpoints=https://127.0.0.1:2379 \
+--cacert=/etc/kubernetes/pki/etcd/ca.crt \
+--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt \
+--key=/etc/kubernetes/pki/etcd/healthcheck-client.key \"$@\"; }\n";
+
+const ANSWER_DIR: &str = "/run/kprov";
+
+async fn etcd_members(exec: &dyn HostExecutor, via: &str) -> anyhow::Result<Vec<EtcdMember>> {
+    let list_file = format!("{ANSWER_DIR}/etcd-members.json");
+    let health_file = format!("{ANSWER_DIR}/etcd-health.json");
+    let run = format!(
+        "set -eu\numask 077\nmkdir -p {dir}\n{ETCDCTL}\
+         etcdctl member list -w json > {list}\n\
+         # Unhealthy endpoints make etcdctl exit non-zero; the JSON still lists every endpoint.\n\
+         etcdctl endpoint health --cluster -w json > {health} 2>/dev/null || true\n",
+        dir = crate::provision::shell::sh_quote(ANSWER_DIR),
+        list = crate::provision::shell::sh_quote(&list_file),
+        health = crate::provision::shell::sh_quote(&health_file),
+    );
+    exec.run_steps(
+        via,
+        &[Step {
+            name: "etcd: list members".into(),
+            files: Vec::new(),
+            check: None,
+            run,
+            timeout: ETCD_TIMEOUT,
+        }],
+    )
+    .await?;
+    let read = |path: String| async move {
+        let b = exec.read_file(via, &path).await?.unwrap_or_default();
+        if b.len() > ETCD_ANSWER_LIMIT {
+            bail!("{via}: {path} is larger than {ETCD_ANSWER_LIMIT} bytes");
+        }
+        Ok::<_, anyhow::Error>(String::from_utf8_lossy(&b).into_owned())
+    };
+    let list = read(list_file.clone()).await?;
+    let health = read(health_file.clone()).await?;
+    let cleanup = crate::script!("rm -f {} {}", list_file, health_file);
+    exec.run_steps(
+        via,
+        &[Step {
+            name: "etcd: clean up".into(),
+            files: Vec::new(),
+            check: None,
+            run: cleanup,
+            timeout: ETCD_TIMEOUT,
+        }],
+    )
+    .await?;
+    parse_members(&list, &health).with_context(|| format!("etcd members read on {via}"))
+}
+
+async fn remove_member(
+    exec: &dyn HostExecutor,
+    via: &str,
+    member: &EtcdMember,
+) -> anyhow::Result<()> {
+    let run = format!(
+        "set -eu\n{ETCDCTL}{}",
+        crate::script!("etcdctl member remove {}\n", member.hex_id())
+    );
+    exec.run_steps(
+        via,
+        &[Step {
+            name: format!("etcd: remove member {} ({})", member.name, member.hex_id()),
+            files: Vec::new(),
+            check: None,
+            run,
+            timeout: ETCD_TIMEOUT,
+        }],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The hosts kprov provisioned for `cluster` (its record), by name.
+pub async fn provisioned_hosts(
+    store: &dyn StateStore,
+    cluster: &str,
+) -> anyhow::Result<BTreeMap<String, Host>> {
+    let keys = ClusterKeys::new(cluster)?;
+    let mut out = BTreeMap::new();
+    for key in store.list(&keys.hosts_prefix()).await? {
+        let Some(o) = store.get(&key).await? else {
+            continue;
+        };
+        if o.data.len() > RECORD_LIMIT {
+            bail!("{key}: record larger than {RECORD_LIMIT} bytes");
+        }
+        let host: Host = serde_json::from_slice(&o.data)
+            .with_context(|| format!("{key}: not a host record kprov wrote"))?;
+        out.insert(host.name.clone(), host);
+    }
+    Ok(out)
+}
+
+/// Records the hosts that converged (called by `converge`): compare-and-swap, unchanged
+/// records are not rewritten.
+pub async fn record_provisioned(
+    store: &dyn StateStore,
+    cluster: &str,
+    hosts: &[&Host],
+) -> anyhow::Result<()> {
+    let keys = ClusterKeys::new(cluster)?;
+    for h in hosts {
+        let key = keys.host(&h.name)?;
+        let data = serde_json::to_vec(h)?;
+        let cond = match store.get(&key).await? {
+            Some(o) if o.data == data => continue,
+            Some(o) => Precondition::Matches(o.version),
+            None => Precondition::Absent,
+        };
+        store
+            .put(&key, Bytes::from(data), cond)
+            .await
+            .with_context(|| format!("recording host {} as provisioned", h.name))?;
+    }
+    Ok(())
+}
+
+async fn forget_provisioned(
+    store: &dyn StateStore,
+    cluster: &str,
+    host: &str,
+) -> anyhow::Result<()> {
+    let key = ClusterKeys::new(cluster)?.host(host)?;
+    if let Some(o) = store.get(&key).await? {
+        store.delete(&key, Precondition::Matches(o.version)).await?;
+    }
+    Ok(())
+}
+
+/// Hosts kprov provisioned that the spec no longer lists: still in the cluster until
+/// `kprov delete instance` removes them.
+pub async fn hosts_to_remove(
+    store: &dyn StateStore,
+    cluster: &Cluster,
+) -> anyhow::Result<Vec<Host>> {
+    let recorded = provisioned_hosts(store, cluster.name()).await?;
+    Ok(recorded
+        .into_values()
+        .filter(|h| !cluster.spec.hosts.iter().any(|s| s.name == h.name))
+        .collect())
+}
+
+fn fleet(
+    cluster: &Cluster,
+    hosts: Vec<Host>,
+    store: Arc<dyn StateStore>,
+) -> anyhow::Result<SshFleet> {
+    SshFleet::new(
+        cluster.name(),
+        hosts,
+        store,
+        SshOptions::default(),
+        Arc::new(NoProgress),
+    )
+    .context("preparing ssh connections")
+}
+
+/// The cluster's hosts plus the recorded one being removed (if the spec lost it already).
+fn fleet_hosts(cluster: &Cluster, host: &Host) -> Vec<Host> {
+    let mut hosts = cluster.spec.hosts.clone();
+    if !hosts.iter().any(|h| h.name == host.name) {
+        hosts.push(host.clone());
+    }
+    hosts
+}
+
+/// The spec without `node`, checked: a removal that would leave an invalid spec is refused
+/// before anything changes.
+async fn spec_without(repo: &Repo, cluster: &str, node: &str) -> anyhow::Result<Option<Cluster>> {
+    let stored = repo.get(cluster).await?;
+    let mut c = stored.cluster.value.clone();
+    let before = c.spec.hosts.len();
+    c.spec.hosts.retain(|h| h.name != node);
+    if c.spec.hosts.len() == before {
+        return Ok(None);
+    }
+    resolve_with_docs(
+        &c,
+        &stored.group_values(),
+        None,
+        &HashMap::new(),
+        &repo.location(),
+    )
+    .map_err(|e| anyhow!("the spec of {cluster} without {node} would be invalid: {e}"))?;
+    Ok(Some(c))
+}
+
+async fn etcd_plan(
+    exec: &dyn HostExecutor,
+    cluster: &Cluster,
+    host: &Host,
+) -> anyhow::Result<EtcdPlan> {
+    if !runs_etcd(cluster, host) {
+        return Ok(EtcdPlan::NoEtcd);
+    }
+    let others: Vec<&Host> = cluster
+        .spec
+        .hosts
+        .iter()
+        .filter(|h| h.name != host.name && runs_etcd(cluster, h))
+        .collect();
+    if others.is_empty() {
+        bail!(
+            "{} runs the last etcd member of {}: removing it would destroy the cluster's data",
+            host.name,
+            cluster.name()
+        );
+    }
+    let mut failures = Vec::new();
+    for via in others {
+        match etcd_members(exec, &via.name).await {
+            Ok(members) => {
+                return Ok(match member_of(&members, host) {
+                    Some(m) => EtcdPlan::Remove {
+                        member: m.clone(),
+                        via: via.name.clone(),
+                        members,
+                    },
+                    None => EtcdPlan::NotAMember {
+                        via: via.name.clone(),
+                        members,
+                    },
+                });
+            }
+            Err(e) => failures.push(format!("{}: {e:#}", via.name)),
+        }
+    }
+    bail!(
+        "could not read the etcd members of {} from any other etcd host: {}",
+        cluster.name(),
+        failures.join("; ")
+    )
+}
+
+/// Observes what removing `node` means: its host, Node object, pods, etcd member, and why it
+/// would be refused. Read-only, apart from the etcdctl answer file on another etcd host.
+pub async fn plan(
+    store: Arc<dyn StateStore>,
+    cluster: &Cluster,
+    kube: &Kube,
+    node: &str,
+    drain: &DrainOptions,
+) -> anyhow::Result<RemovalPlan> {
+    let name = cluster.name();
+    let in_spec = cluster.spec.hosts.iter().find(|h| h.name == node).cloned();
+    let host = match &in_spec {
+        Some(h) => h.clone(),
+        None => provisioned_hosts(store.as_ref(), name)
+            .await?
+            .remove(node)
+            .ok_or_else(|| {
+                anyhow!(
+                    "{name} has no host {node} (hosts: {})",
+                    cluster
+                        .spec
+                        .hosts
+                        .iter()
+                        .map(|h| h.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?,
+    };
+    let mut refusals = Vec::new();
+    if host.roles.contains(&HostRole::ControlPlane)
+        && !cluster
+            .spec
+            .hosts
+            .iter()
+            .any(|h| h.name != node && h.roles.contains(&HostRole::ControlPlane))
+    {
+        refusals.push(format!(
+            "{node} is the last control plane of {name}: removing it would stop the cluster \
+             (use `kprov delete cluster {name}` to remove the whole cluster)"
+        ));
+    }
+    let repo = Repo::new(store.clone());
+    let stays_in_spec = match spec_without(&repo, name, node).await {
+        Ok(_) => None,
+        Err(e) => Some(format!("{e:#}")),
+    };
+    let node_object = kube
+        .list_nodes()
+        .await?
+        .into_iter()
+        .find(|n| n.name == node);
+    let pods = match &node_object {
+        Some(_) => kube.drain_preview(node, drain).await?,
+        None => Vec::new(),
+    };
+    refusals.extend(refused_pods(node, &pods));
+    let etcd = if refusals.iter().any(|r| r.contains("last control plane")) {
+        EtcdPlan::NoEtcd
+    } else {
+        let fleet = fleet(cluster, fleet_hosts(cluster, &host), store.clone())?;
+        let etcd = etcd_plan(&fleet, cluster, &host).await;
+        fleet.close().await;
+        match etcd {
+            Ok(e) => e,
+            Err(e) => {
+                refusals.push(format!("{e:#}"));
+                EtcdPlan::NoEtcd
+            }
+        }
+    };
+    if let EtcdPlan::Remove {
+        member, members, ..
+    } = &etcd
+        && let Err(why) = removal_keeps_quorum(members, member.id)
+    {
+        refusals.push(format!("etcd member {} of {node}: {why}", member.name));
+    }
+    Ok(RemovalPlan {
+        cluster: name.to_string(),
+        node: node.to_string(),
+        host,
+        in_spec: in_spec.is_some(),
+        stays_in_spec,
+        node_object,
+        pods,
+        etcd,
+        refusals,
+    })
+}
+
+/// Removes `node` (see the module docs) under `guard`, the cluster lock the caller holds.
+/// The plan is made again under the lock; any refusal stops before anything changes. A drain
+/// that fails leaves the node cordoned and everything else as it was.
+pub async fn remove(
+    store: Arc<dyn StateStore>,
+    cluster: &Cluster,
+    kube: &Kube,
+    node: &str,
+    guard: &lock::LockGuard,
+    drain: &DrainOptions,
+    events: &RemoveEvents,
+) -> anyhow::Result<RemoveReport> {
+    guard.check()?;
+    let name = cluster.name();
+    let plan = plan(store.clone(), cluster, kube, node, drain).await?;
+    if !plan.refusals.is_empty() {
+        bail!(
+            "refusing to remove {node} from {name}: {}",
+            plan.refusals.join("; ")
+        );
+    }
+    let mut report = RemoveReport {
+        drain: None,
+        etcd_member_removed: None,
+        host_reset: false,
+        node_deleted: false,
+        removed_from_spec: false,
+    };
+    if plan.node_object.is_some() {
+        events(&RemoveEvent::Step(format!("draining {node}")));
+        let sink = {
+            let events = events.clone();
+            move |e: &DrainEvent| events(&RemoveEvent::Drain(e.clone()))
+        };
+        let drained = kube.drain(node, drain, &sink).await.with_context(|| {
+            format!(
+                "{node} was not removed: nothing else was changed; fix the cause and re-run, or \
+                 `kubectl uncordon {node}` to give up"
+            )
+        })?;
+        report.drain = Some(drained);
+    } else {
+        events(&RemoveEvent::Warning(format!(
+            "{node} has no Node object in the API: nothing to drain"
+        )));
+    }
+    guard.check()?;
+    let fleet = fleet(cluster, fleet_hosts(cluster, &plan.host), store.clone())?;
+    let result = async {
+        if let EtcdPlan::Remove { member, via, .. } = &plan.etcd {
+            events(&RemoveEvent::Step(format!(
+                "removing etcd member {} ({}) through {via}",
+                member.name,
+                member.hex_id()
+            )));
+            remove_member(&fleet, via, member)
+                .await
+                .with_context(|| format!("removing the etcd member of {node}"))?;
+            report.etcd_member_removed = Some(member.clone());
+        }
+        guard.check()?;
+        events(&RemoveEvent::Step(format!("resetting host {node}")));
+        let owner = nodes::owner::read(store.as_ref(), name)
+            .await?
+            .ok_or_else(|| {
+                anyhow!("{name} never claimed a host (no cluster UID in the state store)")
+            })?;
+        let targets: Vec<Target> = fleet_hosts(cluster, &plan.host)
+            .into_iter()
+            .map(Target::from_host)
+            .collect();
+        let reset = orchestrate::reset_only(
+            &fleet,
+            cluster,
+            &targets,
+            &[node],
+            &owner,
+            &Options::current(),
+        )
+        .await
+        .context("resetting the host")?;
+        for h in &reset.hosts {
+            match &h.result {
+                HostResult::Ok => report.host_reset = true,
+                HostResult::Skipped { reason } | HostResult::PendingRoll { reason } => {
+                    events(&RemoveEvent::Warning(format!("{}: {reason}", h.host)))
+                }
+                HostResult::Failed { error, .. } => bail!(
+                    "{node}: the host could not be reset ({error}); the Node object and the \
+                     spec are kept, re-run to finish"
+                ),
+            }
+        }
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    fleet.close().await;
+    result?;
+    guard.check()?;
+    events(&RemoveEvent::Step(format!("deleting Node {node}")));
+    kube.delete_node(node).await?;
+    report.node_deleted = true;
+    let repo = Repo::new(store.clone());
+    match spec_without(&repo, name, node).await {
+        Ok(Some(without)) => {
+            let stored = repo.get(name).await?;
+            repo.put_cluster(&without, &stored.version).await?;
+            repo.write_completed(&without, &stored.group_values())
+                .await?;
+            report.removed_from_spec = true;
+        }
+        Ok(None) => {}
+        Err(e) => events(&RemoveEvent::Warning(format!(
+            "{node} stays in the spec ({e:#}): `kprov update cluster {name} --yes` provisions \
+             it again (that replaces it); to shrink the cluster, change the spec first"
+        ))),
+    }
+    forget_provisioned(store.as_ref(), name, node).await?;
+    Ok(report)
+}
+
+/// What removing an AWS instance means, observed read-only.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsRemovalPlan {
+    pub cluster: String,
+    /// The Node name (the instance's private DNS name).
+    pub node: String,
+    pub instance_id: String,
+    pub instance_group: String,
+    pub auto_scaling_group: String,
+    pub capacity: GroupCapacity,
+    /// Shrink the group instead of letting it launch a replacement.
+    pub decrement: bool,
+    pub control_plane: bool,
+    pub node_object: Option<NodeInfo>,
+    #[serde(skip)]
+    pub pods: Vec<(String, Disposition)>,
+    pub refusals: Vec<String>,
+}
+
+fn refused_pods(node: &str, pods: &[(String, Disposition)]) -> Option<String> {
+    let lost: Vec<String> = pods
+        .iter()
+        .filter_map(|(p, d)| match d {
+            Disposition::Refuse(why) => Some(format!("{p} ({})", why.join("; "))),
+            _ => None,
+        })
+        .collect();
+    (!lost.is_empty())
+        .then(|| format!("draining {node} would lose these pods: {}", lost.join("; ")))
+}
+
+/// Finds `node` (a Node name or an instance ID) among the cluster's instances and says what
+/// removing it means. Read-only.
+pub async fn plan_aws(
+    cloud: &AwsCloud,
+    instances: &AwsInstances,
+    kube: &Kube,
+    node: &str,
+    drain: &DrainOptions,
+    decrement: bool,
+) -> anyhow::Result<AwsRemovalPlan> {
+    let name = cloud.cluster();
+    let found = instances.discover().await?;
+    let target = found
+        .targets
+        .iter()
+        .find(|t| t.node_name == node || t.name() == node)
+        .ok_or_else(|| {
+            anyhow!(
+                "{name} has no running instance {node} (nodes: {})",
+                found
+                    .targets
+                    .iter()
+                    .map(|t| format!("{} ({})", t.node_name, t.name()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+    let group = target
+        .group
+        .clone()
+        .ok_or_else(|| anyhow!("instance {} has no instance group", target.name()))?;
+    let asg = format!("{group}.{name}");
+    let capacity = cloud.group_capacity(&asg).await?;
+    let node_name = target.node_name.clone();
+    let mut refusals = Vec::new();
+    let control_plane = target.is_control_plane();
+    if control_plane {
+        refusals.push(format!(
+            "{node_name} is a control plane: removing its etcd member is not automated on AWS \
+             yet, so kprov does not terminate it"
+        ));
+    }
+    if decrement && capacity.desired - 1 < capacity.min {
+        refusals.push(format!(
+            "--decrement-desired-capacity would take {asg} below its minimum size {} (desired \
+             {}); lower the instance group's minSize first",
+            capacity.min, capacity.desired
+        ));
+    }
+    let node_object = kube
+        .list_nodes()
+        .await?
+        .into_iter()
+        .find(|n| n.name == node_name);
+    let pods = match &node_object {
+        Some(_) => kube.drain_preview(&node_name, drain).await?,
+        None => Vec::new(),
+    };
+    refusals.extend(refused_pods(&node_name, &pods));
+    Ok(AwsRemovalPlan {
+        cluster: name.to_string(),
+        node: node_name,
+        instance_id: target.name().to_string(),
+        instance_group: group,
+        auto_scaling_group: asg,
+        capacity,
+        decrement,
+        control_plane,
+        node_object,
+        pods,
+        refusals,
+    })
+}
+
+/// Drains `node`, terminates its instance through its Auto Scaling group and deletes the Node
+/// object, under `guard`. A failed drain leaves the node cordoned and the instance running.
+#[allow(clippy::too_many_arguments)]
+pub async fn remove_aws(
+    cloud: &AwsCloud,
+    instances: &AwsInstances,
+    kube: &Kube,
+    node: &str,
+    guard: &lock::LockGuard,
+    drain: &DrainOptions,
+    decrement: bool,
+    events: &RemoveEvents,
+) -> anyhow::Result<(AwsRemovalPlan, Option<DrainReport>)> {
+    guard.check()?;
+    let plan = plan_aws(cloud, instances, kube, node, drain, decrement).await?;
+    if !plan.refusals.is_empty() {
+        bail!(
+            "refusing to remove {node} from {}: {}",
+            plan.cluster,
+            plan.refusals.join("; ")
+        );
+    }
+    let node = plan.node.clone();
+    let mut drained = None;
+    if plan.node_object.is_some() {
+        events(&RemoveEvent::Step(format!("draining {node}")));
+        let sink = {
+            let events = events.clone();
+            move |e: &DrainEvent| events(&RemoveEvent::Drain(e.clone()))
+        };
+        drained = Some(kube.drain(&node, drain, &sink).await.with_context(|| {
+            format!(
+                "{node} was not removed: its instance {} still runs; fix the cause and re-run, \
+                 or `kubectl uncordon {node}` to give up",
+                plan.instance_id
+            )
+        })?);
+    } else {
+        events(&RemoveEvent::Warning(format!(
+            "{node} has no Node object in the API: nothing to drain"
+        )));
+    }
+    guard.check()?;
+    events(&RemoveEvent::Step(format!(
+        "terminating {} in {}{}",
+        plan.instance_id,
+        plan.auto_scaling_group,
+        if decrement {
+            " (shrinking the group)"
+        } else {
+            " (the group replaces it)"
+        }
+    )));
+    cloud
+        .terminate_in_group(&plan.instance_id, decrement)
+        .await
+        .with_context(|| format!("terminating {} ({node})", plan.instance_id))?;
+    events(&RemoveEvent::Step(format!("deleting Node {node}")));
+    kube.delete_node(&node).await?;
+    Ok((plan, drained))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, name: &str, healthy: bool) -> EtcdMember {
+        EtcdMember {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("https://10.0.0.{id}:2380")],
+            client_urls: vec![format!("https://10.0.0.{id}:2379")],
+            healthy,
+        }
+    }
+
+    #[test]
+    fn quorum_is_kept_or_the_removal_refused() {
+        let three = [
+            member(1, "cp1", true),
+            member(2, "cp2", true),
+            member(3, "cp3", true),
+        ];
+        assert_eq!(removal_keeps_quorum(&three, 1), Ok(()));
+        let degraded = [
+            member(1, "cp1", true),
+            member(2, "cp2", true),
+            member(3, "cp3", false),
+        ];
+        // Removing the broken member is how to repair; removing a healthy one loses quorum.
+        assert_eq!(removal_keeps_quorum(&degraded, 3), Ok(()));
+        let e = removal_keeps_quorum(&degraded, 1).unwrap_err();
+        assert!(
+            e.contains("2 members would remain, 1 of them healthy"),
+            "{e}"
+        );
+        assert!(e.contains("needs 2") && e.contains("unhealthy: cp3"), "{e}");
+        let two = [member(1, "cp1", true), member(2, "cp2", true)];
+        assert_eq!(removal_keeps_quorum(&two, 2), Ok(()));
+        let e = removal_keeps_quorum(&[member(1, "cp1", true)], 1).unwrap_err();
+        assert!(e.contains("last etcd member"), "{e}");
+        let five = [
+            member(1, "a", true),
+            member(2, "b", true),
+            member(3, "c", true),
+            member(4, "d", false),
+            member(5, "e", false),
+        ];
+        // 4 remain, 2 healthy, quorum of 4 is 3.
+        assert!(removal_keeps_quorum(&five, 1).is_err());
+        assert_eq!(removal_keeps_quorum(&five, 4), Ok(()));
+    }
+
+    #[test]
+    fn members_and_health_are_parsed_from_etcdctl_json() {
+        let list = r#"{"header":{"cluster_id":1,"member_id":2,"raft_term":3},"members":[
+            {"ID":10501334649042878790,"name":"cp1","peerURLs":["https://198.18.0.2:2380"],"clientURLs":["https://198.18.0.2:2379"]},
+            {"ID":2,"name":"cp2","peerURLs":["https://198.18.0.3:2380"],"clientURLs":["https://198.18.0.3:2379"]},
+            {"ID":3,"name":"","peerURLs":["https://[fd00::4]:2380"],"clientURLs":[]}]}"#;
+        let health = r#"[{"endpoint":"https://198.18.0.2:2379","health":true,"took":"1ms"},
+            {"endpoint":"https://198.18.0.3:2379","health":false,"error":"context deadline exceeded"}]"#;
+        let m = parse_members(list, health).unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[0].hex_id(), "91bc3c398fb3c146");
+        assert!(m[0].healthy && !m[1].healthy && !m[2].healthy);
+        let host = |name: &str, address: &str| Host {
+            name: name.into(),
+            address: address.into(),
+            ip: None,
+            access_ip: None,
+            user: None,
+            port: None,
+            key_path: None,
+            bastion: None,
+            roles: vec![HostRole::ControlPlane],
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+        };
+        assert_eq!(member_of(&m, &host("cp2", "x")).map(|m| m.id), Some(2));
+        // A member not (yet) named is found by its peer address.
+        assert_eq!(
+            member_of(&m, &host("cp3", "fd00::4")).map(|m| m.id),
+            Some(3)
+        );
+        assert!(member_of(&m, &host("cp9", "198.18.0.9")).is_none());
+        assert!(parse_members("not json", "").is_err());
+        assert!(parse_members(r#"{"members":[{"name":"x"}]}"#, "").is_err());
+        // No health answer at all: nobody is counted healthy.
+        assert!(parse_members(list, "").unwrap().iter().all(|m| !m.healthy));
+    }
+
+    #[test]
+    fn url_hosts() {
+        assert_eq!(url_host("https://10.0.0.1:2380"), "10.0.0.1");
+        assert_eq!(url_host("https://[fd00::1]:2380"), "fd00::1");
+        assert_eq!(url_host("http://cp1"), "cp1");
+    }
+}

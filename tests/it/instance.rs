@@ -1,0 +1,476 @@
+//! `kprov delete instance` end to end on sshd test hosts, with the fake API server playing the
+//! cluster's API (the stand-ins run none): a worker removed (pods evicted, host reset, Node
+//! deleted, spec updated), the last control plane refused, a PodDisruptionBudget that blocks
+//! past --drain-timeout (named; the node stays cordoned, nothing else changes), a host the
+//! inventory lost shown as "to remove" and removed from kprov's record, and a control plane of
+//! three removed with its etcd member first (refused while that would lose quorum).
+
+use serde_json::json;
+
+use crate::metal::{Lab, VERSION, kprov_inventory, ok, show, text};
+use crate::support::fakekube::{FakeKube, mirror, node, owned_by, pdb, pod};
+
+struct Api {
+    fake: FakeKube,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Api {
+    fn start() -> Api {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let fake = rt.block_on(FakeKube::start());
+        Api { fake, _rt: rt }
+    }
+    fn kubeconfig(&self) -> String {
+        self.fake.kubeconfig.display().to_string()
+    }
+    fn unschedulable(&self, name: &str) -> bool {
+        self.fake.get("Node", None, name).expect("node")["spec"]["unschedulable"].as_bool()
+            == Some(true)
+    }
+    fn pods_on(&self, node_name: &str) -> Vec<String> {
+        self.fake
+            .list("Pod")
+            .into_iter()
+            .filter(|p| p["spec"]["nodeName"].as_str() == Some(node_name))
+            .map(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    }
+}
+
+fn create(lab: &Lab, name: &str, roles: &[(&str, &str)]) {
+    let inv = lab.write("inventory.yaml", &kprov_inventory(lab, roles));
+    ok(&lab.kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        &inv,
+        "--kubernetes-version",
+        VERSION,
+    ]));
+    lab.use_mirror(name, None);
+    ok(&lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]));
+}
+
+fn has_call(lab: &Lab, host: &str, prefix: &str) -> Option<u128> {
+    lab.calls(host)
+        .into_iter()
+        .find(|(_, c)| c.starts_with(prefix))
+        .map(|(t, _)| t)
+}
+
+fn spec_hosts(lab: &Lab, name: &str) -> String {
+    ok(&lab.kprov(&["get", "cluster", name, "-o", "yaml"]))
+}
+
+#[test]
+fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget() {
+    let lab = Lab::start(3);
+    let name = "rm.metal.example.com";
+    create(
+        &lab,
+        name,
+        &[
+            ("host1", "control-plane"),
+            ("host2", "node"),
+            ("host3", "node"),
+        ],
+    );
+    let api = Api::start();
+    let kc = api.kubeconfig();
+    api.fake.put(node("host1", true, true, false, None));
+    api.fake.put(node("host2", false, true, false, None));
+    api.fake.put(node("host3", false, true, false, None));
+    api.fake.run_replicaset_controller();
+    api.fake.put(owned_by(
+        pod(
+            "default",
+            "web-1",
+            json!({"app": "web"}),
+            "host2",
+            "Running",
+            true,
+        ),
+        "ReplicaSet",
+        "web-rs",
+    ));
+    api.fake.put(owned_by(
+        pod(
+            "kube-system",
+            "calico-node-h2",
+            json!({"k8s-app": "calico-node"}),
+            "host2",
+            "Running",
+            true,
+        ),
+        "DaemonSet",
+        "calico-node",
+    ));
+    api.fake.put(mirror(pod(
+        "kube-system",
+        "kube-apiserver-host1",
+        json!({}),
+        "host1",
+        "Running",
+        true,
+    )));
+
+    // Preview: what will happen, nothing done.
+    let o = lab.kprov(&["delete", "instance", name, "host2", "--kubeconfig", &kc]);
+    let out = ok(&o);
+    assert!(out.contains("host2") && out.contains("node"), "{out}");
+    assert!(out.contains("Pods to evict (1):\n  default/web-1"), "{out}");
+    assert!(
+        out.contains("kube-system/calico-node-h2: left alone (DaemonSet-managed (calico-node))"),
+        "{out}"
+    );
+    assert!(out.contains("etcd: no etcd member on this host"), "{out}");
+    assert!(
+        text(&o.stderr).contains("Must specify --yes"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        !api.fake.requests().iter().any(|r| r.is_write()),
+        "the preview wrote to the API"
+    );
+    assert!(has_call(&lab, "host2", "kubeadm reset").is_none());
+    let json_preview = ok(&lab.kprov(&[
+        "delete",
+        "instance",
+        name,
+        "host2",
+        "--kubeconfig",
+        &kc,
+        "-o",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&json_preview).expect("json preview");
+    assert_eq!(v["node"], "host2");
+    assert_eq!(v["etcd"]["state"], "noEtcd");
+    assert!(
+        v["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pod"] == "default/web-1" && p["action"] == "evict"),
+        "{v}"
+    );
+
+    // The last control plane is refused, preview and --yes alike; nothing happens.
+    for yes in [false, true] {
+        let mut args = vec![
+            "delete",
+            "instance",
+            name,
+            "host1",
+            "--kubeconfig",
+            kc.as_str(),
+        ];
+        if yes {
+            args.push("--yes");
+        }
+        let o = lab.kprov(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        assert!(
+            text(&o.stderr).contains("host1 is the last control plane"),
+            "{}",
+            show(&o)
+        );
+    }
+    assert!(!api.unschedulable("host1"));
+    assert!(has_call(&lab, "host1", "kubeadm reset").is_none());
+
+    // --yes: cordon, evict (the replacement lands on host3), reset, delete the Node, spec.
+    let o = lab.kprov(&[
+        "delete",
+        "instance",
+        name,
+        "host2",
+        "--kubeconfig",
+        &kc,
+        "--yes",
+    ]);
+    ok(&o);
+    let err = text(&o.stderr);
+    assert!(err.contains("host2: evicting default/web-1"), "{err}");
+    assert!(err.contains("Removed host2 from"), "{err}");
+    assert!(api.fake.get("Pod", Some("default"), "web-1").is_none());
+    assert_eq!(
+        api.pods_on("host3").len(),
+        1,
+        "the ReplicaSet's replacement"
+    );
+    assert!(
+        api.fake.get("Node", None, "host2").is_none(),
+        "Node object kept"
+    );
+    has_call(&lab, "host2", "kubeadm reset").expect("host2 reset");
+    assert!(
+        lab.host("host2")
+            .exec("test -e /etc/kubernetes/kubelet.conf")
+            .is_err()
+    );
+    assert!(has_call(&lab, "host3", "kubeadm reset").is_none());
+    let spec = spec_hosts(&lab, name);
+    assert!(!spec.contains("name: host2"), "{spec}");
+    assert!(spec.contains("name: host3"), "{spec}");
+    assert!(!lab.store_dir().join(name).join("hosts/host2").exists());
+    // Nothing left to remove; the preview of the cluster no longer mentions host2.
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!text(&o.stdout).contains("host2") && !text(&o.stderr).contains("host2"));
+
+    // A budget that never allows the eviction: stopped at --drain-timeout, the budget named,
+    // the node left cordoned, the host not reset, the Node and the spec kept.
+    api.fake.put(owned_by(
+        pod(
+            "default",
+            "api-1",
+            json!({"app": "api"}),
+            "host3",
+            "Running",
+            true,
+        ),
+        "ReplicaSet",
+        "api-rs",
+    ));
+    api.fake.put(pdb(
+        "default",
+        "api",
+        json!({"app": "api"}),
+        ("minAvailable", json!(1)),
+    ));
+    let started = std::time::Instant::now();
+    let o = lab.kprov(&[
+        "delete",
+        "instance",
+        name,
+        "host3",
+        "--kubeconfig",
+        &kc,
+        "--yes",
+        "--drain-timeout",
+        "3s",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("draining node host3: 1 pod(s) did not leave within 3s"),
+        "{err}"
+    );
+    assert!(
+        err.contains("default/api-1 blocked by PodDisruptionBudget default/api"),
+        "{err}"
+    );
+    assert!(err.contains("stays cordoned"), "{err}");
+    assert!(api.unschedulable("host3"));
+    assert!(api.fake.get("Node", None, "host3").is_some());
+    assert!(api.fake.get("Pod", Some("default"), "api-1").is_some());
+    assert!(has_call(&lab, "host3", "kubeadm reset").is_none());
+    assert!(spec_hosts(&lab, name).contains("name: host3"));
+
+    // The operator drops host3 from the inventory instead: `update cluster` does not leave it
+    // silently in the cluster, it points at `delete instance`, which still reaches the host
+    // through kprov's record of it.
+    lab.edit_cluster(name, |c| c.spec.hosts.retain(|h| h.name != "host3"));
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("host3")
+            && err.contains("to remove")
+            && err.contains(&format!("kprov delete instance {name} host3")),
+        "{err}"
+    );
+    api.fake.put(owned_by(
+        pod(
+            "default",
+            "api-2",
+            json!({"app": "api"}),
+            "host1",
+            "Running",
+            true,
+        ),
+        "ReplicaSet",
+        "api-rs",
+    ));
+    let o = lab.kprov(&[
+        "delete",
+        "instance",
+        name,
+        "host3",
+        "--kubeconfig",
+        &kc,
+        "--yes",
+    ]);
+    ok(&o);
+    has_call(&lab, "host3", "kubeadm reset").expect("host3 reset");
+    assert!(api.fake.get("Node", None, "host3").is_none());
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!text(&o.stderr).contains("to remove"), "{}", show(&o));
+}
+
+/// The stand-in etcd's members as another control plane sees them.
+fn seed_members(lab: &Lab, on: &str, members: &[(u64, &str, bool)]) {
+    let lines: String = members
+        .iter()
+        .map(|(id, host, healthy)| {
+            let addr = &lab.host(host).address;
+            format!("{id} {host} https://{addr}:2380 https://{addr}:2379 {healthy}\n")
+        })
+        .collect();
+    lab.host(on)
+        .exec(&format!(
+            "mkdir -p /var/lib/kprov-standins && printf '%s' '{lines}' > /var/lib/kprov-standins/etcd-members"
+        ))
+        .expect("seed etcd members");
+}
+
+fn members_on(lab: &Lab, on: &str) -> String {
+    lab.host(on)
+        .exec("cat /var/lib/kprov-standins/etcd-members")
+        .expect("members file")
+}
+
+#[test]
+fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quorum_loss() {
+    let lab = Lab::start(4);
+    let name = "cp.metal.example.com";
+    create(
+        &lab,
+        name,
+        &[
+            ("host1", "control-plane"),
+            ("host2", "control-plane"),
+            ("host3", "control-plane"),
+            ("host4", "node"),
+        ],
+    );
+    let api = Api::start();
+    let kc = api.kubeconfig();
+    for h in ["host1", "host2", "host3"] {
+        api.fake.put(node(h, true, true, false, None));
+        api.fake.put(mirror(pod(
+            "kube-system",
+            &format!("etcd-{h}"),
+            json!({}),
+            h,
+            "Running",
+            true,
+        )));
+    }
+    api.fake.put(node("host4", false, true, false, None));
+    // host3's etcd is down: removing host2 would leave host1 + a broken host3.
+    let degraded = [(1, "host1", true), (2, "host2", true), (3, "host3", false)];
+    seed_members(&lab, "host1", &degraded);
+    let o = lab.kprov(&[
+        "delete",
+        "instance",
+        name,
+        "host2",
+        "--kubeconfig",
+        &kc,
+        "--yes",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(err.contains("would lose etcd quorum"), "{err}");
+    assert!(err.contains("unhealthy: host3"), "{err}");
+    assert!(!api.unschedulable("host2"), "cordoned despite the refusal");
+    assert!(has_call(&lab, "host2", "kubeadm reset").is_none());
+    assert!(
+        !lab.calls("host1")
+            .iter()
+            .any(|(_, c)| c.contains("member remove")),
+        "a member was removed despite the refusal"
+    );
+    assert_eq!(members_on(&lab, "host1").lines().count(), 3);
+    // The member list was read on host1, another control plane, inside its etcd container
+    // with the etcd static pod's certificates.
+    let list = lab
+        .calls("host1")
+        .into_iter()
+        .find(|(_, c)| c.contains("member list"))
+        .expect("member list on host1")
+        .1;
+    assert!(list.starts_with("crictl exec"), "{list}");
+    assert!(
+        list.contains("--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt"),
+        "{list}"
+    );
+
+    // Healthy again: the preview names the member; --yes removes it before resetting host2.
+    seed_members(
+        &lab,
+        "host1",
+        &[(1, "host1", true), (2, "host2", true), (3, "host3", true)],
+    );
+    let out = ok(&lab.kprov(&["delete", "instance", name, "host2", "--kubeconfig", &kc]));
+    assert!(
+        out.contains(
+            "member host2 (2) is removed through host1 first; 2 of 3 members remain, 2 healthy"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("kube-system/etcd-host2: left alone (mirror pod"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the host stays in the spec") && out.contains("Note: "),
+        "{out}"
+    );
+    let o = lab.kprov(&[
+        "delete",
+        "instance",
+        name,
+        "host2",
+        "--kubeconfig",
+        &kc,
+        "--yes",
+    ]);
+    ok(&o);
+    let removed = lab
+        .calls("host1")
+        .into_iter()
+        .find(|(_, c)| c.contains("etcdctl") && c.ends_with("member remove 2"))
+        .expect("member remove on host1")
+        .0;
+    let reset = has_call(&lab, "host2", "kubeadm reset").expect("host2 reset");
+    assert!(
+        removed < reset,
+        "the member was removed after the host was reset"
+    );
+    assert_eq!(members_on(&lab, "host1").lines().count(), 2);
+    assert!(!members_on(&lab, "host1").contains("host2"));
+    assert!(api.fake.get("Node", None, "host2").is_none());
+    assert!(has_call(&lab, "host3", "kubeadm reset").is_none());
+    // Two stacked control planes are not a valid spec: host2 stays in it, and the operator is
+    // told that the next update provisions it again (how a control plane is replaced).
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("host2 stays in the spec") && err.contains("use an odd number"),
+        "{err}"
+    );
+    assert!(spec_hosts(&lab, name).contains("name: host2"));
+    let o = lab.kprov(&["update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+}

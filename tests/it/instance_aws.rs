@@ -1,0 +1,255 @@
+//! `delete instance` on AWS through the library, against moto and the fake API: a worker is
+//! drained, then terminated in its Auto Scaling group (which replaces it, or shrinks with
+//! `decrement`), and its Node object deleted; a control plane and a shrink below the group's
+//! minimum are refused before anything changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kprov::cloud::aws::instances::{AwsInstances, SshReach};
+use kprov::kube::{DrainOptions, EvictOptions};
+use kprov::ops::instance::{RemoveEvent, RemoveEvents, plan_aws, remove_aws};
+use serde_json::json;
+
+use crate::aws::{apply, delete_all, env, make_zone, plan, spec};
+use crate::support::fakekube::{FakeKube, node, owned_by, pod};
+use crate::support::memstate::MemStore;
+
+fn drain() -> DrainOptions {
+    DrainOptions {
+        timeout: Duration::from_secs(10),
+        poll: Duration::from_millis(50),
+        eviction: EvictOptions {
+            deadline: Duration::from_secs(10),
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(200),
+        },
+        ..DrainOptions::default()
+    }
+}
+
+async fn instance_state(sdk: &aws_config::SdkConfig, id: &str) -> String {
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let out = ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .unwrap();
+    out.reservations()[0].instances()[0]
+        .state()
+        .and_then(|s| s.name())
+        .map(|n| n.as_str().to_string())
+        .unwrap_or_default()
+}
+
+async fn desired(sdk: &aws_config::SdkConfig, asg: &str) -> i32 {
+    let c = aws_sdk_autoscaling::Client::new(sdk);
+    let out = c
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(asg)
+        .send()
+        .await
+        .unwrap();
+    out.auto_scaling_groups()[0].desired_capacity().unwrap()
+}
+
+#[tokio::test]
+async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
+    let name = "rm.rminstance.example.com";
+    let zone = "rminstance.example.com";
+    let e = env(name).await;
+    make_zone(&e.sdk, zone).await;
+    let (c, mut igs) = spec(name, zone, false);
+    // The control plane's image is an ami- ID, which names no login user.
+    for g in &mut igs {
+        g.spec.ssh_user.get_or_insert_with(|| "ops".into());
+    }
+    let p = plan(&e, &c, &igs).await;
+    apply(&e, &p, false).await;
+    let instances = AwsInstances::new(&e.cloud, &igs, SshReach::Private);
+    let found = instances.discover().await.expect("instances");
+    let worker = found
+        .targets
+        .iter()
+        .find(|t| !t.is_control_plane())
+        .expect("a worker")
+        .clone();
+    let cp = found
+        .targets
+        .iter()
+        .find(|t| t.is_control_plane())
+        .expect("a control plane")
+        .clone();
+    let fake = FakeKube::start().await;
+    fake.put(node(&cp.node_name, true, true, false, None));
+    fake.put(node(&worker.node_name, false, true, false, None));
+    fake.put(node("spare", false, true, false, None));
+    fake.run_replicaset_controller();
+    fake.put(owned_by(
+        pod(
+            "default",
+            "web-1",
+            json!({"app": "web"}),
+            &worker.node_name,
+            "Running",
+            true,
+        ),
+        "ReplicaSet",
+        "web-rs",
+    ));
+    let kube = fake.kube().await;
+    let asg = format!("nodes.{name}");
+    let before = desired(&e.sdk, &asg).await;
+
+    // The preview finds the instance by node name or instance ID and changes nothing.
+    let by_id = plan_aws(&e.cloud, &instances, &kube, worker.name(), &drain(), false)
+        .await
+        .unwrap();
+    assert_eq!(by_id.node, worker.node_name);
+    assert_eq!(by_id.auto_scaling_group, asg);
+    assert_eq!(by_id.capacity.desired, before);
+    assert!(by_id.refusals.is_empty(), "{:?}", by_id.refusals);
+    assert_eq!(by_id.pods.len(), 1);
+    // Shrinking below the group's minimum and control planes are refused.
+    let shrink = plan_aws(
+        &e.cloud,
+        &instances,
+        &kube,
+        &worker.node_name,
+        &drain(),
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        shrink.capacity.min, before,
+        "the spec's group runs at its minimum"
+    );
+    assert!(
+        shrink
+            .refusals
+            .iter()
+            .any(|r| r.contains("below its minimum size")),
+        "{:?}",
+        shrink.refusals
+    );
+    let cp_plan = plan_aws(&e.cloud, &instances, &kube, &cp.node_name, &drain(), false)
+        .await
+        .unwrap();
+    assert!(
+        cp_plan
+            .refusals
+            .iter()
+            .any(|r| r.contains("is a control plane")),
+        "{:?}",
+        cp_plan.refusals
+    );
+    assert!(
+        fake.requests().iter().all(|r| !r.is_write()),
+        "a preview wrote to the API"
+    );
+    assert_eq!(instance_state(&e.sdk, worker.name()).await, "running");
+
+    let store: Arc<dyn kprov::state::StateStore> = Arc::new(MemStore::default());
+    let guard = kprov::state::lock::acquire(store, name, "test", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let events: RemoveEvents = {
+        let seen = seen.clone();
+        Arc::new(move |e: &RemoveEvent| seen.lock().unwrap().push(e.clone()))
+    };
+    let e2 = remove_aws(
+        &e.cloud,
+        &instances,
+        &kube,
+        &cp.node_name,
+        &guard,
+        &drain(),
+        false,
+        &events,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e2.contains("refusing to remove") && e2.contains("control plane"),
+        "{e2}"
+    );
+    assert_eq!(instance_state(&e.sdk, cp.name()).await, "running");
+
+    let (done, drained) = remove_aws(
+        &e.cloud,
+        &instances,
+        &kube,
+        &worker.node_name,
+        &guard,
+        &drain(),
+        false,
+        &events,
+    )
+    .await
+    .unwrap();
+    assert_eq!(drained.unwrap().evicted, ["default/web-1"]);
+    assert_eq!(done.instance_id, worker.name());
+    let state = instance_state(&e.sdk, worker.name()).await;
+    assert!(state == "shutting-down" || state == "terminated", "{state}");
+    assert!(fake.get("Node", None, &worker.node_name).is_none());
+    assert!(fake.get("Pod", Some("default"), "web-1").is_none());
+    assert_eq!(
+        desired(&e.sdk, &asg).await,
+        before,
+        "the group replaces the instance"
+    );
+    let steps: Vec<RemoveEvent> = seen.lock().unwrap().clone();
+    let draining = steps
+        .iter()
+        .position(|s| matches!(s, RemoveEvent::Step(t) if t.starts_with("draining")))
+        .expect("draining step");
+    let terminating = steps
+        .iter()
+        .position(|s| matches!(s, RemoveEvent::Step(t) if t.starts_with("terminating")))
+        .expect("terminating step");
+    assert!(draining < terminating, "{steps:?}");
+
+    // With `decrement` the group shrinks instead (here from 2, above its minimum of 1).
+    aws_sdk_autoscaling::Client::new(&e.sdk)
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(&asg)
+        .desired_capacity(before + 1)
+        .send()
+        .await
+        .unwrap();
+    let found = instances.discover().await.expect("instances");
+    let other = found
+        .targets
+        .iter()
+        .find(|t| !t.is_control_plane() && t.name() != worker.name())
+        .expect("another worker")
+        .clone();
+    fake.put(node(&other.node_name, false, true, false, None));
+    let (done, _) = remove_aws(
+        &e.cloud,
+        &instances,
+        &kube,
+        other.name(),
+        &guard,
+        &drain(),
+        true,
+        &events,
+    )
+    .await
+    .unwrap();
+    assert!(done.decrement);
+    assert_eq!(
+        desired(&e.sdk, &asg).await,
+        before,
+        "the group shrank by one"
+    );
+    let state = instance_state(&e.sdk, other.name()).await;
+    assert!(state == "shutting-down" || state == "terminated", "{state}");
+    assert!(fake.get("Node", None, &other.node_name).is_none());
+    guard.release().await.unwrap();
+    delete_all(&e, &c, &igs).await;
+}
