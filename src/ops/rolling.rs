@@ -798,6 +798,55 @@ pub mod tests {
         rx
     }
 
+    /// `scripts/bench-rolling`: the wall time of a roll of N workers with simulated durations
+    /// against its bound ceil(N / batch) x (replace + validate). Ignored in the normal run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "benchmark: scripts/bench-rolling"]
+    async fn bench_rolling() {
+        let replace = Duration::from_millis(200);
+        let validate = Duration::from_millis(50);
+        println!("nodes batch wall_ms bound_ms ratio");
+        for (n, batch) in [(10usize, 1u32), (10, 3), (50, 5), (50, 10), (200, 20)] {
+            let groups = vec![GroupInput {
+                name: "nodes".into(),
+                role: GroupRole::Node,
+                min: n as u32,
+                max: n as u32,
+                rolling_update: Some(crate::spec::RollingUpdate {
+                    max_surge: None,
+                    max_unavailable: Some(crate::spec::IntOrPercent::Int(batch)),
+                }),
+            }];
+            let nodes: Vec<NodeInput> = (0..n)
+                .map(|i| node(&format!("w{i}"), "nodes", GroupRole::Node))
+                .collect();
+            let plan = roll::plan("c", Platform::Metal, "1.35.1", &groups, &nodes, &roll::Selection::default());
+            let (_d, s) = store();
+            let fake = Fake {
+                roll_time: replace,
+                validate_time: validate,
+                ..Fake::default()
+            };
+            let options = RollOptions {
+                validate_count: 1,
+                ..fast()
+            };
+            let start = Instant::now();
+            let j = go(&s, Journal::new(&plan, "bench", false), &fake, &options, idle())
+                .await
+                .unwrap();
+            let wall = start.elapsed();
+            assert!(j.finished && j.done() == n);
+            let bound = (replace + validate) * (n.div_ceil(batch as usize) as u32);
+            println!(
+                "{n:5} {batch:5} {:7} {:8} {:.2}",
+                wall.as_millis(),
+                bound.as_millis(),
+                wall.as_secs_f64() / bound.as_secs_f64()
+            );
+        }
+    }
+
     #[tokio::test]
     async fn rolls_control_planes_one_by_one_then_workers_with_gates_between() {
         let (_d, s) = store();
