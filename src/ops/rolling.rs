@@ -27,6 +27,8 @@ use tokio::sync::{Mutex, watch};
 
 use std::collections::BTreeMap;
 
+use crate::addons::validate::{self, Expectations};
+use crate::kube::{DrainEvent, DrainOptions, EvictOptions, Kube, Taint};
 use crate::nodes::Target;
 use crate::nodes::journal::{Journal, JournalError, JournalFile, JournalNode, NodeStep};
 use crate::nodes::roll::{
@@ -475,6 +477,98 @@ async fn gate(
     }
 }
 
+/// The real cluster side of a roll: `kube::drain` (kubectl's rules, budgets respected with
+/// back-off, bounded) and the checks of `validate cluster`.
+///
+/// Caveat: validation does not yet ask etcd for its members' health (control-plane pods and
+/// nodes only); the roll's first gate is what refuses an unhealthy cluster.
+pub struct KubeCluster {
+    pub kube: Kube,
+    pub cluster: Cluster,
+    pub expect: Expectations,
+    /// How often evictions, Ready and pods are re-checked.
+    pub poll: Duration,
+}
+
+#[async_trait]
+impl ClusterApi for KubeCluster {
+    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+        let taint = Taint {
+            key: REPLACING_TAINT.into(),
+            value: None,
+            effect: "PreferNoSchedule".into(),
+        };
+        self.kube
+            .add_taint(node, &taint)
+            .await
+            .map_err(|e| format!("tainting node {node}: {e}"))
+    }
+
+    async fn cordon(&self, node: &str) -> Result<(), String> {
+        self.kube
+            .cordon(node)
+            .await
+            .map_err(|e| format!("cordoning node {node}: {e}"))
+    }
+
+    async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String> {
+        let options = DrainOptions {
+            timeout,
+            poll: self.poll,
+            eviction: EvictOptions {
+                deadline: timeout,
+                ..EvictOptions::default()
+            },
+            ..DrainOptions::default()
+        };
+        self.kube
+            .drain(node, &options, &|_: &DrainEvent| {})
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn wait_ready(&self, node: &str, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let nodes = self.kube.list_nodes().await.map_err(|e| e.to_string())?;
+            let state = nodes.iter().find(|n| n.name == node).map(|n| n.ready);
+            if state == Some(true) {
+                return Ok(());
+            }
+            if Instant::now() + self.poll > deadline {
+                return Err(match state {
+                    None => format!("node {node} did not register within {timeout:?}"),
+                    Some(_) => format!("node {node} was not Ready within {timeout:?}"),
+                });
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    async fn uncordon(&self, node: &str) -> Result<(), String> {
+        self.kube
+            .uncordon(node)
+            .await
+            .map_err(|e| format!("uncordoning node {node}: {e}"))
+    }
+
+    async fn validate(&self) -> Result<(), String> {
+        let r = validate::validate_cluster(&self.kube, &self.cluster, &self.expect)
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.ok {
+            return Ok(());
+        }
+        Err(r
+            .failures
+            .iter()
+            .map(|f| format!("{} {}: {}", f.kind, f.name, f.message))
+            .collect::<Vec<_>>()
+            .join("; "))
+    }
+}
+
 /// What a rolling-update preview found on one target.
 #[derive(Debug, Clone)]
 pub struct Observed {
@@ -805,7 +899,7 @@ pub mod tests {
     async fn bench_rolling() {
         let replace = Duration::from_millis(200);
         let validate = Duration::from_millis(50);
-        println!("nodes batch wall_ms bound_ms ratio");
+        println!("\nnodes batch wall_ms bound_ms ratio");
         for (n, batch) in [(10usize, 1u32), (10, 3), (50, 5), (50, 10), (200, 20)] {
             let groups = vec![GroupInput {
                 name: "nodes".into(),
@@ -820,7 +914,14 @@ pub mod tests {
             let nodes: Vec<NodeInput> = (0..n)
                 .map(|i| node(&format!("w{i}"), "nodes", GroupRole::Node))
                 .collect();
-            let plan = roll::plan("c", Platform::Metal, "1.35.1", &groups, &nodes, &roll::Selection::default());
+            let plan = roll::plan(
+                "c",
+                Platform::Metal,
+                "1.35.1",
+                &groups,
+                &nodes,
+                &roll::Selection::default(),
+            );
             let (_d, s) = store();
             let fake = Fake {
                 roll_time: replace,
@@ -832,9 +933,15 @@ pub mod tests {
                 ..fast()
             };
             let start = Instant::now();
-            let j = go(&s, Journal::new(&plan, "bench", false), &fake, &options, idle())
-                .await
-                .unwrap();
+            let j = go(
+                &s,
+                Journal::new(&plan, "bench", false),
+                &fake,
+                &options,
+                idle(),
+            )
+            .await
+            .unwrap();
             let wall = start.elapsed();
             assert!(j.finished && j.done() == n);
             let bound = (replace + validate) * (n.div_ceil(batch as usize) as u32);

@@ -216,3 +216,244 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
         "{out}"
     );
 }
+
+mod engine_on_the_fake_api {
+    //! The roll engine with the real cluster side (`KubeCluster`: `kube::drain`, validation)
+    //! against the fake API server; the machines are a recorder (the in-place re-provisioner
+    //! is not built). A budget that never allows stops the roll at the drain timeout naming
+    //! it, the node stays cordoned and the journal says so; a free node is drained, rolled,
+    //! uncordoned; the journal in a real file:// store.
+
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use kprov::addons::validate::Expectations;
+    use kprov::nodes::journal::{Journal, JournalFile, JournalNode, NodeStep};
+    use kprov::nodes::roll::{self, GroupInput, GroupRole, NodeInput, Platform, Provisioned};
+    use kprov::ops::rolling::{self, KubeCluster, NodeRoller, RollError, RollEvent, RollOptions};
+    use kprov::state::file::FileStore;
+    use serde_json::json;
+
+    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod};
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl NodeRoller for Recorder {
+        async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+            self.0.lock().unwrap().push(node.node_name.clone());
+            Ok(None)
+        }
+    }
+
+    fn rec(v: &str) -> Provisioned {
+        Provisioned {
+            kubernetes_version: v.into(),
+            config_digest: "0".repeat(64),
+            labels: Default::default(),
+            taints: vec![],
+            launch_template_version: None,
+        }
+    }
+
+    fn plan() -> roll::RollPlan {
+        let groups = vec![GroupInput {
+            name: "nodes".into(),
+            role: GroupRole::Node,
+            min: 2,
+            max: 2,
+            rolling_update: None,
+        }];
+        let nodes: Vec<NodeInput> = ["w1", "w2"]
+            .iter()
+            .map(|n| NodeInput {
+                target: n.to_string(),
+                node_name: n.to_string(),
+                group: "nodes".into(),
+                role: GroupRole::Node,
+                recorded: Some(rec("1.35.0")),
+                desired: rec("1.35.1"),
+                ready: Some(true),
+            })
+            .collect();
+        roll::plan(
+            "c",
+            Platform::Metal,
+            "1.35.1",
+            &groups,
+            &nodes,
+            &Default::default(),
+        )
+    }
+
+    fn rs_pod(name: &str, app: &str, on: &str) -> serde_json::Value {
+        owned_by(
+            pod("default", name, json!({ "app": app }), on, "Running", true),
+            "ReplicaSet",
+            &format!("{app}-rs"),
+        )
+    }
+
+    async fn setup() -> (FakeKube, KubeCluster) {
+        let fake = FakeKube::start().await;
+        fake.put(node("cp1", true, true, false, Some("p")));
+        fake.put(node("w1", false, true, false, Some("p")));
+        fake.put(node("w2", false, true, false, Some("p")));
+        fake.put(pod(
+            "kube-system",
+            "coredns-1",
+            json!({ "k8s-app": "kube-dns" }),
+            "cp1",
+            "Running",
+            true,
+        ));
+        let kube = fake.kube().await;
+        let cluster: kprov::spec::Cluster = serde_saphyr::from_str(
+            "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  cloudProvider: metal\n",
+        )
+        .unwrap();
+        let expect = Expectations {
+            named: vec![
+                ("cp1".into(), true),
+                ("w1".into(), false),
+                ("w2".into(), false),
+            ],
+            min_control_plane: 1,
+            min_nodes: 3,
+            ccm: false,
+            cni: None,
+        };
+        (
+            fake,
+            KubeCluster {
+                kube,
+                cluster,
+                expect,
+                poll: Duration::from_millis(50),
+            },
+        )
+    }
+
+    fn options() -> RollOptions {
+        RollOptions {
+            drain_timeout: Duration::from_millis(1500),
+            validation_timeout: Duration::from_secs(10),
+            validate_count: 2,
+            validation_interval: Duration::from_millis(50),
+            ready_timeout: Duration::from_secs(5),
+            cloud_only: false,
+        }
+    }
+
+    fn unschedulable(fake: &FakeKube, name: &str) -> bool {
+        fake.get("Node", None, name).unwrap()["spec"]["unschedulable"].as_bool() == Some(true)
+    }
+
+    #[tokio::test]
+    async fn a_budget_that_never_allows_stops_the_roll_naming_it_and_the_node_stays_cordoned() {
+        let (fake, api) = setup().await;
+        fake.put(rs_pod("db-1", "db", "w1"));
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("minAvailable", json!("100%")),
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path()).unwrap();
+        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        let roller = Recorder::default();
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let events: rolling::RollEvents = Arc::new(|_: &RollEvent| {});
+        let e = rolling::run(
+            file,
+            Journal::new(&plan(), "test", false),
+            &api,
+            &roller,
+            &options(),
+            &events,
+            rx,
+            &|| Ok(()),
+        )
+        .await
+        .unwrap_err();
+        let RollError::Stopped { node, reason } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(node, "w1");
+        assert!(
+            reason.contains("PodDisruptionBudget default/db"),
+            "{reason}"
+        );
+        assert!(reason.contains("default/db-1"), "{reason}");
+        assert!(reason.contains("stays cordoned"), "{reason}");
+        assert!(unschedulable(&fake, "w1"));
+        assert!(!unschedulable(&fake, "w2"), "w2 was touched");
+        assert!(roller.0.lock().unwrap().is_empty(), "w1 was rolled");
+        let (_, j) = JournalFile::load(&store, "c").await.unwrap();
+        let j = j.unwrap();
+        assert_eq!(j.nodes[0].step, NodeStep::Cordoned);
+        assert!(
+            j.nodes[0]
+                .stopped
+                .as_deref()
+                .unwrap()
+                .contains("PodDisruptionBudget default/db")
+        );
+        assert_eq!(j.nodes[1].step, NodeStep::Waiting);
+    }
+
+    #[tokio::test]
+    async fn free_nodes_are_drained_rolled_and_uncordoned_one_by_one() {
+        let (fake, api) = setup().await;
+        fake.run_replicaset_controller();
+        fake.put(rs_pod("web-1", "web", "w1"));
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path()).unwrap();
+        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        let roller = Recorder::default();
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let events: rolling::RollEvents = Arc::new(move |e: &RollEvent| {
+            if let RollEvent::Step { node, step, .. } = e {
+                s2.lock().unwrap().push(format!("{node} {}", step.as_str()));
+            }
+        });
+        let j = rolling::run(
+            file,
+            Journal::new(&plan(), "test", false),
+            &api,
+            &roller,
+            &options(),
+            &events,
+            rx,
+            &|| Ok(()),
+        )
+        .await
+        .unwrap();
+        assert!(j.finished);
+        assert_eq!(*roller.0.lock().unwrap(), ["w1", "w2"]);
+        assert!(!unschedulable(&fake, "w1") && !unschedulable(&fake, "w2"));
+        // The pod was evicted (the ReplicaSet controller re-created it on a schedulable node,
+        // never on the node being drained: w2 was drained last and holds none).
+        assert!(fake.get("Pod", Some("default"), "web-1").is_none());
+        let web: Vec<String> = fake
+            .list("Pod")
+            .into_iter()
+            .filter(|p| p["metadata"]["labels"]["app"] == "web")
+            .map(|p| p["spec"]["nodeName"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(web.len(), 1, "{web:?}");
+        assert_ne!(web[0], "w2", "{web:?}");
+        let seen = seen.lock().unwrap().clone();
+        let pos = |s: &str| {
+            seen.iter()
+                .position(|x| x == s)
+                .unwrap_or_else(|| panic!("{s}: {seen:?}"))
+        };
+        assert!(pos("w1 validated") < pos("w2 cordoned"), "{seen:?}");
+    }
+}
