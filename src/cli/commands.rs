@@ -10,8 +10,8 @@ use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
 use super::{
-    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, RotateWhat,
-    SchemaKind, UpdateWhat, ValidateWhat, exit,
+    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat,
+    RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat, ValidateWhat, exit,
 };
 use crate::bounded;
 use crate::output::{Format, Printer, Table};
@@ -97,7 +97,8 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Get(g) => match &g.what {
             GetWhat::Clusters { out, .. }
             | GetWhat::Instancegroups { out, .. }
-            | GetWhat::Certificates { out, .. } => out.output,
+            | GetWhat::Certificates { out, .. }
+            | GetWhat::Instances { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -109,6 +110,9 @@ pub async fn run(cli: Cli) -> i32 {
         },
         Command::Rotate(r) => match &r.what {
             RotateWhat::Certificates(a) => a.out.output,
+        },
+        Command::RollingUpdate(r) => match &r.what {
+            RollingUpdateWhat::Cluster(a) => a.output,
         },
         Command::Delete(d) => match &d.what {
             DeleteWhat::Instance(a) => a.output,
@@ -144,6 +148,9 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
             GetWhat::Certificates { name, .. } => super::certificates::get(ctx, &name).await,
+            GetWhat::Instances {
+                name, kubeconfig, ..
+            } => super::rolling::get_instances(ctx, &name, kubeconfig.as_deref()).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -176,6 +183,9 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             ExportWhat::Kubeconfig { name, kubeconfig } => {
                 export_kubeconfig(ctx, &name, kubeconfig.as_deref()).await
             }
+        },
+        Command::RollingUpdate(r) => match r.what {
+            RollingUpdateWhat::Cluster(a) => super::rolling::cluster(ctx, &a).await,
         },
         Command::Update(u) => match u.what {
             UpdateWhat::Cluster(a) => super::update::cluster(ctx, &a).await,

@@ -127,6 +127,7 @@ fn report_table(report: &Report) -> Table {
             HostResult::Ok => "ok".to_string(),
             HostResult::Failed { phase, .. } => format!("FAILED in {}", phase.as_str()),
             HostResult::Skipped { reason } => format!("skipped: {reason}"),
+            HostResult::PendingRoll { .. } => "left alone: pending rolling update".to_string(),
         };
         t.row([
             h.host.clone(),
@@ -248,6 +249,14 @@ pub(super) async fn finish(
             report.hosts.iter().filter(|h| h.changed > 0).count()
         ));
     }
+    let pending = report.pending_roll();
+    if !pending.is_empty() {
+        ctx.printer.status(&format!(
+            "{} running members of {name} were left alone and are pending a rolling update ({}): preview it with `kprov rolling-update cluster {name}`, apply it with `--yes`.",
+            pending.len(),
+            pending.iter().map(|h| h.host.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
     if a.skip_addons {
         ctx.printer.status(&format!(
             "Add-ons skipped (--skip-addons); deploy them with `kprov update addons {name} --yes`."
@@ -300,7 +309,7 @@ pub(super) fn preview(
         Format::Table => {
             ctx.printer.data(&plan_table(plan).render());
             for n in &plan.nodes {
-                if n.pending || n.action == Action::Refused {
+                if n.pending || matches!(n.action, Action::Refused | Action::PendingRoll) {
                     ctx.printer
                         .status(&format!("{}: {}", n.target, n.reasons.join("; ")));
                 }
@@ -397,7 +406,7 @@ pub async fn reset_hosts(
                 ));
             }
             HostResult::Failed { error, .. } => failures.push(error.clone()),
-            HostResult::Skipped { reason } => {
+            HostResult::Skipped { reason } | HostResult::PendingRoll { reason } => {
                 ctx.printer.warn(&format!("{}: {reason}", h.host));
             }
             HostResult::Ok => {}

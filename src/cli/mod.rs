@@ -7,6 +7,7 @@ mod create;
 mod edit;
 mod instance;
 mod metal;
+mod rolling;
 mod update;
 
 use std::path::PathBuf;
@@ -68,6 +69,8 @@ pub enum Command {
     Export(ExportCmd),
     /// Preview, and with --yes apply, what a cluster needs (cloud resources, nodes, add-ons)
     Update(UpdateCmd),
+    /// Replace or re-provision nodes whose configuration is out of date, safely, in batches
+    RollingUpdate(RollingUpdateCmd),
     /// Check that a running cluster is healthy
     Validate(ValidateCmd),
     /// Renew credentials of a running cluster (kubeadm certificates)
@@ -140,6 +143,15 @@ pub enum GetWhat {
         name: String,
         #[command(flatten)]
         out: OutputArgs,
+    },
+    /// List every instance or host of a cluster: group, node, up to date or why not, Ready
+    #[command(visible_alias = "instance")]
+    Instances {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
     },
     /// List a cluster's instance groups
     #[command(visible_aliases = ["instancegroup", "ig", "igs"])]
@@ -336,6 +348,18 @@ pub struct UpdateAddonsCli {
     /// control planes sit behind a bastion)
     #[arg(long)]
     pub ssh_tunnel: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RollingUpdateCmd {
+    #[command(subcommand)]
+    pub what: RollingUpdateWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RollingUpdateWhat {
+    /// Preview (and with --yes, roll) the nodes that need an update
+    Cluster(rolling::RollingUpdateClusterArgs),
 }
 
 #[derive(Debug, Args)]

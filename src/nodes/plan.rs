@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::Target;
 use super::owner::{OWNER_FILE, Owner};
+use super::roll::{PROVISIONED_FILE, Provisioned, differences};
 use crate::provision::orchestrate::Facts;
 use crate::provision::render::{self, CloudApi, RenderError, Renderer};
 use crate::spec::{Cluster, HostRole};
@@ -60,6 +61,12 @@ pub enum Observation {
         #[serde(skip_serializing_if = "Vec::is_empty")]
         drift: Vec<String>,
     },
+    /// A member whose provisioning record differs from what the spec wants now (version,
+    /// configuration, labels, taints): `update cluster` leaves it to `rolling-update cluster`.
+    Outdated {
+        initialised: bool,
+        reasons: Vec<String>,
+    },
     /// The cluster has no recorded key for it: kprov has not contacted it.
     HostKeyNotRecorded,
     /// Could not be inspected (unreachable, changed host key, unreadable files).
@@ -82,6 +89,8 @@ pub enum Action {
     Etcd,
     /// Never touched (owned by another cluster).
     Refused,
+    /// A member that runs an older configuration: left alone, pending a rolling update.
+    PendingRoll,
 }
 
 impl Action {
@@ -93,6 +102,7 @@ impl Action {
             Action::Settle => "settle (re-check)",
             Action::Etcd => "etcd member",
             Action::Refused => "refused",
+            Action::PendingRoll => "pending rolling update",
         }
     }
 }
@@ -125,6 +135,13 @@ impl PlannedNode {
                 (true, n) => format!("initialised control plane, {n} files differ"),
                 (false, n) => format!("member, {n} files differ"),
             },
+            Observation::Outdated { initialised, .. } => {
+                if *initialised {
+                    "initialised control plane, outdated".into()
+                } else {
+                    "member, outdated".into()
+                }
+            }
             Observation::HostKeyNotRecorded => "host key not recorded".into(),
             Observation::Unreachable { reason } => format!("not reachable: {reason}"),
             Observation::OwnedByOther { owner } => format!("owned by {}", owner.describe()),
@@ -194,6 +211,9 @@ pub fn decide(
                 Observation::Member {
                     initialised: true,
                     ..
+                } | Observation::Outdated {
+                    initialised: true,
+                    ..
                 }
             )
     });
@@ -225,6 +245,13 @@ pub fn decide(
                 }
                 _ if !joins_cluster(t) => Action::Etcd,
                 Observation::Member { .. } => Action::Settle,
+                Observation::Outdated { reasons: why, .. } => {
+                    reasons.push(format!(
+                        "pending a rolling update ({}); `kprov rolling-update cluster {cluster} --yes` applies it",
+                        why.join("; ")
+                    ));
+                    Action::PendingRoll
+                }
                 _ if init_on.as_deref() == Some(t.name()) => {
                     reasons.push("no control plane is initialised".into());
                     Action::Init
@@ -254,7 +281,7 @@ pub fn decide(
                     reasons.push(format!("cannot inspect: {reason}"));
                     true
                 }
-                Observation::OwnedByOther { .. } => false,
+                Observation::OwnedByOther { .. } | Observation::Outdated { .. } => false,
             };
             PlannedNode {
                 target: t.name().to_string(),
@@ -327,6 +354,26 @@ pub async fn observe_target(
     };
     if !member && !initialised {
         return Observation::New;
+    }
+    if !etcd_only {
+        match exec.read_file(name, PROVISIONED_FILE).await {
+            Err(e) => return unreachable(e),
+            // Provisioned before kprov kept records: converged as before, then recorded.
+            Ok(None) => {}
+            Ok(Some(bytes)) => {
+                let reasons = match (Provisioned::parse(&bytes), renderer.provisioned(target)) {
+                    (Ok(have), Ok(want)) => differences(&have, &want),
+                    (Err(e), _) => vec![e],
+                    (_, Err(e)) => vec![e.to_string()],
+                };
+                if !reasons.is_empty() {
+                    return Observation::Outdated {
+                        initialised,
+                        reasons,
+                    };
+                }
+            }
+        }
     }
     let drift = match diff {
         None => Vec::new(),

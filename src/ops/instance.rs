@@ -678,7 +678,7 @@ pub async fn remove(
         for h in &reset.hosts {
             match &h.result {
                 HostResult::Ok => report.host_reset = true,
-                HostResult::Skipped { reason } => {
+                HostResult::Skipped { reason } | HostResult::PendingRoll { reason } => {
                     events(&RemoveEvent::Warning(format!("{}: {reason}", h.host)))
                 }
                 HostResult::Failed { error, .. } => bail!(

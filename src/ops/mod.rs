@@ -22,3 +22,4 @@ pub mod certificates;
 pub mod credentials;
 pub mod instance;
 pub mod nodes;
+pub mod rolling;

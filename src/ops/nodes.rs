@@ -116,7 +116,7 @@ impl Progress for SshEvents {
 }
 
 /// An SSH fleet over the targets' hosts.
-fn fleet(
+pub(crate) fn fleet(
     cluster: &Cluster,
     targets: &[Target],
     store: Arc<dyn StateStore>,
@@ -235,7 +235,7 @@ pub async fn converge(
         guard.check()?;
         super::instance::record_provisioned(store.as_ref(), cluster.name(), &converged).await?;
         let converged_control_plane = report.hosts.iter().any(|h| {
-            h.result == HostResult::Ok
+            matches!(h.result, HostResult::Ok | HostResult::PendingRoll { .. })
                 && targets
                     .iter()
                     .any(|t| t.name() == h.host && t.is_control_plane())

@@ -81,6 +81,11 @@ pub enum HostResult {
     Skipped {
         reason: String,
     },
+    /// A member left alone: it runs an older configuration that `rolling-update cluster`
+    /// applies (`update cluster` never upgrades running members).
+    PendingRoll {
+        reason: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -131,7 +136,17 @@ pub struct Report {
 
 impl Report {
     pub fn success(&self) -> bool {
-        self.hosts.iter().all(|h| h.result == HostResult::Ok)
+        self.hosts
+            .iter()
+            .all(|h| matches!(h.result, HostResult::Ok | HostResult::PendingRoll { .. }))
+    }
+
+    /// Members left for `rolling-update cluster`.
+    pub fn pending_roll(&self) -> Vec<&HostReport> {
+        self.hosts
+            .iter()
+            .filter(|h| matches!(h.result, HostResult::PendingRoll { .. }))
+            .collect()
     }
 
     /// Steps that changed something; 0 on a converged cluster.
@@ -358,6 +373,18 @@ impl Tracker {
         }
     }
 
+    fn pending_roll(&mut self, host: &str, reason: String) {
+        if let Some(r) = self.reports.get_mut(host) {
+            r.result = HostResult::PendingRoll { reason };
+        }
+    }
+
+    fn is_pending_roll(&self, host: &str) -> bool {
+        self.reports
+            .get(host)
+            .is_some_and(|r| matches!(r.result, HostResult::PendingRoll { .. }))
+    }
+
     fn skip(&mut self, host: &str, reason: &str) {
         if let Some(r) = self.reports.get_mut(host)
             && r.result == HostResult::Ok
@@ -535,6 +562,13 @@ pub async fn execute(
             Some(Observation::Unreachable { reason }) => {
                 t.fail(name, Phase::Preflight, reason.clone())
             }
+            // Not contacted again: no preflight, no install, no settle.
+            Some(Observation::Outdated { .. }) => t.pending_roll(
+                name,
+                plan.node(name)
+                    .map(|n| n.reasons.join("; "))
+                    .unwrap_or_default(),
+            ),
             Some(_) => {}
         }
     }
@@ -601,7 +635,9 @@ pub async fn execute(
         return Ok(t.finish());
     };
     let initialise = action(&first) == Some(Action::Init);
-    if !t.healthy(first.name()) {
+    // An outdated control plane still serves: others join through it, it is not settled.
+    let first_pending = t.is_pending_roll(first.name());
+    if !t.healthy(first.name()) && !first_pending {
         let why = format!(
             "the control plane planned to {} ({}) failed; re-run to plan again",
             if initialise {
@@ -638,6 +674,7 @@ pub async fn execute(
         steps.push(renderer.certificate_key(&key, options.now));
         steps.extend(renderer.init(&first, &key)?);
         steps.extend(renderer.settle(&first)?);
+        steps.push(renderer.record(&first)?);
         let (took, r) = timed(exec, options, Phase::Init, first.name(), &steps).await;
         if !t.record(first.name(), Phase::Init, took, r) {
             for h in targets {
@@ -649,8 +686,9 @@ pub async fn execute(
             return Ok(t.finish());
         }
         certificate_key = Some((options.now, key));
-    } else {
-        let steps = renderer.settle(&first)?;
+    } else if !first_pending {
+        let mut steps = renderer.settle(&first)?;
+        steps.push(renderer.record(&first)?);
         let (took, r) = timed(exec, options, Phase::Settle, first.name(), &steps).await;
         t.record(first.name(), Phase::Settle, took, r);
     }
@@ -663,7 +701,11 @@ pub async fn execute(
             continue;
         }
         match action(h) {
-            Some(Action::Settle) => settle.push((h.name().to_string(), renderer.settle(h)?)),
+            Some(Action::Settle) => {
+                let mut steps = renderer.settle(h)?;
+                steps.push(renderer.record(h)?);
+                settle.push((h.name().to_string(), steps));
+            }
             Some(Action::JoinControlPlane | Action::JoinWorker) => to_join.push(h.clone()),
             // `Init` only ever names `first`; etcd hosts were handled above.
             _ => {}
@@ -705,6 +747,7 @@ pub async fn execute(
         }
         let mut steps = renderer.join(h, &first, &secrets)?;
         steps.extend(renderer.settle(h)?);
+        steps.push(renderer.record(h)?);
         let (took, r) = timed(exec, options, Phase::JoinControlPlane, h.name(), &steps).await;
         if !t.record(h.name(), Phase::JoinControlPlane, took, r) {
             cp_failed = Some(h.name().to_string());
@@ -718,6 +761,7 @@ pub async fn execute(
         .map(|h| {
             let mut steps = renderer.join(h, &first, &secrets)?;
             steps.extend(renderer.settle(h)?);
+            steps.push(renderer.record(h)?);
             Ok((h.name().to_string(), steps))
         })
         .collect::<Result<Vec<_>, RenderError>>()?;
@@ -1312,6 +1356,82 @@ pub(crate) mod tests {
                 "{forbidden} ran again"
             );
         }
+    }
+
+    /// `update cluster` never upgrades running members: after a version or label change
+    /// they are left alone (nothing runs on them) and reported pending a rolling update,
+    /// while a new host still joins; the record is written last, on provisioned hosts only.
+    #[tokio::test]
+    async fn a_changed_spec_leaves_members_pending_a_rolling_update() {
+        let fake = Fake::default();
+        let hs = hosts(2, 1);
+        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
+            .await
+            .unwrap();
+        let record = |host: &str| {
+            let files = fake.files.lock().unwrap();
+            crate::nodes::roll::Provisioned::parse(
+                &files[&(
+                    host.to_string(),
+                    crate::nodes::roll::PROVISIONED_FILE.to_string(),
+                )],
+            )
+            .unwrap()
+        };
+        assert_eq!(record("cp1").kubernetes_version, "1.35.1");
+        assert_eq!(record("w1").kubernetes_version, "1.35.1");
+        let before = fake.events().len();
+        let newer = cluster("").clone();
+        let mut older = newer.clone();
+        older.spec.kubernetes_version = Some("1.34.4".into());
+        // Pretend the members were provisioned with 1.34.4: rewrite their records.
+        let r = Renderer::new(&older, &targets(&hs)).unwrap();
+        for t in targets(&hs) {
+            fake.put(
+                t.name(),
+                crate::nodes::roll::PROVISIONED_FILE,
+                r.provisioned(&t).unwrap().to_json(),
+            );
+        }
+        let mut more = hs.clone();
+        more.extend(hosts(2, 2).into_iter().skip(3));
+        let mut labelled = more.clone();
+        labelled[2].labels.insert("tier".into(), "web".into());
+        let report = provision(&fake, &newer, &targets(&labelled), &owner(), &opts())
+            .await
+            .unwrap();
+        assert!(report.success(), "{report:#?}");
+        let pending: Vec<&str> = report
+            .pending_roll()
+            .iter()
+            .map(|h| h.host.as_str())
+            .collect();
+        assert_eq!(pending, ["cp1", "cp2", "w1"]);
+        match &report.hosts[2].result {
+            HostResult::PendingRoll { reason } => {
+                assert!(
+                    reason.contains("kubernetesVersion 1.34.4 -> 1.35.1"),
+                    "{reason}"
+                );
+                assert!(reason.contains("labels {} -> {tier=web}"), "{reason}");
+                assert!(
+                    reason.contains("rolling-update cluster demo.example.com --yes"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let after = &fake.events()[before..];
+        assert!(
+            after.iter().all(|e| e.host == "w2"
+                || e.step.starts_with("kubeadm: join token")
+                || e.step.starts_with("kubeadm: certificate")),
+            "members were changed: {:?}",
+            after.iter().map(|e| (&e.host, &e.step)).collect::<Vec<_>>()
+        );
+        assert!(fake.steps_on("w2").contains(&"kubeadm: join".to_string()));
+        assert_eq!(record("w2").kubernetes_version, "1.35.1");
+        assert_eq!(record("w1").kubernetes_version, "1.34.4");
     }
 
     #[tokio::test]

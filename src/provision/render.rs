@@ -25,6 +25,7 @@ use super::shell::enable_template_quoting;
 use crate::inventory::parse_taint;
 use crate::nodes::Target;
 use crate::nodes::owner::{OWNER_FILE, Owner};
+use crate::nodes::roll::{PROVISIONED_FILE, Provisioned};
 use crate::script;
 use crate::spec::validate::{
     check_kubelet_label, check_label_key, check_label_value, check_taint, is_dns_subdomain,
@@ -964,6 +965,41 @@ impl Renderer {
             run: "true".into(),
             timeout: SHORT,
         }
+    }
+
+    /// What provisioning `target` sets up, as recorded on it ([`Provisioned`]): the version,
+    /// a digest of its kubeadm/kubelet configuration, its labels and taints.
+    pub fn provisioned(&self, target: &Target) -> Result<Provisioned, RenderError> {
+        let mut ctx = self.kubeadm_common(target)?;
+        ctx.insert("kubernetes_version".into(), json!(self.kubernetes_version));
+        // serde_json maps are ordered (BTreeMap): the digest is stable.
+        let digest = Sha256::digest(Value::Object(ctx).to_string().as_bytes());
+        Ok(Provisioned {
+            kubernetes_version: self.kubernetes_version.clone(),
+            config_digest: hex::encode(digest),
+            labels: target.host.labels.clone(),
+            taints: target.host.taints.clone(),
+            launch_template_version: target
+                .instance
+                .as_ref()
+                .and_then(|i| i.launch_template_version.clone()),
+        })
+    }
+
+    /// Records [`Renderer::provisioned`] on the host; the last step of a provisioning, so the
+    /// record never claims more than was done.
+    pub fn record(&self, target: &Target) -> Result<Step, RenderError> {
+        Ok(Step {
+            name: "kprov: provisioning record".into(),
+            files: vec![file(
+                PROVISIONED_FILE,
+                self.provisioned(target)?.to_json(),
+                0o644,
+            )],
+            check: Some("true".into()),
+            run: "true".into(),
+            timeout: SHORT,
+        })
     }
 
     /// Claims the host for `owner` before anything else changes it: the marker is created

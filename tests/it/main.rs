@@ -18,6 +18,7 @@ mod instance_aws;
 mod metal;
 mod provision;
 mod race;
+mod rolling;
 mod smoke;
 mod ssh;
 mod state;

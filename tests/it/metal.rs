@@ -217,6 +217,11 @@ impl Lab {
     }
 }
 
+/// Everything in the lab's state store.
+pub(crate) fn store_snapshot(lab: &Lab) -> BTreeMap<PathBuf, Vec<u8>> {
+    snapshot(&lab.store_dir())
+}
+
 pub(crate) fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
     let mut s = String::from("hosts:\n");
     for (name, role) in roles {

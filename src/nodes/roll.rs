@@ -1,0 +1,871 @@
+//! The rolling-update plan: which nodes roll, how (replaced or re-provisioned in place), in
+//! which order and in which batches, and the Kubernetes version steps. Pure: the command
+//! observes the world (each node's provisioning record, Ready, the groups) and hands it here.
+//!
+//! - What a node runs is what kprov recorded on it at provisioning
+//!   ([`PROVISIONED_FILE`], a [`Provisioned`]); "needs update" is a comparison of that record
+//!   with what the spec wants now, field by field, so every reason names the field.
+//! - Order: bastions, then control planes one at a time, then worker groups in batches from
+//!   their `rollingUpdate` (`maxUnavailable` rounds down, `maxSurge` up, as in kops; both 0
+//!   means one at a time).
+//! - Version skew: one minor at a time, control planes first (the first with
+//!   `kubeadm upgrade apply`, the others with `kubeadm upgrade node`), kubelets after and never
+//!   newer than the API server; anything else is refused with the steps to take.
+//!
+//! Caveats: a node already NotReady is not counted against `maxUnavailable` (kops does not
+//! either); surge applies to cloud groups only (metal has no spare hosts to add).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{InstanceGroupRole, IntOrPercent, RollingUpdate, versions};
+
+/// Where the provisioner records what it set up on a node.
+pub const PROVISIONED_FILE: &str = "/var/lib/kprov/provisioned.json";
+
+/// What kprov provisioned on a node. Unknown fields are accepted (a newer kprov may record
+/// more); the node is the trust boundary here, so the record is only compared, never executed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provisioned {
+    pub kubernetes_version: String,
+    /// sha256 of the node's rendered kubeadm/kubelet configuration (registration, kubelet
+    /// arguments, endpoint): a change there changes the digest.
+    pub config_digest: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<String>,
+    /// AWS: the launch template version the instance was provisioned from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_template_version: Option<String>,
+}
+
+impl Provisioned {
+    pub fn parse(data: &[u8]) -> Result<Provisioned, String> {
+        serde_json::from_slice(data).map_err(|e| format!("{PROVISIONED_FILE} is unreadable: {e}"))
+    }
+
+    pub fn to_json(&self) -> String {
+        // Strings and maps of strings always serialise.
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+}
+
+/// Why a node needs an update: the fields that differ between the record and the spec.
+pub fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String> {
+    let mut why = Vec::new();
+    if recorded.kubernetes_version != desired.kubernetes_version {
+        why.push(format!(
+            "kubernetesVersion {} -> {}",
+            recorded.kubernetes_version, desired.kubernetes_version
+        ));
+    }
+    if recorded.labels != desired.labels {
+        why.push(format!(
+            "labels {} -> {}",
+            map_text(&recorded.labels),
+            map_text(&desired.labels)
+        ));
+    }
+    if recorded.taints != desired.taints {
+        why.push(format!(
+            "taints [{}] -> [{}]",
+            recorded.taints.join(", "),
+            desired.taints.join(", ")
+        ));
+    }
+    if let Some(want) = &desired.launch_template_version
+        && recorded.launch_template_version.as_ref() != Some(want)
+    {
+        why.push(format!(
+            "launch template version {} -> {want}",
+            recorded
+                .launch_template_version
+                .as_deref()
+                .unwrap_or("(unknown)")
+        ));
+    }
+    // The digest covers labels and taints too: only name it when nothing more specific did.
+    if recorded.config_digest != desired.config_digest && why.is_empty() {
+        why.push(format!(
+            "kubeadm/kubelet configuration (digest {} -> {})",
+            short(&recorded.config_digest),
+            short(&desired.config_digest)
+        ));
+    }
+    why
+}
+
+fn short(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
+}
+
+fn map_text(m: &BTreeMap<String, String>) -> String {
+    let items: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", items.join(","))
+}
+
+/// The role a group plays in the order of a roll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupRole {
+    Bastion,
+    ControlPlane,
+    Node,
+}
+
+impl GroupRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupRole::Bastion => "Bastion",
+            GroupRole::ControlPlane => "ControlPlane",
+            GroupRole::Node => "Node",
+        }
+    }
+
+    /// `--instance-group-roles` values (kops spelling, old `Master` included).
+    pub fn parse(s: &str) -> Option<GroupRole> {
+        match s.to_ascii_lowercase().as_str() {
+            "bastion" => Some(GroupRole::Bastion),
+            "controlplane" | "control-plane" | "master" => Some(GroupRole::ControlPlane),
+            "node" | "nodes" | "worker" => Some(GroupRole::Node),
+            _ => None,
+        }
+    }
+}
+
+impl From<InstanceGroupRole> for GroupRole {
+    fn from(r: InstanceGroupRole) -> GroupRole {
+        match r {
+            InstanceGroupRole::Bastion => GroupRole::Bastion,
+            InstanceGroupRole::ControlPlane => GroupRole::ControlPlane,
+            InstanceGroupRole::Node => GroupRole::Node,
+        }
+    }
+}
+
+/// How a node is rolled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RollAction {
+    /// AWS: terminate the instance in its group, provision the replacement.
+    Replace,
+    /// Provision the same machine again (metal; control planes keep their etcd member).
+    Reprovision,
+    /// Up to date (or not selected).
+    Leave,
+}
+
+impl RollAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RollAction::Replace => "replace",
+            RollAction::Reprovision => "re-provision in place",
+            RollAction::Leave => "leave alone",
+        }
+    }
+}
+
+/// The kubeadm step a node's version change takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Upgrade {
+    /// `kubeadm upgrade apply VERSION`: the first control plane.
+    Apply,
+    /// `kubeadm upgrade node`: the other control planes, then every kubelet.
+    Node,
+}
+
+/// What the command observed about one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInput {
+    /// The target's name (instance ID on AWS, host name on metal).
+    pub target: String,
+    pub node_name: String,
+    pub group: String,
+    pub role: GroupRole,
+    /// `None`: no record (not provisioned by this kprov, or never provisioned).
+    pub recorded: Option<Provisioned>,
+    pub desired: Provisioned,
+    /// From the API; `None` when it could not be asked.
+    pub ready: Option<bool>,
+}
+
+/// A group as the spec has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInput {
+    pub name: String,
+    pub role: GroupRole,
+    pub min: u32,
+    pub max: u32,
+    pub rolling_update: Option<RollingUpdate>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Platform {
+    Metal,
+    Aws,
+}
+
+/// `--instance-group`, `--instance-group-roles`, `--force`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub groups: Vec<String>,
+    pub roles: Vec<GroupRole>,
+    pub force: bool,
+}
+
+impl Selection {
+    fn selects(&self, group: &str, role: GroupRole) -> bool {
+        (self.groups.is_empty() || self.groups.iter().any(|g| g == group))
+            && (self.roles.is_empty() || self.roles.contains(&role))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollNode {
+    pub target: String,
+    pub node_name: String,
+    pub group: String,
+    pub action: RollAction,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<Upgrade>,
+    /// Needs update per the record (independent of selection and `--force`).
+    pub needs_update: bool,
+    pub reasons: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+}
+
+/// One group of the plan, with kops's table columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollGroup {
+    pub name: String,
+    pub role: GroupRole,
+    pub selected: bool,
+    pub min: u32,
+    pub target: u32,
+    pub max: u32,
+    /// Nodes out of service at once at most.
+    pub max_unavailable: u32,
+    /// New instances launched before old ones leave (cloud only).
+    pub max_surge: u32,
+    pub nodes: Vec<RollNode>,
+    /// Target names, batch by batch, in order.
+    pub batches: Vec<Vec<String>>,
+}
+
+impl RollGroup {
+    pub fn need_update(&self) -> usize {
+        self.nodes.iter().filter(|n| n.needs_update).count()
+    }
+
+    pub fn ready(&self) -> usize {
+        self.nodes.iter().filter(|n| n.ready == Some(true)).count()
+    }
+
+    pub fn to_roll(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.action != RollAction::Leave)
+            .count()
+    }
+
+    /// kops's STATUS column.
+    pub fn status(&self) -> &'static str {
+        if self.to_roll() > 0 {
+            "NeedsUpdate"
+        } else {
+            "Ready"
+        }
+    }
+}
+
+/// The version change of a roll.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionChange {
+    pub from: Vec<String>,
+    pub to: String,
+    /// Where `kubeadm upgrade apply` runs; `None` when the control planes are already there.
+    pub apply_on: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollPlan {
+    pub cluster: String,
+    pub platform: Platform,
+    /// In roll order: bastions, control planes, workers.
+    pub groups: Vec<RollGroup>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<VersionChange>,
+    /// Why the roll cannot start as planned (skew, unknown groups): non-empty means refused.
+    pub refusals: Vec<String>,
+}
+
+impl RollPlan {
+    pub fn to_roll(&self) -> usize {
+        self.groups.iter().map(RollGroup::to_roll).sum()
+    }
+
+    /// Every node that rolls, in order (batch by batch).
+    pub fn order(&self) -> Vec<&RollNode> {
+        self.groups
+            .iter()
+            .flat_map(|g| {
+                g.batches
+                    .iter()
+                    .flatten()
+                    .filter_map(|t| g.nodes.iter().find(|n| &n.target == t))
+            })
+            .collect()
+    }
+}
+
+/// (maxUnavailable, maxSurge) of a group of `size` with kops's rules: unavailable rounds
+/// down, surge up; surge only where instances can be added; both zero means one at a time.
+pub fn batch_bounds(ru: Option<&RollingUpdate>, size: u32, can_surge: bool) -> (u32, u32) {
+    let surge = match (can_surge, ru.and_then(|r| r.max_surge.as_ref())) {
+        (true, Some(s)) => s.resolve(size, true).unwrap_or(0),
+        _ => 0,
+    };
+    let unavailable = match ru.and_then(|r| r.max_unavailable.as_ref()) {
+        Some(u) => u.resolve(size, false).unwrap_or(1),
+        // kops: 1 without surge, 0 with it.
+        None if surge == 0 => 1,
+        None => 0,
+    };
+    if unavailable == 0 && surge == 0 {
+        (1, 0)
+    } else {
+        (unavailable, surge)
+    }
+}
+
+/// Splits `nodes` into batches of `unavailable + surge`: the surge's new instances start
+/// first, so at most `unavailable` fewer than the target serve at any time.
+pub fn batches(nodes: &[String], unavailable: u32, surge: u32) -> Vec<Vec<String>> {
+    let size = (unavailable.saturating_add(surge)).max(1) as usize;
+    nodes.chunks(size).map(|c| c.to_vec()).collect()
+}
+
+fn minor(v: &str) -> Option<(u32, u32)> {
+    versions::parse(v).map(|(ma, mi, _)| (ma, mi))
+}
+
+/// Makes the plan. `groups` from the spec, `nodes` as observed.
+pub fn plan(
+    cluster: &str,
+    platform: Platform,
+    desired_version: &str,
+    groups: &[GroupInput],
+    nodes: &[NodeInput],
+    selection: &Selection,
+) -> RollPlan {
+    let mut refusals = Vec::new();
+    for g in &selection.groups {
+        if !groups.iter().any(|x| &x.name == g) {
+            refusals.push(format!(
+                "--instance-group {g}: no such instance group (groups: {})",
+                groups
+                    .iter()
+                    .map(|x| x.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    let mut ordered: Vec<&GroupInput> = groups.iter().collect();
+    ordered.sort_by_key(|g| g.role);
+
+    // Version skew, judged over every node (selected or not).
+    let version = version_change(desired_version, nodes, &mut refusals);
+    let cp_behind: Vec<&NodeInput> = nodes
+        .iter()
+        .filter(|n| n.role == GroupRole::ControlPlane && behind(n, desired_version))
+        .collect();
+    let apply_on = version.as_ref().and_then(|v| v.apply_on.clone());
+
+    let mut out = Vec::new();
+    for g in ordered {
+        let selected = selection.selects(&g.name, g.role);
+        let members: Vec<&NodeInput> = nodes.iter().filter(|n| n.group == g.name).collect();
+        let rolled: Vec<RollNode> = members
+            .iter()
+            .map(|n| {
+                let mut reasons = match &n.recorded {
+                    Some(r) => differences(r, &n.desired),
+                    None => vec![format!(
+                        "no provisioning record ({PROVISIONED_FILE}): provisioned by an older kprov or not by kprov"
+                    )],
+                };
+                let needs_update = !reasons.is_empty();
+                let rolls = selected && (needs_update || selection.force);
+                if rolls && !needs_update {
+                    reasons.push("--force".into());
+                }
+                if !selected && needs_update {
+                    reasons.push("not selected".into());
+                }
+                let action = match (rolls, platform, g.role) {
+                    (false, _, _) => RollAction::Leave,
+                    // The safe way for a stacked-etcd control plane: the member is kept.
+                    (true, Platform::Aws, GroupRole::ControlPlane) => RollAction::Reprovision,
+                    (true, Platform::Aws, _) => RollAction::Replace,
+                    (true, Platform::Metal, _) => RollAction::Reprovision,
+                };
+                let upgrade = if rolls && behind(n, desired_version) {
+                    Some(if apply_on.as_deref() == Some(n.target.as_str()) {
+                        Upgrade::Apply
+                    } else {
+                        Upgrade::Node
+                    })
+                } else {
+                    None
+                };
+                RollNode {
+                    target: n.target.clone(),
+                    node_name: n.node_name.clone(),
+                    group: g.name.clone(),
+                    action,
+                    upgrade,
+                    needs_update,
+                    reasons,
+                    ready: n.ready,
+                }
+            })
+            .collect();
+        let size = members.len() as u32;
+        let (unavailable, surge) = match g.role {
+            // Control planes one at a time, whatever the group says.
+            GroupRole::ControlPlane | GroupRole::Bastion => (1, 0),
+            GroupRole::Node => {
+                batch_bounds(g.rolling_update.as_ref(), size, platform == Platform::Aws)
+            }
+        };
+        let mut to_roll: Vec<String> = rolled
+            .iter()
+            .filter(|n| n.action != RollAction::Leave)
+            .map(|n| n.target.clone())
+            .collect();
+        // The control plane that runs `kubeadm upgrade apply` goes first.
+        if let Some(first) = &apply_on
+            && let Some(i) = to_roll.iter().position(|t| t == first)
+        {
+            let t = to_roll.remove(i);
+            to_roll.insert(0, t);
+        }
+        out.push(RollGroup {
+            name: g.name.clone(),
+            role: g.role,
+            selected,
+            min: g.min,
+            target: size,
+            max: g.max,
+            max_unavailable: unavailable,
+            max_surge: surge,
+            batches: batches(&to_roll, unavailable, surge),
+            nodes: rolled,
+        });
+    }
+    // Kubelets never newer than the API server: workers wait for every control plane.
+    if version.is_some() && !cp_behind.is_empty() {
+        let cp_rolling = |t: &str| {
+            out.iter().any(|g| {
+                g.role == GroupRole::ControlPlane
+                    && g.nodes
+                        .iter()
+                        .any(|n| n.target == t && n.action != RollAction::Leave)
+            })
+        };
+        let left: Vec<&str> = cp_behind
+            .iter()
+            .filter(|n| !cp_rolling(&n.target))
+            .map(|n| n.node_name.as_str())
+            .collect();
+        let workers_upgrade = out
+            .iter()
+            .any(|g| g.role == GroupRole::Node && g.nodes.iter().any(|n| n.upgrade.is_some()));
+        if !left.is_empty() && workers_upgrade {
+            refusals.push(format!(
+                "kubelets would be newer than the API server: control planes {} are not at {desired_version} and not selected; roll the control planes first (`--instance-group-roles ControlPlane`)",
+                left.join(", ")
+            ));
+        }
+    }
+    RollPlan {
+        cluster: cluster.to_string(),
+        platform,
+        groups: out,
+        version,
+        refusals,
+    }
+}
+
+fn behind(n: &NodeInput, desired: &str) -> bool {
+    n.recorded
+        .as_ref()
+        .is_some_and(|r| r.kubernetes_version != desired)
+}
+
+/// The version step of the roll, refusing skew the policy forbids.
+fn version_change(
+    desired: &str,
+    nodes: &[NodeInput],
+    refusals: &mut Vec<String>,
+) -> Option<VersionChange> {
+    let Some((dmaj, dmin)) = minor(desired) else {
+        refusals.push(format!(
+            "spec.kubernetesVersion {desired:?} is not a version"
+        ));
+        return None;
+    };
+    let mut from: Vec<String> = Vec::new();
+    for n in nodes {
+        let Some(r) = &n.recorded else { continue };
+        if r.kubernetes_version == desired {
+            continue;
+        }
+        if !from.contains(&r.kubernetes_version) {
+            from.push(r.kubernetes_version.clone());
+        }
+        let Some((maj, min)) = minor(&r.kubernetes_version) else {
+            refusals.push(format!(
+                "{}: recorded kubernetesVersion {:?} is not a version",
+                n.node_name, r.kubernetes_version
+            ));
+            continue;
+        };
+        if (maj, min) > (dmaj, dmin)
+            || (maj, min) == (dmaj, dmin)
+                && versions::parse(&r.kubernetes_version) > versions::parse(desired)
+        {
+            refusals.push(format!(
+                "{}: runs {} and the spec asks for {desired}: kubeadm does not downgrade; set spec.kubernetesVersion back to {} (`kprov edit cluster`)",
+                n.node_name, r.kubernetes_version, r.kubernetes_version
+            ));
+        } else if maj != dmaj || dmin > min + 1 {
+            let steps: Vec<String> = ((min + 1)..dmin).map(|m| format!("{maj}.{m}")).collect();
+            refusals.push(format!(
+                "{}: runs {} and the spec asks for {desired}: Kubernetes upgrades one minor version at a time; set spec.kubernetesVersion to the latest {} patch, `kprov update cluster --yes`, `kprov rolling-update cluster --yes`, and repeat up to {desired}",
+                n.node_name,
+                r.kubernetes_version,
+                steps.join(", then ")
+            ));
+        }
+    }
+    if from.is_empty() {
+        return None;
+    }
+    from.sort();
+    let apply_on = nodes
+        .iter()
+        .find(|n| n.role == GroupRole::ControlPlane && behind(n, desired))
+        .map(|n| n.target.clone());
+    Some(VersionChange {
+        from,
+        to: desired.to_string(),
+        apply_on,
+    })
+}
+
+/// Parses `--instance-group-roles` values.
+pub fn parse_roles(values: &[String]) -> Result<Vec<GroupRole>, String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| {
+            GroupRole::parse(v.trim()).ok_or_else(|| {
+                format!("--instance-group-roles {v:?}: expected Bastion, ControlPlane or Node")
+            })
+        })
+        .collect()
+}
+
+/// An `IntOrPercent` that cannot resolve is refused at validation; this names it for a plan.
+pub fn describe_bound(v: Option<&IntOrPercent>) -> String {
+    match v {
+        None => "-".into(),
+        Some(IntOrPercent::Int(n)) => n.to_string(),
+        Some(IntOrPercent::Percent(p)) => p.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn rec(version: &str) -> Provisioned {
+        Provisioned {
+            kubernetes_version: version.into(),
+            config_digest: "d".repeat(64),
+            labels: BTreeMap::new(),
+            taints: vec![],
+            launch_template_version: None,
+        }
+    }
+
+    fn node(name: &str, group: &str, role: GroupRole, have: &str, want: &str) -> NodeInput {
+        NodeInput {
+            target: name.into(),
+            node_name: name.into(),
+            group: group.into(),
+            role,
+            recorded: Some(rec(have)),
+            desired: rec(want),
+            ready: Some(true),
+        }
+    }
+
+    fn group(name: &str, role: GroupRole, ru: Option<RollingUpdate>) -> GroupInput {
+        GroupInput {
+            name: name.into(),
+            role,
+            min: 1,
+            max: 5,
+            rolling_update: ru,
+        }
+    }
+
+    fn cluster(have: &str, want: &str) -> (Vec<GroupInput>, Vec<NodeInput>) {
+        let groups = vec![
+            group("nodes", GroupRole::Node, None),
+            group("control-plane", GroupRole::ControlPlane, None),
+            group("bastions", GroupRole::Bastion, None),
+        ];
+        let nodes = vec![
+            node("w1", "nodes", GroupRole::Node, have, want),
+            node("w2", "nodes", GroupRole::Node, have, want),
+            node("cp1", "control-plane", GroupRole::ControlPlane, have, want),
+            node("cp2", "control-plane", GroupRole::ControlPlane, have, want),
+            node("b1", "bastions", GroupRole::Bastion, want, want),
+        ];
+        (groups, nodes)
+    }
+
+    #[test]
+    fn a_version_upgrade_rolls_control_planes_first_apply_then_node() {
+        let (g, n) = cluster("1.34.4", "1.35.1");
+        let p = plan(
+            "c",
+            Platform::Metal,
+            "1.35.1",
+            &g,
+            &n,
+            &Selection::default(),
+        );
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        let order: Vec<(&str, Option<Upgrade>)> = p
+            .order()
+            .iter()
+            .map(|n| (n.target.as_str(), n.upgrade))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("cp1", Some(Upgrade::Apply)),
+                ("cp2", Some(Upgrade::Node)),
+                ("w1", Some(Upgrade::Node)),
+                ("w2", Some(Upgrade::Node)),
+            ]
+        );
+        assert_eq!(p.groups[0].name, "bastions");
+        assert_eq!(p.groups[0].status(), "Ready");
+        assert_eq!(p.groups[1].batches, [vec!["cp1"], vec!["cp2"]]);
+        let v = p.version.unwrap();
+        assert_eq!(
+            (v.from, v.to.as_str()),
+            (vec!["1.34.4".to_string()], "1.35.1")
+        );
+        assert!(p.groups[2].nodes[0].reasons[0].contains("kubernetesVersion 1.34.4 -> 1.35.1"));
+    }
+
+    #[test]
+    fn two_minors_at_once_and_downgrades_are_refused_with_the_steps() {
+        let (g, n) = cluster("1.33.2", "1.35.1");
+        let p = plan(
+            "c",
+            Platform::Metal,
+            "1.35.1",
+            &g,
+            &n,
+            &Selection::default(),
+        );
+        assert!(
+            p.refusals[0].contains("one minor version at a time"),
+            "{:?}",
+            p.refusals
+        );
+        assert!(p.refusals[0].contains("1.34"), "{:?}", p.refusals);
+        let (g, n) = cluster("1.35.1", "1.34.4");
+        let p = plan(
+            "c",
+            Platform::Metal,
+            "1.34.4",
+            &g,
+            &n,
+            &Selection::default(),
+        );
+        assert!(
+            p.refusals[0].contains("does not downgrade"),
+            "{:?}",
+            p.refusals
+        );
+    }
+
+    #[test]
+    fn workers_alone_are_refused_while_control_planes_lag() {
+        let (g, n) = cluster("1.34.4", "1.35.1");
+        let sel = Selection {
+            roles: vec![GroupRole::Node],
+            ..Selection::default()
+        };
+        let p = plan("c", Platform::Metal, "1.35.1", &g, &n, &sel);
+        assert!(
+            p.refusals
+                .iter()
+                .any(|r| r.contains("roll the control planes first")),
+            "{:?}",
+            p.refusals
+        );
+    }
+
+    #[test]
+    fn up_to_date_nodes_are_left_unless_forced_and_aws_replaces_workers_only() {
+        let (g, n) = cluster("1.35.1", "1.35.1");
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        assert_eq!(p.to_roll(), 0);
+        let sel = Selection {
+            groups: vec!["nodes".into(), "control-plane".into()],
+            force: true,
+            ..Selection::default()
+        };
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &sel);
+        let actions: Vec<(&str, RollAction)> = p
+            .order()
+            .iter()
+            .map(|n| (n.target.as_str(), n.action))
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                ("cp1", RollAction::Reprovision),
+                ("cp2", RollAction::Reprovision),
+                ("w1", RollAction::Replace),
+                ("w2", RollAction::Replace)
+            ]
+        );
+        assert_eq!(p.groups[0].nodes[0].action, RollAction::Leave);
+        assert_eq!(p.groups[2].nodes[0].reasons, ["--force"]);
+    }
+
+    #[test]
+    fn every_difference_is_named() {
+        let have = rec("1.35.1");
+        let mut want = rec("1.35.1");
+        want.labels.insert("tier".into(), "db".into());
+        want.taints.push("dedicated=db:NoSchedule".into());
+        want.launch_template_version = Some("3".into());
+        let why = differences(&have, &want);
+        assert_eq!(why.len(), 3, "{why:?}");
+        assert!(why[0].starts_with("labels {} -> {tier=db}"));
+        assert!(why[2].contains("launch template version (unknown) -> 3"));
+        let mut want = rec("1.35.1");
+        want.config_digest = "e".repeat(64);
+        assert_eq!(
+            differences(&have, &want),
+            ["kubeadm/kubelet configuration (digest dddddddddddd -> eeeeeeeeeeee)"]
+        );
+        assert!(differences(&have, &have).is_empty());
+        assert!(Provisioned::parse(have.to_json().as_bytes()).unwrap() == have);
+    }
+
+    #[test]
+    fn unknown_groups_and_roles_are_refused() {
+        let (g, n) = cluster("1.35.1", "1.35.1");
+        let sel = Selection {
+            groups: vec!["nope".into()],
+            ..Selection::default()
+        };
+        let p = plan("c", Platform::Metal, "1.35.1", &g, &n, &sel);
+        assert!(p.refusals[0].contains("no such instance group"));
+        assert!(
+            parse_roles(&["Node,master".into()]).unwrap()
+                == [GroupRole::Node, GroupRole::ControlPlane]
+        );
+        assert!(parse_roles(&["Worker2".into()]).is_err());
+    }
+
+    #[test]
+    fn kops_bounds() {
+        let ru = |s: Option<IntOrPercent>, u: Option<IntOrPercent>| RollingUpdate {
+            max_surge: s,
+            max_unavailable: u,
+        };
+        assert_eq!(batch_bounds(None, 10, true), (1, 0));
+        let pct = |p: &str| Some(IntOrPercent::Percent(p.into()));
+        assert_eq!(batch_bounds(Some(&ru(None, pct("25%"))), 10, true), (2, 0));
+        assert_eq!(batch_bounds(Some(&ru(pct("25%"), None)), 10, true), (0, 3));
+        assert_eq!(batch_bounds(Some(&ru(pct("25%"), None)), 10, false), (1, 0));
+        assert_eq!(
+            batch_bounds(
+                Some(&ru(Some(IntOrPercent::Int(0)), Some(IntOrPercent::Int(0)))),
+                4,
+                true
+            ),
+            (1, 0)
+        );
+    }
+
+    fn bound() -> impl Strategy<Value = Option<IntOrPercent>> {
+        prop_oneof![
+            Just(None),
+            (0u32..6).prop_map(|n| Some(IntOrPercent::Int(n))),
+            (0u32..=100).prop_map(|p| Some(IntOrPercent::Percent(format!("{p}%")))),
+        ]
+    }
+
+    proptest! {
+        /// Simulates a group's roll batch by batch: surge instances start, then the batch's old
+        /// nodes leave. Never fewer than target - maxUnavailable serve; every node that needs
+        /// an update is rolled exactly once; a batch never exceeds unavailable + surge.
+        #[test]
+        fn batches_respect_bounds(size in 1usize..40, stale in proptest::collection::vec(any::<bool>(), 40),
+                                  surge in bound(), unavailable in bound(), aws in any::<bool>()) {
+            let platform = if aws { Platform::Aws } else { Platform::Metal };
+            let groups = vec![group("nodes", GroupRole::Node,
+                Some(RollingUpdate { max_surge: surge, max_unavailable: unavailable }))];
+            let nodes: Vec<NodeInput> = (0..size)
+                .map(|i| node(&format!("n{i}"), "nodes", GroupRole::Node,
+                              if stale[i] { "1.35.0" } else { "1.35.1" }, "1.35.1"))
+                .collect();
+            let p = plan("c", platform, "1.35.1", &groups, &nodes, &Selection::default());
+            prop_assert!(p.refusals.is_empty());
+            let g = &p.groups[0];
+            prop_assert!(aws || g.max_surge == 0);
+            prop_assert!(g.max_unavailable + g.max_surge >= 1);
+            let mut seen = std::collections::BTreeSet::new();
+            let target = size as i64;
+            for b in &g.batches {
+                prop_assert!(!b.is_empty());
+                prop_assert!(b.len() as u32 <= g.max_unavailable + g.max_surge);
+                // Surge first: new instances serve before the old ones leave.
+                let serving = target + i64::from(g.max_surge).min(b.len() as i64) - b.len() as i64;
+                prop_assert!(serving >= target - i64::from(g.max_unavailable),
+                    "batch {b:?} leaves {serving} of {target}");
+                for t in b { prop_assert!(seen.insert(t.clone()), "{t} twice"); }
+            }
+            let want: std::collections::BTreeSet<String> =
+                (0..size).filter(|i| stale[*i]).map(|i| format!("n{i}")).collect();
+            prop_assert_eq!(seen, want);
+        }
+    }
+}

@@ -1,0 +1,1267 @@
+//! `rolling-update cluster --yes` without the command line: executes a journaled roll.
+//!
+//! The roll talks to the cluster through [`ClusterApi`] (taint, cordon, drain, Ready,
+//! uncordon, validation) and to the machines through [`NodeRoller`] (replace or re-provision);
+//! the CLI passes the real ones, tests an in-memory fake. Per batch, every node goes
+//! cordon (a `PreferNoSchedule` taint first when it is replaced) -> drain -> replace or
+//! re-provision -> Ready -> uncordon, journaling each step before the next; then the cluster
+//! must pass validation `validate_count` times in a row within `validation_timeout` before the
+//! batch counts as done and the next starts. Control planes are batches of one.
+//!
+//! Interruption (Ctrl-C): a step that must not be cut (cordon, the replacement itself) is
+//! finished; a step that may be abandoned safely (drain, waiting for Ready, validation) is
+//! abandoned. Either way the journal records where the node is and the run returns
+//! [`RollError::Interrupted`]; the next run resumes from there.
+//!
+//! Caveats: `cloud_only` skips taint, cordon, drain, Ready and validation entirely (for a
+//! cluster whose API is down); the caller says so loudly. Surge instances (AWS `maxSurge`) are
+//! not launched ahead of a batch yet: the batch size includes the surge, the extra instances
+//! are not started first (the command refuses a surge roll on AWS until they are).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::future::join_all;
+use tokio::sync::{Mutex, watch};
+
+use std::collections::BTreeMap;
+
+use crate::addons::validate::{self, Expectations};
+use crate::kube::{DrainEvent, DrainOptions, EvictOptions, Kube, Taint};
+use crate::nodes::Target;
+use crate::nodes::journal::{Journal, JournalError, JournalFile, JournalNode, NodeStep};
+use crate::nodes::roll::{
+    GroupInput, GroupRole, NodeInput, PROVISIONED_FILE, Provisioned, RollAction,
+};
+use crate::ops::nodes::NodeOptions;
+use crate::provision::render::Renderer;
+use crate::spec::{Cluster, HostRole, InstanceGroup};
+use crate::ssh::task::{ExecError, HostExecutor};
+use crate::state::StateStore;
+
+/// The taint put on nodes about to be replaced, so evicted pods prefer other nodes.
+pub const REPLACING_TAINT: &str = "kprov.dev/rolling-update";
+
+#[derive(Debug, Clone)]
+pub struct RollOptions {
+    /// `--drain-timeout` per node (default 15 minutes).
+    pub drain_timeout: Duration,
+    /// `--validation-timeout`: the whole health gate of a batch.
+    pub validation_timeout: Duration,
+    /// `--validate-count`: consecutive passes the gate needs.
+    pub validate_count: u32,
+    /// Between validation attempts.
+    pub validation_interval: Duration,
+    /// How long a replaced or re-provisioned node may take to be Ready.
+    pub ready_timeout: Duration,
+    /// `--cloudonly`.
+    pub cloud_only: bool,
+}
+
+impl Default for RollOptions {
+    fn default() -> Self {
+        RollOptions {
+            drain_timeout: Duration::from_secs(15 * 60),
+            validation_timeout: Duration::from_secs(15 * 60),
+            validate_count: 2,
+            validation_interval: Duration::from_secs(10),
+            ready_timeout: Duration::from_secs(15 * 60),
+            cloud_only: false,
+        }
+    }
+}
+
+/// The cluster's API as a roll needs it. Errors are sentences naming what failed.
+#[async_trait]
+pub trait ClusterApi: Send + Sync {
+    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String>;
+    async fn cordon(&self, node: &str) -> Result<(), String>;
+    /// Evicts every pod that must leave; on timeout the error names the pods left and the
+    /// PodDisruptionBudget blocking each.
+    async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String>;
+    async fn wait_ready(&self, node: &str, timeout: Duration) -> Result<(), String>;
+    async fn uncordon(&self, node: &str) -> Result<(), String>;
+    /// One validation of the whole cluster (nodes Ready, control plane and etcd healthy,
+    /// kube-system available, nothing uninitialized).
+    async fn validate(&self) -> Result<(), String>;
+}
+
+/// The machines.
+#[async_trait]
+pub trait NodeRoller: Send + Sync {
+    /// Replaces or re-provisions `node` as its action says (with its kubeadm upgrade, if any).
+    /// Returns the name of the node that took its place, when it is a new one. Must be safe to
+    /// call again for a node whose previous attempt was cut short.
+    async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String>;
+}
+
+/// What happens, for the printer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollEvent {
+    /// A node reached a step.
+    Step {
+        node: String,
+        step: NodeStep,
+        elapsed: Duration,
+    },
+    /// A node is working on something (drain, replace, Ready).
+    Working {
+        node: String,
+        what: String,
+    },
+    /// A validation attempt of the gate: passes so far, needed.
+    Gate {
+        passes: u32,
+        needed: u32,
+        error: Option<String>,
+    },
+    Note(String),
+}
+
+pub type RollEvents = Arc<dyn Fn(&RollEvent) + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RollError {
+    #[error("the roll stopped at {node}: {reason}")]
+    Stopped { node: String, reason: String },
+    #[error(
+        "the cluster did not pass validation {needed} times in a row within {timeout:?}: {last}"
+    )]
+    Validation {
+        needed: u32,
+        timeout: Duration,
+        last: String,
+    },
+    #[error(
+        "interrupted: {0}; the journal records where each node is, run `rolling-update cluster --yes` again to resume"
+    )]
+    Interrupted(String),
+    #[error("the cluster lock: {0}")]
+    Lock(String),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+struct Shared<'a> {
+    file: JournalFile<'a>,
+    journal: Journal,
+}
+
+/// Runs (or resumes) the roll `journal` describes. `lock_check` fails once the cluster lock
+/// was lost: nothing is written after that.
+#[allow(clippy::too_many_arguments)]
+pub async fn run<'a>(
+    file: JournalFile<'a>,
+    journal: Journal,
+    api: &dyn ClusterApi,
+    roller: &dyn NodeRoller,
+    options: &RollOptions,
+    events: &RollEvents,
+    cancel: watch::Receiver<bool>,
+    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+) -> Result<Journal, RollError> {
+    let shared = Mutex::new(Shared { file, journal });
+    {
+        let mut s = shared.lock().await;
+        lock_check().map_err(RollError::Lock)?;
+        let Shared { file, journal } = &mut *s;
+        file.save(journal).await?;
+    }
+    if !options.cloud_only {
+        // A cluster already unhealthy (etcd without quorum to spare, a control plane down) is
+        // not made worse by taking a node away.
+        let first = shared.lock().await.journal.remaining_batches();
+        if !first.is_empty() {
+            gate(api, options, events, &cancel, 1, "before the roll starts").await?;
+        }
+    }
+    let batches = shared.lock().await.journal.remaining_batches();
+    for batch in batches {
+        let results = join_all(batch.iter().map(|&i| {
+            advance(
+                &shared, i, api, roller, options, events, &cancel, lock_check,
+            )
+        }))
+        .await;
+        let mut failure = None;
+        for r in results {
+            if let Err(e) = r {
+                // An interruption outranks a failure of a sibling: both are recorded.
+                match (&failure, &e) {
+                    (None, _) | (Some(RollError::Stopped { .. }), RollError::Interrupted(_)) => {
+                        failure = Some(e)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if !options.cloud_only {
+            let names: Vec<String> = {
+                let s = shared.lock().await;
+                batch
+                    .iter()
+                    .map(|&i| s.journal.nodes[i].node_name.clone())
+                    .collect()
+            };
+            gate(
+                api,
+                options,
+                events,
+                &cancel,
+                options.validate_count,
+                &format!("after {}", names.join(", ")),
+            )
+            .await?;
+        }
+        let mut s = shared.lock().await;
+        for &i in &batch {
+            s.journal.nodes[i].step = NodeStep::Validated;
+            s.journal.nodes[i].stopped = None;
+        }
+        lock_check().map_err(RollError::Lock)?;
+        let Shared { file, journal } = &mut *s;
+        file.save(journal).await?;
+        for &i in &batch {
+            events(&RollEvent::Step {
+                node: journal.nodes[i].node_name.clone(),
+                step: NodeStep::Validated,
+                elapsed: Duration::ZERO,
+            });
+        }
+    }
+    let mut s = shared.lock().await;
+    s.journal.finished = true;
+    lock_check().map_err(RollError::Lock)?;
+    let Shared { file, journal } = &mut *s;
+    file.save(journal).await?;
+    Ok(journal.clone())
+}
+
+/// Records that node `i` reached `step` (or stopped, with why).
+async fn record(
+    shared: &Mutex<Shared<'_>>,
+    i: usize,
+    step: NodeStep,
+    stopped: Option<String>,
+    replacement: Option<String>,
+    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+) -> Result<(), RollError> {
+    let mut s = shared.lock().await;
+    lock_check().map_err(RollError::Lock)?;
+    let n = &mut s.journal.nodes[i];
+    n.step = step;
+    n.stopped = stopped;
+    if replacement.is_some() {
+        n.replacement = replacement;
+    }
+    let Shared { file, journal } = &mut *s;
+    file.save(journal).await?;
+    Ok(())
+}
+
+fn cancelled(cancel: &watch::Receiver<bool>) -> bool {
+    *cancel.borrow()
+}
+
+/// Waits for `fut` unless the operator interrupts first (`None`).
+async fn abandonable<T>(
+    cancel: &watch::Receiver<bool>,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let mut cancel = cancel.clone();
+    if *cancel.borrow() {
+        return None;
+    }
+    tokio::select! {
+        r = fut => Some(r),
+        _ = async { while cancel.changed().await.is_ok() { if *cancel.borrow() { return; } } std::future::pending::<()>().await } => None,
+    }
+}
+
+/// Takes node `i` from wherever the journal says it is to uncordoned.
+#[allow(clippy::too_many_arguments)]
+async fn advance(
+    shared: &Mutex<Shared<'_>>,
+    i: usize,
+    api: &dyn ClusterApi,
+    roller: &dyn NodeRoller,
+    options: &RollOptions,
+    events: &RollEvents,
+    cancel: &watch::Receiver<bool>,
+    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+) -> Result<(), RollError> {
+    let start = Instant::now();
+    loop {
+        let node = shared.lock().await.journal.nodes[i].clone();
+        let name = node.node_name.clone();
+        let stop = |reason: String| RollError::Stopped {
+            node: name.clone(),
+            reason,
+        };
+        let interrupted = |what: &str| {
+            RollError::Interrupted(format!("{name} was {} ({what})", node.step.as_str()))
+        };
+        if cancelled(cancel) {
+            let why = format!("interrupted at step {}", node.step.as_str());
+            record(shared, i, node.step, Some(why), None, lock_check).await?;
+            return Err(interrupted("before its next step"));
+        }
+        let next = match node.step {
+            NodeStep::Uncordoned | NodeStep::Validated => return Ok(()),
+            NodeStep::Waiting if options.cloud_only => NodeStep::Drained,
+            NodeStep::Waiting => {
+                if node.action == RollAction::Replace {
+                    api.taint_prefer_no_schedule(&name).await.map_err(&stop)?;
+                }
+                api.cordon(&name).await.map_err(&stop)?;
+                NodeStep::Cordoned
+            }
+            NodeStep::Cordoned => {
+                events(&RollEvent::Working {
+                    node: name.clone(),
+                    what: "draining".into(),
+                });
+                match abandonable(cancel, api.drain(&name, options.drain_timeout)).await {
+                    None => {
+                        let why =
+                            "drain abandoned by an interrupt; the node stays cordoned".to_string();
+                        record(shared, i, NodeStep::Cordoned, Some(why), None, lock_check).await?;
+                        return Err(interrupted("drain abandoned, it stays cordoned"));
+                    }
+                    Some(Err(e)) => {
+                        let why = format!("drain failed; the node stays cordoned: {e}");
+                        record(
+                            shared,
+                            i,
+                            NodeStep::Cordoned,
+                            Some(why.clone()),
+                            None,
+                            lock_check,
+                        )
+                        .await?;
+                        return Err(stop(why));
+                    }
+                    Some(Ok(())) => NodeStep::Drained,
+                }
+            }
+            NodeStep::Drained => {
+                events(&RollEvent::Working {
+                    node: name.clone(),
+                    what: node.action.as_str().into(),
+                });
+                // Never cut short: a half-made replacement is worse than a late exit.
+                match roller.roll(&node).await {
+                    Ok(replacement) => {
+                        record(shared, i, NodeStep::Replaced, None, replacement, lock_check)
+                            .await?;
+                        events(&RollEvent::Step {
+                            node: name.clone(),
+                            step: NodeStep::Replaced,
+                            elapsed: start.elapsed(),
+                        });
+                        continue;
+                    }
+                    Err(e) => {
+                        let why = format!("{} failed: {e}", node.action.as_str());
+                        record(
+                            shared,
+                            i,
+                            NodeStep::Drained,
+                            Some(why.clone()),
+                            None,
+                            lock_check,
+                        )
+                        .await?;
+                        return Err(stop(why));
+                    }
+                }
+            }
+            NodeStep::Replaced if options.cloud_only => NodeStep::Uncordoned,
+            NodeStep::Replaced => {
+                let now = node.replacement.clone().unwrap_or_else(|| name.clone());
+                events(&RollEvent::Working {
+                    node: name.clone(),
+                    what: format!("waiting for {now} to be Ready"),
+                });
+                match abandonable(cancel, api.wait_ready(&now, options.ready_timeout)).await {
+                    None => {
+                        let why = "interrupted while waiting for Ready".to_string();
+                        record(shared, i, NodeStep::Replaced, Some(why), None, lock_check).await?;
+                        return Err(interrupted("waiting for Ready"));
+                    }
+                    Some(Err(e)) => {
+                        let why = format!("{now} did not become Ready: {e}");
+                        record(
+                            shared,
+                            i,
+                            NodeStep::Replaced,
+                            Some(why.clone()),
+                            None,
+                            lock_check,
+                        )
+                        .await?;
+                        return Err(stop(why));
+                    }
+                    Some(Ok(())) => {}
+                }
+                api.uncordon(&now).await.map_err(&stop)?;
+                NodeStep::Uncordoned
+            }
+        };
+        record(shared, i, next, None, None, lock_check).await?;
+        events(&RollEvent::Step {
+            node: name.clone(),
+            step: next,
+            elapsed: start.elapsed(),
+        });
+    }
+}
+
+/// `needed` consecutive validation passes within the timeout.
+async fn gate(
+    api: &dyn ClusterApi,
+    options: &RollOptions,
+    events: &RollEvents,
+    cancel: &watch::Receiver<bool>,
+    needed: u32,
+    when: &str,
+) -> Result<(), RollError> {
+    let needed = needed.max(1);
+    let deadline = Instant::now() + options.validation_timeout;
+    let mut passes = 0;
+    let mut last = String::from("never validated");
+    loop {
+        let attempt = abandonable(cancel, api.validate()).await;
+        let Some(result) = attempt else {
+            return Err(RollError::Interrupted(format!("during validation {when}")));
+        };
+        match result {
+            Ok(()) => {
+                passes += 1;
+                events(&RollEvent::Gate {
+                    passes,
+                    needed,
+                    error: None,
+                });
+                if passes >= needed {
+                    return Ok(());
+                }
+            }
+            Err(e) => {
+                passes = 0;
+                events(&RollEvent::Gate {
+                    passes,
+                    needed,
+                    error: Some(e.clone()),
+                });
+                last = format!("{when}: {e}");
+            }
+        }
+        if Instant::now() + options.validation_interval > deadline {
+            return Err(RollError::Validation {
+                needed,
+                timeout: options.validation_timeout,
+                last,
+            });
+        }
+        if abandonable(cancel, tokio::time::sleep(options.validation_interval))
+            .await
+            .is_none()
+        {
+            return Err(RollError::Interrupted(format!("during validation {when}")));
+        }
+    }
+}
+
+/// The real cluster side of a roll: `kube::drain` (kubectl's rules, budgets respected with
+/// back-off, bounded) and the checks of `validate cluster`.
+///
+/// Caveat: validation does not yet ask etcd for its members' health (control-plane pods and
+/// nodes only); the roll's first gate is what refuses an unhealthy cluster.
+pub struct KubeCluster {
+    pub kube: Kube,
+    pub cluster: Cluster,
+    pub expect: Expectations,
+    /// How often evictions, Ready and pods are re-checked.
+    pub poll: Duration,
+}
+
+#[async_trait]
+impl ClusterApi for KubeCluster {
+    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+        let taint = Taint {
+            key: REPLACING_TAINT.into(),
+            value: None,
+            effect: "PreferNoSchedule".into(),
+        };
+        self.kube
+            .add_taint(node, &taint)
+            .await
+            .map_err(|e| format!("tainting node {node}: {e}"))
+    }
+
+    async fn cordon(&self, node: &str) -> Result<(), String> {
+        self.kube
+            .cordon(node)
+            .await
+            .map_err(|e| format!("cordoning node {node}: {e}"))
+    }
+
+    async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String> {
+        let options = DrainOptions {
+            timeout,
+            poll: self.poll,
+            eviction: EvictOptions {
+                deadline: timeout,
+                ..EvictOptions::default()
+            },
+            ..DrainOptions::default()
+        };
+        self.kube
+            .drain(node, &options, &|_: &DrainEvent| {})
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn wait_ready(&self, node: &str, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let nodes = self.kube.list_nodes().await.map_err(|e| e.to_string())?;
+            let state = nodes.iter().find(|n| n.name == node).map(|n| n.ready);
+            if state == Some(true) {
+                return Ok(());
+            }
+            if Instant::now() + self.poll > deadline {
+                return Err(match state {
+                    None => format!("node {node} did not register within {timeout:?}"),
+                    Some(_) => format!("node {node} was not Ready within {timeout:?}"),
+                });
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    async fn uncordon(&self, node: &str) -> Result<(), String> {
+        self.kube
+            .uncordon(node)
+            .await
+            .map_err(|e| format!("uncordoning node {node}: {e}"))
+    }
+
+    async fn validate(&self) -> Result<(), String> {
+        let r = validate::validate_cluster(&self.kube, &self.cluster, &self.expect)
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.ok {
+            return Ok(());
+        }
+        Err(r
+            .failures
+            .iter()
+            .map(|f| format!("{} {}: {}", f.kind, f.name, f.message))
+            .collect::<Vec<_>>()
+            .join("; "))
+    }
+}
+
+/// What a rolling-update preview found on one target.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub target: Target,
+    /// The record on the host (`None`: none), or why it could not be read.
+    pub record: Result<Option<Provisioned>, String>,
+    /// What provisioning it today would record.
+    pub desired: Result<Provisioned, String>,
+}
+
+/// Reads every target's provisioning record, read-only: contacts only hosts whose key the
+/// cluster recorded, records no key, writes nothing.
+pub async fn observe(
+    store: Arc<dyn StateStore>,
+    cluster: &Cluster,
+    targets: &[Target],
+    options: &NodeOptions,
+) -> anyhow::Result<Vec<Observed>> {
+    let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
+    let fleet = super::nodes::fleet(
+        cluster,
+        targets,
+        store,
+        false,
+        options.concurrency,
+        &super::nodes::no_events(),
+    )?;
+    let reads = join_all(targets.iter().map(|t| async {
+        let record = match fleet.read_file(t.name(), PROVISIONED_FILE).await {
+            Ok(None) => Ok(None),
+            Ok(Some(bytes)) => Provisioned::parse(&bytes).map(Some),
+            Err(ExecError::UnknownHostKey { .. }) => Err(
+                "its host key is not recorded: `kprov update cluster --yes --accept-new-host-keys` first"
+                    .to_string(),
+            ),
+            Err(e) => Err(e.to_string()),
+        };
+        Observed {
+            target: t.clone(),
+            record,
+            desired: renderer.provisioned(t).map_err(|e| e.to_string()),
+        }
+    }))
+    .await;
+    fleet.close().await;
+    Ok(reads)
+}
+
+/// The planner's inputs from the spec's groups and what was observed. Metal hosts belong to
+/// the first group of their role (control planes before workers); etcd-only hosts are not
+/// rolled. Targets that could not be inspected come back as problems: a roll never guesses.
+pub fn inputs(
+    groups: &[InstanceGroup],
+    observed: &[Observed],
+    ready: Option<&BTreeMap<String, bool>>,
+) -> (Vec<GroupInput>, Vec<NodeInput>, Vec<String>) {
+    let group_inputs: Vec<GroupInput> = groups
+        .iter()
+        .map(|g| GroupInput {
+            name: g.metadata.name.clone(),
+            role: g.spec.role.into(),
+            min: g.spec.min_size.unwrap_or(1),
+            max: g.spec.max_size.or(g.spec.min_size).unwrap_or(1),
+            rolling_update: g.spec.rolling_update.clone(),
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    let mut problems = Vec::new();
+    for o in observed {
+        let t = &o.target;
+        let role = if t.is_control_plane() {
+            GroupRole::ControlPlane
+        } else if t.has_role(HostRole::Node) {
+            GroupRole::Node
+        } else {
+            continue;
+        };
+        let group = t.group.clone().or_else(|| {
+            group_inputs
+                .iter()
+                .find(|g| g.role == role)
+                .map(|g| g.name.clone())
+        });
+        let Some(group) = group else {
+            problems.push(format!(
+                "{}: no instance group with role {} to roll it in",
+                t.name(),
+                role.as_str()
+            ));
+            continue;
+        };
+        let (record, desired) = match (&o.record, &o.desired) {
+            (Ok(r), Ok(d)) => (r.clone(), d.clone()),
+            (Err(e), _) => {
+                problems.push(format!(
+                    "{}: cannot read its provisioning record: {e}",
+                    t.name()
+                ));
+                continue;
+            }
+            (_, Err(e)) => {
+                problems.push(format!("{}: {e}", t.name()));
+                continue;
+            }
+        };
+        nodes.push(NodeInput {
+            target: t.name().to_string(),
+            node_name: t.node_name.clone(),
+            group,
+            role,
+            recorded: record,
+            desired,
+            ready: ready.map(|r| r.get(&t.node_name).copied().unwrap_or(false)),
+        });
+    }
+    (group_inputs, nodes, problems)
+}
+
+#[cfg(test)]
+pub mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex as StdMutex;
+
+    use super::*;
+    use crate::nodes::journal::JournalFile;
+    use crate::nodes::roll::{self, GroupInput, GroupRole, NodeInput, Platform, Provisioned};
+    use crate::state::StateStore;
+    use crate::state::file::FileStore;
+
+    /// An in-memory cluster and fleet: records every call, fails where told.
+    #[derive(Default)]
+    pub struct Fake {
+        pub calls: StdMutex<Vec<String>>,
+        pub drain_fails: BTreeSet<String>,
+        pub validate_failures: StdMutex<u32>,
+        /// Sets the cancel flag when this call is made.
+        pub cancel_on: Option<(String, watch::Sender<bool>)>,
+        /// Simulated durations (bench).
+        pub roll_time: Duration,
+        pub validate_time: Duration,
+        /// How long the call that cancels takes, when it is a drain or a wait for Ready.
+        pub slow: Duration,
+    }
+
+    impl Fake {
+        fn call(&self, c: String) {
+            if let Some((on, tx)) = &self.cancel_on
+                && *on == c
+            {
+                let _ = tx.send(true);
+            }
+            if let Ok(mut calls) = self.calls.lock() {
+                calls.push(c);
+            }
+        }
+
+        async fn lag(&self, call: &str) {
+            if self.cancel_on.as_ref().is_some_and(|(on, _)| on == call) {
+                tokio::time::sleep(self.slow).await;
+            }
+        }
+
+        pub fn calls(&self) -> Vec<String> {
+            self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+        }
+    }
+
+    #[async_trait]
+    impl ClusterApi for Fake {
+        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+            self.call(format!("taint {node}"));
+            Ok(())
+        }
+        async fn cordon(&self, node: &str) -> Result<(), String> {
+            self.call(format!("cordon {node}"));
+            Ok(())
+        }
+        async fn drain(&self, node: &str, _timeout: Duration) -> Result<(), String> {
+            self.call(format!("drain {node}"));
+            self.lag(&format!("drain {node}")).await;
+            if self.drain_fails.contains(node) {
+                return Err("pod default/db-0 would not leave: PodDisruptionBudget default/db allows 0 disruptions".into());
+            }
+            Ok(())
+        }
+        async fn wait_ready(&self, node: &str, _timeout: Duration) -> Result<(), String> {
+            self.call(format!("ready {node}"));
+            self.lag(&format!("ready {node}")).await;
+            Ok(())
+        }
+        async fn uncordon(&self, node: &str) -> Result<(), String> {
+            self.call(format!("uncordon {node}"));
+            Ok(())
+        }
+        async fn validate(&self) -> Result<(), String> {
+            tokio::time::sleep(self.validate_time).await;
+            self.call("validate".into());
+            let mut f = self.validate_failures.lock().map_err(|e| e.to_string())?;
+            if *f > 0 {
+                *f -= 1;
+                return Err("node w1 is NotReady".into());
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl NodeRoller for Fake {
+        async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+            tokio::time::sleep(self.roll_time).await;
+            self.call(format!("roll {}", node.node_name));
+            Ok(match node.action {
+                RollAction::Replace => Some(format!("{}-new", node.node_name)),
+                _ => None,
+            })
+        }
+    }
+
+    pub fn rec(v: &str) -> Provisioned {
+        Provisioned {
+            kubernetes_version: v.into(),
+            config_digest: "0".repeat(64),
+            labels: Default::default(),
+            taints: vec![],
+            launch_template_version: None,
+        }
+    }
+
+    /// cp1, cp2 and `workers` workers behind by a minor, workers two at a time.
+    pub fn plan_of(platform: Platform, workers: usize, unavailable: u32) -> roll::RollPlan {
+        let groups = vec![
+            GroupInput {
+                name: "control-plane".into(),
+                role: GroupRole::ControlPlane,
+                min: 2,
+                max: 2,
+                rolling_update: None,
+            },
+            GroupInput {
+                name: "nodes".into(),
+                role: GroupRole::Node,
+                min: 1,
+                max: 100,
+                rolling_update: Some(crate::spec::RollingUpdate {
+                    max_surge: None,
+                    max_unavailable: Some(crate::spec::IntOrPercent::Int(unavailable)),
+                }),
+            },
+        ];
+        let mut nodes = vec![
+            node("cp1", "control-plane", GroupRole::ControlPlane),
+            node("cp2", "control-plane", GroupRole::ControlPlane),
+        ];
+        for i in 1..=workers {
+            nodes.push(node(&format!("w{i}"), "nodes", GroupRole::Node));
+        }
+        roll::plan(
+            "c",
+            platform,
+            "1.35.1",
+            &groups,
+            &nodes,
+            &roll::Selection::default(),
+        )
+    }
+
+    fn node(name: &str, group: &str, role: GroupRole) -> NodeInput {
+        NodeInput {
+            target: name.into(),
+            node_name: name.into(),
+            group: group.into(),
+            role,
+            recorded: Some(rec("1.34.4")),
+            desired: rec("1.35.1"),
+            ready: Some(true),
+        }
+    }
+
+    pub fn fast() -> RollOptions {
+        RollOptions {
+            validation_interval: Duration::from_millis(1),
+            validation_timeout: Duration::from_secs(5),
+            ..RollOptions::default()
+        }
+    }
+
+    pub fn silent() -> RollEvents {
+        Arc::new(|_: &RollEvent| {})
+    }
+
+    pub async fn go(
+        store: &dyn StateStore,
+        journal: Journal,
+        fake: &Fake,
+        options: &RollOptions,
+        cancel: watch::Receiver<bool>,
+    ) -> Result<Journal, RollError> {
+        let (file, _) = JournalFile::load(store, "c").await?;
+        run(
+            file,
+            journal,
+            fake,
+            fake,
+            options,
+            &silent(),
+            cancel,
+            &|| Ok(()),
+        )
+        .await
+    }
+
+    fn store() -> (tempfile::TempDir, FileStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileStore::new(dir.path()).unwrap();
+        (dir, s)
+    }
+
+    fn idle() -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        std::mem::forget(tx);
+        rx
+    }
+
+    /// `scripts/bench-rolling`: the wall time of a roll of N workers with simulated durations
+    /// against its bound ceil(N / batch) x (replace + validate). Ignored in the normal run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "benchmark: scripts/bench-rolling"]
+    async fn bench_rolling() {
+        let replace = Duration::from_millis(200);
+        let validate = Duration::from_millis(50);
+        println!("\nnodes batch wall_ms bound_ms ratio");
+        for (n, batch) in [(10usize, 1u32), (10, 3), (50, 5), (50, 10), (200, 20)] {
+            let groups = vec![GroupInput {
+                name: "nodes".into(),
+                role: GroupRole::Node,
+                min: n as u32,
+                max: n as u32,
+                rolling_update: Some(crate::spec::RollingUpdate {
+                    max_surge: None,
+                    max_unavailable: Some(crate::spec::IntOrPercent::Int(batch)),
+                }),
+            }];
+            let nodes: Vec<NodeInput> = (0..n)
+                .map(|i| node(&format!("w{i}"), "nodes", GroupRole::Node))
+                .collect();
+            let plan = roll::plan(
+                "c",
+                Platform::Metal,
+                "1.35.1",
+                &groups,
+                &nodes,
+                &roll::Selection::default(),
+            );
+            let (_d, s) = store();
+            let fake = Fake {
+                roll_time: replace,
+                validate_time: validate,
+                ..Fake::default()
+            };
+            let options = RollOptions {
+                validate_count: 1,
+                ..fast()
+            };
+            let start = Instant::now();
+            let j = go(
+                &s,
+                Journal::new(&plan, "bench", false),
+                &fake,
+                &options,
+                idle(),
+            )
+            .await
+            .unwrap();
+            let wall = start.elapsed();
+            assert!(j.finished && j.done() == n);
+            let bound = (replace + validate) * (n.div_ceil(batch as usize) as u32);
+            println!(
+                "{n:5} {batch:5} {:7} {:8} {:.2}",
+                wall.as_millis(),
+                bound.as_millis(),
+                wall.as_secs_f64() / bound.as_secs_f64()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn rolls_control_planes_one_by_one_then_workers_with_gates_between() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Metal, 3, 2);
+        let fake = Fake::default();
+        let j = go(
+            &s,
+            Journal::new(&plan, "me@here", false),
+            &fake,
+            &fast(),
+            idle(),
+        )
+        .await
+        .unwrap();
+        assert!(j.finished && j.done() == 5);
+        let calls = fake.calls();
+        let seq: Vec<&str> = calls.iter().map(|c| c.as_str()).collect();
+        let cp1: Vec<&str> = seq[..8].to_vec();
+        assert_eq!(
+            cp1,
+            [
+                "validate",
+                "cordon cp1",
+                "drain cp1",
+                "roll cp1",
+                "ready cp1",
+                "uncordon cp1",
+                "validate",
+                "validate"
+            ]
+        );
+        // w1 and w2 are one batch: both drained before the gate, w3 after it.
+        let pos = |c: &str| seq.iter().position(|x| *x == c).unwrap();
+        assert!(pos("uncordon cp2") < pos("cordon w1"));
+        assert!(pos("uncordon w1") < pos("cordon w3") && pos("uncordon w2") < pos("cordon w3"));
+        let gate_after_batch = seq[pos("uncordon w2").max(pos("uncordon w1"))..pos("cordon w3")]
+            .iter()
+            .filter(|c| **c == "validate")
+            .count();
+        assert_eq!(gate_after_batch, 2);
+        // Metal re-provisions in place: no taint.
+        assert!(!seq.iter().any(|c| c.starts_with("taint")));
+        // Stored.
+        let (_, stored) = JournalFile::load(&s, "c").await.unwrap();
+        assert_eq!(stored.unwrap(), j);
+    }
+
+    #[tokio::test]
+    async fn replaced_nodes_are_tainted_first_and_the_replacement_is_awaited() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Aws, 1, 1);
+        let fake = Fake::default();
+        let j = go(&s, Journal::new(&plan, "me", false), &fake, &fast(), idle())
+            .await
+            .unwrap();
+        let calls = fake.calls();
+        let w: Vec<&String> = calls.iter().filter(|c| c.contains("w1")).collect();
+        assert_eq!(
+            w,
+            [
+                "taint w1",
+                "cordon w1",
+                "drain w1",
+                "roll w1",
+                "ready w1-new",
+                "uncordon w1-new"
+            ]
+        );
+        assert_eq!(j.nodes[2].replacement.as_deref(), Some("w1-new"));
+    }
+
+    #[tokio::test]
+    async fn a_stuck_drain_stops_the_roll_names_the_pdb_and_leaves_the_node_cordoned() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Metal, 2, 1);
+        let fake = Fake {
+            drain_fails: ["w1".to_string()].into(),
+            ..Fake::default()
+        };
+        let e = go(&s, Journal::new(&plan, "me", false), &fake, &fast(), idle())
+            .await
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("w1") && text.contains("PodDisruptionBudget default/db"),
+            "{text}"
+        );
+        assert!(
+            !fake
+                .calls()
+                .iter()
+                .any(|c| c == "roll w1" || c.contains("w2"))
+        );
+        let (_, j) = JournalFile::load(&s, "c").await.unwrap();
+        let j = j.unwrap();
+        assert_eq!(j.nodes[2].step, NodeStep::Cordoned);
+        assert!(
+            j.nodes[2]
+                .stopped
+                .as_deref()
+                .unwrap()
+                .contains("stays cordoned")
+        );
+        assert!(!j.finished);
+    }
+
+    #[tokio::test]
+    async fn failing_validation_stops_after_the_timeout_and_an_unhealthy_cluster_never_starts() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Metal, 1, 1);
+        let fake = Fake {
+            validate_failures: StdMutex::new(u32::MAX),
+            ..Fake::default()
+        };
+        let options = RollOptions {
+            validation_timeout: Duration::from_millis(30),
+            ..fast()
+        };
+        let e = go(
+            &s,
+            Journal::new(&plan, "me", false),
+            &fake,
+            &options,
+            idle(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, RollError::Validation { .. }), "{e}");
+        assert!(e.to_string().contains("NotReady"));
+        assert!(
+            fake.calls().iter().all(|c| c == "validate"),
+            "{:?}",
+            fake.calls()
+        );
+    }
+
+    #[tokio::test]
+    async fn cloudonly_skips_drain_and_validation() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Aws, 1, 1);
+        let fake = Fake::default();
+        let options = RollOptions {
+            cloud_only: true,
+            ..fast()
+        };
+        go(&s, Journal::new(&plan, "me", true), &fake, &options, idle())
+            .await
+            .unwrap();
+        assert_eq!(fake.calls(), ["roll cp1", "roll cp2", "roll w1"]);
+    }
+
+    /// Resume from every step: node cp2 is left at `step` (cp1 validated), and a second run
+    /// does exactly what remains for it, nothing for cp1, and then the rest.
+    #[tokio::test]
+    async fn resume_from_every_step() {
+        let remaining: [(NodeStep, &[&str]); 6] = [
+            (
+                NodeStep::Waiting,
+                &[
+                    "cordon cp2",
+                    "drain cp2",
+                    "roll cp2",
+                    "ready cp2",
+                    "uncordon cp2",
+                ],
+            ),
+            (
+                NodeStep::Cordoned,
+                &["drain cp2", "roll cp2", "ready cp2", "uncordon cp2"],
+            ),
+            (
+                NodeStep::Drained,
+                &["roll cp2", "ready cp2", "uncordon cp2"],
+            ),
+            (NodeStep::Replaced, &["ready cp2", "uncordon cp2"]),
+            (NodeStep::Uncordoned, &[]),
+            (NodeStep::Validated, &[]),
+        ];
+        for (step, expect) in remaining {
+            let (_d, s) = store();
+            let plan = plan_of(Platform::Metal, 1, 1);
+            let mut j = Journal::new(&plan, "me", false);
+            j.nodes[0].step = NodeStep::Validated;
+            j.nodes[1].step = step;
+            let fake = Fake::default();
+            let out = go(&s, j, &fake, &fast(), idle()).await.unwrap();
+            assert!(out.finished && out.done() == 3);
+            let calls = fake.calls();
+            let cp2: Vec<&str> = calls
+                .iter()
+                .filter(|c| c.contains("cp2"))
+                .map(|c| c.as_str())
+                .collect();
+            assert_eq!(cp2, expect, "from {step:?}");
+            assert!(
+                !calls.iter().any(|c| c.contains("cp1")),
+                "cp1 re-rolled from {step:?}"
+            );
+            assert!(calls.contains(&"roll w1".to_string()));
+            // A gate between cp2 and w1 whatever cp2's step was.
+            let pos = |c: &str| calls.iter().position(|x| x == c).unwrap();
+            let gates = calls[..pos("cordon w1")]
+                .iter()
+                .filter(|c| *c == "validate")
+                .count();
+            let want = if step == NodeStep::Validated { 1 } else { 3 };
+            assert_eq!(gates, want, "from {step:?}: {calls:?}");
+        }
+    }
+
+    /// Ctrl-C during each step: the step is finished (cordon, roll) or abandoned (drain,
+    /// Ready), the journal says where, and a resume completes without repeating done work.
+    #[tokio::test]
+    async fn interrupted_then_resumed_without_repeating_finished_nodes() {
+        for (on, left_at) in [
+            ("cordon w1", NodeStep::Cordoned),
+            ("drain w1", NodeStep::Cordoned),
+            ("roll w1", NodeStep::Replaced),
+            ("ready w1", NodeStep::Replaced),
+        ] {
+            let (_d, s) = store();
+            let plan = plan_of(Platform::Metal, 1, 1);
+            let (tx, rx) = watch::channel(false);
+            let fake = Fake {
+                cancel_on: Some((on.to_string(), tx)),
+                // Long enough that only abandoning them ends the run quickly.
+                slow: Duration::from_secs(600),
+                ..Fake::default()
+            };
+            let e = go(&s, Journal::new(&plan, "me", false), &fake, &fast(), rx)
+                .await
+                .unwrap_err();
+            assert!(matches!(e, RollError::Interrupted(_)), "{on}: {e}");
+            let (_, j) = JournalFile::load(&s, "c").await.unwrap();
+            let j = j.unwrap();
+            assert_eq!(j.nodes[2].step, left_at, "{on}");
+            assert!(j.nodes[2].stopped.is_some(), "{on}");
+            assert_eq!(j.done(), 2);
+            let again = Fake::default();
+            let out = go(&s, j, &again, &fast(), idle()).await.unwrap();
+            assert!(out.finished);
+            let calls = again.calls();
+            assert!(!calls.iter().any(|c| c.contains("cp")), "{on}: {calls:?}");
+            let rolled = calls.iter().filter(|c| *c == "roll w1").count();
+            assert_eq!(
+                rolled,
+                usize::from(left_at < NodeStep::Replaced),
+                "{on}: {calls:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_journal_written_by_someone_else_meanwhile_is_not_overwritten() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Metal, 1, 1);
+        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
+        // Another writer gets there first.
+        let (mut other, _) = JournalFile::load(&s, "c").await.unwrap();
+        other
+            .save(&mut Journal::new(&plan, "them", false))
+            .await
+            .unwrap();
+        let fake = Fake::default();
+        let e = run(
+            file,
+            Journal::new(&plan, "me", false),
+            &fake,
+            &fake,
+            &fast(),
+            &silent(),
+            idle(),
+            &|| Ok(()),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RollError::Journal(JournalError::State(
+                    crate::state::StateError::AlreadyExists { .. }
+                        | crate::state::StateError::Conflict { .. }
+                ))
+            ),
+            "{e}"
+        );
+        assert!(fake.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_lost_lock_stops_before_any_write() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Metal, 1, 1);
+        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
+        let fake = Fake::default();
+        let e = run(
+            file,
+            Journal::new(&plan, "me", false),
+            &fake,
+            &fake,
+            &fast(),
+            &silent(),
+            idle(),
+            &|| Err("broken by bob".into()),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("broken by bob"));
+        assert!(fake.calls().is_empty());
+    }
+}

@@ -1,0 +1,459 @@
+//! `rolling-update cluster` on metal through the binary: real sshd test hosts, stand-in
+//! kubeadm from the mirror. What is proven: every provisioned node carries its record;
+//! `update cluster --yes` leaves a member whose configuration changed alone and names the
+//! command; the preview names the node, the field and the action, exits 2 with
+//! `--exit-code`, changes nothing; `--yes` refuses (not built yet) without touching a host;
+//! `get instances` lists every host with its status.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::metal::{Lab, VERSION, kprov_inventory, show};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Files one host wrote to its overlay, with contents.
+fn host_files(lab: &Lab, host: &str) -> BTreeMap<PathBuf, Vec<u8>> {
+    let etc = lab.host(host).upper_path("/etc/x");
+    let upper = etc
+        .parent()
+        .and_then(Path::parent)
+        .expect("upper dir")
+        .to_path_buf();
+    lab.hosts_snapshot()
+        .into_iter()
+        .filter(|(p, _)| p.starts_with(&upper))
+        .collect()
+}
+
+#[test]
+fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
+    let lab = Lab::start(2);
+    let name = "roll.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
+    );
+    let o = lab.kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        &inv,
+        "--kubernetes-version",
+        VERSION,
+    ]);
+    assert!(o.status.success(), "{}", show(&o));
+    lab.use_mirror(name, None);
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    assert!(o.status.success(), "{}", show(&o));
+    for h in ["host1", "host2"] {
+        let record = lab
+            .host(h)
+            .read_upper("/var/lib/kprov/provisioned.json")
+            .unwrap_or_else(|| panic!("{h}: no provisioning record"));
+        let record: serde_json::Value = serde_json::from_slice(&record).expect("record is JSON");
+        assert_eq!(record["kubernetesVersion"], VERSION, "{h}: {record}");
+        assert_eq!(record["configDigest"].as_str().map(str::len), Some(64));
+    }
+
+    // Converged: nothing to roll.
+    let o = lab.kprov(&["rolling-update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("No rolling update needed"),
+        "{}",
+        show(&o)
+    );
+
+    // The spec changes a running worker's labels.
+    lab.edit_cluster(name, |c| {
+        let h = c
+            .spec
+            .hosts
+            .iter_mut()
+            .find(|h| h.name == "host2")
+            .expect("host2 in the spec");
+        h.labels.insert("tier".into(), "web".into());
+    });
+
+    // update --yes leaves it alone, and says which command applies it.
+    let before = host_files(&lab, "host2");
+    let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("pending a rolling update") && err.contains("host2"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        text(&o.stdout).contains("left alone: pending rolling update"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        err.contains(&format!("kprov rolling-update cluster {name}")),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(host_files(&lab, "host2"), before, "update changed host2");
+
+    // The preview: kops's table, the node, the field, the action; exit 2; nothing written.
+    let store0 = crate::metal::store_snapshot(&lab);
+    let hosts0 = lab.hosts_snapshot();
+    let o = lab.kprov(&["rolling-update", "cluster", name, "--exit-code"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let out = text(&o.stdout);
+    for want in [
+        "NAME",
+        "STATUS",
+        "NEEDUPDATE",
+        "READY",
+        "MIN",
+        "TARGET",
+        "MAX",
+        "NODES",
+        "NeedsUpdate",
+        "labels {} -> {tier=web}",
+        "re-provision in place",
+        "leave alone",
+        "up to date",
+    ] {
+        assert!(out.contains(want), "{want} missing:\n{}", show(&o));
+    }
+    let host2_line = out
+        .lines()
+        .find(|l| l.starts_with("host2"))
+        .expect("a line for host2");
+    assert!(host2_line.contains("re-provision in place"), "{host2_line}");
+    let host1_line = out
+        .lines()
+        .find(|l| l.starts_with("host1"))
+        .expect("a line for host1");
+    assert!(host1_line.contains("leave alone"), "{host1_line}");
+
+    let o = lab.kprov(&["rolling-update", "cluster", name, "-o", "json"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json plan");
+    let mut nodes = Vec::new();
+    for g in plan["groups"].as_array().expect("groups") {
+        nodes.extend(g["nodes"].as_array().expect("nodes").iter().cloned());
+    }
+    let host2 = nodes
+        .iter()
+        .find(|n| n["target"] == "host2")
+        .expect("host2 in the plan");
+    assert_eq!(host2["action"], "reprovision", "{host2}");
+    assert_eq!(host2["needsUpdate"], true, "{host2}");
+    let host1 = nodes.iter().find(|n| n["target"] == "host1").unwrap();
+    assert_eq!(host1["action"], "leave", "{host1}");
+
+    // Selection: only the control planes: nothing to roll.
+    let o = lab.kprov(&[
+        "rolling-update",
+        "cluster",
+        name,
+        "--instance-group-roles",
+        "ControlPlane",
+        "--exit-code",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let o = lab.kprov(&[
+        "rolling-update",
+        "cluster",
+        name,
+        "--instance-group",
+        "nope",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("no such instance group"),
+        "{}",
+        show(&o)
+    );
+
+    // --yes is refused (the machine side is not built yet): no host changed.
+    let o = lab.kprov(&["rolling-update", "cluster", name, "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("not implemented yet"),
+        "{}",
+        show(&o)
+    );
+
+    assert_eq!(lab.hosts_snapshot(), hosts0, "the preview changed a host");
+    assert_eq!(
+        crate::metal::store_snapshot(&lab),
+        store0,
+        "the preview wrote to the store"
+    );
+
+    // get instances: every host, its group and status with why.
+    let o = lab.kprov(&["get", "instances", name]);
+    assert!(o.status.success(), "{}", show(&o));
+    let out = text(&o.stdout);
+    let line = |h: &str| {
+        out.lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_else(|| panic!("{h} missing:\n{out}"))
+            .to_string()
+    };
+    assert!(line("host1").contains("control-plane") && line("host1").contains("up to date"));
+    assert!(
+        line("host2").contains("nodes") && line("host2").contains("needs update: labels"),
+        "{out}"
+    );
+}
+
+mod engine_on_the_fake_api {
+    //! The roll engine with the real cluster side (`KubeCluster`: `kube::drain`, validation)
+    //! against the fake API server; the machines are a recorder (the in-place re-provisioner
+    //! is not built). A budget that never allows stops the roll at the drain timeout naming
+    //! it, the node stays cordoned and the journal says so; a free node is drained, rolled,
+    //! uncordoned; the journal in a real file:// store.
+
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use kprov::addons::validate::Expectations;
+    use kprov::nodes::journal::{Journal, JournalFile, JournalNode, NodeStep};
+    use kprov::nodes::roll::{self, GroupInput, GroupRole, NodeInput, Platform, Provisioned};
+    use kprov::ops::rolling::{self, KubeCluster, NodeRoller, RollError, RollEvent, RollOptions};
+    use kprov::state::file::FileStore;
+    use serde_json::json;
+
+    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod};
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl NodeRoller for Recorder {
+        async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+            self.0.lock().unwrap().push(node.node_name.clone());
+            Ok(None)
+        }
+    }
+
+    fn rec(v: &str) -> Provisioned {
+        Provisioned {
+            kubernetes_version: v.into(),
+            config_digest: "0".repeat(64),
+            labels: Default::default(),
+            taints: vec![],
+            launch_template_version: None,
+        }
+    }
+
+    fn plan() -> roll::RollPlan {
+        let groups = vec![GroupInput {
+            name: "nodes".into(),
+            role: GroupRole::Node,
+            min: 2,
+            max: 2,
+            rolling_update: None,
+        }];
+        let nodes: Vec<NodeInput> = ["w1", "w2"]
+            .iter()
+            .map(|n| NodeInput {
+                target: n.to_string(),
+                node_name: n.to_string(),
+                group: "nodes".into(),
+                role: GroupRole::Node,
+                recorded: Some(rec("1.35.0")),
+                desired: rec("1.35.1"),
+                ready: Some(true),
+            })
+            .collect();
+        roll::plan(
+            "c",
+            Platform::Metal,
+            "1.35.1",
+            &groups,
+            &nodes,
+            &Default::default(),
+        )
+    }
+
+    fn rs_pod(name: &str, app: &str, on: &str) -> serde_json::Value {
+        owned_by(
+            pod("default", name, json!({ "app": app }), on, "Running", true),
+            "ReplicaSet",
+            &format!("{app}-rs"),
+        )
+    }
+
+    async fn setup() -> (FakeKube, KubeCluster) {
+        let fake = FakeKube::start().await;
+        fake.put(node("cp1", true, true, false, Some("p")));
+        fake.put(node("w1", false, true, false, Some("p")));
+        fake.put(node("w2", false, true, false, Some("p")));
+        fake.put(pod(
+            "kube-system",
+            "coredns-1",
+            json!({ "k8s-app": "kube-dns" }),
+            "cp1",
+            "Running",
+            true,
+        ));
+        let kube = fake.kube().await;
+        let cluster: kprov::spec::Cluster = serde_saphyr::from_str(
+            "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  cloudProvider: metal\n",
+        )
+        .unwrap();
+        let expect = Expectations {
+            named: vec![
+                ("cp1".into(), true),
+                ("w1".into(), false),
+                ("w2".into(), false),
+            ],
+            min_control_plane: 1,
+            min_nodes: 3,
+            ccm: false,
+            cni: None,
+        };
+        (
+            fake,
+            KubeCluster {
+                kube,
+                cluster,
+                expect,
+                poll: Duration::from_millis(50),
+            },
+        )
+    }
+
+    fn options() -> RollOptions {
+        RollOptions {
+            drain_timeout: Duration::from_millis(1500),
+            validation_timeout: Duration::from_secs(10),
+            validate_count: 2,
+            validation_interval: Duration::from_millis(50),
+            ready_timeout: Duration::from_secs(5),
+            cloud_only: false,
+        }
+    }
+
+    fn unschedulable(fake: &FakeKube, name: &str) -> bool {
+        fake.get("Node", None, name).unwrap()["spec"]["unschedulable"].as_bool() == Some(true)
+    }
+
+    #[tokio::test]
+    async fn a_budget_that_never_allows_stops_the_roll_naming_it_and_the_node_stays_cordoned() {
+        let (fake, api) = setup().await;
+        fake.put(rs_pod("db-1", "db", "w1"));
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("minAvailable", json!("100%")),
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path()).unwrap();
+        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        let roller = Recorder::default();
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let events: rolling::RollEvents = Arc::new(|_: &RollEvent| {});
+        let e = rolling::run(
+            file,
+            Journal::new(&plan(), "test", false),
+            &api,
+            &roller,
+            &options(),
+            &events,
+            rx,
+            &|| Ok(()),
+        )
+        .await
+        .unwrap_err();
+        let RollError::Stopped { node, reason } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(node, "w1");
+        assert!(
+            reason.contains("PodDisruptionBudget default/db"),
+            "{reason}"
+        );
+        assert!(reason.contains("default/db-1"), "{reason}");
+        assert!(reason.contains("stays cordoned"), "{reason}");
+        assert!(unschedulable(&fake, "w1"));
+        assert!(!unschedulable(&fake, "w2"), "w2 was touched");
+        assert!(roller.0.lock().unwrap().is_empty(), "w1 was rolled");
+        let (_, j) = JournalFile::load(&store, "c").await.unwrap();
+        let j = j.unwrap();
+        assert_eq!(j.nodes[0].step, NodeStep::Cordoned);
+        assert!(
+            j.nodes[0]
+                .stopped
+                .as_deref()
+                .unwrap()
+                .contains("PodDisruptionBudget default/db")
+        );
+        assert_eq!(j.nodes[1].step, NodeStep::Waiting);
+    }
+
+    #[tokio::test]
+    async fn free_nodes_are_drained_rolled_and_uncordoned_one_by_one() {
+        let (fake, api) = setup().await;
+        fake.run_replicaset_controller();
+        fake.put(rs_pod("web-1", "web", "w1"));
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path()).unwrap();
+        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        let roller = Recorder::default();
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let events: rolling::RollEvents = Arc::new(move |e: &RollEvent| {
+            if let RollEvent::Step { node, step, .. } = e {
+                s2.lock().unwrap().push(format!("{node} {}", step.as_str()));
+            }
+        });
+        let j = rolling::run(
+            file,
+            Journal::new(&plan(), "test", false),
+            &api,
+            &roller,
+            &options(),
+            &events,
+            rx,
+            &|| Ok(()),
+        )
+        .await
+        .unwrap();
+        assert!(j.finished);
+        assert_eq!(*roller.0.lock().unwrap(), ["w1", "w2"]);
+        assert!(!unschedulable(&fake, "w1") && !unschedulable(&fake, "w2"));
+        // The pod was evicted (the ReplicaSet controller re-created it on a schedulable node,
+        // never on the node being drained: w2 was drained last and holds none).
+        assert!(fake.get("Pod", Some("default"), "web-1").is_none());
+        let web: Vec<String> = fake
+            .list("Pod")
+            .into_iter()
+            .filter(|p| p["metadata"]["labels"]["app"] == "web")
+            .map(|p| p["spec"]["nodeName"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(web.len(), 1, "{web:?}");
+        assert_ne!(web[0], "w2", "{web:?}");
+        let seen = seen.lock().unwrap().clone();
+        let pos = |s: &str| {
+            seen.iter()
+                .position(|x| x == s)
+                .unwrap_or_else(|| panic!("{s}: {seen:?}"))
+        };
+        assert!(pos("w1 validated") < pos("w2 cordoned"), "{seen:?}");
+    }
+}
