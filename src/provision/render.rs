@@ -49,6 +49,17 @@ pub const ETCD_CA_CERT: &str = "/etc/kubernetes/pki/etcd/ca.crt";
 pub const ETCD_CA_KEY: &str = "/etc/kubernetes/pki/etcd/ca.key";
 pub const ETCD_CLIENT_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
 pub const ETCD_CLIENT_KEY: &str = "/etc/kubernetes/pki/apiserver-etcd-client.key";
+pub const ETCD_SERVER_CERT: &str = "/etc/kubernetes/pki/etcd/server.crt";
+pub const ETCD_SERVER_KEY: &str = "/etc/kubernetes/pki/etcd/server.key";
+pub const ETCD_PEER_CERT: &str = "/etc/kubernetes/pki/etcd/peer.crt";
+pub const ETCD_PEER_KEY: &str = "/etc/kubernetes/pki/etcd/peer.key";
+pub const ETCD_HEALTHCHECK_CERT: &str = "/etc/kubernetes/pki/etcd/healthcheck-client.crt";
+pub const ETCD_HEALTHCHECK_KEY: &str = "/etc/kubernetes/pki/etcd/healthcheck-client.key";
+/// Host-deployed etcd (external etcd): binaries, configuration, unit and data.
+pub const ETCD_BIN: &str = "/usr/local/bin/etcd";
+pub const ETCD_CONFIG: &str = "/etc/etcd/etcd.conf.yml";
+pub const ETCD_UNIT: &str = "/etc/systemd/system/etcd.service";
+pub const ETCD_DATA_DIR: &str = "/var/lib/etcd";
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
@@ -119,12 +130,12 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/node/kubeadm-etcd.yaml.tera"),
     ),
     (
-        "node/etcd-kubelet.conf.tera",
-        include_str!("../../templates/node/etcd-kubelet.conf.tera"),
+        "node/etcd.conf.yml.tera",
+        include_str!("../../templates/node/etcd.conf.yml.tera"),
     ),
     (
-        "node/etcd-kubelet.yaml.tera",
-        include_str!("../../templates/node/etcd-kubelet.yaml.tera"),
+        "node/etcd.service.tera",
+        include_str!("../../templates/node/etcd.service.tera"),
     ),
 ];
 
@@ -278,17 +289,6 @@ impl Renderer {
                 return Err(RenderError::Host {
                     host: h.name.clone(),
                     message: "is not a valid node name (a lowercase DNS name)".into(),
-                });
-            }
-            if etcd == EtcdType::External
-                && h.roles.contains(&HostRole::Etcd)
-                && h.roles.contains(&HostRole::ControlPlane)
-            {
-                return Err(RenderError::Host {
-                    host: h.name.clone(),
-                    message: "with external etcd, etcd hosts are dedicated: a host cannot have \
-                              both the etcd and control-plane roles"
-                        .into(),
                 });
             }
         }
@@ -459,6 +459,18 @@ impl Renderer {
             Component::Containerd => ("/usr/local".into(), Some("/usr/local/bin/containerd")),
             Component::CniPlugins => ("/opt/cni/bin".into(), Some("/opt/cni/bin/bridge")),
             Component::Crictl => ("/usr/local/bin".into(), Some("/usr/local/bin/crictl")),
+            Component::Etcd => ("/usr/local/bin".into(), Some(ETCD_BIN)),
+        };
+        // Only the binaries of etcd's release, without its top directory and documentation.
+        let members: Vec<String> = match component {
+            Component::Etcd => {
+                let dir = assets::etcd_dir(&a.version, arch);
+                ["etcd", "etcdctl", "etcdutl"]
+                    .iter()
+                    .map(|b| format!("{dir}/{b}"))
+                    .collect()
+            }
+            _ => Vec::new(),
         };
         let tarball = component.install() == Install::Tarball;
         let mut files = Vec::new();
@@ -482,7 +494,7 @@ impl Renderer {
             json!({
                 "name": name, "version": a.version, "arch": arch.as_str(), "url": url,
                 "cache": cache, "origin": origin, "sha256": a.sha256, "dest": dest,
-                "tarball": tarball,
+                "tarball": tarball, "members": members,
                 "service": match component {
                     Component::Kubelet => Some("kubelet"),
                     Component::Containerd => Some("containerd"),
@@ -843,35 +855,12 @@ impl Renderer {
         self.etcd
     }
 
-    /// Dedicated etcd hosts (external etcd only).
+    /// The hosts of external etcd (whatever other roles they have); none with stacked etcd.
     pub fn etcd_hosts(&self) -> impl Iterator<Item = &Target> {
         let external = self.etcd == EtcdType::External;
         self.targets
             .iter()
             .filter(move |t| external && t.has_role(HostRole::Etcd))
-    }
-
-    /// The kubelet of a dedicated etcd host, standalone: it only runs etcd's static pod.
-    pub fn etcd_kubelet(&self) -> Result<Vec<Step>, RenderError> {
-        Ok(vec![Step {
-            name: "etcd: standalone kubelet".into(),
-            files: vec![
-                file(
-                    "/etc/systemd/system/kubelet.service.d/20-etcd-service-manager.conf",
-                    self.render("node/etcd-kubelet.conf.tera", json!({}))?,
-                    0o644,
-                ),
-                file(
-                    &format!("{KPROV_DIR}/etcd-kubelet.yaml"),
-                    self.render("node/etcd-kubelet.yaml.tera", json!({}))?,
-                    0o644,
-                ),
-            ],
-            check: Some("systemctl is-active --quiet kubelet".into()),
-            run: "set -e\nsystemctl daemon-reload\nsystemctl enable kubelet\nsystemctl restart kubelet\n"
-                .into(),
-            timeout: SHORT,
-        }])
     }
 
     /// The etcd CA, made once on the first etcd host and copied to the others.
@@ -885,15 +874,9 @@ impl Renderer {
         }
     }
 
-    /// Certificates and static pod of one external etcd member, under the shared CA.
-    pub fn etcd_member(
-        &self,
-        target: &Target,
-        ca_cert: &Bytes,
-        ca_key: &Bytes,
-    ) -> Result<Vec<Step>, RenderError> {
-        let members: Vec<String> = self
-            .etcd_hosts()
+    /// `name=https://IP:2380` of every external etcd member, in inventory order.
+    pub fn etcd_initial_cluster(&self) -> Result<Vec<String>, RenderError> {
+        self.etcd_hosts()
             .map(|t| {
                 Ok(format!(
                     "{}=https://{}:2380",
@@ -901,18 +884,50 @@ impl Renderer {
                     node_ip(&t.host)?
                 ))
             })
-            .collect::<Result<_, RenderError>>()?;
+            .collect()
+    }
+
+    /// One host-deployed external etcd member (Kubespray's `etcd_deployment_type: host`):
+    /// certificates under the shared CA with the host's addresses as names, the pinned etcd
+    /// release, a systemd service, and a health check. Independent of the kubelet, so the
+    /// host may have any other role.
+    pub fn etcd_member(
+        &self,
+        target: &Target,
+        arch: Arch,
+        ca_cert: &Bytes,
+        ca_key: &Bytes,
+    ) -> Result<Vec<Step>, RenderError> {
         let ip = node_ip(&target.host)?;
+        let mut sans = vec![ip.clone()];
+        if target.host.address != ip {
+            sans.push(target.host.address.clone());
+        }
         let config = format!("{KPROV_DIR}/kubeadm-etcd.yaml");
-        let text = self.render(
+        let certs = self.render(
             "node/kubeadm-etcd.yaml.tera",
             json!({
                 "node": { "name": target.node_name, "ip": ip },
                 "cluster_name": self.cluster_name,
                 "kubernetes_version": self.kubernetes_version,
-                "initial_cluster": members.join(","),
+                "sans": sans,
+            }),
+        )?;
+        let service = self.render(
+            "node/etcd.conf.yml.tera",
+            json!({
+                "name": target.node_name,
+                "data_dir": ETCD_DATA_DIR,
+                "initial_cluster": self.etcd_initial_cluster()?.join(","),
+                "cluster_token": format!("kprov-{}", self.cluster_name),
                 "peer_url": format!("https://{ip}:2380"),
-                "client_url": format!("https://{ip}:2379"),
+                "client_urls": format!("https://{ip}:2379,https://127.0.0.1:2379"),
+                "advertise_client_url": format!("https://{ip}:2379"),
+                "ca": ETCD_CA_CERT,
+                "server_cert": ETCD_SERVER_CERT,
+                "server_key": ETCD_SERVER_KEY,
+                "peer_cert": ETCD_PEER_CERT,
+                "peer_key": ETCD_PEER_KEY,
             }),
         )?;
         Ok(vec![
@@ -928,12 +943,14 @@ impl Renderer {
             },
             Step {
                 name: "etcd: certificates".into(),
-                files: vec![file(&config, text, 0o600)],
-                check: Some(
-                    "test -f /etc/kubernetes/pki/etcd/server.crt && test -f /etc/kubernetes/pki/etcd/peer.crt \
-                     && test -f /etc/kubernetes/pki/etcd/healthcheck-client.crt && test -f /etc/kubernetes/pki/apiserver-etcd-client.crt"
-                        .into(),
-                ),
+                files: vec![file(&config, certs, 0o600)],
+                check: Some(script!(
+                    "test -f {} && test -f {} && test -f {} && test -f {}",
+                    ETCD_SERVER_CERT,
+                    ETCD_PEER_CERT,
+                    ETCD_HEALTHCHECK_CERT,
+                    ETCD_CLIENT_CERT
+                )),
                 run: script!(
                     "set -e\nfor c in etcd-server etcd-peer etcd-healthcheck-client apiserver-etcd-client; do\n  \
                      kubeadm init phase certs \"$c\" --config {}\ndone\n",
@@ -941,14 +958,45 @@ impl Renderer {
                 ),
                 timeout: SHORT,
             },
+            self.install_step(Component::Etcd, arch)?,
             Step {
-                name: "etcd: static pod".into(),
+                name: "etcd: service".into(),
+                files: vec![
+                    file(ETCD_CONFIG, service, 0o600),
+                    file(
+                        ETCD_UNIT,
+                        self.render("node/etcd.service.tera", json!({}))?,
+                        0o644,
+                    ),
+                ],
+                check: Some("systemctl is-active --quiet etcd".into()),
+                run: "set -e\nsystemctl daemon-reload\nsystemctl enable etcd\nsystemctl restart etcd\n"
+                    .into(),
+                timeout: SHORT,
+            },
+            Step {
+                name: "etcd: health".into(),
                 files: vec![],
-                check: Some("test -f /etc/kubernetes/manifests/etcd.yaml".into()),
-                run: script!("kubeadm init phase etcd local --config {}\n", config),
+                check: Some(self.etcdctl(&ip, "endpoint health")),
+                // A fresh member only turns healthy once a quorum of its peers is up.
+                run: "for i in $(seq 1 60); do\n  ".to_string()
+                    + &self.etcdctl(&ip, "endpoint health")
+                    + " && exit 0\n  sleep 2\ndone\necho 'etcd did not become healthy in 120 s' >&2\nexit 1\n",
                 timeout: SHORT,
             },
         ])
+    }
+
+    /// An etcdctl command line against the member at `ip`, with the health-check client
+    /// certificate every member has. `args` is code (a literal at every call site).
+    pub fn etcdctl(&self, ip: &str, args: &'static str) -> String {
+        script!(
+            "ETCDCTL_API=3 etcdctl --endpoints {} --cacert {} --cert {} --key {} ",
+            format!("https://{ip}:2379"),
+            ETCD_CA_CERT,
+            ETCD_HEALTHCHECK_CERT,
+            ETCD_HEALTHCHECK_KEY
+        ) + args
     }
 
     /// What the first control plane needs to reach external etcd, copied from an etcd host.
@@ -1267,19 +1315,49 @@ mod tests {
         );
         let ca = Bytes::from_static(b"CA CERT\n");
         let key = Bytes::from_static(b"CA KEY\n");
-        let mut etcd = r.etcd_kubelet().unwrap();
-        etcd.push(r.etcd_ca());
-        etcd.extend(r.etcd_member(&targets(&hs)[3], &ca, &key).unwrap());
+        let mut etcd = vec![r.etcd_ca()];
+        etcd.extend(
+            r.etcd_member(&targets(&hs)[3], Arch::Amd64, &ca, &key)
+                .unwrap(),
+        );
         insta::assert_snapshot!("external_etcd_member", describe(&etcd));
         assert!(
             matches!(Renderer::new(&cluster(""), &targets(&hs)), Err(RenderError::Host { ref host, .. }) if host == "etcd1")
         );
+        // etcd is a host service: an etcd member may also be a control plane or a worker.
         let mut both = hs.clone();
         both[0].roles.push(HostRole::Etcd);
-        assert!(matches!(
-            Renderer::new(&c, &targets(&both)),
-            Err(RenderError::Host { .. })
-        ));
+        both[1].roles.push(HostRole::Etcd);
+        both.truncate(3);
+        let r = Renderer::new(&c, &targets(&both)).unwrap();
+        assert_eq!(
+            r.etcd_hosts().map(|t| t.name()).collect::<Vec<_>>(),
+            ["cp1", "w1", "etcd1"].map(String::from).to_vec()
+        );
+        let member = r
+            .etcd_member(&targets(&both)[0], Arch::Arm64, &ca, &key)
+            .unwrap();
+        let install = member
+            .iter()
+            .find(|s| s.name.starts_with("etcd: install"))
+            .unwrap();
+        assert!(install.run.contains("'etcd-v3.5.27-linux-arm64/etcdutl'"));
+        assert!(
+            install
+                .run
+                .contains("1277309f540c5a0329c428f95455c9f76d24f768c8d28fd2753e891c379053fa")
+        );
+        let conf = member
+            .iter()
+            .flat_map(|s| &s.files)
+            .find(|f| f.path == ETCD_CONFIG)
+            .unwrap();
+        let conf: serde_json::Value =
+            serde_saphyr::from_str(&String::from_utf8_lossy(&conf.content)).unwrap();
+        assert_eq!(
+            conf["initial-cluster"],
+            "cp1=https://198.18.0.11:2380,w1=https://198.18.0.12:2380,etcd1=https://198.18.0.40:2380"
+        );
         // No /etc/hosts games and no local proxy with a real load balancer in front.
         assert!(r.endpoint_entry("1.2.3.4").is_none());
         assert!(r.settle(&targets(&hs)[1]).unwrap().is_empty());
