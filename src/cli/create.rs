@@ -476,11 +476,9 @@ pub fn build_cluster_objects(
                 "machine sizes do not apply to metal hosts",
             ));
         }
-        if a.etcd.is_none()
-            && hosts.iter().any(|h| {
-                h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane)
-            })
-        {
+        // The same rule the dry run reports: external whenever the etcd hosts are not
+        // exactly the control planes (e.g. 2 control planes with etcd on one of them).
+        if a.etcd.is_none() && crate::inventory::etcd_topology(&hosts) == EtcdType::External {
             spec.etcd = Some(Etcd {
                 kind: EtcdType::External,
             });

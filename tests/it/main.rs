@@ -10,6 +10,7 @@ mod cli_addons;
 mod cli_aws;
 mod cli_truth;
 mod cloudlab;
+mod etcd;
 mod faults;
 mod metal;
 mod provision;

@@ -1,0 +1,295 @@
+//! etcd end to end: Kubespray's 2 control planes + 3 etcd layout (external etcd as a host
+//! service beside other roles) on sshd test hosts, and the Kubespray inventories that used to
+//! be refused. Stand-in etcd/etcdctl/etcdutl from the mirror record their calls.
+
+use std::process::Output;
+
+use assert_cmd::Command;
+
+use crate::metal::{Lab, VERSION, ok, show};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The inventory Kubespray's inventory builder writes for five hosts: two control planes,
+/// etcd on the first three hosts, every host a worker.
+fn builder_inventory(lab: &Lab) -> String {
+    let mut inv = String::from("all:\n  vars:\n    ansible_user: root\n  hosts:\n");
+    for h in &lab.th.hosts {
+        inv.push_str(&format!(
+            "    {}:\n      ansible_host: {}\n      ip: {}\n      access_ip: {}\n      ansible_ssh_private_key_file: {}\n",
+            h.name,
+            h.address,
+            h.address,
+            h.address,
+            lab.key()
+        ));
+    }
+    inv.push_str(
+        "  children:\n    kube_control_plane:\n      hosts:\n        host1:\n        host2:\n",
+    );
+    inv.push_str("    kube_node:\n      hosts:\n");
+    for h in &lab.th.hosts {
+        inv.push_str(&format!("        {}:\n", h.name));
+    }
+    inv.push_str("    etcd:\n      hosts:\n        host1:\n        host2:\n        host3:\n");
+    inv.push_str(
+        "    k8s_cluster:\n      children:\n        kube_control_plane:\n        kube_node:\n    calico_rr:\n      hosts: {}\n",
+    );
+    inv
+}
+
+const ETCD_HOSTS: [&str; 3] = ["host1", "host2", "host3"];
+
+fn san_of(lab: &Lab, host: &str, cert: &str) -> String {
+    lab.host(host)
+        .exec(&format!(
+            "openssl x509 -noout -ext subjectAltName -in {cert}"
+        ))
+        .unwrap_or_else(|e| panic!("{host}: {cert}: {e}"))
+}
+
+#[test]
+fn two_control_planes_and_three_etcd_hosts_from_the_inventory_builder() {
+    let lab = Lab::start(5);
+    let name = "kubespray.metal.example.com";
+    let inv = lab.write("hosts.yaml", &builder_inventory(&lab));
+    ok(&lab.kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        &inv,
+        "--kubernetes-version",
+        VERSION,
+    ]));
+    let stored = ok(&lab.kprov(&["get", "cluster", name, "-o", "yaml"]));
+    assert!(stored.contains("type: External"), "{stored}");
+    // The preview of what `create` stored works (no host key recorded yet: no host contacted).
+    let preview = lab.kprov(&["update", "cluster", name]);
+    assert_eq!(preview.status.code(), Some(0), "{}", show(&preview));
+    drop(preview);
+
+    let o = provisioned_two_plus_three_after_create(&lab, name);
+    ok(&o);
+
+    // etcd runs as a service on exactly the etcd hosts, whatever else they are.
+    let peers: Vec<String> = ETCD_HOSTS
+        .iter()
+        .map(|h| format!("{h}=https://{}:2380", lab.host(h).address))
+        .collect();
+    let ca = lab
+        .upper("host1", "/etc/kubernetes/pki/etcd/ca.crt")
+        .expect("etcd CA");
+    let first_health = ETCD_HOSTS
+        .iter()
+        .map(|h| lab.first_call(h, "etcdctl "))
+        .max()
+        .unwrap();
+    for h in ETCD_HOSTS {
+        let addr = &lab.host(h).address;
+        let conf = lab
+            .upper(h, "/etc/etcd/etcd.conf.yml")
+            .expect("etcd config");
+        assert!(
+            conf.contains(&format!("initial-cluster: \"{}\"", peers.join(","))),
+            "{h}: {conf}"
+        );
+        assert!(conf.contains(&format!("name: \"{h}\"")), "{h}: {conf}");
+        assert!(
+            conf.contains(&format!("advertise-client-urls: \"https://{addr}:2379\"")),
+            "{h}: {conf}"
+        );
+        assert!(
+            lab.upper(h, "/etc/systemd/system/etcd.service")
+                .expect("unit")
+                .contains("ExecStart=/usr/local/bin/etcd --config-file=/etc/etcd/etcd.conf.yml")
+        );
+        // The pinned release's binaries, from the mirror.
+        for b in ["etcd", "etcdctl", "etcdutl"] {
+            assert!(
+                lab.upper(h, &format!("/usr/local/bin/{b}")).is_some(),
+                "{h}: {b}"
+            );
+        }
+        let calls: Vec<String> = lab.calls(h).into_iter().map(|c| c.1).collect();
+        assert!(
+            calls.iter().any(|c| c == "systemctl enable etcd"),
+            "{h}: {calls:#?}"
+        );
+        assert!(
+            calls.iter().any(|c| c == "systemctl restart etcd"),
+            "{h}: {calls:#?}"
+        );
+        assert!(
+            calls.iter().any(|c| c.starts_with(&format!(
+                "etcdctl --endpoints https://{addr}:2379 --cacert /etc/kubernetes/pki/etcd/ca.crt"
+            )) && c.ends_with("endpoint health")),
+            "{h}: {calls:#?}"
+        );
+        // One CA; server and peer certificates name the host's address.
+        assert_eq!(
+            lab.upper(h, "/etc/kubernetes/pki/etcd/ca.crt").as_ref(),
+            Some(&ca),
+            "{h}"
+        );
+        for cert in ["server", "peer"] {
+            let san = san_of(&lab, h, &format!("/etc/kubernetes/pki/etcd/{cert}.crt"));
+            assert!(
+                san.contains(&format!("IP Address:{addr}")),
+                "{h} {cert}: {san}"
+            );
+        }
+    }
+    for h in ["host4", "host5"] {
+        assert!(lab.upper(h, "/etc/etcd/etcd.conf.yml").is_none(), "{h}");
+        assert!(lab.upper(h, "/usr/local/bin/etcd").is_none(), "{h}");
+    }
+    // Every member is healthy before kubeadm init, which points at all three.
+    let init = lab.first_call("host1", "kubeadm init --config");
+    assert!(first_health < init);
+    let init_cfg = lab
+        .upper("host1", "/etc/kubernetes/kprov/kubeadm-init.yaml")
+        .expect("init config");
+    assert!(init_cfg.contains("external:"), "{init_cfg}");
+    for h in ETCD_HOSTS {
+        assert!(
+            init_cfg.contains(&format!("https://{}:2379", lab.host(h).address)),
+            "{init_cfg}"
+        );
+    }
+    // kubeadm's own etcd never runs: no etcd static pod on the control planes.
+    for h in ["host1", "host2"] {
+        assert!(
+            lab.upper(h, "/etc/kubernetes/manifests/etcd.yaml")
+                .is_none(),
+            "{h}"
+        );
+        assert!(lab.upper(h, "/etc/kubernetes/admin.conf").is_some(), "{h}");
+    }
+    let join2 = lab
+        .upper("host2", "/etc/kubernetes/kprov/kubeadm-join.yaml")
+        .expect("join");
+    assert!(join2.contains("controlPlane:"), "{join2}");
+    for h in ["host3", "host4", "host5"] {
+        assert!(
+            lab.upper(h, "/etc/kubernetes/kubelet.conf").is_some(),
+            "{h}"
+        );
+    }
+
+    // Converged: the preview has nothing pending and a re-run changes nothing on etcd.
+    let before = ETCD_HOSTS.map(|h| lab.calls(h).len());
+    let p = lab.kprov(&["update", "cluster", name, "--exit-code"]);
+    assert_eq!(p.status.code(), Some(0), "{}", show(&p));
+    let again = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    let out = ok(&again) + &text(&again.stderr);
+    assert!(out.contains("No changes"), "{out}");
+    for (i, h) in ETCD_HOSTS.iter().enumerate() {
+        let new: Vec<String> = lab.calls(h)[before[i]..]
+            .iter()
+            .map(|c| c.1.clone())
+            .collect();
+        assert!(
+            !new.iter().any(|c| c.starts_with("systemctl restart etcd")
+                || c.starts_with("kubeadm")
+                || c.starts_with("etcd ")),
+            "{h}: {new:#?}"
+        );
+    }
+
+    // delete cluster stops and removes the etcd service with everything else.
+    ok(&lab.kprov(&["delete", "cluster", name, "--yes"]));
+    for h in ETCD_HOSTS {
+        let calls: Vec<String> = lab.calls(h).into_iter().map(|c| c.1).collect();
+        assert!(
+            calls.iter().any(|c| c == "systemctl disable --now etcd"),
+            "{h}: {calls:#?}"
+        );
+        assert!(
+            lab.host(h).exec("test ! -e /etc/etcd && test ! -e /etc/systemd/system/etcd.service && test ! -e /var/lib/etcd").is_ok(),
+            "{h}"
+        );
+    }
+}
+
+fn provisioned_two_plus_three_after_create(lab: &Lab, name: &str) -> Output {
+    lab.use_mirror(name, None);
+    lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ])
+}
+
+/// The real inventories kprov refused before (etcd beside other roles) import, are stored,
+/// and preview; no host is contacted (their keys are not recorded), so no traffic leaves.
+#[test]
+fn kubespray_inventories_with_etcd_beside_other_roles_create_and_preview() {
+    let dir = tempfile::Builder::new()
+        .prefix("kprov-etcd-real-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubespray/real");
+    let kprov = |args: &[&str]| {
+        Command::cargo_bin("kprov")
+            .unwrap()
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", dir.path())
+            .env(
+                "KPROV_STATE_STORE",
+                format!("file://{}", dir.path().join("state").display()),
+            )
+            .env("NO_COLOR", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for (i, f) in [
+        "12-inventory-builder-2-hosts.yaml",
+        "12-inventory-builder-3-hosts.yaml",
+        "12-inventory-builder-5-hosts.yaml",
+        "13-python-discord-hosts.yaml",
+        "14-ska-telescope-hosts.yaml",
+        "16-llaoj-inventory.ini",
+        "25-kubespray-docs-inventory-md-example.ini",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let name = format!("real{i}.example.com");
+        let inv = fixtures.join(f).display().to_string();
+        let c = kprov(&[
+            "create",
+            "cluster",
+            &name,
+            "--cloud",
+            "metal",
+            "--inventory",
+            &inv,
+        ]);
+        assert!(c.status.success(), "{f}: {}", show(&c));
+        let got = kprov(&["get", "cluster", &name, "-o", "yaml"]);
+        assert!(
+            text(&got.stdout).contains("type: External"),
+            "{f}: {}",
+            show(&got)
+        );
+        let p = kprov(&["update", "cluster", &name, "-o", "json"]);
+        assert_eq!(p.status.code(), Some(0), "{f}: {}", show(&p));
+        let plan: serde_json::Value = serde_json::from_slice(&p.stdout).expect("json plan");
+        let nodes = plan["nodes"].as_array().expect("nodes");
+        assert!(!nodes.is_empty(), "{f}");
+        for n in nodes {
+            assert_eq!(n["observed"]["state"], "host-key-not-recorded", "{f}: {n}");
+        }
+    }
+}
