@@ -10,8 +10,8 @@ use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
 use super::{
-    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat, SchemaKind,
-    UpdateWhat, ValidateWhat, exit,
+    BackupWhat, Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat,
+    RestoreWhat, SchemaKind, UpdateWhat, ValidateWhat, exit,
 };
 use crate::bounded;
 use crate::output::{Format, Printer, Table};
@@ -95,7 +95,9 @@ pub fn exit_code_of(e: &anyhow::Error) -> i32 {
 pub async fn run(cli: Cli) -> i32 {
     let format = match &cli.command {
         Command::Get(g) => match &g.what {
-            GetWhat::Clusters { out, .. } | GetWhat::Instancegroups { out, .. } => out.output,
+            GetWhat::Clusters { out, .. }
+            | GetWhat::Instancegroups { out, .. }
+            | GetWhat::Backups { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -104,6 +106,9 @@ pub async fn run(cli: Cli) -> i32 {
         },
         Command::Validate(v) => match &v.what {
             ValidateWhat::Cluster { output, .. } => *output,
+        },
+        Command::Backup(b) => match &b.what {
+            BackupWhat::Etcd { out, .. } => out.output,
         },
         _ => Format::Table,
     };
@@ -134,6 +139,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
+            GetWhat::Backups { name, .. } => super::etcd::list(ctx, &name).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -189,6 +195,14 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 ssh_tunnel,
                 ..
             } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref(), ssh_tunnel).await,
+        },
+        Command::Backup(b) => match b.what {
+            BackupWhat::Etcd { name, .. } => super::etcd::backup(ctx, &name).await,
+        },
+        Command::Restore(r) => match r.what {
+            RestoreWhat::Etcd { name, from, yes } => {
+                super::etcd::restore(ctx, &name, &from, yes).await
+            }
         },
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);

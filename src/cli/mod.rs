@@ -4,6 +4,7 @@ mod addons;
 pub mod commands;
 mod create;
 mod edit;
+mod etcd;
 mod metal;
 mod update;
 
@@ -68,6 +69,10 @@ pub enum Command {
     Update(UpdateCmd),
     /// Check that a running cluster is healthy
     Validate(ValidateCmd),
+    /// Back up a cluster's data (etcd snapshots into the state store)
+    Backup(BackupCmd),
+    /// Restore a cluster's data from a backup (preview without --yes)
+    Restore(RestoreCmd),
     /// Print the JSON Schema of the kprov objects (for editors)
     Schema(SchemaArgs),
     /// Print a shell completion script
@@ -129,6 +134,13 @@ pub enum GetWhat {
         /// Output format (yaml: the manifests as applied; json: with add-on names and versions)
         #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
+    },
+    /// List a cluster's etcd backups (`kprov backup etcd NAME` takes them)
+    #[command(visible_alias = "backup")]
+    Backups {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// List a cluster's instance groups
     #[command(visible_aliases = ["instancegroup", "ig", "igs"])]
@@ -317,6 +329,44 @@ pub enum ValidateWhat {
         /// control planes sit behind a bastion)
         #[arg(long)]
         ssh_tunnel: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BackupCmd {
+    #[command(subcommand)]
+    pub what: BackupWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupWhat {
+    /// Take an etcd snapshot on a healthy member and store it (with its sha256) in the state
+    /// store under NAME/backups/etcd/
+    Etcd {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreCmd {
+    #[command(subcommand)]
+    pub what: RestoreWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RestoreWhat {
+    /// Restore every etcd member from a stored snapshot (checksum verified first); API
+    /// servers and etcd stop meanwhile. Preview without --yes
+    Etcd {
+        name: String,
+        /// The snapshot, as `kprov get backups NAME` lists it (e.g. 20261122T213500Z)
+        #[arg(long, value_name = "SNAPSHOT")]
+        from: String,
+        /// Really restore (everything written after the snapshot is lost)
+        #[arg(long, short)]
+        yes: bool,
     },
 }
 

@@ -116,7 +116,7 @@ impl Progress for SshEvents {
 }
 
 /// An SSH fleet over the targets' hosts.
-fn fleet(
+pub(crate) fn fleet(
     cluster: &Cluster,
     targets: &[Target],
     store: Arc<dyn StateStore>,

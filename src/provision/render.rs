@@ -60,6 +60,15 @@ pub const ETCD_BIN: &str = "/usr/local/bin/etcd";
 pub const ETCD_CONFIG: &str = "/etc/etcd/etcd.conf.yml";
 pub const ETCD_UNIT: &str = "/etc/systemd/system/etcd.service";
 pub const ETCD_DATA_DIR: &str = "/var/lib/etcd";
+/// Where a backup's snapshot is written on a member: inside the data directory, which
+/// kubeadm's etcd static pod mounts at the same path, so both topologies find it there.
+pub const ETCD_SNAPSHOT: &str = "/var/lib/etcd/kprov-snapshot.db";
+/// Where a restore uploads the snapshot on each member.
+pub const ETCD_RESTORE_UPLOAD: &str = "/var/lib/kprov/etcd-restore.db";
+/// Static pod manifests set aside while etcd is restored.
+pub const ETCD_PAUSED_DIR: &str = "/etc/kubernetes/kprov/paused";
+pub const APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+pub const STACKED_ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
@@ -448,7 +457,11 @@ impl Renderer {
             .ok_or(RenderError::Missing("asset"))
     }
 
-    fn install_step(&self, component: Component, arch: Arch) -> Result<Step, RenderError> {
+    pub(crate) fn install_step(
+        &self,
+        component: Component,
+        arch: Arch,
+    ) -> Result<Step, RenderError> {
         let a = self.asset(component, arch)?;
         let name = component.name();
         let (dest, marker_bin) = match component {
@@ -970,8 +983,11 @@ impl Renderer {
                     ),
                 ],
                 check: Some("systemctl is-active --quiet etcd".into()),
-                run: "set -e\nsystemctl daemon-reload\nsystemctl enable etcd\nsystemctl restart etcd\n"
-                    .into(),
+                // etcd wants its data directory private; an empty one it initialises.
+                run: script!(
+                    "set -e\ninstall -d -m 0700 {}\nsystemctl daemon-reload\nsystemctl enable etcd\nsystemctl restart etcd\n",
+                    ETCD_DATA_DIR
+                ),
                 timeout: SHORT,
             },
             Step {
@@ -997,6 +1013,224 @@ impl Renderer {
             ETCD_HEALTHCHECK_CERT,
             ETCD_HEALTHCHECK_KEY
         ) + args
+    }
+
+    /// The etcd members: the control planes with stacked etcd, the etcd hosts with external.
+    pub fn etcd_members(&self) -> Vec<&Target> {
+        match self.etcd {
+            EtcdType::Stacked => self.control_planes().collect(),
+            EtcdType::External => self.etcd_hosts().collect(),
+        }
+    }
+
+    /// `name=https://IP:2380` of every member, as a restore recreates the cluster.
+    fn etcd_restore_cluster(&self) -> Result<String, RenderError> {
+        let members = self
+            .etcd_members()
+            .into_iter()
+            .map(|t| {
+                Ok(format!(
+                    "{}=https://{}:2380",
+                    t.node_name,
+                    node_ip(&t.host)?
+                ))
+            })
+            .collect::<Result<Vec<_>, RenderError>>()?;
+        Ok(members.join(","))
+    }
+
+    /// The token the members were started with: kprov's for host-deployed etcd, etcd's own
+    /// default for kubeadm's static pods (kubeadm sets none).
+    fn etcd_cluster_token(&self) -> String {
+        match self.etcd {
+            EtcdType::Stacked => "etcd-cluster".into(),
+            EtcdType::External => format!("kprov-{}", self.cluster_name),
+        }
+    }
+
+    /// Takes a snapshot on `member` into [`ETCD_SNAPSHOT`] after a health check: with stacked
+    /// etcd through the static pod's own etcdctl and kubeadm's health-check certificate, with
+    /// host-deployed etcd through the service's etcdctl.
+    pub fn etcd_snapshot(&self, member: &Target) -> Result<Step, RenderError> {
+        let run = match self.etcd {
+            EtcdType::Stacked => {
+                let ctl = script!(
+                    "crictl exec \"$id\" etcdctl --endpoints https://127.0.0.1:2379 --cacert {} --cert {} --key {}",
+                    ETCD_CA_CERT,
+                    ETCD_HEALTHCHECK_CERT,
+                    ETCD_HEALTHCHECK_KEY
+                );
+                "set -eu\nid=$(crictl ps --name '^etcd$' --state running -q | head -n1)\n\
+                 [ -n \"$id\" ] || { echo 'no running etcd container (static pod) on this host' >&2; exit 1; }\n"
+                    .to_string()
+                    + &script!("rm -f {}\n", ETCD_SNAPSHOT)
+                    + &ctl
+                    + " endpoint health\n"
+                    + &ctl
+                    + &script!(" snapshot save {}\n", ETCD_SNAPSHOT)
+            }
+            EtcdType::External => {
+                let ip = node_ip(&member.host)?;
+                "set -eu\n".to_string()
+                    + &script!("rm -f {}\n", ETCD_SNAPSHOT)
+                    + &self.etcdctl(&ip, "endpoint health")
+                    + "\n"
+                    + &self.etcdctl(&ip, "snapshot save")
+                    + &script!(" {}\n", ETCD_SNAPSHOT)
+            }
+        };
+        Ok(Step {
+            name: "etcd: snapshot".into(),
+            files: vec![],
+            check: None,
+            run,
+            timeout: LONG,
+        })
+    }
+
+    /// Removes the snapshot file a backup left on a member.
+    pub fn etcd_snapshot_cleanup(&self) -> Step {
+        Step {
+            name: "etcd: remove snapshot file".into(),
+            files: vec![],
+            check: None,
+            run: script!("rm -f {}\n", ETCD_SNAPSHOT),
+            timeout: SHORT,
+        }
+    }
+
+    /// First restore phase on `target`: the API server (control planes) and etcd (members)
+    /// stop, as kubeadm documents it: static pod manifests moved out of the kubelet's
+    /// directory, the etcd service stopped.
+    pub fn etcd_restore_stop(&self, target: &Target) -> Step {
+        let mut run = script!("set -eu\nmkdir -p {}\n", ETCD_PAUSED_DIR);
+        if target.is_control_plane() {
+            run += &script!(
+                "if [ -f {} ]; then mv -f {} {}/; fi\n",
+                APISERVER_MANIFEST,
+                APISERVER_MANIFEST,
+                ETCD_PAUSED_DIR
+            );
+        }
+        let member = self
+            .etcd_members()
+            .iter()
+            .any(|m| m.name() == target.name());
+        match self.etcd {
+            EtcdType::Stacked if member => {
+                run += &script!(
+                    "if [ -f {} ]; then mv -f {} {}/; fi\n",
+                    STACKED_ETCD_MANIFEST,
+                    STACKED_ETCD_MANIFEST,
+                    ETCD_PAUSED_DIR
+                );
+                // The kubelet stops the pod once its manifest is gone.
+                run += "for i in $(seq 1 60); do\n  [ -z \"$(crictl ps --name '^etcd$' -q 2>/dev/null)\" ] && break\n  sleep 2\ndone\n";
+            }
+            EtcdType::External if member => run += "systemctl stop etcd\n",
+            _ => {}
+        }
+        Step {
+            name: "etcd restore: stop".into(),
+            files: vec![],
+            check: None,
+            run,
+            timeout: LONG,
+        }
+    }
+
+    /// Second phase on a member: `etcdutl snapshot restore` with the member's own name and
+    /// peer URL into a fresh data directory, which replaces the old one (kept beside it as
+    /// `/var/lib/etcd.kprov-previous` until the next restore).
+    pub fn etcd_restore_member(
+        &self,
+        member: &Target,
+        arch: Arch,
+        snapshot: &Bytes,
+    ) -> Result<Vec<Step>, RenderError> {
+        let ip = node_ip(&member.host)?;
+        let fresh = format!("{ETCD_DATA_DIR}.kprov-restore");
+        let previous = format!("{ETCD_DATA_DIR}.kprov-previous");
+        let run = script!(
+            "set -eu\nrm -rf {}\netcdutl snapshot restore {} --name {} --initial-cluster {} \
+             --initial-cluster-token {} --initial-advertise-peer-urls {} --data-dir {}\n\
+             rm -rf {}\nif [ -e {} ]; then mv {} {}; fi\nmv {} {}\nrm -f {}\n",
+            fresh,
+            ETCD_RESTORE_UPLOAD,
+            member.node_name,
+            self.etcd_restore_cluster()?,
+            self.etcd_cluster_token(),
+            format!("https://{ip}:2380"),
+            fresh,
+            previous,
+            ETCD_DATA_DIR,
+            ETCD_DATA_DIR,
+            previous,
+            fresh,
+            ETCD_DATA_DIR,
+            ETCD_RESTORE_UPLOAD
+        );
+        Ok(vec![
+            // etcdutl comes with the pinned etcd release (stacked control planes lack it).
+            self.install_step(Component::Etcd, arch)?,
+            Step {
+                name: "etcd restore: snapshot restore".into(),
+                files: vec![file(ETCD_RESTORE_UPLOAD, snapshot.clone(), 0o600)],
+                check: None,
+                run,
+                timeout: LONG,
+            },
+        ])
+    }
+
+    /// Third phase on a member: etcd starts again on the restored data.
+    pub fn etcd_restore_start(&self) -> Step {
+        let run = match self.etcd {
+            EtcdType::Stacked => script!(
+                "set -eu\nmv -f {}/etcd.yaml {}\n",
+                ETCD_PAUSED_DIR,
+                STACKED_ETCD_MANIFEST
+            ),
+            EtcdType::External => "systemctl start etcd\n".into(),
+        };
+        Step {
+            name: "etcd restore: start etcd".into(),
+            files: vec![],
+            check: None,
+            run,
+            timeout: LONG,
+        }
+    }
+
+    /// Fourth phase on a member: wait until it is healthy (a member only is once a quorum of
+    /// its peers runs).
+    pub fn etcd_health(&self, member: &Target) -> Result<Step, RenderError> {
+        let ip = node_ip(&member.host)?;
+        Ok(Step {
+            name: "etcd: health".into(),
+            files: vec![],
+            check: None,
+            run: "for i in $(seq 1 60); do\n  ".to_string()
+                + &self.etcdctl(&ip, "endpoint health")
+                + " && exit 0\n  sleep 2\ndone\necho 'etcd did not become healthy in 120 s' >&2\nexit 1\n",
+            timeout: LONG,
+        })
+    }
+
+    /// Last phase on a control plane: its API server starts again.
+    pub fn etcd_restore_apiserver(&self) -> Step {
+        Step {
+            name: "etcd restore: start the API server".into(),
+            files: vec![],
+            check: None,
+            run: script!(
+                "set -eu\nif [ -f {}/kube-apiserver.yaml ]; then mv -f {}/kube-apiserver.yaml {}; fi\n",
+                ETCD_PAUSED_DIR,
+                ETCD_PAUSED_DIR,
+                APISERVER_MANIFEST
+            ),
+            timeout: SHORT,
+        }
     }
 
     /// What the first control plane needs to reach external etcd, copied from an etcd host.

@@ -63,6 +63,8 @@ const STUBS: &[&str] = &[
     "kubeadm",
     "touch",
     "etcdctl",
+    "etcdutl",
+    "crictl",
     "seq",
     "sleep",
     "pwned",
@@ -102,6 +104,18 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
     for e in r.etcd_hosts() {
         steps.extend(r.etcd_member(e, Arch::Amd64, &b, &b).unwrap());
     }
+    // Backups and restores, on the members of either topology.
+    for e in r.etcd_members() {
+        steps.push(r.etcd_snapshot(e).unwrap());
+        steps.extend(r.etcd_restore_member(e, Arch::Amd64, &b).unwrap());
+        steps.push(r.etcd_health(e).unwrap());
+    }
+    for t in &ts {
+        steps.push(r.etcd_restore_stop(t));
+    }
+    steps.push(r.etcd_snapshot_cleanup());
+    steps.push(r.etcd_restore_start());
+    steps.push(r.etcd_restore_apiserver());
     steps.push(r.etcd_client(&b, &b, &b));
     let mut out = Vec::new();
     for s in steps {

@@ -293,3 +293,247 @@ fn kubespray_inventories_with_etcd_beside_other_roles_create_and_preview() {
         }
     }
 }
+
+fn provision(lab: &Lab, name: &str) {
+    let inv = lab.write("hosts.yaml", &builder_inventory(lab));
+    ok(&lab.kprov(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        &inv,
+        "--kubernetes-version",
+        VERSION,
+    ]));
+    ok(&provisioned_two_plus_three_after_create(lab, name));
+}
+
+fn backup_dir(lab: &Lab, name: &str) -> std::path::PathBuf {
+    lab.store_dir().join(name).join("backups/etcd")
+}
+
+fn calls_since(lab: &Lab, host: &str, since: usize) -> Vec<(u128, String)> {
+    lab.calls(host).split_off(since.min(lab.calls(host).len()))
+}
+
+#[test]
+fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
+    let lab = Lab::start(5);
+    let name = "backup.metal.example.com";
+    provision(&lab, name);
+    // What the stand-in etcd "holds": it goes into every snapshot it saves.
+    for h in ETCD_HOSTS {
+        lab.host(h)
+            .exec("printf 'key=v1\\n' > /var/lib/kprov-standins/etcd-keys")
+            .unwrap();
+    }
+
+    // 1. A backup on the first healthy member, stored with its checksum.
+    let before = lab.calls("host1").len();
+    let o = lab.kprov(&["backup", "etcd", name, "-o", "json"]);
+    let first: serde_json::Value = serde_json::from_str(&ok(&o)).expect("json record");
+    assert!(
+        text(&o.stderr).contains("Backed up etcd of"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(first["host"], "host1");
+    assert_eq!(first["etcd"], "External");
+    let id1 = first["id"].as_str().unwrap().to_string();
+    let db =
+        std::fs::read(backup_dir(&lab, name).join(format!("{id1}.db"))).expect("stored snapshot");
+    assert!(
+        text(&db).starts_with("kprov-standin-snapshot\nhost1\nkey=v1\n"),
+        "{}",
+        text(&db)
+    );
+    assert_eq!(first["sha256"], kprov_sha256(&db));
+    assert_eq!(first["size"], db.len());
+    let addr1 = &lab.host("host1").address;
+    let new: Vec<String> = calls_since(&lab, "host1", before)
+        .into_iter()
+        .map(|c| c.1)
+        .collect();
+    let health = new
+        .iter()
+        .position(|c| {
+            c.starts_with(&format!("etcdctl --endpoints https://{addr1}:2379"))
+                && c.ends_with("endpoint health")
+        })
+        .unwrap_or_else(|| panic!("{new:#?}"));
+    let save = new
+        .iter()
+        .position(|c| {
+            c.starts_with("etcdctl ")
+                && c.ends_with("snapshot save /var/lib/etcd/kprov-snapshot.db")
+        })
+        .unwrap_or_else(|| panic!("{new:#?}"));
+    assert!(health < save);
+    // The snapshot holds every secret of the cluster: it does not stay on the host.
+    assert!(
+        lab.host("host1")
+            .exec("test ! -e /var/lib/etcd/kprov-snapshot.db")
+            .is_ok()
+    );
+    for h in ["host2", "host3", "host4", "host5"] {
+        assert!(
+            !lab.calls(h).iter().any(|c| c.1.contains("snapshot save")),
+            "{h} was asked for a snapshot too"
+        );
+    }
+
+    // 2. host1's etcdctl is broken: the next healthy member gives the snapshot.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    lab.host("host1")
+        .exec("mv /usr/local/bin/etcdctl /usr/local/bin/etcdctl.off")
+        .unwrap();
+    for h in ETCD_HOSTS {
+        lab.host(h)
+            .exec("printf 'key=v2\\n' > /var/lib/kprov-standins/etcd-keys")
+            .unwrap();
+    }
+    let o = lab.kprov(&["backup", "etcd", name, "-o", "json"]);
+    let second: serde_json::Value = serde_json::from_str(&ok(&o)).expect("json record");
+    assert_eq!(second["host"], "host2", "{}", show(&o));
+    lab.host("host1")
+        .exec("mv /usr/local/bin/etcdctl.off /usr/local/bin/etcdctl")
+        .unwrap();
+    let id2 = second["id"].as_str().unwrap().to_string();
+    assert_ne!(id1, id2);
+
+    // 3. Listed, oldest first, as a table and as JSON.
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&lab.kprov(&["get", "backups", name, "-o", "json"]))).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+    assert_eq!(listed[0], first);
+    assert_eq!(listed[1], second);
+    let table = ok(&lab.kprov(&["get", "backups", name]));
+    assert!(
+        table.contains("SNAPSHOT") && table.contains(&id1) && table.contains(&id2),
+        "{table}"
+    );
+    let missing = lab.kprov(&["get", "backups", "nope.example.com"]);
+    assert!(!missing.status.success(), "{}", show(&missing));
+
+    // 4. A snapshot whose bytes changed in the store is refused before any host is touched.
+    let calls_before: Vec<usize> = lab
+        .th
+        .hosts
+        .iter()
+        .map(|h| lab.calls(&h.name).len())
+        .collect();
+    let p2 = backup_dir(&lab, name).join(format!("{id2}.db"));
+    let mut bad = std::fs::read(&p2).unwrap();
+    bad[0] ^= 1;
+    std::fs::write(&p2, &bad).unwrap();
+    let o = lab.kprov(&["restore", "etcd", name, "--from", &id2, "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("checksum mismatch"),
+        "{}",
+        show(&o)
+    );
+    // 5. The preview verifies, lists every control plane and member, and changes nothing.
+    let o = lab.kprov(&["restore", "etcd", name, "--from", &id1]);
+    let preview = ok(&o);
+    assert!(preview.contains("verified"), "{preview}");
+    for h in ["host1", "host2", "host3"] {
+        assert!(preview.contains(h), "{preview}");
+    }
+    assert!(
+        !preview.contains("host4") && !preview.contains("host5"),
+        "{preview}"
+    );
+    assert!(
+        text(&o.stderr).contains("Must specify --yes"),
+        "{}",
+        show(&o)
+    );
+    for (i, h) in lab.th.hosts.iter().enumerate() {
+        assert_eq!(
+            lab.calls(&h.name).len(),
+            calls_before[i],
+            "{} was touched",
+            h.name
+        );
+    }
+
+    // 6. The restore, as kubeadm documents it.
+    let o = lab.kprov(&["restore", "etcd", name, "--from", &id1, "--yes"]);
+    ok(&o);
+    let peers: Vec<String> = ETCD_HOSTS
+        .iter()
+        .map(|h| format!("{h}=https://{}:2380", lab.host(h).address))
+        .collect();
+    let at = |h: &str, prefix: &str| -> Vec<u128> {
+        calls_since(&lab, h, calls_before[h[4..].parse::<usize>().unwrap() - 1])
+            .into_iter()
+            .filter(|c| c.1.starts_with(prefix))
+            .map(|c| c.0)
+            .collect()
+    };
+    let mut stops = Vec::new();
+    let mut restores = Vec::new();
+    let mut starts = Vec::new();
+    for h in ETCD_HOSTS {
+        let addr = &lab.host(h).address;
+        let restore = format!(
+            "etcdutl snapshot restore /var/lib/kprov/etcd-restore.db --name {h} --initial-cluster {} --initial-cluster-token kprov-{name} --initial-advertise-peer-urls https://{addr}:2380 --data-dir /var/lib/etcd.kprov-restore",
+            peers.join(",")
+        );
+        let r = at(h, &restore);
+        assert_eq!(r.len(), 1, "{h}: {:#?}", lab.calls(h));
+        stops.extend(at(h, "systemctl stop etcd"));
+        restores.extend(r);
+        starts.extend(at(h, "systemctl start etcd"));
+        let healthy = at(h, "etcdctl ");
+        assert!(
+            healthy.iter().any(|t| *t > restores[restores.len() - 1]),
+            "{h}"
+        );
+        // The restored data directory holds the snapshot; the old one is kept beside it.
+        assert_eq!(
+            lab.host(h)
+                .read_upper("/var/lib/etcd/member/snap/db")
+                .as_deref(),
+            Some(&db[..]),
+            "{h}"
+        );
+        assert!(lab.host(h).exec("test -d /var/lib/etcd.kprov-previous && test ! -e /var/lib/kprov/etcd-restore.db").is_ok(), "{h}");
+    }
+    assert_eq!((stops.len(), starts.len()), (3, 3));
+    // Every member stops before any restores, all restore before any starts.
+    assert!(stops.iter().max() < restores.iter().min());
+    assert!(restores.iter().max() < starts.iter().min());
+    // The API servers were set aside meanwhile and are back.
+    for h in ["host1", "host2"] {
+        let calls: Vec<(u128, String)> =
+            calls_since(&lab, h, calls_before[h[4..].parse::<usize>().unwrap() - 1]);
+        assert!(!calls.is_empty(), "{h}");
+        assert!(
+            lab.upper(h, "/etc/kubernetes/manifests/kube-apiserver.yaml")
+                .is_some(),
+            "{h}"
+        );
+        assert!(
+            lab.host(h)
+                .exec("test -d /etc/kubernetes/kprov/paused && test -z \"$(ls -A /etc/kubernetes/kprov/paused)\"")
+                .is_ok(),
+            "{h}"
+        );
+    }
+    for h in ["host4", "host5"] {
+        assert_eq!(
+            lab.calls(h).len(),
+            calls_before[h[4..].parse::<usize>().unwrap() - 1],
+            "{h} was touched by the restore"
+        );
+    }
+}
+
+fn kprov_sha256(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
