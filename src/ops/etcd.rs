@@ -98,7 +98,9 @@ pub async fn backup(
             let data = exec
                 .read_file_bounded(m.name(), render::ETCD_SNAPSHOT, SNAPSHOT_LIMIT)
                 .await?
-                .ok_or_else(|| anyhow!("etcdctl wrote no {}", render::ETCD_SNAPSHOT))?;
+                .ok_or_else(|| {
+                    anyhow!("{}: etcdctl wrote no {}", m.name(), render::ETCD_SNAPSHOT)
+                })?;
             // The file holds every secret of the cluster: it does not stay on the host.
             run(exec, m.name(), &[renderer.etcd_snapshot_cleanup()]).await?;
             anyhow::Ok(data)
@@ -107,7 +109,8 @@ pub async fn backup(
         match snapshot {
             Ok(data) if data.is_empty() => failures.push(format!("{}: empty snapshot", m.name())),
             Ok(data) => return store_backup(store, cluster, m.name(), data, now).await,
-            Err(e) => failures.push(format!("{}: {e:#}", m.name())),
+            // Errors from the host name it already.
+            Err(e) => failures.push(format!("{e:#}")),
         }
     }
     bail!(
@@ -310,7 +313,7 @@ pub async fn restore(
         .await;
         let failed: Vec<String> = results
             .into_iter()
-            .filter_map(|(h, r)| r.err().map(|e| format!("{h}: {e:#}")))
+            .filter_map(|(_, r)| r.err().map(|e| format!("{e:#}")))
             .collect();
         if failed.is_empty() {
             Ok(())

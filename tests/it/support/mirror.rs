@@ -182,6 +182,7 @@ fn standin(tool: &str, version: &str) -> String {
     let template = match tool {
         "kubeadm" => "kubeadm",
         "etcd" | "etcdctl" | "etcdutl" => "etcd",
+        "crictl" => "crictl",
         _ => "simple",
     };
     std::fs::read_to_string(Path::new(STANDINS).join(template))
