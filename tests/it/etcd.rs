@@ -635,3 +635,176 @@ fn etcd_backup_and_restore_on_stacked_etcd() {
         }
     }
 }
+
+/// Plays the members for `ops::etcd` without SSH: the snapshot step fails on `broken`, works
+/// elsewhere; the file read back is the member's snapshot.
+struct FakeMembers {
+    broken: &'static str,
+    steps: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+#[async_trait::async_trait]
+impl kprov::ssh::task::HostExecutor for FakeMembers {
+    async fn run_steps(
+        &self,
+        host: &str,
+        steps: &[kprov::ssh::task::Step],
+    ) -> Result<Vec<kprov::ssh::task::StepOutcome>, kprov::ssh::task::ExecError> {
+        for s in steps {
+            self.steps
+                .lock()
+                .unwrap()
+                .push((host.into(), s.name.clone()));
+            if host == self.broken && s.name == "etcd: snapshot" {
+                return Err(kprov::ssh::task::ExecError::Step {
+                    host: host.into(),
+                    step: s.name.clone(),
+                    code: Some(1),
+                    stderr: "context deadline exceeded".into(),
+                });
+            }
+        }
+        Ok(vec![kprov::ssh::task::StepOutcome::Changed; steps.len()])
+    }
+
+    async fn read_file(
+        &self,
+        host: &str,
+        path: &str,
+    ) -> Result<Option<bytes::Bytes>, kprov::ssh::task::ExecError> {
+        Ok((path == kprov::provision::render::ETCD_SNAPSHOT)
+            .then(|| bytes::Bytes::from(format!("snapshot of {host}\n"))))
+    }
+}
+
+/// The use case a rolling update calls, against both state store backends: the record and
+/// snapshot land under NAME/backups/etcd/, the list reads them back, a tampered record or
+/// snapshot is refused by `load`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_use_case_on_file_and_s3_stores() {
+    use kprov::ops::etcd;
+    use kprov::state::{Precondition, StateStore};
+    let yaml = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: uc.example.com\n\
+         spec:\n  cloudProvider: metal\n  kubernetesVersion: 1.35.1\n  networking:\n    \
+         podCIDR: 100.96.0.0/11\n    serviceCIDR: 100.64.0.0/13\n  etcd:\n    type: External\n  hosts:\n\
+         \x20 - {name: cp1, address: 198.18.9.1, roles: [control-plane, etcd]}\n\
+         \x20 - {name: cp2, address: 198.18.9.2, roles: [control-plane, etcd]}\n\
+         \x20 - {name: w1, address: 198.18.9.3, roles: [node, etcd]}\n";
+    let cluster: kprov::spec::Cluster = serde_saphyr::from_str(yaml).unwrap();
+    let targets: Vec<kprov::nodes::Target> = cluster
+        .spec
+        .hosts
+        .iter()
+        .cloned()
+        .map(kprov::nodes::Target::from_host)
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = format!("kprov-it-etcd-{:016x}", rand::random::<u64>());
+    let moto = crate::support::moto::moto();
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&moto.sdk_config().await)
+            .force_path_style(true)
+            .build(),
+    )
+    .create_bucket()
+    .bucket(&bucket)
+    .send()
+    .await
+    .unwrap();
+    let stores: Vec<(&str, std::sync::Arc<dyn StateStore>)> = vec![
+        (
+            "file",
+            std::sync::Arc::new(kprov::state::file::FileStore::new(dir.path()).unwrap()),
+        ),
+        (
+            "s3",
+            std::sync::Arc::new(kprov::state::s3::S3Store::new(
+                &moto.sdk_config().await,
+                &bucket,
+                "team",
+            )),
+        ),
+    ];
+    for (kind, store) in stores {
+        let exec = FakeMembers {
+            broken: "cp1",
+            steps: Default::default(),
+        };
+        let t0 = chrono::DateTime::parse_from_rfc3339("2026-11-22T21:00:00Z")
+            .unwrap()
+            .to_utc();
+        let r1 = etcd::backup(store.as_ref(), &cluster, &targets, &exec, t0)
+            .await
+            .unwrap();
+        // cp1 failed its snapshot: cp2 gave it, and cleaned up after itself.
+        assert_eq!(r1.host, "cp2", "{kind}");
+        assert_eq!(r1.id, "20261122T210000Z");
+        assert_eq!(r1.key, "uc.example.com/backups/etcd/20261122T210000Z.db");
+        assert_eq!(r1.sha256, kprov_sha256(b"snapshot of cp2\n"));
+        assert!(
+            exec.steps
+                .lock()
+                .unwrap()
+                .contains(&("cp2".into(), "etcd: remove snapshot file".into()))
+        );
+        let r2 = etcd::backup(
+            store.as_ref(),
+            &cluster,
+            &targets,
+            &exec,
+            t0 + chrono::Duration::hours(1),
+        )
+        .await
+        .unwrap();
+        // The same second twice is refused, never overwritten.
+        assert!(
+            etcd::backup(store.as_ref(), &cluster, &targets, &exec, t0)
+                .await
+                .is_err()
+        );
+        let listed = etcd::list(store.as_ref(), "uc.example.com").await.unwrap();
+        assert_eq!(listed, vec![r1.clone(), r2.clone()], "{kind}");
+        let (rec, data) = etcd::load(store.as_ref(), "uc.example.com", &r1.id)
+            .await
+            .unwrap();
+        assert_eq!((rec, &data[..]), (r1.clone(), &b"snapshot of cp2\n"[..]));
+        // A changed snapshot, or a record pointing elsewhere, is refused.
+        store
+            .put(
+                &r2.key,
+                bytes::Bytes::from_static(b"evil"),
+                Precondition::None,
+            )
+            .await
+            .unwrap();
+        let err = etcd::load(store.as_ref(), "uc.example.com", &r2.id)
+            .await
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("checksum mismatch"),
+            "{kind}: {err:#}"
+        );
+        let mut forged = r1.clone();
+        forged.key = "other.example.com/secrets/admin.conf".into();
+        store
+            .put(
+                &format!("uc.example.com/backups/etcd/{}.json", r1.id),
+                bytes::Bytes::from(serde_json::to_vec(&forged).unwrap()),
+                Precondition::None,
+            )
+            .await
+            .unwrap();
+        let err = etcd::load(store.as_ref(), "uc.example.com", &r1.id)
+            .await
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("not its own snapshot"),
+            "{kind}: {err:#}"
+        );
+        assert!(
+            etcd::load(store.as_ref(), "uc.example.com", "20200101T000000Z")
+                .await
+                .is_err()
+        );
+    }
+}
