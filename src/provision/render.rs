@@ -1125,7 +1125,9 @@ impl Renderer {
                     ETCD_PAUSED_DIR
                 );
                 // The kubelet stops the pod once its manifest is gone.
-                run += "for i in $(seq 1 60); do\n  [ -z \"$(crictl ps --name '^etcd$' -q 2>/dev/null)\" ] && break\n  sleep 2\ndone\n";
+                run += "for i in $(seq 1 60); do\n  [ -z \"$(crictl ps --name '^etcd$' -q 2>/dev/null)\" ] && break\n  sleep 2\ndone\n\
+                        [ -z \"$(crictl ps --name '^etcd$' -q 2>/dev/null)\" ] || \
+                        { echo 'the etcd static pod still runs 120 s after its manifest was set aside' >&2; exit 1; }\n";
             }
             EtcdType::External if member => run += "systemctl stop etcd\n",
             _ => {}
