@@ -10,8 +10,8 @@ use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
 use super::{
-    Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat,
-    RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat, ValidateWhat, exit,
+    BackupWhat, Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat,
+    RestoreWhat, RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat, ValidateWhat, exit,
 };
 use crate::bounded;
 use crate::output::{Format, Printer, Table};
@@ -98,7 +98,8 @@ pub async fn run(cli: Cli) -> i32 {
             GetWhat::Clusters { out, .. }
             | GetWhat::Instancegroups { out, .. }
             | GetWhat::Certificates { out, .. }
-            | GetWhat::Instances { out, .. } => out.output,
+            | GetWhat::Instances { out, .. }
+            | GetWhat::Backups { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -117,6 +118,9 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Delete(d) => match &d.what {
             DeleteWhat::Instance(a) => a.output,
             _ => Format::Table,
+        },
+        Command::Backup(b) => match &b.what {
+            BackupWhat::Etcd { out, .. } => out.output,
         },
         _ => Format::Table,
     };
@@ -151,6 +155,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             GetWhat::Instances {
                 name, kubeconfig, ..
             } => super::rolling::get_instances(ctx, &name, kubeconfig.as_deref()).await,
+            GetWhat::Backups { name, .. } => super::etcd::list(ctx, &name).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -221,6 +226,14 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                     concurrency: a.concurrency,
                 };
                 super::certificates::rotate(ctx, &args).await
+            }
+        },
+        Command::Backup(b) => match b.what {
+            BackupWhat::Etcd { name, .. } => super::etcd::backup(ctx, &name).await,
+        },
+        Command::Restore(r) => match r.what {
+            RestoreWhat::Etcd { name, from, yes } => {
+                super::etcd::restore(ctx, &name, &from, yes).await
             }
         },
         Command::Schema(s) => {

@@ -476,11 +476,9 @@ pub fn build_cluster_objects(
                 "machine sizes do not apply to metal hosts",
             ));
         }
-        if a.etcd.is_none()
-            && hosts.iter().any(|h| {
-                h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane)
-            })
-        {
+        // The same rule the dry run reports: external whenever the etcd hosts are not
+        // exactly the control planes (e.g. 2 control planes with etcd on one of them).
+        if a.etcd.is_none() && crate::inventory::etcd_topology(&hosts) == EtcdType::External {
             spec.etcd = Some(Etcd {
                 kind: EtcdType::External,
             });
@@ -703,7 +701,7 @@ pub fn inventory_summary(inv: &crate::inventory::Inventory, overrides: &[String]
         "etcd: {}",
         match etcd {
             EtcdType::Stacked => "stacked (a member on each control plane)",
-            EtcdType::External => "external (dedicated etcd hosts)",
+            EtcdType::External => "external (etcd as a service on the etcd hosts)",
         }
     ));
     if inv.mapped.is_empty() {
@@ -858,9 +856,9 @@ mod tests {
     }
 
     #[test]
-    fn external_etcd_hosts_with_other_roles_are_refused_by_the_spec() {
-        // What `create` stored before for 2 control planes + 3 etcd hosts: External etcd with
-        // etcd on control planes and workers. `update` could never run it; now it is invalid.
+    fn external_etcd_hosts_with_other_roles_are_valid() {
+        // 2 control planes + 3 etcd hosts: External etcd with etcd on control planes and a
+        // worker, run as a host service (what `create` stores, `update` runs).
         let host = |n: &str, a: &str, roles: &[HostRole]| Host {
             name: n.into(),
             address: a.into(),
@@ -881,16 +879,17 @@ mod tests {
             host("node3", "198.18.0.3", &[Node, Etcd]),
         ];
         let a = args(&["--inventory", "x", "--etcd", "external"]);
-        let (c, g) = build_cluster_objects(&a, hosts, None).unwrap();
+        let (c, g) = build_cluster_objects(&a, hosts.clone(), None).unwrap();
+        crate::repo::resolve_with_docs(&c, &g, None, &Default::default(), "flags").unwrap();
+        // An even number of etcd hosts is still refused (quorum).
+        let (c, g) = build_cluster_objects(&a, hosts[..2].to_vec(), None).unwrap();
         let err = crate::repo::resolve_with_docs(&c, &g, None, &Default::default(), "flags")
             .unwrap_err()
             .to_string();
-        for h in ["node1", "node2", "node3"] {
-            assert!(
-                err.contains(&format!("host {h} has the etcd role and another role")),
-                "{err}"
-            );
-        }
+        assert!(
+            err.contains("External etcd needs an odd number of hosts with the etcd role, found 2"),
+            "{err}"
+        );
     }
 
     #[test]

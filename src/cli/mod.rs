@@ -5,6 +5,7 @@ mod certificates;
 pub mod commands;
 mod create;
 mod edit;
+mod etcd;
 mod instance;
 mod metal;
 mod rolling;
@@ -75,6 +76,10 @@ pub enum Command {
     Validate(ValidateCmd),
     /// Renew credentials of a running cluster (kubeadm certificates)
     Rotate(RotateCmd),
+    /// Back up a cluster's data (etcd snapshots into the state store)
+    Backup(BackupCmd),
+    /// Restore a cluster's data from a backup (preview without --yes)
+    Restore(RestoreCmd),
     /// Print the JSON Schema of the kprov objects (for editors)
     Schema(SchemaArgs),
     /// Print a shell completion script
@@ -140,6 +145,13 @@ pub enum GetWhat {
     /// Show every control plane's kubeadm certificates with their expiry (read over SSH)
     #[command(visible_aliases = ["certificate", "certs", "cert"])]
     Certificates {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// List a cluster's etcd backups (`kprov backup etcd NAME` takes them)
+    #[command(visible_alias = "backup")]
+    Backups {
         name: String,
         #[command(flatten)]
         out: OutputArgs,
@@ -418,6 +430,44 @@ pub struct RotateCertificatesCli {
     pub concurrency: usize,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupCmd {
+    #[command(subcommand)]
+    pub what: BackupWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupWhat {
+    /// Take an etcd snapshot on a healthy member and store it (with its sha256) in the state
+    /// store under NAME/backups/etcd/
+    Etcd {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreCmd {
+    #[command(subcommand)]
+    pub what: RestoreWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RestoreWhat {
+    /// Restore every etcd member from a stored snapshot (checksum verified first); API
+    /// servers and etcd stop meanwhile. Preview without --yes
+    Etcd {
+        name: String,
+        /// The snapshot, as `kprov get backups NAME` lists it (e.g. 20261122T213500Z)
+        #[arg(long, value_name = "SNAPSHOT")]
+        from: String,
+        /// Really restore (everything written after the snapshot is lost)
+        #[arg(long, short)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

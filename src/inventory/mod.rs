@@ -356,92 +356,24 @@ pub fn detect(text: &str) -> Format {
     }
 }
 
-/// Which etcd topology valid hosts describe: external when the etcd hosts are dedicated
-/// (no other role), stacked otherwise (kubeadm's default, etcd on the control planes).
+/// Which etcd topology valid hosts describe: stacked (kubeadm's default) when the etcd
+/// hosts are exactly the control planes or there is no etcd host; external otherwise, with
+/// etcd as a host service on the etcd hosts whatever other roles they have (Kubespray's
+/// host-deployed etcd, e.g. the inventory builder's 2 control planes + 3 etcd hosts).
 pub fn etcd_topology(hosts: &[Host]) -> EtcdType {
-    let dedicated = hosts
-        .iter()
-        .any(|h| h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane));
-    if dedicated {
-        EtcdType::External
-    } else {
+    let with = |r: HostRole| -> BTreeSet<&str> {
+        hosts
+            .iter()
+            .filter(|h| h.roles.contains(&r))
+            .map(|h| h.name.as_str())
+            .collect()
+    };
+    let etcd = with(HostRole::Etcd);
+    if etcd.is_empty() || etcd == with(HostRole::ControlPlane) {
         EtcdType::Stacked
+    } else {
+        EtcdType::External
     }
-}
-
-/// The etcd layouts kprov runs: etcd on exactly the control planes (stacked; an inventory
-/// without an etcd group means the same), or on dedicated hosts with no other role
-/// (external). Anything else is a problem naming the hosts and what to change.
-fn etcd_layout(hosts: &[Located]) -> Option<Problem> {
-    let has = |l: &Located, r: HostRole| l.host.roles.contains(&r);
-    let etcd: Vec<&Located> = hosts.iter().filter(|l| has(l, HostRole::Etcd)).collect();
-    let cps: BTreeSet<&str> = hosts
-        .iter()
-        .filter(|l| has(l, HostRole::ControlPlane))
-        .map(|l| l.host.name.as_str())
-        .collect();
-    if etcd.is_empty() || cps.is_empty() {
-        return None;
-    }
-    let e: BTreeSet<&str> = etcd.iter().map(|l| l.host.name.as_str()).collect();
-    let dedicated = etcd
-        .iter()
-        .all(|l| !has(l, HostRole::ControlPlane) && !has(l, HostRole::Node));
-    if e == cps || dedicated {
-        return None;
-    }
-    let list = |s: &BTreeSet<&str>| s.iter().copied().collect::<Vec<_>>().join(", ");
-    let extra: BTreeSet<&str> = e.difference(&cps).copied().collect();
-    let missing: BTreeSet<&str> = cps.difference(&e).copied().collect();
-    let mut fixes = Vec::new();
-    if !extra.is_empty() {
-        let total = cps.len() + extra.len();
-        fixes.push(format!(
-            "add {} to kube_control_plane ({total} control planes, each running an etcd member){}",
-            list(&extra),
-            if total.is_multiple_of(2) {
-                "; etcd then needs one more, or one less, for an odd count"
-            } else {
-                ""
-            }
-        ));
-        fixes.push(format!(
-            "or keep {} in the etcd group only (dedicated etcd hosts, no other role) and take \
-             the control planes out of the etcd group",
-            list(&extra)
-        ));
-    }
-    if !missing.is_empty() {
-        fixes.push(format!(
-            "add {} to the etcd group (every control plane runs an etcd member){}",
-            list(&missing),
-            if cps.len().is_multiple_of(2) {
-                "; etcd then needs an odd number of members: add or remove a control plane"
-            } else {
-                ""
-            }
-        ));
-        if extra.is_empty() {
-            fixes.push(format!(
-                "or remove {} from kube_control_plane",
-                list(&missing)
-            ));
-        }
-    }
-    Some(Problem {
-        line: etcd.first().map(|l| l.line),
-        host: None,
-        message: format!(
-            "the etcd group ({}) is not the control planes ({}); kprov runs etcd either on \
-             exactly the control planes (stacked, kubeadm's default) or on dedicated hosts with \
-             no other role (external). etcd next to other roles outside those layouts (as \
-             Kubespray's inventory builder writes for 2 control planes and 3 etcd hosts) is \
-             not supported yet. To import it: {}",
-            list(&e),
-            list(&cps),
-            fixes.join("; ")
-        ),
-    })
 }
 
 /// Checks the rules a cluster's host list must follow; returns every problem found.
@@ -512,10 +444,6 @@ pub fn validate(hosts: &[Located]) -> Vec<Problem> {
             host: None,
             message: "the inventory lists no hosts".into(),
         });
-    }
-    if let Some(p) = etcd_layout(hosts) {
-        problems.push(p);
-        return problems;
     }
     let plain: Vec<Host> = hosts.iter().map(|l| l.host.clone()).collect();
     let (kind, members): (&str, Vec<&Located>) = match etcd_topology(&plain) {
@@ -822,7 +750,6 @@ mod real {
         use Want::*;
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubespray/real");
         const COMMENTED: &str = "the inventory lists no hosts";
-        const MIXED: &str = "is not the control planes";
         let table: &[(&str, Want)] = &[
             ("01-sample-inventory-HEAD.ini", Refused(COMMENTED)),
             (
@@ -886,11 +813,63 @@ mod real {
                     &[],
                 ),
             ),
-            ("12-inventory-builder-2-hosts.yaml", Refused(MIXED)),
-            ("12-inventory-builder-3-hosts.yaml", Refused(MIXED)),
-            ("12-inventory-builder-5-hosts.yaml", Refused(MIXED)),
-            ("13-python-discord-hosts.yaml", Refused(MIXED)),
-            ("14-ska-telescope-hosts.yaml", Refused(MIXED)),
+            (
+                "12-inventory-builder-2-hosts.yaml",
+                Ok(
+                    &[
+                        "node1 cp,node,etcd 10.10.1.3 ip=10.10.1.3 u=- p=- k=- b=-",
+                        "node2 cp,node 10.10.1.4 ip=10.10.1.4 u=- p=- k=- b=-",
+                    ],
+                    &[],
+                ),
+            ),
+            (
+                "12-inventory-builder-3-hosts.yaml",
+                Ok(
+                    &[
+                        "node1 cp,node,etcd 10.10.1.3 ip=10.10.1.3 u=- p=- k=- b=-",
+                        "node2 cp,node,etcd 10.10.1.4 ip=10.10.1.4 u=- p=- k=- b=-",
+                        "node3 node,etcd 10.10.1.5 ip=10.10.1.5 u=- p=- k=- b=-",
+                    ],
+                    &[],
+                ),
+            ),
+            (
+                "12-inventory-builder-5-hosts.yaml",
+                Ok(
+                    &[
+                        "node1 cp,node,etcd 10.10.1.3 ip=10.10.1.3 u=- p=- k=- b=-",
+                        "node2 cp,node,etcd 10.10.1.4 ip=10.10.1.4 u=- p=- k=- b=-",
+                        "node3 node,etcd 10.10.1.5 ip=10.10.1.5 u=- p=- k=- b=-",
+                        "node4 node 10.10.1.6 ip=10.10.1.6 u=- p=- k=- b=-",
+                        "node5 node 10.10.1.7 ip=10.10.1.7 u=- p=- k=- b=-",
+                    ],
+                    &[],
+                ),
+            ),
+            (
+                "13-python-discord-hosts.yaml",
+                Ok(
+                    &[
+                        "hopper cp,node,etcd hopper.box.pydis.wtf ip=89.58.24.117 u=- p=- k=- b=-",
+                        "turing cp,node,etcd turing.box.pydis.wtf ip=89.58.25.151 u=- p=- k=- b=-",
+                        "lovelace node,etcd lovelace.box.pydis.wtf ip=89.58.26.118 u=- p=- k=- b=-",
+                        "neumann node neumann.box.pydis.wtf ip=89.58.12.244 u=- p=- k=- b=-",
+                        "ritchie node ritchie.box.pydis.wtf ip=89.58.25.224 u=- p=- k=- b=-",
+                    ],
+                    &[],
+                ),
+            ),
+            (
+                "14-ska-telescope-hosts.yaml",
+                Ok(
+                    &[
+                        "node1 cp,node,etcd 192.168.100.23 ip=192.168.93.13 u=- p=- k=- b=-",
+                        "node2 cp,node 192.168.100.26 ip=192.168.93.30 u=- p=- k=- b=-",
+                    ],
+                    &[],
+                ),
+            ),
             (
                 "15-moabukar-hosts.yaml",
                 Ok(
@@ -902,7 +881,22 @@ mod real {
                     &[],
                 ),
             ),
-            ("16-llaoj-inventory.ini", Refused(MIXED)),
+            (
+                "16-llaoj-inventory.ini",
+                Ok(
+                    &[
+                        "hde-ceno-1 cp,node,etcd 10.206.65.152 ip=- u=- p=- k=- b=-",
+                        "hde-ceno-2 cp,node,etcd 10.206.65.153 ip=- u=- p=- k=- b=-",
+                        "hde-ceno-3 node,etcd 10.206.65.154 ip=- u=- p=- k=- b=-",
+                        "hde-ceno-4 node 10.206.65.155 ip=- u=- p=- k=- b=-",
+                        "hde-ceno-5 node 10.206.65.156 ip=- u=- p=- k=- b=-",
+                        "hde-ceno-6 node 10.206.65.157 ip=- u=- p=- k=- b=-",
+                        "hde-ceno-7 node 10.206.65.193 ip=- u=- p=- k=- b=-",
+                        "hde-ceno-8 node 10.206.65.194 ip=- u=- p=- k=- b=-",
+                    ],
+                    &[],
+                ),
+            ),
             (
                 "17-basilelt-inventory.ini",
                 Ok(
@@ -1005,7 +999,20 @@ mod real {
                     &[],
                 ),
             ),
-            ("25-kubespray-docs-inventory-md-example.ini", Refused(MIXED)),
+            (
+                "25-kubespray-docs-inventory-md-example.ini",
+                Ok(
+                    &[
+                        "node1 cp,etcd 95.54.0.12 ip=10.3.0.1 u=- p=- k=- b=-",
+                        "node2 cp,node,etcd 95.54.0.13 ip=10.3.0.2 u=- p=- k=- b=-",
+                        "node3 node,etcd 95.54.0.14 ip=10.3.0.3 u=- p=- k=- b=-",
+                        "node4 node 95.54.0.15 ip=10.3.0.4 u=- p=- k=- b=-",
+                        "node5 node 95.54.0.16 ip=10.3.0.5 u=- p=- k=- b=-",
+                        "node6 node 95.54.0.17 ip=10.3.0.6 u=- p=- k=- b=-",
+                    ],
+                    &[],
+                ),
+            ),
             (
                 "26-kubespray-docs-nodes-md-example.yaml",
                 Ok(
@@ -1261,26 +1268,35 @@ mod corpus {
             lines(&one),
             vec!["node1 cp,node,etcd 10.10.1.3 ip=10.10.1.3 u=- p=- k=- b=-"]
         );
-        // Two control planes with one etcd member, and 2 control planes + 3 etcd hosts: etcd
-        // would have to run beside other roles outside the control planes, which kprov cannot
-        // provision yet; refused with the hosts named and the fix, so nothing invalid is stored.
+        // Two control planes with one etcd member, and 2 control planes + 3 etcd hosts (etcd
+        // on the first three hosts): external etcd, a host service beside the other roles.
         for n in 2..=5 {
-            let err = import_text(&builder(n), "b.yaml", None)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains("is not the control planes (node1, node2)"),
-                "{n}: {err}"
-            );
-            if n >= 3 {
-                assert!(
-                    err.contains("add node3 to kube_control_plane"),
-                    "{n}: {err}"
-                );
+            let inv = import_text(&builder(n), "b.yaml", None).unwrap();
+            assert_eq!(etcd_topology(&inv.plain_hosts()), EtcdType::External, "{n}");
+            let etcd: Vec<&str> = inv
+                .hosts
+                .iter()
+                .filter(|l| l.host.roles.contains(&HostRole::Etcd))
+                .map(|l| l.host.name.as_str())
+                .collect();
+            let want: &[&str] = if n >= 3 {
+                &["node1", "node2", "node3"]
             } else {
-                assert!(err.contains("add node2 to the etcd group"), "{n}: {err}");
-            }
+                &["node1"]
+            };
+            assert_eq!(etcd, want, "{n}");
+            assert_eq!(inv.hosts.len(), n);
         }
+        // An even etcd group is refused naming its members (quorum).
+        let even = builder(4).replace(
+            "    etcd:\n      hosts:\n        node1:\n        node2:\n        node3:\n",
+            "    etcd:\n      hosts:\n        node1:\n        node2:\n        node3:\n        node4:\n",
+        );
+        let err = import_text(&even, "b4.yaml", None).unwrap_err().to_string();
+        assert!(
+            err.contains("external etcd runs on the etcd hosts and there are 4: node1 (line"),
+            "{err}"
+        );
         // The builder's 3-host layout with node3 made a control plane imports: stacked etcd.
         let fixed = builder(3).replace(
             "    kube_control_plane:\n      hosts:\n        node1:\n        node2:\n",

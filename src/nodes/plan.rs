@@ -22,9 +22,6 @@ use crate::provision::render::{self, CloudApi, RenderError, Renderer};
 use crate::spec::{Cluster, HostRole};
 use crate::ssh::task::{ExecError, HostExecutor, Step};
 
-/// Marks an etcd-only host (external etcd) as set up.
-pub const ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
-
 /// Which files of a step list differ on a host, read-only (hashes and modes only). The SSH
 /// engine implements it; a plan made without it does not report drift.
 #[async_trait::async_trait]
@@ -85,7 +82,7 @@ pub enum Action {
     JoinWorker,
     /// Already a member: every step is re-checked, only drifted files change.
     Settle,
-    /// A dedicated etcd host (external etcd), converged on every run.
+    /// An etcd-only host (external etcd, no other role), converged on every run.
     Etcd,
     /// Never touched (owned by another cluster).
     Refused,
@@ -336,7 +333,7 @@ pub async fn observe_target(
     }
     let etcd_only = !joins_cluster(target);
     let membership = if etcd_only {
-        ETCD_MANIFEST
+        render::ETCD_UNIT
     } else {
         render::KUBELET_CONF
     };

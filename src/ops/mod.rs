@@ -15,11 +15,14 @@
 //! - [`addons`]: add-on preview and apply ([`addons::deploy`]).
 //! - [`aws`]: `update cluster` and `delete cluster` on AWS: the cloud plan and apply, then
 //!   the instances as node targets converged through [`nodes::converge`].
+//! - [`etcd`]: snapshots into the state store ([`etcd::backup`], which a rolling update
+//!   calls before control-plane rolls), listing them, and restoring every member.
 
 pub mod addons;
 pub mod aws;
 pub mod certificates;
 pub mod credentials;
+pub mod etcd;
 pub mod instance;
 pub mod nodes;
 pub mod rolling;

@@ -47,10 +47,12 @@ pub enum Component {
     Runc,
     CniPlugins,
     Crictl,
+    /// etcd, etcdctl and etcdutl: installed only on the hosts of an External etcd cluster.
+    Etcd,
 }
 
 impl Component {
-    pub const ALL: [Component; 7] = [
+    pub const ALL: [Component; 8] = [
         Component::Kubeadm,
         Component::Kubelet,
         Component::Kubectl,
@@ -58,6 +60,7 @@ impl Component {
         Component::Runc,
         Component::CniPlugins,
         Component::Crictl,
+        Component::Etcd,
     ];
 
     /// Name used in `spec.assets.files` and in step names.
@@ -70,6 +73,7 @@ impl Component {
             Component::Runc => "runc",
             Component::CniPlugins => "cni-plugins",
             Component::Crictl => "crictl",
+            Component::Etcd => "etcd",
         }
     }
 
@@ -79,7 +83,9 @@ impl Component {
             Component::Kubeadm | Component::Kubelet | Component::Kubectl | Component::Runc => {
                 Install::Binary
             }
-            Component::Containerd | Component::CniPlugins | Component::Crictl => Install::Tarball,
+            Component::Containerd | Component::CniPlugins | Component::Crictl | Component::Etcd => {
+                Install::Tarball
+            }
         }
     }
 }
@@ -96,6 +102,9 @@ pub const CONTAINERD_VERSION: &str = "2.2.1";
 pub const RUNC_VERSION: &str = "1.3.4";
 pub const CNI_PLUGINS_VERSION: &str = "1.8.0";
 pub const CRICTL_VERSION: &str = "1.35.0";
+/// The etcd release host-deployed members run (Kubespray's `etcd_deployment_type: host`);
+/// 3.5 is the line kubeadm 1.34/1.35 still accept as external etcd.
+pub const ETCD_VERSION: &str = "3.5.27";
 
 /// Kubernetes versions kprov can install (checksums pinned below), newest first. The spec
 /// validator refuses any other `kubernetesVersion`.
@@ -257,6 +266,18 @@ const PINNED: &[(Component, &str, Arch, &str)] = &[
         "2e141e5b22cb189c40365a11807d69b76b9b3caced89fac2f4ec879408ce2177",
     ),
     (
+        Component::Etcd,
+        ETCD_VERSION,
+        Arch::Amd64,
+        "0aad9a9e4e0817a021e933f9806a2b2960a62f949ad5a3d6436d8886945cb1bc",
+    ),
+    (
+        Component::Etcd,
+        ETCD_VERSION,
+        Arch::Arm64,
+        "1277309f540c5a0329c428f95455c9f76d24f768c8d28fd2753e891c379053fa",
+    ),
+    (
         Component::Crictl,
         CRICTL_VERSION,
         Arch::Arm64,
@@ -324,6 +345,10 @@ pub fn upstream_url(component: Component, version: &str, arch: Arch) -> String {
         Component::Crictl => format!(
             "https://github.com/kubernetes-sigs/cri-tools/releases/download/v{version}/crictl-v{version}-linux-{a}.tar.gz"
         ),
+        Component::Etcd => format!(
+            "https://github.com/etcd-io/etcd/releases/download/v{version}/{}.tar.gz",
+            etcd_dir(version, arch)
+        ),
     }
 }
 
@@ -342,7 +367,13 @@ fn version_of(component: Component, kubernetes: &str) -> &str {
         Component::Runc => RUNC_VERSION,
         Component::CniPlugins => CNI_PLUGINS_VERSION,
         Component::Crictl => CRICTL_VERSION,
+        Component::Etcd => ETCD_VERSION,
     }
+}
+
+/// The top directory of an etcd release tarball (`etcd-v3.5.27-linux-amd64`).
+pub fn etcd_dir(version: &str, arch: Arch) -> String {
+    format!("etcd-v{version}-linux-{}", arch.as_str())
 }
 
 /// Strips a leading `v` so `v1.35.1` and `1.35.1` both work.

@@ -656,7 +656,7 @@ pub async fn execute(
     // cannot start without it.
     let mut etcd_client = None;
     if renderer.etcd_type() == EtcdType::External {
-        match external_etcd(exec, &renderer, &mut t, options).await {
+        match external_etcd(exec, &renderer, &facts, &mut t, options).await {
             Ok(step) => etcd_client = Some(step),
             Err(why) if initialise => {
                 for h in targets {
@@ -769,12 +769,14 @@ pub async fn execute(
     Ok(t.finish())
 }
 
-/// Sets up the dedicated etcd hosts (kubeadm's "HA etcd with kubeadm" recipe) and returns the
+/// Sets up external etcd on its hosts (a systemd service per member, whatever other roles the
+/// host has; certificates from kubeadm's phases under one etcd CA) and returns the
 /// step that gives the first control plane its etcd client certificates. Runs before
 /// `kubeadm init`; every member is needed, since the cluster bootstraps with all of them.
 async fn external_etcd(
     exec: &dyn HostExecutor,
     renderer: &Renderer,
+    facts: &[(String, Facts)],
     t: &mut Tracker,
     options: &Options,
 ) -> Result<Step, String> {
@@ -782,12 +784,13 @@ async fn external_etcd(
     if let Some(down) = members.iter().find(|h| !t.healthy(h.name())) {
         return Err(format!("etcd host {} is not available", down.name()));
     }
-    let kubelet = renderer.etcd_kubelet().map_err(|e| e.to_string())?;
-    let work = members
-        .iter()
-        .map(|h| (h.name().to_string(), kubelet.clone()))
-        .collect();
-    parallel(exec, options, t, Phase::Etcd, work).await;
+    let arch = |h: &Target| {
+        facts
+            .iter()
+            .find(|(n, _)| n == h.name())
+            .and_then(|(_, f)| f.arch())
+            .ok_or_else(|| format!("etcd host {}: architecture unknown", h.name()))
+    };
     let first = members.first().ok_or("no etcd host")?;
     let (took, r) = timed(
         exec,
@@ -816,11 +819,12 @@ async fn external_etcd(
         .map(|h| {
             Ok((
                 h.name().to_string(),
-                renderer.etcd_member(h, &ca_cert, &ca_key)?,
+                renderer
+                    .etcd_member(h, arch(h)?, &ca_cert, &ca_key)
+                    .map_err(|e| e.to_string())?,
             ))
         })
-        .collect::<Result<Vec<_>, RenderError>>()
-        .map_err(|e| e.to_string())?;
+        .collect::<Result<Vec<_>, String>>()?;
     parallel(exec, options, t, Phase::Etcd, work).await;
     if let Some(down) = members.iter().find(|h| !t.healthy(h.name())) {
         return Err(format!("etcd member {} failed", down.name()));

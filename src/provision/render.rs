@@ -50,6 +50,26 @@ pub const ETCD_CA_CERT: &str = "/etc/kubernetes/pki/etcd/ca.crt";
 pub const ETCD_CA_KEY: &str = "/etc/kubernetes/pki/etcd/ca.key";
 pub const ETCD_CLIENT_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
 pub const ETCD_CLIENT_KEY: &str = "/etc/kubernetes/pki/apiserver-etcd-client.key";
+pub const ETCD_SERVER_CERT: &str = "/etc/kubernetes/pki/etcd/server.crt";
+pub const ETCD_SERVER_KEY: &str = "/etc/kubernetes/pki/etcd/server.key";
+pub const ETCD_PEER_CERT: &str = "/etc/kubernetes/pki/etcd/peer.crt";
+pub const ETCD_PEER_KEY: &str = "/etc/kubernetes/pki/etcd/peer.key";
+pub const ETCD_HEALTHCHECK_CERT: &str = "/etc/kubernetes/pki/etcd/healthcheck-client.crt";
+pub const ETCD_HEALTHCHECK_KEY: &str = "/etc/kubernetes/pki/etcd/healthcheck-client.key";
+/// Host-deployed etcd (external etcd): binaries, configuration, unit and data.
+pub const ETCD_BIN: &str = "/usr/local/bin/etcd";
+pub const ETCD_CONFIG: &str = "/etc/etcd/etcd.conf.yml";
+pub const ETCD_UNIT: &str = "/etc/systemd/system/etcd.service";
+pub const ETCD_DATA_DIR: &str = "/var/lib/etcd";
+/// Where a backup's snapshot is written on a member: inside the data directory, which
+/// kubeadm's etcd static pod mounts at the same path, so both topologies find it there.
+pub const ETCD_SNAPSHOT: &str = "/var/lib/etcd/kprov-snapshot.db";
+/// Where a restore uploads the snapshot on each member.
+pub const ETCD_RESTORE_UPLOAD: &str = "/var/lib/kprov/etcd-restore.db";
+/// Static pod manifests set aside while etcd is restored.
+pub const ETCD_PAUSED_DIR: &str = "/etc/kubernetes/kprov/paused";
+pub const APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+pub const STACKED_ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
@@ -120,12 +140,12 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/node/kubeadm-etcd.yaml.tera"),
     ),
     (
-        "node/etcd-kubelet.conf.tera",
-        include_str!("../../templates/node/etcd-kubelet.conf.tera"),
+        "node/etcd.conf.yml.tera",
+        include_str!("../../templates/node/etcd.conf.yml.tera"),
     ),
     (
-        "node/etcd-kubelet.yaml.tera",
-        include_str!("../../templates/node/etcd-kubelet.yaml.tera"),
+        "node/etcd.service.tera",
+        include_str!("../../templates/node/etcd.service.tera"),
     ),
 ];
 
@@ -279,17 +299,6 @@ impl Renderer {
                 return Err(RenderError::Host {
                     host: h.name.clone(),
                     message: "is not a valid node name (a lowercase DNS name)".into(),
-                });
-            }
-            if etcd == EtcdType::External
-                && h.roles.contains(&HostRole::Etcd)
-                && h.roles.contains(&HostRole::ControlPlane)
-            {
-                return Err(RenderError::Host {
-                    host: h.name.clone(),
-                    message: "with external etcd, etcd hosts are dedicated: a host cannot have \
-                              both the etcd and control-plane roles"
-                        .into(),
                 });
             }
         }
@@ -449,7 +458,11 @@ impl Renderer {
             .ok_or(RenderError::Missing("asset"))
     }
 
-    fn install_step(&self, component: Component, arch: Arch) -> Result<Step, RenderError> {
+    pub(crate) fn install_step(
+        &self,
+        component: Component,
+        arch: Arch,
+    ) -> Result<Step, RenderError> {
         let a = self.asset(component, arch)?;
         let name = component.name();
         let (dest, marker_bin) = match component {
@@ -460,6 +473,18 @@ impl Renderer {
             Component::Containerd => ("/usr/local".into(), Some("/usr/local/bin/containerd")),
             Component::CniPlugins => ("/opt/cni/bin".into(), Some("/opt/cni/bin/bridge")),
             Component::Crictl => ("/usr/local/bin".into(), Some("/usr/local/bin/crictl")),
+            Component::Etcd => ("/usr/local/bin".into(), Some(ETCD_BIN)),
+        };
+        // Only the binaries of etcd's release, without its top directory and documentation.
+        let members: Vec<String> = match component {
+            Component::Etcd => {
+                let dir = assets::etcd_dir(&a.version, arch);
+                ["etcd", "etcdctl", "etcdutl"]
+                    .iter()
+                    .map(|b| format!("{dir}/{b}"))
+                    .collect()
+            }
+            _ => Vec::new(),
         };
         let tarball = component.install() == Install::Tarball;
         let mut files = Vec::new();
@@ -483,7 +508,7 @@ impl Renderer {
             json!({
                 "name": name, "version": a.version, "arch": arch.as_str(), "url": url,
                 "cache": cache, "origin": origin, "sha256": a.sha256, "dest": dest,
-                "tarball": tarball,
+                "tarball": tarball, "members": members,
                 "service": match component {
                     Component::Kubelet => Some("kubelet"),
                     Component::Containerd => Some("containerd"),
@@ -844,35 +869,12 @@ impl Renderer {
         self.etcd
     }
 
-    /// Dedicated etcd hosts (external etcd only).
+    /// The hosts of external etcd (whatever other roles they have); none with stacked etcd.
     pub fn etcd_hosts(&self) -> impl Iterator<Item = &Target> {
         let external = self.etcd == EtcdType::External;
         self.targets
             .iter()
             .filter(move |t| external && t.has_role(HostRole::Etcd))
-    }
-
-    /// The kubelet of a dedicated etcd host, standalone: it only runs etcd's static pod.
-    pub fn etcd_kubelet(&self) -> Result<Vec<Step>, RenderError> {
-        Ok(vec![Step {
-            name: "etcd: standalone kubelet".into(),
-            files: vec![
-                file(
-                    "/etc/systemd/system/kubelet.service.d/20-etcd-service-manager.conf",
-                    self.render("node/etcd-kubelet.conf.tera", json!({}))?,
-                    0o644,
-                ),
-                file(
-                    &format!("{KPROV_DIR}/etcd-kubelet.yaml"),
-                    self.render("node/etcd-kubelet.yaml.tera", json!({}))?,
-                    0o644,
-                ),
-            ],
-            check: Some("systemctl is-active --quiet kubelet".into()),
-            run: "set -e\nsystemctl daemon-reload\nsystemctl enable kubelet\nsystemctl restart kubelet\n"
-                .into(),
-            timeout: SHORT,
-        }])
     }
 
     /// The etcd CA, made once on the first etcd host and copied to the others.
@@ -886,15 +888,9 @@ impl Renderer {
         }
     }
 
-    /// Certificates and static pod of one external etcd member, under the shared CA.
-    pub fn etcd_member(
-        &self,
-        target: &Target,
-        ca_cert: &Bytes,
-        ca_key: &Bytes,
-    ) -> Result<Vec<Step>, RenderError> {
-        let members: Vec<String> = self
-            .etcd_hosts()
+    /// `name=https://IP:2380` of every external etcd member, in inventory order.
+    pub fn etcd_initial_cluster(&self) -> Result<Vec<String>, RenderError> {
+        self.etcd_hosts()
             .map(|t| {
                 Ok(format!(
                     "{}=https://{}:2380",
@@ -902,18 +898,50 @@ impl Renderer {
                     node_ip(&t.host)?
                 ))
             })
-            .collect::<Result<_, RenderError>>()?;
+            .collect()
+    }
+
+    /// One host-deployed external etcd member (Kubespray's `etcd_deployment_type: host`):
+    /// certificates under the shared CA with the host's addresses as names, the pinned etcd
+    /// release, a systemd service, and a health check. Independent of the kubelet, so the
+    /// host may have any other role.
+    pub fn etcd_member(
+        &self,
+        target: &Target,
+        arch: Arch,
+        ca_cert: &Bytes,
+        ca_key: &Bytes,
+    ) -> Result<Vec<Step>, RenderError> {
         let ip = node_ip(&target.host)?;
+        let mut sans = vec![ip.clone()];
+        if target.host.address != ip {
+            sans.push(target.host.address.clone());
+        }
         let config = format!("{KPROV_DIR}/kubeadm-etcd.yaml");
-        let text = self.render(
+        let certs = self.render(
             "node/kubeadm-etcd.yaml.tera",
             json!({
                 "node": { "name": target.node_name, "ip": ip },
                 "cluster_name": self.cluster_name,
                 "kubernetes_version": self.kubernetes_version,
-                "initial_cluster": members.join(","),
+                "sans": sans,
+            }),
+        )?;
+        let service = self.render(
+            "node/etcd.conf.yml.tera",
+            json!({
+                "name": target.node_name,
+                "data_dir": ETCD_DATA_DIR,
+                "initial_cluster": self.etcd_initial_cluster()?.join(","),
+                "cluster_token": format!("kprov-{}", self.cluster_name),
                 "peer_url": format!("https://{ip}:2380"),
-                "client_url": format!("https://{ip}:2379"),
+                "client_urls": format!("https://{ip}:2379,https://127.0.0.1:2379"),
+                "advertise_client_url": format!("https://{ip}:2379"),
+                "ca": ETCD_CA_CERT,
+                "server_cert": ETCD_SERVER_CERT,
+                "server_key": ETCD_SERVER_KEY,
+                "peer_cert": ETCD_PEER_CERT,
+                "peer_key": ETCD_PEER_KEY,
             }),
         )?;
         Ok(vec![
@@ -929,12 +957,14 @@ impl Renderer {
             },
             Step {
                 name: "etcd: certificates".into(),
-                files: vec![file(&config, text, 0o600)],
-                check: Some(
-                    "test -f /etc/kubernetes/pki/etcd/server.crt && test -f /etc/kubernetes/pki/etcd/peer.crt \
-                     && test -f /etc/kubernetes/pki/etcd/healthcheck-client.crt && test -f /etc/kubernetes/pki/apiserver-etcd-client.crt"
-                        .into(),
-                ),
+                files: vec![file(&config, certs, 0o600)],
+                check: Some(script!(
+                    "test -f {} && test -f {} && test -f {} && test -f {}",
+                    ETCD_SERVER_CERT,
+                    ETCD_PEER_CERT,
+                    ETCD_HEALTHCHECK_CERT,
+                    ETCD_CLIENT_CERT
+                )),
                 run: script!(
                     "set -e\nfor c in etcd-server etcd-peer etcd-healthcheck-client apiserver-etcd-client; do\n  \
                      kubeadm init phase certs \"$c\" --config {}\ndone\n",
@@ -942,14 +972,268 @@ impl Renderer {
                 ),
                 timeout: SHORT,
             },
+            self.install_step(Component::Etcd, arch)?,
             Step {
-                name: "etcd: static pod".into(),
+                name: "etcd: service".into(),
+                files: vec![
+                    file(ETCD_CONFIG, service, 0o600),
+                    file(
+                        ETCD_UNIT,
+                        self.render("node/etcd.service.tera", json!({}))?,
+                        0o644,
+                    ),
+                ],
+                check: Some("systemctl is-active --quiet etcd".into()),
+                // etcd wants its data directory private; an empty one it initialises.
+                run: script!(
+                    "set -e\ninstall -d -m 0700 {}\nsystemctl daemon-reload\nsystemctl enable etcd\nsystemctl restart etcd\n",
+                    ETCD_DATA_DIR
+                ),
+                timeout: SHORT,
+            },
+            Step {
+                name: "etcd: health".into(),
                 files: vec![],
-                check: Some("test -f /etc/kubernetes/manifests/etcd.yaml".into()),
-                run: script!("kubeadm init phase etcd local --config {}\n", config),
+                check: Some(self.etcdctl(&ip, "endpoint health")),
+                // A fresh member only turns healthy once a quorum of its peers is up.
+                run: "for i in $(seq 1 60); do\n  ".to_string()
+                    + &self.etcdctl(&ip, "endpoint health")
+                    + " && exit 0\n  sleep 2\ndone\necho 'etcd did not become healthy in 120 s' >&2\nexit 1\n",
                 timeout: SHORT,
             },
         ])
+    }
+
+    /// An etcdctl command line against the member at `ip`, with the health-check client
+    /// certificate every member has. `args` is code (a literal at every call site).
+    pub fn etcdctl(&self, ip: &str, args: &'static str) -> String {
+        script!(
+            "ETCDCTL_API=3 etcdctl --endpoints {} --cacert {} --cert {} --key {} ",
+            format!("https://{ip}:2379"),
+            ETCD_CA_CERT,
+            ETCD_HEALTHCHECK_CERT,
+            ETCD_HEALTHCHECK_KEY
+        ) + args
+    }
+
+    /// The etcd members: the control planes with stacked etcd, the etcd hosts with external.
+    pub fn etcd_members(&self) -> Vec<&Target> {
+        match self.etcd {
+            EtcdType::Stacked => self.control_planes().collect(),
+            EtcdType::External => self.etcd_hosts().collect(),
+        }
+    }
+
+    /// `name=https://IP:2380` of every member, as a restore recreates the cluster.
+    fn etcd_restore_cluster(&self) -> Result<String, RenderError> {
+        let members = self
+            .etcd_members()
+            .into_iter()
+            .map(|t| {
+                Ok(format!(
+                    "{}=https://{}:2380",
+                    t.node_name,
+                    node_ip(&t.host)?
+                ))
+            })
+            .collect::<Result<Vec<_>, RenderError>>()?;
+        Ok(members.join(","))
+    }
+
+    /// The token the members were started with: kprov's for host-deployed etcd, etcd's own
+    /// default for kubeadm's static pods (kubeadm sets none).
+    fn etcd_cluster_token(&self) -> String {
+        match self.etcd {
+            EtcdType::Stacked => "etcd-cluster".into(),
+            EtcdType::External => format!("kprov-{}", self.cluster_name),
+        }
+    }
+
+    /// Takes a snapshot on `member` into [`ETCD_SNAPSHOT`] after a health check: with stacked
+    /// etcd through the static pod's own etcdctl and kubeadm's health-check certificate, with
+    /// host-deployed etcd through the service's etcdctl.
+    pub fn etcd_snapshot(&self, member: &Target) -> Result<Step, RenderError> {
+        let run = match self.etcd {
+            EtcdType::Stacked => {
+                let ctl = script!(
+                    "crictl exec \"$id\" etcdctl --endpoints https://127.0.0.1:2379 --cacert {} --cert {} --key {}",
+                    ETCD_CA_CERT,
+                    ETCD_HEALTHCHECK_CERT,
+                    ETCD_HEALTHCHECK_KEY
+                );
+                "set -eu\nid=$(crictl ps --name '^etcd$' --state running -q | head -n1)\n\
+                 [ -n \"$id\" ] || { echo 'no running etcd container (static pod) on this host' >&2; exit 1; }\n"
+                    .to_string()
+                    + &script!("rm -f {}\n", ETCD_SNAPSHOT)
+                    + &ctl
+                    + " endpoint health\n"
+                    + &ctl
+                    + &script!(" snapshot save {}\n", ETCD_SNAPSHOT)
+            }
+            EtcdType::External => {
+                let ip = node_ip(&member.host)?;
+                "set -eu\n".to_string()
+                    + &script!("rm -f {}\n", ETCD_SNAPSHOT)
+                    + &self.etcdctl(&ip, "endpoint health")
+                    + "\n"
+                    + &self.etcdctl(&ip, "snapshot save")
+                    + &script!(" {}\n", ETCD_SNAPSHOT)
+            }
+        };
+        Ok(Step {
+            name: "etcd: snapshot".into(),
+            files: vec![],
+            check: None,
+            run,
+            timeout: LONG,
+        })
+    }
+
+    /// Removes the snapshot file a backup left on a member.
+    pub fn etcd_snapshot_cleanup(&self) -> Step {
+        Step {
+            name: "etcd: remove snapshot file".into(),
+            files: vec![],
+            check: None,
+            run: script!("rm -f {}\n", ETCD_SNAPSHOT),
+            timeout: SHORT,
+        }
+    }
+
+    /// First restore phase on `target`: the API server (control planes) and etcd (members)
+    /// stop, as kubeadm documents it: static pod manifests moved out of the kubelet's
+    /// directory, the etcd service stopped.
+    pub fn etcd_restore_stop(&self, target: &Target) -> Step {
+        let mut run = script!("set -eu\nmkdir -p {}\n", ETCD_PAUSED_DIR);
+        if target.is_control_plane() {
+            run += &script!(
+                "if [ -f {} ]; then mv -f {} {}/; fi\n",
+                APISERVER_MANIFEST,
+                APISERVER_MANIFEST,
+                ETCD_PAUSED_DIR
+            );
+        }
+        let member = self
+            .etcd_members()
+            .iter()
+            .any(|m| m.name() == target.name());
+        match self.etcd {
+            EtcdType::Stacked if member => {
+                run += &script!(
+                    "if [ -f {} ]; then mv -f {} {}/; fi\n",
+                    STACKED_ETCD_MANIFEST,
+                    STACKED_ETCD_MANIFEST,
+                    ETCD_PAUSED_DIR
+                );
+                // The kubelet stops the pod once its manifest is gone.
+                run += "for i in $(seq 1 60); do\n  [ -z \"$(crictl ps --name '^etcd$' -q 2>/dev/null)\" ] && break\n  sleep 2\ndone\n\
+                        [ -z \"$(crictl ps --name '^etcd$' -q 2>/dev/null)\" ] || \
+                        { echo 'the etcd static pod still runs 120 s after its manifest was set aside' >&2; exit 1; }\n";
+            }
+            EtcdType::External if member => run += "systemctl stop etcd\n",
+            _ => {}
+        }
+        Step {
+            name: "etcd restore: stop".into(),
+            files: vec![],
+            check: None,
+            run,
+            timeout: LONG,
+        }
+    }
+
+    /// Second phase on a member: `etcdutl snapshot restore` with the member's own name and
+    /// peer URL into a fresh data directory, which replaces the old one (kept beside it as
+    /// `/var/lib/etcd.kprov-previous` until the next restore).
+    pub fn etcd_restore_member(
+        &self,
+        member: &Target,
+        arch: Arch,
+        snapshot: &Bytes,
+    ) -> Result<Vec<Step>, RenderError> {
+        let ip = node_ip(&member.host)?;
+        let fresh = format!("{ETCD_DATA_DIR}.kprov-restore");
+        let previous = format!("{ETCD_DATA_DIR}.kprov-previous");
+        let run = script!(
+            "set -eu\nrm -rf {}\netcdutl snapshot restore {} --name {} --initial-cluster {} \
+             --initial-cluster-token {} --initial-advertise-peer-urls {} --data-dir {}\n\
+             rm -rf {}\nif [ -e {} ]; then mv {} {}; fi\nmv {} {}\nrm -f {}\n",
+            fresh,
+            ETCD_RESTORE_UPLOAD,
+            member.node_name,
+            self.etcd_restore_cluster()?,
+            self.etcd_cluster_token(),
+            format!("https://{ip}:2380"),
+            fresh,
+            previous,
+            ETCD_DATA_DIR,
+            ETCD_DATA_DIR,
+            previous,
+            fresh,
+            ETCD_DATA_DIR,
+            ETCD_RESTORE_UPLOAD
+        );
+        Ok(vec![
+            // etcdutl comes with the pinned etcd release (stacked control planes lack it).
+            self.install_step(Component::Etcd, arch)?,
+            Step {
+                name: "etcd restore: snapshot restore".into(),
+                files: vec![file(ETCD_RESTORE_UPLOAD, snapshot.clone(), 0o600)],
+                check: None,
+                run,
+                timeout: LONG,
+            },
+        ])
+    }
+
+    /// Third phase on a member: etcd starts again on the restored data.
+    pub fn etcd_restore_start(&self) -> Step {
+        let run = match self.etcd {
+            EtcdType::Stacked => script!(
+                "set -eu\nmv -f {}/etcd.yaml {}\n",
+                ETCD_PAUSED_DIR,
+                STACKED_ETCD_MANIFEST
+            ),
+            EtcdType::External => "systemctl start etcd\n".into(),
+        };
+        Step {
+            name: "etcd restore: start etcd".into(),
+            files: vec![],
+            check: None,
+            run,
+            timeout: LONG,
+        }
+    }
+
+    /// Fourth phase on a member: wait until it is healthy (a member only is once a quorum of
+    /// its peers runs).
+    pub fn etcd_health(&self, member: &Target) -> Result<Step, RenderError> {
+        let ip = node_ip(&member.host)?;
+        Ok(Step {
+            name: "etcd: health".into(),
+            files: vec![],
+            check: None,
+            run: "for i in $(seq 1 60); do\n  ".to_string()
+                + &self.etcdctl(&ip, "endpoint health")
+                + " && exit 0\n  sleep 2\ndone\necho 'etcd did not become healthy in 120 s' >&2\nexit 1\n",
+            timeout: LONG,
+        })
+    }
+
+    /// Last phase on a control plane: its API server starts again.
+    pub fn etcd_restore_apiserver(&self) -> Step {
+        Step {
+            name: "etcd restore: start the API server".into(),
+            files: vec![],
+            check: None,
+            run: script!(
+                "set -eu\nif [ -f {}/kube-apiserver.yaml ]; then mv -f {}/kube-apiserver.yaml {}; fi\n",
+                ETCD_PAUSED_DIR,
+                ETCD_PAUSED_DIR,
+                APISERVER_MANIFEST
+            ),
+            timeout: SHORT,
+        }
     }
 
     /// What the first control plane needs to reach external etcd, copied from an etcd host.
@@ -1303,19 +1587,49 @@ mod tests {
         );
         let ca = Bytes::from_static(b"CA CERT\n");
         let key = Bytes::from_static(b"CA KEY\n");
-        let mut etcd = r.etcd_kubelet().unwrap();
-        etcd.push(r.etcd_ca());
-        etcd.extend(r.etcd_member(&targets(&hs)[3], &ca, &key).unwrap());
+        let mut etcd = vec![r.etcd_ca()];
+        etcd.extend(
+            r.etcd_member(&targets(&hs)[3], Arch::Amd64, &ca, &key)
+                .unwrap(),
+        );
         insta::assert_snapshot!("external_etcd_member", describe(&etcd));
         assert!(
             matches!(Renderer::new(&cluster(""), &targets(&hs)), Err(RenderError::Host { ref host, .. }) if host == "etcd1")
         );
+        // etcd is a host service: an etcd member may also be a control plane or a worker.
         let mut both = hs.clone();
         both[0].roles.push(HostRole::Etcd);
-        assert!(matches!(
-            Renderer::new(&c, &targets(&both)),
-            Err(RenderError::Host { .. })
-        ));
+        both[1].roles.push(HostRole::Etcd);
+        both.truncate(3);
+        let r = Renderer::new(&c, &targets(&both)).unwrap();
+        assert_eq!(
+            r.etcd_hosts().map(|t| t.name()).collect::<Vec<_>>(),
+            ["cp1", "w1", "etcd1"].map(String::from).to_vec()
+        );
+        let member = r
+            .etcd_member(&targets(&both)[0], Arch::Arm64, &ca, &key)
+            .unwrap();
+        let install = member
+            .iter()
+            .find(|s| s.name.starts_with("etcd: install"))
+            .unwrap();
+        assert!(install.run.contains("'etcd-v3.5.27-linux-arm64/etcdutl'"));
+        assert!(
+            install
+                .run
+                .contains("1277309f540c5a0329c428f95455c9f76d24f768c8d28fd2753e891c379053fa")
+        );
+        let conf = member
+            .iter()
+            .flat_map(|s| &s.files)
+            .find(|f| f.path == ETCD_CONFIG)
+            .unwrap();
+        let conf: serde_json::Value =
+            serde_saphyr::from_str(&String::from_utf8_lossy(&conf.content)).unwrap();
+        assert_eq!(
+            conf["initial-cluster"],
+            "cp1=https://198.18.0.11:2380,w1=https://198.18.0.12:2380,etcd1=https://198.18.0.40:2380"
+        );
         // No /etc/hosts games and no local proxy with a real load balancer in front.
         assert!(r.endpoint_entry("1.2.3.4").is_none());
         assert!(r.settle(&targets(&hs)[1]).unwrap().is_empty());

@@ -62,6 +62,11 @@ const STUBS: &[&str] = &[
     "head",
     "kubeadm",
     "touch",
+    "etcdctl",
+    "etcdutl",
+    "crictl",
+    "seq",
+    "sleep",
     "pwned",
 ];
 
@@ -87,17 +92,30 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
     }
     for arch in Arch::ALL {
         steps.extend(r.install(arch).unwrap());
+        // Only etcd hosts install etcd, but its install script takes the same asset values.
+        steps.push(r.install_step(Component::Etcd, arch).unwrap());
     }
     steps.extend(r.init(cp, &"k".repeat(64)).unwrap());
     steps.push(r.join_token());
     steps.push(r.certificate_key("k", 1));
     steps.extend(r.endpoint_entry("127.0.0.1"));
-    steps.extend(r.etcd_kubelet().unwrap());
     steps.push(r.etcd_ca());
     let b = Bytes::from_static(b"x\n");
-    if let Some(e) = r.etcd_hosts().next() {
-        steps.extend(r.etcd_member(e, &b, &b).unwrap());
+    for e in r.etcd_hosts() {
+        steps.extend(r.etcd_member(e, Arch::Amd64, &b, &b).unwrap());
     }
+    // Backups and restores, on the members of either topology.
+    for e in r.etcd_members() {
+        steps.push(r.etcd_snapshot(e).unwrap());
+        steps.extend(r.etcd_restore_member(e, Arch::Amd64, &b).unwrap());
+        steps.push(r.etcd_health(e).unwrap());
+    }
+    for t in &ts {
+        steps.push(r.etcd_restore_stop(t));
+    }
+    steps.push(r.etcd_snapshot_cleanup());
+    steps.push(r.etcd_restore_start());
+    steps.push(r.etcd_restore_apiserver());
     steps.push(r.etcd_client(&b, &b, &b));
     let mut out = Vec::new();
     for s in steps {
@@ -364,8 +382,9 @@ fn secrets() -> JoinSecrets {
 fn external_etcd_scripts_parse_and_run_clean() {
     let scratch = Scratch::new();
     let mut hs = hosts(1, 1);
-    hs[0].roles = vec![HostRole::ControlPlane];
-    for (i, n) in ["etcd1", "etcd2", "etcd3"].iter().enumerate() {
+    // The first control plane is also an etcd member (Kubespray's co-located layout).
+    hs[0].roles = vec![HostRole::ControlPlane, HostRole::Etcd];
+    for (i, n) in ["etcd1", "etcd2"].iter().enumerate() {
         hs.push(Host {
             name: n.to_string(),
             address: format!("198.18.0.{}", 40 + i),

@@ -659,20 +659,8 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
             if members == 0 || members.is_multiple_of(2) {
                 c.err(p("spec.hosts"), format!("External etcd needs an odd number of hosts with the etcd role, found {members}"));
             }
-            // External etcd members run under a standalone kubelet, which cannot also be a
-            // control plane's or a worker's kubelet: refused here so `create` never stores
-            // what `update` cannot run.
-            for (i, h) in s.hosts.iter().enumerate() {
-                if h.roles.contains(&HostRole::Etcd)
-                    && (h.roles.contains(&HostRole::ControlPlane)
-                        || h.roles.contains(&HostRole::Node))
-                {
-                    c.err(
-                        p("spec.hosts").index(i).key("roles"),
-                        format!("host {} has the etcd role and another role, but External etcd runs on dedicated hosts (etcd role only)", h.name),
-                    );
-                }
-            }
+            // etcd runs as a host service beside any other role (Kubespray's host-deployed
+            // etcd), so co-located etcd hosts need no rule here.
         }
     } else if let Some(i) = s.hosts.iter().position(|h| {
         h.roles.contains(&HostRole::Etcd) && !h.roles.contains(&HostRole::ControlPlane)

@@ -1034,20 +1034,29 @@ impl HostExecutor for SshFleet {
     }
 
     async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+        self.read_file_bounded(host, path, MAX_REMOTE_FILE).await
+    }
+
+    async fn read_file_bounded(
+        &self,
+        host: &str,
+        path: &str,
+        limit: u64,
+    ) -> Result<Option<Bytes>, ExecError> {
         let (_, slot) = self.slot(host)?;
         // A host is not trusted with the operator's memory: the remote side sends at most one
         // byte over the limit, and that byte is the refusal.
         let script = format!(
             "[ -e \"$1\" ] || exit {MISSING}; head -c {} -- \"$1\"",
-            MAX_REMOTE_FILE + 1
+            limit + 1
         );
         let out = self.exec(slot, &script, &[path], None, None).await?;
         match out.status.code() {
-            Some(0) if out.stdout.len() as u64 > MAX_REMOTE_FILE => Err(ExecError::Other {
+            Some(0) if out.stdout.len() as u64 > limit => Err(ExecError::Other {
                 host: host.to_string(),
                 message: format!(
-                    "reading {path}: larger than {} MiB, which no file kprov reads back is; refused",
-                    MAX_REMOTE_FILE >> 20
+                    "reading {path}: larger than {} MiB, the most kprov reads back for it; refused",
+                    limit >> 20
                 ),
             }),
             Some(0) => Ok(Some(Bytes::from(out.stdout))),

@@ -103,4 +103,16 @@ pub trait HostExecutor: Send + Sync {
     async fn run_steps(&self, host: &str, steps: &[Step]) -> Result<Vec<StepOutcome>, ExecError>;
     /// Reads a file from the host (as root); `None` when it does not exist.
     async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError>;
+    /// [`HostExecutor::read_file`] with a caller-chosen size limit, for the one kind of file
+    /// larger than the usual bound (etcd snapshots). Executors that hold files in memory
+    /// already (test fakes) need no limit of their own.
+    async fn read_file_bounded(
+        &self,
+        host: &str,
+        path: &str,
+        limit: u64,
+    ) -> Result<Option<Bytes>, ExecError> {
+        let _ = limit;
+        self.read_file(host, path).await
+    }
 }

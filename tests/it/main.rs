@@ -12,6 +12,7 @@ mod cli_aws;
 mod cli_truth;
 mod cloudlab;
 mod drain;
+mod etcd;
 mod faults;
 mod instance;
 mod instance_aws;

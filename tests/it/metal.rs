@@ -128,7 +128,7 @@ impl Lab {
         p.display().to_string()
     }
 
-    fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         self.th.client_key.display().to_string()
     }
 
@@ -145,14 +145,14 @@ impl Lab {
         self.host(host).standin_calls()
     }
 
-    fn kubeadm_calls(&self, host: &str) -> Vec<(u128, String)> {
+    pub(crate) fn kubeadm_calls(&self, host: &str) -> Vec<(u128, String)> {
         self.calls(host)
             .into_iter()
             .filter(|(_, c)| c.starts_with("kubeadm "))
             .collect()
     }
 
-    fn first_call(&self, host: &str, prefix: &str) -> u128 {
+    pub(crate) fn first_call(&self, host: &str, prefix: &str) -> u128 {
         self.calls(host)
             .into_iter()
             .find(|(_, c)| c.starts_with(prefix))
@@ -160,7 +160,7 @@ impl Lab {
             .0
     }
 
-    fn upper(&self, host: &str, path: &str) -> Option<String> {
+    pub(crate) fn upper(&self, host: &str, path: &str) -> Option<String> {
         self.host(host).read_upper(path).map(|b| text(&b))
     }
 

@@ -555,14 +555,16 @@ hosts:
             ca,
             "{e}"
         );
-        let pod = ns.file(e, "/etc/kubernetes/manifests/etcd.yaml").unwrap();
-        assert!(pod.contains("--initial-cluster=etcd1=https://198.18.0.21:2380,etcd2=https://198.18.0.22:2380,etcd3=https://198.18.0.23:2380"), "{e}: {pod}");
+        // A host service from the pinned release, no kubelet-run static pod.
+        let conf = ns.file(e, "/etc/etcd/etcd.conf.yml").unwrap();
+        assert!(conf.contains("initial-cluster: \"etcd1=https://198.18.0.21:2380,etcd2=https://198.18.0.22:2380,etcd3=https://198.18.0.23:2380\""), "{e}: {conf}");
+        assert!(ns.file(e, "/etc/systemd/system/etcd.service").is_some());
+        assert!(ns.file(e, "/etc/kubernetes/manifests/etcd.yaml").is_none());
         assert!(
-            ns.file(
-                e,
-                "/etc/systemd/system/kubelet.service.d/20-etcd-service-manager.conf"
-            )
-            .is_some()
+            ns.calls(e)
+                .iter()
+                .any(|(_, c)| c.starts_with("etcdctl ") && c.ends_with("endpoint health")),
+            "{e}"
         );
         assert!(
             !ns.calls(e)

@@ -60,6 +60,7 @@ impl Mirror {
                 Component::Runc => assets::RUNC_VERSION,
                 Component::CniPlugins => assets::CNI_PLUGINS_VERSION,
                 Component::Crictl => assets::CRICTL_VERSION,
+                Component::Etcd => assets::ETCD_VERSION,
             };
             // Stand-ins are scripts: one build serves every architecture.
             let mut sha = String::new();
@@ -68,8 +69,12 @@ impl Mirror {
                 let rel = upstream.strip_prefix("https://").expect("https upstream");
                 let path = root.path().join(rel);
                 std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-                build(component, version, &path);
-                sha = hex::encode(Sha256::digest(std::fs::read(&path).expect("read built")));
+                build(component, version, arch, &path);
+                // etcd's tarballs differ per architecture (top directory): the test hosts
+                // are amd64, so that is the checksum handed to the spec.
+                if arch == Arch::Amd64 {
+                    sha = hex::encode(Sha256::digest(std::fs::read(&path).expect("read built")));
+                }
             }
             let rel = assets::upstream_url(component, version, Arch::Amd64);
             let mirror_url = assets::mirror_url(&url, &rel);
@@ -176,6 +181,7 @@ async fn serve(
 fn standin(tool: &str, version: &str) -> String {
     let template = match tool {
         "kubeadm" => "kubeadm",
+        "etcd" | "etcdctl" | "etcdutl" => "etcd",
         // Plays etcdctl inside a running etcd container (etcd member removal).
         "crictl" => "crictl",
         _ => "simple",
@@ -193,7 +199,12 @@ fn write_exec(path: &Path, text: &str) {
 }
 
 /// Builds one component at `path`: a script, or a tarball laid out like upstream's.
-fn build(component: Component, version: &str, path: &Path) {
+fn build(component: Component, version: &str, arch: Arch, path: &Path) {
+    let etcd: Vec<String> = ["etcd", "etcdctl", "etcdutl"]
+        .iter()
+        .map(|b| format!("{}/{b}", assets::etcd_dir(version, arch)))
+        .collect();
+    let etcd: Vec<&str> = etcd.iter().map(String::as_str).collect();
     let tarball_members: &[&str] = match component {
         Component::Kubeadm | Component::Kubelet | Component::Kubectl | Component::Runc => {
             write_exec(path, &standin(component.name(), version));
@@ -202,6 +213,7 @@ fn build(component: Component, version: &str, path: &Path) {
         Component::Containerd => &["bin/containerd", "bin/containerd-shim-runc-v2", "bin/ctr"],
         Component::CniPlugins => &["./bridge", "./host-local", "./loopback", "./portmap"],
         Component::Crictl => &["crictl"],
+        Component::Etcd => &etcd,
     };
     let staging = tempfile::tempdir().expect("staging");
     for m in tarball_members {

@@ -1,0 +1,150 @@
+//! `backup etcd`, `get backups`, `restore etcd`: thin commands over `ops::etcd` for metal
+//! clusters (the inventory's hosts as targets, strict host keys, the cluster lock).
+
+use std::sync::Arc;
+
+use anyhow::bail;
+
+use super::commands::{Ctx, locked};
+use super::exit;
+use crate::nodes::{self, Target, TargetSource};
+use crate::ops::etcd::{self as ops, BackupRecord};
+use crate::ops::nodes::{fleet, no_events};
+use crate::output::Table;
+use crate::spec::{self, Cluster};
+use crate::state::StateStore;
+
+/// Hosts worked on at once by a restore (every member restores at the same time anyway).
+const CONCURRENCY: usize = 20;
+
+async fn metal_cluster(ctx: &Ctx, name: &str) -> anyhow::Result<(Arc<dyn StateStore>, Cluster)> {
+    let repo = ctx.repo().await?;
+    let stored = repo.get(name).await?;
+    let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+    if cluster.spec.cloud_provider != spec::CloudProvider::Metal {
+        bail!(
+            "etcd backups and restores work on metal clusters only for now; {name} is on {:?}",
+            cluster.spec.cloud_provider
+        );
+    }
+    Ok((repo.store().clone(), cluster))
+}
+
+async fn targets(cluster: &Cluster) -> anyhow::Result<Vec<Target>> {
+    Ok(nodes::Inventory {
+        hosts: cluster.spec.hosts.clone(),
+    }
+    .targets()
+    .await?)
+}
+
+fn backups_table(records: &[BackupRecord]) -> Table {
+    let mut t = Table::new(["SNAPSHOT", "TAKEN", "MEMBER", "ETCD", "SIZE", "SHA256"]);
+    for r in records {
+        t.row([
+            r.id.clone(),
+            r.taken_at.clone(),
+            r.host.clone(),
+            r.etcd.clone(),
+            r.size.to_string(),
+            r.sha256.clone(),
+        ]);
+    }
+    t
+}
+
+/// `kprov backup etcd NAME`.
+pub async fn backup(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+    let (store, cluster) = metal_cluster(ctx, name).await?;
+    let targets = targets(&cluster).await?;
+    let record = locked(&store, cluster.name(), "backup etcd", async {
+        let fleet = fleet(
+            &cluster,
+            &targets,
+            store.clone(),
+            false,
+            CONCURRENCY,
+            &no_events(),
+        )?;
+        let r = ops::backup(
+            store.as_ref(),
+            &cluster,
+            &targets,
+            &fleet,
+            chrono::Utc::now(),
+        )
+        .await;
+        fleet.close().await;
+        r
+    })
+    .await?;
+    ctx.printer
+        .value(&record, || backups_table(std::slice::from_ref(&record)))?;
+    ctx.printer.success(&format!(
+        "Backed up etcd of {name} from {} to {} ({} bytes, sha256 {}).",
+        record.host,
+        store.key_location(&record.key),
+        record.size,
+        record.sha256
+    ));
+    Ok(exit::OK)
+}
+
+/// `kprov get backups NAME`.
+pub async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+    let repo = ctx.repo().await?;
+    // The cluster must exist: a typo is an error, not an empty list.
+    repo.get(name).await?;
+    let records = ops::list(repo.store().as_ref(), name).await?;
+    ctx.printer.value(&records, || backups_table(&records))?;
+    Ok(exit::OK)
+}
+
+/// `kprov restore etcd NAME --from SNAPSHOT [--yes]`.
+pub async fn restore(ctx: &Ctx, name: &str, from: &str, yes: bool) -> anyhow::Result<i32> {
+    let (store, cluster) = metal_cluster(ctx, name).await?;
+    let targets = targets(&cluster).await?;
+    // The checksum is verified before anything else, preview included.
+    let (record, snapshot) = ops::load(store.as_ref(), name, from).await?;
+    let plan = ops::restore_plan(&cluster, &targets, &record);
+    let mut t = Table::new(["HOST", "STEPS"]);
+    for (h, what) in &plan.hosts {
+        t.row([h.clone(), what.join("; ")]);
+    }
+    ctx.printer.data(&format!(
+        "Restore etcd of {name} ({} etcd) from snapshot {} taken {} on {} ({} bytes, sha256 {} verified):\n{}",
+        plan.etcd,
+        record.id,
+        record.taken_at,
+        record.host,
+        record.size,
+        record.sha256,
+        t.render()
+    ));
+    if !yes {
+        ctx.printer.status(&format!(
+            "Everything written to the cluster after {} is lost. Must specify --yes to restore.",
+            record.taken_at
+        ));
+        return Ok(exit::OK);
+    }
+    locked(&store, cluster.name(), "restore etcd", async {
+        let fleet = fleet(
+            &cluster,
+            &targets,
+            store.clone(),
+            false,
+            CONCURRENCY,
+            &no_events(),
+        )?;
+        let r = ops::restore(&cluster, &targets, &fleet, &snapshot).await;
+        fleet.close().await;
+        r
+    })
+    .await?;
+    ctx.printer.success(&format!(
+        "Restored etcd of {name} from snapshot {}: every member healthy, API servers started.",
+        record.id
+    ));
+    Ok(exit::OK)
+}

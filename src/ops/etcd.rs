@@ -1,0 +1,371 @@
+//! etcd backups and restores (Kubespray's `etcd` backup tasks and `recover-control-plane.yml`,
+//! kubeadm's documented restore), on either topology: stacked (kubeadm's static pods on the
+//! control planes) and external (kprov's host-deployed etcd service on the etcd hosts).
+//!
+//! - [`backup`] takes a snapshot on the first healthy member, reads it back (bounded by
+//!   [`SNAPSHOT_LIMIT`]) and stores it as `<cluster>/backups/etcd/<id>.db` with a JSON record
+//!   (`<id>.json`: sha256, size, member, time, topology). The caller holds the cluster lock:
+//!   `kprov backup etcd` takes it, a rolling update calls this under its own.
+//! - [`list`] reads the records; [`load`] fetches one snapshot and verifies its checksum.
+//! - [`restore`] verifies the snapshot first, then on every host: API servers and etcd stop,
+//!   each member restores the snapshot with its own name and peer URL into a fresh data
+//!   directory (the old one kept as `/var/lib/etcd.kprov-previous`), etcd starts on all
+//!   members at once, each must turn healthy, then the API servers start again.
+//!
+//! Caveats: a snapshot is held in memory while it moves (the state store writes whole
+//! objects), so [`SNAPSHOT_LIMIT`] bounds memory too. Backups live under the cluster's prefix:
+//! `delete cluster` removes them with the rest of its state.
+
+use anyhow::{Context, anyhow, bail};
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use crate::nodes::Target;
+use crate::provision::orchestrate::Facts;
+use crate::provision::render::{self, Renderer};
+use crate::spec::{Cluster, EtcdType};
+use crate::ssh::task::{HostExecutor, Step};
+use crate::state::layout::ClusterKeys;
+use crate::state::{Precondition, StateStore};
+
+/// The largest snapshot kprov reads back: etcd's largest supported backend quota (8 GiB).
+pub const SNAPSHOT_LIMIT: u64 = 8 << 30;
+/// A backup record is a few hundred bytes; anything much larger is not one.
+const RECORD_LIMIT: usize = 64 << 10;
+
+/// One stored backup.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRecord {
+    /// What `restore etcd --from` takes: the time it was taken, `20261122T213500Z`.
+    pub id: String,
+    /// State store key of the snapshot.
+    pub key: String,
+    pub sha256: String,
+    pub size: u64,
+    /// The member it was taken on.
+    pub host: String,
+    /// RFC 3339.
+    pub taken_at: String,
+    /// `Stacked` or `External`.
+    pub etcd: String,
+}
+
+fn prefix(cluster: &str) -> anyhow::Result<String> {
+    Ok(format!(
+        "{}backups/etcd/",
+        ClusterKeys::new(cluster)?.prefix()
+    ))
+}
+
+fn etcd_type(cluster: &Cluster) -> EtcdType {
+    cluster
+        .spec
+        .etcd
+        .as_ref()
+        .map_or(EtcdType::Stacked, |e| e.kind)
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+async fn run(exec: &dyn HostExecutor, host: &str, steps: &[Step]) -> anyhow::Result<()> {
+    exec.run_steps(host, steps)
+        .await
+        .map(|_| ())
+        .map_err(|e| anyhow!(e))
+}
+
+/// Takes a snapshot on the first member that is healthy and answers, and stores it. The
+/// caller holds the cluster lock. `now` names the backup.
+pub async fn backup(
+    store: &dyn StateStore,
+    cluster: &Cluster,
+    targets: &[Target],
+    exec: &dyn HostExecutor,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<BackupRecord> {
+    let renderer = Renderer::new(cluster, targets).context("rendering the snapshot steps")?;
+    let members = renderer.etcd_members();
+    if members.is_empty() {
+        bail!("{} has no etcd member to back up", cluster.name());
+    }
+    let mut failures = Vec::new();
+    for m in members {
+        let snapshot = async {
+            run(exec, m.name(), &[renderer.etcd_snapshot(m)?]).await?;
+            let data = exec
+                .read_file_bounded(m.name(), render::ETCD_SNAPSHOT, SNAPSHOT_LIMIT)
+                .await?
+                .ok_or_else(|| {
+                    anyhow!("{}: etcdctl wrote no {}", m.name(), render::ETCD_SNAPSHOT)
+                })?;
+            // The file holds every secret of the cluster: it does not stay on the host.
+            run(exec, m.name(), &[renderer.etcd_snapshot_cleanup()]).await?;
+            anyhow::Ok(data)
+        }
+        .await;
+        match snapshot {
+            Ok(data) if data.is_empty() => failures.push(format!("{}: empty snapshot", m.name())),
+            Ok(data) => return store_backup(store, cluster, m.name(), data, now).await,
+            // Errors from the host name it already.
+            Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+    bail!(
+        "no etcd member of {} gave a snapshot: {}",
+        cluster.name(),
+        failures.join("; ")
+    )
+}
+
+async fn store_backup(
+    store: &dyn StateStore,
+    cluster: &Cluster,
+    host: &str,
+    data: Bytes,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<BackupRecord> {
+    let id = now.format("%Y%m%dT%H%M%SZ").to_string();
+    let prefix = prefix(cluster.name())?;
+    let record = BackupRecord {
+        key: format!("{prefix}{id}.db"),
+        id: id.clone(),
+        sha256: sha256_hex(&data),
+        size: data.len() as u64,
+        host: host.to_string(),
+        taken_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        etcd: format!("{:?}", etcd_type(cluster)),
+    };
+    // The snapshot first: a record always names a snapshot that is there.
+    store
+        .put(&record.key, data, Precondition::Absent)
+        .await
+        .with_context(|| format!("storing snapshot {id}"))?;
+    store
+        .put(
+            &format!("{prefix}{id}.json"),
+            Bytes::from(serde_json::to_vec_pretty(&record)?),
+            Precondition::Absent,
+        )
+        .await
+        .with_context(|| format!("storing the record of snapshot {id}"))?;
+    Ok(record)
+}
+
+/// Every backup of `cluster`, oldest first. A record that does not parse is an error naming
+/// its key (the store is a trust boundary; nothing is skipped silently).
+pub async fn list(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Vec<BackupRecord>> {
+    let prefix = prefix(cluster)?;
+    let mut out = Vec::new();
+    for key in store.list(&prefix).await? {
+        if !key.ends_with(".json") {
+            continue;
+        }
+        let Some(obj) = store.get(&key).await? else {
+            continue;
+        };
+        if obj.data.len() > RECORD_LIMIT {
+            bail!(
+                "{}: not a backup record (too large)",
+                store.key_location(&key)
+            );
+        }
+        let record: BackupRecord = serde_json::from_slice(&obj.data)
+            .with_context(|| format!("{}: not a backup record", store.key_location(&key)))?;
+        out.push(record);
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+/// The snapshot `id` (`20261122T213500Z`, or its key's file name) with its record, after
+/// checking its size and sha256 against the record.
+pub async fn load(
+    store: &dyn StateStore,
+    cluster: &str,
+    id: &str,
+) -> anyhow::Result<(BackupRecord, Bytes)> {
+    let id = id.trim_end_matches(".db").trim_end_matches(".json");
+    let id = id.rsplit('/').next().unwrap_or(id);
+    let records = list(store, cluster).await?;
+    let Some(record) = records.into_iter().find(|r| r.id == id) else {
+        bail!("{cluster} has no etcd backup {id:?} (see `kprov get backups {cluster}`)");
+    };
+    let expected = format!("{}{id}.db", prefix(cluster)?);
+    if record.key != expected {
+        bail!(
+            "backup record {id} names {:?}, not its own snapshot {expected:?}; refused",
+            record.key
+        );
+    }
+    let data = store
+        .get(&record.key)
+        .await?
+        .ok_or_else(|| anyhow!("{}: snapshot missing", store.key_location(&record.key)))?
+        .data;
+    let actual = sha256_hex(&data);
+    if data.len() as u64 != record.size || actual != record.sha256 {
+        bail!(
+            "{}: checksum mismatch: the record says sha256 {} ({} bytes), the stored snapshot has {} ({} bytes); refusing to restore it",
+            store.key_location(&record.key),
+            record.sha256,
+            record.size,
+            actual,
+            data.len()
+        );
+    }
+    Ok((record, data))
+}
+
+/// What a restore will do, host by host (the preview prints it).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestorePlan {
+    pub backup: BackupRecord,
+    pub etcd: String,
+    /// (host, what happens there), in order.
+    pub hosts: Vec<(String, Vec<String>)>,
+}
+
+pub fn restore_plan(cluster: &Cluster, targets: &[Target], backup: &BackupRecord) -> RestorePlan {
+    let ty = etcd_type(cluster);
+    let members: Vec<&str> = targets
+        .iter()
+        .filter(|t| match ty {
+            EtcdType::Stacked => t.is_control_plane(),
+            EtcdType::External => t.has_role(crate::spec::HostRole::Etcd),
+        })
+        .map(|t| t.name())
+        .collect();
+    let mut hosts = Vec::new();
+    for t in targets {
+        let member = members.contains(&t.name());
+        if !member && !t.is_control_plane() {
+            continue;
+        }
+        let mut what = Vec::new();
+        if t.is_control_plane() {
+            what.push("stop the API server (manifest set aside)".to_string());
+        }
+        if member {
+            what.push(match ty {
+                EtcdType::Stacked => "stop etcd (static pod manifest set aside)".to_string(),
+                EtcdType::External => "stop the etcd service".to_string(),
+            });
+            what.push(format!(
+                "etcdutl snapshot restore as member {} into a fresh /var/lib/etcd (old one kept as /var/lib/etcd.kprov-previous)",
+                t.node_name
+            ));
+            what.push("start etcd, wait until healthy".to_string());
+        }
+        if t.is_control_plane() {
+            what.push("start the API server".to_string());
+        }
+        hosts.push((t.name().to_string(), what));
+    }
+    RestorePlan {
+        backup: backup.clone(),
+        etcd: format!("{ty:?}"),
+        hosts,
+    }
+}
+
+/// Restores `snapshot` (already verified by [`load`]) on every member. The caller holds the
+/// cluster lock. Stops at the first phase that fails on any host, naming it; a re-run
+/// restores again from the start.
+pub async fn restore(
+    cluster: &Cluster,
+    targets: &[Target],
+    exec: &dyn HostExecutor,
+    snapshot: &Bytes,
+) -> anyhow::Result<()> {
+    let renderer = Renderer::new(cluster, targets).context("rendering the restore steps")?;
+    let members: Vec<&Target> = renderer.etcd_members();
+    let affected: Vec<&Target> = targets
+        .iter()
+        .filter(|t| t.is_control_plane() || members.iter().any(|m| m.name() == t.name()))
+        .collect();
+    // Architectures first: a host kprov never provisioned has no facts, and nothing stops.
+    let mut arch = Vec::new();
+    for m in &members {
+        let facts = exec
+            .read_file(m.name(), render::FACTS_FILE)
+            .await?
+            .ok_or_else(|| {
+                anyhow!(
+                    "{}: no {} (never provisioned by kprov?)",
+                    m.name(),
+                    render::FACTS_FILE
+                )
+            })?;
+        let a = Facts::parse(&String::from_utf8_lossy(&facts))
+            .arch()
+            .ok_or_else(|| anyhow!("{}: unknown architecture", m.name()))?;
+        arch.push(a);
+    }
+    let phase = |name: &'static str, work: Vec<(String, Vec<Step>)>| async move {
+        let results = futures::future::join_all(
+            work.iter()
+                .map(|(h, steps)| async move { (h.clone(), run(exec, h, steps).await) }),
+        )
+        .await;
+        let failed: Vec<String> = results
+            .into_iter()
+            .filter_map(|(_, r)| r.err().map(|e| format!("{e:#}")))
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(anyhow!(
+                "restore phase {name:?} failed: {}",
+                failed.join("; ")
+            ))
+        }
+    };
+    phase(
+        "stop",
+        affected
+            .iter()
+            .map(|t| (t.name().to_string(), vec![renderer.etcd_restore_stop(t)]))
+            .collect(),
+    )
+    .await?;
+    let mut work = Vec::new();
+    for (m, a) in members.iter().zip(arch) {
+        work.push((
+            m.name().to_string(),
+            renderer.etcd_restore_member(m, a, snapshot)?,
+        ));
+    }
+    phase("snapshot restore", work).await?;
+    phase(
+        "start etcd",
+        members
+            .iter()
+            .map(|m| (m.name().to_string(), vec![renderer.etcd_restore_start()]))
+            .collect(),
+    )
+    .await?;
+    let mut work = Vec::new();
+    for m in &members {
+        work.push((m.name().to_string(), vec![renderer.etcd_health(m)?]));
+    }
+    phase("health", work).await?;
+    phase(
+        "start API servers",
+        affected
+            .iter()
+            .filter(|t| t.is_control_plane())
+            .map(|t| {
+                (
+                    t.name().to_string(),
+                    vec![renderer.etcd_restore_apiserver()],
+                )
+            })
+            .collect(),
+    )
+    .await?;
+    Ok(())
+}
