@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::metal::{Lab, VERSION, kprov_inventory, show};
+use crate::metal::{Lab, kprov_inventory, show};
 use crate::support::testhosts::TestHost;
 
 fn text(b: &[u8]) -> String {
@@ -296,26 +296,8 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
             ],
         ),
     );
-    ok(&lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]));
-    lab.use_mirror(name, None);
-    ok(&lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]));
+    lab.create_metal(name, &inv);
+    lab.provision(name);
     let api = ApiServers::start(&lab, &["host1", "host2", "host3"]);
 
     // get: the expiry openssl reads in each file, on both control planes, not the worker.

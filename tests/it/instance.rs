@@ -7,7 +7,7 @@
 
 use serde_json::json;
 
-use crate::metal::{Lab, VERSION, kprov_inventory, ok, show, text};
+use crate::metal::{Lab, kprov_inventory, ok, show, text};
 use crate::support::fakekube::{FakeKube, mirror, node, owned_by, pdb, pod};
 
 struct Api {
@@ -45,26 +45,8 @@ impl Api {
 
 fn create(lab: &Lab, name: &str, roles: &[(&str, &str)]) {
     let inv = lab.write("inventory.yaml", &kprov_inventory(lab, roles));
-    ok(&lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]));
-    lab.use_mirror(name, None);
-    ok(&lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]));
+    lab.create_metal(name, &inv);
+    lab.provision(name);
 }
 
 fn has_call(lab: &Lab, host: &str, prefix: &str) -> Option<u128> {

@@ -122,6 +122,35 @@ impl Lab {
             .expect("runs kprov under script")
     }
 
+    /// `create cluster NAME --cloud metal --inventory INVENTORY` at the pinned test version,
+    /// its assets served by the test mirror; it must succeed.
+    pub(crate) fn create_metal(&self, name: &str, inventory: &str) {
+        ok(&self.kprov(&[
+            "create",
+            "cluster",
+            name,
+            "--cloud",
+            "metal",
+            "--inventory",
+            inventory,
+            "--kubernetes-version",
+            VERSION,
+        ]));
+        self.use_mirror(name, None);
+    }
+
+    /// `update cluster NAME --yes --accept-new-host-keys --skip-addons`; it must succeed.
+    pub(crate) fn provision(&self, name: &str) {
+        ok(&self.kprov(&[
+            "update",
+            "cluster",
+            name,
+            "--yes",
+            "--accept-new-host-keys",
+            "--skip-addons",
+        ]));
+    }
+
     pub(crate) fn write(&self, name: &str, content: &str) -> String {
         let p = self.dir.path().join(name);
         std::fs::write(&p, content).unwrap();
@@ -249,18 +278,7 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
             ],
         ),
     );
-    ok(&lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]));
-    lab.use_mirror(name, None);
+    lab.create_metal(name, &inv);
 
     // Preview before anything: nothing is written anywhere; changes are pending.
     let (store0, hosts0) = (snapshot(&lab.store_dir()), lab.hosts_snapshot());
@@ -902,27 +920,9 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
         &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
     );
     for name in [first, second] {
-        ok(&lab.kprov(&[
-            "create",
-            "cluster",
-            name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            &inv,
-            "--kubernetes-version",
-            VERSION,
-        ]));
-        lab.use_mirror(name, None);
+        lab.create_metal(name, &inv);
     }
-    ok(&lab.kprov(&[
-        "update",
-        "cluster",
-        first,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]));
+    lab.provision(first);
     for h in ["host1", "host2"] {
         let marker = lab
             .upper(h, "/var/lib/kprov/owner")
