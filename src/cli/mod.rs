@@ -8,6 +8,7 @@ mod edit;
 mod instance;
 mod metal;
 mod rolling;
+mod rolling_aws;
 mod update;
 
 use std::path::PathBuf;

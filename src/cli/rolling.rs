@@ -16,11 +16,11 @@ use serde::Serialize;
 
 use super::commands::Ctx;
 use super::exit;
+use crate::cloud::aws::instances::SshReach;
 use crate::kube::Kube;
 use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
 use crate::nodes::{Inventory, TargetSource};
 use crate::ops::nodes::NodeOptions;
-use crate::cloud::aws::instances::SshReach;
 use crate::ops::rolling as ops;
 use crate::ops::rolling_aws;
 use crate::output::{Format, Table};
@@ -134,9 +134,11 @@ async fn observe(
         CloudProvider::Aws => {
             let reach = SshReach::of(cluster, ssh_private_address);
             let o = rolling_aws::observe(repo.store(), cluster, groups, reach, concurrency).await?;
-            problems.extend(o.strays.iter().map(|s| {
-                format!("{s}: owned by the cluster but in none of its instance groups")
-            }));
+            problems.extend(
+                o.strays.iter().map(|s| {
+                    format!("{s}: owned by the cluster but in none of its instance groups")
+                }),
+            );
             (o.observed, Platform::Aws)
         }
     };
@@ -307,6 +309,9 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
         ctx.printer.warn(
             "--cloudonly: nodes would be replaced WITHOUT draining and WITHOUT validating the cluster",
         );
+    }
+    if plan.platform == Platform::Aws {
+        return super::rolling_aws::run_roll(ctx, &cluster, &groups, a, plan).await;
     }
     // Not pretending: the plan above is right, the machine side of the roll is not built.
     ctx.printer.error(&format!(

@@ -74,7 +74,12 @@ pub fn with_template_versions(
         {
             r.launch_template_version = launched;
         }
-        let want = o.target.group.as_ref().and_then(|g| current.get(g)).cloned();
+        let want = o
+            .target
+            .group
+            .as_ref()
+            .and_then(|g| current.get(g))
+            .cloned();
         if let Ok(d) = &mut o.desired {
             d.launch_template_version = want;
         }
@@ -169,7 +174,11 @@ impl<'a> AwsRoller<'a> {
             .nodes
             .iter()
             .flat_map(|n| {
-                [Some(n.target.clone()), Some(n.node_name.clone()), n.replacement.clone()]
+                [
+                    Some(n.target.clone()),
+                    Some(n.node_name.clone()),
+                    n.replacement.clone(),
+                ]
             })
             .flatten()
             .collect()
