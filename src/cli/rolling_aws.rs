@@ -26,22 +26,6 @@ use crate::output::{Format, Printer};
 use crate::spec::{Cluster, InstanceGroup};
 use crate::state::lock::{self, LockGuard};
 
-/// Groups whose `maxSurge` asks for instances ahead of a batch: not launched yet on AWS.
-pub fn surge_refusals(plan: &RollPlan) -> Vec<String> {
-    plan.groups
-        .iter()
-        .filter(|g| g.max_surge > 0 && g.to_roll() > 0)
-        .map(|g| {
-            format!(
-                "instance group {}: rollingUpdate.maxSurge {} is not implemented on AWS yet (no \
-                 instance is launched ahead of a batch); set maxSurge to 0 and maxUnavailable \
-                 instead (`kprov edit ig {}`)",
-                g.name, g.max_surge, g.name
-            )
-        })
-        .collect()
-}
-
 /// Control planes would be re-provisioned in place on AWS: not built yet.
 pub fn control_plane_refusals(plan: &RollPlan) -> Vec<String> {
     plan.order()
@@ -65,9 +49,15 @@ pub async fn aws_roller<'a>(
     guard: &'a LockGuard,
     kube: Option<Kube>,
     journal: &Journal,
+    plan: &RollPlan,
     ssh_private_address: bool,
     events: ops::RollEvents,
 ) -> anyhow::Result<AwsRoller<'a>> {
+    let surge = plan
+        .groups
+        .iter()
+        .map(|g| (g.name.clone(), g.max_surge))
+        .collect();
     let (cloud, plan) = crate::ops::aws::plan(&store, cluster, groups).await?;
     let name = cluster.name();
     let lb = instances::load_balancer_dns(&plan)
@@ -93,6 +83,9 @@ pub async fn aws_roller<'a>(
         joining: Mutex::new(()),
         replacement_timeout: REPLACEMENT_TIMEOUT,
         poll: Duration::from_secs(2),
+        surge,
+        surged: Mutex::new(Default::default()),
+        raised_max: Mutex::new(Default::default()),
     })
 }
 
@@ -130,8 +123,7 @@ pub async fn run_roll(
     plan: &RollPlan,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
-    let mut refusals = surge_refusals(plan);
-    refusals.extend(control_plane_refusals(plan));
+    let refusals = control_plane_refusals(plan);
     if !refusals.is_empty() {
         for r in &refusals {
             ctx.printer.error(r);
@@ -203,6 +195,7 @@ async fn locked_roll(
         guard,
         kube.clone(),
         &journal,
+        plan,
         a.ssh_private_address,
         events.clone(),
     )
@@ -297,22 +290,14 @@ mod tests {
     use crate::ops::rolling::tests::plan_of;
 
     #[test]
-    fn surge_and_control_planes_are_refused_on_aws_naming_the_group() {
-        let mut plan = plan_of(crate::nodes::roll::Platform::Aws, 3, 1);
-        assert!(surge_refusals(&plan).is_empty());
+    fn control_planes_are_refused_on_aws_naming_each() {
+        let plan = plan_of(crate::nodes::roll::Platform::Aws, 3, 1);
         let cps = control_plane_refusals(&plan);
         assert_eq!(cps.len(), 2, "{cps:?}");
         assert!(
-            cps.iter().all(|r| r.contains("not implemented on AWS")),
+            cps.iter()
+                .all(|r| r.contains("not implemented on AWS") && r.contains("group control-plane")),
             "{cps:?}"
         );
-        for g in &mut plan.groups {
-            if g.role == crate::nodes::roll::GroupRole::Node {
-                g.max_surge = 1;
-            }
-        }
-        let s = surge_refusals(&plan);
-        assert_eq!(s.len(), 1, "{s:?}");
-        assert!(s[0].contains("maxSurge 1"), "{s:?}");
     }
 }

@@ -15,8 +15,7 @@
 //!
 //! Caveats: `cloud_only` skips taint, cordon, drain, Ready and validation entirely (for a
 //! cluster whose API is down); the caller says so loudly. Surge instances (AWS `maxSurge`) are
-//! not launched ahead of a batch yet: the batch size includes the surge, the extra instances
-//! are not started first (the command refuses a surge roll on AWS until they are).
+//! the roller's: [`NodeRoller::before_batch`] runs before a batch is cordoned.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,6 +93,12 @@ pub trait NodeRoller: Send + Sync {
     /// Returns the name of the node that took its place, when it is a new one. Must be safe to
     /// call again for a node whose previous attempt was cut short.
     async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String>;
+
+    /// Before a batch is cordoned (AWS: the surge's new instances start and join here, so
+    /// capacity is added before any is taken away). Must be safe to call again on resume.
+    async fn before_batch(&self, _nodes: &[JournalNode]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What happens, for the printer.
@@ -178,6 +183,17 @@ pub async fn run<'a>(
     }
     let batches = shared.lock().await.journal.remaining_batches();
     for batch in batches {
+        let nodes: Vec<JournalNode> = {
+            let s = shared.lock().await;
+            batch.iter().map(|&i| s.journal.nodes[i].clone()).collect()
+        };
+        if let Err(reason) = roller.before_batch(&nodes).await {
+            let node = nodes
+                .first()
+                .map(|n| n.node_name.clone())
+                .unwrap_or_default();
+            return Err(RollError::Stopped { node, reason });
+        }
         let results = join_all(batch.iter().map(|&i| {
             advance(
                 &shared, i, api, roller, options, events, &cancel, lock_check,

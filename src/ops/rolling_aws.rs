@@ -14,8 +14,11 @@
 //! - Control planes are re-provisioned in place on AWS (the safe way with stacked etcd); that
 //!   machine side is not built yet, so the roller refuses them (the engine stops, the node
 //!   stays as it was, cordoned, and the journal says why).
-//! - `maxSurge` is not honoured ahead of a batch: the group's desired capacity is never raised,
-//!   a batch is terminated then replaced (the command refuses a surge roll on AWS).
+//! - `maxSurge` (the default of worker groups): before a batch is cordoned the group's desired
+//!   capacity (and its maximum, when needed) is raised by the batch's surge, the new instances
+//!   are joined, then each old one is drained and terminated *with* decrement; the maximum is
+//!   put back afterwards. Without surge an old instance is terminated without decrement and
+//!   the group's replacement joined.
 //! - Bastion groups are not rolled (their instances are not nodes of the plan).
 //! - The replacement is found as an instance of the group that the roll did not know when it
 //!   started; an instance a scale-up adds to the group meanwhile may be taken for it.
@@ -165,6 +168,13 @@ pub struct AwsRoller<'a> {
     pub joining: Mutex<()>,
     pub replacement_timeout: Duration,
     pub poll: Duration,
+    /// `maxSurge` per instance group (from the plan; 0 or absent: no surge).
+    pub surge: BTreeMap<String, u32>,
+    /// Surge instances started and joined for a node not yet terminated (old instance ID ->
+    /// the instance that takes its place).
+    pub surged: Mutex<BTreeMap<String, Target>>,
+    /// Each surged group's maximum size before the roll raised it.
+    pub raised_max: Mutex<BTreeMap<String, i32>>,
 }
 
 impl<'a> AwsRoller<'a> {
@@ -195,10 +205,197 @@ impl<'a> AwsRoller<'a> {
         self.instances.discover().await.map_err(|e| e.to_string())
     }
 
+    fn asg(&self, group: &str) -> String {
+        format!("{group}.{}", self.cluster.name())
+    }
+
+    fn surges(&self, group: &str) -> bool {
+        self.surge.get(group).is_some_and(|s| *s > 0)
+    }
+
+    /// Waits (bounded, visibly) for an instance of `group` the roll does not know yet, and
+    /// claims it.
+    async fn new_instance(&self, node: &JournalNode, what: &str) -> Result<Target, String> {
+        let start = Instant::now();
+        loop {
+            let found = self.discover().await?;
+            {
+                let mut claimed = self.claimed.lock().await;
+                if let Some(t) = pick_replacement(
+                    &found.targets,
+                    &node.group,
+                    &node.target,
+                    &self.known,
+                    &claimed,
+                ) {
+                    claimed.insert(t.name().to_string());
+                    return Ok(t.clone());
+                }
+            }
+            if start.elapsed() >= self.replacement_timeout {
+                return Err(format!(
+                    "{} started no {what} for {} within {:?}; check the group's activity (`aws \
+                     autoscaling describe-scaling-activities`) and re-run to resume",
+                    self.asg(&node.group),
+                    node.target,
+                    self.replacement_timeout
+                ));
+            }
+            self.working(
+                &node.node_name,
+                format!(
+                    "waiting for {} to start a {what} ({}s)",
+                    self.asg(&node.group),
+                    start.elapsed().as_secs()
+                ),
+            );
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    /// The surge of a batch: per surging group, as many new instances as the batch replaces
+    /// (at most its `maxSurge`), started by raising the group's desired capacity (and its
+    /// maximum, remembered, when needed) and joined before any old node is cordoned.
+    async fn surge_batch(&self, nodes: &[JournalNode]) -> Result<(), String> {
+        let mut by_group: BTreeMap<&str, Vec<&JournalNode>> = BTreeMap::new();
+        for n in nodes {
+            if n.action == RollAction::Replace
+                && n.step == crate::nodes::journal::NodeStep::Waiting
+                && self.surges(&n.group)
+                && !self.surged.lock().await.contains_key(&n.target)
+            {
+                by_group.entry(n.group.as_str()).or_default().push(n);
+            }
+        }
+        for (group, mut waiting) in by_group {
+            let limit = self.surge.get(group).copied().unwrap_or(0) as usize;
+            waiting.truncate(limit);
+            let asg = self.asg(group);
+            // A surge started by an interrupted run is used, not started again.
+            let found = self.discover().await?;
+            let already = {
+                let claimed = self.claimed.lock().await;
+                found
+                    .targets
+                    .iter()
+                    .filter(|t| {
+                        t.group.as_deref() == Some(group)
+                            && !self.known.contains(t.name())
+                            && !self.known.contains(&t.node_name)
+                            && !claimed.contains(t.name())
+                    })
+                    .count()
+            };
+            let more = waiting.len().saturating_sub(already) as i32;
+            if more > 0 {
+                self.guard.check().map_err(|e| e.to_string())?;
+                let c = self
+                    .cloud
+                    .group_capacity(&asg)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let desired = c.desired + more;
+                let max = if desired > c.max {
+                    self.raised_max
+                        .lock()
+                        .await
+                        .entry(group.to_string())
+                        .or_insert(c.max);
+                    Some(desired)
+                } else {
+                    None
+                };
+                for n in &waiting {
+                    self.working(
+                        &n.node_name,
+                        format!(
+                            "surge: {asg} desired capacity {} -> {desired}{}",
+                            c.desired,
+                            max.map(|m| format!(", max {} -> {m}", c.max))
+                                .unwrap_or_default()
+                        ),
+                    );
+                }
+                self.cloud
+                    .set_group_size(&asg, desired, max)
+                    .await
+                    .map_err(|e| format!("raising {asg} for the surge: {e}"))?;
+            }
+            for n in waiting {
+                let new = self.new_instance(n, "surge instance").await?;
+                self.working(
+                    &n.node_name,
+                    format!(
+                        "surge instance {} ({}) started; joining it",
+                        new.name(),
+                        new.node_name
+                    ),
+                );
+                self.join(&new).await?;
+                self.surged.lock().await.insert(n.target.clone(), new);
+            }
+        }
+        Ok(())
+    }
+
+    /// After a surged replacement: the group's maximum back to what it was, once its desired
+    /// capacity fits again.
+    async fn restore_max(&self, group: &str) -> Result<(), String> {
+        let Some(max) = self.raised_max.lock().await.get(group).copied() else {
+            return Ok(());
+        };
+        let asg = self.asg(group);
+        let c = self
+            .cloud
+            .group_capacity(&asg)
+            .await
+            .map_err(|e| e.to_string())?;
+        if c.desired <= max && c.max != max {
+            self.cloud
+                .set_group_size(&asg, c.desired, Some(max))
+                .await
+                .map_err(|e| format!("restoring the maximum size of {asg}: {e}"))?;
+            self.raised_max.lock().await.remove(group);
+        }
+        Ok(())
+    }
+
     async fn replace(&self, node: &JournalNode) -> Result<String, String> {
         let name = self.cluster.name();
         let old = node.target.as_str();
+        let mut surged = self.surged.lock().await.remove(old);
         let found = self.discover().await?;
+        if surged.is_none() && self.surges(&node.group) {
+            // Resumed past the surge: an instance the roll does not know is the surge one.
+            let claimed = self.claimed.lock().await.clone();
+            if let Some(t) =
+                pick_replacement(&found.targets, &node.group, old, &self.known, &claimed)
+            {
+                self.claimed.lock().await.insert(t.name().to_string());
+                self.join(t).await?;
+                surged = Some(t.clone());
+            }
+        }
+        if let Some(new) = surged {
+            if found.targets.iter().any(|t| t.name() == old) {
+                self.guard.check().map_err(|e| e.to_string())?;
+                self.working(
+                    &node.node_name,
+                    format!(
+                        "terminating {old} in {} (shrinking it back: {} took its place)",
+                        self.asg(&node.group),
+                        new.name()
+                    ),
+                );
+                self.cloud
+                    .terminate_in_group(old, true)
+                    .await
+                    .map_err(|e| format!("terminating {old} ({}): {e}", node.node_name))?;
+            }
+            self.delete_node(node).await?;
+            self.restore_max(&node.group).await?;
+            return Ok(new.node_name);
+        }
         if found.targets.iter().any(|t| t.name() == old) {
             self.guard.check().map_err(|e| e.to_string())?;
             self.working(
@@ -213,43 +410,8 @@ impl<'a> AwsRoller<'a> {
                 .await
                 .map_err(|e| format!("terminating {old} ({}): {e}", node.node_name))?;
         }
-        if let Some(kube) = &self.kube {
-            // What the cloud-controller-manager would do once it sees the instance gone; done
-            // here so the health gate does not count a node that no longer exists.
-            kube.delete_node(&node.node_name)
-                .await
-                .map_err(|e| format!("deleting Node {}: {e}", node.node_name))?;
-        }
-        let start = Instant::now();
-        let new = loop {
-            let found = self.discover().await?;
-            {
-                let mut claimed = self.claimed.lock().await;
-                if let Some(t) =
-                    pick_replacement(&found.targets, &node.group, old, &self.known, &claimed)
-                {
-                    claimed.insert(t.name().to_string());
-                    break t.clone();
-                }
-            }
-            if start.elapsed() >= self.replacement_timeout {
-                return Err(format!(
-                    "{}.{name} started no replacement for {old} within {:?}; its instance is \
-                     terminated; check the group's activity (`aws autoscaling \
-                     describe-scaling-activities`) and re-run to resume",
-                    node.group, self.replacement_timeout
-                ));
-            }
-            self.working(
-                &node.node_name,
-                format!(
-                    "waiting for {}.{name} to start a replacement ({}s)",
-                    node.group,
-                    start.elapsed().as_secs()
-                ),
-            );
-            tokio::time::sleep(self.poll).await;
-        };
+        self.delete_node(node).await?;
+        let new = self.new_instance(node, "replacement").await?;
         self.working(
             &node.node_name,
             format!(
@@ -260,6 +422,17 @@ impl<'a> AwsRoller<'a> {
         );
         self.join(&new).await?;
         Ok(new.node_name.clone())
+    }
+
+    /// What the cloud-controller-manager does once the instance is gone; done here so the
+    /// health gate does not count a node that no longer exists.
+    async fn delete_node(&self, node: &JournalNode) -> Result<(), String> {
+        if let Some(kube) = &self.kube {
+            kube.delete_node(&node.node_name)
+                .await
+                .map_err(|e| format!("deleting Node {}: {e}", node.node_name))?;
+        }
+        Ok(())
     }
 
     async fn join(&self, new: &Target) -> Result<(), String> {
@@ -360,6 +533,10 @@ impl NodeRoller for AwsRoller<'_> {
             )),
             RollAction::Leave => Ok(None),
         }
+    }
+
+    async fn before_batch(&self, nodes: &[JournalNode]) -> Result<(), String> {
+        self.surge_batch(nodes).await
     }
 }
 
