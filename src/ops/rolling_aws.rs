@@ -457,7 +457,18 @@ impl<'a> AwsRoller<'a> {
             ));
         }
         let on_wait = |e: wait::WaitEvent| {
-            self.working(&new.node_name, format!("{e:?}"));
+            let what = match e {
+                wait::WaitEvent::Waiting { instance, last } => {
+                    format!("waiting for SSH on {instance}: {last}")
+                }
+                wait::WaitEvent::Answering { instance, banner } => {
+                    format!("{instance} answers SSH ({banner})")
+                }
+                wait::WaitEvent::Deferred { instance } => {
+                    format!("{instance} is reached through the bastion")
+                }
+            };
+            self.working(&new.node_name, what);
         };
         if let Err(late) = wait::wait_for_ssh(
             std::slice::from_ref(new),
