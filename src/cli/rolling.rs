@@ -2,10 +2,9 @@
 //! group, then per node: replace, re-provision in place or leave alone, and why), from each
 //! node's provisioning record compared with the spec.
 //!
-//! Caveat: executing a roll (`--yes`) is refused for now: the engine, journal and plan are
-//! in `ops::rolling` / `nodes::roll` / `nodes::journal`, but the drain (another branch) and
-//! the machine side (in-place re-provision with `kubeadm upgrade`, AWS replacement) are not
-//! wired yet. AWS clusters are refused with the same honesty.
+//! Caveat: on metal executing a roll (`--yes`) is refused for now (the in-place re-provision
+//! with `kubeadm upgrade` is not wired); on AWS `--yes` replaces workers (`cli::rolling_aws`)
+//! and refuses control planes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -42,6 +42,7 @@ pub fn control_plane_refusals(plan: &RollPlan) -> Vec<String> {
 }
 
 /// The AWS roller for this run.
+#[allow(clippy::too_many_arguments)]
 pub async fn aws_roller<'a>(
     cluster: &Cluster,
     groups: &[InstanceGroup],

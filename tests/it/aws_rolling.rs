@@ -239,6 +239,23 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
         deleted_at[0].1 < deleted_at[1].0,
         "the second batch started before the first finished: {deleted_at:?}"
     );
+    // The surge grew the group by one at a time; it is back to the spec's size.
+    let (min, desired, max) = lab.block_on(async {
+        let g = aws_sdk_autoscaling::Client::new(&lab.sdk_config().await)
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(format!("nodes.{cluster}"))
+            .send()
+            .await
+            .expect("DescribeAutoScalingGroups");
+        let g = &g.auto_scaling_groups()[0];
+        (g.min_size(), g.desired_capacity(), g.max_size())
+    });
+    assert_eq!((min, desired, max), (Some(2), Some(2), Some(2)));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("desired capacity 2 -> 3, max 2 -> 3") && err.contains("shrinking it back"),
+        "{err}"
+    );
     let journal = std::fs::read_to_string(
         lab.store_dir()
             .join(cluster)
