@@ -9,6 +9,7 @@ mod etcd;
 mod instance;
 mod metal;
 mod rolling;
+mod rolling_aws;
 mod update;
 
 use std::path::PathBuf;

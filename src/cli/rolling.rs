@@ -2,26 +2,26 @@
 //! group, then per node: replace, re-provision in place or leave alone, and why), from each
 //! node's provisioning record compared with the spec.
 //!
-//! Caveat: executing a roll (`--yes`) is refused for now: the engine, journal and plan are
-//! in `ops::rolling` / `nodes::roll` / `nodes::journal`, but the drain (another branch) and
-//! the machine side (in-place re-provision with `kubeadm upgrade`, AWS replacement) are not
-//! wired yet. AWS clusters are refused with the same honesty.
+//! Caveat: on metal executing a roll (`--yes`) is refused for now (the in-place re-provision
+//! with `kubeadm upgrade` is not wired); on AWS `--yes` replaces workers (`cli::rolling_aws`)
+//! and refuses control planes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 
 use super::commands::Ctx;
 use super::exit;
+use crate::cloud::aws::instances::SshReach;
 use crate::kube::Kube;
 use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
 use crate::nodes::{Inventory, TargetSource};
 use crate::ops::nodes::NodeOptions;
 use crate::ops::rolling as ops;
+use crate::ops::rolling_aws;
 use crate::output::{Format, Table};
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
 
@@ -65,6 +65,9 @@ pub struct RollingUpdateClusterArgs {
     pub kubeconfig: Option<PathBuf>,
     #[arg(long, default_value_t = 20)]
     pub concurrency: usize,
+    /// AWS: reach instances at their private addresses (as `update cluster --ssh-private-address`)
+    #[arg(long)]
+    pub ssh_private_address: bool,
 }
 
 /// The cluster's API from stored credentials. One function, so moving the client into
@@ -109,40 +112,49 @@ async fn observe(
     selection: &Selection,
     kubeconfig: Option<&Path>,
     concurrency: usize,
+    ssh_private_address: bool,
 ) -> anyhow::Result<Observation> {
-    let name = cluster.name();
-    if cluster.spec.cloud_provider != CloudProvider::Metal {
-        bail!(
-            "rolling-update of {} clusters is not implemented yet in this kprov (metal only); \
-             nothing was read or changed. Replace instances by hand in their Auto Scaling group \
-             and run `kprov update cluster {name} --yes` to provision the new ones",
-            cluster.spec.cloud_provider.as_str()
-        );
-    }
     let repo = ctx.repo().await?;
-    let targets = Inventory {
-        hosts: cluster.spec.hosts.clone(),
-    }
-    .targets()
-    .await?;
     let options = NodeOptions {
         concurrency,
         ..NodeOptions::default()
     };
-    let observed = ops::observe(repo.store().clone(), cluster, &targets, &options).await?;
+    let mut problems = Vec::new();
+    let (observed, platform) = match cluster.spec.cloud_provider {
+        CloudProvider::Metal => {
+            let targets = Inventory {
+                hosts: cluster.spec.hosts.clone(),
+            }
+            .targets()
+            .await?;
+            let observed = ops::observe(repo.store().clone(), cluster, &targets, &options).await?;
+            (observed, Platform::Metal)
+        }
+        CloudProvider::Aws => {
+            let reach = SshReach::of(cluster, ssh_private_address);
+            let o = rolling_aws::observe(repo.store(), cluster, groups, reach, concurrency).await?;
+            problems.extend(
+                o.strays.iter().map(|s| {
+                    format!("{s}: owned by the cluster but in none of its instance groups")
+                }),
+            );
+            (o.observed, Platform::Aws)
+        }
+    };
     let (ready, ready_error) = match readiness(ctx, cluster, kubeconfig).await {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(e)),
     };
-    let (group_inputs, nodes, problems) = ops::inputs(groups, &observed, ready.as_ref());
+    let (group_inputs, nodes, found) = ops::inputs(groups, &observed, ready.as_ref());
+    problems.extend(found);
     let version = cluster
         .spec
         .kubernetes_version
         .clone()
         .unwrap_or_else(|| crate::spec::versions::DEFAULT_KUBERNETES_VERSION.to_string());
     let plan = roll::plan(
-        name,
-        Platform::Metal,
+        cluster.name(),
+        platform,
         crate::provision::assets::normalize_version(&version),
         &group_inputs,
         &nodes,
@@ -228,6 +240,7 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
         &selection,
         a.kubeconfig.as_deref(),
         a.concurrency,
+        a.ssh_private_address,
     )
     .await?;
     let plan = &o.plan;
@@ -296,6 +309,9 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
             "--cloudonly: nodes would be replaced WITHOUT draining and WITHOUT validating the cluster",
         );
     }
+    if plan.platform == Platform::Aws {
+        return super::rolling_aws::run_roll(ctx, &cluster, &groups, a, plan).await;
+    }
     // Not pretending: the plan above is right, the machine side of the roll is not built.
     ctx.printer.error(&format!(
         "rolling-update --yes is not implemented yet in this kprov: re-provisioning {} in place \
@@ -337,6 +353,7 @@ pub async fn get_instances(
         &Selection::default(),
         kubeconfig,
         20,
+        false,
     )
     .await?;
     let mut rows = Vec::new();

@@ -26,3 +26,4 @@ pub mod etcd;
 pub mod instance;
 pub mod nodes;
 pub mod rolling;
+pub mod rolling_aws;

@@ -15,8 +15,7 @@
 //!
 //! Caveats: `cloud_only` skips taint, cordon, drain, Ready and validation entirely (for a
 //! cluster whose API is down); the caller says so loudly. Surge instances (AWS `maxSurge`) are
-//! not launched ahead of a batch yet: the batch size includes the surge, the extra instances
-//! are not started first (the command refuses a surge roll on AWS until they are).
+//! the roller's: [`NodeRoller::before_batch`] runs before a batch is cordoned.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,6 +93,12 @@ pub trait NodeRoller: Send + Sync {
     /// Returns the name of the node that took its place, when it is a new one. Must be safe to
     /// call again for a node whose previous attempt was cut short.
     async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String>;
+
+    /// Before a batch is cordoned (AWS: the surge's new instances start and join here, so
+    /// capacity is added before any is taken away). Must be safe to call again on resume.
+    async fn before_batch(&self, _nodes: &[JournalNode]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What happens, for the printer.
@@ -178,6 +183,17 @@ pub async fn run<'a>(
     }
     let batches = shared.lock().await.journal.remaining_batches();
     for batch in batches {
+        let nodes: Vec<JournalNode> = {
+            let s = shared.lock().await;
+            batch.iter().map(|&i| s.journal.nodes[i].clone()).collect()
+        };
+        if let Err(reason) = roller.before_batch(&nodes).await {
+            let node = nodes
+                .first()
+                .map(|n| n.node_name.clone())
+                .unwrap_or_default();
+            return Err(RollError::Stopped { node, reason });
+        }
         let results = join_all(batch.iter().map(|&i| {
             advance(
                 &shared, i, api, roller, options, events, &cancel, lock_check,
@@ -711,6 +727,10 @@ pub mod tests {
         pub validate_time: Duration,
         /// How long the call that cancels takes, when it is a drain or a wait for Ready.
         pub slow: Duration,
+        /// Records `before-batch N1,N2` calls (off: the other tests' sequences stay as they are).
+        pub record_batches: bool,
+        /// `before_batch` fails for a batch holding this node.
+        pub batch_fails: Option<String>,
     }
 
     impl Fake {
@@ -784,6 +804,19 @@ pub mod tests {
                 RollAction::Replace => Some(format!("{}-new", node.node_name)),
                 _ => None,
             })
+        }
+
+        async fn before_batch(&self, nodes: &[JournalNode]) -> Result<(), String> {
+            let names: Vec<&str> = nodes.iter().map(|n| n.node_name.as_str()).collect();
+            if self.record_batches {
+                self.call(format!("before-batch {}", names.join(",")));
+            }
+            match &self.batch_fails {
+                Some(n) if names.contains(&n.as_str()) => {
+                    Err(format!("surge for {n}: the group started no instance"))
+                }
+                _ => Ok(()),
+            }
         }
     }
 
@@ -999,6 +1032,40 @@ pub mod tests {
         // Stored.
         let (_, stored) = JournalFile::load(&s, "c").await.unwrap();
         assert_eq!(stored.unwrap(), j);
+    }
+
+    #[tokio::test]
+    async fn before_batch_runs_before_each_batch_is_cordoned_and_its_failure_stops_the_roll() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Aws, 2, 1);
+        let fake = Fake {
+            record_batches: true,
+            ..Fake::default()
+        };
+        let roll = Journal::new(&plan, "me", false);
+        go(&s, roll.clone(), &fake, &fast(), idle()).await.unwrap();
+        let calls = fake.calls();
+        let at = |c: &str| calls.iter().position(|x| x == c).unwrap();
+        assert!(at("before-batch w1") < at("taint w1"), "{calls:?}");
+        assert!(at("uncordon w1-new") < at("before-batch w2"), "{calls:?}");
+        assert!(at("before-batch w2") < at("taint w2"), "{calls:?}");
+
+        let (_d, s) = store();
+        let fake = Fake {
+            batch_fails: Some("w2".into()),
+            ..Fake::default()
+        };
+        let e = go(&s, roll, &fake, &fast(), idle()).await.unwrap_err();
+        assert!(
+            matches!(&e, RollError::Stopped { node, reason } if node == "w2" && reason.contains("no instance")),
+            "{e}"
+        );
+        let calls = fake.calls();
+        assert!(calls.contains(&"uncordon w1-new".to_string()), "{calls:?}");
+        assert!(
+            !calls.iter().any(|c| c.ends_with(" w2")),
+            "w2 was touched: {calls:?}"
+        );
     }
 
     #[tokio::test]

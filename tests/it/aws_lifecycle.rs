@@ -28,15 +28,16 @@ use kprov::spec::{InstanceGroupRole, Object};
 use crate::support::cloudlab::{CloudLab, VERSION, snapshot};
 
 /// The flag that makes kprov connect to instances at their private addresses.
-const PRIVATE_ADDRESSES: &[&str] = &["--ssh-private-address"];
-const IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*";
+pub(crate) const PRIVATE_ADDRESSES: &[&str] = &["--ssh-private-address"];
+pub(crate) const IMAGE: &str =
+    "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*";
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 #[track_caller]
-fn code(lab: &CloudLab, o: &Output, want: i32) -> String {
+pub(crate) fn code(lab: &CloudLab, o: &Output, want: i32) -> String {
     assert_eq!(
         o.status.code(),
         Some(want),
@@ -49,7 +50,7 @@ fn code(lab: &CloudLab, o: &Output, want: i32) -> String {
     text(&o.stdout)
 }
 
-fn kubeadm_calls(lab: &CloudLab) -> usize {
+pub(crate) fn kubeadm_calls(lab: &CloudLab) -> usize {
     lab.instances()
         .values()
         .map(|h| {
@@ -62,7 +63,7 @@ fn kubeadm_calls(lab: &CloudLab) -> usize {
 }
 
 /// The instances of the group with `role`, by instance ID, as the lab plays them.
-fn with_call(lab: &CloudLab, prefix: &str) -> Vec<String> {
+pub(crate) fn with_call(lab: &CloudLab, prefix: &str) -> Vec<String> {
     lab.instances()
         .iter()
         .filter(|(_, h)| h.standin_calls().iter().any(|(_, c)| c.starts_with(prefix)))
@@ -70,7 +71,7 @@ fn with_call(lab: &CloudLab, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-async fn make_zone(lab: &CloudLab, zone: &str) {
+pub(crate) async fn make_zone(lab: &CloudLab, zone: &str) {
     let sdk = lab.sdk_config().await;
     aws_sdk_route53::Client::new(&sdk)
         .create_hosted_zone()

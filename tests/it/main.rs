@@ -5,6 +5,7 @@ mod support;
 mod addons;
 mod aws;
 mod aws_lifecycle;
+mod aws_rolling;
 mod certificates;
 mod cli;
 mod cli_addons;

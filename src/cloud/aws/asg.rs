@@ -286,6 +286,27 @@ impl AwsCloud {
         })
     }
 
+    /// Sets a group's desired capacity, and its maximum when given (a rolling update's surge
+    /// launches instances beyond the spec's maximum, then puts it back).
+    pub async fn set_group_size(
+        &self,
+        asg_name: &str,
+        desired: i32,
+        max: Option<i32>,
+    ) -> Result<(), CloudError> {
+        // Owned by this cluster, or an error naming the group.
+        self.group_capacity(asg_name).await?;
+        self.asg
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg_name)
+            .desired_capacity(desired)
+            .set_max_size(max)
+            .send()
+            .await
+            .ctx("UpdateAutoScalingGroup")?;
+        Ok(())
+    }
+
     /// Terminates an instance through its Auto Scaling group: the group launches a
     /// replacement, or with `decrement` shrinks by one (refused by AWS below the group's
     /// minimum). The caller checks the instance is the cluster's.

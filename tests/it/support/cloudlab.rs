@@ -711,7 +711,7 @@ exec "$@""#,
     /// DaemonSet runs a ready pod on every node, each Deployment its replicas, and CoreDNS
     /// runs once a control plane is initialised (kubeadm deploys it).
     fn play_kubernetes(&self) {
-        use crate::support::fakekube::{node, pod};
+        use crate::support::fakekube::{node, owned_by, pod};
         let zones = self.state.lock().expect("lab state").zones.clone();
         let ccm = self
             .fake
@@ -770,7 +770,15 @@ exec "$@""#,
             let labels = &ds["spec"]["template"]["metadata"]["labels"];
             for n in &nodes {
                 let short = n.split('.').next().unwrap_or(n);
-                running(ns, &format!("{ds_name}-{short}"), labels, n);
+                let name = format!("{ds_name}-{short}");
+                // Owned by its DaemonSet, as the controller makes them (a drain leaves them).
+                if self.fake.get("Pod", Some(ns), &name).is_none() {
+                    self.fake.put(owned_by(
+                        pod(ns, &name, labels.clone(), n, "Running", true),
+                        "DaemonSet",
+                        ds_name,
+                    ));
+                }
             }
         }
         // The controllers' status: every DaemonSet and Deployment rolled out on the nodes.
@@ -810,7 +818,8 @@ exec "$@""#,
                 }
             }
         }
-        if let Some(first) = nodes.first() {
+        // On the first control plane once there is one (a worker may be drained by a roll).
+        if let Some(first) = initialised.as_ref().or(nodes.first()) {
             for d in &deployments {
                 let ns = d["metadata"]["namespace"].as_str().unwrap_or("default");
                 let d_name = d["metadata"]["name"].as_str().unwrap_or("deploy");
