@@ -15,15 +15,17 @@ use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 
-use super::commands::Ctx;
+use super::commands::{Ctx, LOCK_LEASE};
 use super::exit;
 use crate::kube::Kube;
-use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
+use crate::nodes::journal::{Journal, JournalFile};
+use crate::nodes::roll::{self, Platform, RollPlan, Selection};
 use crate::nodes::{Inventory, TargetSource};
 use crate::ops::nodes::NodeOptions;
 use crate::ops::rolling as ops;
 use crate::output::{Format, Table};
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::state::lock;
 
 #[derive(Debug, Args, Clone)]
 pub struct RollingUpdateClusterArgs {
@@ -275,39 +277,292 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
         return Ok(exit::ERROR);
     }
     let to_roll = plan.to_roll();
+    if a.yes {
+        // A journal left unfinished is resumed even when the preview finds nothing to roll:
+        // its node in flight may still be cordoned.
+        return match cluster.spec.cloud_provider {
+            CloudProvider::Metal => roll_metal(ctx, a, &cluster, &groups, plan).await,
+            other => bail!(
+                "rolling-update --yes of {} clusters is not implemented yet in this kprov; nothing was changed",
+                other.as_str()
+            ),
+        };
+    }
     if to_roll == 0 {
         ctx.printer.success(&format!(
             "No rolling update needed: every node of {name} is up to date."
         ));
         return Ok(exit::OK);
     }
-    if !a.yes {
-        ctx.printer.status(&format!(
-            "{to_roll} nodes would roll. Must specify --yes to rolling-update."
-        ));
-        return Ok(if a.exit_code {
-            exit::CHANGES_PENDING
-        } else {
-            exit::OK
-        });
+    ctx.printer.status(&format!(
+        "{to_roll} nodes would roll. Must specify --yes to rolling-update."
+    ));
+    Ok(if a.exit_code {
+        exit::CHANGES_PENDING
+    } else {
+        exit::OK
+    })
+}
+
+/// Prints the roll's events: plain lines, each naming the node, its step and the time since
+/// the roll started.
+fn roll_events(printer: crate::output::Printer) -> ops::RollEvents {
+    let start = std::time::Instant::now();
+    std::sync::Arc::new(move |e: &ops::RollEvent| {
+        let t = start.elapsed().as_secs();
+        match e {
+            ops::RollEvent::Step { node, step, .. } => {
+                printer.status(&format!("{node}: {} ({t}s)", step.as_str()))
+            }
+            ops::RollEvent::Working { node, what } => {
+                printer.status(&format!("{node}: {what} ({t}s)"))
+            }
+            ops::RollEvent::Gate {
+                passes,
+                needed,
+                error,
+            } => match error {
+                None => printer.status(&format!("validation: {passes}/{needed} passed ({t}s)")),
+                Some(e) => printer.status(&format!("validation: not yet ({e}) ({t}s)")),
+            },
+            ops::RollEvent::Note(n) => printer.status(n),
+        }
+    })
+}
+
+fn journal_table(j: &Journal) -> Table {
+    let mut t = Table::new(["NODE", "GROUP", "ACTION", "STEP", "NOTE"]);
+    for n in &j.nodes {
+        t.row([
+            n.node_name.clone(),
+            n.group.clone(),
+            n.action.as_str().to_string(),
+            n.step.as_str().to_string(),
+            n.stopped.clone().unwrap_or_default(),
+        ]);
     }
-    if a.cloud_only {
+    t
+}
+
+/// `--yes` on metal: under the cluster lock, the journal loaded (an unfinished roll is
+/// resumed) or made from `plan`, and the engine run with the real cluster and machines.
+async fn roll_metal(
+    ctx: &Ctx,
+    a: &RollingUpdateClusterArgs,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    plan: &RollPlan,
+) -> anyhow::Result<i32> {
+    let name = cluster.name();
+    let repo = ctx.repo().await?;
+    let store = repo.store().clone();
+    let guard = lock::acquire(
+        store.clone(),
+        name,
+        "rolling-update cluster --yes",
+        LOCK_LEASE,
+    )
+    .await?;
+    let result = roll_metal_locked(ctx, a, cluster, groups, plan, &guard).await;
+    let released = guard.release().await;
+    let code = result?;
+    released?;
+    Ok(code)
+}
+
+async fn roll_metal_locked(
+    ctx: &Ctx,
+    a: &RollingUpdateClusterArgs,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    plan: &RollPlan,
+    guard: &lock::LockGuard,
+) -> anyhow::Result<i32> {
+    let name = cluster.name();
+    let repo = ctx.repo().await?;
+    let store = repo.store().clone();
+    let (file, existing) = JournalFile::load(store.as_ref(), name).await?;
+    let journal = match existing {
+        Some(j) if !j.finished => {
+            ctx.printer.status(&format!(
+                "Resuming the roll of {name} started at {} by {}: {} of {} nodes done.",
+                j.started_at.to_rfc3339(),
+                j.started_by,
+                j.done(),
+                j.nodes.len()
+            ));
+            j
+        }
+        _ => {
+            if plan.to_roll() == 0 {
+                ctx.printer.success(&format!(
+                    "No rolling update needed: every node of {name} is up to date."
+                ));
+                return Ok(exit::OK);
+            }
+            let by = guard.record();
+            Journal::new(plan, &format!("{}@{}", by.holder, by.host), a.cloud_only)
+        }
+    };
+    let cloud_only = a.cloud_only || journal.cloud_only;
+    if cloud_only {
         ctx.printer.warn(
-            "--cloudonly: nodes would be replaced WITHOUT draining and WITHOUT validating the cluster",
+            "--cloudonly: nodes are re-provisioned WITHOUT cordoning, draining, waiting for \
+             Ready or validating the cluster; pods on them are not moved first",
         );
     }
-    // Not pretending: the plan above is right, the machine side of the roll is not built.
-    ctx.printer.error(&format!(
-        "rolling-update --yes is not implemented yet in this kprov: re-provisioning {} in place \
-         (cordon, drain, kubeadm upgrade, uncordon) is not wired; nothing was changed",
-        plan.order()
-            .iter()
-            .filter(|n| n.action != RollAction::Leave)
-            .map(|n| n.node_name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
-    Ok(exit::ERROR)
+    let targets = Inventory {
+        hosts: cluster.spec.hosts.clone(),
+    }
+    .targets()
+    .await?;
+    let owner = crate::nodes::owner::read(store.as_ref(), name)
+        .await?
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{name} has no ownership record in the state store: provision it with `kprov update cluster {name} --yes` first"
+            )
+        })?;
+    let renderer = crate::provision::render::Renderer::for_run(cluster, &targets, None)?;
+    let fleet = crate::ops::nodes::fleet(
+        cluster,
+        &targets,
+        store.clone(),
+        false,
+        a.concurrency,
+        &crate::ops::nodes::no_events(),
+    )?;
+    let fleet = std::sync::Arc::new(fleet);
+    let kube_client = if cloud_only {
+        None
+    } else {
+        Some(api(ctx, cluster, a.kubeconfig.as_deref()).await?)
+    };
+    let kube = kube_client.as_ref().map(|(k, _)| k.clone());
+    let roller = crate::ops::rolling_metal::MetalRoller::new(
+        fleet.clone(),
+        renderer,
+        targets,
+        owner,
+        kube.clone(),
+    );
+    let options = ops::RollOptions {
+        drain_timeout: a.drain_timeout,
+        validation_timeout: a.validation_timeout,
+        validate_count: a.validate_count,
+        cloud_only,
+        ..ops::RollOptions::default()
+    };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let printer = crate::output::Printer::new(Format::Table, 0);
+    let interrupt = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            printer.warn(
+                "interrupted: finishing the step that must not be cut, abandoning the others",
+            );
+            let _ = tx.send(true);
+        }
+    });
+    let events = roll_events(crate::output::Printer::new(Format::Table, 0));
+    let lock_check = || guard.check().map_err(|e| e.to_string());
+    let result = match &kube {
+        Some(kube) => {
+            let api = ops::KubeCluster {
+                kube: kube.clone(),
+                cluster: cluster.clone(),
+                expect: crate::addons::validate::Expectations::from_spec(cluster, groups)?,
+                poll: Duration::from_secs(2),
+            };
+            ops::run(
+                file,
+                journal,
+                &api,
+                &roller,
+                &options,
+                &events,
+                rx,
+                &lock_check,
+            )
+            .await
+        }
+        None => {
+            ops::run(
+                file,
+                journal,
+                &NoApi,
+                &roller,
+                &options,
+                &events,
+                rx,
+                &lock_check,
+            )
+            .await
+        }
+    };
+    interrupt.abort();
+    drop(roller);
+    if let Ok(f) = std::sync::Arc::try_unwrap(fleet) {
+        f.close().await;
+    }
+    let (_, last) = JournalFile::load(store.as_ref(), name).await?;
+    if let Some(j) = &last {
+        ctx.printer.data(&journal_table(j).render());
+    }
+    match result {
+        Ok(j) => {
+            ctx.printer.success(&format!(
+                "Rolled {} of {} nodes of {name}.",
+                j.done(),
+                j.nodes.len()
+            ));
+            Ok(exit::OK)
+        }
+        Err(ops::RollError::Lock(e)) => {
+            ctx.printer
+                .error(&format!("the cluster lock was lost: {e}"));
+            Ok(exit::ERROR)
+        }
+        Err(e) => {
+            ctx.printer.error(&e.to_string());
+            Ok(exit::ERROR)
+        }
+    }
+}
+
+/// The cluster side under `--cloudonly`: the engine never calls it (it skips cordon, drain,
+/// Ready and validation); anything that does gets an error, not a pretend success.
+struct NoApi;
+
+#[async_trait::async_trait]
+impl ops::ClusterApi for NoApi {
+    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn cordon(&self, node: &str) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn drain(&self, node: &str, _: Duration) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn wait_ready(&self, node: &str, _: Duration) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn uncordon(&self, node: &str) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn validate(&self) -> Result<(), String> {
+        Err("--cloudonly does not use the cluster's API".into())
+    }
 }
 
 #[derive(Serialize)]

@@ -23,3 +23,4 @@ pub mod credentials;
 pub mod instance;
 pub mod nodes;
 pub mod rolling;
+pub mod rolling_metal;

@@ -81,12 +81,20 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
         steps.extend(r.preflight(t).unwrap());
         steps.extend(r.settle(t).unwrap());
         steps.extend(r.reset(t, &owner).unwrap());
+        // Refused (not rendered) when a value cannot stand in a kubelet flag file.
+        steps.extend(r.kubelet_flags(t).ok());
         if t.name() != cp.name() {
             steps.extend(r.join(t, cp, &secrets).unwrap());
         }
     }
     for arch in Arch::ALL {
         steps.extend(r.install(arch).unwrap());
+        for how in [
+            crate::nodes::roll::Upgrade::Apply,
+            crate::nodes::roll::Upgrade::Node,
+        ] {
+            steps.extend(r.upgrade(arch, how).unwrap());
+        }
     }
     steps.extend(r.init(cp, &"k".repeat(64)).unwrap());
     steps.push(r.join_token());

@@ -2,8 +2,7 @@
 //! kubeadm from the mirror. What is proven: every provisioned node carries its record;
 //! `update cluster --yes` leaves a member whose configuration changed alone and names the
 //! command; the preview names the node, the field and the action, exits 2 with
-//! `--exit-code`, changes nothing; `--yes` refuses (not built yet) without touching a host;
-//! `get instances` lists every host with its status.
+//! `--exit-code`, changes nothing; `get instances` lists every host with its status.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -180,15 +179,6 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(
         text(&o.stderr).contains("no such instance group"),
-        "{}",
-        show(&o)
-    );
-
-    // --yes is refused (the machine side is not built yet): no host changed.
-    let o = lab.kprov(&["rolling-update", "cluster", name, "--yes"]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("not implemented yet"),
         "{}",
         show(&o)
     );
