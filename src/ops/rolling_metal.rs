@@ -147,9 +147,13 @@ impl MetalRoller {
         if !labels.is_empty() {
             let api: Api<Node> = Api::all(kube.client().clone());
             let patch = serde_json::json!({ "metadata": { "labels": labels } });
-            api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| format!("labelling node {node}: {e}"))?;
+            api.patch(
+                node,
+                &PatchParams::apply(crate::kube::FIELD_MANAGER),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| format!("labelling node {node}: {e}"))?;
         }
         for key in &gone {
             kube.remove_taint(node, key)
