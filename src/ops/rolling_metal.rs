@@ -212,3 +212,248 @@ impl NodeRoller for MetalRoller {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::nodes::journal::NodeStep;
+    use crate::nodes::roll::{RollAction, Upgrade};
+    use crate::provision::orchestrate::tests::{cluster, hosts, owner, targets};
+    use crate::ssh::task::{ExecError, StepOutcome};
+
+    /// Hosts that keep uploaded files, record the steps run, and fail a named step while
+    /// `fail` holds it (a cut).
+    #[derive(Default)]
+    struct Hosts {
+        files: Mutex<HashMap<(String, String), Bytes>>,
+        ran: Mutex<Vec<(String, Step)>>,
+        fail: Mutex<Option<String>>,
+    }
+
+    impl Hosts {
+        fn names(&self, host: &str) -> Vec<String> {
+            self.ran
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(h, _)| h == host)
+                .map(|(_, s)| s.name.clone())
+                .collect()
+        }
+    }
+
+    #[async_trait]
+    impl HostExecutor for Hosts {
+        async fn run_steps(
+            &self,
+            host: &str,
+            steps: &[Step],
+        ) -> Result<Vec<StepOutcome>, ExecError> {
+            let mut out = Vec::new();
+            for s in steps {
+                if self.fail.lock().unwrap().as_deref() == Some(s.name.as_str()) {
+                    return Err(ExecError::Step {
+                        host: host.into(),
+                        step: s.name.clone(),
+                        code: Some(1),
+                        stderr: "cut".into(),
+                    });
+                }
+                self.ran.lock().unwrap().push((host.into(), s.clone()));
+                for f in &s.files {
+                    self.files
+                        .lock()
+                        .unwrap()
+                        .insert((host.into(), f.path.clone()), f.content.clone());
+                }
+                out.push(StepOutcome::Changed);
+            }
+            Ok(out)
+        }
+
+        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+            Ok(self
+                .files
+                .lock()
+                .unwrap()
+                .get(&(host.to_string(), path.to_string()))
+                .cloned())
+        }
+    }
+
+    fn journal_node(target: &str, upgrade: Option<Upgrade>) -> JournalNode {
+        JournalNode {
+            target: target.into(),
+            node_name: target.into(),
+            group: "g".into(),
+            action: RollAction::Reprovision,
+            upgrade,
+            batch: 0,
+            step: NodeStep::Drained,
+            replacement: None,
+            stopped: None,
+        }
+    }
+
+    fn roller(exec: Arc<Hosts>, labels: bool) -> MetalRoller {
+        let c = cluster("");
+        let mut hs = hosts(2, 1);
+        if labels {
+            hs[2].labels.insert("tier".into(), "web".into());
+        }
+        let ts = targets(&hs);
+        for t in &ts {
+            exec.files.lock().unwrap().insert(
+                (t.name().into(), render::FACTS_FILE.into()),
+                Bytes::from("machine=x86_64\n"),
+            );
+        }
+        let renderer = Renderer::new(&c, &ts).unwrap();
+        MetalRoller::new(exec, renderer, ts, owner(), None)
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_upgrade_runs_kubeadm_first_then_the_kubelet_and_the_record_last() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        rt().block_on(async {
+            r.roll(&journal_node("cp1", Some(Upgrade::Apply)))
+                .await
+                .unwrap();
+            r.roll(&journal_node("cp2", Some(Upgrade::Node)))
+                .await
+                .unwrap();
+            r.roll(&journal_node("w1", Some(Upgrade::Node)))
+                .await
+                .unwrap();
+        });
+        let cp1 = exec.names("cp1");
+        let pos = |names: &[String], prefix: &str| {
+            names
+                .iter()
+                .position(|n| n.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{prefix}: {names:?}"))
+        };
+        assert_eq!(cp1[0], "ownership: claim");
+        assert!(pos(&cp1, "kubeadm: install") < pos(&cp1, "kubeadm: upgrade apply v1.35.1"));
+        assert!(pos(&cp1, "kubeadm: upgrade apply") < pos(&cp1, "kubelet: install"));
+        assert!(pos(&cp1, "kubelet: install") < pos(&cp1, "kubelet: restart on v1.35.1"));
+        assert_eq!(cp1.last().unwrap(), "kprov: provisioning record");
+        assert!(!cp1.iter().any(|n| n.starts_with("kubeadm: upgrade node")));
+        for h in ["cp2", "w1"] {
+            let names = exec.names(h);
+            assert!(pos(&names, "kubeadm: upgrade node") < pos(&names, "kubelet: install"));
+            assert!(
+                !names
+                    .iter()
+                    .any(|n| n.starts_with("kubeadm: upgrade apply"))
+            );
+            assert_eq!(names.last().unwrap(), "kprov: provisioning record");
+        }
+        let ran = exec.ran.lock().unwrap();
+        let script = |host: &str, prefix: &str| {
+            ran.iter()
+                .find(|(h, s)| h == host && s.name.starts_with(prefix))
+                .map(|(_, s)| s.run.clone())
+                .unwrap()
+        };
+        assert!(
+            script("cp1", "kubeadm: upgrade apply")
+                .contains("kubeadm upgrade apply 'v1.35.1' --yes")
+        );
+        assert!(script("w1", "kubeadm: upgrade node").contains("kubeadm upgrade node\n"));
+        assert!(script("w1", "kubelet: restart").contains("systemctl restart kubelet"));
+    }
+
+    #[test]
+    fn a_configuration_change_touches_no_binary_and_rewrites_the_kubelet_flags() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        rt().block_on(r.roll(&journal_node("w1", None))).unwrap();
+        let names = exec.names("w1");
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains("install") || n.contains("upgrade")),
+            "{names:?}"
+        );
+        assert!(names.contains(&"kubelet: flags".to_string()), "{names:?}");
+        assert_eq!(names.last().unwrap(), "kprov: provisioning record");
+        let flags = exec
+            .files
+            .lock()
+            .unwrap()
+            .get(&("w1".to_string(), render::KUBELET_FLAGS.to_string()))
+            .cloned()
+            .unwrap();
+        let flags = String::from_utf8_lossy(&flags);
+        assert!(
+            flags.starts_with("KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint="),
+            "{flags}"
+        );
+        assert!(flags.contains("--node-ip=198.18.0.13"), "{flags}");
+    }
+
+    #[test]
+    fn a_cut_leaves_no_record_and_the_next_call_finishes() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        *exec.fail.lock().unwrap() = Some("kubeadm: upgrade node v1.35.1".into());
+        let e = rt()
+            .block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
+            .unwrap_err();
+        assert!(e.contains("cut"), "{e}");
+        assert!(
+            !exec
+                .names("w1")
+                .iter()
+                .any(|n| n == "kprov: provisioning record")
+        );
+        *exec.fail.lock().unwrap() = None;
+        rt().block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
+            .unwrap();
+        assert_eq!(
+            exec.names("w1").last().unwrap(),
+            "kprov: provisioning record"
+        );
+    }
+
+    #[test]
+    fn a_host_outside_the_spec_is_refused_untouched() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        let e = rt()
+            .block_on(r.roll(&journal_node("stranger", None)))
+            .unwrap_err();
+        assert!(e.contains("not a host of this cluster"), "{e}");
+        assert!(exec.ran.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_label_change_without_the_api_fails_before_the_record() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), true);
+        let e = rt()
+            .block_on(r.roll(&journal_node("w1", None)))
+            .unwrap_err();
+        assert!(e.contains("--cloudonly"), "{e}");
+        assert!(
+            !exec
+                .names("w1")
+                .iter()
+                .any(|n| n == "kprov: provisioning record")
+        );
+    }
+}
