@@ -7,7 +7,10 @@
 //! the machine side (in-place re-provision with `kubeadm upgrade`, AWS replacement) are not
 //! wired yet. AWS clusters are refused with the same honesty.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -304,30 +307,79 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
     })
 }
 
-/// Prints the roll's events: plain lines, each naming the node, its step and the time since
-/// the roll started.
-fn roll_events(printer: crate::output::Printer) -> ops::RollEvents {
+/// Renders the roll's events: on a terminal one line per node (its step or what it is
+/// doing, and the time since that line started), validation above them; otherwise plain
+/// lines naming the node, its step and the seconds since the roll started.
+fn roll_events(tty: bool, nodes: &[String]) -> (ops::RollEvents, Option<MultiProgress>) {
+    let printer = crate::output::Printer::new(Format::Table, 0);
     let start = std::time::Instant::now();
-    std::sync::Arc::new(move |e: &ops::RollEvent| {
-        let t = start.elapsed().as_secs();
-        match e {
-            ops::RollEvent::Step { node, step, .. } => {
-                printer.status(&format!("{node}: {} ({t}s)", step.as_str()))
+    if !tty {
+        let events: ops::RollEvents = Arc::new(move |e: &ops::RollEvent| {
+            let t = start.elapsed().as_secs();
+            match e {
+                ops::RollEvent::Step { node, step, .. } => {
+                    printer.status(&format!("{node}: {} ({t}s)", step.as_str()))
+                }
+                ops::RollEvent::Working { node, what } => {
+                    printer.status(&format!("{node}: {what} ({t}s)"))
+                }
+                ops::RollEvent::Gate { .. } | ops::RollEvent::Note(_) => {
+                    printer.status(&format!("{} ({t}s)", gate_line(e)))
+                }
             }
-            ops::RollEvent::Working { node, what } => {
-                printer.status(&format!("{node}: {what} ({t}s)"))
+        });
+        return (events, None);
+    }
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template("{spinner} {prefix:<16} {wide_msg} {elapsed:>4}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let bars: HashMap<String, ProgressBar> = nodes
+        .iter()
+        .map(|n| {
+            let bar = multi.add(ProgressBar::new_spinner());
+            bar.set_style(style.clone());
+            bar.set_prefix(n.clone());
+            bar.set_message("waiting");
+            bar.enable_steady_tick(Duration::from_millis(120));
+            (n.clone(), bar)
+        })
+        .collect();
+    let above = multi.clone();
+    let events: ops::RollEvents = Arc::new(move |e: &ops::RollEvent| match e {
+        ops::RollEvent::Step { node, step, .. } => {
+            if let Some(bar) = bars.get(node) {
+                if *step == crate::nodes::journal::NodeStep::Validated {
+                    bar.finish_with_message("validated");
+                } else {
+                    bar.set_message(step.as_str().to_string());
+                }
             }
-            ops::RollEvent::Gate {
-                passes,
-                needed,
-                error,
-            } => match error {
-                None => printer.status(&format!("validation: {passes}/{needed} passed ({t}s)")),
-                Some(e) => printer.status(&format!("validation: not yet ({e}) ({t}s)")),
-            },
-            ops::RollEvent::Note(n) => printer.status(n),
         }
-    })
+        ops::RollEvent::Working { node, what } => {
+            if let Some(bar) = bars.get(node) {
+                bar.set_message(what.clone());
+            }
+        }
+        ops::RollEvent::Gate { .. } | ops::RollEvent::Note(_) => {
+            let _ = above.println(gate_line(e));
+        }
+    });
+    (events, Some(multi))
+}
+
+fn gate_line(e: &ops::RollEvent) -> String {
+    match e {
+        ops::RollEvent::Gate {
+            passes,
+            needed,
+            error: None,
+        } => format!("validation: {passes}/{needed} passed"),
+        ops::RollEvent::Gate {
+            error: Some(err), ..
+        } => format!("validation: not yet ({err})"),
+        ops::RollEvent::Note(n) => n.clone(),
+        other => format!("{other:?}"),
+    }
 }
 
 fn journal_table(j: &Journal) -> Table {
@@ -463,7 +515,8 @@ async fn roll_metal_locked(
             let _ = tx.send(true);
         }
     });
-    let events = roll_events(crate::output::Printer::new(Format::Table, 0));
+    let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
+    let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
     let lock_check = || guard.check().map_err(|e| e.to_string());
     let result = match &kube {
         Some(kube) => {
@@ -500,6 +553,9 @@ async fn roll_metal_locked(
         }
     };
     interrupt.abort();
+    if let Some(m) = multi {
+        let _ = m.clear();
+    }
     drop(roller);
     if let Ok(f) = std::sync::Arc::try_unwrap(fleet) {
         f.close().await;
