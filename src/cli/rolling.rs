@@ -2,10 +2,12 @@
 //! group, then per node: replace, re-provision in place or leave alone, and why), from each
 //! node's provisioning record compared with the spec.
 //!
-//! Caveat: executing a roll (`--yes`) is refused for now: the engine, journal and plan are
-//! in `ops::rolling` / `nodes::roll` / `nodes::journal`, but the drain (another branch) and
-//! the machine side (in-place re-provision with `kubeadm upgrade`, AWS replacement) are not
-//! wired yet. AWS clusters are refused with the same honesty.
+//! `--yes` on metal runs the engine (`ops::rolling::run`) under the cluster lock with the
+//! journal, `KubeCluster` as the cluster side and `ops::rolling_metal::MetalRoller` as the
+//! machines; Ctrl-C asks the engine to stop at a safe point.
+//!
+//! Caveat: AWS clusters are refused (preview and `--yes`) until an AWS roller lands; the
+//! dispatch is the `match` on the platform in [`cluster`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
