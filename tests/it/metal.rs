@@ -80,6 +80,16 @@ impl Lab {
         Lab { th, mirror, dir }
     }
 
+    /// The address test hosts reach the machine running the tests at (mirrors bind there).
+    pub(crate) fn gateway(&self) -> &str {
+        &self.th.gateway
+    }
+
+    /// What the lab's mirror served, by path.
+    pub(crate) fn mirror_downloads(&self) -> Vec<String> {
+        self.mirror.downloads()
+    }
+
     pub(crate) fn store_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }

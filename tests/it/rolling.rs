@@ -457,7 +457,9 @@ mod roll_with_yes {
     //! second operator is refused with exit 4 naming the holder while a roll holds the lock;
     //! a roll killed (SIGKILL) while it drains a node resumes there without re-rolling the
     //! node it had finished; a budget that never allows stops the roll at --drain-timeout
-    //! naming it, the node left cordoned.
+    //! naming it, the node left cordoned. A minor upgrade (two mirrors: the old and the new
+    //! version's stand-ins) runs `kubeadm upgrade apply` on the first control plane, then
+    //! `kubeadm upgrade node` on the other control planes, then on the worker.
 
     use std::process::Stdio;
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -740,5 +742,146 @@ mod roll_with_yes {
         assert!(unschedulable(&fake, "host3"));
         assert!(kubelet_restarts(&lab, "host3", t2).is_empty());
         assert_eq!(record(&lab, "host3")["labels"]["tier"], "api");
+    }
+
+    #[test]
+    fn a_minor_upgrade_rolls_control_planes_first_apply_then_node_then_the_kubelets() {
+        const FROM: &str = "1.34.4";
+        let lab = Lab::start(4);
+        let old = crate::support::mirror::Mirror::start(lab.gateway().parse().expect("ip"), FROM);
+        let name = "upgrade.metal.example.com";
+        let hosts = [
+            ("host1", "control-plane"),
+            ("host2", "control-plane"),
+            ("host3", "control-plane"),
+            ("host4", "node"),
+        ];
+        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+        ok(&lab.kprov(&[
+            "create",
+            "cluster",
+            name,
+            "--cloud",
+            "metal",
+            "--inventory",
+            &inv,
+            "--kubernetes-version",
+            FROM,
+        ]));
+        lab.edit_cluster(name, |c| {
+            c.spec.assets = Some(kprov::spec::Assets {
+                mirror: None,
+                files: old.asset_files(),
+            })
+        });
+        ok(&lab.kprov(&[
+            "update",
+            "cluster",
+            name,
+            "--yes",
+            "--accept-new-host-keys",
+            "--skip-addons",
+        ]));
+        for (h, _) in hosts {
+            assert_eq!(record(&lab, h)["kubernetesVersion"], FROM);
+        }
+
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let fake = rt.block_on(FakeKube::start());
+        let kc = fake.kubeconfig.display().to_string();
+        for (h, role) in hosts {
+            fake.put(node(h, role == "control-plane", true, false, None));
+            fake.put(owned_by(
+                pod(
+                    "kube-system",
+                    &format!("calico-node-{h}"),
+                    json!({ "k8s-app": "calico-node" }),
+                    h,
+                    "Running",
+                    true,
+                ),
+                "DaemonSet",
+                "calico-node",
+            ));
+        }
+        fake.put(owned_by(
+            pod(
+                "kube-system",
+                "coredns-1",
+                json!({ "k8s-app": "kube-dns" }),
+                "host4",
+                "Running",
+                true,
+            ),
+            "DaemonSet",
+            "coredns-as-a-daemonset",
+        ));
+
+        // The next minor, from the pinned assets of the lab's mirror.
+        lab.edit_cluster(name, |c| {
+            c.spec.kubernetes_version = Some(VERSION.into());
+        });
+        lab.use_mirror(name, None);
+        let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+        assert!(
+            text(&o.stderr).contains("pending a rolling update"),
+            "{}",
+            show(&o)
+        );
+        let t0 = now_ns();
+        let o = lab.kprov(&[
+            "rolling-update",
+            "cluster",
+            name,
+            "--yes",
+            "--kubeconfig",
+            &kc,
+            "--validate-count",
+            "1",
+            "--validation-timeout",
+            "60s",
+        ]);
+        ok(&o);
+        let call = |h: &str, prefix: &str| -> Vec<u128> {
+            lab.calls(h)
+                .into_iter()
+                .filter(|(t, c)| *t > t0 && c.starts_with(prefix))
+                .map(|(t, _)| t)
+                .collect()
+        };
+        let apply = call("host1", &format!("kubeadm upgrade apply v{VERSION} --yes"));
+        assert_eq!(apply.len(), 1, "{}", show(&o));
+        assert!(call("host1", "kubeadm upgrade node").is_empty());
+        for h in ["host2", "host3", "host4"] {
+            assert!(call(h, "kubeadm upgrade apply").is_empty(), "{h}");
+            assert_eq!(call(h, "kubeadm upgrade node").len(), 1, "{h}");
+        }
+        let node2 = call("host2", "kubeadm upgrade node")[0];
+        let node3 = call("host3", "kubeadm upgrade node")[0];
+        let node4 = call("host4", "kubeadm upgrade node")[0];
+        assert!(
+            apply[0] < node2.min(node3) && node2.max(node3) < node4,
+            "control planes first"
+        );
+        // The kubelet restarts on the new binary after kubeadm's upgrade, on every node.
+        for h in ["host1", "host2", "host3", "host4"] {
+            let upgrade = call(h, "kubeadm upgrade")[0];
+            assert!(
+                kubelet_restarts(&lab, h, upgrade).len() >= 1,
+                "{h}: kubelet not restarted after the upgrade"
+            );
+            assert_eq!(record(&lab, h)["kubernetesVersion"], VERSION, "{h}");
+            assert!(!unschedulable(&fake, h), "{h}");
+        }
+        // The new binaries came from the new version's assets.
+        assert!(
+            lab.mirror_downloads()
+                .iter()
+                .any(|d| d.contains(&format!("v{VERSION}")) && d.contains("kubeadm")),
+            "{:?}",
+            lab.mirror_downloads()
+        );
+        let o = lab.kprov(&["rolling-update", "cluster", name, "--exit-code"]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     }
 }
