@@ -867,7 +867,7 @@ mod roll_with_yes {
         for h in ["host1", "host2", "host3", "host4"] {
             let upgrade = call(h, "kubeadm upgrade")[0];
             assert!(
-                kubelet_restarts(&lab, h, upgrade).len() >= 1,
+                !kubelet_restarts(&lab, h, upgrade).is_empty(),
                 "{h}: kubelet not restarted after the upgrade"
             );
             assert_eq!(record(&lab, h)["kubernetesVersion"], VERSION, "{h}");
