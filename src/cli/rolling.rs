@@ -2,21 +2,29 @@
 //! group, then per node: replace, re-provision in place or leave alone, and why), from each
 //! node's provisioning record compared with the spec.
 //!
-//! Caveat: on metal executing a roll (`--yes`) is refused for now (the in-place re-provision
-//! with `kubeadm upgrade` is not wired); on AWS `--yes` replaces workers (`cli::rolling_aws`)
-//! and refuses control planes.
+//! `--yes` runs the engine (`ops::rolling::run`) under the cluster lock with the journal and
+//! `KubeCluster` as the cluster side; the machines are `ops::rolling_metal::MetalRoller` on
+//! metal and `ops::rolling_aws::AwsRoller` on AWS (`cli::rolling_aws`), chosen by the `match`
+//! on the platform in [`cluster`]; Ctrl-C asks the engine to stop at a safe point.
+//!
+//! Caveat: on AWS control planes and bastions are not rolled yet (refused before anything
+//! changes).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
 
-use super::commands::Ctx;
+use super::commands::{Ctx, LOCK_LEASE};
 use super::exit;
 use crate::cloud::aws::instances::SshReach;
 use crate::kube::Kube;
+use crate::nodes::journal::{Journal, JournalFile, NodeStep};
 use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
 use crate::nodes::{Inventory, TargetSource};
 use crate::ops::nodes::NodeOptions;
@@ -24,6 +32,7 @@ use crate::ops::rolling as ops;
 use crate::ops::rolling_aws;
 use crate::output::{Format, Table};
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::state::lock;
 
 #[derive(Debug, Args, Clone)]
 pub struct RollingUpdateClusterArgs {
@@ -288,42 +297,383 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
         return Ok(exit::ERROR);
     }
     let to_roll = plan.to_roll();
+    if a.yes {
+        // A journal left unfinished is resumed even when the preview finds nothing to roll:
+        // its node in flight may still be cordoned.
+        return match cluster.spec.cloud_provider {
+            CloudProvider::Metal => roll_metal(ctx, a, &cluster, &groups, plan).await,
+            CloudProvider::Aws => {
+                super::rolling_aws::run_roll(ctx, &cluster, &groups, a, plan).await
+            }
+        };
+    }
     if to_roll == 0 {
         ctx.printer.success(&format!(
             "No rolling update needed: every node of {name} is up to date."
         ));
         return Ok(exit::OK);
     }
-    if !a.yes {
-        ctx.printer.status(&format!(
-            "{to_roll} nodes would roll. Must specify --yes to rolling-update."
-        ));
-        return Ok(if a.exit_code {
-            exit::CHANGES_PENDING
-        } else {
-            exit::OK
+    ctx.printer.status(&format!(
+        "{to_roll} nodes would roll. Must specify --yes to rolling-update."
+    ));
+    Ok(if a.exit_code {
+        exit::CHANGES_PENDING
+    } else {
+        exit::OK
+    })
+}
+
+/// Renders the roll's events: on a terminal one line per node (its step or what it is
+/// doing, and the time since that line started), validation above them; otherwise plain
+/// lines naming the node, its step and the seconds since the roll started.
+fn roll_events(tty: bool, nodes: &[String]) -> (ops::RollEvents, Option<MultiProgress>) {
+    let printer = crate::output::Printer::new(Format::Table, 0);
+    let start = std::time::Instant::now();
+    if !tty {
+        let events: ops::RollEvents = Arc::new(move |e: &ops::RollEvent| {
+            let t = start.elapsed().as_secs();
+            match e {
+                ops::RollEvent::Step { node, step, .. } => {
+                    printer.status(&format!("{node}: {} ({t}s)", step.as_str()))
+                }
+                ops::RollEvent::Working { node, what } => {
+                    printer.status(&format!("{node}: {what} ({t}s)"))
+                }
+                ops::RollEvent::Gate { .. } | ops::RollEvent::Note(_) => {
+                    printer.status(&format!("{} ({t}s)", gate_line(e)))
+                }
+            }
         });
+        return (events, None);
     }
-    if a.cloud_only {
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template("{spinner} {prefix:<16} {wide_msg} {elapsed:>4}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let bars: HashMap<String, ProgressBar> = nodes
+        .iter()
+        .map(|n| {
+            let bar = multi.add(ProgressBar::new_spinner());
+            bar.set_style(style.clone());
+            bar.set_prefix(n.clone());
+            bar.set_message("waiting");
+            bar.enable_steady_tick(Duration::from_millis(120));
+            (n.clone(), bar)
+        })
+        .collect();
+    let above = multi.clone();
+    let events: ops::RollEvents = Arc::new(move |e: &ops::RollEvent| match e {
+        ops::RollEvent::Step { node, step, .. } => {
+            if let Some(bar) = bars.get(node) {
+                if *step == crate::nodes::journal::NodeStep::Validated {
+                    bar.finish_with_message("validated");
+                } else {
+                    bar.set_message(step.as_str().to_string());
+                }
+            }
+        }
+        ops::RollEvent::Working { node, what } => {
+            if let Some(bar) = bars.get(node) {
+                bar.set_message(what.clone());
+            }
+        }
+        ops::RollEvent::Gate { .. } | ops::RollEvent::Note(_) => {
+            let _ = above.println(gate_line(e));
+        }
+    });
+    (events, Some(multi))
+}
+
+fn gate_line(e: &ops::RollEvent) -> String {
+    match e {
+        ops::RollEvent::Gate {
+            passes,
+            needed,
+            error: None,
+        } => format!("validation: {passes}/{needed} passed"),
+        ops::RollEvent::Gate {
+            error: Some(err), ..
+        } => format!("validation: not yet ({err})"),
+        ops::RollEvent::Note(n) => n.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn journal_table(j: &Journal) -> Table {
+    let mut t = Table::new(["NODE", "GROUP", "ACTION", "STEP", "NOTE"]);
+    for n in &j.nodes {
+        t.row([
+            n.node_name.clone(),
+            n.group.clone(),
+            n.action.as_str().to_string(),
+            n.step.as_str().to_string(),
+            n.stopped.clone().unwrap_or_default(),
+        ]);
+    }
+    t
+}
+
+/// `--yes` on metal: under the cluster lock, the journal loaded (an unfinished roll is
+/// resumed) or made from `plan`, and the engine run with the real cluster and machines.
+async fn roll_metal(
+    ctx: &Ctx,
+    a: &RollingUpdateClusterArgs,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    plan: &RollPlan,
+) -> anyhow::Result<i32> {
+    let name = cluster.name();
+    let repo = ctx.repo().await?;
+    let store = repo.store().clone();
+    let guard = lock::acquire(
+        store.clone(),
+        name,
+        "rolling-update cluster --yes",
+        LOCK_LEASE,
+    )
+    .await?;
+    let result = roll_metal_locked(ctx, a, cluster, groups, plan, &guard).await;
+    let released = guard.release().await;
+    let code = result?;
+    released?;
+    Ok(code)
+}
+
+async fn roll_metal_locked(
+    ctx: &Ctx,
+    a: &RollingUpdateClusterArgs,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    plan: &RollPlan,
+    guard: &lock::LockGuard,
+) -> anyhow::Result<i32> {
+    let name = cluster.name();
+    let repo = ctx.repo().await?;
+    let store = repo.store().clone();
+    let (file, existing) = JournalFile::load(store.as_ref(), name).await?;
+    let journal = match existing {
+        Some(j) if !j.finished => {
+            ctx.printer.status(&format!(
+                "Resuming the roll of {name} started at {} by {}: {} of {} nodes done.",
+                j.started_at.to_rfc3339(),
+                j.started_by,
+                j.done(),
+                j.nodes.len()
+            ));
+            j
+        }
+        _ => {
+            if plan.to_roll() == 0 {
+                ctx.printer.success(&format!(
+                    "No rolling update needed: every node of {name} is up to date."
+                ));
+                return Ok(exit::OK);
+            }
+            let by = guard.record();
+            Journal::new(plan, &format!("{}@{}", by.holder, by.host), a.cloud_only)
+        }
+    };
+    let cloud_only = a.cloud_only || journal.cloud_only;
+    if cloud_only {
         ctx.printer.warn(
-            "--cloudonly: nodes would be replaced WITHOUT draining and WITHOUT validating the cluster",
+            "--cloudonly: nodes are re-provisioned WITHOUT cordoning, draining, waiting for \
+             Ready or validating the cluster; pods on them are not moved first",
         );
     }
-    if plan.platform == Platform::Aws {
-        return super::rolling_aws::run_roll(ctx, &cluster, &groups, a, plan).await;
+    let targets = Inventory {
+        hosts: cluster.spec.hosts.clone(),
     }
-    // Not pretending: the plan above is right, the machine side of the roll is not built.
-    ctx.printer.error(&format!(
-        "rolling-update --yes is not implemented yet in this kprov: re-provisioning {} in place \
-         (cordon, drain, kubeadm upgrade, uncordon) is not wired; nothing was changed",
-        plan.order()
-            .iter()
-            .filter(|n| n.action != RollAction::Leave)
-            .map(|n| n.node_name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
-    Ok(exit::ERROR)
+    .targets()
+    .await?;
+    let owner = crate::nodes::owner::read(store.as_ref(), name)
+        .await?
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{name} has no ownership record in the state store: provision it with `kprov update cluster {name} --yes` first"
+            )
+        })?;
+    let renderer = crate::provision::render::Renderer::for_run(cluster, &targets, None)?;
+    let fleet = crate::ops::nodes::fleet(
+        cluster,
+        &targets,
+        store.clone(),
+        false,
+        a.concurrency,
+        &crate::ops::nodes::no_events(),
+    )?;
+    let fleet = std::sync::Arc::new(fleet);
+    // etcd is backed up before any control plane rolls (kubeadm's upgrade guide asks for it):
+    // a failed backup, an unhealthy etcd among them, stops the roll before anything changed.
+    let control_planes_to_roll: Vec<&str> = journal
+        .nodes
+        .iter()
+        .filter(|n| n.step == NodeStep::Waiting && n.action != RollAction::Leave)
+        .filter(|n| {
+            targets
+                .iter()
+                .any(|t| t.name() == n.target && t.is_control_plane())
+        })
+        .map(|n| n.node_name.as_str())
+        .collect();
+    if !control_planes_to_roll.is_empty() {
+        ctx.printer.status(&format!(
+            "Backing up etcd of {name} before rolling {}.",
+            control_planes_to_roll.join(", ")
+        ));
+        let record = crate::ops::etcd::backup(
+            store.as_ref(),
+            cluster,
+            &targets,
+            fleet.as_ref(),
+            chrono::Utc::now(),
+        )
+        .await;
+        match record {
+            Ok(r) => ctx.printer.status(&format!(
+                "etcd backed up from {} as {} ({} bytes, sha256 {}); `kprov restore etcd {name} --from {}` restores it.",
+                r.host, r.id, r.size, r.sha256, r.id
+            )),
+            Err(e) => {
+                ctx.printer.error(&format!(
+                    "the etcd backup before the control-plane roll failed, so nothing was rolled: {e:#}"
+                ));
+                return Ok(exit::ERROR);
+            }
+        }
+    }
+    let kube_client = if cloud_only {
+        None
+    } else {
+        Some(api(ctx, cluster, a.kubeconfig.as_deref()).await?)
+    };
+    let kube = kube_client.as_ref().map(|(k, _)| k.clone());
+    let roller = crate::ops::rolling_metal::MetalRoller::new(
+        fleet.clone(),
+        renderer,
+        targets,
+        owner,
+        kube.clone(),
+    );
+    let options = ops::RollOptions {
+        drain_timeout: a.drain_timeout,
+        validation_timeout: a.validation_timeout,
+        validate_count: a.validate_count,
+        cloud_only,
+        ..ops::RollOptions::default()
+    };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let printer = crate::output::Printer::new(Format::Table, 0);
+    let interrupt = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            printer.warn(
+                "interrupted: finishing the step that must not be cut, abandoning the others",
+            );
+            let _ = tx.send(true);
+        }
+    });
+    let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
+    let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
+    let lock_check = || guard.check().map_err(|e| e.to_string());
+    let result = match &kube {
+        Some(kube) => {
+            let api = ops::KubeCluster {
+                kube: kube.clone(),
+                cluster: cluster.clone(),
+                expect: crate::addons::validate::Expectations::from_spec(cluster, groups)?,
+                poll: Duration::from_secs(2),
+            };
+            ops::run(
+                file,
+                journal,
+                &api,
+                &roller,
+                &options,
+                &events,
+                rx,
+                &lock_check,
+            )
+            .await
+        }
+        None => {
+            ops::run(
+                file,
+                journal,
+                &NoApi,
+                &roller,
+                &options,
+                &events,
+                rx,
+                &lock_check,
+            )
+            .await
+        }
+    };
+    interrupt.abort();
+    if let Some(m) = multi {
+        let _ = m.clear();
+    }
+    drop(roller);
+    if let Ok(f) = std::sync::Arc::try_unwrap(fleet) {
+        f.close().await;
+    }
+    let (_, last) = JournalFile::load(store.as_ref(), name).await?;
+    if let Some(j) = &last {
+        ctx.printer.data(&journal_table(j).render());
+    }
+    match result {
+        Ok(j) => {
+            ctx.printer.success(&format!(
+                "Rolled {} of {} nodes of {name}.",
+                j.done(),
+                j.nodes.len()
+            ));
+            Ok(exit::OK)
+        }
+        Err(ops::RollError::Lock(e)) => {
+            ctx.printer
+                .error(&format!("the cluster lock was lost: {e}"));
+            Ok(exit::ERROR)
+        }
+        Err(e) => {
+            ctx.printer.error(&e.to_string());
+            Ok(exit::ERROR)
+        }
+    }
+}
+
+/// The cluster side under `--cloudonly`: the engine never calls it (it skips cordon, drain,
+/// Ready and validation); anything that does gets an error, not a pretend success.
+struct NoApi;
+
+#[async_trait::async_trait]
+impl ops::ClusterApi for NoApi {
+    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn cordon(&self, node: &str) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn drain(&self, node: &str, _: Duration) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn wait_ready(&self, node: &str, _: Duration) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn uncordon(&self, node: &str) -> Result<(), String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn validate(&self) -> Result<(), String> {
+        Err("--cloudonly does not use the cluster's API".into())
+    }
 }
 
 #[derive(Serialize)]

@@ -173,12 +173,14 @@ async fn locked_roll(
             j
         }
         _ => {
-            let by = format!(
-                "{}@{}",
-                std::env::var("USER").unwrap_or_else(|_| "unknown".into()),
-                gethostname::gethostname().to_string_lossy()
-            );
-            Journal::new(plan, &by, a.cloud_only)
+            if plan.to_roll() == 0 {
+                ctx.printer.success(&format!(
+                    "No rolling update needed: every node of {name} is up to date."
+                ));
+                return Ok(exit::OK);
+            }
+            let by = guard.record();
+            Journal::new(plan, &format!("{}@{}", by.holder, by.host), a.cloud_only)
         }
     };
     let (kube, _client) = if a.cloud_only {

@@ -27,3 +27,4 @@ pub mod instance;
 pub mod nodes;
 pub mod rolling;
 pub mod rolling_aws;
+pub mod rolling_metal;

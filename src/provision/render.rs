@@ -70,6 +70,13 @@ pub const ETCD_RESTORE_UPLOAD: &str = "/var/lib/kprov/etcd-restore.db";
 pub const ETCD_PAUSED_DIR: &str = "/etc/kubernetes/kprov/paused";
 pub const APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
 pub const STACKED_ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
+/// kubeadm's file of kubelet flags, and kprov's copy of the flags last applied.
+pub const KUBELET_FLAGS: &str = "/var/lib/kubelet/kubeadm-flags.env";
+const KUBELET_FLAGS_APPLIED: &str = "/var/lib/kprov/kubelet-flags.applied";
+/// The version a member's `kubeadm upgrade` last finished at, and the kubelet binary restarted.
+const UPGRADED_MARKER: &str = "/var/lib/kprov/kubeadm-upgraded";
+const KUBELET_RESTARTED: &str = "/var/lib/kprov/kubelet-restarted";
+const CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
@@ -1249,6 +1256,103 @@ impl Renderer {
             run: "true".into(),
             timeout: SHORT,
         }
+    }
+
+    /// The kubelet's flags of a running member, rewritten as kubeadm writes them at join
+    /// (`/var/lib/kubelet/kubeadm-flags.env`), from the spec's registration of `target`
+    /// (node IP, labels, provider ID); the kubelet restarts when they changed. A marker with
+    /// the flags last applied makes a cut run restart it on the next one.
+    pub fn kubelet_flags(&self, target: &Target) -> Result<Step, RenderError> {
+        let reg = self.registration(target)?;
+        let mut flags = vec![format!("--container-runtime-endpoint={CRI_SOCKET}")];
+        for arg in reg["kubelet_args"].as_array().into_iter().flatten() {
+            let (name, value) = (
+                arg["name"].as_str().unwrap_or_default(),
+                arg["value"].as_str().unwrap_or_default(),
+            );
+            // A systemd environment file: one double-quoted value, so nothing that quoting or
+            // word splitting would change may appear in it.
+            if !value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:/=,@+".contains(&b))
+            {
+                return Err(RenderError::Host {
+                    host: target.host.name.clone(),
+                    message: format!(
+                        "kubelet flag --{name}: {value:?} has characters a kubelet flag file cannot hold"
+                    ),
+                });
+            }
+            flags.push(format!("--{name}={value}"));
+        }
+        let content = format!("KUBELET_KUBEADM_ARGS=\"{}\"\n", flags.join(" "));
+        Ok(Step {
+            name: "kubelet: flags".into(),
+            files: vec![file(KUBELET_FLAGS, content, 0o644)],
+            check: Some(script!("cmp -s {KUBELET_FLAGS} {KUBELET_FLAGS_APPLIED}")),
+            run: script!(
+                "set -e\nsystemctl restart kubelet\nmkdir -p /var/lib/kprov\ncp {KUBELET_FLAGS} {KUBELET_FLAGS_APPLIED}\n"
+            ),
+            timeout: SHORT,
+        })
+    }
+
+    /// The in-place Kubernetes upgrade of a member, in kubeadm's order: the new kubeadm (from
+    /// the pinned assets), `kubeadm upgrade apply vX` on the first control plane or
+    /// `kubeadm upgrade node` elsewhere, then the new kubelet and kubectl, then a kubelet
+    /// restart on the new binary. Every step checks a marker first: a cut run repeats only
+    /// what it had not finished.
+    pub fn upgrade(
+        &self,
+        arch: Arch,
+        how: crate::nodes::roll::Upgrade,
+    ) -> Result<Vec<Step>, RenderError> {
+        let version = format!("v{}", self.kubernetes_version);
+        let mut steps = vec![self.install_step(Component::Kubeadm, arch)?];
+        let (name, run) = match how {
+            crate::nodes::roll::Upgrade::Apply => (
+                "kubeadm: upgrade apply",
+                script!(
+                    "set -e\nkubeadm upgrade apply {} --yes\nmkdir -p /var/lib/kprov\nprintf '%s\\n' {} > {UPGRADED_MARKER}\n",
+                    version,
+                    version
+                ),
+            ),
+            crate::nodes::roll::Upgrade::Node => (
+                "kubeadm: upgrade node",
+                script!(
+                    "set -e\nkubeadm upgrade node\nmkdir -p /var/lib/kprov\nprintf '%s\\n' {} > {UPGRADED_MARKER}\n",
+                    version
+                ),
+            ),
+        };
+        steps.push(Step {
+            name: format!("{name} {version}"),
+            files: vec![],
+            check: Some(script!(
+                "[ \"$(cat {UPGRADED_MARKER} 2>/dev/null)\" = {} ]",
+                version
+            )),
+            run,
+            timeout: LONG,
+        });
+        steps.push(self.install_step(Component::Kubelet, arch)?);
+        steps.push(self.install_step(Component::Kubectl, arch)?);
+        let kubelet = &self.asset(Component::Kubelet, arch)?.sha256;
+        steps.push(Step {
+            name: format!("kubelet: restart on {version}"),
+            files: vec![],
+            check: Some(script!(
+                "[ \"$(cat {KUBELET_RESTARTED} 2>/dev/null)\" = {} ]",
+                kubelet
+            )),
+            run: script!(
+                "set -e\nsystemctl daemon-reload\nsystemctl restart kubelet\nmkdir -p /var/lib/kprov\nprintf '%s\\n' {} > {KUBELET_RESTARTED}\n",
+                kubelet
+            ),
+            timeout: SHORT,
+        });
+        Ok(steps)
     }
 
     /// What provisioning `target` sets up, as recorded on it ([`Provisioned`]): the version,

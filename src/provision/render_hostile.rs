@@ -86,6 +86,8 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
         steps.extend(r.preflight(t).unwrap());
         steps.extend(r.settle(t).unwrap());
         steps.extend(r.reset(t, &owner).unwrap());
+        // Refused (not rendered) when a value cannot stand in a kubelet flag file.
+        steps.extend(r.kubelet_flags(t).ok());
         if t.name() != cp.name() {
             steps.extend(r.join(t, cp, &secrets).unwrap());
         }
@@ -94,6 +96,12 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
         steps.extend(r.install(arch).unwrap());
         // Only etcd hosts install etcd, but its install script takes the same asset values.
         steps.push(r.install_step(Component::Etcd, arch).unwrap());
+        for how in [
+            crate::nodes::roll::Upgrade::Apply,
+            crate::nodes::roll::Upgrade::Node,
+        ] {
+            steps.extend(r.upgrade(arch, how).unwrap());
+        }
     }
     steps.extend(r.init(cp, &"k".repeat(64)).unwrap());
     steps.push(r.join_token());

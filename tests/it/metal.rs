@@ -80,14 +80,28 @@ impl Lab {
         Lab { th, mirror, dir }
     }
 
+    /// The address test hosts reach the machine running the tests at (mirrors bind there).
+    pub(crate) fn gateway(&self) -> &str {
+        &self.th.gateway
+    }
+
+    /// What the lab's mirror served, by path.
+    pub(crate) fn mirror_downloads(&self) -> Vec<String> {
+        self.mirror.downloads()
+    }
+
     pub(crate) fn store_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }
 
     pub(crate) fn kprov(&self, args: &[&str]) -> Output {
-        Command::cargo_bin("kprov")
-            .expect("binary")
-            .env_clear()
+        self.kprov_command(args).output().expect("runs kprov")
+    }
+
+    /// The command [`Lab::kprov`] runs, for a test that starts it in the background.
+    pub(crate) fn kprov_command(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("kprov"));
+        c.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", self.dir.path())
             .env(
@@ -95,9 +109,8 @@ impl Lab {
                 format!("file://{}", self.store_dir().display()),
             )
             .env("NO_COLOR", "1")
-            .args(args)
-            .output()
-            .expect("runs kprov")
+            .args(args);
+        c
     }
 
     /// `kprov` on a terminal (a pty from util-linux `script`): stdout and stderr merged.

@@ -2,8 +2,7 @@
 //! kubeadm from the mirror. What is proven: every provisioned node carries its record;
 //! `update cluster --yes` leaves a member whose configuration changed alone and names the
 //! command; the preview names the node, the field and the action, exits 2 with
-//! `--exit-code`, changes nothing; `--yes` refuses (not built yet) without touching a host;
-//! `get instances` lists every host with its status.
+//! `--exit-code`, changes nothing; `get instances` lists every host with its status.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -180,15 +179,6 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(
         text(&o.stderr).contains("no such instance group"),
-        "{}",
-        show(&o)
-    );
-
-    // --yes is refused (the machine side is not built yet): no host changed.
-    let o = lab.kprov(&["rolling-update", "cluster", name, "--yes"]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("not implemented yet"),
         "{}",
         show(&o)
     );
@@ -455,5 +445,466 @@ mod engine_on_the_fake_api {
                 .unwrap_or_else(|| panic!("{s}: {seen:?}"))
         };
         assert!(pos("w1 validated") < pos("w2 cordoned"), "{seen:?}");
+    }
+}
+
+mod roll_with_yes {
+    //! `rolling-update cluster --yes` on metal through the binary: sshd test hosts with the
+    //! stand-ins, the fake API server as the cluster's API (`--kubeconfig`). What is proven:
+    //! a label change rolls every node in order (control plane, then workers), each cordoned
+    //! before it is re-provisioned (kubelet flags rewritten, kubelet restarted, labels on the
+    //! Node, record rewritten) and uncordoned after; a second run has nothing to roll; a
+    //! second operator is refused with exit 4 naming the holder while a roll holds the lock;
+    //! a roll killed (SIGKILL) while it drains a node resumes there without re-rolling the
+    //! node it had finished; a budget that never allows stops the roll at --drain-timeout
+    //! naming it, the node left cordoned. A minor upgrade (two mirrors: the old and the new
+    //! version's stand-ins) runs `kubeadm upgrade apply` on the first control plane, then
+    //! `kubeadm upgrade node` on the other control planes, then on the worker.
+
+    use std::process::Stdio;
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use serde_json::json;
+
+    use crate::metal::{Lab, VERSION, kprov_inventory, ok, show, text};
+    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod};
+
+    fn now_ns() -> u128 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos()
+    }
+
+    /// Times of `systemctl restart kubelet` on `host` after `since`.
+    fn kubelet_restarts(lab: &Lab, host: &str, since: u128) -> Vec<u128> {
+        lab.calls(host)
+            .into_iter()
+            .filter(|(t, c)| *t > since && c.trim() == "systemctl restart kubelet")
+            .map(|(t, _)| t)
+            .collect()
+    }
+
+    fn record(lab: &Lab, host: &str) -> serde_json::Value {
+        let r = lab
+            .host(host)
+            .read_upper("/var/lib/kprov/provisioned.json")
+            .unwrap_or_else(|| panic!("{host}: no provisioning record"));
+        serde_json::from_slice(&r).expect("record is JSON")
+    }
+
+    /// Positions of the cordon requests of `host` in the fake API's request log.
+    fn cordons(fake: &FakeKube, host: &str) -> Vec<usize> {
+        fake.requests()
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.method == "PATCH"
+                    && r.path.ends_with(&format!("/nodes/{host}"))
+                    && r.body.replace(' ', "").contains("\"unschedulable\":true")
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn unschedulable(fake: &FakeKube, host: &str) -> bool {
+        fake.get("Node", None, host).expect("node")["spec"]["unschedulable"].as_bool() == Some(true)
+    }
+
+    fn set_label(lab: &Lab, name: &str, hosts: &[&str], value: &str) {
+        lab.edit_cluster(name, |c| {
+            for h in c.spec.hosts.iter_mut() {
+                if hosts.contains(&h.name.as_str()) {
+                    h.labels.insert("tier".into(), value.into());
+                }
+            }
+        });
+    }
+
+    fn rs_pod(name: &str, app: &str, on: &str) -> serde_json::Value {
+        owned_by(
+            pod("default", name, json!({ "app": app }), on, "Running", true),
+            "ReplicaSet",
+            &format!("{app}-rs"),
+        )
+    }
+
+    #[test]
+    fn a_label_change_rolls_in_order_resumes_after_a_kill_and_stops_at_a_budget() {
+        let lab = Lab::start(3);
+        let name = "rollyes.metal.example.com";
+        let hosts = [
+            ("host1", "control-plane"),
+            ("host2", "node"),
+            ("host3", "node"),
+        ];
+        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+        ok(&lab.kprov(&[
+            "create",
+            "cluster",
+            name,
+            "--cloud",
+            "metal",
+            "--inventory",
+            &inv,
+            "--kubernetes-version",
+            VERSION,
+        ]));
+        lab.use_mirror(name, None);
+        ok(&lab.kprov(&[
+            "update",
+            "cluster",
+            name,
+            "--yes",
+            "--accept-new-host-keys",
+            "--skip-addons",
+        ]));
+
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let fake = rt.block_on(FakeKube::start());
+        let kc = fake.kubeconfig.display().to_string();
+        for (h, role) in hosts {
+            fake.put(node(h, role == "control-plane", true, false, None));
+            fake.put(owned_by(
+                pod(
+                    "kube-system",
+                    &format!("calico-node-{h}"),
+                    json!({ "k8s-app": "calico-node" }),
+                    h,
+                    "Running",
+                    true,
+                ),
+                "DaemonSet",
+                "calico-node",
+            ));
+        }
+        fake.run_replicaset_controller();
+        fake.put(owned_by(
+            pod(
+                "kube-system",
+                "coredns-1",
+                json!({ "k8s-app": "kube-dns" }),
+                "host2",
+                "Running",
+                true,
+            ),
+            "ReplicaSet",
+            "coredns-rs",
+        ));
+        let roll_args = |extra: &[&str]| -> Vec<String> {
+            let mut v: Vec<String> = [
+                "rolling-update",
+                "cluster",
+                name,
+                "--yes",
+                "--kubeconfig",
+                &kc,
+                "--validate-count",
+                "1",
+                "--validation-timeout",
+                "60s",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            v.extend(extra.iter().map(|s| s.to_string()));
+            v
+        };
+        let roll = |extra: &[&str]| {
+            let args = roll_args(extra);
+            lab.kprov(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+
+        // 1. Every node's labels change: control plane first, then the workers, one by one.
+        set_label(&lab, name, &["host1", "host2", "host3"], "web");
+        let t0 = now_ns();
+        let o = roll(&[]);
+        let out = ok(&o);
+        for (h, _) in hosts {
+            assert_eq!(
+                record(&lab, h)["labels"]["tier"],
+                "web",
+                "{h}\n{}",
+                show(&o)
+            );
+            let flags = lab
+                .host(h)
+                .read_upper("/var/lib/kubelet/kubeadm-flags.env")
+                .unwrap_or_else(|| panic!("{h}: no kubelet flags"));
+            assert!(
+                text(&flags).contains("--node-labels=tier=web"),
+                "{h}: {}",
+                text(&flags)
+            );
+            let n = fake.get("Node", None, h).expect("node");
+            assert_eq!(n["metadata"]["labels"]["tier"], "web", "{h}: {n}");
+            assert!(!unschedulable(&fake, h), "{h} left cordoned");
+            // The engine cordons, and the drain makes sure (as kubectl's does).
+            assert!(!cordons(&fake, h).is_empty(), "{h} never cordoned");
+            assert_eq!(kubelet_restarts(&lab, h, t0).len(), 1, "{h} restarted once");
+            assert!(out.contains(h), "{h} missing from the final table:\n{out}");
+        }
+        let c = |h| cordons(&fake, h)[0];
+        assert!(c("host1") < c("host2") && c("host2") < c("host3"));
+        // etcd was backed up into the store before the control plane rolled.
+        assert!(
+            show(&o).contains("Backing up etcd of"),
+            "no backup announced:\n{}",
+            show(&o)
+        );
+        let backups = ok(&lab.kprov(&["get", "backups", name, "-o", "json"]));
+        let backups: serde_json::Value = serde_json::from_str(&backups).expect("backups json");
+        assert_eq!(
+            backups.as_array().map(Vec::len),
+            Some(1),
+            "one backup before the control plane rolled: {backups}"
+        );
+        let snapshot_at = lab
+            .calls("host1")
+            .into_iter()
+            .find(|(_, c)| c.contains("snapshot save"))
+            .map(|(t, _)| t)
+            .expect("the snapshot was taken on host1");
+        assert!(
+            t0 < snapshot_at && snapshot_at < kubelet_restarts(&lab, "host1", t0)[0],
+            "the backup was not taken in this roll before the control plane was re-provisioned"
+        );
+        let r = |h| kubelet_restarts(&lab, h, t0)[0];
+        assert!(r("host1") < r("host2") && r("host2") < r("host3"));
+        assert!(text(&o.stderr).contains("validated"), "{}", show(&o));
+
+        // 2. Nothing left: a second run says so and touches nothing.
+        fake.clear_requests();
+        let o = roll(&[]);
+        assert!(
+            ok(&o).contains("leave alone") && text(&o.stderr).contains("No rolling update needed"),
+            "{}",
+            show(&o)
+        );
+        assert!(cordons(&fake, "host2").is_empty());
+
+        // 3. A roll killed while it drains host3 (a budget holds it): a second operator is
+        //    refused meanwhile; after the lock is broken the next run resumes at host3 and
+        //    leaves host2, already rolled, alone.
+        set_label(&lab, name, &["host2", "host3"], "api");
+        fake.put(rs_pod("db-1", "db", "host3"));
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("minAvailable", json!("100%")),
+        ));
+        let args = roll_args(&["--drain-timeout", "10m"]);
+        let mut child = lab
+            .kprov_command(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kprov starts");
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !unschedulable(&fake, "host3") {
+            if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the roll never reached host3's drain");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let o = roll(&[]);
+        assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+        assert!(
+            text(&o.stderr).contains("is locked by")
+                && text(&o.stderr).contains(&format!("pid {}", child.id())),
+            "{}",
+            show(&o)
+        );
+        let t1 = now_ns();
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        assert_eq!(record(&lab, "host2")["labels"]["tier"], "api");
+        assert_eq!(record(&lab, "host3")["labels"]["tier"], "web");
+        ok(&lab.kprov(&["lock", "break", name]));
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("maxUnavailable", json!(1)),
+        ));
+        fake.clear_requests();
+        let o = roll(&[]);
+        ok(&o);
+        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        assert_eq!(record(&lab, "host3")["labels"]["tier"], "api");
+        assert!(
+            kubelet_restarts(&lab, "host2", t1).is_empty(),
+            "host2 rolled again"
+        );
+        assert_eq!(kubelet_restarts(&lab, "host3", t1).len(), 1);
+        assert!(cordons(&fake, "host2").is_empty(), "host2 cordoned again");
+        assert!(!unschedulable(&fake, "host3"));
+
+        // 4. A budget that never allows: the roll stops at --drain-timeout naming it; the node
+        //    stays cordoned and is not re-provisioned.
+        set_label(&lab, name, &["host3"], "db");
+        fake.put(rs_pod("db-2", "db", "host3"));
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("minAvailable", json!("100%")),
+        ));
+        let t2 = now_ns();
+        let o = roll(&["--drain-timeout", "3s"]);
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("host3") && err.contains("PodDisruptionBudget default/db"),
+            "{}",
+            show(&o)
+        );
+        assert!(unschedulable(&fake, "host3"));
+        assert!(kubelet_restarts(&lab, "host3", t2).is_empty());
+        assert_eq!(record(&lab, "host3")["labels"]["tier"], "api");
+    }
+
+    #[test]
+    fn a_minor_upgrade_rolls_control_planes_first_apply_then_node_then_the_kubelets() {
+        const FROM: &str = "1.34.4";
+        let lab = Lab::start(4);
+        let old = crate::support::mirror::Mirror::start(lab.gateway().parse().expect("ip"), FROM);
+        let name = "upgrade.metal.example.com";
+        let hosts = [
+            ("host1", "control-plane"),
+            ("host2", "control-plane"),
+            ("host3", "control-plane"),
+            ("host4", "node"),
+        ];
+        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+        ok(&lab.kprov(&[
+            "create",
+            "cluster",
+            name,
+            "--cloud",
+            "metal",
+            "--inventory",
+            &inv,
+            "--kubernetes-version",
+            FROM,
+        ]));
+        lab.edit_cluster(name, |c| {
+            c.spec.assets = Some(kprov::spec::Assets {
+                mirror: None,
+                files: old.asset_files(),
+            })
+        });
+        ok(&lab.kprov(&[
+            "update",
+            "cluster",
+            name,
+            "--yes",
+            "--accept-new-host-keys",
+            "--skip-addons",
+        ]));
+        for (h, _) in hosts {
+            assert_eq!(record(&lab, h)["kubernetesVersion"], FROM);
+        }
+
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let fake = rt.block_on(FakeKube::start());
+        let kc = fake.kubeconfig.display().to_string();
+        for (h, role) in hosts {
+            fake.put(node(h, role == "control-plane", true, false, None));
+            fake.put(owned_by(
+                pod(
+                    "kube-system",
+                    &format!("calico-node-{h}"),
+                    json!({ "k8s-app": "calico-node" }),
+                    h,
+                    "Running",
+                    true,
+                ),
+                "DaemonSet",
+                "calico-node",
+            ));
+        }
+        fake.put(owned_by(
+            pod(
+                "kube-system",
+                "coredns-1",
+                json!({ "k8s-app": "kube-dns" }),
+                "host4",
+                "Running",
+                true,
+            ),
+            "DaemonSet",
+            "coredns-as-a-daemonset",
+        ));
+
+        // The next minor, from the pinned assets of the lab's mirror.
+        lab.edit_cluster(name, |c| {
+            c.spec.kubernetes_version = Some(VERSION.into());
+        });
+        lab.use_mirror(name, None);
+        let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+        assert!(
+            text(&o.stderr).contains("pending a rolling update"),
+            "{}",
+            show(&o)
+        );
+        let t0 = now_ns();
+        let o = lab.kprov(&[
+            "rolling-update",
+            "cluster",
+            name,
+            "--yes",
+            "--kubeconfig",
+            &kc,
+            "--validate-count",
+            "1",
+            "--validation-timeout",
+            "60s",
+        ]);
+        ok(&o);
+        let call = |h: &str, prefix: &str| -> Vec<u128> {
+            lab.calls(h)
+                .into_iter()
+                .filter(|(t, c)| *t > t0 && c.starts_with(prefix))
+                .map(|(t, _)| t)
+                .collect()
+        };
+        let apply = call("host1", &format!("kubeadm upgrade apply v{VERSION} --yes"));
+        assert_eq!(apply.len(), 1, "{}", show(&o));
+        assert!(call("host1", "kubeadm upgrade node").is_empty());
+        for h in ["host2", "host3", "host4"] {
+            assert!(call(h, "kubeadm upgrade apply").is_empty(), "{h}");
+            assert_eq!(call(h, "kubeadm upgrade node").len(), 1, "{h}");
+        }
+        let node2 = call("host2", "kubeadm upgrade node")[0];
+        let node3 = call("host3", "kubeadm upgrade node")[0];
+        let node4 = call("host4", "kubeadm upgrade node")[0];
+        assert!(
+            apply[0] < node2.min(node3) && node2.max(node3) < node4,
+            "control planes first"
+        );
+        // The kubelet restarts on the new binary after kubeadm's upgrade, on every node.
+        for h in ["host1", "host2", "host3", "host4"] {
+            let upgrade = call(h, "kubeadm upgrade")[0];
+            assert!(
+                !kubelet_restarts(&lab, h, upgrade).is_empty(),
+                "{h}: kubelet not restarted after the upgrade"
+            );
+            assert_eq!(record(&lab, h)["kubernetesVersion"], VERSION, "{h}");
+            assert!(!unschedulable(&fake, h), "{h}");
+        }
+        // The new binaries came from the new version's assets.
+        assert!(
+            lab.mirror_downloads()
+                .iter()
+                .any(|d| d.contains(&format!("v{VERSION}")) && d.contains("kubeadm")),
+            "{:?}",
+            lab.mirror_downloads()
+        );
+        let o = lab.kprov(&["rolling-update", "cluster", name, "--exit-code"]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     }
 }

@@ -1,0 +1,459 @@
+//! The machine side of a roll on bare metal: a member re-provisioned in place over SSH.
+//!
+//! Per node, in order: the host is claimed again (a host whose ownership marker names another
+//! cluster is refused before anything changes); for a Kubernetes version change kubeadm's
+//! upgrade (the new kubeadm from the pinned assets, `kubeadm upgrade apply vX` on the first
+//! control plane or `kubeadm upgrade node`, the new kubelet and kubectl, the kubelet
+//! restarted); what a member's settle runs (API endpoint line, local proxy); the kubelet's
+//! flags rewritten (restarted when they changed); the labels and taints the spec gives it
+//! applied to its Node through the API (the kubelet only sets them when it registers); and the
+//! provisioning record rewritten last, so it never claims more than was done.
+//!
+//! Every step checks before it acts, so the engine may call [`MetalRoller::roll`] again for a
+//! node whose previous attempt was cut.
+//!
+//! Caveat: labels and taints need the cluster's API; under `--cloudonly` (no API) a node
+//! whose labels or taints changed fails with that reason instead of being recorded as done.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Map, Value};
+
+use super::rolling::NodeRoller;
+use crate::inventory::parse_taint;
+use crate::kube::{Kube, Taint};
+use crate::nodes::Target;
+use crate::nodes::journal::JournalNode;
+use crate::nodes::owner::Owner;
+use crate::nodes::roll::{PROVISIONED_FILE, Provisioned};
+use crate::provision::orchestrate::Facts;
+use crate::provision::render::{self, Renderer};
+use crate::ssh::task::{HostExecutor, Step};
+
+pub struct MetalRoller {
+    exec: Arc<dyn HostExecutor>,
+    renderer: Renderer,
+    targets: Vec<Target>,
+    owner: Owner,
+    /// `None` under `--cloudonly`.
+    kube: Option<Kube>,
+}
+
+impl MetalRoller {
+    pub fn new(
+        exec: Arc<dyn HostExecutor>,
+        renderer: Renderer,
+        targets: Vec<Target>,
+        owner: Owner,
+        kube: Option<Kube>,
+    ) -> MetalRoller {
+        MetalRoller {
+            exec,
+            renderer,
+            targets,
+            owner,
+            kube,
+        }
+    }
+
+    /// The steps of `node` on `target`, record excluded (it goes last, after the API).
+    async fn steps(&self, node: &JournalNode, target: &Target) -> Result<Vec<Step>, String> {
+        let mut steps = vec![self.renderer.claim(&self.owner)];
+        if let Some(how) = node.upgrade {
+            let facts = self
+                .exec
+                .read_file(target.name(), render::FACTS_FILE)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    format!(
+                        "{}: no {} (it was never provisioned by kprov)",
+                        target.name(),
+                        render::FACTS_FILE
+                    )
+                })?;
+            let facts = Facts::parse(&String::from_utf8_lossy(&facts));
+            let arch = facts.arch().ok_or_else(|| {
+                format!(
+                    "{}: unsupported architecture {:?}",
+                    target.name(),
+                    facts.machine
+                )
+            })?;
+            steps.extend(
+                self.renderer
+                    .upgrade(arch, how)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        steps.extend(self.renderer.settle(target).map_err(|e| e.to_string())?);
+        steps.push(
+            self.renderer
+                .kubelet_flags(target)
+                .map_err(|e| e.to_string())?,
+        );
+        Ok(steps)
+    }
+
+    /// Makes the Node carry the spec's labels and taints, removing those a previous
+    /// provisioning set that the spec no longer gives (others' labels and taints are kept).
+    async fn labels_and_taints(
+        &self,
+        node: &str,
+        old: Option<&Provisioned>,
+        new: &Provisioned,
+    ) -> Result<(), String> {
+        let (old_labels, old_taints) = match old {
+            Some(o) => (o.labels.clone(), o.taints.clone()),
+            None => Default::default(),
+        };
+        let mut labels = Map::new();
+        for k in old_labels.keys().filter(|k| !new.labels.contains_key(*k)) {
+            labels.insert(k.clone(), Value::Null);
+        }
+        for (k, v) in &new.labels {
+            if old_labels.get(k) != Some(v) {
+                labels.insert(k.clone(), Value::String(v.clone()));
+            }
+        }
+        let parse = |t: &String| parse_taint(t).map_err(|e| format!("taint {t:?}: {e}"));
+        let new_taints = new
+            .taints
+            .iter()
+            .map(parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        let gone: Vec<String> = old_taints
+            .iter()
+            .filter(|t| !new.taints.contains(t))
+            .map(parse)
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .map(|t| t.key)
+            .filter(|k| !new_taints.iter().any(|n| &n.key == k))
+            .collect();
+        let changed_taints = new.taints.iter().any(|t| !old_taints.contains(t)) || !gone.is_empty();
+        if labels.is_empty() && !changed_taints {
+            return Ok(());
+        }
+        let Some(kube) = &self.kube else {
+            return Err(format!(
+                "node {node}: its labels or taints changed and applying them needs the cluster's API, which --cloudonly does not use"
+            ));
+        };
+        if !labels.is_empty() {
+            let api: Api<Node> = Api::all(kube.client().clone());
+            let patch = serde_json::json!({ "metadata": { "labels": labels } });
+            api.patch(
+                node,
+                &PatchParams::apply(crate::kube::FIELD_MANAGER),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| format!("labelling node {node}: {e}"))?;
+        }
+        for key in &gone {
+            kube.remove_taint(node, key)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        for t in new_taints {
+            let taint = Taint {
+                key: t.key,
+                value: t.value,
+                effect: t.effect,
+            };
+            kube.add_taint(node, &taint)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl NodeRoller for MetalRoller {
+    async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+        // Only hosts of this cluster's spec; the claim step below refuses another cluster's.
+        let target = self
+            .targets
+            .iter()
+            .find(|t| t.name() == node.target)
+            .ok_or_else(|| {
+                format!(
+                    "{}: not a host of this cluster's spec any more; nothing was changed on it",
+                    node.target
+                )
+            })?;
+        let old = match self.exec.read_file(target.name(), PROVISIONED_FILE).await {
+            Ok(Some(bytes)) => Provisioned::parse(&bytes).ok(),
+            Ok(None) => None,
+            Err(e) => return Err(e.to_string()),
+        };
+        let new = self
+            .renderer
+            .provisioned(target)
+            .map_err(|e| e.to_string())?;
+        let steps = self.steps(node, target).await?;
+        self.exec
+            .run_steps(target.name(), &steps)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.labels_and_taints(&target.node_name, old.as_ref(), &new)
+            .await?;
+        let record = self.renderer.record(target).map_err(|e| e.to_string())?;
+        self.exec
+            .run_steps(target.name(), &[record])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::nodes::journal::NodeStep;
+    use crate::nodes::roll::{RollAction, Upgrade};
+    use crate::provision::orchestrate::tests::{cluster, hosts, owner, targets};
+    use crate::ssh::task::{ExecError, StepOutcome};
+
+    /// Hosts that keep uploaded files, record the steps run, and fail a named step while
+    /// `fail` holds it (a cut).
+    #[derive(Default)]
+    struct Hosts {
+        files: Mutex<HashMap<(String, String), Bytes>>,
+        ran: Mutex<Vec<(String, Step)>>,
+        fail: Mutex<Option<String>>,
+    }
+
+    impl Hosts {
+        fn names(&self, host: &str) -> Vec<String> {
+            self.ran
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(h, _)| h == host)
+                .map(|(_, s)| s.name.clone())
+                .collect()
+        }
+    }
+
+    #[async_trait]
+    impl HostExecutor for Hosts {
+        async fn run_steps(
+            &self,
+            host: &str,
+            steps: &[Step],
+        ) -> Result<Vec<StepOutcome>, ExecError> {
+            let mut out = Vec::new();
+            for s in steps {
+                if self.fail.lock().unwrap().as_deref() == Some(s.name.as_str()) {
+                    return Err(ExecError::Step {
+                        host: host.into(),
+                        step: s.name.clone(),
+                        code: Some(1),
+                        stderr: "cut".into(),
+                    });
+                }
+                self.ran.lock().unwrap().push((host.into(), s.clone()));
+                for f in &s.files {
+                    self.files
+                        .lock()
+                        .unwrap()
+                        .insert((host.into(), f.path.clone()), f.content.clone());
+                }
+                out.push(StepOutcome::Changed);
+            }
+            Ok(out)
+        }
+
+        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+            Ok(self
+                .files
+                .lock()
+                .unwrap()
+                .get(&(host.to_string(), path.to_string()))
+                .cloned())
+        }
+    }
+
+    fn journal_node(target: &str, upgrade: Option<Upgrade>) -> JournalNode {
+        JournalNode {
+            target: target.into(),
+            node_name: target.into(),
+            group: "g".into(),
+            action: RollAction::Reprovision,
+            upgrade,
+            batch: 0,
+            step: NodeStep::Drained,
+            replacement: None,
+            stopped: None,
+        }
+    }
+
+    fn roller(exec: Arc<Hosts>, labels: bool) -> MetalRoller {
+        let c = cluster("");
+        let mut hs = hosts(2, 1);
+        if labels {
+            hs[2].labels.insert("tier".into(), "web".into());
+        }
+        let ts = targets(&hs);
+        for t in &ts {
+            exec.files.lock().unwrap().insert(
+                (t.name().into(), render::FACTS_FILE.into()),
+                Bytes::from("machine=x86_64\n"),
+            );
+        }
+        let renderer = Renderer::new(&c, &ts).unwrap();
+        MetalRoller::new(exec, renderer, ts, owner(), None)
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_upgrade_runs_kubeadm_first_then_the_kubelet_and_the_record_last() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        rt().block_on(async {
+            r.roll(&journal_node("cp1", Some(Upgrade::Apply)))
+                .await
+                .unwrap();
+            r.roll(&journal_node("cp2", Some(Upgrade::Node)))
+                .await
+                .unwrap();
+            r.roll(&journal_node("w1", Some(Upgrade::Node)))
+                .await
+                .unwrap();
+        });
+        let cp1 = exec.names("cp1");
+        let pos = |names: &[String], prefix: &str| {
+            names
+                .iter()
+                .position(|n| n.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{prefix}: {names:?}"))
+        };
+        assert_eq!(cp1[0], "ownership: claim");
+        assert!(pos(&cp1, "kubeadm: install") < pos(&cp1, "kubeadm: upgrade apply v1.35.1"));
+        assert!(pos(&cp1, "kubeadm: upgrade apply") < pos(&cp1, "kubelet: install"));
+        assert!(pos(&cp1, "kubelet: install") < pos(&cp1, "kubelet: restart on v1.35.1"));
+        assert_eq!(cp1.last().unwrap(), "kprov: provisioning record");
+        assert!(!cp1.iter().any(|n| n.starts_with("kubeadm: upgrade node")));
+        for h in ["cp2", "w1"] {
+            let names = exec.names(h);
+            assert!(pos(&names, "kubeadm: upgrade node") < pos(&names, "kubelet: install"));
+            assert!(
+                !names
+                    .iter()
+                    .any(|n| n.starts_with("kubeadm: upgrade apply"))
+            );
+            assert_eq!(names.last().unwrap(), "kprov: provisioning record");
+        }
+        let ran = exec.ran.lock().unwrap();
+        let script = |host: &str, prefix: &str| {
+            ran.iter()
+                .find(|(h, s)| h == host && s.name.starts_with(prefix))
+                .map(|(_, s)| s.run.clone())
+                .unwrap()
+        };
+        assert!(
+            script("cp1", "kubeadm: upgrade apply")
+                .contains("kubeadm upgrade apply 'v1.35.1' --yes")
+        );
+        assert!(script("w1", "kubeadm: upgrade node").contains("kubeadm upgrade node\n"));
+        assert!(script("w1", "kubelet: restart").contains("systemctl restart kubelet"));
+    }
+
+    #[test]
+    fn a_configuration_change_touches_no_binary_and_rewrites_the_kubelet_flags() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        rt().block_on(r.roll(&journal_node("w1", None))).unwrap();
+        let names = exec.names("w1");
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains("install") || n.contains("upgrade")),
+            "{names:?}"
+        );
+        assert!(names.contains(&"kubelet: flags".to_string()), "{names:?}");
+        assert_eq!(names.last().unwrap(), "kprov: provisioning record");
+        let flags = exec
+            .files
+            .lock()
+            .unwrap()
+            .get(&("w1".to_string(), render::KUBELET_FLAGS.to_string()))
+            .cloned()
+            .unwrap();
+        let flags = String::from_utf8_lossy(&flags);
+        assert!(
+            flags.starts_with("KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint="),
+            "{flags}"
+        );
+        assert!(flags.contains("--node-ip=198.18.0.13"), "{flags}");
+    }
+
+    #[test]
+    fn a_cut_leaves_no_record_and_the_next_call_finishes() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        *exec.fail.lock().unwrap() = Some("kubeadm: upgrade node v1.35.1".into());
+        let e = rt()
+            .block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
+            .unwrap_err();
+        assert!(e.contains("cut"), "{e}");
+        assert!(
+            !exec
+                .names("w1")
+                .iter()
+                .any(|n| n == "kprov: provisioning record")
+        );
+        *exec.fail.lock().unwrap() = None;
+        rt().block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
+            .unwrap();
+        assert_eq!(
+            exec.names("w1").last().unwrap(),
+            "kprov: provisioning record"
+        );
+    }
+
+    #[test]
+    fn a_host_outside_the_spec_is_refused_untouched() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        let e = rt()
+            .block_on(r.roll(&journal_node("stranger", None)))
+            .unwrap_err();
+        assert!(e.contains("not a host of this cluster"), "{e}");
+        assert!(exec.ran.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_label_change_without_the_api_fails_before_the_record() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), true);
+        let e = rt()
+            .block_on(r.roll(&journal_node("w1", None)))
+            .unwrap_err();
+        assert!(e.contains("--cloudonly"), "{e}");
+        assert!(
+            !exec
+                .names("w1")
+                .iter()
+                .any(|n| n == "kprov: provisioning record")
+        );
+    }
+}
