@@ -301,9 +301,19 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
         // A journal left unfinished is resumed even when the preview finds nothing to roll:
         // its node in flight may still be cordoned.
         return match cluster.spec.cloud_provider {
-            CloudProvider::Metal => roll_metal(ctx, a, &cluster, &groups, plan).await,
+            CloudProvider::Metal => roll(ctx, a, &cluster, &groups, plan).await,
             CloudProvider::Aws => {
-                super::rolling_aws::run_roll(ctx, &cluster, &groups, a, plan).await
+                let refusals = super::rolling_aws::control_plane_refusals(plan);
+                for r in &refusals {
+                    ctx.printer.error(r);
+                }
+                if !refusals.is_empty() {
+                    ctx.printer.error(&format!(
+                        "the roll of {name} did not start; nothing was changed"
+                    ));
+                    return Ok(exit::ERROR);
+                }
+                roll(ctx, a, &cluster, &groups, plan).await
             }
         };
     }
@@ -412,9 +422,9 @@ fn journal_table(j: &Journal) -> Table {
     t
 }
 
-/// `--yes` on metal: under the cluster lock, the journal loaded (an unfinished roll is
+/// `--yes`: under the cluster lock, the journal loaded (an unfinished roll is
 /// resumed) or made from `plan`, and the engine run with the real cluster and machines.
-async fn roll_metal(
+async fn roll(
     ctx: &Ctx,
     a: &RollingUpdateClusterArgs,
     cluster: &Cluster,
@@ -431,14 +441,14 @@ async fn roll_metal(
         LOCK_LEASE,
     )
     .await?;
-    let result = roll_metal_locked(ctx, a, cluster, groups, plan, &guard).await;
+    let result = roll_locked(ctx, a, cluster, groups, plan, &guard).await;
     let released = guard.release().await;
     let code = result?;
     released?;
     Ok(code)
 }
 
-async fn roll_metal_locked(
+async fn roll_locked(
     ctx: &Ctx,
     a: &RollingUpdateClusterArgs,
     cluster: &Cluster,
@@ -479,6 +489,141 @@ async fn roll_metal_locked(
              Ready or validating the cluster; pods on them are not moved first",
         );
     }
+    let kube_client = if cloud_only {
+        None
+    } else {
+        Some(api(ctx, cluster, a.kubeconfig.as_deref()).await?)
+    };
+    let kube = kube_client.as_ref().map(|(k, _)| k.clone());
+    let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
+    let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
+    // The machines: re-provisioned in place on metal, replaced through their group on AWS.
+    let (roller, fleet): (Box<dyn ops::NodeRoller + '_>, _) = match cluster.spec.cloud_provider {
+        CloudProvider::Metal => {
+            let Some((roller, fleet)) =
+                metal_roller(ctx, a, cluster, &store, &journal, kube.clone()).await?
+            else {
+                return Ok(exit::ERROR);
+            };
+            (Box::new(roller), Some(fleet))
+        }
+        CloudProvider::Aws => {
+            let roller = super::rolling_aws::aws_roller(
+                cluster,
+                groups,
+                store.clone(),
+                guard,
+                kube.clone(),
+                &journal,
+                plan,
+                a.ssh_private_address,
+                events.clone(),
+            )
+            .await?;
+            (Box::new(roller), None)
+        }
+    };
+    let options = ops::RollOptions {
+        drain_timeout: a.drain_timeout,
+        validation_timeout: a.validation_timeout,
+        validate_count: a.validate_count,
+        cloud_only,
+        ..ops::RollOptions::default()
+    };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let printer = crate::output::Printer::new(Format::Table, 0);
+    let interrupt = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            printer.warn(
+                "interrupted: finishing the step that must not be cut, abandoning the others",
+            );
+            let _ = tx.send(true);
+        }
+    });
+    let lock_check = || guard.check().map_err(|e| e.to_string());
+    let result = match &kube {
+        Some(kube) => {
+            let api = ops::KubeCluster {
+                kube: kube.clone(),
+                cluster: cluster.clone(),
+                expect: crate::addons::validate::Expectations::from_spec(cluster, groups)?,
+                poll: Duration::from_secs(2),
+            };
+            ops::run(
+                file,
+                journal,
+                &api,
+                roller.as_ref(),
+                &options,
+                &events,
+                rx,
+                &lock_check,
+            )
+            .await
+        }
+        None => {
+            ops::run(
+                file,
+                journal,
+                &NoApi,
+                roller.as_ref(),
+                &options,
+                &events,
+                rx,
+                &lock_check,
+            )
+            .await
+        }
+    };
+    interrupt.abort();
+    if let Some(m) = multi {
+        let _ = m.clear();
+    }
+    drop(roller);
+    if let Some(Ok(f)) = fleet.map(std::sync::Arc::try_unwrap) {
+        f.close().await;
+    }
+    let (_, last) = JournalFile::load(store.as_ref(), name).await?;
+    if let Some(j) = &last {
+        ctx.printer.data(&journal_table(j).render());
+    }
+    match result {
+        Ok(j) => {
+            ctx.printer.success(&format!(
+                "Rolled {} of {} nodes of {name}.",
+                j.done(),
+                j.nodes.len()
+            ));
+            Ok(exit::OK)
+        }
+        Err(ops::RollError::Lock(e)) => {
+            ctx.printer
+                .error(&format!("the cluster lock was lost: {e}"));
+            Ok(exit::ERROR)
+        }
+        Err(e) => {
+            ctx.printer.error(&e.to_string());
+            Ok(exit::ERROR)
+        }
+    }
+}
+
+/// The metal roller over the inventory's hosts, after etcd was backed up when a control plane
+/// is about to roll. `None` when that backup failed (said; nothing was rolled).
+async fn metal_roller(
+    ctx: &Ctx,
+    a: &RollingUpdateClusterArgs,
+    cluster: &Cluster,
+    store: &Arc<dyn crate::state::StateStore>,
+    journal: &Journal,
+    kube: Option<Kube>,
+) -> anyhow::Result<
+    Option<(
+        crate::ops::rolling_metal::MetalRoller,
+        Arc<crate::ssh::SshFleet>,
+    )>,
+> {
+    let name = cluster.name();
     let targets = Inventory {
         hosts: cluster.spec.hosts.clone(),
     }
@@ -536,16 +681,10 @@ async fn roll_metal_locked(
                 ctx.printer.error(&format!(
                     "the etcd backup before the control-plane roll failed, so nothing was rolled: {e:#}"
                 ));
-                return Ok(exit::ERROR);
+                return Ok(None);
             }
         }
     }
-    let kube_client = if cloud_only {
-        None
-    } else {
-        Some(api(ctx, cluster, a.kubeconfig.as_deref()).await?)
-    };
-    let kube = kube_client.as_ref().map(|(k, _)| k.clone());
     let roller = crate::ops::rolling_metal::MetalRoller::new(
         fleet.clone(),
         renderer,
@@ -553,91 +692,7 @@ async fn roll_metal_locked(
         owner,
         kube.clone(),
     );
-    let options = ops::RollOptions {
-        drain_timeout: a.drain_timeout,
-        validation_timeout: a.validation_timeout,
-        validate_count: a.validate_count,
-        cloud_only,
-        ..ops::RollOptions::default()
-    };
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let printer = crate::output::Printer::new(Format::Table, 0);
-    let interrupt = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            printer.warn(
-                "interrupted: finishing the step that must not be cut, abandoning the others",
-            );
-            let _ = tx.send(true);
-        }
-    });
-    let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
-    let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
-    let lock_check = || guard.check().map_err(|e| e.to_string());
-    let result = match &kube {
-        Some(kube) => {
-            let api = ops::KubeCluster {
-                kube: kube.clone(),
-                cluster: cluster.clone(),
-                expect: crate::addons::validate::Expectations::from_spec(cluster, groups)?,
-                poll: Duration::from_secs(2),
-            };
-            ops::run(
-                file,
-                journal,
-                &api,
-                &roller,
-                &options,
-                &events,
-                rx,
-                &lock_check,
-            )
-            .await
-        }
-        None => {
-            ops::run(
-                file,
-                journal,
-                &NoApi,
-                &roller,
-                &options,
-                &events,
-                rx,
-                &lock_check,
-            )
-            .await
-        }
-    };
-    interrupt.abort();
-    if let Some(m) = multi {
-        let _ = m.clear();
-    }
-    drop(roller);
-    if let Ok(f) = std::sync::Arc::try_unwrap(fleet) {
-        f.close().await;
-    }
-    let (_, last) = JournalFile::load(store.as_ref(), name).await?;
-    if let Some(j) = &last {
-        ctx.printer.data(&journal_table(j).render());
-    }
-    match result {
-        Ok(j) => {
-            ctx.printer.success(&format!(
-                "Rolled {} of {} nodes of {name}.",
-                j.done(),
-                j.nodes.len()
-            ));
-            Ok(exit::OK)
-        }
-        Err(ops::RollError::Lock(e)) => {
-            ctx.printer
-                .error(&format!("the cluster lock was lost: {e}"));
-            Ok(exit::ERROR)
-        }
-        Err(e) => {
-            ctx.printer.error(&e.to_string());
-            Ok(exit::ERROR)
-        }
-    }
+    Ok(Some((roller, fleet)))
 }
 
 /// The cluster side under `--cloudonly`: the engine never calls it (it skips cordon, drain,
