@@ -6,7 +6,7 @@ use std::process::Output;
 
 use assert_cmd::Command;
 
-use crate::metal::{Lab, VERSION, ok, show};
+use crate::metal::{Lab, ok, show};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -55,17 +55,7 @@ fn two_control_planes_and_three_etcd_hosts_from_the_inventory_builder() {
     let lab = Lab::start(5);
     let name = "kubespray.metal.example.com";
     let inv = lab.write("hosts.yaml", &builder_inventory(&lab));
-    ok(&lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]));
+    lab.create_metal_spec(name, &inv);
     let stored = ok(&lab.kprov(&["get", "cluster", name, "-o", "yaml"]));
     assert!(stored.contains("type: External"), "{stored}");
     // The preview of what `create` stored works (no host key recorded yet: no host contacted).
@@ -296,17 +286,7 @@ fn kubespray_inventories_with_etcd_beside_other_roles_create_and_preview() {
 
 fn provision(lab: &Lab, name: &str) {
     let inv = lab.write("hosts.yaml", &builder_inventory(lab));
-    ok(&lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]));
+    lab.create_metal_spec(name, &inv);
     ok(&provisioned_two_plus_three_after_create(lab, name));
 }
 
@@ -555,17 +535,7 @@ fn etcd_backup_and_restore_on_stacked_etcd() {
         ],
     );
     let inv = lab.write("hosts.yaml", &inv);
-    ok(&lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]));
+    lab.create_metal_spec(name, &inv);
     ok(&provisioned_two_plus_three_after_create(&lab, name));
     lab.host("host1")
         .exec("printf 'key=stacked\\n' > /var/lib/kprov-standins/etcd-keys")

@@ -138,6 +138,13 @@ impl Lab {
     /// `create cluster NAME --cloud metal --inventory INVENTORY` at the pinned test version,
     /// its assets served by the test mirror; it must succeed.
     pub(crate) fn create_metal(&self, name: &str, inventory: &str) {
+        self.create_metal_spec(name, inventory);
+        self.use_mirror(name, None);
+    }
+
+    /// `create cluster NAME --cloud metal --inventory INVENTORY` at the pinned test version,
+    /// the spec only (assets as the spec says); it must succeed.
+    pub(crate) fn create_metal_spec(&self, name: &str, inventory: &str) {
         ok(&self.kprov(&[
             "create",
             "cluster",
@@ -149,7 +156,6 @@ impl Lab {
             "--kubernetes-version",
             VERSION,
         ]));
-        self.use_mirror(name, None);
     }
 
     /// `update cluster NAME --yes --accept-new-host-keys --skip-addons`; it must succeed.
@@ -547,17 +553,7 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
          \x20   etcd:\n      hosts:\n        host1:\n        host2:\n        host3:\n",
     );
     let inv = lab.write("hosts.yaml", &inv);
-    ok(&lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]));
+    lab.create_metal_spec(name, &inv);
     // A cloud provider's CCM: kubelets run with --cloud-provider=external.
     lab.edit_cluster(name, |c| {
         c.spec.cloud_controller_manager = Some(CloudControllerManager {
@@ -719,17 +715,7 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
         lab.key()
     );
     let inv = lab.write("inventory.ini", &inv);
-    ok(&lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]));
+    lab.create_metal_spec(name, &inv);
 
     // A pinned checksum that does not match what the mirror serves: nothing installed.
     lab.use_mirror(name, Some("kubelet"));

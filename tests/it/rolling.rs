@@ -539,26 +539,8 @@ mod roll_with_yes {
             ("host3", "node"),
         ];
         let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
-        ok(&lab.kprov(&[
-            "create",
-            "cluster",
-            name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            &inv,
-            "--kubernetes-version",
-            VERSION,
-        ]));
-        lab.use_mirror(name, None);
-        ok(&lab.kprov(&[
-            "update",
-            "cluster",
-            name,
-            "--yes",
-            "--accept-new-host-keys",
-            "--skip-addons",
-        ]));
+        lab.create_metal(name, &inv);
+        lab.provision(name);
 
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let fake = rt.block_on(FakeKube::start());
@@ -797,14 +779,7 @@ mod roll_with_yes {
                 files: old.asset_files(),
             })
         });
-        ok(&lab.kprov(&[
-            "update",
-            "cluster",
-            name,
-            "--yes",
-            "--accept-new-host-keys",
-            "--skip-addons",
-        ]));
+        lab.provision(name);
         for (h, _) in hosts {
             assert_eq!(record(&lab, h)["kubernetesVersion"], FROM);
         }
