@@ -617,7 +617,12 @@ exec "$@""#,
         let w = self.watcher.lock().map(|mut w| w.take()).unwrap_or(None);
         if let Some((stop, handle)) = w {
             stop.store(true, Ordering::SeqCst);
-            let _ = handle.join();
+            // The watcher may hold the last reference for a moment, so the lab can be dropped
+            // on the watcher's own thread: joining itself would panic out of `Drop` and leave
+            // the ssh-agent and moto running.
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
         }
     }
 
