@@ -369,42 +369,18 @@ pub fn desired(
         } else {
             "internet-facing"
         };
-        out.push(
-            Resource::new(LOAD_BALANCER, "api")
-                .field("lbName", Value::str(short_name("api", name)))
-                .field("scheme", Value::str(scheme))
-                .field(
-                    "subnets",
-                    Value::set(
-                        lb_subnets
-                            .values()
-                            .map(|s| Value::reference(SUBNET, *s))
-                            .collect(),
-                    ),
-                )
-                .field("securityGroups", Value::set(vec![sg("api-lb")]))
-                .rule("lbName", FieldRule::Immutable)
-                .rule("scheme", FieldRule::Immutable)
-                .rule("securityGroups", FieldRule::Immutable),
-        );
-        out.push(
-            Resource::new(TARGET_GROUP, "api")
-                .field("tgName", Value::str(short_name("tcp", name)))
-                .field("port", Value::Int(API_PORT))
-                .field("protocol", Value::str("TCP"))
-                .field("vpc", vpc_ref.clone())
-                .rule("tgName", FieldRule::Immutable)
-                .rule("port", FieldRule::Immutable)
-                .rule("protocol", FieldRule::Immutable)
-                .rule("vpc", FieldRule::Immutable),
-        );
-        out.push(
-            Resource::new(LISTENER, "api")
-                .field("loadBalancer", Value::reference(LOAD_BALANCER, "api"))
-                .field("port", Value::Int(API_PORT))
-                .field("protocol", Value::str("TCP"))
-                .field("targetGroup", Value::reference(TARGET_GROUP, "api"))
-                .rule("loadBalancer", FieldRule::Immutable),
+        push_tcp_load_balancer(
+            &mut out,
+            TcpLoadBalancer {
+                id: "api",
+                lb_name: short_name("api", name),
+                scheme,
+                subnets: lb_subnets.values().copied().collect(),
+                security_group: sg("api-lb"),
+                tg_name: short_name("tcp", name),
+                port: API_PORT,
+                vpc: vpc_ref.clone(),
+            },
         );
     }
 
@@ -421,42 +397,18 @@ pub fn desired(
                 break;
             }
         }
-        out.push(
-            Resource::new(LOAD_BALANCER, "bastion")
-                .field("lbName", Value::str(short_name("bastion", name)))
-                .field("scheme", Value::str("internet-facing"))
-                .field(
-                    "subnets",
-                    Value::set(
-                        subnets
-                            .values()
-                            .map(|s| Value::reference(SUBNET, *s))
-                            .collect(),
-                    ),
-                )
-                .field("securityGroups", Value::set(vec![sg("bastion")]))
-                .rule("lbName", FieldRule::Immutable)
-                .rule("scheme", FieldRule::Immutable)
-                .rule("securityGroups", FieldRule::Immutable),
-        );
-        out.push(
-            Resource::new(TARGET_GROUP, "bastion")
-                .field("tgName", Value::str(short_name("ssh", name)))
-                .field("port", Value::Int(SSH_PORT))
-                .field("protocol", Value::str("TCP"))
-                .field("vpc", vpc_ref.clone())
-                .rule("tgName", FieldRule::Immutable)
-                .rule("port", FieldRule::Immutable)
-                .rule("protocol", FieldRule::Immutable)
-                .rule("vpc", FieldRule::Immutable),
-        );
-        out.push(
-            Resource::new(LISTENER, "bastion")
-                .field("loadBalancer", Value::reference(LOAD_BALANCER, "bastion"))
-                .field("port", Value::Int(SSH_PORT))
-                .field("protocol", Value::str("TCP"))
-                .field("targetGroup", Value::reference(TARGET_GROUP, "bastion"))
-                .rule("loadBalancer", FieldRule::Immutable),
+        push_tcp_load_balancer(
+            &mut out,
+            TcpLoadBalancer {
+                id: "bastion",
+                lb_name: short_name("bastion", name),
+                scheme: "internet-facing",
+                subnets: subnets.values().copied().collect(),
+                security_group: sg("bastion"),
+                tg_name: short_name("ssh", name),
+                port: SSH_PORT,
+                vpc: vpc_ref.clone(),
+            },
         );
     }
 
@@ -792,6 +744,58 @@ pub fn user_data(cluster: &Cluster, ig: &InstanceGroup, key: Option<&GroupHostKe
         ig = ig.metadata.name,
         c = cluster.name(),
     )
+}
+
+/// A network load balancer forwarding one TCP port to a target group (the API, the bastion).
+struct TcpLoadBalancer<'a> {
+    id: &'a str,
+    lb_name: String,
+    scheme: &'a str,
+    subnets: Vec<&'a str>,
+    security_group: Value,
+    tg_name: String,
+    port: i64,
+    vpc: Value,
+}
+
+fn push_tcp_load_balancer(out: &mut Vec<Resource>, lb: TcpLoadBalancer<'_>) {
+    out.push(
+        Resource::new(LOAD_BALANCER, lb.id)
+            .field("lbName", Value::str(lb.lb_name))
+            .field("scheme", Value::str(lb.scheme))
+            .field(
+                "subnets",
+                Value::set(
+                    lb.subnets
+                        .into_iter()
+                        .map(|s| Value::reference(SUBNET, s))
+                        .collect(),
+                ),
+            )
+            .field("securityGroups", Value::set(vec![lb.security_group]))
+            .rule("lbName", FieldRule::Immutable)
+            .rule("scheme", FieldRule::Immutable)
+            .rule("securityGroups", FieldRule::Immutable),
+    );
+    out.push(
+        Resource::new(TARGET_GROUP, lb.id)
+            .field("tgName", Value::str(lb.tg_name))
+            .field("port", Value::Int(lb.port))
+            .field("protocol", Value::str("TCP"))
+            .field("vpc", lb.vpc)
+            .rule("tgName", FieldRule::Immutable)
+            .rule("port", FieldRule::Immutable)
+            .rule("protocol", FieldRule::Immutable)
+            .rule("vpc", FieldRule::Immutable),
+    );
+    out.push(
+        Resource::new(LISTENER, lb.id)
+            .field("loadBalancer", Value::reference(LOAD_BALANCER, lb.id))
+            .field("port", Value::Int(lb.port))
+            .field("protocol", Value::str("TCP"))
+            .field("targetGroup", Value::reference(TARGET_GROUP, lb.id))
+            .rule("loadBalancer", FieldRule::Immutable),
+    );
 }
 
 #[cfg(test)]
