@@ -7,8 +7,8 @@
 //! metal and `ops::rolling_aws::AwsRoller` on AWS (`cli::rolling_aws`), chosen by the `match`
 //! on the platform in [`cluster`]; Ctrl-C asks the engine to stop at a safe point.
 //!
-//! Caveat: on AWS control planes and bastions are not rolled yet (refused before anything
-//! changes).
+//! Both platforms re-provision control planes in place through [`in_place_roller`], which
+//! backs etcd up first (a failed backup stops the roll before anything changed).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -300,22 +300,7 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
     if a.yes {
         // A journal left unfinished is resumed even when the preview finds nothing to roll:
         // its node in flight may still be cordoned.
-        return match cluster.spec.cloud_provider {
-            CloudProvider::Metal => roll(ctx, a, &cluster, &groups, plan).await,
-            CloudProvider::Aws => {
-                let refusals = super::rolling_aws::control_plane_refusals(plan);
-                for r in &refusals {
-                    ctx.printer.error(r);
-                }
-                if !refusals.is_empty() {
-                    ctx.printer.error(&format!(
-                        "the roll of {name} did not start; nothing was changed"
-                    ));
-                    return Ok(exit::ERROR);
-                }
-                roll(ctx, a, &cluster, &groups, plan).await
-            }
-        };
+        return roll(ctx, a, &cluster, &groups, plan).await;
     }
     if to_roll == 0 {
         ctx.printer.success(&format!(
@@ -508,7 +493,9 @@ async fn roll_locked(
             (Box::new(roller), Some(fleet))
         }
         CloudProvider::Aws => {
-            let roller = super::rolling_aws::aws_roller(
+            let Some((roller, fleet)) = super::rolling_aws::aws_roller(
+                ctx,
+                a,
                 cluster,
                 groups,
                 store.clone(),
@@ -516,11 +503,13 @@ async fn roll_locked(
                 kube.clone(),
                 &journal,
                 plan,
-                a.ssh_private_address,
                 events.clone(),
             )
-            .await?;
-            (Box::new(roller), None)
+            .await?
+            else {
+                return Ok(exit::ERROR);
+            };
+            (Box::new(roller), Some(fleet))
         }
     };
     let options = ops::RollOptions {
@@ -623,12 +612,35 @@ async fn metal_roller(
         Arc<crate::ssh::SshFleet>,
     )>,
 > {
-    let name = cluster.name();
     let targets = Inventory {
         hosts: cluster.spec.hosts.clone(),
     }
     .targets()
     .await?;
+    in_place_roller(ctx, a, cluster, store, journal, kube, targets, None).await
+}
+
+/// The in-place roller (`MetalRoller`) over `targets`: a metal inventory's hosts, or the
+/// instances an AWS roll found (with the cloud's API endpoint, as `update cluster` renders
+/// them). Before it is handed out, etcd is backed up when a control plane is about to roll;
+/// `None` when that backup failed (said; nothing was rolled).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn in_place_roller(
+    ctx: &Ctx,
+    a: &RollingUpdateClusterArgs,
+    cluster: &Cluster,
+    store: &Arc<dyn crate::state::StateStore>,
+    journal: &Journal,
+    kube: Option<Kube>,
+    targets: Vec<crate::nodes::Target>,
+    cloud_api: Option<&crate::provision::render::CloudApi>,
+) -> anyhow::Result<
+    Option<(
+        crate::ops::rolling_metal::MetalRoller,
+        Arc<crate::ssh::SshFleet>,
+    )>,
+> {
+    let name = cluster.name();
     let owner = crate::nodes::owner::read(store.as_ref(), name)
         .await?
         .ok_or_else(|| {
@@ -636,7 +648,7 @@ async fn metal_roller(
                 "{name} has no ownership record in the state store: provision it with `kprov update cluster {name} --yes` first"
             )
         })?;
-    let renderer = crate::provision::render::Renderer::for_run(cluster, &targets, None)?;
+    let renderer = crate::provision::render::Renderer::for_run(cluster, &targets, cloud_api)?;
     let fleet = crate::ops::nodes::fleet(
         cluster,
         &targets,
@@ -646,44 +658,9 @@ async fn metal_roller(
         &crate::ops::nodes::no_events(),
     )?;
     let fleet = std::sync::Arc::new(fleet);
-    // etcd is backed up before any control plane rolls (kubeadm's upgrade guide asks for it):
-    // a failed backup, an unhealthy etcd among them, stops the roll before anything changed.
-    let control_planes_to_roll: Vec<&str> = journal
-        .nodes
-        .iter()
-        .filter(|n| n.step == NodeStep::Waiting && n.action != RollAction::Leave)
-        .filter(|n| {
-            targets
-                .iter()
-                .any(|t| t.name() == n.target && t.is_control_plane())
-        })
-        .map(|n| n.node_name.as_str())
-        .collect();
-    if !control_planes_to_roll.is_empty() {
-        ctx.printer.status(&format!(
-            "Backing up etcd of {name} before rolling {}.",
-            control_planes_to_roll.join(", ")
-        ));
-        let record = crate::ops::etcd::backup(
-            store.as_ref(),
-            cluster,
-            &targets,
-            fleet.as_ref(),
-            chrono::Utc::now(),
-        )
-        .await;
-        match record {
-            Ok(r) => ctx.printer.status(&format!(
-                "etcd backed up from {} as {} ({} bytes, sha256 {}); `kprov restore etcd {name} --from {}` restores it.",
-                r.host, r.id, r.size, r.sha256, r.id
-            )),
-            Err(e) => {
-                ctx.printer.error(&format!(
-                    "the etcd backup before the control-plane roll failed, so nothing was rolled: {e:#}"
-                ));
-                return Ok(None);
-            }
-        }
+    if !backup_before_control_planes(ctx, cluster, store, journal, &targets, fleet.as_ref()).await {
+        fleet.close().await;
+        return Ok(None);
     }
     let roller = crate::ops::rolling_metal::MetalRoller::new(
         fleet.clone(),
@@ -693,6 +670,63 @@ async fn metal_roller(
         kube.clone(),
     );
     Ok(Some((roller, fleet)))
+}
+
+/// etcd is backed up before any control plane rolls (kubeadm's upgrade guide asks for it), on
+/// metal and AWS alike: false when the backup failed (an unhealthy etcd among them), said, so
+/// the roll stops before anything changed. True when no control plane waits to roll.
+async fn backup_before_control_planes(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    store: &Arc<dyn crate::state::StateStore>,
+    journal: &Journal,
+    targets: &[crate::nodes::Target],
+    exec: &dyn crate::ssh::task::HostExecutor,
+) -> bool {
+    let name = cluster.name();
+    let control_planes_to_roll = control_planes_to_roll(journal, targets);
+    if control_planes_to_roll.is_empty() {
+        return true;
+    }
+    ctx.printer.status(&format!(
+        "Backing up etcd of {name} before rolling {}.",
+        control_planes_to_roll.join(", ")
+    ));
+    let record =
+        crate::ops::etcd::backup(store.as_ref(), cluster, targets, exec, chrono::Utc::now()).await;
+    match record {
+        Ok(r) => {
+            ctx.printer.status(&format!(
+                "etcd backed up from {} as {} ({} bytes, sha256 {}); `kprov restore etcd {name} --from {}` restores it.",
+                r.host, r.id, r.size, r.sha256, r.id
+            ));
+            true
+        }
+        Err(e) => {
+            ctx.printer.error(&format!(
+                "the etcd backup before the control-plane roll failed, so nothing was rolled: {e:#}"
+            ));
+            false
+        }
+    }
+}
+
+/// The control planes of `targets` the journal has yet to start rolling.
+fn control_planes_to_roll<'j>(
+    journal: &'j Journal,
+    targets: &[crate::nodes::Target],
+) -> Vec<&'j str> {
+    journal
+        .nodes
+        .iter()
+        .filter(|n| n.step == NodeStep::Waiting && n.action != RollAction::Leave)
+        .filter(|n| {
+            targets
+                .iter()
+                .any(|t| t.name() == n.target && t.is_control_plane())
+        })
+        .map(|n| n.node_name.as_str())
+        .collect()
 }
 
 /// The cluster side under `--cloudonly`: the engine never calls it (it skips cordon, drain,

@@ -1,6 +1,10 @@
-//! `rolling-update cluster --yes` on AWS: the [`AwsRoller`] for a run ([`aws_roller`]) and
-//! the control planes it refuses; `cli::rolling` runs it under the lock with the journal, as
-//! it runs the metal roller.
+//! `rolling-update cluster --yes` on AWS: the [`AwsRoller`] for a run ([`aws_roller`]);
+//! `cli::rolling` runs it under the lock with the journal, as it runs the metal roller.
+//!
+//! Control planes are re-provisioned in place by the metal roller over the instances found at
+//! run time (the same `cli::rolling::in_place_roller` metal uses, with the API load balancer
+//! as the endpoint), after etcd was backed up; workers and bastions are replaced through their
+//! Auto Scaling groups.
 //!
 //! Caveat: the plan is observed before the lock is taken; a roll already journaled and
 //! unfinished is resumed as journaled (the new plan only decides whether there is anything
@@ -11,6 +15,8 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
+use super::commands::Ctx;
+use super::rolling::{RollingUpdateClusterArgs, in_place_roller};
 use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
 use crate::kube::Kube;
 use crate::nodes::journal::Journal;
@@ -19,26 +25,16 @@ use crate::ops::nodes::NodeOptions;
 use crate::ops::rolling as ops;
 use crate::ops::rolling_aws::{AwsRoller, REPLACEMENT_TIMEOUT};
 use crate::spec::{Cluster, InstanceGroup};
+use crate::ssh::SshFleet;
 use crate::state::lock::LockGuard;
 
-/// Control planes would be re-provisioned in place on AWS: not built yet.
-pub fn control_plane_refusals(plan: &RollPlan) -> Vec<String> {
-    plan.order()
-        .iter()
-        .filter(|n| n.action == crate::nodes::roll::RollAction::Reprovision)
-        .map(|n| {
-            format!(
-                "{} ({}, group {}): re-provisioning a control plane in place is not implemented \
-                 on AWS yet; roll the workers alone with `--instance-group-roles Node`",
-                n.node_name, n.target, n.group
-            )
-        })
-        .collect()
-}
-
-/// The AWS roller for this run.
+/// The AWS roller for this run, with the SSH fleet its in-place roller uses (the caller closes
+/// it). `None` when the etcd backup before a control-plane roll failed (said; nothing was
+/// rolled).
 #[allow(clippy::too_many_arguments)]
 pub async fn aws_roller<'a>(
+    ctx: &Ctx,
+    a: &RollingUpdateClusterArgs,
     cluster: &Cluster,
     groups: &[InstanceGroup],
     store: Arc<dyn crate::state::StateStore>,
@@ -46,9 +42,8 @@ pub async fn aws_roller<'a>(
     kube: Option<Kube>,
     journal: &Journal,
     plan: &RollPlan,
-    ssh_private_address: bool,
     events: ops::RollEvents,
-) -> anyhow::Result<AwsRoller<'a>> {
+) -> anyhow::Result<Option<(AwsRoller<'a>, Arc<SshFleet>)>> {
     let surge = plan
         .groups
         .iter()
@@ -58,10 +53,32 @@ pub async fn aws_roller<'a>(
     let name = cluster.name();
     let lb = instances::load_balancer_dns(&plan)
         .ok_or_else(|| anyhow::anyhow!("the API load balancer of {name} has no DNS name yet"))?;
-    let reach = SshReach::of(cluster, ssh_private_address);
+    let reach = SshReach::of(cluster, a.ssh_private_address);
     let found =
         AwsInstances::new(&cloud, groups, reach).through(instances::jump_name(cluster, &plan));
-    Ok(AwsRoller {
+    let cloud_api = instances::cloud_api(cluster, &lb);
+    // The control planes are re-provisioned in place over the instances running now (found by
+    // the cluster's ownership tag, in its groups), as metal hosts are.
+    let targets = found
+        .discover()
+        .await
+        .map_err(|e| anyhow::anyhow!("finding the cluster's instances: {e}"))?
+        .targets;
+    let Some((in_place, fleet)) = in_place_roller(
+        ctx,
+        a,
+        cluster,
+        &store,
+        journal,
+        kube.clone(),
+        targets,
+        Some(&cloud_api),
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let roller = AwsRoller {
         store,
         cluster: cluster.clone(),
         cloud,
@@ -71,8 +88,10 @@ pub async fn aws_roller<'a>(
         options: NodeOptions {
             accept_new_host_keys: false,
             concurrency: 20,
-            cloud_api: Some(instances::cloud_api(cluster, &lb)),
+            cloud_api: Some(cloud_api),
         },
+        groups: groups.to_vec(),
+        in_place,
         events,
         known: AwsRoller::known_of(journal),
         claimed: Mutex::new(Default::default()),
@@ -82,23 +101,6 @@ pub async fn aws_roller<'a>(
         surge,
         surged: Mutex::new(Default::default()),
         raised_max: Mutex::new(Default::default()),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ops::rolling::tests::plan_of;
-
-    #[test]
-    fn control_planes_are_refused_on_aws_naming_each() {
-        let plan = plan_of(crate::nodes::roll::Platform::Aws, 3, 1);
-        let cps = control_plane_refusals(&plan);
-        assert_eq!(cps.len(), 2, "{cps:?}");
-        assert!(
-            cps.iter()
-                .all(|r| r.contains("not implemented on AWS") && r.contains("group control-plane")),
-            "{cps:?}"
-        );
-    }
+    };
+    Ok(Some((roller, fleet)))
 }

@@ -12,6 +12,8 @@
 //!   `kubeadm upgrade apply`, the others with `kubeadm upgrade node`), kubelets after and never
 //!   newer than the API server; anything else is refused with the steps to take.
 //!
+//! - Bastions (AWS) are judged by their launch template version alone and replaced, first.
+//!
 //! Caveats: a node already NotReady is not counted against `maxUnavailable` (kops does not
 //! either); surge applies to cloud groups only (metal has no spare hosts to add).
 
@@ -186,7 +188,8 @@ pub struct NodeInput {
     pub node_name: String,
     pub group: String,
     pub role: GroupRole,
-    /// `None`: no record (not provisioned by this kprov, or never provisioned).
+    /// `None`: no record (not provisioned by this kprov, or never provisioned). A bastion
+    /// carries none: here only its launch template version, from the cloud, counts.
     pub recorded: Option<Provisioned>,
     pub desired: Provisioned,
     /// From the API; `None` when it could not be asked.
@@ -399,9 +402,10 @@ pub fn plan(
         let rolled: Vec<RollNode> = members
             .iter()
             .map(|n| {
-                let mut reasons = match &n.recorded {
-                    Some(r) => differences(r, &n.desired),
-                    None => vec![format!(
+                let mut reasons = match (&n.recorded, g.role) {
+                    (r, GroupRole::Bastion) => bastion_differences(r.as_ref(), &n.desired),
+                    (Some(r), _) => differences(r, &n.desired),
+                    (None, _) => vec![format!(
                         "no provisioning record ({PROVISIONED_FILE}): provisioned by an older kprov or not by kprov"
                     )],
                 };
@@ -508,10 +512,27 @@ pub fn plan(
     }
 }
 
+/// Why a bastion needs an update: only its launch template version counts (it runs no
+/// Kubernetes and carries no provisioning record).
+pub fn bastion_differences(launched: Option<&Provisioned>, desired: &Provisioned) -> Vec<String> {
+    match &desired.launch_template_version {
+        Some(want) if launched.and_then(|l| l.launch_template_version.as_ref()) != Some(want) => {
+            vec![format!(
+                "launch template version {} -> {want}",
+                launched
+                    .and_then(|l| l.launch_template_version.as_deref())
+                    .unwrap_or("(unknown)")
+            )]
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn behind(n: &NodeInput, desired: &str) -> bool {
-    n.recorded
-        .as_ref()
-        .is_some_and(|r| r.kubernetes_version != desired)
+    n.role != GroupRole::Bastion
+        && n.recorded
+            .as_ref()
+            .is_some_and(|r| r.kubernetes_version != desired)
 }
 
 /// The version step of the roll, refusing skew the policy forbids.
@@ -527,7 +548,7 @@ fn version_change(
         return None;
     };
     let mut from: Vec<String> = Vec::new();
-    for n in nodes {
+    for n in nodes.iter().filter(|n| n.role != GroupRole::Bastion) {
         let Some(r) = &n.recorded else { continue };
         if r.kubernetes_version == desired {
             continue;
@@ -765,6 +786,91 @@ mod tests {
         );
         assert_eq!(p.groups[0].nodes[0].action, RollAction::Leave);
         assert_eq!(p.groups[2].nodes[0].reasons, ["--force"]);
+    }
+
+    fn bastion(name: &str, launched: Option<&str>, current: Option<&str>) -> NodeInput {
+        let mut have = rec("1.35.1");
+        have.launch_template_version = launched.map(str::to_string);
+        // What a bastion is observed as: no Kubernetes, no record of kprov's; the digest and
+        // version may say anything, only the launch template version counts.
+        have.config_digest = String::new();
+        let mut want = rec("1.35.1");
+        want.launch_template_version = current.map(str::to_string);
+        NodeInput {
+            ready: None,
+            recorded: Some(have),
+            desired: want,
+            ..node(name, "bastions", GroupRole::Bastion, "1.35.1", "1.35.1")
+        }
+    }
+
+    #[test]
+    fn a_bastion_from_an_older_template_is_replaced_first_alone_and_without_kubeadm() {
+        let (g, mut n) = cluster("1.34.4", "1.35.1");
+        n.retain(|x| x.role != GroupRole::Bastion);
+        n.push(bastion("b1", Some("1"), Some("2")));
+        n.push(bastion("b2", Some("2"), Some("2")));
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        let order: Vec<(&str, RollAction, Option<Upgrade>)> = p
+            .order()
+            .iter()
+            .map(|n| (n.target.as_str(), n.action, n.upgrade))
+            .collect();
+        assert_eq!(
+            order[..3],
+            [
+                ("b1", RollAction::Replace, None),
+                ("cp1", RollAction::Reprovision, Some(Upgrade::Apply)),
+                ("cp2", RollAction::Reprovision, Some(Upgrade::Node)),
+            ]
+        );
+        let b = &p.groups[0];
+        assert_eq!(
+            (b.role, b.max_unavailable, b.max_surge),
+            (GroupRole::Bastion, 1, 0)
+        );
+        assert_eq!(b.batches, [vec!["b1"]]);
+        assert_eq!(b.nodes[0].reasons, ["launch template version 1 -> 2"]);
+        assert!(b.nodes[1].reasons.is_empty() && b.nodes[1].action == RollAction::Leave);
+        // The bastions take no part in the version change.
+        assert_eq!(p.version.unwrap().from, ["1.34.4"]);
+    }
+
+    #[test]
+    fn bastions_roll_only_when_their_template_changed_or_forced() {
+        let (g, mut n) = cluster("1.35.1", "1.35.1");
+        n.retain(|x| x.role != GroupRole::Bastion);
+        // A bastion whose launch template version is unknown needs an update naming that, never
+        // "no provisioning record" (bastions carry none).
+        n.push(NodeInput {
+            recorded: None,
+            ..bastion("b1", None, Some("3"))
+        });
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        assert_eq!(
+            p.groups[0].nodes[0].reasons,
+            ["launch template version (unknown) -> 3"]
+        );
+        let mut n2 = n.clone();
+        n2.pop();
+        n2.push(bastion("b1", Some("3"), Some("3")));
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n2, &Selection::default());
+        assert_eq!(p.to_roll(), 0);
+        assert!(bastion_differences(None, &rec("1.35.1")).is_empty());
+        let sel = Selection {
+            roles: vec![GroupRole::Bastion],
+            force: true,
+            ..Selection::default()
+        };
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n2, &sel);
+        let order: Vec<(&str, RollAction)> = p
+            .order()
+            .iter()
+            .map(|n| (n.target.as_str(), n.action))
+            .collect();
+        assert_eq!(order, [("b1", RollAction::Replace)]);
+        assert_eq!(p.groups[0].nodes[0].reasons, ["--force"]);
     }
 
     #[test]

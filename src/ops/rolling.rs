@@ -99,6 +99,12 @@ pub trait NodeRoller: Send + Sync {
     async fn before_batch(&self, _nodes: &[JournalNode]) -> Result<(), String> {
         Ok(())
     }
+
+    /// Whether `node` is a Kubernetes node. One that is not (an AWS bastion) is replaced
+    /// without taint, cordon, drain, waiting for Ready or uncordon.
+    fn kubernetes_node(&self, _node: &JournalNode) -> bool {
+        true
+    }
 }
 
 /// What happens, for the printer.
@@ -326,9 +332,11 @@ async fn advance(
             record(shared, i, node.step, Some(why), None, lock_check).await?;
             return Err(interrupted("before its next step"));
         }
+        // Steps through the API only for nodes the API knows, and not under --cloudonly.
+        let skip_api = options.cloud_only || !roller.kubernetes_node(&node);
         let next = match node.step {
             NodeStep::Uncordoned | NodeStep::Validated => return Ok(()),
-            NodeStep::Waiting if options.cloud_only => NodeStep::Drained,
+            NodeStep::Waiting if skip_api => NodeStep::Drained,
             NodeStep::Waiting => {
                 if node.action == RollAction::Replace {
                     api.taint_prefer_no_schedule(&name).await.map_err(&stop)?;
@@ -396,7 +404,7 @@ async fn advance(
                     }
                 }
             }
-            NodeStep::Replaced if options.cloud_only => NodeStep::Uncordoned,
+            NodeStep::Replaced if skip_api => NodeStep::Uncordoned,
             NodeStep::Replaced => {
                 let now = node.replacement.clone().unwrap_or_else(|| name.clone());
                 events(&RollEvent::Working {
@@ -655,10 +663,17 @@ pub fn inputs(
     let mut problems = Vec::new();
     for o in observed {
         let t = &o.target;
+        let bastion = t.group.as_ref().is_some_and(|g| {
+            group_inputs
+                .iter()
+                .any(|x| &x.name == g && x.role == GroupRole::Bastion)
+        });
         let role = if t.is_control_plane() {
             GroupRole::ControlPlane
         } else if t.has_role(HostRole::Node) {
             GroupRole::Node
+        } else if bastion {
+            GroupRole::Bastion
         } else {
             continue;
         };
@@ -697,7 +712,10 @@ pub fn inputs(
             role,
             recorded: record,
             desired,
-            ready: ready.map(|r| r.get(&t.node_name).copied().unwrap_or(false)),
+            // A bastion is no node: Ready does not apply.
+            ready: ready
+                .filter(|_| !bastion)
+                .map(|r| r.get(&t.node_name).copied().unwrap_or(false)),
         });
     }
     (group_inputs, nodes, problems)
@@ -1032,6 +1050,64 @@ pub mod tests {
         // Stored.
         let (_, stored) = JournalFile::load(&s, "c").await.unwrap();
         assert_eq!(stored.unwrap(), j);
+    }
+
+    /// The fake's machines, with some that are no Kubernetes nodes (AWS bastions).
+    struct NotNodes<'f>(&'f Fake, BTreeSet<String>);
+
+    #[async_trait]
+    impl NodeRoller for NotNodes<'_> {
+        async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+            self.0.roll(node).await
+        }
+        fn kubernetes_node(&self, node: &JournalNode) -> bool {
+            !self.1.contains(&node.target)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_machine_that_is_no_node_is_replaced_without_touching_the_api_for_it() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Aws, 1, 1);
+        let fake = Fake::default();
+        let roller = NotNodes(&fake, ["w1".to_string()].into());
+        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
+        let j = run(
+            file,
+            Journal::new(&plan, "me", false),
+            &fake,
+            &roller,
+            &fast(),
+            &silent(),
+            idle(),
+            &|| Ok(()),
+        )
+        .await
+        .unwrap();
+        assert!(j.finished && j.done() == 3, "{j:?}");
+        let calls = fake.calls();
+        assert!(calls.contains(&"roll w1".to_string()), "{calls:?}");
+        assert!(
+            !calls
+                .iter()
+                .any(|c| c != "roll w1" && (c.ends_with(" w1") || c.ends_with(" w1-new"))),
+            "the API was asked about a machine that is no node: {calls:?}"
+        );
+        // The nodes around it still go through every step, and the gate still runs after it.
+        assert!(calls.contains(&"cordon cp2".to_string()), "{calls:?}");
+        let at = |c: &str| calls.iter().position(|x| x == c).unwrap();
+        assert!(
+            calls[at("roll w1")..].iter().any(|c| c == "validate"),
+            "{calls:?}"
+        );
+        assert_eq!(
+            j.nodes
+                .iter()
+                .find(|n| n.target == "w1")
+                .unwrap()
+                .replacement,
+            Some("w1-new".to_string())
+        );
     }
 
     #[tokio::test]

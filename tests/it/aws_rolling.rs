@@ -5,8 +5,7 @@
 //! replaces them one batch at a time (the default `maxSurge: 1`: the group grows first, the
 //! surge instance joins, then the old node is cordoned, drained, terminated with decrement)
 //! → a second preview has nothing to roll → the group's instance type changes: the preview
-//! and `get instances` name "launch template version 1 -> 2" → a control-plane roll is refused
-//! clearly.
+//! and `get instances` name "launch template version 1 -> 2". Control planes: aws_rolling_cp.rs.
 //!
 //! Needs root.
 
@@ -337,30 +336,6 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
     assert!(
         lab.fake.requests().iter().all(|r| !r.is_write()),
         "the preview wrote to the API"
-    );
-
-    // A control plane roll on AWS is refused, clearly, before anything changes.
-    let mut force = vec![
-        "rolling-update",
-        "cluster",
-        cluster,
-        "--yes",
-        "--force",
-        "--instance-group-roles",
-        "ControlPlane",
-    ];
-    force.extend_from_slice(PRIVATE_ADDRESSES);
-    let before = lab.instances();
-    let o = lab.kprov(&force);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("not implemented on AWS yet"),
-        "{}",
-        text(&o.stderr)
-    );
-    assert_eq!(
-        lab.instances().keys().collect::<Vec<_>>(),
-        before.keys().collect::<Vec<_>>()
     );
 
     code(
