@@ -387,8 +387,20 @@ pub fn plan(
     let mut ordered: Vec<&GroupInput> = groups.iter().collect();
     ordered.sort_by_key(|g| g.role);
 
-    // Version skew, judged over every node (selected or not).
-    let version = version_change(desired_version, nodes, &mut refusals);
+    // Version skew, judged over every node (selected or not), in roll order: `kubeadm upgrade
+    // apply` goes to the first control plane that rolls, whichever of several control-plane
+    // groups (AWS: one per instance) it is in.
+    let in_order: Vec<NodeInput> = ordered
+        .iter()
+        .flat_map(|g| nodes.iter().filter(|n| n.group == g.name))
+        .chain(
+            nodes
+                .iter()
+                .filter(|n| !groups.iter().any(|g| g.name == n.group)),
+        )
+        .cloned()
+        .collect();
+    let version = version_change(desired_version, &in_order, &mut refusals);
     let cp_behind: Vec<&NodeInput> = nodes
         .iter()
         .filter(|n| n.role == GroupRole::ControlPlane && behind(n, desired_version))
@@ -707,6 +719,65 @@ mod tests {
             (vec!["1.34.4".to_string()], "1.35.1")
         );
         assert!(p.groups[2].nodes[0].reasons[0].contains("kubernetesVersion 1.34.4 -> 1.35.1"));
+    }
+
+    #[test]
+    fn upgrade_apply_goes_to_the_first_control_plane_in_roll_order_across_groups() {
+        // AWS makes a control-plane group per instance; the instances are observed in any order.
+        let groups = vec![
+            group("nodes", GroupRole::Node, None),
+            group("control-plane-1", GroupRole::ControlPlane, None),
+            group("control-plane-2", GroupRole::ControlPlane, None),
+            group("control-plane-3", GroupRole::ControlPlane, None),
+        ];
+        let nodes = vec![
+            node("w1", "nodes", GroupRole::Node, "1.34.4", "1.35.1"),
+            node(
+                "cp3",
+                "control-plane-3",
+                GroupRole::ControlPlane,
+                "1.34.4",
+                "1.35.1",
+            ),
+            node(
+                "cp2",
+                "control-plane-2",
+                GroupRole::ControlPlane,
+                "1.34.4",
+                "1.35.1",
+            ),
+            node(
+                "cp1",
+                "control-plane-1",
+                GroupRole::ControlPlane,
+                "1.34.4",
+                "1.35.1",
+            ),
+        ];
+        let p = plan(
+            "c",
+            Platform::Aws,
+            "1.35.1",
+            &groups,
+            &nodes,
+            &Selection::default(),
+        );
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        let order: Vec<(&str, Option<Upgrade>)> = p
+            .order()
+            .iter()
+            .map(|n| (n.target.as_str(), n.upgrade))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("cp1", Some(Upgrade::Apply)),
+                ("cp2", Some(Upgrade::Node)),
+                ("cp3", Some(Upgrade::Node)),
+                ("w1", Some(Upgrade::Node)),
+            ]
+        );
+        assert_eq!(p.version.unwrap().apply_on.as_deref(), Some("cp1"));
     }
 
     #[test]

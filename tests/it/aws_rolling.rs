@@ -22,19 +22,7 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
     let cluster = "roll.lab.example";
     let lab = Arc::new(CloudLab::start());
     lab.block_on(make_zone(&lab, "lab.example"));
-    let ssh_dir = lab.home.join(".ssh");
-    std::fs::create_dir_all(&ssh_dir).unwrap();
-    let key = ssh_dir.join("id_ed25519");
-    assert!(
-        std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", "operator", "-f"])
-            .arg(&key)
-            .status()
-            .unwrap()
-            .success()
-    );
-    lab.add_operator_key(&key);
-    let public = format!("{}.pub", key.display());
+    let public = lab.operator_key();
     let vpc = lab.net.vpc_cidr().to_string();
     code(
         &lab,

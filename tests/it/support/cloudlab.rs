@@ -528,6 +528,24 @@ impl CloudLab {
         assert!(st.success(), "ssh-add {}", key.display());
     }
 
+    /// Makes the operator's ed25519 key in the lab's `~/.ssh`, gives it to the agent
+    /// ([`CloudLab::add_operator_key`]) and returns the public key's path (what
+    /// `create cluster --ssh-public-key` takes).
+    pub fn operator_key(&self) -> String {
+        let ssh_dir = self.home.join(".ssh");
+        std::fs::create_dir_all(&ssh_dir).expect("lab ~/.ssh");
+        let key = ssh_dir.join("id_ed25519");
+        let made = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "operator", "-f"])
+            .arg(&key)
+            .stdin(Stdio::null())
+            .status()
+            .expect("ssh-keygen");
+        assert!(made.success(), "ssh-keygen {}", key.display());
+        self.add_operator_key(&key);
+        format!("{}.pub", key.display())
+    }
+
     pub fn store_dir(&self) -> PathBuf {
         self.home.join("state")
     }
@@ -729,6 +747,7 @@ exec "$@""#,
                     .is_some_and(|n| n.contains("cloud-controller-manager"))
             });
         let mut nodes = Vec::new();
+        let mut cps = Vec::new();
         let mut initialised = None;
         for (id, h) in self.instances() {
             let Some(kubelet) = h.read_upper("/etc/kubernetes/kubelet.conf") else {
@@ -748,9 +767,40 @@ exec "$@""#,
             if cp && h.read_upper("/etc/kubernetes/admin.conf").is_some() {
                 initialised.get_or_insert(name.clone());
             }
+            if cp {
+                cps.push(name.clone());
+            }
             let provider = zones.get(&id).map(|z| format!("aws:///{z}/{id}"));
-            let want = node(&name, cp, true, !ccm, provider.as_deref());
+            let mut want = node(&name, cp, true, !ccm, provider.as_deref());
             let have = self.fake.get("Node", None, &name);
+            // The lab plays the kubelet and the CCM only: what others set on the Node (a
+            // cordon, a roll's taint, labels applied through the API) stays.
+            if let Some(h) = &have {
+                if let Some(u) = h["spec"].get("unschedulable") {
+                    want["spec"]["unschedulable"] = u.clone();
+                }
+                let ours = [
+                    "node.cloudprovider.kubernetes.io/uninitialized",
+                    "node-role.kubernetes.io/control-plane",
+                ];
+                let theirs = h["spec"]["taints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| !ours.contains(&t["key"].as_str().unwrap_or_default()))
+                    .cloned();
+                if let Some(t) = want["spec"]["taints"].as_array_mut() {
+                    t.extend(theirs);
+                }
+                if let (Some(l), Some(have_labels)) = (
+                    want["metadata"]["labels"].as_object_mut(),
+                    h["metadata"]["labels"].as_object(),
+                ) {
+                    for (k, v) in have_labels {
+                        l.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
+            }
             if have
                 .as_ref()
                 .map(|n| (&n["spec"], &n["metadata"]["labels"]))
@@ -760,12 +810,6 @@ exec "$@""#,
             }
             nodes.push(name);
         }
-        let running = |ns: &str, name: &str, labels: &Value, on: &str| {
-            if self.fake.get("Pod", Some(ns), name).is_none() {
-                self.fake
-                    .put(pod(ns, name, labels.clone(), on, "Running", true));
-            }
-        };
         // One list per pass: status is only written for what the pods were made for.
         let daemonsets = self.fake.list("DaemonSet");
         let deployments = self.fake.list("Deployment");
@@ -823,24 +867,52 @@ exec "$@""#,
                 }
             }
         }
-        // On the first control plane once there is one (a worker may be drained by a roll).
-        if let Some(first) = initialised.as_ref().or(nodes.first()) {
+        // Deployments' pods (ReplicaSet-owned, as the controllers make them) are scheduled on
+        // the first control plane that is not cordoned, once there is one (a worker may be
+        // drained by a roll); an evicted one comes back there, off the drained node.
+        let schedulable = |n: &String| {
+            self.fake
+                .get("Node", None, n)
+                .is_some_and(|v| v["spec"]["unschedulable"] != true)
+        };
+        let first = initialised
+            .as_ref()
+            .filter(|n| schedulable(n))
+            .or_else(|| cps.iter().find(|n| schedulable(n)))
+            .or_else(|| nodes.iter().find(|n| schedulable(n)));
+        let replica = |ns: &str, name: &str, labels: &Value, on: &str, owner: &str| {
+            if self.fake.get("Pod", Some(ns), name).is_none() {
+                self.fake.put(owned_by(
+                    pod(ns, name, labels.clone(), on, "Running", true),
+                    "ReplicaSet",
+                    owner,
+                ));
+            }
+        };
+        if let Some(first) = first {
             for d in &deployments {
                 let ns = d["metadata"]["namespace"].as_str().unwrap_or("default");
                 let d_name = d["metadata"]["name"].as_str().unwrap_or("deploy");
                 let labels = &d["spec"]["template"]["metadata"]["labels"];
                 for r in 0..d["spec"]["replicas"].as_u64().unwrap_or(1) {
-                    running(ns, &format!("{d_name}-{r}"), labels, first);
+                    replica(
+                        ns,
+                        &format!("{d_name}-{r}"),
+                        labels,
+                        first,
+                        &format!("{d_name}-rs"),
+                    );
                 }
             }
-        }
-        if let Some(cp) = initialised {
-            running(
-                "kube-system",
-                "coredns-0",
-                &serde_json::json!({"k8s-app": "kube-dns"}),
-                &cp,
-            );
+            if initialised.is_some() {
+                replica(
+                    "kube-system",
+                    "coredns-0",
+                    &serde_json::json!({"k8s-app": "kube-dns"}),
+                    first,
+                    "coredns-rs",
+                );
+            }
         }
     }
 

@@ -1,0 +1,415 @@
+//! A Kubernetes minor upgrade on AWS through the binary, in the cloud lab (moto, every instance
+//! an sshd test host, the stand-in kubeadm recording its calls with their times): a private
+//! cluster (reached through `bastion.NAME`) with three control planes and two workers at
+//! 1.34.4 (a second mirror serves that version's stand-ins) → `kubernetesVersion` 1.35.1 →
+//! `update cluster --yes` leaves the running members alone and reports them pending → the
+//! preview lists the control planes as re-provisioned in place (one with `kubeadm upgrade
+//! apply`), the workers as replaced, and writes nothing → `rolling-update --yes` backs etcd up
+//! first (listed by `get backups`), upgrades the control planes one at a time in place (the
+//! same instances: `upgrade apply` on exactly one, then `upgrade node` on the others), then
+//! replaces the workers (the new instances join at 1.35.1) → journal finished, nothing left to
+//! roll → the bastion, forced, is replaced without any API call for it, and the cluster is
+//! reached through the new one.
+//!
+//! Needs root.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kprov::spec::Object;
+
+use crate::aws_lifecycle::{IMAGE, code, make_zone, text, with_call};
+use crate::support::cloudlab::{CloudLab, VERSION, snapshot};
+use crate::support::mirror::Mirror;
+use crate::support::testhosts::{TestHost, in_netns};
+
+/// The minor before the lab mirror's (the metal upgrade test's pin).
+const FROM: &str = "1.34.4";
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos()
+}
+
+fn record(h: &TestHost) -> serde_json::Value {
+    let bytes = h
+        .read_upper("/var/lib/kprov/provisioned.json")
+        .unwrap_or_else(|| panic!("{}: no provisioning record", h.address));
+    serde_json::from_slice(&bytes).expect("record parses")
+}
+
+fn is_control_plane(h: &TestHost) -> bool {
+    h.read_upper("/etc/kubernetes/manifests/kube-apiserver.yaml")
+        .is_some()
+}
+
+/// The times of the stand-in calls starting with `prefix` after `since`.
+fn calls(h: &TestHost, since: u128, prefix: &str) -> Vec<u128> {
+    h.standin_calls()
+        .into_iter()
+        .filter(|(t, c)| *t > since && c.starts_with(prefix))
+        .map(|(t, _)| t)
+        .collect()
+}
+
+#[test]
+fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_workers() {
+    let cluster = "upgrade.lab.example";
+    let lab = Arc::new(CloudLab::start());
+    let gateway = lab.net.gateway;
+    let old = in_netns(&lab.net.router_ns, || Mirror::start(gateway.into(), FROM));
+    lab.block_on(make_zone(&lab, "lab.example"));
+    let public = lab.operator_key();
+    let vpc = lab.net.vpc_cidr().to_string();
+    code(
+        &lab,
+        &lab.kprov(&[
+            "create",
+            "cluster",
+            cluster,
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a",
+            "--ssh-public-key",
+            &public,
+            "--image",
+            IMAGE,
+            "--network-cidr",
+            &vpc,
+            "--kubernetes-version",
+            FROM,
+            "--control-plane-count",
+            "3",
+            "--node-count",
+            "2",
+            "--topology",
+            "private",
+            "--bastion",
+        ]),
+        0,
+    );
+    let files = old.asset_files();
+    lab.edit_objects(cluster, |objects| {
+        for o in objects {
+            if let Object::Cluster(c) = o {
+                c.spec.assets = Some(kprov::spec::Assets {
+                    mirror: None,
+                    files: files.clone(),
+                });
+            }
+        }
+    });
+    lab.watch();
+    let yes = ["update", "cluster", cluster, "--yes"];
+    code(&lab, &lab.kprov(&yes), 0);
+    code(
+        &lab,
+        &lab.kprov(&["validate", "cluster", cluster, "--wait", "60s"]),
+        0,
+    );
+    let before = lab.instances();
+    let control_planes: Vec<String> = before
+        .iter()
+        .filter(|(_, h)| is_control_plane(h))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let workers: Vec<String> = before
+        .iter()
+        .filter(|(_, h)| {
+            !is_control_plane(h) && h.read_upper("/etc/kubernetes/kubelet.conf").is_some()
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    let bastions: Vec<String> = before
+        .iter()
+        .filter(|(_, h)| h.standin_calls().is_empty())
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(
+        (control_planes.len(), workers.len(), bastions.len()),
+        (3, 2, 1),
+        "{:?}",
+        before.keys()
+    );
+    for id in control_planes.iter().chain(&workers) {
+        assert_eq!(record(&before[id])["kubernetesVersion"], FROM, "{id}");
+    }
+
+    // The next minor, from the lab mirror's pinned assets: `update cluster --yes` leaves the
+    // running members alone and says they wait for a roll.
+    lab.edit_objects(cluster, |objects| {
+        for o in objects {
+            if let Object::Cluster(c) = o {
+                c.spec.kubernetes_version = Some(VERSION.into());
+            }
+        }
+    });
+    lab.use_mirror(cluster);
+    let t_update = now_ns();
+    let o = lab.kprov(&yes);
+    code(&lab, &o, 0);
+    assert!(
+        text(&o.stderr).contains("pending a rolling update"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(
+        lab.instances().keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "update cluster --yes replaced an instance"
+    );
+    for (id, h) in &before {
+        assert!(
+            calls(h, t_update, "kubeadm upgrade").is_empty(),
+            "{id} upgraded by update cluster"
+        );
+    }
+
+    // The preview: control planes in place (one with `upgrade apply`), workers replaced, why;
+    // exit 2; read-only.
+    let (store0, hosts0) = (snapshot(&lab.store_dir()), lab.hosts_snapshot());
+    lab.fake.clear_requests();
+    let preview = ["rolling-update", "cluster", cluster, "--exit-code"];
+    let o = lab.kprov(&preview);
+    let out = code(&lab, &o, 2);
+    let why = format!("kubernetesVersion {FROM} -> {VERSION}");
+    let line = |id: &str| -> String {
+        let node = &before[id].name;
+        out.lines()
+            .find(|l| l.starts_with(node.as_str()))
+            .unwrap_or_else(|| panic!("{id} ({node}) not in the preview:\n{out}"))
+            .to_string()
+    };
+    let mut applies = 0;
+    for id in &control_planes {
+        let l = line(id);
+        assert!(
+            l.contains("re-provision in place") && l.contains(&why),
+            "{l}"
+        );
+        applies += usize::from(l.contains("kubeadm upgrade apply"));
+    }
+    assert_eq!(applies, 1, "{out}");
+    for id in &workers {
+        let l = line(id);
+        assert!(l.contains("replace") && l.contains(&why), "{l}");
+    }
+    assert!(
+        text(&o.stderr).contains(&format!(
+            "Kubernetes {FROM} -> {VERSION}: control planes first"
+        )),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(snapshot(&lab.store_dir()), store0, "the preview wrote");
+    assert_eq!(lab.hosts_snapshot(), hosts0, "the preview changed a host");
+    assert!(
+        lab.fake.requests().iter().all(|r| !r.is_write()),
+        "the preview wrote to the API"
+    );
+
+    // The roll.
+    let t0 = now_ns();
+    let started = Instant::now();
+    let o = lab.kprov(&[
+        "rolling-update",
+        "cluster",
+        cluster,
+        "--yes",
+        "--validate-count",
+        "1",
+        "--validation-timeout",
+        "3m",
+    ]);
+    code(&lab, &o, 0);
+    let wall = started.elapsed();
+    eprintln!(
+        "upgraded 3 control planes in place and replaced 2 workers in {wall:?}\n{}",
+        text(&o.stderr)
+    );
+    lab.sync();
+    let now = lab.instances();
+    // In place: the same instances, upgraded one at a time, `apply` on exactly one, first.
+    let mut upgrades = Vec::new();
+    for id in &control_planes {
+        let h = now
+            .get(id)
+            .unwrap_or_else(|| panic!("control plane {id} was replaced"));
+        let apply = calls(h, t0, &format!("kubeadm upgrade apply v{VERSION} --yes"));
+        let node = calls(h, t0, "kubeadm upgrade node");
+        assert_eq!(apply.len() + node.len(), 1, "{id}: {:?}", h.standin_calls());
+        let restarts = calls(h, t0, "systemctl restart kubelet");
+        let at = apply.first().or(node.first()).copied().unwrap_or_default();
+        assert!(
+            restarts.iter().any(|r| *r > at),
+            "{id}: kubelet not restarted after its upgrade"
+        );
+        upgrades.push((at, !apply.is_empty(), id.clone()));
+        assert_eq!(record(h)["kubernetesVersion"], VERSION, "{id}");
+    }
+    upgrades.sort();
+    assert!(upgrades[0].1, "upgrade apply was not first: {upgrades:?}");
+    assert!(
+        !upgrades[1].1 && !upgrades[2].1,
+        "upgrade apply ran more than once: {upgrades:?}"
+    );
+    // One at a time: each control plane's kubelet restarted before the next one's upgrade.
+    for pair in upgrades.windows(2) {
+        let done = calls(&now[&pair[0].2], t0, "systemctl restart kubelet");
+        assert!(
+            done.iter().any(|r| *r < pair[1].0),
+            "{} upgraded before {} finished: {upgrades:?}",
+            pair[1].2,
+            pair[0].2
+        );
+    }
+    // etcd was backed up into the store before the first control plane changed.
+    let snapshots: Vec<u128> = control_planes
+        .iter()
+        .flat_map(|id| {
+            now[id]
+                .standin_calls()
+                .into_iter()
+                .filter(|(t, c)| *t > t0 && c.contains("snapshot save"))
+                .map(|(t, _)| t)
+        })
+        .collect();
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+    assert!(
+        snapshots[0] < upgrades[0].0,
+        "the backup came after an upgrade"
+    );
+    assert!(
+        text(&o.stderr).contains("Backing up etcd of"),
+        "{}",
+        text(&o.stderr)
+    );
+    let backups: serde_json::Value = serde_json::from_str(&code(
+        &lab,
+        &lab.kprov(&["get", "backups", cluster, "-o", "json"]),
+        0,
+    ))
+    .expect("backups json");
+    assert_eq!(backups.as_array().map(Vec::len), Some(1), "{backups}");
+    // Then the workers: replaced, the new instances joined at the new version, after every
+    // control plane was upgraded.
+    for id in &workers {
+        assert!(!now.contains_key(id), "worker {id} still runs");
+    }
+    let last_cp = upgrades[2].0;
+    let joined = with_call(&lab, "kubeadm join");
+    let new: Vec<&String> = now
+        .keys()
+        .filter(|id| !before.contains_key(*id) && joined.contains(id))
+        .collect();
+    assert_eq!(new.len(), 2, "{:?}", now.keys());
+    for id in &new {
+        let h = &now[*id];
+        assert_eq!(record(h)["kubernetesVersion"], VERSION, "{id}");
+        let join = calls(h, 0, "kubeadm join");
+        assert!(
+            join[0] > last_cp,
+            "{id} joined before the control planes were upgraded"
+        );
+    }
+    assert!(
+        lab.mirror
+            .requests
+            .lock()
+            .expect("mirror requests")
+            .iter()
+            .any(|p| p.contains(&format!("v{VERSION}")) && p.contains("kubeadm")),
+        "the new kubeadm did not come from the new version's assets"
+    );
+    let journal: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            lab.store_dir()
+                .join(cluster)
+                .join("journal/rolling-update.json"),
+        )
+        .expect("journal"),
+    )
+    .expect("journal parses");
+    assert_eq!(journal["finished"], true, "{journal}");
+    let nodes = journal["nodes"].as_array().expect("journal nodes");
+    assert_eq!(nodes.len(), 5, "{journal}");
+    assert!(nodes.iter().all(|n| n["step"] == "validated"), "{journal}");
+    let o = lab.kprov(&preview);
+    code(&lab, &o, 0);
+    assert!(
+        text(&o.stderr).contains("No rolling update needed"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // The bastion, forced: replaced through its group, no API call about it, and the cluster
+    // is reached through the new one.
+    lab.fake.clear_requests();
+    let o = lab.kprov(&[
+        "rolling-update",
+        "cluster",
+        cluster,
+        "--yes",
+        "--force",
+        "--instance-group-roles",
+        "Bastion",
+        "--validate-count",
+        "1",
+    ]);
+    code(&lab, &o, 0);
+    let err = text(&o.stderr);
+    assert!(err.contains("replacement bastion"), "{err}");
+    lab.sync();
+    let after = lab.instances();
+    assert!(
+        !after.contains_key(&bastions[0]),
+        "the old bastion still runs"
+    );
+    let fresh: Vec<&String> = after
+        .iter()
+        .filter(|(id, h)| !now.contains_key(*id) && h.standin_calls().is_empty())
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(fresh.len(), 1, "{:?}", after.keys());
+    let node_writes: Vec<String> = lab
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.is_write())
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(
+        node_writes.is_empty(),
+        "a bastion roll wrote to the API: {node_writes:?}"
+    );
+    let calls_before = with_call(&lab, "kubeadm");
+    let o = lab.kprov(&["update", "cluster", cluster, "--exit-code"]);
+    code(&lab, &o, 0);
+    assert_eq!(with_call(&lab, "kubeadm"), calls_before);
+    let names = lab.names();
+    let bastion = names[&format!("bastion.{cluster}")].to_string();
+    assert_eq!(
+        after[fresh[0]].address, bastion,
+        "bastion.{cluster} does not lead to the new bastion"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !after[fresh[0]].log().contains("Accepted publickey") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        after[fresh[0]].log().contains("Accepted publickey"),
+        "nobody logged in to the new bastion: {}",
+        after[fresh[0]].log()
+    );
+
+    code(
+        &lab,
+        &lab.kprov(&["delete", "cluster", cluster, "--yes"]),
+        0,
+    );
+    lab.sync();
+    assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());
+}
