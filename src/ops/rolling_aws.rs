@@ -565,6 +565,18 @@ impl<'a> AwsRoller<'a> {
                 new.host.address
             ));
         }
+        self.wait_for_login(new).await
+    }
+
+    /// Waits (bounded, visibly) until an SSH login on `t` succeeds with strict checking
+    /// against the recorded key; a different or unknown key fails at once. The probe of
+    /// `wait::wait_for_ssh` cannot see through a jump host, and a connection through one to an
+    /// instance whose sshd is not up yet fails instead of waiting.
+    async fn wait_for_login(&self, new: &Target) -> Result<(), String> {
+        let way = match &new.host.bastion {
+            Some(jump) => format!("{} through {jump}", new.host.address),
+            None => new.host.address.clone(),
+        };
         let start = Instant::now();
         loop {
             let attempt = async {
@@ -588,7 +600,7 @@ impl<'a> AwsRoller<'a> {
                 Ok(()) => return Ok(()),
                 Err(e @ (ExecError::HostKeyChanged { .. } | ExecError::UnknownHostKey { .. })) => {
                     return Err(format!(
-                        "the way in to bastion {} ({}) does not present the group's key: {e}",
+                        "{} ({}) does not present its group's host key: {e}",
                         new.name(),
                         new.host.address
                     ));
@@ -597,16 +609,12 @@ impl<'a> AwsRoller<'a> {
             };
             if start.elapsed() >= super::aws::SSH_WAIT {
                 return Err(format!(
-                    "bastion {} did not answer SSH through {} within {:?}: {last}",
+                    "{} did not answer SSH at {way} within {:?}: {last}",
                     new.name(),
-                    new.host.address,
                     super::aws::SSH_WAIT
                 ));
             }
-            self.working(
-                &new.node_name,
-                format!("waiting for SSH through {}: {last}", new.host.address),
-            );
+            self.working(&new.node_name, format!("waiting for SSH at {way}: {last}"));
             tokio::time::sleep(self.poll).await;
         }
     }
@@ -670,6 +678,9 @@ impl<'a> AwsRoller<'a> {
                 new.name(),
                 super::aws::SSH_WAIT
             ));
+        }
+        if new.host.bastion.is_some() {
+            self.wait_for_login(new).await?;
         }
         // The control planes give the join its token and endpoint; other workers are not
         // touched (they may be mid-roll).
