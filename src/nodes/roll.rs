@@ -436,6 +436,22 @@ pub fn plan(
                     (true, Platform::Aws, _) => RollAction::Replace,
                     (true, Platform::Metal, _) => RollAction::Reprovision,
                 };
+                // In place keeps the instance: a new image or instance type needs a new one,
+                // and replacing a stacked-etcd control plane is not built.
+                if rolls
+                    && platform == Platform::Aws
+                    && g.role == GroupRole::ControlPlane
+                    && let Some(why) = reasons.iter().find(|r| r.starts_with("launch template"))
+                {
+                    refusals.push(format!(
+                        "{} (group {}): {why}: a control plane's new launch template version \
+                         needs a new instance, and kprov re-provisions control planes in place \
+                         (the old instance, its image and type, are kept); replacing control \
+                         planes on AWS is not built yet. Roll the other groups with \
+                         `--instance-group-roles Bastion,Node`",
+                        n.node_name, g.name
+                    ));
+                }
                 let upgrade = if rolls && behind(n, desired_version) {
                     Some(if apply_on.as_deref() == Some(n.target.as_str()) {
                         Upgrade::Apply
@@ -778,6 +794,43 @@ mod tests {
             ]
         );
         assert_eq!(p.version.unwrap().apply_on.as_deref(), Some("cp1"));
+    }
+
+    #[test]
+    fn a_control_planes_new_template_on_aws_is_refused_not_rolled_in_place_forever() {
+        let (g, mut n) = cluster("1.35.1", "1.35.1");
+        for x in n.iter_mut().filter(|x| x.role == GroupRole::ControlPlane) {
+            x.recorded.as_mut().unwrap().launch_template_version = Some("1".into());
+            x.desired.launch_template_version = Some("2".into());
+        }
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        assert_eq!(p.refusals.len(), 2, "{:?}", p.refusals);
+        assert!(
+            p.refusals[0].contains("launch template version 1 -> 2")
+                && p.refusals[0].contains("replacing control planes on AWS is not built"),
+            "{:?}",
+            p.refusals
+        );
+        // Workers alone still roll; forced control planes whose template is current too.
+        let sel = Selection {
+            roles: vec![GroupRole::Node],
+            force: true,
+            ..Selection::default()
+        };
+        assert!(
+            plan("c", Platform::Aws, "1.35.1", &g, &n, &sel)
+                .refusals
+                .is_empty()
+        );
+        let (g, n) = cluster("1.35.1", "1.35.1");
+        let sel = Selection {
+            roles: vec![GroupRole::ControlPlane],
+            force: true,
+            ..Selection::default()
+        };
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &sel);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.to_roll(), 2);
     }
 
     #[test]
