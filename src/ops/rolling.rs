@@ -15,7 +15,9 @@
 //!
 //! Caveats: `cloud_only` skips taint, cordon, drain, Ready and validation entirely (for a
 //! cluster whose API is down); the caller says so loudly. Surge instances (AWS `maxSurge`) are
-//! the roller's: [`NodeRoller::before_batch`] runs before a batch is cordoned.
+//! the roller's: [`NodeRoller::before_batch`] runs before a batch is cordoned. A machine that
+//! is no Kubernetes node (an AWS bastion, [`NodeRoller::kubernetes_node`]) is replaced without
+//! taint, cordon, drain, Ready or uncordon; the health gate still runs after its batch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,4 +1,6 @@
-//! The machine side of a roll on bare metal: a member re-provisioned in place over SSH.
+//! The machine side of a roll in place: a member re-provisioned over SSH. Every metal node, and
+//! AWS control planes (`ops::rolling_aws::AwsRoller` hands them over, targets being the
+//! cluster's instances and the renderer's endpoint the API load balancer).
 //!
 //! Per node, in order: the host is claimed again (a host whose ownership marker names another
 //! cluster is refused before anything changes); for a Kubernetes version change kubeadm's
@@ -184,7 +186,7 @@ impl NodeRoller for MetalRoller {
             .find(|t| t.name() == node.target)
             .ok_or_else(|| {
                 format!(
-                    "{}: not a host of this cluster's spec any more; nothing was changed on it",
+                    "{}: not a host of this cluster (its spec, or its instances when the roll started) any more; nothing was changed on it",
                     node.target
                 )
             })?;
