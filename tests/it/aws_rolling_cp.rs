@@ -4,7 +4,8 @@
 //! 1.34.4 (a second mirror serves that version's stand-ins) → `kubernetesVersion` 1.35.1 →
 //! `update cluster --yes` leaves the running members alone and reports them pending → the
 //! preview lists the control planes as re-provisioned in place (one with `kubeadm upgrade
-//! apply`), the workers as replaced, and writes nothing → `rolling-update --yes` backs etcd up
+//! apply`), the workers as replaced, and writes nothing → with etcd unhealthy the backup fails
+//! and `--yes` stops before anything changed → `rolling-update --yes` backs etcd up
 //! first (listed by `get backups`), upgrades the control planes one at a time in place (the
 //! same instances: `upgrade apply` on exactly one, then `upgrade node` on the others), then
 //! replaces the workers (the new instances join at 1.35.1) → journal finished, nothing left to
@@ -211,10 +212,19 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
         "the preview wrote to the API"
     );
 
-    // The roll.
-    let t0 = now_ns();
-    let started = Instant::now();
-    let o = lab.kprov(&[
+    // etcd unhealthy on every member: the backup fails, and the roll stops before anything
+    // changed (no journal, no cordon, no kubeadm).
+    let members = "/var/lib/kprov-standins/etcd-members";
+    for id in &control_planes {
+        before[id]
+            .exec(&format!(
+                "mkdir -p /var/lib/kprov-standins && echo '1 etcd-0 https://127.0.0.1:2380 https://127.0.0.1:2379 false' > {members}"
+            ))
+            .expect("etcd made unhealthy");
+    }
+    let t_refused = now_ns();
+    lab.fake.clear_requests();
+    let roll = [
         "rolling-update",
         "cluster",
         cluster,
@@ -223,7 +233,41 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
         "1",
         "--validation-timeout",
         "3m",
-    ]);
+    ];
+    let o = lab.kprov(&roll);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("the etcd backup before the control-plane roll failed"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        lab.fake.requests().iter().all(|r| !r.is_write()),
+        "a refused roll wrote to the API"
+    );
+    for (id, h) in &lab.instances() {
+        assert!(
+            calls(h, t_refused, "kubeadm").is_empty(),
+            "{id}: kubeadm ran in a refused roll"
+        );
+    }
+    assert!(
+        !lab.store_dir()
+            .join(cluster)
+            .join("journal/rolling-update.json")
+            .exists(),
+        "a refused roll left a journal"
+    );
+    for id in &control_planes {
+        before[id]
+            .exec(&format!("rm -f {members}"))
+            .expect("etcd healthy again");
+    }
+
+    // The roll.
+    let t0 = now_ns();
+    let started = Instant::now();
+    let o = lab.kprov(&roll);
     code(&lab, &o, 0);
     let wall = started.elapsed();
     eprintln!(

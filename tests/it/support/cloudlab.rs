@@ -1110,21 +1110,40 @@ exec "$@""#,
         let Some(arn) = lb_arn else {
             return Ok(Some(self.net.gateway));
         };
-        let tgs = self
+        // A load balancer or target group deleted between two reads (a `delete cluster`
+        // running while the lab syncs) leads nowhere any more.
+        let tgs = match self
             .rt
             .block_on(elb.describe_target_groups().load_balancer_arn(arn).send())
-            .map_err(|e| format!("DescribeTargetGroups {arn}: {e:?}"))?;
+        {
+            Ok(t) => t,
+            Err(e)
+                if e.as_service_error().is_some_and(|s| {
+                    s.is_load_balancer_not_found_exception()
+                        || s.is_target_group_not_found_exception()
+                }) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(format!("DescribeTargetGroups {arn}: {e:?}")),
+        };
         let Some(tg) = tgs.target_groups().iter().find(|t| t.port() == Some(22)) else {
             return Ok(Some(self.net.gateway));
         };
-        let health = self
-            .rt
-            .block_on(
-                elb.describe_target_health()
-                    .set_target_group_arn(tg.target_group_arn().map(str::to_string))
-                    .send(),
-            )
-            .map_err(|e| format!("DescribeTargetHealth: {e:?}"))?;
+        let health = match self.rt.block_on(
+            elb.describe_target_health()
+                .set_target_group_arn(tg.target_group_arn().map(str::to_string))
+                .send(),
+        ) {
+            Ok(h) => h,
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_target_group_not_found_exception()) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(format!("DescribeTargetHealth: {e:?}")),
+        };
         let instances = self.instances();
         Ok(health
             .target_health_descriptions()
