@@ -583,6 +583,7 @@ mod tests {
                 private_dns: format!("ip-{id}.ec2.internal"),
                 provider_id: format!("aws:///us-east-1a/{id}"),
                 launch_template_version: lt.map(str::to_string),
+                group_template_version: None,
             }),
         }
     }
