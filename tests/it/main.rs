@@ -6,6 +6,7 @@ mod addons;
 mod aws;
 mod aws_lifecycle;
 mod aws_rolling;
+mod aws_rolling_image;
 mod certificates;
 mod cli;
 mod cli_addons;
