@@ -79,6 +79,12 @@ pub struct Journal {
     pub kubernetes_version: Option<String>,
     pub cloud_only: bool,
     pub nodes: Vec<JournalNode>,
+    /// The targets and node names the plan had but does not roll (up to date, or in a group
+    /// not selected), as the roll found them when it started: on AWS never taken for a surge
+    /// or replacement instance, by this run or a resumed one. Instances started later are not
+    /// here, so a resumed roll still uses the surge instance an interrupted run started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_alone: Vec<String>,
     pub finished: bool,
 }
 
@@ -108,6 +114,15 @@ impl Journal {
                 batch += 1;
             }
         }
+        let rolled: std::collections::BTreeSet<&str> =
+            nodes.iter().map(|n| n.target.as_str()).collect();
+        let left_alone = plan
+            .groups
+            .iter()
+            .flat_map(|g| &g.nodes)
+            .filter(|n| !rolled.contains(n.target.as_str()))
+            .flat_map(|n| [n.target.clone(), n.node_name.clone()])
+            .collect();
         Journal {
             cluster: plan.cluster.clone(),
             started_at: now,
@@ -116,6 +131,7 @@ impl Journal {
             kubernetes_version: plan.version.as_ref().map(|v| v.to.clone()),
             cloud_only,
             nodes,
+            left_alone,
             finished: false,
         }
     }

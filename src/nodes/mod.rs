@@ -48,6 +48,10 @@ pub struct CloudInstance {
     /// updates compare it with the group's current one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launch_template_version: Option<String>,
+    /// The version its group launches now (its template's latest), when the caller read it:
+    /// an instance launched from an older one is pending a rolling update.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_template_version: Option<String>,
 }
 
 impl Target {

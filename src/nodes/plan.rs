@@ -359,7 +359,7 @@ pub async fn observe_target(
             Ok(None) => {}
             Ok(Some(bytes)) => {
                 let reasons = match (Provisioned::parse(&bytes), renderer.provisioned(target)) {
-                    (Ok(have), Ok(want)) => differences(&have, &want),
+                    (Ok(have), Ok(want)) => record_differences(have, want, target),
                     (Err(e), _) => vec![e],
                     (_, Err(e)) => vec![e.to_string()],
                 };
@@ -380,6 +380,25 @@ pub async fn observe_target(
         },
     };
     Observation::Member { initialised, drift }
+}
+
+/// Why a member's record differs from what provisioning it now would record. A cloud
+/// instance whose group's current launch template version is known is compared by the version
+/// it was launched from (its tag) against that one: the record alone names the version the
+/// instance has, never the one its group moved to.
+pub fn record_differences(
+    mut have: Provisioned,
+    mut want: Provisioned,
+    target: &Target,
+) -> Vec<String> {
+    if let Some(i) = &target.instance
+        && let (Some(launched), Some(current)) =
+            (&i.launch_template_version, &i.group_template_version)
+    {
+        have.launch_template_version = Some(launched.clone());
+        want.launch_template_version = Some(current.clone());
+    }
+    differences(&have, &want)
 }
 
 /// Which of the files kprov keeps on members (preflight, install, settle) differ.
@@ -608,5 +627,60 @@ mod tests {
         assert_eq!(json["nodes"][0]["observed"]["state"], "owned-by-other");
         assert_eq!(json["nodes"][0]["action"], "refused");
         assert_eq!(json["nodes"][1]["action"], "init");
+    }
+
+    #[test]
+    fn an_instance_from_an_older_template_version_than_its_groups_is_outdated() {
+        let rec = |v: Option<&str>| Provisioned {
+            kubernetes_version: "1.35.1".into(),
+            config_digest: "d".into(),
+            labels: Default::default(),
+            taints: vec![],
+            launch_template_version: v.map(str::to_string),
+        };
+        let on = |launched: Option<&str>, current: Option<&str>| {
+            let mut t = three().remove(2);
+            t.instance = Some(crate::nodes::CloudInstance {
+                id: "i-1".into(),
+                zone: "us-east-1a".into(),
+                private_ip: "198.18.32.4".into(),
+                public_ip: None,
+                private_dns: "ip-198-18-32-4.ec2.internal".into(),
+                provider_id: "aws:///us-east-1a/i-1".into(),
+                launch_template_version: launched.map(str::to_string),
+                group_template_version: current.map(str::to_string),
+            });
+            t
+        };
+        // Provisioning records the instance's own version: equal records, but the group moved.
+        assert_eq!(
+            record_differences(rec(Some("1")), rec(Some("1")), &on(Some("1"), Some("2"))),
+            ["launch template version 1 -> 2"]
+        );
+        assert!(
+            record_differences(rec(Some("2")), rec(Some("2")), &on(Some("2"), Some("2")))
+                .is_empty()
+        );
+        // A record written before versions were recorded: the instance's tag speaks for it.
+        assert!(
+            record_differences(rec(None), rec(Some("2")), &on(Some("2"), Some("2"))).is_empty()
+        );
+        // The group's version not read, or the instance's unknown: the records alone decide.
+        assert!(
+            record_differences(rec(Some("1")), rec(Some("1")), &on(Some("1"), None)).is_empty()
+        );
+        assert!(record_differences(rec(None), rec(None), &on(None, Some("2"))).is_empty());
+        // Metal: no instance.
+        assert!(record_differences(rec(None), rec(None), &three()[2]).is_empty());
+        // Other differences are still named alongside.
+        let mut want = rec(Some("1"));
+        want.kubernetes_version = "1.35.2".into();
+        assert_eq!(
+            record_differences(rec(Some("1")), want, &on(Some("1"), Some("2"))),
+            [
+                "kubernetesVersion 1.35.1 -> 1.35.2",
+                "launch template version 1 -> 2"
+            ]
+        );
     }
 }

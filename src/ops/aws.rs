@@ -134,14 +134,28 @@ pub async fn node_plan(
     if found.targets.is_empty() {
         return Ok(None);
     }
+    let targets = with_group_versions(found.targets, cloud_plan);
     let options = NodeOptions {
         accept_new_host_keys: false,
         concurrency: o.concurrency,
         cloud_api: Some(instances::cloud_api(cluster, &lb)),
     };
     Ok(Some(
-        ops_nodes::plan(store.clone(), cluster, &found.targets, &options).await?,
+        ops_nodes::plan(store.clone(), cluster, &targets, &options).await?,
     ))
+}
+
+/// Gives each instance its group's current launch template version, so that the node layer
+/// reports an instance launched from an older one as pending a roll (kops's split: `update
+/// --yes` moves the group, `rolling-update` replaces its instances).
+fn with_group_versions(mut targets: Vec<Target>, plan: &Plan) -> Vec<Target> {
+    let current = super::rolling_aws::current_versions(plan);
+    for t in &mut targets {
+        if let (Some(group), Some(i)) = (&t.group, &mut t.instance) {
+            i.group_template_version = current.get(group).cloned();
+        }
+    }
+    targets
 }
 
 /// Under the caller's cluster lock: the cloud apply, then the instances found, their
@@ -184,7 +198,7 @@ pub async fn apply(
     for s in &found.strays {
         events(&AwsEvent::Stray(s.clone()));
     }
-    let targets = found.targets;
+    let targets = with_group_versions(found.targets, &after);
     if targets.is_empty() {
         return Ok(AwsApplied::NoInstances);
     }

@@ -229,7 +229,9 @@ pub struct AwsRoller<'a> {
 }
 
 impl<'a> AwsRoller<'a> {
-    /// The instance IDs and node names a journal knows (its nodes and their replacements).
+    /// The instance IDs and node names a journal knows (its nodes, their replacements, and
+    /// the instances it leaves alone: an instance already up to date when the roll started is
+    /// no surge instance).
     pub fn known_of(journal: &Journal) -> BTreeSet<String> {
         journal
             .nodes
@@ -242,6 +244,7 @@ impl<'a> AwsRoller<'a> {
                 ]
             })
             .flatten()
+            .chain(journal.left_alone.iter().cloned())
             .collect()
     }
 
@@ -783,6 +786,7 @@ mod tests {
                 private_dns: format!("ip-{id}.ec2.internal"),
                 provider_id: format!("aws:///us-east-1a/{id}"),
                 launch_template_version: lt.map(str::to_string),
+                group_template_version: None,
             }),
         }
     }
@@ -917,6 +921,58 @@ mod tests {
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn an_instance_the_roll_leaves_alone_is_never_taken_for_a_surge_instance() {
+        use crate::nodes::roll::{self, GroupInput, GroupRole, NodeInput, Platform};
+        let groups = [GroupInput {
+            name: "nodes".into(),
+            role: GroupRole::Node,
+            min: 3,
+            max: 3,
+            rolling_update: None,
+        }];
+        let node = |id: &str, lt: &str| NodeInput {
+            target: id.into(),
+            node_name: format!("ip-{id}.ec2.internal"),
+            group: "nodes".into(),
+            role: GroupRole::Node,
+            recorded: Some(rec(Some(lt))),
+            desired: rec(Some("2")),
+            ready: Some(true),
+        };
+        // i-added joined from version 2 after the group moved: up to date, left alone.
+        let plan = roll::plan(
+            "c",
+            Platform::Aws,
+            "1.31.2",
+            &groups,
+            &[
+                node("i-old1", "1"),
+                node("i-old2", "1"),
+                node("i-added", "2"),
+            ],
+            &roll::Selection::default(),
+        );
+        let journal = Journal::new(&plan, "operator@host", false);
+        let rolled: Vec<&str> = journal.nodes.iter().map(|n| n.target.as_str()).collect();
+        assert_eq!(rolled, ["i-old1", "i-old2"]);
+        let found = vec![
+            target("i-old1", "nodes", Some("1")),
+            target("i-old2", "nodes", Some("1")),
+            target("i-added", "nodes", Some("2")),
+            target("i-surge", "nodes", Some("2")),
+        ];
+        let known = AwsRoller::known_of(&journal);
+        let picked = pick_replacement(&found, "nodes", "i-old1", &known, &BTreeSet::new());
+        assert_eq!(picked.map(Target::name), Some("i-surge"));
+        // A resumed roll reads the journal back: the same instances are known, and a surge
+        // instance the interrupted run started is not among them.
+        let back: Journal =
+            serde_json::from_str(&serde_json::to_string(&journal).unwrap()).unwrap();
+        assert_eq!(AwsRoller::known_of(&back), known);
+        assert!(!known.contains("i-surge"));
     }
 
     #[test]

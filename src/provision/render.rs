@@ -1543,6 +1543,7 @@ mod tests {
             private_dns: "ip-10-0-1-23.ec2.internal".into(),
             provider_id: "aws:///us-east-1a/i-0123456789abcdef0".into(),
             launch_template_version: None,
+            group_template_version: None,
         });
         let r = Renderer::new(&cluster(AWS_CCM), &ts).unwrap();
         let join = r.join_config(&ts[1], &secrets()).unwrap();
@@ -1586,6 +1587,7 @@ mod tests {
             private_dns: "ip-198-18-32-4.ec2.internal".into(),
             provider_id: "aws:///us-east-1a/i-0aaa".into(),
             launch_template_version: Some("1".into()),
+            group_template_version: None,
         });
         let lb = "api-c-example-com-1a2b3c4d.elb.us-east-1.amazonaws.com";
         let r = Renderer::new(&cluster(AWS_CCM), &ts)

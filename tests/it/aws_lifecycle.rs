@@ -20,35 +20,15 @@
 //! Needs root. `PRIVATE_ADDRESSES` is the flag that selects private addresses
 //! (`update cluster --ssh-private-address`, or `spec.topology.sshAddress: Private`).
 
-use std::process::Output;
 use std::sync::Arc;
 
 use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::support::cloudlab::{CloudLab, VERSION, snapshot};
 
-/// The flag that makes kprov connect to instances at their private addresses.
-pub(crate) const PRIVATE_ADDRESSES: &[&str] = &["--ssh-private-address"];
-pub(crate) const IMAGE: &str =
-    "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*";
-
-pub(crate) fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-#[track_caller]
-pub(crate) fn code(lab: &CloudLab, o: &Output, want: i32) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(want),
-        "stdout:\n{}\nstderr:\n{}\nlab sync errors: {:?}\nmoto:\n{}",
-        text(&o.stdout),
-        text(&o.stderr),
-        lab.sync_errors(),
-        lab.moto_log()
-    );
-    text(&o.stdout)
-}
+pub(crate) use crate::support::awsroll::{
+    IMAGE, PRIVATE_ADDRESSES, code, make_zone, text, with_call,
+};
 
 pub(crate) fn kubeadm_calls(lab: &CloudLab) -> usize {
     lab.instances()
@@ -60,26 +40,6 @@ pub(crate) fn kubeadm_calls(lab: &CloudLab) -> usize {
                 .count()
         })
         .sum()
-}
-
-/// The instances of the group with `role`, by instance ID, as the lab plays them.
-pub(crate) fn with_call(lab: &CloudLab, prefix: &str) -> Vec<String> {
-    lab.instances()
-        .iter()
-        .filter(|(_, h)| h.standin_calls().iter().any(|(_, c)| c.starts_with(prefix)))
-        .map(|(id, _)| id.clone())
-        .collect()
-}
-
-pub(crate) async fn make_zone(lab: &CloudLab, zone: &str) {
-    let sdk = lab.sdk_config().await;
-    aws_sdk_route53::Client::new(&sdk)
-        .create_hosted_zone()
-        .name(zone)
-        .caller_reference(zone)
-        .send()
-        .await
-        .expect("zone");
 }
 
 /// How the operator reaches the instances.

@@ -5,72 +5,23 @@
 //! replaces them one batch at a time (the default `maxSurge: 1`: the group grows first, the
 //! surge instance joins, then the old node is cordoned, drained, terminated with decrement)
 //! → a second preview has nothing to roll → the group's instance type changes: the preview
-//! and `get instances` name "launch template version 1 -> 2". Control planes: aws_rolling_cp.rs.
+//! and `get instances` name "launch template version 1 -> 2", and `--yes` puts every worker on
+//! the new type. Control planes: aws_rolling_cp.rs.
 //!
 //! Needs root.
 
-use std::sync::Arc;
-
-use kprov::spec::{InstanceGroupRole, Object, SshAddress, Topology, TopologyType};
-
-use crate::aws_lifecycle::{IMAGE, PRIVATE_ADDRESSES, code, make_zone, text, with_call};
-use crate::support::cloudlab::{CloudLab, VERSION, snapshot};
+use crate::support::awsroll::{
+    PRIVATE_ADDRESSES, code, edit_workers, group_size, journal, launched, running_cluster, text,
+    update_yes, with_call, workers,
+};
+use crate::support::cloudlab::snapshot;
 use crate::support::fakekube::{owned_by, pod};
 
 #[test]
 fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
     let cluster = "roll.lab.example";
-    let lab = Arc::new(CloudLab::start());
-    lab.block_on(make_zone(&lab, "lab.example"));
-    let public = lab.operator_key();
-    let vpc = lab.net.vpc_cidr().to_string();
-    code(
-        &lab,
-        &lab.kprov(&[
-            "create",
-            "cluster",
-            cluster,
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a",
-            "--ssh-public-key",
-            &public,
-            "--image",
-            IMAGE,
-            "--network-cidr",
-            &vpc,
-            "--kubernetes-version",
-            VERSION,
-            "--node-count",
-            "2",
-        ]),
-        0,
-    );
-    lab.use_mirror(cluster);
-    // The operator reaches the private addresses (as over a VPN): in the spec, so that
-    // `get instances` (no flag) never dials the public addresses moto invents; the roll's
-    // commands take the flag too, as `update cluster` does.
-    lab.edit_objects(cluster, |objects| {
-        for o in objects {
-            if let Object::Cluster(c) = o {
-                c.spec.topology = Some(Topology {
-                    kind: TopologyType::Public,
-                    bastion: None,
-                    ssh_address: Some(SshAddress::Private),
-                });
-            }
-        }
-    });
-    lab.watch();
-    let mut yes = vec!["update", "cluster", cluster, "--yes"];
-    yes.extend_from_slice(PRIVATE_ADDRESSES);
-    code(&lab, &lab.kprov(&yes), 0);
-    code(
-        &lab,
-        &lab.kprov(&["validate", "cluster", cluster, "--wait", "60s"]),
-        0,
-    );
+    let lab = running_cluster(cluster, "lab.example", 2);
+    let yes = update_yes(cluster);
     let mut preview = vec!["rolling-update", "cluster", cluster, "--exit-code"];
     preview.extend_from_slice(PRIVATE_ADDRESSES);
     let o = lab.kprov(&preview);
@@ -88,26 +39,12 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
         "{listed}"
     );
 
-    // The worker group's labels change (the launch template stays: moto 5.2.5 cannot launch
-    // from a launch template version made by CreateLaunchTemplateVersion, see below); the
-    // running workers are left for the roll.
-    let workers: Vec<String> = {
-        let all = lab.instances();
-        let init = with_call(&lab, "kubeadm init");
-        all.keys()
-            .filter(|id| !init.contains(id))
-            .cloned()
-            .collect()
-    };
+    // The worker group's labels change (the launch template stays; an image change is
+    // aws_rolling_image.rs); the running workers are left for the roll.
+    let workers = workers(&lab);
     assert_eq!(workers.len(), 2, "{workers:?}");
-    lab.edit_objects(cluster, |objects| {
-        for o in objects {
-            if let Object::InstanceGroup(g) = o
-                && g.spec.role == InstanceGroupRole::Node
-            {
-                g.spec.node_labels.insert("tier".into(), "web".into());
-            }
-        }
+    edit_workers(&lab, cluster, |g| {
+        g.spec.node_labels.insert("tier".into(), "web".into());
     });
     code(&lab, &lab.kprov(&yes), 0);
     let old: Vec<(String, String)> = {
@@ -227,37 +164,24 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
         "the second batch started before the first finished: {deleted_at:?}"
     );
     // The surge grew the group by one at a time; it is back to the spec's size.
-    let (min, desired, max) = lab.block_on(async {
-        let g = aws_sdk_autoscaling::Client::new(&lab.sdk_config().await)
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(format!("nodes.{cluster}"))
-            .send()
-            .await
-            .expect("DescribeAutoScalingGroups");
-        let g = &g.auto_scaling_groups()[0];
-        (g.min_size(), g.desired_capacity(), g.max_size())
-    });
-    assert_eq!((min, desired, max), (Some(2), Some(2), Some(2)));
+    assert_eq!(
+        group_size(&lab, &format!("nodes.{cluster}")),
+        (Some(2), Some(2), Some(2))
+    );
     let err = text(&o.stderr);
     assert!(
         err.contains("desired capacity 2 -> 3, max 2 -> 3") && err.contains("shrinking it back"),
         "{err}"
     );
-    let journal = std::fs::read_to_string(
-        lab.store_dir()
-            .join(cluster)
-            .join("journal/rolling-update.json"),
-    )
-    .expect("journal");
-    let j: serde_json::Value = serde_json::from_str(&journal).unwrap();
-    assert_eq!(j["finished"], true, "{journal}");
+    let j = journal(&lab, cluster);
+    assert_eq!(j["finished"], true, "{j}");
     assert!(
         j["nodes"]
             .as_array()
             .unwrap()
             .iter()
             .all(|n| n["step"] == "validated" && n["replacement"].is_string()),
-        "{journal}"
+        "{j}"
     );
 
     let listed = code(&lab, &lab.kprov(&["get", "instances", cluster]), 0);
@@ -280,17 +204,9 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
     );
 
     // The worker group's instance type changes: a new launch template version. The preview
-    // names it for both (new) workers. Rolling it is not run here: moto 5.2.5 stores the
-    // user-data of a CreateLaunchTemplateVersion unparsed and fails every launch from it
-    // (an AssertionError in `LaunchTemplateVersion.user_data`, HTTP 500).
-    lab.edit_objects(cluster, |objects| {
-        for o in objects {
-            if let Object::InstanceGroup(g) = o
-                && g.spec.role == InstanceGroupRole::Node
-            {
-                g.spec.machine_type = Some("t3.large".into());
-            }
-        }
+    // names it for both (new) workers.
+    edit_workers(&lab, cluster, |g| {
+        g.spec.machine_type = Some("t3.large".into())
     });
     code(&lab, &lab.kprov(&yes), 0);
     let (store1, hosts1) = (snapshot(&lab.store_dir()), lab.hosts_snapshot());
@@ -324,6 +240,20 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
     assert!(
         lab.fake.requests().iter().all(|r| !r.is_write()),
         "the preview wrote to the API"
+    );
+    // And it rolls (launches from version 2 need the harness's moto launcher): every worker
+    // now runs the new type, launched from version 2.
+    code(&lab, &lab.kprov(&roll), 0);
+    lab.sync();
+    let now = crate::support::awsroll::workers(&lab);
+    let types: Vec<(Option<String>, String)> = launched(&lab, &now)
+        .into_values()
+        .map(|l| (l.template_version, l.instance_type))
+        .collect();
+    assert_eq!(
+        types,
+        vec![(Some("2".into()), "t3.large".into()); 2],
+        "{now:?}"
     );
 
     code(

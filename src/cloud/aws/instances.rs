@@ -236,6 +236,7 @@ pub fn map_instances(
                 private_dns: f.private_dns.clone(),
                 provider_id: format!("aws:///{}/{}", f.zone, f.id),
                 launch_template_version: f.launch_template_version.clone(),
+                group_template_version: None,
             }),
         })
     };

@@ -290,8 +290,7 @@ impl CloudLab {
 
         // moto in the operator namespace, on its bridge address.
         let log = std::fs::File::create(net.dir().join("moto.log")).expect("moto log");
-        let moto = net
-            .operator_command(crate::support::moto::moto_binary())
+        let moto = crate::support::moto::server_command(|p| net.operator_command(p))
             .args(["-H", &net.operator_address.to_string(), "-p"])
             .arg(MOTO_PORT.to_string())
             .stdin(Stdio::null())

@@ -18,7 +18,7 @@ static MOTO: OnceLock<Moto> = OnceLock::new();
 static MOTO_SERIAL: OnceLock<Moto> = OnceLock::new();
 
 /// Where `scripts/install-test-deps` puts moto; falls back to whatever is on PATH.
-pub fn moto_binary() -> PathBuf {
+fn moto_binary() -> PathBuf {
     if let Ok(p) = std::env::var("KPROV_MOTO_SERVER") {
         return PathBuf::from(p);
     }
@@ -28,6 +28,21 @@ pub fn moto_binary() -> PathBuf {
     } else {
         PathBuf::from("moto_server")
     }
+}
+
+/// The launcher every test starts moto through: moto's own server with the emulator bugs the
+/// tests must get past patched in memory (see the script's docstring; docs/aws.md "moto
+/// notes"). The installed package stays as pip left it.
+pub fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/support/moto_server.py")
+}
+
+/// The program and leading arguments that start moto; `moto_server`'s own arguments follow
+/// (`-H HOST -p PORT`). Run through `program` so a caller can wrap it (`ip netns exec`).
+pub fn server_command(program: impl FnOnce(PathBuf) -> Command) -> Command {
+    let mut c = program(moto_python(&moto_binary()));
+    c.arg(launcher());
+    c
 }
 
 fn free_port(host: &str) -> u16 {
@@ -61,28 +76,17 @@ fn moto_python(moto: &std::path::Path) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
-const SERIAL_SERVER: &str = "\
-import sys
-from werkzeug.serving import run_simple
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-run_simple(sys.argv[1], int(sys.argv[2]), DomainDispatcherApplication(create_backend_app),
-           threaded=False, request_handler=MotoRequestHandler)
-";
-
 fn start(host: &str, serial: bool) -> Moto {
     let port = free_port(host);
     let log = std::env::temp_dir().join(format!("kprov-moto-{}-{port}.log", std::process::id()));
     let logf = std::fs::File::create(&log).expect("moto log file");
-    let mut cmd = if serial {
-        let mut c = Command::new(moto_python(&moto_binary()));
-        c.args(["-c", SERIAL_SERVER, host, &port.to_string()])
+    let mut cmd = server_command(Command::new);
+    if serial {
+        cmd.args(["--serial", host, &port.to_string()])
             .env("MOTO_PORT", port.to_string());
-        c
     } else {
-        let mut c = Command::new(moto_binary());
-        c.args(["-H", host, "-p", &port.to_string()]);
-        c
-    };
+        cmd.args(["-H", host, "-p", &port.to_string()]);
+    }
     let child = cmd
         .stdin(Stdio::null())
         .stdout(logf.try_clone().expect("log fd"))

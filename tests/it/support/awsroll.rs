@@ -1,0 +1,224 @@
+//! AWS clusters in a cloud lab, for the e2e tests: how they run kprov and read its exit codes
+//! (`code`, `text`), the flags and image they use, and for the `rolling-update` tests a
+//! running cluster: one control plane, workers in the group `nodes`, the operator reaching
+//! the private addresses (as over a VPN, set in the spec so that `get instances` never dials
+//! an address moto invented), provisioned by `update cluster --yes` and validated. Plus what
+//! those tests read back from moto and the store.
+
+use std::collections::BTreeMap;
+use std::process::Output;
+use std::sync::Arc;
+
+use kprov::spec::{InstanceGroup, InstanceGroupRole, Object, SshAddress, Topology, TopologyType};
+
+use crate::support::cloudlab::{CloudLab, VERSION};
+
+/// The flag that makes kprov connect to instances at their private addresses.
+pub const PRIVATE_ADDRESSES: &[&str] = &["--ssh-private-address"];
+/// A stock image of moto's (owner and name pattern, as kops names images).
+pub const IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*";
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Asserts kprov's exit code (showing its output, the lab's sync errors and moto's log
+/// otherwise) and returns its stdout.
+#[track_caller]
+pub fn code(lab: &CloudLab, o: &Output, want: i32) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(want),
+        "stdout:\n{}\nstderr:\n{}\nlab sync errors: {:?}\nmoto:\n{}",
+        text(&o.stdout),
+        text(&o.stderr),
+        lab.sync_errors(),
+        lab.moto_log()
+    );
+    text(&o.stdout)
+}
+
+/// The instances whose host ran a stand-in command starting with `prefix`, by instance ID.
+pub fn with_call(lab: &CloudLab, prefix: &str) -> Vec<String> {
+    lab.instances()
+        .iter()
+        .filter(|(_, h)| h.standin_calls().iter().any(|(_, c)| c.starts_with(prefix)))
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+/// A public hosted zone in the lab's moto.
+pub async fn make_zone(lab: &CloudLab, zone: &str) {
+    let sdk = lab.sdk_config().await;
+    aws_sdk_route53::Client::new(&sdk)
+        .create_hosted_zone()
+        .name(zone)
+        .caller_reference(zone)
+        .send()
+        .await
+        .expect("zone");
+}
+
+/// `update cluster NAME --yes` reaching the instances at their private addresses.
+pub fn update_yes(cluster: &str) -> Vec<&str> {
+    let mut a = vec!["update", "cluster", cluster, "--yes"];
+    a.extend_from_slice(PRIVATE_ADDRESSES);
+    a
+}
+
+/// `rolling-update cluster NAME` with `extra`, reaching the private addresses.
+pub fn rolling<'a>(cluster: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["rolling-update", "cluster", cluster];
+    a.extend_from_slice(extra);
+    a.extend_from_slice(PRIVATE_ADDRESSES);
+    a
+}
+
+/// A lab with `cluster` (in the hosted zone `zone`) created with `nodes` workers, provisioned
+/// and validated. The lab watches moto (instances become hosts as they start).
+pub fn running_cluster(cluster: &str, zone: &str, nodes: u32) -> Arc<CloudLab> {
+    let lab = Arc::new(CloudLab::start());
+    lab.block_on(make_zone(&lab, zone));
+    let public = lab.operator_key();
+    let vpc = lab.net.vpc_cidr().to_string();
+    let count = nodes.to_string();
+    code(
+        &lab,
+        &lab.kprov(&[
+            "create",
+            "cluster",
+            cluster,
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a",
+            "--ssh-public-key",
+            &public,
+            "--image",
+            IMAGE,
+            "--network-cidr",
+            &vpc,
+            "--kubernetes-version",
+            VERSION,
+            "--node-count",
+            &count,
+        ]),
+        0,
+    );
+    lab.use_mirror(cluster);
+    lab.edit_objects(cluster, |objects| {
+        for o in objects {
+            if let Object::Cluster(c) = o {
+                c.spec.topology = Some(Topology {
+                    kind: TopologyType::Public,
+                    bastion: None,
+                    ssh_address: Some(SshAddress::Private),
+                });
+            }
+        }
+    });
+    lab.watch();
+    code(&lab, &lab.kprov(&update_yes(cluster)), 0);
+    code(
+        &lab,
+        &lab.kprov(&["validate", "cluster", cluster, "--wait", "60s"]),
+        0,
+    );
+    lab
+}
+
+/// Edits every worker (`Node`) instance group of `cluster` in the store.
+pub fn edit_workers(lab: &CloudLab, cluster: &str, mut edit: impl FnMut(&mut InstanceGroup)) {
+    lab.edit_objects(cluster, |objects| {
+        for o in objects {
+            if let Object::InstanceGroup(g) = o
+                && g.spec.role == InstanceGroupRole::Node
+            {
+                edit(g);
+            }
+        }
+    });
+}
+
+/// The running instances other than the one that ran `kubeadm init` (the lab's clusters have
+/// one control plane): the workers.
+pub fn workers(lab: &CloudLab) -> Vec<String> {
+    let init = with_call(lab, "kubeadm init");
+    lab.instances()
+        .keys()
+        .filter(|id| !init.contains(id))
+        .cloned()
+        .collect()
+}
+
+/// (min, desired, max) of an Auto Scaling group.
+pub fn group_size(lab: &CloudLab, asg: &str) -> (Option<i32>, Option<i32>, Option<i32>) {
+    lab.block_on(async {
+        let out = aws_sdk_autoscaling::Client::new(&lab.sdk_config().await)
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(asg)
+            .send()
+            .await
+            .expect("DescribeAutoScalingGroups");
+        let g = out
+            .auto_scaling_groups()
+            .first()
+            .unwrap_or_else(|| panic!("no group {asg}"));
+        (g.min_size(), g.desired_capacity(), g.max_size())
+    })
+}
+
+/// What EC2 says an instance was launched with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launched {
+    pub image: String,
+    pub instance_type: String,
+    /// Its `aws:ec2launchtemplate:version` tag.
+    pub template_version: Option<String>,
+}
+
+/// [`Launched`] of the given instances (all states), by instance ID.
+pub fn launched(lab: &CloudLab, ids: &[String]) -> BTreeMap<String, Launched> {
+    lab.block_on(async {
+        let out = aws_sdk_ec2::Client::new(&lab.sdk_config().await)
+            .describe_instances()
+            .set_instance_ids(Some(ids.to_vec()))
+            .send()
+            .await
+            .expect("DescribeInstances");
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .map(|i| {
+                let tag = i
+                    .tags()
+                    .iter()
+                    .find(|t| t.key() == Some("aws:ec2launchtemplate:version"))
+                    .and_then(|t| t.value())
+                    .map(str::to_string);
+                (
+                    i.instance_id().unwrap_or_default().to_string(),
+                    Launched {
+                        image: i.image_id().unwrap_or_default().to_string(),
+                        instance_type: i
+                            .instance_type()
+                            .map(|t| t.as_str().to_string())
+                            .unwrap_or_default(),
+                        template_version: tag,
+                    },
+                )
+            })
+            .collect()
+    })
+}
+
+/// The roll's journal in the lab's file store.
+pub fn journal(lab: &CloudLab, cluster: &str) -> serde_json::Value {
+    let path = lab
+        .store_dir()
+        .join(cluster)
+        .join("journal/rolling-update.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("journal {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("journal: {e}\n{text}"))
+}

@@ -1,0 +1,106 @@
+"""moto_server for the e2e tests, with two emulator bugs worked around (tests/it/support/moto.rs).
+
+Both stop a launch template version change from being rolled against moto 5.2.5; AWS has
+neither. The patches are applied in memory to moto's classes, then moto's own server entry point
+runs with the arguments given; the installed package is left as pip installed it.
+
+1. CreateLaunchTemplate parses the base64 UserData into a Base64EncodedString, but
+   CreateLaunchTemplateVersion stores the raw request string. Every launch from such a version
+   (RunInstances, an Auto Scaling group on `$Latest`, SetDesiredCapacity, the replacement after
+   TerminateInstanceInAutoScalingGroup) then fails the assertion in
+   LaunchTemplateVersion.user_data: HTTP 500. The assertion came with getmoto/moto#9510 ("adding
+   assertion to help find any UserData ingress that might've been missed"); this ingress was
+   missed. The patch parses a version's UserData the way version 1's is parsed (same type, same
+   InvalidUserData.Malformed error for bad base64).
+
+2. An Auto Scaling group launches with its template's id but without the version, so the
+   AWS-managed tag `aws:ec2launchtemplate:version` on the instance, and the version its group
+   lists for it, name the template's default version, not the version the instance was launched
+   from (its image, type and user data do come from the group's version). A group on `$Latest`
+   after a new version would have its new instances look old forever. The patch tags each new
+   group instance with the version it was launched from and lists that version for it.
+
+Only the test harness runs this: kprov talks to any EC2 endpoint unchanged. Remove a patch when a
+moto release fixes its bug (check by deleting it and running `cargo test --test it
+aws_rolling_image`).
+
+Usage: python3 moto_server.py [moto_server arguments], e.g. -H 127.0.0.1 -p 5000.
+       python3 moto_server.py --serial HOST PORT (one request at a time; see moto.rs).
+"""
+
+import sys
+
+from moto.autoscaling.models import FakeAutoScalingGroup, InstanceState
+from moto.core.types import Base64EncodedString
+from moto.ec2.models.launch_templates import LaunchTemplate
+from moto.ec2.utils import parse_user_data
+
+_create_version = LaunchTemplate.create_version
+
+
+def _create_version_parsed(self, data, description):
+    # Version 1 (CreateLaunchTemplate, CloudFormation) arrives parsed already.
+    user_data = data.get("UserData")
+    if user_data is not None and not isinstance(user_data, Base64EncodedString):
+        data = dict(data, UserData=parse_user_data(user_data))
+    return _create_version(self, data, description)
+
+
+LaunchTemplate.create_version = _create_version_parsed
+
+_replace_instances = FakeAutoScalingGroup.replace_autoscaling_group_instances
+
+
+def _replace_instances_versioned(self, count_needed, propagated_tags):
+    before = len(self.instance_states)
+    _replace_instances(self, count_needed, propagated_tags)
+    if self.ec2_launch_template is None:
+        return
+    # The group resolved its version (`$Latest`, `$Default` or a number) for the launch.
+    number = self.ec2_launch_template.get_version(self.launch_template_version).number
+    for state in self.instance_states[before:]:
+        state.instance.launched_template_version = number
+        state.instance.add_tags({"aws:ec2launchtemplate:version": str(number)})
+
+
+FakeAutoScalingGroup.replace_autoscaling_group_instances = _replace_instances_versioned
+
+_listed_template = InstanceState.launch_template.fget
+
+
+def _listed_template_versioned(self):
+    lt = _listed_template(self)
+    number = getattr(self.instance, "launched_template_version", None)
+    if lt is not None and number is not None:
+        lt = dict(lt, Version=number)
+    return lt
+
+
+InstanceState.launch_template = property(_listed_template_versioned)
+
+
+def serve_serial(host, port):
+    from werkzeug.serving import run_simple
+
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+
+    run_simple(
+        host,
+        port,
+        DomainDispatcherApplication(create_backend_app),
+        threaded=False,
+        request_handler=MotoRequestHandler,
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serial"]:
+        serve_serial(sys.argv[2], int(sys.argv[3]))
+    else:
+        from moto.server import main
+
+        sys.exit(main(sys.argv[1:]))
