@@ -870,3 +870,25 @@ fn an_unusable_default_ssh_key_is_skipped_with_a_warning_naming_it() {
     let err = fails(&env.run(&create), 3);
     assert!(!err.contains("skipped"), "{err}");
 }
+
+/// A KPROV_LOG that does not parse is a usage error naming it, not silently the default.
+#[test]
+fn an_invalid_kprov_log_filter_is_refused() {
+    let env = Env::new();
+    let o = env
+        .cmd(&["get", "clusters"])
+        .env("KPROV_LOG", "kprov=loud")
+        .output()
+        .unwrap();
+    let err = fails(&o, 64);
+    assert!(
+        err.contains("KPROV_LOG=\"kprov=loud\" is not a log filter"),
+        "{err}"
+    );
+    let o = env
+        .cmd(&["get", "clusters"])
+        .env("KPROV_LOG", "kprov=debug")
+        .output()
+        .unwrap();
+    ok(&o);
+}
