@@ -77,6 +77,11 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     // Preview: what will happen, nothing done.
     let o = delete_instance(&lab, &kc, name, "host2", &[]);
     let out = ok(&o);
+    assert!(
+        text(&o.stderr).contains(&format!("Must specify --yes to remove host2 from {name}.")),
+        "{}",
+        show(&o)
+    );
     assert!(out.contains("host2") && out.contains("node"), "{out}");
     assert!(out.contains("Pods to evict (1):\n  default/web-1"), "{out}");
     assert!(
@@ -150,6 +155,10 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     ok(&o);
     let err = text(&o.stderr);
     assert!(err.contains("host2: evicting default/web-1"), "{err}");
+    assert!(
+        err.contains("host2: 1 pod(s) evicted, 1 left alone"),
+        "{err}"
+    );
     assert!(err.contains("Removed host2 from"), "{err}");
     assert!(api.fake.get("Pod", Some("default"), "web-1").is_none());
     assert_eq!(
