@@ -13,7 +13,9 @@ use std::sync::Arc;
 use super::commands::{Ctx, LOCK_LEASE};
 use super::{DeleteInstanceArgs, exit};
 use crate::cloud::aws::instances::{AwsInstances, SshReach};
-use crate::kube::{Disposition, DrainEvent, DrainOptions, DrainReport, EvictOptions, Kube};
+use crate::kube::{
+    Disposition, DrainEvent, DrainOptions, DrainReport, EvictOptions, Kube, NodeInfo,
+};
 use crate::ops::instance::AwsRemovalPlan;
 use crate::ops::instance::{self as ops, EtcdPlan, RemovalPlan, RemoveEvent, RemoveEvents};
 use crate::output::{Format, Printer, Table};
@@ -72,12 +74,7 @@ fn render_plan(ctx: &Ctx, plan: &RemovalPlan) -> anyhow::Result<()> {
         plan.host.name.clone(),
         plan.host.address.clone(),
         roles(plan),
-        match &plan.node_object {
-            Some(n) if n.unschedulable => "cordoned".to_string(),
-            Some(n) if n.ready => "Ready".to_string(),
-            Some(_) => "NotReady".to_string(),
-            None => "none".to_string(),
-        },
+        node_state(plan.node_object.as_ref()),
     ]);
     let mut out = t.render();
     out.push_str(&pods_text(&plan.pods));
@@ -201,6 +198,17 @@ fn render_events(printer: Printer, node: String) -> RemoveEvents {
     })
 }
 
+/// The Node object's state, as the preview's table shows it.
+fn node_state(node: Option<&NodeInfo>) -> String {
+    match node {
+        Some(n) if n.unschedulable => "cordoned",
+        Some(n) if n.ready => "Ready",
+        Some(_) => "NotReady",
+        None => "none",
+    }
+    .to_string()
+}
+
 /// What the drain did, when there was a Node to drain.
 fn drain_status(ctx: &Ctx, node: &str, drained: Option<&DrainReport>) {
     if let Some(d) = drained {
@@ -292,12 +300,7 @@ fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
         } else {
             "node".to_string()
         },
-        match &plan.node_object {
-            Some(n) if n.unschedulable => "cordoned".to_string(),
-            Some(n) if n.ready => "Ready".to_string(),
-            Some(_) => "NotReady".to_string(),
-            None => "none".to_string(),
-        },
+        node_state(plan.node_object.as_ref()),
     ]);
     let mut out = t.render();
     out.push_str(&pods_text(&plan.pods));
