@@ -8,11 +8,22 @@ fn main() {
         1 => "kprov=debug,info",
         _ => "trace",
     };
+    // An unset KPROV_LOG means the -v level; one that does not parse is a usage error, not
+    // silently the default (the operator asked for logs they would not get).
+    let env_filter = match std::env::var("KPROV_LOG") {
+        Ok(v) if !v.trim().is_empty() => match tracing_subscriber::EnvFilter::try_new(&v) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!(
+                    "error: KPROV_LOG={v:?} is not a log filter ({e}); e.g. KPROV_LOG=kprov=debug"
+                );
+                std::process::exit(kprov::cli::exit::USAGE);
+            }
+        },
+        _ => tracing_subscriber::EnvFilter::new(filter),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KPROV_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
-        )
+        .with_env_filter(env_filter)
         .with_writer(std::io::stderr)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

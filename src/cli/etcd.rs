@@ -20,7 +20,10 @@ const CONCURRENCY: usize = 20;
 async fn metal_cluster(ctx: &Ctx, name: &str) -> anyhow::Result<(Arc<dyn StateStore>, Cluster)> {
     let repo = ctx.repo().await?;
     let stored = repo.get(name).await?;
-    let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+    // Resolved as every other command resolves a stored cluster (`addons::resolved`):
+    // completed and validated, so a stored spec that is no longer valid is refused with its
+    // located problems before any host is contacted.
+    let (cluster, _) = stored.resolve(&repo.location())?;
     if cluster.spec.cloud_provider != spec::CloudProvider::Metal {
         bail!(
             "etcd backups and restores work on metal clusters only for now; {name} is on {:?}",

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use super::commands::{Ctx, LOCK_LEASE};
 use super::{DeleteInstanceArgs, exit};
 use crate::cloud::aws::instances::{AwsInstances, SshReach};
-use crate::kube::{Disposition, DrainEvent, DrainOptions, EvictOptions, Kube};
+use crate::kube::{
+    Disposition, DrainEvent, DrainOptions, DrainReport, EvictOptions, Kube, NodeInfo,
+};
 use crate::ops::instance::AwsRemovalPlan;
 use crate::ops::instance::{self as ops, EtcdPlan, RemovalPlan, RemoveEvent, RemoveEvents};
 use crate::output::{Format, Printer, Table};
@@ -72,12 +74,7 @@ fn render_plan(ctx: &Ctx, plan: &RemovalPlan) -> anyhow::Result<()> {
         plan.host.name.clone(),
         plan.host.address.clone(),
         roles(plan),
-        match &plan.node_object {
-            Some(n) if n.unschedulable => "cordoned".to_string(),
-            Some(n) if n.ready => "Ready".to_string(),
-            Some(_) => "NotReady".to_string(),
-            None => "none".to_string(),
-        },
+        node_state(plan.node_object.as_ref()),
     ]);
     let mut out = t.render();
     out.push_str(&pods_text(&plan.pods));
@@ -201,6 +198,42 @@ fn render_events(printer: Printer, node: String) -> RemoveEvents {
     })
 }
 
+/// The Node object's state, as the preview's table shows it.
+fn node_state(node: Option<&NodeInfo>) -> String {
+    match node {
+        Some(n) if n.unschedulable => "cordoned",
+        Some(n) if n.ready => "Ready",
+        Some(_) => "NotReady",
+        None => "none",
+    }
+    .to_string()
+}
+
+/// What the drain did, when there was a Node to drain.
+fn drain_status(ctx: &Ctx, node: &str, drained: Option<&DrainReport>) {
+    if let Some(d) = drained {
+        ctx.printer.status(&format!(
+            "{node}: {} pod(s) evicted, {} left alone",
+            d.evicted.len(),
+            d.skipped.len()
+        ));
+    }
+}
+
+/// The end of a preview: its refusals as errors (exit 1), else what `--yes` would do.
+fn end_preview(ctx: &Ctx, refusals: &[String], node: &str, cluster: &str) -> i32 {
+    for r in refusals {
+        ctx.printer.error(r);
+    }
+    if !refusals.is_empty() {
+        return exit::ERROR;
+    }
+    ctx.printer.status(&format!(
+        "Must specify --yes to remove {node} from {cluster}."
+    ));
+    exit::OK
+}
+
 pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, &a.cluster).await?;
     let name = cluster.name();
@@ -217,17 +250,7 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
     if !a.yes {
         let plan = ops::plan(store, &cluster, &kube, &a.node, &drain).await?;
         render_plan(ctx, &plan)?;
-        if !plan.refusals.is_empty() {
-            for r in &plan.refusals {
-                ctx.printer.error(r);
-            }
-            return Ok(exit::ERROR);
-        }
-        ctx.printer.status(&format!(
-            "Must specify --yes to remove {} from {name}.",
-            a.node
-        ));
-        return Ok(exit::OK);
+        return Ok(end_preview(ctx, &plan.refusals, &a.node, name));
     }
     let guard = lock::acquire(store.clone(), name, "delete instance", LOCK_LEASE).await?;
     let events = render_events(Printer::new(Format::Table, 0), a.node.clone());
@@ -235,14 +258,7 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
     let released = guard.release().await;
     let report = result?;
     released?;
-    if let Some(d) = &report.drain {
-        ctx.printer.status(&format!(
-            "{}: {} pod(s) evicted, {} left alone",
-            a.node,
-            d.evicted.len(),
-            d.skipped.len()
-        ));
-    }
+    drain_status(ctx, &a.node, report.drain.as_ref());
     ctx.printer.success(&format!(
         "Removed {} from {name}{}{}.",
         a.node,
@@ -284,12 +300,7 @@ fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
         } else {
             "node".to_string()
         },
-        match &plan.node_object {
-            Some(n) if n.unschedulable => "cordoned".to_string(),
-            Some(n) if n.ready => "Ready".to_string(),
-            Some(_) => "NotReady".to_string(),
-            None => "none".to_string(),
-        },
+        node_state(plan.node_object.as_ref()),
     ]);
     let mut out = t.render();
     out.push_str(&pods_text(&plan.pods));
@@ -333,17 +344,7 @@ async fn delete_aws_instance(
         )
         .await?;
         render_aws_plan(ctx, &plan)?;
-        if !plan.refusals.is_empty() {
-            for r in &plan.refusals {
-                ctx.printer.error(r);
-            }
-            return Ok(exit::ERROR);
-        }
-        ctx.printer.status(&format!(
-            "Must specify --yes to remove {} from {name}.",
-            plan.node
-        ));
-        return Ok(exit::OK);
+        return Ok(end_preview(ctx, &plan.refusals, &plan.node, name));
     }
     let repo = ctx.repo().await?;
     let guard = lock::acquire(repo.store().clone(), name, "delete instance", LOCK_LEASE).await?;
@@ -362,14 +363,7 @@ async fn delete_aws_instance(
     let released = guard.release().await;
     let (plan, drained) = result?;
     released?;
-    if let Some(d) = &drained {
-        ctx.printer.status(&format!(
-            "{}: {} pod(s) evicted, {} left alone",
-            plan.node,
-            d.evicted.len(),
-            d.skipped.len()
-        ));
-    }
+    drain_status(ctx, &plan.node, drained.as_ref());
     ctx.printer.success(&format!(
         "Removed {} ({}) from {name}: {}.",
         plan.node,

@@ -381,6 +381,18 @@ fn patch_params() -> PatchParams {
     }
 }
 
+/// The taints the node carries now (a node without `spec.taints` has none).
+async fn node_taints(
+    api: &Api<Node>,
+    node: &str,
+) -> Result<Vec<k8s_openapi::api::core::v1::Taint>, KubeError> {
+    let current = api
+        .get(node)
+        .await
+        .map_err(|e| api_error("reading", &format!("node {node}"), e))?;
+    Ok(current.spec.and_then(|s| s.taints).unwrap_or_default())
+}
+
 impl Kube {
     /// Marks a node schedulable again (kubectl uncordon).
     pub async fn uncordon(&self, node: &str) -> Result<(), KubeError> {
@@ -397,14 +409,8 @@ impl Kube {
     /// someone else edits them at the same time.
     pub async fn add_taint(&self, node: &str, taint: &Taint) -> Result<(), KubeError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let current = api
-            .get(node)
-            .await
-            .map_err(|e| api_error("reading", &format!("node {node}"), e))?;
-        let present = current
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
+        let present = node_taints(&api, node)
+            .await?
             .iter()
             .any(|t| t.key == taint.key && t.effect == taint.effect && t.value == taint.value);
         if present {
@@ -420,16 +426,7 @@ impl Kube {
     /// Removes every taint with this key (no-op when there is none).
     pub async fn remove_taint(&self, node: &str, key: &str) -> Result<(), KubeError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let current = api
-            .get(node)
-            .await
-            .map_err(|e| api_error("reading", &format!("node {node}"), e))?;
-        let present = current
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
-            .iter()
-            .any(|t| t.key == key);
+        let present = node_taints(&api, node).await?.iter().any(|t| t.key == key);
         if !present {
             return Ok(());
         }

@@ -408,15 +408,26 @@ async fn member_drift(
     renderer: &Renderer,
     target: &Target,
 ) -> Result<Vec<String>, String> {
+    // A member without facts was not provisioned as kprov provisions (or lost them): say so,
+    // rather than report an unknown architecture.
     let facts = exec
         .read_file(target.name(), render::FACTS_FILE)
         .await
         .map_err(|e| e.to_string())?
         .map(|b| Facts::parse(&String::from_utf8_lossy(&b)))
-        .unwrap_or_default();
-    let arch = facts
-        .arch()
-        .ok_or_else(|| format!("no usable facts in {}", render::FACTS_FILE))?;
+        .ok_or_else(|| {
+            format!(
+                "{} is missing (kprov's preflight step writes it; re-run `update cluster --yes`)",
+                render::FACTS_FILE
+            )
+        })?;
+    let arch = facts.arch().ok_or_else(|| {
+        format!(
+            "no usable facts in {}: unknown machine {:?}",
+            render::FACTS_FILE,
+            facts.machine
+        )
+    })?;
     let mut steps = renderer.preflight(target).map_err(|e| e.to_string())?;
     steps.extend(renderer.install(arch).map_err(|e| e.to_string())?);
     if joins_cluster(target) {
@@ -587,6 +598,57 @@ mod tests {
         assert_eq!(p.pending(), ["w1"]);
         assert_eq!(p.nodes[2].state(), "member, 1 files differ");
         assert!(p.nodes[2].reasons[0].contains("/etc/containerd/config.toml"));
+    }
+
+    /// A member whose facts file holds `facts` (none: missing); no file differs.
+    struct Member(Option<&'static str>);
+
+    #[async_trait::async_trait]
+    impl HostExecutor for Member {
+        async fn run_steps(
+            &self,
+            _host: &str,
+            _steps: &[crate::ssh::task::Step],
+        ) -> Result<Vec<crate::ssh::task::StepOutcome>, ExecError> {
+            Ok(Vec::new())
+        }
+        async fn read_file(
+            &self,
+            _host: &str,
+            path: &str,
+        ) -> Result<Option<bytes::Bytes>, ExecError> {
+            Ok((path == render::FACTS_FILE)
+                .then_some(self.0)
+                .flatten()
+                .map(|t| bytes::Bytes::from_static(t.as_bytes())))
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl FileDiff for Member {
+        async fn differing_files(
+            &self,
+            _host: &str,
+            _steps: &[crate::ssh::task::Step],
+        ) -> Result<Vec<(String, Vec<String>)>, ExecError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_member_without_facts_is_reported_as_missing_them_not_as_an_unknown_machine() {
+        let cluster = crate::provision::orchestrate::tests::cluster("");
+        let targets = three();
+        let renderer = Renderer::for_run(&cluster, &targets, None).unwrap();
+        let drift = async |m: Member| member_drift(&m, &m, &renderer, &targets[2]).await;
+        let e = drift(Member(None)).await.unwrap_err();
+        assert_eq!(
+            e,
+            "/var/lib/kprov/facts is missing (kprov's preflight step writes it; re-run \
+             `update cluster --yes`)"
+        );
+        let e = drift(Member(Some("machine=sparc64\n"))).await.unwrap_err();
+        assert!(e.contains("unknown machine \"sparc64\""), "{e}");
     }
 
     #[test]

@@ -294,28 +294,62 @@ async fn etcd_members(exec: &dyn HostExecutor, via: &str) -> anyhow::Result<Vec<
         }],
     )
     .await?;
-    let read = |path: String| async move {
-        let b = exec.read_file(via, &path).await?.unwrap_or_default();
-        if b.len() > ETCD_ANSWER_LIMIT {
-            bail!("{via}: {path} is larger than {ETCD_ANSWER_LIMIT} bytes");
-        }
-        Ok::<_, anyhow::Error>(String::from_utf8_lossy(&b).into_owned())
-    };
-    let list = read(list_file.clone()).await?;
-    let health = read(health_file.clone()).await?;
+    let answers = async {
+        let list = read_answer(exec, via, &list_file, "etcdctl member list -w json", false).await?;
+        let health = read_answer(
+            exec,
+            via,
+            &health_file,
+            "etcdctl endpoint health --cluster -w json",
+            true,
+        )
+        .await?;
+        Ok::<_, anyhow::Error>((list, health))
+    }
+    .await;
+    // Cleaned up whether or not the answers were usable: the preview leaves nothing behind.
     let cleanup = crate::script!("rm -f {} {}", list_file, health_file);
-    exec.run_steps(
-        via,
-        &[Step {
-            name: "etcd: clean up".into(),
-            files: Vec::new(),
-            check: None,
-            run: cleanup,
-            timeout: ETCD_TIMEOUT,
-        }],
-    )
-    .await?;
+    let cleaned = exec
+        .run_steps(
+            via,
+            &[Step {
+                name: "etcd: clean up".into(),
+                files: Vec::new(),
+                check: None,
+                run: cleanup,
+                timeout: ETCD_TIMEOUT,
+            }],
+        )
+        .await;
+    let (list, health) = answers?;
+    cleaned?;
     parse_members(&list, &health).with_context(|| format!("etcd members read on {via}"))
+}
+
+/// Reads the file `command` wrote on `via`. The script creates it with a redirect before
+/// etcdctl runs, so a missing file means the script did not get that far (or something removed
+/// it): an error naming the file and the command, not an empty answer that would then fail as
+/// "not JSON". `may_be_empty` is for the health answer, which etcdctl leaves empty when no
+/// endpoint answers (every member is then counted unhealthy).
+async fn read_answer(
+    exec: &dyn HostExecutor,
+    via: &str,
+    path: &str,
+    command: &str,
+    may_be_empty: bool,
+) -> anyhow::Result<String> {
+    let b = exec.read_file(via, path).await?.ok_or_else(|| {
+        anyhow!("{via}: {path} is missing: `{command}` should have written it there")
+    })?;
+    if b.len() > ETCD_ANSWER_LIMIT {
+        bail!("{via}: {path} is larger than {ETCD_ANSWER_LIMIT} bytes");
+    }
+    let text = String::from_utf8(b.to_vec())
+        .map_err(|_| anyhow!("{via}: {path} (the answer of `{command}`) is not UTF-8"))?;
+    if !may_be_empty && text.trim().is_empty() {
+        bail!("{via}: {path} is empty: `{command}` wrote no answer");
+    }
+    Ok(text)
 }
 
 async fn remove_member(
@@ -970,6 +1004,94 @@ mod tests {
         assert!(parse_members(r#"{"members":[{"name":"x"}]}"#, "").is_err());
         // No health answer at all: nobody is counted healthy.
         assert!(parse_members(list, "").unwrap().iter().all(|m| !m.healthy));
+    }
+
+    /// An etcd host whose etcdctl wrote `files` (path → content); records the steps run.
+    struct EtcdHost {
+        files: HashMap<String, &'static str>,
+        steps: std::sync::Mutex<Vec<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl HostExecutor for EtcdHost {
+        async fn run_steps(
+            &self,
+            _host: &str,
+            steps: &[Step],
+        ) -> Result<Vec<crate::ssh::task::StepOutcome>, crate::ssh::task::ExecError> {
+            let mut names = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+            names.extend(steps.iter().map(|s| s.name.clone()));
+            Ok(vec![crate::ssh::task::StepOutcome::Changed; steps.len()])
+        }
+
+        async fn read_file(
+            &self,
+            _host: &str,
+            path: &str,
+        ) -> Result<Option<Bytes>, crate::ssh::task::ExecError> {
+            Ok(self
+                .files
+                .get(path)
+                .map(|t| Bytes::from_static(t.as_bytes())))
+        }
+    }
+
+    fn etcd_host(list: Option<&'static str>, health: Option<&'static str>) -> EtcdHost {
+        let mut files = HashMap::new();
+        if let Some(l) = list {
+            files.insert(format!("{ANSWER_DIR}/etcd-members.json"), l);
+        }
+        if let Some(h) = health {
+            files.insert(format!("{ANSWER_DIR}/etcd-health.json"), h);
+        }
+        EtcdHost {
+            files,
+            steps: Default::default(),
+        }
+    }
+
+    const LIST: &str = r#"{"members":[{"ID":2,"name":"cp2","peerURLs":["https://198.18.0.3:2380"],"clientURLs":["https://198.18.0.3:2379"]}]}"#;
+
+    #[tokio::test]
+    async fn a_missing_or_empty_etcdctl_answer_names_the_file_the_host_and_the_command() {
+        let host = etcd_host(None, Some("[]"));
+        let e = format!("{:#}", etcd_members(&host, "cp2").await.unwrap_err());
+        assert!(
+            e.contains("cp2: /run/kprov/etcd-members.json is missing")
+                && e.contains("`etcdctl member list -w json` should have written it"),
+            "{e}"
+        );
+        assert!(!e.contains("not JSON"), "{e}");
+        // The answer files are removed even when the answer was unusable.
+        assert_eq!(
+            *host.steps.lock().unwrap(),
+            ["etcd: list members", "etcd: clean up"]
+        );
+
+        let error = async |list, health| {
+            let e = etcd_members(&etcd_host(list, health), "cp2").await;
+            format!("{:#}", e.unwrap_err())
+        };
+        let e = error(Some(" \n"), Some("[]")).await;
+        assert!(
+            e.contains("cp2: /run/kprov/etcd-members.json is empty")
+                && e.contains("`etcdctl member list -w json` wrote no answer"),
+            "{e}"
+        );
+        let e = error(Some(LIST), None).await;
+        assert!(
+            e.contains("cp2: /run/kprov/etcd-health.json is missing")
+                && e.contains("`etcdctl endpoint health --cluster -w json`"),
+            "{e}"
+        );
+
+        // An empty health answer is what etcdctl leaves when no endpoint answers: every
+        // member is then unhealthy, which is not an error.
+        let m = etcd_members(&etcd_host(Some(LIST), Some("")), "cp2")
+            .await
+            .unwrap();
+        assert_eq!(m.len(), 1);
+        assert!(!m[0].healthy);
     }
 
     #[test]

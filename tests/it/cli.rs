@@ -870,3 +870,70 @@ fn an_unusable_default_ssh_key_is_skipped_with_a_warning_naming_it() {
     let err = fails(&env.run(&create), 3);
     assert!(!err.contains("skipped"), "{err}");
 }
+
+/// `backup etcd` and `restore etcd` resolve the stored cluster as every other command does
+/// (completed and validated): a stored spec that is no longer valid is refused with the same
+/// located problem as `get certificates`, exit 3, before any host is contacted.
+#[test]
+fn etcd_commands_refuse_a_stored_spec_that_is_no_longer_valid_as_other_commands_do() {
+    let env = Env::new();
+    let name = "ha.example.com";
+    let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-ha.yaml");
+    ok(&env.run(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inv,
+    ]));
+    // Valid: resolution lets the command through, to the hosts (whose keys nobody recorded).
+    let err = fails(&env.run(&["backup", "etcd", name]), 1);
+    assert!(err.contains("unknown host key"), "{err}");
+    // Another writer of the store leaves two stacked control planes, which `create` refuses.
+    let config = env.state().join(name).join("config");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let cp3 = "  - name: cp3\n    address: \"198.18.0.13\"\n    user: root\n    roles:\n    \
+               - control-plane\n    - etcd\n";
+    assert!(text.contains(cp3), "{text}");
+    std::fs::write(&config, text.replace(cp3, "")).unwrap();
+    let refusal = fails(&env.run(&["get", "certificates", name]), 3);
+    assert!(
+        refusal.contains(&format!(
+            "{}:13:5: spec.hosts: 2 control-plane members",
+            config.display()
+        )) && refusal.contains("use an odd number"),
+        "{refusal}"
+    );
+    for args in [
+        vec!["backup", "etcd", name],
+        vec!["restore", "etcd", name, "--from", "20260101T000000Z"],
+    ] {
+        let err = fails(&env.run(&args), 3);
+        assert_eq!(err, refusal, "{args:?}");
+        assert!(!err.contains("host key"), "{err}");
+    }
+}
+
+/// A KPROV_LOG that does not parse is a usage error naming it, not silently the default.
+#[test]
+fn an_invalid_kprov_log_filter_is_refused() {
+    let env = Env::new();
+    let o = env
+        .cmd(&["get", "clusters"])
+        .env("KPROV_LOG", "kprov=loud")
+        .output()
+        .unwrap();
+    let err = fails(&o, 64);
+    assert!(
+        err.contains("KPROV_LOG=\"kprov=loud\" is not a log filter"),
+        "{err}"
+    );
+    let o = env
+        .cmd(&["get", "clusters"])
+        .env("KPROV_LOG", "kprov=debug")
+        .output()
+        .unwrap();
+    ok(&o);
+}

@@ -5,10 +5,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kprov::kube::{DrainError, DrainEvent, DrainOptions, EvictOptions, Kube, SkipReason, Taint};
-use serde_json::{Value, json};
+use kprov::kube::{
+    DrainError, DrainEvent, DrainOptions, DrainReport, EvictOptions, Kube, SkipReason, Taint,
+};
+use serde_json::json;
 
-use crate::support::fakekube::{FakeKube, mirror, node, owned_by, pdb, pod, with_empty_dir};
+use crate::support::fakekube::{
+    FakeKube, app_pdb, daemon_pod, owned_by, pdb, pod, replica_pod, static_pod, with_empty_dir,
+};
 
 fn options(timeout: Duration) -> DrainOptions {
     DrainOptions {
@@ -22,6 +26,12 @@ fn options(timeout: Duration) -> DrainOptions {
             max_backoff: Duration::from_millis(200),
         },
     }
+}
+
+/// Drains `node` within `timeout`, its events ignored.
+async fn drain(kube: &Kube, node: &str, timeout: Duration) -> Result<DrainReport, DrainError> {
+    kube.drain(node, &options(timeout), &|_: &DrainEvent| {})
+        .await
 }
 
 /// Records every drain event.
@@ -38,38 +48,9 @@ impl Seen {
     }
 }
 
-fn rs_pod(name: &str, app: &str, node_name: &str) -> Value {
-    owned_by(
-        pod(
-            "default",
-            name,
-            json!({ "app": app }),
-            node_name,
-            "Running",
-            true,
-        ),
-        "ReplicaSet",
-        &format!("{app}-rs"),
-    )
-}
-
-fn unschedulable(fake: &FakeKube, name: &str) -> bool {
-    fake.get("Node", None, name).unwrap()["spec"]["unschedulable"].as_bool() == Some(true)
-}
-
-fn pods_on(fake: &FakeKube, node_name: &str) -> Vec<String> {
-    fake.list("Pod")
-        .into_iter()
-        .filter(|p| p["spec"]["nodeName"].as_str() == Some(node_name))
-        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 async fn three_nodes() -> (FakeKube, Kube) {
     let fake = FakeKube::start().await;
-    fake.put(node("cp1", true, true, false, Some("p")));
-    fake.put(node("w1", false, true, false, Some("p")));
-    fake.put(node("w2", false, true, false, Some("p")));
+    fake.put_nodes(&["cp1"], &["w1", "w2"]);
     let kube = fake.kube().await;
     (fake, kube)
 }
@@ -78,31 +59,13 @@ async fn three_nodes() -> (FakeKube, Kube) {
 async fn drain_evicts_managed_pods_and_skips_daemonset_mirror_and_finished_ones() {
     let (fake, kube) = three_nodes().await;
     fake.run_replicaset_controller();
-    fake.put(rs_pod("web-1", "web", "w1"));
-    fake.put(rs_pod("web-2", "web", "w2"));
-    fake.put(owned_by(
-        with_empty_dir(
-            pod(
-                "kube-system",
-                "calico-node-w1",
-                json!({"k8s-app": "calico-node"}),
-                "w1",
-                "Running",
-                true,
-            ),
-            "tmp",
-        ),
-        "DaemonSet",
-        "calico-node",
+    fake.put(replica_pod("web-1", "web", "w1"));
+    fake.put(replica_pod("web-2", "web", "w2"));
+    fake.put(with_empty_dir(
+        daemon_pod("calico-node-w1", "calico-node", "w1"),
+        "tmp",
     ));
-    fake.put(mirror(pod(
-        "kube-system",
-        "etcd-w1",
-        json!({}),
-        "w1",
-        "Running",
-        true,
-    )));
+    fake.put(static_pod("etcd-w1", "w1"));
     fake.put(pod(
         "default",
         "job-done",
@@ -137,15 +100,15 @@ async fn drain_evicts_managed_pods_and_skips_daemonset_mirror_and_finished_ones(
             ("kube-system/etcd-w1".to_string(), SkipReason::Mirror),
         ]
     );
-    assert!(unschedulable(&fake, "w1"));
+    assert!(fake.unschedulable("w1"));
     assert!(fake.get("Pod", Some("default"), "web-1").is_none());
     // The replacement landed on the schedulable worker, not on the cordoned node or the
     // tainted control plane.
-    let on_w2 = pods_on(&fake, "w2");
+    let on_w2 = fake.pods_on("w2");
     assert_eq!(on_w2.len(), 2, "{on_w2:?}");
-    assert!(pods_on(&fake, "cp1").is_empty());
+    assert!(fake.pods_on("cp1").is_empty());
     // Skipped pods stay, and were never sent an eviction.
-    let mut left = pods_on(&fake, "w1");
+    let mut left = fake.pods_on("w1");
     left.sort();
     assert_eq!(left, ["calico-node-w1", "etcd-w1", "job-done"]);
     let evictions: Vec<String> = fake
@@ -177,15 +140,13 @@ async fn drain_evicts_managed_pods_and_skips_daemonset_mirror_and_finished_ones(
 #[tokio::test]
 async fn unmanaged_and_emptydir_pods_are_all_listed_and_nothing_is_evicted() {
     let (fake, kube) = three_nodes().await;
-    fake.put(rs_pod("web-1", "web", "w1"));
+    fake.put(replica_pod("web-1", "web", "w1"));
     fake.put(pod("default", "scratch", json!({}), "w1", "Running", true));
-    fake.put(with_empty_dir(rs_pod("cache-1", "cache", "w1"), "data"));
-    let e = kube
-        .drain(
-            "w1",
-            &options(Duration::from_secs(10)),
-            &|_: &DrainEvent| {},
-        )
+    fake.put(with_empty_dir(
+        replica_pod("cache-1", "cache", "w1"),
+        "data",
+    ));
+    let e = drain(&kube, "w1", Duration::from_secs(10))
         .await
         .unwrap_err();
     let DrainError::Refused { node, pods } = &e else {
@@ -209,7 +170,7 @@ async fn unmanaged_and_emptydir_pods_are_all_listed_and_nothing_is_evicted() {
         "an eviction was sent despite the refusal"
     );
     assert!(
-        unschedulable(&fake, "w1"),
+        fake.unschedulable("w1"),
         "a refused drain leaves the node cordoned"
     );
     // With both switches every pod goes.
@@ -223,19 +184,14 @@ async fn unmanaged_and_emptydir_pods_are_all_listed_and_nothing_is_evicted() {
         evicted,
         ["default/cache-1", "default/scratch", "default/web-1"]
     );
-    assert!(pods_on(&fake, "w1").is_empty());
+    assert!(fake.pods_on("w1").is_empty());
 }
 
 #[tokio::test]
 async fn a_budget_that_blocks_is_retried_until_a_replica_moves() {
     let (fake, kube) = three_nodes().await;
-    fake.put(rs_pod("web-1", "web", "w1"));
-    fake.put(pdb(
-        "default",
-        "web",
-        json!({"app": "web"}),
-        ("minAvailable", json!(1)),
-    ));
+    fake.put(replica_pod("web-1", "web", "w1"));
+    fake.put(app_pdb("web", ("minAvailable", json!(1))));
     assert_eq!(
         fake.pdb_status("default", "web").unwrap()["disruptionsAllowed"],
         0
@@ -252,7 +208,7 @@ async fn a_budget_that_blocks_is_retried_until_a_replica_moves() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(!drain.is_finished(), "drained through a blocking budget");
     // The deployment scales up on the other worker: the budget now allows one disruption.
-    fake.put(rs_pod("web-2", "web", "w2"));
+    fake.put(replica_pod("web-2", "web", "w2"));
     let report = drain.await.unwrap().unwrap();
     assert_eq!(report.evicted, ["default/web-1"]);
     let blocked: Vec<DrainEvent> = seen
@@ -284,21 +240,11 @@ async fn a_budget_that_blocks_is_retried_until_a_replica_moves() {
 #[tokio::test]
 async fn the_replicaset_controller_moves_pods_so_a_budget_lets_each_go_in_turn() {
     let (fake, kube) = three_nodes().await;
-    fake.put(rs_pod("web-1", "web", "w1"));
-    fake.put(rs_pod("web-2", "web", "w1"));
-    fake.put(pdb(
-        "default",
-        "web",
-        json!({"app": "web"}),
-        ("minAvailable", json!(1)),
-    ));
+    fake.put(replica_pod("web-1", "web", "w1"));
+    fake.put(replica_pod("web-2", "web", "w1"));
+    fake.put(app_pdb("web", ("minAvailable", json!(1))));
     // Without the controller, the second pod is blocked once the first is gone.
-    let e = kube
-        .drain(
-            "w1",
-            &options(Duration::from_millis(800)),
-            &|_: &DrainEvent| {},
-        )
+    let e = drain(&kube, "w1", Duration::from_millis(800))
         .await
         .unwrap_err();
     let DrainError::Timeout { stuck, .. } = &e else {
@@ -309,44 +255,24 @@ async fn the_replicaset_controller_moves_pods_so_a_budget_lets_each_go_in_turn()
     // With it, each evicted pod is re-created on w2 and the budget lets the next one go.
     let (fake, kube) = three_nodes().await;
     fake.run_replicaset_controller();
-    fake.put(rs_pod("web-1", "web", "w1"));
-    fake.put(rs_pod("web-2", "web", "w1"));
-    fake.put(pdb(
-        "default",
-        "web",
-        json!({"app": "web"}),
-        ("minAvailable", json!(1)),
-    ));
-    let report = kube
-        .drain(
-            "w1",
-            &options(Duration::from_secs(10)),
-            &|_: &DrainEvent| {},
-        )
-        .await
-        .unwrap();
+    fake.put(replica_pod("web-1", "web", "w1"));
+    fake.put(replica_pod("web-2", "web", "w1"));
+    fake.put(app_pdb("web", ("minAvailable", json!(1))));
+    let report = drain(&kube, "w1", Duration::from_secs(10)).await.unwrap();
     assert_eq!(report.evicted.len(), 2, "{report:?}");
-    assert!(pods_on(&fake, "w1").is_empty());
-    assert_eq!(pods_on(&fake, "w2").len(), 2);
+    assert!(fake.pods_on("w1").is_empty());
+    assert_eq!(fake.pods_on("w2").len(), 2);
 }
 
 #[tokio::test]
 async fn a_budget_that_never_allows_fails_at_the_timeout_naming_node_pod_and_budget() {
     let (fake, kube) = three_nodes().await;
-    fake.put(rs_pod("web-1", "web", "w1"));
-    fake.put(rs_pod("api-1", "api", "w1"));
-    fake.put(pdb(
-        "default",
-        "web",
-        json!({"app": "web"}),
-        ("minAvailable", json!("100%")),
-    ));
+    fake.put(replica_pod("web-1", "web", "w1"));
+    fake.put(replica_pod("api-1", "api", "w1"));
+    fake.put(app_pdb("web", ("minAvailable", json!("100%"))));
     let timeout = Duration::from_millis(1500);
     let started = Instant::now();
-    let e = kube
-        .drain("w1", &options(timeout), &|_: &DrainEvent| {})
-        .await
-        .unwrap_err();
+    let e = drain(&kube, "w1", timeout).await.unwrap_err();
     let took = started.elapsed();
     assert!(took >= timeout, "gave up early: {took:?}");
     assert!(
@@ -383,13 +309,13 @@ async fn a_budget_that_never_allows_fails_at_the_timeout_naming_node_pod_and_bud
     // The other pod went; the blocked one is still there, and the node stays cordoned.
     assert!(fake.get("Pod", Some("default"), "api-1").is_none());
     assert!(fake.get("Pod", Some("default"), "web-1").is_some());
-    assert!(unschedulable(&fake, "w1"));
+    assert!(fake.unschedulable("w1"));
 }
 
 #[tokio::test]
 async fn a_pod_stuck_terminating_is_named_with_its_deletion_timestamp() {
     let (fake, kube) = three_nodes().await;
-    fake.put(rs_pod("web-1", "web", "w1"));
+    fake.put(replica_pod("web-1", "web", "w1"));
     fake.stop_kubelet("w1");
     let seen = Seen::default();
     let e = kube
@@ -413,10 +339,7 @@ async fn a_pod_stuck_terminating_is_named_with_its_deletion_timestamp() {
     assert!(seen.all().contains(&DrainEvent::Waiting { remaining: 1 }));
     // Once the kubelet finishes the pod, the same drain completes.
     fake.start_kubelet("w1");
-    let report = kube
-        .drain("w1", &options(Duration::from_secs(5)), &|_: &DrainEvent| {})
-        .await
-        .unwrap();
+    let report = drain(&kube, "w1", Duration::from_secs(5)).await.unwrap();
     assert!(
         report.evicted.is_empty(),
         "nothing left to evict: {report:?}"
@@ -438,19 +361,11 @@ async fn pending_pods_go_despite_a_budget_and_two_budgets_are_an_api_error() {
         "ReplicaSet",
         "web-rs",
     ));
-    fake.put(pdb(
-        "default",
-        "web",
-        json!({"app": "web"}),
-        ("minAvailable", json!(5)),
-    ));
-    let report = kube
-        .drain("w1", &options(Duration::from_secs(5)), &|_: &DrainEvent| {})
-        .await
-        .unwrap();
+    fake.put(app_pdb("web", ("minAvailable", json!(5))));
+    let report = drain(&kube, "w1", Duration::from_secs(5)).await.unwrap();
     assert_eq!(report.evicted, ["default/web-p"]);
     // The eviction API refuses a pod two budgets select (500); the drain reports it at once.
-    fake.put(rs_pod("web-1", "web", "w2"));
+    fake.put(replica_pod("web-1", "web", "w2"));
     fake.put(pdb(
         "default",
         "web-too",
@@ -458,12 +373,7 @@ async fn pending_pods_go_despite_a_budget_and_two_budgets_are_an_api_error() {
         ("maxUnavailable", json!(1)),
     ));
     let started = Instant::now();
-    let e = kube
-        .drain(
-            "w2",
-            &options(Duration::from_secs(30)),
-            &|_: &DrainEvent| {},
-        )
+    let e = drain(&kube, "w2", Duration::from_secs(30))
         .await
         .unwrap_err();
     assert!(matches!(e, DrainError::Api(_)), "{e}");
@@ -529,9 +439,9 @@ async fn taints_are_added_once_removed_by_key_and_nodes_uncordoned_and_deleted()
     assert!(!fake.requests().iter().any(|r| r.method == "PATCH"));
 
     kube.cordon("w1").await.unwrap();
-    assert!(unschedulable(&fake, "w1"));
+    assert!(fake.unschedulable("w1"));
     kube.uncordon("w1").await.unwrap();
-    assert!(!unschedulable(&fake, "w1"));
+    assert!(!fake.unschedulable("w1"));
     assert!(fake.get("Node", None, "w1").unwrap()["spec"]["unschedulable"].is_null());
 
     kube.delete_node("w1").await.unwrap();
@@ -544,20 +454,10 @@ async fn taints_are_added_once_removed_by_key_and_nodes_uncordoned_and_deleted()
 #[tokio::test]
 async fn a_client_that_may_not_list_budgets_still_drains_and_reports_the_block() {
     let (fake, kube) = three_nodes().await;
-    fake.put(rs_pod("web-1", "web", "w1"));
-    fake.put(pdb(
-        "default",
-        "web",
-        json!({"app": "web"}),
-        ("minAvailable", json!(1)),
-    ));
+    fake.put(replica_pod("web-1", "web", "w1"));
+    fake.put(app_pdb("web", ("minAvailable", json!(1))));
     fake.forbid_list("poddisruptionbudgets");
-    let e = kube
-        .drain(
-            "w1",
-            &options(Duration::from_millis(600)),
-            &|_: &DrainEvent| {},
-        )
+    let e = drain(&kube, "w1", Duration::from_millis(600))
         .await
         .unwrap_err();
     let DrainError::Timeout { stuck, .. } = &e else {
@@ -577,21 +477,14 @@ async fn a_client_that_may_not_list_budgets_still_drains_and_reports_the_block()
 async fn two_hundred_pods_are_evicted_in_parallel_within_the_bound() {
     let (fake, kube) = three_nodes().await;
     for i in 0..200 {
-        fake.put(rs_pod(&format!("web-{i:03}"), "web", "w1"));
+        fake.put(replica_pod(&format!("web-{i:03}"), "web", "w1"));
     }
     let started = Instant::now();
-    let report = kube
-        .drain(
-            "w1",
-            &options(Duration::from_secs(20)),
-            &|_: &DrainEvent| {},
-        )
-        .await
-        .unwrap();
+    let report = drain(&kube, "w1", Duration::from_secs(20)).await.unwrap();
     let took = started.elapsed();
     eprintln!("drained 200 pods in {took:?}");
     assert_eq!(report.evicted.len(), 200);
-    assert!(pods_on(&fake, "w1").is_empty());
+    assert!(fake.pods_on("w1").is_empty());
     // One eviction request each (nothing blocked), and few polls of the node's pods.
     let requests = fake.requests();
     let evictions = requests

@@ -19,7 +19,7 @@ use crate::metal::{Lab, kprov_inventory};
 use crate::support::faultproxy::{Fault, FaultProxy, Request};
 use crate::support::memstate::MemStore;
 use crate::support::moto::moto;
-use crate::support::testhosts::{TestHost, TestHosts};
+use crate::support::testhosts::{TestHost, TestHosts, is_dead};
 
 const CLUSTER: &str = "faults.example.com";
 
@@ -1134,36 +1134,6 @@ fn update_killed_after(lab: &Lab, name: &str, after: Duration) -> Option<std::pr
     None
 }
 
-/// The ssh masters a killed kprov left behind for the lab's hosts (they would exit on their
-/// own after the idle limit): killed by PID, their private control directories removed.
-fn reap_masters(lab: &Lab) {
-    let addresses: Vec<&str> = lab.th.hosts.iter().map(|h| h.address.as_str()).collect();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let control = args
-            .iter()
-            .find_map(|a| a.find("/tmp/kprov-ssh-").map(|i| a[i..].to_string()));
-        if args.first().is_some_and(|a| a.ends_with("ssh"))
-            && args.iter().any(|a| addresses.contains(&a.as_str()))
-            && let Some(control) = control
-        {
-            kill(pid);
-            // /tmp/kprov-ssh-XXXX/...: the fleet's private directory.
-            let dir: PathBuf = Path::new(&control).components().take(3).collect();
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
 /// Files in the hosts' overlays named like a temporary upload.
 fn host_temps(lab: &Lab) -> Vec<PathBuf> {
     lab.hosts_snapshot()
@@ -1219,7 +1189,8 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
             } else {
                 kills += 1;
             }
-            reap_masters(&lab);
+            // The killed run's masters (they would outlive it by their idle limit).
+            lab.th.stop_kprov_ssh();
             // The remote halves of cut uploads see EOF and remove their temporary files.
             assert!(
                 wait_for(Duration::from_secs(15), || host_temps(&lab).is_empty()),
@@ -1310,4 +1281,38 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
             seeds.len()
         ),
     );
+}
+
+/// A killed kprov never closes its fleet: its ssh masters are stopped by the test support,
+/// on demand (between kills) and when the hosts go, with their control directories.
+#[test]
+fn masters_left_by_a_killed_kprov_are_stopped_by_the_test_support() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let rt = runtime();
+    let address = th.hosts[0].address.clone();
+    let work = work(&th, &steps(Duration::ZERO, Duration::from_secs(10)));
+    // A fleet that ran a step and was then neither closed nor dropped, as when SIGKILLed.
+    let abandoned = || {
+        let fleet = new_fleet(&th, &store, Duration::from_secs(3));
+        let s = rt.block_on(fleet.run_all(&work));
+        assert!(s.ok(), "{s}");
+        let master = master_pid(&fleet, &address).expect("master");
+        let dir = fleet.control_dir().to_path_buf();
+        std::mem::forget(fleet);
+        (master, dir)
+    };
+
+    let (master, dir) = abandoned();
+    assert_eq!(th.stop_kprov_ssh(), [master]);
+    // Dead, or a zombie its new parent has not reaped yet.
+    assert!(is_dead(master), "master {master} still runs");
+    assert!(!dir.exists(), "{} is left", dir.display());
+    // Nothing else is left to stop; the hosts still serve (the next fleet runs there).
+    assert!(th.stop_kprov_ssh().is_empty());
+
+    let (master, dir) = abandoned();
+    drop(th);
+    assert!(is_dead(master), "master {master} outlived its hosts");
+    assert!(!dir.exists(), "{} outlived its hosts", dir.display());
 }

@@ -5,10 +5,12 @@
 //! inventory lost shown as "to remove" and removed from kprov's record, and a control plane of
 //! three removed with its etcd member first (refused while that would lose quorum).
 
+use std::process::Output;
+
 use serde_json::json;
 
 use crate::metal::{Lab, kprov_inventory, ok, show, text};
-use crate::support::fakekube::{FakeKube, mirror, node, owned_by, pdb, pod};
+use crate::support::fakekube::{FakeKube, app_pdb, daemon_pod, replica_pod, static_pod};
 
 struct Api {
     fake: FakeKube,
@@ -24,29 +26,19 @@ impl Api {
     fn kubeconfig(&self) -> String {
         self.fake.kubeconfig.display().to_string()
     }
-    fn unschedulable(&self, name: &str) -> bool {
-        self.fake.get("Node", None, name).expect("node")["spec"]["unschedulable"].as_bool()
-            == Some(true)
-    }
-    fn pods_on(&self, node_name: &str) -> Vec<String> {
-        self.fake
-            .list("Pod")
-            .into_iter()
-            .filter(|p| p["spec"]["nodeName"].as_str() == Some(node_name))
-            .map(|p| {
-                p["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string()
-            })
-            .collect()
-    }
 }
 
 fn create(lab: &Lab, name: &str, roles: &[(&str, &str)]) {
     let inv = lab.write("inventory.yaml", &kprov_inventory(lab, roles));
     lab.create_metal(name, &inv);
     lab.provision(name);
+}
+
+/// `kprov delete instance NAME HOST --kubeconfig KC EXTRA...`.
+fn delete_instance(lab: &Lab, kc: &str, name: &str, host: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["delete", "instance", name, host, "--kubeconfig", kc];
+    args.extend(extra);
+    lab.kprov(&args)
 }
 
 fn has_call(lab: &Lab, host: &str, prefix: &str) -> Option<u128> {
@@ -75,46 +67,21 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     );
     let api = Api::start();
     let kc = api.kubeconfig();
-    api.fake.put(node("host1", true, true, false, None));
-    api.fake.put(node("host2", false, true, false, None));
-    api.fake.put(node("host3", false, true, false, None));
+    api.fake.put_nodes(&["host1"], &["host2", "host3"]);
     api.fake.run_replicaset_controller();
-    api.fake.put(owned_by(
-        pod(
-            "default",
-            "web-1",
-            json!({"app": "web"}),
-            "host2",
-            "Running",
-            true,
-        ),
-        "ReplicaSet",
-        "web-rs",
-    ));
-    api.fake.put(owned_by(
-        pod(
-            "kube-system",
-            "calico-node-h2",
-            json!({"k8s-app": "calico-node"}),
-            "host2",
-            "Running",
-            true,
-        ),
-        "DaemonSet",
-        "calico-node",
-    ));
-    api.fake.put(mirror(pod(
-        "kube-system",
-        "kube-apiserver-host1",
-        json!({}),
-        "host1",
-        "Running",
-        true,
-    )));
+    api.fake.put(replica_pod("web-1", "web", "host2"));
+    api.fake
+        .put(daemon_pod("calico-node-h2", "calico-node", "host2"));
+    api.fake.put(static_pod("kube-apiserver-host1", "host1"));
 
     // Preview: what will happen, nothing done.
-    let o = lab.kprov(&["delete", "instance", name, "host2", "--kubeconfig", &kc]);
+    let o = delete_instance(&lab, &kc, name, "host2", &[]);
     let out = ok(&o);
+    assert!(
+        text(&o.stderr).contains(&format!("Must specify --yes to remove host2 from {name}.")),
+        "{}",
+        show(&o)
+    );
     assert!(out.contains("host2") && out.contains("node"), "{out}");
     assert!(out.contains("Pods to evict (1):\n  default/web-1"), "{out}");
     assert!(
@@ -132,16 +99,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
         "the preview wrote to the API"
     );
     assert!(has_call(&lab, "host2", "kubeadm reset").is_none());
-    let json_preview = ok(&lab.kprov(&[
-        "delete",
-        "instance",
-        name,
-        "host2",
-        "--kubeconfig",
-        &kc,
-        "-o",
-        "json",
-    ]));
+    let json_preview = ok(&delete_instance(&lab, &kc, name, "host2", &["-o", "json"]));
     let v: serde_json::Value = serde_json::from_str(&json_preview).expect("json preview");
     assert_eq!(v["node"], "host2");
     assert_eq!(v["etcd"]["state"], "noEtcd");
@@ -155,19 +113,8 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     );
 
     // The last control plane is refused, preview and --yes alike; nothing happens.
-    for yes in [false, true] {
-        let mut args = vec![
-            "delete",
-            "instance",
-            name,
-            "host1",
-            "--kubeconfig",
-            kc.as_str(),
-        ];
-        if yes {
-            args.push("--yes");
-        }
-        let o = lab.kprov(&args);
+    for extra in [&[][..], &["--yes"]] {
+        let o = delete_instance(&lab, &kc, name, "host1", extra);
         assert_eq!(o.status.code(), Some(1), "{}", show(&o));
         assert!(
             text(&o.stderr).contains("host1 is the last control plane"),
@@ -175,7 +122,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
             show(&o)
         );
     }
-    assert!(!api.unschedulable("host1"));
+    assert!(!api.fake.unschedulable("host1"));
     assert!(has_call(&lab, "host1", "kubeadm reset").is_none());
 
     // Another operator holds the cluster's lock: refused (exit 4) naming them; nothing done.
@@ -192,42 +139,30 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
             .await
             .expect("lock")
         });
-        let o = lab.kprov(&[
-            "delete",
-            "instance",
-            name,
-            "host2",
-            "--kubeconfig",
-            &kc,
-            "--yes",
-        ]);
+        let o = delete_instance(&lab, &kc, name, "host2", &["--yes"]);
         assert_eq!(o.status.code(), Some(4), "{}", show(&o));
         assert!(
             text(&o.stderr).contains("another operator's rolling update"),
             "{}",
             show(&o)
         );
-        assert!(!api.unschedulable("host2"));
+        assert!(!api.fake.unschedulable("host2"));
         api.rt.block_on(guard.release()).expect("release");
     }
 
     // --yes: cordon, evict (the replacement lands on host3), reset, delete the Node, spec.
-    let o = lab.kprov(&[
-        "delete",
-        "instance",
-        name,
-        "host2",
-        "--kubeconfig",
-        &kc,
-        "--yes",
-    ]);
+    let o = delete_instance(&lab, &kc, name, "host2", &["--yes"]);
     ok(&o);
     let err = text(&o.stderr);
     assert!(err.contains("host2: evicting default/web-1"), "{err}");
+    assert!(
+        err.contains("host2: 1 pod(s) evicted, 1 left alone"),
+        "{err}"
+    );
     assert!(err.contains("Removed host2 from"), "{err}");
     assert!(api.fake.get("Pod", Some("default"), "web-1").is_none());
     assert_eq!(
-        api.pods_on("host3").len(),
+        api.fake.pods_on("host3").len(),
         1,
         "the ReplicaSet's replacement"
     );
@@ -253,36 +188,16 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
 
     // A budget that never allows the eviction: stopped at --drain-timeout, the budget named,
     // the node left cordoned, the host not reset, the Node and the spec kept.
-    api.fake.put(owned_by(
-        pod(
-            "default",
-            "api-1",
-            json!({"app": "api"}),
-            "host3",
-            "Running",
-            true,
-        ),
-        "ReplicaSet",
-        "api-rs",
-    ));
-    api.fake.put(pdb(
-        "default",
-        "api",
-        json!({"app": "api"}),
-        ("minAvailable", json!(1)),
-    ));
+    api.fake.put(replica_pod("api-1", "api", "host3"));
+    api.fake.put(app_pdb("api", ("minAvailable", json!(1))));
     let started = std::time::Instant::now();
-    let o = lab.kprov(&[
-        "delete",
-        "instance",
+    let o = delete_instance(
+        &lab,
+        &kc,
         name,
         "host3",
-        "--kubeconfig",
-        &kc,
-        "--yes",
-        "--drain-timeout",
-        "3s",
-    ]);
+        &["--yes", "--drain-timeout", "3s"],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
     let err = text(&o.stderr);
@@ -295,7 +210,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
         "{err}"
     );
     assert!(err.contains("stays cordoned"), "{err}");
-    assert!(api.unschedulable("host3"));
+    assert!(api.fake.unschedulable("host3"));
     assert!(api.fake.get("Node", None, "host3").is_some());
     assert!(api.fake.get("Pod", Some("default"), "api-1").is_some());
     assert!(has_call(&lab, "host3", "kubeadm reset").is_none());
@@ -314,27 +229,8 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
             && err.contains(&format!("kprov delete instance {name} host3")),
         "{err}"
     );
-    api.fake.put(owned_by(
-        pod(
-            "default",
-            "api-2",
-            json!({"app": "api"}),
-            "host1",
-            "Running",
-            true,
-        ),
-        "ReplicaSet",
-        "api-rs",
-    ));
-    let o = lab.kprov(&[
-        "delete",
-        "instance",
-        name,
-        "host3",
-        "--kubeconfig",
-        &kc,
-        "--yes",
-    ]);
+    api.fake.put(replica_pod("api-2", "api", "host1"));
+    let o = delete_instance(&lab, &kc, name, "host3", &["--yes"]);
     ok(&o);
     has_call(&lab, "host3", "kubeadm reset").expect("host3 reset");
     assert!(api.fake.get("Node", None, "host3").is_none());
@@ -381,35 +277,22 @@ fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quo
     );
     let api = Api::start();
     let kc = api.kubeconfig();
+    api.fake.put_nodes(&["host1", "host2", "host3"], &["host4"]);
     for h in ["host1", "host2", "host3"] {
-        api.fake.put(node(h, true, true, false, None));
-        api.fake.put(mirror(pod(
-            "kube-system",
-            &format!("etcd-{h}"),
-            json!({}),
-            h,
-            "Running",
-            true,
-        )));
+        api.fake.put(static_pod(&format!("etcd-{h}"), h));
     }
-    api.fake.put(node("host4", false, true, false, None));
     // host3's etcd is down: removing host2 would leave host1 + a broken host3.
     let degraded = [(1, "host1", true), (2, "host2", true), (3, "host3", false)];
     seed_members(&lab, "host1", &degraded);
-    let o = lab.kprov(&[
-        "delete",
-        "instance",
-        name,
-        "host2",
-        "--kubeconfig",
-        &kc,
-        "--yes",
-    ]);
+    let o = delete_instance(&lab, &kc, name, "host2", &["--yes"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let err = text(&o.stderr);
     assert!(err.contains("would lose etcd quorum"), "{err}");
     assert!(err.contains("unhealthy: host3"), "{err}");
-    assert!(!api.unschedulable("host2"), "cordoned despite the refusal");
+    assert!(
+        !api.fake.unschedulable("host2"),
+        "cordoned despite the refusal"
+    );
     assert!(has_call(&lab, "host2", "kubeadm reset").is_none());
     assert!(
         !lab.calls("host1")
@@ -438,7 +321,7 @@ fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quo
         "host1",
         &[(1, "host1", true), (2, "host2", true), (3, "host3", true)],
     );
-    let out = ok(&lab.kprov(&["delete", "instance", name, "host2", "--kubeconfig", &kc]));
+    let out = ok(&delete_instance(&lab, &kc, name, "host2", &[]));
     assert!(
         out.contains(
             "member host2 (2) is removed through host1 first; 2 of 3 members remain, 2 healthy"
@@ -453,15 +336,7 @@ fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quo
         out.contains("the host stays in the spec") && out.contains("Note: "),
         "{out}"
     );
-    let o = lab.kprov(&[
-        "delete",
-        "instance",
-        name,
-        "host2",
-        "--kubeconfig",
-        &kc,
-        "--yes",
-    ]);
+    let o = delete_instance(&lab, &kc, name, "host2", &["--yes"]);
     ok(&o);
     let removed = lab
         .calls("host1")

@@ -9,10 +9,9 @@ use std::time::Duration;
 use kprov::cloud::aws::instances::{AwsInstances, SshReach};
 use kprov::kube::{DrainOptions, EvictOptions};
 use kprov::ops::instance::{RemoveEvent, RemoveEvents, plan_aws, remove_aws};
-use serde_json::json;
 
 use crate::aws::{apply, delete_all, env, make_zone, plan, spec};
-use crate::support::fakekube::{FakeKube, node, owned_by, pod};
+use crate::support::fakekube::{FakeKube, replica_pod};
 use crate::support::memstate::MemStore;
 
 fn drain() -> DrainOptions {
@@ -82,22 +81,9 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
         .expect("a control plane")
         .clone();
     let fake = FakeKube::start().await;
-    fake.put(node(&cp.node_name, true, true, false, None));
-    fake.put(node(&worker.node_name, false, true, false, None));
-    fake.put(node("spare", false, true, false, None));
+    fake.put_nodes(&[&cp.node_name], &[&worker.node_name, "spare"]);
     fake.run_replicaset_controller();
-    fake.put(owned_by(
-        pod(
-            "default",
-            "web-1",
-            json!({"app": "web"}),
-            &worker.node_name,
-            "Running",
-            true,
-        ),
-        "ReplicaSet",
-        "web-rs",
-    ));
+    fake.put(replica_pod("web-1", "web", &worker.node_name));
     let kube = fake.kube().await;
     let asg = format!("nodes.{name}");
     let before = desired(&e.sdk, &asg).await;
@@ -228,7 +214,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
         .find(|t| !t.is_control_plane() && t.name() != worker.name())
         .expect("another worker")
         .clone();
-    fake.put(node(&other.node_name, false, true, false, None));
+    fake.put_nodes(&[], &[&other.node_name]);
     let (done, _) = remove_aws(
         &e.cloud,
         &instances,

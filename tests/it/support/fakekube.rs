@@ -340,6 +340,29 @@ impl FakeKube {
         st.objects.get(&key).map(|e| pdb_status(&st, ns, &e.obj))
     }
 
+    /// Ready nodes as kubelets register them: control planes (tainted) and workers.
+    pub fn put_nodes(&self, control_planes: &[&str], workers: &[&str]) {
+        for (names, control_plane) in [(control_planes, true), (workers, false)] {
+            for n in names {
+                self.put(node(n, control_plane, true, false, None));
+            }
+        }
+    }
+
+    /// Whether the node is cordoned (`spec.unschedulable`).
+    pub fn unschedulable(&self, node: &str) -> bool {
+        self.get("Node", None, node).expect("node")["spec"]["unschedulable"].as_bool() == Some(true)
+    }
+
+    /// Names of the pods bound to `node`, ordered by namespace and name.
+    pub fn pods_on(&self, node: &str) -> Vec<String> {
+        self.list("Pod")
+            .into_iter()
+            .filter(|p| p["spec"]["nodeName"].as_str() == Some(node))
+            .map(|p| p["metadata"]["name"].as_str().expect("name").to_string())
+            .collect()
+    }
+
     /// Objects of a kind, ordered by namespace and name.
     pub fn list(&self, kind: &str) -> Vec<Value> {
         let (group, plural) = plural_of(kind).expect("kind");
@@ -409,6 +432,44 @@ pub fn owned_by(mut pod: Value, kind: &str, owner: &str) -> Value {
     pod
 }
 
+/// A Deployment's pod: Running and ready in `default`, labelled `app=APP`, owned by the
+/// ReplicaSet `APP-rs` (what the replicaset controller re-creates elsewhere when evicted).
+pub fn replica_pod(name: &str, app: &str, node: &str) -> Value {
+    owned_by(
+        pod(
+            "default",
+            name,
+            json!({ "app": app }),
+            node,
+            "Running",
+            true,
+        ),
+        "ReplicaSet",
+        &format!("{app}-rs"),
+    )
+}
+
+/// A DaemonSet's pod in kube-system, Running and ready, labelled `k8s-app=DAEMONSET`.
+pub fn daemon_pod(name: &str, daemonset: &str, node: &str) -> Value {
+    owned_by(
+        pod(
+            "kube-system",
+            name,
+            json!({ "k8s-app": daemonset }),
+            node,
+            "Running",
+            true,
+        ),
+        "DaemonSet",
+        daemonset,
+    )
+}
+
+/// The mirror of a static pod (etcd, kube-apiserver, ...) in kube-system, Running and ready.
+pub fn static_pod(name: &str, node: &str) -> Value {
+    mirror(pod("kube-system", name, json!({}), node, "Running", true))
+}
+
 /// The API mirror of a static pod (what the kubelet registers for kube-apiserver & co).
 pub fn mirror(mut pod: Value) -> Value {
     pod["metadata"]["annotations"] = json!({ "kubernetes.io/config.mirror": "0123abcd" });
@@ -434,6 +495,11 @@ pub fn pdb(ns: &str, name: &str, match_labels: Value, budget: (&str, Value)) -> 
         "metadata": { "name": name, "namespace": ns },
         "spec": spec,
     })
+}
+
+/// The budget of an app's pods: `APP` in `default`, selecting `app=APP` (see [`pdb`]).
+pub fn app_pdb(app: &str, budget: (&str, Value)) -> Value {
+    pdb("default", app, json!({ "app": app }), budget)
 }
 
 fn render(e: &Entry) -> Value {

@@ -96,13 +96,69 @@ fn keygen(path: &Path) {
 }
 
 /// Zombie or gone: a killed sshd stays a zombie briefly until we reap it, so `kill -0` lies.
-fn is_dead(pid: u32) -> bool {
+pub fn is_dead(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
             .rsplit_once(") ")
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// The ssh clients kprov left connected to one of `addresses`: PID and the fleet's private
+/// control directory (`/tmp/kprov-ssh-XXXX`, on their command line).
+fn kprov_ssh_clients(addresses: &[&str]) -> Vec<(u32, PathBuf)> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if fs::read_to_string(format!("/proc/{pid}/comm")).map_or(true, |c| c.trim() != "ssh") {
+            continue;
+        }
+        let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let control = args
+            .iter()
+            .find_map(|a| a.find("/tmp/kprov-ssh-").map(|i| a[i..].to_string()));
+        if let Some(control) = control
+            && args.iter().any(|a| addresses.contains(&a.as_str()))
+        {
+            // /tmp/kprov-ssh-XXXX/...: the fleet's private directory.
+            out.push((pid, Path::new(&control).components().take(3).collect()));
+        }
+    }
+    out
+}
+
+/// Stops the ssh clients kprov left connected to `addresses` by PID and removes their control
+/// directories; returns the PIDs. A killed kprov never sends `ssh -O exit`, so its masters
+/// would live on for their ControlPersist idle time (300 s) while the hosts do. A master still
+/// authenticating during a scan forks into the background afterwards (under a new PID), so
+/// the scan repeats until it finds none.
+fn stop_kprov_ssh(addresses: &[&str]) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut stopped = Vec::new();
+    loop {
+        let found = kprov_ssh_clients(addresses);
+        if found.is_empty() || Instant::now() > deadline {
+            return stopped;
+        }
+        for (pid, dir) in found {
+            let _ = sh(&["kill", "-KILL", &pid.to_string()]);
+            while !is_dead(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = fs::remove_dir_all(dir);
+            stopped.push(pid);
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -254,6 +310,18 @@ fn label_bridge(bridge: &str, dir: &Path) {
 }
 
 impl TestHosts {
+    /// Stops the ssh masters a killed kprov left connected to these hosts (by PID; their
+    /// control directories removed); returns their PIDs. Also done when the hosts are dropped.
+    pub fn stop_kprov_ssh(&self) -> Vec<u32> {
+        stop_kprov_ssh(
+            &self
+                .hosts
+                .iter()
+                .map(|h| h.address.as_str())
+                .collect::<Vec<_>>(),
+        )
+    }
+
     /// Starts `n` hosts named `host1..hostN` and waits until every sshd listens.
     pub fn start(n: usize) -> TestHosts {
         TestHosts::start_on_port(n, 22)
@@ -690,7 +758,10 @@ impl TestHost {
 
 impl Drop for TestHosts {
     fn drop(&mut self) {
-        // sshd first, by PID, reaping our child; then whatever else the namespaces hold.
+        // kprov's ssh masters first (tearing the hosts down ends their connections, but
+        // nothing else removes their control directories), then sshd, by PID, reaping our
+        // child; then whatever else the namespaces hold.
+        self.stop_kprov_ssh();
         for h in &self.hosts {
             h.stop();
         }
@@ -1067,7 +1138,9 @@ impl Network {
 
 impl Drop for Network {
     fn drop(&mut self) {
-        for h in self.hosts() {
+        let hosts = self.hosts();
+        stop_kprov_ssh(&hosts.iter().map(|h| h.address.as_str()).collect::<Vec<_>>());
+        for h in hosts {
             h.stop();
         }
         for j in self.idx..self.idx + self.count {
