@@ -5,10 +5,12 @@
 //! `--yes` runs the engine (`ops::rolling::run`) under the cluster lock with the journal and
 //! `KubeCluster` as the cluster side; the machines are `ops::rolling_metal::MetalRoller` on
 //! metal and `ops::rolling_aws::AwsRoller` on AWS (`cli::rolling_aws`), chosen by the `match`
-//! on the platform in [`cluster`]; Ctrl-C asks the engine to stop at a safe point.
+//! on the platform in [`cluster`]. On metal the validation gate also asks etcd's members
+//! ([`etcd_health`]). Ctrl-C (or SIGTERM), caught from the moment the lock is held, asks the
+//! engine to stop at a safe point (exit 130, lock released); a second one exits at once.
 //!
-//! Caveat: on AWS control planes and bastions are not rolled yet (refused before anything
-//! changes).
+//! Caveats: on AWS control planes and bastions are not rolled yet (refused before anything
+//! changes), and the gate does not ask etcd there yet.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -441,11 +443,56 @@ async fn roll(
         LOCK_LEASE,
     )
     .await?;
-    let result = roll_locked(ctx, a, cluster, groups, plan, &guard).await;
+    // From here on the lock is held, so Ctrl-C is caught from here on: the first asks the
+    // roll to stop at a safe point (then the lock is released), a second exits at once.
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let interrupt = tokio::spawn(interrupts(tx, name.to_string()));
+    let result = roll_locked(ctx, a, cluster, groups, plan, &guard, rx).await;
+    interrupt.abort();
     let released = guard.release().await;
     let code = result?;
     released?;
     Ok(code)
+}
+
+/// The first Ctrl-C (SIGINT) or SIGTERM sets `tx` (the engine finishes a step that must not
+/// be cut, abandons one that may be, records where each node is and returns); a second exits
+/// the process at once with [`exit::INTERRUPTED`], leaving the step in flight cut and the lock
+/// held until its lease expires (or `kprov lock break`): what a crash leaves, which the next
+/// run resumes.
+async fn interrupts(tx: tokio::sync::watch::Sender<bool>, cluster: String) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let printer = crate::output::Printer::new(Format::Table, 0);
+    // One stream per signal, made before anything is awaited: none arrives unheard.
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        printer.warn("Ctrl-C cannot be caught: an interrupt stops the roll where it is");
+        return;
+    };
+    let mut next = async || {
+        tokio::select! {
+            s = int.recv() => s.is_some(),
+            s = term.recv() => s.is_some(),
+        }
+    };
+    if !next().await {
+        return;
+    }
+    printer.warn(
+        "interrupted: finishing the step that must not be cut, abandoning the others \
+         (Ctrl-C again exits at once)",
+    );
+    let _ = tx.send(true);
+    if next().await {
+        printer.error(&format!(
+            "interrupted twice: exiting now without finishing the step in flight; the lock of \
+             {cluster} stays held until its lease expires (or `kprov lock break {cluster}`), \
+             then `rolling-update cluster {cluster} --yes` resumes from the journal"
+        ));
+        std::process::exit(exit::INTERRUPTED);
+    }
 }
 
 async fn roll_locked(
@@ -455,6 +502,7 @@ async fn roll_locked(
     groups: &[InstanceGroup],
     plan: &RollPlan,
     guard: &lock::LockGuard,
+    cancel: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
     let repo = ctx.repo().await?;
@@ -498,31 +546,35 @@ async fn roll_locked(
     let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
     let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
     // The machines: re-provisioned in place on metal, replaced through their group on AWS.
-    let (roller, fleet): (Box<dyn ops::NodeRoller + '_>, _) = match cluster.spec.cloud_provider {
-        CloudProvider::Metal => {
-            let Some((roller, fleet)) =
-                metal_roller(ctx, a, cluster, &store, &journal, kube.clone()).await?
-            else {
-                return Ok(exit::ERROR);
-            };
-            (Box::new(roller), Some(fleet))
-        }
-        CloudProvider::Aws => {
-            let roller = super::rolling_aws::aws_roller(
-                cluster,
-                groups,
-                store.clone(),
-                guard,
-                kube.clone(),
-                &journal,
-                plan,
-                a.ssh_private_address,
-                events.clone(),
-            )
-            .await?;
-            (Box::new(roller), None)
-        }
-    };
+    // etcd's members are part of validation where the roller can reach them over SSH.
+    let (roller, fleet, etcd): (Box<dyn ops::NodeRoller + '_>, _, _) =
+        match cluster.spec.cloud_provider {
+            CloudProvider::Metal => {
+                let Some((roller, fleet, etcd)) =
+                    metal_roller(ctx, a, cluster, &store, &journal, kube.clone()).await?
+                else {
+                    return Ok(exit::ERROR);
+                };
+                (Box::new(roller), Some(fleet), Some(etcd))
+            }
+            CloudProvider::Aws => {
+                let roller = super::rolling_aws::aws_roller(
+                    cluster,
+                    groups,
+                    store.clone(),
+                    guard,
+                    kube.clone(),
+                    &journal,
+                    plan,
+                    a.ssh_private_address,
+                    events.clone(),
+                )
+                .await?;
+                // etcd is not asked on AWS yet: `Some(etcd_health(cluster, &targets, fleet))` is
+                // the one call to add once this arm has the control planes' fleet (branch awscp).
+                (Box::new(roller), None, None)
+            }
+        };
     let options = ops::RollOptions {
         drain_timeout: a.drain_timeout,
         validation_timeout: a.validation_timeout,
@@ -530,16 +582,6 @@ async fn roll_locked(
         cloud_only,
         ..ops::RollOptions::default()
     };
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let printer = crate::output::Printer::new(Format::Table, 0);
-    let interrupt = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            printer.warn(
-                "interrupted: finishing the step that must not be cut, abandoning the others",
-            );
-            let _ = tx.send(true);
-        }
-    });
     let lock_check = || guard.check().map_err(|e| e.to_string());
     let result = match &kube {
         Some(kube) => {
@@ -548,6 +590,7 @@ async fn roll_locked(
                 cluster: cluster.clone(),
                 expect: crate::addons::validate::Expectations::from_spec(cluster, groups)?,
                 poll: Duration::from_secs(2),
+                etcd: etcd.clone(),
             };
             ops::run(
                 file,
@@ -556,7 +599,7 @@ async fn roll_locked(
                 roller.as_ref(),
                 &options,
                 &events,
-                rx,
+                cancel.clone(),
                 &lock_check,
             )
             .await
@@ -569,16 +612,17 @@ async fn roll_locked(
                 roller.as_ref(),
                 &options,
                 &events,
-                rx,
+                cancel.clone(),
                 &lock_check,
             )
             .await
         }
     };
-    interrupt.abort();
     if let Some(m) = multi {
         let _ = m.clear();
     }
+    // Both hold the fleet, which closes only once it is the last.
+    drop(etcd);
     drop(roller);
     if let Some(Ok(f)) = fleet.map(std::sync::Arc::try_unwrap) {
         f.close().await;
@@ -601,6 +645,10 @@ async fn roll_locked(
                 .error(&format!("the cluster lock was lost: {e}"));
             Ok(exit::ERROR)
         }
+        Err(e @ ops::RollError::Interrupted(_)) => {
+            ctx.printer.error(&e.to_string());
+            Ok(exit::INTERRUPTED)
+        }
         Err(e) => {
             ctx.printer.error(&e.to_string());
             Ok(exit::ERROR)
@@ -621,6 +669,7 @@ async fn metal_roller(
     Option<(
         crate::ops::rolling_metal::MetalRoller,
         Arc<crate::ssh::SshFleet>,
+        Arc<dyn ops::EtcdHealth>,
     )>,
 > {
     let name = cluster.name();
@@ -685,6 +734,7 @@ async fn metal_roller(
             }
         }
     }
+    let etcd = etcd_health(cluster, &targets, fleet.clone());
     let roller = crate::ops::rolling_metal::MetalRoller::new(
         fleet.clone(),
         renderer,
@@ -692,7 +742,21 @@ async fn metal_roller(
         owner,
         kube.clone(),
     );
-    Ok(Some((roller, fleet)))
+    Ok(Some((roller, fleet, etcd)))
+}
+
+/// The validation gate's etcd check over the fleet that reaches the cluster's etcd members
+/// (metal hosts, or AWS control planes: the same call).
+pub(crate) fn etcd_health(
+    cluster: &Cluster,
+    targets: &[crate::nodes::Target],
+    fleet: Arc<crate::ssh::SshFleet>,
+) -> Arc<dyn ops::EtcdHealth> {
+    Arc::new(crate::ops::etcd::SshEtcdHealth {
+        cluster: cluster.clone(),
+        targets: targets.to_vec(),
+        exec: fleet,
+    })
 }
 
 /// The cluster side under `--cloudonly`: the engine never calls it (it skips cordon, drain,
