@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::commands::{Ctx, LOCK_LEASE};
 use super::exit;
@@ -436,6 +437,10 @@ async fn roll(
     let name = cluster.name();
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
+    // Ctrl-C is caught before the lock is taken, so none that comes while it is held can end
+    // the process with the lock left behind: the first asks the roll to stop at a safe point
+    // (then the lock is released), a second exits at once.
+    let signals = listen();
     let guard = lock::acquire(
         store.clone(),
         name,
@@ -443,10 +448,8 @@ async fn roll(
         LOCK_LEASE,
     )
     .await?;
-    // From here on the lock is held, so Ctrl-C is caught from here on: the first asks the
-    // roll to stop at a safe point (then the lock is released), a second exits at once.
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let interrupt = tokio::spawn(interrupts(tx, name.to_string()));
+    let interrupt = tokio::spawn(interrupts(signals, tx, name.to_string()));
     let result = roll_locked(ctx, a, cluster, groups, plan, &guard, rx).await;
     interrupt.abort();
     let released = guard.release().await;
@@ -455,19 +458,26 @@ async fn roll(
     Ok(code)
 }
 
+/// SIGINT and SIGTERM from now on reach [`interrupts`] instead of ending the process.
+fn listen() -> std::io::Result<(Signal, Signal)> {
+    Ok((
+        signal(SignalKind::interrupt())?,
+        signal(SignalKind::terminate())?,
+    ))
+}
+
 /// The first Ctrl-C (SIGINT) or SIGTERM sets `tx` (the engine finishes a step that must not
 /// be cut, abandons one that may be, records where each node is and returns); a second exits
 /// the process at once with [`exit::INTERRUPTED`], leaving the step in flight cut and the lock
 /// held until its lease expires (or `kprov lock break`): what a crash leaves, which the next
 /// run resumes.
-async fn interrupts(tx: tokio::sync::watch::Sender<bool>, cluster: String) {
-    use tokio::signal::unix::{SignalKind, signal};
+async fn interrupts(
+    signals: std::io::Result<(Signal, Signal)>,
+    tx: tokio::sync::watch::Sender<bool>,
+    cluster: String,
+) {
     let printer = crate::output::Printer::new(Format::Table, 0);
-    // One stream per signal, made before anything is awaited: none arrives unheard.
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
+    let Ok((mut int, mut term)) = signals else {
         printer.warn("Ctrl-C cannot be caught: an interrupt stops the roll where it is");
         return;
     };

@@ -907,7 +907,8 @@ mod roll_with_yes {
     /// 2. during a re-provision (a slow kubelet restart on host3): that step is finished (its
     ///    record written), then the roll stops, exit 130, host3 journaled `replaced`;
     /// 3. a second Ctrl-C during such a step exits at once (130), saying the lock stays held;
-    ///    after `lock break` the next run rolls host3 again (the cut step is safe to repeat).
+    ///    after `lock break` the next run rolls host3 again (the cut step is safe to repeat);
+    /// 4. SIGTERM mid-drain behaves as the first Ctrl-C.
     #[test]
     fn ctrl_c_stops_at_a_safe_point_journals_it_releases_the_lock_and_a_rerun_resumes() {
         let lab = Lab::start(3);
@@ -1072,6 +1073,35 @@ mod roll_with_yes {
             "{}",
             show(&o)
         );
+
+        // 4. SIGTERM (a service manager stopping kprov) is a first Ctrl-C.
+        set_label(&lab, name, &["host2"], "db");
+        fake.put(rs_pod("db-9", "db", "host2"));
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("minAvailable", json!("100%")),
+        ));
+        fake.clear_requests();
+        let mut child = spawn(&lab, &args, &log);
+        wait_for(&mut child, 120, "host2's drain", || {
+            fake.requests()
+                .iter()
+                .any(|r| r.path.ends_with("/pods/db-9/eviction"))
+        });
+        let st = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(st.success());
+        let code = exit_within(&mut child, 30);
+        let err = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("interrupted: host2 was cordoned"), "{err}");
+        assert_eq!(journal_node("host2")["step"], "cordoned");
+        let status = ok(&lab.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
         eprintln!(
             "ctrl-c figures: mid-drain interrupt to exit {stopped_in:?}; second interrupt to exit {out_in:?}"
         );
