@@ -556,35 +556,45 @@ async fn roll_locked(
     let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
     let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
     // The machines: re-provisioned in place on metal, replaced through their group on AWS.
-    // etcd's members are part of validation where the roller can reach them over SSH.
-    let (roller, fleet, etcd): (Box<dyn ops::NodeRoller + '_>, _, _) =
-        match cluster.spec.cloud_provider {
-            CloudProvider::Metal => {
-                let Some((roller, fleet, etcd)) =
-                    metal_roller(ctx, a, cluster, &store, &journal, kube.clone()).await?
-                else {
-                    return Ok(exit::ERROR);
-                };
-                (Box::new(roller), Some(fleet), Some(etcd))
+    let (roller, fleet): (Box<dyn ops::NodeRoller + '_>, _) = match cluster.spec.cloud_provider {
+        CloudProvider::Metal => {
+            let Some((roller, fleet)) =
+                metal_roller(ctx, a, cluster, &store, &journal, kube.clone()).await?
+            else {
+                return Ok(exit::ERROR);
+            };
+            (Box::new(roller), Some(fleet))
+        }
+        CloudProvider::Aws => {
+            let roller = super::rolling_aws::aws_roller(
+                cluster,
+                groups,
+                store.clone(),
+                guard,
+                kube.clone(),
+                &journal,
+                plan,
+                a.ssh_private_address,
+                events.clone(),
+            )
+            .await?;
+            (Box::new(roller), None)
+        }
+    };
+    // etcd's members are part of validation, asked over the roller's fleet.
+    let etcd = match (cluster.spec.cloud_provider, &fleet) {
+        (CloudProvider::Metal, Some(fleet)) => {
+            let targets = Inventory {
+                hosts: cluster.spec.hosts.clone(),
             }
-            CloudProvider::Aws => {
-                let roller = super::rolling_aws::aws_roller(
-                    cluster,
-                    groups,
-                    store.clone(),
-                    guard,
-                    kube.clone(),
-                    &journal,
-                    plan,
-                    a.ssh_private_address,
-                    events.clone(),
-                )
-                .await?;
-                // etcd is not asked on AWS yet: `Some(etcd_health(cluster, &targets, fleet))` is
-                // the one call to add once this arm has the control planes' fleet (branch awscp).
-                (Box::new(roller), None, None)
-            }
-        };
+            .targets()
+            .await?;
+            Some(etcd_health(cluster, &targets, fleet.clone()))
+        }
+        // AWS: etcd is not asked yet; `etcd_health(cluster, &control_planes, fleet)` is the
+        // one call to add once the AWS roll has the control planes' fleet (branch awscp).
+        _ => None,
+    };
     let options = ops::RollOptions {
         drain_timeout: a.drain_timeout,
         validation_timeout: a.validation_timeout,
@@ -679,7 +689,6 @@ async fn metal_roller(
     Option<(
         crate::ops::rolling_metal::MetalRoller,
         Arc<crate::ssh::SshFleet>,
-        Arc<dyn ops::EtcdHealth>,
     )>,
 > {
     let name = cluster.name();
@@ -744,7 +753,6 @@ async fn metal_roller(
             }
         }
     }
-    let etcd = etcd_health(cluster, &targets, fleet.clone());
     let roller = crate::ops::rolling_metal::MetalRoller::new(
         fleet.clone(),
         renderer,
@@ -752,7 +760,7 @@ async fn metal_roller(
         owner,
         kube.clone(),
     );
-    Ok(Some((roller, fleet, etcd)))
+    Ok(Some((roller, fleet)))
 }
 
 /// The validation gate's etcd check over the fleet that reaches the cluster's etcd members
