@@ -900,6 +900,8 @@ mod roll_with_yes {
     }
 
     /// Ctrl-C through the binary, sent to its process group as a terminal does:
+    /// 0. during the etcd backup before the control plane rolls: the backup finishes, the
+    ///    roll stops before its first node (exit 130), the lock is released;
     /// 1. mid-drain (a budget holds host2): the drain is abandoned, exit 130, the message
     ///    names host2 and its step, the journal records it (cordoned, why), the lock is
     ///    released (the next run takes it at once) and that run finishes without rolling
@@ -944,8 +946,43 @@ mod roll_with_yes {
                 .unwrap_or_else(|| panic!("{node} not in the journal: {j}"))
         };
 
-        // 1. Interrupted while host2's drain waits on a budget.
+        // 0. Interrupted during the etcd backup taken before the control plane rolls (the
+        //    lock is already held): the backup finishes, the roll stops before its first
+        //    node, the lock is released.
         set_label(&lab, name, &["host1", "host2", "host3"], "web");
+        let snapshot_delay = "/var/lib/kprov-standins/snapshot-delay";
+        lab.host("host1")
+            .exec(&format!("echo 2 > {snapshot_delay}"))
+            .expect("slow backup");
+        let t0 = now_ns();
+        fake.clear_requests();
+        let mut child = spawn(&lab, &args, &log);
+        wait_for(&mut child, 120, "the etcd backup", || {
+            lab.calls("host1")
+                .iter()
+                .any(|(t, c)| *t > t0 && c.contains("snapshot save"))
+        });
+        ctrl_c(&child);
+        let code = exit_within(&mut child, 60);
+        let err = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("etcd backed up from host1"), "{err}");
+        assert!(
+            err.contains("interrupted: during validation before the roll starts"),
+            "{err}"
+        );
+        for (h, _) in hosts {
+            assert_eq!(journal_node(h)["step"], "waiting", "{h}");
+            assert!(kubelet_restarts(&lab, h, t0).is_empty(), "{h}");
+        }
+        assert!(!fake.requests().iter().any(|r| r.is_write()), "{err}");
+        let status = ok(&lab.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
+        lab.host("host1")
+            .exec(&format!("rm -f {snapshot_delay}"))
+            .expect("fast backup");
+
+        // 1. Interrupted while host2's drain waits on a budget.
         fake.put(rs_pod("db-1", "db", "host2"));
         fake.put(pdb(
             "default",
