@@ -31,7 +31,7 @@ use crate::ops::instance::{self, EtcdMember};
 use crate::ops::rolling::EtcdHealth;
 use crate::provision::orchestrate::Facts;
 use crate::provision::render::{self, Renderer};
-use crate::spec::{Cluster, EtcdType, Host};
+use crate::spec::{Cluster, EtcdType};
 use crate::ssh::task::{HostExecutor, Step};
 use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateStore};
@@ -116,9 +116,10 @@ pub async fn members(
 }
 
 /// Whether etcd is healthy: at least one member, and every member of the list healthy. The
-/// error names each unhealthy member with its peer URL and the host of the spec it runs on
-/// (found by name, else by peer address), and says whether quorum still holds.
-pub fn assess(members: &[EtcdMember], hosts: &[Host]) -> Result<(), String> {
+/// error names each unhealthy member with its peer URL and the target it runs on (found by
+/// node name, which kubeadm names members after, by host name, else by peer address), and
+/// says whether quorum still holds.
+pub fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> {
     if members.is_empty() {
         return Err("etcd lists no member".into());
     }
@@ -136,12 +137,15 @@ pub fn assess(members: &[EtcdMember], hosts: &[Host]) -> Result<(), String> {
             } else {
                 format!("peer {}", m.peer_urls.join(","))
             };
-            let host = hosts
+            let host = targets
                 .iter()
-                .find(|h| instance::member_of(std::slice::from_ref(m), h).is_some())
+                .find(|t| {
+                    (!m.name.is_empty() && m.name == t.node_name)
+                        || instance::member_of(std::slice::from_ref(m), &t.host).is_some()
+                })
                 .map_or_else(
                     || "on no host of the spec".to_string(),
-                    |h| format!("on host {}", h.name),
+                    |t| format!("on host {}", t.name()),
                 );
             format!("etcd member {name} ({peer}, {host}) is unhealthy")
         })
@@ -178,7 +182,7 @@ impl EtcdHealth for SshEtcdHealth {
         let members = members(&self.cluster, &self.targets, self.exec.as_ref())
             .await
             .map_err(|e| format!("{e:#}"))?;
-        assess(&members, &self.cluster.spec.hosts)
+        assess(&members, &self.targets)
     }
 }
 
@@ -496,7 +500,7 @@ mod tests {
 
     #[test]
     fn every_member_healthy_passes_and_each_unhealthy_one_is_named_with_peer_and_host() {
-        let hosts = hosts(3, 1);
+        let hosts = targets(&hosts(3, 1));
         let three = [
             member(1, "cp1", true),
             member(2, "cp2", true),
@@ -540,6 +544,15 @@ mod tests {
             "{e}"
         );
         assert_eq!(assess(&[], &hosts), Err("etcd lists no member".into()));
+
+        // On a cloud the target is the instance, the member its node's name.
+        let mut instance = hosts[1].clone();
+        instance.host.name = "i-0abc".into();
+        instance.host.address = "203.0.113.9".into();
+        instance.node_name = "ip-10-0-0-2.ec2.internal".into();
+        let cloud = [member(1, "ip-10-0-0-2.ec2.internal", false)];
+        let e = assess(&cloud, &[instance]).unwrap_err();
+        assert!(e.contains("on host i-0abc"), "{e}");
     }
 
     /// Hosts that answer etcdctl's member list and health (as the listing writes them to
@@ -609,7 +622,7 @@ mod tests {
             script.contains("etcdctl endpoint health --cluster -w json"),
             "{script}"
         );
-        let e = assess(&m, &hosts).unwrap_err();
+        let e = assess(&m, &targets(&hosts)).unwrap_err();
         assert!(e.contains("etcd member cp2 (peer https://198.18.0.12:2380, on host cp2)"));
 
         // Host-deployed etcd: the service's etcdctl against the member's own address.
