@@ -1,9 +1,17 @@
-//! `kprov validate cluster`: are the expected nodes registered, Ready and initialised, and are
-//! the kube-system pods of the CCM, the pod network and CoreDNS running?
+//! `kprov validate cluster`: are the expected nodes registered, Ready and initialised (no
+//! `node.cloudprovider.kubernetes.io/uninitialized` taint left), are the kube-system pods of
+//! the CCM, the pod network and CoreDNS running, and does every Deployment and DaemonSet in
+//! kube-system have the pods it wants available? The rolling update's validation gate runs
+//! the same checks (and asks etcd, `ops::etcd::assess`).
+//!
+//! Caveat: the control-plane static pods (API server, controller manager, scheduler) are not
+//! looked at one by one; a control plane whose API server is down shows as a Node not Ready.
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use kube::api::ListParams;
 use serde::Serialize;
 
@@ -170,6 +178,53 @@ fn pod_problem(pod: &Pod) -> Option<String> {
     (!not_ready.is_empty()).then(|| format!("is Running but not ready ({})", not_ready.join(", ")))
 }
 
+/// Why a Deployment has fewer available replicas than it wants (`spec.replicas`, 1 unset).
+fn deployment_unavailable(d: &Deployment) -> Option<String> {
+    let want = d.spec.replicas.unwrap_or(1);
+    let available = d
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    (available < want).then(|| format!("{available} of {want} replicas available"))
+}
+
+/// Why a DaemonSet has fewer available pods than nodes it should run on.
+fn daemonset_unavailable(ds: &DaemonSet) -> Option<String> {
+    let status = ds.status.clone().unwrap_or_default();
+    let want = status.desired_number_scheduled;
+    let available = status.number_available.unwrap_or(0);
+    (available < want).then(|| format!("{available} of {want} pods available"))
+}
+
+/// kube-system's Deployments and DaemonSets that lack available pods.
+async fn workload_failures(kube: &Kube) -> Result<Vec<Failure>, AddonError> {
+    const NS: &str = "kube-system";
+    let params = ListParams::default();
+    let mut out = Vec::new();
+    let deployments: Api<Deployment> = Api::namespaced(kube.client().clone(), NS);
+    for d in kube.list_all(&deployments, &params).await? {
+        if let Some(why) = deployment_unavailable(&d) {
+            out.push(Failure {
+                kind: "deployment",
+                name: format!("{NS}/{}", d.metadata.name.as_deref().unwrap_or("?")),
+                message: why,
+            });
+        }
+    }
+    let daemonsets: Api<DaemonSet> = Api::namespaced(kube.client().clone(), NS);
+    for ds in kube.list_all(&daemonsets, &params).await? {
+        if let Some(why) = daemonset_unavailable(&ds) {
+            out.push(Failure {
+                kind: "daemonset",
+                name: format!("{NS}/{}", ds.metadata.name.as_deref().unwrap_or("?")),
+                message: why,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// One validation pass against the live cluster.
 pub async fn validate_cluster(
     kube: &Kube,
@@ -278,6 +333,7 @@ pub async fn validate_cluster(
             }
         }
     }
+    failures.extend(workload_failures(kube).await?);
     Ok(ValidationResult {
         cluster: cluster.name().to_string(),
         ok: failures.is_empty(),
@@ -349,6 +405,48 @@ mod tests {
         let e = Expectations::from_spec(&c, &groups).unwrap();
         assert_eq!(e.min_control_plane, 3);
         assert_eq!(e.min_nodes, 4);
+    }
+
+    #[test]
+    fn kube_system_workloads_need_the_pods_they_want_available() {
+        let deployment = |replicas: Option<i32>, available: Option<i32>| -> Deployment {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "coredns"},
+                "spec": {"replicas": replicas, "selector": {}, "template": {}},
+                "status": {"availableReplicas": available},
+            }))
+            .unwrap()
+        };
+        assert_eq!(deployment_unavailable(&deployment(Some(2), Some(2))), None);
+        assert_eq!(
+            deployment_unavailable(&deployment(Some(2), Some(1))).as_deref(),
+            Some("1 of 2 replicas available")
+        );
+        // Unset replicas mean one; no status yet means none available.
+        assert_eq!(
+            deployment_unavailable(&deployment(None, None)).as_deref(),
+            Some("0 of 1 replicas available")
+        );
+        // Scaled to zero wants nothing.
+        assert_eq!(deployment_unavailable(&deployment(Some(0), None)), None);
+
+        let daemonset = |desired: i32, available: Option<i32>| -> DaemonSet {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "calico-node"},
+                "status": {"desiredNumberScheduled": desired, "currentNumberScheduled": desired,
+                           "numberMisscheduled": 0, "numberReady": 0, "numberAvailable": available},
+            }))
+            .unwrap()
+        };
+        assert_eq!(daemonset_unavailable(&daemonset(3, Some(3))), None);
+        assert_eq!(
+            daemonset_unavailable(&daemonset(3, Some(2))).as_deref(),
+            Some("2 of 3 pods available")
+        );
+        assert_eq!(
+            daemonset_unavailable(&daemonset(1, None)).as_deref(),
+            Some("0 of 1 pods available")
+        );
     }
 
     #[test]

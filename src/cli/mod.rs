@@ -33,6 +33,9 @@ pub mod exit {
     pub const CONFLICT: i32 = 4;
     /// The command line itself is wrong.
     pub const USAGE: i32 = 64;
+    /// Interrupted (Ctrl-C, 128 + SIGINT as shells report it): `rolling-update cluster --yes`
+    /// stopped at a safe point and journaled it; the next run resumes.
+    pub const INTERRUPTED: i32 = 130;
 }
 
 #[derive(Debug, Parser)]

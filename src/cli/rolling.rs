@@ -5,10 +5,13 @@
 //! `--yes` runs the engine (`ops::rolling::run`) under the cluster lock with the journal and
 //! `KubeCluster` as the cluster side; the machines are `ops::rolling_metal::MetalRoller` on
 //! metal and `ops::rolling_aws::AwsRoller` on AWS (`cli::rolling_aws`), chosen by the `match`
-//! on the platform in [`cluster`]; Ctrl-C asks the engine to stop at a safe point.
+//! on the platform in [`cluster`]. On both the validation gate also asks etcd's members
+//! ([`etcd_health`]). Ctrl-C (or SIGTERM), caught from the moment the lock is held, asks the
+//! engine to stop at a safe point (exit 130, lock released); a second one exits at once.
 //!
 //! Both platforms re-provision control planes in place through [`in_place_roller`], which
-//! backs etcd up first (a failed backup stops the roll before anything changed).
+//! backs etcd up first (a failed backup stops the roll before anything changed), and gives the
+//! validation gate its etcd check over the same hosts or instances ([`etcd_health`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::commands::{Ctx, LOCK_LEASE};
 use super::exit;
@@ -419,6 +423,10 @@ async fn roll(
     let name = cluster.name();
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
+    // Ctrl-C is caught before the lock is taken, so none that comes while it is held can end
+    // the process with the lock left behind: the first asks the roll to stop at a safe point
+    // (then the lock is released), a second exits at once.
+    let signals = listen();
     let guard = lock::acquire(
         store.clone(),
         name,
@@ -426,11 +434,61 @@ async fn roll(
         LOCK_LEASE,
     )
     .await?;
-    let result = roll_locked(ctx, a, cluster, groups, plan, &guard).await;
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let interrupt = tokio::spawn(interrupts(signals, tx, name.to_string()));
+    let result = roll_locked(ctx, a, cluster, groups, plan, &guard, rx).await;
+    interrupt.abort();
     let released = guard.release().await;
     let code = result?;
     released?;
     Ok(code)
+}
+
+/// SIGINT and SIGTERM from now on reach [`interrupts`] instead of ending the process.
+fn listen() -> std::io::Result<(Signal, Signal)> {
+    Ok((
+        signal(SignalKind::interrupt())?,
+        signal(SignalKind::terminate())?,
+    ))
+}
+
+/// The first Ctrl-C (SIGINT) or SIGTERM sets `tx` (the engine finishes a step that must not
+/// be cut, abandons one that may be, records where each node is and returns); a second exits
+/// the process at once with [`exit::INTERRUPTED`], leaving the step in flight cut and the lock
+/// held until its lease expires (or `kprov lock break`): what a crash leaves, which the next
+/// run resumes.
+async fn interrupts(
+    signals: std::io::Result<(Signal, Signal)>,
+    tx: tokio::sync::watch::Sender<bool>,
+    cluster: String,
+) {
+    let printer = crate::output::Printer::new(Format::Table, 0);
+    let Ok((mut int, mut term)) = signals else {
+        printer.warn("Ctrl-C cannot be caught: an interrupt stops the roll where it is");
+        return;
+    };
+    let mut next = async || {
+        tokio::select! {
+            s = int.recv() => s.is_some(),
+            s = term.recv() => s.is_some(),
+        }
+    };
+    if !next().await {
+        return;
+    }
+    printer.warn(
+        "interrupted: finishing the step that must not be cut, abandoning the others \
+         (Ctrl-C again exits at once)",
+    );
+    let _ = tx.send(true);
+    if next().await {
+        printer.error(&format!(
+            "interrupted twice: exiting now without finishing the step in flight; the lock of \
+             {cluster} stays held until its lease expires (or `kprov lock break {cluster}`), \
+             then `rolling-update cluster {cluster} --yes` resumes from the journal"
+        ));
+        std::process::exit(exit::INTERRUPTED);
+    }
 }
 
 async fn roll_locked(
@@ -440,6 +498,7 @@ async fn roll_locked(
     groups: &[InstanceGroup],
     plan: &RollPlan,
     guard: &lock::LockGuard,
+    cancel: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
     let repo = ctx.repo().await?;
@@ -483,35 +542,41 @@ async fn roll_locked(
     let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
     let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
     // The machines: re-provisioned in place on metal, replaced through their group on AWS.
-    let (roller, fleet): (Box<dyn ops::NodeRoller + '_>, _) = match cluster.spec.cloud_provider {
-        CloudProvider::Metal => {
-            let Some((roller, fleet)) =
-                metal_roller(ctx, a, cluster, &store, &journal, kube.clone()).await?
-            else {
-                return Ok(exit::ERROR);
-            };
-            (Box::new(roller), Some(fleet))
-        }
-        CloudProvider::Aws => {
-            let Some((roller, fleet)) = super::rolling_aws::aws_roller(
-                ctx,
-                a,
-                cluster,
-                groups,
-                store.clone(),
-                guard,
-                kube.clone(),
-                &journal,
-                plan,
-                events.clone(),
-            )
-            .await?
-            else {
-                return Ok(exit::ERROR);
-            };
-            (Box::new(roller), Some(fleet))
-        }
-    };
+    // etcd's members are part of validation, asked over the in-place roller's fleet.
+    let (roller, fleet, etcd): (Box<dyn ops::NodeRoller + '_>, _, _) =
+        match cluster.spec.cloud_provider {
+            CloudProvider::Metal => {
+                let Some(InPlace {
+                    roller,
+                    fleet,
+                    etcd,
+                }) = metal_roller(ctx, a, cluster, &store, &journal, kube.clone()).await?
+                else {
+                    return Ok(exit::ERROR);
+                };
+                (Box::new(roller), fleet, etcd)
+            }
+            CloudProvider::Aws => {
+                let Some((roller, fleet, etcd)) = super::rolling_aws::aws_roller(
+                    ctx,
+                    a,
+                    cluster,
+                    groups,
+                    store.clone(),
+                    guard,
+                    kube.clone(),
+                    &journal,
+                    plan,
+                    events.clone(),
+                )
+                .await?
+                else {
+                    return Ok(exit::ERROR);
+                };
+                (Box::new(roller), fleet, etcd)
+            }
+        };
+    let etcd = Some(etcd);
     let options = ops::RollOptions {
         drain_timeout: a.drain_timeout,
         validation_timeout: a.validation_timeout,
@@ -519,16 +584,6 @@ async fn roll_locked(
         cloud_only,
         ..ops::RollOptions::default()
     };
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let printer = crate::output::Printer::new(Format::Table, 0);
-    let interrupt = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            printer.warn(
-                "interrupted: finishing the step that must not be cut, abandoning the others",
-            );
-            let _ = tx.send(true);
-        }
-    });
     let lock_check = || guard.check().map_err(|e| e.to_string());
     let result = match &kube {
         Some(kube) => {
@@ -537,6 +592,7 @@ async fn roll_locked(
                 cluster: cluster.clone(),
                 expect: crate::addons::validate::Expectations::from_spec(cluster, groups)?,
                 poll: Duration::from_secs(2),
+                etcd: etcd.clone(),
             };
             ops::run(
                 file,
@@ -545,7 +601,7 @@ async fn roll_locked(
                 roller.as_ref(),
                 &options,
                 &events,
-                rx,
+                cancel.clone(),
                 &lock_check,
             )
             .await
@@ -558,18 +614,19 @@ async fn roll_locked(
                 roller.as_ref(),
                 &options,
                 &events,
-                rx,
+                cancel.clone(),
                 &lock_check,
             )
             .await
         }
     };
-    interrupt.abort();
     if let Some(m) = multi {
         let _ = m.clear();
     }
+    // Both hold the fleet, which closes only once it is the last.
+    drop(etcd);
     drop(roller);
-    if let Some(Ok(f)) = fleet.map(std::sync::Arc::try_unwrap) {
+    if let Ok(f) = std::sync::Arc::try_unwrap(fleet) {
         f.close().await;
     }
     let (_, last) = JournalFile::load(store.as_ref(), name).await?;
@@ -590,6 +647,10 @@ async fn roll_locked(
                 .error(&format!("the cluster lock was lost: {e}"));
             Ok(exit::ERROR)
         }
+        Err(e @ ops::RollError::Interrupted(_)) => {
+            ctx.printer.error(&e.to_string());
+            Ok(exit::INTERRUPTED)
+        }
         Err(e) => {
             ctx.printer.error(&e.to_string());
             Ok(exit::ERROR)
@@ -606,12 +667,7 @@ async fn metal_roller(
     store: &Arc<dyn crate::state::StateStore>,
     journal: &Journal,
     kube: Option<Kube>,
-) -> anyhow::Result<
-    Option<(
-        crate::ops::rolling_metal::MetalRoller,
-        Arc<crate::ssh::SshFleet>,
-    )>,
-> {
+) -> anyhow::Result<Option<InPlace>> {
     let targets = Inventory {
         hosts: cluster.spec.hosts.clone(),
     }
@@ -634,12 +690,7 @@ pub(super) async fn in_place_roller(
     kube: Option<Kube>,
     targets: Vec<crate::nodes::Target>,
     cloud_api: Option<&crate::provision::render::CloudApi>,
-) -> anyhow::Result<
-    Option<(
-        crate::ops::rolling_metal::MetalRoller,
-        Arc<crate::ssh::SshFleet>,
-    )>,
-> {
+) -> anyhow::Result<Option<InPlace>> {
     let name = cluster.name();
     let owner = crate::nodes::owner::read(store.as_ref(), name)
         .await?
@@ -662,6 +713,7 @@ pub(super) async fn in_place_roller(
         fleet.close().await;
         return Ok(None);
     }
+    let etcd = etcd_health(cluster, &targets, fleet.clone());
     let roller = crate::ops::rolling_metal::MetalRoller::new(
         fleet.clone(),
         renderer,
@@ -669,7 +721,19 @@ pub(super) async fn in_place_roller(
         owner,
         kube.clone(),
     );
-    Ok(Some((roller, fleet)))
+    Ok(Some(InPlace {
+        roller,
+        fleet,
+        etcd,
+    }))
+}
+
+/// The in-place roller with what comes with it: the SSH fleet it uses (the caller closes it)
+/// and the validation gate's etcd check over the same hosts or instances.
+pub(super) struct InPlace {
+    pub roller: crate::ops::rolling_metal::MetalRoller,
+    pub fleet: Arc<crate::ssh::SshFleet>,
+    pub etcd: Arc<dyn ops::EtcdHealth>,
 }
 
 /// etcd is backed up before any control plane rolls (kubeadm's upgrade guide asks for it), on
@@ -727,6 +791,20 @@ fn control_planes_to_roll<'j>(
         })
         .map(|n| n.node_name.as_str())
         .collect()
+}
+
+/// The validation gate's etcd check over the fleet that reaches the cluster's etcd members
+/// (metal hosts, or AWS control planes: the same call).
+pub(crate) fn etcd_health(
+    cluster: &Cluster,
+    targets: &[crate::nodes::Target],
+    fleet: Arc<crate::ssh::SshFleet>,
+) -> Arc<dyn ops::EtcdHealth> {
+    Arc::new(crate::ops::etcd::SshEtcdHealth {
+        cluster: cluster.clone(),
+        targets: targets.to_vec(),
+        exec: fleet,
+    })
 }
 
 /// The cluster side under `--cloudonly`: the engine never calls it (it skips cordon, drain,

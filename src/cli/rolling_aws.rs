@@ -29,7 +29,7 @@ use crate::ssh::SshFleet;
 use crate::state::lock::LockGuard;
 
 /// The AWS roller for this run, with the SSH fleet its in-place roller uses (the caller closes
-/// it). `None` when the etcd backup before a control-plane roll failed (said; nothing was
+/// it) and the validation gate's etcd check over the control planes found. `None` when the etcd backup before a control-plane roll failed (said; nothing was
 /// rolled).
 #[allow(clippy::too_many_arguments)]
 pub async fn aws_roller<'a>(
@@ -43,7 +43,7 @@ pub async fn aws_roller<'a>(
     journal: &Journal,
     plan: &RollPlan,
     events: ops::RollEvents,
-) -> anyhow::Result<Option<(AwsRoller<'a>, Arc<SshFleet>)>> {
+) -> anyhow::Result<Option<(AwsRoller<'a>, Arc<SshFleet>, Arc<dyn ops::EtcdHealth>)>> {
     let surge = plan
         .groups
         .iter()
@@ -64,7 +64,11 @@ pub async fn aws_roller<'a>(
         .await
         .map_err(|e| anyhow::anyhow!("finding the cluster's instances: {e}"))?
         .targets;
-    let Some((in_place, fleet)) = in_place_roller(
+    let Some(super::rolling::InPlace {
+        roller: in_place,
+        fleet,
+        etcd,
+    }) = in_place_roller(
         ctx,
         a,
         cluster,
@@ -102,5 +106,5 @@ pub async fn aws_roller<'a>(
         surged: Mutex::new(Default::default()),
         raised_max: Mutex::new(Default::default()),
     };
-    Ok(Some((roller, fleet)))
+    Ok(Some((roller, fleet, etcd)))
 }

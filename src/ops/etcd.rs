@@ -12,6 +12,12 @@
 //!   directory (the old one kept as `/var/lib/etcd.kprov-previous`), etcd starts on all
 //!   members at once, each must turn healthy, then the API servers start again.
 //!
+//! - [`members`] reads the member list and every member's health (`etcdctl member list` and
+//!   `endpoint health --cluster` on the first member that answers: inside kubeadm's static pod
+//!   with stacked etcd, the service's etcdctl with host-deployed etcd), and [`assess`] says
+//!   which members are unhealthy, naming each (name, peer URL, host). [`SshEtcdHealth`] is
+//!   that check as the rolling update's validation gate calls it.
+//!
 //! Caveats: a snapshot is held in memory while it moves (the state store writes whole
 //! objects), so [`SNAPSHOT_LIMIT`] bounds memory too. Backups live under the cluster's prefix:
 //! `delete cluster` removes them with the rest of its state.
@@ -21,6 +27,8 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use crate::nodes::Target;
+use crate::ops::instance::{self, EtcdMember};
+use crate::ops::rolling::EtcdHealth;
 use crate::provision::orchestrate::Facts;
 use crate::provision::render::{self, Renderer};
 use crate::spec::{Cluster, EtcdType};
@@ -75,6 +83,107 @@ async fn run(exec: &dyn HostExecutor, host: &str, steps: &[Step]) -> anyhow::Res
         .await
         .map(|_| ())
         .map_err(|e| anyhow!(e))
+}
+
+/// The member list with every member's health, read on the first etcd member that answers
+/// (each host tried in inventory order; the errors of all of them when none does).
+pub async fn members(
+    cluster: &Cluster,
+    targets: &[Target],
+    exec: &dyn HostExecutor,
+) -> anyhow::Result<Vec<EtcdMember>> {
+    let renderer = Renderer::new(cluster, targets).context("rendering the etcdctl calls")?;
+    let hosts = renderer.etcd_members();
+    if hosts.is_empty() {
+        bail!("{} has no etcd member to ask", cluster.name());
+    }
+    let mut failures = Vec::new();
+    for m in hosts {
+        let etcdctl = match renderer.etcd_type() {
+            EtcdType::Stacked => instance::ETCDCTL.to_string(),
+            EtcdType::External => renderer.etcdctl_function(m)?,
+        };
+        match instance::etcd_members_with(exec, m.name(), &etcdctl).await {
+            Ok(list) => return Ok(list),
+            Err(e) => failures.push(format!("{}: {e:#}", m.name())),
+        }
+    }
+    bail!(
+        "could not read the etcd member list of {} on any member: {}",
+        cluster.name(),
+        failures.join("; ")
+    )
+}
+
+/// Whether etcd is healthy: at least one member, and every member of the list healthy. The
+/// error names each unhealthy member with its peer URL and the target it runs on (found by
+/// node name, which kubeadm names members after, by host name, else by peer address), and
+/// says whether quorum still holds.
+pub fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> {
+    if members.is_empty() {
+        return Err("etcd lists no member".into());
+    }
+    let unhealthy: Vec<String> = members
+        .iter()
+        .filter(|m| !m.healthy)
+        .map(|m| {
+            let name = if m.name.is_empty() {
+                format!("{} (unstarted)", m.hex_id())
+            } else {
+                m.name.clone()
+            };
+            let peer = if m.peer_urls.is_empty() {
+                "no peer URL".to_string()
+            } else {
+                format!("peer {}", m.peer_urls.join(","))
+            };
+            let host = targets
+                .iter()
+                .find(|t| {
+                    (!m.name.is_empty() && m.name == t.node_name)
+                        || instance::member_of(std::slice::from_ref(m), &t.host).is_some()
+                })
+                .map_or_else(
+                    || "on no host of the spec".to_string(),
+                    |t| format!("on host {}", t.name()),
+                );
+            format!("etcd member {name} ({peer}, {host}) is unhealthy")
+        })
+        .collect();
+    if unhealthy.is_empty() {
+        return Ok(());
+    }
+    let healthy = members.len() - unhealthy.len();
+    let quorum = members.len() / 2 + 1;
+    let margin = if healthy >= quorum {
+        format!(
+            "{healthy} of {} members healthy (quorum is {quorum})",
+            members.len()
+        )
+    } else {
+        format!(
+            "{healthy} of {} members healthy: etcd has lost quorum ({quorum} needed)",
+            members.len()
+        )
+    };
+    Err(format!("{}; {margin}", unhealthy.join("; ")))
+}
+
+/// The etcd check of the rolling update's validation gate, over SSH.
+pub struct SshEtcdHealth {
+    pub cluster: Cluster,
+    pub targets: Vec<Target>,
+    pub exec: std::sync::Arc<dyn HostExecutor>,
+}
+
+#[async_trait::async_trait]
+impl EtcdHealth for SshEtcdHealth {
+    async fn check(&self) -> Result<(), String> {
+        let members = members(&self.cluster, &self.targets, self.exec.as_ref())
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        assess(&members, &self.targets)
+    }
 }
 
 /// Takes a snapshot on the first member that is healthy and answers, and stores it. The
@@ -368,4 +477,176 @@ pub async fn restore(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::provision::orchestrate::tests::{cluster, hosts, targets};
+    use crate::ssh::task::{ExecError, StepOutcome};
+
+    fn member(id: u64, name: &str, healthy: bool) -> EtcdMember {
+        EtcdMember {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("https://198.18.0.{}:2380", 10 + id)],
+            client_urls: vec![format!("https://198.18.0.{}:2379", 10 + id)],
+            healthy,
+        }
+    }
+
+    #[test]
+    fn every_member_healthy_passes_and_each_unhealthy_one_is_named_with_peer_and_host() {
+        let hosts = targets(&hosts(3, 1));
+        let three = [
+            member(1, "cp1", true),
+            member(2, "cp2", true),
+            member(3, "cp3", true),
+        ];
+        assert_eq!(assess(&three, &hosts), Ok(()));
+
+        let one_down = [
+            member(1, "cp1", true),
+            member(2, "cp2", false),
+            member(3, "cp3", true),
+        ];
+        let e = assess(&one_down, &hosts).unwrap_err();
+        assert!(
+            e.contains("etcd member cp2 (peer https://198.18.0.12:2380, on host cp2) is unhealthy"),
+            "{e}"
+        );
+        assert!(!e.contains("cp1 (") && !e.contains("cp3 ("), "{e}");
+        assert!(e.contains("2 of 3 members healthy (quorum is 2)"), "{e}");
+
+        // Two down: quorum lost, both named. A member kubeadm has not named yet (unstarted)
+        // is found by its peer address.
+        let mut unstarted = member(3, "", false);
+        unstarted.client_urls.clear();
+        let lost = [member(1, "cp1", true), member(2, "cp2", false), unstarted];
+        let e = assess(&lost, &hosts).unwrap_err();
+        assert!(e.contains("etcd member cp2 ("), "{e}");
+        assert!(
+            e.contains("etcd member 3 (unstarted) (peer https://198.18.0.13:2380, on host cp3)"),
+            "{e}"
+        );
+        assert!(e.contains("etcd has lost quorum (2 needed)"), "{e}");
+
+        // A member on no host of the spec is still named.
+        let stray = [member(1, "cp1", true), member(9, "old-cp", false)];
+        let e = assess(&stray, &hosts).unwrap_err();
+        assert!(
+            e.contains(
+                "etcd member old-cp (peer https://198.18.0.19:2380, on no host of the spec)"
+            ),
+            "{e}"
+        );
+        assert_eq!(assess(&[], &hosts), Err("etcd lists no member".into()));
+
+        // On a cloud the target is the instance, the member its node's name.
+        let mut instance = hosts[1].clone();
+        instance.host.name = "i-0abc".into();
+        instance.host.address = "203.0.113.9".into();
+        instance.node_name = "ip-10-0-0-2.ec2.internal".into();
+        let cloud = [member(1, "ip-10-0-0-2.ec2.internal", false)];
+        let e = assess(&cloud, &[instance]).unwrap_err();
+        assert!(e.contains("on host i-0abc"), "{e}");
+    }
+
+    /// Hosts that answer etcdctl's member list and health (as the listing writes them to
+    /// files), or fail every step.
+    #[derive(Default)]
+    struct Hosts {
+        answers: HashMap<String, (String, String)>,
+        scripts: Mutex<Vec<(String, String)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl HostExecutor for Hosts {
+        async fn run_steps(
+            &self,
+            host: &str,
+            steps: &[Step],
+        ) -> Result<Vec<StepOutcome>, ExecError> {
+            if !self.answers.contains_key(host) {
+                return Err(ExecError::Step {
+                    host: host.into(),
+                    step: steps[0].name.clone(),
+                    code: Some(1),
+                    stderr: "no running etcd container on this host".into(),
+                });
+            }
+            for s in steps {
+                self.scripts
+                    .lock()
+                    .unwrap()
+                    .push((host.into(), s.run.clone()));
+            }
+            Ok(vec![StepOutcome::Changed; steps.len()])
+        }
+
+        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+            let (list, health) = &self.answers[host];
+            Ok(Some(Bytes::from(if path.ends_with("members.json") {
+                list.clone()
+            } else {
+                health.clone()
+            })))
+        }
+    }
+
+    const LIST: &str = r#"{"members":[
+        {"ID":1,"name":"cp1","peerURLs":["https://198.18.0.11:2380"],"clientURLs":["https://198.18.0.11:2379"]},
+        {"ID":2,"name":"cp2","peerURLs":["https://198.18.0.12:2380"],"clientURLs":["https://198.18.0.12:2379"]}]}"#;
+    const HEALTH: &str = r#"[{"endpoint":"https://198.18.0.11:2379","health":true},
+        {"endpoint":"https://198.18.0.12:2379","health":false,"error":"context deadline exceeded"}]"#;
+
+    #[tokio::test]
+    async fn members_are_read_on_the_first_member_that_answers_in_either_topology() {
+        let hosts = hosts(2, 1);
+        let exec = Hosts {
+            answers: [("cp2".to_string(), (LIST.to_string(), HEALTH.to_string()))].into(),
+            ..Hosts::default()
+        };
+        let stacked = cluster("");
+        let m = members(&stacked, &targets(&hosts), &exec).await.unwrap();
+        assert_eq!(m.len(), 2);
+        assert!(m[0].healthy && !m[1].healthy);
+        let scripts = exec.scripts.lock().unwrap().clone();
+        let (on, script) = &scripts[0];
+        assert_eq!(on, "cp2", "cp1 did not answer, cp2 did");
+        assert!(script.contains("crictl exec"), "{script}");
+        assert!(
+            script.contains("etcdctl endpoint health --cluster -w json"),
+            "{script}"
+        );
+        let e = assess(&m, &targets(&hosts)).unwrap_err();
+        assert!(e.contains("etcd member cp2 (peer https://198.18.0.12:2380, on host cp2)"));
+
+        // Host-deployed etcd: the service's etcdctl against the member's own address.
+        let mut external = cluster("");
+        if let Some(e) = external.spec.etcd.as_mut() {
+            e.kind = EtcdType::External;
+        }
+        exec.scripts.lock().unwrap().clear();
+        members(&external, &targets(&hosts), &exec).await.unwrap();
+        let scripts = exec.scripts.lock().unwrap().clone();
+        let script = &scripts[0].1;
+        assert!(!script.contains("crictl"), "{script}");
+        assert!(
+            script.contains("command etcdctl --endpoints 'https://198.18.0.12:2379'"),
+            "{script}"
+        );
+
+        // Nobody answers: every host's failure is in the error.
+        let none = Hosts::default();
+        let e = members(&stacked, &targets(&hosts), &none)
+            .await
+            .unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("cp1: ") && e.contains("cp2: "), "{e}");
+        assert!(!e.contains("w1"), "a worker was asked: {e}");
+    }
 }

@@ -262,7 +262,7 @@ pub fn member_of<'a>(members: &'a [EtcdMember], host: &Host) -> Option<&'a EtcdM
 }
 
 /// etcdctl inside the running etcd container, with the etcd static pod's certificates.
-const ETCDCTL: &str = "id=$(crictl ps --name '^etcd$' --state running -q | head -n1)\n\
+pub(crate) const ETCDCTL: &str = "id=$(crictl ps --name '^etcd$' --state running -q | head -n1)\n\
 [ -n \"$id\" ] || { echo 'no running etcd container on this host' >&2; exit 1; }\n\
 etcdctl() { crictl exec \"$id\" etcdctl --endpoints=https://127.0.0.1:2379 \
 --cacert=/etc/kubernetes/pki/etcd/ca.crt \
@@ -272,10 +272,21 @@ etcdctl() { crictl exec \"$id\" etcdctl --endpoints=https://127.0.0.1:2379 \
 const ANSWER_DIR: &str = "/run/kprov";
 
 async fn etcd_members(exec: &dyn HostExecutor, via: &str) -> anyhow::Result<Vec<EtcdMember>> {
+    etcd_members_with(exec, via, ETCDCTL).await
+}
+
+/// The member list and every member's health, read on `via`; `etcdctl` is shell code that
+/// defines the `etcdctl` function the listing calls ([`ETCDCTL`] for kubeadm's static pod,
+/// `Renderer::etcdctl_function` for host-deployed etcd).
+pub(crate) async fn etcd_members_with(
+    exec: &dyn HostExecutor,
+    via: &str,
+    etcdctl: &str,
+) -> anyhow::Result<Vec<EtcdMember>> {
     let list_file = format!("{ANSWER_DIR}/etcd-members.json");
     let health_file = format!("{ANSWER_DIR}/etcd-health.json");
     let run = format!(
-        "set -eu\numask 077\nmkdir -p {dir}\n{ETCDCTL}\
+        "set -eu\numask 077\nmkdir -p {dir}\n{etcdctl}\
          etcdctl member list -w json > {list}\n\
          # Unhealthy endpoints make etcdctl exit non-zero; the JSON still lists every endpoint.\n\
          etcdctl endpoint health --cluster -w json > {health} 2>/dev/null || true\n",

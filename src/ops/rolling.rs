@@ -88,6 +88,14 @@ pub trait ClusterApi: Send + Sync {
     async fn validate(&self) -> Result<(), String>;
 }
 
+/// etcd's side of validation: the validation gate asks it after the API's checks.
+#[async_trait]
+pub trait EtcdHealth: Send + Sync {
+    /// Ok when every member of etcd's member list is healthy; otherwise a sentence naming
+    /// each unhealthy member (name, peer URL, host), or why the list could not be read.
+    async fn check(&self) -> Result<(), String>;
+}
+
 /// The machines.
 #[async_trait]
 pub trait NodeRoller: Send + Sync {
@@ -504,16 +512,21 @@ async fn gate(
 }
 
 /// The real cluster side of a roll: `kube::drain` (kubectl's rules, budgets respected with
-/// back-off, bounded) and the checks of `validate cluster`.
+/// back-off, bounded) and validation: the checks of `validate cluster` (nodes registered and
+/// Ready, none left uninitialized, the add-ons' pods running, kube-system Deployments and
+/// DaemonSets available), then etcd's members when `etcd` is set. The roll's first gate is
+/// what refuses to start on an unhealthy cluster.
 ///
-/// Caveat: validation does not yet ask etcd for its members' health (control-plane pods and
-/// nodes only); the roll's first gate is what refuses an unhealthy cluster.
+/// Caveat: with `etcd: None` (today AWS, until its roller builds an [`EtcdHealth`]) etcd is
+/// not asked; a member down shows only through what the API reports.
 pub struct KubeCluster {
     pub kube: Kube,
     pub cluster: Cluster,
     pub expect: Expectations,
     /// How often evictions, Ready and pods are re-checked.
     pub poll: Duration,
+    /// etcd's members, asked on every validation (`ops::etcd::SshEtcdHealth`).
+    pub etcd: Option<Arc<dyn EtcdHealth>>,
 }
 
 #[async_trait]
@@ -583,15 +596,28 @@ impl ClusterApi for KubeCluster {
         let r = validate::validate_cluster(&self.kube, &self.cluster, &self.expect)
             .await
             .map_err(|e| e.to_string())?;
-        if r.ok {
-            return Ok(());
-        }
-        Err(r
-            .failures
-            .iter()
-            .map(|f| format!("{} {}: {}", f.kind, f.name, f.message))
-            .collect::<Vec<_>>()
-            .join("; "))
+        let api = (!r.ok).then(|| {
+            r.failures
+                .iter()
+                .map(|f| format!("{} {}: {}", f.kind, f.name, f.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        let etcd = match &self.etcd {
+            Some(etcd) => etcd.check().await.err(),
+            None => None,
+        };
+        combine(api, etcd)
+    }
+}
+
+/// One validation's verdict from the API's failures and etcd's: both are reported.
+fn combine(api: Option<String>, etcd: Option<String>) -> Result<(), String> {
+    match (api, etcd) {
+        (None, None) => Ok(()),
+        (Some(a), None) => Err(a),
+        (None, Some(e)) => Err(e),
+        (Some(a), Some(e)) => Err(format!("{a}; {e}")),
     }
 }
 

@@ -1023,6 +1023,22 @@ impl Renderer {
         ) + args
     }
 
+    /// Shell code defining `etcdctl` as a function that talks to host-deployed etcd on
+    /// `member` (the service's etcdctl, the health-check client certificate), so scripts
+    /// written against kubeadm's static pod (`crictl exec` into it) run unchanged.
+    pub fn etcdctl_function(&self, member: &Target) -> Result<String, RenderError> {
+        let ip = node_ip(&member.host)?;
+        Ok("etcdctl() { ".to_string()
+            + &script!(
+                "ETCDCTL_API=3 command etcdctl --endpoints {} --cacert {} --cert {} --key {}",
+                format!("https://{ip}:2379"),
+                ETCD_CA_CERT,
+                ETCD_HEALTHCHECK_CERT,
+                ETCD_HEALTHCHECK_KEY
+            )
+            + " \"$@\"; }\n")
+    }
+
     /// The etcd members: the control planes with stacked etcd, the etcd hosts with external.
     pub fn etcd_members(&self) -> Vec<&Target> {
         match self.etcd {

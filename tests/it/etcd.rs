@@ -284,7 +284,9 @@ fn kubespray_inventories_with_etcd_beside_other_roles_create_and_preview() {
     }
 }
 
-fn provision(lab: &Lab, name: &str) {
+/// A cluster of two control planes and three host-deployed etcd members (host1-3) among
+/// five hosts, created and provisioned.
+pub(crate) fn provision(lab: &Lab, name: &str) {
     let inv = lab.write("hosts.yaml", &builder_inventory(lab));
     lab.create_metal_spec(name, &inv);
     ok(&provisioned_two_plus_three_after_create(lab, name));

@@ -223,6 +223,47 @@ impl Lab {
         all
     }
 
+    /// Writes the member list the stand-in etcd answers from on `on` (crictl into the static
+    /// pod, or the host's etcdctl): (member id, host, healthy), each member named after its
+    /// host with the host's address in its URLs. Rewriting it while kprov runs is how a member
+    /// goes unhealthy mid-roll.
+    pub(crate) fn seed_etcd_members(&self, on: &str, members: &[(u64, &str, bool)]) {
+        let lines: String = members
+            .iter()
+            .map(|(id, host, healthy)| {
+                let addr = &self.host(host).address;
+                format!("{id} {host} https://{addr}:2380 https://{addr}:2379 {healthy}\n")
+            })
+            .collect();
+        self.host(on)
+            .exec(&format!(
+                "mkdir -p /var/lib/kprov-standins && printf '%s' '{lines}' > /var/lib/kprov-standins/etcd-members.new \
+                 && mv /var/lib/kprov-standins/etcd-members.new /var/lib/kprov-standins/etcd-members"
+            ))
+            .expect("seed etcd members");
+    }
+
+    /// The rolling update's journal in the lab's store, when there is one.
+    pub(crate) fn journal(&self, cluster: &str) -> Option<serde_json::Value> {
+        let path = self
+            .store_dir()
+            .join(cluster)
+            .join("journal/rolling-update.json");
+        let bytes = std::fs::read(path).ok()?;
+        // A reader may race the store's atomic rename: a torn read is retried by the caller.
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// The journal's step of `node` (`waiting`, `cordoned`, ...), when journaled.
+    pub(crate) fn journal_step(&self, cluster: &str, node: &str) -> Option<String> {
+        let j = self.journal(cluster)?;
+        j["nodes"]
+            .as_array()?
+            .iter()
+            .find(|n| n["nodeName"] == node)
+            .and_then(|n| n["step"].as_str().map(str::to_string))
+    }
+
     /// Changes the stored Cluster the way an operator does: `get -o yaml`, edit, `replace -f`.
     pub(crate) fn edit_cluster(&self, cluster: &str, edit: impl FnOnce(&mut Cluster)) {
         let yaml = ok(&self.kprov(&["get", "cluster", cluster, "-o", "yaml"]));

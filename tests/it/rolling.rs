@@ -322,6 +322,7 @@ mod engine_on_the_fake_api {
                 cluster,
                 expect,
                 poll: Duration::from_millis(50),
+                etcd: None,
             },
         )
     }
@@ -339,6 +340,88 @@ mod engine_on_the_fake_api {
 
     fn unschedulable(fake: &FakeKube, name: &str) -> bool {
         fake.get("Node", None, name).unwrap()["spec"]["unschedulable"].as_bool() == Some(true)
+    }
+
+    /// etcd as the gate sees it: healthy, or the sentence of an unhealthy member.
+    struct Etcd(Mutex<Option<String>>);
+
+    #[async_trait]
+    impl rolling::EtcdHealth for Etcd {
+        async fn check(&self) -> Result<(), String> {
+            match self.0.lock().unwrap().clone() {
+                None => Ok(()),
+                Some(e) => Err(e),
+            }
+        }
+    }
+
+    /// Validation is the API's checks (nodes, kube-system workloads, uninitialized nodes)
+    /// and etcd's: each failure named, both reported when both fail, and it passes only when
+    /// all of them pass.
+    #[tokio::test]
+    async fn validation_asks_etcd_and_kube_system_workloads_and_names_what_fails() {
+        use kprov::ops::rolling::ClusterApi;
+        let (fake, mut api) = setup().await;
+        let etcd = Arc::new(Etcd(Mutex::new(None)));
+        api.etcd = Some(etcd.clone());
+        api.validate().await.expect("healthy");
+
+        let member = "etcd member cp2 (peer https://198.18.0.12:2380, on host cp2) is unhealthy";
+        *etcd.0.lock().unwrap() = Some(member.into());
+        let e = api.validate().await.unwrap_err();
+        assert_eq!(e, member);
+
+        // A kube-system Deployment short of replicas and a DaemonSet short of pods.
+        fake.put(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "coredns", "namespace": "kube-system"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                     "template": {"metadata": {"labels": {"k8s-app": "kube-dns"}}, "spec": {"containers": []}}},
+            "status": {"replicas": 2, "availableReplicas": 1},
+        }));
+        fake.put(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"k8s-app": "kube-proxy"}},
+                     "template": {"metadata": {"labels": {"k8s-app": "kube-proxy"}}, "spec": {"containers": []}}},
+            "status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3,
+                       "numberMisscheduled": 0, "numberReady": 2, "numberAvailable": 2},
+        }));
+        let e = api.validate().await.unwrap_err();
+        assert!(
+            e.contains("deployment kube-system/coredns: 1 of 2 replicas available"),
+            "{e}"
+        );
+        assert!(
+            e.contains("daemonset kube-system/kube-proxy: 2 of 3 pods available"),
+            "{e}"
+        );
+        assert!(e.ends_with(member), "etcd's failure reported too: {e}");
+
+        // A node the cloud-controller-manager never initialised.
+        *etcd.0.lock().unwrap() = None;
+        fake.set_status(
+            "Deployment",
+            Some("kube-system"),
+            "coredns",
+            json!({"replicas": 2, "availableReplicas": 2}),
+        );
+        fake.set_status(
+            "DaemonSet",
+            Some("kube-system"),
+            "kube-proxy",
+            json!({"desiredNumberScheduled": 3, "currentNumberScheduled": 3,
+                   "numberMisscheduled": 0, "numberReady": 3, "numberAvailable": 3}),
+        );
+        api.validate().await.expect("healthy again");
+        fake.put(node("w2", false, true, true, Some("p")));
+        let e = api.validate().await.unwrap_err();
+        assert!(
+            e.contains(
+                "node w2: still has the node.cloudprovider.kubernetes.io/uninitialized taint"
+            ),
+            "{e}"
+        );
     }
 
     #[tokio::test]
@@ -527,6 +610,538 @@ mod roll_with_yes {
             "ReplicaSet",
             &format!("{app}-rs"),
         )
+    }
+
+    /// The fake API as a healthy metal cluster of `hosts` shows it: a Ready Node each, a
+    /// running calico-node pod on each (owned by its DaemonSet), CoreDNS on the last host
+    /// (a DaemonSet's pod), the ReplicaSet controller running.
+    fn cluster_api(hosts: &[(&str, &str)]) -> (tokio::runtime::Runtime, FakeKube) {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let fake = rt.block_on(FakeKube::start());
+        for (h, role) in hosts {
+            fake.put(node(h, *role == "control-plane", true, false, None));
+            fake.put(owned_by(
+                pod(
+                    "kube-system",
+                    &format!("calico-node-{h}"),
+                    json!({ "k8s-app": "calico-node" }),
+                    h,
+                    "Running",
+                    true,
+                ),
+                "DaemonSet",
+                "calico-node",
+            ));
+        }
+        let last = hosts.last().map(|(h, _)| *h).unwrap_or("host1");
+        fake.put(owned_by(
+            pod(
+                "kube-system",
+                "coredns-1",
+                json!({ "k8s-app": "kube-dns" }),
+                last,
+                "Running",
+                true,
+            ),
+            // Drains skip it: validation finds CoreDNS whichever node rolls, even when
+            // every node is a control plane (tainted) and an evicted pod would stay Pending.
+            "DaemonSet",
+            "coredns-as-a-daemonset",
+        ));
+        // Evicted ReplicaSet pods come back on another node.
+        fake.run_replicaset_controller();
+        (rt, fake)
+    }
+
+    /// `rolling-update cluster NAME --yes --kubeconfig KC` and `extra`.
+    fn roll_args<'a>(name: &'a str, kc: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut v = vec![
+            "rolling-update",
+            "cluster",
+            name,
+            "--yes",
+            "--kubeconfig",
+            kc,
+        ];
+        v.extend_from_slice(extra);
+        v
+    }
+
+    /// Polls `ready` every 50 ms until it holds; panics (after killing `child`) when the child
+    /// exits first or `secs` pass.
+    fn wait_for(
+        child: &mut std::process::Child,
+        secs: u64,
+        what: &str,
+        mut ready: impl FnMut() -> bool,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !ready() {
+            if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("never saw: {what}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGINT to the process group of `child`, as a terminal's Ctrl-C sends it.
+    fn ctrl_c(child: &std::process::Child) {
+        let st = std::process::Command::new("kill")
+            .args(["-INT", "--", &format!("-{}", child.id())])
+            .status()
+            .expect("kill");
+        assert!(st.success(), "SIGINT not delivered");
+    }
+
+    /// Waits (bounded) for `child` to exit; its exit code.
+    fn exit_within(child: &mut std::process::Child, secs: u64) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                return st.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("kprov did not exit within {secs}s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `kprov` started in the background in a process group of its own (a terminal's job),
+    /// stderr to `log`.
+    fn spawn(lab: &Lab, args: &[&str], log: &std::path::Path) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        lab.kprov_command(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log"))
+            .process_group(0)
+            .spawn()
+            .expect("kprov starts")
+    }
+
+    /// etcd's health is part of the validation gate, read over SSH on the first member that
+    /// answers (the stand-in's member list on host1; three stacked control planes): an
+    /// unhealthy member refuses the roll before any node is touched, naming it; a member that
+    /// goes unhealthy after the first control plane stops the roll at that gate, naming it,
+    /// the other control planes untouched; healed, the next run resumes without rolling the
+    /// first control plane again.
+    #[test]
+    fn an_unhealthy_etcd_member_refuses_the_roll_and_one_lost_mid_roll_stops_it_at_the_gate() {
+        let lab = Lab::start(3);
+        let name = "etcdgate.metal.example.com";
+        let hosts = [
+            ("host1", "control-plane"),
+            ("host2", "control-plane"),
+            ("host3", "control-plane"),
+        ];
+        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+        lab.create_metal(name, &inv);
+        lab.provision(name);
+        let (_rt, fake) = cluster_api(&hosts);
+        let kc = fake.kubeconfig.display().to_string();
+        let addr3 = lab.host("host3").address.clone();
+        let named =
+            format!("etcd member host3 (peer https://{addr3}:2380, on host host3) is unhealthy");
+        set_label(&lab, name, &["host1", "host2", "host3"], "web");
+        const HEALTHY: [(u64, &str, bool); 3] =
+            [(1, "host1", true), (2, "host2", true), (3, "host3", true)];
+        const HOST3_DOWN: [(u64, &str, bool); 3] =
+            [(1, "host1", true), (2, "host2", true), (3, "host3", false)];
+
+        // 1. host2's member is down before the roll: refused, nothing touched.
+        lab.seed_etcd_members("host1", &HOST3_DOWN);
+        let t0 = now_ns();
+        fake.clear_requests();
+        let o = lab.kprov(&roll_args(
+            name,
+            &kc,
+            &["--validate-count", "1", "--validation-timeout", "3s"],
+        ));
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let err = text(&o.stderr);
+        assert!(err.contains(&named), "{}", show(&o));
+        assert!(err.contains("before the roll starts"), "{}", show(&o));
+        assert!(err.contains("2 of 3 members healthy"), "{}", show(&o));
+        assert!(
+            !fake.requests().iter().any(|r| r.is_write()),
+            "the API was written to: {:?}",
+            fake.requests()
+        );
+        for (h, _) in hosts {
+            assert!(kubelet_restarts(&lab, h, t0).is_empty(), "{h} touched");
+            assert!(record(&lab, h)["labels"].get("tier").is_none(), "{h}");
+            assert_eq!(lab.journal_step(name, h).as_deref(), Some("waiting"), "{h}");
+        }
+        // The member list was read inside host1's etcd container.
+        assert!(
+            lab.calls("host1")
+                .iter()
+                .any(|(t, c)| *t > t0 && c.contains("etcdctl") && c.contains("member list")),
+            "{:?}",
+            lab.calls("host1")
+        );
+
+        // 2. Healthy again; host2's member fails once host1 is re-provisioned: the gate after
+        //    host1 stops the roll naming it, host2 and host3 untouched.
+        lab.seed_etcd_members("host1", &HEALTHY);
+        let t1 = now_ns();
+        let log = lab.dir.path().join("gate.log");
+        let args = roll_args(
+            name,
+            &kc,
+            &["--validate-count", "2", "--validation-timeout", "25s"],
+        );
+        let mut child = spawn(&lab, &args, &log);
+        wait_for(&mut child, 120, "host1 re-provisioned", || {
+            matches!(
+                lab.journal_step(name, "host1").as_deref(),
+                Some("replaced" | "uncordoned" | "validated")
+            )
+        });
+        lab.seed_etcd_members("host1", &HOST3_DOWN);
+        let code = exit_within(&mut child, 90);
+        let err = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("did not pass validation 2 times in a row")
+                && err.contains("after host1")
+                && err.contains(&named),
+            "{err}"
+        );
+        assert_eq!(record(&lab, "host1")["labels"]["tier"], "web");
+        assert_eq!(kubelet_restarts(&lab, "host1", t1).len(), 1);
+        for h in ["host2", "host3"] {
+            assert!(kubelet_restarts(&lab, h, t1).is_empty(), "{h} rolled");
+            assert!(cordons(&fake, h).is_empty(), "{h} cordoned");
+            assert_eq!(lab.journal_step(name, h).as_deref(), Some("waiting"));
+        }
+        assert_eq!(
+            lab.journal_step(name, "host1").as_deref(),
+            Some("uncordoned")
+        );
+
+        // 3. Healed: the next run resumes at the gate after host1 and rolls the rest only.
+        lab.seed_etcd_members("host1", &HEALTHY);
+        let t2 = now_ns();
+        let o = lab.kprov(&roll_args(
+            name,
+            &kc,
+            &["--validate-count", "1", "--validation-timeout", "30s"],
+        ));
+        ok(&o);
+        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        assert!(
+            kubelet_restarts(&lab, "host1", t2).is_empty(),
+            "host1 again"
+        );
+        for h in ["host2", "host3"] {
+            assert_eq!(record(&lab, h)["labels"]["tier"], "web", "{h}");
+        }
+    }
+
+    /// With host-deployed etcd (three etcd hosts beside two control planes) the gate asks
+    /// the service's etcdctl on the first etcd host: a member down there refuses the roll of a
+    /// worker, naming it, before anything is touched.
+    #[test]
+    fn an_unhealthy_host_deployed_etcd_member_refuses_the_roll() {
+        let lab = Lab::start(5);
+        let name = "etcdhost.metal.example.com";
+        crate::etcd::provision(&lab, name);
+        let hosts = [
+            ("host1", "control-plane"),
+            ("host2", "control-plane"),
+            ("host3", "node"),
+            ("host4", "node"),
+            ("host5", "node"),
+        ];
+        let (_rt, fake) = cluster_api(&hosts);
+        let kc = fake.kubeconfig.display().to_string();
+        set_label(&lab, name, &["host4"], "web");
+        lab.seed_etcd_members(
+            "host1",
+            &[(1, "host1", true), (2, "host2", false), (3, "host3", true)],
+        );
+        let t0 = now_ns();
+        fake.clear_requests();
+        let o = lab.kprov(&roll_args(
+            name,
+            &kc,
+            &["--validate-count", "1", "--validation-timeout", "3s"],
+        ));
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let addr2 = &lab.host("host2").address;
+        assert!(
+            text(&o.stderr).contains(&format!(
+                "etcd member host2 (peer https://{addr2}:2380, on host host2) is unhealthy; 2 of 3 members healthy"
+            )),
+            "{}",
+            show(&o)
+        );
+        // Asked through the host's etcdctl at its own address, not a container.
+        let addr1 = &lab.host("host1").address;
+        assert!(
+            lab.calls("host1").iter().any(|(t, c)| *t > t0
+                && c.starts_with(&format!("etcdctl --endpoints https://{addr1}:2379"))
+                && c.contains("endpoint health --cluster -w json")),
+            "{:?}",
+            lab.calls("host1")
+        );
+        assert!(
+            !lab.calls("host1")
+                .iter()
+                .any(|(t, c)| *t > t0 && c.starts_with("crictl"))
+        );
+        assert!(!fake.requests().iter().any(|r| r.is_write()));
+        assert!(kubelet_restarts(&lab, "host4", t0).is_empty());
+    }
+
+    /// Ctrl-C through the binary, sent to its process group as a terminal does:
+    /// 0. during the etcd backup before the control plane rolls: the backup finishes, the
+    ///    roll stops before its first node (exit 130), the lock is released;
+    /// 1. mid-drain (a budget holds host2): the drain is abandoned, exit 130, the message
+    ///    names host2 and its step, the journal records it (cordoned, why), the lock is
+    ///    released (the next run takes it at once) and that run finishes without rolling
+    ///    host1 again;
+    /// 2. during a re-provision (a slow kubelet restart on host3): that step is finished (its
+    ///    record written), then the roll stops, exit 130, host3 journaled `replaced`;
+    /// 3. a second Ctrl-C during such a step exits at once (130), saying the lock stays held;
+    ///    after `lock break` the next run rolls host3 again (the cut step is safe to repeat);
+    /// 4. SIGTERM mid-drain behaves as the first Ctrl-C.
+    #[test]
+    fn ctrl_c_stops_at_a_safe_point_journals_it_releases_the_lock_and_a_rerun_resumes() {
+        let lab = Lab::start(3);
+        let name = "ctrlc.metal.example.com";
+        let hosts = [
+            ("host1", "control-plane"),
+            ("host2", "node"),
+            ("host3", "node"),
+        ];
+        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+        lab.create_metal(name, &inv);
+        lab.provision(name);
+        let (_rt, fake) = cluster_api(&hosts);
+        let kc = fake.kubeconfig.display().to_string();
+        let args = roll_args(
+            name,
+            &kc,
+            &[
+                "--validate-count",
+                "1",
+                "--validation-timeout",
+                "60s",
+                "--drain-timeout",
+                "10m",
+            ],
+        );
+        let log = lab.dir.path().join("ctrlc.log");
+        let journal_node = |node: &str| -> serde_json::Value {
+            let j = lab.journal(name).expect("journal");
+            j["nodes"]
+                .as_array()
+                .and_then(|ns| ns.iter().find(|n| n["nodeName"] == node).cloned())
+                .unwrap_or_else(|| panic!("{node} not in the journal: {j}"))
+        };
+
+        // 0. Interrupted during the etcd backup taken before the control plane rolls (the
+        //    lock is already held): the backup finishes, the roll stops before its first
+        //    node, the lock is released.
+        set_label(&lab, name, &["host1", "host2", "host3"], "web");
+        let snapshot_delay = "/var/lib/kprov-standins/snapshot-delay";
+        lab.host("host1")
+            .exec(&format!("echo 2 > {snapshot_delay}"))
+            .expect("slow backup");
+        let t0 = now_ns();
+        fake.clear_requests();
+        let mut child = spawn(&lab, &args, &log);
+        wait_for(&mut child, 120, "the etcd backup", || {
+            lab.calls("host1")
+                .iter()
+                .any(|(t, c)| *t > t0 && c.contains("snapshot save"))
+        });
+        ctrl_c(&child);
+        let code = exit_within(&mut child, 60);
+        let err = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("etcd backed up from host1"), "{err}");
+        assert!(
+            err.contains("interrupted: during validation before the roll starts"),
+            "{err}"
+        );
+        for (h, _) in hosts {
+            assert_eq!(journal_node(h)["step"], "waiting", "{h}");
+            assert!(kubelet_restarts(&lab, h, t0).is_empty(), "{h}");
+        }
+        assert!(!fake.requests().iter().any(|r| r.is_write()), "{err}");
+        let status = ok(&lab.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
+        lab.host("host1")
+            .exec(&format!("rm -f {snapshot_delay}"))
+            .expect("fast backup");
+
+        // 1. Interrupted while host2's drain waits on a budget.
+        fake.put(rs_pod("db-1", "db", "host2"));
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("minAvailable", json!("100%")),
+        ));
+        let mut child = spawn(&lab, &args, &log);
+        wait_for(&mut child, 120, "host2's drain", || {
+            lab.journal_step(name, "host2").as_deref() == Some("cordoned")
+                && fake
+                    .requests()
+                    .iter()
+                    .any(|r| r.path.ends_with("/eviction"))
+        });
+        let interrupted_at = Instant::now();
+        ctrl_c(&child);
+        let code = exit_within(&mut child, 30);
+        let stopped_in = interrupted_at.elapsed();
+        let err = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(code, Some(130), "{err}");
+        assert!(
+            err.contains("interrupted: host2 was cordoned (drain abandoned"),
+            "{err}"
+        );
+        assert!(
+            err.contains("run `rolling-update cluster --yes` again"),
+            "{err}"
+        );
+        let n2 = journal_node("host2");
+        assert_eq!(n2["step"], "cordoned", "{n2}");
+        assert!(
+            n2["stopped"]
+                .as_str()
+                .is_some_and(|s| s.contains("abandoned by an interrupt")),
+            "{n2}"
+        );
+        assert_eq!(journal_node("host1")["step"], "validated");
+        assert_eq!(journal_node("host3")["step"], "waiting");
+        assert!(unschedulable(&fake, "host2"), "host2 stays cordoned");
+        // The lock was released on the way out.
+        let status = ok(&lab.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
+
+        // ... and the next run takes it at once, resumes at host2, leaves host1 alone.
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("maxUnavailable", json!(1)),
+        ));
+        let t1 = now_ns();
+        fake.clear_requests();
+        let o = lab.kprov(&args);
+        ok(&o);
+        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        assert!(
+            kubelet_restarts(&lab, "host1", t1).is_empty(),
+            "host1 again"
+        );
+        assert!(cordons(&fake, "host1").is_empty(), "host1 cordoned again");
+        for h in ["host2", "host3"] {
+            assert_eq!(record(&lab, h)["labels"]["tier"], "web", "{h}");
+            assert!(!unschedulable(&fake, h), "{h}");
+        }
+
+        // 2. Interrupted while host3's re-provision restarts the kubelet (slowly): the step
+        //    is finished, then the roll stops.
+        set_label(&lab, name, &["host3"], "api");
+        let delay = "/var/lib/kprov-standins/systemd/kubelet.restart-delay";
+        lab.host("host3")
+            .exec(&format!("echo 3 > {delay}"))
+            .expect("slow restart");
+        let t2 = now_ns();
+        let mut child = spawn(&lab, &args, &log);
+        wait_for(&mut child, 120, "host3's kubelet restart", || {
+            !kubelet_restarts(&lab, "host3", t2).is_empty()
+        });
+        ctrl_c(&child);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the re-provision was cut"
+        );
+        let code = exit_within(&mut child, 60);
+        let err = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("interrupted: host3 was replaced"), "{err}");
+        assert_eq!(journal_node("host3")["step"], "replaced");
+        assert_eq!(record(&lab, "host3")["labels"]["tier"], "api", "{err}");
+
+        // 3. Twice during such a step: out at once, the lock left held.
+        ok(&lab.kprov(&args));
+        set_label(&lab, name, &["host3"], "db");
+        lab.host("host3")
+            .exec(&format!("echo 60 > {delay}"))
+            .expect("slower restart");
+        let t3 = now_ns();
+        let mut child = spawn(&lab, &args, &log);
+        wait_for(&mut child, 120, "host3's kubelet restart", || {
+            !kubelet_restarts(&lab, "host3", t3).is_empty()
+        });
+        ctrl_c(&child);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(child.try_wait().expect("wait").is_none(), "out after one");
+        let twice = Instant::now();
+        ctrl_c(&child);
+        let code = exit_within(&mut child, 10);
+        let out_in = twice.elapsed();
+        let err = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("interrupted twice"), "{err}");
+        let o = lab.kprov(&args);
+        assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+        assert_eq!(journal_node("host3")["step"], "drained");
+        lab.host("host3")
+            .exec(&format!("rm -f {delay}"))
+            .expect("fast restart");
+        ok(&lab.kprov(&["lock", "break", name]));
+        let o = lab.kprov(&args);
+        ok(&o);
+        assert_eq!(
+            record(&lab, "host3")["labels"]["tier"],
+            "db",
+            "{}",
+            show(&o)
+        );
+
+        // 4. SIGTERM (a service manager stopping kprov) is a first Ctrl-C.
+        set_label(&lab, name, &["host2"], "db");
+        fake.put(rs_pod("db-9", "db", "host2"));
+        fake.put(pdb(
+            "default",
+            "db",
+            json!({ "app": "db" }),
+            ("minAvailable", json!("100%")),
+        ));
+        fake.clear_requests();
+        let mut child = spawn(&lab, &args, &log);
+        wait_for(&mut child, 120, "host2's drain", || {
+            fake.requests()
+                .iter()
+                .any(|r| r.path.ends_with("/pods/db-9/eviction"))
+        });
+        let st = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(st.success());
+        let code = exit_within(&mut child, 30);
+        let err = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("interrupted: host2 was cordoned"), "{err}");
+        assert_eq!(journal_node("host2")["step"], "cordoned");
+        let status = ok(&lab.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
+        eprintln!(
+            "ctrl-c figures: mid-drain interrupt to exit {stopped_in:?}; second interrupt to exit {out_in:?}"
+        );
     }
 
     #[test]

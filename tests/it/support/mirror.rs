@@ -186,8 +186,12 @@ fn standin(tool: &str, version: &str) -> String {
         "crictl" => "crictl",
         _ => "simple",
     };
+    // etcdctl's member commands are one shell file shared by the two stand-ins that play it.
+    let members = std::fs::read_to_string(Path::new(STANDINS).join("etcd-members.sh"))
+        .expect("etcd-members.sh");
     std::fs::read_to_string(Path::new(STANDINS).join(template))
         .expect("stand-in template")
+        .replace("@ETCD_MEMBERS_SH@", &members)
         .replace("@TOOL@", tool)
         .replace("@VERSION@", version)
 }
