@@ -453,3 +453,33 @@ pub async fn delete(
     .context("deleting cloud resources")?;
     Ok((plan, Some(report.done.len())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refused_key_or_login_ends_the_wait_for_a_login() {
+        let connect = |m: &str| ExecError::Connect {
+            host: "i-1".into(),
+            message: m.into(),
+        };
+        // The instance behind the bastion is not up yet: wait.
+        assert!(!refused(&connect(
+            "kex_exchange_identification: Connection closed by remote host"
+        )));
+        assert!(!refused(&connect(
+            "channel 0: open failed: connect failed: Connection refused"
+        )));
+        // The bastion's or the instance's key, or the login: waiting does not help.
+        assert!(refused(&connect("Host key verification failed.")));
+        assert!(refused(&connect(
+            "ubuntu@198.18.32.4: Permission denied (publickey)."
+        )));
+        assert!(refused(&ExecError::HostKeyChanged {
+            host: "i-1".into(),
+            known: "SHA256:a".into(),
+            offered: "SHA256:b".into(),
+        }));
+    }
+}
