@@ -26,7 +26,9 @@ use crate::cloud::engine::{self, ApplyOptions, Plan};
 use crate::nodes::{NodePlan, Target};
 use crate::spec::{Cluster, InstanceGroup};
 use crate::ssh::KeyConflict;
+use crate::ssh::task::{ExecError, HostExecutor};
 use crate::state::{StateStore, lock};
+use futures::StreamExt;
 
 /// How long instances get to answer SSH after the cloud apply.
 pub const SSH_WAIT: Duration = Duration::from_secs(300);
@@ -245,6 +247,45 @@ pub async fn apply(
             });
         }
     }
+    // Behind a bastion the probe above cannot see a node's sshd, and a connection through the
+    // bastion to an instance whose sshd is not up yet fails instead of waiting.
+    let behind: Vec<&Target> = targets
+        .iter()
+        .filter(|t| t.host.bastion.is_some())
+        .collect();
+    let logins = futures::stream::iter(behind.iter().map(|t| async move {
+        let on_wait = |last: String| {
+            events(&AwsEvent::Wait(wait::WaitEvent::Waiting {
+                instance: t.name().to_string(),
+                last,
+            }))
+        };
+        (
+            *t,
+            wait_for_login(
+                store,
+                cluster,
+                t,
+                SSH_WAIT,
+                Duration::from_secs(2),
+                &on_wait,
+            )
+            .await,
+        )
+    }))
+    .buffer_unordered(8)
+    .collect::<Vec<_>>()
+    .await;
+    for (t, r) in logins {
+        // A refused key or login is the node layer's to report (it names both fingerprints).
+        if let Err(LoginWait::Late(last)) = r {
+            events(&AwsEvent::NotAnswering {
+                instance: t.name().to_string(),
+                last,
+                waited: SSH_WAIT,
+            });
+        }
+    }
     guard.check()?;
     let options = NodeOptions {
         accept_new_host_keys: o.accept_new_host_keys,
@@ -262,6 +303,92 @@ pub async fn apply(
     )
     .await?;
     Ok(AwsApplied::Nodes(Box::new(report)))
+}
+
+/// Why [`wait_for_login`] gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoginWait {
+    /// The host (or the jump host) presented another key, or refused the login: waiting
+    /// longer would not help.
+    Refused(String),
+    /// Not answering within the time given (the last error).
+    Late(String),
+}
+
+impl std::fmt::Display for LoginWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoginWait::Refused(m) | LoginWait::Late(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Whether an SSH failure is one that waiting does not fix (a key or a login refused).
+fn refused(e: &ExecError) -> bool {
+    let text = e.to_string();
+    matches!(
+        e,
+        ExecError::HostKeyChanged { .. } | ExecError::UnknownHostKey { .. }
+    ) || text.contains("Host key verification failed")
+        || text.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
+        || text.contains("Permission denied")
+}
+
+/// Waits (bounded; `on_wait` hears each failed attempt) until an SSH login on `t` succeeds,
+/// checked strictly against the recorded keys (the caller recorded them). For instances
+/// behind a jump host, whose sshd the banner probe of [`wait::wait_for_ssh`] cannot see: a
+/// connection through the jump to an instance whose sshd is not up yet fails at once instead
+/// of waiting. A key or login refused ends the wait at once.
+pub async fn wait_for_login(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    t: &Target,
+    timeout: Duration,
+    poll: Duration,
+    on_wait: &(dyn Fn(String) + Send + Sync),
+) -> Result<(), LoginWait> {
+    let way = match &t.host.bastion {
+        Some(jump) => format!("{} through {jump}", t.host.address),
+        None => t.host.address.clone(),
+    };
+    let start = std::time::Instant::now();
+    loop {
+        let attempt = async {
+            let fleet = ops_nodes::fleet(
+                cluster,
+                std::slice::from_ref(t),
+                store.clone(),
+                false,
+                1,
+                &ops_nodes::no_events(),
+            )
+            .map_err(|e| ExecError::Connect {
+                host: t.name().to_string(),
+                message: format!("{e:#}"),
+            })?;
+            let r = fleet.read_file(t.name(), "/etc/hostname").await;
+            fleet.close().await;
+            r.map(|_| ())
+        };
+        let last = match attempt.await {
+            Ok(()) => return Ok(()),
+            Err(e) if refused(&e) => {
+                return Err(LoginWait::Refused(format!(
+                    "{} ({way}) refused: {e}",
+                    t.name()
+                )));
+            }
+            Err(e) => e.to_string(),
+        };
+        if start.elapsed() >= timeout {
+            return Err(LoginWait::Late(format!(
+                "{} did not answer SSH at {way} within {timeout:?}: {last}",
+                t.name()
+            )));
+        }
+        on_wait(format!("waiting for SSH at {way}: {last}"));
+        tokio::time::sleep(poll).await;
+    }
 }
 
 /// The cloud part of `--yes`: planned under the lock (what is applied is what the store says
@@ -339,4 +466,34 @@ pub async fn delete(
     .await
     .context("deleting cloud resources")?;
     Ok((plan, Some(report.done.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refused_key_or_login_ends_the_wait_for_a_login() {
+        let connect = |m: &str| ExecError::Connect {
+            host: "i-1".into(),
+            message: m.into(),
+        };
+        // The instance behind the bastion is not up yet: wait.
+        assert!(!refused(&connect(
+            "kex_exchange_identification: Connection closed by remote host"
+        )));
+        assert!(!refused(&connect(
+            "channel 0: open failed: connect failed: Connection refused"
+        )));
+        // The bastion's or the instance's key, or the login: waiting does not help.
+        assert!(refused(&connect("Host key verification failed.")));
+        assert!(refused(&connect(
+            "ubuntu@198.18.32.4: Permission denied (publickey)."
+        )));
+        assert!(refused(&ExecError::HostKeyChanged {
+            host: "i-1".into(),
+            known: "SHA256:a".into(),
+            offered: "SHA256:b".into(),
+        }));
+    }
 }

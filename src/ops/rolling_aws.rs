@@ -47,7 +47,6 @@ use crate::nodes::Target;
 use crate::nodes::journal::{Journal, JournalNode};
 use crate::nodes::roll::{Provisioned, RollAction};
 use crate::spec::{Cluster, InstanceGroup, InstanceGroupRole};
-use crate::ssh::task::{ExecError, HostExecutor};
 use crate::state::{StateStore, lock};
 
 /// How long a group may take to start the replacement of a terminated instance.
@@ -576,50 +575,17 @@ impl<'a> AwsRoller<'a> {
     /// `wait::wait_for_ssh` cannot see through a jump host, and a connection through one to an
     /// instance whose sshd is not up yet fails instead of waiting.
     async fn wait_for_login(&self, new: &Target) -> Result<(), String> {
-        let way = match &new.host.bastion {
-            Some(jump) => format!("{} through {jump}", new.host.address),
-            None => new.host.address.clone(),
-        };
-        let start = Instant::now();
-        loop {
-            let attempt = async {
-                let fleet = ops_nodes::fleet(
-                    &self.cluster,
-                    std::slice::from_ref(new),
-                    self.store.clone(),
-                    false,
-                    1,
-                    &ops_nodes::no_events(),
-                )
-                .map_err(|e| ExecError::Connect {
-                    host: new.name().to_string(),
-                    message: format!("{e:#}"),
-                })?;
-                let r = fleet.read_file(new.name(), "/etc/hostname").await;
-                fleet.close().await;
-                r.map(|_| ())
-            };
-            let last = match attempt.await {
-                Ok(()) => return Ok(()),
-                Err(e @ (ExecError::HostKeyChanged { .. } | ExecError::UnknownHostKey { .. })) => {
-                    return Err(format!(
-                        "{} ({}) does not present its group's host key: {e}",
-                        new.name(),
-                        new.host.address
-                    ));
-                }
-                Err(e) => e.to_string(),
-            };
-            if start.elapsed() >= super::aws::SSH_WAIT {
-                return Err(format!(
-                    "{} did not answer SSH at {way} within {:?}: {last}",
-                    new.name(),
-                    super::aws::SSH_WAIT
-                ));
-            }
-            self.working(&new.node_name, format!("waiting for SSH at {way}: {last}"));
-            tokio::time::sleep(self.poll).await;
-        }
+        let on_wait = |what: String| self.working(&new.node_name, what);
+        super::aws::wait_for_login(
+            &self.store,
+            &self.cluster,
+            new,
+            super::aws::SSH_WAIT,
+            self.poll,
+            &on_wait,
+        )
+        .await
+        .map_err(|e| e.to_string())
     }
 
     /// What the cloud-controller-manager does once the instance is gone; done here so the
