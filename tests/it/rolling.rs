@@ -612,6 +612,21 @@ mod roll_with_yes {
         )
     }
 
+    /// `name` created from a kprov inventory of `hosts` (name, group) and provisioned, with the
+    /// fake API of [`cluster_api`] and its kubeconfig's path (for `--kubeconfig`).
+    fn provisioned(
+        lab: &Lab,
+        name: &str,
+        hosts: &[(&str, &str)],
+    ) -> (tokio::runtime::Runtime, FakeKube, String) {
+        let inv = lab.write("inventory.yaml", &kprov_inventory(lab, hosts));
+        lab.create_metal(name, &inv);
+        lab.provision(name);
+        let (rt, fake) = cluster_api(hosts);
+        let kc = fake.kubeconfig.display().to_string();
+        (rt, fake, kc)
+    }
+
     /// The fake API as a healthy metal cluster of `hosts` shows it: a Ready Node each, a
     /// running calico-node pod on each (owned by its DaemonSet), CoreDNS on the last host
     /// (a DaemonSet's pod), the ReplicaSet controller running.
@@ -738,11 +753,7 @@ mod roll_with_yes {
             ("host2", "control-plane"),
             ("host3", "control-plane"),
         ];
-        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
-        lab.create_metal(name, &inv);
-        lab.provision(name);
-        let (_rt, fake) = cluster_api(&hosts);
-        let kc = fake.kubeconfig.display().to_string();
+        let (_rt, fake, kc) = provisioned(&lab, name, &hosts);
         let addr3 = lab.host("host3").address.clone();
         let named =
             format!("etcd member host3 (peer https://{addr3}:2380, on host host3) is unhealthy");
@@ -920,11 +931,7 @@ mod roll_with_yes {
             ("host2", "node"),
             ("host3", "node"),
         ];
-        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
-        lab.create_metal(name, &inv);
-        lab.provision(name);
-        let (_rt, fake) = cluster_api(&hosts);
-        let kc = fake.kubeconfig.display().to_string();
+        let (_rt, fake, kc) = provisioned(&lab, name, &hosts);
         let args = roll_args(
             name,
             &kc,
