@@ -36,6 +36,7 @@ use anyhow::Context;
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
+use super::instance::EtcdMember;
 use super::nodes::{self as ops_nodes, NodeOptions};
 use super::rolling::{NodeRoller, Observed, RollEvent, RollEvents};
 use super::rolling_metal::MetalRoller;
@@ -184,6 +185,15 @@ pub fn pick_replacement<'a>(
     })
 }
 
+/// The etcd member of a control plane: kubeadm names it after the node; an unstarted member
+/// has no name yet and is found by its peer address.
+fn new_member<'m>(members: &'m [EtcdMember], t: &Target) -> Option<&'m EtcdMember> {
+    members
+        .iter()
+        .find(|m| m.name == t.node_name)
+        .or_else(|| super::instance::member_of(members, &t.host))
+}
+
 /// Nodes and jump hosts together (a bastion's replacement is a jump host).
 fn every_instance(found: &Discovered) -> Vec<Target> {
     found
@@ -301,8 +311,14 @@ impl<'a> AwsRoller<'a> {
         format!("{group}.{}", self.cluster.name())
     }
 
+    /// Workers surge as their group says; a control plane being replaced always does (one
+    /// instance: its new etcd member joins before the old one is removed).
     fn surges(&self, group: &str) -> bool {
-        self.surge.get(group).is_some_and(|s| *s > 0)
+        self.surge.get(group).is_some_and(|s| *s > 0) || self.control_plane_group(group)
+    }
+
+    fn control_plane_group(&self, group: &str) -> bool {
+        self.role(group) == Some(InstanceGroupRole::ControlPlane)
     }
 
     /// Waits (bounded, visibly) for an instance of `group` the roll does not know yet, and
@@ -357,7 +373,11 @@ impl<'a> AwsRoller<'a> {
             }
         }
         for (group, mut waiting) in by_group {
-            let limit = self.surge.get(group).copied().unwrap_or(0) as usize;
+            let limit = if self.control_plane_group(group) {
+                1
+            } else {
+                self.surge.get(group).copied().unwrap_or(0) as usize
+            };
             waiting.truncate(limit);
             let asg = self.asg(group);
             // A surge started by an interrupted run is used, not started again.
@@ -421,6 +441,9 @@ impl<'a> AwsRoller<'a> {
                     ),
                 );
                 self.join(&new).await?;
+                if self.control_plane_group(group) {
+                    self.member_joined(n, &new).await?;
+                }
                 self.surged.lock().await.insert(n.target.clone(), new);
             }
         }
@@ -462,10 +485,18 @@ impl<'a> AwsRoller<'a> {
             {
                 self.claimed.lock().await.insert(t.name().to_string());
                 self.join(t).await?;
+                if self.control_plane_group(&node.group) {
+                    self.member_joined(node, t).await?;
+                }
                 surged = Some(t.clone());
             }
         }
         if let Some(new) = surged {
+            if self.control_plane_group(&node.group)
+                && let Some(t) = found.targets.iter().find(|t| t.name() == old)
+            {
+                self.remove_old_member(node, t).await?;
+            }
             if found.targets.iter().any(|t| t.name() == old) {
                 self.guard.check().map_err(|e| e.to_string())?;
                 self.working(
@@ -484,6 +515,14 @@ impl<'a> AwsRoller<'a> {
             self.delete_node(node).await?;
             self.restore_max(&node.group).await?;
             return Ok(new.node_name);
+        }
+        if self.control_plane_group(&node.group) {
+            // Terminating first would lose a member before its successor joined.
+            return Err(format!(
+                "{old} ({}): no replacement control plane was started and joined for it; \
+                 nothing was terminated",
+                node.node_name
+            ));
         }
         if found.targets.iter().any(|t| t.name() == old) {
             self.guard.check().map_err(|e| e.to_string())?;
@@ -511,6 +550,153 @@ impl<'a> AwsRoller<'a> {
         );
         self.join(&new).await?;
         Ok(new.node_name.clone())
+    }
+
+    /// SSH to the control planes running now except `except`, for etcdctl (the fleet the roll
+    /// started with does not know the replacements).
+    async fn control_plane_fleet(
+        &self,
+        except: &str,
+    ) -> Result<(crate::ssh::SshFleet, Vec<String>), String> {
+        let found = self.discover().await?;
+        let cps: Vec<Target> = found
+            .targets
+            .into_iter()
+            .filter(|t| t.is_control_plane() && t.name() != except)
+            .collect();
+        if cps.is_empty() {
+            return Err(format!(
+                "no control plane of {} runs besides {except}: etcd cannot be asked",
+                self.cluster.name()
+            ));
+        }
+        let fleet = ops_nodes::fleet(
+            &self.cluster,
+            &cps,
+            self.store.clone(),
+            false,
+            cps.len(),
+            &ops_nodes::no_events(),
+        )
+        .map_err(|e| format!("{e:#}"))?;
+        Ok((fleet, cps.iter().map(|t| t.name().to_string()).collect()))
+    }
+
+    /// The member list, read through the first of `via` that answers.
+    async fn members(
+        &self,
+        exec: &dyn HostExecutor,
+        via: &[String],
+    ) -> Result<(String, Vec<EtcdMember>), String> {
+        let mut errors = Vec::new();
+        for v in via {
+            match super::instance::etcd_members(exec, v).await {
+                Ok(m) => return Ok((v.clone(), m)),
+                Err(e) => errors.push(format!("{v}: {e:#}")),
+            }
+        }
+        Err(format!(
+            "no control plane answered etcdctl: {}",
+            errors.join("; ")
+        ))
+    }
+
+    /// After a new control plane joined: waits (bounded, visibly) until its Node is Ready
+    /// (when the API is used) and etcd lists its member started and healthy.
+    async fn member_joined(&self, node: &JournalNode, new: &Target) -> Result<(), String> {
+        let start = Instant::now();
+        if let Some(kube) = &self.kube {
+            loop {
+                let nodes = kube.list_nodes().await.map_err(|e| e.to_string())?;
+                if nodes.iter().any(|n| n.name == new.node_name && n.ready) {
+                    break;
+                }
+                if start.elapsed() >= self.replacement_timeout {
+                    return Err(format!(
+                        "the new control plane {} ({}) was not Ready within {:?}; the old one \
+                         ({}) keeps its etcd member and instance; re-run to resume",
+                        new.name(),
+                        new.node_name,
+                        self.replacement_timeout,
+                        node.target
+                    ));
+                }
+                self.working(
+                    &node.node_name,
+                    format!(
+                        "waiting for the new control plane {} to be Ready ({}s)",
+                        new.node_name,
+                        start.elapsed().as_secs()
+                    ),
+                );
+                tokio::time::sleep(self.poll).await;
+            }
+        }
+        loop {
+            let (fleet, via) = self.control_plane_fleet(&node.target).await?;
+            let read = self.members(&fleet, &via).await;
+            fleet.close().await;
+            let last = match read {
+                Ok((_, members)) => match new_member(&members, new) {
+                    Some(m) if m.healthy => return Ok(()),
+                    Some(_) => format!("member of {} listed, not healthy yet", new.node_name),
+                    None => format!("no etcd member of {} yet", new.node_name),
+                },
+                Err(e) => e,
+            };
+            if start.elapsed() >= self.replacement_timeout {
+                return Err(format!(
+                    "etcd did not show the new control plane {} ({}) started and healthy within \
+                     {:?}: {last}; the old one ({}) keeps its member and instance; re-run to resume",
+                    new.name(),
+                    new.node_name,
+                    self.replacement_timeout,
+                    node.target
+                ));
+            }
+            self.working(&node.node_name, format!("waiting for etcd: {last}"));
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    /// Removes the old control plane's etcd member through another member, refusing when the
+    /// members left would lose quorum. A member already removed (a resumed roll) is not
+    /// removed again.
+    async fn remove_old_member(&self, node: &JournalNode, old: &Target) -> Result<(), String> {
+        let (fleet, via) = self.control_plane_fleet(old.name()).await?;
+        let result = async {
+            let (through, members) = self.members(&fleet, &via).await?;
+            let Some(member) = new_member(&members, old) else {
+                self.working(
+                    &node.node_name,
+                    format!("etcd member of {} already removed", node.node_name),
+                );
+                return Ok(());
+            };
+            super::instance::removal_keeps_quorum(&members, member.id).map_err(|why| {
+                format!(
+                    "{} ({}): its etcd member {} is not removed: {why}; nothing was terminated",
+                    old.name(),
+                    node.node_name,
+                    member.hex_id()
+                )
+            })?;
+            self.guard.check().map_err(|e| e.to_string())?;
+            self.working(
+                &node.node_name,
+                format!(
+                    "removing etcd member {} ({}) through {through}",
+                    member.name,
+                    member.hex_id()
+                ),
+            );
+            super::instance::remove_member(&fleet, &through, member)
+                .await
+                .map_err(|e| format!("removing the etcd member of {}: {e:#}", node.node_name))
+        }
+        .await;
+        fleet.close().await;
+        result
     }
 
     /// A bastion: terminated in its group (which starts the replacement), the replacement
@@ -691,7 +877,8 @@ impl<'a> AwsRoller<'a> {
         let mut targets: Vec<Target> = found
             .targets
             .into_iter()
-            .filter(|t| t.is_control_plane())
+            // A new control plane is among them already; it goes last, once.
+            .filter(|t| t.is_control_plane() && t.name() != new.name())
             .collect();
         targets.push(new.clone());
         self.guard.check().map_err(|e| e.to_string())?;
