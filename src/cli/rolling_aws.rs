@@ -3,8 +3,9 @@
 //!
 //! Control planes are re-provisioned in place by the metal roller over the instances found at
 //! run time (the same `cli::rolling::in_place_roller` metal uses, with the API load balancer
-//! as the endpoint), after etcd was backed up; workers and bastions are replaced through their
-//! Auto Scaling groups.
+//! as the endpoint), after etcd was backed up, or, when their launch template changed,
+//! replaced new member first (`ops::rolling_aws`); workers and bastions are replaced through
+//! their Auto Scaling groups.
 //!
 //! Caveat: the plan is observed before the lock is taken; a roll already journaled and
 //! unfinished is resumed as journaled (the new plan only decides whether there is anything

@@ -13,6 +13,11 @@
 //!   newer than the API server; anything else is refused with the steps to take.
 //!
 //! - Bastions (AWS) are judged by their launch template version alone and replaced, first.
+//! - AWS control planes are re-provisioned in place (the etcd member kept), except one whose
+//!   launch template version changed (a new image or instance type needs a new instance):
+//!   that one is replaced. A replacement joins at the spec's version, so a control-plane
+//!   replacement together with a Kubernetes version change is refused with the two rolls to
+//!   run instead (replace at the running version, then upgrade in place).
 //!
 //! Caveats: a node already NotReady is not counted against `maxUnavailable` (kops does not
 //! either); surge applies to cloud groups only (metal has no spare hosts to add).

@@ -13,6 +13,15 @@
 //!   kept) by the metal roller ([`MetalRoller`]) built over the instances found at run time:
 //!   the instance is looked up again first (the cluster's ownership tag, a control-plane group
 //!   of the spec), then claimed on the host like every node `update cluster` provisions.
+//! - A control plane whose launch template changed is replaced, new member first: before it
+//!   is cordoned one instance is surged in its group (desired and max raised: kops's groups
+//!   are `min = max = 1`), joined as a control plane through the node layer (kubeadm adds its
+//!   etcd member; it reaches the API through the load balancer name, and the group registers
+//!   it with the API target group), and waited for until its Node is Ready and etcd lists its
+//!   member started and healthy. Then the old node is drained, its member removed through
+//!   another control plane (`ops::instance`'s etcdctl, refused when the members left would
+//!   lose quorum), its instance terminated with decrement, its Node deleted and the maximum
+//!   put back. A control plane is never terminated without a joined successor.
 //! - A bastion is replaced like a worker without surge, but it is no node: no taint, cordon,
 //!   drain or Ready ([`NodeRoller::kubernetes_node`]); the roll waits until SSH through the
 //!   bastion's way in (its name, or its private address) answers with the group's host key.
@@ -25,6 +34,11 @@
 //!   the group's replacement joined.
 //! - The replacement is found as an instance of the group that the roll did not know when it
 //!   started; an instance a scale-up adds to the group meanwhile may be taken for it.
+//! - Resuming: a surge instance already started is used (not started again) and joined again
+//!   (the node layer skips what is done), a member already removed is not removed again, an
+//!   instance already terminated is not looked for; a resumed roll puts back the spec's
+//!   `maxSize` (it does not remember what the cut one raised). Only the uninterrupted roll is
+//!   exercised end to end; resume from each step is reasoned, not tested.
 //! - A bastion group of several instances behind its load balancer: the check of the way in
 //!   reaches whichever instance the load balancer picks (they share the group's key).
 
@@ -453,7 +467,17 @@ impl<'a> AwsRoller<'a> {
     /// After a surged replacement: the group's maximum back to what it was, once its desired
     /// capacity fits again.
     async fn restore_max(&self, group: &str) -> Result<(), String> {
-        let Some(max) = self.raised_max.lock().await.get(group).copied() else {
+        let remembered = self.raised_max.lock().await.get(group).copied();
+        // A resumed roll does not remember what the cut one raised: the spec's maximum is
+        // what `update cluster` gives the group.
+        let spec_max = || {
+            self.groups
+                .iter()
+                .find(|g| g.metadata.name == group)
+                .and_then(|g| g.spec.max_size)
+                .and_then(|m| i32::try_from(m).ok())
+        };
+        let Some(max) = remembered.or_else(spec_max) else {
             return Ok(());
         };
         let asg = self.asg(group);
@@ -1160,6 +1184,48 @@ mod tests {
             serde_json::from_str(&serde_json::to_string(&journal).unwrap()).unwrap();
         assert_eq!(AwsRoller::known_of(&back), known);
         assert!(!known.contains("i-surge"));
+    }
+
+    #[test]
+    fn a_control_planes_etcd_member_is_found_by_node_name_or_unstarted_by_peer_address() {
+        let m = |id: u64, name: &str, ip: &str, healthy: bool| EtcdMember {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("https://{ip}:2380")],
+            client_urls: if name.is_empty() {
+                vec![]
+            } else {
+                vec![format!("https://{ip}:2379")]
+            },
+            healthy,
+        };
+        let mut old = target("i-old", "control-plane", Some("1"));
+        old.host.address = "198.18.32.4".into();
+        let mut new = target("i-new", "control-plane", Some("2"));
+        new.host.address = "198.18.32.9".into();
+        let members = vec![
+            m(1, "ip-i-old.ec2.internal", "198.18.32.4", true),
+            m(2, "ip-i-other.ec2.internal", "198.18.32.5", true),
+        ];
+        assert_eq!(new_member(&members, &old).map(|m| m.id), Some(1));
+        // Not joined yet: nothing, so the roll keeps waiting and removes nothing.
+        assert_eq!(new_member(&members, &new), None);
+        // Added by kubeadm but not started: no name yet, found by its peer address, and not
+        // healthy (no client URL answers), so the old member is not removed yet.
+        let mut joining = members.clone();
+        joining.push(m(3, "", "198.18.32.9", false));
+        let found = new_member(&joining, &new).unwrap();
+        assert_eq!((found.id, found.healthy), (3, false));
+        // Started and healthy: the old member may go, and quorum holds without it.
+        joining[2] = m(3, "ip-i-new.ec2.internal", "198.18.32.9", true);
+        assert!(new_member(&joining, &new).unwrap().healthy);
+        assert_eq!(
+            super::super::instance::removal_keeps_quorum(&joining, 1),
+            Ok(())
+        );
+        // Already removed (a resumed roll): not found, not removed again.
+        let after: Vec<EtcdMember> = joining.iter().filter(|x| x.id != 1).cloned().collect();
+        assert_eq!(new_member(&after, &old), None);
     }
 
     #[test]

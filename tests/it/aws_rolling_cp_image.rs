@@ -6,7 +6,10 @@
 //! a new instance surged in the group joins as a control plane (its etcd member added) BEFORE
 //! the old member is removed from etcd, and the old instance is terminated → every group back
 //! to its size, journal finished, a second preview has nothing to roll, `get instances` lists
-//! only the new control planes, up to date.
+//! only the new control planes, up to date. On the way, the first roll is cut after the first
+//! new member joined (the old members made unhealthy: removing one would lose quorum): it
+//! stops, nothing terminated; the next `--yes` resumes with the instance already joined (no
+//! second surge, no second join of a member).
 //!
 //! etcd is the stand-ins' members mode over one member list the lab's hosts share
 //! (`CloudLab::share_etcd_members`): the stand-in kubeadm adds a joining control plane's
@@ -14,6 +17,8 @@
 //! what the order is asserted on. Needs root.
 
 use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use kprov::spec::{InstanceGroupRole, Object};
 
@@ -57,6 +62,8 @@ fn control_plane_groups(lab: &CloudLab) -> BTreeMap<String, Size> {
                     .unwrap_or_default()
                     .starts_with("control-plane")
             })
+            // A new instance reaches the API load balancer through its group's target group.
+            .inspect(|g| assert_eq!(g.target_group_arns().len(), 1, "{g:?}"))
             .map(|g| {
                 (
                     g.auto_scaling_group_name().unwrap_or_default().to_string(),
@@ -119,8 +126,63 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
         assert!(l.contains("replace") && l.contains(WHY), "{l}");
     }
 
+    // A roll cut after the first new member joined: etcd would lose quorum without the old
+    // member (every old member reported unhealthy the moment the join adds the new one), so
+    // the roll stops before removing it and nothing is terminated.
+    lab.fake.clear_requests();
     let started = std::time::Instant::now();
-    let o = lab.kprov(&rolling(cluster, &["--yes", "--validation-timeout", "3m"]));
+    let yes = rolling(cluster, &["--yes", "--validation-timeout", "3m"]);
+    let child = lab
+        .command(assert_cmd::cargo::cargo_bin("kprov"))
+        .args(&yes)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kprov starts");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&history).is_ok_and(|h| h.contains(" add ")) {
+        assert!(Instant::now() < deadline, "no control plane joined");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let healthy = std::fs::read_to_string(&members).expect("members");
+    let cut: String = healthy
+        .lines()
+        .map(|l| {
+            let was_old = old.values().any(|n| l.contains(&format!(" {n} ")));
+            format!(
+                "{}\n",
+                if was_old {
+                    l.replace(" true", " false")
+                } else {
+                    l.to_string()
+                }
+            )
+        })
+        .collect();
+    std::fs::write(&members, cut).expect("old members unhealthy");
+    let o = child.wait_with_output().expect("kprov ends");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("would lose etcd quorum") && err.contains("nothing was terminated"),
+        "{err}"
+    );
+    lab.sync();
+    assert_eq!(control_planes(&lab).len(), 4, "{err}");
+    for id in old.keys() {
+        assert!(lab.instances().contains_key(id), "{id} terminated\n{err}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&history)
+            .expect("history")
+            .lines()
+            .count(),
+        1
+    );
+
+    // etcd healthy again: the next `--yes` resumes with the instance already joined.
+    std::fs::write(&members, healthy).expect("members healthy");
+    let o = lab.kprov(&yes);
     code(&lab, &o, 0);
     eprintln!(
         "replaced 3 control planes in {:?}\n{}",
@@ -166,6 +228,14 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
         groups,
         "the groups' sizes changed"
     );
+    let reqs = lab.fake.requests();
+    for name in old.values() {
+        let path = format!("/api/v1/nodes/{name}");
+        assert!(
+            reqs.iter().any(|r| r.method == "DELETE" && r.path == path),
+            "the Node {name} was not deleted"
+        );
+    }
     let j = journal(&lab, cluster);
     assert_eq!(j["finished"], true, "{j}");
 
