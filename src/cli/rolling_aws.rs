@@ -3,8 +3,9 @@
 //!
 //! Control planes are re-provisioned in place by the metal roller over the instances found at
 //! run time (the same `cli::rolling::in_place_roller` metal uses, with the API load balancer
-//! as the endpoint), after etcd was backed up; workers and bastions are replaced through their
-//! Auto Scaling groups.
+//! as the endpoint), after etcd was backed up, or, when their launch template changed,
+//! replaced new member first (`ops::rolling_aws`); workers and bastions are replaced through
+//! their Auto Scaling groups.
 //!
 //! Caveat: the plan is observed before the lock is taken; a roll already journaled and
 //! unfinished is resumed as journaled (the new plan only decides whether there is anything
@@ -29,7 +30,8 @@ use crate::ssh::SshFleet;
 use crate::state::lock::LockGuard;
 
 /// The AWS roller for this run, with the SSH fleet its in-place roller uses (the caller closes
-/// it) and the validation gate's etcd check over the control planes found. `None` when the etcd backup before a control-plane roll failed (said; nothing was
+/// it) and the validation gate's etcd check (over the control planes running at each check).
+/// `None` when the etcd backup before a control-plane roll failed (said; nothing was
 /// rolled).
 #[allow(clippy::too_many_arguments)]
 pub async fn aws_roller<'a>(
@@ -54,8 +56,14 @@ pub async fn aws_roller<'a>(
     let lb = instances::load_balancer_dns(&plan)
         .ok_or_else(|| anyhow::anyhow!("the API load balancer of {name} has no DNS name yet"))?;
     let reach = SshReach::of(cluster, a.ssh_private_address);
-    let found =
-        AwsInstances::new(&cloud, groups, reach).through(instances::jump_name(cluster, &plan));
+    let jump = instances::jump_name(cluster, &plan);
+    let found = AwsInstances::new(&cloud, groups, reach).through(jump.clone());
+    // etcd is asked on the control planes running at each gate (a roll may replace them all).
+    let etcd = Arc::new(crate::ops::rolling_aws::AwsEtcdHealth {
+        cluster: cluster.clone(),
+        instances: AwsInstances::new(&cloud, groups, reach).through(jump),
+        store: store.clone(),
+    });
     let cloud_api = instances::cloud_api(cluster, &lb);
     // The control planes are re-provisioned in place over the instances running now (found by
     // the cluster's ownership tag, in its groups), as metal hosts are.
@@ -67,7 +75,7 @@ pub async fn aws_roller<'a>(
     let Some(super::rolling::InPlace {
         roller: in_place,
         fleet,
-        etcd,
+        etcd: _,
     }) = in_place_roller(
         ctx,
         a,

@@ -13,6 +13,11 @@
 //!   newer than the API server; anything else is refused with the steps to take.
 //!
 //! - Bastions (AWS) are judged by their launch template version alone and replaced, first.
+//! - AWS control planes are re-provisioned in place (the etcd member kept), except one whose
+//!   launch template version changed (a new image or instance type needs a new instance):
+//!   that one is replaced. A replacement joins at the spec's version, so a control-plane
+//!   replacement together with a Kubernetes version change is refused with the two rolls to
+//!   run instead (replace at the running version, then upgrade in place).
 //!
 //! Caveats: a node already NotReady is not counted against `maxUnavailable` (kops does not
 //! either); surge applies to cloud groups only (metal has no spare hosts to add).
@@ -429,27 +434,40 @@ pub fn plan(
                 if !selected && needs_update {
                     reasons.push("not selected".into());
                 }
+                // A new image or instance type needs a new instance: on AWS a control plane
+                // whose launch template changed is replaced (a new member joins first); any
+                // other change keeps the instance (and its etcd member) and re-provisions it.
+                let new_template = reasons.iter().find(|r| r.starts_with("launch template"));
                 let action = match (rolls, platform, g.role) {
                     (false, _, _) => RollAction::Leave,
-                    // The safe way for a stacked-etcd control plane: the member is kept.
+                    (true, Platform::Aws, GroupRole::ControlPlane) if new_template.is_some() => {
+                        RollAction::Replace
+                    }
                     (true, Platform::Aws, GroupRole::ControlPlane) => RollAction::Reprovision,
                     (true, Platform::Aws, _) => RollAction::Replace,
                     (true, Platform::Metal, _) => RollAction::Reprovision,
                 };
-                // In place keeps the instance: a new image or instance type needs a new one,
-                // and replacing a stacked-etcd control plane is not built.
-                if rolls
-                    && platform == Platform::Aws
+                // A replacement joins at the spec's version; `kubeadm upgrade apply` must have
+                // run on a control plane before one joins at a newer version (a newer minor
+                // breaks the skew policy; even a patch leaves kubeadm's ClusterConfiguration
+                // behind when every control plane is replaced). Two rolls, in this order.
+                if action == RollAction::Replace
                     && g.role == GroupRole::ControlPlane
-                    && let Some(why) = reasons.iter().find(|r| r.starts_with("launch template"))
+                    && let Some(have) = n.recorded.as_ref().map(|r| r.kubernetes_version.as_str())
+                    && have != desired_version
                 {
                     refusals.push(format!(
-                        "{} (group {}): {why}: a control plane's new launch template version \
-                         needs a new instance, and kprov re-provisions control planes in place \
-                         (the old instance, its image and type, are kept); replacing control \
-                         planes on AWS is not built yet. Roll the other groups with \
-                         `--instance-group-roles Bastion,Node`",
-                        n.node_name, g.name
+                        "{} (group {}): {}: a new control-plane instance and a Kubernetes \
+                         upgrade ({have} -> {desired_version}) cannot happen in one roll (the new \
+                         instance would join at {desired_version} before `kubeadm upgrade apply` ran). \
+                         Take two steps: 1. set spec.kubernetesVersion back to {have} (`kprov edit \
+                         cluster`), `kprov update cluster --yes`, `kprov rolling-update cluster \
+                         --yes` (the control planes are replaced); 2. set it to {desired_version}, \
+                         `kprov update cluster --yes`, `kprov rolling-update cluster --yes` (the \
+                         upgrade, in place)",
+                        n.node_name,
+                        g.name,
+                        new_template.map(String::as_str).unwrap_or("launch template changed"),
                     ));
                 }
                 let upgrade = if rolls && behind(n, desired_version) {
@@ -796,32 +814,35 @@ mod tests {
         assert_eq!(p.version.unwrap().apply_on.as_deref(), Some("cp1"));
     }
 
-    #[test]
-    fn a_control_planes_new_template_on_aws_is_refused_not_rolled_in_place_forever() {
-        let (g, mut n) = cluster("1.35.1", "1.35.1");
+    fn new_cp_template(have: &str, want: &str) -> (Vec<GroupInput>, Vec<NodeInput>) {
+        let (g, mut n) = cluster(have, want);
         for x in n.iter_mut().filter(|x| x.role == GroupRole::ControlPlane) {
             x.recorded.as_mut().unwrap().launch_template_version = Some("1".into());
             x.desired.launch_template_version = Some("2".into());
         }
+        (g, n)
+    }
+
+    #[test]
+    fn a_control_planes_new_template_on_aws_is_replaced_one_at_a_time_before_workers() {
+        let (g, n) = new_cp_template("1.35.1", "1.35.1");
         let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
-        assert_eq!(p.refusals.len(), 2, "{:?}", p.refusals);
-        assert!(
-            p.refusals[0].contains("launch template version 1 -> 2")
-                && p.refusals[0].contains("replacing control planes on AWS is not built"),
-            "{:?}",
-            p.refusals
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        let cp = p.groups.iter().find(|g| g.name == "control-plane").unwrap();
+        assert_eq!((cp.max_unavailable, cp.max_surge), (1, 0));
+        assert_eq!(
+            cp.batches,
+            [vec!["cp1".to_string()], vec!["cp2".to_string()]]
         );
-        // Workers alone still roll; forced control planes whose template is current too.
-        let sel = Selection {
-            roles: vec![GroupRole::Node],
-            force: true,
-            ..Selection::default()
-        };
-        assert!(
-            plan("c", Platform::Aws, "1.35.1", &g, &n, &sel)
-                .refusals
-                .is_empty()
-        );
+        for x in &cp.nodes {
+            assert_eq!(x.action, RollAction::Replace);
+            assert_eq!(x.reasons, ["launch template version 1 -> 2"]);
+            assert_eq!(x.upgrade, None);
+        }
+        // Workers (up to date here) are left; the order is bastions, control planes, workers.
+        let order: Vec<&str> = p.order().iter().map(|n| n.target.as_str()).collect();
+        assert_eq!(order, ["cp1", "cp2"]);
+        // Forced control planes whose template is current are re-provisioned in place.
         let (g, n) = cluster("1.35.1", "1.35.1");
         let sel = Selection {
             roles: vec![GroupRole::ControlPlane],
@@ -831,6 +852,48 @@ mod tests {
         let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &sel);
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
         assert_eq!(p.to_roll(), 2);
+        assert!(
+            p.order()
+                .iter()
+                .all(|n| n.action == RollAction::Reprovision)
+        );
+        // Metal never replaces.
+        let (g, n) = new_cp_template("1.35.1", "1.35.1");
+        let p = plan(
+            "c",
+            Platform::Metal,
+            "1.35.1",
+            &g,
+            &n,
+            &Selection::default(),
+        );
+        assert!(
+            p.order()
+                .iter()
+                .all(|n| n.action == RollAction::Reprovision)
+        );
+    }
+
+    #[test]
+    fn a_new_control_plane_template_with_a_version_change_is_refused_with_two_steps() {
+        for have in ["1.34.4", "1.35.0"] {
+            let (g, n) = new_cp_template(have, "1.35.1");
+            let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+            assert_eq!(p.refusals.len(), 2, "{:?}", p.refusals);
+            let r = &p.refusals[0];
+            assert!(
+                r.contains("cp1 (group control-plane)")
+                    && r.contains("launch template version 1 -> 2")
+                    && r.contains(&format!("({have} -> 1.35.1)"))
+                    && r.contains(&format!("1. set spec.kubernetesVersion back to {have}"))
+                    && r.contains("2. set it to 1.35.1"),
+                "{r}"
+            );
+        }
+        // The upgrade alone (templates current) still rolls in place.
+        let (g, n) = cluster("1.34.4", "1.35.1");
+        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
     }
 
     #[test]

@@ -271,7 +271,10 @@ etcdctl() { crictl exec \"$id\" etcdctl --endpoints=https://127.0.0.1:2379 \
 
 const ANSWER_DIR: &str = "/run/kprov";
 
-async fn etcd_members(exec: &dyn HostExecutor, via: &str) -> anyhow::Result<Vec<EtcdMember>> {
+pub(crate) async fn etcd_members(
+    exec: &dyn HostExecutor,
+    via: &str,
+) -> anyhow::Result<Vec<EtcdMember>> {
     etcd_members_with(exec, via, ETCDCTL).await
 }
 
@@ -363,7 +366,7 @@ async fn read_answer(
     Ok(text)
 }
 
-async fn remove_member(
+pub(crate) async fn remove_member(
     exec: &dyn HostExecutor,
     via: &str,
     member: &EtcdMember,

@@ -13,6 +13,15 @@
 //!   kept) by the metal roller ([`MetalRoller`]) built over the instances found at run time:
 //!   the instance is looked up again first (the cluster's ownership tag, a control-plane group
 //!   of the spec), then claimed on the host like every node `update cluster` provisions.
+//! - A control plane whose launch template changed is replaced, new member first: before it
+//!   is cordoned one instance is surged in its group (desired and max raised: kops's groups
+//!   are `min = max = 1`), joined as a control plane through the node layer (kubeadm adds its
+//!   etcd member; it reaches the API through the load balancer name, and the group registers
+//!   it with the API target group), and waited for until its Node is Ready and etcd lists its
+//!   member started and healthy. Then the old node is drained, its member removed through
+//!   another control plane (`ops::instance`'s etcdctl, refused when the members left would
+//!   lose quorum), its instance terminated with decrement, its Node deleted and the maximum
+//!   put back. A control plane is never terminated without a joined successor.
 //! - A bastion is replaced like a worker without surge, but it is no node: no taint, cordon,
 //!   drain or Ready ([`NodeRoller::kubernetes_node`]); the roll waits until SSH through the
 //!   bastion's way in (its name, or its private address) answers with the group's host key.
@@ -25,6 +34,12 @@
 //!   the group's replacement joined.
 //! - The replacement is found as an instance of the group that the roll did not know when it
 //!   started; an instance a scale-up adds to the group meanwhile may be taken for it.
+//! - Resuming: a surge instance already started is used (not started again) and joined again
+//!   (the node layer skips what is done), a member already removed is not removed again, an
+//!   instance already terminated is not looked for; a resumed roll puts back the spec's
+//!   `maxSize` (it does not remember what the cut one raised). End to end, a roll cut after
+//!   the new member joined and before the old one was removed is resumed; the other cut
+//!   points are reasoned (each step checks before it acts), not tested.
 //! - A bastion group of several instances behind its load balancer: the check of the way in
 //!   reaches whichever instance the load balancer picks (they share the group's key).
 
@@ -36,6 +51,7 @@ use anyhow::Context;
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
+use super::instance::EtcdMember;
 use super::nodes::{self as ops_nodes, NodeOptions};
 use super::rolling::{NodeRoller, Observed, RollEvent, RollEvents};
 use super::rolling_metal::MetalRoller;
@@ -47,6 +63,7 @@ use crate::nodes::Target;
 use crate::nodes::journal::{Journal, JournalNode};
 use crate::nodes::roll::{Provisioned, RollAction};
 use crate::spec::{Cluster, InstanceGroup, InstanceGroupRole};
+use crate::ssh::task::HostExecutor;
 use crate::state::{StateStore, lock};
 
 /// How long a group may take to start the replacement of a terminated instance.
@@ -183,6 +200,15 @@ pub fn pick_replacement<'a>(
     })
 }
 
+/// The etcd member of a control plane: kubeadm names it after the node; an unstarted member
+/// has no name yet and is found by its peer address.
+fn new_member<'m>(members: &'m [EtcdMember], t: &Target) -> Option<&'m EtcdMember> {
+    members
+        .iter()
+        .find(|m| m.name == t.node_name)
+        .or_else(|| super::instance::member_of(members, &t.host))
+}
+
 /// Nodes and jump hosts together (a bastion's replacement is a jump host).
 fn every_instance(found: &Discovered) -> Vec<Target> {
     found
@@ -191,6 +217,59 @@ fn every_instance(found: &Discovered) -> Vec<Target> {
         .chain(found.jump_hosts.iter())
         .cloned()
         .collect()
+}
+
+/// The validation gate's etcd check on AWS. The control planes are found again at every
+/// check, because a roll replaces them (the instances the roll started with may be gone), and
+/// etcd is asked over SSH on them as on metal ([`super::etcd::SshEtcdHealth`]).
+pub struct AwsEtcdHealth {
+    pub cluster: Cluster,
+    pub instances: AwsInstances,
+    pub store: Arc<dyn StateStore>,
+}
+
+#[async_trait]
+impl super::rolling::EtcdHealth for AwsEtcdHealth {
+    async fn check(&self) -> Result<(), String> {
+        let found = self
+            .instances
+            .discover()
+            .await
+            .map_err(|e| format!("finding the control planes to ask etcd: {e}"))?;
+        let control_planes: Vec<Target> = found
+            .targets
+            .into_iter()
+            .filter(|t| t.is_control_plane())
+            .collect();
+        if control_planes.is_empty() {
+            return Err(format!(
+                "no control plane of {} runs: etcd cannot be asked",
+                self.cluster.name()
+            ));
+        }
+        let fleet = Arc::new(
+            ops_nodes::fleet(
+                &self.cluster,
+                &control_planes,
+                self.store.clone(),
+                false,
+                control_planes.len(),
+                &ops_nodes::no_events(),
+            )
+            .map_err(|e| format!("{e:#}"))?,
+        );
+        let result = super::etcd::SshEtcdHealth {
+            cluster: self.cluster.clone(),
+            targets: control_planes,
+            exec: fleet.clone(),
+        }
+        .check()
+        .await;
+        if let Ok(f) = Arc::try_unwrap(fleet) {
+            f.close().await;
+        }
+        result
+    }
 }
 
 /// Replaces workers and bastions through their Auto Scaling groups, re-provisions control
@@ -300,8 +379,14 @@ impl<'a> AwsRoller<'a> {
         format!("{group}.{}", self.cluster.name())
     }
 
+    /// Workers surge as their group says; a control plane being replaced always does (one
+    /// instance: its new etcd member joins before the old one is removed).
     fn surges(&self, group: &str) -> bool {
-        self.surge.get(group).is_some_and(|s| *s > 0)
+        self.surge.get(group).is_some_and(|s| *s > 0) || self.control_plane_group(group)
+    }
+
+    fn control_plane_group(&self, group: &str) -> bool {
+        self.role(group) == Some(InstanceGroupRole::ControlPlane)
     }
 
     /// Waits (bounded, visibly) for an instance of `group` the roll does not know yet, and
@@ -356,7 +441,11 @@ impl<'a> AwsRoller<'a> {
             }
         }
         for (group, mut waiting) in by_group {
-            let limit = self.surge.get(group).copied().unwrap_or(0) as usize;
+            let limit = if self.control_plane_group(group) {
+                1
+            } else {
+                self.surge.get(group).copied().unwrap_or(0) as usize
+            };
             waiting.truncate(limit);
             let asg = self.asg(group);
             // A surge started by an interrupted run is used, not started again.
@@ -420,6 +509,9 @@ impl<'a> AwsRoller<'a> {
                     ),
                 );
                 self.join(&new).await?;
+                if self.control_plane_group(group) {
+                    self.member_joined(n, &new).await?;
+                }
                 self.surged.lock().await.insert(n.target.clone(), new);
             }
         }
@@ -429,7 +521,17 @@ impl<'a> AwsRoller<'a> {
     /// After a surged replacement: the group's maximum back to what it was, once its desired
     /// capacity fits again.
     async fn restore_max(&self, group: &str) -> Result<(), String> {
-        let Some(max) = self.raised_max.lock().await.get(group).copied() else {
+        let remembered = self.raised_max.lock().await.get(group).copied();
+        // A resumed roll does not remember what the cut one raised: the spec's maximum is
+        // what `update cluster` gives the group.
+        let spec_max = || {
+            self.groups
+                .iter()
+                .find(|g| g.metadata.name == group)
+                .and_then(|g| g.spec.max_size)
+                .and_then(|m| i32::try_from(m).ok())
+        };
+        let Some(max) = remembered.or_else(spec_max) else {
             return Ok(());
         };
         let asg = self.asg(group);
@@ -461,10 +563,18 @@ impl<'a> AwsRoller<'a> {
             {
                 self.claimed.lock().await.insert(t.name().to_string());
                 self.join(t).await?;
+                if self.control_plane_group(&node.group) {
+                    self.member_joined(node, t).await?;
+                }
                 surged = Some(t.clone());
             }
         }
         if let Some(new) = surged {
+            if self.control_plane_group(&node.group)
+                && let Some(t) = found.targets.iter().find(|t| t.name() == old)
+            {
+                self.remove_old_member(node, t).await?;
+            }
             if found.targets.iter().any(|t| t.name() == old) {
                 self.guard.check().map_err(|e| e.to_string())?;
                 self.working(
@@ -483,6 +593,14 @@ impl<'a> AwsRoller<'a> {
             self.delete_node(node).await?;
             self.restore_max(&node.group).await?;
             return Ok(new.node_name);
+        }
+        if self.control_plane_group(&node.group) {
+            // Terminating first would lose a member before its successor joined.
+            return Err(format!(
+                "{old} ({}): no replacement control plane was started and joined for it; \
+                 nothing was terminated",
+                node.node_name
+            ));
         }
         if found.targets.iter().any(|t| t.name() == old) {
             self.guard.check().map_err(|e| e.to_string())?;
@@ -510,6 +628,153 @@ impl<'a> AwsRoller<'a> {
         );
         self.join(&new).await?;
         Ok(new.node_name.clone())
+    }
+
+    /// SSH to the control planes running now except `except`, for etcdctl (the fleet the roll
+    /// started with does not know the replacements).
+    async fn control_plane_fleet(
+        &self,
+        except: &str,
+    ) -> Result<(crate::ssh::SshFleet, Vec<String>), String> {
+        let found = self.discover().await?;
+        let cps: Vec<Target> = found
+            .targets
+            .into_iter()
+            .filter(|t| t.is_control_plane() && t.name() != except)
+            .collect();
+        if cps.is_empty() {
+            return Err(format!(
+                "no control plane of {} runs besides {except}: etcd cannot be asked",
+                self.cluster.name()
+            ));
+        }
+        let fleet = ops_nodes::fleet(
+            &self.cluster,
+            &cps,
+            self.store.clone(),
+            false,
+            cps.len(),
+            &ops_nodes::no_events(),
+        )
+        .map_err(|e| format!("{e:#}"))?;
+        Ok((fleet, cps.iter().map(|t| t.name().to_string()).collect()))
+    }
+
+    /// The member list, read through the first of `via` that answers.
+    async fn members(
+        &self,
+        exec: &dyn HostExecutor,
+        via: &[String],
+    ) -> Result<(String, Vec<EtcdMember>), String> {
+        let mut errors = Vec::new();
+        for v in via {
+            match super::instance::etcd_members(exec, v).await {
+                Ok(m) => return Ok((v.clone(), m)),
+                Err(e) => errors.push(format!("{v}: {e:#}")),
+            }
+        }
+        Err(format!(
+            "no control plane answered etcdctl: {}",
+            errors.join("; ")
+        ))
+    }
+
+    /// After a new control plane joined: waits (bounded, visibly) until its Node is Ready
+    /// (when the API is used) and etcd lists its member started and healthy.
+    async fn member_joined(&self, node: &JournalNode, new: &Target) -> Result<(), String> {
+        let start = Instant::now();
+        if let Some(kube) = &self.kube {
+            loop {
+                let nodes = kube.list_nodes().await.map_err(|e| e.to_string())?;
+                if nodes.iter().any(|n| n.name == new.node_name && n.ready) {
+                    break;
+                }
+                if start.elapsed() >= self.replacement_timeout {
+                    return Err(format!(
+                        "the new control plane {} ({}) was not Ready within {:?}; the old one \
+                         ({}) keeps its etcd member and instance; re-run to resume",
+                        new.name(),
+                        new.node_name,
+                        self.replacement_timeout,
+                        node.target
+                    ));
+                }
+                self.working(
+                    &node.node_name,
+                    format!(
+                        "waiting for the new control plane {} to be Ready ({}s)",
+                        new.node_name,
+                        start.elapsed().as_secs()
+                    ),
+                );
+                tokio::time::sleep(self.poll).await;
+            }
+        }
+        loop {
+            let (fleet, via) = self.control_plane_fleet(&node.target).await?;
+            let read = self.members(&fleet, &via).await;
+            fleet.close().await;
+            let last = match read {
+                Ok((_, members)) => match new_member(&members, new) {
+                    Some(m) if m.healthy => return Ok(()),
+                    Some(_) => format!("member of {} listed, not healthy yet", new.node_name),
+                    None => format!("no etcd member of {} yet", new.node_name),
+                },
+                Err(e) => e,
+            };
+            if start.elapsed() >= self.replacement_timeout {
+                return Err(format!(
+                    "etcd did not show the new control plane {} ({}) started and healthy within \
+                     {:?}: {last}; the old one ({}) keeps its member and instance; re-run to resume",
+                    new.name(),
+                    new.node_name,
+                    self.replacement_timeout,
+                    node.target
+                ));
+            }
+            self.working(&node.node_name, format!("waiting for etcd: {last}"));
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    /// Removes the old control plane's etcd member through another member, refusing when the
+    /// members left would lose quorum. A member already removed (a resumed roll) is not
+    /// removed again.
+    async fn remove_old_member(&self, node: &JournalNode, old: &Target) -> Result<(), String> {
+        let (fleet, via) = self.control_plane_fleet(old.name()).await?;
+        let result = async {
+            let (through, members) = self.members(&fleet, &via).await?;
+            let Some(member) = new_member(&members, old) else {
+                self.working(
+                    &node.node_name,
+                    format!("etcd member of {} already removed", node.node_name),
+                );
+                return Ok(());
+            };
+            super::instance::removal_keeps_quorum(&members, member.id).map_err(|why| {
+                format!(
+                    "{} ({}): its etcd member {} is not removed: {why}; nothing was terminated",
+                    old.name(),
+                    node.node_name,
+                    member.hex_id()
+                )
+            })?;
+            self.guard.check().map_err(|e| e.to_string())?;
+            self.working(
+                &node.node_name,
+                format!(
+                    "removing etcd member {} ({}) through {through}",
+                    member.name,
+                    member.hex_id()
+                ),
+            );
+            super::instance::remove_member(&fleet, &through, member)
+                .await
+                .map_err(|e| format!("removing the etcd member of {}: {e:#}", node.node_name))
+        }
+        .await;
+        fleet.close().await;
+        result
     }
 
     /// A bastion: terminated in its group (which starts the replacement), the replacement
@@ -657,7 +922,8 @@ impl<'a> AwsRoller<'a> {
         let mut targets: Vec<Target> = found
             .targets
             .into_iter()
-            .filter(|t| t.is_control_plane())
+            // A new control plane is among them already; it goes last, once.
+            .filter(|t| t.is_control_plane() && t.name() != new.name())
             .collect();
         targets.push(new.clone());
         self.guard.check().map_err(|e| e.to_string())?;
@@ -939,6 +1205,48 @@ mod tests {
             serde_json::from_str(&serde_json::to_string(&journal).unwrap()).unwrap();
         assert_eq!(AwsRoller::known_of(&back), known);
         assert!(!known.contains("i-surge"));
+    }
+
+    #[test]
+    fn a_control_planes_etcd_member_is_found_by_node_name_or_unstarted_by_peer_address() {
+        let m = |id: u64, name: &str, ip: &str, healthy: bool| EtcdMember {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("https://{ip}:2380")],
+            client_urls: if name.is_empty() {
+                vec![]
+            } else {
+                vec![format!("https://{ip}:2379")]
+            },
+            healthy,
+        };
+        let mut old = target("i-old", "control-plane", Some("1"));
+        old.host.address = "198.18.32.4".into();
+        let mut new = target("i-new", "control-plane", Some("2"));
+        new.host.address = "198.18.32.9".into();
+        let members = vec![
+            m(1, "ip-i-old.ec2.internal", "198.18.32.4", true),
+            m(2, "ip-i-other.ec2.internal", "198.18.32.5", true),
+        ];
+        assert_eq!(new_member(&members, &old).map(|m| m.id), Some(1));
+        // Not joined yet: nothing, so the roll keeps waiting and removes nothing.
+        assert_eq!(new_member(&members, &new), None);
+        // Added by kubeadm but not started: no name yet, found by its peer address, and not
+        // healthy (no client URL answers), so the old member is not removed yet.
+        let mut joining = members.clone();
+        joining.push(m(3, "", "198.18.32.9", false));
+        let found = new_member(&joining, &new).unwrap();
+        assert_eq!((found.id, found.healthy), (3, false));
+        // Started and healthy: the old member may go, and quorum holds without it.
+        joining[2] = m(3, "ip-i-new.ec2.internal", "198.18.32.9", true);
+        assert!(new_member(&joining, &new).unwrap().healthy);
+        assert_eq!(
+            super::super::instance::removal_keeps_quorum(&joining, 1),
+            Ok(())
+        );
+        // Already removed (a resumed roll): not found, not removed again.
+        let after: Vec<EtcdMember> = joining.iter().filter(|x| x.id != 1).cloned().collect();
+        assert_eq!(new_member(&after, &old), None);
     }
 
     #[test]

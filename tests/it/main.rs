@@ -7,6 +7,7 @@ mod aws;
 mod aws_lifecycle;
 mod aws_rolling;
 mod aws_rolling_cp;
+mod aws_rolling_cp_image;
 mod aws_rolling_image;
 mod certificates;
 mod cli;

@@ -77,11 +77,23 @@ pub fn rolling<'a>(cluster: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 /// A lab with `cluster` (in the hosted zone `zone`) created with `nodes` workers, provisioned
 /// and validated. The lab watches moto (instances become hosts as they start).
 pub fn running_cluster(cluster: &str, zone: &str, nodes: u32) -> Arc<CloudLab> {
+    running_cluster_with(cluster, zone, nodes, 1)
+}
+
+/// [`running_cluster`] with `control_planes` control planes (stacked etcd; AWS makes a group
+/// per control plane).
+pub fn running_cluster_with(
+    cluster: &str,
+    zone: &str,
+    nodes: u32,
+    control_planes: u32,
+) -> Arc<CloudLab> {
     let lab = Arc::new(CloudLab::start());
     lab.block_on(make_zone(&lab, zone));
     let public = lab.operator_key();
     let vpc = lab.net.vpc_cidr().to_string();
     let count = nodes.to_string();
+    let cps = control_planes.to_string();
     code(
         &lab,
         &lab.kprov(&[
@@ -102,6 +114,8 @@ pub fn running_cluster(cluster: &str, zone: &str, nodes: u32) -> Arc<CloudLab> {
             VERSION,
             "--node-count",
             &count,
+            "--control-plane-count",
+            &cps,
         ]),
         0,
     );

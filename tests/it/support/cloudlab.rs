@@ -125,6 +125,9 @@ struct LabState {
     subnets: BTreeSet<String>,
     /// instance ID → availability zone.
     zones: BTreeMap<String, String>,
+    /// One etcd member list every instance's stand-in crictl and kubeadm share
+    /// ([`CloudLab::share_etcd_members`]).
+    etcd_members: Option<PathBuf>,
     errors: Vec<String>,
 }
 
@@ -161,6 +164,16 @@ pub struct CloudLab {
     rt: tokio::runtime::Runtime,
     /// Last: dropped after everything that lives in it.
     pub net: Network,
+}
+
+/// Points the host's stand-in etcd member list at the lab's shared one.
+fn link_etcd_members(host: &TestHost, file: &Path) -> Result<(), String> {
+    host.exec(&format!(
+        "mkdir -p /var/lib/kprov-standins && ln -sfn '{}' /var/lib/kprov-standins/etcd-members",
+        file.display()
+    ))
+    .map(|_| ())
+    .map_err(|e| format!("sharing the etcd member list: {e}"))
 }
 
 fn run(cmd: &mut Command) -> Result<String, String> {
@@ -592,6 +605,20 @@ exec "$@""#,
         self.state.lock().expect("lab state").instances.clone()
     }
 
+    /// From now on every instance (running or started later) plays one stacked etcd cluster
+    /// whose member list is the lab file `lines` starts (the stand-ins' members mode, see
+    /// `standins/crictl`): a control plane that joins adds its member, `etcdctl member remove`
+    /// through any member removes it for all. Returns the file.
+    pub fn share_etcd_members(&self, lines: &str) -> PathBuf {
+        let file = self.home.join("etcd-members");
+        std::fs::write(&file, lines).expect("etcd members file");
+        self.state.lock().expect("lab state").etcd_members = Some(file.clone());
+        for (id, h) in self.instances() {
+            link_etcd_members(&h, &file).unwrap_or_else(|e| panic!("{id}: {e}"));
+        }
+        file
+    }
+
     /// The names the lab resolves, with their addresses.
     pub fn names(&self) -> BTreeMap<String, Ipv4Addr> {
         self.state.lock().expect("lab state").names.clone()
@@ -990,6 +1017,10 @@ exec "$@""#,
             d = self.ca_dir.display()
         ))
         .map_err(|e| format!("lab CA on {id}: {e}"))?;
+        let shared = self.state.lock().expect("lab state").etcd_members.clone();
+        if let Some(file) = shared {
+            link_etcd_members(&host, &file).map_err(|e| format!("{id}: {e}"))?;
+        }
         let names = self.names();
         write_hosts(&host, &names)?;
         self.state

@@ -86,7 +86,9 @@ etcd_members_answer() {
     dec=$(printf '%d' "0x${3:-}")
     grep -q "^$dec " "$members_file" || { echo "etcdserver: member not found" >&2; exit 1; }
     grep -v "^$dec " "$members_file" > "$members_file.new" || true
-    mv "$members_file.new" "$members_file"
+    # Rewritten in place: the list may be a link to one a lab's hosts share.
+    cat "$members_file.new" > "$members_file" && rm -f "$members_file.new"
+    echo "$(date +%s%N) remove $dec" >> "$(readlink -f "$members_file").history"
     echo "Member ${3:-} removed from cluster 1"
     return 0 ;;
   esac
