@@ -4,8 +4,13 @@
 //! kube-system have the pods it wants available? The rolling update's validation gate runs
 //! the same checks (and asks etcd, `ops::etcd::assess`).
 //!
-//! Caveat: the control-plane static pods (API server, controller manager, scheduler) are not
-//! looked at one by one; a control plane whose API server is down shows as a Node not Ready.
+//! As kops's validation does, every kube-system pod with the `system-cluster-critical` or
+//! `system-node-critical` priority class must be running and ready: on a kubeadm cluster that
+//! covers the control-plane static pods (API server, controller manager, scheduler, etcd),
+//! kube-proxy and CoreDNS.
+//!
+//! Caveat: a critical pod being deleted (Terminating) is not counted: its replacement is what
+//! must come up, and a pod left on a node that is gone may stay Terminating for long.
 
 use std::collections::BTreeSet;
 
@@ -197,11 +202,44 @@ fn daemonset_unavailable(ds: &DaemonSet) -> Option<String> {
     (available < want).then(|| format!("{available} of {want} pods available"))
 }
 
-/// kube-system's Deployments and DaemonSets that lack available pods.
+/// The priority classes that mark the pods a cluster cannot do without (kops validates
+/// these): the control-plane static pods, kube-proxy, CoreDNS, the pod network.
+const CRITICAL_PRIORITY_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
+
+/// Why a critical kube-system pod is not serving, if it is one; `None` for other pods, those
+/// that finished (Succeeded) and those being deleted.
+fn critical_pod_problem(pod: &Pod) -> Option<String> {
+    let class = pod.spec.as_ref()?.priority_class_name.as_deref()?;
+    if !CRITICAL_PRIORITY_CLASSES.contains(&class) || pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase == Some("Succeeded") {
+        return None;
+    }
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("no node yet");
+    pod_problem(pod).map(|p| format!("{class} pod (on {node}) {p}"))
+}
+
+/// kube-system's critical pods that are not running and ready, and its Deployments and
+/// DaemonSets that lack available pods.
 async fn workload_failures(kube: &Kube) -> Result<Vec<Failure>, AddonError> {
     const NS: &str = "kube-system";
     let params = ListParams::default();
     let mut out = Vec::new();
+    for pod in kube.list_pods(Some(NS), &params).await? {
+        if let Some(why) = critical_pod_problem(&pod) {
+            out.push(Failure {
+                kind: "pod",
+                name: format!("{NS}/{}", pod.metadata.name.as_deref().unwrap_or("?")),
+                message: why,
+            });
+        }
+    }
     let deployments: Api<Deployment> = Api::namespaced(kube.client().clone(), NS);
     for d in kube.list_all(&deployments, &params).await? {
         if let Some(why) = deployment_unavailable(&d) {
@@ -446,6 +484,67 @@ mod tests {
         assert_eq!(
             daemonset_unavailable(&daemonset(1, None)).as_deref(),
             Some("0 of 1 pods available")
+        );
+    }
+
+    #[test]
+    fn critical_kube_system_pods_must_run_ready_as_kops_validates_them() {
+        let pod = |class: Option<&str>, phase: &str, ready: bool, deleting: bool| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": "kube-apiserver-cp1",
+                    "deletionTimestamp": deleting.then_some("2026-11-23T00:00:00Z"),
+                },
+                "spec": {
+                    "nodeName": "cp1",
+                    "priorityClassName": class,
+                    "containers": [{ "name": "kube-apiserver" }],
+                },
+                "status": {
+                    "phase": phase,
+                    "containerStatuses": [{
+                        "name": "kube-apiserver", "ready": ready, "restartCount": 0,
+                        "image": "i", "imageID": "i",
+                    }],
+                },
+            }))
+            .expect("pod")
+        };
+        let critical = Some("system-node-critical");
+        assert_eq!(
+            critical_pod_problem(&pod(critical, "Running", true, false)),
+            None
+        );
+        assert_eq!(
+            critical_pod_problem(&pod(critical, "Running", false, false)).as_deref(),
+            Some("system-node-critical pod (on cp1) is Running but not ready (kube-apiserver)")
+        );
+        assert_eq!(
+            critical_pod_problem(&pod(
+                Some("system-cluster-critical"),
+                "Pending",
+                false,
+                false
+            ))
+            .as_deref(),
+            Some("system-cluster-critical pod (on cp1) is Pending")
+        );
+        // Not critical, finished, or going away: not judged here.
+        assert_eq!(
+            critical_pod_problem(&pod(None, "Pending", false, false)),
+            None
+        );
+        assert_eq!(
+            critical_pod_problem(&pod(Some("high"), "Pending", false, false)),
+            None
+        );
+        assert_eq!(
+            critical_pod_problem(&pod(critical, "Succeeded", false, false)),
+            None
+        );
+        assert_eq!(
+            critical_pod_problem(&pod(critical, "Running", false, true)),
+            None
         );
     }
 

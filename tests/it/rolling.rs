@@ -414,6 +414,30 @@ mod engine_on_the_fake_api {
                    "numberMisscheduled": 0, "numberReady": 3, "numberAvailable": 3}),
         );
         api.validate().await.expect("healthy again");
+
+        // A control-plane static pod (critical, as kubeadm's are) not ready: named, as kops
+        // names it; ready again, the cluster passes.
+        let mut apiserver = pod(
+            "kube-system",
+            "kube-apiserver-cp1",
+            json!({ "component": "kube-apiserver" }),
+            "cp1",
+            "Running",
+            false,
+        );
+        apiserver["spec"]["priorityClassName"] = json!("system-node-critical");
+        fake.put(apiserver.clone());
+        let e = api.validate().await.unwrap_err();
+        assert!(
+            e.contains("pod kube-system/kube-apiserver-cp1: system-node-critical pod (on cp1) is Running but not ready (main)"),
+            "{e}"
+        );
+        apiserver["status"]["containerStatuses"][0]["ready"] = json!(true);
+        fake.put(apiserver);
+        api.validate()
+            .await
+            .expect("healthy with the API server ready");
+
         fake.put(node("w2", false, true, true, Some("p")));
         let e = api.validate().await.unwrap_err();
         assert!(
