@@ -1,12 +1,16 @@
 //! A Kubernetes minor upgrade on AWS through the binary, in the cloud lab (moto, every instance
 //! an sshd test host, the stand-in kubeadm recording its calls with their times): a private
 //! cluster (reached through `bastion.NAME`) with three control planes and two workers at
-//! 1.34.4 (a second mirror serves that version's stand-ins) → `kubernetesVersion` 1.35.1 →
-//! `update cluster --yes` leaves the running members alone and reports them pending → the
-//! preview lists the control planes as re-provisioned in place (one with `kubeadm upgrade
-//! apply`), the workers as replaced, and writes nothing → with etcd unhealthy the backup fails
-//! and `--yes` stops before anything changed → `rolling-update --yes` backs etcd up
-//! first (listed by `get backups`), upgrades the control planes one at a time in place (the
+//! 1.34.4 (a second mirror serves that version's stand-ins) → `kubernetesVersion` 1.35.1 and
+//! the bastion group's `image` changed → `update cluster --yes` makes launch template version
+//! 2, leaves the running members and the bastion alone and reports them pending → the preview
+//! lists the bastion first (`launch template version 1 -> 2`, table and JSON), the control
+//! planes as re-provisioned in place (one with `kubeadm upgrade apply`), the workers as
+//! replaced, and writes nothing → with etcd unhealthy the backup fails and `--yes` stops
+//! before anything changed → `rolling-update --yes` backs etcd up first (listed by `get
+//! backups`), replaces the bastion before any node (no API call for it; `bastion.NAME` leads
+//! to the new one, through which the control planes are then reached), upgrades the control
+//! planes one at a time in place (the
 //! same instances: `upgrade apply` on exactly one, then `upgrade node` on the others), then
 //! replaces the workers (the new instances join at 1.35.1) → journal finished, nothing left to
 //! roll → the bastion, forced, is replaced without any API call for it, and the cluster is
@@ -17,15 +21,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kprov::spec::Object;
+use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::aws_lifecycle::{IMAGE, code, make_zone, text, with_call};
+use crate::support::awsroll::launched;
 use crate::support::cloudlab::{CloudLab, VERSION, snapshot};
 use crate::support::mirror::Mirror;
 use crate::support::testhosts::{TestHost, in_netns};
 
 /// The minor before the lab mirror's (the metal upgrade test's pin).
 const FROM: &str = "1.34.4";
+/// Another stock image of moto's: the bastion group's new image (launch template version 2).
+const BASTION_IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-*";
+const BASTION_WHY: &str = "launch template version 1 -> 2";
 
 fn now_ns() -> u128 {
     std::time::SystemTime::now()
@@ -143,8 +151,13 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     // running members alone and says they wait for a roll.
     lab.edit_objects(cluster, |objects| {
         for o in objects {
-            if let Object::Cluster(c) = o {
-                c.spec.kubernetes_version = Some(VERSION.into());
+            match o {
+                Object::Cluster(c) => c.spec.kubernetes_version = Some(VERSION.into()),
+                // The bastion's launch template changes with it: replaced first.
+                Object::InstanceGroup(g) if g.spec.role == InstanceGroupRole::Bastion => {
+                    g.spec.image = Some(BASTION_IMAGE.into());
+                }
+                _ => {}
             }
         }
     });
@@ -184,6 +197,38 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
             .unwrap_or_else(|| panic!("{id} ({node}) not in the preview:\n{out}"))
             .to_string()
     };
+    // The bastion first, replaced because of its template (table and JSON).
+    let bastion_line = |l: &&str| {
+        l.contains(bastions[0].as_str()) || l.contains(before[&bastions[0]].name.as_str())
+    };
+    let first = out
+        .lines()
+        .position(|l| {
+            before.values().any(|h| l.contains(h.name.as_str())) || l.contains(bastions[0].as_str())
+        })
+        .unwrap_or_else(|| panic!("no instance in the preview:\n{out}"));
+    let l = out.lines().nth(first).unwrap_or_default();
+    assert!(bastion_line(&l), "the bastion is not first:\n{out}");
+    assert!(l.contains("replace") && l.contains(BASTION_WHY), "{l}");
+    let doc: serde_json::Value = serde_json::from_str(&code(
+        &lab,
+        &lab.kprov(&["rolling-update", "cluster", cluster, "-o", "json"]),
+        0,
+    ))
+    .expect("one JSON document");
+    let groups = doc["groups"].as_array().expect("groups");
+    let g = &groups[0];
+    assert_eq!(g["name"], "bastions", "{doc}");
+    let n = &g["nodes"][0];
+    assert_eq!(
+        (&n["target"], &n["action"], &n["reasons"]),
+        (
+            &serde_json::json!(bastions[0]),
+            &serde_json::json!("replace"),
+            &serde_json::json!([BASTION_WHY])
+        ),
+        "{doc}"
+    );
     let mut applies = 0;
     for id in &control_planes {
         let l = line(id);
@@ -276,6 +321,77 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     );
     lab.sync();
     let now = lab.instances();
+    // The bastion, replaced first: its replacement waited for before any control plane's
+    // step, no API call about it, and the control planes were reached through the new one.
+    let err = text(&o.stderr);
+    let step_lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.contains("Backing up etcd") && !l.contains("etcd backed up"))
+        .collect();
+    let replaced_at = step_lines
+        .iter()
+        .position(|l| l.contains("replacement bastion"))
+        .unwrap_or_else(|| panic!("the bastion was not replaced:\n{err}"));
+    let first_node = step_lines
+        .iter()
+        .position(|l| {
+            control_planes
+                .iter()
+                .chain(&workers)
+                .any(|id| l.contains(before[id].name.as_str()))
+        })
+        .unwrap_or_else(|| panic!("no node step:\n{err}"));
+    assert!(
+        replaced_at < first_node,
+        "a node rolled before the bastion:\n{err}"
+    );
+    assert!(
+        !now.contains_key(&bastions[0]),
+        "the old bastion still runs"
+    );
+    let new_bastion: Vec<&String> = now
+        .iter()
+        .filter(|(id, h)| !before.contains_key(*id) && h.standin_calls().is_empty())
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(new_bastion.len(), 1, "{:?}", now.keys());
+    let new_bastion = new_bastion[0].clone();
+    assert_eq!(
+        launched(&lab, std::slice::from_ref(&new_bastion))[&new_bastion]
+            .template_version
+            .as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        lab.names()[&format!("bastion.{cluster}")].to_string(),
+        now[&new_bastion].address,
+        "bastion.{cluster} does not lead to the new bastion"
+    );
+    let old_bastion_name = before[&bastions[0]].name.clone();
+    let bastion_writes: Vec<String> = lab
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.is_write()
+                && (r.path.contains(&old_bastion_name) || r.path.contains(&now[&new_bastion].name))
+        })
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(
+        bastion_writes.is_empty(),
+        "API writes for the bastion: {bastion_writes:?}"
+    );
+    // The control planes were upgraded after the bastion was replaced, so through the new one,
+    // checked against the group's host key (strict): each saw a login from it.
+    let via = &now[&new_bastion].address;
+    for id in &control_planes {
+        assert!(
+            now[id].log().contains(&format!("from {via} port")),
+            "{id} was not reached through the new bastion {via}: {}",
+            now[id].log()
+        );
+    }
     // In place: the same instances, upgraded one at a time, `apply` on exactly one, first.
     let mut upgrades = Vec::new();
     for id in &control_planes {
@@ -379,7 +495,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     .expect("journal parses");
     assert_eq!(journal["finished"], true, "{journal}");
     let nodes = journal["nodes"].as_array().expect("journal nodes");
-    assert_eq!(nodes.len(), 5, "{journal}");
+    assert_eq!(nodes.len(), 6, "{journal}");
     assert!(nodes.iter().all(|n| n["step"] == "validated"), "{journal}");
     let o = lab.kprov(&preview);
     code(&lab, &o, 0);
@@ -409,7 +525,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     lab.sync();
     let after = lab.instances();
     assert!(
-        !after.contains_key(&bastions[0]),
+        !after.contains_key(&new_bastion),
         "the old bastion still runs"
     );
     let fresh: Vec<&String> = after
