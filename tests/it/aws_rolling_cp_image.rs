@@ -8,8 +8,10 @@
 //! to its size, journal finished, a second preview has nothing to roll, `get instances` lists
 //! only the new control planes, up to date. On the way, the first roll is cut after the first
 //! new member joined (the old members made unhealthy: removing one would lose quorum): it
-//! stops, nothing terminated; the next `--yes` resumes with the instance already joined (no
-//! second surge, no second join of a member).
+//! stops, nothing terminated; the next `--yes` resumes with the instance already joined and
+//! is killed (SIGKILL) right after it removed the old member, before the old instance is
+//! terminated; after `lock break` the next `--yes` finds the member already removed and
+//! finishes (no second surge, no second join, no member removed twice).
 //!
 //! etcd is the stand-ins' members mode over one member list the lab's hosts share
 //! (`CloudLab::share_etcd_members`): the stand-in kubeadm adds a joining control plane's
@@ -180,10 +182,58 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
         1
     );
 
-    // etcd healthy again: the next `--yes` resumes with the instance already joined.
+    // etcd healthy again: the next `--yes` resumes with the instance already joined. It is
+    // killed (SIGKILL) the moment the old member's removal is recorded, before the old
+    // instance is terminated (the stand-in holds its answer meanwhile).
     std::fs::write(&members, healthy).expect("members healthy");
+    let hold = members.with_extension("hold");
+    std::fs::write(&hold, "").expect("hold");
+    let mut child = lab
+        .command(assert_cmd::cargo::cargo_bin("kprov"))
+        .args(&yes)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kprov starts");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !std::fs::read_to_string(&history).is_ok_and(|h| h.contains(" remove ")) {
+        if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_file(&hold);
+            panic!("the resumed roll never removed the old member");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    std::fs::remove_file(&hold).expect("hold released");
+    lab.sync();
+    // Cut between the removal and the termination: the old instance of the first control
+    // plane still runs next to its joined successor, its member gone, the roll unfinished.
+    assert_eq!(control_planes(&lab).len(), 4);
+    for id in old.keys() {
+        assert!(
+            lab.instances().contains_key(id),
+            "{id} terminated before the cut"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&members)
+            .expect("members")
+            .lines()
+            .count(),
+        3
+    );
+    assert_eq!(journal(&lab, cluster)["finished"], false);
+    code(&lab, &lab.kprov(&["lock", "break", cluster]), 0);
     let o = lab.kprov(&yes);
     code(&lab, &o, 0);
+    assert!(
+        text(&o.stderr).contains("already removed"),
+        "{}",
+        text(&o.stderr)
+    );
     eprintln!(
         "replaced 3 control planes in {:?}\n{}",
         started.elapsed(),
@@ -201,6 +251,25 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
     for (id, l) in launched(&lab, &new.keys().cloned().collect::<Vec<_>>()) {
         assert_eq!(l.template_version.as_deref(), Some("2"), "{id}");
     }
+    // No second surge after either cut: three instances ever launched from version 2.
+    let every = lab.block_on(async {
+        aws_sdk_ec2::Client::new(&lab.sdk_config().await)
+            .describe_instances()
+            .send()
+            .await
+            .expect("DescribeInstances")
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect::<Vec<_>>()
+    });
+    let from_v2: Vec<String> = launched(&lab, &every)
+        .into_iter()
+        .filter(|(_, l)| l.template_version.as_deref() == Some("2"))
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(from_v2.len(), 3, "{from_v2:?}");
     // etcd: each new member joined before an old one was removed, one at a time.
     let events: Vec<(String, String)> = std::fs::read_to_string(&history)
         .expect("etcd history")
