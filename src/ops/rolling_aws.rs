@@ -38,8 +38,10 @@
 //!   (the node layer skips what is done), a member already removed is not removed again, an
 //!   instance already terminated is not looked for; a resumed roll puts back the spec's
 //!   `maxSize` (it does not remember what the cut one raised). End to end, a roll cut after
-//!   the new member joined and before the old one was removed is resumed; the other cut
-//!   points are reasoned (each step checks before it acts), not tested.
+//!   the new member joined and before the old one was removed is resumed, and so is one cut
+//!   after the removal and before the termination; the cut after the termination (before
+//!   the Node is deleted and the maximum put back) is reasoned (each step checks before it
+//!   acts), not tested.
 //! - A bastion group of several instances behind its load balancer: the check of the way in
 //!   reaches whichever instance the load balancer picks (they share the group's key).
 
