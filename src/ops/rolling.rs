@@ -344,6 +344,9 @@ async fn advance(
         }
         // Steps through the API only for nodes the API knows, and not under --cloudonly.
         let skip_api = options.cloud_only || !roller.kubernetes_node(&node);
+        // A step passed over (no cordon, drain or uncordon happened) is journaled but not
+        // reported: "drained" would tell the operator of a drain that never was.
+        let passed_over = skip_api && matches!(node.step, NodeStep::Waiting | NodeStep::Replaced);
         let next = match node.step {
             NodeStep::Uncordoned | NodeStep::Validated => return Ok(()),
             NodeStep::Waiting if skip_api => NodeStep::Drained,
@@ -447,11 +450,13 @@ async fn advance(
             }
         };
         record(shared, i, next, None, None, lock_check).await?;
-        events(&RollEvent::Step {
-            node: name.clone(),
-            step: next,
-            elapsed: start.elapsed(),
-        });
+        if !passed_over {
+            events(&RollEvent::Step {
+                node: name.clone(),
+                step: next,
+                elapsed: start.elapsed(),
+            });
+        }
     }
 }
 
@@ -1100,18 +1105,32 @@ pub mod tests {
         let fake = Fake::default();
         let roller = NotNodes(&fake, ["w1".to_string()].into());
         let (file, _) = JournalFile::load(&s, "c").await.unwrap();
+        let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = steps.clone();
+        let events: RollEvents = Arc::new(move |e: &RollEvent| {
+            if let RollEvent::Step { node, step, .. } = e {
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{node} {}", step.as_str()));
+            }
+        });
         let j = run(
             file,
             Journal::new(&plan, "me", false),
             &fake,
             &roller,
             &fast(),
-            &silent(),
+            &events,
             idle(),
             &|| Ok(()),
         )
         .await
         .unwrap();
+        // Reported: only the steps that happened to it (no "drained", no "uncordoned").
+        let steps = steps.lock().unwrap().clone();
+        let w1: Vec<&String> = steps.iter().filter(|s| s.starts_with("w1 ")).collect();
+        assert_eq!(w1, ["w1 replaced", "w1 validated"], "{steps:?}");
+        assert!(steps.contains(&"cp2 drained".to_string()), "{steps:?}");
         assert!(j.finished && j.done() == 3, "{j:?}");
         let calls = fake.calls();
         assert!(calls.contains(&"roll w1".to_string()), "{calls:?}");
