@@ -368,6 +368,21 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
         "bastion.{cluster} does not lead to the new bastion"
     );
     let old_bastion_name = before[&bastions[0]].name.clone();
+    // No step it never went through is reported for it.
+    for l in err
+        .lines()
+        .filter(|l| l.starts_with(&format!("{old_bastion_name}:")))
+    {
+        assert!(
+            !l.contains(": cordoned") && !l.contains(": drained") && !l.contains(": uncordoned"),
+            "{l}"
+        );
+    }
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with(&format!("{old_bastion_name}: validated"))),
+        "{err}"
+    );
     let bastion_writes: Vec<String> = lab
         .fake
         .requests()
