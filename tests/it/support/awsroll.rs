@@ -74,6 +74,28 @@ pub fn rolling<'a>(cluster: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     a
 }
 
+/// Asserts that the `rolling-update --exit-code` preview of `cluster` has nothing to roll
+/// (exit 0).
+#[track_caller]
+pub fn nothing_to_roll(lab: &CloudLab, cluster: &str) {
+    let o = lab.kprov(&rolling(cluster, &["--exit-code"]));
+    code(lab, &o, 0);
+    assert!(
+        text(&o.stderr).contains("No rolling update needed"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// `delete cluster NAME --yes`, asserting exit 0 and that the lab followed moto without a
+/// sync error.
+#[track_caller]
+pub fn delete_cleanly(lab: &CloudLab, cluster: &str) {
+    code(lab, &lab.kprov(&["delete", "cluster", cluster, "--yes"]), 0);
+    lab.sync();
+    assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());
+}
+
 /// A cloud lab whose moto has the public hosted zone `zone`.
 pub fn lab_with_zone(zone: &str) -> Arc<CloudLab> {
     let lab = Arc::new(CloudLab::start());
