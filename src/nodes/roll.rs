@@ -718,6 +718,14 @@ mod tests {
         (groups, nodes)
     }
 
+    /// The plan's roll order: each node's target and upgrade.
+    fn upgrades(p: &RollPlan) -> Vec<(&str, Option<Upgrade>)> {
+        p.order()
+            .iter()
+            .map(|n| (n.target.as_str(), n.upgrade))
+            .collect()
+    }
+
     #[test]
     fn a_version_upgrade_rolls_control_planes_first_apply_then_node() {
         let (g, n) = cluster("1.34.4", "1.35.1");
@@ -730,13 +738,8 @@ mod tests {
             &Selection::default(),
         );
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
-        let order: Vec<(&str, Option<Upgrade>)> = p
-            .order()
-            .iter()
-            .map(|n| (n.target.as_str(), n.upgrade))
-            .collect();
         assert_eq!(
-            order,
+            upgrades(&p),
             [
                 ("cp1", Some(Upgrade::Apply)),
                 ("cp2", Some(Upgrade::Node)),
@@ -797,13 +800,8 @@ mod tests {
             &Selection::default(),
         );
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
-        let order: Vec<(&str, Option<Upgrade>)> = p
-            .order()
-            .iter()
-            .map(|n| (n.target.as_str(), n.upgrade))
-            .collect();
         assert_eq!(
-            order,
+            upgrades(&p),
             [
                 ("cp1", Some(Upgrade::Apply)),
                 ("cp2", Some(Upgrade::Node)),

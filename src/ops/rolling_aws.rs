@@ -815,6 +815,23 @@ impl<'a> AwsRoller<'a> {
     /// Records the bastion group's key for `new`'s way in, then waits (bounded) until an SSH
     /// login there succeeds with strict checking against it. A different key fails at once.
     async fn bastion_answers(&self, new: &Target) -> Result<(), String> {
+        let (group, conflicts) = self.record_group_key(new).await?;
+        if !conflicts.is_empty() {
+            return Err(format!(
+                "the store holds another host key for {} than the one kprov generated for group {group}: {conflicts:?}",
+                new.host.address
+            ));
+        }
+        self.wait_for_login(new).await
+    }
+
+    /// Records in the store the host key kprov generated for `new`'s group, under the names
+    /// ssh checks for `new` (the lease checked first: it writes). Returns the group and the
+    /// keys the store held otherwise for `new`, which the caller refuses in its own words.
+    async fn record_group_key(
+        &self,
+        new: &Target,
+    ) -> Result<(String, Vec<crate::ssh::KeyConflict>), String> {
         let name = self.cluster.name();
         let group = new.group.clone().unwrap_or_default();
         let keys = hostkeys::load(self.store.as_ref(), name, &[group.as_str()])
@@ -828,13 +845,7 @@ impl<'a> AwsRoller<'a> {
         let expected = hostkeys::expected_known_hosts(std::slice::from_ref(new), &keys).await?;
         self.guard.check().map_err(|e| e.to_string())?;
         let conflicts = crate::ssh::record_expected_keys(&self.store, name, &expected).await?;
-        if !conflicts.is_empty() {
-            return Err(format!(
-                "the store holds another host key for {} than the one kprov generated for group {group}: {conflicts:?}",
-                new.host.address
-            ));
-        }
-        self.wait_for_login(new).await
+        Ok((group, conflicts))
     }
 
     /// Waits (bounded, visibly) until an SSH login on `t` succeeds with strict checking
@@ -867,20 +878,8 @@ impl<'a> AwsRoller<'a> {
     }
 
     async fn join(&self, new: &Target) -> Result<(), String> {
-        let name = self.cluster.name();
         let _one = self.joining.lock().await;
-        self.guard.check().map_err(|e| e.to_string())?;
-        let group = new.group.clone().unwrap_or_default();
-        let keys = hostkeys::load(self.store.as_ref(), name, &[group.as_str()])
-            .await
-            .map_err(|e| e.to_string())?;
-        if !keys.contains_key(&group) {
-            return Err(format!(
-                "instance group {group} has no host key in the store: run `kprov update cluster {name} --yes`"
-            ));
-        }
-        let expected = hostkeys::expected_known_hosts(std::slice::from_ref(new), &keys).await?;
-        let conflicts = crate::ssh::record_expected_keys(&self.store, name, &expected).await?;
+        let (_, conflicts) = self.record_group_key(new).await?;
         if !conflicts.is_empty() {
             return Err(format!(
                 "the store holds another host key for {} than the one kprov generated: {conflicts:?}; nothing was run on it",

@@ -190,8 +190,16 @@ impl NodeRoller for MetalRoller {
                     node.target
                 )
             })?;
+        // The record says which labels and taints a previous provisioning set, so that the
+        // roll can remove those the spec dropped: one that does not parse is refused (as the
+        // preview refuses it), not taken for "no record", before anything changes on the node.
         let old = match self.exec.read_file(target.name(), PROVISIONED_FILE).await {
-            Ok(Some(bytes)) => Provisioned::parse(&bytes).ok(),
+            Ok(Some(bytes)) => Some(Provisioned::parse(&bytes).map_err(|e| {
+                format!(
+                    "{}: cannot read its provisioning record: {e}; nothing was changed on it",
+                    target.name()
+                )
+            })?),
             Ok(None) => None,
             Err(e) => return Err(e.to_string()),
         };
@@ -441,6 +449,31 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("not a host of this cluster"), "{e}");
         assert!(exec.ran.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_unparsable_record_is_refused_naming_host_file_and_error_before_any_change() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        let key = ("w1".to_string(), PROVISIONED_FILE.to_string());
+        let garbage = Bytes::from_static(b"{\"labels\": [not json");
+        exec.files
+            .lock()
+            .unwrap()
+            .insert(key.clone(), garbage.clone());
+        let e = rt()
+            .block_on(r.roll(&journal_node("w1", None)))
+            .unwrap_err();
+        assert!(e.starts_with("w1: "), "{e}");
+        assert!(e.contains(PROVISIONED_FILE), "{e}");
+        // serde_json's own words, with the position.
+        assert!(
+            e.contains("invalid type: sequence, expected a map at line 1 column 11"),
+            "{e}"
+        );
+        assert!(e.contains("nothing was changed on it"), "{e}");
+        assert!(exec.names("w1").is_empty(), "{:?}", exec.names("w1"));
+        assert_eq!(exec.files.lock().unwrap().get(&key), Some(&garbage));
     }
 
     #[test]

@@ -20,15 +20,12 @@
 //! Needs root. `PRIVATE_ADDRESSES` is the flag that selects private addresses
 //! (`update cluster --ssh-private-address`, or `spec.topology.sshAddress: Private`).
 
-use std::sync::Arc;
-
 use kprov::spec::{InstanceGroupRole, Object};
 
-use crate::support::cloudlab::{CloudLab, VERSION, snapshot};
+use crate::support::awsroll::{CreateAws, lab_with_zone};
+use crate::support::cloudlab::{CloudLab, snapshot};
 
-pub(crate) use crate::support::awsroll::{
-    IMAGE, PRIVATE_ADDRESSES, code, make_zone, text, with_call,
-};
+pub(crate) use crate::support::awsroll::{PRIVATE_ADDRESSES, code, text, with_call};
 
 pub(crate) fn kubeadm_calls(lab: &CloudLab) -> usize {
     lab.instances()
@@ -57,53 +54,21 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
         Reach::PrivateAddresses => PRIVATE_ADDRESSES,
         Reach::Bastion => &[],
     };
-    let lab = Arc::new(CloudLab::start());
-    lab.block_on(make_zone(&lab, zone));
-    let ssh_dir = lab.home.join(".ssh");
-    std::fs::create_dir_all(&ssh_dir).unwrap();
-    let key = ssh_dir.join("id_ed25519");
-    assert!(
-        std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", "operator", "-f"])
-            .arg(&key)
-            .status()
-            .unwrap()
-            .success()
-    );
-    lab.add_operator_key(&key);
+    let lab = lab_with_zone(zone);
+    CreateAws::new(cluster)
+        .flags(&["--node-count", "2"])
+        .flags(extra)
+        .run(&lab);
     if reach == Reach::Bastion {
         // The operator's own ssh config applies to the jump kprov makes.
         std::fs::write(
-            ssh_dir.join("config"),
+            lab.home.join(".ssh/config"),
             format!(
                 "Host bastion.{cluster}\n  HostKeyAlias {BASTION_ALIAS}\n  ConnectTimeout 10\n"
             ),
         )
         .unwrap();
     }
-    let public = format!("{}.pub", key.display());
-    let vpc = lab.net.vpc_cidr().to_string();
-    let mut create = vec![
-        "create",
-        "cluster",
-        cluster,
-        "--cloud",
-        "aws",
-        "--zones",
-        "us-east-1a",
-        "--ssh-public-key",
-        &public,
-        "--image",
-        IMAGE,
-        "--network-cidr",
-        &vpc,
-        "--kubernetes-version",
-        VERSION,
-        "--node-count",
-        "2",
-    ];
-    create.extend_from_slice(extra);
-    code(&lab, &lab.kprov(&create), 0);
     lab.use_mirror(cluster);
     lab.watch();
 

@@ -11,8 +11,8 @@
 //! Needs root.
 
 use crate::support::awsroll::{
-    PRIVATE_ADDRESSES, code, edit_workers, group_size, journal, launched, running_cluster, text,
-    update_yes, with_call, workers,
+    PRIVATE_ADDRESSES, code, delete_cleanly, edit_workers, group_size, journal, launched,
+    nothing_to_roll, running_cluster, text, update_yes, with_call, workers,
 };
 use crate::support::cloudlab::snapshot;
 use crate::support::fakekube::{owned_by, pod};
@@ -24,13 +24,7 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
     let yes = update_yes(cluster);
     let mut preview = vec!["rolling-update", "cluster", cluster, "--exit-code"];
     preview.extend_from_slice(PRIVATE_ADDRESSES);
-    let o = lab.kprov(&preview);
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("No rolling update needed"),
-        "{}",
-        text(&o.stderr)
-    );
+    nothing_to_roll(&lab, cluster);
     let o = lab.kprov(&["get", "instances", cluster]);
     let listed = code(&lab, &o, 0);
     assert_eq!(
@@ -195,13 +189,7 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
     }
 
     // Nothing left to roll.
-    let o = lab.kprov(&preview);
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("No rolling update needed"),
-        "{}",
-        text(&o.stderr)
-    );
+    nothing_to_roll(&lab, cluster);
 
     // The worker group's instance type changes: a new launch template version. The preview
     // names it for both (new) workers.
@@ -256,11 +244,5 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
         "{now:?}"
     );
 
-    code(
-        &lab,
-        &lab.kprov(&["delete", "cluster", cluster, "--yes"]),
-        0,
-    );
-    lab.sync();
-    assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());
+    delete_cleanly(&lab, cluster);
 }

@@ -18,14 +18,13 @@
 //!
 //! Needs root.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kprov::spec::{InstanceGroupRole, Object};
 
-use crate::aws_lifecycle::{IMAGE, code, make_zone, text, with_call};
-use crate::support::awsroll::launched;
-use crate::support::cloudlab::{CloudLab, VERSION, snapshot};
+use crate::aws_lifecycle::{code, text, with_call};
+use crate::support::awsroll::{CreateAws, lab_with_zone, launched};
+use crate::support::cloudlab::{VERSION, snapshot};
 use crate::support::mirror::Mirror;
 use crate::support::testhosts::{TestHost, in_netns};
 
@@ -66,30 +65,12 @@ fn calls(h: &TestHost, since: u128, prefix: &str) -> Vec<u128> {
 #[test]
 fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_workers() {
     let cluster = "upgrade.lab.example";
-    let lab = Arc::new(CloudLab::start());
+    let lab = lab_with_zone("lab.example");
     let gateway = lab.net.gateway;
     let old = in_netns(&lab.net.router_ns, || Mirror::start(gateway.into(), FROM));
-    lab.block_on(make_zone(&lab, "lab.example"));
-    let public = lab.operator_key();
-    let vpc = lab.net.vpc_cidr().to_string();
-    code(
-        &lab,
-        &lab.kprov(&[
-            "create",
-            "cluster",
-            cluster,
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a",
-            "--ssh-public-key",
-            &public,
-            "--image",
-            IMAGE,
-            "--network-cidr",
-            &vpc,
-            "--kubernetes-version",
-            FROM,
+    CreateAws::new(cluster)
+        .version(FROM)
+        .flags(&[
             "--control-plane-count",
             "3",
             "--node-count",
@@ -97,9 +78,8 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
             "--topology",
             "private",
             "--bastion",
-        ]),
-        0,
-    );
+        ])
+        .run(&lab);
     let files = old.asset_files();
     lab.edit_objects(cluster, |objects| {
         for o in objects {

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::support::awsroll::{
-    code, journal, launched, rolling, running_cluster_with, text, update_yes,
+    code, delete_cleanly, journal, launched, nothing_to_roll, rolling, running_cluster_with, text,
+    update_yes,
 };
 use crate::support::cloudlab::CloudLab;
 use crate::support::testhosts::TestHost;
@@ -308,13 +309,7 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
     let j = journal(&lab, cluster);
     assert_eq!(j["finished"], true, "{j}");
 
-    let o = lab.kprov(&rolling(cluster, &["--exit-code"]));
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("No rolling update needed"),
-        "{}",
-        text(&o.stderr)
-    );
+    nothing_to_roll(&lab, cluster);
     let listed = code(&lab, &lab.kprov(&["get", "instances", cluster]), 0);
     for id in old.keys() {
         assert!(!listed.contains(id.as_str()), "{listed}");
@@ -328,11 +323,5 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
         );
     }
 
-    code(
-        &lab,
-        &lab.kprov(&["delete", "cluster", cluster, "--yes"]),
-        0,
-    );
-    lab.sync();
-    assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());
+    delete_cleanly(&lab, cluster);
 }

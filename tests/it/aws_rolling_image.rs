@@ -14,8 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::support::awsroll::{
-    code, edit_workers, group_size, journal, launched, rolling, running_cluster, text, update_yes,
-    with_call, workers,
+    code, delete_cleanly, edit_workers, group_size, journal, launched, nothing_to_roll, rolling,
+    running_cluster, text, update_yes, with_call, workers,
 };
 use crate::support::cloudlab::{CloudLab, snapshot};
 use crate::support::fakekube::{owned_by, pod};
@@ -328,19 +328,7 @@ fn an_image_change_rolls_the_workers_onto_the_new_launch_template_version() {
     );
 
     // Nothing left to roll.
-    let o = lab.kprov(&rolling(cluster, &["--exit-code"]));
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("No rolling update needed"),
-        "{}",
-        text(&o.stderr)
-    );
+    nothing_to_roll(&lab, cluster);
 
-    code(
-        &lab,
-        &lab.kprov(&["delete", "cluster", cluster, "--yes"]),
-        0,
-    );
-    lab.sync();
-    assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());
+    delete_cleanly(&lab, cluster);
 }

@@ -74,6 +74,101 @@ pub fn rolling<'a>(cluster: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     a
 }
 
+/// Asserts that the `rolling-update --exit-code` preview of `cluster` has nothing to roll
+/// (exit 0).
+#[track_caller]
+pub fn nothing_to_roll(lab: &CloudLab, cluster: &str) {
+    let o = lab.kprov(&rolling(cluster, &["--exit-code"]));
+    code(lab, &o, 0);
+    assert!(
+        text(&o.stderr).contains("No rolling update needed"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// `delete cluster NAME --yes`, asserting exit 0 and that the lab followed moto without a
+/// sync error.
+#[track_caller]
+pub fn delete_cleanly(lab: &CloudLab, cluster: &str) {
+    code(lab, &lab.kprov(&["delete", "cluster", cluster, "--yes"]), 0);
+    lab.sync();
+    assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());
+}
+
+/// A cloud lab whose moto has the public hosted zone `zone`.
+pub fn lab_with_zone(zone: &str) -> Arc<CloudLab> {
+    let lab = Arc::new(CloudLab::start());
+    lab.block_on(make_zone(&lab, zone));
+    lab
+}
+
+/// `create cluster NAME --cloud aws` as the lab's tests write it: the operator's key (made in
+/// the lab's `~/.ssh` and loaded in its agent, [`CloudLab::operator_key`]), moto's stock
+/// [`IMAGE`], the lab's VPC range, Kubernetes [`VERSION`] and the zone `us-east-1a` unless
+/// set, then the test's own flags.
+pub struct CreateAws<'a> {
+    cluster: &'a str,
+    version: &'a str,
+    zones: &'a str,
+    flags: Vec<&'a str>,
+}
+
+impl<'a> CreateAws<'a> {
+    pub fn new(cluster: &'a str) -> Self {
+        CreateAws {
+            cluster,
+            version: VERSION,
+            zones: "us-east-1a",
+            flags: Vec::new(),
+        }
+    }
+
+    /// `--kubernetes-version`.
+    pub fn version(mut self, version: &'a str) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// `--zones`, comma-separated.
+    pub fn zones(mut self, zones: &'a str) -> Self {
+        self.zones = zones;
+        self
+    }
+
+    /// Flags after the common ones.
+    pub fn flags(mut self, flags: &[&'a str]) -> Self {
+        self.flags.extend_from_slice(flags);
+        self
+    }
+
+    /// Runs it in `lab`, asserting exit 0.
+    #[track_caller]
+    pub fn run(&self, lab: &CloudLab) {
+        let public = lab.operator_key();
+        let vpc = lab.net.vpc_cidr().to_string();
+        let mut args = vec![
+            "create",
+            "cluster",
+            self.cluster,
+            "--cloud",
+            "aws",
+            "--zones",
+            self.zones,
+            "--ssh-public-key",
+            &public,
+            "--image",
+            IMAGE,
+            "--network-cidr",
+            &vpc,
+            "--kubernetes-version",
+            self.version,
+        ];
+        args.extend_from_slice(&self.flags);
+        code(lab, &lab.kprov(&args), 0);
+    }
+}
+
 /// A lab with `cluster` (in the hosted zone `zone`) created with `nodes` workers, provisioned
 /// and validated. The lab watches moto (instances become hosts as they start).
 pub fn running_cluster(cluster: &str, zone: &str, nodes: u32) -> Arc<CloudLab> {
@@ -88,37 +183,12 @@ pub fn running_cluster_with(
     nodes: u32,
     control_planes: u32,
 ) -> Arc<CloudLab> {
-    let lab = Arc::new(CloudLab::start());
-    lab.block_on(make_zone(&lab, zone));
-    let public = lab.operator_key();
-    let vpc = lab.net.vpc_cidr().to_string();
+    let lab = lab_with_zone(zone);
     let count = nodes.to_string();
     let cps = control_planes.to_string();
-    code(
-        &lab,
-        &lab.kprov(&[
-            "create",
-            "cluster",
-            cluster,
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a",
-            "--ssh-public-key",
-            &public,
-            "--image",
-            IMAGE,
-            "--network-cidr",
-            &vpc,
-            "--kubernetes-version",
-            VERSION,
-            "--node-count",
-            &count,
-            "--control-plane-count",
-            &cps,
-        ]),
-        0,
-    );
+    CreateAws::new(cluster)
+        .flags(&["--node-count", &count, "--control-plane-count", &cps])
+        .run(&lab);
     lab.use_mirror(cluster);
     lab.edit_objects(cluster, |objects| {
         for o in objects {
