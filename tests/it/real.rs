@@ -84,7 +84,8 @@ fn hosts_boot() {
 
     // The cgroup namespace: systemd sees itself at the root of every hierarchy, while on
     // this machine it lives in the host's own cgroup, where it made its slices.
-    let inside = String::from_utf8(n1.read_file("/proc/1/cgroup").expect("cgroup")).unwrap();
+    // (Read from inside: /proc/PID/cgroup is rendered relative to the reader's namespace.)
+    let inside = n1.exec("cat /proc/1/cgroup").expect("cgroup");
     assert!(
         inside.lines().all(|l| l.ends_with(":/") || l.ends_with(":/init.scope")),
         "node1's PID 1 cgroups, seen inside:\n{inside}"
@@ -175,4 +176,173 @@ fn down() {
     for dir in realhosts::down_kept() {
         println!("removed kept lab {}", dir.display());
     }
+}
+
+/// The kprov binary as an operator runs it against a lab: HOME and a `file://` state store
+/// in the lab's directory (under /var/tmp: the hosts mount their own /tmp).
+fn kprov(lab: &RealLab, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("kprov"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", lab.dir())
+        .env(
+            "KPROV_STATE_STORE",
+            format!("file://{}", lab.dir().join("state").display()),
+        )
+        .env("NO_COLOR", "1")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("runs kprov")
+}
+
+#[track_caller]
+fn kprov_ok(lab: &RealLab, args: &[&str]) -> String {
+    let t = Instant::now();
+    let o = kprov(lab, args);
+    eprintln!("kprov {} ({:?})", args.join(" "), t.elapsed());
+    assert!(
+        o.status.success(),
+        "kprov {}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The pod network the tier uses instead of a CNI add-on (`networking.cni: none` is the user's
+/// own network): the bridge plugin handing out the host's pod /24, routes between hosts.
+fn write_bridge_cni(h: &realhosts::RealHost) {
+    h.exec(&format!(
+        "mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-bridge.conflist <<'EOF'\n\
+         {{\"cniVersion\": \"1.0.0\", \"name\": \"kprov-real\", \"plugins\": [\n\
+         {{\"type\": \"bridge\", \"bridge\": \"cni0\", \"isGateway\": true, \"ipMasq\": true, \"hairpinMode\": true,\n\
+          \"ipam\": {{\"type\": \"host-local\", \"ranges\": [[{{\"subnet\": \"{}\"}}]], \"routes\": [{{\"dst\": \"0.0.0.0/0\"}}]}}}},\n\
+         {{\"type\": \"portmap\", \"capabilities\": {{\"portMappings\": true}}}}]}}\nEOF\n",
+        h.pod_cidr
+    ))
+    .unwrap_or_else(|e| panic!("CNI config on {}: {e}", h.name));
+}
+
+/// Scenario 1 of issue 17: 1 control plane + 1 worker through the kprov binary, preview then
+/// `update --yes`, nodes Ready through the real API server with real kubectl.
+#[test]
+#[ignore = "needs kprov: Kubernetes 1.36 in the version catalogue, spec.assets.images, the \
+            kernel-step fixes, the cgroup v1 opt-in, containerd restrict_oom_score_adj and a \
+            KubeProxyConfiguration (issue 17)"]
+fn scenario_single() {
+    if realhosts::skip() {
+        return;
+    }
+    let t0 = Instant::now();
+    let bins = Binaries::get();
+    let assets = realk8s::Assets::get(bins);
+    let images = realk8s::images(bins, &bins.bin, "v1.36.2");
+    eprintln!(
+        "assets and {} images ready in {:?}",
+        images.len(),
+        t0.elapsed()
+    );
+    let mut lab = RealLab::start();
+    lab.boot(&["cp1", "worker1"]);
+    lab.route_pods();
+    for h in lab.hosts() {
+        write_bridge_cni(h);
+    }
+    let name = "single.real.example";
+    let key = lab.client_key.display().to_string();
+    let mut inv = String::from("hosts:\n");
+    for (h, role) in [("cp1", "control-plane"), ("worker1", "node")] {
+        inv.push_str(&format!(
+            "  - name: {h}\n    address: {}\n    user: root\n    keyPath: {key}\n    roles: [{role}]\n",
+            lab.host(h).address
+        ));
+    }
+    let inv_path = lab.dir().join("hosts.yaml");
+    std::fs::write(&inv_path, inv).expect("inventory");
+    kprov_ok(
+        &lab,
+        &[
+            "create",
+            "cluster",
+            name,
+            "--cloud",
+            "metal",
+            "--inventory",
+            inv_path.to_str().expect("utf-8"),
+            "--kubernetes-version",
+            realk8s::KUBERNETES_VERSION,
+        ],
+    );
+    // Every address of the cluster in the lab's block; the archive's binaries as assets.
+    // Images: `spec.assets.images` (file:// + sha256 of each of `images`) once kprov has it.
+    let yaml = kprov_ok(&lab, &["get", "cluster", name, "-o", "yaml"]);
+    let mut objects: Vec<kprov::spec::Object> = kprov::spec::load_objects("stored", &yaml)
+        .expect("stored objects parse")
+        .into_iter()
+        .map(|o| o.value)
+        .collect();
+    for o in &mut objects {
+        if let kprov::spec::Object::Cluster(c) = o {
+            c.spec.networking.pod_cidr = Some(lab.pod_cidr.to_string());
+            c.spec.networking.service_cidr = Some(lab.service_cidr.to_string());
+            c.spec.networking.cni = Some(kprov::spec::Cni::None);
+            c.spec.assets = Some(kprov::spec::Assets {
+                mirror: None,
+                files: assets.files.clone(),
+            });
+        }
+    }
+    let refs = objects.iter().map(|o| match o {
+        kprov::spec::Object::Cluster(c) => kprov::spec::ObjectRef::Cluster(c),
+        kprov::spec::Object::InstanceGroup(g) => kprov::spec::ObjectRef::InstanceGroup(g),
+    });
+    let spec_path = lab.dir().join("spec.yaml");
+    std::fs::write(&spec_path, kprov::spec::to_yaml_stream(refs).expect("yaml")).expect("spec");
+    kprov_ok(&lab, &["replace", "-f", spec_path.to_str().expect("utf-8")]);
+    kprov_ok(&lab, &["update", "cluster", name]);
+    let t1 = Instant::now();
+    kprov_ok(
+        &lab,
+        &["update", "cluster", name, "--yes", "--accept-new-host-keys"],
+    );
+    eprintln!("update --yes: {:?}", t1.elapsed());
+    let kubeconfig = lab.dir().join("kubeconfig");
+    kprov_ok(
+        &lab,
+        &[
+            "export",
+            "kubeconfig",
+            name,
+            "--kubeconfig",
+            kubeconfig.to_str().expect("utf-8"),
+        ],
+    );
+    // Real kubectl from the machine, through the lab bridge.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let out = std::process::Command::new(bins.path("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["get", "nodes", "--no-headers"])
+            .output()
+            .expect("kubectl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let ready = text
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some("Ready"))
+            .count();
+        if ready == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes not Ready after 180 s:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!("2 nodes Ready {:?} after update --yes began", t1.elapsed());
 }

@@ -390,6 +390,10 @@ fn teardown_host(h: &HostState) {
     let _ = sh(&["ip", "link", "del", &h.veth]);
     for c in &h.cgroups {
         rmdir_cgroup_tree(c);
+        // `kprov-real` itself, once no other lab's host is in it.
+        if let Some(parent) = c.parent() {
+            let _ = fs::remove_dir(parent);
+        }
     }
 }
 
