@@ -346,3 +346,82 @@ fn scenario_single() {
     }
     eprintln!("2 nodes Ready {:?} after update --yes began", t1.elapsed());
 }
+
+/// The assets kprov gets and the seven images kubeadm v1.36.2 wants, built from the archive:
+/// each asset's sha256 matches its file, the tarballs have the layout kprov's install step
+/// unpacks, and every image archive names its reference. (The CoreDNS image is NOT CoreDNS:
+/// the archive's coredns-standin.)
+#[test]
+fn assets_and_images() {
+    if realhosts::skip() {
+        return;
+    }
+    let t0 = Instant::now();
+    let bins = Binaries::get();
+    let assets = realk8s::Assets::get(bins);
+    eprintln!("assets in {:?}", t0.elapsed());
+    let names: Vec<&str> = assets.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["kubeadm", "kubelet", "kubectl", "runc", "containerd", "cni-plugins", "crictl", "etcd"]
+    );
+    for f in &assets.files {
+        let path = std::path::Path::new(f.url.strip_prefix("file://").expect("file:// URL"));
+        assert_eq!(realk8s::sha256_file(path), f.sha256, "{}", f.name);
+    }
+    let members = |name: &str| -> Vec<String> {
+        let f = assets.files.iter().find(|f| f.name == name).expect(name);
+        let file = std::fs::File::open(f.url.strip_prefix("file://").unwrap()).unwrap();
+        let mut a = tar::Archive::new(flate2::read::GzDecoder::new(file));
+        a.entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .filter(|p| !p.ends_with('/'))
+            .collect()
+    };
+    assert_eq!(
+        members("containerd"),
+        ["bin/containerd", "bin/containerd-shim-runc-v2", "bin/ctr"]
+    );
+    assert_eq!(members("crictl"), ["crictl"]);
+    assert!(members("cni-plugins").contains(&"bridge".to_string()));
+    let etcd_dir = kprov::provision::assets::etcd_dir(
+        kprov::provision::assets::ETCD_VERSION,
+        kprov::provision::assets::Arch::Amd64,
+    );
+    // No etcdutl: none was built, and Debian 12 has none.
+    assert_eq!(
+        members("etcd"),
+        [format!("{etcd_dir}/etcd"), format!("{etcd_dir}/etcdctl")]
+    );
+
+    let t1 = Instant::now();
+    let images = realk8s::images(bins, &bins.bin, "v1.36.2");
+    eprintln!("7 images in {:?}", t1.elapsed());
+    let refs: Vec<&str> = images.iter().map(|i| i.reference.as_str()).collect();
+    assert_eq!(
+        refs,
+        [
+            "registry.k8s.io/kube-apiserver:v1.36.2",
+            "registry.k8s.io/kube-controller-manager:v1.36.2",
+            "registry.k8s.io/kube-scheduler:v1.36.2",
+            "registry.k8s.io/kube-proxy:v1.36.2",
+            "registry.k8s.io/etcd:3.6.8-0",
+            "registry.k8s.io/pause:3.10.2",
+            "registry.k8s.io/coredns/coredns:v1.14.2",
+        ]
+    );
+    for i in &images {
+        let mut a = tar::Archive::new(std::fs::File::open(&i.path).unwrap());
+        let mut manifest = String::new();
+        for e in a.entries().unwrap() {
+            let mut e = e.unwrap();
+            if e.path().unwrap().to_str() == Some("manifest.json") {
+                std::io::Read::read_to_string(&mut e, &mut manifest).unwrap();
+            }
+        }
+        let m: serde_json::Value = serde_json::from_str(&manifest).expect("manifest.json");
+        assert_eq!(m[0]["RepoTags"][0], i.reference.as_str(), "{}", i.path.display());
+        assert_eq!(m[0]["Layers"][0], "layer.tar");
+    }
+}
