@@ -58,7 +58,12 @@ fn hosts_boot() {
             "{}: the machine's machine-id",
             h.name
         );
-        assert_eq!(machine_id.len(), 32, "{}: machine-id {machine_id:?}", h.name);
+        assert_eq!(
+            machine_id.len(),
+            32,
+            "{}: machine-id {machine_id:?}",
+            h.name
+        );
     }
     let (n1, n2) = (lab.host("node1"), lab.host("node2"));
     assert_ne!(
@@ -77,8 +82,10 @@ fn hosts_boot() {
     std::fs::write(&wrong, format!("{n2_key}\n")).expect("known_hosts");
     let refused = n1.ssh_with(&key, &wrong, "true");
     assert!(
-        refused.as_ref().is_err_and(|e| e.contains("HOST IDENTIFICATION HAS CHANGED")
-            || e.contains("Host key verification failed")),
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("HOST IDENTIFICATION HAS CHANGED")
+                || e.contains("Host key verification failed")),
         "ssh to node1 with node2's key trusted: {refused:?}"
     );
 
@@ -87,7 +94,9 @@ fn hosts_boot() {
     // (Read from inside: /proc/PID/cgroup is rendered relative to the reader's namespace.)
     let inside = n1.exec("cat /proc/1/cgroup").expect("cgroup");
     assert!(
-        inside.lines().all(|l| l.ends_with(":/") || l.ends_with(":/init.scope")),
+        inside
+            .lines()
+            .all(|l| l.ends_with(":/") || l.ends_with(":/init.scope")),
         "node1's PID 1 cgroups, seen inside:\n{inside}"
     );
     let outside = std::fs::read_to_string(format!("/proc/{}/cgroup", n1.pid1())).unwrap();
@@ -363,7 +372,16 @@ fn assets_and_images() {
     let names: Vec<&str> = assets.files.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(
         names,
-        ["kubeadm", "kubelet", "kubectl", "runc", "containerd", "cni-plugins", "crictl", "etcd"]
+        [
+            "kubeadm",
+            "kubelet",
+            "kubectl",
+            "runc",
+            "containerd",
+            "cni-plugins",
+            "crictl",
+            "etcd"
+        ]
     );
     for f in &assets.files {
         let path = std::path::Path::new(f.url.strip_prefix("file://").expect("file:// URL"));
@@ -421,7 +439,12 @@ fn assets_and_images() {
             }
         }
         let m: serde_json::Value = serde_json::from_str(&manifest).expect("manifest.json");
-        assert_eq!(m[0]["RepoTags"][0], i.reference.as_str(), "{}", i.path.display());
+        assert_eq!(
+            m[0]["RepoTags"][0],
+            i.reference.as_str(),
+            "{}",
+            i.path.display()
+        );
         assert_eq!(m[0]["Layers"][0], "layer.tar");
     }
 }

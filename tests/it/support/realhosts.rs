@@ -145,6 +145,9 @@ struct LabState {
     hosts: Vec<HostState>,
 }
 
+/// A boot's outcome: PID 1 and the boot time, or PID 1 if found and what went wrong.
+type Booted = Result<(u32, Duration), (Option<u32>, String)>;
+
 /// A machine-like host (see the module doc).
 pub struct RealHost {
     pub name: String,
@@ -281,7 +284,9 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<String, String> {
             Err(e) => return Err(format!("{cmd:?}: {e}")),
         }
     }
-    let out = child.wait_with_output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
         Ok(stdout)
@@ -315,7 +320,11 @@ fn cgroup_pids(dir: &Path) -> Vec<u32> {
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         if let Ok(procs) = fs::read_to_string(d.join("cgroup.procs")) {
-            out.extend(procs.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            out.extend(
+                procs
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
         for e in fs::read_dir(&d).into_iter().flatten().flatten() {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -405,8 +414,7 @@ fn teardown_lab(state: &LabState) {
     for j in state.idx..state.idx + state.count {
         let _ = sh(&["ip", "link", "del", &format!("kpb{j}")]);
     }
-    if state.dir.starts_with("/var/tmp") && state.dir.to_string_lossy().contains("/kprov-real-")
-    {
+    if state.dir.starts_with("/var/tmp") && state.dir.to_string_lossy().contains("/kprov-real-") {
         let _ = fs::remove_dir_all(&state.dir);
     }
 }
@@ -564,8 +572,7 @@ impl RealLab {
             self.hosts.push(host);
             self.save_state();
         }
-        let started: Vec<(usize, Result<(u32, Duration), (Option<u32>, String)>)> =
-            std::thread::scope(|s| {
+        let started: Vec<(usize, Booted)> = std::thread::scope(|s| {
             let handles: Vec<_> = self.hosts[first..]
                 .iter()
                 .enumerate()
@@ -621,8 +628,11 @@ impl RealLab {
         }
         fs::create_dir_all(dir.join("sysctl")).expect("sysctl dir");
         for (k, v) in SYSCTL_FILES {
-            fs::write(dir.join("sysctl").join(k.replace('/', "_")), format!("{v}\n"))
-                .expect("sysctl file");
+            fs::write(
+                dir.join("sysctl").join(k.replace('/', "_")),
+                format!("{v}\n"),
+            )
+            .expect("sysctl file");
         }
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
         let cgroups: Vec<PathBuf> = own_cgroups()
@@ -903,7 +913,11 @@ fn write_etc(dir: &Path, name: &str, address: Ipv4Addr, gateway: Ipv4Addr, clien
     );
     let mut masked: Vec<String> = MASKED.iter().map(|u| u.to_string()).collect();
     // This machine's own enabled services and timers (not sshd, which the host runs).
-    for wants in fs::read_dir("/etc/systemd/system").into_iter().flatten().flatten() {
+    for wants in fs::read_dir("/etc/systemd/system")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         if !wants.file_name().to_string_lossy().ends_with(".wants") {
             continue;
         }
@@ -1015,7 +1029,7 @@ impl RealHost {
 
     /// Finds PID 1 (unshare's child), then waits for systemd to finish booting: first for its
     /// private socket, then `systemctl is-system-running --wait` (an event, bounded).
-    fn wait_booted(&self) -> Result<(u32, Duration), (Option<u32>, String)> {
+    fn wait_booted(&self) -> Booted {
         let started = Instant::now();
         let deadline = started + BOOT_TIMEOUT;
         let unshare = self.state.unshare_pid.expect("spawned");
@@ -1082,7 +1096,12 @@ impl RealHost {
 
     /// Runs `command` on the host over ssh as root, with strict host key checking against
     /// `known_hosts` (what kprov does, for tests that check sshd itself).
-    pub fn ssh_with(&self, key: &Path, known_hosts: &Path, command: &str) -> Result<String, String> {
+    pub fn ssh_with(
+        &self,
+        key: &Path,
+        known_hosts: &Path,
+        command: &str,
+    ) -> Result<String, String> {
         run_bounded(
             Command::new("ssh")
                 .args(["-F", "/dev/null", "-i"])
@@ -1158,7 +1177,11 @@ impl RealHost {
 
     /// Every PID in the host's cgroups.
     pub fn all_pids(&self) -> Vec<u32> {
-        self.state.cgroups.iter().flat_map(|c| cgroup_pids(c)).collect()
+        self.state
+            .cgroups
+            .iter()
+            .flat_map(|c| cgroup_pids(c))
+            .collect()
     }
 
     /// Powers the host off as `systemctl poweroff` would (SIGRTMIN+4 to its systemd) and

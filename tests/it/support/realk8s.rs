@@ -70,7 +70,10 @@ fn read_sums(path: &Path) -> BTreeMap<String, String> {
     text.lines()
         .filter_map(|l| {
             let (sum, name) = l.split_once(char::is_whitespace)?;
-            Some((name.trim().trim_start_matches('*').to_string(), sum.to_string()))
+            Some((
+                name.trim().trim_start_matches('*').to_string(),
+                sum.to_string(),
+            ))
         })
         .collect()
 }
@@ -147,7 +150,10 @@ impl Binaries {
             assert!(!inner.is_empty(), "SHA256SUMS.inner is empty");
             for (name, sum) in &inner {
                 let got = sha256_file(&tmp.join("k8s-1.36.2-amd64").join(name));
-                assert_eq!(&got, sum, "{ARCHIVE}: {name}: sha256 differs from SHA256SUMS.inner");
+                assert_eq!(
+                    &got, sum,
+                    "{ARCHIVE}: {name}: sha256 differs from SHA256SUMS.inner"
+                );
             }
             assert!(bin.join("kubeadm").exists(), "{ARCHIVE} has no bin/kubeadm");
         });
@@ -341,7 +347,10 @@ impl Assets {
             }
             containerd.write_tar_gz(&tmp.join("containerd.tar.gz"));
             let mut cni = Tree::default();
-            for e in fs::read_dir("/usr/lib/cni").expect("/usr/lib/cni").flatten() {
+            for e in fs::read_dir("/usr/lib/cni")
+                .expect("/usr/lib/cni")
+                .flatten()
+            {
                 cni.file(&e.file_name().to_string_lossy(), &e.path(), 0o755);
             }
             cni.write_tar_gz(&tmp.join("cni-plugins.tar.gz"));
@@ -601,15 +610,13 @@ pub fn image(bins: &Binaries, bin: &Path, tag: &str, kind: ImageKind) -> Image {
                 (Some("/coredns"), None, Some("0:0"))
             }
         };
-        let entrypoint = entrypoint
-            .map(str::to_string)
-            .or_else(|| match kind {
-                ImageKind::KubeApiserver
-                | ImageKind::KubeControllerManager
-                | ImageKind::KubeScheduler
-                | ImageKind::KubeProxy => Some(format!("/usr/local/bin/{}", kind.file_name())),
-                _ => None,
-            });
+        let entrypoint = entrypoint.map(str::to_string).or_else(|| match kind {
+            ImageKind::KubeApiserver
+            | ImageKind::KubeControllerManager
+            | ImageKind::KubeScheduler
+            | ImageKind::KubeProxy => Some(format!("/usr/local/bin/{}", kind.file_name())),
+            _ => None,
+        });
         let layer = tmp.join("layer.tar");
         let mut hasher = HashWriter {
             inner: fs::File::create(&layer).expect("layer"),

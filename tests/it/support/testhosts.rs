@@ -441,7 +441,14 @@ impl TestHosts {
 /// Makes namespace `ns` with one interface, eth0, plugged into `bridge` (veth `veth`, whose
 /// peer is created as `peer`), holding `cidr` (address/prefix), and a default route via
 /// `gateway` when given. Loopback is up.
-pub(crate) fn plug(bridge: &str, ns: &str, veth: &str, peer: &str, cidr: &str, gateway: Option<Ipv4Addr>) {
+pub(crate) fn plug(
+    bridge: &str,
+    ns: &str,
+    veth: &str,
+    peer: &str,
+    cidr: &str,
+    gateway: Option<Ipv4Addr>,
+) {
     sh(&["ip", "netns", "add", ns]).expect("netns");
     sh(&[
         "ip", "link", "add", veth, "type", "veth", "peer", "name", peer,
