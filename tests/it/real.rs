@@ -238,6 +238,11 @@ fn write_bridge_cni(h: &realhosts::RealHost) {
 /// Scenario 1 of issue 17: 1 control plane + 1 worker through the kprov binary, preview then
 /// `update --yes`, nodes Ready through the real API server with real kubectl.
 #[test]
+// What fails today (2026-11-25): `create cluster --kubernetes-version 1.36.2` is refused
+// (not in the version catalogue). Tried by hand at 1.35.1 with the same assets: the preview
+// works, then `update --yes` fails in "preflight: kernel settings" on both hosts with
+// `modprobe: FATAL: Module overlay not found in directory /lib/modules/...` (overlay is
+// built into this kernel).
 #[ignore = "needs kprov: Kubernetes 1.36 in the version catalogue, spec.assets.images, the \
             kernel-step fixes, the cgroup v1 opt-in, containerd restrict_oom_score_adj and a \
             KubeProxyConfiguration (issue 17)"]
