@@ -171,6 +171,16 @@ fn hosts_boot() {
         pause.reference,
         t2.elapsed()
     );
+    for h in lab.hosts() {
+        let usage = h
+            .cgroups()
+            .iter()
+            .find(|c| c.starts_with("/sys/fs/cgroup/memory"))
+            .and_then(|c| std::fs::read_to_string(c.join("memory.usage_in_bytes")).ok())
+            .and_then(|u| u.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        eprintln!("{}: memory {} MiB", h.name, usage >> 20);
+    }
 
     let t3 = Instant::now();
     let left = lab.teardown_and_check();
