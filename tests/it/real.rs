@@ -463,3 +463,111 @@ fn assets_and_images() {
         assert_eq!(m[0]["Layers"][0], "layer.tar");
     }
 }
+
+/// Not a test of its own: the lab `killed_run_is_reaped` kills. Boots one host, says where
+/// its lab is, then waits to be killed.
+#[test]
+#[ignore = "started and SIGKILLed by real::killed_run_is_reaped"]
+fn helper_killed_lab() {
+    // Only as killed_run_is_reaped's helper (not in a run of every ignored test).
+    if std::env::var("KPROV_REAL_HELPER").as_deref() != Ok("1") || realhosts::skip() {
+        return;
+    }
+    let mut lab = RealLab::start();
+    lab.boot(&["victim"]);
+    let h = lab.host("victim");
+    println!(
+        "LAB {} {} {}",
+        lab.dir().display(),
+        h.netns(),
+        h.cgroups()
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    std::thread::sleep(Duration::from_secs(300));
+}
+
+/// A run killed outright never runs `Drop`: the next lab removes what it left (systemd and
+/// everything under it, namespace, cgroups, directory).
+#[test]
+fn killed_run_is_reaped() {
+    if realhosts::skip() {
+        return;
+    }
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "real::helper_killed_lab",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("KPROV_REAL_HELPER", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("helper");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    // The helper prints its lab once the host booted, or exits (EOF) if it could not.
+    while !line.contains("LAB ") {
+        line.clear();
+        if out.read_line(&mut line).expect("helper output") == 0 {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the helper lab did not boot");
+        }
+    }
+    let fields: Vec<&str> = line[line.find("LAB ").unwrap() + 4..]
+        .split_whitespace()
+        .collect();
+    let (dir, netns, cgroups) = (
+        std::path::PathBuf::from(fields[0]),
+        fields[1].to_string(),
+        fields[2]
+            .split(',')
+            .map(std::path::PathBuf::from)
+            .collect::<Vec<_>>(),
+    );
+    child.kill().expect("SIGKILL helper");
+    child.wait().expect("helper reaped");
+    assert!(dir.exists() && cgroups.iter().all(|c| c.exists()));
+    let pids: Vec<u32> = cgroups
+        .iter()
+        .flat_map(|c| {
+            std::fs::read_to_string(c.join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    assert!(
+        !pids.is_empty(),
+        "the killed run's host has no process left"
+    );
+
+    let lab = RealLab::start();
+    let netns_list = crate::support::testhosts::sh(&["ip", "netns", "list"]).unwrap();
+    assert!(
+        !netns_list
+            .lines()
+            .any(|l| l.starts_with(&format!("{netns} "))),
+        "{netns} left"
+    );
+    assert!(!dir.exists(), "{} left", dir.display());
+    for c in &cgroups {
+        assert!(!c.exists(), "{} left", c.display());
+    }
+    for p in pids {
+        assert!(
+            crate::support::testhosts::is_dead(p),
+            "process {p} of the killed run left"
+        );
+    }
+    let left = lab.teardown_and_check();
+    assert!(left.is_empty(), "{left:?}");
+}
