@@ -827,7 +827,8 @@ impl RealLab {
                 .map(String::as_str)
                 .collect::<Vec<_>>(),
         );
-        let state = self.state.clone();
+        // The state file may name a host that failed half-way through `spawn_host`.
+        let state = read_state(&self.state.dir).unwrap_or_else(|| self.state.clone());
         teardown_lab(&state);
         // Reap our children (unshare) so none stays a zombie.
         for h in &self.hosts {
