@@ -571,3 +571,130 @@ fn killed_run_is_reaped() {
     let left = lab.teardown_and_check();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The harness itself, apart from kprov: a host and the built images carry a real v1.36.2
+/// control plane when set up by hand as ../shared/real-k8s/README.md says (kubeadm init with
+/// `failCgroupV1: false`, containerd `restrict_oom_score_adj`, kube-proxy `conntrack.maxPerCore:
+/// 0`). This proves the hosts and images, NOT kprov (scenario_* do that through the binary);
+/// the "coredns" pods run the coredns-standin, not CoreDNS.
+#[test]
+fn harness_carries_kubeadm() {
+    if realhosts::skip() {
+        return;
+    }
+    let bins = Binaries::get();
+    let images = realk8s::images(bins, &bins.bin, "v1.36.2");
+    let mut lab = RealLab::start();
+    lab.boot(&["cp1"]);
+    let h = lab.host("cp1");
+    let b = bins.bin.display();
+    let imports: String = images
+        .iter()
+        .map(|i| {
+            format!(
+                "ctr -n k8s.io images import {} >/dev/null\n",
+                i.path.display()
+            )
+        })
+        .collect();
+    let t = Instant::now();
+    let script = format!(
+        r#"set -e
+install -m 0755 /usr/sbin/runc /usr/local/sbin/runc
+install -m 0755 {b}/containerd {b}/containerd-shim-runc-v2 {b}/ctr {b}/crictl {b}/kubeadm {b}/kubelet {b}/kubectl /usr/local/bin/
+mkdir -p /opt/cni/bin /etc/containerd /etc/cni/net.d; cp /usr/lib/cni/* /opt/cni/bin/
+cat > /etc/containerd/config.toml <<'X'
+version = 3
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "registry.k8s.io/pause:3.10.2"
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = true
+X
+cat > /etc/systemd/system/containerd.service <<'X'
+[Service]
+Type=notify
+ExecStart=/usr/local/bin/containerd
+Delegate=yes
+KillMode=process
+X
+cat > /etc/systemd/system/kubelet.service <<'X'
+[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+ExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS
+Restart=always
+RestartSec=1
+[Install]
+WantedBy=multi-user.target
+X
+cat > /etc/cni/net.d/10-bridge.conflist <<'X'
+{{"cniVersion": "1.0.0", "name": "kprov-real", "plugins": [{{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{pod}"}}]], "routes": [{{"dst": "0.0.0.0/0"}}]}}}}]}}
+X
+sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+systemctl daemon-reload; systemctl start containerd; systemctl enable kubelet 2>/dev/null
+{imports}
+cat > /root/init.yaml <<'X'
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint: {{advertiseAddress: "{addr}", bindPort: 6443}}
+nodeRegistration: {{name: "cp1", criSocket: "unix:///run/containerd/containerd.sock"}}
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: "v1.36.2"
+controlPlaneEndpoint: "{addr}:6443"
+networking: {{podSubnet: "{pods}", serviceSubnet: "{svc}"}}
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+failCgroupV1: false
+---
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+conntrack: {{maxPerCore: 0}}
+X
+kubeadm init --config /root/init.yaml --ignore-preflight-errors=SystemVerification > /root/init.log 2>&1 || {{ tail -30 /root/init.log; exit 1; }}
+export KUBECONFIG=/etc/kubernetes/admin.conf
+until kubectl get nodes cp1 2>/dev/null | grep -qw Ready; do sleep 1; done
+until [ "$(kubectl -n kube-system get pods --no-headers 2>/dev/null | grep -c ' 1/1 *Running')" -ge 7 ]; do sleep 1; done
+kubectl -n kube-system get pods --no-headers
+"#,
+        pod = h.pod_cidr,
+        addr = h.address,
+        pods = lab.pod_cidr,
+        svc = lab.service_cidr
+    );
+    let pods = h
+        .exec_bounded(&script, Duration::from_secs(300))
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}\nkubelet:\n{}",
+                h.exec("journalctl -u kubelet --no-pager | tail -20")
+                    .unwrap_or_default()
+            )
+        });
+    eprintln!(
+        "cp1: install to 7 kube-system pods Running in {:?}",
+        t.elapsed()
+    );
+    for prefix in [
+        "etcd-cp1",
+        "kube-apiserver-cp1",
+        "kube-controller-manager-cp1",
+        "kube-scheduler-cp1",
+        "kube-proxy-",
+        "coredns-",
+    ] {
+        assert!(
+            pods.lines()
+                .any(|l| l.starts_with(prefix) && l.contains("Running")),
+            "no {prefix}* Running:\n{pods}"
+        );
+    }
+    let left = lab.teardown_and_check();
+    assert!(left.is_empty(), "left after teardown: {left:#?}");
+}
