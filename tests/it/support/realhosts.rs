@@ -183,6 +183,8 @@ pub struct RealLab {
     hosts: Vec<RealHost>,
     state: LabState,
     bridge: String,
+    /// Torn down already (`teardown_and_check`): `Drop` has nothing left to do.
+    done: bool,
     _lock: MutexGuard<'static, ()>,
 }
 
@@ -509,6 +511,7 @@ impl RealLab {
             hosts: Vec::new(),
             state,
             bridge,
+            done: false,
             _lock: lock,
         };
         lab.save_state();
@@ -777,6 +780,7 @@ impl RealLab {
     /// Tears the lab down now and returns what is left of it, which must be nothing:
     /// (network namespaces, cgroup directories, live PIDs, the directory if it remains).
     pub fn teardown_and_check(mut self) -> Vec<String> {
+        // `self` (and the one-lab lock it holds) is dropped at the end, after `done` is set.
         let state = self.state.clone();
         let pids: Vec<u32> = self
             .hosts
@@ -812,11 +816,13 @@ impl RealLab {
         if state.dir.exists() {
             left.push(format!("directory {}", state.dir.display()));
         }
-        std::mem::forget(self);
         left
     }
 
     fn teardown(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
         stop_kprov_ssh(
             &self
                 .hosts
@@ -842,6 +848,9 @@ impl RealLab {
 
 impl Drop for RealLab {
     fn drop(&mut self) {
+        if self.done {
+            return;
+        }
         if std::env::var("KPROV_REAL_KEEP").as_deref() == Ok("1") && !std::thread::panicking() {
             self.keep();
         } else {
