@@ -119,6 +119,10 @@ pub struct PlannedNode {
     /// Whether `--yes` would change the target (it joins, files drifted, or it could not be
     /// inspected).
     pub pending: bool,
+    /// The image archives (`spec.assets.images`, by URL) the target has not imported yet:
+    /// what `--yes` (or, for a member pending a roll, `rolling-update`) brings to it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
 }
 
 impl PlannedNode {
@@ -288,6 +292,7 @@ pub fn decide(
                 observed: (*o).clone(),
                 reasons,
                 pending,
+                images: Vec::new(),
             }
         })
         .collect();
@@ -465,6 +470,8 @@ pub async fn plan_with(
     cloud_api: Option<&CloudApi>,
 ) -> Result<NodePlan, RenderError> {
     let renderer = Renderer::for_run(cluster, targets, cloud_api)?;
+    // A `file://` image archive whose checksum is wrong fails the preview already.
+    renderer.load_images()?;
     let uid = owner.as_ref().map(|o| o.uid.clone());
     let observed = join_all(
         targets
@@ -472,7 +479,64 @@ pub async fn plan_with(
             .map(|t| observe_target(exec, diff, &renderer, t, uid.as_deref())),
     )
     .await;
-    Ok(decide(cluster.name(), targets, &observed, owner))
+    let missing = join_all(
+        targets
+            .iter()
+            .zip(&observed)
+            .map(|(t, o)| missing_images(exec, &renderer, t, o)),
+    )
+    .await;
+    let mut plan = decide(cluster.name(), targets, &observed, owner);
+    for (node, missing) in plan.nodes.iter_mut().zip(missing) {
+        note_images(node, missing);
+    }
+    Ok(plan)
+}
+
+/// The image archives `target` still needs, by URL: all of them on a host that is not a
+/// member yet (or not inspected), those without their marker on a member, none on a host kprov
+/// will not touch. Read-only (marker files only). A marker that cannot be read counts as
+/// missing: `--yes` re-checks it anyway.
+async fn missing_images(
+    exec: &dyn HostExecutor,
+    renderer: &Renderer,
+    target: &Target,
+    observed: &Observation,
+) -> Vec<String> {
+    let all = renderer.image_archives();
+    match observed {
+        Observation::New | Observation::HostKeyNotRecorded => {
+            all.iter().map(|i| i.url.clone()).collect()
+        }
+        Observation::Member { .. } | Observation::Outdated { .. } => {
+            let mut missing = Vec::new();
+            for img in all {
+                let marker = render::image_marker(&img.sha256);
+                if !matches!(exec.read_file(target.name(), &marker).await, Ok(Some(_))) {
+                    missing.push(img.url.clone());
+                }
+            }
+            missing
+        }
+        Observation::Unreachable { .. } | Observation::OwnedByOther { .. } => Vec::new(),
+    }
+}
+
+/// Puts the archives a node needs into its plan row: a member missing one has work to do.
+fn note_images(node: &mut PlannedNode, missing: Vec<String>) {
+    if missing.is_empty() {
+        return;
+    }
+    let what = format!("image archives to import: {}", missing.join(", "));
+    match node.action {
+        Action::Settle | Action::Etcd => {
+            node.pending = true;
+            node.reasons.push(what);
+        }
+        Action::PendingRoll => node.reasons.push(format!("{what} (by the rolling update)")),
+        _ => node.reasons.push(what),
+    }
+    node.images = missing;
 }
 
 #[cfg(test)]

@@ -65,6 +65,8 @@ impl MetalRoller {
     /// The steps of `node` on `target`, record excluded (it goes last, after the API).
     async fn steps(&self, node: &JournalNode, target: &Target) -> Result<Vec<Step>, String> {
         let mut steps = vec![self.renderer.claim(&self.owner)];
+        // The spec's image archives before kubeadm runs (an upgrade's new images among them).
+        steps.extend(self.renderer.images().map_err(|e| e.to_string())?);
         if let Some(how) = node.upgrade {
             let facts = self
                 .exec

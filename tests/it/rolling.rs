@@ -1422,6 +1422,7 @@ mod roll_with_yes {
         lab.edit_cluster(name, |c| {
             c.spec.assets = Some(kprov::spec::Assets {
                 mirror: None,
+                images: Vec::new(),
                 files: old.asset_files(),
             })
         });
