@@ -664,6 +664,61 @@ mod tests {
         assert!(p.nodes[2].reasons[0].contains("/etc/containerd/config.toml"));
     }
 
+    #[test]
+    fn image_archives_a_host_lacks_are_listed_and_make_a_member_pending() {
+        let mut p = decide(
+            "c",
+            &three(),
+            &[
+                Observation::New,
+                member(false),
+                Observation::Outdated {
+                    initialised: false,
+                    reasons: vec!["kubernetesVersion 1.35.0 -> 1.35.1".into()],
+                },
+            ],
+            None,
+        );
+        let a = "file:///srv/a.tar".to_string();
+        for (n, missing) in
+            p.nodes
+                .iter_mut()
+                .zip([vec![a.clone()], vec![a.clone()], vec![a.clone()]])
+        {
+            note_images(n, missing);
+        }
+        assert_eq!(actions(&p)[1], ("cp2", Action::Settle, true));
+        assert_eq!(
+            p.nodes[1].reasons,
+            ["image archives to import: file:///srv/a.tar"]
+        );
+        // A member pending a roll stays untouched by `update`: the roll brings them.
+        assert_eq!(actions(&p)[2], ("w1", Action::PendingRoll, false));
+        assert!(
+            p.nodes[2].reasons[1].ends_with("(by the rolling update)"),
+            "{:?}",
+            p.nodes[2].reasons
+        );
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["nodes"][0]["images"], serde_json::json!([a]));
+        // Nothing missing: no field, nothing pending.
+        let mut q = decide(
+            "c",
+            &three(),
+            &[member(true), member(false), member(false)],
+            None,
+        );
+        for n in &mut q.nodes {
+            note_images(n, vec![]);
+        }
+        assert!(q.pending().is_empty());
+        assert!(
+            serde_json::to_value(&q).unwrap()["nodes"][0]
+                .get("images")
+                .is_none()
+        );
+    }
+
     /// A member whose facts file holds `facts` (none: missing); no file differs.
     struct Member(Option<&'static str>);
 

@@ -692,7 +692,10 @@ mod tests {
             Source::Url("https://m.example/img/etcd.tar".into())
         );
         for (bad, why) in [
-            (vec![img("ftp://x/a.tar", &"a".repeat(64))], "must start with"),
+            (
+                vec![img("ftp://x/a.tar", &"a".repeat(64))],
+                "must start with",
+            ),
             (vec![img("file:///srv/", &"a".repeat(64))], "directory"),
             (vec![img("file:///a.tar", "abc")], "not 64 hex digits"),
             (
@@ -704,7 +707,10 @@ mod tests {
             ),
         ] {
             let e = images(Some(&with(bad))).unwrap_err().to_string();
-            assert!(e.contains(why) && e.starts_with("spec.assets.images["), "{e}");
+            assert!(
+                e.contains(why) && e.starts_with("spec.assets.images["),
+                "{e}"
+            );
         }
     }
 }

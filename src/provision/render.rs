@@ -1812,7 +1812,10 @@ mod tests {
         assert!(pos("kubelet: service") < pos("images: import pause.tar"));
         assert_eq!(
             &names[names.len() - 2..],
-            ["images: import pause.tar", "images: import kube-apiserver.tar"]
+            [
+                "images: import pause.tar",
+                "images: import kube-apiserver.tar"
+            ]
         );
         // One buffer for every host: the engine hashes it once.
         let again = r.images().unwrap();
@@ -1844,7 +1847,9 @@ mod tests {
         let r = Renderer::new(&c, &targets(&hs)).unwrap();
         let e = r.load_images().unwrap_err().to_string();
         assert!(
-            e.starts_with(&format!("image archive {url} (spec.assets.images): cannot read:")),
+            e.starts_with(&format!(
+                "image archive {url} (spec.assets.images): cannot read:"
+            )),
             "{e}"
         );
     }

@@ -311,7 +311,10 @@ fn hostile_values_never_escape_their_quoting() {
             seen.args.iter().any(|a| a == &image),
             "{v:?}: {image:?} did not reach curl as one argument"
         );
-        assert!(seen.stderr.contains(&image), "{v:?}: message lost {image:?}");
+        assert!(
+            seen.stderr.contains(&image),
+            "{v:?}: message lost {image:?}"
+        );
         assert!(
             seen.args.iter().any(|a| a.starts_with(&mirror)),
             "{v:?}: the mirror URL did not reach curl as one argument"
@@ -559,7 +562,7 @@ fn shell_templates_use_values_only_as_quoted_words() {
         }
         assert_eq!(unsafe_placeholders(text), Vec::<String>::new(), "{name}");
     }
-    assert_eq!(shell, 3, "preflight, install and reset");
+    assert_eq!(shell, 4, "preflight, install, reset and image-import");
     // The lexer itself catches what it must.
     for bad in [
         "echo \"{{ x }}\"",

@@ -1603,10 +1603,9 @@ spec:
         );
         let errs = check(&t);
         for needle in [
-            "c.yaml:11:", // the second entry's url line
-            "spec.assets.images[1].url: URL \"ftp://mirror/x.tar\" must start with http://, https:// or file://",
-            "c.yaml:12:",
-            "spec.assets.images[1].sha256: \"nothex\" is not a sha256 (64 hex digits)",
+            // The second entry's url and sha256 lines.
+            "c.yaml:12:12: spec.assets.images[1].url: URL \"ftp://mirror/x.tar\" must start with http://, https:// or file://",
+            "c.yaml:13:15: spec.assets.images[1].sha256: \"nothex\" is not a sha256 (64 hex digits)",
             "spec.assets.images[2].sha256: duplicate image archive: an earlier entry has the same sha256",
             "spec.assets.images[3].url: duplicate image archive: \"file:///srv/images/apiserver.tar\" is listed twice",
             "spec.assets.images[4].url: \"https://m.example/images/\" names a directory",

@@ -696,7 +696,11 @@ fn schema_describes_both_kinds() {
         "{c}"
     );
     let image = &c["$defs"]["ImageArchive"];
-    assert_eq!(image["required"], serde_json::json!(["url", "sha256"]), "{c}");
+    assert_eq!(
+        image["required"],
+        serde_json::json!(["url", "sha256"]),
+        "{c}"
+    );
     assert_eq!(image["additionalProperties"], false, "{c}");
 }
 

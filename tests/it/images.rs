@@ -42,7 +42,9 @@ fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
     std::fs::write(s.join(format!("{config_sha}.json")), &config).unwrap();
     std::fs::write(
         s.join("manifest.json"),
-        format!(r#"[{{"Config":"{config_sha}.json","RepoTags":["{tag}"],"Layers":["layer.tar"]}}]"#),
+        format!(
+            r#"[{{"Config":"{config_sha}.json","RepoTags":["{tag}"],"Layers":["layer.tar"]}}]"#
+        ),
     )
     .unwrap();
     let out = dir.join(format!("{name}.tar"));
@@ -92,9 +94,13 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
 
     // One archive on the operator's machine (uploaded), one on the lab's mirror (downloaded by
     // each host).
-    let (local_path, local_sha) = image_archive(lab.dir.path(), "pause", "registry.k8s.io/pause:3.10.1");
-    let (served_path, served_sha) =
-        image_archive(lab.mirror.root(), "apiserver", "registry.k8s.io/kube-apiserver:v1.35.1");
+    let (local_path, local_sha) =
+        image_archive(lab.dir.path(), "pause", "registry.k8s.io/pause:3.10.1");
+    let (served_path, served_sha) = image_archive(
+        lab.mirror.root(),
+        "apiserver",
+        "registry.k8s.io/kube-apiserver:v1.35.1",
+    );
     let served_url = format!("{}/apiserver.tar", lab.mirror.url);
     assert!(Path::new(&served_path).exists());
     let local_url = format!("file://{local_path}");
@@ -127,7 +133,9 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
     let o = lab.kprov(&["update", "cluster", name]);
     let err = text(&o.stderr);
     assert!(
-        err.contains(&format!("image archives to import: {local_url}, {served_url}")),
+        err.contains(&format!(
+            "image archives to import: {local_url}, {served_url}"
+        )),
         "{}",
         show(&o)
     );
@@ -137,7 +145,10 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
     lab.provision(name);
     let cache = format!("/var/lib/kprov/cache/image-{local_sha}.tar");
     let mut inodes = Vec::new();
-    for (h, kubeadm) in [("host1", "kubeadm init --config"), ("host2", "kubeadm join --config")] {
+    for (h, kubeadm) in [
+        ("host1", "kubeadm init --config"),
+        ("host2", "kubeadm join --config"),
+    ] {
         let mut got = imports(&lab, h);
         got.sort();
         let mut want = vec![
@@ -149,7 +160,9 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
         let calls = ctr_calls(&lab, h);
         assert_eq!(calls.len(), 2, "{h}: {calls:#?}");
         assert!(
-            calls.iter().all(|(_, c)| c.starts_with("ctr -n k8s.io images import ")),
+            calls
+                .iter()
+                .all(|(_, c)| c.starts_with("ctr -n k8s.io images import ")),
             "{calls:#?}"
         );
         assert!(
@@ -158,7 +171,8 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
         );
         for sha in [&local_sha, &served_sha] {
             assert!(
-                lab.upper(h, &format!("/var/lib/kprov/images/{sha}")).is_some(),
+                lab.upper(h, &format!("/var/lib/kprov/images/{sha}"))
+                    .is_some(),
                 "{h}: no marker for {sha}"
             );
         }
@@ -218,7 +232,11 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
             show(&o)
         );
     }
-    assert_eq!(lab.hosts_snapshot(), hosts1, "a refused archive changed a host");
+    assert_eq!(
+        lab.hosts_snapshot(),
+        hosts1,
+        "a refused archive changed a host"
+    );
     std::fs::write(&local_path, &original).unwrap();
 
     // A served archive that is not what the spec pins: each host refuses it naming the URL and
@@ -227,10 +245,15 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
     let wrong = "0".repeat(64);
     let bad_url = format!("{}/other.tar", lab.mirror.url);
     lab.edit_cluster(name, |c| {
-        c.spec.assets.as_mut().expect("assets").images.push(ImageArchive {
-            url: bad_url.clone(),
-            sha256: wrong.clone(),
-        });
+        c.spec
+            .assets
+            .as_mut()
+            .expect("assets")
+            .images
+            .push(ImageArchive {
+                url: bad_url.clone(),
+                sha256: wrong.clone(),
+            });
     });
     let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
@@ -245,7 +268,8 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
     for h in ["host1", "host2"] {
         assert_eq!(ctr_calls(&lab, h).len(), 2, "{h}: imported the bad archive");
         assert!(
-            lab.upper(h, &format!("/var/lib/kprov/images/{wrong}")).is_none(),
+            lab.upper(h, &format!("/var/lib/kprov/images/{wrong}"))
+                .is_none(),
             "{h}: marker for a refused archive"
         );
         assert!(
