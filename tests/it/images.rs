@@ -17,7 +17,7 @@ use kprov::spec::ImageArchive;
 use crate::metal::{Lab, kprov_inventory, ok, show, text};
 
 /// A docker-archive as `docker save` writes it (manifest.json, config, one layer), in `dir`.
-fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
+pub(crate) fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
     let staging = tempfile::tempdir().expect("staging");
     let s = staging.path();
     std::fs::create_dir_all(s.join("rootfs")).unwrap();
@@ -64,7 +64,7 @@ fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
 }
 
 /// `(sha256, namespace)` of every import the ctr stand-in saw on `host`.
-fn imports(lab: &Lab, host: &str) -> Vec<(String, String)> {
+pub(crate) fn imports(lab: &Lab, host: &str) -> Vec<(String, String)> {
     lab.upper(host, "/var/lib/kprov-standins/ctr-imports")
         .unwrap_or_default()
         .lines()
