@@ -253,8 +253,8 @@ fn write_bridge_cni(h: &realhosts::RealHost) {
 // works, then `update --yes` fails in "preflight: kernel settings" on both hosts with
 // `modprobe: FATAL: Module overlay not found in directory /lib/modules/...` (overlay is
 // built into this kernel).
-#[ignore = "needs kprov: Kubernetes 1.36 in the version catalogue, spec.assets.images, the \
-            kernel-step fixes, the cgroup v1 opt-in, containerd restrict_oom_score_adj and a \
+#[ignore = "needs kprov: Kubernetes 1.36 in the version catalogue, the kernel-step fixes, \
+            the cgroup v1 opt-in, containerd restrict_oom_score_adj and a \
             KubeProxyConfiguration (issue 17)"]
 fn scenario_single() {
     if realhosts::skip() {
@@ -300,8 +300,8 @@ fn scenario_single() {
             realk8s::KUBERNETES_VERSION,
         ],
     );
-    // Every address of the cluster in the lab's block; the archive's binaries as assets.
-    // Images: `spec.assets.images` (file:// + sha256 of each of `images`) once kprov has it.
+    // Every address of the cluster in the lab's block; the archive's binaries and the built
+    // images as assets.
     let yaml = kprov_ok(&lab, &["get", "cluster", name, "-o", "yaml"]);
     let mut objects: Vec<kprov::spec::Object> = kprov::spec::load_objects("stored", &yaml)
         .expect("stored objects parse")
@@ -316,6 +316,13 @@ fn scenario_single() {
             c.spec.assets = Some(kprov::spec::Assets {
                 mirror: None,
                 files: assets.files.clone(),
+                images: images
+                    .iter()
+                    .map(|i| kprov::spec::ImageArchive {
+                        url: format!("file://{}", i.path.display()),
+                        sha256: i.sha256.clone(),
+                    })
+                    .collect(),
             });
         }
     }
