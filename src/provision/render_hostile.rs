@@ -67,6 +67,11 @@ const STUBS: &[&str] = &[
     "crictl",
     "seq",
     "sleep",
+    "cp",
+    "cmp",
+    "find",
+    "stat",
+    "journalctl",
     "pwned",
 ];
 
