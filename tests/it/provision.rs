@@ -96,7 +96,10 @@ impl NsHosts {
             ));
         }
         setup.push_str(&format!(
+            // /sys/fs/cgroup: the cgroup v2 hierarchy, as on current distributions (this
+            // machine is cgroup v1 hybrid, which preflight refuses for kubelet 1.35+).
             "mount --bind {d}/sys-module /sys/module\nmount --bind {d}/sys-net /sys/class/net\n\
+             mount -t cgroup2 cgroup2 /sys/fs/cgroup\n\
              hostname {host}\nexport PATH={}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
              export HOME=/root\nset +e\n",
             host_standins_dir().display()
