@@ -18,6 +18,7 @@ mod cloudlab;
 mod drain;
 mod etcd;
 mod faults;
+mod images;
 mod instance;
 mod instance_aws;
 mod metal;
