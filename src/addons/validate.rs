@@ -445,6 +445,23 @@ mod tests {
         assert_eq!(e.min_nodes, 4);
     }
 
+    /// `networking.cni: none` (Kubespray's `kube_network_plugin: cni`): the user's pod
+    /// network; validation looks for no CNI pods and the add-ons render no CNI manifest.
+    #[test]
+    fn cni_none_expects_no_pod_network() {
+        let text = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  cloudProvider: metal\n  kubernetesVersion: 1.36.2\n  networking:\n    cni: none\n    podCIDR: 198.19.0.0/16\n  hosts:\n  - {name: cp1, address: 198.18.0.1, roles: [control-plane]}\n";
+        let Some(crate::spec::Object::Cluster(c)) =
+            load_objects("t", text).unwrap().pop().map(|o| o.value)
+        else {
+            panic!("cluster")
+        };
+        let e = Expectations::from_spec(&c, &[]).unwrap();
+        assert_eq!(e.cni, None);
+        let checks: Vec<&str> = e.pod_checks().iter().map(|c| c.what).collect();
+        assert_eq!(checks, ["CoreDNS"]);
+        assert!(crate::addons::cni::render_cni(&c).unwrap().is_none());
+    }
+
     #[test]
     fn kube_system_workloads_need_the_pods_they_want_available() {
         let deployment = |replicas: Option<i32>, available: Option<i32>| -> Deployment {

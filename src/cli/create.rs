@@ -285,6 +285,10 @@ pub fn build_cluster_objects(
             public_key: Some(k.trim().to_string()),
         }),
         assets: None,
+        kube_proxy: None,
+        kubelet: None,
+        containerd: None,
+        preflight: None,
         hosts: Vec::new(),
     };
     if a.dns.is_some() || a.dns_zone.is_some() {
@@ -570,6 +574,16 @@ pub fn apply_inventory(
         } else {
             spec.networking.cni = Some(*cni);
         }
+    }
+    if let Some((mode, _)) = &s.proxy_mode {
+        spec.kube_proxy
+            .get_or_insert_with(Default::default)
+            .proxy_mode = Some(*mode);
+    }
+    if let Some((n, _)) = &s.conntrack_max_per_core {
+        spec.kube_proxy
+            .get_or_insert_with(Default::default)
+            .conntrack_max_per_core = Some(*n);
     }
     if s.api_endpoint.is_some() || !s.extra_sans.is_empty() {
         let api = spec.api.get_or_insert_with(Api::default);

@@ -36,7 +36,7 @@ use super::{
     At, ClusterSettings, Format, Inventory, InventoryError, Located, Mapped, Unused, literal,
     read_bounded, yaml_error,
 };
-use crate::spec::{Cni, Host, HostRole};
+use crate::spec::{Cni, Host, HostRole, ProxyMode};
 
 const CONTROL_PLANE_GROUPS: &[&str] = &["kube_control_plane", "kube-master", "kube-controlplane"];
 const NODE_GROUPS: &[&str] = &["kube_node", "kube-node"];
@@ -74,6 +74,7 @@ pub const CLUSTER_VARS: &[&str] = &[
     "kube_service_addresses",
     "cluster_name",
     "kube_proxy_mode",
+    "kube_proxy_conntrack_max_per_core",
     "loadbalancer_apiserver",
     "apiserver_loadbalancer_domain_name",
     "supplementary_addresses_in_ssl_keys",
@@ -825,19 +826,46 @@ fn cluster_settings(
     }
     if let Some(v) = one.get("kube_proxy_mode") {
         let t = text("kube_proxy_mode", v)?;
-        if t != "iptables" {
-            return Err(bad(
+        let mode = match t.as_str() {
+            "iptables" => ProxyMode::Iptables,
+            "ipvs" => ProxyMode::Ipvs,
+            "nftables" => ProxyMode::Nftables,
+            other => {
+                return Err(bad(
+                    &v.at,
+                    format!(
+                        "kube_proxy_mode: {other:?} is not a kube-proxy mode (iptables, ipvs or \
+                         nftables)"
+                    ),
+                ));
+            }
+        };
+        map(
+            "kube_proxy_mode",
+            &v.at,
+            "spec.kubeProxy.proxyMode",
+            mode.as_str().to_string(),
+        );
+        s.proxy_mode = Some((mode, v.at.clone()));
+    }
+    if let Some(v) = one.get("kube_proxy_conntrack_max_per_core") {
+        let t = text("kube_proxy_conntrack_max_per_core", v)?;
+        let n: u32 = t.parse().map_err(|_| {
+            bad(
                 &v.at,
                 format!(
-                    "kube_proxy_mode: {t:?} is not supported: kprov runs kube-proxy in iptables \
-                     mode (kubeadm's default); set kube_proxy_mode: iptables or remove it"
+                    "kube_proxy_conntrack_max_per_core: {t:?} is not a whole number (0 leaves \
+                     the kernel's nf_conntrack_max alone)"
                 ),
-            ));
-        }
-        notes.push(format!(
-            "{}: kube_proxy_mode: iptables is how kprov runs kube-proxy",
-            v.at
-        ));
+            )
+        })?;
+        map(
+            "kube_proxy_conntrack_max_per_core",
+            &v.at,
+            "spec.kubeProxy.conntrackMaxPerCore",
+            n.to_string(),
+        );
+        s.conntrack_max_per_core = Some((n, v.at.clone()));
     }
     let domain = match one.get("apiserver_loadbalancer_domain_name") {
         Some(v) => Some((text("apiserver_loadbalancer_domain_name", v)?, v.at.clone())),

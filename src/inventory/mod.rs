@@ -88,6 +88,10 @@ pub struct ClusterSettings {
     pub service_cidr: Option<(String, At)>,
     pub api_endpoint: Option<(String, At)>,
     pub extra_sans: Vec<(String, At)>,
+    /// `kube_proxy_mode`.
+    pub proxy_mode: Option<(crate::spec::ProxyMode, At)>,
+    /// `kube_proxy_conntrack_max_per_core`.
+    pub conntrack_max_per_core: Option<(u32, At)>,
 }
 
 /// Everything kprov understood from an inventory.
@@ -1120,6 +1124,7 @@ mod corpus {
                 "kube_network_plugin spec.networking.cni cilium",
                 "kube_pods_subnet spec.networking.podCIDR 10.244.0.0/16",
                 "kube_service_addresses spec.networking.serviceCIDR 10.96.0.0/16",
+                "kube_proxy_mode spec.kubeProxy.proxyMode iptables",
                 "supplementary_addresses_in_ssl_keys spec.api.additionalSANs k8s.example.com",
                 "supplementary_addresses_in_ssl_keys spec.api.additionalSANs 203.0.113.10",
             ]
@@ -1153,10 +1158,14 @@ mod corpus {
             warning.contains("2 inventory variable(s) not used by kprov"),
             "{warning}"
         );
+        assert_eq!(
+            inv.settings.proxy_mode.as_ref().map(|m| m.0),
+            Some(crate::spec::ProxyMode::Iptables)
+        );
         assert!(
-            inv.notes
+            inv.mapped
                 .iter()
-                .any(|n| n.contains("kube_proxy_mode: iptables"))
+                .any(|m| m.var == "kube_proxy_mode" && m.field == "spec.kubeProxy.proxyMode")
         );
         assert!(
             inv.notes
@@ -1324,10 +1333,27 @@ mod corpus {
         );
         assert!(err.contains("Jinja template"), "{err}");
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[k8s_cluster:children]\nkube_control_plane\n\
-                    [k8s_cluster:vars]\nkube_proxy_mode=ipvs\n";
+                    [k8s_cluster:vars]\nkube_proxy_mode=userspace\n";
         let err = import_text(text, "i.ini", None).unwrap_err().to_string();
         assert!(
-            err.starts_with("i.ini:8:0: kube_proxy_mode: \"ipvs\" is not supported"),
+            err.starts_with("i.ini:8:0: kube_proxy_mode: \"userspace\" is not a kube-proxy mode"),
+            "{err}"
+        );
+        let text = "[all]\nn1\n[kube_control_plane]\nn1\n[k8s_cluster:children]\nkube_control_plane\n\
+                    [k8s_cluster:vars]\nkube_proxy_mode=ipvs\nkube_proxy_conntrack_max_per_core=0\n";
+        let inv = import_text(text, "i.ini", None).unwrap();
+        assert_eq!(
+            inv.settings.proxy_mode.as_ref().map(|m| (m.0, m.1.line)),
+            Some((crate::spec::ProxyMode::Ipvs, 8))
+        );
+        assert_eq!(
+            inv.settings.conntrack_max_per_core.as_ref().map(|m| m.0),
+            Some(0)
+        );
+        let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\nkube_proxy_conntrack_max_per_core=lots\n";
+        let err = import_text(text, "i.ini", None).unwrap_err().to_string();
+        assert!(
+            err.starts_with("i.ini:6:0: kube_proxy_conntrack_max_per_core: \"lots\""),
             "{err}"
         );
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\ncontainer_manager=crio\n";

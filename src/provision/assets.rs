@@ -98,192 +98,88 @@ pub enum Install {
     Tarball,
 }
 
-pub const CONTAINERD_VERSION: &str = "2.2.1";
-pub const RUNC_VERSION: &str = "1.3.4";
-pub const CNI_PLUGINS_VERSION: &str = "1.8.0";
-pub const CRICTL_VERSION: &str = "1.35.0";
-/// The etcd release host-deployed members run (Kubespray's `etcd_deployment_type: host`);
-/// 3.5 is the line kubeadm 1.34/1.35 still accept as external etcd.
-pub const ETCD_VERSION: &str = "3.5.27";
+pub const CONTAINERD_VERSION: &str = "2.2.7";
+pub const RUNC_VERSION: &str = "1.3.6";
+pub const CNI_PLUGINS_VERSION: &str = "1.9.1";
+/// The etcd release host-deployed members run (Kubespray's `etcd_deployment_type: host`):
+/// the 3.6 line kubeadm 1.34 to 1.36 run themselves (kubeadm 1.36.2 pins 3.6.8-0).
+pub const ETCD_VERSION: &str = "3.6.8";
 
-/// Kubernetes versions kprov can install (checksums pinned below), newest first. The spec
-/// validator refuses any other `kubernetesVersion`.
-pub const SUPPORTED_KUBERNETES_VERSIONS: &[&str] = &["1.35.1", "1.35.0", "1.34.4"];
+/// The checksum table (values from Kubespray's checksums.yml, see the file's header).
+#[rustfmt::skip]
+mod pinned;
+use pinned::PINNED;
 
-/// The default when a spec names none.
-pub const DEFAULT_KUBERNETES_VERSION: &str = "1.35.1";
+/// Kubernetes versions kprov can install (checksums pinned), newest first: every released
+/// patch of the supported minors. The spec validator refuses any other `kubernetesVersion`.
+pub const SUPPORTED_KUBERNETES_VERSIONS: &[&str] = pinned::SUPPORTED;
 
-/// (component, version, arch, sha256) from Kubespray's checksums.yml.
-const PINNED: &[(Component, &str, Arch, &str)] = &[
-    (
-        Component::Kubeadm,
-        "1.35.1",
-        Arch::Amd64,
-        "8a7ff344eef1bfba88f9a74b3fdc9ea4448c94f1b3cefb8c0aeeaf1f96e05053",
-    ),
-    (
-        Component::Kubeadm,
-        "1.35.0",
-        Arch::Amd64,
-        "729e7fb34e4f1bfcf2bdaf2a14891ed64bd18c47aaab42f8cc5030875276cfed",
-    ),
-    (
-        Component::Kubeadm,
-        "1.34.4",
-        Arch::Amd64,
-        "b967f1fa0e36621c402d38bb560eb4a943954d5cf5a00e5150842f6f5da73455",
-    ),
-    (
-        Component::Kubeadm,
-        "1.35.1",
-        Arch::Arm64,
-        "80097a3c4ef824f4edfe131d2bd429772c4be3a460c42a44f2320164a917de32",
-    ),
-    (
-        Component::Kubeadm,
-        "1.35.0",
-        Arch::Arm64,
-        "1dac7dc2c6a56548bbc6bf8a7ecf4734f2e733fb336d7293d84541ebe52d0e50",
-    ),
-    (
-        Component::Kubeadm,
-        "1.34.4",
-        Arch::Arm64,
-        "d8028b7e8c8d6c9b3fc3da6bc88d4d0cfb33df1b4b026a7d6e8c35d1471c9f6e",
-    ),
-    (
-        Component::Kubelet,
-        "1.35.1",
-        Arch::Amd64,
-        "e7343310e03ff0d424df4397bdfa4468947d6d1f0f93dac586c1e8d6e4086d5d",
-    ),
-    (
-        Component::Kubelet,
-        "1.35.0",
-        Arch::Amd64,
-        "2f4ed7778681649b81244426c29c5d98df60ccabf83d561d69e61c1cbb943ddf",
-    ),
-    (
-        Component::Kubelet,
-        "1.34.4",
-        Arch::Amd64,
-        "03b8fea715a7ef82eeaf518dee34c72670c57cc7bc40dc1320c04fbf4f15172f",
-    ),
-    (
-        Component::Kubelet,
-        "1.35.1",
-        Arch::Arm64,
-        "73475c6db8fd8a9780b1b378fa2f917875e6146166c24603c1abc6eafd4493a8",
-    ),
-    (
-        Component::Kubelet,
-        "1.35.0",
-        Arch::Arm64,
-        "aa658d077348b43d238f50966a583f4244b2a7d45590c77b3b165b7d44983ab8",
-    ),
-    (
-        Component::Kubelet,
-        "1.34.4",
-        Arch::Arm64,
-        "c78845473c434ee85a2444eeab87f8b20f524e3ab6854a078f79468f44aad8f5",
-    ),
-    (
-        Component::Kubectl,
-        "1.35.1",
-        Arch::Amd64,
-        "36e2f4ac66259232341dd7866952d64a958846470f6a9a6a813b9117bd965207",
-    ),
-    (
-        Component::Kubectl,
-        "1.35.0",
-        Arch::Amd64,
-        "a2e984a18a0c063279d692533031c1eff93a262afcc0afdc517375432d060989",
-    ),
-    (
-        Component::Kubectl,
-        "1.34.4",
-        Arch::Amd64,
-        "d50c359d95e0841eaad08ddc27c7be37cba8fdccfba5c8e2ded65e121ff112db",
-    ),
-    (
-        Component::Kubectl,
-        "1.35.1",
-        Arch::Arm64,
-        "706256e21a4e9192ee62d1a007ac0bfcff2b0b26e92cc7baad487a6a5d08ff82",
-    ),
-    (
-        Component::Kubectl,
-        "1.35.0",
-        Arch::Arm64,
-        "58f82f9fe796c375c5c4b8439850b0f3f4d401a52434052f2df46035a8789e25",
-    ),
-    (
-        Component::Kubectl,
-        "1.34.4",
-        Arch::Arm64,
-        "5b982c0644ab1e27780246b9085a5886651b4a7ed86243acbb2bacc1bea01dda",
-    ),
-    (
-        Component::Containerd,
-        CONTAINERD_VERSION,
-        Arch::Amd64,
-        "f5d8e90ecb6c1c7e33ecddf8cc268a93b9e5b54e0e850320d765511d76624f41",
-    ),
-    (
-        Component::Containerd,
-        CONTAINERD_VERSION,
-        Arch::Arm64,
-        "dac15a0d412a24be8bfe6a40cec8f51829062725169f1e72ac7d120a891ef5b6",
-    ),
-    (
-        Component::Runc,
-        RUNC_VERSION,
-        Arch::Amd64,
-        "5966ca40b6187b30e33bfc299c5f1fe72e8c1aa01cf3fefdadf391668f47f103",
-    ),
-    (
-        Component::Runc,
-        RUNC_VERSION,
-        Arch::Arm64,
-        "d6dcab36d1b6af1b72c7f0662e5fcf446a291271ba6006532b95c4144e19d428",
-    ),
-    (
-        Component::CniPlugins,
-        CNI_PLUGINS_VERSION,
-        Arch::Amd64,
-        "ab3bda535f9d90766cccc90d3dddb5482003dd744d7f22bcf98186bf8eea8be6",
-    ),
-    (
-        Component::CniPlugins,
-        CNI_PLUGINS_VERSION,
-        Arch::Arm64,
-        "57ce466fc3b79db1f19b8f4c63e07a1112306efa53c94fe810a2150dd9e07ddb",
-    ),
-    (
-        Component::Crictl,
-        CRICTL_VERSION,
-        Arch::Amd64,
-        "2e141e5b22cb189c40365a11807d69b76b9b3caced89fac2f4ec879408ce2177",
-    ),
-    (
-        Component::Etcd,
-        ETCD_VERSION,
-        Arch::Amd64,
-        "0aad9a9e4e0817a021e933f9806a2b2960a62f949ad5a3d6436d8886945cb1bc",
-    ),
-    (
-        Component::Etcd,
-        ETCD_VERSION,
-        Arch::Arm64,
-        "1277309f540c5a0329c428f95455c9f76d24f768c8d28fd2753e891c379053fa",
-    ),
-    (
-        Component::Crictl,
-        CRICTL_VERSION,
-        Arch::Arm64,
-        "519071de89b64c43e2a1661bb5489c6c3fd5e9e5fcef75e50e542b0c891f1118",
-    ),
+/// The default when a spec names none: the newest pinned patch.
+pub const DEFAULT_KUBERNETES_VERSION: &str = "1.36.4";
+
+/// What kubeadm of one minor expects on the node, from kubeadm's `constants.go` of that
+/// minor: the sandbox image containerd must use (kubeadm warns, and the kubelet's pods use a
+/// different one, when they differ) and the etcd image its stacked members run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubeadmImages {
+    pub minor: u32,
+    /// `registry.k8s.io/pause` tag.
+    pub pause: &'static str,
+    /// `registry.k8s.io/etcd` tag.
+    pub etcd: &'static str,
+}
+
+/// One entry per supported minor (a unit test holds this and the version list together).
+/// 1.34 and 1.35 pin pause 3.10.1, 1.36 moved to 3.10.2; etcd follows kubeadm's
+/// `DefaultEtcdVersion` of the minor's newest patch.
+pub const KUBEADM_IMAGES: &[KubeadmImages] = &[
+    KubeadmImages {
+        minor: 34,
+        pause: "3.10.1",
+        etcd: "3.6.4-0",
+    },
+    KubeadmImages {
+        minor: 35,
+        pause: "3.10.1",
+        etcd: "3.6.6-0",
+    },
+    KubeadmImages {
+        minor: 36,
+        pause: "3.10.2",
+        etcd: "3.6.8-0",
+    },
 ];
+
+/// The images kubeadm of `kubernetes`'s minor expects; `None` for a version kprov does not
+/// support (refused earlier by validation).
+pub fn kubeadm_images(kubernetes: &str) -> Option<&'static KubeadmImages> {
+    let minor = crate::spec::versions::parse(kubernetes)?.1;
+    KUBEADM_IMAGES.iter().find(|k| k.minor == minor)
+}
+
+/// The supported minors, compactly (`1.34.0-1.34.11, 1.35.0-1.35.8, 1.36.0-1.36.4`): what an
+/// error about an unsupported version lists instead of every patch.
+pub fn supported_summary() -> String {
+    let mut ranges: Vec<(u32, u32, u32, u32)> = Vec::new(); // (major, minor, low, high)
+    for v in SUPPORTED_KUBERNETES_VERSIONS {
+        let Some((major, minor, patch)) = crate::spec::versions::parse(v) else {
+            continue;
+        };
+        match ranges.iter_mut().find(|r| r.0 == major && r.1 == minor) {
+            Some(r) => {
+                r.2 = r.2.min(patch);
+                r.3 = r.3.max(patch);
+            }
+            None => ranges.push((major, minor, patch, patch)),
+        }
+    }
+    ranges.sort();
+    ranges
+        .iter()
+        .map(|(ma, mi, lo, hi)| format!("{ma}.{mi}.{lo}-{ma}.{mi}.{hi}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Where one file is fetched from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,7 +204,7 @@ pub struct Asset {
 pub enum AssetError {
     #[error(
         "spec.kubernetesVersion: {0:?} is not supported (kprov pins checksums for {supported})",
-        supported = SUPPORTED_KUBERNETES_VERSIONS.join(", ")
+        supported = supported_summary()
     )]
     UnsupportedVersion(String),
     #[error("spec.kubernetesVersion is not set (the spec must be completed with defaults first)")]
@@ -424,18 +320,23 @@ pub fn pinned_sha256(component: Component, version: &str, arch: Arch) -> Option<
         .map(|(_, _, _, sha)| *sha)
 }
 
-fn version_of(component: Component, kubernetes: &str) -> &str {
+/// The release of `component` a node of Kubernetes `kubernetes` installs. crictl follows the
+/// Kubernetes minor (cri-tools releases one per minor, as Kubespray pins it).
+pub fn version_of(component: Component, kubernetes: &str) -> String {
     match component {
-        Component::Kubeadm | Component::Kubelet | Component::Kubectl => kubernetes,
-        Component::Containerd => CONTAINERD_VERSION,
-        Component::Runc => RUNC_VERSION,
-        Component::CniPlugins => CNI_PLUGINS_VERSION,
-        Component::Crictl => CRICTL_VERSION,
-        Component::Etcd => ETCD_VERSION,
+        Component::Kubeadm | Component::Kubelet | Component::Kubectl => kubernetes.to_string(),
+        Component::Containerd => CONTAINERD_VERSION.to_string(),
+        Component::Runc => RUNC_VERSION.to_string(),
+        Component::CniPlugins => CNI_PLUGINS_VERSION.to_string(),
+        Component::Crictl => match crate::spec::versions::parse(kubernetes) {
+            Some((major, minor, _)) => format!("{major}.{minor}.0"),
+            None => kubernetes.to_string(),
+        },
+        Component::Etcd => ETCD_VERSION.to_string(),
     }
 }
 
-/// The top directory of an etcd release tarball (`etcd-v3.5.27-linux-amd64`).
+/// The top directory of an etcd release tarball (`etcd-v3.6.8-linux-amd64`).
 pub fn etcd_dir(version: &str, arch: Arch) -> String {
     format!("etcd-v{version}-linux-{}", arch.as_str())
 }
@@ -490,7 +391,7 @@ pub fn resolve_for(kubernetes: &str, assets: Option<&Assets>) -> Result<Vec<Asse
     let mut out = Vec::new();
     for component in Component::ALL {
         for arch in Arch::ALL {
-            let version = version_of(component, kubernetes).to_string();
+            let version = version_of(component, kubernetes);
             let specific = format!("{}/{}", component.name(), arch.as_str());
             let overridden = assets
                 .files
@@ -560,6 +461,73 @@ mod tests {
         assert_eq!(shas.len(), PINNED.len());
     }
 
+    /// Every released patch of each supported minor, the default the newest, and the
+    /// kubeadm image table covering exactly those minors.
+    #[test]
+    fn versions_images_and_default_agree() {
+        assert_eq!(SUPPORTED_KUBERNETES_VERSIONS[0], DEFAULT_KUBERNETES_VERSION);
+        let parsed: Vec<_> = SUPPORTED_KUBERNETES_VERSIONS
+            .iter()
+            .map(|v| crate::spec::versions::parse(v).unwrap())
+            .collect();
+        let mut sorted = parsed.clone();
+        sorted.sort_by(|a, b| b.cmp(a));
+        assert_eq!(parsed, sorted, "newest first");
+        for minor in [34u32, 35, 36] {
+            let patches: Vec<u32> = parsed
+                .iter()
+                .filter(|v| v.1 == minor)
+                .map(|v| v.2)
+                .collect();
+            let max = *patches.iter().max().unwrap();
+            assert_eq!(
+                patches.len() as u32,
+                max + 1,
+                "1.{minor}: a patch is missing"
+            );
+            assert!(kubeadm_images(&format!("1.{minor}.0")).is_some());
+        }
+        let minors: std::collections::BTreeSet<u32> = parsed.iter().map(|v| v.1).collect();
+        let image_minors: std::collections::BTreeSet<u32> =
+            KUBEADM_IMAGES.iter().map(|k| k.minor).collect();
+        assert_eq!(minors, image_minors);
+        assert_eq!(kubeadm_images("1.36.2").unwrap().pause, "3.10.2");
+        assert_eq!(kubeadm_images("v1.36.2").unwrap().etcd, "3.6.8-0");
+        assert_eq!(kubeadm_images("1.33.0"), None);
+        // crictl follows the minor.
+        assert_eq!(version_of(Component::Crictl, "1.36.4"), "1.36.0");
+        assert_eq!(version_of(Component::Crictl, "1.34.11"), "1.34.0");
+        // Spot checks against Kubespray's checksums.yml, one per kind of row.
+        for (c, v, a, sha) in [
+            (
+                Component::Kubeadm,
+                "1.36.2",
+                Arch::Amd64,
+                "f95d1b345f97c673ce1c1347eb96bf2587850975155ae701cdfc629a5b575b70",
+            ),
+            (
+                Component::Kubelet,
+                "1.34.0",
+                Arch::Arm64,
+                "e45a7795391cd62ee226666039153832d3096c0f892266cd968936e18b2b40b0",
+            ),
+            (
+                Component::Crictl,
+                "1.36.0",
+                Arch::Amd64,
+                "83855e114566a8a8c44c548d515670f51de3a5e1da8b2effb59870e2f10c25a3",
+            ),
+            (
+                Component::Etcd,
+                "3.6.8",
+                Arch::Arm64,
+                "438f56a700d17ce761510a3e63e6fa5c1d587b2dd4d7a22c179c09a649366760",
+            ),
+        ] {
+            assert_eq!(pinned_sha256(c, v, a), Some(sha), "{c:?} {v} {a:?}");
+        }
+    }
+
     #[test]
     fn upstream_urls() {
         let a = resolve_for("1.35.1", None).unwrap();
@@ -579,11 +547,11 @@ mod tests {
         );
         assert_eq!(
             url(Component::Containerd, Arch::Arm64),
-            "https://github.com/containerd/containerd/releases/download/v2.2.1/containerd-2.2.1-linux-arm64.tar.gz"
+            "https://github.com/containerd/containerd/releases/download/v2.2.7/containerd-2.2.7-linux-arm64.tar.gz"
         );
         assert_eq!(
             url(Component::CniPlugins, Arch::Amd64),
-            "https://github.com/containernetworking/plugins/releases/download/v1.8.0/cni-plugins-linux-amd64-v1.8.0.tgz"
+            "https://github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-amd64-v1.9.1.tgz"
         );
     }
 
@@ -633,7 +601,8 @@ mod tests {
     fn bad_input_is_named() {
         assert_eq!(
             resolve_for("1.20.0", None).unwrap_err().to_string(),
-            "spec.kubernetesVersion: \"1.20.0\" is not supported (kprov pins checksums for 1.35.1, 1.35.0, 1.34.4)"
+            "spec.kubernetesVersion: \"1.20.0\" is not supported (kprov pins checksums for \
+             1.34.0-1.34.11, 1.35.0-1.35.8, 1.36.0-1.36.4)"
         );
         let bad = |name: &str, sha: &str| Assets {
             images: vec![],

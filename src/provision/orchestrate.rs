@@ -1823,6 +1823,26 @@ pub(crate) mod tests {
         assert!(plan.nodes.iter().all(|n| n.action == Action::Refused));
     }
 
+    /// Hosts without DMI (containers, some VMs) report product_uuid `unknown`: never a
+    /// duplicate; real duplicates still are.
+    #[test]
+    fn hosts_without_dmi_are_not_clones() {
+        let facts = |host: &str, uuid: &str| {
+            (
+                host.to_string(),
+                Facts::parse(&format!(
+                    "hostname={host}\nmachine=x86_64\nproduct_uuid={uuid}\nmacs=02:00:00:00:00:0{}\n",
+                    host.len()
+                )),
+            )
+        };
+        assert!(duplicate_facts(&[facts("a", "unknown"), facts("bb", "unknown")]).is_empty());
+        assert!(duplicate_facts(&[facts("a", ""), facts("bb", "")]).is_empty());
+        let dup = duplicate_facts(&[facts("a", "U-1"), facts("bb", "U-1")]);
+        assert_eq!(dup.len(), 2);
+        assert!(dup["a"][0].starts_with("product_uuid U-1 is also used by bb"));
+    }
+
     #[test]
     fn join_command_parsing() {
         assert_eq!(

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use tera::Tera;
 
 use super::assets::{self, Arch, Asset, Component, ImageAsset, Install, Source};
-use super::shell::enable_template_quoting;
+use super::shell::{enable_template_quoting, sh_quote};
 use crate::inventory::parse_taint;
 use crate::nodes::Target;
 use crate::nodes::owner::{OWNER_FILE, Owner};
@@ -31,13 +31,49 @@ use crate::script;
 use crate::spec::validate::{
     check_kubelet_label, check_label_key, check_label_value, check_taint, is_dns_subdomain,
 };
-use crate::spec::{Cluster, EtcdType, Host, HostRole};
+use crate::spec::{Cluster, EtcdType, Host, HostRole, ProxyMode};
 use crate::ssh::task::{RemoteFile, Step};
 
 /// Image of the local API proxy on workers.
 pub const API_PROXY_IMAGE: &str = "docker.io/library/haproxy:3.2-alpine";
-/// Sandbox image for containerd, as kubeadm 1.34/1.35 expects.
-pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
+/// kprov's own sysctl file, the only one the kernel step applies, and its copy once applied.
+const SYSCTL_FILE: &str = "/etc/sysctl.d/99-kprov.conf";
+const SYSCTL_APPLIED: &str = "/var/lib/kprov/sysctl.applied";
+
+/// The kernel step: modules and sysctls a node needs, applied without assuming more of the
+/// host than it must have. A module built into the kernel counts as present (br_netfilter
+/// shows as /proc/sys/net/bridge, overlay in /proc/filesystems), so modprobe runs only for a
+/// module that is missing, and its absence is an error only then. Only kprov's own sysctl
+/// file is applied (`sysctl --system` also re-applies every other file, whose keys may be
+/// read-only here: containers, LXC/LXD); a key that cannot be written but already holds the
+/// wanted value is fine (a read-only /proc/sys).
+const KERNEL_SETTINGS: &str = r#"set -e
+have_overlay() { grep -qw overlay /proc/filesystems 2>/dev/null || [ -d /sys/module/overlay ]; }
+have_br_netfilter() { [ -d /proc/sys/net/bridge ]; }
+for m in overlay br_netfilter; do
+  "have_$m" && continue
+  if ! command -v modprobe >/dev/null 2>&1; then
+    echo "kernel module $m is needed, not loaded, and modprobe is not installed: install kmod or load $m on this host" >&2
+    exit 1
+  fi
+  modprobe "$m" || { echo "kernel module $m is needed and modprobe $m failed" >&2; exit 1; }
+  "have_$m" || { echo "kernel module $m loaded but not in effect" >&2; exit 1; }
+done
+sed -n 's/^[[:space:]]*\([a-z0-9_.-]*\)[[:space:]]*=[[:space:]]*\([^[:space:]]*\)[[:space:]]*$/\1 \2/p' /etc/sysctl.d/99-kprov.conf |
+while read -r key want; do
+  [ "$(sysctl -n "$key" 2>/dev/null)" = "$want" ] && continue
+  if ! sysctl -q -w "$key=$want" >/dev/null 2>&1; then
+    echo "sysctl $key cannot be set to $want (it is $(sysctl -n "$key" 2>/dev/null || echo missing))" >&2
+    exit 1
+  fi
+done
+mkdir -p /var/lib/kprov
+cp /etc/sysctl.d/99-kprov.conf /var/lib/kprov/sysctl.applied
+swapoff -a
+# Keep swap off across reboots.
+if [ -f /etc/fstab ]; then sed -i '/^[^#].*[[:space:]]swap[[:space:]]/s/^/#kprov: /' /etc/fstab; fi
+"#;
+
 /// Marker on kprov's line in /etc/hosts.
 const HOSTS_MARK: &str = "# kprov-api";
 pub const KPROV_DIR: &str = "/etc/kubernetes/kprov";
@@ -260,11 +296,85 @@ pub struct Renderer {
     assets: Vec<Asset>,
     /// Extra API server certificate names (a cloud load balancer's DNS name).
     cloud_sans: Vec<String>,
+    /// The sandbox image kubeadm of this minor expects (`registry.k8s.io/pause:TAG`).
+    pause_image: String,
+    node: NodeSettings,
     images: Vec<ImageAsset>,
     /// The `file://` archives' contents (`None` for URLs), read and verified once per run on
     /// first use: every host's upload shares one buffer, hashed once by the SSH engine.
     image_files: OnceLock<Result<Vec<Option<Bytes>>, ImageError>>,
 }
+
+/// The host-level settings of `spec.kubeProxy`, `spec.kubelet`, `spec.containerd` and
+/// `spec.preflight`, with their defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NodeSettings {
+    proxy_mode: ProxyMode,
+    conntrack_max_per_core: Option<u32>,
+    /// KubeletConfiguration `failCgroupV1` (kubelet's default, `true`, unless the spec says).
+    fail_cgroup_v1: bool,
+    restrict_oom_score_adj: bool,
+    require_clock_sync: bool,
+}
+
+impl NodeSettings {
+    fn of(spec: &crate::spec::ClusterSpec) -> NodeSettings {
+        let proxy = spec.kube_proxy.clone().unwrap_or_default();
+        NodeSettings {
+            proxy_mode: proxy.proxy_mode.unwrap_or_default(),
+            conntrack_max_per_core: proxy.conntrack_max_per_core,
+            fail_cgroup_v1: spec
+                .kubelet
+                .as_ref()
+                .and_then(|k| k.fail_cgroup_v1)
+                .unwrap_or(true),
+            restrict_oom_score_adj: spec
+                .containerd
+                .as_ref()
+                .and_then(|c| c.restrict_oom_score_adj)
+                .unwrap_or(false),
+            require_clock_sync: spec
+                .preflight
+                .as_ref()
+                .and_then(|p| p.require_clock_sync)
+                .unwrap_or(true),
+        }
+    }
+
+    /// kubeadm preflight errors kprov skips: only SystemVerification, and only when the spec
+    /// lets the kubelet run on cgroup v1 (kubeadm's system verification refuses it).
+    fn ignore_preflight_errors(&self) -> Vec<&'static str> {
+        if self.fail_cgroup_v1 {
+            vec![]
+        } else {
+            vec!["SystemVerification"]
+        }
+    }
+
+    /// What a non-default setting adds to the provisioning record's digest. Defaults add
+    /// nothing, so records written before these settings existed stay current.
+    fn digest_entries(&self) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        if self.proxy_mode != ProxyMode::default() {
+            m.insert("proxy_mode".into(), json!(self.proxy_mode.as_str()));
+        }
+        if let Some(n) = self.conntrack_max_per_core {
+            m.insert("conntrack_max_per_core".into(), json!(n));
+        }
+        if !self.fail_cgroup_v1 {
+            m.insert("fail_cgroup_v1".into(), json!(false));
+        }
+        m
+    }
+}
+
+/// Printed after a failed `kubeadm init`/`join`: pod sandboxes failing because runc may not
+/// lower `oom_score_adj` (no CAP_SYS_RESOURCE: unprivileged LXC/LXD) surface in kubeadm only
+/// as a timeout, so the journal is asked (bounded) and the spec setting that fixes it named.
+const KUBEADM_FAILURE_HINT: &str = "if journalctl -u containerd -u kubelet --since -30min --no-pager -n 5000 2>/dev/null \
+  | grep -m1 -q 'oom_score_adj.*[Pp]ermission denied'; then\n\
+  echo 'kprov: pod sandboxes fail because runc may not set oom_score_adj on this host (no CAP_SYS_RESOURCE, as in unprivileged LXC/LXD): set spec.containerd.restrictOOMScoreAdj: true' >&2\n\
+fi\n";
 
 /// How clients reach a cloud cluster's API servers: through its load balancer, under the API
 /// record when the cluster has DNS (`api.NAME`), else under the load balancer's own name.
@@ -316,6 +426,9 @@ impl Renderer {
                 .ok_or(RenderError::Missing("spec.kubernetesVersion"))?,
         )
         .to_string();
+        let pause_image = assets::kubeadm_images(&kubernetes_version)
+            .map(|k| format!("registry.k8s.io/pause:{}", k.pause))
+            .ok_or_else(|| assets::AssetError::UnsupportedVersion(kubernetes_version.clone()))?;
         let endpoint = match spec.api.as_ref().and_then(|a| a.endpoint.as_deref()) {
             Some(e) => parse_endpoint(e)?,
             None => Endpoint::LocalProxy {
@@ -392,6 +505,8 @@ impl Renderer {
             cloud_external: cluster.external_cloud_provider().is_some(),
             targets: targets.to_vec(),
             cloud_sans: Vec::new(),
+            pause_image,
+            node: NodeSettings::of(spec),
         })
     }
 
@@ -453,9 +568,16 @@ impl Renderer {
         }
         ports.sort_unstable();
         ports.dedup();
+        let minor = crate::spec::versions::parse(&self.kubernetes_version).map_or(0, |v| v.1);
         let script = self.render(
             "node/preflight.sh.tera",
-            json!({ "node": { "name": host.name }, "ports": ports }),
+            json!({
+                "node": { "name": host.name },
+                "ports": ports,
+                // kubelet 1.34 still runs on cgroup v1 by default; 1.35 refuses it.
+                "refuse_cgroup_v1": self.node.fail_cgroup_v1 && minor >= 35,
+                "require_clock_sync": self.node.require_clock_sync,
+            }),
         )?;
         Ok(vec![
             Step {
@@ -467,23 +589,21 @@ impl Renderer {
                         0o644,
                     ),
                     file(
-                        "/etc/sysctl.d/99-kprov.conf",
+                        SYSCTL_FILE,
                         self.render("node/sysctl.conf.tera", json!({}))?,
                         0o644,
                     ),
                 ],
-                check: Some(
-                    "[ -d /sys/module/overlay ] && [ -d /sys/module/br_netfilter ] && \
+                check: Some(script!(
+                    "( grep -qw overlay /proc/filesystems || [ -d /sys/module/overlay ] ) && \
+                     [ -d /proc/sys/net/bridge ] && \
                      [ -z \"$(swapon --show=NAME --noheadings 2>/dev/null)\" ] && \
                      [ \"$(sysctl -n net.ipv4.ip_forward)\" = 1 ] && \
-                     [ \"$(sysctl -n net.bridge.bridge-nf-call-iptables)\" = 1 ]"
-                        .into(),
-                ),
-                run: "set -e\nmodprobe overlay\nmodprobe br_netfilter\nsysctl --system >/dev/null\n\
-                      swapoff -a\n\
-                      # Keep swap off across reboots.\n\
-                      if [ -f /etc/fstab ]; then sed -i '/^[^#].*[[:space:]]swap[[:space:]]/s/^/#kprov: /' /etc/fstab; fi\n"
-                    .into(),
+                     [ \"$(sysctl -n net.bridge.bridge-nf-call-iptables)\" = 1 ] && \
+                     [ \"$(sysctl -n net.bridge.bridge-nf-call-ip6tables)\" = 1 ] && \
+                     cmp -s {SYSCTL_FILE} {SYSCTL_APPLIED}"
+                )),
+                run: KERNEL_SETTINGS.into(),
                 timeout: SHORT,
             },
             Step {
@@ -603,7 +723,10 @@ impl Renderer {
                     "/etc/containerd/config.toml",
                     self.render(
                         "node/containerd-config.toml.tera",
-                        json!({ "pause_image": PAUSE_IMAGE }),
+                        json!({
+                            "pause_image": self.pause_image,
+                            "restrict_oom_score_adj": self.node.restrict_oom_score_adj,
+                        }),
                     )?,
                     0o644,
                 ),
@@ -811,6 +934,10 @@ impl Renderer {
         };
         ctx.insert("cluster_name".into(), json!(self.cluster_name));
         ctx.insert("endpoint".into(), json!(self.endpoint.address()));
+        ctx.insert(
+            "ignore_preflight_errors".into(),
+            json!(self.node.ignore_preflight_errors()),
+        );
         Ok(ctx)
     }
 
@@ -849,6 +976,12 @@ impl Renderer {
             json!(self.etcd == EtcdType::External),
         );
         ctx.insert("etcd_endpoints".into(), json!(etcd_endpoints));
+        ctx.insert("proxy_mode".into(), json!(self.node.proxy_mode.as_str()));
+        ctx.insert(
+            "conntrack_max_per_core".into(),
+            json!(self.node.conntrack_max_per_core),
+        );
+        ctx.insert("fail_cgroup_v1".into(), json!(self.node.fail_cgroup_v1));
         self.render("node/kubeadm-init.yaml.tera", Value::Object(ctx))
     }
 
@@ -901,7 +1034,7 @@ impl Renderer {
             )],
             check: Some(script!("test -f {ADMIN_CONF}")),
             run: script!(
-                "set -e\n[ -f {ADMIN_CONF} ] && exit 0\nkubeadm init --config {} --upload-certs\n",
+                "set -e\n[ -f {ADMIN_CONF} ] && exit 0\nkubeadm init --config {} --upload-certs && exit 0\n{KUBEADM_FAILURE_HINT}exit 1\n",
                 config
             ),
             timeout: LONG,
@@ -939,7 +1072,7 @@ impl Renderer {
             files: vec![file(&config, self.join_config(target, secrets)?, 0o600)],
             check: Some(script!("test -f {KUBELET_CONF}")),
             run: script!(
-                "set -e\n[ -f {KUBELET_CONF} ] && exit 0\nkubeadm join --config {}\n",
+                "set -e\n[ -f {KUBELET_CONF} ] && exit 0\nkubeadm join --config {} && exit 0\n{KUBEADM_FAILURE_HINT}exit 1\n",
                 config
             ),
             timeout: LONG,
@@ -1443,24 +1576,32 @@ impl Renderer {
         how: crate::nodes::roll::Upgrade,
     ) -> Result<Vec<Step>, RenderError> {
         let version = format!("v{}", self.kubernetes_version);
+        // The same preflight skip as init/join (cgroup v1 hosts), as a flag: upgrade reads no
+        // kprov configuration file.
+        let flags: String = self
+            .node
+            .ignore_preflight_errors()
+            .iter()
+            .map(|e| format!(" {}", sh_quote(&format!("--ignore-preflight-errors={e}"))))
+            .collect();
         let mut steps = vec![self.install_step(Component::Kubeadm, arch)?];
-        let (name, run) = match how {
+        let (name, command) = match how {
             crate::nodes::roll::Upgrade::Apply => (
                 "kubeadm: upgrade apply",
-                script!(
-                    "set -e\nkubeadm upgrade apply {} --yes\nmkdir -p /var/lib/kprov\nprintf '%s\\n' {} > {UPGRADED_MARKER}\n",
-                    version,
-                    version
-                ),
+                script!("set -e\nkubeadm upgrade apply {} --yes", version),
             ),
             crate::nodes::roll::Upgrade::Node => (
                 "kubeadm: upgrade node",
-                script!(
-                    "set -e\nkubeadm upgrade node\nmkdir -p /var/lib/kprov\nprintf '%s\\n' {} > {UPGRADED_MARKER}\n",
-                    version
-                ),
+                "set -e\nkubeadm upgrade node".into(),
             ),
         };
+        let run = format!(
+            "{command}{flags}\n{}",
+            script!(
+                "mkdir -p /var/lib/kprov\nprintf '%s\\n' {} > {UPGRADED_MARKER}\n",
+                version
+            )
+        );
         steps.push(Step {
             name: format!("{name} {version}"),
             files: vec![],
@@ -1495,6 +1636,12 @@ impl Renderer {
     pub fn provisioned(&self, target: &Target) -> Result<Provisioned, RenderError> {
         let mut ctx = self.kubeadm_common(target)?;
         ctx.insert("kubernetes_version".into(), json!(self.kubernetes_version));
+        // The preflight skip reaches the digest through `node`, not on its own.
+        ctx.remove("ignore_preflight_errors");
+        let node = self.node.digest_entries();
+        if !node.is_empty() {
+            ctx.insert("node_settings".into(), Value::Object(node));
+        }
         // serde_json maps are ordered (BTreeMap): the digest is stable.
         let digest = Sha256::digest(Value::Object(ctx).to_string().as_bytes());
         Ok(Provisioned {
@@ -1934,11 +2081,11 @@ mod tests {
             .iter()
             .find(|s| s.name.starts_with("etcd: install"))
             .unwrap();
-        assert!(install.run.contains("'etcd-v3.5.27-linux-arm64/etcdutl'"));
+        assert!(install.run.contains("'etcd-v3.6.8-linux-arm64/etcdutl'"));
         assert!(
             install
                 .run
-                .contains("1277309f540c5a0329c428f95455c9f76d24f768c8d28fd2753e891c379053fa")
+                .contains("438f56a700d17ce761510a3e63e6fa5c1d587b2dd4d7a22c179c09a649366760")
         );
         let conf = member
             .iter()
@@ -2034,6 +2181,267 @@ mod tests {
         let worker = docs(&r.join_config(&targets(&hs)[3], &secrets()).unwrap());
         assert!(worker[0].get("controlPlane").is_none());
         assert!(worker[0]["nodeRegistration"].get("taints").is_none());
+    }
+
+    /// Defaults: kube-proxy in iptables mode with kube-proxy's own conntrack sizing, the
+    /// kubelet's failCgroupV1 untouched, no preflight error skipped, the pause image of the
+    /// minor, containerd without restrict_oom_score_adj, a clock check that fails.
+    #[test]
+    fn node_settings_default() {
+        let hs = hosts(1, 1);
+        let ts = targets(&hs);
+        let r = Renderer::new(&cluster(""), &ts).unwrap();
+        let init = docs(&r.init_config(&ts[0], &"k".repeat(64)).unwrap());
+        assert_eq!(init.len(), 4);
+        assert!(
+            init[0]["nodeRegistration"]
+                .get("ignorePreflightErrors")
+                .is_none()
+        );
+        assert!(init[2].get("failCgroupV1").is_none());
+        assert_eq!(init[3]["apiVersion"], "kubeproxy.config.k8s.io/v1alpha1");
+        assert_eq!(init[3]["kind"], "KubeProxyConfiguration");
+        assert_eq!(init[3]["mode"], "iptables");
+        assert!(init[3].get("conntrack").is_none());
+        let install = describe(&r.install(Arch::Amd64).unwrap());
+        assert!(install.contains("sandbox = \"registry.k8s.io/pause:3.10.1\""));
+        assert!(!install.contains("restrict_oom_score_adj"));
+        let preflight = r.preflight(&ts[0]).unwrap();
+        let script = String::from_utf8(preflight[1].files[0].content.to_vec()).unwrap();
+        assert!(script.contains("fail \"the clock is not synchronised"));
+        assert!(script.contains("set spec.kubelet.failCgroupV1: false"));
+        let up = describe(
+            &r.upgrade(Arch::Amd64, crate::nodes::roll::Upgrade::Apply)
+                .unwrap(),
+        );
+        assert!(!up.contains("ignore-preflight-errors"));
+        // 1.36 runs the pause image kubeadm 1.36 pins.
+        let c = cluster("").tap_version("1.36.2");
+        let r36 = Renderer::new(&c, &ts).unwrap();
+        let install = describe(&r36.install(Arch::Amd64).unwrap());
+        assert!(install.contains("sandbox = \"registry.k8s.io/pause:3.10.2\""));
+        // 1.34's kubelet still runs on cgroup v1: no refusal rendered.
+        let c = cluster("").tap_version("1.34.11");
+        let r34 = Renderer::new(&c, &ts).unwrap();
+        let script =
+            String::from_utf8(r34.preflight(&ts[0]).unwrap()[1].files[0].content.to_vec()).unwrap();
+        assert!(!script.contains("set spec.kubelet.failCgroupV1: false"));
+        assert!(script.contains("cgroup v1 support is deprecated"));
+    }
+
+    trait TapVersion {
+        fn tap_version(self, v: &str) -> Self;
+    }
+    impl TapVersion for Cluster {
+        fn tap_version(mut self, v: &str) -> Self {
+            self.spec.kubernetes_version = Some(v.into());
+            self
+        }
+    }
+
+    const REAL_HOST_SETTINGS: &str = "  kubeProxy:\n    proxyMode: nftables\n    conntrackMaxPerCore: 0\n\
+         \x20 kubelet:\n    failCgroupV1: false\n  containerd:\n    restrictOOMScoreAdj: true\n\
+         \x20 preflight:\n    requireClockSync: false\n";
+
+    /// The settings a host without some privileges needs (cgroup v1, no CAP_SYS_RESOURCE,
+    /// read-only nf_conntrack_max, no NTP daemon) reach kubeadm, the kubelet, kube-proxy,
+    /// containerd and the preflight; only SystemVerification is skipped, on init, join and
+    /// upgrade alike.
+    #[test]
+    fn node_settings_reach_every_component() {
+        let hs = hosts(1, 1);
+        let ts = targets(&hs);
+        let r = Renderer::new(&cluster(REAL_HOST_SETTINGS), &ts).unwrap();
+        let init = docs(&r.init_config(&ts[0], &"k".repeat(64)).unwrap());
+        assert_eq!(
+            init[0]["nodeRegistration"]["ignorePreflightErrors"],
+            json!(["SystemVerification"])
+        );
+        assert_eq!(init[2]["failCgroupV1"], false);
+        assert_eq!(init[3]["mode"], "nftables");
+        assert_eq!(init[3]["conntrack"]["maxPerCore"], 0);
+        let join = docs(&r.join_config(&ts[1], &secrets()).unwrap());
+        assert_eq!(
+            join[0]["nodeRegistration"]["ignorePreflightErrors"],
+            json!(["SystemVerification"])
+        );
+        for how in [
+            crate::nodes::roll::Upgrade::Apply,
+            crate::nodes::roll::Upgrade::Node,
+        ] {
+            let up = describe(&r.upgrade(Arch::Amd64, how).unwrap());
+            assert!(
+                up.contains(" '--ignore-preflight-errors=SystemVerification'\n"),
+                "{up}"
+            );
+        }
+        let install = describe(&r.install(Arch::Amd64).unwrap());
+        assert!(
+            install.contains(
+                "[plugins.'io.containerd.cri.v1.runtime']\n  restrict_oom_score_adj = true\n"
+            ),
+            "{install}"
+        );
+        let script =
+            String::from_utf8(r.preflight(&ts[0]).unwrap()[1].files[0].content.to_vec()).unwrap();
+        assert!(script.contains("warning: the clock is not NTP-synchronised"));
+        assert!(!script.contains("fail \"the clock"));
+        assert!(script.contains("warning: $node uses cgroup v1"));
+        // kubeadm init and join name the containerd setting when sandboxes hit oom_score_adj.
+        let init = describe(&r.init(&ts[0], &"k".repeat(64)).unwrap());
+        assert!(
+            init.contains("spec.containerd.restrictOOMScoreAdj: true"),
+            "{init}"
+        );
+        let join = describe(&r.join(&ts[1], &ts[0], &secrets()).unwrap());
+        assert!(
+            join.contains("spec.containerd.restrictOOMScoreAdj: true"),
+            "{join}"
+        );
+    }
+
+    /// Settings left at their defaults leave a node's record as it was before they existed
+    /// (no roll for nothing); a changed one makes the node outdated.
+    #[test]
+    fn node_settings_in_the_provisioning_record() {
+        let hs = hosts(1, 0);
+        let ts = targets(&hs);
+        let digest = |extra: &str| {
+            Renderer::new(&cluster(extra), &ts)
+                .unwrap()
+                .provisioned(&ts[0])
+                .unwrap()
+                .config_digest
+        };
+        let plain = digest("");
+        assert_eq!(
+            plain,
+            digest(
+                "  kubeProxy:\n    proxyMode: iptables\n  kubelet:\n    failCgroupV1: true\n\
+                 \x20 containerd:\n    restrictOOMScoreAdj: false\n"
+            )
+        );
+        assert_ne!(plain, digest("  kubelet:\n    failCgroupV1: false\n"));
+        assert_ne!(plain, digest("  kubeProxy:\n    proxyMode: ipvs\n"));
+        assert_ne!(plain, digest("  kubeProxy:\n    conntrackMaxPerCore: 0\n"));
+    }
+
+    /// The kernel step on a host whose modules are built in, without modprobe, and whose
+    /// /proc/sys is read-only but already right: nothing to load, nothing to write, success.
+    /// On a host missing br_netfilter without modprobe it fails naming the module; a sysctl
+    /// that is wrong and cannot be written is named too. `sysctl --system` never runs.
+    #[test]
+    fn kernel_step_on_real_hosts() {
+        assert!(!KERNEL_SETTINGS.contains("--system"));
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        // The script's absolute paths, moved under the scratch root.
+        let script = KERNEL_SETTINGS
+            .replace("/proc/", "$R/proc/")
+            .replace("/sys/module", "$R/sys/module")
+            .replace("/etc/", "$R/etc/")
+            .replace("/var/lib/kprov", "$R/var/lib/kprov");
+        std::fs::create_dir_all(r.join("proc/sys/net/bridge")).unwrap();
+        std::fs::create_dir_all(r.join("etc/sysctl.d")).unwrap();
+        std::fs::create_dir_all(r.join("bin")).unwrap();
+        std::fs::write(r.join("proc/filesystems"), "nodev\toverlay\n").unwrap();
+        let conf = Renderer::new(&cluster(""), &targets(&hosts(1, 0)))
+            .unwrap()
+            .render("node/sysctl.conf.tera", json!({}))
+            .unwrap();
+        std::fs::write(r.join("etc/sysctl.d/99-kprov.conf"), conf).unwrap();
+        // sysctl: `-n KEY` reads $R/values/KEY; `-w` fails (read-only /proc/sys).
+        std::fs::create_dir_all(r.join("values")).unwrap();
+        std::fs::write(
+            r.join("bin/sysctl"),
+            "#!/bin/sh\ncase \"$1\" in -n) cat \"$R/values/$2\" 2>/dev/null || exit 1;; \
+             *) echo \"$*\" >> \"$R/writes\"; exit 1;; esac\n",
+        )
+        .unwrap();
+        std::fs::write(r.join("bin/swapoff"), "#!/bin/sh\nexit 0\n").unwrap();
+        for f in ["bin/sysctl", "bin/swapoff"] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(r.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let set = |key: &str, v: &str| std::fs::write(r.join("values").join(key), v).unwrap();
+        for k in [
+            "net.bridge.bridge-nf-call-iptables",
+            "net.bridge.bridge-nf-call-ip6tables",
+            "net.ipv4.ip_forward",
+        ] {
+            set(k, "1");
+        }
+        // The PATH holds only what the script may use: no modprobe.
+        for tool in ["grep", "sed", "cat", "cp", "mkdir"] {
+            let real = ["/usr/bin", "/bin"]
+                .iter()
+                .map(|d| std::path::Path::new(d).join(tool))
+                .find(|p| p.exists())
+                .unwrap();
+            std::os::unix::fs::symlink(real, r.join("bin").join(tool)).unwrap();
+        }
+        let run = || {
+            std::process::Command::new("/bin/sh")
+                .arg("-c")
+                .arg(&script)
+                .env("R", r)
+                .env("PATH", r.join("bin"))
+                .output()
+                .unwrap()
+        };
+        let out = run();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!r.join("writes").exists(), "nothing written");
+        assert!(r.join("var/lib/kprov/sysctl.applied").exists());
+        // A wanted value that cannot be written is named.
+        set("net.ipv4.ip_forward", "0");
+        let out = run();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("sysctl net.ipv4.ip_forward cannot be set to 1 (it is 0)"),
+            "{err}"
+        );
+        set("net.ipv4.ip_forward", "1");
+        // br_netfilter missing and no modprobe: named.
+        std::fs::remove_dir_all(r.join("proc/sys/net/bridge")).unwrap();
+        let out = run();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(
+                "kernel module br_netfilter is needed, not loaded, and modprobe is not installed"
+            ),
+            "{err}"
+        );
+        // With modprobe present, it is asked for exactly the missing module.
+        std::fs::write(
+            r.join("bin/modprobe"),
+            "#!/bin/sh\necho \"$*\" >> \"$R/modprobed\"\nmkdir -p \"$R/proc/sys/net/bridge\"\n",
+        )
+        .unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                r.join("bin/modprobe"),
+                std::fs::Permissions::from_mode(0o755),
+            )
+            .unwrap();
+        }
+        let out = run();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.join("modprobed")).unwrap(),
+            "br_netfilter\n"
+        );
     }
 
     #[test]

@@ -68,6 +68,11 @@ const STUBS: &[&str] = &[
     "ctr",
     "seq",
     "sleep",
+    "cp",
+    "cmp",
+    "find",
+    "stat",
+    "journalctl",
     "pwned",
 ];
 

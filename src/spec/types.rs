@@ -90,6 +90,19 @@ pub struct ClusterSpec {
     pub ssh_key: Option<SshKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assets: Option<Assets>,
+    /// kube-proxy's configuration (kops's `kubeProxy`): the KubeProxyConfiguration kprov
+    /// writes into kubeadm's init configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_proxy: Option<KubeProxy>,
+    /// Kubelet settings beyond kprov's defaults (kops's `kubelet`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<Kubelet>,
+    /// containerd settings (kops's `containerd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containerd: Option<Containerd>,
+    /// What the node preflight requires of a host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<Preflight>,
     /// Hosts of a `metal` cluster (the inventory).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<Host>,
@@ -327,6 +340,80 @@ pub struct Assets {
 pub struct ImageArchive {
     pub url: String,
     pub sha256: String,
+}
+
+/// kube-proxy's mode (KubeProxyConfiguration `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyMode {
+    /// kube-proxy's default on Linux.
+    #[default]
+    Iptables,
+    /// IPVS (the host needs the ip_vs modules).
+    Ipvs,
+    /// nftables (kube-proxy 1.33+ GA; the host kernel needs nf_tables).
+    Nftables,
+}
+
+impl ProxyMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyMode::Iptables => "iptables",
+            ProxyMode::Ipvs => "ipvs",
+            ProxyMode::Nftables => "nftables",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeProxy {
+    /// `iptables` (default), `ipvs` or `nftables` (kops's `kubeProxy.proxyMode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_mode: Option<ProxyMode>,
+    /// conntrack entries per CPU kube-proxy sets `nf_conntrack_max` to; `0` leaves the
+    /// kernel's value alone (needed where `nf_conntrack_max` is read-only: containers,
+    /// unprivileged LXC/LXD). Unset: kube-proxy's default (32768).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conntrack_max_per_core: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Kubelet {
+    /// `false` lets the kubelet run on a cgroup v1 host (KubeletConfiguration
+    /// `failCgroupV1: false`, and kubeadm's SystemVerification preflight skipped); kubelet
+    /// 1.35 and newer refuse cgroup v1 otherwise. Default `true`.
+    #[serde(
+        default,
+        rename = "failCgroupV1",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub fail_cgroup_v1: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Containerd {
+    /// `true` makes containerd's CRI only raise containers' `oom_score_adj`, never lower it
+    /// below its own: needed on hosts without CAP_SYS_RESOURCE (unprivileged LXC/LXD), where
+    /// every pod sandbox fails otherwise. Default `false`.
+    #[serde(
+        default,
+        rename = "restrictOOMScoreAdj",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub restrict_oom_score_adj: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Preflight {
+    /// `true` (default): a host whose clock is not NTP-synchronised fails preflight. `false`
+    /// makes it a warning, for hosts whose clock is kept by someone else (containers share
+    /// their host's clock and report `NTPSynchronized=no`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_clock_sync: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

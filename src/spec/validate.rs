@@ -436,6 +436,16 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         _ => {}
     }
 
+    // kube-proxy reads maxPerCore as an int32.
+    if let Some(n) = s.kube_proxy.as_ref().and_then(|k| k.conntrack_max_per_core)
+        && n > i32::MAX as u32
+    {
+        c.err(
+            p("spec.kubeProxy.conntrackMaxPerCore"),
+            format!("{n} is larger than kube-proxy accepts ({})", i32::MAX),
+        );
+    }
+
     // Networks.
     let n = &s.networking;
     let net = n
@@ -1219,6 +1229,41 @@ spec:
             &BASE.replace("1.35.1", "latest"),
             "is not a version like 1.35.1",
         );
+        // The supported versions as ranges per minor, not 26 patches.
+        expect_one(
+            &BASE.replace("1.35.1", "1.37.0"),
+            "c.yaml:7:22: spec.kubernetesVersion: 1.37.0 is not supported; supported versions \
+             (pinned checksums): 1.34.0-1.34.11, 1.35.0-1.35.8, 1.36.0-1.36.4",
+        );
+        assert!(check(&BASE.replace("1.35.1", "1.36.4")).is_empty());
+        assert!(check(&BASE.replace("1.35.1", "v1.34.0")).is_empty());
+    }
+
+    #[test]
+    fn conntrack_max_per_core_fits_kube_proxy() {
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  kubeProxy:\n    conntrackMaxPerCore: 4294967295\n",
+        );
+        expect_one(
+            &t,
+            "c.yaml:9:26: spec.kubeProxy.conntrackMaxPerCore: 4294967295 is larger than kube-proxy \
+             accepts (2147483647)",
+        );
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  kubeProxy: {proxyMode: nftables, conntrackMaxPerCore: 0}\n  \
+             kubelet: {failCgroupV1: false}\n  containerd: {restrictOOMScoreAdj: true}\n  \
+             preflight: {requireClockSync: false}\n",
+        );
+        assert!(check(&t).is_empty(), "{:?}", check(&t));
+        // A mode kube-proxy does not have is a load error at its line.
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  kubeProxy: {proxyMode: userspace}\n",
+        );
+        let e = load_objects("c.yaml", &t).unwrap_err().to_string();
+        assert!(e.contains("c.yaml:8") && e.contains("userspace"), "{e}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub fn is_supported(v: &str) -> bool {
     SUPPORTED_KUBERNETES_VERSIONS.contains(&v.strip_prefix('v').unwrap_or(v))
 }
 
+/// The supported versions as ranges per minor (`1.34.0-1.34.11, …`), for error messages.
 pub fn supported_list() -> String {
-    SUPPORTED_KUBERNETES_VERSIONS.join(", ")
+    crate::provision::assets::supported_summary()
 }

@@ -396,7 +396,7 @@ fn create_get_replace_delete_lifecycle() {
     assert!(err.contains("already exists"), "{err}");
     let table = ok(&env.run(&["get", "clusters"]));
     assert!(
-        table.contains("life.example.com   aws     us-east-1a   1.35.1"),
+        table.contains("life.example.com   aws     us-east-1a   1.36.4"),
         "{table}"
     );
     let igs = ok(&env.run(&["get", "ig", "--name", "life.example.com"]));

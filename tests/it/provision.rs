@@ -96,7 +96,10 @@ impl NsHosts {
             ));
         }
         setup.push_str(&format!(
+            // /sys/fs/cgroup: the cgroup v2 hierarchy, as on current distributions (this
+            // machine is cgroup v1 hybrid, which preflight refuses for kubelet 1.35+).
             "mount --bind {d}/sys-module /sys/module\nmount --bind {d}/sys-net /sys/class/net\n\
+             mount -t cgroup2 cgroup2 /sys/fs/cgroup\n\
              hostname {host}\nexport PATH={}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
              export HOME=/root\nset +e\n",
             host_standins_dir().display()
@@ -648,4 +651,47 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
         .await
         .unwrap();
     assert_eq!(again.changed(), 0, "{again:#?}");
+}
+
+/// A cgroup v1 host (older RHEL, Amazon Linux 2; this machine too) has a tmpfs at
+/// /sys/fs/cgroup holding the v1 hierarchies: the host's cgroup v2 mount is replaced by one
+/// (whatever this machine's own layout), and the rendered preflight runs there. Kubernetes
+/// 1.35's kubelet refuses it, so preflight fails naming the host and the spec
+/// setting; with `spec.kubelet.failCgroupV1: false` the same host only gets a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cgroup_v1_host_is_refused_unless_the_spec_opts_in() {
+    let mirror = mirror();
+    let host: Host = serde_saphyr::from_str(
+        "{name: cg1, address: 198.18.7.1, roles: [control-plane, etcd, node]}",
+    )
+    .unwrap();
+    let ns = NsHosts::new(std::slice::from_ref(&host));
+    let targets = vec![kprov::nodes::Target::from_host(host)];
+    let preflight = |extra: &str| {
+        let r =
+            kprov::provision::render::Renderer::new(&cluster(&mirror, extra), &targets).unwrap();
+        let steps = r.preflight(&targets[0]).unwrap();
+        String::from_utf8(steps[1].files[0].content.to_vec()).unwrap()
+    };
+    let run = |script: String| {
+        let ns = &ns;
+        async move {
+            ns.sh(
+                "cg1",
+                &format!("umount /sys/fs/cgroup\nmount -t tmpfs tmpfs /sys/fs/cgroup\n{script}"),
+            )
+            .await
+        }
+    };
+    let (_, _, err) = run(preflight("")).await;
+    assert!(
+        err.contains("preflight: cg1 uses cgroup v1 (/sys/fs/cgroup is tmpfs)")
+            && err.contains("set spec.kubelet.failCgroupV1: false"),
+        "{err}"
+    );
+    let (_, _, err) = run(preflight("  kubelet:\n    failCgroupV1: false\n")).await;
+    assert!(
+        err.contains("preflight: warning: cg1 uses cgroup v1") && !err.contains("set spec.kubelet"),
+        "{err}"
+    );
 }

@@ -54,14 +54,7 @@ impl Mirror {
         };
         let mut served = BTreeMap::new();
         for component in Component::ALL {
-            let version = match component {
-                Component::Kubeadm | Component::Kubelet | Component::Kubectl => kubernetes_version,
-                Component::Containerd => assets::CONTAINERD_VERSION,
-                Component::Runc => assets::RUNC_VERSION,
-                Component::CniPlugins => assets::CNI_PLUGINS_VERSION,
-                Component::Crictl => assets::CRICTL_VERSION,
-                Component::Etcd => assets::ETCD_VERSION,
-            };
+            let version = &assets::version_of(component, kubernetes_version);
             // Stand-ins are scripts: one build serves every architecture.
             let mut sha = String::new();
             for arch in Arch::ALL {

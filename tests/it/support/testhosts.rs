@@ -780,7 +780,10 @@ impl TestHost {
     /// Makes the host look like a machine kprov can provision: the stand-in host tools
     /// (systemctl, sysctl, ...) in /usr/local/sbin, its own /var/log (the stand-ins' call log),
     /// kernel modules and a MAC address of its own (the hosts share this machine's /sys, and
-    /// preflight would otherwise see cloned machines). `mac` makes the MAC unique.
+    /// preflight would otherwise see cloned machines). `mac` makes the MAC unique. The host's
+    /// /sys/fs/cgroup is the cgroup v2 hierarchy, as on current distributions (`ip netns exec`
+    /// leaves an empty directory there, and this machine itself is cgroup v1 hybrid, which
+    /// kprov's preflight refuses for kubelet 1.35+ unless the spec opts in).
     pub fn prepare_node(&self, mac: u32) {
         let d = &self.dir;
         for sub in [
@@ -818,7 +821,8 @@ impl TestHost {
             "set -e; mkdir -p /usr/local/sbin; cp {d}/tools/* /usr/local/sbin/\n\
              mount --bind {d}/log /var/log\n\
              mount --bind {d}/sys-module /sys/module\n\
-             mount --bind {d}/sys-net /sys/class/net",
+             mount --bind {d}/sys-net /sys/class/net\n\
+             mount -t cgroup2 cgroup2 /sys/fs/cgroup",
             d = d.display()
         ))
         .expect("prepare host");
