@@ -248,14 +248,6 @@ fn write_bridge_cni(h: &realhosts::RealHost) {
 /// Scenario 1 of issue 17: 1 control plane + 1 worker through the kprov binary, preview then
 /// `update --yes`, nodes Ready through the real API server with real kubectl.
 #[test]
-// What fails today (2026-11-25): `create cluster --kubernetes-version 1.36.2` is refused
-// (not in the version catalogue). Tried by hand at 1.35.1 with the same assets: the preview
-// works, then `update --yes` fails in "preflight: kernel settings" on both hosts with
-// `modprobe: FATAL: Module overlay not found in directory /lib/modules/...` (overlay is
-// built into this kernel).
-#[ignore = "needs kprov: Kubernetes 1.36 in the version catalogue, the kernel-step fixes, \
-            the cgroup v1 opt-in, containerd restrict_oom_score_adj and a \
-            KubeProxyConfiguration (issue 17)"]
 fn scenario_single() {
     if realhosts::skip() {
         return;
@@ -323,6 +315,21 @@ fn scenario_single() {
                         sha256: i.sha256.clone(),
                     })
                     .collect(),
+            });
+            // What these hosts need (docs/testing.md: where a real host is not a machine).
+            c.spec.kube_proxy = Some(kprov::spec::KubeProxy {
+                proxy_mode: None,
+                conntrack_max_per_core: Some(0),
+            });
+            c.spec.kubelet = Some(kprov::spec::Kubelet {
+                fail_cgroup_v1: Some(false),
+                ..Default::default()
+            });
+            c.spec.containerd = Some(kprov::spec::Containerd {
+                restrict_oom_score_adj: Some(true),
+            });
+            c.spec.preflight = Some(kprov::spec::Preflight {
+                require_clock_sync: Some(false),
             });
         }
     }
