@@ -10,6 +10,7 @@ pub mod faultproxy;
 pub mod memstate;
 pub mod mirror;
 pub mod moto;
+pub mod realcluster;
 pub mod realhosts;
 pub mod realk8s;
 pub mod testhosts;

@@ -454,6 +454,12 @@ fn reap_orphans() {
     }
 }
 
+/// Whether this test was asked to leave its lab running (`scripts/test-real --keep` on the
+/// last test): a scenario then skips its own clean-up steps and prints `KUBECONFIG=<path>`.
+pub fn keep_requested() -> bool {
+    std::env::var("KPROV_REAL_KEEP").as_deref() == Ok("1")
+}
+
 /// Tears down the labs kept by `KPROV_REAL_KEEP=1` (scripts/test-real --down); returns
 /// their directories.
 pub fn down_kept() -> Vec<PathBuf> {
@@ -851,7 +857,7 @@ impl Drop for RealLab {
         if self.done {
             return;
         }
-        if std::env::var("KPROV_REAL_KEEP").as_deref() == Ok("1") && !std::thread::panicking() {
+        if keep_requested() && !std::thread::panicking() {
             self.keep();
         } else {
             self.teardown();

@@ -1,0 +1,255 @@
+//! Scenarios 1 and 9 of issue 17 on one cluster (1 control plane + 1 worker): install, what a
+//! real cluster shows, a converged re-run, validation, then `delete cluster`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::support::realcluster::RealCluster;
+use crate::support::realhosts::{self, RealHost, RealLab};
+
+/// Every file below `dir` with its content (the store must not change in a preview).
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).expect("store file"));
+            }
+        }
+    }
+    out
+}
+
+/// What kprov installs or writes on a node; none of it may exist before `--yes`.
+const KPROV_PATHS: &[&str] = &[
+    "/var/lib/kprov",
+    "/etc/kubernetes",
+    "/etc/containerd",
+    "/usr/local/bin/kubelet",
+    "/usr/local/bin/containerd",
+    "/etc/systemd/system/kubelet.service",
+    "/etc/sysctl.d/99-kprov.conf",
+];
+
+fn present(h: &RealHost) -> Vec<&'static str> {
+    KPROV_PATHS
+        .iter()
+        .copied()
+        .filter(|p| {
+            h.exec(&format!("[ -e {p} ] && echo yes || true"))
+                .expect("exec")
+                .trim()
+                == "yes"
+        })
+        .collect()
+}
+
+/// A Deployment of the CoreDNS stand-in's HTTP server (its `/health` answers `OK` on 8080;
+/// the image is already on every node, and it is NOT CoreDNS), pinned to `node`, behind a
+/// ClusterIP Service on port 80.
+fn web(node: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: default}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      nodeSelector: {{kubernetes.io/hostname: {node}}}
+      containers:
+        - name: web
+          image: registry.k8s.io/coredns/coredns:v1.14.2
+          imagePullPolicy: Never
+          args: ["-dns.port=1053"]
+          ports: [{{containerPort: 8080}}]
+          readinessProbe: {{httpGet: {{path: /health, port: 8080}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: default}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: 8080}}]
+"#
+    )
+}
+
+/// Scenario 1 (`single`): 1 control plane + 1 worker through the kprov binary. The preview
+/// changes no host and not the store; `update --yes` brings both nodes Ready with every
+/// control-plane static pod and kube-proxy Running (through the real API server and real
+/// kubectl from this machine); pods of a Deployment on the worker answer through a Service
+/// from the control plane (kube-proxy's rules, the pod network's routes); a second run has
+/// nothing to do; `validate cluster` passes. Then scenario 9: `delete cluster --yes` leaves
+/// no kubelet, containerd task, static pod or etcd on either host.
+#[test]
+fn scenario_single() {
+    if realhosts::skip() {
+        return;
+    }
+    let mut lab = RealLab::start();
+    lab.boot(&["cp1", "worker1"]);
+    lab.route_pods();
+    let name = "single.real.example";
+    let c = RealCluster::create(
+        &lab,
+        name,
+        &[("cp1", &["control-plane"]), ("worker1", &["node"])],
+        |_| {},
+    );
+
+    // The preview: read-only on the hosts and in the store.
+    let store = lab.dir().join("state");
+    let before = snapshot(&store);
+    let preview = c.kprov_ok(&["update", "cluster", name]);
+    for h in lab.hosts() {
+        assert!(
+            preview.contains(&h.name),
+            "preview names {}:\n{preview}",
+            h.name
+        );
+        assert_eq!(
+            present(h),
+            Vec::<&str>::new(),
+            "{} after the preview",
+            h.name
+        );
+    }
+    assert_eq!(snapshot(&store), before, "the preview changed the store");
+
+    let took = c.update_yes();
+    eprintln!("update --yes: {took:?}");
+    c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(120));
+    eprintln!("2 nodes Ready {:?} after update --yes began", took);
+
+    // The real control plane: static pods and kube-proxy Running and ready. CoreDNS is the
+    // archive's stand-in (health and readiness only): its pods are counted, not used for DNS.
+    let want = [
+        "etcd-cp1",
+        "kube-apiserver-cp1",
+        "kube-controller-manager-cp1",
+        "kube-scheduler-cp1",
+    ];
+    c.wait_for(
+        "control plane and kube-proxy Running",
+        Duration::from_secs(120),
+        || {
+            let running = c.running_kube_system_pods()?;
+            let proxies = running
+                .iter()
+                .filter(|p| p.starts_with("kube-proxy-"))
+                .count();
+            let missing: Vec<&&str> = want
+                .iter()
+                .filter(|w| !running.iter().any(|r| r == *w))
+                .collect();
+            if missing.is_empty() && proxies == 2 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "missing {missing:?}, {proxies} kube-proxy; running: {running:?}"
+                ))
+            }
+        },
+    );
+    // The version kubeadm installed is the spec's.
+    let version = c.kubectl_ok(&[
+        "get",
+        "node",
+        "cp1",
+        "-o",
+        "jsonpath={.status.nodeInfo.kubeletVersion}",
+    ]);
+    assert_eq!(version, "v1.36.2");
+    // kube-proxy runs with the spec's configuration (conntrack left to the kernel).
+    let proxy_conf = c.kubectl_ok(&[
+        "-n",
+        "kube-system",
+        "get",
+        "configmap",
+        "kube-proxy",
+        "-o",
+        "jsonpath={.data.config\\.conf}",
+    ]);
+    assert!(
+        proxy_conf.contains("maxPerCore: 0"),
+        "kube-proxy config:\n{proxy_conf}"
+    );
+
+    // Workload: pods on the worker, reached through the Service from the control plane.
+    let manifest = lab.dir().join("web.yaml");
+    std::fs::write(&manifest, web("worker1")).expect("manifest");
+    c.kubectl_ok(&["apply", "-f", manifest.to_str().expect("utf-8")]);
+    c.wait_for("web pods Running on worker1", Duration::from_secs(120), || {
+        let pods = c.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.spec.nodeName} {.status.phase} {.status.containerStatuses[0].ready}{\"\\n\"}{end}"])?;
+        let ok = pods.lines().filter(|l| *l == "worker1 Running true").count();
+        if ok == 2 { Ok(()) } else { Err(pods) }
+    });
+    let cluster_ip = c.kubectl_ok(&["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    let cp1 = lab.host("cp1");
+    let answer = c.wait_for(
+        "the Service answers from cp1",
+        Duration::from_secs(60),
+        || {
+            cp1.exec(&format!(
+                "curl -fsS --max-time 3 http://{cluster_ip}/health"
+            ))
+        },
+    );
+    assert_eq!(answer.trim(), "OK");
+
+    // A second run: nothing to do, and it says so.
+    let t = Instant::now();
+    let again = c.kprov_ok(&["update", "cluster", name, "--yes"]);
+    eprintln!("second update --yes: {:?}", t.elapsed());
+    let out = format!("{again}");
+    let second = c.kprov(&["update", "cluster", name]);
+    let text = format!(
+        "{out}{}{}",
+        String::from_utf8_lossy(&second.stdout),
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(text.contains("No changes"), "second run:\n{text}");
+
+    let validate = c.kprov(&["validate", "cluster", name, "--wait", "2m"]);
+    assert!(
+        validate.status.success(),
+        "validate cluster:\n{}{}",
+        String::from_utf8_lossy(&validate.stdout),
+        String::from_utf8_lossy(&validate.stderr)
+    );
+
+    if realhosts::keep_requested() {
+        // The lab stays up (its Drop keeps it); scripts/test-real prints this line.
+        println!("KUBECONFIG={}", c.kubeconfig.display());
+        return;
+    }
+
+    // Scenario 9: delete cluster removes Kubernetes from both hosts.
+    let t = Instant::now();
+    c.kprov_ok(&["delete", "cluster", name, "--yes"]);
+    eprintln!("delete cluster --yes: {:?}", t.elapsed());
+    for h in lab.hosts() {
+        let left = h
+            .exec(
+                "systemctl is-active kubelet etcd 2>/dev/null | grep -x active || true; \
+                 pgrep -x kubelet || true; pgrep -x etcd || true; pgrep -x kube-apiserver || true; \
+                 ls /etc/kubernetes/manifests 2>/dev/null || true; \
+                 if systemctl is-active --quiet containerd; then ctr -n k8s.io tasks ls -q; fi",
+            )
+            .expect("exec");
+        assert_eq!(left.trim(), "", "{} after delete cluster", h.name);
+    }
+    let left = lab.teardown_and_check();
+    assert!(left.is_empty(), "left after teardown: {left:#?}");
+}

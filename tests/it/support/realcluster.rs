@@ -1,0 +1,294 @@
+//! A kprov cluster on a real-hosts lab, driven as an operator drives it: the kprov binary with
+//! a `file://` store in the lab's directory, and real kubectl from this machine through the
+//! lab bridge. Every scenario of the real tier starts here (tests/it/real.rs).
+//!
+//! The spec is what `create cluster --cloud metal --inventory` writes, then edited the way an
+//! operator edits it for these hosts (docs/testing.md, "where a real host is not a machine"):
+//! every address in the lab's block, `networking.cni: none` (the tier's own bridge network),
+//! the archive's binaries and images as `spec.assets`, the cgroup v1 opt-in, containerd's
+//! `restrictOOMScoreAdj`, conntrack left alone, no NTP requirement.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kprov::spec::{Cluster, Object, ObjectRef};
+
+use super::realhosts::{RealHost, RealLab};
+use super::realk8s::{self, Binaries};
+
+/// The kprov binary as an operator runs it against a lab: HOME and a `file://` state store in
+/// the lab's directory (under /var/tmp: the hosts mount their own /tmp).
+pub fn kprov(lab: &RealLab, args: &[&str]) -> Output {
+    Command::new(assert_cmd::cargo::cargo_bin("kprov"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", lab.dir())
+        .env(
+            "KPROV_STATE_STORE",
+            format!("file://{}", lab.dir().join("state").display()),
+        )
+        .env("NO_COLOR", "1")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs kprov")
+}
+
+/// `kprov ARGS`, which must succeed; its stdout.
+#[track_caller]
+pub fn kprov_ok(lab: &RealLab, args: &[&str]) -> String {
+    let t = Instant::now();
+    let o = kprov(lab, args);
+    eprintln!("kprov {} ({:?})", args.join(" "), t.elapsed());
+    assert!(
+        o.status.success(),
+        "kprov {}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The pod network the tier uses instead of a CNI add-on (`networking.cni: none` is the user's
+/// own network): the bridge plugin handing out the host's pod /24; `RealLab::route_pods` adds
+/// the routes between hosts.
+pub fn write_bridge_cni(h: &RealHost) {
+    h.exec(&format!(
+        "mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-bridge.conflist <<'EOF'\n\
+         {{\"cniVersion\": \"1.0.0\", \"name\": \"kprov-real\", \"plugins\": [\n\
+         {{\"type\": \"bridge\", \"bridge\": \"cni0\", \"isGateway\": true, \"ipMasq\": true, \"hairpinMode\": true,\n\
+          \"ipam\": {{\"type\": \"host-local\", \"ranges\": [[{{\"subnet\": \"{}\"}}]], \"routes\": [{{\"dst\": \"0.0.0.0/0\"}}]}}}},\n\
+         {{\"type\": \"portmap\", \"capabilities\": {{\"portMappings\": true}}}}]}}\nEOF\n",
+        h.pod_cidr
+    ))
+    .unwrap_or_else(|e| panic!("CNI config on {}: {e}", h.name));
+}
+
+pub struct RealCluster<'a> {
+    pub lab: &'a RealLab,
+    pub name: String,
+    /// Where `export kubeconfig` writes the admin credentials (what `--keep` prints).
+    pub kubeconfig: PathBuf,
+    pub bins: &'static Binaries,
+}
+
+impl<'a> RealCluster<'a> {
+    /// Writes the inventory of `hosts` (name, kprov roles: `control-plane`, `node`, `etcd`),
+    /// creates the cluster from it and edits its spec for the tier; `edit` changes the Cluster
+    /// further (an endpoint, etcd type, ...). Nothing is installed yet.
+    pub fn create(
+        lab: &'a RealLab,
+        name: &str,
+        hosts: &[(&str, &[&str])],
+        edit: impl FnOnce(&mut Cluster),
+    ) -> RealCluster<'a> {
+        let bins = Binaries::get();
+        let assets = realk8s::Assets::get(bins);
+        let images = realk8s::images(
+            bins,
+            &bins.bin,
+            &format!("v{}", realk8s::KUBERNETES_VERSION),
+        );
+        for (h, _) in hosts {
+            write_bridge_cni(lab.host(h));
+        }
+        let key = lab.client_key.display().to_string();
+        let mut inv = String::from("hosts:\n");
+        for (h, roles) in hosts {
+            inv.push_str(&format!(
+                "  - name: {h}\n    address: {}\n    user: root\n    keyPath: {key}\n    roles: [{}]\n",
+                lab.host(h).address,
+                roles.join(", ")
+            ));
+        }
+        let inv_path = lab.dir().join(format!("{name}.hosts.yaml"));
+        std::fs::write(&inv_path, inv).expect("inventory");
+        kprov_ok(
+            lab,
+            &[
+                "create",
+                "cluster",
+                name,
+                "--cloud",
+                "metal",
+                "--inventory",
+                inv_path.to_str().expect("utf-8"),
+                "--kubernetes-version",
+                realk8s::KUBERNETES_VERSION,
+            ],
+        );
+        let yaml = kprov_ok(lab, &["get", "cluster", name, "-o", "yaml"]);
+        let mut objects: Vec<Object> = kprov::spec::load_objects("stored", &yaml)
+            .expect("stored objects parse")
+            .into_iter()
+            .map(|o| o.value)
+            .collect();
+        let mut edit = Some(edit);
+        for o in &mut objects {
+            if let Object::Cluster(c) = o {
+                c.spec.networking.pod_cidr = Some(lab.pod_cidr.to_string());
+                c.spec.networking.service_cidr = Some(lab.service_cidr.to_string());
+                c.spec.networking.cni = Some(kprov::spec::Cni::None);
+                c.spec.assets = Some(kprov::spec::Assets {
+                    mirror: None,
+                    files: assets.files.clone(),
+                    images: images
+                        .iter()
+                        .map(|i| kprov::spec::ImageArchive {
+                            url: format!("file://{}", i.path.display()),
+                            sha256: i.sha256.clone(),
+                        })
+                        .collect(),
+                });
+                // What these hosts need (docs/testing.md: where a real host is not a machine).
+                c.spec.kube_proxy = Some(kprov::spec::KubeProxy {
+                    proxy_mode: None,
+                    conntrack_max_per_core: Some(0),
+                });
+                c.spec.kubelet = Some(kprov::spec::Kubelet {
+                    fail_cgroup_v1: Some(false),
+                    ..Default::default()
+                });
+                c.spec.containerd = Some(kprov::spec::Containerd {
+                    restrict_oom_score_adj: Some(true),
+                });
+                c.spec.preflight = Some(kprov::spec::Preflight {
+                    require_clock_sync: Some(false),
+                });
+                if let Some(edit) = edit.take() {
+                    edit(c);
+                }
+            }
+        }
+        let refs = objects.iter().map(|o| match o {
+            Object::Cluster(c) => ObjectRef::Cluster(c),
+            Object::InstanceGroup(g) => ObjectRef::InstanceGroup(g),
+        });
+        let spec_path = lab.dir().join(format!("{name}.spec.yaml"));
+        std::fs::write(&spec_path, kprov::spec::to_yaml_stream(refs).expect("yaml")).expect("spec");
+        kprov_ok(lab, &["replace", "-f", spec_path.to_str().expect("utf-8")]);
+        RealCluster {
+            lab,
+            name: name.to_string(),
+            kubeconfig: lab.dir().join("kubeconfig"),
+            bins,
+        }
+    }
+
+    pub fn kprov(&self, args: &[&str]) -> Output {
+        kprov(self.lab, args)
+    }
+
+    #[track_caller]
+    pub fn kprov_ok(&self, args: &[&str]) -> String {
+        kprov_ok(self.lab, args)
+    }
+
+    /// `update cluster --yes --accept-new-host-keys`, then the admin credentials exported to
+    /// `self.kubeconfig`. Returns how long the update took.
+    #[track_caller]
+    pub fn update_yes(&self) -> Duration {
+        let t = Instant::now();
+        self.kprov_ok(&[
+            "update",
+            "cluster",
+            &self.name,
+            "--yes",
+            "--accept-new-host-keys",
+        ]);
+        let took = t.elapsed();
+        self.kprov_ok(&[
+            "export",
+            "kubeconfig",
+            &self.name,
+            "--kubeconfig",
+            self.kubeconfig.to_str().expect("utf-8"),
+        ]);
+        took
+    }
+
+    /// Real kubectl from this machine with the exported admin kubeconfig.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(self.bins.path("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--request-timeout=20s")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("kubectl: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "kubectl {}: {}\n{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    #[track_caller]
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        self.kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Polls `probe` once a second until it returns `Some`, failing after `limit` with the
+    /// last thing `probe` reported. For waits on the real cluster's state (no fixed sleeps).
+    #[track_caller]
+    pub fn wait_for<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut probe: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        let deadline = Instant::now() + limit;
+        loop {
+            match probe() {
+                Ok(v) => return v,
+                Err(last) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{what}: not reached after {limit:?}; last: {last}"
+                    );
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Waits until exactly the named nodes are registered and Ready.
+    #[track_caller]
+    pub fn wait_nodes_ready(&self, nodes: &[&str], limit: Duration) {
+        self.wait_for("nodes Ready", limit, || {
+            let text = self.kubectl(&["get", "nodes", "--no-headers"])?;
+            let mut ready: Vec<&str> = text
+                .lines()
+                .filter(|l| l.split_whitespace().nth(1) == Some("Ready"))
+                .filter_map(|l| l.split_whitespace().next())
+                .collect();
+            ready.sort_unstable();
+            let mut want = nodes.to_vec();
+            want.sort_unstable();
+            if ready == want { Ok(()) } else { Err(text) }
+        });
+    }
+
+    /// The names of kube-system pods that are Running with every container ready.
+    pub fn running_kube_system_pods(&self) -> Result<Vec<String>, String> {
+        let text = self.kubectl(&["-n", "kube-system", "get", "pods", "--no-headers"])?;
+        Ok(text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let (ready, status) = (f.get(1)?, f.get(2)?);
+                let (a, b) = ready.split_once('/')?;
+                (*status == "Running" && a == b).then(|| f[0].to_string())
+            })
+            .collect())
+    }
+}
