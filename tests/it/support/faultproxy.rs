@@ -1,7 +1,9 @@
 //! An HTTP/1.1 proxy on loopback in front of moto_server that injects the faults AWS shows
 //! under load: throttling (EC2 `RequestLimitExceeded` 503, S3 `SlowDown` 503, everything else
 //! `Throttling` 400), 500 `InternalError`s, requests cut half-way through their body, and
-//! replies lost after the server acted.
+//! replies lost after the server acted; and AWS as it really behaves where moto is instantly
+//! consistent ([`Fault::Answer`]: an instance profile refused for a while after its creation,
+//! an ID not found yet).
 //!
 //! Point a client at `endpoint` instead of moto's. A [`Policy`] decides per request. Policies
 //! decide from the request's content (method, path, body) and how often that exact request was
@@ -33,6 +35,33 @@ pub enum Fault {
     /// Forwards the request, lets the server act, and closes the client's connection without
     /// a reply.
     LoseReply,
+    /// Answers with this service error (not forwarded): how AWS answers while a change has
+    /// not propagated (an instance profile refused, a new ID not found yet).
+    Answer(AwsError),
+}
+
+/// A service error as AWS sends it: HTTP status, code and message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AwsError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: &'static str,
+}
+
+impl AwsError {
+    /// What Auto Scaling answers for a launch template naming an instance profile IAM has
+    /// not propagated yet (terraform-provider-aws #5633, eksctl #8039).
+    pub const PROFILE_NOT_PROPAGATED: AwsError = AwsError {
+        status: 400,
+        code: "ValidationError",
+        message: "You must use a valid fully-formed launch template. Value (profile) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name",
+    };
+    /// IAM's "not found" (a profile or role created a moment ago, not visible yet).
+    pub const NO_SUCH_ENTITY: AwsError = AwsError {
+        status: 404,
+        code: "NoSuchEntity",
+        message: "The instance profile cannot be found.",
+    };
 }
 
 /// One request as the policy sees it.
@@ -47,6 +76,8 @@ pub struct Request {
     /// How many times this exact request (method, path, body) arrived before, this one
     /// excluded: 0 on the first attempt, 1 on the SDK's first retry of it, ...
     pub seen: u32,
+    /// The body as text (query-protocol parameters: `NatGatewayId.1=...`).
+    pub body: String,
     /// sha256 of method, path and body.
     pub key: [u8; 32],
     /// Since the proxy started.
@@ -270,6 +301,7 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
         service,
         action,
         seen,
+        body: body_text.into_owned(),
         key,
         at: s.started.elapsed(),
     }
@@ -277,6 +309,7 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
 
 fn error_reply(service: &str, fault: Fault) -> Vec<u8> {
     let (status, code, message) = match (service, fault) {
+        (_, Fault::Answer(e)) => (e.status, e.code, e.message),
         ("ec2", Fault::Throttle) => (503, "RequestLimitExceeded", "Request limit exceeded."),
         ("s3", Fault::Throttle) => (503, "SlowDown", "Please reduce your request rate."),
         (_, Fault::Throttle) => (400, "Throttling", "Rate exceeded"),
@@ -296,11 +329,12 @@ fn error_reply(service: &str, fault: Fault) -> Vec<u8> {
         ),
         _ => format!(
             "<?xml version=\"1.0\"?>\n<ErrorResponse><Error><Type>{}</Type><Code>{code}</Code><Message>{message}</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
-            if status == 400 { "Sender" } else { "Receiver" }
+            if status < 500 { "Sender" } else { "Receiver" }
         ),
     };
     let reason = match status {
         400 => "Bad Request",
+        404 => "Not Found",
         503 => "Service Unavailable",
         _ => "Internal Server Error",
     };
@@ -366,7 +400,7 @@ fn handle(s: &Shared, conn: TcpStream) -> std::io::Result<()> {
         }
     }
     match fault {
-        Some(f @ (Fault::Throttle | Fault::Internal)) => {
+        Some(f @ (Fault::Throttle | Fault::Internal | Fault::Answer(_))) => {
             client.write_all(&error_reply(&req.service, f))?;
             client.flush()?;
             let _ = client.shutdown(Shutdown::Both);
