@@ -360,7 +360,7 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
     };
     assert!(lab.api_ports().is_empty(), "{:?}", lab.api_ports());
     let refused = api(6443).expect_err("no listener yet");
-    assert!(refused.contains("refused"), "{refused}");
+    assert!(refused.contains("Couldn't connect"), "{refused}");
     let elb = aws_sdk_elasticloadbalancingv2::Client::new(&sdk);
     let listener = lab.block_on(async {
         let lb = elb
@@ -406,14 +406,14 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
     let out = api(6443).unwrap_or_else(|e| panic!("fake API from a host: {e}"));
     assert!(out.contains("NamespaceList"), "{out}");
     let refused = api(443).expect_err("no listener on 443");
-    assert!(refused.contains("refused"), "{refused}");
+    assert!(refused.contains("Couldn't connect"), "{refused}");
     // The listener gone, its port closes.
     lab.block_on(elb.delete_listener().listener_arn(listener).send())
         .expect("delete listener");
     lab.sync();
     assert!(lab.api_ports().is_empty(), "{:?}", lab.api_ports());
     let refused = api(6443).expect_err("listener deleted");
-    assert!(refused.contains("refused"), "{refused}");
+    assert!(refused.contains("Couldn't connect"), "{refused}");
 
     // A kubelet kubeadm set up registers its node in the fake API (the lab plays kubelets),
     // with the provider ID the CCM expects and the uninitialized taint (no CCM applied).
