@@ -191,7 +191,11 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
     // (the lab answers on no other), in the kubeconfig kprov stored and in the exported one,
     // and the exported one works on its own.
     let server = format!("server: https://api.{cluster}:6443\n");
-    assert_eq!(lab.api_ports(), vec![6443], "the load balancers' listener ports");
+    assert_eq!(
+        lab.api_ports(),
+        vec![6443],
+        "the load balancers' listener ports"
+    );
     assert!(exported.contains(&server), "{exported}");
     let stored =
         std::fs::read_to_string(lab.store_dir().join(cluster).join("secrets/admin.conf")).unwrap();

@@ -132,9 +132,7 @@ async fn ids_not_found_right_after_their_creation_are_waited_for() {
         let fault = match r.action.as_str() {
             "ModifySubnetAttribute" => ec2_not_found("InvalidSubnetID.NotFound"),
             "AttachInternetGateway" => ec2_not_found("InvalidInternetGatewayID.NotFound"),
-            "CreateRoute" | "AssociateRouteTable" => {
-                ec2_not_found("InvalidRouteTableID.NotFound")
-            }
+            "CreateRoute" | "AssociateRouteTable" => ec2_not_found("InvalidRouteTableID.NotFound"),
             "AuthorizeSecurityGroupIngress" => ec2_not_found("InvalidGroup.NotFound"),
             "AddRoleToInstanceProfile" => Fault::Answer(AwsError::NO_SUCH_ENTITY),
             "CreateNatGateway" => {
@@ -235,16 +233,29 @@ async fn vpc_dns_and_target_group_attributes_as_aws_needs_them() {
     let fields: Vec<String> = plan
         .changes
         .iter()
-        .flat_map(|ch| ch.fields.iter().map(move |f| format!("{} {}", ch.id, f.field)))
+        .flat_map(|ch| {
+            ch.fields
+                .iter()
+                .map(move |f| format!("{} {}", ch.id, f.field))
+        })
         .collect();
-    assert_eq!(fields, vec!["Vpc/main dnsHostnames".to_string()], "{:?}", plan.changes);
+    assert_eq!(
+        fields,
+        vec!["Vpc/main dnsHostnames".to_string()],
+        "{:?}",
+        plan.changes
+    );
     engine::apply(&cloud, &plan, &ApplyOptions::default())
         .await
         .expect("apply");
     assert_eq!(attr(VpcAttributeName::EnableDnsHostnames).await, Some(true));
 
     let elb = aws_sdk_elasticloadbalancingv2::Client::new(&sdk);
-    let tgs = elb.describe_target_groups().send().await.expect("target groups");
+    let tgs = elb
+        .describe_target_groups()
+        .send()
+        .await
+        .expect("target groups");
     let mut seen = Vec::new();
     for tg in tgs.target_groups() {
         let attrs = elb
@@ -262,15 +273,152 @@ async fn vpc_dns_and_target_group_attributes_as_aws_needs_them() {
                 .map(str::to_string)
         };
         let port = tg.port().unwrap_or_default();
-        if !tg.target_group_name().unwrap_or_default().contains("real-attrs") {
+        if !tg
+            .target_group_name()
+            .unwrap_or_default()
+            .contains("real-attrs")
+        {
             continue;
         }
         let preserve = if port == 22 { "true" } else { "false" };
-        assert_eq!(get("preserve_client_ip.enabled").as_deref(), Some(preserve), "{port}");
-        assert_eq!(get("deregistration_delay.timeout_seconds").as_deref(), Some("30"), "{port}");
+        assert_eq!(
+            get("preserve_client_ip.enabled").as_deref(),
+            Some(preserve),
+            "{port}"
+        );
+        assert_eq!(
+            get("deregistration_delay.timeout_seconds").as_deref(),
+            Some("30"),
+            "{port}"
+        );
         seen.push(port);
     }
     seen.sort();
     assert_eq!(seen, vec![22, 6443]);
+    delete_all(&cloud, &c, &igs).await;
+}
+
+/// Auto Scaling launches after CreateAutoScalingGroup returns (moto launches inside the
+/// call): here the groups' instances stay invisible for 4 s after the first group is created,
+/// and a scaling activity fails meanwhile. A snapshot taken right after the apply finds no
+/// instance (what `update --yes` did before: "no running instance", nothing provisioned);
+/// the launch wait reports each group's progress and the failure with Auto Scaling's reason,
+/// and returns once every group has its desired instances with addresses. When the groups
+/// never launch it ends at its limit naming each group short, with the last failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_scaling_launches_later_and_the_launch_wait_says_so() {
+    use kprov::cloud::aws::instances::{AwsInstances, SshReach};
+    use kprov::cloud::aws::launch::{LaunchEvent, wait_for_launches};
+    use std::time::Duration;
+    let zone = "real-launch.example";
+    let cluster = "demo.real-launch.example";
+    crate::aws::make_zone(&moto().sdk_config().await, zone).await;
+    let proxy = FaultProxy::start(&moto().endpoint);
+    let (c, igs) = crate::aws::spec(cluster, zone, false);
+    let cloud = cloud(&proxy, cluster, &igs).await;
+    let reason = "Invalid IAM Instance Profile name";
+    let failed = crate::support::faultproxy::failed_activity(&format!("nodes.{cluster}"), reason);
+    let window = Duration::from_secs(4);
+    let created: Arc<std::sync::Mutex<Option<Duration>>> = Arc::default();
+    let forever = Arc::new(AtomicBool::new(false));
+    let (at, never) = (created.clone(), forever.clone());
+    proxy.set_policy(Box::new(move |r: &Request| {
+        let mut at = at.lock().unwrap();
+        if r.action == "CreateAutoScalingGroup" && at.is_none() {
+            *at = Some(r.at);
+        }
+        let hidden = never.load(Ordering::SeqCst) || at.is_some_and(|t| r.at < t + window);
+        match r.action.as_str() {
+            "DescribeInstances" if hidden => {
+                Some(Fault::Reply(crate::support::faultproxy::NO_INSTANCES))
+            }
+            "DescribeScalingActivities" if hidden => Some(Fault::Reply(failed)),
+            _ => None,
+        }
+    }));
+    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    engine::apply(&cloud, &plan, &ApplyOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("apply: {e}\nmoto:\n{}", moto().log_tail()));
+    let snapshot = AwsInstances::new(&cloud, &igs, SshReach::Public)
+        .instances()
+        .await
+        .expect("instances");
+    assert!(
+        snapshot.is_empty(),
+        "instances visible right after the apply: {snapshot:?}"
+    );
+
+    let events = std::sync::Mutex::new(Vec::new());
+    let on_event = |e: LaunchEvent| events.lock().unwrap().push(e);
+    let t = Instant::now();
+    let short = wait_for_launches(
+        &cloud,
+        &igs,
+        SshReach::Public,
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        &on_event,
+    )
+    .await
+    .expect("launch wait");
+    let waited = t.elapsed();
+    assert!(short.is_empty(), "{short:?}");
+    let events = events.into_inner().unwrap();
+    let nodes = format!("nodes.{cluster}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::Waiting { group, ready: 0, .. } if *group == nodes)),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::Failed { reason: r, .. } if r.contains(reason))),
+        "{events:?}"
+    );
+    assert!(
+        matches!(events.last(), Some(LaunchEvent::Launched { .. })),
+        "{events:?}"
+    );
+    let found = AwsInstances::new(&cloud, &igs, SshReach::Public)
+        .instances()
+        .await
+        .expect("instances");
+    assert_eq!(found.len(), 2, "{found:?}");
+
+    // Groups that never launch: the wait ends at its limit, naming them and why.
+    forever.store(true, Ordering::SeqCst);
+    let t = Instant::now();
+    let short = wait_for_launches(
+        &cloud,
+        &igs,
+        SshReach::Public,
+        Duration::from_secs(2),
+        Duration::from_millis(200),
+        &|_| {},
+    )
+    .await
+    .expect("launch wait");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    let nodes_short = short
+        .iter()
+        .find(|s| s.group == nodes)
+        .expect("nodes short");
+    assert_eq!(nodes_short.ready, 0);
+    assert!(
+        nodes_short
+            .last_failure
+            .as_deref()
+            .is_some_and(|r| r.contains(reason)),
+        "{short:?}"
+    );
+    println!(
+        "AWS-REAL launches later: waited {waited:.1?} for Auto Scaling ({} events); a group that never launches reported after {:.1?}",
+        events.len(),
+        t.elapsed()
+    );
+    forever.store(false, Ordering::SeqCst);
     delete_all(&cloud, &c, &igs).await;
 }

@@ -371,7 +371,10 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
             .send()
             .await
             .expect("load balancer");
-        let lb_arn = lb.load_balancers()[0].load_balancer_arn().unwrap().to_string();
+        let lb_arn = lb.load_balancers()[0]
+            .load_balancer_arn()
+            .unwrap()
+            .to_string();
         let vpc_id = lb.load_balancers()[0].vpc_id().unwrap().to_string();
         let tg = elb
             .create_target_group()
@@ -382,7 +385,10 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
             .send()
             .await
             .expect("target group");
-        let tg_arn = tg.target_groups()[0].target_group_arn().unwrap().to_string();
+        let tg_arn = tg.target_groups()[0]
+            .target_group_arn()
+            .unwrap()
+            .to_string();
         elb.create_listener()
             .load_balancer_arn(lb_arn)
             .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)

@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{
-    VpcAttributeName,
     AttributeBooleanValue, Filter, IpPermission, IpRange,
     LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
     RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair,
+    VpcAttributeName,
 };
 use aws_smithy_types::base64;
 
@@ -1090,7 +1090,11 @@ pub(super) async fn create(
 }
 
 /// A VPC's DNS attribute (DescribeVpcAttribute answers one attribute per call).
-async fn vpc_attribute(c: &AwsCloud, vid: &str, attr: VpcAttributeName) -> Result<bool, CloudError> {
+async fn vpc_attribute(
+    c: &AwsCloud,
+    vid: &str,
+    attr: VpcAttributeName,
+) -> Result<bool, CloudError> {
     let out = c
         .ec2
         .describe_vpc_attribute()

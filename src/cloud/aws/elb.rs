@@ -370,9 +370,9 @@ pub(super) async fn update(
             Ok(())
         }
         TARGET_GROUP
-            if changes
-                .iter()
-                .all(|ch| ["preserveClientIp", "deregistrationDelay"].contains(&ch.field.as_str())) =>
+            if changes.iter().all(|ch| {
+                ["preserveClientIp", "deregistrationDelay"].contains(&ch.field.as_str())
+            }) =>
         {
             set_target_group_attributes(c, arn, want).await
         }

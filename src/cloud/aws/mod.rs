@@ -6,7 +6,7 @@
 //! paginated Describe per resource type finds the whole cluster. IAM objects live under the path
 //! `/kprov/NAME/`; Route53 records are owned through a TXT record next to them.
 
-mod asg;
+pub(crate) mod asg;
 pub use asg::GroupCapacity;
 mod desired;
 mod dns;
@@ -16,6 +16,7 @@ pub mod hostkeys;
 mod iam;
 pub mod instances;
 pub mod kinds;
+pub mod launch;
 pub mod wait;
 
 use std::collections::{BTreeMap, HashMap};
@@ -604,7 +605,9 @@ mod tests {
         assert!(profile_not_propagated("ValidationError", Some(asg)));
         assert!(profile_not_propagated(
             "InvalidParameterValue",
-            Some("Value (nodes.c) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name")
+            Some(
+                "Value (nodes.c) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name"
+            )
         ));
         assert!(!profile_not_propagated(
             "ValidationError",

@@ -38,6 +38,30 @@ pub enum Fault {
     /// Answers with this service error (not forwarded): how AWS answers while a change has
     /// not propagated (an instance profile refused, a new ID not found yet).
     Answer(AwsError),
+    /// Answers 200 with this XML body (not forwarded): what AWS shows while it has not acted
+    /// yet (no instance of a new Auto Scaling group, a failed scaling activity).
+    Reply(&'static str),
+}
+
+/// DescribeInstances with nothing in it: instances Auto Scaling has not launched yet.
+pub const NO_INSTANCES: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>fault-proxy</requestId><reservationSet/></DescribeInstancesResponse>";
+
+/// A DescribeScalingActivities reply holding one failed launch of `group`, started now,
+/// with Auto Scaling's `reason` (leaked: a policy's replies live as long as the test).
+pub fn failed_activity(group: &str, reason: &str) -> &'static str {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let start = aws_smithy_types::DateTime::from_secs(now as i64)
+        .fmt(aws_smithy_types::date_time::Format::DateTime)
+        .unwrap_or_default();
+    Box::leak(
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeScalingActivitiesResponse xmlns=\"http://autoscaling.amazonaws.com/doc/2011-01-01/\"><DescribeScalingActivitiesResult><Activities><member><ActivityId>fault-proxy-{now}</ActivityId><AutoScalingGroupName>{group}</AutoScalingGroupName><Description>Launching a new EC2 instance.  Status Reason: {reason}. Launching EC2 instance failed.</Description><Cause>At {start} an instance was started in response to a difference between desired and actual capacity.</Cause><StartTime>{start}</StartTime><StatusCode>Failed</StatusCode><StatusMessage>{reason}. Launching EC2 instance failed.</StatusMessage><Progress>100</Progress></member></Activities></DescribeScalingActivitiesResult><ResponseMetadata><RequestId>fault-proxy</RequestId></ResponseMetadata></DescribeScalingActivitiesResponse>"
+        )
+        .into_boxed_str(),
+    )
 }
 
 /// A service error as AWS sends it: HTTP status, code and message.
@@ -400,6 +424,18 @@ fn handle(s: &Shared, conn: TcpStream) -> std::io::Result<()> {
         }
     }
     match fault {
+        Some(Fault::Reply(body)) => {
+            client.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nx-amz-request-id: fault-proxy\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )?;
+            client.flush()?;
+            let _ = client.shutdown(Shutdown::Both);
+            return Ok(());
+        }
         Some(f @ (Fault::Throttle | Fault::Internal | Fault::Answer(_))) => {
             client.write_all(&error_reply(&req.service, f))?;
             client.flush()?;
