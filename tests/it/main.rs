@@ -19,6 +19,7 @@ mod cloudlab;
 mod drain;
 mod etcd;
 mod faults;
+mod images;
 mod instance;
 mod instance_aws;
 mod metal;
