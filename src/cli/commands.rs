@@ -961,14 +961,10 @@ async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> an
         .ok_or_else(|| anyhow!("cluster {name} has no admin credentials yet: provision it first with `kprov update cluster {name} --yes`"))?;
     let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
     let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
-    // Cloud clusters are reached through their API name; metal kubeconfigs already carry the
-    // control-plane endpoint kubeadm was given.
-    let server = cluster
-        .spec
-        .api
-        .as_ref()
-        .and_then(|a| a.public_name.as_ref())
-        .map(|n| format!("https://{n}"));
+    // AWS clusters are reached through their API record on the load balancer's listener
+    // port (`instances::api_port`); metal kubeconfigs already carry the control-plane
+    // endpoint kubeadm was given.
+    let server = crate::cloud::aws::instances::api_server_url(&cluster);
     let env = std::env::var("KUBECONFIG").ok();
     let home = std::env::home_dir();
     let path = crate::kubeconfig::target_path(explicit, env.as_deref(), home.as_deref(), name);
