@@ -116,12 +116,13 @@ fn data_safe(s: &str, allow_sgr: bool) -> Cow<'_, str> {
     let mut out = String::with_capacity(s.len() + 16);
     let mut rest = s;
     while let Some(c) = rest.chars().next() {
-        if allow_sgr && c == '\x1b' {
-            if let Some(len) = sgr_len(rest) {
-                out.push_str(&rest[..len]);
-                rest = &rest[len..];
-                continue;
-            }
+        if allow_sgr
+            && c == '\x1b'
+            && let Some(len) = sgr_len(rest)
+        {
+            out.push_str(&rest[..len]);
+            rest = &rest[len..];
+            continue;
         }
         if is_unsafe(c) && c != '\n' {
             let mut buf = [0u16; 2];
@@ -175,7 +176,7 @@ pub enum Format {
 pub struct Printer {
     format: Format,
     /// Colour on stderr (status, warnings, errors).
-    color: bool,
+    err_color: bool,
     /// Colour in data on stdout (a plan on a terminal).
     out_color: bool,
     tty: bool,
@@ -188,13 +189,13 @@ impl Printer {
     pub fn new(format: Format, verbosity: u8) -> Self {
         let tty = std::io::stderr().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some();
-        let color = tty && !no_color;
+        let err_color = tty && !no_color;
         // Each stream by its own terminal: `kprov update cluster X > plan.txt` on a terminal
         // writes no colour codes into the file, and `2> log` none into the log.
         let out_color = std::io::stdout().is_terminal() && !no_color;
         Printer {
             format,
-            color,
+            err_color,
             out_color,
             tty,
             verbosity,
@@ -211,7 +212,7 @@ impl Printer {
     ) -> Self {
         Printer {
             format,
-            color: false,
+            err_color: false,
             out_color: false,
             tty: false,
             verbosity: 0,
@@ -272,7 +273,7 @@ impl Printer {
 
     pub fn success(&self, msg: &str) {
         let msg = sanitize_lines(msg);
-        let m = if self.color {
+        let m = if self.err_color {
             style(msg).green().force_styling(true).to_string()
         } else {
             msg.into_owned()
@@ -281,8 +282,12 @@ impl Printer {
     }
 
     pub fn warn(&self, msg: &str) {
-        let prefix = if self.color {
-            style("warning:").yellow().bold().force_styling(true).to_string()
+        let prefix = if self.err_color {
+            style("warning:")
+                .yellow()
+                .bold()
+                .force_styling(true)
+                .to_string()
         } else {
             "warning:".into()
         };
@@ -290,7 +295,7 @@ impl Printer {
     }
 
     pub fn error(&self, msg: &str) {
-        let prefix = if self.color {
+        let prefix = if self.err_color {
             style("error:").red().bold().force_styling(true).to_string()
         } else {
             "error:".into()
@@ -435,7 +440,10 @@ mod tests {
             untrusted("alice\nerror: all nodes deleted").to_string(),
             "alice\\nerror: all nodes deleted"
         );
-        assert_eq!(untrusted("a\u{9b}31mb\r\t\x7f").to_string(), "a\\x9b31mb\\r\\t\\x7f");
+        assert_eq!(
+            untrusted("a\u{9b}31mb\r\t\x7f").to_string(),
+            "a\\x9b31mb\\r\\t\\x7f"
+        );
         assert_eq!(untrusted("abc\u{202e}fed").to_string(), "abc\\u{202e}fed");
         assert_eq!(format!("{:?}", untrusted("..")), "\"..\"");
         assert_eq!(format!("{:?}", untrusted("")), "\"\"");
@@ -460,7 +468,10 @@ mod tests {
     fn only_colour_sequences_pass_and_only_as_the_printers_own() {
         assert_eq!(data_safe("\x1b[32m+\x1b[0m", true), "\x1b[32m+\x1b[0m");
         assert_eq!(data_safe("\x1b[32m+", false), "\\u001b[32m+");
-        assert_eq!(data_safe("\x1b[2J\x1b]52;c;x\x07", true), "\\u001b[2J\\u001b]52;c;x\\u0007");
+        assert_eq!(
+            data_safe("\x1b[2J\x1b]52;c;x\x07", true),
+            "\\u001b[2J\\u001b]52;c;x\\u0007"
+        );
     }
 
     #[test]

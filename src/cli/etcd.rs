@@ -94,8 +94,9 @@ pub async fn backup(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
         r
     })
     .await?;
-    ctx.printer
-        .value(&record, || backups_table(std::slice::from_ref(&record), &[]))?;
+    ctx.printer.value(&record, || {
+        backups_table(std::slice::from_ref(&record), &[])
+    })?;
     ctx.printer.success(&format!(
         "Backed up etcd of {name} from {} to {} ({} bytes, sha256 {}).",
         record.host,

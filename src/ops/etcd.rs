@@ -614,18 +614,59 @@ mod tests {
         let prefix = "c.example.com/backups/etcd/";
         let own = "c.example.com/backups/etcd/20261122T213500Z.json";
         good().check(prefix, own).unwrap();
-        let cases: Vec<(Box<dyn Fn(&mut BackupRecord)>, &str, &str)> = vec![
-            (Box::new(|r| r.id = "../../../x".into()), "../../../x.json", "id \"../../../x\" is not a time"),
-            (Box::new(|r| r.id = "20261122T213500Z\n".into()), own, "id \"20261122T213500Z\\n\" is not a time"),
-            (Box::new(|_| {}), "c.example.com/backups/etcd/other.json", "is not its own key's"),
-            (Box::new(|r| r.key = "c.example.com/secrets/admin.conf".into()), own, "not its own snapshot"),
-            (Box::new(|r| r.taken_at = "yesterday".into()), own, "not an RFC 3339 time"),
-            (Box::new(|r| r.taken_at = "2026-11-22T21:35:01Z".into()), own, "not the time of its id"),
-            (Box::new(|r| r.sha256 = "AB".repeat(32)), own, "not 64 lowercase hex"),
+        type Change = Box<dyn Fn(&mut BackupRecord)>;
+        let cases: Vec<(Change, &str, &str)> = vec![
+            (
+                Box::new(|r| r.id = "../../../x".into()),
+                "../../../x.json",
+                "id \"../../../x\" is not a time",
+            ),
+            (
+                Box::new(|r| r.id = "20261122T213500Z\n".into()),
+                own,
+                "id \"20261122T213500Z\\n\" is not a time",
+            ),
+            (
+                Box::new(|_| {}),
+                "c.example.com/backups/etcd/other.json",
+                "is not its own key's",
+            ),
+            (
+                Box::new(|r| r.key = "c.example.com/secrets/admin.conf".into()),
+                own,
+                "not its own snapshot",
+            ),
+            (
+                Box::new(|r| r.taken_at = "yesterday".into()),
+                own,
+                "not an RFC 3339 time",
+            ),
+            (
+                Box::new(|r| r.taken_at = "2026-11-22T21:35:01Z".into()),
+                own,
+                "not the time of its id",
+            ),
+            (
+                Box::new(|r| r.sha256 = "AB".repeat(32)),
+                own,
+                "not 64 lowercase hex",
+            ),
             (Box::new(|r| r.size = 0), own, "size 0"),
-            (Box::new(|r| r.size = SNAPSHOT_LIMIT + 1), own, "is not that of a snapshot"),
-            (Box::new(|r| r.host = "\u{1b}]52;c;eA==\u{7}".into()), own, "member \"\\x1b]52;c;eA==\\x07\" is not a host name"),
-            (Box::new(|r| r.etcd = "Other".into()), own, "neither Stacked nor External"),
+            (
+                Box::new(|r| r.size = SNAPSHOT_LIMIT + 1),
+                own,
+                "is not that of a snapshot",
+            ),
+            (
+                Box::new(|r| r.host = "\u{1b}]52;c;eA==\u{7}".into()),
+                own,
+                "member \"\\x1b]52;c;eA==\\x07\" is not a host name",
+            ),
+            (
+                Box::new(|r| r.etcd = "Other".into()),
+                own,
+                "neither Stacked nor External",
+            ),
         ];
         for (change, key, reason) in cases {
             let mut r = good();

@@ -73,7 +73,7 @@ impl LockRecord {
     }
 
     /// Reads a lock object with the rules kprov writes it by: JSON with the fields above,
-    /// times in RFC 3339, an id of hex digits, text fields of bounded length. Text fields may
+    /// times in RFC 3339, an id that is a plain token, text fields of bounded length. Text fields may
     /// hold anything else (a user name is the user's): they are shown only through
     /// [`crate::output::untrusted`].
     pub fn parse(data: &[u8]) -> Result<LockRecord, String> {
@@ -93,9 +93,17 @@ impl LockRecord {
                 return Err(format!("{field} is longer than {max} characters"));
             }
         }
-        if r.id.is_empty() || r.id.len() > 64 || !r.id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // kprov writes 32 hex digits; letters, digits, `-` and `_` keep older or hand-made
+        // records readable without letting anything but a plain token through.
+        if r.id.is_empty()
+            || r.id.len() > 64
+            || !r
+                .id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
             return Err(format!(
-                "id {:?} is not the hex id kprov writes",
+                "id {:?} is not a lock id (letters, digits, '-', '_')",
                 crate::output::untrusted(&r.id)
             ));
         }
@@ -192,7 +200,11 @@ pub async fn acquire(
                 ));
             }
             Err(StateError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(blocked(store.as_ref(), cluster, &key).await?.unwrap_or(e.into())),
+            Err(e) => {
+                return Err(blocked(store.as_ref(), cluster, &key)
+                    .await?
+                    .unwrap_or(e.into()));
+            }
         }
         let Some(current) = store.get(&key).await? else {
             if let Some(e) = blocked(store.as_ref(), cluster, &key).await? {
@@ -327,7 +339,10 @@ pub enum Broken {
     Unreadable,
     /// Something that was not a lock object sat at the key (`what`); these keys below it were
     /// deleted with it.
-    Obstruction { what: String, removed: Vec<String> },
+    Obstruction {
+        what: String,
+        removed: Vec<String>,
+    },
 }
 
 /// Deliberately removes the cluster's lock, whoever holds it and whether or not its lease has
@@ -559,10 +574,16 @@ mod tests {
         let ours = LockRecord::new("kprov edit cluster x", DEFAULT_LEASE);
         assert_eq!(LockRecord::parse(&ours.to_bytes()).unwrap(), ours);
         for (data, reason) in [
-            (record("a", "h", "c", "../x"), "is not the hex id"),
-            (record("a", "h", "c", ""), "is not the hex id"),
-            (record(&"a".repeat(257), "h", "c", "ff"), "holder is longer than 256"),
-            (record("a", "h", &"c".repeat(4097), "ff"), "command is longer than 4096"),
+            (record("a", "h", "c", "../x"), "is not a lock id"),
+            (record("a", "h", "c", ""), "is not a lock id"),
+            (
+                record(&"a".repeat(257), "h", "c", "ff"),
+                "holder is longer than 256",
+            ),
+            (
+                record("a", "h", &"c".repeat(4097), "ff"),
+                "command is longer than 4096",
+            ),
             (b"{}".to_vec(), "missing field"),
             (vec![b' '; RECORD_LIMIT + 1], "more than a lock record's"),
         ] {

@@ -1221,7 +1221,8 @@ async fn file_lock_that_is_a_directory_is_reported_and_broken() {
             };
             assert_eq!(*w, what);
             assert!(
-                err.to_string().contains("kprov lock break demo.example.com"),
+                err.to_string()
+                    .contains("kprov lock break demo.example.com"),
                 "{err}"
             );
         }

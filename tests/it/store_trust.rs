@@ -277,7 +277,10 @@ fn a_forged_lock_is_shown_escaped_in_every_message() {
         out(&o)
     );
     assert_eq!(
-        stderr(&o).lines().filter(|l| l.starts_with("error:")).count(),
+        stderr(&o)
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .count(),
         0,
         "{}",
         out(&o)
@@ -308,7 +311,11 @@ fn a_lock_that_is_a_directory_is_reported_and_broken() {
     // A command that needs the lock says the same, never "is it also a prefix of other keys?".
     let o = env.run(&["delete", "cluster", name, "--yes"]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
-    assert!(stderr(&o).contains(&format!("`kprov lock break {name}`")), "{}", out(&o));
+    assert!(
+        stderr(&o).contains(&format!("`kprov lock break {name}`")),
+        "{}",
+        out(&o)
+    );
 
     let o = env.run(&["lock", "break", name]);
     assert!(o.status.success(), "{}", out(&o));
@@ -321,7 +328,12 @@ fn a_lock_that_is_a_directory_is_reported_and_broken() {
     );
     assert!(!lock.exists());
     let o = env.run(&["lock", "status", name]);
-    assert_eq!(stdout(&o), format!("cluster {name} is not locked\n"), "{}", out(&o));
+    assert_eq!(
+        stdout(&o),
+        format!("cluster {name} is not locked\n"),
+        "{}",
+        out(&o)
+    );
 }
 
 #[test]
@@ -332,16 +344,26 @@ fn the_store_lock_as_a_directory_is_named_with_the_fix() {
     std::fs::remove_file(&store_lock).unwrap();
     std::fs::create_dir(&store_lock).unwrap();
     let o = env.run(&[
-        "create", "cluster", "two.example.com", "--cloud", "aws", "--zones", "eu-west-1a",
-        "--ssh-public-key", KEY,
+        "create",
+        "cluster",
+        "two.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
     let err = stderr(&o);
     let path = store_lock.display();
     assert!(
-        err.contains(&format!("{} (store lock): cannot open the store lock file {path}", env.store()))
-            && err.contains(&format!("{path} is a directory, not kprov's store lock file"))
-            && err.contains(&format!("`rm -r -- '{path}'`"))
+        err.contains(&format!(
+            "{} (store lock): cannot open the store lock file {path}",
+            env.store()
+        )) && err.contains(&format!(
+            "{path} is a directory, not kprov's store lock file"
+        )) && err.contains(&format!("`rm -r -- '{path}'`"))
             && !err.contains("two.example.com/lock"),
         "{}",
         out(&o)
@@ -444,8 +466,18 @@ fn a_refused_create_writes_nothing_to_the_store() {
     // A group name holding a newline and a forged error line: refused, shown escaped, and on a
     // store that does not exist yet nothing at all is created (not even the store's lock).
     let dump = env.run(&[
-        "create", "cluster", "x.example.com", "--cloud", "aws", "--zones", "eu-west-1a",
-        "--ssh-public-key", KEY, "--dry-run", "-o", "yaml",
+        "create",
+        "cluster",
+        "x.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
+        "--dry-run",
+        "-o",
+        "yaml",
     ]);
     assert!(dump.status.success(), "{}", out(&dump));
     let spec = env.path("bad.yaml");
@@ -459,12 +491,19 @@ fn a_refused_create_writes_nothing_to_the_store() {
     assert_no_controls(&o);
     assert_ne!(o.status.code(), Some(0), "{}", out(&o));
     assert_eq!(
-        stderr(&o).lines().filter(|l| l.starts_with("error:")).count(),
+        stderr(&o)
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .count(),
         1,
         "{}",
         out(&o)
     );
-    assert!(stderr(&o).contains("a\\nerror: forged \\x1b[2J"), "{}", out(&o));
+    assert!(
+        stderr(&o).contains("a\\nerror: forged \\x1b[2J"),
+        "{}",
+        out(&o)
+    );
     assert!(!env.state().exists(), "{}", out(&o));
 
     // On a store that holds a cluster: an invalid file, an existing cluster, an existing group.
@@ -488,8 +527,15 @@ fn a_refused_create_writes_nothing_to_the_store() {
         assert_eq!(snapshot(&env.state()), before, "{}", out(&o));
     }
     let o = env.run(&[
-        "create", "cluster", "held.example.com", "--cloud", "aws", "--zones", "eu-west-1a",
-        "--ssh-public-key", KEY,
+        "create",
+        "cluster",
+        "held.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
     ]);
     assert_eq!(o.status.code(), Some(4), "{}", out(&o));
     assert_eq!(snapshot(&env.state()), before, "{}", out(&o));
@@ -515,7 +561,12 @@ fn plant_backups(env: &Env, name: &str) {
     std::fs::write(dir.join(format!("{good}.db")), snapshot).unwrap();
     std::fs::write(
         dir.join(format!("{good}.json")),
-        record(good, &format!("{name}/backups/etcd/{good}.db"), "2026-11-22T21:35:00Z", "cp1"),
+        record(
+            good,
+            &format!("{name}/backups/etcd/{good}.db"),
+            "2026-11-22T21:35:00Z",
+            "cp1",
+        ),
     )
     .unwrap();
     // A record naming a key outside its own, one whose id walks up, one whose time is not one,
@@ -523,7 +574,12 @@ fn plant_backups(env: &Env, name: &str) {
     let id = "20261122T220000Z";
     std::fs::write(
         dir.join(format!("{id}.json")),
-        record(id, &format!("{name}/secrets/admin.conf"), "2026-11-22T22:00:00Z", "cp1"),
+        record(
+            id,
+            &format!("{name}/secrets/admin.conf"),
+            "2026-11-22T22:00:00Z",
+            "cp1",
+        ),
     )
     .unwrap();
     std::fs::write(
@@ -534,13 +590,23 @@ fn plant_backups(env: &Env, name: &str) {
     let id = "20261122T230000Z";
     std::fs::write(
         dir.join(format!("{id}.json")),
-        record(id, &format!("{name}/backups/etcd/{id}.db"), "yesterday\u{1b}[2J", "cp1"),
+        record(
+            id,
+            &format!("{name}/backups/etcd/{id}.db"),
+            "yesterday\u{1b}[2J",
+            "cp1",
+        ),
     )
     .unwrap();
     let id = "20261123T000000Z";
     std::fs::write(
         dir.join(format!("{id}.json")),
-        record(id, &format!("{name}/backups/etcd/{id}.db"), "2026-11-23T00:00:00Z", OSC52),
+        record(
+            id,
+            &format!("{name}/backups/etcd/{id}.db"),
+            "2026-11-23T00:00:00Z",
+            OSC52,
+        ),
     )
     .unwrap();
     std::fs::write(dir.join("zz.json"), "\u{1b}]52;c;eA==\u{7}\nerror: forged").unwrap();
@@ -552,7 +618,15 @@ fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
     let name = "lab.example.com";
     let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
     let o = env.run(&[
-        "create", "cluster", name, "--cloud", "metal", "--inventory", inv, "--ssh-public-key", KEY,
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inv,
+        "--ssh-public-key",
+        KEY,
     ]);
     assert!(o.status.success(), "{}", out(&o));
     plant_backups(&env, name);
@@ -630,7 +704,10 @@ fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
     );
     for (id, reason) in [
         ("20261122T220000Z", "not its own snapshot"),
-        ("20261123T000000Z", "member \"mallory\\x1b]52;c;cm0gLXJmIH4K\\x07\" is not a host name"),
+        (
+            "20261123T000000Z",
+            "member \"mallory\\x1b]52;c;cm0gLXJmIH4K\\x07\" is not a host name",
+        ),
     ] {
         let o = env.run(&["restore", "etcd", name, "--from", id, "--yes"]);
         assert_no_controls(&o);
@@ -658,12 +735,22 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
                 .force_path_style(true)
                 .build(),
         );
-        s3.create_bucket().bucket(&bucket).send().await.expect("bucket");
+        s3.create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("bucket");
         s3
     });
     let put = |key: String, body: String| {
-        rt.block_on(s3.put_object().bucket(&bucket).key(key).body(body.into_bytes().into()).send())
-            .expect("put");
+        rt.block_on(
+            s3.put_object()
+                .bucket(&bucket)
+                .key(key)
+                .body(body.into_bytes().into())
+                .send(),
+        )
+        .expect("put");
     };
     let env = Env::with_store(format!("s3://{bucket}/t")).with_moto();
     create(&env, "good.example.com");
@@ -686,14 +773,21 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     assert!(o.status.success(), "{}", out(&o));
 
     // The config gone, other objects staying (one of them below where the config was).
-    rt.block_on(s3.delete_object().bucket(&bucket).key(format!("t/{name}/config")).send())
-        .expect("delete");
+    rt.block_on(
+        s3.delete_object()
+            .bucket(&bucket)
+            .key(format!("t/{name}/config"))
+            .send(),
+    )
+    .expect("delete");
     put(format!("t/{name}/config/junk"), "planted".into());
     let o = env.run(&["get", "clusters"]);
     assert_no_controls(&o);
     assert!(o.status.success(), "{}", out(&o));
     assert!(
-        stdout(&o).ends_with("odd.example.com    UNREADABLE   -            -         -                -\n"),
+        stdout(&o).ends_with(
+            "odd.example.com    UNREADABLE   -            -         -                -\n"
+        ),
         "{}",
         out(&o)
     );
@@ -709,7 +803,12 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     let o = env.run(&["delete", "cluster", name, "--yes"]);
     assert!(o.status.success(), "{}", out(&o));
     let left = rt
-        .block_on(s3.list_objects_v2().bucket(&bucket).prefix(format!("t/{name}/")).send())
+        .block_on(
+            s3.list_objects_v2()
+                .bucket(&bucket)
+                .prefix(format!("t/{name}/"))
+                .send(),
+        )
         .expect("list");
     assert!(left.contents().is_empty(), "left: {:?}", left.contents());
     let o = env.run(&["get", "clusters"]);
