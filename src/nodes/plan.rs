@@ -119,6 +119,10 @@ pub struct PlannedNode {
     /// Whether `--yes` would change the target (it joins, files drifted, or it could not be
     /// inspected).
     pub pending: bool,
+    /// The image archives (`spec.assets.images`, by URL) the target has not imported yet:
+    /// what `--yes` (or, for a member pending a roll, `rolling-update`) brings to it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
 }
 
 impl PlannedNode {
@@ -288,6 +292,7 @@ pub fn decide(
                 observed: (*o).clone(),
                 reasons,
                 pending,
+                images: Vec::new(),
             }
         })
         .collect();
@@ -465,6 +470,8 @@ pub async fn plan_with(
     cloud_api: Option<&CloudApi>,
 ) -> Result<NodePlan, RenderError> {
     let renderer = Renderer::for_run(cluster, targets, cloud_api)?;
+    // A `file://` image archive whose checksum is wrong fails the preview already.
+    renderer.load_images()?;
     let uid = owner.as_ref().map(|o| o.uid.clone());
     let observed = join_all(
         targets
@@ -472,7 +479,64 @@ pub async fn plan_with(
             .map(|t| observe_target(exec, diff, &renderer, t, uid.as_deref())),
     )
     .await;
-    Ok(decide(cluster.name(), targets, &observed, owner))
+    let missing = join_all(
+        targets
+            .iter()
+            .zip(&observed)
+            .map(|(t, o)| missing_images(exec, &renderer, t, o)),
+    )
+    .await;
+    let mut plan = decide(cluster.name(), targets, &observed, owner);
+    for (node, missing) in plan.nodes.iter_mut().zip(missing) {
+        note_images(node, missing);
+    }
+    Ok(plan)
+}
+
+/// The image archives `target` still needs, by URL: all of them on a host that is not a
+/// member yet (or not inspected), those without their marker on a member, none on a host kprov
+/// will not touch. Read-only (marker files only). A marker that cannot be read counts as
+/// missing: `--yes` re-checks it anyway.
+async fn missing_images(
+    exec: &dyn HostExecutor,
+    renderer: &Renderer,
+    target: &Target,
+    observed: &Observation,
+) -> Vec<String> {
+    let all = renderer.image_archives();
+    match observed {
+        Observation::New | Observation::HostKeyNotRecorded => {
+            all.iter().map(|i| i.url.clone()).collect()
+        }
+        Observation::Member { .. } | Observation::Outdated { .. } => {
+            let mut missing = Vec::new();
+            for img in all {
+                let marker = render::image_marker(&img.sha256);
+                if !matches!(exec.read_file(target.name(), &marker).await, Ok(Some(_))) {
+                    missing.push(img.url.clone());
+                }
+            }
+            missing
+        }
+        Observation::Unreachable { .. } | Observation::OwnedByOther { .. } => Vec::new(),
+    }
+}
+
+/// Puts the archives a node needs into its plan row: a member missing one has work to do.
+fn note_images(node: &mut PlannedNode, missing: Vec<String>) {
+    if missing.is_empty() {
+        return;
+    }
+    let what = format!("image archives to import: {}", missing.join(", "));
+    match node.action {
+        Action::Settle | Action::Etcd => {
+            node.pending = true;
+            node.reasons.push(what);
+        }
+        Action::PendingRoll => node.reasons.push(format!("{what} (by the rolling update)")),
+        _ => node.reasons.push(what),
+    }
+    node.images = missing;
 }
 
 #[cfg(test)]
@@ -598,6 +662,61 @@ mod tests {
         assert_eq!(p.pending(), ["w1"]);
         assert_eq!(p.nodes[2].state(), "member, 1 files differ");
         assert!(p.nodes[2].reasons[0].contains("/etc/containerd/config.toml"));
+    }
+
+    #[test]
+    fn image_archives_a_host_lacks_are_listed_and_make_a_member_pending() {
+        let mut p = decide(
+            "c",
+            &three(),
+            &[
+                Observation::New,
+                member(false),
+                Observation::Outdated {
+                    initialised: false,
+                    reasons: vec!["kubernetesVersion 1.35.0 -> 1.35.1".into()],
+                },
+            ],
+            None,
+        );
+        let a = "file:///srv/a.tar".to_string();
+        for (n, missing) in
+            p.nodes
+                .iter_mut()
+                .zip([vec![a.clone()], vec![a.clone()], vec![a.clone()]])
+        {
+            note_images(n, missing);
+        }
+        assert_eq!(actions(&p)[1], ("cp2", Action::Settle, true));
+        assert_eq!(
+            p.nodes[1].reasons,
+            ["image archives to import: file:///srv/a.tar"]
+        );
+        // A member pending a roll stays untouched by `update`: the roll brings them.
+        assert_eq!(actions(&p)[2], ("w1", Action::PendingRoll, false));
+        assert!(
+            p.nodes[2].reasons[1].ends_with("(by the rolling update)"),
+            "{:?}",
+            p.nodes[2].reasons
+        );
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["nodes"][0]["images"], serde_json::json!([a]));
+        // Nothing missing: no field, nothing pending.
+        let mut q = decide(
+            "c",
+            &three(),
+            &[member(true), member(false), member(false)],
+            None,
+        );
+        for n in &mut q.nodes {
+            note_images(n, vec![]);
+        }
+        assert!(q.pending().is_empty());
+        assert!(
+            serde_json::to_value(&q).unwrap()["nodes"][0]
+                .get("images")
+                .is_none()
+        );
     }
 
     /// A member whose facts file holds `facts` (none: missing); no file differs.

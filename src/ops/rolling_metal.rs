@@ -65,6 +65,8 @@ impl MetalRoller {
     /// The steps of `node` on `target`, record excluded (it goes last, after the API).
     async fn steps(&self, node: &JournalNode, target: &Target) -> Result<Vec<Step>, String> {
         let mut steps = vec![self.renderer.claim(&self.owner)];
+        // The spec's image archives before kubeadm runs (an upgrade's new images among them).
+        steps.extend(self.renderer.images().map_err(|e| e.to_string())?);
         if let Some(how) = node.upgrade {
             let facts = self
                 .exec
@@ -385,6 +387,52 @@ mod tests {
         );
         assert!(script("w1", "kubeadm: upgrade node").contains("kubeadm upgrade node\n"));
         assert!(script("w1", "kubelet: restart").contains("systemctl restart kubelet"));
+    }
+
+    /// Image archives of the spec reach a rolled node right after the claim: before
+    /// `kubeadm upgrade` (which wants the new version's images) and on a re-provision without
+    /// an upgrade too.
+    #[test]
+    fn image_archives_come_before_kubeadm_upgrade() {
+        let exec = Arc::new(Hosts::default());
+        let c = cluster(&format!(
+            "  assets:\n    images:\n    - url: https://m.example/kube-v1.35.1.tar\n      sha256: {}\n",
+            "ab".repeat(32)
+        ));
+        let ts = targets(&hosts(1, 1));
+        for t in &ts {
+            exec.files.lock().unwrap().insert(
+                (t.name().into(), render::FACTS_FILE.into()),
+                Bytes::from("machine=x86_64\n"),
+            );
+        }
+        let r = MetalRoller::new(
+            exec.clone(),
+            Renderer::new(&c, &ts).unwrap(),
+            ts,
+            owner(),
+            None,
+        );
+        rt().block_on(async {
+            r.roll(&journal_node("cp1", Some(Upgrade::Apply)))
+                .await
+                .unwrap();
+            r.roll(&journal_node("w1", None)).await.unwrap();
+        });
+        let cp1 = exec.names("cp1");
+        assert_eq!(
+            cp1[..3],
+            [
+                "ownership: claim",
+                "images: import kube-v1.35.1.tar",
+                "kubeadm: install 1.35.1"
+            ]
+        );
+        let w1 = exec.names("w1");
+        assert_eq!(
+            w1[..2],
+            ["ownership: claim", "images: import kube-v1.35.1.tar"]
+        );
     }
 
     #[test]

@@ -323,6 +323,70 @@ pub enum AssetError {
     },
     #[error("spec.assets.mirror: {0:?} must start with http://, https:// or file://")]
     BadMirror(String),
+    #[error("spec.assets.images[{index}] ({url}): {message}")]
+    BadImage {
+        index: usize,
+        url: String,
+        message: String,
+    },
+}
+
+/// One container image archive (`spec.assets.images`), imported on every host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageAsset {
+    /// The URL as the spec gives it: how messages and the preview name the archive.
+    pub url: String,
+    pub source: Source,
+    /// Lowercase hex sha256 of the archive file.
+    pub sha256: String,
+}
+
+impl ImageAsset {
+    /// The archive's file name (the URL's last segment), for step names.
+    pub fn file_name(&self) -> &str {
+        self.url.rsplit('/').next().unwrap_or(&self.url)
+    }
+}
+
+/// The image archives of `spec.assets.images`, checked again here (validation already located
+/// any problem in the spec): a scheme curl or the upload understands, a sha256, no duplicate.
+pub fn images(assets: Option<&Assets>) -> Result<Vec<ImageAsset>, AssetError> {
+    let Some(assets) = assets else {
+        return Ok(Vec::new());
+    };
+    let mut out: Vec<ImageAsset> = Vec::new();
+    for (index, img) in assets.images.iter().enumerate() {
+        let bad = |message: &str| AssetError::BadImage {
+            index,
+            url: img.url.clone(),
+            message: message.to_string(),
+        };
+        if !["http://", "https://", "file://"]
+            .iter()
+            .any(|p| img.url.starts_with(p))
+        {
+            return Err(bad("must start with http://, https:// or file://"));
+        }
+        if img.url.ends_with('/') {
+            return Err(bad("names a directory, not an archive file"));
+        }
+        if img.sha256.len() != 64 || !img.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad(&format!(
+                "sha256 {:?} is not 64 hex digits",
+                img.sha256
+            )));
+        }
+        let sha256 = img.sha256.to_ascii_lowercase();
+        if out.iter().any(|o| o.sha256 == sha256 || o.url == img.url) {
+            return Err(bad("listed twice (same URL or sha256)"));
+        }
+        out.push(ImageAsset {
+            url: img.url.clone(),
+            source: source_of(&img.url),
+            sha256,
+        });
+    }
+    Ok(out)
 }
 
 /// The upstream download URL, as the projects publish them.
@@ -526,6 +590,7 @@ mod tests {
     #[test]
     fn mirror_and_overrides() {
         let assets = Assets {
+            images: vec![],
             mirror: Some("http://10.0.0.1:8080/".into()),
             files: vec![
                 AssetFile {
@@ -571,6 +636,7 @@ mod tests {
             "spec.kubernetesVersion: \"1.20.0\" is not supported (kprov pins checksums for 1.35.1, 1.35.0, 1.34.4)"
         );
         let bad = |name: &str, sha: &str| Assets {
+            images: vec![],
             mirror: None,
             files: vec![AssetFile {
                 name: name.into(),
@@ -593,10 +659,58 @@ mod tests {
         let m = Assets {
             mirror: Some("ftp://x".into()),
             files: vec![],
+            images: vec![],
         };
         assert!(matches!(
             resolve_for("1.35.1", Some(&m)),
             Err(AssetError::BadMirror(_))
         ));
+    }
+
+    #[test]
+    fn image_archives() {
+        use crate::spec::ImageArchive;
+        let img = |url: &str, sha: &str| ImageArchive {
+            url: url.into(),
+            sha256: sha.into(),
+        };
+        let with = |images: Vec<ImageArchive>| Assets {
+            images,
+            ..Assets::default()
+        };
+        assert_eq!(images(None).unwrap(), []);
+        let got = images(Some(&with(vec![
+            img("file:///srv/img/pause.tar", &"AB".repeat(32)),
+            img("https://m.example/img/etcd.tar", &"cd".repeat(32)),
+        ])))
+        .unwrap();
+        assert_eq!(got[0].source, Source::Local("/srv/img/pause.tar".into()));
+        assert_eq!(got[0].sha256, "ab".repeat(32));
+        assert_eq!(got[0].file_name(), "pause.tar");
+        assert_eq!(
+            got[1].source,
+            Source::Url("https://m.example/img/etcd.tar".into())
+        );
+        for (bad, why) in [
+            (
+                vec![img("ftp://x/a.tar", &"a".repeat(64))],
+                "must start with",
+            ),
+            (vec![img("file:///srv/", &"a".repeat(64))], "directory"),
+            (vec![img("file:///a.tar", "abc")], "not 64 hex digits"),
+            (
+                vec![
+                    img("file:///a.tar", &"a".repeat(64)),
+                    img("file:///b.tar", &"A".repeat(64)),
+                ],
+                "listed twice",
+            ),
+        ] {
+            let e = images(Some(&with(bad))).unwrap_err().to_string();
+            assert!(
+                e.contains(why) && e.starts_with("spec.assets.images["),
+                "{e}"
+            );
+        }
     }
 }

@@ -535,6 +535,8 @@ pub async fn execute(
 ) -> Result<Report, ProvisionError> {
     let owner = plan.owner.as_ref().ok_or(ProvisionError::NoOwner)?;
     let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
+    // `file://` image archives are read and verified here, before any host is changed.
+    renderer.load_images().map_err(RenderError::from)?;
     let mut t = Tracker::new(targets);
     let action = |target: &Target| plan.action(target.name());
 

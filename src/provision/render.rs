@@ -13,6 +13,7 @@
 //! rewrites the proxies' backend lists.
 
 use std::net::IpAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tera::Tera;
 
-use super::assets::{self, Arch, Asset, Component, Install, Source};
+use super::assets::{self, Arch, Asset, Component, ImageAsset, Install, Source};
 use super::shell::enable_template_quoting;
 use crate::inventory::parse_taint;
 use crate::nodes::Target;
@@ -77,9 +78,21 @@ const KUBELET_FLAGS_APPLIED: &str = "/var/lib/kprov/kubelet-flags.applied";
 const UPGRADED_MARKER: &str = "/var/lib/kprov/kubeadm-upgraded";
 const KUBELET_RESTARTED: &str = "/var/lib/kprov/kubelet-restarted";
 const CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
+/// Where uploaded assets wait on a host (binaries' and image archives' `file://` sources), and
+/// where image archives are downloaded before their checksum is verified.
+pub const CACHE_DIR: &str = "/var/lib/kprov/cache";
+/// One marker per imported image archive, named by its sha256 (holding its URL).
+pub const IMAGES_DIR: &str = "/var/lib/kprov/images";
+
+/// The marker a host keeps once the image archive with `sha256` is imported.
+pub fn image_marker(sha256: &str) -> String {
+    format!("{IMAGES_DIR}/{sha256}")
+}
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
+/// An image archive step uploads or downloads hundreds of MB before it imports them.
+const IMAGE_TIMEOUT: Duration = Duration::from_secs(1800);
 
 const TEMPLATES: &[(&str, &str)] = &[
     (
@@ -154,6 +167,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         "node/etcd.service.tera",
         include_str!("../../templates/node/etcd.service.tera"),
     ),
+    (
+        "node/image-import.sh.tera",
+        include_str!("../../templates/node/image-import.sh.tera"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -174,6 +191,23 @@ pub enum RenderError {
     Template { name: String, message: String },
     #[error("asset {path}: cannot read: {message}")]
     LocalAsset { path: String, message: String },
+    #[error(transparent)]
+    Image(#[from] ImageError),
+}
+
+/// A `file://` image archive that cannot be uploaded: found before any host is changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageError {
+    #[error("image archive {url} (spec.assets.images): cannot read: {message}")]
+    Read { url: String, message: String },
+    #[error(
+        "image archive {url} (spec.assets.images): checksum mismatch: expected sha256 {expected}, got {actual}; nothing uploaded or imported"
+    )]
+    Checksum {
+        url: String,
+        expected: String,
+        actual: String,
+    },
 }
 
 /// How nodes reach the API servers.
@@ -226,6 +260,10 @@ pub struct Renderer {
     assets: Vec<Asset>,
     /// Extra API server certificate names (a cloud load balancer's DNS name).
     cloud_sans: Vec<String>,
+    images: Vec<ImageAsset>,
+    /// The `file://` archives' contents (`None` for URLs), read and verified once per run on
+    /// first use: every host's upload shares one buffer, hashed once by the SSH engine.
+    image_files: OnceLock<Result<Vec<Option<Bytes>>, ImageError>>,
 }
 
 /// How clients reach a cloud cluster's API servers: through its load balancer, under the API
@@ -331,6 +369,8 @@ impl Renderer {
             tera,
             cluster_name: cluster.name().to_string(),
             assets: assets::resolve(cluster)?,
+            images: assets::images(spec.assets.as_ref())?,
+            image_files: OnceLock::new(),
             kubernetes_version,
             endpoint,
             extra_sans: spec
@@ -605,7 +645,86 @@ impl Renderer {
             run: "set -e\nsystemctl daemon-reload\nsystemctl enable kubelet\n".into(),
             timeout: SHORT,
         });
+        // After containerd runs with its configuration, before kubeadm pulls anything.
+        steps.extend(self.images()?);
         Ok(steps)
+    }
+
+    /// The image archives of `spec.assets.images`, in spec order.
+    pub fn image_archives(&self) -> &[ImageAsset] {
+        &self.images
+    }
+
+    /// Reads every `file://` image archive and checks its sha256 on the operator's machine,
+    /// once per renderer. A mismatch names the file before any host is changed.
+    pub fn load_images(&self) -> Result<&[Option<Bytes>], ImageError> {
+        self.image_files
+            .get_or_init(|| {
+                self.images
+                    .iter()
+                    .map(|img| match &img.source {
+                        Source::Url(_) => Ok(None),
+                        Source::Local(path) => {
+                            let bytes =
+                                crate::bounded::read_file(path, crate::bounded::LOCAL_ASSET)
+                                    .map_err(|e| ImageError::Read {
+                                        url: img.url.clone(),
+                                        message: e.to_string(),
+                                    })?;
+                            let actual = hex::encode(Sha256::digest(&bytes));
+                            if actual != img.sha256 {
+                                return Err(ImageError::Checksum {
+                                    url: img.url.clone(),
+                                    expected: img.sha256.clone(),
+                                    actual,
+                                });
+                            }
+                            Ok(Some(Bytes::from(bytes)))
+                        }
+                    })
+                    .collect()
+            })
+            .as_deref()
+            .map_err(Clone::clone)
+    }
+
+    /// One step per image archive: brought to the host (uploaded from the operator's machine
+    /// into [`CACHE_DIR`], where it stays so that a re-run compares it by hash and uploads
+    /// nothing, like a `file://` binary; or downloaded by the host), its sha256 verified on
+    /// the host, imported into containerd's `k8s.io` namespace, and recorded under
+    /// [`IMAGES_DIR`]. The step is converged when its marker exists.
+    pub fn images(&self) -> Result<Vec<Step>, RenderError> {
+        let contents = self.load_images()?;
+        self.images
+            .iter()
+            .zip(contents)
+            .map(|(img, content)| {
+                let marker = image_marker(&img.sha256);
+                let (url, cache, files) = match (&img.source, content) {
+                    (Source::Local(_), Some(bytes)) => {
+                        let cache = format!("{CACHE_DIR}/image-{}.tar", img.sha256);
+                        let files = vec![file(&cache, bytes.clone(), 0o600)];
+                        (None, Some(cache), files)
+                    }
+                    (Source::Url(u), _) => (Some(u.clone()), None, Vec::new()),
+                    (Source::Local(_), None) => return Err(RenderError::Missing("image archive")),
+                };
+                let run = self.render(
+                    "node/image-import.sh.tera",
+                    json!({
+                        "url": url, "cache": cache, "origin": img.url, "sha256": img.sha256,
+                        "cache_dir": CACHE_DIR, "marker_dir": IMAGES_DIR, "marker": marker,
+                    }),
+                )?;
+                Ok(Step {
+                    name: format!("images: import {}", img.file_name()),
+                    files,
+                    check: Some(script!("test -f {}", marker)),
+                    run,
+                    timeout: IMAGE_TIMEOUT,
+                })
+            })
+            .collect()
     }
 
     /// Points the API name at `ip` in /etc/hosts (local-proxy endpoint only).
@@ -1653,6 +1772,86 @@ mod tests {
         let hs = hosts(1, 0);
         let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
         insta::assert_snapshot!("install_amd64", describe(&r.install(Arch::Amd64).unwrap()));
+    }
+
+    /// A cluster with one `file://` image archive (a tar written to `dir`) and one served
+    /// over https; returns the cluster and the local archive's URL and sha256.
+    fn with_images(dir: &std::path::Path, content: &[u8]) -> (Cluster, String, String) {
+        let path = dir.join("pause.tar");
+        std::fs::write(&path, content).unwrap();
+        let sha = hex::encode(Sha256::digest(content));
+        let url = format!("file://{}", path.display());
+        let c = cluster(&format!(
+            "  assets:\n    images:\n    - url: {url}\n      sha256: {sha}\n    \
+             - url: https://mirror.example/images/kube-apiserver.tar\n      sha256: {}\n",
+            "ab".repeat(32)
+        ));
+        (c, url, sha)
+    }
+
+    #[test]
+    fn golden_image_archives() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, _, _) = with_images(dir.path(), b"not really a tar\n");
+        let hs = hosts(1, 1);
+        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let steps = r.images().unwrap();
+        let text = describe(&steps).replace(&dir.path().display().to_string(), "/OPERATOR");
+        insta::assert_snapshot!("image_archives", text);
+
+        // After containerd runs with its configuration and the kubelet unit, at the end of
+        // the install phase, so before any kubeadm step of init or join.
+        let names: Vec<String> = r
+            .install(Arch::Amd64)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        let pos = |n: &str| names.iter().position(|x| x == n).unwrap();
+        assert!(pos("containerd: configure") < pos("images: import pause.tar"));
+        assert!(pos("kubelet: service") < pos("images: import pause.tar"));
+        assert_eq!(
+            &names[names.len() - 2..],
+            [
+                "images: import pause.tar",
+                "images: import kube-apiserver.tar"
+            ]
+        );
+        // One buffer for every host: the engine hashes it once.
+        let again = r.images().unwrap();
+        assert_eq!(
+            steps[0].files[0].content.as_ptr(),
+            again[0].files[0].content.as_ptr()
+        );
+    }
+
+    #[test]
+    fn a_local_image_archive_with_another_checksum_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, url, sha) = with_images(dir.path(), b"archive\n");
+        std::fs::write(dir.path().join("pause.tar"), b"tampered\n").unwrap();
+        let actual = hex::encode(Sha256::digest(b"tampered\n"));
+        let hs = hosts(1, 0);
+        // Rendering what needs no archive still works (etcd backups, certificates, reset).
+        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let e = r.images().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "image archive {url} (spec.assets.images): checksum mismatch: expected sha256 \
+                 {sha}, got {actual}; nothing uploaded or imported"
+            )
+        );
+        assert!(r.install(Arch::Amd64).is_err());
+        std::fs::remove_file(dir.path().join("pause.tar")).unwrap();
+        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let e = r.load_images().unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "image archive {url} (spec.assets.images): cannot read:"
+            )),
+            "{e}"
+        );
     }
 
     #[test]

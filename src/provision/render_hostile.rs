@@ -65,6 +65,7 @@ const STUBS: &[&str] = &[
     "etcdctl",
     "etcdutl",
     "crictl",
+    "ctr",
     "seq",
     "sleep",
     "pwned",
@@ -270,7 +271,11 @@ fn exercise(r: &Renderer, hs: &[Host], scratch: &Scratch) -> Seen {
 
 fn with_assets(mirror: Option<String>, files: Vec<AssetFile>) -> Cluster {
     let mut c = cluster("");
-    c.spec.assets = Some(Assets { mirror, files });
+    c.spec.assets = Some(Assets {
+        mirror,
+        files,
+        images: Vec::new(),
+    });
     c
 }
 
@@ -290,11 +295,25 @@ fn hostile_values_never_escape_their_quoting() {
                 sha256: "a".repeat(64),
             }],
         );
+        let mut c = c;
+        let image = format!("https://images.example/a{v}.tar");
+        c.spec.assets.as_mut().unwrap().images = vec![crate::spec::ImageArchive {
+            url: image.clone(),
+            sha256: "c".repeat(64),
+        }];
         let r = Renderer::new(&c, &targets(&hs)).unwrap();
         let seen = exercise(&r, &hs, &scratch);
         assert!(
             seen.args.iter().any(|a| a == &url),
             "{v:?}: {url:?} did not reach curl as one argument"
+        );
+        assert!(
+            seen.args.iter().any(|a| a == &image),
+            "{v:?}: {image:?} did not reach curl as one argument"
+        );
+        assert!(
+            seen.stderr.contains(&image),
+            "{v:?}: message lost {image:?}"
         );
         assert!(
             seen.args.iter().any(|a| a.starts_with(&mirror)),
@@ -315,11 +334,23 @@ fn hostile_values_never_escape_their_quoting() {
                     sha256: "b".repeat(64),
                 }],
             );
+            let mut c = c;
+            let archive = scratch.p("tmp").join(format!("image{v}.tar"));
+            std::fs::write(&archive, "y").unwrap();
+            let image = format!("file://{}", archive.display());
+            c.spec.assets.as_mut().unwrap().images = vec![crate::spec::ImageArchive {
+                url: image.clone(),
+                sha256: hex::encode(Sha256::digest(b"y")),
+            }];
             let r = Renderer::new(&c, &targets(&hs)).unwrap();
             let seen = exercise(&r, &hs, &scratch);
             assert!(
                 seen.stderr.contains(&origin),
                 "{v:?}: message lost {origin:?}"
+            );
+            assert!(
+                seen.stderr.contains(&image),
+                "{v:?}: message lost {image:?}"
             );
         }
 
@@ -531,7 +562,7 @@ fn shell_templates_use_values_only_as_quoted_words() {
         }
         assert_eq!(unsafe_placeholders(text), Vec::<String>::new(), "{name}");
     }
-    assert_eq!(shell, 3, "preflight, install and reset");
+    assert_eq!(shell, 4, "preflight, install, reset and image-import");
     // The lexer itself catches what it must.
     for bad in [
         "echo \"{{ x }}\"",

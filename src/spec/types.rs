@@ -313,6 +313,20 @@ pub struct Assets {
     /// Per-file overrides (URL and sha256) on top of the pinned table.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<AssetFile>,
+    /// Container image archives (docker-archive or OCI-archive tars, as `ctr images import`
+    /// takes them) imported into containerd's `k8s.io` namespace on every host before kubeadm
+    /// runs: images without a registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageArchive>,
+}
+
+/// One image archive: `https://`/`http://` (downloaded by each host) or `file://` (a file on
+/// the operator's machine, uploaded over ssh), with the sha256 of the archive file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageArchive {
+    pub url: String,
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

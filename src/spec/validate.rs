@@ -770,6 +770,35 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
                 c.err(base.key("url"), e);
             }
         }
+        let mut urls = HashSet::new();
+        let mut shas = HashSet::new();
+        for (i, img) in a.images.iter().enumerate() {
+            let base = p("spec.assets.images").index(i);
+            if img.sha256.len() != 64 || !img.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                c.err(
+                    base.key("sha256"),
+                    format!("{:?} is not a sha256 (64 hex digits)", img.sha256),
+                );
+            } else if !shas.insert(img.sha256.to_ascii_lowercase()) {
+                c.err(
+                    base.key("sha256"),
+                    "duplicate image archive: an earlier entry has the same sha256",
+                );
+            }
+            if let Err(e) = check_url(&img.url) {
+                c.err(base.key("url"), e);
+            } else if !urls.insert(img.url.as_str()) {
+                c.err(
+                    base.key("url"),
+                    format!("duplicate image archive: {:?} is listed twice", img.url),
+                );
+            } else if img.url.ends_with('/') {
+                c.err(
+                    base.key("url"),
+                    format!("{:?} names a directory; give the archive file", img.url),
+                );
+            }
+        }
     }
 
     // Hosts.
@@ -1554,6 +1583,39 @@ spec:
             "  minSize: 2\n  rollingUpdate: {maxSurge: \"lots\"}\n",
         );
         expect_one(&t, "must be a count or a percentage");
+    }
+
+    #[test]
+    fn image_archives_are_checked_at_their_lines() {
+        let sha = "ab".repeat(32);
+        let t = METAL.replace(
+            "  hosts:",
+            &format!(
+                "  assets:\n    images:\n    - url: file:///srv/images/apiserver.tar\n      sha256: {sha}\n    \
+                 - url: ftp://mirror/x.tar\n      sha256: nothex\n    \
+                 - url: https://m.example/images/apiserver.tar\n      sha256: {}\n    \
+                 - url: file:///srv/images/apiserver.tar\n      sha256: {}\n    \
+                 - url: https://m.example/images/\n      sha256: {}\n  hosts:",
+                sha.to_uppercase(),
+                "cd".repeat(32),
+                "ef".repeat(32),
+            ),
+        );
+        let errs = check(&t);
+        for needle in [
+            // The second entry's url and sha256 lines.
+            "c.yaml:12:12: spec.assets.images[1].url: URL \"ftp://mirror/x.tar\" must start with http://, https:// or file://",
+            "c.yaml:13:15: spec.assets.images[1].sha256: \"nothex\" is not a sha256 (64 hex digits)",
+            "spec.assets.images[2].sha256: duplicate image archive: an earlier entry has the same sha256",
+            "spec.assets.images[3].url: duplicate image archive: \"file:///srv/images/apiserver.tar\" is listed twice",
+            "spec.assets.images[4].url: \"https://m.example/images/\" names a directory",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.contains(needle)),
+                "{needle}: {errs:#?}"
+            );
+        }
+        assert!(!errs.iter().any(|e| e.contains("images[0]")), "{errs:#?}");
     }
 
     const METAL: &str = r#"apiVersion: kprov.dev/v1alpha1

@@ -690,6 +690,18 @@ fn schema_describes_both_kinds() {
         c["$defs"]["ClusterSpec"]["properties"]["kubernetesVersion"].is_object(),
         "{c}"
     );
+    // spec.assets.images: archives by URL with a required sha256, no other field.
+    assert!(
+        c["$defs"]["Assets"]["properties"]["images"].is_object(),
+        "{c}"
+    );
+    let image = &c["$defs"]["ImageArchive"];
+    assert_eq!(
+        image["required"],
+        serde_json::json!(["url", "sha256"]),
+        "{c}"
+    );
+    assert_eq!(image["additionalProperties"], false, "{c}");
 }
 
 #[test]

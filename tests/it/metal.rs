@@ -300,6 +300,7 @@ impl Lab {
         self.edit_cluster(cluster, |c| {
             c.spec.assets = Some(Assets {
                 mirror: None,
+                images: Vec::new(),
                 files,
             })
         });

@@ -242,6 +242,7 @@ fn cluster(mirror: &Mirror, extra: &str) -> Cluster {
     let mut c: Cluster = serde_saphyr::from_str(&yaml).unwrap();
     c.spec.assets = Some(Assets {
         mirror: None,
+        images: Vec::new(),
         files: mirror.asset_files(),
     });
     c
@@ -617,6 +618,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
     let mut c = cluster(&m, "");
     c.spec.assets = Some(Assets {
         mirror: None,
+        images: Vec::new(),
         files: m.local_asset_files(),
     });
     let ns = NsHosts::new(&hosts);

@@ -1422,6 +1422,7 @@ mod roll_with_yes {
         lab.edit_cluster(name, |c| {
             c.spec.assets = Some(kprov::spec::Assets {
                 mirror: None,
+                images: Vec::new(),
                 files: old.asset_files(),
             })
         });
@@ -1466,12 +1467,29 @@ mod roll_with_yes {
             c.spec.kubernetes_version = Some(VERSION.into());
         });
         lab.use_mirror(name, None);
+        // The new version's images as an archive on the operator's machine (ctr is a
+        // stand-in: it records the archive's checksum, see tests/it/images.rs).
+        let (archive, image_sha) = crate::images::image_archive(
+            lab.dir.path(),
+            "kube-next",
+            &format!("registry.k8s.io/kube-apiserver:v{VERSION}"),
+        );
+        lab.edit_cluster(name, |c| {
+            c.spec.assets.as_mut().expect("assets").images = vec![kprov::spec::ImageArchive {
+                url: format!("file://{archive}"),
+                sha256: image_sha.clone(),
+            }];
+        });
         let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
         assert!(
             text(&o.stderr).contains("pending a rolling update"),
             "{}",
             show(&o)
         );
+        // `update` leaves outdated members alone, their images too: the roll brings them.
+        for (h, _) in hosts {
+            assert!(crate::images::imports(&lab, h).is_empty(), "{h}");
+        }
         let t0 = now_ns();
         let o = lab.kprov(&[
             "rolling-update",
@@ -1507,9 +1525,21 @@ mod roll_with_yes {
             apply[0] < node2.min(node3) && node2.max(node3) < node4,
             "control planes first"
         );
-        // The kubelet restarts on the new binary after kubeadm's upgrade, on every node.
+        // The kubelet restarts on the new binary after kubeadm's upgrade, on every node; the
+        // new images were imported (once) before kubeadm's upgrade ran.
         for h in ["host1", "host2", "host3", "host4"] {
             let upgrade = call(h, "kubeadm upgrade")[0];
+            let imported = call(h, "ctr -n k8s.io images import");
+            assert_eq!(imported.len(), 1, "{h}");
+            assert!(
+                imported[0] < upgrade,
+                "{h}: images imported after kubeadm upgrade"
+            );
+            assert_eq!(
+                crate::images::imports(&lab, h),
+                [(image_sha.clone(), "k8s.io".to_string())],
+                "{h}"
+            );
             assert!(
                 !kubelet_restarts(&lab, h, upgrade).is_empty(),
                 "{h}: kubelet not restarted after the upgrade"

@@ -1374,6 +1374,7 @@ impl CloudLab {
                 if let kprov::spec::Object::Cluster(c) = o {
                     c.spec.assets = Some(kprov::spec::Assets {
                         mirror: None,
+                        images: Vec::new(),
                         files: files.clone(),
                     });
                 }

@@ -184,6 +184,8 @@ fn standin(tool: &str, version: &str) -> String {
         "etcd" | "etcdctl" | "etcdutl" => "etcd",
         // Plays etcdctl inside a running etcd container (etcd member removal).
         "crictl" => "crictl",
+        // Checks and records image imports (`spec.assets.images`).
+        "ctr" => "ctr",
         _ => "simple",
     };
     // etcdctl's member commands are one shell file shared by the two stand-ins that play it.

@@ -1,0 +1,280 @@
+//! `spec.assets.images`: image archives brought to every host and imported into containerd
+//! before kubeadm runs, through the real `kprov` binary on sshd test hosts. Needs root.
+//!
+//! `ctr` here is a STAND-IN (tests/it/support/standins/ctr): it records its calls, checks
+//! that it is asked to import into the `k8s.io` namespace from a tar holding an image
+//! manifest, and records the sha256 of the file it was given. It imports nothing into any
+//! containerd; the real-hosts tier proves the import with real containerd.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use kprov::spec::ImageArchive;
+
+use crate::metal::{Lab, kprov_inventory, ok, show, text};
+
+/// A docker-archive as `docker save` writes it (manifest.json, config, one layer), in `dir`.
+pub(crate) fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
+    let staging = tempfile::tempdir().expect("staging");
+    let s = staging.path();
+    std::fs::create_dir_all(s.join("rootfs")).unwrap();
+    std::fs::write(s.join("rootfs/hello"), format!("{name}\n")).unwrap();
+    let layer = s.join("layer.tar");
+    assert!(
+        Command::new("tar")
+            .args(["--mtime=2025-01-01", "--owner=0", "--group=0", "-cf"])
+            .arg(&layer)
+            .arg("-C")
+            .arg(s.join("rootfs"))
+            .arg("hello")
+            .status()
+            .unwrap()
+            .success()
+    );
+    let diff_id = hex::encode(Sha256::digest(std::fs::read(&layer).unwrap()));
+    let config = format!(
+        r#"{{"architecture":"amd64","os":"linux","config":{{"Cmd":["/hello"]}},"rootfs":{{"type":"layers","diff_ids":["sha256:{diff_id}"]}}}}"#
+    );
+    let config_sha = hex::encode(Sha256::digest(config.as_bytes()));
+    std::fs::write(s.join(format!("{config_sha}.json")), &config).unwrap();
+    std::fs::write(
+        s.join("manifest.json"),
+        format!(
+            r#"[{{"Config":"{config_sha}.json","RepoTags":["{tag}"],"Layers":["layer.tar"]}}]"#
+        ),
+    )
+    .unwrap();
+    let out = dir.join(format!("{name}.tar"));
+    assert!(
+        Command::new("tar")
+            .args(["--mtime=2025-01-01", "--owner=0", "--group=0", "-cf"])
+            .arg(&out)
+            .arg("-C")
+            .arg(s)
+            .args(["manifest.json", &format!("{config_sha}.json"), "layer.tar"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let sha = hex::encode(Sha256::digest(std::fs::read(&out).unwrap()));
+    (out.display().to_string(), sha)
+}
+
+/// `(sha256, namespace)` of every import the ctr stand-in saw on `host`.
+pub(crate) fn imports(lab: &Lab, host: &str) -> Vec<(String, String)> {
+    lab.upper(host, "/var/lib/kprov-standins/ctr-imports")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (sha, ns) = l.split_once(' ')?;
+            Some((sha.to_string(), ns.to_string()))
+        })
+        .collect()
+}
+
+fn ctr_calls(lab: &Lab, host: &str) -> Vec<(u128, String)> {
+    lab.calls(host)
+        .into_iter()
+        .filter(|(_, c)| c.starts_with("ctr "))
+        .collect()
+}
+
+#[test]
+fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tampering_is_refused() {
+    let lab = Lab::start(2);
+    let name = "images.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
+    );
+    lab.create_metal(name, &inv);
+
+    // One archive on the operator's machine (uploaded), one on the lab's mirror (downloaded by
+    // each host).
+    let (local_path, local_sha) =
+        image_archive(lab.dir.path(), "pause", "registry.k8s.io/pause:3.10.1");
+    let (served_path, served_sha) = image_archive(
+        lab.mirror.root(),
+        "apiserver",
+        "registry.k8s.io/kube-apiserver:v1.35.1",
+    );
+    let served_url = format!("{}/apiserver.tar", lab.mirror.url);
+    assert!(Path::new(&served_path).exists());
+    let local_url = format!("file://{local_path}");
+    let images = vec![
+        ImageArchive {
+            url: local_url.clone(),
+            sha256: local_sha.clone(),
+        },
+        ImageArchive {
+            url: served_url.clone(),
+            sha256: served_sha.clone(),
+        },
+    ];
+    lab.edit_cluster(name, |c| {
+        c.spec.assets.as_mut().expect("assets").images = images.clone();
+    });
+
+    // The preview lists both archives for every host, read-only.
+    let hosts0 = lab.hosts_snapshot();
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&lab.kprov(&["update", "cluster", name, "-o", "json"])))
+            .expect("plan json");
+    for n in json["nodes"].as_array().expect("nodes") {
+        assert_eq!(
+            n["images"],
+            serde_json::json!([local_url, served_url]),
+            "{json:#}"
+        );
+    }
+    let o = lab.kprov(&["update", "cluster", name]);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "image archives to import: {local_url}, {served_url}"
+        )),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(lab.hosts_snapshot(), hosts0, "the preview changed a host");
+
+    // --yes: each host imports both (by checksum) into k8s.io, before kubeadm runs.
+    lab.provision(name);
+    let cache = format!("/var/lib/kprov/cache/image-{local_sha}.tar");
+    let mut inodes = Vec::new();
+    for (h, kubeadm) in [
+        ("host1", "kubeadm init --config"),
+        ("host2", "kubeadm join --config"),
+    ] {
+        let mut got = imports(&lab, h);
+        got.sort();
+        let mut want = vec![
+            (local_sha.clone(), "k8s.io".to_string()),
+            (served_sha.clone(), "k8s.io".to_string()),
+        ];
+        want.sort();
+        assert_eq!(got, want, "{h}");
+        let calls = ctr_calls(&lab, h);
+        assert_eq!(calls.len(), 2, "{h}: {calls:#?}");
+        assert!(
+            calls
+                .iter()
+                .all(|(_, c)| c.starts_with("ctr -n k8s.io images import ")),
+            "{calls:#?}"
+        );
+        assert!(
+            calls.iter().all(|(t, _)| *t < lab.first_call(h, kubeadm)),
+            "{h}: an image was imported after {kubeadm}"
+        );
+        for sha in [&local_sha, &served_sha] {
+            assert!(
+                lab.upper(h, &format!("/var/lib/kprov/images/{sha}"))
+                    .is_some(),
+                "{h}: no marker for {sha}"
+            );
+        }
+        let meta = std::fs::metadata(lab.host(h).upper_path(&cache)).expect("uploaded archive");
+        inodes.push(meta.ino());
+        // Downloaded archives are not kept.
+        assert!(
+            lab.upper(h, &format!("/var/lib/kprov/cache/image-{served_sha}.tar"))
+                .is_none()
+        );
+    }
+    let downloads = |lab: &Lab| {
+        lab.mirror_downloads()
+            .iter()
+            .filter(|p| p.ends_with("/apiserver.tar"))
+            .count()
+    };
+    assert_eq!(downloads(&lab), 2, "{:?}", lab.mirror_downloads());
+
+    // A second run: the preview lists nothing, --yes uploads, downloads and imports nothing.
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&lab.kprov(&["update", "cluster", name, "-o", "json"])))
+            .expect("plan json");
+    for n in json["nodes"].as_array().expect("nodes") {
+        assert!(n.get("images").is_none(), "{json:#}");
+        assert_eq!(n["pending"], false, "{json:#}");
+    }
+    lab.provision(name);
+    for (i, h) in ["host1", "host2"].into_iter().enumerate() {
+        assert_eq!(ctr_calls(&lab, h).len(), 2, "{h}: imported again");
+        let meta = std::fs::metadata(lab.host(h).upper_path(&cache)).expect("uploaded archive");
+        assert_eq!(meta.ino(), inodes[i], "{h}: the archive was uploaded again");
+    }
+    assert_eq!(downloads(&lab), 2, "downloaded again");
+
+    // The operator's file changed under the spec: refused on the operator's machine, naming
+    // the file and both checksums, before any host is contacted for a change.
+    let original = std::fs::read(&local_path).unwrap();
+    let mut tampered = original.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    std::fs::write(&local_path, &tampered).unwrap();
+    let actual = hex::encode(Sha256::digest(&tampered));
+    let hosts1 = lab.hosts_snapshot();
+    for args in [
+        &["update", "cluster", name][..],
+        &["update", "cluster", name, "--yes", "--skip-addons"][..],
+    ] {
+        let o = lab.kprov(args);
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!(
+                "image archive {local_url} (spec.assets.images): checksum mismatch: expected sha256 {local_sha}, got {actual}; nothing uploaded or imported"
+            )),
+            "{}",
+            show(&o)
+        );
+    }
+    assert_eq!(
+        lab.hosts_snapshot(),
+        hosts1,
+        "a refused archive changed a host"
+    );
+    std::fs::write(&local_path, &original).unwrap();
+
+    // A served archive that is not what the spec pins: each host refuses it naming the URL and
+    // both checksums, and imports nothing from it.
+    let (_, other_sha) = image_archive(lab.mirror.root(), "other", "example.com/other:1");
+    let wrong = "0".repeat(64);
+    let bad_url = format!("{}/other.tar", lab.mirror.url);
+    lab.edit_cluster(name, |c| {
+        c.spec
+            .assets
+            .as_mut()
+            .expect("assets")
+            .images
+            .push(ImageArchive {
+                url: bad_url.clone(),
+                sha256: wrong.clone(),
+            });
+    });
+    let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "image archive {bad_url}: checksum mismatch: expected sha256 {wrong}, got {other_sha}; nothing imported"
+        )),
+        "{}",
+        show(&o)
+    );
+    for h in ["host1", "host2"] {
+        assert_eq!(ctr_calls(&lab, h).len(), 2, "{h}: imported the bad archive");
+        assert!(
+            lab.upper(h, &format!("/var/lib/kprov/images/{wrong}"))
+                .is_none(),
+            "{h}: marker for a refused archive"
+        );
+        assert!(
+            !imports(&lab, h).iter().any(|(s, _)| *s == other_sha),
+            "{h}: imported"
+        );
+    }
+}
