@@ -316,7 +316,7 @@ mod tests {
             "config",
             ADMIN,
             "demo.example.com",
-            Some("https://api.demo.example.com"),
+            Some("https://api.demo.example.com:6443"),
         )
         .unwrap();
         let v: Value = serde_saphyr::from_str(&out).unwrap();
@@ -327,7 +327,7 @@ mod tests {
         assert_eq!(clusters[0]["cluster"]["extensions"][0]["extension"]["a"], 1);
         assert_eq!(
             clusters[1]["cluster"]["server"],
-            "https://api.demo.example.com"
+            "https://api.demo.example.com:6443"
         );
         assert_eq!(clusters[1]["cluster"]["certificate-authority-data"], "Q0E=");
         assert_eq!(v["users"][1]["user"]["client-key-data"], "S0VZ");

@@ -22,9 +22,13 @@ fn main() {
         },
         _ => tracing_subscriber::EnvFilter::new(filter),
     };
+    // Colour only on a terminal: warnings logged into a CI log or a file stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(env_filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -22,6 +22,21 @@ pub enum RepoError {
         "cluster {name:?} already exists in {store}; use `kprov replace -f` or `kprov edit cluster {name}` to change it"
     )]
     Exists { name: String, store: String },
+    /// The cluster's `config` cannot be read as an object (missing, a directory, a prefix of
+    /// other keys) while other objects of the cluster remain.
+    #[error(
+        "cluster {name} cannot be read: {key} is {what}, and {remaining} object{s} of the \
+         cluster remain under {prefix}; `kprov delete cluster {name}` lists them and \
+         `kprov delete cluster {name} --yes` removes them",
+        s = if *remaining == 1 { "" } else { "s" }
+    )]
+    Unreadable {
+        name: String,
+        key: String,
+        what: String,
+        remaining: usize,
+        prefix: String,
+    },
     #[error("instance group {group:?} not found in cluster {cluster:?}")]
     GroupNotFound { cluster: String, group: String },
     #[error("{0}")]
@@ -125,6 +140,24 @@ impl Repo {
         self.store.location()
     }
 
+    /// Every name under which the store holds objects of a cluster: those with a `config`
+    /// and those without one that still hold more than a lock (a half-deleted cluster, a
+    /// `config` that is a directory), so `get clusters` can show them as unreadable instead
+    /// of hiding objects that stay. A name holding only a lock is a `create` in progress (it
+    /// takes the lock before it writes) or a stale lock, which `kprov lock` reports.
+    pub async fn list_all(&self) -> Result<Vec<String>, RepoError> {
+        let keys = self.store.list("").await?;
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|k| k.split_once('/'))
+            .filter(|(_, rest)| *rest != "lock")
+            .map(|(n, _)| n.to_string())
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     /// Cluster names: top-level directories with a `config`.
     pub async fn list(&self) -> Result<Vec<String>, RepoError> {
         let keys = self.store.list("").await?;
@@ -160,14 +193,9 @@ impl Repo {
 
     pub async fn get(&self, name: &str) -> Result<StoredCluster, RepoError> {
         let keys = ClusterKeys::new(name)?;
-        let not_found = || RepoError::NotFound {
-            name: name.into(),
-            store: self.location(),
+        let Some((loaded, version)) = self.read_object(&keys.config()).await? else {
+            return Err(self.missing(&keys).await?);
         };
-        let (loaded, version) = self
-            .read_object(&keys.config())
-            .await?
-            .ok_or_else(not_found)?;
         let cluster = match loaded.value {
             Object::Cluster(c) => Loaded {
                 value: c,
@@ -212,6 +240,34 @@ impl Repo {
             cluster,
             version,
             groups,
+        })
+    }
+
+    /// Why a cluster's `config` was not found: `NotFound` when nothing of the cluster is
+    /// there, else `Unreadable` with what sits at the key and what remains.
+    async fn missing(&self, keys: &ClusterKeys) -> Result<RepoError, RepoError> {
+        let config = keys.config();
+        let lock = keys.lock();
+        let what = self.store.obstruction(&config).await?;
+        let remaining = self
+            .store
+            .list(&keys.prefix())
+            .await?
+            .into_iter()
+            .filter(|k| *k != lock)
+            .count();
+        if what.is_none() && remaining == 0 {
+            return Ok(RepoError::NotFound {
+                name: keys.name().into(),
+                store: self.location(),
+            });
+        }
+        Ok(RepoError::Unreadable {
+            name: keys.name().into(),
+            key: self.store.key_location(&config),
+            what: what.unwrap_or_else(|| "missing".into()),
+            remaining,
+            prefix: self.store.key_location(&keys.prefix()),
         })
     }
 
@@ -347,5 +403,27 @@ impl Repo {
         }
         self.store.delete(&config, Precondition::None).await?;
         Ok(n)
+    }
+
+    /// Removes every object of a cluster whose spec cannot be read (see `Unreadable`), and
+    /// whatever sits at its `config` key, except the lock the caller holds. Returns the keys
+    /// deleted.
+    pub async fn delete_unreadable(&self, name: &str) -> Result<Vec<String>, RepoError> {
+        let keys = ClusterKeys::new(name)?;
+        let lock = keys.lock();
+        let config = keys.config();
+        let mut deleted = Vec::new();
+        for k in self.store.list(&keys.prefix()).await? {
+            if k == lock {
+                continue;
+            }
+            match self.store.delete(&k, Precondition::None).await {
+                Ok(()) | Err(StateError::NotFound { .. }) => deleted.push(k),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // On the file store, what is left of a `config` directory (empty directories).
+        deleted.extend(self.store.clear_obstruction(&config).await?);
+        Ok(deleted)
     }
 }

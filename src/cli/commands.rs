@@ -14,7 +14,7 @@ use super::{
     RestoreWhat, RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat, ValidateWhat, exit,
 };
 use crate::bounded;
-use crate::output::{Format, Printer, Table};
+use crate::output::{Format, Printer, Table, untrusted};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecErrors};
 use crate::state::lock::{self, LockError};
@@ -132,7 +132,7 @@ pub async fn run(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(e) => {
             let code = exit_code_of(&e);
-            ctx.printer.error(&format!("{e:#}"));
+            ctx.printer.error(&crate::output::error_chain(&e));
             code
         }
     }
@@ -341,6 +341,15 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
     }
     let repo = ctx.repo().await?;
     ctx.warn_versioning(repo.store().as_ref()).await;
+    // Refused before the lock is taken, so a refused create writes nothing.
+    let config = crate::state::layout::ClusterKeys::new(cluster.name())?.config();
+    if repo.store().get(&config).await?.is_some() {
+        return Err(RepoError::Exists {
+            name: cluster.name().into(),
+            store: repo.location(),
+        }
+        .into());
+    }
     locked(repo.store(), cluster.name(), "create cluster", async {
         Ok(repo.create(&cluster, &groups).await?)
     })
@@ -490,6 +499,16 @@ async fn objects_from_file(ctx: &Ctx, path: &Path, mode: FileMode) -> anyhow::Re
     if matches!(mode, FileMode::Create) {
         ctx.warn_versioning(repo.store().as_ref()).await;
     }
+    // Every refusal comes before the first write: each cluster of the file is checked against
+    // the store as it is now, before any lock is taken (under the lock it is checked again).
+    for (name, fc) in &per_cluster {
+        match mode {
+            FileMode::Create => check_create(&repo, &source, name, fc).await?,
+            FileMode::Replace => {
+                replace_merged(&repo, &source, name, fc).await?;
+            }
+        }
+    }
     for (name, fc) in per_cluster {
         match mode {
             FileMode::Create => {
@@ -515,6 +534,90 @@ async fn objects_from_file(ctx: &Ctx, path: &Path, mode: FileMode) -> anyhow::Re
     Ok(exit::OK)
 }
 
+/// What `create_one` refuses, found without writing: the file's own objects, a cluster that
+/// exists, instance groups that exist or make the stored cluster invalid.
+async fn check_create(
+    repo: &Repo,
+    source: &str,
+    name: &str,
+    fc: &FileCluster,
+) -> anyhow::Result<()> {
+    match &fc.cluster {
+        Some(cluster) => {
+            validate_merged(source, cluster, &fc.groups)?;
+            let config = crate::state::layout::ClusterKeys::new(name)?.config();
+            if repo.store().get(&config).await?.is_some() {
+                return Err(RepoError::Exists {
+                    name: name.into(),
+                    store: repo.location(),
+                }
+                .into());
+            }
+        }
+        None => {
+            let stored = repo.get(name).await?;
+            merged_groups(source, name, &stored, fc)?;
+        }
+    }
+    Ok(())
+}
+
+/// The stored groups plus the file's new ones, validated with the stored cluster; refused
+/// when one of them exists already.
+fn merged_groups(
+    source: &str,
+    name: &str,
+    stored: &crate::repo::StoredCluster,
+    fc: &FileCluster,
+) -> anyhow::Result<Vec<Loaded<InstanceGroup>>> {
+    let mut all: Vec<Loaded<InstanceGroup>> =
+        stored.groups.iter().map(|g| g.group.clone()).collect();
+    for g in &fc.groups {
+        if all
+            .iter()
+            .any(|x| x.value.metadata.name == g.value.metadata.name)
+        {
+            return Err(anyhow!(
+                "{}: instance group {} already exists in cluster {name}; use `kprov replace -f`",
+                untrusted(source),
+                g.value.metadata.name
+            ));
+        }
+        all.push(g.clone());
+    }
+    validate_merged(source, &stored.cluster, &all)?;
+    Ok(all)
+}
+
+/// What `replace_one` will write, validated: the stored cluster and groups with the file's
+/// objects in their place.
+async fn replace_merged(
+    repo: &Repo,
+    source: &str,
+    name: &str,
+    fc: &FileCluster,
+) -> anyhow::Result<(
+    crate::repo::StoredCluster,
+    Loaded<Cluster>,
+    Vec<Loaded<InstanceGroup>>,
+)> {
+    let stored = repo.get(name).await?;
+    let cluster = fc.cluster.clone().unwrap_or_else(|| stored.cluster.clone());
+    let mut all: Vec<Loaded<InstanceGroup>> =
+        stored.groups.iter().map(|g| g.group.clone()).collect();
+    for g in &fc.groups {
+        match all
+            .iter_mut()
+            .find(|x| x.value.metadata.name == g.value.metadata.name)
+        {
+            Some(slot) => *slot = g.clone(),
+            None => all.push(g.clone()),
+        }
+    }
+    validate_merged(source, &cluster, &all)?;
+    Ok((stored, cluster, all))
+}
+
 async fn create_one(
     ctx: &Ctx,
     repo: &Repo,
@@ -535,22 +638,7 @@ async fn create_one(
         None => {
             // Only groups: add them to the stored cluster.
             let stored = repo.get(name).await?;
-            let mut all: Vec<Loaded<InstanceGroup>> =
-                stored.groups.iter().map(|g| g.group.clone()).collect();
-            for g in &fc.groups {
-                if all
-                    .iter()
-                    .any(|x| x.value.metadata.name == g.value.metadata.name)
-                {
-                    return Err(anyhow!(
-                        "{}: instance group {} already exists in cluster {name}; use `kprov replace -f`",
-                        source,
-                        g.value.metadata.name
-                    ));
-                }
-                all.push(g.clone());
-            }
-            validate_merged(source, &stored.cluster, &all)?;
+            let all = merged_groups(source, name, &stored, &fc)?;
             for g in &fc.groups {
                 repo.put_group(name, &g.value, None).await?;
                 ctx.printer.success(&format!(
@@ -572,20 +660,7 @@ async fn replace_one(
     name: &str,
     fc: FileCluster,
 ) -> anyhow::Result<()> {
-    let stored = repo.get(name).await?;
-    let cluster = fc.cluster.clone().unwrap_or_else(|| stored.cluster.clone());
-    let mut all: Vec<Loaded<InstanceGroup>> =
-        stored.groups.iter().map(|g| g.group.clone()).collect();
-    for g in &fc.groups {
-        match all
-            .iter_mut()
-            .find(|x| x.value.metadata.name == g.value.metadata.name)
-        {
-            Some(slot) => *slot = g.clone(),
-            None => all.push(g.clone()),
-        }
-    }
-    validate_merged(source, &cluster, &all)?;
+    let (stored, cluster, all) = replace_merged(repo, source, name, &fc).await?;
     if let Some(c) = &fc.cluster {
         if c.value != stored.cluster.value {
             repo.put_cluster(&c.value, &stored.version).await?;
@@ -639,13 +714,33 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
     let repo = ctx.repo().await?;
     let names = match name {
         Some(n) => vec![n.to_string()],
-        None => repo.list().await?,
+        None => repo.list_all().await?,
     };
     let mut clusters = Vec::new();
+    // A cluster whose objects cannot be read is listed as such, with the reason (which names
+    // the key) and the way out; asked for by name, it is an error.
+    let mut unreadable = Vec::new();
     for n in &names {
-        let stored = repo.get(n).await?;
+        let stored = match repo.get(n).await {
+            Ok(s) => s,
+            Err(e) if name.is_none() && removable(&e) => {
+                unreadable.push((n.clone(), e));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let (c, g) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
         clusters.push((stored, c, g));
+    }
+    for (n, e) in &unreadable {
+        ctx.printer.warn(&format!(
+            "cluster {n} is unreadable: {e}{}",
+            if matches!(e, RepoError::Unreadable { .. }) {
+                String::new()
+            } else {
+                format!(". Fix it, or remove it with `kprov delete cluster {n} --yes`")
+            }
+        ));
     }
     if ctx.printer.format() != Format::Table {
         // -o yaml/json prints objects that `create -f` / `replace -f` accept as they are.
@@ -720,6 +815,9 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
             r.nodes.to_string(),
         ]);
     }
+    for (n, _) in &unreadable {
+        t.row([n.as_str(), "UNREADABLE", "-", "-", "-", "-"].map(String::from));
+    }
     ctx.printer.data(&t.render());
     Ok(exit::OK)
 }
@@ -782,7 +880,11 @@ async fn delete_cluster(
     concurrency: usize,
 ) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
-    let stored = repo.get(name).await?;
+    let stored = match repo.get(name).await {
+        Ok(s) => s,
+        Err(e) if removable(&e) => return delete_unreadable(ctx, &repo, name, yes, &e).await,
+        Err(e) => return Err(e.into()),
+    };
     let keys = repo.store().list(&format!("{name}/")).await?;
     let (cluster, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
     if !yes {
@@ -823,6 +925,60 @@ async fn delete_cluster(
     .await?;
     ctx.printer.success(&format!(
         "Deleted cluster {name} ({n} objects) from {}.",
+        repo.location()
+    ));
+    Ok(exit::OK)
+}
+
+/// Whether a cluster that failed to read may be removed without its spec: its objects are
+/// there but the spec is not a readable Cluster. A store that could not be reached is not one
+/// (deleting on a transient error would lose the spec of a running cluster).
+fn removable(e: &RepoError) -> bool {
+    matches!(
+        e,
+        RepoError::Unreadable { .. } | RepoError::Corrupt { .. } | RepoError::Spec(_)
+    )
+}
+
+/// `delete cluster` of a cluster whose spec cannot be read: its objects in the store are all
+/// kprov can remove. Cloud resources and hosts are found through the spec, so the preview says
+/// they are left alone.
+async fn delete_unreadable(
+    ctx: &Ctx,
+    repo: &Repo,
+    name: &str,
+    yes: bool,
+    why: &RepoError,
+) -> anyhow::Result<i32> {
+    let keys = repo.store().list(&format!("{name}/")).await?;
+    let config = crate::state::layout::ClusterKeys::new(name)?.config();
+    let at_config = repo.store().obstruction(&config).await?;
+    if !yes {
+        let mut lines: Vec<String> = keys.iter().map(|k| format!("  {}", untrusted(k))).collect();
+        if let Some(what) = &at_config {
+            lines.push(format!("  {config} ({what})"));
+        }
+        ctx.printer.data(&format!(
+            "Will delete the objects of cluster {name} from {}:\n{}",
+            repo.location(),
+            lines.join("\n")
+        ));
+        ctx.printer.warn(&format!(
+            "the spec of cluster {name} cannot be read ({why}); kprov cannot tell which cloud \
+             resources or hosts it had, so --yes removes only its objects in the state store. \
+             Delete its cloud resources or reset its hosts yourself if it had any."
+        ));
+        ctx.printer
+            .status(&format!("Must specify --yes to delete cluster {name}."));
+        return Ok(exit::OK);
+    }
+    let deleted = locked(repo.store(), name, "delete cluster", async {
+        Ok(repo.delete_unreadable(name).await?)
+    })
+    .await?;
+    ctx.printer.success(&format!(
+        "Deleted the unreadable cluster {name} ({} objects) from {}; no cloud resource or host was touched.",
+        deleted.len(),
         repo.location()
     ));
     Ok(exit::OK)
@@ -894,11 +1050,22 @@ async fn lock_break(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
             .status(&format!("cluster {cluster} was not locked")),
         lock::Broken::Lock(r) => ctx.printer.success(&format!(
             "broke the lock of cluster {cluster} held by {}@{} running `{}`",
-            r.holder, r.host, r.command
+            untrusted(&r.holder),
+            untrusted(&r.host),
+            untrusted(&r.command)
         )),
         lock::Broken::Unreadable => ctx
             .printer
             .success(&format!("removed the unreadable lock of cluster {cluster}")),
+        lock::Broken::Obstruction { what, removed } => {
+            let key = crate::state::layout::ClusterKeys::new(cluster)?.lock();
+            ctx.printer.success(&format!(
+                "removed what sat at the lock {} of cluster {cluster} ({what}; {} key{} deleted)",
+                store.key_location(&key),
+                removed.len(),
+                if removed.len() == 1 { "" } else { "s" }
+            ))
+        }
     }
     Ok(exit::OK)
 }
@@ -961,14 +1128,10 @@ async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> an
         .ok_or_else(|| anyhow!("cluster {name} has no admin credentials yet: provision it first with `kprov update cluster {name} --yes`"))?;
     let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
     let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
-    // Cloud clusters are reached through their API name; metal kubeconfigs already carry the
-    // control-plane endpoint kubeadm was given.
-    let server = cluster
-        .spec
-        .api
-        .as_ref()
-        .and_then(|a| a.public_name.as_ref())
-        .map(|n| format!("https://{n}"));
+    // AWS clusters are reached through their API record on the load balancer's listener
+    // port (`instances::api_port`); metal kubeconfigs already carry the control-plane
+    // endpoint kubeadm was given.
+    let server = crate::cloud::aws::instances::api_server_url(&cluster);
     let env = std::env::var("KUBECONFIG").ok();
     let home = std::env::home_dir();
     let path = crate::kubeconfig::target_path(explicit, env.as_deref(), home.as_deref(), name);

@@ -222,7 +222,12 @@ pub fn build_cluster_objects(
     hosts: Vec<Host>,
     ssh_public_key: Option<String>,
 ) -> Result<(Cluster, Vec<InstanceGroup>), FlagError> {
-    let name = a.name.trim_end_matches('.').to_string();
+    // The one dot of a fully qualified name (`demo.example.com.`) is dropped; anything else
+    // stays as given, so `..` is refused as `..`, not as an empty name.
+    let name = match a.name.strip_suffix('.') {
+        Some(n) if !n.is_empty() && !n.ends_with('.') => n.to_string(),
+        _ => a.name.clone(),
+    };
     let aws = a.cloud == CloudArg::Aws;
     let has_key = ssh_public_key.is_some();
     let mut spec = ClusterSpec {
@@ -751,6 +756,23 @@ mod tests {
         let mut argv = vec!["kprov", "lab.example.com", "--cloud", "metal"];
         argv.extend_from_slice(extra);
         W::try_parse_from(argv).unwrap().a
+    }
+
+    #[test]
+    fn only_the_dot_of_a_fully_qualified_name_is_dropped() {
+        for (given, kept) in [
+            ("demo.example.com.", "demo.example.com"),
+            ("..", ".."),
+            (".", "."),
+            ("a..", "a.."),
+        ] {
+            let a = W::try_parse_from(["kprov", given, "--cloud", "aws", "--zones", "eu-west-1a"])
+                .unwrap()
+                .a;
+            let (c, _) =
+                build_cluster_objects(&a, Vec::new(), Some("ssh-ed25519 AAAA".into())).unwrap();
+            assert_eq!(c.metadata.name, kept, "{given}");
+        }
     }
 
     fn build(

@@ -98,6 +98,12 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
                         "the edit is still invalid and nothing was saved (your copy: {})",
                         kept.display()
                     );
+                    // The temporary file is gone when the user reads this: locate the problems
+                    // in the copy that is kept (same text, so same lines and columns).
+                    let errors =
+                        check_edit(&kept.display().to_string(), &text, cluster, group, &stored)
+                            .err()
+                            .unwrap_or(errors);
                     return Err(anyhow::Error::new(errors).context(why));
                 }
                 last_invalid = Some(body.clone());

@@ -10,7 +10,7 @@ use super::exit;
 use crate::nodes::{self, Target, TargetSource};
 use crate::ops::etcd::{self as ops, BackupRecord};
 use crate::ops::nodes::{fleet, no_events};
-use crate::output::Table;
+use crate::output::{Table, untrusted};
 use crate::spec::{self, Cluster};
 use crate::state::StateStore;
 
@@ -41,16 +41,29 @@ async fn targets(cluster: &Cluster) -> anyhow::Result<Vec<Target>> {
     .await?)
 }
 
-fn backups_table(records: &[BackupRecord]) -> Table {
+fn backups_table(records: &[BackupRecord], damaged: &[ops::DamagedRecord]) -> Table {
     let mut t = Table::new(["SNAPSHOT", "TAKEN", "MEMBER", "ETCD", "SIZE", "SHA256"]);
+    // Checked on read (`BackupRecord::check`), and escaped all the same: the table is the
+    // one place these values meet a terminal.
     for r in records {
         t.row([
-            r.id.clone(),
-            r.taken_at.clone(),
-            r.host.clone(),
-            r.etcd.clone(),
+            untrusted(&r.id).to_string(),
+            untrusted(&r.taken_at).to_string(),
+            untrusted(&r.host).to_string(),
+            untrusted(&r.etcd).to_string(),
             r.size.to_string(),
-            r.sha256.clone(),
+            untrusted(&r.sha256).to_string(),
+        ]);
+    }
+    for d in damaged {
+        let name = d.key.rsplit('/').next().unwrap_or(&d.key);
+        t.row([
+            untrusted(name.trim_end_matches(".json")).to_string(),
+            "DAMAGED".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
         ]);
     }
     t
@@ -81,8 +94,9 @@ pub async fn backup(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
         r
     })
     .await?;
-    ctx.printer
-        .value(&record, || backups_table(std::slice::from_ref(&record)))?;
+    ctx.printer.value(&record, || {
+        backups_table(std::slice::from_ref(&record), &[])
+    })?;
     ctx.printer.success(&format!(
         "Backed up etcd of {name} from {} to {} ({} bytes, sha256 {}).",
         record.host,
@@ -98,8 +112,19 @@ pub async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     // The cluster must exist: a typo is an error, not an empty list.
     repo.get(name).await?;
-    let records = ops::list(repo.store().as_ref(), name).await?;
-    ctx.printer.value(&records, || backups_table(&records))?;
+    let backups = ops::list(repo.store().as_ref(), name).await?;
+    ctx.printer.value(&backups.records, || {
+        backups_table(&backups.records, &backups.damaged)
+    })?;
+    for d in &backups.damaged {
+        ctx.printer.warn(&format!(
+            "backup record {} is damaged: {}; it is not a backup kprov can use and `restore \
+             etcd` refuses it. If you did not put it there, find out who can write the state \
+             store; then delete that object from the store",
+            untrusted(&d.key),
+            d.reason
+        ));
+    }
     Ok(exit::OK)
 }
 
@@ -117,17 +142,17 @@ pub async fn restore(ctx: &Ctx, name: &str, from: &str, yes: bool) -> anyhow::Re
     ctx.printer.data(&format!(
         "Restore etcd of {name} ({} etcd) from snapshot {} taken {} on {} ({} bytes, sha256 {} verified):\n{}",
         plan.etcd,
-        record.id,
-        record.taken_at,
-        record.host,
+        untrusted(&record.id),
+        untrusted(&record.taken_at),
+        untrusted(&record.host),
         record.size,
-        record.sha256,
+        untrusted(&record.sha256),
         t.render()
     ));
     if !yes {
         ctx.printer.status(&format!(
             "Everything written to the cluster after {} is lost. Must specify --yes to restore.",
-            record.taken_at
+            untrusted(&record.taken_at)
         ));
         return Ok(exit::OK);
     }
@@ -147,7 +172,7 @@ pub async fn restore(ctx: &Ctx, name: &str, from: &str, yes: bool) -> anyhow::Re
     .await?;
     ctx.printer.success(&format!(
         "Restored etcd of {name} from snapshot {}: every member healthy, API servers started.",
-        record.id
+        untrusted(&record.id)
     ));
     Ok(exit::OK)
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::commands::Ctx;
 use super::commands::LOCK_LEASE;
 use super::{UpdateClusterArgs, exit};
+use crate::cloud::aws::launch::LaunchEvent;
 use crate::cloud::aws::wait::WaitEvent;
 use crate::cloud::engine::{self, RenderOptions};
 use crate::nodes::plan::NodePlan;
@@ -195,6 +196,31 @@ async fn aws_apply(
             AwsEvent::Wait(WaitEvent::Deferred { instance }) => {
                 printer.status(&format!("{instance}: reached through the bastion"))
             }
+            AwsEvent::Launch(LaunchEvent::Waiting {
+                group,
+                ready,
+                desired,
+            }) => printer.status(&format!(
+                "{group}: {ready} of {desired} instances launched by Auto Scaling"
+            )),
+            AwsEvent::Launch(LaunchEvent::Failed { group, reason }) => {
+                printer.warn(&format!("{group}: a launch failed (Auto Scaling retries): {reason}"))
+            }
+            AwsEvent::Launch(LaunchEvent::Launched { waited }) => printer.status(&format!(
+                "every group launched its instances (waited {}s for Auto Scaling)",
+                waited.as_secs()
+            )),
+            AwsEvent::LaunchLate(s, waited) => printer.error(&format!(
+                "{}: {} of {} instances after {}s{}; provisioning those there are (re-run `kprov update cluster {name} --yes` once the group has launched)",
+                s.group,
+                s.ready,
+                s.desired,
+                waited.as_secs(),
+                s.last_failure
+                    .as_deref()
+                    .map(|r| format!("; last failed launch: {r}"))
+                    .unwrap_or_default()
+            )),
             AwsEvent::NotAnswering {
                 instance,
                 last,

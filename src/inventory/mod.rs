@@ -124,7 +124,7 @@ impl Inventory {
             self.unused.len()
         );
         for u in &self.unused {
-            s.push_str(&format!("\n  {u}"));
+            s.push_str(&format!("\n  {}", crate::output::untrusted(&u.to_string())));
         }
         Some(s)
     }
@@ -189,17 +189,17 @@ pub enum InventoryError {
     },
     /// The file is not well-formed in its format (YAML syntax, unknown field or role, bad INI
     /// line), or a variable's value is wrong or not supported.
-    #[error("{file}:{line}:{column}: {message}")]
+    #[error("{file}:{line}:{column}: {}", crate::output::untrusted(message))]
     Syntax {
         file: String,
         line: usize,
         column: usize,
         message: String,
     },
-    #[error("{file}: {message}")]
+    #[error("{file}: {}", crate::output::untrusted(message))]
     Format { file: String, message: String },
     /// The hosts parse but do not form a valid cluster; every problem is listed.
-    #[error("{file}: invalid inventory:{}", problems.iter().map(|p| format!("\n  {}", p.at(file))).collect::<String>())]
+    #[error("{file}: invalid inventory:{}", problems.iter().map(|p| format!("\n  {}", crate::output::untrusted(&p.at(file)))).collect::<String>())]
     Invalid {
         file: String,
         problems: Vec<Problem>,

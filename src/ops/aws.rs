@@ -11,8 +11,9 @@
 //! let (plan, deleted) = ops::aws::delete(&cluster, &groups, yes).await?;
 //! ```
 //!
-//! Caveat: instances are a snapshot taken after the cloud apply; an instance a group starts
-//! later is found by the next run (and listed as joining by its preview).
+//! Caveat: instances are a snapshot taken once every group has launched its desired instances
+//! (or the launch wait ended, which is reported); an instance a group starts later is found by
+//! the next run (and listed as joining by its preview).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use anyhow::Context;
 
 use super::nodes::{self as ops_nodes, Events, NodeOptions, NodeReport};
 use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
-use crate::cloud::aws::{AwsCloud, hostkeys, wait};
+use crate::cloud::aws::{AwsCloud, hostkeys, launch, wait};
 use crate::cloud::engine::{self, ApplyOptions, Plan};
 use crate::nodes::{NodePlan, Target};
 use crate::spec::{Cluster, InstanceGroup};
@@ -32,6 +33,10 @@ use futures::StreamExt;
 
 /// How long instances get to answer SSH after the cloud apply.
 pub const SSH_WAIT: Duration = Duration::from_secs(300);
+
+/// How long Auto Scaling gets to launch every group's desired instances after the cloud apply
+/// (AWS launches asynchronously and retries failed launches with back-off).
+pub const LAUNCH_WAIT: Duration = Duration::from_secs(600);
 
 /// What `update cluster` on AWS was asked for.
 #[derive(Debug, Clone, Default)]
@@ -60,6 +65,11 @@ pub enum AwsEvent<'a> {
     /// An instance owned by the cluster but in none of its groups: never provisioned.
     Stray(String),
     Wait(wait::WaitEvent),
+    /// Waiting for Auto Scaling to launch the groups' instances.
+    Launch(launch::LaunchEvent),
+    /// A group still short of its desired capacity when the launch wait ended: provisioned
+    /// with the instances that are there.
+    LaunchLate(launch::Short, Duration),
     /// Still silent at the end of the wait (provisioning it will fail and say so).
     NotAnswering {
         instance: String,
@@ -192,6 +202,23 @@ pub async fn apply(
         );
     };
     let reach = SshReach::of(cluster, o.ssh_private_address);
+    // Auto Scaling launches after the apply returns: wait (bounded, visibly) for every
+    // group's desired instances before taking the snapshot the nodes are provisioned from.
+    let on_launch = |e: launch::LaunchEvent| events(&AwsEvent::Launch(e));
+    let late = launch::wait_for_launches(
+        &cloud,
+        groups,
+        reach,
+        LAUNCH_WAIT,
+        Duration::from_secs(1),
+        &on_launch,
+    )
+    .await
+    .context("waiting for the Auto Scaling groups to launch their instances")?;
+    for s in late {
+        events(&AwsEvent::LaunchLate(s, LAUNCH_WAIT));
+    }
+    guard.check()?;
     let found = AwsInstances::new(&cloud, groups, reach)
         .through(instances::jump_name(cluster, &after))
         .discover()

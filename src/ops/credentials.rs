@@ -78,12 +78,9 @@ pub async fn kube_client(
         .await?
         .ok_or_else(|| anyhow!("no credentials for cluster {name} in the state store: provision it with `kprov update cluster {name} --yes`, or pass --kubeconfig FILE"))?;
     let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
-    let server = cluster
-        .spec
-        .api
-        .as_ref()
-        .and_then(|a| a.public_name.as_ref())
-        .map(|n| format!("https://{n}"));
+    // An AWS cluster's API record on its load balancer's listener port (the one truth of
+    // that port: `instances::api_port`); other clusters keep the server kubeadm wrote.
+    let server = crate::cloud::aws::instances::api_server_url(cluster);
     let dir = tempfile::Builder::new().prefix("kprov-kube-").tempdir()?;
     let path: PathBuf = dir.path().join("config");
     crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;

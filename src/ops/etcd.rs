@@ -263,11 +263,112 @@ async fn store_backup(
     Ok(record)
 }
 
-/// Every backup of `cluster`, oldest first. A record that does not parse is an error naming
-/// its key (the store is a trust boundary; nothing is skipped silently).
-pub async fn list(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Vec<BackupRecord>> {
+/// The format of a backup id: the UTC second it was taken.
+const ID_FORMAT: &str = "%Y%m%dT%H%M%SZ";
+
+/// A stored backup record that failed the checks on read: never listed as a backup, never
+/// restored. `reason` quotes stored values only through [`crate::output::untrusted`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DamagedRecord {
+    pub key: String,
+    pub reason: String,
+}
+
+/// What `<cluster>/backups/etcd/` holds: the good records, oldest first, and the damaged ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backups {
+    pub records: Vec<BackupRecord>,
+    pub damaged: Vec<DamagedRecord>,
+}
+
+impl BackupRecord {
+    /// Checks a record read from `record_key` with the rules [`store_backup`] writes it by:
+    /// the id is a UTC second, the record sits at `<prefix><id>.json` and names the snapshot
+    /// `<prefix><id>.db` beside it, `takenAt` is that second in RFC 3339, the sha256 is 64
+    /// lowercase hex digits, the size is that of a snapshot kprov reads back, the member is a
+    /// host name and the topology one kprov knows.
+    pub fn check(&self, prefix: &str, record_key: &str) -> Result<(), String> {
+        use crate::output::untrusted;
+        let id = &self.id;
+        let taken = chrono::NaiveDateTime::parse_from_str(id, ID_FORMAT)
+            .ok()
+            .filter(|t| t.format(ID_FORMAT).to_string() == *id)
+            .ok_or_else(|| format!("id {:?} is not a time like 20261122T213500Z", untrusted(id)))?
+            .and_utc();
+        let own_record = format!("{prefix}{id}.json");
+        if record_key != own_record {
+            return Err(format!(
+                "its id {:?} is not its own key's (the record of {id} is {own_record})",
+                untrusted(id)
+            ));
+        }
+        let own_snapshot = format!("{prefix}{id}.db");
+        if self.key != own_snapshot {
+            return Err(format!(
+                "it names {:?}, not its own snapshot {own_snapshot:?}",
+                untrusted(&self.key)
+            ));
+        }
+        match chrono::DateTime::parse_from_rfc3339(&self.taken_at) {
+            Ok(t) if t.to_utc() == taken => {}
+            Ok(_) => {
+                return Err(format!(
+                    "takenAt {:?} is not the time of its id {id}",
+                    untrusted(&self.taken_at)
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "takenAt {:?} is not an RFC 3339 time",
+                    untrusted(&self.taken_at)
+                ));
+            }
+        }
+        if self.sha256.len() != 64
+            || !self
+                .sha256
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(format!(
+                "sha256 {:?} is not 64 lowercase hex digits",
+                untrusted(&self.sha256)
+            ));
+        }
+        if self.size == 0 || self.size > SNAPSHOT_LIMIT {
+            return Err(format!(
+                "size {} is not that of a snapshot (1 byte to {SNAPSHOT_LIMIT})",
+                self.size
+            ));
+        }
+        let host_ok = !self.host.is_empty()
+            && self.host.len() <= 253
+            && self
+                .host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'));
+        if !host_ok {
+            return Err(format!(
+                "member {:?} is not a host name",
+                untrusted(&self.host)
+            ));
+        }
+        if !matches!(self.etcd.as_str(), "Stacked" | "External") {
+            return Err(format!(
+                "etcd {:?} is neither Stacked nor External",
+                untrusted(&self.etcd)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Every backup of `cluster`: the records that pass [`BackupRecord::check`], oldest first, and
+/// the others as damaged with their key and reason (the store is a trust boundary: nothing is
+/// skipped silently, and nothing that fails is used).
+pub async fn list(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Backups> {
     let prefix = prefix(cluster)?;
-    let mut out = Vec::new();
+    let mut out = Backups::default();
     for key in store.list(&prefix).await? {
         if !key.ends_with(".json") {
             continue;
@@ -275,22 +376,30 @@ pub async fn list(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Vec<B
         let Some(obj) = store.get(&key).await? else {
             continue;
         };
-        if obj.data.len() > RECORD_LIMIT {
-            bail!(
-                "{}: not a backup record (too large)",
-                store.key_location(&key)
-            );
+        let checked = if obj.data.len() > RECORD_LIMIT {
+            Err(format!(
+                "{} bytes, more than a backup record's {RECORD_LIMIT}",
+                obj.data.len()
+            ))
+        } else {
+            serde_json::from_slice::<BackupRecord>(&obj.data)
+                .map_err(|e| format!("not a backup record: {e}"))
+                .and_then(|r| r.check(&prefix, &key).map(|()| r))
+        };
+        match checked {
+            Ok(r) => out.records.push(r),
+            Err(reason) => out.damaged.push(DamagedRecord {
+                key: store.key_location(&key),
+                reason,
+            }),
         }
-        let record: BackupRecord = serde_json::from_slice(&obj.data)
-            .with_context(|| format!("{}: not a backup record", store.key_location(&key)))?;
-        out.push(record);
     }
-    out.sort_by(|a, b| a.id.cmp(&b.id));
+    out.records.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(out)
 }
 
 /// The snapshot `id` (`20261122T213500Z`, or its key's file name) with its record, after
-/// checking its size and sha256 against the record.
+/// checking the record and the snapshot's size and sha256 against it.
 pub async fn load(
     store: &dyn StateStore,
     cluster: &str,
@@ -298,17 +407,19 @@ pub async fn load(
 ) -> anyhow::Result<(BackupRecord, Bytes)> {
     let id = id.trim_end_matches(".db").trim_end_matches(".json");
     let id = id.rsplit('/').next().unwrap_or(id);
-    let records = list(store, cluster).await?;
-    let Some(record) = records.into_iter().find(|r| r.id == id) else {
-        bail!("{cluster} has no etcd backup {id:?} (see `kprov get backups {cluster}`)");
-    };
-    let expected = format!("{}{id}.db", prefix(cluster)?);
-    if record.key != expected {
+    let shown = crate::output::untrusted(id);
+    let backups = list(store, cluster).await?;
+    let record_key = store.key_location(&format!("{}{id}.json", prefix(cluster)?));
+    if let Some(d) = backups.damaged.iter().find(|d| d.key == record_key) {
         bail!(
-            "backup record {id} names {:?}, not its own snapshot {expected:?}; refused",
-            record.key
+            "backup record {} is damaged ({}); refused",
+            crate::output::untrusted(&d.key),
+            d.reason
         );
     }
+    let Some(record) = backups.records.into_iter().find(|r| r.id == id) else {
+        bail!("{cluster} has no etcd backup {shown:?} (see `kprov get backups {cluster}`)");
+    };
     let data = store
         .get(&record.key)
         .await?
@@ -485,6 +596,86 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+
+    fn good() -> BackupRecord {
+        BackupRecord {
+            id: "20261122T213500Z".into(),
+            key: "c.example.com/backups/etcd/20261122T213500Z.db".into(),
+            sha256: "ab".repeat(32),
+            size: 8,
+            host: "cp1".into(),
+            taken_at: "2026-11-22T21:35:00Z".into(),
+            etcd: "Stacked".into(),
+        }
+    }
+
+    #[test]
+    fn backup_records_are_checked_by_the_rules_they_are_written_by() {
+        let prefix = "c.example.com/backups/etcd/";
+        let own = "c.example.com/backups/etcd/20261122T213500Z.json";
+        good().check(prefix, own).unwrap();
+        type Change = Box<dyn Fn(&mut BackupRecord)>;
+        let cases: Vec<(Change, &str, &str)> = vec![
+            (
+                Box::new(|r| r.id = "../../../x".into()),
+                "../../../x.json",
+                "id \"../../../x\" is not a time",
+            ),
+            (
+                Box::new(|r| r.id = "20261122T213500Z\n".into()),
+                own,
+                "id \"20261122T213500Z\\n\" is not a time",
+            ),
+            (
+                Box::new(|_| {}),
+                "c.example.com/backups/etcd/other.json",
+                "is not its own key's",
+            ),
+            (
+                Box::new(|r| r.key = "c.example.com/secrets/admin.conf".into()),
+                own,
+                "not its own snapshot",
+            ),
+            (
+                Box::new(|r| r.taken_at = "yesterday".into()),
+                own,
+                "not an RFC 3339 time",
+            ),
+            (
+                Box::new(|r| r.taken_at = "2026-11-22T21:35:01Z".into()),
+                own,
+                "not the time of its id",
+            ),
+            (
+                Box::new(|r| r.sha256 = "AB".repeat(32)),
+                own,
+                "not 64 lowercase hex",
+            ),
+            (Box::new(|r| r.size = 0), own, "size 0"),
+            (
+                Box::new(|r| r.size = SNAPSHOT_LIMIT + 1),
+                own,
+                "is not that of a snapshot",
+            ),
+            (
+                Box::new(|r| r.host = "\u{1b}]52;c;eA==\u{7}".into()),
+                own,
+                "member \"\\x1b]52;c;eA==\\x07\" is not a host name",
+            ),
+            (
+                Box::new(|r| r.etcd = "Other".into()),
+                own,
+                "neither Stacked nor External",
+            ),
+        ];
+        for (change, key, reason) in cases {
+            let mut r = good();
+            change(&mut r);
+            let e = r.check(prefix, key).unwrap_err();
+            assert!(e.contains(reason), "{reason}: {e}");
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+        }
+    }
     use crate::provision::orchestrate::tests::{cluster, hosts, targets};
     use crate::ssh::task::{ExecError, StepOutcome};
 

@@ -20,16 +20,20 @@ pub struct Diagnostic {
     pub message: String,
 }
 
+/// One diagnostic is one line: its parts quote the spec (names, values, the file name), so
+/// each is escaped ([`crate::output::untrusted`]); a name holding a newline cannot start a
+/// line of its own (`error: ...`) in the message that refuses it.
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.source)?;
+        use crate::output::untrusted;
+        write!(f, "{}", untrusted(&self.source))?;
         if let Some(p) = self.pos {
             write!(f, ":{}:{}", p.line, p.column)?;
         }
         if let Some(path) = &self.path {
-            write!(f, ": {path}")?;
+            write!(f, ": {}", untrusted(path))?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", untrusted(&self.message))
     }
 }
 

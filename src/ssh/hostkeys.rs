@@ -141,10 +141,26 @@ pub(crate) async fn scan(
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .collect();
+        let detail = crate::output::untrusted(&detail.join("; ")).to_string();
+        // Through a bastion, the scan runs over an ssh to the bastion that checks its key
+        // strictly: an unknown or changed bastion key is the reason, not the host.
+        if let Some(b) = bastion.filter(|_| {
+            stderr.contains("Host key verification failed")
+                || stderr.contains("HOST IDENTIFICATION HAS CHANGED")
+                || stderr.contains("No ED25519 host key is known")
+                || stderr.contains("host key for")
+        }) {
+            return Err(format!(
+                "cannot reach {hostname} port {port} through the bastion {b}: ssh does not \
+                 trust the bastion's host key ({detail}). kprov checks a bastion's key against \
+                 your own known_hosts: check its fingerprint with whoever runs it, then add it \
+                 (connect once with `ssh ssh://{b}` and accept it, or append the checked line of \
+                 `ssh-keyscan` to ~/.ssh/known_hosts)"
+            ));
+        }
         return Err(format!(
-            "no host key from {hostname} port {port}{via} (host unreachable or no sshd listening){}{}",
+            "no host key from {hostname} port {port}{via} (host unreachable or no sshd listening){}{detail}",
             if detail.is_empty() { "" } else { ": " },
-            detail.join("; ")
         ));
     }
     Ok(keys)

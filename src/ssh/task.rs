@@ -41,10 +41,10 @@ pub enum StepOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
     /// The host could not be reached or authenticated (ssh's own message included).
-    #[error("{host}: cannot connect: {message}")]
+    #[error("{host}: cannot connect: {}", host_text(message))]
     Connect { host: String, message: String },
     /// A step failed; `stderr` is the remote command's standard error.
-    #[error("{host}: step {step:?} failed ({}): {stderr}", exit_text(*.code))]
+    #[error("{host}: step {step:?} failed ({}): {}", exit_text(*.code), host_text(stderr))]
     Step {
         host: String,
         step: String,
@@ -54,7 +54,8 @@ pub enum ExecError {
     /// The connection broke (or could not be reopened) while a step was running: the step may
     /// have run in part. Steps are idempotent, so a re-run finishes it.
     #[error(
-        "{host}: step {step:?}: connection lost ({message}); the step may have run in part, re-run to finish it"
+        "{host}: step {step:?}: connection lost ({}); the step may have run in part, re-run to finish it",
+        host_text(message)
     )]
     ConnectionLost {
         host: String,
@@ -85,8 +86,20 @@ pub enum ExecError {
         "sudo on {host} requires a password; configure NOPASSWD for user {user} (e.g. '{user} ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/) or connect as root"
     )]
     SudoPassword { host: String, user: String },
-    #[error("{host}: {message}")]
+    #[error("{host}: {}", host_text(message))]
     Other { host: String, message: String },
+}
+
+/// What a host (or ssh on its behalf) said, for an error message: escaped, and when it spans
+/// several lines, each on its own indented line (`  | ...`), so no line of it can pass for a
+/// line of kprov's own (`error: ...`).
+fn host_text(s: &str) -> String {
+    let s = s.trim_end();
+    if s.contains('\n') {
+        format!("\n{}", crate::output::UntrustedBlock(s))
+    } else {
+        crate::output::untrusted(s).to_string()
+    }
 }
 
 fn exit_text(code: Option<i32>) -> String {

@@ -89,15 +89,39 @@ impl FileStore {
     fn lock(&self, key: &str) -> Result<File, StateError> {
         create_private_dir(&self.root)
             .map_err(|e| self.io_err(key, "cannot create the store directory", e))?;
+        let path = self.root.join(LOCK_FILE);
+        // The error is about the store's own lock file, not about the key being written: it
+        // names that file, and when something else sits there, how to clear it.
+        let lock_err = |what: &str, e: io::Error| {
+            let fix = match fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => format!(
+                    "; {} is a directory, not kprov's store lock file: no write to the store can \
+                     proceed until it is gone (it is not a state-store key; move it away or \
+                     remove it with `rm -r -- '{}'`)",
+                    path.display(),
+                    path.display()
+                ),
+                Ok(m) if !m.is_file() => format!(
+                    "; {} is not a regular file: remove it (`rm -- '{}'`) and kprov recreates it",
+                    path.display(),
+                    path.display()
+                ),
+                _ => String::new(),
+            };
+            StateError::Backend {
+                location: format!("{} (store lock)", self.location()),
+                message: format!("{what} {}: {e}{fix}", path.display()),
+            }
+        };
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .mode(0o600)
-            .open(self.root.join(LOCK_FILE))
-            .map_err(|e| self.io_err(key, "cannot open the store lock file", e))?;
+            .open(&path)
+            .map_err(|e| lock_err("cannot open the store lock file", e))?;
         lock.lock()
-            .map_err(|e| self.io_err(key, "cannot lock the store", e))?;
+            .map_err(|e| lock_err("cannot lock the store with", e))?;
         Ok(lock)
     }
 
@@ -320,4 +344,69 @@ impl StateStore for FileStore {
         let prefix = prefix.to_string();
         blocking(self, move |s| s.walk(&prefix)).await
     }
+
+    async fn obstruction(&self, key: &str) -> Result<Option<String>, StateError> {
+        super::validate_key(key)?;
+        let path = self.root.join(key);
+        Ok(match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => {
+                let below = self.list(&format!("{key}/")).await?;
+                Some(match super::describe_keys_below(&below) {
+                    Some(d) => format!("a directory, {d}"),
+                    None => "an empty directory, not an object".to_string(),
+                })
+            }
+            Ok(m) if !m.is_file() && !m.file_type().is_symlink() => {
+                Some("not a regular file".to_string())
+            }
+            _ => None,
+        })
+    }
+
+    async fn clear_obstruction(&self, key: &str) -> Result<Vec<String>, StateError> {
+        super::validate_key(key)?;
+        let below = self.list(&format!("{key}/")).await?;
+        for k in &below {
+            self.delete(k, Precondition::None).await?;
+        }
+        let key = key.to_string();
+        blocking(self, move |s| {
+            let _lock = s.lock(&key)?;
+            let path = s.root.join(&key);
+            match fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => {
+                    remove_empty_dirs(&path).map_err(|e| {
+                        s.io_err(
+                            &key,
+                            &format!(
+                                "cannot remove the directory (it holds files that are not \
+                                 state-store keys: hidden or not UTF-8); look at them, then \
+                                 remove it with `rm -r -- '{}'`",
+                                path.display()
+                            ),
+                            e,
+                        )
+                    })?;
+                }
+                Ok(m) if !m.is_file() && !m.file_type().is_symlink() => {
+                    fs::remove_file(&path).map_err(|e| s.io_err(&key, "cannot remove", e))?;
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(below)
+    }
+}
+
+/// Removes `dir` and the empty directories below it, deepest first; fails on anything else.
+fn remove_empty_dirs(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            remove_empty_dirs(&entry.path())?;
+        }
+    }
+    fs::remove_dir(dir)
 }

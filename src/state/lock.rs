@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::layout::ClusterKeys;
 use super::{Precondition, StateError, StateStore, Version};
+use crate::output::untrusted;
 
 /// The lease mutating commands use unless they have a reason to pick another.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
@@ -71,10 +72,47 @@ impl LockRecord {
         Bytes::from(serde_json::to_vec_pretty(self).unwrap_or_default())
     }
 
-    pub fn parse(data: &[u8]) -> Result<LockRecord, serde_json::Error> {
-        serde_json::from_slice(data)
+    /// Reads a lock object with the rules kprov writes it by: JSON with the fields above,
+    /// times in RFC 3339, an id that is a plain token, text fields of bounded length. Text fields may
+    /// hold anything else (a user name is the user's): they are shown only through
+    /// [`crate::output::untrusted`].
+    pub fn parse(data: &[u8]) -> Result<LockRecord, String> {
+        if data.len() > RECORD_LIMIT {
+            return Err(format!(
+                "{} bytes, more than a lock record's {RECORD_LIMIT}",
+                data.len()
+            ));
+        }
+        let r: LockRecord = serde_json::from_slice(data).map_err(|e| e.to_string())?;
+        for (field, value, max) in [
+            ("holder", &r.holder, 256),
+            ("host", &r.host, 256),
+            ("command", &r.command, 4096),
+        ] {
+            if value.chars().count() > max {
+                return Err(format!("{field} is longer than {max} characters"));
+            }
+        }
+        // kprov writes 32 hex digits; letters, digits, `-` and `_` keep older or hand-made
+        // records readable without letting anything but a plain token through.
+        if r.id.is_empty()
+            || r.id.len() > 64
+            || !r
+                .id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!(
+                "id {:?} is not a lock id (letters, digits, '-', '_')",
+                crate::output::untrusted(&r.id)
+            ));
+        }
+        Ok(r)
     }
 }
+
+/// A lock record is a few hundred bytes; anything much larger is not one.
+const RECORD_LIMIT: usize = 64 << 10;
 
 fn lease_delta(lease: Duration) -> TimeDelta {
     TimeDelta::from_std(lease.min(MAX_LEASE)).unwrap_or(TimeDelta::zero())
@@ -97,10 +135,10 @@ pub enum LockError {
         "cluster {cluster} is locked by {holder}@{host} (pid {pid}) running `{command}` since {since}; \
          the lease runs until {until}. Wait for that command to finish; if it is dead, break the \
          lock with `kprov lock break {cluster}`",
-        holder = record.holder,
-        host = record.host,
+        holder = untrusted(&record.holder),
+        host = untrusted(&record.host),
         pid = record.pid,
-        command = record.command,
+        command = untrusted(&record.command),
         since = when(&record.acquired_at),
         until = when(&record.expires_at)
     )]
@@ -110,12 +148,24 @@ pub enum LockError {
     },
     #[error(
         "the lock {key} of cluster {cluster} is unreadable ({reason}); if no kprov command is \
-         running on the cluster, remove it with `kprov lock break {cluster}`"
+         running on the cluster, remove it with `kprov lock break {cluster}`",
+        reason = untrusted(reason)
     )]
     Corrupt {
         cluster: String,
         key: String,
         reason: String,
+    },
+    /// Something that is not a lock object sits at the lock's key (a directory, other keys
+    /// below it): no command can take the lock until it is removed.
+    #[error(
+        "the lock {key} of cluster {cluster} is {what}, so no command can take the lock; if no \
+         kprov command is running on the cluster, remove it with `kprov lock break {cluster}`"
+    )]
+    Blocked {
+        cluster: String,
+        key: String,
+        what: String,
     },
     #[error(
         "the lock on cluster {cluster} was lost: {reason}. Someone broke or took over the lock; \
@@ -150,15 +200,22 @@ pub async fn acquire(
                 ));
             }
             Err(StateError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                return Err(blocked(store.as_ref(), cluster, &key)
+                    .await?
+                    .unwrap_or(e.into()));
+            }
         }
         let Some(current) = store.get(&key).await? else {
+            if let Some(e) = blocked(store.as_ref(), cluster, &key).await? {
+                return Err(e);
+            }
             continue; // released between our create and our read: try to create again
         };
-        let held = LockRecord::parse(&current.data).map_err(|e| LockError::Corrupt {
+        let held = LockRecord::parse(&current.data).map_err(|reason| LockError::Corrupt {
             cluster: cluster.to_string(),
             key: store.key_location(&key),
-            reason: e.to_string(),
+            reason,
         })?;
         if held.id == record.id {
             // Our own create went through but its reply was lost, and the SDK's retry of it
@@ -190,10 +247,10 @@ pub async fn acquire(
                 tracing::warn!(
                     "took over the expired lock of cluster {cluster} held by {}@{} (pid {}) running `{}`, \
                      lease ended {}",
-                    held.holder,
-                    held.host,
+                    untrusted(&held.holder),
+                    untrusted(&held.host),
                     held.pid,
-                    held.command,
+                    untrusted(&held.command),
                     when(&held.expires_at)
                 );
                 return Ok(LockGuard::start(
@@ -238,18 +295,38 @@ pub async fn acquire_waiting(
     }
 }
 
-/// Reads the cluster's lock without touching it (for `kprov lock status`).
+/// `Blocked` when something that is not a lock object sits at the lock's key.
+async fn blocked(
+    store: &dyn StateStore,
+    cluster: &str,
+    key: &str,
+) -> Result<Option<LockError>, LockError> {
+    Ok(store
+        .obstruction(key)
+        .await?
+        .map(|what| LockError::Blocked {
+            cluster: cluster.to_string(),
+            key: store.key_location(key),
+            what,
+        }))
+}
+
+/// Reads the cluster's lock without touching it (for `kprov lock status`): `Corrupt` or
+/// `Blocked` when what sits at its key is not a lock record, never "not locked".
 pub async fn read(store: &dyn StateStore, cluster: &str) -> Result<Option<LockRecord>, LockError> {
     let key = ClusterKeys::new(cluster)?.lock();
     let Some(obj) = store.get(&key).await? else {
-        return Ok(None);
+        return match blocked(store, cluster, &key).await? {
+            Some(e) => Err(e),
+            None => Ok(None),
+        };
     };
     LockRecord::parse(&obj.data)
         .map(Some)
-        .map_err(|e| LockError::Corrupt {
+        .map_err(|reason| LockError::Corrupt {
             cluster: cluster.to_string(),
             key: store.key_location(&key),
-            reason: e.to_string(),
+            reason,
         })
 }
 
@@ -260,6 +337,12 @@ pub enum Broken {
     Lock(Box<LockRecord>),
     /// The lock object did not parse; it was removed anyway.
     Unreadable,
+    /// Something that was not a lock object sat at the key (`what`); these keys below it were
+    /// deleted with it.
+    Obstruction {
+        what: String,
+        removed: Vec<String>,
+    },
 }
 
 /// Deliberately removes the cluster's lock, whoever holds it and whether or not its lease has
@@ -268,7 +351,12 @@ pub enum Broken {
 pub async fn break_lock(store: &dyn StateStore, cluster: &str) -> Result<Broken, LockError> {
     let key = ClusterKeys::new(cluster)?.lock();
     let Some(obj) = store.get(&key).await? else {
-        return Ok(Broken::NotLocked);
+        let Some(what) = store.obstruction(&key).await? else {
+            return Ok(Broken::NotLocked);
+        };
+        let removed = store.clear_obstruction(&key).await?;
+        tracing::warn!("removed {what} at the lock of cluster {cluster}");
+        return Ok(Broken::Obstruction { what, removed });
     };
     store
         .delete(&key, Precondition::Matches(obj.version))
@@ -277,10 +365,10 @@ pub async fn break_lock(store: &dyn StateStore, cluster: &str) -> Result<Broken,
         Ok(record) => {
             tracing::warn!(
                 "broke the lock of cluster {cluster} held by {}@{} (pid {}) running `{}` since {}",
-                record.holder,
-                record.host,
+                untrusted(&record.holder),
+                untrusted(&record.host),
                 record.pid,
-                record.command,
+                untrusted(&record.command),
                 when(&record.acquired_at)
             );
             Broken::Lock(Box::new(record))
@@ -463,6 +551,61 @@ async fn renew(
             }
             // A transient failure: the lease still runs, try again at the next tick.
             Err(e) => tracing::warn!("cannot renew the cluster lock: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn record(holder: &str, host: &str, command: &str, id: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "holder": holder, "host": host, "pid": 1, "command": command,
+            "acquiredAt": "2026-11-22T21:00:00Z", "renewedAt": "2026-11-22T21:00:00Z",
+            "expiresAt": "2026-11-22T21:05:00Z", "id": id,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_lock_record_is_read_by_the_rules_it_is_written_by() {
+        let ours = LockRecord::new("kprov edit cluster x", DEFAULT_LEASE);
+        assert_eq!(LockRecord::parse(&ours.to_bytes()).unwrap(), ours);
+        for (data, reason) in [
+            (record("a", "h", "c", "../x"), "is not a lock id"),
+            (record("a", "h", "c", ""), "is not a lock id"),
+            (
+                record(&"a".repeat(257), "h", "c", "ff"),
+                "holder is longer than 256",
+            ),
+            (
+                record("a", "h", &"c".repeat(4097), "ff"),
+                "command is longer than 4096",
+            ),
+            (b"{}".to_vec(), "missing field"),
+            (vec![b' '; RECORD_LIMIT + 1], "more than a lock record's"),
+        ] {
+            let e = LockRecord::parse(&data).unwrap_err();
+            assert!(e.contains(reason), "{e}");
+        }
+        let e = LockRecord::parse(&record("a", "h", "c", "\u{1b}[2J")).unwrap_err();
+        assert!(e.contains("\\x1b[2J") && !e.contains('\u{1b}'), "{e}");
+    }
+
+    proptest! {
+        /// Whatever a lock's text fields hold, the "locked by" message is one line without a
+        /// control character.
+        #[test]
+        fn the_locked_by_message_never_passes_a_control_character(
+            holder in "\\PC*|[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{202e}a]{0,40}",
+            host in "[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}a\\n]{0,40}",
+            command in "[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{2066}a\\n]{0,80}",
+        ) {
+            let r = LockRecord::parse(&record(&holder, &host, &command, "ff")).unwrap();
+            let e = LockError::Held { cluster: "c".into(), record: Box::new(r) }.to_string();
+            prop_assert!(!e.chars().any(|c| c.is_control() || ('\u{2066}'..='\u{2069}').contains(&c) || c == '\u{202e}'), "{e:?}");
         }
     }
 }

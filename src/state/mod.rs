@@ -101,6 +101,41 @@ pub trait StateStore: Send + Sync + fmt::Debug {
     async fn check_versioning(&self) -> Versioning {
         Versioning::NotApplicable
     }
+    /// What sits at `key` when it holds no object but something in its place stops a write
+    /// to it: on the file store a directory (a key that is also a prefix of other keys), or
+    /// something that is not a regular file. `None` when the key is simply absent or an
+    /// object. S3 has no such shape (`a` and `a/b` are independent objects), hence the
+    /// default. Commands ask this before saying "not found" or "not locked", so an odd shape
+    /// is reported as what it is, with the key.
+    async fn obstruction(&self, _key: &str) -> Result<Option<String>, StateError> {
+        Ok(None)
+    }
+    /// Removes what [`StateStore::obstruction`] reports at `key` (on the file store: every
+    /// key below the directory, then the directory). Returns the keys deleted. Only commands
+    /// that clear an odd shape on the operator's request call it (`lock break`, `delete
+    /// cluster --yes`).
+    async fn clear_obstruction(&self, _key: &str) -> Result<Vec<String>, StateError> {
+        Ok(Vec::new())
+    }
+}
+
+/// "a prefix of 2 other keys (a/lock/x, a/lock/y)", or `None` for no keys.
+pub fn describe_keys_below(below: &[String]) -> Option<String> {
+    if below.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = below
+        .iter()
+        .take(3)
+        .map(|k| crate::output::untrusted(k).to_string())
+        .collect();
+    let more = if below.len() > 3 { ", ..." } else { "" };
+    Some(format!(
+        "not an object but a prefix of {} other key{} ({}{more})",
+        below.len(),
+        if below.len() == 1 { "" } else { "s" },
+        shown.join(", ")
+    ))
 }
 
 /// The state store location used when neither `--state` nor `KPROV_STATE_STORE` is set.

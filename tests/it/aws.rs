@@ -202,6 +202,7 @@ fn fast() -> ApplyOptions {
     ApplyOptions {
         parallelism: 6,
         resource_deadline: Duration::from_secs(60),
+        propagation: Duration::from_secs(30),
         initial_backoff: Duration::from_millis(50),
         max_backoff: Duration::from_millis(500),
         prune: false,

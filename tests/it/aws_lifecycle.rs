@@ -182,8 +182,35 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
         ]),
         0,
     );
-    let kc = std::fs::read_to_string(&kc).unwrap();
-    assert!(kc.contains(&format!("current-context: {cluster}")), "{kc}");
+    let exported = std::fs::read_to_string(&kc).unwrap();
+    assert!(
+        exported.contains(&format!("current-context: {cluster}")),
+        "{exported}"
+    );
+    // One API address: the record on the port the API load balancer's listener declares
+    // (the lab answers on no other), in the kubeconfig kprov stored and in the exported one,
+    // and the exported one works on its own.
+    let server = format!("server: https://api.{cluster}:6443\n");
+    assert_eq!(
+        lab.api_ports(),
+        vec![6443],
+        "the load balancers' listener ports"
+    );
+    assert!(exported.contains(&server), "{exported}");
+    let stored =
+        std::fs::read_to_string(lab.store_dir().join(cluster).join("secrets/admin.conf")).unwrap();
+    assert!(stored.contains(&server), "{stored}");
+    code(
+        &lab,
+        &lab.kprov(&[
+            "validate",
+            "cluster",
+            cluster,
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+        ]),
+        0,
+    );
 
     // Again: no changes, nothing run on a host; the preview is read-only on a live cluster.
     let calls = kubeadm_calls(&lab);

@@ -350,13 +350,76 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
     first
         .exec(&format!("curl -fsS -o /dev/null {url}"))
         .unwrap_or_else(|e| panic!("mirror from a host: {e}"));
-    let out = first
-        .exec(&format!(
-            "curl -sS --cacert /etc/kprov-standins/ca.crt https://{}:6443/api/v1/namespaces",
+    // The fake API answers only on the ports a load balancer in moto listens on: none before
+    // a listener exists, then that listener's port and no other.
+    let api = |port: u16| {
+        first.exec(&format!(
+            "curl -sS --max-time 5 --cacert /etc/kprov-standins/ca.crt https://{}:{port}/api/v1/namespaces",
             lab.net.gateway
         ))
-        .unwrap_or_else(|e| panic!("fake API from a host: {e}"));
+    };
+    assert!(lab.api_ports().is_empty(), "{:?}", lab.api_ports());
+    let refused = api(6443).expect_err("no listener yet");
+    assert!(refused.contains("Couldn't connect"), "{refused}");
+    let elb = aws_sdk_elasticloadbalancingv2::Client::new(&sdk);
+    let listener = lab.block_on(async {
+        let lb = elb
+            .create_load_balancer()
+            .name("lab-api")
+            .r#type(aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum::Network)
+            .subnets(&subnet_id)
+            .send()
+            .await
+            .expect("load balancer");
+        let lb_arn = lb.load_balancers()[0]
+            .load_balancer_arn()
+            .unwrap()
+            .to_string();
+        let vpc_id = lb.load_balancers()[0].vpc_id().unwrap().to_string();
+        let tg = elb
+            .create_target_group()
+            .name("lab-api")
+            .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+            .port(6443)
+            .vpc_id(vpc_id)
+            .send()
+            .await
+            .expect("target group");
+        let tg_arn = tg.target_groups()[0]
+            .target_group_arn()
+            .unwrap()
+            .to_string();
+        elb.create_listener()
+            .load_balancer_arn(lb_arn)
+            .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+            .port(6443)
+            .default_actions(
+                aws_sdk_elasticloadbalancingv2::types::Action::builder()
+                    .r#type(aws_sdk_elasticloadbalancingv2::types::ActionTypeEnum::Forward)
+                    .target_group_arn(tg_arn)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("listener")
+            .listeners()[0]
+            .listener_arn()
+            .unwrap()
+            .to_string()
+    });
+    lab.sync();
+    assert_eq!(lab.api_ports(), vec![6443]);
+    let out = api(6443).unwrap_or_else(|e| panic!("fake API from a host: {e}"));
     assert!(out.contains("NamespaceList"), "{out}");
+    let refused = api(443).expect_err("no listener on 443");
+    assert!(refused.contains("Couldn't connect"), "{refused}");
+    // The listener gone, its port closes.
+    lab.block_on(elb.delete_listener().listener_arn(listener).send())
+        .expect("delete listener");
+    lab.sync();
+    assert!(lab.api_ports().is_empty(), "{:?}", lab.api_ports());
+    let refused = api(6443).expect_err("listener deleted");
+    assert!(refused.contains("Couldn't connect"), "{refused}");
 
     // A kubelet kubeadm set up registers its node in the fake API (the lab plays kubelets),
     // with the provider ID the CCM expects and the uninitialized taint (no CCM applied).

@@ -735,7 +735,8 @@ async fn backup_use_case_on_file_and_s3_stores() {
                 .is_err()
         );
         let listed = etcd::list(store.as_ref(), "uc.example.com").await.unwrap();
-        assert_eq!(listed, vec![r1.clone(), r2.clone()], "{kind}");
+        assert_eq!(listed.records, vec![r1.clone(), r2.clone()], "{kind}");
+        assert!(listed.damaged.is_empty(), "{kind}: {listed:?}");
         let (rec, data) = etcd::load(store.as_ref(), "uc.example.com", &r1.id)
             .await
             .unwrap();

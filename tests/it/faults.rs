@@ -743,7 +743,7 @@ fn file_store_writer_killed_at_random_points() {
     );
 }
 
-async fn proxied_sdk(endpoint: &str, attempts: u32) -> aws_config::SdkConfig {
+pub(crate) async fn proxied_sdk(endpoint: &str, attempts: u32) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))

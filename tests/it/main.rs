@@ -5,6 +5,7 @@ mod support;
 mod addons;
 mod aws;
 mod aws_lifecycle;
+mod aws_real;
 mod aws_rolling;
 mod aws_rolling_cp;
 mod aws_rolling_cp_image;

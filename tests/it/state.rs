@@ -1187,3 +1187,57 @@ async fn lock_whose_create_reply_was_lost_is_still_ours() {
     guard.release().await.unwrap();
     assert!(lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none());
 }
+
+/// A lock key that is a directory (empty, or holding keys) is neither "not locked" nor a
+/// write error about prefixes: every lock operation names it and `lock break` clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_lock_that_is_a_directory_is_reported_and_broken() {
+    let f = file_fixture();
+    let store = f.store.clone();
+    let root = f._dir.as_ref().unwrap().path().join("state");
+    for planted in [&[][..], &["a", "b/c"][..]] {
+        let dir = root.join(CLUSTER).join("lock");
+        std::fs::create_dir_all(&dir).unwrap();
+        for p in planted {
+            let p = dir.join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, "x").unwrap();
+        }
+        let what = if planted.is_empty() {
+            "an empty directory, not an object".to_string()
+        } else {
+            format!(
+                "a directory, not an object but a prefix of 2 other keys ({CLUSTER}/lock/a, {CLUSTER}/lock/b/c)"
+            )
+        };
+        for err in [
+            lock::read(store.as_ref(), CLUSTER).await.unwrap_err(),
+            lock::acquire(store.clone(), CLUSTER, "x", Duration::from_secs(60))
+                .await
+                .unwrap_err(),
+        ] {
+            let LockError::Blocked { what: w, .. } = &err else {
+                panic!("{err:?}");
+            };
+            assert_eq!(*w, what);
+            assert!(
+                err.to_string()
+                    .contains("kprov lock break demo.example.com"),
+                "{err}"
+            );
+        }
+        let Broken::Obstruction { what: w, removed } =
+            lock::break_lock(store.as_ref(), CLUSTER).await.unwrap()
+        else {
+            panic!("not an obstruction");
+        };
+        assert_eq!(w, what);
+        assert_eq!(removed.len(), planted.len());
+        assert!(!dir.exists());
+        assert!(lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none());
+        let guard = lock::acquire(store.clone(), CLUSTER, "x", Duration::from_secs(60))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+}

@@ -175,6 +175,11 @@ fn a_failed_edit_is_kept_private_and_no_symlink_is_followed() {
             .contains("172.20.0.0/24")
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+    // The problems are located in the copy that is kept, never in the deleted temporary file.
+    assert!(
+        err.contains(&format!("{}:", kept.display())) && !err.contains(tmp.to_str().unwrap()),
+        "{err}"
+    );
     let in_tmp: Vec<_> = std::fs::read_dir(&tmp)
         .unwrap()
         .flatten()
@@ -184,4 +189,628 @@ fn a_failed_edit_is_kept_private_and_no_symlink_is_followed() {
         in_tmp.is_empty(),
         "left in the shared temporary directory: {in_tmp:?}"
     );
+}
+
+// ---- What the store holds reaches the terminal escaped (issue 21) ----
+
+/// OSC 52 (writes the operator's clipboard), a clear screen, a forged line of kprov's own.
+const OSC52: &str = "mallory\u{1b}]52;c;cm0gLXJmIH4K\u{7}";
+const CLEAR: &str = "evil\u{1b}[2J\u{1b}[H";
+const FORGED: &str = "kprov\nerror: all nodes were deleted";
+
+/// Nothing the user sees holds a control character but the line breaks between kprov's own
+/// lines.
+fn assert_no_controls(o: &Output) {
+    for (stream, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        let text = String::from_utf8_lossy(bytes);
+        assert!(
+            !text
+                .chars()
+                .any(|c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c)),
+            "a control character reached {stream}: {text:?}"
+        );
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn forged_lock() -> String {
+    serde_json::json!({
+        "holder": OSC52,
+        "host": CLEAR,
+        "pid": 4242,
+        "command": FORGED,
+        "acquiredAt": "2026-11-22T21:00:00Z",
+        "renewedAt": "2026-11-22T21:00:00Z",
+        "expiresAt": "2099-01-01T00:00:00Z",
+        "id": "00ff",
+    })
+    .to_string()
+}
+
+#[test]
+fn a_forged_lock_is_shown_escaped_in_every_message() {
+    let env = Env::new();
+    let name = "forged.example.com";
+    create(&env, name);
+    std::fs::write(env.state().join(name).join("lock"), forged_lock()).unwrap();
+
+    let o = env.run(&["delete", "cluster", name, "--yes"]);
+    assert_no_controls(&o);
+    assert_eq!(o.status.code(), Some(4), "{}", out(&o));
+    assert_eq!(
+        stderr(&o),
+        "error: cluster forged.example.com is locked by mallory\\x1b]52;c;cm0gLXJmIH4K\\x07@\
+         evil\\x1b[2J\\x1b[H (pid 4242) running `kprov\\nerror: all nodes were deleted` since \
+         2026-11-22T21:00:00Z; the lease runs until 2099-01-01T00:00:00Z. Wait for that command \
+         to finish; if it is dead, break the lock with `kprov lock break forged.example.com`\n"
+    );
+
+    // `lock status` prints the record as exact JSON: the same values, escaped as JSON escapes.
+    let o = env.run(&["lock", "status", name]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(shown["holder"], OSC52);
+    assert_eq!(shown["command"], FORGED);
+    assert!(
+        stdout(&o).contains(r#""holder": "mallory\u001b]52;c;cm0gLXJmIH4K\u0007","#),
+        "{}",
+        out(&o)
+    );
+
+    let o = env.run(&["lock", "break", name]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert!(
+        stderr(&o).ends_with(
+            "broke the lock of cluster forged.example.com held by mallory\\x1b]52;c;cm0gLXJmIH4K\\x07@\
+             evil\\x1b[2J\\x1b[H running `kprov\\nerror: all nodes were deleted`\n"
+        ),
+        "{}",
+        out(&o)
+    );
+    assert_eq!(
+        stderr(&o)
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .count(),
+        0,
+        "{}",
+        out(&o)
+    );
+}
+
+#[test]
+fn a_lock_that_is_a_directory_is_reported_and_broken() {
+    let env = Env::new();
+    let name = "dirlock.example.com";
+    create(&env, name);
+    let lock = env.state().join(name).join("lock");
+    std::fs::create_dir_all(lock.join("x")).unwrap();
+    std::fs::write(lock.join("x/y"), "planted").unwrap();
+    let key = format!("{}/{name}/lock", env.store());
+
+    let o = env.run(&["lock", "status", name]);
+    assert_no_controls(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: the lock {key} of cluster {name} is a directory, not an object but a prefix of \
+             1 other key ({name}/lock/x/y), so no command can take the lock; if no kprov command is \
+             running on the cluster, remove it with `kprov lock break {name}`\n"
+        )
+    );
+    // A command that needs the lock says the same, never "is it also a prefix of other keys?".
+    let o = env.run(&["delete", "cluster", name, "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(
+        stderr(&o).contains(&format!("`kprov lock break {name}`")),
+        "{}",
+        out(&o)
+    );
+
+    let o = env.run(&["lock", "break", name]);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        format!(
+            "removed what sat at the lock {key} of cluster {name} (a directory, not an object but \
+             a prefix of 1 other key ({name}/lock/x/y); 1 key deleted)"
+        )
+    );
+    assert!(!lock.exists());
+    let o = env.run(&["lock", "status", name]);
+    assert_eq!(
+        stdout(&o),
+        format!("cluster {name} is not locked\n"),
+        "{}",
+        out(&o)
+    );
+}
+
+#[test]
+fn the_store_lock_as_a_directory_is_named_with_the_fix() {
+    let env = Env::new();
+    create(&env, "one.example.com");
+    let store_lock = env.state().join(".kprov.lock");
+    std::fs::remove_file(&store_lock).unwrap();
+    std::fs::create_dir(&store_lock).unwrap();
+    let o = env.run(&[
+        "create",
+        "cluster",
+        "two.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let err = stderr(&o);
+    let path = store_lock.display();
+    assert!(
+        err.contains(&format!(
+            "{} (store lock): cannot open the store lock file {path}",
+            env.store()
+        )) && err.contains(&format!(
+            "{path} is a directory, not kprov's store lock file"
+        )) && err.contains(&format!("`rm -r -- '{path}'`"))
+            && !err.contains("two.example.com/lock"),
+        "{}",
+        out(&o)
+    );
+}
+
+/// `<name>/config` replaced by a directory holding a key.
+fn config_as_directory(env: &Env, name: &str) {
+    let config = env.state().join(name).join("config");
+    std::fs::remove_file(&config).unwrap();
+    std::fs::create_dir(&config).unwrap();
+    std::fs::write(config.join("junk"), "planted").unwrap();
+}
+
+#[test]
+fn a_cluster_whose_config_is_a_directory_is_listed_and_can_be_deleted() {
+    let env = Env::new();
+    create(&env, "good.example.com");
+    let name = "odd.example.com";
+    create(&env, name);
+    config_as_directory(&env, name);
+    let key = format!("{}/{name}/config", env.store());
+
+    let o = env.run(&["get", "clusters"]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        stdout(&o),
+        "NAME               CLOUD        ZONES        VERSION   CONTROL PLANES   NODES\n\
+         good.example.com   aws          eu-west-1a   1.35.1    1                2\n\
+         odd.example.com    UNREADABLE   -            -         -                -\n"
+    );
+    let unreadable = format!(
+        "cluster {name} cannot be read: {key} is a directory, not an object but a prefix of 1 \
+         other key ({name}/config/junk), and 4 objects of the cluster remain under {}/{name}/; \
+         `kprov delete cluster {name}` lists them and `kprov delete cluster {name} --yes` \
+         removes them",
+        env.store()
+    );
+    assert_eq!(
+        stderr(&o),
+        format!("warning: cluster {name} is unreadable: {unreadable}\n")
+    );
+    let o = env.run(&["get", "clusters", name]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert_eq!(stderr(&o), format!("error: {unreadable}\n"));
+
+    let o = env.run(&["delete", "cluster", name]);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "Will delete the objects of cluster {name} from {}:\n  {name}/cluster-completed.spec\n  \
+             {name}/config/junk\n  {name}/instancegroup/control-plane-eu-west-1a\n  \
+             {name}/instancegroup/nodes\n  {name}/config (a directory, not an object \
+             but a prefix of 1 other key ({name}/config/junk))\n",
+            env.store()
+        )
+    );
+    assert!(env.state().join(name).exists());
+    let o = env.run(&["delete", "cluster", name, "--yes"]);
+    assert!(o.status.success(), "{}", out(&o));
+    assert!(!env.state().join(name).exists(), "{}", out(&o));
+    let o = env.run(&["get", "clusters"]);
+    assert_eq!(stderr(&o), "", "{}", out(&o));
+    assert!(env.state().join("good.example.com/config").exists());
+}
+
+/// A listing of the store with sizes and hashes, to compare before and after a refusal.
+fn snapshot(dir: &Path) -> Vec<(String, u64, String)> {
+    use sha2::Digest;
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.push((p.display().to_string(), 0, "dir".into()));
+                pending.push(p);
+            } else {
+                let data = std::fs::read(&p).unwrap();
+                out.push((
+                    p.display().to_string(),
+                    data.len() as u64,
+                    hex::encode(sha2::Sha256::digest(&data)),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_refused_create_writes_nothing_to_the_store() {
+    let env = Env::new();
+    // A group name holding a newline and a forged error line: refused, shown escaped, and on a
+    // store that does not exist yet nothing at all is created (not even the store's lock).
+    let dump = env.run(&[
+        "create",
+        "cluster",
+        "x.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
+        "--dry-run",
+        "-o",
+        "yaml",
+    ]);
+    assert!(dump.status.success(), "{}", out(&dump));
+    let spec = env.path("bad.yaml");
+    std::fs::write(
+        &spec,
+        String::from_utf8_lossy(&dump.stdout)
+            .replace("name: nodes\n", "name: \"a\\nerror: forged \\e[2J\"\n"),
+    )
+    .unwrap();
+    let o = env.run(&["create", "-f", spec.to_str().unwrap()]);
+    assert_no_controls(&o);
+    assert_ne!(o.status.code(), Some(0), "{}", out(&o));
+    assert_eq!(
+        stderr(&o)
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .count(),
+        1,
+        "{}",
+        out(&o)
+    );
+    assert!(
+        stderr(&o).contains("a\\nerror: forged \\x1b[2J"),
+        "{}",
+        out(&o)
+    );
+    assert!(!env.state().exists(), "{}", out(&o));
+
+    // On a store that holds a cluster: an invalid file, an existing cluster, an existing group.
+    create(&env, "held.example.com");
+    let before = snapshot(&env.state());
+    let dump = env.run(&["get", "clusters", "held.example.com", "-o", "yaml"]);
+    assert!(dump.status.success(), "{}", out(&dump));
+    let existing = env.path("existing.yaml");
+    std::fs::write(&existing, &dump.stdout).unwrap();
+    let invalid = env.path("invalid.yaml");
+    std::fs::write(
+        &invalid,
+        String::from_utf8_lossy(&dump.stdout)
+            .replace("held.example.com", "new.example.com")
+            .replace("100.96.0.0/11", "172.20.0.0/24"),
+    )
+    .unwrap();
+    for file in [&existing, &invalid] {
+        let o = env.run(&["create", "-f", file.to_str().unwrap()]);
+        assert!(!o.status.success(), "{}", out(&o));
+        assert_eq!(snapshot(&env.state()), before, "{}", out(&o));
+    }
+    let o = env.run(&[
+        "create",
+        "cluster",
+        "held.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
+    ]);
+    assert_eq!(o.status.code(), Some(4), "{}", out(&o));
+    assert_eq!(snapshot(&env.state()), before, "{}", out(&o));
+}
+
+/// A good backup record of `name` taken at 2026-11-22T21:35:00Z, and its snapshot.
+fn plant_backups(env: &Env, name: &str) {
+    let dir = env.state().join(name).join("backups/etcd");
+    std::fs::create_dir_all(&dir).unwrap();
+    let snapshot = b"snapshot";
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(snapshot))
+    };
+    let record = |id: &str, key: &str, taken: &str, host: &str| {
+        serde_json::json!({
+            "id": id, "key": key, "sha256": sha, "size": snapshot.len(), "host": host,
+            "takenAt": taken, "etcd": "Stacked",
+        })
+        .to_string()
+    };
+    let good = "20261122T213500Z";
+    std::fs::write(dir.join(format!("{good}.db")), snapshot).unwrap();
+    std::fs::write(
+        dir.join(format!("{good}.json")),
+        record(
+            good,
+            &format!("{name}/backups/etcd/{good}.db"),
+            "2026-11-22T21:35:00Z",
+            "cp1",
+        ),
+    )
+    .unwrap();
+    // A record naming a key outside its own, one whose id walks up, one whose time is not one,
+    // one whose member is an escape sequence, one that is not JSON.
+    let id = "20261122T220000Z";
+    std::fs::write(
+        dir.join(format!("{id}.json")),
+        record(
+            id,
+            &format!("{name}/secrets/admin.conf"),
+            "2026-11-22T22:00:00Z",
+            "cp1",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("up.json"),
+        record("../../../x", "../../../x.db", "2026-11-22T22:00:00Z", "cp1"),
+    )
+    .unwrap();
+    let id = "20261122T230000Z";
+    std::fs::write(
+        dir.join(format!("{id}.json")),
+        record(
+            id,
+            &format!("{name}/backups/etcd/{id}.db"),
+            "yesterday\u{1b}[2J",
+            "cp1",
+        ),
+    )
+    .unwrap();
+    let id = "20261123T000000Z";
+    std::fs::write(
+        dir.join(format!("{id}.json")),
+        record(
+            id,
+            &format!("{name}/backups/etcd/{id}.db"),
+            "2026-11-23T00:00:00Z",
+            OSC52,
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("zz.json"), "\u{1b}]52;c;eA==\u{7}\nerror: forged").unwrap();
+}
+
+#[test]
+fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
+    let env = Env::new();
+    let name = "lab.example.com";
+    let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
+    let o = env.run(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inv,
+        "--ssh-public-key",
+        KEY,
+    ]);
+    assert!(o.status.success(), "{}", out(&o));
+    plant_backups(&env, name);
+    let at = |file: &str| format!("{}/{name}/backups/etcd/{file}", env.store());
+
+    let o = env.run(&["get", "backups", name]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        stdout(&o),
+        "SNAPSHOT           TAKEN                  MEMBER   ETCD      SIZE   SHA256\n\
+         20261122T213500Z   2026-11-22T21:35:00Z   cp1      Stacked   8      \
+         e5a1f3a7d5bfc5fb3ed2e0f4b4ecdd0c26dd78c2a1b9c3da3fd4e2f4c54d6bd2\n\
+         20261122T220000Z   DAMAGED                -        -         -      -\n\
+         20261122T230000Z   DAMAGED                -        -         -      -\n\
+         20261123T000000Z   DAMAGED                -        -         -      -\n\
+         up                 DAMAGED                -        -         -      -\n\
+         zz                 DAMAGED                -        -         -      -\n"
+            .replace(
+                "e5a1f3a7d5bfc5fb3ed2e0f4b4ecdd0c26dd78c2a1b9c3da3fd4e2f4c54d6bd2",
+                &{
+                    use sha2::Digest;
+                    hex::encode(sha2::Sha256::digest(b"snapshot"))
+                }
+            )
+    );
+    let tail = "; it is not a backup kprov can use and `restore etcd` refuses it. If you did not \
+                put it there, find out who can write the state store; then delete that object \
+                from the store";
+    let expected = [
+        format!(
+            "warning: backup record {} is damaged: it names \"{name}/secrets/admin.conf\", not its \
+             own snapshot \"{name}/backups/etcd/20261122T220000Z.db\"{tail}",
+            at("20261122T220000Z.json")
+        ),
+        format!(
+            "warning: backup record {} is damaged: takenAt \"yesterday\\x1b[2J\" is not an RFC 3339 \
+             time{tail}",
+            at("20261122T230000Z.json")
+        ),
+        format!(
+            "warning: backup record {} is damaged: member \"mallory\\x1b]52;c;cm0gLXJmIH4K\\x07\" is \
+             not a host name{tail}",
+            at("20261123T000000Z.json")
+        ),
+        format!(
+            "warning: backup record {} is damaged: id \"../../../x\" is not a time like \
+             20261122T213500Z{tail}",
+            at("up.json")
+        ),
+        format!(
+            "warning: backup record {} is damaged: not a backup record: expected value at line 1 \
+             column 1{tail}",
+            at("zz.json")
+        ),
+    ];
+    assert_eq!(stderr(&o), expected.map(|l| l + "\n").concat());
+
+    // -o json lists the good records only, as exact JSON.
+    let o = env.run(&["get", "backups", name, "-o", "json"]);
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{}", out(&o));
+
+    // The restore preview shows the good one; a damaged one is refused with its reason.
+    let o = env.run(&["restore", "etcd", name, "--from", "20261122T213500Z"]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert!(
+        stdout(&o).starts_with(&format!(
+            "Restore etcd of {name} (Stacked etcd) from snapshot 20261122T213500Z taken \
+             2026-11-22T21:35:00Z on cp1 (8 bytes, sha256 "
+        )),
+        "{}",
+        out(&o)
+    );
+    for (id, reason) in [
+        ("20261122T220000Z", "not its own snapshot"),
+        (
+            "20261123T000000Z",
+            "member \"mallory\\x1b]52;c;cm0gLXJmIH4K\\x07\" is not a host name",
+        ),
+    ] {
+        let o = env.run(&["restore", "etcd", name, "--from", id, "--yes"]);
+        assert_no_controls(&o);
+        assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+        assert!(
+            stderr(&o).starts_with(&format!(
+                "error: backup record {} is damaged (",
+                at(&format!("{id}.json"))
+            )) && stderr(&o).contains(reason)
+                && stderr(&o).ends_with("); refused\n"),
+            "{}",
+            out(&o)
+        );
+    }
+}
+
+#[test]
+fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_deleted() {
+    use crate::support::moto::moto;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let bucket = format!("kprov-trust-{:016x}", rand::random::<u64>());
+    let s3 = rt.block_on(async {
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
+                .force_path_style(true)
+                .build(),
+        );
+        s3.create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("bucket");
+        s3
+    });
+    let put = |key: String, body: String| {
+        rt.block_on(
+            s3.put_object()
+                .bucket(&bucket)
+                .key(key)
+                .body(body.into_bytes().into())
+                .send(),
+        )
+        .expect("put");
+    };
+    let env = Env::with_store(format!("s3://{bucket}/t")).with_moto();
+    create(&env, "good.example.com");
+    let name = "odd.example.com";
+    create(&env, name);
+
+    put(format!("t/{name}/lock"), forged_lock());
+    let o = env.run(&["delete", "cluster", name, "--yes"]);
+    assert_no_controls(&o);
+    assert_eq!(o.status.code(), Some(4), "{}", out(&o));
+    assert!(
+        stderr(&o).starts_with(&format!(
+            "error: cluster {name} is locked by mallory\\x1b]52;c;cm0gLXJmIH4K\\x07@evil\\x1b[2J\\x1b[H \
+             (pid 4242) running `kprov\\nerror: all nodes were deleted` since"
+        )) && stderr(&o).lines().count() == 1,
+        "{}",
+        out(&o)
+    );
+    let o = env.run(&["lock", "break", name]);
+    assert!(o.status.success(), "{}", out(&o));
+
+    // The config gone, other objects staying (one of them below where the config was).
+    rt.block_on(
+        s3.delete_object()
+            .bucket(&bucket)
+            .key(format!("t/{name}/config"))
+            .send(),
+    )
+    .expect("delete");
+    put(format!("t/{name}/config/junk"), "planted".into());
+    let o = env.run(&["get", "clusters"]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert!(
+        stdout(&o).ends_with(
+            "odd.example.com    UNREADABLE   -            -         -                -\n"
+        ),
+        "{}",
+        out(&o)
+    );
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "warning: cluster {name} is unreadable: cluster {name} cannot be read: \
+             s3://{bucket}/t/{name}/config is missing, and 4 objects of the cluster remain under \
+             s3://{bucket}/t/{name}/; `kprov delete cluster {name}` lists them and `kprov delete \
+             cluster {name} --yes` removes them\n"
+        )
+    );
+    let o = env.run(&["delete", "cluster", name, "--yes"]);
+    assert!(o.status.success(), "{}", out(&o));
+    let left = rt
+        .block_on(
+            s3.list_objects_v2()
+                .bucket(&bucket)
+                .prefix(format!("t/{name}/"))
+                .send(),
+        )
+        .expect("list");
+    assert!(left.contents().is_empty(), "left: {:?}", left.contents());
+    let o = env.run(&["get", "clusters"]);
+    assert_eq!(stderr(&o), "", "{}", out(&o));
 }

@@ -325,3 +325,83 @@ impl AwsCloud {
         Ok(())
     }
 }
+
+/// The desired capacity of each of the cluster's Auto Scaling groups, by group name (what
+/// the group is asked to run now: the spec's, or an autoscaler's within [min, max]).
+pub async fn desired_capacities(
+    c: &AwsCloud,
+) -> Result<std::collections::BTreeMap<String, usize>, CloudError> {
+    let groups: Vec<_> = c
+        .asg
+        .describe_auto_scaling_groups()
+        .filters(
+            Filter::builder()
+                .name(format!("tag:{}", super::owned_tag_key(&c.cluster)))
+                .values("owned")
+                .build(),
+        )
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeAutoScalingGroups")?;
+    Ok(groups
+        .iter()
+        .filter(|g| {
+            owned_by(
+                &c.cluster,
+                g.tags()
+                    .iter()
+                    .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
+            )
+        })
+        .filter_map(|g| {
+            Some((
+                g.auto_scaling_group_name()?.to_string(),
+                usize::try_from(g.desired_capacity().unwrap_or(0)).unwrap_or(0),
+            ))
+        })
+        .collect())
+}
+
+/// A scaling activity of a group that failed: an instance Auto Scaling could not launch
+/// (an instance profile not usable, a type not offered in the zone, a quota reached).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedLaunch {
+    pub activity: String,
+    /// Auto Scaling's `StatusMessage` (else its description).
+    pub reason: String,
+}
+
+/// The group's scaling activities that failed since `since_epoch` (seconds), newest first.
+pub async fn failed_launches(
+    c: &AwsCloud,
+    group: &str,
+    since_epoch: i64,
+) -> Result<Vec<FailedLaunch>, CloudError> {
+    let out = c
+        .asg
+        .describe_scaling_activities()
+        .auto_scaling_group_name(group)
+        .max_records(20)
+        .send()
+        .await
+        .ctx("DescribeScalingActivities")?;
+    Ok(out
+        .activities()
+        .iter()
+        .filter(|a| {
+            a.status_code() == Some(&aws_sdk_autoscaling::types::ScalingActivityStatusCode::Failed)
+        })
+        .filter(|a| a.start_time().is_none_or(|t| t.secs() >= since_epoch))
+        .map(|a| FailedLaunch {
+            activity: a.activity_id().unwrap_or_default().to_string(),
+            reason: a
+                .status_message()
+                .or(a.description())
+                .unwrap_or("no reason given")
+                .to_string(),
+        })
+        .collect())
+}

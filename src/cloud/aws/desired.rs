@@ -13,7 +13,9 @@ use crate::spec::{
 };
 
 const ANYWHERE: &str = "0.0.0.0/0";
-pub const API_PORT: i64 = 6443;
+/// The API load balancer's listener port (and its target group's): read it through
+/// [`super::instances::api_port`], the one place clients take the API's port from.
+pub const API_PORT: u16 = 6443;
 
 /// Role names the IAM resources, security groups and launch templates are keyed by.
 fn role_key(role: InstanceGroupRole) -> &'static str {
@@ -96,7 +98,12 @@ pub fn desired(
         .rule("cidr", FieldRule::Immutable);
     out.push(match &net.network_id {
         Some(id) => vpc.lifecycle(Lifecycle::ExistsAndValidates).cloud_id(id),
-        None => vpc,
+        // A private hosted zone answers inside a VPC only with both DNS attributes on, and
+        // instances get DNS names only with hostnames on (AWS's default for a new VPC is
+        // support on, hostnames off). An adopted VPC is the operator's to set.
+        None => vpc
+            .field("dnsSupport", Value::Bool(true))
+            .field("dnsHostnames", Value::Bool(true)),
     });
     let vpc_ref = Value::reference(VPC, "main");
 
@@ -240,6 +247,7 @@ pub fn desired(
     } else {
         Value::str(ANYWHERE)
     };
+    let api_port = API_PORT.to_string();
     let mut groups: Vec<(&str, Vec<Value>)> = vec![
         (
             "control-plane",
@@ -249,7 +257,7 @@ pub fn desired(
                 rule("tcp", "22", ssh_from.clone()),
                 rule(
                     "tcp",
-                    "6443",
+                    &api_port,
                     if has_lb {
                         sg("api-lb")
                     } else {
@@ -268,7 +276,7 @@ pub fn desired(
         ),
     ];
     if has_lb {
-        groups.push(("api-lb", vec![rule("tcp", "6443", Value::str(ANYWHERE))]));
+        groups.push(("api-lb", vec![rule("tcp", &api_port, Value::str(ANYWHERE))]));
     }
     if has_bastion {
         groups.push(("bastion", vec![rule("tcp", "22", Value::str(ANYWHERE))]));
@@ -378,8 +386,16 @@ pub fn desired(
                 subnets: lb_subnets.values().copied().collect(),
                 security_group: sg("api-lb"),
                 tg_name: short_name("tcp", name),
-                port: API_PORT,
+                port: i64::from(API_PORT),
                 vpc: vpc_ref.clone(),
+                // NLB hairpin: with instance targets the client's IP is preserved, and an
+                // internal NLB drops a connection it routes back to the instance that opened
+                // it (AWS documents the time-out). Control planes reach the API through this
+                // load balancer (kubeadm's controlPlaneEndpoint) while being its targets, so
+                // the target group does not preserve client IPs: the API servers see the
+                // load balancer's address, which the control-plane rule admits by the
+                // load balancer's security group.
+                preserve_client_ip: false,
             },
         );
     }
@@ -408,6 +424,9 @@ pub fn desired(
                 tg_name: short_name("ssh", name),
                 port: SSH_PORT,
                 vpc: vpc_ref.clone(),
+                // The bastion is no client of its own load balancer; sshd logs the operator's
+                // address.
+                preserve_client_ip: true,
             },
         );
     }
@@ -756,7 +775,15 @@ struct TcpLoadBalancer<'a> {
     tg_name: String,
     port: i64,
     vpc: Value,
+    /// Whether the target group preserves the client's IP (AWS's default for instance
+    /// targets).
+    preserve_client_ip: bool,
 }
+
+/// How long a target group drains a deregistered target: AWS's default is 300 s, which every
+/// control-plane or bastion termination (a roll, `delete instance`, a forced group delete)
+/// would wait out before the instance goes; the API's and SSH's clients reconnect anyway.
+pub const DEREGISTRATION_DELAY_SECONDS: i64 = 30;
 
 fn push_tcp_load_balancer(out: &mut Vec<Resource>, lb: TcpLoadBalancer<'_>) {
     out.push(
@@ -783,6 +810,11 @@ fn push_tcp_load_balancer(out: &mut Vec<Resource>, lb: TcpLoadBalancer<'_>) {
             .field("port", Value::Int(lb.port))
             .field("protocol", Value::str("TCP"))
             .field("vpc", lb.vpc)
+            .field("preserveClientIp", Value::Bool(lb.preserve_client_ip))
+            .field(
+                "deregistrationDelay",
+                Value::Int(DEREGISTRATION_DELAY_SECONDS),
+            )
             .rule("tgName", FieldRule::Immutable)
             .rule("port", FieldRule::Immutable)
             .rule("protocol", FieldRule::Immutable)
@@ -852,6 +884,26 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         desired(c, igs, &BTreeMap::new(), &BTreeMap::new())
             .unwrap_err()
             .to_string()
+    }
+
+    /// The port API clients use (`instances::api_port`, behind every kubeconfig kprov
+    /// stores or exports) is the one the API load balancer's listener declares, and the
+    /// rules admit exactly that port.
+    #[test]
+    fn api_clients_use_the_listener_port() {
+        let igs = [ig("cp", "ControlPlane", ""), ig("nodes", "Node", "")];
+        let c = cluster(false, KEY);
+        let rs = desired(&c, &igs, &BTreeMap::new(), &BTreeMap::new()).unwrap();
+        let set: BTreeMap<_, _> = rs.into_iter().map(|r| (r.id.clone(), r)).collect();
+        let port = super::super::instances::api_port();
+        let listener = &set[&ResourceId::new(LISTENER, "api")];
+        assert_eq!(listener.get("port"), Some(&Value::Int(i64::from(port))));
+        let tg = &set[&ResourceId::new(TARGET_GROUP, "api")];
+        assert_eq!(tg.get("port"), Some(&Value::Int(i64::from(port))));
+        assert_eq!(
+            super::super::instances::api_server_url(&c).as_deref(),
+            Some(format!("https://api.c.example.com:{port}").as_str())
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use aws_sdk_ec2::types::{
     LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
     RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair,
+    VpcAttributeName,
 };
 use aws_smithy_types::base64;
 
@@ -17,6 +18,7 @@ use super::{
     AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, finish_create, id_from_tags,
     owned_by,
 };
+use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
     CloudError, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
@@ -274,12 +276,19 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         let Some((id, lc)) = classify(c, &adopted_vpcs, VPC, vid, v.tags()) else {
             continue;
         };
-        rd.push(
-            Resource::new(VPC, id.name)
-                .lifecycle(lc)
-                .cloud_id(vid)
-                .field("cidr", Value::str(v.cidr_block().unwrap_or_default())),
-        );
+        let mut vpc = Resource::new(VPC, id.name)
+            .lifecycle(lc)
+            .cloud_id(vid)
+            .field("cidr", Value::str(v.cidr_block().unwrap_or_default()));
+        if lc != Lifecycle::ExistsAndValidates {
+            for (field, attr) in [
+                ("dnsSupport", VpcAttributeName::EnableDnsSupport),
+                ("dnsHostnames", VpcAttributeName::EnableDnsHostnames),
+            ] {
+                vpc = vpc.field(field, Value::Bool(vpc_attribute(c, vid, attr).await?));
+            }
+        }
+        rd.push(vpc);
     }
 
     let (subnets, adopted_subnets) = owned_and_adopted!(
@@ -849,14 +858,29 @@ async fn associate(c: &AwsCloud, table: &str, subnet: &str) -> Result<(), CloudE
 }
 
 async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError> {
+    let mut delay = Duration::from_secs(1);
     loop {
-        let out = c
+        let out = match c
             .ec2
             .describe_nat_gateways()
             .nat_gateway_ids(nid)
             .send()
             .await
-            .ctx("DescribeNatGateways")?;
+            .ctx("DescribeNatGateways")
+        {
+            Ok(out) => out,
+            // Gone is what a delete waits for; right after the create the ID may not have
+            // propagated yet (the engine's per-resource deadline bounds this wait).
+            Err(e) if e.class() == ErrorClass::NotFound => {
+                if gone {
+                    return Ok(());
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let state = out
             .nat_gateways()
             .first()
@@ -872,8 +896,11 @@ async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError>
                     message: format!("NAT gateway {nid} failed"),
                 });
             }
-            // The engine's per-resource deadline bounds this wait.
-            _ => tokio::time::sleep(Duration::from_secs(2)).await,
+            // The engine's per-resource deadline bounds this wait; it backs off to 10 s.
+            _ => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
         }
     }
 }
@@ -895,11 +922,19 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateVpc")?;
-            Ok(out
+            let vid = out
                 .vpc()
                 .and_then(|v| v.vpc_id())
                 .unwrap_or_default()
-                .to_string())
+                .to_string();
+            // Support first: AWS refuses hostnames on a VPC without DNS support.
+            for field in ["dnsSupport", "dnsHostnames"] {
+                let on = want.get(field).and_then(Value::as_bool);
+                if let Some(on) = on {
+                    finish_create(|| set_vpc_dns(c, &vid, field, on)).await?;
+                }
+            }
+            Ok(vid)
         }
         SUBNET => {
             let public = want.get("mapPublicIp").and_then(Value::as_bool) == Some(true);
@@ -1054,6 +1089,40 @@ pub(super) async fn create(
     }
 }
 
+/// A VPC's DNS attribute (DescribeVpcAttribute answers one attribute per call).
+async fn vpc_attribute(
+    c: &AwsCloud,
+    vid: &str,
+    attr: VpcAttributeName,
+) -> Result<bool, CloudError> {
+    let out = c
+        .ec2
+        .describe_vpc_attribute()
+        .vpc_id(vid)
+        .attribute(attr.clone())
+        .send()
+        .await
+        .ctx("DescribeVpcAttribute")?;
+    let value = match attr {
+        VpcAttributeName::EnableDnsHostnames => out.enable_dns_hostnames(),
+        _ => out.enable_dns_support(),
+    };
+    Ok(value.and_then(|v| v.value()).unwrap_or(false))
+}
+
+/// Sets a VPC's DNS attribute (ModifyVpcAttribute takes one attribute per call).
+async fn set_vpc_dns(c: &AwsCloud, vid: &str, field: &str, on: bool) -> Result<(), CloudError> {
+    let value = AttributeBooleanValue::builder().value(on).build();
+    let req = c.ec2.modify_vpc_attribute().vpc_id(vid);
+    let req = if field == "dnsHostnames" {
+        req.enable_dns_hostnames(value)
+    } else {
+        req.enable_dns_support(value)
+    };
+    req.send().await.ctx("ModifyVpcAttribute")?;
+    Ok(())
+}
+
 async fn set_map_public_ip(c: &AwsCloud, sid: &str, on: bool) -> Result<(), CloudError> {
     c.ec2
         .modify_subnet_attribute()
@@ -1089,6 +1158,16 @@ pub(super) async fn update(
 ) -> Result<(), CloudError> {
     let cloud_id = have.cloud_id.as_deref().unwrap_or_default();
     match want.id.kind.as_str() {
+        VPC if changed(changes, "dnsSupport") || changed(changes, "dnsHostnames") => {
+            for field in ["dnsSupport", "dnsHostnames"] {
+                if changed(changes, field)
+                    && let Some(on) = want.get(field).and_then(Value::as_bool)
+                {
+                    set_vpc_dns(c, cloud_id, field, on).await?;
+                }
+            }
+            Ok(())
+        }
         SUBNET if changed(changes, "mapPublicIp") => {
             let on = want
                 .get("mapPublicIp")
@@ -1220,7 +1299,7 @@ async fn disassociate(c: &AwsCloud, assoc: &str) -> Result<(), CloudError> {
 fn gone_ok<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
     match r {
         Ok(_) => Ok(()),
-        Err(CloudError::Api { message, .. }) if message.contains("NotFound") => Ok(()),
+        Err(e) if e.class() == ErrorClass::NotFound => Ok(()),
         Err(e) => Err(e),
     }
 }

@@ -1,14 +1,16 @@
-//! The API's network load balancer, its target group and the 6443 listener.
+//! The network load balancers (the API's on `desired::API_PORT`, the bastion's on 22), their
+//! target groups (with the attributes kprov manages: client IP preservation, deregistration
+//! delay) and listeners.
 
 use std::collections::BTreeMap;
 
 use aws_sdk_elasticloadbalancingv2::types::{
     Action, ActionTypeEnum, LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, Tag,
-    TargetTypeEnum,
+    TargetGroupAttribute, TargetTypeEnum,
 };
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, cids, id_from_tags};
+use super::{AwsCloud, Ctx, Reader, cid, cids, finish_create, id_from_tags};
 use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 /// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
@@ -88,6 +90,15 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
         let Some(tags) = pairs(arn) else { continue };
         let id = id_from_tags(TARGET_GROUP, arn, tags.into_iter());
         let vpc = rd.r(t.vpc_id().unwrap_or_default());
+        let attrs = target_group_attributes(c, arn).await?;
+        // Absent means AWS's defaults: client IPs preserved (instance targets), 300 s.
+        let preserve = attrs
+            .get(PRESERVE_CLIENT_IP)
+            .is_none_or(|v| v.eq_ignore_ascii_case("true"));
+        let delay = attrs
+            .get(DEREGISTRATION_DELAY)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(300);
         rd.push(
             Resource::new(TARGET_GROUP, id.name)
                 .cloud_id(arn)
@@ -100,7 +111,9 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
                     "protocol",
                     Value::str(t.protocol().map(|p| p.as_str()).unwrap_or_default()),
                 )
-                .field("vpc", vpc),
+                .field("vpc", vpc)
+                .field("preserveClientIp", Value::Bool(preserve))
+                .field("deregistrationDelay", Value::Int(delay)),
         );
     }
     let mut owned_lbs = Vec::new();
@@ -161,7 +174,7 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
             let own = if lb_id.name == "bastion" {
                 super::desired::SSH_PORT
             } else {
-                super::desired::API_PORT
+                i64::from(super::desired::API_PORT)
             };
             let name = if i64::from(port) == own {
                 lb_id.name.clone()
@@ -186,6 +199,65 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
             );
         }
     }
+    Ok(())
+}
+
+const PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
+const DEREGISTRATION_DELAY: &str = "deregistration_delay.timeout_seconds";
+
+/// A target group's attributes, key → value.
+async fn target_group_attributes(
+    c: &AwsCloud,
+    arn: &str,
+) -> Result<BTreeMap<String, String>, CloudError> {
+    let out = c
+        .elb
+        .describe_target_group_attributes()
+        .target_group_arn(arn)
+        .send()
+        .await
+        .ctx("DescribeTargetGroupAttributes")?;
+    Ok(out
+        .attributes()
+        .iter()
+        .filter_map(|a| Some((a.key()?.to_string(), a.value()?.to_string())))
+        .collect())
+}
+
+/// Sets the target group attributes kprov manages (client IP preservation, deregistration
+/// delay) to what `want` says.
+async fn set_target_group_attributes(
+    c: &AwsCloud,
+    arn: &str,
+    want: &Resource,
+) -> Result<(), CloudError> {
+    let mut attrs = Vec::new();
+    if let Some(on) = want.get("preserveClientIp").and_then(Value::as_bool) {
+        attrs.push(
+            TargetGroupAttribute::builder()
+                .key(PRESERVE_CLIENT_IP)
+                .value(on.to_string())
+                .build(),
+        );
+    }
+    if let Some(secs) = want.get("deregistrationDelay").and_then(Value::as_int) {
+        attrs.push(
+            TargetGroupAttribute::builder()
+                .key(DEREGISTRATION_DELAY)
+                .value(secs.to_string())
+                .build(),
+        );
+    }
+    if attrs.is_empty() {
+        return Ok(());
+    }
+    c.elb
+        .modify_target_group_attributes()
+        .target_group_arn(arn)
+        .set_attributes(Some(attrs))
+        .send()
+        .await
+        .ctx("ModifyTargetGroupAttributes")?;
     Ok(())
 }
 
@@ -246,12 +318,14 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateTargetGroup")?;
-            Ok(out
+            let arn = out
                 .target_groups()
                 .first()
                 .and_then(|t| t.target_group_arn())
                 .unwrap_or_default()
-                .to_string())
+                .to_string();
+            finish_create(|| set_target_group_attributes(c, &arn, want)).await?;
+            Ok(arn)
         }
         LISTENER => {
             let out = c
@@ -294,6 +368,13 @@ pub(super) async fn update(
                 .await
                 .ctx("SetSubnets")?;
             Ok(())
+        }
+        TARGET_GROUP
+            if changes.iter().all(|ch| {
+                ["preserveClientIp", "deregistrationDelay"].contains(&ch.field.as_str())
+            }) =>
+        {
+            set_target_group_attributes(c, arn, want).await
         }
         LISTENER => {
             c.elb
@@ -351,7 +432,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         other => return Err(CloudError::Model(format!("ELB cannot delete a {other}"))),
     };
     match r {
-        Err(CloudError::Api { message, .. }) if message.contains("NotFound") => Ok(()),
+        Err(e) if e.class() == crate::cloud::engine::ErrorClass::NotFound => Ok(()),
         other => other,
     }
 }

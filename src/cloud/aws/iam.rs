@@ -171,6 +171,29 @@ async fn add_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudEr
     Ok(())
 }
 
+/// The instance profile as IAM shows it, with `role` in it; a "not found (yet)" otherwise.
+async fn profile_ready(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
+    let out = c
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(profile)
+        .send()
+        .await
+        .ctx("GetInstanceProfile")?;
+    let has_role = out
+        .instance_profile()
+        .is_some_and(|p| p.roles().iter().any(|r| r.role_name() == role));
+    if has_role {
+        Ok(())
+    } else {
+        Err(CloudError::Api {
+            operation: "GetInstanceProfile".into(),
+            class: crate::cloud::engine::ErrorClass::NotFound,
+            message: format!("instance profile {profile} does not show role {role} yet"),
+        })
+    }
+}
+
 pub(super) async fn create(
     c: &AwsCloud,
     want: &Resource,
@@ -203,6 +226,9 @@ pub(super) async fn create(
                 .ctx("CreateInstanceProfile")?;
             let role = cid(ids, want.get("role"))?;
             finish_create(|| add_role(c, name, role)).await?;
+            // Done only once IAM shows the profile with its role (the `InstanceProfileExists`
+            // waiter): launch templates and groups naming it come next.
+            finish_create(|| profile_ready(c, name, role)).await?;
             Ok(name.to_string())
         }
         other => Err(CloudError::Model(format!("IAM cannot create a {other}"))),
@@ -297,7 +323,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
         other => return Err(CloudError::Model(format!("IAM cannot delete a {other}"))),
     };
     match r {
-        Err(CloudError::Api { message, .. }) if message.contains("NoSuchEntity") => Ok(()),
+        Err(e) if e.class() == crate::cloud::engine::ErrorClass::NotFound => Ok(()),
         other => other,
     }
 }

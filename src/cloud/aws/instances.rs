@@ -31,23 +31,52 @@ use crate::spec::{
 /// The API endpoint kubeadm uses on AWS: the API record (`spec.api.publicName`, default
 /// `api.NAME`) that points at the load balancer, or the load balancer's own DNS name when the
 /// cluster has no DNS (`spec.dns.type: None`). The load balancer's name is always among the
-/// certificate names, so clients may use either.
+/// certificate names, so clients may use either. The port is [`api_port`].
 pub fn cloud_api(cluster: &Cluster, lb_dns: &str) -> CloudApi {
+    CloudApi {
+        endpoint: api_record(cluster).unwrap_or_else(|| lb_dns.to_string()),
+        port: api_port(),
+        sans: vec![lb_dns.to_string()],
+    }
+}
+
+/// The one port of the API on AWS: the port the API load balancer's listener
+/// (`Listener/api`, [`super::desired`]) declares, which is also its target group's port and
+/// the port the API servers listen on behind it. kprov's load balancer listens on 6443, not
+/// on 443 as kops's does (kops moves the API servers to 443 too): every client of the API —
+/// kubeadm's `controlPlaneEndpoint`, the admin kubeconfig kubeadm writes and kprov stores,
+/// `export kubeconfig`, `validate`, the add-ons, rolling updates, `delete instance` — takes
+/// its port from here.
+pub fn api_port() -> u16 {
+    super::desired::API_PORT
+}
+
+/// The API record clients use (`spec.api.publicName`, default `api.NAME`); None when the
+/// cluster has no DNS (clients then use the load balancer's own name).
+fn api_record(cluster: &Cluster) -> Option<String> {
     let spec = &cluster.spec;
-    let no_dns = spec.dns.as_ref().is_none_or(|d| d.kind == DnsType::None);
-    let endpoint = if no_dns {
-        lb_dns.to_string()
-    } else {
+    if spec.dns.as_ref().is_none_or(|d| d.kind == DnsType::None) {
+        return None;
+    }
+    Some(
         spec.api
             .as_ref()
             .and_then(|a| a.public_name.clone())
-            .unwrap_or_else(|| format!("api.{}", cluster.name()))
-    };
-    CloudApi {
-        endpoint,
-        port: super::desired::API_PORT as u16,
-        sans: vec![lb_dns.to_string()],
+            .unwrap_or_else(|| format!("api.{}", cluster.name())),
+    )
+}
+
+/// The server URL of an AWS cluster's API as its clients use it (`export kubeconfig` and
+/// every command that talks to the API through `ops::credentials::kube_client`): the API
+/// record on [`api_port`], exactly the `controlPlaneEndpoint` kubeadm was given, so the
+/// kubeconfig kprov stores and the one it exports name the same server. None for a metal
+/// cluster (its kubeconfig carries the endpoint kubeadm was given) and for an AWS cluster
+/// without DNS (its stored kubeconfig already names the load balancer, on the same port).
+pub fn api_server_url(cluster: &Cluster) -> Option<String> {
+    if cluster.spec.cloud_provider != crate::spec::CloudProvider::Aws {
+        return None;
     }
+    api_record(cluster).map(|host| format!("https://{host}:{}", api_port()))
 }
 
 /// The API load balancer's DNS name, as the cloud read found it (after an apply, read again).
@@ -529,6 +558,37 @@ spec: {{cloudProvider: aws, dns: {dns}}}
         assert_eq!(a.sans, vec![lb.to_string()]);
         let a = cloud_api(&c("{type: None}"), lb);
         assert_eq!(a.endpoint, lb);
+    }
+
+    /// Clients use kubeadm's `controlPlaneEndpoint`: the record on the listener's port (not
+    /// `https://api.NAME`, port 443, where kprov's load balancer does not listen).
+    #[test]
+    fn api_clients_use_the_record_on_the_listener_port() {
+        let c = |provider: &str, dns: &str| -> Cluster {
+            serde_saphyr::from_str(&format!(
+                "apiVersion: kprov.dev/v1alpha1
+kind: Cluster
+metadata: {{name: c.example.com}}
+spec: {{cloudProvider: {provider}, dns: {dns}, api: {{publicName: k8s.c.example.com}}}}
+"
+            ))
+            .unwrap()
+        };
+        let lb = "api-c-1.elb.us-east-1.amazonaws.com";
+        let aws = c("aws", "{type: Public, zone: example.com}");
+        let api = cloud_api(&aws, lb);
+        assert_eq!(
+            api_server_url(&aws).as_deref(),
+            Some("https://k8s.c.example.com:6443")
+        );
+        assert_eq!(
+            api_server_url(&aws),
+            Some(format!("https://{}:{}", api.endpoint, api.port))
+        );
+        // Without DNS the stored kubeconfig (the load balancer's name) is kept; metal
+        // kubeconfigs carry their own endpoint.
+        assert_eq!(api_server_url(&c("aws", "{type: None}")), None);
+        assert_eq!(api_server_url(&c("metal", "{type: None}")), None);
     }
 
     #[test]

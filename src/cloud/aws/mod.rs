@@ -6,7 +6,7 @@
 //! paginated Describe per resource type finds the whole cluster. IAM objects live under the path
 //! `/kprov/NAME/`; Route53 records are owned through a TXT record next to them.
 
-mod asg;
+pub(crate) mod asg;
 pub use asg::GroupCapacity;
 mod desired;
 mod dns;
@@ -16,6 +16,7 @@ pub mod hostkeys;
 mod iam;
 pub mod instances;
 pub mod kinds;
+pub mod launch;
 pub mod wait;
 
 use std::collections::{BTreeMap, HashMap};
@@ -255,7 +256,11 @@ fn classify(code: &str) -> ErrorClass {
         | "InvalidIPAddress.InUse"
         | "AuthFailure"
         | "InvalidGroup.InUse" => ErrorClass::DependencyViolation,
-        "IncorrectInstanceState" | "InvalidNatGatewayID.NotFound" => ErrorClass::NotReady,
+        "IncorrectInstanceState" => ErrorClass::NotReady,
+        // EC2's `InvalidSubnetID.NotFound`, `InvalidGroup.NotFound`, ..., ELB's
+        // `LoadBalancerNotFound`, `TargetGroupNotFound`, EC2's `NatGatewayNotFound`, IAM's
+        // `NoSuchEntity`: on AWS also "created a moment ago, not propagated yet".
+        c if c.ends_with("NotFound") || c == "NoSuchEntity" => ErrorClass::NotFound,
         "InternalError"
         | "InternalFailure"
         | "InternalServerError"
@@ -263,6 +268,18 @@ fn classify(code: &str) -> ErrorClass {
         | "Unavailable" => ErrorClass::Transient,
         _ => ErrorClass::Fatal,
     }
+}
+
+/// A launch template or Auto Scaling group naming an instance profile IAM created seconds
+/// ago is refused until the profile propagates (3 to 34 s observed; terraform-provider-aws
+/// and eksctl retry the same): Auto Scaling answers `ValidationError`, EC2
+/// `InvalidParameterValue`, both "... Invalid IAM Instance Profile name". Those two codes also
+/// mean plain bad input, and AWS gives this case no code of its own, so here alone the
+/// documented message tells it apart; it is then a "not found yet", retried for the apply's
+/// propagation window only, after which it is final.
+fn profile_not_propagated(code: &str, message: Option<&str>) -> bool {
+    matches!(code, "ValidationError" | "InvalidParameterValue")
+        && message.is_some_and(|m| m.contains("Invalid IAM Instance Profile"))
 }
 
 /// An error without a service error code: a broken connection, a timeout, or a 5xx reply the
@@ -413,6 +430,7 @@ where
     fn ctx(self, operation: &str) -> Result<T, CloudError> {
         self.map_err(|e| {
             let class = match e.code() {
+                Some(code) if profile_not_propagated(code, e.message()) => ErrorClass::NotFound,
                 Some(code) => classify(code),
                 None => unclassified(&e),
             };
@@ -426,9 +444,10 @@ where
 }
 
 /// Runs a step that follows the first write of a create (attach, add a route, associate):
-/// throttling and service failures are retried here, call by call, with back-off (about 30 s
-/// in all), since the engine must not retry by re-running the create; what still fails goes
-/// through [`after_create`].
+/// throttling, service failures and "not found" (the ID the create returned a moment ago has
+/// not propagated through AWS yet: EC2's `*.NotFound`, IAM's `NoSuchEntity`, by code) are
+/// retried here, call by call, with back-off (about 30 s in all), since the engine must not
+/// retry by re-running the create; what still fails goes through [`after_create`].
 pub(crate) async fn finish_create<T, F, Fut>(mut step: F) -> Result<T, CloudError>
 where
     F: FnMut() -> Fut,
@@ -437,7 +456,12 @@ where
     let mut delay = std::time::Duration::from_millis(250);
     for _ in 0..8 {
         match step().await {
-            Err(e) if matches!(e.class(), ErrorClass::Throttled | ErrorClass::Transient) => {
+            Err(e)
+                if matches!(
+                    e.class(),
+                    ErrorClass::Throttled | ErrorClass::Transient | ErrorClass::NotFound
+                ) =>
+            {
                 tracing::debug!(error = %e, ?delay, "retrying a step of a create");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(std::time::Duration::from_secs(8));
@@ -560,9 +584,37 @@ mod tests {
         for code in ["DependencyViolation", "ResourceInUse", "DeleteConflict"] {
             assert_eq!(classify(code), ErrorClass::DependencyViolation, "{code}");
         }
+        for code in [
+            "InvalidSubnetID.NotFound",
+            "InvalidGroup.NotFound",
+            "InvalidNatGatewayID.NotFound",
+            "NatGatewayNotFound",
+            "TargetGroupNotFound",
+            "NoSuchEntity",
+        ] {
+            assert_eq!(classify(code), ErrorClass::NotFound, "{code}");
+        }
         for code in ["InvalidParameterValue", "UnauthorizedOperation", ""] {
             assert_eq!(classify(code), ErrorClass::Fatal, "{code}");
         }
+    }
+
+    #[test]
+    fn a_profile_not_propagated_yet_is_told_apart_from_bad_input() {
+        let asg = "You must use a valid fully-formed launch template. Value (nodes.c) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name";
+        assert!(profile_not_propagated("ValidationError", Some(asg)));
+        assert!(profile_not_propagated(
+            "InvalidParameterValue",
+            Some(
+                "Value (nodes.c) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name"
+            )
+        ));
+        assert!(!profile_not_propagated(
+            "ValidationError",
+            Some("Max bound, 1, must be greater than or equal to min bound, 2")
+        ));
+        assert!(!profile_not_propagated("AccessDenied", Some(asg)));
+        assert!(!profile_not_propagated("ValidationError", None));
     }
 
     #[test]

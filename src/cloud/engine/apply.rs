@@ -19,6 +19,10 @@ pub struct ApplyOptions {
     pub parallelism: usize,
     /// How long one resource may take, retries and waits included.
     pub resource_deadline: Duration,
+    /// How long a resource keeps retrying a "not found" answer about something it names
+    /// (an ID returned moments before, not yet propagated through AWS); after that the
+    /// answer is taken as final.
+    pub propagation: Duration,
     /// First back-off after a retryable error; doubles up to `max_backoff`.
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
@@ -45,6 +49,7 @@ impl Default for ApplyOptions {
         ApplyOptions {
             parallelism: 8,
             resource_deadline: Duration::from_secs(600),
+            propagation: Duration::from_secs(60),
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(20),
             prune: false,
@@ -236,7 +241,11 @@ where
         let attempt = tokio::time::timeout(remaining, f()).await;
         let err = match attempt {
             Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) if e.class() == ErrorClass::Fatal => {
+            Ok(Err(e))
+                if e.class() == ErrorClass::Fatal
+                    || (e.class() == ErrorClass::NotFound
+                        && start.elapsed() >= opts.propagation) =>
+            {
                 return Err(CloudError::Resource {
                     id: id.clone(),
                     source: Box::new(e),
@@ -247,6 +256,7 @@ where
             Ok(Err(e)) => match e.class() {
                 ErrorClass::Throttled => format!("throttled by the API: {e}"),
                 ErrorClass::Transient => format!("the API failed: {e}"),
+                ErrorClass::NotFound => format!("not found (yet): {e}"),
                 _ => e.to_string(),
             },
             Err(_) => "call did not return".to_string(),

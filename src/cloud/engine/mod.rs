@@ -23,6 +23,11 @@ pub enum ErrorClass {
     DependencyViolation,
     /// Not ready yet (a NAT gateway still pending): wait and retry.
     NotReady,
+    /// The service does not know a resource (EC2's `*.NotFound`, IAM's `NoSuchEntity`, ELB's
+    /// `*NotFound`): on AWS an ID returned a moment ago may not have propagated yet, so a
+    /// create is retried for a short propagation window ([`apply::ApplyOptions`]); a delete
+    /// takes it as already gone.
+    NotFound,
     /// The service failed (HTTP 5xx, `InternalError`) or the connection broke before a reply:
     /// retry with back-off, like throttling.
     Transient,

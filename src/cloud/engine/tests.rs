@@ -17,6 +17,8 @@ struct MemCloud {
     next: Mutex<u32>,
     /// Remaining throttling errors to answer per resource before succeeding.
     throttle: Mutex<BTreeMap<ResourceId, usize>>,
+    /// Remaining "not found (yet)" answers per resource (AWS eventual consistency).
+    not_found: Mutex<BTreeMap<ResourceId, usize>>,
 }
 
 impl MemCloud {
@@ -36,6 +38,16 @@ impl MemCloud {
     }
 
     fn throttled(&self, id: &ResourceId) -> Result<(), CloudError> {
+        if let Some(n) = self.not_found.lock().unwrap().get_mut(id)
+            && *n > 0
+        {
+            *n -= 1;
+            return Err(CloudError::Api {
+                operation: "Mem".into(),
+                class: ErrorClass::NotFound,
+                message: "InvalidGroup.NotFound: no such group".into(),
+            });
+        }
         let mut t = self.throttle.lock().unwrap();
         match t.get_mut(id) {
             Some(n) if *n > 0 => {
@@ -123,6 +135,7 @@ fn quick() -> ApplyOptions {
     ApplyOptions {
         parallelism: 3,
         resource_deadline: Duration::from_secs(5),
+        propagation: Duration::from_millis(100),
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(4),
         prune: true,
@@ -266,6 +279,40 @@ fn throttling_is_retried_until_the_deadline() {
     assert!(err.contains("K/a: not done within 50ms"), "{err}");
     assert!(err.contains("slow down"), "{err}");
     assert!(err.contains("throttled by the API"), "{err}");
+}
+
+/// "Not found" (an ID not propagated yet) is retried for the propagation window only: a
+/// resource that meets it a few times is created, one that meets it past the window fails
+/// then, long before the resource deadline, naming the answer.
+#[test]
+fn not_found_is_retried_within_the_propagation_window_only() {
+    let cloud = MemCloud::default();
+    let r = Resource::new("K", "a").field("a", Value::Int(1));
+    cloud.not_found.lock().unwrap().insert(r.id.clone(), 3);
+    let rt = rt();
+    let p = rt.block_on(plan(&cloud, "c", vec![r.clone()])).unwrap();
+    rt.block_on(apply(&cloud, &p, &quick())).unwrap();
+    assert_eq!(cloud.fields().len(), 1);
+
+    let cloud = MemCloud::default();
+    cloud
+        .not_found
+        .lock()
+        .unwrap()
+        .insert(r.id.clone(), usize::MAX);
+    let p = rt.block_on(plan(&cloud, "c", vec![r])).unwrap();
+    let opts = ApplyOptions {
+        resource_deadline: Duration::from_secs(30),
+        propagation: Duration::from_millis(50),
+        ..quick()
+    };
+    let t = std::time::Instant::now();
+    let err = rt
+        .block_on(apply(&cloud, &p, &opts))
+        .unwrap_err()
+        .to_string();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(err.contains("K/a: Mem: InvalidGroup.NotFound"), "{err}");
 }
 
 #[test]

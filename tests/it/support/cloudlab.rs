@@ -12,9 +12,13 @@
 //! those the lab writes into the hosts files.
 //!
 //! The API: every name a Route53 record or a load balancer answers for resolves, in the
-//! operator namespace and on every host, to the gateway, where the fake API speaks TLS on 443
-//! and 6443 with certificates signed by the lab's CA for whatever name the client asks for
-//! (an IP address gets one naming the lab's addresses). Hosts get that CA at
+//! operator namespace and on every host, to the gateway, where the fake API speaks TLS with
+//! certificates signed by the lab's CA for whatever name the client asks for (an IP address
+//! gets one naming the lab's addresses) on exactly the ports the listeners of the API load
+//! balancers in moto declare, as a load balancer would: nothing answers before a listener
+//! exists, on a port no listener declares, or after the listener is gone. (A client that
+//! used another port than kprov's load balancer listens on once went unnoticed here because
+//! the lab answered on 443 and 6443 alike.) Hosts get that CA at
 //! /etc/kprov-standins/ca.{crt,key}, where the stand-in kubeadm takes it as the cluster CA:
 //! the admin kubeconfig it writes then carries a CA and a client certificate that work
 //! against the fake API, so `update --yes` deploys the add-ons for real.
@@ -161,6 +165,11 @@ pub struct CloudLab {
     pub announce: AtomicBool,
     pub mirror: Mirror,
     pub fake: FakeKube,
+    /// TLS in front of the fake API, for every port an API load balancer listens on.
+    api_tls: tokio_rustls::TlsAcceptor,
+    /// The ports the fake API answers on now (the API load balancers' listener ports), each
+    /// with the task accepting on it (aborted, so the port closes, when its listener goes).
+    api_ports: Mutex<BTreeMap<u16, tokio::task::JoinHandle<()>>>,
     rt: tokio::runtime::Runtime,
     /// Last: dropped after everything that lives in it.
     pub net: Network,
@@ -378,38 +387,13 @@ impl CloudLab {
             .build()
             .expect("lab runtime");
         let fake = rt.block_on(FakeKube::start());
-        let backend = fake.addr;
-        for port in [443u16, 6443] {
-            let gw = net.gateway;
-            let l = in_netns(&net.router_ns, || TcpListener::bind((gw, port)))
-                .unwrap_or_else(|e| panic!("API listener {gw}:{port}: {e}"));
-            l.set_nonblocking(true).expect("nonblocking");
-            let acceptor = acceptor.clone();
-            rt.spawn(async move {
-                let Ok(l) = tokio::net::TcpListener::from_std(l) else {
-                    return;
-                };
-                loop {
-                    let Ok((s, _)) = l.accept().await else {
-                        continue;
-                    };
-                    let acceptor = acceptor.clone();
-                    tokio::spawn(async move {
-                        let Ok(mut t) = acceptor.accept(s).await else {
-                            return;
-                        };
-                        let Ok(mut b) = tokio::net::TcpStream::connect(backend).await else {
-                            return;
-                        };
-                        let _ = tokio::io::copy_bidirectional(&mut t, &mut b).await;
-                    });
-                }
-            });
-        }
+        // The API's ports open as the load balancers' listeners appear (`serve_api_ports`).
         let gw = net.gateway;
         let mirror = in_netns(&net.router_ns, || Mirror::start(gw.into(), VERSION));
 
         let mut lab = CloudLab {
+            api_tls: acceptor,
+            api_ports: Mutex::new(BTreeMap::new()),
             moto_endpoint: format!("http://{moto_addr}"),
             sdk_endpoint: format!("http://{proxy_addr}"),
             home,
@@ -1183,6 +1167,86 @@ exec "$@""#,
             .find_map(|h| h.address.parse().ok()))
     }
 
+    /// The ports a load balancer's listeners declare (none once it is gone).
+    fn listener_ports(
+        &self,
+        elb: &aws_sdk_elasticloadbalancingv2::Client,
+        arn: &str,
+    ) -> Result<Vec<u16>, String> {
+        match self
+            .rt
+            .block_on(elb.describe_listeners().load_balancer_arn(arn).send())
+        {
+            Ok(l) => Ok(l
+                .listeners()
+                .iter()
+                .filter_map(|l| l.port())
+                .filter_map(|p| u16::try_from(p).ok())
+                .collect()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_load_balancer_not_found_exception()) =>
+            {
+                Ok(Vec::new())
+            }
+            Err(e) => Err(format!("DescribeListeners {arn}: {e:?}")),
+        }
+    }
+
+    /// Makes the fake API answer on exactly `ports` at the gateway: opens the new ones, closes
+    /// those no listener declares any more.
+    fn serve_api_ports(&self, ports: &BTreeSet<u16>) -> Result<(), String> {
+        let mut open = self.api_ports.lock().map_err(|e| e.to_string())?;
+        open.retain(|port, task| {
+            let keep = ports.contains(port);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for &port in ports {
+            if open.contains_key(&port) {
+                continue;
+            }
+            let gw = self.net.gateway;
+            let l = in_netns(&self.net.router_ns, || TcpListener::bind((gw, port)))
+                .map_err(|e| format!("API listener {gw}:{port}: {e}"))?;
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let acceptor = self.api_tls.clone();
+            let backend = self.fake.addr;
+            let task = self.rt.spawn(async move {
+                let Ok(l) = tokio::net::TcpListener::from_std(l) else {
+                    return;
+                };
+                loop {
+                    let Ok((s, _)) = l.accept().await else {
+                        continue;
+                    };
+                    let acceptor = acceptor.clone();
+                    tokio::spawn(async move {
+                        let Ok(mut t) = acceptor.accept(s).await else {
+                            return;
+                        };
+                        let Ok(mut b) = tokio::net::TcpStream::connect(backend).await else {
+                            return;
+                        };
+                        let _ = tokio::io::copy_bidirectional(&mut t, &mut b).await;
+                    });
+                }
+            });
+            open.insert(port, task);
+        }
+        Ok(())
+    }
+
+    /// The ports the fake API answers on now (the API load balancers' listener ports).
+    pub fn api_ports(&self) -> Vec<u16> {
+        self.api_ports
+            .lock()
+            .map(|p| p.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
     /// Every name a Route53 record or a load balancer answers for resolves to the gateway
     /// (where the fake API listens), for kprov and on every host; except a load balancer
     /// that forwards SSH (the bastion's), whose names resolve to the host playing one of its
@@ -1199,14 +1263,23 @@ exec "$@""#,
         };
         // Load balancer DNS name → where it leads (None: an SSH one with no instance yet).
         let mut lb_to = BTreeMap::new();
+        // The ports the API load balancers (those leading to the gateway) listen on.
+        let mut api_ports = BTreeSet::new();
         let lbs = self
             .rt
             .block_on(elb.describe_load_balancers().send())
             .map_err(|e| format!("DescribeLoadBalancers: {e:?}"))?;
         for lb in lbs.load_balancers() {
             let Some(n) = lb.dns_name() else { continue };
-            lb_to.insert(clean(n), self.ssh_backend(&elb, lb.load_balancer_arn())?);
+            let to = self.ssh_backend(&elb, lb.load_balancer_arn())?;
+            if to == Some(self.net.gateway)
+                && let Some(arn) = lb.load_balancer_arn()
+            {
+                api_ports.extend(self.listener_ports(&elb, arn)?);
+            }
+            lb_to.insert(clean(n), to);
         }
+        self.serve_api_ports(&api_ports)?;
         let mut names = BTreeMap::new();
         let zones = self
             .rt

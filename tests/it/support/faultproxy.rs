@@ -1,7 +1,9 @@
 //! An HTTP/1.1 proxy on loopback in front of moto_server that injects the faults AWS shows
 //! under load: throttling (EC2 `RequestLimitExceeded` 503, S3 `SlowDown` 503, everything else
 //! `Throttling` 400), 500 `InternalError`s, requests cut half-way through their body, and
-//! replies lost after the server acted.
+//! replies lost after the server acted; and AWS as it really behaves where moto is instantly
+//! consistent ([`Fault::Answer`]: an instance profile refused for a while after its creation,
+//! an ID not found yet).
 //!
 //! Point a client at `endpoint` instead of moto's. A [`Policy`] decides per request. Policies
 //! decide from the request's content (method, path, body) and how often that exact request was
@@ -33,6 +35,57 @@ pub enum Fault {
     /// Forwards the request, lets the server act, and closes the client's connection without
     /// a reply.
     LoseReply,
+    /// Answers with this service error (not forwarded): how AWS answers while a change has
+    /// not propagated (an instance profile refused, a new ID not found yet).
+    Answer(AwsError),
+    /// Answers 200 with this XML body (not forwarded): what AWS shows while it has not acted
+    /// yet (no instance of a new Auto Scaling group, a failed scaling activity).
+    Reply(&'static str),
+}
+
+/// DescribeInstances with nothing in it: instances Auto Scaling has not launched yet.
+pub const NO_INSTANCES: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>fault-proxy</requestId><reservationSet/></DescribeInstancesResponse>";
+
+/// A DescribeScalingActivities reply holding one failed launch of `group`, started now,
+/// with Auto Scaling's `reason` (leaked: a policy's replies live as long as the test).
+pub fn failed_activity(group: &str, reason: &str) -> &'static str {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let start = aws_smithy_types::DateTime::from_secs(now as i64)
+        .fmt(aws_smithy_types::date_time::Format::DateTime)
+        .unwrap_or_default();
+    Box::leak(
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeScalingActivitiesResponse xmlns=\"http://autoscaling.amazonaws.com/doc/2011-01-01/\"><DescribeScalingActivitiesResult><Activities><member><ActivityId>fault-proxy-{now}</ActivityId><AutoScalingGroupName>{group}</AutoScalingGroupName><Description>Launching a new EC2 instance.  Status Reason: {reason}. Launching EC2 instance failed.</Description><Cause>At {start} an instance was started in response to a difference between desired and actual capacity.</Cause><StartTime>{start}</StartTime><StatusCode>Failed</StatusCode><StatusMessage>{reason}. Launching EC2 instance failed.</StatusMessage><Progress>100</Progress></member></Activities></DescribeScalingActivitiesResult><ResponseMetadata><RequestId>fault-proxy</RequestId></ResponseMetadata></DescribeScalingActivitiesResponse>"
+        )
+        .into_boxed_str(),
+    )
+}
+
+/// A service error as AWS sends it: HTTP status, code and message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AwsError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: &'static str,
+}
+
+impl AwsError {
+    /// What Auto Scaling answers for a launch template naming an instance profile IAM has
+    /// not propagated yet (terraform-provider-aws #5633, eksctl #8039).
+    pub const PROFILE_NOT_PROPAGATED: AwsError = AwsError {
+        status: 400,
+        code: "ValidationError",
+        message: "You must use a valid fully-formed launch template. Value (profile) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name",
+    };
+    /// IAM's "not found" (a profile or role created a moment ago, not visible yet).
+    pub const NO_SUCH_ENTITY: AwsError = AwsError {
+        status: 404,
+        code: "NoSuchEntity",
+        message: "The instance profile cannot be found.",
+    };
 }
 
 /// One request as the policy sees it.
@@ -47,6 +100,8 @@ pub struct Request {
     /// How many times this exact request (method, path, body) arrived before, this one
     /// excluded: 0 on the first attempt, 1 on the SDK's first retry of it, ...
     pub seen: u32,
+    /// The body as text (query-protocol parameters: `NatGatewayId.1=...`).
+    pub body: String,
     /// sha256 of method, path and body.
     pub key: [u8; 32],
     /// Since the proxy started.
@@ -270,6 +325,7 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
         service,
         action,
         seen,
+        body: body_text.into_owned(),
         key,
         at: s.started.elapsed(),
     }
@@ -277,6 +333,7 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
 
 fn error_reply(service: &str, fault: Fault) -> Vec<u8> {
     let (status, code, message) = match (service, fault) {
+        (_, Fault::Answer(e)) => (e.status, e.code, e.message),
         ("ec2", Fault::Throttle) => (503, "RequestLimitExceeded", "Request limit exceeded."),
         ("s3", Fault::Throttle) => (503, "SlowDown", "Please reduce your request rate."),
         (_, Fault::Throttle) => (400, "Throttling", "Rate exceeded"),
@@ -296,11 +353,12 @@ fn error_reply(service: &str, fault: Fault) -> Vec<u8> {
         ),
         _ => format!(
             "<?xml version=\"1.0\"?>\n<ErrorResponse><Error><Type>{}</Type><Code>{code}</Code><Message>{message}</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
-            if status == 400 { "Sender" } else { "Receiver" }
+            if status < 500 { "Sender" } else { "Receiver" }
         ),
     };
     let reason = match status {
         400 => "Bad Request",
+        404 => "Not Found",
         503 => "Service Unavailable",
         _ => "Internal Server Error",
     };
@@ -366,7 +424,19 @@ fn handle(s: &Shared, conn: TcpStream) -> std::io::Result<()> {
         }
     }
     match fault {
-        Some(f @ (Fault::Throttle | Fault::Internal)) => {
+        Some(Fault::Reply(body)) => {
+            client.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nx-amz-request-id: fault-proxy\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )?;
+            client.flush()?;
+            let _ = client.shutdown(Shutdown::Both);
+            return Ok(());
+        }
+        Some(f @ (Fault::Throttle | Fault::Internal | Fault::Answer(_))) => {
             client.write_all(&error_reply(&req.service, f))?;
             client.flush()?;
             let _ = client.shutdown(Shutdown::Both);
