@@ -24,6 +24,7 @@ mod instance_aws;
 mod metal;
 mod provision;
 mod race;
+mod real;
 mod rolling;
 mod smoke;
 mod ssh;

@@ -10,4 +10,6 @@ pub mod faultproxy;
 pub mod memstate;
 pub mod mirror;
 pub mod moto;
+pub mod realhosts;
+pub mod realk8s;
 pub mod testhosts;

@@ -57,7 +57,7 @@ pub struct TestHosts {
     dir: PathBuf,
 }
 
-fn run(cmd: &mut Command) -> Result<String, String> {
+pub(crate) fn run(cmd: &mut Command) -> Result<String, String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -73,11 +73,11 @@ fn run(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
-fn sh(args: &[&str]) -> Result<String, String> {
+pub(crate) fn sh(args: &[&str]) -> Result<String, String> {
     run(Command::new(args[0]).args(&args[1..]))
 }
 
-fn keygen(path: &Path) {
+pub(crate) fn keygen(path: &Path) {
     let _ = fs::remove_file(path);
     let _ = fs::remove_file(path.with_extension("pub"));
     sh(&[
@@ -142,7 +142,7 @@ fn kprov_ssh_clients(addresses: &[&str]) -> Vec<(u32, PathBuf)> {
 /// would live on for their ControlPersist idle time (300 s) while the hosts do. A master still
 /// authenticating during a scan forks into the background afterwards (under a new PID), so
 /// the scan repeats until it finds none.
-fn stop_kprov_ssh(addresses: &[&str]) -> Vec<u32> {
+pub(crate) fn stop_kprov_ssh(addresses: &[&str]) -> Vec<u32> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut stopped = Vec::new();
     loop {
@@ -256,7 +256,7 @@ fn claim_subnet() -> (u32, String) {
 /// Claims `count` consecutive /24s (a power of two, aligned: one CIDR block) the same way,
 /// one bridge per /24; the bridges after the first only mark the claim and carry the same
 /// alias (owner PID and `dir`) so `reap_orphans` frees them too. Returns the first index.
-fn claim_block(count: u32, owner_dir: Option<&Path>) -> (u32, Ipv4Net) {
+pub(crate) fn claim_block(count: u32, owner_dir: Option<&Path>) -> (u32, Ipv4Net) {
     assert!(
         count.is_power_of_two() && count <= 64,
         "block of {count} /24s"
@@ -441,7 +441,14 @@ impl TestHosts {
 /// Makes namespace `ns` with one interface, eth0, plugged into `bridge` (veth `veth`, whose
 /// peer is created as `peer`), holding `cidr` (address/prefix), and a default route via
 /// `gateway` when given. Loopback is up.
-fn plug(bridge: &str, ns: &str, veth: &str, peer: &str, cidr: &str, gateway: Option<Ipv4Addr>) {
+pub(crate) fn plug(
+    bridge: &str,
+    ns: &str,
+    veth: &str,
+    peer: &str,
+    cidr: &str,
+    gateway: Option<Ipv4Addr>,
+) {
     sh(&["ip", "netns", "add", ns]).expect("netns");
     sh(&[
         "ip", "link", "add", veth, "type", "veth", "peer", "name", peer,
