@@ -139,6 +139,8 @@ fn scenario_single() {
         "kube-apiserver-cp1",
         "kube-controller-manager-cp1",
         "kube-scheduler-cp1",
+        // The worker's local API proxy: kprov's haproxy static pod (spec.api.localProxyImage).
+        "kprov-api-proxy-worker1",
     ];
     c.wait_for(
         "control plane and kube-proxy Running",

@@ -413,8 +413,18 @@ fn teardown_lab(state: &LabState) {
     for h in &state.hosts {
         teardown_host(h);
     }
+    // Only bridges still labelled with this lab's directory: once a dead lab's bridges are
+    // gone, another lab may have claimed the same block (and names) meanwhile.
+    let links = sh(&["ip", "-o", "link", "show", "type", "bridge"]).unwrap_or_default();
+    let mark = format!("dir={}", state.dir.display());
     for j in state.idx..state.idx + state.count {
-        let _ = sh(&["ip", "link", "del", &format!("kpb{j}")]);
+        let bridge = format!("kpb{j}");
+        let ours = links.lines().any(|l| {
+            l.split(": ").nth(1) == Some(bridge.as_str()) && l.split_whitespace().any(|f| f == mark)
+        });
+        if ours {
+            let _ = sh(&["ip", "link", "del", &bridge]);
+        }
     }
     if state.dir.starts_with("/var/tmp") && state.dir.to_string_lossy().contains("/kprov-real-") {
         let _ = fs::remove_dir_all(&state.dir);
@@ -617,7 +627,17 @@ impl RealLab {
     }
 
     fn spawn_host(&mut self, i: usize, name: &str) -> RealHost {
-        let idx = self.state.idx;
+        // Names unique to this lab (its directory's random suffix), not to its block: a dead
+        // lab's state, reaped by another process, must never name a live lab's namespace,
+        // veth or cgroup after the block was claimed again.
+        let token = self
+            .state
+            .dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("kprov-real-"))
+            .expect("lab directory kprov-real-XXXXXX")
+            .to_string();
         let address = Ipv4Addr::from(u32::from(self.hosts_net.network()) + 11 + i as u32);
         let pod_cidr = self
             .pod_cidr
@@ -646,12 +666,12 @@ impl RealLab {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
         let cgroups: Vec<PathBuf> = own_cgroups()
             .into_iter()
-            .map(|(_, base)| base.join("kprov-real").join(format!("{idx}-{name}")))
+            .map(|(_, base)| base.join("kprov-real").join(format!("{token}-{name}")))
             .collect();
         let mut state = HostState {
             name: name.to_string(),
-            netns: format!("kprovr-{idx}-{i}"),
-            veth: format!("kp{idx}x{i}"),
+            netns: format!("kprovr-{token}-{i}"),
+            veth: format!("kp{token}x{i}"),
             cgroups,
             unshare_pid: None,
             pid1: None,
@@ -679,7 +699,7 @@ impl RealLab {
             &self.bridge,
             &state.netns,
             &state.veth,
-            &format!("kp{idx}y{i}"),
+            &format!("kp{token}y{i}"),
             &format!("{address}/24"),
             Some(self.gateway),
         );
@@ -1071,7 +1091,12 @@ impl RealHost {
         let private = format!("/proc/{pid1}/root/run/systemd/private");
         while !Path::new(&private).exists() {
             if is_dead(pid1) || Instant::now() > deadline {
-                return Err((Some(pid1), fail("systemd never listened")));
+                let why = if is_dead(pid1) {
+                    "PID 1 exited before systemd listened (see the console)"
+                } else {
+                    "systemd never listened"
+                };
+                return Err((Some(pid1), fail(why)));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -1087,7 +1112,18 @@ impl RealHost {
             Err(e) => e.clone(),
         };
         if !(said == "running" || said.ends_with(": degraded") || said.contains("degraded\n")) {
-            return Err((Some(pid1), fail(&format!("systemd not running: {said}"))));
+            // What boot still waits for, and what failed: the cause, not only the timeout.
+            let jobs = run_bounded(
+                Command::new("nsenter")
+                    .args(["-t", &pid1.to_string(), "-a", "sh", "-c"])
+                    .arg("systemctl list-jobs --no-pager; systemctl --failed --no-pager; journalctl -b --no-pager -p warning | tail -n 30"),
+                Duration::from_secs(10),
+            )
+            .unwrap_or_else(|e| e);
+            return Err((
+                Some(pid1),
+                fail(&format!("systemd not running: {said}\n{jobs}")),
+            ));
         }
         Ok((pid1, started.elapsed()))
     }
