@@ -129,7 +129,9 @@ fn scenario_single() {
 
     let took = c.update_yes();
     eprintln!("update --yes: {took:?}");
-    c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(120));
+    // Generous: kubeadm join returns before the kubelet registers, and a loaded 2-core
+    // machine can take minutes there.
+    c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
     eprintln!("2 nodes Ready {:?} after update --yes began", took);
 
     // The real control plane: static pods and kube-proxy Running and ready. CoreDNS is the

@@ -276,21 +276,43 @@ impl<'a> RealCluster<'a> {
         }
     }
 
-    /// Waits until exactly the named nodes are registered and Ready.
+    /// Waits until exactly the named nodes are registered and Ready; on failure, what the
+    /// kubelet of each missing node says (its state and the end of its journal).
     #[track_caller]
     pub fn wait_nodes_ready(&self, nodes: &[&str], limit: Duration) {
-        self.wait_for("nodes Ready", limit, || {
-            let text = self.kubectl(&["get", "nodes", "--no-headers"])?;
+        let deadline = Instant::now() + limit;
+        let mut want = nodes.to_vec();
+        want.sort_unstable();
+        loop {
+            let text = self
+                .kubectl(&["get", "nodes", "--no-headers"])
+                .unwrap_or_else(|e| e);
             let mut ready: Vec<&str> = text
                 .lines()
                 .filter(|l| l.split_whitespace().nth(1) == Some("Ready"))
                 .filter_map(|l| l.split_whitespace().next())
                 .collect();
             ready.sort_unstable();
-            let mut want = nodes.to_vec();
-            want.sort_unstable();
-            if ready == want { Ok(()) } else { Err(text) }
-        });
+            if ready == want {
+                return;
+            }
+            if Instant::now() > deadline {
+                let mut why = String::new();
+                for n in want.iter().filter(|n| !ready.contains(n)) {
+                    let said = self
+                        .lab
+                        .host(n)
+                        .exec(
+                            "systemctl is-active kubelet; \
+                             journalctl -u kubelet --no-pager -n 15 2>&1 | cut -c1-300",
+                        )
+                        .unwrap_or_else(|e| e);
+                    why.push_str(&format!("\n--- {n}: kubelet\n{said}"));
+                }
+                panic!("nodes {want:?} not all Ready after {limit:?}:\n{text}{why}");
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 
     /// The names of kube-system pods that are Running with every container ready.
