@@ -61,8 +61,31 @@ fn scenario_external_etcd() {
         "etcd on dedicated hosts is External:\n{spec}"
     );
 
-    let took = c.update_yes();
-    eprintln!("update --yes: {took:?}");
+    let t = Instant::now();
+    let up = c.kprov(&["update", "cluster", name, "--yes", "--accept-new-host-keys"]);
+    if !up.status.success() {
+        // What the hosts' containerd said (a join failed once on a CRI plugin not loaded).
+        for h in lab.hosts() {
+            let j = h
+                .exec("journalctl -u containerd --no-pager 2>&1 | grep -iE 'error|fail|cri' | tail -15")
+                .unwrap_or_default();
+            eprintln!("--- {} containerd:\n{j}", h.name);
+        }
+        panic!(
+            "update --yes: {:?}\n{}\n{}",
+            up.status,
+            String::from_utf8_lossy(&up.stdout),
+            String::from_utf8_lossy(&up.stderr)
+        );
+    }
+    eprintln!("update --yes: {:?}", t.elapsed());
+    c.kprov_ok(&[
+        "export",
+        "kubeconfig",
+        name,
+        "--kubeconfig",
+        c.kubeconfig.to_str().expect("utf-8"),
+    ]);
     c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
     eprintln!("2 nodes Ready");
 
