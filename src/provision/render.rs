@@ -83,6 +83,16 @@ pub const FACTS_FILE: &str = "/var/lib/kprov/facts";
 pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
 pub const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
 pub const CA_CERT: &str = "/etc/kubernetes/pki/ca.crt";
+/// Restarts containerd and waits (bounded, 60 s) until its CRI plugin answers; otherwise fails
+/// with what crictl and containerd's log say about it.
+const CONTAINERD_RESTART: &str = "set -e\nsystemctl daemon-reload\nsystemctl enable containerd\n\
+systemctl restart containerd\ni=0\n\
+until crictl --timeout 5s info >/dev/null 2>&1; do\n  i=$((i+1))\n  if [ \"$i\" -ge 60 ]; then\n    \
+echo 'containerd is active but its CRI plugin does not answer (kubeadm and the kubelet need it):' >&2\n    \
+crictl --timeout 5s info 2>&1 | tail -n 3 >&2 || true\n    \
+journalctl -u containerd --no-pager 2>/dev/null | grep -iE 'cri|inotify' | tail -n 5 >&2 || true\n    exit 1\n  fi\n  \
+sleep 1\ndone\n";
+
 pub const ETCD_CA_CERT: &str = "/etc/kubernetes/pki/etcd/ca.crt";
 pub const ETCD_CA_KEY: &str = "/etc/kubernetes/pki/etcd/ca.key";
 pub const ETCD_CLIENT_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
@@ -765,9 +775,14 @@ impl Renderer {
                     0o644,
                 ),
             ],
-            check: Some("systemctl is-active --quiet containerd".into()),
-            run: "set -e\nsystemctl daemon-reload\nsystemctl enable containerd\nsystemctl restart containerd\n"
-                .into(),
+            // Active is not enough: containerd stays up when its CRI plugin fails to load
+            // (a bad config, or the kernel's inotify instances exhausted), and kubeadm then
+            // fails later with "unknown service runtime.v1.RuntimeService". The CRI must answer.
+            check: Some(
+                "systemctl is-active --quiet containerd && crictl --timeout 5s info >/dev/null 2>&1"
+                    .into(),
+            ),
+            run: CONTAINERD_RESTART.into(),
             timeout: SHORT,
         });
         for c in [Component::Kubeadm, Component::Kubelet, Component::Kubectl] {
@@ -1981,6 +1996,23 @@ mod tests {
             .collect();
         let pos = |n: &str| names.iter().position(|x| x == n).unwrap();
         assert!(pos("containerd: configure") < pos("images: import pause.tar"));
+        // An active containerd whose CRI plugin did not load is neither converged nor done
+        // (found on real hosts: kubeadm join failed later on `unknown service`).
+        let install = r.install(Arch::Amd64).unwrap();
+        let configure = &install[pos("containerd: configure")];
+        assert!(
+            configure
+                .check
+                .as_deref()
+                .is_some_and(|c| c.contains("crictl --timeout 5s info")),
+            "{configure:?}"
+        );
+        assert!(configure.run.contains("until crictl --timeout 5s info"));
+        let crictl = names.iter().position(|x| x.starts_with("crictl: install"));
+        assert!(
+            crictl.is_some_and(|c| c < pos("containerd: configure")),
+            "{names:?}"
+        );
         assert!(pos("kubelet: service") < pos("images: import pause.tar"));
         assert_eq!(
             &names[names.len() - 2..],

@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+mod bench;
+mod external_etcd;
 mod single;
 
 use crate::support::realhosts::{self, RealLab};
@@ -250,10 +252,14 @@ fn assets_and_images() {
         kprov::provision::assets::ETCD_VERSION,
         kprov::provision::assets::Arch::Amd64,
     );
-    // No etcdutl: none was built, and Debian 12 has none.
+    // No real etcdutl: none was built, and Debian 12 has none; the stand-in says so.
     assert_eq!(
         members("etcd"),
-        [format!("{etcd_dir}/etcd"), format!("{etcd_dir}/etcdctl")]
+        [
+            format!("{etcd_dir}/etcd"),
+            format!("{etcd_dir}/etcdctl"),
+            format!("{etcd_dir}/etcdutl")
+        ]
     );
 
     let t1 = Instant::now();

@@ -28,7 +28,7 @@ pub const ARCHIVE: &str = "k8s-1.36.2-amd64.tar.xz";
 /// The Kubernetes version the archive's binaries report.
 pub const KUBERNETES_VERSION: &str = "1.36.2";
 /// Version of the cache's layout: bump when what is built from the archive changes.
-const CACHE_FORMAT: &str = "v1";
+const CACHE_FORMAT: &str = "v2";
 
 /// The directory holding the shared archive and its sums.
 pub fn shared_dir() -> PathBuf {
@@ -316,6 +316,14 @@ impl Tree {
     }
 }
 
+/// The etcd tarball's `etcdutl`: every etcd release carries one and kprov installs it, but the
+/// archive has none (it was not built) and Debian 12 has none. This stand-in is named as one
+/// and fails, so `restore etcd` of host-deployed etcd (its only user) fails visibly here.
+pub const ETCDUTL_STANDIN: &str = "#!/bin/sh\n\
+echo 'etcdutl: STAND-IN of the kprov real-hosts tier: etcdutl is not available in this tier \
+(the archive has none); restore etcd of host-deployed etcd cannot run here' >&2\n\
+exit 1\n";
+
 /// kprov's `spec.assets.files` for this archive: `file://` URLs into the cache with their
 /// sha256 (kprov uploads them to the hosts over ssh).
 pub struct Assets {
@@ -328,8 +336,8 @@ impl Assets {
     /// binaries; runc (Debian's /usr/sbin/runc); the containerd tarball (`bin/containerd`,
     /// `bin/containerd-shim-runc-v2`, `bin/ctr`), cni-plugins (Debian's /usr/lib/cni, files at
     /// the top), crictl (`crictl` at the top), and etcd (`etcd-v<VERSION>-linux-amd64/` with
-    /// the archive's etcd and Debian's etcdctl; no etcdutl exists, so kprov's restore of
-    /// host-deployed etcd cannot run on these hosts).
+    /// the archive's etcd, Debian's etcdctl and the `etcdutl` stand-in [`ETCDUTL_STANDIN`]: no
+    /// real etcdutl exists, so kprov's restore of host-deployed etcd cannot run on these hosts).
     pub fn get(bins: &Binaries) -> Assets {
         let dir = bins.cache.join(format!("assets-{CACHE_FORMAT}"));
         let etcd_dir = kprov::provision::assets::etcd_dir(
@@ -362,6 +370,11 @@ impl Assets {
                 .file(
                     &format!("{etcd_dir}/etcdctl"),
                     Path::new("/usr/bin/etcdctl"),
+                    0o755,
+                )
+                .bytes(
+                    &format!("{etcd_dir}/etcdutl"),
+                    ETCDUTL_STANDIN.as_bytes(),
                     0o755,
                 );
             etcd.write_tar_gz(&tmp.join("etcd.tar.gz"));

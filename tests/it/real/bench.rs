@@ -1,0 +1,217 @@
+//! `scripts/bench-real`: time from `update cluster --yes` to every node Ready on real hosts,
+//! for 1, 3 and 5 hosts (1 control plane + N-1 workers), split into kprov's own share and the
+//! time spent in kubeadm init/join and the kubelet's registration.
+//!
+//! The split comes from kprov's own phase events (the plain status lines `HOST: PHASE (N
+//! steps)` / `HOST: PHASE done (...)` it writes on a non-terminal stderr), timestamped here as
+//! they arrive: the wall time during which any host is in `init`, `join control plane`,
+//! `join worker` or `settle` (kubeadm's phases and the API server coming up) plus the wait
+//! for Ready after kprov returns is "kubeadm/kubelet"; the rest of the update (SSH, ownership,
+//! preflight, uploads and installs, image imports, orchestration) is "kprov".
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::realcluster::RealCluster;
+use crate::support::realhosts::{self, RealLab};
+
+const KUBEADM_PHASES: &[&str] = &["init", "join control plane", "join worker", "settle"];
+
+/// One `HOST: PHASE (N steps)` / `HOST: PHASE done|FAILED` line: (host, phase, is_start).
+fn phase_event(line: &str) -> Option<(String, String, bool)> {
+    let (host, rest) = line.split_once(": ")?;
+    if let Some(p) = rest.strip_suffix(" steps)") {
+        let (phase, _) = p.rsplit_once(" (")?;
+        return Some((host.to_string(), phase.to_string(), true));
+    }
+    let (phase, _) = rest
+        .split_once(" done (")
+        .or_else(|| rest.split_once(" FAILED"))?;
+    Some((host.to_string(), phase.to_string(), false))
+}
+
+/// Length of the union of intervals.
+fn union(mut spans: Vec<(Duration, Duration)>) -> Duration {
+    spans.sort();
+    let mut total = Duration::ZERO;
+    let mut cur: Option<(Duration, Duration)> = None;
+    for (a, b) in spans {
+        cur = match cur {
+            Some((s, e)) if a <= e => Some((s, e.max(b))),
+            Some((s, e)) => {
+                total += e - s;
+                Some((a, b))
+            }
+            None => Some((a, b)),
+        };
+    }
+    if let Some((s, e)) = cur {
+        total += e - s;
+    }
+    total
+}
+
+struct Row {
+    hosts: usize,
+    update: Duration,
+    ready: Duration,
+    kubeadm: Duration,
+}
+
+fn run(n: usize) -> Row {
+    let mut lab = RealLab::start();
+    let names: Vec<String> = std::iter::once("cp1".to_string())
+        .chain((1..n).map(|i| format!("worker{i}")))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    lab.boot(&refs);
+    lab.route_pods();
+    let name = format!("bench{n}.real.example");
+    let endpoint = format!("{}:6443", lab.host("cp1").address);
+    let roles: Vec<(&str, &[&str])> = refs
+        .iter()
+        .map(|h| {
+            (
+                *h,
+                if *h == "cp1" {
+                    &["control-plane"][..]
+                } else {
+                    &["node"][..]
+                },
+            )
+        })
+        .collect();
+    let c = RealCluster::create(&lab, &name, &roles, |c| {
+        c.spec.api.get_or_insert_with(Default::default).endpoint = Some(endpoint.clone());
+    });
+
+    let t0 = Instant::now();
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("kprov"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", lab.dir())
+        .env(
+            "KPROV_STATE_STORE",
+            format!("file://{}", lab.dir().join("state").display()),
+        )
+        .env("NO_COLOR", "1")
+        .args([
+            "update",
+            "cluster",
+            &name,
+            "--yes",
+            "--accept-new-host-keys",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kprov");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines: Vec<(Duration, String)> = Vec::new();
+    for line in BufReader::new(stderr).lines() {
+        let line = line.expect("kprov stderr");
+        lines.push((t0.elapsed(), line));
+    }
+    let out = child.wait_with_output().expect("kprov");
+    let update = t0.elapsed();
+    let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    assert!(
+        out.status.success(),
+        "update --yes ({n} hosts): {:?}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        text.join("\n")
+    );
+    c.kprov_ok(&[
+        "export",
+        "kubeconfig",
+        &name,
+        "--kubeconfig",
+        c.kubeconfig.to_str().expect("utf-8"),
+    ]);
+    c.wait_nodes_ready(&refs, Duration::from_secs(600));
+    let ready = t0.elapsed();
+
+    let mut open: std::collections::HashMap<(String, String), Duration> = Default::default();
+    let mut spans = Vec::new();
+    for (at, l) in &lines {
+        let Some((host, phase, start)) = phase_event(l) else {
+            continue;
+        };
+        if !KUBEADM_PHASES.contains(&phase.as_str()) {
+            continue;
+        }
+        if start {
+            open.insert((host, phase), *at);
+        } else if let Some(s) = open.remove(&(host, phase)) {
+            spans.push((s, *at));
+        }
+    }
+    assert!(
+        !spans.is_empty(),
+        "no kubeadm phase events in kprov's output:\n{}",
+        text.join("\n")
+    );
+    // After kprov returns, the remaining wait for Ready is the kubelets'.
+    spans.push((update, ready));
+    let kubeadm = union(spans);
+    drop(c);
+    let left = lab.teardown_and_check();
+    assert!(left.is_empty(), "left after teardown: {left:#?}");
+    Row {
+        hosts: n,
+        update,
+        ready,
+        kubeadm,
+    }
+}
+
+/// `scripts/bench-real`: prints one row per cluster size.
+#[test]
+#[ignore = "a benchmark (minutes): scripts/bench-real"]
+fn bench_update_to_ready() {
+    if realhosts::skip() {
+        return;
+    }
+    let sizes: Vec<usize> = std::env::var("KPROV_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 3, 5]);
+    println!(
+        "hosts  update --yes  to all Ready  kubeadm/kubelet  kprov (SSH, installs, orchestration)"
+    );
+    // Each row as soon as its cluster is measured (a long run keeps what it has).
+    for n in sizes {
+        let r = run(n);
+        let kprov = r.ready.saturating_sub(r.kubeadm);
+        println!(
+            "{:>5}  {:>11.1}s  {:>11.1}s  {:>14.1}s  {:>6.1}s ({:.0}%)",
+            r.hosts,
+            r.update.as_secs_f64(),
+            r.ready.as_secs_f64(),
+            r.kubeadm.as_secs_f64(),
+            kprov.as_secs_f64(),
+            100.0 * kprov.as_secs_f64() / r.ready.as_secs_f64()
+        );
+    }
+}
+
+#[test]
+fn phase_lines_parse() {
+    assert_eq!(
+        phase_event("cp1: join worker (4 steps)"),
+        Some(("cp1".into(), "join worker".into(), true))
+    );
+    assert_eq!(
+        phase_event("w1: init done (3 changed, 0 unchanged)"),
+        Some(("w1".into(), "init".into(), false))
+    );
+    assert_eq!(phase_event("w1: new host key recorded: SHA256:x"), None);
+    let s = |a, b| (Duration::from_secs(a), Duration::from_secs(b));
+    assert_eq!(
+        union(vec![s(0, 2), s(1, 3), s(5, 6)]),
+        Duration::from_secs(4)
+    );
+}
