@@ -253,8 +253,29 @@ fn scenario_ha() {
 
     // Scenario 2.
     let t = Instant::now();
+    let args = ["update", "cluster", name, "--yes", "--accept-new-host-keys"];
+    let first = c.kprov(&args);
+    if !first.status.success() {
+        // Diagnostics for the failed host(s), then one resume (kprov says a re-run resumes):
+        // reported loudly, so a run that needed it is visible.
+        eprintln!(
+            "RESUMING: first update --yes failed after {:?}:\n{}{}",
+            t.elapsed(),
+            String::from_utf8_lossy(&first.stdout),
+            String::from_utf8_lossy(&first.stderr)
+        );
+        for h in lab.hosts() {
+            eprintln!(
+                "--- {} kubelet journal:\n{}",
+                h.name,
+                h.exec("journalctl -u kubelet -u containerd --no-pager | grep -iE 'error|fail|oom' | tail -25")
+                    .unwrap_or_default()
+            );
+        }
+    }
     let took = c.update_yes();
-    eprintln!("update --yes: {took:?}");
+    eprintln!("update --yes: {:?} (in all)", t.elapsed());
+    let _ = took;
     let kubeconfig = std::fs::read_to_string(&c.kubeconfig).expect("kubeconfig");
     assert!(
         kubeconfig.contains(&format!("server: https://{endpoint}")),
