@@ -130,8 +130,9 @@ fn etcd_state(c: &RealCluster, node: &str) -> Result<(Vec<String>, bool, bool), 
         a.extend_from_slice(args);
         c.kubectl(&a)
     };
-    let list: serde_json::Value = serde_json::from_str(&etcdctl(&["member", "list", "-w", "json"])?)
-        .map_err(|e| format!("member list: {e}"))?;
+    let list: serde_json::Value =
+        serde_json::from_str(&etcdctl(&["member", "list", "-w", "json"])?)
+            .map_err(|e| format!("member list: {e}"))?;
     let members = list["members"].as_array().cloned().unwrap_or_default();
     let mut names: Vec<String> = members
         .iter()
@@ -144,7 +145,11 @@ fn etcd_state(c: &RealCluster, node: &str) -> Result<(Vec<String>, bool, bool), 
             && m["clientURLs"].as_array().is_some_and(|u| !u.is_empty())
     });
     let health: serde_json::Value = serde_json::from_str(&etcdctl(&[
-        "endpoint", "health", "--cluster", "-w", "json",
+        "endpoint",
+        "health",
+        "--cluster",
+        "-w",
+        "json",
     ])?)
     .map_err(|e| format!("endpoint health: {e}"))?;
     let healthy = health.as_array().is_some_and(|h| {
@@ -317,7 +322,12 @@ fn scenario_ha() {
     let record: serde_json::Value = serde_json::from_str(&record).expect("backup record json");
     let id = record["id"].as_str().expect("backup id").to_string();
     for i in 1..=3 {
-        c.kubectl_ok(&["create", "configmap", &format!("after-{i}"), "--from-literal=k=v"]);
+        c.kubectl_ok(&[
+            "create",
+            "configmap",
+            &format!("after-{i}"),
+            "--from-literal=k=v",
+        ]);
     }
     assert_eq!(
         configmaps(&c).expect("configmaps"),
@@ -326,18 +336,25 @@ fn scenario_ha() {
     let t = Instant::now();
     c.kprov_ok(&["restore", "etcd", name, "--from", &id, "--yes"]);
     eprintln!("restore etcd --yes: {:?}", t.elapsed());
-    c.wait_for("the API after the restore", Duration::from_secs(300), || {
-        configmaps(&c).and_then(|m| {
-            if m == ["before-1"] {
-                Ok(())
-            } else {
-                Err(format!("{m:?}"))
-            }
-        })
-    });
+    c.wait_for(
+        "the API after the restore",
+        Duration::from_secs(300),
+        || {
+            configmaps(&c).and_then(|m| {
+                if m == ["before-1"] {
+                    Ok(())
+                } else {
+                    Err(format!("{m:?}"))
+                }
+            })
+        },
+    );
     wait_etcd(&c, "cp1", &CONTROL_PLANES);
     c.wait_nodes_ready(&["cp1", "cp2", "cp3", "worker1"], Duration::from_secs(300));
-    eprintln!("restored, healthy and Ready {:?} after restore began", t.elapsed());
+    eprintln!(
+        "restored, healthy and Ready {:?} after restore began",
+        t.elapsed()
+    );
 
     // Scenario 8: certificate rotation.
     let before: Vec<String> = CONTROL_PLANES
@@ -357,7 +374,11 @@ fn scenario_ha() {
                 if &now != old { Ok(now) } else { Err(now) }
             },
         );
-        eprintln!("{h}: {} -> {}", old.replace('\n', " "), new.replace('\n', " "));
+        eprintln!(
+            "{h}: {} -> {}",
+            old.replace('\n', " "),
+            new.replace('\n', " ")
+        );
     }
     c.kprov_ok(&[
         "export",
