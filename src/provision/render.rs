@@ -400,7 +400,13 @@ impl NodeSettings {
 /// Printed after a failed `kubeadm init`/`join`: pod sandboxes failing because runc may not
 /// lower `oom_score_adj` (no CAP_SYS_RESOURCE: unprivileged LXC/LXD) surface in kubeadm only
 /// as a timeout, so the journal is asked (bounded) and the spec setting that fixes it named.
-const KUBEADM_FAILURE_HINT: &str = "if journalctl -u containerd -u kubelet --since -30min --no-pager -n 5000 2>/dev/null \
+///
+/// Not when containerd already restricts oom_score_adj: then the advice is taken, and the
+/// kubelet's own "permission denied" on its oom_score_adj (logged on every such host) would
+/// make it a false lead (seen on the real-hosts tier: a worker whose kubelet did not start was
+/// told to set what it had set).
+const KUBEADM_FAILURE_HINT: &str = "if ! grep -qs '^ *restrict_oom_score_adj = true' /etc/containerd/config.toml \\\n  \
+  && journalctl -u containerd -u kubelet --since -30min --no-pager -n 5000 2>/dev/null \
   | grep -m1 -q 'oom_score_adj.*[Pp]ermission denied'; then\n\
   echo 'kprov: pod sandboxes fail because runc may not set oom_score_adj on this host (no CAP_SYS_RESOURCE, as in unprivileged LXC/LXD): set spec.containerd.restrictOOMScoreAdj: true' >&2\n\
 fi\n";

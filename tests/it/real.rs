@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 mod bench;
 mod external_etcd;
+mod ha;
 mod single;
 
 use crate::support::realhosts::{self, RealLab};

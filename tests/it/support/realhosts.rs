@@ -748,6 +748,12 @@ impl RealLab {
         &self.hosts
     }
 
+    /// The lab bridge's name in the root namespace (where a test's load balancer binds
+    /// `lb_address`; the bridge, and so that address, goes with the lab).
+    pub fn bridge(&self) -> &str {
+        &self.bridge
+    }
+
     pub fn host(&self, name: &str) -> &RealHost {
         self.hosts
             .iter()
