@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+mod scale;
 mod single;
 
 use crate::support::realhosts::{self, RealLab};
