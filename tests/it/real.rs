@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 mod scale;
 mod single;
+mod upgrade;
 
 use crate::support::realhosts::{self, RealLab};
 use crate::support::realk8s::{self, Binaries, ImageKind};
