@@ -1578,9 +1578,16 @@ impl Renderer {
         let version = format!("v{}", self.kubernetes_version);
         // The same preflight skip as init/join (cgroup v1 hosts), as a flag: upgrade reads no
         // kprov configuration file.
-        let flags: String = self
-            .node
-            .ignore_preflight_errors()
+        let mut ignore = self.node.ignore_preflight_errors();
+        if matches!(how, crate::nodes::roll::Upgrade::Apply) {
+            // `upgrade apply`'s CreateJob check runs a Job that must complete within a
+            // minute; kprov drains a control plane before upgrading it, so on a cluster whose
+            // only schedulable nodes are control planes (or under load) that Job cannot run
+            // and the upgrade stops (found on real hosts; Kubespray ignores every upgrade
+            // preflight). kprov validated the cluster itself before this batch.
+            ignore.push("CreateJob");
+        }
+        let flags: String = ignore
             .iter()
             .map(|e| format!(" {}", sh_quote(&format!("--ignore-preflight-errors={e}"))))
             .collect();

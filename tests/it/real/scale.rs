@@ -227,21 +227,32 @@ fn scenario_scale_delete_roll() {
         &["cp1", "worker1", "worker2", "worker3"],
         Duration::from_secs(300),
     );
-    eprintln!("scale up: worker3 Ready {:?} after update began", t.elapsed());
+    eprintln!(
+        "scale up: worker3 Ready {:?} after update began",
+        t.elapsed()
+    );
 
     // Both web pods on worker1: the other workers cordoned while they schedule.
     c.kubectl_ok(&["cordon", "worker2", "worker3"]);
     let manifest = lab.dir().join("web.yaml");
     std::fs::write(&manifest, WEB).expect("manifest");
     c.kubectl_ok(&["apply", "-f", manifest.to_str().expect("utf-8")]);
-    c.wait_for("web pods ready on worker1", Duration::from_secs(180), || {
-        let pods = web_pods(&c)?;
-        let ok = pods
-            .iter()
-            .filter(|(n, p, r)| n == "worker1" && p == "Running" && *r)
-            .count();
-        if ok == 2 { Ok(()) } else { Err(format!("{pods:?}")) }
-    });
+    c.wait_for(
+        "web pods ready on worker1",
+        Duration::from_secs(180),
+        || {
+            let pods = web_pods(&c)?;
+            let ok = pods
+                .iter()
+                .filter(|(n, p, r)| n == "worker1" && p == "Running" && *r)
+                .count();
+            if ok == 2 {
+                Ok(())
+            } else {
+                Err(format!("{pods:?}"))
+            }
+        },
+    );
     c.kubectl_ok(&["uncordon", "worker2", "worker3"]);
 
     // delete instance worker1: the PDB holds one pod ready throughout.
@@ -295,7 +306,10 @@ fn scenario_scale_delete_roll() {
         .expect("exec");
     assert_eq!(left.trim(), "", "worker1 after delete instance");
     let spec = c.kprov_ok(&["get", "cluster", name, "-o", "yaml"]);
-    assert!(!spec.contains("name: worker1"), "worker1 still in the spec:\n{spec}");
+    assert!(
+        !spec.contains("name: worker1"),
+        "worker1 still in the spec:\n{spec}"
+    );
 
     // Scenario 5: a label on the workers' hosts (their kubelet's --node-labels).
     let pid = |h: &str| {
@@ -305,9 +319,17 @@ fn scenario_scale_delete_roll() {
             .trim()
             .to_string()
     };
-    let before: Vec<String> = ["cp1", "worker2", "worker3"].iter().map(|h| pid(h)).collect();
+    let before: Vec<String> = ["cp1", "worker2", "worker3"]
+        .iter()
+        .map(|h| pid(h))
+        .collect();
     edit_spec(&c, "labels.yaml", |cl| {
-        for h in cl.spec.hosts.iter_mut().filter(|h| h.name.starts_with("worker")) {
+        for h in cl
+            .spec
+            .hosts
+            .iter_mut()
+            .filter(|h| h.name.starts_with("worker"))
+        {
             h.labels.insert("example.com/tier".into(), "web".into());
         }
     });
@@ -321,7 +343,9 @@ fn scenario_scale_delete_roll() {
         assert!(line.contains("label"), "{w}'s reason:\n{preview}");
     }
     assert!(
-        !preview.lines().any(|l| l.contains("cp1") && l.contains("label")),
+        !preview
+            .lines()
+            .any(|l| l.contains("cp1") && l.contains("label")),
         "cp1 would roll:\n{preview}"
     );
     let kubectl = kubectl_fn(&c);
@@ -338,7 +362,11 @@ fn scenario_scale_delete_roll() {
         let text = kubectl(&["get", "nodes", "--no-headers"])?;
         Some(
             text.lines()
-                .filter(|l| l.split_whitespace().nth(1).is_some_and(|s| s.starts_with("Ready")))
+                .filter(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .is_some_and(|s| s.starts_with("Ready"))
+                })
                 .count(),
         )
     });
@@ -378,7 +406,9 @@ fn scenario_scale_delete_roll() {
     c.wait_nodes_ready(&["cp1", "worker2", "worker3"], Duration::from_secs(60));
     let again = c.kprov_ok(&["rolling-update", "cluster", name]);
     assert!(
-        !again.lines().any(|l| l.contains("worker") && l.contains("label")),
+        !again
+            .lines()
+            .any(|l| l.contains("worker") && l.contains("label")),
         "after the roll:\n{again}"
     );
     eprintln!("scenario total {:?}", t0.elapsed());

@@ -127,7 +127,11 @@ fn scenario_patch_upgrade_procedure() {
         Duration::from_secs(300),
         || {
             let mut wrong = Vec::new();
-            for p in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+            for p in [
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+            ] {
                 let image = c.kubectl(&[
                     "-n",
                     "kube-system",
@@ -141,7 +145,11 @@ fn scenario_patch_upgrade_procedure() {
                     wrong.push(image);
                 }
             }
-            if wrong.is_empty() { Ok(()) } else { Err(format!("{wrong:?}")) }
+            if wrong.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{wrong:?}"))
+            }
         },
     );
     let proxy = c.kubectl_ok(&[
@@ -170,7 +178,9 @@ fn scenario_patch_upgrade_procedure() {
         assert_eq!(v, format!("v{TO}"), "{n}'s kubelet");
         let h = lab.host(n);
         assert_eq!(
-            h.exec("cat /var/lib/kprov/kubeadm-upgraded").expect("marker").trim(),
+            h.exec("cat /var/lib/kprov/kubeadm-upgraded")
+                .expect("marker")
+                .trim(),
             format!("v{TO}"),
             "{n}: kubeadm upgrade {how} not recorded"
         );
@@ -182,7 +192,10 @@ fn scenario_patch_upgrade_procedure() {
         .host("cp1")
         .exec("ls -d /etc/kubernetes/tmp/kubeadm-backup-manifests-* 2>/dev/null || true")
         .expect("exec");
-    assert!(!backups.trim().is_empty(), "no kubeadm upgrade apply backup on cp1");
+    assert!(
+        !backups.trim().is_empty(),
+        "no kubeadm upgrade apply backup on cp1"
+    );
     let again = c.kprov_ok(&["rolling-update", "cluster", name]);
     assert!(
         !again.lines().any(|l| l.contains("1.36.2")),

@@ -711,7 +711,11 @@ const VERSIONED: &[&str] = &[
 /// change in Kubernetes. Build the images for `to` from the returned directory.
 pub fn relabelled(bins: &Binaries, to: &str) -> PathBuf {
     let from = format!("v{KUBERNETES_VERSION}");
-    assert_eq!(from.len(), to.len(), "relabel {from} -> {to}: lengths differ");
+    assert_eq!(
+        from.len(),
+        to.len(),
+        "relabel {from} -> {to}: lengths differ"
+    );
     let dir = bins.cache.join(format!("relabelled-{CACHE_FORMAT}-{to}"));
     cached(&dir, |tmp| {
         for e in fs::read_dir(&bins.bin).expect("bin").flatten() {
