@@ -2221,7 +2221,14 @@ mod tests {
             &r.upgrade(Arch::Amd64, crate::nodes::roll::Upgrade::Apply)
                 .unwrap(),
         );
-        assert!(!up.contains("ignore-preflight-errors"));
+        // Only the health-check Job kubeadm cannot run on a drained control plane.
+        assert!(up.contains(" '--ignore-preflight-errors=CreateJob'\n"), "{up}");
+        assert!(!up.contains("SystemVerification"), "{up}");
+        let node = describe(
+            &r.upgrade(Arch::Amd64, crate::nodes::roll::Upgrade::Node)
+                .unwrap(),
+        );
+        assert!(!node.contains("ignore-preflight-errors"), "{node}");
         // 1.36 runs the pause image kubeadm 1.36 pins.
         let c = cluster("").tap_version("1.36.2");
         let r36 = Renderer::new(&c, &ts).unwrap();
@@ -2278,7 +2285,7 @@ mod tests {
         ] {
             let up = describe(&r.upgrade(Arch::Amd64, how).unwrap());
             assert!(
-                up.contains(" '--ignore-preflight-errors=SystemVerification'\n"),
+                up.contains(" '--ignore-preflight-errors=SystemVerification'"),
                 "{up}"
             );
         }
