@@ -2222,7 +2222,10 @@ mod tests {
                 .unwrap(),
         );
         // Only the health-check Job kubeadm cannot run on a drained control plane.
-        assert!(up.contains(" '--ignore-preflight-errors=CreateJob'\n"), "{up}");
+        assert!(
+            up.contains(" '--ignore-preflight-errors=CreateJob'\n"),
+            "{up}"
+        );
         assert!(!up.contains("SystemVerification"), "{up}");
         let node = describe(
             &r.upgrade(Arch::Amd64, crate::nodes::roll::Upgrade::Node)
