@@ -34,7 +34,7 @@ use crate::spec::validate::{
 use crate::spec::{Cluster, EtcdType, Host, HostRole, ProxyMode};
 use crate::ssh::task::{RemoteFile, Step};
 
-/// Image of the local API proxy on workers.
+/// Image of the local API proxy on workers, unless `spec.api.localProxyImage` names another.
 pub const API_PROXY_IMAGE: &str = "docker.io/library/haproxy:3.2-alpine";
 /// kprov's own sysctl file, the only one the kernel step applies, and its copy once applied.
 const SYSCTL_FILE: &str = "/etc/sysctl.d/99-kprov.conf";
@@ -221,6 +221,11 @@ pub enum RenderError {
     BadEndpoint(String),
     #[error("cluster name {0:?} is not a DNS name")]
     BadName(String),
+    #[error("{field}: {message}")]
+    BadField {
+        field: &'static str,
+        message: String,
+    },
     #[error("the cluster has no control-plane host")]
     NoControlPlane,
     #[error("template {name}: {message}")]
@@ -298,6 +303,8 @@ pub struct Renderer {
     cloud_sans: Vec<String>,
     /// The sandbox image kubeadm of this minor expects (`registry.k8s.io/pause:TAG`).
     pause_image: String,
+    /// `spec.api.localProxyImage`, or kprov's default.
+    api_proxy_image: String,
     node: NodeSettings,
     images: Vec<ImageAsset>,
     /// The `file://` archives' contents (`None` for URLs), read and verified once per run on
@@ -315,12 +322,14 @@ struct NodeSettings {
     fail_cgroup_v1: bool,
     restrict_oom_score_adj: bool,
     require_clock_sync: bool,
+    /// KubeletConfiguration `evictionHard` (empty: the kubelet's defaults).
+    eviction_hard: Vec<(String, String)>,
 }
 
 impl NodeSettings {
-    fn of(spec: &crate::spec::ClusterSpec) -> NodeSettings {
+    fn of(spec: &crate::spec::ClusterSpec) -> Result<NodeSettings, RenderError> {
         let proxy = spec.kube_proxy.clone().unwrap_or_default();
-        NodeSettings {
+        Ok(NodeSettings {
             proxy_mode: proxy.proxy_mode.unwrap_or_default(),
             conntrack_max_per_core: proxy.conntrack_max_per_core,
             fail_cgroup_v1: spec
@@ -338,7 +347,14 @@ impl NodeSettings {
                 .as_ref()
                 .and_then(|p| p.require_clock_sync)
                 .unwrap_or(true),
-        }
+            eviction_hard: match &spec.kubelet {
+                Some(k) => k.eviction_hard().map_err(|message| RenderError::BadField {
+                    field: "spec.kubelet.evictionHard",
+                    message,
+                })?,
+                None => Vec::new(),
+            },
+        })
     }
 
     /// kubeadm preflight errors kprov skips: only SystemVerification, and only when the spec
@@ -363,6 +379,9 @@ impl NodeSettings {
         }
         if !self.fail_cgroup_v1 {
             m.insert("fail_cgroup_v1".into(), json!(false));
+        }
+        if !self.eviction_hard.is_empty() {
+            m.insert("eviction_hard".into(), json!(self.eviction_hard));
         }
         m
     }
@@ -506,7 +525,12 @@ impl Renderer {
             targets: targets.to_vec(),
             cloud_sans: Vec::new(),
             pause_image,
-            node: NodeSettings::of(spec),
+            api_proxy_image: spec
+                .api
+                .as_ref()
+                .and_then(|a| a.local_proxy_image.clone())
+                .unwrap_or_else(|| API_PROXY_IMAGE.to_string()),
+            node: NodeSettings::of(spec)?,
         })
     }
 
@@ -982,6 +1006,7 @@ impl Renderer {
             json!(self.node.conntrack_max_per_core),
         );
         ctx.insert("fail_cgroup_v1".into(), json!(self.node.fail_cgroup_v1));
+        ctx.insert("eviction_hard".into(), json!(self.node.eviction_hard));
         self.render("node/kubeadm-init.yaml.tera", Value::Object(ctx))
     }
 
@@ -1103,7 +1128,7 @@ impl Renderer {
         )?;
         let manifest = self.render(
             "node/api-proxy.yaml.tera",
-            json!({ "image": API_PROXY_IMAGE, "config_sha256": hex::encode(Sha256::digest(&cfg)) }),
+            json!({ "image": self.api_proxy_image, "config_sha256": hex::encode(Sha256::digest(&cfg)) }),
         )?;
         let mut steps = vec![Step {
             name: "api proxy: local load balancer".into(),
@@ -2030,6 +2055,24 @@ mod tests {
         );
     }
 
+    /// `spec.api.localProxyImage` replaces the image of the workers' local API proxy.
+    #[test]
+    fn local_proxy_image_from_the_spec() {
+        let hs = hosts(1, 1);
+        let ts = targets(&hs);
+        let r = Renderer::new(
+            &cluster("  api:\n    localProxyImage: registry.site.example/haproxy:2.6\n"),
+            &ts,
+        )
+        .unwrap();
+        let w = describe(&r.settle(&ts[1]).unwrap());
+        assert!(
+            w.contains("image: \"registry.site.example/haproxy:2.6\"\n"),
+            "{w}"
+        );
+        assert!(!w.contains(API_PROXY_IMAGE), "{w}");
+    }
+
     #[test]
     fn golden_external_endpoint_external_etcd_and_ccm() {
         let mut hs = hosts(1, 1);
@@ -2257,7 +2300,7 @@ mod tests {
     }
 
     const REAL_HOST_SETTINGS: &str = "  kubeProxy:\n    proxyMode: nftables\n    conntrackMaxPerCore: 0\n\
-         \x20 kubelet:\n    failCgroupV1: false\n  containerd:\n    restrictOOMScoreAdj: true\n\
+         \x20 kubelet:\n    failCgroupV1: false\n    evictionHard: nodefs.available<1Gi,imagefs.available<2%\n  containerd:\n    restrictOOMScoreAdj: true\n\
          \x20 preflight:\n    requireClockSync: false\n";
 
     /// The settings a host without some privileges needs (cgroup v1, no CAP_SYS_RESOURCE,
@@ -2275,6 +2318,10 @@ mod tests {
             json!(["SystemVerification"])
         );
         assert_eq!(init[2]["failCgroupV1"], false);
+        assert_eq!(
+            init[2]["evictionHard"],
+            json!({"nodefs.available": "1Gi", "imagefs.available": "2%"})
+        );
         assert_eq!(init[3]["mode"], "nftables");
         assert_eq!(init[3]["conntrack"]["maxPerCore"], 0);
         let join = docs(&r.join_config(&ts[1], &secrets()).unwrap());

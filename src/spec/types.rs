@@ -255,6 +255,13 @@ pub struct Api {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub additional_sans: Vec<String>,
+    /// The image of the local API proxy kprov runs as a static pod on nodes that are not
+    /// control planes when no `endpoint` is set (default `docker.io/library/haproxy:3.2-alpine`;
+    /// Kubespray's `haproxy_image_repo:haproxy_image_tag`). For sites that serve it from their
+    /// own registry or import it from `assets.images`; it is started as
+    /// `haproxy -f /usr/local/etc/haproxy/haproxy.cfg`, like the official image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_proxy_image: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -390,6 +397,71 @@ pub struct Kubelet {
         skip_serializing_if = "Option::is_none"
     )]
     pub fail_cgroup_v1: Option<bool>,
+    /// The kubelet's hard eviction thresholds (kops's `kubelet.evictionHard`):
+    /// `signal<quantity` pairs separated by commas, e.g.
+    /// `memory.available<100Mi,nodefs.available<10%`. Written into the KubeletConfiguration
+    /// every node gets; signals not named keep the kubelet's defaults only when none is given
+    /// (the kubelet replaces the whole map).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_hard: Option<String>,
+}
+
+/// The kubelet's eviction signals (KubeletConfiguration `evictionHard` keys).
+pub const EVICTION_SIGNALS: &[&str] = &[
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "pid.available",
+];
+
+impl Kubelet {
+    /// `evictionHard` as (signal, threshold) pairs in the order written; the error says which
+    /// entry is wrong and why.
+    pub fn eviction_hard(&self) -> Result<Vec<(String, String)>, String> {
+        let Some(text) = self.eviction_hard.as_deref() else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<(String, String)> = Vec::new();
+        for entry in text.split(',').map(str::trim) {
+            let Some((signal, value)) = entry.split_once('<') else {
+                return Err(format!(
+                    "{entry:?} is not SIGNAL<QUANTITY (e.g. nodefs.available<10%)"
+                ));
+            };
+            let (signal, value) = (signal.trim(), value.trim());
+            if !EVICTION_SIGNALS.contains(&signal) {
+                return Err(format!(
+                    "{signal:?} is not a kubelet eviction signal (one of {})",
+                    EVICTION_SIGNALS.join(", ")
+                ));
+            }
+            let quantity = |v: &str| {
+                let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+                let unit = &v[digits.len()..];
+                !digits.is_empty()
+                    && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+                    && ["", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"].contains(&unit)
+            };
+            let ok = match value.strip_suffix('%') {
+                Some(pct) => pct.parse::<f64>().is_ok_and(|p| (0.0..=100.0).contains(&p)),
+                None => quantity(value),
+            };
+            if !ok {
+                return Err(format!(
+                    "{value:?} is not a quantity or percentage for {signal} (e.g. 1Gi, 10%)"
+                ));
+            }
+            if out.iter().any(|(s, _)| s == signal) {
+                return Err(format!("{signal} is given twice"));
+            }
+            out.push((signal.to_string(), value.to_string()));
+        }
+        Ok(out)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]

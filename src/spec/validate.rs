@@ -446,6 +446,23 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         );
     }
 
+    if let Some(k) = &s.kubelet
+        && let Err(e) = k.eviction_hard()
+    {
+        c.err(p("spec.kubelet.evictionHard"), e);
+    }
+    if let Some(image) = s.api.as_ref().and_then(|a| a.local_proxy_image.as_deref())
+        && (image.is_empty()
+            || !image
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "./:_@-".contains(ch)))
+    {
+        c.err(
+            p("spec.api.localProxyImage"),
+            format!("{image:?} is not an image reference (REGISTRY/NAME:TAG or NAME@sha256:...)"),
+        );
+    }
+
     // Networks.
     let n = &s.networking;
     let net = n
@@ -1257,6 +1274,32 @@ spec:
              preflight: {requireClockSync: false}\n",
         );
         assert!(check(&t).is_empty(), "{:?}", check(&t));
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  kubelet:\n    evictionHard: memory.available<100Mi,disk.free<1Gi\n",
+        );
+        expect_one(
+            &t,
+            "c.yaml:9:19: spec.kubelet.evictionHard: \"disk.free\" is not a kubelet eviction signal \
+             (one of memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, \
+             imagefs.inodesFree, containerfs.available, containerfs.inodesFree, pid.available)",
+        );
+        for bad in [
+            "nodefs.available<ten",
+            "nodefs.available",
+            "nodefs.available<101%",
+        ] {
+            let t = BASE.replace(
+                "  kubernetesVersion: 1.35.1\n",
+                &format!("  kubernetesVersion: 1.35.1\n  kubelet: {{evictionHard: \"{bad}\"}}\n"),
+            );
+            assert_eq!(check(&t).len(), 1, "{bad}: {:?}", check(&t));
+        }
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  api: {localProxyImage: \"x; rm -rf /\"}\n",
+        );
+        assert_eq!(check(&t).len(), 1, "{:?}", check(&t));
         // A mode kube-proxy does not have is a load error at its line.
         let t = BASE.replace(
             "  kubernetesVersion: 1.35.1\n",

@@ -87,11 +87,14 @@ impl<'a> RealCluster<'a> {
     ) -> RealCluster<'a> {
         let bins = Binaries::get();
         let assets = realk8s::Assets::get(bins);
-        let images = realk8s::images(
+        let mut images = realk8s::images(
             bins,
             &bins.bin,
             &format!("v{}", realk8s::KUBERNETES_VERSION),
         );
+        let proxy = realk8s::image(bins, &bins.bin, "", realk8s::ImageKind::Haproxy);
+        let proxy_reference = proxy.reference.clone();
+        images.push(proxy);
         for (h, _) in hosts {
             write_bridge_cni(lab.host(h));
         }
@@ -158,6 +161,18 @@ impl<'a> RealCluster<'a> {
                 c.spec.preflight = Some(kprov::spec::Preflight {
                     require_clock_sync: Some(false),
                 });
+                // The hosts share this machine's disk: a percentage of it says nothing about
+                // a node, and a busy disk would taint every node with disk-pressure.
+                c.spec
+                    .kubelet
+                    .get_or_insert_with(Default::default)
+                    .eviction_hard = Some(
+                    "memory.available<100Mi,nodefs.available<2Gi,imagefs.available<2Gi".into(),
+                );
+                c.spec
+                    .api
+                    .get_or_insert_with(Default::default)
+                    .local_proxy_image = Some(proxy_reference.clone());
                 if let Some(edit) = edit.take() {
                     edit(c);
                 }

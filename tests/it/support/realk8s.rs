@@ -412,6 +412,11 @@ pub enum ImageKind {
     /// NOT CoreDNS: the archive's `coredns-standin` (health/ready only, DNS SERVFAIL),
     /// tagged as kubeadm expects CoreDNS.
     CorednsStandin,
+    /// The workers' local API proxy (kprov's static pod): Debian's haproxy (installed by
+    /// scripts/install-test-deps) with its libraries, under a reference of the tier's own,
+    /// handed to kprov as `spec.api.localProxyImage` (the default, docker.io's haproxy, cannot
+    /// be pulled here). Not among `ALL`: kubeadm does not want it.
+    Haproxy,
 }
 
 impl ImageKind {
@@ -434,6 +439,7 @@ impl ImageKind {
             ImageKind::Etcd => "etcd",
             ImageKind::Pause => "pause",
             ImageKind::CorednsStandin => "coredns-standin",
+            ImageKind::Haproxy => "haproxy",
         }
     }
 
@@ -443,6 +449,7 @@ impl ImageKind {
             ImageKind::Etcd => "registry.k8s.io/etcd:3.6.8-0".into(),
             ImageKind::Pause => "registry.k8s.io/pause:3.10.2".into(),
             ImageKind::CorednsStandin => "registry.k8s.io/coredns/coredns:v1.14.2".into(),
+            ImageKind::Haproxy => "kprov.test/haproxy:debian-bookworm".into(),
             k => format!("registry.k8s.io/{}:{tag}", k.file_name()),
         }
     }
@@ -609,12 +616,41 @@ pub fn image(bins: &Binaries, bin: &Path, tag: &str, kind: ImageKind) -> Image {
                 t.file("coredns", &b("coredns-standin"), 0o755);
                 (Some("/coredns"), None, Some("0:0"))
             }
+            ImageKind::Haproxy => {
+                base(&mut t);
+                let haproxy = Path::new("/usr/sbin/haproxy");
+                t.file("usr/sbin/haproxy", haproxy, 0o755);
+                for lib in shared_libraries(haproxy) {
+                    let rel = lib
+                        .to_str()
+                        .expect("utf-8")
+                        .trim_start_matches('/')
+                        .to_string();
+                    t.file(&rel, &lib, 0o755);
+                }
+                (None, None, None)
+            }
         };
-        let entrypoint = entrypoint.map(str::to_string).or_else(|| match kind {
+        let entrypoint: Option<serde_json::Value> = match kind {
+            // As the official image runs it: in the foreground, master-worker, kprov's config.
+            ImageKind::Haproxy => Some(serde_json::json!([
+                "/usr/sbin/haproxy",
+                "-W",
+                "-db",
+                "-f",
+                "/usr/local/etc/haproxy/haproxy.cfg"
+            ])),
+            _ => None,
+        }
+        .or_else(|| entrypoint.map(|e| serde_json::json!([e])))
+        .or_else(|| match kind {
             ImageKind::KubeApiserver
             | ImageKind::KubeControllerManager
             | ImageKind::KubeScheduler
-            | ImageKind::KubeProxy => Some(format!("/usr/local/bin/{}", kind.file_name())),
+            | ImageKind::KubeProxy => Some(serde_json::json!([format!(
+                "/usr/local/bin/{}",
+                kind.file_name()
+            )])),
             _ => None,
         });
         let layer = tmp.join("layer.tar");
@@ -638,7 +674,7 @@ pub fn image(bins: &Binaries, bin: &Path, tag: &str, kind: ImageKind) -> Image {
                          "created_by": format!("kprov tests/it/support/realk8s.rs {reference}")}],
         });
         if let Some(e) = entrypoint {
-            config["config"]["Entrypoint"] = serde_json::json!([e]);
+            config["config"]["Entrypoint"] = e;
         }
         if let Some(c) = cmd {
             config["config"]["Cmd"] = serde_json::json!([c]);
@@ -666,6 +702,26 @@ pub fn image(bins: &Binaries, bin: &Path, tag: &str, kind: ImageKind) -> Image {
         sha256: sha256_file(&path),
         path,
     }
+}
+
+/// The shared libraries `binary` loads, as `ldd` lists them (the loader included).
+fn shared_libraries(binary: &Path) -> Vec<PathBuf> {
+    let out = Command::new("ldd")
+        .arg(binary)
+        .stdin(Stdio::null())
+        .output()
+        .expect("ldd");
+    assert!(out.status.success(), "ldd {}", binary.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let path = match l.split_once("=>") {
+                Some((_, right)) => right.split_whitespace().next()?,
+                None => l.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
 }
 
 /// All seven images for `tag` from `bin`.
