@@ -1624,9 +1624,16 @@ impl Renderer {
         let version = format!("v{}", self.kubernetes_version);
         // The same preflight skip as init/join (cgroup v1 hosts), as a flag: upgrade reads no
         // kprov configuration file.
-        let flags: String = self
-            .node
-            .ignore_preflight_errors()
+        let mut ignore = self.node.ignore_preflight_errors();
+        if matches!(how, crate::nodes::roll::Upgrade::Apply) {
+            // `upgrade apply`'s CreateJob check runs a Job that must complete within a
+            // minute; kprov drains a control plane before upgrading it, so on a cluster whose
+            // only schedulable nodes are control planes (or under load) that Job cannot run
+            // and the upgrade stops (found on real hosts; Kubespray ignores every upgrade
+            // preflight). kprov validated the cluster itself before this batch.
+            ignore.push("CreateJob");
+        }
+        let flags: String = ignore
             .iter()
             .map(|e| format!(" {}", sh_quote(&format!("--ignore-preflight-errors={e}"))))
             .collect();
@@ -2295,7 +2302,17 @@ mod tests {
             &r.upgrade(Arch::Amd64, crate::nodes::roll::Upgrade::Apply)
                 .unwrap(),
         );
-        assert!(!up.contains("ignore-preflight-errors"));
+        // Only the health-check Job kubeadm cannot run on a drained control plane.
+        assert!(
+            up.contains(" '--ignore-preflight-errors=CreateJob'\n"),
+            "{up}"
+        );
+        assert!(!up.contains("SystemVerification"), "{up}");
+        let node = describe(
+            &r.upgrade(Arch::Amd64, crate::nodes::roll::Upgrade::Node)
+                .unwrap(),
+        );
+        assert!(!node.contains("ignore-preflight-errors"), "{node}");
         // 1.36 runs the pause image kubeadm 1.36 pins.
         let c = cluster("").tap_version("1.36.2");
         let r36 = Renderer::new(&c, &ts).unwrap();
@@ -2356,7 +2373,7 @@ mod tests {
         ] {
             let up = describe(&r.upgrade(Arch::Amd64, how).unwrap());
             assert!(
-                up.contains(" '--ignore-preflight-errors=SystemVerification'\n"),
+                up.contains(" '--ignore-preflight-errors=SystemVerification'"),
                 "{up}"
             );
         }

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 mod bench;
 mod external_etcd;
 mod ha;
+mod scale;
 mod single;
+mod upgrade;
 
 use crate::support::realhosts::{self, RealLab};
 use crate::support::realk8s::{self, Binaries, ImageKind};

@@ -207,14 +207,39 @@ impl<'a> RealCluster<'a> {
     #[track_caller]
     pub fn update_yes(&self) -> Duration {
         let t = Instant::now();
-        self.kprov_ok(&[
+        let args = [
             "update",
             "cluster",
             &self.name,
             "--yes",
             "--accept-new-host-keys",
-        ]);
+        ];
+        let o = self.kprov(&args);
+        if !o.status.success() {
+            // What the hosts' containerd said: a failed kubeadm preflight names only the CRI.
+            let journals: String = self
+                .lab
+                .hosts()
+                .iter()
+                .map(|h| {
+                    let j = h
+                        .exec(
+                            "journalctl -u containerd --no-pager 2>&1 | grep -v 'Image[CU][a-z]* event' | tail -40 || true",
+                        )
+                        .unwrap_or_else(|e| e);
+                    format!("--- {} containerd:\n{j}\n", h.name)
+                })
+                .collect();
+            panic!(
+                "kprov {}: exit {:?}\nstdout:\n{}\nstderr:\n{}\n{journals}",
+                args.join(" "),
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
         let took = t.elapsed();
+        eprintln!("kprov {} ({took:?})", args.join(" "));
         self.kprov_ok(&[
             "export",
             "kubeconfig",

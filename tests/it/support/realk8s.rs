@@ -761,3 +761,65 @@ impl Write for HashWriter {
         self.inner.flush()
     }
 }
+
+/// The Kubernetes binaries that carry their version as a string (`-ldflags -X`).
+const VERSIONED: &[&str] = &[
+    "kubeadm",
+    "kubelet",
+    "kubectl",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kube-proxy",
+];
+
+/// `../shared/real-k8s/relabel.py` in Rust: a copy of the archive's `bin` (once per cache)
+/// where every occurrence of `v{KUBERNETES_VERSION}` in the Kubernetes binaries reads `to`
+/// (same length). The SAME code under another label: what uses it proves the upgrade
+/// procedure (kubeadm upgrade apply/node, static pods replaced, kubelets restarted), never a
+/// change in Kubernetes. Build the images for `to` from the returned directory.
+pub fn relabelled(bins: &Binaries, to: &str) -> PathBuf {
+    let from = format!("v{KUBERNETES_VERSION}");
+    assert_eq!(
+        from.len(),
+        to.len(),
+        "relabel {from} -> {to}: lengths differ"
+    );
+    let dir = bins.cache.join(format!("relabelled-{CACHE_FORMAT}-{to}"));
+    cached(&dir, |tmp| {
+        for e in fs::read_dir(&bins.bin).expect("bin").flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let dest = tmp.join(&name);
+            if !VERSIONED.contains(&name.as_str()) {
+                fs::copy(e.path(), &dest).expect("copy binary");
+                continue;
+            }
+            let mut data = fs::read(e.path()).expect("read binary");
+            let n = replace_all(&mut data, from.as_bytes(), to.as_bytes());
+            assert!(n > 0, "relabel: {name}: {from} not found");
+            fs::write(&dest, &data).expect("write relabelled binary");
+            let mode = fs::metadata(e.path()).expect("mode").permissions();
+            fs::set_permissions(&dest, mode).expect("chmod");
+        }
+    });
+    dir
+}
+
+/// Replaces every occurrence of `old` with `new` (same length) in place; how many.
+fn replace_all(data: &mut [u8], old: &[u8], new: &[u8]) -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i + old.len() <= data.len() {
+        match data[i..].iter().position(|&b| b == old[0]) {
+            None => break,
+            Some(p) => i += p,
+        }
+        if data[i..].starts_with(old) {
+            data[i..i + old.len()].copy_from_slice(new);
+            n += 1;
+            i += old.len();
+        } else {
+            i += 1;
+        }
+    }
+    n
+}
