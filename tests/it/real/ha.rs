@@ -225,6 +225,7 @@ fn configmaps(c: &RealCluster) -> Result<Vec<String>, String> {
 /// (control plane): `delete instance cp3` leaves 2 healthy etcd members, no cp3 node, and a
 /// working cluster.
 #[test]
+#[ignore = "not yet passed end to end on real hosts (written 2026-11-25, run it with scripts/test-real); kept out of CI until it has"]
 fn scenario_ha() {
     if realhosts::skip() {
         return;
