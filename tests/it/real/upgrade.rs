@@ -16,7 +16,7 @@ const TO: &str = "1.36.3";
 /// Scenario 6, the upgrade PROCEDURE (not a change in Kubernetes: 1.36.3 is 1.36.2's code
 /// relabelled). A 1.36.2 cluster (1 control plane + 1 worker) gets `kubernetesVersion: 1.36.3`
 /// with the relabelled kubeadm, kubelet and kubectl as `spec.assets.files` overrides (file://
-/// + sha256: they differ from the upstream sums kprov pins for 1.36.3) and the 1.36.3 images
+/// and sha256: they differ from the upstream sums kprov pins for 1.36.3) and the 1.36.3 images
 /// built from them as `spec.assets.images`. The `rolling-update` preview names both nodes with
 /// the version step; `--yes` runs `kubeadm upgrade apply v1.36.3` on the control plane (the
 /// kubeadm-config ConfigMap says v1.36.3, the static pods run the v1.36.3 images) and
