@@ -721,6 +721,12 @@ pub(super) async fn in_place_roller(
         owner,
         kube.clone(),
     );
+    if journal.nodes.iter().any(|n| n.upgrade.is_some())
+        && let Err(e) = roller.stage_images().await
+    {
+        fleet.close().await;
+        anyhow::bail!("{e}; no node was rolled");
+    }
     Ok(Some(InPlace {
         roller,
         fleet,

@@ -62,6 +62,34 @@ impl MetalRoller {
         }
     }
 
+    /// Brings the spec's image archives to every host before a version roll: the first
+    /// `kubeadm upgrade apply` moves cluster-wide workloads (kube-proxy's DaemonSet) to the new
+    /// version's images on every node at once, so a node rolled later would otherwise have no
+    /// image for them (nothing to pull from where there is no registry) and the validation gate
+    /// between batches would wait for a kube-proxy that cannot start. Hosts already holding
+    /// an archive skip it (its marker).
+    pub async fn stage_images(&self) -> Result<(), String> {
+        let images = self.renderer.images().map_err(|e| e.to_string())?;
+        if images.is_empty() {
+            return Ok(());
+        }
+        let mut steps = vec![self.renderer.claim(&self.owner)];
+        steps.extend(images);
+        let runs = self.targets.iter().map(|t| {
+            let steps = &steps;
+            async move {
+                self.exec
+                    .run_steps(t.name(), steps)
+                    .await
+                    .map_err(|e| format!("{}: image archives before the roll: {e}", t.name()))
+            }
+        });
+        for r in futures::future::join_all(runs).await {
+            r?;
+        }
+        Ok(())
+    }
+
     /// The steps of `node` on `target`, record excluded (it goes last, after the API).
     async fn steps(&self, node: &JournalNode, target: &Target) -> Result<Vec<Step>, String> {
         let mut steps = vec![self.renderer.claim(&self.owner)];
