@@ -489,6 +489,8 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: systemd
 failCgroupV1: false
+# The host shares this machine's disk: absolute thresholds, not percentages of it.
+evictionHard: {{memory.available: 100Mi, nodefs.available: 2Gi, imagefs.available: 2Gi}}
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration

@@ -393,7 +393,7 @@ fn a_cluster_whose_config_is_a_directory_is_listed_and_can_be_deleted() {
     assert_eq!(
         stdout(&o),
         "NAME               CLOUD        ZONES        VERSION   CONTROL PLANES   NODES\n\
-         good.example.com   aws          eu-west-1a   1.35.1    1                2\n\
+         good.example.com   aws          eu-west-1a   1.36.4    1                2\n\
          odd.example.com    UNREADABLE   -            -         -                -\n"
     );
     let unreadable = format!(

@@ -339,7 +339,12 @@ impl Assets {
     /// the archive's etcd, Debian's etcdctl and the `etcdutl` stand-in [`ETCDUTL_STANDIN`]: no
     /// real etcdutl exists, so kprov's restore of host-deployed etcd cannot run on these hosts).
     pub fn get(bins: &Binaries) -> Assets {
-        let dir = bins.cache.join(format!("assets-{CACHE_FORMAT}"));
+        // The etcd tarball's layout names kprov's pinned etcd version: a cache built for
+        // another version must not be taken for this one.
+        let dir = bins.cache.join(format!(
+            "assets-{CACHE_FORMAT}-etcd{}",
+            kprov::provision::assets::ETCD_VERSION
+        ));
         let etcd_dir = kprov::provision::assets::etcd_dir(
             kprov::provision::assets::ETCD_VERSION,
             kprov::provision::assets::Arch::Amd64,
