@@ -22,7 +22,6 @@ const TO: &str = "1.36.3";
 /// kubeadm-config ConfigMap says v1.36.3, the static pods run the v1.36.3 images) and
 /// `kubeadm upgrade node` on the worker; every kubelet reports v1.36.3 and every node is Ready.
 #[test]
-#[ignore = "not yet passed end to end on real hosts (written 2026-11-25, run it with scripts/test-real); kept out of CI until it has"]
 fn scenario_patch_upgrade_procedure() {
     if realhosts::skip() {
         return;
