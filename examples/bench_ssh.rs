@@ -255,24 +255,15 @@ async fn main() {
     let a2 = ansible_run(&dir, &playbook_bin);
     ansible_close(&dir);
 
+    // One row per run under the columns scripts/bench-ssh prints (hosts run kprov_ms
+    // ansible_ms ratio); the script adds the machine's load and cores.
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    // Both tools are CPU-bound on a busy machine: say how busy it was.
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load = load.split_whitespace().next().unwrap_or("?");
-    println!(
-        "N={n:<3} load average {load}, {} CPUs",
-        std::thread::available_parallelism().map_or(0, |p| p.get())
-    );
-    println!(
-        "N={n:<3} first run: kprov {:>8.0} ms  ansible {:>8.0} ms  ratio {:>5.1}x",
-        ms(k1),
-        ms(a1),
-        ms(a1) / ms(k1)
-    );
-    println!(
-        "N={n:<3} re-run:    kprov {:>8.0} ms  ansible {:>8.0} ms  ratio {:>5.1}x",
-        ms(k2),
-        ms(a2),
-        ms(a2) / ms(k2)
-    );
+    for (run, k, a) in [("first", k1, a1), ("rerun", k2, a2)] {
+        println!(
+            "{n:>5} {run:>5} {:>8.0} {:>10.0} {:>6.1}",
+            ms(k),
+            ms(a),
+            ms(a) / ms(k)
+        );
+    }
 }

@@ -1186,10 +1186,29 @@ pub mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "benchmark: scripts/bench-rolling"]
     async fn bench_rolling() {
-        let replace = Duration::from_millis(200);
-        let validate = Duration::from_millis(50);
+        bench_rolling_table(
+            Duration::from_millis(200),
+            Duration::from_millis(50),
+            &[(10, 1), (10, 3), (50, 5), (50, 10), (200, 20)],
+        )
+        .await;
+    }
+
+    /// The benchmark's smoke mode, in every `cargo test`: the smallest sizes with short
+    /// durations and no timing assertion, so a broken benchmark fails CI.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bench_rolling_smoke() {
+        bench_rolling_table(
+            Duration::from_millis(5),
+            Duration::from_millis(1),
+            &[(3, 1), (6, 3)],
+        )
+        .await;
+    }
+
+    async fn bench_rolling_table(replace: Duration, validate: Duration, sizes: &[(usize, u32)]) {
         println!("\nnodes batch wall_ms bound_ms ratio writes writes_ms validations");
-        for (n, batch) in [(10usize, 1u32), (10, 3), (50, 5), (50, 10), (200, 20)] {
+        for &(n, batch) in sizes {
             let groups = vec![GroupInput {
                 name: "nodes".into(),
                 role: GroupRole::Node,

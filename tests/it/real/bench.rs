@@ -179,15 +179,14 @@ fn bench_update_to_ready() {
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 3, 5]);
-    println!(
-        "hosts  update --yes  to all Ready  kubeadm/kubelet  kprov (SSH, installs, orchestration)"
-    );
+    // kubeadm_s: kubeadm/kubelet; kprov_s: SSH, installs, orchestration (the module doc).
+    println!("hosts update_s ready_s kubeadm_s kprov_s kprov_pct");
     // Each row as soon as its cluster is measured (a long run keeps what it has).
     for n in sizes {
         let r = run(n);
         let kprov = r.ready.saturating_sub(r.kubeadm);
         println!(
-            "{:>5}  {:>11.1}s  {:>11.1}s  {:>14.1}s  {:>6.1}s ({:.0}%)",
+            "{:>5} {:>8.1} {:>7.1} {:>9.1} {:>7.1} {:>9.0}",
             r.hosts,
             r.update.as_secs_f64(),
             r.ready.as_secs_f64(),
