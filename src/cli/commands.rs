@@ -10,8 +10,9 @@ use anyhow::{Context, anyhow};
 
 use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
 use super::{
-    BackupWhat, Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, GetWhat, LockWhat,
-    RestoreWhat, RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat, ValidateWhat, exit,
+    BackupWhat, Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, ForgetWhat, GetWhat,
+    LockWhat, ReleaseWhat, RestoreWhat, RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat,
+    ValidateWhat, exit,
 };
 use crate::bounded;
 use crate::output::{Format, Printer, Table, untrusted};
@@ -180,6 +181,19 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             }
             DeleteWhat::Instance(a) => super::instance::delete_instance(ctx, &a).await,
         },
+        Command::Forget(f) => match f.what {
+            ForgetWhat::HostKey { cluster, host, yes } => {
+                super::metal::forget_host_key(ctx, &cluster, &host, yes).await
+            }
+        },
+        Command::Release(r) => match r.what {
+            ReleaseWhat::Host {
+                cluster,
+                host,
+                yes,
+                accept_new_host_keys,
+            } => super::metal::release_host(ctx, &cluster, &host, yes, accept_new_host_keys).await,
+        },
         Command::Lock(l) => match l.what {
             LockWhat::Status { cluster } => lock_status(ctx, &cluster).await,
             LockWhat::Break { cluster } => lock_break(ctx, &cluster).await,
@@ -286,26 +300,29 @@ fn read_ssh_public_key(printer: &Printer, flag: Option<&Path>) -> anyhow::Result
 }
 
 async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32> {
-    let inventory = match &a.inventory {
-        Some(path) => Some(crate::inventory::import(path)?),
+    // Problems are collected, not returned one at a time: an inventory is refused once, with
+    // every problem it has (its own, its settings', and the spec's they lead to).
+    let mut inventory = match &a.inventory {
+        Some(path) => Some(crate::inventory::import_collecting(path)?),
         None => None,
     };
-    let hosts = inventory
-        .as_ref()
-        .map(|i| i.plain_hosts())
-        .unwrap_or_default();
     let key = read_ssh_public_key(&ctx.printer, a.ssh_public_key.as_deref())?;
-    let (mut cluster, groups) = build_cluster_objects(a, hosts, key)?;
     let mut overrides = Vec::new();
-    if let Some(inv) = &inventory {
-        overrides = super::create::apply_inventory(&mut cluster, inv, a);
-        if let Some(w) = inv.unused_warning() {
-            ctx.printer.warn(&w);
+    let (cluster, groups) = match &mut inventory {
+        Some(inv) => {
+            let (cluster, groups, notes) = super::create::objects_from_inventory(a, inv, key)?;
+            overrides = notes;
+            if let Some(w) = inv.unused_warning() {
+                ctx.printer.warn(&w);
+            }
+            (cluster, groups)
         }
-        super::create::validate_with_inventory(&cluster, &groups, inv)?;
-    } else {
-        resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
-    }
+        None => {
+            let (cluster, groups) = build_cluster_objects(a, Vec::new(), key)?;
+            resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
+            (cluster, groups)
+        }
+    };
     if let Some(inv) = &inventory {
         let lines = super::create::inventory_summary(inv, &overrides);
         if a.dry_run {

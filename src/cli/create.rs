@@ -528,14 +528,23 @@ pub fn build_cluster_objects(
     Ok((cluster, groups))
 }
 
+/// Kubespray's own pod and service networks (`kube_pods_subnet`, `kube_service_addresses`
+/// in its defaults): a Kubespray inventory that does not set them gets them, as Kubespray
+/// would give it, not kprov's (kops's) defaults.
+pub const KUBESPRAY_POD_CIDR: &str = "10.233.64.0/18";
+pub const KUBESPRAY_SERVICE_CIDR: &str = "10.233.0.0/18";
+
 /// Applies the cluster-wide settings an inventory's variables carry (Kubespray's
 /// `kube_version`, `kube_pods_subnet`, ...). A flag given on the command line wins; each such
-/// override is returned as a note so the user sees it.
+/// override is returned as a note so the user sees it. A value kprov cannot install (a
+/// `kube_version` outside its table, when `--kubernetes-version` does not choose another) is
+/// added to the inventory's problems at its line, naming the flag.
 pub fn apply_inventory(
     cluster: &mut Cluster,
-    inv: &crate::inventory::Inventory,
+    inv: &mut crate::inventory::Inventory,
     a: &CreateClusterArgs,
 ) -> Vec<String> {
+    use crate::inventory::Format;
     let mut notes = Vec::new();
     let s = &inv.settings;
     let spec = &mut cluster.spec;
@@ -553,12 +562,26 @@ pub fn apply_inventory(
             }
         }
     };
-    set(
-        a.kubernetes_version.clone(),
-        &s.kubernetes_version,
-        "kubernetes-version",
-        &mut spec.kubernetes_version,
-    );
+    let mut version_problem = None;
+    match (&a.kubernetes_version, &s.kubernetes_version) {
+        (None, Some((v, at))) if !crate::spec::versions::is_supported(v) => {
+            version_problem = Some(crate::inventory::Problem::located(
+                at,
+                format!(
+                    "kube_version: {v} is not a version kprov can install (pinned checksums: {}); \
+                     pass --kubernetes-version VERSION to choose one (it overrides kube_version, \
+                     your file stays as it is)",
+                    crate::spec::versions::supported_list()
+                ),
+            ));
+        }
+        _ => set(
+            a.kubernetes_version.clone(),
+            &s.kubernetes_version,
+            "kubernetes-version",
+            &mut spec.kubernetes_version,
+        ),
+    }
     set(
         a.pod_cidr.clone(),
         &s.pod_cidr,
@@ -571,6 +594,22 @@ pub fn apply_inventory(
         "service-cidr",
         &mut spec.networking.service_cidr,
     );
+    if inv.format != Format::Kprov {
+        if a.pod_cidr.is_none() && s.pod_cidr.is_none() {
+            spec.networking.pod_cidr = Some(KUBESPRAY_POD_CIDR.into());
+            notes.push(format!(
+                "pod CIDR {KUBESPRAY_POD_CIDR}: Kubespray's default, as kube_pods_subnet is not \
+                 set (--pod-cidr chooses another)"
+            ));
+        }
+        if a.service_cidr.is_none() && s.service_cidr.is_none() {
+            spec.networking.service_cidr = Some(KUBESPRAY_SERVICE_CIDR.into());
+            notes.push(format!(
+                "service CIDR {KUBESPRAY_SERVICE_CIDR}: Kubespray's default, as \
+                 kube_service_addresses is not set (--service-cidr chooses another)"
+            ));
+        }
+    }
     if let Some((cni, at)) = &s.cni {
         if a.networking.is_some() {
             notes.push(format!(
@@ -595,12 +634,16 @@ pub fn apply_inventory(
         if let Some((endpoint, _)) = &s.api_endpoint {
             api.endpoint = Some(endpoint.clone());
         }
+        if let Some((address, _)) = &s.api_endpoint_address {
+            api.endpoint_address = Some(address.clone());
+        }
         for (san, _) in &s.extra_sans {
             if !api.additional_sans.contains(san) {
                 api.additional_sans.push(san.clone());
             }
         }
     }
+    inv.problems.extend(version_problem);
     notes
 }
 
@@ -661,6 +704,44 @@ pub fn validate_with_inventory(
         })
         .collect();
     Err(SpecErrors(diags))
+}
+
+/// `create cluster --inventory`: the objects built from the flags and the inventory, its
+/// settings applied. An inventory with problems is refused once with all of them: its own,
+/// its settings' (e.g. a `kube_version` kprov cannot install) and the spec's they lead to,
+/// each at its file and line.
+pub fn objects_from_inventory(
+    a: &CreateClusterArgs,
+    inv: &mut crate::inventory::Inventory,
+    ssh_public_key: Option<String>,
+) -> anyhow::Result<(Cluster, Vec<InstanceGroup>, Vec<String>)> {
+    let (mut cluster, groups) = build_cluster_objects(a, inv.plain_hosts(), ssh_public_key)?;
+    let notes = apply_inventory(&mut cluster, inv, a);
+    if !inv.problems.is_empty() {
+        if let Err(spec) = validate_with_inventory(&cluster, &groups, inv) {
+            inv.problems.extend(spec.0.into_iter().map(problem_of));
+        }
+        return Err(crate::inventory::InventoryError::Invalid {
+            file: inv.file.clone(),
+            problems: std::mem::take(&mut inv.problems),
+        }
+        .into());
+    }
+    validate_with_inventory(&cluster, &groups, inv)?;
+    Ok((cluster, groups, notes))
+}
+
+/// A spec problem (from [`validate_with_inventory`]) among an inventory's problems.
+pub fn problem_of(d: Diagnostic) -> crate::inventory::Problem {
+    crate::inventory::Problem {
+        file: Some(d.source),
+        line: d.pos.map(|p| p.line),
+        host: None,
+        message: match d.path {
+            Some(path) => format!("{path}: {}", d.message),
+            None => d.message,
+        },
+    }
 }
 
 /// What `create --dry-run` says it understood from an inventory, one line each.
@@ -788,9 +869,9 @@ mod tests {
         let mut all = vec!["--inventory", p];
         all.extend_from_slice(extra);
         let a = args(&all);
-        let inv = crate::inventory::import(path).unwrap();
+        let mut inv = crate::inventory::import(path).unwrap();
         let (mut c, g) = build_cluster_objects(&a, inv.plain_hosts(), None).unwrap();
-        let notes = apply_inventory(&mut c, &inv, &a);
+        let notes = apply_inventory(&mut c, &mut inv, &a);
         (c, g, inv, notes)
     }
 
@@ -860,21 +941,194 @@ mod tests {
              [all:vars]\nkube_pods_subnet=10.244.0.0/16\nkube_version=1.20.0\n",
         )
         .unwrap();
-        let (c, g, inv, _) = build(&path, &[]);
-        let err = validate_with_inventory(&c, &g, &inv)
+        // Every problem in one run: the version kprov cannot install (naming the flag that
+        // chooses another) and the spec problem the pod CIDR leads to, each at its line.
+        let a = args(&["--inventory", path.to_str().unwrap()]);
+        let mut inv = crate::inventory::import_collecting(&path).unwrap();
+        let err = objects_from_inventory(&a, &mut inv, None)
             .unwrap_err()
             .to_string();
         let file = path.display().to_string();
         assert!(!err.contains("command line"), "{err}");
         assert!(
-            err.contains(&format!("{file}:2:1: spec.hosts[0]")) && err.contains("host cp1: "),
+            err.contains(&format!("{file}:2: spec.hosts[0]")) && err.contains("host cp1: "),
             "{err}"
         );
         assert!(
             err.contains(&format!(
-                "{file}:7:1: spec.kubernetesVersion: kube_version ("
-            )),
+                "{file}:7: kube_version: 1.20.0 is not a version kprov can install"
+            )) && err.contains("pass --kubernetes-version VERSION"),
             "{err}"
+        );
+        // With the flag, the version problem is gone and the other one stays.
+        let a = args(&[
+            "--inventory",
+            path.to_str().unwrap(),
+            "--kubernetes-version",
+            "1.35.1",
+        ]);
+        let mut inv = crate::inventory::import_collecting(&path).unwrap();
+        let err = objects_from_inventory(&a, &mut inv, None)
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("kube_version"), "{err}");
+        assert!(err.contains(&format!("{file}:2:1: spec.hosts[0]")), "{err}");
+    }
+
+    /// Kubespray's behaviour-changing settings: honoured, answered with a note (docker), or
+    /// refused each at its own file and line, all in one run; the harmless ones (`false`,
+    /// `""`, `[]`) stay in the one grouped warning; Kubespray's own pod and service networks
+    /// when the inventory does not set them.
+    #[test]
+    fn behaviour_changing_settings_are_honoured_or_refused_at_their_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join("group_vars/all")).unwrap();
+        std::fs::create_dir_all(d.join("group_vars/k8s_cluster")).unwrap();
+        std::fs::write(
+            d.join("hosts.yaml"),
+            "all:\n  hosts:\n    cp1: {ansible_host: 198.18.0.1}\n    w1: {ansible_host: 198.18.0.2}\n  \
+             children:\n    kube_control_plane:\n      hosts: {cp1: }\n    etcd:\n      hosts: {cp1: }\n    \
+             kube_node:\n      hosts: {w1: }\n    k8s_cluster:\n      children: {kube_control_plane: , kube_node: }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("group_vars/all/all.yml"),
+            "http_proxy: \"http://proxy.example.com:3128\"\nhttps_proxy: \"\"\nno_proxy: \"\"\n\
+             upstream_dns_servers:\n  - 8.8.8.8\nkubelet_fail_swap_on: true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("group_vars/k8s_cluster/k8s-cluster.yml"),
+            "kube_proxy_mode: ipvs\ncontainer_manager: docker\nkube_encrypt_secret_data: true\n\
+             kubernetes_audit: false\nkube_vip_enabled: true\nkube_vip_address: 10.0.0.9\n\
+             metallb_enabled: false\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("group_vars/all/containerd.yml"),
+            "containerd_registries_mirrors:\n  - prefix: docker.io\n    mirrors:\n      - host: https://mirror.example.com\n",
+        )
+        .unwrap();
+        let a = args(&[
+            "--inventory",
+            d.to_str().unwrap(),
+            "--kubernetes-version",
+            "1.35.1",
+        ]);
+        let mut inv = crate::inventory::import_collecting(d).unwrap();
+        let err = objects_from_inventory(&a, &mut inv, None)
+            .unwrap_err()
+            .to_string();
+        let at =
+            |f: &str, line: usize, var: &str| format!("{}:{line}: {var}: ", d.join(f).display());
+        for (f, line, var, says) in [
+            (
+                "group_vars/all/all.yml",
+                1,
+                "http_proxy",
+                "not supported yet",
+            ),
+            (
+                "group_vars/all/all.yml",
+                4,
+                "upstream_dns_servers",
+                "not configurable yet",
+            ),
+            (
+                "group_vars/all/containerd.yml",
+                1,
+                "containerd_registries_mirrors",
+                "not supported yet",
+            ),
+            (
+                "group_vars/k8s_cluster/k8s-cluster.yml",
+                3,
+                "kube_encrypt_secret_data",
+                "not supported yet",
+            ),
+            (
+                "group_vars/k8s_cluster/k8s-cluster.yml",
+                5,
+                "kube_vip_enabled",
+                "kube-vip",
+            ),
+        ] {
+            let want = at(f, line, var);
+            let found = err.lines().find(|l| l.contains(&want));
+            assert!(
+                found.is_some_and(|l| l.contains(says)),
+                "{want} ... {says} in:\n{err}"
+            );
+        }
+        assert_eq!(
+            err.lines().count(),
+            6,
+            "one line per refused setting:\n{err}"
+        );
+        for harmless in [
+            "https_proxy",
+            "no_proxy",
+            "kubernetes_audit",
+            "metallb_enabled",
+            "kubelet_fail_swap_on",
+            "container_manager",
+        ] {
+            assert!(
+                !err.contains(&format!("{harmless}:")),
+                "{harmless} refused:\n{err}"
+            );
+        }
+        // The same directory without the refused settings: created, ipvs honoured, docker
+        // answered with containerd in a note, Kubespray's networks, harmless ones grouped.
+        std::fs::write(
+            d.join("group_vars/all/all.yml"),
+            "https_proxy: \"\"\nkubelet_fail_swap_on: true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("group_vars/k8s_cluster/k8s-cluster.yml"),
+            "kube_proxy_mode: ipvs\ncontainer_manager: docker\nkube_encrypt_secret_data: false\n",
+        )
+        .unwrap();
+        std::fs::remove_file(d.join("group_vars/all/containerd.yml")).unwrap();
+        let mut inv = crate::inventory::import_collecting(d).unwrap();
+        let (c, _, notes) = objects_from_inventory(&a, &mut inv, None).unwrap();
+        assert_eq!(
+            c.spec.kube_proxy.as_ref().and_then(|k| k.proxy_mode),
+            Some(ProxyMode::Ipvs)
+        );
+        assert_eq!(
+            c.spec.networking.pod_cidr.as_deref(),
+            Some(KUBESPRAY_POD_CIDR)
+        );
+        assert_eq!(
+            c.spec.networking.service_cidr.as_deref(),
+            Some(KUBESPRAY_SERVICE_CIDR)
+        );
+        assert!(
+            inv.notes.iter().any(|n| n.contains("container_manager: docker: kprov installs containerd instead")),
+            "{:?}",
+            inv.notes
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("pod CIDR 10.233.64.0/18: Kubespray's default"))
+        );
+        let unused: Vec<&str> = inv.unused.iter().map(|u| u.var.as_str()).collect();
+        assert_eq!(
+            unused,
+            [
+                "https_proxy",
+                "kubelet_fail_swap_on",
+                "kube_encrypt_secret_data"
+            ]
+        );
+        assert!(
+            inv.unused_warning()
+                .unwrap()
+                .contains("3 inventory variable(s) not used")
         );
     }
 
@@ -950,5 +1204,113 @@ mod tests {
         ] {
             assert!(z(&[bad]).is_err(), "{bad}");
         }
+    }
+
+    /// What `create cluster NAME --cloud metal --inventory FILE` (no other flag) makes of an
+    /// inventory: the objects' fields that came from it, or every problem it is refused for.
+    fn create_report(path: &Path, extra: &[&str]) -> (bool, String) {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/");
+        let rel = |t: &str| t.replace(root, "");
+        let p = path.to_str().unwrap();
+        let mut all = vec!["--inventory", p];
+        all.extend_from_slice(extra);
+        let a = args(&all);
+        let mut inv = match crate::inventory::import_collecting(path) {
+            Ok(inv) => inv,
+            Err(e) => return (false, rel(&format!("refused: {e}\n"))),
+        };
+        let mut out = String::new();
+        match objects_from_inventory(&a, &mut inv, None) {
+            Err(e) => {
+                out.push_str(&format!("refused: {e}\n"));
+                (false, rel(&out))
+            }
+            Ok((c, g, notes)) => {
+                let s = &c.spec;
+                out.push_str("created\n");
+                for l in &inv.hosts {
+                    out.push_str(&format!(
+                        "  host (line {}) {}\n",
+                        l.line,
+                        crate::inventory::real_line_of(&l.host)
+                    ));
+                }
+                let api = s.api.clone().unwrap_or_default();
+                out.push_str(&format!(
+                    "  spec: version {} cni {:?} podCIDR {} serviceCIDR {} etcd {:?} \
+                     proxyMode {:?} endpoint {:?} endpointAddress {:?} SANs {:?}\n",
+                    s.kubernetes_version.as_deref().unwrap_or("-"),
+                    s.networking.cni,
+                    s.networking.pod_cidr.as_deref().unwrap_or("-"),
+                    s.networking.service_cidr.as_deref().unwrap_or("-"),
+                    s.etcd.as_ref().map(|e| e.kind),
+                    s.kube_proxy.as_ref().and_then(|k| k.proxy_mode),
+                    api.endpoint,
+                    api.endpoint_address,
+                    api.additional_sans,
+                ));
+                out.push_str(&format!(
+                    "  groups: {}\n",
+                    g.iter()
+                        .map(|g| format!("{}={}", g.metadata.name, g.spec.min_size.unwrap_or(0)))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+                for n in inv.notes.iter().chain(&notes) {
+                    out.push_str(&format!("  note: {n}\n"));
+                }
+                let unused: Vec<&str> = inv.unused.iter().map(|u| u.var.as_str()).collect();
+                out.push_str(&format!(
+                    "  unused ({}): {}\n",
+                    unused.len(),
+                    unused.join(" ")
+                ));
+                (true, rel(&out))
+            }
+        }
+    }
+
+    /// Issue 20's done-when: the fresh real inventories in tests/fixtures/kubespray/fresh/
+    /// (origins in its ORIGIN.tsv), each imported as it is, checked field by field against the
+    /// golden file; at least 20 of them are created as they are.
+    #[test]
+    fn every_fresh_kubespray_inventory() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubespray/fresh");
+        let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        dirs.sort();
+        let mut golden = String::new();
+        let mut created = vec![];
+        for d in &dirs {
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            let files: Vec<&str> = ["hosts.yaml", "inventory.ini"]
+                .into_iter()
+                .filter(|f| d.join(f).is_file())
+                .collect();
+            assert!(!files.is_empty(), "{name}: no inventory file");
+            for (i, f) in files.iter().enumerate() {
+                let (ok, report) = create_report(&d.join(f), &[]);
+                golden.push_str(&format!("== {name}/{f}\n{report}"));
+                // A directory counts once, by its first inventory file (hosts.yaml).
+                if ok && i == 0 {
+                    created.push(name.clone());
+                }
+                if !ok && report.contains("--kubernetes-version") {
+                    let (_, again) = create_report(&d.join(f), &["--kubernetes-version", "1.35.1"]);
+                    golden.push_str(&format!("-- with --kubernetes-version 1.35.1: {again}"));
+                }
+            }
+        }
+        golden.push_str(&format!(
+            "\n{} of {} directories created as they are: {}\n",
+            created.len(),
+            dirs.len(),
+            created.join(" ")
+        ));
+        insta::assert_snapshot!("fresh_kubespray_inventories", golden);
+        assert!(created.len() >= 20, "{}", golden);
     }
 }

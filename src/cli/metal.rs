@@ -149,16 +149,145 @@ async fn targets(cluster: &Cluster) -> anyhow::Result<Vec<Target>> {
     .await?)
 }
 
+/// What reading the inventory again changes in the spec's hosts (by name).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct HostsChange {
+    pub added: Vec<Host>,
+    pub removed: Vec<Host>,
+    /// The same name with another address, roles, user, port, labels, ...: (before, after).
+    pub changed: Vec<(Host, Host)>,
+}
+
+impl HostsChange {
+    pub fn of(before: &[Host], after: &[Host]) -> HostsChange {
+        let find = |hosts: &[Host], name: &str| hosts.iter().find(|h| h.name == name).cloned();
+        HostsChange {
+            added: after
+                .iter()
+                .filter(|h| find(before, &h.name).is_none())
+                .cloned()
+                .collect(),
+            removed: before
+                .iter()
+                .filter(|h| find(after, &h.name).is_none())
+                .cloned()
+                .collect(),
+            changed: before
+                .iter()
+                .filter_map(|b| {
+                    find(after, &b.name)
+                        .filter(|a| a != b)
+                        .map(|a| (b.clone(), a))
+                })
+                .collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+
+    /// One line each: the hosts to add, to remove and those that changed.
+    pub fn lines(&self, inventory: &str) -> Vec<String> {
+        let list = |hosts: &[Host]| {
+            hosts
+                .iter()
+                .map(|h| format!("{} ({}, {})", h.name, h.address, roles(h)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = vec![];
+        if self.is_empty() {
+            out.push(format!(
+                "Inventory {inventory}: the same hosts as the spec (nothing to add or remove)"
+            ));
+            return out;
+        }
+        if !self.added.is_empty() {
+            out.push(format!(
+                "Inventory {inventory}: hosts to add: {}",
+                list(&self.added)
+            ));
+        }
+        if !self.removed.is_empty() {
+            out.push(format!(
+                "Inventory {inventory}: hosts to remove: {}",
+                list(&self.removed)
+            ));
+        }
+        for (b, a) in &self.changed {
+            out.push(format!(
+                "Inventory {inventory}: host {} changes: {} ({}) -> {} ({})",
+                b.name,
+                b.address,
+                roles(b),
+                a.address,
+                roles(a)
+            ));
+        }
+        out
+    }
+}
+
+/// `update cluster NAME --inventory DIR`: the stored user spec with the inventory's hosts,
+/// completed and validated (nothing stored), its version, and what changes.
+async fn reread_inventory(
+    ctx: &Ctx,
+    name: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<(Cluster, Cluster, crate::state::Version, HostsChange)> {
+    // Refused with every problem at once, like `create cluster --inventory`.
+    let inv = crate::inventory::import(path)?;
+    let repo = ctx.repo().await?;
+    let stored = repo.get(name).await?;
+    let mut user = stored.cluster.value.clone();
+    let hosts = inv.plain_hosts();
+    let change = HostsChange::of(&user.spec.hosts, &hosts);
+    user.spec.hosts = hosts;
+    let (resolved, _) = crate::repo::resolve_with_docs(
+        &user,
+        &stored.group_values(),
+        None,
+        &HashMap::new(),
+        &inv.file,
+    )?;
+    for line in change.lines(&inv.file) {
+        ctx.printer
+            .status(&crate::output::untrusted(&line).to_string());
+    }
+    if let Some((v, at)) = &inv.settings.kubernetes_version
+        && resolved.spec.kubernetes_version.as_deref() != Some(v.as_str())
+    {
+        ctx.printer.warn(
+            &crate::output::untrusted(&format!(
+                "kube_version {v} ({at}) differs from the spec's {}: `update cluster --inventory` \
+             reads hosts only; change the version with `kprov edit cluster {name}` and roll it \
+             with `kprov rolling-update cluster {name}`",
+                resolved.spec.kubernetes_version.as_deref().unwrap_or("-")
+            ))
+            .to_string(),
+        );
+    }
+    Ok((user, resolved, stored.version, change))
+}
+
 /// `update cluster NAME` for a metal cluster (`cluster` is resolved: completed and valid).
 pub async fn update(
     ctx: &Ctx,
     cluster: &Cluster,
-    _groups: &[InstanceGroup],
+    groups: &[InstanceGroup],
     a: &UpdateClusterArgs,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
+    let reread = match &a.inventory {
+        Some(path) => Some(reread_inventory(ctx, name, path).await?),
+        None => None,
+    };
+    let cluster = reread
+        .as_ref()
+        .map_or(cluster, |(_, resolved, _, _)| resolved);
     let targets = targets(cluster).await?;
     let options = NodeOptions {
         accept_new_host_keys: a.accept_new_host_keys,
@@ -176,18 +305,54 @@ pub async fn update(
             ));
         }
     };
+    let spec_changes = reread.as_ref().is_some_and(|(_, _, _, c)| !c.is_empty());
     if !a.yes {
         let plan = ops::plan(store, cluster, &targets, &options).await?;
         let code = preview(ctx, name, &plan, a)?;
         warn_gone();
-        return Ok(if code == exit::OK && a.exit_code && !gone.is_empty() {
-            exit::CHANGES_PENDING
-        } else {
-            code
-        });
+        if spec_changes {
+            ctx.printer.status(&format!(
+                "The spec's hosts would change: `kprov update cluster {name} --inventory {} \
+                 --yes` stores them and provisions the new ones.",
+                a.inventory
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display()
+            ));
+        }
+        return Ok(
+            if code == exit::OK && a.exit_code && (!gone.is_empty() || spec_changes) {
+                exit::CHANGES_PENDING
+            } else {
+                code
+            },
+        );
     }
     warn_gone();
     let guard = lock::acquire(store.clone(), name, "update cluster --yes", LOCK_LEASE).await?;
+    if let Some((user, _, version, change)) = &reread
+        && !change.is_empty()
+    {
+        // Conditional on the spec read for the preview: a concurrent edit is a conflict
+        // (exit 4), never overwritten.
+        let written = async {
+            repo.put_cluster(user, version).await?;
+            repo.write_completed(user, groups).await?;
+            anyhow::Ok(())
+        }
+        .await;
+        if let Err(e) = written {
+            let _ = guard.release().await;
+            return Err(e);
+        }
+        ctx.printer.status(&format!(
+            "Stored the inventory's hosts in the spec of {name} ({} added, {} removed, {} \
+             changed).",
+            change.added.len(),
+            change.removed.len(),
+            change.changed.len()
+        ));
+    }
     let (events, bars) = render_events(ctx, &targets);
     let result = ops::converge(store.clone(), cluster, &targets, &guard, &options, &events).await;
     if let Some(bars) = bars {
@@ -350,10 +515,12 @@ pub(super) fn preview(
 }
 
 /// `delete cluster` for metal: resets the hosts that carry the cluster's ownership marker
-/// (kubeadm reset, kprov's files removed). Without `yes` only lists the hosts. Hosts whose
-/// key the cluster never recorded, and hosts of other clusters, are left alone; any other
-/// host that cannot be reset fails the delete, so the state (and with it the hosts' keys)
-/// stays for a retry.
+/// (kubeadm reset, kprov's files removed): the spec's hosts and every host kprov recorded as
+/// provisioned that the spec (or inventory) dropped since, so none keeps a kubelet and a
+/// marker naming a dead cluster. Without `yes` only lists the hosts. Hosts whose key the
+/// cluster never recorded, and hosts of other clusters, are left alone; any other host that
+/// cannot be reset fails the delete, so the state (and with it the hosts' keys) stays for a
+/// retry; a host kprov provisioned is never said to be one it "never connected to".
 pub async fn reset_hosts(
     ctx: &Ctx,
     cluster: &Cluster,
@@ -361,11 +528,31 @@ pub async fn reset_hosts(
     concurrency: usize,
 ) -> anyhow::Result<()> {
     let name = cluster.name();
+    let repo = ctx.repo().await?;
+    let recorded = crate::ops::instance::provisioned_hosts(repo.store().as_ref(), name).await?;
+    let dropped: Vec<Host> = recorded
+        .values()
+        .filter(|r| !cluster.spec.hosts.iter().any(|h| h.name == r.name))
+        .cloned()
+        .collect();
+    let mut with_dropped = cluster.clone();
+    with_dropped.spec.hosts.extend(dropped.iter().cloned());
+    let cluster = &with_dropped;
     let hosts: &[Host] = &cluster.spec.hosts;
     if !yes {
-        let mut t = Table::new(["HOST", "ROLES", "ADDRESS"]);
+        let mut t = Table::new(["HOST", "ROLES", "ADDRESS", "NOTE"]);
         for h in hosts {
-            t.row([h.name.clone(), roles(h), h.address.clone()]);
+            let note = if dropped.iter().any(|d| d.name == h.name) {
+                "no longer in the spec; kprov provisioned it"
+            } else {
+                ""
+            };
+            t.row([
+                h.name.clone(),
+                roles(h),
+                h.address.clone(),
+                note.to_string(),
+            ]);
         }
         ctx.printer.data(&format!(
             "Will reset {} hosts of {name}, those that carry its ownership marker (kubeadm reset; /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /var/lib/kprov removed):\n{}",
@@ -374,7 +561,6 @@ pub async fn reset_hosts(
         ));
         return Ok(());
     }
-    let repo = ctx.repo().await?;
     let targets = targets(cluster).await?;
     let (events, bars) = render_events(ctx, &targets);
     let options = NodeOptions {
@@ -387,6 +573,16 @@ pub async fn reset_hosts(
         let _ = bars.clear();
     }
     let report = match outcome? {
+        ResetOutcome::NothingClaimed(why) if !recorded.is_empty() => {
+            // The store says kprov provisioned these hosts: deleting the state now would
+            // forget hosts that still run the cluster's kubelet.
+            anyhow::bail!(
+                "{why}, yet kprov recorded provisioning {} of {name}: refusing to delete its \
+                 state and forget them; reset them first (or release each later with `kprov \
+                 release host`)",
+                recorded.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
         ResetOutcome::NothingClaimed(why) => {
             ctx.printer.warn(&format!("{why}: no host to reset"));
             return Ok(());
@@ -396,6 +592,14 @@ pub async fn reset_hosts(
     let mut failures = Vec::new();
     for h in &report.hosts {
         match &h.result {
+            HostResult::Failed {
+                unknown_host_key: true,
+                ..
+            } if recorded.contains_key(&h.host) => failures.push(format!(
+                "{}: kprov provisioned it but its host key is no longer recorded (forgotten?): \
+                 not reset; record its key again before deleting the cluster",
+                h.host
+            )),
             HostResult::Failed {
                 unknown_host_key: true,
                 ..
@@ -430,4 +634,120 @@ pub async fn reset_hosts(
         report.hosts.len()
     ));
     Ok(())
+}
+
+/// `forget host-key CLUSTER HOST`: removes HOST's recorded SSH host key (a host of the spec or
+/// of kprov's record of provisioned hosts), under the cluster's lock.
+pub async fn forget_host_key(
+    ctx: &Ctx,
+    cluster: &str,
+    host: &str,
+    yes: bool,
+) -> anyhow::Result<i32> {
+    let repo = ctx.repo().await?;
+    let stored = repo.get(cluster).await?;
+    let recorded = crate::ops::instance::provisioned_hosts(repo.store().as_ref(), cluster).await?;
+    let h = stored
+        .cluster
+        .value
+        .spec
+        .hosts
+        .iter()
+        .find(|h| h.name == host)
+        .or_else(|| recorded.get(host))
+        .cloned()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} is neither a host of {cluster}'s spec nor one kprov recorded as provisioned",
+                crate::output::untrusted(host)
+            )
+        })?;
+    let pattern = crate::ssh::known_hosts_name(&h.address, h.user.as_deref(), h.port, None)
+        .await
+        .map_err(|e| anyhow::anyhow!("{host}: {e}"))?;
+    if !yes {
+        ctx.printer.status(&format!(
+            "Would forget the host keys {cluster} recorded for {host} (as {}). Must specify --yes.",
+            crate::output::untrusted(&pattern)
+        ));
+        return Ok(exit::OK);
+    }
+    let gone = super::commands::locked(repo.store(), cluster, "forget host-key", async {
+        Ok(crate::ssh::forget_host_key(repo.store(), cluster, &pattern).await?)
+    })
+    .await?;
+    if gone.is_empty() {
+        ctx.printer.status(&format!(
+            "{cluster} had no host key recorded for {host} (as {}): nothing to forget.",
+            crate::output::untrusted(&pattern)
+        ));
+    } else {
+        ctx.printer.success(&format!(
+            "Forgot {} host key(s) of {host} (as {}). The next `kprov update cluster {cluster} \
+             --yes --accept-new-host-keys` records its current key; check its fingerprint first.",
+            gone.len(),
+            crate::output::untrusted(&pattern)
+        ));
+    }
+    Ok(exit::OK)
+}
+
+/// `release host CLUSTER HOST` ([`crate::ops::instance::release_host`]).
+pub async fn release_host(
+    ctx: &Ctx,
+    cluster: &str,
+    host: &str,
+    yes: bool,
+    accept_new_host_keys: bool,
+) -> anyhow::Result<i32> {
+    use crate::ops::instance::Release;
+    let (resolved, _) = super::addons::resolved(ctx, cluster).await?;
+    let repo = ctx.repo().await?;
+    let store = repo.store().clone();
+    let outcome = if yes {
+        super::commands::locked(repo.store(), cluster, "release host", async {
+            crate::ops::instance::release_host(
+                store.clone(),
+                &resolved,
+                host,
+                accept_new_host_keys,
+                true,
+            )
+            .await
+        })
+        .await?
+    } else {
+        crate::ops::instance::release_host(store, &resolved, host, accept_new_host_keys, false)
+            .await?
+    };
+    let host = crate::output::untrusted(host);
+    match outcome {
+        Release::NotClaimed => {
+            ctx.printer.status(&format!(
+                "{host} carries no kprov ownership marker: nothing to release."
+            ));
+            Ok(exit::OK)
+        }
+        Release::Refused(why) => {
+            ctx.printer
+                .error(&crate::output::untrusted(&why).to_string());
+            Ok(exit::ERROR)
+        }
+        Release::Gone { owner, done: false } => {
+            ctx.printer.status(&format!(
+                "{host} is held by {}, which the state store no longer has. Must specify --yes \
+                 to reset it (kubeadm reset, kprov's files and marker removed).",
+                crate::output::untrusted(&owner.describe())
+            ));
+            Ok(exit::OK)
+        }
+        Release::Gone { owner, done: true } => {
+            ctx.printer.success(&format!(
+                "Released {host}: reset, it no longer carries the marker of {}. `kprov update \
+                 cluster {cluster} --yes` can now provision it.",
+                crate::output::untrusted(&owner.describe())
+            ));
+            Ok(exit::OK)
+        }
+    }
 }

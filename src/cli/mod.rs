@@ -70,6 +70,10 @@ pub enum Command {
     Delete(DeleteCmd),
     /// Inspect or break a cluster's lock
     Lock(LockCmd),
+    /// Forget what kprov recorded about a host (`forget host-key CLUSTER HOST`)
+    Forget(ForgetCmd),
+    /// Free a host held by a cluster that no longer exists (`release host CLUSTER HOST`)
+    Release(ReleaseCmd),
     /// Export credentials (kubeconfig) of a provisioned cluster
     Export(ExportCmd),
     /// Preview, and with --yes apply, what a cluster needs (cloud resources, nodes, add-ons)
@@ -269,6 +273,49 @@ pub struct LockCmd {
     pub what: LockWhat,
 }
 
+#[derive(Debug, Args)]
+pub struct ForgetCmd {
+    #[command(subcommand)]
+    pub what: ForgetWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ForgetWhat {
+    /// Remove a host's recorded SSH host key from the cluster's known hosts (a reinstalled
+    /// host, a replaced key): the next `update cluster --yes --accept-new-host-keys` records
+    /// its new key. Without --yes, only shows the key it would forget
+    HostKey {
+        cluster: String,
+        /// The host's name in the spec (or in kprov's record of provisioned hosts)
+        host: String,
+        #[arg(long, short)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseCmd {
+    #[command(subcommand)]
+    pub what: ReleaseWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReleaseWhat {
+    /// Reset HOST (of CLUSTER's spec) when the ownership marker on it names a cluster the
+    /// state store no longer has; a live cluster's host is refused. Without --yes, only says
+    /// whose marker it carries and whether it may be released
+    Host {
+        /// The cluster that wants the host (HOST is in its spec)
+        cluster: String,
+        host: String,
+        #[arg(long, short)]
+        yes: bool,
+        /// Record the host's SSH key if CLUSTER has none for it yet
+        #[arg(long)]
+        accept_new_host_keys: bool,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum LockWhat {
     /// Show who holds a cluster's lock
@@ -341,6 +388,11 @@ pub struct UpdateClusterArgs {
     /// `spec.topology.sshAddress: Private`
     #[arg(long)]
     pub ssh_private_address: bool,
+    /// Metal: read the hosts again from this inventory (kprov YAML or Kubespray, as for
+    /// `create cluster`), Kubespray's scale.yml habit: the preview shows the hosts to add and to
+    /// remove; `--yes` stores them in the spec, then provisions the new ones
+    #[arg(long, value_name = "DIR_OR_FILE")]
+    pub inventory: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

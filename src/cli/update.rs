@@ -18,6 +18,13 @@ use crate::state::lock;
 
 pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, &a.name).await?;
+    if a.inventory.is_some() && cluster.spec.cloud_provider != CloudProvider::Metal {
+        return Err(super::create::FlagError {
+            flag: "inventory",
+            message: "an inventory is only for a metal cluster's hosts".into(),
+        }
+        .into());
+    }
     match cluster.spec.cloud_provider {
         CloudProvider::Aws => aws(ctx, &cluster, &groups, a).await,
         CloudProvider::Metal => super::metal::update(ctx, &cluster, &groups, a).await,

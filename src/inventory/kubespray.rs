@@ -33,8 +33,8 @@ use serde_json::Value;
 use serde_saphyr::Spanned;
 
 use super::{
-    At, ClusterSettings, Format, Inventory, InventoryError, Located, Mapped, Unused, literal,
-    read_bounded, yaml_error,
+    At, ClusterSettings, Format, Inventory, InventoryError, Located, Mapped, Problem, Unused,
+    literal, read_bounded, yaml_error,
 };
 use crate::spec::{Cni, Host, HostRole, ProxyMode};
 
@@ -102,6 +102,8 @@ struct Raw {
     /// Files kprov could not read as data (ansible-vault), reported with the unused variables.
     skipped: Vec<Unused>,
     notes: Vec<String>,
+    /// Problems found while reading (a bad INI line, a vars file that is not YAML).
+    problems: Vec<Problem>,
 }
 
 #[derive(Default)]
@@ -196,31 +198,36 @@ impl Raw {
         depth
     }
 
-    /// Reads `group_vars/` and `host_vars/` in `dir`, for the groups and hosts the inventory has.
-    fn read_var_dirs(&mut self, dir: &Path) -> Result<(), InventoryError> {
+    /// Reads `group_vars/` and `host_vars/` in `dir`, for the groups and hosts the inventory
+    /// has; a file that cannot be read is a problem, the others are still read.
+    fn read_var_dirs(&mut self, dir: &Path) {
         let groups: Vec<String> = self.groups.keys().cloned().collect();
         for g in groups {
-            let vars = read_vars_for(
+            match read_vars_for(
                 &dir.join("group_vars"),
                 &g,
                 &mut self.defs,
                 &mut self.skipped,
-            )?;
-            self.group(&g).file_vars = vars;
+            ) {
+                Ok(vars) => self.group(&g).file_vars = vars,
+                Err(e) => self.problems.extend(e.into_problems()),
+            }
         }
         let hosts: Vec<String> = self.order.iter().map(|(h, _)| h.clone()).collect();
         for h in hosts {
-            let vars = read_vars_for(
+            match read_vars_for(
                 &dir.join("host_vars"),
                 &h,
                 &mut self.defs,
                 &mut self.skipped,
-            )?;
-            if !vars.is_empty() {
-                self.host_file_vars.insert(h, vars);
+            ) {
+                Ok(vars) if !vars.is_empty() => {
+                    self.host_file_vars.insert(h, vars);
+                }
+                Ok(_) => {}
+                Err(e) => self.problems.extend(e.into_problems()),
             }
         }
-        Ok(())
     }
 
     /// The variables of one host, merged in Ansible's order.
@@ -279,11 +286,14 @@ impl Raw {
             .collect();
         sorted.sort();
         let mut notes = self.notes.clone();
+        let mut problems = self.problems.clone();
         let mut mapped = Vec::new();
         let mut jump = None;
         if bastions.len() > 1 {
-            return Err(InventoryError::Format {
-                file: file.to_string(),
+            problems.push(Problem {
+                file: Some(file.to_string()),
+                line: bastions.iter().map(|b| self.line_of(b)).max(),
+                host: None,
                 message: format!(
                     "the bastion group lists {} hosts ({}); kprov uses a single jump host",
                     bastions.len(),
@@ -293,7 +303,7 @@ impl Raw {
         }
         if let Some(b) = bastions.iter().next() {
             let line = self.line_of(b);
-            let (h, _) = build_host(b, &self.effective(b, &sorted), file, line)?;
+            let (h, _) = build_host(b, &self.effective(b, &sorted), file, line, &mut problems);
             let mut spec = h.address.clone();
             if let Some(user) = &h.user {
                 spec = format!("{user}@{spec}");
@@ -308,6 +318,13 @@ impl Raw {
             jump = Some(spec);
         }
         if self.order.iter().all(|(n, _)| bastions.contains(n)) {
+            if !problems.is_empty() {
+                // The lines that did not parse are why there is no host: they are the news.
+                return Err(InventoryError::Invalid {
+                    file: file.to_string(),
+                    problems,
+                });
+            }
             return Err(InventoryError::Format {
                 file: file.to_string(),
                 message: "the inventory lists no hosts (is every line commented out? Kubespray's \
@@ -321,8 +338,31 @@ impl Raw {
             if bastions.contains(name) {
                 continue;
             }
+            let in_cluster =
+                control_planes.contains(name) || nodes.contains(name) || etcd.contains(name);
+            if !in_cluster {
+                // Kubespray's playbooks run on its groups only: a host in none of them (a
+                // `localhost ansible_connection=local` line, a `[gluster]` host) is not part of
+                // the cluster, and kprov leaves it out the same way.
+                let groups: Vec<&str> = sorted
+                    .iter()
+                    .filter(|(_, g, m)| g != "all" && g != "ungrouped" && m.contains(name))
+                    .map(|(_, g, _)| g.as_str())
+                    .collect();
+                notes.push(format!(
+                    "{file}:{line}: host {name:?} is in no Kubespray cluster group \
+                     (kube_control_plane, kube_node, etcd){}: not part of the cluster, as in \
+                     Kubespray",
+                    if groups.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; its groups: {}", groups.join(", "))
+                    }
+                ));
+                continue;
+            }
             let vars = self.effective(name, &sorted);
-            let (mut host, host_notes) = build_host(name, &vars, file, *line)?;
+            let (mut host, host_notes) = build_host(name, &vars, file, *line, &mut problems);
             notes.extend(host_notes);
             if control_planes.contains(name) {
                 host.roles.push(HostRole::ControlPlane);
@@ -339,11 +379,28 @@ impl Raw {
             effective_of.push((name.clone(), vars));
             out.push(Located { host, line: *line });
         }
-        let settings = cluster_settings(&effective_of, &mut mapped, &mut notes)?;
+        let settings = cluster_settings(&effective_of, &mut mapped, &mut notes, &mut problems);
+        // Settings that change what the cluster does: honoured (mapped above) or refused at
+        // their line; never a line lost in the unused-variable warning.
+        let mut refused: BTreeSet<(String, At)> = BTreeSet::new();
+        for (_, vars) in &effective_of {
+            for (name, var) in vars {
+                if refused.contains(&(name.clone(), var.at.clone())) {
+                    continue;
+                }
+                if let Some(why) = refusal(name, &var.value) {
+                    refused.insert((name.clone(), var.at.clone()));
+                    problems.push(Problem::located(&var.at, format!("{name}: {why}")));
+                }
+            }
+        }
         let mut unused: Vec<Unused> = self.skipped;
         let mut seen = BTreeSet::new();
         for (name, at) in self.defs {
-            if HOST_VARS.contains(&name.as_str()) || CLUSTER_VARS.contains(&name.as_str()) {
+            if HOST_VARS.contains(&name.as_str())
+                || CLUSTER_VARS.contains(&name.as_str())
+                || refused.contains(&(name.clone(), at.clone()))
+            {
                 continue;
             }
             if seen.insert((name.clone(), at.clone())) {
@@ -362,6 +419,7 @@ impl Raw {
             mapped,
             unused,
             notes,
+            problems,
         })
     }
 
@@ -432,28 +490,33 @@ fn structured(var: &Var) -> Value {
     }
 }
 
+/// Builds a host from its variables; a variable kprov cannot use is a problem at its line
+/// (pushed to `problems`) and the host is built without it, so every problem of an
+/// inventory shows in one run.
 fn build_host(
     name: &str,
     vars: &Vars,
     file: &str,
     line: usize,
-) -> Result<(Host, Vec<String>), InventoryError> {
+    problems: &mut Vec<Problem>,
+) -> (Host, Vec<String>) {
     let who = format!("host {name:?}: ");
     let mut notes = Vec::new();
-    let text = |var: &str| -> Result<Option<String>, InventoryError> {
+    let mut fail = |e: InventoryError| problems.extend(e.into_problems());
+    let text = |var: &str, fail: &mut dyn FnMut(InventoryError)| -> Option<String> {
         match vars.get(var) {
-            None => Ok(None),
+            None => None,
             Some(Var {
                 value: Value::Null, ..
-            }) => Ok(None),
-            Some(v) => text_of(var, v, &who).map(Some),
+            }) => None,
+            Some(v) => text_of(var, v, &who).map_err(fail).ok(),
         }
     };
     // Ansible before 2.0 spelled these ansible_ssh_*; old Kubespray inventories still do.
-    let either = |new: &str, old: &str| -> Result<Option<String>, InventoryError> {
-        Ok(text(new)?.or(text(old)?))
+    let either = |new: &str, old: &str, fail: &mut dyn FnMut(InventoryError)| {
+        text(new, fail).or_else(|| text(old, fail))
     };
-    let port = match either("ansible_port", "ansible_ssh_port")? {
+    let port = match either("ansible_port", "ansible_ssh_port", &mut fail) {
         None => None,
         Some(p) => {
             let at = vars
@@ -464,36 +527,46 @@ fn build_host(
                     file: file.into(),
                     line,
                 });
-            Some(p.parse::<u16>().map_err(|_| {
-                bad(
-                    &at,
-                    format!("{who}ansible_port: {p:?} is not a port number"),
-                )
-            })?)
+            p.parse::<u16>()
+                .map_err(|_| {
+                    fail(bad(
+                        &at,
+                        format!("{who}ansible_port: {p:?} is not a port number"),
+                    ))
+                })
+                .ok()
         }
     };
     let labels = match vars.get("node_labels") {
         None => BTreeMap::new(),
         Some(v) => match structured(v) {
             Value::Null => BTreeMap::new(),
-            Value::Object(map) => map
-                .iter()
-                .map(|(k, val)| match val {
-                    Value::String(s) => Ok((k.clone(), s.clone())),
-                    Value::Number(_) | Value::Bool(_) => Ok((k.clone(), val.to_string())),
-                    _ => Err(bad(
-                        &v.at,
-                        format!("{who}node_labels: label {k:?} must be a string"),
-                    )),
-                })
-                .collect::<Result<_, _>>()?,
+            Value::Object(map) => {
+                let mut labels = BTreeMap::new();
+                for (k, val) in &map {
+                    match val {
+                        Value::String(s) => {
+                            labels.insert(k.clone(), s.clone());
+                        }
+                        Value::Number(_) | Value::Bool(_) => {
+                            labels.insert(k.clone(), val.to_string());
+                        }
+                        _ => fail(bad(
+                            &v.at,
+                            format!("{who}node_labels: label {k:?} must be a string"),
+                        )),
+                    }
+                }
+                labels
+            }
             other => {
-                return Err(bad(
+                fail(bad(
                     &v.at,
                     format!(
                         "{who}node_labels: expected a mapping such as {{'disk': 'ssd'}}, got {other}"
                     ),
                 ));
+                BTreeMap::new()
             }
         },
     };
@@ -501,31 +574,39 @@ fn build_host(
         None => vec![],
         Some(v) => match structured(v) {
             Value::Null => vec![],
-            Value::Array(items) => items
-                .iter()
-                .map(|i| match i {
-                    Value::String(s) => Ok(s.clone()),
-                    _ => Err(bad(
-                        &v.at,
-                        format!("{who}node_taints: taints must be strings"),
-                    )),
-                })
-                .collect::<Result<_, _>>()?,
+            Value::Array(items) => {
+                let mut taints = vec![];
+                for i in &items {
+                    match i {
+                        Value::String(s) => taints.push(s.clone()),
+                        _ => fail(bad(
+                            &v.at,
+                            format!("{who}node_taints: taints must be strings"),
+                        )),
+                    }
+                }
+                taints
+            }
             other => {
-                return Err(bad(
+                fail(bad(
                     &v.at,
                     format!(
                         "{who}node_taints: expected a list such as ['key=value:NoSchedule'], got {other}"
                     ),
                 ));
+                vec![]
             }
         },
     };
-    let mut address = either("ansible_host", "ansible_ssh_host")?;
+    let mut address = either("ansible_host", "ansible_ssh_host", &mut fail);
     if let Some(v) = vars.get("ansible_connection") {
-        match text_of("ansible_connection", v, &who)?.as_str() {
-            "ssh" | "smart" | "paramiko" | "paramiko_ssh" => {}
-            "local" => {
+        match text_of("ansible_connection", v, &who)
+            .map_err(&mut fail)
+            .ok()
+            .as_deref()
+        {
+            None | Some("ssh" | "smart" | "paramiko" | "paramiko_ssh") => {}
+            Some("local") => {
                 if address.is_none() {
                     address = Some("127.0.0.1".into());
                 }
@@ -537,39 +618,41 @@ fn build_host(
                     address.as_deref().unwrap_or_default()
                 ));
             }
-            other => {
-                return Err(bad(
-                    &v.at,
-                    format!(
-                        "{who}ansible_connection={other} is not supported: kprov reaches hosts \
-                         over ssh (ssh or local)"
-                    ),
-                ));
-            }
+            Some(other) => fail(bad(
+                &v.at,
+                format!(
+                    "{who}ansible_connection={other} is not supported: kprov reaches hosts \
+                     over ssh (ssh or local)"
+                ),
+            )),
         }
     }
     let become_ = match vars.get("ansible_become") {
         None => None,
-        Some(v) => Some(truthy(&v.value).ok_or_else(|| {
-            bad(
-                &v.at,
-                format!("{who}ansible_become: {} is not a boolean", v.value),
-            )
-        })?),
-    };
-    if let Some(v) = vars.get("ansible_become_user") {
-        let u = text_of("ansible_become_user", v, &who)?;
-        if u != "root" {
-            return Err(bad(
-                &v.at,
-                format!(
-                    "{who}ansible_become_user={u} is not supported: kprov runs every step as \
-                     root (through sudo -n when the ssh user is not root)"
-                ),
-            ));
+        Some(v) => {
+            let b = truthy(&v.value);
+            if b.is_none() {
+                fail(bad(
+                    &v.at,
+                    format!("{who}ansible_become: {} is not a boolean", v.value),
+                ));
+            }
+            b
         }
+    };
+    if let Some(v) = vars.get("ansible_become_user")
+        && let Ok(u) = text_of("ansible_become_user", v, &who).map_err(&mut fail)
+        && u != "root"
+    {
+        fail(bad(
+            &v.at,
+            format!(
+                "{who}ansible_become_user={u} is not supported: kprov runs every step as \
+                 root (through sudo -n when the ssh user is not root)"
+            ),
+        ));
     }
-    let user = either("ansible_user", "ansible_ssh_user")?;
+    let user = either("ansible_user", "ansible_ssh_user", &mut fail);
     if become_ == Some(false)
         && user.as_deref().is_some_and(|u| u != "root")
         && let Some(v) = vars.get("ansible_become")
@@ -583,35 +666,47 @@ fn build_host(
         ));
     }
     let mut bastion = None;
-    if let Some(v) = vars.get("ansible_ssh_common_args") {
-        let args = text_of("ansible_ssh_common_args", v, &who)?;
-        let (jump, extra) = proxy_of(&args)
-            .map_err(|e| bad(&v.at, format!("{who}ansible_ssh_common_args: {e}")))?;
-        bastion = jump;
-        if !extra.is_empty() {
-            notes.push(format!(
-                "{}:{}: host {name:?}: ansible_ssh_common_args: kprov does not pass {} to ssh \
-                 (it keeps strict host keys in the state store and uses your key and agent)",
-                v.at.file,
-                v.at.line,
-                extra.join(" ")
-            ));
+    if let Some(v) = vars.get("ansible_ssh_common_args")
+        && let Ok(args) = text_of("ansible_ssh_common_args", v, &who).map_err(&mut fail)
+    {
+        match proxy_of(&args) {
+            Err(e) => fail(bad(&v.at, format!("{who}ansible_ssh_common_args: {e}"))),
+            Ok((jump, extra)) => {
+                bastion = jump;
+                if !extra.is_empty() {
+                    notes.push(format!(
+                        "{}:{}: host {name:?}: ansible_ssh_common_args: kprov does not pass {} \
+                         to ssh (it keeps strict host keys in the state store and uses your key \
+                         and agent)",
+                        v.at.file,
+                        v.at.line,
+                        extra.join(" ")
+                    ));
+                }
+            }
         }
     }
+    let ip = text("ip", &mut fail);
+    let access_ip = text("access_ip", &mut fail);
+    let key_path = either(
+        "ansible_ssh_private_key_file",
+        "ansible_private_key_file",
+        &mut fail,
+    );
     let host = Host {
         name: name.to_string(),
         address: address.unwrap_or_else(|| name.to_string()),
-        ip: text("ip")?,
-        access_ip: text("access_ip")?,
+        ip,
+        access_ip,
         user,
         port,
-        key_path: either("ansible_ssh_private_key_file", "ansible_private_key_file")?,
+        key_path,
         bastion,
         roles: vec![],
         labels,
         taints,
     };
-    Ok((host, notes))
+    (host, notes)
 }
 
 /// The jump host in `ansible_ssh_common_args` (`-o ProxyCommand="ssh -W %h:%p user@host"`,
@@ -700,21 +795,87 @@ fn jump_of_proxy_command(cmd: &str) -> Result<String, String> {
     Ok(spec)
 }
 
-/// The cluster-wide variables, which must agree on every host.
+/// Why kprov refuses a behaviour-changing Kubespray setting with this value, if it does.
+/// Values that ask for nothing (`false`, `""`, `[]`) are harmless and stay among the unused
+/// variables; a value that asks for something kprov does not do is refused at its line.
+pub fn refusal(name: &str, value: &Value) -> Option<String> {
+    let empty = match value {
+        Value::Null => true,
+        Value::String(s) => s.trim().is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    };
+    let on = truthy(value) == Some(true);
+    let off = truthy(value) == Some(false);
+    let why = match name {
+        "http_proxy" | "https_proxy" | "no_proxy" | "additional_no_proxy" if !empty => {
+            "proxies are not supported yet: kprov's hosts download Kubernetes directly, and \
+             would fail to behind a proxy (air-gapped and proxied installs are issue 18); \
+             remove it to install without a proxy"
+        }
+        "containerd_registries_mirrors"
+        | "containerd_registries"
+        | "containerd_insecure_registries"
+        | "containerd_registry_auth"
+        | "docker_registry_mirrors"
+        | "docker_insecure_registries"
+            if !empty =>
+        {
+            "registry mirrors and private registries are not supported yet: kprov's containerd \
+             pulls from each image's own registry (issue 18; spec.assets.images brings image \
+             archives without a registry); remove it to pull from the public registries"
+        }
+        "kube_encrypt_secret_data" if on => {
+            "encrypting Secrets at rest is not supported yet: kprov's API server would keep them \
+             unencrypted in etcd; set it to false to accept that"
+        }
+        "kubernetes_audit" if on => {
+            "API server audit logging is not supported yet: kprov's API server would write no \
+             audit log; set it to false to accept that"
+        }
+        "metallb_enabled" if on => {
+            "kprov does not deploy MetalLB: Services of type LoadBalancer would stay pending; \
+             deploy it yourself after the cluster is up and set this to false"
+        }
+        "kube_vip_enabled" if on => {
+            "kprov does not deploy kube-vip: the API virtual IP (kube_vip_address) would not \
+             exist; run your own VIP or load balancer and name it in loadbalancer_apiserver, or \
+             set this to false to use kprov's local API proxy on every node"
+        }
+        "upstream_dns_servers" if !empty => {
+            "CoreDNS upstream servers are not configurable yet: kprov's CoreDNS forwards to each \
+             node's /etc/resolv.conf; put the servers there and remove this"
+        }
+        "kubelet_fail_swap_on" if off => {
+            "a kubelet running with swap on is not supported yet: kprov turns swap off on every \
+             host (swapoff -a) and keeps the kubelet's failSwapOn; remove this to accept that"
+        }
+        _ => return None,
+    };
+    Some(why.to_string())
+}
+
+/// The cluster-wide variables, which must agree on every host; a value kprov cannot use is a
+/// problem at its line.
 fn cluster_settings(
     hosts: &[(String, Vars)],
     mapped: &mut Vec<Mapped>,
     notes: &mut Vec<String>,
-) -> Result<ClusterSettings, InventoryError> {
+    problems: &mut Vec<Problem>,
+) -> ClusterSettings {
+    let mut fail = |e: InventoryError| problems.extend(e.into_problems());
     let mut one: BTreeMap<&str, Var> = BTreeMap::new();
     for name in CLUSTER_VARS {
         let mut first: Option<(&str, &Var)> = None;
+        let mut differs = false;
         for (host, vars) in hosts {
             let Some(v) = vars.get(*name) else { continue };
             match first {
                 None => first = Some((host, v)),
-                Some((h0, v0)) if v0.value != v.value => {
-                    return Err(bad(
+                Some((h0, v0)) if v0.value != v.value && !differs => {
+                    differs = true;
+                    fail(bad(
                         &v.at,
                         format!(
                             "{name} is {} for host {host:?} but {} for host {h0:?} ({}): a \
@@ -726,7 +887,9 @@ fn cluster_settings(
                 Some(_) => {}
             }
         }
-        if let Some((_, v)) = first {
+        if let Some((_, v)) = first
+            && !differs
+        {
             one.insert(name, v.clone());
         }
     }
@@ -739,56 +902,72 @@ fn cluster_settings(
             value,
         });
     };
-    let text = |name: &str, v: &Var| text_of(name, v, "");
-    if let Some(v) = one.get("kube_version") {
-        let t = text("kube_version", v)?;
+    let mut text = |name: &str, v: &Var| text_of(name, v, "").map_err(&mut fail).ok();
+    if let Some(v) = one.get("kube_version")
+        && let Some(t) = text("kube_version", v)
+    {
         let t = t.strip_prefix('v').unwrap_or(&t).to_string();
         map("kube_version", &v.at, "spec.kubernetesVersion", t.clone());
         s.kubernetes_version = Some((t, v.at.clone()));
     }
-    if let Some(v) = one.get("kube_network_plugin") {
-        let t = text("kube_network_plugin", v)?;
+    let mut refuse: Vec<(At, String)> = Vec::new();
+    if let Some(v) = one.get("kube_network_plugin")
+        && let Some(t) = text("kube_network_plugin", v)
+    {
         let cni = match t.as_str() {
-            "calico" => Cni::Calico,
-            "cilium" => Cni::Cilium,
-            "flannel" => Cni::Flannel,
-            "cni" => Cni::None,
+            "calico" => Some(Cni::Calico),
+            "cilium" => Some(Cni::Cilium),
+            "flannel" => Some(Cni::Flannel),
+            "cni" => Some(Cni::None),
             other => {
-                return Err(bad(
-                    &v.at,
+                refuse.push((
+                    v.at.clone(),
                     format!(
                         "kube_network_plugin: {other:?} is not supported by kprov (calico, \
                          cilium, flannel, or cni to install your own)"
                     ),
                 ));
+                None
             }
         };
-        map(
-            "kube_network_plugin",
-            &v.at,
-            "spec.networking.cni",
-            cni.as_str().to_string(),
-        );
-        s.cni = Some((cni, v.at.clone()));
-    }
-    if let Some(v) = one.get("container_manager") {
-        let t = text("container_manager", v)?;
-        if t != "containerd" {
-            return Err(bad(
+        if let Some(cni) = cni {
+            map(
+                "kube_network_plugin",
                 &v.at,
-                format!(
-                    "container_manager: {t:?} is not supported: kprov installs containerd; set \
-                     container_manager: containerd or remove it"
-                ),
-            ));
+                "spec.networking.cni",
+                cni.as_str().to_string(),
+            );
+            s.cni = Some((cni, v.at.clone()));
         }
-        notes.push(format!(
-            "{}: container_manager: containerd is what kprov installs",
-            v.at
-        ));
     }
-    if let Some(v) = one.get("kube_pods_subnet") {
-        let t = text("kube_pods_subnet", v)?;
+    if let Some(v) = one.get("container_manager")
+        && let Some(t) = text("container_manager", v)
+    {
+        match t.as_str() {
+            "containerd" => notes.push(format!(
+                "{}: container_manager: containerd is what kprov installs",
+                v.at
+            )),
+            // Kubespray's default before 2.18; the kubelet has not spoken to Docker since
+            // Kubernetes 1.24, so no cluster kprov installs could use it. Answered, not refused:
+            // the user's files stay as they are.
+            "docker" => notes.push(format!(
+                "{}: container_manager: docker: kprov installs containerd instead (the kubelet \
+                 has no Docker support since Kubernetes 1.24); docker_* settings do not apply",
+                v.at
+            )),
+            other => refuse.push((
+                v.at.clone(),
+                format!(
+                    "container_manager: {other:?} is not supported: kprov installs containerd; \
+                     set container_manager: containerd or remove it"
+                ),
+            )),
+        }
+    }
+    if let Some(v) = one.get("kube_pods_subnet")
+        && let Some(t) = text("kube_pods_subnet", v)
+    {
         map(
             "kube_pods_subnet",
             &v.at,
@@ -797,8 +976,9 @@ fn cluster_settings(
         );
         s.pod_cidr = Some((t, v.at.clone()));
     }
-    if let Some(v) = one.get("kube_service_addresses") {
-        let t = text("kube_service_addresses", v)?;
+    if let Some(v) = one.get("kube_service_addresses")
+        && let Some(t) = text("kube_service_addresses", v)
+    {
         map(
             "kube_service_addresses",
             &v.at,
@@ -807,114 +987,143 @@ fn cluster_settings(
         );
         s.service_cidr = Some((t, v.at.clone()));
     }
-    if let Some(v) = one.get("cluster_name") {
-        let t = text("cluster_name", v)?;
+    if let Some(v) = one.get("cluster_name")
+        && let Some(t) = text("cluster_name", v)
+    {
         if t != "cluster.local" {
-            return Err(bad(
-                &v.at,
+            refuse.push((
+                v.at.clone(),
                 format!(
                     "cluster_name: {t:?} is Kubespray's cluster DNS domain; kprov uses \
                      cluster.local (kubeadm's default) and cannot change it yet. The kprov \
                      cluster name is the NAME given to `create cluster`"
                 ),
             ));
+        } else {
+            notes.push(format!(
+                "{}: cluster_name: cluster.local is the DNS domain kprov uses",
+                v.at
+            ));
         }
-        notes.push(format!(
-            "{}: cluster_name: cluster.local is the DNS domain kprov uses",
-            v.at
-        ));
     }
-    if let Some(v) = one.get("kube_proxy_mode") {
-        let t = text("kube_proxy_mode", v)?;
+    if let Some(v) = one.get("kube_proxy_mode")
+        && let Some(t) = text("kube_proxy_mode", v)
+    {
         let mode = match t.as_str() {
-            "iptables" => ProxyMode::Iptables,
-            "ipvs" => ProxyMode::Ipvs,
-            "nftables" => ProxyMode::Nftables,
+            "iptables" => Some(ProxyMode::Iptables),
+            "ipvs" => Some(ProxyMode::Ipvs),
+            "nftables" => Some(ProxyMode::Nftables),
             other => {
-                return Err(bad(
-                    &v.at,
+                refuse.push((
+                    v.at.clone(),
                     format!(
                         "kube_proxy_mode: {other:?} is not a kube-proxy mode (iptables, ipvs or \
                          nftables)"
                     ),
                 ));
+                None
             }
         };
-        map(
-            "kube_proxy_mode",
-            &v.at,
-            "spec.kubeProxy.proxyMode",
-            mode.as_str().to_string(),
-        );
-        s.proxy_mode = Some((mode, v.at.clone()));
-    }
-    if let Some(v) = one.get("kube_proxy_conntrack_max_per_core") {
-        let t = text("kube_proxy_conntrack_max_per_core", v)?;
-        let n: u32 = t.parse().map_err(|_| {
-            bad(
+        if let Some(mode) = mode {
+            map(
+                "kube_proxy_mode",
                 &v.at,
+                "spec.kubeProxy.proxyMode",
+                mode.as_str().to_string(),
+            );
+            s.proxy_mode = Some((mode, v.at.clone()));
+        }
+    }
+    if let Some(v) = one.get("kube_proxy_conntrack_max_per_core")
+        && let Some(t) = text("kube_proxy_conntrack_max_per_core", v)
+    {
+        match t.parse::<u32>() {
+            Ok(n) => {
+                map(
+                    "kube_proxy_conntrack_max_per_core",
+                    &v.at,
+                    "spec.kubeProxy.conntrackMaxPerCore",
+                    n.to_string(),
+                );
+                s.conntrack_max_per_core = Some((n, v.at.clone()));
+            }
+            Err(_) => refuse.push((
+                v.at.clone(),
                 format!(
                     "kube_proxy_conntrack_max_per_core: {t:?} is not a whole number (0 leaves \
                      the kernel's nf_conntrack_max alone)"
                 ),
-            )
-        })?;
-        map(
-            "kube_proxy_conntrack_max_per_core",
-            &v.at,
-            "spec.kubeProxy.conntrackMaxPerCore",
-            n.to_string(),
-        );
-        s.conntrack_max_per_core = Some((n, v.at.clone()));
+            )),
+        }
     }
-    let domain = match one.get("apiserver_loadbalancer_domain_name") {
-        Some(v) => Some((text("apiserver_loadbalancer_domain_name", v)?, v.at.clone())),
-        None => None,
-    };
+    let domain = one
+        .get("apiserver_loadbalancer_domain_name")
+        .and_then(|v| Some((text("apiserver_loadbalancer_domain_name", v)?, v.at.clone())));
     if let Some(v) = one.get("loadbalancer_apiserver") {
         let lb = structured(v);
-        let obj = lb.as_object().ok_or_else(|| {
-            bad(
-                &v.at,
+        match lb.as_object() {
+            None => refuse.push((
+                v.at.clone(),
                 format!("loadbalancer_apiserver: expected {{address: ..., port: ...}}, got {lb}"),
-            )
-        })?;
-        let field = |k: &str| -> Result<Option<String>, InventoryError> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(x) => text_of(
-                    &format!("loadbalancer_apiserver.{k}"),
-                    &Var {
-                        value: x.clone(),
-                        at: v.at.clone(),
-                    },
-                    "",
-                )
-                .map(Some),
+            )),
+            Some(obj) => {
+                let mut field = |k: &str| -> Option<String> {
+                    match obj.get(k) {
+                        None | Some(Value::Null) => None,
+                        Some(x) => text(
+                            &format!("loadbalancer_apiserver.{k}"),
+                            &Var {
+                                value: x.clone(),
+                                at: v.at.clone(),
+                            },
+                        ),
+                    }
+                };
+                let address = field("address");
+                let port = field("port").unwrap_or_else(|| "6443".into());
+                let host = match (&domain, &address) {
+                    (Some((d, _)), _) => Some(d.clone()),
+                    (None, Some(a)) => Some(a.clone()),
+                    (None, None) => {
+                        refuse.push((
+                            v.at.clone(),
+                            "loadbalancer_apiserver has no address (and no \
+                             apiserver_loadbalancer_domain_name names it)"
+                                .into(),
+                        ));
+                        None
+                    }
+                };
+                if let Some(host) = host {
+                    let endpoint = format!("{host}:{port}");
+                    map(
+                        "loadbalancer_apiserver",
+                        &v.at,
+                        "spec.api.endpoint",
+                        endpoint.clone(),
+                    );
+                    s.api_endpoint = Some((endpoint, v.at.clone()));
+                    // Kubespray points the domain name at the address in every host's
+                    // /etc/hosts and puts both in the certificate: kept, not dropped.
+                    if let (Some(_), Some(a)) = (&domain, &address) {
+                        map(
+                            "loadbalancer_apiserver.address",
+                            &v.at,
+                            "spec.api.endpointAddress",
+                            a.clone(),
+                        );
+                        s.api_endpoint_address = Some((a.clone(), v.at.clone()));
+                        map(
+                            "loadbalancer_apiserver.address",
+                            &v.at,
+                            "spec.api.additionalSANs",
+                            a.clone(),
+                        );
+                        s.extra_sans.push((a.clone(), v.at.clone()));
+                    }
+                }
             }
-        };
-        let address = field("address")?;
-        let port = field("port")?.unwrap_or_else(|| "6443".into());
-        let host = match (&domain, address) {
-            (Some((d, _)), _) => d.clone(),
-            (None, Some(a)) => a,
-            (None, None) => {
-                return Err(bad(
-                    &v.at,
-                    "loadbalancer_apiserver has no address (and no \
-                     apiserver_loadbalancer_domain_name names it)"
-                        .into(),
-                ));
-            }
-        };
-        let endpoint = format!("{host}:{port}");
-        map(
-            "loadbalancer_apiserver",
-            &v.at,
-            "spec.api.endpoint",
-            endpoint.clone(),
-        );
-        s.api_endpoint = Some((endpoint, v.at.clone()));
+        }
     }
     if let Some((d, at)) = domain {
         map(
@@ -934,21 +1143,23 @@ fn cluster_settings(
                 .map(|s| Value::String(s.trim().into()))
                 .collect(),
             other => {
-                return Err(bad(
-                    &v.at,
+                refuse.push((
+                    v.at.clone(),
                     format!("supplementary_addresses_in_ssl_keys: expected a list, got {other}"),
                 ));
+                vec![]
             }
         };
         for item in list {
-            let t = text_of(
+            let Some(t) = text(
                 "supplementary_addresses_in_ssl_keys",
                 &Var {
                     value: item,
                     at: v.at.clone(),
                 },
-                "",
-            )?;
+            ) else {
+                continue;
+            };
             map(
                 "supplementary_addresses_in_ssl_keys",
                 &v.at,
@@ -958,7 +1169,10 @@ fn cluster_settings(
             s.extra_sans.push((t, v.at.clone()));
         }
     }
-    Ok(s)
+    for (at, message) in refuse {
+        fail(bad(&at, message));
+    }
+    s
 }
 
 // ---- YAML and JSON ----
@@ -1320,11 +1534,15 @@ fn parse_structured(text: &str, file: &str) -> Result<Raw, InventoryError> {
 }
 
 pub fn parse_yaml(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
-    Ok(import_text(text, file, Format::KubesprayYaml, None)?.hosts)
+    Ok(import_text(text, file, Format::KubesprayYaml, None)?
+        .checked()?
+        .hosts)
 }
 
 pub fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
-    Ok(import_text(text, file, Format::KubesprayIni, None)?.hosts)
+    Ok(import_text(text, file, Format::KubesprayIni, None)?
+        .checked()?
+        .hosts)
 }
 
 /// Reads inventory text of a Kubespray format; `vars_dir` is where `group_vars/` and
@@ -1340,7 +1558,7 @@ pub fn import_text(
         _ => parse_structured(text, file)?,
     };
     if let Some(dir) = vars_dir {
-        raw.read_var_dirs(dir)?;
+        raw.read_var_dirs(dir);
     }
     raw.finish(file, format)
 }
@@ -1473,101 +1691,115 @@ fn ini(text: &str, file: &str) -> Result<Raw, InventoryError> {
     let mut section = Section::Hosts("ungrouped".to_string());
     raw.add_child("all", "ungrouped");
     for (idx, full) in text.lines().enumerate() {
-        let line_no = idx + 1;
-        let at = At {
-            file: file.to_string(),
-            line: line_no,
-        };
-        let err = |message: String| InventoryError::Syntax {
-            file: file.to_string(),
-            line: line_no,
-            column: 1,
-            message,
-        };
-        let line = full.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        if let Some(header) = line.strip_prefix('[') {
-            let header = strip_comment(header);
-            let header = header
-                .strip_suffix(']')
-                .ok_or_else(|| err(format!("section header {line:?} has no closing ']'")))?
-                .trim();
-            let (name, kind) = match header.split_once(':') {
-                Some((n, k)) => (n.trim(), Some(k.trim())),
-                None => (header, None),
-            };
-            if name.is_empty() {
-                return Err(err("empty group name".into()));
-            }
-            section = match kind {
-                None => Section::Hosts(name.into()),
-                Some("children") => Section::Children(name.into()),
-                Some("vars") => Section::Vars(name.into()),
-                Some(other) => {
-                    return Err(err(format!(
-                        "unknown section kind {other:?} (expected [{name}], [{name}:children] \
-                         or [{name}:vars])"
-                    )));
-                }
-            };
-            if name != "all" {
-                raw.add_child("all", name);
-            }
-            continue;
-        }
-        match &section {
-            Section::Hosts(group) => {
-                let words = split_words(line).map_err(err)?;
-                let Some((first, rest)) = words.split_first() else {
-                    continue;
-                };
-                if first.contains('[') {
-                    return Err(err(format!(
-                        "host pattern {first:?}: ranges are not supported, list each host"
-                    )));
-                }
-                let mut vars = Vec::new();
-                for w in rest {
-                    let (k, v) = w
-                        .split_once('=')
-                        .ok_or_else(|| err(format!("{w:?} is not a key=value host variable")))?;
-                    vars.push((
-                        k.to_string(),
-                        Var {
-                            value: ini_value(v),
-                            at: at.clone(),
-                        },
-                    ));
-                }
-                let group = group.clone();
-                raw.add_host(&group, first, line_no, vars);
-            }
-            Section::Children(group) => {
-                let words = split_words(line).map_err(err)?;
-                let Some((first, rest)) = words.split_first() else {
-                    continue;
-                };
-                if !rest.is_empty() {
-                    return Err(err(format!(
-                        "a [{group}:children] line names one group, got {line:?}"
-                    )));
-                }
-                let group = group.clone();
-                raw.add_child(&group, first);
-            }
-            Section::Vars(group) => {
-                let (k, v) = line
-                    .split_once('=')
-                    .ok_or_else(|| err(format!("{line:?} is not a key=value variable")))?;
-                let group = group.clone();
-                let v = strip_comment(v.trim());
-                raw.set_group_var(&group, k.trim().to_string(), ini_value(v), at);
-            }
+        // A bad line is a problem at its line; the next lines are still read, so one run
+        // lists every problem of the file.
+        if let Err(e) = ini_line(&mut raw, &mut section, idx + 1, full, file) {
+            raw.problems.extend(e.into_problems());
         }
     }
     Ok(raw)
+}
+
+fn ini_line(
+    raw: &mut Raw,
+    section: &mut Section,
+    line_no: usize,
+    full: &str,
+    file: &str,
+) -> Result<(), InventoryError> {
+    let at = At {
+        file: file.to_string(),
+        line: line_no,
+    };
+    let err = |message: String| InventoryError::Syntax {
+        file: file.to_string(),
+        line: line_no,
+        column: 1,
+        message,
+    };
+    let line = full.trim();
+    if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+        return Ok(());
+    }
+    if let Some(header) = line.strip_prefix('[') {
+        let header = strip_comment(header);
+        let header = header
+            .strip_suffix(']')
+            .ok_or_else(|| err(format!("section header {line:?} has no closing ']'")))?
+            .trim();
+        let (name, kind) = match header.split_once(':') {
+            Some((n, k)) => (n.trim(), Some(k.trim())),
+            None => (header, None),
+        };
+        if name.is_empty() {
+            return Err(err("empty group name".into()));
+        }
+        *section = match kind {
+            None => Section::Hosts(name.into()),
+            Some("children") => Section::Children(name.into()),
+            Some("vars") => Section::Vars(name.into()),
+            Some(other) => {
+                return Err(err(format!(
+                    "unknown section kind {other:?} (expected [{name}], [{name}:children] \
+                     or [{name}:vars])"
+                )));
+            }
+        };
+        if name != "all" {
+            raw.add_child("all", name);
+        }
+        return Ok(());
+    }
+    match &*section {
+        Section::Hosts(group) => {
+            let words = split_words(line).map_err(err)?;
+            let Some((first, rest)) = words.split_first() else {
+                return Ok(());
+            };
+            if first.contains('[') {
+                return Err(err(format!(
+                    "host pattern {first:?}: ranges are not supported, list each host"
+                )));
+            }
+            let mut vars = Vec::new();
+            for w in rest {
+                let (k, v) = w
+                    .split_once('=')
+                    .ok_or_else(|| err(format!("{w:?} is not a key=value host variable")))?;
+                vars.push((
+                    k.to_string(),
+                    Var {
+                        value: ini_value(v),
+                        at: at.clone(),
+                    },
+                ));
+            }
+            let group = group.clone();
+            raw.add_host(&group, first, line_no, vars);
+        }
+        Section::Children(group) => {
+            let words = split_words(line).map_err(err)?;
+            let Some((first, rest)) = words.split_first() else {
+                return Ok(());
+            };
+            if !rest.is_empty() {
+                return Err(err(format!(
+                    "a [{group}:children] line names one group, got {line:?}"
+                )));
+            }
+            let group = group.clone();
+            raw.add_child(&group, first);
+        }
+        Section::Vars(group) => {
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| err(format!("{line:?} is not a key=value variable")))?;
+            let group = group.clone();
+            let v = strip_comment(v.trim());
+            raw.set_group_var(&group, k.trim().to_string(), ini_value(v), at);
+        }
+    }
+    Ok(())
 }
 
 /// Splits a line as Python's `shlex.split(line, comments=True)` does (Ansible's INI host
@@ -1696,11 +1928,11 @@ all:
 
     #[test]
     fn yaml_bad_port_names_host_and_line() {
-        let text = "all:\n  hosts:\n    a:\n      ansible_port: ssh\n";
+        let text = "all:\n  hosts:\n    a:\n      ansible_port: ssh\n  children:\n    kube_control_plane:\n      hosts: {a: }\n";
         let err = parse_yaml(text, "h.yaml").unwrap_err().to_string();
         assert_eq!(
             err,
-            "h.yaml:4:0: host \"a\": ansible_port: \"ssh\" is not a port number"
+            "h.yaml: invalid inventory:\n  h.yaml:4: host \"a\": ansible_port: \"ssh\" is not a port number"
         );
     }
 
@@ -1769,12 +2001,27 @@ ansible_user=admin
             .to_string();
         assert_eq!(
             err,
-            "i.ini:2:1: \"ansible_host\" is not a key=value host variable"
+            "i.ini: invalid inventory:\n  i.ini:2: \"ansible_host\" is not a key=value host variable"
+        );
+        // Every bad line of a file in one run, each at its line; good lines still count.
+        let err = parse_ini(
+            "[all]\nn1 ansible_port=x\nn2 oops\n[kube_control_plane]\nn1\n[etcd:weird]\n[kube_control_plane:vars]\nkube_proxy_mode=userspace\n",
+            "i.ini",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "i.ini: invalid inventory:\n  i.ini:3: \"oops\" is not a key=value host variable\n  \
+             i.ini:6: unknown section kind \"weird\" (expected [etcd], [etcd:children] or \
+             [etcd:vars])\n  i.ini:2: host \"n1\": ansible_port: \"x\" is not a port number\n  \
+             i.ini:8: kube_proxy_mode: \"userspace\" is not a kube-proxy mode (iptables, ipvs or \
+             nftables)"
         );
         let err = parse_ini("[all]\nnode[1:3]\n", "i.ini")
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("i.ini:2:1: host pattern"), "{err}");
+        assert!(err.contains("\n  i.ini:2: host pattern"), "{err}");
         let err = parse_ini("[all:weird]\n", "i.ini").unwrap_err().to_string();
         assert!(err.contains("unknown section kind"), "{err}");
     }

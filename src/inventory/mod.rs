@@ -87,6 +87,9 @@ pub struct ClusterSettings {
     pub pod_cidr: Option<(String, At)>,
     pub service_cidr: Option<(String, At)>,
     pub api_endpoint: Option<(String, At)>,
+    /// `loadbalancer_apiserver.address` when `apiserver_loadbalancer_domain_name` names the
+    /// endpoint: the address the name resolves to on every host.
+    pub api_endpoint_address: Option<(String, At)>,
     pub extra_sans: Vec<(String, At)>,
     /// `kube_proxy_mode`.
     pub proxy_mode: Option<(crate::spec::ProxyMode, At)>,
@@ -106,9 +109,24 @@ pub struct Inventory {
     pub unused: Vec<Unused>,
     /// What kprov does with settings it honours without a spec field (file:line first).
     pub notes: Vec<String>,
+    /// Every problem found, each at its file and line: [`import`] refuses an inventory with
+    /// any, all listed at once (one run shows them all, not one per run).
+    pub problems: Vec<Problem>,
 }
 
 impl Inventory {
+    /// The inventory, or the error listing all its problems.
+    pub fn checked(self) -> Result<Inventory, InventoryError> {
+        if self.problems.is_empty() {
+            Ok(self)
+        } else {
+            Err(InventoryError::Invalid {
+                file: self.file,
+                problems: self.problems,
+            })
+        }
+    }
+
     pub fn plain_hosts(&self) -> Vec<Host> {
         self.hosts.iter().map(|l| l.host.clone()).collect()
     }
@@ -143,15 +161,27 @@ pub enum Format {
 /// One validation finding, positioned where possible.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// The file it is in, when not the inventory file itself (a `group_vars/` file).
+    pub file: Option<String>,
     pub line: Option<usize>,
     pub host: Option<String>,
     pub message: String,
 }
 
 impl Problem {
+    /// A problem at `at` (file and line).
+    pub fn located(at: &At, message: String) -> Problem {
+        Problem {
+            file: Some(at.file.clone()),
+            line: Some(at.line),
+            host: None,
+            message,
+        }
+    }
+
     /// The problem as `file:line: host "x": message`.
     pub fn at(&self, file: &str) -> String {
-        let mut s = file.to_string();
+        let mut s = self.file.clone().unwrap_or_else(|| file.to_string());
         if let Some(line) = self.line {
             s.push_str(&format!(":{line}"));
         }
@@ -206,6 +236,44 @@ pub enum InventoryError {
     },
 }
 
+impl InventoryError {
+    /// The error as one problem among others, at its file and line where it has them.
+    pub fn into_problems(self) -> Vec<Problem> {
+        match self {
+            InventoryError::Syntax {
+                file,
+                line,
+                message,
+                ..
+            } => vec![Problem {
+                file: Some(file),
+                line: (line > 0).then_some(line),
+                host: None,
+                message,
+            }],
+            InventoryError::Format { file, message } => vec![Problem {
+                file: Some(file),
+                line: None,
+                host: None,
+                message,
+            }],
+            InventoryError::Invalid { file, problems } => problems
+                .into_iter()
+                .map(|p| Problem {
+                    file: p.file.or_else(|| Some(file.clone())),
+                    ..p
+                })
+                .collect(),
+            other => vec![Problem {
+                file: None,
+                line: None,
+                host: None,
+                message: other.to_string(),
+            }],
+        }
+    }
+}
+
 /// Reads an inventory or variables file of at most [`MAX_INVENTORY_BYTES`], through the one
 /// bounded reader every input goes through.
 pub(crate) fn read_bounded(path: &Path) -> Result<String, InventoryError> {
@@ -247,8 +315,14 @@ pub fn resolve_path(path: &Path) -> Result<PathBuf, InventoryError> {
 }
 
 /// Reads, parses and validates an inventory file or directory, with its `group_vars/` and
-/// `host_vars/`.
+/// `host_vars/`; refused with every problem found.
 pub fn import(path: &Path) -> Result<Inventory, InventoryError> {
+    import_collecting(path)?.checked()
+}
+
+/// Like [`import`], but an inventory with problems is returned with them in
+/// [`Inventory::problems`], so a caller can add its own before refusing it once.
+pub fn import_collecting(path: &Path) -> Result<Inventory, InventoryError> {
     let file_path = resolve_path(path)?;
     let file = file_path.display().to_string();
     let text = read_bounded(&file_path)?;
@@ -259,12 +333,21 @@ pub fn import(path: &Path) -> Result<Inventory, InventoryError> {
             d
         }
     });
-    import_text(&text, &file, dir)
+    import_text_collecting(&text, &file, dir)
 }
 
 /// Parses and validates inventory text; `file` names the source in errors; `vars_dir`, if
 /// given, is where `group_vars/` and `host_vars/` are read from.
 pub fn import_text(
+    text: &str,
+    file: &str,
+    vars_dir: Option<&Path>,
+) -> Result<Inventory, InventoryError> {
+    import_text_collecting(text, file, vars_dir)?.checked()
+}
+
+/// [`import_text`] keeping the problems in the inventory (see [`import_collecting`]).
+pub fn import_text_collecting(
     text: &str,
     file: &str,
     vars_dir: Option<&Path>,
@@ -291,16 +374,13 @@ pub fn import_text(
             mapped: vec![],
             unused: vec![],
             notes: vec![],
+            problems: vec![],
         },
         f => kubespray::import_text(text, file, f, vars_dir)?,
     };
+    let mut inventory = inventory;
     let problems = validate(&inventory.hosts);
-    if !problems.is_empty() {
-        return Err(InventoryError::Invalid {
-            file: file.to_string(),
-            problems,
-        });
-    }
+    inventory.problems.extend(problems);
     Ok(inventory)
 }
 
@@ -319,7 +399,9 @@ pub fn parse_located(text: &str, file: &str) -> Result<Vec<Located>, InventoryEr
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     match detect(text) {
         Format::Kprov => kprov::parse(text, file),
-        f => Ok(kubespray::import_text(text, file, f, None)?.hosts),
+        f => Ok(kubespray::import_text(text, file, f, None)?
+            .checked()?
+            .hosts),
     }
 }
 
@@ -329,12 +411,20 @@ pub fn parse_located(text: &str, file: &str) -> Result<Vec<Located>, InventoryEr
 pub fn detect(text: &str) -> Format {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut saw_yaml_key = false;
+    let mut saw_indented_ini = false;
     for raw in text.lines() {
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') || line.starts_with(';') || line == "---" {
             continue;
         }
         if raw.starts_with(' ') || raw.starts_with('\t') {
+            // Ansible reads INI lines with leading blanks as if they had none; an indented
+            // `[group]` header or `host key=value` line is INI, not YAML.
+            let ini_like = (line.starts_with('[') && line.ends_with(']') && !line.contains(", "))
+                || (!line.contains(": ") && !line.ends_with(':') && !line.starts_with('-'));
+            if !saw_yaml_key && ini_like {
+                saw_indented_ini = true;
+            }
             continue;
         }
         if line.starts_with('{') && !saw_yaml_key {
@@ -355,6 +445,8 @@ pub fn detect(text: &str) -> Format {
     }
     if saw_yaml_key {
         Format::KubesprayYaml
+    } else if saw_indented_ini {
+        Format::KubesprayIni
     } else {
         Format::Kprov
     }
@@ -388,6 +480,7 @@ pub fn validate(hosts: &[Located]) -> Vec<Problem> {
     for l in hosts {
         let h = &l.host;
         let at = |message: String| Problem {
+            file: None,
             line: Some(l.line),
             host: Some(h.name.clone()),
             message,
@@ -437,6 +530,7 @@ pub fn validate(hosts: &[Located]) -> Vec<Problem> {
         .collect();
     if control_planes.is_empty() && !hosts.is_empty() {
         problems.push(Problem {
+            file: None,
             line: None,
             host: None,
             message: "no host has the control-plane role; at least one is required".into(),
@@ -444,6 +538,7 @@ pub fn validate(hosts: &[Located]) -> Vec<Problem> {
     }
     if hosts.is_empty() {
         problems.push(Problem {
+            file: None,
             line: None,
             host: None,
             message: "the inventory lists no hosts".into(),
@@ -466,6 +561,7 @@ pub fn validate(hosts: &[Located]) -> Vec<Problem> {
             .map(|l| format!("{} (line {})", l.host.name, l.line))
             .collect();
         problems.push(Problem {
+            file: None,
             line: members.last().map(|l| l.line),
             host: None,
             message: format!(
@@ -660,6 +756,12 @@ mod tests {
             Format::KubesprayIni
         );
         assert_eq!(detect("node1 ansible_host=1.2.3.4\n"), Format::KubesprayIni);
+        // Every line indented, headers too: still INI (Ansible strips the blanks).
+        assert_eq!(
+            detect("  [all]\n  node1 ansible_host=1.2.3.4\n  [kube_control_plane]\n  node1\n"),
+            Format::KubesprayIni
+        );
+        assert_eq!(detect("  - name: a\n"), Format::Kprov);
     }
 }
 
@@ -703,6 +805,9 @@ mod samples {
         assert_eq!(old[3].user.as_deref(), Some("core"));
     }
 }
+
+#[cfg(test)]
+pub(crate) use real::line_of as real_line_of;
 
 #[cfg(test)]
 mod real {
@@ -1220,6 +1325,9 @@ mod corpus {
             mapped(&inv),
             vec![
                 "loadbalancer_apiserver spec.api.endpoint api.example.com:8443",
+                // Kubespray's /etc/hosts line and SAN for the address: kept (issue 20).
+                "loadbalancer_apiserver.address spec.api.endpointAddress 10.2.0.100",
+                "loadbalancer_apiserver.address spec.api.additionalSANs 10.2.0.100",
                 "apiserver_loadbalancer_domain_name spec.api.additionalSANs api.example.com",
             ]
         );
@@ -1323,12 +1431,12 @@ mod corpus {
         let err = import_text(text, "i.ini", None).unwrap_err().to_string();
         assert_eq!(
             err,
-            "i.ini:9:0: host \"n1\": ansible_port: \"ssh\" is not a port number"
+            "i.ini: invalid inventory:\n  i.ini:9: host \"n1\": ansible_port: \"ssh\" is not a port number"
         );
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\nansible_host={{ lookup('env', 'IP') }}\n";
         let err = import_text(text, "i.ini", None).unwrap_err().to_string();
         assert!(
-            err.starts_with("i.ini:6:0: host \"n1\": ansible_host:"),
+            err.contains("\n  i.ini:6: host \"n1\": ansible_host:"),
             "{err}"
         );
         assert!(err.contains("Jinja template"), "{err}");
@@ -1336,7 +1444,7 @@ mod corpus {
                     [k8s_cluster:vars]\nkube_proxy_mode=userspace\n";
         let err = import_text(text, "i.ini", None).unwrap_err().to_string();
         assert!(
-            err.starts_with("i.ini:8:0: kube_proxy_mode: \"userspace\" is not a kube-proxy mode"),
+            err.contains("\n  i.ini:8: kube_proxy_mode: \"userspace\" is not a kube-proxy mode"),
             "{err}"
         );
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[k8s_cluster:children]\nkube_control_plane\n\
@@ -1353,12 +1461,12 @@ mod corpus {
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\nkube_proxy_conntrack_max_per_core=lots\n";
         let err = import_text(text, "i.ini", None).unwrap_err().to_string();
         assert!(
-            err.starts_with("i.ini:6:0: kube_proxy_conntrack_max_per_core: \"lots\""),
+            err.contains("\n  i.ini:6: kube_proxy_conntrack_max_per_core: \"lots\""),
             "{err}"
         );
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\ncontainer_manager=crio\n";
         let err = import_text(text, "i.ini", None).unwrap_err().to_string();
-        assert!(err.starts_with("i.ini:6:0: container_manager"), "{err}");
+        assert!(err.contains("\n  i.ini:6: container_manager"), "{err}");
         let text = "[all]\nn1 kube_version=1.35.1\nn2 kube_version=1.34.0\n[kube_control_plane]\nn1\nn2\nn3\n";
         let err = import_text(text, "i.ini", None).unwrap_err().to_string();
         assert!(err.contains("must be the same on every host"), "{err}");
@@ -1370,7 +1478,10 @@ mod corpus {
         );
         let text = "[all]\nn1 ansible_become_user=deploy\n[kube_control_plane]\nn1\n";
         let err = import_text(text, "i.ini", None).unwrap_err().to_string();
-        assert!(err.starts_with("i.ini:2:0:"), "{err}");
+        assert!(
+            err.contains("\n  i.ini:2: host \"n1\": ansible_become_user"),
+            "{err}"
+        );
     }
 
     #[test]

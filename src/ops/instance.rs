@@ -42,7 +42,7 @@ use crate::cloud::aws::AwsCloud;
 use crate::cloud::aws::GroupCapacity;
 use crate::cloud::aws::instances::AwsInstances;
 use crate::kube::{Disposition, DrainEvent, DrainOptions, DrainReport, Kube, NodeInfo};
-use crate::nodes::{self, Target};
+use crate::nodes::{self, Target, TargetSource};
 use crate::provision::orchestrate::{self, HostResult, Options};
 use crate::repo::{Repo, resolve_with_docs};
 use crate::spec::{Cluster, EtcdType, Host, HostRole};
@@ -929,6 +929,133 @@ pub async fn remove_aws(
     events(&RemoveEvent::Step(format!("deleting Node {node}")));
     kube.delete_node(&node).await?;
     Ok((plan, drained))
+}
+
+/// What `release host` found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Release {
+    /// The host carries no kprov ownership marker: nothing holds it.
+    NotClaimed,
+    /// The marker names a cluster the store no longer has (or a recreated one with another
+    /// UID); `done` once the host was reset.
+    Gone {
+        owner: nodes::owner::Owner,
+        done: bool,
+    },
+    /// Not released, and why (a live cluster's host, this cluster's own, another store's).
+    Refused(String),
+}
+
+/// `release host CLUSTER HOST`: frees a host of `cluster`'s spec that another cluster's
+/// ownership marker holds, only when that cluster is gone: its UID is checked against the
+/// state store (never by force: a live cluster's host is refused, naming the command that
+/// removes it from its cluster). The reset runs only on a host still carrying the gone
+/// cluster's marker (checked again on the host). Call under `cluster`'s lock when `yes`.
+pub async fn release_host(
+    store: Arc<dyn StateStore>,
+    cluster: &Cluster,
+    host: &str,
+    accept_new_host_keys: bool,
+    yes: bool,
+) -> anyhow::Result<Release> {
+    let name = cluster.name();
+    if !cluster.spec.hosts.iter().any(|h| h.name == host) {
+        bail!(
+            "{host} is not a host of {name}'s spec: release a host from the cluster that wants it"
+        );
+    }
+    let fleet = SshFleet::new(
+        name,
+        cluster.spec.hosts.clone(),
+        store.clone(),
+        SshOptions {
+            accept_new_host_keys,
+            ..SshOptions::default()
+        },
+        Arc::new(NoProgress),
+    )
+    .context("preparing ssh connections")?;
+    let outcome = release_on(&fleet, store.as_ref(), cluster, host, yes).await;
+    fleet.close().await;
+    outcome
+}
+
+async fn release_on(
+    exec: &dyn HostExecutor,
+    store: &dyn StateStore,
+    cluster: &Cluster,
+    host: &str,
+    yes: bool,
+) -> anyhow::Result<Release> {
+    let name = cluster.name();
+    let Some(marker) = orchestrate::marker(exec, host).await? else {
+        return Ok(Release::NotClaimed);
+    };
+    if marker.uid.is_empty() {
+        return Ok(Release::Refused(format!(
+            "{host}'s ownership marker is unreadable: kprov cannot tell whose it is"
+        )));
+    }
+    if let Some(own) = nodes::owner::read(store, name).await?
+        && own.uid == marker.uid
+    {
+        return Ok(Release::Refused(format!(
+            "{host} belongs to {name} itself: remove it with `kprov delete instance {name} {host}`"
+        )));
+    }
+    if marker.store != store.location() {
+        return Ok(Release::Refused(format!(
+            "{host} belongs to {}: kprov can only check the state store it uses ({}), so it \
+             cannot tell whether that cluster is gone; run the release with `--state {}`",
+            marker.describe(),
+            store.location(),
+            marker.store
+        )));
+    }
+    if let Some(live) = nodes::owner::read(store, &marker.cluster).await?
+        && live.uid == marker.uid
+    {
+        return Ok(Release::Refused(format!(
+            "{host} belongs to {}, which still exists: remove it from that cluster with `kprov \
+             delete instance {} {host}` (or delete that cluster)",
+            marker.describe(),
+            marker.cluster
+        )));
+    }
+    if !yes {
+        return Ok(Release::Gone {
+            owner: marker,
+            done: false,
+        });
+    }
+    let targets = nodes::Inventory {
+        hosts: cluster.spec.hosts.clone(),
+    }
+    .targets()
+    .await?;
+    let report = orchestrate::reset_only(
+        exec,
+        cluster,
+        &targets,
+        &[host],
+        &marker,
+        &Options::current(),
+    )
+    .await?;
+    match report
+        .hosts
+        .iter()
+        .find(|h| h.host == host)
+        .map(|h| &h.result)
+    {
+        Some(HostResult::Ok) => Ok(Release::Gone {
+            owner: marker,
+            done: true,
+        }),
+        Some(HostResult::Failed { error, .. }) => bail!("releasing {host}: {error}"),
+        Some(other) => bail!("releasing {host}: {other:?}"),
+        None => bail!("releasing {host}: the reset did not run"),
+    }
 }
 
 #[cfg(test)]

@@ -905,7 +905,10 @@ async fn join_secrets(
 }
 
 /// Whose marker a target carries, read without changing anything.
-async fn marker(exec: &dyn HostExecutor, target: &str) -> Result<Option<Owner>, ExecError> {
+pub(crate) async fn marker(
+    exec: &dyn HostExecutor,
+    target: &str,
+) -> Result<Option<Owner>, ExecError> {
     Ok(exec.read_file(target, OWNER_FILE).await?.map(|b| {
         Owner::parse(&b).unwrap_or(Owner {
             uid: String::new(),

@@ -74,6 +74,24 @@ swapoff -a
 if [ -f /etc/fstab ]; then sed -i '/^[^#].*[[:space:]]swap[[:space:]]/s/^/#kprov: /' /etc/fstab; fi
 "#;
 
+/// kube-proxy's ipvs mode needs the IPVS modules (the ones Kubespray loads for
+/// `kube_proxy_mode: ipvs`); without them kube-proxy refuses the mode. Loaded only when
+/// missing (`/sys/module/NAME` exists for a loaded or built-in module) and kept across reboots.
+const IPVS_MODULES: &[&str] = &["ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh"];
+const IPVS_MODULES_FILE: &str = "/etc/modules-load.d/kprov-ipvs.conf";
+const IPVS_LOADED: &str = "[ -d /sys/module/ip_vs ] && [ -d /sys/module/ip_vs_rr ] && \
+                           [ -d /sys/module/ip_vs_wrr ] && [ -d /sys/module/ip_vs_sh ]";
+const IPVS_LOAD: &str = r#"set -e
+for m in ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh; do
+  [ -d "/sys/module/$m" ] && continue
+  if ! command -v modprobe >/dev/null 2>&1; then
+    echo "kernel module $m is needed for kube-proxy's ipvs mode, not loaded, and modprobe is not installed" >&2
+    exit 1
+  fi
+  modprobe "$m" || { echo "kernel module $m is needed for kube-proxy's ipvs mode and modprobe $m failed" >&2; exit 1; }
+done
+"#;
+
 /// Marker on kprov's line in /etc/hosts.
 const HOSTS_MARK: &str = "# kprov-api";
 pub const KPROV_DIR: &str = "/etc/kubernetes/kprov";
@@ -301,6 +319,9 @@ pub struct Renderer {
     cluster_name: String,
     kubernetes_version: String,
     endpoint: Endpoint,
+    /// `spec.api.endpointAddress`: where a fixed endpoint's name points in every host's
+    /// /etc/hosts (Kubespray's `loadbalancer_apiserver.address` with a domain name).
+    endpoint_address: Option<String>,
     /// `spec.api.additionalSANs`.
     extra_sans: Vec<String>,
     pod_cidr: String,
@@ -520,6 +541,22 @@ impl Renderer {
             images: assets::images(spec.assets.as_ref())?,
             image_files: OnceLock::new(),
             kubernetes_version,
+            endpoint_address: match (
+                &endpoint,
+                spec.api
+                    .as_ref()
+                    .and_then(|a| a.endpoint_address.as_deref()),
+            ) {
+                // Only an IP address for a DNS name reaches /etc/hosts, whatever validation let
+                // through: the file has no quoting.
+                (Endpoint::Fixed { host, .. }, Some(a)) if is_dns_subdomain(host) => Some(
+                    a.parse::<IpAddr>()
+                        .map_err(|_| RenderError::BadEndpoint(a.to_string()))?
+                        .to_string(),
+                ),
+                (_, Some(a)) => return Err(RenderError::BadEndpoint(a.to_string())),
+                (_, None) => None,
+            },
             endpoint,
             extra_sans: spec
                 .api
@@ -566,6 +603,7 @@ impl Renderer {
     }
 
     pub fn with_cloud_api(mut self, api: CloudApi) -> Self {
+        self.endpoint_address = None;
         self.endpoint = Endpoint::Fixed {
             host: api.endpoint,
             port: api.port,
@@ -619,43 +657,58 @@ impl Renderer {
                 "require_clock_sync": self.node.require_clock_sync,
             }),
         )?;
-        Ok(vec![
-            Step {
-                name: "preflight: kernel settings".into(),
-                files: vec![
-                    file(
-                        "/etc/modules-load.d/kprov.conf",
-                        self.render("node/modules-load.conf.tera", json!({}))?,
-                        0o644,
-                    ),
-                    file(
-                        SYSCTL_FILE,
-                        self.render("node/sysctl.conf.tera", json!({}))?,
-                        0o644,
-                    ),
-                ],
-                check: Some(script!(
-                    "( grep -qw overlay /proc/filesystems || [ -d /sys/module/overlay ] ) && \
+        let mut steps = vec![Step {
+            name: "preflight: kernel settings".into(),
+            files: vec![
+                file(
+                    "/etc/modules-load.d/kprov.conf",
+                    self.render("node/modules-load.conf.tera", json!({}))?,
+                    0o644,
+                ),
+                file(
+                    SYSCTL_FILE,
+                    self.render("node/sysctl.conf.tera", json!({}))?,
+                    0o644,
+                ),
+            ],
+            check: Some(script!(
+                "( grep -qw overlay /proc/filesystems || [ -d /sys/module/overlay ] ) && \
                      [ -d /proc/sys/net/bridge ] && \
                      [ -z \"$(swapon --show=NAME --noheadings 2>/dev/null)\" ] && \
                      [ \"$(sysctl -n net.ipv4.ip_forward)\" = 1 ] && \
                      [ \"$(sysctl -n net.bridge.bridge-nf-call-iptables)\" = 1 ] && \
                      [ \"$(sysctl -n net.bridge.bridge-nf-call-ip6tables)\" = 1 ] && \
                      cmp -s {SYSCTL_FILE} {SYSCTL_APPLIED}"
-                )),
-                run: KERNEL_SETTINGS.into(),
+            )),
+            run: KERNEL_SETTINGS.into(),
+            timeout: SHORT,
+        }];
+        if self.node.proxy_mode == ProxyMode::Ipvs {
+            steps.push(Step {
+                name: "preflight: ipvs modules (kubeProxy.proxyMode ipvs)".into(),
+                files: vec![file(
+                    IPVS_MODULES_FILE,
+                    format!(
+                        "# Written by kprov: kube-proxy runs in ipvs mode.\n{}\n",
+                        IPVS_MODULES.join("\n")
+                    ),
+                    0o644,
+                )],
+                check: Some(IPVS_LOADED.into()),
+                run: IPVS_LOAD.into(),
                 timeout: SHORT,
-            },
-            Step {
-                name: "preflight: checks".into(),
-                files: vec![file("/var/lib/kprov/preflight.sh", script, 0o755)],
-                // The check is the script itself: a passing host reports "unchanged", a
-                // failing one runs it again to print what is wrong.
-                check: Some("sh /var/lib/kprov/preflight.sh >/dev/null 2>&1".into()),
-                run: "sh /var/lib/kprov/preflight.sh".into(),
-                timeout: SHORT,
-            },
-        ])
+            });
+        }
+        steps.push(Step {
+            name: "preflight: checks".into(),
+            files: vec![file("/var/lib/kprov/preflight.sh", script, 0o755)],
+            // The check is the script itself: a passing host reports "unchanged", a
+            // failing one runs it again to print what is wrong.
+            check: Some("sh /var/lib/kprov/preflight.sh >/dev/null 2>&1".into()),
+            run: "sh /var/lib/kprov/preflight.sh".into(),
+            timeout: SHORT,
+        });
+        Ok(steps)
     }
 
     fn asset(&self, component: Component, arch: Arch) -> Result<&Asset, RenderError> {
@@ -895,10 +948,14 @@ impl Renderer {
             .collect()
     }
 
-    /// Points the API name at `ip` in /etc/hosts (local-proxy endpoint only).
+    /// Points the API name at `ip` in /etc/hosts (local-proxy endpoint), or a fixed endpoint's
+    /// name at `spec.api.endpointAddress` when the spec gives one (as Kubespray does for
+    /// `apiserver_loadbalancer_domain_name` with `loadbalancer_apiserver.address`).
     pub fn endpoint_entry(&self, ip: &str) -> Option<Step> {
-        let Endpoint::LocalProxy { name } = &self.endpoint else {
-            return None;
+        let (ip, name) = match (&self.endpoint, &self.endpoint_address) {
+            (Endpoint::LocalProxy { name }, _) => (ip, name),
+            (Endpoint::Fixed { host, .. }, Some(address)) => (address.as_str(), host),
+            (Endpoint::Fixed { .. }, None) => return None,
         };
         let line = format!("{ip} {name} {HOSTS_MARK}");
         Some(Step {
@@ -994,6 +1051,8 @@ impl Renderer {
     ) -> Result<String, RenderError> {
         let mut ctx = self.kubeadm_common(target)?;
         let mut sans = vec![self.endpoint.host().to_string()];
+        // Clients that reach the load balancer by its address see the same certificate.
+        sans.extend(self.endpoint_address.iter().cloned());
         sans.extend(self.cloud_sans.iter().cloned());
         for cp in self.control_planes() {
             sans.push(cp.node_name.clone());
@@ -2400,6 +2459,86 @@ mod tests {
             join.contains("spec.containerd.restrictOOMScoreAdj: true"),
             "{join}"
         );
+    }
+
+    /// `kubeProxy.proxyMode: ipvs` (Kubespray's default `kube_proxy_mode`) is honoured on the
+    /// host too: kube-proxy's configuration says ipvs and the IPVS modules are loaded (and
+    /// kept across reboots) before kubeadm runs; iptables mode loads none.
+    #[test]
+    fn ipvs_mode_loads_the_ipvs_modules() {
+        let hs = hosts(1, 0);
+        let ts = targets(&hs);
+        let r = Renderer::new(&cluster("  kubeProxy:\n    proxyMode: ipvs\n"), &ts).unwrap();
+        let pre = r.preflight(&ts[0]).unwrap();
+        let ipvs = pre
+            .iter()
+            .find(|s| s.name.contains("ipvs modules"))
+            .expect("an ipvs modules step");
+        assert_eq!(ipvs.files[0].path, IPVS_MODULES_FILE);
+        let listed = String::from_utf8(ipvs.files[0].content.to_vec()).unwrap();
+        for m in ["ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh"] {
+            assert!(listed.lines().any(|l| l == m), "{listed}");
+            assert!(
+                ipvs.check
+                    .as_deref()
+                    .unwrap()
+                    .contains(&format!("/sys/module/{m} ]"))
+            );
+        }
+        assert!(ipvs.run.contains("modprobe \"$m\""), "{}", ipvs.run);
+        let init = r.init_config(&ts[0], &"k".repeat(64)).unwrap();
+        let proxy = docs(&init)
+            .into_iter()
+            .find(|d| d["kind"] == "KubeProxyConfiguration")
+            .expect("a KubeProxyConfiguration");
+        assert_eq!(proxy["mode"], "ipvs");
+        let plain = Renderer::new(&cluster(""), &ts).unwrap();
+        assert!(
+            !plain
+                .preflight(&ts[0])
+                .unwrap()
+                .iter()
+                .any(|s| s.name.contains("ipvs"))
+        );
+    }
+
+    /// Kubespray's `loadbalancer_apiserver.address` with `apiserver_loadbalancer_domain_name`:
+    /// the endpoint's name points at the address in every host's /etc/hosts (the first control
+    /// plane and joining nodes alike) and the address is in the API server certificate.
+    #[test]
+    fn endpoint_address_is_an_etc_hosts_line_and_a_san() {
+        let hs = hosts(1, 1);
+        let ts = targets(&hs);
+        let r = Renderer::new(
+            &cluster(
+                "  api:\n    endpoint: api.example.com:8443\n    endpointAddress: 10.2.0.100\n",
+            ),
+            &ts,
+        )
+        .unwrap();
+        let line = "10.2.0.100 api.example.com # kprov-api";
+        let init = describe(&r.init(&ts[0], &"k".repeat(64)).unwrap());
+        assert!(init.contains(line), "{init}");
+        let join = describe(&r.join(&ts[1], &ts[0], &secrets()).unwrap());
+        assert!(join.contains(line), "{join}");
+        let config = r.init_config(&ts[0], &"k".repeat(64)).unwrap();
+        let cc = docs(&config)
+            .into_iter()
+            .find(|d| d["kind"] == "ClusterConfiguration")
+            .unwrap();
+        let sans = &cc["apiServer"]["certSANs"];
+        assert!(
+            sans.as_array().unwrap().iter().any(|s| s == "10.2.0.100"),
+            "{sans}"
+        );
+        assert_eq!(cc["controlPlaneEndpoint"], "api.example.com:8443");
+        // Without the address, a fixed endpoint writes no /etc/hosts line at all.
+        let r = Renderer::new(
+            &cluster("  api:\n    endpoint: api.example.com:8443\n"),
+            &ts,
+        )
+        .unwrap();
+        assert!(r.endpoint_entry("198.18.0.1").is_none());
     }
 
     /// Settings left at their defaults leave a node's record as it was before they existed

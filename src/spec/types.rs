@@ -246,6 +246,11 @@ pub struct Api {
     /// Bare metal: a fixed endpoint (virtual IP or external load balancer), `host[:port]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// Bare metal: the IP address `endpoint`'s name resolves to on every host, kept in an
+    /// /etc/hosts line (Kubespray's `loadbalancer_apiserver.address` beside
+    /// `apiserver_loadbalancer_domain_name`); the endpoint's name then need not be in DNS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_address: Option<String>,
     /// Extra names and addresses in the API server certificate (Kubespray's
     /// `supplementary_addresses_in_ssl_keys`). Read when the first control plane is
     /// initialised; changing them later does not re-issue the certificate.

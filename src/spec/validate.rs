@@ -738,6 +738,28 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
                 c.err(p("spec.api.endpoint"), format!("{ep:?} is not host[:port]"));
             }
         }
+        if let Some(addr) = &api.endpoint_address {
+            // It becomes a line of every host's /etc/hosts: an IP address, for a name.
+            let named = api.endpoint.as_deref().is_some_and(|ep| {
+                let host = ep
+                    .rsplit_once(':')
+                    .filter(|(_, port)| port.parse::<u16>().is_ok())
+                    .map_or(ep, |(h, _)| h);
+                host.parse::<std::net::IpAddr>().is_err() && is_dns_subdomain(host)
+            });
+            if addr.parse::<std::net::IpAddr>().is_err() {
+                c.err(
+                    p("spec.api.endpointAddress"),
+                    format!("{addr:?} is not an IP address"),
+                );
+            } else if aws || !named {
+                c.err(
+                    p("spec.api.endpointAddress"),
+                    "is the address of spec.api.endpoint's DNS name on metal hosts: set \
+                     spec.api.endpoint to a name (name:port) on a metal cluster",
+                );
+            }
+        }
     }
 
     // Cloud controller manager.

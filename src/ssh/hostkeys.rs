@@ -178,6 +178,51 @@ pub(crate) fn shell_quote(s: &str) -> String {
     }
 }
 
+/// Removes every key recorded under `pattern` (compare-and-swap, retried when another writer
+/// got there first) and returns them; the next connection to that host is a first contact
+/// again (recorded only with `--accept-new-host-keys`). How a host key is forgotten or
+/// replaced without editing the store by hand.
+pub async fn forget(
+    store: &Arc<dyn StateStore>,
+    cluster: &str,
+    pattern: &str,
+) -> Result<Vec<String>, StateError> {
+    let key = store_key(cluster);
+    for _ in 0..10 {
+        let Some(current) = store.get(&key).await? else {
+            return Ok(vec![]);
+        };
+        let text = String::from_utf8_lossy(&current.data).into_owned();
+        let (gone, kept): (Vec<KnownKey>, Vec<KnownKey>) =
+            parse(&text).into_iter().partition(|k| k.pattern == pattern);
+        if gone.is_empty() {
+            return Ok(vec![]);
+        }
+        let rest: String = kept.iter().map(|k| k.line() + "\n").collect();
+        match store
+            .put(
+                &key,
+                Bytes::from(rest),
+                Precondition::Matches(current.version.clone()),
+            )
+            .await
+        {
+            Ok(_) => {
+                return Ok(gone
+                    .iter()
+                    .map(|k| format!("{} {}", k.key_type, k.key))
+                    .collect());
+            }
+            Err(StateError::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StateError::Backend {
+        location: store.location(),
+        message: format!("{key} kept changing while kprov removed {pattern}'s keys"),
+    })
+}
+
 /// Adds `keys` (all for one pattern) to the store with compare-and-swap, retrying when
 /// another writer got there first. If meanwhile someone recorded *different* keys for the
 /// same pattern, those win and are returned as the error, so the caller reports a change.

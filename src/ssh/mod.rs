@@ -10,6 +10,7 @@ pub mod progress;
 pub mod task;
 
 pub use engine::{SshFleet, SshOptions, destination, known_hosts_name};
+pub use hostkeys::forget as forget_host_key;
 pub use progress::{Event, HostReport, NoProgress, PlainProgress, Progress, Summary};
 
 /// What an `UnknownHostKey` error says instead of fingerprints: kprov contacts no host whose

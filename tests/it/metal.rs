@@ -1052,3 +1052,195 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
             .exists()
     );
 }
+
+/// Issue 20, Kubespray's scale.yml habit and "nothing forgotten": `update cluster
+/// --inventory` reads the hosts again (the preview shows those to add and to remove and
+/// stores nothing; `--yes` stores them and provisions the new one), a host key is forgotten
+/// by command (and recorded again on the next first contact), and `delete cluster --yes`
+/// resets every host kprov provisioned, also the one the inventory dropped.
+#[test]
+fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
+    let lab = Lab::start(3);
+    let name = "scale.metal.example.com";
+    let inv1 = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
+    );
+    lab.create_metal(name, &inv1);
+    lab.provision(name);
+    let inv2 = lab.write(
+        "inventory2.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host3", "node")]),
+    );
+    let config = lab.store_dir().join(name).join("config");
+    let before = std::fs::read(&config).unwrap();
+
+    // The preview: hosts to add and to remove, nothing stored, exit 2 with --exit-code.
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--inventory",
+        &inv2,
+        "--exit-code",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    let err = text(&o.stderr);
+    assert!(err.contains("hosts to add: host3 ("), "{}", show(&o));
+    assert!(err.contains("hosts to remove: host2 ("), "{}", show(&o));
+    assert_eq!(
+        std::fs::read(&config).unwrap(),
+        before,
+        "a preview changed the spec"
+    );
+    assert!(lab.upper("host3", "/var/lib/kprov/owner").is_none());
+
+    // --yes: stored, host3 provisioned; host2 (provisioned) is reported to remove.
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--inventory",
+        &inv2,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    ok(&o);
+    let spec = text(&std::fs::read(&config).unwrap());
+    assert!(
+        spec.contains("name: host3") && !spec.contains("name: host2"),
+        "{spec}"
+    );
+    assert!(
+        text(&o.stderr).contains("host2") && text(&o.stderr).contains("kprov delete instance"),
+        "{}",
+        show(&o)
+    );
+    let marker = lab
+        .upper("host3", "/var/lib/kprov/owner")
+        .expect("host3 claimed");
+    assert!(marker.contains(&format!("cluster={name}\n")), "{marker}");
+
+    // Forget host3's key by command: gone from the store, recorded again on first contact.
+    let known = lab.store_dir().join(name).join("known_hosts");
+    let addr3 = lab.host("host3").address.clone();
+    let o = lab.kprov(&["forget", "host-key", name, "host3"]);
+    ok(&o);
+    assert!(
+        text(&std::fs::read(&known).unwrap()).contains(&addr3),
+        "preview forgot the key"
+    );
+    ok(&lab.kprov(&["forget", "host-key", name, "host3", "--yes"]));
+    let keys = text(&std::fs::read(&known).unwrap());
+    assert!(
+        !keys.lines().any(|l| l.starts_with(&format!("{addr3} "))),
+        "{keys}"
+    );
+    assert!(keys.contains(&lab.host("host1").address), "{keys}");
+    let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    ok(&lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]));
+    assert!(text(&std::fs::read(&known).unwrap()).contains(&addr3));
+
+    // delete cluster: the preview names the dropped host; --yes resets all three.
+    let preview = ok(&lab.kprov(&["delete", "cluster", name]));
+    assert!(
+        preview.contains("Will reset 3 hosts")
+            && preview
+                .lines()
+                .any(|l| l.contains("host2") && l.contains("no longer in the spec")),
+        "{preview}"
+    );
+    let o = lab.kprov(&["delete", "cluster", name, "--yes"]);
+    ok(&o);
+    assert!(!text(&o.stderr).contains("never connected"), "{}", show(&o));
+    for h in ["host1", "host2", "host3"] {
+        assert!(
+            lab.upper(h, "/var/lib/kprov/owner").is_none(),
+            "{h} still carries the marker of a deleted cluster"
+        );
+        assert!(
+            lab.kubeadm_calls(h)
+                .iter()
+                .any(|(_, c)| c.starts_with("kubeadm reset")),
+            "{h} was not reset"
+        );
+    }
+}
+
+/// Issue 20: a host held by a cluster that no longer exists is released by command, checked
+/// against the store: refused while its cluster lives (naming `delete instance`), released
+/// (reset) once the store no longer has it, and then the new cluster provisions it.
+#[test]
+fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
+    let lab = Lab::start(2);
+    let first = "gone.metal.example.com";
+    let second = "next.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
+    );
+    for name in [first, second] {
+        lab.create_metal(name, &inv);
+    }
+    lab.provision(first);
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        second,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+
+    // The first cluster lives: refused, nothing changed.
+    let snapshot = lab.hosts_snapshot();
+    let o = lab.kprov(&["release", "host", second, "host1", "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("which still exists")
+            && text(&o.stderr).contains(&format!("kprov delete instance {first} host1")),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(
+        lab.hosts_snapshot(),
+        snapshot,
+        "a refused release changed a host"
+    );
+
+    // The first cluster's state is lost: its hosts are orphans.
+    std::fs::remove_dir_all(lab.store_dir().join(first)).unwrap();
+    let o = lab.kprov(&["release", "host", second, "host1"]);
+    ok(&o);
+    assert!(
+        text(&o.stderr).contains(&format!("held by cluster {first}"))
+            && text(&o.stderr).contains("no longer has"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(
+        lab.hosts_snapshot(),
+        snapshot,
+        "the release preview changed a host"
+    );
+    for h in ["host1", "host2"] {
+        ok(&lab.kprov(&["release", "host", second, h, "--yes"]));
+        assert!(
+            lab.upper(h, "/var/lib/kprov/owner").is_none(),
+            "{h} kept its marker"
+        );
+    }
+    lab.provision(second);
+    let marker = lab.upper("host1", "/var/lib/kprov/owner").expect("claimed");
+    assert!(marker.contains(&format!("cluster={second}\n")), "{marker}");
+}
