@@ -1395,7 +1395,7 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
     let p = plan(&e, &c, &igs).await;
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     assert!(
-        p.warnings.is_empty(),
+        !p.warnings.iter().any(|w| w.contains("NS delegation")),
         "no NS check for a private zone: {:?}",
         p.warnings
     );
