@@ -622,3 +622,172 @@ fn the_as_it_is_policy_answers_as_aws_does() {
     ));
     assert!(matches!(f, Some(Fault::Reply(_))), "{f:?}");
 }
+
+/// The AWS cloud-controller-manager adds rules to the nodes' security group (described
+/// `kubernetes.io/rule/nlb/...`, or from the security group it makes for a Classic ELB) and
+/// makes load balancers and security groups tagged `kubernetes.io/cluster/NAME` for Services.
+/// `update --yes --prune` must neither revoke those rules nor delete those resources; `delete
+/// cluster` removes the resources with a line naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone() {
+    use aws_sdk_ec2::types::{
+        Filter, IpPermission, IpRange, ResourceType, Tag, TagSpecification, UserIdGroupPair,
+    };
+    let zone = "real-ccm.example";
+    let cluster = "demo.real-ccm.example";
+    let sdk = moto().sdk_config().await;
+    crate::aws::make_zone(&sdk, zone).await;
+    let proxy = FaultProxy::start(&moto().endpoint);
+    let (c, igs) = crate::aws::spec(cluster, zone, false);
+    let cloud = cloud(&proxy, cluster, &igs).await;
+    apply_converged(&cloud, &c, &igs).await;
+
+    // What the CCM does for two Services, made here with plain SDK calls.
+    let ec2 = aws_sdk_ec2::Client::new(&sdk);
+    let owned = || {
+        Filter::builder()
+            .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+            .values("owned")
+            .build()
+    };
+    let groups = ec2
+        .describe_security_groups()
+        .filters(owned())
+        .send()
+        .await
+        .expect("groups");
+    let nodes = groups
+        .security_groups()
+        .iter()
+        .find(|g| g.group_name() == Some(&format!("nodes.{cluster}")))
+        .expect("nodes group");
+    let nodes_id = nodes.group_id().unwrap().to_string();
+    let vpc = nodes.vpc_id().unwrap().to_string();
+    let elb_sg = ec2
+        .create_security_group()
+        .group_name(format!("k8s-elb-a1b2c3.{cluster}"))
+        .description("Security group for Kubernetes ELB a1b2c3 (default/web)")
+        .vpc_id(&vpc)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::SecurityGroup)
+                .tags(
+                    Tag::builder()
+                        .key(format!("kubernetes.io/cluster/{cluster}"))
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the CCM's group")
+        .group_id()
+        .unwrap()
+        .to_string();
+    ec2.authorize_security_group_ingress()
+        .group_id(&nodes_id)
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(30080)
+                .to_port(30080)
+                .ip_ranges(
+                    IpRange::builder()
+                        .cidr_ip("0.0.0.0/0")
+                        .description("kubernetes.io/rule/nlb/client=a1b2c3")
+                        .build(),
+                )
+                .build(),
+        )
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(30081)
+                .to_port(30081)
+                .user_id_group_pairs(UserIdGroupPair::builder().group_id(&elb_sg).build())
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the CCM's rules");
+    let subnets = ec2
+        .describe_subnets()
+        .filters(owned())
+        .send()
+        .await
+        .expect("subnets");
+    let elb = aws_sdk_elasticloadbalancingv2::Client::new(&sdk);
+    let lb = elb
+        .create_load_balancer()
+        .name("a1b2c3d4e5")
+        .r#type(aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum::Network)
+        .subnets(subnets.subnets()[0].subnet_id().unwrap())
+        .tags(
+            aws_sdk_elasticloadbalancingv2::types::Tag::builder()
+                .key(format!("kubernetes.io/cluster/{cluster}"))
+                .value("owned")
+                .build(),
+        )
+        .tags(
+            aws_sdk_elasticloadbalancingv2::types::Tag::builder()
+                .key("kubernetes.io/service-name")
+                .value("default/web")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the CCM's load balancer");
+    let lb_arn = lb.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_string();
+
+    // The next update, even with --prune, has nothing to do.
+    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    assert!(plan.is_empty(), "{:?}", plan.changes);
+    let report = engine::apply(
+        &cloud,
+        &plan,
+        &ApplyOptions {
+            prune: true,
+            ..ApplyOptions::default()
+        },
+    )
+    .await
+    .expect("apply --prune");
+    assert!(report.done.is_empty(), "{:?}", report.done);
+    let rules = ec2
+        .describe_security_groups()
+        .group_ids(&nodes_id)
+        .send()
+        .await
+        .expect("nodes group")
+        .security_groups()[0]
+        .ip_permissions()
+        .iter()
+        .filter_map(|p| p.from_port())
+        .collect::<Vec<_>>();
+    assert!(
+        rules.contains(&30080) && rules.contains(&30081),
+        "{rules:?}"
+    );
+
+    // delete cluster removes them, and says so.
+    let doomed = cloud.plan_delete(&c, &igs).await.expect("delete plan");
+    let line = doomed
+        .warnings
+        .iter()
+        .find(|w| w.contains("also deleting"))
+        .unwrap_or_else(|| panic!("{:?}", doomed.warnings));
+    assert!(line.contains(&elb_sg) && line.contains(&lb_arn), "{line}");
+    delete_all(&cloud, &c, &igs).await;
+    let left = elb.describe_load_balancers().send().await.expect("lbs");
+    assert!(
+        !left
+            .load_balancers()
+            .iter()
+            .any(|l| l.load_balancer_arn() == Some(&lb_arn)),
+        "the CCM's load balancer is left"
+    );
+}
