@@ -207,6 +207,7 @@ fn fast() -> ApplyOptions {
         max_backoff: Duration::from_millis(500),
         prune: false,
         on_done: None,
+        on_wait: None,
     }
 }
 
