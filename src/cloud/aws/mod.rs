@@ -311,6 +311,23 @@ pub(crate) fn cids(ids: &IdMap, v: Option<&Value>) -> Result<Vec<String>, CloudE
         .collect()
 }
 
+/// The class of an error `operation` got. `AuthFailure` means "in use" only where EC2 says
+/// so for an address still held (ReleaseAddress, DisassociateAddress while a NAT gateway lets
+/// go of it); anywhere else it is a real authorization failure, final at once rather than
+/// retried to the resource deadline.
+fn class_of(operation: &str, code: &str, message: Option<&str>) -> ErrorClass {
+    if profile_not_propagated(code, message) {
+        return ErrorClass::NotFound;
+    }
+    match (operation, code) {
+        ("ReleaseAddress" | "DisassociateAddress", "AuthFailure") => {
+            ErrorClass::DependencyViolation
+        }
+        (_, "AuthFailure") => ErrorClass::Fatal,
+        _ => classify(code),
+    }
+}
+
 fn classify(code: &str) -> ErrorClass {
     match code {
         "Throttling"
@@ -501,8 +518,7 @@ where
     fn ctx(self, operation: &str) -> Result<T, CloudError> {
         self.map_err(|e| {
             let class = match e.code() {
-                Some(code) if profile_not_propagated(code, e.message()) => ErrorClass::NotFound,
-                Some(code) => classify(code),
+                Some(code) => class_of(operation, code, e.message()),
                 None => unclassified(&e),
             };
             CloudError::Api {
@@ -668,6 +684,29 @@ mod tests {
         for code in ["InvalidParameterValue", "UnauthorizedOperation", ""] {
             assert_eq!(classify(code), ErrorClass::Fatal, "{code}");
         }
+    }
+
+    #[test]
+    fn auth_failure_is_in_use_only_for_a_held_address() {
+        assert_eq!(
+            class_of("ReleaseAddress", "AuthFailure", None),
+            ErrorClass::DependencyViolation
+        );
+        assert_eq!(
+            class_of("DisassociateAddress", "AuthFailure", None),
+            ErrorClass::DependencyViolation
+        );
+        for op in [
+            "CreateVpc",
+            "DescribeInstances",
+            "AuthorizeSecurityGroupIngress",
+        ] {
+            assert_eq!(class_of(op, "AuthFailure", None), ErrorClass::Fatal, "{op}");
+        }
+        assert_eq!(
+            class_of("CreateSubnet", "InvalidVpcID.NotFound", None),
+            ErrorClass::NotFound
+        );
     }
 
     #[test]
