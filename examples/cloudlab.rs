@@ -46,12 +46,18 @@ fn main() {
     };
     let lab = Arc::new(CloudLab::start());
     eprintln!(
-        "[lab] up in {:.1?}: VPC range {}, gateway {} (artifact mirror, fake API), moto at {}, \
-         no route out of {}",
+        "[lab] up in {:.1?}: VPC range {}, gateway {} (artifact mirror, fake API), moto at {} \
+         (kprov's way in: {}, AWS as it is {}), no route out of {}",
         lab.started_in,
         lab.net.vpc_cidr(),
         lab.net.gateway,
         lab.moto_endpoint,
+        lab.kprov_endpoint,
+        if lab.as_it_is.is_some() {
+            "on"
+        } else {
+            "off (KPROV_LAB_AS_IT_IS=0)"
+        },
         lab.net.block
     );
     let mut assets = String::from("files:\n");

@@ -277,6 +277,8 @@ pub fn build_cluster_objects(
         }),
         dns: None,
         api: None,
+        ssh_access: None,
+        kubernetes_api_access: None,
         etcd: a.etcd.map(|e| Etcd {
             kind: if e == EtcdArg::External {
                 EtcdType::External

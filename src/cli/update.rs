@@ -191,6 +191,15 @@ async fn aws_apply(
                     "Cloud resources of {name} are up to date ({changes} changes applied)."
                 ));
             }
+            AwsEvent::CloudWaited {
+                resource,
+                waited,
+                why,
+            } => printer.status(&format!(
+                "{resource}: waited {:.1}s for AWS ({})",
+                waited.as_secs_f64(),
+                crate::output::untrusted(why)
+            )),
             AwsEvent::Stray(s) => printer.warn(&format!(
                 "{s}: owned by {name} but in no instance group; not provisioned"
             )),

@@ -59,6 +59,13 @@ pub enum AwsEvent<'a> {
     CloudUnchanged,
     /// One cloud change finished (`Create Subnet/us-east-1a`).
     CloudChangeDone(String),
+    /// A cloud change got through only after waiting for AWS: what, how long, on what
+    /// (an instance profile not usable yet, an ID not found yet, throttling).
+    CloudWaited {
+        resource: String,
+        waited: Duration,
+        why: String,
+    },
     CloudApplied {
         changes: usize,
     },
@@ -440,25 +447,42 @@ async fn apply_cloud(
     events(&AwsEvent::CloudPlan(&plan));
     // The engine reports each finished resource from its workers; the events are sent on
     // from this task, as the apply goes.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    enum Progress {
+        Done(String),
+        Waited(String, Duration, String),
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+    let waited_tx = tx.clone();
     let hook = engine::DoneHook(Arc::new(move |action, id| {
-        let _ = tx.send(format!("{action:?} {id}"));
+        let _ = tx.send(Progress::Done(format!("{action:?} {id}")));
+    }));
+    let on_wait = engine::WaitHook(Arc::new(move |id, waited, why| {
+        let _ = waited_tx.send(Progress::Waited(id.to_string(), waited, why.to_string()));
     }));
     let opts = ApplyOptions {
         prune,
         on_done: Some(hook),
+        on_wait: Some(on_wait),
         ..Default::default()
+    };
+    let send = |p: Progress| match p {
+        Progress::Done(line) => events(&AwsEvent::CloudChangeDone(line)),
+        Progress::Waited(resource, waited, why) => events(&AwsEvent::CloudWaited {
+            resource,
+            waited,
+            why,
+        }),
     };
     let apply = engine::apply(cloud, &plan, &opts);
     tokio::pin!(apply);
     let result = loop {
         tokio::select! {
             r = &mut apply => break r,
-            Some(line) = rx.recv() => events(&AwsEvent::CloudChangeDone(line)),
+            Some(p) = rx.recv() => send(p),
         }
     };
-    while let Ok(line) = rx.try_recv() {
-        events(&AwsEvent::CloudChangeDone(line));
+    while let Ok(p) = rx.try_recv() {
+        send(p);
     }
     let report = result.context("applying cloud resources")?;
     events(&AwsEvent::CloudApplied {

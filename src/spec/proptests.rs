@@ -130,6 +130,8 @@ fn cluster() -> impl Strategy<Value = Cluster> {
                     topology: None,
                     dns: None,
                     api: None,
+                    ssh_access: None,
+                    kubernetes_api_access: None,
                     etcd: None,
                     cloud_controller_manager: ccm.map(|config| CloudControllerManager {
                         provider: Some("openstack".into()),

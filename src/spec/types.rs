@@ -82,6 +82,15 @@ pub struct ClusterSpec {
     pub dns: Option<Dns>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<Api>,
+    /// AWS: the CIDRs allowed to reach SSH on the bastion, or on every instance of a public
+    /// cluster without one (kops's `sshAccess`). Unset means 0.0.0.0/0, and the preview warns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_access: Option<Vec<String>>,
+    /// AWS: the CIDRs allowed to reach the Kubernetes API (its load balancer, or the control
+    /// planes without one; kops's `kubernetesApiAccess`). Unset means 0.0.0.0/0, and the
+    /// preview warns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_api_access: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd: Option<Etcd>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

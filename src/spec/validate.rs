@@ -12,6 +12,13 @@ use super::locate::FieldPath;
 use super::types::*;
 use super::versions;
 
+/// AWS's limit on tag keys (EC2, ELB, Auto Scaling, IAM).
+pub const AWS_TAG_KEY_MAX: usize = 128;
+/// The longest cluster name: a label value (the instance groups' kprov.dev/cluster label).
+/// Every name kprov derives for AWS from it then fits (`kubernetes.io/cluster/NAME` is at most
+/// 85 characters, `GROUP.NAME` launch templates at most 127); IAM names are hashed to 64.
+pub const CLUSTER_NAME_MAX: usize = 63;
+
 /// Providers with a known cloud-controller-manager.
 pub const CCM_PROVIDERS: &[&str] = &["aws", "gce", "azure", "openstack", "vsphere", "hcloud"];
 
@@ -418,6 +425,19 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         );
     } else if aws && !name.contains('.') {
         c.err(p("metadata.name"), format!("{name:?} must be a fully qualified DNS name like {name}.example.com (or {name}.k8s.local without DNS)"));
+    } else if name.len() > CLUSTER_NAME_MAX {
+        // Said here, at the name's line, at create and at every load: the same limit otherwise
+        // surfaces only as a bad label value on every instance group.
+        c.err(
+            p("metadata.name"),
+            format!(
+                "is {} characters; a cluster name has at most {CLUSTER_NAME_MAX} (it is the \
+                 {CLUSTER_LABEL} label of its instance groups, and on AWS part of tag keys \
+                 kubernetes.io/cluster/NAME, at most {AWS_TAG_KEY_MAX} characters; IAM and load \
+                 balancer names longer than AWS allows are shortened with a hash)",
+                name.len()
+            ),
+        );
     }
 
     match s.kubernetes_version.as_deref() {
@@ -461,6 +481,30 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
             p("spec.api.localProxyImage"),
             format!("{image:?} is not an image reference (REGISTRY/NAME:TAG or NAME@sha256:...)"),
         );
+    }
+
+    // Who may reach SSH and the API (AWS security group sources).
+    for (field, list) in [
+        ("spec.sshAccess", &s.ssh_access),
+        ("spec.kubernetesApiAccess", &s.kubernetes_api_access),
+    ] {
+        let Some(list) = list else { continue };
+        if !aws {
+            c.err(
+                p(field),
+                "applies to AWS clusters only (a metal cluster's firewall is its own)",
+            );
+            continue;
+        }
+        if list.is_empty() {
+            c.err(
+                p(field),
+                "lists no CIDR: kprov itself needs to reach it (leave it out for 0.0.0.0/0)",
+            );
+        }
+        for (i, v) in list.iter().enumerate() {
+            parse_cidr(c, p(field).index(i), v);
+        }
     }
 
     // Networks.
@@ -1329,6 +1373,57 @@ spec:
         );
         let e = load_objects("c.yaml", &t).unwrap_err().to_string();
         assert!(e.contains("c.yaml:8") && e.contains("userspace"), "{e}");
+    }
+
+    /// A cluster name's limit (63, the instance groups' label value) is said at the name's
+    /// line, at create and at every load; 63 itself is fine.
+    #[test]
+    fn long_cluster_names_are_refused_at_their_line() {
+        let long = format!("{}.example.com", "a".repeat(52)); // 64 characters
+        let errs = check(&BASE.replace("name: demo.example.com", &format!("name: {long}")));
+        assert!(
+            errs.iter().any(|e| e.starts_with("c.yaml:4:")
+                && e.contains("metadata.name: is 64 characters")
+                && e.contains("at most 63")),
+            "{errs:#?}"
+        );
+        let ok = format!("{}.example.com", "a".repeat(51));
+        assert_eq!(
+            check(&BASE.replace("name: demo.example.com", &format!("name: {ok}"))),
+            Vec::<String>::new()
+        );
+    }
+
+    /// sshAccess and kubernetesApiAccess are CIDR lists, refused at the bad entry's line.
+    #[test]
+    fn access_lists_are_checked_at_their_lines() {
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  sshAccess:\n  - 203.0.113.0/24\n  - 203.0.113.7\n  kubernetesApiAccess: [10.0.0.1/8]\n",
+        );
+        let errs = check(&t);
+        assert!(
+            errs.iter().any(|e| e.starts_with("c.yaml:10:")
+                && e.contains("spec.sshAccess[1]")
+                && e.contains("not an IPv4 CIDR")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("spec.kubernetesApiAccess[0]") && e.contains("host bits")),
+            "{errs:#?}"
+        );
+        assert_eq!(errs.len(), 2, "{errs:#?}");
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  sshAccess: []\n",
+        );
+        expect_one(&t, "spec.sshAccess: lists no CIDR");
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  sshAccess: [203.0.113.0/24]\n  kubernetesApiAccess: [192.0.2.0/24]\n",
+        );
+        assert_eq!(check(&t), Vec::<String>::new());
     }
 
     #[test]

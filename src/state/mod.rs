@@ -170,7 +170,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn StateStore>, StateError> {
             let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
                 .load()
                 .await;
-            Ok(Arc::new(s3::S3Store::new(&sdk, &bucket, &prefix)))
+            Ok(Arc::new(s3::S3Store::open(&sdk, &bucket, &prefix).await))
         }
     }
 }

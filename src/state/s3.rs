@@ -27,11 +27,51 @@ impl S3Store {
     /// endpoint). Path-style addressing is used whenever the endpoint is overridden, because
     /// S3-compatible servers and emulators rarely resolve `BUCKET.host` names.
     pub fn new(sdk: &aws_config::SdkConfig, bucket: &str, prefix: &str) -> S3Store {
+        S3Store::build(sdk, bucket, prefix, None)
+    }
+
+    /// [`S3Store::new`] signing for the bucket's own region. S3 refuses a request signed for
+    /// another region (301 `PermanentRedirect`, the bucket's region in `x-amz-bucket-region`)
+    /// and the Rust SDK does not follow it, so one state bucket serving clusters in several
+    /// regions (kops's usual layout) needs the lookup: one HeadBucket, whose answer (success
+    /// or the redirect) carries the region. A bucket that cannot be asked (missing, no
+    /// permission) keeps the configured region; the first real request then says why.
+    pub async fn open(sdk: &aws_config::SdkConfig, bucket: &str, prefix: &str) -> S3Store {
+        let store = S3Store::new(sdk, bucket, prefix);
+        let signing = store.client.config().region().map(|r| r.to_string());
+        match store.bucket_region().await {
+            Some(region) if Some(&region) != signing.as_ref() => {
+                tracing::debug!(bucket, %region, "the state bucket is in another region");
+                S3Store::build(sdk, bucket, prefix, Some(region))
+            }
+            _ => store,
+        }
+    }
+
+    /// The bucket's region as S3 tells it (`x-amz-bucket-region`), when it does.
+    async fn bucket_region(&self) -> Option<String> {
+        match self.client.head_bucket().bucket(&self.bucket).send().await {
+            Ok(out) => out.bucket_region().map(str::to_string),
+            Err(e) => e
+                .raw_response()
+                .and_then(|r| r.headers().get("x-amz-bucket-region"))
+                .map(str::to_string),
+        }
+    }
+
+    fn build(
+        sdk: &aws_config::SdkConfig,
+        bucket: &str,
+        prefix: &str,
+        region: Option<String>,
+    ) -> S3Store {
         let mut conf = aws_sdk_s3::config::Builder::from(sdk);
         if sdk.endpoint_url().is_some() {
             conf = conf.force_path_style(true);
         }
-        if sdk.region().is_none() {
+        if let Some(region) = region {
+            conf = conf.region(aws_config::Region::new(region));
+        } else if sdk.region().is_none() {
             // The SDK cannot sign without a region; us-east-1 reaches every bucket's
             // redirect, and the error then tells the user to set AWS_REGION.
             tracing::debug!("no AWS region configured; using us-east-1 for the state store");

@@ -207,6 +207,7 @@ fn fast() -> ApplyOptions {
         max_backoff: Duration::from_millis(500),
         prune: false,
         on_done: None,
+        on_wait: None,
     }
 }
 
@@ -1395,7 +1396,7 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
     let p = plan(&e, &c, &igs).await;
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     assert!(
-        p.warnings.is_empty(),
+        !p.warnings.iter().any(|w| w.contains("NS delegation")),
         "no NS check for a private zone: {:?}",
         p.warnings
     );

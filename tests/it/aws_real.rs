@@ -422,3 +422,372 @@ async fn auto_scaling_launches_later_and_the_launch_wait_says_so() {
     forever.store(false, Ordering::SeqCst);
     delete_all(&cloud, &c, &igs).await;
 }
+
+/// S3 answers a request signed for another region than the bucket's with a 301 and the
+/// bucket's region in `x-amz-bucket-region` (the as-it-is policy does); the Rust SDK does not
+/// follow it. The state store looks the region up when it opens (`S3Store::open`, what
+/// `state::open` uses for `s3://` URLs), so a us-east-1 environment reaches an eu-west-1
+/// bucket; a store built without the lookup is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_bucket_in_another_region_is_reached_in_its_region() {
+    use bytes::Bytes;
+    use kprov::state::s3::S3Store;
+    use kprov::state::{Precondition, StateStore};
+    let proxy = FaultProxy::start(&moto().endpoint);
+    proxy.set_as_it_is(7);
+    let bucket = format!("kprov-region-{:016x}", rand::random::<u64>());
+    let eu = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(&proxy.endpoint)
+        .region(aws_config::Region::new("eu-west-1"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "testing", "testing", None, None, "region",
+        ))
+        .load()
+        .await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&eu)
+            .force_path_style(true)
+            .build(),
+    );
+    s3.create_bucket()
+        .bucket(&bucket)
+        .create_bucket_configuration(
+            aws_sdk_s3::types::CreateBucketConfiguration::builder()
+                .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::EuWest1)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create bucket: {e:?}\n{}", moto().log_tail()));
+    let us = proxied_sdk(&proxy.endpoint, 1).await;
+    let key = "demo.example.com/config";
+    let err = S3Store::new(&us, &bucket, "p")
+        .put(key, Bytes::from_static(b"x"), Precondition::None)
+        .await
+        .expect_err("signed for us-east-1");
+    assert!(
+        err.to_string().contains(&format!("s3://{bucket}/p")),
+        "{err}"
+    );
+    let store = S3Store::open(&us, &bucket, "p").await;
+    store
+        .put(key, Bytes::from_static(b"x"), Precondition::None)
+        .await
+        .unwrap_or_else(|e| panic!("in the bucket's region: {e}"));
+    let got = store.get(key).await.expect("get").expect("the object");
+    assert_eq!(got.data, Bytes::from_static(b"x"));
+    assert!(
+        proxy
+            .stats()
+            .injected
+            .keys()
+            .any(|f| matches!(f, Fault::WrongRegion("eu-west-1"))),
+        "{:?}",
+        proxy.stats()
+    );
+}
+
+/// AWS refuses IAM role names over 64 characters and tag keys over 128 (the as-it-is policy
+/// does too; moto takes anything). The longest cluster name validation allows (63) makes
+/// `control-plane.NAME` 77 characters: kprov shortens IAM names with a hash, so the apply
+/// completes and converges, and nothing was refused for length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_cluster_name_fits_aws_limits() {
+    let zone = "real-long.example";
+    let cluster = format!("{}.real-long.example", "l".repeat(45));
+    assert_eq!(cluster.len(), 63);
+    crate::aws::make_zone(&moto().sdk_config().await, zone).await;
+    let proxy = FaultProxy::start(&moto().endpoint);
+    proxy.set_as_it_is(11);
+    let (c, igs) = crate::aws::spec(&cluster, zone, false);
+    let cloud = cloud(&proxy, &cluster, &igs).await;
+    apply_converge_delete(&cloud, &c, &igs).await;
+    let stats = proxy.stats();
+    let refused: Vec<_> = stats
+        .injected
+        .keys()
+        .filter(|f| matches!(f, Fault::Answer(e) if e.message.contains("length")))
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+}
+
+/// The as-it-is policy itself: what it answers, and that it is deterministic for a seed.
+#[test]
+fn the_as_it_is_policy_answers_as_aws_does() {
+    use crate::support::faultproxy::AsItIs;
+    let req = |service: &str, action: &str, body: &str| Request {
+        method: "POST".into(),
+        path: "/".into(),
+        service: service.into(),
+        region: "us-east-1".into(),
+        action: action.into(),
+        seen: 0,
+        body: body.into(),
+        key: [0; 32],
+        at: std::time::Duration::ZERO,
+    };
+    let a = AsItIs::new(1);
+    let mut policy = a.policy();
+    let mut observe = a.observer();
+    // Length limits.
+    let long = "r".repeat(65);
+    let f = policy(&req(
+        "iam",
+        "CreateRole",
+        &format!("Action=CreateRole&RoleName={long}"),
+    ));
+    assert!(
+        matches!(f, Some(Fault::Answer(e)) if e.code == "ValidationError" && e.message.contains("64")),
+        "{f:?}"
+    );
+    let key = format!("kubernetes.io%2Fcluster%2F{}", "k".repeat(110));
+    let f = policy(&req(
+        "ec2",
+        "CreateVpc",
+        &format!("Action=CreateVpc&TagSpecification.1.Tag.1.Key={key}"),
+    ));
+    assert!(
+        matches!(f, Some(Fault::Answer(e)) if e.code == "InvalidParameterValue"),
+        "{f:?}"
+    );
+    assert_eq!(
+        policy(&req(
+            "iam",
+            "CreateRole",
+            "Action=CreateRole&RoleName=nodes.c"
+        )),
+        None
+    );
+    // A new ID is not found by writes naming it for a moment, then it is.
+    observe(
+        &req("ec2", "CreateSubnet", "Action=CreateSubnet"),
+        b"HTTP/1.1 200 OK\r\n\r\n<subnet><subnetId>subnet-0123abcd</subnetId></subnet>",
+    );
+    let modify = req(
+        "ec2",
+        "ModifySubnetAttribute",
+        "Action=ModifySubnetAttribute&SubnetId=subnet-0123abcd",
+    );
+    let f = policy(&modify);
+    assert!(
+        matches!(f, Some(Fault::Answer(e)) if e.code == "InvalidSubnetID.NotFound"),
+        "{f:?}"
+    );
+    assert_eq!(
+        policy(&req(
+            "ec2",
+            "DeleteSubnet",
+            "Action=DeleteSubnet&SubnetId=subnet-0123abcd"
+        )),
+        None
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(policy(&modify), None);
+    // A profile is refused to Auto Scaling through the launch template naming it.
+    observe(
+        &req(
+            "iam",
+            "CreateInstanceProfile",
+            "Action=CreateInstanceProfile&InstanceProfileName=nodes.c",
+        ),
+        b"HTTP/1.1 200 OK\r\n\r\n",
+    );
+    observe(
+        &req(
+            "ec2",
+            "CreateLaunchTemplate",
+            "Action=CreateLaunchTemplate&LaunchTemplateName=nodes.c&LaunchTemplateData.IamInstanceProfile.Name=nodes.c",
+        ),
+        b"HTTP/1.1 200 OK\r\n\r\n<launchTemplateId>lt-0abc12345</launchTemplateId>",
+    );
+    let f = policy(&req(
+        "autoscaling",
+        "CreateAutoScalingGroup",
+        "Action=CreateAutoScalingGroup&LaunchTemplate.LaunchTemplateId=lt-0abc12345",
+    ));
+    assert_eq!(f, Some(Fault::Answer(AwsError::PROFILE_NOT_PROPAGATED)));
+    // A new group's instances are not listed at first.
+    observe(
+        &req(
+            "autoscaling",
+            "CreateAutoScalingGroup",
+            "Action=CreateAutoScalingGroup&Tags.member.1.Key=kubernetes.io%2Fcluster%2Fc",
+        ),
+        b"HTTP/1.1 200 OK\r\n\r\n",
+    );
+    let f = policy(&req(
+        "ec2",
+        "DescribeInstances",
+        "Action=DescribeInstances&Filter.1.Name=tag%3Akubernetes.io%2Fcluster%2Fc&Filter.1.Value.1=owned",
+    ));
+    assert!(matches!(f, Some(Fault::Reply(_))), "{f:?}");
+}
+
+/// The AWS cloud-controller-manager adds rules to the nodes' security group (described
+/// `kubernetes.io/rule/nlb/...`, or from the security group it makes for a Classic ELB) and
+/// makes load balancers and security groups tagged `kubernetes.io/cluster/NAME` for Services.
+/// `update --yes --prune` must neither revoke those rules nor delete those resources; `delete
+/// cluster` removes the resources with a line naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone() {
+    use aws_sdk_ec2::types::{
+        Filter, IpPermission, IpRange, ResourceType, Tag, TagSpecification, UserIdGroupPair,
+    };
+    let zone = "real-ccm.example";
+    let cluster = "demo.real-ccm.example";
+    let sdk = moto().sdk_config().await;
+    crate::aws::make_zone(&sdk, zone).await;
+    let proxy = FaultProxy::start(&moto().endpoint);
+    let (c, igs) = crate::aws::spec(cluster, zone, false);
+    let cloud = cloud(&proxy, cluster, &igs).await;
+    apply_converged(&cloud, &c, &igs).await;
+
+    // What the CCM does for two Services, made here with plain SDK calls.
+    let ec2 = aws_sdk_ec2::Client::new(&sdk);
+    let owned = || {
+        Filter::builder()
+            .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+            .values("owned")
+            .build()
+    };
+    let groups = ec2
+        .describe_security_groups()
+        .filters(owned())
+        .send()
+        .await
+        .expect("groups");
+    let nodes = groups
+        .security_groups()
+        .iter()
+        .find(|g| g.group_name() == Some(&format!("nodes.{cluster}")))
+        .expect("nodes group");
+    let nodes_id = nodes.group_id().unwrap().to_string();
+    let vpc = nodes.vpc_id().unwrap().to_string();
+    let elb_sg = ec2
+        .create_security_group()
+        .group_name(format!("k8s-elb-a1b2c3.{cluster}"))
+        .description("Security group for Kubernetes ELB a1b2c3 (default/web)")
+        .vpc_id(&vpc)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::SecurityGroup)
+                .tags(
+                    Tag::builder()
+                        .key(format!("kubernetes.io/cluster/{cluster}"))
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the CCM's group")
+        .group_id()
+        .unwrap()
+        .to_string();
+    ec2.authorize_security_group_ingress()
+        .group_id(&nodes_id)
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(30080)
+                .to_port(30080)
+                .ip_ranges(
+                    IpRange::builder()
+                        .cidr_ip("0.0.0.0/0")
+                        .description("kubernetes.io/rule/nlb/client=a1b2c3")
+                        .build(),
+                )
+                .build(),
+        )
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(30081)
+                .to_port(30081)
+                .user_id_group_pairs(UserIdGroupPair::builder().group_id(&elb_sg).build())
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the CCM's rules");
+    let subnets = ec2
+        .describe_subnets()
+        .filters(owned())
+        .send()
+        .await
+        .expect("subnets");
+    let elb = aws_sdk_elasticloadbalancingv2::Client::new(&sdk);
+    let lb = elb
+        .create_load_balancer()
+        .name("a1b2c3d4e5")
+        .r#type(aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum::Network)
+        .subnets(subnets.subnets()[0].subnet_id().unwrap())
+        .tags(
+            aws_sdk_elasticloadbalancingv2::types::Tag::builder()
+                .key(format!("kubernetes.io/cluster/{cluster}"))
+                .value("owned")
+                .build(),
+        )
+        .tags(
+            aws_sdk_elasticloadbalancingv2::types::Tag::builder()
+                .key("kubernetes.io/service-name")
+                .value("default/web")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the CCM's load balancer");
+    let lb_arn = lb.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_string();
+
+    // The next update, even with --prune, has nothing to do.
+    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    assert!(plan.is_empty(), "{:?}", plan.changes);
+    let report = engine::apply(
+        &cloud,
+        &plan,
+        &ApplyOptions {
+            prune: true,
+            ..ApplyOptions::default()
+        },
+    )
+    .await
+    .expect("apply --prune");
+    assert!(report.done.is_empty(), "{:?}", report.done);
+    let rules = ec2
+        .describe_security_groups()
+        .group_ids(&nodes_id)
+        .send()
+        .await
+        .expect("nodes group")
+        .security_groups()[0]
+        .ip_permissions()
+        .iter()
+        .filter_map(|p| p.from_port())
+        .collect::<Vec<_>>();
+    assert!(
+        rules.contains(&30080) && rules.contains(&30081),
+        "{rules:?}"
+    );
+
+    // delete cluster removes them, and says so.
+    let doomed = cloud.plan_delete(&c, &igs).await.expect("delete plan");
+    let line = doomed
+        .warnings
+        .iter()
+        .find(|w| w.contains("also deleting"))
+        .unwrap_or_else(|| panic!("{:?}", doomed.warnings));
+    assert!(line.contains(&elb_sg) && line.contains(&lb_arn), "{line}");
+    delete_all(&cloud, &c, &igs).await;
+    let left = elb.describe_load_balancers().send().await.expect("lbs");
+    assert!(
+        !left
+            .load_balancers()
+            .iter()
+            .any(|l| l.load_balancer_arn() == Some(&lb_arn)),
+        "the CCM's load balancer is left"
+    );
+}

@@ -60,8 +60,20 @@ fn lifecycle(zone: &str, cluster: &str, zones: &str, extra: &[&str]) {
         &["--ssh-private-address"]
     };
     let yes = [&["update", "cluster", cluster, "--yes"][..], reach].concat();
-    code(&lab, &lab.kprov(&yes), 0);
+    let out = lab.kprov(&yes);
+    code(&lab, &out, 0);
     assert_eq!(vpcs(), 1);
+    // With AWS as it is (profiles refused at first, fresh IDs not found, instances late),
+    // the first run completes and says what it waited for and how long.
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let waits: Vec<&str> = said.lines().filter(|l| l.contains("waited")).collect();
+    if lab.as_it_is.is_some() {
+        assert!(!waits.is_empty(), "no wait reported:\n{said}");
+    }
+    println!(
+        "AS-IT-IS {cluster}: update --yes in one run; waits:\n{}",
+        waits.join("\n")
+    );
     let again = code(
         &lab,
         &lab.kprov(&[&["update", "cluster", cluster, "--exit-code"][..], reach].concat()),

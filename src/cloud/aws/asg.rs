@@ -219,12 +219,17 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         .send()
         .await
         .ctx("DeleteAutoScalingGroup");
+    // Auto Scaling answers a missing group with a plain `ValidationError` ("AutoScalingGroup
+    // name not found"): no code of its own, so the message is all there is to tell it by.
     if let Err(e) = r
         && !e.to_string().contains("not found")
     {
         return Err(e);
     }
-    // Its instances hold the subnets and security groups: wait until the group is gone.
+    // Its instances hold the subnets and security groups: wait until the group is gone,
+    // backing off (terminations take minutes on AWS; a throttled describe fails this delete,
+    // which the engine retries, and the group is then found already deleting).
+    let mut delay = Duration::from_secs(1);
     loop {
         let out = c
             .asg
@@ -236,7 +241,8 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         if out.auto_scaling_groups().is_empty() {
             return Ok(());
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
 

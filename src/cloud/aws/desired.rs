@@ -67,6 +67,29 @@ pub fn short_name(prefix: &str, cluster: &str) -> String {
     format!("{prefix}-{body}-{hash}")
 }
 
+/// AWS's limit on IAM role names (instance profiles allow 128; kprov gives both the same name).
+pub const IAM_NAME_MAX: usize = 64;
+
+/// The IAM role and instance profile name of `key` (`control-plane`, `nodes`, `bastion`):
+/// `KEY.CLUSTER` while that fits AWS's 64 characters (the names of existing clusters never
+/// change), otherwise a readable prefix of it made unique by a hash of the cluster name, as
+/// load balancer names are.
+pub fn iam_name(key: &str, cluster: &str) -> String {
+    let full = format!("{key}.{cluster}");
+    if full.len() <= IAM_NAME_MAX {
+        return full;
+    }
+    use sha2::{Digest, Sha256};
+    let hash = hex::encode(&Sha256::digest(cluster.as_bytes())[..4]);
+    // Cluster names are ASCII (validated DNS names), so byte lengths are character counts.
+    let room = IAM_NAME_MAX - hash.len() - 1;
+    let mut body: String = full.chars().take(room).collect();
+    while body.ends_with(['.', '-']) {
+        body.pop();
+    }
+    format!("{body}-{hash}")
+}
+
 pub fn public_key_hash(key: &str) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(key.trim().as_bytes()))
@@ -239,47 +262,60 @@ pub fn desired(
     let rule = |proto: &str, ports: &str, src: Value| {
         Value::List(vec![Value::str(proto), Value::str(ports), src])
     };
-    let ssh_from = if has_bastion {
-        sg("bastion")
+    // Who may reach SSH and the API from outside (spec.sshAccess, spec.kubernetesApiAccess;
+    // unset is the whole internet, as before these settings existed).
+    let world = |list: &Option<Vec<String>>| -> Vec<Value> {
+        match list {
+            Some(l) => l.iter().map(|c| Value::str(c.as_str())).collect(),
+            None => vec![Value::str(ANYWHERE)],
+        }
+    };
+    let ssh_world = world(&spec.ssh_access);
+    let api_world = world(&spec.kubernetes_api_access);
+    let ssh_from: Vec<Value> = if has_bastion {
+        vec![sg("bastion")]
     } else if topology == TopologyType::Private {
         // No bastion and no public address: SSH only from inside the VPC.
-        Value::str(cidr)
+        vec![Value::str(cidr)]
     } else {
-        Value::str(ANYWHERE)
+        ssh_world.clone()
     };
     let api_port = API_PORT.to_string();
-    let mut groups: Vec<(&str, Vec<Value>)> = vec![
-        (
-            "control-plane",
-            vec![
-                rule("-1", "all", sg("control-plane")),
-                rule("-1", "all", sg("nodes")),
-                rule("tcp", "22", ssh_from.clone()),
-                rule(
-                    "tcp",
-                    &api_port,
-                    if has_lb {
-                        sg("api-lb")
-                    } else {
-                        Value::str(ANYWHERE)
-                    },
-                ),
-            ],
-        ),
-        (
-            "nodes",
-            vec![
-                rule("-1", "all", sg("nodes")),
-                rule("-1", "all", sg("control-plane")),
-                rule("tcp", "22", ssh_from),
-            ],
-        ),
+    let from = |proto: &str, ports: &str, sources: &[Value]| -> Vec<Value> {
+        sources
+            .iter()
+            .map(|src| rule(proto, ports, src.clone()))
+            .collect()
+    };
+    let mut control_plane = vec![
+        rule("-1", "all", sg("control-plane")),
+        rule("-1", "all", sg("nodes")),
     ];
+    control_plane.extend(from("tcp", "22", &ssh_from));
     if has_lb {
-        groups.push(("api-lb", vec![rule("tcp", &api_port, Value::str(ANYWHERE))]));
+        control_plane.push(rule("tcp", &api_port, sg("api-lb")));
+    } else {
+        control_plane.extend(from("tcp", &api_port, &api_world));
+    }
+    let mut nodes = vec![
+        rule("-1", "all", sg("nodes")),
+        rule("-1", "all", sg("control-plane")),
+    ];
+    nodes.extend(from("tcp", "22", &ssh_from));
+    let mut groups: Vec<(&str, Vec<Value>)> =
+        vec![("control-plane", control_plane), ("nodes", nodes)];
+    if has_lb {
+        let mut lb = from("tcp", &api_port, &api_world);
+        // The cluster's own instances reach the API through its load balancer too: a
+        // narrowed list must not shut them out.
+        if !api_world.contains(&Value::str(ANYWHERE)) {
+            lb.push(rule("tcp", &api_port, sg("control-plane")));
+            lb.push(rule("tcp", &api_port, sg("nodes")));
+        }
+        groups.push(("api-lb", lb));
     }
     if has_bastion {
-        groups.push(("bastion", vec![rule("tcp", "22", Value::str(ANYWHERE))]));
+        groups.push(("bastion", from("tcp", "22", &ssh_world)));
     }
     for (g, rules) in groups {
         out.push(
@@ -328,7 +364,7 @@ pub fn desired(
         let key = role_key(*role);
         out.push(
             Resource::new(IAM_ROLE, key)
-                .field("roleName", Value::str(format!("{key}.{name}")))
+                .field("roleName", Value::str(iam_name(key, name)))
                 .field("assumeRolePolicy", Value::Doc(assume_role_policy()))
                 .rule("roleName", FieldRule::Immutable),
         );
@@ -341,7 +377,7 @@ pub fn desired(
         );
         out.push(
             Resource::new(INSTANCE_PROFILE, key)
-                .field("profileName", Value::str(format!("{key}.{name}")))
+                .field("profileName", Value::str(iam_name(key, name)))
                 .field("role", Value::reference(IAM_ROLE, key))
                 .rule("profileName", FieldRule::Immutable),
         );
@@ -884,6 +920,137 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         desired(c, igs, &BTreeMap::new(), &BTreeMap::new())
             .unwrap_err()
             .to_string()
+    }
+
+    fn ingress(rs: &[Resource], group: &str) -> Vec<String> {
+        rs.iter()
+            .find(|r| r.id == ResourceId::new(SECURITY_GROUP_RULES, group))
+            .and_then(|r| r.get("ingress"))
+            .map(Value::as_list)
+            .unwrap_or_default()
+            .iter()
+            .map(|v| v.to_string())
+            .collect()
+    }
+
+    /// spec.sshAccess and spec.kubernetesApiAccess replace 0.0.0.0/0 as the sources of SSH
+    /// (public topology, and the bastion) and of the API; a narrowed API list still admits
+    /// the cluster's own instances at the load balancer.
+    #[test]
+    fn access_lists_narrow_ssh_and_the_api() {
+        let open = desired(
+            &cluster(false, KEY),
+            &[ig("cp", "ControlPlane", ""), ig("n", "Node", "")],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert!(
+            ingress(&open, "nodes")
+                .iter()
+                .any(|r| r.contains("0.0.0.0/0"))
+        );
+        assert!(
+            ingress(&open, "api-lb")
+                .iter()
+                .any(|r| r.contains("0.0.0.0/0"))
+        );
+        let extra = format!(
+            "{KEY}  sshAccess: [203.0.113.0/24, 198.51.100.7/32]\n  kubernetesApiAccess: [192.0.2.0/24]\n"
+        );
+        let rs = desired(
+            &cluster(false, &extra),
+            &[ig("cp", "ControlPlane", ""), ig("n", "Node", "")],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        for g in ["control-plane", "nodes", "api-lb"] {
+            assert!(
+                !ingress(&rs, g).iter().any(|r| r.contains("0.0.0.0/0")),
+                "{g}: {:?}",
+                ingress(&rs, g)
+            );
+        }
+        let nodes = ingress(&rs, "nodes").join(" ");
+        assert!(
+            nodes.contains("203.0.113.0/24") && nodes.contains("198.51.100.7/32"),
+            "{nodes}"
+        );
+        let lb = ingress(&rs, "api-lb").join(" ");
+        assert!(lb.contains("192.0.2.0/24"), "{lb}");
+        assert!(
+            lb.contains("SecurityGroup/nodes") && lb.contains("SecurityGroup/control-plane"),
+            "{lb}"
+        );
+        // With a bastion, only the bastion admits the SSH list; the rest admit the bastion.
+        let rs = desired(
+            &cluster(true, &extra),
+            &[
+                ig("cp", "ControlPlane", ", subnets: [a]"),
+                ig("n", "Node", ", subnets: [a]"),
+                ig("b", "Bastion", ", subnets: [ua]"),
+            ],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let bastion = ingress(&rs, "bastion").join(" ");
+        assert!(
+            bastion.contains("203.0.113.0/24") && !bastion.contains("0.0.0.0/0"),
+            "{bastion}"
+        );
+        assert!(!ingress(&rs, "nodes").join(" ").contains("203.0.113.0/24"));
+    }
+
+    /// IAM names are `KEY.CLUSTER` while that fits 64 characters (existing clusters keep
+    /// theirs) and a hashed prefix beyond, unique per cluster name.
+    #[test]
+    fn iam_names_fit_aws() {
+        assert_eq!(iam_name("nodes", "c.example.com"), "nodes.c.example.com");
+        let a = format!("{}.example.com", "a".repeat(80));
+        let b = format!("{}.example.org", "a".repeat(80));
+        for k in ["control-plane", "nodes", "bastion"] {
+            let n = iam_name(k, &a);
+            assert!(n.len() <= IAM_NAME_MAX && n.starts_with(k), "{n}");
+            assert_ne!(n, iam_name(k, &b));
+        }
+        // The longest cluster and group names validation allows (63 each): every name and
+        // tag key kprov derives fits AWS's limits.
+        let cluster = format!("{}.example.com", "a".repeat(51));
+        let group = "g".repeat(63);
+        let rs = desired(
+            &cluster_named(&cluster),
+            &[ig("cp", "ControlPlane", ""), ig(&group, "Node", "")],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let limits = [
+            (IAM_ROLE, "roleName", IAM_NAME_MAX),
+            (INSTANCE_PROFILE, "profileName", 128),
+            (LAUNCH_TEMPLATE, "templateName", 128),
+            (AUTOSCALING_GROUP, "groupName", 255),
+            (SECURITY_GROUP, "groupName", 255),
+        ];
+        for (kind, field, max) in limits {
+            let names: Vec<_> = rs
+                .iter()
+                .filter(|r| r.id.kind == kind)
+                .map(|r| r.get_str(field).unwrap().to_string())
+                .collect();
+            assert!(!names.is_empty(), "{kind}");
+            for n in names {
+                assert!(n.len() <= max, "{kind} {field} {n} ({} > {max})", n.len());
+            }
+        }
+        assert!(super::super::owned_tag_key(&cluster).len() <= 128);
+    }
+
+    fn cluster_named(name: &str) -> Cluster {
+        let mut c = cluster(false, KEY);
+        c.metadata.name = name.to_string();
+        c
     }
 
     /// The port API clients use (`instances::api_port`, behind every kubeconfig kprov

@@ -15,8 +15,8 @@ use aws_smithy_types::base64;
 
 use super::kinds::*;
 use super::{
-    AwsCloud, Ctx, Reader, after_create, cid, cids, error_code, finish_create, id_from_tags,
-    owned_by,
+    AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, error_code, finish_create,
+    id_from_tags, owned_by,
 };
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
@@ -488,6 +488,20 @@ fn ports(p: &IpPermission) -> String {
     }
 }
 
+/// A rule the AWS cloud-controller-manager added for a Service's load balancer: it marks
+/// its rules `kubernetes.io/rule/nlb/client=...`, `.../health=...`, `.../mtu...`. They are the
+/// CCM's to add and remove; kprov neither compares nor revokes them.
+fn ccm_rule(description: Option<&str>) -> bool {
+    description.is_some_and(|d| d.starts_with("kubernetes.io/"))
+}
+
+/// Whether a rule's source group is one of kprov's own groups of this cluster. A rule from
+/// any other group (the security group the CCM makes for a Classic ELB, another team's
+/// group) is left alone: kprov manages only the rules it makes.
+fn kprov_group(source: &Value) -> bool {
+    matches!(source, Value::Ref(id) if id.kind == SECURITY_GROUP && !id.name.starts_with(UNTRACKED))
+}
+
 pub(super) async fn read_security_groups(
     c: &AwsCloud,
     rd: &mut Reader<'_>,
@@ -530,7 +544,7 @@ pub(super) async fn read_security_groups(
         for p in g.ip_permissions() {
             let proto = Value::str(p.ip_protocol().unwrap_or("-1"));
             let ports = Value::str(ports(p));
-            for r in p.ip_ranges() {
+            for r in p.ip_ranges().iter().filter(|r| !ccm_rule(r.description())) {
                 rules.push(Value::List(vec![
                     proto.clone(),
                     ports.clone(),
@@ -538,11 +552,11 @@ pub(super) async fn read_security_groups(
                 ]));
             }
             for pair in p.user_id_group_pairs() {
-                rules.push(Value::List(vec![
-                    proto.clone(),
-                    ports.clone(),
-                    rd.r(pair.group_id().unwrap_or_default()),
-                ]));
+                let source = rd.r(pair.group_id().unwrap_or_default());
+                if !kprov_group(&source) || ccm_rule(pair.description()) {
+                    continue;
+                }
+                rules.push(Value::List(vec![proto.clone(), ports.clone(), source]));
             }
         }
         let group = Value::reference(SECURITY_GROUP, &id.name);

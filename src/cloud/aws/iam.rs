@@ -41,8 +41,15 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `control-plane.CLUSTER` → `control-plane`.
+/// `control-plane.CLUSTER` (or its shortened form, see [`super::desired::iam_name`]) →
+/// `control-plane`.
 fn key<'a>(c: &AwsCloud, name: &'a str) -> &'a str {
+    if let Some(k) = ["control-plane", "nodes", "bastion"]
+        .into_iter()
+        .find(|k| super::desired::iam_name(k, &c.cluster) == name)
+    {
+        return k;
+    }
     name.strip_suffix(&format!(".{}", c.cluster))
         .unwrap_or(name)
 }

@@ -27,7 +27,9 @@ use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
-pub use desired::{HOST_KEY_PENDING, desired, fqdn, public_key_hash, short_name, user_data};
+pub use desired::{
+    HOST_KEY_PENDING, IAM_NAME_MAX, desired, fqdn, iam_name, public_key_hash, short_name, user_data,
+};
 pub use hostkeys::GroupHostKey;
 
 use crate::cloud::engine::{
@@ -38,6 +40,10 @@ use crate::spec::{Cluster, InstanceGroup};
 use kinds::*;
 
 pub const TAG_ID: &str = "kprov.dev/id";
+/// The name prefix of resources that carry this cluster's ownership tag but no kprov
+/// identity: someone else made them for the cluster (the cloud-controller-manager's load
+/// balancers, target groups and security groups for Services).
+pub const UNTRACKED: &str = "untracked-";
 pub const TAG_CLUSTER: &str = "KubernetesCluster";
 
 pub fn owned_tag_key(cluster: &str) -> String {
@@ -128,7 +134,17 @@ impl AwsCloud {
         // Apply plans first too, so a zone EC2 does not have is refused before any write.
         ec2::check_zones(self, cluster).await?;
         let desired = self.desired(cluster, igs).await?;
-        engine::plan(self, cluster.name(), desired).await
+        let mut actual = self.read(cluster.name(), &desired).await?;
+        // What carries the cluster's tag without a kprov identity was made for the cluster by
+        // someone else, mostly the cloud-controller-manager (Services' load balancers, target
+        // groups, security groups): not kprov's to change or `--prune`. `delete cluster`
+        // removes them (plan_delete).
+        actual
+            .resources
+            .retain(|r| !r.id.name.starts_with(UNTRACKED));
+        let mut plan = engine::diff(cluster.name(), desired, actual)?;
+        plan.warnings.extend(open_access_warnings(cluster, &plan));
+        Ok(plan)
     }
 
     /// The preview of `delete cluster`: every owned resource, in deletion order.
@@ -145,7 +161,24 @@ impl AwsCloud {
             .map(|i| (i.clone(), i))
             .collect();
         let desired = desired(cluster, igs, &images, &self.host_keys)?;
-        engine::plan_delete(self, cluster.name(), desired).await
+        let mut plan = engine::plan_delete(self, cluster.name(), desired).await?;
+        let foreign: Vec<String> = plan
+            .changes
+            .iter()
+            .filter(|c| c.name.starts_with(UNTRACKED))
+            .map(|c| format!("{} {}", c.kind, c.cloud_id.as_deref().unwrap_or(&c.name)))
+            .collect();
+        if !foreign.is_empty() {
+            plan.warnings.push(format!(
+                "also deleting {} resource(s) made for this cluster by someone else (tagged {} \
+                 without a kprov identity; the cloud-controller-manager's Service load \
+                 balancers and their security groups): {}",
+                foreign.len(),
+                owned_tag_key(cluster.name()),
+                foreign.join(", ")
+            ));
+        }
+        Ok(plan)
     }
 
     /// The standard ownership and identity tags.
@@ -157,6 +190,44 @@ impl AwsCloud {
             ("Name".into(), display.to_string()),
         ]
     }
+}
+
+/// The preview's warnings for SSH or the API about to be opened to the whole internet because
+/// `spec.sshAccess` / `spec.kubernetesApiAccess` is unset (kops's default, kept).
+fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
+    let opens = |port: &str| {
+        plan.changes.iter().any(|c| {
+            c.id.kind == SECURITY_GROUP_RULES
+                && matches!(c.action, engine::Action::Create | engine::Action::Update)
+                && plan.desired.get(&c.id).is_some_and(|r| {
+                    r.get("ingress")
+                        .map(Value::as_list)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|rule| {
+                            matches!(rule.as_list(), [_, p, src]
+                                if p.as_str() == Some(port) && src.as_str() == Some("0.0.0.0/0"))
+                        })
+                })
+        })
+    };
+    let mut out = Vec::new();
+    if cluster.spec.ssh_access.is_none() && opens("22") {
+        out.push(
+            "SSH (port 22) will be open to 0.0.0.0/0: set spec.sshAccess to the CIDRs that may \
+             connect (kops's sshAccess)"
+                .to_string(),
+        );
+    }
+    if cluster.spec.kubernetes_api_access.is_none() && opens(&desired::API_PORT.to_string()) {
+        out.push(format!(
+            "the Kubernetes API (port {}) will be open to 0.0.0.0/0: set \
+             spec.kubernetesApiAccess to the CIDRs that may connect (kops's \
+             kubernetesApiAccess)",
+            desired::API_PORT
+        ));
+    }
+    out
 }
 
 /// Collects actual resources and the cloud ID → logical ID map that turns the cloud's
@@ -204,7 +275,7 @@ pub(crate) fn id_from_tags<'a>(
 ) -> ResourceId {
     tags.filter(|(k, _)| *k == TAG_ID)
         .find_map(|(_, v)| ResourceId::parse(v).filter(|id| id.kind == kind))
-        .unwrap_or_else(|| ResourceId::new(kind, format!("untracked-{cloud_id}")))
+        .unwrap_or_else(|| ResourceId::new(kind, format!("{UNTRACKED}{cloud_id}")))
 }
 
 /// Reads filter on the ownership tag, and this checks it again on what came back: an API (or
@@ -238,6 +309,23 @@ pub(crate) fn cids(ids: &IdMap, v: Option<&Value>) -> Result<Vec<String>, CloudE
         .iter()
         .map(|x| cid(ids, Some(x)).map(str::to_string))
         .collect()
+}
+
+/// The class of an error `operation` got. `AuthFailure` means "in use" only where EC2 says
+/// so for an address still held (ReleaseAddress, DisassociateAddress while a NAT gateway lets
+/// go of it); anywhere else it is a real authorization failure, final at once rather than
+/// retried to the resource deadline.
+fn class_of(operation: &str, code: &str, message: Option<&str>) -> ErrorClass {
+    if profile_not_propagated(code, message) {
+        return ErrorClass::NotFound;
+    }
+    match (operation, code) {
+        ("ReleaseAddress" | "DisassociateAddress", "AuthFailure") => {
+            ErrorClass::DependencyViolation
+        }
+        (_, "AuthFailure") => ErrorClass::Fatal,
+        _ => classify(code),
+    }
 }
 
 fn classify(code: &str) -> ErrorClass {
@@ -430,8 +518,7 @@ where
     fn ctx(self, operation: &str) -> Result<T, CloudError> {
         self.map_err(|e| {
             let class = match e.code() {
-                Some(code) if profile_not_propagated(code, e.message()) => ErrorClass::NotFound,
-                Some(code) => classify(code),
+                Some(code) => class_of(operation, code, e.message()),
                 None => unclassified(&e),
             };
             CloudError::Api {
@@ -597,6 +684,29 @@ mod tests {
         for code in ["InvalidParameterValue", "UnauthorizedOperation", ""] {
             assert_eq!(classify(code), ErrorClass::Fatal, "{code}");
         }
+    }
+
+    #[test]
+    fn auth_failure_is_in_use_only_for_a_held_address() {
+        assert_eq!(
+            class_of("ReleaseAddress", "AuthFailure", None),
+            ErrorClass::DependencyViolation
+        );
+        assert_eq!(
+            class_of("DisassociateAddress", "AuthFailure", None),
+            ErrorClass::DependencyViolation
+        );
+        for op in [
+            "CreateVpc",
+            "DescribeInstances",
+            "AuthorizeSecurityGroupIngress",
+        ] {
+            assert_eq!(class_of(op, "AuthFailure", None), ErrorClass::Fatal, "{op}");
+        }
+        assert_eq!(
+            class_of("CreateSubnet", "InvalidVpcID.NotFound", None),
+            ErrorClass::NotFound
+        );
     }
 
     #[test]

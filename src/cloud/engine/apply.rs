@@ -30,6 +30,21 @@ pub struct ApplyOptions {
     pub prune: bool,
     /// Called as each resource is done, for live progress.
     pub on_done: Option<DoneHook>,
+    /// Called when a resource got through only after waiting for AWS (a "not found yet"
+    /// or throttling answer retried): the resource, how long, and the first answer waited on.
+    pub on_wait: Option<WaitHook>,
+}
+
+/// A callback per resource that had to wait (the CLI prints what and how long).
+#[derive(Clone)]
+pub struct WaitHook(pub std::sync::Arc<WaitFn>);
+
+pub type WaitFn = dyn Fn(&ResourceId, Duration, &str) + Send + Sync;
+
+impl std::fmt::Debug for WaitHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WaitHook")
+    }
 }
 
 /// A callback per finished resource (the CLI advances its progress bar with it).
@@ -54,6 +69,7 @@ impl Default for ApplyOptions {
             max_backoff: Duration::from_secs(20),
             prune: false,
             on_done: None,
+            on_wait: None,
         }
     }
 }
@@ -236,11 +252,17 @@ where
 {
     let start = Instant::now();
     let mut delay = opts.initial_backoff;
+    let mut first_wait: Option<String> = None;
     loop {
         let remaining = opts.resource_deadline.saturating_sub(start.elapsed());
         let attempt = tokio::time::timeout(remaining, f()).await;
         let err = match attempt {
-            Ok(Ok(v)) => return Ok(v),
+            Ok(Ok(v)) => {
+                if let (Some(why), Some(hook)) = (&first_wait, &opts.on_wait) {
+                    (hook.0)(id, start.elapsed(), why);
+                }
+                return Ok(v);
+            }
             Ok(Err(e))
                 if e.class() == ErrorClass::Fatal
                     || (e.class() == ErrorClass::NotFound
@@ -270,6 +292,7 @@ where
             });
         }
         tracing::debug!(resource = %id, error = %err, ?delay, "retrying");
+        first_wait.get_or_insert(err);
         tokio::time::sleep(delay + jitter).await;
         delay = (delay * 2).min(opts.max_backoff);
     }

@@ -5,7 +5,7 @@ mod model;
 mod plan;
 mod render;
 
-pub use apply::{ApplyOptions, ApplyReport, DoneHook, apply};
+pub use apply::{ApplyOptions, ApplyReport, DoneHook, WaitHook, apply};
 pub use model::{FieldRule, IdMap, Lifecycle, Resource, ResourceId, Value};
 pub use plan::{
     Action, Change, FieldChange, PLAN_SCHEMA_VERSION, Plan, Summary, diff, field_changes, plan,

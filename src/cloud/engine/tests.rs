@@ -140,6 +140,7 @@ fn quick() -> ApplyOptions {
         max_backoff: Duration::from_millis(4),
         prune: true,
         on_done: None,
+        on_wait: None,
     }
 }
 

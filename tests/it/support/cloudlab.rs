@@ -49,6 +49,7 @@ use ipnet::Ipv4Net;
 use serde_json::Value;
 
 use crate::support::fakekube::FakeKube;
+use crate::support::faultproxy::{AsItIs, FaultProxy};
 use crate::support::mirror::Mirror;
 use crate::support::testhosts::{HostSpec, Network, TestHost, in_netns};
 
@@ -143,8 +144,14 @@ pub struct Synced {
 }
 
 pub struct CloudLab {
-    /// moto's endpoint inside the operator namespace (what kprov uses).
+    /// moto's endpoint inside the operator namespace.
     pub moto_endpoint: String,
+    /// What kprov uses inside the operator namespace: moto behind the fault proxy's as-it-is
+    /// policy (unless `KPROV_LAB_AS_IT_IS=0`; then moto itself).
+    pub kprov_endpoint: String,
+    /// The as-it-is policy in front of moto for kprov, when on.
+    pub as_it_is: Option<AsItIs>,
+    as_it_is_proxy: Option<FaultProxy>,
     /// moto's endpoint through the loopback proxy (what the test process uses).
     pub sdk_endpoint: String,
     /// HOME and state store of the kprov runs.
@@ -322,6 +329,26 @@ impl CloudLab {
             .expect("moto_server (run scripts/install-test-deps)");
         let moto_addr = SocketAddr::from((net.operator_address, MOTO_PORT));
 
+        // kprov's way to moto: AWS as it is, on the operator's address.
+        let (as_it_is_proxy, as_it_is) = if AsItIs::enabled() {
+            let at = net.operator_address;
+            let listener = in_netns(&net.operator_ns, || TcpListener::bind((at, 0)))
+                .expect("as-it-is proxy listener");
+            let ns = net.operator_ns.clone();
+            let proxy = FaultProxy::start_with(
+                listener,
+                Arc::new(move || {
+                    in_netns(&ns, || {
+                        TcpStream::connect_timeout(&moto_addr, Duration::from_secs(5))
+                    })
+                }),
+            );
+            let a = proxy.set_as_it_is(AsItIs::lab_seed());
+            (Some(proxy), Some(a))
+        } else {
+            (None, None)
+        };
+
         // The test process's way to moto: a loopback listener that dials into the lab.
         let listener = TcpListener::bind("127.0.0.1:0").expect("proxy listener");
         let proxy_addr = listener.local_addr().expect("proxy addr");
@@ -395,6 +422,11 @@ impl CloudLab {
             api_tls: acceptor,
             api_ports: Mutex::new(BTreeMap::new()),
             moto_endpoint: format!("http://{moto_addr}"),
+            kprov_endpoint: as_it_is_proxy
+                .as_ref()
+                .map_or_else(|| format!("http://{moto_addr}"), |p| p.endpoint.clone()),
+            as_it_is,
+            as_it_is_proxy,
             sdk_endpoint: format!("http://{proxy_addr}"),
             home,
             started_in: Duration::ZERO,
@@ -464,7 +496,7 @@ impl CloudLab {
                 format!("file://{}", self.store_dir().display()),
             ),
             ("NO_COLOR", "1".into()),
-            ("AWS_ENDPOINT_URL", self.moto_endpoint.clone()),
+            ("AWS_ENDPOINT_URL", self.kprov_endpoint.clone()),
             ("AWS_ACCESS_KEY_ID", "testing".into()),
             ("AWS_SECRET_ACCESS_KEY", "testing".into()),
             ("AWS_REGION", "us-east-1".into()),

@@ -41,6 +41,9 @@ pub enum Fault {
     /// Answers 200 with this XML body (not forwarded): what AWS shows while it has not acted
     /// yet (no instance of a new Auto Scaling group, a failed scaling activity).
     Reply(&'static str),
+    /// S3's answer to a request signed for another region than the bucket's (not
+    /// forwarded): 301 `PermanentRedirect` with the bucket's region in `x-amz-bucket-region`.
+    WrongRegion(&'static str),
 }
 
 /// DescribeInstances with nothing in it: instances Auto Scaling has not launched yet.
@@ -95,6 +98,8 @@ pub struct Request {
     pub path: String,
     /// From the SigV4 credential scope: `ec2`, `s3`, `autoscaling`, `route53`, ...
     pub service: String,
+    /// From the SigV4 credential scope: the region the request is signed for.
+    pub region: String,
     /// `Action=` of query-protocol calls (EC2, Auto Scaling, ELB, IAM); empty otherwise.
     pub action: String,
     /// How many times this exact request (method, path, body) arrived before, this one
@@ -131,6 +136,13 @@ impl Request {
 
 pub type Policy = Box<dyn FnMut(&Request) -> Option<Fault> + Send>;
 
+/// Sees every reply the server sent (the request, the raw HTTP reply): how a policy learns
+/// what AWS just created (an ID's birth, for the as-it-is windows).
+pub type Observer = Box<dyn FnMut(&Request, &[u8]) + Send>;
+
+/// Opens a connection to the server (in a network namespace, for the cloud lab).
+pub type Dial = Arc<dyn Fn() -> std::io::Result<TcpStream> + Send + Sync>;
+
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
     pub requests: u64,
@@ -147,9 +159,10 @@ impl Stats {
 
 struct Shared {
     policy: Mutex<Policy>,
+    observer: Mutex<Option<Observer>>,
     stats: Mutex<Stats>,
     seen: Mutex<HashMap<[u8; 32], u32>>,
-    upstream: String,
+    dial: Dial,
     started: Instant,
     stop: AtomicBool,
 }
@@ -176,12 +189,19 @@ impl FaultProxy {
             "the fault proxy only forwards to loopback, not {upstream}"
         );
         let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind fault proxy");
+        FaultProxy::start_with(listener, Arc::new(move || TcpStream::connect(&upstream)))
+    }
+
+    /// A proxy answering on `listener` (bound wherever the client is, a lab's namespace
+    /// included) that reaches the server through `dial`.
+    pub fn start_with(listener: TcpListener, dial: Dial) -> FaultProxy {
         let addr = listener.local_addr().expect("proxy address");
         let shared = Arc::new(Shared {
             policy: Mutex::new(Box::new(|_: &Request| None)),
+            observer: Mutex::new(None),
             stats: Mutex::new(Stats::default()),
             seen: Mutex::new(HashMap::new()),
-            upstream,
+            dial,
             started: Instant::now(),
             stop: AtomicBool::new(false),
         });
@@ -210,6 +230,18 @@ impl FaultProxy {
         *self.shared.policy.lock().expect("policy") = policy;
     }
 
+    pub fn set_observer(&self, observer: Observer) {
+        *self.shared.observer.lock().expect("observer") = Some(observer);
+    }
+
+    /// Turns on AWS as it is (see [`AsItIs`]), seeded.
+    pub fn set_as_it_is(&self, seed: u64) -> AsItIs {
+        let a = AsItIs::new(seed);
+        self.set_policy(a.policy());
+        self.set_observer(a.observer());
+        a
+    }
+
     pub fn stats(&self) -> Stats {
         self.shared.stats.lock().expect("stats").clone()
     }
@@ -230,9 +262,13 @@ impl FaultProxy {
 impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop so it sees the flag.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(t) = self.thread.take() {
+        // Wake the accept loop so it sees the flag. A listener in another network namespace
+        // may not be reachable from here: its thread is then left blocked (harmless in a
+        // test process) rather than joined forever.
+        let woke = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)).is_ok();
+        if let Some(t) = self.thread.take()
+            && woke
+        {
             let _ = t.join();
         }
     }
@@ -298,6 +334,12 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
         .and_then(|c| c.split('/').nth(3))
         .unwrap_or_default()
         .to_string();
+    let region = auth
+        .split("Credential=")
+        .nth(1)
+        .and_then(|c| c.split('/').nth(2))
+        .unwrap_or_default()
+        .to_string();
     let query = path.split_once('?').map(|(_, q)| q).unwrap_or_default();
     let body_text = String::from_utf8_lossy(body);
     let action = query
@@ -323,6 +365,7 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
         method,
         path,
         service,
+        region,
         action,
         seen,
         body: body_text.into_owned(),
@@ -436,6 +479,26 @@ fn handle(s: &Shared, conn: TcpStream) -> std::io::Result<()> {
             let _ = client.shutdown(Shutdown::Both);
             return Ok(());
         }
+        Some(Fault::WrongRegion(region)) => {
+            let body = if req.method == "HEAD" {
+                String::new()
+            } else {
+                format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code><Message>The bucket you are attempting to access must be addressed using the specified endpoint. Please send all future requests to this endpoint.</Message><BucketRegion>{region}</BucketRegion><RequestId>fault-proxy</RequestId></Error>"
+                )
+            };
+            client.write_all(
+                format!(
+                    "HTTP/1.1 301 Moved Permanently\r\nContent-Type: application/xml\r\nx-amz-bucket-region: {region}\r\nContent-Length: {}\r\nx-amz-request-id: fault-proxy\r\nConnection: close\r\n\r\n{}",
+                    body.len(),
+                    if req.method == "HEAD" { "" } else { body.as_str() }
+                )
+                .as_bytes(),
+            )?;
+            client.flush()?;
+            let _ = client.shutdown(Shutdown::Both);
+            return Ok(());
+        }
         Some(f @ (Fault::Throttle | Fault::Internal | Fault::Answer(_))) => {
             client.write_all(&error_reply(&req.service, f))?;
             client.flush()?;
@@ -443,7 +506,7 @@ fn handle(s: &Shared, conn: TcpStream) -> std::io::Result<()> {
             return Ok(());
         }
         Some(Fault::CutRequest) => {
-            let mut up = TcpStream::connect(&s.upstream)?;
+            let mut up = (s.dial)()?;
             up.write_all(&upstream_head(&head))?;
             up.write_all(&body[..body.len() / 2])?;
             up.flush()?;
@@ -453,13 +516,16 @@ fn handle(s: &Shared, conn: TcpStream) -> std::io::Result<()> {
         }
         _ => {}
     }
-    let mut up = TcpStream::connect(&s.upstream)?;
+    let mut up = (s.dial)()?;
     up.set_read_timeout(Some(Duration::from_secs(60)))?;
     up.write_all(&upstream_head(&head))?;
     up.write_all(&body)?;
     up.flush()?;
     let mut reply = Vec::new();
     up.read_to_end(&mut reply)?;
+    if let Some(o) = s.observer.lock().expect("observer").as_mut() {
+        o(&req, &reply);
+    }
     if fault == Some(Fault::LoseReply) {
         let _ = client.shutdown(Shutdown::Both);
         return Ok(());
@@ -468,4 +534,376 @@ fn handle(s: &Shared, conn: TcpStream) -> std::io::Result<()> {
     client.flush()?;
     let _ = client.shutdown(Shutdown::Both);
     Ok(())
+}
+
+/// Percent-decodes a query-protocol value (`+` is a space).
+fn decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let hex = |x: u8| (x as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            x => out.push(x),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The query-protocol parameters of a request (body and query string), decoded.
+pub fn params(r: &Request) -> Vec<(String, String)> {
+    let query = r.path.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    query
+        .split('&')
+        .chain(r.body.split('&'))
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (decode(k), decode(v)))
+        .collect()
+}
+
+/// EC2 ID prefixes and the code EC2 answers for one it does not know (yet).
+const EC2_IDS: &[(&str, &str)] = &[
+    ("vpc", "InvalidVpcID.NotFound"),
+    ("subnet", "InvalidSubnetID.NotFound"),
+    ("igw", "InvalidInternetGatewayID.NotFound"),
+    ("rtb", "InvalidRouteTableID.NotFound"),
+    ("sg", "InvalidGroup.NotFound"),
+    ("nat", "InvalidNatGatewayID.NotFound"),
+    ("eipalloc", "InvalidAllocationID.NotFound"),
+    ("i", "InvalidInstanceID.NotFound"),
+];
+
+/// `vpc-0a1b2c3d` → its not-found code.
+fn ec2_id_code(token: &str) -> Option<&'static str> {
+    let (prefix, hex) = token.split_once('-')?;
+    if hex.len() < 8 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    EC2_IDS
+        .iter()
+        .find(|(p, _)| *p == prefix)
+        .map(|(_, code)| *code)
+}
+
+fn tokens(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|t| !t.is_empty())
+}
+
+/// The windows of [`AsItIs`], each a fixed function of the seed and the name it applies to.
+#[derive(Debug, Clone, Copy)]
+pub struct Windows {
+    /// After CreateInstanceProfile: Auto Scaling refuses a group whose launch template names
+    /// the profile; IAM answers NoSuchEntity for the first half of it.
+    pub profile: (u64, u64),
+    /// After an EC2 create returned an ID: writes naming it answer `*.NotFound`.
+    pub id: (u64, u64),
+    /// After CreateAutoScalingGroup: DescribeInstances of the cluster shows none.
+    pub launch: (u64, u64),
+}
+
+impl Default for Windows {
+    /// Short enough that the whole AWS suite grows by well under a minute.
+    fn default() -> Self {
+        Windows {
+            profile: (1000, 2500),
+            id: (300, 1000),
+            launch: (1500, 3000),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Born {
+    /// Instance profile name → creation.
+    profiles: HashMap<String, Instant>,
+    /// Launch template ID and name → the instance profile its data names.
+    templates: HashMap<String, String>,
+    /// EC2 ID → when a create's reply first showed it.
+    ids: HashMap<String, Instant>,
+    /// Cluster tag key → the last CreateAutoScalingGroup carrying it.
+    groups: HashMap<String, Instant>,
+    /// S3 bucket → its region (from CreateBucket's LocationConstraint; us-east-1 without).
+    buckets: HashMap<String, String>,
+}
+
+/// AWS as it really behaves, where moto is instantly consistent and lax, injected by content
+/// and seeded windows (on by default in the AWS lab and the cloud lab):
+/// - an instance profile cannot be used for a while after CreateInstanceProfile: Auto Scaling
+///   refuses groups whose launch template names it with AWS's `Invalid IAM Instance Profile
+///   name`, and IAM itself answers `NoSuchEntity` at first;
+/// - an ID an EC2 create just returned answers `*.NotFound` to writes naming it (not to
+///   deletes, and not to launch templates, which AWS does not check);
+/// - a new Auto Scaling group's instances are not there yet: DescribeInstances of its cluster
+///   shows none for a moment;
+/// - IAM name and tag lengths are enforced (role names 64, instance profile names 128, tag
+///   keys 128, tag values 256);
+/// - S3 answers a request signed for another region than the bucket's with a 301 and
+///   `x-amz-bucket-region`.
+#[derive(Clone)]
+pub struct AsItIs {
+    seed: u64,
+    windows: Windows,
+    born: Arc<Mutex<Born>>,
+}
+
+impl AsItIs {
+    pub fn new(seed: u64) -> AsItIs {
+        AsItIs {
+            seed,
+            windows: Windows::default(),
+            born: Arc::new(Mutex::new(Born::default())),
+        }
+    }
+
+    /// The seed the lab uses unless `KPROV_LAB_SEED` says otherwise (printed on failure by
+    /// the tests that report it).
+    pub fn lab_seed() -> u64 {
+        std::env::var("KPROV_LAB_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(23)
+    }
+
+    /// Whether the lab runs with this policy: yes unless `KPROV_LAB_AS_IT_IS=0`.
+    pub fn enabled() -> bool {
+        std::env::var("KPROV_LAB_AS_IT_IS").map_or(true, |v| v != "0")
+    }
+
+    /// A window in `range` (milliseconds) fixed by the seed and `name`.
+    fn window(&self, range: (u64, u64), name: &str) -> Duration {
+        let mut h = Sha256::new();
+        h.update(self.seed.to_le_bytes());
+        h.update(name.as_bytes());
+        let d = h.finalize();
+        let x = u64::from_le_bytes(d[..8].try_into().unwrap_or_default());
+        Duration::from_millis(range.0 + x % (range.1 - range.0 + 1))
+    }
+
+    /// Declares where a bucket made outside the proxy lives.
+    pub fn bucket_region(&self, bucket: &str, region: &str) {
+        self.born
+            .lock()
+            .expect("born")
+            .buckets
+            .insert(bucket.into(), region.into());
+    }
+
+    pub fn observer(&self) -> Observer {
+        let me = self.clone();
+        Box::new(move |r: &Request, reply: &[u8]| {
+            let ok = reply.starts_with(b"HTTP/1.1 2") || reply.starts_with(b"HTTP/1.0 2");
+            if !ok {
+                return;
+            }
+            let text = String::from_utf8_lossy(reply);
+            let mut born = me.born.lock().expect("born");
+            let now = Instant::now();
+            match (r.service.as_str(), r.action.as_str()) {
+                ("iam", "CreateInstanceProfile") => {
+                    if let Some((_, n)) = params(r)
+                        .into_iter()
+                        .find(|(k, _)| k == "InstanceProfileName")
+                    {
+                        born.profiles.insert(n, now);
+                    }
+                }
+                ("ec2", "CreateLaunchTemplate" | "CreateLaunchTemplateVersion") => {
+                    let ps = params(r);
+                    let get = |key: &str| ps.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+                    if let Some(profile) = get("LaunchTemplateData.IamInstanceProfile.Name") {
+                        for key in [get("LaunchTemplateName"), get("LaunchTemplateId")]
+                            .into_iter()
+                            .flatten()
+                        {
+                            born.templates.insert(key, profile.clone());
+                        }
+                        if let Some(id) = tokens(&text).find(|t| t.starts_with("lt-")) {
+                            born.templates.insert(id.to_string(), profile);
+                        }
+                    }
+                }
+                ("ec2", a) if a.starts_with("Create") || a.starts_with("Allocate") => {
+                    for t in tokens(&text) {
+                        if ec2_id_code(t).is_some() {
+                            born.ids.entry(t.to_string()).or_insert(now);
+                        }
+                    }
+                }
+                ("autoscaling", "CreateAutoScalingGroup") => {
+                    for (_, v) in params(r).into_iter().filter(|(k, _)| k.ends_with(".Key")) {
+                        if v.starts_with("kubernetes.io/cluster/") {
+                            born.groups.insert(v, now);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        })
+    }
+
+    pub fn policy(&self) -> Policy {
+        let me = self.clone();
+        Box::new(move |r: &Request| me.decide(r))
+    }
+
+    fn decide(&self, r: &Request) -> Option<Fault> {
+        if let Some(f) = length_limits(r) {
+            return Some(f);
+        }
+        let mut born = self.born.lock().expect("born");
+        let w = self.windows;
+        let young =
+            |at: Option<&Instant>, window: Duration| at.is_some_and(|t| t.elapsed() < window);
+        match (r.service.as_str(), r.action.as_str()) {
+            ("s3", _) => {
+                let bucket = r
+                    .path
+                    .trim_start_matches('/')
+                    .split(['/', '?'])
+                    .next()
+                    .unwrap_or_default();
+                if bucket.is_empty() {
+                    return None;
+                }
+                let path = r.path.split('?').next().unwrap_or_default();
+                let only_bucket = !path.trim_matches('/').contains('/');
+                let query = r.path.split_once('?').map(|(_, q)| q).unwrap_or_default();
+                let create = query.is_empty() || query.starts_with("x-id=CreateBucket");
+                if r.method == "PUT" && only_bucket && create {
+                    let region = r
+                        .body
+                        .split("<LocationConstraint>")
+                        .nth(1)
+                        .and_then(|x| x.split('<').next())
+                        .filter(|x| !x.is_empty())
+                        .unwrap_or("us-east-1");
+                    born.buckets.insert(bucket.to_string(), region.to_string());
+                    return None;
+                }
+                // GetBucketLocation answers from any region, as on AWS.
+                if r.path.ends_with("?location") || r.path.contains("?location&") {
+                    return None;
+                }
+                match born.buckets.get(bucket) {
+                    Some(region) if !r.region.is_empty() && *region != r.region => Some(
+                        Fault::WrongRegion(Box::leak(region.clone().into_boxed_str())),
+                    ),
+                    _ => None,
+                }
+            }
+            ("iam", "GetInstanceProfile" | "AddRoleToInstanceProfile") => {
+                let name = params(r)
+                    .into_iter()
+                    .find(|(k, _)| k == "InstanceProfileName")?
+                    .1;
+                let window = self.window(w.profile, &name) / 2;
+                young(born.profiles.get(&name), window)
+                    .then_some(Fault::Answer(AwsError::NO_SUCH_ENTITY))
+            }
+            ("autoscaling", "CreateAutoScalingGroup" | "UpdateAutoScalingGroup") => {
+                let ps = params(r);
+                let template = ps.iter().find(|(k, _)| {
+                    k == "LaunchTemplate.LaunchTemplateId"
+                        || k == "LaunchTemplate.LaunchTemplateName"
+                })?;
+                let profile = born.templates.get(&template.1)?;
+                let window = self.window(w.profile, profile);
+                young(born.profiles.get(profile), window)
+                    .then_some(Fault::Answer(AwsError::PROFILE_NOT_PROPAGATED))
+            }
+            ("ec2", "DescribeInstances") => {
+                let key = params(r)
+                    .into_iter()
+                    .find(|(k, v)| {
+                        k.starts_with("Filter.") && v.starts_with("tag:kubernetes.io/cluster/")
+                    })?
+                    .1;
+                let key = key.strip_prefix("tag:")?.to_string();
+                let window = self.window(w.launch, &key);
+                young(born.groups.get(&key), window).then_some(Fault::Reply(NO_INSTANCES))
+            }
+            ("ec2", a)
+                if r.is_write()
+                    && ![
+                        "Delete",
+                        "Release",
+                        "Disassociate",
+                        "Detach",
+                        "Revoke",
+                        "Terminate",
+                        "CreateLaunchTemplate",
+                        "CreateTags",
+                    ]
+                    .iter()
+                    .any(|p| a.starts_with(p)) =>
+            {
+                let ps = params(r);
+                ps.iter().flat_map(|(_, v)| tokens(v)).find_map(|t| {
+                    let code = ec2_id_code(t)?;
+                    young(born.ids.get(t), self.window(w.id, t)).then(|| {
+                        Fault::Answer(AwsError {
+                            status: 400,
+                            code,
+                            message: Box::leak(
+                                format!("The ID '{t}' does not exist").into_boxed_str(),
+                            ),
+                        })
+                    })
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// AWS's length limits moto does not enforce: IAM role names (64), instance profile names
+/// (128), tag keys (128) and values (256) on every service kprov tags through.
+fn length_limits(r: &Request) -> Option<Fault> {
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    for (k, v) in params(r) {
+        let limit = match (r.service.as_str(), r.action.as_str(), k.as_str()) {
+            ("iam", "CreateRole", "RoleName") => Some((64, "roleName")),
+            ("iam", "CreateInstanceProfile", "InstanceProfileName") => {
+                Some((128, "instanceProfileName"))
+            }
+            (_, _, k) if k.contains("Tag") && k.ends_with(".Key") => Some((128, "tag key")),
+            (_, _, k) if k.contains("Tag") && k.ends_with(".Value") => Some((256, "tag value")),
+            _ => None,
+        };
+        let Some((max, what)) = limit else { continue };
+        if v.chars().count() <= max {
+            continue;
+        }
+        let (code, message) = match r.service.as_str() {
+            "ec2" => (
+                "InvalidParameterValue",
+                leak(format!(
+                    "Value ({v}) for parameter {what} is invalid. Length must be at most {max} characters"
+                )),
+            ),
+            _ => (
+                "ValidationError",
+                leak(format!(
+                    "1 validation error detected: Value '{v}' at '{what}' failed to satisfy constraint: Member must have length less than or equal to {max}"
+                )),
+            ),
+        };
+        return Some(Fault::Answer(AwsError {
+            status: 400,
+            code,
+            message,
+        }));
+    }
+    None
 }

@@ -8,10 +8,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::faultproxy::{AsItIs, FaultProxy};
+
 pub struct Moto {
+    /// What clients use: moto behind the fault proxy's as-it-is policy (AWS's propagation
+    /// windows, launch delays, limits and regions), unless `KPROV_LAB_AS_IT_IS=0` or this is
+    /// the serial moto; then moto itself.
     pub endpoint: String,
+    /// moto itself, instantly consistent (for harness reads that must see the truth).
+    pub direct: String,
+    /// The as-it-is policy in front of moto, when on.
+    pub as_it_is: Option<AsItIs>,
     pub log: PathBuf,
     child: Mutex<Option<Child>>,
+    _proxy: Option<FaultProxy>,
 }
 
 static MOTO: OnceLock<Moto> = OnceLock::new();
@@ -108,10 +118,22 @@ fn start(host: &str, serial: bool) -> Moto {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    let (proxy, as_it_is) = if !serial && AsItIs::enabled() {
+        let proxy = FaultProxy::start(&endpoint);
+        let a = proxy.set_as_it_is(AsItIs::lab_seed());
+        (Some(proxy), Some(a))
+    } else {
+        (None, None)
+    };
     let moto = Moto {
-        endpoint,
+        endpoint: proxy
+            .as_ref()
+            .map_or_else(|| endpoint.clone(), |p| p.endpoint.clone()),
+        direct: endpoint,
+        as_it_is,
         log,
         child: Mutex::new(Some(child)),
+        _proxy: proxy,
     };
     register_exit_hook();
     moto
@@ -134,9 +156,22 @@ impl Moto {
     /// short back-off. moto's threaded server sometimes answers a read with an empty 500 while
     /// other tests write (seen in full-suite runs: ListInstanceProfiles), which a real client
     /// retries too; unimplemented calls cost only the short back-off.
+    ///
+    /// This is the harness's view: moto itself, instantly consistent, so a test's own setup
+    /// and checks never meet the as-it-is windows; kprov's clients use
+    /// [`Moto::kprov_sdk_config`] (and the CLI [`Moto::env`]).
     pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        self.config_for(&self.direct).await
+    }
+
+    /// An SDK config for kprov's own clients: through the as-it-is policy when it is on.
+    pub async fn kprov_sdk_config(&self) -> aws_config::SdkConfig {
+        self.config_for(&self.endpoint).await
+    }
+
+    async fn config_for(&self, endpoint: &str) -> aws_config::SdkConfig {
         aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(&self.endpoint)
+            .endpoint_url(endpoint)
             .region(aws_config::Region::new("us-east-1"))
             .credentials_provider(aws_sdk_s3::config::Credentials::new(
                 "testing", "testing", None, None, "moto",
