@@ -546,18 +546,20 @@ async fn roll_locked(
     let (roller, fleet, etcd): (Box<dyn ops::NodeRoller + '_>, _, _) =
         match cluster.spec.cloud_provider {
             CloudProvider::Metal => {
-                let Some(InPlace {
+                let InPlace {
                     roller,
                     fleet,
                     etcd,
-                }) = metal_roller(ctx, a, cluster, &store, &journal, kube.clone()).await?
-                else {
-                    return Ok(exit::ERROR);
+                } = match metal_roller(ctx, a, cluster, &store, &journal, kube.clone(), &cancel)
+                    .await?
+                {
+                    Ok(in_place) => in_place,
+                    Err(code) => return Ok(code),
                 };
                 (Box::new(roller), fleet, etcd)
             }
             CloudProvider::Aws => {
-                let Some((roller, fleet, etcd)) = super::rolling_aws::aws_roller(
+                let (roller, fleet, etcd) = match super::rolling_aws::aws_roller(
                     ctx,
                     a,
                     cluster,
@@ -568,10 +570,12 @@ async fn roll_locked(
                     &journal,
                     plan,
                     events.clone(),
+                    &cancel,
                 )
                 .await?
-                else {
-                    return Ok(exit::ERROR);
+                {
+                    Ok(r) => r,
+                    Err(code) => return Ok(code),
                 };
                 (Box::new(roller), fleet, etcd)
             }
@@ -659,7 +663,7 @@ async fn roll_locked(
 }
 
 /// The metal roller over the inventory's hosts, after etcd was backed up when a control plane
-/// is about to roll. `None` when that backup failed (said; nothing was rolled).
+/// is about to roll. `Err(exit code)` when the run stopped before any node rolled (said).
 async fn metal_roller(
     ctx: &Ctx,
     a: &RollingUpdateClusterArgs,
@@ -667,19 +671,22 @@ async fn metal_roller(
     store: &Arc<dyn crate::state::StateStore>,
     journal: &Journal,
     kube: Option<Kube>,
-) -> anyhow::Result<Option<InPlace>> {
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Result<InPlace, i32>> {
     let targets = Inventory {
         hosts: cluster.spec.hosts.clone(),
     }
     .targets()
     .await?;
-    in_place_roller(ctx, a, cluster, store, journal, kube, targets, None).await
+    in_place_roller(ctx, a, cluster, store, journal, kube, targets, None, cancel).await
 }
 
 /// The in-place roller (`MetalRoller`) over `targets`: a metal inventory's hosts, or the
 /// instances an AWS roll found (with the cloud's API endpoint, as `update cluster` renders
-/// them). Before it is handed out, etcd is backed up when a control plane is about to roll;
-/// `None` when that backup failed (said; nothing was rolled).
+/// them). Before it is handed out, etcd is backed up when a control plane is about to roll and
+/// a version roll brings the image archives to every host; `Err(exit code)` when the run
+/// stopped there (said; nothing was rolled): the backup failed, staging failed or Ctrl-C
+/// (`cancel`) came while staging.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn in_place_roller(
     ctx: &Ctx,
@@ -690,7 +697,8 @@ pub(super) async fn in_place_roller(
     kube: Option<Kube>,
     targets: Vec<crate::nodes::Target>,
     cloud_api: Option<&crate::provision::render::CloudApi>,
-) -> anyhow::Result<Option<InPlace>> {
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Result<InPlace, i32>> {
     let name = cluster.name();
     let owner = crate::nodes::owner::read(store.as_ref(), name)
         .await?
@@ -711,7 +719,7 @@ pub(super) async fn in_place_roller(
     let fleet = std::sync::Arc::new(fleet);
     if !backup_before_control_planes(ctx, cluster, store, journal, &targets, fleet.as_ref()).await {
         fleet.close().await;
-        return Ok(None);
+        return Ok(Err(exit::ERROR));
     }
     let etcd = etcd_health(cluster, &targets, fleet.clone());
     let roller = crate::ops::rolling_metal::MetalRoller::new(
@@ -721,13 +729,29 @@ pub(super) async fn in_place_roller(
         owner,
         kube.clone(),
     );
-    if journal.nodes.iter().any(|n| n.upgrade.is_some())
-        && let Err(e) = roller.stage_images().await
-    {
-        fleet.close().await;
-        anyhow::bail!("{e}; no node was rolled");
+    if journal.nodes.iter().any(|n| n.upgrade.is_some()) {
+        match roller.stage_images(cancel.clone()).await {
+            Ok(()) => {}
+            Err(crate::ops::rolling_metal::Staging::Failed(e)) => {
+                fleet.close().await;
+                anyhow::bail!("{e}; no node was rolled");
+            }
+            Err(crate::ops::rolling_metal::Staging::Interrupted) => {
+                drop(roller);
+                drop(etcd);
+                if let Ok(f) = Arc::try_unwrap(fleet) {
+                    f.close().await;
+                }
+                ctx.printer.error(&format!(
+                    "interrupted while bringing the image archives to the hosts: no node was \
+                     rolled; `kprov rolling-update cluster {name} --yes` starts the roll again \
+                     (archives already imported are not brought twice)"
+                ));
+                return Ok(Err(exit::INTERRUPTED));
+            }
+        }
     }
-    Ok(Some(InPlace {
+    Ok(Ok(InPlace {
         roller,
         fleet,
         etcd,

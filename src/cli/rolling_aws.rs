@@ -31,8 +31,8 @@ use crate::state::lock::LockGuard;
 
 /// The AWS roller for this run, with the SSH fleet its in-place roller uses (the caller closes
 /// it) and the validation gate's etcd check (over the control planes running at each check).
-/// `None` when the etcd backup before a control-plane roll failed (said; nothing was
-/// rolled).
+/// `Err(exit code)` when the run stopped before any node rolled (said): the etcd backup
+/// before a control-plane roll failed, or Ctrl-C came while the image archives were staged.
 #[allow(clippy::too_many_arguments)]
 pub async fn aws_roller<'a>(
     ctx: &Ctx,
@@ -45,7 +45,8 @@ pub async fn aws_roller<'a>(
     journal: &Journal,
     plan: &RollPlan,
     events: ops::RollEvents,
-) -> anyhow::Result<Option<(AwsRoller<'a>, Arc<SshFleet>, Arc<dyn ops::EtcdHealth>)>> {
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Result<(AwsRoller<'a>, Arc<SshFleet>, Arc<dyn ops::EtcdHealth>), i32>> {
     let surge = plan
         .groups
         .iter()
@@ -72,11 +73,11 @@ pub async fn aws_roller<'a>(
         .await
         .map_err(|e| anyhow::anyhow!("finding the cluster's instances: {e}"))?
         .targets;
-    let Some(super::rolling::InPlace {
+    let super::rolling::InPlace {
         roller: in_place,
         fleet,
         etcd: _,
-    }) = in_place_roller(
+    } = match in_place_roller(
         ctx,
         a,
         cluster,
@@ -85,10 +86,12 @@ pub async fn aws_roller<'a>(
         kube.clone(),
         targets,
         Some(&cloud_api),
+        cancel,
     )
     .await?
-    else {
-        return Ok(None);
+    {
+        Ok(in_place) => in_place,
+        Err(code) => return Ok(Err(code)),
     };
     let roller = AwsRoller {
         store,
@@ -114,5 +117,5 @@ pub async fn aws_roller<'a>(
         surged: Mutex::new(Default::default()),
         raised_max: Mutex::new(Default::default()),
     };
-    Ok(Some((roller, fleet, etcd)))
+    Ok(Ok((roller, fleet, etcd)))
 }

@@ -8,8 +8,9 @@
 //!   `kprov backup etcd` takes it, a rolling update calls this under its own.
 //! - [`list`] reads the records; [`load`] fetches one snapshot and verifies its checksum.
 //! - [`restore`] verifies the snapshot first, then on every host: API servers and etcd stop,
-//!   each member restores the snapshot with its own name and peer URL into a fresh data
-//!   directory (the old one kept as `/var/lib/etcd.kprov-previous`), etcd starts on all
+//!   each member restores the snapshot with its own name and peer URL into fresh data whose
+//!   `member` directory replaces the old one in `/var/lib/etcd` (the old kept as
+//!   `/var/lib/etcd/kprov-previous/member`; the data directory may be a mount point), etcd starts on all
 //!   members at once, each must turn healthy, then the API servers start again.
 //!
 //! - [`members`] reads the member list and every member's health (`etcdctl member list` and
@@ -475,7 +476,7 @@ pub fn restore_plan(cluster: &Cluster, targets: &[Target], backup: &BackupRecord
                 EtcdType::External => "stop the etcd service".to_string(),
             });
             what.push(format!(
-                "etcdutl snapshot restore as member {} into a fresh /var/lib/etcd (old one kept as /var/lib/etcd.kprov-previous)",
+                "etcdutl snapshot restore as member {} into fresh data in /var/lib/etcd (the old kept as /var/lib/etcd/kprov-previous)",
                 t.node_name
             ));
             what.push("start etcd, wait until healthy".to_string());

@@ -45,6 +45,15 @@ pub struct MetalRoller {
     kube: Option<Kube>,
 }
 
+/// Why [`MetalRoller::stage_images`] stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Staging {
+    /// A host failed (named in the message).
+    Failed(String),
+    /// Ctrl-C: the uploads and imports in flight were abandoned.
+    Interrupted,
+}
+
 impl MetalRoller {
     pub fn new(
         exec: Arc<dyn HostExecutor>,
@@ -68,8 +77,18 @@ impl MetalRoller {
     /// image for them (nothing to pull from where there is no registry) and the validation gate
     /// between batches would wait for a kube-proxy that cannot start. Hosts already holding
     /// an archive skip it (its marker).
-    pub async fn stage_images(&self) -> Result<(), String> {
-        let images = self.renderer.images().map_err(|e| e.to_string())?;
+    ///
+    /// `cancel` turning true (the roll's first Ctrl-C) abandons the uploads and imports in
+    /// flight at once: nothing was rolled yet, and an import cut short leaves no marker, so
+    /// the next run brings that archive again.
+    pub async fn stage_images(
+        &self,
+        mut cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<(), Staging> {
+        let images = self
+            .renderer
+            .images()
+            .map_err(|e| Staging::Failed(e.to_string()))?;
         if images.is_empty() {
             return Ok(());
         }
@@ -84,10 +103,23 @@ impl MetalRoller {
                     .map_err(|e| format!("{}: image archives before the roll: {e}", t.name()))
             }
         });
-        for r in futures::future::join_all(runs).await {
-            r?;
+        let interrupted = async {
+            while !*cancel.borrow_and_update() {
+                if cancel.changed().await.is_err() {
+                    // No sender left: no interrupt can come.
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            results = futures::future::join_all(runs) => {
+                for r in results {
+                    r.map_err(Staging::Failed)?;
+                }
+                Ok(())
+            }
+            () = interrupted => Err(Staging::Interrupted),
         }
-        Ok(())
     }
 
     /// The steps of `node` on `target`, record excluded (it goes last, after the API).
@@ -465,6 +497,69 @@ mod tests {
             w1[..2],
             ["ownership: claim", "images: import kube-v1.35.1.tar"]
         );
+    }
+
+    /// Hosts whose steps never finish (an import on a slow host), counting the runs started.
+    #[derive(Default)]
+    struct Stuck {
+        started: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl HostExecutor for Stuck {
+        async fn run_steps(&self, _: &str, _: &[Step]) -> Result<Vec<StepOutcome>, ExecError> {
+            self.started
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::pending().await
+        }
+
+        async fn read_file(&self, _: &str, _: &str) -> Result<Option<Bytes>, ExecError> {
+            Ok(None)
+        }
+    }
+
+    /// Ctrl-C while the image archives are staged before a version roll ends the wait at once
+    /// (the rest of the roll stops at its safe points; here nothing was rolled yet), while
+    /// every host's staging is in flight; with no Ctrl-C the wait goes on.
+    #[test]
+    fn ctrl_c_while_staging_images_ends_the_wait_at_once() {
+        let exec = Arc::new(Stuck::default());
+        let c = cluster(&format!(
+            "  assets:\n    images:\n    - url: https://m.example/kube-v1.35.1.tar\n      sha256: {}\n",
+            "ab".repeat(32)
+        ));
+        let ts = targets(&hosts(1, 2));
+        let r = MetalRoller::new(
+            exec.clone(),
+            Renderer::new(&c, &ts).unwrap(),
+            ts,
+            owner(),
+            None,
+        );
+        rt().block_on(async {
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            // Not interrupted: still waiting after a while.
+            let waited = tokio::time::timeout(
+                std::time::Duration::from_millis(300),
+                r.stage_images(rx.clone()),
+            )
+            .await;
+            assert!(waited.is_err(), "{waited:?}");
+            let t = std::time::Instant::now();
+            let staged = tokio::join!(r.stage_images(rx), async {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                tx.send(true).unwrap();
+            })
+            .0;
+            assert_eq!(staged, Err(Staging::Interrupted));
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(1),
+                "{:?}",
+                t.elapsed()
+            );
+        });
+        // Both runs had started on all three hosts before the interrupt.
+        assert_eq!(exec.started.load(std::sync::atomic::Ordering::SeqCst), 6);
     }
 
     #[test]

@@ -1523,8 +1523,11 @@ impl Renderer {
     }
 
     /// Second phase on a member: `etcdutl snapshot restore` with the member's own name and
-    /// peer URL into a fresh data directory, which replaces the old one (kept beside it as
-    /// `/var/lib/etcd.kprov-previous` until the next restore).
+    /// peer URL into a fresh directory inside the data directory, whose `member` directory then
+    /// replaces the old one (kept as `/var/lib/etcd/kprov-previous/member` until the next
+    /// restore). Only `member` moves, never the data directory itself: it is often a mount
+    /// point (etcd on a disk of its own; the real-hosts tier's bind mount), which `mv` cannot
+    /// rename (EBUSY), and inside it every move stays on one file system.
     pub fn etcd_restore_member(
         &self,
         member: &Target,
@@ -1532,12 +1535,13 @@ impl Renderer {
         snapshot: &Bytes,
     ) -> Result<Vec<Step>, RenderError> {
         let ip = node_ip(&member.host)?;
-        let fresh = format!("{ETCD_DATA_DIR}.kprov-restore");
-        let previous = format!("{ETCD_DATA_DIR}.kprov-previous");
+        let fresh = format!("{ETCD_DATA_DIR}/kprov-restore");
+        let previous = format!("{ETCD_DATA_DIR}/kprov-previous");
         let run = script!(
-            "set -eu\nrm -rf {}\netcdutl snapshot restore {} --name {} --initial-cluster {} \
+            "set -eu\nmkdir -p {}\nrm -rf {}\netcdutl snapshot restore {} --name {} --initial-cluster {} \
              --initial-cluster-token {} --initial-advertise-peer-urls {} --data-dir {}\n\
-             rm -rf {}\nif [ -e {} ]; then mv {} {}; fi\nmv {} {}\nrm -f {}\n",
+             rm -rf {}\nif [ -e {} ]; then mkdir -p {}; mv {} {}; fi\nmv {} {}\nrm -rf {}\nrm -f {}\n",
+            ETCD_DATA_DIR,
             fresh,
             ETCD_RESTORE_UPLOAD,
             member.node_name,
@@ -1546,11 +1550,13 @@ impl Renderer {
             format!("https://{ip}:2380"),
             fresh,
             previous,
-            ETCD_DATA_DIR,
-            ETCD_DATA_DIR,
+            format!("{ETCD_DATA_DIR}/member"),
             previous,
+            format!("{ETCD_DATA_DIR}/member"),
+            format!("{previous}/member"),
+            format!("{fresh}/member"),
+            format!("{ETCD_DATA_DIR}/member"),
             fresh,
-            ETCD_DATA_DIR,
             ETCD_RESTORE_UPLOAD
         );
         Ok(vec![

@@ -442,7 +442,21 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
         );
     }
 
-    // 6. The restore, as kubeadm documents it.
+    // 6. The restore, as kubeadm documents it. On host1 the data directory is a mount point
+    // (etcd on a disk of its own; the real-hosts tier bind-mounts it): `mv` cannot rename a
+    // mount point, so the restore must move only what is inside it.
+    // Every member's old data is marked (the stand-in etcd writes none).
+    for h in ETCD_HOSTS {
+        lab.host(h)
+            .exec("mkdir -p /var/lib/etcd/member && echo old > /var/lib/etcd/member/old-data")
+            .expect("old data");
+    }
+    lab.host("host1")
+        .exec(
+            "set -e; mkdir -p /var/lib/etcd-disk; cp -a /var/lib/etcd/. /var/lib/etcd-disk/; \
+             mount --bind /var/lib/etcd-disk /var/lib/etcd; mountpoint -q /var/lib/etcd",
+        )
+        .expect("host1: /var/lib/etcd as a mount point");
     let o = lab.kprov(&["restore", "etcd", name, "--from", &id1, "--yes"]);
     ok(&o);
     let peers: Vec<String> = ETCD_HOSTS
@@ -462,7 +476,7 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
     for h in ETCD_HOSTS {
         let addr = &lab.host(h).address;
         let restore = format!(
-            "etcdutl snapshot restore /var/lib/kprov/etcd-restore.db --name {h} --initial-cluster {} --initial-cluster-token kprov-{name} --initial-advertise-peer-urls https://{addr}:2380 --data-dir /var/lib/etcd.kprov-restore",
+            "etcdutl snapshot restore /var/lib/kprov/etcd-restore.db --name {h} --initial-cluster {} --initial-cluster-token kprov-{name} --initial-advertise-peer-urls https://{addr}:2380 --data-dir /var/lib/etcd/kprov-restore",
             peers.join(",")
         );
         let r = at(h, &restore);
@@ -475,15 +489,24 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
             healthy.iter().any(|t| *t > restores[restores.len() - 1]),
             "{h}"
         );
-        // The restored data directory holds the snapshot; the old one is kept beside it.
+        // The data directory holds the restored member; the old one is kept inside it.
+        let data = if h == "host1" {
+            "/var/lib/etcd-disk"
+        } else {
+            "/var/lib/etcd"
+        };
         assert_eq!(
             lab.host(h)
-                .read_upper("/var/lib/etcd/member/snap/db")
+                .read_upper(&format!("{data}/member/snap/db"))
                 .as_deref(),
             Some(&db[..]),
             "{h}"
         );
-        assert!(lab.host(h).exec("test -d /var/lib/etcd.kprov-previous && test ! -e /var/lib/kprov/etcd-restore.db").is_ok(), "{h}");
+        let kept = lab.host(h).exec(
+            "grep -qx old /var/lib/etcd/kprov-previous/member/old-data && test ! -e /var/lib/etcd/kprov-restore \
+             && test ! -e /var/lib/kprov/etcd-restore.db && ls /var/lib/etcd",
+        );
+        assert_eq!(kept.as_deref(), Ok("kprov-previous\nmember\n"), "{h}");
     }
     assert_eq!((stops.len(), starts.len()), (3, 3));
     // Every member stops before any restores, all restore before any starts.
@@ -576,7 +599,7 @@ fn etcd_backup_and_restore_on_stacked_etcd() {
             .map(|c| c.1)
             .collect();
         let restore = format!(
-            "etcdutl snapshot restore /var/lib/kprov/etcd-restore.db --name {h} --initial-cluster {} --initial-cluster-token etcd-cluster --initial-advertise-peer-urls https://{}:2380 --data-dir /var/lib/etcd.kprov-restore",
+            "etcdutl snapshot restore /var/lib/kprov/etcd-restore.db --name {h} --initial-cluster {} --initial-cluster-token etcd-cluster --initial-advertise-peer-urls https://{}:2380 --data-dir /var/lib/etcd/kprov-restore",
             peers.join(","),
             lab.host(h).address
         );

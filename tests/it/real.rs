@@ -255,7 +255,8 @@ fn assets_and_images() {
         kprov::provision::assets::ETCD_VERSION,
         kprov::provision::assets::Arch::Amd64,
     );
-    // No real etcdutl: none was built, and Debian 12 has none; the stand-in says so.
+    // No real etcdutl: none was built, and Debian 12 has none; `etcdutl` is the stand-in
+    // running etcdctl 3.4's restore (realk8s::ETCDUTL_STANDIN).
     assert_eq!(
         members("etcd"),
         [

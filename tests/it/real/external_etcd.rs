@@ -28,7 +28,10 @@ fn etcdctl(lab: &RealLab, host: &str, args: &str) -> Result<String, String> {
 /// members seen over the hosts' addresses with kprov's client certificates, no etcd static pod
 /// on the control plane, the API server storing through them (a ConfigMap written by kubectl
 /// reads back, `/livez/etcd` ok), both nodes Ready, `backup etcd` saving a snapshot from a
-/// host-deployed member; then `delete cluster --yes` leaves no etcd running and no etcd data.
+/// host-deployed member; `restore etcd` of it (scenario 7: the real etcd 3.6 on data restored
+/// by the tier's etcdutl stand-in, etcdctl 3.4's restore code) brings back the ConfigMap deleted
+/// after the backup and not the one created after it, with three healthy members; then `delete
+/// cluster --yes` leaves no etcd running and no etcd data.
 /// `spec.api.endpoint` is the control plane's address (the local API proxy's image cannot be
 /// pulled in the tier).
 #[test]
@@ -195,6 +198,45 @@ fn scenario_external_etcd() {
             .expect("exec");
         assert_eq!(left.trim(), "", "{h}: snapshot left on the host");
     }
+
+    // Scenario 7 on host-deployed etcd: the ConfigMap from before the backup deleted, another
+    // created, `restore etcd`: etcd 3.6 runs on the restored data directories (the tier's
+    // etcdutl is a stand-in running etcdctl 3.4's restore: realk8s::ETCDUTL_STANDIN), the
+    // deleted ConfigMap is back, the later one gone, three members healthy, both nodes Ready.
+    let id = record["id"].as_str().expect("backup id");
+    let took = c.restore_roundtrip(id, "stored-in-etcd", "after-backup");
+    eprintln!("restore etcd --yes: {took:?}");
+    let restored = etcdctl(
+        &lab,
+        "etcd2",
+        "get --prefix --keys-only /registry/configmaps/default/",
+    )
+    .expect("etcdctl get");
+    assert!(
+        restored.contains("/registry/configmaps/default/stored-in-etcd")
+            && !restored.contains("after-backup"),
+        "the members' keyspace after the restore:\n{restored}"
+    );
+    c.wait_for(
+        "3 healthy members after the restore",
+        Duration::from_secs(120),
+        || {
+            let out = etcdctl(&lab, "etcd1", "endpoint health --cluster")?;
+            let healthy = out.lines().filter(|l| l.contains("is healthy")).count();
+            if healthy == 3 { Ok(out) } else { Err(out) }
+        },
+    );
+    for h in ETCD_HOSTS {
+        let said = lab
+            .host(h)
+            .exec("systemctl is-active etcd; ls /var/lib/etcd")
+            .unwrap_or_else(|e| panic!("{h}: {e}"));
+        assert_eq!(
+            said, "active\nkprov-previous\nmember\n",
+            "{h} after the restore"
+        );
+    }
+    c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(180));
 
     if realhosts::keep_requested() {
         println!("KUBECONFIG={}", c.kubeconfig.display());

@@ -171,7 +171,7 @@ fn kubectl_fn(c: &RealCluster) -> impl Fn(&[&str]) -> Option<String> + Send + 's
 /// the Nodes carry the label, every node stays Ready and never more than `maxUnavailable` (1)
 /// worker is cordoned at once. The workload is the CoreDNS stand-in's HTTP server, NOT CoreDNS.
 #[test]
-#[ignore = "not yet passed end to end on real hosts (written 2026-11-25, run it with scripts/test-real); kept out of CI until it has"]
+#[ignore = "passed alone 2026-11-26 (221 s); out of CI for its time budget (scenario_ha already costs 5-8 min there): scripts/test-real scale_delete_roll runs it"]
 fn scenario_scale_delete_roll() {
     if realhosts::skip() {
         return;

@@ -353,4 +353,59 @@ impl<'a> RealCluster<'a> {
             })
             .collect())
     }
+
+    /// The ConfigMaps in `default` whose names are in `names`, sorted.
+    pub fn configmaps(&self, names: &[&str]) -> Result<Vec<String>, String> {
+        let text = self.kubectl(&[
+            "get",
+            "configmaps",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
+        ])?;
+        let mut found: Vec<String> = text
+            .lines()
+            .filter(|l| names.contains(l))
+            .map(str::to_string)
+            .collect();
+        found.sort();
+        Ok(found)
+    }
+
+    /// Scenario 7's second half, after `backup etcd` took backup `id` while the ConfigMap
+    /// `kept` existed: `kept` is deleted and `gone` created, then `restore etcd --from ID
+    /// --yes`; returns once the API (restarted by the restore) shows `kept` again and not
+    /// `gone`, with the restore's wall time.
+    pub fn restore_roundtrip(&self, id: &str, kept: &str, gone: &str) -> Duration {
+        self.kubectl_ok(&["delete", "configmap", kept, "-n", "default"]);
+        self.kubectl_ok(&["create", "configmap", gone, "--from-literal=k=v"]);
+        assert_eq!(
+            self.configmaps(&[kept, gone]).expect("configmaps"),
+            [gone],
+            "before the restore"
+        );
+        let t = Instant::now();
+        let out = self.kprov(&["restore", "etcd", &self.name, "--from", id, "--yes"]);
+        assert!(
+            out.status.success(),
+            "restore etcd --from {id} --yes:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let took = t.elapsed();
+        self.wait_for(
+            "the snapshot's ConfigMaps through the API after the restore",
+            Duration::from_secs(300),
+            || {
+                let found = self.configmaps(&[kept, gone])?;
+                if found == [kept] {
+                    Ok(())
+                } else {
+                    Err(format!("{found:?}"))
+                }
+            },
+        );
+        took
+    }
 }

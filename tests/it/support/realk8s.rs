@@ -10,8 +10,9 @@
 //!
 //! Stand-ins that remain, named as such everywhere: the `coredns-standin` binary tagged as
 //! `registry.k8s.io/coredns/coredns:v1.14.2` is NOT CoreDNS (health and ready endpoints only,
-//! SERVFAIL to every DNS query). There is no etcdutl: the etcd tarball carries etcd and
-//! Debian's etcdctl only.
+//! SERVFAIL to every DNS query). There is no etcdutl: the etcd tarball's `etcdutl` is a
+//! stand-in running Debian's etcdctl 3.4 `snapshot restore` ([`ETCDUTL_STANDIN`] says what that
+//! proves and what it does not).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -317,12 +318,33 @@ impl Tree {
 }
 
 /// The etcd tarball's `etcdutl`: every etcd release carries one and kprov installs it, but the
-/// archive has none (it was not built) and Debian 12 has none. This stand-in is named as one
-/// and fails, so `restore etcd` of host-deployed etcd (its only user) fails visibly here.
-pub const ETCDUTL_STANDIN: &str = "#!/bin/sh\n\
-echo 'etcdutl: STAND-IN of the kprov real-hosts tier: etcdutl is not available in this tier \
-(the archive has none); restore etcd of host-deployed etcd cannot run here' >&2\n\
-exit 1\n";
+/// archive has none (it was not built) and Debian 12 has none. This is a STAND-IN, named as one
+/// wherever it speaks: it runs Debian's etcdctl 3.4.23 `snapshot restore` (the 3.4 restore
+/// code, real code) with the arguments kprov passes to etcdutl (`snapshot restore FILE --name
+/// --initial-cluster --initial-cluster-token --initial-advertise-peer-urls --data-dir`, which
+/// etcdctl 3.4 takes as they are) and refuses every other command.
+///
+/// What it proves and what it does not (measured against the archive's etcd 3.6): 3.4's
+/// restore writes the new membership into the data directory's v2 store only and leaves the
+/// snapshot's member records in its v3 backend, the one etcd 3.6 reads. Where every member's
+/// ID is the same after the restore as before (IDs derive from the peer URLs and the cluster
+/// token for members bootstrapped together: kprov's host etcd, or a lone kubeadm member) the
+/// 3.6 server starts on the restored directory and serves the snapshot's data; where a member
+/// joined later (kubeadm's stacked etcd with more than one control plane: its ID was seeded
+/// with the time of `member add`), etcd 3.6 panics `failed to update; member unknown`. etcd
+/// 3.6's own etcdutl rewrites the v3 membership, so that failure is the stand-in's, not
+/// kprov's procedure's; but the tier does not prove a restore of multi-member stacked etcd.
+pub const ETCDUTL_STANDIN: &str = r#"#!/bin/sh
+# STAND-IN for etcdutl (kprov real-hosts tier): no etcdutl exists in the tier. Runs Debian's
+# etcdctl 3.4 `snapshot restore` with the same arguments; nothing else.
+if [ "${1:-}" != snapshot ] || [ "${2:-}" != restore ]; then
+  echo "etcdutl: STAND-IN of the kprov real-hosts tier: only 'snapshot restore' (through etcdctl 3.4) is available here" >&2
+  exit 1
+fi
+shift 2
+echo "etcdutl: STAND-IN of the kprov real-hosts tier: etcdctl 3.4 snapshot restore" >&2
+ETCDCTL_API=3 exec "$(dirname "$(readlink -f "$0")")/etcdctl" snapshot restore "$@"
+"#;
 
 /// kprov's `spec.assets.files` for this archive: `file://` URLs into the cache with their
 /// sha256 (kprov uploads them to the hosts over ssh).
@@ -336,13 +358,14 @@ impl Assets {
     /// binaries; runc (Debian's /usr/sbin/runc); the containerd tarball (`bin/containerd`,
     /// `bin/containerd-shim-runc-v2`, `bin/ctr`), cni-plugins (Debian's /usr/lib/cni, files at
     /// the top), crictl (`crictl` at the top), and etcd (`etcd-v<VERSION>-linux-amd64/` with
-    /// the archive's etcd, Debian's etcdctl and the `etcdutl` stand-in [`ETCDUTL_STANDIN`]: no
-    /// real etcdutl exists, so kprov's restore of host-deployed etcd cannot run on these hosts).
+    /// the archive's etcd, Debian's etcdctl and the `etcdutl` stand-in [`ETCDUTL_STANDIN`]:
+    /// etcdctl 3.4's restore under etcdutl's name).
     pub fn get(bins: &Binaries) -> Assets {
         // The etcd tarball's layout names kprov's pinned etcd version: a cache built for
         // another version must not be taken for this one.
+        // `-u2`: the etcdutl stand-in's second form (etcdctl 3.4's restore, not a refusal).
         let dir = bins.cache.join(format!(
-            "assets-{CACHE_FORMAT}-etcd{}",
+            "assets-{CACHE_FORMAT}-u2-etcd{}",
             kprov::provision::assets::ETCD_VERSION
         ));
         let etcd_dir = kprov::provision::assets::etcd_dir(
