@@ -14,6 +14,7 @@ use super::{
     RestoreWhat, RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat, ValidateWhat, exit,
 };
 use crate::bounded;
+use crate::ops::interrupt::{self, Caught, Interrupts};
 use crate::output::{Format, Printer, Table, untrusted};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecErrors};
@@ -62,6 +63,62 @@ pub(super) async fn locked<T>(
     let value = res?;
     released?;
     Ok(value)
+}
+
+/// Catches SIGINT and SIGTERM for a command about to take `cluster`'s lock (installed before
+/// the lock is taken, so that no signal ends the process with the lock left behind): the
+/// first ends the wait in flight, after which the command releases the lock and says how to
+/// resume (`resume`); a second exits at once.
+pub(super) fn catch_interrupts(cluster: &str, resume: &str) -> Interrupts {
+    let printer = Printer::new(Format::Table, 0);
+    let first = {
+        let cluster = cluster.to_string();
+        move |c: Caught| {
+            Printer::new(Format::Table, 0).warn(&format!(
+                "{c}: stopping what is in flight and releasing the lock of {cluster} \
+                 ({} again exits at once)",
+                match c {
+                    Caught::Interrupt => "Ctrl-C",
+                    Caught::Terminate => "a signal",
+                }
+            ))
+        }
+    };
+    let second = {
+        let (cluster, resume) = (cluster.to_string(), resume.to_string());
+        move |c: Caught| {
+            Printer::new(Format::Table, 0).error(&format!(
+                "interrupted twice ({c}): exiting now; the lock of {cluster} stays held until its lease \
+                 expires (or `kprov lock break {cluster}`), then `{resume}` resumes"
+            ));
+            std::process::exit(c.exit_code());
+        }
+    };
+    match interrupt::listen(first, second) {
+        Ok(i) => i,
+        Err(e) => {
+            printer.warn(&format!(
+                "Ctrl-C cannot be caught ({e}): an interrupt ends kprov where it is"
+            ));
+            Interrupts::never()
+        }
+    }
+}
+
+/// After a command stopped for signal `c` with its lock released: what was in flight, how to
+/// resume; returns the exit code (128 + the signal's number, as shells report it).
+pub(super) fn interrupted(
+    ctx: &Ctx,
+    cluster: &str,
+    c: Caught,
+    in_flight: &str,
+    resume: &str,
+) -> i32 {
+    ctx.printer.error(&format!(
+        "interrupted by {c} while {in_flight}; the lock of {cluster} is released"
+    ));
+    ctx.printer.status(&format!("Resume with `{resume}`."));
+    c.exit_code()
 }
 
 /// Maps an error to the documented exit code.

@@ -22,6 +22,7 @@ use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
 use crate::kube::Kube;
 use crate::nodes::journal::Journal;
 use crate::nodes::roll::RollPlan;
+use crate::ops::interrupt::Interrupts;
 use crate::ops::nodes::NodeOptions;
 use crate::ops::rolling as ops;
 use crate::ops::rolling_aws::{AwsRoller, REPLACEMENT_TIMEOUT};
@@ -45,6 +46,7 @@ pub async fn aws_roller<'a>(
     journal: &Journal,
     plan: &RollPlan,
     events: ops::RollEvents,
+    interrupts: &Interrupts,
 ) -> anyhow::Result<Option<(AwsRoller<'a>, Arc<SshFleet>, Arc<dyn ops::EtcdHealth>)>> {
     let surge = plan
         .groups
@@ -113,6 +115,7 @@ pub async fn aws_roller<'a>(
         surge,
         surged: Mutex::new(Default::default()),
         raised_max: Mutex::new(Default::default()),
+        interrupts: interrupts.clone(),
     };
     Ok(Some((roller, fleet, etcd)))
 }

@@ -27,6 +27,7 @@ mod provision;
 mod race;
 mod real;
 mod rolling;
+mod signals;
 mod smoke;
 mod ssh;
 mod state;
