@@ -156,7 +156,8 @@ pub async fn run(cli: Cli) -> i32 {
             | GetWhat::Instancegroups { out, .. }
             | GetWhat::Certificates { out, .. }
             | GetWhat::Instances { out, .. }
-            | GetWhat::Backups { out, .. } => out.output,
+            | GetWhat::Backups { out, .. }
+            | GetWhat::Secrets { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -179,12 +180,25 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Backup(b) => match &b.what {
             BackupWhat::Etcd { out, .. } => out.output,
         },
+        Command::Version(o) => o.output,
         _ => Format::Table,
     };
     let ctx = Ctx {
         printer: Printer::new(format, cli.verbose),
         store_url: state::resolve(cli.state.as_deref(), None),
     };
+    // A kops user's store setting is not kprov's: say which store is used instead of landing
+    // clusters silently elsewhere.
+    if cli.state.is_none()
+        && let Ok(kops) = std::env::var("KOPS_STATE_STORE")
+        && !kops.trim().is_empty()
+    {
+        ctx.printer.warn(&format!(
+            "KOPS_STATE_STORE is set ({}) but kprov reads KPROV_STATE_STORE or --state: using {}",
+            untrusted(&kops),
+            ctx.store_url
+        ));
+    }
     match dispatch(&ctx, cli.command).await {
         Ok(code) => code,
         Err(e) => {
@@ -213,6 +227,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 name, kubeconfig, ..
             } => super::rolling::get_instances(ctx, &name, kubeconfig.as_deref()).await,
             GetWhat::Backups { name, .. } => super::etcd::list(ctx, &name).await,
+            GetWhat::Secrets { name, .. } => get_secrets(ctx, &name).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -293,6 +308,18 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 super::etcd::restore(ctx, &name, &from, yes).await
             }
         },
+        Command::Version(_) => {
+            let version = env!("CARGO_PKG_VERSION");
+            if ctx.printer.format() == Format::Table {
+                ctx.printer.data(&format!("kprov {version}"));
+            } else {
+                ctx.printer
+                    .value(&serde_json::json!({ "kprov": version }), || {
+                        Table::new(["VERSION"])
+                    })?;
+            }
+            Ok(exit::OK)
+        }
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);
             Ok(exit::OK)
@@ -765,6 +792,60 @@ struct ClusterRow {
     #[serde(rename = "controlPlanes")]
     control_planes: u64,
     nodes: u64,
+}
+
+/// `get secrets NAME`: every object under the cluster's `secrets/` and `pki/` keys with the
+/// sha256 of its bytes (to compare two stores, or notice a change), never the bytes.
+async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+    use sha2::{Digest, Sha256};
+    let repo = ctx.repo().await?;
+    // The cluster must exist: an empty listing must not hide a typo.
+    repo.get(name).await?;
+    let keys = state::layout::ClusterKeys::new(name)?;
+    let mut rows = Vec::new();
+    for (kind, prefix) in [
+        ("secret", keys.secrets_prefix()),
+        ("pki", keys.pki_prefix()),
+    ] {
+        let mut listed = repo.store().list(&prefix).await?;
+        listed.sort();
+        for key in listed {
+            let Some(obj) = repo.store().get(&key).await? else {
+                continue;
+            };
+            let short = key
+                .strip_prefix(&prefix)
+                .unwrap_or(&key)
+                .trim_start_matches('/')
+                .to_string();
+            rows.push((
+                kind,
+                short,
+                obj.data.len(),
+                hex::encode(Sha256::digest(&obj.data)),
+            ));
+        }
+    }
+    let items: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(kind, key, len, digest)| {
+            serde_json::json!({"type": kind, "name": key, "bytes": len, "sha256": digest})
+        })
+        .collect();
+    ctx.printer
+        .value(&serde_json::json!({ "items": items }), || {
+            let mut t = Table::new(["TYPE", "NAME", "BYTES", "SHA256"]);
+            for (kind, key, len, digest) in &rows {
+                t.row([
+                    kind.to_string(),
+                    untrusted(key).to_string(),
+                    len.to_string(),
+                    digest.clone(),
+                ]);
+            }
+            t
+        })?;
+    Ok(exit::OK)
 }
 
 async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Result<i32> {

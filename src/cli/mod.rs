@@ -88,6 +88,8 @@ pub enum Command {
     Schema(SchemaArgs),
     /// Print a shell completion script
     Completion(CompletionArgs),
+    /// Print kprov's version (kops's `kops version`)
+    Version(OutputArgs),
 }
 
 #[derive(Debug, Args)]
@@ -156,6 +158,14 @@ pub enum GetWhat {
     /// List a cluster's etcd backups (`kprov backup etcd NAME` takes them)
     #[command(visible_alias = "backup")]
     Backups {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// List a cluster's secrets and certificates in the state store: names and sha256
+    /// digests, never their values
+    #[command(visible_alias = "secret")]
+    Secrets {
         name: String,
         #[command(flatten)]
         out: OutputArgs,
@@ -515,6 +525,8 @@ const CLUSTER_FIRST: &[(&str, &[&str])] = &[
             "backup",
             "instances",
             "instance",
+            "secrets",
+            "secret",
         ],
     ),
     ("edit", &["cluster"]),

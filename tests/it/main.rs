@@ -22,6 +22,7 @@ mod faults;
 mod images;
 mod instance;
 mod instance_aws;
+mod kops_habits;
 mod metal;
 mod provision;
 mod race;
