@@ -15,6 +15,7 @@ use super::{
     ValidateWhat, exit,
 };
 use crate::bounded;
+use crate::ops::interrupt::{self, Caught, Interrupts};
 use crate::output::{Format, Printer, Table, untrusted};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecErrors};
@@ -65,6 +66,62 @@ pub(super) async fn locked<T>(
     Ok(value)
 }
 
+/// Catches SIGINT and SIGTERM for a command about to take `cluster`'s lock (installed before
+/// the lock is taken, so that no signal ends the process with the lock left behind): the
+/// first ends the wait in flight, after which the command releases the lock and says how to
+/// resume (`resume`); a second exits at once.
+pub(super) fn catch_interrupts(cluster: &str, resume: &str) -> Interrupts {
+    let printer = Printer::new(Format::Table, 0);
+    let first = {
+        let cluster = cluster.to_string();
+        move |c: Caught| {
+            Printer::new(Format::Table, 0).warn(&format!(
+                "{c}: stopping what is in flight and releasing the lock of {cluster} \
+                 ({} again exits at once)",
+                match c {
+                    Caught::Interrupt => "Ctrl-C",
+                    Caught::Terminate => "a signal",
+                }
+            ))
+        }
+    };
+    let second = {
+        let (cluster, resume) = (cluster.to_string(), resume.to_string());
+        move |c: Caught| {
+            Printer::new(Format::Table, 0).error(&format!(
+                "interrupted twice ({c}): exiting now; the lock of {cluster} stays held until its lease \
+                 expires (or `kprov lock break {cluster}`), then `{resume}` resumes"
+            ));
+            std::process::exit(c.exit_code());
+        }
+    };
+    match interrupt::listen(first, second) {
+        Ok(i) => i,
+        Err(e) => {
+            printer.warn(&format!(
+                "Ctrl-C cannot be caught ({e}): an interrupt ends kprov where it is"
+            ));
+            Interrupts::never()
+        }
+    }
+}
+
+/// After a command stopped for signal `c` with its lock released: what was in flight, how to
+/// resume; returns the exit code (128 + the signal's number, as shells report it).
+pub(super) fn interrupted(
+    ctx: &Ctx,
+    cluster: &str,
+    c: Caught,
+    in_flight: &str,
+    resume: &str,
+) -> i32 {
+    ctx.printer.error(&format!(
+        "interrupted by {c} while {in_flight}; the lock of {cluster} is released"
+    ));
+    ctx.printer.status(&format!("Resume with `{resume}`."));
+    c.exit_code()
+}
+
 /// Maps an error to the documented exit code.
 pub fn exit_code_of(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
@@ -100,7 +157,8 @@ pub async fn run(cli: Cli) -> i32 {
             | GetWhat::Instancegroups { out, .. }
             | GetWhat::Certificates { out, .. }
             | GetWhat::Instances { out, .. }
-            | GetWhat::Backups { out, .. } => out.output,
+            | GetWhat::Backups { out, .. }
+            | GetWhat::Secrets { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -123,12 +181,25 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Backup(b) => match &b.what {
             BackupWhat::Etcd { out, .. } => out.output,
         },
+        Command::Version(o) => o.output,
         _ => Format::Table,
     };
     let ctx = Ctx {
         printer: Printer::new(format, cli.verbose),
         store_url: state::resolve(cli.state.as_deref(), None),
     };
+    // A kops user's store setting is not kprov's: say which store is used instead of landing
+    // clusters silently elsewhere.
+    if cli.state.is_none()
+        && let Ok(kops) = std::env::var("KOPS_STATE_STORE")
+        && !kops.trim().is_empty()
+    {
+        ctx.printer.warn(&format!(
+            "KOPS_STATE_STORE is set ({}) but kprov reads KPROV_STATE_STORE or --state: using {}",
+            untrusted(&kops),
+            ctx.store_url
+        ));
+    }
     match dispatch(&ctx, cli.command).await {
         Ok(code) => code,
         Err(e) => {
@@ -157,6 +228,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 name, kubeconfig, ..
             } => super::rolling::get_instances(ctx, &name, kubeconfig.as_deref()).await,
             GetWhat::Backups { name, .. } => super::etcd::list(ctx, &name).await,
+            GetWhat::Secrets { name, .. } => get_secrets(ctx, &name).await,
             GetWhat::Instancegroups { cluster, name, .. } => {
                 let cluster = cluster
                     .or(name)
@@ -250,6 +322,18 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 super::etcd::restore(ctx, &name, &from, yes).await
             }
         },
+        Command::Version(_) => {
+            let version = env!("CARGO_PKG_VERSION");
+            if ctx.printer.format() == Format::Table {
+                ctx.printer.data(&format!("kprov {version}"));
+            } else {
+                ctx.printer
+                    .value(&serde_json::json!({ "kprov": version }), || {
+                        Table::new(["VERSION"])
+                    })?;
+            }
+            Ok(exit::OK)
+        }
         Command::Schema(s) => {
             ctx.printer.data(&schema_json(s.kind)?);
             Ok(exit::OK)
@@ -725,6 +809,60 @@ struct ClusterRow {
     #[serde(rename = "controlPlanes")]
     control_planes: u64,
     nodes: u64,
+}
+
+/// `get secrets NAME`: every object under the cluster's `secrets/` and `pki/` keys with the
+/// sha256 of its bytes (to compare two stores, or notice a change), never the bytes.
+async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+    use sha2::{Digest, Sha256};
+    let repo = ctx.repo().await?;
+    // The cluster must exist: an empty listing must not hide a typo.
+    repo.get(name).await?;
+    let keys = state::layout::ClusterKeys::new(name)?;
+    let mut rows = Vec::new();
+    for (kind, prefix) in [
+        ("secret", keys.secrets_prefix()),
+        ("pki", keys.pki_prefix()),
+    ] {
+        let mut listed = repo.store().list(&prefix).await?;
+        listed.sort();
+        for key in listed {
+            let Some(obj) = repo.store().get(&key).await? else {
+                continue;
+            };
+            let short = key
+                .strip_prefix(&prefix)
+                .unwrap_or(&key)
+                .trim_start_matches('/')
+                .to_string();
+            rows.push((
+                kind,
+                short,
+                obj.data.len(),
+                hex::encode(Sha256::digest(&obj.data)),
+            ));
+        }
+    }
+    let items: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(kind, key, len, digest)| {
+            serde_json::json!({"type": kind, "name": key, "bytes": len, "sha256": digest})
+        })
+        .collect();
+    ctx.printer
+        .value(&serde_json::json!({ "items": items }), || {
+            let mut t = Table::new(["TYPE", "NAME", "BYTES", "SHA256"]);
+            for (kind, key, len, digest) in &rows {
+                t.row([
+                    kind.to_string(),
+                    untrusted(key).to_string(),
+                    len.to_string(),
+                    digest.clone(),
+                ]);
+            }
+            t
+        })?;
+    Ok(exit::OK)
 }
 
 async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Result<i32> {

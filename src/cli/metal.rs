@@ -329,6 +329,8 @@ pub async fn update(
         );
     }
     warn_gone();
+    let resume = format!("kprov update cluster {name} --yes");
+    let ints = super::commands::catch_interrupts(name, &resume);
     let guard = lock::acquire(store.clone(), name, "update cluster --yes", LOCK_LEASE).await?;
     if let Some((user, _, version, change)) = &reread
         && !change.is_empty()
@@ -354,14 +356,34 @@ pub async fn update(
         ));
     }
     let (events, bars) = render_events(ctx, &targets);
-    let result = ops::converge(store.clone(), cluster, &targets, &guard, &options, &events).await;
+    // A signal cuts the hosts where they are: every step is safe to run again.
+    let result = ints
+        .or(ops::converge(
+            store.clone(),
+            cluster,
+            &targets,
+            &guard,
+            &options,
+            &events,
+        ))
+        .await;
     if let Some(bars) = bars {
         // The final table says it all; finished spinners would only repeat it.
         let _ = bars.clear();
     }
     let released = guard.release().await;
-    // The provisioning error, if any, is the one worth reporting.
-    let nodes = result?;
+    let nodes = match result {
+        Err(c) => {
+            released?;
+            let what = format!(
+                "provisioning {} (a host step cut short is done again by the next run)",
+                super::update::plural(targets.len(), "host")
+            );
+            return Ok(super::commands::interrupted(ctx, name, c, &what, &resume));
+        }
+        // The provisioning error, if any, is the one worth reporting.
+        Ok(r) => r?,
+    };
     released?;
     finish(ctx, cluster, &nodes, a).await
 }

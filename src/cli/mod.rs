@@ -92,6 +92,8 @@ pub enum Command {
     Schema(SchemaArgs),
     /// Print a shell completion script
     Completion(CompletionArgs),
+    /// Print kprov's version (kops's `kops version`)
+    Version(OutputArgs),
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +162,14 @@ pub enum GetWhat {
     /// List a cluster's etcd backups (`kprov backup etcd NAME` takes them)
     #[command(visible_alias = "backup")]
     Backups {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// List a cluster's secrets and certificates in the state store: names and sha256
+    /// digests, never their values
+    #[command(visible_alias = "secret")]
+    Secrets {
         name: String,
         #[command(flatten)]
         out: OutputArgs,
@@ -393,6 +403,9 @@ pub struct UpdateClusterArgs {
     /// remove; `--yes` stores them in the spec, then provisions the new ones
     #[arg(long, value_name = "DIR_OR_FILE")]
     pub inventory: Option<PathBuf>,
+    /// AWS: how long the instances (and the bastion) get to answer SSH after the cloud apply
+    #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
+    pub ssh_wait: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -545,8 +558,104 @@ pub struct CompletionArgs {
 }
 
 /// Parses arguments; usage errors exit with [`exit::USAGE`] (2 is reserved for "changes pending").
+/// The commands whose cluster is their first positional argument, by their two words
+/// (aliases included). kops habits reach them with `--name NAME` or `KPROV_NAME`.
+const CLUSTER_FIRST: &[(&str, &[&str])] = &[
+    ("create", &["cluster"]),
+    (
+        "get",
+        &[
+            "clusters",
+            "cluster",
+            "addons",
+            "addon",
+            "certificates",
+            "certificate",
+            "certs",
+            "cert",
+            "backups",
+            "backup",
+            "instances",
+            "instance",
+            "secrets",
+            "secret",
+        ],
+    ),
+    ("edit", &["cluster"]),
+    ("delete", &["cluster", "instance"]),
+    ("lock", &["status", "break"]),
+    ("export", &["kubeconfig"]),
+    ("update", &["cluster", "addons", "addon"]),
+    ("rolling-update", &["cluster"]),
+    ("validate", &["cluster"]),
+    ("rotate", &["certificates", "certificate", "certs"]),
+    ("backup", &["etcd"]),
+    ("restore", &["etcd"]),
+];
+
+/// Where the cluster goes in `args` (after the command's two words) when the command takes
+/// it first; global options before the command are skipped.
+fn cluster_slot(args: &[String]) -> Option<usize> {
+    let mut i = 1;
+    while let Some(a) = args.get(i) {
+        match a.as_str() {
+            "--state" => i += 2,
+            a if a.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    let first = args.get(i)?;
+    let (_, seconds) = CLUSTER_FIRST.iter().find(|(c, _)| c == first)?;
+    let second = args.get(i + 1)?;
+    seconds.contains(&second.as_str()).then_some(i + 2)
+}
+
+/// kops's habits, as a rewrite of the command line for commands that take the cluster first:
+/// `--name NAME` (or `--name=NAME`) becomes that argument; without either, `KPROV_NAME`
+/// (`env`) fills it in when clap says it is missing (`missing`). `None`: nothing to rewrite.
+fn kops_name(args: &[String], env: Option<&str>, missing: bool) -> Option<Vec<String>> {
+    let slot = cluster_slot(args)?;
+    let mut out: Vec<String> = Vec::with_capacity(args.len() + 1);
+    let mut name = None;
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if i >= slot && a == "--name" && args.get(i + 1).is_some() {
+            name = args.get(i + 1).cloned();
+            i += 2;
+            continue;
+        }
+        if i >= slot
+            && let Some(v) = a.strip_prefix("--name=")
+        {
+            name = Some(v.to_string());
+            i += 1;
+            continue;
+        }
+        out.push(a.clone());
+        i += 1;
+    }
+    let name = match (name, env) {
+        (Some(n), _) => n,
+        (None, Some(e)) if missing && !e.is_empty() => e.to_string(),
+        _ => return None,
+    };
+    out.insert(slot, name);
+    Some(out)
+}
+
 pub fn parse() -> Cli {
-    match Cli::try_parse() {
+    let args: Vec<String> = std::env::args().collect();
+    let env = std::env::var("KPROV_NAME").ok();
+    let parsed = Cli::try_parse_from(&args).or_else(|e| {
+        let missing = e.kind() == clap::error::ErrorKind::MissingRequiredArgument;
+        match kops_name(&args, env.as_deref(), missing) {
+            // The rewritten line's own error (if any) is the one to show.
+            Some(fixed) => Cli::try_parse_from(fixed),
+            None => Err(e),
+        }
+    });
+    match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = match e.kind() {
@@ -566,3 +675,61 @@ pub fn command() -> clap::Command {
 }
 
 pub use commands::run;
+
+#[cfg(test)]
+mod kops_habits {
+    use super::*;
+
+    fn v(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn name_flag_and_env_become_the_cluster_argument() {
+        let line = |s: &str| kops_name(&v(s), None, false).map(|a| a.join(" "));
+        assert_eq!(
+            line("kprov update cluster --name a.example --yes").as_deref(),
+            Some("kprov update cluster a.example --yes")
+        );
+        assert_eq!(
+            line("kprov --state file:///s -v rolling-update cluster --yes --name=a.example")
+                .as_deref(),
+            Some("kprov --state file:///s -v rolling-update cluster a.example --yes")
+        );
+        assert_eq!(
+            line("kprov delete instance --name a.example node-1").as_deref(),
+            Some("kprov delete instance a.example node-1")
+        );
+        // Commands where --name already is the cluster keep it.
+        assert_eq!(line("kprov get ig --name a.example"), None);
+        assert_eq!(line("kprov update cluster a.example"), None);
+        let env =
+            |s: &str, missing| kops_name(&v(s), Some("e.example"), missing).map(|a| a.join(" "));
+        assert_eq!(
+            env("kprov validate cluster --wait 5m", true).as_deref(),
+            Some("kprov validate cluster e.example --wait 5m")
+        );
+        assert_eq!(env("kprov validate cluster x.example", false), None);
+    }
+
+    #[test]
+    fn every_command_that_takes_a_cluster_accepts_name() {
+        for (first, seconds) in CLUSTER_FIRST {
+            for second in *seconds {
+                let args = v(&format!("kprov {first} {second} --name c.example"));
+                let fixed = kops_name(&args, None, false).expect("rewritten");
+                // Parsing may fail on the command's other required arguments, never on
+                // --name nor on the cluster.
+                if let Err(e) = Cli::try_parse_from(&fixed) {
+                    let full = e.to_string();
+                    let text = full.split("Usage:").next().unwrap_or_default();
+                    assert!(!text.contains("unrecognized subcommand"), "{full}");
+                    assert!(
+                        !text.contains("--name") && !text.contains("<NAME>"),
+                        "{first} {second}: {text}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -7,7 +7,9 @@
 //! metal and `ops::rolling_aws::AwsRoller` on AWS (`cli::rolling_aws`), chosen by the `match`
 //! on the platform in [`cluster`]. On both the validation gate also asks etcd's members
 //! ([`etcd_health`]). Ctrl-C (or SIGTERM), caught from the moment the lock is held, asks the
-//! engine to stop at a safe point (exit 130, lock released); a second one exits at once.
+//! engine to stop at a safe point (exit 130, or 143 for SIGTERM; lock released); a second one
+//! exits at once. The AWS roller's waits (a replacement instance, SSH, the new etcd member)
+//! end at the first one.
 //!
 //! Both platforms re-provision control planes in place through [`in_place_roller`], which
 //! backs etcd up first (a failed backup stops the roll before anything changed), and gives the
@@ -22,7 +24,6 @@ use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::commands::{Ctx, LOCK_LEASE};
 use super::exit;
@@ -31,6 +32,7 @@ use crate::kube::Kube;
 use crate::nodes::journal::{Journal, JournalFile, NodeStep};
 use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
 use crate::nodes::{Inventory, TargetSource};
+use crate::ops::interrupt::{Caught, Interrupts};
 use crate::ops::nodes::NodeOptions;
 use crate::ops::rolling as ops;
 use crate::ops::rolling_aws;
@@ -426,7 +428,8 @@ async fn roll(
     // Ctrl-C is caught before the lock is taken, so none that comes while it is held can end
     // the process with the lock left behind: the first asks the roll to stop at a safe point
     // (then the lock is released), a second exits at once.
-    let signals = listen();
+    let resume = format!("kprov rolling-update cluster {name} --yes");
+    let ints = super::commands::catch_interrupts(name, &resume);
     let guard = lock::acquire(
         store.clone(),
         name,
@@ -434,61 +437,18 @@ async fn roll(
         LOCK_LEASE,
     )
     .await?;
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let interrupt = tokio::spawn(interrupts(signals, tx, name.to_string()));
-    let result = roll_locked(ctx, a, cluster, groups, plan, &guard, rx).await;
-    interrupt.abort();
+    let result = roll_locked(ctx, a, cluster, groups, plan, &guard, &ints).await;
     let released = guard.release().await;
     let code = result?;
     released?;
-    Ok(code)
-}
-
-/// SIGINT and SIGTERM from now on reach [`interrupts`] instead of ending the process.
-fn listen() -> std::io::Result<(Signal, Signal)> {
-    Ok((
-        signal(SignalKind::interrupt())?,
-        signal(SignalKind::terminate())?,
-    ))
-}
-
-/// The first Ctrl-C (SIGINT) or SIGTERM sets `tx` (the engine finishes a step that must not
-/// be cut, abandons one that may be, records where each node is and returns); a second exits
-/// the process at once with [`exit::INTERRUPTED`], leaving the step in flight cut and the lock
-/// held until its lease expires (or `kprov lock break`): what a crash leaves, which the next
-/// run resumes.
-async fn interrupts(
-    signals: std::io::Result<(Signal, Signal)>,
-    tx: tokio::sync::watch::Sender<bool>,
-    cluster: String,
-) {
-    let printer = crate::output::Printer::new(Format::Table, 0);
-    let Ok((mut int, mut term)) = signals else {
-        printer.warn("Ctrl-C cannot be caught: an interrupt stops the roll where it is");
-        return;
-    };
-    let mut next = async || {
-        tokio::select! {
-            s = int.recv() => s.is_some(),
-            s = term.recv() => s.is_some(),
-        }
-    };
-    if !next().await {
-        return;
-    }
-    printer.warn(
-        "interrupted: finishing the step that must not be cut, abandoning the others \
-         (Ctrl-C again exits at once)",
-    );
-    let _ = tx.send(true);
-    if next().await {
-        printer.error(&format!(
-            "interrupted twice: exiting now without finishing the step in flight; the lock of \
-             {cluster} stays held until its lease expires (or `kprov lock break {cluster}`), \
-             then `rolling-update cluster {cluster} --yes` resumes from the journal"
+    if let Some(c) = ints.caught()
+        && code == c.exit_code()
+    {
+        ctx.printer.status(&format!(
+            "The lock of {name} is released. Resume with `{resume}`."
         ));
-        std::process::exit(exit::INTERRUPTED);
     }
+    Ok(code)
 }
 
 async fn roll_locked(
@@ -498,8 +458,9 @@ async fn roll_locked(
     groups: &[InstanceGroup],
     plan: &RollPlan,
     guard: &lock::LockGuard,
-    cancel: tokio::sync::watch::Receiver<bool>,
+    ints: &Interrupts,
 ) -> anyhow::Result<i32> {
+    let cancel = ints.flag();
     let name = cluster.name();
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
@@ -570,7 +531,7 @@ async fn roll_locked(
                     &journal,
                     plan,
                     events.clone(),
-                    &cancel,
+                    ints,
                 )
                 .await?
                 {
@@ -653,7 +614,7 @@ async fn roll_locked(
         }
         Err(e @ ops::RollError::Interrupted(_)) => {
             ctx.printer.error(&e.to_string());
-            Ok(exit::INTERRUPTED)
+            Ok(ints.caught().unwrap_or(Caught::Interrupt).exit_code())
         }
         Err(e) => {
             ctx.printer.error(&e.to_string());

@@ -22,6 +22,7 @@ use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
 use crate::kube::Kube;
 use crate::nodes::journal::Journal;
 use crate::nodes::roll::RollPlan;
+use crate::ops::interrupt::Interrupts;
 use crate::ops::nodes::NodeOptions;
 use crate::ops::rolling as ops;
 use crate::ops::rolling_aws::{AwsRoller, REPLACEMENT_TIMEOUT};
@@ -45,7 +46,7 @@ pub async fn aws_roller<'a>(
     journal: &Journal,
     plan: &RollPlan,
     events: ops::RollEvents,
-    cancel: &tokio::sync::watch::Receiver<bool>,
+    interrupts: &Interrupts,
 ) -> anyhow::Result<Result<(AwsRoller<'a>, Arc<SshFleet>, Arc<dyn ops::EtcdHealth>), i32>> {
     let surge = plan
         .groups
@@ -86,7 +87,7 @@ pub async fn aws_roller<'a>(
         kube.clone(),
         targets,
         Some(&cloud_api),
-        cancel,
+        &interrupts.flag(),
     )
     .await?
     {
@@ -116,6 +117,7 @@ pub async fn aws_roller<'a>(
         surge,
         surged: Mutex::new(Default::default()),
         raised_max: Mutex::new(Default::default()),
+        interrupts: interrupts.clone(),
     };
     Ok(Ok((roller, fleet, etcd)))
 }

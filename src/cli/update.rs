@@ -2,10 +2,11 @@
 //! spec asks for: cloud resources (aws), nodes over SSH (metal), then the add-ons. Thin
 //! commands: the use cases are `ops::aws` and `ops::nodes`; this file prints.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use super::commands::Ctx;
-use super::commands::LOCK_LEASE;
+use super::commands::{LOCK_LEASE, catch_interrupts, interrupted};
 use super::{UpdateClusterArgs, exit};
 use crate::cloud::aws::launch::LaunchEvent;
 use crate::cloud::aws::wait::WaitEvent;
@@ -66,6 +67,7 @@ fn options(a: &UpdateClusterArgs) -> AwsUpdateOptions {
         ssh_private_address: a.ssh_private_address,
         accept_new_host_keys: a.accept_new_host_keys,
         concurrency: a.concurrency,
+        ssh_wait: Some(a.ssh_wait),
     }
 }
 
@@ -131,10 +133,25 @@ async fn aws(
         });
     }
     let name = cluster.name();
+    let resume = format!("kprov update cluster {name} --yes");
+    let ints = catch_interrupts(name, &resume);
     let guard = lock::acquire(store.clone(), name, "update cluster --yes", LOCK_LEASE).await?;
-    let result = aws_apply(ctx, &store, cluster, groups, a, &guard).await;
+    let in_flight = InFlight::default();
+    // The first signal cuts the apply where it waits (SSH, Auto Scaling, a cloud call, a host
+    // step): every part of it is safe to run again, which the next run does.
+    let result = ints
+        .or(aws_apply(
+            ctx, &store, cluster, groups, a, &guard, &in_flight,
+        ))
+        .await;
     let released = guard.release().await;
-    let outcome = result?;
+    let outcome = match result {
+        Err(c) => {
+            released?;
+            return Ok(interrupted(ctx, name, c, &in_flight.describe(), &resume));
+        }
+        Ok(r) => r?,
+    };
     released?;
     match outcome {
         AwsApplied::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a).await,
@@ -162,12 +179,18 @@ async fn aws_apply(
     groups: &[InstanceGroup],
     a: &UpdateClusterArgs,
     guard: &lock::LockGuard,
+    in_flight: &InFlight,
 ) -> anyhow::Result<AwsApplied> {
     let name = cluster.name();
     let printer = &ctx.printer;
     let progress = Mutex::new(None);
     let prune = a.prune;
     let events = |e: &AwsEvent<'_>| {
+        // What a signal would cut, and whether this event says something new (a wait repeats
+        // its last error every poll: one line per change, not per instance per second).
+        if !in_flight.follow(e) {
+            return;
+        }
         let mut bar = progress.lock().unwrap_or_else(|p| p.into_inner());
         match e {
             AwsEvent::CloudPlan(plan) => {
@@ -250,6 +273,10 @@ async fn aws_apply(
     let events: AwsEvents<'_> = &events;
     let bars = Mutex::new(None);
     let result = ops_aws::apply(store, cluster, groups, guard, &options(a), events, |t| {
+        in_flight.provisioning(format!(
+            "provisioning {} (a host step cut short is done again by the next run)",
+            plural(t.len(), "instance")
+        ));
         let (events, multi) = super::metal::render_events(ctx, t);
         *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
         events
@@ -283,4 +310,172 @@ pub(super) async fn aws_delete(
         )),
     }
     Ok(())
+}
+
+/// `n thing` or `n things`.
+pub(super) fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// What an AWS apply is doing now, for the message of a signal that cuts it; and the last
+/// wait line printed per instance, so that a wait prints a line per change only.
+#[derive(Default)]
+struct InFlight {
+    phase: Mutex<String>,
+    /// Instance -> the "waiting for SSH" causes printed for it (a wait that alternates
+    /// between two causes says each once).
+    waiting: Mutex<BTreeMap<String, BTreeSet<String>>>,
+}
+
+impl InFlight {
+    fn set(&self, phase: String) {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase;
+    }
+
+    fn describe(&self) -> String {
+        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if !waiting.is_empty() {
+            let names: Vec<&str> = waiting.keys().map(String::as_str).collect();
+            return format!("waiting for SSH on {}", names.join(", "));
+        }
+        let phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        if phase.is_empty() {
+            "planning cloud resources".to_string()
+        } else {
+            phase.clone()
+        }
+    }
+
+    /// Follows `e`; false when it only repeats what was printed (the same instance still
+    /// waiting for a cause already said).
+    fn follow(&self, e: &AwsEvent<'_>) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let phase = match e {
+            AwsEvent::Wait(WaitEvent::Waiting { instance, last }) => {
+                if !waiting
+                    .entry(instance.clone())
+                    .or_default()
+                    .insert(wait_reason(last))
+                {
+                    return false;
+                }
+                None
+            }
+            AwsEvent::Wait(WaitEvent::Answering { instance, .. })
+            | AwsEvent::Wait(WaitEvent::Deferred { instance })
+            | AwsEvent::NotAnswering { instance, .. } => {
+                waiting.remove(instance);
+                None
+            }
+            AwsEvent::CloudPlan(plan) => Some(format!(
+                "applying {}",
+                plural(plan.changes.len(), "cloud change")
+            )),
+            AwsEvent::CloudUnchanged | AwsEvent::CloudApplied { .. } => {
+                Some("waiting for Auto Scaling to launch the instances".into())
+            }
+            AwsEvent::Launch(LaunchEvent::Waiting {
+                group,
+                ready,
+                desired,
+            }) => Some(format!(
+                "waiting for Auto Scaling: {group} has {ready} of {desired} instances"
+            )),
+            _ => None,
+        };
+        drop(waiting);
+        if let Some(p) = phase {
+            self.set(p);
+        }
+        true
+    }
+
+    /// The waits are over: the nodes are provisioned now.
+    fn provisioning(&self, phase: String) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.set(phase);
+    }
+}
+
+/// A wait's error without what changes at every attempt (elapsed seconds), so that the same
+/// cause is recognised as the same.
+fn wait_reason(last: &str) -> String {
+    let mut out = String::with_capacity(last.len());
+    let mut chars = last.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars.peek().is_some_and(|c| c.is_ascii_digit()) {
+                chars.next();
+            }
+            // Elapsed seconds ("3s", "(12s)") change every poll; the rest is the cause.
+            if chars.peek() == Some(&'s') {
+                chars.next();
+                out.push_str("Ns");
+                continue;
+            }
+            out.push('#');
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(instance: &str, last: &str) -> AwsEvent<'static> {
+        AwsEvent::Wait(WaitEvent::Waiting {
+            instance: instance.into(),
+            last: last.into(),
+        })
+    }
+
+    #[test]
+    fn the_ssh_wait_says_each_cause_once_per_instance_and_what_a_signal_cuts() {
+        let f = InFlight::default();
+        assert_eq!(f.describe(), "planning cloud resources");
+        assert!(f.follow(&AwsEvent::CloudUnchanged));
+        assert_eq!(
+            f.describe(),
+            "waiting for Auto Scaling to launch the instances"
+        );
+        // 150 polls of two silent instances: two lines, then one per new cause.
+        let mut printed = 0;
+        for _ in 0..150 {
+            for i in ["i-1", "i-2"] {
+                printed += usize::from(f.follow(&waiting(i, "no answer within 2s")));
+            }
+        }
+        assert_eq!(printed, 2);
+        assert!(f.follow(&waiting("i-1", "connect: No route to host (os error 113)")));
+        assert!(!f.follow(&waiting("i-1", "no answer within 2s")));
+        assert_eq!(f.describe(), "waiting for SSH on i-1, i-2");
+        assert!(f.follow(&AwsEvent::Wait(WaitEvent::Answering {
+            instance: "i-1".into(),
+            banner: "SSH-2.0-OpenSSH_9.6".into(),
+        })));
+        assert_eq!(f.describe(), "waiting for SSH on i-2");
+        f.provisioning("provisioning 2 instances".into());
+        assert_eq!(f.describe(), "provisioning 2 instances");
+    }
+
+    #[test]
+    fn elapsed_seconds_do_not_make_a_cause_new() {
+        assert_eq!(
+            wait_reason("waiting for SSH at 198.18.0.4 (12s)"),
+            wait_reason("waiting for SSH at 198.18.0.4 (14s)")
+        );
+        assert_ne!(wait_reason("connect: refused"), wait_reason("no answer"));
+        assert_eq!(plural(1, "node"), "1 node");
+        assert_eq!(plural(3, "node"), "3 nodes");
+    }
 }

@@ -48,6 +48,8 @@ pub struct AwsUpdateOptions {
     pub accept_new_host_keys: bool,
     /// Hosts worked on at the same time (`--concurrency`).
     pub concurrency: usize,
+    /// How long instances get to answer SSH (`--ssh-wait`; [`SSH_WAIT`] when `None`).
+    pub ssh_wait: Option<Duration>,
 }
 
 /// Progress of an AWS apply, for the CLI to render.
@@ -256,7 +258,9 @@ pub async fn apply(
     }
     // Nodes behind the bastion are waited for by the jump itself; the way in (the bastion's
     // name, where the user's ssh config sends it) is waited for here.
+    let ssh_wait = o.ssh_wait.unwrap_or(SSH_WAIT);
     let mut waited = targets.clone();
+    let mut bastion = None;
     if reach == SshReach::Bastion
         && let Some(jump) = found.jump_hosts.first()
     {
@@ -268,17 +272,39 @@ pub async fn apply(
         j.host.name = format!("bastion {}", j.host.address);
         j.host.address = hostname;
         j.host.port = Some(port);
+        bastion = Some((j.host.name.clone(), jump.host.address.clone()));
         waited.push(j);
     }
     let on_wait = |e: wait::WaitEvent| events(&AwsEvent::Wait(e));
-    if let Err(late) = wait::wait_for_ssh(&waited, SSH_WAIT, Duration::from_secs(2), &on_wait).await
+    if let Err(late) = wait::wait_for_ssh(&waited, ssh_wait, Duration::from_secs(2), &on_wait).await
     {
+        let mut bastion_late = None;
         for (instance, last) in late {
+            if bastion.as_ref().is_some_and(|(b, _)| *b == instance) {
+                bastion_late = Some(last.clone());
+            }
             events(&AwsEvent::NotAnswering {
                 instance,
                 last,
-                waited: SSH_WAIT,
+                waited: ssh_wait,
             });
+        }
+        // Every node is reached through the bastion: waiting for them behind a bastion that
+        // does not answer only hides its cause under theirs.
+        if let (Some(last), Some((_, way))) = (bastion_late, &bastion) {
+            let behind = targets.iter().filter(|t| t.host.bastion.is_some()).count();
+            anyhow::bail!(
+                "the bastion of {name} ({way}) did not answer SSH within {}s: {last}; the {} \
+                 behind it were not contacted. Check the bastion instance (its group, security \
+                 group and the name {way} resolving to it), then re-run `kprov update cluster \
+                 {name} --yes`",
+                ssh_wait.as_secs(),
+                if behind == 1 {
+                    "1 node".to_string()
+                } else {
+                    format!("{behind} nodes")
+                }
+            );
         }
     }
     // Behind a bastion the probe above cannot see a node's sshd, and a connection through the
@@ -300,7 +326,7 @@ pub async fn apply(
                 store,
                 cluster,
                 t,
-                SSH_WAIT,
+                ssh_wait,
                 Duration::from_secs(2),
                 &on_wait,
             )
@@ -316,7 +342,7 @@ pub async fn apply(
             events(&AwsEvent::NotAnswering {
                 instance: t.name().to_string(),
                 last,
-                waited: SSH_WAIT,
+                waited: ssh_wait,
             });
         }
     }

@@ -15,6 +15,7 @@
 //! - [`addons`]: add-on preview and apply ([`addons::deploy`]).
 //! - [`aws`]: `update cluster` and `delete cluster` on AWS: the cloud plan and apply, then
 //!   the instances as node targets converged through [`nodes::converge`].
+//! - [`interrupt`]: SIGINT/SIGTERM caught once per command, raced by every long wait.
 //! - [`etcd`]: snapshots into the state store ([`etcd::backup`], which a rolling update
 //!   calls before control-plane rolls), listing them, and restoring every member.
 
@@ -24,6 +25,7 @@ pub mod certificates;
 pub mod credentials;
 pub mod etcd;
 pub mod instance;
+pub mod interrupt;
 pub mod nodes;
 pub mod rolling;
 pub mod rolling_aws;

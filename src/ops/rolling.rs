@@ -255,6 +255,11 @@ pub async fn run<'a>(
                 .first()
                 .map(|n| n.node_name.clone())
                 .unwrap_or_default();
+            if cancelled(&cancel) {
+                return Err(RollError::Interrupted(format!(
+                    "before {node} was cordoned: {reason}"
+                )));
+            }
             return Err(RollError::Stopped { node, reason });
         }
         let results = join_all(batch.iter().map(|&i| {
@@ -473,6 +478,13 @@ async fn advance(
                             elapsed: start.elapsed(),
                         });
                         continue;
+                    }
+                    // The machines' waits end at a signal (AWS: a replacement, SSH, etcd):
+                    // an interruption, journaled where the node is, not a failure.
+                    Err(e) if cancelled(cancel) => {
+                        let why = format!("{} stopped: {e}", node.action.as_str());
+                        record(shared, i, NodeStep::Drained, Some(why), None, lock_check).await?;
+                        return Err(interrupted(&e));
                     }
                     Err(e) => {
                         let why = format!("{} failed: {e}", node.action.as_str());

@@ -54,6 +54,7 @@ use async_trait::async_trait;
 use tokio::sync::Mutex;
 
 use super::instance::EtcdMember;
+use super::interrupt::{Interrupted, Interrupts};
 use super::nodes::{self as ops_nodes, NodeOptions};
 use super::rolling::{NodeRoller, Observed, RollEvent, RollEvents};
 use super::rolling_metal::MetalRoller;
@@ -306,6 +307,9 @@ pub struct AwsRoller<'a> {
     pub surged: Mutex<BTreeMap<String, Target>>,
     /// Each surged group's maximum size before the roll raised it.
     pub raised_max: Mutex<BTreeMap<String, i32>>,
+    /// The first Ctrl-C or SIGTERM ends the waits of a replacement (an instance to start,
+    /// SSH, the new etcd member); the journal keeps the node where it was.
+    pub interrupts: Interrupts,
 }
 
 impl<'a> AwsRoller<'a> {
@@ -424,8 +428,20 @@ impl<'a> AwsRoller<'a> {
                     start.elapsed().as_secs()
                 ),
             );
-            tokio::time::sleep(self.poll).await;
+            self.pause(&format!(
+                "waiting for {} to start a {what}",
+                self.asg(&node.group)
+            ))
+            .await?;
         }
+    }
+
+    /// A wait loop's pause; a signal ends it with why (what the node was waiting for).
+    async fn pause(&self, what: &str) -> Result<(), String> {
+        self.interrupts
+            .sleep(self.poll)
+            .await
+            .map_err(|c| Interrupted::message(c, what))
     }
 
     /// The surge of a batch: per surging group, as many new instances as the batch replaces
@@ -709,7 +725,12 @@ impl<'a> AwsRoller<'a> {
                         start.elapsed().as_secs()
                     ),
                 );
-                tokio::time::sleep(self.poll).await;
+                self.pause(&format!(
+                    "waiting for the new control plane {} to be Ready; the old one ({}) keeps \
+                     its etcd member and instance",
+                    new.node_name, node.target
+                ))
+                .await?;
             }
         }
         loop {
@@ -735,7 +756,12 @@ impl<'a> AwsRoller<'a> {
                 ));
             }
             self.working(&node.node_name, format!("waiting for etcd: {last}"));
-            tokio::time::sleep(self.poll).await;
+            self.pause(&format!(
+                "waiting for the etcd member of the new control plane {} ({last}); the old one \
+                 ({}) keeps its etcd member and instance",
+                new.node_name, node.target
+            ))
+            .await?;
         }
     }
 
@@ -854,16 +880,18 @@ impl<'a> AwsRoller<'a> {
     /// instance whose sshd is not up yet fails instead of waiting.
     async fn wait_for_login(&self, new: &Target) -> Result<(), String> {
         let on_wait = |what: String| self.working(&new.node_name, what);
-        super::aws::wait_for_login(
-            &self.store,
-            &self.cluster,
-            new,
-            super::aws::SSH_WAIT,
-            self.poll,
-            &on_wait,
-        )
-        .await
-        .map_err(|e| e.to_string())
+        self.interrupts
+            .or(super::aws::wait_for_login(
+                &self.store,
+                &self.cluster,
+                new,
+                super::aws::SSH_WAIT,
+                self.poll,
+                &on_wait,
+            ))
+            .await
+            .map_err(|c| Interrupted::message(c, &format!("waiting for SSH on {}", new.name())))?
+            .map_err(|e| e.to_string())
     }
 
     /// What the cloud-controller-manager does once the instance is gone; done here so the
@@ -900,13 +928,16 @@ impl<'a> AwsRoller<'a> {
             };
             self.working(&new.node_name, what);
         };
-        if let Err(late) = wait::wait_for_ssh(
-            std::slice::from_ref(new),
-            super::aws::SSH_WAIT,
-            Duration::from_secs(2),
-            &on_wait,
-        )
-        .await
+        if let Err(late) = self
+            .interrupts
+            .or(wait::wait_for_ssh(
+                std::slice::from_ref(new),
+                super::aws::SSH_WAIT,
+                Duration::from_secs(2),
+                &on_wait,
+            ))
+            .await
+            .map_err(|c| Interrupted::message(c, &format!("waiting for SSH on {}", new.name())))?
         {
             return Err(format!(
                 "the replacement {} did not answer SSH within {:?}: {late:?}",

@@ -820,9 +820,17 @@ mod roll_with_yes {
             lab.calls("host1")
         );
 
-        // 2. Healthy again; host2's member fails once host1 is re-provisioned: the gate after
-        //    host1 stops the roll naming it, host2 and host3 untouched.
+        // 2. Healthy again; host3's member fails while host1 is re-provisioned: the gate after
+        //    host1 stops the roll naming it, host2 and host3 untouched. host1's kubelet
+        //    restart is held until the member is down, so the gate after host1 cannot pass
+        //    before it (on a busy machine it did: the test waited on wall-clock luck).
         lab.seed_etcd_members("host1", &HEALTHY);
+        let hold = "/var/lib/kprov-standins/systemd/kubelet.restart-hold";
+        lab.host("host1")
+            .exec(&format!(
+                "mkdir -p /var/lib/kprov-standins/systemd && touch {hold}"
+            ))
+            .expect("hold host1's kubelet restart");
         let t1 = now_ns();
         let log = lab.dir.path().join("gate.log");
         let args = roll_args(
@@ -831,14 +839,15 @@ mod roll_with_yes {
             &["--validate-count", "2", "--validation-timeout", "25s"],
         );
         let mut child = spawn(&lab, &args, &log);
-        wait_for(&mut child, 120, "host1 re-provisioned", || {
-            matches!(
-                lab.journal_step(name, "host1").as_deref(),
-                Some("replaced" | "uncordoned" | "validated")
-            )
+        // The bound is for a stuck run only: the event comes when it comes.
+        wait_for(&mut child, 600, "host1's kubelet restart (held)", || {
+            !kubelet_restarts(&lab, "host1", t1).is_empty()
         });
         lab.seed_etcd_members("host1", &HOST3_DOWN);
-        let code = exit_within(&mut child, 90);
+        lab.host("host1")
+            .exec(&format!("rm -f {hold}"))
+            .expect("release host1's kubelet restart");
+        let code = exit_within(&mut child, 300);
         let err = std::fs::read_to_string(&log).expect("log");
         assert_eq!(code, Some(1), "{err}");
         assert!(
@@ -1142,7 +1151,7 @@ mod roll_with_yes {
             show(&o)
         );
 
-        // 4. SIGTERM (a service manager stopping kprov) is a first Ctrl-C.
+        // 4. SIGTERM (a service manager stopping kprov) is a first Ctrl-C, exit 143.
         set_label(&lab, name, &["host2"], "db");
         fake.put(rs_pod("db-9", "db", "host2"));
         fake.put(pdb(
@@ -1165,8 +1174,14 @@ mod roll_with_yes {
         assert!(st.success());
         let code = exit_within(&mut child, 30);
         let err = std::fs::read_to_string(&log).expect("log");
-        assert_eq!(code, Some(130), "{err}");
+        assert_eq!(code, Some(143), "128 + SIGTERM, as shells report it: {err}");
         assert!(err.contains("interrupted: host2 was cordoned"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "The lock of {name} is released. Resume with `kprov rolling-update cluster {name} --yes`."
+            )),
+            "{err}"
+        );
         assert_eq!(journal_node("host2")["step"], "cordoned");
         let status = ok(&lab.kprov(&["lock", "status", name]));
         assert!(status.contains("is not locked"), "{status}");

@@ -13,4 +13,5 @@ pub mod moto;
 pub mod realcluster;
 pub mod realhosts;
 pub mod realk8s;
+pub mod signals;
 pub mod testhosts;
