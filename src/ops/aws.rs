@@ -73,7 +73,8 @@ pub enum AwsEvent<'a> {
     /// Still silent at the end of the wait (provisioning it will fail and say so).
     NotAnswering {
         instance: String,
-        last: String,
+        /// The last probe's or login's error: ssh's and the instance's text.
+        last: crate::output::UntrustedText,
         waited: Duration,
     },
 }
@@ -269,7 +270,7 @@ pub async fn apply(
         for (instance, last) in late {
             events(&AwsEvent::NotAnswering {
                 instance,
-                last,
+                last: last.into(),
                 waited: SSH_WAIT,
             });
         }
@@ -284,7 +285,7 @@ pub async fn apply(
         let on_wait = |last: String| {
             events(&AwsEvent::Wait(wait::WaitEvent::Waiting {
                 instance: t.name().to_string(),
-                last,
+                last: last.into(),
             }))
         };
         (
@@ -308,7 +309,7 @@ pub async fn apply(
         if let Err(LoginWait::Late(last)) = r {
             events(&AwsEvent::NotAnswering {
                 instance: t.name().to_string(),
-                last,
+                last: last.into(),
                 waited: SSH_WAIT,
             });
         }

@@ -15,6 +15,8 @@
 //! - [`addons`]: add-on preview and apply ([`addons::deploy`]).
 //! - [`aws`]: `update cluster` and `delete cluster` on AWS: the cloud plan and apply, then
 //!   the instances as node targets converged through [`nodes::converge`].
+//! - [`damaged`]: every record of a cluster that fails the checks on read, and their removal
+//!   (`delete damaged`).
 //! - [`etcd`]: snapshots into the state store ([`etcd::backup`], which a rolling update
 //!   calls before control-plane rolls), listing them, and restoring every member.
 
@@ -22,6 +24,7 @@ pub mod addons;
 pub mod aws;
 pub mod certificates;
 pub mod credentials;
+pub mod damaged;
 pub mod etcd;
 pub mod instance;
 pub mod nodes;

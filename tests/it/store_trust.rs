@@ -653,9 +653,11 @@ fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
                 }
             )
     );
-    let tail = "; it is not a backup kprov can use and `restore etcd` refuses it. If you did not \
-                put it there, find out who can write the state store; then delete that object \
-                from the store";
+    let tail = format!(
+        "; it is not a backup kprov can use and `restore etcd` refuses it. If you did not put it \
+         there, find out who can write the state store; then `kprov delete damaged {name} --yes` \
+         removes it"
+    );
     let expected = [
         format!(
             "warning: backup record {} is damaged: it names \"{name}/secrets/admin.conf\", not its \
@@ -813,4 +815,190 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     assert!(left.contents().is_empty(), "left: {:?}", left.contents());
     let o = env.run(&["get", "clusters"]);
     assert_eq!(stderr(&o), "", "{}", out(&o));
+}
+
+// ---- Records checked on read, and the one way out of damaged ones (issue 21) ----
+
+/// Writes an object at a key of the store (relative to the store's root).
+type Put<'a> = &'a dyn Fn(&str, &[u8]);
+
+/// The metal cluster the record tests plant into (no host is ever contacted).
+fn create_metal(env: &Env, name: &str) {
+    let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
+    let o = env.run(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inv,
+        "--ssh-public-key",
+        KEY,
+    ]);
+    assert!(o.status.success(), "{}", out(&o));
+}
+
+/// A good record of each kind and a damaged one: a journal naming a node with an escape
+/// sequence, a record of a provisioned host whose address is an ssh option, known host keys
+/// with one forged line between two good ones, a backup record whose time is not one.
+fn plant_records(name: &str, put: Put) {
+    let journal = serde_json::json!({
+        "cluster": name, "startedAt": "2026-11-22T21:00:00Z",
+        "updatedAt": "2026-11-22T21:05:00Z", "startedBy": "alice@desk", "cloudOnly": false,
+        "finished": false,
+        "nodes": [{"target": "w1", "nodeName": format!("w1{CLEAR}"), "group": "nodes",
+                   "action": "reprovision", "batch": 0, "step": "drained"}],
+    });
+    put(
+        &format!("{name}/journal/rolling-update.json"),
+        journal.to_string().as_bytes(),
+    );
+    let host = |address: &str| {
+        serde_json::json!({"name": "w9", "address": address, "roles": ["node"]}).to_string()
+    };
+    put(
+        &format!("{name}/hosts/w9"),
+        host("-oProxyCommand=touch\u{1b}[2J").as_bytes(),
+    );
+    put(
+        &format!("{name}/known_hosts"),
+        format!(
+            "cp1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n{OSC52} ssh-ed25519 AAAA\n\
+             [cp2]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n"
+        )
+        .as_bytes(),
+    );
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(b"snapshot"))
+    };
+    let id = "20261122T213500Z";
+    put(&format!("{name}/backups/etcd/{id}.db"), b"snapshot");
+    let record = serde_json::json!({
+        "id": id, "key": format!("{name}/backups/etcd/{id}.db"), "sha256": sha, "size": 8,
+        "host": "cp1", "takenAt": "2026-11-22T21:35:00Z", "etcd": "Stacked",
+    });
+    put(
+        &format!("{name}/backups/etcd/{id}.json"),
+        record.to_string().as_bytes(),
+    );
+    let bad = "20261122T230000Z";
+    let mut damaged = record.clone();
+    damaged["id"] = bad.into();
+    damaged["key"] = format!("{name}/backups/etcd/{bad}.db").into();
+    damaged["takenAt"] = "yesterday\u{1b}[2J".into();
+    put(
+        &format!("{name}/backups/etcd/{bad}.json"),
+        damaged.to_string().as_bytes(),
+    );
+}
+
+/// The messages of the damaged records and their removal, the same on every store:
+/// `get(key)` reads an object back (`None`: gone).
+fn damaged_records_are_named_and_cleared(
+    env: &Env,
+    name: &str,
+    get: &dyn Fn(&str) -> Option<Vec<u8>>,
+) {
+    let at = |key: &str| format!("{}/{name}/{key}", env.store());
+    let way_out = format!(
+        "`kprov delete damaged {name}` lists it and `kprov delete damaged {name} --yes` removes it"
+    );
+
+    // A damaged record of a provisioned host stops the preview, named with the way out.
+    let o = env.run(&["update", "cluster", name]);
+    assert_no_controls(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: the record of a provisioned host {} is damaged (address: \
+             \"-oProxyCommand=touch\\u{{1b}}[2J\" is not a host name or IP address (letters, \
+             digits, '-', '_' and '.'; no label may start or end with '-')) and is not used; \
+             {way_out} (the host is then no longer known as provisioned: `update cluster` \
+             re-provisions it if the spec lists it)\n",
+            at("hosts/w9")
+        )
+    );
+
+    // `delete damaged` lists every damaged record with its key and reason, and writes nothing.
+    let o = env.run(&["delete", "damaged", name]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "Will remove 4 damaged records of cluster {name} (from known host keys only the \
+             damaged lines):\n  \
+             {} (backup record): takenAt \"yesterday\\x1b[2J\" is not an RFC 3339 time\n  \
+             {} (rolling-update journal): nodes[0].nodeName \"w1evil\\x1b[2J\\x1b[H\" is not a \
+             node or group name\n  \
+             {} (record of a provisioned host): address: \"-oProxyCommand=touch\\u{{1b}}[2J\" is \
+             not a host name or IP address (letters, digits, '-', '_' and '.'; no label may start \
+             or end with '-')\n  \
+             {} (known host keys): line 2: \"mallory\\x1b]52;c;cm0gLXJmIH4K\\x07\" is not a host \
+             name\n",
+            at("backups/etcd/20261122T230000Z.json"),
+            at("journal/rolling-update.json"),
+            at("hosts/w9"),
+            at("known_hosts"),
+        )
+    );
+    assert_eq!(
+        stderr(&o),
+        format!("Run `kprov delete damaged {name} --yes` to remove them.\n")
+    );
+    assert!(get(&format!("{name}/hosts/w9")).is_some());
+    assert!(
+        get(&format!("{name}/lock")).is_none(),
+        "a preview took the lock"
+    );
+
+    let o = env.run(&["delete", "damaged", name, "--yes"]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(stderr(&o).lines().count(), 4, "{}", out(&o));
+    assert!(
+        stderr(&o).lines().all(|l| l.starts_with("removed ")),
+        "{}",
+        out(&o)
+    );
+    for gone in [
+        "hosts/w9",
+        "journal/rolling-update.json",
+        "backups/etcd/20261122T230000Z.json",
+        "lock",
+    ] {
+        assert!(get(&format!("{name}/{gone}")).is_none(), "{gone} stays");
+    }
+    // The good records stay: the backup, and the two good host keys.
+    assert!(get(&format!("{name}/backups/etcd/20261122T213500Z.json")).is_some());
+    assert_eq!(
+        String::from_utf8(get(&format!("{name}/known_hosts")).expect("known_hosts")).unwrap(),
+        "cp1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n[cp2]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n"
+    );
+    let o = env.run(&["delete", "damaged", name]);
+    assert_eq!(
+        stderr(&o),
+        format!("cluster {name} has no damaged records\n"),
+        "{}",
+        out(&o)
+    );
+    let o = env.run(&["get", "backups", name]);
+    assert_eq!(stderr(&o), "", "{}", out(&o));
+}
+
+#[test]
+fn damaged_records_are_named_and_delete_damaged_clears_them() {
+    let env = Env::new();
+    let name = "records.example.com";
+    create_metal(&env, name);
+    let root = env.state();
+    plant_records(name, &|key, data| {
+        let path = root.join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    });
+    damaged_records_are_named_and_cleared(&env, name, &|key| std::fs::read(root.join(key)).ok());
 }
