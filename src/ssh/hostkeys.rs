@@ -49,7 +49,7 @@ pub(crate) fn parse(text: &str) -> Vec<KnownKey> {
 const KNOWN_HOSTS_LIMIT: usize = 1 << 20;
 
 /// Reads one line of the cluster's known_hosts with the rules kprov writes it by
-/// ([`KnownKey::line`]): exactly `pattern keytype base64`, the pattern a host name, an address
+/// ([`KnownKey::line`]): `pattern keytype base64` (a comment may follow), the pattern a host name, an address
 /// or `[host]:port`, a key type ssh offers, the key in base64, at most 16 KiB.
 fn check_line(line: &str) -> Result<KnownKey, String> {
     use crate::output::untrusted;
@@ -59,8 +59,9 @@ fn check_line(line: &str) -> Result<KnownKey, String> {
             line.len()
         ));
     }
-    let f: Vec<&str> = line.split(' ').collect();
-    let [pattern, key_type, key] = f.as_slice() else {
+    // A comment after the key (a line pasted from a `.pub` file) is allowed and never used.
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let [pattern, key_type, key, ..] = f.as_slice() else {
         return Err(format!(
             "{:?} is not `NAME KEYTYPE KEY`",
             untrusted(&line.chars().take(80).collect::<String>())
@@ -370,11 +371,16 @@ mod tests {
                     evil\u{1b}]52;c;eA==\u{7} ssh-ed25519 AAAA\n\
                     h3 ssh-dss AAAA\n\
                     h4 ssh-ed25519 AA$(x)\n\
-                    h5 ssh-ed25519 AAAA extra\n";
+                    h5 ssh-ed25519\n\
+                    h6 ssh-ed25519 AAAA a comment\n";
         let (good, damaged) = parse_checked(text.as_bytes());
         assert_eq!(
             good.iter().map(KnownKey::line).collect::<Vec<_>>(),
-            ["h1 ssh-ed25519 AAAAC3Nz", "[h2]:2200 ssh-rsa AAAAB3="]
+            [
+                "h1 ssh-ed25519 AAAAC3Nz",
+                "[h2]:2200 ssh-rsa AAAAB3=",
+                "h6 ssh-ed25519 AAAA"
+            ]
         );
         assert_eq!(
             damaged,
@@ -388,7 +394,7 @@ mod tests {
                 (7, "the key of h4 is not base64".to_string()),
                 (
                     8,
-                    "\"h5 ssh-ed25519 AAAA extra\" is not `NAME KEYTYPE KEY`".to_string()
+                    "\"h5 ssh-ed25519\" is not `NAME KEYTYPE KEY`".to_string()
                 ),
             ]
         );

@@ -726,40 +726,79 @@ fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
     }
 }
 
+/// A fresh bucket in moto, with a store under its prefix `t`, for the S3 variants.
+struct S3Bucket {
+    rt: tokio::runtime::Runtime,
+    s3: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3Bucket {
+    fn new() -> S3Bucket {
+        use crate::support::moto::moto;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let bucket = format!("kprov-trust-{:016x}", rand::random::<u64>());
+        let s3 = rt.block_on(async {
+            let s3 = aws_sdk_s3::Client::from_conf(
+                aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
+                    .force_path_style(true)
+                    .build(),
+            );
+            s3.create_bucket()
+                .bucket(&bucket)
+                .send()
+                .await
+                .expect("bucket");
+            s3
+        });
+        S3Bucket { rt, s3, bucket }
+    }
+
+    fn env(&self) -> Env {
+        Env::with_store(format!("s3://{}/t", self.bucket)).with_moto()
+    }
+
+    /// Writes `data` at the store key `key` (below the prefix `t`).
+    fn put(&self, key: &str, data: &[u8]) {
+        self.rt
+            .block_on(
+                self.s3
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(format!("t/{key}"))
+                    .body(data.to_vec().into())
+                    .send(),
+            )
+            .expect("put");
+    }
+
+    /// The object at the store key `key`, if there is one.
+    fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.rt.block_on(async {
+            let o = self
+                .s3
+                .get_object()
+                .bucket(&self.bucket)
+                .key(format!("t/{key}"))
+                .send()
+                .await
+                .ok()?;
+            Some(o.body.collect().await.ok()?.into_bytes().to_vec())
+        })
+    }
+}
+
 #[test]
 fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_deleted() {
-    use crate::support::moto::moto;
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let bucket = format!("kprov-trust-{:016x}", rand::random::<u64>());
-    let s3 = rt.block_on(async {
-        let s3 = aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
-                .force_path_style(true)
-                .build(),
-        );
-        s3.create_bucket()
-            .bucket(&bucket)
-            .send()
-            .await
-            .expect("bucket");
-        s3
-    });
-    let put = |key: String, body: String| {
-        rt.block_on(
-            s3.put_object()
-                .bucket(&bucket)
-                .key(key)
-                .body(body.into_bytes().into())
-                .send(),
-        )
-        .expect("put");
-    };
-    let env = Env::with_store(format!("s3://{bucket}/t")).with_moto();
+    let b = S3Bucket::new();
+    let (rt, s3, bucket) = (&b.rt, &b.s3, &b.bucket);
+    let put = |key: String, body: String| b.put(&key, body.as_bytes());
+    let env = b.env();
     create(&env, "good.example.com");
     let name = "odd.example.com";
     create(&env, name);
 
-    put(format!("t/{name}/lock"), forged_lock());
+    put(format!("{name}/lock"), forged_lock());
     let o = env.run(&["delete", "cluster", name, "--yes"]);
     assert_no_controls(&o);
     assert_eq!(o.status.code(), Some(4), "{}", out(&o));
@@ -777,12 +816,12 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     // The config gone, other objects staying (one of them below where the config was).
     rt.block_on(
         s3.delete_object()
-            .bucket(&bucket)
+            .bucket(bucket)
             .key(format!("t/{name}/config"))
             .send(),
     )
     .expect("delete");
-    put(format!("t/{name}/config/junk"), "planted".into());
+    put(format!("{name}/config/junk"), "planted".into());
     let o = env.run(&["get", "clusters"]);
     assert_no_controls(&o);
     assert!(o.status.success(), "{}", out(&o));
@@ -807,7 +846,7 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     let left = rt
         .block_on(
             s3.list_objects_v2()
-                .bucket(&bucket)
+                .bucket(bucket)
                 .prefix(format!("t/{name}/"))
                 .send(),
         )
@@ -1001,4 +1040,168 @@ fn damaged_records_are_named_and_delete_damaged_clears_them() {
         std::fs::write(path, data).unwrap();
     });
     damaged_records_are_named_and_cleared(&env, name, &|key| std::fs::read(root.join(key)).ok());
+}
+
+#[test]
+fn on_s3_damaged_records_are_named_and_delete_damaged_clears_them() {
+    let b = S3Bucket::new();
+    let env = b.env();
+    let name = "records.example.com";
+    create_metal(&env, name);
+    plant_records(name, &|key, data| b.put(key, data));
+    damaged_records_are_named_and_cleared(&env, name, &|key| b.get(key));
+}
+
+/// Runs `args` (with `editor` as $EDITOR), expects a refusal, and the store as it was.
+fn refused_writes_nothing(
+    env: &Env,
+    args: &[&str],
+    editor: &Path,
+    before: &[(String, u64, String)],
+) {
+    let o = env.cmd(args).env("EDITOR", editor).output().unwrap();
+    assert_no_controls(&o);
+    assert!(!o.status.success(), "{args:?} was not refused: {}", out(&o));
+    assert_eq!(
+        snapshot(&env.state()),
+        before,
+        "{args:?} changed the store: {}",
+        out(&o)
+    );
+}
+
+#[test]
+fn every_refused_edit_update_and_delete_leaves_the_store_as_it_was() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let aws = "refuse.example.com";
+    create(&env, aws);
+    let metal = "refuse-metal.example.com";
+    create_metal(&env, metal);
+    let editor = |name: &str, script: &str| {
+        let path = env.path(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    };
+    // An edit that stays invalid, and an editor that fails.
+    let invalid = editor(
+        "invalid.sh",
+        "sed -i 's/podCIDR: 100.96.0.0\\/11/podCIDR: 172.20.0.0\\/24/' \"$1\"",
+    );
+    let failing = editor("failing.sh", "exit 1");
+    // A damaged record of a provisioned host (refuses the metal preview and apply) and a
+    // damaged journal (refuses a roll).
+    let hosts = env.state().join(metal).join("hosts");
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(hosts.join("w9"), "{\"name\": \"w9\u{1b}[2J\"}").unwrap();
+    let journal = env.state().join(metal).join("journal");
+    std::fs::create_dir_all(&journal).unwrap();
+    std::fs::write(journal.join("rolling-update.json"), "\u{1b}]52;c;eA==\u{7}").unwrap();
+    let before = snapshot(&env.state());
+    for (args, editor) in [
+        (vec!["edit", "cluster", aws], &invalid),
+        (vec!["edit", "cluster", aws], &failing),
+        (vec!["edit", "ig", "--name", aws, "nosuch"], &invalid),
+        (vec!["edit", "cluster", "nosuch.example.com"], &invalid),
+        (
+            vec!["update", "cluster", "nosuch.example.com", "--yes"],
+            &invalid,
+        ),
+        (vec!["update", "cluster", metal], &invalid),
+        (vec!["update", "cluster", metal, "--yes"], &invalid),
+        (vec!["rolling-update", "cluster", metal, "--yes"], &invalid),
+        (
+            vec!["delete", "ig", "--name", aws, "nosuch", "--yes"],
+            &invalid,
+        ),
+        (
+            vec!["delete", "instance", metal, "nosuch", "--yes"],
+            &invalid,
+        ),
+        (
+            vec!["delete", "cluster", "nosuch.example.com", "--yes"],
+            &invalid,
+        ),
+    ] {
+        refused_writes_nothing(&env, &args, editor, &before);
+    }
+    // While someone holds the lock, every mutating command is refused and writes nothing.
+    std::fs::write(env.state().join(aws).join("lock"), forged_lock()).unwrap();
+    let before = snapshot(&env.state());
+    let valid = editor("valid.sh", "sed -i 's/maxSize: 2/maxSize: 3/' \"$1\"");
+    let o = env.run(&["get", "clusters", aws, "-o", "yaml"]);
+    let file = env.path("again.yaml");
+    std::fs::write(&file, &o.stdout).unwrap();
+    for args in [
+        vec!["edit", "ig", "--name", aws, "nodes"],
+        vec!["replace", "-f", file.to_str().unwrap()],
+        vec!["update", "cluster", aws, "--yes"],
+        vec!["delete", "ig", "--name", aws, "nodes", "--yes"],
+        vec!["delete", "cluster", aws, "--yes"],
+    ] {
+        refused_writes_nothing(&env, &args, &valid, &before);
+    }
+}
+
+/// A YAML double-quoted scalar with every character but printable ASCII escaped (YAML
+/// allows no raw DEL or C1 even inside quotes).
+fn yaml_quoted(v: &str) -> String {
+    let mut out = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' | '\\' => out.push_str(&format!("\\{c}")),
+            c if c == ' ' || c.is_ascii_graphic() => out.push(c),
+            c => out.push_str(&format!("\\u{:04x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[test]
+fn yaml_and_json_output_is_exact_whatever_a_stored_value_holds() {
+    let env = Env::new();
+    let name = "exact.example.com";
+    create(&env, name);
+    // An annotation (free text) holding every kind of character a terminal acts on.
+    let hostile = format!("{OSC52}|{CLEAR}|{FORGED}|\u{7f}\u{9b}2J\u{202e}\u{2066}\ttab");
+    let config = env.state().join(name).join("config");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("\nmetadata:\n"), "{text}");
+    std::fs::write(
+        &config,
+        text.replacen(
+            "\nmetadata:\n",
+            &format!(
+                "\nmetadata:\n  annotations:\n    kprov.dev/note: {}\n",
+                yaml_quoted(&hostile)
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    for format in ["yaml", "json"] {
+        let o = env.run(&["get", "clusters", name, "-o", format]);
+        assert_no_controls(&o);
+        assert!(o.status.success(), "{}", out(&o));
+        let doc: serde_json::Value = if format == "json" {
+            serde_json::from_slice(&o.stdout).unwrap()
+        } else {
+            // The cluster, then its instance groups, as one multi-document stream.
+            {
+                let docs: Vec<serde_json::Value> =
+                    serde_saphyr::from_str_multiple(&stdout(&o)).unwrap();
+                docs[0].clone()
+            }
+        };
+        // `-o json` is a List of the cluster and its groups.
+        let doc = doc.get("items").map(|i| i[0].clone()).unwrap_or(doc);
+        assert_eq!(
+            doc["metadata"]["annotations"]["kprov.dev/note"],
+            serde_json::Value::String(hostile.clone()),
+            "{format}: {}",
+            out(&o)
+        );
+    }
 }
