@@ -616,19 +616,7 @@ fn plant_backups(env: &Env, name: &str) {
 fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
     let env = Env::new();
     let name = "lab.example.com";
-    let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
-    let o = env.run(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        inv,
-        "--ssh-public-key",
-        KEY,
-    ]);
-    assert!(o.status.success(), "{}", out(&o));
+    create_metal(&env, name);
     plant_backups(&env, name);
     let at = |file: &str| format!("{}/{name}/backups/etcd/{file}", env.store());
 
