@@ -1193,3 +1193,27 @@ fn yaml_and_json_output_is_exact_whatever_a_stored_value_holds() {
         );
     }
 }
+
+/// Taking over an expired lock warns with its holder escaped, and the log line carries no
+/// colour codes when stderr is not a terminal (issue 21).
+#[test]
+fn taking_over_a_forged_expired_lock_warns_escaped_and_without_colour() {
+    let env = Env::new();
+    let name = "takeover.example.com";
+    create(&env, name);
+    let expired = forged_lock().replace("2099-01-01T00:00:00Z", "2026-01-01T00:00:00Z");
+    std::fs::write(env.state().join(name).join("lock"), expired).unwrap();
+    let o = env.run(&["delete", "ig", "--name", name, "nodes", "--yes"]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert!(
+        stderr(&o).contains(
+            "took over the expired lock of cluster takeover.example.com held by \
+             mallory\\x1b]52;c;cm0gLXJmIH4K\\x07@evil\\x1b[2J\\x1b[H (pid 4242) running \
+             `kprov\\nerror: all nodes were deleted`"
+        ),
+        "{}",
+        out(&o)
+    );
+    assert!(!env.state().join(name).join("lock").exists());
+}
