@@ -1217,3 +1217,35 @@ fn taking_over_a_forged_expired_lock_warns_escaped_and_without_colour() {
     );
     assert!(!env.state().join(name).join("lock").exists());
 }
+
+/// An instance group created alone for a stored cluster is refused with every problem
+/// located in its file (never an error without file and line), and writes nothing.
+#[test]
+fn a_refused_instance_group_is_located_in_its_file() {
+    let env = Env::new();
+    let name = "located.example.com";
+    create(&env, name);
+    let file = env.path("ig.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata:\n  name: extra\n  \
+             labels:\n    kprov.dev/cluster: {name}\nspec:\n  role: Node\n  minSize: 3\n  \
+             maxSize: 1\n  subnets:\n  - eu-west-1z\n"
+        ),
+    )
+    .unwrap();
+    let before = snapshot(&env.state());
+    let o = env.run(&["create", "-f", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", out(&o));
+    let f = file.display();
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: {f}:9:12: spec.minSize: InstanceGroup extra: minSize 3 is larger than maxSize \
+             1\n{f}:12:5: spec.subnets[0]: InstanceGroup extra: unknown subnet \"eu-west-1z\"; the \
+             cluster has: eu-west-1a\n(2 problems)\n"
+        )
+    );
+    assert_eq!(snapshot(&env.state()), before);
+}
