@@ -18,3 +18,5 @@ pub mod repo;
 pub mod spec;
 pub mod ssh;
 pub mod state;
+#[cfg(test)]
+mod trust_boundary;

@@ -18,7 +18,7 @@ use serde::Serialize;
 /// included: in a single-line context a newline lets a value forge a line of kprov's own, such
 /// as `error: ...`), DEL, C1 controls (U+0080..U+009F: `U+009B` is a CSI on terminals that read
 /// C1 in UTF-8) and the bidi controls that reorder what is shown (Trojan Source).
-fn is_unsafe(c: char) -> bool {
+pub(crate) fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
@@ -77,6 +77,54 @@ impl fmt::Debug for Untrusted<'_> {
     }
 }
 
+/// Owned text kprov did not write itself, for error types and progress events that outlive
+/// the value they quote (a cloud API's message, a host's answer, an Auto Scaling failure
+/// reason). Like [`Untrusted`], its only ways out are a `Display` that escapes (always one
+/// line: a progress line or an error stays a line of kprov's own) and a quoted `Debug`; the raw
+/// text cannot be borrowed back for printing. Escaping is idempotent, so text that was already
+/// escaped (an `ExecError`'s message) passes unchanged but for its line breaks.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct UntrustedText(String);
+
+impl UntrustedText {
+    pub fn new(s: impl Into<String>) -> UntrustedText {
+        UntrustedText(s.into())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// For decisions on the text (is it a known error?), never for printing.
+    pub fn contains(&self, pattern: &str) -> bool {
+        self.0.contains(pattern)
+    }
+}
+
+impl From<String> for UntrustedText {
+    fn from(s: String) -> UntrustedText {
+        UntrustedText(s)
+    }
+}
+
+impl From<&str> for UntrustedText {
+    fn from(s: &str) -> UntrustedText {
+        UntrustedText(s.to_string())
+    }
+}
+
+impl fmt::Display for UntrustedText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&Untrusted(self.0.trim_end_matches('\n')), f)
+    }
+}
+
+impl fmt::Debug for UntrustedText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&Untrusted(&self.0), f)
+    }
+}
+
 /// Several lines of untrusted text (a host's stderr): each line escaped and indented with
 /// `  | `, so no line of it can pass for a line kprov wrote.
 pub struct UntrustedBlock<'a>(pub &'a str);
@@ -104,6 +152,29 @@ pub fn sanitize_lines(s: &str) -> Cow<'_, str> {
 /// inside strings, and the escape denotes the same string, so the document stays exact.
 pub fn json_terminal_safe(json: &str) -> Cow<'_, str> {
     data_safe(json, false)
+}
+
+/// YAML for stdout that stays exact whatever its strings hold. YAML can show only some
+/// characters escaped, and only inside double quotes: serde_saphyr writes DEL, C1 and bidi
+/// controls (and tabs) raw, in plain scalars where the printer's `\uXXXX` would read back as
+/// six characters. So a document that would carry any such character raw is written in YAML's
+/// JSON form instead (JSON is YAML: every string double-quoted, where `\uXXXX` is the same
+/// character), which the printer then makes terminal-safe without changing what it says.
+pub fn yaml_exact(yaml: String, value: &impl Serialize) -> String {
+    if !yaml.chars().any(|c| is_unsafe(c) && c != '\n') {
+        return yaml;
+    }
+    serde_json::to_string_pretty(value)
+        .map(|mut json| {
+            json.push('\n');
+            json
+        })
+        .unwrap_or(yaml)
+}
+
+/// [`yaml_exact`] of serde_saphyr's YAML: what every `-o yaml` prints.
+pub fn to_yaml<T: Serialize>(value: &T) -> Result<String, serde_saphyr::ser::Error> {
+    Ok(yaml_exact(serde_saphyr::to_string(value)?, value))
 }
 
 /// Like [`json_terminal_safe`] for any data; with `allow_sgr`, the colour sequences
@@ -317,7 +388,7 @@ impl Printer {
     ) -> anyhow::Result<()> {
         match self.format {
             Format::Json => self.data(&serde_json::to_string_pretty(value)?),
-            Format::Yaml => self.data(&serde_saphyr::to_string(value)?),
+            Format::Yaml => self.data(&to_yaml(value)?),
             Format::Table => self.data(&table().render()),
         }
         Ok(())
@@ -496,6 +567,38 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// `-o json` and `-o yaml` stay exact: whatever a string holds (control bytes, C1,
+        /// bidi controls, newlines), the printed document parses back to the same value, and
+        /// holds no unsafe character but line breaks.
+        #[test]
+        fn data_round_trips_exactly_through_json_and_yaml(
+            value in proptest::prop_oneof![
+                proptest::strategy::Strategy::prop_map(
+                    proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+                    |b| String::from_utf8_lossy(&b).into_owned(),
+                ),
+                "[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{202e}\\u{2066}a: #'\"\\n-]{0,40}",
+            ],
+        ) {
+            let v = serde_json::json!({"holder": value, "list": [value, "plain"], "n": 1});
+            for format in [Format::Json, Format::Yaml] {
+                let out = Buf::default();
+                let p = Printer::to_writers(format, Box::new(out.clone()), Box::new(Buf::default()));
+                p.value(&v, Table::default).unwrap();
+                let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+                proptest::prop_assert!(
+                    !text.chars().any(|c| is_unsafe(c) && c != '\n'),
+                    "{format:?}: {text:?}"
+                );
+                let back: serde_json::Value = match format {
+                    Format::Json => serde_json::from_str(&text).unwrap(),
+                    _ => serde_saphyr::from_str(&text)
+                        .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{e}: {text:?}")))?,
+                };
+                proptest::prop_assert_eq!(&back, &v, "{:?}: {:?}", format, text);
+            }
+        }
+
         /// Whatever a message holds, the printer writes no control byte but its own line
         /// breaks, on either stream, and an untrusted value adds no line break at all.
         #[test]

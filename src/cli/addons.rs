@@ -180,7 +180,7 @@ pub async fn validate(
     };
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&result)?),
-        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(&result)?),
+        Format::Yaml => ctx.printer.data(&crate::output::to_yaml(&result)?),
         Format::Table => ctx.printer.data(&result.render_text()),
     }
     if result.ok {

@@ -121,7 +121,7 @@ fn report_table(report: &CertificateReport) -> Table {
 fn print_report(ctx: &Ctx, report: &CertificateReport) -> anyhow::Result<()> {
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(report)?),
-        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(report)?),
+        Format::Yaml => ctx.printer.data(&crate::output::to_yaml(report)?),
         Format::Table => ctx.printer.data(&report_table(report).render()),
     }
     Ok(())

@@ -252,6 +252,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 delete_group(ctx, &name, &group, yes).await
             }
             DeleteWhat::Instance(a) => super::instance::delete_instance(ctx, &a).await,
+            DeleteWhat::Damaged { name, yes } => delete_damaged(ctx, &name, yes).await,
         },
         Command::Forget(f) => match f.what {
             ForgetWhat::HostKey { cluster, host, yes } => {
@@ -1194,6 +1195,48 @@ async fn lock_status(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
             .data(&format!("cluster {cluster} is not locked")),
         Some(r) => ctx.printer.data(&serde_json::to_string_pretty(&r)?),
     }
+    Ok(exit::OK)
+}
+
+/// `kprov delete damaged NAME [--yes]`: the records of a cluster that fail the checks on
+/// read, listed; with `--yes` removed under the cluster lock (`ops::damaged`).
+async fn delete_damaged(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32> {
+    use crate::ops::damaged;
+    let store = ctx.store().await?;
+    let found = damaged::find(store.as_ref(), name).await?;
+    if found.is_empty() {
+        ctx.printer
+            .status(&format!("cluster {name} has no damaged records"));
+        return Ok(exit::OK);
+    }
+    let lines: Vec<String> = found
+        .iter()
+        .map(|d| format!("  {}", damaged::describe(store.as_ref(), d)))
+        .collect();
+    if !yes {
+        ctx.printer.data(&format!(
+            "Will remove {} damaged record{} of cluster {name} (from known host keys only the \
+             damaged lines):\n{}",
+            found.len(),
+            if found.len() == 1 { "" } else { "s" },
+            lines.join("\n")
+        ));
+        ctx.printer.status(&format!(
+            "Run `kprov delete damaged {name} --yes` to remove them."
+        ));
+        return Ok(exit::OK);
+    }
+    locked(&store, name, "delete damaged", async {
+        // Checked again under the lock: only what is damaged now, at the version checked.
+        let found = damaged::find(store.as_ref(), name).await?;
+        damaged::remove(store.as_ref(), &found).await?;
+        for d in &found {
+            ctx.printer
+                .success(&format!("removed {}", damaged::describe(store.as_ref(), d)));
+        }
+        Ok(())
+    })
+    .await?;
     Ok(exit::OK)
 }
 

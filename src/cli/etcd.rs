@@ -120,9 +120,9 @@ pub async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
         ctx.printer.warn(&format!(
             "backup record {} is damaged: {}; it is not a backup kprov can use and `restore \
              etcd` refuses it. If you did not put it there, find out who can write the state \
-             store; then delete that object from the store",
+             store; then `kprov delete damaged {name} --yes` removes it",
             untrusted(&d.key),
-            d.reason
+            untrusted(&d.reason)
         ));
     }
     Ok(exit::OK)

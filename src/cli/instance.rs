@@ -63,7 +63,7 @@ fn render_plan(ctx: &Ctx, plan: &RemovalPlan) -> anyhow::Result<()> {
         }
         Format::Yaml => {
             ctx.printer
-                .data(&serde_saphyr::to_string(&preview_value(plan)?)?);
+                .data(&crate::output::to_yaml(&preview_value(plan)?)?);
             return Ok(());
         }
         Format::Table => {}
@@ -283,7 +283,7 @@ fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
             let text = if ctx.printer.format() == Format::Json {
                 serde_json::to_string_pretty(&v)?
             } else {
-                serde_saphyr::to_string(&v)?
+                crate::output::to_yaml(&v)?
             };
             ctx.printer.data(&text);
             return Ok(());

@@ -22,7 +22,7 @@ use crate::nodes::{self, Action, NodePlan, Target, TargetSource};
 use crate::ops::nodes::{
     self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, NodeReport, ResetOutcome,
 };
-use crate::output::{Format, Printer, Table};
+use crate::output::{Format, Printer, Table, sanitize_lines};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
 use crate::spec::{Cluster, Host, InstanceGroup};
 use crate::state::lock;
@@ -102,17 +102,19 @@ pub(super) fn render_events(ctx: &Ctx, targets: &[Target]) -> (Events, Option<Mu
                 ProgressEvent::Failed { phase, .. } => {
                     bar.abandon_with_message(format!("FAILED in {}", phase.as_str()))
                 }
-                _ => bar.set_message(line),
+                // indicatif writes to the terminal itself: the printer's backstop applies here
+                // by hand (a phase line quotes a host's error).
+                _ => bar.set_message(sanitize_lines(&line).into_owned()),
             }
         }
         NodeEvent::HostKeyRecorded { host, fingerprints } => {
-            let _ = above.println(format!(
+            let _ = above.println(sanitize_lines(&format!(
                 "{host}: new host key recorded: {}",
                 fingerprints.join(", ")
-            ));
+            )));
         }
         NodeEvent::Warning(w) => {
-            let _ = above.println(format!("Warning: {w}"));
+            let _ = above.println(sanitize_lines(&format!("Warning: {w}")));
         }
     });
     (events, Some(multi))
@@ -492,7 +494,7 @@ pub(super) fn preview(
 ) -> anyhow::Result<i32> {
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(plan)?),
-        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(plan)?),
+        Format::Yaml => ctx.printer.data(&crate::output::to_yaml(plan)?),
         Format::Table => {
             ctx.printer.data(&plan_table(plan).render());
             for n in &plan.nodes {

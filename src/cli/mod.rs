@@ -243,6 +243,15 @@ pub enum DeleteWhat {
         #[arg(long, short)]
         yes: bool,
     },
+    /// List a cluster's stored records that fail the checks on read (backups, the
+    /// rolling-update journal, records of provisioned hosts, known host keys); with --yes
+    /// remove them
+    Damaged {
+        name: String,
+        /// Really remove them
+        #[arg(long, short)]
+        yes: bool,
+    },
     /// Remove one node: cordon, drain, remove its etcd member, reset the host, delete the
     /// Node object (kops's `delete instance`, Kubespray's remove-node.yml; preview without --yes)
     Instance(DeleteInstanceArgs),

@@ -267,7 +267,7 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
                 problems: &o.problems,
                 ready_unknown: o.ready_error.as_deref(),
             })?),
-        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(plan)?),
+        Format::Yaml => ctx.printer.data(&crate::output::to_yaml(plan)?),
         Format::Table => {
             ctx.printer.data(&groups_table(plan).render());
             ctx.printer.data("");
@@ -374,11 +374,12 @@ fn roll_events(tty: bool, nodes: &[String]) -> (ops::RollEvents, Option<MultiPro
         }
         ops::RollEvent::Working { node, what } => {
             if let Some(bar) = bars.get(node) {
-                bar.set_message(what.clone());
+                // indicatif writes to the terminal itself: the printer's backstop by hand.
+                bar.set_message(crate::output::sanitize_lines(what).into_owned());
             }
         }
         ops::RollEvent::Gate { .. } | ops::RollEvent::Note(_) => {
-            let _ = above.println(gate_line(e));
+            let _ = above.println(crate::output::sanitize_lines(&gate_line(e)));
         }
     });
     (events, Some(multi))
@@ -883,7 +884,7 @@ pub async fn get_instances(
     }
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&rows)?),
-        Format::Yaml => ctx.printer.data(&serde_saphyr::to_string(&rows)?),
+        Format::Yaml => ctx.printer.data(&crate::output::to_yaml(&rows)?),
         Format::Table => {
             let mut t = Table::new(["ID", "NODE-NAME", "GROUP", "STATUS", "READY"]);
             for r in &rows {

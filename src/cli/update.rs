@@ -49,7 +49,7 @@ fn print_plan(
     };
     match printer.format() {
         Format::Json => printer.data(&serde_json::to_string_pretty(&document()?)?),
-        Format::Yaml => printer.data(&serde_saphyr::to_string(&document()?)?),
+        Format::Yaml => printer.data(&crate::output::to_yaml(&document()?)?),
         Format::Table => printer.data(&engine::render_text(
             plan,
             RenderOptions {
@@ -224,7 +224,8 @@ async fn aws_apply(
                 crate::output::untrusted(why)
             )),
             AwsEvent::Stray(s) => printer.warn(&format!(
-                "{s}: owned by {name} but in no instance group; not provisioned"
+                "{}: owned by {name} but in no instance group; not provisioned",
+                crate::output::untrusted(s)
             )),
             AwsEvent::Wait(WaitEvent::Waiting { instance, last }) => {
                 printer.status(&format!("{instance}: waiting for SSH ({last})"))
@@ -256,7 +257,7 @@ async fn aws_apply(
                 s.desired,
                 waited.as_secs(),
                 s.last_failure
-                    .as_deref()
+                    .as_ref()
                     .map(|r| format!("; last failed launch: {r}"))
                     .unwrap_or_default()
             )),

@@ -167,12 +167,118 @@ impl Journal {
     }
 }
 
+/// A journal is a few hundred bytes per node; anything much larger is not one kprov wrote.
+const JOURNAL_LIMIT: usize = 4 << 20;
+/// More nodes than any cluster kprov rolls.
+const MAX_NODES: usize = 10_000;
+
+/// A node, instance, group or target name in a journal: what kprov writes there (host names,
+/// instance ids, `ip-10-0-0-1.ec2.internal`, group names), never anything a terminal or a
+/// command could act on.
+fn check_name(field: &str, v: &str) -> Result<(), String> {
+    let ok = !v.is_empty()
+        && v.len() <= 253
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field} {:?} is not a node or group name",
+            crate::output::untrusted(v)
+        ))
+    }
+}
+
+fn check_len(field: &str, v: &str, max: usize) -> Result<(), String> {
+    if v.chars().count() > max {
+        return Err(format!("{field} is longer than {max} characters"));
+    }
+    Ok(())
+}
+
+impl Journal {
+    /// Reads a journal object of `cluster` with the rules kprov writes it by: JSON with times
+    /// in RFC 3339 (`startedAt` not after `updatedAt`), the cluster's own name, node, target,
+    /// group and replacement names that are names, batches in order, text fields of bounded
+    /// length, at most [`JOURNAL_LIMIT`] bytes. Anything else is damaged and never resumed.
+    pub fn parse(data: &[u8], cluster: &str) -> Result<Journal, String> {
+        use crate::output::untrusted;
+        if data.len() > JOURNAL_LIMIT {
+            return Err(format!(
+                "{} bytes, more than a journal's {JOURNAL_LIMIT}",
+                data.len()
+            ));
+        }
+        let j: Journal = serde_json::from_slice(data).map_err(|e| {
+            // serde quotes the offending value (an unknown step) as it is.
+            format!("not a journal: {}", untrusted(&e.to_string()))
+        })?;
+        if j.cluster != cluster {
+            return Err(format!(
+                "it is the journal of cluster {:?}, not of {cluster}",
+                untrusted(&j.cluster)
+            ));
+        }
+        if j.started_at > j.updated_at {
+            return Err("startedAt is after updatedAt".into());
+        }
+        check_len("startedBy", &j.started_by, 256)?;
+        if let Some(v) = &j.kubernetes_version {
+            let plain = v.strip_prefix('v').unwrap_or(v);
+            if v.len() > 32
+                || plain.split('.').count() != 3
+                || !plain
+                    .split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return Err(format!(
+                    "kubernetesVersion {:?} is not a version like 1.36.4",
+                    untrusted(v)
+                ));
+            }
+        }
+        if j.nodes.len() > MAX_NODES || j.left_alone.len() > 2 * MAX_NODES {
+            return Err(format!("more than {MAX_NODES} nodes"));
+        }
+        let mut batch = 0;
+        for (i, n) in j.nodes.iter().enumerate() {
+            let at = format!("nodes[{i}].");
+            check_name(&format!("{at}target"), &n.target)?;
+            check_name(&format!("{at}nodeName"), &n.node_name)?;
+            check_name(&format!("{at}group"), &n.group)?;
+            if let Some(r) = &n.replacement {
+                check_name(&format!("{at}replacement"), r)?;
+            }
+            if let Some(s) = &n.stopped {
+                check_len(&format!("{at}stopped"), s, 4096)?;
+            }
+            if n.batch < batch || n.batch > MAX_NODES {
+                return Err(format!("{at}batch {} is out of order", n.batch));
+            }
+            batch = n.batch;
+        }
+        for (i, n) in j.left_alone.iter().enumerate() {
+            check_name(&format!("leftAlone[{i}]"), n)?;
+        }
+        Ok(j)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
+    /// The journal object fails [`Journal::parse`]: it is never resumed.
     #[error(
-        "the rolling-update journal {key} is unreadable ({reason}); inspect it, and remove it to start a new roll"
+        "the rolling-update journal {key} is damaged ({reason}) and is not used; if no roll \
+         is running, `kprov delete damaged {cluster}` lists it and `kprov delete damaged \
+         {cluster} --yes` removes it, and the next roll starts from a fresh plan",
+        reason = crate::output::untrusted(reason)
     )]
-    Corrupt { key: String, reason: String },
+    Corrupt {
+        cluster: String,
+        key: String,
+        reason: String,
+    },
     #[error(transparent)]
     State(#[from] StateError),
 }
@@ -201,10 +307,11 @@ impl<'a> JournalFile<'a> {
                 None,
             )),
             Some(o) => {
-                let journal: Journal =
-                    serde_json::from_slice(&o.data).map_err(|e| JournalError::Corrupt {
+                let journal =
+                    Journal::parse(&o.data, cluster).map_err(|reason| JournalError::Corrupt {
+                        cluster: cluster.to_string(),
                         key: store.key_location(&key),
-                        reason: e.to_string(),
+                        reason,
                     })?;
                 Ok((
                     JournalFile {
@@ -222,6 +329,7 @@ impl<'a> JournalFile<'a> {
     pub async fn save(&mut self, journal: &mut Journal) -> Result<(), JournalError> {
         journal.updated_at = Utc::now();
         let data = serde_json::to_vec_pretty(journal).map_err(|e| JournalError::Corrupt {
+            cluster: journal.cluster.clone(),
             key: self.key.clone(),
             reason: e.to_string(),
         })?;
@@ -232,5 +340,85 @@ impl<'a> JournalFile<'a> {
         let version = self.store.put(&self.key, Bytes::from(data), cond).await?;
         self.version = Some(version);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> serde_json::Value {
+        serde_json::json!({
+            "cluster": "lab.example.com",
+            "startedAt": "2026-11-22T21:00:00Z",
+            "updatedAt": "2026-11-22T21:05:00Z",
+            "startedBy": "alice@desk",
+            "kubernetesVersion": "1.36.4",
+            "cloudOnly": false,
+            "nodes": [{
+                "target": "w1", "nodeName": "w1", "group": "nodes", "action": "reprovision",
+                "batch": 0, "step": "drained",
+            }],
+            "leftAlone": ["cp1"],
+            "finished": false,
+        })
+    }
+
+    fn parse(v: &serde_json::Value) -> Result<Journal, String> {
+        Journal::parse(v.to_string().as_bytes(), "lab.example.com")
+    }
+
+    #[test]
+    fn a_journal_is_checked_by_the_rules_it_is_written_by() {
+        let j = parse(&good()).expect("the journal kprov writes");
+        // What kprov writes reads back the same.
+        let again = Journal::parse(&serde_json::to_vec(&j).unwrap(), "lab.example.com");
+        assert_eq!(again, Ok(j));
+        let damaged = |path: &str, value: serde_json::Value| {
+            let mut v = good();
+            *v.pointer_mut(path).unwrap() = value;
+            parse(&v).expect_err(path)
+        };
+        assert_eq!(
+            damaged("/cluster", "other.example.com".into()),
+            "it is the journal of cluster \"other.example.com\", not of lab.example.com"
+        );
+        assert_eq!(
+            damaged("/nodes/0/nodeName", "w1\u{1b}[2J\nerror: x".into()),
+            "nodes[0].nodeName \"w1\\x1b[2J\\nerror: x\" is not a node or group name"
+        );
+        assert_eq!(
+            damaged("/nodes/0/target", "../../etc".into()),
+            "nodes[0].target \"../../etc\" is not a node or group name"
+        );
+        assert!(damaged("/startedAt", "yesterday".into()).starts_with("not a journal: "));
+        assert_eq!(
+            damaged("/startedAt", "2026-11-23T00:00:00Z".into()),
+            "startedAt is after updatedAt"
+        );
+        assert_eq!(
+            damaged("/kubernetesVersion", "1.36; rm -rf /".into()),
+            "kubernetesVersion \"1.36; rm -rf /\" is not a version like 1.36.4"
+        );
+        assert_eq!(
+            damaged("/startedBy", "x".repeat(300).into()),
+            "startedBy is longer than 256 characters"
+        );
+        assert_eq!(
+            damaged("/leftAlone/0", "".into()),
+            "leftAlone[0] \"\" is not a node or group name"
+        );
+        // serde's own message quotes the unknown step as it is: escaped here.
+        let e = damaged("/nodes/0/step", "\u{1b}]52;c;eA==\u{7}".into());
+        assert!(
+            e.contains("\\x1b]52;c;eA==\\x07") && !e.contains('\u{1b}'),
+            "{e}"
+        );
+        let big = vec![b' '; JOURNAL_LIMIT + 1];
+        assert!(
+            Journal::parse(&big, "lab.example.com")
+                .unwrap_err()
+                .contains("more than a journal's")
+        );
     }
 }

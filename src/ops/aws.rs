@@ -82,7 +82,8 @@ pub enum AwsEvent<'a> {
     /// Still silent at the end of the wait (provisioning it will fail and say so).
     NotAnswering {
         instance: String,
-        last: String,
+        /// The last probe's or login's error: ssh's and the instance's text.
+        last: crate::output::UntrustedText,
         waited: Duration,
     },
 }
@@ -281,11 +282,12 @@ pub async fn apply(
         let mut bastion_late = None;
         for (instance, last) in late {
             if bastion.as_ref().is_some_and(|(b, _)| *b == instance) {
-                bastion_late = Some(last.clone());
+                // The bastion's last error is its sshd's (or the network's) text: shown escaped.
+                bastion_late = Some(crate::output::UntrustedText::new(last.clone()));
             }
             events(&AwsEvent::NotAnswering {
                 instance,
-                last,
+                last: last.into(),
                 waited: ssh_wait,
             });
         }
@@ -317,7 +319,7 @@ pub async fn apply(
         let on_wait = |last: String| {
             events(&AwsEvent::Wait(wait::WaitEvent::Waiting {
                 instance: t.name().to_string(),
-                last,
+                last: last.into(),
             }))
         };
         (
@@ -341,7 +343,7 @@ pub async fn apply(
         if let Err(LoginWait::Late(last)) = r {
             events(&AwsEvent::NotAnswering {
                 instance: t.name().to_string(),
-                last,
+                last: last.into(),
                 waited: ssh_wait,
             });
         }

@@ -364,6 +364,26 @@ impl BackupRecord {
     }
 }
 
+/// A stored backup record read from `key` under `prefix`: bounded, JSON, then
+/// [`BackupRecord::check`].
+pub fn check_record(prefix: &str, key: &str, data: &[u8]) -> Result<BackupRecord, String> {
+    if data.len() > RECORD_LIMIT {
+        return Err(format!(
+            "{} bytes, more than a backup record's {RECORD_LIMIT}",
+            data.len()
+        ));
+    }
+    serde_json::from_slice::<BackupRecord>(data)
+        .map_err(|e| {
+            // serde quotes the offending value as it is.
+            format!(
+                "not a backup record: {}",
+                crate::output::untrusted(&e.to_string())
+            )
+        })
+        .and_then(|r| r.check(prefix, key).map(|()| r))
+}
+
 /// Every backup of `cluster`: the records that pass [`BackupRecord::check`], oldest first, and
 /// the others as damaged with their key and reason (the store is a trust boundary: nothing is
 /// skipped silently, and nothing that fails is used).
@@ -377,17 +397,7 @@ pub async fn list(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Backu
         let Some(obj) = store.get(&key).await? else {
             continue;
         };
-        let checked = if obj.data.len() > RECORD_LIMIT {
-            Err(format!(
-                "{} bytes, more than a backup record's {RECORD_LIMIT}",
-                obj.data.len()
-            ))
-        } else {
-            serde_json::from_slice::<BackupRecord>(&obj.data)
-                .map_err(|e| format!("not a backup record: {e}"))
-                .and_then(|r| r.check(&prefix, &key).map(|()| r))
-        };
-        match checked {
+        match check_record(&prefix, &key, &obj.data) {
             Ok(r) => out.records.push(r),
             Err(reason) => out.damaged.push(DamagedRecord {
                 key: store.key_location(&key),

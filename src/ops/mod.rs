@@ -16,6 +16,8 @@
 //! - [`aws`]: `update cluster` and `delete cluster` on AWS: the cloud plan and apply, then
 //!   the instances as node targets converged through [`nodes::converge`].
 //! - [`interrupt`]: SIGINT/SIGTERM caught once per command, raced by every long wait.
+//! - [`damaged`]: every record of a cluster that fails the checks on read, and their removal
+//!   (`delete damaged`).
 //! - [`etcd`]: snapshots into the state store ([`etcd::backup`], which a rolling update
 //!   calls before control-plane rolls), listing them, and restoring every member.
 
@@ -23,6 +25,7 @@ pub mod addons;
 pub mod aws;
 pub mod certificates;
 pub mod credentials;
+pub mod damaged;
 pub mod etcd;
 pub mod instance;
 pub mod interrupt;

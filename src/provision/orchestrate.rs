@@ -172,7 +172,8 @@ pub enum ProgressEvent {
     Failed {
         host: String,
         phase: Phase,
-        error: String,
+        /// Quotes what the host said: shown only escaped, on one line.
+        error: crate::output::UntrustedText,
     },
 }
 
@@ -439,7 +440,7 @@ async fn timed(
         Err(error) => ProgressEvent::Failed {
             host: host.into(),
             phase,
-            error: error.message.clone(),
+            error: error.message.as_str().into(),
         },
     });
     (start.elapsed(), r)

@@ -279,7 +279,11 @@ pub fn to_yaml_stream<'a>(
 pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::ser::Error> {
     let mut options = serde_saphyr::SerializerOptions::default();
     options.folded_wrap_chars = usize::MAX / 2;
-    serde_saphyr::to_string_with_options(value, options)
+    // Exact on stdout whatever a stored value holds (see `output::yaml_exact`).
+    Ok(crate::output::yaml_exact(
+        serde_saphyr::to_string_with_options(value, options)?,
+        value,
+    ))
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -489,7 +489,10 @@ impl SshFleet {
             self.progress.event(&Event::StepFinished {
                 host: host.to_string(),
                 step: step.name.clone(),
-                result: result.as_ref().map(Clone::clone).map_err(|e| e.to_string()),
+                result: result
+                    .as_ref()
+                    .map(Clone::clone)
+                    .map_err(|e| e.to_string().into()),
                 duration: started.elapsed(),
             });
             outcomes.push((step.name.clone(), result?));
@@ -584,12 +587,23 @@ impl SshFleet {
             host: host.to_string(),
             message: format!("reading known host keys: {e}"),
         })?;
-        Ok(obj
-            .map(|o| hostkeys::parse(&String::from_utf8_lossy(&o.data)))
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|k| k.pattern == pattern)
-            .collect())
+        let Some(obj) = obj else {
+            return Ok(Vec::new());
+        };
+        // Checked on read: a damaged line is reported and refused, never used or skipped
+        // silently (a key that vanished would read as a first contact).
+        let (keys, damaged) = hostkeys::parse_checked(&obj.data);
+        if !damaged.is_empty() {
+            return Err(ExecError::Other {
+                host: host.to_string(),
+                message: hostkeys::damaged_message(
+                    &self.store.key_location(&key),
+                    &self.cluster,
+                    &damaged,
+                ),
+            });
+        }
+        Ok(keys.into_iter().filter(|k| k.pattern == pattern).collect())
     }
 
     async fn fingerprints(&self, host: &str, keys: &[KnownKey]) -> Result<String, ExecError> {

@@ -45,6 +45,117 @@ pub(crate) fn parse(text: &str) -> Vec<KnownKey> {
         .collect()
 }
 
+/// A cluster's known_hosts object larger than this is not one kprov wrote.
+const KNOWN_HOSTS_LIMIT: usize = 1 << 20;
+
+/// Reads one line of the cluster's known_hosts with the rules kprov writes it by
+/// ([`KnownKey::line`]): `pattern keytype base64` (a comment may follow), the pattern a host name, an address
+/// or `[host]:port`, a key type ssh offers, the key in base64, at most 16 KiB.
+fn check_line(line: &str) -> Result<KnownKey, String> {
+    use crate::output::untrusted;
+    if line.len() > 16 << 10 {
+        return Err(format!(
+            "{} bytes, more than a key line's 16 KiB",
+            line.len()
+        ));
+    }
+    // A comment after the key (a line pasted from a `.pub` file) is allowed and never used.
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let [pattern, key_type, key, ..] = f.as_slice() else {
+        return Err(format!(
+            "{:?} is not `NAME KEYTYPE KEY`",
+            untrusted(&line.chars().take(80).collect::<String>())
+        ));
+    };
+    let pattern_ok = !pattern.is_empty()
+        && pattern.len() <= 300
+        && pattern
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-:[]%".contains(&b));
+    if !pattern_ok {
+        return Err(format!("{:?} is not a host name", untrusted(pattern)));
+    }
+    let type_ok = matches!(
+        *key_type,
+        "ssh-ed25519"
+            | "ssh-rsa"
+            | "ecdsa-sha2-nistp256"
+            | "ecdsa-sha2-nistp384"
+            | "ecdsa-sha2-nistp521"
+            | "sk-ssh-ed25519@openssh.com"
+            | "sk-ecdsa-sha2-nistp256@openssh.com"
+    );
+    if !type_ok {
+        return Err(format!("{:?} is not an SSH key type", untrusted(key_type)));
+    }
+    if key.is_empty()
+        || !key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
+    {
+        return Err(format!("the key of {} is not base64", untrusted(pattern)));
+    }
+    Ok(KnownKey {
+        pattern: pattern.to_string(),
+        key_type: key_type.to_string(),
+        key: key.to_string(),
+    })
+}
+
+/// The stored known_hosts read with [`check_line`]: the good keys, and the damaged lines
+/// (1-based number, reason), which are never used. Blank lines are kprov's own separators.
+pub(crate) fn parse_checked(data: &[u8]) -> (Vec<KnownKey>, Vec<(usize, String)>) {
+    if data.len() > KNOWN_HOSTS_LIMIT {
+        return (
+            Vec::new(),
+            vec![(
+                0,
+                format!(
+                    "{} bytes, more than a known_hosts' {KNOWN_HOSTS_LIMIT}",
+                    data.len()
+                ),
+            )],
+        );
+    }
+    let mut good = Vec::new();
+    let mut damaged = Vec::new();
+    for (i, line) in data.split(|b| *b == b'\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let checked = std::str::from_utf8(line)
+            .map_err(|_| "not UTF-8".to_string())
+            .and_then(check_line);
+        match checked {
+            Ok(k) => good.push(k),
+            Err(reason) => damaged.push((i + 1, reason)),
+        }
+    }
+    (good, damaged)
+}
+
+/// What an error says about damaged lines of `location` (the cluster's known_hosts), with
+/// the command that removes them.
+pub(crate) fn damaged_message(
+    location: &str,
+    cluster: &str,
+    damaged: &[(usize, String)],
+) -> String {
+    let lines: Vec<String> = damaged
+        .iter()
+        .map(|(n, reason)| match n {
+            0 => crate::output::untrusted(reason).to_string(),
+            n => format!("line {n}: {}", crate::output::untrusted(reason)),
+        })
+        .collect();
+    format!(
+        "the host keys {location} are damaged ({}); no key of them is used until that is \
+         removed: `kprov delete damaged {cluster}` lists it and `kprov delete damaged {cluster} \
+         --yes` removes the damaged lines",
+        lines.join("; ")
+    )
+}
+
 /// The name ssh looks a host key up under: the HostKeyAlias if configured, else the host
 /// name, with the port in brackets when it is not 22.
 pub(crate) fn pattern(hostname: &str, port: u16, alias: Option<&str>) -> String {
@@ -296,6 +407,51 @@ mod tests {
         assert_eq!(keys.len(), 2);
         assert_eq!(keys[0].line(), "h1 ssh-ed25519 AAAA");
         assert_eq!(keys[1].pattern, "[h2]:2200");
+    }
+
+    #[test]
+    fn stored_keys_are_checked_line_by_line_and_damaged_lines_named() {
+        let text = "h1 ssh-ed25519 AAAAC3Nz\n\n[h2]:2200 ssh-rsa AAAAB3=\n\
+                    # a comment\n\
+                    evil\u{1b}]52;c;eA==\u{7} ssh-ed25519 AAAA\n\
+                    h3 ssh-dss AAAA\n\
+                    h4 ssh-ed25519 AA$(x)\n\
+                    h5 ssh-ed25519\n\
+                    h6 ssh-ed25519 AAAA a comment\n";
+        let (good, damaged) = parse_checked(text.as_bytes());
+        assert_eq!(
+            good.iter().map(KnownKey::line).collect::<Vec<_>>(),
+            [
+                "h1 ssh-ed25519 AAAAC3Nz",
+                "[h2]:2200 ssh-rsa AAAAB3=",
+                "h6 ssh-ed25519 AAAA"
+            ]
+        );
+        assert_eq!(
+            damaged,
+            [
+                (4, "\"#\" is not a host name".to_string()),
+                (
+                    5,
+                    "\"evil\\x1b]52;c;eA==\\x07\" is not a host name".to_string()
+                ),
+                (6, "\"ssh-dss\" is not an SSH key type".to_string()),
+                (7, "the key of h4 is not base64".to_string()),
+                (
+                    8,
+                    "\"h5 ssh-ed25519\" is not `NAME KEYTYPE KEY`".to_string()
+                ),
+            ]
+        );
+        let (_, damaged) = parse_checked(b"h1 ssh-ed25519 \xff\xfe\n");
+        assert_eq!(damaged, [(1, "not UTF-8".to_string())]);
+        let msg = damaged_message("s3://b/c/known_hosts", "c", &damaged);
+        assert_eq!(
+            msg,
+            "the host keys s3://b/c/known_hosts are damaged (line 1: not UTF-8); no key of them \
+             is used until that is removed: `kprov delete damaged c` lists it and `kprov delete \
+             damaged c --yes` removes the damaged lines"
+        );
     }
 
     proptest::proptest! {

@@ -5,7 +5,7 @@
 //! the state store. See docs/ssh.md.
 
 mod engine;
-mod hostkeys;
+pub(crate) mod hostkeys;
 pub mod progress;
 pub mod task;
 

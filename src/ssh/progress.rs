@@ -36,8 +36,8 @@ pub enum Event {
     StepFinished {
         host: String,
         step: String,
-        /// The outcome, or the error message.
-        result: Result<StepOutcome, String>,
+        /// The outcome, or the error message (it quotes the host: shown escaped, one line).
+        result: Result<StepOutcome, crate::output::UntrustedText>,
         duration: Duration,
     },
     /// Emitted by [`super::SshFleet::run_all`] when a host is done (or failed).

@@ -410,7 +410,7 @@ async fn auto_scaling_launches_later_and_the_launch_wait_says_so() {
     assert!(
         nodes_short
             .last_failure
-            .as_deref()
+            .as_ref()
             .is_some_and(|r| r.contains(reason)),
         "{short:?}"
     );

@@ -865,7 +865,8 @@ mod roll_with_yes {
         }
         assert_eq!(
             lab.journal_step(name, "host1").as_deref(),
-            Some("uncordoned")
+            Some("uncordoned"),
+            "{err}"
         );
 
         // 3. Healed: the next run resumes at the gate after host1 and rolls the rest only.

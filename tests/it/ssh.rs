@@ -493,18 +493,18 @@ async fn step_timeout_is_reported_and_the_remote_command_stopped() {
     }
 }
 
-#[tokio::test]
-async fn host_behind_a_bastion_is_reached_through_it() {
-    let th = TestHosts::start(2);
-    let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
-    // The jump host is the operator's business: its key is checked by the ssh config given
-    // with -F (which ProxyJump passes on), never disabled.
+/// The operator's ssh config for the bastion `th.hosts[0]`: the jump host is the operator's
+/// business, its key checked by the ssh config given with -F (which ProxyJump passes on),
+/// never disabled; `known` says whether its key is in the operator's known_hosts.
+fn bastion_config(th: &TestHosts, known: bool) -> std::path::PathBuf {
+    let bastion = &th.hosts[0];
     let bastion_known = th.dir().join("bastion_known_hosts");
-    std::fs::write(
-        &bastion_known,
-        format!("{} {}", bastion.address, bastion.host_public_key()),
-    )
-    .unwrap();
+    let line = if known {
+        format!("{} {}", bastion.address, bastion.host_public_key())
+    } else {
+        String::new()
+    };
+    std::fs::write(&bastion_known, line).unwrap();
     let config = th.dir().join("ssh_config");
     std::fs::write(
         &config,
@@ -516,6 +516,53 @@ async fn host_behind_a_bastion_is_reached_through_it() {
         ),
     )
     .unwrap();
+    config
+}
+
+/// A bastion whose host key the operator never accepted: not "host unreachable", but what
+/// is untrusted and how to trust it (issue 21).
+#[tokio::test]
+async fn a_bastion_with_an_unknown_host_key_is_named_with_how_to_trust_it() {
+    let th = TestHosts::start(2);
+    let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
+    let mut behind = host(&th, "inner", &target.address, None);
+    behind.bastion = Some(format!("root@{}", bastion.address));
+    let options = SshOptions {
+        config_file: Some(bastion_config(&th, false)),
+        ..options(true)
+    };
+    let store = Arc::new(MemStore::default());
+    let fleet = SshFleet::new(
+        CLUSTER,
+        vec![behind],
+        store.clone(),
+        options,
+        Arc::new(Recorder::default()),
+    )
+    .unwrap();
+    let err = fleet
+        .run_steps("inner", &[step("mark", "true")])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "through the bastion root@{}: ssh does not trust the bastion's host key",
+            bastion.address
+        )) && err.contains(&format!("`ssh ssh://root@{}`", bastion.address))
+            && !err.contains("host unreachable"),
+        "{err}"
+    );
+    assert!(known_hosts(&store).await.is_empty(), "a key was recorded");
+    fleet.close().await;
+}
+
+#[tokio::test]
+async fn host_behind_a_bastion_is_reached_through_it() {
+    let th = TestHosts::start(2);
+    let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
+    let config = bastion_config(&th, true);
+    let bastion_known = th.dir().join("bastion_known_hosts");
     let mut behind = host(&th, "inner", &target.address, None);
     behind.bastion = Some(format!("root@{}", bastion.address));
     let behind_again = behind.clone();

@@ -616,19 +616,7 @@ fn plant_backups(env: &Env, name: &str) {
 fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
     let env = Env::new();
     let name = "lab.example.com";
-    let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
-    let o = env.run(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        inv,
-        "--ssh-public-key",
-        KEY,
-    ]);
-    assert!(o.status.success(), "{}", out(&o));
+    create_metal(&env, name);
     plant_backups(&env, name);
     let at = |file: &str| format!("{}/{name}/backups/etcd/{file}", env.store());
 
@@ -653,9 +641,11 @@ fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
                 }
             )
     );
-    let tail = "; it is not a backup kprov can use and `restore etcd` refuses it. If you did not \
-                put it there, find out who can write the state store; then delete that object \
-                from the store";
+    let tail = format!(
+        "; it is not a backup kprov can use and `restore etcd` refuses it. If you did not put it \
+         there, find out who can write the state store; then `kprov delete damaged {name} --yes` \
+         removes it"
+    );
     let expected = [
         format!(
             "warning: backup record {} is damaged: it names \"{name}/secrets/admin.conf\", not its \
@@ -724,40 +714,79 @@ fn backup_records_are_checked_on_read_and_damaged_ones_never_used() {
     }
 }
 
+/// A fresh bucket in moto, with a store under its prefix `t`, for the S3 variants.
+struct S3Bucket {
+    rt: tokio::runtime::Runtime,
+    s3: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3Bucket {
+    fn new() -> S3Bucket {
+        use crate::support::moto::moto;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let bucket = format!("kprov-trust-{:016x}", rand::random::<u64>());
+        let s3 = rt.block_on(async {
+            let s3 = aws_sdk_s3::Client::from_conf(
+                aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
+                    .force_path_style(true)
+                    .build(),
+            );
+            s3.create_bucket()
+                .bucket(&bucket)
+                .send()
+                .await
+                .expect("bucket");
+            s3
+        });
+        S3Bucket { rt, s3, bucket }
+    }
+
+    fn env(&self) -> Env {
+        Env::with_store(format!("s3://{}/t", self.bucket)).with_moto()
+    }
+
+    /// Writes `data` at the store key `key` (below the prefix `t`).
+    fn put(&self, key: &str, data: &[u8]) {
+        self.rt
+            .block_on(
+                self.s3
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(format!("t/{key}"))
+                    .body(data.to_vec().into())
+                    .send(),
+            )
+            .expect("put");
+    }
+
+    /// The object at the store key `key`, if there is one.
+    fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.rt.block_on(async {
+            let o = self
+                .s3
+                .get_object()
+                .bucket(&self.bucket)
+                .key(format!("t/{key}"))
+                .send()
+                .await
+                .ok()?;
+            Some(o.body.collect().await.ok()?.into_bytes().to_vec())
+        })
+    }
+}
+
 #[test]
 fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_deleted() {
-    use crate::support::moto::moto;
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let bucket = format!("kprov-trust-{:016x}", rand::random::<u64>());
-    let s3 = rt.block_on(async {
-        let s3 = aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
-                .force_path_style(true)
-                .build(),
-        );
-        s3.create_bucket()
-            .bucket(&bucket)
-            .send()
-            .await
-            .expect("bucket");
-        s3
-    });
-    let put = |key: String, body: String| {
-        rt.block_on(
-            s3.put_object()
-                .bucket(&bucket)
-                .key(key)
-                .body(body.into_bytes().into())
-                .send(),
-        )
-        .expect("put");
-    };
-    let env = Env::with_store(format!("s3://{bucket}/t")).with_moto();
+    let b = S3Bucket::new();
+    let (rt, s3, bucket) = (&b.rt, &b.s3, &b.bucket);
+    let put = |key: String, body: String| b.put(&key, body.as_bytes());
+    let env = b.env();
     create(&env, "good.example.com");
     let name = "odd.example.com";
     create(&env, name);
 
-    put(format!("t/{name}/lock"), forged_lock());
+    put(format!("{name}/lock"), forged_lock());
     let o = env.run(&["delete", "cluster", name, "--yes"]);
     assert_no_controls(&o);
     assert_eq!(o.status.code(), Some(4), "{}", out(&o));
@@ -775,12 +804,12 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     // The config gone, other objects staying (one of them below where the config was).
     rt.block_on(
         s3.delete_object()
-            .bucket(&bucket)
+            .bucket(bucket)
             .key(format!("t/{name}/config"))
             .send(),
     )
     .expect("delete");
-    put(format!("t/{name}/config/junk"), "planted".into());
+    put(format!("{name}/config/junk"), "planted".into());
     let o = env.run(&["get", "clusters"]);
     assert_no_controls(&o);
     assert!(o.status.success(), "{}", out(&o));
@@ -805,7 +834,7 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     let left = rt
         .block_on(
             s3.list_objects_v2()
-                .bucket(&bucket)
+                .bucket(bucket)
                 .prefix(format!("t/{name}/"))
                 .send(),
         )
@@ -813,4 +842,410 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     assert!(left.contents().is_empty(), "left: {:?}", left.contents());
     let o = env.run(&["get", "clusters"]);
     assert_eq!(stderr(&o), "", "{}", out(&o));
+}
+
+// ---- Records checked on read, and the one way out of damaged ones (issue 21) ----
+
+/// Writes an object at a key of the store (relative to the store's root).
+type Put<'a> = &'a dyn Fn(&str, &[u8]);
+
+/// The metal cluster the record tests plant into (no host is ever contacted).
+fn create_metal(env: &Env, name: &str) {
+    let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
+    let o = env.run(&[
+        "create",
+        "cluster",
+        name,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inv,
+        "--ssh-public-key",
+        KEY,
+    ]);
+    assert!(o.status.success(), "{}", out(&o));
+}
+
+/// A good record of each kind and a damaged one: a journal naming a node with an escape
+/// sequence, a record of a provisioned host whose address is an ssh option, known host keys
+/// with one forged line between two good ones, a backup record whose time is not one.
+fn plant_records(name: &str, put: Put) {
+    let journal = serde_json::json!({
+        "cluster": name, "startedAt": "2026-11-22T21:00:00Z",
+        "updatedAt": "2026-11-22T21:05:00Z", "startedBy": "alice@desk", "cloudOnly": false,
+        "finished": false,
+        "nodes": [{"target": "w1", "nodeName": format!("w1{CLEAR}"), "group": "nodes",
+                   "action": "reprovision", "batch": 0, "step": "drained"}],
+    });
+    put(
+        &format!("{name}/journal/rolling-update.json"),
+        journal.to_string().as_bytes(),
+    );
+    let host = |address: &str| {
+        serde_json::json!({"name": "w9", "address": address, "roles": ["node"]}).to_string()
+    };
+    put(
+        &format!("{name}/hosts/w9"),
+        host("-oProxyCommand=touch\u{1b}[2J").as_bytes(),
+    );
+    put(
+        &format!("{name}/known_hosts"),
+        format!(
+            "cp1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n{OSC52} ssh-ed25519 AAAA\n\
+             [cp2]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n"
+        )
+        .as_bytes(),
+    );
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(b"snapshot"))
+    };
+    let id = "20261122T213500Z";
+    put(&format!("{name}/backups/etcd/{id}.db"), b"snapshot");
+    let record = serde_json::json!({
+        "id": id, "key": format!("{name}/backups/etcd/{id}.db"), "sha256": sha, "size": 8,
+        "host": "cp1", "takenAt": "2026-11-22T21:35:00Z", "etcd": "Stacked",
+    });
+    put(
+        &format!("{name}/backups/etcd/{id}.json"),
+        record.to_string().as_bytes(),
+    );
+    let bad = "20261122T230000Z";
+    let mut damaged = record.clone();
+    damaged["id"] = bad.into();
+    damaged["key"] = format!("{name}/backups/etcd/{bad}.db").into();
+    damaged["takenAt"] = "yesterday\u{1b}[2J".into();
+    put(
+        &format!("{name}/backups/etcd/{bad}.json"),
+        damaged.to_string().as_bytes(),
+    );
+}
+
+/// The messages of the damaged records and their removal, the same on every store:
+/// `get(key)` reads an object back (`None`: gone).
+fn damaged_records_are_named_and_cleared(
+    env: &Env,
+    name: &str,
+    get: &dyn Fn(&str) -> Option<Vec<u8>>,
+) {
+    let at = |key: &str| format!("{}/{name}/{key}", env.store());
+    let way_out = format!(
+        "`kprov delete damaged {name}` lists it and `kprov delete damaged {name} --yes` removes it"
+    );
+
+    // A damaged record of a provisioned host stops the preview, named with the way out.
+    let o = env.run(&["update", "cluster", name]);
+    assert_no_controls(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: the record of a provisioned host {} is damaged (address: \
+             \"-oProxyCommand=touch\\u{{1b}}[2J\" is not a host name or IP address (letters, \
+             digits, '-', '_' and '.'; no label may start or end with '-')) and is not used; \
+             {way_out} (the host is then no longer known as provisioned: `update cluster` \
+             re-provisions it if the spec lists it)\n",
+            at("hosts/w9")
+        )
+    );
+
+    // `delete damaged` lists every damaged record with its key and reason, and writes nothing.
+    let o = env.run(&["delete", "damaged", name]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "Will remove 4 damaged records of cluster {name} (from known host keys only the \
+             damaged lines):\n  \
+             {} (backup record): takenAt \"yesterday\\x1b[2J\" is not an RFC 3339 time\n  \
+             {} (rolling-update journal): nodes[0].nodeName \"w1evil\\x1b[2J\\x1b[H\" is not a \
+             node or group name\n  \
+             {} (record of a provisioned host): address: \"-oProxyCommand=touch\\u{{1b}}[2J\" is \
+             not a host name or IP address (letters, digits, '-', '_' and '.'; no label may start \
+             or end with '-')\n  \
+             {} (known host keys): line 2: \"mallory\\x1b]52;c;cm0gLXJmIH4K\\x07\" is not a host \
+             name\n",
+            at("backups/etcd/20261122T230000Z.json"),
+            at("journal/rolling-update.json"),
+            at("hosts/w9"),
+            at("known_hosts"),
+        )
+    );
+    assert_eq!(
+        stderr(&o),
+        format!("Run `kprov delete damaged {name} --yes` to remove them.\n")
+    );
+    assert!(get(&format!("{name}/hosts/w9")).is_some());
+    assert!(
+        get(&format!("{name}/lock")).is_none(),
+        "a preview took the lock"
+    );
+
+    let o = env.run(&["delete", "damaged", name, "--yes"]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert_eq!(stderr(&o).lines().count(), 4, "{}", out(&o));
+    assert!(
+        stderr(&o).lines().all(|l| l.starts_with("removed ")),
+        "{}",
+        out(&o)
+    );
+    for gone in [
+        "hosts/w9",
+        "journal/rolling-update.json",
+        "backups/etcd/20261122T230000Z.json",
+        "lock",
+    ] {
+        assert!(get(&format!("{name}/{gone}")).is_none(), "{gone} stays");
+    }
+    // The good records stay: the backup, and the two good host keys.
+    assert!(get(&format!("{name}/backups/etcd/20261122T213500Z.json")).is_some());
+    assert_eq!(
+        String::from_utf8(get(&format!("{name}/known_hosts")).expect("known_hosts")).unwrap(),
+        "cp1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n[cp2]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n"
+    );
+    let o = env.run(&["delete", "damaged", name]);
+    assert_eq!(
+        stderr(&o),
+        format!("cluster {name} has no damaged records\n"),
+        "{}",
+        out(&o)
+    );
+    let o = env.run(&["get", "backups", name]);
+    assert_eq!(stderr(&o), "", "{}", out(&o));
+}
+
+#[test]
+fn damaged_records_are_named_and_delete_damaged_clears_them() {
+    let env = Env::new();
+    let name = "records.example.com";
+    create_metal(&env, name);
+    let root = env.state();
+    plant_records(name, &|key, data| {
+        let path = root.join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    });
+    damaged_records_are_named_and_cleared(&env, name, &|key| std::fs::read(root.join(key)).ok());
+}
+
+#[test]
+fn on_s3_damaged_records_are_named_and_delete_damaged_clears_them() {
+    let b = S3Bucket::new();
+    let env = b.env();
+    let name = "records.example.com";
+    create_metal(&env, name);
+    plant_records(name, &|key, data| b.put(key, data));
+    damaged_records_are_named_and_cleared(&env, name, &|key| b.get(key));
+}
+
+/// Runs `args` (with `editor` as $EDITOR), expects a refusal, and the store as it was.
+fn refused_writes_nothing(
+    env: &Env,
+    args: &[&str],
+    editor: &Path,
+    before: &[(String, u64, String)],
+) {
+    let o = env.cmd(args).env("EDITOR", editor).output().unwrap();
+    assert_no_controls(&o);
+    assert!(!o.status.success(), "{args:?} was not refused: {}", out(&o));
+    assert_eq!(
+        snapshot(&env.state()),
+        before,
+        "{args:?} changed the store: {}",
+        out(&o)
+    );
+}
+
+#[test]
+fn every_refused_edit_update_and_delete_leaves_the_store_as_it_was() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let aws = "refuse.example.com";
+    create(&env, aws);
+    let metal = "refuse-metal.example.com";
+    create_metal(&env, metal);
+    let editor = |name: &str, script: &str| {
+        let path = env.path(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    };
+    // An edit that stays invalid, and an editor that fails.
+    let invalid = editor(
+        "invalid.sh",
+        "sed -i 's/podCIDR: 100.96.0.0\\/11/podCIDR: 172.20.0.0\\/24/' \"$1\"",
+    );
+    let failing = editor("failing.sh", "exit 1");
+    // A damaged record of a provisioned host (refuses the metal preview and apply) and a
+    // damaged journal (refuses a roll).
+    let hosts = env.state().join(metal).join("hosts");
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(hosts.join("w9"), "{\"name\": \"w9\u{1b}[2J\"}").unwrap();
+    let journal = env.state().join(metal).join("journal");
+    std::fs::create_dir_all(&journal).unwrap();
+    std::fs::write(journal.join("rolling-update.json"), "\u{1b}]52;c;eA==\u{7}").unwrap();
+    let before = snapshot(&env.state());
+    for (args, editor) in [
+        (vec!["edit", "cluster", aws], &invalid),
+        (vec!["edit", "cluster", aws], &failing),
+        (vec!["edit", "ig", "--name", aws, "nosuch"], &invalid),
+        (vec!["edit", "cluster", "nosuch.example.com"], &invalid),
+        (
+            vec!["update", "cluster", "nosuch.example.com", "--yes"],
+            &invalid,
+        ),
+        (vec!["update", "cluster", metal], &invalid),
+        (vec!["update", "cluster", metal, "--yes"], &invalid),
+        (vec!["rolling-update", "cluster", metal, "--yes"], &invalid),
+        (
+            vec!["delete", "ig", "--name", aws, "nosuch", "--yes"],
+            &invalid,
+        ),
+        (
+            vec!["delete", "instance", metal, "nosuch", "--yes"],
+            &invalid,
+        ),
+        (
+            vec!["delete", "cluster", "nosuch.example.com", "--yes"],
+            &invalid,
+        ),
+    ] {
+        refused_writes_nothing(&env, &args, editor, &before);
+    }
+    // While someone holds the lock, every mutating command is refused and writes nothing.
+    std::fs::write(env.state().join(aws).join("lock"), forged_lock()).unwrap();
+    let before = snapshot(&env.state());
+    let valid = editor("valid.sh", "sed -i 's/maxSize: 2/maxSize: 3/' \"$1\"");
+    let o = env.run(&["get", "clusters", aws, "-o", "yaml"]);
+    let file = env.path("again.yaml");
+    std::fs::write(&file, &o.stdout).unwrap();
+    for args in [
+        vec!["edit", "ig", "--name", aws, "nodes"],
+        vec!["replace", "-f", file.to_str().unwrap()],
+        vec!["update", "cluster", aws, "--yes"],
+        vec!["delete", "ig", "--name", aws, "nodes", "--yes"],
+        vec!["delete", "cluster", aws, "--yes"],
+    ] {
+        refused_writes_nothing(&env, &args, &valid, &before);
+    }
+}
+
+/// A YAML double-quoted scalar with every character but printable ASCII escaped (YAML
+/// allows no raw DEL or C1 even inside quotes).
+fn yaml_quoted(v: &str) -> String {
+    let mut out = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' | '\\' => out.push_str(&format!("\\{c}")),
+            c if c == ' ' || c.is_ascii_graphic() => out.push(c),
+            c => out.push_str(&format!("\\u{:04x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[test]
+fn yaml_and_json_output_is_exact_whatever_a_stored_value_holds() {
+    let env = Env::new();
+    let name = "exact.example.com";
+    create(&env, name);
+    // An annotation (free text) holding every kind of character a terminal acts on.
+    let hostile = format!("{OSC52}|{CLEAR}|{FORGED}|\u{7f}\u{9b}2J\u{202e}\u{2066}\ttab");
+    let config = env.state().join(name).join("config");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("\nmetadata:\n"), "{text}");
+    std::fs::write(
+        &config,
+        text.replacen(
+            "\nmetadata:\n",
+            &format!(
+                "\nmetadata:\n  annotations:\n    kprov.dev/note: {}\n",
+                yaml_quoted(&hostile)
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    for format in ["yaml", "json"] {
+        let o = env.run(&["get", "clusters", name, "-o", format]);
+        assert_no_controls(&o);
+        assert!(o.status.success(), "{}", out(&o));
+        let doc: serde_json::Value = if format == "json" {
+            serde_json::from_slice(&o.stdout).unwrap()
+        } else {
+            // The cluster, then its instance groups, as one multi-document stream.
+            {
+                let docs: Vec<serde_json::Value> =
+                    serde_saphyr::from_str_multiple(&stdout(&o)).unwrap();
+                docs[0].clone()
+            }
+        };
+        // `-o json` is a List of the cluster and its groups.
+        let doc = doc.get("items").map(|i| i[0].clone()).unwrap_or(doc);
+        assert_eq!(
+            doc["metadata"]["annotations"]["kprov.dev/note"],
+            serde_json::Value::String(hostile.clone()),
+            "{format}: {}",
+            out(&o)
+        );
+    }
+}
+
+/// Taking over an expired lock warns with its holder escaped, and the log line carries no
+/// colour codes when stderr is not a terminal (issue 21).
+#[test]
+fn taking_over_a_forged_expired_lock_warns_escaped_and_without_colour() {
+    let env = Env::new();
+    let name = "takeover.example.com";
+    create(&env, name);
+    let expired = forged_lock().replace("2099-01-01T00:00:00Z", "2026-01-01T00:00:00Z");
+    std::fs::write(env.state().join(name).join("lock"), expired).unwrap();
+    let o = env.run(&["delete", "ig", "--name", name, "nodes", "--yes"]);
+    assert_no_controls(&o);
+    assert!(o.status.success(), "{}", out(&o));
+    assert!(
+        stderr(&o).contains(
+            "took over the expired lock of cluster takeover.example.com held by \
+             mallory\\x1b]52;c;cm0gLXJmIH4K\\x07@evil\\x1b[2J\\x1b[H (pid 4242) running \
+             `kprov\\nerror: all nodes were deleted`"
+        ),
+        "{}",
+        out(&o)
+    );
+    assert!(!env.state().join(name).join("lock").exists());
+}
+
+/// An instance group created alone for a stored cluster is refused with every problem
+/// located in its file (never an error without file and line), and writes nothing.
+#[test]
+fn a_refused_instance_group_is_located_in_its_file() {
+    let env = Env::new();
+    let name = "located.example.com";
+    create(&env, name);
+    let file = env.path("ig.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata:\n  name: extra\n  \
+             labels:\n    kprov.dev/cluster: {name}\nspec:\n  role: Node\n  minSize: 3\n  \
+             maxSize: 1\n  subnets:\n  - eu-west-1z\n"
+        ),
+    )
+    .unwrap();
+    let before = snapshot(&env.state());
+    let o = env.run(&["create", "-f", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{}", out(&o));
+    let f = file.display();
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: {f}:9:12: spec.minSize: InstanceGroup extra: minSize 3 is larger than maxSize \
+             1\n{f}:12:5: spec.subnets[0]: InstanceGroup extra: unknown subnet \"eu-west-1z\"; the \
+             cluster has: eu-west-1a\n(2 problems)\n"
+        )
+    );
+    assert_eq!(snapshot(&env.state()), before);
 }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use super::AwsCloud;
 use super::instances::{AwsInstances, SshReach};
 use crate::cloud::engine::CloudError;
+use crate::output::UntrustedText;
 use crate::spec::InstanceGroup;
 
 /// Progress of the wait, for the printer.
@@ -32,7 +33,11 @@ pub enum LaunchEvent {
         desired: usize,
     },
     /// A scaling activity of the group failed (each once).
-    Failed { group: String, reason: String },
+    /// `reason` is Auto Scaling's status message: AWS's text, not kprov's.
+    Failed {
+        group: String,
+        reason: UntrustedText,
+    },
     /// Every group had its instances, after waiting this long (sent only when it waited).
     Launched { waited: Duration },
 }
@@ -44,7 +49,7 @@ pub struct Short {
     pub ready: usize,
     pub desired: usize,
     /// The last failed scaling activity's reason, if any.
-    pub last_failure: Option<String>,
+    pub last_failure: Option<UntrustedText>,
 }
 
 /// Waits (at most `limit`, polling from `poll` with back-off to 10 s) until each of the
@@ -71,7 +76,7 @@ pub async fn wait_for_launches(
     let found = AwsInstances::new(cloud, groups, reach);
     let mut told: BTreeMap<String, usize> = BTreeMap::new();
     let mut failures_told: BTreeSet<String> = BTreeSet::new();
-    let mut last_failure: BTreeMap<String, String> = BTreeMap::new();
+    let mut last_failure: BTreeMap<String, UntrustedText> = BTreeMap::new();
     let mut delay = poll;
     loop {
         let desired = super::asg::desired_capacities(cloud).await?;
@@ -93,11 +98,12 @@ pub async fn wait_for_launches(
             told.insert(group.clone(), ready);
             if ready < *want {
                 for f in super::asg::failed_launches(cloud, group, since).await? {
-                    last_failure.insert(group.clone(), f.reason.clone());
+                    let reason = UntrustedText::new(f.reason);
+                    last_failure.insert(group.clone(), reason.clone());
                     if failures_told.insert(f.activity.clone()) {
                         on_event(LaunchEvent::Failed {
                             group: group.clone(),
-                            reason: f.reason,
+                            reason,
                         });
                     }
                 }

@@ -36,6 +36,7 @@ use crate::cloud::engine::{
     self, CloudError, ErrorClass, FieldChange, IdMap, Lifecycle, Plan, Resource, ResourceId, Value,
 };
 use crate::cloud::{Actual, Provider};
+use crate::output::untrusted;
 use crate::spec::{Cluster, InstanceGroup};
 use kinds::*;
 
@@ -393,7 +394,11 @@ where
     if let Some(service) = e.as_service_error()
         && let Some(code) = service.code()
     {
-        let message = service.message().unwrap_or("(no message)");
+        // The code and message are the service's text (or whoever answers in its place):
+        // escaped here, where they enter kprov, so no error message built on them can pass
+        // a control character (see docs/security.md).
+        let message = untrusted(service.message().unwrap_or("(no message)"));
+        let shown_code = untrusted(code);
         let status = e.raw_response().and_then(raw_status);
         // Say what the operator can do about it: wait, or retry.
         let hint = match (code, status) {
@@ -404,10 +409,12 @@ where
             _ => "",
         };
         return match status {
-            Some(status) => format!("{code}: {message} (HTTP {status}){hint}"),
-            None => format!("{code}: {message}{hint}"),
+            Some(status) => format!("{shown_code}: {message} (HTTP {status}){hint}"),
+            None => format!("{shown_code}: {message}{hint}"),
         };
     }
+    // The causes quote the transport's and the reply's text: escaped likewise.
+    let causes = |e: &SdkError<E, R>| untrusted(&causes(e)).to_string();
     let text = match e {
         // Missing credentials also fail the dispatch; retrying does not help there.
         _ if credentials_missing(e).is_some() => causes(e),
@@ -653,6 +660,47 @@ impl Provider for AwsCloud {
     }
 }
 
+/// Cloud errors built as the SDK builds them, for the trust-boundary tests.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A service error and a transport error whose texts are `text`, as the SDK hands them.
+    pub(crate) fn sdk_errors(
+        text: &str,
+    ) -> [SdkError<
+        aws_sdk_s3::operation::get_object::GetObjectError,
+        aws_smithy_runtime_api::http::Response,
+    >; 2] {
+        let meta = aws_smithy_types::error::ErrorMetadata::builder()
+            .code(text)
+            .message(text)
+            .build();
+        let raw = aws_smithy_runtime_api::http::Response::new(
+            aws_smithy_runtime_api::http::StatusCode::try_from(400).expect("status"),
+            aws_smithy_types::body::SdkBody::from(""),
+        );
+        [
+            SdkError::service_error(
+                aws_sdk_s3::operation::get_object::GetObjectError::generic(meta),
+                raw,
+            ),
+            SdkError::timeout_error(text.to_string()),
+        ]
+    }
+
+    /// What kprov says about a service error, a transport error and an engine error whose
+    /// texts are `text`.
+    pub(crate) fn cloud_errors(text: &str) -> Vec<String> {
+        let mut out: Vec<String> = sdk_errors(text).iter().map(describe_sdk_error).collect();
+        let e: Result<(), _> = Err(sdk_errors(text).into_iter().next().expect("one"));
+        if let Err(e) = e.ctx("GetObject") {
+            out.push(e.to_string());
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -725,6 +773,41 @@ mod tests {
         ));
         assert!(!profile_not_propagated("AccessDenied", Some(asg)));
         assert!(!profile_not_propagated("ValidationError", None));
+    }
+
+    #[test]
+    fn a_cloud_error_message_is_escaped_where_it_enters() {
+        let forged = "Denied\u{1b}]52;c;eA==\u{7}\nerror: all nodes were deleted\u{202e}";
+        let [service, timeout] = tests_support::sdk_errors(forged);
+        assert_eq!(
+            describe_sdk_error(&service),
+            "Denied\\x1b]52;c;eA==\\x07\\nerror: all nodes were deleted\\u{202e}: \
+             Denied\\x1b]52;c;eA==\\x07\\nerror: all nodes were deleted\\u{202e} (HTTP 400)"
+        );
+        assert!(!describe_sdk_error(&timeout).contains('\u{1b}'));
+        let e: Result<(), _> = Err(tests_support::sdk_errors(forged)
+            .into_iter()
+            .next()
+            .expect("one"));
+        let e = e.ctx("GetObject").expect_err("an error");
+        assert!(!e.to_string().chars().any(char::is_control), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a cloud API (or whoever answers in its place) sends as its error's
+        /// code, message or cause, kprov's message about it holds no control character.
+        #[test]
+        fn no_cloud_error_passes_a_control_character(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+        ) {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            for shown in tests_support::cloud_errors(&text) {
+                proptest::prop_assert!(
+                    !shown.chars().any(|c| c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c)),
+                    "{shown:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! Caveat: the probe reads at most one short line from the address and nothing else; it never
 //! connects to an address that is not a target's.
 
+use crate::output::UntrustedText;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -26,16 +27,15 @@ pub enum WaitEvent {
     /// Not answering yet (the error of the last attempt).
     Waiting {
         instance: String,
-        last: String,
+        last: UntrustedText,
     },
     Answering {
         instance: String,
-        banner: String,
+        /// The identification line the instance sent: its text, not kprov's.
+        banner: UntrustedText,
     },
     /// Reached through a jump host: the SSH connection waits for it.
-    Deferred {
-        instance: String,
-    },
+    Deferred { instance: String },
 }
 
 /// Probes one `host:port` once: connects and reads the identification line.
@@ -106,12 +106,12 @@ pub async fn wait_for_ssh(
             match r {
                 Ok(banner) => on_event(WaitEvent::Answering {
                     instance: t.name().to_string(),
-                    banner,
+                    banner: banner.into(),
                 }),
                 Err(e) => {
                     on_event(WaitEvent::Waiting {
                         instance: t.name().to_string(),
-                        last: e.clone(),
+                        last: e.as_str().into(),
                     });
                     last.push((t.name().to_string(), e));
                     still.push(t);
@@ -203,7 +203,7 @@ mod tests {
         assert!(
             ev.iter()
                 .any(|e| matches!(e, WaitEvent::Answering { instance, banner }
-            if instance == "i-ok" && banner == "SSH-2.0-OpenSSH_9.6"))
+            if instance == "i-ok" && *banner == UntrustedText::from("SSH-2.0-OpenSSH_9.6")))
         );
         assert!(
             ev.iter()
