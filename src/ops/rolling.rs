@@ -167,8 +167,8 @@ pub enum RollError {
 /// The journal in memory and on the store, written with group commit: the nodes of a batch
 /// record their steps at nearly the same moment, and one store write then carries every change
 /// made while the previous write was in flight. A `record` returns only once a write holding
-/// its change is on the store; a `note` (a step that is harmless to repeat) waits for none and
-/// rides on the next write. A batch of 20 thus costs a few writes instead of 100 (each a full
+/// its change is on the store; a `note` (an uncordon, a batch validated: harmless to repeat)
+/// waits for none and is written alongside the next wait, or as the roll stops. A batch of 20 thus costs a few writes instead of 100 (each a full
 /// journal, serialized and written with compare-and-swap), which kept large rolls far from
 /// their bound (scripts/bench-rolling).
 struct Shared<'a> {
@@ -235,6 +235,27 @@ pub async fn run<'a>(
     lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
 ) -> Result<Journal, RollError> {
     let shared = Shared::new(file, journal);
+    match roll_batches(&shared, api, roller, options, events, &cancel, lock_check).await {
+        Ok(()) => Ok(shared.state.lock().await.journal.clone()),
+        Err(e) => {
+            // Whatever stopped the roll, the store gets the steps noted but not yet written
+            // (an uncordon before a failed gate), unless the lock is gone: then nothing is.
+            let _ = shared.commit(lock_check).await;
+            Err(e)
+        }
+    }
+}
+
+async fn roll_batches(
+    shared: &Shared<'_>,
+    api: &dyn ClusterApi,
+    roller: &dyn NodeRoller,
+    options: &RollOptions,
+    events: &RollEvents,
+    cancel: &watch::Receiver<bool>,
+    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+) -> Result<(), RollError> {
+    let cancel = cancel.clone();
     shared.commit(lock_check).await?;
     if !options.cloud_only {
         // A cluster already unhealthy (etcd without quorum to spare, a control plane down) is
@@ -262,11 +283,11 @@ pub async fn run<'a>(
             }
             return Err(RollError::Stopped { node, reason });
         }
-        let results = join_all(batch.iter().map(|&i| {
-            advance(
-                &shared, i, api, roller, options, events, &cancel, lock_check,
-            )
-        }))
+        let results = join_all(
+            batch
+                .iter()
+                .map(|&i| advance(shared, i, api, roller, options, events, &cancel, lock_check)),
+        )
         .await;
         let mut failure = None;
         for r in results {
@@ -291,15 +312,14 @@ pub async fn run<'a>(
                     .map(|&i| s.journal.nodes[i].node_name.clone())
                     .collect()
             };
-            gate(
-                api,
-                options,
-                events,
-                &cancel,
-                options.validate_count,
-                &format!("after {}", names.join(", ")),
-            )
-            .await?;
+            // The batch's uncordons are written while the cluster is validated, not before.
+            let when = format!("after {}", names.join(", "));
+            let (written, gated) = tokio::join!(
+                shared.commit(lock_check),
+                gate(api, options, events, &cancel, options.validate_count, &when,)
+            );
+            written?;
+            gated?;
         }
         lock_check().map_err(RollError::Lock)?;
         let names: Vec<String> = {
@@ -329,8 +349,7 @@ pub async fn run<'a>(
         s.journal.finished = true;
         s.changes += 1;
     }
-    shared.commit(lock_check).await?;
-    Ok(shared.state.lock().await.journal.clone())
+    shared.commit(lock_check).await
 }
 
 /// Records in memory that node `i` reached `step`; the next write carries it.
@@ -533,10 +552,11 @@ async fn advance(
                 NodeStep::Uncordoned
             }
         };
-        // Cordon and uncordon are harmless to repeat, so their records ride on the next write
-        // (a resume after a crash redoes them). Drained is written before the node is
-        // replaced: a resume must not cordon a node that a replacement already took away.
-        if next == NodeStep::Drained {
+        // Cordoned is written before the drain (which may take minutes: the journal says where
+        // the node is meanwhile), Drained before the node is replaced (a resume must not
+        // cordon a node that a replacement already took away). An uncordon is harmless to
+        // repeat: its record is written with the batch's validation (see `roll_batches`).
+        if matches!(next, NodeStep::Cordoned | NodeStep::Drained) {
             record(shared, i, next, None, None, lock_check).await?;
         } else {
             note(shared, i, next, lock_check).await?;
@@ -1172,10 +1192,11 @@ pub mod tests {
             seen.iter().all(|(_, step)| *step == NodeStep::Drained),
             "{seen:?}"
         );
-        // At most the start, Drained and Replaced of each node, and the end: one write per
-        // step and node (cordon, drain, replace, uncordon, validate) would be 112.
+        // At most the start, Cordoned, Drained and Replaced of each node, one write per batch
+        // (its uncordons, beside the gate) and the end, even with no two writes grouped: one
+        // write per step and node (cordon, drain, replace, uncordon, validate) was 112.
         let (writes, _) = s.writes();
-        assert!(writes <= 2 * 22 + 2, "{writes} journal writes");
+        assert!(writes <= 1 + 3 * 22 + 3 + 1, "{writes} journal writes");
         let (_, stored) = JournalFile::load(&s, "c").await.unwrap();
         let stored = stored.unwrap();
         assert!(stored.finished && stored.done() == 22);
