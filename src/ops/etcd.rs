@@ -35,7 +35,7 @@ use crate::provision::render::{self, Renderer};
 use crate::spec::{Cluster, EtcdType};
 use crate::ssh::task::{HostExecutor, Step};
 use crate::state::layout::ClusterKeys;
-use crate::state::{Precondition, StateStore};
+use crate::state::{Precondition, StateError, StateStore};
 
 /// The largest snapshot kprov reads back: etcd's largest supported backend quota (8 GiB).
 pub const SNAPSHOT_LIMIT: u64 = 8 << 30;
@@ -237,22 +237,34 @@ async fn store_backup(
     data: Bytes,
     now: chrono::DateTime<chrono::Utc>,
 ) -> anyhow::Result<BackupRecord> {
-    let id = now.format("%Y%m%dT%H%M%SZ").to_string();
     let prefix = prefix(cluster.name())?;
-    let record = BackupRecord {
-        key: format!("{prefix}{id}.db"),
-        id: id.clone(),
-        sha256: sha256_hex(&data),
-        size: data.len() as u64,
-        host: host.to_string(),
-        taken_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        etcd: format!("{:?}", etcd_type(cluster)),
+    // Ids are UTC seconds: a second backup within the same second (a refused roll, then the
+    // next one at once) takes the next free second instead of failing on the first's key.
+    let mut at = now;
+    let record = loop {
+        let id = at.format(ID_FORMAT).to_string();
+        let record = BackupRecord {
+            key: format!("{prefix}{id}.db"),
+            id: id.clone(),
+            sha256: sha256_hex(&data),
+            size: data.len() as u64,
+            host: host.to_string(),
+            taken_at: at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            etcd: format!("{:?}", etcd_type(cluster)),
+        };
+        // The snapshot first: a record always names a snapshot that is there.
+        match store
+            .put(&record.key, data.clone(), Precondition::Absent)
+            .await
+        {
+            Ok(_) => break record,
+            Err(StateError::AlreadyExists { .. }) if at < now + chrono::Duration::seconds(60) => {
+                at += chrono::Duration::seconds(1);
+            }
+            Err(e) => return Err(e).with_context(|| format!("storing snapshot {id}")),
+        }
     };
-    // The snapshot first: a record always names a snapshot that is there.
-    store
-        .put(&record.key, data, Precondition::Absent)
-        .await
-        .with_context(|| format!("storing snapshot {id}"))?;
+    let id = record.id.clone();
     store
         .put(
             &format!("{prefix}{id}.json"),
@@ -618,6 +630,30 @@ mod tests {
             taken_at: "2026-11-22T21:35:00Z".into(),
             etcd: "Stacked".into(),
         }
+    }
+
+    #[tokio::test]
+    async fn two_backups_in_one_second_both_kept_with_ids_that_pass_the_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::state::file::FileStore::new(dir.path()).unwrap();
+        let cluster: Cluster = serde_saphyr::from_str(
+            "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c.example.com}\nspec: {cloudProvider: metal, kubernetesVersion: 1.36.4}\n",
+        )
+        .unwrap();
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-26T13:56:24Z")
+            .unwrap()
+            .to_utc();
+        let a = store_backup(&store, &cluster, "cp1", Bytes::from_static(b"one"), now)
+            .await
+            .unwrap();
+        let b = store_backup(&store, &cluster, "cp1", Bytes::from_static(b"two"), now)
+            .await
+            .unwrap();
+        assert_eq!(a.id, "20261126T135624Z");
+        assert_eq!(b.id, "20261126T135625Z");
+        let listed = list(&store, "c.example.com").await.unwrap();
+        assert!(listed.damaged.is_empty(), "{:?}", listed.damaged);
+        assert_eq!(listed.records, vec![a, b]);
     }
 
     #[test]
