@@ -360,7 +360,7 @@ impl InFlight {
                 if !waiting
                     .entry(instance.clone())
                     .or_default()
-                    .insert(wait_reason(last))
+                    .insert(wait_reason(&last.to_string()))
                 {
                     return false;
                 }
