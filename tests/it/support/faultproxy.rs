@@ -538,26 +538,9 @@ fn handle(s: &Shared, conn: TcpStream) -> std::io::Result<()> {
 
 /// Percent-decodes a query-protocol value (`+` is a space).
 fn decode(v: &str) -> String {
-    let b = v.as_bytes();
-    let hex = |x: u8| (x as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h * 16 + l);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            x => out.push(x),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(&v.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The query-protocol parameters of a request (body and query string), decoded.
