@@ -1436,3 +1436,46 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
         0
     );
 }
+
+/// Issue 23 item 11: an image given as a bare name pattern resolves, but the preview warns,
+/// naming the group and the account that published the match, so the operator can pin it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unowned_image_name_is_warned_with_its_publisher() {
+    let name = "unowned.image.example.com";
+    let zone = "image.example.com";
+    let e = env(name).await;
+    make_zone(&e.sdk, zone).await;
+    let (c, igs) = spec(name, zone, false);
+    let p = plan(&e, &c, &igs).await;
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let img = ec2
+        .describe_images()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("name")
+                .values(IMAGE_NAME)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let publisher = img.images()[0].owner_id().unwrap().to_string();
+    let unowned: Vec<&String> = p
+        .warnings
+        .iter()
+        .filter(|w| w.contains("names no owner"))
+        .collect();
+    // Only `nodes` uses a bare name; the other groups give an `ami-` ID.
+    assert_eq!(unowned.len(), 1, "{:?}", p.warnings);
+    assert!(
+        unowned[0].starts_with("instance group nodes: spec.image "),
+        "{}",
+        unowned[0]
+    );
+    assert!(
+        unowned[0].contains(&format!("pin it as {publisher}/{IMAGE_NAME}")),
+        "{}",
+        unowned[0]
+    );
+}

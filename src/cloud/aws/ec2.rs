@@ -65,7 +65,7 @@ fn tag_spec(
 
 /// Splits kops-style `OWNER/NAME` (an account ID or an alias such as `amazon`) from a bare
 /// image name. Names may use `*` and `?` wildcards; the newest match wins.
-fn split_owner(image: &str) -> (Option<&str>, &str) {
+pub(super) fn split_owner(image: &str) -> (Option<&str>, &str) {
     match image.split_once('/') {
         Some((owner, name))
             if !owner.is_empty()
@@ -114,9 +114,6 @@ fn name_matcher(pattern: &str) -> Result<globset::GlobMatcher, CloudError> {
         .map_err(|e| CloudError::Model(format!("image name pattern {pattern:?}: {e}")))
 }
 
-/// Resolves image names to `ami-` IDs: one DescribeImages per distinct owner. A bare name
-/// that matches images of several owners is refused: anyone can publish an image under any
-/// name, so the owner must be said (as kops requires).
 /// Refuses subnets in zones EC2 does not offer in the region (a typo such as us-east-1z
 /// would otherwise fail inside EC2 after the VPC and other resources were made).
 pub(super) async fn check_zones(c: &AwsCloud, cluster: &Cluster) -> Result<(), CloudError> {
@@ -157,10 +154,13 @@ pub(super) async fn check_zones(c: &AwsCloud, cluster: &Cluster) -> Result<(), C
     Ok(())
 }
 
+/// Resolves image names to `ami-` IDs and their publishing accounts: one DescribeImages per
+/// distinct owner. A bare name that matches images of several owners is refused: anyone can
+/// publish an image under any name, so the owner must be said (as kops requires).
 pub(super) async fn resolve_images(
     c: &AwsCloud,
     names: Vec<String>,
-) -> Result<BTreeMap<String, String>, CloudError> {
+) -> Result<BTreeMap<String, (String, String)>, CloudError> {
     let mut by_owner: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
     for n in &names {
         let (owner, pattern) = split_owner(n);
@@ -200,14 +200,20 @@ pub(super) async fn resolve_images(
             }
             let newest = matching
                 .into_iter()
-                .filter_map(|i| Some((i.creation_date().unwrap_or_default(), i.image_id()?)))
+                .filter_map(|i| {
+                    Some((
+                        i.creation_date().unwrap_or_default(),
+                        i.image_id()?,
+                        i.owner_id().unwrap_or_default(),
+                    ))
+                })
                 .max();
-            if let Some((_, id)) = newest {
+            if let Some((_, id, publisher)) = newest {
                 let key = match &owner {
                     Some(o) => format!("{o}/{pattern}"),
                     None => pattern.clone(),
                 };
-                out.insert(key, id.to_string());
+                out.insert(key, (id.to_string(), publisher.to_string()));
             }
         }
     }
