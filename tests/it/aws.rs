@@ -1479,3 +1479,30 @@ async fn unowned_image_name_is_warned_with_its_publisher() {
         unowned[0]
     );
 }
+
+/// Issue 23 item 8: an instance type that cannot run the group's image (arm64 type, x86_64
+/// image) is refused by the plan, naming the group and its field, before anything exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_type_of_another_architecture_is_refused_at_plan() {
+    let name = "arch.image.example.com";
+    let zone = "image.example.com";
+    let e = env(name).await;
+    make_zone(&e.sdk, zone).await;
+    let (c, mut igs) = spec(name, zone, false);
+    let nodes = igs
+        .iter_mut()
+        .find(|ig| ig.metadata.name == "nodes")
+        .unwrap();
+    nodes.spec.machine_type = Some("m6g.large".into());
+    let err = e.cloud.plan(&c, &igs).await.unwrap_err().to_string();
+    assert!(
+        err.contains("instance group nodes: spec.machineType: instance type m6g.large runs arm64 images, but image ami-1e749f67 is x86_64"),
+        "{err}"
+    );
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let vpcs = ec2.describe_vpcs().send().await.unwrap();
+    assert!(
+        vpcs.vpcs().iter().all(|v| v.tags().is_empty()),
+        "nothing created: {vpcs:?}"
+    );
+}

@@ -148,6 +148,7 @@ impl AwsCloud {
         // Apply plans first too, so a zone EC2 does not have is refused before any write.
         ec2::check_zones(self, cluster).await?;
         let (desired, images) = self.desired_and_images(cluster, igs).await?;
+        ec2::check_launchable(self, &desired).await?;
         let mut actual = self.read(cluster.name(), &desired).await?;
         // What carries the cluster's tag without a kprov identity was made for the cluster by
         // someone else, mostly the cloud-controller-manager (Services' load balancers, target
