@@ -1436,3 +1436,73 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
         0
     );
 }
+
+/// Issue 23 item 11: an image given as a bare name pattern resolves, but the preview warns,
+/// naming the group and the account that published the match, so the operator can pin it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unowned_image_name_is_warned_with_its_publisher() {
+    let name = "unowned.image.example.com";
+    let zone = "image.example.com";
+    let e = env(name).await;
+    make_zone(&e.sdk, zone).await;
+    let (c, igs) = spec(name, zone, false);
+    let p = plan(&e, &c, &igs).await;
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let img = ec2
+        .describe_images()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("name")
+                .values(IMAGE_NAME)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let publisher = img.images()[0].owner_id().unwrap().to_string();
+    let unowned: Vec<&String> = p
+        .warnings
+        .iter()
+        .filter(|w| w.contains("names no owner"))
+        .collect();
+    // Only `nodes` uses a bare name; the other groups give an `ami-` ID.
+    assert_eq!(unowned.len(), 1, "{:?}", p.warnings);
+    assert!(
+        unowned[0].starts_with("instance group nodes: spec.image "),
+        "{}",
+        unowned[0]
+    );
+    assert!(
+        unowned[0].contains(&format!("pin it as {publisher}/{IMAGE_NAME}")),
+        "{}",
+        unowned[0]
+    );
+}
+
+/// Issue 23 item 8: an instance type that cannot run the group's image (arm64 type, x86_64
+/// image) is refused by the plan, naming the group and its field, before anything exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_type_of_another_architecture_is_refused_at_plan() {
+    let name = "arch.image.example.com";
+    let zone = "image.example.com";
+    let e = env(name).await;
+    make_zone(&e.sdk, zone).await;
+    let (c, mut igs) = spec(name, zone, false);
+    let nodes = igs
+        .iter_mut()
+        .find(|ig| ig.metadata.name == "nodes")
+        .unwrap();
+    nodes.spec.machine_type = Some("m6g.large".into());
+    let err = e.cloud.plan(&c, &igs).await.unwrap_err().to_string();
+    assert!(
+        err.contains("instance group nodes: spec.machineType: instance type m6g.large runs arm64 images, but image ami-1e749f67 is x86_64"),
+        "{err}"
+    );
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let vpcs = ec2.describe_vpcs().send().await.unwrap();
+    assert!(
+        vpcs.vpcs().iter().all(|v| v.tags().is_empty()),
+        "nothing created: {vpcs:?}"
+    );
+}

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{
-    AttributeBooleanValue, Filter, IpPermission, IpRange,
+    AttributeBooleanValue, Filter, InstanceType, IpPermission, IpRange,
     LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair,
+    LocationType, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair,
     VpcAttributeName,
 };
 use aws_smithy_types::base64;
@@ -65,7 +65,7 @@ fn tag_spec(
 
 /// Splits kops-style `OWNER/NAME` (an account ID or an alias such as `amazon`) from a bare
 /// image name. Names may use `*` and `?` wildcards; the newest match wins.
-fn split_owner(image: &str) -> (Option<&str>, &str) {
+pub(super) fn split_owner(image: &str) -> (Option<&str>, &str) {
     match image.split_once('/') {
         Some((owner, name))
             if !owner.is_empty()
@@ -114,9 +114,6 @@ fn name_matcher(pattern: &str) -> Result<globset::GlobMatcher, CloudError> {
         .map_err(|e| CloudError::Model(format!("image name pattern {pattern:?}: {e}")))
 }
 
-/// Resolves image names to `ami-` IDs: one DescribeImages per distinct owner. A bare name
-/// that matches images of several owners is refused: anyone can publish an image under any
-/// name, so the owner must be said (as kops requires).
 /// Refuses subnets in zones EC2 does not offer in the region (a typo such as us-east-1z
 /// would otherwise fail inside EC2 after the VPC and other resources were made).
 pub(super) async fn check_zones(c: &AwsCloud, cluster: &Cluster) -> Result<(), CloudError> {
@@ -157,10 +154,163 @@ pub(super) async fn check_zones(c: &AwsCloud, cluster: &Cluster) -> Result<(), C
     Ok(())
 }
 
+/// One instance group as EC2 will launch it: its image, instance type and zones.
+struct Launch<'a> {
+    group: &'a str,
+    image: &'a str,
+    instance_type: &'a str,
+    zones: BTreeSet<&'a str>,
+}
+
+/// Refuses, before any write, an instance group whose instance type cannot run its image's
+/// architecture or is not offered in one of its zones: Auto Scaling accepts such a group and
+/// then never starts an instance (a failed scaling activity, retried forever).
+pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Result<(), CloudError> {
+    let by_id: BTreeMap<&ResourceId, &Resource> = desired.iter().map(|r| (&r.id, r)).collect();
+    let mut groups = Vec::new();
+    for t in desired.iter().filter(|r| r.id.kind == LAUNCH_TEMPLATE) {
+        let (Some(image), Some(instance_type)) = (
+            t.get("imageId").and_then(Value::as_str),
+            t.get("instanceType").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        let asg = by_id.get(&ResourceId::new(AUTOSCALING_GROUP, &t.id.name));
+        let zones = asg
+            .and_then(|g| g.get("subnets"))
+            .map(Value::as_list)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| by_id.get(s.as_ref_id()?)?.get("zone")?.as_str())
+            .collect();
+        groups.push(Launch {
+            group: &t.id.name,
+            image,
+            instance_type,
+            zones,
+        });
+    }
+    if groups.is_empty() {
+        return Ok(());
+    }
+    let types: BTreeSet<&str> = groups.iter().map(|g| g.instance_type).collect();
+    let field = |g: &Launch, f: &str| {
+        format!(
+            "instance group {}: spec.{f}",
+            crate::output::escape(g.group)
+        )
+    };
+    let infos: Vec<_> = match c
+        .ec2
+        .describe_instance_types()
+        .set_instance_types(Some(types.iter().map(|t| InstanceType::from(*t)).collect()))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeInstanceTypes")
+    {
+        Ok(v) => v,
+        // EC2 names the unknown types in its message; the groups using them are named here.
+        Err(CloudError::Api { message, .. }) if message.contains("InvalidInstanceType") => {
+            let bad: Vec<String> = groups
+                .iter()
+                .filter(|g| message.contains(g.instance_type))
+                .map(|g| format!("{} {}", field(g, "machineType"), g.instance_type))
+                .collect();
+            return Err(CloudError::Spec(format!(
+                "{}: EC2 has no such instance type ({message}); nothing was changed",
+                bad.join(", ")
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    let archs: BTreeMap<&str, Vec<&str>> = infos
+        .iter()
+        .filter_map(|i| {
+            Some((
+                i.instance_type()?.as_str(),
+                i.processor_info()?
+                    .supported_architectures()
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect(),
+            ))
+        })
+        .collect();
+    // By filter, not ImageIds: an image that does not exist is the apply's error to report.
+    let image_ids: BTreeSet<String> = groups.iter().map(|g| g.image.to_string()).collect();
+    let images: Vec<_> = c
+        .ec2
+        .describe_images()
+        .filters(filter("image-id", image_ids))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeImages")?;
+    let offered: BTreeSet<(String, String)> = c
+        .ec2
+        .describe_instance_type_offerings()
+        .location_type(LocationType::AvailabilityZone)
+        .filters(filter("instance-type", types.iter().map(|t| t.to_string())))
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeInstanceTypeOfferings")?
+        .into_iter()
+        .filter_map(|o| {
+            Some((
+                o.instance_type()?.as_str().to_string(),
+                o.location()?.to_string(),
+            ))
+        })
+        .collect();
+    for g in &groups {
+        let image_arch = images
+            .iter()
+            .find(|i| i.image_id() == Some(g.image))
+            .and_then(|i| i.architecture())
+            .map(|a| a.as_str());
+        if let (Some(arch), Some(supported)) = (image_arch, archs.get(g.instance_type))
+            && !supported.contains(&arch)
+        {
+            return Err(CloudError::Spec(format!(
+                "{}: instance type {} runs {} images, but image {} is {arch}; choose a type \
+                 for {arch} or an image for {}; nothing was changed",
+                field(g, "machineType"),
+                g.instance_type,
+                supported.join("/"),
+                g.image,
+                supported.join("/"),
+            )));
+        }
+        for zone in &g.zones {
+            if !offered.contains(&(g.instance_type.to_string(), zone.to_string())) {
+                return Err(CloudError::Spec(format!(
+                    "{}: instance type {} is not offered in availability zone {zone}; Auto \
+                     Scaling would never start an instance there: choose another type or \
+                     leave that zone's subnets out of spec.subnets; nothing was changed",
+                    field(g, "machineType"),
+                    g.instance_type,
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Resolves image names to `ami-` IDs and their publishing accounts: one DescribeImages per
+/// distinct owner. A bare name that matches images of several owners is refused: anyone can
+/// publish an image under any name, so the owner must be said (as kops requires).
 pub(super) async fn resolve_images(
     c: &AwsCloud,
     names: Vec<String>,
-) -> Result<BTreeMap<String, String>, CloudError> {
+) -> Result<BTreeMap<String, (String, String)>, CloudError> {
     let mut by_owner: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
     for n in &names {
         let (owner, pattern) = split_owner(n);
@@ -200,14 +350,20 @@ pub(super) async fn resolve_images(
             }
             let newest = matching
                 .into_iter()
-                .filter_map(|i| Some((i.creation_date().unwrap_or_default(), i.image_id()?)))
+                .filter_map(|i| {
+                    Some((
+                        i.creation_date().unwrap_or_default(),
+                        i.image_id()?,
+                        i.owner_id().unwrap_or_default(),
+                    ))
+                })
                 .max();
-            if let Some((_, id)) = newest {
+            if let Some((_, id, publisher)) = newest {
                 let key = match &owner {
                     Some(o) => format!("{o}/{pattern}"),
                     None => pattern.clone(),
                 };
-                out.insert(key, id.to_string());
+                out.insert(key, (id.to_string(), publisher.to_string()));
             }
         }
     }

@@ -110,6 +110,15 @@ impl AwsCloud {
         cluster: &Cluster,
         igs: &[InstanceGroup],
     ) -> Result<Vec<Resource>, CloudError> {
+        Ok(self.desired_and_images(cluster, igs).await?.0)
+    }
+
+    /// The desired resources and each resolved image name's (`ami-` ID, publishing account).
+    async fn desired_and_images(
+        &self,
+        cluster: &Cluster,
+        igs: &[InstanceGroup],
+    ) -> Result<(Vec<Resource>, BTreeMap<String, (String, String)>), CloudError> {
         if cluster.name() != self.cluster {
             return Err(CloudError::Model(format!(
                 "provider set up for cluster {} asked about {}",
@@ -127,14 +136,19 @@ impl AwsCloud {
         } else {
             ec2::resolve_images(self, names).await?
         };
-        desired(cluster, igs, &images, &self.host_keys)
+        let ids: BTreeMap<String, String> = images
+            .iter()
+            .map(|(k, (id, _))| (k.clone(), id.clone()))
+            .collect();
+        Ok((desired(cluster, igs, &ids, &self.host_keys)?, images))
     }
 
     /// The preview of `update cluster`: desired model, read-only read, diff.
     pub async fn plan(&self, cluster: &Cluster, igs: &[InstanceGroup]) -> Result<Plan, CloudError> {
         // Apply plans first too, so a zone EC2 does not have is refused before any write.
         ec2::check_zones(self, cluster).await?;
-        let desired = self.desired(cluster, igs).await?;
+        let (desired, images) = self.desired_and_images(cluster, igs).await?;
+        ec2::check_launchable(self, &desired).await?;
         let mut actual = self.read(cluster.name(), &desired).await?;
         // What carries the cluster's tag without a kprov identity was made for the cluster by
         // someone else, mostly the cloud-controller-manager (Services' load balancers, target
@@ -145,6 +159,7 @@ impl AwsCloud {
             .retain(|r| !r.id.name.starts_with(UNTRACKED));
         let mut plan = engine::diff(cluster.name(), desired, actual)?;
         plan.warnings.extend(open_access_warnings(cluster, &plan));
+        plan.warnings.extend(unowned_image_warnings(igs, &images));
         Ok(plan)
     }
 
@@ -191,6 +206,34 @@ impl AwsCloud {
             ("Name".into(), display.to_string()),
         ]
     }
+}
+
+/// The preview's warnings for images named without an owner: anyone can publish an image
+/// under any name, so today's single match can be joined tomorrow by someone else's (then
+/// refused as ambiguous, or worse, picked as the newest). Names the account to pin.
+fn unowned_image_warnings(
+    igs: &[InstanceGroup],
+    images: &BTreeMap<String, (String, String)>,
+) -> Vec<String> {
+    igs.iter()
+        .filter_map(|ig| {
+            let image = ig.spec.image.as_deref()?;
+            if image.starts_with("ami-") || ec2::split_owner(image).0.is_some() {
+                return None;
+            }
+            let (id, publisher) = images.get(image)?;
+            Some(format!(
+                "instance group {}: spec.image {} names no owner; it resolves to {} published \
+                 by account {}: pin it as {}/{} (anyone can publish an image under any name)",
+                crate::output::escape(&ig.metadata.name),
+                crate::output::escape(image),
+                crate::output::escape(id),
+                crate::output::escape(publisher),
+                crate::output::escape(publisher),
+                crate::output::escape(image)
+            ))
+        })
+        .collect()
 }
 
 /// The preview's warnings for SSH or the API about to be opened to the whole internet because
