@@ -751,14 +751,17 @@ async fn backup_use_case_on_file_and_s3_stores() {
         )
         .await
         .unwrap();
-        // The same second twice is refused, never overwritten.
-        assert!(
-            etcd::backup(store.as_ref(), &cluster, &targets, &exec, t0)
-                .await
-                .is_err()
-        );
+        // The same second twice never overwrites: the second takes the next free second.
+        let r3 = etcd::backup(store.as_ref(), &cluster, &targets, &exec, t0)
+            .await
+            .unwrap();
+        assert_eq!(r3.id, "20261122T210001Z", "{kind}");
         let listed = etcd::list(store.as_ref(), "uc.example.com").await.unwrap();
-        assert_eq!(listed.records, vec![r1.clone(), r2.clone()], "{kind}");
+        assert_eq!(
+            listed.records,
+            vec![r1.clone(), r3.clone(), r2.clone()],
+            "{kind}"
+        );
         assert!(listed.damaged.is_empty(), "{kind}: {listed:?}");
         let (rec, data) = etcd::load(store.as_ref(), "uc.example.com", &r1.id)
             .await
