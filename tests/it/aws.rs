@@ -1499,10 +1499,18 @@ async fn instance_type_of_another_architecture_is_refused_at_plan() {
         err.contains("instance group nodes: spec.machineType: instance type m6g.large runs arm64 images, but image ami-1e749f67 is x86_64"),
         "{err}"
     );
+    // Only this cluster's: other tests share the moto server and make VPCs meanwhile.
     let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
-    let vpcs = ec2.describe_vpcs().send().await.unwrap();
-    assert!(
-        vpcs.vpcs().iter().all(|v| v.tags().is_empty()),
-        "nothing created: {vpcs:?}"
-    );
+    let vpcs = ec2
+        .describe_vpcs()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag-key")
+                .values(format!("kubernetes.io/cluster/{name}"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(vpcs.vpcs().is_empty(), "nothing created: {vpcs:?}");
 }
