@@ -27,6 +27,15 @@ pub(crate) fn is_unsafe(c: char) -> bool {
 /// inventory, a host's output, a cloud API's message): every character [`is_unsafe`] is
 /// shown escaped (`\n`, `\t`, `\r`, `\x1b`, `\u{202e}`), so the value stays on one line and
 /// no escape sequence reaches the terminal. Borrowed when nothing needs escaping.
+/// `1 thing` or `n things` (regular plurals; pass the singular).
+pub fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
 pub fn escape(s: &str) -> Cow<'_, str> {
     escape_except(s, |_| false)
 }

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::bounded;
 use crate::ops::interrupt::{self, Caught, Interrupts};
-use crate::output::{Format, Printer, Table, untrusted};
+use crate::output::{Format, Printer, Table, plural, untrusted};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecErrors};
 use crate::state::lock::{self, LockError};
@@ -457,10 +457,10 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
     })
     .await?;
     ctx.printer.success(&format!(
-        "Cluster {} created in {} ({} instance groups).",
+        "Cluster {} created in {} ({}).",
         cluster.name(),
         repo.location(),
-        groups.len()
+        plural(groups.len(), "instance group")
     ));
     ctx.printer.status(&format!("No infrastructure was changed. Review with `kprov get cluster {0} -o yaml`, then preview with `kprov update cluster {0}`.", cluster.name()));
     Ok(exit::OK)
@@ -733,8 +733,8 @@ async fn create_one(
             let groups: Vec<InstanceGroup> = fc.groups.iter().map(|g| g.value.clone()).collect();
             repo.create(&cluster.value, &groups).await?;
             ctx.printer.success(&format!(
-                "Created cluster {name} with {} instance groups.",
-                groups.len()
+                "Created cluster {name} with {}.",
+                plural(groups.len(), "instance group")
             ));
         }
         None => {
@@ -1080,7 +1080,8 @@ async fn delete_cluster(
     })
     .await?;
     ctx.printer.success(&format!(
-        "Deleted cluster {name} ({n} objects) from {}.",
+        "Deleted cluster {name} ({}) from {}.",
+        plural(n, "object"),
         repo.location()
     ));
     Ok(exit::OK)
@@ -1133,8 +1134,8 @@ async fn delete_unreadable(
     })
     .await?;
     ctx.printer.success(&format!(
-        "Deleted the unreadable cluster {name} ({} objects) from {}; no cloud resource or host was touched.",
-        deleted.len(),
+        "Deleted the unreadable cluster {name} ({}) from {}; no cloud resource or host was touched.",
+        plural(deleted.len(), "object"),
         repo.location()
     ));
     Ok(exit::OK)

@@ -22,7 +22,7 @@ use crate::nodes::{self, Action, NodePlan, Target, TargetSource};
 use crate::ops::nodes::{
     self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, NodeReport, ResetOutcome,
 };
-use crate::output::{Format, Printer, Table, sanitize_lines};
+use crate::output::{Format, Printer, Table, plural, sanitize_lines};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
 use crate::spec::{Cluster, Host, InstanceGroup};
 use crate::state::lock;
@@ -415,8 +415,8 @@ pub(super) async fn finish(
             .filter(|h| h.result != HostResult::Ok)
             .count();
         ctx.printer.error(&format!(
-            "{failed} of {} hosts of {name} did not converge; fix the cause and re-run `kprov update cluster {name} --yes` (it resumes)",
-            report.hosts.len()
+            "{failed} of {} of {name} did not converge; fix the cause and re-run `kprov update cluster {name} --yes` (it resumes)",
+            plural(report.hosts.len(), "host")
         ));
         return Ok(exit::ERROR);
     }
@@ -428,14 +428,21 @@ pub(super) async fn finish(
     }
     if report.changed() == 0 {
         ctx.printer.success(&format!(
-            "No changes: all {} hosts of {name} are converged.",
-            report.hosts.len()
+            "No changes: {} of {name} {} converged.",
+            match report.hosts.len() {
+                1 => "the 1 host".to_string(),
+                n => format!("all {n} hosts"),
+            },
+            if report.hosts.len() == 1 { "is" } else { "are" }
         ));
     } else {
         ctx.printer.success(&format!(
-            "Provisioned {name}: {} steps changed on {} hosts.",
-            report.changed(),
-            report.hosts.iter().filter(|h| h.changed > 0).count()
+            "Provisioned {name}: {} changed on {}.",
+            plural(report.changed(), "step"),
+            plural(
+                report.hosts.iter().filter(|h| h.changed > 0).count(),
+                "host"
+            )
         ));
     }
     let pending = report.pending_roll();
@@ -508,8 +515,13 @@ pub(super) fn preview(
     let refused = plan.refused();
     if !refused.is_empty() {
         ctx.printer.error(&format!(
-            "{} hosts of {name} belong to another cluster and will not be provisioned: {}",
-            refused.len(),
+            "{} of {name} {} to another cluster and will not be provisioned: {}",
+            plural(refused.len(), "host"),
+            if refused.len() == 1 {
+                "belongs"
+            } else {
+                "belong"
+            },
             refused
                 .iter()
                 .map(|n| format!("{} ({})", n.target, n.state()))
@@ -526,9 +538,10 @@ pub(super) fn preview(
         return Ok(exit::OK);
     }
     ctx.printer.status(&format!(
-        "{} of {} hosts need provisioning ({}). Must specify --yes to provision {name}.",
+        "{} of {} {} provisioning ({}). Must specify --yes to provision {name}.",
         pending.len(),
-        plan.nodes.len(),
+        plural(plan.nodes.len(), "host"),
+        if pending.len() == 1 { "needs" } else { "need" },
         pending.join(", ")
     ));
     Ok(if a.exit_code {
@@ -579,8 +592,8 @@ pub async fn reset_hosts(
             ]);
         }
         ctx.printer.data(&format!(
-            "Will reset {} hosts of {name}, those that carry its ownership marker (kubeadm reset; /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /var/lib/kprov removed):\n{}",
-            hosts.len(),
+            "Will reset {} of {name}, those that carry its ownership marker (kubeadm reset; /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /var/lib/kprov removed):\n{}",
+            plural(hosts.len(), "host"),
             t.render()
         ));
         return Ok(());
@@ -642,9 +655,9 @@ pub async fn reset_hosts(
     }
     if !failures.is_empty() {
         anyhow::bail!(
-            "could not reset {} hosts of {name}, the cluster's state is kept for a retry \
+            "could not reset {} of {name}, the cluster's state is kept for a retry \
              (to give up on a host, remove it from the spec with `kprov edit cluster {name}`):\n{}",
-            failures.len(),
+            plural(failures.len(), "host"),
             failures.join("\n")
         );
     }
@@ -654,8 +667,8 @@ pub async fn reset_hosts(
         .filter(|h| h.result == HostResult::Ok)
         .count();
     ctx.printer.success(&format!(
-        "Reset {reset} of the {} hosts of {name}.",
-        report.hosts.len()
+        "Reset {reset} of {} of {name}.",
+        plural(report.hosts.len(), "host")
     ));
     Ok(())
 }

@@ -36,7 +36,7 @@ use crate::ops::interrupt::{Caught, Interrupts};
 use crate::ops::nodes::NodeOptions;
 use crate::ops::rolling as ops;
 use crate::ops::rolling_aws;
-use crate::output::{Format, Table};
+use crate::output::{Format, Table, plural};
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
 use crate::state::lock;
 
@@ -198,7 +198,7 @@ fn groups_table(plan: &RollPlan) -> Table {
             g.name.clone(),
             g.status().to_string(),
             g.need_update().to_string(),
-            g.ready().to_string(),
+            g.ready().map_or_else(|| "?".to_string(), |n| n.to_string()),
             g.min.to_string(),
             g.target.to_string(),
             g.max.to_string(),
@@ -297,8 +297,8 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
             ctx.printer.error(r);
         }
         ctx.printer.error(&format!(
-            "the roll of {name} cannot start as planned ({} problems above); nothing was changed",
-            refusals.len()
+            "the roll of {name} cannot start as planned ({} above); nothing was changed",
+            plural(refusals.len(), "problem")
         ));
         return Ok(exit::ERROR);
     }
@@ -315,7 +315,8 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
         return Ok(exit::OK);
     }
     ctx.printer.status(&format!(
-        "{to_roll} nodes would roll. Must specify --yes to rolling-update."
+        "{} would roll. Must specify --yes to rolling-update.",
+        plural(to_roll, "node")
     ));
     Ok(if a.exit_code {
         exit::CHANGES_PENDING
@@ -400,18 +401,32 @@ fn gate_line(e: &ops::RollEvent) -> String {
     }
 }
 
-fn journal_table(j: &Journal) -> Table {
+fn journal_table(j: &Journal, cloud_only: bool) -> Table {
     let mut t = Table::new(["NODE", "GROUP", "ACTION", "STEP", "NOTE"]);
     for n in &j.nodes {
         t.row([
             n.node_name.clone(),
             n.group.clone(),
             n.action.as_str().to_string(),
-            n.step.as_str().to_string(),
+            shown_step(n.step, cloud_only).to_string(),
             n.stopped.clone().unwrap_or_default(),
         ]);
     }
     t
+}
+
+/// A node's step as the table says it. Under `--cloudonly` nothing is cordoned, drained or
+/// validated: the journal's steps past them are bookkeeping, and the table must not claim
+/// them.
+fn shown_step(step: NodeStep, cloud_only: bool) -> &'static str {
+    match (cloud_only, step) {
+        (false, s) => s.as_str(),
+        (true, NodeStep::Waiting | NodeStep::Cordoned | NodeStep::Drained) => {
+            "not replaced yet (--cloudonly: no drain)"
+        }
+        (true, NodeStep::Replaced | NodeStep::Uncordoned) => "replaced",
+        (true, NodeStep::Validated) => "replaced (--cloudonly: cluster not checked)",
+    }
 }
 
 /// `--yes`: under the cluster lock, the journal loaded (an unfinished roll is
@@ -469,11 +484,11 @@ async fn roll_locked(
     let journal = match existing {
         Some(j) if !j.finished => {
             ctx.printer.status(&format!(
-                "Resuming the roll of {name} started at {} by {}: {} of {} nodes done.",
+                "Resuming the roll of {name} started at {} by {}: {} of {} done.",
                 j.started_at.to_rfc3339(),
                 j.started_by,
                 j.done(),
-                j.nodes.len()
+                plural(j.nodes.len(), "node")
             ));
             j
         }
@@ -597,14 +612,14 @@ async fn roll_locked(
     }
     let (_, last) = JournalFile::load(store.as_ref(), name).await?;
     if let Some(j) = &last {
-        ctx.printer.data(&journal_table(j).render());
+        ctx.printer.data(&journal_table(j, cloud_only).render());
     }
     match result {
         Ok(j) => {
             ctx.printer.success(&format!(
-                "Rolled {} of {} nodes of {name}.",
+                "Rolled {} of {} of {name}.",
                 j.done(),
-                j.nodes.len()
+                plural(j.nodes.len(), "node")
             ));
             Ok(exit::OK)
         }
@@ -922,4 +937,31 @@ pub async fn get_instances(
     } else {
         exit::ERROR
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cloudonly_never_shows_a_drain_or_a_validation() {
+        let all = [
+            NodeStep::Waiting,
+            NodeStep::Cordoned,
+            NodeStep::Drained,
+            NodeStep::Replaced,
+            NodeStep::Uncordoned,
+            NodeStep::Validated,
+        ];
+        for step in all {
+            let shown = shown_step(step, true);
+            for claim in ["cordoned", "drained", "uncordoned", "validated"] {
+                assert!(
+                    !shown.split([' ', '(', ')', ':']).any(|w| w == claim),
+                    "{step:?} shown as {shown:?}"
+                );
+            }
+            assert_eq!(shown_step(step, false), step.as_str());
+        }
+    }
 }

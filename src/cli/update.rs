@@ -109,10 +109,11 @@ async fn aws(
             Some(n) if !n.pending().is_empty() => {
                 let pending = n.pending();
                 ctx.printer.status(&format!(
-                    "{} of {} instances of {} need provisioning ({}).",
+                    "{} of {} of {} {} provisioning ({}).",
                     pending.len(),
-                    n.nodes.len(),
+                    plural(n.nodes.len(), "instance"),
                     cluster.name(),
+                    if pending.len() == 1 { "needs" } else { "need" },
                     pending.join(", ")
                 ));
                 true
@@ -211,7 +212,8 @@ async fn aws_apply(
                     p.finish();
                 }
                 printer.success(&format!(
-                    "Cloud resources of {name} are up to date ({changes} changes applied)."
+                    "Cloud resources of {name} are up to date ({} applied).",
+                    plural(*changes, "change")
                 ));
             }
             AwsEvent::CloudWaited {
@@ -241,7 +243,8 @@ async fn aws_apply(
                 ready,
                 desired,
             }) => printer.status(&format!(
-                "{group}: {ready} of {desired} instances launched by Auto Scaling"
+                "{group}: {ready} of {} launched by Auto Scaling",
+                plural(*desired, "instance")
             )),
             AwsEvent::Launch(LaunchEvent::Failed { group, reason }) => {
                 printer.warn(&format!("{group}: a launch failed (Auto Scaling retries): {reason}"))
@@ -251,10 +254,10 @@ async fn aws_apply(
                 waited.as_secs()
             )),
             AwsEvent::LaunchLate(s, waited) => printer.error(&format!(
-                "{}: {} of {} instances after {}s{}; provisioning those there are (re-run `kprov update cluster {name} --yes` once the group has launched)",
+                "{}: {} of {} after {}s{}; provisioning those there are (re-run `kprov update cluster {name} --yes` once the group has launched)",
                 s.group,
                 s.ready,
-                s.desired,
+                plural(s.desired, "instance"),
                 waited.as_secs(),
                 s.last_failure
                     .as_ref()
@@ -313,14 +316,7 @@ pub(super) async fn aws_delete(
     Ok(())
 }
 
-/// `n thing` or `n things`.
-pub(super) fn plural(n: usize, thing: &str) -> String {
-    if n == 1 {
-        format!("1 {thing}")
-    } else {
-        format!("{n} {thing}s")
-    }
-}
+pub(super) use crate::output::plural;
 
 /// What an AWS apply is doing now, for the message of a signal that cuts it; and the last
 /// wait line printed per instance, so that a wait prints a line per change only.
@@ -384,7 +380,8 @@ impl InFlight {
                 ready,
                 desired,
             }) => Some(format!(
-                "waiting for Auto Scaling: {group} has {ready} of {desired} instances"
+                "waiting for Auto Scaling: {group} has {ready} of {}",
+                plural(*desired, "instance")
             )),
             _ => None,
         };

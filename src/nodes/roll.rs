@@ -273,8 +273,14 @@ impl RollGroup {
         self.nodes.iter().filter(|n| n.needs_update).count()
     }
 
-    pub fn ready(&self) -> usize {
-        self.nodes.iter().filter(|n| n.ready == Some(true)).count()
+    /// Nodes Ready; `None` when Ready is unknown for any of them (the API could not be
+    /// asked, or the group's machines are no nodes, as bastions): a count of 0 would say
+    /// "none is Ready" where nobody knows.
+    pub fn ready(&self) -> Option<usize> {
+        if self.nodes.iter().any(|n| n.ready.is_none()) {
+            return None;
+        }
+        Some(self.nodes.iter().filter(|n| n.ready == Some(true)).count())
     }
 
     pub fn to_roll(&self) -> usize {
@@ -724,6 +730,38 @@ mod tests {
             .iter()
             .map(|n| (n.target.as_str(), n.upgrade))
             .collect()
+    }
+
+    #[test]
+    fn ready_is_unknown_not_zero_when_the_api_was_not_asked() {
+        let (g, mut n) = cluster("1.35.1", "1.35.1");
+        n[1].ready = Some(false);
+        n[4].ready = None; // b1, as `ops::rolling::inputs` gives a bastion
+        let p = plan(
+            "c",
+            Platform::Metal,
+            "1.35.1",
+            &g,
+            &n,
+            &Selection::default(),
+        );
+        let ready = |name: &str| p.groups.iter().find(|g| g.name == name).unwrap().ready();
+        assert_eq!(ready("nodes"), Some(1));
+        assert_eq!(ready("control-plane"), Some(2));
+        // A bastion is no node: its Ready is unknown, not "0 Ready".
+        assert_eq!(ready("bastions"), None);
+        for node in &mut n {
+            node.ready = None;
+        }
+        let p = plan(
+            "c",
+            Platform::Metal,
+            "1.35.1",
+            &g,
+            &n,
+            &Selection::default(),
+        );
+        assert!(p.groups.iter().all(|g| g.ready().is_none()), "{p:?}");
     }
 
     #[test]

@@ -336,11 +336,18 @@ async fn roll_batches(
         };
         // Not written yet: a resume that finds the batch Uncordoned only validates again.
         for node in names {
-            events(&RollEvent::Step {
-                node,
-                step: NodeStep::Validated,
-                elapsed: Duration::ZERO,
-            });
+            if options.cloud_only {
+                // Nothing was checked: "validated" would claim a gate that never ran.
+                events(&RollEvent::Note(format!(
+                    "{node}: done, the cluster not checked (--cloudonly)"
+                )));
+            } else {
+                events(&RollEvent::Step {
+                    node,
+                    step: NodeStep::Validated,
+                    elapsed: Duration::ZERO,
+                });
+            }
         }
     }
     lock_check().map_err(RollError::Lock)?;
@@ -1550,10 +1557,44 @@ pub mod tests {
             cloud_only: true,
             ..fast()
         };
-        go(&s, Journal::new(&plan, "me", true), &fake, &options, idle())
-            .await
-            .unwrap();
+        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
+        let said = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = said.clone();
+        let events: RollEvents = Arc::new(move |e: &RollEvent| {
+            let line = match e {
+                RollEvent::Step { node, step, .. } => format!("{node} {}", step.as_str()),
+                RollEvent::Note(n) => n.clone(),
+                _ => return,
+            };
+            seen.lock().unwrap().push(line);
+        });
+        let j = run(
+            file,
+            Journal::new(&plan, "me", true),
+            &fake,
+            &fake,
+            &options,
+            &events,
+            idle(),
+            &|| Ok(()),
+        )
+        .await
+        .unwrap();
         assert_eq!(fake.calls(), ["roll cp1", "roll cp2", "roll w1"]);
+        assert!(j.finished, "{j:?}");
+        // Said: what happened (replaced), never a drain or a validation that did not.
+        let said = said.lock().unwrap().clone();
+        assert_eq!(
+            said,
+            [
+                "cp1 replaced",
+                "cp1: done, the cluster not checked (--cloudonly)",
+                "cp2 replaced",
+                "cp2: done, the cluster not checked (--cloudonly)",
+                "w1 replaced",
+                "w1: done, the cluster not checked (--cloudonly)",
+            ]
+        );
     }
 
     /// Resume from every step: node cp2 is left at `step` (cp1 validated), and a second run

@@ -188,11 +188,45 @@ fn default_subnets_for(c: &Cluster, role: InstanceGroupRole) -> Vec<String> {
 /// Completes a cluster and its groups together (groups depend on the completed cluster).
 pub fn complete(c: &Cluster, igs: &[InstanceGroup]) -> (Cluster, Vec<InstanceGroup>) {
     let cluster = complete_cluster(c);
-    let groups = igs
+    let mut groups: Vec<InstanceGroup> = igs
         .iter()
         .map(|g| complete_instance_group(&cluster, g))
         .collect();
+    if cluster.spec.cloud_provider == CloudProvider::Metal {
+        metal_sizes_from_hosts(&cluster, &mut groups);
+    }
     (cluster, groups)
+}
+
+/// On metal the hosts are the machines: a group's size is the number of hosts of its role,
+/// whatever `create` wrote when the inventory was first read (hosts added with `update
+/// --inventory` or `replace`, removed with `delete instance`). Every host goes to the first
+/// group of its role, as the roll places it (`ops::rolling::inputs`); etcd-only hosts are in
+/// no group.
+fn metal_sizes_from_hosts(cluster: &Cluster, groups: &mut [InstanceGroup]) {
+    let count = |role: InstanceGroupRole| -> u32 {
+        let n = cluster
+            .spec
+            .hosts
+            .iter()
+            .filter(|h| match role {
+                InstanceGroupRole::ControlPlane => h.roles.contains(&HostRole::ControlPlane),
+                InstanceGroupRole::Node => {
+                    h.roles.contains(&HostRole::Node) && !h.roles.contains(&HostRole::ControlPlane)
+                }
+                InstanceGroupRole::Bastion => false,
+            })
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    };
+    let mut seen = Vec::new();
+    for g in groups.iter_mut() {
+        let role = g.spec.role;
+        let n = if seen.contains(&role) { 0 } else { count(role) };
+        seen.push(role);
+        g.spec.min_size = Some(n);
+        g.spec.max_size = Some(n);
+    }
 }
 
 /// A new InstanceGroup object for `cluster`.
@@ -263,6 +297,36 @@ mod tests {
                 kind: EtcdType::Stacked
             })
         );
+    }
+
+    #[test]
+    fn metal_group_sizes_follow_the_hosts() {
+        let c: Cluster = serde_saphyr::from_str(
+            "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  cloudProvider: metal\n  hosts:\n  - {name: cp1, address: 198.18.0.11, roles: [control-plane, etcd]}\n  - {name: w1, address: 198.18.0.12, roles: [node]}\n  - {name: w2, address: 198.18.0.13, roles: [node]}\n  - {name: e1, address: 198.18.0.14, roles: [etcd]}\n",
+        )
+        .unwrap();
+        let group = |name: &str, yaml: &str| {
+            new_instance_group("lab", name, serde_saphyr::from_str(yaml).unwrap())
+        };
+        // As `create` wrote them for an inventory of 1 worker, before 2 more hosts came.
+        let igs = [
+            group(
+                "control-plane",
+                "role: ControlPlane\nminSize: 1\nmaxSize: 1\n",
+            ),
+            group("nodes", "role: Node\nminSize: 1\nmaxSize: 1\n"),
+            group("more-nodes", "role: Node\nminSize: 7\nmaxSize: 7\n"),
+        ];
+        let (_, done) = complete(&c, &igs);
+        let sizes: Vec<(Option<u32>, Option<u32>)> = done
+            .iter()
+            .map(|g| (g.spec.min_size, g.spec.max_size))
+            .collect();
+        assert_eq!(
+            sizes,
+            [(Some(1), Some(1)), (Some(2), Some(2)), (Some(0), Some(0))]
+        );
+        assert_eq!(total_min_size(&done, InstanceGroupRole::Node), 2);
     }
 
     #[test]

@@ -64,12 +64,20 @@ pub struct SourceDoc {
     /// Lines before this document in its file (0 for the first).
     pub line_offset: usize,
     tree: Option<Tree>,
+    /// Where the object sits in its document: the root, or `items[i]` of a `kind: List`
+    /// (what `get -o json` prints), so paths and positions name the item.
+    base: FieldPath,
 }
 
 impl SourceDoc {
+    fn full(&self, path: &FieldPath) -> FieldPath {
+        FieldPath(self.base.0.iter().chain(&path.0).cloned().collect())
+    }
+
     pub fn locate(&self, path: &FieldPath) -> Option<Pos> {
+        let path = self.full(path);
         self.tree.as_ref().map(|t| {
-            let p = t.locate(path);
+            let p = t.locate(&path);
             Pos {
                 line: p.line + self.line_offset,
                 column: p.column,
@@ -81,7 +89,7 @@ impl SourceDoc {
         Diagnostic {
             source: self.source.clone(),
             pos: self.locate(path),
-            path: Some(path.to_string()).filter(|p| !p.is_empty()),
+            path: Some(self.full(path).to_string()).filter(|p| !p.is_empty()),
             message: message.into(),
         }
     }
@@ -192,11 +200,12 @@ pub fn load_objects(source: &str, text: &str) -> Result<Vec<Loaded<Object>>, Spe
     }
     for (line_offset, chunk) in docs {
         let tree = Tree::parse(chunk);
-        let doc = Arc::new(SourceDoc {
+        let doc = SourceDoc {
             source: source.to_string(),
             line_offset,
             tree: tree.clone(),
-        });
+            base: FieldPath::root(),
+        };
         let meta: TypeMeta = match serde_saphyr::from_str(chunk) {
             Ok(m) => m,
             Err(e) => {
@@ -204,52 +213,144 @@ pub fn load_objects(source: &str, text: &str) -> Result<Vec<Loaded<Object>>, Spe
                 continue;
             }
         };
-        match meta.api_version.as_deref() {
-            Some(API_VERSION) => {}
-            Some(other) => {
-                errors.push(doc.diagnostic(
-                    &FieldPath::parse("apiVersion"),
-                    format!("unsupported apiVersion {other:?}; expected {API_VERSION:?}"),
-                ));
-                continue;
-            }
-            None => {
-                errors.push(doc.diagnostic(
-                    &FieldPath::root(),
-                    format!("missing apiVersion (expected {API_VERSION:?})"),
-                ));
-                continue;
-            }
+        if meta.kind.as_deref() == Some("List") && meta.api_version.as_deref() == Some("v1") {
+            load_list(chunk, doc, &mut out, &mut errors);
+            continue;
         }
-        let parsed = match meta.kind.as_deref() {
-            Some(KIND_CLUSTER) => serde_saphyr::from_str::<Cluster>(chunk).map(Object::Cluster),
-            Some(KIND_INSTANCE_GROUP) => {
-                serde_saphyr::from_str::<InstanceGroup>(chunk).map(Object::InstanceGroup)
-            }
-            Some(other) => {
-                errors.push(doc.diagnostic(
-                    &FieldPath::parse("kind"),
-                    format!("unknown kind {other:?}; expected Cluster or InstanceGroup"),
-                ));
-                continue;
-            }
-            None => {
-                errors.push(doc.diagnostic(
-                    &FieldPath::root(),
-                    "missing kind (Cluster or InstanceGroup)",
-                ));
-                continue;
-            }
-        };
-        match parsed {
-            Ok(value) => out.push(Loaded { value, doc }),
-            Err(e) => errors.push(saphyr_diagnostic(source, line_offset, tree.as_ref(), &e)),
+        if let Some(o) = load_document(chunk, meta, Arc::new(doc), &mut errors, |e| {
+            saphyr_diagnostic(source, line_offset, tree.as_ref(), e)
+        }) {
+            out.push(o);
         }
     }
     if errors.is_empty() {
         Ok(out)
     } else {
         Err(SpecErrors(errors))
+    }
+}
+
+/// One Cluster or InstanceGroup document; `None` with its problems in `errors`. `parse_error`
+/// locates a parser error (in the document, or in a List item's own text).
+fn load_document(
+    text: &str,
+    meta: TypeMeta,
+    doc: Arc<SourceDoc>,
+    errors: &mut Vec<Diagnostic>,
+    parse_error: impl Fn(&serde_saphyr::Error) -> Diagnostic,
+) -> Option<Loaded<Object>> {
+    match meta.api_version.as_deref() {
+        Some(API_VERSION) => {}
+        Some(other) => {
+            errors.push(doc.diagnostic(
+                &FieldPath::parse("apiVersion"),
+                format!("unsupported apiVersion {other:?}; expected {API_VERSION:?}"),
+            ));
+            return None;
+        }
+        None => {
+            errors.push(doc.diagnostic(
+                &FieldPath::root(),
+                format!("missing apiVersion (expected {API_VERSION:?})"),
+            ));
+            return None;
+        }
+    }
+    let parsed = match meta.kind.as_deref() {
+        Some(KIND_CLUSTER) => serde_saphyr::from_str::<Cluster>(text).map(Object::Cluster),
+        Some(KIND_INSTANCE_GROUP) => {
+            serde_saphyr::from_str::<InstanceGroup>(text).map(Object::InstanceGroup)
+        }
+        Some(other) => {
+            errors.push(doc.diagnostic(
+                &FieldPath::parse("kind"),
+                format!("unknown kind {other:?}; expected Cluster or InstanceGroup"),
+            ));
+            return None;
+        }
+        None => {
+            errors.push(doc.diagnostic(
+                &FieldPath::root(),
+                "missing kind (Cluster or InstanceGroup)",
+            ));
+            return None;
+        }
+    };
+    match parsed {
+        Ok(value) => Some(Loaded { value, doc }),
+        Err(e) => {
+            errors.push(parse_error(&e));
+            None
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ListDoc {
+    #[serde(default)]
+    items: Vec<serde_json::Value>,
+}
+
+/// A `kind: List` document (`apiVersion: v1`, as `get -o json` and `create --dry-run -o json`
+/// print, kubectl's form): every item is loaded as its own document, its problems located at
+/// `items[i]` of the list.
+fn load_list(
+    text: &str,
+    list: SourceDoc,
+    out: &mut Vec<Loaded<Object>>,
+    errors: &mut Vec<Diagnostic>,
+) {
+    let items = match serde_saphyr::from_str::<ListDoc>(text) {
+        Ok(l) => l.items,
+        Err(e) => {
+            errors.push(saphyr_diagnostic(
+                &list.source,
+                list.line_offset,
+                list.tree.as_ref(),
+                &e,
+            ));
+            return;
+        }
+    };
+    if items.is_empty() {
+        errors.push(list.diagnostic(&FieldPath::parse("items"), "an empty List has no objects"));
+    }
+    for (i, item) in items.into_iter().enumerate() {
+        let doc = Arc::new(SourceDoc {
+            base: FieldPath::parse("items").index(i),
+            ..list.clone()
+        });
+        // JSON is YAML: the item's own text goes through the one loader; a parser error in it
+        // is located back in the list by its field path.
+        let text = match serde_json::to_string_pretty(&item) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(doc.diagnostic(&FieldPath::root(), e.to_string()));
+                continue;
+            }
+        };
+        let meta = TypeMeta {
+            api_version: item
+                .get("apiVersion")
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
+            kind: item
+                .get("kind")
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
+        };
+        let own = Tree::parse(&text);
+        let at = doc.clone();
+        if let Some(o) = load_document(&text, meta, doc, errors, |e| {
+            let located = saphyr_diagnostic("", 0, None, e);
+            let path = located
+                .pos
+                .and_then(|p| own.as_ref()?.path_of_key_at(p))
+                .unwrap_or_else(FieldPath::root);
+            at.diagnostic(&path, located.message)
+        }) {
+            out.push(o);
+        }
     }
 }
 
@@ -329,6 +430,54 @@ mod tests {
                 .starts_with("c.yaml:14:3: spec.minSise: unknown field"),
             "{d}"
         );
+    }
+
+    #[test]
+    fn a_json_list_loads_its_items_and_locates_their_problems() {
+        let text = r#"{
+  "apiVersion": "v1",
+  "kind": "List",
+  "items": [
+    {
+      "apiVersion": "kprov.dev/v1alpha1",
+      "kind": "Cluster",
+      "metadata": {"name": "a.example.com"},
+      "spec": {"cloudProvider": "aws"}
+    },
+    {
+      "apiVersion": "kprov.dev/v1alpha1",
+      "kind": "InstanceGroup",
+      "metadata": {"name": "nodes"},
+      "spec": {"role": "Node", "minSize": 1}
+    }
+  ]
+}"#;
+        let objs = load_objects("l.json", text).unwrap();
+        assert_eq!(objs.len(), 2);
+        assert!(matches!(&objs[0].value, Object::Cluster(c) if c.metadata.name == "a.example.com"));
+        assert!(matches!(&objs[1].value, Object::InstanceGroup(g) if g.spec.min_size == Some(1)));
+        // Later validation points into the list: the item's line, its path.
+        let d = objs[1]
+            .doc
+            .diagnostic(&FieldPath::parse("spec.minSize"), "too small");
+        assert_eq!(
+            d.to_string(),
+            "l.json:15:43: items[1].spec.minSize: too small"
+        );
+        // A typo and a wrong kind in items, both reported, at their item.
+        let bad = text
+            .replace("\"minSize\"", "\"minSise\"")
+            .replace("\"kind\": \"Cluster\"", "\"kind\": \"Pod\"");
+        let err = load_objects("l.json", &bad).unwrap_err().to_string();
+        assert!(
+            err.contains("l.json:7:15: items[0].kind: unknown kind \"Pod\""),
+            "{err}"
+        );
+        assert!(
+            err.contains("items[1].spec.minSise: unknown field"),
+            "{err}"
+        );
+        assert!(err.contains("l.json:15:"), "{err}");
     }
 
     #[test]

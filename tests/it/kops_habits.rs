@@ -128,3 +128,129 @@ fn get_secrets_lists_names_and_digests_never_values() {
     let o = env.run(&["get", "secrets", "nope.example.com"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
 }
+
+const HA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-ha.yaml");
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}):\n{s}"))
+}
+
+/// `-o json` of `create --dry-run` and of `get cluster NAME` is what `create -f` takes back,
+/// object for object (kubectl's habit: `get -o json > f; create -f f`).
+#[test]
+fn json_of_get_and_of_a_dry_run_is_accepted_by_create_f() {
+    let env = Env::new();
+    let dry = ok(&env.run(&[
+        "create",
+        "cluster",
+        "lab.internal",
+        "--cloud",
+        "metal",
+        "--inventory",
+        HA,
+        "--dry-run",
+        "-o",
+        "json",
+    ]));
+    let file = env.path("dry.json");
+    std::fs::write(&file, &dry).expect("write");
+    let o = env.run(&["create", "-f", file.to_str().expect("utf-8")]);
+    ok(&o);
+    assert!(
+        text(&o.stderr).contains("with 2 instance groups"),
+        "{}",
+        text(&o.stderr)
+    );
+    let got = ok(&env.run(&["get", "cluster", "lab.internal", "-o", "json"]));
+    assert_eq!(
+        json(&got),
+        json(&dry),
+        "get -o json differs from the dry run"
+    );
+
+    // An AWS cluster's `get -o json`, into another store, comes back the same.
+    let aws = created();
+    let got = ok(&aws.run(&["get", "cluster", NAME, "-o", "json"]));
+    let other = Env::new().with_moto();
+    let file = other.path("got.json");
+    std::fs::write(&file, &got).expect("write");
+    ok(&other.run(&["create", "-f", file.to_str().expect("utf-8")]));
+    let again = ok(&other.run(&["get", "cluster", NAME, "-o", "json"]));
+    assert_eq!(json(&again), json(&got));
+
+    // A typo in an item is refused at its item's path; nothing is created.
+    let third = Env::new();
+    let file = third.path("bad.json");
+    std::fs::write(&file, dry.replacen("\"role\"", "\"rolle\"", 1)).expect("write");
+    let o = third.run(&["create", "-f", file.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("items[1].spec.rolle"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        text(&third.run(&["get", "clusters"]).stderr).contains("No clusters"),
+        "a refused create wrote something"
+    );
+}
+
+/// On metal the hosts are the machines: `get ig` and `get clusters` count them, whatever
+/// `create` wrote when the inventory was first read.
+#[test]
+fn metal_group_sizes_and_cluster_counts_follow_the_hosts() {
+    let env = Env::new();
+    let o = env.run(&[
+        "create",
+        "cluster",
+        "lab.internal",
+        "--cloud",
+        "metal",
+        "--inventory",
+        HA,
+    ]);
+    ok(&o);
+    let row = |out: &str, first: &str| -> Vec<String> {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(first))
+            .unwrap_or_else(|| panic!("no {first} row:\n{out}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let clusters = ok(&env.run(&["get", "clusters"]));
+    assert_eq!(
+        row(&clusters, "lab.internal")[4..],
+        ["3", "2"],
+        "{clusters}"
+    );
+
+    // Two workers more, written straight into the spec (as `update --inventory --yes` does).
+    let mut objs = json(&ok(&env.run(&[
+        "get",
+        "cluster",
+        "lab.internal",
+        "-o",
+        "json",
+    ])));
+    let hosts = objs["items"][0]["spec"]["hosts"]
+        .as_array_mut()
+        .expect("hosts");
+    for (name, addr) in [("worker3", "198.18.0.16"), ("worker4", "198.18.0.17")] {
+        hosts.push(serde_json::json!({"name": name, "address": addr, "roles": ["node"]}));
+    }
+    let file = env.path("more.json");
+    std::fs::write(&file, objs.to_string()).expect("write");
+    ok(&env.run(&["replace", "-f", file.to_str().expect("utf-8")]));
+
+    let clusters = ok(&env.run(&["get", "clusters"]));
+    assert_eq!(
+        row(&clusters, "lab.internal")[4..],
+        ["3", "4"],
+        "{clusters}"
+    );
+    let igs = ok(&env.run(&["get", "ig", "lab.internal"]));
+    // NAME ROLE MACHINETYPE MIN MAX SUBNETS
+    assert_eq!(row(&igs, "nodes")[3..5], ["4", "4"], "{igs}");
+    assert_eq!(row(&igs, "control-plane")[3..5], ["3", "3"], "{igs}");
+}
