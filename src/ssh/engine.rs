@@ -786,7 +786,7 @@ impl SshFleet {
         args: &[&str],
         stdin: &[Bytes],
         timeout: Option<Duration>,
-        on_line: Option<&(dyn Fn(&[u8]) + Sync)>,
+        on_line: Option<&LineSink<'_>>,
     ) -> Result<Output, ExecError> {
         let conn = self.connection(slot).await?;
         match self
@@ -814,7 +814,7 @@ impl SshFleet {
         args: &[&str],
         stdin: &[Bytes],
         timeout: Option<Duration>,
-        on_line: Option<&(dyn Fn(&[u8]) + Sync)>,
+        on_line: Option<&LineSink<'_>>,
     ) -> Result<Output, Attempt> {
         let host = &slot.spec.name;
         let failed = |e: openssh::Error| {
@@ -1222,19 +1222,22 @@ async fn within<T>(
     }
 }
 
+/// Sees each line of a command's standard error as it arrives.
+type LineSink<'a> = dyn Fn(&[u8]) + Sync + 'a;
+
+/// A finished step of a batch (its index): its outcome or its exit code, how long it took.
+type Finished = (usize, Result<StepOutcome, Option<i32>>, Duration);
+
 /// What the markers of a batch said so far.
 struct BatchState {
     /// The step (index in the batch) that started last.
     current: usize,
     started: Instant,
     /// Per finished step: its outcome or its exit code, and how long it took.
-    finished: Vec<(usize, Result<StepOutcome, Option<i32>>, Duration)>,
+    finished: Vec<Finished>,
 }
 
-fn ok_outcomes(
-    steps: &[Step],
-    finished: &[(usize, Result<StepOutcome, Option<i32>>, Duration)],
-) -> Vec<(String, StepOutcome)> {
+fn ok_outcomes(steps: &[Step], finished: &[Finished]) -> Vec<(String, StepOutcome)> {
     finished
         .iter()
         .filter_map(|(k, r, _)| r.as_ref().ok().map(|o| (steps[*k].name.clone(), o.clone())))
