@@ -134,3 +134,32 @@ async fn pump(
     };
     tokio::join!(reader, writer);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn each_direction_is_delayed_and_the_bytes_arrive_intact() {
+        // An echo server: one request, its answer.
+        let echo = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let target = echo.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut c, _) = echo.accept().unwrap();
+            let mut buf = [0u8; 5];
+            c.read_exact(&mut buf).unwrap();
+            c.write_all(&buf).unwrap();
+        });
+        let proxy = DelayProxy::start(target, Duration::from_millis(300));
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
+        let sent = std::time::Instant::now();
+        c.write_all(b"hello").unwrap();
+        let mut got = [0u8; 5];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hello");
+        // One round trip: at least 150 ms out and 150 ms back.
+        let took = sent.elapsed();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+    }
+}
