@@ -6,7 +6,13 @@
 //! with host variables, run five commands. Each tool runs it twice: the first run changes the
 //! hosts, the second finds them converged (kprov compares hashes; ansible's copy/template do
 //! too). Both start without an open connection.
+//!
+//! `--rtt MS[,MS...]`: every host is reached through a delay proxy (each direction delayed by
+//! RTT/2) and the runs repeat at RTT 0 and at each RTT given; each row then also says how many
+//! round trips per host the run cost: (time at RTT - time at 0) / RTT.
 
+#[path = "../tests/it/support/delayproxy.rs"]
+mod delayproxy;
 #[path = "../tests/it/support/memstate.rs"]
 mod memstate;
 #[path = "../tests/it/support/testhosts.rs"]
@@ -90,17 +96,28 @@ fn steps(name: &str, address: &str) -> Result<Vec<Step>, tera::Error> {
     Ok(steps)
 }
 
-async fn kprov_run(th: &testhosts::TestHosts, store: &Arc<memstate::MemStore>) -> Duration {
+/// Where a tool dials each host: its own address, or the loopback port of its delay proxy.
+struct Endpoint {
+    address: String,
+    port: u16,
+}
+
+async fn kprov_run(
+    th: &testhosts::TestHosts,
+    ends: &[Endpoint],
+    store: &Arc<memstate::MemStore>,
+) -> Duration {
     let hosts: Vec<Host> = th
         .hosts
         .iter()
-        .map(|h| Host {
+        .zip(ends)
+        .map(|(h, e)| Host {
             name: h.name.clone(),
-            address: h.address.clone(),
+            address: e.address.clone(),
             ip: None,
             access_ip: None,
             user: Some("root".into()),
-            port: Some(h.port),
+            port: Some(e.port),
             key_path: Some(th.client_key.display().to_string()),
             bastion: None,
             roles: vec![HostRole::Node],
@@ -137,20 +154,25 @@ async fn kprov_run(th: &testhosts::TestHosts, store: &Arc<memstate::MemStore>) -
     took
 }
 
-fn ansible_files(th: &testhosts::TestHosts) -> std::path::PathBuf {
+fn ansible_files(
+    th: &testhosts::TestHosts,
+    ends: &[Endpoint],
+    known_hosts: &str,
+) -> std::path::PathBuf {
     let dir = th.dir().join("ansible");
     std::fs::create_dir_all(dir.join("files")).expect("ansible dir");
     std::fs::write(dir.join("files/blob"), blob()).expect("blob");
     std::fs::write(dir.join("files/a.conf"), "a = 1\n").expect("a.conf");
     std::fs::write(dir.join("files/b.conf"), "b = 2\n").expect("b.conf");
     std::fs::write(dir.join("node.conf.j2"), TEMPLATE).expect("template");
-    std::fs::write(dir.join("known_hosts"), th.known_hosts()).expect("known_hosts");
+    std::fs::write(dir.join("known_hosts"), known_hosts).expect("known_hosts");
     let inventory: String = std::iter::once("[bench]\n".to_string())
-        .chain(th.hosts.iter().map(|h| {
+        .chain(th.hosts.iter().zip(ends).map(|(h, e)| {
             format!(
-                "{} ansible_host={} address={} ansible_user=root ansible_ssh_private_key_file={}\n",
+                "{} ansible_host={} ansible_port={} address={} ansible_user=root ansible_ssh_private_key_file={}\n",
                 h.name,
-                h.address,
+                e.address,
+                e.port,
                 h.address,
                 th.client_key.display()
             )
@@ -222,48 +244,163 @@ fn ansible_close(dir: &std::path::Path) {
     }
 }
 
-#[tokio::main]
-async fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
-    let playbook_bin = std::env::var("ANSIBLE_PLAYBOOK").unwrap_or("ansible-playbook".into());
-    let th = testhosts::TestHosts::start(n);
+/// known_hosts text naming each host as the tools dial it (`[127.0.0.1]:PORT` behind a
+/// proxy), with the host's own key: checking stays strict through the proxy.
+fn known_hosts_for(th: &testhosts::TestHosts, ends: &[Endpoint]) -> String {
+    th.known_hosts()
+        .lines()
+        .zip(ends)
+        .map(|(line, e)| {
+            let key = line.split_once(' ').map(|(_, k)| k).unwrap_or_default();
+            if e.port == 22 {
+                format!("{} {key}\n", e.address)
+            } else {
+                format!("[{}]:{} {key}\n", e.address, e.port)
+            }
+        })
+        .collect()
+}
 
+struct Times {
+    rtt_ms: u64,
+    /// first run, re-run
+    kprov: [Duration; 2],
+    ansible: [Duration; 2],
+}
+
+async fn measure(
+    th: &testhosts::TestHosts,
+    ends: &[Endpoint],
+    rtt_ms: u64,
+    playbook_bin: &str,
+) -> Times {
     // Both tools get the hosts' keys up front and check them strictly.
+    let known_hosts = known_hosts_for(th, ends);
     let store = Arc::new(memstate::MemStore::default());
     store
         .put(
             &format!("{CLUSTER}/known_hosts"),
-            Bytes::from(th.known_hosts()),
+            Bytes::from(known_hosts.clone()),
             Precondition::Absent,
         )
         .await
         .expect("seed known hosts");
-    let k1 = kprov_run(&th, &store).await;
-    let k2 = kprov_run(&th, &store).await;
+    let reset = || {
+        for h in &th.hosts {
+            h.exec("rm -rf /opt/kprov-bench /etc/kprov-bench /var/lib/kprov-bench")
+                .expect("reset host");
+        }
+    };
+    reset();
+    let k1 = kprov_run(th, ends, &store).await;
+    let k2 = kprov_run(th, ends, &store).await;
 
     // Fresh hosts' state for ansible: remove what kprov wrote.
-    for h in &th.hosts {
-        h.exec("rm -rf /opt/kprov-bench /etc/kprov-bench /var/lib/kprov-bench")
-            .expect("reset host");
+    reset();
+    let dir = ansible_files(th, ends, &known_hosts);
+    let bin = playbook_bin.to_string();
+    let (a1, a2) = tokio::task::spawn_blocking(move || {
+        let a1 = ansible_run(&dir, &bin);
+        ansible_close(&dir);
+        let a2 = ansible_run(&dir, &bin);
+        ansible_close(&dir);
+        (a1, a2)
+    })
+    .await
+    .expect("ansible runs");
+    Times {
+        rtt_ms,
+        kprov: [k1, k2],
+        ansible: [a1, a2],
     }
-    let dir = ansible_files(&th);
-    let a1 = ansible_run(&dir, &playbook_bin);
-    ansible_close(&dir);
-    let a2 = ansible_run(&dir, &playbook_bin);
-    ansible_close(&dir);
+}
 
-    // One row per run under the columns scripts/bench-ssh prints (hosts run kprov_ms
-    // ansible_ms ratio); the script adds the machine's load and cores.
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5);
+    // --rtt 20,50: through delay proxies, at 0 and at each RTT given.
+    let rtts: Option<Vec<u64>> = args
+        .iter()
+        .position(|a| a == "--rtt")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| {
+            std::iter::once(0)
+                .chain(list.split(',').filter_map(|v| v.trim().parse().ok()))
+                .collect()
+        });
+    let playbook_bin = std::env::var("ANSIBLE_PLAYBOOK").unwrap_or("ansible-playbook".into());
+    let th = testhosts::TestHosts::start(n);
+
+    let mut results = Vec::new();
+    match &rtts {
+        None => {
+            let ends: Vec<Endpoint> = th
+                .hosts
+                .iter()
+                .map(|h| Endpoint {
+                    address: h.address.clone(),
+                    port: h.port,
+                })
+                .collect();
+            results.push(measure(&th, &ends, 0, &playbook_bin).await);
+        }
+        Some(rtts) => {
+            let proxies: Vec<delayproxy::DelayProxy> = th
+                .hosts
+                .iter()
+                .map(|h| {
+                    let target = format!("{}:{}", h.address, h.port)
+                        .parse()
+                        .expect("host address");
+                    delayproxy::DelayProxy::start(target, Duration::ZERO)
+                })
+                .collect();
+            let ends: Vec<Endpoint> = proxies
+                .iter()
+                .map(|p| Endpoint {
+                    address: "127.0.0.1".into(),
+                    port: p.port,
+                })
+                .collect();
+            let mut seen = std::collections::BTreeSet::new();
+            for &rtt in rtts {
+                if !seen.insert(rtt) {
+                    continue;
+                }
+                for p in &proxies {
+                    p.set_rtt(Duration::from_millis(rtt));
+                }
+                results.push(measure(&th, &ends, rtt, &playbook_bin).await);
+            }
+        }
+    }
+
+    // One row per RTT and run under the columns scripts/bench-ssh prints (hosts rtt_ms run
+    // kprov_ms ansible_ms ratio kprov_rt ansible_rt); the script adds the machine's load and
+    // cores. *_rt: round trips per host, the slope of the time against the RTT from RTT 0.
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    for (run, k, a) in [("first", k1, a1), ("rerun", k2, a2)] {
-        println!(
-            "{n:>5} {run:>5} {:>8.0} {:>10.0} {:>6.1}",
-            ms(k),
-            ms(a),
-            ms(a) / ms(k)
-        );
+    let base = results
+        .iter()
+        .find(|t| t.rtt_ms == 0)
+        .map(|t| (t.kprov, t.ansible));
+    for t in &results {
+        for (i, run) in ["first", "rerun"].iter().enumerate() {
+            let (k, a) = (t.kprov[i], t.ansible[i]);
+            let slope = |now: Duration, zero: Duration| {
+                format!("{:.1}", (ms(now) - ms(zero)) / t.rtt_ms as f64)
+            };
+            let (krt, art) = match base {
+                Some((bk, ba)) if t.rtt_ms > 0 => (slope(k, bk[i]), slope(a, ba[i])),
+                _ => ("-".to_string(), "-".to_string()),
+            };
+            println!(
+                "{n:>5} {:>6} {run:>5} {:>8.0} {:>10.0} {:>6.1} {krt:>8} {art:>10}",
+                t.rtt_ms,
+                ms(k),
+                ms(a),
+                ms(a) / ms(k)
+            );
+        }
     }
 }

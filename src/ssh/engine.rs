@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::spec::{Cluster, Host};
@@ -254,18 +254,10 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 fn stderr_text(out: &Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    let text = if err.is_empty() {
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    } else {
-        err
-    };
-    // The end of the output is where the reason is; keep errors readable.
-    const MAX: usize = 4000;
-    match text.char_indices().rev().nth(MAX) {
-        Some((i, _)) => format!("...{}", &text[i..]),
-        None => text,
-    }
+    output_text(
+        &String::from_utf8_lossy(&out.stderr),
+        &String::from_utf8_lossy(&out.stdout),
+    )
 }
 
 impl SshFleet {
@@ -477,25 +469,17 @@ impl SshFleet {
         // Connect before the first step, so a host that cannot be reached fails as such.
         self.connection(slot).await?;
         let mut outcomes = Vec::with_capacity(steps.len());
-        for (index, step) in steps.iter().enumerate() {
-            self.progress.event(&Event::StepStarted {
-                host: host.to_string(),
-                step: step.name.clone(),
-                index,
-                total: steps.len(),
-            });
-            let started = Instant::now();
-            let result = self.run_step(slot, step).await;
-            self.progress.event(&Event::StepFinished {
-                host: host.to_string(),
-                step: step.name.clone(),
-                result: result
-                    .as_ref()
-                    .map(Clone::clone)
-                    .map_err(|e| e.to_string().into()),
-                duration: started.elapsed(),
-            });
-            outcomes.push((step.name.clone(), result?));
+        // A step with files, and every step without files after it, make one command: the
+        // files are compared first (one command), so a batch is at most two round trips.
+        let mut i = 0;
+        while i < steps.len() {
+            let end = steps[i + 1..]
+                .iter()
+                .position(|s| !s.files.is_empty())
+                .map_or(steps.len(), |p| i + 1 + p);
+            self.run_batch(slot, i, steps.len(), &steps[i..end], &mut outcomes)
+                .await?;
+            i = end;
         }
         Ok(outcomes)
     }
@@ -774,7 +758,7 @@ impl SshFleet {
         if conn.target.user != "root" {
             // Fail at connect with the clear sudo message rather than in the middle of a step.
             let out = self
-                .exec_on(slot, &conn, "true", &[], None, None)
+                .exec_on(slot, &conn, "true", &[], &[], None, None)
                 .await
                 .map_err(|a| a.into_error(&h.name))?;
             if !out.status.success() {
@@ -792,25 +776,28 @@ impl SshFleet {
     }
 
     /// Runs `sh -c script` (with `args` as `$1..`) as root on the host, through `sudo -n`
-    /// when the login user is not root, optionally killed remotely after `timeout`.
+    /// when the login user is not root, optionally killed remotely after `timeout`. `stdin`
+    /// is sent in order, then EOF (no buffers: none means /dev/null). `on_line` sees each
+    /// line of standard error as it arrives (progress markers of a batch of steps).
     async fn exec(
         &self,
         slot: &HostSlot,
         script: &str,
         args: &[&str],
-        stdin: Option<&Bytes>,
+        stdin: &[Bytes],
         timeout: Option<Duration>,
+        on_line: Option<&LineSink<'_>>,
     ) -> Result<Output, ExecError> {
         let conn = self.connection(slot).await?;
         match self
-            .exec_on(slot, &conn, script, args, stdin, timeout)
+            .exec_on(slot, &conn, script, args, stdin, timeout, on_line)
             .await
         {
             // The master died since its last use (host rebooted, network cut). The command
             // never started, so running it on a fresh connection is safe.
             Err(Attempt::NotStarted(_)) => {
                 let fresh = self.reconnect(slot, &conn).await?;
-                self.exec_on(slot, &fresh, script, args, stdin, timeout)
+                self.exec_on(slot, &fresh, script, args, stdin, timeout, on_line)
                     .await
                     .map_err(|a| a.into_error(&slot.spec.name))
             }
@@ -818,14 +805,16 @@ impl SshFleet {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn exec_on(
         &self,
         slot: &HostSlot,
         conn: &Connection,
         script: &str,
         args: &[&str],
-        stdin: Option<&Bytes>,
+        stdin: &[Bytes],
         timeout: Option<Duration>,
+        on_line: Option<&LineSink<'_>>,
     ) -> Result<Output, Attempt> {
         let host = &slot.spec.name;
         let failed = |e: openssh::Error| {
@@ -859,31 +848,73 @@ impl SshFleet {
         })?;
         let mut cmd = conn.session.command(&argv[0]);
         cmd.args(&argv[1..])
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
+            .stdin(if stdin.is_empty() {
                 Stdio::null()
+            } else {
+                Stdio::piped()
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().await.map_err(Attempt::NotStarted)?;
         let writer = child.stdin().take();
         let feed = async move {
-            if let (Some(mut w), Some(data)) = (writer, stdin) {
-                w.write_all(data).await?;
-                // EOF tells the remote `cat` the file is complete.
+            if let Some(mut w) = writer {
+                for data in stdin {
+                    w.write_all(data).await?;
+                }
+                // EOF tells the remote side the data is complete.
                 w.shutdown().await?;
             }
             Ok::<_, std::io::Error>(())
         };
-        let (fed, out) = tokio::join!(feed, child.wait_with_output());
-        let out = out.map_err(failed)?;
-        fed.map_err(|e| {
-            Attempt::Failed(ExecError::Other {
+        let mut out_pipe = child.stdout().take();
+        let mut err_pipe = child.stderr().take();
+        let read_out = async {
+            let mut buf = Vec::new();
+            if let Some(p) = out_pipe.as_mut() {
+                p.read_to_end(&mut buf).await?;
+            }
+            Ok::<_, std::io::Error>(buf)
+        };
+        let read_err = async {
+            let mut all = Vec::new();
+            if let Some(p) = err_pipe.as_mut() {
+                let mut r = tokio::io::BufReader::new(p);
+                loop {
+                    let start = all.len();
+                    if r.read_until(b'\n', &mut all).await? == 0 {
+                        break;
+                    }
+                    if let Some(f) = on_line {
+                        f(&all[start..]);
+                    }
+                }
+            }
+            Ok::<_, std::io::Error>(all)
+        };
+        let (fed, stdout, stderr) = tokio::join!(feed, read_out, read_err);
+        let status = child.wait().await.map_err(failed)?;
+        let io_failed = |e: std::io::Error| {
+            Attempt::Failed(ExecError::Connect {
                 host: host.clone(),
-                message: format!("sending data: {e}"),
+                message: format!("reading the command's output: {e}"),
             })
-        })?;
+        };
+        let out = Output {
+            status,
+            stdout: stdout.map_err(io_failed)?,
+            stderr: stderr.map_err(io_failed)?,
+        };
+        if let Err(e) = fed {
+            // A remote side that refused part of the data (a failed upload in a batch) says
+            // why on stderr; the broken pipe says less.
+            if out.status.success() {
+                return Err(Attempt::Failed(ExecError::Other {
+                    host: host.clone(),
+                    message: format!("sending data: {e}"),
+                }));
+            }
+        }
         if sudo && out.status.code() == Some(1) {
             let err = String::from_utf8_lossy(&out.stderr);
             if err.starts_with("sudo:")
@@ -913,7 +944,7 @@ impl SshFleet {
   else echo missing; fi
 done"#;
         let paths: Vec<&str> = step.files.iter().map(|f| f.path.as_str()).collect();
-        let out = self.exec(slot, STAT, &paths, None, None).await?;
+        let out = self.exec(slot, STAT, &paths, &[], None, None).await?;
         if !out.status.success() {
             return Err(ExecError::Step {
                 host: slot.spec.name.clone(),
@@ -936,105 +967,358 @@ done"#;
             .collect())
     }
 
-    /// Uploads the step's files whose content or mode differ on the host; returns how many.
-    async fn sync_files(&self, slot: &HostSlot, step: &Step) -> Result<usize, ExecError> {
-        let fail = |out: &Output, what: &str| ExecError::Step {
-            host: slot.spec.name.clone(),
-            step: step.name.clone(),
-            code: out.status.code(),
-            stderr: format!("{what}: {}", stderr_text(out)),
-        };
-        let stale = self.stale_files(slot, step).await?;
-        // mktemp beside the target keeps the final mv on one filesystem, hence atomic. The
-        // content is checked before the rename: when the connection (or kprov) dies in the
-        // middle of an upload, the remote `cat` sees an early EOF and would otherwise succeed
-        // with half a file. The traps remove the temporary file also when the shell is killed
-        // by the hang-up of a cut session.
-        const PUT: &str = r#"set -e
-d=$(dirname "$1")
-mkdir -p "$d"
-t=$(mktemp "$d/.kprov.XXXXXX")
-trap 'rm -f "$t"' EXIT
-trap 'exit 1' HUP INT TERM PIPE
-cat > "$t"
-h=$(sha256sum < "$t" | cut -d' ' -f1)
-if [ "$h" != "$3" ]; then
-  echo "received content has sha256 $h, expected $3 (upload cut short?)" >&2
-  exit 1
-fi
-chmod "$2" "$t"
-mv -f "$t" "$1""#;
-        let uploads = stale.iter().map(|f| async move {
-            let mode = format!("{:o}", f.mode);
-            let hash = self.content_hash(&f.content);
-            let out = self
-                .exec(slot, PUT, &[&f.path, &mode, &hash], Some(&f.content), None)
-                .await?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(fail(&out, &format!("uploading {}", f.path)))
-            }
-        });
-        futures::future::try_join_all(uploads).await?;
-        Ok(stale.len())
-    }
-
-    async fn run_step(&self, slot: &HostSlot, step: &Step) -> Result<StepOutcome, ExecError> {
+    /// Runs `steps` on the host as **one** command: the stale files of the first step (the
+    /// only one that may have files) go over its stdin and are written atomically, then each
+    /// step's check and run follow in order, stopping at the first failure. A marker line on
+    /// stderr per step (`NONCE start I`, `NONCE unchanged I`, `NONCE changed I`, `NONCE exit I
+    /// CODE`; `NONCE start I` also on stdout) gives live progress, each step's outcome and the
+    /// output that belongs to it. One command costs about one round trip on an open master;
+    /// one per step, as before, cost about two each.
+    async fn run_batch(
+        &self,
+        slot: &HostSlot,
+        first: usize,
+        total: usize,
+        steps: &[Step],
+        outcomes: &mut Vec<(String, StepOutcome)>,
+    ) -> Result<(), ExecError> {
         let host = &slot.spec.name;
-        let timed_out = || ExecError::Timeout {
+        let state = std::sync::Mutex::new(BatchState {
+            current: 0,
+            started: Instant::now(),
+            finished: Vec::new(),
+        });
+        self.progress.event(&Event::StepStarted {
             host: host.clone(),
-            step: step.name.clone(),
-            timeout: step.timeout,
+            step: steps[0].name.clone(),
+            index: first,
+            total,
+        });
+        let finish = |k: usize, result: Result<StepOutcome, &ExecError>, took: Duration| {
+            self.progress.event(&Event::StepFinished {
+                host: host.clone(),
+                step: steps[k].name.clone(),
+                result: result.map_err(|e| e.to_string().into()),
+                duration: took,
+            });
         };
-        let work = async {
-            let uploaded = self.sync_files(slot, step).await?;
-            // A files-only step is converged exactly when no file had to be uploaded.
-            if step.run.trim().is_empty() {
-                return Ok(if uploaded > 0 {
-                    StepOutcome::Changed
-                } else {
-                    StepOutcome::Unchanged
-                });
-            }
-            if uploaded == 0
-                && let Some(check) = &step.check
-            {
-                let out = self
-                    .exec(slot, check, &[], None, Some(step.timeout))
-                    .await?;
-                if out.status.success() {
-                    return Ok(StepOutcome::Unchanged);
+        let nonce = format!("kprov-{:016x}", rand::random::<u64>());
+        let to_step = |e: ExecError, k: usize| match e {
+            // Inside a step a broken connection is about the step: say which one.
+            ExecError::Connect { host, message } => ExecError::ConnectionLost {
+                host,
+                step: steps[k].name.clone(),
+                message,
+            },
+            other => other,
+        };
+        // Each step's timeout bounds it here too, counted from when its start marker arrived
+        // (the first step's from the start of the batch: it includes comparing and uploading
+        // its files). The remote `timeout` normally reports first; this catches a host that
+        // went silent.
+        let watchdog = || async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if let Ok(st) = state.lock()
+                    && st.started.elapsed() > steps[st.current].timeout
+                {
+                    return;
                 }
             }
-            let out = self
-                .exec(slot, &step.run, &[], None, Some(step.timeout))
-                .await?;
-            match out.status.code() {
-                Some(0) => Ok(StepOutcome::Changed),
-                Some(TIMED_OUT) => Err(timed_out()),
-                code => Err(ExecError::Step {
-                    host: host.clone(),
-                    step: step.name.clone(),
-                    code,
-                    stderr: stderr_text(&out),
-                }),
+        };
+        let timed_out = |k: usize| ExecError::Timeout {
+            host: host.clone(),
+            step: steps[k].name.clone(),
+            timeout: steps[k].timeout,
+        };
+
+        let stale = match within(self.stale_files(slot, &steps[0]), watchdog()).await {
+            Ok(Ok(stale)) => stale,
+            Ok(Err(e)) => {
+                let e = to_step(e, 0);
+                finish(0, Err(&e), Duration::ZERO);
+                return Err(e);
+            }
+            Err(_) => {
+                let e = timed_out(0);
+                finish(0, Err(&e), Duration::ZERO);
+                return Err(e);
             }
         };
-        tokio::time::timeout(step.timeout, work)
-            .await
-            .unwrap_or_else(|_| Err(timed_out()))
-            .map_err(|e| match e {
-                // Inside a step a broken connection is about the step: say which one.
-                ExecError::Connect { host, message } => ExecError::ConnectionLost {
-                    host,
-                    step: step.name.clone(),
-                    message,
+        let mut args: Vec<String> = vec![nonce.clone(), stale.len().to_string()];
+        for f in &stale {
+            args.extend([
+                f.path.clone(),
+                format!("{:o}", f.mode),
+                self.content_hash(&f.content),
+                f.content.len().to_string(),
+            ]);
+        }
+        args.push(steps.len().to_string());
+        for st in steps {
+            args.extend([
+                st.timeout.as_secs().max(1).to_string(),
+                if st.check.is_some() { "1" } else { "0" }.to_string(),
+                st.check.clone().unwrap_or_default(),
+                if st.run.trim().is_empty() {
+                    String::new()
+                } else {
+                    st.run.clone()
                 },
-                other => other,
-            })
+            ]);
+        }
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let data: Vec<Bytes> = stale.iter().map(|f| f.content.clone()).collect();
+        let on_line = |line: &[u8]| {
+            let line = String::from_utf8_lossy(line);
+            let mut words = line.split_whitespace();
+            if words.next() != Some(nonce.as_str()) {
+                return;
+            }
+            let kind = words.next().unwrap_or_default();
+            let Some(k) = words.next().and_then(|k| k.parse::<usize>().ok()) else {
+                return;
+            };
+            let Ok(mut st) = state.lock() else { return };
+            if k >= steps.len() {
+                return;
+            }
+            let took = st.started.elapsed();
+            match kind {
+                "start" => {
+                    if k > 0 {
+                        self.progress.event(&Event::StepStarted {
+                            host: host.clone(),
+                            step: steps[k].name.clone(),
+                            index: first + k,
+                            total,
+                        });
+                    }
+                    if k > 0 {
+                        st.current = k;
+                        st.started = Instant::now();
+                    }
+                }
+                "changed" | "unchanged" => {
+                    let o = if kind == "changed" {
+                        StepOutcome::Changed
+                    } else {
+                        StepOutcome::Unchanged
+                    };
+                    finish(k, Ok(o.clone()), took);
+                    st.finished.push((k, Ok(o), took));
+                }
+                "exit" => {
+                    let code = words.next().and_then(|c| c.parse::<i32>().ok());
+                    if code == Some(0) {
+                        finish(k, Ok(StepOutcome::Changed), took);
+                        st.finished.push((k, Ok(StepOutcome::Changed), took));
+                    } else {
+                        st.finished.push((k, Err(code), took));
+                    }
+                }
+                _ => {}
+            }
+        };
+        let run = self.exec(slot, BATCH, &arg_refs, &data, None, Some(&on_line));
+        let result = within(run, watchdog()).await;
+        let st = state.lock().map_err(|e| ExecError::Other {
+            host: host.clone(),
+            message: e.to_string(),
+        })?;
+        let current = st.current;
+        let elapsed = st.started.elapsed();
+        let out = match result {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => {
+                let e = to_step(e, current);
+                finish(current, Err(&e), elapsed);
+                outcomes.extend(ok_outcomes(steps, &st.finished));
+                return Err(e);
+            }
+            Err(_) => {
+                let e = timed_out(current);
+                finish(current, Err(&e), elapsed);
+                outcomes.extend(ok_outcomes(steps, &st.finished));
+                return Err(e);
+            }
+        };
+        outcomes.extend(ok_outcomes(steps, &st.finished));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let failed = st.finished.iter().find_map(|(k, r, took)| match r {
+            Err(code) => Some((*k, *code, *took)),
+            Ok(_) => None,
+        });
+        if let Some((k, code, took)) = failed {
+            let e = if code == Some(TIMED_OUT) {
+                timed_out(k)
+            } else {
+                ExecError::Step {
+                    host: host.clone(),
+                    step: steps[k].name.clone(),
+                    code,
+                    stderr: output_text(
+                        &section(&stderr, &nonce, &format!("start {k}")),
+                        &section(&stdout, &nonce, &format!("start {k}")),
+                    ),
+                }
+            };
+            finish(k, Err(&e), took);
+            return Err(e);
+        }
+        if st.finished.len() == steps.len() && out.status.success() {
+            return Ok(());
+        }
+        // The command stopped before its steps were done: an upload refused (before the first
+        // step started) or the shell itself failed.
+        let started = stderr
+            .lines()
+            .any(|l| l.trim() == format!("{nonce} start 0"));
+        let e = if !started {
+            let which = stderr
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix(&format!("{nonce} upload ")))
+                .filter_map(|j| j.parse::<usize>().ok())
+                .next_back();
+            let what = match which.and_then(|j| stale.get(j)) {
+                Some(f) => format!("uploading {}", f.path),
+                None => "uploading files".to_string(),
+            };
+            let text = match which {
+                Some(j) => section(&stderr, &nonce, &format!("upload {j}")),
+                None => stderr.to_string(),
+            };
+            ExecError::Step {
+                host: host.clone(),
+                step: steps[0].name.clone(),
+                code: out.status.code(),
+                stderr: format!("{what}: {}", output_text(&text, "")),
+            }
+        } else {
+            ExecError::Step {
+                host: host.clone(),
+                step: steps[current].name.clone(),
+                code: out.status.code(),
+                stderr: output_text(
+                    &section(&stderr, &nonce, &format!("start {current}")),
+                    &section(&stdout, &nonce, &format!("start {current}")),
+                ),
+            }
+        };
+        finish(current, Err(&e), elapsed);
+        Err(e)
     }
 }
+
+/// `work`'s result, or `Err` when `limit` resolved first.
+async fn within<T>(
+    work: impl std::future::Future<Output = T>,
+    limit: impl std::future::Future<Output = ()>,
+) -> Result<T, ()> {
+    tokio::select! {
+        r = work => Ok(r),
+        () = limit => Err(()),
+    }
+}
+
+/// Sees each line of a command's standard error as it arrives.
+type LineSink<'a> = dyn Fn(&[u8]) + Sync + 'a;
+
+/// A finished step of a batch (its index): its outcome or its exit code, how long it took.
+type Finished = (usize, Result<StepOutcome, Option<i32>>, Duration);
+
+/// What the markers of a batch said so far.
+struct BatchState {
+    /// The step (index in the batch) that started last.
+    current: usize,
+    started: Instant,
+    /// Per finished step: its outcome or its exit code, and how long it took.
+    finished: Vec<Finished>,
+}
+
+fn ok_outcomes(steps: &[Step], finished: &[Finished]) -> Vec<(String, StepOutcome)> {
+    finished
+        .iter()
+        .filter_map(|(k, r, _)| r.as_ref().ok().map(|o| (steps[*k].name.clone(), o.clone())))
+        .collect()
+}
+
+/// The lines of `text` after the marker line `NONCE what` up to the next marker line.
+fn section(text: &str, nonce: &str, what: &str) -> String {
+    let start = format!("{nonce} {what}");
+    let mut lines = text.lines().skip_while(|l| l.trim() != start);
+    if lines.next().is_none() {
+        return String::new();
+    }
+    lines
+        .take_while(|l| !l.trim_start().starts_with(nonce))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A failed command's reason: its stderr, else its stdout, the end kept.
+fn output_text(stderr: &str, stdout: &str) -> String {
+    let err = stderr.trim();
+    let text = if err.is_empty() { stdout.trim() } else { err };
+    // The end of the output is where the reason is; keep errors readable.
+    const MAX: usize = 4000;
+    match text.char_indices().rev().nth(MAX) {
+        Some((i, _)) => format!("...{}", &text[i..]),
+        None => text.to_string(),
+    }
+}
+
+/// The script of a batch of steps (see `run_batch`). Arguments: NONCE, the number of files,
+/// per file PATH MODE SHA256 LENGTH (their contents follow one another on stdin), the number
+/// of steps, per step TIMEOUT HAS_CHECK CHECK RUN (an empty RUN: a files-only step). Values
+/// reach the shell only as positional parameters, never inside the script text.
+///
+/// Each file goes to a `mktemp` file beside its target (same filesystem: the final `mv` is
+/// atomic) and is checked against its sha256 before the rename: a cut connection gives
+/// `head` an early EOF, and half a file must never replace the old one. The traps remove the
+/// temporary file also when the shell is killed by the hang-up of a cut session.
+/// `head -c` (GNU) reads no more than it is asked for, so the next file starts where this one
+/// ended.
+const BATCH: &str = r#"n=$1; nf=$2; shift 2
+up=0
+while [ "$nf" -gt 0 ]; do
+  printf '\n%s upload %d\n' "$n" "$up" >&2
+  f=$1; m=$2; h=$3; l=$4; shift 4; nf=$((nf - 1))
+  d=$(dirname "$f") && mkdir -p "$d" && t=$(mktemp "$d/.kprov.XXXXXX") || exit 1
+  trap 'rm -f "$t"' EXIT
+  trap 'exit 1' HUP INT TERM PIPE
+  head -c "$l" > "$t" || exit 1
+  g=$(sha256sum < "$t" | cut -d' ' -f1)
+  if [ "$g" != "$h" ]; then
+    echo "received content has sha256 $g, expected $h (upload cut short?)" >&2
+    exit 1
+  fi
+  chmod "$m" "$t" && mv -f "$t" "$f" || exit 1
+  trap - EXIT
+  up=$((up + 1))
+done
+trap - HUP INT TERM PIPE
+ns=$1; shift
+i=0
+while [ "$i" -lt "$ns" ]; do
+  to=$1; k=$2; c=$3; r=$4; shift 4
+  printf '\n%s start %d\n' "$n" "$i"
+  printf '\n%s start %d\n' "$n" "$i" >&2
+  if [ -z "$r" ]; then
+    if [ "$up" -gt 0 ]; then s=changed; else s=unchanged; fi
+    printf '\n%s %s %d\n' "$n" "$s" "$i" >&2
+  elif [ "$up" -eq 0 ] && [ "$k" = 1 ] && timeout -k 5 "$to" sh -c "$c" </dev/null >/dev/null 2>&1; then
+    printf '\n%s unchanged %d\n' "$n" "$i" >&2
+  else
+    timeout -k 5 "$to" sh -c "$r" </dev/null
+    rc=$?
+    printf '\n%s exit %d %d\n' "$n" "$i" "$rc" >&2
+    [ "$rc" -eq 0 ] || exit 0
+  fi
+  up=0
+  i=$((i + 1))
+done"#;
 
 #[async_trait::async_trait]
 impl HostExecutor for SshFleet {
@@ -1064,7 +1348,7 @@ impl HostExecutor for SshFleet {
             "[ -e \"$1\" ] || exit {MISSING}; head -c {} -- \"$1\"",
             limit + 1
         );
-        let out = self.exec(slot, &script, &[path], None, None).await?;
+        let out = self.exec(slot, &script, &[path], &[], None, None).await?;
         match out.status.code() {
             Some(0) if out.stdout.len() as u64 > limit => Err(ExecError::Other {
                 host: host.to_string(),

@@ -861,3 +861,77 @@ async fn unknown_host_key_means_zero_connections_direct_and_through_a_bastion() 
     assert_eq!(bastion.accepted(), 0, "the bastion was contacted");
     assert_eq!(known_hosts(&store).await, "");
 }
+
+#[tokio::test]
+async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_progress() {
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let rec = Arc::new(Recorder::default());
+    let fleet = fleet_with(hosts(&th), &store, true, rec.clone());
+    // Each step records the remote shell that ran it: the parent of its `timeout`.
+    let record = |n: u32| {
+        step(
+            &format!("record {n}"),
+            &format!("ps -o ppid= -p $PPID | tr -d ' ' > /etc/kprov/shell.{n}"),
+        )
+    };
+    let files = Step {
+        files: vec![RemoteFile {
+            path: "/etc/kprov/a.conf".into(),
+            content: Bytes::from_static(b"a\n"),
+            mode: 0o644,
+        }],
+        ..record(1)
+    };
+    let second_files = Step {
+        files: vec![RemoteFile {
+            path: "/etc/kprov/b.conf".into(),
+            content: Bytes::from_static(b"b\n"),
+            mode: 0o600,
+        }],
+        ..record(4)
+    };
+    let outcomes = fleet
+        .run_steps("host1", &[files, record(2), record(3), second_files])
+        .await
+        .unwrap();
+    assert_eq!(outcomes, vec![StepOutcome::Changed; 4]);
+    let shell = |n: u32| {
+        String::from_utf8(
+            th.hosts[0]
+                .read_upper(&format!("/etc/kprov/shell.{n}"))
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    // One command for a step with files and the file-less steps after it; the next step with
+    // files starts the next command (its files are compared after the steps before it ran).
+    assert_eq!(shell(1), shell(2));
+    assert_eq!(shell(2), shell(3));
+    assert_ne!(shell(3), shell(4));
+    assert_eq!(th.hosts[0].read_upper("/etc/kprov/b.conf").unwrap(), b"b\n");
+    // Progress still comes per step, in order.
+    let seen: Vec<String> = rec
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepStarted { step, index, .. } => Some(format!("start {index} {step}")),
+            Event::StepFinished { step, result, .. } => {
+                Some(format!("end {step} {}", result.is_ok()))
+            }
+            _ => None,
+        })
+        .collect();
+    let want: Vec<String> = (1..=4)
+        .flat_map(|n| {
+            [
+                format!("start {} record {n}", n - 1),
+                format!("end record {n} true"),
+            ]
+        })
+        .collect();
+    assert_eq!(seen, want);
+    fleet.close().await;
+}

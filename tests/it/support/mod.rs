@@ -5,6 +5,7 @@ pub mod aws_recorder;
 pub mod awsroll;
 pub mod cli;
 pub mod cloudlab;
+pub mod delayproxy;
 pub mod fakekube;
 pub mod faultproxy;
 pub mod memstate;
