@@ -415,6 +415,11 @@ pub struct UpdateClusterArgs {
     /// AWS: how long the instances (and the bastion) get to answer SSH after the cloud apply
     #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
     pub ssh_wait: std::time::Duration,
+    /// AWS: move image name patterns (`spec.image`, kprov's default) to the newest image that
+    /// matches; otherwise each stays on the image it was pinned to when first applied, and the
+    /// preview only mentions a newer one
+    #[arg(long)]
+    pub refresh_image: bool,
 }
 
 #[derive(Debug, Args)]
