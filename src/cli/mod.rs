@@ -529,6 +529,10 @@ pub enum BackupWhat {
         name: String,
         #[command(flatten)]
         out: OutputArgs,
+        /// AWS: connect to the control planes at their private addresses (VPN, peered
+        /// network), like `spec.topology.sshAddress: Private`
+        #[arg(long)]
+        ssh_private_address: bool,
     },
 }
 
@@ -550,6 +554,10 @@ pub enum RestoreWhat {
         /// Really restore (everything written after the snapshot is lost)
         #[arg(long, short)]
         yes: bool,
+        /// AWS: connect to the etcd members at their private addresses (VPN, peered
+        /// network), like `spec.topology.sshAddress: Private`
+        #[arg(long)]
+        ssh_private_address: bool,
     },
 }
 

@@ -114,6 +114,14 @@ async fn aws(
         } else {
             print_plan(&ctx.printer, &plan, nodes.as_ref(), a.prune)?;
         }
+        // Hosts of another cluster are refused here as metal's preview refuses them.
+        if let Some(refusal) = nodes
+            .as_ref()
+            .and_then(|n| crate::ops::platform::owned_elsewhere(cluster.name(), n, "instance"))
+        {
+            ctx.printer.error(&refusal);
+            return Ok(exit::ERROR);
+        }
         let nodes_pending = match &nodes {
             Some(n) if !n.pending().is_empty() => {
                 let pending = n.pending();
