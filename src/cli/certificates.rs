@@ -1,25 +1,23 @@
 //! `get certificates` and `rotate certificates`: thin commands over `ops::certificates`, and
 //! the certificate warning of `validate cluster`.
 //!
-//! The control planes come from the inventory (metal) or from the cluster's running
-//! instances (AWS, found with the same discovery as `update cluster`). Only hosts whose key
+//! The control planes come from the platform seam (`ops::platform`): the inventory (metal) or
+//! the cluster's running instances (AWS, found with the same discovery as `update cluster`). Only hosts whose key
 //! the cluster recorded and that carry its ownership marker are read or rotated.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use super::commands::{Ctx, LOCK_LEASE};
 use super::exit;
-use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
-use crate::nodes::{self, Target, TargetSource};
+use crate::nodes::Target;
 use crate::ops::certificates::RenewedBy;
 use crate::ops::certificates::{
     self as ops, CertState, CertificateReport, HostState, RotateEvent, RotateEvents, RotateOptions,
     WARN_WITHIN,
 };
 use crate::ops::nodes::AdminKubeconfig;
+use crate::ops::platform::{Platform, Reach};
 use crate::output::{Format, Printer, Table};
 use crate::provision::render::CloudApi;
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
@@ -35,37 +33,16 @@ pub struct RotateArgs {
     pub concurrency: usize,
 }
 
-/// The cluster's targets and, on AWS, its API settings (for the admin kubeconfig).
+/// The cluster's targets and, on AWS, its API settings (for the admin kubeconfig), from the
+/// platform seam.
 async fn targets(
+    ctx: &Ctx,
     cluster: &Cluster,
     groups: &[InstanceGroup],
 ) -> anyhow::Result<(Vec<Target>, Option<CloudApi>)> {
-    match cluster.spec.cloud_provider {
-        CloudProvider::Metal => Ok((
-            nodes::Inventory {
-                hosts: cluster.spec.hosts.clone(),
-            }
-            .targets()
-            .await?,
-            None,
-        )),
-        CloudProvider::Aws => {
-            let name = cluster.name();
-            let cloud = crate::ops::aws::cloud(cluster).await?;
-            let plan = cloud
-                .plan(cluster, groups)
-                .await
-                .context("reading the cluster's cloud resources")?;
-            let api =
-                instances::load_balancer_dns(&plan).map(|lb| instances::cloud_api(cluster, &lb));
-            let found = AwsInstances::new(&cloud, groups, SshReach::of(cluster, false))
-                .through(instances::jump_name(cluster, &plan))
-                .discover()
-                .await
-                .with_context(|| format!("finding the instances of {name}"))?;
-            Ok((found.targets, api))
-        }
-    }
+    let repo = ctx.repo().await?;
+    let platform = Platform::open(repo.store(), cluster, groups, Reach::default()).await?;
+    Ok((platform.targets().await?, platform.cloud_api().cloned()))
 }
 
 fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
@@ -187,7 +164,7 @@ fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
 /// `get certificates NAME`: exit 1 when a control plane could not be read.
 pub async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, name).await?;
-    let (targets, _) = targets(&cluster, &groups).await?;
+    let (targets, _) = targets(ctx, &cluster, &groups).await?;
     if !targets.iter().any(Target::is_control_plane) {
         anyhow::bail!("{name} has no control plane: no kubeadm certificates to show");
     }
@@ -214,7 +191,7 @@ pub(super) async fn warn_expiring(ctx: &Ctx, cluster: &Cluster, groups: &[Instan
         return;
     }
     let checked = async {
-        let (targets, _) = targets(cluster, groups).await?;
+        let (targets, _) = targets(ctx, cluster, groups).await?;
         let repo = ctx.repo().await?;
         ops::read(repo.store().clone(), cluster, &targets, 20).await
     }
@@ -249,7 +226,7 @@ fn render_events() -> RotateEvents {
 pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
     let name = a.name.as_str();
     let (cluster, groups) = super::addons::resolved(ctx, name).await?;
-    let (targets, cloud_api) = targets(&cluster, &groups).await?;
+    let (targets, cloud_api) = targets(ctx, &cluster, &groups).await?;
     let order = ops::rotation_order(&targets);
     if order.is_empty() {
         anyhow::bail!("{name} has no control plane: no kubeadm certificates to rotate");

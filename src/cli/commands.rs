@@ -316,11 +316,28 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             }
         },
         Command::Backup(b) => match b.what {
-            BackupWhat::Etcd { name, .. } => super::etcd::backup(ctx, &name).await,
+            BackupWhat::Etcd {
+                name,
+                ssh_private_address,
+                ..
+            } => {
+                let reach = crate::ops::platform::Reach {
+                    private_address: ssh_private_address,
+                };
+                super::etcd::backup(ctx, &name, reach).await
+            }
         },
         Command::Restore(r) => match r.what {
-            RestoreWhat::Etcd { name, from, yes } => {
-                super::etcd::restore(ctx, &name, &from, yes).await
+            RestoreWhat::Etcd {
+                name,
+                from,
+                yes,
+                ssh_private_address,
+            } => {
+                let reach = crate::ops::platform::Reach {
+                    private_address: ssh_private_address,
+                };
+                super::etcd::restore(ctx, &name, &from, yes, reach).await
             }
         },
         Command::Version(_) => {

@@ -1,44 +1,48 @@
-//! `backup etcd`, `get backups`, `restore etcd`: thin commands over `ops::etcd` for metal
-//! clusters (the inventory's hosts as targets, strict host keys, the cluster lock).
+//! `backup etcd`, `get backups`, `restore etcd`: thin commands over `ops::etcd` on every
+//! platform: the machines come from `ops::platform` (metal's hosts, AWS's instances), strict
+//! host keys, the cluster lock.
 
 use std::sync::Arc;
 
-use anyhow::bail;
-
 use super::commands::{Ctx, locked};
 use super::exit;
-use crate::nodes::{self, Target, TargetSource};
+use crate::nodes::Target;
 use crate::ops::etcd::{self as ops, BackupRecord};
-use crate::ops::nodes::{fleet, no_events};
+use crate::ops::nodes::no_events;
+use crate::ops::platform::{Platform, Reach};
 use crate::output::{Table, untrusted};
-use crate::spec::{self, Cluster};
+use crate::spec::Cluster;
 use crate::state::StateStore;
 
 /// Hosts worked on at once by a restore (every member restores at the same time anyway).
 const CONCURRENCY: usize = 20;
 
-async fn metal_cluster(ctx: &Ctx, name: &str) -> anyhow::Result<(Arc<dyn StateStore>, Cluster)> {
+/// The stored cluster and its platform's machines.
+async fn open(
+    ctx: &Ctx,
+    name: &str,
+    reach: Reach,
+) -> anyhow::Result<(Arc<dyn StateStore>, Cluster, Platform, Vec<Target>)> {
     let repo = ctx.repo().await?;
     let stored = repo.get(name).await?;
     // Resolved as every other command resolves a stored cluster (`addons::resolved`):
     // completed and validated, so a stored spec that is no longer valid is refused with its
     // located problems before any host is contacted.
-    let (cluster, _) = stored.resolve(&repo.location())?;
-    if cluster.spec.cloud_provider != spec::CloudProvider::Metal {
-        bail!(
-            "etcd backups and restores work on metal clusters only for now; {name} is on {:?}",
-            cluster.spec.cloud_provider
+    let (cluster, groups) = stored.resolve(&repo.location())?;
+    let store = repo.store().clone();
+    let platform = Platform::open(&store, &cluster, &groups, reach).await?;
+    let targets = platform.targets().await?;
+    if platform.etcd_hosts(&targets).is_empty() {
+        anyhow::bail!(
+            "{name} has no etcd member running (no control plane{}); nothing to back up or restore",
+            if matches!(platform, Platform::Aws(_)) {
+                " instance found: `kprov get instances` lists them"
+            } else {
+                ""
+            }
         );
     }
-    Ok((repo.store().clone(), cluster))
-}
-
-async fn targets(cluster: &Cluster) -> anyhow::Result<Vec<Target>> {
-    Ok(nodes::Inventory {
-        hosts: cluster.spec.hosts.clone(),
-    }
-    .targets()
-    .await?)
+    Ok((store, cluster, platform, targets))
 }
 
 fn backups_table(records: &[BackupRecord], damaged: &[ops::DamagedRecord]) -> Table {
@@ -70,18 +74,10 @@ fn backups_table(records: &[BackupRecord], damaged: &[ops::DamagedRecord]) -> Ta
 }
 
 /// `kprov backup etcd NAME`.
-pub async fn backup(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
-    let (store, cluster) = metal_cluster(ctx, name).await?;
-    let targets = targets(&cluster).await?;
+pub async fn backup(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<i32> {
+    let (store, cluster, platform, targets) = open(ctx, name, reach).await?;
     let record = locked(&store, cluster.name(), "backup etcd", async {
-        let fleet = fleet(
-            &cluster,
-            &targets,
-            store.clone(),
-            false,
-            CONCURRENCY,
-            &no_events(),
-        )?;
+        let fleet = platform.fleet(&store, &targets, CONCURRENCY, &no_events())?;
         let r = ops::backup(
             store.as_ref(),
             &cluster,
@@ -129,9 +125,14 @@ pub async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
 }
 
 /// `kprov restore etcd NAME --from SNAPSHOT [--yes]`.
-pub async fn restore(ctx: &Ctx, name: &str, from: &str, yes: bool) -> anyhow::Result<i32> {
-    let (store, cluster) = metal_cluster(ctx, name).await?;
-    let targets = targets(&cluster).await?;
+pub async fn restore(
+    ctx: &Ctx,
+    name: &str,
+    from: &str,
+    yes: bool,
+    reach: Reach,
+) -> anyhow::Result<i32> {
+    let (store, cluster, platform, targets) = open(ctx, name, reach).await?;
     // The checksum is verified before anything else, preview included.
     let (record, snapshot) = ops::load(store.as_ref(), name, from).await?;
     let plan = ops::restore_plan(&cluster, &targets, &record);
@@ -157,14 +158,7 @@ pub async fn restore(ctx: &Ctx, name: &str, from: &str, yes: bool) -> anyhow::Re
         return Ok(exit::OK);
     }
     locked(&store, cluster.name(), "restore etcd", async {
-        let fleet = fleet(
-            &cluster,
-            &targets,
-            store.clone(),
-            false,
-            CONCURRENCY,
-            &no_events(),
-        )?;
+        let fleet = platform.fleet(&store, &targets, CONCURRENCY, &no_events())?;
         let r = ops::restore(&cluster, &targets, &fleet, &snapshot).await;
         fleet.close().await;
         r

@@ -512,22 +512,8 @@ pub(super) fn preview(
             }
         }
     }
-    let refused = plan.refused();
-    if !refused.is_empty() {
-        ctx.printer.error(&format!(
-            "{} of {name} {} to another cluster and will not be provisioned: {}",
-            plural(refused.len(), "host"),
-            if refused.len() == 1 {
-                "belongs"
-            } else {
-                "belong"
-            },
-            refused
-                .iter()
-                .map(|n| format!("{} ({})", n.target, n.state()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+    if let Some(refusal) = crate::ops::platform::owned_elsewhere(name, plan, "host") {
+        ctx.printer.error(&refusal);
         return Ok(exit::ERROR);
     }
     let pending = plan.pending();

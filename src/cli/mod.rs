@@ -415,6 +415,11 @@ pub struct UpdateClusterArgs {
     /// AWS: how long the instances (and the bastion) get to answer SSH after the cloud apply
     #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
     pub ssh_wait: std::time::Duration,
+    /// AWS: move image name patterns (`spec.image`, kprov's default) to the newest image that
+    /// matches; otherwise each stays on the image it was pinned to when first applied, and the
+    /// preview only mentions a newer one
+    #[arg(long)]
+    pub refresh_image: bool,
 }
 
 #[derive(Debug, Args)]
@@ -524,6 +529,10 @@ pub enum BackupWhat {
         name: String,
         #[command(flatten)]
         out: OutputArgs,
+        /// AWS: connect to the control planes at their private addresses (VPN, peered
+        /// network), like `spec.topology.sshAddress: Private`
+        #[arg(long)]
+        ssh_private_address: bool,
     },
 }
 
@@ -545,6 +554,10 @@ pub enum RestoreWhat {
         /// Really restore (everything written after the snapshot is lost)
         #[arg(long, short)]
         yes: bool,
+        /// AWS: connect to the etcd members at their private addresses (VPN, peered
+        /// network), like `spec.topology.sshAddress: Private`
+        #[arg(long)]
+        ssh_private_address: bool,
     },
 }
 

@@ -26,6 +26,13 @@ pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
         }
         .into());
     }
+    if a.refresh_image && cluster.spec.cloud_provider != CloudProvider::Aws {
+        return Err(super::create::FlagError {
+            flag: "refresh-image",
+            message: "images are pinned on AWS only; a metal cluster's hosts are the user's".into(),
+        }
+        .into());
+    }
     match cluster.spec.cloud_provider {
         CloudProvider::Aws => aws(ctx, &cluster, &groups, a).await,
         CloudProvider::Metal => super::metal::update(ctx, &cluster, &groups, a).await,
@@ -68,6 +75,7 @@ fn options(a: &UpdateClusterArgs) -> AwsUpdateOptions {
         accept_new_host_keys: a.accept_new_host_keys,
         concurrency: a.concurrency,
         ssh_wait: Some(a.ssh_wait),
+        refresh_images: a.refresh_image,
     }
 }
 
@@ -80,7 +88,8 @@ async fn aws(
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
     if !a.yes {
-        let (cloud, plan) = ops_aws::plan(&store, cluster, groups).await?;
+        let (cloud, plan) =
+            ops_aws::plan_refreshing(&store, cluster, groups, a.refresh_image).await?;
         let table = ctx.printer.format() == Format::Table;
         if table {
             // On a terminal the cloud plan shows even when the instances cannot be read.
@@ -104,6 +113,14 @@ async fn aws(
             }
         } else {
             print_plan(&ctx.printer, &plan, nodes.as_ref(), a.prune)?;
+        }
+        // Hosts of another cluster are refused here as metal's preview refuses them.
+        if let Some(refusal) = nodes
+            .as_ref()
+            .and_then(|n| crate::ops::platform::owned_elsewhere(cluster.name(), n, "instance"))
+        {
+            ctx.printer.error(&refusal);
+            return Ok(exit::ERROR);
         }
         let nodes_pending = match &nodes {
             Some(n) if !n.pending().is_empty() => {

@@ -22,7 +22,7 @@ use anyhow::Context;
 
 use super::nodes::{self as ops_nodes, Events, NodeOptions, NodeReport};
 use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
-use crate::cloud::aws::{AwsCloud, hostkeys, launch, wait};
+use crate::cloud::aws::{AwsCloud, hostkeys, images, launch, wait};
 use crate::cloud::engine::{self, ApplyOptions, Plan};
 use crate::nodes::{NodePlan, Target};
 use crate::spec::{Cluster, InstanceGroup};
@@ -50,6 +50,8 @@ pub struct AwsUpdateOptions {
     pub concurrency: usize,
     /// How long instances get to answer SSH (`--ssh-wait`; [`SSH_WAIT`] when `None`).
     pub ssh_wait: Option<Duration>,
+    /// Resolve image name patterns again instead of using their pins (`--refresh-image`).
+    pub refresh_images: bool,
 }
 
 /// Progress of an AWS apply, for the CLI to render.
@@ -121,11 +123,26 @@ pub async fn plan(
     cluster: &Cluster,
     groups: &[InstanceGroup],
 ) -> anyhow::Result<(AwsCloud, Plan)> {
+    plan_refreshing(store, cluster, groups, false).await
+}
+
+/// [`plan`]; with `refresh_images` the image name patterns are resolved again instead of
+/// read from their pins (`update cluster --refresh-image`).
+pub async fn plan_refreshing(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    refresh_images: bool,
+) -> anyhow::Result<(AwsCloud, Plan)> {
     let names: Vec<&str> = groups.iter().map(|g| g.metadata.name.as_str()).collect();
     let keys = hostkeys::load(store.as_ref(), cluster.name(), &names)
         .await
         .context("reading the instance groups' host keys")?;
-    let cloud = cloud(cluster).await?.with_host_keys(keys);
+    let pins = images::load(store.as_ref(), cluster.name()).await?;
+    let cloud = cloud(cluster)
+        .await?
+        .with_host_keys(keys)
+        .with_pinned_images(pins, refresh_images);
     let plan = cloud
         .plan(cluster, groups)
         .await
@@ -198,8 +215,12 @@ pub async fn apply(
     let keys = hostkeys::ensure(store.as_ref(), name, &group_names)
         .await
         .context("generating the instance groups' host keys")?;
-    let cloud = cloud(cluster).await?.with_host_keys(keys.clone());
-    apply_cloud(&cloud, cluster, groups, o.prune, events).await?;
+    let pins = images::load(store.as_ref(), name).await?;
+    let cloud = cloud(cluster)
+        .await?
+        .with_host_keys(keys.clone())
+        .with_pinned_images(pins, o.refresh_images);
+    apply_cloud(&cloud, store, cluster, groups, o.prune, events).await?;
     guard.check()?;
     // Read again after the apply: the load balancers' DNS names exist only now.
     let after = cloud
@@ -457,16 +478,20 @@ pub async fn wait_for_login(
 /// now), applied with an event per finished resource.
 async fn apply_cloud(
     cloud: &AwsCloud,
+    store: &Arc<dyn StateStore>,
     cluster: &Cluster,
     groups: &[InstanceGroup],
     prune: bool,
     events: AwsEvents<'_>,
 ) -> anyhow::Result<()> {
-    let plan = cloud
-        .plan(cluster, groups)
+    let (plan, images) = cloud
+        .plan_and_images(cluster, groups)
         .await
         .context("planning cloud resources")?;
     plan.check().context("planning cloud resources")?;
+    // The images this apply writes into the launch templates are pinned before it starts, so
+    // a re-run after a failed apply continues with them (cloud::aws::images).
+    images::save(store.as_ref(), cluster.name(), &images).await?;
     // 0: nothing to apply (deletions wait for --prune).
     if plan.is_empty() || plan.exit_code(prune) == 0 {
         events(&AwsEvent::CloudUnchanged);

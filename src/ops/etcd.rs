@@ -472,14 +472,23 @@ pub struct RestorePlan {
     pub hosts: Vec<(String, Vec<String>)>,
 }
 
-pub fn restore_plan(cluster: &Cluster, targets: &[Target], backup: &BackupRecord) -> RestorePlan {
+/// The etcd members among `targets`: the control planes (stacked etcd) or the `etcd` hosts
+/// (external).
+pub fn members_of<'t>(cluster: &Cluster, targets: &'t [Target]) -> Vec<&'t Target> {
     let ty = etcd_type(cluster);
-    let members: Vec<&str> = targets
+    targets
         .iter()
         .filter(|t| match ty {
             EtcdType::Stacked => t.is_control_plane(),
             EtcdType::External => t.has_role(crate::spec::HostRole::Etcd),
         })
+        .collect()
+}
+
+pub fn restore_plan(cluster: &Cluster, targets: &[Target], backup: &BackupRecord) -> RestorePlan {
+    let ty = etcd_type(cluster);
+    let members: Vec<&str> = members_of(cluster, targets)
+        .into_iter()
         .map(|t| t.name())
         .collect();
     let mut hosts = Vec::new();

@@ -2,6 +2,9 @@
 //! printing in here: progress leaves as events that the CLI renders through the printer
 //! (a spinner line per host on a terminal, plain lines otherwise).
 //!
+//! - [`platform`]: the platform seam: where a cluster runs (metal or AWS), asked for its
+//!   machines as targets, the API address, the etcd members and health check; commands ask it
+//!   instead of matching on the cloud.
 //! - [`nodes`]: a cluster's machines over SSH on any platform: the node plan
 //!   ([`nodes::plan`]), converging the nodes and storing the admin kubeconfig
 //!   ([`nodes::converge`]), resetting them at `delete cluster` ([`nodes::reset`]).
@@ -30,6 +33,7 @@ pub mod etcd;
 pub mod instance;
 pub mod interrupt;
 pub mod nodes;
+pub mod platform;
 pub mod rolling;
 pub mod rolling_aws;
 pub mod rolling_metal;

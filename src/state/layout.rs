@@ -9,6 +9,7 @@
 //! <cluster>/pki/...                   certificates and keys
 //! <cluster>/secrets/...               other secrets
 //! <cluster>/journal/...               the operation journal
+//! <cluster>/status/images             the AMIs image name patterns were pinned to (aws)
 //! ```
 //!
 //! Every key is built here, so no other module spells a path.
@@ -24,6 +25,7 @@ const PKI: &str = "pki";
 const SECRETS: &str = "secrets";
 const JOURNAL: &str = "journal";
 const HOSTS: &str = "hosts";
+const STATUS: &str = "status";
 
 /// The keys of one cluster. The name must be a single key segment; the spec validator checks
 /// the stricter DNS rules.
@@ -99,6 +101,12 @@ impl ClusterKeys {
     pub fn host(&self, name: &str) -> Result<String, StateError> {
         single_segment(name, "host name")?;
         Ok(self.key(&format!("{HOSTS}/{name}")))
+    }
+
+    /// What kprov chose once and keeps (see `cloud::aws::images`): not the user's spec, not
+    /// a secret.
+    pub fn pinned_images(&self) -> String {
+        self.key(&format!("{STATUS}/images"))
     }
 
     pub fn journal_prefix(&self) -> String {

@@ -4,6 +4,8 @@ mod support;
 
 mod addons;
 mod aws;
+mod aws_etcd;
+mod aws_image_pin;
 mod aws_lifecycle;
 mod aws_real;
 mod aws_rolling;

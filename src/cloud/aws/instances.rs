@@ -345,6 +345,7 @@ fn facts(i: &Instance) -> Option<InstanceFacts> {
 }
 
 /// The running (and starting) instances of a cluster's groups, as targets.
+#[derive(Clone)]
 pub struct AwsInstances {
     ec2: aws_sdk_ec2::Client,
     cluster: String,

@@ -14,12 +14,13 @@ mod ec2;
 mod elb;
 pub mod hostkeys;
 mod iam;
+pub mod images;
 pub mod instances;
 pub mod kinds;
 pub mod launch;
 pub mod wait;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use aws_credential_types::provider::error::CredentialsError;
@@ -38,6 +39,7 @@ use crate::cloud::engine::{
 use crate::cloud::{Actual, Provider};
 use crate::output::untrusted;
 use crate::spec::{Cluster, InstanceGroup};
+use images::{ImagePins, PinnedImage};
 use kinds::*;
 
 pub const TAG_ID: &str = "kprov.dev/id";
@@ -61,6 +63,10 @@ pub struct AwsCloud {
     /// The instance groups' SSH host keys (see [`hostkeys`]); launch templates of groups
     /// without one can be planned but not written.
     host_keys: BTreeMap<String, GroupHostKey>,
+    /// The images name patterns were pinned to (see [`images`]).
+    pins: ImagePins,
+    /// Resolve every pattern again, ignoring the pins (`--refresh-image`).
+    refresh_images: bool,
 }
 
 impl AwsCloud {
@@ -89,7 +95,17 @@ impl AwsCloud {
             iam: client!(aws_sdk_iam),
             r53: client!(aws_sdk_route53),
             host_keys: BTreeMap::new(),
+            pins: ImagePins::new(),
+            refresh_images: false,
         }
+    }
+
+    /// The pins [`images::load`] read; `refresh` resolves every pattern again instead (the
+    /// preview then shows the launch templates' new image, and the apply pins it).
+    pub fn with_pinned_images(mut self, pins: ImagePins, refresh: bool) -> Self {
+        self.pins = pins;
+        self.refresh_images = refresh;
+        self
     }
 
     /// The groups' host keys, as [`hostkeys::load`] (preview) or [`hostkeys::ensure`]
@@ -104,7 +120,7 @@ impl AwsCloud {
     }
 
     /// The desired resources, with image names (not `ami-` IDs) resolved in one
-    /// DescribeImages call.
+    /// DescribeImages call, or taken from their pins.
     pub async fn desired(
         &self,
         cluster: &Cluster,
@@ -113,12 +129,13 @@ impl AwsCloud {
         Ok(self.desired_and_images(cluster, igs).await?.0)
     }
 
-    /// The desired resources and each resolved image name's (`ami-` ID, publishing account).
+    /// The desired resources, the image each name stands for (its pin unless refreshing,
+    /// else the newest match) and what the preview says about pins and newer images.
     async fn desired_and_images(
         &self,
         cluster: &Cluster,
         igs: &[InstanceGroup],
-    ) -> Result<(Vec<Resource>, BTreeMap<String, (String, String)>), CloudError> {
+    ) -> Result<(Vec<Resource>, ImagePins, Vec<String>), CloudError> {
         if cluster.name() != self.cluster {
             return Err(CloudError::Model(format!(
                 "provider set up for cluster {} asked about {}",
@@ -126,28 +143,81 @@ impl AwsCloud {
                 cluster.name()
             )));
         }
-        let names: Vec<String> = igs
+        let names: BTreeSet<String> = igs
             .iter()
             .filter_map(|ig| ig.spec.image.clone())
             .filter(|i| !i.starts_with("ami-"))
             .collect();
-        let images = if names.is_empty() {
+        // Resolved even when pinned: a newer image is worth a line in the preview.
+        let newest = if names.is_empty() {
             BTreeMap::new()
         } else {
-            ec2::resolve_images(self, names).await?
+            ec2::resolve_images(self, names.iter().cloned().collect()).await?
         };
-        let ids: BTreeMap<String, String> = images
+        let mut chosen = ImagePins::new();
+        let mut notes = Vec::new();
+        for name in &names {
+            let newest = newest.get(name).map(|(id, owner)| PinnedImage {
+                id: id.clone(),
+                owner: owner.clone(),
+            });
+            let pin = self.pins.get(name);
+            let shown = |s: &str| crate::output::escape(s).to_string();
+            match (pin, newest) {
+                (Some(pin), Some(n)) if self.refresh_images && n.id != pin.id => {
+                    notes.push(format!(
+                        "image {}: refreshed from {} to the newest match {} (--refresh-image)",
+                        shown(name),
+                        shown(&pin.id),
+                        shown(&n.id)
+                    ));
+                    chosen.insert(name.clone(), n);
+                }
+                (_, Some(n)) if self.refresh_images => {
+                    chosen.insert(name.clone(), n);
+                }
+                (Some(pin), newest) => {
+                    if let Some(n) = newest.filter(|n| n.id != pin.id) {
+                        notes.push(format!(
+                            "image {}: a newer image {} matches; the cluster stays on {}, \
+                             pinned when first applied, until `kprov update cluster {} \
+                             --refresh-image` moves it",
+                            shown(name),
+                            shown(&n.id),
+                            shown(&pin.id),
+                            self.cluster
+                        ));
+                    }
+                    chosen.insert(name.clone(), pin.clone());
+                }
+                (None, Some(n)) => {
+                    chosen.insert(name.clone(), n);
+                }
+                // No image of that name: `desired` names the group and field.
+                (None, None) => {}
+            }
+        }
+        let ids: BTreeMap<String, String> = chosen
             .iter()
-            .map(|(k, (id, _))| (k.clone(), id.clone()))
+            .map(|(k, p)| (k.clone(), p.id.clone()))
             .collect();
-        Ok((desired(cluster, igs, &ids, &self.host_keys)?, images))
+        Ok((desired(cluster, igs, &ids, &self.host_keys)?, chosen, notes))
     }
 
     /// The preview of `update cluster`: desired model, read-only read, diff.
     pub async fn plan(&self, cluster: &Cluster, igs: &[InstanceGroup]) -> Result<Plan, CloudError> {
+        Ok(self.plan_and_images(cluster, igs).await?.0)
+    }
+
+    /// [`Self::plan`] and the images it used, which the apply pins ([`images::save`]).
+    pub async fn plan_and_images(
+        &self,
+        cluster: &Cluster,
+        igs: &[InstanceGroup],
+    ) -> Result<(Plan, ImagePins), CloudError> {
         // Apply plans first too, so a zone EC2 does not have is refused before any write.
         ec2::check_zones(self, cluster).await?;
-        let (desired, images) = self.desired_and_images(cluster, igs).await?;
+        let (desired, images, notes) = self.desired_and_images(cluster, igs).await?;
         ec2::check_launchable(self, &desired).await?;
         let mut actual = self.read(cluster.name(), &desired).await?;
         // What carries the cluster's tag without a kprov identity was made for the cluster by
@@ -160,7 +230,8 @@ impl AwsCloud {
         let mut plan = engine::diff(cluster.name(), desired, actual)?;
         plan.warnings.extend(open_access_warnings(cluster, &plan));
         plan.warnings.extend(unowned_image_warnings(igs, &images));
-        Ok(plan)
+        plan.warnings.extend(notes);
+        Ok((plan, images))
     }
 
     /// The preview of `delete cluster`: every owned resource, in deletion order.
@@ -211,17 +282,17 @@ impl AwsCloud {
 /// The preview's warnings for images named without an owner: anyone can publish an image
 /// under any name, so today's single match can be joined tomorrow by someone else's (then
 /// refused as ambiguous, or worse, picked as the newest). Names the account to pin.
-fn unowned_image_warnings(
-    igs: &[InstanceGroup],
-    images: &BTreeMap<String, (String, String)>,
-) -> Vec<String> {
+fn unowned_image_warnings(igs: &[InstanceGroup], images: &ImagePins) -> Vec<String> {
     igs.iter()
         .filter_map(|ig| {
             let image = ig.spec.image.as_deref()?;
             if image.starts_with("ami-") || ec2::split_owner(image).0.is_some() {
                 return None;
             }
-            let (id, publisher) = images.get(image)?;
+            let PinnedImage {
+                id,
+                owner: publisher,
+            } = images.get(image)?;
             Some(format!(
                 "instance group {}: spec.image {} names no owner; it resolves to {} published \
                  by account {}: pin it as {}/{} (anyone can publish an image under any name)",

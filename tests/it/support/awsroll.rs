@@ -111,6 +111,7 @@ pub struct CreateAws<'a> {
     cluster: &'a str,
     version: &'a str,
     zones: &'a str,
+    image: &'a str,
     flags: Vec<&'a str>,
 }
 
@@ -120,6 +121,7 @@ impl<'a> CreateAws<'a> {
             cluster,
             version: VERSION,
             zones: "us-east-1a",
+            image: IMAGE,
             flags: Vec::new(),
         }
     }
@@ -133,6 +135,12 @@ impl<'a> CreateAws<'a> {
     /// `--zones`, comma-separated.
     pub fn zones(mut self, zones: &'a str) -> Self {
         self.zones = zones;
+        self
+    }
+
+    /// `--image` (default [`IMAGE`]).
+    pub fn image(mut self, image: &'a str) -> Self {
+        self.image = image;
         self
     }
 
@@ -158,7 +166,7 @@ impl<'a> CreateAws<'a> {
             "--ssh-public-key",
             &public,
             "--image",
-            IMAGE,
+            self.image,
             "--network-cidr",
             &vpc,
             "--kubernetes-version",
@@ -183,12 +191,36 @@ pub fn running_cluster_with(
     nodes: u32,
     control_planes: u32,
 ) -> Arc<CloudLab> {
+    running_cluster_on(cluster, zone, nodes, control_planes, IMAGE)
+}
+
+/// [`running_cluster_with`] on `image` (owner/name pattern or `ami-` ID).
+pub fn running_cluster_on(
+    cluster: &str,
+    zone: &str,
+    nodes: u32,
+    control_planes: u32,
+    image: &str,
+) -> Arc<CloudLab> {
     let lab = lab_with_zone(zone);
+    running_cluster_in(&lab, cluster, nodes, control_planes, image);
+    lab
+}
+
+/// [`running_cluster_on`] in a lab the caller started (to prepare moto first).
+pub fn running_cluster_in(
+    lab: &Arc<CloudLab>,
+    cluster: &str,
+    nodes: u32,
+    control_planes: u32,
+    image: &str,
+) {
     let count = nodes.to_string();
     let cps = control_planes.to_string();
     CreateAws::new(cluster)
+        .image(image)
         .flags(&["--node-count", &count, "--control-plane-count", &cps])
-        .run(&lab);
+        .run(lab);
     lab.use_mirror(cluster);
     lab.edit_objects(cluster, |objects| {
         for o in objects {
@@ -202,13 +234,12 @@ pub fn running_cluster_with(
         }
     });
     lab.watch();
-    code(&lab, &lab.kprov(&update_yes(cluster)), 0);
+    code(lab, &lab.kprov(&update_yes(cluster)), 0);
     code(
-        &lab,
+        lab,
         &lab.kprov(&["validate", "cluster", cluster, "--wait", "60s"]),
         0,
     );
-    lab
 }
 
 /// Edits every worker (`Node`) instance group of `cluster` in the store.

@@ -1,0 +1,189 @@
+//! The platform seam (issue 19): the one place that asks where a cluster runs. A command opens
+//! the cluster's [`Platform`] and asks it for the machines to work on, the API address they are
+//! rendered with and the etcd health check; the use cases below it (`ops::etcd`,
+//! `ops::certificates`) work on targets and an SSH fleet the same way on every platform.
+//!
+//! - metal: the hosts of the spec; the API address is the spec's.
+//! - AWS: the running instances of the cluster's groups (found by its ownership tag, reached as
+//!   `spec.topology.sshAddress` or `--ssh-private-address` says, through the bastion where there
+//!   is one); the API address is the load balancer's record. Opening it reads the cloud plan
+//!   (host keys and pinned images from the store, as `update cluster` does).
+//!
+//! Not behind the seam yet: the in-place and replacing rollers (`cli/rolling.rs`,
+//! `cli/rolling_aws.rs`), `update cluster`, `delete cluster` and `delete instance`.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::etcd::SshEtcdHealth;
+use super::nodes::{self as ops_nodes, Events};
+use super::rolling::EtcdHealth;
+use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
+use crate::nodes::plan::NodePlan;
+use crate::nodes::{self, Target, TargetSource};
+use crate::provision::render::CloudApi;
+use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::ssh::SshFleet;
+use crate::state::StateStore;
+
+/// Where a cluster runs, opened for one command.
+pub enum Platform {
+    Metal(Box<Metal>),
+    Aws(Box<Aws>),
+}
+
+/// A metal cluster: the hosts of its spec.
+pub struct Metal {
+    cluster: Cluster,
+}
+
+/// An AWS cluster: its instances as the cloud shows them now.
+pub struct Aws {
+    cluster: Cluster,
+    instances: AwsInstances,
+    api: Option<CloudApi>,
+}
+
+/// How a command reaches the machines.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reach {
+    /// AWS: the instances' private addresses (`--ssh-private-address`); the spec's
+    /// `topology.sshAddress` otherwise.
+    pub private_address: bool,
+}
+
+impl Platform {
+    /// Opens the platform of `cluster` (completed and validated, as a command resolves it).
+    pub async fn open(
+        store: &Arc<dyn StateStore>,
+        cluster: &Cluster,
+        groups: &[InstanceGroup],
+        reach: Reach,
+    ) -> anyhow::Result<Platform> {
+        Ok(match cluster.spec.cloud_provider {
+            CloudProvider::Metal => Platform::Metal(Box::new(Metal {
+                cluster: cluster.clone(),
+            })),
+            CloudProvider::Aws => {
+                let (cloud, plan) = super::aws::plan(store, cluster, groups)
+                    .await
+                    .with_context(|| {
+                        format!("reading the cloud resources of {}", cluster.name())
+                    })?;
+                let instances =
+                    AwsInstances::new(&cloud, groups, SshReach::of(cluster, reach.private_address))
+                        .through(instances::jump_name(cluster, &plan));
+                let api = instances::load_balancer_dns(&plan)
+                    .map(|lb| instances::cloud_api(cluster, &lb));
+                Platform::Aws(Box::new(Aws {
+                    cluster: cluster.clone(),
+                    instances,
+                    api,
+                }))
+            }
+        })
+    }
+
+    fn cluster(&self) -> &Cluster {
+        match self {
+            Platform::Metal(m) => &m.cluster,
+            Platform::Aws(a) => &a.cluster,
+        }
+    }
+
+    /// The cluster's machines as node targets: metal's hosts, AWS's running instances
+    /// (bastions excluded: they are never nodes).
+    pub async fn targets(&self) -> anyhow::Result<Vec<Target>> {
+        match self {
+            Platform::Metal(m) => Ok(nodes::Inventory {
+                hosts: m.cluster.spec.hosts.clone(),
+            }
+            .targets()
+            .await?),
+            Platform::Aws(a) => Ok(a
+                .instances
+                .discover()
+                .await
+                .with_context(|| format!("finding the instances of {}", a.cluster.name()))?
+                .targets),
+        }
+    }
+
+    /// The API address nodes are rendered with when the platform sets it (AWS: the load
+    /// balancer's record, once it exists); `None` on metal, where the spec's applies.
+    pub fn cloud_api(&self) -> Option<&CloudApi> {
+        match self {
+            Platform::Metal(_) => None,
+            Platform::Aws(a) => a.api.as_ref(),
+        }
+    }
+
+    /// The etcd members among `targets` (stacked: the control planes; external: the `etcd`
+    /// hosts), as the etcd use cases pick them.
+    pub fn etcd_hosts<'t>(&self, targets: &'t [Target]) -> Vec<&'t Target> {
+        super::etcd::members_of(self.cluster(), targets)
+    }
+
+    /// An SSH fleet over `targets` with strict host keys (the keys `update cluster` recorded;
+    /// AWS instances' are the ones kprov generated).
+    pub fn fleet(
+        &self,
+        store: &Arc<dyn StateStore>,
+        targets: &[Target],
+        concurrency: usize,
+        events: &Events,
+    ) -> anyhow::Result<SshFleet> {
+        ops_nodes::fleet(
+            self.cluster(),
+            targets,
+            store.clone(),
+            false,
+            concurrency,
+            events,
+        )
+    }
+
+    /// The etcd check of the rolling update's validation gate. On metal the members are the
+    /// given targets over `fleet`; on AWS the control planes are found again at every check,
+    /// because a roll replaces them.
+    pub fn etcd_health(
+        &self,
+        store: &Arc<dyn StateStore>,
+        targets: &[Target],
+        fleet: Arc<SshFleet>,
+    ) -> Arc<dyn EtcdHealth> {
+        match self {
+            Platform::Metal(m) => Arc::new(SshEtcdHealth {
+                cluster: m.cluster.clone(),
+                targets: targets.to_vec(),
+                exec: fleet,
+            }),
+            Platform::Aws(a) => Arc::new(super::rolling_aws::AwsEtcdHealth {
+                cluster: a.cluster.clone(),
+                instances: a.instances.clone(),
+                store: store.clone(),
+            }),
+        }
+    }
+}
+
+/// The preview's refusal of hosts another cluster owns, the same on every platform: `Some`
+/// sentence naming each refused host and its owner when the node plan has any (`update
+/// cluster` then exits 1 before `--yes` is even considered).
+pub fn owned_elsewhere(cluster: &str, plan: &NodePlan, what: &str) -> Option<String> {
+    let refused = plan.refused();
+    if refused.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} of {cluster} belong{} to another cluster and will not be provisioned: {}",
+        crate::output::plural(refused.len(), what),
+        if refused.len() == 1 { "s" } else { "" },
+        refused
+            .iter()
+            .map(|n| format!("{} ({})", n.target, n.state()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
