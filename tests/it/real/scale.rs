@@ -1,7 +1,8 @@
 //! Scenarios 4 (worker half) and 5 of issue 17 on one cluster (1 control plane + 2 workers,
 //! a third worker host added later): scale up through the spec, `delete instance` of a worker
 //! running pods behind a PodDisruptionBudget, then `rolling-update` in place after a label
-//! change that is also a kubelet setting change (`--node-labels`).
+//! change that is also a kubelet setting change (`--node-labels`), then after a kubelet
+//! setting (`maxPods`) and a kube-proxy setting (`mode`) change.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -326,7 +327,7 @@ fn settings_roll(c: &RealCluster) {
 /// the Nodes carry the label, every node stays Ready and never more than `maxUnavailable` (1)
 /// worker is cordoned at once. The workload is the CoreDNS stand-in's HTTP server, NOT CoreDNS.
 #[test]
-#[ignore = "passed alone 2026-11-26 (221 s); out of CI for its time budget (scenario_ha already costs 5-8 min there): scripts/test-real scale_delete_roll runs it"]
+#[ignore = "passed alone 2026-11-26 (392 s at load ~20, with the settings roll); out of CI for its time budget (scenario_ha already costs 5-8 min there): scripts/test-real scale_delete_roll runs it"]
 fn scenario_scale_delete_roll() {
     if realhosts::skip() {
         return;
