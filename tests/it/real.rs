@@ -458,6 +458,8 @@ fn orphan_load_balancer_is_reaped() {
         }
         child
     };
+    // No lab (whose reaper would take these for a dead lab's) starts meanwhile.
+    let _no_lab = realhosts::no_lab();
     let me = std::process::id();
     let dead_lab = std::path::PathBuf::from(format!("/var/tmp/kprov-real-orphan-{me}"));
     let live_lab = std::path::PathBuf::from(format!("/var/tmp/kprov-real-alive-{me}"));
@@ -466,7 +468,13 @@ fn orphan_load_balancer_is_reaped() {
     let mut alive = start(&live_lab);
     let mut other = start(elsewhere.path());
     let killed = realhosts::reap_load_balancers(std::slice::from_ref(&live_lab));
-    let gone = orphan.try_wait().expect("wait");
+    // SIGKILL is delivered; the exit may take a moment to be reapable.
+    let t = Instant::now();
+    let mut gone = orphan.try_wait().expect("wait");
+    while gone.is_none() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+        gone = orphan.try_wait().expect("wait");
+    }
     let (a, o) = (
         alive.try_wait().expect("wait"),
         other.try_wait().expect("wait"),

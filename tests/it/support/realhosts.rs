@@ -120,6 +120,11 @@ const SIGRTMIN_PLUS_4: i32 = 38;
 /// sized for 2 cores.
 static LAB_LOCK: Mutex<()> = Mutex::new(());
 
+/// Holds off every lab of this process (and so its reaper) while held.
+pub fn no_lab() -> MutexGuard<'static, ()> {
+    LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
