@@ -455,9 +455,15 @@ pub(super) async fn finish(
     }
     if a.skip_addons {
         ctx.printer.status(&format!(
-            "Add-ons skipped (--skip-addons); deploy them with `kprov update addons {name} --yes`."
+            "Add-ons and the node configuration in kube-system (ConfigMaps kubelet-config, kube-proxy) skipped (--skip-addons); deploy them with `kprov update addons {name} --yes` and `kprov update cluster {name} --yes`."
         ));
         return Ok(exit::OK);
+    }
+    if let Err(e) = sync_node_config(ctx, cluster, a).await {
+        ctx.printer.error(&format!(
+            "the hosts of {name} are provisioned, but its node configuration in kube-system could not be written: {e:#}. Re-run `kprov update cluster {name} --yes` when the cause is fixed"
+        ));
+        return Ok(exit::ERROR);
     }
     let args = super::addons::UpdateAddonsArgs {
         name,
@@ -477,6 +483,33 @@ pub(super) async fn finish(
         return Ok(exit::ERROR);
     }
     Ok(exit::OK)
+}
+
+/// kube-system's `kubelet-config` and `kube-proxy` ConfigMaps from the spec
+/// ([`crate::ops::node_config::sync`]), each rewrite said.
+async fn sync_node_config(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<()> {
+    let settings = crate::provision::render::NodeSettings::of(&cluster.spec)?;
+    let (kube, _guard) =
+        super::addons::cluster_client(ctx, cluster, a.kubeconfig.as_deref(), false).await?;
+    let synced = crate::ops::node_config::sync(&kube, &settings)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    for cm in &synced.rewritten {
+        ctx.printer.status(&format!(
+            "ConfigMap {cm} rewritten from spec.kubelet/spec.kubeProxy: nodes joining now get it; running nodes get it with `kprov rolling-update cluster {}`.",
+            cluster.name()
+        ));
+    }
+    for cm in &synced.missing {
+        ctx.printer.warn(&format!(
+            "ConfigMap {cm} not found (kubeadm makes it at init): spec.kubelet/spec.kubeProxy not written there"
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn plan_table(plan: &NodePlan) -> Table {

@@ -817,6 +817,7 @@ mod tests {
             config_digest: "d".into(),
             labels: Default::default(),
             taints: vec![],
+            settings: None,
             launch_template_version: v.map(str::to_string),
         };
         let on = |launched: Option<&str>, current: Option<&str>| {

@@ -44,6 +44,11 @@ pub struct Provisioned {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub taints: Vec<String>,
+    /// The spec's kubelet and kube-proxy settings that differ from their defaults, by field
+    /// (`spec.kubelet.maxPods` -> `50`). `None` in records of a kprov that did not write them:
+    /// then only the digest (which covers them too) says whether they changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<BTreeMap<String, String>>,
     /// AWS: the launch template version the instance was provisioned from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_template_version: Option<String>,
@@ -83,6 +88,9 @@ pub fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String>
             desired.taints.join(", ")
         ));
     }
+    if let (Some(old), Some(new)) = (&recorded.settings, &desired.settings) {
+        why.extend(settings_changed(old, new));
+    }
     if let Some(want) = &desired.launch_template_version
         && recorded.launch_template_version.as_ref() != Some(want)
     {
@@ -103,6 +111,35 @@ pub fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String>
         ));
     }
     why
+}
+
+/// `field old -> new` for each kubelet/kube-proxy setting that differs (`(default)` for one
+/// the spec does not set).
+pub fn settings_changed(
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    keys.into_iter()
+        .filter(|k| old.get(*k) != new.get(*k))
+        .map(|k| {
+            let side = |m: &BTreeMap<String, String>| {
+                m.get(k).cloned().unwrap_or_else(|| "(default)".into())
+            };
+            format!("{k} {} -> {}", side(old), side(new))
+        })
+        .collect()
+}
+
+/// Whether a roll from `old` to `new` changes kube-proxy's settings (it reads them only when
+/// it starts). A record without settings says nothing: then a changed digest counts.
+pub fn kube_proxy_changed(old: Option<&Provisioned>, new: &Provisioned) -> bool {
+    match (old.and_then(|o| o.settings.as_ref()), &new.settings) {
+        (Some(o), Some(n)) => settings_changed(o, n)
+            .iter()
+            .any(|why| why.starts_with("spec.kubeProxy.")),
+        _ => old.is_some_and(|o| o.config_digest != new.config_digest),
+    }
 }
 
 fn short(digest: &str) -> &str {
@@ -682,6 +719,7 @@ mod tests {
             config_digest: "d".repeat(64),
             labels: BTreeMap::new(),
             taints: vec![],
+            settings: None,
             launch_template_version: None,
         }
     }

@@ -16,6 +16,8 @@
 //!   ([`credentials::kube_client`], through an SSH tunnel where needed): the one way a
 //!   command gets a Kubernetes client for a cluster.
 //! - [`addons`]: add-on preview and apply ([`addons::deploy`]).
+//! - [`node_config`]: kube-system's `kubelet-config` and `kube-proxy` ConfigMaps rewritten
+//!   from the spec ([`node_config::sync`]).
 //! - [`aws`]: `update cluster` and `delete cluster` on AWS: the cloud plan and apply, then
 //!   the instances as node targets converged through [`nodes::converge`].
 //! - [`interrupt`]: SIGINT/SIGTERM caught once per command, raced by every long wait.
@@ -32,6 +34,7 @@ pub mod damaged;
 pub mod etcd;
 pub mod instance;
 pub mod interrupt;
+pub mod node_config;
 pub mod nodes;
 pub mod platform;
 pub mod rolling;

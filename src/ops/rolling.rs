@@ -995,6 +995,7 @@ pub mod tests {
             config_digest: "0".repeat(64),
             labels: Default::default(),
             taints: vec![],
+            settings: None,
             launch_template_version: None,
         }
     }

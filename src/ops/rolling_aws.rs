@@ -130,6 +130,7 @@ pub fn bastion_observed(cluster: &Cluster, t: &Target) -> Observed {
         config_digest: String::new(),
         labels: BTreeMap::new(),
         taints: Vec::new(),
+        settings: None,
         launch_template_version: None,
     };
     Observed {
@@ -1061,6 +1062,7 @@ mod tests {
             config_digest: "d".into(),
             labels: BTreeMap::new(),
             taints: vec![],
+            settings: None,
             launch_template_version: lt.map(str::to_string),
         }
     }

@@ -7,7 +7,10 @@
 //! upgrade (the new kubeadm from the pinned assets, `kubeadm upgrade apply vX` on the first
 //! control plane or `kubeadm upgrade node`, the new kubelet and kubectl, the kubelet
 //! restarted); what a member's settle runs (API endpoint line, local proxy); the kubelet's
-//! flags rewritten (restarted when they changed); the labels and taints the spec gives it
+//! flags and its /var/lib/kubelet/config.yaml (the fields kprov owns set from the spec, the
+//! rest as kubeadm wrote it) rewritten, the kubelet restarted when either changed; the node's
+//! kube-proxy pod restarted when `spec.kubeProxy` changed (kube-proxy reads its ConfigMap,
+//! which `update cluster --yes` rewrote, only when it starts); the labels and taints the spec gives it
 //! applied to its Node through the API (the kubelet only sets them when it registers); and the
 //! provisioning record rewritten last, so it never claims more than was done.
 //!
@@ -20,9 +23,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value};
 
 use super::rolling::NodeRoller;
@@ -31,9 +34,9 @@ use crate::kube::{Kube, Taint};
 use crate::nodes::Target;
 use crate::nodes::journal::JournalNode;
 use crate::nodes::owner::Owner;
-use crate::nodes::roll::{PROVISIONED_FILE, Provisioned};
+use crate::nodes::roll::{PROVISIONED_FILE, Provisioned, kube_proxy_changed};
 use crate::provision::orchestrate::Facts;
-use crate::provision::render::{self, Renderer};
+use crate::provision::render::{self, ComponentConfig, KUBELET_CONFIG, Renderer};
 use crate::ssh::task::{HostExecutor, Step};
 
 pub struct MetalRoller {
@@ -123,7 +126,12 @@ impl MetalRoller {
     }
 
     /// The steps of `node` on `target`, record excluded (it goes last, after the API).
-    async fn steps(&self, node: &JournalNode, target: &Target) -> Result<Vec<Step>, String> {
+    async fn steps(
+        &self,
+        node: &JournalNode,
+        target: &Target,
+        kubelet_config: Option<String>,
+    ) -> Result<Vec<Step>, String> {
         let mut steps = vec![self.renderer.claim(&self.owner)];
         // The spec's image archives before kubeadm runs (an upgrade's new images among them).
         steps.extend(self.renderer.images().map_err(|e| e.to_string())?);
@@ -157,10 +165,74 @@ impl MetalRoller {
         steps.extend(self.renderer.settle(target).map_err(|e| e.to_string())?);
         steps.push(
             self.renderer
-                .kubelet_flags(target)
+                .kubelet_flags_and_config(target, kubelet_config)
                 .map_err(|e| e.to_string())?,
         );
         Ok(steps)
+    }
+
+    /// The node's /var/lib/kubelet/config.yaml as the spec wants it (`None`: no such file, or
+    /// a version change, whose `kubeadm upgrade` writes it from the `kubelet-config`
+    /// ConfigMap that `update cluster --yes` rewrote). An unreadable file is refused, naming
+    /// host and file, before anything changes.
+    async fn kubelet_config(
+        &self,
+        node: &JournalNode,
+        target: &Target,
+    ) -> Result<Option<String>, String> {
+        if node.upgrade.is_some() {
+            return Ok(None);
+        }
+        let Some(bytes) = self
+            .exec
+            .read_file(target.name(), KUBELET_CONFIG)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        let origin = format!("{}: {KUBELET_CONFIG}", target.name());
+        let text = String::from_utf8(bytes.to_vec())
+            .map_err(|_| format!("{origin}: not UTF-8; nothing was changed on it"))?;
+        let edited = self
+            .renderer
+            .node_settings()
+            .edit_component_config(ComponentConfig::Kubelet, &origin, &text)
+            .map_err(|e| format!("{e}; nothing was changed on it"))?;
+        Ok(Some(edited.unwrap_or(text)))
+    }
+
+    /// Deletes the node's kube-proxy pod: its DaemonSet starts a new one, which reads the
+    /// `kube-proxy` ConfigMap afresh. The node is drained and cordoned here.
+    async fn restart_kube_proxy(&self, node: &str) -> Result<(), String> {
+        let Some(kube) = &self.kube else {
+            return Err(format!(
+                "node {node}: spec.kubeProxy changed and restarting its kube-proxy needs the cluster's API, which --cloudonly does not use"
+            ));
+        };
+        let api: Api<Pod> = Api::namespaced(kube.client().clone(), "kube-system");
+        let params = ListParams::default()
+            .labels("k8s-app=kube-proxy")
+            .fields(&format!("spec.nodeName={node}"));
+        let pods = api
+            .list(&params)
+            .await
+            .map_err(|e| format!("node {node}: listing its kube-proxy pod: {e}"))?;
+        for pod in pods.items {
+            let Some(name) = pod.metadata.name else {
+                continue;
+            };
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => {
+                    return Err(format!(
+                        "node {node}: restarting kube-proxy (deleting pod kube-system/{name}): {e}"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Makes the Node carry the spec's labels and taints, removing those a previous
@@ -269,13 +341,17 @@ impl NodeRoller for MetalRoller {
             .renderer
             .provisioned(target)
             .map_err(|e| e.to_string())?;
-        let steps = self.steps(node, target).await?;
+        let kubelet_config = self.kubelet_config(node, target).await?;
+        let steps = self.steps(node, target, kubelet_config).await?;
         self.exec
             .run_steps(target.name(), &steps)
             .await
             .map_err(|e| e.to_string())?;
         self.labels_and_taints(&target.node_name, old.as_ref(), &new)
             .await?;
+        if kube_proxy_changed(old.as_ref(), &new) {
+            self.restart_kube_proxy(&target.node_name).await?;
+        }
         let record = self.renderer.record(target).map_err(|e| e.to_string())?;
         self.exec
             .run_steps(target.name(), &[record])
@@ -589,6 +665,74 @@ mod tests {
             "{flags}"
         );
         assert!(flags.contains("--node-ip=198.18.0.13"), "{flags}");
+    }
+
+    /// A node carrying kubeadm's /var/lib/kubelet/config.yaml: the roll writes it back with
+    /// the spec's fields (here the kubelet's defaults again: the lab's evictionHard and
+    /// failCgroupV1 gone) in the step that restarts the kubelet, all else kept; one that does
+    /// not parse is refused naming host and file before any step ran; a version change
+    /// leaves it to `kubeadm upgrade`.
+    #[test]
+    fn the_kubelet_configuration_is_rewritten_with_the_flags() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        let key = ("w1".to_string(), render::KUBELET_CONFIG.to_string());
+        let kubeadm = include_str!("../provision/testdata/kubelet-config.yaml");
+        exec.files
+            .lock()
+            .unwrap()
+            .insert(key.clone(), Bytes::from_static(kubeadm.as_bytes()));
+        rt().block_on(r.roll(&journal_node("w1", None))).unwrap();
+        let step = exec
+            .ran
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(h, s)| h == "w1" && s.name == "kubelet: flags and configuration")
+            .map(|(_, s)| s.clone())
+            .expect("the kubelet step");
+        assert!(
+            step.run.contains("systemctl restart kubelet")
+                && step
+                    .check
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains(render::KUBELET_CONFIG),
+            "{step:?}"
+        );
+        let written = exec.files.lock().unwrap().get(&key).cloned().unwrap();
+        let written = String::from_utf8_lossy(&written);
+        assert!(!written.contains("evictionHard") && !written.contains("failCgroupV1"));
+        assert!(
+            written.contains("clientCAFile: /etc/kubernetes/pki/ca.crt"),
+            "{written}"
+        );
+
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        exec.files
+            .lock()
+            .unwrap()
+            .insert(key.clone(), Bytes::from_static(b"kind: [broken"));
+        let e = rt()
+            .block_on(r.roll(&journal_node("w1", None)))
+            .unwrap_err();
+        assert!(
+            e.starts_with("w1: /var/lib/kubelet/config.yaml: not YAML")
+                && e.ends_with("nothing was changed on it"),
+            "{e}"
+        );
+        assert!(exec.ran.lock().unwrap().is_empty());
+
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        exec.files
+            .lock()
+            .unwrap()
+            .insert(key.clone(), Bytes::from_static(b"kind: [broken"));
+        rt().block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
+            .unwrap();
+        assert!(exec.names("w1").contains(&"kubelet: flags".to_string()));
     }
 
     #[test]

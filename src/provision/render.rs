@@ -12,6 +12,7 @@
 //! 1 and 3 control planes, needs no extra machine, and adding control planes later only
 //! rewrites the proxies' backend lists.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -138,6 +139,9 @@ pub const STACKED_ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
 /// kubeadm's file of kubelet flags, and kprov's copy of the flags last applied.
 pub const KUBELET_FLAGS: &str = "/var/lib/kubelet/kubeadm-flags.env";
 const KUBELET_FLAGS_APPLIED: &str = "/var/lib/kprov/kubelet-flags.applied";
+/// The kubelet's configuration as kubeadm writes it at init/join/upgrade.
+pub const KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+const KUBELET_CONFIG_APPLIED: &str = "/var/lib/kprov/kubelet-config.applied";
 /// The version a member's `kubeadm upgrade` last finished at, and the kubelet binary restarted.
 const UPGRADED_MARKER: &str = "/var/lib/kprov/kubeadm-upgraded";
 const KUBELET_RESTARTED: &str = "/var/lib/kprov/kubelet-restarted";
@@ -346,7 +350,7 @@ pub struct Renderer {
 /// The host-level settings of `spec.kubeProxy`, `spec.kubelet`, `spec.containerd` and
 /// `spec.preflight`, with their defaults applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct NodeSettings {
+pub struct NodeSettings {
     proxy_mode: ProxyMode,
     conntrack_max_per_core: Option<u32>,
     /// KubeletConfiguration `failCgroupV1` (kubelet's default, `true`, unless the spec says).
@@ -355,10 +359,12 @@ struct NodeSettings {
     require_clock_sync: bool,
     /// KubeletConfiguration `evictionHard` (empty: the kubelet's defaults).
     eviction_hard: Vec<(String, String)>,
+    /// KubeletConfiguration `maxPods` (`None`: the kubelet's default, 110).
+    max_pods: Option<u32>,
 }
 
 impl NodeSettings {
-    fn of(spec: &crate::spec::ClusterSpec) -> Result<NodeSettings, RenderError> {
+    pub fn of(spec: &crate::spec::ClusterSpec) -> Result<NodeSettings, RenderError> {
         let proxy = spec.kube_proxy.clone().unwrap_or_default();
         Ok(NodeSettings {
             proxy_mode: proxy.proxy_mode.unwrap_or_default(),
@@ -385,6 +391,7 @@ impl NodeSettings {
                 })?,
                 None => Vec::new(),
             },
+            max_pods: spec.kubelet.as_ref().and_then(|k| k.max_pods),
         })
     }
 
@@ -414,7 +421,139 @@ impl NodeSettings {
         if !self.eviction_hard.is_empty() {
             m.insert("eviction_hard".into(), json!(self.eviction_hard));
         }
+        if let Some(n) = self.max_pods {
+            m.insert("max_pods".into(), json!(n));
+        }
         m
+    }
+
+    /// The spec's kubelet and kube-proxy settings as the provisioning record names them
+    /// (`spec.kubelet.maxPods` -> `50`), defaults left out: the roll plan names each changed
+    /// field, and the roller restarts kube-proxy only when one of its own changed.
+    fn recorded(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        if self.proxy_mode != ProxyMode::default() {
+            m.insert(
+                "spec.kubeProxy.proxyMode".into(),
+                self.proxy_mode.as_str().into(),
+            );
+        }
+        if let Some(n) = self.conntrack_max_per_core {
+            m.insert("spec.kubeProxy.conntrackMaxPerCore".into(), n.to_string());
+        }
+        if !self.fail_cgroup_v1 {
+            m.insert("spec.kubelet.failCgroupV1".into(), "false".into());
+        }
+        if !self.eviction_hard.is_empty() {
+            let text: Vec<String> = self
+                .eviction_hard
+                .iter()
+                .map(|(k, v)| format!("{k}<{v}"))
+                .collect();
+            m.insert("spec.kubelet.evictionHard".into(), text.join(","));
+        }
+        if let Some(n) = self.max_pods {
+            m.insert("spec.kubelet.maxPods".into(), n.to_string());
+        }
+        m
+    }
+
+    /// `text` (a component configuration as kubeadm wrote it: a ConfigMap's data, a node's
+    /// /var/lib/kubelet/config.yaml, named by `origin` in errors) with the fields kprov owns
+    /// set from the spec; `None` when it already says what the spec says (compared as data,
+    /// not text, so kubeadm's formatting never causes a rewrite). Keys come out sorted, as
+    /// kubeadm marshals them.
+    pub fn edit_component_config(
+        &self,
+        which: ComponentConfig,
+        origin: &str,
+        text: &str,
+    ) -> Result<Option<String>, String> {
+        let before: Value =
+            serde_saphyr::from_str(text).map_err(|e| format!("{origin}: not YAML: {e}"))?;
+        let Value::Object(mut doc) = before.clone() else {
+            return Err(format!("{origin}: not a {} mapping", which.kind()));
+        };
+        if let Some(kind) = doc.get("kind")
+            && kind != which.kind()
+        {
+            return Err(format!(
+                "{origin}: kind is {kind}, expected {}",
+                which.kind()
+            ));
+        }
+        match which {
+            ComponentConfig::Kubelet => self.edit_kubelet_config(&mut doc),
+            ComponentConfig::KubeProxy => self.edit_kube_proxy_config(&mut doc),
+        }
+        let after = Value::Object(doc);
+        if after == before {
+            return Ok(None);
+        }
+        serde_saphyr::to_string(&after)
+            .map(Some)
+            .map_err(|e| format!("{origin}: {e}"))
+    }
+
+    /// The fields kprov owns in a KubeletConfiguration (kubeadm's `kubelet-config` ConfigMap,
+    /// a node's /var/lib/kubelet/config.yaml), set from the spec; everything else kubeadm wrote
+    /// is kept. A setting the spec no longer gives is removed (the kubelet's default again).
+    fn edit_kubelet_config(&self, doc: &mut serde_json::Map<String, Value>) {
+        let mut set = |key: &str, value: Option<Value>| match value {
+            Some(v) => {
+                doc.insert(key.into(), v);
+            }
+            None => {
+                doc.remove(key);
+            }
+        };
+        set("maxPods", self.max_pods.map(|n| json!(n)));
+        set("failCgroupV1", (!self.fail_cgroup_v1).then(|| json!(false)));
+        set(
+            "evictionHard",
+            (!self.eviction_hard.is_empty()).then(|| {
+                Value::Object(
+                    self.eviction_hard
+                        .iter()
+                        .map(|(k, v)| (k.clone(), json!(v)))
+                        .collect(),
+                )
+            }),
+        );
+    }
+
+    /// The fields kprov owns in kube-proxy's KubeProxyConfiguration (the `config.conf` of the
+    /// `kube-proxy` ConfigMap): `mode` and `conntrack.maxPerCore` (`null`, kubeadm's own
+    /// value, when the spec leaves it to kube-proxy).
+    fn edit_kube_proxy_config(&self, doc: &mut serde_json::Map<String, Value>) {
+        doc.insert("mode".into(), json!(self.proxy_mode.as_str()));
+        let conntrack = doc
+            .entry("conntrack")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !conntrack.is_object() {
+            *conntrack = Value::Object(Default::default());
+        }
+        if let Some(c) = conntrack.as_object_mut() {
+            c.insert("maxPerCore".into(), json!(self.conntrack_max_per_core));
+        }
+    }
+}
+
+/// Which component configuration [`NodeSettings::edit_component_config`] edits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComponentConfig {
+    /// A KubeletConfiguration.
+    Kubelet,
+    /// A KubeProxyConfiguration.
+    KubeProxy,
+}
+
+impl ComponentConfig {
+    pub fn kind(self) -> &'static str {
+        match self {
+            ComponentConfig::Kubelet => "KubeletConfiguration",
+            ComponentConfig::KubeProxy => "KubeProxyConfiguration",
+        }
     }
 }
 
@@ -1087,6 +1226,7 @@ impl Renderer {
         );
         ctx.insert("fail_cgroup_v1".into(), json!(self.node.fail_cgroup_v1));
         ctx.insert("eviction_hard".into(), json!(self.node.eviction_hard));
+        ctx.insert("max_pods".into(), json!(self.node.max_pods));
         self.render("node/kubeadm-init.yaml.tera", Value::Object(ctx))
     }
 
@@ -1767,11 +1907,41 @@ impl Renderer {
             config_digest: hex::encode(digest),
             labels: target.host.labels.clone(),
             taints: target.host.taints.clone(),
+            settings: Some(self.node.recorded()),
             launch_template_version: target
                 .instance
                 .as_ref()
                 .and_then(|i| i.launch_template_version.clone()),
         })
+    }
+
+    /// The kubelet's flags and, when `config` is given (the node's
+    /// /var/lib/kubelet/config.yaml as it should be), its configuration file, with one
+    /// restart when either differs from what the kubelet last started with (markers under
+    /// /var/lib/kprov: a run cut between the write and the restart restarts on the next).
+    pub fn kubelet_flags_and_config(
+        &self,
+        target: &Target,
+        config: Option<String>,
+    ) -> Result<Step, RenderError> {
+        let mut step = self.kubelet_flags(target)?;
+        let Some(config) = config else {
+            return Ok(step);
+        };
+        step.name = "kubelet: flags and configuration".into();
+        step.files.push(file(KUBELET_CONFIG, config, 0o644));
+        step.check = Some(script!(
+            "cmp -s {KUBELET_FLAGS} {KUBELET_FLAGS_APPLIED} && cmp -s {KUBELET_CONFIG} {KUBELET_CONFIG_APPLIED}"
+        ));
+        step.run = script!(
+            "set -e\nsystemctl restart kubelet\nmkdir -p /var/lib/kprov\ncp {KUBELET_FLAGS} {KUBELET_FLAGS_APPLIED}\ncp {KUBELET_CONFIG} {KUBELET_CONFIG_APPLIED}\n"
+        );
+        Ok(step)
+    }
+
+    /// The spec's kubelet and kube-proxy settings.
+    pub fn node_settings(&self) -> &NodeSettings {
+        &self.node
     }
 
     /// Records [`Renderer::provisioned`] on the host; the last step of a provisioning, so the
@@ -2545,6 +2715,126 @@ mod tests {
         )
         .unwrap();
         assert!(r.endpoint_entry("198.18.0.1").is_none());
+    }
+
+    /// kubeadm's own KubeletConfiguration and KubeProxyConfiguration (as its ConfigMaps and
+    /// /var/lib/kubelet/config.yaml hold them) with the fields kprov owns set from the spec
+    /// and everything else kept; nothing to write when they already say it; another kind or
+    /// a non-mapping refused, naming where it came from.
+    #[test]
+    fn component_configs_edited_in_kubeadms_format() {
+        use ComponentConfig::{KubeProxy, Kubelet};
+        let kubelet = include_str!("testdata/kubelet-config.yaml");
+        let proxy = include_str!("testdata/kube-proxy-config.yaml");
+        let settings = |extra: &str| NodeSettings::of(&cluster(extra).spec).unwrap();
+        // The spec these files were written from (the real-hosts tier's).
+        let lab = settings(
+            "  kubeProxy: {conntrackMaxPerCore: 0}\n  kubelet:\n    failCgroupV1: false\n    \
+             evictionHard: memory.available<100Mi,nodefs.available<2Gi,imagefs.available<2Gi\n",
+        );
+        assert_eq!(lab.edit_component_config(Kubelet, "k", kubelet), Ok(None));
+        assert_eq!(lab.edit_component_config(KubeProxy, "p", proxy), Ok(None));
+
+        let changed = settings(
+            "  kubeProxy: {proxyMode: nftables, conntrackMaxPerCore: 0}\n  kubelet:\n    \
+             failCgroupV1: false\n    maxPods: 50\n",
+        );
+        let k = changed
+            .edit_component_config(Kubelet, "k", kubelet)
+            .unwrap()
+            .expect("maxPods set, evictionHard dropped");
+        insta::assert_snapshot!("kubelet_config_max_pods", k);
+        let mut want: Value = serde_saphyr::from_str(kubelet).unwrap();
+        want.as_object_mut().unwrap().remove("evictionHard");
+        want["maxPods"] = json!(50);
+        let got: Value = serde_saphyr::from_str(&k).unwrap();
+        assert_eq!(got, want, "only kprov's fields changed");
+        assert_eq!(got["logging"]["options"]["json"]["infoBufferSize"], "0");
+        assert_eq!(changed.edit_component_config(Kubelet, "k", &k), Ok(None));
+
+        let p = changed
+            .edit_component_config(KubeProxy, "p", proxy)
+            .unwrap()
+            .expect("mode changed");
+        let mut want: Value = serde_saphyr::from_str(proxy).unwrap();
+        want["mode"] = json!("nftables");
+        let got: Value = serde_saphyr::from_str(&p).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(got["conntrack"]["maxPerCore"], 0);
+        // kube-proxy's own conntrack sizing again: kubeadm's `null`.
+        let p = settings("")
+            .edit_component_config(KubeProxy, "p", proxy)
+            .unwrap()
+            .expect("maxPerCore unset");
+        let got: Value = serde_saphyr::from_str(&p).unwrap();
+        assert_eq!(got["conntrack"]["maxPerCore"], Value::Null);
+        assert_eq!(got["mode"], "iptables");
+
+        let err = changed
+            .edit_component_config(KubeProxy, "ConfigMap kube-system/kube-proxy", kubelet)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "ConfigMap kube-system/kube-proxy: kind is \"KubeletConfiguration\", expected KubeProxyConfiguration"
+        );
+        let err = changed
+            .edit_component_config(Kubelet, "cp1: /var/lib/kubelet/config.yaml", "- a\n")
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "cp1: /var/lib/kubelet/config.yaml: not a KubeletConfiguration mapping"
+        );
+    }
+
+    /// What the roll plan sees: a kubelet or kube-proxy setting changed in the spec makes a
+    /// node's record differ, named by field (not only as a digest); only kube-proxy's fields
+    /// make the roller restart kube-proxy. A record of an older kprov (no settings) still
+    /// differs through its digest. The init configuration carries maxPods.
+    #[test]
+    fn a_kubelet_or_kube_proxy_setting_change_is_a_named_roll_reason() {
+        use crate::nodes::roll::{differences, kube_proxy_changed};
+        let hs = hosts(1, 1);
+        let ts = targets(&hs);
+        let rec = |extra: &str| {
+            Renderer::new(&cluster(extra), &ts)
+                .unwrap()
+                .provisioned(&ts[1])
+                .unwrap()
+        };
+        let old = rec("");
+        assert!(differences(&old, &rec("")).is_empty());
+        let pods = rec("  kubelet:\n    maxPods: 50\n");
+        assert_eq!(
+            differences(&old, &pods),
+            vec!["spec.kubelet.maxPods (default) -> 50"]
+        );
+        assert!(!kube_proxy_changed(Some(&old), &pods));
+        let mode = rec("  kubeProxy:\n    proxyMode: nftables\n");
+        assert_eq!(
+            differences(&pods, &mode),
+            vec![
+                "spec.kubeProxy.proxyMode (default) -> nftables",
+                "spec.kubelet.maxPods 50 -> (default)"
+            ]
+        );
+        assert!(kube_proxy_changed(Some(&pods), &mode));
+        let mut older = old.clone();
+        older.settings = None;
+        let why = differences(&older, &pods);
+        assert!(
+            why.len() == 1 && why[0].starts_with("kubeadm/kubelet configuration (digest"),
+            "{why:?}"
+        );
+        assert!(kube_proxy_changed(Some(&older), &pods));
+        assert!(!kube_proxy_changed(None, &pods));
+
+        let r = Renderer::new(&cluster("  kubelet:\n    maxPods: 50\n"), &ts).unwrap();
+        let init = r.init_config(&ts[0], &"k".repeat(64)).unwrap();
+        let kc = docs(&init)
+            .into_iter()
+            .find(|d| d["kind"] == "KubeletConfiguration")
+            .unwrap();
+        assert_eq!(kc["maxPods"], 50);
     }
 
     /// Settings left at their defaults leave a node's record as it was before they existed

@@ -418,6 +418,12 @@ pub struct Kubelet {
     /// (the kubelet replaces the whole map).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_hard: Option<String>,
+    /// The most pods the kubelet runs (kops's `kubelet.maxPods`; KubeletConfiguration
+    /// `maxPods`). Unset: the kubelet's default (110). A change reaches running nodes through
+    /// `update cluster --yes` (the `kubelet-config` ConfigMap) and `rolling-update` (each
+    /// node's /var/lib/kubelet/config.yaml, the kubelet restarted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<u32>,
 }
 
 /// The kubelet's eviction signals (KubeletConfiguration `evictionHard` keys).

@@ -471,6 +471,18 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
     {
         c.err(p("spec.kubelet.evictionHard"), e);
     }
+    // The kubelet reads maxPods as an int32 and refuses a node that can run no pod.
+    if let Some(n) = s.kubelet.as_ref().and_then(|k| k.max_pods)
+        && (n == 0 || n > i32::MAX as u32)
+    {
+        c.err(
+            p("spec.kubelet.maxPods"),
+            format!(
+                "{n} is not a pod count the kubelet accepts (1 to {})",
+                i32::MAX
+            ),
+        );
+    }
     if let Some(image) = s.api.as_ref().and_then(|a| a.local_proxy_image.as_deref())
         && (image.is_empty()
             || !image
@@ -1350,6 +1362,19 @@ spec:
              (one of memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, \
              imagefs.inodesFree, containerfs.available, containerfs.inodesFree, pid.available)",
         );
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  kubelet:\n    maxPods: 0\n",
+        );
+        expect_one(
+            &t,
+            "c.yaml:9:14: spec.kubelet.maxPods: 0 is not a pod count the kubelet accepts (1 to 2147483647)",
+        );
+        let t = BASE.replace(
+            "  kubernetesVersion: 1.35.1\n",
+            "  kubernetesVersion: 1.35.1\n  kubelet:\n    maxPods: 250\n",
+        );
+        assert!(check(&t).is_empty(), "{:?}", check(&t));
         for bad in [
             "nodefs.available<ten",
             "nodefs.available",

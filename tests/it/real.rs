@@ -314,15 +314,18 @@ fn helper_killed_lab() {
     let mut lab = RealLab::start();
     lab.boot(&["victim"]);
     let h = lab.host("victim");
+    // The ha scenario's load balancer, in the ROOT namespace: the reaper must stop it too.
+    let lb = ha::HaProxy::start(&lab, &["victim"]);
     println!(
-        "LAB {} {} {}",
+        "LAB {} {} {} {}",
         lab.dir().display(),
         h.netns(),
         h.cgroups()
             .iter()
             .map(|c| c.display().to_string())
             .collect::<Vec<_>>()
-            .join(",")
+            .join(","),
+        lb.pid()
     );
     std::thread::sleep(Duration::from_secs(300));
 }
@@ -362,6 +365,7 @@ fn killed_run_is_reaped() {
     let fields: Vec<&str> = line[line.find("LAB ").unwrap() + 4..]
         .split_whitespace()
         .collect();
+    let haproxy: u32 = fields[3].parse().expect("haproxy pid");
     let (dir, netns, cgroups) = (
         std::path::PathBuf::from(fields[0]),
         fields[1].to_string(),
@@ -406,8 +410,86 @@ fn killed_run_is_reaped() {
             "process {p} of the killed run left"
         );
     }
+    assert!(
+        crate::support::testhosts::is_dead(haproxy),
+        "the killed run's haproxy ({haproxy}) left"
+    );
     let left = lab.teardown_and_check();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// The reaper's load-balancer rule on its own: a `haproxy -db -f /var/tmp/kprov-real-*/
+/// haproxy.cfg` whose lab no live run owns is killed; one whose lab is alive, and one whose
+/// configuration is anywhere else, are left running. (Bound to Unix sockets: no port.)
+#[test]
+fn orphan_load_balancer_is_reaped() {
+    if realhosts::skip() {
+        return;
+    }
+    let start = |dir: &std::path::Path| {
+        std::fs::create_dir_all(dir).expect("dir");
+        let cfg = dir.join("haproxy.cfg");
+        let sock = dir.join("lb.sock");
+        std::fs::write(
+            &cfg,
+            format!(
+                "defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 1s\n  timeout server 1s\n\
+                 frontend f\n  bind unix@{}\n  default_backend b\nbackend b\n  server s unix@{}/none.sock\n",
+                sock.display(),
+                dir.display()
+            ),
+        )
+        .expect("cfg");
+        let child = std::process::Command::new("haproxy")
+            .args(["-db", "-f"])
+            .arg(&cfg)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("haproxy");
+        let t = Instant::now();
+        while !sock.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "haproxy never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    };
+    // No lab (whose reaper would take these for a dead lab's) starts meanwhile.
+    let _no_lab = realhosts::no_lab();
+    let me = std::process::id();
+    let dead_lab = std::path::PathBuf::from(format!("/var/tmp/kprov-real-orphan-{me}"));
+    let live_lab = std::path::PathBuf::from(format!("/var/tmp/kprov-real-alive-{me}"));
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let mut orphan = start(&dead_lab);
+    let mut alive = start(&live_lab);
+    let mut other = start(elsewhere.path());
+    let killed = realhosts::reap_load_balancers(std::slice::from_ref(&live_lab));
+    // SIGKILL is delivered; the exit may take a moment to be reapable.
+    let t = Instant::now();
+    let mut gone = orphan.try_wait().expect("wait");
+    while gone.is_none() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+        gone = orphan.try_wait().expect("wait");
+    }
+    let (a, o) = (
+        alive.try_wait().expect("wait"),
+        other.try_wait().expect("wait"),
+    );
+    for c in [&mut alive, &mut other, &mut orphan] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dead_lab);
+    let _ = std::fs::remove_dir_all(&live_lab);
+    assert!(killed.contains(&orphan.id()), "killed {killed:?}");
+    assert!(!killed.contains(&alive.id()) && !killed.contains(&other.id()));
+    assert!(gone.is_some(), "the orphan haproxy still runs");
+    assert!(a.is_none(), "a live lab's haproxy was stopped");
+    assert!(o.is_none(), "a haproxy outside the labs was stopped");
 }
 
 /// The harness itself, apart from kprov: a host and the built images carry a real v1.36.2

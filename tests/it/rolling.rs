@@ -244,6 +244,7 @@ mod engine_on_the_fake_api {
             config_digest: "0".repeat(64),
             labels: Default::default(),
             taints: vec![],
+            settings: None,
             launch_template_version: None,
         }
     }

@@ -20,7 +20,7 @@ const CONTROL_PLANES: [&str; 3] = ["cp1", "cp2", "cp3"];
 /// `GET /readyz` over TLS (anonymous, as kubeadm allows). A stats page on :8404 shows which
 /// backends are up and how many connections each carried. Stopped by PID on drop; the address
 /// goes with it (and with the bridge, if a run is killed).
-struct HaProxy {
+pub(super) struct HaProxy {
     child: Child,
     bridge: String,
     address: String,
@@ -28,7 +28,7 @@ struct HaProxy {
 }
 
 impl HaProxy {
-    fn start(lab: &RealLab, backends: &[&str]) -> HaProxy {
+    pub(super) fn start(lab: &RealLab, backends: &[&str]) -> HaProxy {
         let lb = lab.lb_address;
         let address = format!("{lb}/32");
         sh(&["ip", "addr", "add", &address, "dev", lab.bridge()]).expect("lb address");
@@ -74,6 +74,10 @@ impl HaProxy {
             address,
             stats: format!("http://{lb}:8404/stats;csv"),
         }
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// `(server, status, total sessions)` of each control-plane backend.

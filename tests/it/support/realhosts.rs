@@ -120,6 +120,11 @@ const SIGRTMIN_PLUS_4: i32 = 38;
 /// sized for 2 cores.
 static LAB_LOCK: Mutex<()> = Mutex::new(());
 
+/// Holds off every lab of this process (and so its reaper) while held.
+pub fn no_lab() -> MutexGuard<'static, ()> {
+    LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
@@ -462,6 +467,82 @@ fn reap_orphans() {
             teardown_lab(&state);
         }
     }
+    reap_load_balancers(&live_lab_dirs());
+}
+
+/// The directories of labs whose owner is alive (their bridges' aliases).
+fn live_lab_dirs() -> Vec<PathBuf> {
+    let links = sh(&["ip", "-o", "link", "show", "type", "bridge"]).unwrap_or_default();
+    links
+        .lines()
+        .filter_map(|l| l.split("alias kprov-real ").nth(1))
+        .filter_map(|alias| {
+            let field = |k: &str| alias.split_whitespace().find_map(|f| f.strip_prefix(k));
+            let (pid, dir) = (field("pid=")?, field("dir=")?);
+            Path::new(&format!("/proc/{pid}"))
+                .exists()
+                .then(|| PathBuf::from(dir))
+        })
+        .collect()
+}
+
+/// Whether `path` is a lab's load-balancer configuration (`/var/tmp/kprov-real-*/haproxy.cfg`),
+/// and if so its lab directory.
+fn lab_of_haproxy_config(path: &Path) -> Option<&Path> {
+    let dir = path.parent()?;
+    let base = dir.file_name()?.to_str()?;
+    (path.file_name()? == "haproxy.cfg"
+        && dir.parent()? == Path::new("/var/tmp")
+        && base.starts_with("kprov-real-")
+        && base != "kprov-real-cache")
+        .then_some(dir)
+}
+
+/// The site load balancers labs start in the ROOT namespace (`haproxy -db -f
+/// LAB/haproxy.cfg`, the ha scenario's) outlive a killed run: they hold their port (6443) on
+/// this machine, which the provision tests' hosts (mount + UTS namespaces sharing the root
+/// network namespace) then see in kprov's preflight. Each whose configuration lies in a lab
+/// directory no live lab owns is killed. Returns the PIDs killed.
+pub fn reap_load_balancers(live: &[PathBuf]) -> Vec<u32> {
+    let mut killed = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return killed;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_haproxy = argv
+            .first()
+            .and_then(|a| Path::new(std::str::from_utf8(a).ok()?).file_name())
+            .is_some_and(|n| n == "haproxy");
+        let config = argv
+            .windows(2)
+            .find(|w| w[0] == b"-f")
+            .and_then(|w| std::str::from_utf8(w[1]).ok())
+            .map(PathBuf::from);
+        let Some(config) = config.filter(|_| is_haproxy) else {
+            continue;
+        };
+        match lab_of_haproxy_config(&config) {
+            Some(dir) if !live.iter().any(|l| l == dir) => {
+                // SAFETY: kill(2) with a PID and a signal number; no memory is shared.
+                unsafe { kill(pid as i32, 9) };
+                killed.push(pid);
+            }
+            _ => {}
+        }
+    }
+    wait_dead(&killed, Duration::from_secs(5));
+    killed
 }
 
 /// Whether this test was asked to leave its lab running (`scripts/test-real --keep` on the
