@@ -1537,7 +1537,7 @@ async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
     let e = env(name).await;
     make_zone(&e.sdk, zone).await;
     let (mut c, mut igs) = spec(name, zone, false);
-    for s in &mut c.spec.subnets {
+    for s in &mut c.spec.networking.subnets {
         s.zone = "us-east-1e".into();
     }
     for ig in &mut igs {
@@ -1548,7 +1548,10 @@ async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
         err.contains(": spec.machineType: instance type c5.large is not offered in availability zone us-east-1e"),
         "{err}"
     );
-    assert!(err.starts_with("instance group "), "{err}");
+    assert!(
+        err.contains("instance group control-plane-us-east-1a: "),
+        "{err}"
+    );
     let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
     let vpcs = ec2
         .describe_vpcs()
