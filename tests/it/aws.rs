@@ -143,7 +143,11 @@ spec:
 }
 
 pub(crate) struct Env {
+    /// The harness's view: moto itself, for setup and checks.
     pub(crate) sdk: aws_config::SdkConfig,
+    /// kprov's view: moto behind the as-it-is policy (AWS's propagation windows, launch
+    /// delays and limits), so the library meets what the CLI meets.
+    pub(crate) kprov_sdk: aws_config::SdkConfig,
     pub(crate) rec: Recorder,
     pub(crate) cloud: AwsCloud,
 }
@@ -167,6 +171,18 @@ H9qKbYhxPIoNMZdRB2dCAAAAAAECAwQF
 }
 
 pub(crate) async fn env(cluster: &str) -> Env {
+    env_with(cluster, moto().kprov_sdk_config().await).await
+}
+
+/// Not yet under the as-it-is policy: `interrupt_everywhere` and
+/// `instance_aws::a_worker_instance_is_drained_then_terminated_in_its_group` fail through it
+/// (issue 23, still open; see docs/aws.md "The as-it-is lab"). kprov's clients go to moto
+/// itself here.
+pub(crate) async fn env_direct(cluster: &str) -> Env {
+    env_with(cluster, moto().sdk_config().await).await
+}
+
+async fn env_with(cluster: &str, kprov_sdk: aws_config::SdkConfig) -> Env {
     let sdk = moto().sdk_config().await;
     let rec = Recorder::default();
     // Every group name the specs above use.
@@ -180,8 +196,13 @@ pub(crate) async fn env(cluster: &str) -> Env {
         )
         .map(|g| (g, host_key()))
         .collect();
-    let cloud = AwsCloud::new(&sdk, cluster, &[rec.shared()]).with_host_keys(keys);
-    Env { sdk, rec, cloud }
+    let cloud = AwsCloud::new(&kprov_sdk, cluster, &[rec.shared()]).with_host_keys(keys);
+    Env {
+        sdk,
+        kprov_sdk,
+        rec,
+        cloud,
+    }
 }
 
 pub(crate) async fn make_zone(sdk: &aws_config::SdkConfig, zone: &str) -> String {
@@ -817,7 +838,7 @@ async fn minimal_public_cluster_lifecycle() {
         .map(|g| (g.metadata.name.clone(), host_key()))
         .collect();
     keys.insert("nodes".into(), rotated.clone());
-    let rotating = AwsCloud::new(&e.sdk, name, &[]).with_host_keys(keys);
+    let rotating = AwsCloud::new(&e.kprov_sdk, name, &[]).with_host_keys(keys);
     let changed = rotating.plan(&c, &igs).await.expect("plan");
     assert_eq!(changed.summary.update, 1);
     let text = engine::render_text(&changed, RenderOptions::default());
@@ -840,6 +861,7 @@ async fn minimal_public_cluster_lifecycle() {
     let igs2 = igs.clone();
     let e = Env {
         sdk: e.sdk.clone(),
+        kprov_sdk: e.kprov_sdk.clone(),
         rec: e.rec,
         cloud: rotating,
     };
@@ -1027,7 +1049,7 @@ async fn interrupt_everywhere(zone: &str, private: bool, step: usize) {
 
     // How many writes a full apply makes.
     let probe = format!("probe.{zone}");
-    let e = env(&probe).await;
+    let e = env_direct(&probe).await;
     let (c, igs) = spec(&probe, zone, private);
     let p = plan(&e, &c, &igs).await;
     e.rec.limit_writes(None);
@@ -1039,7 +1061,7 @@ async fn interrupt_everywhere(zone: &str, private: bool, step: usize) {
 
     for k in (1..total).step_by(step) {
         let name = format!("k{k}.{zone}");
-        let e = env(&name).await;
+        let e = env_direct(&name).await;
         let (c, igs) = spec(&name, zone, private);
         let p = plan(&e, &c, &igs).await;
         e.rec.limit_writes(Some(k));
@@ -1112,7 +1134,7 @@ async fn bench_plan_table(zone: &str, sizes: &[usize]) {
             .iter()
             .map(|g| (g.metadata.name.clone(), host_key()))
             .collect();
-        e.cloud = AwsCloud::new(&e.sdk, &name, &[e.rec.shared()]).with_host_keys(keys);
+        e.cloud = AwsCloud::new(&e.kprov_sdk, &name, &[e.rec.shared()]).with_host_keys(keys);
         let p = plan(&e, &c, &igs).await;
         apply(&e, &p, false).await;
         e.rec.take();
@@ -1500,6 +1522,47 @@ async fn instance_type_of_another_architecture_is_refused_at_plan() {
         "{err}"
     );
     // Only this cluster's: other tests share the moto server and make VPCs meanwhile.
+    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
+    let vpcs = ec2
+        .describe_vpcs()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag-key")
+                .values(format!("kubernetes.io/cluster/{name}"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(vpcs.vpcs().is_empty(), "nothing created: {vpcs:?}");
+}
+
+/// Issue 23 item 8, the other branch: an instance type that is not offered in one of the
+/// group's availability zones (moto's offerings, like AWS's, leave most types out of
+/// us-east-1e) is refused by the plan, naming the group, its field and the zone, before
+/// anything exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
+    let name = "offered.image.example.com";
+    let zone = "image.example.com";
+    let e = env(name).await;
+    make_zone(&e.sdk, zone).await;
+    let (mut c, mut igs) = spec(name, zone, false);
+    for s in &mut c.spec.networking.subnets {
+        s.zone = "us-east-1e".into();
+    }
+    for ig in &mut igs {
+        ig.spec.machine_type = Some("c5.large".into());
+    }
+    let err = e.cloud.plan(&c, &igs).await.unwrap_err().to_string();
+    assert!(
+        err.contains(": spec.machineType: instance type c5.large is not offered in availability zone us-east-1e"),
+        "{err}"
+    );
+    assert!(
+        err.contains("instance group control-plane-us-east-1a: "),
+        "{err}"
+    );
     let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
     let vpcs = ec2
         .describe_vpcs()

@@ -742,6 +742,41 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
         .load_balancer_arn()
         .unwrap()
         .to_string();
+    // The CCM's default for a Service of type LoadBalancer: a Classic ELB in the cluster's
+    // subnets behind its own security group.
+    let clb = aws_sdk_elasticloadbalancing::Client::new(&sdk);
+    let classic = "a9f8e7d6c5b4a3f2e1d0";
+    clb.create_load_balancer()
+        .load_balancer_name(classic)
+        .listeners(
+            aws_sdk_elasticloadbalancing::types::Listener::builder()
+                .protocol("TCP")
+                .load_balancer_port(80)
+                .instance_port(30081)
+                .build()
+                .expect("listener"),
+        )
+        .subnets(subnets.subnets()[0].subnet_id().unwrap())
+        .security_groups(&elb_sg)
+        .tags(
+            aws_sdk_elasticloadbalancing::types::Tag::builder()
+                .key(format!("kubernetes.io/cluster/{cluster}"))
+                .value("owned")
+                .build()
+                .expect("tag"),
+        )
+        .send()
+        .await
+        .expect("the CCM's Classic ELB");
+    let classic_left = || async {
+        clb.describe_load_balancers()
+            .send()
+            .await
+            .expect("classic lbs")
+            .load_balancer_descriptions()
+            .iter()
+            .any(|l| l.load_balancer_name() == Some(classic))
+    };
 
     // The next update, even with --prune, has nothing to do.
     let plan = cloud.plan(&c, &igs).await.expect("plan");
@@ -772,6 +807,10 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
         rules.contains(&30080) && rules.contains(&30081),
         "{rules:?}"
     );
+    assert!(
+        classic_left().await,
+        "update --prune deleted the CCM's Classic ELB"
+    );
 
     // delete cluster removes them, and says so.
     let doomed = cloud.plan_delete(&c, &igs).await.expect("delete plan");
@@ -780,7 +819,25 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
         .iter()
         .find(|w| w.contains("also deleting"))
         .unwrap_or_else(|| panic!("{:?}", doomed.warnings));
-    assert!(line.contains(&elb_sg) && line.contains(&lb_arn), "{line}");
+    assert!(
+        line.contains(&elb_sg)
+            && line.contains(&lb_arn)
+            && line.contains(&format!("ClassicLoadBalancer {classic}")),
+        "{line}"
+    );
+    // Before the security group and subnet it holds (which AWS refuses to delete meanwhile).
+    let at = |kind: &str, what: &str| {
+        doomed
+            .changes
+            .iter()
+            .position(|ch| ch.kind == kind && ch.cloud_id.as_deref() == Some(what))
+            .unwrap_or_else(|| panic!("no delete of {kind} {what}: {:?}", doomed.changes))
+    };
+    assert!(at("ClassicLoadBalancer", classic) < at("SecurityGroup", &elb_sg));
+    assert!(
+        at("ClassicLoadBalancer", classic)
+            < at("Subnet", subnets.subnets()[0].subnet_id().unwrap())
+    );
     delete_all(&cloud, &c, &igs).await;
     let left = elb.describe_load_balancers().send().await.expect("lbs");
     assert!(
@@ -790,4 +847,5 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
             .any(|l| l.load_balancer_arn() == Some(&lb_arn)),
         "the CCM's load balancer is left"
     );
+    assert!(!classic_left().await, "the CCM's Classic ELB is left");
 }

@@ -10,7 +10,7 @@ use kprov::cloud::aws::instances::{AwsInstances, SshReach};
 use kprov::kube::{DrainOptions, EvictOptions};
 use kprov::ops::instance::{RemoveEvent, RemoveEvents, plan_aws, remove_aws};
 
-use crate::aws::{apply, delete_all, env, make_zone, plan, spec};
+use crate::aws::{apply, delete_all, env_direct as env, make_zone, plan, spec};
 use crate::support::fakekube::{FakeKube, replica_pod};
 use crate::support::memstate::MemStore;
 

@@ -17,6 +17,8 @@ pub const AUTOSCALING_GROUP: &str = "AutoScalingGroup";
 pub const LOAD_BALANCER: &str = "LoadBalancer";
 pub const TARGET_GROUP: &str = "TargetGroup";
 pub const LISTENER: &str = "Listener";
+/// A Classic ELB: only ever someone else's (the cloud-controller-manager's), read for `delete`.
+pub const CLASSIC_LOAD_BALANCER: &str = "ClassicLoadBalancer";
 pub const DNS_ZONE: &str = "DnsZone";
 pub const DNS_RECORD: &str = "DnsRecord";
 pub const DNS_ZONE_VPC: &str = "DnsZoneVpcAssociation";

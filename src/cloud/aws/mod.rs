@@ -8,6 +8,7 @@
 
 pub(crate) mod asg;
 pub use asg::GroupCapacity;
+mod clb;
 mod desired;
 mod dns;
 mod ec2;
@@ -58,6 +59,8 @@ pub struct AwsCloud {
     ec2: aws_sdk_ec2::Client,
     asg: aws_sdk_autoscaling::Client,
     elb: aws_sdk_elasticloadbalancingv2::Client,
+    /// Classic ELBs, which only the cloud-controller-manager makes (see [`clb`]).
+    clb: aws_sdk_elasticloadbalancing::Client,
     iam: aws_sdk_iam::Client,
     r53: aws_sdk_route53::Client,
     /// The instance groups' SSH host keys (see [`hostkeys`]); launch templates of groups
@@ -92,6 +95,7 @@ impl AwsCloud {
             ec2: client!(aws_sdk_ec2),
             asg: client!(aws_sdk_autoscaling),
             elb: client!(aws_sdk_elasticloadbalancingv2),
+            clb: client!(aws_sdk_elasticloadbalancing),
             iam: client!(aws_sdk_iam),
             r53: client!(aws_sdk_route53),
             host_keys: BTreeMap::new(),
@@ -722,6 +726,7 @@ impl Provider for AwsCloud {
         iam::read(self, &mut rd).await?;
         ec2::read_launch_templates(self, &mut rd).await?;
         elb::read(self, &mut rd).await?;
+        clb::read(self, &mut rd).await?;
         asg::read(self, &mut rd).await?;
         dns::read(self, &mut rd).await?;
         Ok(Actual {
@@ -766,6 +771,7 @@ impl Provider for AwsCloud {
         match have.id.kind.as_str() {
             AUTOSCALING_GROUP => asg::delete(self, have).await,
             LOAD_BALANCER | TARGET_GROUP | LISTENER => elb::delete(self, have).await,
+            CLASSIC_LOAD_BALANCER => clb::delete(self, have).await,
             IAM_ROLE | IAM_ROLE_POLICY | INSTANCE_PROFILE => iam::delete(self, have, ids).await,
             DNS_RECORD => dns::delete(self, have).await,
             DNS_ZONE_VPC => dns::disassociate(self, have).await,

@@ -1,0 +1,142 @@
+//! Classic load balancers. kprov makes none, but the AWS cloud-controller-manager makes one for
+//! every Service of type LoadBalancer without an NLB annotation (its default), tagged
+//! `kubernetes.io/cluster/NAME=owned` and with no kprov identity. They are read so that `delete
+//! cluster` removes them before the subnets, security groups and VPC they hold (a Classic ELB
+//! left behind keeps the VPC from being deleted and keeps billing); `update` plans leave them
+//! out like every resource someone else made for the cluster (`UNTRACKED`).
+
+use std::collections::BTreeMap;
+
+use super::kinds::*;
+use super::{AwsCloud, Ctx, Reader, id_from_tags};
+use crate::cloud::engine::{CloudError, ErrorClass, Resource, Value};
+
+/// Load balancer name → tags, for the owned ones among `names` (DescribeTags takes 20 names
+/// a call).
+async fn owned_tags(
+    c: &AwsCloud,
+    names: Vec<String>,
+) -> Result<BTreeMap<String, Vec<(String, String)>>, CloudError> {
+    let mut out = BTreeMap::new();
+    for chunk in names.chunks(20) {
+        let d = match describe_tags(c, chunk.to_vec()).await {
+            Ok(d) => d,
+            // One of the chunk was deleted since it was listed (a Service going away): ask
+            // name by name, a gone one is nobody's.
+            Err(e) if e.class() == ErrorClass::NotFound => {
+                let mut all = Vec::new();
+                for name in chunk {
+                    match describe_tags(c, vec![name.clone()]).await {
+                        Ok(d) => all.extend(d.tag_descriptions().iter().cloned()),
+                        Err(e) if e.class() == ErrorClass::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                aws_sdk_elasticloadbalancing::operation::describe_tags::DescribeTagsOutput::builder(
+                )
+                .set_tag_descriptions(Some(all))
+                .build()
+            }
+            Err(e) => return Err(e),
+        };
+        for td in d.tag_descriptions() {
+            let tags: Vec<(String, String)> = td
+                .tags()
+                .iter()
+                .map(|t| {
+                    (
+                        t.key().to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            if super::owned_by(
+                &c.cluster,
+                tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            ) {
+                out.insert(
+                    td.load_balancer_name().unwrap_or_default().to_string(),
+                    tags,
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn describe_tags(
+    c: &AwsCloud,
+    names: Vec<String>,
+) -> Result<aws_sdk_elasticloadbalancing::operation::describe_tags::DescribeTagsOutput, CloudError>
+{
+    c.clb
+        .describe_tags()
+        .set_load_balancer_names(Some(names))
+        .send()
+        .await
+        .ctx("DescribeTags (Classic)")
+}
+
+pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+    let lbs: Vec<_> = c
+        .clb
+        .describe_load_balancers()
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .ctx("DescribeLoadBalancers (Classic)")?;
+    let names: Vec<String> = lbs
+        .iter()
+        .filter_map(|l| l.load_balancer_name())
+        .map(str::to_string)
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let owned = owned_tags(c, names).await?;
+    for l in &lbs {
+        let name = l.load_balancer_name().unwrap_or_default();
+        let Some(tags) = owned.get(name) else {
+            continue;
+        };
+        let id = id_from_tags(
+            CLASSIC_LOAD_BALANCER,
+            name,
+            tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        // The references order the delete: the load balancer goes before its subnets and
+        // security groups.
+        let subnets = l.subnets().iter().map(|s| rd.r(s)).collect();
+        let sgs = l.security_groups().iter().map(|g| rd.r(g)).collect();
+        let vpc = rd.r(l.vpc_id().unwrap_or_default());
+        rd.push(
+            Resource::new(CLASSIC_LOAD_BALANCER, id.name)
+                .cloud_id(name)
+                .field("vpc", vpc)
+                .field("subnets", Value::set(subnets))
+                .field("securityGroups", Value::set(sgs))
+                .field(
+                    "dnsName",
+                    Value::str(l.dns_name().unwrap_or_default().to_lowercase()),
+                ),
+        );
+    }
+    Ok(())
+}
+
+pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
+    let name = have.cloud_id.as_deref().unwrap_or_default();
+    match c
+        .clb
+        .delete_load_balancer()
+        .load_balancer_name(name)
+        .send()
+        .await
+        .ctx("DeleteLoadBalancer (Classic)")
+    {
+        Err(e) if e.class() == ErrorClass::NotFound => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
