@@ -56,6 +56,7 @@ fn steps(name: &str, address: &str) -> Result<Vec<Step>, tera::Error> {
         path: path.into(),
         content,
         mode,
+        resumable: false,
     };
     let mut steps = vec![Step {
         name: "files".into(),

@@ -5,6 +5,7 @@
 
 pub mod addons;
 pub mod bounded;
+pub mod bundle;
 pub mod cli;
 pub mod cloud;
 pub mod inventory;

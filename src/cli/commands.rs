@@ -158,7 +158,8 @@ pub async fn run(cli: Cli) -> i32 {
             | GetWhat::Certificates { out, .. }
             | GetWhat::Instances { out, .. }
             | GetWhat::Backups { out, .. }
-            | GetWhat::Secrets { out, .. } => out.output,
+            | GetWhat::Secrets { out, .. }
+            | GetWhat::Assets { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
         Command::Update(u) => match &u.what {
@@ -214,6 +215,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
     match cmd {
         Command::Create(c) => match (c.what, c.file) {
             (Some(CreateWhat::Cluster(a)), _) => create_cluster(ctx, &a).await,
+            (Some(CreateWhat::Bundle(a)), _) => super::bundle::create(ctx, &a).await,
             (None, Some(f)) => objects_from_file(ctx, &f, FileMode::Create).await,
             (None, None) => Err(anyhow!(
                 "say what to create: `kprov create cluster NAME ...` or `kprov create -f FILE`"
@@ -223,6 +225,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
+            GetWhat::Assets { name, .. } => super::bundle::get_assets(ctx, &name).await,
             GetWhat::Certificates { name, .. } => super::certificates::get(ctx, &name).await,
             GetWhat::Instances {
                 name, kubeconfig, ..

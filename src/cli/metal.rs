@@ -287,9 +287,10 @@ pub async fn update(
         Some(path) => Some(reread_inventory(ctx, name, path).await?),
         None => None,
     };
-    let cluster = reread
+    let rebundled = reread
         .as_ref()
-        .map_or(cluster, |(_, resolved, _, _)| resolved);
+        .map(|(_, resolved, _, _)| super::update::with_bundle(resolved.clone(), a));
+    let cluster = rebundled.as_ref().unwrap_or(cluster);
     let targets = targets(cluster).await?;
     let options = NodeOptions {
         accept_new_host_keys: a.accept_new_host_keys,
@@ -537,6 +538,9 @@ pub(super) fn preview(
         Format::Yaml => ctx.printer.data(&crate::output::to_yaml(plan)?),
         Format::Table => {
             ctx.printer.data(&plan_table(plan).render());
+            for src in &plan.sources {
+                ctx.printer.status(&src.describe());
+            }
             for n in &plan.nodes {
                 if n.pending || matches!(n.action, Action::Refused | Action::PendingRoll) {
                     ctx.printer

@@ -1,6 +1,7 @@
 //! The command line: kops-like commands over the spec, the state store and (later) the cloud.
 
 mod addons;
+mod bundle;
 mod certificates;
 pub mod commands;
 mod create;
@@ -117,6 +118,24 @@ pub struct CreateCmd {
 pub enum CreateWhat {
     /// Create a cluster spec (like `kops create cluster`): no infrastructure is changed
     Cluster(Box<CreateClusterArgs>),
+    /// Fetch every binary and image the cluster's nodes need into one tar file, verified
+    /// (air-gapped sites: `spec.assets.bundle` or `update cluster --bundle FILE` uses it)
+    Bundle(CreateBundleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateBundleArgs {
+    pub name: String,
+    /// The bundle file to write (replaced only once complete)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// The nodes' architecture (a bundle holds one)
+    #[arg(long, default_value = "amd64", value_parser = ["amd64", "arm64"])]
+    pub arch: String,
+    /// Pull images of UPSTREAM from another registry: `registry.k8s.io=http://10.0.0.5:5000`
+    /// (`http://` for a plain-HTTP registry); repeatable. Images keep their upstream names.
+    #[arg(long, value_name = "UPSTREAM=HOST")]
+    pub registry_mirror: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -143,6 +162,14 @@ pub enum GetWhat {
         /// Show the completed spec (defaults filled in) instead of what was written
         #[arg(long)]
         full: bool,
+    },
+    /// List every binary (URL, sha256) and image (reference, digest when pinned) the
+    /// cluster's nodes need: what `create bundle` fetches
+    #[command(visible_alias = "asset")]
+    Assets {
+        name: String,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Print the add-on manifests kprov applies to a cluster (CCM, CNI)
     #[command(visible_alias = "addon")]
@@ -412,6 +439,10 @@ pub struct UpdateClusterArgs {
     /// remove; `--yes` stores them in the spec, then provisions the new ones
     #[arg(long, value_name = "DIR_OR_FILE")]
     pub inventory: Option<PathBuf>,
+    /// Upload every binary and image from this bundle (`kprov create bundle`) instead of
+    /// letting the hosts download them, as `spec.assets.bundle` does (air-gapped sites)
+    #[arg(long, value_name = "FILE")]
+    pub bundle: Option<PathBuf>,
     /// AWS: how long the instances (and the bastion) get to answer SSH after the cloud apply
     #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
     pub ssh_wait: std::time::Duration,

@@ -19,6 +19,7 @@ use crate::state::lock;
 
 pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, &a.name).await?;
+    let cluster = with_bundle(cluster, a);
     if a.inventory.is_some() && cluster.spec.cloud_provider != CloudProvider::Metal {
         return Err(super::create::FlagError {
             flag: "inventory",
@@ -37,6 +38,18 @@ pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
         CloudProvider::Aws => aws(ctx, &cluster, &groups, a).await,
         CloudProvider::Metal => super::metal::update(ctx, &cluster, &groups, a).await,
     }
+}
+
+/// `--bundle FILE` stands for `spec.assets.bundle` in this run (the stored spec is unchanged).
+pub(super) fn with_bundle(mut cluster: Cluster, a: &UpdateClusterArgs) -> Cluster {
+    if let Some(b) = &a.bundle {
+        cluster
+            .spec
+            .assets
+            .get_or_insert_with(Default::default)
+            .bundle = Some(b.display().to_string());
+    }
+    cluster
 }
 
 /// The cloud plan; `-o json|yaml` documents also carry the node plan of the running instances

@@ -150,6 +150,72 @@ impl PlannedNode {
     }
 }
 
+/// Where one kind of artifact comes from in this run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactSource {
+    /// `binaries` or `images`.
+    pub artifacts: String,
+    pub origin: crate::provision::artifacts::Origin,
+    /// The bundle file, the mirror, or what upstream means for this kind.
+    pub from: String,
+}
+
+impl ArtifactSource {
+    /// One line of the preview.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: from {} ({})",
+            self.artifacts,
+            self.origin.as_str(),
+            self.from
+        )
+    }
+}
+
+/// Where binaries and images come from for `cluster` (what the renderer will use).
+pub fn sources(cluster: &Cluster) -> Vec<ArtifactSource> {
+    use crate::provision::artifacts::Origin;
+    let assets = cluster.spec.assets.as_ref();
+    let source = |artifacts: &str, origin: Origin, from: String| ArtifactSource {
+        artifacts: artifacts.into(),
+        origin,
+        from,
+    };
+    if let Some(b) = assets.and_then(|a| a.bundle.as_deref()) {
+        return vec![
+            source(
+                "binaries",
+                Origin::Bundle,
+                format!("{b}, uploaded over ssh"),
+            ),
+            source("images", Origin::Bundle, format!("{b}, uploaded over ssh")),
+        ];
+    }
+    let binaries = match assets.and_then(|a| a.mirror.as_deref()) {
+        Some(m) => source("binaries", Origin::Mirror, m.to_string()),
+        None if assets.is_some_and(|a| !a.files.is_empty()) => source(
+            "binaries",
+            Origin::Mirror,
+            format!(
+                "spec.assets.files ({} overrides), the rest from upstream",
+                assets.map_or(0, |a| a.files.len())
+            ),
+        ),
+        None => source(
+            "binaries",
+            Origin::Upstream,
+            "dl.k8s.io and github.com release pages, downloaded by each host".into(),
+        ),
+    };
+    let images = source(
+        "images",
+        Origin::Upstream,
+        "their registries, pulled by containerd on each host".into(),
+    );
+    vec![binaries, images]
+}
+
 /// The node plan of one cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -160,6 +226,9 @@ pub struct NodePlan {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_control_plane: Option<String>,
     pub nodes: Vec<PlannedNode>,
+    /// Where the nodes' binaries and images come from (bundle, mirror, upstream).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ArtifactSource>,
     /// Who claims the hosts; `None` for a preview of a cluster that never claimed one (such a
     /// plan cannot be executed).
     #[serde(skip)]
@@ -300,6 +369,7 @@ pub fn decide(
         cluster: cluster.to_string(),
         first_control_plane,
         nodes,
+        sources: Vec::new(),
         owner,
     }
 }
@@ -487,6 +557,7 @@ pub async fn plan_with(
     )
     .await;
     let mut plan = decide(cluster.name(), targets, &observed, owner);
+    plan.sources = sources(cluster);
     for (node, missing) in plan.nodes.iter_mut().zip(missing) {
         note_images(node, missing);
     }

@@ -188,6 +188,9 @@ pub enum Source {
     Url(String),
     /// A file on the operator's machine, uploaded over ssh (air-gapped `file://` mirrors).
     Local(PathBuf),
+    /// A member of the cluster's bundle (`spec.assets.bundle`), by its path in the bundle:
+    /// uploaded over ssh, resumably.
+    Bundle(String),
 }
 
 /// One resolved asset: what a node installs for one component and architecture.
@@ -538,7 +541,7 @@ mod tests {
                 .unwrap();
             match &x.source {
                 Source::Url(u) => u.clone(),
-                Source::Local(_) => unreachable!(),
+                _ => unreachable!(),
             }
         };
         assert_eq!(
@@ -559,6 +562,7 @@ mod tests {
     fn mirror_and_overrides() {
         let assets = Assets {
             images: vec![],
+            bundle: None,
             mirror: Some("http://10.0.0.1:8080/".into()),
             files: vec![
                 AssetFile {
@@ -606,6 +610,7 @@ mod tests {
         );
         let bad = |name: &str, sha: &str| Assets {
             images: vec![],
+            bundle: None,
             mirror: None,
             files: vec![AssetFile {
                 name: name.into(),
@@ -626,6 +631,7 @@ mod tests {
             Err(AssetError::BadChecksum { .. })
         ));
         let m = Assets {
+            bundle: None,
             mirror: Some("ftp://x".into()),
             files: vec![],
             images: vec![],

@@ -4,6 +4,7 @@
 //! `orchestrate` runs them through a `HostExecutor` phase by phase. See
 //! docs/provisioning.md.
 
+pub mod artifacts;
 pub mod assets;
 pub mod orchestrate;
 pub mod pki;

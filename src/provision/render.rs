@@ -266,6 +266,9 @@ pub enum RenderError {
     LocalAsset { path: String, message: String },
     #[error(transparent)]
     Image(#[from] ImageError),
+    /// `spec.assets.bundle` cannot serve this cluster (refused before anything is uploaded).
+    #[error("{0}")]
+    Bundle(String),
 }
 
 /// A `file://` image archive that cannot be uploaded: found before any host is changed.
@@ -273,6 +276,8 @@ pub enum RenderError {
 pub enum ImageError {
     #[error("image archive {url} (spec.assets.images): cannot read: {message}")]
     Read { url: String, message: String },
+    #[error("image {url} (spec.assets.bundle): {message}")]
+    Bundle { url: String, message: String },
     #[error(
         "image archive {url} (spec.assets.images): checksum mismatch: expected sha256 {expected}, got {actual}; nothing uploaded or imported"
     )]
@@ -342,6 +347,8 @@ pub struct Renderer {
     api_proxy_image: String,
     node: NodeSettings,
     images: Vec<ImageAsset>,
+    /// `spec.assets.bundle`, checked against its manifest when the renderer is made.
+    bundle: Option<std::sync::Arc<crate::bundle::Bundle>>,
     /// The `file://` archives' contents (`None` for URLs), read and verified once per run on
     /// first use: every host's upload shares one buffer, hashed once by the SSH engine.
     image_files: OnceLock<Result<Vec<Option<Bytes>>, ImageError>>,
@@ -596,11 +603,91 @@ pub fn node_ip(host: &Host) -> Result<String, RenderError> {
         })
 }
 
+/// Opens `spec.assets.bundle` (every member checked against its manifest, before anything is
+/// uploaded), checks that it holds everything the cluster's artifact list names, and points
+/// the binaries of its architecture and every image at its members.
+fn use_bundle(
+    cluster: &Cluster,
+    path: &std::path::Path,
+    resolved: &mut [Asset],
+    images: &mut Vec<ImageAsset>,
+) -> Result<crate::bundle::Bundle, RenderError> {
+    use crate::bundle::EntryKind;
+    let bundle =
+        crate::bundle::Bundle::open(path).map_err(|e| RenderError::Bundle(e.to_string()))?;
+    let shown = path.display();
+    let bad = |m: String| RenderError::Bundle(format!("spec.assets.bundle {shown}: {m}"));
+    let list = super::artifacts::artifacts(cluster).map_err(|e| bad(e.to_string()))?;
+    let m = &bundle.manifest;
+    if m.kubernetes_version != list.kubernetes_version {
+        return Err(bad(format!(
+            "made for Kubernetes {}, the cluster runs {}; make a new bundle with `kprov create bundle {}`",
+            m.kubernetes_version,
+            list.kubernetes_version,
+            cluster.name()
+        )));
+    }
+    for a in resolved.iter_mut().filter(|a| a.arch.as_str() == m.arch) {
+        let name = a.component.name();
+        let needed = list.binaries.iter().any(|b| b.name == name);
+        let entry = match m.binary(name) {
+            Some(e) => e,
+            None if !needed => continue,
+            None => {
+                return Err(bad(format!(
+                    "lacks the binary {name} {} ({})",
+                    a.version, m.arch
+                )));
+            }
+        };
+        if entry.sha256 != a.sha256 {
+            return Err(bad(format!(
+                "entry {}: sha256 {} is not the {} the spec pins for {name} {}",
+                entry.path, entry.sha256, a.sha256, a.version
+            )));
+        }
+        a.source = Source::Bundle(entry.path.clone());
+    }
+    for i in &list.images {
+        if !m
+            .entries
+            .iter()
+            .any(|e| e.kind == EntryKind::Image && e.name == i.reference)
+        {
+            return Err(bad(format!(
+                "lacks the image {} ({})",
+                i.reference, i.used_by
+            )));
+        }
+    }
+    for x in &list.archives {
+        if !m
+            .entries
+            .iter()
+            .any(|e| e.kind == EntryKind::Archive && e.sha256 == x.sha256)
+        {
+            return Err(bad(format!("lacks the image archive {}", x.url)));
+        }
+    }
+    *images = m
+        .entries
+        .iter()
+        .filter(|e| matches!(e.kind, EntryKind::Image | EntryKind::Archive))
+        .map(|e| ImageAsset {
+            url: e.name.clone(),
+            source: Source::Bundle(e.path.clone()),
+            sha256: e.sha256.clone(),
+        })
+        .collect();
+    Ok(bundle)
+}
+
 fn file(path: &str, content: impl Into<Bytes>, mode: u32) -> RemoteFile {
     RemoteFile {
         path: path.to_string(),
         content: content.into(),
         mode,
+        resumable: false,
     }
 }
 
@@ -673,11 +760,23 @@ impl Renderer {
                 "hosts with the etcd role (spec.etcd.type is External)",
             ));
         }
+        let mut resolved = assets::resolve(cluster)?;
+        let mut images = assets::images(spec.assets.as_ref())?;
+        let bundle = match spec.assets.as_ref().and_then(|a| a.bundle.as_deref()) {
+            Some(path) => Some(std::sync::Arc::new(use_bundle(
+                cluster,
+                std::path::Path::new(path),
+                &mut resolved,
+                &mut images,
+            )?)),
+            None => None,
+        };
         Ok(Renderer {
             tera,
             cluster_name: cluster.name().to_string(),
-            assets: assets::resolve(cluster)?,
-            images: assets::images(spec.assets.as_ref())?,
+            assets: resolved,
+            images,
+            bundle,
             image_files: OnceLock::new(),
             kubernetes_version,
             endpoint_address: match (
@@ -888,7 +987,25 @@ impl Renderer {
         let tarball = component.install() == Install::Tarball;
         let mut files = Vec::new();
         let (url, cache, origin) = match &a.source {
+            Source::Url(_) if self.bundle.is_some() => {
+                return Err(RenderError::Bundle(format!(
+                    "spec.assets.bundle holds {} binaries only; {name} for {} is not in it",
+                    self.bundle
+                        .as_ref()
+                        .map(|b| b.manifest.arch.as_str())
+                        .unwrap_or_default(),
+                    arch.as_str()
+                )));
+            }
             Source::Url(u) => (Some(u.clone()), None, u.clone()),
+            Source::Bundle(entry) => {
+                let bytes = self.bundle_member(entry).map_err(RenderError::Bundle)?;
+                let cache = format!("{CACHE_DIR}/{name}-{}", a.sha256);
+                let mut f = file(&cache, bytes, 0o644);
+                f.resumable = true;
+                files.push(f);
+                (None, Some(cache), format!("bundle:{entry}"))
+            }
             Source::Local(p) => {
                 let bytes =
                     crate::bounded::read_file(p, crate::bounded::LOCAL_ASSET).map_err(|e| {
@@ -1010,6 +1127,26 @@ impl Renderer {
         Ok(steps)
     }
 
+    /// One member of the bundle, read once per run (every host's upload shares the buffer).
+    fn bundle_member(&self, path: &str) -> Result<Bytes, String> {
+        let b = self
+            .bundle
+            .as_ref()
+            .ok_or_else(|| format!("bundle member {path}: no spec.assets.bundle"))?;
+        let entry = b
+            .manifest
+            .entries
+            .iter()
+            .find(|e| e.path == path)
+            .ok_or_else(|| format!("bundle {}: no member {path}", b.path().display()))?;
+        b.read(entry).map_err(|e| e.to_string())
+    }
+
+    /// The bundle in use (`spec.assets.bundle`), if any.
+    pub fn bundle(&self) -> Option<&crate::bundle::Bundle> {
+        self.bundle.as_deref()
+    }
+
     /// The image archives of `spec.assets.images`, in spec order.
     pub fn image_archives(&self) -> &[ImageAsset] {
         &self.images
@@ -1024,6 +1161,14 @@ impl Renderer {
                     .iter()
                     .map(|img| match &img.source {
                         Source::Url(_) => Ok(None),
+                        Source::Bundle(entry) => {
+                            self.bundle_member(entry).map(Some).map_err(|message| {
+                                ImageError::Bundle {
+                                    url: img.url.clone(),
+                                    message,
+                                }
+                            })
+                        }
                         Source::Local(path) => {
                             let bytes =
                                 crate::bounded::read_file(path, crate::bounded::LOCAL_ASSET)
@@ -1067,7 +1212,15 @@ impl Renderer {
                         (None, Some(cache), files)
                     }
                     (Source::Url(u), _) => (Some(u.clone()), None, Vec::new()),
-                    (Source::Local(_), None) => return Err(RenderError::Missing("image archive")),
+                    (Source::Bundle(_), Some(bytes)) => {
+                        let cache = format!("{CACHE_DIR}/image-{}.tar", img.sha256);
+                        let mut f = file(&cache, bytes.clone(), 0o600);
+                        f.resumable = true;
+                        (None, Some(cache), vec![f])
+                    }
+                    (Source::Local(_) | Source::Bundle(_), None) => {
+                        return Err(RenderError::Missing("image archive"));
+                    }
                 };
                 let run = self.render(
                     "node/image-import.sh.tera",

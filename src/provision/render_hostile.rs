@@ -280,6 +280,7 @@ fn with_assets(mirror: Option<String>, files: Vec<AssetFile>) -> Cluster {
         mirror,
         files,
         images: Vec::new(),
+        bundle: None,
     });
     c
 }

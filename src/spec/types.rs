@@ -352,6 +352,11 @@ pub struct Assets {
     /// runs: images without a registry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImageArchive>,
+    /// A bundle made by `kprov create bundle` (a tar file on the operator's machine): every
+    /// binary and image is uploaded from it over ssh, verified on the host, and images are
+    /// imported into containerd; nodes need no network beyond ssh (air-gapped sites).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
 }
 
 /// One image archive: `https://`/`http://` (downloaded by each host) or `file://` (a file on

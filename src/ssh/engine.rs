@@ -967,6 +967,91 @@ done"#;
             .collect())
     }
 
+    /// Uploads a large file so that a cut upload resumes: the bytes go to
+    /// `PATH.kprov-partial` (kept when the connection or kprov dies), the next run sends only
+    /// what the partial file lacks, and the file is renamed into place only once its sha256 is
+    /// the expected one. A partial file that cannot be a prefix of the content (longer, or the
+    /// whole of it with the wrong digest) is removed, so the run after that starts afresh.
+    async fn put_resumable(
+        &self,
+        slot: &HostSlot,
+        step: &Step,
+        f: &RemoteFile,
+        mode: &str,
+        hash: &str,
+    ) -> Result<(), ExecError> {
+        let fail = |out: &Output, what: &str| ExecError::Step {
+            host: slot.spec.name.clone(),
+            step: step.name.clone(),
+            code: out.status.code(),
+            stderr: format!("{what}: {}", stderr_text(out)),
+        };
+        const SIZE: &str = r#"p="$1.kprov-partial"
+if [ -f "$p" ]; then s=$(stat -c %s "$p"); else s=0; fi
+if [ "$s" -gt "$2" ]; then rm -f "$p"; s=0; fi
+echo "$s""#;
+        let total = f.content.len() as u64;
+        let out = self
+            .exec(slot, SIZE, &[&f.path, &total.to_string()], &[], None, None)
+            .await?;
+        if !out.status.success() {
+            return Err(fail(
+                &out,
+                &format!("reading the partial upload of {}", f.path),
+            ));
+        }
+        let have: u64 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0)
+            .min(total);
+        const APPEND: &str = r#"set -e
+p="$1.kprov-partial"
+mkdir -p "$(dirname "$1")"
+if [ -f "$p" ]; then s=$(stat -c %s "$p"); else s=0; fi
+if [ "$s" != "$4" ]; then
+  echo "partial upload $p has $s bytes, expected $4 (another upload at once?)" >&2
+  exit 1
+fi
+cat >> "$p"
+s=$(stat -c %s "$p")
+if [ "$s" -lt "$5" ]; then
+  echo "upload cut short at $s of $5 bytes; $p is kept and a re-run resumes it" >&2
+  exit 1
+fi
+h=$(sha256sum < "$p" | cut -d' ' -f1)
+if [ "$h" != "$3" ]; then
+  rm -f "$p"
+  echo "received content has sha256 $h, expected $3; the partial upload is removed, a re-run starts afresh" >&2
+  exit 1
+fi
+chmod "$2" "$p"
+mv -f "$p" "$1""#;
+        let rest = f.content.slice(have as usize..);
+        let out = self
+            .exec(
+                slot,
+                APPEND,
+                &[&f.path, mode, hash, &have.to_string(), &total.to_string()],
+                &[rest],
+                None,
+                None,
+            )
+            .await?;
+        if out.status.success() {
+            tracing::debug!(
+                host = %slot.spec.name,
+                path = %f.path,
+                resumed_at = have,
+                sent = total - have,
+                "resumable upload complete"
+            );
+            Ok(())
+        } else {
+            Err(fail(&out, &format!("uploading {}", f.path)))
+        }
+    }
+
     /// Runs `steps` on the host as **one** command: the stale files of the first step (the
     /// only one that may have files) go over its stdin and are written atomically, then each
     /// step's check and run follow in order, stopping at the first failure. A marker line on
@@ -1045,6 +1130,19 @@ done"#;
                 return Err(e);
             }
         };
+        // Bundle members go first, each on its own resumable upload (see `put_resumable`);
+        // the batch then carries only the other files.
+        let (resumable, stale): (Vec<&RemoteFile>, Vec<&RemoteFile>) =
+            stale.into_iter().partition(|f| f.resumable);
+        for f in resumable {
+            let mode = format!("{:o}", f.mode);
+            let hash = self.content_hash(&f.content);
+            if let Err(e) = self.put_resumable(slot, &steps[0], f, &mode, &hash).await {
+                let e = to_step(e, 0);
+                finish(0, Err(&e), Duration::ZERO);
+                return Err(e);
+            }
+        }
         let mut args: Vec<String> = vec![nonce.clone(), stale.len().to_string()];
         for f in &stale {
             args.extend([

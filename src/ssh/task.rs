@@ -15,6 +15,10 @@ pub struct RemoteFile {
     pub content: Bytes,
     /// Octal permission bits, e.g. 0o644.
     pub mode: u32,
+    /// Large uploads (bundle members): sent into `PATH.kprov-partial`, which a cut upload
+    /// leaves behind and the next run appends to; renamed into place only once its sha256 is
+    /// right. Other files go through a temporary file removed on any failure.
+    pub resumable: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

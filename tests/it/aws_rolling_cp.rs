@@ -85,6 +85,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
         for o in objects {
             if let Object::Cluster(c) = o {
                 c.spec.assets = Some(kprov::spec::Assets {
+                    bundle: None,
                     mirror: None,
                     images: Vec::new(),
                     files: files.clone(),

@@ -12,6 +12,7 @@ mod aws_rolling;
 mod aws_rolling_cp;
 mod aws_rolling_cp_image;
 mod aws_rolling_image;
+mod bundle;
 mod certificates;
 mod cli;
 mod cli_addons;

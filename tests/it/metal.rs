@@ -299,6 +299,7 @@ impl Lab {
         }
         self.edit_cluster(cluster, |c| {
             c.spec.assets = Some(Assets {
+                bundle: None,
                 mirror: None,
                 images: Vec::new(),
                 files,

@@ -244,6 +244,7 @@ fn cluster(mirror: &Mirror, extra: &str) -> Cluster {
     );
     let mut c: Cluster = serde_saphyr::from_str(&yaml).unwrap();
     c.spec.assets = Some(Assets {
+        bundle: None,
         mirror: None,
         images: Vec::new(),
         files: mirror.asset_files(),
@@ -620,6 +621,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
     let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
     let mut c = cluster(&m, "");
     c.spec.assets = Some(Assets {
+        bundle: None,
         mirror: None,
         images: Vec::new(),
         files: m.local_asset_files(),

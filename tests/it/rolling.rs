@@ -1438,6 +1438,7 @@ mod roll_with_yes {
         ]));
         lab.edit_cluster(name, |c| {
             c.spec.assets = Some(kprov::spec::Assets {
+                bundle: None,
                 mirror: None,
                 images: Vec::new(),
                 files: old.asset_files(),

@@ -173,6 +173,7 @@ async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
         path: path.to_string(),
         content: Bytes::from(content.to_string()),
         mode,
+        resumable: false,
     };
     let steps = |a: &str| {
         vec![
@@ -390,6 +391,7 @@ async fn non_root_user_works_through_sudo() {
             path: "/etc/kprov/secret".into(),
             content: Bytes::from_static(b"s3cret"),
             mode: 0o600,
+            resumable: false,
         }],
         ..step(
             "as root",
@@ -679,6 +681,7 @@ async fn many_files_fit_through_stock_max_sessions() {
             path: format!("/etc/kprov/many/{i}.conf"),
             content: Bytes::from(format!("file {i}\n")),
             mode: 0o644,
+            resumable: false,
         })
         .collect();
     let s = Step {
@@ -880,6 +883,7 @@ async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_p
             path: "/etc/kprov/a.conf".into(),
             content: Bytes::from_static(b"a\n"),
             mode: 0o644,
+            resumable: false,
         }],
         ..record(1)
     };
@@ -888,6 +892,7 @@ async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_p
             path: "/etc/kprov/b.conf".into(),
             content: Bytes::from_static(b"b\n"),
             mode: 0o600,
+            resumable: false,
         }],
         ..record(4)
     };

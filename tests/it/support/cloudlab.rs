@@ -1478,6 +1478,7 @@ impl CloudLab {
             for o in objects {
                 if let kprov::spec::Object::Cluster(c) = o {
                     c.spec.assets = Some(kprov::spec::Assets {
+                        bundle: None,
                         mirror: None,
                         images: Vec::new(),
                         files: files.clone(),

@@ -136,6 +136,7 @@ impl<'a> RealCluster<'a> {
                 c.spec.networking.service_cidr = Some(lab.service_cidr.to_string());
                 c.spec.networking.cni = Some(kprov::spec::Cni::None);
                 c.spec.assets = Some(kprov::spec::Assets {
+                    bundle: None,
                     mirror: None,
                     files: assets.files.clone(),
                     images: images

@@ -1,0 +1,316 @@
+//! Air-gapped bundles through the real `kprov` binary: `get assets` (golden), `create bundle`
+//! from a local HTTP mirror and Debian's real `docker-registry` (images pushed with `skopeo`),
+//! then an install of sshd test hosts from the bundle alone, and a flipped byte refused.
+//! The install test needs root (network namespaces); `ctr` on the hosts is the stand-in of
+//! tests/it/images.rs (it checks an image layout and records the archive's sha256).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::images::{image_archive, imports};
+use crate::metal::{Lab, kprov_inventory, ok, show, text};
+use crate::support::cli::Env;
+
+const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
+
+fn assets_json(run: impl Fn(&[&str]) -> std::process::Output, name: &str) -> String {
+    let o = run(&["get", "assets", name, "-o", "json"]);
+    assert!(o.status.success(), "{}", show(&o));
+    text(&o.stdout)
+}
+
+/// The default AWS spec's list: every binary of both architectures from upstream with its
+/// pinned sha256, kubeadm's images, Calico's and the AWS CCM's; no API proxy (the load
+/// balancer is the endpoint); CoreDNS of 1.36 without a tag (kprov does not pin it).
+#[test]
+fn get_assets_of_the_default_aws_spec_is_golden() {
+    let env = Env::new();
+    let o = env.run(&[
+        "create",
+        "cluster",
+        "assets.example.com",
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
+    ]);
+    assert!(o.status.success(), "{}", show(&o));
+    let json = assets_json(|a| env.run(a), "assets.example.com");
+    insta::assert_snapshot!("assets-default-aws", json);
+    let table = text(&env.run(&["get", "assets", "assets.example.com"]).stdout);
+    assert!(
+        table.contains("(resolved when fetched: only the tag is pinned)"),
+        "{table}"
+    );
+}
+
+/// The default metal spec (stacked etcd: no etcd binary; the local API proxy's image).
+#[test]
+fn get_assets_of_the_default_metal_spec_is_golden() {
+    let env = Env::new();
+    let inv = env.path("inventory.yaml");
+    std::fs::write(
+        &inv,
+        "hosts:\n  - name: cp1\n    address: 198.18.0.10\n    roles: [control-plane]\n  - name: w1\n    address: 198.18.0.11\n    roles: [node]\n",
+    )
+    .unwrap();
+    let o = env.run(&[
+        "create",
+        "cluster",
+        "assets.metal.example.com",
+        "--cloud",
+        "metal",
+        "--inventory",
+        inv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", show(&o));
+    let json = assets_json(|a| env.run(a), "assets.metal.example.com");
+    insta::assert_snapshot!("assets-default-metal", json);
+    let yaml = text(
+        &env.run(&["get", "assets", "assets.metal.example.com", "-o", "yaml"])
+            .stdout,
+    );
+    assert!(
+        yaml.contains("docker.io/library/haproxy:3.2-alpine"),
+        "{yaml}"
+    );
+}
+
+/// Debian's `docker-registry` on 127.0.0.1, plain HTTP, stopped when dropped.
+struct Registry {
+    child: Child,
+    pub addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry (scripts/install-test-deps installs it)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "docker-registry did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Registry {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    /// Pushes a docker-archive to `REPO:TAG` with skopeo.
+    fn push(&self, archive: &str, repo_tag: &str) {
+        let o = Command::new("skopeo")
+            .args(["copy", "--quiet", "--dest-tls-verify=false"])
+            .arg(format!("docker-archive:{archive}"))
+            .arg(format!("docker://{}/{repo_tag}", self.addr))
+            .output()
+            .expect("skopeo");
+        assert!(o.status.success(), "skopeo: {}", text(&o.stderr));
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `registry.k8s.io/pause:3.10.1` → (`registry.k8s.io`, `pause:3.10.1`).
+fn split_reference(r: &str) -> (&str, &str) {
+    r.split_once('/').expect("a registry")
+}
+
+/// The data offset of a bundle member (to flip one of its bytes).
+fn member_offset(bundle: &Path, member: &str) -> u64 {
+    let mut a = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    for e in a.entries().unwrap() {
+        let e = e.unwrap();
+        if e.path().unwrap().display().to_string() == member {
+            return e.raw_file_position();
+        }
+    }
+    panic!("no member {member}");
+}
+
+#[test]
+fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_is_refused() {
+    let lab = Lab::start(2);
+    let name = "bundle.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
+    );
+    lab.create_metal(name, &inv);
+    let list: serde_json::Value =
+        serde_json::from_str(&assets_json(|a| lab.kprov(a), name)).unwrap();
+    let images: Vec<String> = list["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["reference"].as_str().unwrap().to_string())
+        .collect();
+    assert!(images.len() >= 8, "{images:?}");
+
+    // Every image into a real registry, under its upstream repository and tag.
+    let registry = Registry::start();
+    let mut registries = std::collections::BTreeSet::new();
+    for (i, r) in images.iter().enumerate() {
+        let (reg, repo_tag) = split_reference(r);
+        registries.insert(reg.to_string());
+        let (archive, _) = image_archive(lab.dir.path(), &format!("img{i}"), r);
+        registry.push(&archive, repo_tag);
+    }
+    let bundle: PathBuf = lab.dir.path().join("site-bundle.tar");
+    let mut args = vec![
+        "create".to_string(),
+        "bundle".into(),
+        name.into(),
+        "-o".into(),
+        bundle.display().to_string(),
+    ];
+    for reg in &registries {
+        args.push("--registry-mirror".into());
+        args.push(format!("{reg}=http://{}", registry.addr));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let made = lab.kprov(&args);
+    assert!(made.status.success(), "{}", show(&made));
+    assert!(
+        text(&made.stderr).contains("Wrote bundle"),
+        "{}",
+        show(&made)
+    );
+    let opened = kprov::bundle::Bundle::open(&bundle).expect("the bundle checks out");
+    let m = &opened.manifest;
+    let binaries = list["binaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["arch"] == "amd64")
+        .count();
+    assert_eq!(m.entries.len(), binaries + images.len(), "{m:#?}");
+    assert!(
+        images
+            .iter()
+            .all(|r| m.entries.iter().any(|e| &e.name == r))
+    );
+    assert!(m.entries.iter().all(|e| {
+        e.kind != kprov::bundle::EntryKind::Image
+            || e.digest
+                .as_deref()
+                .is_some_and(|d| d.starts_with("sha256:"))
+    }));
+    drop(registry);
+
+    // No registry, and the hosts download nothing from the mirror: all comes from the bundle.
+    let downloads = lab.mirror_downloads().len();
+    let b = bundle.display().to_string();
+    let plain: serde_json::Value =
+        serde_json::from_str(&ok(&lab.kprov(&["update", "cluster", name, "-o", "json"]))).unwrap();
+    assert_eq!(plain["sources"][0]["origin"], "mirror", "{plain:#}");
+    assert_eq!(plain["sources"][1]["origin"], "upstream", "{plain:#}");
+    let preview = lab.kprov(&["update", "cluster", name, "--bundle", &b, "-o", "json"]);
+    assert!(preview.status.success(), "{}", show(&preview));
+    let plan: serde_json::Value = serde_json::from_str(&text(&preview.stdout)).unwrap();
+    for (i, kind) in ["binaries", "images"].into_iter().enumerate() {
+        assert_eq!(plan["sources"][i]["artifacts"], kind, "{plan:#}");
+        assert_eq!(plan["sources"][i]["origin"], "bundle", "{plan:#}");
+    }
+    assert_eq!(
+        plan["nodes"][0]["images"].as_array().map(Vec::len),
+        Some(images.len())
+    );
+    let table = lab.kprov(&["update", "cluster", name, "--bundle", &b]);
+    assert!(
+        text(&table.stderr).contains(&format!("binaries: from bundle ({b}, uploaded over ssh)")),
+        "{}",
+        show(&table)
+    );
+    ok(&lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--bundle",
+        &b,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]));
+    assert_eq!(lab.mirror_downloads().len(), downloads, "a host downloaded");
+    let mut want: Vec<String> = m
+        .entries
+        .iter()
+        .filter(|e| e.kind == kprov::bundle::EntryKind::Image)
+        .map(|e| e.sha256.clone())
+        .collect();
+    want.sort();
+    let kubeadm = m.binary("kubeadm").unwrap();
+    for h in ["host1", "host2"] {
+        let mut got: Vec<String> = imports(&lab, h).into_iter().map(|(s, _)| s).collect();
+        got.sort();
+        assert_eq!(got, want, "{h}");
+        let installed = lab.host(h).read_upper("/usr/local/bin/kubeadm").unwrap();
+        assert_eq!(
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&installed)),
+            kubeadm.sha256,
+            "{h}"
+        );
+    }
+
+    // A flipped byte in one member: refused naming it, before any host changes.
+    let bad = lab.dir.path().join("flipped.tar");
+    let mut bytes = std::fs::read(&bundle).unwrap();
+    let member = "binaries/amd64/kubelet";
+    let at = member_offset(&bundle, member) as usize + 10;
+    bytes[at] ^= 0x20;
+    std::fs::write(&bad, &bytes).unwrap();
+    let before = lab.hosts_snapshot();
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--bundle",
+        bad.to_str().unwrap(),
+        "--yes",
+        "--skip-addons",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains(&format!("entry {member}: checksum mismatch")),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(
+        lab.hosts_snapshot(),
+        before,
+        "a refused bundle changed a host"
+    );
+}
