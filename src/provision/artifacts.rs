@@ -109,12 +109,14 @@ impl Artifacts {
     }
 }
 
-/// kubeadm's CoreDNS tag per Kubernetes minor (kubeadm's `constants.CoreDNSVersion`). 1.36 is
-/// not recorded: kprov does not pin what it has not verified, and `create bundle` says so.
+/// kubeadm's CoreDNS tag per Kubernetes minor (kubeadm's `constants.CoreDNSVersion`). 1.36's
+/// is what the real kubeadm v1.36.2 prints for `kubeadm config images list` (the real-hosts
+/// tier's binaries); a minor not listed is shown untagged and `create bundle` refuses it.
 fn coredns_tag(minor: u32) -> Option<&'static str> {
     match minor {
         34 => Some("v1.12.1"),
         35 => Some("v1.13.1"),
+        36 => Some("v1.14.2"),
         _ => None,
     }
 }
@@ -321,6 +323,21 @@ mod tests {
 
     fn refs(a: &Artifacts) -> Vec<&str> {
         a.images.iter().map(|i| i.reference.as_str()).collect()
+    }
+
+    #[test]
+    fn kubeadm_1_36_images_are_pinned_as_the_real_kubeadm_lists_them() {
+        let mut c = cluster("Stacked", "", "flannel");
+        c.spec.kubernetes_version = Some("1.36.2".into());
+        let a = artifacts(&c).unwrap();
+        // `kubeadm config images list --kubernetes-version v1.36.2` of the real binary.
+        for r in [
+            "registry.k8s.io/coredns/coredns:v1.14.2",
+            "registry.k8s.io/pause:3.10.2",
+            "registry.k8s.io/etcd:3.6.8-0",
+        ] {
+            assert!(refs(&a).contains(&r), "{r} missing from {:?}", refs(&a));
+        }
     }
 
     #[test]

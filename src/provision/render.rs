@@ -515,7 +515,10 @@ impl NodeSettings {
             }
         };
         set("maxPods", self.max_pods.map(|n| json!(n)));
-        set("failCgroupV1", (!self.fail_cgroup_v1).then(|| json!(false)));
+        set(
+            "failCgroupV1",
+            (!self.fail_cgroup_v1).then_some(json!(false)),
+        );
         set(
             "evictionHard",
             (!self.eviction_hard.is_empty()).then(|| {
