@@ -117,6 +117,18 @@ pub struct CreateCmd {
 pub enum CreateWhat {
     /// Create a cluster spec (like `kops create cluster`): no infrastructure is changed
     Cluster(Box<CreateClusterArgs>),
+    /// Store a registry mirror's user name and password in the cluster's secrets (the
+    /// password read from standard input, never from the command line); containerd then
+    /// sends them to the mirror whose endpoint has this host. Shown only as a digest.
+    RegistryCredentials {
+        /// The cluster
+        name: String,
+        /// The mirror's host[:port], as in its endpoint in spec.containerd.registries
+        #[arg(long)]
+        host: String,
+        #[arg(long)]
+        username: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -5,6 +5,7 @@
 //! docs/provisioning.md.
 
 pub mod assets;
+pub mod mirrors;
 pub mod orchestrate;
 pub mod pki;
 pub mod render;
