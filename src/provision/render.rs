@@ -803,9 +803,11 @@ impl Renderer {
     }
 
     pub fn with_cloud_api(mut self, api: CloudApi) -> Self {
-        // The proxy was checked in `new`: the endpoint's name is a DNS name, as was the one
-        // checked there.
-        self.proxy = proxy_of(&self.proxy_spec, &api.endpoint).unwrap_or(None);
+        // The proxy was checked in `new`; the load balancer's name joins its no-proxy list
+        // (a DNS name passes the same check; were it refused, the list stays as checked).
+        if let Ok(p) = proxy_of(&self.proxy_spec, &api.endpoint) {
+            self.proxy = p;
+        }
         self.endpoint_address = None;
         self.endpoint = Endpoint::Fixed {
             host: api.endpoint,
