@@ -134,8 +134,7 @@ fn host_settings(
     dir: &str,
     table: Option<&str>,
     m: &RegistryMirror,
-    credentials: &RegistryCredentials,
-    read: bool,
+    (credentials, read): (&RegistryCredentials, bool),
 ) -> Result<(), MirrorError> {
     let host = m
         .host()
@@ -256,8 +255,7 @@ pub fn hosts_toml(
                 &dir,
                 None,
                 first,
-                credentials,
-                read,
+                (credentials, read),
             )?;
         }
         _ => out.push_str(&format!("server = {}\n", json!(upstream(&r.name)))),
@@ -271,8 +269,7 @@ pub fn hosts_toml(
             &dir,
             Some(&m.endpoint),
             m,
-            credentials,
-            read,
+            (credentials, read),
         )?;
     }
     // Basic auth sits in the file: only root reads it.
