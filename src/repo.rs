@@ -197,10 +197,13 @@ impl Repo {
             return Err(self.missing(&keys).await?);
         };
         let cluster = match loaded.value {
-            Object::Cluster(c) => Loaded {
-                value: c,
-                doc: loaded.doc,
-            },
+            Object::Cluster(mut c) => {
+                self.load_registry_credentials(&mut c).await?;
+                Loaded {
+                    value: c,
+                    doc: loaded.doc,
+                }
+            }
             Object::InstanceGroup(_) => {
                 return Err(RepoError::Corrupt {
                     location: self.store.key_location(&keys.config()),
@@ -241,6 +244,53 @@ impl Repo {
             version,
             groups,
         })
+    }
+
+    /// Reads the credentials of the spec's registry mirrors from the cluster's secrets
+    /// (`registries/HOST`), into the spec's in-memory `containerd.credentials` (never
+    /// serialised). A mirror without stored credentials is pulled from anonymously.
+    async fn load_registry_credentials(&self, c: &mut Cluster) -> Result<(), RepoError> {
+        let Some(containerd) = c.spec.containerd.as_mut() else {
+            return Ok(());
+        };
+        let keys = ClusterKeys::new(&c.metadata.name)?;
+        let hosts: Vec<String> = containerd
+            .registries
+            .iter()
+            .flat_map(|r| r.mirrors.iter().filter_map(|m| m.host()))
+            .map(str::to_string)
+            .collect();
+        for host in hosts {
+            let key = keys.secret(&registry_secret(&host))?;
+            let Some(obj) = self.store.get(&key).await? else {
+                continue;
+            };
+            let cred: spec::RegistryCredential =
+                serde_json::from_slice(&obj.data).map_err(|_| RepoError::Corrupt {
+                    location: self.store.key_location(&key),
+                    expected: "registry credentials (JSON username and password)",
+                })?;
+            containerd.credentials.0.insert(host, cred);
+        }
+        Ok(())
+    }
+
+    /// Stores a mirror host's credentials (replacing earlier ones); returns their digest.
+    pub async fn put_registry_credentials(
+        &self,
+        cluster: &str,
+        host: &str,
+        cred: &spec::RegistryCredential,
+    ) -> Result<String, RepoError> {
+        let key = ClusterKeys::new(cluster)?.secret(&registry_secret(host))?;
+        let data = serde_json::to_vec(cred).map_err(|e| RepoError::Serialise {
+            what: "registry credentials".into(),
+            message: e.to_string(),
+        })?;
+        self.store
+            .put(&key, Bytes::from(data), Precondition::None)
+            .await?;
+        Ok(cred.digest())
     }
 
     /// Why a cluster's `config` was not found: `NotFound` when nothing of the cluster is
@@ -426,4 +476,9 @@ impl Repo {
         deleted.extend(self.store.clear_obstruction(&config).await?);
         Ok(deleted)
     }
+}
+
+/// The secret name a mirror host's credentials are kept under (`registries/HOST`).
+pub fn registry_secret(host: &str) -> String {
+    format!("registries/{host}")
 }

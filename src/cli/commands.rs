@@ -216,6 +216,14 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
         Command::Create(c) => match (c.what, c.file) {
             (Some(CreateWhat::Cluster(a)), _) => create_cluster(ctx, &a).await,
             (Some(CreateWhat::Bundle(a)), _) => super::bundle::create(ctx, &a).await,
+            (
+                Some(CreateWhat::RegistryCredentials {
+                    name,
+                    host,
+                    username,
+                }),
+                _,
+            ) => create_registry_credentials(ctx, &name, &host, &username).await,
             (None, Some(f)) => objects_from_file(ctx, &f, FileMode::Create).await,
             (None, None) => Err(anyhow!(
                 "say what to create: `kprov create cluster NAME ...` or `kprov create -f FILE`"
@@ -834,6 +842,61 @@ struct ClusterRow {
 
 /// `get secrets NAME`: every object under the cluster's `secrets/` and `pki/` keys with the
 /// sha256 of its bytes (to compare two stores, or notice a change), never the bytes.
+/// `kprov create registry-credentials`: the password is the first line of standard input.
+async fn create_registry_credentials(
+    ctx: &Ctx,
+    name: &str,
+    host: &str,
+    username: &str,
+) -> anyhow::Result<i32> {
+    crate::provision::mirrors::check_registry_name(host).map_err(|e| anyhow!("--host: {e}"))?;
+    if username.is_empty() || username.contains(':') || username.chars().any(char::is_control) {
+        return Err(anyhow!(
+            "--username: {} is not a registry user name (not empty, no ':' or control characters)",
+            untrusted(username)
+        ));
+    }
+    let repo = ctx.repo().await?;
+    let stored = repo.get(name).await?;
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("reading the password from standard input")?;
+    let password = line.trim_end_matches(['\n', '\r']).to_string();
+    if password.is_empty() {
+        return Err(anyhow!(
+            "no password on standard input (give it as the first line, e.g. `kprov create \
+             registry-credentials {name} --host {host} --username {username} < FILE`)"
+        ));
+    }
+    let known = stored
+        .cluster
+        .value
+        .spec
+        .containerd
+        .iter()
+        .flat_map(|c| c.registries.iter())
+        .flat_map(|r| r.mirrors.iter())
+        .any(|m| m.host() == Some(host));
+    if !known {
+        ctx.printer.warn(&format!(
+            "no mirror in spec.containerd.registries has host {host}: the credentials are kept \
+             but not used until one does"
+        ));
+    }
+    let cred = crate::spec::RegistryCredential {
+        username: username.to_string(),
+        password,
+    };
+    let digest = repo.put_registry_credentials(name, host, &cred).await?;
+    ctx.printer.success(&format!(
+        "registry credentials for {host} stored in the secrets of {name} as {} ({digest}); \
+         `kprov update cluster {name}` writes them to the nodes",
+        crate::repo::registry_secret(host)
+    ));
+    Ok(exit::OK)
+}
+
 async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     use sha2::{Digest, Sha256};
     let repo = ctx.repo().await?;

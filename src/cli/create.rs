@@ -296,6 +296,7 @@ pub fn build_cluster_objects(
         kubelet: None,
         containerd: None,
         preflight: None,
+        proxy: None,
         hosts: Vec::new(),
     };
     if a.dns.is_some() || a.dns_zone.is_some() {
@@ -630,6 +631,14 @@ pub fn apply_inventory(
         spec.kube_proxy
             .get_or_insert_with(Default::default)
             .conntrack_max_per_core = Some(*n);
+    }
+    if let Some((proxy, _)) = &s.proxy {
+        spec.proxy = Some(proxy.clone());
+    }
+    if !s.registries.is_empty() {
+        spec.containerd
+            .get_or_insert_with(Default::default)
+            .registries = s.registries.iter().map(|(r, _)| r.clone()).collect();
     }
     if s.api_endpoint.is_some() || !s.extra_sans.is_empty() {
         let api = spec.api.get_or_insert_with(Api::default);
@@ -1009,7 +1018,8 @@ mod tests {
         .unwrap();
         std::fs::write(
             d.join("group_vars/all/containerd.yml"),
-            "containerd_registries_mirrors:\n  - prefix: docker.io\n    mirrors:\n      - host: https://mirror.example.com\n",
+            "containerd_registries_mirrors:\n  - prefix: docker.io\n    mirrors:\n      - host: https://mirror.example.com\n\
+             containerd_registry_auth:\n  - registry: mirror.example.com\n    username: u\n    password: p\n",
         )
         .unwrap();
         let a = args(&[
@@ -1027,21 +1037,15 @@ mod tests {
         for (f, line, var, says) in [
             (
                 "group_vars/all/all.yml",
-                1,
-                "http_proxy",
-                "not supported yet",
-            ),
-            (
-                "group_vars/all/all.yml",
                 4,
                 "upstream_dns_servers",
                 "not configurable yet",
             ),
             (
                 "group_vars/all/containerd.yml",
-                1,
-                "containerd_registries_mirrors",
-                "not supported yet",
+                5,
+                "containerd_registry_auth",
+                "kprov create registry-credentials",
             ),
             (
                 "group_vars/k8s_cluster/k8s-cluster.yml",
@@ -1065,10 +1069,12 @@ mod tests {
         }
         assert_eq!(
             err.lines().count(),
-            6,
+            5,
             "one line per refused setting:\n{err}"
         );
         for harmless in [
+            "http_proxy",
+            "containerd_registries_mirrors",
             "https_proxy",
             "no_proxy",
             "kubernetes_audit",
@@ -1089,11 +1095,15 @@ mod tests {
         )
         .unwrap();
         std::fs::write(
+            d.join("group_vars/all/containerd.yml"),
+            "containerd_registries_mirrors:\n  - prefix: docker.io\n    mirrors:\n      - host: https://mirror.example.com\n",
+        )
+        .unwrap();
+        std::fs::write(
             d.join("group_vars/k8s_cluster/k8s-cluster.yml"),
             "kube_proxy_mode: ipvs\ncontainer_manager: docker\nkube_encrypt_secret_data: false\n",
         )
         .unwrap();
-        std::fs::remove_file(d.join("group_vars/all/containerd.yml")).unwrap();
         let mut inv = crate::inventory::import_collecting(d).unwrap();
         let (c, _, notes) = objects_from_inventory(&a, &mut inv, None).unwrap();
         assert_eq!(
@@ -1119,18 +1129,18 @@ mod tests {
                 .any(|n| n.contains("pod CIDR 10.233.64.0/18: Kubespray's default"))
         );
         let unused: Vec<&str> = inv.unused.iter().map(|u| u.var.as_str()).collect();
-        assert_eq!(
-            unused,
-            [
-                "https_proxy",
-                "kubelet_fail_swap_on",
-                "kube_encrypt_secret_data"
-            ]
-        );
+        assert_eq!(unused, ["kubelet_fail_swap_on", "kube_encrypt_secret_data"]);
         assert!(
             inv.unused_warning()
                 .unwrap()
-                .contains("3 inventory variable(s) not used")
+                .contains("2 inventory variable(s) not used")
+        );
+        let registries = &c.spec.containerd.as_ref().unwrap().registries;
+        assert_eq!(registries.len(), 1);
+        assert_eq!(registries[0].name, "docker.io");
+        assert_eq!(
+            registries[0].mirrors[0].endpoint,
+            "https://mirror.example.com"
         );
     }
 

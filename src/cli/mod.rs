@@ -121,6 +121,18 @@ pub enum CreateWhat {
     /// Fetch every binary and image the cluster's nodes need into one tar file, verified
     /// (air-gapped sites: `spec.assets.bundle` or `update cluster --bundle FILE` uses it)
     Bundle(CreateBundleArgs),
+    /// Store a registry mirror's user name and password in the cluster's secrets (the
+    /// password read from standard input, never from the command line); containerd then
+    /// sends them to the mirror whose endpoint has this host. Shown only as a digest.
+    RegistryCredentials {
+        /// The cluster
+        name: String,
+        /// The mirror's host[:port], as in its endpoint in spec.containerd.registries
+        #[arg(long)]
+        host: String,
+        #[arg(long)]
+        username: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -78,6 +78,11 @@ pub const CLUSTER_VARS: &[&str] = &[
     "loadbalancer_apiserver",
     "apiserver_loadbalancer_domain_name",
     "supplementary_addresses_in_ssl_keys",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "additional_no_proxy",
+    "containerd_registries_mirrors",
 ];
 
 /// A variable's value and where it was set.
@@ -809,22 +814,19 @@ pub fn refusal(name: &str, value: &Value) -> Option<String> {
     let on = truthy(value) == Some(true);
     let off = truthy(value) == Some(false);
     let why = match name {
-        "http_proxy" | "https_proxy" | "no_proxy" | "additional_no_proxy" if !empty => {
-            "proxies are not supported yet: kprov's hosts download Kubernetes directly, and \
-             would fail to behind a proxy (air-gapped and proxied installs are issue 18); \
-             remove it to install without a proxy"
+        "containerd_registry_auth" if !empty => {
+            "registry passwords are not kept in the spec: store each one in the cluster's \
+             secrets with `kprov create registry-credentials NAME --host HOST --username USER` \
+             (password on standard input) and remove it here"
         }
-        "containerd_registries_mirrors"
-        | "containerd_registries"
-        | "containerd_insecure_registries"
-        | "containerd_registry_auth"
-        | "docker_registry_mirrors"
-        | "docker_insecure_registries"
-            if !empty =>
-        {
-            "registry mirrors and private registries are not supported yet: kprov's containerd \
-             pulls from each image's own registry (issue 18; spec.assets.images brings image \
-             archives without a registry); remove it to pull from the public registries"
+        "containerd_registries" | "containerd_insecure_registries" if !empty => {
+            "the old registry settings are not supported: write the mirrors as \
+             containerd_registries_mirrors (prefix, mirrors: host, capabilities, skip_verify, \
+             override_path), which kprov maps to spec.containerd.registries"
+        }
+        "docker_registry_mirrors" | "docker_insecure_registries" if !empty => {
+            "kprov installs containerd, not Docker: write the mirrors as \
+             containerd_registries_mirrors, which kprov maps to spec.containerd.registries"
         }
         "kube_encrypt_secret_data" if on => {
             "encrypting Secrets at rest is not supported yet: kprov's API server would keep them \
@@ -1169,10 +1171,200 @@ fn cluster_settings(
             s.extra_sans.push((t, v.at.clone()));
         }
     }
+    proxy_settings(&one, &mut s, &mut map, &mut text, &mut refuse, notes);
+    if let Some(v) = one.get("containerd_registries_mirrors") {
+        registry_mirrors(v, &mut s, &mut map, &mut refuse);
+    }
     for (at, message) in refuse {
         fail(bad(&at, message));
     }
     s
+}
+
+/// Kubespray's `http_proxy`, `https_proxy`, `no_proxy` and `additional_no_proxy` as
+/// `spec.proxy`. Kubespray builds its own no-proxy list (hosts, API endpoint, service
+/// domains) unless `no_proxy` replaces it; kprov always adds that part, so both lists only
+/// add entries here.
+fn proxy_settings(
+    one: &BTreeMap<&str, Var>,
+    s: &mut ClusterSettings,
+    map: &mut impl FnMut(&str, &At, &str, String),
+    text: &mut impl FnMut(&str, &Var) -> Option<String>,
+    refuse: &mut Vec<(At, String)>,
+    notes: &mut Vec<String>,
+) {
+    let mut proxy = crate::spec::Proxy::default();
+    let mut first_at: Option<At> = None;
+    for (var, field) in [
+        ("http_proxy", "spec.proxy.http"),
+        ("https_proxy", "spec.proxy.https"),
+    ] {
+        let Some(v) = one.get(var) else { continue };
+        let Some(t) = text(var, v).filter(|t| !t.trim().is_empty()) else {
+            continue;
+        };
+        let t = t.trim().to_string();
+        if let Err(e) = crate::provision::mirrors::check_endpoint(&t) {
+            refuse.push((v.at.clone(), format!("{var}: {e}")));
+            continue;
+        }
+        map(var, &v.at, field, t.clone());
+        first_at.get_or_insert_with(|| v.at.clone());
+        if var == "http_proxy" {
+            proxy.http = Some(t);
+        } else {
+            proxy.https = Some(t);
+        }
+    }
+    for var in ["no_proxy", "additional_no_proxy"] {
+        let Some(v) = one.get(var) else { continue };
+        let list: Vec<String> = match structured(v) {
+            Value::Array(items) => items
+                .iter()
+                .filter_map(|i| i.as_str().map(str::to_string))
+                .collect(),
+            Value::Null => vec![],
+            _ => match text(var, v) {
+                Some(t) => t.split(',').map(|x| x.trim().to_string()).collect(),
+                None => continue,
+            },
+        };
+        let list: Vec<String> = list.into_iter().filter(|x| !x.is_empty()).collect();
+        if list.is_empty() {
+            continue;
+        }
+        if proxy.http.is_none() && proxy.https.is_none() {
+            notes.push(format!(
+                "{}: {var}: without http_proxy or https_proxy nothing goes through a proxy",
+                v.at
+            ));
+            continue;
+        }
+        for x in &list {
+            map(var, &v.at, "spec.proxy.noProxy", x.clone());
+        }
+        proxy.no_proxy.extend(list);
+    }
+    if let Some(at) = first_at {
+        s.proxy = Some((proxy, at));
+    }
+}
+
+/// Kubespray's `containerd_registries_mirrors` (a list of `prefix` and `mirrors` of `host`,
+/// `capabilities`, `skip_verify`, `override_path`) as `spec.containerd.registries`. A key
+/// kprov cannot honour is refused at the variable's line.
+fn registry_mirrors(
+    v: &Var,
+    s: &mut ClusterSettings,
+    map: &mut impl FnMut(&str, &At, &str, String),
+    refuse: &mut Vec<(At, String)>,
+) {
+    const VAR: &str = "containerd_registries_mirrors";
+    let mut refuse_here = |msg: String| refuse.push((v.at.clone(), format!("{VAR}: {msg}")));
+    let items = match structured(v) {
+        Value::Array(items) => items,
+        Value::Null => return,
+        other => {
+            refuse_here(format!(
+                "expected a list of {{prefix, mirrors}}, got {other}"
+            ));
+            return;
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let Some(obj) = item.as_object() else {
+            refuse_here(format!(
+                "entry {i}: expected {{prefix, mirrors}}, got {item}"
+            ));
+            continue;
+        };
+        let Some(prefix) = obj.get("prefix").and_then(Value::as_str) else {
+            refuse_here(format!(
+                "entry {i}: has no prefix (the registry it mirrors)"
+            ));
+            continue;
+        };
+        let mut registry = crate::spec::Registry {
+            name: prefix.to_string(),
+            ..Default::default()
+        };
+        for key in obj.keys() {
+            match key.as_str() {
+                "prefix" | "mirrors" => {}
+                "server" => {
+                    let server = obj["server"].as_str().unwrap_or_default();
+                    let upstream = match prefix {
+                        "docker.io" => "https://registry-1.docker.io".to_string(),
+                        p => format!("https://{p}"),
+                    };
+                    if server.trim_end_matches('/') != upstream {
+                        refuse_here(format!(
+                            "{prefix}: server {server:?} is not the registry's own server                              ({upstream}); kprov keeps the upstream as the last resort                              (or none: spec.containerd.registries[].fallback: false)"
+                        ));
+                    }
+                }
+                other => refuse_here(format!(
+                    "{prefix}: key {other:?} is not one kprov maps (prefix, mirrors, server)"
+                )),
+            }
+        }
+        let mirrors = match obj.get("mirrors") {
+            Some(Value::Array(m)) => m.clone(),
+            _ => {
+                refuse_here(format!("{prefix}: mirrors must be a list of {{host, ...}}"));
+                continue;
+            }
+        };
+        for (j, m) in mirrors.iter().enumerate() {
+            let Some(mo) = m.as_object() else {
+                refuse_here(format!(
+                    "{prefix}: mirror {j}: expected {{host, ...}}, got {m}"
+                ));
+                continue;
+            };
+            let mut mirror = crate::spec::RegistryMirror::default();
+            let mut ok = true;
+            for (k, val) in mo {
+                match (k.as_str(), val) {
+                    ("host", Value::String(h)) => mirror.endpoint = h.clone(),
+                    ("capabilities", Value::Array(c)) => {
+                        mirror.capabilities = c
+                            .iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect();
+                    }
+                    ("skip_verify", b) => mirror.skip_verify = truthy(b).filter(|b| *b),
+                    ("override_path", b) => mirror.override_path = truthy(b).filter(|b| *b),
+                    (other, val) => {
+                        ok = false;
+                        refuse_here(format!(
+                            "{prefix}: mirror {j}: {other}: {val} is not something kprov maps                              (host, capabilities, skip_verify, override_path)"
+                        ));
+                    }
+                }
+            }
+            if let Err(e) = crate::provision::mirrors::check_endpoint(&mirror.endpoint) {
+                refuse_here(format!("{prefix}: mirror {j}: host {e}"));
+                continue;
+            }
+            if ok {
+                map(
+                    VAR,
+                    &v.at,
+                    "spec.containerd.registries",
+                    format!("{prefix} -> {}", mirror.endpoint),
+                );
+                registry.mirrors.push(mirror);
+            }
+        }
+        if let Err(e) = crate::provision::mirrors::check_registry_name(prefix) {
+            refuse_here(format!("prefix {e}"));
+            continue;
+        }
+        if !registry.mirrors.is_empty() {
+            s.registries.push((registry, v.at.clone()));
+        }
+    }
 }
 
 // ---- YAML and JSON ----

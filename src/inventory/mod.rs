@@ -95,6 +95,10 @@ pub struct ClusterSettings {
     pub proxy_mode: Option<(crate::spec::ProxyMode, At)>,
     /// `kube_proxy_conntrack_max_per_core`.
     pub conntrack_max_per_core: Option<(u32, At)>,
+    /// `http_proxy`, `https_proxy`, `no_proxy`, `additional_no_proxy` (at the first proxy).
+    pub proxy: Option<(crate::spec::Proxy, At)>,
+    /// `containerd_registries_mirrors`, one per prefix.
+    pub registries: Vec<(crate::spec::Registry, At)>,
 }
 
 /// Everything kprov understood from an inventory.
@@ -1521,5 +1525,82 @@ mod corpus {
         let inv = import(tmp.path()).unwrap();
         assert_eq!(inv.unused.len(), 1);
         assert!(inv.unused[0].to_string().contains("ansible-vault"));
+    }
+
+    /// Kubespray's proxy and mirror variables, with its own semantics: `no_proxy` and
+    /// `additional_no_proxy` add to the list kprov completes; `containerd_registries_mirrors`
+    /// becomes spec.containerd.registries; what cannot be honoured is refused at its line.
+    #[test]
+    fn kubespray_proxy_and_mirrors_map_to_the_spec() {
+        let text = "all:\n  hosts:\n    n1: {ansible_host: 198.18.0.1}\n  children:\n    kube_control_plane:\n      hosts: {n1: }\n  vars:\n    \
+                    http_proxy: http://proxy.corp:3128\n    https_proxy: http://proxy.corp:3128\n    no_proxy: .corp,10.0.0.0/8\n    \
+                    additional_no_proxy: registry.corp\n    containerd_registries_mirrors:\n      - prefix: docker.io\n        mirrors:\n          \
+                    - host: https://mirror.corp\n            capabilities: [pull, resolve]\n            skip_verify: false\n          \
+                    - host: https://cache.corp/v2/hub\n            capabilities: [pull]\n            skip_verify: true\n            override_path: true\n      \
+                    - prefix: registry.k8s.io\n        mirrors:\n          - host: https://mirror.corp\n";
+        let inv = import_text(text, "i.yaml", None).unwrap();
+        let (proxy, at) = inv.settings.proxy.clone().unwrap();
+        assert_eq!(at.line, 8);
+        assert_eq!(proxy.http.as_deref(), Some("http://proxy.corp:3128"));
+        assert_eq!(proxy.https.as_deref(), Some("http://proxy.corp:3128"));
+        assert_eq!(proxy.no_proxy, [".corp", "10.0.0.0/8", "registry.corp"]);
+        let regs: Vec<&crate::spec::Registry> =
+            inv.settings.registries.iter().map(|r| &r.0).collect();
+        assert_eq!(regs.len(), 2);
+        assert_eq!(regs[0].name, "docker.io");
+        assert_eq!(regs[0].mirrors[0].endpoint, "https://mirror.corp");
+        assert_eq!(regs[0].mirrors[0].skip_verify, None);
+        assert_eq!(regs[0].mirrors[1].capabilities, ["pull"]);
+        assert_eq!(regs[0].mirrors[1].skip_verify, Some(true));
+        assert_eq!(regs[0].mirrors[1].override_path, Some(true));
+        assert_eq!(regs[1].name, "registry.k8s.io");
+        assert_eq!(inv.settings.registries[0].1.line, 12);
+        assert!(
+            inv.mapped
+                .iter()
+                .any(|m| m.var == "containerd_registries_mirrors"
+                    && m.field == "spec.containerd.registries")
+        );
+        assert!(
+            inv.unused.iter().all(|u| !u.var.contains("proxy")),
+            "{:?}",
+            inv.unused
+        );
+
+        // What kprov cannot honour, at the variable's line: a foreign server, an unknown
+        // mirror key, a proxy that is not a URL, credentials in the inventory.
+        let text = "all:\n  hosts:\n    n1: {ansible_host: 198.18.0.1}\n  children:\n    kube_control_plane:\n      hosts: {n1: }\n  vars:\n    \
+                    http_proxy: proxy.corp:3128\n    containerd_registries_mirrors:\n      - prefix: quay.io\n        server: https://elsewhere.corp\n        \
+                    mirrors:\n          - host: https://mirror.corp\n            header: {X: y}\n    \
+                    containerd_registry_auth:\n      - registry: mirror.corp\n        username: u\n        password: hunter2\n";
+        let err = import_text(text, "i.yaml", None).unwrap_err().to_string();
+        assert!(
+            err.contains("\n  i.yaml:8: http_proxy: \"proxy.corp:3128\" is not an http://"),
+            "{err}"
+        );
+        assert!(err.contains("\n  i.yaml:9: containerd_registries_mirrors: quay.io: server \"https://elsewhere.corp\""), "{err}");
+        assert!(
+            err.contains("\n  i.yaml:9: containerd_registries_mirrors: quay.io: mirror 0: header:"),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "\n  i.yaml:15: containerd_registry_auth: registry passwords are not kept"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "{err}");
+
+        // no_proxy without a proxy asks for nothing: a note, no spec field.
+        let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\nno_proxy=.corp\n";
+        let inv = import_text(text, "i.ini", None).unwrap();
+        assert!(inv.settings.proxy.is_none());
+        assert!(
+            inv.notes
+                .iter()
+                .any(|n| n.contains("i.ini:6: no_proxy: without http_proxy")),
+            "{:?}",
+            inv.notes
+        );
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod artifacts;
 pub mod assets;
+pub mod mirrors;
 pub mod orchestrate;
 pub mod pki;
 pub mod render;

@@ -269,6 +269,8 @@ pub enum RenderError {
     /// `spec.assets.bundle` cannot serve this cluster (refused before anything is uploaded).
     #[error("{0}")]
     Bundle(String),
+    #[error(transparent)]
+    Mirror(#[from] super::mirrors::MirrorError),
 }
 
 /// A `file://` image archive that cannot be uploaded: found before any host is changed.
@@ -352,6 +354,14 @@ pub struct Renderer {
     /// The `file://` archives' contents (`None` for URLs), read and verified once per run on
     /// first use: every host's upload shares one buffer, hashed once by the SSH engine.
     image_files: OnceLock<Result<Vec<Option<Bytes>>, ImageError>>,
+    /// `spec.containerd.registries` as files under /etc/containerd/certs.d.
+    registry_files: Vec<super::mirrors::NodeFile>,
+    /// kubeadm's `imageRepository` (registry.k8s.io rewritten), if any.
+    image_repository: Option<String>,
+    /// `spec.proxy` and what its no-proxy list is completed from (the endpoint may change
+    /// with [`Renderer::with_cloud_api`]).
+    proxy_spec: crate::spec::ClusterSpec,
+    proxy: Option<super::mirrors::ProxyEnv>,
 }
 
 /// The host-level settings of `spec.kubeProxy`, `spec.kubelet`, `spec.containerd` and
@@ -685,6 +695,45 @@ fn use_bundle(
     Ok(bundle)
 }
 
+/// `spec.proxy` for the nodes: no-proxy completed with the hosts' addresses (metal) or the
+/// cloud network (aws), so that every node of the cluster gets the same list whichever hosts
+/// a run touches.
+fn proxy_of(
+    spec: &crate::spec::ClusterSpec,
+    api_host: &str,
+) -> Result<Option<super::mirrors::ProxyEnv>, RenderError> {
+    let mut addresses: Vec<String> = spec
+        .hosts
+        .iter()
+        .map(|h| h.ip.clone().unwrap_or_else(|| h.address.clone()))
+        .collect();
+    if spec.hosts.is_empty() {
+        addresses.extend(spec.networking.network_cidr.clone());
+    }
+    Ok(super::mirrors::proxy_env(spec, &addresses, api_host)?)
+}
+
+/// Writes a drop-in when there is a proxy, else removes a former one (a proxy taken out of
+/// the spec must stop applying).
+fn proxy_dropin(
+    proxy: Option<&super::mirrors::ProxyEnv>,
+    unit: &str,
+    path: &str,
+) -> (Vec<RemoteFile>, String, String) {
+    match proxy {
+        Some(p) => (
+            vec![file(path, p.dropin(unit), 0o644)],
+            "true".into(),
+            String::new(),
+        ),
+        None => (
+            Vec::new(),
+            script!("[ ! -e {} ]", path),
+            script!("rm -f {}\n", path),
+        ),
+    }
+}
+
 fn file(path: &str, content: impl Into<Bytes>, mode: u32) -> RemoteFile {
     RemoteFile {
         path: path.to_string(),
@@ -711,8 +760,15 @@ impl Renderer {
                 .ok_or(RenderError::Missing("spec.kubernetesVersion"))?,
         )
         .to_string();
+        let image_repository = super::mirrors::image_repository(spec)?;
         let pause_image = assets::kubeadm_images(&kubernetes_version)
-            .map(|k| format!("registry.k8s.io/pause:{}", k.pause))
+            .map(|k| {
+                format!(
+                    "{}/pause:{}",
+                    image_repository.as_deref().unwrap_or("registry.k8s.io"),
+                    k.pause
+                )
+            })
             .ok_or_else(|| assets::AssetError::UnsupportedVersion(kubernetes_version.clone()))?;
         let endpoint = match spec.api.as_ref().and_then(|a| a.endpoint.as_deref()) {
             Some(e) => parse_endpoint(e)?,
@@ -774,8 +830,13 @@ impl Renderer {
             )?)),
             None => None,
         };
+        let proxy = proxy_of(spec, endpoint.host())?;
         Ok(Renderer {
             tera,
+            registry_files: super::mirrors::registry_files(spec)?,
+            image_repository,
+            proxy_spec: spec.clone(),
+            proxy,
             cluster_name: cluster.name().to_string(),
             assets: resolved,
             images,
@@ -844,6 +905,11 @@ impl Renderer {
     }
 
     pub fn with_cloud_api(mut self, api: CloudApi) -> Self {
+        // The proxy was checked in `new`; the load balancer's name joins its no-proxy list
+        // (a DNS name passes the same check; were it refused, the list stays as checked).
+        if let Ok(p) = proxy_of(&self.proxy_spec, &api.endpoint) {
+            self.proxy = p;
+        }
         self.endpoint_address = None;
         self.endpoint = Endpoint::Fixed {
             host: api.endpoint,
@@ -1035,6 +1101,7 @@ impl Renderer {
                 },
             }),
         )?;
+        let run = [self.download_env(), run].concat();
         let check = match marker_bin {
             Some(bin) => script!(
                 "[ \"$(cat /var/lib/kprov/installed/{} 2>/dev/null)\" = {} ] && [ -x {} ]",
@@ -1068,61 +1135,88 @@ impl Renderer {
         ] {
             steps.push(self.install_step(c, arch)?);
         }
+        steps.extend(self.registries_step());
+        let (proxy_files, proxy_check, proxy_run) = proxy_dropin(
+            self.proxy.as_ref(),
+            "containerd",
+            super::mirrors::CONTAINERD_PROXY_DROPIN,
+        );
+        let mut configure_files = proxy_files;
+        configure_files.extend([
+            file(
+                "/etc/containerd/config.toml",
+                self.render(
+                    "node/containerd-config.toml.tera",
+                    json!({
+                        "pause_image": self.pause_image,
+                        "restrict_oom_score_adj": self.node.restrict_oom_score_adj,
+                        "config_path": (!self.registry_files.is_empty())
+                            .then_some(super::mirrors::CERTS_D),
+                    }),
+                )?,
+                0o644,
+            ),
+            file(
+                "/etc/systemd/system/containerd.service",
+                self.render("node/containerd.service.tera", json!({}))?,
+                0o644,
+            ),
+            file(
+                "/etc/crictl.yaml",
+                self.render("node/crictl.yaml.tera", json!({}))?,
+                0o644,
+            ),
+        ]);
         steps.push(Step {
             name: "containerd: configure".into(),
-            files: vec![
-                file(
-                    "/etc/containerd/config.toml",
-                    self.render(
-                        "node/containerd-config.toml.tera",
-                        json!({
-                            "pause_image": self.pause_image,
-                            "restrict_oom_score_adj": self.node.restrict_oom_score_adj,
-                        }),
-                    )?,
-                    0o644,
-                ),
-                file(
-                    "/etc/systemd/system/containerd.service",
-                    self.render("node/containerd.service.tera", json!({}))?,
-                    0o644,
-                ),
-                file(
-                    "/etc/crictl.yaml",
-                    self.render("node/crictl.yaml.tera", json!({}))?,
-                    0o644,
-                ),
-            ],
+            files: configure_files,
             // Active is not enough: containerd stays up when its CRI plugin fails to load
             // (a bad config, or the kernel's inotify instances exhausted), and kubeadm then
             // fails later with "unknown service runtime.v1.RuntimeService". The CRI must answer.
+            // Both parts are built by script! (quoted) or constant.
             check: Some(
-                "systemctl is-active --quiet containerd && crictl --timeout 5s info >/dev/null 2>&1"
-                    .into(),
+                [
+                    &proxy_check,
+                    " && systemctl is-active --quiet containerd && crictl --timeout 5s info >/dev/null 2>&1",
+                ]
+                .concat(),
             ),
-            run: CONTAINERD_RESTART.into(),
+            run: [&proxy_run, CONTAINERD_RESTART].concat(),
             timeout: SHORT,
         });
         for c in [Component::Kubeadm, Component::Kubelet, Component::Kubectl] {
             steps.push(self.install_step(c, arch)?);
         }
+        let (proxy_files, proxy_check, proxy_run) = proxy_dropin(
+            self.proxy.as_ref(),
+            "kubelet",
+            super::mirrors::KUBELET_PROXY_DROPIN,
+        );
+        let mut kubelet_files = proxy_files;
+        kubelet_files.extend([
+            file(
+                "/etc/systemd/system/kubelet.service",
+                self.render("node/kubelet.service.tera", json!({}))?,
+                0o644,
+            ),
+            file(
+                "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
+                self.render("node/10-kubeadm.conf.tera", json!({}))?,
+                0o644,
+            ),
+        ]);
         steps.push(Step {
             name: "kubelet: service".into(),
-            files: vec![
-                file(
-                    "/etc/systemd/system/kubelet.service",
-                    self.render("node/kubelet.service.tera", json!({}))?,
-                    0o644,
-                ),
-                file(
-                    "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
-                    self.render("node/10-kubeadm.conf.tera", json!({}))?,
-                    0o644,
-                ),
-            ],
-            check: Some("systemctl is-enabled --quiet kubelet".into()),
-            // kubeadm init/join start the kubelet once its configuration exists.
-            run: "set -e\nsystemctl daemon-reload\nsystemctl enable kubelet\n".into(),
+            files: kubelet_files,
+            check: Some([&proxy_check, " && systemctl is-enabled --quiet kubelet"].concat()),
+            // kubeadm init/join start the kubelet once its configuration exists; a running
+            // kubelet restarts to take a changed unit or proxy.
+            run: [
+                "set -e\n",
+                &proxy_run,
+                "systemctl daemon-reload\nsystemctl enable kubelet\nsystemctl try-restart kubelet\n",
+            ]
+            .concat(),
             timeout: SHORT,
         });
         // After containerd runs with its configuration, before kubeadm pulls anything.
@@ -1148,6 +1242,67 @@ impl Renderer {
     /// The bundle in use (`spec.assets.bundle`), if any.
     pub fn bundle(&self) -> Option<&crate::bundle::Bundle> {
         self.bundle.as_deref()
+    }
+
+    /// containerd's `hosts.toml` per mirrored registry (read at each pull: no restart), and
+    /// the removal of kprov's directories whose registry left the spec. Nothing when the spec
+    /// has no registries and no kprov directory is left.
+    fn registries_step(&self) -> Option<Step> {
+        use super::mirrors::{CERTS_D, MANAGED_MARK};
+        let mut keep: Vec<String> = self
+            .registry_files
+            .iter()
+            .filter_map(|f| f.path.strip_suffix(&format!("/{MANAGED_MARK}")))
+            .map(str::to_string)
+            .collect();
+        keep.sort();
+        let keep_words: String = keep.iter().map(|d| format!(" {}", sh_quote(d))).collect();
+        let keep_words = if keep.is_empty() {
+            "''".to_string()
+        } else {
+            keep_words.trim_start().to_string()
+        };
+        // Lists kprov's directories not in the spec (one per line); the kept ones are quoted
+        // words (sh_quote), the rest constants.
+        let stale = [
+            "for m in ",
+            CERTS_D,
+            "/*/",
+            MANAGED_MARK,
+            "; do [ -e \"$m\" ] || continue; d=${m%/*}; case \" $(printf '%s ' ",
+            &keep_words,
+            ") \" in *\" $d \"*) ;; *) echo \"$d\";; esac; done",
+        ]
+        .concat();
+        Some(Step {
+            name: "containerd: registry mirrors".into(),
+            files: self
+                .registry_files
+                .iter()
+                .map(|f| file(&f.path, f.content.clone(), f.mode))
+                .collect(),
+            check: Some(["[ -z \"$(", &stale, ")\" ]"].concat()),
+            run: [
+                "set -e\n",
+                &stale,
+                " | while read -r d; do rm -rf \"$d\"; done\n",
+            ]
+            .concat(),
+            timeout: SHORT,
+        })
+    }
+
+    /// `export` lines giving kprov's downloads on a node (curl) the proxy of `spec.proxy`;
+    /// empty without one.
+    fn download_env(&self) -> String {
+        let Some(p) = &self.proxy else {
+            return String::new();
+        };
+        let mut s = String::from("# spec.proxy: downloads go through the proxy.\n");
+        for (k, v) in p.vars() {
+            s.push_str(&format!("export {k}={}\n", sh_quote(&v)));
+        }
+        s
     }
 
     /// The image archives of `spec.assets.images`, in spec order.
@@ -1232,6 +1387,7 @@ impl Renderer {
                         "cache_dir": CACHE_DIR, "marker_dir": IMAGES_DIR, "marker": marker,
                     }),
                 )?;
+                let run = [self.download_env(), run].concat();
                 Ok(Step {
                     name: format!("images: import {}", img.file_name()),
                     files,
@@ -1383,6 +1539,7 @@ impl Renderer {
         ctx.insert("fail_cgroup_v1".into(), json!(self.node.fail_cgroup_v1));
         ctx.insert("eviction_hard".into(), json!(self.node.eviction_hard));
         ctx.insert("max_pods".into(), json!(self.node.max_pods));
+        ctx.insert("image_repository".into(), json!(self.image_repository));
         self.render("node/kubeadm-init.yaml.tera", Value::Object(ctx))
     }
 
@@ -2052,7 +2209,23 @@ impl Renderer {
         ctx.insert("kubernetes_version".into(), json!(self.kubernetes_version));
         // The preflight skip reaches the digest through `node`, not on its own.
         ctx.remove("ignore_preflight_errors");
-        let node = self.node.digest_entries();
+        let mut node = self.node.digest_entries();
+        // Mirrors and proxy change what the node runs with: a change makes it out of date.
+        // Only digests: the credentials in hosts.toml never reach the record in clear.
+        if !self.registry_files.is_empty() {
+            let mut h = Sha256::new();
+            for f in &self.registry_files {
+                h.update(f.path.as_bytes());
+                h.update(&f.content);
+            }
+            node.insert("registries".into(), json!(hex::encode(h.finalize())));
+        }
+        if let Some(repo) = &self.image_repository {
+            node.insert("image_repository".into(), json!(repo));
+        }
+        if let Some(p) = &self.proxy {
+            node.insert("proxy".into(), json!(p.dropin("")));
+        }
         if !node.is_empty() {
             ctx.insert("node_settings".into(), Value::Object(node));
         }
@@ -2736,6 +2909,132 @@ mod tests {
     /// read-only nf_conntrack_max, no NTP daemon) reach kubeadm, the kubelet, kube-proxy,
     /// containerd and the preflight; only SystemVerification is skipped, on init, join and
     /// upgrade alike.
+    /// Mirrors and proxy reach the node: hosts.toml beside a config_path, kubeadm's image
+    /// repository and the pause image rewritten, drop-ins for containerd and the kubelet,
+    /// curl's proxy in every download; removing the proxy removes the drop-ins; the record's
+    /// digest follows both, and never holds the password.
+    #[test]
+    fn mirrors_and_proxy_reach_the_node() {
+        let hs = hosts(1, 1);
+        let ts = targets(&hs);
+        let mut c = cluster(
+            "  containerd:\n    registries:\n    - name: registry.k8s.io\n      imageRepository: mirror.example.com:5000/k8s\n      mirrors:\n      - endpoint: https://mirror.example.com:5000\n\
+             \x20 proxy:\n    https: http://proxy.example.com:3128\n    noProxy: [.corp.example]\n",
+        );
+        c.spec.hosts = hs.clone();
+        c.spec.containerd.as_mut().unwrap().credentials.0.insert(
+            "mirror.example.com:5000".into(),
+            crate::spec::RegistryCredential {
+                username: "u".into(),
+                password: "pw-not-in-records".into(),
+            },
+        );
+        let r = Renderer::new(&c, &ts).unwrap();
+        let install = r.install(Arch::Amd64).unwrap();
+        let step = |name: &str| install.iter().find(|s| s.name == name).unwrap();
+        let text = |s: &Step, path: &str| {
+            String::from_utf8(
+                s.files
+                    .iter()
+                    .find(|f| f.path == path)
+                    .unwrap()
+                    .content
+                    .to_vec(),
+            )
+            .unwrap()
+        };
+        let mirrors = step("containerd: registry mirrors");
+        let hosts_toml = text(
+            mirrors,
+            "/etc/containerd/certs.d/registry.k8s.io/hosts.toml",
+        );
+        assert!(
+            hosts_toml.contains("[host.\"https://mirror.example.com:5000\"]"),
+            "{hosts_toml}"
+        );
+        assert!(
+            hosts_toml.contains("Authorization = [\"Basic "),
+            "{hosts_toml}"
+        );
+        let configure = step("containerd: configure");
+        let config = text(configure, "/etc/containerd/config.toml");
+        assert!(
+            config.contains("config_path = \"/etc/containerd/certs.d\""),
+            "{config}"
+        );
+        assert!(
+            config.contains("sandbox = \"mirror.example.com:5000/k8s/pause:3.10.1\""),
+            "{config}"
+        );
+        let dropin = text(configure, super::super::mirrors::CONTAINERD_PROXY_DROPIN);
+        assert!(dropin.contains("Environment=\"HTTPS_PROXY=http://proxy.example.com:3128\""));
+        assert!(
+            dropin.contains(
+                "NO_PROXY=.corp.example,198.18.0.11,198.18.0.12,100.96.0.0/11,100.64.0.0/13,\
+                 api.internal.demo.example.com,localhost,127.0.0.1,.svc,.cluster.local\""
+            ),
+            "{dropin}"
+        );
+        let kubelet = step("kubelet: service");
+        text(kubelet, super::super::mirrors::KUBELET_PROXY_DROPIN);
+        assert!(kubelet.run.contains("systemctl try-restart kubelet"));
+        let kubeadm = step("kubeadm: install 1.35.1");
+        assert!(
+            kubeadm
+                .run
+                .starts_with("# spec.proxy: downloads go through the proxy.\n"),
+            "{}",
+            kubeadm.run
+        );
+        assert!(
+            kubeadm
+                .run
+                .contains("export https_proxy='http://proxy.example.com:3128'\n")
+        );
+        let init = docs(&r.init_config(&ts[0], &"k".repeat(64)).unwrap());
+        assert_eq!(init[1]["imageRepository"], "mirror.example.com:5000/k8s");
+        let record = r.provisioned(&ts[0]).unwrap();
+        assert!(!record.to_json().contains("pw-not-in-records"));
+
+        // Without proxy and registries: drop-ins removed, kprov's certs.d directories too,
+        // no config_path, registry.k8s.io, and another record digest.
+        let plain = Renderer::new(&cluster(""), &ts).unwrap();
+        let install = plain.install(Arch::Amd64).unwrap();
+        let step = |name: &str| install.iter().find(|s| s.name == name).unwrap();
+        let configure = step("containerd: configure");
+        assert!(
+            configure
+                .run
+                .contains("rm -f '/etc/systemd/system/containerd.service.d/http-proxy.conf'"),
+            "{}",
+            configure.run
+        );
+        assert!(configure.check.as_deref().unwrap().starts_with(
+            "[ ! -e '/etc/systemd/system/containerd.service.d/http-proxy.conf' ] && "
+        ));
+        assert!(
+            !configure
+                .files
+                .iter()
+                .any(|f| f.path.contains("http-proxy"))
+        );
+        assert!(
+            step("kubelet: service")
+                .run
+                .contains("rm -f '/etc/systemd/system/kubelet.service.d/http-proxy.conf'")
+        );
+        let mirrors = step("containerd: registry mirrors");
+        assert!(mirrors.files.is_empty());
+        assert!(mirrors.run.contains("kprov-managed"), "{}", mirrors.run);
+        assert!(!step("kubeadm: install 1.35.1").run.contains("proxy"));
+        let init = docs(&plain.init_config(&ts[0], &"k".repeat(64)).unwrap());
+        assert!(init[1].get("imageRepository").is_none());
+        assert_ne!(
+            plain.provisioned(&ts[0]).unwrap().config_digest,
+            r.provisioned(&ts[0]).unwrap().config_digest
+        );
+    }
+
     #[test]
     fn node_settings_reach_every_component() {
         let hs = hosts(1, 1);

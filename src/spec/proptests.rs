@@ -144,6 +144,7 @@ fn cluster() -> impl Strategy<Value = Cluster> {
                     kubelet: None,
                     containerd: None,
                     preflight: None,
+                    proxy: None,
                     hosts,
                 },
             },

@@ -112,6 +112,9 @@ pub struct ClusterSpec {
     /// What the node preflight requires of a host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<Preflight>,
+    /// HTTP proxy the nodes reach the internet through (containerd, kubelet, downloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<Proxy>,
     /// Hosts of a `metal` cluster (the inventory).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<Host>,
@@ -501,6 +504,137 @@ pub struct Containerd {
         skip_serializing_if = "Option::is_none"
     )]
     pub restrict_oom_score_adj: Option<bool>,
+    /// Registry mirrors, per upstream registry (`registry.k8s.io`, `docker.io`, `quay.io`,
+    /// `ghcr.io`, or any registry name as image references spell it). kprov writes one
+    /// containerd `hosts.toml` per entry under `/etc/containerd/certs.d/`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registries: Vec<Registry>,
+    /// Registry credentials, read from the state store's secrets (`registries/HOST`, set with
+    /// `kprov create registry-credentials`) when the cluster is loaded; never part of the
+    /// spec, never written back.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub credentials: RegistryCredentials,
+}
+
+/// One upstream registry and the mirrors containerd tries for it, in order, before the
+/// upstream itself (unless `fallback` is false).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Registry {
+    /// The registry as image references name it (`docker.io`, `registry.k8s.io`,
+    /// `harbor.example.com:5000`).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<RegistryMirror>,
+    /// `false`: never pull from the upstream itself (an air-gapped site, where trying it only
+    /// costs a timeout). Default `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<bool>,
+    /// Only for `registry.k8s.io`: the repository kubeadm's images are pulled from instead
+    /// (`harbor.example.com/k8s`), kubeadm's `imageRepository`; the pause image follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_repository: Option<String>,
+}
+
+/// One mirror endpoint (containerd `[host."URL"]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryMirror {
+    /// `https://host[:port][/path]` (or `http://` for a plain-text registry).
+    pub endpoint: String,
+    /// containerd capabilities: `pull`, `resolve`, `push`. Default `[pull, resolve]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+    /// Accept any TLS certificate (containerd `skip_verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_verify: Option<bool>,
+    /// The endpoint's path is the full API path (containerd `override_path`, for registries
+    /// served below a path prefix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub override_path: Option<bool>,
+    /// PEM CA bundle on the operator's machine that signs the mirror's certificate; uploaded
+    /// beside hosts.toml.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// PEM client certificate and key on the operator's machine (mutual TLS); uploaded beside
+    /// hosts.toml, the key with mode 0600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key_file: Option<String>,
+}
+
+impl RegistryMirror {
+    /// `host[:port]` of the endpoint: the name its credentials are stored under.
+    pub fn host(&self) -> Option<&str> {
+        let rest = self
+            .endpoint
+            .strip_prefix("https://")
+            .or_else(|| self.endpoint.strip_prefix("http://"))?;
+        let host = rest.split('/').next().unwrap_or_default();
+        (!host.is_empty()).then_some(host)
+    }
+}
+
+/// A registry's user name and password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryCredential {
+    pub username: String,
+    pub password: String,
+}
+
+impl RegistryCredential {
+    /// What may be shown of it: the user and a sha256 of `user:password`.
+    pub fn digest(&self) -> String {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(format!("{}:{}", self.username, self.password));
+        format!("sha256:{}", hex::encode(d))
+    }
+}
+
+/// Never prints the password, whatever logs or panics show.
+impl std::fmt::Debug for RegistryCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RegistryCredential({}, {})",
+            self.username,
+            self.digest()
+        )
+    }
+}
+
+/// Credentials per mirror host (`host[:port]`).
+#[derive(Debug, Clone, Default)]
+pub struct RegistryCredentials(pub BTreeMap<String, RegistryCredential>);
+
+/// Credentials are not part of what a spec says: a spec read from the store (with them) and
+/// the same spec read from a file (without) are equal, so no edit or replace sees a change
+/// that is not in the spec.
+impl PartialEq for RegistryCredentials {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for RegistryCredentials {}
+
+/// An HTTP(S) forward proxy for containerd, the kubelet and kprov's downloads on nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Proxy {
+    /// `http://host:port` for plain HTTP requests (HTTP_PROXY).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
+    /// `http://host:port` for HTTPS requests (HTTPS_PROXY).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub https: Option<String>,
+    /// Hosts, domains (`.example.com`) and CIDRs reached directly. kprov always adds the
+    /// node addresses, the pod and service CIDRs, the API endpoint, `localhost,127.0.0.1`
+    /// and `.svc,.cluster.local`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_proxy: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]

@@ -466,6 +466,9 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         );
     }
 
+    if let Err(e) = crate::provision::mirrors::check_spec(s) {
+        c.err(p(&e.field), e.message);
+    }
     if let Some(k) = &s.kubelet
         && let Err(e) = k.eviction_hard()
     {

@@ -27,6 +27,7 @@ mod instance;
 mod instance_aws;
 mod kops_habits;
 mod metal;
+mod mirrors;
 mod provision;
 mod race;
 mod real;

@@ -158,6 +158,7 @@ impl<'a> RealCluster<'a> {
                 });
                 c.spec.containerd = Some(kprov::spec::Containerd {
                     restrict_oom_score_adj: Some(true),
+                    ..Default::default()
                 });
                 c.spec.preflight = Some(kprov::spec::Preflight {
                     require_clock_sync: Some(false),
