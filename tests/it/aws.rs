@@ -652,6 +652,25 @@ async fn minimal_public_cluster_lifecycle() {
         assert!(text.contains(&k.public), "{g}: {text}");
     }
 
+    // AWS (and the lab's as-it-is policy) lists an Auto Scaling group's instances only some
+    // time after the group is created: wait as `update --yes` does before reading them.
+    let mut igs_waited = igs.clone();
+    igs_waited[0].spec.ssh_user = Some("ops".into());
+    let short = kprov::cloud::aws::launch::wait_for_launches(
+        &e.cloud,
+        &igs_waited,
+        SshReach::Private,
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        &|_| {},
+    )
+    .await
+    .expect("launch wait");
+    assert!(
+        short.is_empty(),
+        "groups short of their instances: {short:?}"
+    );
+
     // The groups' running instances as node targets, in one read-only paginated read.
     e.rec.take();
     let reach = |r| AwsInstances::new(&e.cloud, &igs, r);
