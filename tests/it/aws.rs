@@ -1540,20 +1540,7 @@ async fn instance_type_of_another_architecture_is_refused_at_plan() {
         err.contains("instance group nodes: spec.machineType: instance type m6g.large runs arm64 images, but image ami-1e749f67 is x86_64"),
         "{err}"
     );
-    // Only this cluster's: other tests share the moto server and make VPCs meanwhile.
-    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
-    let vpcs = ec2
-        .describe_vpcs()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("tag-key")
-                .values(format!("kubernetes.io/cluster/{name}"))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert!(vpcs.vpcs().is_empty(), "nothing created: {vpcs:?}");
+    assert_no_vpc_of(&e.sdk, name).await;
 }
 
 /// Issue 23 item 8, the other branch: an instance type that is not offered in one of the
@@ -1582,8 +1569,13 @@ async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
         err.contains("instance group control-plane-us-east-1a: "),
         "{err}"
     );
-    let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
-    let vpcs = ec2
+    assert_no_vpc_of(&e.sdk, name).await;
+}
+
+/// Nothing was created for cluster `name`: no VPC carries its tag. Only this cluster's, since
+/// other tests share the moto server and make VPCs meanwhile.
+async fn assert_no_vpc_of(sdk: &aws_config::SdkConfig, name: &str) {
+    let vpcs = aws_sdk_ec2::Client::new(sdk)
         .describe_vpcs()
         .filters(
             aws_sdk_ec2::types::Filter::builder()
