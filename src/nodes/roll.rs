@@ -775,14 +775,8 @@ mod tests {
         let (g, mut n) = cluster("1.35.1", "1.35.1");
         n[1].ready = Some(false);
         n[4].ready = None; // b1, as `ops::rolling::inputs` gives a bastion
-        let p = plan(
-            "c",
-            Platform::Metal,
-            "1.35.1",
-            &g,
-            &n,
-            &Selection::default(),
-        );
+        let metal = |n: &[_]| plan("c", Platform::Metal, "1.35.1", &g, n, &Selection::default());
+        let p = metal(&n);
         let ready = |name: &str| p.groups.iter().find(|g| g.name == name).unwrap().ready();
         assert_eq!(ready("nodes"), Some(1));
         assert_eq!(ready("control-plane"), Some(2));
@@ -791,14 +785,7 @@ mod tests {
         for node in &mut n {
             node.ready = None;
         }
-        let p = plan(
-            "c",
-            Platform::Metal,
-            "1.35.1",
-            &g,
-            &n,
-            &Selection::default(),
-        );
+        let p = metal(&n);
         assert!(p.groups.iter().all(|g| g.ready().is_none()), "{p:?}");
     }
 

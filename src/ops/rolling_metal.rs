@@ -708,12 +708,16 @@ mod tests {
             "{written}"
         );
 
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
-        exec.files
-            .lock()
-            .unwrap()
-            .insert(key.clone(), Bytes::from_static(b"kind: [broken"));
+        // A host whose config.yaml is not YAML.
+        let broken = || {
+            let exec = Arc::new(Hosts::default());
+            exec.files
+                .lock()
+                .unwrap()
+                .insert(key.clone(), Bytes::from_static(b"kind: [broken"));
+            (roller(exec.clone(), false), exec)
+        };
+        let (r, exec) = broken();
         let e = rt()
             .block_on(r.roll(&journal_node("w1", None)))
             .unwrap_err();
@@ -724,12 +728,7 @@ mod tests {
         );
         assert!(exec.ran.lock().unwrap().is_empty());
 
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
-        exec.files
-            .lock()
-            .unwrap()
-            .insert(key.clone(), Bytes::from_static(b"kind: [broken"));
+        let (r, exec) = broken();
         rt().block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
             .unwrap();
         assert!(exec.names("w1").contains(&"kubelet: flags".to_string()));
