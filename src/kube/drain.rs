@@ -384,12 +384,13 @@ fn patch_params() -> PatchParams {
 /// The taints the node carries now (a node without `spec.taints` has none).
 async fn node_taints(
     api: &Api<Node>,
+    server: &str,
     node: &str,
 ) -> Result<Vec<k8s_openapi::api::core::v1::Taint>, KubeError> {
     let current = api
         .get(node)
         .await
-        .map_err(|e| api_error("reading", &format!("node {node}"), e))?;
+        .map_err(|e| api_error(server, "reading", &format!("node {node}"), e))?;
     Ok(current.spec.and_then(|s| s.taints).unwrap_or_default())
 }
 
@@ -400,7 +401,7 @@ impl Kube {
         let patch = serde_json::json!({ "spec": { "unschedulable": null } });
         api.patch(node, &patch_params(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| api_error("uncordoning", &format!("node {node}"), e))?;
+            .map_err(|e| api_error(&self.server, "uncordoning", &format!("node {node}"), e))?;
         Ok(())
     }
 
@@ -409,7 +410,7 @@ impl Kube {
     /// someone else edits them at the same time.
     pub async fn add_taint(&self, node: &str, taint: &Taint) -> Result<(), KubeError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let present = node_taints(&api, node)
+        let present = node_taints(&api, &self.server, node)
             .await?
             .iter()
             .any(|t| t.key == taint.key && t.effect == taint.effect && t.value == taint.value);
@@ -419,14 +420,17 @@ impl Kube {
         let patch = serde_json::json!({ "spec": { "taints": [taint] } });
         api.patch(node, &patch_params(), &Patch::Strategic(&patch))
             .await
-            .map_err(|e| api_error("tainting", &format!("node {node}"), e))?;
+            .map_err(|e| api_error(&self.server, "tainting", &format!("node {node}"), e))?;
         Ok(())
     }
 
     /// Removes every taint with this key (no-op when there is none).
     pub async fn remove_taint(&self, node: &str, key: &str) -> Result<(), KubeError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let present = node_taints(&api, node).await?.iter().any(|t| t.key == key);
+        let present = node_taints(&api, &self.server, node)
+            .await?
+            .iter()
+            .any(|t| t.key == key);
         if !present {
             return Ok(());
         }
@@ -434,7 +438,14 @@ impl Kube {
             serde_json::json!({ "spec": { "taints": [ { "key": key, "$patch": "delete" } ] } });
         api.patch(node, &patch_params(), &Patch::Strategic(&patch))
             .await
-            .map_err(|e| api_error("removing a taint from", &format!("node {node}"), e))?;
+            .map_err(|e| {
+                api_error(
+                    &self.server,
+                    "removing a taint from",
+                    &format!("node {node}"),
+                    e,
+                )
+            })?;
         Ok(())
     }
 
@@ -444,7 +455,12 @@ impl Kube {
         match api.delete(node, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(api_error("deleting", &format!("node {node}"), e)),
+            Err(e) => Err(api_error(
+                &self.server,
+                "deleting",
+                &format!("node {node}"),
+                e,
+            )),
         }
     }
 
@@ -593,7 +609,12 @@ impl Kube {
             for (i, attempt) in attempts {
                 let t = &mut tracked[i];
                 let attempt = attempt.map_err(|e| {
-                    api_error("evicting", &format!("pod {}/{}", t.namespace, t.name), e)
+                    api_error(
+                        &self.server,
+                        "evicting",
+                        &format!("pod {}/{}", t.namespace, t.name),
+                        e,
+                    )
                 })?;
                 match attempt {
                     Attempt::Accepted => {

@@ -52,12 +52,18 @@ pub enum KubeError {
         reason: String,
         message: String,
     },
-    #[error("{action} {object}: {source}")]
+    #[error(
+        "{action} {object}: the API server at {} did not answer: {}",
+        crate::output::escape(.server),
+        innermost_causes(.source)
+    )]
     Transport {
         action: &'static str,
         object: String,
+        server: String,
+        // Boxed: the error stays small enough to return by value everywhere.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error(
         "evicting pod {namespace}/{pod}: still blocked by a PodDisruptionBudget after {}s ({message}); \
@@ -125,6 +131,9 @@ pub struct Poll {
 #[derive(Clone)]
 pub struct Kube {
     client: Client,
+    /// Where requests go, for errors that never reached the API server: the kubeconfig's
+    /// server, and the tunnel's near end when there is one.
+    server: String,
 }
 
 impl Kube {
@@ -195,12 +204,26 @@ impl Kube {
             }
             config.cluster_url = url;
         }
+        let server = match local {
+            Some(_) => format!(
+                "{} (through {})",
+                config
+                    .tls_server_name
+                    .as_deref()
+                    .unwrap_or("the kubeconfig's server"),
+                config.cluster_url
+            ),
+            None => config.cluster_url.to_string(),
+        };
         let client = Client::try_from(config).map_err(|e| err(e.to_string()))?;
-        Ok(Self { client })
+        Ok(Self { client, server })
     }
 
     pub fn from_client(client: Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            server: "the client's server".into(),
+        }
     }
 
     pub fn client(&self) -> &Client {
@@ -232,7 +255,7 @@ impl Kube {
         let applied = api
             .patch(&object.reference.name, &params, &Patch::Apply(&object.body))
             .await
-            .map_err(|e| apply_error(&object.reference, e))?;
+            .map_err(|e| apply_error(&self.server, &object.reference, e))?;
         serde_json::to_value(applied).map_err(|e| KubeError::Api {
             action: "applying",
             object: object.reference.to_string(),
@@ -261,7 +284,7 @@ impl Kube {
         let live = api
             .get_opt(&r.name)
             .await
-            .map_err(|e| api_error("reading", &r.to_string(), e))?;
+            .map_err(|e| api_error(&self.server, "reading", &r.to_string(), e))?;
         live.map(serde_json::to_value)
             .transpose()
             .map_err(|e| KubeError::Api {
@@ -284,7 +307,7 @@ impl Kube {
                     let ds = api
                         .get(&r.name)
                         .await
-                        .map_err(|e| api_error("reading", &r.to_string(), e))?;
+                        .map_err(|e| api_error(&self.server, "reading", &r.to_string(), e))?;
                     daemonset_progress(&ds)
                 }
                 "Deployment" => {
@@ -292,7 +315,7 @@ impl Kube {
                     let d = api
                         .get(&r.name)
                         .await
-                        .map_err(|e| api_error("reading", &r.to_string(), e))?;
+                        .map_err(|e| api_error(&self.server, "reading", &r.to_string(), e))?;
                     deployment_progress(&d)
                 }
                 // Other kinds have no rollout: applied is done.
@@ -323,7 +346,7 @@ impl Kube {
             let page = api
                 .list(&params)
                 .await
-                .map_err(|e| api_error("listing", &K::plural(&()), e))?;
+                .map_err(|e| api_error(&self.server, "listing", &K::plural(&()), e))?;
             out.extend(page.items);
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -366,7 +389,7 @@ fn deployment_progress(d: &Deployment) -> Option<String> {
     }
 }
 
-fn apply_error(r: &ObjectRef, e: kube::Error) -> KubeError {
+fn apply_error(server: &str, r: &ObjectRef, e: kube::Error) -> KubeError {
     if let kube::Error::Api(status) = &e
         && status.code == 409
     {
@@ -387,10 +410,27 @@ fn apply_error(r: &ObjectRef, e: kube::Error) -> KubeError {
             };
         }
     }
-    api_error("applying", &r.to_string(), e)
+    api_error(server, "applying", &r.to_string(), e)
 }
 
-fn api_error(action: &'static str, object: &str, e: kube::Error) -> KubeError {
+/// The last two distinct messages of an error's chain: the cause a user can act on (`tcp
+/// connect error: Connection refused (os error 111)`), not the wrapper's `client error
+/// (Connect)`.
+fn innermost_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain: Vec<String> = Vec::new();
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if chain.last() != Some(&m) {
+            chain.push(m);
+        }
+        cur = c.source();
+    }
+    let start = chain.len().saturating_sub(2);
+    chain[start..].join(": ")
+}
+
+fn api_error(server: &str, action: &'static str, object: &str, e: kube::Error) -> KubeError {
     match e {
         kube::Error::Api(status) => KubeError::Api {
             action,
@@ -402,7 +442,52 @@ fn api_error(action: &'static str, object: &str, e: kube::Error) -> KubeError {
         other => KubeError::Transport {
             action,
             object: object.to_string(),
-            source: other,
+            server: server.to_string(),
+            source: Box::new(other),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+
+    /// An API server that cannot be reached is named by its URL with the cause a user can act
+    /// on, not kube-rs's wrapper ("client error (Connect)").
+    #[tokio::test]
+    async fn an_unreachable_api_names_its_url_and_the_cause() {
+        // A loopback port this test owned and closed: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: \
+                 http://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n\
+                 - name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+            ),
+        )
+        .unwrap();
+        let kube = Kube::from_kubeconfig(&path, None).await.unwrap();
+        let api: Api<Node> = Api::all(kube.client.clone());
+        let e = kube
+            .list_all(&api, &ListParams::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "listing nodes: the API server at http://127.0.0.1:{port}/ did not answer: "
+            )),
+            "{e}"
+        );
+        assert!(e.contains("onnection refused"), "{e}");
+        assert!(!e.contains("client error"), "{e}");
     }
 }

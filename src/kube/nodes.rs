@@ -142,7 +142,7 @@ impl Kube {
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(|e| api_error("cordoning", &format!("node {node}"), e))?;
+        .map_err(|e| api_error(&self.server, "cordoning", &format!("node {node}"), e))?;
         Ok(())
     }
 
@@ -182,7 +182,14 @@ impl Kube {
                     tokio::time::sleep(wait).await;
                     backoff = (backoff * 2).min(options.max_backoff);
                 }
-                Err(e) => return Err(api_error("evicting", &format!("pod {namespace}/{pod}"), e)),
+                Err(e) => {
+                    return Err(api_error(
+                        &self.server,
+                        "evicting",
+                        &format!("pod {namespace}/{pod}"),
+                        e,
+                    ));
+                }
             }
         }
     }
