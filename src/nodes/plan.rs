@@ -208,11 +208,43 @@ pub fn sources(cluster: &Cluster) -> Vec<ArtifactSource> {
             "dl.k8s.io and github.com release pages, downloaded by each host".into(),
         ),
     };
-    let images = source(
-        "images",
-        Origin::Upstream,
-        "their registries, pulled by containerd on each host".into(),
-    );
+    let registries = cluster
+        .spec
+        .containerd
+        .as_ref()
+        .map_or(&[][..], |c| c.registries.as_slice());
+    let mirrored: Vec<String> = registries
+        .iter()
+        .filter_map(|r| {
+            let first = r.mirrors.first()?;
+            let more = match r.mirrors.len() {
+                1 => String::new(),
+                n => format!(" and {} more", n - 1),
+            };
+            let fallback = if r.fallback == Some(false) {
+                ", never upstream"
+            } else {
+                ", then upstream"
+            };
+            Some(format!("{} via {}{more}{fallback}", r.name, first.endpoint))
+        })
+        .collect();
+    let images = if mirrored.is_empty() {
+        source(
+            "images",
+            Origin::Upstream,
+            "their registries, pulled by containerd on each host".into(),
+        )
+    } else {
+        source(
+            "images",
+            Origin::Mirror,
+            format!(
+                "{}; other registries upstream; pulled by containerd on each host",
+                mirrored.join("; ")
+            ),
+        )
+    };
     vec![binaries, images]
 }
 

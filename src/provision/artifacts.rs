@@ -121,6 +121,28 @@ fn coredns_tag(minor: u32) -> Option<&'static str> {
     }
 }
 
+/// The registry an image reference pulls from, as containerd's `certs.d` names it: the first
+/// path component when it looks like a host (a dot, a port or `localhost`), else `docker.io`.
+pub fn registry_of(reference: &str) -> &str {
+    match reference.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            first
+        }
+        _ => "docker.io",
+    }
+}
+
+/// The registries `spec.containerd.registries` gives at least one mirror.
+pub fn mirrored_registries(spec: &crate::spec::ClusterSpec) -> Vec<&str> {
+    spec.containerd
+        .as_ref()
+        .map_or(&[][..], |c| c.registries.as_slice())
+        .iter()
+        .filter(|r| !r.mirrors.is_empty())
+        .map(|r| r.name.as_str())
+        .collect()
+}
+
 /// The artifact list of a completed cluster spec.
 pub fn artifacts(cluster: &Cluster) -> Result<Artifacts, ArtifactError> {
     let spec = &cluster.spec;
@@ -161,10 +183,15 @@ pub fn artifacts(cluster: &Cluster) -> Result<Artifacts, ArtifactError> {
             only_on: (a.component == Component::Etcd).then(|| "etcd hosts".to_string()),
         });
     }
-    let image_origin = if bundled {
-        Origin::Bundle
-    } else {
-        Origin::Upstream
+    let mirrored = mirrored_registries(spec);
+    let image_origin = |reference: &str| {
+        if bundled {
+            Origin::Bundle
+        } else if mirrored.contains(&registry_of(reference)) {
+            Origin::Mirror
+        } else {
+            Origin::Upstream
+        }
     };
     let mut images: Vec<ImageArtifact> = Vec::new();
     let mut add = |reference: String, used_by: &str| {
@@ -175,11 +202,12 @@ pub fn artifacts(cluster: &Cluster) -> Result<Artifacts, ArtifactError> {
             .split_once('@')
             .map(|(_, d)| d.to_string())
             .filter(|d| d.starts_with("sha256:"));
+        let origin = image_origin(&reference);
         images.push(ImageArtifact {
             reference,
             digest,
             used_by: used_by.to_string(),
-            origin: image_origin,
+            origin,
         });
     };
     let k = assets::kubeadm_images(&version)
@@ -323,6 +351,38 @@ mod tests {
 
     fn refs(a: &Artifacts) -> Vec<&str> {
         a.images.iter().map(|i| i.reference.as_str()).collect()
+    }
+
+    #[test]
+    fn images_of_a_mirrored_registry_come_from_the_mirror_and_the_preview_says_so() {
+        let c = cluster(
+            "Stacked",
+            "  containerd:\n    registries:\n    - name: registry.k8s.io\n      fallback: false\n      \
+             mirrors:\n      - endpoint: https://mirror.example.com:5000\n      - endpoint: \
+             https://b.example.com\n    - name: quay.io\n",
+            "flannel",
+        );
+        let a = artifacts(&c).unwrap();
+        for i in &a.images {
+            let want = if registry_of(&i.reference) == "registry.k8s.io" {
+                Origin::Mirror
+            } else {
+                Origin::Upstream
+            };
+            assert_eq!(i.origin, want, "{i:?}");
+        }
+        assert!(a.images.iter().any(|i| i.origin == Origin::Upstream));
+        let s = crate::nodes::plan::sources(&c);
+        let images = s.iter().find(|s| s.artifacts == "images").unwrap();
+        assert_eq!(images.origin, Origin::Mirror);
+        assert_eq!(
+            images.describe(),
+            "images: from mirror (registry.k8s.io via https://mirror.example.com:5000 and 1 more, \
+             never upstream; other registries upstream; pulled by containerd on each host)"
+        );
+        assert_eq!(registry_of("flannel/flannel:v1"), "docker.io");
+        assert_eq!(registry_of("localhost/x:1"), "localhost");
+        assert_eq!(registry_of("m.example:5000/x:1"), "m.example:5000");
     }
 
     #[test]
