@@ -462,7 +462,7 @@ pub(super) async fn finish(
     }
     if let Err(e) = sync_node_config(ctx, cluster, a).await {
         ctx.printer.error(&format!(
-            "the hosts of {name} are provisioned, but its node configuration in kube-system could not be written: {e:#}. Re-run `kprov update cluster {name} --yes` when the cause is fixed"
+            "the hosts of {name} are provisioned, but its node configuration in kube-system could not be written: {e:#}. Re-run `kprov update cluster {name} --yes` when the cause is fixed (or pass --skip-addons)"
         ));
         return Ok(exit::ERROR);
     }

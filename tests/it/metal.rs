@@ -523,15 +523,19 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
         "the re-run downloaded"
     );
 
-    // Without --skip-addons the add-ons go to the API server through the stored kubeconfig;
-    // the stand-ins run none, so that step fails, saying the hosts are fine and how to retry.
+    // Without --skip-addons kube-system's node configuration, then the add-ons, go to the API
+    // server through the stored kubeconfig; the stand-ins run none (their admin kubeconfig has
+    // no usable key), so the first of those steps fails, saying the hosts are fine and how to
+    // retry.
     let o = lab.kprov(&["update", "cluster", name, "--yes"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let err = text(&o.stderr);
     assert!(err.contains("No changes"), "{err}");
     assert!(
-        err.contains("are provisioned, but deploying the add-ons failed")
-            && err.contains(&format!("kprov update addons {name} --yes")),
+        err.contains(
+            "are provisioned, but its node configuration in kube-system could not be written"
+        ) && err.contains(&format!("Re-run `kprov update cluster {name} --yes`"))
+            && err.contains("--skip-addons"),
         "{err}"
     );
 
