@@ -8,6 +8,8 @@ pub mod bounded;
 pub mod bundle;
 pub mod cli;
 pub mod cloud;
+#[cfg(test)]
+mod import_cycles;
 pub mod inventory;
 pub mod kube;
 pub mod kubeconfig;

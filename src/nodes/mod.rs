@@ -104,6 +104,7 @@ impl TargetSource for Inventory {
 }
 
 pub mod journal;
+pub mod model;
 pub mod owner;
 pub mod plan;
 pub mod roll;

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::Target;
 use super::owner::{OWNER_FILE, Owner};
 use super::roll::{PROVISIONED_FILE, Provisioned, differences};
-use crate::provision::orchestrate::Facts;
+use crate::nodes::model::Facts;
 use crate::provision::render::{self, CloudApi, RenderError, Renderer};
 use crate::spec::{Cluster, HostRole};
 use crate::ssh::task::{ExecError, HostExecutor, Step};

@@ -28,9 +28,9 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use crate::nodes::Target;
+use crate::nodes::model::Facts;
 use crate::ops::instance::{self, EtcdMember};
 use crate::ops::rolling::EtcdHealth;
-use crate::provision::orchestrate::Facts;
 use crate::provision::render::{self, Renderer};
 use crate::spec::{Cluster, EtcdType};
 use crate::ssh::task::{HostExecutor, Step};

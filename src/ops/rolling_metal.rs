@@ -33,9 +33,9 @@ use crate::inventory::parse_taint;
 use crate::kube::{Kube, Taint};
 use crate::nodes::Target;
 use crate::nodes::journal::JournalNode;
+use crate::nodes::model::Facts;
 use crate::nodes::owner::Owner;
 use crate::nodes::roll::{PROVISIONED_FILE, Provisioned, kube_proxy_changed};
-use crate::provision::orchestrate::Facts;
 use crate::provision::render::{self, ComponentConfig, KUBELET_CONFIG, Renderer};
 use crate::ssh::task::{HostExecutor, Step};
 

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use rand::RngCore;
 
-use super::assets::Arch;
 use super::pki;
 use super::render::{self, CloudApi, Endpoint, JoinSecrets, RenderError, Renderer};
 use crate::nodes::Target;
+use crate::nodes::model::Facts;
 use crate::nodes::owner::{OWNER_FILE, Owner};
 use crate::nodes::plan::{self, Action, NodePlan, Observation};
 use crate::spec::{Cluster, EtcdType, HostRole};
@@ -211,39 +211,6 @@ impl Options {
         if let Some(p) = &self.progress {
             p(&event);
         }
-    }
-}
-
-/// What preflight learnt about a host.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Facts {
-    pub hostname: String,
-    pub machine: String,
-    pub product_uuid: String,
-    pub macs: Vec<String>,
-}
-
-impl Facts {
-    pub fn parse(text: &str) -> Facts {
-        let mut f = Facts::default();
-        for line in text.lines() {
-            let Some((k, v)) = line.split_once('=') else {
-                continue;
-            };
-            let v = v.trim();
-            match k {
-                "hostname" => f.hostname = v.to_string(),
-                "machine" => f.machine = v.to_string(),
-                "product_uuid" => f.product_uuid = v.to_string(),
-                "macs" => f.macs = v.split_whitespace().map(str::to_string).collect(),
-                _ => {}
-            }
-        }
-        f
-    }
-
-    pub fn arch(&self) -> Option<Arch> {
-        Arch::ALL.into_iter().find(|a| a.uname() == self.machine)
     }
 }
 

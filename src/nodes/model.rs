@@ -1,0 +1,38 @@
+//! The node core (issue 19): what the node plan and the provisioner both speak of, below both,
+//! so neither imports the other for it (`nodes::plan` reads a host's facts, and
+//! `provision::orchestrate` gathers them in preflight).
+
+use crate::provision::assets::Arch;
+
+/// What preflight learnt about a host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub hostname: String,
+    pub machine: String,
+    pub product_uuid: String,
+    pub macs: Vec<String>,
+}
+
+impl Facts {
+    pub fn parse(text: &str) -> Facts {
+        let mut f = Facts::default();
+        for line in text.lines() {
+            let Some((k, v)) = line.split_once('=') else {
+                continue;
+            };
+            let v = v.trim();
+            match k {
+                "hostname" => f.hostname = v.to_string(),
+                "machine" => f.machine = v.to_string(),
+                "product_uuid" => f.product_uuid = v.to_string(),
+                "macs" => f.macs = v.split_whitespace().map(str::to_string).collect(),
+                _ => {}
+            }
+        }
+        f
+    }
+
+    pub fn arch(&self) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.uname() == self.machine)
+    }
+}
