@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 
@@ -23,7 +22,7 @@ use crate::state::lock::{self, LockError};
 use crate::state::{self, StateError, StateStore, Versioning};
 
 /// How long a mutating command's lock lease lasts between renewals.
-pub(super) const LOCK_LEASE: Duration = Duration::from_secs(300);
+pub(super) use crate::ops::session::LOCK_LEASE;
 
 pub struct Ctx {
     pub printer: Printer,
@@ -58,12 +57,9 @@ pub(super) async fn locked<T>(
     command: &str,
     work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
-    let guard = lock::acquire(store.clone(), cluster, command, LOCK_LEASE).await?;
-    let res = work.await;
-    let released = guard.release().await;
-    let value = res?;
-    released?;
-    Ok(value)
+    crate::ops::session::Session::new(store.clone())
+        .with_lock(cluster, command, async |_| work.await)
+        .await
 }
 
 /// Catches SIGINT and SIGTERM for a command about to take `cluster`'s lock (installed before

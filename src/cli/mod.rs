@@ -10,7 +10,6 @@ mod etcd;
 mod instance;
 mod metal;
 mod rolling;
-mod rolling_aws;
 mod update;
 
 use std::path::PathBuf;

@@ -2,18 +2,15 @@
 //! group, then per node: replace, re-provision in place or leave alone, and why), from each
 //! node's provisioning record compared with the spec.
 //!
-//! `--yes` runs the engine (`ops::rolling::run`) under the cluster lock with the journal and
-//! `KubeCluster` as the cluster side; the machines are `ops::rolling_metal::MetalRoller` on
-//! metal and `ops::rolling_aws::AwsRoller` on AWS (`cli::rolling_aws`), chosen by the `match`
-//! on the platform in [`cluster`]. On both the validation gate also asks etcd's members
-//! ([`etcd_health`]). Ctrl-C (or SIGTERM), caught from the moment the lock is held, asks the
-//! engine to stop at a safe point (exit 130, or 143 for SIGTERM; lock released); a second one
-//! exits at once. The AWS roller's waits (a replacement instance, SSH, the new etcd member)
-//! end at the first one.
-//!
-//! Both platforms re-provision control planes in place through [`in_place_roller`], which
-//! backs etcd up first (a failed backup stops the roll before anything changed), and gives the
-//! validation gate its etcd check over the same hosts or instances ([`etcd_health`]).
+//! The platform (`ops::platform::Platform`) gives the machines the plan is made from and, for
+//! `--yes`, the rollers (`ops::rolling_run`: in place on metal, replacing on AWS, with the
+//! etcd backup before control planes roll and the validation gate's etcd check); this module
+//! never asks which platform a cluster runs on. `--yes` runs the engine (`ops::rolling::run`)
+//! under the cluster lock (`ops::session::Session::with_lock`) with the journal and
+//! `KubeCluster` as the cluster side. Ctrl-C (or SIGTERM), caught from the moment the lock is
+//! held, asks the engine to stop at a safe point (exit 130, or 143 for SIGTERM; lock
+//! released); a second one exits at once. The AWS roller's waits (a replacement instance,
+//! SSH, the new etcd member) end at the first one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -25,19 +22,18 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
-use super::commands::{Ctx, LOCK_LEASE};
+use super::commands::Ctx;
 use super::exit;
-use crate::cloud::aws::instances::SshReach;
 use crate::kube::Kube;
 use crate::nodes::journal::{Journal, JournalFile, NodeStep};
-use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
-use crate::nodes::{Inventory, TargetSource};
+use crate::nodes::roll::{self, RollPlan, Selection};
 use crate::ops::interrupt::{Caught, Interrupts};
-use crate::ops::nodes::NodeOptions;
+use crate::ops::platform::{Platform, Reach};
 use crate::ops::rolling as ops;
-use crate::ops::rolling_aws;
+use crate::ops::rolling_run::{self, MachinesError, Preparing, Roll};
+use crate::ops::session::Session;
 use crate::output::{Format, Table, plural};
-use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::spec::{Cluster, InstanceGroup};
 use crate::state::lock;
 
 #[derive(Debug, Args, Clone)]
@@ -118,6 +114,8 @@ struct Observation {
     plan: RollPlan,
     problems: Vec<String>,
     ready_error: Option<String>,
+    /// Where the cluster runs, opened once for the preview and the run.
+    platform: Platform,
 }
 
 async fn observe(
@@ -130,55 +128,21 @@ async fn observe(
     ssh_private_address: bool,
 ) -> anyhow::Result<Observation> {
     let repo = ctx.repo().await?;
-    let options = NodeOptions {
-        concurrency,
-        ..NodeOptions::default()
+    let reach = Reach {
+        private_address: ssh_private_address,
     };
-    let mut problems = Vec::new();
-    let (observed, platform) = match cluster.spec.cloud_provider {
-        CloudProvider::Metal => {
-            let targets = Inventory {
-                hosts: cluster.spec.hosts.clone(),
-            }
-            .targets()
-            .await?;
-            let observed = ops::observe(repo.store().clone(), cluster, &targets, &options).await?;
-            (observed, Platform::Metal)
-        }
-        CloudProvider::Aws => {
-            let reach = SshReach::of(cluster, ssh_private_address);
-            let o = rolling_aws::observe(repo.store(), cluster, groups, reach, concurrency).await?;
-            problems.extend(
-                o.strays.iter().map(|s| {
-                    format!("{s}: owned by the cluster but in none of its instance groups")
-                }),
-            );
-            (o.observed, Platform::Aws)
-        }
-    };
+    let platform = Platform::open(repo.store(), cluster, groups, reach).await?;
+    let machines = platform.roll_observe(repo.store(), concurrency).await?;
     let (ready, ready_error) = match readiness(ctx, cluster, kubeconfig).await {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(e)),
     };
-    let (group_inputs, nodes, found) = ops::inputs(groups, &observed, ready.as_ref());
-    problems.extend(found);
-    let version = cluster
-        .spec
-        .kubernetes_version
-        .clone()
-        .unwrap_or_else(|| crate::spec::versions::DEFAULT_KUBERNETES_VERSION.to_string());
-    let plan = roll::plan(
-        cluster.name(),
-        platform,
-        crate::provision::assets::normalize_version(&version),
-        &group_inputs,
-        &nodes,
-        selection,
-    );
+    let (plan, problems) = rolling_run::plan(cluster, groups, machines, ready.as_ref(), selection);
     Ok(Observation {
         plan,
         problems,
         ready_error,
+        platform,
     })
 }
 
@@ -306,7 +270,7 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
     if a.yes {
         // A journal left unfinished is resumed even when the preview finds nothing to roll:
         // its node in flight may still be cordoned.
-        return roll(ctx, a, &cluster, &groups, plan).await;
+        return roll(ctx, a, &cluster, &groups, plan, o.platform).await;
     }
     if to_roll == 0 {
         ctx.printer.success(&format!(
@@ -437,26 +401,23 @@ async fn roll(
     cluster: &Cluster,
     groups: &[InstanceGroup],
     plan: &RollPlan,
+    platform: Platform,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
-    let repo = ctx.repo().await?;
-    let store = repo.store().clone();
+    let session = Session::new(ctx.repo().await?.store().clone());
     // Ctrl-C is caught before the lock is taken, so none that comes while it is held can end
     // the process with the lock left behind: the first asks the roll to stop at a safe point
     // (then the lock is released), a second exits at once.
     let resume = format!("kprov rolling-update cluster {name} --yes");
     let ints = super::commands::catch_interrupts(name, &resume);
-    let guard = lock::acquire(
-        store.clone(),
-        name,
-        "rolling-update cluster --yes",
-        LOCK_LEASE,
-    )
-    .await?;
-    let result = roll_locked(ctx, a, cluster, groups, plan, &guard, &ints).await;
-    let released = guard.release().await;
-    let code = result?;
-    released?;
+    let code = session
+        .with_lock(name, "rolling-update cluster --yes", async |guard| {
+            roll_locked(
+                ctx, a, &session, cluster, groups, plan, platform, guard, &ints,
+            )
+            .await
+        })
+        .await?;
     if let Some(c) = ints.caught()
         && code == c.exit_code()
     {
@@ -467,22 +428,24 @@ async fn roll(
     Ok(code)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn roll_locked(
     ctx: &Ctx,
     a: &RollingUpdateClusterArgs,
+    session: &Session,
     cluster: &Cluster,
     groups: &[InstanceGroup],
     plan: &RollPlan,
+    platform: Platform,
     guard: &lock::LockGuard,
     ints: &Interrupts,
 ) -> anyhow::Result<i32> {
     let cancel = ints.flag();
     let name = cluster.name();
-    let repo = ctx.repo().await?;
-    let store = repo.store().clone();
-    let (file, existing) = JournalFile::load(store.as_ref(), name).await?;
-    let journal = match existing {
-        Some(j) if !j.finished => {
+    let store = session.store().clone();
+    let (file, start) = rolling_run::start(store.as_ref(), name, plan, guard, a.cloud_only).await?;
+    let journal = match start {
+        rolling_run::Start::Resume(j) => {
             ctx.printer.status(&format!(
                 "Resuming the roll of {name} started at {} by {}: {} of {} done.",
                 j.started_at.to_rfc3339(),
@@ -492,15 +455,12 @@ async fn roll_locked(
             ));
             j
         }
-        _ => {
-            if plan.to_roll() == 0 {
-                ctx.printer.success(&format!(
-                    "No rolling update needed: every node of {name} is up to date."
-                ));
-                return Ok(exit::OK);
-            }
-            let by = guard.record();
-            Journal::new(plan, &format!("{}@{}", by.holder, by.host), a.cloud_only)
+        rolling_run::Start::New(j) => j,
+        rolling_run::Start::NothingToRoll => {
+            ctx.printer.success(&format!(
+                "No rolling update needed: every node of {name} is up to date."
+            ));
+            return Ok(exit::OK);
         }
     };
     let cloud_only = a.cloud_only || journal.cloud_only;
@@ -519,45 +479,35 @@ async fn roll_locked(
     let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
     let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
     // The machines: re-provisioned in place on metal, replaced through their group on AWS.
-    // etcd's members are part of validation, asked over the in-place roller's fleet.
-    let (roller, fleet, etcd): (Box<dyn ops::NodeRoller + '_>, _, _) =
-        match cluster.spec.cloud_provider {
-            CloudProvider::Metal => {
-                let InPlace {
-                    roller,
-                    fleet,
-                    etcd,
-                } = match metal_roller(ctx, a, cluster, &store, &journal, kube.clone(), &cancel)
-                    .await?
-                {
-                    Ok(in_place) => in_place,
-                    Err(code) => return Ok(code),
-                };
-                (Box::new(roller), fleet, etcd)
-            }
-            CloudProvider::Aws => {
-                let (roller, fleet, etcd) = match super::rolling_aws::aws_roller(
-                    ctx,
-                    a,
-                    cluster,
-                    groups,
-                    store.clone(),
-                    guard,
-                    kube.clone(),
-                    &journal,
-                    plan,
-                    events.clone(),
-                    ints,
-                )
-                .await?
-                {
-                    Ok(r) => r,
-                    Err(code) => return Ok(code),
-                };
-                (Box::new(roller), fleet, etcd)
-            }
-        };
-    let etcd = Some(etcd);
+    // etcd's members are part of validation.
+    let say = |p: Preparing| say_preparing(ctx, name, p);
+    let rollers = platform
+        .rollers(Roll {
+            store: &store,
+            groups,
+            concurrency: a.concurrency,
+            guard,
+            kube: kube.clone(),
+            journal: &journal,
+            plan,
+            events: events.clone(),
+            interrupts: ints,
+            say: &say,
+        })
+        .await;
+    let rollers = match rollers {
+        Ok(r) => r,
+        Err(e @ MachinesError::Backup(_)) => {
+            ctx.printer.error(&e.to_string());
+            return Ok(exit::ERROR);
+        }
+        Err(e @ MachinesError::Interrupted(_)) => {
+            ctx.printer.error(&e.to_string());
+            return Ok(exit::INTERRUPTED);
+        }
+        Err(MachinesError::Other(e)) => return Err(e),
+    };
+    let etcd = Some(rollers.etcd.clone());
     let options = ops::RollOptions {
         drain_timeout: a.drain_timeout,
         validation_timeout: a.validation_timeout,
@@ -579,7 +529,7 @@ async fn roll_locked(
                 file,
                 journal,
                 &api,
-                roller.as_ref(),
+                rollers.roller.as_ref(),
                 &options,
                 &events,
                 cancel.clone(),
@@ -591,8 +541,8 @@ async fn roll_locked(
             ops::run(
                 file,
                 journal,
-                &NoApi,
-                roller.as_ref(),
+                &rolling_run::NoApi,
+                rollers.roller.as_ref(),
                 &options,
                 &events,
                 cancel.clone(),
@@ -604,12 +554,10 @@ async fn roll_locked(
     if let Some(m) = multi {
         let _ = m.clear();
     }
-    // Both hold the fleet, which closes only once it is the last.
+    // The gate's etcd check and the roller hold the fleet, which closes only once it is the
+    // last.
     drop(etcd);
-    drop(roller);
-    if let Ok(f) = std::sync::Arc::try_unwrap(fleet) {
-        f.close().await;
-    }
+    rollers.close().await;
     let (_, last) = JournalFile::load(store.as_ref(), name).await?;
     if let Some(j) = &last {
         ctx.printer.data(&journal_table(j, cloud_only).render());
@@ -639,214 +587,17 @@ async fn roll_locked(
     }
 }
 
-/// The metal roller over the inventory's hosts, after etcd was backed up when a control plane
-/// is about to roll. `Err(exit code)` when the run stopped before any node rolled (said).
-async fn metal_roller(
-    ctx: &Ctx,
-    a: &RollingUpdateClusterArgs,
-    cluster: &Cluster,
-    store: &Arc<dyn crate::state::StateStore>,
-    journal: &Journal,
-    kube: Option<Kube>,
-    cancel: &tokio::sync::watch::Receiver<bool>,
-) -> anyhow::Result<Result<InPlace, i32>> {
-    let targets = Inventory {
-        hosts: cluster.spec.hosts.clone(),
-    }
-    .targets()
-    .await?;
-    in_place_roller(ctx, a, cluster, store, journal, kube, targets, None, cancel).await
-}
-
-/// The in-place roller (`MetalRoller`) over `targets`: a metal inventory's hosts, or the
-/// instances an AWS roll found (with the cloud's API endpoint, as `update cluster` renders
-/// them). Before it is handed out, etcd is backed up when a control plane is about to roll and
-/// a version roll brings the image archives to every host; `Err(exit code)` when the run
-/// stopped there (said; nothing was rolled): the backup failed, staging failed or Ctrl-C
-/// (`cancel`) came while staging.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn in_place_roller(
-    ctx: &Ctx,
-    a: &RollingUpdateClusterArgs,
-    cluster: &Cluster,
-    store: &Arc<dyn crate::state::StateStore>,
-    journal: &Journal,
-    kube: Option<Kube>,
-    targets: Vec<crate::nodes::Target>,
-    cloud_api: Option<&crate::provision::render::CloudApi>,
-    cancel: &tokio::sync::watch::Receiver<bool>,
-) -> anyhow::Result<Result<InPlace, i32>> {
-    let name = cluster.name();
-    let owner = crate::nodes::owner::read(store.as_ref(), name)
-        .await?
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "{name} has no ownership record in the state store: provision it with `kprov update cluster {name} --yes` first"
-            )
-        })?;
-    let renderer = crate::provision::render::Renderer::for_run(cluster, &targets, cloud_api)?;
-    let fleet = crate::ops::nodes::fleet(
-        cluster,
-        &targets,
-        store.clone(),
-        false,
-        a.concurrency,
-        &crate::ops::nodes::no_events(),
-    )?;
-    let fleet = std::sync::Arc::new(fleet);
-    if !backup_before_control_planes(ctx, cluster, store, journal, &targets, fleet.as_ref()).await {
-        fleet.close().await;
-        return Ok(Err(exit::ERROR));
-    }
-    let etcd = etcd_health(cluster, &targets, fleet.clone());
-    let roller = crate::ops::rolling_metal::MetalRoller::new(
-        fleet.clone(),
-        renderer,
-        targets,
-        owner,
-        kube.clone(),
-    );
-    if journal.nodes.iter().any(|n| n.upgrade.is_some()) {
-        match roller.stage_images(cancel.clone()).await {
-            Ok(()) => {}
-            Err(crate::ops::rolling_metal::Staging::Failed(e)) => {
-                fleet.close().await;
-                anyhow::bail!("{e}; no node was rolled");
-            }
-            Err(crate::ops::rolling_metal::Staging::Interrupted) => {
-                drop(roller);
-                drop(etcd);
-                if let Ok(f) = Arc::try_unwrap(fleet) {
-                    f.close().await;
-                }
-                ctx.printer.error(&format!(
-                    "interrupted while bringing the image archives to the hosts: no node was \
-                     rolled; `kprov rolling-update cluster {name} --yes` starts the roll again \
-                     (archives already imported are not brought twice)"
-                ));
-                return Ok(Err(exit::INTERRUPTED));
-            }
-        }
-    }
-    Ok(Ok(InPlace {
-        roller,
-        fleet,
-        etcd,
-    }))
-}
-
-/// The in-place roller with what comes with it: the SSH fleet it uses (the caller closes it)
-/// and the validation gate's etcd check over the same hosts or instances.
-pub(super) struct InPlace {
-    pub roller: crate::ops::rolling_metal::MetalRoller,
-    pub fleet: Arc<crate::ssh::SshFleet>,
-    pub etcd: Arc<dyn ops::EtcdHealth>,
-}
-
-/// etcd is backed up before any control plane rolls (kubeadm's upgrade guide asks for it), on
-/// metal and AWS alike: false when the backup failed (an unhealthy etcd among them), said, so
-/// the roll stops before anything changed. True when no control plane waits to roll.
-async fn backup_before_control_planes(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    store: &Arc<dyn crate::state::StateStore>,
-    journal: &Journal,
-    targets: &[crate::nodes::Target],
-    exec: &dyn crate::ssh::task::HostExecutor,
-) -> bool {
-    let name = cluster.name();
-    let control_planes_to_roll = control_planes_to_roll(journal, targets);
-    if control_planes_to_roll.is_empty() {
-        return true;
-    }
-    ctx.printer.status(&format!(
-        "Backing up etcd of {name} before rolling {}.",
-        control_planes_to_roll.join(", ")
-    ));
-    let record =
-        crate::ops::etcd::backup(store.as_ref(), cluster, targets, exec, chrono::Utc::now()).await;
-    match record {
-        Ok(r) => {
-            ctx.printer.status(&format!(
-                "etcd backed up from {} as {} ({} bytes, sha256 {}); `kprov restore etcd {name} --from {}` restores it.",
-                r.host, r.id, r.size, r.sha256, r.id
-            ));
-            true
-        }
-        Err(e) => {
-            ctx.printer.error(&format!(
-                "the etcd backup before the control-plane roll failed, so nothing was rolled: {e:#}"
-            ));
-            false
-        }
-    }
-}
-
-/// The control planes of `targets` the journal has yet to start rolling.
-fn control_planes_to_roll<'j>(
-    journal: &'j Journal,
-    targets: &[crate::nodes::Target],
-) -> Vec<&'j str> {
-    journal
-        .nodes
-        .iter()
-        .filter(|n| n.step == NodeStep::Waiting && n.action != RollAction::Leave)
-        .filter(|n| {
-            targets
-                .iter()
-                .any(|t| t.name() == n.target && t.is_control_plane())
-        })
-        .map(|n| n.node_name.as_str())
-        .collect()
-}
-
-/// The validation gate's etcd check over the fleet that reaches the cluster's etcd members
-/// (metal hosts, or AWS control planes: the same call).
-pub(crate) fn etcd_health(
-    cluster: &Cluster,
-    targets: &[crate::nodes::Target],
-    fleet: Arc<crate::ssh::SshFleet>,
-) -> Arc<dyn ops::EtcdHealth> {
-    Arc::new(crate::ops::etcd::SshEtcdHealth {
-        cluster: cluster.clone(),
-        targets: targets.to_vec(),
-        exec: fleet,
-    })
-}
-
-/// The cluster side under `--cloudonly`: the engine never calls it (it skips cordon, drain,
-/// Ready and validation); anything that does gets an error, not a pretend success.
-struct NoApi;
-
-#[async_trait::async_trait]
-impl ops::ClusterApi for NoApi {
-    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
-    }
-    async fn cordon(&self, node: &str) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
-    }
-    async fn drain(&self, node: &str, _: Duration) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
-    }
-    async fn wait_ready(&self, node: &str, _: Duration) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
-    }
-    async fn uncordon(&self, node: &str) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
-    }
-    async fn validate(&self) -> Result<(), String> {
-        Err("--cloudonly does not use the cluster's API".into())
+/// The etcd backup before control planes roll, as it happens.
+fn say_preparing(ctx: &Ctx, name: &str, p: Preparing) {
+    match p {
+        Preparing::BackingUp { control_planes } => ctx.printer.status(&format!(
+            "Backing up etcd of {name} before rolling {}.",
+            control_planes.join(", ")
+        )),
+        Preparing::BackedUp(r) => ctx.printer.status(&format!(
+            "etcd backed up from {} as {} ({} bytes, sha256 {}); `kprov restore etcd {name} --from {}` restores it.",
+            r.host, r.id, r.size, r.sha256, r.id
+        )),
     }
 }
 

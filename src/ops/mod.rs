@@ -25,6 +25,11 @@
 //!   (`delete damaged`).
 //! - [`etcd`]: snapshots into the state store ([`etcd::backup`], which a rolling update
 //!   calls before control-plane rolls), listing them, and restoring every member.
+//! - [`session`]: the state store opened once per command, and the one way a use case takes
+//!   a cluster's lock ([`session::Session::with_lock`]).
+//! - [`rolling`] (the engine, with its journal), [`rolling_metal`] (in place),
+//!   [`rolling_aws`] (replacing), [`rolling_run`]: `rolling-update cluster`'s machines and
+//!   rollers, asked of the platform seam.
 
 pub mod addons;
 pub mod aws;
@@ -40,3 +45,5 @@ pub mod platform;
 pub mod rolling;
 pub mod rolling_aws;
 pub mod rolling_metal;
+pub mod rolling_run;
+pub mod session;

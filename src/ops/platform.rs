@@ -9,8 +9,12 @@
 //!   is one); the API address is the load balancer's record. Opening it reads the cloud plan
 //!   (host keys and pinned images from the store, as `update cluster` does).
 //!
-//! Not behind the seam yet: the in-place and replacing rollers (`cli/rolling.rs`,
-//! `cli/rolling_aws.rs`), `update cluster`, `delete cluster` and `delete instance`.
+//! `rolling-update cluster` asks it too: for the machines a roll is planned from
+//! ([`Platform::roll_observe`]) and for the rollers of a `--yes` run ([`Platform::rollers`]:
+//! metal's in-place roller, AWS's replacing roller with the in-place one for its control
+//! planes), assembled in `ops::rolling_run`.
+//!
+//! Not behind the seam yet: `update cluster`, `delete cluster` and `delete instance`.
 
 use std::sync::Arc;
 
@@ -19,7 +23,9 @@ use anyhow::Context;
 use super::etcd::SshEtcdHealth;
 use super::nodes::{self as ops_nodes, Events};
 use super::rolling::EtcdHealth;
+use crate::cloud::aws::AwsCloud;
 use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
+use crate::cloud::engine::Plan;
 use crate::nodes::plan::NodePlan;
 use crate::nodes::{self, Target, TargetSource};
 use crate::provision::render::CloudApi;
@@ -35,14 +41,19 @@ pub enum Platform {
 
 /// A metal cluster: the hosts of its spec.
 pub struct Metal {
-    cluster: Cluster,
+    pub(super) cluster: Cluster,
 }
 
 /// An AWS cluster: its instances as the cloud shows them now.
 pub struct Aws {
-    cluster: Cluster,
-    instances: AwsInstances,
-    api: Option<CloudApi>,
+    pub(super) cluster: Cluster,
+    /// The cloud's clients (the replacing roller works through them).
+    pub(super) cloud: AwsCloud,
+    /// The cloud plan read when the platform was opened (the load balancer, the bastion, each
+    /// group's current launch template version).
+    pub(super) plan: Plan,
+    pub(super) instances: AwsInstances,
+    pub(super) api: Option<CloudApi>,
 }
 
 /// How a command reaches the machines.
@@ -78,6 +89,8 @@ impl Platform {
                     .map(|lb| instances::cloud_api(cluster, &lb));
                 Platform::Aws(Box::new(Aws {
                     cluster: cluster.clone(),
+                    cloud,
+                    plan,
                     instances,
                     api,
                 }))
@@ -164,6 +177,34 @@ impl Platform {
                 instances: a.instances.clone(),
                 store: store.clone(),
             }),
+        }
+    }
+}
+
+impl Platform {
+    /// `rolling-update cluster`'s observation: the machines and their provisioning records
+    /// (AWS: with their launch template versions, bastions, and owned instances in no group
+    /// as problems). Read-only.
+    pub async fn roll_observe(
+        &self,
+        store: &Arc<dyn StateStore>,
+        concurrency: usize,
+    ) -> anyhow::Result<super::rolling_run::Machines> {
+        match self {
+            Platform::Metal(m) => super::rolling_run::observe_metal(store, m, concurrency).await,
+            Platform::Aws(a) => super::rolling_run::observe_aws(store, a, concurrency).await,
+        }
+    }
+
+    /// The rollers of a `rolling-update cluster --yes` run, the lock held as `guard` (see
+    /// `ops::rolling_run::Roll` for what else it takes).
+    pub async fn rollers<'g>(
+        self,
+        roll: super::rolling_run::Roll<'_, 'g>,
+    ) -> Result<super::rolling_run::Rollers<'g>, super::rolling_run::MachinesError> {
+        match self {
+            Platform::Metal(m) => super::rolling_run::metal_rollers(*m, roll).await,
+            Platform::Aws(a) => super::rolling_run::aws_rollers(*a, roll).await,
         }
     }
 }

@@ -58,7 +58,7 @@ use super::interrupt::{Interrupted, Interrupts};
 use super::nodes::{self as ops_nodes, NodeOptions};
 use super::rolling::{NodeRoller, Observed, RollEvent, RollEvents};
 use super::rolling_metal::MetalRoller;
-use crate::cloud::aws::instances::{self, AwsInstances, Discovered, SshReach};
+use crate::cloud::aws::instances::{self, AwsInstances, Discovered};
 use crate::cloud::aws::{AwsCloud, hostkeys, kinds, wait};
 use crate::cloud::engine::Plan;
 use crate::kube::Kube;
@@ -147,23 +147,22 @@ pub struct AwsObservation {
     pub strays: Vec<String>,
 }
 
-/// The instances, their launch template versions and their provisioning records. Read-only.
+/// The instances (`found`, as the platform seam reaches them), their launch template versions
+/// (from the cloud `plan`) and their provisioning records. Read-only.
 pub async fn observe(
     store: &Arc<dyn StateStore>,
     cluster: &Cluster,
-    groups: &[InstanceGroup],
-    reach: SshReach,
+    found: &AwsInstances,
+    plan: &Plan,
     concurrency: usize,
 ) -> anyhow::Result<AwsObservation> {
     let name = cluster.name();
-    let (cloud, plan) = super::aws::plan(store, cluster, groups).await?;
-    let Some(lb) = instances::load_balancer_dns(&plan) else {
+    let Some(lb) = instances::load_balancer_dns(plan) else {
         anyhow::bail!(
             "{name} has no API load balancer yet: nothing to roll; run `kprov update cluster {name} --yes` first"
         );
     };
-    let found = AwsInstances::new(&cloud, groups, reach)
-        .through(instances::jump_name(cluster, &plan))
+    let found = found
         .discover()
         .await
         .context("finding the cluster's instances")?;
@@ -181,7 +180,7 @@ pub async fn observe(
             .map(|t| bastion_observed(cluster, t)),
     );
     Ok(AwsObservation {
-        observed: with_template_versions(observed, &current_versions(&plan)),
+        observed: with_template_versions(observed, &current_versions(plan)),
         strays: found.strays,
     })
 }
