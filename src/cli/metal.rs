@@ -16,16 +16,16 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use super::commands::{Ctx, LOCK_LEASE};
+use super::commands::Ctx;
 use super::{UpdateClusterArgs, exit};
 use crate::nodes::{self, Action, NodePlan, Target, TargetSource};
 use crate::ops::nodes::{
     self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, NodeReport, ResetOutcome,
 };
+use crate::ops::session::Session;
 use crate::output::{Format, Printer, Table, plural, sanitize_lines};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
 use crate::spec::{Cluster, Host, InstanceGroup};
-use crate::state::lock;
 
 fn roles(h: &Host) -> String {
     h.roles
@@ -334,60 +334,57 @@ pub async fn update(
     warn_gone();
     let resume = format!("kprov update cluster {name} --yes");
     let ints = super::commands::catch_interrupts(name, &resume);
-    let guard = lock::acquire(store.clone(), name, "update cluster --yes", LOCK_LEASE).await?;
-    if let Some((user, _, version, change)) = &reread
-        && !change.is_empty()
-    {
-        // Conditional on the spec read for the preview: a concurrent edit is a conflict
-        // (exit 4), never overwritten.
-        let written = async {
-            repo.put_cluster(user, version).await?;
-            repo.write_completed(user, groups).await?;
-            anyhow::Ok(())
-        }
-        .await;
-        if let Err(e) = written {
-            let _ = guard.release().await;
-            return Err(e);
-        }
-        ctx.printer.status(&format!(
-            "Stored the inventory's hosts in the spec of {name} ({} added, {} removed, {} \
-             changed).",
-            change.added.len(),
-            change.removed.len(),
-            change.changed.len()
-        ));
-    }
-    let (events, bars) = render_events(ctx, &targets);
-    // A signal cuts the hosts where they are: every step is safe to run again.
-    let result = ints
-        .or(ops::converge(
-            store.clone(),
-            cluster,
-            &targets,
-            &guard,
-            &options,
-            &events,
-        ))
-        .await;
-    if let Some(bars) = bars {
-        // The final table says it all; finished spinners would only repeat it.
-        let _ = bars.clear();
-    }
-    let released = guard.release().await;
-    let nodes = match result {
+    let session = Session::new(store.clone());
+    let nodes = session
+        .with_lock(name, "update cluster --yes", async |guard| {
+            if let Some((user, _, version, change)) = &reread
+                && !change.is_empty()
+            {
+                // Conditional on the spec read for the preview: a concurrent edit is a
+                // conflict (exit 4), never overwritten.
+                repo.put_cluster(user, version).await?;
+                repo.write_completed(user, groups).await?;
+                ctx.printer.status(&format!(
+                    "Stored the inventory's hosts in the spec of {name} ({} added, {} removed, \
+                     {} changed).",
+                    change.added.len(),
+                    change.removed.len(),
+                    change.changed.len()
+                ));
+            }
+            let (events, bars) = render_events(ctx, &targets);
+            // A signal cuts the hosts where they are: every step is safe to run again.
+            let result = ints
+                .or(ops::converge(
+                    store.clone(),
+                    cluster,
+                    &targets,
+                    guard,
+                    &options,
+                    &events,
+                ))
+                .await;
+            if let Some(bars) = bars {
+                // The final table says it all; finished spinners would only repeat it.
+                let _ = bars.clear();
+            }
+            match result {
+                Err(c) => anyhow::Ok(Err(c)),
+                // The provisioning error, if any, is the one worth reporting.
+                Ok(r) => Ok(Ok(r?)),
+            }
+        })
+        .await?;
+    let nodes = match nodes {
         Err(c) => {
-            released?;
             let what = format!(
                 "provisioning {} (a host step cut short is done again by the next run)",
                 super::update::plural(targets.len(), "host")
             );
             return Ok(super::commands::interrupted(ctx, name, c, &what, &resume));
         }
-        // The provisioning error, if any, is the one worth reporting.
-        Ok(r) => r?,
+        Ok(nodes) => nodes,
     };
-    released?;
     finish(ctx, cluster, &nodes, a).await
 }
 

@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use super::commands::Ctx;
-use super::commands::{LOCK_LEASE, catch_interrupts, interrupted};
+use super::commands::{catch_interrupts, interrupted};
 use super::{UpdateClusterArgs, exit};
 use crate::cloud::aws::launch::LaunchEvent;
 use crate::cloud::aws::wait::WaitEvent;
 use crate::cloud::engine::{self, RenderOptions};
 use crate::nodes::plan::NodePlan;
 use crate::ops::aws::{self as ops_aws, AwsApplied, AwsEvent, AwsEvents, AwsUpdateOptions};
+use crate::ops::session::Session;
 use crate::output::{Format, Printer};
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
 use crate::state::lock;
@@ -166,24 +167,27 @@ async fn aws(
     let name = cluster.name();
     let resume = format!("kprov update cluster {name} --yes");
     let ints = catch_interrupts(name, &resume);
-    let guard = lock::acquire(store.clone(), name, "update cluster --yes", LOCK_LEASE).await?;
     let in_flight = InFlight::default();
     // The first signal cuts the apply where it waits (SSH, Auto Scaling, a cloud call, a host
     // step): every part of it is safe to run again, which the next run does.
-    let result = ints
-        .or(aws_apply(
-            ctx, &store, cluster, groups, a, &guard, &in_flight,
-        ))
-        .await;
-    let released = guard.release().await;
-    let outcome = match result {
-        Err(c) => {
-            released?;
-            return Ok(interrupted(ctx, name, c, &in_flight.describe(), &resume));
-        }
-        Ok(r) => r?,
+    let session = Session::new(store.clone());
+    let outcome = session
+        .with_lock(name, "update cluster --yes", async |guard| {
+            match ints
+                .or(aws_apply(
+                    ctx, &store, cluster, groups, a, guard, &in_flight,
+                ))
+                .await
+            {
+                Err(c) => Ok(Err(c)),
+                Ok(r) => r.map(Ok),
+            }
+        })
+        .await?;
+    let outcome = match outcome {
+        Err(c) => return Ok(interrupted(ctx, name, c, &in_flight.describe(), &resume)),
+        Ok(o) => o,
     };
-    released?;
     match outcome {
         AwsApplied::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a).await,
         AwsApplied::NoInstances => {
