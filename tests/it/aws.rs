@@ -1135,7 +1135,7 @@ async fn bench_plan_smoke() {
 async fn bench_plan_table(zone: &str, sizes: &[usize]) {
     let sdk = moto().sdk_config().await;
     make_zone(&sdk, zone).await;
-    println!("\ninstance_groups requests operations wall_ms");
+    println!("\ninstance_groups requests operations waves wall_ms");
     for &n in sizes {
         let name = format!("n{n}.{zone}");
         let mut e = env(&name).await;
@@ -1160,6 +1160,12 @@ async fn bench_plan_table(zone: &str, sizes: &[usize]) {
         let start = std::time::Instant::now();
         let p = plan(&e, &c, &igs).await;
         let wall = start.elapsed();
+        let waves = e.rec.waves();
+        if std::env::var_os("KPROV_BENCH_WAVES").is_some() {
+            for (wave, op) in e.rec.wave_of_each() {
+                eprintln!("wave {wave}: {op}");
+            }
+        }
         let sent = e.rec.take();
         assert!(
             p.is_empty(),
@@ -1173,10 +1179,11 @@ async fn bench_plan_table(zone: &str, sizes: &[usize]) {
         }
         let distinct = ops.len();
         println!(
-            "{:>15} {:>8} {:>10} {:>7}",
+            "{:>15} {:>8} {:>10} {:>5} {:>7}",
             igs.len(),
             sent.len(),
             distinct,
+            waves,
             wall.as_millis()
         );
         delete_all(&e, &c, &igs).await;

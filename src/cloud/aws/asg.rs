@@ -11,9 +11,10 @@ use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 const TAG_ROLE: &str = "kprov.dev/role";
 
-pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
-    let groups: Vec<_> = c
-        .asg
+pub(super) async fn fetch(
+    c: &AwsCloud,
+) -> Result<Vec<aws_sdk_autoscaling::types::AutoScalingGroup>, CloudError> {
+    c.asg
         .describe_auto_scaling_groups()
         .filters(
             Filter::builder()
@@ -26,7 +27,14 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
         .send()
         .try_collect()
         .await
-        .ctx("DescribeAutoScalingGroups")?;
+        .ctx("DescribeAutoScalingGroups")
+}
+
+pub(super) fn assemble(
+    c: &AwsCloud,
+    groups: Vec<aws_sdk_autoscaling::types::AutoScalingGroup>,
+    rd: &mut Reader<'_>,
+) {
     for g in groups {
         let name = g.auto_scaling_group_name().unwrap_or_default();
         let tags = || {
@@ -82,7 +90,6 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
                 .field("role", Value::str(role)),
         );
     }
-    Ok(())
 }
 
 fn int(r: &Resource, f: &str) -> i32 {

@@ -77,7 +77,13 @@ async fn describe_tags(
         .ctx("DescribeTags (Classic)")
 }
 
-pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+/// The account's Classic load balancers and the tags of those the cluster's CCM made.
+pub(super) struct ClbRead {
+    lbs: Vec<aws_sdk_elasticloadbalancing::types::LoadBalancerDescription>,
+    owned: BTreeMap<String, Vec<(String, String)>>,
+}
+
+pub(super) async fn fetch(c: &AwsCloud) -> Result<ClbRead, CloudError> {
     let lbs: Vec<_> = c
         .clb
         .describe_load_balancers()
@@ -92,10 +98,16 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
         .filter_map(|l| l.load_balancer_name())
         .map(str::to_string)
         .collect();
-    if names.is_empty() {
-        return Ok(());
-    }
-    let owned = owned_tags(c, names).await?;
+    let owned = if names.is_empty() {
+        BTreeMap::new()
+    } else {
+        owned_tags(c, names).await?
+    };
+    Ok(ClbRead { lbs, owned })
+}
+
+pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
+    let ClbRead { lbs, owned } = read;
     for l in &lbs {
         let name = l.load_balancer_name().unwrap_or_default();
         let Some(tags) = owned.get(name) else {
@@ -123,7 +135,6 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
                 ),
         );
     }
-    Ok(())
 }
 
 pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {

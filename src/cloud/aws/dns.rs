@@ -83,15 +83,91 @@ async fn record_sets(c: &AwsCloud, zone: &str) -> Result<Vec<ResourceRecordSet>,
     }
 }
 
-pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
-    let Some(want) = rd.desired.iter().find(|r| r.id.kind == DNS_ZONE) else {
-        return Ok(());
+/// The cluster's zone as Route 53 has it: its ID, whether it is private, the VPCs a private
+/// zone is associated with, a public zone's delegation warning, and its record sets.
+pub(super) struct ZoneRead {
+    zid: String,
+    is_private: bool,
+    /// A private zone's associated VPC IDs.
+    vpcs: Vec<String>,
+    delegation: Option<String>,
+    sets: Vec<ResourceRecordSet>,
+}
+
+/// The zone first (its ID is in every later call), then the rest of it at once.
+pub(super) async fn fetch(
+    c: &AwsCloud,
+    desired: &[Resource],
+) -> Result<Option<ZoneRead>, CloudError> {
+    let Some(want) = desired.iter().find(|r| r.id.kind == DNS_ZONE) else {
+        return Ok(None);
     };
     let name = want.get_str("zoneName").unwrap_or_default().to_string();
     let private = want.get("private").and_then(Value::as_bool);
-    let Some((zid, is_private)) = find_zone(c, &name, private).await? else {
-        return Ok(());
+    // A public zone's parent (for the delegation check) is found beside the zone itself: the
+    // lookup needs only the name.
+    let parent = name
+        .trim_end_matches('.')
+        .split_once('.')
+        .map(|(_, p)| super::fqdn(p));
+    let parent_zone = async {
+        match &parent {
+            Some(p) if private != Some(true) => find_zone(c, p, Some(false)).await,
+            _ => Ok(None),
+        }
     };
+    let (zone, parent_zone) = tokio::try_join!(find_zone(c, &name, private), parent_zone)?;
+    let Some((zid, is_private)) = zone else {
+        return Ok(None);
+    };
+    let delegation = async {
+        match &parent {
+            Some(p) if !is_private => {
+                let pid = parent_zone.as_ref().map(|(id, _)| id.as_str());
+                check_delegation(c, &zid, &name, p, pid).await
+            }
+            _ => Ok(None),
+        }
+    };
+    let vpcs = async {
+        if !is_private {
+            return Ok(Vec::new());
+        }
+        let zone = c
+            .r53
+            .get_hosted_zone()
+            .id(&zid)
+            .send()
+            .await
+            .ctx("GetHostedZone")?;
+        Ok(zone
+            .vpcs()
+            .iter()
+            .filter_map(|v| v.vpc_id().map(str::to_string))
+            .collect())
+    };
+    let (delegation, vpcs, sets) = tokio::try_join!(delegation, vpcs, record_sets(c, &zid))?;
+    Ok(Some(ZoneRead {
+        zid,
+        is_private,
+        vpcs,
+        delegation,
+        sets,
+    }))
+}
+
+pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>) {
+    let (Some(want), Some(read)) = (rd.desired.iter().find(|r| r.id.kind == DNS_ZONE), read) else {
+        return;
+    };
+    let ZoneRead {
+        zid,
+        is_private,
+        vpcs,
+        delegation,
+        sets,
+    } = read;
+    let name = want.get_str("zoneName").unwrap_or_default().to_string();
     rd.push(
         Resource::new(DNS_ZONE, &want.id.name)
             .lifecycle(Lifecycle::ExistsAndValidates)
@@ -99,13 +175,12 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
             .field("zoneName", Value::str(&name))
             .field("private", Value::Bool(is_private)),
     );
-    if !is_private && let Some(w) = check_delegation(c, &zid, &name).await? {
+    if let Some(w) = delegation {
         rd.warnings.push(w);
     }
     if is_private {
-        read_association(c, rd, &zid).await?;
+        association(rd, &zid, &vpcs);
     }
-    let sets = record_sets(c, &zid).await?;
     for txt in sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
         let Some(id) = txt
             .resource_records()
@@ -174,32 +249,20 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
             ));
         }
     }
-    Ok(())
 }
 
 /// The private zone's association with the cluster's VPC. Only an association with a VPC kprov
 /// owns is owned: one with an adopted VPC is its owner's and is never removed.
-async fn read_association(c: &AwsCloud, rd: &mut Reader<'_>, zid: &str) -> Result<(), CloudError> {
+fn association(rd: &mut Reader<'_>, zid: &str, zone_vpcs: &[String]) {
     let Some(vpc) = rd
         .out
         .iter()
         .find(|r| r.id == ResourceId::new(VPC, "main"))
         .map(|r| (r.cloud_id.clone().unwrap_or_default(), r.lifecycle))
     else {
-        return Ok(());
+        return;
     };
-    let zone = c
-        .r53
-        .get_hosted_zone()
-        .id(zid)
-        .send()
-        .await
-        .ctx("GetHostedZone")?;
-    if zone
-        .vpcs()
-        .iter()
-        .any(|v| v.vpc_id() == Some(vpc.0.as_str()))
-    {
+    if zone_vpcs.contains(&vpc.0) {
         let vpc_ref = rd.r(&vpc.0);
         rd.push(
             Resource::new(DNS_ZONE_VPC, "main")
@@ -209,7 +272,6 @@ async fn read_association(c: &AwsCloud, rd: &mut Reader<'_>, zid: &str) -> Resul
                 .field("vpc", vpc_ref),
         );
     }
-    Ok(())
 }
 
 pub(super) async fn associate(
@@ -266,44 +328,49 @@ async fn check_delegation(
     c: &AwsCloud,
     zid: &str,
     name: &str,
+    parent: &str,
+    parent_id: Option<&str>,
 ) -> Result<Option<String>, CloudError> {
-    let zone = c
-        .r53
-        .get_hosted_zone()
-        .id(zid)
-        .send()
-        .await
-        .ctx("GetHostedZone")?;
+    let zone = async {
+        c.r53
+            .get_hosted_zone()
+            .id(zid)
+            .send()
+            .await
+            .ctx("GetHostedZone")
+    };
+    let parent_ns = async {
+        let Some(pid) = parent_id else {
+            return Ok(None);
+        };
+        c.r53
+            .list_resource_record_sets()
+            .hosted_zone_id(pid)
+            .start_record_name(name)
+            .start_record_type(RrType::Ns)
+            .max_items(1)
+            .send()
+            .await
+            .ctx("ListResourceRecordSets")
+            .map(Some)
+    };
+    let (zone, parent_ns) = tokio::try_join!(zone, parent_ns)?;
     let mut servers: Vec<String> = zone
         .delegation_set()
         .map(|d| d.name_servers().iter().map(|s| dns_key(s)).collect())
         .unwrap_or_default();
     servers.sort();
-    let Some((_, parent)) = name.trim_end_matches('.').split_once('.') else {
-        return Ok(None);
-    };
-    let parent = super::fqdn(parent);
     let unconfirmed = |why: &str| {
         Some(format!(
             "cannot confirm NS delegation of {name} ({why}); it must be delegated to {}",
             servers.join(", ")
         ))
     };
-    let Some((pid, _)) = find_zone(c, &parent, Some(false)).await? else {
+    let Some(out) = parent_ns else {
         return Ok(unconfirmed(&format!(
             "parent zone {parent} is not in this account"
         )));
     };
-    let out = c
-        .r53
-        .list_resource_record_sets()
-        .hosted_zone_id(&pid)
-        .start_record_name(name)
-        .start_record_type(RrType::Ns)
-        .max_items(1)
-        .send()
-        .await
-        .ctx("ListResourceRecordSets")?;
     let ns = out
         .resource_record_sets()
         .iter()

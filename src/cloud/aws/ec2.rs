@@ -200,32 +200,62 @@ pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Resu
             crate::output::escape(g.group)
         )
     };
-    let infos: Vec<_> = match c
-        .ec2
-        .describe_instance_types()
-        .set_instance_types(Some(types.iter().map(|t| InstanceType::from(*t)).collect()))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeInstanceTypes")
-    {
-        Ok(v) => v,
-        // EC2 names the unknown types in its message; the groups using them are named here.
-        Err(CloudError::Api { message, .. }) if message.contains("InvalidInstanceType") => {
-            let bad: Vec<String> = groups
-                .iter()
-                .filter(|g| message.contains(g.instance_type))
-                .map(|g| format!("{} {}", field(g, "machineType"), g.instance_type))
-                .collect();
-            return Err(CloudError::Spec(format!(
-                "{}: EC2 has no such instance type ({message}); nothing was changed",
-                bad.join(", ")
-            )));
+    // The types, the images and the offerings are independent: asked at once.
+    let infos = async {
+        match c
+            .ec2
+            .describe_instance_types()
+            .set_instance_types(Some(types.iter().map(|t| InstanceType::from(*t)).collect()))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeInstanceTypes")
+        {
+            Ok(v) => Ok(v),
+            // EC2 names the unknown types in its message; the groups using them are named here.
+            Err(CloudError::Api { message, .. }) if message.contains("InvalidInstanceType") => {
+                let bad: Vec<String> = groups
+                    .iter()
+                    .filter(|g| message.contains(g.instance_type))
+                    .map(|g| format!("{} {}", field(g, "machineType"), g.instance_type))
+                    .collect();
+                Err(CloudError::Spec(format!(
+                    "{}: EC2 has no such instance type ({message}); nothing was changed",
+                    bad.join(", ")
+                )))
+            }
+            Err(e) => Err(e),
         }
-        Err(e) => return Err(e),
     };
+    // By filter, not ImageIds: an image that does not exist is the apply's error to report.
+    let image_ids: BTreeSet<String> = groups.iter().map(|g| g.image.to_string()).collect();
+    let images = async {
+        c.ec2
+            .describe_images()
+            .filters(filter("image-id", image_ids))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeImages")
+    };
+    let offered = async {
+        c.ec2
+            .describe_instance_type_offerings()
+            .location_type(LocationType::AvailabilityZone)
+            .filters(filter("instance-type", types.iter().map(|t| t.to_string())))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeInstanceTypeOfferings")
+    };
+    let (infos, images, offered): (Vec<_>, Vec<_>, Vec<_>) =
+        tokio::try_join!(infos, images, offered)?;
     let archs: BTreeMap<&str, Vec<&str>> = infos
         .iter()
         .filter_map(|i| {
@@ -239,29 +269,7 @@ pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Resu
             ))
         })
         .collect();
-    // By filter, not ImageIds: an image that does not exist is the apply's error to report.
-    let image_ids: BTreeSet<String> = groups.iter().map(|g| g.image.to_string()).collect();
-    let images: Vec<_> = c
-        .ec2
-        .describe_images()
-        .filters(filter("image-id", image_ids))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeImages")?;
-    let offered: BTreeSet<(String, String)> = c
-        .ec2
-        .describe_instance_type_offerings()
-        .location_type(LocationType::AvailabilityZone)
-        .filters(filter("instance-type", types.iter().map(|t| t.to_string())))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeInstanceTypeOfferings")?
+    let offered: BTreeSet<(String, String)> = offered
         .into_iter()
         .filter_map(|o| {
             Some((
@@ -371,39 +379,44 @@ pub(super) async fn resolve_images(
 }
 
 /// Items of one EC2 Describe call: those tagged as the cluster's, plus the adopted ones of
-/// `kind` by ID (a filter, so a missing ID is no error here; the plan reports it). Also returns
-/// adopted cloud ID → logical ID.
+/// `kind` by ID (a filter, so a missing ID is no error here; the plan reports it), both asked
+/// at once. Also returns adopted cloud ID → logical ID.
 macro_rules! owned_and_adopted {
-    ($c:expr, $rd:expr, $describe:ident, $id_filter:literal, $kind:expr, $op:literal) => {{
-        let mut items: Vec<_> = $c
-            .ec2
-            .$describe()
-            .filters(owned($c))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx($op)?;
-        let adopted: BTreeMap<String, ResourceId> = $rd
-            .adopted($kind)
-            .filter_map(|r| Some((r.cloud_id.clone()?, r.id.clone())))
-            .collect();
-        if !adopted.is_empty() {
-            let more: Vec<_> = $c
-                .ec2
-                .$describe()
-                .filters(filter($id_filter, adopted.keys().cloned()))
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await
-                .ctx($op)?;
+    ($c:expr, $desired:expr, $describe:ident, $id_filter:literal, $kind:expr, $op:literal) => {
+        async {
+            let adopted: BTreeMap<String, ResourceId> = super::adopted_in($desired, $kind)
+                .filter_map(|r| Some((r.cloud_id.clone()?, r.id.clone())))
+                .collect();
+            let owned_items = async {
+                $c.ec2
+                    .$describe()
+                    .filters(owned($c))
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect()
+                    .await
+                    .ctx($op)
+            };
+            let adopted_items = async {
+                if adopted.is_empty() {
+                    return Ok(Vec::new());
+                }
+                $c.ec2
+                    .$describe()
+                    .filters(filter($id_filter, adopted.keys().cloned()))
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect()
+                    .await
+                    .ctx($op)
+            };
+            let (mut items, more) = tokio::try_join!(owned_items, adopted_items)?;
             items.extend(more);
+            Ok::<_, CloudError>((items, adopted))
         }
-        (items, adopted)
-    }};
+    };
 }
 
 /// The logical ID and lifecycle of a read item: adopted, owned, or (None) someone else's.
@@ -424,9 +437,163 @@ fn classify(
     }
 }
 
-pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
-    let (vpcs, adopted_vpcs) =
-        owned_and_adopted!(c, rd, describe_vpcs, "vpc-id", VPC, "DescribeVpcs");
+/// What the network read gets from EC2, before any of it becomes a resource.
+pub(super) struct NetworkRead {
+    vpcs: Vec<aws_sdk_ec2::types::Vpc>,
+    adopted_vpcs: BTreeMap<String, ResourceId>,
+    /// (dnsSupport, dnsHostnames) of each owned VPC.
+    vpc_dns: BTreeMap<String, (bool, bool)>,
+    subnets: Vec<aws_sdk_ec2::types::Subnet>,
+    adopted_subnets: BTreeMap<String, ResourceId>,
+    igws: Vec<aws_sdk_ec2::types::InternetGateway>,
+    /// The adopted VPC's gateway (found by its attachment) and its logical ID.
+    adopted_igw: Option<(String, ResourceId)>,
+    eips: Vec<aws_sdk_ec2::types::Address>,
+    nats: Vec<aws_sdk_ec2::types::NatGateway>,
+    tables: Vec<aws_sdk_ec2::types::RouteTable>,
+}
+
+/// Every network read at once; the DNS attributes of the owned VPCs follow their VPCs (the
+/// only reads that need an answer first).
+pub(super) async fn fetch_network(
+    c: &AwsCloud,
+    desired: &[Resource],
+) -> Result<NetworkRead, CloudError> {
+    // DescribeVpcAttribute answers one attribute per call: both, for every owned VPC, as soon
+    // as the VPCs are known.
+    let vpcs = async {
+        let (vpcs, adopted) =
+            owned_and_adopted!(c, desired, describe_vpcs, "vpc-id", VPC, "DescribeVpcs").await?;
+        let owned_vpcs: Vec<String> = vpcs
+            .iter()
+            .filter_map(|v| {
+                let vid = v.vpc_id()?;
+                let (_, lc) = classify(c, &adopted, VPC, vid, v.tags())?;
+                (lc != Lifecycle::ExistsAndValidates).then(|| vid.to_string())
+            })
+            .collect();
+        let dns = futures::future::try_join_all(owned_vpcs.into_iter().map(|vid| async move {
+            let (support, hostnames) = tokio::try_join!(
+                vpc_attribute(c, &vid, VpcAttributeName::EnableDnsSupport),
+                vpc_attribute(c, &vid, VpcAttributeName::EnableDnsHostnames),
+            )?;
+            Ok::<_, CloudError>((vid, (support, hostnames)))
+        }))
+        .await?;
+        Ok::<_, CloudError>((vpcs, adopted, dns.into_iter().collect()))
+    };
+    let subnets = owned_and_adopted!(
+        c,
+        desired,
+        describe_subnets,
+        "subnet-id",
+        SUBNET,
+        "DescribeSubnets"
+    );
+    let igws = async {
+        c.ec2
+            .describe_internet_gateways()
+            .filters(owned(c))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeInternetGateways")
+    };
+    // An adopted VPC's gateway is found by its attachment.
+    let adopted_igw = async {
+        let adopt_igw = super::adopted_in(desired, INTERNET_GATEWAY)
+            .next()
+            .map(|r| r.id.clone());
+        let adopted_vpc = super::adopted_in(desired, VPC).find_map(|r| r.cloud_id.clone());
+        let (Some(igw_id), Some(vpc_cid)) = (adopt_igw, adopted_vpc) else {
+            return Ok(None);
+        };
+        let more: Vec<_> = c
+            .ec2
+            .describe_internet_gateways()
+            .filters(filter("attachment.vpc-id", [vpc_cid]))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeInternetGateways")?;
+        Ok::<_, CloudError>(more.into_iter().next().map(|g| (g, igw_id)))
+    };
+    let eips = async {
+        c.ec2
+            .describe_addresses()
+            .filters(owned(c))
+            .send()
+            .await
+            .ctx("DescribeAddresses")
+    };
+    let nats = async {
+        c.ec2
+            .describe_nat_gateways()
+            .filter(owned(c))
+            .filter(filter("state", ["pending".into(), "available".into()]))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeNatGateways")
+    };
+    let tables = async {
+        c.ec2
+            .describe_route_tables()
+            .filters(owned(c))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeRouteTables")
+    };
+    let (
+        (vpcs, adopted_vpcs, vpc_dns),
+        (subnets, adopted_subnets),
+        mut igws,
+        adopted_igw,
+        eips,
+        nats,
+        tables,
+    ) = tokio::try_join!(vpcs, subnets, igws, adopted_igw, eips, nats, tables)?;
+    let adopted_igw = adopted_igw.map(|(g, id)| {
+        let gid = g.internet_gateway_id().unwrap_or_default().to_string();
+        igws.push(g);
+        (gid, id)
+    });
+    Ok(NetworkRead {
+        vpcs,
+        adopted_vpcs,
+        vpc_dns,
+        subnets,
+        adopted_subnets,
+        igws,
+        adopted_igw,
+        eips: eips.addresses().to_vec(),
+        nats,
+        tables,
+    })
+}
+
+pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<'_>) {
+    let NetworkRead {
+        vpcs,
+        adopted_vpcs,
+        vpc_dns,
+        subnets,
+        adopted_subnets,
+        igws,
+        adopted_igw,
+        eips,
+        nats,
+        tables,
+    } = read;
     for v in vpcs {
         let vid = v.vpc_id().unwrap_or_default();
         let Some((id, lc)) = classify(c, &adopted_vpcs, VPC, vid, v.tags()) else {
@@ -436,25 +603,14 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
             .lifecycle(lc)
             .cloud_id(vid)
             .field("cidr", Value::str(v.cidr_block().unwrap_or_default()));
-        if lc != Lifecycle::ExistsAndValidates {
-            for (field, attr) in [
-                ("dnsSupport", VpcAttributeName::EnableDnsSupport),
-                ("dnsHostnames", VpcAttributeName::EnableDnsHostnames),
-            ] {
-                vpc = vpc.field(field, Value::Bool(vpc_attribute(c, vid, attr).await?));
-            }
+        if let Some((support, hostnames)) = vpc_dns.get(vid) {
+            vpc = vpc
+                .field("dnsSupport", Value::Bool(*support))
+                .field("dnsHostnames", Value::Bool(*hostnames));
         }
         rd.push(vpc);
     }
 
-    let (subnets, adopted_subnets) = owned_and_adopted!(
-        c,
-        rd,
-        describe_subnets,
-        "subnet-id",
-        SUBNET,
-        "DescribeSubnets"
-    );
     for s in subnets {
         let sid = s.subnet_id().unwrap_or_default();
         let Some((id, lc)) = classify(c, &adopted_subnets, SUBNET, sid, s.tags()) else {
@@ -478,38 +634,6 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         );
     }
 
-    let mut igws: Vec<_> = c
-        .ec2
-        .describe_internet_gateways()
-        .filters(owned(c))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeInternetGateways")?;
-    // An adopted VPC's gateway is found by its attachment.
-    let adopt_igw = rd.adopted(INTERNET_GATEWAY).next().map(|r| r.id.clone());
-    let mut adopted_igw = None;
-    if let (Some(igw_id), Some(vpc_cid)) = (adopt_igw, adopted_vpcs.keys().next()) {
-        let more: Vec<_> = c
-            .ec2
-            .describe_internet_gateways()
-            .filters(filter("attachment.vpc-id", [vpc_cid.clone()]))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeInternetGateways")?;
-        if let Some(g) = more.into_iter().next() {
-            adopted_igw = Some((
-                g.internet_gateway_id().unwrap_or_default().to_string(),
-                igw_id,
-            ));
-            igws.push(g);
-        }
-    }
     for g in igws {
         let gid = g.internet_gateway_id().unwrap_or_default();
         let (id, lc) = match &adopted_igw {
@@ -529,15 +653,7 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         rd.push(r);
     }
 
-    let eips = c
-        .ec2
-        .describe_addresses()
-        .filters(owned(c))
-        .send()
-        .await
-        .ctx("DescribeAddresses")?;
     for a in eips
-        .addresses()
         .iter()
         .filter(|a| owned_by(&c.cluster, tag_pairs(a.tags())))
     {
@@ -549,17 +665,6 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         ));
     }
 
-    let nats: Vec<_> = c
-        .ec2
-        .describe_nat_gateways()
-        .filter(owned(c))
-        .filter(filter("state", ["pending".into(), "available".into()]))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeNatGateways")?;
     for n in nats
         .iter()
         .filter(|n| owned_by(&c.cluster, tag_pairs(n.tags())))
@@ -581,16 +686,6 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
         );
     }
 
-    let tables: Vec<_> = c
-        .ec2
-        .describe_route_tables()
-        .filters(owned(c))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeRouteTables")?;
     for t in tables
         .iter()
         .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
@@ -633,7 +728,6 @@ pub(super) async fn read_network(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<()
                 ),
         );
     }
-    Ok(())
 }
 
 fn ports(p: &IpPermission) -> String {
@@ -658,12 +752,10 @@ fn kprov_group(source: &Value) -> bool {
     matches!(source, Value::Ref(id) if id.kind == SECURITY_GROUP && !id.name.starts_with(UNTRACKED))
 }
 
-pub(super) async fn read_security_groups(
+pub(super) async fn fetch_security_groups(
     c: &AwsCloud,
-    rd: &mut Reader<'_>,
-) -> Result<(), CloudError> {
-    let groups: Vec<_> = c
-        .ec2
+) -> Result<Vec<aws_sdk_ec2::types::SecurityGroup>, CloudError> {
+    c.ec2
         .describe_security_groups()
         .filters(owned(c))
         .into_paginator()
@@ -671,7 +763,14 @@ pub(super) async fn read_security_groups(
         .send()
         .try_collect()
         .await
-        .ctx("DescribeSecurityGroups")?;
+        .ctx("DescribeSecurityGroups")
+}
+
+pub(super) fn assemble_security_groups(
+    c: &AwsCloud,
+    groups: Vec<aws_sdk_ec2::types::SecurityGroup>,
+    rd: &mut Reader<'_>,
+) {
     let mut ids = Vec::new();
     let groups: Vec<_> = groups
         .into_iter()
@@ -725,19 +824,27 @@ pub(super) async fn read_security_groups(
                 .field("ingress", Value::set(rules)),
         );
     }
-    Ok(())
 }
 
-pub(super) async fn read_key_pairs(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
-    let keys = c
+pub(super) async fn fetch_key_pairs(
+    c: &AwsCloud,
+) -> Result<Vec<aws_sdk_ec2::types::KeyPairInfo>, CloudError> {
+    let out = c
         .ec2
         .describe_key_pairs()
         .filters(owned(c))
         .send()
         .await
         .ctx("DescribeKeyPairs")?;
+    Ok(out.key_pairs().to_vec())
+}
+
+pub(super) fn assemble_key_pairs(
+    c: &AwsCloud,
+    keys: Vec<aws_sdk_ec2::types::KeyPairInfo>,
+    rd: &mut Reader<'_>,
+) {
     for k in keys
-        .key_pairs()
         .iter()
         .filter(|k| owned_by(&c.cluster, tag_pairs(k.tags())))
     {
@@ -754,28 +861,53 @@ pub(super) async fn read_key_pairs(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<
                 .field("publicKeySha256", Value::str(hash)),
         );
     }
-    Ok(())
 }
 
-pub(super) async fn read_launch_templates(
-    c: &AwsCloud,
-    rd: &mut Reader<'_>,
-) -> Result<(), CloudError> {
-    let templates: Vec<_> = c
-        .ec2
-        .describe_launch_templates()
-        .filters(owned(c))
-        // AWS's largest page; moto returns only the first page (15 by default) and no token.
-        .max_results(200)
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeLaunchTemplates")?;
-    if templates.is_empty() {
-        return Ok(());
-    }
+/// The cluster's launch templates and the latest version of every template (one call for
+/// all, not one per instance group), asked at once.
+pub(super) struct TemplatesRead {
+    templates: Vec<aws_sdk_ec2::types::LaunchTemplate>,
+    versions: Vec<aws_sdk_ec2::types::LaunchTemplateVersion>,
+}
+
+pub(super) async fn fetch_launch_templates(c: &AwsCloud) -> Result<TemplatesRead, CloudError> {
+    let templates = async {
+        c.ec2
+            .describe_launch_templates()
+            .filters(owned(c))
+            // AWS's largest page; moto returns only the first page (15 by default) and no token.
+            .max_results(200)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeLaunchTemplates")
+    };
+    let versions = async {
+        c.ec2
+            .describe_launch_template_versions()
+            .versions("$Latest")
+            .max_results(200)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeLaunchTemplateVersions")
+    };
+    let (templates, versions) = tokio::try_join!(templates, versions)?;
+    Ok(TemplatesRead {
+        templates,
+        versions,
+    })
+}
+
+pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &mut Reader<'_>) {
+    let TemplatesRead {
+        templates,
+        versions,
+    } = read;
     let owned_ids: BTreeMap<&str, ResourceId> = templates
         .iter()
         .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
@@ -784,18 +916,6 @@ pub(super) async fn read_launch_templates(
             Some((tid, id_from_tags(LAUNCH_TEMPLATE, tid, tag_pairs(t.tags()))))
         })
         .collect();
-    // One call for the latest version of every template (not one per instance group).
-    let versions: Vec<_> = c
-        .ec2
-        .describe_launch_template_versions()
-        .versions("$Latest")
-        .max_results(200)
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeLaunchTemplateVersions")?;
     for v in versions {
         let Some(tid) = v.launch_template_id() else {
             continue;
@@ -869,7 +989,6 @@ pub(super) async fn read_launch_templates(
                 .field("latestVersion", Value::Int(v.version_number().unwrap_or(0))),
         );
     }
-    Ok(())
 }
 
 /// `[proto, ports, source]` → one IpPermission.

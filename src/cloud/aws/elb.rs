@@ -47,25 +47,40 @@ async fn owned_tags(
     Ok(out)
 }
 
-pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
-    let lbs: Vec<_> = c
-        .elb
-        .describe_load_balancers()
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeLoadBalancers")?;
-    let tgs: Vec<_> = c
-        .elb
-        .describe_target_groups()
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeTargetGroups")?;
+/// The account's load balancers and target groups with the tags of the cluster's own, and,
+/// for those, the target groups' attributes and the load balancers' listeners.
+pub(super) struct ElbRead {
+    lbs: Vec<aws_sdk_elasticloadbalancingv2::types::LoadBalancer>,
+    tgs: Vec<aws_sdk_elasticloadbalancingv2::types::TargetGroup>,
+    owned: BTreeMap<String, Vec<(String, String)>>,
+    attrs: BTreeMap<String, BTreeMap<String, String>>,
+    listeners: BTreeMap<String, Vec<aws_sdk_elasticloadbalancingv2::types::Listener>>,
+}
+
+/// Three waves: load balancers and target groups; their tags (which are the cluster's);
+/// the attributes and listeners of the cluster's own, all at once.
+pub(super) async fn fetch(c: &AwsCloud) -> Result<ElbRead, CloudError> {
+    let lbs = async {
+        c.elb
+            .describe_load_balancers()
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeLoadBalancers")
+    };
+    let tgs = async {
+        c.elb
+            .describe_target_groups()
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeTargetGroups")
+    };
+    let (lbs, tgs): (Vec<_>, Vec<_>) = tokio::try_join!(lbs, tgs)?;
     let arns: Vec<String> = lbs
         .iter()
         .filter_map(|l| l.load_balancer_arn())
@@ -77,6 +92,49 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
     } else {
         owned_tags(c, arns).await?
     };
+    let owned_tgs = tgs
+        .iter()
+        .filter_map(|t| t.target_group_arn())
+        .filter(|a| owned.contains_key(*a));
+    let attrs = futures::future::try_join_all(owned_tgs.map(|arn| async move {
+        Ok::<_, CloudError>((arn.to_string(), target_group_attributes(c, arn).await?))
+    }));
+    // One DescribeListeners per owned load balancer: a cluster has one or two.
+    let owned_lbs = lbs
+        .iter()
+        .filter_map(|l| l.load_balancer_arn())
+        .filter(|a| owned.contains_key(*a));
+    let listeners = futures::future::try_join_all(owned_lbs.map(|arn| async move {
+        let ls: Vec<_> = c
+            .elb
+            .describe_listeners()
+            .load_balancer_arn(arn)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("DescribeListeners")?;
+        Ok::<_, CloudError>((arn.to_string(), ls))
+    }));
+    let (attrs, listeners) = tokio::try_join!(attrs, listeners)?;
+    Ok(ElbRead {
+        attrs: attrs.into_iter().collect(),
+        listeners: listeners.into_iter().collect(),
+        lbs,
+        tgs,
+        owned,
+    })
+}
+
+pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
+    let ElbRead {
+        lbs,
+        tgs,
+        owned,
+        attrs,
+        listeners,
+    } = read;
     let pairs = |arn: &str| {
         owned.get(arn).map(|t| {
             t.iter()
@@ -90,7 +148,8 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
         let Some(tags) = pairs(arn) else { continue };
         let id = id_from_tags(TARGET_GROUP, arn, tags.into_iter());
         let vpc = rd.r(t.vpc_id().unwrap_or_default());
-        let attrs = target_group_attributes(c, arn).await?;
+        let none = BTreeMap::new();
+        let attrs = attrs.get(arn).unwrap_or(&none);
         // Absent means AWS's defaults: client IPs preserved (instance targets), 300 s.
         let preserve = attrs
             .get(PRESERVE_CLIENT_IP)
@@ -156,19 +215,8 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
         );
         owned_lbs.push((arn.to_string(), id));
     }
-    // One DescribeListeners per owned load balancer: a cluster has one.
     for (arn, lb_id) in owned_lbs {
-        let ls: Vec<_> = c
-            .elb
-            .describe_listeners()
-            .load_balancer_arn(&arn)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeListeners")?;
-        for l in ls {
+        for l in listeners.get(&arn).into_iter().flatten() {
             let port = l.port().unwrap_or(0);
             // A load balancer's own listener is named after it (api: 6443, bastion: 22).
             let own = if lb_id.name == "bastion" {
@@ -199,7 +247,6 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
             );
         }
     }
-    Ok(())
 }
 
 const PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";

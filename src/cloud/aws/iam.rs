@@ -38,19 +38,78 @@ fn key<'a>(c: &AwsCloud, name: &'a str) -> &'a str {
         .unwrap_or(name)
 }
 
-pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudError> {
+/// The cluster's roles (each with its inline policies) and instance profiles.
+pub(super) struct IamRead {
+    /// Each role with its inline policies: (policy name, document).
+    roles: Vec<(aws_sdk_iam::types::Role, Vec<(String, String)>)>,
+    profiles: Vec<aws_sdk_iam::types::InstanceProfile>,
+}
+
+/// Roles and profiles at once; then every role's policy names at once; then every policy at
+/// once. A role per instance-group role (at most three): these reads do not grow with the
+/// number of instance groups.
+pub(super) async fn fetch(c: &AwsCloud) -> Result<IamRead, CloudError> {
     let prefix = path(c);
-    let roles: Vec<_> = c
-        .iam
-        .list_roles()
-        .path_prefix(&prefix)
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("ListRoles")?;
-    for role in roles.iter().filter(|r| r.path() == prefix) {
+    let roles = async {
+        c.iam
+            .list_roles()
+            .path_prefix(&prefix)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("ListRoles")
+    };
+    let profiles = async {
+        c.iam
+            .list_instance_profiles()
+            .path_prefix(&prefix)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("ListInstanceProfiles")
+    };
+    let (roles, profiles): (Vec<_>, Vec<_>) = tokio::try_join!(roles, profiles)?;
+    let roles: Vec<_> = roles.into_iter().filter(|r| r.path() == prefix).collect();
+    let profiles = profiles
+        .into_iter()
+        .filter(|p| p.path() == prefix)
+        .collect();
+    let roles = futures::future::try_join_all(roles.into_iter().map(|role| async move {
+        let name = role.role_name();
+        let names: Vec<String> = c
+            .iam
+            .list_role_policies()
+            .role_name(name)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx("ListRolePolicies")?;
+        let docs = futures::future::try_join_all(names.into_iter().map(|p| async move {
+            let doc = c
+                .iam
+                .get_role_policy()
+                .role_name(name)
+                .policy_name(&p)
+                .send()
+                .await
+                .ctx("GetRolePolicy")?;
+            Ok::<_, CloudError>((p, doc.policy_document().to_string()))
+        }))
+        .await?;
+        Ok::<_, CloudError>((role, docs))
+    }))
+    .await?;
+    Ok(IamRead { roles, profiles })
+}
+
+pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
+    for (role, policies) in &read.roles {
         let name = role.role_name();
         let k = key(c, name);
         rd.push(
@@ -64,28 +123,8 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
                     )),
                 ),
         );
-        // One role per instance-group role (at most three): these reads do not grow with
-        // the number of instance groups.
-        let names: Vec<_> = c
-            .iam
-            .list_role_policies()
-            .role_name(name)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("ListRolePolicies")?;
-        for p in names {
-            let doc = c
-                .iam
-                .get_role_policy()
-                .role_name(name)
-                .policy_name(&p)
-                .send()
-                .await
-                .ctx("GetRolePolicy")?;
-            let rname = if p == format!("kprov-{k}") {
+        for (p, doc) in policies {
+            let rname = if *p == format!("kprov-{k}") {
                 k.to_string()
             } else {
                 format!("{k}-{p}")
@@ -95,22 +134,12 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
                 Resource::new(IAM_ROLE_POLICY, rname)
                     .cloud_id(format!("{name}:{p}"))
                     .field("role", role_ref)
-                    .field("policyName", Value::str(&p))
-                    .field("document", Value::Doc(normalize(doc.policy_document()))),
+                    .field("policyName", Value::str(p))
+                    .field("document", Value::Doc(normalize(doc))),
             );
         }
     }
-    let profiles: Vec<_> = c
-        .iam
-        .list_instance_profiles()
-        .path_prefix(&prefix)
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("ListInstanceProfiles")?;
-    for p in profiles.iter().filter(|p| p.path() == prefix) {
+    for p in &read.profiles {
         let name = p.instance_profile_name();
         let mut r = Resource::new(INSTANCE_PROFILE, key(c, name))
             .cloud_id(name)
@@ -120,7 +149,6 @@ pub(super) async fn read(c: &AwsCloud, rd: &mut Reader<'_>) -> Result<(), CloudE
         }
         rd.push(r);
     }
-    Ok(())
 }
 
 fn tags(c: &AwsCloud, want: &Resource) -> Vec<aws_sdk_iam::types::Tag> {

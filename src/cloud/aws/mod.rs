@@ -219,11 +219,22 @@ impl AwsCloud {
         cluster: &Cluster,
         igs: &[InstanceGroup],
     ) -> Result<(Plan, ImagePins), CloudError> {
-        // Apply plans first too, so a zone EC2 does not have is refused before any write.
-        ec2::check_zones(self, cluster).await?;
-        let (desired, images, notes) = self.desired_and_images(cluster, igs).await?;
-        ec2::check_launchable(self, &desired).await?;
-        let mut actual = self.read(cluster.name(), &desired).await?;
+        // Apply plans first too, so a zone EC2 does not have or a type that cannot launch is
+        // refused before any write. The read needs of the desired model only what the spec
+        // says (adopted IDs, group bounds, the zone), not the images, so it runs beside the
+        // image lookup with names standing in for image IDs, as in `plan_delete`: the whole
+        // preview is as deep as its deepest read, not the sum of its checks.
+        let checked = async {
+            let (_, found) = tokio::try_join!(
+                ec2::check_zones(self, cluster),
+                self.desired_and_images(cluster, igs)
+            )?;
+            ec2::check_launchable(self, &found.0).await?;
+            Ok::<_, CloudError>(found)
+        };
+        let stand_in = desired(cluster, igs, &image_names(igs), &self.host_keys)?;
+        let ((desired, images, notes), mut actual) =
+            tokio::try_join!(checked, self.read(cluster.name(), &stand_in))?;
         // What carries the cluster's tag without a kprov identity was made for the cluster by
         // someone else, mostly the cloud-controller-manager (Services' load balancers, target
         // groups, security groups): not kprov's to change or `--prune`. `delete cluster`
@@ -246,12 +257,7 @@ impl AwsCloud {
     ) -> Result<Plan, CloudError> {
         // Deleting must not depend on images still being published: only the adopted anchors
         // (VPC, zone) of the desired model are used, so image names stand in for their IDs.
-        let images: BTreeMap<String, String> = igs
-            .iter()
-            .filter_map(|ig| ig.spec.image.clone())
-            .map(|i| (i.clone(), i))
-            .collect();
-        let desired = desired(cluster, igs, &images, &self.host_keys)?;
+        let desired = desired(cluster, igs, &image_names(igs), &self.host_keys)?;
         let mut plan = engine::plan_delete(self, cluster.name(), desired).await?;
         let foreign: Vec<String> = plan
             .changes
@@ -351,6 +357,15 @@ fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
 
 /// Collects actual resources and the cloud ID → logical ID map that turns the cloud's
 /// references back into `Value::Ref`s.
+/// Every instance group's image name standing for its own ID: for the uses of the desired
+/// model that never look at an image (the read, the delete).
+fn image_names(igs: &[InstanceGroup]) -> BTreeMap<String, String> {
+    igs.iter()
+        .filter_map(|ig| ig.spec.image.clone())
+        .map(|i| (i.clone(), i))
+        .collect()
+}
+
 pub(crate) struct Reader<'a> {
     pub desired: &'a [Resource],
     pub refs: HashMap<String, ResourceId>,
@@ -375,14 +390,17 @@ impl Reader<'_> {
             None => Value::str(cid),
         }
     }
+}
 
-    /// Desired resources of `kind` that are adopted by cloud ID.
-    pub fn adopted(&self, kind: &str) -> impl Iterator<Item = &Resource> + '_ {
-        let kind = kind.to_string();
-        self.desired
-            .iter()
-            .filter(move |r| r.id.kind == kind && r.lifecycle == Lifecycle::ExistsAndValidates)
-    }
+/// Desired resources of `kind` that are adopted by cloud ID.
+pub(crate) fn adopted_in<'a>(
+    desired: &'a [Resource],
+    kind: &str,
+) -> impl Iterator<Item = &'a Resource> + 'a {
+    let kind = kind.to_string();
+    desired
+        .iter()
+        .filter(move |r| r.id.kind == kind && r.lifecycle == Lifecycle::ExistsAndValidates)
 }
 
 /// The logical ID of an owned resource from its tags; one that lost its `kprov.dev/id` tag is
@@ -712,6 +730,20 @@ impl Provider for AwsCloud {
                 self.cluster
             )));
         }
+        // Every kind is asked at once (independent reads; the SDK's retries honour
+        // throttling), so a preview takes as many dependent waves as the deepest kind (three:
+        // a list, its owners' tags or names, their details), however many groups there are.
+        let (network, groups, keys, iam, templates, elb, clb, asgs, zone) = tokio::try_join!(
+            ec2::fetch_network(self, desired),
+            ec2::fetch_security_groups(self),
+            ec2::fetch_key_pairs(self),
+            iam::fetch(self),
+            ec2::fetch_launch_templates(self),
+            elb::fetch(self),
+            clb::fetch(self),
+            asg::fetch(self),
+            dns::fetch(self, desired),
+        )?;
         let mut rd = Reader {
             desired,
             refs: HashMap::new(),
@@ -719,16 +751,16 @@ impl Provider for AwsCloud {
             warnings: Vec::new(),
             conflicts: Vec::new(),
         };
-        // Order matters: each reader turns cloud IDs of the kinds read before it into refs.
-        ec2::read_network(self, &mut rd).await?;
-        ec2::read_security_groups(self, &mut rd).await?;
-        ec2::read_key_pairs(self, &mut rd).await?;
-        iam::read(self, &mut rd).await?;
-        ec2::read_launch_templates(self, &mut rd).await?;
-        elb::read(self, &mut rd).await?;
-        clb::read(self, &mut rd).await?;
-        asg::read(self, &mut rd).await?;
-        dns::read(self, &mut rd).await?;
+        // Order matters: each kind turns the cloud IDs of the kinds before it into refs.
+        ec2::assemble_network(self, network, &mut rd);
+        ec2::assemble_security_groups(self, groups, &mut rd);
+        ec2::assemble_key_pairs(self, keys, &mut rd);
+        iam::assemble(self, iam, &mut rd);
+        ec2::assemble_launch_templates(self, templates, &mut rd);
+        elb::assemble(elb, &mut rd);
+        clb::assemble(clb, &mut rd);
+        asg::assemble(self, asgs, &mut rd);
+        dns::assemble(self, zone, &mut rd);
         Ok(Actual {
             resources: rd.out,
             warnings: rd.warnings,

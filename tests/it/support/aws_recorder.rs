@@ -1,18 +1,24 @@
-//! An SDK interceptor that records the name of every operation the AWS clients send and can
-//! refuse writes after the k-th one (to interrupt an apply at an exact point).
+//! An SDK interceptor that records the name of every operation the AWS clients send (and when
+//! each started and ended, for the dependent-wave count of `scripts/bench-plan`) and can refuse
+//! writes after the k-th one (to interrupt an apply at an exact point).
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeSerializationInterceptorContextRef, FinalizerInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::interceptors::{Intercept, SharedInterceptor};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 
 #[derive(Debug, Default)]
 struct State {
     ops: Vec<String>,
+    /// (start, end) of each operation in `ops`, same index; end is None while in flight.
+    spans: Vec<(Instant, Option<Instant>)>,
     writes: usize,
     write_limit: Option<usize>,
 }
@@ -35,7 +41,44 @@ impl Recorder {
 
     /// `service:Operation` names sent since the last `take`.
     pub fn take(&self) -> Vec<String> {
-        std::mem::take(&mut self.state.lock().unwrap().ops)
+        let mut s = self.state.lock().unwrap();
+        s.spans.clear();
+        std::mem::take(&mut s.ops)
+    }
+
+    /// The number of dependent waves among the operations sent since the last `take`: an
+    /// operation is one wave deeper than the deepest one that had ENDED before it started (it
+    /// could have waited for it); operations sent together share a wave. A run that sends its
+    /// requests one after another has as many waves as requests.
+    pub fn waves(&self) -> usize {
+        self.wave_of_each()
+            .into_iter()
+            .map(|(d, _)| d)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Each operation sent since the last `take` with its wave (see [`Self::waves`]), in the
+    /// order they were sent.
+    pub fn wave_of_each(&self) -> Vec<(usize, String)> {
+        let s = self.state.lock().unwrap();
+        let mut order: Vec<usize> = (0..s.spans.len()).collect();
+        order.sort_by_key(|&i| s.spans[i].0);
+        let mut depth = vec![0usize; s.spans.len()];
+        for (k, &i) in order.iter().enumerate() {
+            let start = s.spans[i].0;
+            let before = order[..k]
+                .iter()
+                .filter(|&&j| s.spans[j].1.is_some_and(|end| end <= start))
+                .map(|&j| depth[j])
+                .max()
+                .unwrap_or(0);
+            depth[i] = before + 1;
+        }
+        order
+            .into_iter()
+            .map(|i| (depth[i], s.ops[i].clone()))
+            .collect()
     }
 
     /// Writes after the first `k` fail before they are sent (`None` lifts the limit).
@@ -74,7 +117,33 @@ impl Intercept for Recorder {
             }
             s.writes += 1;
         }
+        cfg.interceptor_state().store_put(Sent(s.ops.len()));
         s.ops.push(op);
+        s.spans.push((Instant::now(), None));
         Ok(())
     }
+
+    fn read_after_execution(
+        &self,
+        _ctx: &FinalizerInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(Sent(i)) = cfg.load::<Sent>() {
+            let mut s = self.state.lock().unwrap();
+            // A `take` between start and end leaves nothing to close.
+            if let Some(span) = s.spans.get_mut(*i) {
+                span.1 = Some(Instant::now());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The index of an operation in the recorder's list, kept in its request's config bag.
+#[derive(Debug, Clone)]
+struct Sent(usize);
+
+impl Storable for Sent {
+    type Storer = StoreReplace<Self>;
 }
