@@ -1122,7 +1122,11 @@ async fn interrupt_everywhere(zone: &str, private: bool, step: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: scripts/bench-plan runs it"]
 async fn bench_plan() {
-    bench_plan_table("bench.example.com", &[1, 10, 50]).await;
+    let sizes: Vec<usize> = std::env::var("KPROV_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 10, 50]);
+    bench_plan_table("bench.example.com", &sizes).await;
 }
 
 /// The benchmark's smoke mode, in every `cargo test`: small sizes, no timing assertion, so a
@@ -1162,8 +1166,8 @@ async fn bench_plan_table(zone: &str, sizes: &[usize]) {
         let wall = start.elapsed();
         let waves = e.rec.waves();
         if std::env::var_os("KPROV_BENCH_WAVES").is_some() {
-            for (wave, op) in e.rec.wave_of_each() {
-                eprintln!("wave {wave}: {op}");
+            for (wave, op, took) in e.rec.wave_of_each() {
+                eprintln!("wave {wave}: {op} {took:?}");
             }
         }
         let sent = e.rec.take();

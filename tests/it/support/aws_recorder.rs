@@ -53,14 +53,14 @@ impl Recorder {
     pub fn waves(&self) -> usize {
         self.wave_of_each()
             .into_iter()
-            .map(|(d, _)| d)
+            .map(|(d, ..)| d)
             .max()
             .unwrap_or(0)
     }
 
     /// Each operation sent since the last `take` with its wave (see [`Self::waves`]), in the
     /// order they were sent.
-    pub fn wave_of_each(&self) -> Vec<(usize, String)> {
+    pub fn wave_of_each(&self) -> Vec<(usize, String, Option<std::time::Duration>)> {
         let s = self.state.lock().unwrap();
         let mut order: Vec<usize> = (0..s.spans.len()).collect();
         order.sort_by_key(|&i| s.spans[i].0);
@@ -77,7 +77,10 @@ impl Recorder {
         }
         order
             .into_iter()
-            .map(|i| (depth[i], s.ops[i].clone()))
+            .map(|i| {
+                let (start, end) = s.spans[i];
+                (depth[i], s.ops[i].clone(), end.map(|e| e - start))
+            })
             .collect()
     }
 
