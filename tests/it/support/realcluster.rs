@@ -67,6 +67,30 @@ pub fn write_bridge_cni(h: &RealHost) {
     .unwrap_or_else(|e| panic!("CNI config on {}: {e}", h.name));
 }
 
+/// What kprov installs or writes on a node; none of it may exist before `--yes`.
+pub const KPROV_PATHS: &[&str] = &[
+    "/var/lib/kprov",
+    "/etc/kubernetes",
+    "/etc/containerd",
+    "/usr/local/bin/kubelet",
+    "/usr/local/bin/containerd",
+    "/etc/systemd/system/kubelet.service",
+    "/etc/sysctl.d/99-kprov.conf",
+];
+
+pub fn present(h: &RealHost) -> Vec<&'static str> {
+    KPROV_PATHS
+        .iter()
+        .copied()
+        .filter(|p| {
+            h.exec(&format!("[ -e {p} ] && echo yes || true"))
+                .expect("exec")
+                .trim()
+                == "yes"
+        })
+        .collect()
+}
+
 pub struct RealCluster<'a> {
     pub lab: &'a RealLab,
     pub name: String,
@@ -208,14 +232,21 @@ impl<'a> RealCluster<'a> {
     /// `self.kubeconfig`. Returns how long the update took.
     #[track_caller]
     pub fn update_yes(&self) -> Duration {
+        self.update_yes_with(&[])
+    }
+
+    /// [`RealCluster::update_yes`] with more arguments (`--bundle FILE`).
+    #[track_caller]
+    pub fn update_yes_with(&self, extra: &[&str]) -> Duration {
         let t = Instant::now();
-        let args = [
+        let mut args = vec![
             "update",
             "cluster",
             &self.name,
             "--yes",
             "--accept-new-host-keys",
         ];
+        args.extend_from_slice(extra);
         let o = self.kprov(&args);
         if !o.status.success() {
             // What the hosts' containerd said: a failed kubeadm preflight names only the CRI.

@@ -1,0 +1,232 @@
+//! Issue 18's air-gapped sites on real hosts (docs/testing.md): what the sshd-host tests prove
+//! with a `ctr` stand-in (tests/it/bundle.rs), here with the archive's real containerd 2.2,
+//! kubeadm and kubelet.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use crate::support::mirror::Mirror;
+use crate::support::realcluster::{RealCluster, present};
+use crate::support::realhosts::{self, RealHost, RealLab};
+use crate::support::realk8s::{self, Binaries};
+use crate::support::registry::{Registry, flip_byte, member_offset, split_reference};
+
+/// The images kubeadm v1.36.2 and the local API proxy need, built from the archive
+/// (docker-archives), pushed to `registry` under their upstream repository and tag; the
+/// upstream registries they name.
+fn push_images(registry: &Registry) -> BTreeSet<String> {
+    let bins = Binaries::get();
+    let mut images = realk8s::images(
+        bins,
+        &bins.bin,
+        &format!("v{}", realk8s::KUBERNETES_VERSION),
+    );
+    images.push(realk8s::image(
+        bins,
+        &bins.bin,
+        "",
+        realk8s::ImageKind::Haproxy,
+    ));
+    let mut upstreams = BTreeSet::new();
+    for i in &images {
+        let (reg, repo_tag) = split_reference(&i.reference);
+        upstreams.insert(reg.to_string());
+        registry.push(&i.path.display().to_string(), repo_tag);
+    }
+    upstreams
+}
+
+/// The image references real containerd holds in the kubelet's namespace on `h`.
+fn containerd_images(h: &RealHost) -> BTreeSet<String> {
+    h.exec("ctr -n k8s.io images ls -q")
+        .unwrap_or_else(|e| panic!("ctr on {}: {e}", h.name))
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether `h` gets an HTTP answer from `addr` (HOST:PORT).
+fn reaches(h: &RealHost, addr: &str) -> bool {
+    h.exec(&format!(
+        "curl -sS --max-time 3 -o /dev/null http://{addr}/ && echo reached || true"
+    ))
+    .unwrap_or_else(|e| panic!("curl on {}: {e}", h.name))
+    .trim()
+        == "reached"
+}
+
+/// `airgap-bundle`: a bundle made with `kprov create bundle` from the site's HTTP mirror
+/// (binaries) and Debian's real `docker-registry` (images pushed with skopeo), both on the lab
+/// bridge and then stopped, so the nodes' only network is the bridge and the operator's SSH.
+/// A flipped byte in the bundle is refused naming the entry before any host changes; then
+/// `update --yes --bundle` installs 1 control plane + 1 worker from the bundle alone: real
+/// containerd holds every image of the manifest (imported from its OCI layout tar, none
+/// pulled: nothing is reachable), both nodes Ready, the control plane, kube-proxy and the
+/// local API proxy Running.
+#[test]
+fn scenario_airgap_bundle() {
+    if realhosts::skip() {
+        return;
+    }
+    let t0 = Instant::now();
+    let mut lab = RealLab::start();
+    lab.boot(&["cp1", "worker1"]);
+    lab.route_pods();
+    let bins = Binaries::get();
+    // The site's mirror and registry, where the nodes could reach them while they run.
+    let gateway = IpAddr::V4(lab.gateway);
+    let mirror = Mirror::of_local_files(gateway, &realk8s::Assets::get(bins).files);
+    let registry = Registry::start(gateway);
+    let upstreams = push_images(&registry);
+    let files = mirror.asset_files();
+    let name = "airgap.real.example";
+    let c = RealCluster::create(
+        &lab,
+        name,
+        &[("cp1", &["control-plane"]), ("worker1", &["node"])],
+        |c| {
+            let a = c.spec.assets.as_mut().expect("spec.assets");
+            // Binaries from the mirror, images from the registry: no archive of the tier's.
+            a.files = files.clone();
+            a.images.clear();
+        },
+    );
+    let cp1 = lab.host("cp1");
+    assert!(
+        reaches(cp1, &registry.addr),
+        "the registry is not on the lab bridge"
+    );
+
+    let bundle = lab.dir().join("site.bundle.tar");
+    let b = bundle.to_str().expect("utf-8").to_string();
+    let mut args = vec![
+        "create".to_string(),
+        "bundle".into(),
+        name.into(),
+        "-o".into(),
+        b.clone(),
+    ];
+    for reg in &upstreams {
+        args.push("--registry-mirror".into());
+        args.push(format!("{reg}=http://{}", registry.addr));
+    }
+    let t = Instant::now();
+    c.kprov_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let size = std::fs::metadata(&bundle).expect("bundle").len();
+    eprintln!(
+        "create bundle: {:?}, {} MiB, {} mirror downloads",
+        t.elapsed(),
+        size >> 20,
+        mirror.downloads().len()
+    );
+    let served: BTreeSet<String> = mirror.downloads().into_iter().collect();
+    assert_eq!(
+        served.len(),
+        files.len(),
+        "every binary came from the mirror: {served:?}"
+    );
+    let manifest = kprov::bundle::Bundle::open(&bundle)
+        .expect("the bundle checks out")
+        .manifest;
+    let in_bundle: BTreeSet<String> = manifest
+        .entries
+        .iter()
+        .filter(|e| e.kind == kprov::bundle::EntryKind::Image)
+        .map(|e| e.name.clone())
+        .collect();
+
+    // The site goes dark: nothing answers on the bridge but the nodes' own sshd.
+    let registry_addr = registry.addr.clone();
+    registry.stop();
+    let mirror_addr = mirror.url.trim_start_matches("http://").to_string();
+    drop(mirror);
+    for h in lab.hosts() {
+        for addr in [&registry_addr, &mirror_addr] {
+            assert!(!reaches(h, addr), "{} still reaches {addr}", h.name);
+        }
+    }
+
+    // A flipped byte: refused naming the entry, no host touched.
+    let member = "binaries/amd64/kubelet";
+    let at = member_offset(&bundle, member) + 4096;
+    flip_byte(&bundle, at);
+    let o = c.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--bundle",
+        &b,
+        "--yes",
+        "--accept-new-host-keys",
+    ]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("entry {member}: checksum mismatch")),
+        "{said}"
+    );
+    for h in lab.hosts() {
+        assert_eq!(
+            present(h),
+            Vec::<&str>::new(),
+            "{} after a refused bundle",
+            h.name
+        );
+    }
+    flip_byte(&bundle, at);
+
+    let took = c.update_yes_with(&["--bundle", &b]);
+    eprintln!("update --yes --bundle: {took:?}");
+    c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
+    for h in lab.hosts() {
+        let have = containerd_images(h);
+        let missing: Vec<&String> = in_bundle.difference(&have).collect();
+        assert!(
+            missing.is_empty(),
+            "{}: real containerd lacks {missing:?}; has {have:?}",
+            h.name
+        );
+    }
+    let want = [
+        "etcd-cp1",
+        "kube-apiserver-cp1",
+        "kube-controller-manager-cp1",
+        "kube-scheduler-cp1",
+        "kprov-api-proxy-worker1",
+    ];
+    c.wait_for(
+        "control plane, kube-proxy and the API proxy Running",
+        Duration::from_secs(180),
+        || {
+            let running = c.running_kube_system_pods()?;
+            let proxies = running
+                .iter()
+                .filter(|p| p.starts_with("kube-proxy-"))
+                .count();
+            let missing: Vec<&&str> = want
+                .iter()
+                .filter(|w| !running.iter().any(|r| r == *w))
+                .collect();
+            if missing.is_empty() && proxies == 2 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "missing {missing:?}, {proxies} kube-proxy; running: {running:?}"
+                ))
+            }
+        },
+    );
+    eprintln!("airgap-bundle: {:?} in all", t0.elapsed());
+
+    if realhosts::keep_requested() {
+        println!("KUBECONFIG={}", c.kubeconfig.display());
+        return;
+    }
+    let left = lab.teardown_and_check();
+    assert!(left.is_empty(), "left after teardown: {left:#?}");
+}

@@ -1,0 +1,126 @@
+//! Debian's real `docker-registry` (the distribution registry 2.8), started by a test on an
+//! address it owns, images pushed into it with real `skopeo`; stopped by PID when dropped.
+//! Used by the bundle tests on sshd hosts (tests/it/bundle.rs) and the real tier's air-gap
+//! scenarios (tests/it/real/airgap.rs); with the bundle helpers both use.
+
+use std::net::{IpAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Registry {
+    child: Child,
+    /// `HOST:PORT` it serves plain HTTP on.
+    pub addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    /// Serves plain HTTP on `bind`, a free port (the loopback for a test on this machine, a
+    /// lab's bridge address for hosts to reach).
+    pub fn start(bind: IpAddr) -> Registry {
+        let dir = tempfile::tempdir().expect("registry dir");
+        let port = TcpListener::bind((bind, 0))
+            .expect("free port")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let addr = format!("{bind}:{port}");
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .expect("registry config");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry (scripts/install-test-deps installs it)");
+        let mut r = Registry {
+            child,
+            addr,
+            _dir: dir,
+        };
+        // Generous: a loaded machine starts it slowly; it exits early only on a bad config.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&r.addr).is_err() {
+            if let Ok(Some(status)) = r.child.try_wait() {
+                panic!("docker-registry exited: {status}");
+            }
+            assert!(Instant::now() < deadline, "docker-registry did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        r
+    }
+
+    /// Pushes a docker-archive to `REPO:TAG` with skopeo.
+    pub fn push(&self, archive: &str, repo_tag: &str) {
+        let o = Command::new("skopeo")
+            .args(["copy", "--quiet", "--dest-tls-verify=false"])
+            .arg(format!("docker-archive:{archive}"))
+            .arg(format!("docker://{}/{repo_tag}", self.addr))
+            .stdin(Stdio::null())
+            .output()
+            .expect("skopeo");
+        assert!(
+            o.status.success(),
+            "skopeo copy {archive} to {repo_tag}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Stops the registry now (PID), as a site whose registry is gone.
+    pub fn stop(mut self) {
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `registry.k8s.io/pause:3.10.1` → (`registry.k8s.io`, `pause:3.10.1`).
+pub fn split_reference(r: &str) -> (&str, &str) {
+    r.split_once('/').expect("a registry")
+}
+
+/// The data offset of a bundle member (to flip one of its bytes).
+pub fn member_offset(bundle: &std::path::Path, member: &str) -> u64 {
+    let mut a = tar::Archive::new(std::fs::File::open(bundle).expect("bundle"));
+    for e in a.entries().expect("bundle entries") {
+        let e = e.expect("bundle entry");
+        if e.path().expect("member path").display().to_string() == member {
+            return e.raw_file_position();
+        }
+    }
+    panic!("no member {member} in {}", bundle.display());
+}
+
+/// Flips one bit of the byte at `offset` of `path` in place (twice restores it).
+pub fn flip_byte(path: &std::path::Path, offset: u64) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open to flip");
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    f.read_exact(&mut b).expect("read");
+    b[0] ^= 0x20;
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    f.write_all(&b).expect("write");
+}
