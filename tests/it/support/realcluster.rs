@@ -20,8 +20,16 @@ use super::realk8s::{self, Binaries};
 /// The kprov binary as an operator runs it against a lab: HOME and a `file://` state store in
 /// the lab's directory (under /var/tmp: the hosts mount their own /tmp).
 pub fn kprov(lab: &RealLab, args: &[&str]) -> Output {
-    Command::new(assert_cmd::cargo::cargo_bin("kprov"))
-        .env_clear()
+    kprov_command(lab, args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs kprov")
+}
+
+/// The command [`kprov`] runs (for one that needs standard input).
+pub fn kprov_command(lab: &RealLab, args: &[&str]) -> Command {
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin("kprov"));
+    c.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", lab.dir())
         .env(
@@ -29,10 +37,8 @@ pub fn kprov(lab: &RealLab, args: &[&str]) -> Output {
             format!("file://{}", lab.dir().join("state").display()),
         )
         .env("NO_COLOR", "1")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("runs kprov")
+        .args(args);
+    c
 }
 
 /// `kprov ARGS`, which must succeed; its stdout.

@@ -9,15 +9,57 @@ use std::time::{Duration, Instant};
 
 pub struct Registry {
     child: Child,
-    /// `HOST:PORT` it serves plain HTTP on.
+    /// `HOST:PORT` it serves on.
     pub addr: String,
+    /// TLS and basic auth: (CA file that signs its certificate, user, password).
+    pub secure: Option<(std::path::PathBuf, String, String)>,
     _dir: tempfile::TempDir,
+}
+
+/// A CA the test makes and a server certificate it signs for `ip` (EC P-256, openssl):
+/// (ca.pem, cert.pem, key.pem) in `dir`.
+pub fn make_tls(dir: &std::path::Path, ip: IpAddr) -> [std::path::PathBuf; 3] {
+    let sh = |script: &str| {
+        let o = Command::new("sh")
+            .args(["-ec", script])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("openssl");
+        assert!(
+            o.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+         -keyout ca.key -out ca.pem -days 2 -subj /CN=kprov-test-registry-ca 2>/dev/null",
+    );
+    sh(&format!(
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+           -keyout key.pem -out req.csr -subj /CN={ip} 2>/dev/null\n\
+         printf 'subjectAltName=IP:{ip}\\n' > ext.cnf\n\
+         openssl x509 -req -in req.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+           -out cert.pem -days 2 -extfile ext.cnf 2>/dev/null"
+    ));
+    ["ca.pem", "cert.pem", "key.pem"].map(|f| dir.join(f))
 }
 
 impl Registry {
     /// Serves plain HTTP on `bind`, a free port (the loopback for a test on this machine, a
     /// lab's bridge address for hosts to reach).
     pub fn start(bind: IpAddr) -> Registry {
+        Registry::start_with(bind, None)
+    }
+
+    /// Serves HTTPS with a certificate of a CA made here and basic auth for `user` (htpasswd
+    /// from apache2-utils, bcrypt as the registry wants).
+    pub fn start_secure(bind: IpAddr, user: &str, password: &str) -> Registry {
+        Registry::start_with(bind, Some((user, password)))
+    }
+
+    fn start_with(bind: IpAddr, auth: Option<(&str, &str)>) -> Registry {
         let dir = tempfile::tempdir().expect("registry dir");
         let port = TcpListener::bind((bind, 0))
             .expect("free port")
@@ -26,14 +68,33 @@ impl Registry {
             .port();
         let addr = format!("{bind}:{port}");
         let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .expect("registry config");
+        let mut yaml = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+            dir.path().join("data").display()
+        );
+        let mut secure = None;
+        if let Some((user, password)) = auth {
+            let [ca, cert, key] = make_tls(dir.path(), bind);
+            yaml.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                cert.display(),
+                key.display()
+            ));
+            let o = Command::new("htpasswd")
+                .args(["-Bbn", user, password])
+                .stdin(Stdio::null())
+                .output()
+                .expect("htpasswd (scripts/install-test-deps installs apache2-utils)");
+            assert!(o.status.success(), "htpasswd");
+            let htpasswd = dir.path().join("htpasswd");
+            std::fs::write(&htpasswd, &o.stdout).expect("htpasswd file");
+            yaml.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: kprov-test\n    path: {}\n",
+                htpasswd.display()
+            ));
+            secure = Some((ca, user.to_string(), password.to_string()));
+        }
+        std::fs::write(&config, yaml).expect("registry config");
         let child = Command::new("docker-registry")
             .arg("serve")
             .arg(&config)
@@ -45,6 +106,7 @@ impl Registry {
         let mut r = Registry {
             child,
             addr,
+            secure,
             _dir: dir,
         };
         // Generous: a loaded machine starts it slowly; it exits early only on a bad config.
@@ -61,8 +123,13 @@ impl Registry {
 
     /// Pushes a docker-archive to `REPO:TAG` with skopeo.
     pub fn push(&self, archive: &str, repo_tag: &str) {
-        let o = Command::new("skopeo")
-            .args(["copy", "--quiet", "--dest-tls-verify=false"])
+        let mut c = Command::new("skopeo");
+        // The push is the test's setup: the nodes are the ones that check the certificate.
+        c.args(["copy", "--quiet", "--dest-tls-verify=false"]);
+        if let Some((_, user, password)) = &self.secure {
+            c.arg(format!("--dest-creds={user}:{password}"));
+        }
+        let o = c
             .arg(format!("docker-archive:{archive}"))
             .arg(format!("docker://{}/{repo_tag}", self.addr))
             .stdin(Stdio::null())
