@@ -344,27 +344,16 @@ fn scenario_airgap_registry() {
     ] {
         assert!(!said.contains(&secret), "kprov printed {secret:?}:\n{said}");
     }
-    eprintln!("wrong password refused in {:?}", t0.elapsed());
+    eprintln!(
+        "wrong password refused in {:?}; kprov said (last lines):\n{}",
+        t0.elapsed(),
+        said.lines().rev().take(6).collect::<Vec<_>>().join("\n")
+    );
 
     creds(password);
     let took = c.update_yes();
     eprintln!("update --yes through the registry: {took:?}");
     c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
-    for h in lab.hosts() {
-        let toml = String::from_utf8_lossy(
-            &h.read_file("/etc/containerd/certs.d/registry.k8s.io/hosts.toml")
-                .expect("hosts.toml"),
-        )
-        .into_owned();
-        assert!(toml.contains(&endpoint), "{}: {toml}", h.name);
-        let have = containerd_images(h);
-        assert!(
-            have.iter()
-                .any(|i| i.starts_with("registry.k8s.io/kube-proxy:")),
-            "{}: {have:?}",
-            h.name
-        );
-    }
     c.wait_for(
         "the control plane and the API proxy Running",
         Duration::from_secs(180),
@@ -384,6 +373,22 @@ fn scenario_airgap_registry() {
             }
         },
     );
+    // Pulled by then: the worker's kube-proxy and API proxy images too.
+    for h in lab.hosts() {
+        let toml = String::from_utf8_lossy(
+            &h.read_file("/etc/containerd/certs.d/registry.k8s.io/hosts.toml")
+                .expect("hosts.toml"),
+        )
+        .into_owned();
+        assert!(toml.contains(&endpoint), "{}: {toml}", h.name);
+        let have = containerd_images(h);
+        assert!(
+            have.iter()
+                .any(|i| i.starts_with("registry.k8s.io/kube-proxy:")),
+            "{}: {have:?}",
+            h.name
+        );
+    }
     eprintln!("airgap-registry: {:?} in all", t0.elapsed());
     if realhosts::keep_requested() {
         println!("KUBECONFIG={}", c.kubeconfig.display());
