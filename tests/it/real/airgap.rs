@@ -399,3 +399,221 @@ fn scenario_airgap_registry() {
     let left = lab.teardown_and_check();
     assert!(left.is_empty(), "left after teardown: {left:#?}");
 }
+
+/// Debian's tinyproxy in the foreground on `listen`:PORT, logging every request to
+/// `dir/tinyproxy.log`; stopped by PID when dropped.
+struct TinyProxy {
+    child: std::process::Child,
+    addr: String,
+    log: std::path::PathBuf,
+}
+
+impl TinyProxy {
+    fn start(dir: &std::path::Path, listen: std::net::Ipv4Addr, allow: &str) -> TinyProxy {
+        let port = std::net::TcpListener::bind((listen, 0))
+            .expect("free port")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let log = dir.join("tinyproxy.log");
+        let conf = dir.join("tinyproxy.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "Port {port}\nListen {listen}\nTimeout 120\nLogFile \"{}\"\nLogLevel Info\n\
+                 MaxClients 100\nAllow {allow}\n",
+                log.display()
+            ),
+        )
+        .expect("tinyproxy.conf");
+        let child = std::process::Command::new("tinyproxy")
+            .arg("-d")
+            .arg("-c")
+            .arg(&conf)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("tinyproxy (scripts/install-test-deps installs it)");
+        let p = TinyProxy {
+            child,
+            addr: format!("{listen}:{port}"),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(&p.addr).is_err() {
+            assert!(Instant::now() < deadline, "tinyproxy did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        p
+    }
+
+    /// The requests it forwarded (`GET http://... HTTP/1.1`, `CONNECT host:port ...`).
+    fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once("Request (file descriptor ").map(|(_, r)| r))
+            .filter_map(|r| r.split_once("): ").map(|(_, r)| r.to_string()))
+            .collect()
+    }
+}
+
+impl Drop for TinyProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `airgap-proxy`: the site's HTTP mirror (binaries) and plain-HTTP registry (images) sit on an
+/// address of the lab's block that the nodes' own routing refuses (a `prohibit` route on each
+/// node); Debian's tinyproxy on the lab bridge is their only way there, given as
+/// `spec.proxy`. kprov's downloads on the nodes (curl) and containerd's pulls (its drop-in)
+/// go through it: its log shows every binary and the registry's `/v2/` requests; the
+/// no-proxy list keeps the API endpoint and the node addresses off it; the cluster comes up.
+#[test]
+fn scenario_airgap_proxy() {
+    if realhosts::skip() {
+        return;
+    }
+    let t0 = Instant::now();
+    let mut lab = RealLab::start();
+    lab.boot(&["cp1", "worker1"]);
+    lab.route_pods();
+    // The site: an address of the lab's block, on the lab bridge (gone with it), that no node
+    // may reach but through the proxy.
+    let site = lab
+        .block
+        .subnets(24)
+        .expect("/24s")
+        .nth(2)
+        .expect("a free /24")
+        .hosts()
+        .next()
+        .expect("site address");
+    crate::support::testhosts::sh(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{site}/32"),
+        "dev",
+        lab.bridge(),
+    ])
+    .expect("site address");
+    for h in lab.hosts() {
+        h.exec(&format!("ip route add prohibit {site}/32"))
+            .unwrap_or_else(|e| panic!("{}: {e}", h.name));
+    }
+    let bins = Binaries::get();
+    let mirror = Mirror::of_local_files(IpAddr::V4(site), &realk8s::Assets::get(bins).files);
+    let registry = Registry::start(IpAddr::V4(site));
+    let upstreams = push_images(&registry);
+    let proxy = TinyProxy::start(lab.dir(), lab.gateway, &lab.hosts_net.to_string());
+    for h in lab.hosts() {
+        assert!(
+            !reaches(h, &registry.addr),
+            "{} reaches the site directly",
+            h.name
+        );
+    }
+    let files = mirror.asset_files();
+    let proxy_url = format!("http://{}", proxy.addr);
+    let registry_url = format!("http://{}", registry.addr);
+    let name = "proxy.real.example";
+    let c = RealCluster::create(
+        &lab,
+        name,
+        &[("cp1", &["control-plane"]), ("worker1", &["node"])],
+        |c| {
+            let a = c.spec.assets.as_mut().expect("spec.assets");
+            a.files = files.clone();
+            a.images.clear();
+            c.spec
+                .containerd
+                .get_or_insert_with(Default::default)
+                .registries = upstreams
+                .iter()
+                .map(|u| kprov::spec::Registry {
+                    name: u.clone(),
+                    fallback: Some(false),
+                    mirrors: vec![kprov::spec::RegistryMirror {
+                        endpoint: registry_url.clone(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .collect();
+            c.spec.proxy = Some(kprov::spec::Proxy {
+                http: Some(proxy_url.clone()),
+                https: Some(proxy_url.clone()),
+                no_proxy: Vec::new(),
+            });
+        },
+    );
+    let took = c.update_yes();
+    eprintln!("update --yes through the proxy: {took:?}");
+    c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
+    c.wait_for(
+        "the control plane, both kube-proxies and the API proxy Running",
+        Duration::from_secs(180),
+        || {
+            let running = c.running_kube_system_pods()?;
+            let want = ["kube-apiserver-cp1", "kprov-api-proxy-worker1"];
+            if want.iter().all(|w| running.iter().any(|r| r == w))
+                && running
+                    .iter()
+                    .filter(|p| p.starts_with("kube-proxy-"))
+                    .count()
+                    == 2
+            {
+                Ok(())
+            } else {
+                Err(format!("{running:?}"))
+            }
+        },
+    );
+    let requests = proxy.requests();
+    for f in &files {
+        // Stacked etcd: its tarball is not needed.
+        if f.name == "etcd" {
+            continue;
+        }
+        assert!(
+            requests.iter().any(|r| r.contains(&f.url)),
+            "the proxy forwarded no download of {}: {requests:#?}",
+            f.url
+        );
+    }
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains(&format!("{registry_url}/v2/"))),
+        "the proxy forwarded no registry request: {requests:#?}"
+    );
+    // noProxy: the API endpoint and the nodes never went through it.
+    for h in lab.hosts() {
+        let addr = h.address.to_string();
+        assert!(
+            !requests.iter().any(|r| r.contains(&addr)),
+            "{} ({addr}) went through the proxy: {requests:#?}",
+            h.name
+        );
+    }
+    assert!(
+        !requests.iter().any(|r| r.contains("api.internal.")),
+        "the API endpoint went through the proxy: {requests:#?}"
+    );
+    eprintln!(
+        "airgap-proxy: {:?} in all, {} requests through the proxy",
+        t0.elapsed(),
+        requests.len()
+    );
+    if realhosts::keep_requested() {
+        println!("KUBECONFIG={}", c.kubeconfig.display());
+        return;
+    }
+    drop((proxy, registry, mirror));
+    let left = lab.teardown_and_check();
+    assert!(left.is_empty(), "left after teardown: {left:#?}");
+}
