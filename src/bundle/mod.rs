@@ -267,6 +267,81 @@ impl Bundle {
     }
 }
 
+/// The file a verified handle was made from, as the file system names it now: a bundle
+/// replaced or written to since (another inode, size or modification time) is verified anew.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct FileIdentity {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl FileIdentity {
+    fn of(path: &Path) -> Option<FileIdentity> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileIdentity {
+            path: std::fs::canonicalize(path).ok()?,
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        })
+    }
+}
+
+/// The verified handles of this process, and how many full verifications each path cost.
+#[derive(Default)]
+struct Verified {
+    handles: BTreeMap<FileIdentity, std::sync::Arc<Bundle>>,
+    counts: BTreeMap<PathBuf, u64>,
+}
+
+fn verified() -> &'static std::sync::Mutex<Verified> {
+    static V: OnceLock<std::sync::Mutex<Verified>> = OnceLock::new();
+    V.get_or_init(Default::default)
+}
+
+/// The one verified handle of the bundle at `path` in this run: the first call checks every
+/// member ([`Bundle::open`]); a later renderer of the same run (the preview's, then the apply's
+/// after the lock, the rolling update's per group) shares it instead of hashing gigabytes
+/// again. Each member's digest is still checked when it is read ([`Bundle::read`]), and a file
+/// changed since (inode, size, mtime) is verified in full again.
+pub fn open_verified(path: &Path) -> Result<std::sync::Arc<Bundle>, BundleError> {
+    let id = FileIdentity::of(path);
+    let mut v = verified().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(h) = id.as_ref().and_then(|id| v.handles.get(id)) {
+        tracing::debug!(bundle = %path.display(), "reusing this run's verified bundle");
+        return Ok(h.clone());
+    }
+    let bundle = std::sync::Arc::new(Bundle::open(path)?);
+    tracing::debug!(
+        bundle = %path.display(),
+        entries = bundle.manifest.entries.len(),
+        bytes = bundle.manifest.total_size(),
+        "bundle verified in full"
+    );
+    if let Some(id) = id {
+        *v.counts.entry(id.path.clone()).or_default() += 1;
+        // One handle per path: an older identity of it is stale.
+        v.handles.retain(|k, _| k.path != id.path);
+        v.handles.insert(id, bundle.clone());
+    }
+    Ok(bundle)
+}
+
+/// How many full verifications of the bundle at `path` [`open_verified`] made (and passed) in
+/// this process.
+pub fn full_verifications(path: &Path) -> u64 {
+    let Ok(p) = std::fs::canonicalize(path) else {
+        return 0;
+    };
+    let v = verified().lock().unwrap_or_else(|p| p.into_inner());
+    v.counts.get(&p).copied().unwrap_or(0)
+}
+
 /// A member path for an image reference (`registry.k8s.io/pause:3.10.2` →
 /// `images/registry.k8s.io_pause_3.10.2.tar`).
 pub fn image_path(reference: &str) -> String {
@@ -401,6 +476,29 @@ mod tests {
         // Not a tar at all.
         std::fs::write(&p, b"hello").unwrap();
         assert!(Bundle::open(&p).is_err());
+    }
+
+    /// One full verification per file per run; a changed file is verified again and a
+    /// tampered one refused, not served from the earlier handle.
+    #[test]
+    fn a_bundle_is_verified_once_per_run_until_it_changes() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write_bundle(d.path(), &[("binaries/a", b"alpha")]);
+        let a = open_verified(&p).unwrap();
+        let b = open_verified(&p).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&a, &b));
+        assert_eq!(full_verifications(&p), 1);
+        let mut bytes = std::fs::read(&p).unwrap();
+        let at = bytes.windows(5).position(|w| w == b"alpha").unwrap();
+        bytes[at] ^= 1;
+        std::fs::write(&p, &bytes).unwrap();
+        // Same size; the mtime may not move within a coarse clock tick: a new inode does.
+        let q = d.path().join("q.tar");
+        std::fs::write(&q, &bytes).unwrap();
+        std::fs::rename(&q, &p).unwrap();
+        let e = open_verified(&p).unwrap_err().to_string();
+        assert!(e.contains("entry binaries/a: checksum mismatch"), "{e}");
+        assert_eq!(full_verifications(&p), 1, "a refused bundle is not counted");
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct RollingUpdateClusterArgs {
     /// AWS: reach instances at their private addresses (as `update cluster --ssh-private-address`)
     #[arg(long)]
     pub ssh_private_address: bool,
+    /// Upload every binary and image from this bundle (`kprov create bundle`), as
+    /// `update cluster --bundle` does: checked in full before the preview (air-gapped sites)
+    #[arg(long, value_name = "FILE")]
+    pub bundle: Option<PathBuf>,
 }
 
 /// The cluster's API from stored credentials. One function, so moving the client into
@@ -206,6 +210,10 @@ struct PreviewJson<'a> {
 
 pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, &a.name).await?;
+    let cluster = super::update::bundle_for_run(cluster, a.bundle.as_deref());
+    // A tampered, truncated or incomplete bundle is refused before the preview, naming the
+    // entry: no node is cordoned for a roll that could not install.
+    crate::provision::render::check_bundle(&cluster)?;
     let name = cluster.name();
     let selection = Selection {
         groups: a.instance_groups.clone(),

@@ -42,8 +42,13 @@ pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
 }
 
 /// `--bundle FILE` stands for `spec.assets.bundle` in this run (the stored spec is unchanged).
-pub(super) fn with_bundle(mut cluster: Cluster, a: &UpdateClusterArgs) -> Cluster {
-    if let Some(b) = &a.bundle {
+pub(super) fn with_bundle(cluster: Cluster, a: &UpdateClusterArgs) -> Cluster {
+    bundle_for_run(cluster, a.bundle.as_deref())
+}
+
+/// `--bundle FILE` of `update` and `rolling-update` as `spec.assets.bundle` for this run.
+pub(super) fn bundle_for_run(mut cluster: Cluster, bundle: Option<&std::path::Path>) -> Cluster {
+    if let Some(b) = bundle {
         cluster
             .spec
             .assets

@@ -616,6 +616,30 @@ pub fn node_ip(host: &Host) -> Result<String, RenderError> {
         })
 }
 
+/// `spec.assets.bundle` checked as a run uses it (every member against its manifest, complete
+/// for the cluster, made for its version), before a preview or anything is changed: the
+/// commands that render later (`rolling-update`) refuse a bad bundle up front. Nothing without
+/// one. The verified handle is the run's ([`crate::bundle::open_verified`]): not hashed twice.
+pub fn check_bundle(cluster: &Cluster) -> Result<(), RenderError> {
+    let Some(path) = cluster
+        .spec
+        .assets
+        .as_ref()
+        .and_then(|a| a.bundle.as_deref())
+    else {
+        return Ok(());
+    };
+    let mut resolved = assets::resolve(cluster)?;
+    let mut images = assets::images(cluster.spec.assets.as_ref())?;
+    use_bundle(
+        cluster,
+        std::path::Path::new(path),
+        &mut resolved,
+        &mut images,
+    )
+    .map(|_| ())
+}
+
 /// Opens `spec.assets.bundle` (every member checked against its manifest, before anything is
 /// uploaded), checks that it holds everything the cluster's artifact list names, and points
 /// the binaries of its architecture and every image at its members.
@@ -624,10 +648,11 @@ fn use_bundle(
     path: &std::path::Path,
     resolved: &mut [Asset],
     images: &mut Vec<ImageAsset>,
-) -> Result<crate::bundle::Bundle, RenderError> {
+) -> Result<std::sync::Arc<crate::bundle::Bundle>, RenderError> {
     use crate::bundle::EntryKind;
+    // The run's one verified handle: the preview's renderer and the apply's share it.
     let bundle =
-        crate::bundle::Bundle::open(path).map_err(|e| RenderError::Bundle(e.to_string()))?;
+        crate::bundle::open_verified(path).map_err(|e| RenderError::Bundle(e.to_string()))?;
     let shown = path.display();
     let bad = |m: String| RenderError::Bundle(format!("spec.assets.bundle {shown}: {m}"));
     let list = super::artifacts::artifacts(cluster).map_err(|e| bad(e.to_string()))?;
@@ -822,12 +847,12 @@ impl Renderer {
         let mut resolved = assets::resolve(cluster)?;
         let mut images = assets::images(spec.assets.as_ref())?;
         let bundle = match spec.assets.as_ref().and_then(|a| a.bundle.as_deref()) {
-            Some(path) => Some(std::sync::Arc::new(use_bundle(
+            Some(path) => Some(use_bundle(
                 cluster,
                 std::path::Path::new(path),
                 &mut resolved,
                 &mut images,
-            )?)),
+            )?),
             None => None,
         };
         let proxy = proxy_of(spec, endpoint.host())?;

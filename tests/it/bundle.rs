@@ -4,14 +4,12 @@
 //! The install test needs root (network namespaces); `ctr` on the hosts is the stand-in of
 //! tests/it/images.rs (it checks an image layout and records the archive's sha256).
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 use crate::images::{image_archive, imports};
 use crate::metal::{Lab, kprov_inventory, ok, show, text};
 use crate::support::cli::Env;
+use crate::support::registry::{Registry, member_offset, split_reference};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
@@ -80,86 +78,6 @@ fn get_assets_of_the_default_metal_spec_is_golden() {
     );
 }
 
-/// Debian's `docker-registry` on 127.0.0.1, plain HTTP, stopped when dropped.
-struct Registry {
-    child: Child,
-    pub addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Registry {
-    fn start() -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry (scripts/install-test-deps installs it)");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "docker-registry did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Registry {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-
-    /// Pushes a docker-archive to `REPO:TAG` with skopeo.
-    fn push(&self, archive: &str, repo_tag: &str) {
-        let o = Command::new("skopeo")
-            .args(["copy", "--quiet", "--dest-tls-verify=false"])
-            .arg(format!("docker-archive:{archive}"))
-            .arg(format!("docker://{}/{repo_tag}", self.addr))
-            .output()
-            .expect("skopeo");
-        assert!(o.status.success(), "skopeo: {}", text(&o.stderr));
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `registry.k8s.io/pause:3.10.1` → (`registry.k8s.io`, `pause:3.10.1`).
-fn split_reference(r: &str) -> (&str, &str) {
-    r.split_once('/').expect("a registry")
-}
-
-/// The data offset of a bundle member (to flip one of its bytes).
-fn member_offset(bundle: &Path, member: &str) -> u64 {
-    let mut a = tar::Archive::new(std::fs::File::open(bundle).unwrap());
-    for e in a.entries().unwrap() {
-        let e = e.unwrap();
-        if e.path().unwrap().display().to_string() == member {
-            return e.raw_file_position();
-        }
-    }
-    panic!("no member {member}");
-}
-
 #[test]
 fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_is_refused() {
     let lab = Lab::start(2);
@@ -180,7 +98,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
     assert!(images.len() >= 8, "{images:?}");
 
     // Every image into a real registry, under its upstream repository and tag.
-    let registry = Registry::start();
+    let registry = Registry::start(std::net::Ipv4Addr::LOCALHOST.into());
     let mut registries = std::collections::BTreeSet::new();
     for (i, r) in images.iter().enumerate() {
         let (reg, repo_tag) = split_reference(r);
@@ -228,7 +146,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
                 .as_deref()
                 .is_some_and(|d| d.starts_with("sha256:"))
     }));
-    drop(registry);
+    registry.stop();
 
     // No registry, and the hosts download nothing from the mirror: all comes from the bundle.
     let downloads = lab.mirror_downloads().len();
@@ -254,16 +172,33 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
         "{}",
         show(&table)
     );
-    ok(&lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--bundle",
-        &b,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]));
+    // One full verification per run: the preview's renderer and the apply's share the
+    // verified handle (kprov::bundle's debug trace says each verification and each reuse).
+    let applied = lab
+        .kprov_command(&[
+            "update",
+            "cluster",
+            name,
+            "--bundle",
+            &b,
+            "--yes",
+            "--accept-new-host-keys",
+            "--skip-addons",
+        ])
+        .env("KPROV_LOG", "kprov::bundle=debug")
+        .output()
+        .expect("runs kprov");
+    ok(&applied);
+    let trace = text(&applied.stderr);
+    assert_eq!(
+        trace.matches("bundle verified in full").count(),
+        1,
+        "{trace}"
+    );
+    assert!(
+        trace.contains("reusing this run's verified bundle"),
+        "{trace}"
+    );
     assert_eq!(lab.mirror_downloads().len(), downloads, "a host downloaded");
     let mut want: Vec<String> = m
         .entries
@@ -313,4 +248,33 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
         before,
         "a refused bundle changed a host"
     );
+
+    // rolling-update --bundle: the same check before its preview, naming the entry; a good
+    // bundle previews (the roll renders from it as update does).
+    for yes in [false, true] {
+        let mut args = vec![
+            "rolling-update",
+            "cluster",
+            name,
+            "--bundle",
+            bad.to_str().unwrap(),
+        ];
+        if yes {
+            args.push("--yes");
+        }
+        let o = lab.kprov(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        assert!(
+            text(&o.stderr).contains(&format!("entry {member}: checksum mismatch")),
+            "{}",
+            show(&o)
+        );
+    }
+    assert_eq!(
+        lab.hosts_snapshot(),
+        before,
+        "rolling-update with a refused bundle changed a host"
+    );
+    let preview = lab.kprov(&["rolling-update", "cluster", name, "--bundle", &b]);
+    assert!(preview.status.success(), "{}", show(&preview));
 }

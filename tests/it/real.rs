@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+mod airgap;
 mod bench;
 mod external_etcd;
 mod ha;

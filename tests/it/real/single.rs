@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::support::realcluster::RealCluster;
-use crate::support::realhosts::{self, RealHost, RealLab};
+use crate::support::realcluster::{RealCluster, present};
+use crate::support::realhosts::{self, RealLab};
 
 /// Every file below `dir` with its content (the store must not change in a preview).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -26,30 +26,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     out
-}
-
-/// What kprov installs or writes on a node; none of it may exist before `--yes`.
-const KPROV_PATHS: &[&str] = &[
-    "/var/lib/kprov",
-    "/etc/kubernetes",
-    "/etc/containerd",
-    "/usr/local/bin/kubelet",
-    "/usr/local/bin/containerd",
-    "/etc/systemd/system/kubelet.service",
-    "/etc/sysctl.d/99-kprov.conf",
-];
-
-fn present(h: &RealHost) -> Vec<&'static str> {
-    KPROV_PATHS
-        .iter()
-        .copied()
-        .filter(|p| {
-            h.exec(&format!("[ -e {p} ] && echo yes || true"))
-                .expect("exec")
-                .trim()
-                == "yes"
-        })
-        .collect()
 }
 
 /// A Deployment of the CoreDNS stand-in's HTTP server (its `/health` answers `OK` on 8080;

@@ -46,12 +46,7 @@ impl Mirror {
             .tempdir()
             .expect("mirror dir");
         let listener = std::net::TcpListener::bind(SocketAddr::new(bind, 0)).expect("bind mirror");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("addr");
-        let url = match bind {
-            IpAddr::V4(_) => format!("http://{addr}"),
-            IpAddr::V6(ip) => format!("http://[{ip}]:{}", addr.port()),
-        };
+        let url = url_of(&listener);
         let mut served = BTreeMap::new();
         for component in Component::ALL {
             let version = &assets::version_of(component, kubernetes_version);
@@ -73,6 +68,38 @@ impl Mirror {
             let mirror_url = assets::mirror_url(&url, &rel);
             served.insert(component, (mirror_url, sha));
         }
+        Mirror::serve(listener, url, root, served)
+    }
+
+    /// Serves `files` (`file://` URLs on this machine: the real tier's assets) on `bind`:0,
+    /// each under its component name; [`Mirror::asset_files`] gives them with HTTP URLs.
+    pub fn of_local_files(bind: IpAddr, files: &[AssetFile]) -> Mirror {
+        let root = tempfile::Builder::new()
+            .prefix("kprov-mirror-")
+            .tempdir()
+            .expect("mirror dir");
+        let listener = std::net::TcpListener::bind(SocketAddr::new(bind, 0)).expect("bind mirror");
+        let url = url_of(&listener);
+        let mut served = BTreeMap::new();
+        for f in files {
+            let component = Component::ALL
+                .into_iter()
+                .find(|c| c.name() == f.name)
+                .unwrap_or_else(|| panic!("no component {}", f.name));
+            let from = f.url.strip_prefix("file://").expect("a file:// URL");
+            std::os::unix::fs::symlink(from, root.path().join(&f.name)).expect("mirror link");
+            served.insert(component, (format!("{url}/{}", f.name), f.sha256.clone()));
+        }
+        Mirror::serve(listener, url, root, served)
+    }
+
+    fn serve(
+        listener: std::net::TcpListener,
+        url: String,
+        root: tempfile::TempDir,
+        served: BTreeMap<Component, (String, String)>,
+    ) -> Mirror {
+        listener.set_nonblocking(true).expect("nonblocking");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let state = (PathBuf::from(root.path()), requests.clone());
@@ -137,6 +164,15 @@ impl Mirror {
     /// Downloads served so far (paths of 200 responses).
     pub fn downloads(&self) -> Vec<String> {
         self.requests.lock().expect("requests").clone()
+    }
+}
+
+/// `http://ADDR` of a bound listener.
+fn url_of(listener: &std::net::TcpListener) -> String {
+    let addr = listener.local_addr().expect("addr");
+    match addr.ip() {
+        IpAddr::V4(_) => format!("http://{addr}"),
+        IpAddr::V6(ip) => format!("http://[{ip}]:{}", addr.port()),
     }
 }
 

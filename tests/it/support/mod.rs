@@ -14,5 +14,6 @@ pub mod moto;
 pub mod realcluster;
 pub mod realhosts;
 pub mod realk8s;
+pub mod registry;
 pub mod signals;
 pub mod testhosts;

@@ -20,8 +20,16 @@ use super::realk8s::{self, Binaries};
 /// The kprov binary as an operator runs it against a lab: HOME and a `file://` state store in
 /// the lab's directory (under /var/tmp: the hosts mount their own /tmp).
 pub fn kprov(lab: &RealLab, args: &[&str]) -> Output {
-    Command::new(assert_cmd::cargo::cargo_bin("kprov"))
-        .env_clear()
+    kprov_command(lab, args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs kprov")
+}
+
+/// The command [`kprov`] runs (for one that needs standard input).
+pub fn kprov_command(lab: &RealLab, args: &[&str]) -> Command {
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin("kprov"));
+    c.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", lab.dir())
         .env(
@@ -29,10 +37,8 @@ pub fn kprov(lab: &RealLab, args: &[&str]) -> Output {
             format!("file://{}", lab.dir().join("state").display()),
         )
         .env("NO_COLOR", "1")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("runs kprov")
+        .args(args);
+    c
 }
 
 /// `kprov ARGS`, which must succeed; its stdout.
@@ -65,6 +71,30 @@ pub fn write_bridge_cni(h: &RealHost) {
         h.pod_cidr
     ))
     .unwrap_or_else(|e| panic!("CNI config on {}: {e}", h.name));
+}
+
+/// What kprov installs or writes on a node; none of it may exist before `--yes`.
+pub const KPROV_PATHS: &[&str] = &[
+    "/var/lib/kprov",
+    "/etc/kubernetes",
+    "/etc/containerd",
+    "/usr/local/bin/kubelet",
+    "/usr/local/bin/containerd",
+    "/etc/systemd/system/kubelet.service",
+    "/etc/sysctl.d/99-kprov.conf",
+];
+
+pub fn present(h: &RealHost) -> Vec<&'static str> {
+    KPROV_PATHS
+        .iter()
+        .copied()
+        .filter(|p| {
+            h.exec(&format!("[ -e {p} ] && echo yes || true"))
+                .expect("exec")
+                .trim()
+                == "yes"
+        })
+        .collect()
 }
 
 pub struct RealCluster<'a> {
@@ -208,14 +238,21 @@ impl<'a> RealCluster<'a> {
     /// `self.kubeconfig`. Returns how long the update took.
     #[track_caller]
     pub fn update_yes(&self) -> Duration {
+        self.update_yes_with(&[])
+    }
+
+    /// [`RealCluster::update_yes`] with more arguments (`--bundle FILE`).
+    #[track_caller]
+    pub fn update_yes_with(&self, extra: &[&str]) -> Duration {
         let t = Instant::now();
-        let args = [
+        let mut args = vec![
             "update",
             "cluster",
             &self.name,
             "--yes",
             "--accept-new-host-keys",
         ];
+        args.extend_from_slice(extra);
         let o = self.kprov(&args);
         if !o.status.success() {
             // What the hosts' containerd said: a failed kubeadm preflight names only the CRI.
