@@ -314,6 +314,11 @@ impl Printer {
         self.tty
     }
 
+    /// How many `-v` were given.
+    pub fn verbosity(&self) -> u8 {
+        self.verbosity
+    }
+
     /// Stdout carries data (tables, YAML, JSON) that may be piped into a file: unsafe characters
     /// become `\uXXXX`, which JSON and YAML double-quoted strings read back as the same
     /// character (serializers quote strings that hold them).

@@ -62,7 +62,7 @@ fn phase_line(e: &ProgressEvent) -> (String, String) {
 /// (other lines printed above the spinners), otherwise a plain status line per event.
 /// Returns the bars to clear once the run is over.
 pub(super) fn render_events(ctx: &Ctx, targets: &[Target]) -> (Events, Option<MultiProgress>) {
-    let printer = Printer::new(Format::Table, 0);
+    let printer = Printer::new(Format::Table, ctx.printer.verbosity());
     if !ctx.printer.is_tty() {
         let events: Events = Arc::new(move |e: &NodeEvent| match e {
             NodeEvent::Progress(p) => {
@@ -74,6 +74,7 @@ pub(super) fn render_events(ctx: &Ctx, targets: &[Target]) -> (Events, Option<Mu
                 fingerprints.join(", ")
             )),
             NodeEvent::Warning(w) => printer.warn(w),
+            NodeEvent::Detail(d) => printer.debug(d),
         });
         return (events, None);
     }
@@ -116,6 +117,8 @@ pub(super) fn render_events(ctx: &Ctx, targets: &[Target]) -> (Events, Option<Mu
         NodeEvent::Warning(w) => {
             let _ = above.println(sanitize_lines(&format!("Warning: {w}")));
         }
+        // The spinners show the current phase; step times are for plain output (-v).
+        NodeEvent::Detail(_) => {}
     });
     (events, Some(multi))
 }

@@ -62,6 +62,10 @@ pub enum NodeEvent {
     },
     /// Something worth a warning that does not fail the run.
     Warning(String),
+    /// A connection made or a step finished, with its time (`HOST: STEP: changed (N ms)`):
+    /// where a run's time goes, shown with `-v`. Failures are not here: the phase's `Failed`
+    /// says them.
+    Detail(String),
 }
 
 pub type Events = Arc<dyn Fn(&NodeEvent) + Send + Sync>;
@@ -106,11 +110,17 @@ struct SshEvents(Events);
 
 impl Progress for SshEvents {
     fn event(&self, event: &Event) {
-        if let Event::HostKeyRecorded { host, fingerprints } = event {
-            (self.0)(&NodeEvent::HostKeyRecorded {
-                host: host.clone(),
-                fingerprints: fingerprints.clone(),
-            });
+        match event {
+            Event::HostKeyRecorded { host, fingerprints } => {
+                (self.0)(&NodeEvent::HostKeyRecorded {
+                    host: host.clone(),
+                    fingerprints: fingerprints.clone(),
+                })
+            }
+            Event::Connected { .. } | Event::StepFinished { result: Ok(_), .. } => {
+                (self.0)(&NodeEvent::Detail(event.to_string()))
+            }
+            _ => {}
         }
     }
 }
@@ -337,4 +347,46 @@ pub async fn reset(
     let report = orchestrate::reset(&fleet, cluster, targets, &owner, &run).await;
     fleet.close().await;
     Ok(ResetOutcome::Reset(report.context("resetting hosts")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ssh::task::StepOutcome;
+
+    /// `-v` shows where a run's time goes: connections and finished steps with their times
+    /// reach the CLI as details; a failed step does not (its phase's `Failed` says it, once).
+    #[test]
+    fn connections_and_finished_steps_become_details_failures_do_not() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let events: Events = Arc::new(move |e: &NodeEvent| sink.lock().unwrap().push(e.clone()));
+        let p = SshEvents(events);
+        p.event(&Event::Connected {
+            host: "cp1".into(),
+            duration: Duration::from_millis(40),
+        });
+        p.event(&Event::StepFinished {
+            host: "cp1".into(),
+            step: "images: import etcd.tar".into(),
+            result: Ok(StepOutcome::Changed),
+            duration: Duration::from_millis(2150),
+        });
+        p.event(&Event::StepFinished {
+            host: "cp1".into(),
+            step: "kubelet: service".into(),
+            result: Err("boom".into()),
+            duration: Duration::from_millis(5),
+        });
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                NodeEvent::Detail("cp1: connected (40 ms)".into()),
+                NodeEvent::Detail("cp1: images: import etcd.tar: changed (2150 ms)".into()),
+            ]
+        );
+    }
 }

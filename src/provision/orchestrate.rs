@@ -588,13 +588,53 @@ pub async fn execute(
             ),
         }
     }
-    parallel(exec, options, &mut t, Phase::Install, work).await;
-
     // 3. The first control plane, as planned.
     let first = plan
         .first_control_plane
         .as_deref()
         .and_then(|name| targets.iter().find(|h| h.name() == name));
+    // A new cluster on stacked etcd: `kubeadm init` needs only the first control plane's own
+    // install, so it starts as soon as that is done while the other hosts still install (their
+    // uploads and image imports hidden behind init; they join after both). External etcd
+    // keeps the order: its members are set up between the installs and init.
+    let mut early_init = None;
+    match first {
+        Some(f)
+            if action(f) == Some(Action::Init)
+                && renderer.etcd_type() != EtcdType::External
+                && work.iter().any(|(h, _)| h == f.name()) =>
+        {
+            let key = new_certificate_key();
+            let mut init_steps = vec![renderer.certificate_key(&key, options.now)];
+            init_steps.extend(renderer.init(f, &key)?);
+            init_steps.extend(renderer.settle(f)?);
+            init_steps.push(renderer.record(f)?);
+            let (mine, others): (Vec<_>, Vec<_>) =
+                work.into_iter().partition(|(h, _)| h == f.name());
+            let first_run = async {
+                let (_, steps) = &mine[0];
+                let install = timed(exec, options, Phase::Install, f.name(), steps).await;
+                let init = if install.1.is_ok() {
+                    Some(timed(exec, options, Phase::Init, f.name(), &init_steps).await)
+                } else {
+                    None
+                };
+                (install, init)
+            };
+            let others_run = join_all(
+                others
+                    .iter()
+                    .map(|(h, steps)| timed(exec, options, Phase::Install, h, steps)),
+            );
+            let (((took, r), init), results) = futures::join!(first_run, others_run);
+            t.record(f.name(), Phase::Install, took, r);
+            for ((host, _), (took, r)) in others.iter().zip(results) {
+                t.record(host, Phase::Install, took, r);
+            }
+            early_init = init.map(|i| (key, i));
+        }
+        _ => parallel(exec, options, &mut t, Phase::Install, work).await,
+    }
     let Some(first) = first.cloned() else {
         for h in targets {
             t.skip(
@@ -639,13 +679,19 @@ pub async fn execute(
     }
     let mut certificate_key = None;
     if initialise {
-        let key = new_certificate_key();
-        let mut steps: Vec<Step> = etcd_client.into_iter().collect();
-        steps.push(renderer.certificate_key(&key, options.now));
-        steps.extend(renderer.init(&first, &key)?);
-        steps.extend(renderer.settle(&first)?);
-        steps.push(renderer.record(&first)?);
-        let (took, r) = timed(exec, options, Phase::Init, first.name(), &steps).await;
+        let (key, (took, r)) = match early_init {
+            Some(done) => done,
+            None => {
+                let key = new_certificate_key();
+                let mut steps: Vec<Step> = etcd_client.into_iter().collect();
+                steps.push(renderer.certificate_key(&key, options.now));
+                steps.extend(renderer.init(&first, &key)?);
+                steps.extend(renderer.settle(&first)?);
+                steps.push(renderer.record(&first)?);
+                let run = timed(exec, options, Phase::Init, first.name(), &steps).await;
+                (key, run)
+            }
+        };
         if !t.record(first.name(), Phase::Init, took, r) {
             for h in targets {
                 t.skip(
@@ -1075,6 +1121,10 @@ pub(crate) mod tests {
         /// Hosts whose key kprov never recorded.
         unknown_key: Vec<String>,
         duplicate_uuid: bool,
+        /// (host, step, other step): the host's step does not finish before the other step
+        /// has started on some host (at most 10 s: a test that fails does not hang).
+        hold: Vec<(String, String, String)>,
+        started: Mutex<Vec<String>>,
     }
 
     impl Fake {
@@ -1131,8 +1181,21 @@ pub(crate) mod tests {
             let mut out = Vec::new();
             for s in steps {
                 let start = self.tick();
+                self.started.lock().unwrap().push(s.name.clone());
                 // Let concurrent hosts interleave, as real ssh round trips do.
                 tokio::time::sleep(Duration::from_millis(5)).await;
+                for (_, _, other) in self
+                    .hold
+                    .iter()
+                    .filter(|(h, n, _)| h == host && *n == s.name)
+                {
+                    let until = std::time::Instant::now() + Duration::from_secs(10);
+                    while !self.started.lock().unwrap().contains(other)
+                        && std::time::Instant::now() < until
+                    {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
                 let key = (
                     host.to_string(),
                     s.name.clone(),
@@ -1236,6 +1299,61 @@ pub(crate) mod tests {
             .find(|e| e.host == host && e.step == step)
             .unwrap_or_else(|| panic!("{host}: no {step}"));
         (e.start, e.end)
+    }
+
+    /// A new stacked cluster: `kubeadm init` starts once the first control plane's own install
+    /// is done, while a worker is still installing (it holds its last install step until init
+    /// has started); the worker joins only after init and its own install.
+    #[tokio::test]
+    async fn init_starts_while_the_other_hosts_still_install() {
+        let fake = Fake {
+            hold: vec![(
+                "w1".into(),
+                "kubelet: service".into(),
+                "kubeadm: init".into(),
+            )],
+            ..Fake::default()
+        };
+        let hosts = hosts(1, 2);
+        let report = provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
+            .await
+            .unwrap();
+        assert!(report.success(), "{report:#?}");
+        let ev = fake.events();
+        let init = span(&ev, "cp1", "kubeadm: init");
+        let cp_install = span(&ev, "cp1", "kubelet: service");
+        let w1_install = span(&ev, "w1", "kubelet: service");
+        assert!(cp_install.1 < init.0, "init before its own install ended");
+        assert!(
+            init.0 < w1_install.1,
+            "init waited for w1's install: init {init:?}, w1's install {w1_install:?}"
+        );
+        for w in ["w1", "w2"] {
+            let join = span(&ev, w, "kubeadm: join");
+            let installed = span(&ev, w, "kubelet: service");
+            assert!(init.1 < join.0 && installed.1 < join.0, "{w} joined early");
+        }
+    }
+
+    /// The first control plane's install fails: no init, and no host joins (the others
+    /// installed meanwhile).
+    #[tokio::test]
+    async fn a_failed_install_of_the_first_control_plane_runs_no_init() {
+        let fake = Fake {
+            fail: vec![("cp1".into(), "kubelet: service".into())],
+            ..Fake::default()
+        };
+        let hosts = hosts(1, 1);
+        let report = provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
+            .await
+            .unwrap();
+        assert!(!report.success());
+        assert!(!fake.steps_on("cp1").contains(&"kubeadm: init".to_string()));
+        assert!(!fake.steps_on("w1").contains(&"kubeadm: join".to_string()));
+        assert!(
+            fake.steps_on("w1")
+                .contains(&"kubelet: service".to_string())
+        );
     }
 
     #[tokio::test]

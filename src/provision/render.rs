@@ -2587,6 +2587,11 @@ mod tests {
         let steps = r.images().unwrap();
         let text = describe(&steps).replace(&dir.path().display().to_string(), "/OPERATOR");
         insta::assert_snapshot!("image_archives", text);
+        // An uploaded archive was verified by the upload (the engine's batch checks the sha256
+        // before renaming it into place): hashed once on the host. A downloaded one is checked
+        // after the download.
+        assert!(steps[0].files.len() == 1 && !steps[0].run.contains("sha256sum"));
+        assert!(steps[1].files.is_empty() && steps[1].run.contains("sha256sum"));
 
         // After containerd runs with its configuration and the kubelet unit, at the end of
         // the install phase, so before any kubeadm step of init or join.

@@ -31,6 +31,15 @@ fn phase_event(line: &str) -> Option<(String, String, bool)> {
     Some((host.to_string(), phase.to_string(), false))
 }
 
+/// The milliseconds of one `HOST: STEP: changed|unchanged (N ms)` line.
+fn step_ms(line: &str) -> Option<u64> {
+    let rest = line
+        .strip_suffix(" ms)")?
+        .rsplit_once(": changed (")
+        .or_else(|| line.strip_suffix(" ms)")?.rsplit_once(": unchanged ("))?;
+    rest.1.parse().ok()
+}
+
 /// Length of the union of intervals.
 fn union(mut spans: Vec<(Duration, Duration)>) -> Duration {
     spans.sort();
@@ -96,7 +105,9 @@ fn run(n: usize) -> Row {
             format!("file://{}", lab.dir().join("state").display()),
         )
         .env("NO_COLOR", "1")
+        // -v: each connection and step with its time (the breakdown below).
         .args([
+            "-v",
             "update",
             "cluster",
             &name,
@@ -136,18 +147,31 @@ fn run(n: usize) -> Row {
 
     let mut open: std::collections::HashMap<(String, String), Duration> = Default::default();
     let mut spans = Vec::new();
+    let mut steps: Vec<(u64, String)> = Vec::new();
     for (at, l) in &lines {
+        if let Some(ms) = step_ms(l) {
+            steps.push((ms, l.clone()));
+        }
         let Some((host, phase, start)) = phase_event(l) else {
             continue;
         };
-        if !KUBEADM_PHASES.contains(&phase.as_str()) {
-            continue;
-        }
         if start {
             open.insert((host, phase), *at);
-        } else if let Some(s) = open.remove(&(host, phase)) {
-            spans.push((s, *at));
+        } else if let Some(s) = open.remove(&(host.clone(), phase.clone())) {
+            // Where the time goes, on stderr (scripts/bench-real passes `#` lines through).
+            eprintln!(
+                "# {n} hosts: {host} {phase}: {:.1} s .. {:.1} s",
+                s.as_secs_f64(),
+                at.as_secs_f64()
+            );
+            if KUBEADM_PHASES.contains(&phase.as_str()) {
+                spans.push((s, *at));
+            }
         }
+    }
+    steps.sort_by_key(|s| std::cmp::Reverse(s.0));
+    for (_, l) in steps.iter().take(12) {
+        eprintln!("# {n} hosts: step {l}");
     }
     assert!(
         !spans.is_empty(),
@@ -208,6 +232,12 @@ fn phase_lines_parse() {
         Some(("w1".into(), "init".into(), false))
     );
     assert_eq!(phase_event("w1: new host key recorded: SHA256:x"), None);
+    assert_eq!(
+        step_ms("cp1: images: import etcd.tar: changed (2150 ms)"),
+        Some(2150)
+    );
+    assert_eq!(step_ms("cp1: kubelet: service: unchanged (3 ms)"), Some(3));
+    assert_eq!(step_ms("cp1: connected (40 ms)"), None);
     let s = |a, b| (Duration::from_secs(a), Duration::from_secs(b));
     assert_eq!(
         union(vec![s(0, 2), s(1, 3), s(5, 6)]),

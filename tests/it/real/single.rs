@@ -1,10 +1,13 @@
-//! Scenarios 1 and 9 of issue 17 on one cluster (1 control plane + 1 worker): install, what a
-//! real cluster shows, a converged re-run, validation, then `delete cluster`.
+//! Scenarios 1, 7, 4 (worker half), 5 and 9 of issue 17 on one cluster (1 control plane + 1
+//! worker, a second worker added later): install, what a real cluster shows, a converged
+//! re-run, validation, backup and restore, scale up, `delete instance`, two rolls in place
+//! (real/scale.rs), then `delete cluster`. One install for all of them: CI's time budget.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::scale;
 use crate::support::realcluster::{RealCluster, present};
 use crate::support::realhosts::{self, RealLab};
 
@@ -68,15 +71,20 @@ spec:
 /// from the control plane (kube-proxy's rules, the pod network's routes); a second run has
 /// nothing to do; `validate cluster` passes. Scenario 7 on the lone stacked member: `backup
 /// etcd`, a ConfigMap deleted and another created, `restore etcd`: the deleted one is back, the
-/// later one gone, etcd and the API server Running. Then scenario 9: `delete cluster --yes`
-/// leaves no kubelet, containerd task, static pod or etcd on either host.
+/// later one gone, etcd and the API server Running. Scenarios 4 (worker half) and 5
+/// (`scale::scale_delete_roll`): worker2 joins through the spec, worker1 with the web pods
+/// behind a PodDisruptionBudget is deleted, two rolls in place (a label; maxPods and
+/// kube-proxy's mode). Then scenario 9: `delete cluster --yes`
+/// leaves no kubelet, containerd task, static pod or etcd on any host.
 #[test]
 fn scenario_single() {
     if realhosts::skip() {
         return;
     }
     let mut lab = RealLab::start();
-    lab.boot(&["cp1", "worker1"]);
+    // worker2 is booted now (a lab boots before its cluster borrows it) and joins later, in
+    // scale::scale_delete_roll.
+    lab.boot(&["cp1", "worker1", "worker2"]);
     lab.route_pods();
     let name = "single.real.example";
     let c = RealCluster::create(
@@ -92,7 +100,7 @@ fn scenario_single() {
     let preview = c.kprov_ok(&["update", "cluster", name]);
     for h in lab.hosts() {
         assert!(
-            preview.contains(&h.name),
+            h.name == "worker2" || preview.contains(&h.name),
             "preview names {}:\n{preview}",
             h.name
         );
@@ -244,13 +252,18 @@ fn scenario_single() {
     assert_eq!(data, "kprov-previous\nmember\n", "cp1's /var/lib/etcd");
     c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(180));
 
+    // Scenarios 4 (worker half) and 5 on this cluster: worker2 joins, worker1 is deleted, two
+    // rolls in place.
+    scale::scale_delete_roll(&c);
+
     if realhosts::keep_requested() {
         // The lab stays up (its Drop keeps it); scripts/test-real prints this line.
         println!("KUBECONFIG={}", c.kubeconfig.display());
         return;
     }
 
-    // Scenario 9: delete cluster removes Kubernetes from both hosts.
+    // Scenario 9: delete cluster removes Kubernetes from every host (worker1 was reset by
+    // delete instance already).
     let t = Instant::now();
     c.kprov_ok(&["delete", "cluster", name, "--yes"]);
     eprintln!("delete cluster --yes: {:?}", t.elapsed());

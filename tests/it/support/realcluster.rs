@@ -10,6 +10,8 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kprov::spec::{Cluster, Object, ObjectRef};
@@ -316,6 +318,114 @@ impl<'a> RealCluster<'a> {
         self.kubectl(args).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Edits the stored spec as an operator does: `get cluster -o yaml`, change the Cluster,
+    /// `replace -f` (the file kept in the lab's directory as `file`).
+    #[track_caller]
+    pub fn edit_spec(&self, file: &str, edit: impl FnOnce(&mut Cluster)) {
+        let yaml = self.kprov_ok(&["get", "cluster", &self.name, "-o", "yaml"]);
+        let mut objects: Vec<Object> = kprov::spec::load_objects("stored", &yaml)
+            .expect("stored objects parse")
+            .into_iter()
+            .map(|o| o.value)
+            .collect();
+        let mut edit = Some(edit);
+        for o in &mut objects {
+            if let Object::Cluster(cl) = o
+                && let Some(edit) = edit.take()
+            {
+                edit(cl);
+            }
+        }
+        let refs = objects.iter().map(|o| match o {
+            Object::Cluster(c) => ObjectRef::Cluster(c),
+            Object::InstanceGroup(g) => ObjectRef::InstanceGroup(g),
+        });
+        let path = self.lab.dir().join(file);
+        std::fs::write(&path, kprov::spec::to_yaml_stream(refs).expect("yaml")).expect("spec");
+        self.kprov_ok(&["replace", "-f", path.to_str().expect("utf-8")]);
+    }
+
+    /// Real kubectl as an owned closure, for a `Watch` thread: stdout on success.
+    pub fn kubectl_fn(&self) -> impl Fn(&[&str]) -> Option<String> + Send + 'static {
+        let (bin, kubeconfig) = (self.bins.path("kubectl"), self.kubeconfig.clone());
+        move |args: &[&str]| {
+            let out = Command::new(&bin)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .arg("--request-timeout=10s")
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    }
+
+    /// `kprov ARGS` (which must succeed) while one thread samples the nodes through the real
+    /// API: the most cordoned at once and the fewest Ready, over every sample taken while kprov
+    /// ran plus one after it returned (`ready_at_end`: no separate wait for Ready is needed
+    /// after a roll watched this way), and the most unavailable (cordoned or not Ready) at once.
+    /// A real kubelet's Node reads NotReady for a moment after its restart (one run in two
+    /// caught it at 300 ms sampling), so "nodes stay Ready" is asserted as "never more than
+    /// maxUnavailable unavailable at once, all Ready at the end"; each change of the nodes'
+    /// STATUS is printed with its time.
+    #[track_caller]
+    pub fn kprov_watching_nodes(&self, args: &[&str]) -> (String, NodesSeen) {
+        let kubectl = self.kubectl_fn();
+        let t0 = Instant::now();
+        let last = Mutex::new(String::new());
+        let watch = Watch::start(move || {
+            let text = kubectl(&["get", "nodes", "--no-headers"])?;
+            // Each change of a node's STATUS column, for a failure's story.
+            let status: String = text
+                .lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    Some(format!("{} {}", f.first()?, f.get(1)?))
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            if let Ok(mut last) = last.lock()
+                && *last != status
+            {
+                eprintln!("nodes at {:.1} s: {status}", t0.elapsed().as_secs_f64());
+                *last = status;
+            }
+            let ready_col = |l: &str| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|s| s.split(',').next() == Some("Ready"))
+            };
+            let cordoned = text
+                .lines()
+                .filter(|l| l.contains("SchedulingDisabled"))
+                .count();
+            let ready = text.lines().filter(|l| ready_col(l)).count();
+            let unavailable = text
+                .lines()
+                .filter(|l| l.contains("SchedulingDisabled") || !ready_col(l))
+                .count();
+            Some(vec![cordoned, ready, unavailable])
+        });
+        let t = Instant::now();
+        let out = self.kprov_ok(args);
+        let took = t.elapsed();
+        eprintln!("kprov returned at {:.1} s", t.elapsed().as_secs_f64());
+        let seen = watch.finish();
+        let seen = NodesSeen {
+            max_cordoned: seen.max(0),
+            min_ready: seen.min(1),
+            max_unavailable: seen.max(2),
+            ready_at_end: seen.last.get(1).copied().unwrap_or(0),
+            samples: seen.samples,
+            took,
+        };
+        eprintln!("kprov {}: {seen:?}", args.join(" "));
+        (out, seen)
+    }
+
     /// Polls `probe` once a second until it returns `Some`, failing after `limit` with the
     /// last thing `probe` reported. For waits on the real cluster's state (no fixed sleeps).
     #[track_caller]
@@ -446,5 +556,103 @@ impl<'a> RealCluster<'a> {
             },
         );
         took
+    }
+}
+
+/// What `RealCluster::kprov_watching_nodes` saw.
+#[derive(Debug)]
+pub struct NodesSeen {
+    pub max_cordoned: usize,
+    pub min_ready: usize,
+    /// The most nodes cordoned or not Ready at once (what `maxUnavailable` bounds).
+    pub max_unavailable: usize,
+    /// Ready in the sample taken after kprov returned.
+    pub ready_at_end: usize,
+    pub samples: usize,
+    pub took: Duration,
+}
+
+/// A thread sampling the real API every 300 ms until finished, keeping the smallest and the
+/// largest of each value `probe` returns ("never more than N cordoned", "never fewer than N
+/// ready"). `finish` takes one last sample after stopping the thread.
+pub struct Watch {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Seen>>,
+    probe: Arc<dyn Fn() -> Option<Vec<usize>> + Send + Sync>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+pub struct Seen {
+    /// (min, max) per value.
+    bounds: Vec<(usize, usize)>,
+    /// The latest sample.
+    pub last: Vec<usize>,
+    pub samples: usize,
+}
+
+impl Seen {
+    fn add(&mut self, values: &[usize]) {
+        if self.bounds.is_empty() {
+            self.bounds = values.iter().map(|v| (*v, *v)).collect();
+        }
+        for (b, v) in self.bounds.iter_mut().zip(values) {
+            b.0 = b.0.min(*v);
+            b.1 = b.1.max(*v);
+        }
+        self.samples += 1;
+        self.last = values.to_vec();
+    }
+
+    /// The smallest value `i` had (`usize::MAX` without a sample: a failing bound).
+    pub fn min(&self, i: usize) -> usize {
+        self.bounds.get(i).map_or(usize::MAX, |b| b.0)
+    }
+
+    /// The largest value `i` had (`usize::MAX` without a sample: a failing bound).
+    pub fn max(&self, i: usize) -> usize {
+        self.bounds.get(i).map_or(usize::MAX, |b| b.1)
+    }
+}
+
+/// A test that panics mid-watch stops the thread too.
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Watch {
+    pub fn start(probe: impl Fn() -> Option<Vec<usize>> + Send + Sync + 'static) -> Watch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let probe: Arc<dyn Fn() -> Option<Vec<usize>> + Send + Sync> = Arc::new(probe);
+        let (s, sn, p) = (stop.clone(), seen.clone(), probe.clone());
+        let handle = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                if let Some(v) = p() {
+                    sn.lock().unwrap_or_else(|e| e.into_inner()).add(&v);
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
+        Watch {
+            stop,
+            seen,
+            probe,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn finish(mut self) -> Seen {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            h.join().expect("watch thread");
+        }
+        let mut seen = std::mem::take(&mut *self.seen.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(v) = (self.probe)() {
+            seen.add(&v);
+        }
+        seen
     }
 }
