@@ -793,7 +793,15 @@ mod tests {
         n[1].unknown = Some("no answer on port 22".into());
         let aws = |s: &Selection| plan("c", Platform::Aws, "1.35.1", &g, &n, s);
         let p = aws(&Selection::default());
-        let w2 = &p.groups[0].nodes[1];
+        let find = |p: &RollPlan, t: &str| {
+            p.groups
+                .iter()
+                .flat_map(|g| g.nodes.iter())
+                .find(|x| x.target == t)
+                .cloned()
+                .unwrap()
+        };
+        let w2 = find(&p, "w2");
         assert_eq!(w2.action, RollAction::Leave);
         assert!(!w2.needs_update);
         assert_eq!(w2.reasons, ["unknown: no answer on port 22"]);
@@ -805,7 +813,7 @@ mod tests {
             force: true,
             ..Selection::default()
         });
-        let w2 = &forced.groups[0].nodes[1];
+        let w2 = find(&forced, "w2");
         assert_eq!(w2.action, RollAction::Replace);
         assert_eq!(w2.reasons, ["unknown: no answer on port 22", "--force"]);
         // An unknown control plane is replaced too (a new member joins first): it cannot be
@@ -823,7 +831,7 @@ mod tests {
                 ..Selection::default()
             },
         );
-        let cp1 = p.order().into_iter().find(|x| x.target == "cp1").unwrap();
+        let cp1 = find(&p, "cp1");
         assert_eq!(cp1.action, RollAction::Replace);
     }
 

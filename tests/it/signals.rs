@@ -301,5 +301,8 @@ fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_show
         0,
     );
     assert!(yaml.contains("cluster: demo.phases.example"), "{yaml}");
-    assert!(!yaml.contains("nodes"), "{yaml}");
+    assert!(
+        !yaml.contains("\nnodes:") && !yaml.contains("nodesError"),
+        "{yaml}"
+    );
 }
