@@ -10,15 +10,15 @@ use crate::support::awsroll::{code, rolling, running_cluster, text, with_call, w
 
 #[test]
 fn a_worker_that_does_not_answer_is_listed_as_unknown_and_replaced_with_cloudonly() {
-    let cluster = "broken.lab.example";
-    let lab = running_cluster(cluster, "broken.lab.example", 1);
+    let cluster = "roll.broken.example";
+    let lab = running_cluster(cluster, "broken.example", 1);
     let old = workers(&lab);
     assert_eq!(old.len(), 1, "{old:?}");
     let broken = old[0].clone();
     lab.instances()[&broken].power_off();
 
     // 1. Listed as unknown, with the way out; not dropped.
-    let o = lab.kprov(&["get", "instances", cluster, "--ssh-private-address"]);
+    let o = lab.kprov(&["get", "instances", cluster]);
     let listed = code(&lab, &o, 0);
     let line = listed
         .lines()
