@@ -37,6 +37,19 @@ pub enum RepoError {
         remaining: usize,
         prefix: String,
     },
+    /// The cluster was deleted with its etcd backups kept: they are all that remains.
+    #[error(
+        "cluster {name} was deleted; only its etcd backups remain ({count} object{s} under \
+         {prefix}): `kprov get backups {name}` lists them, `kprov delete cluster {name} --yes \
+         --delete-backups` removes them, and a cluster created again under this name can \
+         `kprov restore etcd` from them",
+        s = if *count == 1 { "" } else { "s" }
+    )]
+    BackupsOnly {
+        name: String,
+        count: usize,
+        prefix: String,
+    },
     #[error("instance group {group:?} not found in cluster {cluster:?}")]
     GroupNotFound { cluster: String, group: String },
     #[error("{0}")]
@@ -144,7 +157,9 @@ impl Repo {
     /// and those without one that still hold more than a lock (a half-deleted cluster, a
     /// `config` that is a directory), so `get clusters` can show them as unreadable instead
     /// of hiding objects that stay. A name holding only a lock is a `create` in progress (it
-    /// takes the lock before it writes) or a stale lock, which `kprov lock` reports.
+    /// takes the lock before it writes) or a stale lock, which `kprov lock` reports. A name
+    /// holding only etcd backups (deleted with its backups kept) is listed too: `get` says so
+    /// ([`RepoError::BackupsOnly`]).
     pub async fn list_all(&self) -> Result<Vec<String>, RepoError> {
         let keys = self.store.list("").await?;
         let mut names: Vec<String> = keys
@@ -312,6 +327,17 @@ impl Repo {
                 store: self.location(),
             });
         }
+        if what.is_none() {
+            let backups = keys.backups_prefix();
+            let kept = self.store.list(&backups).await?.len();
+            if kept == remaining {
+                return Ok(RepoError::BackupsOnly {
+                    name: keys.name().into(),
+                    count: kept,
+                    prefix: self.store.key_location(&backups),
+                });
+            }
+        }
         Ok(RepoError::Unreadable {
             name: keys.name().into(),
             key: self.store.key_location(&config),
@@ -437,13 +463,19 @@ impl Repo {
             .await?)
     }
 
-    /// Removes every key of the cluster (config last, so a half-finished delete still lists).
-    pub async fn delete_cluster(&self, name: &str) -> Result<usize, RepoError> {
+    /// Removes every key of the cluster (config last, so a half-finished delete still lists),
+    /// except its etcd backups unless `delete_backups` (see [`ClusterKeys::backups_prefix`]).
+    pub async fn delete_cluster(
+        &self,
+        name: &str,
+        delete_backups: bool,
+    ) -> Result<usize, RepoError> {
         let keys = ClusterKeys::new(name)?;
         let mut all = self.store.list(&keys.prefix()).await?;
         let config = keys.config();
         let lock = keys.lock();
-        all.retain(|k| *k != config && *k != lock);
+        let backups = keys.backups_prefix();
+        all.retain(|k| *k != config && *k != lock && (delete_backups || !k.starts_with(&backups)));
         let n = all.len() + 1;
         for k in all {
             match self.store.delete(&k, Precondition::None).await {
@@ -452,6 +484,28 @@ impl Repo {
             }
         }
         self.store.delete(&config, Precondition::None).await?;
+        Ok(n)
+    }
+
+    /// The keys of the cluster's etcd backups (what `delete cluster` keeps unless asked).
+    pub async fn backup_keys(&self, name: &str) -> Result<Vec<String>, RepoError> {
+        Ok(self
+            .store
+            .list(&ClusterKeys::new(name)?.backups_prefix())
+            .await?)
+    }
+
+    /// Removes the etcd backups of a cluster that was deleted with them kept (the caller holds
+    /// its lock). Returns how many objects went.
+    pub async fn delete_backups(&self, name: &str) -> Result<usize, RepoError> {
+        let all = self.backup_keys(name).await?;
+        let n = all.len();
+        for k in all {
+            match self.store.delete(&k, Precondition::None).await {
+                Ok(()) | Err(StateError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(n)
     }
 

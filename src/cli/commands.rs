@@ -179,6 +179,9 @@ pub async fn run(cli: Cli) -> i32 {
             BackupWhat::Etcd { out, .. } => out.output,
         },
         Command::Version(o) => o.output,
+        Command::Toolbox(t) => match &t.what {
+            super::ToolboxWhat::Dump { output, .. } => *output,
+        },
         _ => Format::Table,
     };
     let ctx = Ctx {
@@ -220,6 +223,20 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 }),
                 _,
             ) => create_registry_credentials(ctx, &name, &host, &username).await,
+            (Some(CreateWhat::Sshpublickey { name, file }), _) => {
+                super::toolbox::create_sshpublickey(ctx, &name, &file).await
+            }
+            (Some(CreateWhat::Secret { what }), _) => match what {
+                super::CreateSecretWhat::Sshpublickey { secret, name, file } => {
+                    if secret != "admin" {
+                        ctx.printer.warn(&format!(
+                            "kprov keeps one SSH public key per cluster; the secret name {} is not kept",
+                            untrusted(&secret)
+                        ));
+                    }
+                    super::toolbox::create_sshpublickey(ctx, &name, &file).await
+                }
+            },
             (None, Some(f)) => objects_from_file(ctx, &f, FileMode::Create).await,
             (None, None) => Err(anyhow!(
                 "say what to create: `kprov create cluster NAME ...` or `kprov create -f FILE`"
@@ -254,7 +271,8 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 name,
                 yes,
                 concurrency,
-            } => delete_cluster(ctx, &name, yes, concurrency).await,
+                delete_backups,
+            } => delete_cluster(ctx, &name, yes, concurrency, delete_backups).await,
             DeleteWhat::Instancegroups { group, name, yes } => {
                 delete_group(ctx, &name, &group, yes).await
             }
@@ -346,6 +364,14 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 };
                 super::etcd::restore(ctx, &name, &from, yes, reach).await
             }
+        },
+        Command::Toolbox(t) => match t.what {
+            super::ToolboxWhat::Dump {
+                name,
+                kubeconfig,
+                no_api,
+                ..
+            } => super::toolbox::dump(ctx, &name, kubeconfig.as_deref(), !no_api).await,
         },
         Command::Version(_) => {
             let version = env!("CARGO_PKG_VERSION");
@@ -897,7 +923,7 @@ async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     use sha2::{Digest, Sha256};
     let repo = ctx.repo().await?;
     // The cluster must exist: an empty listing must not hide a typo.
-    repo.get(name).await?;
+    let stored = repo.get(name).await?;
     let keys = state::layout::ClusterKeys::new(name)?;
     let mut rows = Vec::new();
     for (kind, prefix) in [
@@ -923,15 +949,39 @@ async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
             ));
         }
     }
+    // The instances' SSH public key (`create sshpublickey`): by its fingerprint, as kops
+    // shows it, from the spec where it is stored.
+    let ssh_key = stored
+        .cluster
+        .value
+        .spec
+        .ssh_key
+        .as_ref()
+        .and_then(|k| k.public_key.as_deref())
+        .map(|k| (k.trim().len(), crate::ops::sshkey::fingerprint(k)));
+    if let Some((len, fingerprint)) = &ssh_key {
+        rows.push((
+            "sshpublickey",
+            "admin".into(),
+            *len,
+            fingerprint
+                .clone()
+                .unwrap_or_else(|| "not an OpenSSH public key".into()),
+        ));
+    }
     let items: Vec<serde_json::Value> = rows
         .iter()
         .map(|(kind, key, len, digest)| {
-            serde_json::json!({"type": kind, "name": key, "bytes": len, "sha256": digest})
+            if *kind == "sshpublickey" {
+                serde_json::json!({"type": kind, "name": key, "bytes": len, "fingerprint": digest})
+            } else {
+                serde_json::json!({"type": kind, "name": key, "bytes": len, "sha256": digest})
+            }
         })
         .collect();
     ctx.printer
         .value(&serde_json::json!({ "items": items }), || {
-            let mut t = Table::new(["TYPE", "NAME", "BYTES", "SHA256"]);
+            let mut t = Table::new(["TYPE", "NAME", "BYTES", "SHA256 / FINGERPRINT"]);
             for (kind, key, len, digest) in &rows {
                 t.row([
                     kind.to_string(),
@@ -955,9 +1005,15 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
     // A cluster whose objects cannot be read is listed as such, with the reason (which names
     // the key) and the way out; asked for by name, it is an error.
     let mut unreadable = Vec::new();
+    // Deleted with their etcd backups kept: listed, so that backups are never forgotten.
+    let mut backups_only = Vec::new();
     for n in &names {
         let stored = match repo.get(n).await {
             Ok(s) => s,
+            Err(RepoError::BackupsOnly { .. }) if name.is_none() => {
+                backups_only.push(n.clone());
+                continue;
+            }
             Err(e) if name.is_none() && removable(&e) => {
                 unreadable.push((n.clone(), e));
                 continue;
@@ -975,6 +1031,11 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
             } else {
                 format!(". Fix it, or remove it with `kprov delete cluster {n} --yes`")
             }
+        ));
+    }
+    for n in &backups_only {
+        ctx.printer.status(&format!(
+            "cluster {n} was deleted; its etcd backups are kept: `kprov get backups {n}` lists them, `kprov delete cluster {n} --yes --delete-backups` deletes them"
         ));
     }
     if ctx.printer.format() != Format::Table {
@@ -1053,6 +1114,9 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
     for (n, _) in &unreadable {
         t.row([n.as_str(), "UNREADABLE", "-", "-", "-", "-"].map(String::from));
     }
+    for n in &backups_only {
+        t.row([n.as_str(), "DELETED (backups kept)", "-", "-", "-", "-"].map(String::from));
+    }
     ctx.printer.data(&t.render());
     Ok(exit::OK)
 }
@@ -1113,15 +1177,47 @@ async fn delete_cluster(
     name: &str,
     yes: bool,
     concurrency: usize,
+    delete_backups: bool,
 ) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let stored = match repo.get(name).await {
         Ok(s) => s,
+        Err(RepoError::BackupsOnly { count, prefix, .. }) => {
+            return delete_backups_only(ctx, &repo, name, yes, delete_backups, count, &prefix)
+                .await;
+        }
         Err(e) if removable(&e) => return delete_unreadable(ctx, &repo, name, yes, &e).await,
         Err(e) => return Err(e.into()),
     };
     let keys = repo.store().list(&format!("{name}/")).await?;
+    let backups = repo.backup_keys(name).await?;
     let (cluster, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+    let backups_said = |done: bool| -> Option<String> {
+        let where_ = repo.store().key_location(
+            &crate::state::layout::ClusterKeys::new(name)
+                .ok()?
+                .backups_prefix(),
+        );
+        Some(match (backups.len(), delete_backups, done) {
+            (0, _, _) => return None,
+            (n, true, false) => format!(
+                "Will delete {} under {where_} too (--delete-backups).",
+                plural(n, "etcd backup object")
+            ),
+            (n, true, true) => format!(
+                "Deleted {} under {where_} (--delete-backups).",
+                plural(n, "etcd backup object")
+            ),
+            (n, false, false) => format!(
+                "Will keep {} under {where_}: `kprov get backups {name}` lists them, a cluster created again as {name} can `kprov restore etcd` from them; `--delete-backups` deletes them too.",
+                plural(n, "etcd backup object")
+            ),
+            (n, false, true) => format!(
+                "Kept {} under {where_}: `kprov get backups {name}` lists them; `kprov delete cluster {name} --yes --delete-backups` deletes them.",
+                plural(n, "etcd backup object")
+            ),
+        })
+    };
     if !yes {
         match cluster.spec.cloud_provider {
             spec::CloudProvider::Aws => {
@@ -1135,10 +1231,14 @@ async fn delete_cluster(
             "Will delete cluster {name} from {}:\n{}",
             repo.location(),
             keys.iter()
-                .map(|k| format!("  {k}"))
+                .filter(|k| delete_backups || !backups.contains(k))
+                .map(|k| format!("  {}", untrusted(k)))
                 .collect::<Vec<_>>()
                 .join("\n")
         ));
+        if let Some(line) = backups_said(false) {
+            ctx.printer.status(&line);
+        }
         ctx.printer
             .status(&format!("Must specify --yes to delete cluster {name}."));
         return Ok(exit::OK);
@@ -1155,13 +1255,58 @@ async fn delete_cluster(
                 super::metal::reset_hosts(ctx, &cluster, true, concurrency).await?
             }
         }
-        Ok(repo.delete_cluster(name).await?)
+        Ok(repo.delete_cluster(name, delete_backups).await?)
     })
     .await?;
     ctx.printer.success(&format!(
         "Deleted cluster {name} ({}) from {}.",
         plural(n, "object"),
         repo.location()
+    ));
+    if let Some(line) = backups_said(true) {
+        ctx.printer.status(&line);
+    }
+    Ok(exit::OK)
+}
+
+/// `delete cluster` of a cluster deleted earlier with its etcd backups kept: only
+/// `--delete-backups` has anything left to do.
+async fn delete_backups_only(
+    ctx: &Ctx,
+    repo: &Repo,
+    name: &str,
+    yes: bool,
+    delete_backups: bool,
+    count: usize,
+    prefix: &str,
+) -> anyhow::Result<i32> {
+    if !delete_backups {
+        ctx.printer.error(&format!(
+            "cluster {name} was deleted already; its {} under {prefix} are kept. Pass --delete-backups to delete them.",
+            plural(count, "etcd backup object")
+        ));
+        return Ok(exit::ERROR);
+    }
+    if !yes {
+        ctx.printer.data(&format!(
+            "Will delete {} of the deleted cluster {name} under {prefix}.",
+            plural(count, "etcd backup object")
+        ));
+        ctx.printer.status(&format!(
+            "Must specify --yes to delete the backups of {name}."
+        ));
+        return Ok(exit::OK);
+    }
+    let n = locked(
+        repo.store(),
+        name,
+        "delete cluster --delete-backups",
+        async { Ok(repo.delete_backups(name).await?) },
+    )
+    .await?;
+    ctx.printer.success(&format!(
+        "Deleted {} of {name} under {prefix}.",
+        plural(n, "etcd backup object")
     ));
     Ok(exit::OK)
 }

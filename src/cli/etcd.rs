@@ -106,8 +106,12 @@ pub async fn backup(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<i32> 
 /// `kprov get backups NAME`.
 pub async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
-    // The cluster must exist: a typo is an error, not an empty list.
-    repo.get(name).await?;
+    // The cluster must exist, or have been deleted with its backups kept: a typo is an
+    // error, not an empty list.
+    match repo.get(name).await {
+        Ok(_) | Err(crate::repo::RepoError::BackupsOnly { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
     let backups = ops::list(repo.store().as_ref(), name).await?;
     ctx.printer.value(&backups.records, || {
         backups_table(&backups.records, &backups.damaged)

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::commands::{Ctx, LOCK_LEASE};
+use super::commands::{Ctx, LOCK_LEASE, catch_interrupts, interrupted};
 use super::{DeleteInstanceArgs, exit};
 use crate::cloud::aws::instances::{AwsInstances, SshReach};
 use crate::kube::{
@@ -163,9 +163,27 @@ fn preview_value(plan: &RemovalPlan) -> anyhow::Result<serde_json::Value> {
     Ok(v)
 }
 
-fn render_events(printer: Printer, node: String) -> RemoveEvents {
+/// What the removal is doing now (its last step), for the message of a signal that cuts it.
+#[derive(Clone, Default)]
+struct InFlight(Arc<std::sync::Mutex<String>>);
+
+impl InFlight {
+    fn describe(&self, node: &str) -> String {
+        let step = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if step.is_empty() {
+            format!("planning the removal of {node}")
+        } else {
+            format!("{step} (a step cut short is done again by the next run)")
+        }
+    }
+}
+
+fn render_events(printer: Printer, node: String, in_flight: InFlight) -> RemoveEvents {
     Arc::new(move |e: &RemoveEvent| match e {
-        RemoveEvent::Step(s) => printer.status(s),
+        RemoveEvent::Step(s) => {
+            *in_flight.0.lock().unwrap_or_else(|p| p.into_inner()) = s.clone();
+            printer.status(s)
+        }
         RemoveEvent::Warning(w) => printer.warn(w),
         RemoveEvent::Drain(d) => match d {
             DrainEvent::Cordoned { node } => printer.status(&format!("{node}: cordoned")),
@@ -243,6 +261,12 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
     if a.decrement_desired_capacity {
         anyhow::bail!("--decrement-desired-capacity applies to AWS clusters; {name} is bare metal");
     }
+    if a.cloud_only {
+        anyhow::bail!(
+            "--cloudonly applies to AWS clusters (the instance is terminated through its Auto \
+             Scaling group); {name} is bare metal: its hosts are removed over SSH and the API"
+        );
+    }
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
     let (kube, _client) = api(ctx, &cluster, a).await?;
@@ -252,11 +276,36 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
         render_plan(ctx, &plan)?;
         return Ok(end_preview(ctx, &plan.refusals, &a.node, name));
     }
+    // Caught before the lock is taken: the first signal ends whatever wait is in flight
+    // (drain, etcd member, host, API), the lock is released and the way to resume said.
+    let resume = format!("kprov delete instance {name} {} --yes", a.node);
+    let ints = catch_interrupts(name, &resume);
     let guard = lock::acquire(store.clone(), name, "delete instance", LOCK_LEASE).await?;
-    let events = render_events(Printer::new(Format::Table, 0), a.node.clone());
-    let result = ops::remove(store, &cluster, &kube, &a.node, &guard, &drain, &events).await;
+    let in_flight = InFlight::default();
+    let events = render_events(
+        Printer::new(Format::Table, 0),
+        a.node.clone(),
+        in_flight.clone(),
+    );
+    let result = ints
+        .or(ops::remove(
+            store, &cluster, &kube, &a.node, &guard, &drain, &events,
+        ))
+        .await;
     let released = guard.release().await;
-    let report = result?;
+    let report = match result {
+        Err(c) => {
+            released?;
+            return Ok(interrupted(
+                ctx,
+                name,
+                c,
+                &in_flight.describe(&a.node),
+                &resume,
+            ));
+        }
+        Ok(r) => r?,
+    };
     released?;
     drain_status(ctx, &a.node, report.drain.as_ref());
     ctx.printer.success(&format!(
@@ -300,13 +349,24 @@ fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
         } else {
             "node".to_string()
         },
-        node_state(plan.node_object.as_ref()),
+        if plan.cloud_only {
+            "not asked (--cloudonly)".to_string()
+        } else {
+            node_state(plan.node_object.as_ref())
+        },
     ]);
     let mut out = t.render();
-    out.push_str(&pods_text(&plan.pods));
+    if plan.cloud_only {
+        out.push_str(
+            "\n--cloudonly: the cluster's API is not asked: no pod is evicted (they stop with the \
+             instance) and the Node object is left to the cloud-controller-manager.",
+        );
+    } else {
+        out.push_str(&pods_text(&plan.pods));
+    }
     let c = plan.capacity;
     out.push_str(&format!(
-        "\nThen: {} is terminated in {} ({}), and the Node object is deleted.",
+        "\nThen: {} is terminated in {} ({}){}.",
         plan.instance_id,
         plan.auto_scaling_group,
         if plan.decrement {
@@ -316,6 +376,11 @@ fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
                 "the group launches a replacement; desired capacity stays {}",
                 c.desired
             )
+        },
+        if plan.cloud_only {
+            ""
+        } else {
+            ", and the Node object is deleted"
         }
     ));
     ctx.printer.data(&out);
@@ -331,13 +396,18 @@ async fn delete_aws_instance(
     let name = cluster.name();
     let cloud = crate::ops::aws::cloud(cluster).await?;
     let instances = AwsInstances::new(&cloud, groups, SshReach::of(cluster, false));
-    let (kube, _client) = api(ctx, cluster, a).await?;
+    // --cloudonly never asks the API: it may be what is down.
+    let client = match a.cloud_only {
+        true => None,
+        false => Some(api(ctx, cluster, a).await?),
+    };
+    let kube = client.as_ref().map(|(k, _)| k);
     let drain = drain_options(a);
     if !a.yes {
         let plan = ops::plan_aws(
             &cloud,
             &instances,
-            &kube,
+            kube,
             &a.node,
             &drain,
             a.decrement_desired_capacity,
@@ -347,21 +417,41 @@ async fn delete_aws_instance(
         return Ok(end_preview(ctx, &plan.refusals, &plan.node, name));
     }
     let repo = ctx.repo().await?;
+    let resume = format!("kprov delete instance {name} {} --yes", a.node);
+    let ints = catch_interrupts(name, &resume);
     let guard = lock::acquire(repo.store().clone(), name, "delete instance", LOCK_LEASE).await?;
-    let events = render_events(Printer::new(Format::Table, 0), a.node.clone());
-    let result = ops::remove_aws(
-        &cloud,
-        &instances,
-        &kube,
-        &a.node,
-        &guard,
-        &drain,
-        a.decrement_desired_capacity,
-        &events,
-    )
-    .await;
+    let in_flight = InFlight::default();
+    let events = render_events(
+        Printer::new(Format::Table, 0),
+        a.node.clone(),
+        in_flight.clone(),
+    );
+    let result = ints
+        .or(ops::remove_aws(
+            &cloud,
+            &instances,
+            kube,
+            &a.node,
+            &guard,
+            &drain,
+            a.decrement_desired_capacity,
+            &events,
+        ))
+        .await;
     let released = guard.release().await;
-    let (plan, drained) = result?;
+    let (plan, drained) = match result {
+        Err(c) => {
+            released?;
+            return Ok(interrupted(
+                ctx,
+                name,
+                c,
+                &in_flight.describe(&a.node),
+                &resume,
+            ));
+        }
+        Ok(r) => r?,
+    };
     released?;
     drain_status(ctx, &plan.node, drained.as_ref());
     ctx.printer.success(&format!(

@@ -335,7 +335,7 @@ pub async fn update(
         );
     }
     warn_gone();
-    let resume = format!("kprov update cluster {name} --yes");
+    let resume = super::update::resume_command(name, a);
     let ints = super::commands::catch_interrupts(name, &resume);
     let session = Session::new(store.clone());
     let nodes = session
@@ -454,11 +454,40 @@ pub(super) async fn finish(
             pending.iter().map(|h| h.host.as_str()).collect::<Vec<_>>().join(", ")
         ));
     }
+    if a.phase == Some(super::UpdatePhase::Nodes) {
+        ctx.printer.status(&format!(
+            "--phase nodes: add-ons and kube-system's node configuration left alone; next: `kprov update cluster {name} --yes --phase addons`."
+        ));
+        return Ok(exit::OK);
+    }
     if a.skip_addons {
         ctx.printer.status(&format!(
             "Add-ons and the node configuration in kube-system (ConfigMaps kubelet-config, kube-proxy) skipped (--skip-addons); deploy them with `kprov update addons {name} --yes` and `kprov update cluster {name} --yes`."
         ));
         return Ok(exit::OK);
+    }
+    addons_phase(ctx, cluster, a).await
+}
+
+/// `update cluster --phase addons`, and the last part of every whole `update --yes`:
+/// kube-system's node configuration, then the add-ons. Without --yes, the add-ons' preview.
+pub(super) async fn addons_phase(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<i32> {
+    let name = cluster.name();
+    if !a.yes {
+        let args = super::addons::UpdateAddonsArgs {
+            name,
+            yes: false,
+            kubeconfig: a.kubeconfig.as_deref(),
+            force_conflicts: false,
+            wait: Duration::from_secs(300),
+            exit_code: a.exit_code,
+            ssh_tunnel: false,
+        };
+        return super::addons::deploy(ctx, cluster, &args).await;
     }
     if let Err(e) = sync_node_config(ctx, cluster, a).await {
         ctx.printer.error(&format!(

@@ -10,6 +10,7 @@ mod etcd;
 mod instance;
 mod metal;
 mod rolling;
+mod toolbox;
 mod update;
 
 use std::path::PathBuf;
@@ -94,6 +95,34 @@ pub enum Command {
     Completion(CompletionArgs),
     /// Print kprov's version (kops's `kops version`)
     Version(OutputArgs),
+    /// kops's toolbox: `toolbox dump NAME` prints the cluster's cloud resources, machines and
+    /// nodes as one document (never a secret)
+    Toolbox(ToolboxCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct ToolboxCmd {
+    #[command(subcommand)]
+    pub what: ToolboxWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolboxWhat {
+    /// The cluster's cloud resources (AWS: every one it owns, with its ID), its machines
+    /// (hosts or running instances) and the nodes the API server lists, as YAML or JSON. No
+    /// key, certificate or credential is ever in it; a part that cannot be read is named with
+    /// its cause instead
+    Dump {
+        name: String,
+        #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+        /// Kubeconfig to reach the API with (default: the credentials kprov stored)
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// Leave the API server alone (no `nodes` in the dump)
+        #[arg(long)]
+        no_api: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +149,21 @@ pub enum CreateWhat {
     /// Fetch every binary and image the cluster's nodes need into one tar file, verified
     /// (air-gapped sites: `spec.assets.bundle` or `update cluster --bundle FILE` uses it)
     Bundle(CreateBundleArgs),
+    /// Store the SSH public key the cluster's AWS instances get (their key pair and
+    /// authorized keys) in its spec in the state store (kops's `create sshpublickey`); shown
+    /// by its SHA256 fingerprint. Running instances get it when `rolling-update` replaces them
+    Sshpublickey {
+        /// The cluster
+        name: String,
+        /// The public key file (`~/.ssh/id_ed25519.pub`)
+        #[arg(short = 'i', long = "ssh-public-key", value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// kops's older form: `create secret sshpublickey admin -i FILE --name CLUSTER`
+    Secret {
+        #[command(subcommand)]
+        what: CreateSecretWhat,
+    },
     /// Store a registry mirror's user name and password in the cluster's secrets (the
     /// password read from standard input, never from the command line); containerd then
     /// sends them to the mirror whose endpoint has this host. Shown only as a digest.
@@ -131,6 +175,26 @@ pub enum CreateWhat {
         host: String,
         #[arg(long)]
         username: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CreateSecretWhat {
+    /// The SSH public key of the cluster's instances (as `create sshpublickey`)
+    Sshpublickey {
+        /// kops's secret name; kprov keeps one key per cluster
+        #[arg(default_value = "admin")]
+        secret: String,
+        /// The cluster
+        #[arg(long)]
+        name: String,
+        #[arg(
+            short = 'i',
+            long = "pubkey",
+            visible_alias = "ssh-public-key",
+            value_name = "FILE"
+        )]
+        file: PathBuf,
     },
 }
 
@@ -271,6 +335,10 @@ pub enum DeleteWhat {
         /// Hosts reset at once (nodes reached over SSH)
         #[arg(long, default_value_t = 20)]
         concurrency: usize,
+        /// Also delete the cluster's etcd backups (kept otherwise: `kprov get backups NAME`
+        /// lists them and a cluster created again under NAME can restore them)
+        #[arg(long)]
+        delete_backups: bool,
     },
     /// Delete an instance group from the spec (preview without --yes)
     #[command(visible_aliases = ["instancegroup", "ig"])]
@@ -316,6 +384,11 @@ pub struct DeleteInstanceArgs {
     /// AWS: shrink the Auto Scaling group instead of letting it replace the instance
     #[arg(long)]
     pub decrement_desired_capacity: bool,
+    /// AWS: terminate the instance without asking the cluster's API (kops's `--cloudonly`,
+    /// for an instance or a cluster that does not answer): no drain, the Node object is left
+    /// to the cloud-controller-manager
+    #[arg(long = "cloudonly", visible_alias = "cloud-only")]
+    pub cloud_only: bool,
     /// Kubeconfig to reach the API with (default: the credentials kprov stored)
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
@@ -457,11 +530,44 @@ pub struct UpdateClusterArgs {
     /// AWS: how long the instances (and the bastion) get to answer SSH after the cloud apply
     #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
     pub ssh_wait: std::time::Duration,
+    /// Only one part of the apply (kops's lifecycle phases): `cloud` applies the AWS
+    /// resources without waiting for the instances, `nodes` provisions the hosts or instances
+    /// (the cloud resources must already match), `addons` writes kube-system's node
+    /// configuration and the add-ons
+    #[arg(long, value_enum, value_name = "PHASE")]
+    pub phase: Option<UpdatePhase>,
     /// AWS: move image name patterns (`spec.image`, kprov's default) to the newest image that
     /// matches; otherwise each stays on the image it was pinned to when first applied, and the
     /// preview only mentions a newer one
     #[arg(long)]
     pub refresh_image: bool,
+}
+
+/// `update cluster --phase`: see [`crate::ops::aws::Phase`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UpdatePhase {
+    Cloud,
+    Nodes,
+    Addons,
+}
+
+impl UpdatePhase {
+    pub fn ops(self) -> crate::ops::aws::Phase {
+        match self {
+            UpdatePhase::Cloud => crate::ops::aws::Phase::Cloud,
+            UpdatePhase::Nodes => crate::ops::aws::Phase::Nodes,
+            UpdatePhase::Addons => crate::ops::aws::Phase::Addons,
+        }
+    }
+
+    /// The flag as typed, for the commands kprov prints.
+    pub fn flag(self) -> &'static str {
+        match self {
+            UpdatePhase::Cloud => " --phase cloud",
+            UpdatePhase::Nodes => " --phase nodes",
+            UpdatePhase::Addons => " --phase addons",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -625,7 +731,8 @@ pub struct CompletionArgs {
 /// The commands whose cluster is their first positional argument, by their two words
 /// (aliases included). kops habits reach them with `--name NAME` or `KPROV_NAME`.
 const CLUSTER_FIRST: &[(&str, &[&str])] = &[
-    ("create", &["cluster"]),
+    ("create", &["cluster", "sshpublickey"]),
+    ("toolbox", &["dump"]),
     (
         "get",
         &[

@@ -646,7 +646,10 @@ pub async fn get_instances(
                 group: g.name.clone(),
                 node: n.node_name.clone(),
                 target: n.target.clone(),
-                status: if n.needs_update {
+                // An instance that does not answer is listed as unknown, never dropped.
+                status: if n.unknown.is_some() {
+                    "unknown".into()
+                } else if n.needs_update {
                     "needs update".into()
                 } else {
                     "up to date".into()
@@ -687,6 +690,22 @@ pub async fn get_instances(
         ctx.printer.warn(&format!(
             "READY is unknown: the cluster's API could not be asked: {e}"
         ));
+    }
+    for g in &o.plan.groups {
+        for n in g.nodes.iter() {
+            if let Some(why) = &n.unknown {
+                ctx.printer.warn(&format!(
+                    "{} ({}): unknown, its state cannot be read: {}. Replace it with `kprov \
+                     rolling-update cluster {name} --instance-group {} --cloudonly --force \
+                     --yes`, or remove it with `kprov delete instance {name} {} --cloudonly --yes`",
+                    n.target,
+                    n.node_name,
+                    crate::output::untrusted(why),
+                    g.name,
+                    n.target
+                ));
+            }
+        }
     }
     for p in &o.problems {
         ctx.printer.error(p);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::commands::Ctx;
 use super::commands::{catch_interrupts, interrupted};
-use super::{UpdateClusterArgs, exit};
+use super::{UpdateClusterArgs, UpdatePhase, exit};
 use crate::cloud::aws::launch::LaunchEvent;
 use crate::cloud::aws::wait::WaitEvent;
 use crate::cloud::engine::{self, RenderOptions};
@@ -35,10 +35,30 @@ pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
         }
         .into());
     }
+    match a.phase {
+        Some(UpdatePhase::Cloud) if cluster.spec.cloud_provider == CloudProvider::Metal => {
+            return Err(super::create::FlagError {
+                flag: "phase",
+                message: "a metal cluster has no cloud resources; its phases are nodes and addons"
+                    .into(),
+            }
+            .into());
+        }
+        Some(UpdatePhase::Addons) => return super::metal::addons_phase(ctx, &cluster, a).await,
+        _ => {}
+    }
     match cluster.spec.cloud_provider {
         CloudProvider::Aws => aws(ctx, &cluster, &groups, a).await,
         CloudProvider::Metal => super::metal::update(ctx, &cluster, &groups, a).await,
     }
+}
+
+/// The command that runs this apply again (printed when a signal cuts it).
+pub(super) fn resume_command(name: &str, a: &UpdateClusterArgs) -> String {
+    format!(
+        "kprov update cluster {name} --yes{}",
+        a.phase.map(UpdatePhase::flag).unwrap_or_default()
+    )
 }
 
 /// `--bundle FILE` stands for `spec.assets.bundle` in this run (the stored spec is unchanged).
@@ -95,6 +115,7 @@ fn options(a: &UpdateClusterArgs) -> AwsUpdateOptions {
         concurrency: a.concurrency,
         ssh_wait: Some(a.ssh_wait),
         refresh_images: a.refresh_image,
+        phase: a.phase.map(UpdatePhase::ops),
     }
 }
 
@@ -121,6 +142,23 @@ async fn aws(
             return Err(anyhow::Error::new(e).context("planning cloud resources"));
         }
         let cloud_pending = plan.exit_code(a.prune) == exit::CHANGES_PENDING;
+        if a.phase == Some(UpdatePhase::Cloud) {
+            // The cloud phase contacts no instance: its preview is the cloud plan alone.
+            if !table {
+                print_plan(&ctx.printer, &plan, None, a.prune)?;
+            }
+            if cloud_pending {
+                ctx.printer.status(&format!(
+                    "Must specify --yes to apply changes to {} (--phase cloud: the cloud resources only).",
+                    cluster.name()
+                ));
+            }
+            return Ok(if cloud_pending && a.exit_code {
+                exit::CHANGES_PENDING
+            } else {
+                exit::OK
+            });
+        }
         let nodes = ops_aws::node_plan(&store, &cloud, cluster, groups, &plan, &options(a)).await?;
         if table {
             if let Some(n) = &nodes {
@@ -170,7 +208,7 @@ async fn aws(
         });
     }
     let name = cluster.name();
-    let resume = format!("kprov update cluster {name} --yes");
+    let resume = resume_command(name, a);
     let ints = catch_interrupts(name, &resume);
     let in_flight = InFlight::default();
     // The first signal cuts the apply where it waits (SSH, Auto Scaling, a cloud call, a host
@@ -195,6 +233,12 @@ async fn aws(
     };
     match outcome {
         AwsApplied::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a).await,
+        AwsApplied::CloudOnly => {
+            ctx.printer.status(&format!(
+                "--phase cloud: the instances of {name} were not waited for nor provisioned; next: `kprov update cluster {name} --yes --phase nodes`, then `--phase addons` (or `kprov update cluster {name} --yes` for both)."
+            ));
+            Ok(exit::OK)
+        }
         AwsApplied::NoInstances => {
             ctx.printer.error(&format!(
                 "no running instance of {name} was found; nothing was provisioned (are the groups' minSize 0?)"

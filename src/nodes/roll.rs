@@ -236,6 +236,10 @@ pub struct NodeInput {
     pub desired: Provisioned,
     /// From the API; `None` when it could not be asked.
     pub ready: Option<bool>,
+    /// An AWS instance whose state could not be read over SSH (why): what it runs is unknown.
+    /// Listed, and replaced through its group only when asked (`--force`; `--cloudonly` when
+    /// its node cannot be drained either), never dropped from the plan.
+    pub unknown: Option<String>,
 }
 
 /// A group as the spec has it.
@@ -284,6 +288,9 @@ pub struct RollNode {
     pub reasons: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
+    /// Why kprov does not know what this instance runs (see [`NodeInput::unknown`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<String>,
 }
 
 /// One group of the plan, with kops's table columns.
@@ -463,6 +470,8 @@ pub fn plan(
             .iter()
             .map(|n| {
                 let mut reasons = match (&n.recorded, g.role) {
+                    // Nothing is known to differ: only --force replaces it.
+                    _ if n.unknown.is_some() => Vec::new(),
                     (r, GroupRole::Bastion) => bastion_differences(r.as_ref(), &n.desired),
                     (Some(r), _) => differences(r, &n.desired),
                     (None, _) => vec![format!(
@@ -470,6 +479,9 @@ pub fn plan(
                     )],
                 };
                 let needs_update = !reasons.is_empty();
+                if let Some(why) = &n.unknown {
+                    reasons.push(format!("unknown: {why}"));
+                }
                 let rolls = selected && (needs_update || selection.force);
                 if rolls && !needs_update {
                     reasons.push("--force".into());
@@ -483,6 +495,8 @@ pub fn plan(
                 let new_template = reasons.iter().find(|r| r.starts_with("launch template"));
                 let action = match (rolls, platform, g.role) {
                     (false, _, _) => RollAction::Leave,
+                    // It cannot be re-provisioned in place: it does not answer.
+                    (true, _, _) if n.unknown.is_some() => RollAction::Replace,
                     (true, Platform::Aws, GroupRole::ControlPlane) if new_template.is_some() => {
                         RollAction::Replace
                     }
@@ -531,6 +545,7 @@ pub fn plan(
                     needs_update,
                     reasons,
                     ready: n.ready,
+                    unknown: n.unknown.clone(),
                 }
             })
             .collect();
@@ -733,6 +748,7 @@ mod tests {
             recorded: Some(rec(have)),
             desired: rec(want),
             ready: Some(true),
+            unknown: None,
         }
     }
 
@@ -768,6 +784,55 @@ mod tests {
             .iter()
             .map(|n| (n.target.as_str(), n.upgrade))
             .collect()
+    }
+
+    #[test]
+    fn an_instance_that_does_not_answer_is_listed_as_unknown_and_replaced_only_when_forced() {
+        let (g, mut n) = cluster("1.35.1", "1.35.1");
+        n[1].recorded = None;
+        n[1].unknown = Some("no answer on port 22".into());
+        let aws = |s: &Selection| plan("c", Platform::Aws, "1.35.1", &g, &n, s);
+        let p = aws(&Selection::default());
+        let find = |p: &RollPlan, t: &str| {
+            p.groups
+                .iter()
+                .flat_map(|g| g.nodes.iter())
+                .find(|x| x.target == t)
+                .cloned()
+                .unwrap()
+        };
+        let w2 = find(&p, "w2");
+        assert_eq!(w2.action, RollAction::Leave);
+        assert!(!w2.needs_update);
+        assert_eq!(w2.reasons, ["unknown: no answer on port 22"]);
+        assert_eq!(w2.unknown.as_deref(), Some("no answer on port 22"));
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.to_roll(), 0);
+        let forced = aws(&Selection {
+            groups: vec!["nodes".into()],
+            force: true,
+            ..Selection::default()
+        });
+        let w2 = find(&forced, "w2");
+        assert_eq!(w2.action, RollAction::Replace);
+        assert_eq!(w2.reasons, ["unknown: no answer on port 22", "--force"]);
+        // An unknown control plane is replaced too (a new member joins first): it cannot be
+        // re-provisioned in place.
+        n[2].recorded = None;
+        n[2].unknown = Some("timeout".into());
+        let p = plan(
+            "c",
+            Platform::Aws,
+            "1.35.1",
+            &g,
+            &n,
+            &Selection {
+                force: true,
+                ..Selection::default()
+            },
+        );
+        let cp1 = find(&p, "cp1");
+        assert_eq!(cp1.action, RollAction::Replace);
     }
 
     #[test]

@@ -52,6 +52,21 @@ pub struct AwsUpdateOptions {
     pub ssh_wait: Option<Duration>,
     /// Resolve image name patterns again instead of using their pins (`--refresh-image`).
     pub refresh_images: bool,
+    /// Only this part of the apply (kops's lifecycle phases, `--phase`); all of it when `None`.
+    pub phase: Option<Phase>,
+}
+
+/// A part of `update cluster --yes` applied alone (`--phase`), in the order a whole apply
+/// runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The cloud resources only: no wait for Auto Scaling or SSH, no host contacted.
+    Cloud,
+    /// The instances only (waited for, then provisioned); the cloud resources must already
+    /// match the spec, and nothing in them is changed.
+    Nodes,
+    /// The add-ons and kube-system's node configuration only (the CLI's part).
+    Addons,
 }
 
 /// Progress of an AWS apply, for the CLI to render.
@@ -103,6 +118,8 @@ pub enum AwsApplied {
     /// The store holds other keys than the generated ones for these names: nothing was
     /// provisioned (neither key is trusted silently).
     KeyConflicts(Vec<KeyConflict>),
+    /// `Phase::Cloud`: the cloud resources were applied; no instance was waited for.
+    CloudOnly,
 }
 
 /// SDK clients in the cluster's region; credentials and endpoint come from the usual chain
@@ -220,8 +237,36 @@ pub async fn apply(
         .await?
         .with_host_keys(keys.clone())
         .with_pinned_images(pins, o.refresh_images);
-    apply_cloud(&cloud, store, cluster, groups, o.prune, events).await?;
+    if o.phase == Some(Phase::Nodes) {
+        // The nodes phase changes no cloud resource: a pending change is the cloud phase's.
+        let plan = cloud
+            .plan(cluster, groups)
+            .await
+            .context("planning cloud resources")?;
+        plan.check().context("planning cloud resources")?;
+        if plan.exit_code(o.prune) != 0 {
+            let pending: Vec<String> = plan
+                .changes
+                .iter()
+                .filter(|c| o.prune || c.action != engine::Action::Delete)
+                .map(|c| format!("{:?} {}/{}", c.action, c.kind, c.name))
+                .collect();
+            anyhow::bail!(
+                "the cloud resources of {name} do not match the spec yet ({}: {}); apply them \
+                 first with `kprov update cluster {name} --yes --phase cloud` (or without \
+                 --phase)",
+                crate::output::plural(pending.len(), "change"),
+                pending.join(", ")
+            );
+        }
+        events(&AwsEvent::CloudUnchanged);
+    } else {
+        apply_cloud(&cloud, store, cluster, groups, o.prune, events).await?;
+    }
     guard.check()?;
+    if o.phase == Some(Phase::Cloud) {
+        return Ok(AwsApplied::CloudOnly);
+    }
     // Read again after the apply: the load balancers' DNS names exist only now.
     let after = cloud
         .plan(cluster, groups)

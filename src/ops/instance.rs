@@ -861,6 +861,9 @@ pub struct AwsRemovalPlan {
     #[serde(skip)]
     pub pods: Vec<(String, Disposition)>,
     pub refusals: Vec<String>,
+    /// `--cloudonly`: the cluster's API is not asked (it may be down): no drain, the Node
+    /// object is left to the cloud-controller-manager.
+    pub cloud_only: bool,
 }
 
 fn refused_pods(node: &str, pods: &[(String, Disposition)]) -> Option<String> {
@@ -876,11 +879,12 @@ fn refused_pods(node: &str, pods: &[(String, Disposition)]) -> Option<String> {
 }
 
 /// Finds `node` (a Node name or an instance ID) among the cluster's instances and says what
-/// removing it means. Read-only.
+/// removing it means. Read-only. Without `kube` (`--cloudonly`) the cloud alone is asked: an
+/// instance that does not answer, or a cluster whose API is down, can still be removed.
 pub async fn plan_aws(
     cloud: &AwsCloud,
     instances: &AwsInstances,
-    kube: &Kube,
+    kube: Option<&Kube>,
     node: &str,
     drain: &DrainOptions,
     decrement: bool,
@@ -924,14 +928,17 @@ pub async fn plan_aws(
             capacity.min, capacity.desired
         ));
     }
-    let node_object = kube
-        .list_nodes()
-        .await?
-        .into_iter()
-        .find(|n| n.name == node_name);
-    let pods = match &node_object {
-        Some(_) => kube.drain_preview(&node_name, drain).await?,
-        None => Vec::new(),
+    let node_object = match kube {
+        Some(kube) => kube
+            .list_nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.name == node_name),
+        None => None,
+    };
+    let pods = match (&node_object, kube) {
+        (Some(_), Some(kube)) => kube.drain_preview(&node_name, drain).await?,
+        _ => Vec::new(),
     };
     refusals.extend(refused_pods(&node_name, &pods));
     Ok(AwsRemovalPlan {
@@ -946,6 +953,7 @@ pub async fn plan_aws(
         node_object,
         pods,
         refusals,
+        cloud_only: kube.is_none(),
     })
 }
 
@@ -955,7 +963,7 @@ pub async fn plan_aws(
 pub async fn remove_aws(
     cloud: &AwsCloud,
     instances: &AwsInstances,
-    kube: &Kube,
+    kube: Option<&Kube>,
     node: &str,
     guard: &lock::LockGuard,
     drain: &DrainOptions,
@@ -973,7 +981,7 @@ pub async fn remove_aws(
     }
     let node = plan.node.clone();
     let mut drained = None;
-    if plan.node_object.is_some() {
+    if let (Some(_), Some(kube)) = (&plan.node_object, kube) {
         events(&RemoveEvent::Step(format!("draining {node}")));
         let sink = {
             let events = events.clone();
@@ -986,7 +994,7 @@ pub async fn remove_aws(
                 plan.instance_id
             )
         })?);
-    } else {
+    } else if kube.is_some() {
         events(&RemoveEvent::Warning(format!(
             "{node} has no Node object in the API: nothing to drain"
         )));
@@ -1006,8 +1014,10 @@ pub async fn remove_aws(
         .terminate_in_group(&plan.instance_id, decrement)
         .await
         .with_context(|| format!("terminating {} ({node})", plan.instance_id))?;
-    events(&RemoveEvent::Step(format!("deleting Node {node}")));
-    kube.delete_node(&node).await?;
+    if let Some(kube) = kube {
+        events(&RemoveEvent::Step(format!("deleting Node {node}")));
+        kube.delete_node(&node).await?;
+    }
     Ok((plan, drained))
 }
 

@@ -30,6 +30,9 @@
 //! - [`rolling`] (the engine, with its journal), [`rolling_metal`] (in place),
 //!   [`rolling_aws`] (replacing), [`rolling_run`]: `rolling-update cluster`'s machines and
 //!   rollers, asked of the platform seam.
+//! - [`sshkey`]: the cluster's SSH public key (`create sshpublickey`), shown by fingerprint.
+//! - [`toolbox`]: `toolbox dump`, the cluster's cloud resources and machines as one
+//!   document, secrets never included.
 
 pub mod addons;
 pub mod aws;
@@ -47,3 +50,5 @@ pub mod rolling_aws;
 pub mod rolling_metal;
 pub mod rolling_run;
 pub mod session;
+pub mod sshkey;
+pub mod toolbox;

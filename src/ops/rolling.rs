@@ -842,8 +842,16 @@ pub fn inputs(
             ));
             continue;
         };
+        let mut unknown = None;
         let (record, desired) = match (&o.record, &o.desired) {
             (Ok(r), Ok(d)) => (r.clone(), d.clone()),
+            // An instance that does not answer is listed as unknown, never dropped: only a
+            // replacement through its group (`--force`) can fix it. A host is the user's
+            // machine: nothing replaces it, so it stays a problem.
+            (Err(e), Ok(d)) if t.instance.is_some() && !bastion => {
+                unknown = Some(e.clone());
+                (None, d.clone())
+            }
             (Err(e), _) => {
                 problems.push(format!(
                     "{}: cannot read its provisioning record: {e}",
@@ -867,6 +875,7 @@ pub fn inputs(
             ready: ready
                 .filter(|_| !bastion)
                 .map(|r| r.get(&t.node_name).copied().unwrap_or(false)),
+            unknown,
         });
     }
     (group_inputs, nodes, problems)
@@ -1047,6 +1056,7 @@ pub mod tests {
             recorded: Some(rec("1.34.4")),
             desired: rec("1.35.1"),
             ready: Some(true),
+            unknown: None,
         }
     }
 

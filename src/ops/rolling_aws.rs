@@ -1206,6 +1206,7 @@ mod tests {
             recorded: Some(rec(Some(lt))),
             desired: rec(Some("2")),
             ready: Some(true),
+            unknown: None,
         };
         // i-added joined from version 2 after the group moved: up to date, left alone.
         let plan = roll::plan(

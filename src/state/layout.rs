@@ -109,6 +109,12 @@ impl ClusterKeys {
         self.key(&format!("{STATUS}/images"))
     }
 
+    /// `<cluster>/backups/`: etcd snapshots, kept by `delete cluster` unless asked (they are
+    /// what a cluster deleted by mistake is restored from).
+    pub fn backups_prefix(&self) -> String {
+        self.key("backups/")
+    }
+
     pub fn journal_prefix(&self) -> String {
         self.key(&format!("{JOURNAL}/"))
     }

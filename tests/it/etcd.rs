@@ -536,6 +536,56 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
             "{h} was touched by the restore"
         );
     }
+
+    // 7. delete cluster keeps the backups unless asked, and says so; the store still lists
+    //    the name (only backups under it), `get backups` reads them, and --delete-backups
+    //    removes them.
+    let kept = std::fs::read_dir(backup_dir(&lab, name)).unwrap().count();
+    let listed_before: serde_json::Value =
+        serde_json::from_str(&ok(&lab.kprov(&["get", "backups", name, "-o", "json"]))).unwrap();
+    let o = lab.kprov(&["delete", "cluster", name]);
+    let preview = format!("{}{}", ok(&o), text(&o.stderr));
+    assert!(
+        preview.contains(&format!("Will keep {kept} etcd backup objects under"))
+            && preview.contains("--delete-backups"),
+        "{preview}"
+    );
+    assert!(
+        !preview.contains(&format!("backups/etcd/{id1}.db")),
+        "{preview}"
+    );
+    let o = lab.kprov(&["delete", "cluster", name, "--yes"]);
+    ok(&o);
+    assert!(
+        text(&o.stderr).contains(&format!("Kept {kept} etcd backup objects under")),
+        "{}",
+        show(&o)
+    );
+    assert!(backup_dir(&lab, name).join(format!("{id1}.db")).exists());
+    let clusters = lab.kprov(&["get", "clusters"]);
+    assert!(
+        ok(&clusters).contains("DELETED (backups kept)"),
+        "{}",
+        show(&clusters)
+    );
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&lab.kprov(&["get", "backups", name, "-o", "json"]))).unwrap();
+    assert_eq!(listed, listed_before);
+    let o = lab.kprov(&["get", "cluster", name]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("only its etcd backups remain"),
+        "{}",
+        show(&o)
+    );
+    // Without --delete-backups a second delete says what is kept and changes nothing.
+    let o = lab.kprov(&["delete", "cluster", name, "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(backup_dir(&lab, name).join(format!("{id1}.db")).exists());
+    ok(&lab.kprov(&["delete", "cluster", name, "--yes", "--delete-backups"]));
+    assert!(!backup_dir(&lab, name).join(format!("{id1}.db")).exists());
+    let clusters = ok(&lab.kprov(&["get", "clusters"]));
+    assert!(!clusters.contains(name), "{clusters}");
 }
 
 fn kprov_sha256(b: &[u8]) -> String {

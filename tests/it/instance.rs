@@ -216,6 +216,62 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     assert!(has_call(&lab, "host3", "kubeadm reset").is_none());
     assert!(spec_hosts(&lab, name).contains("name: host3"));
 
+    // Ctrl-C (then SIGTERM) while the drain waits on that budget: out within a second of the
+    // signal, the drain named as what was in flight, the lock released, the resume said;
+    // the node stays cordoned and nothing else changed.
+    {
+        use crate::support::signals::{ctrl_c, exit_within, log_text, spawn, term, wait_for_log};
+        let dir = tempfile::tempdir().expect("tmp");
+        let log = dir.path().join("delete.log");
+        let args = [
+            "delete",
+            "instance",
+            name,
+            "host3",
+            "--kubeconfig",
+            &kc,
+            "--yes",
+            "--drain-timeout",
+            "15m",
+        ];
+        for (signal, want) in [("INT", 130), ("TERM", 143)] {
+            let mut child = spawn(lab.kprov_command(&args), &log);
+            wait_for_log(&mut child, &log, "blocked by PodDisruptionBudget", 120);
+            if signal == "INT" {
+                ctrl_c(&child);
+            } else {
+                term(&child);
+            }
+            let (code, took) = exit_within(&mut child, 30);
+            let err = log_text(&log);
+            assert_eq!(code, Some(want), "{err}");
+            assert!(
+                took < std::time::Duration::from_secs(2),
+                "exit took {took:?}\n{err}"
+            );
+            assert!(
+                err.contains(&format!("interrupted by SIG{signal} while draining host3")),
+                "{err}"
+            );
+            assert!(
+                err.contains(&format!(
+                    "Resume with `kprov delete instance {name} host3 --yes`."
+                )),
+                "{err}"
+            );
+            let status = lab.kprov(&["lock", "status", name]);
+            assert!(
+                text(&status.stdout).contains("is not locked"),
+                "{}",
+                show(&status)
+            );
+        }
+        assert!(api.fake.unschedulable("host3"));
+        assert!(api.fake.get("Pod", Some("default"), "api-1").is_some());
+        assert!(has_call(&lab, "host3", "kubeadm reset").is_none());
+        assert!(spec_hosts(&lab, name).contains("name: host3"));
+    }
+
     // The operator drops host3 from the inventory instead: `update cluster` does not leave it
     // silently in the cluster, it points at `delete instance`, which still reaches the host
     // through kprov's record of it.

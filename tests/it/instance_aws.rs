@@ -89,9 +89,16 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     let before = desired(&e.sdk, &asg).await;
 
     // The preview finds the instance by node name or instance ID and changes nothing.
-    let by_id = plan_aws(&e.cloud, &instances, &kube, worker.name(), &drain(), false)
-        .await
-        .unwrap();
+    let by_id = plan_aws(
+        &e.cloud,
+        &instances,
+        Some(&kube),
+        worker.name(),
+        &drain(),
+        false,
+    )
+    .await
+    .unwrap();
     assert_eq!(by_id.node, worker.node_name);
     assert_eq!(by_id.auto_scaling_group, asg);
     assert_eq!(by_id.capacity.desired, before);
@@ -101,7 +108,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     let shrink = plan_aws(
         &e.cloud,
         &instances,
-        &kube,
+        Some(&kube),
         &worker.node_name,
         &drain(),
         true,
@@ -120,9 +127,16 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
         "{:?}",
         shrink.refusals
     );
-    let cp_plan = plan_aws(&e.cloud, &instances, &kube, &cp.node_name, &drain(), false)
-        .await
-        .unwrap();
+    let cp_plan = plan_aws(
+        &e.cloud,
+        &instances,
+        Some(&kube),
+        &cp.node_name,
+        &drain(),
+        false,
+    )
+    .await
+    .unwrap();
     assert!(
         cp_plan
             .refusals
@@ -149,7 +163,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     let e2 = remove_aws(
         &e.cloud,
         &instances,
-        &kube,
+        Some(&kube),
         &cp.node_name,
         &guard,
         &drain(),
@@ -168,7 +182,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     let (done, drained) = remove_aws(
         &e.cloud,
         &instances,
-        &kube,
+        Some(&kube),
         &worker.node_name,
         &guard,
         &drain(),
@@ -218,7 +232,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     let (done, _) = remove_aws(
         &e.cloud,
         &instances,
-        &kube,
+        Some(&kube),
         other.name(),
         &guard,
         &drain(),
@@ -236,6 +250,48 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     let state = instance_state(&e.sdk, other.name()).await;
     assert!(state == "shutting-down" || state == "terminated", "{state}");
     assert!(fake.get("Node", None, &other.node_name).is_none());
+
+    // --cloudonly (no API at all): an instance whose node cannot be asked about (here the
+    // API is not even given) is previewed and terminated through its group by the cloud alone;
+    // its Node object is left to the cloud-controller-manager.
+    let third = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let found = instances.discover().await.expect("instances");
+            if let Some(t) = found.targets.iter().find(|t| {
+                !t.is_control_plane() && t.name() != worker.name() && t.name() != other.name()
+            }) {
+                break t.clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the group launched no replacement"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    fake.put_nodes(&[], &[&third.node_name]);
+    let preview = plan_aws(&e.cloud, &instances, None, third.name(), &drain(), false)
+        .await
+        .unwrap();
+    assert!(preview.cloud_only && preview.node_object.is_none() && preview.pods.is_empty());
+    assert!(preview.refusals.is_empty(), "{:?}", preview.refusals);
+    let (done, drained) = remove_aws(
+        &e.cloud,
+        &instances,
+        None,
+        third.name(),
+        &guard,
+        &drain(),
+        false,
+        &events,
+    )
+    .await
+    .unwrap();
+    assert!(drained.is_none() && done.cloud_only);
+    let state = instance_state(&e.sdk, third.name()).await;
+    assert!(state == "shutting-down" || state == "terminated", "{state}");
+    assert!(fake.get("Node", None, &third.node_name).is_some());
     guard.release().await.unwrap();
     delete_all(&e, &c, &igs).await;
 }

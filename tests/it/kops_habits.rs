@@ -254,3 +254,87 @@ fn metal_group_sizes_and_cluster_counts_follow_the_hosts() {
     assert_eq!(row(&igs, "nodes")[3..5], ["4", "4"], "{igs}");
     assert_eq!(row(&igs, "control-plane")[3..5], ["3", "3"], "{igs}");
 }
+
+/// kops's `create sshpublickey` (and its older `create secret sshpublickey admin --name`): the
+/// key lands in the spec in the store (which the key pair and cloud-init are rendered from),
+/// `get secrets` shows its fingerprint (ssh-keygen's), and a private key or a damaged line is
+/// refused without writing anything or echoing it.
+#[test]
+fn create_sshpublickey_stores_the_instances_key_shown_by_its_fingerprint() {
+    let env = created();
+    let dir = tempfile::tempdir().expect("tmp");
+    let new_pub = dir.path().join("new.pub");
+    // `ssh-keygen -t ed25519 -C t@x`; `ssh-keygen -l` printed FINGERPRINT.
+    let key =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDrsgbU+KqPAyw9r0WAMIPvi7Q1jtYbcYY5+u6MiVLqO t@x";
+    const FINGERPRINT: &str = "SHA256:m3sHvu8PwAWFP6Zjv38RrYxg3aQGY+zKGBLbDG+ip14";
+    std::fs::write(&new_pub, format!("{key}\n")).expect("key");
+    let path = new_pub.to_str().unwrap();
+
+    let o = env.run(&["create", "sshpublickey", "--name", NAME, "-i", path]);
+    ok(&o);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "Stored the SSH public key of {NAME} ({FINGERPRINT}), replacing SHA256:DXvJ2DVngPn43SGri09dRIlrf8JYJGAyIvnK2qMPkvw"
+        )),
+        "{err}"
+    );
+    let spec = ok(&env.run(&["get", "cluster", NAME, "-o", "yaml"]));
+    assert!(spec.contains(key), "{spec}");
+    let secrets = json(&ok(&env.run(&["get", "secrets", NAME, "-o", "json"])));
+    let ssh = secrets["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["type"] == "sshpublickey")
+        .cloned()
+        .expect("the key listed");
+    assert_eq!(ssh["fingerprint"], FINGERPRINT);
+    // The same key again, kops's older form: nothing to change.
+    let o = env.run(&[
+        "create",
+        "secret",
+        "sshpublickey",
+        "admin",
+        "--name",
+        NAME,
+        "-i",
+        path,
+    ]);
+    ok(&o);
+    assert!(
+        text(&o.stderr).contains("already has this SSH public key"),
+        "{}",
+        text(&o.stderr)
+    );
+    // A private key is refused without a byte of it echoed, and nothing is written.
+    let private = dir.path().join("id");
+    std::fs::write(
+        &private,
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE\n-----END OPENSSH PRIVATE KEY-----\n",
+    )
+    .expect("private");
+    let o = env.run(&[
+        "create",
+        "sshpublickey",
+        NAME,
+        "-i",
+        private.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("holds a private key"), "{err}");
+    assert!(!err.contains("b3BlbnNz"), "{err}");
+    let damaged = dir.path().join("bad.pub");
+    std::fs::write(&damaged, key.replace("ssh-ed25519", "ssh-rsa")).expect("bad");
+    let o = env.run(&[
+        "create",
+        "sshpublickey",
+        NAME,
+        "-i",
+        damaged.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(ok(&env.run(&["get", "cluster", NAME, "-o", "yaml"])).contains(key));
+}

@@ -4,6 +4,7 @@ mod support;
 
 mod addons;
 mod aws;
+mod aws_broken;
 mod aws_etcd;
 mod aws_image_pin;
 mod aws_lifecycle;

@@ -267,6 +267,7 @@ mod engine_on_the_fake_api {
                 recorded: Some(rec("1.35.0")),
                 desired: rec("1.35.1"),
                 ready: Some(true),
+                unknown: None,
             })
             .collect();
         roll::plan(

@@ -145,3 +145,164 @@ fn a_bastion_that_never_answers_stops_the_run_after_its_own_wait_and_a_signal_en
     assert!(took < Duration::from_secs(60), "took {took:?}\n{err}");
     unlocked(&lab, cluster);
 }
+
+/// kops's lifecycle phases on AWS, with instances that never answer SSH (the lab plays no
+/// host for them): `--phase nodes` before the cloud exists is refused and changes nothing;
+/// `--phase cloud` applies the cloud resources and returns without waiting for a single
+/// instance; `--phase nodes` then waits for SSH, and a Ctrl-C there ends it at once with the
+/// phase in the resume command. `toolbox dump` then lists what the cluster owns and its
+/// instances, with no secret in it.
+#[test]
+fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_shows_them() {
+    let cluster = "demo.phases.example";
+    let lab = lab_with_zone("phases.example");
+    CreateAws::new(cluster)
+        .flags(&["--node-count", "1"])
+        .run(&lab);
+
+    // 1. Nodes before cloud: refused, nothing created.
+    let o = lab.kprov(&["update", "cluster", cluster, "--yes", "--phase", "nodes"]);
+    let err = code(&lab, &o, 1);
+    let err = format!("{err}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(err.contains("do not match the spec yet"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "`kprov update cluster {cluster} --yes --phase cloud`"
+        )),
+        "{err}"
+    );
+    let preview = code(&lab, &lab.kprov(&["update", "cluster", cluster]), 0);
+    assert!(preview.contains("Will create"), "{preview}");
+    unlocked(&lab, cluster);
+
+    // 2. Cloud alone: applied, no instance waited for.
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        cluster,
+        "--yes",
+        "--phase",
+        "cloud",
+        "--ssh-private-address",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    code(&lab, &o, 0);
+    assert!(err.contains("Cloud resources of"), "{err}");
+    assert!(err.contains("--phase cloud: the instances of"), "{err}");
+    assert_eq!(lines_with(&err, "waiting for SSH"), 0, "{err}");
+    assert_eq!(lines_with(&err, "launched by Auto Scaling"), 0, "{err}");
+    let again = code(
+        &lab,
+        &lab.kprov(&["update", "cluster", cluster, "--phase", "cloud"]),
+        0,
+    );
+    assert!(!again.contains("Will create"), "{again}");
+    unlocked(&lab, cluster);
+
+    // 3. Nodes alone: the SSH wait; Ctrl-C ends it, the resume names the phase.
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("update.log");
+    let args = [
+        "update",
+        "cluster",
+        cluster,
+        "--yes",
+        "--phase",
+        "nodes",
+        "--ssh-private-address",
+    ];
+    let mut child = spawn(update(&lab, &args), &log);
+    wait_for_log(&mut child, &log, "waiting for SSH", 240);
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 30);
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "Resume with `kprov update cluster {cluster} --yes --phase nodes`."
+        )),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Cloud resources of"),
+        "nodes changed the cloud:\n{err}"
+    );
+    unlocked(&lab, cluster);
+
+    // 4. toolbox dump: the owned resources with their IDs, the instances, no secret; an API
+    //    that does not answer is named in the dump (loopback, nothing listens there).
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\n    insecure-skip-tls-verify: true\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: not-a-secret-of-the-cluster}\n",
+    )
+    .expect("kubeconfig");
+    let o = lab.kprov(&[
+        "toolbox",
+        "dump",
+        "--name",
+        cluster,
+        "-o",
+        "json",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    let out = code(&lab, &o, 0);
+    let dump: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"));
+    assert_eq!(dump["cluster"], cluster);
+    assert_eq!(dump["cloud"], "aws");
+    let kinds: Vec<&str> = dump["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    for k in ["Vpc", "Subnet", "AutoScalingGroup", "KeyPair"] {
+        assert!(
+            kinds.iter().any(|x| x.contains(k)),
+            "{k} not in {kinds:?}\n{out}"
+        );
+    }
+    assert!(
+        dump["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"].as_str().is_some_and(|i| i.starts_with("vpc-"))),
+        "{out}"
+    );
+    let machines = dump["machines"].as_array().expect("machines");
+    assert_eq!(machines.len(), 2, "{out}");
+    assert!(
+        machines.iter().all(|m| m["instance"]["id"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("i-"))),
+        "{out}"
+    );
+    assert!(
+        dump["nodesError"]
+            .as_str()
+            .is_some_and(|e| e.contains("127.0.0.1:9")),
+        "{out}"
+    );
+    for secret in [
+        "PRIVATE KEY",
+        "BEGIN CERTIFICATE",
+        "not-a-secret-of-the-cluster",
+    ] {
+        assert!(!out.contains(secret), "{secret} in the dump:\n{out}");
+    }
+    // YAML by default, as kops's.
+    let yaml = code(
+        &lab,
+        &lab.kprov(&["toolbox", "dump", cluster, "--no-api"]),
+        0,
+    );
+    assert!(yaml.contains("cluster: demo.phases.example"), "{yaml}");
+    assert!(
+        !yaml.contains("\nnodes:") && !yaml.contains("nodesError"),
+        "{yaml}"
+    );
+}
