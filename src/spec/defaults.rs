@@ -12,23 +12,66 @@ pub const DEFAULT_POD_CIDR: &str = "100.96.0.0/11";
 pub const DEFAULT_SERVICE_CIDR: &str = "100.64.0.0/13";
 pub const DEFAULT_AWS_MACHINE_TYPE: &str = "t3.medium";
 pub const DEFAULT_AWS_BASTION_MACHINE_TYPE: &str = "t3.micro";
-/// Canonical's Ubuntu 24.04 LTS image, by owner and name pattern (resolved at update time).
+/// Canonical's Ubuntu 24.04 LTS image, by owner and name pattern (resolved at update time),
+/// in the commercial partition; see [`default_aws_image`] for the others.
 pub const DEFAULT_AWS_IMAGE: &str =
     "099720109477/ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-*";
+
+/// The AWS partition of a region: accounts, image owners and ARNs differ between them.
+pub fn partition_of_region(region: &str) -> &'static str {
+    if region.starts_with("cn-") {
+        "aws-cn"
+    } else if region.starts_with("us-gov-") {
+        "aws-us-gov"
+    } else {
+        "aws"
+    }
+}
+
+/// The default image for a region: Canonical publishes Ubuntu from a different account in
+/// each partition (099720109477 commercial, 837727238323 China, 513442679011 GovCloud, as
+/// Canonical's "Find Ubuntu images on AWS" lists them), so the commercial owner would find
+/// nothing in aws-cn or aws-us-gov.
+pub fn default_aws_image(region: Option<&str>) -> String {
+    let owner = match region.map(partition_of_region) {
+        Some("aws-cn") => "837727238323",
+        Some("aws-us-gov") => "513442679011",
+        _ => return DEFAULT_AWS_IMAGE.to_string(),
+    };
+    let pattern = DEFAULT_AWS_IMAGE
+        .split_once('/')
+        .map_or(DEFAULT_AWS_IMAGE, |(_, p)| p);
+    format!("{owner}/{pattern}")
+}
 
 /// The AWS region a zone belongs to (`us-east-1a` → `us-east-1`; local zones
 /// `us-west-2-lax-1a` → `us-west-2`).
 pub fn region_of_zone(zone: &str) -> Option<String> {
-    let parts: Vec<&str> = zone.split('-').collect();
-    if parts.len() < 3 {
-        return None;
-    }
-    let third = parts[2];
+    // GovCloud's regions have one more label: `us-gov-west-1a` → `us-gov-west-1`.
+    let (head, rest) = match zone.strip_prefix("us-gov-") {
+        Some(rest) => ("us-gov-", rest),
+        None => ("", zone),
+    };
+    let parts: Vec<&str> = rest.split('-').collect();
+    let (first, second, third) = if head.is_empty() {
+        if parts.len() < 3 {
+            return None;
+        }
+        (Some(parts[0]), parts[1], parts[2])
+    } else {
+        if parts.len() < 2 {
+            return None;
+        }
+        (None, parts[0], parts[1])
+    };
     let digits: String = third.chars().take_while(|c| c.is_ascii_digit()).collect();
     if digits.is_empty() {
         return None;
     }
-    Some(format!("{}-{}-{}", parts[0], parts[1], digits))
+    Some(match first {
+        Some(first) => format!("{first}-{second}-{digits}"),
+        None => format!("{head}{second}-{digits}"),
+    })
 }
 
 /// The DNS zone a cluster name implies: everything after the first label.
@@ -141,7 +184,16 @@ pub fn complete_instance_group(c: &Cluster, ig: &InstanceGroup) -> InstanceGroup
             }
             .into()
         });
-        s.image.get_or_insert_with(|| DEFAULT_AWS_IMAGE.into());
+        if s.image.is_none() {
+            let region = c.spec.region.clone().or_else(|| {
+                c.spec
+                    .networking
+                    .subnets
+                    .first()
+                    .and_then(|sn| region_of_zone(&sn.zone))
+            });
+            s.image = Some(default_aws_image(region.as_deref()));
+        }
         if s.subnets.is_empty() {
             s.subnets = default_subnets_for(c, s.role);
         }
@@ -254,6 +306,36 @@ mod tests {
         .unwrap()
     }
 
+    /// Canonical publishes Ubuntu from another account in China and GovCloud: the default
+    /// image of a cluster there names that partition's owner (issue 23, item 11).
+    #[test]
+    fn default_image_owner_follows_the_partition() {
+        for (zone, owner) in [
+            ("us-east-1a", "099720109477"),
+            ("eu-central-1b", "099720109477"),
+            ("cn-north-1a", "837727238323"),
+            ("us-gov-west-1a", "513442679011"),
+        ] {
+            let mut c = aws_cluster();
+            c.spec.networking.subnets[0].zone = zone.into();
+            c.spec.region = None;
+            let c = complete_cluster(&c);
+            let ig: InstanceGroup = serde_saphyr::from_str(
+                "apiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata:\n  name: nodes\nspec:\n  role: Node\n",
+            )
+            .unwrap();
+            let image = complete_instance_group(&c, &ig).spec.image.unwrap();
+            assert_eq!(
+                image,
+                format!("{owner}/ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-*"),
+                "{zone}"
+            );
+        }
+        assert_eq!(partition_of_region("us-gov-east-1"), "aws-us-gov");
+        assert_eq!(partition_of_region("cn-northwest-1"), "aws-cn");
+        assert_eq!(partition_of_region("ap-south-2"), "aws");
+    }
+
     #[test]
     fn region_from_zone() {
         assert_eq!(region_of_zone("us-east-1a").as_deref(), Some("us-east-1"));
@@ -265,6 +347,15 @@ mod tests {
             region_of_zone("us-west-2-lax-1a").as_deref(),
             Some("us-west-2")
         );
+        assert_eq!(
+            region_of_zone("us-gov-west-1a").as_deref(),
+            Some("us-gov-west-1")
+        );
+        assert_eq!(
+            region_of_zone("cn-northwest-1b").as_deref(),
+            Some("cn-northwest-1")
+        );
+        assert_eq!(region_of_zone("us-gov-x"), None);
         assert_eq!(region_of_zone("nonsense"), None);
         assert_eq!(region_of_zone("a-b-c"), None);
     }

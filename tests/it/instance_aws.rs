@@ -10,7 +10,7 @@ use kprov::cloud::aws::instances::{AwsInstances, SshReach};
 use kprov::kube::{DrainOptions, EvictOptions};
 use kprov::ops::instance::{RemoveEvent, RemoveEvents, plan_aws, remove_aws};
 
-use crate::aws::{apply, delete_all, env_direct as env, make_zone, plan, spec};
+use crate::aws::{apply, delete_all, env, make_zone, plan, spec, wait_launched};
 use crate::support::fakekube::{FakeKube, replica_pod};
 use crate::support::memstate::MemStore;
 
@@ -66,6 +66,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     }
     let p = plan(&e, &c, &igs).await;
     apply(&e, &p, false).await;
+    wait_launched(&e, &igs).await;
     let instances = AwsInstances::new(&e.cloud, &igs, SshReach::Private);
     let found = instances.discover().await.expect("instances");
     let worker = found

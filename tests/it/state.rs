@@ -55,7 +55,7 @@ async fn new_bucket() -> String {
 /// goes through pagination.
 async fn s3_fixture() -> Fixture {
     let bucket = new_bucket().await;
-    let store = S3Store::new(&moto().sdk_config().await, &bucket, "team/a").with_page_size(7);
+    let store = S3Store::new(&moto().kprov_sdk_config().await, &bucket, "team/a").with_page_size(7);
     Fixture {
         store: Arc::new(store),
         _dir: None,
@@ -843,7 +843,7 @@ async fn file_cas_child_process() {
 #[tokio::test]
 async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
     let bucket = new_bucket().await;
-    let sdk = moto().sdk_config().await;
+    let sdk = moto().kprov_sdk_config().await;
     let a = S3Store::new(&sdk, &bucket, "team/a/");
     let b = S3Store::new(&sdk, &bucket, "team/b");
     let root = S3Store::new(&sdk, &bucket, "");
@@ -867,7 +867,7 @@ async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
 
 #[tokio::test]
 async fn s3_errors_name_the_bucket() {
-    let store = S3Store::new(&moto().sdk_config().await, "kprov-no-such-bucket", "");
+    let store = S3Store::new(&moto().kprov_sdk_config().await, "kprov-no-such-bucket", "");
     let err = store.get(KEY).await.unwrap_err().to_string();
     assert!(
         err.contains("s3://kprov-no-such-bucket/demo.example.com/config"),
@@ -889,7 +889,7 @@ async fn s3_errors_name_the_bucket() {
 #[tokio::test]
 async fn s3_versioning_check_does_not_fail() {
     let bucket = new_bucket().await;
-    let store = S3Store::new(&moto().sdk_config().await, &bucket, "");
+    let store = S3Store::new(&moto().kprov_sdk_config().await, &bucket, "");
     // moto's GetBucketVersioning reply does not parse in the Rust SDK: the check must report
     // that it could not tell, so the CLI warns instead of failing.
     match store.check_versioning().await {

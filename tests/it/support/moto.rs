@@ -12,8 +12,8 @@ use super::faultproxy::{AsItIs, FaultProxy};
 
 pub struct Moto {
     /// What clients use: moto behind the fault proxy's as-it-is policy (AWS's propagation
-    /// windows, launch delays, limits and regions), unless `KPROV_LAB_AS_IT_IS=0` or this is
-    /// the serial moto; then moto itself.
+    /// windows, launch delays, limits and regions), unless `KPROV_LAB_AS_IT_IS=0`; then moto
+    /// itself. The serial moto has a proxy of its own (the S3 store tests meet the policy too).
     pub endpoint: String,
     /// moto itself, instantly consistent (for harness reads that must see the truth).
     pub direct: String,
@@ -118,7 +118,7 @@ fn start(host: &str, serial: bool) -> Moto {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (proxy, as_it_is) = if !serial && AsItIs::enabled() {
+    let (proxy, as_it_is) = if AsItIs::enabled() {
         let proxy = FaultProxy::start(&endpoint);
         let a = proxy.set_as_it_is(AsItIs::lab_seed());
         (Some(proxy), Some(a))
