@@ -354,10 +354,11 @@ fn hostile_values_never_escape_their_quoting() {
                 seen.stderr.contains(&origin),
                 "{v:?}: message lost {origin:?}"
             );
-            assert!(
-                seen.stderr.contains(&image),
-                "{v:?}: message lost {image:?}"
-            );
+            // The uploaded archive's URL reaches only the import-failure message now (its upload
+            // checked the sha256, so no mismatch message on the host), which this harness's
+            // uniform exit codes cannot reach (`mkdir` fails first); the script is still run
+            // for escapes above, and the downloaded archive's message is checked earlier.
+            let _ = image;
         }
 
         // A fixed API endpoint goes to YAML, json-encoded, and to no script unquoted.
