@@ -453,7 +453,10 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
             (cluster, groups)
         }
         None => {
-            let (cluster, groups) = build_cluster_objects(a, Vec::new(), key)?;
+            let (mut cluster, groups) = build_cluster_objects(a, Vec::new(), key)?;
+            for n in crate::ops::release::pin_checksums(&mut cluster).await? {
+                ctx.printer.status(&n);
+            }
             resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
             (cluster, groups)
         }
@@ -646,10 +649,18 @@ enum FileMode {
 async fn objects_from_file(ctx: &Ctx, path: &Path, mode: FileMode) -> anyhow::Result<i32> {
     let (source, text) = read_input(path)?;
     let objects = spec::load_objects(&source, &text)?;
-    let per_cluster = group_by_cluster(objects)?;
+    let mut per_cluster = group_by_cluster(objects)?;
     let repo = ctx.repo().await?;
     if matches!(mode, FileMode::Create) {
         ctx.warn_versioning(repo.store().as_ref()).await;
+        // A newer patch release's checksums are read once, here, and kept in the spec.
+        for (_, fc) in per_cluster.iter_mut() {
+            if let Some(c) = fc.cluster.as_mut() {
+                for n in crate::ops::release::pin_checksums(&mut c.value).await? {
+                    ctx.printer.status(&n);
+                }
+            }
+        }
     }
     // Every refusal comes before the first write: each cluster of the file is checked against
     // the store as it is now, before any lock is taken (under the lock it is checked again).

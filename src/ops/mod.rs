@@ -45,6 +45,7 @@ pub mod interrupt;
 pub mod node_config;
 pub mod nodes;
 pub mod platform;
+pub mod release;
 pub mod rolling;
 pub mod rolling_aws;
 pub mod rolling_metal;

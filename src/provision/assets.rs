@@ -360,12 +360,89 @@ pub fn resolve(cluster: &Cluster) -> Result<Vec<Asset>, AssetError> {
     resolve_for(normalize_version(version), cluster.spec.assets.as_ref())
 }
 
+/// The binaries of Kubernetes `kubernetes` whose checksum kprov's table lacks, as
+/// (component, release, architecture): none for a version of the table; kubeadm, kubelet and
+/// kubectl of both architectures for a newer patch of a minor it knows.
+pub fn unpinned(kubernetes: &str) -> Vec<(Component, String, Arch)> {
+    let mut out = Vec::new();
+    for component in [
+        Component::Kubeadm,
+        Component::Kubelet,
+        Component::Kubectl,
+        Component::Crictl,
+    ] {
+        let version = version_of(component, kubernetes);
+        for arch in Arch::ALL {
+            if pinned_sha256(component, &version, arch).is_none() {
+                out.push((component, version.clone(), arch));
+            }
+        }
+    }
+    out
+}
+
+/// Whether kprov knows the minor of `kubernetes` (its images, etcd and pause versions): a
+/// newer patch of such a minor is installable once its checksums are pinned.
+pub fn minor_known(kubernetes: &str) -> bool {
+    let minor = |v: &str| crate::spec::versions::parse(v).map(|(a, b, _)| (a, b));
+    minor(kubernetes).is_some_and(|m| {
+        SUPPORTED_KUBERNETES_VERSIONS
+            .iter()
+            .any(|v| minor(v) == Some(m))
+    })
+}
+
+/// The checksum `assets.checksums` pins for a binary the table lacks.
+fn spec_sha256<'a>(
+    assets: &'a Assets,
+    component: Component,
+    version: &str,
+    arch: Arch,
+) -> Option<&'a str> {
+    let name = format!("{}/{}", component.name(), arch.as_str());
+    assets
+        .checksums
+        .iter()
+        .find(|c| c.name == name && normalize_version(&c.version) == version)
+        .map(|c| c.sha256.as_str())
+}
+
+/// Whether every binary of `kubernetes` has a checksum: from the table, or (a newer patch of a
+/// known minor) from `assets.checksums` or a per-file override.
+pub fn installable(kubernetes: &str, assets: Option<&Assets>) -> bool {
+    let kubernetes = normalize_version(kubernetes);
+    if SUPPORTED_KUBERNETES_VERSIONS.contains(&kubernetes) {
+        return true;
+    }
+    let Some(assets) = assets else {
+        return false;
+    };
+    minor_known(kubernetes)
+        && unpinned(kubernetes).iter().all(|(c, v, a)| {
+            let specific = format!("{}/{}", c.name(), a.as_str());
+            spec_sha256(assets, *c, v, *a).is_some()
+                || assets
+                    .files
+                    .iter()
+                    .any(|f| f.name == specific || f.name == c.name())
+        })
+}
+
 pub fn resolve_for(kubernetes: &str, assets: Option<&Assets>) -> Result<Vec<Asset>, AssetError> {
-    if !SUPPORTED_KUBERNETES_VERSIONS.contains(&kubernetes) {
+    if !installable(kubernetes, assets) {
         return Err(AssetError::UnsupportedVersion(kubernetes.to_string()));
     }
     let default = Assets::default();
     let assets = assets.unwrap_or(&default);
+    for (index, c) in assets.checksums.iter().enumerate() {
+        if c.sha256.len() != 64 || !c.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(AssetError::BadChecksum {
+                index,
+                name: format!("checksums: {}", c.name),
+                sha256: c.sha256.clone(),
+            });
+        }
+    }
     if let Some(m) = &assets.mirror
         && !(m.starts_with("http://") || m.starts_with("https://") || m.starts_with("file://"))
     {
@@ -406,6 +483,7 @@ pub fn resolve_for(kubernetes: &str, assets: Option<&Assets>) -> Result<Vec<Asse
                 None => {
                     let upstream = upstream_url(component, &version, arch);
                     let sha = pinned_sha256(component, &version, arch)
+                        .or_else(|| spec_sha256(assets, component, &version, arch))
                         .ok_or_else(|| AssetError::UnsupportedVersion(version.clone()))?;
                     let source = match &assets.mirror {
                         Some(m) => source_of(&mirror_url(m, &upstream)),
@@ -576,6 +654,7 @@ mod tests {
                     sha256: "cd".repeat(32),
                 },
             ],
+            checksums: Vec::new(),
         };
         let a = resolve_for("1.34.4", Some(&assets)).unwrap();
         let get = |c, arch| {
@@ -617,6 +696,7 @@ mod tests {
                 url: "http://x".into(),
                 sha256: sha.into(),
             }],
+            checksums: Vec::new(),
         };
         assert!(matches!(
             resolve_for("1.35.1", Some(&bad("kubeadmm", &"a".repeat(64)))),
@@ -635,6 +715,7 @@ mod tests {
             mirror: Some("ftp://x".into()),
             files: vec![],
             images: vec![],
+            checksums: Vec::new(),
         };
         assert!(matches!(
             resolve_for("1.35.1", Some(&m)),

@@ -281,6 +281,7 @@ fn with_assets(mirror: Option<String>, files: Vec<AssetFile>) -> Cluster {
         files,
         images: Vec::new(),
         bundle: None,
+        checksums: Vec::new(),
     });
     c
 }

@@ -360,6 +360,20 @@ pub struct Assets {
     /// imported into containerd; nodes need no network beyond ssh (air-gapped sites).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundle: Option<String>,
+    /// Checksums of a Kubernetes patch release newer than kprov's table, read from the
+    /// release's published `.sha256` files (upstream or `mirror`) by `create cluster` and
+    /// pinned here, so every node and every later run installs the same bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checksums: Vec<PinnedChecksum>,
+}
+
+/// One pinned checksum: `name` is `COMPONENT/ARCH` (`kubeadm/amd64`), `version` the release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PinnedChecksum {
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
 }
 
 /// One image archive: `https://`/`http://` (downloaded by each host) or `file://` (a file on

@@ -446,12 +446,21 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
             p("spec.kubernetesVersion"),
             format!("{v:?} is not a version like 1.35.1"),
         ),
-        Some(v) if !versions::is_supported(v) => c.err(
+        Some(v) if !versions::is_installable(v, s.assets.as_ref()) => c.err(
             p("spec.kubernetesVersion"),
-            format!(
-                "{v} is not supported; supported versions (pinned checksums): {}",
-                versions::supported_list()
-            ),
+            if crate::provision::assets::minor_known(v) {
+                format!(
+                    "{v} is newer than kprov's checksum table ({}); `kprov create cluster \
+                     --kubernetes-version {v}` (or `create -f`) pins the release's published \
+                     checksums in spec.assets.checksums",
+                    versions::supported_list()
+                )
+            } else {
+                format!(
+                    "{v} is not supported; supported versions (pinned checksums): {}",
+                    versions::supported_list()
+                )
+            },
         ),
         _ => {}
     }

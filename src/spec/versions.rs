@@ -25,6 +25,12 @@ pub fn is_supported(v: &str) -> bool {
     SUPPORTED_KUBERNETES_VERSIONS.contains(&v.strip_prefix('v').unwrap_or(v))
 }
 
+/// Supported, or a newer patch of a known minor whose checksums the spec pins
+/// (`spec.assets.checksums`, written by `create cluster`).
+pub fn is_installable(v: &str, assets: Option<&crate::spec::Assets>) -> bool {
+    crate::provision::assets::installable(v, assets)
+}
+
 /// The supported versions as ranges per minor (`1.34.0-1.34.11, …`), for error messages.
 pub fn supported_list() -> String {
     crate::provision::assets::supported_summary()

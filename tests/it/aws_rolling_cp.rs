@@ -89,6 +89,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
                     mirror: None,
                     images: Vec::new(),
                     files: files.clone(),
+                    checksums: Vec::new(),
                 });
             }
         }

@@ -949,3 +949,89 @@ fn an_invalid_kprov_log_filter_is_refused() {
         .unwrap();
     ok(&o);
 }
+
+/// A Kubernetes patch release newer than kprov's table (issue 18): `create -f` reads the
+/// release's published `.sha256` files from the spec's mirror (laid out like dl.k8s.io; never
+/// the internet here) and pins them in `spec.assets.checksums`, which `get cluster` shows and
+/// every later run uses. A checksum file the mirror lacks refuses the create naming its URL,
+/// and nothing is stored.
+#[test]
+fn a_newer_patch_release_is_pinned_from_its_published_checksums_at_create() {
+    use crate::support::mirror::Mirror;
+    use kprov::provision::assets::{self, Arch, Component};
+    const NEWER: &str = "1.36.97";
+    let env = Env::new().with_moto();
+    let mirror = Mirror::start(std::net::Ipv4Addr::LOCALHOST.into(), NEWER);
+    let mut expected = Vec::new();
+    for c in [Component::Kubeadm, Component::Kubelet, Component::Kubectl] {
+        for a in Arch::ALL {
+            let upstream = assets::upstream_url(c, NEWER, a);
+            let rel = upstream.strip_prefix("https://").unwrap();
+            let bin = mirror.root().join(rel);
+            let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+                std::fs::read(&bin).unwrap(),
+            ));
+            // dl.k8s.io publishes the bare digest.
+            std::fs::write(format!("{}.sha256", bin.display()), &sha).unwrap();
+            expected.push((format!("{}/{}", c.name(), a.as_str()), sha));
+        }
+    }
+    let yaml = dry_run(
+        &env,
+        &[
+            "newer.example.com",
+            "--cloud",
+            "aws",
+            "--zones",
+            "us-east-1a",
+        ],
+    );
+    let version_line = yaml
+        .lines()
+        .find(|l| l.trim_start().starts_with("kubernetesVersion:"))
+        .expect("a version line")
+        .to_string();
+    let indent = &version_line[..version_line.len() - version_line.trim_start().len()];
+    let edited = yaml.replace(
+        &version_line,
+        &format!(
+            "{indent}kubernetesVersion: {NEWER}\n{indent}assets:\n{indent}  mirror: {}",
+            mirror.url
+        ),
+    );
+
+    // First without one checksum file: refused, naming it; nothing stored.
+    let gone = mirror
+        .root()
+        .join("dl.k8s.io/release/v1.36.97/bin/linux/arm64/kubectl.sha256");
+    let kept = std::fs::read(&gone).unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    std::fs::write(env.path("c.yaml"), &edited).unwrap();
+    let err = fails(
+        &env.run(&["create", "-f", env.path("c.yaml").to_str().unwrap()]),
+        1,
+    );
+    assert!(
+        err.contains("cannot pin the checksums of Kubernetes 1.36.97")
+            && err.contains("/dl.k8s.io/release/v1.36.97/bin/linux/arm64/kubectl.sha256"),
+        "{err}"
+    );
+    let listed = ok(&env.run(&["get", "clusters"]));
+    assert!(!listed.contains("newer.example.com"), "{listed}");
+
+    // With every file: pinned, shown, and the spec validates with them.
+    std::fs::write(&gone, kept).unwrap();
+    let created = env.run(&["create", "-f", env.path("c.yaml").to_str().unwrap()]);
+    ok(&created);
+    let said = text(&created.stderr);
+    assert!(said.contains("pinned kubeadm/amd64 1.36.97"), "{said}");
+    let back = ok(&env.run(&["get", "cluster", "newer.example.com", "-o", "yaml"]));
+    for (name, sha) in &expected {
+        assert!(
+            back.contains(&format!("name: {name}")) && back.contains(sha.as_str()),
+            "{name} {sha} missing from\n{back}"
+        );
+    }
+    let assets_out = ok(&env.run(&["get", "assets", "newer.example.com", "-o", "json"]));
+    assert!(assets_out.contains(&expected[0].1), "{assets_out}");
+}

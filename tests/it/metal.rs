@@ -303,6 +303,7 @@ impl Lab {
                 mirror: None,
                 images: Vec::new(),
                 files,
+                checksums: Vec::new(),
             })
         });
     }

@@ -248,6 +248,7 @@ fn cluster(mirror: &Mirror, extra: &str) -> Cluster {
         mirror: None,
         images: Vec::new(),
         files: mirror.asset_files(),
+        checksums: Vec::new(),
     });
     c
 }
@@ -625,6 +626,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
         mirror: None,
         images: Vec::new(),
         files: m.local_asset_files(),
+        checksums: Vec::new(),
     });
     let ns = NsHosts::new(&hosts);
     let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())

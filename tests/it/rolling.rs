@@ -1443,6 +1443,7 @@ mod roll_with_yes {
                 mirror: None,
                 images: Vec::new(),
                 files: old.asset_files(),
+                checksums: Vec::new(),
             })
         });
         lab.provision(name);

@@ -1482,6 +1482,7 @@ impl CloudLab {
                         mirror: None,
                         images: Vec::new(),
                         files: files.clone(),
+                        checksums: Vec::new(),
                     });
                 }
             }

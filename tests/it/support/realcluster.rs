@@ -178,6 +178,7 @@ impl<'a> RealCluster<'a> {
                             sha256: i.sha256.clone(),
                         })
                         .collect(),
+                    checksums: Vec::new(),
                 });
                 // What these hosts need (docs/testing.md: where a real host is not a machine).
                 c.spec.kube_proxy = Some(kprov::spec::KubeProxy {
