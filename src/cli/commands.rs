@@ -445,7 +445,13 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
     let mut overrides = Vec::new();
     let (cluster, groups) = match &mut inventory {
         Some(inv) => {
-            let (cluster, groups, notes) = super::create::objects_from_inventory(a, inv, key)?;
+            let (mut cluster, groups, notes) = super::create::inventory_objects(a, inv, key)?;
+            if inv.problems.is_empty() {
+                for n in crate::ops::release::pin_checksums(&mut cluster).await? {
+                    ctx.printer.status(&n);
+                }
+            }
+            super::create::check_inventory_objects(&cluster, &groups, inv)?;
             overrides = notes;
             if let Some(w) = inv.unused_warning() {
                 ctx.printer.warn(&w);

@@ -720,16 +720,40 @@ pub fn validate_with_inventory(
 /// `create cluster --inventory`: the objects built from the flags and the inventory, its
 /// settings applied. An inventory with problems is refused once with all of them: its own,
 /// its settings' (e.g. a `kube_version` kprov cannot install) and the spec's they lead to,
-/// each at its file and line.
+/// each at its file and line. (`create` itself runs the two halves with the checksum pin in
+/// between.)
+#[cfg(test)]
 pub fn objects_from_inventory(
+    a: &CreateClusterArgs,
+    inv: &mut crate::inventory::Inventory,
+    ssh_public_key: Option<String>,
+) -> anyhow::Result<(Cluster, Vec<InstanceGroup>, Vec<String>)> {
+    let (cluster, groups, notes) = inventory_objects(a, inv, ssh_public_key)?;
+    check_inventory_objects(&cluster, &groups, inv)?;
+    Ok((cluster, groups, notes))
+}
+
+/// The first half of [`objects_from_inventory`]: the objects, not yet validated (`create`
+/// pins a newer patch release's checksums in between).
+pub fn inventory_objects(
     a: &CreateClusterArgs,
     inv: &mut crate::inventory::Inventory,
     ssh_public_key: Option<String>,
 ) -> anyhow::Result<(Cluster, Vec<InstanceGroup>, Vec<String>)> {
     let (mut cluster, groups) = build_cluster_objects(a, inv.plain_hosts(), ssh_public_key)?;
     let notes = apply_inventory(&mut cluster, inv, a);
+    Ok((cluster, groups, notes))
+}
+
+/// The second half of [`objects_from_inventory`]: every problem of the inventory and of the
+/// spec it led to, at once.
+pub fn check_inventory_objects(
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    inv: &mut crate::inventory::Inventory,
+) -> anyhow::Result<()> {
     if !inv.problems.is_empty() {
-        if let Err(spec) = validate_with_inventory(&cluster, &groups, inv) {
+        if let Err(spec) = validate_with_inventory(cluster, groups, inv) {
             inv.problems.extend(spec.0.into_iter().map(problem_of));
         }
         return Err(crate::inventory::InventoryError::Invalid {
@@ -738,8 +762,8 @@ pub fn objects_from_inventory(
         }
         .into());
     }
-    validate_with_inventory(&cluster, &groups, inv)?;
-    Ok((cluster, groups, notes))
+    validate_with_inventory(cluster, groups, inv)?;
+    Ok(())
 }
 
 /// A spec problem (from [`validate_with_inventory`]) among an inventory's problems.
