@@ -224,17 +224,22 @@ impl AwsCloud {
         // says (adopted IDs, group bounds, the zone), not the images, so it runs beside the
         // image lookup with names standing in for image IDs, as in `plan_delete`: the whole
         // preview is as deep as its deepest read, not the sum of its checks.
+        // Every request runs to its end (the reads are bounded) and the errors are said in the
+        // order a sequential preview would meet them: a zone EC2 does not have explains the
+        // rest, then the images and launch checks, then the read.
         let checked = async {
-            let (_, found) = tokio::try_join!(
-                ec2::check_zones(self, cluster),
-                self.desired_and_images(cluster, igs)
-            )?;
+            let found = self.desired_and_images(cluster, igs).await?;
             ec2::check_launchable(self, &found.0).await?;
             Ok::<_, CloudError>(found)
         };
-        let stand_in = desired(cluster, igs, &image_names(igs), &self.host_keys)?;
-        let ((desired, images, notes), mut actual) =
-            tokio::try_join!(checked, self.read(cluster.name(), &stand_in))?;
+        let read = async {
+            let stand_in = desired(cluster, igs, &image_names(igs), &self.host_keys)?;
+            self.read(cluster.name(), &stand_in).await
+        };
+        let (zones, checked, read) = tokio::join!(ec2::check_zones(self, cluster), checked, read);
+        zones?;
+        let (desired, images, notes) = checked?;
+        let mut actual = read?;
         // What carries the cluster's tag without a kprov identity was made for the cluster by
         // someone else, mostly the cloud-controller-manager (Services' load balancers, target
         // groups, security groups): not kprov's to change or `--prune`. `delete cluster`
