@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use kprov::cloud::aws::instances::{AwsInstances, SshReach};
 use kprov::cloud::aws::{AwsCloud, GroupHostKey, owned_tag_key};
 use kprov::cloud::engine::{self, Action, ApplyOptions, Plan, RenderOptions};
@@ -172,14 +174,6 @@ H9qKbYhxPIoNMZdRB2dCAAAAAAECAwQF
 
 pub(crate) async fn env(cluster: &str) -> Env {
     env_with(cluster, moto().kprov_sdk_config().await).await
-}
-
-/// Not yet under the as-it-is policy: `interrupt_everywhere` counts interruption points by
-/// call, which the policy's "not found yet" retries make vary from run to run, and pays the
-/// windows at every point (issue 23, still open; see docs/aws.md "The as-it-is lab").
-/// kprov's clients go to moto itself here.
-pub(crate) async fn env_direct(cluster: &str) -> Env {
-    env_with(cluster, moto().sdk_config().await).await
 }
 
 async fn env_with(cluster: &str, kprov_sdk: aws_config::SdkConfig) -> Env {
@@ -1056,73 +1050,132 @@ async fn ha_private_cluster_lifecycle() {
     assert_eq!(left.values().sum::<usize>(), 0, "{left:?}");
 }
 
-/// Stop the apply after its k-th write, for every k; the re-run must converge with nothing
-/// duplicated. Then stop the delete after its k-th write; the re-run must leave nothing.
+/// Stop the apply at an interruption point (after its k-th distinct change, see
+/// `aws_recorder`); the re-run must converge with nothing duplicated. Then stop the delete at
+/// the same point; the re-run must leave nothing. Under the as-it-is policy, as every AWS test.
+/// Sweeps the first and last points and a seeded spread between them (see [`sweep`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_applies_converge() {
-    interrupt_everywhere("interrupt.example.com", false, 1).await;
+    interrupt_everywhere("interrupt.example.com", false, 6).await;
 }
 
 /// The same for the HA private cluster (NAT gateways and their waits, per-zone route tables,
-/// three roles), at every fifth write to keep the suite fast.
+/// three roles).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_ha_private_applies_converge() {
     interrupt_everywhere("interrupt-ha.example.com", true, 5).await;
 }
 
-async fn interrupt_everywhere(zone: &str, private: bool, step: usize) {
+/// The interruption points an interrupted-apply test stops at, out of `total` (1..total: the
+/// last point is before the last write): the first and the last, and `between` more spread
+/// evenly from an offset fixed by `seed` (the lab's seed, `KPROV_LAB_SEED`), so another seed
+/// sweeps other points. Each point costs a serial apply through AWS's windows, which is why
+/// not all are swept by default; `KPROV_INTERRUPT_SWEEP=all` sweeps every one.
+fn sweep(total: usize, between: usize, seed: u64) -> Vec<usize> {
+    let last = total.saturating_sub(1).max(1);
+    if std::env::var("KPROV_INTERRUPT_SWEEP").is_ok_and(|v| v == "all") || last <= between + 2 {
+        return (1..=last).collect();
+    }
+    let step = (last - 1) / (between + 1);
+    let offset = 1 + (seed as usize % step.max(1));
+    let mut points: std::collections::BTreeSet<usize> = [1, last].into();
+    points.extend((0..between).map(|i| (offset + (i + 1) * step).min(last)));
+    points.into_iter().collect()
+}
+
+#[test]
+fn sweep_takes_first_last_and_a_seeded_spread() {
+    let a = sweep(60, 5, 23);
+    assert_eq!((a.first(), a.last()), (Some(&1), Some(&59)), "{a:?}");
+    assert_eq!(a.len(), 7, "{a:?}");
+    assert_ne!(a, sweep(60, 5, 24), "another seed, other points");
+    assert_eq!(sweep(6, 5, 23), vec![1, 2, 3, 4, 5]);
+}
+
+async fn interrupt_everywhere(zone: &str, private: bool, between: usize) {
     let sdk = moto().sdk_config().await;
     let zone_id = make_zone(&sdk, zone).await;
+    let seed = crate::support::faultproxy::AsItIs::lab_seed();
 
-    // How many writes a full apply makes.
+    // How many interruption points (distinct changes) a full apply has. Counted once: the
+    // writes kprov retried through AWS's windows are no new points (`Recorder::ok_writes`).
     let probe = format!("probe.{zone}");
-    let e = env_direct(&probe).await;
+    let e = env(&probe).await;
     let (c, igs) = spec(&probe, zone, private);
     let p = plan(&e, &c, &igs).await;
     e.rec.limit_writes(None);
     apply(&e, &p, false).await;
-    let total = e.rec.writes();
+    let total = e.rec.ok_writes();
+    let sent = e.rec.sent_writes();
     let expected = count_owned(&sdk, &probe, &zone_id).await;
     delete_all(&e, &c, &igs).await;
-    assert!(total > 20, "a full apply made only {total} writes");
+    assert!(
+        total > 20,
+        "a full apply had only {total} interruption points"
+    );
+    let points = sweep(total, between, seed);
+    println!(
+        "interrupt sweep {zone}: {total} interruption points ({sent} writes with retries), seed {seed}: stopping at {points:?}"
+    );
 
-    for k in (1..total).step_by(step) {
-        let name = format!("k{k}.{zone}");
-        let e = env_direct(&name).await;
-        let (c, igs) = spec(&name, zone, private);
-        let p = plan(&e, &c, &igs).await;
-        e.rec.limit_writes(Some(k));
-        // Serial, so "the k-th write" is one exact point in the run.
-        let opts = ApplyOptions {
-            parallelism: 1,
-            ..fast()
-        };
-        let interrupted = engine::apply(&e.cloud, &p, &opts).await;
-        assert!(interrupted.is_err(), "k={k}: apply was not interrupted");
-        e.rec.limit_writes(None);
-        let resumed = plan(&e, &c, &igs).await;
-        assert!(resumed.errors.is_empty(), "k={k}: {:?}", resumed.errors);
-        apply(&e, &resumed, true).await;
-        let converged = plan(&e, &c, &igs).await;
-        assert!(
-            converged.is_empty(),
-            "k={k}: {}",
-            engine::render_text(&converged, RenderOptions::default())
-        );
-        assert_eq!(count_owned(&sdk, &name, &zone_id).await, expected, "k={k}");
-        // Delete, interrupted the same way, then run again.
-        let doomed = e.cloud.plan_delete(&c, &igs).await.expect("delete plan");
-        e.rec.limit_writes(Some(k));
-        let prune = ApplyOptions {
-            prune: true,
-            ..opts
-        };
-        let _ = engine::apply(&e.cloud, &doomed, &prune).await;
-        e.rec.limit_writes(None);
-        delete_all(&e, &c, &igs).await;
-        let left = count_owned(&sdk, &name, &zone_id).await;
-        assert_eq!(left.values().sum::<usize>(), 0, "k={k}: leaked {left:?}");
-    }
+    // The points are independent clusters: two at a time (each apply itself is serial).
+    let started = std::time::Instant::now();
+    futures::stream::iter(points.iter().copied())
+        .for_each_concurrent(2, |k| {
+            let (sdk, zone_id, expected) = (&sdk, &zone_id, &expected);
+            async move { interrupt_at(zone, private, k, sdk, zone_id, expected).await }
+        })
+        .await;
+    println!(
+        "interrupt sweep {zone}: {} points in {:.0?}",
+        points.len(),
+        started.elapsed()
+    );
+}
+
+async fn interrupt_at(
+    zone: &str,
+    private: bool,
+    k: usize,
+    sdk: &aws_config::SdkConfig,
+    zone_id: &str,
+    expected: &BTreeMap<&'static str, usize>,
+) {
+    let name = format!("k{k}.{zone}");
+    let e = env(&name).await;
+    let (c, igs) = spec(&name, zone, private);
+    let p = plan(&e, &c, &igs).await;
+    e.rec.limit_writes(Some(k));
+    // Serial, so "the k-th point" is one exact place in the run.
+    let opts = ApplyOptions {
+        parallelism: 1,
+        ..fast()
+    };
+    let interrupted = engine::apply(&e.cloud, &p, &opts).await;
+    assert!(interrupted.is_err(), "k={k}: apply was not interrupted");
+    e.rec.limit_writes(None);
+    let resumed = plan(&e, &c, &igs).await;
+    assert!(resumed.errors.is_empty(), "k={k}: {:?}", resumed.errors);
+    apply(&e, &resumed, true).await;
+    let converged = plan(&e, &c, &igs).await;
+    assert!(
+        converged.is_empty(),
+        "k={k}: {}",
+        engine::render_text(&converged, RenderOptions::default())
+    );
+    assert_eq!(&count_owned(sdk, &name, zone_id).await, expected, "k={k}");
+    // Delete, interrupted the same way, then run again.
+    let doomed = e.cloud.plan_delete(&c, &igs).await.expect("delete plan");
+    e.rec.limit_writes(Some(k));
+    let prune = ApplyOptions {
+        prune: true,
+        ..opts
+    };
+    let _ = engine::apply(&e.cloud, &doomed, &prune).await;
+    e.rec.limit_writes(None);
+    delete_all(&e, &c, &igs).await;
+    let left = count_owned(sdk, &name, zone_id).await;
+    assert_eq!(left.values().sum::<usize>(), 0, "k={k}: leaked {left:?}");
 }
 
 /// Figures for scripts/bench-plan: AWS requests and wall time of a preview of an applied

@@ -523,6 +523,7 @@ fn the_as_it_is_policy_answers_as_aws_does() {
         action: action.into(),
         seen: 0,
         body: body.into(),
+        account: String::new(),
         key: [0; 32],
         at: std::time::Duration::ZERO,
     };
@@ -848,4 +849,128 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
         "the CCM's load balancer is left"
     );
     assert!(!classic_left().await, "the CCM's Classic ELB is left");
+}
+
+/// moto's `x-moto-account-id` on every request of a client: a moto account of the test's own,
+/// where nothing another test made is seen and moto's (AWS's default) quotas apply.
+#[derive(Debug)]
+struct Account(&'static str);
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for Account {
+    fn name(&self) -> &'static str {
+        "kprov-test-moto-account"
+    }
+
+    fn modify_before_signing(
+        &self,
+        ctx: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        ctx.request_mut()
+            .headers_mut()
+            .insert("x-moto-account-id", self.0);
+        Ok(())
+    }
+}
+
+/// Issue 23 item 11: the Elastic IP quota is checked at plan time. In an account of its own
+/// (moto's quota: 5, AWS's default) with 4 addresses allocated, the HA private cluster's
+/// preview (3 NAT gateways, 3 addresses) is refused naming the numbers, and its apply changes
+/// nothing; with 2 allocated the same plan passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elastic_ip_quota_is_checked_at_plan_time() {
+    use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
+    const ACCOUNT: &str = "232300000011";
+    let zone = "real-eip.example";
+    let cluster = "demo.real-eip.example";
+    let sdk = moto().sdk_config().await;
+    let ec2 = aws_sdk_ec2::Client::from_conf(
+        aws_sdk_ec2::config::Builder::from(&sdk)
+            .interceptor(Account(ACCOUNT))
+            .build(),
+    );
+    let r53 = aws_sdk_route53::Client::from_conf(
+        aws_sdk_route53::config::Builder::from(&sdk)
+            .interceptor(Account(ACCOUNT))
+            .build(),
+    );
+    r53.create_hosted_zone()
+        .name(zone)
+        .caller_reference("kprov-test-eip")
+        .send()
+        .await
+        .expect("zone in the test's account");
+    let mut allocated = Vec::new();
+    for _ in 0..4 {
+        let a = ec2
+            .allocate_address()
+            .domain(aws_sdk_ec2::types::DomainType::Vpc)
+            .send()
+            .await
+            .expect("allocate");
+        allocated.push(a.allocation_id().unwrap().to_string());
+    }
+    let (c, igs) = crate::aws::spec(cluster, zone, true);
+    let mut keys = std::collections::BTreeMap::new();
+    for g in &igs {
+        let k = kprov::cloud::aws::hostkeys::generate(&g.metadata.name)
+            .await
+            .expect("ssh-keygen");
+        keys.insert(g.metadata.name.clone(), k);
+    }
+    let kprov_sdk = moto().kprov_sdk_config().await;
+    let cloud = AwsCloud::new(
+        &kprov_sdk,
+        cluster,
+        &[SharedInterceptor::new(Account(ACCOUNT))],
+    )
+    .with_host_keys(keys);
+
+    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    let said = plan.errors.join("\n");
+    assert!(
+        said.contains("allocates 3 Elastic IP")
+            && said.contains("1 of its 5 left in us-east-1 (4 allocated)")
+            && said.contains("nothing was changed"),
+        "{:?}",
+        plan.errors
+    );
+    assert!(
+        engine::apply(&cloud, &plan, &ApplyOptions::default())
+            .await
+            .is_err(),
+        "a plan over the quota must not apply"
+    );
+    let vpcs = ec2
+        .describe_vpcs()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("vpcs")
+        .vpcs()
+        .len();
+    assert_eq!(vpcs, 0, "nothing may be made in the account");
+
+    for id in allocated.drain(..2) {
+        ec2.release_address()
+            .allocation_id(id)
+            .send()
+            .await
+            .expect("release");
+    }
+    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    assert!(
+        plan.errors.is_empty() && plan.summary.create > 20,
+        "{:?}",
+        plan.errors
+    );
+    for id in allocated {
+        let _ = ec2.release_address().allocation_id(id).send().await;
+    }
 }

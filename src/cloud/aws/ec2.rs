@@ -162,6 +162,62 @@ struct Launch<'a> {
     zones: BTreeSet<&'a str>,
 }
 
+/// The Elastic IP quota, checked at plan time: a plan that allocates more addresses (one per
+/// NAT gateway) than the account has left in the region would stop at `AllocateAddress`
+/// (`AddressLimitExceeded`) after the VPC and subnets exist. The limit is EC2's
+/// `vpc-max-elastic-ips` account attribute (the "EC2-VPC Elastic IPs" quota, 5 by default),
+/// the allocated ones every address of the region, the cluster's or not. Returns the plan's
+/// error naming the numbers, or None; a read the caller may not make is the caller's warning.
+pub(super) async fn check_address_quota(
+    c: &AwsCloud,
+    region: &str,
+    need: usize,
+) -> Result<Option<String>, CloudError> {
+    if need == 0 {
+        return Ok(None);
+    }
+    let (attrs, addresses) = tokio::join!(
+        async {
+            c.ec2
+                .describe_account_attributes()
+                .attribute_names(aws_sdk_ec2::types::AccountAttributeName::from(
+                    "vpc-max-elastic-ips",
+                ))
+                .send()
+                .await
+                .ctx("DescribeAccountAttributes")
+        },
+        async {
+            c.ec2
+                .describe_addresses()
+                .send()
+                .await
+                .ctx("DescribeAddresses")
+        }
+    );
+    let limit = attrs?
+        .account_attributes()
+        .iter()
+        .filter(|a| a.attribute_name() == Some("vpc-max-elastic-ips"))
+        .flat_map(|a| a.attribute_values())
+        .find_map(|v| v.attribute_value()?.parse::<usize>().ok());
+    let Some(limit) = limit else {
+        return Ok(None);
+    };
+    let allocated = addresses?.addresses().len();
+    let left = limit.saturating_sub(allocated);
+    Ok((need > left).then(|| {
+        format!(
+            "the plan allocates {need} Elastic IP address(es) (one per NAT gateway), but the \
+             account has {left} of its {limit} left in {region} ({allocated} allocated): \
+             AllocateAddress would fail with AddressLimitExceeded after the network exists. \
+             Release unused addresses or raise the quota (Service Quotas, \"EC2-VPC Elastic \
+             IPs\", L-0263D0A3) first; nothing was changed",
+            region = crate::output::escape(region)
+        )
+    }))
+}
+
 /// Refuses, before any write, an instance group whose instance type cannot run its image's
 /// architecture or is not offered in one of its zones: Auto Scaling accepts such a group and
 /// then never starts an instance (a failed scaling activity, retried forever).

@@ -248,6 +248,25 @@ impl AwsCloud {
             .resources
             .retain(|r| !r.id.name.starts_with(UNTRACKED));
         let mut plan = engine::diff(cluster.name(), desired, actual)?;
+        let need = plan
+            .changes
+            .iter()
+            .filter(|c| c.action == engine::Action::Create && c.kind == ELASTIC_IP)
+            .count();
+        match ec2::check_address_quota(
+            self,
+            cluster.spec.region.as_deref().unwrap_or("the region"),
+            need,
+        )
+        .await
+        {
+            Ok(Some(over)) => plan.errors.push(over),
+            Ok(None) => {}
+            // A caller without ec2:DescribeAccountAttributes still gets its preview.
+            Err(e) => plan
+                .warnings
+                .push(format!("the Elastic IP quota was not checked: {e}")),
+        }
         plan.warnings.extend(open_access_warnings(cluster, &plan));
         plan.warnings.extend(unowned_image_warnings(igs, &images));
         plan.warnings.extend(notes);

@@ -1,6 +1,12 @@
 //! An SDK interceptor that records the name of every operation the AWS clients send (and when
 //! each started and ended, for the dependent-wave count of `scripts/bench-plan`) and can refuse
-//! writes after the k-th one (to interrupt an apply at an exact point).
+//! writes after the k-th interruption point (to interrupt an apply at an exact point).
+//!
+//! An interruption point is a write that is not a retry: a write sent after a failed write
+//! (AWS's "not found yet" or a refused profile, retried by kprov) repeats that change and is
+//! no new point. So the points of an apply are its distinct changes, one per write that
+//! succeeded, however often the as-it-is policy made kprov retry, and "stop at the k-th
+//! point" is the same place in every run.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -19,8 +25,16 @@ struct State {
     ops: Vec<String>,
     /// (start, end) of each operation in `ops`, same index; end is None while in flight.
     spans: Vec<(Instant, Option<Instant>)>,
+    /// Interruption points passed since `limit_writes`.
     writes: usize,
     write_limit: Option<usize>,
+    /// The last write failed: the next one is its retry, not a new point.
+    retrying: bool,
+    /// Writes sent (retries included), for the figures.
+    sent_writes: usize,
+    /// Writes that succeeded: the interruption points of a run that completed, also when its
+    /// writes overlapped (parallelism above 1, where "the previous write" means nothing).
+    ok_writes: usize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -84,15 +98,30 @@ impl Recorder {
             .collect()
     }
 
-    /// Writes after the first `k` fail before they are sent (`None` lifts the limit).
+    /// Writes at interruption points after the first `k` fail before they are sent (`None`
+    /// lifts the limit); retries of a failed write still go out.
     pub fn limit_writes(&self, k: Option<usize>) {
         let mut s = self.state.lock().unwrap();
         s.writes = 0;
+        s.sent_writes = 0;
+        s.ok_writes = 0;
+        s.retrying = false;
         s.write_limit = k;
     }
 
+    /// Interruption points (distinct changes) since `limit_writes`.
     pub fn writes(&self) -> usize {
         self.state.lock().unwrap().writes
+    }
+
+    /// Writes that succeeded since `limit_writes`: a completed run's interruption points.
+    pub fn ok_writes(&self) -> usize {
+        self.state.lock().unwrap().ok_writes
+    }
+
+    /// Writes sent since `limit_writes`, retries included.
+    pub fn sent_writes(&self) -> usize {
+        self.state.lock().unwrap().sent_writes
     }
 }
 
@@ -112,15 +141,21 @@ impl Intercept for Recorder {
             .map(|m| format!("{}:{}", m.service(), m.name()))
             .unwrap_or_else(|| "unknown:unknown".into());
         let mut s = self.state.lock().unwrap();
-        if is_write(&op) {
-            if s.write_limit.is_some_and(|k| s.writes >= k) {
-                return Err(
-                    format!("test interrupt: refusing {op} after {} writes", s.writes).into(),
-                );
+        let write = is_write(&op);
+        if write {
+            if !s.retrying {
+                if s.write_limit.is_some_and(|k| s.writes >= k) {
+                    return Err(format!(
+                        "test interrupt: refusing {op} after {} interruption points",
+                        s.writes
+                    )
+                    .into());
+                }
+                s.writes += 1;
             }
-            s.writes += 1;
+            s.sent_writes += 1;
         }
-        cfg.interceptor_state().store_put(Sent(s.ops.len()));
+        cfg.interceptor_state().store_put(Sent(s.ops.len(), write));
         s.ops.push(op);
         s.spans.push((Instant::now(), None));
         Ok(())
@@ -128,12 +163,17 @@ impl Intercept for Recorder {
 
     fn read_after_execution(
         &self,
-        _ctx: &FinalizerInterceptorContextRef<'_>,
+        ctx: &FinalizerInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        if let Some(Sent(i)) = cfg.load::<Sent>() {
+        if let Some(Sent(i, write)) = cfg.load::<Sent>() {
             let mut s = self.state.lock().unwrap();
+            if *write {
+                let ok = matches!(ctx.output_or_error(), Some(Ok(_)));
+                s.retrying = !ok;
+                s.ok_writes += usize::from(ok);
+            }
             // A `take` between start and end leaves nothing to close.
             if let Some(span) = s.spans.get_mut(*i) {
                 span.1 = Some(Instant::now());
@@ -143,9 +183,10 @@ impl Intercept for Recorder {
     }
 }
 
-/// The index of an operation in the recorder's list, kept in its request's config bag.
+/// The index of an operation in the recorder's list, and whether it is a write, kept in its
+/// request's config bag.
 #[derive(Debug, Clone)]
-struct Sent(usize);
+struct Sent(usize, bool);
 
 impl Storable for Sent {
     type Storer = StoreReplace<Self>;

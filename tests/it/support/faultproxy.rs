@@ -49,6 +49,12 @@ pub enum Fault {
 /// DescribeInstances with nothing in it: instances Auto Scaling has not launched yet.
 pub const NO_INSTANCES: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeInstancesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>fault-proxy</requestId><reservationSet/></DescribeInstancesResponse>";
 
+/// DescribeAccountAttributes of the lab's default account: its Elastic IP quota raised to 100,
+/// as an account where many clusters (here: the tests, side by side) live would have it. moto
+/// answers 5, AWS's default, for every account; a test's own account (`x-moto-account-id`)
+/// keeps that.
+pub const RAISED_ADDRESS_QUOTA: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeAccountAttributesResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>fault-proxy</requestId><accountAttributeSet><item><attributeName>vpc-max-elastic-ips</attributeName><attributeValueSet><item><attributeValue>100</attributeValue></item></attributeValueSet></item></accountAttributeSet></DescribeAccountAttributesResponse>";
+
 /// A DescribeScalingActivities reply holding one failed launch of `group`, started now,
 /// with Auto Scaling's `reason` (leaked: a policy's replies live as long as the test).
 pub fn failed_activity(group: &str, reason: &str) -> &'static str {
@@ -107,6 +113,8 @@ pub struct Request {
     pub seen: u32,
     /// The body as text (query-protocol parameters: `NatGatewayId.1=...`).
     pub body: String,
+    /// moto's `x-moto-account-id` header (a test's own account), empty for the default one.
+    pub account: String,
     /// sha256 of method, path and body.
     pub key: [u8; 32],
     /// Since the proxy started.
@@ -340,6 +348,15 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
         .and_then(|c| c.split('/').nth(2))
         .unwrap_or_default()
         .to_string();
+    let account = head
+        .iter()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("x-moto-account-id")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
     let query = path.split_once('?').map(|(_, q)| q).unwrap_or_default();
     let body_text = String::from_utf8_lossy(body);
     let action = query
@@ -369,6 +386,7 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
         action,
         seen,
         body: body_text.into_owned(),
+        account,
         key,
         at: s.started.elapsed(),
     }
@@ -632,7 +650,9 @@ struct Born {
 /// - IAM name and tag lengths are enforced (role names 64, instance profile names 128, tag
 ///   keys 128, tag values 256);
 /// - S3 answers a request signed for another region than the bucket's with a 301 and
-///   `x-amz-bucket-region`.
+///   `x-amz-bucket-region`;
+/// - the default account's Elastic IP quota is 100 ([`RAISED_ADDRESS_QUOTA`]); an account of a
+///   test's own keeps moto's (and AWS's default) 5.
 #[derive(Clone)]
 pub struct AsItIs {
     seed: u64,
@@ -804,6 +824,10 @@ impl AsItIs {
                 let window = self.window(w.profile, profile);
                 young(born.profiles.get(profile), window)
                     .then_some(Fault::Answer(AwsError::PROFILE_NOT_PROPAGATED))
+            }
+            // The suite's tests share the default account: its quota is raised (see the reply).
+            ("ec2", "DescribeAccountAttributes") if r.account.is_empty() => {
+                Some(Fault::Reply(RAISED_ADDRESS_QUOTA))
             }
             ("ec2", "DescribeInstances") => {
                 let key = params(r)
