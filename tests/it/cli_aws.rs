@@ -20,6 +20,38 @@ async fn owned_vpcs(sdk: &aws_config::SdkConfig, cluster: &str) -> usize {
         .len()
 }
 
+/// The cluster's running instances that kprov provisions (not its bastions), by instance ID,
+/// read with the SDK from moto itself.
+async fn node_instances(sdk: &aws_config::SdkConfig, cluster: &str) -> Vec<String> {
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let f = aws_sdk_ec2::types::Filter::builder()
+        .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+        .values("owned")
+        .build();
+    let running = aws_sdk_ec2::types::Filter::builder()
+        .name("instance-state-name")
+        .values("running")
+        .build();
+    let out = ec2
+        .describe_instances()
+        .filters(f)
+        .filters(running)
+        .send()
+        .await
+        .expect("describe instances");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter(|i| {
+            !i.tags().iter().any(|t| {
+                t.key() == Some("aws:autoscaling:groupName")
+                    && t.value().is_some_and(|v| v.starts_with("bastions."))
+            })
+        })
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect()
+}
+
 /// The whole CLI lifecycle in a cloud lab: `update --yes` provisions the instances, so kprov
 /// and moto run where the only addresses are test hosts the lab created (moto's public
 /// addresses are invented). kprov reaches the instances at their private addresses, or with
@@ -66,7 +98,36 @@ fn lifecycle(zone: &str, cluster: &str, zones: &str, extra: &[&str]) {
     // With AWS as it is (profiles refused at first, fresh IDs not found, instances late),
     // the first run completes and says what it waited for and how long.
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    // Every instance provisioned in this one run: each running instance of the groups (the
+    // bastion is a jump host) is in the report, and the summary counts them all.
+    let nodes = lab.block_on(node_instances(&sdk, cluster));
+    assert!(!nodes.is_empty(), "no instance launched");
+    for i in &nodes {
+        assert!(said.contains(i.as_str()), "{i} not provisioned:\n{said}");
+    }
+    assert!(
+        said.contains(&format!("changed on {} hosts.", nodes.len())),
+        "not every one of {} instances provisioned:\n{said}",
+        nodes.len()
+    );
+    // Each wait is said with what was waited for and how long: a cloud resource on AWS
+    // ("RESOURCE: waited 2.1s for AWS (why)") or the groups on Auto Scaling.
     let waits: Vec<&str> = said.lines().filter(|l| l.contains("waited")).collect();
+    for w in &waits {
+        let aws = w.split_once(": waited ").is_some_and(|(what, rest)| {
+            !what.trim().is_empty()
+                && rest
+                    .split_once("s for AWS (")
+                    .is_some_and(|(secs, _)| secs.parse::<f64>().is_ok())
+        });
+        let launch = w
+            .split_once("every group launched its instances (waited ")
+            .is_some_and(|(_, rest)| {
+                rest.split_once("s for Auto Scaling)")
+                    .is_some_and(|(secs, _)| secs.parse::<u64>().is_ok())
+            });
+        assert!(aws || launch, "a wait line without what or how long: {w}");
+    }
     if lab.as_it_is.is_some() {
         assert!(!waits.is_empty(), "no wait reported:\n{said}");
     }
