@@ -365,7 +365,10 @@ pub fn desired(
         out.push(
             Resource::new(IAM_ROLE, key)
                 .field("roleName", Value::str(iam_name(key, name)))
-                .field("assumeRolePolicy", Value::Doc(assume_role_policy()))
+                .field(
+                    "assumeRolePolicy",
+                    Value::Doc(assume_role_policy(spec.region.as_deref())),
+                )
                 .rule("roleName", FieldRule::Immutable),
         );
         out.push(
@@ -652,12 +655,19 @@ pub fn fqdn(s: &str) -> String {
     }
 }
 
-fn assume_role_policy() -> String {
+/// EC2's service principal carries the partition's DNS suffix: in aws-cn it is
+/// `ec2.amazonaws.com.cn`, and a role trusting `ec2.amazonaws.com` there cannot be assumed
+/// by the instances (their profile would hand out no credentials).
+fn assume_role_policy(region: Option<&str>) -> String {
+    let service = match region.map(crate::spec::defaults::partition_of_region) {
+        Some("aws-cn") => "ec2.amazonaws.com.cn",
+        _ => "ec2.amazonaws.com",
+    };
     pretty(&json!({
         "Version": "2012-10-17",
         "Statement": [{
             "Effect": "Allow",
-            "Principal": { "Service": "ec2.amazonaws.com" },
+            "Principal": { "Service": service },
             "Action": "sts:AssumeRole"
         }]
     }))
@@ -931,6 +941,39 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
             .iter()
             .map(|v| v.to_string())
             .collect()
+    }
+
+    /// The instances' role trusts EC2 under the partition's own name: `ec2.amazonaws.com.cn`
+    /// in China, where the commercial name would leave the instance profile without credentials.
+    #[test]
+    fn the_role_trusts_ec2_under_the_partitions_name() {
+        let trust = |region: &str| {
+            let mut c = cluster(false, KEY);
+            c.spec.region = Some(region.into());
+            let rs = desired(
+                &c,
+                &[ig("cp", "ControlPlane", ""), ig("n", "Node", "")],
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+            )
+            .unwrap();
+            let role = rs
+                .iter()
+                .find(|r| r.id.kind == IAM_ROLE)
+                .and_then(|r| match r.get("assumeRolePolicy") {
+                    Some(Value::Doc(d)) => Some(d.clone()),
+                    _ => None,
+                })
+                .unwrap();
+            let doc: serde_json::Value = serde_json::from_str(&role).unwrap();
+            doc["Statement"][0]["Principal"]["Service"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(trust("us-east-1"), "ec2.amazonaws.com");
+        assert_eq!(trust("us-gov-west-1"), "ec2.amazonaws.com");
+        assert_eq!(trust("cn-north-1"), "ec2.amazonaws.com.cn");
     }
 
     /// spec.sshAccess and spec.kubernetesApiAccess replace 0.0.0.0/0 as the sources of SSH
