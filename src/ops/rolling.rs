@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::future::join_all;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use kube::Api;
 use tokio::sync::{Mutex, watch};
 
 use std::collections::BTreeMap;
@@ -81,7 +83,19 @@ pub trait ClusterApi: Send + Sync {
     /// Evicts every pod that must leave; on timeout the error names the pods left and the
     /// PodDisruptionBudget blocking each.
     async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String>;
-    async fn wait_ready(&self, node: &str, timeout: Duration) -> Result<(), String>;
+    /// The `lastHeartbeatTime` of `node`'s Ready condition as the API serves it (`None`: no
+    /// such node, condition or time). Read before a roll restarts the node's kubelet.
+    async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String>;
+    /// Until `node` is Ready. With `after` (the heartbeat read before its kubelet restarted),
+    /// only a Ready condition whose heartbeat is strictly newer counts: right after a restart
+    /// the Node still shows the old kubelet's Ready, and the new kubelet posts NotReady (its
+    /// runtime and PLEG not checked yet) before it posts Ready.
+    async fn wait_ready(
+        &self,
+        node: &str,
+        timeout: Duration,
+        after: Option<&Heartbeat>,
+    ) -> Result<(), String>;
     async fn uncordon(&self, node: &str) -> Result<(), String>;
     /// One validation of the whole cluster (nodes Ready, control plane and etcd healthy,
     /// kube-system available, nothing uninitialized).
@@ -96,13 +110,35 @@ pub trait EtcdHealth: Send + Sync {
     async fn check(&self) -> Result<(), String>;
 }
 
+/// A Ready condition's `lastHeartbeatTime` (RFC 3339 as the API serves it, compared only with
+/// other times the API served: never with this machine's clock).
+pub type Heartbeat = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// What [`NodeRoller::roll`] did to a node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rolled {
+    /// The name of the node that took its place, when it is a new one.
+    pub replacement: Option<String>,
+    /// The node's kubelet was restarted in place: its Ready must be one posted after that.
+    pub kubelet_restarted: bool,
+}
+
+impl Rolled {
+    pub fn replaced_by(node: String) -> Rolled {
+        Rolled {
+            replacement: Some(node),
+            kubelet_restarted: false,
+        }
+    }
+}
+
 /// The machines.
 #[async_trait]
 pub trait NodeRoller: Send + Sync {
-    /// Replaces or re-provisions `node` as its action says (with its kubeadm upgrade, if any).
-    /// Returns the name of the node that took its place, when it is a new one. Must be safe to
-    /// call again for a node whose previous attempt was cut short.
-    async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String>;
+    /// Replaces or re-provisions `node` as its action says (with its kubeadm upgrade, if any),
+    /// and says what it did. Must be safe to call again for a node whose previous attempt was
+    /// cut short.
+    async fn roll(&self, node: &JournalNode) -> Result<Rolled, String>;
 
     /// Before a batch is cordoned (AWS: the surge's new instances start and join here, so
     /// capacity is added before any is taken away). Must be safe to call again on resume.
@@ -430,6 +466,10 @@ async fn advance(
     lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
 ) -> Result<(), RollError> {
     let start = Instant::now();
+    // The Ready heartbeat read before this run restarted the node's kubelet: only a newer
+    // Ready counts. Kept in memory: a run resumed at Replaced waits for any Ready (caveat in
+    // docs/rolling-update.md).
+    let mut restarted_after: Option<Heartbeat> = None;
     loop {
         let node = shared.state.lock().await.journal.nodes[i].clone();
         let name = node.node_name.clone();
@@ -493,11 +533,28 @@ async fn advance(
                     node: name.clone(),
                     what: node.action.as_str().into(),
                 });
+                // In place, the kubelet may restart: what the Node shows before is what a
+                // stale Ready looks like afterwards. Read before anything changes on it.
+                let before = if node.action == RollAction::Replace || skip_api {
+                    None
+                } else {
+                    api.ready_heartbeat(&name).await.map_err(&stop)?
+                };
                 // Never cut short: a half-made replacement is worse than a late exit.
                 match roller.roll(&node).await {
-                    Ok(replacement) => {
-                        record(shared, i, NodeStep::Replaced, None, replacement, lock_check)
-                            .await?;
+                    Ok(rolled) => {
+                        if rolled.kubelet_restarted {
+                            restarted_after = before;
+                        }
+                        record(
+                            shared,
+                            i,
+                            NodeStep::Replaced,
+                            None,
+                            rolled.replacement,
+                            lock_check,
+                        )
+                        .await?;
                         events(&RollEvent::Step {
                             node: name.clone(),
                             step: NodeStep::Replaced,
@@ -532,9 +589,16 @@ async fn advance(
                 let now = node.replacement.clone().unwrap_or_else(|| name.clone());
                 events(&RollEvent::Working {
                     node: name.clone(),
-                    what: format!("waiting for {now} to be Ready"),
+                    what: match &restarted_after {
+                        Some(t) => format!(
+                            "waiting for {now} to be Ready after its kubelet restart (a heartbeat newer than {})",
+                            t.0
+                        ),
+                        None => format!("waiting for {now} to be Ready"),
+                    },
                 });
-                match abandonable(cancel, api.wait_ready(&now, options.ready_timeout)).await {
+                let wait = api.wait_ready(&now, options.ready_timeout, restarted_after.as_ref());
+                match abandonable(cancel, wait).await {
                     None => {
                         let why = "interrupted while waiting for Ready".to_string();
                         record(shared, i, NodeStep::Replaced, Some(why), None, lock_check).await?;
@@ -690,19 +754,37 @@ impl ClusterApi for KubeCluster {
             .map_err(|e| e.to_string())
     }
 
-    async fn wait_ready(&self, node: &str, timeout: Duration) -> Result<(), String> {
+    async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String> {
+        let api: Api<Node> = Api::all(self.kube.client().clone());
+        let found = api
+            .get_opt(node)
+            .await
+            .map_err(|e| format!("reading node {node}: {e}"))?;
+        Ok(found
+            .as_ref()
+            .and_then(ready_condition)
+            .and_then(|c| c.last_heartbeat_time.clone()))
+    }
+
+    async fn wait_ready(
+        &self,
+        node: &str,
+        timeout: Duration,
+        after: Option<&Heartbeat>,
+    ) -> Result<(), String> {
+        let api: Api<Node> = Api::all(self.kube.client().clone());
         let deadline = Instant::now() + timeout;
         loop {
-            let nodes = self.kube.list_nodes().await.map_err(|e| e.to_string())?;
-            let state = nodes.iter().find(|n| n.name == node).map(|n| n.ready);
-            if state == Some(true) {
+            let found = api
+                .get_opt(node)
+                .await
+                .map_err(|e| format!("reading node {node}: {e}"))?;
+            let state = readiness(found.as_ref(), after);
+            if state == Readiness::Ready {
                 return Ok(());
             }
             if Instant::now() + self.poll > deadline {
-                return Err(match state {
-                    None => format!("node {node} did not register within {timeout:?}"),
-                    Some(_) => format!("node {node} was not Ready within {timeout:?}"),
-                });
+                return Err(state.timed_out(node, timeout));
             }
             tokio::time::sleep(self.poll).await;
         }
@@ -731,6 +813,82 @@ impl ClusterApi for KubeCluster {
             None => None,
         };
         combine(api, etcd)
+    }
+}
+
+/// A Node's Ready condition, if it has one.
+fn ready_condition(node: &Node) -> Option<&NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+}
+
+/// Where a node is on its way to Ready, as [`KubeCluster::wait_ready`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Readiness {
+    /// Ready, and (after a kubelet restart) posted by the new kubelet.
+    Ready,
+    /// No such Node.
+    Missing,
+    /// The Ready condition is not True (or absent): its status and heartbeat.
+    NotReady {
+        status: String,
+        heartbeat: Option<Heartbeat>,
+    },
+    /// Ready, but with a heartbeat no newer than the one read before the kubelet restart:
+    /// the old kubelet's status.
+    Stale {
+        heartbeat: Option<Heartbeat>,
+        before: Heartbeat,
+    },
+}
+
+/// `node`'s readiness; with `after`, a Ready only counts with a heartbeat strictly newer.
+/// Both times come from the API (the kubelet's clock on either side): never this machine's.
+fn readiness(node: Option<&Node>, after: Option<&Heartbeat>) -> Readiness {
+    let Some(node) = node else {
+        return Readiness::Missing;
+    };
+    let cond = ready_condition(node);
+    let heartbeat = cond.and_then(|c| c.last_heartbeat_time.clone());
+    match cond {
+        Some(c) if c.status == "True" => match after {
+            Some(before) if heartbeat.as_ref().is_none_or(|h| h <= before) => Readiness::Stale {
+                heartbeat,
+                before: before.clone(),
+            },
+            _ => Readiness::Ready,
+        },
+        other => Readiness::NotReady {
+            status: other.map_or_else(|| "absent".to_string(), |c| c.status.clone()),
+            heartbeat,
+        },
+    }
+}
+
+impl Readiness {
+    fn timed_out(&self, node: &str, timeout: Duration) -> String {
+        let at = |h: &Option<Heartbeat>| match h {
+            Some(t) => format!("heartbeat {}", t.0),
+            None => "no heartbeat".to_string(),
+        };
+        match self {
+            Readiness::Ready => format!("node {node} is Ready"),
+            Readiness::Missing => format!("node {node} did not register within {timeout:?}"),
+            Readiness::NotReady { status, heartbeat } => format!(
+                "node {node} was not Ready within {timeout:?} (its Ready condition: {status}, {})",
+                at(heartbeat)
+            ),
+            Readiness::Stale { heartbeat, before } => format!(
+                "node {node} still shows the Ready posted before its kubelet restart after {timeout:?} \
+                 (before the restart: heartbeat {}; now: {}): the restarted kubelet never posted its status",
+                before.0,
+                at(heartbeat)
+            ),
+        }
     }
 }
 
@@ -952,7 +1110,15 @@ pub mod tests {
             }
             Ok(())
         }
-        async fn wait_ready(&self, node: &str, _timeout: Duration) -> Result<(), String> {
+        async fn ready_heartbeat(&self, _node: &str) -> Result<Option<Heartbeat>, String> {
+            Ok(None)
+        }
+        async fn wait_ready(
+            &self,
+            node: &str,
+            _timeout: Duration,
+            _after: Option<&Heartbeat>,
+        ) -> Result<(), String> {
             self.call(format!("ready {node}"));
             self.lag(&format!("ready {node}")).await;
             Ok(())
@@ -975,12 +1141,12 @@ pub mod tests {
 
     #[async_trait]
     impl NodeRoller for Fake {
-        async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
             tokio::time::sleep(self.roll_time).await;
             self.call(format!("roll {}", node.node_name));
             Ok(match node.action {
-                RollAction::Replace => Some(format!("{}-new", node.node_name)),
-                _ => None,
+                RollAction::Replace => Rolled::replaced_by(format!("{}-new", node.node_name)),
+                _ => Rolled::default(),
             })
         }
 
@@ -1155,7 +1321,7 @@ pub mod tests {
 
     #[async_trait]
     impl NodeRoller for StoreWitness<'_> {
-        async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
             let (_, journal) = JournalFile::load(self.store, "c")
                 .await
                 .map_err(|e| e.to_string())?;
@@ -1369,7 +1535,7 @@ pub mod tests {
 
     #[async_trait]
     impl NodeRoller for NotNodes<'_> {
-        async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
             self.0.roll(node).await
         }
         fn kubernetes_node(&self, node: &JournalNode) -> bool {
@@ -1744,6 +1910,68 @@ pub mod tests {
             "{e}"
         );
         assert!(fake.calls().is_empty());
+    }
+
+    /// A Node as the API serves it, Ready `status` with heartbeat `at` (RFC 3339 as written).
+    fn served(status: &str, at: &str) -> Node {
+        serde_json::from_str(&format!(
+            r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"w1"}},
+                "status":{{"conditions":[
+                  {{"type":"MemoryPressure","status":"False","lastHeartbeatTime":"2030-01-01T00:00:00Z"}},
+                  {{"type":"Ready","status":"{status}","lastHeartbeatTime":"{at}","lastTransitionTime":"{at}"}}]}}}}"#
+        ))
+        .expect("a Node as the API serves it")
+    }
+
+    /// The heartbeat comparison: only the Ready condition's own time, parsed as the API
+    /// serves it (Z, fractional seconds or not, an offset), strictly newer than the one read
+    /// before the restart; equal is the old kubelet's status.
+    #[test]
+    fn after_a_restart_only_a_ready_with_a_strictly_newer_heartbeat_counts() {
+        let before = ready_condition(&served("True", "2026-11-26T22:29:29Z"))
+            .and_then(|c| c.last_heartbeat_time.clone())
+            .unwrap();
+        let stale = |at: &str| readiness(Some(&served("True", at)), Some(&before));
+        assert!(matches!(
+            stale("2026-11-26T22:29:29Z"),
+            Readiness::Stale { .. }
+        ));
+        assert!(matches!(
+            stale("2026-11-26T22:29:28.999999Z"),
+            Readiness::Stale { .. }
+        ));
+        // Same instant written with an offset: still the old one.
+        assert!(matches!(
+            stale("2026-11-26T23:29:29+01:00"),
+            Readiness::Stale { .. }
+        ));
+        assert_eq!(stale("2026-11-26T22:29:29.000001Z"), Readiness::Ready);
+        assert_eq!(stale("2026-11-26T22:29:30Z"), Readiness::Ready);
+        // Another condition's newer heartbeat (MemoryPressure, 2030) is not the Ready's.
+        assert!(matches!(
+            stale("2026-11-26T22:29:00Z"),
+            Readiness::Stale { .. }
+        ));
+        // NotReady with a newer heartbeat: the new kubelet, not ready yet.
+        assert!(matches!(
+            readiness(
+                Some(&served("False", "2026-11-26T22:29:31Z")),
+                Some(&before)
+            ),
+            Readiness::NotReady { .. }
+        ));
+        // No restart: any Ready.
+        assert_eq!(
+            readiness(Some(&served("True", "2020-01-01T00:00:00Z")), None),
+            Readiness::Ready
+        );
+        assert_eq!(readiness(None, Some(&before)), Readiness::Missing);
+        let e = stale("2026-11-26T22:29:29Z").timed_out("w1", Duration::from_secs(60));
+        assert!(
+            e.contains("node w1 still shows the Ready posted before its kubelet restart")
+                && e.contains("2026-11-26T22:29:29Z"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

@@ -56,7 +56,7 @@ use tokio::sync::Mutex;
 use super::instance::EtcdMember;
 use super::interrupt::{Interrupted, Interrupts};
 use super::nodes::{self as ops_nodes, NodeOptions};
-use super::rolling::{NodeRoller, Observed, RollEvent, RollEvents};
+use super::rolling::{NodeRoller, Observed, RollEvent, RollEvents, Rolled};
 use super::rolling_metal::MetalRoller;
 use crate::cloud::aws::instances::{self, AwsInstances, Discovered};
 use crate::cloud::aws::{AwsCloud, hostkeys, kinds, wait};
@@ -353,7 +353,7 @@ impl<'a> AwsRoller<'a> {
     /// Re-provisions a control plane in place, once the instance is found again as this
     /// cluster's (its ownership tag, re-checked on every DescribeInstances item) in a
     /// control-plane group of the spec; the metal roller then claims it on the host.
-    async fn reprovision(&self, node: &JournalNode) -> Result<Option<String>, String> {
+    async fn reprovision(&self, node: &JournalNode) -> Result<Rolled, String> {
         let found = self.discover().await?;
         let Some(t) = found.targets.iter().find(|t| t.name() == node.target) else {
             return Err(format!(
@@ -999,14 +999,14 @@ impl<'a> AwsRoller<'a> {
 
 #[async_trait]
 impl NodeRoller for AwsRoller<'_> {
-    async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+    async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
         match node.action {
             RollAction::Replace if !self.kubernetes_node(node) => {
-                self.replace_bastion(node).await.map(Some)
+                self.replace_bastion(node).await.map(Rolled::replaced_by)
             }
-            RollAction::Replace => self.replace(node).await.map(Some),
+            RollAction::Replace => self.replace(node).await.map(Rolled::replaced_by),
             RollAction::Reprovision => self.reprovision(node).await,
-            RollAction::Leave => Ok(None),
+            RollAction::Leave => Ok(Rolled::default()),
         }
     }
 

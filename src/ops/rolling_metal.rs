@@ -28,7 +28,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value};
 
-use super::rolling::NodeRoller;
+use super::rolling::{NodeRoller, Rolled};
 use crate::inventory::parse_taint;
 use crate::kube::{Kube, Taint};
 use crate::nodes::Target;
@@ -37,7 +37,7 @@ use crate::nodes::model::Facts;
 use crate::nodes::owner::Owner;
 use crate::nodes::roll::{PROVISIONED_FILE, Provisioned, kube_proxy_changed};
 use crate::provision::render::{self, ComponentConfig, KUBELET_CONFIG, Renderer};
-use crate::ssh::task::{HostExecutor, Step};
+use crate::ssh::task::{HostExecutor, Step, StepOutcome};
 
 pub struct MetalRoller {
     exec: Arc<dyn HostExecutor>,
@@ -312,7 +312,7 @@ impl MetalRoller {
 
 #[async_trait]
 impl NodeRoller for MetalRoller {
-    async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+    async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
         // Only hosts of this cluster's spec; the claim step below refuses another cluster's.
         let target = self
             .targets
@@ -343,10 +343,15 @@ impl NodeRoller for MetalRoller {
             .map_err(|e| e.to_string())?;
         let kubelet_config = self.kubelet_config(node, target).await?;
         let steps = self.steps(node, target, kubelet_config).await?;
-        self.exec
+        let outcomes = self
+            .exec
             .run_steps(target.name(), &steps)
             .await
             .map_err(|e| e.to_string())?;
+        let kubelet_restarted = steps
+            .iter()
+            .zip(&outcomes)
+            .any(|(s, o)| restarts_kubelet(s) && matches!(o, StepOutcome::Changed));
         self.labels_and_taints(&target.node_name, old.as_ref(), &new)
             .await?;
         if kube_proxy_changed(old.as_ref(), &new) {
@@ -357,8 +362,18 @@ impl NodeRoller for MetalRoller {
             .run_steps(target.name(), &[record])
             .await
             .map_err(|e| e.to_string())?;
-        Ok(None)
+        Ok(Rolled {
+            replacement: None,
+            kubelet_restarted,
+        })
     }
+}
+
+/// Whether `step`, when it runs (is not already converged), restarts the kubelet: every
+/// kubelet step does (its install, unit, flags, configuration, the restart after an upgrade);
+/// no other step of a roll does. The renderer's test below holds them to it.
+fn restarts_kubelet(step: &Step) -> bool {
+    step.name.starts_with("kubelet: ")
 }
 
 #[cfg(test)]
@@ -381,6 +396,8 @@ mod tests {
         files: Mutex<HashMap<(String, String), Bytes>>,
         ran: Mutex<Vec<(String, Step)>>,
         fail: Mutex<Option<String>>,
+        /// Every step answers already converged (nothing ran).
+        converged: Mutex<bool>,
     }
 
     impl Hosts {
@@ -419,7 +436,11 @@ mod tests {
                         .unwrap()
                         .insert((host.into(), f.path.clone()), f.content.clone());
                 }
-                out.push(StepOutcome::Changed);
+                out.push(if *self.converged.lock().unwrap() {
+                    StepOutcome::Unchanged
+                } else {
+                    StepOutcome::Changed
+                });
             }
             Ok(out)
         }
@@ -527,6 +548,35 @@ mod tests {
         );
         assert!(script("w1", "kubeadm: upgrade node").contains("kubeadm upgrade node\n"));
         assert!(script("w1", "kubelet: restart").contains("systemctl restart kubelet"));
+    }
+
+    /// The roll says whether it restarted the kubelet (the engine then waits for a Ready the
+    /// new kubelet posted): every step whose script restarts it is one `restarts_kubelet`
+    /// names, and no other; a node whose steps were all converged was not restarted.
+    #[test]
+    fn the_roll_says_whether_it_restarted_the_kubelet() {
+        let exec = Arc::new(Hosts::default());
+        let r = roller(exec.clone(), false);
+        let upgraded = rt()
+            .block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
+            .unwrap();
+        assert!(upgraded.kubelet_restarted && upgraded.replacement.is_none());
+        let relabelled = rt().block_on(r.roll(&journal_node("cp1", None))).unwrap();
+        assert!(relabelled.kubelet_restarted);
+        let ran = exec.ran.lock().unwrap().clone();
+        let mut restarting = 0;
+        for (h, s) in &ran {
+            let restarts = s.run.contains("restart kubelet") || s.run.contains("restart 'kubelet'");
+            restarting += usize::from(restarts);
+            assert_eq!(restarts_kubelet(s), restarts, "{h}: {}:\n{}", s.name, s.run);
+        }
+        assert!(restarting >= 3, "{ran:?}");
+        *exec.converged.lock().unwrap() = true;
+        let again = rt().block_on(r.roll(&journal_node("cp1", None))).unwrap();
+        assert!(
+            !again.kubelet_restarted,
+            "nothing ran, yet a restart is claimed"
+        );
     }
 
     /// Image archives of the spec reach a rolled node right after the claim: before

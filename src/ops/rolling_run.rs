@@ -466,7 +466,17 @@ impl engine::ClusterApi for NoApi {
             "{node}: --cloudonly does not use the cluster's API"
         ))
     }
-    async fn wait_ready(&self, node: &str, _: Duration) -> Result<(), String> {
+    async fn ready_heartbeat(&self, node: &str) -> Result<Option<engine::Heartbeat>, String> {
+        Err(format!(
+            "{node}: --cloudonly does not use the cluster's API"
+        ))
+    }
+    async fn wait_ready(
+        &self,
+        node: &str,
+        _: Duration,
+        _: Option<&engine::Heartbeat>,
+    ) -> Result<(), String> {
         Err(format!(
             "{node}: --cloudonly does not use the cluster's API"
         ))

@@ -221,7 +221,9 @@ mod engine_on_the_fake_api {
     use kprov::addons::validate::Expectations;
     use kprov::nodes::journal::{Journal, JournalFile, JournalNode, NodeStep};
     use kprov::nodes::roll::{self, GroupInput, GroupRole, NodeInput, Platform, Provisioned};
-    use kprov::ops::rolling::{self, KubeCluster, NodeRoller, RollError, RollEvent, RollOptions};
+    use kprov::ops::rolling::{
+        self, KubeCluster, NodeRoller, RollError, RollEvent, RollOptions, Rolled,
+    };
     use kprov::state::file::FileStore;
     use serde_json::json;
 
@@ -232,10 +234,161 @@ mod engine_on_the_fake_api {
 
     #[async_trait]
     impl NodeRoller for Recorder {
-        async fn roll(&self, node: &JournalNode) -> Result<Option<String>, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
             self.0.lock().unwrap().push(node.node_name.clone());
-            Ok(None)
+            Ok(Rolled::default())
         }
+    }
+
+    /// Restarts each node's kubelet as the real one restarts (the fake API keeps the old
+    /// Ready for a moment, then NotReady, then Ready with a new heartbeat) and says so.
+    struct KubeletRestarter<'f>(&'f FakeKube, Mutex<Vec<std::thread::JoinHandle<()>>>);
+
+    #[async_trait]
+    impl NodeRoller for KubeletRestarter<'_> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+            // The API's side goes on after the roll returns, as it does for real.
+            let posts = self.0.kubelet_restarted(
+                &node.node_name,
+                Duration::from_millis(1200),
+                Duration::from_millis(600),
+            );
+            self.1.lock().unwrap().push(posts);
+            Ok(Rolled {
+                replacement: None,
+                kubelet_restarted: true,
+            })
+        }
+    }
+
+    /// Where `node` was cordoned, uncordoned and its kubelet posted Ready/NotReady, in the
+    /// order the fake API saw them: (index in the log, node, what).
+    fn timeline(fake: &FakeKube) -> Vec<(usize, String, &'static str)> {
+        let mut out = Vec::new();
+        for (i, r) in fake.requests().iter().enumerate() {
+            let Some(node) = r
+                .path
+                .rsplit("/nodes/")
+                .next()
+                .filter(|_| r.path.contains("/nodes/"))
+            else {
+                continue;
+            };
+            let body = r.body.replace(' ', "");
+            let what = match r.method.as_str() {
+                "KUBELET" if body == "Ready=True" => "ready",
+                "KUBELET" => "notready",
+                "PATCH" if body.contains("\"unschedulable\":true") => "cordon",
+                "PATCH" if body.contains("\"unschedulable\":null") => "uncordon",
+                _ => continue,
+            };
+            out.push((i, node.to_string(), what));
+        }
+        out
+    }
+
+    /// After an in-place roll restarted the kubelet, the node counts as Ready only once the
+    /// new kubelet posted Ready (a heartbeat newer than the one read before the restart):
+    /// it is uncordoned only then, the next node is cordoned only after that, and never are
+    /// two nodes cordoned or NotReady at once. With the old wait (any Ready) the stale Ready
+    /// let w2 be cordoned while w1 was about to go NotReady.
+    #[tokio::test]
+    async fn after_a_kubelet_restart_only_a_ready_posted_by_the_new_kubelet_counts() {
+        let (fake, api) = setup().await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path()).unwrap();
+        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        let roller = KubeletRestarter(&fake, Mutex::default());
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let working = Arc::new(Mutex::new(Vec::new()));
+        let w2 = working.clone();
+        let events: rolling::RollEvents = Arc::new(move |e: &RollEvent| {
+            if let RollEvent::Working { what, .. } = e {
+                w2.lock().unwrap().push(what.clone());
+            }
+        });
+        fake.clear_requests();
+        let j = rolling::run(
+            file,
+            Journal::new(&plan(), "test", false),
+            &api,
+            &roller,
+            &options(),
+            &events,
+            rx,
+            &|| Ok(()),
+        )
+        .await
+        .unwrap();
+        assert!(j.finished);
+        // Every kubelet's posts are in (a roll that went on without them too).
+        for posts in roller.1.lock().unwrap().drain(..) {
+            posts.join().unwrap();
+        }
+        let t = timeline(&fake);
+        let at = |node: &str, what: &str| {
+            t.iter()
+                .find(|(_, n, w)| n == node && *w == what)
+                .map(|(i, _, _)| *i)
+                .unwrap_or_else(|| panic!("no {what} of {node}: {t:?}"))
+        };
+        assert!(at("w1", "notready") < at("w1", "ready"), "{t:?}");
+        assert!(
+            at("w1", "ready") < at("w1", "uncordon"),
+            "uncordoned on a stale Ready: {t:?}"
+        );
+        assert!(
+            at("w1", "ready") < at("w2", "cordon"),
+            "w2 touched before w1's fresh Ready: {t:?}"
+        );
+        assert!(at("w2", "ready") < at("w2", "uncordon"), "{t:?}");
+        let mut down = std::collections::BTreeSet::new();
+        let mut cordoned = std::collections::BTreeSet::new();
+        let mut notready = std::collections::BTreeSet::new();
+        for (_, n, w) in &t {
+            match *w {
+                "cordon" => cordoned.insert(n.clone()),
+                "uncordon" => cordoned.remove(n),
+                "notready" => notready.insert(n.clone()),
+                _ => notready.remove(n),
+            };
+            let now: std::collections::BTreeSet<_> = cordoned.union(&notready).cloned().collect();
+            assert!(now.len() <= 1, "{now:?} unavailable at once: {t:?}");
+            down.extend(now);
+        }
+        assert_eq!(down.len(), 2, "{t:?}");
+        let said = working.lock().unwrap().clone();
+        assert!(
+            said.iter()
+                .any(|w| w.contains("Ready after its kubelet restart")),
+            "{said:?}"
+        );
+    }
+
+    /// A restarted kubelet that never posts: the wait ends at the timeout naming the node and
+    /// the stale Ready it still shows (the heartbeat from before the restart).
+    #[tokio::test]
+    async fn a_kubelet_that_never_posts_after_its_restart_is_named_with_the_stale_ready() {
+        use kprov::ops::rolling::ClusterApi;
+        let (_fake, api) = setup().await;
+        let before = api
+            .ready_heartbeat("w1")
+            .await
+            .unwrap()
+            .expect("a heartbeat");
+        let e = api
+            .wait_ready("w1", Duration::from_millis(300), Some(&before))
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("node w1 still shows the Ready posted before its kubelet restart")
+                && e.contains(&before.0.to_string()),
+            "{e}"
+        );
+        // Without a restart, the same Ready is enough.
+        api.wait_ready("w1", Duration::from_millis(300), None)
+            .await
+            .unwrap();
     }
 
     fn rec(v: &str) -> Provisioned {

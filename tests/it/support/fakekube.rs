@@ -300,6 +300,27 @@ impl FakeKube {
             .insert(node.to_string());
     }
 
+    /// What a real kubelet's restart shows through the API (kubelet 1.36 on the real tier):
+    /// for `stale` the Node still carries the Ready the old kubelet posted (heartbeat and
+    /// all); then the new kubelet posts NotReady (its container runtime and PLEG not checked
+    /// yet) and, `not_ready` later, Ready, each with a new heartbeat. Runs on a thread of its
+    /// own; the handle ends once Ready is posted.
+    pub fn kubelet_restarted(
+        &self,
+        node: &str,
+        stale: std::time::Duration,
+        not_ready: std::time::Duration,
+    ) -> std::thread::JoinHandle<()> {
+        let state = self.state.clone();
+        let node = node.to_string();
+        std::thread::spawn(move || {
+            std::thread::sleep(stale);
+            post_ready(&state, &node, false);
+            std::thread::sleep(not_ready);
+            post_ready(&state, &node, true);
+        })
+    }
+
     /// The kubelet is back: pods Terminating on the node finish (are removed).
     pub fn start_kubelet(&self, node: &str) {
         let mut st = self.state.lock().unwrap();
@@ -403,9 +424,61 @@ pub fn node(
         "metadata": { "name": name, "labels": labels },
         "spec": spec,
         "status": { "conditions": [
-            { "type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "KubeletReady" }
+            // A real API always serves both times (second precision, as metav1.Time does).
+            { "type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "KubeletReady",
+              "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339() }
         ]}
     })
+}
+
+/// Sets `node`'s Ready condition as a kubelet posts it (status, new heartbeat, transition
+/// time when the status changes), and logs the post in the request log (method `KUBELET`,
+/// path `/nodes/NAME`, body `Ready=True|False`) so tests can order it against kprov's requests.
+fn post_ready(state: &Shared, node: &str, ready: bool) {
+    let mut st = state.lock().unwrap();
+    st.rv += 1;
+    let rv = st.rv;
+    let key = Key {
+        group: String::new(),
+        plural: "nodes".into(),
+        ns: None,
+        name: node.into(),
+    };
+    let status = if ready { "True" } else { "False" };
+    if let Some(e) = st.objects.get_mut(&key) {
+        let now = now_rfc3339();
+        let conditions = &mut e.obj["status"]["conditions"];
+        if !conditions.is_array() {
+            *conditions = json!([]);
+        }
+        let list = conditions.as_array_mut().expect("an array");
+        let at = match list.iter().position(|c| c["type"] == "Ready") {
+            Some(i) => i,
+            None => {
+                list.push(json!({ "type": "Ready" }));
+                list.len() - 1
+            }
+        };
+        let c = &mut list[at];
+        if c["status"] != status {
+            c["lastTransitionTime"] = json!(now);
+        }
+        c["status"] = json!(status);
+        c["reason"] = json!(if ready {
+            "KubeletReady"
+        } else {
+            "KubeletNotReady"
+        });
+        c["lastHeartbeatTime"] = json!(now);
+        e.rv = rv;
+    }
+    st.requests.push(Recorded {
+        method: "KUBELET".into(),
+        path: format!("/nodes/{node}"),
+        query: BTreeMap::new(),
+        content_type: String::new(),
+        body: format!("Ready={status}"),
+    });
 }
 
 /// A pod in `phase` on `node`, every container ready iff `ready`.
