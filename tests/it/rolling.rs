@@ -227,7 +227,7 @@ mod engine_on_the_fake_api {
     use kprov::state::file::FileStore;
     use serde_json::json;
 
-    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod};
+    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod, with_heartbeat};
 
     #[derive(Default)]
     struct Recorder(Mutex<Vec<String>>);
@@ -263,7 +263,7 @@ mod engine_on_the_fake_api {
 
     /// Where `node` was cordoned, uncordoned and its kubelet posted Ready/NotReady, in the
     /// order the fake API saw them: (index in the log, node, what).
-    fn timeline(fake: &FakeKube) -> Vec<(usize, String, &'static str)> {
+    pub(super) fn timeline(fake: &FakeKube) -> Vec<(usize, String, &'static str)> {
         let mut out = Vec::new();
         for (i, r) in fake.requests().iter().enumerate() {
             let Some(node) = r
@@ -443,9 +443,9 @@ mod engine_on_the_fake_api {
 
     async fn setup() -> (FakeKube, KubeCluster) {
         let fake = FakeKube::start().await;
-        fake.put(node("cp1", true, true, false, Some("p")));
-        fake.put(node("w1", false, true, false, Some("p")));
-        fake.put(node("w2", false, true, false, Some("p")));
+        fake.put(with_heartbeat(node("cp1", true, true, false, Some("p"))));
+        fake.put(with_heartbeat(node("w1", false, true, false, Some("p"))));
+        fake.put(with_heartbeat(node("w2", false, true, false, Some("p"))));
         fake.put(pod(
             "kube-system",
             "coredns-1",
@@ -729,7 +729,7 @@ mod roll_with_yes {
     use serde_json::json;
 
     use crate::metal::{Lab, VERSION, kprov_inventory, ok, show, text};
-    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod};
+    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod, with_heartbeat};
 
     fn now_ns() -> u128 {
         SystemTime::now()
@@ -1363,7 +1363,13 @@ mod roll_with_yes {
         let fake = rt.block_on(FakeKube::start());
         let kc = fake.kubeconfig.display().to_string();
         for (h, role) in hosts {
-            fake.put(node(h, role == "control-plane", true, false, None));
+            fake.put(with_heartbeat(node(
+                h,
+                role == "control-plane",
+                true,
+                false,
+                None,
+            )));
             fake.put(owned_by(
                 pod(
                     "kube-system",
@@ -1415,10 +1421,48 @@ mod roll_with_yes {
         };
 
         // 1. Every node's labels change: control plane first, then the workers, one by one.
+        // Each kubelet restart plays out on the API as a real one does: the old Ready for a
+        // moment, NotReady, then Ready with a new heartbeat.
         set_label(&lab, name, &["host1", "host2", "host3"], "web");
         let t0 = now_ns();
+        fake.clear_requests();
+        // For the rest of the test: every later roll restarts kubelets too.
+        let _kubelets = fake.follow_kubelets(
+            hosts
+                .iter()
+                .map(|(h, _)| {
+                    (
+                        h.to_string(),
+                        lab.host(h).dir().join("log/kprov-standins.log"),
+                    )
+                })
+                .collect(),
+            Duration::from_millis(1500),
+            Duration::from_millis(500),
+        );
         let o = roll(&[]);
         let out = ok(&o);
+        // Each node uncordoned only after its restarted kubelet posted Ready, and the next
+        // one cordoned only after that (the old wait took the stale Ready and moved on).
+        let t = super::engine_on_the_fake_api::timeline(&fake);
+        let at = |node: &str, what: &str| {
+            t.iter()
+                .find(|(_, n, w)| n == node && *w == what)
+                .map(|(i, _, _)| *i)
+                .unwrap_or_else(|| panic!("no {what} of {node}: {t:?}\n{}", show(&o)))
+        };
+        for (k, (h, _)) in hosts.iter().enumerate() {
+            assert!(
+                at(h, "ready") < at(h, "uncordon"),
+                "{h} uncordoned on a stale Ready: {t:?}"
+            );
+            if let Some((next, _)) = hosts.get(k + 1) {
+                assert!(
+                    at(h, "ready") < at(next, "cordon"),
+                    "{next} cordoned before {h}'s fresh Ready: {t:?}"
+                );
+            }
+        }
         for (h, _) in hosts {
             assert_eq!(
                 record(&lab, h)["labels"]["tier"],

@@ -5,6 +5,9 @@
 //! is also a kubelet setting change (`--node-labels`), then after a kubelet setting (`maxPods`)
 //! and a kube-proxy setting (`mode`) change.
 
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::realcluster::{self, RealCluster, Watch};
@@ -36,6 +39,197 @@ spec:
   minAvailable: 1
   selector: {matchLabels: {app: web}}
 "#;
+
+/// One change of one Node as the real API server's watch delivered it.
+#[derive(Debug, Clone)]
+struct NodeEvent {
+    /// Since the watch started.
+    at: Duration,
+    node: String,
+    cordoned: bool,
+    /// The Ready condition's status ("True", "False", "Unknown", "" when absent).
+    ready: String,
+    /// The Ready condition's lastHeartbeatTime, as served.
+    heartbeat: Option<chrono::DateTime<chrono::FixedOffset>>,
+}
+
+/// `kprov ARGS` (which must succeed) while `kubectl get nodes --watch` streams every change of
+/// every Node: each write the API server stores (a cordon, each status a kubelet posts) is an
+/// event, so a NotReady between two samples cannot be missed as the 300 ms sampling could.
+/// The watch is established (every node listed once) before kprov starts, and must still be
+/// running when kprov returns (else the timeline has a hole and the test fails).
+#[track_caller]
+fn roll_watching_node_events(c: &RealCluster, nodes: usize, args: &[&str]) -> Vec<NodeEvent> {
+    let template = "jsonpath={.metadata.name}|{.spec.unschedulable}|{.status.conditions[?(@.type==\"Ready\")].status}|{.status.conditions[?(@.type==\"Ready\")].lastHeartbeatTime}{\"\\n\"}";
+    let mut child = Command::new(c.bins.path("kubectl"))
+        .arg("--kubeconfig")
+        .arg(&c.kubeconfig)
+        .args(["get", "nodes", "--watch", "-o", template])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kubectl get nodes --watch");
+    let stdout = child.stdout.take().expect("kubectl's stdout");
+    let events: Arc<Mutex<Vec<NodeEvent>>> = Arc::default();
+    let t0 = Instant::now();
+    let sink = events.clone();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let f: Vec<&str> = line.split('|').collect();
+            let [node, cordoned, ready, heartbeat] = f[..] else {
+                eprintln!("node watch: unexpected line {line:?}");
+                continue;
+            };
+            let e = NodeEvent {
+                at: t0.elapsed(),
+                node: node.to_string(),
+                cordoned: cordoned == "true",
+                ready: ready.to_string(),
+                heartbeat: chrono::DateTime::parse_from_rfc3339(heartbeat).ok(),
+            };
+            eprintln!(
+                "node event at {:.2} s: {} cordoned={} Ready={} heartbeat={heartbeat}",
+                e.at.as_secs_f64(),
+                e.node,
+                e.cordoned,
+                e.ready
+            );
+            sink.lock().expect("events").push(e);
+        }
+    });
+    let listed = Instant::now() + Duration::from_secs(60);
+    while events.lock().expect("events").len() < nodes {
+        if Instant::now() > listed || child.try_wait().expect("kubectl").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the node watch never listed {nodes} nodes");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.kprov_ok(args)));
+    eprintln!("kprov returned at {:.2} s", t0.elapsed().as_secs_f64());
+    // Events the API stored before kprov returned reach the watch within moments.
+    std::thread::sleep(Duration::from_secs(2));
+    let alive = child.try_wait().expect("kubectl").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    if let Err(p) = out {
+        std::panic::resume_unwind(p);
+    }
+    assert!(
+        alive,
+        "the node watch ended while kprov ran: its timeline has a hole"
+    );
+    events.lock().expect("events").clone()
+}
+
+/// What maxUnavailable 1 means on the watch's timeline: never two nodes cordoned, nor two
+/// cordoned or not Ready at once; every node in `restarted` (whose kubelet the roll restarted)
+/// uncordoned only after a Ready with a heartbeat newer than the one it showed when it was
+/// cordoned (the new kubelet's, not the old one's stale Ready), and the next node cordoned
+/// only after that; every node Ready and schedulable at the end.
+#[track_caller]
+fn assert_roll_timeline(events: &[NodeEvent], nodes: &[&str], restarted: &[&str]) {
+    use std::collections::BTreeMap;
+    let story = || {
+        events
+            .iter()
+            .map(|e| {
+                format!(
+                    "{:.2}s {} cordoned={} Ready={} hb={:?}",
+                    e.at.as_secs_f64(),
+                    e.node,
+                    e.cordoned,
+                    e.ready,
+                    e.heartbeat.map(|h| h.to_rfc3339())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut state: BTreeMap<&str, &NodeEvent> = BTreeMap::new();
+    // (node, index of its cordon, heartbeat then, index of its fresh Ready, of its uncordon).
+    let mut touched: Vec<(String, usize, Option<chrono::DateTime<chrono::FixedOffset>>)> =
+        Vec::new();
+    let mut fresh: BTreeMap<String, usize> = BTreeMap::new();
+    let mut uncordoned: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let was = state.insert(e.node.as_str(), e);
+        if i >= nodes.len() {
+            if e.cordoned && was.is_some_and(|w| !w.cordoned) {
+                touched.push((e.node.clone(), i, was.and_then(|w| w.heartbeat)));
+            }
+            if !e.cordoned && was.is_some_and(|w| w.cordoned) {
+                uncordoned.entry(e.node.clone()).or_insert(i);
+            }
+            if let Some((_, _, before)) = touched.iter().rev().find(|t| t.0 == e.node)
+                && e.ready == "True"
+                && e.heartbeat > *before
+            {
+                fresh.entry(e.node.clone()).or_insert(i);
+            }
+        }
+        if i + 1 >= nodes.len() {
+            let cordoned = state.values().filter(|s| s.cordoned).count();
+            let unavailable = state
+                .values()
+                .filter(|s| s.cordoned || s.ready != "True")
+                .count();
+            assert!(
+                cordoned <= 1,
+                "{cordoned} nodes cordoned at once:\n{}",
+                story()
+            );
+            assert!(
+                unavailable <= 1,
+                "{unavailable} nodes cordoned or not Ready at once:\n{}",
+                story()
+            );
+        }
+    }
+    let order: Vec<&str> = touched.iter().map(|t| t.0.as_str()).collect();
+    let mut want: Vec<&str> = restarted.to_vec();
+    want.sort_unstable();
+    let mut got = order.clone();
+    got.sort_unstable();
+    assert_eq!(got, want, "nodes cordoned once each:\n{}", story());
+    for (k, (node, _, before)) in touched.iter().enumerate() {
+        let ready = *fresh.get(node).unwrap_or_else(|| {
+            panic!(
+                "{node} never showed a Ready newer than {before:?} (its status when cordoned):\n{}",
+                story()
+            )
+        });
+        let un = *uncordoned
+            .get(node)
+            .unwrap_or_else(|| panic!("{node} never uncordoned:\n{}", story()));
+        assert!(
+            ready < un,
+            "{node} uncordoned before its restarted kubelet posted Ready:\n{}",
+            story()
+        );
+        if let Some((next, at, _)) = touched.get(k + 1) {
+            assert!(
+                ready < *at,
+                "{next} cordoned before {node}'s restarted kubelet posted Ready:\n{}",
+                story()
+            );
+        }
+    }
+    for n in nodes {
+        let last = state
+            .get(n)
+            .unwrap_or_else(|| panic!("{n} never seen:\n{}", story()));
+        assert!(
+            last.ready == "True" && !last.cordoned,
+            "{n} not Ready and schedulable after the roll:\n{}",
+            story()
+        );
+    }
+}
 
 /// `NODE PHASE READY` of each web pod (deleted pods included until they are gone).
 fn web_pods(c: &RealCluster) -> Result<Vec<(String, String, bool)>, String> {
@@ -144,23 +338,10 @@ fn settings_roll(c: &RealCluster) {
             "{h}'s reason:\n{preview}"
         );
     }
-    let (_, seen) = c.kprov_watching_nodes(&["rolling-update", "cluster", name, "--yes"]);
-    assert!(
-        seen.samples > 1,
-        "the watch never reached the API: {seen:?}"
-    );
-    assert!(
-        seen.max_cordoned <= 1,
-        "more than 1 node cordoned at once: {seen:?}"
-    );
-    assert!(
-        seen.max_unavailable <= 1,
-        "more than 1 node cordoned or NotReady at once: {seen:?}"
-    );
-    assert_eq!(
-        seen.ready_at_end, 2,
-        "not every node Ready after the roll: {seen:?}"
-    );
+    let t = Instant::now();
+    let events = roll_watching_node_events(c, 2, &["rolling-update", "cluster", name, "--yes"]);
+    eprintln!("rolling-update --yes (settings): {:?}", t.elapsed());
+    assert_roll_timeline(&events, &hosts, &hosts);
     for (i, h) in hosts.iter().enumerate() {
         let host = c.lab.host(h);
         let config = host
@@ -369,23 +550,11 @@ pub(super) fn scale_delete_roll(c: &RealCluster) {
             .any(|l| l.contains("cp1") && l.contains("label")),
         "cp1 would roll:\n{preview}"
     );
-    let (_, seen) = c.kprov_watching_nodes(&["rolling-update", "cluster", name, "--yes"]);
-    assert!(
-        seen.samples > 1,
-        "the watch never reached the API: {seen:?}"
-    );
-    assert!(
-        seen.max_cordoned <= 1,
-        "more than 1 node cordoned at once: {seen:?}"
-    );
-    assert!(
-        seen.max_unavailable <= 1,
-        "more than 1 node cordoned or NotReady at once: {seen:?}"
-    );
-    assert_eq!(
-        seen.ready_at_end, 2,
-        "not every node Ready after the roll: {seen:?}"
-    );
+    let t = Instant::now();
+    let events = roll_watching_node_events(c, 2, &["rolling-update", "cluster", name, "--yes"]);
+    eprintln!("rolling-update --yes (labels): {:?}", t.elapsed());
+    // Only worker2's labels changed: cp1 is not cordoned, its kubelet not restarted.
+    assert_roll_timeline(&events, &nodes, &["worker2"]);
     for (i, h) in nodes.iter().enumerate() {
         let host = lab.host(h);
         let flags = host

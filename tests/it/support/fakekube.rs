@@ -321,6 +321,59 @@ impl FakeKube {
         })
     }
 
+    /// Every `systemctl restart kubelet` the `systemctl` stand-in logs from now on (`logs`:
+    /// node and its host's stand-in log) is followed on this API as a real restart is
+    /// ([`FakeKube::kubelet_restarted`] with `stale` and `not_ready`), until the follower is
+    /// dropped (which waits for the posts in flight). The log is read every 50 ms: part of
+    /// the stale moment, as on a real node.
+    pub fn follow_kubelets(
+        &self,
+        logs: Vec<(String, PathBuf)>,
+        stale: std::time::Duration,
+        not_ready: std::time::Duration,
+    ) -> KubeletFollower {
+        let restarts = |p: &PathBuf| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| {
+                    l.split_once(' ')
+                        .is_some_and(|(_, c)| c.trim() == "systemctl restart kubelet")
+                })
+                .count()
+        };
+        let mut seen: Vec<usize> = logs.iter().map(|(_, p)| restarts(p)).collect();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let state = self.state.clone();
+        let handle = std::thread::spawn(move || {
+            let mut posts = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                for (i, (node, log)) in logs.iter().enumerate() {
+                    let now = restarts(log);
+                    while seen[i] < now {
+                        seen[i] += 1;
+                        let (state, node) = (state.clone(), node.clone());
+                        posts.push(std::thread::spawn(move || {
+                            std::thread::sleep(stale);
+                            post_ready(&state, &node, false);
+                            std::thread::sleep(not_ready);
+                            post_ready(&state, &node, true);
+                        }));
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            for p in posts {
+                let _ = p.join();
+            }
+        });
+        KubeletFollower {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
     /// The kubelet is back: pods Terminating on the node finish (are removed).
     pub fn start_kubelet(&self, node: &str) {
         let mut st = self.state.lock().unwrap();
@@ -424,11 +477,39 @@ pub fn node(
         "metadata": { "name": name, "labels": labels },
         "spec": spec,
         "status": { "conditions": [
-            // A real API always serves both times (second precision, as metav1.Time does).
-            { "type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "KubeletReady",
-              "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339() }
+            { "type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "KubeletReady" }
         ]}
     })
+}
+
+/// `node` with the times a real API always serves on its Ready condition (second precision,
+/// as metav1.Time marshals): what kprov compares after a kubelet restart. [`node`] alone has
+/// none, and kprov then waits for any Ready: tests whose kubelets are not played by
+/// [`FakeKube::kubelet_restarted`] or [`FakeKube::follow_kubelets`] keep it that way.
+pub fn with_heartbeat(mut node: Value) -> Value {
+    if let Some(list) = node["status"]["conditions"].as_array_mut() {
+        for c in list.iter_mut().filter(|c| c["type"] == "Ready") {
+            c["lastHeartbeatTime"] = json!(now_rfc3339());
+            c["lastTransitionTime"] = json!(now_rfc3339());
+        }
+    }
+    node
+}
+
+/// Plays the kubelets of sshd test hosts on the fake API until dropped (see
+/// [`FakeKube::follow_kubelets`]).
+pub struct KubeletFollower {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for KubeletFollower {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 /// Sets `node`'s Ready condition as a kubelet posts it (status, new heartbeat, transition
