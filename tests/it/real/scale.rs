@@ -263,7 +263,7 @@ fn web_pods(c: &RealCluster) -> Result<Vec<(String, String, bool)>, String> {
 /// each kube-proxy is restarted and programs nftables (its `ip kube-proxy` table in the
 /// host's namespace); never more than 1 node is cordoned, nor more than 1 cordoned or NotReady at once (a real
 /// kubelet's Node reads NotReady for a moment after its restart), and all are Ready after the
-/// roll (`kprov_watching_nodes`).
+/// roll (`roll_watching_node_events`).
 fn settings_roll(c: &RealCluster) {
     let name = c.name.as_str();
     let hosts = ["cp1", "worker2"];

@@ -364,69 +364,6 @@ impl<'a> RealCluster<'a> {
         }
     }
 
-    /// `kprov ARGS` (which must succeed) while one thread samples the nodes through the real
-    /// API: the most cordoned at once and the fewest Ready, over every sample taken while kprov
-    /// ran plus one after it returned (`ready_at_end`: no separate wait for Ready is needed
-    /// after a roll watched this way), and the most unavailable (cordoned or not Ready) at once.
-    /// A real kubelet's Node reads NotReady for a moment after its restart (one run in two
-    /// caught it at 300 ms sampling), so "nodes stay Ready" is asserted as "never more than
-    /// maxUnavailable unavailable at once, all Ready at the end"; each change of the nodes'
-    /// STATUS is printed with its time.
-    #[track_caller]
-    pub fn kprov_watching_nodes(&self, args: &[&str]) -> (String, NodesSeen) {
-        let kubectl = self.kubectl_fn();
-        let t0 = Instant::now();
-        let last = Mutex::new(String::new());
-        let watch = Watch::start(move || {
-            let text = kubectl(&["get", "nodes", "--no-headers"])?;
-            // Each change of a node's STATUS column, for a failure's story.
-            let status: String = text
-                .lines()
-                .filter_map(|l| {
-                    let f: Vec<&str> = l.split_whitespace().collect();
-                    Some(format!("{} {}", f.first()?, f.get(1)?))
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            if let Ok(mut last) = last.lock()
-                && *last != status
-            {
-                eprintln!("nodes at {:.1} s: {status}", t0.elapsed().as_secs_f64());
-                *last = status;
-            }
-            let ready_col = |l: &str| {
-                l.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|s| s.split(',').next() == Some("Ready"))
-            };
-            let cordoned = text
-                .lines()
-                .filter(|l| l.contains("SchedulingDisabled"))
-                .count();
-            let ready = text.lines().filter(|l| ready_col(l)).count();
-            let unavailable = text
-                .lines()
-                .filter(|l| l.contains("SchedulingDisabled") || !ready_col(l))
-                .count();
-            Some(vec![cordoned, ready, unavailable])
-        });
-        let t = Instant::now();
-        let out = self.kprov_ok(args);
-        let took = t.elapsed();
-        eprintln!("kprov returned at {:.1} s", t.elapsed().as_secs_f64());
-        let seen = watch.finish();
-        let seen = NodesSeen {
-            max_cordoned: seen.max(0),
-            min_ready: seen.min(1),
-            max_unavailable: seen.max(2),
-            ready_at_end: seen.last.get(1).copied().unwrap_or(0),
-            samples: seen.samples,
-            took,
-        };
-        eprintln!("kprov {}: {seen:?}", args.join(" "));
-        (out, seen)
-    }
-
     /// Polls `probe` once a second until it returns `Some`, failing after `limit` with the
     /// last thing `probe` reported. For waits on the real cluster's state (no fixed sleeps).
     #[track_caller]
@@ -558,19 +495,6 @@ impl<'a> RealCluster<'a> {
         );
         took
     }
-}
-
-/// What `RealCluster::kprov_watching_nodes` saw.
-#[derive(Debug)]
-pub struct NodesSeen {
-    pub max_cordoned: usize,
-    pub min_ready: usize,
-    /// The most nodes cordoned or not Ready at once (what `maxUnavailable` bounds).
-    pub max_unavailable: usize,
-    /// Ready in the sample taken after kprov returned.
-    pub ready_at_end: usize,
-    pub samples: usize,
-    pub took: Duration,
 }
 
 /// A thread sampling the real API every 300 ms until finished, keeping the smallest and the
