@@ -10,27 +10,15 @@
 
 use std::sync::Arc;
 
-use super::commands::{Ctx, LOCK_LEASE, catch_interrupts, interrupted};
+use super::commands::{Ctx, catch_interrupts, interrupted};
 use super::{DeleteInstanceArgs, exit};
-use crate::cloud::aws::instances::{AwsInstances, SshReach};
-use crate::kube::{
-    Disposition, DrainEvent, DrainOptions, DrainReport, EvictOptions, Kube, NodeInfo,
+use crate::kube::{Disposition, DrainEvent, DrainOptions, DrainReport, EvictOptions, NodeInfo};
+use crate::ops::instance::{
+    self as ops, AwsRemovalPlan, EtcdPlan, InstanceError, InstancePlan, InstanceReport,
+    RemovalPlan, RemoveEvent, RemoveEvents,
 };
-use crate::ops::instance::AwsRemovalPlan;
-use crate::ops::instance::{self as ops, EtcdPlan, RemovalPlan, RemoveEvent, RemoveEvents};
+use crate::ops::session::Session;
 use crate::output::{Format, Printer, Table};
-use crate::spec::{CloudProvider, Cluster, InstanceGroup};
-use crate::state::lock;
-
-/// The API client for the cluster. One call, so moving the client into `ops` is a one-line
-/// change here.
-async fn api(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    a: &DeleteInstanceArgs,
-) -> anyhow::Result<(Kube, crate::ops::credentials::ClientGuard)> {
-    super::addons::cluster_client(ctx, cluster, a.kubeconfig.as_deref(), false).await
-}
 
 fn drain_options(a: &DeleteInstanceArgs) -> DrainOptions {
     DrainOptions {
@@ -255,47 +243,56 @@ fn end_preview(ctx: &Ctx, refusals: &[String], node: &str, cluster: &str) -> i32
 pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, &a.cluster).await?;
     let name = cluster.name();
-    if cluster.spec.cloud_provider == CloudProvider::Aws {
-        return delete_aws_instance(ctx, &cluster, &groups, a).await;
-    }
-    if a.decrement_desired_capacity {
-        anyhow::bail!("--decrement-desired-capacity applies to AWS clusters; {name} is bare metal");
-    }
-    if a.cloud_only {
-        anyhow::bail!(
-            "--cloudonly applies to AWS clusters (the instance is terminated through its Auto \
-             Scaling group); {name} is bare metal: its hosts are removed over SSH and the API"
-        );
-    }
     let repo = ctx.repo().await?;
-    let store = repo.store().clone();
-    let (kube, _client) = api(ctx, &cluster, a).await?;
-    let drain = drain_options(a);
+    let request = ops::Request {
+        node: a.node.clone(),
+        drain: drain_options(a),
+        decrement: a.decrement_desired_capacity,
+        cloud_only: a.cloud_only,
+        kubeconfig: a.kubeconfig.clone(),
+    };
+    let removal = ops::Removal::open(repo.store().clone(), &cluster, &groups, request)
+        .await
+        .map_err(failed)?;
+    if let Some(route) = removal.route() {
+        ctx.printer.debug(route);
+    }
     if !a.yes {
-        let plan = ops::plan(store, &cluster, &kube, &a.node, &drain).await?;
-        render_plan(ctx, &plan)?;
-        return Ok(end_preview(ctx, &plan.refusals, &a.node, name));
+        let plan = removal.plan().await.map_err(failed)?;
+        let node = match &plan {
+            InstancePlan::Metal(p) => {
+                render_plan(ctx, p)?;
+                &a.node
+            }
+            InstancePlan::Aws(p) => {
+                render_aws_plan(ctx, p)?;
+                &p.node
+            }
+        };
+        return Ok(end_preview(ctx, plan.refusals(), node, name));
     }
     // Caught before the lock is taken: the first signal ends whatever wait is in flight
-    // (drain, etcd member, host, API), the lock is released and the way to resume said.
+    // (drain, etcd member, host, API, the cloud), the lock is released and the way to resume
+    // said.
     let resume = format!("kprov delete instance {name} {} --yes", a.node);
     let ints = catch_interrupts(name, &resume);
-    let guard = lock::acquire(store.clone(), name, "delete instance", LOCK_LEASE).await?;
     let in_flight = InFlight::default();
     let events = render_events(
         Printer::new(Format::Table, 0),
         a.node.clone(),
         in_flight.clone(),
     );
-    let result = ints
-        .or(ops::remove(
-            store, &cluster, &kube, &a.node, &guard, &drain, &events,
-        ))
-        .await;
-    let released = guard.release().await;
-    let report = match result {
+    let outcome = Session::new(repo.store().clone())
+        .with_lock(name, "delete instance", async |guard| {
+            match ints.or(removal.apply(guard, &events)).await {
+                Err(c) => Ok(Err(c)),
+                Ok(r) => r.map(Ok),
+            }
+        })
+        .await
+        .map_err(failed)?;
+    let report = match outcome {
         Err(c) => {
-            released?;
             return Ok(interrupted(
                 ctx,
                 name,
@@ -304,24 +301,50 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
                 &resume,
             ));
         }
-        Ok(r) => r?,
+        Ok(r) => r,
     };
-    released?;
-    drain_status(ctx, &a.node, report.drain.as_ref());
-    ctx.printer.success(&format!(
-        "Removed {} from {name}{}{}.",
-        a.node,
-        match &report.etcd_member_removed {
-            Some(m) => format!(" (etcd member {} removed)", m.hex_id()),
-            None => String::new(),
-        },
-        if report.host_reset {
-            ", host reset"
-        } else {
-            ", host not reset (no ownership marker of this cluster on it)"
+    match report {
+        InstanceReport::Metal(report) => {
+            drain_status(ctx, &a.node, report.drain.as_ref());
+            ctx.printer.success(&format!(
+                "Removed {} from {name}{}{}.",
+                a.node,
+                match &report.etcd_member_removed {
+                    Some(m) => format!(" (etcd member {} removed)", m.hex_id()),
+                    None => String::new(),
+                },
+                if report.host_reset {
+                    ", host reset"
+                } else {
+                    ", host not reset (no ownership marker of this cluster on it)"
+                }
+            ));
         }
-    ));
+        InstanceReport::Aws { plan, drain } => {
+            drain_status(ctx, &plan.node, drain.as_ref());
+            ctx.printer.success(&format!(
+                "Removed {} ({}) from {name}: {}.",
+                plan.node,
+                plan.instance_id,
+                if plan.decrement {
+                    format!("{} shrank by one", plan.auto_scaling_group)
+                } else {
+                    format!("{} launches a replacement", plan.auto_scaling_group)
+                }
+            ));
+        }
+    }
     Ok(exit::OK)
+}
+
+/// An ops error as the command reports it: its cause kept as it is, so that the exit code
+/// (`exit_code_of`: 4 for a held lock, a conflict) reads it.
+fn failed(e: InstanceError) -> anyhow::Error {
+    match e {
+        InstanceError::Lock(e) => e.into(),
+        InstanceError::Failed(e) => e,
+        e => e.into(),
+    }
 }
 
 fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
@@ -385,84 +408,4 @@ fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
     ));
     ctx.printer.data(&out);
     Ok(())
-}
-
-async fn delete_aws_instance(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-    a: &DeleteInstanceArgs,
-) -> anyhow::Result<i32> {
-    let name = cluster.name();
-    let cloud = crate::ops::aws::cloud(cluster).await?;
-    let instances = AwsInstances::new(&cloud, groups, SshReach::of(cluster, false));
-    // --cloudonly never asks the API: it may be what is down.
-    let client = match a.cloud_only {
-        true => None,
-        false => Some(api(ctx, cluster, a).await?),
-    };
-    let kube = client.as_ref().map(|(k, _)| k);
-    let drain = drain_options(a);
-    if !a.yes {
-        let plan = ops::plan_aws(
-            &cloud,
-            &instances,
-            kube,
-            &a.node,
-            &drain,
-            a.decrement_desired_capacity,
-        )
-        .await?;
-        render_aws_plan(ctx, &plan)?;
-        return Ok(end_preview(ctx, &plan.refusals, &plan.node, name));
-    }
-    let repo = ctx.repo().await?;
-    let resume = format!("kprov delete instance {name} {} --yes", a.node);
-    let ints = catch_interrupts(name, &resume);
-    let guard = lock::acquire(repo.store().clone(), name, "delete instance", LOCK_LEASE).await?;
-    let in_flight = InFlight::default();
-    let events = render_events(
-        Printer::new(Format::Table, 0),
-        a.node.clone(),
-        in_flight.clone(),
-    );
-    let result = ints
-        .or(ops::remove_aws(
-            &cloud,
-            &instances,
-            kube,
-            &a.node,
-            &guard,
-            &drain,
-            a.decrement_desired_capacity,
-            &events,
-        ))
-        .await;
-    let released = guard.release().await;
-    let (plan, drained) = match result {
-        Err(c) => {
-            released?;
-            return Ok(interrupted(
-                ctx,
-                name,
-                c,
-                &in_flight.describe(&a.node),
-                &resume,
-            ));
-        }
-        Ok(r) => r?,
-    };
-    released?;
-    drain_status(ctx, &plan.node, drained.as_ref());
-    ctx.printer.success(&format!(
-        "Removed {} ({}) from {name}: {}.",
-        plan.node,
-        plan.instance_id,
-        if plan.decrement {
-            format!("{} shrank by one", plan.auto_scaling_group)
-        } else {
-            format!("{} launches a replacement", plan.auto_scaling_group)
-        }
-    ));
-    Ok(exit::OK)
 }

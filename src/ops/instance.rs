@@ -1148,9 +1148,256 @@ async fn release_on(
     }
 }
 
+/// What `delete instance` is asked to do (its flags).
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// A host name (metal), a Node name or an instance ID (AWS).
+    pub node: String,
+    pub drain: DrainOptions,
+    /// AWS: shrink the Auto Scaling group instead of letting it launch a replacement.
+    pub decrement: bool,
+    /// AWS: do not ask the cluster's API (it may be what is down).
+    pub cloud_only: bool,
+    /// `--kubeconfig`: the API client's credentials instead of the stored ones.
+    pub kubeconfig: Option<std::path::PathBuf>,
+}
+
+/// Why `delete instance` could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    /// `--decrement-desired-capacity` on a metal cluster.
+    #[error("--decrement-desired-capacity applies to AWS clusters; {0} is bare metal")]
+    DecrementOnMetal(String),
+    /// `--cloudonly` on a metal cluster.
+    #[error(
+        "--cloudonly applies to AWS clusters (the instance is terminated through its Auto \
+         Scaling group); {0} is bare metal: its hosts are removed over SSH and the API"
+    )]
+    CloudOnlyOnMetal(String),
+    /// The cluster's lock could not be taken, or was lost.
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
+    /// A refusal, or a step that failed (naming the node, host or resource).
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+/// `delete instance` on one cluster, opened: where it runs and the API client it uses.
+pub struct Removal {
+    store: Arc<dyn StateStore>,
+    cluster: Cluster,
+    request: Request,
+    on: RemovalOn,
+    /// Keeps the API client's credentials file and tunnel alive as long as the client.
+    client: Option<crate::ops::credentials::ClientGuard>,
+}
+
+enum RemovalOn {
+    Metal { kube: Kube },
+    Aws(Box<AwsRemoval>),
+}
+
+/// An AWS cluster's removal: its cloud, its instances, the API client (`None`: `--cloudonly`).
+struct AwsRemoval {
+    cloud: AwsCloud,
+    instances: AwsInstances,
+    kube: Option<Kube>,
+}
+
+/// The preview of `delete instance`, per platform.
+#[derive(Debug, Clone)]
+pub enum InstancePlan {
+    Metal(Box<RemovalPlan>),
+    Aws(Box<AwsRemovalPlan>),
+}
+
+impl InstancePlan {
+    /// Why `--yes` would refuse (empty: it would remove the node).
+    pub fn refusals(&self) -> &[String] {
+        match self {
+            InstancePlan::Metal(p) => &p.refusals,
+            InstancePlan::Aws(p) => &p.refusals,
+        }
+    }
+}
+
+/// What `delete instance --yes` did, per platform.
+#[derive(Debug, Clone)]
+pub enum InstanceReport {
+    Metal(RemoveReport),
+    Aws {
+        plan: AwsRemovalPlan,
+        drain: Option<DrainReport>,
+    },
+}
+
+impl Removal {
+    /// Opens the removal of `request.node` from `cluster` (completed and validated): the flags
+    /// checked against the platform, the cloud's clients on AWS, and the API client (not on
+    /// AWS with `--cloudonly`, which never asks the API).
+    pub async fn open(
+        store: Arc<dyn StateStore>,
+        cluster: &Cluster,
+        groups: &[crate::spec::InstanceGroup],
+        request: Request,
+    ) -> Result<Removal, InstanceError> {
+        let name = cluster.name();
+        let aws = cluster.spec.cloud_provider == crate::spec::CloudProvider::Aws;
+        if !aws && request.decrement {
+            return Err(InstanceError::DecrementOnMetal(name.to_string()));
+        }
+        if !aws && request.cloud_only {
+            return Err(InstanceError::CloudOnlyOnMetal(name.to_string()));
+        }
+        let (on, client) = if aws {
+            let cloud = crate::ops::aws::cloud(cluster).await?;
+            let instances = AwsInstances::new(
+                &cloud,
+                groups,
+                crate::cloud::aws::instances::SshReach::of(cluster, false),
+            );
+            let (kube, client) = match request.cloud_only {
+                true => (None, None),
+                false => {
+                    let (k, g) = crate::ops::credentials::kube_client(
+                        &store,
+                        cluster,
+                        request.kubeconfig.as_deref(),
+                        false,
+                    )
+                    .await?;
+                    (Some(k), Some(g))
+                }
+            };
+            (
+                RemovalOn::Aws(Box::new(AwsRemoval {
+                    cloud,
+                    instances,
+                    kube,
+                })),
+                client,
+            )
+        } else {
+            let (kube, g) = crate::ops::credentials::kube_client(
+                &store,
+                cluster,
+                request.kubeconfig.as_deref(),
+                false,
+            )
+            .await?;
+            (RemovalOn::Metal { kube }, Some(g))
+        };
+        Ok(Removal {
+            store,
+            cluster: cluster.clone(),
+            request,
+            on,
+            client,
+        })
+    }
+
+    /// How the API is reached when not directly, for a debug line.
+    pub fn route(&self) -> Option<&str> {
+        self.client.as_ref().and_then(|c| c.route())
+    }
+
+    /// What removing the node means, read-only (the preview).
+    pub async fn plan(&self) -> Result<InstancePlan, InstanceError> {
+        let r = &self.request;
+        Ok(match &self.on {
+            RemovalOn::Metal { kube } => InstancePlan::Metal(Box::new(
+                plan(self.store.clone(), &self.cluster, kube, &r.node, &r.drain).await?,
+            )),
+            RemovalOn::Aws(aws) => InstancePlan::Aws(Box::new(
+                plan_aws(
+                    &aws.cloud,
+                    &aws.instances,
+                    aws.kube.as_ref(),
+                    &r.node,
+                    &r.drain,
+                    r.decrement,
+                )
+                .await?,
+            )),
+        })
+    }
+
+    /// Removes the node under `guard` (the caller's [`crate::ops::session::Session::with_lock`]):
+    /// the plan is made again under the lock, a refusal stops before anything changes.
+    pub async fn apply(
+        &self,
+        guard: &lock::LockGuard,
+        events: &RemoveEvents,
+    ) -> Result<InstanceReport, InstanceError> {
+        let r = &self.request;
+        Ok(match &self.on {
+            RemovalOn::Metal { kube } => InstanceReport::Metal(
+                remove(
+                    self.store.clone(),
+                    &self.cluster,
+                    kube,
+                    &r.node,
+                    guard,
+                    &r.drain,
+                    events,
+                )
+                .await?,
+            ),
+            RemovalOn::Aws(aws) => {
+                let (plan, drain) = remove_aws(
+                    &aws.cloud,
+                    &aws.instances,
+                    aws.kube.as_ref(),
+                    &r.node,
+                    guard,
+                    &r.drain,
+                    r.decrement,
+                    events,
+                )
+                .await?;
+                InstanceReport::Aws { plan, drain }
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(decrement: bool, cloud_only: bool) -> Request {
+        Request {
+            node: "w1".into(),
+            drain: DrainOptions::default(),
+            decrement,
+            cloud_only,
+            kubeconfig: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn aws_only_flags_are_refused_on_metal_before_anything_is_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> =
+            Arc::new(crate::state::file::FileStore::new(dir.path()).unwrap());
+        let cluster = orchestrate::tests::cluster("");
+        for (req, flag) in [
+            (request(true, false), "--decrement-desired-capacity"),
+            (request(false, true), "--cloudonly"),
+        ] {
+            match Removal::open(store.clone(), &cluster, &[], req).await {
+                Err(
+                    e @ (InstanceError::DecrementOnMetal(_) | InstanceError::CloudOnlyOnMetal(_)),
+                ) => {
+                    let said = e.to_string();
+                    assert!(said.starts_with(flag), "{said}");
+                    assert!(said.contains("demo.example.com is bare metal"), "{said}");
+                }
+                Err(e) => panic!("{flag}: {e}"),
+                Ok(_) => panic!("{flag} was accepted on a metal cluster"),
+            }
+        }
+    }
 
     fn member(id: u64, name: &str, healthy: bool) -> EtcdMember {
         EtcdMember {
