@@ -8,20 +8,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::commands::{Ctx, LOCK_LEASE};
+use super::commands::Ctx;
 use super::exit;
 use crate::nodes::Target;
 use crate::ops::certificates::RenewedBy;
 use crate::ops::certificates::{
-    self as ops, CertState, CertificateReport, HostState, RotateEvent, RotateEvents, RotateOptions,
-    WARN_WITHIN,
+    self as ops, CertState, CertificateReport, HostState, RotateError, RotateEvent, RotateEvents,
+    RotateOptions, WARN_WITHIN,
 };
 use crate::ops::nodes::AdminKubeconfig;
-use crate::ops::platform::{Platform, Reach};
+use crate::ops::session::Session;
 use crate::output::{Format, Printer, Table};
-use crate::provision::render::CloudApi;
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
-use crate::state::lock;
 
 /// `rotate certificates` options from the command line.
 #[derive(Debug, Clone)]
@@ -33,16 +31,14 @@ pub struct RotateArgs {
     pub concurrency: usize,
 }
 
-/// The cluster's targets and, on AWS, its API settings (for the admin kubeconfig), from the
-/// platform seam.
+/// The cluster's targets from the platform seam ([`ops::targets`]).
 async fn targets(
     ctx: &Ctx,
     cluster: &Cluster,
     groups: &[InstanceGroup],
-) -> anyhow::Result<(Vec<Target>, Option<CloudApi>)> {
+) -> anyhow::Result<Vec<Target>> {
     let repo = ctx.repo().await?;
-    let platform = Platform::open(repo.store(), cluster, groups, Reach::default()).await?;
-    Ok((platform.targets().await?, platform.cloud_api().cloned()))
+    Ok(ops::targets(repo.store(), cluster, groups).await?.0)
 }
 
 fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
@@ -164,7 +160,7 @@ fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
 /// `get certificates NAME`: exit 1 when a control plane could not be read.
 pub async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, name).await?;
-    let (targets, _) = targets(ctx, &cluster, &groups).await?;
+    let targets = targets(ctx, &cluster, &groups).await?;
     if !targets.iter().any(Target::is_control_plane) {
         anyhow::bail!("{name} has no control plane: no kubeadm certificates to show");
     }
@@ -191,7 +187,7 @@ pub(super) async fn warn_expiring(ctx: &Ctx, cluster: &Cluster, groups: &[Instan
         return;
     }
     let checked = async {
-        let (targets, _) = targets(ctx, cluster, groups).await?;
+        let targets = targets(ctx, cluster, groups).await?;
         let repo = ctx.repo().await?;
         ops::read(repo.store().clone(), cluster, &targets, 20).await
     }
@@ -226,15 +222,11 @@ fn render_events() -> RotateEvents {
 pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
     let name = a.name.as_str();
     let (cluster, groups) = super::addons::resolved(ctx, name).await?;
-    let (targets, cloud_api) = targets(ctx, &cluster, &groups).await?;
-    let order = ops::rotation_order(&targets);
-    if order.is_empty() {
-        anyhow::bail!("{name} has no control plane: no kubeadm certificates to rotate");
-    }
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
+    let plan = ops::plan(&store, &cluster, &groups).await.map_err(failed)?;
     if !a.yes {
-        let report = ops::read(store, &cluster, &targets, a.concurrency).await?;
+        let report = plan.read(store, a.concurrency).await?;
         print_report(ctx, &report)?;
         let readable = warn_about(&ctx.printer, &report);
         ctx.printer.status(&format!(
@@ -242,7 +234,7 @@ pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
              `kubeadm certs renew all`, restart the static pods (manifests aside for {}s), \
              wait up to {}s for kube-apiserver, then the next; then store the renewed admin \
              kubeconfig. The kubelet's client certificates rotate by themselves and are left alone.",
-            order.join(" → "),
+            plan.order.join(" → "),
             a.static_pod_wait.as_secs(),
             a.health_timeout.as_secs()
         ));
@@ -261,21 +253,14 @@ pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
         concurrency: a.concurrency,
         static_pod_wait: a.static_pod_wait,
         health_timeout: a.health_timeout,
-        cloud_api,
+        cloud_api: None,
     };
-    let guard = lock::acquire(store.clone(), name, "rotate certificates --yes", LOCK_LEASE).await?;
-    let result = ops::rotate(
-        store,
-        &cluster,
-        &targets,
-        &guard,
-        &options,
-        &render_events(),
-    )
-    .await;
-    let released = guard.release().await;
-    let report = result?;
-    released?;
+    let report = Session::new(store.clone())
+        .with_lock(name, "rotate certificates --yes", async |guard| {
+            ops::apply(store.clone(), &plan, guard, &options, &render_events()).await
+        })
+        .await
+        .map_err(failed)?;
     print_report(ctx, &report.after)?;
     if let Some((host, why)) = &report.rolled.failed {
         ctx.printer
@@ -313,4 +298,14 @@ pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
             .join(", ")
     ));
     Ok(exit::OK)
+}
+
+/// An ops error as the command reports it: its cause kept as it is, so that the exit code
+/// (`exit_code_of`: 4 for a held lock) reads it.
+fn failed(e: RotateError) -> anyhow::Error {
+    match e {
+        RotateError::Lock(e) => e.into(),
+        RotateError::Failed(e) => e,
+        e => e.into(),
+    }
 }

@@ -34,11 +34,12 @@ use serde::Serialize;
 use crate::nodes::owner::OWNER_FILE;
 use crate::nodes::{self, Owner, Target};
 use crate::ops::nodes::{AdminKubeconfig, store_admin_kubeconfig};
+use crate::ops::platform::{Platform, Reach};
 use crate::provision::orchestrate;
 use crate::provision::pki;
 use crate::provision::render::CloudApi;
 use crate::script;
-use crate::spec::Cluster;
+use crate::spec::{Cluster, InstanceGroup};
 use crate::ssh::task::{ExecError, HostExecutor, Step};
 use crate::ssh::{NoProgress, SshFleet, SshOptions};
 use crate::state::{StateStore, lock};
@@ -790,6 +791,89 @@ pub async fn roll(
         rolled.renewed.push((host.to_string(), took));
     }
     Ok(rolled)
+}
+
+/// The cluster's machines and, on AWS, its API settings (for the admin kubeconfig), from the
+/// platform seam: the inventory (metal) or the running instances (AWS).
+pub async fn targets(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+) -> anyhow::Result<(Vec<Target>, Option<CloudApi>)> {
+    let platform = Platform::open(store, cluster, groups, Reach::default()).await?;
+    Ok((platform.targets().await?, platform.cloud_api().cloned()))
+}
+
+/// What `rotate certificates` would renew: the cluster's control planes in the order they are
+/// renewed. Read-only; the preview prints it with the certificates it reads
+/// ([`RotatePlan::read`]).
+#[derive(Debug, Clone)]
+pub struct RotatePlan {
+    pub cluster: Cluster,
+    pub targets: Vec<Target>,
+    /// The control planes, one at a time in this order.
+    pub order: Vec<String>,
+    /// The API settings the platform sets (AWS), for the admin kubeconfig's server.
+    pub cloud_api: Option<CloudApi>,
+}
+
+/// Why `rotate certificates` did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RotateError {
+    #[error("{0} has no control plane: no kubeadm certificates to rotate")]
+    NoControlPlane(String),
+    /// The cluster's lock could not be taken, or was lost.
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
+    /// A refusal (a control plane unreadable or not this cluster's), or a failed step.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+/// Plans the rotation of `cluster`'s certificates (completed and validated). Read-only.
+pub async fn plan(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+) -> Result<RotatePlan, RotateError> {
+    let (targets, cloud_api) = targets(store, cluster, groups).await?;
+    let order = rotation_order(&targets);
+    if order.is_empty() {
+        return Err(RotateError::NoControlPlane(cluster.name().to_string()));
+    }
+    Ok(RotatePlan {
+        cluster: cluster.clone(),
+        targets,
+        order,
+        cloud_api,
+    })
+}
+
+impl RotatePlan {
+    /// The certificates of the plan's control planes now (the preview's table).
+    pub async fn read(
+        &self,
+        store: Arc<dyn StateStore>,
+        concurrency: usize,
+    ) -> anyhow::Result<CertificateReport> {
+        read(store, &self.cluster, &self.targets, concurrency).await
+    }
+}
+
+/// Carries out `plan` under `guard`, the lock the caller holds
+/// ([`crate::ops::session::Session::with_lock`]); `options.cloud_api` is the plan's.
+pub async fn apply(
+    store: Arc<dyn StateStore>,
+    plan: &RotatePlan,
+    guard: &lock::LockGuard,
+    options: &RotateOptions,
+    events: &RotateEvents,
+) -> Result<RotateReport, RotateError> {
+    let options = RotateOptions {
+        cloud_api: plan.cloud_api.clone(),
+        ..options.clone()
+    };
+    Ok(rotate(store, &plan.cluster, &plan.targets, guard, &options, events).await?)
 }
 
 /// `rotate certificates --yes`: call under the cluster lock (`guard`).
