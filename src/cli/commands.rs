@@ -1031,7 +1031,7 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
                 backups_only.push(n.clone());
                 continue;
             }
-            Err(e) if name.is_none() && removable(&e) => {
+            Err(e) if name.is_none() && crate::ops::delete::removable(&e) => {
                 unreadable.push((n.clone(), e));
                 continue;
             }
@@ -1196,190 +1196,200 @@ async fn delete_cluster(
     concurrency: usize,
     delete_backups: bool,
 ) -> anyhow::Result<i32> {
+    use crate::ops::delete::{self as ops, DeleteError, DeletePlan, DeleteReport};
     let repo = ctx.repo().await?;
-    let stored = match repo.get(name).await {
-        Ok(s) => s,
-        Err(RepoError::BackupsOnly { count, prefix, .. }) => {
-            return delete_backups_only(ctx, &repo, name, yes, delete_backups, count, &prefix)
-                .await;
+    let plan = match ops::plan(&repo, name, delete_backups).await {
+        Ok(p) => p,
+        Err(e @ DeleteError::OnlyBackupsLeft { .. }) => {
+            ctx.printer.error(&e.to_string());
+            return Ok(exit::ERROR);
         }
-        Err(e) if removable(&e) => return delete_unreadable(ctx, &repo, name, yes, &e).await,
-        Err(e) => return Err(e.into()),
-    };
-    let keys = repo.store().list(&format!("{name}/")).await?;
-    let backups = repo.backup_keys(name).await?;
-    let (cluster, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
-    let backups_said = |done: bool| -> Option<String> {
-        let where_ = repo.store().key_location(
-            &crate::state::layout::ClusterKeys::new(name)
-                .ok()?
-                .backups_prefix(),
-        );
-        Some(match (backups.len(), delete_backups, done) {
-            (0, _, _) => return None,
-            (n, true, false) => format!(
-                "Will delete {} under {where_} too (--delete-backups).",
-                plural(n, "etcd backup object")
-            ),
-            (n, true, true) => format!(
-                "Deleted {} under {where_} (--delete-backups).",
-                plural(n, "etcd backup object")
-            ),
-            (n, false, false) => format!(
-                "Will keep {} under {where_}: `kprov get backups {name}` lists them, a cluster created again as {name} can `kprov restore etcd` from them; `--delete-backups` deletes them too.",
-                plural(n, "etcd backup object")
-            ),
-            (n, false, true) => format!(
-                "Kept {} under {where_}: `kprov get backups {name}` lists them; `kprov delete cluster {name} --yes --delete-backups` deletes them.",
-                plural(n, "etcd backup object")
-            ),
-        })
+        Err(e) => return Err(delete_failed(ctx, e)),
     };
     if !yes {
-        match cluster.spec.cloud_provider {
-            spec::CloudProvider::Aws => {
-                super::update::aws_delete(ctx, &cluster, &groups, false).await?
-            }
-            spec::CloudProvider::Metal => {
-                super::metal::reset_hosts(ctx, &cluster, false, concurrency).await?
-            }
-        }
-        ctx.printer.data(&format!(
-            "Will delete cluster {name} from {}:\n{}",
-            repo.location(),
-            keys.iter()
-                .filter(|k| delete_backups || !backups.contains(k))
-                .map(|k| format!("  {}", untrusted(k)))
-                .collect::<Vec<_>>()
-                .join("\n")
-        ));
-        if let Some(line) = backups_said(false) {
-            ctx.printer.status(&line);
-        }
-        ctx.printer
-            .status(&format!("Must specify --yes to delete cluster {name}."));
+        print_delete_plan(ctx, &repo, &plan);
         return Ok(exit::OK);
     }
     // One lock for the whole teardown, so no update runs against a half-deleted cluster.
-    // Cloud resources and hosts go first: the spec in the store is what finds them. The lock
-    // key lives under the cluster's prefix: releasing it is the last delete.
-    let n = locked(repo.store(), stored.name(), "delete cluster", async {
-        match cluster.spec.cloud_provider {
-            spec::CloudProvider::Aws => {
-                super::update::aws_delete(ctx, &cluster, &groups, true).await?
-            }
-            spec::CloudProvider::Metal => {
-                super::metal::reset_hosts(ctx, &cluster, true, concurrency).await?
+    let targets: &[crate::nodes::Target] = match &plan {
+        DeletePlan::Cluster(t) => match &t.machines {
+            ops::Machines::Metal { targets, .. } => targets,
+            ops::Machines::Aws(_) => &[],
+        },
+        _ => &[],
+    };
+    let (events, bars) = super::metal::render_events(ctx, targets);
+    let outcome = crate::ops::session::Session::new(repo.store().clone())
+        .with_lock(name, plan.lock_command(), async |guard| {
+            ops::apply(&repo, &plan, guard, concurrency, &events).await
+        })
+        .await;
+    if let Some(bars) = bars {
+        let _ = bars.clear();
+    }
+    match outcome.map_err(|e| delete_failed(ctx, e))? {
+        DeleteReport::BackupsOnly { deleted } => {
+            if let DeletePlan::BackupsOnly { prefix, .. } = &plan {
+                ctx.printer.success(&format!(
+                    "Deleted {} of {name} under {prefix}.",
+                    plural(deleted, "etcd backup object")
+                ));
             }
         }
-        Ok(repo.delete_cluster(name, delete_backups).await?)
-    })
-    .await?;
-    ctx.printer.success(&format!(
-        "Deleted cluster {name} ({}) from {}.",
-        plural(n, "object"),
-        repo.location()
-    ));
-    if let Some(line) = backups_said(true) {
-        ctx.printer.status(&line);
+        DeleteReport::Unreadable { deleted } => ctx.printer.success(&format!(
+            "Deleted the unreadable cluster {name} ({}) from {}; no cloud resource or host was touched.",
+            plural(deleted, "object"),
+            repo.location()
+        )),
+        DeleteReport::Cluster { machines, objects } => {
+            match machines {
+                ops::MachinesGone::Aws { deleted } => ctx
+                    .printer
+                    .success(&format!("Deleted {deleted} cloud resources of {name}.")),
+                ops::MachinesGone::Metal { warnings, reset } => {
+                    for w in &warnings {
+                        ctx.printer.warn(w);
+                    }
+                    match reset {
+                        ops::HostsReset::NothingClaimed(why) => {
+                            ctx.printer.warn(&format!("{why}: no host to reset"))
+                        }
+                        ops::HostsReset::Reset { reset, of } => ctx.printer.success(&format!(
+                            "Reset {reset} of {} of {name}.",
+                            plural(of, "host")
+                        )),
+                    }
+                }
+            }
+            ctx.printer.success(&format!(
+                "Deleted cluster {name} ({}) from {}.",
+                plural(objects, "object"),
+                repo.location()
+            ));
+            if let DeletePlan::Cluster(t) = &plan
+                && let Some(line) = backups_said(name, t.backups.as_ref(), t.delete_backups, true)
+            {
+                ctx.printer.status(&line);
+            }
+        }
     }
     Ok(exit::OK)
 }
 
-/// `delete cluster` of a cluster deleted earlier with its etcd backups kept: only
-/// `--delete-backups` has anything left to do.
-async fn delete_backups_only(
-    ctx: &Ctx,
-    repo: &Repo,
+/// A `delete cluster` error as the command reports it: the warnings of hosts left alone
+/// first, and the cause kept as it is for the exit code.
+fn delete_failed(ctx: &Ctx, e: crate::ops::delete::DeleteError) -> anyhow::Error {
+    use crate::ops::delete::DeleteError;
+    match e {
+        DeleteError::Lock(e) => e.into(),
+        DeleteError::Failed(e) => e,
+        e => {
+            if let DeleteError::HostsNotReset { warnings, .. } = &e {
+                for w in warnings {
+                    ctx.printer.warn(w);
+                }
+            }
+            e.into()
+        }
+    }
+}
+
+/// What happens to the etcd backups of a deleted cluster (`done`: after the delete).
+fn backups_said(
     name: &str,
-    yes: bool,
+    backups: Option<&(usize, String)>,
     delete_backups: bool,
-    count: usize,
-    prefix: &str,
-) -> anyhow::Result<i32> {
-    if !delete_backups {
-        ctx.printer.error(&format!(
-            "cluster {name} was deleted already; its {} under {prefix} are kept. Pass --delete-backups to delete them.",
-            plural(count, "etcd backup object")
-        ));
-        return Ok(exit::ERROR);
-    }
-    if !yes {
-        ctx.printer.data(&format!(
-            "Will delete {} of the deleted cluster {name} under {prefix}.",
-            plural(count, "etcd backup object")
-        ));
-        ctx.printer.status(&format!(
-            "Must specify --yes to delete the backups of {name}."
-        ));
-        return Ok(exit::OK);
-    }
-    let n = locked(
-        repo.store(),
-        name,
-        "delete cluster --delete-backups",
-        async { Ok(repo.delete_backups(name).await?) },
-    )
-    .await?;
-    ctx.printer.success(&format!(
-        "Deleted {} of {name} under {prefix}.",
-        plural(n, "etcd backup object")
-    ));
-    Ok(exit::OK)
-}
-
-/// Whether a cluster that failed to read may be removed without its spec: its objects are
-/// there but the spec is not a readable Cluster. A store that could not be reached is not one
-/// (deleting on a transient error would lose the spec of a running cluster).
-fn removable(e: &RepoError) -> bool {
-    matches!(
-        e,
-        RepoError::Unreadable { .. } | RepoError::Corrupt { .. } | RepoError::Spec(_)
-    )
-}
-
-/// `delete cluster` of a cluster whose spec cannot be read: its objects in the store are all
-/// kprov can remove. Cloud resources and hosts are found through the spec, so the preview says
-/// they are left alone.
-async fn delete_unreadable(
-    ctx: &Ctx,
-    repo: &Repo,
-    name: &str,
-    yes: bool,
-    why: &RepoError,
-) -> anyhow::Result<i32> {
-    let keys = repo.store().list(&format!("{name}/")).await?;
-    let config = crate::state::layout::ClusterKeys::new(name)?.config();
-    let at_config = repo.store().obstruction(&config).await?;
-    if !yes {
-        let mut lines: Vec<String> = keys.iter().map(|k| format!("  {}", untrusted(k))).collect();
-        if let Some(what) = &at_config {
-            lines.push(format!("  {config} ({what})"));
-        }
-        ctx.printer.data(&format!(
-            "Will delete the objects of cluster {name} from {}:\n{}",
-            repo.location(),
-            lines.join("\n")
-        ));
-        ctx.printer.warn(&format!(
-            "the spec of cluster {name} cannot be read ({why}); kprov cannot tell which cloud \
-             resources or hosts it had, so --yes removes only its objects in the state store. \
-             Delete its cloud resources or reset its hosts yourself if it had any."
-        ));
-        ctx.printer
-            .status(&format!("Must specify --yes to delete cluster {name}."));
-        return Ok(exit::OK);
-    }
-    let deleted = locked(repo.store(), name, "delete cluster", async {
-        Ok(repo.delete_unreadable(name).await?)
+    done: bool,
+) -> Option<String> {
+    let (n, where_) = backups?;
+    let n = *n;
+    Some(match (delete_backups, done) {
+        (true, false) => format!(
+            "Will delete {} under {where_} too (--delete-backups).",
+            plural(n, "etcd backup object")
+        ),
+        (true, true) => format!(
+            "Deleted {} under {where_} (--delete-backups).",
+            plural(n, "etcd backup object")
+        ),
+        (false, false) => format!(
+            "Will keep {} under {where_}: `kprov get backups {name}` lists them, a cluster created again as {name} can `kprov restore etcd` from them; `--delete-backups` deletes them too.",
+            plural(n, "etcd backup object")
+        ),
+        (false, true) => format!(
+            "Kept {} under {where_}: `kprov get backups {name}` lists them; `kprov delete cluster {name} --yes --delete-backups` deletes them.",
+            plural(n, "etcd backup object")
+        ),
     })
-    .await?;
-    ctx.printer.success(&format!(
-        "Deleted the unreadable cluster {name} ({}) from {}; no cloud resource or host was touched.",
-        plural(deleted.len(), "object"),
-        repo.location()
-    ));
-    Ok(exit::OK)
+}
+
+/// The preview of `delete cluster`.
+fn print_delete_plan(ctx: &Ctx, repo: &Repo, plan: &crate::ops::delete::DeletePlan) {
+    use crate::ops::delete::{DeletePlan, Machines};
+    let name = plan.cluster();
+    match plan {
+        DeletePlan::BackupsOnly { count, prefix, .. } => {
+            ctx.printer.data(&format!(
+                "Will delete {} of the deleted cluster {name} under {prefix}.",
+                plural(*count, "etcd backup object")
+            ));
+            ctx.printer.status(&format!(
+                "Must specify --yes to delete the backups of {name}."
+            ));
+        }
+        DeletePlan::Unreadable {
+            keys,
+            at_config,
+            why,
+            ..
+        } => {
+            let mut lines: Vec<String> =
+                keys.iter().map(|k| format!("  {}", untrusted(k))).collect();
+            if let Some((config, what)) = at_config {
+                lines.push(format!("  {config} ({what})"));
+            }
+            ctx.printer.data(&format!(
+                "Will delete the objects of cluster {name} from {}:\n{}",
+                repo.location(),
+                lines.join("\n")
+            ));
+            ctx.printer.warn(&format!(
+                "the spec of cluster {name} cannot be read ({why}); kprov cannot tell which cloud \
+                 resources or hosts it had, so --yes removes only its objects in the state store. \
+                 Delete its cloud resources or reset its hosts yourself if it had any."
+            ));
+            ctx.printer
+                .status(&format!("Must specify --yes to delete cluster {name}."));
+        }
+        DeletePlan::Cluster(t) => {
+            match &t.machines {
+                Machines::Aws(cloud) => ctx.printer.data(&crate::cloud::engine::render_text(
+                    cloud,
+                    crate::cloud::engine::RenderOptions {
+                        color: ctx.printer.color(),
+                        prune: true,
+                    },
+                )),
+                Machines::Metal { hosts, dropped, .. } => ctx
+                    .printer
+                    .data(&super::metal::reset_preview(name, hosts, dropped)),
+            }
+            ctx.printer.data(&format!(
+                "Will delete cluster {name} from {}:\n{}",
+                repo.location(),
+                t.keys
+                    .iter()
+                    .map(|k| format!("  {}", untrusted(k)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ));
+            if let Some(line) = backups_said(name, t.backups.as_ref(), t.delete_backups, false) {
+                ctx.printer.status(&line);
+            }
+            ctx.printer
+                .status(&format!("Must specify --yes to delete cluster {name}."));
+        }
+    }
 }
 
 async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyhow::Result<i32> {

@@ -19,9 +19,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use super::commands::Ctx;
 use super::{UpdateClusterArgs, exit};
 use crate::nodes::{self, Action, NodePlan, Target, TargetSource};
-use crate::ops::nodes::{
-    self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, NodeReport, ResetOutcome,
-};
+use crate::ops::nodes::{self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, NodeReport};
 use crate::ops::session::Session;
 use crate::output::{Format, Printer, Table, plural, sanitize_lines};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
@@ -603,126 +601,27 @@ pub(super) fn preview(
     })
 }
 
-/// `delete cluster` for metal: resets the hosts that carry the cluster's ownership marker
-/// (kubeadm reset, kprov's files removed): the spec's hosts and every host kprov recorded as
-/// provisioned that the spec (or inventory) dropped since, so none keeps a kubelet and a
-/// marker naming a dead cluster. Without `yes` only lists the hosts. Hosts whose key the
-/// cluster never recorded, and hosts of other clusters, are left alone; any other host that
-/// cannot be reset fails the delete, so the state (and with it the hosts' keys) stays for a
-/// retry; a host kprov provisioned is never said to be one it "never connected to".
-pub async fn reset_hosts(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    yes: bool,
-    concurrency: usize,
-) -> anyhow::Result<()> {
-    let name = cluster.name();
-    let repo = ctx.repo().await?;
-    let recorded = crate::ops::instance::provisioned_hosts(repo.store().as_ref(), name).await?;
-    let dropped: Vec<Host> = recorded
-        .values()
-        .filter(|r| !cluster.spec.hosts.iter().any(|h| h.name == r.name))
-        .cloned()
-        .collect();
-    let mut with_dropped = cluster.clone();
-    with_dropped.spec.hosts.extend(dropped.iter().cloned());
-    let cluster = &with_dropped;
-    let hosts: &[Host] = &cluster.spec.hosts;
-    if !yes {
-        let mut t = Table::new(["HOST", "ROLES", "ADDRESS", "NOTE"]);
-        for h in hosts {
-            let note = if dropped.iter().any(|d| d.name == h.name) {
-                "no longer in the spec; kprov provisioned it"
-            } else {
-                ""
-            };
-            t.row([
-                h.name.clone(),
-                roles(h),
-                h.address.clone(),
-                note.to_string(),
-            ]);
-        }
-        ctx.printer.data(&format!(
-            "Will reset {} of {name}, those that carry its ownership marker (kubeadm reset; /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /var/lib/kprov removed):\n{}",
-            plural(hosts.len(), "host"),
-            t.render()
-        ));
-        return Ok(());
+/// `delete cluster`'s preview of a metal cluster's hosts (`ops::delete`'s plan).
+pub(super) fn reset_preview(name: &str, hosts: &[Host], dropped: &[String]) -> String {
+    let mut t = Table::new(["HOST", "ROLES", "ADDRESS", "NOTE"]);
+    for h in hosts {
+        let note = if dropped.contains(&h.name) {
+            "no longer in the spec; kprov provisioned it"
+        } else {
+            ""
+        };
+        t.row([
+            h.name.clone(),
+            roles(h),
+            h.address.clone(),
+            note.to_string(),
+        ]);
     }
-    let targets = targets(cluster).await?;
-    let (events, bars) = render_events(ctx, &targets);
-    let options = NodeOptions {
-        accept_new_host_keys: false,
-        concurrency,
-        cloud_api: None,
-    };
-    let outcome = ops::reset(repo.store().clone(), cluster, &targets, &options, &events).await;
-    if let Some(bars) = bars {
-        let _ = bars.clear();
-    }
-    let report = match outcome? {
-        ResetOutcome::NothingClaimed(why) if !recorded.is_empty() => {
-            // The store says kprov provisioned these hosts: deleting the state now would
-            // forget hosts that still run the cluster's kubelet.
-            anyhow::bail!(
-                "{why}, yet kprov recorded provisioning {} of {name}: refusing to delete its \
-                 state and forget them; reset them first (or release each later with `kprov \
-                 release host`)",
-                recorded.keys().cloned().collect::<Vec<_>>().join(", ")
-            );
-        }
-        ResetOutcome::NothingClaimed(why) => {
-            ctx.printer.warn(&format!("{why}: no host to reset"));
-            return Ok(());
-        }
-        ResetOutcome::Reset(report) => report,
-    };
-    let mut failures = Vec::new();
-    for h in &report.hosts {
-        match &h.result {
-            HostResult::Failed {
-                unknown_host_key: true,
-                ..
-            } if recorded.contains_key(&h.host) => failures.push(format!(
-                "{}: kprov provisioned it but its host key is no longer recorded (forgotten?): \
-                 not reset; record its key again before deleting the cluster",
-                h.host
-            )),
-            HostResult::Failed {
-                unknown_host_key: true,
-                ..
-            } => {
-                ctx.printer.warn(&format!(
-                    "{}: not reset: kprov never connected to it (no recorded host key)",
-                    h.host
-                ));
-            }
-            HostResult::Failed { error, .. } => failures.push(error.clone()),
-            HostResult::Skipped { reason } | HostResult::PendingRoll { reason } => {
-                ctx.printer.warn(&format!("{}: {reason}", h.host));
-            }
-            HostResult::Ok => {}
-        }
-    }
-    if !failures.is_empty() {
-        anyhow::bail!(
-            "could not reset {} of {name}, the cluster's state is kept for a retry \
-             (to give up on a host, remove it from the spec with `kprov edit cluster {name}`):\n{}",
-            plural(failures.len(), "host"),
-            failures.join("\n")
-        );
-    }
-    let reset = report
-        .hosts
-        .iter()
-        .filter(|h| h.result == HostResult::Ok)
-        .count();
-    ctx.printer.success(&format!(
-        "Reset {reset} of {} of {name}.",
-        plural(report.hosts.len(), "host")
-    ));
-    Ok(())
+    format!(
+        "Will reset {} of {name}, those that carry its ownership marker (kubeadm reset; /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, /var/lib/kprov removed):\n{}",
+        plural(hosts.len(), "host"),
+        t.render()
+    )
 }
 
 /// `forget host-key CLUSTER HOST`: removes HOST's recorded SSH host key (a host of the spec or

@@ -376,29 +376,6 @@ async fn aws_apply(
 }
 
 /// `delete cluster` for aws: every owned resource, in reverse dependency order.
-pub(super) async fn aws_delete(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-    yes: bool,
-) -> anyhow::Result<()> {
-    let (plan, deleted) = ops_aws::delete(cluster, groups, yes).await?;
-    match deleted {
-        None => ctx.printer.data(&engine::render_text(
-            &plan,
-            RenderOptions {
-                color: ctx.printer.color(),
-                prune: true,
-            },
-        )),
-        Some(n) => ctx.printer.success(&format!(
-            "Deleted {n} cloud resources of {}.",
-            cluster.name()
-        )),
-    }
-    Ok(())
-}
-
 pub(super) use crate::output::plural;
 
 /// What an AWS apply is doing now, for the message of a signal that cuts it; and the last

@@ -8,7 +8,8 @@
 //! let (cloud, plan) = ops::aws::plan(store, &cluster, &groups).await?;             // preview
 //! let nodes = ops::aws::node_plan(store, &cloud, &cluster, &groups, &plan, &o).await?;
 //! let outcome = ops::aws::apply(store, &cluster, &groups, &guard, &o, &events, node_events).await?;
-//! let (plan, deleted) = ops::aws::delete(&cluster, &groups, yes).await?;
+//! let plan = ops::aws::delete_plan(&cluster, &groups).await?;                     // delete
+//! let deleted = ops::aws::delete_apply(&cluster, &groups).await?;
 //! ```
 //!
 //! Caveat: instances are a snapshot taken once every group has launched its desired instances
@@ -589,21 +590,23 @@ async fn apply_cloud(
     Ok(())
 }
 
-/// `delete cluster` on AWS: every owned resource, in reverse dependency order. Returns the
-/// deletion plan and, with `yes`, how many resources were deleted.
-pub async fn delete(
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-    yes: bool,
-) -> anyhow::Result<(Plan, Option<usize>)> {
+/// `delete cluster` on AWS: every owned resource, in reverse dependency order. Read-only.
+pub async fn delete_plan(cluster: &Cluster, groups: &[InstanceGroup]) -> anyhow::Result<Plan> {
+    let cloud = cloud(cluster).await?;
+    cloud
+        .plan_delete(cluster, groups)
+        .await
+        .context("finding the cluster's cloud resources")
+}
+
+/// Deletes every owned resource (planned again), under the caller's lock; returns how many
+/// were deleted.
+pub async fn delete_apply(cluster: &Cluster, groups: &[InstanceGroup]) -> anyhow::Result<usize> {
     let cloud = cloud(cluster).await?;
     let plan = cloud
         .plan_delete(cluster, groups)
         .await
         .context("finding the cluster's cloud resources")?;
-    if !yes {
-        return Ok((plan, None));
-    }
     let report = engine::apply(
         &cloud,
         &plan,
@@ -614,7 +617,7 @@ pub async fn delete(
     )
     .await
     .context("deleting cloud resources")?;
-    Ok((plan, Some(report.done.len())))
+    Ok(report.done.len())
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 //!   ([`certificates::read`]), renewal one control plane at a time ([`certificates::rotate`]).
 //! - [`instance`]: `delete instance`, one node out of the cluster (drain, etcd member, reset,
 //!   Node object, spec), and kprov's record of provisioned hosts.
+//! - [`delete`]: `delete cluster`: its machines (cloud resources or hosts) then its objects in
+//!   the store ([`delete::plan`], [`delete::apply`]).
 //! - [`credentials`]: the cluster's API client from stored credentials
 //!   ([`credentials::kube_client`], through an SSH tunnel where needed): the one way a
 //!   command gets a Kubernetes client for a cluster.
@@ -39,6 +41,7 @@ pub mod aws;
 pub mod certificates;
 pub mod credentials;
 pub mod damaged;
+pub mod delete;
 pub mod etcd;
 pub mod instance;
 pub mod interrupt;
