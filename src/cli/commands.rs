@@ -21,9 +21,6 @@ use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecE
 use crate::state::lock::{self, LockError};
 use crate::state::{self, StateError, StateStore, Versioning};
 
-/// How long a mutating command's lock lease lasts between renewals.
-pub(super) use crate::ops::session::LOCK_LEASE;
-
 pub struct Ctx {
     pub printer: Printer,
     pub store_url: String,

@@ -14,7 +14,9 @@
 //! metal's in-place roller, AWS's replacing roller with the in-place one for its control
 //! planes), assembled in `ops::rolling_run`.
 //!
-//! Not behind the seam yet: `update cluster`, `delete cluster` and `delete instance`.
+//! Not behind the seam yet: `update cluster`; `delete cluster` (`ops::delete`) and `delete
+//! instance` (`ops::instance::Removal`) choose the platform in ops, without opening it (an AWS
+//! platform reads the whole cloud plan, which they do not need).
 
 use std::sync::Arc;
 
