@@ -1195,7 +1195,11 @@ async fn delete_cluster(
 ) -> anyhow::Result<i32> {
     use crate::ops::delete::{self as ops, DeleteError, DeletePlan, DeleteReport};
     let repo = ctx.repo().await?;
-    let plan = match ops::plan(&repo, name, delete_backups).await {
+    let planned = match yes {
+        true => ops::scope(&repo, name, delete_backups).await,
+        false => ops::plan(&repo, name, delete_backups).await,
+    };
+    let plan = match planned {
         Ok(p) => p,
         Err(e @ DeleteError::OnlyBackupsLeft { .. }) => {
             ctx.printer.error(&e.to_string());
@@ -1208,20 +1212,19 @@ async fn delete_cluster(
         return Ok(exit::OK);
     }
     // One lock for the whole teardown, so no update runs against a half-deleted cluster.
-    let targets: &[crate::nodes::Target] = match &plan {
-        DeletePlan::Cluster(t) => match &t.machines {
-            ops::Machines::Metal { targets, .. } => targets,
-            ops::Machines::Aws(_) => &[],
-        },
-        _ => &[],
+    // Metal's hosts get a progress line each once they are known, under the lock.
+    let bars = std::sync::Mutex::new(None);
+    let events_for = |targets: &[crate::nodes::Target]| {
+        let (events, multi) = super::metal::render_events(ctx, targets);
+        *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
+        events
     };
-    let (events, bars) = super::metal::render_events(ctx, targets);
     let outcome = crate::ops::session::Session::new(repo.store().clone())
         .with_lock(name, plan.lock_command(), async |guard| {
-            ops::apply(&repo, &plan, guard, concurrency, &events).await
+            ops::apply(&repo, &plan, guard, concurrency, &events_for).await
         })
         .await;
-    if let Some(bars) = bars {
+    if let Some(bars) = bars.into_inner().unwrap_or_else(|p| p.into_inner()) {
         let _ = bars.clear();
     }
     match outcome.map_err(|e| delete_failed(ctx, e))? {
@@ -1360,14 +1363,15 @@ fn print_delete_plan(ctx: &Ctx, repo: &Repo, plan: &crate::ops::delete::DeletePl
         }
         DeletePlan::Cluster(t) => {
             match &t.machines {
-                Machines::Aws(cloud) => ctx.printer.data(&crate::cloud::engine::render_text(
+                None => {}
+                Some(Machines::Aws(cloud)) => ctx.printer.data(&crate::cloud::engine::render_text(
                     cloud,
                     crate::cloud::engine::RenderOptions {
                         color: ctx.printer.color(),
                         prune: true,
                     },
                 )),
-                Machines::Metal { hosts, dropped, .. } => ctx
+                Some(Machines::Metal { hosts, dropped }) => ctx
                     .printer
                     .data(&super::metal::reset_preview(name, hosts, dropped)),
             }

@@ -63,7 +63,9 @@ pub enum DeletePlan {
 pub struct Teardown {
     pub cluster: Cluster,
     pub groups: Vec<InstanceGroup>,
-    pub machines: Machines,
+    /// What the preview shows of the machines; `None` in a plan for `--yes` ([`scope`]): the
+    /// machines are planned under the lock, after a held lock has been reported.
+    pub machines: Option<Machines>,
     /// The objects `--yes` deletes from the store (etcd backups only with `--delete-backups`).
     pub keys: Vec<String>,
     /// How many etcd backup objects the cluster has, and where (`None`: none, or no valid
@@ -81,8 +83,6 @@ pub enum Machines {
         hosts: Vec<Host>,
         /// The names among `hosts` that are no longer in the spec.
         dropped: Vec<String>,
-        /// `hosts` as node targets (a per-host progress line each).
-        targets: Vec<Target>,
     },
 }
 
@@ -212,12 +212,31 @@ async fn inventory_targets(cluster: &Cluster) -> anyhow::Result<Vec<Target>> {
     .await?)
 }
 
-/// Plans the deletion of cluster `name`. Read-only (the cloud and the store are read; no host
-/// is contacted).
+/// Plans the deletion of cluster `name` for the preview. Read-only (the cloud and the store
+/// are read; no host is contacted).
 pub async fn plan(
     repo: &Repo,
     name: &str,
     delete_backups: bool,
+) -> Result<DeletePlan, DeleteError> {
+    plan_with(repo, name, delete_backups, true).await
+}
+
+/// What `delete cluster --yes` works on: [`plan`] without the machines, which [`apply`]
+/// plans under the lock (the cloud is not asked before the lock is taken).
+pub async fn scope(
+    repo: &Repo,
+    name: &str,
+    delete_backups: bool,
+) -> Result<DeletePlan, DeleteError> {
+    plan_with(repo, name, delete_backups, false).await
+}
+
+async fn plan_with(
+    repo: &Repo,
+    name: &str,
+    delete_backups: bool,
+    machines: bool,
 ) -> Result<DeletePlan, DeleteError> {
     let stored = match repo.get(name).await {
         Ok(s) => s,
@@ -267,15 +286,17 @@ pub async fn plan(
         .map_err(anyhow::Error::from)?;
     let backup_keys = repo.backup_keys(name).await?;
     let (cluster, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
-    let machines = match cluster.spec.cloud_provider {
-        CloudProvider::Aws => Machines::Aws(super::aws::delete_plan(&cluster, &groups).await?),
-        CloudProvider::Metal => {
+    let machines = match (machines, cluster.spec.cloud_provider) {
+        (false, _) => None,
+        (true, CloudProvider::Aws) => Some(Machines::Aws(
+            super::aws::delete_plan(&cluster, &groups).await?,
+        )),
+        (true, CloudProvider::Metal) => {
             let (_, with_dropped, dropped) = metal_hosts(repo, &cluster).await?;
-            Machines::Metal {
-                targets: inventory_targets(&with_dropped).await?,
+            Some(Machines::Metal {
                 hosts: with_dropped.spec.hosts,
                 dropped,
-            }
+            })
         }
     };
     let backups = match backup_keys.len() {
@@ -316,15 +337,16 @@ impl DeletePlan {
     }
 }
 
-/// Deletes what `plan` says under `guard` (the cluster's lock, taken by the caller). Metal's
-/// hosts report their progress through `events`; `concurrency` bounds the hosts reset at
-/// once.
+/// Deletes what `plan` ([`scope`]) says under `guard` (the cluster's lock, taken by the
+/// caller); the machines are planned again here. Metal's hosts report their progress through
+/// the events `events_for` gives for the hosts to reset; `concurrency` bounds the hosts reset
+/// at once.
 pub async fn apply(
     repo: &Repo,
     plan: &DeletePlan,
     guard: &LockGuard,
     concurrency: usize,
-    events: &Events,
+    events_for: &dyn Fn(&[Target]) -> Events,
 ) -> Result<DeleteReport, DeleteError> {
     guard.check()?;
     let name = plan.cluster();
@@ -336,12 +358,12 @@ pub async fn apply(
             deleted: repo.delete_unreadable(name).await?.len(),
         }),
         DeletePlan::Cluster(t) => {
-            let machines = match &t.machines {
-                Machines::Aws(_) => MachinesGone::Aws {
+            let machines = match t.cluster.spec.cloud_provider {
+                CloudProvider::Aws => MachinesGone::Aws {
                     deleted: super::aws::delete_apply(&t.cluster, &t.groups).await?,
                 },
-                Machines::Metal { .. } => {
-                    reset_hosts(repo, &t.cluster, concurrency, events).await?
+                CloudProvider::Metal => {
+                    reset_hosts(repo, &t.cluster, concurrency, events_for).await?
                 }
             };
             guard.check()?;
@@ -357,11 +379,12 @@ async fn reset_hosts(
     repo: &Repo,
     cluster: &Cluster,
     concurrency: usize,
-    events: &Events,
+    events_for: &dyn Fn(&[Target]) -> Events,
 ) -> Result<MachinesGone, DeleteError> {
     let name = cluster.name();
     let (recorded, cluster, _) = metal_hosts(repo, cluster).await?;
     let targets = inventory_targets(&cluster).await?;
+    let events = &events_for(&targets);
     let options = NodeOptions {
         accept_new_host_keys: false,
         concurrency,
