@@ -14,6 +14,8 @@
 //!   Node object, spec), and kprov's record of provisioned hosts.
 //! - [`delete`]: `delete cluster`: its machines (cloud resources or hosts) then its objects in
 //!   the store ([`delete::plan`], [`delete::apply`]).
+//! - [`objects`]: `create -f` / `replace -f`: a file's objects per cluster, merged with the
+//!   store's and validated before any write.
 //! - [`credentials`]: the cluster's API client from stored credentials
 //!   ([`credentials::kube_client`], through an SSH tunnel where needed): the one way a
 //!   command gets a Kubernetes client for a cluster.
@@ -47,6 +49,7 @@ pub mod instance;
 pub mod interrupt;
 pub mod node_config;
 pub mod nodes;
+pub mod objects;
 pub mod platform;
 pub mod release;
 pub mod rolling;
