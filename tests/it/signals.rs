@@ -306,3 +306,120 @@ fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_show
         "{yaml}"
     );
 }
+
+/// The wait for a new control plane's etcd member during a control-plane replacement on AWS
+/// (the control-plane group's image changed: a surge instance joins, and the roll waits until
+/// etcd lists its member started and healthy before the old member is removed). The stand-in
+/// kubeadm adds the joining member unhealthy (the lab's `join-unhealthy` switch), so the wait
+/// lasts; SIGINT once kprov says it waits for it: out within a second (the wait's own bound is
+/// 10 minutes), the old control plane untouched (its member and instance kept), the journal
+/// recording the node where it was and why, the lock released, the resume said; healed, the
+/// next run uses the joined instance (no second surge, no second member).
+#[test]
+fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
+    use crate::support::awsroll::{journal, rolling, running_cluster, text, update_yes};
+    use kprov::spec::{InstanceGroupRole, Object};
+    let cluster = "demo.sig-etcd.example";
+    let lab = running_cluster(cluster, "sig-etcd.example", 1);
+    let all = lab.instances();
+    let (old_id, old) = all
+        .iter()
+        .find(|(_, h)| {
+            h.read_upper("/etc/kubernetes/manifests/kube-apiserver.yaml")
+                .is_some()
+        })
+        .map(|(id, h)| (id.clone(), h.clone()))
+        .expect("a control plane");
+    let a = &old.address;
+    let members = lab.share_etcd_members(&format!(
+        "1 {} https://{a}:2380 https://{a}:2379 true\n",
+        old.name
+    ));
+    let history = members.with_extension("history");
+    let unhealthy = members.with_extension("join-unhealthy");
+    std::fs::write(&unhealthy, "").expect("join-unhealthy");
+    lab.edit_objects(cluster, |objects| {
+        for o in objects {
+            if let Object::InstanceGroup(g) = o
+                && g.spec.role == InstanceGroupRole::ControlPlane
+            {
+                g.spec.image = Some(
+                    "099720109477/ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-*".into(),
+                );
+            }
+        }
+    });
+    code(&lab, &lab.kprov(&update_yes(cluster)), 0);
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("roll.log");
+    let args = rolling(cluster, &["--yes", "--validation-timeout", "3m"]);
+    let mut child = spawn(update(&lab, &args), &log);
+    wait_for_log(&mut child, &log, "listed, not healthy yet", 600);
+    let at = std::time::Instant::now();
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 60);
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(at.elapsed() < Duration::from_secs(60), "{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted: before {} was cordoned: interrupted by SIGINT while waiting",
+            old.name
+        )) && err.contains(&format!(
+            "the old one ({old_id}) keeps its etcd member and instance"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "The lock of {cluster} is released. Resume with `kprov rolling-update cluster {cluster} --yes`."
+        )),
+        "{err}"
+    );
+    unlocked(&lab, cluster);
+    // The journal: the old control plane where it was (not cordoned), and why it stopped.
+    let j = journal(&lab, cluster);
+    let node = j["nodes"]
+        .as_array()
+        .and_then(|ns| ns.iter().find(|n| n["target"] == old_id.as_str()))
+        .unwrap_or_else(|| panic!("{old_id} not in the journal: {j}"));
+    assert_eq!(node["step"], "waiting", "{j}");
+    assert!(
+        node["stopped"]
+            .as_str()
+            .is_some_and(|s| s
+                .starts_with("interrupted before its cordon: interrupted by SIGINT while waiting")),
+        "{j}"
+    );
+    assert_eq!(j["finished"], false);
+    // Nothing of the old one was touched: its member listed, its instance running, one
+    // member added (the surge instance's).
+    lab.sync();
+    assert!(lab.instances().contains_key(&old_id), "{err}");
+    let listed = std::fs::read_to_string(&members).expect("members");
+    assert!(listed.contains(&format!(" {} ", old.name)), "{listed}");
+    let added = |h: &str| h.lines().filter(|l| l.contains(" add ")).count();
+    assert_eq!(
+        added(&std::fs::read_to_string(&history).expect("history")),
+        1
+    );
+
+    // Healed: the next run resumes with the joined instance and finishes.
+    std::fs::remove_file(&unhealthy).expect("healthy joins");
+    std::fs::write(&members, listed.replace(" false", " true")).expect("new member healthy");
+    let o = lab.kprov(&args);
+    let out = code(&lab, &o, 0);
+    let err2 = text(&o.stderr);
+    assert!(err2.contains("Resuming"), "{out}\n{err2}");
+    let h = std::fs::read_to_string(&history).expect("history");
+    assert_eq!(added(&h), 1, "a second member joined:\n{h}");
+    assert_eq!(
+        h.lines().filter(|l| l.contains(" remove ")).count(),
+        1,
+        "{h}"
+    );
+    assert!(journal(&lab, cluster)["finished"] == true, "{err2}");
+    eprintln!("signal figures: SIGINT at the etcd member wait to exit {took:?}");
+}
