@@ -1,8 +1,14 @@
-//! Ctrl-C and SIGTERM during the long waits of `update cluster --yes` on AWS (moto, instances
-//! that never answer: the lab plays no host for them), and a bastion that never answers. Each
-//! run is interrupted once the log shows the wait, never after a fixed sleep; the exit code,
-//! the time to exit, the lock (released, read with `lock status`) and the resume message are
-//! asserted.
+//! Ctrl-C and SIGTERM at the long waits (issue 20: "tests send the signal at each wait"):
+//! `update cluster --yes` on AWS during the SSH wait (moto, instances that never answer: the
+//! lab plays no host for them) and a bastion that never answers; `--phase nodes`'s SSH wait;
+//! `rolling-update --yes` on AWS at the wait for a new control plane's etcd member; metal
+//! `update cluster --yes` at a host step that waits. Each run is interrupted once the log (or
+//! a host's stand-in log) shows the wait, never after a fixed sleep; the exit code, the time
+//! to exit, the lock (released, read with `lock status`), the resume message and what was in
+//! flight (journal or message) are asserted. The other waits' signal tests: drains
+//! (`rolling::roll_with_yes::ctrl_c_stops_at_a_safe_point_...`, `instance::` delete instance),
+//! the roll's Ready and validation waits on metal
+//! (`rolling::roll_with_yes::ctrl_c_ends_the_rolls_ready_and_validation_waits_within_a_second`).
 
 use std::time::Duration;
 
@@ -422,4 +428,82 @@ fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
     );
     assert!(journal(&lab, cluster)["finished"] == true, "{err2}");
     eprintln!("signal figures: SIGINT at the etcd member wait to exit {took:?}");
+}
+
+/// Ctrl-C during a metal `update cluster --yes` while a host's step waits (host2's
+/// `systemctl restart containerd` held by the stand-in until the test lets it go): out within
+/// a second of the signal, saying what was in flight and how to resume, the lock released; the
+/// next run (hold gone) finishes both hosts.
+#[test]
+fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
+    use crate::metal::{Lab, kprov_inventory};
+    let lab = Lab::start(2);
+    let name = "sig.metal.example.com";
+    let hosts = [("host1", "control-plane"), ("host2", "node")];
+    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    lab.create_metal(name, &inv);
+    let hold = "/var/lib/kprov-standins/systemd/containerd.restart-hold";
+    lab.host("host2")
+        .exec(&format!(
+            "mkdir -p /var/lib/kprov-standins/systemd && touch {hold}"
+        ))
+        .expect("hold host2's containerd restart");
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("update.log");
+    let args = [
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ];
+    let mut child = spawn(lab.kprov_command(&args), &log);
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while !lab
+        .calls("host2")
+        .iter()
+        .any(|(_, c)| c.trim() == "systemctl restart containerd")
+    {
+        if std::time::Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = lab.host("host2").exec(&format!("rm -f {hold}"));
+            panic!("host2's containerd restart never came:\n{}", log_text(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 60);
+    lab.host("host2")
+        .exec(&format!("rm -f {hold}"))
+        .expect("release host2's containerd restart");
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted by SIGINT while provisioning 2 hosts (a host step cut short is done again by the next run); the lock of {name} is released"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("Resume with `kprov update cluster {name} --yes`.")),
+        "{err}"
+    );
+    let status = lab.kprov(&["lock", "status", name]);
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("is not locked"),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    // The next run takes the lock at once and finishes both hosts.
+    lab.provision(name);
+    assert!(
+        lab.kubeadm_calls("host2")
+            .iter()
+            .any(|(_, c)| c.starts_with("kubeadm join")),
+        "host2 did not join"
+    );
+    eprintln!("signal figures: SIGINT at a metal host step to exit {took:?}");
 }
