@@ -37,9 +37,10 @@ fn roles(h: &Host) -> String {
 
 fn phase_line(e: &ProgressEvent) -> (String, String) {
     match e {
-        ProgressEvent::Started { host, phase, steps } => {
-            (host.clone(), format!("{} ({steps} steps)", phase.as_str()))
-        }
+        ProgressEvent::Started { host, phase, steps } => (
+            host.clone(),
+            format!("{} ({})", phase.as_str(), plural(*steps, "step")),
+        ),
         ProgressEvent::Finished {
             host,
             phase,
@@ -138,7 +139,11 @@ fn report_table(report: &Report) -> Table {
             h.host.clone(),
             roles.join(","),
             result,
-            format!("{} of {} steps", h.changed, h.changed + h.unchanged),
+            format!(
+                "{} of {}",
+                h.changed,
+                plural(h.changed + h.unchanged, "step")
+            ),
             format!("{:.1}s", h.duration.as_secs_f64()),
         ]);
     }
@@ -449,8 +454,9 @@ pub(super) async fn finish(
     let pending = report.pending_roll();
     if !pending.is_empty() {
         ctx.printer.status(&format!(
-            "{} running members of {name} were left alone and are pending a rolling update ({}): preview it with `kprov rolling-update cluster {name}`, apply it with `--yes`.",
-            pending.len(),
+            "{} of {name} {} left alone and pending a rolling update ({}): preview it with `kprov rolling-update cluster {name}`, apply it with `--yes`.",
+            plural(pending.len(), "running member"),
+            if pending.len() == 1 { "was" } else { "were" },
             pending.iter().map(|h| h.host.as_str()).collect::<Vec<_>>().join(", ")
         ));
     }

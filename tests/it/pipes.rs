@@ -43,7 +43,9 @@ fn plain(args: &[&str], o: &std::process::Output) -> String {
                         "problems",
                         "changes",
                         "steps",
-                        "groups"
+                        "groups",
+                        "members",
+                        "objects"
                     ]
                     .contains(&w[1].trim_end_matches([',', '.', ':', ')']))),
                 "\"1 {}\":\n{shown}",
