@@ -393,17 +393,20 @@ pub async fn update(
         }
         Ok(nodes) => nodes,
     };
-    finish(ctx, cluster, &nodes, a).await
+    finish(ctx, cluster, &nodes, a, &ints).await
 }
 
 /// After converging, on every platform: the report table, each failure named, the admin
 /// kubeconfig checked, then the add-ons. Never a silent success: exit 1 when a host did not
 /// converge, the credentials were not stored, or the add-ons failed.
+/// `ints`: the command's signals, caught since before the lock; the add-ons' waits on the
+/// API (the CCM's rollout on AWS, up to `--wait` per stage) end at the first one too.
 pub(super) async fn finish(
     ctx: &Ctx,
     cluster: &Cluster,
     nodes: &NodeReport,
     a: &UpdateClusterArgs,
+    ints: &crate::ops::interrupt::Interrupts,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
     let report = &nodes.report;
@@ -472,7 +475,21 @@ pub(super) async fn finish(
         ));
         return Ok(exit::OK);
     }
-    addons_phase(ctx, cluster, a).await
+    match ints.or(addons_phase(ctx, cluster, a)).await {
+        Ok(code) => code,
+        // Caught before the lock was taken, so the listener no longer ends the process: the
+        // add-ons' waits must end here (the lock was released with the nodes' part).
+        Err(c) => {
+            let resume = format!("kprov update cluster {name} --yes --phase addons");
+            Ok(super::commands::interrupted(
+                ctx,
+                name,
+                c,
+                "applying the add-ons and waiting for them through the API (the hosts are provisioned)",
+                &resume,
+            ))
+        }
+    }
 }
 
 /// `update cluster --phase addons`, and the last part of every whole `update --yes`:

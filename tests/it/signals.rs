@@ -507,3 +507,82 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
     );
     eprintln!("signal figures: SIGINT at a metal host step to exit {took:?}");
 }
+
+/// The add-ons' wait on the API at the end of `update cluster --yes` on AWS (the CCM's
+/// rollout, up to `--wait` per stage), held: the lab stops playing Kubernetes and the CCM's
+/// DaemonSet reads not ready. SIGINT once kprov polls it (its reads of the DaemonSet after the
+/// apply): out within a second, the add-ons named as what was in flight, the resume command
+/// with `--phase addons`, the lock released. (The listener caught the signal before the lock
+/// was taken, so a wait that did not race it would have run to its 5-minute bound.)
+#[test]
+fn update_yes_stops_within_a_second_of_sigint_during_the_addons_wait_on_aws() {
+    use crate::support::awsroll::running_cluster;
+    let cluster = "demo.sig-addons.example";
+    let lab = running_cluster(cluster, "sig-addons.example", 1);
+    lab.unwatch();
+    let ccm = lab
+        .fake
+        .list("DaemonSet")
+        .into_iter()
+        .find(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("cloud-controller-manager"))
+        })
+        .expect("the CCM's DaemonSet");
+    let ns = ccm["metadata"]["namespace"]
+        .as_str()
+        .expect("ns")
+        .to_string();
+    let ds = ccm["metadata"]["name"].as_str().expect("name").to_string();
+    lab.fake.set_status(
+        "DaemonSet",
+        Some(&ns),
+        &ds,
+        serde_json::json!({"desiredNumberScheduled": 2, "currentNumberScheduled": 2,
+            "numberMisscheduled": 0, "numberReady": 0, "updatedNumberScheduled": 0,
+            "numberAvailable": 0, "observedGeneration": 1}),
+    );
+    lab.fake.clear_requests();
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("update.log");
+    let args = ["update", "cluster", cluster, "--yes"];
+    let mut child = spawn(update(&lab, &args), &log);
+    let path = format!("/apis/apps/v1/namespaces/{ns}/daemonsets/{ds}");
+    let polls = || {
+        lab.fake
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path)
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    // Two reads, 2 s apart: the rollout wait's polls, past the apply.
+    while polls() < 2 {
+        if std::time::Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kprov never waited for {path}:\n{}", log_text(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 60);
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(
+        err.contains(
+            "interrupted by SIGINT while applying the add-ons and waiting for them through the API"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "Resume with `kprov update cluster {cluster} --yes --phase addons`."
+        )),
+        "{err}"
+    );
+    unlocked(&lab, cluster);
+    eprintln!("signal figures: SIGINT at the add-ons' wait to exit {took:?}");
+}
