@@ -3,9 +3,12 @@ fn main() {
     // installed before the first TLS connection or rustls panics.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = kprov::cli::parse();
+    // kube-rs logs every failed request at ERROR itself ("failed with error client error
+    // (Connect)"), a raw line before kprov's own error that names the API's URL and the
+    // cause: left to -vv.
     let filter = match cli.verbose {
-        0 => "warn",
-        1 => "kprov=debug,info",
+        0 => "warn,kube_client::client::builder=off",
+        1 => "kprov=debug,info,kube_client::client::builder=off",
         _ => "trace",
     };
     // An unset KPROV_LOG means the -v level; one that does not parse is a usage error, not

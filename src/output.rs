@@ -23,10 +23,6 @@ pub(crate) fn is_unsafe(c: char) -> bool {
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
-/// The one escaping function for text kprov did not write itself (the state store, a spec or
-/// inventory, a host's output, a cloud API's message): every character [`is_unsafe`] is
-/// shown escaped (`\n`, `\t`, `\r`, `\x1b`, `\u{202e}`), so the value stays on one line and
-/// no escape sequence reaches the terminal. Borrowed when nothing needs escaping.
 /// `1 thing` or `n things` (regular plurals; pass the singular).
 pub fn plural(n: usize, thing: &str) -> String {
     if n == 1 {
@@ -36,6 +32,10 @@ pub fn plural(n: usize, thing: &str) -> String {
     }
 }
 
+/// The one escaping function for text kprov did not write itself (the state store, a spec or
+/// inventory, a host's output, a cloud API's message): every character [`is_unsafe`] is
+/// shown escaped (`\n`, `\t`, `\r`, `\x1b`, `\u{202e}`), so the value stays on one line and
+/// no escape sequence reaches the terminal. Borrowed when nothing needs escaping.
 pub fn escape(s: &str) -> Cow<'_, str> {
     escape_except(s, |_| false)
 }

@@ -35,9 +35,10 @@ fn roles(h: &Host) -> String {
 
 fn phase_line(e: &ProgressEvent) -> (String, String) {
     match e {
-        ProgressEvent::Started { host, phase, steps } => {
-            (host.clone(), format!("{} ({steps} steps)", phase.as_str()))
-        }
+        ProgressEvent::Started { host, phase, steps } => (
+            host.clone(),
+            format!("{} ({})", phase.as_str(), plural(*steps, "step")),
+        ),
         ProgressEvent::Finished {
             host,
             phase,
@@ -136,7 +137,11 @@ fn report_table(report: &Report) -> Table {
             h.host.clone(),
             roles.join(","),
             result,
-            format!("{} of {} steps", h.changed, h.changed + h.unchanged),
+            format!(
+                "{} of {}",
+                h.changed,
+                plural(h.changed + h.unchanged, "step")
+            ),
             format!("{:.1}s", h.duration.as_secs_f64()),
         ]);
     }
@@ -386,17 +391,20 @@ pub async fn update(
         }
         Ok(nodes) => nodes,
     };
-    finish(ctx, cluster, &nodes, a).await
+    finish(ctx, cluster, &nodes, a, &ints).await
 }
 
 /// After converging, on every platform: the report table, each failure named, the admin
 /// kubeconfig checked, then the add-ons. Never a silent success: exit 1 when a host did not
 /// converge, the credentials were not stored, or the add-ons failed.
+/// `ints`: the command's signals, caught since before the lock; the add-ons' waits on the
+/// API (the CCM's rollout on AWS, up to `--wait` per stage) end at the first one too.
 pub(super) async fn finish(
     ctx: &Ctx,
     cluster: &Cluster,
     nodes: &NodeReport,
     a: &UpdateClusterArgs,
+    ints: &crate::ops::interrupt::Interrupts,
 ) -> anyhow::Result<i32> {
     let name = cluster.name();
     let report = &nodes.report;
@@ -447,8 +455,9 @@ pub(super) async fn finish(
     let pending = report.pending_roll();
     if !pending.is_empty() {
         ctx.printer.status(&format!(
-            "{} running members of {name} were left alone and are pending a rolling update ({}): preview it with `kprov rolling-update cluster {name}`, apply it with `--yes`.",
-            pending.len(),
+            "{} of {name} {} left alone and pending a rolling update ({}): preview it with `kprov rolling-update cluster {name}`, apply it with `--yes`.",
+            plural(pending.len(), "running member"),
+            if pending.len() == 1 { "was" } else { "were" },
             pending.iter().map(|h| h.host.as_str()).collect::<Vec<_>>().join(", ")
         ));
     }
@@ -464,7 +473,21 @@ pub(super) async fn finish(
         ));
         return Ok(exit::OK);
     }
-    addons_phase(ctx, cluster, a).await
+    match ints.or(addons_phase(ctx, cluster, a)).await {
+        Ok(code) => code,
+        // Caught before the lock was taken, so the listener no longer ends the process: the
+        // add-ons' waits must end here (the lock was released with the nodes' part).
+        Err(c) => {
+            let resume = format!("kprov update cluster {name} --yes --phase addons");
+            Ok(super::commands::interrupted(
+                ctx,
+                name,
+                c,
+                "applying the add-ons and waiting for them through the API (the hosts are provisioned)",
+                &resume,
+            ))
+        }
+    }
 }
 
 /// `update cluster --phase addons`, and the last part of every whole `update --yes`:

@@ -232,7 +232,7 @@ async fn aws(
         Ok(o) => o,
     };
     match outcome {
-        AwsApplied::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a).await,
+        AwsApplied::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a, &ints).await,
         AwsApplied::CloudOnly => {
             ctx.printer.status(&format!(
                 "--phase cloud: the instances of {name} were not waited for nor provisioned; next: `kprov update cluster {name} --yes --phase nodes`, then `--phase addons` (or `kprov update cluster {name} --yes` for both)."

@@ -55,15 +55,16 @@ pub enum KubeError {
     #[error(
         "{action} {object}: the API server at {} did not answer: {}",
         crate::output::escape(.server),
-        innermost_causes(.source)
+        innermost_causes(.cause)
     )]
     Transport {
         action: &'static str,
         object: String,
         server: String,
-        // Boxed: the error stays small enough to return by value everywhere.
-        #[source]
-        source: Box<kube::Error>,
+        // Boxed: the error stays small enough to return by value everywhere. Not the error's
+        // `source`: the message already says the causes a user can act on, and a chain
+        // printed with `{:#}` would end in kube-rs's "ServiceError: client error (Connect)".
+        cause: Box<kube::Error>,
     },
     #[error(
         "evicting pod {namespace}/{pod}: still blocked by a PodDisruptionBudget after {}s ({message}); \
@@ -443,7 +444,7 @@ fn api_error(server: &str, action: &'static str, object: &str, e: kube::Error) -
             action,
             object: object.to_string(),
             server: server.to_string(),
-            source: Box::new(other),
+            cause: Box::new(other),
         },
     }
 }
@@ -489,5 +490,15 @@ mod tests {
         );
         assert!(e.contains("onnection refused"), "{e}");
         assert!(!e.contains("client error"), "{e}");
+        // Nor at the end of the chain an error is printed with (`{:#}`).
+        let chained = format!(
+            "{:#}",
+            anyhow::Error::new(
+                kube.list_all(&api, &ListParams::default())
+                    .await
+                    .unwrap_err()
+            )
+        );
+        assert!(!chained.contains("client error"), "{chained}");
     }
 }

@@ -313,6 +313,15 @@ async fn roll_batches(
                 .map(|n| n.node_name.clone())
                 .unwrap_or_default();
             if cancelled(&cancel) {
+                // The batch's nodes keep their step; the journal says what was in flight
+                // (a surge instance's SSH or etcd member, say) for `get`/the next run.
+                stopped_in_flight(
+                    shared,
+                    &batch,
+                    &format!("interrupted before its cordon: {reason}"),
+                    lock_check,
+                )
+                .await?;
                 return Err(RollError::Interrupted(format!(
                     "before {node} was cordoned: {reason}"
                 )));
@@ -355,6 +364,16 @@ async fn roll_batches(
                 gate(api, options, events, &cancel, options.validate_count, &when,)
             );
             written?;
+            if let Err(e @ RollError::Interrupted(_)) = gated {
+                stopped_in_flight(
+                    shared,
+                    &batch,
+                    &format!("interrupted during the validation {when}"),
+                    lock_check,
+                )
+                .await?;
+                return Err(e);
+            }
             gated?;
         }
         lock_check().map_err(RollError::Lock)?;
@@ -390,6 +409,25 @@ async fn roll_batches(
     {
         let mut s = shared.state.lock().await;
         s.journal.finished = true;
+        s.changes += 1;
+    }
+    shared.commit(lock_check).await
+}
+
+/// Records on every node of `batch` why it stopped where it is (its step unchanged), and
+/// returns once it is written.
+async fn stopped_in_flight(
+    shared: &Shared<'_>,
+    batch: &[usize],
+    why: &str,
+    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+) -> Result<(), RollError> {
+    {
+        let mut s = shared.state.lock().await;
+        lock_check().map_err(RollError::Lock)?;
+        for &i in batch {
+            s.journal.nodes[i].stopped = Some(why.to_string());
+        }
         s.changes += 1;
     }
     shared.commit(lock_check).await

@@ -701,9 +701,26 @@ impl<'a> AwsRoller<'a> {
     /// (when the API is used) and etcd lists its member started and healthy.
     async fn member_joined(&self, node: &JournalNode, new: &Target) -> Result<(), String> {
         let start = Instant::now();
+        // Every read of this wait (the API, etcdctl over SSH on hosts that may not answer)
+        // races the first signal, not only its pauses: all of them are reads, safe to cut.
+        let cut = |c| {
+            Interrupted::message(
+                c,
+                &format!(
+                    "waiting for the new control plane {} and its etcd member; the old one ({}) \
+                     keeps its etcd member and instance",
+                    new.node_name, node.target
+                ),
+            )
+        };
         if let Some(kube) = &self.kube {
             loop {
-                let nodes = kube.list_nodes().await.map_err(|e| e.to_string())?;
+                let nodes = self
+                    .interrupts
+                    .or(kube.list_nodes())
+                    .await
+                    .map_err(cut)?
+                    .map_err(|e| e.to_string())?;
                 if nodes.iter().any(|n| n.name == new.node_name && n.ready) {
                     break;
                 }
@@ -734,9 +751,14 @@ impl<'a> AwsRoller<'a> {
             }
         }
         loop {
-            let (fleet, via) = self.control_plane_fleet(&node.target).await?;
-            let read = self.members(&fleet, &via).await;
+            let (fleet, via) = self
+                .interrupts
+                .or(self.control_plane_fleet(&node.target))
+                .await
+                .map_err(cut)??;
+            let read = self.interrupts.or(self.members(&fleet, &via)).await;
             fleet.close().await;
+            let read = read.map_err(cut)?;
             let last = match read {
                 Ok((_, members)) => match new_member(&members, new) {
                     Some(m) if m.healthy => return Ok(()),

@@ -63,6 +63,20 @@ fn a_worker_that_does_not_answer_is_listed_as_unknown_and_replaced_with_cloudonl
         ],
     ));
     code(&lab, &o, 0);
+    // Nothing was cordoned, drained or validated, and nothing says so (progress, table).
+    let said = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    for claim in ["cordoned", "drained", "validated"] {
+        assert!(
+            !said
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|w| w == claim),
+            "{claim} claimed under --cloudonly:\n{said}"
+        );
+    }
+    assert!(
+        said.contains("the cluster not checked (--cloudonly)"),
+        "{said}"
+    );
     lab.sync();
     assert!(
         !lab.instances().contains_key(&broken),

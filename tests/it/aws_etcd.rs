@@ -6,9 +6,11 @@
 //! snapshot on it (the data directory holds the snapshot, the manifests are back) and leaves
 //! the worker alone. Then the preview's owned-host check, as on metal: the worker's ownership
 //! marker made another cluster's → `update cluster` (preview) exits 1 naming it and its owner.
+//! Then `delete cluster` keeps the etcd backups (said in the preview and after `--yes`, `get
+//! clusters` shows `DELETED (backups kept)`) and `--delete-backups` removes them.
 //! Needs root.
 
-use crate::support::awsroll::{code, delete_cleanly, running_cluster, text, with_call, workers};
+use crate::support::awsroll::{code, running_cluster, text, with_call, workers};
 
 #[test]
 fn etcd_backup_list_restore_and_the_owned_host_refusal_on_aws_instances() {
@@ -145,5 +147,54 @@ fn etcd_backup_list_restore_and_the_owned_host_refusal_on_aws_instances() {
         &lab.kprov(&["update", "cluster", cluster, "--ssh-private-address"]),
         0,
     );
-    delete_cleanly(&lab, cluster);
+
+    // delete cluster keeps the etcd backups unless asked, and says so (preview and --yes);
+    // the store lists the name as deleted with its backups kept; --delete-backups removes
+    // them.
+    let backup = lab
+        .store_dir()
+        .join(cluster)
+        .join("backups/etcd")
+        .join(format!("{id}.db"));
+    let kept = match std::fs::read_dir(backup.parent().expect("dir"))
+        .expect("backups")
+        .count()
+    {
+        1 => "1 etcd backup object".to_string(),
+        n => format!("{n} etcd backup objects"),
+    };
+    let o = lab.kprov(&["delete", "cluster", cluster]);
+    let preview = format!("{}{}", code(&lab, &o, 0), text(&o.stderr));
+    assert!(
+        preview.contains(&format!("Will keep {kept} under"))
+            && preview.contains("--delete-backups"),
+        "{preview}"
+    );
+    let o = lab.kprov(&["delete", "cluster", cluster, "--yes"]);
+    code(&lab, &o, 0);
+    assert!(
+        text(&o.stderr).contains(&format!("Kept {kept} under")),
+        "{}",
+        text(&o.stderr)
+    );
+    lab.sync();
+    assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());
+    assert!(backup.exists(), "the backup went with the cluster");
+    let clusters = code(&lab, &lab.kprov(&["get", "clusters"]), 0);
+    assert!(
+        clusters
+            .lines()
+            .any(|l| l.starts_with(cluster) && l.contains("DELETED (backups kept)")),
+        "{clusters}"
+    );
+    let listed = code(&lab, &lab.kprov(&["get", "backups", cluster]), 0);
+    assert!(listed.contains(&id), "{listed}");
+    code(
+        &lab,
+        &lab.kprov(&["delete", "cluster", cluster, "--yes", "--delete-backups"]),
+        0,
+    );
+    assert!(!backup.exists(), "--delete-backups kept the backup");
+    let clusters = code(&lab, &lab.kprov(&["get", "clusters"]), 0);
+    assert!(!clusters.contains(cluster), "{clusters}");
 }

@@ -338,3 +338,117 @@ fn create_sshpublickey_stores_the_instances_key_shown_by_its_fingerprint() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(ok(&env.run(&["get", "cluster", NAME, "-o", "yaml"])).contains(key));
 }
+
+/// kops's lifecycle phases on metal, through the binary on sshd test hosts and the fake API:
+/// `--phase cloud` is refused (a metal cluster has no cloud resources) before any host or the
+/// API is contacted; `--phase nodes --yes` provisions the hosts and sends the API nothing;
+/// `--phase addons` previews with dry runs only, and with `--yes` applies the add-ons through
+/// the API without an SSH login on any host or a command run there.
+#[test]
+fn metal_phases_each_do_their_part_and_nothing_else() {
+    use crate::metal::{Lab, kprov_inventory};
+    use crate::support::fakekube::{FakeKube, node};
+    let lab = Lab::start(2);
+    let name = "phases.metal.example.com";
+    let hosts = [("host1", "control-plane"), ("host2", "node")];
+    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    lab.create_metal(name, &inv);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let fake = rt.block_on(FakeKube::start());
+    fake.put(node("host1", true, true, false, None));
+    fake.put(node("host2", false, true, false, None));
+    let kc = fake.kubeconfig.display().to_string();
+    let logins = || -> Vec<usize> {
+        ["host1", "host2"]
+            .iter()
+            .map(|h| lab.host(h).log().matches("Accepted publickey").count())
+            .collect()
+    };
+    let calls = || -> Vec<usize> {
+        ["host1", "host2"]
+            .iter()
+            .map(|h| lab.calls(h).len())
+            .collect()
+    };
+    let update = |extra: &[&str]| {
+        let mut args = vec!["update", "cluster", name, "--kubeconfig", &kc];
+        args.extend_from_slice(extra);
+        lab.kprov(&args)
+    };
+
+    // 1. cloud: refused, nothing contacted.
+    let before = logins();
+    let o = update(&["--yes", "--phase", "cloud"]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr)
+            .contains("a metal cluster has no cloud resources; its phases are nodes and addons"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(logins(), before);
+    assert!(fake.requests().is_empty(), "{:?}", fake.requests());
+
+    // 2. nodes: the hosts provisioned, the API sent nothing.
+    let o = update(&["--yes", "--phase", "nodes", "--accept-new-host-keys"]);
+    let err = text(&o.stderr);
+    ok(&o);
+    assert!(
+        err.contains(&format!(
+            "--phase nodes: add-ons and kube-system's node configuration left alone; next: `kprov update cluster {name} --yes --phase addons`."
+        )),
+        "{err}"
+    );
+    assert!(
+        lab.kubeadm_calls("host1")
+            .iter()
+            .any(|(_, c)| c.starts_with("kubeadm init")),
+        "{err}"
+    );
+    assert!(
+        lab.kubeadm_calls("host2")
+            .iter()
+            .any(|(_, c)| c.starts_with("kubeadm join")),
+        "{err}"
+    );
+    assert!(
+        logins().iter().all(|n| *n > 0),
+        "sshd logs no login: {:?}",
+        logins()
+    );
+    assert!(fake.requests().is_empty(), "{:?}", fake.requests());
+
+    // 3. addons: the preview dry-runs, --yes applies; no host is contacted by either.
+    let (before, ran) = (logins(), calls());
+    let o = update(&["--phase", "addons"]);
+    let preview = ok(&o);
+    assert!(
+        preview.contains("DaemonSet kube-system/calico-node"),
+        "{preview}"
+    );
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| !r.is_write() || r.is_dry_run()),
+        "{:?}",
+        fake.requests()
+    );
+    assert!(
+        fake.get("DaemonSet", Some("kube-system"), "calico-node")
+            .is_none()
+    );
+    let o = update(&["--yes", "--phase", "addons"]);
+    ok(&o);
+    assert!(
+        fake.get("DaemonSet", Some("kube-system"), "calico-node")
+            .is_some(),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(logins(), before, "an SSH login during --phase addons");
+    assert_eq!(
+        calls(),
+        ran,
+        "a command ran on a host during --phase addons"
+    );
+}

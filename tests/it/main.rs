@@ -29,6 +29,7 @@ mod instance_aws;
 mod kops_habits;
 mod metal;
 mod mirrors;
+mod pipes;
 mod provision;
 mod race;
 mod real;

@@ -1346,6 +1346,155 @@ mod roll_with_yes {
         );
     }
 
+    /// Ctrl-C during the roll's API waits on metal, sent once kprov says it waits (its
+    /// progress line), never after a sleep: out within a second of the signal (far below the
+    /// wait's own 15-minute Ready timeout or the 10-minute validation timeout given), the
+    /// lock released, the resume said, the journal recording what was in flight.
+    /// 1. The wait for the re-provisioned node's Ready (host2's Node reads NotReady after its
+    ///    kubelet restart): host2 journaled `replaced`, stopped while waiting for Ready.
+    /// 2. The validation gate after host2 (etcd's second member unhealthy from the moment
+    ///    host2's kubelet restarts, so the gate before the roll passed): host2 journaled
+    ///    `uncordoned`, stopped during the validation after it; healed, the next run resumes
+    ///    without re-provisioning host2.
+    #[test]
+    fn ctrl_c_ends_the_rolls_ready_and_validation_waits_within_a_second() {
+        use crate::support::signals::{log_text, wait_for_log};
+        const EXIT_WITHIN: Duration = Duration::from_secs(2);
+        let lab = Lab::start(2);
+        let name = "apiwait.metal.example.com";
+        let hosts = [("host1", "control-plane"), ("host2", "node")];
+        let (_rt, fake, kc) = provisioned(&lab, name, &hosts);
+        let args = roll_args(
+            name,
+            &kc,
+            &["--validate-count", "1", "--validation-timeout", "10m"],
+        );
+        let log = lab.dir.path().join("apiwait.log");
+        let hold = "/var/lib/kprov-standins/systemd/kubelet.restart-hold";
+        let journal_node = |node: &str| -> serde_json::Value {
+            let j = lab.journal(name).expect("journal");
+            j["nodes"]
+                .as_array()
+                .and_then(|ns| ns.iter().find(|n| n["nodeName"] == node).cloned())
+                .unwrap_or_else(|| panic!("{node} not in the journal: {j}"))
+        };
+        let resume = format!(
+            "The lock of {name} is released. Resume with `kprov rolling-update cluster {name} --yes`."
+        );
+        let ready = |r: bool| {
+            fake.set_status(
+                "Node",
+                None,
+                "host2",
+                json!({ "conditions": [{ "type": "Ready", "status": if r { "True" } else { "False" }, "reason": "KubeletReady" }] }),
+            )
+        };
+        // Holds host2's kubelet restart, runs `during` once it is called, then lets it go.
+        let held_restart = |child: &mut std::process::Child, since: u128, during: &dyn Fn()| {
+            wait_for(child, 600, "host2's kubelet restart (held)", || {
+                !kubelet_restarts(&lab, "host2", since).is_empty()
+            });
+            during();
+            lab.host("host2")
+                .exec(&format!("rm -f {hold}"))
+                .expect("release host2's kubelet restart");
+        };
+
+        // 1. The wait for Ready.
+        set_label(&lab, name, &["host2"], "web");
+        lab.host("host2")
+            .exec(&format!(
+                "mkdir -p /var/lib/kprov-standins/systemd && touch {hold}"
+            ))
+            .expect("hold host2's kubelet restart");
+        let t0 = now_ns();
+        let mut child = spawn(&lab, &args, &log);
+        held_restart(&mut child, t0, &|| ready(false));
+        wait_for_log(
+            &mut child,
+            &log,
+            "host2: waiting for host2 to be Ready",
+            300,
+        );
+        let at = Instant::now();
+        ctrl_c(&child);
+        let code = exit_within(&mut child, 60);
+        let took = at.elapsed();
+        let err = log_text(&log);
+        assert_eq!(code, Some(130), "{err}");
+        assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+        assert!(
+            err.contains("interrupted: host2 was replaced (waiting for Ready)"),
+            "{err}"
+        );
+        assert!(err.contains(&resume), "{err}");
+        let n2 = journal_node("host2");
+        assert_eq!(n2["step"], "replaced", "{n2}");
+        assert_eq!(n2["stopped"], "interrupted while waiting for Ready", "{n2}");
+        let status = ok(&lab.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
+        // Ready again: the next run takes the lock at once and finishes, host2 not
+        // re-provisioned a second time.
+        ready(true);
+        let t1 = now_ns();
+        let o = lab.kprov(&args);
+        ok(&o);
+        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        assert!(
+            kubelet_restarts(&lab, "host2", t1).is_empty(),
+            "{}",
+            show(&o)
+        );
+        let ready_wait_took = took;
+
+        // 2. The validation gate after host2.
+        set_label(&lab, name, &["host2"], "db");
+        lab.host("host2")
+            .exec(&format!("touch {hold}"))
+            .expect("hold host2's kubelet restart");
+        let t2 = now_ns();
+        let mut child = spawn(&lab, &args, &log);
+        held_restart(&mut child, t2, &|| {
+            lab.seed_etcd_members("host1", &[(1, "host1", true), (2, "host2", false)])
+        });
+        wait_for_log(&mut child, &log, "validation: not yet", 300);
+        let at = Instant::now();
+        ctrl_c(&child);
+        let code = exit_within(&mut child, 60);
+        let took = at.elapsed();
+        let err = log_text(&log);
+        assert_eq!(code, Some(130), "{err}");
+        assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+        assert!(
+            err.contains("interrupted: during validation after host2"),
+            "{err}"
+        );
+        assert!(err.contains(&resume), "{err}");
+        let n2 = journal_node("host2");
+        assert_eq!(n2["step"], "uncordoned", "{n2}");
+        assert_eq!(
+            n2["stopped"], "interrupted during the validation after host2",
+            "{n2}"
+        );
+        let status = ok(&lab.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
+        lab.seed_etcd_members("host1", &[(1, "host1", true)]);
+        let t3 = now_ns();
+        let o = lab.kprov(&args);
+        ok(&o);
+        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        assert!(
+            kubelet_restarts(&lab, "host2", t3).is_empty(),
+            "{}",
+            show(&o)
+        );
+        assert_eq!(journal_node("host2")["step"], "validated");
+        assert_eq!(record(&lab, "host2")["labels"]["tier"], "db");
+        eprintln!(
+            "ctrl-c figures: Ready wait to exit {ready_wait_took:?}; validation wait to exit {took:?}"
+        );
+    }
+
     #[test]
     fn a_label_change_rolls_in_order_resumes_after_a_kill_and_stops_at_a_budget() {
         let lab = Lab::start(3);

@@ -1,8 +1,14 @@
-//! Ctrl-C and SIGTERM during the long waits of `update cluster --yes` on AWS (moto, instances
-//! that never answer: the lab plays no host for them), and a bastion that never answers. Each
-//! run is interrupted once the log shows the wait, never after a fixed sleep; the exit code,
-//! the time to exit, the lock (released, read with `lock status`) and the resume message are
-//! asserted.
+//! Ctrl-C and SIGTERM at the long waits (issue 20: "tests send the signal at each wait"):
+//! `update cluster --yes` on AWS during the SSH wait (moto, instances that never answer: the
+//! lab plays no host for them) and a bastion that never answers; `--phase nodes`'s SSH wait;
+//! `rolling-update --yes` on AWS at the wait for a new control plane's etcd member; metal
+//! `update cluster --yes` at a host step that waits. Each run is interrupted once the log (or
+//! a host's stand-in log) shows the wait, never after a fixed sleep; the exit code, the time
+//! to exit, the lock (released, read with `lock status`), the resume message and what was in
+//! flight (journal or message) are asserted. The other waits' signal tests: drains
+//! (`rolling::roll_with_yes::ctrl_c_stops_at_a_safe_point_...`, `instance::` delete instance),
+//! the roll's Ready and validation waits on metal
+//! (`rolling::roll_with_yes::ctrl_c_ends_the_rolls_ready_and_validation_waits_within_a_second`).
 
 use std::time::Duration;
 
@@ -305,4 +311,278 @@ fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_show
         !yaml.contains("\nnodes:") && !yaml.contains("nodesError"),
         "{yaml}"
     );
+}
+
+/// The wait for a new control plane's etcd member during a control-plane replacement on AWS
+/// (the control-plane group's image changed: a surge instance joins, and the roll waits until
+/// etcd lists its member started and healthy before the old member is removed). The stand-in
+/// kubeadm adds the joining member unhealthy (the lab's `join-unhealthy` switch), so the wait
+/// lasts; SIGINT once kprov says it waits for it: out within a second (the wait's own bound is
+/// 10 minutes), the old control plane untouched (its member and instance kept), the journal
+/// recording the node where it was and why, the lock released, the resume said; healed, the
+/// next run uses the joined instance (no second surge, no second member).
+#[test]
+fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
+    use crate::support::awsroll::{journal, rolling, running_cluster, text, update_yes};
+    use kprov::spec::{InstanceGroupRole, Object};
+    let cluster = "demo.sig-etcd.example";
+    let lab = running_cluster(cluster, "sig-etcd.example", 1);
+    let all = lab.instances();
+    let (old_id, old) = all
+        .iter()
+        .find(|(_, h)| {
+            h.read_upper("/etc/kubernetes/manifests/kube-apiserver.yaml")
+                .is_some()
+        })
+        .map(|(id, h)| (id.clone(), h.clone()))
+        .expect("a control plane");
+    let a = &old.address;
+    let members = lab.share_etcd_members(&format!(
+        "1 {} https://{a}:2380 https://{a}:2379 true\n",
+        old.name
+    ));
+    let history = members.with_extension("history");
+    let unhealthy = members.with_extension("join-unhealthy");
+    std::fs::write(&unhealthy, "").expect("join-unhealthy");
+    lab.edit_objects(cluster, |objects| {
+        for o in objects {
+            if let Object::InstanceGroup(g) = o
+                && g.spec.role == InstanceGroupRole::ControlPlane
+            {
+                g.spec.image = Some(
+                    "099720109477/ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-*".into(),
+                );
+            }
+        }
+    });
+    code(&lab, &lab.kprov(&update_yes(cluster)), 0);
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("roll.log");
+    let args = rolling(cluster, &["--yes", "--validation-timeout", "3m"]);
+    let mut child = spawn(update(&lab, &args), &log);
+    wait_for_log(&mut child, &log, "listed, not healthy yet", 600);
+    let at = std::time::Instant::now();
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 60);
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(at.elapsed() < Duration::from_secs(60), "{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted: before {} was cordoned: interrupted by SIGINT while waiting",
+            old.name
+        )) && err.contains(&format!(
+            "the old one ({old_id}) keeps its etcd member and instance"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "The lock of {cluster} is released. Resume with `kprov rolling-update cluster {cluster} --yes`."
+        )),
+        "{err}"
+    );
+    unlocked(&lab, cluster);
+    // The journal: the old control plane where it was (not cordoned), and why it stopped.
+    let j = journal(&lab, cluster);
+    let node = j["nodes"]
+        .as_array()
+        .and_then(|ns| ns.iter().find(|n| n["target"] == old_id.as_str()))
+        .unwrap_or_else(|| panic!("{old_id} not in the journal: {j}"));
+    assert_eq!(node["step"], "waiting", "{j}");
+    assert!(
+        node["stopped"]
+            .as_str()
+            .is_some_and(|s| s
+                .starts_with("interrupted before its cordon: interrupted by SIGINT while waiting")),
+        "{j}"
+    );
+    assert_eq!(j["finished"], false);
+    // Nothing of the old one was touched: its member listed, its instance running, one
+    // member added (the surge instance's).
+    lab.sync();
+    assert!(lab.instances().contains_key(&old_id), "{err}");
+    let listed = std::fs::read_to_string(&members).expect("members");
+    assert!(listed.contains(&format!(" {} ", old.name)), "{listed}");
+    let added = |h: &str| h.lines().filter(|l| l.contains(" add ")).count();
+    assert_eq!(
+        added(&std::fs::read_to_string(&history).expect("history")),
+        1
+    );
+
+    // Healed: the next run resumes with the joined instance and finishes.
+    std::fs::remove_file(&unhealthy).expect("healthy joins");
+    std::fs::write(&members, listed.replace(" false", " true")).expect("new member healthy");
+    let o = lab.kprov(&args);
+    let out = code(&lab, &o, 0);
+    let err2 = text(&o.stderr);
+    assert!(err2.contains("Resuming"), "{out}\n{err2}");
+    let h = std::fs::read_to_string(&history).expect("history");
+    assert_eq!(added(&h), 1, "a second member joined:\n{h}");
+    assert_eq!(
+        h.lines().filter(|l| l.contains(" remove ")).count(),
+        1,
+        "{h}"
+    );
+    assert!(journal(&lab, cluster)["finished"] == true, "{err2}");
+    eprintln!("signal figures: SIGINT at the etcd member wait to exit {took:?}");
+}
+
+/// Ctrl-C during a metal `update cluster --yes` while a host's step waits (host2's
+/// `systemctl restart containerd` held by the stand-in until the test lets it go): out within
+/// a second of the signal, saying what was in flight and how to resume, the lock released; the
+/// next run (hold gone) finishes both hosts.
+#[test]
+fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
+    use crate::metal::{Lab, kprov_inventory};
+    let lab = Lab::start(2);
+    let name = "sig.metal.example.com";
+    let hosts = [("host1", "control-plane"), ("host2", "node")];
+    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    lab.create_metal(name, &inv);
+    let hold = "/var/lib/kprov-standins/systemd/containerd.restart-hold";
+    lab.host("host2")
+        .exec(&format!(
+            "mkdir -p /var/lib/kprov-standins/systemd && touch {hold}"
+        ))
+        .expect("hold host2's containerd restart");
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("update.log");
+    let args = [
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ];
+    let mut child = spawn(lab.kprov_command(&args), &log);
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while !lab
+        .calls("host2")
+        .iter()
+        .any(|(_, c)| c.trim() == "systemctl restart containerd")
+    {
+        if std::time::Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = lab.host("host2").exec(&format!("rm -f {hold}"));
+            panic!("host2's containerd restart never came:\n{}", log_text(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 60);
+    lab.host("host2")
+        .exec(&format!("rm -f {hold}"))
+        .expect("release host2's containerd restart");
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted by SIGINT while provisioning 2 hosts (a host step cut short is done again by the next run); the lock of {name} is released"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("Resume with `kprov update cluster {name} --yes`.")),
+        "{err}"
+    );
+    let status = lab.kprov(&["lock", "status", name]);
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("is not locked"),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    // The next run takes the lock at once and finishes both hosts.
+    lab.provision(name);
+    assert!(
+        lab.kubeadm_calls("host2")
+            .iter()
+            .any(|(_, c)| c.starts_with("kubeadm join")),
+        "host2 did not join"
+    );
+    eprintln!("signal figures: SIGINT at a metal host step to exit {took:?}");
+}
+
+/// The add-ons' wait on the API at the end of `update cluster --yes` on AWS (the CCM's
+/// rollout, up to `--wait` per stage), held: the lab stops playing Kubernetes and the CCM's
+/// DaemonSet reads not ready. SIGINT once kprov polls it (its reads of the DaemonSet after the
+/// apply): out within a second, the add-ons named as what was in flight, the resume command
+/// with `--phase addons`, the lock released. (The listener caught the signal before the lock
+/// was taken, so a wait that did not race it would have run to its 5-minute bound.)
+#[test]
+fn update_yes_stops_within_a_second_of_sigint_during_the_addons_wait_on_aws() {
+    use crate::support::awsroll::running_cluster;
+    let cluster = "demo.sig-addons.example";
+    let lab = running_cluster(cluster, "sig-addons.example", 1);
+    lab.unwatch();
+    let ccm = lab
+        .fake
+        .list("DaemonSet")
+        .into_iter()
+        .find(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("cloud-controller-manager"))
+        })
+        .expect("the CCM's DaemonSet");
+    let ns = ccm["metadata"]["namespace"]
+        .as_str()
+        .expect("ns")
+        .to_string();
+    let ds = ccm["metadata"]["name"].as_str().expect("name").to_string();
+    lab.fake.set_status(
+        "DaemonSet",
+        Some(&ns),
+        &ds,
+        serde_json::json!({"desiredNumberScheduled": 2, "currentNumberScheduled": 2,
+            "numberMisscheduled": 0, "numberReady": 0, "updatedNumberScheduled": 0,
+            "numberAvailable": 0, "observedGeneration": 1}),
+    );
+    lab.fake.clear_requests();
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("update.log");
+    let args = ["update", "cluster", cluster, "--yes"];
+    let mut child = spawn(update(&lab, &args), &log);
+    let path = format!("/apis/apps/v1/namespaces/{ns}/daemonsets/{ds}");
+    let polls = || {
+        lab.fake
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path)
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    // Two reads, 2 s apart: the rollout wait's polls, past the apply.
+    while polls() < 2 {
+        if std::time::Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kprov never waited for {path}:\n{}", log_text(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 60);
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(
+        err.contains(
+            "interrupted by SIGINT while applying the add-ons and waiting for them through the API"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "Resume with `kprov update cluster {cluster} --yes --phase addons`."
+        )),
+        "{err}"
+    );
+    unlocked(&lab, cluster);
+    eprintln!("signal figures: SIGINT at the add-ons' wait to exit {took:?}");
 }
