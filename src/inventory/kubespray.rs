@@ -1516,9 +1516,9 @@ fn docker_registries(
     refuse: &mut Vec<(At, String)>,
 ) {
     let add = |s: &mut ClusterSettings,
-                   at: &At,
-                   name: &str,
-                   mirror: crate::spec::RegistryMirror| {
+               at: &At,
+               name: &str,
+               mirror: crate::spec::RegistryMirror| {
         match s.registries.iter_mut().find(|(r, _)| r.name == name) {
             Some((r, _)) => {
                 if !r.mirrors.iter().any(|m| m.endpoint == mirror.endpoint) {
