@@ -626,6 +626,17 @@ pub fn apply_inventory(
         spec.kube_proxy
             .get_or_insert_with(Default::default)
             .proxy_mode = Some(*mode);
+    } else if inv.format != Format::Kprov {
+        // Kubespray's default (kube_proxy_mode in kubespray-defaults), not kubeadm's
+        // iptables: the cluster Kubespray would have built from the same inventory.
+        spec.kube_proxy
+            .get_or_insert_with(Default::default)
+            .proxy_mode = Some(crate::spec::ProxyMode::Ipvs);
+        notes.push(
+            "kube-proxy mode ipvs: Kubespray's default, as kube_proxy_mode is not set (kprov \
+             loads the IPVS modules; kube_proxy_mode: iptables or nftables chooses another)"
+                .into(),
+        );
     }
     if let Some((n, _)) = &s.conntrack_max_per_core {
         spec.kube_proxy
@@ -754,7 +765,19 @@ pub fn check_inventory_objects(
 ) -> anyhow::Result<()> {
     if !inv.problems.is_empty() {
         if let Err(spec) = validate_with_inventory(cluster, groups, inv) {
-            inv.problems.extend(spec.0.into_iter().map(problem_of));
+            // The inventory's own check of the host list (control planes, etcd quorum) said
+            // it already, naming the hosts and their lines: the spec's `spec.hosts` line
+            // would repeat it, pointing at no line.
+            let host_list_said = inv
+                .problems
+                .iter()
+                .any(|p| p.file.is_none() && p.host.is_none());
+            inv.problems.extend(
+                spec.0
+                    .into_iter()
+                    .filter(|d| !(host_list_said && d.path.as_deref() == Some("spec.hosts")))
+                    .map(problem_of),
+            );
         }
         return Err(crate::inventory::InventoryError::Invalid {
             file: inv.file.clone(),
@@ -1240,6 +1263,76 @@ mod tests {
         ] {
             assert!(z(&[bad]).is_err(), "{bad}");
         }
+    }
+
+    /// A Kubespray inventory without kube_proxy_mode gets Kubespray's ipvs, said in a note;
+    /// one that sets it keeps its mode; kprov's own inventory format keeps kubeadm's default.
+    #[test]
+    fn kubespray_import_without_kube_proxy_mode_gets_kubesprays_ipvs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mode_of = |name: &str, text: &str| {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let a = args(&["--inventory", path.to_str().unwrap()]);
+            let mut inv = crate::inventory::import_collecting(&path).unwrap();
+            let (c, _, notes) = objects_from_inventory(&a, &mut inv, None).unwrap();
+            let said = notes
+                .iter()
+                .any(|n| n.starts_with("kube-proxy mode ipvs: Kubespray's default"));
+            (c.spec.kube_proxy.and_then(|k| k.proxy_mode), said)
+        };
+        let ini = "[all]\ncp1 ansible_host=198.18.0.1\n[kube_control_plane]\ncp1\n[etcd]\ncp1\n";
+        assert_eq!(mode_of("a.ini", ini), (Some(ProxyMode::Ipvs), true));
+        assert_eq!(
+            mode_of(
+                "b.ini",
+                &format!("{ini}[all:vars]\nkube_proxy_mode=iptables\n")
+            ),
+            (Some(ProxyMode::Iptables), false)
+        );
+        let own = "hosts:\n  - name: cp1\n    address: 198.18.0.1\n    roles: [control-plane]\n";
+        assert_eq!(mode_of("c.yaml", own), (None, false));
+    }
+
+    /// tests/fixtures/kubespray/fresh/09-b0ud (2 etcd hosts) and 11-danilenka (`<IP_master1>`
+    /// placeholders): each problem said once, at its inventory line.
+    #[test]
+    fn inventory_problems_are_said_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let refusal = |name: &str, text: &str| {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let a = args(&["--inventory", path.to_str().unwrap()]);
+            let mut inv = crate::inventory::import_collecting(&path).unwrap();
+            objects_from_inventory(&a, &mut inv, None)
+                .unwrap_err()
+                .to_string()
+        };
+        let even = refusal(
+            "even.ini",
+            "[all]\nn1 ansible_host=198.18.0.1\nn2 ansible_host=198.18.0.2\n\
+             [kube_control_plane]\nn1\n[etcd]\nn1\nn2\n[kube_node]\nn2\n",
+        );
+        assert!(
+            even.contains("even.ini:3: etcd needs an odd number of members"),
+            "{even}"
+        );
+        assert!(!even.contains("command line"), "{even}");
+        assert_eq!(even.matches("odd number").count(), 1, "{even}");
+        let placeholder = refusal(
+            "placeholder.ini",
+            "[all]\nmaster1 ansible_host=<IP_master1> ansible_user=k8s\n\
+             [kube_control_plane]\nmaster1\n[etcd]\nmaster1\n",
+        );
+        assert_eq!(
+            placeholder.matches("<IP_master1>").count(),
+            1,
+            "{placeholder}"
+        );
+        assert!(
+            placeholder.contains("placeholder.ini:2:1: spec.hosts[0].address: host master1: \"<IP_master1>\" is not a host name or IP address"),
+            "{placeholder}"
+        );
     }
 
     /// What `create cluster NAME --cloud metal --inventory FILE` (no other flag) makes of an

@@ -13,7 +13,9 @@
 //! `host_vars/<host>`. (`host_vars/` files beat inline host vars in Ansible; kprov follows it.)
 //!
 //! Groups map to roles: `kube_control_plane` (old names `kube-master`, `kube-controlplane`)
-//! → control-plane, `kube_node` (`kube-node`) → node, `etcd` → etcd. A `bastion` group's
+//! → control-plane, `kube_node` (`kube-node`) → node, `etcd` → etcd; the hosts of an old
+//! group name are in the new group too, as Kubespray's playbooks put them there, so
+//! `group_vars/k8s_cluster/` applies to `[k8s-cluster:children]`. A `bastion` group's
 //! host becomes every host's jump host, as Kubespray uses it. The variables kprov honours are
 //! listed in [`HOST_VARS`] and [`CLUSTER_VARS`]; every other variable is reported as unused
 //! with its file and line, never dropped silently.
@@ -42,6 +44,15 @@ const CONTROL_PLANE_GROUPS: &[&str] = &["kube_control_plane", "kube-master", "ku
 const NODE_GROUPS: &[&str] = &["kube_node", "kube-node"];
 const ETCD_GROUPS: &[&str] = &["etcd"];
 const BASTION_GROUP: &str = "bastion";
+/// Kubespray's old group names and the groups its playbooks put their hosts in
+/// (`group_by` in `playbooks/boilerplate.yml`): an inventory that still says
+/// `[k8s-cluster:children]` gets `group_vars/k8s_cluster/` as it does in Kubespray.
+const LEGACY_GROUPS: &[(&str, &str)] = &[
+    ("kube-master", "kube_control_plane"),
+    ("kube-node", "kube_node"),
+    ("k8s-cluster", "k8s_cluster"),
+    ("calico-rr", "calico_rr"),
+];
 /// Groups nest at most this deep (Ansible has no limit; a hostile file must not recurse forever).
 const MAX_GROUP_DEPTH: usize = 64;
 
@@ -83,6 +94,8 @@ pub const CLUSTER_VARS: &[&str] = &[
     "no_proxy",
     "additional_no_proxy",
     "containerd_registries_mirrors",
+    "docker_insecure_registries",
+    "docker_registry_mirrors",
 ];
 
 /// A variable's value and where it was set.
@@ -201,6 +214,25 @@ impl Raw {
             }
         }
         depth
+    }
+
+    /// Puts the hosts of Kubespray's old group names in the new groups too, as Kubespray's
+    /// playbooks do before anything else (a `group_by` on the old group: the new group is a
+    /// top-level group of its own, so its `group_vars/` file applies as in Kubespray).
+    fn add_legacy_groups(&mut self) {
+        for (old, new) in LEGACY_GROUPS {
+            if !self.groups.contains_key(*old) {
+                continue;
+            }
+            let members = self.members(old);
+            self.add_child("all", new);
+            let g = self.group(new);
+            for h in members {
+                if !g.hosts.contains(&h) {
+                    g.hosts.push(h);
+                }
+            }
+        }
     }
 
     /// Reads `group_vars/` and `host_vars/` in `dir`, for the groups and hosts the inventory
@@ -384,6 +416,25 @@ impl Raw {
             effective_of.push((name.clone(), vars));
             out.push(Located { host, line: *line });
         }
+        notes.extend(public_without_ip(file, &out));
+        let with_password: Vec<&str> = effective_of
+            .iter()
+            .filter(|(_, vars)| {
+                ["ansible_password", "ansible_ssh_pass"]
+                    .iter()
+                    .any(|v| vars.contains_key(*v))
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !with_password.is_empty() {
+            // The value is a secret: named, never shown.
+            notes.push(format!(
+                "{file}: ansible_password is set for {}: kprov logs in with keys only (your ssh \
+                 agent, ~/.ssh/config, ansible_ssh_private_key_file) and does not use it; the \
+                 host must accept your key",
+                with_password.join(", ")
+            ));
+        }
         let settings = cluster_settings(&effective_of, &mut mapped, &mut notes, &mut problems);
         // Settings that change what the cluster does: honoured (mapped above) or refused at
         // their line; never a line lost in the unused-variable warning.
@@ -435,6 +486,50 @@ impl Raw {
             .map(|(_, l)| *l)
             .unwrap_or(0)
     }
+}
+
+/// A note naming the hosts without `ip` whose address is a public IPv4 address. Kubespray binds
+/// such a host to the address of its default route (`ansible_default_ipv4`, a fact it gathers);
+/// kprov binds it to the address it reaches it at, which a cloud's NAT keeps off the host.
+fn public_without_ip(file: &str, hosts: &[Located]) -> Option<String> {
+    let public: Vec<String> = hosts
+        .iter()
+        .filter(|l| l.host.ip.is_none())
+        .filter(|l| {
+            l.host
+                .address
+                .parse::<std::net::Ipv4Addr>()
+                .is_ok_and(is_public)
+        })
+        .map(|l| format!("{} ({}, line {})", l.host.name, l.host.address, l.line))
+        .collect();
+    if public.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{file}: no ip for {}: Kubernetes binds to these public addresses; Kubespray would bind \
+         to the address of each host's default route, which differs behind NAT (a cloud's public \
+         address is not on the host): set ip to the host's own address if so",
+        public.join(", ")
+    ))
+}
+
+/// Not private, loopback, link-local, shared (100.64.0.0/10), benchmarking (198.18.0.0/15),
+/// documentation, multicast or reserved.
+fn is_public(a: std::net::Ipv4Addr) -> bool {
+    let [o0, o1, o2, _] = a.octets();
+    !(a.is_private()
+        || a.is_loopback()
+        || a.is_link_local()
+        || a.is_unspecified()
+        || a.is_broadcast()
+        || a.is_documentation()
+        || a.is_multicast()
+        || o0 == 0
+        || o0 >= 240
+        || (o0 == 100 && (64..128).contains(&o1))
+        || (o0 == 198 && (o1 == 18 || o1 == 19))
+        || (o0 == 192 && o1 == 0 && o2 == 0))
 }
 
 fn bad(at: &At, message: String) -> InventoryError {
@@ -800,6 +895,36 @@ fn jump_of_proxy_command(cmd: &str) -> Result<String, String> {
     Ok(spec)
 }
 
+/// Kubespray's add-on switches (`addons.yml`, `k8s-cluster.yml`) for what kprov does not
+/// deploy: switched on, the cluster would lack it; refused at their line.
+const ADDONS: &[(&str, &str)] = &[
+    ("helm_enabled", "Helm"),
+    ("registry_enabled", "an in-cluster registry"),
+    ("metrics_server_enabled", "metrics-server"),
+    (
+        "local_path_provisioner_enabled",
+        "the local-path provisioner",
+    ),
+    (
+        "local_volume_provisioner_enabled",
+        "the local volume provisioner",
+    ),
+    ("cephfs_provisioner_enabled", "the CephFS provisioner"),
+    ("rbd_provisioner_enabled", "the RBD provisioner"),
+    ("gateway_api_enabled", "the Gateway API CRDs"),
+    ("ingress_nginx_enabled", "ingress-nginx"),
+    ("ingress_alb_enabled", "the ALB ingress controller"),
+    ("cert_manager_enabled", "cert-manager"),
+    ("argocd_enabled", "Argo CD"),
+    ("node_feature_discovery_enabled", "node-feature-discovery"),
+    ("dashboard_enabled", "the Kubernetes dashboard"),
+    (
+        "nvidia_accelerator_enabled",
+        "NVIDIA's GPU drivers and device plugin",
+    ),
+    ("deploy_netchecker", "netchecker"),
+];
+
 /// Why kprov refuses a behaviour-changing Kubespray setting with this value, if it does.
 /// Values that ask for nothing (`false`, `""`, `[]`) are harmless and stay among the unused
 /// variables; a value that asks for something kprov does not do is refused at its line.
@@ -824,10 +949,6 @@ pub fn refusal(name: &str, value: &Value) -> Option<String> {
              containerd_registries_mirrors (prefix, mirrors: host, capabilities, skip_verify, \
              override_path), which kprov maps to spec.containerd.registries"
         }
-        "docker_registry_mirrors" | "docker_insecure_registries" if !empty => {
-            "kprov installs containerd, not Docker: write the mirrors as \
-             containerd_registries_mirrors, which kprov maps to spec.containerd.registries"
-        }
         "kube_encrypt_secret_data" if on => {
             "encrypting Secrets at rest is not supported yet: kprov's API server would keep them \
              unencrypted in etcd; set it to false to accept that"
@@ -848,6 +969,21 @@ pub fn refusal(name: &str, value: &Value) -> Option<String> {
         "upstream_dns_servers" if !empty => {
             "CoreDNS upstream servers are not configurable yet: kprov's CoreDNS forwards to each \
              node's /etc/resolv.conf; put the servers there and remove this"
+        }
+        "kube_proxy_strict_arp" if on => {
+            "kube-proxy's strictARP (ipvs mode; MetalLB's layer 2 needs it) is not configurable \
+             yet: kube-proxy would answer ARP for every Service address; set it to false to \
+             accept that"
+        }
+        _ if on && ADDONS.iter().any(|(flag, _)| *flag == name) => {
+            let what = ADDONS
+                .iter()
+                .find(|(flag, _)| *flag == name)
+                .map_or("", |(_, what)| *what);
+            return Some(format!(
+                "kprov does not deploy {what}: the cluster would come up without it; deploy it \
+                 yourself after the cluster is up and set this to false"
+            ));
         }
         "kubelet_fail_swap_on" if off => {
             "a kubelet running with swap on is not supported yet: kprov turns swap off on every \
@@ -1175,6 +1311,7 @@ fn cluster_settings(
     if let Some(v) = one.get("containerd_registries_mirrors") {
         registry_mirrors(v, &mut s, &mut map, &mut refuse);
     }
+    docker_registries(&one, &mut s, &mut map, &mut refuse);
     for (at, message) in refuse {
         fail(bad(&at, message));
     }
@@ -1363,6 +1500,102 @@ fn registry_mirrors(
         }
         if !registry.mirrors.is_empty() {
             s.registries.push((registry, v.at.clone()));
+        }
+    }
+}
+
+/// Docker's registry settings (older Kubespray copies, `container_manager: docker`) as
+/// containerd's, which kprov installs: `docker_insecure_registries` (`host[:port]` Docker
+/// reaches over https without verifying, else over http) as that registry's hosts in the
+/// same order; `docker_registry_mirrors` (URLs Docker tries for docker.io) as docker.io's
+/// mirrors. The registry itself stays the last resort, as in Docker.
+fn docker_registries(
+    one: &BTreeMap<&str, Var>,
+    s: &mut ClusterSettings,
+    map: &mut impl FnMut(&str, &At, &str, String),
+    refuse: &mut Vec<(At, String)>,
+) {
+    let add = |s: &mut ClusterSettings,
+               at: &At,
+               name: &str,
+               mirror: crate::spec::RegistryMirror| {
+        match s.registries.iter_mut().find(|(r, _)| r.name == name) {
+            Some((r, _)) => {
+                if !r.mirrors.iter().any(|m| m.endpoint == mirror.endpoint) {
+                    r.mirrors.push(mirror);
+                }
+            }
+            None => s.registries.push((
+                crate::spec::Registry {
+                    name: name.to_string(),
+                    mirrors: vec![mirror],
+                    ..Default::default()
+                },
+                at.clone(),
+            )),
+        }
+    };
+    for var in ["docker_insecure_registries", "docker_registry_mirrors"] {
+        let Some(v) = one.get(var) else { continue };
+        let items = match structured(v) {
+            Value::Array(items) => items,
+            Value::Null => continue,
+            other => {
+                refuse.push((v.at.clone(), format!("{var}: expected a list, got {other}")));
+                continue;
+            }
+        };
+        for item in items {
+            let Some(entry) = item.as_str().map(str::trim).filter(|e| !e.is_empty()) else {
+                refuse.push((v.at.clone(), format!("{var}: {item} is not a registry")));
+                continue;
+            };
+            if var == "docker_insecure_registries" {
+                if let Err(e) = crate::provision::mirrors::check_registry_name(entry) {
+                    refuse.push((v.at.clone(), format!("{var}: {e}")));
+                    continue;
+                }
+                for (scheme, skip_verify) in [("https", Some(true)), ("http", None)] {
+                    let endpoint = format!("{scheme}://{entry}");
+                    map(
+                        var,
+                        &v.at,
+                        "spec.containerd.registries",
+                        format!("{entry} -> {endpoint}"),
+                    );
+                    add(
+                        s,
+                        &v.at,
+                        entry,
+                        crate::spec::RegistryMirror {
+                            endpoint,
+                            skip_verify,
+                            ..Default::default()
+                        },
+                    );
+                }
+            } else {
+                let endpoint = entry.trim_end_matches('/').to_string();
+                if let Err(e) = crate::provision::mirrors::check_endpoint(&endpoint) {
+                    refuse.push((v.at.clone(), format!("{var}: {e}")));
+                    continue;
+                }
+                map(
+                    var,
+                    &v.at,
+                    "spec.containerd.registries",
+                    format!("docker.io -> {endpoint}"),
+                );
+                add(
+                    s,
+                    &v.at,
+                    "docker.io",
+                    crate::spec::RegistryMirror {
+                        endpoint,
+                        ..Default::default()
+                    },
+                );
+            }
         }
     }
 }
@@ -1749,6 +1982,7 @@ pub fn import_text(
         Format::KubesprayIni => ini(text, file)?,
         _ => parse_structured(text, file)?,
     };
+    raw.add_legacy_groups();
     if let Some(dir) = vars_dir {
         raw.read_var_dirs(dir);
     }
@@ -2225,6 +2459,186 @@ ansible_user=admin
             vec!["a", "b=c d", "e=f"]
         );
         assert!(split_words("a b='c").is_err());
+    }
+
+    /// tests/fixtures/kubespray/fresh/01-flyer-dm/inventory.ini: `[k8s-cluster:children]`
+    /// beside `group_vars/k8s_cluster/` (Kubespray's playbooks put the old group's hosts in
+    /// the new one, so its settings apply); `group_vars/kube_node.yml` reaches `[kube-node]`.
+    #[test]
+    fn old_group_names_get_the_new_groups_vars() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("group_vars/k8s_cluster")).unwrap();
+        std::fs::write(
+            d.path().join("group_vars/k8s_cluster/k8s-cluster.yml"),
+            "kube_network_plugin: cilium\nkube_proxy_mode: nftables\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.path().join("group_vars/kube_node.yml"),
+            "ansible_user: core\n",
+        )
+        .unwrap();
+        let text = "[all]\nm ansible_host=198.18.0.1\nw ansible_host=198.18.0.2\n\
+                    [kube-master]\nm\n[etcd]\nm\n[kube-node]\nm\nw\n\
+                    [k8s-cluster:children]\nkube-master\nkube-node\n";
+        let inv = import_text(text, "inventory.ini", Format::KubesprayIni, Some(d.path())).unwrap();
+        assert!(inv.problems.is_empty(), "{:?}", inv.problems);
+        assert_eq!(inv.settings.cni.as_ref().map(|c| c.0), Some(Cni::Cilium));
+        assert_eq!(
+            inv.settings.proxy_mode.as_ref().map(|m| m.0),
+            Some(ProxyMode::Nftables)
+        );
+        let users: Vec<Option<&str>> = inv.hosts.iter().map(|l| l.host.user.as_deref()).collect();
+        assert_eq!(users, [Some("core"), Some("core")]);
+        assert_eq!(
+            inv.hosts[0].host.roles,
+            [HostRole::ControlPlane, HostRole::Node, HostRole::Etcd]
+        );
+        assert!(inv.unused.is_empty(), "{:?}", inv.unused);
+    }
+
+    /// tests/fixtures/kubespray/fresh/25-nabarunsen: Docker's insecure registry (an older
+    /// Kubespray copy) becomes containerd's hosts for it, https unverified then http, as
+    /// Docker tries it; Docker's docker.io mirrors become docker.io's.
+    #[test]
+    fn docker_registry_settings_become_containerds() {
+        let text = "all:\n  vars:\n    docker_insecure_registries:\n      - 172.42.42.60:5000\n    \
+                    docker_registry_mirrors: ['https://mirror.example.com/']\n  hosts:\n    \
+                    m1: {ansible_host: 198.18.0.1}\n  children:\n    kube_control_plane:\n      \
+                    hosts: {m1: }\n";
+        let inv = import_text(text, "hosts.yaml", Format::KubesprayYaml, None).unwrap();
+        assert!(inv.problems.is_empty(), "{:?}", inv.problems);
+        type Hosts = Vec<(String, Option<bool>)>;
+        let regs: Vec<(String, Hosts)> = inv
+            .settings
+            .registries
+            .iter()
+            .map(|(r, _)| {
+                (
+                    r.name.clone(),
+                    r.mirrors
+                        .iter()
+                        .map(|m| (m.endpoint.clone(), m.skip_verify))
+                        .collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            regs,
+            [
+                (
+                    "172.42.42.60:5000".to_string(),
+                    vec![
+                        ("https://172.42.42.60:5000".to_string(), Some(true)),
+                        ("http://172.42.42.60:5000".to_string(), None)
+                    ]
+                ),
+                (
+                    "docker.io".to_string(),
+                    vec![("https://mirror.example.com".to_string(), None)]
+                )
+            ]
+        );
+        assert!(inv.unused.is_empty(), "{:?}", inv.unused);
+        let bad = "all:\n  vars:\n    docker_insecure_registries: ['-oops:x']\n  hosts:\n    \
+                   m1: {ansible_host: 198.18.0.1}\n  children:\n    kube_control_plane:\n      \
+                   hosts: {m1: }\n";
+        let inv = import_text(bad, "hosts.yaml", Format::KubesprayYaml, None).unwrap();
+        assert!(
+            inv.problems.iter().any(|p| p.line == Some(3)
+                && p.message
+                    .starts_with("docker_insecure_registries: \"-oops:x\"")),
+            "{:?}",
+            inv.problems
+        );
+    }
+
+    /// tests/fixtures/kubespray/fresh/02-mohammadbnei: add-ons switched on that kprov does not
+    /// deploy, and strictARP, are refused each at its line; switched off they are harmless.
+    #[test]
+    fn addon_switches_on_are_refused_at_their_line() {
+        let text = "all:\n  vars:\n    gateway_api_enabled: true\n    \
+                    nvidia_accelerator_enabled: true\n    deploy_netchecker: true\n    \
+                    kube_proxy_strict_arp: true\n    helm_enabled: false\n    krew_enabled: true\n  \
+                    hosts:\n    m1: {ansible_host: 198.18.0.1}\n  children:\n    \
+                    kube_control_plane:\n      hosts: {m1: }\n";
+        let inv = import_text(text, "hosts.yaml", Format::KubesprayYaml, None).unwrap();
+        let refused: Vec<(Option<usize>, &str)> = inv
+            .problems
+            .iter()
+            .map(|p| (p.line, p.message.split(':').next().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            refused,
+            [
+                (Some(5), "deploy_netchecker"),
+                (Some(3), "gateway_api_enabled"),
+                (Some(6), "kube_proxy_strict_arp"),
+                (Some(4), "nvidia_accelerator_enabled"),
+            ]
+        );
+        assert!(
+            inv.problems[1]
+                .message
+                .contains("kprov does not deploy the Gateway API CRDs"),
+            "{:?}",
+            inv.problems
+        );
+        let unused: Vec<&str> = inv.unused.iter().map(|u| u.var.as_str()).collect();
+        assert_eq!(unused, ["helm_enabled", "krew_enabled"]);
+    }
+
+    /// tests/fixtures/kubespray/fresh/15-yavuzerkal: a cloud's public addresses and no `ip`.
+    #[test]
+    fn public_addresses_without_ip_get_a_note() {
+        let text = "[all]\nnode1 ansible_host=34.32.82.12\nnode2 ansible_host=10.0.0.2\n\
+                    node3 ansible_host=198.18.0.3\nnode4 ansible_host=34.32.4.170 ip=10.0.0.4\n\
+                    [kube_control_plane]\nnode1\n[etcd]\nnode1\n[kube_node]\nnode2\nnode3\nnode4\n";
+        let inv = import_text(text, "inventory.ini", Format::KubesprayIni, None).unwrap();
+        let said: Vec<&String> = inv
+            .notes
+            .iter()
+            .filter(|n| n.contains("no ip for"))
+            .collect();
+        assert_eq!(said.len(), 1, "{:?}", inv.notes);
+        assert!(
+            said[0].contains("no ip for node1 (34.32.82.12, line 2): ")
+                && said[0].contains("set ip to the host's own address"),
+            "{}",
+            said[0]
+        );
+        for private in ["10.0.0.2", "198.18.0.3", "34.32.4.170"] {
+            assert!(!said[0].contains(private), "{}", said[0]);
+        }
+        for (a, public) in [
+            ("34.32.82.12", true),
+            ("95.54.0.12", true),
+            ("100.64.0.1", false),
+            ("172.31.2.224", false),
+            ("192.0.2.1", false),
+            ("169.254.1.1", false),
+        ] {
+            assert_eq!(is_public(a.parse().unwrap()), public, "{a}");
+        }
+    }
+
+    /// tests/fixtures/kubespray/fresh/02-mohammadbnei: `ansible_password` is named in a note,
+    /// its value never shown.
+    #[test]
+    fn a_password_is_named_never_shown() {
+        let text = "all:\n  hosts:\n    node1:\n      ansible_host: 198.18.0.1\n      \
+                    ansible_password: s3cret-vagrant\n  children:\n    kube_control_plane:\n      \
+                    hosts:\n        node1:\n";
+        let inv = import_text(text, "hosts.yaml", Format::KubesprayYaml, None).unwrap();
+        let all = format!("{:?} {:?}", inv.notes, inv.unused);
+        assert!(!all.contains("s3cret"), "{all}");
+        assert!(
+            inv.notes
+                .iter()
+                .any(|n| n.contains("ansible_password is set for node1: kprov logs in with keys")),
+            "{:?}",
+            inv.notes
+        );
     }
 
     proptest! {

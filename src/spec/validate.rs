@@ -961,8 +961,9 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         }
         // These reach ssh's command line: kprov checks them itself rather than trusting ssh
         // to refuse an address like `-oProxyCommand=...`.
-        if let Err(e) = check_ssh_host(&h.address) {
-            c.err(base.key("address"), e);
+        let address_ok = check_ssh_host(&h.address);
+        if let Err(e) = &address_ok {
+            c.err(base.key("address"), e.clone());
         }
         if let Some(Err(e)) = h.user.as_deref().map(check_ssh_user) {
             c.err(base.key("user"), e);
@@ -991,7 +992,8 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
             }
         }
         // Kubernetes binds to an IP: a host known only by name needs `ip` (Kubespray's rule).
-        if h.ip.is_none() && h.address.parse::<std::net::IpAddr>().is_err() {
+        // (Not said of an address that is not even a host name: that one problem is enough.)
+        if h.ip.is_none() && address_ok.is_ok() && h.address.parse::<std::net::IpAddr>().is_err() {
             c.err(
                 base.key("address"),
                 format!(
