@@ -114,6 +114,23 @@ pub trait EtcdHealth: Send + Sync {
 /// other times the API served: never with this machine's clock).
 pub type Heartbeat = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+/// The heartbeat of `node`'s Ready condition as the API serves it now (`None`: no Node, or
+/// no Ready condition yet).
+pub(crate) async fn node_ready_heartbeat(
+    kube: &crate::kube::Kube,
+    node: &str,
+) -> Result<Option<Heartbeat>, String> {
+    let api: Api<Node> = Api::all(kube.client().clone());
+    let found = api
+        .get_opt(node)
+        .await
+        .map_err(|e| format!("reading node {node}: {e}"))?;
+    Ok(found
+        .as_ref()
+        .and_then(ready_condition)
+        .and_then(|c| c.last_heartbeat_time.clone()))
+}
+
 /// What [`NodeRoller::roll`] did to a node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rolled {
@@ -121,6 +138,11 @@ pub struct Rolled {
     pub replacement: Option<String>,
     /// The node's kubelet was restarted in place: its Ready must be one posted after that.
     pub kubelet_restarted: bool,
+    /// The Ready heartbeat the roller read right before the first step that restarts the
+    /// kubelet. Steps before it (a kubeadm upgrade pulling images) can take minutes, and the
+    /// old kubelet keeps posting meanwhile: a heartbeat read before the roll began would let
+    /// such a post pass for the new kubelet's. `None`: the engine's own read counts.
+    pub ready_before: Option<Heartbeat>,
 }
 
 impl Rolled {
@@ -128,6 +150,7 @@ impl Rolled {
         Rolled {
             replacement: Some(node),
             kubelet_restarted: false,
+            ready_before: None,
         }
     }
 }
@@ -576,13 +599,21 @@ async fn advance(
                 let before = if node.action == RollAction::Replace || skip_api {
                     None
                 } else {
-                    api.ready_heartbeat(&name).await.map_err(&stop)?
+                    match abandonable(cancel, api.ready_heartbeat(&name)).await {
+                        None => {
+                            let why = "interrupted before its roll began".to_string();
+                            record(shared, i, NodeStep::Drained, Some(why), None, lock_check)
+                                .await?;
+                            return Err(interrupted("before its roll began"));
+                        }
+                        Some(r) => r.map_err(&stop)?,
+                    }
                 };
                 // Never cut short: a half-made replacement is worse than a late exit.
                 match roller.roll(&node).await {
                     Ok(rolled) => {
                         if rolled.kubelet_restarted {
-                            restarted_after = before;
+                            restarted_after = rolled.ready_before.clone().or(before);
                         }
                         record(
                             shared,
@@ -793,15 +824,7 @@ impl ClusterApi for KubeCluster {
     }
 
     async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String> {
-        let api: Api<Node> = Api::all(self.kube.client().clone());
-        let found = api
-            .get_opt(node)
-            .await
-            .map_err(|e| format!("reading node {node}: {e}"))?;
-        Ok(found
-            .as_ref()
-            .and_then(ready_condition)
-            .and_then(|c| c.last_heartbeat_time.clone()))
+        node_ready_heartbeat(&self.kube, node).await
     }
 
     async fn wait_ready(

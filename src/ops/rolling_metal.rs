@@ -343,11 +343,33 @@ impl NodeRoller for MetalRoller {
             .map_err(|e| e.to_string())?;
         let kubelet_config = self.kubelet_config(node, target).await?;
         let steps = self.steps(node, target, kubelet_config).await?;
-        let outcomes = self
-            .exec
-            .run_steps(target.name(), &steps)
-            .await
-            .map_err(|e| e.to_string())?;
+        // The Ready heartbeat is read right before the first step that restarts the kubelet
+        // (see `Rolled::ready_before`); the steps before it run first, as one batch.
+        let first_restart = steps.iter().position(restarts_kubelet);
+        let (outcomes, ready_before) = match (first_restart, &self.kube) {
+            (Some(k), Some(kube)) if k > 0 => {
+                let mut outcomes = self
+                    .exec
+                    .run_steps(target.name(), &steps[..k])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let before = super::rolling::node_ready_heartbeat(kube, &target.node_name).await?;
+                outcomes.extend(
+                    self.exec
+                        .run_steps(target.name(), &steps[k..])
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+                (outcomes, before)
+            }
+            _ => (
+                self.exec
+                    .run_steps(target.name(), &steps)
+                    .await
+                    .map_err(|e| e.to_string())?,
+                None,
+            ),
+        };
         let kubelet_restarted = steps
             .iter()
             .zip(&outcomes)
@@ -365,6 +387,7 @@ impl NodeRoller for MetalRoller {
         Ok(Rolled {
             replacement: None,
             kubelet_restarted,
+            ready_before,
         })
     }
 }

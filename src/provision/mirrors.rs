@@ -71,6 +71,16 @@ pub fn check_registry_name(name: &str) -> Result<(), String> {
 
 /// An `http(s)://host[:port][/path]` URL with only characters a URL needs.
 pub fn check_endpoint(url: &str) -> Result<(), String> {
+    // `user:token@host` would put a secret in the spec, in containerd's hosts.toml and in
+    // this very error: refuse it without echoing the URL.
+    let authority = url.split_once("://").map_or(url, |(_, r)| r);
+    if authority.split('/').next().is_some_and(|a| a.contains('@')) {
+        return Err(
+            "a mirror URL may not carry credentials (user:password@): store them with \
+             `kprov create registry-credentials` (the URL is not shown: it holds a secret)"
+                .into(),
+        );
+    }
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))
@@ -467,6 +477,23 @@ impl ProxyEnv {
 
 #[cfg(test)]
 mod tests {
+
+    /// Credentials in a mirror URL are refused and never echoed (Kubespray's
+    /// `docker_registry_mirrors` may carry them).
+    #[test]
+    fn credentials_in_a_mirror_url_are_refused_unshown() {
+        for url in [
+            "https://user:s3cret@mirror.example.com",
+            "http://user:s3cret@mirror.example.com:5000/v2",
+            "user:s3cret@mirror.example.com",
+        ] {
+            let e = check_endpoint(url).unwrap_err();
+            assert!(!e.contains("s3cret"), "{e}");
+            assert!(e.contains("registry-credentials"), "{e}");
+        }
+        assert!(check_endpoint("https://mirror.example.com:5000/v2").is_ok());
+    }
+
     use super::*;
     use crate::spec::{Proxy, RegistryCredential};
 

@@ -257,6 +257,39 @@ mod engine_on_the_fake_api {
             Ok(Rolled {
                 replacement: None,
                 kubelet_restarted: true,
+                ready_before: None,
+            })
+        }
+    }
+
+    /// A roll whose steps before the kubelet's restart take a while (a kubeadm upgrade pulling
+    /// images): the old kubelet posts a fresh Ready meanwhile, and the roller reads the
+    /// heartbeat right before the restart (`Rolled::ready_before`), as the metal roller does.
+    struct SlowBeforeRestart<'f>(&'f FakeKube, Mutex<Vec<std::thread::JoinHandle<()>>>);
+
+    #[async_trait]
+    impl NodeRoller for SlowBeforeRestart<'_> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+            // The API's heartbeats have one-second precision.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            self.0.kubelet_posts(&node.node_name, true);
+            let n = self.0.get("Node", None, &node.node_name).expect("the node");
+            let heartbeat = n["status"]["conditions"]
+                .as_array()
+                .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| c["lastHeartbeatTime"].clone())
+                .expect("a Ready heartbeat");
+            let ready_before = serde_json::from_value(heartbeat).expect("an RFC 3339 time");
+            let posts = self.0.kubelet_restarted(
+                &node.node_name,
+                Duration::from_millis(1200),
+                Duration::from_millis(600),
+            );
+            self.1.lock().unwrap().push(posts);
+            Ok(Rolled {
+                replacement: None,
+                kubelet_restarted: true,
+                ready_before: Some(ready_before),
             })
         }
     }
@@ -285,6 +318,52 @@ mod engine_on_the_fake_api {
             out.push((i, node.to_string(), what));
         }
         out
+    }
+
+    /// The old kubelet's Ready posted while the roll's first steps ran is no sign of the new
+    /// kubelet: the heartbeat the roller read right before the restart is the one to beat.
+    /// (With the heartbeat read before the roll began, w1 was uncordoned on the old kubelet's
+    /// post, before the new one's NotReady.)
+    #[tokio::test]
+    async fn the_heartbeat_to_beat_is_the_one_read_right_before_the_restart() {
+        let (fake, api) = setup().await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path()).unwrap();
+        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        let roller = SlowBeforeRestart(&fake, Mutex::default());
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let events: rolling::RollEvents = Arc::new(|_: &RollEvent| {});
+        fake.clear_requests();
+        let j = rolling::run(
+            file,
+            Journal::new(&plan(), "test", false),
+            &api,
+            &roller,
+            &options(),
+            &events,
+            rx,
+            &|| Ok(()),
+        )
+        .await
+        .unwrap();
+        assert!(j.finished);
+        for posts in roller.1.lock().unwrap().drain(..) {
+            posts.join().unwrap();
+        }
+        let t = timeline(&fake);
+        let at = |node: &str, what: &str| {
+            t.iter()
+                .find(|(_, n, w)| n == node && *w == what)
+                .map(|(i, _, _)| *i)
+                .unwrap_or_else(|| panic!("no {what} of {node}: {t:?}"))
+        };
+        for n in ["w1", "w2"] {
+            assert!(
+                at(n, "notready") < at(n, "uncordon"),
+                "{n} uncordoned on the old kubelet's Ready: {t:?}"
+            );
+        }
+        assert!(at("w1", "uncordon") < at("w2", "cordon"), "{t:?}");
     }
 
     /// After an in-place roll restarted the kubelet, the node counts as Ready only once the

@@ -321,6 +321,12 @@ impl FakeKube {
         })
     }
 
+    /// The running kubelet posts its status now (Ready or not, a new heartbeat), as a real
+    /// one does on any change (its image list after a pull) and every few minutes anyway.
+    pub fn kubelet_posts(&self, node: &str, ready: bool) {
+        post_ready(&self.state, node, ready);
+    }
+
     /// Every `systemctl restart kubelet` the `systemctl` stand-in logs from now on (`logs`:
     /// node and its host's stand-in log) is followed on this API as a real restart is
     /// ([`FakeKube::kubelet_restarted`] with `stale` and `not_ready`), until the follower is
