@@ -255,12 +255,38 @@ pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
         health_timeout: a.health_timeout,
         cloud_api: None,
     };
-    let report = Session::new(store.clone())
-        .with_lock(name, "rotate certificates --yes", async |guard| {
-            ops::apply(store.clone(), &plan, guard, &options, &render_events()).await
+    // Caught before the lock is taken: the first signal ends the wait in flight (a static
+    // pod's restart, the API's health) and releases the lock; renewing again is harmless.
+    let resume = format!("kprov rotate certificates {name} --yes");
+    let ints = super::commands::catch_interrupts(name, &resume);
+    let outcome = Session::new(store.clone())
+        .with_lock(name, "rotate certificates --yes", async |guard| match ints
+            .or(ops::apply(
+                store.clone(),
+                &plan,
+                guard,
+                &options,
+                &render_events(),
+            ))
+            .await
+        {
+            Err(c) => Ok(Err(c)),
+            Ok(r) => r.map(Ok),
         })
         .await
         .map_err(failed)?;
+    let report = match outcome {
+        Err(c) => {
+            return Ok(super::commands::interrupted(
+                ctx,
+                name,
+                c,
+                "rotating the certificates",
+                &resume,
+            ));
+        }
+        Ok(r) => r,
+    };
     print_report(ctx, &report.after)?;
     if let Some((host, why)) = &report.rolled.failed {
         ctx.printer

@@ -1028,15 +1028,36 @@ async fn delete_cluster(
         *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
         events
     };
+    // Caught before the lock is taken: the first signal ends the teardown's wait in flight
+    // (the cloud's deletions, a host's reset) and releases the lock; deleting again resumes.
+    let resume = format!(
+        "kprov delete cluster {name} --yes{}",
+        if delete_backups {
+            " --delete-backups"
+        } else {
+            ""
+        }
+    );
+    let ints = catch_interrupts(name, &resume);
     let outcome = crate::ops::session::Session::new(repo.store().clone())
         .with_lock(name, plan.lock_command(), async |guard| {
-            ops::apply(&repo, &plan, guard, concurrency, &events_for).await
+            match ints
+                .or(ops::apply(&repo, &plan, guard, concurrency, &events_for))
+                .await
+            {
+                Err(c) => Ok(Err(c)),
+                Ok(r) => r.map(Ok),
+            }
         })
         .await;
     if let Some(bars) = bars.into_inner().unwrap_or_else(|p| p.into_inner()) {
         let _ = bars.clear();
     }
-    match outcome.map_err(|e| delete_failed(ctx, e))? {
+    let report = match outcome.map_err(|e| delete_failed(ctx, e))? {
+        Err(c) => return Ok(interrupted(ctx, name, c, "deleting the cluster", &resume)),
+        Ok(r) => r,
+    };
+    match report {
         DeleteReport::BackupsOnly { deleted } => {
             if let DeletePlan::BackupsOnly { prefix, .. } = &plan {
                 ctx.printer.success(&format!(

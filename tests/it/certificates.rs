@@ -248,10 +248,9 @@ const CAS: [(&str, &str); 3] = [
     ("front-proxy-ca", "/etc/kubernetes/pki/front-proxy-ca.crt"),
 ];
 
-#[test]
-fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane_at_a_time() {
-    let lab = Lab::start(4);
-    let name = "certs.metal.example.com";
+/// Every host of `lab` gets the lab CA (the stand-in kubeadm signs with it) and 10-day
+/// certificates.
+fn lab_ca(lab: &Lab) {
     let ca = lab.dir.path().join("ca");
     std::fs::create_dir_all(&ca).unwrap();
     let made = Command::new("openssl")
@@ -284,6 +283,77 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
         ))
         .expect("lab CA");
     }
+}
+
+/// Ctrl-C during `rotate certificates --yes` while a control plane's renewal waits (the
+/// stand-in holds `kubeadm certs renew all` on host1): out within a second, the resume command
+/// said, the lock released.
+#[test]
+fn rotate_certificates_stops_within_a_second_of_sigint() {
+    use crate::support::signals::{ctrl_c, exit_within, log_text, spawn};
+    let lab = Lab::start(1);
+    let name = "sig-certs.metal.example.com";
+    lab_ca(&lab);
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane")]),
+    );
+    lab.create_metal(name, &inv);
+    lab.provision(name);
+    let hold = "/var/lib/kprov-standins/certs-renew-hold";
+    host(&lab, "host1")
+        .exec(&format!("touch {hold}"))
+        .expect("hold the renewal");
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("rotate.log");
+    let mut child = spawn(
+        lab.kprov_command(&["rotate", "certificates", name, "--yes"]),
+        &log,
+    );
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while kubeadm_certs_calls(&lab, "host1").is_empty() {
+        if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = host(&lab, "host1").exec(&format!("rm -f {hold}"));
+            panic!("the renewal never came:\n{}", log_text(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 60);
+    host(&lab, "host1")
+        .exec(&format!("rm -f {hold}"))
+        .expect("release the renewal");
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < Duration::from_secs(2), "exit took {took:?}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted by SIGINT while rotating the certificates; the lock of {name} is released"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "Resume with `kprov rotate certificates {name} --yes`."
+        )),
+        "{err}"
+    );
+    let status = lab.kprov(&["lock", "status", name]);
+    assert!(
+        text(&status.stdout).contains("is not locked"),
+        "{}",
+        show(&status)
+    );
+    eprintln!("signal figures: SIGINT at a certificate renewal to exit {took:?}");
+}
+
+#[test]
+fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane_at_a_time() {
+    let lab = Lab::start(4);
+    let name = "certs.metal.example.com";
+    lab_ca(&lab);
     let inv = lab.write(
         "inventory.yaml",
         &kprov_inventory(

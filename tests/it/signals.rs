@@ -508,6 +508,81 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
     eprintln!("signal figures: SIGINT at a metal host step to exit {took:?}");
 }
 
+/// Ctrl-C during `delete cluster --yes` on metal while a host's reset waits (host2's
+/// `kubeadm reset` held by the stand-in): out within a second, the resume command said, the lock released, the cluster
+/// still in the store; the next `delete cluster --yes` (hold gone) finishes.
+#[test]
+fn metal_delete_cluster_stops_within_a_second_of_sigint_while_a_host_resets() {
+    use crate::metal::{Lab, kprov_inventory};
+    let lab = Lab::start(2);
+    let name = "sig-delete.metal.example.com";
+    let hosts = [("host1", "control-plane"), ("host2", "node")];
+    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    lab.create_metal(name, &inv);
+    lab.provision(name);
+    let hold = "/var/lib/kprov-standins/reset-hold";
+    lab.host("host2")
+        .exec(&format!("touch {hold}"))
+        .expect("hold host2's kubeadm reset");
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("delete.log");
+    let mut child = spawn(
+        lab.kprov_command(&["delete", "cluster", name, "--yes"]),
+        &log,
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while !lab
+        .calls("host2")
+        .iter()
+        .any(|(_, c)| c.starts_with("kubeadm reset"))
+    {
+        if std::time::Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = lab.host("host2").exec(&format!("rm -f {hold}"));
+            panic!("host2's kubeadm reset never came:\n{}", log_text(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctrl_c(&child);
+    let (c, took) = exit_within(&mut child, 60);
+    lab.host("host2")
+        .exec(&format!("rm -f {hold}"))
+        .expect("release host2's kubeadm reset");
+    let err = log_text(&log);
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted by SIGINT while deleting the cluster; the lock of {name} is released"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("Resume with `kprov delete cluster {name} --yes`.")),
+        "{err}"
+    );
+    let status = lab.kprov(&["lock", "status", name]);
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("is not locked"),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let again = lab.kprov(&["delete", "cluster", name, "--yes"]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let gone = lab.kprov(&["get", "clusters"]);
+    assert!(
+        !String::from_utf8_lossy(&gone.stdout).contains(name),
+        "{}",
+        String::from_utf8_lossy(&gone.stdout)
+    );
+    eprintln!("signal figures: SIGINT at a metal host reset to exit {took:?}");
+}
+
 /// The add-ons' wait on the API at the end of `update cluster --yes` on AWS (the CCM's
 /// rollout, up to `--wait` per stage), held: the lab stops playing Kubernetes and the CCM's
 /// DaemonSet reads not ready. SIGINT once kprov polls it (its reads of the DaemonSet after the
