@@ -290,7 +290,7 @@ fn lab_ca(lab: &Lab) {
 /// said, the lock released.
 #[test]
 fn rotate_certificates_stops_within_a_second_of_sigint() {
-    use crate::support::signals::{ctrl_c, exit_within, log_text, spawn};
+    use crate::support::signals::interrupt_held_step;
     let lab = Lab::start(1);
     let name = "sig-certs.metal.example.com";
     lab_ca(&lab);
@@ -304,28 +304,16 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
     host(&lab, "host1")
         .exec(&format!("touch {hold}"))
         .expect("hold the renewal");
-    let dir = tempfile::tempdir().expect("tmp");
-    let log = dir.path().join("rotate.log");
-    let mut child = spawn(
+    let (c, took, err) = interrupt_held_step(
         lab.kprov_command(&["rotate", "certificates", name, "--yes"]),
-        &log,
+        "the renewal",
+        || !kubeadm_certs_calls(&lab, "host1").is_empty(),
+        || {
+            host(&lab, "host1")
+                .exec(&format!("rm -f {hold}"))
+                .expect("release the renewal");
+        },
     );
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while kubeadm_certs_calls(&lab, "host1").is_empty() {
-        if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = host(&lab, "host1").exec(&format!("rm -f {hold}"));
-            panic!("the renewal never came:\n{}", log_text(&log));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    ctrl_c(&child);
-    let (c, took) = exit_within(&mut child, 60);
-    host(&lab, "host1")
-        .exec(&format!("rm -f {hold}"))
-        .expect("release the renewal");
-    let err = log_text(&log);
     assert_eq!(c, Some(130), "{err}");
     assert!(took < Duration::from_secs(2), "exit took {took:?}\n{err}");
     assert!(

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use crate::support::awsroll::{CreateAws, code, lab_with_zone};
 use crate::support::cloudlab::CloudLab;
-use crate::support::signals::{ctrl_c, exit_within, log_text, spawn, term, wait_for_log};
+use crate::support::signals::{
+    ctrl_c, exit_within, interrupt_held_step, log_text, spawn, term, wait_for_log,
+};
 
 /// Within a second of the signal, plus a process's start-up slack on a busy machine.
 const EXIT_WITHIN: Duration = Duration::from_secs(2);
@@ -448,8 +450,6 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
             "mkdir -p /var/lib/kprov-standins/systemd && touch {hold}"
         ))
         .expect("hold host2's containerd restart");
-    let dir = tempfile::tempdir().expect("tmp");
-    let log = dir.path().join("update.log");
     let args = [
         "update",
         "cluster",
@@ -458,27 +458,20 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
         "--accept-new-host-keys",
         "--skip-addons",
     ];
-    let mut child = spawn(lab.kprov_command(&args), &log);
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    while !lab
-        .calls("host2")
-        .iter()
-        .any(|(_, c)| c.trim() == "systemctl restart containerd")
-    {
-        if std::time::Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = lab.host("host2").exec(&format!("rm -f {hold}"));
-            panic!("host2's containerd restart never came:\n{}", log_text(&log));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    ctrl_c(&child);
-    let (c, took) = exit_within(&mut child, 60);
-    lab.host("host2")
-        .exec(&format!("rm -f {hold}"))
-        .expect("release host2's containerd restart");
-    let err = log_text(&log);
+    let (c, took, err) = interrupt_held_step(
+        lab.kprov_command(&args),
+        "host2's containerd restart",
+        || {
+            lab.calls("host2")
+                .iter()
+                .any(|(_, c)| c.trim() == "systemctl restart containerd")
+        },
+        || {
+            lab.host("host2")
+                .exec(&format!("rm -f {hold}"))
+                .expect("release host2's containerd restart");
+        },
+    );
     assert_eq!(c, Some(130), "{err}");
     assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
     assert!(
@@ -524,32 +517,20 @@ fn metal_delete_cluster_stops_within_a_second_of_sigint_while_a_host_resets() {
     lab.host("host2")
         .exec(&format!("touch {hold}"))
         .expect("hold host2's kubeadm reset");
-    let dir = tempfile::tempdir().expect("tmp");
-    let log = dir.path().join("delete.log");
-    let mut child = spawn(
+    let (c, took, err) = interrupt_held_step(
         lab.kprov_command(&["delete", "cluster", name, "--yes"]),
-        &log,
+        "host2's kubeadm reset",
+        || {
+            lab.calls("host2")
+                .iter()
+                .any(|(_, c)| c.starts_with("kubeadm reset"))
+        },
+        || {
+            lab.host("host2")
+                .exec(&format!("rm -f {hold}"))
+                .expect("release host2's kubeadm reset");
+        },
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    while !lab
-        .calls("host2")
-        .iter()
-        .any(|(_, c)| c.starts_with("kubeadm reset"))
-    {
-        if std::time::Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = lab.host("host2").exec(&format!("rm -f {hold}"));
-            panic!("host2's kubeadm reset never came:\n{}", log_text(&log));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    ctrl_c(&child);
-    let (c, took) = exit_within(&mut child, 60);
-    lab.host("host2")
-        .exec(&format!("rm -f {hold}"))
-        .expect("release host2's kubeadm reset");
-    let err = log_text(&log);
     assert_eq!(c, Some(130), "{err}");
     assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
     assert!(

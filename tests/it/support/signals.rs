@@ -68,3 +68,32 @@ pub fn exit_within(child: &mut Child, secs: u64) -> (Option<i32>, Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Runs `cmd` until a step held by a test stand-in is reached (`arrived`, polled every 50 ms,
+/// bounded by 300 s), sends Ctrl-C, and lets the step go (`release`) once kprov exited (or
+/// when it never arrived, before panicking with kprov's log). Returns the exit code, the time
+/// from the signal to the exit, and what kprov wrote.
+pub fn interrupt_held_step(
+    cmd: Command,
+    what: &str,
+    arrived: impl Fn() -> bool,
+    release: impl FnOnce(),
+) -> (Option<i32>, Duration, String) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("kprov.log");
+    let mut child = spawn(cmd, &log);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !arrived() {
+        if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            release();
+            panic!("{what} never came:\n{}", log_text(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctrl_c(&child);
+    let (code, took) = exit_within(&mut child, 60);
+    release();
+    (code, took, log_text(&log))
+}
