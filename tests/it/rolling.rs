@@ -241,57 +241,92 @@ mod engine_on_the_fake_api {
     }
 
     /// Restarts each node's kubelet as the real one restarts (the fake API keeps the old
-    /// Ready for a moment, then NotReady, then Ready with a new heartbeat) and says so.
-    struct KubeletRestarter<'f>(&'f FakeKube, Mutex<Vec<std::thread::JoinHandle<()>>>);
+    /// Ready for a moment, then NotReady, then Ready with a new heartbeat) and says so. With
+    /// `old_posts_first`, the steps before the restart take a while (a kubeadm upgrade pulling
+    /// images): the old kubelet posts a fresh Ready meanwhile, and the roller reads the
+    /// heartbeat right before the restart (`Rolled::ready_before`), as the metal roller does.
+    struct KubeletRestarter<'f> {
+        fake: &'f FakeKube,
+        posts: Mutex<Vec<std::thread::JoinHandle<()>>>,
+        old_posts_first: bool,
+    }
 
     #[async_trait]
     impl NodeRoller for KubeletRestarter<'_> {
         async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+            let mut ready_before = None;
+            if self.old_posts_first {
+                // The API's heartbeats have one-second precision.
+                tokio::time::sleep(Duration::from_millis(1100)).await;
+                self.fake.kubelet_posts(&node.node_name, true);
+                let n = self
+                    .fake
+                    .get("Node", None, &node.node_name)
+                    .expect("the node");
+                let heartbeat = n["status"]["conditions"]
+                    .as_array()
+                    .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
+                    .map(|c| c["lastHeartbeatTime"].clone())
+                    .expect("a Ready heartbeat");
+                ready_before = Some(serde_json::from_value(heartbeat).expect("an RFC 3339 time"));
+            }
             // The API's side goes on after the roll returns, as it does for real.
-            let posts = self.0.kubelet_restarted(
+            let posts = self.fake.kubelet_restarted(
                 &node.node_name,
                 Duration::from_millis(1200),
                 Duration::from_millis(600),
             );
-            self.1.lock().unwrap().push(posts);
+            self.posts.lock().unwrap().push(posts);
             Ok(Rolled {
                 replacement: None,
                 kubelet_restarted: true,
-                ready_before: None,
+                ready_before,
             })
         }
     }
 
-    /// A roll whose steps before the kubelet's restart take a while (a kubeadm upgrade pulling
-    /// images): the old kubelet posts a fresh Ready meanwhile, and the roller reads the
-    /// heartbeat right before the restart (`Rolled::ready_before`), as the metal roller does.
-    struct SlowBeforeRestart<'f>(&'f FakeKube, Mutex<Vec<std::thread::JoinHandle<()>>>);
-
-    #[async_trait]
-    impl NodeRoller for SlowBeforeRestart<'_> {
-        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
-            // The API's heartbeats have one-second precision.
-            tokio::time::sleep(Duration::from_millis(1100)).await;
-            self.0.kubelet_posts(&node.node_name, true);
-            let n = self.0.get("Node", None, &node.node_name).expect("the node");
-            let heartbeat = n["status"]["conditions"]
-                .as_array()
-                .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
-                .map(|c| c["lastHeartbeatTime"].clone())
-                .expect("a Ready heartbeat");
-            let ready_before = serde_json::from_value(heartbeat).expect("an RFC 3339 time");
-            let posts = self.0.kubelet_restarted(
-                &node.node_name,
-                Duration::from_millis(1200),
-                Duration::from_millis(600),
-            );
-            self.1.lock().unwrap().push(posts);
-            Ok(Rolled {
-                replacement: None,
-                kubelet_restarted: true,
-                ready_before: Some(ready_before),
-            })
+    /// Rolls the plan's nodes with a [`KubeletRestarter`] on the fake API, waits for every
+    /// kubelet's posts (a roll that went on without them too) and returns the timeline.
+    async fn roll_restarting_kubelets(
+        old_posts_first: bool,
+        events: rolling::RollEvents,
+    ) -> Vec<(usize, String, &'static str)> {
+        let (fake, api) = setup().await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path()).unwrap();
+        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        let roller = KubeletRestarter {
+            fake: &fake,
+            posts: Mutex::default(),
+            old_posts_first,
+        };
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        fake.clear_requests();
+        let j = rolling::run(
+            file,
+            Journal::new(&plan(), "test", false),
+            &api,
+            &roller,
+            &options(),
+            &events,
+            rx,
+            &|| Ok(()),
+        )
+        .await
+        .unwrap();
+        assert!(j.finished);
+        for posts in roller.posts.lock().unwrap().drain(..) {
+            posts.join().unwrap();
         }
+        timeline(&fake)
+    }
+
+    /// The index of the first `what` of `node` in a [`timeline`].
+    fn first(t: &[(usize, String, &'static str)], node: &str, what: &str) -> usize {
+        t.iter()
+            .find(|(_, n, w)| n == node && *w == what)
+            .map(|(i, _, _)| *i)
+            .unwrap_or_else(|| panic!("no {what} of {node}: {t:?}"))
     }
 
     /// Where `node` was cordoned, uncordoned and its kubelet posted Ready/NotReady, in the
@@ -326,37 +361,8 @@ mod engine_on_the_fake_api {
     /// post, before the new one's NotReady.)
     #[tokio::test]
     async fn the_heartbeat_to_beat_is_the_one_read_right_before_the_restart() {
-        let (fake, api) = setup().await;
-        let dir = tempfile::tempdir().unwrap();
-        let store = FileStore::new(dir.path()).unwrap();
-        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
-        let roller = SlowBeforeRestart(&fake, Mutex::default());
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        let events: rolling::RollEvents = Arc::new(|_: &RollEvent| {});
-        fake.clear_requests();
-        let j = rolling::run(
-            file,
-            Journal::new(&plan(), "test", false),
-            &api,
-            &roller,
-            &options(),
-            &events,
-            rx,
-            &|| Ok(()),
-        )
-        .await
-        .unwrap();
-        assert!(j.finished);
-        for posts in roller.1.lock().unwrap().drain(..) {
-            posts.join().unwrap();
-        }
-        let t = timeline(&fake);
-        let at = |node: &str, what: &str| {
-            t.iter()
-                .find(|(_, n, w)| n == node && *w == what)
-                .map(|(i, _, _)| *i)
-                .unwrap_or_else(|| panic!("no {what} of {node}: {t:?}"))
-        };
+        let t = roll_restarting_kubelets(true, Arc::new(|_: &RollEvent| {})).await;
+        let at = |node: &str, what: &str| first(&t, node, what);
         for n in ["w1", "w2"] {
             assert!(
                 at(n, "notready") < at(n, "uncordon"),
@@ -373,12 +379,6 @@ mod engine_on_the_fake_api {
     /// let w2 be cordoned while w1 was about to go NotReady.
     #[tokio::test]
     async fn after_a_kubelet_restart_only_a_ready_posted_by_the_new_kubelet_counts() {
-        let (fake, api) = setup().await;
-        let dir = tempfile::tempdir().unwrap();
-        let store = FileStore::new(dir.path()).unwrap();
-        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
-        let roller = KubeletRestarter(&fake, Mutex::default());
-        let (_tx, rx) = tokio::sync::watch::channel(false);
         let working = Arc::new(Mutex::new(Vec::new()));
         let w2 = working.clone();
         let events: rolling::RollEvents = Arc::new(move |e: &RollEvent| {
@@ -386,31 +386,8 @@ mod engine_on_the_fake_api {
                 w2.lock().unwrap().push(what.clone());
             }
         });
-        fake.clear_requests();
-        let j = rolling::run(
-            file,
-            Journal::new(&plan(), "test", false),
-            &api,
-            &roller,
-            &options(),
-            &events,
-            rx,
-            &|| Ok(()),
-        )
-        .await
-        .unwrap();
-        assert!(j.finished);
-        // Every kubelet's posts are in (a roll that went on without them too).
-        for posts in roller.1.lock().unwrap().drain(..) {
-            posts.join().unwrap();
-        }
-        let t = timeline(&fake);
-        let at = |node: &str, what: &str| {
-            t.iter()
-                .find(|(_, n, w)| n == node && *w == what)
-                .map(|(i, _, _)| *i)
-                .unwrap_or_else(|| panic!("no {what} of {node}: {t:?}"))
-        };
+        let t = roll_restarting_kubelets(false, events).await;
+        let at = |node: &str, what: &str| first(&t, node, what);
         assert!(at("w1", "notready") < at("w1", "ready"), "{t:?}");
         assert!(
             at("w1", "ready") < at("w1", "uncordon"),
