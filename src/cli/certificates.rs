@@ -260,8 +260,8 @@ pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
     let resume = format!("kprov rotate certificates {name} --yes");
     let ints = super::commands::catch_interrupts(name, &resume);
     let outcome = Session::new(store.clone())
-        .with_lock(name, "rotate certificates --yes", async |guard| match ints
-            .or(ops::apply(
+        .with_lock(name, "rotate certificates --yes", async |guard| {
+            ints.or_try(ops::apply(
                 store.clone(),
                 &plan,
                 guard,
@@ -269,9 +269,6 @@ pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
                 &render_events(),
             ))
             .await
-        {
-            Err(c) => Ok(Err(c)),
-            Ok(r) => r.map(Ok),
         })
         .await
         .map_err(failed)?;

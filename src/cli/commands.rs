@@ -1041,13 +1041,8 @@ async fn delete_cluster(
     let ints = catch_interrupts(name, &resume);
     let outcome = crate::ops::session::Session::new(repo.store().clone())
         .with_lock(name, plan.lock_command(), async |guard| {
-            match ints
-                .or(ops::apply(&repo, &plan, guard, concurrency, &events_for))
+            ints.or_try(ops::apply(&repo, &plan, guard, concurrency, &events_for))
                 .await
-            {
-                Err(c) => Ok(Err(c)),
-                Ok(r) => r.map(Ok),
-            }
         })
         .await;
     if let Some(bars) = bars.into_inner().unwrap_or_else(|p| p.into_inner()) {

@@ -284,10 +284,7 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
     );
     let outcome = Session::new(repo.store().clone())
         .with_lock(name, "delete instance", async |guard| {
-            match ints.or(removal.apply(guard, &events)).await {
-                Err(c) => Ok(Err(c)),
-                Ok(r) => r.map(Ok),
-            }
+            ints.or_try(removal.apply(guard, &events)).await
         })
         .await
         .map_err(failed)?;

@@ -216,15 +216,10 @@ async fn aws(
     let session = Session::new(store.clone());
     let outcome = session
         .with_lock(name, "update cluster --yes", async |guard| {
-            match ints
-                .or(aws_apply(
-                    ctx, &store, cluster, groups, a, guard, &in_flight,
-                ))
-                .await
-            {
-                Err(c) => Ok(Err(c)),
-                Ok(r) => r.map(Ok),
-            }
+            ints.or_try(aws_apply(
+                ctx, &store, cluster, groups, a, guard, &in_flight,
+            ))
+            .await
         })
         .await?;
     let outcome = match outcome {

@@ -124,6 +124,18 @@ impl Interrupts {
         }
     }
 
+    /// A fallible `fut`, unless a signal comes first: its error outside, the signal inside,
+    /// as a `Session::with_lock` closure returns them (the lock is released either way).
+    pub async fn or_try<T, E>(
+        &self,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<Result<T, Caught>, E> {
+        match self.or(fut).await {
+            Err(c) => Ok(Err(c)),
+            Ok(r) => r.map(Ok),
+        }
+    }
+
     /// A wait loop's pause, ended early by a signal.
     pub async fn sleep(&self, d: Duration) -> Result<(), Caught> {
         self.or(tokio::time::sleep(d)).await
