@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 
-use super::create::{CreateClusterArgs, DryRunFormat, build_cluster_objects};
+use super::create::{CreateClusterArgs, DryRunFormat};
 use super::{
     BackupWhat, Cli, Command, CreateWhat, DeleteWhat, EditWhat, ExportWhat, ForgetWhat, GetWhat,
     LockWhat, ReleaseWhat, RestoreWhat, RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat,
@@ -15,9 +15,7 @@ use super::{
 };
 use crate::bounded;
 use crate::ops::interrupt::{self, Caught, Interrupts};
-use crate::ops::objects::{
-    FileCluster, check_create, group_by_cluster, merged_groups, replace_merged, validate_merged,
-};
+use crate::ops::objects::{self, Mode, Written, group_by_cluster};
 use crate::output::{Format, Printer, Table, plural, untrusted};
 use crate::repo::{Repo, RepoError, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, ObjectRef, SpecErrors};
@@ -122,7 +120,7 @@ pub(super) fn interrupted(
 pub fn exit_code_of(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
         if cause.is::<SpecErrors>()
-            || cause.is::<super::create::FlagError>()
+            || cause.is::<crate::ops::create::FlagError>()
             || cause.is::<crate::inventory::InventoryError>()
         {
             return exit::INVALID_SPEC;
@@ -237,12 +235,12 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                     super::toolbox::create_sshpublickey(ctx, &name, &file).await
                 }
             },
-            (None, Some(f)) => objects_from_file(ctx, &f, FileMode::Create).await,
+            (None, Some(f)) => objects_from_file(ctx, &f, Mode::Create).await,
             (None, None) => Err(anyhow!(
                 "say what to create: `kprov create cluster NAME ...` or `kprov create -f FILE`"
             )),
         },
-        Command::Replace(f) => objects_from_file(ctx, &f.file, FileMode::Replace).await,
+        Command::Replace(f) => objects_from_file(ctx, &f.file, Mode::Replace).await,
         Command::Get(g) => match g.what {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
@@ -399,88 +397,39 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
     }
 }
 
-/// The SSH key `create cluster` installs: the flag, else the user's usual default key. A
-/// default key that exists but cannot be used (too large, unreadable, not text, empty) is
-/// skipped with a warning naming the file and why; an absent one silently.
-fn read_ssh_public_key(printer: &Printer, flag: Option<&Path>) -> anyhow::Result<Option<String>> {
-    if let Some(p) = flag {
-        let text =
-            bounded::read_file_to_string(p, bounded::SSH_PUBLIC_KEY).context("--ssh-public-key")?;
-        if text.trim().is_empty() {
-            return Err(super::create::FlagError {
-                flag: "ssh-public-key",
-                message: format!("{} is empty", p.display()),
-            }
-            .into());
-        }
-        return Ok(Some(text.trim().to_string()));
-    }
-    let Some(home) = std::env::home_dir() else {
-        return Ok(None);
-    };
-    for f in [".ssh/id_ed25519.pub", ".ssh/id_rsa.pub"] {
-        let path = home.join(f);
-        match bounded::read_file_to_string(&path, bounded::SSH_PUBLIC_KEY) {
-            Ok(t) if !t.trim().is_empty() => return Ok(Some(t.trim().to_string())),
-            Ok(_) => printer.warn(&format!(
-                "skipped the SSH public key {}: it is empty",
-                path.display()
-            )),
-            Err(e) if e.io_kind() == Some(std::io::ErrorKind::NotFound) => {}
-            // The error names the file.
-            Err(e) => printer.warn(&format!("skipped a default SSH public key: {e}")),
-        }
-    }
-    Ok(None)
-}
-
 async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32> {
-    // Problems are collected, not returned one at a time: an inventory is refused once, with
-    // every problem it has (its own, its settings', and the spec's they lead to).
-    let mut inventory = match &a.inventory {
+    use crate::ops::create;
+    let inventory = match &a.inventory {
         Some(path) => Some(crate::inventory::import_collecting(path)?),
         None => None,
     };
-    let key = read_ssh_public_key(&ctx.printer, a.ssh_public_key.as_deref())?;
-    let mut overrides = Vec::new();
-    let (cluster, groups) = match &mut inventory {
-        Some(inv) => {
-            let (mut cluster, groups, notes) = super::create::inventory_objects(a, inv, key)?;
-            if inv.problems.is_empty() {
-                for n in crate::ops::release::pin_checksums(&mut cluster).await? {
-                    ctx.printer.status(&n);
-                }
-            }
-            super::create::check_inventory_objects(&cluster, &groups, inv)?;
-            overrides = notes;
-            if let Some(w) = inv.unused_warning() {
-                ctx.printer.warn(&w);
-            }
-            (cluster, groups)
+    let home = std::env::home_dir();
+    let (key, skipped) = create::ssh_public_key(a.ssh_public_key.as_deref(), home.as_deref())?;
+    for w in &skipped {
+        ctx.printer.warn(w);
+    }
+    let plan = create::plan(&a.request(), inventory, key, &mut |n| {
+        ctx.printer.status(&n)
+    })
+    .await?;
+    if let Some(inv) = &plan.inventory {
+        if let Some(w) = inv.unused_warning() {
+            ctx.printer.warn(&w);
         }
-        None => {
-            let (mut cluster, groups) = build_cluster_objects(a, Vec::new(), key)?;
-            for n in crate::ops::release::pin_checksums(&mut cluster).await? {
-                ctx.printer.status(&n);
-            }
-            resolve_with_docs(&cluster, &groups, None, &HashMap::new(), "command line")?;
-            (cluster, groups)
-        }
-    };
-    if let Some(inv) = &inventory {
-        let lines = super::create::inventory_summary(inv, &overrides);
+        let lines = super::create::inventory_summary(inv, &plan.overrides);
         if a.dry_run {
             for l in lines {
                 ctx.printer.status(&l);
             }
         } else {
-            for n in inv.notes.iter().chain(&overrides) {
+            for n in inv.notes.iter().chain(&plan.overrides) {
                 ctx.printer.status(&format!("Note: {n}"));
             }
         }
     }
+    let (cluster, groups) = (&plan.cluster, &plan.groups);
     if a.dry_run {
-        let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(&cluster))
+        let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(cluster))
             .chain(groups.iter().map(ObjectRef::InstanceGroup))
             .collect();
         match a.output {
@@ -502,19 +451,7 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
     }
     let repo = ctx.repo().await?;
     ctx.warn_versioning(repo.store().as_ref()).await;
-    // Refused before the lock is taken, so a refused create writes nothing.
-    let config = crate::state::layout::ClusterKeys::new(cluster.name())?.config();
-    if repo.store().get(&config).await?.is_some() {
-        return Err(RepoError::Exists {
-            name: cluster.name().into(),
-            store: repo.location(),
-        }
-        .into());
-    }
-    locked(repo.store(), cluster.name(), "create cluster", async {
-        Ok(repo.create(&cluster, &groups).await?)
-    })
-    .await?;
+    create::apply(&repo, &plan).await?;
     ctx.printer.success(&format!(
         "Cluster {} created in {} ({}).",
         cluster.name(),
@@ -535,142 +472,46 @@ fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
     }
 }
 
-#[derive(Clone, Copy)]
-enum FileMode {
-    Create,
-    Replace,
-}
-
 /// `create -f` and `replace -f`: every cluster in the file is handled under its own lock.
-async fn objects_from_file(ctx: &Ctx, path: &Path, mode: FileMode) -> anyhow::Result<i32> {
+async fn objects_from_file(ctx: &Ctx, path: &Path, mode: Mode) -> anyhow::Result<i32> {
     let (source, text) = read_input(path)?;
     let objects = spec::load_objects(&source, &text)?;
     let mut per_cluster = group_by_cluster(objects)?;
     let repo = ctx.repo().await?;
-    if matches!(mode, FileMode::Create) {
+    if mode == Mode::Create {
         ctx.warn_versioning(repo.store().as_ref()).await;
-        // A newer patch release's checksums are read once, here, and kept in the spec.
-        for (_, fc) in per_cluster.iter_mut() {
-            if let Some(c) = fc.cluster.as_mut() {
-                for n in crate::ops::release::pin_checksums(&mut c.value).await? {
-                    ctx.printer.status(&n);
-                }
-            }
-        }
     }
-    // Every refusal comes before the first write: each cluster of the file is checked against
-    // the store as it is now, before any lock is taken (under the lock it is checked again).
-    for (name, fc) in &per_cluster {
-        match mode {
-            FileMode::Create => check_create(&repo, &source, name, fc).await?,
-            FileMode::Replace => {
-                replace_merged(&repo, &source, name, fc).await?;
-            }
+    let mut said = |w: Written| match w {
+        Written::Pinned(n) => ctx.printer.status(&n),
+        Written::ClusterCreated { name, groups } => ctx.printer.success(&format!(
+            "Created cluster {name} with {}.",
+            plural(groups, "instance group")
+        )),
+        Written::GroupCreated { cluster, group } => ctx.printer.success(&format!(
+            "Created instance group {group} in cluster {cluster}."
+        )),
+        Written::ClusterReplaced {
+            name,
+            changed: true,
+        } => ctx.printer.success(&format!("Replaced cluster {name}.")),
+        Written::ClusterReplaced { name, .. } => {
+            ctx.printer.status(&format!("Cluster {name} unchanged."))
         }
-    }
-    for (name, fc) in per_cluster {
-        match mode {
-            FileMode::Create => {
-                locked(
-                    repo.store(),
-                    &name,
-                    "create -f",
-                    create_one(ctx, &repo, &source, &name, fc),
-                )
-                .await?
-            }
-            FileMode::Replace => {
-                locked(
-                    repo.store(),
-                    &name,
-                    "replace -f",
-                    replace_one(ctx, &repo, &source, &name, fc),
-                )
-                .await?
-            }
-        }
-    }
+        Written::GroupReplaced {
+            group,
+            changed: false,
+            ..
+        } => ctx
+            .printer
+            .status(&format!("Instance group {group} unchanged.")),
+        Written::GroupReplaced { group, existed, .. } => ctx.printer.success(&format!(
+            "{} instance group {group}.",
+            if existed { "Replaced" } else { "Created" }
+        )),
+    };
+    objects::plan(&repo, &source, mode, &mut per_cluster, &mut said).await?;
+    objects::apply(&repo, &source, mode, per_cluster, &mut said).await?;
     Ok(exit::OK)
-}
-
-async fn create_one(
-    ctx: &Ctx,
-    repo: &Repo,
-    source: &str,
-    name: &str,
-    fc: FileCluster,
-) -> anyhow::Result<()> {
-    match fc.cluster {
-        Some(cluster) => {
-            validate_merged(source, &cluster, &fc.groups)?;
-            let groups: Vec<InstanceGroup> = fc.groups.iter().map(|g| g.value.clone()).collect();
-            repo.create(&cluster.value, &groups).await?;
-            ctx.printer.success(&format!(
-                "Created cluster {name} with {}.",
-                plural(groups.len(), "instance group")
-            ));
-        }
-        None => {
-            // Only groups: add them to the stored cluster.
-            let stored = repo.get(name).await?;
-            let all = merged_groups(source, name, &stored, &fc)?;
-            for g in &fc.groups {
-                repo.put_group(name, &g.value, None).await?;
-                ctx.printer.success(&format!(
-                    "Created instance group {} in cluster {name}.",
-                    g.value.metadata.name
-                ));
-            }
-            let values: Vec<InstanceGroup> = all.iter().map(|g| g.value.clone()).collect();
-            repo.write_completed(&stored.cluster.value, &values).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn replace_one(
-    ctx: &Ctx,
-    repo: &Repo,
-    source: &str,
-    name: &str,
-    fc: FileCluster,
-) -> anyhow::Result<()> {
-    let (stored, cluster, all) = replace_merged(repo, source, name, &fc).await?;
-    if let Some(c) = &fc.cluster {
-        if c.value != stored.cluster.value {
-            repo.put_cluster(&c.value, &stored.version).await?;
-            ctx.printer.success(&format!("Replaced cluster {name}."));
-        } else {
-            ctx.printer.status(&format!("Cluster {name} unchanged."));
-        }
-    }
-    for g in &fc.groups {
-        let existing = stored
-            .groups
-            .iter()
-            .find(|x| x.group.value.metadata.name == g.value.metadata.name);
-        if existing.is_some_and(|e| e.group.value == g.value) {
-            ctx.printer.status(&format!(
-                "Instance group {} unchanged.",
-                g.value.metadata.name
-            ));
-            continue;
-        }
-        repo.put_group(name, &g.value, existing.map(|e| &e.version))
-            .await?;
-        ctx.printer.success(&format!(
-            "{} instance group {}.",
-            if existing.is_some() {
-                "Replaced"
-            } else {
-                "Created"
-            },
-            g.value.metadata.name
-        ));
-    }
-    let values: Vec<InstanceGroup> = all.iter().map(|g| g.value.clone()).collect();
-    repo.write_completed(&cluster.value, &values).await?;
-    Ok(())
 }
 
 #[derive(serde::Serialize)]
@@ -685,8 +526,6 @@ struct ClusterRow {
     nodes: u64,
 }
 
-/// `get secrets NAME`: every object under the cluster's `secrets/` and `pki/` keys with the
-/// sha256 of its bytes (to compare two stores, or notice a change), never the bytes.
 /// `kprov create registry-credentials`: the password is the first line of standard input.
 async fn create_registry_credentials(
     ctx: &Ctx,
@@ -694,108 +533,39 @@ async fn create_registry_credentials(
     host: &str,
     username: &str,
 ) -> anyhow::Result<i32> {
-    crate::provision::mirrors::check_registry_name(host).map_err(|e| anyhow!("--host: {e}"))?;
-    if username.is_empty() || username.contains(':') || username.chars().any(char::is_control) {
-        return Err(anyhow!(
-            "--username: {} is not a registry user name (not empty, no ':' or control characters)",
-            untrusted(username)
-        ));
-    }
     let repo = ctx.repo().await?;
-    let stored = repo.get(name).await?;
-    let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .context("reading the password from standard input")?;
-    let password = line.trim_end_matches(['\n', '\r']).to_string();
-    if password.is_empty() {
-        return Err(anyhow!(
-            "no password on standard input (give it as the first line, e.g. `kprov create \
-             registry-credentials {name} --host {host} --username {username} < FILE`)"
-        ));
-    }
-    let known = stored
-        .cluster
-        .value
-        .spec
-        .containerd
-        .iter()
-        .flat_map(|c| c.registries.iter())
-        .flat_map(|r| r.mirrors.iter())
-        .any(|m| m.host() == Some(host));
-    if !known {
+    let stored =
+        crate::ops::credentials::store_registry_credentials(&repo, name, host, username, || {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("reading the password from standard input")?;
+            Ok(line.trim_end_matches(['\n', '\r']).to_string())
+        })
+        .await?;
+    if !stored.used {
         ctx.printer.warn(&format!(
             "no mirror in spec.containerd.registries has host {host}: the credentials are kept \
              but not used until one does"
         ));
     }
-    let cred = crate::spec::RegistryCredential {
-        username: username.to_string(),
-        password,
-    };
-    let digest = repo.put_registry_credentials(name, host, &cred).await?;
     ctx.printer.success(&format!(
-        "registry credentials for {host} stored in the secrets of {name} as {} ({digest}); \
+        "registry credentials for {host} stored in the secrets of {name} as {} ({}); \
          `kprov update cluster {name}` writes them to the nodes",
-        crate::repo::registry_secret(host)
+        stored.secret, stored.digest
     ));
     Ok(exit::OK)
 }
 
+/// `get secrets NAME`: the cluster's secrets by digest, never their bytes.
 async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
-    use sha2::{Digest, Sha256};
     let repo = ctx.repo().await?;
-    // The cluster must exist: an empty listing must not hide a typo.
-    let stored = repo.get(name).await?;
-    let keys = state::layout::ClusterKeys::new(name)?;
-    let mut rows = Vec::new();
-    for (kind, prefix) in [
-        ("secret", keys.secrets_prefix()),
-        ("pki", keys.pki_prefix()),
-    ] {
-        let mut listed = repo.store().list(&prefix).await?;
-        listed.sort();
-        for key in listed {
-            let Some(obj) = repo.store().get(&key).await? else {
-                continue;
-            };
-            let short = key
-                .strip_prefix(&prefix)
-                .unwrap_or(&key)
-                .trim_start_matches('/')
-                .to_string();
-            rows.push((
-                kind,
-                short,
-                obj.data.len(),
-                hex::encode(Sha256::digest(&obj.data)),
-            ));
-        }
-    }
-    // The instances' SSH public key (`create sshpublickey`): by its fingerprint, as kops
-    // shows it, from the spec where it is stored.
-    let ssh_key = stored
-        .cluster
-        .value
-        .spec
-        .ssh_key
-        .as_ref()
-        .and_then(|k| k.public_key.as_deref())
-        .map(|k| (k.trim().len(), crate::ops::sshkey::fingerprint(k)));
-    if let Some((len, fingerprint)) = &ssh_key {
-        rows.push((
-            "sshpublickey",
-            "admin".into(),
-            *len,
-            fingerprint
-                .clone()
-                .unwrap_or_else(|| "not an OpenSSH public key".into()),
-        ));
-    }
+    let rows = crate::ops::credentials::secrets(&repo, name).await?;
     let items: Vec<serde_json::Value> = rows
         .iter()
-        .map(|(kind, key, len, digest)| {
-            if *kind == "sshpublickey" {
+        .map(|r| {
+            let (kind, key, len, digest) = (r.kind, &r.name, r.bytes, &r.digest);
+            if kind == "sshpublickey" {
                 serde_json::json!({"type": kind, "name": key, "bytes": len, "fingerprint": digest})
             } else {
                 serde_json::json!({"type": kind, "name": key, "bytes": len, "sha256": digest})
@@ -805,12 +575,12 @@ async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     ctx.printer
         .value(&serde_json::json!({ "items": items }), || {
             let mut t = Table::new(["TYPE", "NAME", "BYTES", "SHA256 / FINGERPRINT"]);
-            for (kind, key, len, digest) in &rows {
+            for r in &rows {
                 t.row([
-                    kind.to_string(),
-                    untrusted(key).to_string(),
-                    len.to_string(),
-                    digest.clone(),
+                    r.kind.to_string(),
+                    untrusted(&r.name).to_string(),
+                    r.bytes.to_string(),
+                    r.digest.clone(),
                 ]);
             }
             t
@@ -1395,23 +1165,16 @@ pub use crate::ops::nodes::ADMIN_KUBECONFIG_SECRET;
 
 async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
-    let stored = repo.get(name).await?;
-    let key = crate::state::layout::ClusterKeys::new(name)?.secret(ADMIN_KUBECONFIG_SECRET)?;
-    let admin = repo
-        .store()
-        .get(&key)
-        .await?
-        .ok_or_else(|| anyhow!("cluster {name} has no admin credentials yet: provision it first with `kprov update cluster {name} --yes`"))?;
-    let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
-    let (cluster, _) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
-    // AWS clusters are reached through their API record on the load balancer's listener
-    // port (`instances::api_port`); metal kubeconfigs already carry the control-plane
-    // endpoint kubeadm was given.
-    let server = crate::cloud::aws::instances::api_server_url(&cluster);
     let env = std::env::var("KUBECONFIG").ok();
     let home = std::env::home_dir();
-    let path = crate::kubeconfig::target_path(explicit, env.as_deref(), home.as_deref(), name);
-    crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
+    let path = crate::ops::credentials::export_kubeconfig(
+        &repo,
+        name,
+        explicit,
+        env.as_deref(),
+        home.as_deref(),
+    )
+    .await?;
     ctx.printer.success(&format!(
         "kubeconfig for {name} written to {} (current context: {name})",
         path.display()

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-pub use create::{CreateClusterArgs, build_cluster_objects};
+pub use create::CreateClusterArgs;
 
 use crate::output::Format;
 

@@ -128,3 +128,152 @@ pub async fn kube_client(
         },
     ))
 }
+
+/// What `create registry-credentials` stored.
+pub struct RegistryStored {
+    /// The secret's name under the cluster's secrets.
+    pub secret: String,
+    /// The digest of what was stored (never the password).
+    pub digest: String,
+    /// Whether a mirror in `spec.containerd.registries` has this host (otherwise the
+    /// credentials are kept but not used until one does).
+    pub used: bool,
+}
+
+/// `create registry-credentials`: `host` and `username` checked (errors name their flag),
+/// the cluster read, then the password (`password()`, read only then) stored in the
+/// cluster's secrets.
+pub async fn store_registry_credentials(
+    repo: &crate::repo::Repo,
+    name: &str,
+    host: &str,
+    username: &str,
+    password: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<RegistryStored> {
+    use crate::output::untrusted;
+    crate::provision::mirrors::check_registry_name(host).map_err(|e| anyhow!("--host: {e}"))?;
+    if username.is_empty() || username.contains(':') || username.chars().any(char::is_control) {
+        return Err(anyhow!(
+            "--username: {} is not a registry user name (not empty, no ':' or control characters)",
+            untrusted(username)
+        ));
+    }
+    let stored = repo.get(name).await?;
+    let password = password()?;
+    if password.is_empty() {
+        return Err(anyhow!(
+            "no password on standard input (give it as the first line, e.g. `kprov create \
+             registry-credentials {name} --host {host} --username {username} < FILE`)"
+        ));
+    }
+    let used = stored
+        .cluster
+        .value
+        .spec
+        .containerd
+        .iter()
+        .flat_map(|c| c.registries.iter())
+        .flat_map(|r| r.mirrors.iter())
+        .any(|m| m.host() == Some(host));
+    let cred = crate::spec::RegistryCredential {
+        username: username.to_string(),
+        password,
+    };
+    let digest = repo.put_registry_credentials(name, host, &cred).await?;
+    Ok(RegistryStored {
+        secret: crate::repo::registry_secret(host),
+        digest,
+        used,
+    })
+}
+
+/// One object among a cluster's secrets, as `get secrets` lists it: never its bytes.
+pub struct SecretEntry {
+    /// "secret", "pki" or "sshpublickey".
+    pub kind: &'static str,
+    /// Its key below the cluster's `secrets/` or `pki/`; "admin" for the SSH key.
+    pub name: String,
+    pub bytes: usize,
+    /// The sha256 of its bytes; for the SSH key its fingerprint.
+    pub digest: String,
+}
+
+/// `get secrets NAME`: every object under the cluster's `secrets/` and `pki/` keys with the
+/// sha256 of its bytes (to compare two stores, or notice a change), and the instances' SSH
+/// public key by its fingerprint (as kops shows it).
+pub async fn secrets(repo: &crate::repo::Repo, name: &str) -> anyhow::Result<Vec<SecretEntry>> {
+    use sha2::{Digest, Sha256};
+    // The cluster must exist: an empty listing must not hide a typo.
+    let stored = repo.get(name).await?;
+    let keys = ClusterKeys::new(name)?;
+    let mut rows = Vec::new();
+    for (kind, prefix) in [
+        ("secret", keys.secrets_prefix()),
+        ("pki", keys.pki_prefix()),
+    ] {
+        let mut listed = repo.store().list(&prefix).await?;
+        listed.sort();
+        for key in listed {
+            let Some(obj) = repo.store().get(&key).await? else {
+                continue;
+            };
+            let short = key
+                .strip_prefix(&prefix)
+                .unwrap_or(&key)
+                .trim_start_matches('/')
+                .to_string();
+            rows.push(SecretEntry {
+                kind,
+                name: short,
+                bytes: obj.data.len(),
+                digest: hex::encode(Sha256::digest(&obj.data)),
+            });
+        }
+    }
+    let ssh_key = stored
+        .cluster
+        .value
+        .spec
+        .ssh_key
+        .as_ref()
+        .and_then(|k| k.public_key.as_deref());
+    if let Some(k) = ssh_key {
+        rows.push(SecretEntry {
+            kind: "sshpublickey",
+            name: "admin".into(),
+            bytes: k.trim().len(),
+            digest: super::sshkey::fingerprint(k)
+                .unwrap_or_else(|| "not an OpenSSH public key".into()),
+        });
+    }
+    Ok(rows)
+}
+
+/// `export kubeconfig`: the stored admin credentials merged into the kubeconfig kubectl's
+/// rules choose (`explicit`, else `$KUBECONFIG`'s first file, else `~/.kube/config`), with the
+/// context named after the cluster; returns the file written.
+pub async fn export_kubeconfig(
+    repo: &crate::repo::Repo,
+    name: &str,
+    explicit: Option<&Path>,
+    env: Option<&str>,
+    home: Option<&Path>,
+) -> anyhow::Result<PathBuf> {
+    let stored = repo.get(name).await?;
+    let key = ClusterKeys::new(name)?.secret(ADMIN_KUBECONFIG_SECRET)?;
+    let admin = repo
+        .store()
+        .get(&key)
+        .await?
+        .ok_or_else(|| anyhow!("cluster {name} has no admin credentials yet: provision it first with `kprov update cluster {name} --yes`"))?;
+    let admin = crate::kubeconfig::trusted_admin(&admin.data, &key)?;
+    let (cluster, _) =
+        crate::spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+    // AWS clusters are reached through their API record on the load balancer's listener
+    // port (`instances::api_port`); metal kubeconfigs already carry the control-plane
+    // endpoint kubeadm was given.
+    let server = crate::cloud::aws::instances::api_server_url(&cluster);
+    let path = crate::kubeconfig::target_path(explicit, env, home, name);
+    crate::kubeconfig::export(&path, &admin, name, server.as_deref())?;
+    Ok(path)
+}

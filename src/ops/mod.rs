@@ -14,6 +14,8 @@
 //!   Node object, spec), and kprov's record of provisioned hosts.
 //! - [`delete`]: `delete cluster`: its machines (cloud resources or hosts) then its objects in
 //!   the store ([`delete::plan`], [`delete::apply`]).
+//! - [`create`]: `create cluster`: the objects flags and an inventory stand for, checked
+//!   as a whole ([`create::plan`]), then stored under the lock ([`create::apply`]).
 //! - [`objects`]: `create -f` / `replace -f`: a file's objects per cluster, merged with the
 //!   store's and validated before any write.
 //! - [`credentials`]: the cluster's API client from stored credentials
@@ -41,6 +43,7 @@
 pub mod addons;
 pub mod aws;
 pub mod certificates;
+pub mod create;
 pub mod credentials;
 pub mod damaged;
 pub mod delete;

@@ -1,6 +1,6 @@
 //! `create -f` and `replace -f`: the objects of a file grouped per cluster, merged with what
-//! the store holds and validated as a whole before anything is written (each cluster under
-//! its own lock, taken by the command).
+//! the store holds and validated as a whole before anything is written ([`plan`]), then
+//! written each cluster under its own lock ([`apply`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -201,6 +201,160 @@ pub async fn replace_merged(
     }
     validate_merged(source, &cluster, &all)?;
     Ok((stored, cluster, all))
+}
+
+/// `create -f` or `replace -f`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Create,
+    Replace,
+}
+
+/// What [`plan`] and [`apply`] did, one event each, as it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// A line about the checksums pinned for a newer patch release (`create -f`).
+    Pinned(String),
+    /// `create -f`: a cluster stored with this many instance groups.
+    ClusterCreated { name: String, groups: usize },
+    /// `create -f`: an instance group added to a stored cluster.
+    GroupCreated { cluster: String, group: String },
+    /// `replace -f`: the cluster written, or left as it was.
+    ClusterReplaced { name: String, changed: bool },
+    /// `replace -f`: an instance group replaced (`existed`), created, or left as it was.
+    GroupReplaced {
+        group: String,
+        existed: bool,
+        changed: bool,
+    },
+}
+
+/// Every refusal of a file's objects, found before the first write: each cluster of the file
+/// checked against the store as it is now (under the lock [`apply`] checks again). For
+/// `create -f` a newer patch release's checksums are read once, here, and kept in the spec.
+pub async fn plan(
+    repo: &Repo,
+    source: &str,
+    mode: Mode,
+    per_cluster: &mut [(String, FileCluster)],
+    said: &mut dyn FnMut(Written),
+) -> anyhow::Result<()> {
+    if mode == Mode::Create {
+        for (_, fc) in per_cluster.iter_mut() {
+            if let Some(c) = fc.cluster.as_mut() {
+                for n in super::release::pin_checksums(&mut c.value).await? {
+                    said(Written::Pinned(n));
+                }
+            }
+        }
+    }
+    for (name, fc) in per_cluster.iter() {
+        match mode {
+            Mode::Create => check_create(repo, source, name, fc).await?,
+            Mode::Replace => {
+                replace_merged(repo, source, name, fc).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes a file's objects, every cluster under its own lock, in the file's order.
+pub async fn apply(
+    repo: &Repo,
+    source: &str,
+    mode: Mode,
+    per_cluster: Vec<(String, FileCluster)>,
+    said: &mut dyn FnMut(Written),
+) -> anyhow::Result<()> {
+    let session = super::session::Session::new(repo.store().clone());
+    for (name, fc) in per_cluster {
+        let command = match mode {
+            Mode::Create => "create -f",
+            Mode::Replace => "replace -f",
+        };
+        session
+            .with_lock(&name, command, async |_| match mode {
+                Mode::Create => create_one(repo, source, &name, fc, said).await,
+                Mode::Replace => replace_one(repo, source, &name, fc, said).await,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+async fn create_one(
+    repo: &Repo,
+    source: &str,
+    name: &str,
+    fc: FileCluster,
+    said: &mut dyn FnMut(Written),
+) -> anyhow::Result<()> {
+    match fc.cluster {
+        Some(cluster) => {
+            validate_merged(source, &cluster, &fc.groups)?;
+            let groups: Vec<InstanceGroup> = fc.groups.iter().map(|g| g.value.clone()).collect();
+            repo.create(&cluster.value, &groups).await?;
+            said(Written::ClusterCreated {
+                name: name.into(),
+                groups: groups.len(),
+            });
+        }
+        None => {
+            // Only groups: add them to the stored cluster.
+            let stored = repo.get(name).await?;
+            let all = merged_groups(source, name, &stored, &fc)?;
+            for g in &fc.groups {
+                repo.put_group(name, &g.value, None).await?;
+                said(Written::GroupCreated {
+                    cluster: name.into(),
+                    group: g.value.metadata.name.clone(),
+                });
+            }
+            let values: Vec<InstanceGroup> = all.iter().map(|g| g.value.clone()).collect();
+            repo.write_completed(&stored.cluster.value, &values).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn replace_one(
+    repo: &Repo,
+    source: &str,
+    name: &str,
+    fc: FileCluster,
+    said: &mut dyn FnMut(Written),
+) -> anyhow::Result<()> {
+    let (stored, cluster, all) = replace_merged(repo, source, name, &fc).await?;
+    if let Some(c) = &fc.cluster {
+        let changed = c.value != stored.cluster.value;
+        if changed {
+            repo.put_cluster(&c.value, &stored.version).await?;
+        }
+        said(Written::ClusterReplaced {
+            name: name.into(),
+            changed,
+        });
+    }
+    for g in &fc.groups {
+        let existing = stored
+            .groups
+            .iter()
+            .find(|x| x.group.value.metadata.name == g.value.metadata.name);
+        let changed = !existing.is_some_and(|e| e.group.value == g.value);
+        if changed {
+            repo.put_group(name, &g.value, existing.map(|e| &e.version))
+                .await?;
+        }
+        said(Written::GroupReplaced {
+            group: g.value.metadata.name.clone(),
+            existed: existing.is_some(),
+            changed,
+        });
+    }
+    let values: Vec<InstanceGroup> = all.iter().map(|g| g.value.clone()).collect();
+    repo.write_completed(&cluster.value, &values).await?;
+    Ok(())
 }
 
 #[cfg(test)]
