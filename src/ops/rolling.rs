@@ -1632,9 +1632,11 @@ pub mod tests {
         fake: &'a Fake,
         store: &'a dyn StateStore,
         drain_time: Duration,
-        /// (call, node, its step on the store, its replacement on the store)
-        seen: StdMutex<Vec<(String, String, NodeStep, Option<String>)>>,
+        seen: StdMutex<Vec<Seen>>,
     }
+
+    /// (call, node, its step on the store, its replacement on the store)
+    type Seen = (String, String, NodeStep, Option<String>);
 
     impl ApiWitness<'_> {
         async fn note(&self, call: &str, node: &str) -> Result<(), String> {
