@@ -233,6 +233,34 @@ pub enum RollError {
 struct Shared<'a> {
     state: Mutex<InMemory>,
     file: Mutex<OnStore<'a>>,
+    /// When the roll waited, and on what (see [`RollTiming`]).
+    spans: std::sync::Mutex<Vec<(Wait, Instant, Instant)>>,
+}
+
+/// What a roll waits on, for [`RollTiming`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// A journal write that the next step waits for.
+    Journal,
+    /// A validation gate.
+    Validate,
+    /// The cluster through the API: cordon, drain, the wait for Ready, uncordon.
+    Observe,
+    /// The machines: a replacement or re-provision.
+    Roll,
+}
+
+/// Where a roll's wall time went (`scripts/bench-rolling` prints it beside the ratio): for each
+/// kind of wait, the time during which at least one node (or the roll itself) was in it.
+/// Kinds overlap (a write beside a validation), so they do not add up to the wall time.
+#[derive(Debug, Clone, Default)]
+pub struct RollTiming {
+    /// Waiting for a journal write before the next step (not the writes that ride beside a
+    /// validation or a wait for Ready while they run).
+    pub journal: Duration,
+    pub validate: Duration,
+    pub observe: Duration,
+    pub roll: Duration,
 }
 
 struct InMemory {
@@ -255,6 +283,55 @@ impl<'a> Shared<'a> {
                 changes: 0,
             }),
             file: Mutex::new(OnStore { file, saved: None }),
+            spans: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `fut`, its time noted as a wait on `kind`.
+    async fn timed<T>(&self, kind: Wait, fut: impl std::future::Future<Output = T>) -> T {
+        let start = Instant::now();
+        let r = fut.await;
+        self.span(kind, start, Instant::now());
+        r
+    }
+
+    fn span(&self, kind: Wait, start: Instant, end: Instant) {
+        if end > start
+            && let Ok(mut spans) = self.spans.lock()
+        {
+            spans.push((kind, start, end));
+        }
+    }
+
+    /// The union of each kind's spans.
+    fn timing(&self) -> RollTiming {
+        let spans = self.spans.lock().map(|s| s.clone()).unwrap_or_default();
+        let union = |kind: Wait| {
+            let mut v: Vec<(Instant, Instant)> = spans
+                .iter()
+                .filter(|(k, _, _)| *k == kind)
+                .map(|&(_, a, b)| (a, b))
+                .collect();
+            v.sort();
+            let mut total = Duration::ZERO;
+            let mut open: Option<(Instant, Instant)> = None;
+            for (a, b) in v {
+                open = match open {
+                    Some((s, e)) if a <= e => Some((s, e.max(b))),
+                    Some((s, e)) => {
+                        total += e - s;
+                        Some((a, b))
+                    }
+                    None => Some((a, b)),
+                };
+            }
+            total + open.map_or(Duration::ZERO, |(s, e)| e - s)
+        };
+        RollTiming {
+            journal: union(Wait::Journal),
+            validate: union(Wait::Validate),
+            observe: union(Wait::Observe),
+            roll: union(Wait::Roll),
         }
     }
 
@@ -293,16 +370,37 @@ pub async fn run<'a>(
     cancel: watch::Receiver<bool>,
     lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
 ) -> Result<Journal, RollError> {
+    run_timed(
+        file, journal, api, roller, options, events, cancel, lock_check,
+    )
+    .await
+    .0
+}
+
+/// [`run`], and where its time went.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_timed<'a>(
+    file: JournalFile<'a>,
+    journal: Journal,
+    api: &dyn ClusterApi,
+    roller: &dyn NodeRoller,
+    options: &RollOptions,
+    events: &RollEvents,
+    cancel: watch::Receiver<bool>,
+    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+) -> (Result<Journal, RollError>, RollTiming) {
     let shared = Shared::new(file, journal);
-    match roll_batches(&shared, api, roller, options, events, &cancel, lock_check).await {
-        Ok(()) => Ok(shared.state.lock().await.journal.clone()),
-        Err(e) => {
-            // Whatever stopped the roll, the store gets the steps noted but not yet written
-            // (an uncordon before a failed gate), unless the lock is gone: then nothing is.
-            let _ = shared.commit(lock_check).await;
-            Err(e)
-        }
-    }
+    let result =
+        match roll_batches(&shared, api, roller, options, events, &cancel, lock_check).await {
+            Ok(()) => Ok(shared.state.lock().await.journal.clone()),
+            Err(e) => {
+                // Whatever stopped the roll, the store gets the steps noted but not yet written
+                // (an uncordon before a failed gate), unless the lock is gone: then nothing is.
+                let _ = shared.commit(lock_check).await;
+                Err(e)
+            }
+        };
+    (result, shared.timing())
 }
 
 async fn roll_batches(
@@ -315,13 +413,20 @@ async fn roll_batches(
     lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
 ) -> Result<(), RollError> {
     let cancel = cancel.clone();
-    shared.commit(lock_check).await?;
+    shared
+        .timed(Wait::Journal, shared.commit(lock_check))
+        .await?;
     if !options.cloud_only {
         // A cluster already unhealthy (etcd without quorum to spare, a control plane down) is
         // not made worse by taking a node away.
         let first = shared.state.lock().await.journal.remaining_batches();
         if !first.is_empty() {
-            gate(api, options, events, &cancel, 1, "before the roll starts").await?;
+            shared
+                .timed(
+                    Wait::Validate,
+                    gate(api, options, events, &cancel, 1, "before the roll starts"),
+                )
+                .await?;
         }
     }
     let batches = shared.state.lock().await.journal.remaining_batches();
@@ -384,7 +489,10 @@ async fn roll_batches(
             let when = format!("after {}", names.join(", "));
             let (written, gated) = tokio::join!(
                 shared.commit(lock_check),
-                gate(api, options, events, &cancel, options.validate_count, &when,)
+                shared.timed(
+                    Wait::Validate,
+                    gate(api, options, events, &cancel, options.validate_count, &when),
+                )
             );
             written?;
             if let Err(e @ RollError::Interrupted(_)) = gated {
@@ -434,7 +542,7 @@ async fn roll_batches(
         s.journal.finished = true;
         s.changes += 1;
     }
-    shared.commit(lock_check).await
+    shared.timed(Wait::Journal, shared.commit(lock_check)).await
 }
 
 /// Records on every node of `batch` why it stopped where it is (its step unchanged), and
@@ -471,6 +579,9 @@ async fn note(
     Ok(())
 }
 
+/// How long a drain runs before the node's `Cordoned` is written (see `advance`).
+const CORDONED_WRITTEN_AFTER: Duration = Duration::from_millis(500);
+
 /// Records that node `i` reached `step` (or stopped, with why), and returns once it is
 /// written.
 async fn record(
@@ -492,7 +603,7 @@ async fn record(
         }
         s.changes += 1;
     }
-    shared.commit(lock_check).await
+    shared.timed(Wait::Journal, shared.commit(lock_check)).await
 }
 
 fn cancelled(cancel: &watch::Receiver<bool>) -> bool {
@@ -531,6 +642,8 @@ async fn advance(
     // Ready counts. Kept in memory: a run resumed at Replaced waits for any Ready (caveat in
     // docs/rolling-update.md).
     let mut restarted_after: Option<Heartbeat> = None;
+    // `Replaced` noted in memory and not yet written: the wait for Ready writes it.
+    let mut replaced_unwritten = false;
     loop {
         let node = shared.state.lock().await.journal.nodes[i].clone();
         let name = node.node_name.clone();
@@ -556,9 +669,15 @@ async fn advance(
             NodeStep::Waiting if skip_api => NodeStep::Drained,
             NodeStep::Waiting => {
                 if node.action == RollAction::Replace {
-                    api.taint_prefer_no_schedule(&name).await.map_err(&stop)?;
+                    shared
+                        .timed(Wait::Observe, api.taint_prefer_no_schedule(&name))
+                        .await
+                        .map_err(&stop)?;
                 }
-                api.cordon(&name).await.map_err(&stop)?;
+                shared
+                    .timed(Wait::Observe, api.cordon(&name))
+                    .await
+                    .map_err(&stop)?;
                 NodeStep::Cordoned
             }
             NodeStep::Cordoned => {
@@ -566,7 +685,27 @@ async fn advance(
                     node: name.clone(),
                     what: "draining".into(),
                 });
-                match abandonable(cancel, api.drain(&name, options.drain_timeout)).await {
+                // `Cordoned` is written once the drain has run for `CORDONED_WRITTEN_AFTER`
+                // (a drain may take minutes: the journal then says where the node is); a drain
+                // that ends sooner has it written with `Drained`, one write instead of two.
+                // Unwritten, a crash leaves the node `waiting` on the store: cordoning and
+                // draining it again on resume is harmless.
+                let drain = abandonable(
+                    cancel,
+                    shared.timed(Wait::Observe, api.drain(&name, options.drain_timeout)),
+                );
+                tokio::pin!(drain);
+                let drained = tokio::select! {
+                    r = &mut drain => r,
+                    () = tokio::time::sleep(CORDONED_WRITTEN_AFTER) => {
+                        // Never cut short by the drain's end: a write dropped midway would
+                        // leave the journal's version unknown.
+                        let (written, r) = tokio::join!(shared.commit(lock_check), &mut drain);
+                        written?;
+                        r
+                    }
+                };
+                match drained {
                     None => {
                         let why =
                             "drain abandoned by an interrupt; the node stays cordoned".to_string();
@@ -610,20 +749,35 @@ async fn advance(
                     }
                 };
                 // Never cut short: a half-made replacement is worse than a late exit.
-                match roller.roll(&node).await {
+                match shared.timed(Wait::Roll, roller.roll(&node)).await {
                     Ok(rolled) => {
                         if rolled.kubelet_restarted {
                             restarted_after = rolled.ready_before.clone().or(before);
                         }
-                        record(
-                            shared,
-                            i,
-                            NodeStep::Replaced,
-                            None,
-                            rolled.replacement,
-                            lock_check,
-                        )
-                        .await?;
+                        if skip_api {
+                            record(
+                                shared,
+                                i,
+                                NodeStep::Replaced,
+                                None,
+                                rolled.replacement,
+                                lock_check,
+                            )
+                            .await?;
+                        } else {
+                            // Written while the wait for Ready runs; the uncordon waits for
+                            // the write (see `NodeStep::Replaced` below).
+                            let mut s = shared.state.lock().await;
+                            lock_check().map_err(RollError::Lock)?;
+                            let n = &mut s.journal.nodes[i];
+                            n.step = NodeStep::Replaced;
+                            n.stopped = None;
+                            if rolled.replacement.is_some() {
+                                n.replacement = rolled.replacement;
+                            }
+                            s.changes += 1;
+                            replaced_unwritten = true;
+                        }
                         events(&RollEvent::Step {
                             node: name.clone(),
                             step: NodeStep::Replaced,
@@ -666,8 +820,30 @@ async fn advance(
                         None => format!("waiting for {now} to be Ready"),
                     },
                 });
-                let wait = api.wait_ready(&now, options.ready_timeout, restarted_after.as_ref());
-                match abandonable(cancel, wait).await {
+                let wait = abandonable(
+                    cancel,
+                    shared.timed(
+                        Wait::Observe,
+                        api.wait_ready(&now, options.ready_timeout, restarted_after.as_ref()),
+                    ),
+                );
+                // `Replaced` and the replacement's name are written while the node becomes
+                // Ready, and on the store before it is uncordoned: a resume never finds an
+                // uncordoned node `drained` (it would roll it again with pods on it). A crash
+                // before the write lands leaves it `drained`, as a crash right after the
+                // replacement always did: the roller finds its work done.
+                let ready = if std::mem::take(&mut replaced_unwritten) {
+                    let ((written, written_at), (ready, ready_at)) = tokio::join!(
+                        async { (shared.commit(lock_check).await, Instant::now()) },
+                        async { (wait.await, Instant::now()) }
+                    );
+                    shared.span(Wait::Journal, ready_at, written_at);
+                    written?;
+                    ready
+                } else {
+                    wait.await
+                };
+                match ready {
                     None => {
                         let why = "interrupted while waiting for Ready".to_string();
                         record(shared, i, NodeStep::Replaced, Some(why), None, lock_check).await?;
@@ -688,15 +864,18 @@ async fn advance(
                     }
                     Some(Ok(())) => {}
                 }
-                api.uncordon(&now).await.map_err(&stop)?;
+                shared
+                    .timed(Wait::Observe, api.uncordon(&now))
+                    .await
+                    .map_err(&stop)?;
                 NodeStep::Uncordoned
             }
         };
-        // Cordoned is written before the drain (which may take minutes: the journal says where
-        // the node is meanwhile), Drained before the node is replaced (a resume must not
-        // cordon a node that a replacement already took away). An uncordon is harmless to
-        // repeat: its record is written with the batch's validation (see `roll_batches`).
-        if matches!(next, NodeStep::Cordoned | NodeStep::Drained) {
+        // Drained is written before the node is replaced (a resume must not cordon a node that
+        // a replacement already took away); Cordoned during a long drain (above). An uncordon
+        // is harmless to repeat: its record is written with the batch's validation (see
+        // `roll_batches`).
+        if next == NodeStep::Drained {
             record(shared, i, next, None, None, lock_check).await?;
         } else {
             note(shared, i, next, lock_check).await?;
@@ -1447,6 +1626,130 @@ pub mod tests {
         assert!(stored.finished && stored.done() == 22);
     }
 
+    /// The fake cluster, noting what the store's journal says of a node when it is uncordoned
+    /// and, `drain_time` into a drain, when it is drained.
+    struct ApiWitness<'a> {
+        fake: &'a Fake,
+        store: &'a dyn StateStore,
+        drain_time: Duration,
+        seen: StdMutex<Vec<Seen>>,
+    }
+
+    /// (call, node, its step on the store, its replacement on the store)
+    type Seen = (String, String, NodeStep, Option<String>);
+
+    impl ApiWitness<'_> {
+        async fn note(&self, call: &str, node: &str) -> Result<(), String> {
+            let (_, journal) = JournalFile::load(self.store, "c")
+                .await
+                .map_err(|e| e.to_string())?;
+            let journal = journal.ok_or("no journal on the store")?;
+            let n = journal
+                .nodes
+                .iter()
+                .find(|n| n.node_name == node || n.replacement.as_deref() == Some(node))
+                .ok_or("node not in the stored journal")?;
+            self.seen.lock().map_err(|e| e.to_string())?.push((
+                call.into(),
+                n.node_name.clone(),
+                n.step,
+                n.replacement.clone(),
+            ));
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl ClusterApi for ApiWitness<'_> {
+        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+            self.fake.taint_prefer_no_schedule(node).await
+        }
+        async fn cordon(&self, node: &str) -> Result<(), String> {
+            self.fake.cordon(node).await
+        }
+        async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String> {
+            if !self.drain_time.is_zero() {
+                tokio::time::sleep(self.drain_time).await;
+                self.note("drain", node).await?;
+            }
+            self.fake.drain(node, timeout).await
+        }
+        async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String> {
+            self.fake.ready_heartbeat(node).await
+        }
+        async fn wait_ready(
+            &self,
+            node: &str,
+            timeout: Duration,
+            after: Option<&Heartbeat>,
+        ) -> Result<(), String> {
+            self.fake.wait_ready(node, timeout, after).await
+        }
+        async fn uncordon(&self, node: &str) -> Result<(), String> {
+            self.note("uncordon", node).await?;
+            self.fake.uncordon(node).await
+        }
+        async fn validate(&self) -> Result<(), String> {
+            self.fake.validate().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_is_replaced_on_the_store_before_it_is_uncordoned_and_cordoned_there_during_a_long_drain()
+     {
+        for (platform, drain_time) in [
+            (Platform::Aws, Duration::ZERO),
+            (Platform::Metal, Duration::ZERO),
+            (Platform::Metal, CORDONED_WRITTEN_AFTER * 2),
+        ] {
+            let (_d, s) = store();
+            let plan = plan_of(platform, 4, 2);
+            let fake = Fake::default();
+            let api = ApiWitness {
+                fake: &fake,
+                store: &s,
+                drain_time,
+                seen: StdMutex::new(Vec::new()),
+            };
+            let (file, _) = JournalFile::load(&s, "c").await.unwrap();
+            let j = run(
+                file,
+                Journal::new(&plan, "me@here", false),
+                &api,
+                &fake,
+                &fast(),
+                &silent(),
+                idle(),
+                &|| Ok(()),
+            )
+            .await
+            .unwrap();
+            assert!(j.finished && j.done() == 6);
+            let seen = api.seen.lock().unwrap().clone();
+            let uncordons: Vec<_> = seen.iter().filter(|s| s.0 == "uncordon").collect();
+            assert_eq!(uncordons.len(), 6, "{platform:?}: {seen:?}");
+            for (_, node, step, replacement) in uncordons {
+                // The replacement's name too, where there is one: a resume finds it.
+                let want = j.nodes.iter().find(|n| &n.node_name == node).unwrap();
+                assert_eq!(
+                    (*step, replacement),
+                    (NodeStep::Replaced, &want.replacement),
+                    "{platform:?} {node}: {seen:?}"
+                );
+            }
+            if platform == Platform::Aws {
+                assert!(j.nodes.iter().any(|n| n.replacement.is_some()), "{j:?}");
+            }
+            let drains: Vec<_> = seen.iter().filter(|s| s.0 == "drain").collect();
+            if drain_time.is_zero() {
+                assert!(drains.is_empty());
+            } else {
+                assert_eq!(drains.len(), 6, "{seen:?}");
+                assert!(drains.iter().all(|d| d.2 == NodeStep::Cordoned), "{seen:?}");
+            }
+        }
+    }
+
     fn store() -> (tempfile::TempDir, FileStore) {
         let dir = tempfile::tempdir().unwrap();
         let s = FileStore::new(dir.path()).unwrap();
@@ -1485,7 +1788,11 @@ pub mod tests {
     }
 
     async fn bench_rolling_table(replace: Duration, validate: Duration, sizes: &[(usize, u32)]) {
-        println!("\nnodes batch wall_ms bound_ms ratio writes writes_ms validations");
+        // Where the time goes: `*_wait_ms` is the time a node (or the roll) waited on that kind
+        // of work (kinds overlap); `over_ms` the wall time above the bound.
+        println!(
+            "\nnodes batch wall_ms bound_ms ratio over_ms writes writes_ms journal_wait_ms validate_wait_ms observe_wait_ms roll_wait_ms validations"
+        );
         for &(n, batch) in sizes {
             let groups = vec![GroupInput {
                 name: "nodes".into(),
@@ -1520,26 +1827,35 @@ pub mod tests {
                 ..fast()
             };
             let start = Instant::now();
-            let j = go(
-                &s,
+            let (file, _) = JournalFile::load(&s, "c").await.unwrap();
+            let (j, timing) = run_timed(
+                file,
                 Journal::new(&plan, "bench", false),
                 &fake,
+                &fake,
                 &options,
+                &silent(),
                 idle(),
+                &|| Ok(()),
             )
-            .await
-            .unwrap();
+            .await;
+            let j = j.unwrap();
             let wall = start.elapsed();
             assert!(j.finished && j.done() == n);
             let bound = (replace + validate) * (n.div_ceil(batch as usize) as u32);
             let (writes, write_time) = s.writes();
             let validations = fake.calls().iter().filter(|c| *c == "validate").count();
             println!(
-                "{n:5} {batch:5} {:7} {:8} {:.2} {writes:6} {:9} {validations:11}",
+                "{n:5} {batch:5} {:7} {:8} {:.2} {:7} {writes:6} {:9} {:15} {:16} {:15} {:12} {validations:11}",
                 wall.as_millis(),
                 bound.as_millis(),
                 wall.as_secs_f64() / bound.as_secs_f64(),
+                wall.as_millis() as i128 - bound.as_millis() as i128,
                 write_time.as_millis(),
+                timing.journal.as_millis(),
+                timing.validate.as_millis(),
+                timing.observe.as_millis(),
+                timing.roll.as_millis(),
             );
         }
     }
