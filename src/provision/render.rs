@@ -1344,7 +1344,17 @@ impl Renderer {
     /// ([`assets::archive_needed_on`]). Archives not loaded (a download URL, or a load error the
     /// run reports elsewhere) go to every host.
     pub fn image_archives(&self, roles: &[crate::spec::HostRole]) -> Vec<&ImageAsset> {
-        let refs = self.image_refs.get_or_init(|| match self.load_images() {
+        self.images
+            .iter()
+            .zip(self.image_refs())
+            .filter(|(_, refs)| assets::archive_needed_on(refs, roles))
+            .map(|(img, _)| img)
+            .collect()
+    }
+
+    /// The references each archive of `images` names, in the same order.
+    fn image_refs(&self) -> &[Vec<String>] {
+        self.image_refs.get_or_init(|| match self.load_images() {
             Ok(contents) => contents
                 .iter()
                 .map(|c| match c {
@@ -1354,13 +1364,7 @@ impl Renderer {
                 })
                 .collect(),
             Err(_) => vec![Vec::new(); self.images.len()],
-        });
-        self.images
-            .iter()
-            .zip(refs)
-            .filter(|(_, refs)| assets::archive_needed_on(refs, roles))
-            .map(|(img, _)| img)
-            .collect()
+        })
     }
 
     /// Reads every `file://` image archive and checks its sha256 on the operator's machine,
@@ -1415,8 +1419,9 @@ impl Renderer {
         self.images
             .iter()
             .zip(contents)
-            .filter(|(img, _)| needed.iter().any(|n| std::ptr::eq(*n, *img)))
-            .map(|(img, content)| {
+            .zip(self.image_refs())
+            .filter(|((img, _), _)| needed.iter().any(|n| std::ptr::eq(*n, *img)))
+            .map(|((img, content), refs)| {
                 let marker = image_marker(&img.sha256);
                 let (url, cache, files) = match (&img.source, content) {
                     (Source::Local(_), Some(bytes)) => {
@@ -1444,7 +1449,13 @@ impl Renderer {
                 )?;
                 let run = [self.download_env(), run].concat();
                 Ok(Step {
-                    name: format!("images: import {}", img.file_name()),
+                    // The images it holds when the archive names them (several archives
+                    // may share a file name), else its file name.
+                    name: if refs.is_empty() {
+                        format!("images: import {}", img.file_name())
+                    } else {
+                        format!("images: import {}", refs.join(", "))
+                    },
                     files,
                     check: Some(script!("test -f {}", marker)),
                     run,
@@ -2728,27 +2739,18 @@ mod tests {
                 .map(|s| s.name)
                 .collect()
         };
-        let all = [
-            "images: import apiserver.tar",
-            "images: import etcd.tar",
-            "images: import pause.tar",
+        // Named by the images they hold; the one kprov cannot read by its file name.
+        let (apiserver, etcd, pause, scheduler) = (
+            "images: import registry.k8s.io/kube-apiserver:v1.36.2",
+            "images: import registry.k8s.io/etcd:3.6.5-0",
+            "images: import registry.k8s.io/pause:3.10.1",
             "images: import kube-scheduler.tar",
-        ];
-        assert_eq!(names(CP), all);
-        assert_eq!(
-            names(&[HostRole::Node]),
-            [
-                "images: import pause.tar",
-                "images: import kube-scheduler.tar"
-            ]
         );
+        assert_eq!(names(CP), [apiserver, etcd, pause, scheduler]);
+        assert_eq!(names(&[HostRole::Node]), [pause, scheduler]);
         assert_eq!(
             names(&[HostRole::Etcd, HostRole::Node]),
-            [
-                "images: import etcd.tar",
-                "images: import pause.tar",
-                "images: import kube-scheduler.tar"
-            ]
+            [etcd, pause, scheduler]
         );
         let urls: Vec<&str> = r
             .image_archives(&[HostRole::Node])
