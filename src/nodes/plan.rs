@@ -536,7 +536,11 @@ async fn member_drift(
         )
     })?;
     let mut steps = renderer.preflight(target).map_err(|e| e.to_string())?;
-    steps.extend(renderer.install(arch).map_err(|e| e.to_string())?);
+    steps.extend(
+        renderer
+            .install(arch, &target.host.roles)
+            .map_err(|e| e.to_string())?,
+    );
     if joins_cluster(target) {
         steps.extend(renderer.settle(target).map_err(|e| e.to_string())?);
     }
@@ -606,7 +610,7 @@ async fn missing_images(
     target: &Target,
     observed: &Observation,
 ) -> Vec<String> {
-    let all = renderer.image_archives();
+    let all = renderer.image_archives(&target.host.roles);
     match observed {
         Observation::New | Observation::HostKeyNotRecorded => {
             all.iter().map(|i| i.url.clone()).collect()
@@ -855,6 +859,51 @@ mod tests {
         ) -> Result<Vec<(String, Vec<String>)>, ExecError> {
             Ok(Vec::new())
         }
+    }
+
+    /// A worker member holding none of the control plane's own image archives is not pending
+    /// for them (it never gets them), while a control plane lacking them is.
+    #[tokio::test]
+    async fn a_worker_member_is_not_pending_for_the_control_planes_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut yaml = String::from("  assets:\n    images:\n");
+        for (name, tag) in [
+            ("apiserver", "registry.k8s.io/kube-apiserver:v1"),
+            ("pause", "registry.k8s.io/pause:3"),
+        ] {
+            let json = format!(r#"[{{"RepoTags":["{tag}"]}}]"#);
+            let mut b = tar::Builder::new(Vec::new());
+            let mut h = tar::Header::new_gnu();
+            h.set_size(json.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, "manifest.json", json.as_bytes())
+                .unwrap();
+            let bytes = b.into_inner().unwrap();
+            let path = dir.path().join(format!("{name}.tar"));
+            std::fs::write(&path, &bytes).unwrap();
+            yaml.push_str(&format!(
+                "    - url: file://{}\n      sha256: {}\n",
+                path.display(),
+                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+            ));
+        }
+        let cluster = crate::provision::orchestrate::tests::cluster(&yaml);
+        let targets = three();
+        let renderer = Renderer::for_run(&cluster, &targets, None).unwrap();
+        renderer.load_images().unwrap();
+        let names = |v: Vec<String>| -> Vec<String> {
+            v.iter()
+                .map(|u| u.rsplit('/').next().unwrap().to_string())
+                .collect()
+        };
+        // No marker on any host: a control plane lacks both, a worker only pause.
+        let cp = missing_images(&Member(None), &renderer, &targets[0], &member(true)).await;
+        assert_eq!(names(cp), ["apiserver.tar", "pause.tar"]);
+        let w = missing_images(&Member(None), &renderer, &targets[2], &member(true)).await;
+        assert_eq!(names(w), ["pause.tar"]);
+        let new = missing_images(&Member(None), &renderer, &targets[2], &Observation::New).await;
+        assert_eq!(names(new), ["pause.tar"]);
     }
 
     #[tokio::test]

@@ -88,23 +88,26 @@ impl MetalRoller {
         &self,
         mut cancel: tokio::sync::watch::Receiver<bool>,
     ) -> Result<(), Staging> {
-        let images = self
-            .renderer
-            .images()
-            .map_err(|e| Staging::Failed(e.to_string()))?;
-        if images.is_empty() {
+        let mut work = Vec::new();
+        for t in &self.targets {
+            let images = self
+                .renderer
+                .images(&t.host.roles)
+                .map_err(|e| Staging::Failed(format!("{}: {e}", t.name())))?;
+            if !images.is_empty() {
+                let mut steps = vec![self.renderer.claim(&self.owner)];
+                steps.extend(images);
+                work.push((t, steps));
+            }
+        }
+        if work.is_empty() {
             return Ok(());
         }
-        let mut steps = vec![self.renderer.claim(&self.owner)];
-        steps.extend(images);
-        let runs = self.targets.iter().map(|t| {
-            let steps = &steps;
-            async move {
-                self.exec
-                    .run_steps(t.name(), steps)
-                    .await
-                    .map_err(|e| format!("{}: image archives before the roll: {e}", t.name()))
-            }
+        let runs = work.iter().map(|(t, steps)| async move {
+            self.exec
+                .run_steps(t.name(), steps)
+                .await
+                .map_err(|e| format!("{}: image archives before the roll: {e}", t.name()))
         });
         let interrupted = async {
             while !*cancel.borrow_and_update() {
@@ -134,7 +137,11 @@ impl MetalRoller {
     ) -> Result<Vec<Step>, String> {
         let mut steps = vec![self.renderer.claim(&self.owner)];
         // The spec's image archives before kubeadm runs (an upgrade's new images among them).
-        steps.extend(self.renderer.images().map_err(|e| e.to_string())?);
+        steps.extend(
+            self.renderer
+                .images(&target.host.roles)
+                .map_err(|e| e.to_string())?,
+        );
         if let Some(how) = node.upgrade {
             let facts = self
                 .exec

@@ -247,6 +247,97 @@ impl ImageAsset {
     }
 }
 
+/// The largest `manifest.json`/`index.json` an archive may hold for [`archive_references`]:
+/// both list a few images; anything larger is not read (the archive then goes to every host).
+const ARCHIVE_INDEX_LIMIT: u64 = 1 << 20;
+
+/// The image references an archive says it holds, read from its tar headers and index: a
+/// docker-archive's `manifest.json` (`RepoTags`) or an OCI layout's `index.json`
+/// (`io.containerd.image.name`, or a full `org.opencontainers.image.ref.name`). Empty when the
+/// archive names none or cannot be read: an archive kprov cannot name goes to every host, and
+/// `ctr images import` on the host remains the judge of its format.
+pub fn archive_references(bytes: &[u8]) -> Vec<String> {
+    use std::io::Read;
+    let mut refs = Vec::new();
+    let mut archive = tar::Archive::new(bytes);
+    let Ok(entries) = archive.entries() else {
+        return refs;
+    };
+    for entry in entries {
+        let Ok(mut entry) = entry else {
+            return refs;
+        };
+        let name = match entry.path() {
+            Ok(p) => p.to_string_lossy().trim_start_matches("./").to_string(),
+            Err(_) => continue,
+        };
+        if name != "manifest.json" && name != "index.json" {
+            continue;
+        }
+        if entry.size() > ARCHIVE_INDEX_LIMIT {
+            continue;
+        }
+        let mut text = Vec::new();
+        if (&mut entry)
+            .take(ARCHIVE_INDEX_LIMIT)
+            .read_to_end(&mut text)
+            .is_err()
+        {
+            continue;
+        }
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&text) else {
+            continue;
+        };
+        if name == "manifest.json" {
+            for m in value.as_array().into_iter().flatten() {
+                for tag in m["RepoTags"].as_array().into_iter().flatten() {
+                    if let Some(t) = tag.as_str() {
+                        refs.push(t.to_string());
+                    }
+                }
+            }
+        } else {
+            for m in value["manifests"].as_array().into_iter().flatten() {
+                let a = &m["annotations"];
+                let full = a["io.containerd.image.name"].as_str().or_else(|| {
+                    // A bare tag (`v1.36.2`) names no repository: not a reference.
+                    a["org.opencontainers.image.ref.name"]
+                        .as_str()
+                        .filter(|r| r.contains('/') || r.contains(':'))
+                });
+                if let Some(r) = full {
+                    refs.push(r.to_string());
+                }
+            }
+        }
+    }
+    refs.sort();
+    refs.dedup();
+    refs
+}
+
+/// Whether a host with `roles` runs a container from an archive holding `refs`. The control
+/// plane's own images (kube-apiserver, kube-controller-manager, kube-scheduler: ~200 MB of
+/// a release's ~350 MB) run only on control planes and etcd on control planes and etcd
+/// members; everything else (pause, kube-proxy, CoreDNS, CNI, anything unnamed) on every
+/// host. An archive naming no image goes everywhere.
+pub fn archive_needed_on(refs: &[String], roles: &[crate::spec::HostRole]) -> bool {
+    use crate::spec::HostRole;
+    if refs.is_empty() || roles.contains(&HostRole::ControlPlane) {
+        return true;
+    }
+    refs.iter().any(|r| {
+        // `registry/path/name:tag` or `...@sha256:...`: the last path segment, untagged.
+        let last = r.rsplit('/').next().unwrap_or(r);
+        let repo = last.split(['@', ':']).next().unwrap_or(last);
+        match repo {
+            "kube-apiserver" | "kube-controller-manager" | "kube-scheduler" => false,
+            "etcd" => roles.contains(&HostRole::Etcd),
+            _ => true,
+        }
+    })
+}
+
 /// The image archives of `spec.assets.images`, checked again here (validation already located
 /// any problem in the spec): a scheme curl or the upload understands, a sha256, no duplicate.
 pub fn images(assets: Option<&Assets>) -> Result<Vec<ImageAsset>, AssetError> {

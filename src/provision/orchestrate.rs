@@ -580,7 +580,17 @@ pub async fn execute(
             continue;
         }
         match f.arch() {
-            Some(arch) => work.push((host.clone(), renderer.install(arch)?)),
+            Some(arch) => {
+                // Facts come from the targets, so the host is among them; were it not, it
+                // gets every image archive, as a control plane does.
+                let roles = targets
+                    .iter()
+                    .find(|t| t.name() == host)
+                    .map_or(&[crate::spec::HostRole::ControlPlane][..], |t| {
+                        t.host.roles.as_slice()
+                    });
+                work.push((host.clone(), renderer.install(arch, roles)?))
+            }
             None => t.fail(
                 host,
                 Phase::Preflight,

@@ -354,6 +354,9 @@ pub struct Renderer {
     /// The `file://` archives' contents (`None` for URLs), read and verified once per run on
     /// first use: every host's upload shares one buffer, hashed once by the SSH engine.
     image_files: OnceLock<Result<Vec<Option<Bytes>>, ImageError>>,
+    /// The image references each archive of `images` names (read once from the loaded bytes;
+    /// empty for a URL the hosts download).
+    image_refs: OnceLock<Vec<Vec<String>>>,
     /// `spec.containerd.registries` as files under /etc/containerd/certs.d.
     registry_files: Vec<super::mirrors::NodeFile>,
     /// kubeadm's `imageRepository` (registry.k8s.io rewritten), if any.
@@ -867,6 +870,7 @@ impl Renderer {
             images,
             bundle,
             image_files: OnceLock::new(),
+            image_refs: OnceLock::new(),
             kubernetes_version,
             endpoint_address: match (
                 &endpoint,
@@ -1149,8 +1153,13 @@ impl Renderer {
         })
     }
 
-    /// Container runtime, kube binaries and their services, for a host of `arch`.
-    pub fn install(&self, arch: Arch) -> Result<Vec<Step>, RenderError> {
+    /// Container runtime, kube binaries and their services, and the image archives, for a host
+    /// of `arch` with `roles`.
+    pub fn install(
+        &self,
+        arch: Arch,
+        roles: &[crate::spec::HostRole],
+    ) -> Result<Vec<Step>, RenderError> {
         let mut steps = Vec::new();
         for c in [
             Component::Runc,
@@ -1245,7 +1254,7 @@ impl Renderer {
             timeout: SHORT,
         });
         // After containerd runs with its configuration, before kubeadm pulls anything.
-        steps.extend(self.images()?);
+        steps.extend(self.images(roles)?);
         Ok(steps)
     }
 
@@ -1330,9 +1339,32 @@ impl Renderer {
         s
     }
 
-    /// The image archives of `spec.assets.images`, in spec order.
-    pub fn image_archives(&self) -> &[ImageAsset] {
-        &self.images
+    /// The image archives of `spec.assets.images` (or the bundle's) a host with `roles` needs,
+    /// in spec order: a worker skips the control plane's own images when the archive names them
+    /// ([`assets::archive_needed_on`]). Archives not loaded (a download URL, or a load error the
+    /// run reports elsewhere) go to every host.
+    pub fn image_archives(&self, roles: &[crate::spec::HostRole]) -> Vec<&ImageAsset> {
+        self.images
+            .iter()
+            .zip(self.image_refs())
+            .filter(|(_, refs)| assets::archive_needed_on(refs, roles))
+            .map(|(img, _)| img)
+            .collect()
+    }
+
+    /// The references each archive of `images` names, in the same order.
+    fn image_refs(&self) -> &[Vec<String>] {
+        self.image_refs.get_or_init(|| match self.load_images() {
+            Ok(contents) => contents
+                .iter()
+                .map(|c| match c {
+                    Some(bytes) => assets::archive_references(bytes),
+                    // Downloaded by the hosts: kprov never sees its contents.
+                    None => Vec::new(),
+                })
+                .collect(),
+            Err(_) => vec![Vec::new(); self.images.len()],
+        })
     }
 
     /// Reads every `file://` image archive and checks its sha256 on the operator's machine,
@@ -1381,12 +1413,15 @@ impl Renderer {
     /// nothing, like a `file://` binary; or downloaded by the host), its sha256 verified on
     /// the host, imported into containerd's `k8s.io` namespace, and recorded under
     /// [`IMAGES_DIR`]. The step is converged when its marker exists.
-    pub fn images(&self) -> Result<Vec<Step>, RenderError> {
+    pub fn images(&self, roles: &[crate::spec::HostRole]) -> Result<Vec<Step>, RenderError> {
         let contents = self.load_images()?;
+        let needed = self.image_archives(roles);
         self.images
             .iter()
             .zip(contents)
-            .map(|(img, content)| {
+            .zip(self.image_refs())
+            .filter(|((img, _), _)| needed.iter().any(|n| std::ptr::eq(*n, *img)))
+            .map(|((img, content), refs)| {
                 let marker = image_marker(&img.sha256);
                 let (url, cache, files) = match (&img.source, content) {
                     (Source::Local(_), Some(bytes)) => {
@@ -1414,7 +1449,13 @@ impl Renderer {
                 )?;
                 let run = [self.download_env(), run].concat();
                 Ok(Step {
-                    name: format!("images: import {}", img.file_name()),
+                    // The images it holds when the archive names them (several archives
+                    // may share a file name), else its file name.
+                    name: if refs.is_empty() {
+                        format!("images: import {}", img.file_name())
+                    } else {
+                        format!("images: import {}", refs.join(", "))
+                    },
                     files,
                     check: Some(script!("test -f {}", marker)),
                     run,
@@ -2422,6 +2463,8 @@ mod hostile;
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// A control plane: every image archive.
+    pub(super) const CP: &[crate::spec::HostRole] = &[crate::spec::HostRole::ControlPlane];
     use crate::provision::orchestrate::tests::{cluster, hosts, owner, targets};
     use serde_json::Value;
 
@@ -2560,7 +2603,10 @@ mod tests {
     fn golden_install_amd64() {
         let hs = hosts(1, 0);
         let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
-        insta::assert_snapshot!("install_amd64", describe(&r.install(Arch::Amd64).unwrap()));
+        insta::assert_snapshot!(
+            "install_amd64",
+            describe(&r.install(Arch::Amd64, CP).unwrap())
+        );
     }
 
     /// A cluster with one `file://` image archive (a tar written to `dir`) and one served
@@ -2584,7 +2630,7 @@ mod tests {
         let (c, _, _) = with_images(dir.path(), b"not really a tar\n");
         let hs = hosts(1, 1);
         let r = Renderer::new(&c, &targets(&hs)).unwrap();
-        let steps = r.images().unwrap();
+        let steps = r.images(CP).unwrap();
         let text = describe(&steps).replace(&dir.path().display().to_string(), "/OPERATOR");
         insta::assert_snapshot!("image_archives", text);
         // An uploaded archive was verified by the upload (the engine's batch checks the sha256
@@ -2596,7 +2642,7 @@ mod tests {
         // After containerd runs with its configuration and the kubelet unit, at the end of
         // the install phase, so before any kubeadm step of init or join.
         let names: Vec<String> = r
-            .install(Arch::Amd64)
+            .install(Arch::Amd64, CP)
             .unwrap()
             .into_iter()
             .map(|s| s.name)
@@ -2605,7 +2651,7 @@ mod tests {
         assert!(pos("containerd: configure") < pos("images: import pause.tar"));
         // An active containerd whose CRI plugin did not load is neither converged nor done
         // (found on real hosts: kubeadm join failed later on `unknown service`).
-        let install = r.install(Arch::Amd64).unwrap();
+        let install = r.install(Arch::Amd64, CP).unwrap();
         let configure = &install[pos("containerd: configure")];
         assert!(
             configure
@@ -2629,11 +2675,127 @@ mod tests {
             ]
         );
         // One buffer for every host: the engine hashes it once.
-        let again = r.images().unwrap();
+        let again = r.images(CP).unwrap();
         assert_eq!(
             steps[0].files[0].content.as_ptr(),
             again[0].files[0].content.as_ptr()
         );
+    }
+
+    /// A tar with one member `name` holding `json`, as an image archive's index.
+    fn archive_with(name: &str, json: &str) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(json.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, name, json.as_bytes()).unwrap();
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_worker_gets_no_archive_of_the_control_planes_own_images() {
+        use crate::spec::HostRole;
+        let dir = tempfile::tempdir().unwrap();
+        // A docker-archive (ctr/docker save) and an OCI layout (kprov's bundle), both local.
+        let apiserver = archive_with(
+            "manifest.json",
+            r#"[{"Config":"c.json","Layers":[],"RepoTags":["registry.k8s.io/kube-apiserver:v1.36.2"]}]"#,
+        );
+        let etcd = archive_with(
+            "index.json",
+            r#"{"schemaVersion":2,"manifests":[{"annotations":{"io.containerd.image.name":"registry.k8s.io/etcd:3.6.5-0","org.opencontainers.image.ref.name":"3.6.5-0"}}]}"#,
+        );
+        let pause = archive_with(
+            "manifest.json",
+            r#"[{"RepoTags":["registry.k8s.io/pause:3.10.1"]}]"#,
+        );
+        let mut yaml = String::from("  assets:\n    images:\n");
+        for (name, bytes) in [
+            ("apiserver", &apiserver),
+            ("etcd", &etcd),
+            ("pause", &pause),
+        ] {
+            let path = dir.path().join(format!("{name}.tar"));
+            std::fs::write(&path, bytes).unwrap();
+            yaml.push_str(&format!(
+                "    - url: file://{}\n      sha256: {}\n",
+                path.display(),
+                hex::encode(Sha256::digest(bytes))
+            ));
+        }
+        // Downloaded by the hosts: kprov cannot read it, so every host gets it.
+        yaml.push_str(&format!(
+            "    - url: https://mirror.example/images/kube-scheduler.tar\n      sha256: {}\n",
+            "ab".repeat(32)
+        ));
+        let c = cluster(&yaml);
+        let hs = hosts(1, 1);
+        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let names = |roles: &[HostRole]| -> Vec<String> {
+            r.images(roles)
+                .unwrap()
+                .into_iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        // Named by the images they hold; the one kprov cannot read by its file name.
+        let (apiserver, etcd, pause, scheduler) = (
+            "images: import registry.k8s.io/kube-apiserver:v1.36.2",
+            "images: import registry.k8s.io/etcd:3.6.5-0",
+            "images: import registry.k8s.io/pause:3.10.1",
+            "images: import kube-scheduler.tar",
+        );
+        assert_eq!(names(CP), [apiserver, etcd, pause, scheduler]);
+        assert_eq!(names(&[HostRole::Node]), [pause, scheduler]);
+        assert_eq!(
+            names(&[HostRole::Etcd, HostRole::Node]),
+            [etcd, pause, scheduler]
+        );
+        let urls: Vec<&str> = r
+            .image_archives(&[HostRole::Node])
+            .iter()
+            .map(|i| i.file_name())
+            .collect();
+        assert_eq!(urls, ["pause.tar", "kube-scheduler.tar"]);
+    }
+
+    #[test]
+    fn archive_references_read_both_layouts_and_nothing_else() {
+        use super::assets::{archive_needed_on, archive_references};
+        use crate::spec::HostRole;
+        let docker = archive_with(
+            "./manifest.json",
+            r#"[{"RepoTags":["registry.k8s.io/kube-scheduler:v1.36.2","mirror.local/kube-scheduler:v1.36.2"]}]"#,
+        );
+        assert_eq!(
+            archive_references(&docker),
+            [
+                "mirror.local/kube-scheduler:v1.36.2",
+                "registry.k8s.io/kube-scheduler:v1.36.2"
+            ]
+        );
+        // A bare tag names no repository.
+        let oci = archive_with(
+            "index.json",
+            r#"{"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"v1"}}]}"#,
+        );
+        assert!(archive_references(&oci).is_empty());
+        assert!(archive_references(b"not really a tar\n").is_empty());
+        assert!(archive_references(&archive_with("manifest.json", "{not json")).is_empty());
+        // Named nothing: everywhere. A mixed archive: wherever one of its images runs.
+        assert!(archive_needed_on(&[], &[HostRole::Node]));
+        let mixed = [
+            "r/kube-apiserver:v1".to_string(),
+            "r/kube-proxy:v1".to_string(),
+        ];
+        assert!(archive_needed_on(&mixed, &[HostRole::Node]));
+        let digest = ["r/kube-controller-manager@sha256:00".to_string()];
+        assert!(!archive_needed_on(&digest, &[HostRole::Node]));
+        assert!(archive_needed_on(&digest, &[HostRole::ControlPlane]));
+        // A name that merely contains a control-plane image's name is not one.
+        let other = ["r/my-kube-apiserver-proxy:v1".to_string()];
+        assert!(archive_needed_on(&other, &[HostRole::Node]));
     }
 
     #[test]
@@ -2645,7 +2807,7 @@ mod tests {
         let hs = hosts(1, 0);
         // Rendering what needs no archive still works (etcd backups, certificates, reset).
         let r = Renderer::new(&c, &targets(&hs)).unwrap();
-        let e = r.images().unwrap_err().to_string();
+        let e = r.images(CP).unwrap_err().to_string();
         assert_eq!(
             e,
             format!(
@@ -2653,7 +2815,7 @@ mod tests {
                  {sha}, got {actual}; nothing uploaded or imported"
             )
         );
-        assert!(r.install(Arch::Amd64).is_err());
+        assert!(r.install(Arch::Amd64, CP).is_err());
         std::fs::remove_file(dir.path().join("pause.tar")).unwrap();
         let r = Renderer::new(&c, &targets(&hs)).unwrap();
         let e = r.load_images().unwrap_err().to_string();
@@ -2885,7 +3047,7 @@ mod tests {
         assert_eq!(init[3]["kind"], "KubeProxyConfiguration");
         assert_eq!(init[3]["mode"], "iptables");
         assert!(init[3].get("conntrack").is_none());
-        let install = describe(&r.install(Arch::Amd64).unwrap());
+        let install = describe(&r.install(Arch::Amd64, CP).unwrap());
         assert!(install.contains("sandbox = \"registry.k8s.io/pause:3.10.1\""));
         assert!(!install.contains("restrict_oom_score_adj"));
         let preflight = r.preflight(&ts[0]).unwrap();
@@ -2910,7 +3072,7 @@ mod tests {
         // 1.36 runs the pause image kubeadm 1.36 pins.
         let c = cluster("").tap_version("1.36.2");
         let r36 = Renderer::new(&c, &ts).unwrap();
-        let install = describe(&r36.install(Arch::Amd64).unwrap());
+        let install = describe(&r36.install(Arch::Amd64, CP).unwrap());
         assert!(install.contains("sandbox = \"registry.k8s.io/pause:3.10.2\""));
         // 1.34's kubelet still runs on cgroup v1: no refusal rendered.
         let c = cluster("").tap_version("1.34.11");
@@ -2960,7 +3122,7 @@ mod tests {
             },
         );
         let r = Renderer::new(&c, &ts).unwrap();
-        let install = r.install(Arch::Amd64).unwrap();
+        let install = r.install(Arch::Amd64, CP).unwrap();
         let step = |name: &str| install.iter().find(|s| s.name == name).unwrap();
         let text = |s: &Step, path: &str| {
             String::from_utf8(
@@ -3029,7 +3191,7 @@ mod tests {
         // Without proxy and registries: drop-ins removed, kprov's certs.d directories too,
         // no config_path, registry.k8s.io, and another record digest.
         let plain = Renderer::new(&cluster(""), &ts).unwrap();
-        let install = plain.install(Arch::Amd64).unwrap();
+        let install = plain.install(Arch::Amd64, CP).unwrap();
         let step = |name: &str| install.iter().find(|s| s.name == name).unwrap();
         let configure = step("containerd: configure");
         assert!(
@@ -3097,7 +3259,7 @@ mod tests {
                 "{up}"
             );
         }
-        let install = describe(&r.install(Arch::Amd64).unwrap());
+        let install = describe(&r.install(Arch::Amd64, CP).unwrap());
         assert!(
             install.contains(
                 "[plugins.'io.containerd.cri.v1.runtime']\n  restrict_oom_score_adj = true\n"

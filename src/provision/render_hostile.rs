@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use super::*;
+const CP: &[crate::spec::HostRole] = &[crate::spec::HostRole::ControlPlane];
 use crate::nodes::owner::Owner;
 use crate::provision::orchestrate::tests::{cluster, hosts, targets};
 use crate::spec::{Api, AssetFile, Assets};
@@ -99,7 +100,7 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
         }
     }
     for arch in Arch::ALL {
-        steps.extend(r.install(arch).unwrap());
+        steps.extend(r.install(arch, CP).unwrap());
         // Only etcd hosts install etcd, but its install script takes the same asset values.
         steps.push(r.install_step(Component::Etcd, arch).unwrap());
         for how in [
@@ -464,7 +465,7 @@ proptest::proptest! {
         }]);
         let r = Renderer::new(&c, &targets(&hs)).unwrap();
         let mut seen = Seen::default();
-        for step in r.install(Arch::Amd64).unwrap() {
+        for step in r.install(Arch::Amd64, CP).unwrap() {
             sh_n(&step.name, &step.run);
             for exit in [0, 1] {
                 scratch.run(&step.name, &step.run, exit, &mut seen);
