@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kprov::bundle::Bundle;
+use kprov::bundle::artifacts::{Artifacts, BinaryArtifact, Origin};
 use kprov::bundle::fetch::{self, RegistryMirrors};
-use kprov::provision::artifacts::{Artifacts, BinaryArtifact, Origin};
-use kprov::provision::assets::Arch;
+use kprov::spec::assets::Arch;
 use kprov::spec::{Host, HostRole};
 use kprov::ssh::task::{RemoteFile, Step};
 use kprov::ssh::{NoProgress, SshFleet, SshOptions};

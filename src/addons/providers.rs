@@ -3,7 +3,7 @@
 //!
 //! Image tags are the providers' releases for each Kubernetes minor (a CCM follows the minor of
 //! the cluster it runs in), one entry for exactly the minors of
-//! `provision::assets::SUPPORTED_KUBERNETES_VERSIONS` (a unit test holds the two tables together);
+//! `spec::assets::SUPPORTED_KUBERNETES_VERSIONS` (a unit test holds the two tables together);
 //! docs/addons.md says where each tag was taken from.
 
 use std::collections::BTreeMap;
@@ -530,7 +530,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::provision::assets::SUPPORTED_KUBERNETES_VERSIONS;
+    use crate::spec::assets::SUPPORTED_KUBERNETES_VERSIONS;
     use proptest::prelude::*;
 
     /// The minors kprov can install, from the pinned-checksum table.

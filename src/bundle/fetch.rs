@@ -14,8 +14,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{ENTRY_LIMIT, Entry, EntryKind, FORMAT, MANIFEST, Manifest, image_path};
-use crate::provision::artifacts::Artifacts;
-use crate::provision::assets::Arch;
+use crate::bundle::artifacts::Artifacts;
+use crate::spec::assets::Arch;
 
 /// Where images are pulled from instead of their own registry (`--registry-mirror
 /// registry.k8s.io=http://10.0.0.5:5000`): `http://` for a plain-HTTP registry.

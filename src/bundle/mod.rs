@@ -1,6 +1,6 @@
 //! Air-gapped bundles: every binary and image a cluster's nodes need, in one tar file.
 //!
-//! `kprov create bundle` fetches exactly the list of [`crate::provision::artifacts`] (so the
+//! `kprov create bundle` fetches exactly the list of [`crate::bundle::artifacts`] (so the
 //! bundle and the node plan cannot disagree): binaries from their URLs or the configured
 //! mirror, each verified against its pinned sha256; images through the OCI distribution API
 //! (`oci-client`), for one architecture, each stored as an OCI image layout tar that
@@ -9,6 +9,7 @@
 //! before anything is uploaded: a tampered, truncated or padded bundle is refused naming the
 //! entry.
 
+pub mod artifacts;
 pub mod fetch;
 
 use std::collections::BTreeMap;

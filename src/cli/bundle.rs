@@ -4,10 +4,10 @@ use super::CreateBundleArgs;
 use super::addons::resolved;
 use super::commands::Ctx;
 use super::exit;
+use crate::bundle::artifacts;
 use crate::bundle::fetch::{self, RegistryMirrors};
 use crate::output::Format;
-use crate::provision::artifacts;
-use crate::provision::assets::Arch;
+use crate::spec::assets::Arch;
 
 pub async fn get_assets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, name).await?;

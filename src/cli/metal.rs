@@ -18,11 +18,12 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::commands::Ctx;
 use super::{UpdateClusterArgs, exit};
-use crate::nodes::{self, Action, NodePlan, Target, TargetSource};
+use crate::nodes::{self, Target, TargetSource};
 use crate::ops::nodes::{self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, NodeReport};
 use crate::ops::session::Session;
 use crate::output::{Format, Printer, Table, plural, sanitize_lines};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
+use crate::provision::plan::{Action, NodePlan};
 use crate::spec::{Cluster, Host, InstanceGroup};
 
 fn roles(h: &Host) -> String {

@@ -11,10 +11,10 @@ use super::{UpdateClusterArgs, UpdatePhase, exit};
 use crate::cloud::aws::launch::LaunchEvent;
 use crate::cloud::aws::wait::WaitEvent;
 use crate::cloud::engine::{self, RenderOptions};
-use crate::nodes::plan::NodePlan;
 use crate::ops::aws::{self as ops_aws, AwsApplied, AwsEvent, AwsEvents, AwsUpdateOptions};
 use crate::ops::session::Session;
 use crate::output::{Format, Printer};
+use crate::provision::plan::NodePlan;
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
 use crate::state::lock;
 

@@ -106,8 +106,6 @@ impl TargetSource for Inventory {
 pub mod journal;
 pub mod model;
 pub mod owner;
-pub mod plan;
 pub mod roll;
 
 pub use owner::Owner;
-pub use plan::{Action, NodePlan, Observation, PlannedNode};

@@ -1,8 +1,8 @@
 //! The node core (issue 19): what the node plan and the provisioner both speak of, below both,
-//! so neither imports the other for it (`nodes::plan` reads a host's facts, and
+//! so neither imports the other for it (`provision::plan` reads a host's facts, and
 //! `provision::orchestrate` gathers them in preflight).
 
-use crate::provision::assets::Arch;
+use crate::spec::assets::Arch;
 
 /// What preflight learnt about a host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //!   machines as targets, the API address, the etcd members and health check; commands ask it
 //!   instead of matching on the cloud.
 //! - [`nodes`]: a cluster's machines over SSH on any platform: the node plan
-//!   ([`nodes::plan`]), converging the nodes and storing the admin kubeconfig
+//!   ([`crate::provision::plan`]), converging the nodes and storing the admin kubeconfig
 //!   ([`nodes::converge`]), resetting them at `delete cluster` ([`nodes::reset`]).
 //! - [`certificates`]: every control plane's kubeadm certificates and their expiry
 //!   ([`certificates::read`]), renewal one control plane at a time ([`certificates::rotate`]).

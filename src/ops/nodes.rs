@@ -17,8 +17,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use bytes::Bytes;
 
-use crate::nodes::{self, NodePlan, Owner, Target};
+use crate::nodes::{self, Owner, Target};
 use crate::provision::orchestrate::{self, HostResult, Options, ProgressEvent, Report};
+use crate::provision::plan::{self as node_plan, NodePlan};
 use crate::provision::render::CloudApi;
 use crate::spec::Cluster;
 use crate::ssh::{Event, Progress, SshFleet, SshOptions};
@@ -171,7 +172,7 @@ pub async fn plan(
         options.concurrency,
         &no_events(),
     )?;
-    let plan = nodes::plan::plan_with(
+    let plan = node_plan::plan_with(
         &fleet,
         Some(&fleet),
         cluster,
@@ -215,7 +216,7 @@ pub async fn converge(
     };
     let result = async {
         // Observed again: the world may have changed since the preview.
-        let plan = nodes::plan::plan_with(
+        let plan = node_plan::plan_with(
             &fleet,
             None,
             cluster,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::provision::assets::{self, mirror_url, normalize_version, upstream_url};
+use crate::spec::assets::{self, mirror_url, normalize_version, upstream_url};
 use crate::spec::{Assets, Cluster, PinnedChecksum};
 
 /// A `.sha256` file is one line (the digest, sometimes followed by the file name).

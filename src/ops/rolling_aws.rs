@@ -126,7 +126,7 @@ pub fn bastion_observed(cluster: &Cluster, t: &Target) -> Observed {
         .clone()
         .unwrap_or_else(|| crate::spec::versions::DEFAULT_KUBERNETES_VERSION.to_string());
     let none = Provisioned {
-        kubernetes_version: crate::provision::assets::normalize_version(&version).to_string(),
+        kubernetes_version: crate::spec::assets::normalize_version(&version).to_string(),
         config_digest: String::new(),
         labels: BTreeMap::new(),
         taints: Vec::new(),

@@ -110,7 +110,7 @@ pub fn plan(
     let plan = roll::plan(
         cluster.name(),
         machines.platform,
-        crate::provision::assets::normalize_version(&version),
+        crate::spec::assets::normalize_version(&version),
         &group_inputs,
         &nodes,
         selection,

@@ -1,13 +1,13 @@
-//! Bare-metal node provisioning with kubeadm: what runs on each host, and in which order.
+//! Node provisioning with kubeadm: what runs on each host, and in which order.
 //!
-//! `assets` pins the binaries, `render` turns a completed cluster into `ssh::task::Step`s,
-//! `orchestrate` runs them through a `HostExecutor` phase by phase. See
-//! docs/provisioning.md.
+//! `render` turns a completed cluster into `ssh::task::Step`s (binaries from
+//! `spec::assets`), `plan` observes the targets read-only and decides per node, and
+//! `orchestrate` runs the plan through a `HostExecutor` phase by phase. All three sit above
+//! the node core (`crate::nodes`). See docs/provisioning.md.
 
-pub mod artifacts;
-pub mod assets;
 pub mod mirrors;
 pub mod orchestrate;
 pub mod pki;
+pub mod plan;
 pub mod render;
 pub mod shell;

@@ -23,7 +23,7 @@ use super::render::{self, CloudApi, Endpoint, JoinSecrets, RenderError, Renderer
 use crate::nodes::Target;
 use crate::nodes::model::Facts;
 use crate::nodes::owner::{OWNER_FILE, Owner};
-use crate::nodes::plan::{self, Action, NodePlan, Observation};
+use crate::provision::plan::{self, Action, NodePlan, Observation};
 use crate::spec::{Cluster, EtcdType, HostRole};
 use crate::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
@@ -470,7 +470,7 @@ pub fn parse_join_command(text: &str) -> Option<(String, Option<String>)> {
 }
 
 /// Observes the targets, plans and executes the plan: `update --yes` in one call (see
-/// `nodes::plan` for the steps taken apart, as the CLI does).
+/// `provision::plan` for the steps taken apart, as the CLI does).
 pub async fn provision(
     exec: &dyn HostExecutor,
     cluster: &Cluster,
@@ -1054,7 +1054,7 @@ pub(crate) mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::nodes::plan::decide;
+    use crate::provision::plan::decide;
     use crate::spec::Host;
 
     pub(crate) const CA: &str = include_str!("testdata/ca.crt");

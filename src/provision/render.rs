@@ -22,21 +22,20 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tera::Tera;
 
-use super::assets::{self, Arch, Asset, Component, ImageAsset, Install, Source};
 use super::shell::{enable_template_quoting, sh_quote};
 use crate::inventory::parse_taint;
 use crate::nodes::Target;
 use crate::nodes::owner::{OWNER_FILE, Owner};
 use crate::nodes::roll::{PROVISIONED_FILE, Provisioned};
 use crate::script;
+use crate::spec::assets::{self, Arch, Asset, Component, ImageAsset, Install, Source};
 use crate::spec::validate::{
     check_kubelet_label, check_label_key, check_label_value, check_taint, is_dns_subdomain,
 };
 use crate::spec::{Cluster, EtcdType, Host, HostRole, ProxyMode};
 use crate::ssh::task::{RemoteFile, Step};
 
-/// Image of the local API proxy on workers, unless `spec.api.localProxyImage` names another.
-pub const API_PROXY_IMAGE: &str = "docker.io/library/haproxy:3.2-alpine";
+pub use crate::spec::assets::API_PROXY_IMAGE;
 /// kprov's own sysctl file, the only one the kernel step applies, and its copy once applied.
 const SYSCTL_FILE: &str = "/etc/sysctl.d/99-kprov.conf";
 const SYSCTL_APPLIED: &str = "/var/lib/kprov/sysctl.applied";
@@ -658,7 +657,7 @@ fn use_bundle(
         crate::bundle::open_verified(path).map_err(|e| RenderError::Bundle(e.to_string()))?;
     let shown = path.display();
     let bad = |m: String| RenderError::Bundle(format!("spec.assets.bundle {shown}: {m}"));
-    let list = super::artifacts::artifacts(cluster).map_err(|e| bad(e.to_string()))?;
+    let list = crate::bundle::artifacts::artifacts(cluster).map_err(|e| bad(e.to_string()))?;
     let m = &bundle.manifest;
     if m.kubernetes_version != list.kubernetes_version {
         return Err(bad(format!(

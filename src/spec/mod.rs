@@ -1,6 +1,7 @@
 //! Cluster and InstanceGroup objects: types, loading with source positions, defaults,
 //! validation and the JSON Schema.
 
+pub mod assets;
 pub mod cidr;
 pub mod defaults;
 mod load;

@@ -448,7 +448,7 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         ),
         Some(v) if !versions::is_installable(v, s.assets.as_ref()) => c.err(
             p("spec.kubernetesVersion"),
-            if crate::provision::assets::minor_known(v) {
+            if crate::spec::assets::minor_known(v) {
                 format!(
                     "{v} is newer than kprov's checksum table ({}); `kprov create cluster \
                      --kubernetes-version {v}` (or `create -f`) pins the release's published \

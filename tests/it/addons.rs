@@ -14,8 +14,8 @@ use kprov::addons::{
     AddonError, Change, Manifest, apply_addons, manifests_yaml, preview_addons, render_addons,
 };
 use kprov::kube::{EvictOptions, KubeError, Poll, parse_manifests};
-use kprov::provision::assets::{DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS};
 use kprov::spec::Cluster;
+use kprov::spec::assets::{DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS};
 use kprov::spec::defaults::complete_cluster;
 use kprov::spec::validate::validate;
 use serde_json::{Value, json};

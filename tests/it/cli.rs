@@ -958,7 +958,7 @@ fn an_invalid_kprov_log_filter_is_refused() {
 #[test]
 fn a_newer_patch_release_is_pinned_from_its_published_checksums_at_create() {
     use crate::support::mirror::Mirror;
-    use kprov::provision::assets::{self, Arch, Component};
+    use kprov::spec::assets::{self, Arch, Component};
     const NEWER: &str = "1.36.97";
     let env = Env::new().with_moto();
     let mirror = Mirror::start(std::net::Ipv4Addr::LOCALHOST.into(), NEWER);

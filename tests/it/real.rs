@@ -252,9 +252,9 @@ fn assets_and_images() {
     );
     assert_eq!(members("crictl"), ["crictl"]);
     assert!(members("cni-plugins").contains(&"bridge".to_string()));
-    let etcd_dir = kprov::provision::assets::etcd_dir(
-        kprov::provision::assets::ETCD_VERSION,
-        kprov::provision::assets::Arch::Amd64,
+    let etcd_dir = kprov::spec::assets::etcd_dir(
+        kprov::spec::assets::ETCD_VERSION,
+        kprov::spec::assets::Arch::Amd64,
     );
     // No real etcdutl: none was built, and Debian 12 has none; `etcdutl` is the stand-in
     // running etcdctl 3.4's restore (realk8s::ETCDUTL_STANDIN).

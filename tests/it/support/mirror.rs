@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::IntoResponse;
-use kprov::provision::assets::{self, Arch, Component};
 use kprov::spec::AssetFile;
+use kprov::spec::assets::{self, Arch, Component};
 use sha2::{Digest, Sha256};
 
 const STANDINS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/standins");

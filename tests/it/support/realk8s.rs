@@ -366,11 +366,11 @@ impl Assets {
         // `-u2`: the etcdutl stand-in's second form (etcdctl 3.4's restore, not a refusal).
         let dir = bins.cache.join(format!(
             "assets-{CACHE_FORMAT}-u2-etcd{}",
-            kprov::provision::assets::ETCD_VERSION
+            kprov::spec::assets::ETCD_VERSION
         ));
-        let etcd_dir = kprov::provision::assets::etcd_dir(
-            kprov::provision::assets::ETCD_VERSION,
-            kprov::provision::assets::Arch::Amd64,
+        let etcd_dir = kprov::spec::assets::etcd_dir(
+            kprov::spec::assets::ETCD_VERSION,
+            kprov::spec::assets::Arch::Amd64,
         );
         cached(&dir, |tmp| {
             for b in ["kubeadm", "kubelet", "kubectl"] {

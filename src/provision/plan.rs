@@ -14,10 +14,10 @@
 use futures::future::join_all;
 use serde::Serialize;
 
-use super::Target;
-use super::owner::{OWNER_FILE, Owner};
-use super::roll::{PROVISIONED_FILE, Provisioned, differences};
+use crate::nodes::Target;
 use crate::nodes::model::Facts;
+use crate::nodes::owner::{OWNER_FILE, Owner};
+use crate::nodes::roll::{PROVISIONED_FILE, Provisioned, differences};
 use crate::provision::render::{self, CloudApi, RenderError, Renderer};
 use crate::spec::{Cluster, HostRole};
 use crate::ssh::task::{ExecError, HostExecutor, Step};
@@ -156,7 +156,7 @@ impl PlannedNode {
 pub struct ArtifactSource {
     /// `binaries` or `images`.
     pub artifacts: String,
-    pub origin: crate::provision::artifacts::Origin,
+    pub origin: crate::bundle::artifacts::Origin,
     /// The bundle file, the mirror, or what upstream means for this kind.
     pub from: String,
 }
@@ -175,7 +175,7 @@ impl ArtifactSource {
 
 /// Where binaries and images come from for `cluster` (what the renderer will use).
 pub fn sources(cluster: &Cluster) -> Vec<ArtifactSource> {
-    use crate::provision::artifacts::Origin;
+    use crate::bundle::artifacts::Origin;
     let assets = cluster.spec.assets.as_ref();
     let source = |artifacts: &str, origin: Origin, from: String| ArtifactSource {
         artifacts: artifacts.into(),

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use super::assets::{self, Arch, AssetError, Component, Source};
+use crate::spec::assets::{self, Arch, AssetError, Component, Source};
 use crate::spec::{Cluster, EtcdType};
 
 /// Where an artifact comes from.
@@ -250,7 +250,7 @@ pub fn artifacts(cluster: &Cluster) -> Result<Artifacts, ArtifactError> {
             spec.api
                 .as_ref()
                 .and_then(|a| a.local_proxy_image.clone())
-                .unwrap_or_else(|| super::render::API_PROXY_IMAGE.to_string()),
+                .unwrap_or_else(|| assets::API_PROXY_IMAGE.to_string()),
             "api proxy",
         );
     }
@@ -372,7 +372,7 @@ mod tests {
             assert_eq!(i.origin, want, "{i:?}");
         }
         assert!(a.images.iter().any(|i| i.origin == Origin::Upstream));
-        let s = crate::nodes::plan::sources(&c);
+        let s = crate::provision::plan::sources(&c);
         let images = s.iter().find(|s| s.artifacts == "images").unwrap();
         assert_eq!(images.origin, Origin::Mirror);
         assert_eq!(

@@ -101,6 +101,8 @@ pub enum Install {
 pub const CONTAINERD_VERSION: &str = "2.2.7";
 pub const RUNC_VERSION: &str = "1.3.6";
 pub const CNI_PLUGINS_VERSION: &str = "1.9.1";
+/// Image of the local API proxy on workers, unless `spec.api.localProxyImage` names another.
+pub const API_PROXY_IMAGE: &str = "docker.io/library/haproxy:3.2-alpine";
 /// The etcd release host-deployed members run (Kubespray's `etcd_deployment_type: host`):
 /// the 3.6 line kubeadm 1.34 to 1.36 run themselves (kubeadm 1.36.2 pins 3.6.8-0).
 pub const ETCD_VERSION: &str = "3.6.8";
@@ -116,6 +118,19 @@ pub const SUPPORTED_KUBERNETES_VERSIONS: &[&str] = pinned::SUPPORTED;
 
 /// The default when a spec names none: the newest pinned patch.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "1.36.4";
+
+/// Parses `1.35.1` or `v1.35.1` into (major, minor, patch).
+pub fn parse(v: &str) -> Option<(u32, u32, u32)> {
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let mut it = v.split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    let patch = it.next()?.parse().ok()?;
+    if it.next().is_some() {
+        return None;
+    }
+    Some((major, minor, patch))
+}
 
 /// What kubeadm of one minor expects on the node, from kubeadm's `constants.go` of that
 /// minor: the sandbox image containerd must use (kubeadm warns, and the kubelet's pods use a
@@ -153,7 +168,7 @@ pub const KUBEADM_IMAGES: &[KubeadmImages] = &[
 /// The images kubeadm of `kubernetes`'s minor expects; `None` for a version kprov does not
 /// support (refused earlier by validation).
 pub fn kubeadm_images(kubernetes: &str) -> Option<&'static KubeadmImages> {
-    let minor = crate::spec::versions::parse(kubernetes)?.1;
+    let minor = parse(kubernetes)?.1;
     KUBEADM_IMAGES.iter().find(|k| k.minor == minor)
 }
 
@@ -162,7 +177,7 @@ pub fn kubeadm_images(kubernetes: &str) -> Option<&'static KubeadmImages> {
 pub fn supported_summary() -> String {
     let mut ranges: Vec<(u32, u32, u32, u32)> = Vec::new(); // (major, minor, low, high)
     for v in SUPPORTED_KUBERNETES_VERSIONS {
-        let Some((major, minor, patch)) = crate::spec::versions::parse(v) else {
+        let Some((major, minor, patch)) = parse(v) else {
             continue;
         };
         match ranges.iter_mut().find(|r| r.0 == major && r.1 == minor) {
@@ -422,7 +437,7 @@ pub fn version_of(component: Component, kubernetes: &str) -> String {
         Component::Containerd => CONTAINERD_VERSION.to_string(),
         Component::Runc => RUNC_VERSION.to_string(),
         Component::CniPlugins => CNI_PLUGINS_VERSION.to_string(),
-        Component::Crictl => match crate::spec::versions::parse(kubernetes) {
+        Component::Crictl => match parse(kubernetes) {
             Some((major, minor, _)) => format!("{major}.{minor}.0"),
             None => kubernetes.to_string(),
         },
@@ -475,7 +490,7 @@ pub fn unpinned(kubernetes: &str) -> Vec<(Component, String, Arch)> {
 /// Whether kprov knows the minor of `kubernetes` (its images, etcd and pause versions): a
 /// newer patch of such a minor is installable once its checksums are pinned.
 pub fn minor_known(kubernetes: &str) -> bool {
-    let minor = |v: &str| crate::spec::versions::parse(v).map(|(a, b, _)| (a, b));
+    let minor = |v: &str| parse(v).map(|(a, b, _)| (a, b));
     minor(kubernetes).is_some_and(|m| {
         SUPPORTED_KUBERNETES_VERSIONS
             .iter()
@@ -640,7 +655,7 @@ mod tests {
         assert_eq!(SUPPORTED_KUBERNETES_VERSIONS[0], DEFAULT_KUBERNETES_VERSION);
         let parsed: Vec<_> = SUPPORTED_KUBERNETES_VERSIONS
             .iter()
-            .map(|v| crate::spec::versions::parse(v).unwrap())
+            .map(|v| parse(v).unwrap())
             .collect();
         let mut sorted = parsed.clone();
         sorted.sort_by(|a, b| b.cmp(a));
