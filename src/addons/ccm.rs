@@ -218,7 +218,7 @@ pub fn render_ccm(cluster: &Cluster) -> Result<Option<Manifest>, AddonError> {
         .map(|(k, v)| v.map_or(format!("--{k}"), |v| format!("--{k}={v}")))
         .collect();
 
-    let config_text = p.render_config(&config).unwrap_or_default();
+    let config_text = p.render_config(&config).unwrap_or_default(); // None: this provider takes no config file
     let store = match p.config_store {
         ConfigStore::None => "None",
         ConfigStore::ConfigMap => "ConfigMap",

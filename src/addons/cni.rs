@@ -116,7 +116,7 @@ pub fn render_cni(cluster: &Cluster) -> Result<Option<Manifest>, AddonError> {
             });
             ctx.insert(
                 "net_conf",
-                &serde_json::to_string_pretty(&net_conf).unwrap_or_default(),
+                &serde_json::to_string_pretty(&net_conf).unwrap_or_default(), // a JSON value always serialises
             );
             ctx.insert(
                 "images",

@@ -168,14 +168,14 @@ impl ValidationResult {
 }
 
 fn pod_problem(pod: &Pod) -> Option<String> {
-    let status = pod.status.clone().unwrap_or_default();
+    let status = pod.status.clone().unwrap_or_default(); // no status yet: phase Unknown, reported
     let phase = status.phase.unwrap_or_else(|| "Unknown".into());
     if phase != "Running" {
         return Some(format!("is {phase}"));
     }
     let not_ready: Vec<String> = status
         .container_statuses
-        .unwrap_or_default()
+        .unwrap_or_default() // none reported yet: no container to name
         .into_iter()
         .filter(|c| !c.ready)
         .map(|c| c.name)
@@ -196,7 +196,7 @@ fn deployment_unavailable(d: &Deployment) -> Option<String> {
 
 /// Why a DaemonSet has fewer available pods than nodes it should run on.
 fn daemonset_unavailable(ds: &DaemonSet) -> Option<String> {
-    let status = ds.status.clone().unwrap_or_default();
+    let status = ds.status.clone().unwrap_or_default(); // no status yet: nothing counted, so nothing to report
     let want = status.desired_number_scheduled;
     let available = status.number_available.unwrap_or(0);
     (available < want).then(|| format!("{available} of {want} pods available"))

@@ -715,7 +715,7 @@ fn build_host(
                      over ssh, this one at {}; this machine must run sshd and accept your key",
                     v.at.file,
                     v.at.line,
-                    address.as_deref().unwrap_or_default()
+                    address.as_deref().unwrap_or_default() // set to 127.0.0.1 just above when absent
                 ));
             }
             Some(other) => fail(bad(

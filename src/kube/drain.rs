@@ -271,7 +271,7 @@ pub fn selector_matches(
         .all(|(k, v)| labels.get(k) == Some(v));
     let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
         let value = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or_default();
+        let values = e.values.as_deref().unwrap_or_default(); // Exists/DoesNotExist carry no values
         match e.operator.as_str() {
             "In" => value.is_some_and(|v| values.contains(v)),
             "NotIn" => value.is_none_or(|v| !values.contains(v)),
@@ -391,7 +391,7 @@ async fn node_taints(
         .get(node)
         .await
         .map_err(|e| api_error(server, "reading", &format!("node {node}"), e))?;
-    Ok(current.spec.and_then(|s| s.taints).unwrap_or_default())
+    Ok(current.spec.and_then(|s| s.taints).unwrap_or_default()) // no spec or no taints: none
 }
 
 impl Kube {
@@ -479,7 +479,7 @@ impl Kube {
                     format!(
                         "{}/{}",
                         p.metadata.namespace.as_deref().unwrap_or("default"),
-                        p.metadata.name.as_deref().unwrap_or_default()
+                        p.metadata.name.as_deref().unwrap_or_default() // the API names every pod it lists
                     ),
                     classify(p, options.delete_emptydir_data, options.force_unmanaged),
                 )
@@ -522,7 +522,7 @@ impl Kube {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| "default".into());
-            let name = pod.metadata.name.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default(); // the API names every pod it lists
             let id = format!("{namespace}/{name}");
             match classify(pod, options.delete_emptydir_data, options.force_unmanaged) {
                 Disposition::Skip(reason) => {
@@ -538,7 +538,7 @@ impl Kube {
                     namespace,
                     name,
                     uid: pod.metadata.uid.clone(),
-                    labels: pod.metadata.labels.clone().unwrap_or_default(),
+                    labels: pod.metadata.labels.clone().unwrap_or_default(), // no labels: no selector matches
                     state: State::ToEvict {
                         next: start,
                         backoff: options.eviction.initial_backoff,

@@ -360,7 +360,7 @@ impl Kube {
 /// `None` when rolled out, otherwise what is still missing.
 fn daemonset_progress(ds: &DaemonSet) -> Option<String> {
     let generation = ds.metadata.generation.unwrap_or(0);
-    let status = ds.status.clone().unwrap_or_default();
+    let status = ds.status.clone().unwrap_or_default(); // no status yet: nothing observed, still rolling out
     let observed = status.observed_generation.unwrap_or(0);
     let desired = status.desired_number_scheduled;
     let updated = status.updated_number_scheduled.unwrap_or(0);
@@ -377,7 +377,7 @@ fn daemonset_progress(ds: &DaemonSet) -> Option<String> {
 fn deployment_progress(d: &Deployment) -> Option<String> {
     let generation = d.metadata.generation.unwrap_or(0);
     let desired = d.spec.replicas.unwrap_or(1);
-    let status = d.status.clone().unwrap_or_default();
+    let status = d.status.clone().unwrap_or_default(); // no status yet: nothing observed, still rolling out
     let observed = status.observed_generation.unwrap_or(0);
     let updated = status.updated_replicas.unwrap_or(0);
     let available = status.available_replicas.unwrap_or(0);

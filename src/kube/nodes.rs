@@ -40,8 +40,8 @@ pub struct NodeInfo {
 
 impl NodeInfo {
     pub fn from_node(node: &Node) -> Self {
-        let spec = node.spec.clone().unwrap_or_default();
-        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let spec = node.spec.clone().unwrap_or_default(); // no spec: schedulable, no taints, no provider ID
+        let labels = node.metadata.labels.clone().unwrap_or_default(); // no labels: not a control plane
         let ready = node
             .status
             .as_ref()
@@ -50,14 +50,14 @@ impl NodeInfo {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         NodeInfo {
-            name: node.metadata.name.clone().unwrap_or_default(),
+            name: node.metadata.name.clone().unwrap_or_default(), // the API names every Node it returns
             ready,
             control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
             unschedulable: spec.unschedulable.unwrap_or(false),
             provider_id: spec.provider_id.filter(|p| !p.is_empty()),
             taints: spec
                 .taints
-                .unwrap_or_default()
+                .unwrap_or_default() // no taints listed: none
                 .into_iter()
                 .map(|t| Taint {
                     key: t.key,

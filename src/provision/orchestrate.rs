@@ -924,7 +924,7 @@ async fn join_secrets(
     Ok(JoinSecrets {
         token,
         ca_cert_hash,
-        certificate_key: key.unwrap_or_default(),
+        certificate_key: key.unwrap_or_default(), // None only when no control plane joins: no key needed
     })
 }
 

@@ -384,9 +384,9 @@ pub struct NodeSettings {
 
 impl NodeSettings {
     pub fn of(spec: &crate::spec::ClusterSpec) -> Result<NodeSettings, RenderError> {
-        let proxy = spec.kube_proxy.clone().unwrap_or_default();
+        let proxy = spec.kube_proxy.clone().unwrap_or_default(); // no kubeProxy section: kube-proxy's defaults
         Ok(NodeSettings {
-            proxy_mode: proxy.proxy_mode.unwrap_or_default(),
+            proxy_mode: proxy.proxy_mode.unwrap_or_default(), // no proxyMode: the default mode
             conntrack_max_per_core: proxy.conntrack_max_per_core,
             fail_cgroup_v1: spec
                 .kubelet
@@ -892,7 +892,7 @@ impl Renderer {
                 .api
                 .as_ref()
                 .map(|a| a.additional_sans.clone())
-                .unwrap_or_default(),
+                .unwrap_or_default(), // no api section: no extra SANs
             pod_cidr: spec
                 .networking
                 .pod_cidr

@@ -586,7 +586,7 @@ impl RegistryMirror {
             .endpoint
             .strip_prefix("https://")
             .or_else(|| self.endpoint.strip_prefix("http://"))?;
-        let host = rest.split('/').next().unwrap_or_default();
+        let host = rest.split('/').next().unwrap_or_default(); // split yields at least one item
         (!host.is_empty()).then_some(host)
     }
 }

@@ -246,7 +246,7 @@ pub(crate) async fn scan(
         })
         .collect();
     if keys.is_empty() {
-        let via = bastion.map(|b| format!(" via {b}")).unwrap_or_default();
+        let via = bastion.map(|b| format!(" via {b}")).unwrap_or_default(); // no bastion: reached directly
         let stderr = String::from_utf8_lossy(&out.stderr);
         let detail: Vec<&str> = stderr
             .lines()
