@@ -2,7 +2,7 @@
 //!
 //! `kprov get assets` prints it and `kprov create bundle` fetches exactly it, so the bundle
 //! cannot forget what the nodes install. Binaries come from the pinned table
-//! ([`super::assets::resolve`]) with `spec.assets.mirror` and `spec.assets.files` applied;
+//! ([`crate::spec::assets::resolve`]) with `spec.assets.mirror` and `spec.assets.files` applied;
 //! images are kubeadm's for the Kubernetes minor, every `image:` of the rendered add-on
 //! manifests (CNI, CCM), the local API proxy image, plus `spec.assets.images` archives. kprov
 //! pins images by tag only: their digests (and every size) are known once fetched, and the

@@ -2761,8 +2761,8 @@ mod tests {
 
     #[test]
     fn archive_references_read_both_layouts_and_nothing_else() {
-        use super::assets::{archive_needed_on, archive_references};
         use crate::spec::HostRole;
+        use crate::spec::assets::{archive_needed_on, archive_references};
         let docker = archive_with(
             "./manifest.json",
             r#"[{"RepoTags":["registry.k8s.io/kube-scheduler:v1.36.2","mirror.local/kube-scheduler:v1.36.2"]}]"#,
