@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_autoscaling::types::{Filter, LaunchTemplateSpecification, Tag};
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, cids, id_from_tags, owned_by};
+use super::{AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, id_from_tags, owned_by, want_str};
 use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 const TAG_ROLE: &str = "kprov.dev/role";
@@ -103,10 +103,11 @@ fn template(want: &Resource, ids: &IdMap) -> Result<LaunchTemplateSpecification,
         .build())
 }
 
-fn tags(c: &AwsCloud, want: &Resource, name: &str) -> Vec<Tag> {
-    let role = want.get_str("role").unwrap_or_default();
+fn tags(c: &AwsCloud, want: &Resource, name: &str) -> Result<Vec<Tag>, CloudError> {
+    let role = want_str(want, "role")?;
     let display = format!("{}.{}", want.id.name, c.cluster);
-    c.tags(&want.id, &display)
+    let tags = c
+        .tags(&want.id, &display)
         .into_iter()
         .chain([(TAG_ROLE.to_string(), role.to_string())])
         .map(|(k, v)| {
@@ -118,7 +119,8 @@ fn tags(c: &AwsCloud, want: &Resource, name: &str) -> Vec<Tag> {
                 .propagate_at_launch(true)
                 .build()
         })
-        .collect()
+        .collect();
+    Ok(tags)
 }
 
 pub(super) async fn create(
@@ -126,7 +128,7 @@ pub(super) async fn create(
     want: &Resource,
     ids: &IdMap,
 ) -> Result<String, CloudError> {
-    let name = want.get_str("groupName").unwrap_or_default().to_string();
+    let name = want_str(want, "groupName")?.to_string();
     c.asg
         .create_auto_scaling_group()
         .auto_scaling_group_name(&name)
@@ -136,7 +138,7 @@ pub(super) async fn create(
         .desired_capacity(int(want, "desiredCapacity"))
         .vpc_zone_identifier(cids(ids, want.get("subnets"))?.join(","))
         .set_target_group_arns(Some(cids(ids, want.get("targetGroups"))?))
-        .set_tags(Some(tags(c, want, &name)))
+        .set_tags(Some(tags(c, want, &name)?))
         .send()
         .await
         .ctx("CreateAutoScalingGroup")?;
@@ -150,7 +152,7 @@ pub(super) async fn update(
     changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let name = cloud_id_of(have)?;
     let group_fields = [
         "launchTemplate",
         "launchTemplateVersion",
@@ -208,7 +210,7 @@ pub(super) async fn update(
     if changes.iter().any(|ch| ch.field == "role") {
         c.asg
             .create_or_update_tags()
-            .set_tags(Some(tags(c, want, name)))
+            .set_tags(Some(tags(c, want, name)?))
             .send()
             .await
             .ctx("CreateOrUpdateTags")?;
@@ -217,7 +219,7 @@ pub(super) async fn update(
 }
 
 pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let name = cloud_id_of(have)?;
     let r = c
         .asg
         .delete_auto_scaling_group()
@@ -227,12 +229,13 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         .await
         .ctx("DeleteAutoScalingGroup");
     // Auto Scaling answers a missing group with a plain `ValidationError` ("AutoScalingGroup
-    // name not found"): no code of its own, so the message is all there is to tell it by.
-    if let Err(e) = r
-        && !e.to_string().contains("not found")
-    {
-        return Err(e);
-    }
+    // name not found"), a code it also gives bad input: whether the group is gone is asked
+    // below (an empty describe), never read from the message.
+    let mut refused = match r {
+        Ok(_) => None,
+        Err(e) if e.code() == Some("ValidationError") => Some(e),
+        Err(e) => return Err(e),
+    };
     // Its instances hold the subnets and security groups: wait until the group is gone,
     // backing off (terminations take minutes on AWS; a throttled describe fails this delete,
     // which the engine retries, and the group is then found already deleting).
@@ -247,6 +250,10 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .ctx("DescribeAutoScalingGroups")?;
         if out.auto_scaling_groups().is_empty() {
             return Ok(());
+        }
+        // The group is there and the delete was refused: not a "not found".
+        if let Some(e) = refused.take() {
+            return Err(e);
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(10));
@@ -284,13 +291,15 @@ impl AwsCloud {
                         .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
                 )
             })
-            .ok_or_else(|| CloudError::Api {
-                operation: "DescribeAutoScalingGroups".into(),
-                class: crate::cloud::engine::ErrorClass::Fatal,
-                message: format!(
-                    "no Auto Scaling group {asg_name} owned by cluster {}",
-                    self.cluster
-                ),
+            .ok_or_else(|| {
+                CloudError::verdict(
+                    "DescribeAutoScalingGroups",
+                    crate::cloud::engine::ErrorClass::Fatal,
+                    format!(
+                        "no Auto Scaling group {asg_name} owned by cluster {}",
+                        self.cluster
+                    ),
+                )
             })?;
         Ok(GroupCapacity {
             min: g.min_size().unwrap_or(0),

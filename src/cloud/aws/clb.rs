@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, id_from_tags};
+use super::{AwsCloud, Ctx, Reader, cloud_id_of, id_from_tags};
 use crate::cloud::engine::{CloudError, ErrorClass, Resource, Value};
 
 /// Load balancer name → tags, for the owned ones among `names` (DescribeTags takes 20 names
@@ -138,7 +138,7 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
 }
 
 pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let name = cloud_id_of(have)?;
     match c
         .clb
         .delete_load_balancer()

@@ -10,7 +10,7 @@ use aws_sdk_route53::types::{
 };
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid};
+use super::{AwsCloud, Ctx, Reader, cid, want_str};
 use crate::cloud::engine::{CloudError, IdMap, Lifecycle, Resource, ResourceId, Value};
 
 fn owner_value(c: &AwsCloud, id: &ResourceId) -> String {
@@ -102,7 +102,7 @@ pub(super) async fn fetch(
     let Some(want) = desired.iter().find(|r| r.id.kind == DNS_ZONE) else {
         return Ok(None);
     };
-    let name = want.get_str("zoneName").unwrap_or_default().to_string();
+    let name = want_str(want, "zoneName")?.to_string();
     let private = want.get("private").and_then(Value::as_bool);
     // A public zone's parent (for the delegation check) is found beside the zone itself: the
     // lookup needs only the name.
@@ -156,9 +156,13 @@ pub(super) async fn fetch(
     }))
 }
 
-pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>) {
+pub(super) fn assemble(
+    c: &AwsCloud,
+    read: Option<ZoneRead>,
+    rd: &mut Reader<'_>,
+) -> Result<(), CloudError> {
     let (Some(want), Some(read)) = (rd.desired.iter().find(|r| r.id.kind == DNS_ZONE), read) else {
-        return;
+        return Ok(());
     };
     let ZoneRead {
         zid,
@@ -167,7 +171,7 @@ pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>
         delegation,
         sets,
     } = read;
-    let name = want.get_str("zoneName").unwrap_or_default().to_string();
+    let name = want_str(want, "zoneName")?.to_string();
     rd.push(
         Resource::new(DNS_ZONE, &want.id.name)
             .lifecycle(Lifecycle::ExistsAndValidates)
@@ -231,7 +235,7 @@ pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>
         .collect();
     let zone_name = name.clone();
     for want in rd.desired.iter().filter(|r| r.id.kind == DNS_RECORD) {
-        let name = want.get_str("recordName").unwrap_or_default();
+        let name = want_str(want, "recordName")?;
         if owned.contains(&name) {
             continue;
         }
@@ -249,6 +253,7 @@ pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>
             ));
         }
     }
+    Ok(())
 }
 
 /// The private zone's association with the cluster's VPC. Only an association with a VPC kprov
@@ -476,7 +481,7 @@ pub(super) async fn upsert(
     ids: &IdMap,
 ) -> Result<String, CloudError> {
     let zone = cid(ids, want.get("zone"))?.to_string();
-    let name = want.get_str("recordName").unwrap_or_default();
+    let name = want_str(want, "recordName")?;
     let arn = cid(ids, want.get("alias"))?;
     let lbs = c
         .elb

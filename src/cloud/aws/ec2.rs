@@ -15,8 +15,8 @@ use aws_smithy_types::base64;
 
 use super::kinds::*;
 use super::{
-    AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, error_code, finish_create,
-    id_from_tags, owned_by,
+    AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, cloud_id_of, created_id, error_code,
+    finish_create, id_from_tags, owned_by, want_str,
 };
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
@@ -271,7 +271,9 @@ pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Resu
         {
             Ok(v) => Ok(v),
             // EC2 names the unknown types in its message; the groups using them are named here.
-            Err(CloudError::Api { message, .. }) if message.contains("InvalidInstanceType") => {
+            Err(CloudError::Api { code, message, .. })
+                if code.as_deref() == Some("InvalidInstanceType") =>
+            {
                 let bad: Vec<String> = groups
                     .iter()
                     .filter(|g| message.contains(g.instance_type))
@@ -1113,7 +1115,7 @@ fn launch_data(
     want: &Resource,
     ids: &IdMap,
 ) -> Result<RequestLaunchTemplateData, CloudError> {
-    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
+    let s = |f: &str| want_str(want, f).map(str::to_string);
     // The field holds the redacted text; the complete user-data is an input, present only
     // when the group's host key exists.
     let user_data = want.inputs.get("userData").ok_or_else(|| {
@@ -1135,8 +1137,8 @@ fn launch_data(
             .build()
     };
     Ok(RequestLaunchTemplateData::builder()
-        .image_id(s("imageId"))
-        .instance_type(s("instanceType").as_str().into())
+        .image_id(s("imageId")?)
+        .instance_type(s("instanceType")?.as_str().into())
         .key_name(cid(ids, want.get("keyName"))?)
         .set_security_group_ids(Some(cids(ids, want.get("securityGroups"))?))
         .iam_instance_profile(
@@ -1147,8 +1149,8 @@ fn launch_data(
         .user_data(base64::encode(user_data))
         .metadata_options(
             LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                .http_endpoint(s("metadataHttpEndpoint").as_str().into())
-                .http_tokens(s("metadataHttpTokens").as_str().into())
+                .http_endpoint(s("metadataHttpEndpoint")?.as_str().into())
+                .http_tokens(s("metadataHttpTokens")?.as_str().into())
                 .set_http_put_response_hop_limit(
                     want.get("metadataHopLimit")
                         .and_then(Value::as_int)
@@ -1235,11 +1237,11 @@ async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError>
         match (state.as_str(), gone) {
             ("available", false) | ("deleted", true) => return Ok(()),
             ("failed", _) => {
-                return Err(CloudError::Api {
-                    operation: "CreateNatGateway".into(),
-                    class: crate::cloud::engine::ErrorClass::Fatal,
-                    message: format!("NAT gateway {nid} failed"),
-                });
+                return Err(CloudError::verdict(
+                    "CreateNatGateway",
+                    ErrorClass::Fatal,
+                    format!("NAT gateway {nid} failed"),
+                ));
             }
             // The engine's per-resource deadline bounds this wait; it backs off to 10 s.
             _ => {
@@ -1252,26 +1254,23 @@ async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError>
 
 pub(super) async fn create(
     c: &AwsCloud,
+    kind: Ec2Kind,
     want: &Resource,
     ids: &IdMap,
 ) -> Result<String, CloudError> {
     let id = &want.id;
-    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
-    match id.kind.as_str() {
-        VPC => {
+    let s = |f: &str| want_str(want, f).map(str::to_string);
+    match kind {
+        Ec2Kind::Vpc => {
             let out = c
                 .ec2
                 .create_vpc()
-                .cidr_block(s("cidr"))
+                .cidr_block(s("cidr")?)
                 .tag_specifications(tag_spec(c, ResourceType::Vpc, id, &[]))
                 .send()
                 .await
                 .ctx("CreateVpc")?;
-            let vid = out
-                .vpc()
-                .and_then(|v| v.vpc_id())
-                .unwrap_or_default()
-                .to_string();
+            let vid = created_id(&want.id, "CreateVpc", out.vpc().and_then(|v| v.vpc_id()))?;
             // Support first: AWS refuses hostnames on a VPC without DNS support.
             for field in ["dnsSupport", "dnsHostnames"] {
                 let on = want.get(field).and_then(Value::as_bool);
@@ -1281,7 +1280,7 @@ pub(super) async fn create(
             }
             Ok(vid)
         }
-        SUBNET => {
+        Ec2Kind::Subnet => {
             let public = want.get("mapPublicIp").and_then(Value::as_bool) == Some(true);
             let role = if public {
                 "kubernetes.io/role/elb"
@@ -1292,23 +1291,23 @@ pub(super) async fn create(
                 .ec2
                 .create_subnet()
                 .vpc_id(cid(ids, want.get("vpc"))?)
-                .cidr_block(s("cidr"))
-                .availability_zone(s("zone"))
+                .cidr_block(s("cidr")?)
+                .availability_zone(s("zone")?)
                 .tag_specifications(tag_spec(c, ResourceType::Subnet, id, &[(role, "1")]))
                 .send()
                 .await
                 .ctx("CreateSubnet")?;
-            let sid = out
-                .subnet()
-                .and_then(|v| v.subnet_id())
-                .unwrap_or_default()
-                .to_string();
+            let sid = created_id(
+                &want.id,
+                "CreateSubnet",
+                out.subnet().and_then(|v| v.subnet_id()),
+            )?;
             if public {
                 finish_create(|| set_map_public_ip(c, &sid, true)).await?;
             }
             Ok(sid)
         }
-        INTERNET_GATEWAY => {
+        Ec2Kind::InternetGateway => {
             let out = c
                 .ec2
                 .create_internet_gateway()
@@ -1316,16 +1315,16 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateInternetGateway")?;
-            let gid = out
-                .internet_gateway()
-                .and_then(|g| g.internet_gateway_id())
-                .unwrap_or_default()
-                .to_string();
+            let gid = created_id(
+                &want.id,
+                "CreateInternetGateway",
+                out.internet_gateway().and_then(|g| g.internet_gateway_id()),
+            )?;
             let vpc = cid(ids, want.get("vpc"))?;
             finish_create(|| attach_igw(c, &gid, vpc)).await?;
             Ok(gid)
         }
-        ELASTIC_IP => {
+        Ec2Kind::ElasticIp => {
             let out = c
                 .ec2
                 .allocate_address()
@@ -1334,9 +1333,13 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("AllocateAddress")?;
-            Ok(out.allocation_id().unwrap_or_default().to_string())
+            Ok(created_id(
+                &want.id,
+                "AllocateAddress",
+                out.allocation_id(),
+            )?)
         }
-        NAT_GATEWAY => {
+        Ec2Kind::NatGateway => {
             let out = c
                 .ec2
                 .create_nat_gateway()
@@ -1346,15 +1349,15 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateNatGateway")?;
-            let nid = out
-                .nat_gateway()
-                .and_then(|n| n.nat_gateway_id())
-                .unwrap_or_default()
-                .to_string();
+            let nid = created_id(
+                &want.id,
+                "CreateNatGateway",
+                out.nat_gateway().and_then(|n| n.nat_gateway_id()),
+            )?;
             wait_nat(c, &nid, false).await.map_err(after_create)?;
             Ok(nid)
         }
-        ROUTE_TABLE => {
+        Ec2Kind::RouteTable => {
             let out = c
                 .ec2
                 .create_route_table()
@@ -1363,11 +1366,11 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateRouteTable")?;
-            let tid = out
-                .route_table()
-                .and_then(|t| t.route_table_id())
-                .unwrap_or_default()
-                .to_string();
+            let tid = created_id(
+                &want.id,
+                "CreateRouteTable",
+                out.route_table().and_then(|t| t.route_table_id()),
+            )?;
             // Call by call: a throttled route is retried alone, not with those already added.
             for (dest, target) in routes(want.get("routes"), ids).map_err(after_create)? {
                 finish_create(|| add_route(c, &tid, &dest, &target)).await?;
@@ -1377,60 +1380,59 @@ pub(super) async fn create(
             }
             Ok(tid)
         }
-        SECURITY_GROUP => {
+        Ec2Kind::SecurityGroup => {
             let out = c
                 .ec2
                 .create_security_group()
-                .group_name(s("groupName"))
-                .description(s("description"))
+                .group_name(s("groupName")?)
+                .description(s("description")?)
                 .vpc_id(cid(ids, want.get("vpc"))?)
                 .tag_specifications(tag_spec(c, ResourceType::SecurityGroup, id, &[]))
                 .send()
                 .await
                 .ctx("CreateSecurityGroup")?;
-            Ok(out.group_id().unwrap_or_default().to_string())
+            Ok(created_id(&want.id, "CreateSecurityGroup", out.group_id())?)
         }
-        SECURITY_GROUP_RULES => {
+        Ec2Kind::SecurityGroupRules => {
             // The rules resource is the group's ingress list: "creating" it authorizes them.
             let gid = cid(ids, want.get("group"))?.to_string();
             let rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
             authorize(c, &gid, rules, ids).await?;
             Ok(gid)
         }
-        KEY_PAIR => {
+        Ec2Kind::KeyPair => {
             let key = want.inputs.get("publicKey").cloned().unwrap_or_default();
             c.ec2
                 .import_key_pair()
-                .key_name(s("keyName"))
+                .key_name(s("keyName")?)
                 .public_key_material(aws_smithy_types::Blob::new(key.into_bytes()))
                 .tag_specifications(tag_spec(
                     c,
                     ResourceType::KeyPair,
                     id,
-                    &[(TAG_KEY_HASH, &s("publicKeySha256"))],
+                    &[(TAG_KEY_HASH, &s("publicKeySha256")?)],
                 ))
                 .send()
                 .await
                 .ctx("ImportKeyPair")?;
-            Ok(s("keyName"))
+            Ok(s("keyName")?)
         }
-        LAUNCH_TEMPLATE => {
+        Ec2Kind::LaunchTemplate => {
             let out = c
                 .ec2
                 .create_launch_template()
-                .launch_template_name(s("templateName"))
+                .launch_template_name(s("templateName")?)
                 .launch_template_data(launch_data(c, want, ids)?)
                 .tag_specifications(tag_spec(c, ResourceType::LaunchTemplate, id, &[]))
                 .send()
                 .await
                 .ctx("CreateLaunchTemplate")?;
-            Ok(out
-                .launch_template()
-                .and_then(|t| t.launch_template_id())
-                .unwrap_or_default()
-                .to_string())
+            created_id(
+                &want.id,
+                "CreateLaunchTemplate",
+                out.launch_template().and_then(|t| t.launch_template_id()),
+            )
         }
-        other => Err(CloudError::Model(format!("EC2 cannot create a {other}"))),
     }
 }
 
@@ -1496,14 +1498,15 @@ fn changed(changes: &[FieldChange], f: &str) -> bool {
 
 pub(super) async fn update(
     c: &AwsCloud,
+    kind: Ec2Kind,
     want: &Resource,
     have: &Resource,
     changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let cloud_id = have.cloud_id.as_deref().unwrap_or_default();
-    match want.id.kind.as_str() {
-        VPC if changed(changes, "dnsSupport") || changed(changes, "dnsHostnames") => {
+    let cloud_id = cloud_id_of(have)?;
+    match kind {
+        Ec2Kind::Vpc if changed(changes, "dnsSupport") || changed(changes, "dnsHostnames") => {
             for field in ["dnsSupport", "dnsHostnames"] {
                 if changed(changes, field)
                     && let Some(on) = want.get(field).and_then(Value::as_bool)
@@ -1513,14 +1516,14 @@ pub(super) async fn update(
             }
             Ok(())
         }
-        SUBNET if changed(changes, "mapPublicIp") => {
+        Ec2Kind::Subnet if changed(changes, "mapPublicIp") => {
             let on = want
                 .get("mapPublicIp")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
             set_map_public_ip(c, cloud_id, on).await
         }
-        INTERNET_GATEWAY => {
+        Ec2Kind::InternetGateway => {
             if let Some(old) = have.get("vpc") {
                 let old = cid(ids, Some(old))?;
                 c.ec2
@@ -1533,7 +1536,7 @@ pub(super) async fn update(
             }
             attach_igw(c, cloud_id, cid(ids, want.get("vpc"))?).await
         }
-        ROUTE_TABLE => {
+        Ec2Kind::RouteTable => {
             let want_routes = routes(want.get("routes"), ids)?;
             let have_routes = routes(have.get("routes"), ids)?;
             for (dest, target) in &want_routes {
@@ -1579,7 +1582,7 @@ pub(super) async fn update(
             }
             Ok(())
         }
-        SECURITY_GROUP_RULES => {
+        Ec2Kind::SecurityGroupRules => {
             let want_rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
             let have_rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
             let missing: Vec<Value> = want_rules
@@ -1595,7 +1598,7 @@ pub(super) async fn update(
             revoke(c, cloud_id, &extra, ids).await?;
             authorize(c, cloud_id, &missing, ids).await
         }
-        LAUNCH_TEMPLATE => {
+        Ec2Kind::LaunchTemplate => {
             // Instance groups use `$Latest`: a new complete version is the change.
             c.ec2
                 .create_launch_template_version()
@@ -1649,10 +1652,15 @@ fn gone_ok<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
     }
 }
 
-pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result<(), CloudError> {
-    let cloud_id = have.cloud_id.as_deref().unwrap_or_default();
-    match have.id.kind.as_str() {
-        VPC => gone_ok(
+pub(super) async fn delete(
+    c: &AwsCloud,
+    kind: Ec2Kind,
+    have: &Resource,
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    let cloud_id = cloud_id_of(have)?;
+    match kind {
+        Ec2Kind::Vpc => gone_ok(
             c.ec2
                 .delete_vpc()
                 .vpc_id(cloud_id)
@@ -1660,7 +1668,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteVpc"),
         ),
-        SUBNET => gone_ok(
+        Ec2Kind::Subnet => gone_ok(
             c.ec2
                 .delete_subnet()
                 .subnet_id(cloud_id)
@@ -1668,7 +1676,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteSubnet"),
         ),
-        INTERNET_GATEWAY => {
+        Ec2Kind::InternetGateway => {
             if let Some(vpc) = have.get("vpc") {
                 let r = c
                     .ec2
@@ -1692,7 +1700,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                     .ctx("DeleteInternetGateway"),
             )
         }
-        ELASTIC_IP => gone_ok(
+        Ec2Kind::ElasticIp => gone_ok(
             c.ec2
                 .release_address()
                 .allocation_id(cloud_id)
@@ -1700,7 +1708,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("ReleaseAddress"),
         ),
-        NAT_GATEWAY => {
+        Ec2Kind::NatGateway => {
             gone_ok(
                 c.ec2
                     .delete_nat_gateway()
@@ -1712,7 +1720,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
             // Its elastic IP can only be released once it is gone.
             wait_nat(c, cloud_id, true).await
         }
-        ROUTE_TABLE => {
+        Ec2Kind::RouteTable => {
             for a in associations(have).values() {
                 gone_ok(disassociate(c, a).await)?;
             }
@@ -1725,7 +1733,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                     .ctx("DeleteRouteTable"),
             )
         }
-        SECURITY_GROUP => gone_ok(
+        Ec2Kind::SecurityGroup => gone_ok(
             c.ec2
                 .delete_security_group()
                 .group_id(cloud_id)
@@ -1733,11 +1741,11 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteSecurityGroup"),
         ),
-        SECURITY_GROUP_RULES => {
+        Ec2Kind::SecurityGroupRules => {
             let rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
             gone_ok(revoke(c, cloud_id, rules, ids).await)
         }
-        KEY_PAIR => gone_ok(
+        Ec2Kind::KeyPair => gone_ok(
             c.ec2
                 .delete_key_pair()
                 .key_name(cloud_id)
@@ -1745,7 +1753,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteKeyPair"),
         ),
-        LAUNCH_TEMPLATE => gone_ok(
+        Ec2Kind::LaunchTemplate => gone_ok(
             c.ec2
                 .delete_launch_template()
                 .launch_template_id(cloud_id)
@@ -1753,7 +1761,6 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteLaunchTemplate"),
         ),
-        other => Err(CloudError::Model(format!("EC2 cannot delete a {other}"))),
     }
 }
 

@@ -10,7 +10,10 @@ use aws_sdk_elasticloadbalancingv2::types::{
 };
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, cids, finish_create, id_from_tags};
+use super::{
+    AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, created_id, finish_create, id_from_tags,
+    want_str,
+};
 use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 /// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
@@ -325,38 +328,40 @@ fn forward(tg: &str) -> Action {
 
 pub(super) async fn create(
     c: &AwsCloud,
+    kind: ElbKind,
     want: &Resource,
     ids: &IdMap,
 ) -> Result<String, CloudError> {
-    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
+    let s = |f: &str| want_str(want, f).map(str::to_string);
     let port = want.get("port").and_then(Value::as_int).unwrap_or(0) as i32;
-    match want.id.kind.as_str() {
-        LOAD_BALANCER => {
+    match kind {
+        ElbKind::LoadBalancer => {
             let out = c
                 .elb
                 .create_load_balancer()
-                .name(s("lbName"))
+                .name(s("lbName")?)
                 .r#type(LoadBalancerTypeEnum::Network)
-                .scheme(LoadBalancerSchemeEnum::from(s("scheme").as_str()))
+                .scheme(LoadBalancerSchemeEnum::from(s("scheme")?.as_str()))
                 .set_subnets(Some(cids(ids, want.get("subnets"))?))
                 .set_security_groups(Some(cids(ids, want.get("securityGroups"))?))
                 .set_tags(Some(tags(c, want)))
                 .send()
                 .await
                 .ctx("CreateLoadBalancer")?;
-            Ok(out
-                .load_balancers()
-                .first()
-                .and_then(|l| l.load_balancer_arn())
-                .unwrap_or_default()
-                .to_string())
+            created_id(
+                &want.id,
+                "CreateLoadBalancer",
+                out.load_balancers()
+                    .first()
+                    .and_then(|l| l.load_balancer_arn()),
+            )
         }
-        TARGET_GROUP => {
+        ElbKind::TargetGroup => {
             let out = c
                 .elb
                 .create_target_group()
-                .name(s("tgName"))
-                .protocol(ProtocolEnum::from(s("protocol").as_str()))
+                .name(s("tgName")?)
+                .protocol(ProtocolEnum::from(s("protocol")?.as_str()))
                 .port(port)
                 .vpc_id(cid(ids, want.get("vpc"))?)
                 .target_type(TargetTypeEnum::Instance)
@@ -365,48 +370,48 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateTargetGroup")?;
-            let arn = out
-                .target_groups()
-                .first()
-                .and_then(|t| t.target_group_arn())
-                .unwrap_or_default()
-                .to_string();
+            let arn = created_id(
+                &want.id,
+                "CreateTargetGroup",
+                out.target_groups()
+                    .first()
+                    .and_then(|t| t.target_group_arn()),
+            )?;
             finish_create(|| set_target_group_attributes(c, &arn, want)).await?;
             Ok(arn)
         }
-        LISTENER => {
+        ElbKind::Listener => {
             let out = c
                 .elb
                 .create_listener()
                 .load_balancer_arn(cid(ids, want.get("loadBalancer"))?)
-                .protocol(ProtocolEnum::from(s("protocol").as_str()))
+                .protocol(ProtocolEnum::from(s("protocol")?.as_str()))
                 .port(port)
                 .default_actions(forward(cid(ids, want.get("targetGroup"))?))
                 .set_tags(Some(tags(c, want)))
                 .send()
                 .await
                 .ctx("CreateListener")?;
-            Ok(out
-                .listeners()
-                .first()
-                .and_then(|l| l.listener_arn())
-                .unwrap_or_default()
-                .to_string())
+            created_id(
+                &want.id,
+                "CreateListener",
+                out.listeners().first().and_then(|l| l.listener_arn()),
+            )
         }
-        other => Err(CloudError::Model(format!("ELB cannot create a {other}"))),
     }
 }
 
 pub(super) async fn update(
     c: &AwsCloud,
+    kind: ElbKind,
     want: &Resource,
     have: &Resource,
     changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let arn = have.cloud_id.as_deref().unwrap_or_default();
-    match want.id.kind.as_str() {
-        LOAD_BALANCER if changes.iter().all(|ch| ch.field == "subnets") => {
+    let arn = cloud_id_of(have)?;
+    match kind {
+        ElbKind::LoadBalancer if changes.iter().all(|ch| ch.field == "subnets") => {
             c.elb
                 .set_subnets()
                 .load_balancer_arn(arn)
@@ -416,14 +421,14 @@ pub(super) async fn update(
                 .ctx("SetSubnets")?;
             Ok(())
         }
-        TARGET_GROUP
+        ElbKind::TargetGroup
             if changes.iter().all(|ch| {
                 ["preserveClientIp", "deregistrationDelay"].contains(&ch.field.as_str())
             }) =>
         {
             set_target_group_attributes(c, arn, want).await
         }
-        LISTENER => {
+        ElbKind::Listener => {
             c.elb
                 .modify_listener()
                 .listener_arn(arn)
@@ -449,10 +454,10 @@ pub(super) async fn update(
     }
 }
 
-pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let arn = have.cloud_id.as_deref().unwrap_or_default();
-    let r = match have.id.kind.as_str() {
-        LOAD_BALANCER => c
+pub(super) async fn delete(c: &AwsCloud, kind: ElbKind, have: &Resource) -> Result<(), CloudError> {
+    let arn = cloud_id_of(have)?;
+    let r = match kind {
+        ElbKind::LoadBalancer => c
             .elb
             .delete_load_balancer()
             .load_balancer_arn(arn)
@@ -460,7 +465,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .await
             .ctx("DeleteLoadBalancer")
             .map(|_| ()),
-        TARGET_GROUP => c
+        ElbKind::TargetGroup => c
             .elb
             .delete_target_group()
             .target_group_arn(arn)
@@ -468,7 +473,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .await
             .ctx("DeleteTargetGroup")
             .map(|_| ()),
-        LISTENER => c
+        ElbKind::Listener => c
             .elb
             .delete_listener()
             .listener_arn(arn)
@@ -476,7 +481,6 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .await
             .ctx("DeleteListener")
             .map(|_| ()),
-        other => return Err(CloudError::Model(format!("ELB cannot delete a {other}"))),
     };
     match r {
         Err(e) if e.class() == crate::cloud::engine::ErrorClass::NotFound => Ok(()),
