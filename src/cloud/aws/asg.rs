@@ -36,7 +36,9 @@ pub(super) fn assemble(
     rd: &mut Reader<'_>,
 ) {
     for g in groups {
-        let name = g.auto_scaling_group_name().unwrap_or_default();
+        let Some(name) = rd.listed(AUTOSCALING_GROUP, g.auto_scaling_group_name()) else {
+            continue;
+        };
         let tags = || {
             g.tags()
                 .iter()

@@ -109,7 +109,9 @@ pub(super) async fn fetch(c: &AwsCloud) -> Result<ClbRead, CloudError> {
 pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
     let ClbRead { lbs, owned } = read;
     for l in &lbs {
-        let name = l.load_balancer_name().unwrap_or_default();
+        let Some(name) = rd.listed(CLASSIC_LOAD_BALANCER, l.load_balancer_name()) else {
+            continue;
+        };
         let Some(tags) = owned.get(name) else {
             continue;
         };

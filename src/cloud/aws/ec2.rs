@@ -653,7 +653,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         tables,
     } = read;
     for v in vpcs {
-        let vid = v.vpc_id().unwrap_or_default();
+        let Some(vid) = rd.listed(VPC, v.vpc_id()) else {
+            continue;
+        };
         let Some((id, lc)) = classify(c, &adopted_vpcs, VPC, vid, v.tags()) else {
             continue;
         };
@@ -670,7 +672,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
     }
 
     for s in subnets {
-        let sid = s.subnet_id().unwrap_or_default();
+        let Some(sid) = rd.listed(SUBNET, s.subnet_id()) else {
+            continue;
+        };
         let Some((id, lc)) = classify(c, &adopted_subnets, SUBNET, sid, s.tags()) else {
             continue;
         };
@@ -693,7 +697,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
     }
 
     for g in igws {
-        let gid = g.internet_gateway_id().unwrap_or_default();
+        let Some(gid) = rd.listed(INTERNET_GATEWAY, g.internet_gateway_id()) else {
+            continue;
+        };
         let (id, lc) = match &adopted_igw {
             Some((a, id)) if a == gid => (id.clone(), Lifecycle::ExistsAndValidates),
             _ if owned_by(&c.cluster, tag_pairs(g.tags())) => (
@@ -715,7 +721,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         .iter()
         .filter(|a| owned_by(&c.cluster, tag_pairs(a.tags())))
     {
-        let aid = a.allocation_id().unwrap_or_default();
+        let Some(aid) = rd.listed(ELASTIC_IP, a.allocation_id()) else {
+            continue;
+        };
         let id = id_from_tags(ELASTIC_IP, aid, tag_pairs(a.tags()));
         rd.push(Resource::new(ELASTIC_IP, id.name).cloud_id(aid).field(
             "domain",
@@ -727,7 +735,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         .iter()
         .filter(|n| owned_by(&c.cluster, tag_pairs(n.tags())))
     {
-        let nid = n.nat_gateway_id().unwrap_or_default();
+        let Some(nid) = rd.listed(NAT_GATEWAY, n.nat_gateway_id()) else {
+            continue;
+        };
         let id = id_from_tags(NAT_GATEWAY, nid, tag_pairs(n.tags()));
         let alloc = n
             .nat_gateway_addresses()
@@ -748,7 +758,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         .iter()
         .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
     {
-        let tid = t.route_table_id().unwrap_or_default();
+        let Some(tid) = rd.listed(ROUTE_TABLE, t.route_table_id()) else {
+            continue;
+        };
         let id = id_from_tags(ROUTE_TABLE, tid, tag_pairs(t.tags()));
         let routes = t
             .routes()
@@ -835,7 +847,9 @@ pub(super) fn assemble_security_groups(
         .filter(|g| owned_by(&c.cluster, tag_pairs(g.tags())))
         .collect();
     for g in &groups {
-        let gid = g.group_id().unwrap_or_default();
+        let Some(gid) = rd.listed(SECURITY_GROUP, g.group_id()) else {
+            continue;
+        };
         let id = id_from_tags(SECURITY_GROUP, gid, tag_pairs(g.tags()));
         let vpc = rd.r(g.vpc_id().unwrap_or_default());
         rd.push(
@@ -848,11 +862,10 @@ pub(super) fn assemble_security_groups(
                     Value::str(g.description().unwrap_or_default()),
                 ),
         );
-        ids.push(id);
+        ids.push((g, gid, id));
     }
     // The rules come second: they refer to groups by ID, and all groups are known now.
-    for (g, id) in groups.iter().zip(ids) {
-        let gid = g.group_id().unwrap_or_default();
+    for (g, gid, id) in ids {
         let mut rules = Vec::new();
         for p in g.ip_permissions() {
             let proto = Value::str(p.ip_protocol().unwrap_or("-1"));
@@ -906,7 +919,9 @@ pub(super) fn assemble_key_pairs(
         .iter()
         .filter(|k| owned_by(&c.cluster, tag_pairs(k.tags())))
     {
-        let name = k.key_name().unwrap_or_default();
+        let Some(name) = rd.listed(KEY_PAIR, k.key_name()) else {
+            continue;
+        };
         let id = id_from_tags(KEY_PAIR, name, tag_pairs(k.tags()));
         let hash = tag_pairs(k.tags())
             .find(|(t, _)| *t == TAG_KEY_HASH)

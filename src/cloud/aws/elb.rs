@@ -147,7 +147,9 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
     };
 
     for t in &tgs {
-        let arn = t.target_group_arn().unwrap_or_default();
+        let Some(arn) = rd.listed(TARGET_GROUP, t.target_group_arn()) else {
+            continue;
+        };
         let Some(tags) = pairs(arn) else { continue };
         let id = id_from_tags(TARGET_GROUP, arn, tags.into_iter());
         let vpc = rd.r(t.vpc_id().unwrap_or_default());
@@ -180,7 +182,9 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
     }
     let mut owned_lbs = Vec::new();
     for l in &lbs {
-        let arn = l.load_balancer_arn().unwrap_or_default();
+        let Some(arn) = rd.listed(LOAD_BALANCER, l.load_balancer_arn()) else {
+            continue;
+        };
         let Some(tags) = pairs(arn) else { continue };
         let id = id_from_tags(LOAD_BALANCER, arn, tags.into_iter());
         let subnets = l

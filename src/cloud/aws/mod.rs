@@ -406,6 +406,20 @@ impl Reader<'_> {
         self.out.push(r);
     }
 
+    /// The ID of a resource the cloud listed. One listed without an ID cannot be compared,
+    /// changed or deleted: it becomes a plan error naming the kind rather than a resource
+    /// with an empty cloud ID.
+    pub fn listed<'x>(&mut self, kind: &str, id: Option<&'x str>) -> Option<&'x str> {
+        let id = id.filter(|s| !s.is_empty());
+        if id.is_none() {
+            self.conflicts.push(format!(
+                "the cloud listed a {kind} of this cluster without its ID (a reply kprov \
+                 cannot act on)"
+            ));
+        }
+        id
+    }
+
     /// A reference to whatever has cloud ID `cid`: a logical ref when it is known, the raw ID
     /// otherwise (a foreign resource shows up as itself in a diff).
     pub fn r(&self, cid: &str) -> Value {
