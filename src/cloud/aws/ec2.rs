@@ -1416,7 +1416,9 @@ pub(super) async fn create(
             Ok(gid)
         }
         Ec2Kind::KeyPair => {
-            let key = want.inputs.get("publicKey").cloned().unwrap_or_default();
+            let key = want.inputs.get("publicKey").cloned().ok_or_else(|| {
+                CloudError::Model(format!("{}: input publicKey is not set", want.id))
+            })?;
             c.ec2
                 .import_key_pair()
                 .key_name(s("keyName")?)
@@ -1697,7 +1699,7 @@ pub(super) async fn delete(
                     .ec2
                     .detach_internet_gateway()
                     .internet_gateway_id(cloud_id)
-                    .vpc_id(cid(ids, Some(vpc)).unwrap_or_default())
+                    .vpc_id(cid(ids, Some(vpc))?)
                     .send()
                     .await;
                 if let Err(e) = r

@@ -241,9 +241,12 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .iter()
                 .find_map(|a| a.target_group_arn())
                 .unwrap_or_default();
+            let Some(arn) = rd.listed(LISTENER, l.listener_arn()) else {
+                continue;
+            };
             rd.push(
                 Resource::new(LISTENER, name)
-                    .cloud_id(l.listener_arn().unwrap_or_default())
+                    .cloud_id(arn)
                     .field("loadBalancer", Value::Ref(lb_id.clone()))
                     .field("port", Value::Int(port.into()))
                     .field(
