@@ -42,6 +42,7 @@ pub(super) fn assemble(
         let tags = || {
             g.tags()
                 .iter()
+                // why: a tag without key or value matches no ownership or identity key
                 .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
         };
         if !owned_by(&c.cluster, tags()) {
@@ -51,10 +52,12 @@ pub(super) fn assemble(
         let role = tags()
             .find(|(k, _)| *k == TAG_ROLE)
             .map(|(_, v)| v)
+            // why: a group without the role tag reads as no role, which the diff shows
             .unwrap_or_default();
         let lt = g.launch_template();
         let subnets = g
             .vpc_zone_identifier()
+            // why: a group without subnets lists none
             .unwrap_or_default()
             .split(',')
             .map(str::trim)
@@ -62,6 +65,7 @@ pub(super) fn assemble(
             .map(|s| rd.r(s))
             .collect();
         let tgs = g.target_group_arns().iter().map(|a| rd.r(a)).collect();
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let lt_ref = rd.r(lt.and_then(|l| l.launch_template_id()).unwrap_or_default());
         // The desired capacity belongs to whoever scales the group (a cluster-autoscaler,
         // an operator): any value within the spec's [min, max] counts as matching.
@@ -82,6 +86,7 @@ pub(super) fn assemble(
                 .field("launchTemplate", lt_ref)
                 .field(
                     "launchTemplateVersion",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(lt.and_then(|l| l.version()).unwrap_or_default()),
                 )
                 .field("minSize", Value::Int(g.min_size().unwrap_or(0).into()))
@@ -290,6 +295,7 @@ impl AwsCloud {
                     &self.cluster,
                     g.tags()
                         .iter()
+                        // why: a tag without key or value matches no ownership or identity key
                         .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
                 )
             })
@@ -377,6 +383,7 @@ pub async fn desired_capacities(
                 &c.cluster,
                 g.tags()
                     .iter()
+                    // why: a tag without key or value matches no ownership or identity key
                     .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
             )
         })
@@ -420,6 +427,7 @@ pub async fn failed_launches(
         })
         .filter(|a| a.start_time().is_none_or(|t| t.secs() >= since_epoch))
         .map(|a| FailedLaunch {
+            // why: shown only, next to the reason
             activity: a.activity_id().unwrap_or_default().to_string(),
             reason: a
                 .status_message()

@@ -46,6 +46,7 @@ async fn owned_tags(
                 .map(|t| {
                     (
                         t.key().to_string(),
+                        // why: a tag without key or value matches no ownership or identity key
                         t.value().unwrap_or_default().to_string(),
                     )
                 })
@@ -55,6 +56,7 @@ async fn owned_tags(
                 tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             ) {
                 out.insert(
+                    // why: an entry without a name matches no listed load balancer
                     td.load_balancer_name().unwrap_or_default().to_string(),
                     tags,
                 );
@@ -124,6 +126,7 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
         // security groups.
         let subnets = l.subnets().iter().map(|s| rd.r(s)).collect();
         let sgs = l.security_groups().iter().map(|g| rd.r(g)).collect();
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(l.vpc_id().unwrap_or_default());
         rd.push(
             Resource::new(CLASSIC_LOAD_BALANCER, id.name)
@@ -133,6 +136,7 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
                 .field("securityGroups", Value::set(sgs))
                 .field(
                     "dnsName",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(l.dns_name().unwrap_or_default().to_lowercase()),
                 ),
         );

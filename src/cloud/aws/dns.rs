@@ -203,6 +203,7 @@ pub(super) fn assemble(
                     txt.resource_records()
                         .first()
                         .map(|r| r.value())
+                        // why: a field the cloud left out reads as empty, which the diff shows as a change
                         .unwrap_or_default(),
                 ),
             );
@@ -263,6 +264,7 @@ fn association(rd: &mut Reader<'_>, zid: &str, zone_vpcs: &[String]) {
         .out
         .iter()
         .find(|r| r.id == ResourceId::new(VPC, "main"))
+        // why: read resources always carry a cloud ID (Reader::listed); adopted ones theirs
         .map(|r| (r.cloud_id.clone().unwrap_or_default(), r.lifecycle))
     else {
         return;
@@ -291,7 +293,12 @@ pub(super) async fn associate(
         .config()
         .region()
         .map(|r| r.to_string())
-        .unwrap_or_default();
+        .ok_or_else(|| {
+            CloudError::Spec(format!(
+                "{}: no AWS region is set to name the VPC's (spec.region or AWS_REGION)",
+                want.id
+            ))
+        })?;
     c.r53
         .associate_vpc_with_hosted_zone()
         .hosted_zone_id(&zone)
@@ -363,6 +370,7 @@ async fn check_delegation(
     let mut servers: Vec<String> = zone
         .delegation_set()
         .map(|d| d.name_servers().iter().map(|s| dns_key(s)).collect())
+        // why: a zone without a delegation set has no name servers to compare
         .unwrap_or_default();
     servers.sort();
     let unconfirmed = |why: &str| {
@@ -387,6 +395,7 @@ async fn check_delegation(
                 .map(|r| dns_key(r.value()))
                 .collect()
         })
+        // why: no NS set in the parent: nothing delegated (said as unconfirmed below)
         .unwrap_or_default();
     delegated.sort();
     Ok(if delegated.is_empty() {
@@ -498,7 +507,9 @@ pub(super) async fn upsert(
     })?;
     let alias = alias_set(
         name,
+        // why: an alias to an empty name fails in Route53 with its own error naming it
         lb.dns_name().unwrap_or_default(),
+        // why: likewise for an empty zone ID
         lb.canonical_hosted_zone_id().unwrap_or_default(),
     )?;
     let owner = txt_set(name, &owner_value(c, &want.id))?;
@@ -518,6 +529,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         .ok_or_else(|| CloudError::Model(format!("{}: no zone/name", have.id)))?;
     let mut changes = vec![change(
         ChangeAction::Delete,
+        // why: an owner record without text deletes as the empty TXT Route53 then refuses by name
         txt_set(name, have.get_str("txt").unwrap_or_default())?,
     )?];
     if let (Some(dns), Some(z)) = (have.get_str("aliasDns"), have.get_str("aliasZone")) {

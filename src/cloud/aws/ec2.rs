@@ -42,6 +42,7 @@ fn filter(name: &str, values: impl IntoIterator<Item = String>) -> Filter {
 
 fn tag_pairs(tags: &[Tag]) -> impl Iterator<Item = (&str, &str)> {
     tags.iter()
+        // why: a tag without key or value matches no ownership or identity key
         .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
 }
 
@@ -235,6 +236,7 @@ pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Resu
         let zones = asg
             .and_then(|g| g.get("subnets"))
             .map(Value::as_list)
+            // why: an absent list field is an empty list
             .unwrap_or_default()
             .iter()
             .filter_map(|s| by_id.get(s.as_ref_id()?)?.get("zone")?.as_str())
@@ -418,8 +420,10 @@ pub(super) async fn resolve_images(
                 .into_iter()
                 .filter_map(|i| {
                     Some((
+                        // why: an image without a date sorts oldest
                         i.creation_date().unwrap_or_default(),
                         i.image_id()?,
+                        // why: shown only (the owner filter was the request)
                         i.owner_id().unwrap_or_default(),
                     ))
                 })
@@ -621,6 +625,7 @@ pub(super) async fn fetch_network(
         tables,
     ) = tokio::try_join!(vpcs, subnets, igws, adopted_igw, eips, nats, tables)?;
     let adopted_igw = adopted_igw.map(|(g, id)| {
+        // why: an adopted gateway found by attachment always has an ID (DescribeInternetGateways)
         let gid = g.internet_gateway_id().unwrap_or_default().to_string();
         igws.push(g);
         (gid, id)
@@ -662,6 +667,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         let mut vpc = Resource::new(VPC, id.name)
             .lifecycle(lc)
             .cloud_id(vid)
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
             .field("cidr", Value::str(v.cidr_block().unwrap_or_default()));
         if let Some((support, hostnames)) = vpc_dns.get(vid) {
             vpc = vpc
@@ -678,6 +684,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         let Some((id, lc)) = classify(c, &adopted_subnets, SUBNET, sid, s.tags()) else {
             continue;
         };
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(s.vpc_id().unwrap_or_default());
         rd.push(
             Resource::new(SUBNET, id.name)
@@ -686,8 +693,10 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
                 .field("vpc", vpc)
                 .field(
                     "zone",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(s.availability_zone().unwrap_or_default()),
                 )
+                // why: a field the cloud left out reads as empty, which the diff shows as a change
                 .field("cidr", Value::str(s.cidr_block().unwrap_or_default()))
                 .field(
                     "mapPublicIp",
@@ -743,7 +752,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             .nat_gateway_addresses()
             .iter()
             .find_map(|a| a.allocation_id())
+            // why: a NAT gateway without its address reads as none, which the diff shows
             .unwrap_or_default();
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let subnet = rd.r(n.subnet_id().unwrap_or_default());
         let allocation = rd.r(alloc);
         rd.push(
@@ -778,6 +789,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             .filter(|a| a.main() != Some(true))
             .filter_map(|a| Some((a.subnet_id()?, a.route_table_association_id()?)))
             .collect();
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(t.vpc_id().unwrap_or_default());
         let subnets = Value::set(assoc.iter().map(|(s, _)| rd.r(s)).collect());
         rd.push(
@@ -851,14 +863,17 @@ pub(super) fn assemble_security_groups(
             continue;
         };
         let id = id_from_tags(SECURITY_GROUP, gid, tag_pairs(g.tags()));
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(g.vpc_id().unwrap_or_default());
         rd.push(
             Resource::new(SECURITY_GROUP, &id.name)
                 .cloud_id(gid)
                 .field("vpc", vpc)
+                // why: a field the cloud left out reads as empty, which the diff shows as a change
                 .field("groupName", Value::str(g.group_name().unwrap_or_default()))
                 .field(
                     "description",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(g.description().unwrap_or_default()),
                 ),
         );
@@ -874,10 +889,12 @@ pub(super) fn assemble_security_groups(
                 rules.push(Value::List(vec![
                     proto.clone(),
                     ports.clone(),
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(r.cidr_ip().unwrap_or_default()),
                 ]));
             }
             for pair in p.user_id_group_pairs() {
+                // why: a reference the cloud left out reads as empty, which the diff shows as a change
                 let source = rd.r(pair.group_id().unwrap_or_default());
                 if !kprov_group(&source) || ccm_rule(pair.description()) {
                     continue;
@@ -926,6 +943,7 @@ pub(super) fn assemble_key_pairs(
         let hash = tag_pairs(k.tags())
             .find(|(t, _)| *t == TAG_KEY_HASH)
             .map(|(_, v)| v)
+            // why: a key pair without the hash tag reads as none, which the diff shows as a change
             .unwrap_or_default();
         rd.push(
             Resource::new(KEY_PAIR, id.name)
@@ -1001,14 +1019,18 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
             .and_then(|d| d.user_data())
             .and_then(|u| base64::decode(u).ok())
             .map(|b| String::from_utf8_lossy(&b).into_owned())
+            // why: no user-data reads as empty, which the diff shows as a change
             .unwrap_or_default();
         let sgs = d
             .map(|d| d.security_group_ids().iter().map(|g| rd.r(g)).collect())
+            // why: an absent list field is an empty list
             .unwrap_or_default();
         let profile = d
             .and_then(|d| d.iam_instance_profile())
             .and_then(|p| p.name())
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
             .unwrap_or_default();
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
         let key = d.and_then(|d| d.key_name()).unwrap_or_default();
         let imds = d.and_then(|d| d.metadata_options());
         rd.push(
@@ -1016,10 +1038,12 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                 .cloud_id(tid)
                 .field(
                     "templateName",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(v.launch_template_name().unwrap_or_default()),
                 )
                 .field(
                     "imageId",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(d.and_then(|d| d.image_id()).unwrap_or_default()),
                 )
                 .field(
@@ -1027,6 +1051,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                     Value::str(
                         d.and_then(|d| d.instance_type())
                             .map(|t| t.as_str())
+                            // why: a field the cloud left out reads as empty, which the diff shows as a change
                             .unwrap_or_default(),
                     ),
                 )
@@ -1040,6 +1065,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                     Value::str(
                         imds.and_then(|m| m.http_endpoint())
                             .map(|v| v.as_str())
+                            // why: a field the cloud left out reads as empty, which the diff shows as a change
                             .unwrap_or_default(),
                     ),
                 )
@@ -1048,6 +1074,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                     Value::str(
                         imds.and_then(|m| m.http_tokens())
                             .map(|v| v.as_str())
+                            // why: a field the cloud left out reads as empty, which the diff shows as a change
                             .unwrap_or_default(),
                     ),
                 )
@@ -1181,10 +1208,12 @@ fn launch_data(
 /// Routes as `(destination, target cloud ID)`.
 fn routes(v: Option<&Value>, ids: &IdMap) -> Result<BTreeMap<String, String>, CloudError> {
     v.map(Value::as_list)
+        // why: an absent list field is an empty list
         .unwrap_or_default()
         .iter()
         .map(|r| match r.as_list() {
             [dest, target] => Ok((
+                // why: a route without destination is refused by EC2 naming it
                 dest.as_str().unwrap_or_default().to_string(),
                 cid(ids, Some(target))?.to_string(),
             )),
@@ -1411,6 +1440,7 @@ pub(super) async fn create(
         Ec2Kind::SecurityGroupRules => {
             // The rules resource is the group's ingress list: "creating" it authorizes them.
             let gid = cid(ids, want.get("group"))?.to_string();
+            // why: an absent list field is an empty list (no rules, routes, subnets)
             let rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
             authorize(c, &gid, rules, ids).await?;
             Ok(gid)
@@ -1600,7 +1630,9 @@ pub(super) async fn update(
             Ok(())
         }
         Ec2Kind::SecurityGroupRules => {
+            // why: an absent list field is an empty list (no rules, routes, subnets)
             let want_rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
+            // why: an absent list field is an empty list (no rules, routes, subnets)
             let have_rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
             let missing: Vec<Value> = want_rules
                 .iter()
@@ -1641,6 +1673,7 @@ pub(super) async fn update(
 fn associations(have: &Resource) -> BTreeMap<String, String> {
     have.get("associations")
         .map(Value::as_list)
+        // why: an absent list field is an empty list
         .unwrap_or_default()
         .iter()
         .filter_map(|v| match v.as_list() {
@@ -1759,6 +1792,7 @@ pub(super) async fn delete(
                 .ctx("DeleteSecurityGroup"),
         ),
         Ec2Kind::SecurityGroupRules => {
+            // why: an absent list field is an empty list (no rules, routes, subnets)
             let rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
             gone_ok(revoke(c, cloud_id, rules, ids).await)
         }

@@ -37,12 +37,15 @@ async fn owned_tags(
                 .iter()
                 .map(|t| {
                     (
+                        // why: a tag without key or value matches no ownership or identity key
                         t.key().unwrap_or_default().to_string(),
+                        // why: a tag without key or value matches no ownership or identity key
                         t.value().unwrap_or_default().to_string(),
                     )
                 })
                 .collect();
             if tags.iter().any(|(k, v)| *k == key && v == "owned") {
+                // why: an entry without an ARN matches no listed load balancer
                 out.insert(td.resource_arn().unwrap_or_default().to_string(), tags);
             }
         }
@@ -152,6 +155,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         };
         let Some(tags) = pairs(arn) else { continue };
         let id = id_from_tags(TARGET_GROUP, arn, tags.into_iter());
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(t.vpc_id().unwrap_or_default());
         let none = BTreeMap::new();
         let attrs = attrs.get(arn).unwrap_or(&none);
@@ -168,11 +172,13 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .cloud_id(arn)
                 .field(
                     "tgName",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(t.target_group_name().unwrap_or_default()),
                 )
                 .field("port", Value::Int(t.port().unwrap_or(0).into()))
                 .field(
                     "protocol",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(t.protocol().map(|p| p.as_str()).unwrap_or_default()),
                 )
                 .field("vpc", vpc)
@@ -196,6 +202,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         let sgs = l.security_groups().iter().map(|g| rd.r(g)).collect();
         let dns = l
             .dns_name()
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
             .unwrap_or_default()
             .trim_end_matches('.')
             .to_lowercase();
@@ -206,10 +213,12 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .cloud_id(arn)
                 .field(
                     "lbName",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(l.load_balancer_name().unwrap_or_default()),
                 )
                 .field(
                     "scheme",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(l.scheme().map(|s| s.as_str()).unwrap_or_default()),
                 )
                 .field("subnets", Value::set(subnets))
@@ -217,6 +226,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .field("dnsName", Value::str(dns))
                 .field(
                     "canonicalZone",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(l.canonical_hosted_zone_id().unwrap_or_default()),
                 ),
         );
@@ -240,6 +250,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .default_actions()
                 .iter()
                 .find_map(|a| a.target_group_arn())
+                // why: a reference the cloud left out reads as empty, which the diff shows as a change
                 .unwrap_or_default();
             let Some(arn) = rd.listed(LISTENER, l.listener_arn()) else {
                 continue;
@@ -251,6 +262,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                     .field("port", Value::Int(port.into()))
                     .field(
                         "protocol",
+                        // why: a field the cloud left out reads as empty, which the diff shows as a change
                         Value::str(l.protocol().map(|p| p.as_str()).unwrap_or_default()),
                     )
                     .field("targetGroup", rd.r(tg)),

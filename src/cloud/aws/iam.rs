@@ -119,6 +119,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
                 .field(
                     "assumeRolePolicy",
                     Value::Doc(normalize(
+                        // why: a field the cloud left out reads as empty, which the diff shows as a change
                         role.assume_role_policy_document().unwrap_or_default(),
                     )),
                 ),

@@ -351,6 +351,7 @@ fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
                 && plan.desired.get(&c.id).is_some_and(|r| {
                     r.get("ingress")
                         .map(Value::as_list)
+                        // why: an absent list field is an empty list
                         .unwrap_or_default()
                         .iter()
                         .any(|rule| {
@@ -513,6 +514,7 @@ pub(crate) fn cid<'a>(ids: &'a IdMap, v: Option<&'a Value>) -> Result<&'a str, C
 
 pub(crate) fn cids(ids: &IdMap, v: Option<&Value>) -> Result<Vec<String>, CloudError> {
     v.map(Value::as_list)
+        // why: an absent list field is an empty list
         .unwrap_or_default()
         .iter()
         .map(|x| cid(ids, Some(x)).map(str::to_string))
@@ -1071,6 +1073,59 @@ mod tests {
             .expect("two"));
         let t = t.ctx("GetObject").expect_err("an error");
         assert_eq!((t.code(), t.class()), (None, ErrorClass::Transient));
+    }
+
+    #[test]
+    fn no_empty_cloud_id_is_sent_or_recorded() {
+        let id = ResourceId::new(SUBNET, "a");
+        assert_eq!(
+            created_id(&id, "CreateSubnet", Some("subnet-1"))
+                .ok()
+                .as_deref(),
+            Some("subnet-1")
+        );
+        for returned in [None, Some("")] {
+            let e = created_id(&id, "CreateSubnet", returned).expect_err("no ID");
+            assert!(
+                e.to_string().contains("Subnet/a: the reply carries no ID"),
+                "{e}"
+            );
+            assert_eq!(
+                e.class(),
+                ErrorClass::Fatal,
+                "never retried by creating again"
+            );
+        }
+        let mut have = Resource::new(SUBNET, "a");
+        let e = cloud_id_of(&have).expect_err("none");
+        assert!(
+            e.to_string().contains("Subnet/a: no cloud ID recorded"),
+            "{e}"
+        );
+        have = have.cloud_id("");
+        assert!(cloud_id_of(&have).is_err(), "empty is none");
+        let e = want_str(&have, "cidr").expect_err("unset");
+        assert!(
+            e.to_string().contains("Subnet/a: field cidr is not set"),
+            "{e}"
+        );
+        let mut rd = Reader {
+            desired: &[],
+            refs: HashMap::new(),
+            out: Vec::new(),
+            warnings: Vec::new(),
+            conflicts: Vec::new(),
+        };
+        assert_eq!(rd.listed(SUBNET, Some("subnet-1")), Some("subnet-1"));
+        assert!(rd.conflicts.is_empty());
+        assert_eq!(rd.listed(SUBNET, Some("")), None);
+        assert_eq!(rd.listed(VPC, None), None);
+        assert_eq!(rd.conflicts.len(), 2, "{:?}", rd.conflicts);
+        assert!(
+            rd.conflicts[1].contains("a Vpc of this cluster without its ID"),
+            "{:?}",
+            rd.conflicts
+        );
     }
 
     #[test]
