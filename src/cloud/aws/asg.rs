@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_autoscaling::types::{Filter, LaunchTemplateSpecification, Tag};
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, cids, id_from_tags, owned_by};
+use super::{AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, id_from_tags, owned_by, want_str};
 use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 const TAG_ROLE: &str = "kprov.dev/role";
@@ -36,10 +36,13 @@ pub(super) fn assemble(
     rd: &mut Reader<'_>,
 ) {
     for g in groups {
-        let name = g.auto_scaling_group_name().unwrap_or_default();
+        let Some(name) = rd.listed(AUTOSCALING_GROUP, g.auto_scaling_group_name()) else {
+            continue;
+        };
         let tags = || {
             g.tags()
                 .iter()
+                // why: a tag without key or value matches no ownership or identity key
                 .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
         };
         if !owned_by(&c.cluster, tags()) {
@@ -49,10 +52,12 @@ pub(super) fn assemble(
         let role = tags()
             .find(|(k, _)| *k == TAG_ROLE)
             .map(|(_, v)| v)
+            // why: a group without the role tag reads as no role, which the diff shows
             .unwrap_or_default();
         let lt = g.launch_template();
         let subnets = g
             .vpc_zone_identifier()
+            // why: a group without subnets lists none
             .unwrap_or_default()
             .split(',')
             .map(str::trim)
@@ -60,6 +65,7 @@ pub(super) fn assemble(
             .map(|s| rd.r(s))
             .collect();
         let tgs = g.target_group_arns().iter().map(|a| rd.r(a)).collect();
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let lt_ref = rd.r(lt.and_then(|l| l.launch_template_id()).unwrap_or_default());
         // The desired capacity belongs to whoever scales the group (a cluster-autoscaler,
         // an operator): any value within the spec's [min, max] counts as matching.
@@ -80,6 +86,7 @@ pub(super) fn assemble(
                 .field("launchTemplate", lt_ref)
                 .field(
                     "launchTemplateVersion",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(lt.and_then(|l| l.version()).unwrap_or_default()),
                 )
                 .field("minSize", Value::Int(g.min_size().unwrap_or(0).into()))
@@ -103,10 +110,11 @@ fn template(want: &Resource, ids: &IdMap) -> Result<LaunchTemplateSpecification,
         .build())
 }
 
-fn tags(c: &AwsCloud, want: &Resource, name: &str) -> Vec<Tag> {
-    let role = want.get_str("role").unwrap_or_default();
+fn tags(c: &AwsCloud, want: &Resource, name: &str) -> Result<Vec<Tag>, CloudError> {
+    let role = want_str(want, "role")?;
     let display = format!("{}.{}", want.id.name, c.cluster);
-    c.tags(&want.id, &display)
+    let tags = c
+        .tags(&want.id, &display)
         .into_iter()
         .chain([(TAG_ROLE.to_string(), role.to_string())])
         .map(|(k, v)| {
@@ -118,7 +126,8 @@ fn tags(c: &AwsCloud, want: &Resource, name: &str) -> Vec<Tag> {
                 .propagate_at_launch(true)
                 .build()
         })
-        .collect()
+        .collect();
+    Ok(tags)
 }
 
 pub(super) async fn create(
@@ -126,7 +135,7 @@ pub(super) async fn create(
     want: &Resource,
     ids: &IdMap,
 ) -> Result<String, CloudError> {
-    let name = want.get_str("groupName").unwrap_or_default().to_string();
+    let name = want_str(want, "groupName")?.to_string();
     c.asg
         .create_auto_scaling_group()
         .auto_scaling_group_name(&name)
@@ -136,7 +145,7 @@ pub(super) async fn create(
         .desired_capacity(int(want, "desiredCapacity"))
         .vpc_zone_identifier(cids(ids, want.get("subnets"))?.join(","))
         .set_target_group_arns(Some(cids(ids, want.get("targetGroups"))?))
-        .set_tags(Some(tags(c, want, &name)))
+        .set_tags(Some(tags(c, want, &name)?))
         .send()
         .await
         .ctx("CreateAutoScalingGroup")?;
@@ -150,7 +159,7 @@ pub(super) async fn update(
     changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let name = cloud_id_of(have)?;
     let group_fields = [
         "launchTemplate",
         "launchTemplateVersion",
@@ -208,7 +217,7 @@ pub(super) async fn update(
     if changes.iter().any(|ch| ch.field == "role") {
         c.asg
             .create_or_update_tags()
-            .set_tags(Some(tags(c, want, name)))
+            .set_tags(Some(tags(c, want, name)?))
             .send()
             .await
             .ctx("CreateOrUpdateTags")?;
@@ -217,7 +226,7 @@ pub(super) async fn update(
 }
 
 pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let name = cloud_id_of(have)?;
     let r = c
         .asg
         .delete_auto_scaling_group()
@@ -227,12 +236,13 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         .await
         .ctx("DeleteAutoScalingGroup");
     // Auto Scaling answers a missing group with a plain `ValidationError` ("AutoScalingGroup
-    // name not found"): no code of its own, so the message is all there is to tell it by.
-    if let Err(e) = r
-        && !e.to_string().contains("not found")
-    {
-        return Err(e);
-    }
+    // name not found"), a code it also gives bad input: whether the group is gone is asked
+    // below (an empty describe), never read from the message.
+    let mut refused = match r {
+        Ok(_) => None,
+        Err(e) if e.code() == Some("ValidationError") => Some(e),
+        Err(e) => return Err(e),
+    };
     // Its instances hold the subnets and security groups: wait until the group is gone,
     // backing off (terminations take minutes on AWS; a throttled describe fails this delete,
     // which the engine retries, and the group is then found already deleting).
@@ -247,6 +257,10 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .ctx("DescribeAutoScalingGroups")?;
         if out.auto_scaling_groups().is_empty() {
             return Ok(());
+        }
+        // The group is there and the delete was refused: not a "not found".
+        if let Some(e) = refused.take() {
+            return Err(e);
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(10));
@@ -281,16 +295,19 @@ impl AwsCloud {
                     &self.cluster,
                     g.tags()
                         .iter()
+                        // why: a tag without key or value matches no ownership or identity key
                         .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
                 )
             })
-            .ok_or_else(|| CloudError::Api {
-                operation: "DescribeAutoScalingGroups".into(),
-                class: crate::cloud::engine::ErrorClass::Fatal,
-                message: format!(
-                    "no Auto Scaling group {asg_name} owned by cluster {}",
-                    self.cluster
-                ),
+            .ok_or_else(|| {
+                CloudError::verdict(
+                    "DescribeAutoScalingGroups",
+                    crate::cloud::engine::ErrorClass::Fatal,
+                    format!(
+                        "no Auto Scaling group {asg_name} owned by cluster {}",
+                        self.cluster
+                    ),
+                )
             })?;
         Ok(GroupCapacity {
             min: g.min_size().unwrap_or(0),
@@ -366,6 +383,7 @@ pub async fn desired_capacities(
                 &c.cluster,
                 g.tags()
                     .iter()
+                    // why: a tag without key or value matches no ownership or identity key
                     .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
             )
         })
@@ -409,6 +427,7 @@ pub async fn failed_launches(
         })
         .filter(|a| a.start_time().is_none_or(|t| t.secs() >= since_epoch))
         .map(|a| FailedLaunch {
+            // why: shown only, next to the reason
             activity: a.activity_id().unwrap_or_default().to_string(),
             reason: a
                 .status_message()

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, id_from_tags};
+use super::{AwsCloud, Ctx, Reader, cloud_id_of, id_from_tags};
 use crate::cloud::engine::{CloudError, ErrorClass, Resource, Value};
 
 /// Load balancer name → tags, for the owned ones among `names` (DescribeTags takes 20 names
@@ -46,6 +46,7 @@ async fn owned_tags(
                 .map(|t| {
                     (
                         t.key().to_string(),
+                        // why: a tag without key or value matches no ownership or identity key
                         t.value().unwrap_or_default().to_string(),
                     )
                 })
@@ -55,6 +56,7 @@ async fn owned_tags(
                 tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
             ) {
                 out.insert(
+                    // why: an entry without a name matches no listed load balancer
                     td.load_balancer_name().unwrap_or_default().to_string(),
                     tags,
                 );
@@ -109,7 +111,9 @@ pub(super) async fn fetch(c: &AwsCloud) -> Result<ClbRead, CloudError> {
 pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
     let ClbRead { lbs, owned } = read;
     for l in &lbs {
-        let name = l.load_balancer_name().unwrap_or_default();
+        let Some(name) = rd.listed(CLASSIC_LOAD_BALANCER, l.load_balancer_name()) else {
+            continue;
+        };
         let Some(tags) = owned.get(name) else {
             continue;
         };
@@ -122,6 +126,7 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
         // security groups.
         let subnets = l.subnets().iter().map(|s| rd.r(s)).collect();
         let sgs = l.security_groups().iter().map(|g| rd.r(g)).collect();
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(l.vpc_id().unwrap_or_default());
         rd.push(
             Resource::new(CLASSIC_LOAD_BALANCER, id.name)
@@ -131,6 +136,7 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
                 .field("securityGroups", Value::set(sgs))
                 .field(
                     "dnsName",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(l.dns_name().unwrap_or_default().to_lowercase()),
                 ),
         );
@@ -138,7 +144,7 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
 }
 
 pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let name = have.cloud_id.as_deref().unwrap_or_default();
+    let name = cloud_id_of(have)?;
     match c
         .clb
         .delete_load_balancer()

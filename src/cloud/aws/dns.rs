@@ -10,7 +10,7 @@ use aws_sdk_route53::types::{
 };
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid};
+use super::{AwsCloud, Ctx, Reader, cid, want_str};
 use crate::cloud::engine::{CloudError, IdMap, Lifecycle, Resource, ResourceId, Value};
 
 fn owner_value(c: &AwsCloud, id: &ResourceId) -> String {
@@ -102,7 +102,7 @@ pub(super) async fn fetch(
     let Some(want) = desired.iter().find(|r| r.id.kind == DNS_ZONE) else {
         return Ok(None);
     };
-    let name = want.get_str("zoneName").unwrap_or_default().to_string();
+    let name = want_str(want, "zoneName")?.to_string();
     let private = want.get("private").and_then(Value::as_bool);
     // A public zone's parent (for the delegation check) is found beside the zone itself: the
     // lookup needs only the name.
@@ -156,9 +156,13 @@ pub(super) async fn fetch(
     }))
 }
 
-pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>) {
+pub(super) fn assemble(
+    c: &AwsCloud,
+    read: Option<ZoneRead>,
+    rd: &mut Reader<'_>,
+) -> Result<(), CloudError> {
     let (Some(want), Some(read)) = (rd.desired.iter().find(|r| r.id.kind == DNS_ZONE), read) else {
-        return;
+        return Ok(());
     };
     let ZoneRead {
         zid,
@@ -167,7 +171,7 @@ pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>
         delegation,
         sets,
     } = read;
-    let name = want.get_str("zoneName").unwrap_or_default().to_string();
+    let name = want_str(want, "zoneName")?.to_string();
     rd.push(
         Resource::new(DNS_ZONE, &want.id.name)
             .lifecycle(Lifecycle::ExistsAndValidates)
@@ -199,6 +203,7 @@ pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>
                     txt.resource_records()
                         .first()
                         .map(|r| r.value())
+                        // why: a field the cloud left out reads as empty, which the diff shows as a change
                         .unwrap_or_default(),
                 ),
             );
@@ -231,7 +236,7 @@ pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>
         .collect();
     let zone_name = name.clone();
     for want in rd.desired.iter().filter(|r| r.id.kind == DNS_RECORD) {
-        let name = want.get_str("recordName").unwrap_or_default();
+        let name = want_str(want, "recordName")?;
         if owned.contains(&name) {
             continue;
         }
@@ -249,6 +254,7 @@ pub(super) fn assemble(c: &AwsCloud, read: Option<ZoneRead>, rd: &mut Reader<'_>
             ));
         }
     }
+    Ok(())
 }
 
 /// The private zone's association with the cluster's VPC. Only an association with a VPC kprov
@@ -258,6 +264,7 @@ fn association(rd: &mut Reader<'_>, zid: &str, zone_vpcs: &[String]) {
         .out
         .iter()
         .find(|r| r.id == ResourceId::new(VPC, "main"))
+        // why: read resources always carry a cloud ID (Reader::listed); adopted ones theirs
         .map(|r| (r.cloud_id.clone().unwrap_or_default(), r.lifecycle))
     else {
         return;
@@ -286,7 +293,12 @@ pub(super) async fn associate(
         .config()
         .region()
         .map(|r| r.to_string())
-        .unwrap_or_default();
+        .ok_or_else(|| {
+            CloudError::Spec(format!(
+                "{}: no AWS region is set to name the VPC's (spec.region or AWS_REGION)",
+                want.id
+            ))
+        })?;
     c.r53
         .associate_vpc_with_hosted_zone()
         .hosted_zone_id(&zone)
@@ -358,6 +370,7 @@ async fn check_delegation(
     let mut servers: Vec<String> = zone
         .delegation_set()
         .map(|d| d.name_servers().iter().map(|s| dns_key(s)).collect())
+        // why: a zone without a delegation set has no name servers to compare
         .unwrap_or_default();
     servers.sort();
     let unconfirmed = |why: &str| {
@@ -382,6 +395,7 @@ async fn check_delegation(
                 .map(|r| dns_key(r.value()))
                 .collect()
         })
+        // why: no NS set in the parent: nothing delegated (said as unconfirmed below)
         .unwrap_or_default();
     delegated.sort();
     Ok(if delegated.is_empty() {
@@ -476,7 +490,7 @@ pub(super) async fn upsert(
     ids: &IdMap,
 ) -> Result<String, CloudError> {
     let zone = cid(ids, want.get("zone"))?.to_string();
-    let name = want.get_str("recordName").unwrap_or_default();
+    let name = want_str(want, "recordName")?;
     let arn = cid(ids, want.get("alias"))?;
     let lbs = c
         .elb
@@ -493,7 +507,9 @@ pub(super) async fn upsert(
     })?;
     let alias = alias_set(
         name,
+        // why: an alias to an empty name fails in Route53 with its own error naming it
         lb.dns_name().unwrap_or_default(),
+        // why: likewise for an empty zone ID
         lb.canonical_hosted_zone_id().unwrap_or_default(),
     )?;
     let owner = txt_set(name, &owner_value(c, &want.id))?;
@@ -513,6 +529,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         .ok_or_else(|| CloudError::Model(format!("{}: no zone/name", have.id)))?;
     let mut changes = vec![change(
         ChangeAction::Delete,
+        // why: an owner record without text deletes as the empty TXT Route53 then refuses by name
         txt_set(name, have.get_str("txt").unwrap_or_default())?,
     )?];
     if let (Some(dns), Some(z)) = (have.get_str("aliasDns"), have.get_str("aliasZone")) {

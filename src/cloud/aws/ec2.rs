@@ -15,8 +15,8 @@ use aws_smithy_types::base64;
 
 use super::kinds::*;
 use super::{
-    AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, error_code, finish_create,
-    id_from_tags, owned_by,
+    AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, cloud_id_of, created_id, error_code,
+    finish_create, id_from_tags, owned_by, want_str,
 };
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
@@ -42,6 +42,7 @@ fn filter(name: &str, values: impl IntoIterator<Item = String>) -> Filter {
 
 fn tag_pairs(tags: &[Tag]) -> impl Iterator<Item = (&str, &str)> {
     tags.iter()
+        // why: a tag without key or value matches no ownership or identity key
         .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
 }
 
@@ -235,6 +236,7 @@ pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Resu
         let zones = asg
             .and_then(|g| g.get("subnets"))
             .map(Value::as_list)
+            // why: an absent list field is an empty list
             .unwrap_or_default()
             .iter()
             .filter_map(|s| by_id.get(s.as_ref_id()?)?.get("zone")?.as_str())
@@ -271,7 +273,9 @@ pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Resu
         {
             Ok(v) => Ok(v),
             // EC2 names the unknown types in its message; the groups using them are named here.
-            Err(CloudError::Api { message, .. }) if message.contains("InvalidInstanceType") => {
+            Err(CloudError::Api { code, message, .. })
+                if code.as_deref() == Some("InvalidInstanceType") =>
+            {
                 let bad: Vec<String> = groups
                     .iter()
                     .filter(|g| message.contains(g.instance_type))
@@ -416,8 +420,10 @@ pub(super) async fn resolve_images(
                 .into_iter()
                 .filter_map(|i| {
                     Some((
+                        // why: an image without a date sorts oldest
                         i.creation_date().unwrap_or_default(),
                         i.image_id()?,
+                        // why: shown only (the owner filter was the request)
                         i.owner_id().unwrap_or_default(),
                     ))
                 })
@@ -619,6 +625,7 @@ pub(super) async fn fetch_network(
         tables,
     ) = tokio::try_join!(vpcs, subnets, igws, adopted_igw, eips, nats, tables)?;
     let adopted_igw = adopted_igw.map(|(g, id)| {
+        // why: an adopted gateway found by attachment always has an ID (DescribeInternetGateways)
         let gid = g.internet_gateway_id().unwrap_or_default().to_string();
         igws.push(g);
         (gid, id)
@@ -651,13 +658,16 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         tables,
     } = read;
     for v in vpcs {
-        let vid = v.vpc_id().unwrap_or_default();
+        let Some(vid) = rd.listed(VPC, v.vpc_id()) else {
+            continue;
+        };
         let Some((id, lc)) = classify(c, &adopted_vpcs, VPC, vid, v.tags()) else {
             continue;
         };
         let mut vpc = Resource::new(VPC, id.name)
             .lifecycle(lc)
             .cloud_id(vid)
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
             .field("cidr", Value::str(v.cidr_block().unwrap_or_default()));
         if let Some((support, hostnames)) = vpc_dns.get(vid) {
             vpc = vpc
@@ -668,10 +678,13 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
     }
 
     for s in subnets {
-        let sid = s.subnet_id().unwrap_or_default();
+        let Some(sid) = rd.listed(SUBNET, s.subnet_id()) else {
+            continue;
+        };
         let Some((id, lc)) = classify(c, &adopted_subnets, SUBNET, sid, s.tags()) else {
             continue;
         };
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(s.vpc_id().unwrap_or_default());
         rd.push(
             Resource::new(SUBNET, id.name)
@@ -680,8 +693,10 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
                 .field("vpc", vpc)
                 .field(
                     "zone",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(s.availability_zone().unwrap_or_default()),
                 )
+                // why: a field the cloud left out reads as empty, which the diff shows as a change
                 .field("cidr", Value::str(s.cidr_block().unwrap_or_default()))
                 .field(
                     "mapPublicIp",
@@ -691,7 +706,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
     }
 
     for g in igws {
-        let gid = g.internet_gateway_id().unwrap_or_default();
+        let Some(gid) = rd.listed(INTERNET_GATEWAY, g.internet_gateway_id()) else {
+            continue;
+        };
         let (id, lc) = match &adopted_igw {
             Some((a, id)) if a == gid => (id.clone(), Lifecycle::ExistsAndValidates),
             _ if owned_by(&c.cluster, tag_pairs(g.tags())) => (
@@ -713,7 +730,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         .iter()
         .filter(|a| owned_by(&c.cluster, tag_pairs(a.tags())))
     {
-        let aid = a.allocation_id().unwrap_or_default();
+        let Some(aid) = rd.listed(ELASTIC_IP, a.allocation_id()) else {
+            continue;
+        };
         let id = id_from_tags(ELASTIC_IP, aid, tag_pairs(a.tags()));
         rd.push(Resource::new(ELASTIC_IP, id.name).cloud_id(aid).field(
             "domain",
@@ -725,13 +744,17 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         .iter()
         .filter(|n| owned_by(&c.cluster, tag_pairs(n.tags())))
     {
-        let nid = n.nat_gateway_id().unwrap_or_default();
+        let Some(nid) = rd.listed(NAT_GATEWAY, n.nat_gateway_id()) else {
+            continue;
+        };
         let id = id_from_tags(NAT_GATEWAY, nid, tag_pairs(n.tags()));
         let alloc = n
             .nat_gateway_addresses()
             .iter()
             .find_map(|a| a.allocation_id())
+            // why: a NAT gateway without its address reads as none, which the diff shows
             .unwrap_or_default();
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let subnet = rd.r(n.subnet_id().unwrap_or_default());
         let allocation = rd.r(alloc);
         rd.push(
@@ -746,7 +769,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         .iter()
         .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
     {
-        let tid = t.route_table_id().unwrap_or_default();
+        let Some(tid) = rd.listed(ROUTE_TABLE, t.route_table_id()) else {
+            continue;
+        };
         let id = id_from_tags(ROUTE_TABLE, tid, tag_pairs(t.tags()));
         let routes = t
             .routes()
@@ -764,6 +789,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             .filter(|a| a.main() != Some(true))
             .filter_map(|a| Some((a.subnet_id()?, a.route_table_association_id()?)))
             .collect();
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(t.vpc_id().unwrap_or_default());
         let subnets = Value::set(assoc.iter().map(|(s, _)| rd.r(s)).collect());
         rd.push(
@@ -833,24 +859,28 @@ pub(super) fn assemble_security_groups(
         .filter(|g| owned_by(&c.cluster, tag_pairs(g.tags())))
         .collect();
     for g in &groups {
-        let gid = g.group_id().unwrap_or_default();
+        let Some(gid) = rd.listed(SECURITY_GROUP, g.group_id()) else {
+            continue;
+        };
         let id = id_from_tags(SECURITY_GROUP, gid, tag_pairs(g.tags()));
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(g.vpc_id().unwrap_or_default());
         rd.push(
             Resource::new(SECURITY_GROUP, &id.name)
                 .cloud_id(gid)
                 .field("vpc", vpc)
+                // why: a field the cloud left out reads as empty, which the diff shows as a change
                 .field("groupName", Value::str(g.group_name().unwrap_or_default()))
                 .field(
                     "description",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(g.description().unwrap_or_default()),
                 ),
         );
-        ids.push(id);
+        ids.push((g, gid, id));
     }
     // The rules come second: they refer to groups by ID, and all groups are known now.
-    for (g, id) in groups.iter().zip(ids) {
-        let gid = g.group_id().unwrap_or_default();
+    for (g, gid, id) in ids {
         let mut rules = Vec::new();
         for p in g.ip_permissions() {
             let proto = Value::str(p.ip_protocol().unwrap_or("-1"));
@@ -859,10 +889,12 @@ pub(super) fn assemble_security_groups(
                 rules.push(Value::List(vec![
                     proto.clone(),
                     ports.clone(),
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(r.cidr_ip().unwrap_or_default()),
                 ]));
             }
             for pair in p.user_id_group_pairs() {
+                // why: a reference the cloud left out reads as empty, which the diff shows as a change
                 let source = rd.r(pair.group_id().unwrap_or_default());
                 if !kprov_group(&source) || ccm_rule(pair.description()) {
                     continue;
@@ -904,11 +936,14 @@ pub(super) fn assemble_key_pairs(
         .iter()
         .filter(|k| owned_by(&c.cluster, tag_pairs(k.tags())))
     {
-        let name = k.key_name().unwrap_or_default();
+        let Some(name) = rd.listed(KEY_PAIR, k.key_name()) else {
+            continue;
+        };
         let id = id_from_tags(KEY_PAIR, name, tag_pairs(k.tags()));
         let hash = tag_pairs(k.tags())
             .find(|(t, _)| *t == TAG_KEY_HASH)
             .map(|(_, v)| v)
+            // why: a key pair without the hash tag reads as none, which the diff shows as a change
             .unwrap_or_default();
         rd.push(
             Resource::new(KEY_PAIR, id.name)
@@ -984,14 +1019,18 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
             .and_then(|d| d.user_data())
             .and_then(|u| base64::decode(u).ok())
             .map(|b| String::from_utf8_lossy(&b).into_owned())
+            // why: no user-data reads as empty, which the diff shows as a change
             .unwrap_or_default();
         let sgs = d
             .map(|d| d.security_group_ids().iter().map(|g| rd.r(g)).collect())
+            // why: an absent list field is an empty list
             .unwrap_or_default();
         let profile = d
             .and_then(|d| d.iam_instance_profile())
             .and_then(|p| p.name())
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
             .unwrap_or_default();
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
         let key = d.and_then(|d| d.key_name()).unwrap_or_default();
         let imds = d.and_then(|d| d.metadata_options());
         rd.push(
@@ -999,10 +1038,12 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                 .cloud_id(tid)
                 .field(
                     "templateName",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(v.launch_template_name().unwrap_or_default()),
                 )
                 .field(
                     "imageId",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(d.and_then(|d| d.image_id()).unwrap_or_default()),
                 )
                 .field(
@@ -1010,6 +1051,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                     Value::str(
                         d.and_then(|d| d.instance_type())
                             .map(|t| t.as_str())
+                            // why: a field the cloud left out reads as empty, which the diff shows as a change
                             .unwrap_or_default(),
                     ),
                 )
@@ -1023,6 +1065,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                     Value::str(
                         imds.and_then(|m| m.http_endpoint())
                             .map(|v| v.as_str())
+                            // why: a field the cloud left out reads as empty, which the diff shows as a change
                             .unwrap_or_default(),
                     ),
                 )
@@ -1031,6 +1074,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                     Value::str(
                         imds.and_then(|m| m.http_tokens())
                             .map(|v| v.as_str())
+                            // why: a field the cloud left out reads as empty, which the diff shows as a change
                             .unwrap_or_default(),
                     ),
                 )
@@ -1113,7 +1157,7 @@ fn launch_data(
     want: &Resource,
     ids: &IdMap,
 ) -> Result<RequestLaunchTemplateData, CloudError> {
-    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
+    let s = |f: &str| want_str(want, f).map(str::to_string);
     // The field holds the redacted text; the complete user-data is an input, present only
     // when the group's host key exists.
     let user_data = want.inputs.get("userData").ok_or_else(|| {
@@ -1135,8 +1179,8 @@ fn launch_data(
             .build()
     };
     Ok(RequestLaunchTemplateData::builder()
-        .image_id(s("imageId"))
-        .instance_type(s("instanceType").as_str().into())
+        .image_id(s("imageId")?)
+        .instance_type(s("instanceType")?.as_str().into())
         .key_name(cid(ids, want.get("keyName"))?)
         .set_security_group_ids(Some(cids(ids, want.get("securityGroups"))?))
         .iam_instance_profile(
@@ -1147,8 +1191,8 @@ fn launch_data(
         .user_data(base64::encode(user_data))
         .metadata_options(
             LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                .http_endpoint(s("metadataHttpEndpoint").as_str().into())
-                .http_tokens(s("metadataHttpTokens").as_str().into())
+                .http_endpoint(s("metadataHttpEndpoint")?.as_str().into())
+                .http_tokens(s("metadataHttpTokens")?.as_str().into())
                 .set_http_put_response_hop_limit(
                     want.get("metadataHopLimit")
                         .and_then(Value::as_int)
@@ -1164,10 +1208,12 @@ fn launch_data(
 /// Routes as `(destination, target cloud ID)`.
 fn routes(v: Option<&Value>, ids: &IdMap) -> Result<BTreeMap<String, String>, CloudError> {
     v.map(Value::as_list)
+        // why: an absent list field is an empty list
         .unwrap_or_default()
         .iter()
         .map(|r| match r.as_list() {
             [dest, target] => Ok((
+                // why: a route without destination is refused by EC2 naming it
                 dest.as_str().unwrap_or_default().to_string(),
                 cid(ids, Some(target))?.to_string(),
             )),
@@ -1235,11 +1281,11 @@ async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError>
         match (state.as_str(), gone) {
             ("available", false) | ("deleted", true) => return Ok(()),
             ("failed", _) => {
-                return Err(CloudError::Api {
-                    operation: "CreateNatGateway".into(),
-                    class: crate::cloud::engine::ErrorClass::Fatal,
-                    message: format!("NAT gateway {nid} failed"),
-                });
+                return Err(CloudError::verdict(
+                    "CreateNatGateway",
+                    ErrorClass::Fatal,
+                    format!("NAT gateway {nid} failed"),
+                ));
             }
             // The engine's per-resource deadline bounds this wait; it backs off to 10 s.
             _ => {
@@ -1252,26 +1298,23 @@ async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError>
 
 pub(super) async fn create(
     c: &AwsCloud,
+    kind: Ec2Kind,
     want: &Resource,
     ids: &IdMap,
 ) -> Result<String, CloudError> {
     let id = &want.id;
-    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
-    match id.kind.as_str() {
-        VPC => {
+    let s = |f: &str| want_str(want, f).map(str::to_string);
+    match kind {
+        Ec2Kind::Vpc => {
             let out = c
                 .ec2
                 .create_vpc()
-                .cidr_block(s("cidr"))
+                .cidr_block(s("cidr")?)
                 .tag_specifications(tag_spec(c, ResourceType::Vpc, id, &[]))
                 .send()
                 .await
                 .ctx("CreateVpc")?;
-            let vid = out
-                .vpc()
-                .and_then(|v| v.vpc_id())
-                .unwrap_or_default()
-                .to_string();
+            let vid = created_id(&want.id, "CreateVpc", out.vpc().and_then(|v| v.vpc_id()))?;
             // Support first: AWS refuses hostnames on a VPC without DNS support.
             for field in ["dnsSupport", "dnsHostnames"] {
                 let on = want.get(field).and_then(Value::as_bool);
@@ -1281,7 +1324,7 @@ pub(super) async fn create(
             }
             Ok(vid)
         }
-        SUBNET => {
+        Ec2Kind::Subnet => {
             let public = want.get("mapPublicIp").and_then(Value::as_bool) == Some(true);
             let role = if public {
                 "kubernetes.io/role/elb"
@@ -1292,23 +1335,23 @@ pub(super) async fn create(
                 .ec2
                 .create_subnet()
                 .vpc_id(cid(ids, want.get("vpc"))?)
-                .cidr_block(s("cidr"))
-                .availability_zone(s("zone"))
+                .cidr_block(s("cidr")?)
+                .availability_zone(s("zone")?)
                 .tag_specifications(tag_spec(c, ResourceType::Subnet, id, &[(role, "1")]))
                 .send()
                 .await
                 .ctx("CreateSubnet")?;
-            let sid = out
-                .subnet()
-                .and_then(|v| v.subnet_id())
-                .unwrap_or_default()
-                .to_string();
+            let sid = created_id(
+                &want.id,
+                "CreateSubnet",
+                out.subnet().and_then(|v| v.subnet_id()),
+            )?;
             if public {
                 finish_create(|| set_map_public_ip(c, &sid, true)).await?;
             }
             Ok(sid)
         }
-        INTERNET_GATEWAY => {
+        Ec2Kind::InternetGateway => {
             let out = c
                 .ec2
                 .create_internet_gateway()
@@ -1316,16 +1359,16 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateInternetGateway")?;
-            let gid = out
-                .internet_gateway()
-                .and_then(|g| g.internet_gateway_id())
-                .unwrap_or_default()
-                .to_string();
+            let gid = created_id(
+                &want.id,
+                "CreateInternetGateway",
+                out.internet_gateway().and_then(|g| g.internet_gateway_id()),
+            )?;
             let vpc = cid(ids, want.get("vpc"))?;
             finish_create(|| attach_igw(c, &gid, vpc)).await?;
             Ok(gid)
         }
-        ELASTIC_IP => {
+        Ec2Kind::ElasticIp => {
             let out = c
                 .ec2
                 .allocate_address()
@@ -1334,9 +1377,13 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("AllocateAddress")?;
-            Ok(out.allocation_id().unwrap_or_default().to_string())
+            Ok(created_id(
+                &want.id,
+                "AllocateAddress",
+                out.allocation_id(),
+            )?)
         }
-        NAT_GATEWAY => {
+        Ec2Kind::NatGateway => {
             let out = c
                 .ec2
                 .create_nat_gateway()
@@ -1346,15 +1393,15 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateNatGateway")?;
-            let nid = out
-                .nat_gateway()
-                .and_then(|n| n.nat_gateway_id())
-                .unwrap_or_default()
-                .to_string();
+            let nid = created_id(
+                &want.id,
+                "CreateNatGateway",
+                out.nat_gateway().and_then(|n| n.nat_gateway_id()),
+            )?;
             wait_nat(c, &nid, false).await.map_err(after_create)?;
             Ok(nid)
         }
-        ROUTE_TABLE => {
+        Ec2Kind::RouteTable => {
             let out = c
                 .ec2
                 .create_route_table()
@@ -1363,11 +1410,11 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateRouteTable")?;
-            let tid = out
-                .route_table()
-                .and_then(|t| t.route_table_id())
-                .unwrap_or_default()
-                .to_string();
+            let tid = created_id(
+                &want.id,
+                "CreateRouteTable",
+                out.route_table().and_then(|t| t.route_table_id()),
+            )?;
             // Call by call: a throttled route is retried alone, not with those already added.
             for (dest, target) in routes(want.get("routes"), ids).map_err(after_create)? {
                 finish_create(|| add_route(c, &tid, &dest, &target)).await?;
@@ -1377,60 +1424,62 @@ pub(super) async fn create(
             }
             Ok(tid)
         }
-        SECURITY_GROUP => {
+        Ec2Kind::SecurityGroup => {
             let out = c
                 .ec2
                 .create_security_group()
-                .group_name(s("groupName"))
-                .description(s("description"))
+                .group_name(s("groupName")?)
+                .description(s("description")?)
                 .vpc_id(cid(ids, want.get("vpc"))?)
                 .tag_specifications(tag_spec(c, ResourceType::SecurityGroup, id, &[]))
                 .send()
                 .await
                 .ctx("CreateSecurityGroup")?;
-            Ok(out.group_id().unwrap_or_default().to_string())
+            Ok(created_id(&want.id, "CreateSecurityGroup", out.group_id())?)
         }
-        SECURITY_GROUP_RULES => {
+        Ec2Kind::SecurityGroupRules => {
             // The rules resource is the group's ingress list: "creating" it authorizes them.
             let gid = cid(ids, want.get("group"))?.to_string();
+            // why: an absent list field is an empty list (no rules, routes, subnets)
             let rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
             authorize(c, &gid, rules, ids).await?;
             Ok(gid)
         }
-        KEY_PAIR => {
-            let key = want.inputs.get("publicKey").cloned().unwrap_or_default();
+        Ec2Kind::KeyPair => {
+            let key = want.inputs.get("publicKey").cloned().ok_or_else(|| {
+                CloudError::Model(format!("{}: input publicKey is not set", want.id))
+            })?;
             c.ec2
                 .import_key_pair()
-                .key_name(s("keyName"))
+                .key_name(s("keyName")?)
                 .public_key_material(aws_smithy_types::Blob::new(key.into_bytes()))
                 .tag_specifications(tag_spec(
                     c,
                     ResourceType::KeyPair,
                     id,
-                    &[(TAG_KEY_HASH, &s("publicKeySha256"))],
+                    &[(TAG_KEY_HASH, &s("publicKeySha256")?)],
                 ))
                 .send()
                 .await
                 .ctx("ImportKeyPair")?;
-            Ok(s("keyName"))
+            Ok(s("keyName")?)
         }
-        LAUNCH_TEMPLATE => {
+        Ec2Kind::LaunchTemplate => {
             let out = c
                 .ec2
                 .create_launch_template()
-                .launch_template_name(s("templateName"))
+                .launch_template_name(s("templateName")?)
                 .launch_template_data(launch_data(c, want, ids)?)
                 .tag_specifications(tag_spec(c, ResourceType::LaunchTemplate, id, &[]))
                 .send()
                 .await
                 .ctx("CreateLaunchTemplate")?;
-            Ok(out
-                .launch_template()
-                .and_then(|t| t.launch_template_id())
-                .unwrap_or_default()
-                .to_string())
+            created_id(
+                &want.id,
+                "CreateLaunchTemplate",
+                out.launch_template().and_then(|t| t.launch_template_id()),
+            )
         }
-        other => Err(CloudError::Model(format!("EC2 cannot create a {other}"))),
     }
 }
 
@@ -1496,14 +1545,15 @@ fn changed(changes: &[FieldChange], f: &str) -> bool {
 
 pub(super) async fn update(
     c: &AwsCloud,
+    kind: Ec2Kind,
     want: &Resource,
     have: &Resource,
     changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let cloud_id = have.cloud_id.as_deref().unwrap_or_default();
-    match want.id.kind.as_str() {
-        VPC if changed(changes, "dnsSupport") || changed(changes, "dnsHostnames") => {
+    let cloud_id = cloud_id_of(have)?;
+    match kind {
+        Ec2Kind::Vpc if changed(changes, "dnsSupport") || changed(changes, "dnsHostnames") => {
             for field in ["dnsSupport", "dnsHostnames"] {
                 if changed(changes, field)
                     && let Some(on) = want.get(field).and_then(Value::as_bool)
@@ -1513,14 +1563,14 @@ pub(super) async fn update(
             }
             Ok(())
         }
-        SUBNET if changed(changes, "mapPublicIp") => {
+        Ec2Kind::Subnet if changed(changes, "mapPublicIp") => {
             let on = want
                 .get("mapPublicIp")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
             set_map_public_ip(c, cloud_id, on).await
         }
-        INTERNET_GATEWAY => {
+        Ec2Kind::InternetGateway => {
             if let Some(old) = have.get("vpc") {
                 let old = cid(ids, Some(old))?;
                 c.ec2
@@ -1533,7 +1583,7 @@ pub(super) async fn update(
             }
             attach_igw(c, cloud_id, cid(ids, want.get("vpc"))?).await
         }
-        ROUTE_TABLE => {
+        Ec2Kind::RouteTable => {
             let want_routes = routes(want.get("routes"), ids)?;
             let have_routes = routes(have.get("routes"), ids)?;
             for (dest, target) in &want_routes {
@@ -1579,8 +1629,10 @@ pub(super) async fn update(
             }
             Ok(())
         }
-        SECURITY_GROUP_RULES => {
+        Ec2Kind::SecurityGroupRules => {
+            // why: an absent list field is an empty list (no rules, routes, subnets)
             let want_rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
+            // why: an absent list field is an empty list (no rules, routes, subnets)
             let have_rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
             let missing: Vec<Value> = want_rules
                 .iter()
@@ -1595,7 +1647,7 @@ pub(super) async fn update(
             revoke(c, cloud_id, &extra, ids).await?;
             authorize(c, cloud_id, &missing, ids).await
         }
-        LAUNCH_TEMPLATE => {
+        Ec2Kind::LaunchTemplate => {
             // Instance groups use `$Latest`: a new complete version is the change.
             c.ec2
                 .create_launch_template_version()
@@ -1621,6 +1673,7 @@ pub(super) async fn update(
 fn associations(have: &Resource) -> BTreeMap<String, String> {
     have.get("associations")
         .map(Value::as_list)
+        // why: an absent list field is an empty list
         .unwrap_or_default()
         .iter()
         .filter_map(|v| match v.as_list() {
@@ -1649,10 +1702,15 @@ fn gone_ok<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
     }
 }
 
-pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result<(), CloudError> {
-    let cloud_id = have.cloud_id.as_deref().unwrap_or_default();
-    match have.id.kind.as_str() {
-        VPC => gone_ok(
+pub(super) async fn delete(
+    c: &AwsCloud,
+    kind: Ec2Kind,
+    have: &Resource,
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    let cloud_id = cloud_id_of(have)?;
+    match kind {
+        Ec2Kind::Vpc => gone_ok(
             c.ec2
                 .delete_vpc()
                 .vpc_id(cloud_id)
@@ -1660,7 +1718,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteVpc"),
         ),
-        SUBNET => gone_ok(
+        Ec2Kind::Subnet => gone_ok(
             c.ec2
                 .delete_subnet()
                 .subnet_id(cloud_id)
@@ -1668,13 +1726,13 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteSubnet"),
         ),
-        INTERNET_GATEWAY => {
+        Ec2Kind::InternetGateway => {
             if let Some(vpc) = have.get("vpc") {
                 let r = c
                     .ec2
                     .detach_internet_gateway()
                     .internet_gateway_id(cloud_id)
-                    .vpc_id(cid(ids, Some(vpc)).unwrap_or_default())
+                    .vpc_id(cid(ids, Some(vpc))?)
                     .send()
                     .await;
                 if let Err(e) = r
@@ -1692,7 +1750,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                     .ctx("DeleteInternetGateway"),
             )
         }
-        ELASTIC_IP => gone_ok(
+        Ec2Kind::ElasticIp => gone_ok(
             c.ec2
                 .release_address()
                 .allocation_id(cloud_id)
@@ -1700,7 +1758,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("ReleaseAddress"),
         ),
-        NAT_GATEWAY => {
+        Ec2Kind::NatGateway => {
             gone_ok(
                 c.ec2
                     .delete_nat_gateway()
@@ -1712,7 +1770,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
             // Its elastic IP can only be released once it is gone.
             wait_nat(c, cloud_id, true).await
         }
-        ROUTE_TABLE => {
+        Ec2Kind::RouteTable => {
             for a in associations(have).values() {
                 gone_ok(disassociate(c, a).await)?;
             }
@@ -1725,7 +1783,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                     .ctx("DeleteRouteTable"),
             )
         }
-        SECURITY_GROUP => gone_ok(
+        Ec2Kind::SecurityGroup => gone_ok(
             c.ec2
                 .delete_security_group()
                 .group_id(cloud_id)
@@ -1733,11 +1791,12 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteSecurityGroup"),
         ),
-        SECURITY_GROUP_RULES => {
+        Ec2Kind::SecurityGroupRules => {
+            // why: an absent list field is an empty list (no rules, routes, subnets)
             let rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
             gone_ok(revoke(c, cloud_id, rules, ids).await)
         }
-        KEY_PAIR => gone_ok(
+        Ec2Kind::KeyPair => gone_ok(
             c.ec2
                 .delete_key_pair()
                 .key_name(cloud_id)
@@ -1745,7 +1804,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteKeyPair"),
         ),
-        LAUNCH_TEMPLATE => gone_ok(
+        Ec2Kind::LaunchTemplate => gone_ok(
             c.ec2
                 .delete_launch_template()
                 .launch_template_id(cloud_id)
@@ -1753,7 +1812,6 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .await
                 .ctx("DeleteLaunchTemplate"),
         ),
-        other => Err(CloudError::Model(format!("EC2 cannot delete a {other}"))),
     }
 }
 

@@ -10,7 +10,10 @@ use aws_sdk_elasticloadbalancingv2::types::{
 };
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, cids, finish_create, id_from_tags};
+use super::{
+    AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, created_id, finish_create, id_from_tags,
+    want_str,
+};
 use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 /// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
@@ -34,12 +37,15 @@ async fn owned_tags(
                 .iter()
                 .map(|t| {
                     (
+                        // why: a tag without key or value matches no ownership or identity key
                         t.key().unwrap_or_default().to_string(),
+                        // why: a tag without key or value matches no ownership or identity key
                         t.value().unwrap_or_default().to_string(),
                     )
                 })
                 .collect();
             if tags.iter().any(|(k, v)| *k == key && v == "owned") {
+                // why: an entry without an ARN matches no listed load balancer
                 out.insert(td.resource_arn().unwrap_or_default().to_string(), tags);
             }
         }
@@ -144,9 +150,12 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
     };
 
     for t in &tgs {
-        let arn = t.target_group_arn().unwrap_or_default();
+        let Some(arn) = rd.listed(TARGET_GROUP, t.target_group_arn()) else {
+            continue;
+        };
         let Some(tags) = pairs(arn) else { continue };
         let id = id_from_tags(TARGET_GROUP, arn, tags.into_iter());
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(t.vpc_id().unwrap_or_default());
         let none = BTreeMap::new();
         let attrs = attrs.get(arn).unwrap_or(&none);
@@ -163,11 +172,13 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .cloud_id(arn)
                 .field(
                     "tgName",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(t.target_group_name().unwrap_or_default()),
                 )
                 .field("port", Value::Int(t.port().unwrap_or(0).into()))
                 .field(
                     "protocol",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(t.protocol().map(|p| p.as_str()).unwrap_or_default()),
                 )
                 .field("vpc", vpc)
@@ -177,7 +188,9 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
     }
     let mut owned_lbs = Vec::new();
     for l in &lbs {
-        let arn = l.load_balancer_arn().unwrap_or_default();
+        let Some(arn) = rd.listed(LOAD_BALANCER, l.load_balancer_arn()) else {
+            continue;
+        };
         let Some(tags) = pairs(arn) else { continue };
         let id = id_from_tags(LOAD_BALANCER, arn, tags.into_iter());
         let subnets = l
@@ -189,6 +202,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         let sgs = l.security_groups().iter().map(|g| rd.r(g)).collect();
         let dns = l
             .dns_name()
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
             .unwrap_or_default()
             .trim_end_matches('.')
             .to_lowercase();
@@ -199,10 +213,12 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .cloud_id(arn)
                 .field(
                     "lbName",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(l.load_balancer_name().unwrap_or_default()),
                 )
                 .field(
                     "scheme",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(l.scheme().map(|s| s.as_str()).unwrap_or_default()),
                 )
                 .field("subnets", Value::set(subnets))
@@ -210,6 +226,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .field("dnsName", Value::str(dns))
                 .field(
                     "canonicalZone",
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
                     Value::str(l.canonical_hosted_zone_id().unwrap_or_default()),
                 ),
         );
@@ -233,14 +250,19 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 .default_actions()
                 .iter()
                 .find_map(|a| a.target_group_arn())
+                // why: a reference the cloud left out reads as empty, which the diff shows as a change
                 .unwrap_or_default();
+            let Some(arn) = rd.listed(LISTENER, l.listener_arn()) else {
+                continue;
+            };
             rd.push(
                 Resource::new(LISTENER, name)
-                    .cloud_id(l.listener_arn().unwrap_or_default())
+                    .cloud_id(arn)
                     .field("loadBalancer", Value::Ref(lb_id.clone()))
                     .field("port", Value::Int(port.into()))
                     .field(
                         "protocol",
+                        // why: a field the cloud left out reads as empty, which the diff shows as a change
                         Value::str(l.protocol().map(|p| p.as_str()).unwrap_or_default()),
                     )
                     .field("targetGroup", rd.r(tg)),
@@ -325,38 +347,40 @@ fn forward(tg: &str) -> Action {
 
 pub(super) async fn create(
     c: &AwsCloud,
+    kind: ElbKind,
     want: &Resource,
     ids: &IdMap,
 ) -> Result<String, CloudError> {
-    let s = |f: &str| want.get_str(f).unwrap_or_default().to_string();
+    let s = |f: &str| want_str(want, f).map(str::to_string);
     let port = want.get("port").and_then(Value::as_int).unwrap_or(0) as i32;
-    match want.id.kind.as_str() {
-        LOAD_BALANCER => {
+    match kind {
+        ElbKind::LoadBalancer => {
             let out = c
                 .elb
                 .create_load_balancer()
-                .name(s("lbName"))
+                .name(s("lbName")?)
                 .r#type(LoadBalancerTypeEnum::Network)
-                .scheme(LoadBalancerSchemeEnum::from(s("scheme").as_str()))
+                .scheme(LoadBalancerSchemeEnum::from(s("scheme")?.as_str()))
                 .set_subnets(Some(cids(ids, want.get("subnets"))?))
                 .set_security_groups(Some(cids(ids, want.get("securityGroups"))?))
                 .set_tags(Some(tags(c, want)))
                 .send()
                 .await
                 .ctx("CreateLoadBalancer")?;
-            Ok(out
-                .load_balancers()
-                .first()
-                .and_then(|l| l.load_balancer_arn())
-                .unwrap_or_default()
-                .to_string())
+            created_id(
+                &want.id,
+                "CreateLoadBalancer",
+                out.load_balancers()
+                    .first()
+                    .and_then(|l| l.load_balancer_arn()),
+            )
         }
-        TARGET_GROUP => {
+        ElbKind::TargetGroup => {
             let out = c
                 .elb
                 .create_target_group()
-                .name(s("tgName"))
-                .protocol(ProtocolEnum::from(s("protocol").as_str()))
+                .name(s("tgName")?)
+                .protocol(ProtocolEnum::from(s("protocol")?.as_str()))
                 .port(port)
                 .vpc_id(cid(ids, want.get("vpc"))?)
                 .target_type(TargetTypeEnum::Instance)
@@ -365,48 +389,48 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateTargetGroup")?;
-            let arn = out
-                .target_groups()
-                .first()
-                .and_then(|t| t.target_group_arn())
-                .unwrap_or_default()
-                .to_string();
+            let arn = created_id(
+                &want.id,
+                "CreateTargetGroup",
+                out.target_groups()
+                    .first()
+                    .and_then(|t| t.target_group_arn()),
+            )?;
             finish_create(|| set_target_group_attributes(c, &arn, want)).await?;
             Ok(arn)
         }
-        LISTENER => {
+        ElbKind::Listener => {
             let out = c
                 .elb
                 .create_listener()
                 .load_balancer_arn(cid(ids, want.get("loadBalancer"))?)
-                .protocol(ProtocolEnum::from(s("protocol").as_str()))
+                .protocol(ProtocolEnum::from(s("protocol")?.as_str()))
                 .port(port)
                 .default_actions(forward(cid(ids, want.get("targetGroup"))?))
                 .set_tags(Some(tags(c, want)))
                 .send()
                 .await
                 .ctx("CreateListener")?;
-            Ok(out
-                .listeners()
-                .first()
-                .and_then(|l| l.listener_arn())
-                .unwrap_or_default()
-                .to_string())
+            created_id(
+                &want.id,
+                "CreateListener",
+                out.listeners().first().and_then(|l| l.listener_arn()),
+            )
         }
-        other => Err(CloudError::Model(format!("ELB cannot create a {other}"))),
     }
 }
 
 pub(super) async fn update(
     c: &AwsCloud,
+    kind: ElbKind,
     want: &Resource,
     have: &Resource,
     changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let arn = have.cloud_id.as_deref().unwrap_or_default();
-    match want.id.kind.as_str() {
-        LOAD_BALANCER if changes.iter().all(|ch| ch.field == "subnets") => {
+    let arn = cloud_id_of(have)?;
+    match kind {
+        ElbKind::LoadBalancer if changes.iter().all(|ch| ch.field == "subnets") => {
             c.elb
                 .set_subnets()
                 .load_balancer_arn(arn)
@@ -416,14 +440,14 @@ pub(super) async fn update(
                 .ctx("SetSubnets")?;
             Ok(())
         }
-        TARGET_GROUP
+        ElbKind::TargetGroup
             if changes.iter().all(|ch| {
                 ["preserveClientIp", "deregistrationDelay"].contains(&ch.field.as_str())
             }) =>
         {
             set_target_group_attributes(c, arn, want).await
         }
-        LISTENER => {
+        ElbKind::Listener => {
             c.elb
                 .modify_listener()
                 .listener_arn(arn)
@@ -449,10 +473,10 @@ pub(super) async fn update(
     }
 }
 
-pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let arn = have.cloud_id.as_deref().unwrap_or_default();
-    let r = match have.id.kind.as_str() {
-        LOAD_BALANCER => c
+pub(super) async fn delete(c: &AwsCloud, kind: ElbKind, have: &Resource) -> Result<(), CloudError> {
+    let arn = cloud_id_of(have)?;
+    let r = match kind {
+        ElbKind::LoadBalancer => c
             .elb
             .delete_load_balancer()
             .load_balancer_arn(arn)
@@ -460,7 +484,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .await
             .ctx("DeleteLoadBalancer")
             .map(|_| ()),
-        TARGET_GROUP => c
+        ElbKind::TargetGroup => c
             .elb
             .delete_target_group()
             .target_group_arn(arn)
@@ -468,7 +492,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .await
             .ctx("DeleteTargetGroup")
             .map(|_| ()),
-        LISTENER => c
+        ElbKind::Listener => c
             .elb
             .delete_listener()
             .listener_arn(arn)
@@ -476,7 +500,6 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .await
             .ctx("DeleteListener")
             .map(|_| ()),
-        other => return Err(CloudError::Model(format!("ELB cannot delete a {other}"))),
     };
     match r {
         Err(e) if e.class() == crate::cloud::engine::ErrorClass::NotFound => Ok(()),

@@ -73,6 +73,7 @@ pub enum HostKeyError {
 impl GroupHostKey {
     /// The base64 blob of the public key (what a known_hosts line carries).
     pub fn public_blob(&self) -> &str {
+        // why: keys are checked by `validate` when read; a malformed one has no blob to give
         self.public.split_whitespace().nth(1).unwrap_or_default()
     }
 

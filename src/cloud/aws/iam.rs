@@ -3,7 +3,7 @@
 //! `ROLE.CLUSTER`.
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, finish_create};
+use super::{AwsCloud, Ctx, Reader, cid, cloud_id_of, finish_create, want_str};
 use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
 
 fn path(c: &AwsCloud) -> String {
@@ -119,6 +119,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
                 .field(
                     "assumeRolePolicy",
                     Value::Doc(normalize(
+                        // why: a field the cloud left out reads as empty, which the diff shows as a change
                         role.assume_role_policy_document().unwrap_or_default(),
                     )),
                 ),
@@ -167,12 +168,12 @@ fn tags(c: &AwsCloud, want: &Resource) -> Vec<aws_sdk_iam::types::Tag> {
 
 async fn put_policy(c: &AwsCloud, want: &Resource, ids: &IdMap) -> Result<String, CloudError> {
     let role = cid(ids, want.get("role"))?.to_string();
-    let policy = want.get_str("policyName").unwrap_or_default();
+    let policy = want_str(want, "policyName")?;
     c.iam
         .put_role_policy()
         .role_name(&role)
         .policy_name(policy)
-        .policy_document(want.get_str("document").unwrap_or_default())
+        .policy_document(want_str(want, "document")?)
         .send()
         .await
         .ctx("PutRolePolicy")?;
@@ -205,36 +206,37 @@ async fn profile_ready(c: &AwsCloud, profile: &str, role: &str) -> Result<(), Cl
     if has_role {
         Ok(())
     } else {
-        Err(CloudError::Api {
-            operation: "GetInstanceProfile".into(),
-            class: crate::cloud::engine::ErrorClass::NotFound,
-            message: format!("instance profile {profile} does not show role {role} yet"),
-        })
+        Err(CloudError::verdict(
+            "GetInstanceProfile",
+            crate::cloud::engine::ErrorClass::NotFound,
+            format!("instance profile {profile} does not show role {role} yet"),
+        ))
     }
 }
 
 pub(super) async fn create(
     c: &AwsCloud,
+    kind: IamKind,
     want: &Resource,
     ids: &IdMap,
 ) -> Result<String, CloudError> {
-    match want.id.kind.as_str() {
-        IAM_ROLE => {
-            let name = want.get_str("roleName").unwrap_or_default();
+    match kind {
+        IamKind::Role => {
+            let name = want_str(want, "roleName")?;
             c.iam
                 .create_role()
                 .role_name(name)
                 .path(path(c))
-                .assume_role_policy_document(want.get_str("assumeRolePolicy").unwrap_or_default())
+                .assume_role_policy_document(want_str(want, "assumeRolePolicy")?)
                 .set_tags(Some(tags(c, want)))
                 .send()
                 .await
                 .ctx("CreateRole")?;
             Ok(name.to_string())
         }
-        IAM_ROLE_POLICY => put_policy(c, want, ids).await,
-        INSTANCE_PROFILE => {
-            let name = want.get_str("profileName").unwrap_or_default();
+        IamKind::RolePolicy => put_policy(c, want, ids).await,
+        IamKind::InstanceProfile => {
+            let name = want_str(want, "profileName")?;
             c.iam
                 .create_instance_profile()
                 .instance_profile_name(name)
@@ -250,31 +252,31 @@ pub(super) async fn create(
             finish_create(|| profile_ready(c, name, role)).await?;
             Ok(name.to_string())
         }
-        other => Err(CloudError::Model(format!("IAM cannot create a {other}"))),
     }
 }
 
 pub(super) async fn update(
     c: &AwsCloud,
+    kind: IamKind,
     want: &Resource,
     have: &Resource,
-    changes: &[FieldChange],
+    _changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let name = have.cloud_id.as_deref().unwrap_or_default();
-    match want.id.kind.as_str() {
-        IAM_ROLE => {
+    let name = cloud_id_of(have)?;
+    match kind {
+        IamKind::Role => {
             c.iam
                 .update_assume_role_policy()
                 .role_name(name)
-                .policy_document(want.get_str("assumeRolePolicy").unwrap_or_default())
+                .policy_document(want_str(want, "assumeRolePolicy")?)
                 .send()
                 .await
                 .ctx("UpdateAssumeRolePolicy")?;
             Ok(())
         }
-        IAM_ROLE_POLICY => put_policy(c, want, ids).await.map(|_| ()),
-        INSTANCE_PROFILE => {
+        IamKind::RolePolicy => put_policy(c, want, ids).await.map(|_| ()),
+        IamKind::InstanceProfile => {
             if let Some(old) = have.get("role") {
                 c.iam
                     .remove_role_from_instance_profile()
@@ -286,22 +288,18 @@ pub(super) async fn update(
             }
             add_role(c, name, cid(ids, want.get("role"))?).await
         }
-        _ => Err(CloudError::Model(format!(
-            "{}: cannot change {} in place",
-            want.id,
-            changes
-                .iter()
-                .map(|c| c.field.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
     }
 }
 
-pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result<(), CloudError> {
-    let name = have.cloud_id.as_deref().unwrap_or_default();
-    let r = match have.id.kind.as_str() {
-        IAM_ROLE => c
+pub(super) async fn delete(
+    c: &AwsCloud,
+    kind: IamKind,
+    have: &Resource,
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    let name = cloud_id_of(have)?;
+    let r = match kind {
+        IamKind::Role => c
             .iam
             .delete_role()
             .role_name(name)
@@ -309,7 +307,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
             .await
             .ctx("DeleteRole")
             .map(|_| ()),
-        IAM_ROLE_POLICY => {
+        IamKind::RolePolicy => {
             let (role, policy) = name.split_once(':').unwrap_or((name, ""));
             c.iam
                 .delete_role_policy()
@@ -320,7 +318,7 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .ctx("DeleteRolePolicy")
                 .map(|_| ())
         }
-        INSTANCE_PROFILE => {
+        IamKind::InstanceProfile => {
             if let Ok(role) = cid(ids, have.get("role")) {
                 // Already detached by an interrupted run is fine: the delete below decides.
                 let _ = c
@@ -339,7 +337,6 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource, ids: &IdMap) -> Result
                 .ctx("DeleteInstanceProfile")
                 .map(|_| ())
         }
-        other => return Err(CloudError::Model(format!("IAM cannot delete a {other}"))),
     };
     match r {
         Err(e) if e.class() == crate::cloud::engine::ErrorClass::NotFound => Ok(()),

@@ -133,6 +133,7 @@ pub async fn save(
         images: pins.clone(),
     };
     // Serialising strings and maps cannot fail.
+    // why: serializing a map of strings cannot fail
     let text = serde_json::to_vec_pretty(&doc).unwrap_or_default();
     store
         .put(&key, Bytes::from(text), Precondition::None)

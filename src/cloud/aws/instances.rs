@@ -162,6 +162,7 @@ pub fn login_user(ig: &InstanceGroup) -> Result<String, String> {
     if let Some(u) = &ig.spec.ssh_user {
         return Ok(u.clone());
     }
+    // why: a group without an image gets no login-user guess from it
     let image = ig.spec.image.as_deref().unwrap_or_default();
     login_user_of_image(image)
         .map(str::to_string)
@@ -326,6 +327,7 @@ fn facts(i: &Instance) -> Option<InstanceFacts> {
     let tags = || {
         i.tags()
             .iter()
+            // why: a tag without key or value matches no ownership or identity key
             .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
     };
     let asg = tags().find(|(k, _)| *k == TAG_ASG_NAME).map(|(_, v)| v)?;
@@ -340,6 +342,7 @@ fn facts(i: &Instance) -> Option<InstanceFacts> {
         private_dns: i.private_dns_name()?.to_string(),
         launch_template_version: lt_version,
         asg: asg.to_string(),
+        // why: shown only
         launched: i.launch_time().map(|t| t.to_string()).unwrap_or_default(),
     })
 }
@@ -404,6 +407,7 @@ impl AwsInstances {
                     &self.cluster,
                     i.tags()
                         .iter()
+                        // why: a tag without key or value matches no ownership or identity key
                         .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
                 )
             })

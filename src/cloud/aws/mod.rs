@@ -351,6 +351,7 @@ fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
                 && plan.desired.get(&c.id).is_some_and(|r| {
                     r.get("ingress")
                         .map(Value::as_list)
+                        // why: an absent list field is an empty list
                         .unwrap_or_default()
                         .iter()
                         .any(|rule| {
@@ -406,6 +407,20 @@ impl Reader<'_> {
         self.out.push(r);
     }
 
+    /// The ID of a resource the cloud listed. One listed without an ID cannot be compared,
+    /// changed or deleted: it becomes a plan error naming the kind rather than a resource
+    /// with an empty cloud ID.
+    pub fn listed<'x>(&mut self, kind: &str, id: Option<&'x str>) -> Option<&'x str> {
+        let id = id.filter(|s| !s.is_empty());
+        if id.is_none() {
+            self.conflicts.push(format!(
+                "the cloud listed a {kind} of this cluster without its ID (a reply kprov \
+                 cannot act on)"
+            ));
+        }
+        id
+    }
+
     /// A reference to whatever has cloud ID `cid`: a logical ref when it is known, the raw ID
     /// otherwise (a foreign resource shows up as itself in a diff).
     pub fn r(&self, cid: &str) -> Value {
@@ -450,6 +465,39 @@ pub(crate) fn owned_by<'a>(
     tags.any(|(k, v)| k == key && v == "owned")
 }
 
+/// The cloud ID of a resource read from the cloud (update and delete act on it); one without
+/// is refused, naming the resource, rather than sent as an empty ID.
+pub(crate) fn cloud_id_of(r: &Resource) -> Result<&str, CloudError> {
+    r.cloud_id
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| CloudError::Model(format!("{}: no cloud ID recorded", r.id)))
+}
+
+/// A text field the desired model always sets for this kind; its absence is a model error
+/// naming the resource and field, never an empty value sent to AWS.
+pub(crate) fn want_str<'a>(r: &'a Resource, field: &str) -> Result<&'a str, CloudError> {
+    r.get_str(field)
+        .ok_or_else(|| CloudError::Model(format!("{}: field {field} is not set", r.id)))
+}
+
+/// The ID a create call returned; AWS always returns one, and an empty one must never be
+/// recorded (the next apply could not find, update or delete the resource by it).
+pub(crate) fn created_id(
+    id: &ResourceId,
+    operation: &str,
+    returned: Option<&str>,
+) -> Result<String, CloudError> {
+    match returned {
+        Some(s) if !s.is_empty() => Ok(s.to_string()),
+        _ => Err(after_create(CloudError::verdict(
+            operation,
+            ErrorClass::Fatal,
+            format!("{id}: the reply carries no ID"),
+        ))),
+    }
+}
+
 /// Resolves a reference to a cloud ID.
 pub(crate) fn cid<'a>(ids: &'a IdMap, v: Option<&'a Value>) -> Result<&'a str, CloudError> {
     match v {
@@ -466,6 +514,7 @@ pub(crate) fn cid<'a>(ids: &'a IdMap, v: Option<&'a Value>) -> Result<&'a str, C
 
 pub(crate) fn cids(ids: &IdMap, v: Option<&Value>) -> Result<Vec<String>, CloudError> {
     v.map(Value::as_list)
+        // why: an absent list field is an empty list
         .unwrap_or_default()
         .iter()
         .map(|x| cid(ids, Some(x)).map(str::to_string))
@@ -691,6 +740,7 @@ where
             CloudError::Api {
                 operation: operation.to_string(),
                 class,
+                code: e.code().map(str::to_string),
                 message: describe_sdk_error(&e),
             }
         })
@@ -731,10 +781,14 @@ where
 pub(crate) fn after_create(e: CloudError) -> CloudError {
     match e {
         CloudError::Api {
-            operation, message, ..
+            operation,
+            code,
+            message,
+            ..
         } => CloudError::Api {
             operation,
             class: ErrorClass::Fatal,
+            code,
             message: format!("{message} (the resource was created; re-run to finish it)"),
         },
         other => other,
@@ -784,7 +838,7 @@ impl Provider for AwsCloud {
         elb::assemble(elb, &mut rd);
         clb::assemble(clb, &mut rd);
         asg::assemble(self, asgs, &mut rd);
-        dns::assemble(self, zone, &mut rd);
+        dns::assemble(self, zone, &mut rd)?;
         Ok(Actual {
             resources: rd.out,
             warnings: rd.warnings,
@@ -793,13 +847,17 @@ impl Provider for AwsCloud {
     }
 
     async fn create(&self, want: &Resource, ids: &IdMap) -> Result<String, CloudError> {
-        match want.id.kind.as_str() {
-            AUTOSCALING_GROUP => asg::create(self, want, ids).await,
-            LOAD_BALANCER | TARGET_GROUP | LISTENER => elb::create(self, want, ids).await,
-            IAM_ROLE | IAM_ROLE_POLICY | INSTANCE_PROFILE => iam::create(self, want, ids).await,
-            DNS_RECORD => dns::upsert(self, want, ids).await,
-            DNS_ZONE_VPC => dns::associate(self, want, ids).await,
-            _ => ec2::create(self, want, ids).await,
+        match AwsKind::of(&want.id)? {
+            AwsKind::Ec2(k) => ec2::create(self, k, want, ids).await,
+            AwsKind::AutoScalingGroup => asg::create(self, want, ids).await,
+            AwsKind::Elb(k) => elb::create(self, k, want, ids).await,
+            AwsKind::Iam(k) => iam::create(self, k, want, ids).await,
+            AwsKind::Dns(DnsKind::Record) => dns::upsert(self, want, ids).await,
+            AwsKind::Dns(DnsKind::ZoneVpc) => dns::associate(self, want, ids).await,
+            // Adopted only (the zone) or someone else's (a Classic ELB): never made here.
+            k @ (AwsKind::Dns(DnsKind::Zone) | AwsKind::ClassicLoadBalancer) => Err(
+                CloudError::Model(format!("{}: kprov does not create a {k}", want.id)),
+            ),
         }
     }
 
@@ -810,28 +868,35 @@ impl Provider for AwsCloud {
         changes: &[FieldChange],
         ids: &IdMap,
     ) -> Result<(), CloudError> {
-        match want.id.kind.as_str() {
-            AUTOSCALING_GROUP => asg::update(self, want, have, changes, ids).await,
-            LOAD_BALANCER | TARGET_GROUP | LISTENER => {
-                elb::update(self, want, have, changes, ids).await
+        match AwsKind::of(&want.id)? {
+            AwsKind::Ec2(k) => ec2::update(self, k, want, have, changes, ids).await,
+            AwsKind::AutoScalingGroup => asg::update(self, want, have, changes, ids).await,
+            AwsKind::Elb(k) => elb::update(self, k, want, have, changes, ids).await,
+            AwsKind::Iam(k) => iam::update(self, k, want, have, changes, ids).await,
+            AwsKind::Dns(DnsKind::Record) => dns::upsert(self, want, ids).await.map(|_| ()),
+            k @ (AwsKind::Dns(DnsKind::Zone | DnsKind::ZoneVpc) | AwsKind::ClassicLoadBalancer) => {
+                Err(CloudError::Model(format!(
+                    "{}: kprov does not change a {k} in place",
+                    want.id
+                )))
             }
-            IAM_ROLE | IAM_ROLE_POLICY | INSTANCE_PROFILE => {
-                iam::update(self, want, have, changes, ids).await
-            }
-            DNS_RECORD => dns::upsert(self, want, ids).await.map(|_| ()),
-            _ => ec2::update(self, want, have, changes, ids).await,
         }
     }
 
     async fn delete(&self, have: &Resource, ids: &IdMap) -> Result<(), CloudError> {
-        match have.id.kind.as_str() {
-            AUTOSCALING_GROUP => asg::delete(self, have).await,
-            LOAD_BALANCER | TARGET_GROUP | LISTENER => elb::delete(self, have).await,
-            CLASSIC_LOAD_BALANCER => clb::delete(self, have).await,
-            IAM_ROLE | IAM_ROLE_POLICY | INSTANCE_PROFILE => iam::delete(self, have, ids).await,
-            DNS_RECORD => dns::delete(self, have).await,
-            DNS_ZONE_VPC => dns::disassociate(self, have).await,
-            _ => ec2::delete(self, have, ids).await,
+        match AwsKind::of(&have.id)? {
+            AwsKind::Ec2(k) => ec2::delete(self, k, have, ids).await,
+            AwsKind::AutoScalingGroup => asg::delete(self, have).await,
+            AwsKind::Elb(k) => elb::delete(self, k, have).await,
+            AwsKind::ClassicLoadBalancer => clb::delete(self, have).await,
+            AwsKind::Iam(k) => iam::delete(self, k, have, ids).await,
+            AwsKind::Dns(DnsKind::Record) => dns::delete(self, have).await,
+            AwsKind::Dns(DnsKind::ZoneVpc) => dns::disassociate(self, have).await,
+            // Adopted (ExistsAndValidates): the engine never deletes it.
+            AwsKind::Dns(DnsKind::Zone) => Err(CloudError::Model(format!(
+                "{}: kprov does not delete a DNS zone",
+                have.id
+            ))),
         }
     }
 }
@@ -908,6 +973,159 @@ mod tests {
         for code in ["InvalidParameterValue", "UnauthorizedOperation", ""] {
             assert_eq!(classify(code), ErrorClass::Fatal, "{code}");
         }
+    }
+
+    /// A service error with `code` and `message`, through `ctx` as every call site sends it.
+    fn api_error(operation: &str, code: &str, message: &str) -> CloudError {
+        let meta = aws_smithy_types::error::ErrorMetadata::builder()
+            .code(code)
+            .message(message)
+            .build();
+        let raw = aws_smithy_runtime_api::http::Response::new(
+            aws_smithy_runtime_api::http::StatusCode::try_from(400).expect("status"),
+            aws_smithy_types::body::SdkBody::from(""),
+        );
+        let r: Result<(), _> = Err(SdkError::service_error(
+            aws_sdk_s3::operation::get_object::GetObjectError::generic(meta),
+            raw,
+        ));
+        r.ctx(operation).expect_err("an error")
+    }
+
+    #[test]
+    fn a_cloud_error_keeps_the_service_code_and_decides_by_it() {
+        // (operation, code, message, class): "gone" and "in use" come from the code; a message
+        // that says "not found" under another code is not a "not found".
+        let cases = [
+            (
+                "DeleteSubnet",
+                "InvalidSubnetID.NotFound",
+                "x",
+                ErrorClass::NotFound,
+            ),
+            (
+                "DeleteTargetGroup",
+                "TargetGroupNotFound",
+                "x",
+                ErrorClass::NotFound,
+            ),
+            ("DeleteRole", "NoSuchEntity", "x", ErrorClass::NotFound),
+            (
+                "DeleteLoadBalancer",
+                "LoadBalancerNotFound",
+                "x",
+                ErrorClass::NotFound,
+            ),
+            (
+                "DeleteVpc",
+                "DependencyViolation",
+                "x",
+                ErrorClass::DependencyViolation,
+            ),
+            (
+                "DeleteAutoScalingGroup",
+                "ValidationError",
+                "AutoScalingGroup name not found",
+                ErrorClass::Fatal,
+            ),
+            (
+                "DeleteVpc",
+                "UnauthorizedOperation",
+                "resource not found",
+                ErrorClass::Fatal,
+            ),
+            (
+                "CreateVpc",
+                "Throttling",
+                "Rate exceeded",
+                ErrorClass::Throttled,
+            ),
+            (
+                "DescribeInstanceTypes",
+                "InvalidInstanceType",
+                "m9.huge",
+                ErrorClass::Fatal,
+            ),
+        ];
+        for (op, code, message, class) in cases {
+            let e = api_error(op, code, message);
+            assert_eq!(e.code(), Some(code), "{op} {code}");
+            assert_eq!(e.class(), class, "{op} {code} {message}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("{op}: {code}: {message}")),
+                "{e}"
+            );
+            // Wrapped with the resource, and after the first write of a create, the code stays.
+            let wrapped = CloudError::Resource {
+                id: ResourceId::new(VPC, "main"),
+                source: Box::new(after_create(api_error(op, code, message))),
+            };
+            assert_eq!(wrapped.code(), Some(code), "{op} {code}");
+            assert_eq!(wrapped.class(), ErrorClass::Fatal, "after a create: final");
+        }
+        // kprov's own verdicts and transport failures carry no service code.
+        let v = CloudError::verdict("GetInstanceProfile", ErrorClass::NotFound, "not yet");
+        assert_eq!((v.code(), v.class()), (None, ErrorClass::NotFound));
+        let t: Result<(), _> = Err(tests_support::sdk_errors("x")
+            .into_iter()
+            .nth(1)
+            .expect("two"));
+        let t = t.ctx("GetObject").expect_err("an error");
+        assert_eq!((t.code(), t.class()), (None, ErrorClass::Transient));
+    }
+
+    #[test]
+    fn no_empty_cloud_id_is_sent_or_recorded() {
+        let id = ResourceId::new(SUBNET, "a");
+        assert_eq!(
+            created_id(&id, "CreateSubnet", Some("subnet-1"))
+                .ok()
+                .as_deref(),
+            Some("subnet-1")
+        );
+        for returned in [None, Some("")] {
+            let e = created_id(&id, "CreateSubnet", returned).expect_err("no ID");
+            assert!(
+                e.to_string().contains("Subnet/a: the reply carries no ID"),
+                "{e}"
+            );
+            assert_eq!(
+                e.class(),
+                ErrorClass::Fatal,
+                "never retried by creating again"
+            );
+        }
+        let mut have = Resource::new(SUBNET, "a");
+        let e = cloud_id_of(&have).expect_err("none");
+        assert!(
+            e.to_string().contains("Subnet/a: no cloud ID recorded"),
+            "{e}"
+        );
+        have = have.cloud_id("");
+        assert!(cloud_id_of(&have).is_err(), "empty is none");
+        let e = want_str(&have, "cidr").expect_err("unset");
+        assert!(
+            e.to_string().contains("Subnet/a: field cidr is not set"),
+            "{e}"
+        );
+        let mut rd = Reader {
+            desired: &[],
+            refs: HashMap::new(),
+            out: Vec::new(),
+            warnings: Vec::new(),
+            conflicts: Vec::new(),
+        };
+        assert_eq!(rd.listed(SUBNET, Some("subnet-1")), Some("subnet-1"));
+        assert!(rd.conflicts.is_empty());
+        assert_eq!(rd.listed(SUBNET, Some("")), None);
+        assert_eq!(rd.listed(VPC, None), None);
+        assert_eq!(rd.conflicts.len(), 2, "{:?}", rd.conflicts);
+        assert!(
+            rd.conflicts[1].contains("a Vpc of this cluster without its ID"),
+            "{:?}",
+            rd.conflicts
+        );
     }
 
     #[test]

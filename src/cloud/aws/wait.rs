@@ -60,6 +60,7 @@ pub async fn probe(address: &str, port: u16, per_try: Duration) -> Result<String
             }
         }
         let text = String::from_utf8_lossy(&buf[..got]);
+        // why: an empty banner is no first line
         let line = text.lines().next().unwrap_or_default().trim().to_string();
         if line.starts_with("SSH-") {
             Ok(line)

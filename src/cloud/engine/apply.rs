@@ -136,6 +136,7 @@ pub async fn apply(
                         .iter()
                         .find(|c| c.id == id)
                         .map(|c| c.fields.as_slice())
+                        // why: an update with no field changes (an adopted resource) passes none
                         .unwrap_or_default();
                     retry(&id, opts, || provider.update(want, have, changes, &ids)).await?;
                     None

@@ -41,6 +41,11 @@ pub enum CloudError {
     Api {
         operation: String,
         class: ErrorClass,
+        /// The service's error code as the SDK read it (`ProvideErrorMetadata::code`), raw:
+        /// decisions ("already gone", "no such type") match on it, never on `message`. `None`
+        /// for errors that never reached a service and for kprov's own verdicts.
+        code: Option<String>,
+        /// What the user reads (code and message escaped where they entered).
         message: String,
     },
     /// The desired model is inconsistent (a bug or an incomplete spec).
@@ -76,10 +81,26 @@ impl CloudError {
         }
     }
 
+    /// The service's error code, through `Resource` wrappers.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            CloudError::Api { code, .. } => code.as_deref(),
+            CloudError::Resource { source, .. } => source.code(),
+            _ => None,
+        }
+    }
+
     pub fn not_ready(operation: &str, message: impl Into<String>) -> Self {
+        CloudError::verdict(operation, ErrorClass::NotReady, message)
+    }
+
+    /// kprov's own verdict about a call's result (no service code): a resource not visible
+    /// yet, a group not owned by the cluster.
+    pub fn verdict(operation: &str, class: ErrorClass, message: impl Into<String>) -> Self {
         CloudError::Api {
             operation: operation.to_string(),
-            class: ErrorClass::NotReady,
+            class,
+            code: None,
             message: message.into(),
         }
     }

@@ -45,6 +45,7 @@ impl MemCloud {
             return Err(CloudError::Api {
                 operation: "Mem".into(),
                 class: ErrorClass::NotFound,
+                code: Some("InvalidGroup.NotFound".into()),
                 message: "InvalidGroup.NotFound: no such group".into(),
             });
         }
@@ -55,6 +56,7 @@ impl MemCloud {
                 Err(CloudError::Api {
                     operation: "Mem".into(),
                     class: ErrorClass::Throttled,
+                    code: Some("Throttling".into()),
                     message: "slow down".into(),
                 })
             }
