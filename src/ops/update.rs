@@ -253,14 +253,16 @@ pub async fn open(
             Some(path) => Some(Box::new(update.read_inventory(path).await?)),
             None => None,
         };
+        // The hosts of the inventory read again when one was given.
+        let cluster = reread.as_ref().map_or(&update.cluster, |r| &r.resolved);
         let targets = nodes::Inventory {
-            hosts: update.cluster.spec.hosts.clone(),
+            hosts: cluster.spec.hosts.clone(),
         }
         .targets()
         .await
         .map_err(anyhow::Error::from)?;
         // Hosts kprov provisioned that the inventory lost stay in the cluster until removed.
-        let gone = super::instance::hosts_to_remove(update.store.as_ref(), &update.cluster).await?;
+        let gone = super::instance::hosts_to_remove(update.store.as_ref(), cluster).await?;
         update.side = Side::Metal {
             targets,
             reread,
