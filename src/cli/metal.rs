@@ -18,13 +18,13 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::commands::Ctx;
 use super::{UpdateClusterArgs, exit};
-use crate::nodes::{self, Target, TargetSource};
-use crate::ops::nodes::{self as ops, AdminKubeconfig, Events, NodeEvent, NodeOptions, NodeReport};
-use crate::ops::session::Session;
+use crate::nodes::Target;
+use crate::ops::nodes::{AdminKubeconfig, Events, NodeEvent, NodeReport};
+use crate::ops::update::{Update, UpdatePlan};
 use crate::output::{Format, Printer, Table, plural, sanitize_lines};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
 use crate::provision::plan::{Action, NodePlan};
-use crate::spec::{Cluster, Host, InstanceGroup};
+use crate::spec::{Cluster, Host};
 
 fn roles(h: &Host) -> String {
     h.roles
@@ -149,250 +149,15 @@ fn report_table(report: &Report) -> Table {
     t
 }
 
-/// The targets of a metal cluster: its inventory.
-async fn targets(cluster: &Cluster) -> anyhow::Result<Vec<Target>> {
-    Ok(nodes::Inventory {
-        hosts: cluster.spec.hosts.clone(),
+/// Hosts kprov provisioned that the spec lost: they stay in the cluster until removed.
+pub(super) fn warn_gone(ctx: &Ctx, name: &str, gone: &[Host]) {
+    for h in gone {
+        ctx.printer.warn(&format!(
+            "{} ({}) is no longer in the spec but kprov provisioned it: it is still in the \
+             cluster (to remove). Remove it with `kprov delete instance {name} {}`",
+            h.name, h.address, h.name
+        ));
     }
-    .targets()
-    .await?)
-}
-
-/// What reading the inventory again changes in the spec's hosts (by name).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct HostsChange {
-    pub added: Vec<Host>,
-    pub removed: Vec<Host>,
-    /// The same name with another address, roles, user, port, labels, ...: (before, after).
-    pub changed: Vec<(Host, Host)>,
-}
-
-impl HostsChange {
-    pub fn of(before: &[Host], after: &[Host]) -> HostsChange {
-        let find = |hosts: &[Host], name: &str| hosts.iter().find(|h| h.name == name).cloned();
-        HostsChange {
-            added: after
-                .iter()
-                .filter(|h| find(before, &h.name).is_none())
-                .cloned()
-                .collect(),
-            removed: before
-                .iter()
-                .filter(|h| find(after, &h.name).is_none())
-                .cloned()
-                .collect(),
-            changed: before
-                .iter()
-                .filter_map(|b| {
-                    find(after, &b.name)
-                        .filter(|a| a != b)
-                        .map(|a| (b.clone(), a))
-                })
-                .collect(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
-    }
-
-    /// One line each: the hosts to add, to remove and those that changed.
-    pub fn lines(&self, inventory: &str) -> Vec<String> {
-        let list = |hosts: &[Host]| {
-            hosts
-                .iter()
-                .map(|h| format!("{} ({}, {})", h.name, h.address, roles(h)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let mut out = vec![];
-        if self.is_empty() {
-            out.push(format!(
-                "Inventory {inventory}: the same hosts as the spec (nothing to add or remove)"
-            ));
-            return out;
-        }
-        if !self.added.is_empty() {
-            out.push(format!(
-                "Inventory {inventory}: hosts to add: {}",
-                list(&self.added)
-            ));
-        }
-        if !self.removed.is_empty() {
-            out.push(format!(
-                "Inventory {inventory}: hosts to remove: {}",
-                list(&self.removed)
-            ));
-        }
-        for (b, a) in &self.changed {
-            out.push(format!(
-                "Inventory {inventory}: host {} changes: {} ({}) -> {} ({})",
-                b.name,
-                b.address,
-                roles(b),
-                a.address,
-                roles(a)
-            ));
-        }
-        out
-    }
-}
-
-/// `update cluster NAME --inventory DIR`: the stored user spec with the inventory's hosts,
-/// completed and validated (nothing stored), its version, and what changes.
-async fn reread_inventory(
-    ctx: &Ctx,
-    name: &str,
-    path: &std::path::Path,
-) -> anyhow::Result<(Cluster, Cluster, crate::state::Version, HostsChange)> {
-    // Refused with every problem at once, like `create cluster --inventory`.
-    let inv = crate::inventory::import(path)?;
-    let repo = ctx.repo().await?;
-    let stored = repo.get(name).await?;
-    let mut user = stored.cluster.value.clone();
-    let hosts = inv.plain_hosts();
-    let change = HostsChange::of(&user.spec.hosts, &hosts);
-    user.spec.hosts = hosts;
-    let (resolved, _) = crate::repo::resolve_with_docs(
-        &user,
-        &stored.group_values(),
-        None,
-        &HashMap::new(),
-        &inv.file,
-    )?;
-    for line in change.lines(&inv.file) {
-        ctx.printer
-            .status(&crate::output::untrusted(&line).to_string());
-    }
-    if let Some((v, at)) = &inv.settings.kubernetes_version
-        && resolved.spec.kubernetes_version.as_deref() != Some(v.as_str())
-    {
-        ctx.printer.warn(
-            &crate::output::untrusted(&format!(
-                "kube_version {v} ({at}) differs from the spec's {}: `update cluster --inventory` \
-             reads hosts only; change the version with `kprov edit cluster {name}` and roll it \
-             with `kprov rolling-update cluster {name}`",
-                resolved.spec.kubernetes_version.as_deref().unwrap_or("-")
-            ))
-            .to_string(),
-        );
-    }
-    Ok((user, resolved, stored.version, change))
-}
-
-/// `update cluster NAME` for a metal cluster (`cluster` is resolved: completed and valid).
-pub async fn update(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-    a: &UpdateClusterArgs,
-) -> anyhow::Result<i32> {
-    let name = cluster.name();
-    let repo = ctx.repo().await?;
-    let store = repo.store().clone();
-    let reread = match &a.inventory {
-        Some(path) => Some(reread_inventory(ctx, name, path).await?),
-        None => None,
-    };
-    let rebundled = reread
-        .as_ref()
-        .map(|(_, resolved, _, _)| super::update::with_bundle(resolved.clone(), a));
-    let cluster = rebundled.as_ref().unwrap_or(cluster);
-    let targets = targets(cluster).await?;
-    let options = NodeOptions {
-        accept_new_host_keys: a.accept_new_host_keys,
-        concurrency: a.concurrency,
-        cloud_api: None,
-    };
-    // Hosts kprov provisioned that the inventory lost stay in the cluster until removed.
-    let gone = crate::ops::instance::hosts_to_remove(store.as_ref(), cluster).await?;
-    let warn_gone = || {
-        for h in &gone {
-            ctx.printer.warn(&format!(
-                "{} ({}) is no longer in the spec but kprov provisioned it: it is still in the \
-                 cluster (to remove). Remove it with `kprov delete instance {name} {}`",
-                h.name, h.address, h.name
-            ));
-        }
-    };
-    let spec_changes = reread.as_ref().is_some_and(|(_, _, _, c)| !c.is_empty());
-    if !a.yes {
-        let plan = ops::plan(store, cluster, &targets, &options).await?;
-        let code = preview(ctx, name, &plan, a)?;
-        warn_gone();
-        if spec_changes {
-            ctx.printer.status(&format!(
-                "The spec's hosts would change: `kprov update cluster {name} --inventory {} \
-                 --yes` stores them and provisions the new ones.",
-                a.inventory
-                    .as_deref()
-                    .unwrap_or(std::path::Path::new(""))
-                    .display()
-            ));
-        }
-        return Ok(
-            if code == exit::OK && a.exit_code && (!gone.is_empty() || spec_changes) {
-                exit::CHANGES_PENDING
-            } else {
-                code
-            },
-        );
-    }
-    warn_gone();
-    let resume = super::update::resume_command(name, a);
-    let ints = super::commands::catch_interrupts(name, &resume);
-    let session = Session::new(store.clone());
-    let nodes = session
-        .with_lock(name, "update cluster --yes", async |guard| {
-            if let Some((user, _, version, change)) = &reread
-                && !change.is_empty()
-            {
-                // Conditional on the spec read for the preview: a concurrent edit is a
-                // conflict (exit 4), never overwritten.
-                repo.put_cluster(user, version).await?;
-                repo.write_completed(user, groups).await?;
-                ctx.printer.status(&format!(
-                    "Stored the inventory's hosts in the spec of {name} ({} added, {} removed, \
-                     {} changed).",
-                    change.added.len(),
-                    change.removed.len(),
-                    change.changed.len()
-                ));
-            }
-            let (events, bars) = render_events(ctx, &targets);
-            // A signal cuts the hosts where they are: every step is safe to run again.
-            let result = ints
-                .or(ops::converge(
-                    store.clone(),
-                    cluster,
-                    &targets,
-                    guard,
-                    &options,
-                    &events,
-                ))
-                .await;
-            if let Some(bars) = bars {
-                // The final table says it all; finished spinners would only repeat it.
-                let _ = bars.clear();
-            }
-            match result {
-                Err(c) => anyhow::Ok(Err(c)),
-                // The provisioning error, if any, is the one worth reporting.
-                Ok(r) => Ok(Ok(r?)),
-            }
-        })
-        .await?;
-    let nodes = match nodes {
-        Err(c) => {
-            let what = format!(
-                "provisioning {} (a host step cut short is done again by the next run)",
-                super::update::plural(targets.len(), "host")
-            );
-            return Ok(super::commands::interrupted(ctx, name, c, &what, &resume));
-        }
-        Ok(nodes) => nodes,
-    };
-    finish(ctx, cluster, &nodes, a, &ints).await
 }
 
 /// After converging, on every platform: the report table, each failure named, the admin
@@ -578,15 +343,52 @@ pub(super) fn plan_table(plan: &NodePlan) -> Table {
     t
 }
 
+/// The preview of a platform without cloud resources (metal): the node plan of its hosts,
+/// the hosts to remove and the inventory's changes to the spec.
 pub(super) fn preview(
     ctx: &Ctx,
-    name: &str,
-    plan: &NodePlan,
+    update: &Update,
+    plan: &UpdatePlan,
     a: &UpdateClusterArgs,
 ) -> anyhow::Result<i32> {
+    let name = update.cluster().name();
+    let code = node_preview(ctx, name, plan, a)?;
+    warn_gone(ctx, name, update.hosts_to_remove());
+    if plan.spec_changes {
+        ctx.printer.status(&format!(
+            "The spec's hosts would change: `kprov update cluster {name} --inventory {} \
+             --yes` stores them and provisions the new ones.",
+            a.inventory
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display()
+        ));
+    }
+    Ok(if code == exit::OK && a.exit_code && plan.pending() {
+        exit::CHANGES_PENDING
+    } else {
+        code
+    })
+}
+
+fn node_preview(
+    ctx: &Ctx,
+    name: &str,
+    update: &UpdatePlan,
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<i32> {
+    let Some(plan) = &update.nodes else {
+        return Ok(exit::OK);
+    };
     match ctx.printer.format() {
-        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(plan)?),
-        Format::Yaml => ctx.printer.data(&crate::output::to_yaml(plan)?),
+        Format::Json => ctx
+            .printer
+            .data(&serde_json::to_string_pretty(&serde_json::to_value(
+                update,
+            )?)?),
+        Format::Yaml => ctx
+            .printer
+            .data(&crate::output::to_yaml(&serde_json::to_value(update)?)?),
         Format::Table => {
             ctx.printer.data(&plan_table(plan).render());
             for src in &plan.sources {
@@ -600,8 +402,8 @@ pub(super) fn preview(
             }
         }
     }
-    if let Some(refusal) = crate::ops::platform::owned_elsewhere(name, plan, "host") {
-        ctx.printer.error(&refusal);
+    if let Some(refusal) = update.refusals.first() {
+        ctx.printer.error(refusal);
         return Ok(exit::ERROR);
     }
     let pending = plan.pending();

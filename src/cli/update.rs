@@ -1,6 +1,6 @@
 //! `kprov update cluster NAME`: the preview, and with `--yes` the apply, of everything the
-//! spec asks for: cloud resources (aws), nodes over SSH (metal), then the add-ons. Thin
-//! commands: the use cases are `ops::aws` and `ops::nodes`; this file prints.
+//! spec asks for: cloud resources (aws), nodes over SSH, then the add-ons. The use case is
+//! `ops::update` (the platform chosen there); this file prints its plan, events and report.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -11,45 +11,57 @@ use super::{UpdateClusterArgs, UpdatePhase, exit};
 use crate::cloud::aws::launch::LaunchEvent;
 use crate::cloud::aws::wait::WaitEvent;
 use crate::cloud::engine::{self, RenderOptions};
-use crate::ops::aws::{self as ops_aws, AwsApplied, AwsEvent, AwsEvents, AwsUpdateOptions};
+use crate::ops::aws::AwsEvent;
 use crate::ops::session::Session;
+use crate::ops::update::{
+    self as ops_update, Update, UpdateError, UpdateEvent, UpdateEvents, UpdateOptions, UpdatePlan,
+    UpdateReport,
+};
 use crate::output::{Format, Printer};
-use crate::provision::plan::NodePlan;
-use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::spec::Cluster;
 use crate::state::lock;
 
 pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
-    let (cluster, groups) = super::addons::resolved(ctx, &a.name).await?;
-    let cluster = with_bundle(cluster, a);
-    if a.inventory.is_some() && cluster.spec.cloud_provider != CloudProvider::Metal {
-        return Err(super::create::FlagError {
-            flag: "inventory",
-            message: "an inventory is only for a metal cluster's hosts".into(),
-        }
-        .into());
+    let repo = ctx.repo().await?;
+    let (cluster, groups) = repo.get(&a.name).await?.resolve(&repo.location())?;
+    let store = repo.store().clone();
+    let update = ops_update::open(store.clone(), cluster, groups, options(a))
+        .await
+        .map_err(refused)?;
+    if a.phase == Some(UpdatePhase::Addons) {
+        return super::metal::addons_phase(ctx, update.cluster(), a).await;
     }
-    if a.refresh_image && cluster.spec.cloud_provider != CloudProvider::Aws {
-        return Err(super::create::FlagError {
-            flag: "refresh-image",
-            message: "images are pinned on AWS only; a metal cluster's hosts are the user's".into(),
+    let name = update.cluster().name();
+    if let Some(r) = update.reread() {
+        for line in r.change.lines(&r.file) {
+            ctx.printer
+                .status(&crate::output::untrusted(&line).to_string());
         }
-        .into());
-    }
-    match a.phase {
-        Some(UpdatePhase::Cloud) if cluster.spec.cloud_provider == CloudProvider::Metal => {
-            return Err(super::create::FlagError {
-                flag: "phase",
-                message: "a metal cluster has no cloud resources; its phases are nodes and addons"
-                    .into(),
-            }
-            .into());
+        if let Some((v, at, spec)) = &r.version_differs {
+            ctx.printer.warn(
+                &crate::output::untrusted(&format!(
+                    "kube_version {v} ({at}) differs from the spec's {spec}: `update cluster --inventory` \
+             reads hosts only; change the version with `kprov edit cluster {name}` and roll it \
+             with `kprov rolling-update cluster {name}`"
+                ))
+                .to_string(),
+            );
         }
-        Some(UpdatePhase::Addons) => return super::metal::addons_phase(ctx, &cluster, a).await,
-        _ => {}
     }
-    match cluster.spec.cloud_provider {
-        CloudProvider::Aws => aws(ctx, &cluster, &groups, a).await,
-        CloudProvider::Metal => super::metal::update(ctx, &cluster, &groups, a).await,
+    if !a.yes {
+        return preview(ctx, &update, a).await;
+    }
+    apply(ctx, &store, &update, a).await
+}
+
+/// An `ops::update` error as the command reports it (exit codes from its kind).
+fn refused(e: UpdateError) -> anyhow::Error {
+    match e {
+        UpdateError::Flag { flag, message } => super::create::FlagError { flag, message }.into(),
+        UpdateError::CloudPlan { error, .. } => {
+            anyhow::Error::new(error).context("planning cloud resources")
+        }
+        UpdateError::NodePlan { error, .. } | UpdateError::Other(error) => error,
     }
 }
 
@@ -61,41 +73,27 @@ pub(super) fn resume_command(name: &str, a: &UpdateClusterArgs) -> String {
     )
 }
 
-/// `--bundle FILE` stands for `spec.assets.bundle` in this run (the stored spec is unchanged).
-pub(super) fn with_bundle(cluster: Cluster, a: &UpdateClusterArgs) -> Cluster {
-    bundle_for_run(cluster, a.bundle.as_deref())
-}
-
 /// `--bundle FILE` of `update` and `rolling-update` as `spec.assets.bundle` for this run.
-pub(super) fn bundle_for_run(mut cluster: Cluster, bundle: Option<&std::path::Path>) -> Cluster {
-    if let Some(b) = bundle {
-        cluster
-            .spec
-            .assets
-            .get_or_insert_with(Default::default)
-            .bundle = Some(b.display().to_string());
-    }
-    cluster
+pub(super) fn bundle_for_run(cluster: Cluster, bundle: Option<&std::path::Path>) -> Cluster {
+    ops_update::bundle_for_run(cluster, bundle)
 }
 
-/// The cloud plan; `-o json|yaml` documents also carry the node plan of the running instances
-/// as `nodePlan` (docs/plan-json.md), absent while no instance runs.
-fn print_plan(
-    printer: &Printer,
-    plan: &engine::Plan,
-    nodes: Option<&NodePlan>,
-    prune: bool,
-) -> anyhow::Result<()> {
-    let document = || -> anyhow::Result<serde_json::Value> {
-        let mut doc = serde_json::to_value(plan)?;
-        if let (Some(n), Some(map)) = (nodes, doc.as_object_mut()) {
-            map.insert("nodePlan".into(), serde_json::to_value(n)?);
-        }
-        Ok(doc)
-    };
+/// The plan as one document (docs/plan-json.md): the cloud plan's fields, `nodePlan`,
+/// `hostsToRemove` and `refusals`, keys in order.
+fn print_document(printer: &Printer, plan: &UpdatePlan) -> anyhow::Result<()> {
+    let doc = serde_json::to_value(plan)?;
     match printer.format() {
-        Format::Json => printer.data(&serde_json::to_string_pretty(&document()?)?),
-        Format::Yaml => printer.data(&crate::output::to_yaml(&document()?)?),
+        Format::Yaml => printer.data(&crate::output::to_yaml(&doc)?),
+        _ => printer.data(&serde_json::to_string_pretty(&doc)?),
+    }
+    Ok(())
+}
+
+/// The cloud plan alone: the table, or (`-o json|yaml`) the cloud plan's document.
+fn print_plan(printer: &Printer, plan: &engine::Plan, prune: bool) -> anyhow::Result<()> {
+    match printer.format() {
+        Format::Json => printer.data(&serde_json::to_string_pretty(&serde_json::to_value(plan)?)?),
+        Format::Yaml => printer.data(&crate::output::to_yaml(&serde_json::to_value(plan)?)?),
         Format::Table => printer.data(&engine::render_text(
             plan,
             RenderOptions {
@@ -107,8 +105,8 @@ fn print_plan(
     Ok(())
 }
 
-fn options(a: &UpdateClusterArgs) -> AwsUpdateOptions {
-    AwsUpdateOptions {
+fn options(a: &UpdateClusterArgs) -> UpdateOptions {
+    UpdateOptions {
         prune: a.prune,
         ssh_private_address: a.ssh_private_address,
         accept_new_host_keys: a.accept_new_host_keys,
@@ -116,110 +114,127 @@ fn options(a: &UpdateClusterArgs) -> AwsUpdateOptions {
         ssh_wait: Some(a.ssh_wait),
         refresh_images: a.refresh_image,
         phase: a.phase.map(UpdatePhase::ops),
+        inventory: a.inventory.clone(),
+        bundle: a.bundle.clone(),
     }
 }
 
-async fn aws(
+/// `update cluster` without `--yes`: [`Update::plan`] printed.
+async fn preview(ctx: &Ctx, update: &Update, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
+    let table = ctx.printer.format() == Format::Table;
+    let plan = match update.plan().await {
+        Ok(plan) => plan,
+        Err(UpdateError::CloudPlan { plan, error }) => {
+            print_plan(&ctx.printer, &plan, a.prune)?;
+            return Err(refused(UpdateError::CloudPlan { plan, error }));
+        }
+        Err(UpdateError::NodePlan { cloud, error }) => {
+            // On a terminal the cloud plan shows even when the instances cannot be read.
+            if table {
+                print_plan(&ctx.printer, &cloud, a.prune)?;
+            }
+            return Err(error);
+        }
+        Err(e) => return Err(refused(e)),
+    };
+    if plan.has_cloud {
+        cloud_preview(ctx, update.cluster().name(), &plan, a)
+    } else {
+        super::metal::preview(ctx, update, &plan, a)
+    }
+}
+
+/// The preview of a platform with cloud resources: the cloud plan, then the node plan of its
+/// running instances.
+fn cloud_preview(
     ctx: &Ctx,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    name: &str,
+    plan: &UpdatePlan,
     a: &UpdateClusterArgs,
 ) -> anyhow::Result<i32> {
-    let repo = ctx.repo().await?;
-    let store = repo.store().clone();
-    if !a.yes {
-        let (cloud, plan) =
-            ops_aws::plan_refreshing(&store, cluster, groups, a.refresh_image).await?;
-        let table = ctx.printer.format() == Format::Table;
-        if table {
-            // On a terminal the cloud plan shows even when the instances cannot be read.
-            print_plan(&ctx.printer, &plan, None, a.prune)?;
+    let table = ctx.printer.format() == Format::Table;
+    if table {
+        print_plan(&ctx.printer, &plan.cloud, a.prune)?;
+    }
+    let cloud_pending = plan.cloud_pending();
+    if a.phase == Some(UpdatePhase::Cloud) {
+        // The cloud phase contacts no instance: its preview is the cloud plan alone.
+        if !table {
+            print_document(&ctx.printer, plan)?;
         }
-        if let Err(e) = plan.check() {
-            if !table {
-                print_plan(&ctx.printer, &plan, None, a.prune)?;
-            }
-            return Err(anyhow::Error::new(e).context("planning cloud resources"));
-        }
-        let cloud_pending = plan.exit_code(a.prune) == exit::CHANGES_PENDING;
-        if a.phase == Some(UpdatePhase::Cloud) {
-            // The cloud phase contacts no instance: its preview is the cloud plan alone.
-            if !table {
-                print_plan(&ctx.printer, &plan, None, a.prune)?;
-            }
-            if cloud_pending {
-                ctx.printer.status(&format!(
-                    "Must specify --yes to apply changes to {} (--phase cloud: the cloud resources only).",
-                    cluster.name()
-                ));
-            }
-            return Ok(if cloud_pending && a.exit_code {
-                exit::CHANGES_PENDING
-            } else {
-                exit::OK
-            });
-        }
-        let nodes = ops_aws::node_plan(&store, &cloud, cluster, groups, &plan, &options(a)).await?;
-        if table {
-            if let Some(n) = &nodes {
-                ctx.printer.data(&super::metal::plan_table(n).render());
-                for n in n.nodes.iter().filter(|n| n.pending) {
-                    ctx.printer
-                        .status(&format!("{}: {}", n.target, n.reasons.join("; ")));
-                }
-            }
-        } else {
-            print_plan(&ctx.printer, &plan, nodes.as_ref(), a.prune)?;
-        }
-        // Hosts of another cluster are refused here as metal's preview refuses them.
-        if let Some(refusal) = nodes
-            .as_ref()
-            .and_then(|n| crate::ops::platform::owned_elsewhere(cluster.name(), n, "instance"))
-        {
-            ctx.printer.error(&refusal);
-            return Ok(exit::ERROR);
-        }
-        let nodes_pending = match &nodes {
-            Some(n) if !n.pending().is_empty() => {
-                let pending = n.pending();
-                ctx.printer.status(&format!(
-                    "{} of {} of {} {} provisioning ({}).",
-                    pending.len(),
-                    plural(n.nodes.len(), "instance"),
-                    cluster.name(),
-                    if pending.len() == 1 { "needs" } else { "need" },
-                    pending.join(", ")
-                ));
-                true
-            }
-            _ => false,
-        };
-        let pending = cloud_pending || nodes_pending;
-        if pending {
+        if cloud_pending {
             ctx.printer.status(&format!(
-                "Must specify --yes to apply changes to {}.",
-                cluster.name()
+                "Must specify --yes to apply changes to {name} (--phase cloud: the cloud resources only)."
             ));
         }
-        return Ok(if pending && a.exit_code {
+        return Ok(if cloud_pending && a.exit_code {
             exit::CHANGES_PENDING
         } else {
             exit::OK
         });
     }
+    if table {
+        if let Some(n) = &plan.nodes {
+            ctx.printer.data(&super::metal::plan_table(n).render());
+            for n in n.nodes.iter().filter(|n| n.pending) {
+                ctx.printer
+                    .status(&format!("{}: {}", n.target, n.reasons.join("; ")));
+            }
+        }
+    } else {
+        print_document(&ctx.printer, plan)?;
+    }
+    // Hosts of another cluster are refused here as metal's preview refuses them.
+    if let Some(refusal) = plan.refusals.first() {
+        ctx.printer.error(refusal);
+        return Ok(exit::ERROR);
+    }
+    let pending = plan.nodes_pending();
+    if let Some(n) = plan.nodes.as_ref().filter(|_| !pending.is_empty()) {
+        ctx.printer.status(&format!(
+            "{} of {} of {name} {} provisioning ({}).",
+            pending.len(),
+            plural(n.nodes.len(), "instance"),
+            if pending.len() == 1 { "needs" } else { "need" },
+            pending.join(", ")
+        ));
+    }
+    let pending = plan.pending();
+    if pending {
+        ctx.printer
+            .status(&format!("Must specify --yes to apply changes to {name}."));
+    }
+    Ok(if pending && a.exit_code {
+        exit::CHANGES_PENDING
+    } else {
+        exit::OK
+    })
+}
+
+/// `update cluster --yes`: [`Update::apply`] under the cluster lock, its events printed,
+/// then the report and the add-ons.
+async fn apply(
+    ctx: &Ctx,
+    store: &Arc<dyn crate::state::StateStore>,
+    update: &Update,
+    a: &UpdateClusterArgs,
+) -> anyhow::Result<i32> {
+    let cluster = update.cluster();
     let name = cluster.name();
+    super::metal::warn_gone(ctx, name, update.hosts_to_remove());
     let resume = resume_command(name, a);
     let ints = catch_interrupts(name, &resume);
     let in_flight = InFlight::default();
+    if let Some(targets) = update.known_targets() {
+        in_flight.provisioning(provisioning(targets.len(), update.machine()));
+    }
     // The first signal cuts the apply where it waits (SSH, Auto Scaling, a cloud call, a host
     // step): every part of it is safe to run again, which the next run does.
     let session = Session::new(store.clone());
     let outcome = session
         .with_lock(name, "update cluster --yes", async |guard| {
-            ints.or_try(aws_apply(
-                ctx, &store, cluster, groups, a, guard, &in_flight,
-            ))
-            .await
+            ints.or_try(apply_printing(ctx, update, a, guard, &in_flight))
+                .await
         })
         .await?;
     let outcome = match outcome {
@@ -227,20 +242,20 @@ async fn aws(
         Ok(o) => o,
     };
     match outcome {
-        AwsApplied::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a, &ints).await,
-        AwsApplied::CloudOnly => {
+        UpdateReport::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a, &ints).await,
+        UpdateReport::CloudOnly => {
             ctx.printer.status(&format!(
                 "--phase cloud: the instances of {name} were not waited for nor provisioned; next: `kprov update cluster {name} --yes --phase nodes`, then `--phase addons` (or `kprov update cluster {name} --yes` for both)."
             ));
             Ok(exit::OK)
         }
-        AwsApplied::NoInstances => {
+        UpdateReport::NoInstances => {
             ctx.printer.error(&format!(
                 "no running instance of {name} was found; nothing was provisioned (are the groups' minSize 0?)"
             ));
             Ok(exit::ERROR)
         }
-        AwsApplied::KeyConflicts(conflicts) => {
+        UpdateReport::KeyConflicts(conflicts) => {
             for c in &conflicts {
                 ctx.printer.error(&c.to_string());
             }
@@ -249,22 +264,41 @@ async fn aws(
     }
 }
 
-/// `ops::aws::apply` with its events printed: the cloud plan and a line (or bar step) per
-/// finished change, waits per instance, the node progress as metal shows it.
-async fn aws_apply(
+/// What a signal cuts once the machines are being provisioned.
+fn provisioning(machines: usize, machine: &str) -> String {
+    format!(
+        "provisioning {} (a host step cut short is done again by the next run)",
+        plural(machines, machine)
+    )
+}
+
+/// [`Update::apply`] with its events printed: the cloud plan and a line (or bar step) per
+/// finished change, waits per instance, the node progress per host.
+async fn apply_printing(
     ctx: &Ctx,
-    store: &Arc<dyn crate::state::StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    update: &Update,
     a: &UpdateClusterArgs,
     guard: &lock::LockGuard,
     in_flight: &InFlight,
-) -> anyhow::Result<AwsApplied> {
-    let name = cluster.name();
+) -> anyhow::Result<UpdateReport> {
+    let name = update.cluster().name();
     let printer = &ctx.printer;
     let progress = Mutex::new(None);
     let prune = a.prune;
-    let events = |e: &AwsEvent<'_>| {
+    let events = |e: &UpdateEvent<'_>| {
+        let e = match e {
+            UpdateEvent::HostsStored(change) => {
+                printer.status(&format!(
+                    "Stored the inventory's hosts in the spec of {name} ({} added, {} removed, \
+                     {} changed).",
+                    change.added.len(),
+                    change.removed.len(),
+                    change.changed.len()
+                ));
+                return;
+            }
+            UpdateEvent::Cloud(e) => e,
+        };
         // What a signal would cut, and whether this event says something new (a wait repeats
         // its last error every poll: one line per change, not per instance per second).
         if !in_flight.follow(e) {
@@ -273,7 +307,7 @@ async fn aws_apply(
         let mut bar = progress.lock().unwrap_or_else(|p| p.into_inner());
         match e {
             AwsEvent::CloudPlan(plan) => {
-                if let Err(e) = print_plan(printer, plan, None, prune) {
+                if let Err(e) = print_plan(printer, plan, prune) {
                     printer.warn(&format!("printing the plan: {e:#}"));
                 }
                 *bar = Some(printer.progress(plan.changes.len() as u64, "applying"));
@@ -352,22 +386,22 @@ async fn aws_apply(
             )),
         }
     };
-    let events: AwsEvents<'_> = &events;
+    let events: UpdateEvents<'_> = &events;
     let bars = Mutex::new(None);
-    let result = ops_aws::apply(store, cluster, groups, guard, &options(a), events, |t| {
-        in_flight.provisioning(format!(
-            "provisioning {} (a host step cut short is done again by the next run)",
-            plural(t.len(), "instance")
-        ));
-        let (events, multi) = super::metal::render_events(ctx, t);
-        *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
-        events
-    })
-    .await;
+    let machine = update.machine();
+    let result = update
+        .apply(guard, events, |t| {
+            in_flight.provisioning(provisioning(t.len(), machine));
+            let (events, multi) = super::metal::render_events(ctx, t);
+            *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
+            events
+        })
+        .await;
     if let Some(multi) = bars.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        // The final table says it all; finished spinners would only repeat it.
         let _ = multi.clear();
     }
-    result
+    result.map_err(refused)
 }
 
 /// `delete cluster` for aws: every owned resource, in reverse dependency order.

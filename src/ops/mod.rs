@@ -24,6 +24,8 @@
 //! - [`addons`]: add-on preview and apply ([`addons::deploy`]).
 //! - [`node_config`]: kube-system's `kubelet-config` and `kube-proxy` ConfigMaps rewritten
 //!   from the spec ([`node_config::sync`]).
+//! - [`update`]: `update cluster` on every platform: [`update::open`], the preview
+//!   ([`update::Update::plan`]), the apply under the lock ([`update::Update::apply`]).
 //! - [`aws`]: `update cluster` and `delete cluster` on AWS: the cloud plan and apply, then
 //!   the instances as node targets converged through [`nodes::converge`].
 //! - [`interrupt`]: SIGINT/SIGTERM caught once per command, raced by every long wait.
@@ -62,3 +64,4 @@ pub mod rolling_run;
 pub mod session;
 pub mod sshkey;
 pub mod toolbox;
+pub mod update;

@@ -14,7 +14,10 @@
 //! metal's in-place roller, AWS's replacing roller with the in-place one for its control
 //! planes), assembled in `ops::rolling_run`.
 //!
-//! Not behind the seam yet: `update cluster`; `delete cluster` (`ops::delete`) and `delete
+//! `update cluster` (`ops::update`) asks [`Kind`] only: its preview and its apply read the cloud
+//! themselves (the apply under the lock).
+//!
+//! Not behind the seam yet: `delete cluster` (`ops::delete`) and `delete
 //! instance` (`ops::instance::Removal`) choose the platform in ops, without opening it (an AWS
 //! platform reads the whole cloud plan, which they do not need).
 
@@ -34,6 +37,31 @@ use crate::provision::render::CloudApi;
 use crate::spec::{CloudProvider, Cluster, InstanceGroup};
 use crate::ssh::SshFleet;
 use crate::state::StateStore;
+
+/// Where a cluster runs, told without opening it (no cloud read): for a use case that reads
+/// what it needs itself, as `update cluster` does (its apply plans the cloud under the lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Metal,
+    Aws,
+}
+
+impl Kind {
+    pub fn of(cluster: &Cluster) -> Kind {
+        match cluster.spec.cloud_provider {
+            CloudProvider::Metal => Kind::Metal,
+            CloudProvider::Aws => Kind::Aws,
+        }
+    }
+
+    /// How the platform's machines are called in sentences.
+    pub fn machine(self) -> &'static str {
+        match self {
+            Kind::Metal => "host",
+            Kind::Aws => "instance",
+        }
+    }
+}
 
 /// Where a cluster runs, opened for one command.
 pub enum Platform {

@@ -341,6 +341,9 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
         .expect("the JSON preview is one document");
     assert_eq!(doc["schemaVersion"], 1);
     assert_eq!(doc["summary"]["create"], 0, "{doc}");
+    // The same document as metal's (docs/plan-json.md): nothing to remove, nothing refused.
+    assert_eq!(doc["hostsToRemove"], serde_json::json!([]), "{doc}");
+    assert_eq!(doc["refusals"], serde_json::json!([]), "{doc}");
     let planned = doc["nodePlan"]["nodes"].as_array().expect("nodePlan.nodes");
     let pending: Vec<&serde_json::Value> =
         planned.iter().filter(|n| n["pending"] == true).collect();

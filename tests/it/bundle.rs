@@ -153,17 +153,31 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
     let b = bundle.display().to_string();
     let plain: serde_json::Value =
         serde_json::from_str(&ok(&lab.kprov(&["update", "cluster", name, "-o", "json"]))).unwrap();
-    assert_eq!(plain["sources"][0]["origin"], "mirror", "{plain:#}");
-    assert_eq!(plain["sources"][1]["origin"], "upstream", "{plain:#}");
+    assert_eq!(
+        plain["nodePlan"]["sources"][0]["origin"], "mirror",
+        "{plain:#}"
+    );
+    assert_eq!(
+        plain["nodePlan"]["sources"][1]["origin"], "upstream",
+        "{plain:#}"
+    );
     let preview = lab.kprov(&["update", "cluster", name, "--bundle", &b, "-o", "json"]);
     assert!(preview.status.success(), "{}", show(&preview));
     let plan: serde_json::Value = serde_json::from_str(&text(&preview.stdout)).unwrap();
     for (i, kind) in ["binaries", "images"].into_iter().enumerate() {
-        assert_eq!(plan["sources"][i]["artifacts"], kind, "{plan:#}");
-        assert_eq!(plan["sources"][i]["origin"], "bundle", "{plan:#}");
+        assert_eq!(
+            plan["nodePlan"]["sources"][i]["artifacts"], kind,
+            "{plan:#}"
+        );
+        assert_eq!(
+            plan["nodePlan"]["sources"][i]["origin"], "bundle",
+            "{plan:#}"
+        );
     }
     assert_eq!(
-        plan["nodes"][0]["images"].as_array().map(Vec::len),
+        plan["nodePlan"]["nodes"][0]["images"]
+            .as_array()
+            .map(Vec::len),
         Some(images.len())
     );
     let table = lab.kprov(&["update", "cluster", name, "--bundle", &b]);

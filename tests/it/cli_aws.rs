@@ -83,6 +83,10 @@ fn lifecycle(zone: &str, cluster: &str, zones: &str, extra: &[&str]) {
     ))
     .expect("json plan");
     assert_eq!(json["schemaVersion"], 1);
+    // No instance runs yet: no node plan; the one document's other parts are there, empty.
+    assert!(json.get("nodePlan").is_none(), "{json}");
+    assert_eq!(json["hostsToRemove"], serde_json::json!([]), "{json}");
+    assert_eq!(json["refusals"], serde_json::json!([]), "{json}");
     let creates = json["summary"]["create"].as_u64().unwrap();
     assert!(creates > 20, "{json}");
 

@@ -276,7 +276,7 @@ fn kubespray_inventories_with_etcd_beside_other_roles_create_and_preview() {
         let p = kprov(&["update", "cluster", &name, "-o", "json"]);
         assert_eq!(p.status.code(), Some(0), "{f}: {}", show(&p));
         let plan: serde_json::Value = serde_json::from_slice(&p.stdout).expect("json plan");
-        let nodes = plan["nodes"].as_array().expect("nodes");
+        let nodes = plan["nodePlan"]["nodes"].as_array().expect("nodes");
         assert!(!nodes.is_empty(), "{f}");
         for n in nodes {
             assert_eq!(n["observed"]["state"], "host-key-not-recorded", "{f}: {n}");

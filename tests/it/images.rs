@@ -123,7 +123,7 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
     let json: serde_json::Value =
         serde_json::from_str(&ok(&lab.kprov(&["update", "cluster", name, "-o", "json"])))
             .expect("plan json");
-    for n in json["nodes"].as_array().expect("nodes") {
+    for n in json["nodePlan"]["nodes"].as_array().expect("nodes") {
         assert_eq!(
             n["images"],
             serde_json::json!([local_url, served_url]),
@@ -196,7 +196,7 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
     let json: serde_json::Value =
         serde_json::from_str(&ok(&lab.kprov(&["update", "cluster", name, "-o", "json"])))
             .expect("plan json");
-    for n in json["nodes"].as_array().expect("nodes") {
+    for n in json["nodePlan"]["nodes"].as_array().expect("nodes") {
         assert!(n.get("images").is_none(), "{json:#}");
         assert_eq!(n["pending"], false, "{json:#}");
     }

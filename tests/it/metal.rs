@@ -488,9 +488,23 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     let o = lab.kprov(&["update", "cluster", name, "--exit-code", "-o", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let planned: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json preview");
-    assert_eq!(planned["nodes"].as_array().map(Vec::len), Some(3));
+    // One document on every platform (docs/plan-json.md): the cloud plan's fields, empty here.
+    for (field, want) in [
+        ("schemaVersion", serde_json::json!(1)),
+        ("cluster", serde_json::json!(name)),
+        ("changes", serde_json::json!([])),
+        ("errors", serde_json::json!([])),
+        ("hostsToRemove", serde_json::json!([])),
+        ("refusals", serde_json::json!([])),
+    ] {
+        assert_eq!(planned[field], want, "{field}: {planned}");
+    }
+    assert_eq!(
+        planned["nodePlan"]["nodes"].as_array().map(Vec::len),
+        Some(3)
+    );
     assert!(
-        planned["nodes"]
+        planned["nodePlan"]["nodes"]
             .as_array()
             .unwrap()
             .iter()
@@ -684,7 +698,7 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     assert_eq!(lab.hosts_snapshot(), hosts_before, "preview changed a host");
     let planned: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json preview");
-    let rows = planned["nodes"].as_array().expect("rows");
+    let rows = planned["nodePlan"]["nodes"].as_array().expect("rows");
     let pending: Vec<&str> = rows
         .iter()
         .filter(|r| r["pending"] == true)

@@ -1,0 +1,692 @@
+//! `update cluster`, without the command line: [`open`] (flags the platform refuses, the
+//! inventory read again on metal), [`Update::plan`] → [`UpdatePlan`] (read-only: the preview
+//! prints it) and [`Update::apply`] → [`UpdateReport`] under the caller's lock. Errors are
+//! [`UpdateError`]s.
+//!
+//! The platform is asked of the seam ([`super::platform::Kind`]); on AWS the cloud plan and
+//! the instances come from [`super::aws`], on metal the hosts of the spec (or of the inventory
+//! given again) are the targets; both converge through [`super::nodes::converge`]. The
+//! add-ons after the nodes are `ops::addons`.
+//!
+//! ```text
+//! let update = ops::update::open(store, cluster, groups, options).await?;  // refusals, inventory
+//! let plan = update.plan().await?;                                         // preview
+//! let report = session.with_lock(name, cmd, |guard| update.apply(guard, &events, nodes)).await?;
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::aws::{self as ops_aws, AwsApplied, AwsEvent, AwsUpdateOptions, Phase};
+use super::nodes::{self as ops_nodes, Events, NodeOptions, NodeReport};
+use super::platform::Kind;
+use crate::cloud::CloudError;
+use crate::cloud::engine::{Plan, Summary};
+use crate::nodes::{self, Target, TargetSource};
+use crate::provision::plan::NodePlan;
+use crate::repo::Repo;
+use crate::spec::{Cluster, Host, InstanceGroup};
+use crate::ssh::KeyConflict;
+use crate::state::{StateStore, Version, lock};
+
+/// What `update cluster` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateOptions {
+    /// Apply deletions of resources the spec no longer wants (`--prune`).
+    pub prune: bool,
+    /// AWS: reach instances at their private addresses (`--ssh-private-address`).
+    pub ssh_private_address: bool,
+    pub accept_new_host_keys: bool,
+    /// Hosts worked on at the same time (`--concurrency`).
+    pub concurrency: usize,
+    /// AWS: how long instances get to answer SSH (`--ssh-wait`).
+    pub ssh_wait: Option<Duration>,
+    /// AWS: resolve image name patterns again instead of using their pins (`--refresh-image`).
+    pub refresh_images: bool,
+    /// Only this part (`--phase`); all of it when `None`.
+    pub phase: Option<Phase>,
+    /// Metal: the inventory to read the hosts from again (`--inventory`).
+    pub inventory: Option<PathBuf>,
+    /// `spec.assets.bundle` for this run (`--bundle`; the stored spec is unchanged).
+    pub bundle: Option<PathBuf>,
+}
+
+/// Why `update cluster` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    /// A flag this platform has no use for.
+    #[error("--{flag}: {message}")]
+    Flag { flag: &'static str, message: String },
+    /// The cloud plan cannot be applied (an immutable field, a missing adopted resource).
+    #[error("planning cloud resources: {error}")]
+    CloudPlan { plan: Box<Plan>, error: CloudError },
+    /// The cloud plan was made, the node plan could not be (the instances not readable).
+    #[error("{error:#}")]
+    NodePlan {
+        cloud: Box<Plan>,
+        error: anyhow::Error,
+    },
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+/// What reading the inventory again changes in the spec's hosts (by name).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct HostsChange {
+    pub added: Vec<Host>,
+    pub removed: Vec<Host>,
+    /// The same name with another address, roles, user, port, labels, ...: (before, after).
+    pub changed: Vec<(Host, Host)>,
+}
+
+fn roles(h: &Host) -> String {
+    h.roles
+        .iter()
+        .map(|r| r.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl HostsChange {
+    pub fn of(before: &[Host], after: &[Host]) -> HostsChange {
+        let find = |hosts: &[Host], name: &str| hosts.iter().find(|h| h.name == name).cloned();
+        HostsChange {
+            added: after
+                .iter()
+                .filter(|h| find(before, &h.name).is_none())
+                .cloned()
+                .collect(),
+            removed: before
+                .iter()
+                .filter(|h| find(after, &h.name).is_none())
+                .cloned()
+                .collect(),
+            changed: before
+                .iter()
+                .filter_map(|b| {
+                    find(after, &b.name)
+                        .filter(|a| a != b)
+                        .map(|a| (b.clone(), a))
+                })
+                .collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+
+    /// One line each: the hosts to add, to remove and those that changed.
+    pub fn lines(&self, inventory: &str) -> Vec<String> {
+        let list = |hosts: &[Host]| {
+            hosts
+                .iter()
+                .map(|h| format!("{} ({}, {})", h.name, h.address, roles(h)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = vec![];
+        if self.is_empty() {
+            out.push(format!(
+                "Inventory {inventory}: the same hosts as the spec (nothing to add or remove)"
+            ));
+            return out;
+        }
+        if !self.added.is_empty() {
+            out.push(format!(
+                "Inventory {inventory}: hosts to add: {}",
+                list(&self.added)
+            ));
+        }
+        if !self.removed.is_empty() {
+            out.push(format!(
+                "Inventory {inventory}: hosts to remove: {}",
+                list(&self.removed)
+            ));
+        }
+        for (b, a) in &self.changed {
+            out.push(format!(
+                "Inventory {inventory}: host {} changes: {} ({}) -> {} ({})",
+                b.name,
+                b.address,
+                roles(b),
+                a.address,
+                roles(a)
+            ));
+        }
+        out
+    }
+}
+
+/// `--inventory DIR` read again: the stored user spec with the inventory's hosts (to store at
+/// `--yes`, conditional on the version read), and what changes.
+#[derive(Debug)]
+pub struct Reread {
+    /// The inventory's file, as its problems name it.
+    pub file: String,
+    pub change: HostsChange,
+    /// `kube_version` of the inventory when it differs from the spec's: (its value, where it
+    /// is written, the spec's). Only hosts are read from an inventory here.
+    pub version_differs: Option<(String, String, String)>,
+    user: Cluster,
+    version: Version,
+    /// `user` completed and validated, with `--bundle`: the cluster this run provisions.
+    resolved: Cluster,
+}
+
+/// Where the update goes, chosen by the platform seam.
+enum Side {
+    /// The AWS cloud plan, then its instances.
+    Aws,
+    /// Metal's hosts (those of the inventory read again, if one was given) and the hosts kprov
+    /// provisioned that the spec lost.
+    Metal {
+        targets: Vec<Target>,
+        reread: Option<Box<Reread>>,
+        gone: Vec<Host>,
+    },
+    /// `--phase addons`: no machine is read.
+    AddonsOnly,
+}
+
+/// `update cluster` opened: the cluster as this run sees it, its platform's part read.
+pub struct Update {
+    store: Arc<dyn StateStore>,
+    cluster: Cluster,
+    groups: Vec<InstanceGroup>,
+    options: UpdateOptions,
+    kind: Kind,
+    side: Side,
+}
+
+/// Opens `update cluster` on `cluster` (completed and valid, as the store resolves it):
+/// refuses the flags its platform has no use for, and on metal reads the inventory given
+/// again, the targets and the hosts to remove.
+pub async fn open(
+    store: Arc<dyn StateStore>,
+    cluster: Cluster,
+    groups: Vec<InstanceGroup>,
+    options: UpdateOptions,
+) -> Result<Update, UpdateError> {
+    let cluster = bundle_for_run(cluster, options.bundle.as_deref());
+    let kind = Kind::of(&cluster);
+    if options.inventory.is_some() && kind != Kind::Metal {
+        return Err(UpdateError::Flag {
+            flag: "inventory",
+            message: "an inventory is only for a metal cluster's hosts".into(),
+        });
+    }
+    if options.refresh_images && kind != Kind::Aws {
+        return Err(UpdateError::Flag {
+            flag: "refresh-image",
+            message: "images are pinned on AWS only; a metal cluster's hosts are the user's".into(),
+        });
+    }
+    let side = match options.phase {
+        Some(Phase::Cloud) if kind == Kind::Metal => {
+            return Err(UpdateError::Flag {
+                flag: "phase",
+                message: "a metal cluster has no cloud resources; its phases are nodes and addons"
+                    .into(),
+            });
+        }
+        Some(Phase::Addons) => Side::AddonsOnly,
+        _ if kind == Kind::Aws => Side::Aws,
+        _ => Side::Metal {
+            targets: vec![],
+            reread: None,
+            gone: vec![],
+        },
+    };
+    let mut update = Update {
+        store,
+        cluster,
+        groups,
+        options,
+        kind,
+        side,
+    };
+    if let Side::Metal { .. } = update.side {
+        let reread = match &update.options.inventory {
+            Some(path) => Some(Box::new(update.read_inventory(path).await?)),
+            None => None,
+        };
+        // The hosts of the inventory read again when one was given.
+        let cluster = reread.as_ref().map_or(&update.cluster, |r| &r.resolved);
+        let targets = nodes::Inventory {
+            hosts: cluster.spec.hosts.clone(),
+        }
+        .targets()
+        .await
+        .map_err(anyhow::Error::from)?;
+        // Hosts kprov provisioned that the inventory lost stay in the cluster until removed.
+        let gone = super::instance::hosts_to_remove(update.store.as_ref(), cluster).await?;
+        update.side = Side::Metal {
+            targets,
+            reread,
+            gone,
+        };
+    }
+    Ok(update)
+}
+
+/// `--bundle FILE` of `update` and `rolling-update` as `spec.assets.bundle` for this run.
+pub fn bundle_for_run(mut cluster: Cluster, bundle: Option<&std::path::Path>) -> Cluster {
+    if let Some(b) = bundle {
+        cluster
+            .spec
+            .assets
+            .get_or_insert_with(Default::default)
+            .bundle = Some(b.display().to_string());
+    }
+    cluster
+}
+
+/// The preview of `update cluster`, one shape on every platform (docs/plan-json.md): the
+/// cloud plan (empty on metal), the node plan, the hosts to remove and the refusals.
+#[derive(Debug, Serialize)]
+pub struct UpdatePlan {
+    /// The cloud plan's fields at the top of the document.
+    #[serde(flatten)]
+    pub cloud: Plan,
+    /// The machines' node plan; absent while none runs (AWS before the first `--yes`) and in
+    /// `--phase cloud`'s preview, which contacts no instance.
+    #[serde(rename = "nodePlan", skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodePlan>,
+    /// Metal: hosts kprov provisioned that the spec no longer has (`delete instance` removes
+    /// them).
+    #[serde(rename = "hostsToRemove")]
+    pub hosts_to_remove: Vec<HostToRemove>,
+    /// Why some machines will not be provisioned (owned by another cluster).
+    pub refusals: Vec<String>,
+    /// Whether this platform has cloud resources (the preview prints the cloud plan).
+    #[serde(skip)]
+    pub has_cloud: bool,
+    /// Metal: the inventory given again changes the spec's hosts.
+    #[serde(skip)]
+    pub spec_changes: bool,
+    #[serde(skip)]
+    prune: bool,
+}
+
+/// A host kprov provisioned that the spec no longer has.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostToRemove {
+    pub name: String,
+    pub address: String,
+}
+
+impl UpdatePlan {
+    /// Cloud changes that `--yes` would apply (deletions only with `--prune`).
+    pub fn cloud_pending(&self) -> bool {
+        self.cloud.exit_code(self.prune) == 2
+    }
+
+    /// The targets `--yes` would provision.
+    pub fn nodes_pending(&self) -> Vec<&str> {
+        self.nodes
+            .as_ref()
+            .map(NodePlan::pending)
+            .unwrap_or_default()
+    }
+
+    /// Whether `--yes` would change anything, or something waits on the user (hosts to
+    /// remove): what `--exit-code` reports as 2.
+    pub fn pending(&self) -> bool {
+        self.cloud_pending()
+            || !self.nodes_pending().is_empty()
+            || !self.hosts_to_remove.is_empty()
+            || self.spec_changes
+    }
+}
+
+/// How `update cluster --yes` ended.
+#[derive(Debug)]
+pub enum UpdateReport {
+    /// The nodes were converged (see the report for failures).
+    Nodes(Box<NodeReport>),
+    /// AWS: no instance of the cluster runs: nothing was provisioned.
+    NoInstances,
+    /// AWS: the store holds other keys than the generated ones for these names: nothing was
+    /// provisioned.
+    KeyConflicts(Vec<KeyConflict>),
+    /// `--phase cloud`: the cloud resources were applied; no instance was waited for.
+    CloudOnly,
+}
+
+/// Progress of `update cluster --yes`.
+#[derive(Debug)]
+pub enum UpdateEvent<'a> {
+    /// The cloud part (AWS).
+    Cloud(&'a AwsEvent<'a>),
+    /// Metal: the inventory's hosts were stored in the spec.
+    HostsStored(&'a HostsChange),
+}
+
+/// Where [`Update::apply`] reports progress; called on the caller's task.
+pub type UpdateEvents<'e> = &'e (dyn Fn(&UpdateEvent<'_>) + Send + Sync);
+
+impl Update {
+    /// The cluster as this run sees it (with `--bundle`, and on metal the hosts of the
+    /// inventory given again).
+    pub fn cluster(&self) -> &Cluster {
+        match &self.side {
+            Side::Metal {
+                reread: Some(r), ..
+            } => &r.resolved,
+            _ => &self.cluster,
+        }
+    }
+
+    /// The inventory read again (`--inventory`), for the preview and the apply to say.
+    pub fn reread(&self) -> Option<&Reread> {
+        match &self.side {
+            Side::Metal { reread, .. } => reread.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Hosts kprov provisioned that the spec lost (metal): the apply leaves them alone.
+    pub fn hosts_to_remove(&self) -> &[Host] {
+        match &self.side {
+            Side::Metal { gone, .. } => gone,
+            _ => &[],
+        }
+    }
+
+    /// How this platform calls its machines in sentences (`host`, `instance`).
+    pub fn machine(&self) -> &'static str {
+        self.kind.machine()
+    }
+
+    /// The machines the apply provisions when they are known before it (metal's hosts); AWS
+    /// finds its instances during the apply.
+    pub fn known_targets(&self) -> Option<&[Target]> {
+        match &self.side {
+            Side::Metal { targets, .. } => Some(targets),
+            _ => None,
+        }
+    }
+
+    async fn read_inventory(&self, path: &std::path::Path) -> anyhow::Result<Reread> {
+        // Refused with every problem at once, like `create cluster --inventory`.
+        let inv = crate::inventory::import(path)?;
+        let repo = Repo::new(self.store.clone());
+        let name = self.cluster.name();
+        let stored = repo.get(name).await?;
+        let mut user = stored.cluster.value.clone();
+        let hosts = inv.plain_hosts();
+        let change = HostsChange::of(&user.spec.hosts, &hosts);
+        user.spec.hosts = hosts;
+        let (resolved, _) = crate::repo::resolve_with_docs(
+            &user,
+            &stored.group_values(),
+            None,
+            &std::collections::HashMap::new(),
+            &inv.file,
+        )?;
+        let version_differs = inv
+            .settings
+            .kubernetes_version
+            .as_ref()
+            .and_then(|(v, at)| {
+                (resolved.spec.kubernetes_version.as_deref() != Some(v.as_str())).then(|| {
+                    (
+                        v.clone(),
+                        at.to_string(),
+                        resolved
+                            .spec
+                            .kubernetes_version
+                            .clone()
+                            .unwrap_or_else(|| "-".into()),
+                    )
+                })
+            });
+        let resolved = bundle_for_run(resolved, self.options.bundle.as_deref());
+        Ok(Reread {
+            file: inv.file,
+            change,
+            version_differs,
+            user,
+            version: stored.version,
+            resolved,
+        })
+    }
+
+    fn aws_options(&self) -> AwsUpdateOptions {
+        let o = &self.options;
+        AwsUpdateOptions {
+            prune: o.prune,
+            ssh_private_address: o.ssh_private_address,
+            accept_new_host_keys: o.accept_new_host_keys,
+            concurrency: o.concurrency,
+            ssh_wait: o.ssh_wait,
+            refresh_images: o.refresh_images,
+            phase: o.phase,
+        }
+    }
+
+    fn node_options(&self) -> NodeOptions {
+        NodeOptions {
+            accept_new_host_keys: self.options.accept_new_host_keys,
+            concurrency: self.options.concurrency,
+            cloud_api: None,
+        }
+    }
+
+    /// The preview, read-only: on AWS the cloud plan and (unless `--phase cloud`) the node plan
+    /// of the running instances; on metal the node plan of the hosts. Machines another cluster
+    /// owns are refused in it on every platform.
+    pub async fn plan(&self) -> Result<UpdatePlan, UpdateError> {
+        let name = self.cluster().name();
+        let mut plan = UpdatePlan {
+            cloud: empty_cloud_plan(name),
+            nodes: None,
+            hosts_to_remove: self
+                .hosts_to_remove()
+                .iter()
+                .map(|h| HostToRemove {
+                    name: h.name.clone(),
+                    address: h.address.clone(),
+                })
+                .collect(),
+            refusals: vec![],
+            has_cloud: self.kind == Kind::Aws,
+            spec_changes: self.reread().is_some_and(|r| !r.change.is_empty()),
+            prune: self.options.prune,
+        };
+        match &self.side {
+            Side::AddonsOnly => {}
+            Side::Aws => {
+                let (cloud, cloud_plan) = ops_aws::plan_refreshing(
+                    &self.store,
+                    &self.cluster,
+                    &self.groups,
+                    self.options.refresh_images,
+                )
+                .await?;
+                if let Err(error) = cloud_plan.check() {
+                    return Err(UpdateError::CloudPlan {
+                        plan: Box::new(cloud_plan),
+                        error,
+                    });
+                }
+                if self.options.phase != Some(Phase::Cloud) {
+                    // The cloud phase contacts no instance: its preview is the cloud plan.
+                    plan.nodes = match ops_aws::node_plan(
+                        &self.store,
+                        &cloud,
+                        &self.cluster,
+                        &self.groups,
+                        &cloud_plan,
+                        &self.aws_options(),
+                    )
+                    .await
+                    {
+                        Ok(n) => n,
+                        Err(error) => {
+                            return Err(UpdateError::NodePlan {
+                                cloud: Box::new(cloud_plan),
+                                error,
+                            });
+                        }
+                    };
+                }
+                plan.cloud = cloud_plan;
+            }
+            Side::Metal { targets, .. } => {
+                plan.nodes = Some(
+                    ops_nodes::plan(
+                        self.store.clone(),
+                        self.cluster(),
+                        targets,
+                        &self.node_options(),
+                    )
+                    .await?,
+                );
+            }
+        }
+        if let Some(refusal) = plan
+            .nodes
+            .as_ref()
+            .and_then(|n| super::platform::owned_elsewhere(name, n, self.machine()))
+        {
+            plan.refusals.push(refusal);
+        }
+        Ok(plan)
+    }
+
+    /// `--yes`, under the cluster lock the caller holds as `guard`: planned again here (the
+    /// cloud, then the machines), applied, the nodes converged. Metal stores the inventory's
+    /// hosts first, conditional on the spec read at [`open`] (a concurrent edit is a conflict,
+    /// never overwritten). `node_events` makes the node progress sink once the targets are
+    /// known. The add-ons are not part of it.
+    pub async fn apply(
+        &self,
+        guard: &lock::LockGuard,
+        events: UpdateEvents<'_>,
+        node_events: impl FnOnce(&[Target]) -> Events,
+    ) -> Result<UpdateReport, UpdateError> {
+        match &self.side {
+            Side::AddonsOnly => Err(UpdateError::Other(anyhow::anyhow!(
+                "--phase addons deploys the add-ons only; it has no machines to apply"
+            ))),
+            Side::Aws => {
+                let cloud_events = |e: &AwsEvent<'_>| events(&UpdateEvent::Cloud(e));
+                let applied = ops_aws::apply(
+                    &self.store,
+                    &self.cluster,
+                    &self.groups,
+                    guard,
+                    &self.aws_options(),
+                    &cloud_events,
+                    node_events,
+                )
+                .await?;
+                Ok(match applied {
+                    AwsApplied::Nodes(n) => UpdateReport::Nodes(n),
+                    AwsApplied::NoInstances => UpdateReport::NoInstances,
+                    AwsApplied::KeyConflicts(c) => UpdateReport::KeyConflicts(c),
+                    AwsApplied::CloudOnly => UpdateReport::CloudOnly,
+                })
+            }
+            Side::Metal {
+                targets, reread, ..
+            } => {
+                if let Some(r) = reread
+                    && !r.change.is_empty()
+                {
+                    let repo = Repo::new(self.store.clone());
+                    repo.put_cluster(&r.user, &r.version)
+                        .await
+                        .map_err(anyhow::Error::from)?;
+                    repo.write_completed(&r.user, &self.groups)
+                        .await
+                        .map_err(anyhow::Error::from)?;
+                    events(&UpdateEvent::HostsStored(&r.change));
+                }
+                let node_events = node_events(targets);
+                let report = ops_nodes::converge(
+                    self.store.clone(),
+                    self.cluster(),
+                    targets,
+                    guard,
+                    &self.node_options(),
+                    &node_events,
+                )
+                .await?;
+                Ok(UpdateReport::Nodes(Box::new(report)))
+            }
+        }
+    }
+}
+
+/// Metal's cloud part of the one plan document: no change.
+fn empty_cloud_plan(cluster: &str) -> Plan {
+    Plan {
+        schema_version: 1,
+        cluster: cluster.to_string(),
+        changes: vec![],
+        summary: Summary::default(),
+        warnings: vec![],
+        errors: vec![],
+        desired: Default::default(),
+        actual: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str, address: &str) -> Host {
+        serde_json::from_value(serde_json::json!({
+            "name": name, "address": address, "roles": ["node"]
+        }))
+        .expect("host")
+    }
+
+    #[test]
+    fn an_inventory_read_again_says_what_it_adds_removes_and_changes() {
+        let before = [host("a", "198.18.0.1"), host("b", "198.18.0.2")];
+        let after = [host("b", "198.18.0.9"), host("c", "198.18.0.3")];
+        let change = HostsChange::of(&before, &after);
+        assert_eq!(
+            change.lines("inv.yaml"),
+            [
+                "Inventory inv.yaml: hosts to add: c (198.18.0.3, node)",
+                "Inventory inv.yaml: hosts to remove: a (198.18.0.1, node)",
+                "Inventory inv.yaml: host b changes: 198.18.0.2 (node) -> 198.18.0.9 (node)",
+            ]
+        );
+        assert!(HostsChange::of(&before, &before).is_empty());
+    }
+
+    #[test]
+    fn a_metal_plan_has_the_cloud_plans_fields_and_no_change() {
+        let plan = UpdatePlan {
+            cloud: empty_cloud_plan("demo"),
+            nodes: None,
+            hosts_to_remove: vec![HostToRemove {
+                name: "h9".into(),
+                address: "198.18.0.9".into(),
+            }],
+            refusals: vec![],
+            has_cloud: false,
+            spec_changes: false,
+            prune: false,
+        };
+        let doc = serde_json::to_value(&plan).expect("json");
+        assert_eq!(doc["schemaVersion"], 1);
+        assert_eq!(doc["cluster"], "demo");
+        assert_eq!(doc["changes"], serde_json::json!([]));
+        assert_eq!(doc["hostsToRemove"][0]["name"], "h9");
+        assert_eq!(doc["refusals"], serde_json::json!([]));
+        assert!(doc.get("nodePlan").is_none());
+        assert!(plan.pending(), "a host to remove waits on the user");
+        assert!(!plan.cloud_pending());
+    }
+}
