@@ -627,7 +627,7 @@ impl Update {
 /// Metal's cloud part of the one plan document: no change.
 fn empty_cloud_plan(cluster: &str) -> Plan {
     Plan {
-        schema_version: 1,
+        schema_version: crate::cloud::engine::PLAN_SCHEMA_VERSION,
         cluster: cluster.to_string(),
         changes: vec![],
         summary: Summary::default(),
@@ -680,7 +680,7 @@ mod tests {
             prune: false,
         };
         let doc = serde_json::to_value(&plan).expect("json");
-        assert_eq!(doc["schemaVersion"], 1);
+        assert_eq!(doc["schemaVersion"], 2);
         assert_eq!(doc["cluster"], "demo");
         assert_eq!(doc["changes"], serde_json::json!([]));
         assert_eq!(doc["hostsToRemove"][0]["name"], "h9");

@@ -339,7 +339,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
     json.extend_from_slice(flags);
     let doc: serde_json::Value = serde_json::from_str(&code(&lab, &lab.kprov(&json), 2))
         .expect("the JSON preview is one document");
-    assert_eq!(doc["schemaVersion"], 1);
+    assert_eq!(doc["schemaVersion"], 2);
     assert_eq!(doc["summary"]["create"], 0, "{doc}");
     // The same document as metal's (docs/plan-json.md): nothing to remove, nothing refused.
     assert_eq!(doc["hostsToRemove"], serde_json::json!([]), "{doc}");

@@ -82,7 +82,7 @@ fn lifecycle(zone: &str, cluster: &str, zones: &str, extra: &[&str]) {
         0,
     ))
     .expect("json plan");
-    assert_eq!(json["schemaVersion"], 1);
+    assert_eq!(json["schemaVersion"], 2);
     // No instance runs yet: no node plan; the one document's other parts are there, empty.
     assert!(json.get("nodePlan").is_none(), "{json}");
     assert_eq!(json["hostsToRemove"], serde_json::json!([]), "{json}");

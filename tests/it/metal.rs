@@ -490,7 +490,7 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     let planned: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json preview");
     // One document on every platform (docs/plan-json.md): the cloud plan's fields, empty here.
     for (field, want) in [
-        ("schemaVersion", serde_json::json!(1)),
+        ("schemaVersion", serde_json::json!(2)),
         ("cluster", serde_json::json!(name)),
         ("changes", serde_json::json!([])),
         ("errors", serde_json::json!([])),

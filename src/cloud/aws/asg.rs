@@ -255,16 +255,27 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
             .send()
             .await
             .ctx("DescribeAutoScalingGroups")?;
-        if out.auto_scaling_groups().is_empty() {
+        let groups = out.auto_scaling_groups();
+        if groups.is_empty() {
             return Ok(());
         }
-        // The group is there and the delete was refused: not a "not found".
-        if let Some(e) = refused.take() {
+        // The group is there and the delete was refused: not a "not found", unless the group
+        // is already being deleted (a retried delete after a throttled describe: AWS refuses
+        // calls on a group pending delete with the same code), which this call waits out.
+        if let Some(e) = refused.take()
+            && !groups.iter().any(|g| already_deleting(g.status()))
+        {
             return Err(e);
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(10));
     }
+}
+
+/// Whether an Auto Scaling group's `Status` says a delete is under way (AWS sets
+/// "Delete in progress" on a group being deleted and leaves it unset otherwise).
+fn already_deleting(status: Option<&str>) -> bool {
+    status.is_some_and(|s| s.eq_ignore_ascii_case("Delete in progress"))
 }
 
 /// An Auto Scaling group's size (`delete instance` shows what terminating does to it).
@@ -436,4 +447,19 @@ pub async fn failed_launches(
                 .to_string(),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::already_deleting;
+
+    /// A delete refused on a group already being deleted waits for it instead of failing
+    /// (`delete cluster` retried after a throttled describe); any other status is a refusal.
+    #[test]
+    fn a_group_pending_delete_is_waited_for_not_refused() {
+        assert!(already_deleting(Some("Delete in progress")));
+        assert!(!already_deleting(None));
+        assert!(!already_deleting(Some("")));
+        assert!(!already_deleting(Some("InService")));
+    }
 }

@@ -9,7 +9,8 @@ use super::model::{FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::cloud::{Actual, Provider};
 
 /// Version of the JSON plan schema (docs/plan-json.md); bump on any incompatible change.
-pub const PLAN_SCHEMA_VERSION: u32 = 1;
+/// 2: one document on both platforms (metal's node plan moved under `nodePlan`).
+pub const PLAN_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]

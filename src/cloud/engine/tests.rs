@@ -439,7 +439,7 @@ fn preview_text_groups_diffs_documents_and_colours_on_request() {
     assert!(colour.contains("Will delete resources:"));
     assert_eq!(p.exit_code(false), 2);
     let json = serde_json::to_value(&p).unwrap();
-    assert_eq!(json["schemaVersion"], 1);
+    assert_eq!(json["schemaVersion"], 2);
     assert_eq!(json["changes"][0]["fields"][1]["old"], 1);
     assert_eq!(json["changes"][1]["action"], "delete");
 }
