@@ -214,15 +214,37 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
         "{trace}"
     );
     assert_eq!(lab.mirror_downloads().len(), downloads, "a host downloaded");
-    let mut want: Vec<String> = m
+    // The control plane imports every image of the bundle; the worker all but the control
+    // plane's own (kube-apiserver, -controller-manager, -scheduler, etcd), which it never runs.
+    let control_plane_only = |reference: &str| {
+        let repo = reference.rsplit('/').next().unwrap_or(reference);
+        let repo = repo.split([':', '@']).next().unwrap_or(repo);
+        matches!(
+            repo,
+            "kube-apiserver" | "kube-controller-manager" | "kube-scheduler" | "etcd"
+        )
+    };
+    let images: Vec<&kprov::bundle::Entry> = m
         .entries
         .iter()
         .filter(|e| e.kind == kprov::bundle::EntryKind::Image)
-        .map(|e| e.sha256.clone())
         .collect();
-    want.sort();
+    assert_eq!(
+        images
+            .iter()
+            .filter(|e| control_plane_only(&e.name))
+            .count(),
+        4,
+        "the bundle holds the control plane's four images"
+    );
     let kubeadm = m.binary("kubeadm").unwrap();
-    for h in ["host1", "host2"] {
+    for (h, worker) in [("host1", false), ("host2", true)] {
+        let mut want: Vec<String> = images
+            .iter()
+            .filter(|e| !worker || !control_plane_only(&e.name))
+            .map(|e| e.sha256.clone())
+            .collect();
+        want.sort();
         let mut got: Vec<String> = imports(&lab, h).into_iter().map(|(s, _)| s).collect();
         got.sort();
         assert_eq!(got, want, "{h}");

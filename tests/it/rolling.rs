@@ -1894,7 +1894,7 @@ mod roll_with_yes {
         let (archive, image_sha) = crate::images::image_archive(
             lab.dir.path(),
             "kube-next",
-            &format!("registry.k8s.io/kube-apiserver:v{VERSION}"),
+            &format!("registry.k8s.io/kube-proxy:v{VERSION}"),
         );
         lab.edit_cluster(name, |c| {
             c.spec.assets.as_mut().expect("assets").images = vec![kprov::spec::ImageArchive {
