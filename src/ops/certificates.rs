@@ -14,7 +14,8 @@
 //! documents it (their manifests moved out of `/etc/kubernetes/manifests`, the kubelet given
 //! `static_pod_wait` to stop them, the manifests moved back); the run waits (bounded) until
 //! the API server on that host answers `/livez` and, where the host has `openssl`, serves
-//! the renewed certificate; only then the next host. A failure stops the rotation there.
+//! the renewed certificate, and its stacked etcd member (if any) is ready again; only then
+//! the next host, so a rotation never has two etcd members down at once. A failure stops the rotation there.
 //! Finally the admin kubeconfig (renewed with the rest) is fetched from a control plane this
 //! cluster owns and stored compare-and-swap, as `update cluster` stores it.
 //!
@@ -634,7 +635,7 @@ pub fn rotation_order(targets: &[Target]) -> Vec<String> {
 
 pub const STEP_RENEW: &str = "certificates: kubeadm certs renew all";
 pub const STEP_RESTART: &str = "certificates: restart static pods";
-pub const STEP_HEALTH: &str = "certificates: wait for kube-apiserver";
+pub const STEP_HEALTH: &str = "certificates: wait for kube-apiserver and etcd";
 
 /// Where manifests wait while the kubelet stops their pods (outside its directory).
 const HELD_MANIFESTS: &str = "/etc/kubernetes/kprov/manifests-held";
@@ -688,7 +689,10 @@ restore
         timeout: options.static_pod_wait + Duration::from_secs(60),
     };
     // /livez answers once the new API server runs; the served certificate proves it is the
-    // restarted one (where openssl is installed).
+    // restarted one (where openssl is installed). A stacked etcd member was restarted too:
+    // the next control plane's restart takes a second member down, so the rotation goes on
+    // only once this one is back and ready (etcd's /readyz on kubeadm's local metrics port
+    // answers once the member has a leader), or three members would lose quorum.
     let healthy = Step {
         name: STEP_HEALTH.into(),
         files: Vec::new(),
@@ -701,23 +705,30 @@ deadline=$(( $(date +%s) + timeout ))
 last="no answer"
 while :; do
   if out=$(curl -fsSk --max-time 5 https://127.0.0.1:6443/livez 2>&1); then
-    if ! command -v openssl >/dev/null 2>&1; then exit 0; fi
+    if ! command -v openssl >/dev/null 2>&1; then served=same want=same; else
     served=$(openssl s_client -connect 127.0.0.1:6443 </dev/null 2>/dev/null | openssl x509 -noout -enddate 2>/dev/null || true)
     want=$(openssl x509 -noout -enddate -in "$crt" 2>/dev/null || true)
-    [ -n "$served" ] && [ "$served" = "$want" ] && exit 0
-    last="serves a certificate other than $crt ($served, the file: $want)"
+    fi
+    if [ -n "$served" ] && [ "$served" = "$want" ]; then
+      [ -f {} ] || exit 0
+      if etcd=$(curl -fsS --max-time 5 http://127.0.0.1:2381/readyz 2>&1); then exit 0; fi
+      last="the API server is back; the local etcd member is not ready: $etcd"
+    else
+      last="serves a certificate other than $crt ($served, the file: $want)"
+    fi
   else
     last="https://127.0.0.1:6443/livez: $out"
   fi
   if [ "$(date +%s)" -ge "$deadline" ]; then
-    echo "kube-apiserver not healthy after ${{timeout}}s: $last" >&2
+    echo "control plane not healthy after ${{timeout}}s: $last" >&2
     exit 1
   fi
   sleep 1
 done
 "#,
             health,
-            "/etc/kubernetes/pki/apiserver.crt"
+            "/etc/kubernetes/pki/apiserver.crt",
+            "/etc/kubernetes/manifests/etcd.yaml"
         ),
         timeout: options.health_timeout + Duration::from_secs(30),
     };

@@ -4,11 +4,15 @@
 //!
 //! The hosts share a lab CA (as kubeadm's uploaded certificates make control planes share
 //! theirs) and get certificates valid for 10 days, so the 30-day warning fires and a renewal
-//! (365 days) moves every date. The kubelet is played for kube-apiserver only
-//! ([`ApiServers`]): while its manifest is in /etc/kubernetes/manifests an `openssl
-//! s_server` serves the host's apiserver certificate on 6443, and it is restarted (reading
-//! the certificate again) when the manifest comes back, so the health step's check that the
-//! renewed certificate is served passes only if kprov really restarted the static pods.
+//! (365 days) moves every date. The kubelet is played for kube-apiserver and etcd only
+//! ([`ApiServers`]; the real rotation is scenario_ha in the real tier): while the
+//! kube-apiserver manifest is in /etc/kubernetes/manifests an `openssl s_server` serves the
+//! host's apiserver certificate on 6443, and it is restarted (reading the certificate again)
+//! when the manifest comes back, so the health step's check that the renewed certificate is
+//! served passes only if kprov really restarted the static pods. The etcd member's `/readyz`
+//! (kubeadm's metrics port, 2381) answers only [`ETCD_READY_AFTER`] after its manifest came
+//! back, as a restarted member needs time to rejoin: a rotation that went on to the next
+//! control plane before that would take a second member of three down.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
@@ -65,73 +69,120 @@ fn openssl_not_after(h: &TestHost, path: &str, kubeconfig: bool) -> String {
         .replacen(' ', "T", 1)
 }
 
-/// The kube-apiserver static pod as the kubelet would run it: see the module docs.
+/// The kube-apiserver and etcd static pods as the kubelet would run them: see the module docs.
 struct ApiServers {
     stop: Arc<AtomicBool>,
-    /// (host, ns timestamp) of every start.
+    /// (host, ns timestamp) of every kube-apiserver start.
     starts: Arc<Mutex<Vec<(String, u128)>>>,
-    pids: Arc<Mutex<BTreeMap<String, u32>>>,
+    /// (host, ns timestamp) of every time an etcd member became ready.
+    etcd_ready: Arc<Mutex<Vec<(String, u128)>>>,
+    /// Running stand-ins by (host, component).
+    pids: Arc<Mutex<BTreeMap<(String, &'static str), u32>>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How long a restarted etcd member takes to be ready in the stand-in.
+const ETCD_READY_AFTER: Duration = Duration::from_secs(3);
+
+/// Starts `script` in the host's namespaces (the one sshd of `host_pid` runs in); its PID.
+fn start_in(host_pid: u32, script: &str) -> Option<u32> {
+    let out = Command::new("nsenter")
+        .args(["-t", &host_pid.to_string(), "-m", "-u", "-n", "--"])
+        .args(["sh", "-c", script])
+        .output()
+        .ok()?;
+    text(&out.stdout).trim().parse::<u32>().ok()
 }
 
 fn kill(pid: u32) {
     let _ = Command::new("kill").arg(pid.to_string()).status();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+    // Gone, or a zombie (the test process may be the subreaper that would reap it): waiting
+    // for the zombie to leave /proc would keep the stand-in kubelet from seeing the next change.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+    };
+    while alive() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 impl ApiServers {
     fn start(lab: &Lab, names: &[&str]) -> ApiServers {
-        let hosts: Vec<(String, std::path::PathBuf, u32)> = names
+        let hosts: Vec<(String, std::path::PathBuf, std::path::PathBuf, u32)> = names
             .iter()
             .map(|n| {
                 let h = host(lab, n);
                 (
                     n.to_string(),
                     h.upper_path("/etc/kubernetes/manifests/kube-apiserver.yaml"),
+                    h.upper_path("/etc/kubernetes/manifests/etcd.yaml"),
                     h.pid(),
                 )
             })
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let starts = Arc::new(Mutex::new(Vec::new()));
+        let etcd_ready = Arc::new(Mutex::new(Vec::new()));
         let pids = Arc::new(Mutex::new(BTreeMap::new()));
         let thread = {
-            let (stop, starts, pids) = (stop.clone(), starts.clone(), pids.clone());
+            let (stop, starts, etcd_ready, pids) = (
+                stop.clone(),
+                starts.clone(),
+                etcd_ready.clone(),
+                pids.clone(),
+            );
             std::thread::spawn(move || {
+                // When each host's etcd manifest (re)appeared.
+                let mut etcd_back: BTreeMap<String, Instant> = BTreeMap::new();
                 while !stop.load(Ordering::SeqCst) {
-                    for (name, manifest, sshd) in &hosts {
-                        let running = pids.lock().unwrap().get(name).copied();
-                        match (manifest.exists(), running) {
+                    for (name, api_manifest, etcd_manifest, sshd) in &hosts {
+                        let api = (name.clone(), "kube-apiserver");
+                        let running = pids.lock().unwrap().get(&api).copied();
+                        match (api_manifest.exists(), running) {
                             (true, None) => {
-                                let out = Command::new("nsenter")
-                                    .args(["-t", &sshd.to_string(), "-m", "-u", "-n", "--"])
-                                    .args([
-                                        "sh",
-                                        "-c",
-                                        "openssl s_server -4 -accept 6443 -www -quiet \
-                                         -cert /etc/kubernetes/pki/apiserver.crt \
-                                         -key /etc/kubernetes/pki/apiserver.key \
-                                         </dev/null >/dev/null 2>&1 & echo $!",
-                                    ])
-                                    .output();
-                                if let Ok(pid) = out
-                                    .map(|o| text(&o.stdout))
-                                    .unwrap_or_default()
-                                    .trim()
-                                    .parse::<u32>()
-                                {
-                                    pids.lock().unwrap().insert(name.clone(), pid);
+                                if let Some(pid) = start_in(
+                                    *sshd,
+                                    "openssl s_server -4 -accept 6443 -www -quiet \
+                                     -cert /etc/kubernetes/pki/apiserver.crt \
+                                     -key /etc/kubernetes/pki/apiserver.key \
+                                     </dev/null >/dev/null 2>&1 & echo $!",
+                                ) {
+                                    pids.lock().unwrap().insert(api, pid);
                                     starts.lock().unwrap().push((name.clone(), now_ns()));
                                 }
                             }
                             (false, Some(pid)) => {
                                 kill(pid);
-                                pids.lock().unwrap().remove(name);
+                                pids.lock().unwrap().remove(&api);
                             }
                             _ => {}
+                        }
+                        let etcd = (name.clone(), "etcd");
+                        let running = pids.lock().unwrap().get(&etcd).copied();
+                        if !etcd_manifest.exists() {
+                            etcd_back.remove(name);
+                            if let Some(pid) = running {
+                                kill(pid);
+                                pids.lock().unwrap().remove(&etcd);
+                            }
+                            continue;
+                        }
+                        let back = *etcd_back.entry(name.clone()).or_insert_with(Instant::now);
+                        if running.is_none()
+                            && back.elapsed() >= ETCD_READY_AFTER
+                            && let Some(pid) = start_in(
+                                *sshd,
+                                "d=/run/kprov-test-etcd; mkdir -p $d; echo ok > $d/readyz; \
+                                 python3 -m http.server 2381 --bind 127.0.0.1 --directory $d \
+                                 </dev/null >/dev/null 2>&1 & echo $!",
+                            )
+                        {
+                            pids.lock().unwrap().insert(etcd, pid);
+                            etcd_ready.lock().unwrap().push((name.clone(), now_ns()));
                         }
                     }
                     std::thread::sleep(Duration::from_millis(50));
@@ -141,9 +192,20 @@ impl ApiServers {
         ApiServers {
             stop,
             starts,
+            etcd_ready,
             pids,
             thread: Some(thread),
         }
+    }
+
+    fn etcd_ready_on(&self, name: &str) -> Vec<u128> {
+        self.etcd_ready
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(h, _)| h == name)
+            .map(|(_, t)| *t)
+            .collect()
     }
 
     fn starts_on(&self, name: &str) -> Vec<u128> {
@@ -515,8 +577,8 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
         kubeadm_certs_calls(&lab, "host4").is_empty(),
         "a worker renewed"
     );
-    // Each API server was restarted (and served the renewed certificate) before the next
-    // control plane began.
+    // Each API server was restarted (and served the renewed certificate), and its etcd
+    // member was ready again, before the next control plane began.
     for (i, cp) in CPS.iter().enumerate() {
         let from = renewals[i][0];
         let until = renewals.get(i + 1).map_or(u128::MAX, |r| r[0]);
@@ -524,6 +586,11 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
         assert!(
             restarts.iter().any(|t| *t > from && *t < until),
             "{cp}: restarts {restarts:?}, renewals {renewals:?}"
+        );
+        let ready = api.etcd_ready_on(cp);
+        assert!(
+            ready.iter().any(|t| *t > from && *t < until),
+            "{cp}: etcd ready at {ready:?}, renewals {renewals:?}"
         );
     }
     for cp in CPS {
@@ -601,13 +668,14 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
         "--static-pod-wait",
         "1s",
         "--health-timeout",
-        "3s",
+        "10s",
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let err = text(&o.stderr);
     assert!(
         err.contains("host2: the rotation stopped here")
-            && err.contains("kube-apiserver not healthy after 3s"),
+            && err.contains("control plane not healthy after 10s")
+            && err.contains("https://127.0.0.1:6443/livez"),
         "{err}"
     );
     assert!(err.contains("not rotated: host3"), "{err}");

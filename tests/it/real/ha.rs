@@ -350,6 +350,11 @@ fn scenario_ha() {
         c.kubeconfig.to_str().expect("utf-8"),
     ]);
     c.wait_nodes_ready(&["cp1", "cp2", "cp3", "worker1"], Duration::from_secs(300));
+    // The rotation waits for each host's etcd member before the next host's restart, so the
+    // members are healthy when it returns (printed: a slow machine may still show a lag); the
+    // quorum check of `delete instance` below needs them all.
+    eprintln!("etcd right after the rotation: {:?}", etcd_state(&c, "cp1"));
+    wait_etcd(&c, "cp1", &CONTROL_PLANES);
 
     // Scenario 4, control-plane half: remove cp3.
     let t = Instant::now();
