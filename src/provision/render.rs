@@ -2871,7 +2871,10 @@ mod tests {
         );
         // Converged only when every archive's marker is there.
         let cp = r.images(CP).unwrap();
-        assert_eq!(cp[0].check.as_deref().unwrap().matches("test -f").count(), 4);
+        assert_eq!(
+            cp[0].check.as_deref().unwrap().matches("test -f").count(),
+            4
+        );
         let urls: Vec<&str> = r
             .image_archives(&[HostRole::Node])
             .iter()
