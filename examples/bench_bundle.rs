@@ -111,6 +111,8 @@ async fn main() {
             content: bundle.read(e).expect("member"),
             mode: 0o644,
             resumable: true,
+            // As the renderer does: the bundle verified it against the manifest.
+            sha256: Some(e.sha256.clone()),
         })
         .collect();
     let step = Step {

@@ -66,6 +66,7 @@ fn steps(name: &str, address: &str, blob: &Bytes) -> Result<Vec<Step>, tera::Err
         content,
         mode,
         resumable: false,
+        sha256: None,
     };
     let mut steps = vec![Step {
         name: "files".into(),

@@ -206,6 +206,7 @@ fn messages(v: &str) -> Vec<String> {
             step: "s".into(),
             result: Err(v.into()),
             duration: std::time::Duration::ZERO,
+            remote: None,
         }
         .to_string(),
     );

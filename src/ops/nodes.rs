@@ -375,12 +375,14 @@ mod tests {
             step: "images: import etcd.tar".into(),
             result: Ok(StepOutcome::Changed),
             duration: Duration::from_millis(2150),
+            remote: None,
         });
         p.event(&Event::StepFinished {
             host: "cp1".into(),
             step: "kubelet: service".into(),
             result: Err("boom".into()),
             duration: Duration::from_millis(5),
+            remote: None,
         });
         assert_eq!(
             *seen.lock().unwrap(),

@@ -158,8 +158,12 @@ pub fn image_marker(sha256: &str) -> String {
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
-/// An image archive step uploads or downloads hundreds of MB before it imports them.
+/// The image step uploads or downloads hundreds of MB before it imports them.
 const IMAGE_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Image archives imported at the same time on a host: containerd unpacks each on its own
+/// (decompression is one core per layer), so a few at once use the host's cores and overlap
+/// one import's disk waits with another's work, without flooding a small host.
+pub const IMPORTS_AT_ONCE: usize = 4;
 
 const TEMPLATES: &[(&str, &str)] = &[
     (
@@ -263,6 +267,16 @@ pub enum RenderError {
     Template { name: String, message: String },
     #[error("asset {path}: cannot read: {message}")]
     LocalAsset { path: String, message: String },
+    #[error(
+        "asset {path} ({name} {version}): checksum mismatch: expected sha256 {expected}, got {actual}; nothing uploaded or installed"
+    )]
+    LocalChecksum {
+        path: String,
+        name: String,
+        version: String,
+        expected: String,
+        actual: String,
+    },
     #[error(transparent)]
     Image(#[from] ImageError),
     /// `spec.assets.bundle` cannot serve this cluster (refused before anything is uploaded).
@@ -356,6 +370,9 @@ pub struct Renderer {
     /// The image references each archive of `images` names (read once from the loaded bytes;
     /// empty for a URL the hosts download).
     image_refs: OnceLock<Vec<Vec<String>>>,
+    /// `file://` binaries read and verified against their pinned sha256, by path: read once
+    /// per run, and every host's upload shares the buffer (hashed here, not again).
+    local_binaries: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Bytes>>,
     /// `spec.containerd.registries` as files under /etc/containerd/certs.d.
     registry_files: Vec<super::mirrors::NodeFile>,
     /// kubeadm's `imageRepository` (registry.k8s.io rewritten), if any.
@@ -767,6 +784,7 @@ fn file(path: &str, content: impl Into<Bytes>, mode: u32) -> RemoteFile {
         content: content.into(),
         mode,
         resumable: false,
+        sha256: None,
     }
 }
 
@@ -870,6 +888,7 @@ impl Renderer {
             bundle,
             image_files: OnceLock::new(),
             image_refs: OnceLock::new(),
+            local_binaries: Default::default(),
             kubernetes_version,
             endpoint_address: match (
                 &endpoint,
@@ -1100,19 +1119,17 @@ impl Renderer {
                 let cache = format!("{CACHE_DIR}/{name}-{}", a.sha256);
                 let mut f = file(&cache, bytes, 0o644);
                 f.resumable = true;
+                // The bundle checked it against its manifest, which pins the spec's sha256.
+                f.sha256 = Some(a.sha256.clone());
                 files.push(f);
                 (None, Some(cache), format!("bundle:{entry}"))
             }
             Source::Local(p) => {
-                let bytes =
-                    crate::bounded::read_file(p, crate::bounded::LOCAL_ASSET).map_err(|e| {
-                        RenderError::LocalAsset {
-                            path: p.display().to_string(),
-                            message: e.to_string(),
-                        }
-                    })?;
-                let cache = format!("/var/lib/kprov/cache/{name}-{}", a.sha256);
-                files.push(file(&cache, bytes, 0o644));
+                let bytes = self.local_binary(p, a)?;
+                let cache = format!("{CACHE_DIR}/{name}-{}", a.sha256);
+                let mut f = file(&cache, bytes, 0o644);
+                f.sha256 = Some(a.sha256.clone());
+                files.push(f);
                 (None, Some(cache), format!("file://{}", p.display()))
             }
         };
@@ -1150,6 +1167,39 @@ impl Renderer {
             run,
             timeout: LONG,
         })
+    }
+
+    /// A `file://` binary, read once per run and checked against the sha256 the spec pins
+    /// for it: a mismatch names the file before any host is changed, and the host, which
+    /// receives exactly these bytes (the upload is checked), does not hash it again.
+    fn local_binary(&self, path: &std::path::Path, a: &Asset) -> Result<Bytes, RenderError> {
+        let shown = || path.display().to_string();
+        if let Ok(cache) = self.local_binaries.lock()
+            && let Some(b) = cache.get(path)
+        {
+            return Ok(b.clone());
+        }
+        let bytes = crate::bounded::read_file(path, crate::bounded::LOCAL_ASSET).map_err(|e| {
+            RenderError::LocalAsset {
+                path: shown(),
+                message: e.to_string(),
+            }
+        })?;
+        let actual = hex::encode(Sha256::digest(&bytes));
+        if actual != a.sha256 {
+            return Err(RenderError::LocalChecksum {
+                path: shown(),
+                name: a.component.name().to_string(),
+                version: a.version.clone(),
+                expected: a.sha256.clone(),
+                actual,
+            });
+        }
+        let bytes = Bytes::from(bytes);
+        if let Ok(mut cache) = self.local_binaries.lock() {
+            cache.insert(path.to_path_buf(), bytes.clone());
+        }
+        Ok(bytes)
     }
 
     /// Container runtime, kube binaries and their services, and the image archives, for a host
@@ -1407,61 +1457,88 @@ impl Renderer {
             .map_err(Clone::clone)
     }
 
-    /// One step per image archive: brought to the host (uploaded from the operator's machine
-    /// into [`CACHE_DIR`], where it stays so that a re-run compares it by hash and uploads
-    /// nothing, like a `file://` binary; or downloaded by the host), its sha256 verified on
-    /// the host, imported into containerd's `k8s.io` namespace, and recorded under
-    /// [`IMAGES_DIR`]. The step is converged when its marker exists.
+    /// One step for every image archive the host needs: each brought to the host (uploaded
+    /// from the operator's machine into [`CACHE_DIR`], where it stays so that a re-run
+    /// compares it by hash and uploads nothing, like a `file://` binary; or downloaded by the
+    /// host and checked against its sha256 there), imported into containerd's `k8s.io`
+    /// namespace and recorded under [`IMAGES_DIR`]. The archives of the step go up in one
+    /// stream and are imported [`IMPORTS_AT_ONCE`] at a time (one `ctr` each: it takes one
+    /// archive): one after another they cost the sum of their imports. The step is converged
+    /// when every marker exists; a run imports only the archives whose marker is missing, and
+    /// a failure names the archive with `ctr`'s own message. No step without archives.
     pub fn images(&self, roles: &[crate::spec::HostRole]) -> Result<Vec<Step>, RenderError> {
         let contents = self.load_images()?;
         let needed = self.image_archives(roles);
-        self.images
+        let mut labels = Vec::new();
+        let mut files = Vec::new();
+        let mut archives = Vec::new();
+        let mut markers = Vec::new();
+        for ((img, content), refs) in self
+            .images
             .iter()
             .zip(contents)
             .zip(self.image_refs())
             .filter(|((img, _), _)| needed.iter().any(|n| std::ptr::eq(*n, *img)))
-            .map(|((img, content), refs)| {
-                let marker = image_marker(&img.sha256);
-                let (url, cache, files) = match (&img.source, content) {
-                    (Source::Local(_), Some(bytes)) => {
-                        let cache = format!("{CACHE_DIR}/image-{}.tar", img.sha256);
-                        let files = vec![file(&cache, bytes.clone(), 0o600)];
-                        (None, Some(cache), files)
-                    }
-                    (Source::Url(u), _) => (Some(u.clone()), None, Vec::new()),
-                    (Source::Bundle(_), Some(bytes)) => {
-                        let cache = format!("{CACHE_DIR}/image-{}.tar", img.sha256);
-                        let mut f = file(&cache, bytes.clone(), 0o600);
-                        f.resumable = true;
-                        (None, Some(cache), vec![f])
-                    }
-                    (Source::Local(_) | Source::Bundle(_), None) => {
-                        return Err(RenderError::Missing("image archive"));
-                    }
-                };
-                let run = self.render(
-                    "node/image-import.sh.tera",
-                    json!({
-                        "url": url, "cache": cache, "origin": img.url, "sha256": img.sha256,
-                        "cache_dir": CACHE_DIR, "marker_dir": IMAGES_DIR, "marker": marker,
-                    }),
-                )?;
-                let run = [self.download_env(), run].concat();
-                Ok(Step {
-                    // The images it holds when the archive names them (several archives
-                    // may share a file name), else its file name.
-                    name: if refs.is_empty() {
-                        format!("images: import {}", img.file_name())
-                    } else {
-                        format!("images: import {}", refs.join(", "))
-                    },
-                    files,
-                    check: Some(script!("test -f {}", marker)),
-                    run,
-                    timeout: IMAGE_TIMEOUT,
-                })
-            })
-            .collect()
+        {
+            let marker = image_marker(&img.sha256);
+            let cache = format!("{CACHE_DIR}/image-{}.tar", img.sha256);
+            let (url, cache) = match (&img.source, content) {
+                (Source::Local(_), Some(bytes)) => {
+                    let mut f = file(&cache, bytes.clone(), 0o600);
+                    // load_images verified it against the spec's sha256.
+                    f.sha256 = Some(img.sha256.clone());
+                    files.push(f);
+                    (String::new(), cache)
+                }
+                (Source::Url(u), _) => (u.clone(), String::new()),
+                (Source::Bundle(_), Some(bytes)) => {
+                    let mut f = file(&cache, bytes.clone(), 0o600);
+                    f.resumable = true;
+                    // The bundle verified it against its manifest when it was read.
+                    f.sha256 = Some(img.sha256.clone());
+                    files.push(f);
+                    (String::new(), cache)
+                }
+                (Source::Local(_) | Source::Bundle(_), None) => {
+                    return Err(RenderError::Missing("image archive"));
+                }
+            };
+            // The images it holds when the archive names them (several archives may share a
+            // file name), else its file name.
+            labels.push(if refs.is_empty() {
+                img.file_name().to_string()
+            } else {
+                refs.join(", ")
+            });
+            archives.push(json!({
+                "url": url, "cache": cache, "origin": img.url, "sha256": img.sha256,
+                "marker": marker,
+            }));
+            markers.push(marker);
+        }
+        if archives.is_empty() {
+            return Ok(Vec::new());
+        }
+        let run = self.render(
+            "node/image-import.sh.tera",
+            json!({
+                "archives": archives, "cache_dir": CACHE_DIR, "marker_dir": IMAGES_DIR,
+                "at_once": IMPORTS_AT_ONCE.to_string(),
+            }),
+        )?;
+        let run = [self.download_env(), run].concat();
+        let check = markers
+            .iter()
+            .map(|m| script!("test -f {}", m))
+            .collect::<Vec<_>>()
+            .join(" && ");
+        Ok(vec![Step {
+            name: format!("images: import {}", labels.join(", ")),
+            files,
+            check: Some(check),
+            run,
+            timeout: IMAGE_TIMEOUT,
+        }])
     }
 
     /// Points the API name at `ip` in /etc/hosts (local-proxy endpoint), or a fixed endpoint's
@@ -2632,11 +2709,18 @@ mod tests {
         let steps = r.images(CP).unwrap();
         let text = describe(&steps).replace(&dir.path().display().to_string(), "/OPERATOR");
         insta::assert_snapshot!("image_archives", text);
-        // An uploaded archive was verified by the upload (the engine's batch checks the sha256
-        // before renaming it into place): hashed once on the host. A downloaded one is checked
-        // after the download.
-        assert!(steps[0].files.len() == 1 && !steps[0].run.contains("sha256sum"));
-        assert!(steps[1].files.is_empty() && steps[1].run.contains("sha256sum"));
+        // One step for both: the uploaded archive goes up with the step's batch, the other
+        // is downloaded by the host. Only the downloaded one is hashed by the script (the
+        // upload checked the other's sha256 before renaming it into place), and the digest
+        // kprov verified travels with the file, so the engine does not hash it again.
+        assert_eq!(steps.len(), 1);
+        assert_eq!(steps[0].files.len(), 1);
+        assert_eq!(
+            steps[0].files[0].sha256.as_deref(),
+            Some(hex::encode(Sha256::digest(b"not really a tar\n")).as_str())
+        );
+        assert_eq!(steps[0].run.matches("sha256sum").count(), 1);
+        assert!(steps[0].run.contains("if [ -n \"$u\" ]; then"));
 
         // After containerd runs with its configuration and the kubelet unit, at the end of
         // the install phase, so before any kubeadm step of init or join.
@@ -2647,7 +2731,8 @@ mod tests {
             .map(|s| s.name)
             .collect();
         let pos = |n: &str| names.iter().position(|x| x == n).unwrap();
-        assert!(pos("containerd: configure") < pos("images: import pause.tar"));
+        let images = "images: import pause.tar, kube-apiserver.tar";
+        assert!(pos("containerd: configure") < pos(images));
         // An active containerd whose CRI plugin did not load is neither converged nor done
         // (found on real hosts: kubeadm join failed later on `unknown service`).
         let install = r.install(Arch::Amd64, CP).unwrap();
@@ -2665,19 +2750,50 @@ mod tests {
             crictl.is_some_and(|c| c < pos("containerd: configure")),
             "{names:?}"
         );
-        assert!(pos("kubelet: service") < pos("images: import pause.tar"));
-        assert_eq!(
-            &names[names.len() - 2..],
-            [
-                "images: import pause.tar",
-                "images: import kube-apiserver.tar"
-            ]
-        );
+        assert!(pos("kubelet: service") < pos(images));
+        assert_eq!(names.last().map(String::as_str), Some(images));
         // One buffer for every host: the engine hashes it once.
         let again = r.images(CP).unwrap();
         assert_eq!(
             steps[0].files[0].content.as_ptr(),
             again[0].files[0].content.as_ptr()
+        );
+    }
+
+    /// A `file://` binary is read and checked against its pinned sha256 once per run on the
+    /// operator's machine: every host's upload shares the buffer and carries the digest (the
+    /// engine does not hash it again), and the host's install does not hash it either; a
+    /// mismatch names the file before anything reaches a host.
+    #[test]
+    fn a_local_binary_is_verified_once_on_the_operators_machine() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubectl");
+        std::fs::write(&path, b"kubectl binary\n").unwrap();
+        let sha = hex::encode(Sha256::digest(b"kubectl binary\n"));
+        let yaml = |sha: &str| {
+            format!(
+                "  assets:\n    files:\n    - name: kubectl\n      url: file://{}\n      sha256: {sha}\n",
+                path.display()
+            )
+        };
+        let hs = hosts(1, 1);
+        let r = Renderer::new(&cluster(&yaml(&sha)), &targets(&hs)).unwrap();
+        let a = r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
+        let b = r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
+        assert_eq!(a.files[0].content.as_ptr(), b.files[0].content.as_ptr());
+        assert_eq!(a.files[0].sha256.as_deref(), Some(sha.as_str()));
+        assert!(!a.run.contains("sha256sum"), "{}", a.run);
+        let wrong = "ab".repeat(32);
+        let r = Renderer::new(&cluster(&yaml(&wrong)), &targets(&hs)).unwrap();
+        let e = r
+            .install_step(Component::Kubectl, Arch::Amd64)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&path.display().to_string())
+                && e.contains(&format!("expected sha256 {wrong}, got {sha}"))
+                && e.contains("nothing uploaded"),
+            "{e}"
         );
     }
 
@@ -2738,18 +2854,26 @@ mod tests {
                 .map(|s| s.name)
                 .collect()
         };
-        // Named by the images they hold; the one kprov cannot read by its file name.
+        // One step, named by the images the archives hold; the one kprov cannot read by its
+        // file name.
         let (apiserver, etcd, pause, scheduler) = (
-            "images: import registry.k8s.io/kube-apiserver:v1.36.2",
-            "images: import registry.k8s.io/etcd:3.6.5-0",
-            "images: import registry.k8s.io/pause:3.10.1",
-            "images: import kube-scheduler.tar",
+            "registry.k8s.io/kube-apiserver:v1.36.2",
+            "registry.k8s.io/etcd:3.6.5-0",
+            "registry.k8s.io/pause:3.10.1",
+            "kube-scheduler.tar",
         );
-        assert_eq!(names(CP), [apiserver, etcd, pause, scheduler]);
-        assert_eq!(names(&[HostRole::Node]), [pause, scheduler]);
+        let step = |l: &[&str]| vec![format!("images: import {}", l.join(", "))];
+        assert_eq!(names(CP), step(&[apiserver, etcd, pause, scheduler]));
+        assert_eq!(names(&[HostRole::Node]), step(&[pause, scheduler]));
         assert_eq!(
             names(&[HostRole::Etcd, HostRole::Node]),
-            [etcd, pause, scheduler]
+            step(&[etcd, pause, scheduler])
+        );
+        // Converged only when every archive's marker is there.
+        let cp = r.images(CP).unwrap();
+        assert_eq!(
+            cp[0].check.as_deref().unwrap().matches("test -f").count(),
+            4
         );
         let urls: Vec<&str> = r
             .image_archives(&[HostRole::Node])

@@ -324,6 +324,14 @@ impl SshFleet {
         })
     }
 
+    /// The sha256 of `f`'s content: the renderer's when it gave one, else computed (once).
+    fn file_hash(&self, f: &RemoteFile) -> String {
+        match &f.sha256 {
+            Some(h) => h.clone(),
+            None => self.content_hash(&f.content),
+        }
+    }
+
     fn content_hash(&self, content: &Bytes) -> String {
         let key = (content.as_ptr() as usize, content.len());
         if let Ok(cache) = self.hashes.lock()
@@ -960,7 +968,7 @@ done"#;
             .iter()
             .enumerate()
             .filter(|(i, f)| {
-                let want = format!("{} {:o}", self.content_hash(&f.content), f.mode);
+                let want = format!("{} {:o}", self.file_hash(f), f.mode);
                 remote.get(*i).is_none_or(|have| *have != want)
             })
             .map(|(_, f)| f)
@@ -1071,6 +1079,7 @@ mv -f "$p" "$1""#;
         let state = std::sync::Mutex::new(BatchState {
             current: 0,
             started: Instant::now(),
+            on_host: None,
             finished: Vec::new(),
         });
         self.progress.event(&Event::StepStarted {
@@ -1079,12 +1088,16 @@ mv -f "$p" "$1""#;
             index: first,
             total,
         });
-        let finish = |k: usize, result: Result<StepOutcome, &ExecError>, took: Duration| {
+        let finish = |k: usize,
+                      result: Result<StepOutcome, &ExecError>,
+                      took: Duration,
+                      remote: Option<Duration>| {
             self.progress.event(&Event::StepFinished {
                 host: host.clone(),
                 step: steps[k].name.clone(),
                 result: result.map_err(|e| e.to_string().into()),
                 duration: took,
+                remote,
             });
         };
         let nonce = format!("kprov-{:016x}", rand::random::<u64>());
@@ -1121,12 +1134,12 @@ mv -f "$p" "$1""#;
             Ok(Ok(stale)) => stale,
             Ok(Err(e)) => {
                 let e = to_step(e, 0);
-                finish(0, Err(&e), Duration::ZERO);
+                finish(0, Err(&e), Duration::ZERO, None);
                 return Err(e);
             }
             Err(_) => {
                 let e = timed_out(0);
-                finish(0, Err(&e), Duration::ZERO);
+                finish(0, Err(&e), Duration::ZERO, None);
                 return Err(e);
             }
         };
@@ -1136,10 +1149,10 @@ mv -f "$p" "$1""#;
             stale.into_iter().partition(|f| f.resumable);
         for f in resumable {
             let mode = format!("{:o}", f.mode);
-            let hash = self.content_hash(&f.content);
+            let hash = self.file_hash(f);
             if let Err(e) = self.put_resumable(slot, &steps[0], f, &mode, &hash).await {
                 let e = to_step(e, 0);
-                finish(0, Err(&e), Duration::ZERO);
+                finish(0, Err(&e), Duration::ZERO, None);
                 return Err(e);
             }
         }
@@ -1148,7 +1161,7 @@ mv -f "$p" "$1""#;
             args.extend([
                 f.path.clone(),
                 format!("{:o}", f.mode),
-                self.content_hash(&f.content),
+                self.file_hash(f),
                 f.content.len().to_string(),
             ]);
         }
@@ -1182,8 +1195,10 @@ mv -f "$p" "$1""#;
                 return;
             }
             let took = st.started.elapsed();
+            let remote = st.on_host.map(|t| t.elapsed());
             match kind {
                 "start" => {
+                    st.on_host = Some(Instant::now());
                     if k > 0 {
                         self.progress.event(&Event::StepStarted {
                             host: host.clone(),
@@ -1203,13 +1218,13 @@ mv -f "$p" "$1""#;
                     } else {
                         StepOutcome::Unchanged
                     };
-                    finish(k, Ok(o.clone()), took);
+                    finish(k, Ok(o.clone()), took, remote);
                     st.finished.push((k, Ok(o), took));
                 }
                 "exit" => {
                     let code = words.next().and_then(|c| c.parse::<i32>().ok());
                     if code == Some(0) {
-                        finish(k, Ok(StepOutcome::Changed), took);
+                        finish(k, Ok(StepOutcome::Changed), took, remote);
                         st.finished.push((k, Ok(StepOutcome::Changed), took));
                     } else {
                         st.finished.push((k, Err(code), took));
@@ -1226,17 +1241,18 @@ mv -f "$p" "$1""#;
         })?;
         let current = st.current;
         let elapsed = st.started.elapsed();
+        let on_host = st.on_host.map(|t| t.elapsed());
         let out = match result {
             Ok(Ok(out)) => out,
             Ok(Err(e)) => {
                 let e = to_step(e, current);
-                finish(current, Err(&e), elapsed);
+                finish(current, Err(&e), elapsed, on_host);
                 outcomes.extend(ok_outcomes(steps, &st.finished));
                 return Err(e);
             }
             Err(_) => {
                 let e = timed_out(current);
-                finish(current, Err(&e), elapsed);
+                finish(current, Err(&e), elapsed, on_host);
                 outcomes.extend(ok_outcomes(steps, &st.finished));
                 return Err(e);
             }
@@ -1262,7 +1278,7 @@ mv -f "$p" "$1""#;
                     ),
                 }
             };
-            finish(k, Err(&e), took);
+            finish(k, Err(&e), took, on_host);
             return Err(e);
         }
         if st.finished.len() == steps.len() && out.status.success() {
@@ -1304,7 +1320,7 @@ mv -f "$p" "$1""#;
                 ),
             }
         };
-        finish(current, Err(&e), elapsed);
+        finish(current, Err(&e), elapsed, on_host);
         Err(e)
     }
 }
@@ -1331,6 +1347,8 @@ struct BatchState {
     /// The step (index in the batch) that started last.
     current: usize,
     started: Instant,
+    /// When the last start marker arrived: the step's time on the host runs from there.
+    on_host: Option<Instant>,
     /// Per finished step: its outcome or its exit code, and how long it took.
     finished: Vec<Finished>,
 }

@@ -39,6 +39,10 @@ pub enum Event {
         /// The outcome, or the error message (it quotes the host: shown escaped, one line).
         result: Result<StepOutcome, crate::output::UntrustedText>,
         duration: Duration,
+        /// How long the step's check and run took on the host (from its start marker to its
+        /// end marker); `duration` also counts, for the first step of a batch, comparing and
+        /// uploading the batch's files. None when the step did not start on the host.
+        remote: Option<Duration>,
     },
     /// Emitted by [`super::SshFleet::run_all`] when a host is done (or failed).
     HostFinished {
@@ -115,15 +119,22 @@ impl fmt::Display for Event {
                 step,
                 result,
                 duration,
-            } => match result {
-                Ok(StepOutcome::Unchanged) => {
-                    write!(f, "{host}: {step}: unchanged ({})", ms(*duration))
+                remote,
+            } => {
+                // `(N ms)`, or `(N ms, M ms on the host)` when files were compared or sent
+                // first: the difference is kprov's transfer, the rest the host's own work.
+                let took = match remote {
+                    Some(r) if r.as_millis() != duration.as_millis() => {
+                        format!("{}, {} on the host", ms(*duration), ms(*r))
+                    }
+                    _ => ms(*duration),
+                };
+                match result {
+                    Ok(StepOutcome::Unchanged) => write!(f, "{host}: {step}: unchanged ({took})"),
+                    Ok(StepOutcome::Changed) => write!(f, "{host}: {step}: changed ({took})"),
+                    Err(e) => write!(f, "{host}: {step}: FAILED ({took}): {e}"),
                 }
-                Ok(StepOutcome::Changed) => {
-                    write!(f, "{host}: {step}: changed ({})", ms(*duration))
-                }
-                Err(e) => write!(f, "{host}: {step}: FAILED ({}): {e}", ms(*duration)),
-            },
+            }
             Event::HostFinished { host, ok, duration } => write!(
                 f,
                 "{host}: {} ({})",
@@ -416,11 +427,20 @@ mod tests {
             step: "containerd".into(),
             result: Err("boom".into()),
             duration: Duration::from_millis(42),
+            remote: None,
+        });
+        p.event(&Event::StepFinished {
+            host: "h1".into(),
+            step: "images".into(),
+            result: Ok(StepOutcome::Changed),
+            duration: Duration::from_millis(900),
+            remote: Some(Duration::from_millis(600)),
         });
         let out = String::from_utf8(p.out.into_inner().unwrap()).unwrap();
         assert_eq!(
             out,
-            "h1: [1/3] containerd\nh1: containerd: FAILED (42 ms): boom\n"
+            "h1: [1/3] containerd\nh1: containerd: FAILED (42 ms): boom\n\
+             h1: images: changed (900 ms, 600 ms on the host)\n"
         );
     }
 }

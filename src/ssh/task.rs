@@ -19,6 +19,10 @@ pub struct RemoteFile {
     /// leaves behind and the next run appends to; renamed into place only once its sha256 is
     /// right. Other files go through a temporary file removed on any failure.
     pub resumable: bool,
+    /// The content's sha256 (hex) when the renderer already computed it while verifying the
+    /// content against a pinned checksum: the engine does not hash it again. A wrong value
+    /// cannot install wrong bytes: the host checks what it received against it and refuses.
+    pub sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -174,6 +174,7 @@ async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
         content: Bytes::from(content.to_string()),
         mode,
         resumable: false,
+        sha256: None,
     };
     let steps = |a: &str| {
         vec![
@@ -392,6 +393,7 @@ async fn non_root_user_works_through_sudo() {
             content: Bytes::from_static(b"s3cret"),
             mode: 0o600,
             resumable: false,
+            sha256: None,
         }],
         ..step(
             "as root",
@@ -682,6 +684,7 @@ async fn many_files_fit_through_stock_max_sessions() {
             content: Bytes::from(format!("file {i}\n")),
             mode: 0o644,
             resumable: false,
+            sha256: None,
         })
         .collect();
     let s = Step {
@@ -884,6 +887,7 @@ async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_p
             content: Bytes::from_static(b"a\n"),
             mode: 0o644,
             resumable: false,
+            sha256: None,
         }],
         ..record(1)
     };
@@ -893,6 +897,7 @@ async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_p
             content: Bytes::from_static(b"b\n"),
             mode: 0o600,
             resumable: false,
+            sha256: None,
         }],
         ..record(4)
     };

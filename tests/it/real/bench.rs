@@ -1,13 +1,18 @@
 //! `scripts/bench-real`: time from `update cluster --yes` to every node Ready on real hosts,
-//! for 1, 3 and 5 hosts (1 control plane + N-1 workers), split into kprov's own share and the
-//! time spent in kubeadm init/join and the kubelet's registration.
+//! for 1, 3 and 5 hosts (1 control plane + N-1 workers), split three ways:
 //!
-//! The split comes from kprov's own phase events (the plain status lines `HOST: PHASE (N
-//! steps)` / `HOST: PHASE done (...)` it writes on a non-terminal stderr), timestamped here as
-//! they arrive: the wall time during which any host is in `init`, `join control plane`,
-//! `join worker` or `settle` (kubeadm's phases and the API server coming up) plus the wait
-//! for Ready after kprov returns is "kubeadm/kubelet"; the rest of the update (SSH, ownership,
-//! preflight, uploads and installs, image imports, orchestration) is "kprov".
+//! - **kubeadm/kubelet**: the wall time during which any host is in kprov's `init`, `join
+//!   control plane`, `join worker` or `settle` phase (kubeadm's phases and the API server
+//!   coming up), plus the wait for Ready after kprov returns;
+//! - **node work**: outside those, the wall time during which any host runs a command of
+//!   kprov's (installs, image imports, preflight, configuration: each step's check and run,
+//!   timed from its start marker to its end marker, the `M ms on the host` of `-v`);
+//! - **kprov**: the rest, kprov's own overhead: connecting, host keys, SSH round trips,
+//!   comparing and uploading files, orchestration, the state store.
+//!
+//! The split comes from kprov's own `-v` lines on a non-terminal stderr, timestamped here as
+//! they arrive: `HOST: PHASE (N steps)` / `HOST: PHASE done (...)` and `HOST: STEP:
+//! changed|unchanged (N ms[, M ms on the host])`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -31,13 +36,18 @@ fn phase_event(line: &str) -> Option<(String, String, bool)> {
     Some((host.to_string(), phase.to_string(), false))
 }
 
-/// The milliseconds of one `HOST: STEP: changed|unchanged (N ms)` line.
+/// The time one `HOST: STEP: changed|unchanged (N ms[, M ms on the host])` line reports the
+/// step ran on the host (M, else N: a step whose files were not compared first).
 fn step_ms(line: &str) -> Option<u64> {
-    let rest = line
-        .strip_suffix(" ms)")?
+    let inner = line.strip_suffix(')')?;
+    let (_, took) = inner
         .rsplit_once(": changed (")
-        .or_else(|| line.strip_suffix(" ms)")?.rsplit_once(": unchanged ("))?;
-    rest.1.parse().ok()
+        .or_else(|| inner.rsplit_once(": unchanged ("))?;
+    let ms = match took.split_once(", ") {
+        Some((_, host)) => host.strip_suffix(" ms on the host")?,
+        None => took.strip_suffix(" ms")?,
+    };
+    ms.parse().ok()
 }
 
 /// Length of the union of intervals.
@@ -66,6 +76,8 @@ struct Row {
     update: Duration,
     ready: Duration,
     kubeadm: Duration,
+    /// Remote command time outside the kubeadm/kubelet spans (the module doc).
+    node: Duration,
 }
 
 fn run(n: usize) -> Row {
@@ -148,9 +160,12 @@ fn run(n: usize) -> Row {
     let mut open: std::collections::HashMap<(String, String), Duration> = Default::default();
     let mut spans = Vec::new();
     let mut steps: Vec<(u64, String)> = Vec::new();
+    let mut remote = Vec::new();
     for (at, l) in &lines {
         if let Some(ms) = step_ms(l) {
             steps.push((ms, l.clone()));
+            // The step ran on the host for `ms` up to its end marker's arrival.
+            remote.push((at.saturating_sub(Duration::from_millis(ms)), *at));
         }
         let Some((host, phase, start)) = phase_event(l) else {
             continue;
@@ -180,7 +195,17 @@ fn run(n: usize) -> Row {
     );
     // After kprov returns, the remaining wait for Ready is the kubelets'.
     spans.push((update, ready));
-    let kubeadm = union(spans);
+    let kubeadm = union(spans.clone());
+    // Remote commands outside kubeadm's spans: the union of both less kubeadm's.
+    let node = union(spans.into_iter().chain(remote).collect()).saturating_sub(kubeadm);
+    eprintln!(
+        "# {n} hosts: update {:.1} s, Ready {:.1} s: kubeadm/kubelet {:.1} s, node work {:.1} s, kprov {:.1} s",
+        update.as_secs_f64(),
+        ready.as_secs_f64(),
+        kubeadm.as_secs_f64(),
+        node.as_secs_f64(),
+        ready.saturating_sub(kubeadm + node).as_secs_f64()
+    );
     drop(c);
     let left = lab.teardown_and_check();
     assert!(left.is_empty(), "left after teardown: {left:#?}");
@@ -189,6 +214,7 @@ fn run(n: usize) -> Row {
         update,
         ready,
         kubeadm,
+        node,
     }
 }
 
@@ -203,20 +229,25 @@ fn bench_update_to_ready() {
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 3, 5]);
-    // kubeadm_s: kubeadm/kubelet; kprov_s: SSH, installs, orchestration (the module doc).
-    println!("hosts update_s ready_s kubeadm_s kprov_s kprov_pct");
+    // Shares of ready_s (update to every node Ready): kubeadm_s kubeadm/kubelet, node_s
+    // kprov's commands on the hosts, kprov_s kprov's own overhead (the module doc).
+    println!("hosts update_s ready_s kubeadm_s node_s kprov_s kubeadm_pct node_pct kprov_pct");
     // Each row as soon as its cluster is measured (a long run keeps what it has).
     for n in sizes {
         let r = run(n);
-        let kprov = r.ready.saturating_sub(r.kubeadm);
+        let kprov = r.ready.saturating_sub(r.kubeadm + r.node);
+        let pct = |d: Duration| 100.0 * d.as_secs_f64() / r.ready.as_secs_f64();
         println!(
-            "{:>5} {:>8.1} {:>7.1} {:>9.1} {:>7.1} {:>9.0}",
+            "{:>5} {:>8.1} {:>7.1} {:>9.1} {:>6.1} {:>7.1} {:>11.0} {:>8.0} {:>9.0}",
             r.hosts,
             r.update.as_secs_f64(),
             r.ready.as_secs_f64(),
             r.kubeadm.as_secs_f64(),
+            r.node.as_secs_f64(),
             kprov.as_secs_f64(),
-            100.0 * kprov.as_secs_f64() / r.ready.as_secs_f64()
+            pct(r.kubeadm),
+            pct(r.node),
+            pct(kprov)
         );
     }
 }
@@ -236,6 +267,11 @@ fn phase_lines_parse() {
         step_ms("cp1: images: import etcd.tar: changed (2150 ms)"),
         Some(2150)
     );
+    assert_eq!(
+        step_ms("cp1: images: import a, b: changed (3150 ms, 2100 ms on the host)"),
+        Some(2100)
+    );
+    assert_eq!(step_ms("cp1: x: FAILED (3 ms): boom (1 ms)"), None);
     assert_eq!(step_ms("cp1: kubelet: service: unchanged (3 ms)"), Some(3));
     assert_eq!(step_ms("cp1: connected (40 ms)"), None);
     let s = |a, b| (Duration::from_secs(a), Duration::from_secs(b));
