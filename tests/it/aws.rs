@@ -13,6 +13,7 @@ use kprov::spec::{Cluster, HostRole, InstanceGroup};
 
 use crate::support::aws_recorder::{Recorder, is_write};
 use crate::support::moto::moto;
+use crate::support::{self, Tier};
 
 const IMAGE: &str = "ami-1e749f67";
 const IMAGE_NAME: &str = "ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-20170727";
@@ -500,6 +501,9 @@ fn json(p: &Plan) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_public_cluster_lifecycle() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let name = "minimal.lifecycle.example.com";
     let zone = "lifecycle.example.com";
     let e = env(name).await;
@@ -1011,6 +1015,9 @@ async fn minimal_public_cluster_lifecycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ha_private_cluster_lifecycle() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let name = "ha.private.example.com";
     let zone = "private.example.com";
     let e = env(name).await;
@@ -1056,6 +1063,9 @@ async fn ha_private_cluster_lifecycle() {
 /// Sweeps the first and last points and a seeded spread between them (see [`sweep`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_applies_converge() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     interrupt_everywhere("interrupt.example.com", false, 6).await;
 }
 
@@ -1063,6 +1073,9 @@ async fn interrupted_applies_converge() {
 /// three roles).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_ha_private_applies_converge() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     interrupt_everywhere("interrupt-ha.example.com", true, 5).await;
 }
 
@@ -1194,6 +1207,9 @@ async fn bench_plan() {
 /// broken benchmark fails CI (it once panicked at 10 groups for weeks while `#[ignore]`d).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_plan_smoke() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     bench_plan_table("smoke.bench.example.com", &[1, 3]).await;
 }
 
@@ -1259,6 +1275,9 @@ async fn bench_plan_table(zone: &str, sizes: &[usize]) {
 /// existing subnet: used, validated, never changed or deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adopted_vpc_is_used_validated_and_kept() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let name = "adopt.shared.example.com";
     let zone = "shared.example.com";
     let e = env(name).await;
@@ -1402,6 +1421,9 @@ async fn adopted_vpc_is_used_validated_and_kept() {
 /// plan error: applying would take over someone else's name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_record_at_an_api_name_is_a_conflict() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let name = "taken.conflict.example.com";
     let zone = "conflict.example.com";
     let e = env(name).await;
@@ -1458,6 +1480,9 @@ async fn foreign_record_at_an_api_name_is_a_conflict() {
 /// associated VPCs); delete removes that association and nothing else of the zone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_zone_is_associated_with_the_cluster_vpc() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let name = "dns.internal.example";
     let zone = "internal.example";
     let e = env(name).await;
@@ -1554,6 +1579,9 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
 /// naming the group and the account that published the match, so the operator can pin it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unowned_image_name_is_warned_with_its_publisher() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let name = "unowned.image.example.com";
     let zone = "image.example.com";
     let e = env(name).await;
@@ -1597,6 +1625,9 @@ async fn unowned_image_name_is_warned_with_its_publisher() {
 /// image) is refused by the plan, naming the group and its field, before anything exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_type_of_another_architecture_is_refused_at_plan() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let name = "arch.image.example.com";
     let zone = "image.example.com";
     let e = env(name).await;
@@ -1621,6 +1652,9 @@ async fn instance_type_of_another_architecture_is_refused_at_plan() {
 /// anything exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let name = "offered.image.example.com";
     let zone = "image.example.com";
     let e = env(name).await;

@@ -24,6 +24,7 @@ use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::support::awsroll::{CreateAws, lab_with_zone};
 use crate::support::cloudlab::{CloudLab, snapshot};
+use crate::support::{self, Tier};
 
 pub(crate) use crate::support::awsroll::{PRIVATE_ADDRESSES, code, text, with_call};
 
@@ -448,6 +449,9 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
 
 #[test]
 fn public_cluster_comes_up_on_instances_played_by_test_hosts() {
+    if support::skip(Tier::CloudLab) {
+        return;
+    }
     lifecycle(
         "pub.lab.example",
         "lab.example",
@@ -458,6 +462,9 @@ fn public_cluster_comes_up_on_instances_played_by_test_hosts() {
 
 #[test]
 fn private_cluster_comes_up_through_the_bastion() {
+    if support::skip(Tier::CloudLab) {
+        return;
+    }
     lifecycle(
         "priv.lab.example",
         "lab.example",

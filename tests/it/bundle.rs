@@ -10,6 +10,7 @@ use crate::images::{image_archive, imports};
 use crate::metal::{Lab, kprov_inventory, ok, show, text};
 use crate::support::cli::Env;
 use crate::support::registry::{Registry, member_offset, split_reference};
+use crate::support::{self, Tier};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
@@ -80,6 +81,9 @@ fn get_assets_of_the_default_metal_spec_is_golden() {
 
 #[test]
 fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_is_refused() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(2);
     let name = "bundle.metal.example.com";
     let inv = lab.write(

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use crate::metal::{Lab, kprov_inventory, show};
 use crate::support::testhosts::TestHost;
+use crate::support::{self, Tier};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -352,6 +353,9 @@ fn lab_ca(lab: &Lab) {
 /// said, the lock released.
 #[test]
 fn rotate_certificates_stops_within_a_second_of_sigint() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     use crate::support::signals::interrupt_held_step;
     let lab = Lab::start(1);
     let name = "sig-certs.metal.example.com";
@@ -401,6 +405,9 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
 
 #[test]
 fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane_at_a_time() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(4);
     let name = "certs.metal.example.com";
     lab_ca(&lab);

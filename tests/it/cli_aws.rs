@@ -3,6 +3,7 @@
 
 use crate::support::awsroll::{CreateAws, code, lab_with_zone, text};
 use crate::support::cli::Env;
+use crate::support::{self, Tier};
 
 /// VPCs tagged as owned by the cluster, counted with the SDK, not with kprov's reader.
 async fn owned_vpcs(sdk: &aws_config::SdkConfig, cluster: &str) -> usize {
@@ -165,11 +166,17 @@ fn lifecycle(zone: &str, cluster: &str, zones: &str, extra: &[&str]) {
 
 #[test]
 fn minimal_public_cluster_through_the_cli() {
+    if support::skip(Tier::CloudLab) {
+        return;
+    }
     lifecycle("cli-min.example", "demo.cli-min.example", "us-east-1a", &[]);
 }
 
 #[test]
 fn ha_private_cluster_through_the_cli() {
+    if support::skip(Tier::CloudLab) {
+        return;
+    }
     lifecycle(
         "cli-ha.example",
         "prod.cli-ha.example",
@@ -186,6 +193,9 @@ fn ha_private_cluster_through_the_cli() {
 
 #[test]
 fn update_of_a_missing_cluster_names_the_store() {
+    if support::skip(Tier::Moto) {
+        return;
+    }
     let env = Env::new().with_moto();
     let err = env.run(&["update", "cluster", "nope.example.com"]);
     assert_eq!(err.status.code(), Some(1));

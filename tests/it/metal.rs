@@ -16,6 +16,7 @@ use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectR
 
 use crate::support::mirror::Mirror;
 use crate::support::testhosts::TestHosts;
+use crate::support::{self, Tier};
 
 pub(crate) const VERSION: &str = "1.35.1";
 
@@ -328,6 +329,9 @@ pub(crate) fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
 
 #[test]
 fn one_control_plane_from_kprov_inventory_lifecycle() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(3);
     let name = "one.metal.example.com";
     let inv = lab.write(
@@ -597,6 +601,9 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
 
 #[test]
 fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(5);
     let name = "ha.metal.example.com";
     let mut inv = String::from("all:\n  vars:\n    ansible_user: root\n  hosts:\n");
@@ -763,6 +770,9 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
 
 #[test]
 fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_kubespray_ini() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(3);
     let name = "ini.metal.example.com";
     let inv = format!(
@@ -973,6 +983,9 @@ fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
 /// nothing, and the first cluster still converges.
 #[test]
 fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothing() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(2);
     let first = "first.metal.example.com";
     let second = "second.metal.example.com";
@@ -1080,6 +1093,9 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
 /// resets every host kprov provisioned, also the one the inventory dropped.
 #[test]
 fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(3);
     let name = "scale.metal.example.com";
     let inv1 = lab.write(
@@ -1201,6 +1217,9 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
 /// (reset) once the store no longer has it, and then the new cluster provisions it.
 #[test]
 fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(2);
     let first = "gone.metal.example.com";
     let second = "next.metal.example.com";

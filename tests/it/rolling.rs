@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::metal::{Lab, VERSION, kprov_inventory, show};
+use crate::support::{self, Tier};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -29,6 +30,9 @@ fn host_files(lab: &Lab, host: &str) -> BTreeMap<PathBuf, Vec<u8>> {
 
 #[test]
 fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
+    if support::skip(Tier::SshdHosts) {
+        return;
+    }
     let lab = Lab::start(2);
     let name = "roll.metal.example.com";
     let inv = lab.write(
@@ -779,6 +783,7 @@ mod roll_with_yes {
     //! version's stand-ins) runs `kubeadm upgrade apply` on the first control plane, then
     //! `kubeadm upgrade node` on the other control planes, then on the worker.
 
+    use crate::support::{self, Tier};
     use std::process::Stdio;
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -981,6 +986,9 @@ mod roll_with_yes {
     /// first control plane again.
     #[test]
     fn an_unhealthy_etcd_member_refuses_the_roll_and_one_lost_mid_roll_stops_it_at_the_gate() {
+        if support::skip(Tier::SshdHosts) {
+            return;
+        }
         let lab = Lab::start(3);
         let name = "etcdgate.metal.example.com";
         let hosts = [
@@ -1104,6 +1112,9 @@ mod roll_with_yes {
     /// worker, naming it, before anything is touched.
     #[test]
     fn an_unhealthy_host_deployed_etcd_member_refuses_the_roll() {
+        if support::skip(Tier::SshdHosts) {
+            return;
+        }
         let lab = Lab::start(5);
         let name = "etcdhost.metal.example.com";
         crate::etcd::provision(&lab, name);
@@ -1169,6 +1180,9 @@ mod roll_with_yes {
     /// 4. SIGTERM mid-drain behaves as the first Ctrl-C.
     #[test]
     fn ctrl_c_stops_at_a_safe_point_journals_it_releases_the_lock_and_a_rerun_resumes() {
+        if support::skip(Tier::SshdHosts) {
+            return;
+        }
         let lab = Lab::start(3);
         let name = "ctrlc.metal.example.com";
         let hosts = [
@@ -1414,6 +1428,9 @@ mod roll_with_yes {
     ///    without re-provisioning host2.
     #[test]
     fn ctrl_c_ends_the_rolls_ready_and_validation_waits_within_a_second() {
+        if support::skip(Tier::SshdHosts) {
+            return;
+        }
         use crate::support::signals::{log_text, wait_for_log};
         const EXIT_WITHIN: Duration = Duration::from_secs(2);
         let lab = Lab::start(2);
@@ -1553,6 +1570,9 @@ mod roll_with_yes {
 
     #[test]
     fn a_label_change_rolls_in_order_resumes_after_a_kill_and_stops_at_a_budget() {
+        if support::skip(Tier::SshdHosts) {
+            return;
+        }
         let lab = Lab::start(3);
         let name = "rollyes.metal.example.com";
         let hosts = [
@@ -1817,6 +1837,9 @@ mod roll_with_yes {
 
     #[test]
     fn a_minor_upgrade_rolls_control_planes_first_apply_then_node_then_the_kubelets() {
+        if support::skip(Tier::SshdHosts) {
+            return;
+        }
         const FROM: &str = "1.34.4";
         let lab = Lab::start(4);
         let old = crate::support::mirror::Mirror::start(lab.gateway().parse().expect("ip"), FROM);

@@ -17,3 +17,6 @@ pub mod realk8s;
 pub mod registry;
 pub mod signals;
 pub mod testhosts;
+pub mod tiers;
+
+pub use tiers::{Tier, skip};
