@@ -7,13 +7,10 @@
 //! Needs root.
 
 use crate::support::awsroll::{code, rolling, running_cluster, text, with_call, workers};
-use crate::support::{self, Tier};
 
 #[test]
 fn a_worker_that_does_not_answer_is_listed_as_unknown_and_replaced_with_cloudonly() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     let cluster = "roll.broken.example";
     let lab = running_cluster(cluster, "broken.example", 1);
     let old = workers(&lab);

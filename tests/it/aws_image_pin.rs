@@ -9,7 +9,6 @@ use crate::support::awsroll::{
     running_cluster_in, text, update_yes, workers,
 };
 use crate::support::cloudlab::CloudLab;
-use crate::support::{self, Tier};
 
 /// Images the moto account publishes (moto's RegisterImage makes them the caller's), named as
 /// Ubuntu's so that the lab's hosts log in as `ubuntu`.
@@ -45,9 +44,7 @@ fn preview<'a>(cluster: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn a_newer_image_matching_the_pattern_rolls_nothing_until_refresh_image() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     let cluster = "pin.lab.example";
     let lab = lab_with_zone("lab.example");
     let first = register(

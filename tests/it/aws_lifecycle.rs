@@ -24,7 +24,6 @@ use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::support::awsroll::{CreateAws, lab_with_zone};
 use crate::support::cloudlab::{CloudLab, snapshot};
-use crate::support::{self, Tier};
 
 pub(crate) use crate::support::awsroll::{PRIVATE_ADDRESSES, code, text, with_call};
 
@@ -449,9 +448,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
 
 #[test]
 fn public_cluster_comes_up_on_instances_played_by_test_hosts() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     lifecycle(
         "pub.lab.example",
         "lab.example",
@@ -462,9 +459,7 @@ fn public_cluster_comes_up_on_instances_played_by_test_hosts() {
 
 #[test]
 fn private_cluster_comes_up_through_the_bastion() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     lifecycle(
         "priv.lab.example",
         "lab.example",

@@ -16,13 +16,10 @@ use crate::support::awsroll::{
 };
 use crate::support::cloudlab::snapshot;
 use crate::support::fakekube::{owned_by, pod};
-use crate::support::{self, Tier};
 
 #[test]
 fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     let cluster = "roll.lab.example";
     let lab = running_cluster(cluster, "lab.example", 2);
     let yes = update_yes(cluster);

@@ -27,7 +27,6 @@ use crate::support::awsroll::{CreateAws, lab_with_zone, launched};
 use crate::support::cloudlab::{VERSION, snapshot};
 use crate::support::mirror::Mirror;
 use crate::support::testhosts::{TestHost, in_netns};
-use crate::support::{self, Tier};
 
 /// The minor before the lab mirror's (the metal upgrade test's pin).
 const FROM: &str = "1.34.4";
@@ -65,9 +64,7 @@ fn calls(h: &TestHost, since: u128, prefix: &str) -> Vec<u128> {
 
 #[test]
 fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_workers() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     let cluster = "upgrade.lab.example";
     let lab = lab_with_zone("lab.example");
     let gateway = lab.net.gateway;

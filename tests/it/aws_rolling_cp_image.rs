@@ -30,7 +30,6 @@ use crate::support::awsroll::{
 };
 use crate::support::cloudlab::CloudLab;
 use crate::support::testhosts::TestHost;
-use crate::support::{self, Tier};
 
 const NEW_IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-*";
 const WHY: &str = "launch template version 1 -> 2";
@@ -80,9 +79,7 @@ fn control_plane_groups(lab: &CloudLab) -> BTreeMap<String, Size> {
 
 #[test]
 fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     let cluster = "cpimage.lab.example";
     let lab = running_cluster_with(cluster, "lab.example", 1, 3);
     let old = control_planes(&lab);

@@ -19,7 +19,6 @@ use crate::support::awsroll::{
 };
 use crate::support::cloudlab::{CloudLab, snapshot};
 use crate::support::fakekube::{owned_by, pod};
-use crate::support::{self, Tier};
 
 /// The image the workers move to: another stock image in moto (the cluster starts on xenial).
 const NEW_IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-*";
@@ -39,9 +38,7 @@ fn written(lab: &CloudLab, ids: &[String]) -> BTreeMap<String, usize> {
 
 #[test]
 fn an_image_change_rolls_the_workers_onto_the_new_launch_template_version() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     let cluster = "image.lab.example";
     let asg = format!("nodes.{cluster}");
     let lab = running_cluster(cluster, "lab.example", 2);

@@ -3,7 +3,6 @@
 
 use crate::support::awsroll::{CreateAws, code, lab_with_zone, text};
 use crate::support::cli::Env;
-use crate::support::{self, Tier};
 
 /// VPCs tagged as owned by the cluster, counted with the SDK, not with kprov's reader.
 async fn owned_vpcs(sdk: &aws_config::SdkConfig, cluster: &str) -> usize {
@@ -166,17 +165,13 @@ fn lifecycle(zone: &str, cluster: &str, zones: &str, extra: &[&str]) {
 
 #[test]
 fn minimal_public_cluster_through_the_cli() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     lifecycle("cli-min.example", "demo.cli-min.example", "us-east-1a", &[]);
 }
 
 #[test]
 fn ha_private_cluster_through_the_cli() {
-    if support::skip(Tier::CloudLab) {
-        return;
-    }
+    crate::needs_tier!(CloudLab);
     lifecycle(
         "cli-ha.example",
         "prod.cli-ha.example",
@@ -193,9 +188,7 @@ fn ha_private_cluster_through_the_cli() {
 
 #[test]
 fn update_of_a_missing_cluster_names_the_store() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let err = env.run(&["update", "cluster", "nope.example.com"]);
     assert_eq!(err.status.code(), Some(1));

@@ -8,7 +8,6 @@ use std::process::{Command, Output};
 
 use crate::support::cli::Env;
 use crate::support::moto::moto;
-use crate::support::{self, Tier};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
@@ -87,9 +86,7 @@ fn no_debug_dump(err: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_with_errors_exits_1_preview_or_apply() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     // The DNS zone kprov must adopt does not exist: the plan has an error.
     let name = "gate.no-such-zone-kprov.test";
@@ -128,9 +125,7 @@ async fn a_plan_with_errors_exits_1_preview_or_apply() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zone_ec2_does_not_have_is_refused_before_anything_is_created() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let name = "zonetypo.k8s.local";
     // Syntax alone cannot tell: us-east-1z looks like a zone of us-east-1.
@@ -206,9 +201,7 @@ fn a_refused_create_writes_nothing_and_says_how_to_fix_it() {
 
 #[test]
 fn sdk_errors_show_the_service_code_and_message() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let mut c = env.bare(&["get", "clusters"]);
     for (k, v) in moto().env() {
@@ -229,9 +222,7 @@ fn sdk_errors_show_the_service_code_and_message() {
 
 #[test]
 fn missing_credentials_say_which_chain_was_tried() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let aws_env = |c: &mut Command| {
         // Nothing may leave loopback: the endpoint is moto's, IMDS is off.

@@ -15,7 +15,6 @@ use sha2::{Digest, Sha256};
 use kprov::spec::ImageArchive;
 
 use crate::metal::{Lab, kprov_inventory, ok, show, text};
-use crate::support::{self, Tier};
 
 /// A docker-archive as `docker save` writes it (manifest.json, config, one layer), in `dir`.
 pub(crate) fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
@@ -85,9 +84,7 @@ fn ctr_calls(lab: &Lab, host: &str) -> Vec<(u128, String)> {
 
 #[test]
 fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tampering_is_refused() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "images.metal.example.com";
     let inv = lab.write(

@@ -11,7 +11,6 @@ use serde_json::json;
 
 use crate::metal::{Lab, kprov_inventory, ok, show, text};
 use crate::support::fakekube::{FakeKube, app_pdb, daemon_pod, replica_pod, static_pod};
-use crate::support::{self, Tier};
 
 struct Api {
     fake: FakeKube,
@@ -55,9 +54,7 @@ fn spec_hosts(lab: &Lab, name: &str) -> String {
 
 #[test]
 fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "rm.metal.example.com";
     create(
@@ -323,9 +320,7 @@ fn members_on(lab: &Lab, on: &str) -> String {
 
 #[test]
 fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quorum_loss() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(4);
     let name = "cp.metal.example.com";
     create(

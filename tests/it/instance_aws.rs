@@ -13,7 +13,6 @@ use kprov::ops::instance::{RemoveEvent, RemoveEvents, plan_aws, remove_aws};
 use crate::aws::{apply, delete_all, env, make_zone, plan, spec, wait_launched};
 use crate::support::fakekube::{FakeKube, replica_pod};
 use crate::support::memstate::MemStore;
-use crate::support::{self, Tier};
 
 fn drain() -> DrainOptions {
     DrainOptions {
@@ -56,9 +55,7 @@ async fn desired(sdk: &aws_config::SdkConfig, asg: &str) -> i32 {
 
 #[tokio::test]
 async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let name = "rm.rminstance.example.com";
     let zone = "rminstance.example.com";
     let e = env(name).await;

@@ -7,7 +7,6 @@
 //! Needs root (sshd test hosts).
 
 use crate::metal::{Lab, kprov_inventory, text};
-use crate::support::{self, Tier};
 
 /// `kprov ARGS` as in a CI job: pipes, a colour TERM, no NO_COLOR.
 fn on_pipes(lab: &Lab, args: &[&str]) -> std::process::Output {
@@ -60,9 +59,7 @@ fn plain(args: &[&str], o: &std::process::Output) -> String {
 
 #[test]
 fn failing_commands_on_pipes_print_no_escape_and_name_the_api_url_and_the_host() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "pipes.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];

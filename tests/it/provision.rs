@@ -16,7 +16,6 @@ use kprov::spec::{Assets, Cluster, Host};
 use kprov::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
 use crate::support::mirror::{Mirror, host_standins_dir};
-use crate::support::{self, Tier};
 
 /// Test hosts: one directory per host holding its overlay layers and staged files.
 struct NsHosts {
@@ -272,9 +271,7 @@ fn openssl_pin(pem: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
-    if support::skip(Tier::Root) {
-        return;
-    }
+    crate::needs_tier!(Root);
     let m = mirror();
     let hosts = inventory::load(&inventory_file("kprov-ha.yaml")).unwrap();
     let c = cluster(&m, "");
@@ -431,9 +428,7 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubespray_inventory_single_control_plane_with_external_cloud_provider() {
-    if support::skip(Tier::Root) {
-        return;
-    }
+    crate::needs_tier!(Root);
     let m = mirror();
     let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
     let c = cluster(&m, "  cloudControllerManager:\n    provider: openstack\n");
@@ -470,9 +465,7 @@ async fn kubespray_inventory_single_control_plane_with_external_cloud_provider()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
-    if support::skip(Tier::Root) {
-        return;
-    }
+    crate::needs_tier!(Root);
     let m = mirror();
     let hosts = inventory::load(&inventory_file("kprov-single.yaml")).unwrap();
     let mut c = cluster(&m, "");
@@ -538,9 +531,7 @@ async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn external_etcd_hosts_then_control_plane_and_worker() {
-    if support::skip(Tier::Root) {
-        return;
-    }
+    crate::needs_tier!(Root);
     let m = mirror();
     let inventory = "\
 hosts:
@@ -631,9 +622,7 @@ hosts:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn air_gapped_assets_are_uploaded_not_downloaded() {
-    if support::skip(Tier::Root) {
-        return;
-    }
+    crate::needs_tier!(Root);
     let m = mirror();
     let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
     let mut c = cluster(&m, "");
@@ -680,9 +669,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
 /// setting; with `spec.kubelet.failCgroupV1: false` the same host only gets a warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cgroup_v1_host_is_refused_unless_the_spec_opts_in() {
-    if support::skip(Tier::Root) {
-        return;
-    }
+    crate::needs_tier!(Root);
     let mirror = mirror();
     let host: Host = serde_saphyr::from_str(
         "{name: cg1, address: 198.18.7.1, roles: [control-plane, etcd, node]}",

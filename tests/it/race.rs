@@ -9,7 +9,6 @@ use kprov::spec::{self, Object};
 use kprov::state::{self, StateError, StateStore};
 
 use crate::support::moto::moto_serial;
-use crate::support::{self, Tier};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
@@ -119,9 +118,7 @@ async fn racing_writers_on_a_file_store_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_writers_on_s3_lose_nothing() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     // moto checks conditional writes and then writes without a lock; only a serial moto
     // evaluates them atomically the way S3 does (see docs/state-store.md).
     let m = moto_serial();

@@ -1,12 +1,9 @@
 use crate::support::moto::moto;
-use crate::support::{self, Tier};
 
 /// The harness itself: moto answers S3 calls from the real SDK.
 #[tokio::test]
 async fn moto_answers_the_sdk() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let m = moto();
     let s3 = aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(&m.sdk_config().await)

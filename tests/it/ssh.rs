@@ -11,7 +11,6 @@ use kprov::state::StateStore;
 
 use crate::support::memstate::MemStore;
 use crate::support::testhosts::TestHosts;
-use crate::support::{self, Tier};
 
 const CLUSTER: &str = "ssh.example.com";
 
@@ -92,9 +91,7 @@ async fn known_hosts(store: &MemStore) -> String {
 
 #[tokio::test]
 async fn runs_on_three_hosts_at_once() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(3);
     let store = Arc::new(MemStore::default());
     let fleet = fleet(&th, &store);
@@ -170,9 +167,7 @@ async fn runs_on_three_hosts_at_once() {
 
 #[tokio::test]
 async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let fleet = fleet(&th, &store);
@@ -251,9 +246,7 @@ async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
 
 #[tokio::test]
 async fn first_contact_needs_permission_and_records_the_key() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(2);
     let store = Arc::new(MemStore::default());
     let log_before = th.hosts[0].log();
@@ -315,9 +308,7 @@ async fn first_contact_needs_permission_and_records_the_key() {
 
 #[tokio::test]
 async fn changed_host_key_is_refused_naming_both_fingerprints() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let first = fleet(&th, &store);
@@ -349,9 +340,7 @@ async fn changed_host_key_is_refused_naming_both_fingerprints() {
 
 #[tokio::test]
 async fn unreachable_host_is_reported_while_others_succeed() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(2);
     let store = Arc::new(MemStore::default());
     let mut inventory = hosts(&th);
@@ -393,9 +382,7 @@ async fn unreachable_host_is_reported_while_others_succeed() {
 
 #[tokio::test]
 async fn non_root_user_works_through_sudo() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     th.hosts[0].add_user("deploy", true);
     let store = Arc::new(MemStore::default());
@@ -433,9 +420,7 @@ async fn non_root_user_works_through_sudo() {
 
 #[tokio::test]
 async fn sudo_wanting_a_password_is_a_clear_error() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     th.hosts[0].add_user("alice", false);
     let store = Arc::new(MemStore::default());
@@ -460,9 +445,7 @@ async fn sudo_wanting_a_password_is_a_clear_error() {
 
 #[tokio::test]
 async fn failed_step_carries_remote_stderr_and_stops_the_host() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let fleet = fleet(&th, &store);
@@ -496,9 +479,7 @@ async fn failed_step_carries_remote_stderr_and_stops_the_host() {
 
 #[tokio::test]
 async fn step_timeout_is_reported_and_the_remote_command_stopped() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let fleet = fleet(&th, &store);
@@ -555,9 +536,7 @@ fn bastion_config(th: &TestHosts, known: bool) -> std::path::PathBuf {
 /// is untrusted and how to trust it (issue 21).
 #[tokio::test]
 async fn a_bastion_with_an_unknown_host_key_is_named_with_how_to_trust_it() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(2);
     let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
     let mut behind = host(&th, "inner", &target.address, None);
@@ -594,9 +573,7 @@ async fn a_bastion_with_an_unknown_host_key_is_named_with_how_to_trust_it() {
 
 #[tokio::test]
 async fn host_behind_a_bastion_is_reached_through_it() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(2);
     let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
     let config = bastion_config(&th, true);
@@ -674,9 +651,7 @@ async fn host_behind_a_bastion_is_reached_through_it() {
 
 #[tokio::test]
 async fn concurrency_bounds_hosts_in_flight() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(3);
     let store = Arc::new(MemStore::default());
     let rec = Arc::new(Recorder::default());
@@ -710,9 +685,7 @@ async fn concurrency_bounds_hosts_in_flight() {
 
 #[tokio::test]
 async fn many_files_fit_through_stock_max_sessions() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     // Real hosts allow 10 sessions per connection; every upload is one.
     th.hosts[0].set_max_sessions(10);
@@ -754,9 +727,7 @@ async fn many_files_fit_through_stock_max_sessions() {
 
 #[tokio::test]
 async fn a_lost_connection_is_reopened() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let rec = Arc::new(Recorder::default());
@@ -785,9 +756,7 @@ async fn a_lost_connection_is_reopened() {
 
 #[tokio::test]
 async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     // The cluster knows this address's key (it was up once); now nothing answers there.
@@ -818,9 +787,7 @@ async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
 
 #[tokio::test]
 async fn host_keys_on_another_port_are_recorded_as_ssh_looks_them_up() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start_on_port(1, 2222);
     let h = &th.hosts[0];
     let store = Arc::new(MemStore::default());
@@ -919,9 +886,7 @@ async fn unknown_host_key_means_zero_connections_direct_and_through_a_bastion() 
 
 #[tokio::test]
 async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_progress() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let rec = Arc::new(Recorder::default());

@@ -846,9 +846,7 @@ async fn file_cas_child_process() {
 
 #[tokio::test]
 async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let bucket = new_bucket().await;
     let sdk = moto().kprov_sdk_config().await;
     let a = S3Store::new(&sdk, &bucket, "team/a/");
@@ -874,9 +872,7 @@ async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
 
 #[tokio::test]
 async fn s3_errors_name_the_bucket() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let store = S3Store::new(&moto().kprov_sdk_config().await, "kprov-no-such-bucket", "");
     let err = store.get(KEY).await.unwrap_err().to_string();
     assert!(
@@ -898,9 +894,7 @@ async fn s3_errors_name_the_bucket() {
 
 #[tokio::test]
 async fn s3_versioning_check_does_not_fail() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let bucket = new_bucket().await;
     let store = S3Store::new(&moto().kprov_sdk_config().await, &bucket, "");
     // moto's GetBucketVersioning reply does not parse in the Rust SDK: the check must report
@@ -916,9 +910,7 @@ async fn s3_versioning_check_does_not_fail() {
 /// which only works with path-style addressing (`BUCKET.localhost` does not resolve).
 #[tokio::test]
 async fn s3_store_opens_from_the_environment() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let bucket = new_bucket().await;
     let url = format!("s3://{bucket}/ops/");
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());

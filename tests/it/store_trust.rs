@@ -6,7 +6,6 @@ use std::process::Output;
 
 use crate::support::cli::Env;
 use crate::support::fakekube::FakeKube;
-use crate::support::{self, Tier};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
@@ -779,9 +778,7 @@ impl S3Bucket {
 
 #[test]
 fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_deleted() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let b = S3Bucket::new();
     let (rt, s3, bucket) = (&b.rt, &b.s3, &b.bucket);
     let put = |key: String, body: String| b.put(&key, body.as_bytes());
@@ -1036,9 +1033,7 @@ fn damaged_records_are_named_and_delete_damaged_clears_them() {
 
 #[test]
 fn on_s3_damaged_records_are_named_and_delete_damaged_clears_them() {
-    if support::skip(Tier::Moto) {
-        return;
-    }
+    crate::needs_tier!(Moto);
     let b = S3Bucket::new();
     let env = b.env();
     let name = "records.example.com";

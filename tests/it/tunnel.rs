@@ -10,13 +10,10 @@ use kprov::ssh::{NoProgress, SshFleet, SshOptions};
 use crate::support::fakekube::{FakeKube, node};
 use crate::support::memstate::MemStore;
 use crate::support::testhosts::TestHosts;
-use crate::support::{self, Tier};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_is_reached_through_a_forwarded_port() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = tokio::task::spawn_blocking(|| TestHosts::start(1))
         .await
         .unwrap();
@@ -80,9 +77,7 @@ async fn the_api_is_reached_through_a_forwarded_port() {
 /// store: the binary reaches an API server only the control-plane host can reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validate_reaches_the_api_through_the_control_plane() {
-    if support::skip(Tier::SshdHosts) {
-        return;
-    }
+    crate::needs_tier!(SshdHosts);
     let th = tokio::task::spawn_blocking(|| TestHosts::start(1))
         .await
         .unwrap();

@@ -1,7 +1,7 @@
 //! The test tiers and their one gate (docs/testing.md "Tiers and skips").
 //!
 //! A test that needs more than the plain `cargo test` tier (unit, golden, property, fake-API)
-//! starts with `if support::skip(Tier::X) { return; }`. Where the tier's prerequisites are
+//! starts with `crate::needs_tier!(X);` (`if support::skip(Tier::X) { return; }`). Where the tier's prerequisites are
 //! missing the test returns at once and the harness says so once per tier on stderr (written
 //! past libtest's capture, so a passing run shows it). Under CI (`CI=true`) or
 //! `KPROV_REQUIRE_TIERS=1` (which `scripts/test` sets) a missing prerequisite fails the test
@@ -14,6 +14,17 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
+
+/// A test's first line: `crate::needs_tier!(SshdHosts);` returns from the test when that tier
+/// cannot run here ([`skip`]).
+#[macro_export]
+macro_rules! needs_tier {
+    ($tier:ident) => {
+        if $crate::support::skip($crate::support::Tier::$tier) {
+            return;
+        }
+    };
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {
@@ -96,7 +107,7 @@ pub fn require(tier: Tier) {
     if let Some(why) = tier.unavailable() {
         panic!(
             "this test needs tier {} ({why}); its first line must be \
-             `if support::skip(Tier::{tier:?}) {{ return; }}`",
+             `crate::needs_tier!({tier:?});`",
             tier.name()
         );
     }
