@@ -63,3 +63,19 @@ fn a_cycle_is_reported_with_its_edges() {
         assert!(text.contains("b/inner.rs:2"), "depth {depth}: {text}");
     }
 }
+
+/// A test module another module's tests reach (`pub(crate) mod tests`) is cut off like any
+/// test module: its `use` items make no cycle (found when the render and plan tests began
+/// sharing a helper).
+#[test]
+fn a_pub_crate_test_module_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.rs"), "use crate::b::X;\n").unwrap();
+    std::fs::write(
+        dir.path().join("b.rs"),
+        "pub struct X;\n#[cfg(test)]\npub(crate) mod tests {\n    use crate::a::Y;\n}\n",
+    )
+    .unwrap();
+    let (clean, text) = run_on("1", dir.path());
+    assert!(clean, "{text}");
+}

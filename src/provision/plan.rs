@@ -650,6 +650,7 @@ fn note_images(node: &mut PlannedNode, missing: Vec<String>) {
 mod tests {
     use super::*;
     use crate::provision::orchestrate::tests::{hosts, owner, targets};
+    use crate::provision::render::tests::{archive_with, images_yaml};
 
     fn member(initialised: bool) -> Observation {
         Observation::Member {
@@ -866,28 +867,12 @@ mod tests {
     #[tokio::test]
     async fn a_worker_member_is_not_pending_for_the_control_planes_images() {
         let dir = tempfile::tempdir().unwrap();
-        let mut yaml = String::from("  assets:\n    images:\n");
-        for (name, tag) in [
-            ("apiserver", "registry.k8s.io/kube-apiserver:v1"),
-            ("pause", "registry.k8s.io/pause:3"),
-        ] {
-            let json = format!(r#"[{{"RepoTags":["{tag}"]}}]"#);
-            let mut b = tar::Builder::new(Vec::new());
-            let mut h = tar::Header::new_gnu();
-            h.set_size(json.len() as u64);
-            h.set_mode(0o644);
-            h.set_cksum();
-            b.append_data(&mut h, "manifest.json", json.as_bytes())
-                .unwrap();
-            let bytes = b.into_inner().unwrap();
-            let path = dir.path().join(format!("{name}.tar"));
-            std::fs::write(&path, &bytes).unwrap();
-            yaml.push_str(&format!(
-                "    - url: file://{}\n      sha256: {}\n",
-                path.display(),
-                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
-            ));
-        }
+        let [apiserver, pause] = [
+            "registry.k8s.io/kube-apiserver:v1",
+            "registry.k8s.io/pause:3",
+        ]
+        .map(|tag| archive_with("manifest.json", &format!(r#"[{{"RepoTags":["{tag}"]}}]"#)));
+        let yaml = images_yaml(dir.path(), &[("apiserver", &apiserver), ("pause", &pause)]);
         let cluster = crate::provision::orchestrate::tests::cluster(&yaml);
         let targets = three();
         let renderer = Renderer::for_run(&cluster, &targets, None).unwrap();

@@ -2537,7 +2537,7 @@ pub fn describe(steps: &[Step]) -> String {
 mod hostile;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     /// A control plane: every image archive.
     pub(super) const CP: &[crate::spec::HostRole] = &[crate::spec::HostRole::ControlPlane];
@@ -2798,7 +2798,7 @@ mod tests {
     }
 
     /// A tar with one member `name` holding `json`, as an image archive's index.
-    fn archive_with(name: &str, json: &str) -> Vec<u8> {
+    pub(crate) fn archive_with(name: &str, json: &str) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
         let mut h = tar::Header::new_gnu();
         h.set_size(json.len() as u64);
@@ -2806,6 +2806,22 @@ mod tests {
         h.set_cksum();
         b.append_data(&mut h, name, json.as_bytes()).unwrap();
         b.into_inner().unwrap()
+    }
+
+    /// `archives` written to `dir` as `NAME.tar`, and the spec's `assets.images` listing them
+    /// as `file://` URLs with their sums.
+    pub(crate) fn images_yaml(dir: &std::path::Path, archives: &[(&str, &[u8])]) -> String {
+        let mut yaml = String::from("  assets:\n    images:\n");
+        for (name, bytes) in archives {
+            let path = dir.join(format!("{name}.tar"));
+            std::fs::write(&path, bytes).unwrap();
+            yaml.push_str(&format!(
+                "    - url: file://{}\n      sha256: {}\n",
+                path.display(),
+                hex::encode(Sha256::digest(bytes))
+            ));
+        }
+        yaml
     }
 
     #[test]
@@ -2825,20 +2841,14 @@ mod tests {
             "manifest.json",
             r#"[{"RepoTags":["registry.k8s.io/pause:3.10.1"]}]"#,
         );
-        let mut yaml = String::from("  assets:\n    images:\n");
-        for (name, bytes) in [
-            ("apiserver", &apiserver),
-            ("etcd", &etcd),
-            ("pause", &pause),
-        ] {
-            let path = dir.path().join(format!("{name}.tar"));
-            std::fs::write(&path, bytes).unwrap();
-            yaml.push_str(&format!(
-                "    - url: file://{}\n      sha256: {}\n",
-                path.display(),
-                hex::encode(Sha256::digest(bytes))
-            ));
-        }
+        let mut yaml = images_yaml(
+            dir.path(),
+            &[
+                ("apiserver", &apiserver),
+                ("etcd", &etcd),
+                ("pause", &pause),
+            ],
+        );
         // Downloaded by the hosts: kprov cannot read it, so every host gets it.
         yaml.push_str(&format!(
             "    - url: https://mirror.example/images/kube-scheduler.tar\n      sha256: {}\n",

@@ -500,6 +500,7 @@ fn json(p: &Plan) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_public_cluster_lifecycle() {
+    crate::needs_tier!(Moto);
     let name = "minimal.lifecycle.example.com";
     let zone = "lifecycle.example.com";
     let e = env(name).await;
@@ -1011,6 +1012,7 @@ async fn minimal_public_cluster_lifecycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ha_private_cluster_lifecycle() {
+    crate::needs_tier!(Moto);
     let name = "ha.private.example.com";
     let zone = "private.example.com";
     let e = env(name).await;
@@ -1056,6 +1058,7 @@ async fn ha_private_cluster_lifecycle() {
 /// Sweeps the first and last points and a seeded spread between them (see [`sweep`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_applies_converge() {
+    crate::needs_tier!(Moto);
     interrupt_everywhere("interrupt.example.com", false, 6).await;
 }
 
@@ -1063,6 +1066,7 @@ async fn interrupted_applies_converge() {
 /// three roles).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_ha_private_applies_converge() {
+    crate::needs_tier!(Moto);
     interrupt_everywhere("interrupt-ha.example.com", true, 5).await;
 }
 
@@ -1194,6 +1198,7 @@ async fn bench_plan() {
 /// broken benchmark fails CI (it once panicked at 10 groups for weeks while `#[ignore]`d).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_plan_smoke() {
+    crate::needs_tier!(Moto);
     bench_plan_table("smoke.bench.example.com", &[1, 3]).await;
 }
 
@@ -1259,6 +1264,7 @@ async fn bench_plan_table(zone: &str, sizes: &[usize]) {
 /// existing subnet: used, validated, never changed or deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adopted_vpc_is_used_validated_and_kept() {
+    crate::needs_tier!(Moto);
     let name = "adopt.shared.example.com";
     let zone = "shared.example.com";
     let e = env(name).await;
@@ -1402,6 +1408,7 @@ async fn adopted_vpc_is_used_validated_and_kept() {
 /// plan error: applying would take over someone else's name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_record_at_an_api_name_is_a_conflict() {
+    crate::needs_tier!(Moto);
     let name = "taken.conflict.example.com";
     let zone = "conflict.example.com";
     let e = env(name).await;
@@ -1458,6 +1465,7 @@ async fn foreign_record_at_an_api_name_is_a_conflict() {
 /// associated VPCs); delete removes that association and nothing else of the zone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_zone_is_associated_with_the_cluster_vpc() {
+    crate::needs_tier!(Moto);
     let name = "dns.internal.example";
     let zone = "internal.example";
     let e = env(name).await;
@@ -1554,6 +1562,7 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
 /// naming the group and the account that published the match, so the operator can pin it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unowned_image_name_is_warned_with_its_publisher() {
+    crate::needs_tier!(Moto);
     let name = "unowned.image.example.com";
     let zone = "image.example.com";
     let e = env(name).await;
@@ -1597,6 +1606,7 @@ async fn unowned_image_name_is_warned_with_its_publisher() {
 /// image) is refused by the plan, naming the group and its field, before anything exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_type_of_another_architecture_is_refused_at_plan() {
+    crate::needs_tier!(Moto);
     let name = "arch.image.example.com";
     let zone = "image.example.com";
     let e = env(name).await;
@@ -1621,6 +1631,7 @@ async fn instance_type_of_another_architecture_is_refused_at_plan() {
 /// anything exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
+    crate::needs_tier!(Moto);
     let name = "offered.image.example.com";
     let zone = "image.example.com";
     let e = env(name).await;

@@ -10,6 +10,7 @@ use crate::support::awsroll::{code, rolling, running_cluster, text, with_call, w
 
 #[test]
 fn a_worker_that_does_not_answer_is_listed_as_unknown_and_replaced_with_cloudonly() {
+    crate::needs_tier!(CloudLab);
     let cluster = "roll.broken.example";
     let lab = running_cluster(cluster, "broken.example", 1);
     let old = workers(&lab);

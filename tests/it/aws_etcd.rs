@@ -14,6 +14,7 @@ use crate::support::awsroll::{code, running_cluster, text, with_call, workers};
 
 #[test]
 fn etcd_backup_list_restore_and_the_owned_host_refusal_on_aws_instances() {
+    crate::needs_tier!(CloudLab);
     let cluster = "etcd.lab.example";
     let lab = running_cluster(cluster, "lab.example", 1);
     let cps = with_call(&lab, "kubeadm init");

@@ -44,6 +44,7 @@ fn preview<'a>(cluster: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn a_newer_image_matching_the_pattern_rolls_nothing_until_refresh_image() {
+    crate::needs_tier!(CloudLab);
     let cluster = "pin.lab.example";
     let lab = lab_with_zone("lab.example");
     let first = register(

@@ -448,6 +448,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
 
 #[test]
 fn public_cluster_comes_up_on_instances_played_by_test_hosts() {
+    crate::needs_tier!(CloudLab);
     lifecycle(
         "pub.lab.example",
         "lab.example",
@@ -458,6 +459,7 @@ fn public_cluster_comes_up_on_instances_played_by_test_hosts() {
 
 #[test]
 fn private_cluster_comes_up_through_the_bastion() {
+    crate::needs_tier!(CloudLab);
     lifecycle(
         "priv.lab.example",
         "lab.example",

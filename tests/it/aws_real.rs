@@ -66,6 +66,7 @@ async fn delete_all(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) {
 /// and retries the group within the propagation window, so the first apply completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_profiles_refused_until_they_propagate() {
+    crate::needs_tier!(Moto);
     let zone = "real-profile.example";
     let cluster = "demo.real-profile.example";
     crate::aws::make_zone(&moto().sdk_config().await, zone).await;
@@ -120,6 +121,7 @@ const fn ec2_not_found(code: &'static str) -> Fault {
 /// and the apply still completes with nothing made twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_not_found_right_after_their_creation_are_waited_for() {
+    crate::needs_tier!(Moto);
     let zone = "real-notfound.example";
     let cluster = "demo.real-notfound.example";
     crate::aws::make_zone(&moto().sdk_config().await, zone).await;
@@ -176,6 +178,7 @@ async fn ids_not_found_right_after_their_creation_are_waited_for() {
 /// target groups drain in 30 s instead of AWS's 300.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vpc_dns_and_target_group_attributes_as_aws_needs_them() {
+    crate::needs_tier!(Moto);
     use aws_sdk_ec2::types::VpcAttributeName;
     let zone = "real-attrs.example";
     let cluster = "demo.real-attrs.example";
@@ -307,6 +310,7 @@ async fn vpc_dns_and_target_group_attributes_as_aws_needs_them() {
 /// never launch it ends at its limit naming each group short, with the last failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_scaling_launches_later_and_the_launch_wait_says_so() {
+    crate::needs_tier!(Moto);
     use kprov::cloud::aws::instances::{AwsInstances, SshReach};
     use kprov::cloud::aws::launch::{LaunchEvent, wait_for_launches};
     use std::time::Duration;
@@ -430,6 +434,7 @@ async fn auto_scaling_launches_later_and_the_launch_wait_says_so() {
 /// bucket; a store built without the lookup is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_bucket_in_another_region_is_reached_in_its_region() {
+    crate::needs_tier!(Moto);
     use bytes::Bytes;
     use kprov::state::s3::S3Store;
     use kprov::state::{Precondition, StateStore};
@@ -493,6 +498,7 @@ async fn a_state_bucket_in_another_region_is_reached_in_its_region() {
 /// completes and converges, and nothing was refused for length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_longest_cluster_name_fits_aws_limits() {
+    crate::needs_tier!(Moto);
     let zone = "real-long.example";
     let cluster = format!("{}.real-long.example", "l".repeat(45));
     assert_eq!(cluster.len(), 63);
@@ -631,6 +637,7 @@ fn the_as_it_is_policy_answers_as_aws_does() {
 /// cluster` removes the resources with a line naming them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone() {
+    crate::needs_tier!(Moto);
     use aws_sdk_ec2::types::{
         Filter, IpPermission, IpRange, ResourceType, Tag, TagSpecification, UserIdGroupPair,
     };
@@ -880,6 +887,7 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for Account {
 /// nothing; with 2 allocated the same plan passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elastic_ip_quota_is_checked_at_plan_time() {
+    crate::needs_tier!(Moto);
     use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
     const ACCOUNT: &str = "232300000011";
     let zone = "real-eip.example";

@@ -19,6 +19,7 @@ use crate::support::fakekube::{owned_by, pod};
 
 #[test]
 fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
+    crate::needs_tier!(CloudLab);
     let cluster = "roll.lab.example";
     let lab = running_cluster(cluster, "lab.example", 2);
     let yes = update_yes(cluster);

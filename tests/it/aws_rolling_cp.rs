@@ -64,6 +64,7 @@ fn calls(h: &TestHost, since: u128, prefix: &str) -> Vec<u128> {
 
 #[test]
 fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_workers() {
+    crate::needs_tier!(CloudLab);
     let cluster = "upgrade.lab.example";
     let lab = lab_with_zone("lab.example");
     let gateway = lab.net.gateway;

@@ -79,6 +79,7 @@ fn control_plane_groups(lab: &CloudLab) -> BTreeMap<String, Size> {
 
 #[test]
 fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
+    crate::needs_tier!(CloudLab);
     let cluster = "cpimage.lab.example";
     let lab = running_cluster_with(cluster, "lab.example", 1, 3);
     let old = control_planes(&lab);

@@ -38,6 +38,7 @@ fn written(lab: &CloudLab, ids: &[String]) -> BTreeMap<String, usize> {
 
 #[test]
 fn an_image_change_rolls_the_workers_onto_the_new_launch_template_version() {
+    crate::needs_tier!(CloudLab);
     let cluster = "image.lab.example";
     let asg = format!("nodes.{cluster}");
     let lab = running_cluster(cluster, "lab.example", 2);

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use crate::images::{image_archive, imports};
 use crate::metal::{Lab, kprov_inventory, ok, show, text};
+use crate::support;
 use crate::support::cli::Env;
 use crate::support::registry::{Registry, member_offset, split_reference};
 
@@ -80,6 +81,7 @@ fn get_assets_of_the_default_metal_spec_is_golden() {
 
 #[test]
 fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_is_refused() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "bundle.metal.example.com";
     let inv = lab.write(
@@ -216,14 +218,6 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
     assert_eq!(lab.mirror_downloads().len(), downloads, "a host downloaded");
     // The control plane imports every image of the bundle; the worker all but the control
     // plane's own (kube-apiserver, -controller-manager, -scheduler, etcd), which it never runs.
-    let control_plane_only = |reference: &str| {
-        let repo = reference.rsplit('/').next().unwrap_or(reference);
-        let repo = repo.split([':', '@']).next().unwrap_or(repo);
-        matches!(
-            repo,
-            "kube-apiserver" | "kube-controller-manager" | "kube-scheduler" | "etcd"
-        )
-    };
     let images: Vec<&kprov::bundle::Entry> = m
         .entries
         .iter()
@@ -232,7 +226,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
     assert_eq!(
         images
             .iter()
-            .filter(|e| control_plane_only(&e.name))
+            .filter(|e| support::control_plane_only(&e.name))
             .count(),
         4,
         "the bundle holds the control plane's four images"
@@ -241,7 +235,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
     for (h, worker) in [("host1", false), ("host2", true)] {
         let mut want: Vec<String> = images
             .iter()
-            .filter(|e| !worker || !control_plane_only(&e.name))
+            .filter(|e| !worker || !support::control_plane_only(&e.name))
             .map(|e| e.sha256.clone())
             .collect();
         want.sort();

@@ -15,7 +15,7 @@
 //! control plane before that would take a second member of three down.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -23,17 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::metal::{Lab, kprov_inventory, show};
+use crate::support::cli::{ok, text};
 use crate::support::testhosts::TestHost;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-#[track_caller]
-fn ok(o: &Output) -> String {
-    assert!(o.status.success(), "{}", show(o));
-    text(&o.stdout)
-}
 
 fn now_ns() -> u128 {
     SystemTime::now()
@@ -352,6 +343,7 @@ fn lab_ca(lab: &Lab) {
 /// said, the lock released.
 #[test]
 fn rotate_certificates_stops_within_a_second_of_sigint() {
+    crate::needs_tier!(SshdHosts);
     use crate::support::signals::interrupt_held_step;
     let lab = Lab::start(1);
     let name = "sig-certs.metal.example.com";
@@ -401,6 +393,7 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
 
 #[test]
 fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane_at_a_time() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(4);
     let name = "certs.metal.example.com";
     lab_ca(&lab);

@@ -1,40 +1,12 @@
 //! The command line end to end, as a user runs it: the real binary against real stores.
 
 use std::path::Path;
-use std::process::Output;
 
 use crate::support::cli::Env;
+use crate::support::cli::{fails, ok, text};
 use crate::support::moto::moto;
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-#[track_caller]
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        text(&o.stdout),
-        text(&o.stderr)
-    );
-    text(&o.stdout)
-}
-
-#[track_caller]
-fn fails(o: &Output, code: i32) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "stdout:\n{}\nstderr:\n{}",
-        text(&o.stdout),
-        text(&o.stderr)
-    );
-    text(&o.stderr)
-}
 
 fn dry_run(env: &Env, extra: &[&str]) -> String {
     let mut args = vec!["create", "cluster"];
@@ -45,6 +17,7 @@ fn dry_run(env: &Env, extra: &[&str]) -> String {
 
 #[test]
 fn dry_run_golden_minimal_aws() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     insta::assert_snapshot!(dry_run(
         &env,
@@ -61,6 +34,7 @@ fn dry_run_golden_minimal_aws() {
 
 #[test]
 fn dry_run_golden_ha_private() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     insta::assert_snapshot!(dry_run(
         &env,
@@ -87,6 +61,7 @@ fn dry_run_golden_ha_private() {
 
 #[test]
 fn dry_run_golden_metal_from_kubespray_inventory() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let inv = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -108,6 +83,7 @@ fn dry_run_golden_metal_from_kubespray_inventory() {
 
 #[test]
 fn dry_run_says_what_it_understood_from_a_kubespray_inventory_directory() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let dir = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -155,6 +131,7 @@ fn dry_run_says_what_it_understood_from_a_kubespray_inventory_directory() {
 
 #[test]
 fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let real = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubespray/real");
     // An even etcd group (etcd beside other roles is fine, quorum is not): refused at its lines.
@@ -236,6 +213,7 @@ fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
 
 #[test]
 fn dry_run_output_is_accepted_by_create_f() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let yaml = dry_run(
         &env,
@@ -260,6 +238,7 @@ fn dry_run_output_is_accepted_by_create_f() {
 
 #[test]
 fn invalid_flags_are_refused_without_writing() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let err = fails(
         &env.run(&[
@@ -324,6 +303,7 @@ fn invalid_flags_are_refused_without_writing() {
 
 #[test]
 fn bad_file_errors_point_at_file_line_and_field() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let yaml = dry_run(
         &env,
@@ -367,6 +347,7 @@ fn bad_file_errors_point_at_file_line_and_field() {
 
 #[test]
 fn create_get_replace_delete_lifecycle() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     ok(&env.run(&[
         "create",
@@ -448,6 +429,7 @@ fn sed_editor(env: &Env, name: &str, expr: &str) -> String {
 
 #[test]
 fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     ok(&env.run(&[
         "create",
@@ -514,6 +496,7 @@ fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
 
 #[test]
 fn edit_racing_another_writer_keeps_the_users_copy() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     ok(&env.run(&[
         "create",
@@ -570,6 +553,7 @@ fn edit_racing_another_writer_keeps_the_users_copy() {
 
 #[test]
 fn locked_cluster_refuses_writers_and_lock_break_clears_it() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     ok(&env.run(&[
         "create",
@@ -607,6 +591,7 @@ fn locked_cluster_refuses_writers_and_lock_break_clears_it() {
 
 #[test]
 fn s3_store_end_to_end_against_moto() {
+    crate::needs_tier!(Moto);
     let m = moto();
     let bucket = format!("kprov-cli-{}", std::process::id());
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -675,6 +660,7 @@ fn s3_store_end_to_end_against_moto() {
 
 #[test]
 fn schema_describes_both_kinds() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let schema: serde_json::Value = serde_json::from_str(&ok(&env.run(&["schema"]))).unwrap();
     let one_of = schema["oneOf"].as_array().unwrap();
@@ -706,6 +692,7 @@ fn schema_describes_both_kinds() {
 
 #[test]
 fn completions_and_version() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     assert!(ok(&env.run(&["completion", "bash"])).contains("_kprov"));
     assert!(ok(&env.run(&["--version"])).starts_with("kprov "));
@@ -713,6 +700,7 @@ fn completions_and_version() {
 
 #[test]
 fn example_specs_are_valid() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     for f in ["minimal-aws.yaml", "ha-private-aws.yaml"] {
         let path = format!("{}/examples/{f}", env!("CARGO_MANIFEST_DIR"));
@@ -733,6 +721,7 @@ fn example_specs_are_valid() {
 /// defaults produce (a defaults change must refresh them).
 #[test]
 fn sample_store_is_current() {
+    crate::needs_tier!(Moto);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("state");
     let env = Env::new().with_moto();
     let dst = env.path("state");
@@ -764,6 +753,7 @@ fn sample_store_is_current() {
 /// (they used to grow to 23 GB or never return).
 #[test]
 fn endless_inputs_are_refused_promptly() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
     let cases: [(&[&str], &str); 3] = [
@@ -957,6 +947,7 @@ fn an_invalid_kprov_log_filter_is_refused() {
 /// and nothing is stored.
 #[test]
 fn a_newer_patch_release_is_pinned_from_its_published_checksums_at_create() {
+    crate::needs_tier!(Moto);
     use crate::support::mirror::Mirror;
     use kprov::spec::assets::{self, Arch, Component};
     const NEWER: &str = "1.36.97";

@@ -165,11 +165,13 @@ fn lifecycle(zone: &str, cluster: &str, zones: &str, extra: &[&str]) {
 
 #[test]
 fn minimal_public_cluster_through_the_cli() {
+    crate::needs_tier!(CloudLab);
     lifecycle("cli-min.example", "demo.cli-min.example", "us-east-1a", &[]);
 }
 
 #[test]
 fn ha_private_cluster_through_the_cli() {
+    crate::needs_tier!(CloudLab);
     lifecycle(
         "cli-ha.example",
         "prod.cli-ha.example",
@@ -186,6 +188,7 @@ fn ha_private_cluster_through_the_cli() {
 
 #[test]
 fn update_of_a_missing_cluster_names_the_store() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let err = env.run(&["update", "cluster", "nope.example.com"]);
     assert_eq!(err.status.code(), Some(1));

@@ -86,6 +86,7 @@ fn no_debug_dump(err: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_with_errors_exits_1_preview_or_apply() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     // The DNS zone kprov must adopt does not exist: the plan has an error.
     let name = "gate.no-such-zone-kprov.test";
@@ -124,6 +125,7 @@ async fn a_plan_with_errors_exits_1_preview_or_apply() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zone_ec2_does_not_have_is_refused_before_anything_is_created() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let name = "zonetypo.k8s.local";
     // Syntax alone cannot tell: us-east-1z looks like a zone of us-east-1.
@@ -199,6 +201,7 @@ fn a_refused_create_writes_nothing_and_says_how_to_fix_it() {
 
 #[test]
 fn sdk_errors_show_the_service_code_and_message() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let mut c = env.bare(&["get", "clusters"]);
     for (k, v) in moto().env() {
@@ -219,6 +222,7 @@ fn sdk_errors_show_the_service_code_and_message() {
 
 #[test]
 fn missing_credentials_say_which_chain_was_tried() {
+    crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
     let aws_env = |c: &mut Command| {
         // Nothing may leave loopback: the endpoint is moto's, IMDS is off.

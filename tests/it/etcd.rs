@@ -7,10 +7,7 @@ use std::process::Output;
 use assert_cmd::Command;
 
 use crate::metal::{Lab, ok, show};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use crate::support::cli::text;
 
 /// The inventory Kubespray's inventory builder writes for five hosts: two control planes,
 /// etcd on the first three hosts, every host a worker.
@@ -52,6 +49,7 @@ fn san_of(lab: &Lab, host: &str, cert: &str) -> String {
 
 #[test]
 fn two_control_planes_and_three_etcd_hosts_from_the_inventory_builder() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(5);
     let name = "kubespray.metal.example.com";
     let inv = lab.write("hosts.yaml", &builder_inventory(&lab));
@@ -302,6 +300,7 @@ fn calls_since(lab: &Lab, host: &str, since: usize) -> Vec<(u128, String)> {
 
 #[test]
 fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(5);
     let name = "backup.metal.example.com";
     provision(&lab, name);
@@ -599,6 +598,7 @@ fn kprov_sha256(b: &[u8]) -> String {
 /// pinned release's etcdutl, and puts the manifests back.
 #[test]
 fn etcd_backup_and_restore_on_stacked_etcd() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "stacked.metal.example.com";
     let inv = crate::metal::kprov_inventory(
@@ -727,6 +727,7 @@ impl kprov::ssh::task::HostExecutor for FakeMembers {
 /// snapshot is refused by `load`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_use_case_on_file_and_s3_stores() {
+    crate::needs_tier!(Moto);
     use kprov::ops::etcd;
     use kprov::state::{Precondition, StateStore};
     let yaml = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: uc.example.com\n\

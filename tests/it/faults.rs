@@ -314,11 +314,13 @@ fn connection_killed_mid_step(cut: Cut) {
 
 #[test]
 fn host_side_session_killed_mid_step_fails_that_host_and_rerun_converges() {
+    crate::needs_tier!(SshdHosts);
     connection_killed_mid_step(Cut::HostSessions);
 }
 
 #[test]
 fn operator_side_master_killed_mid_step_fails_that_host_and_rerun_converges() {
+    crate::needs_tier!(SshdHosts);
     connection_killed_mid_step(Cut::OperatorMaster);
 }
 
@@ -344,6 +346,7 @@ fn temp_files(dir: &Path) -> Vec<PathBuf> {
 /// the data and `mv` put it in place), no temporary file is left, and the re-run uploads it.
 #[test]
 fn upload_cut_mid_transfer_leaves_no_partial_file() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let host = &th.hosts[0];
     let store = Arc::new(MemStore::default());
@@ -432,6 +435,7 @@ fn upload_cut_mid_transfer_leaves_no_partial_file() {
 /// step's timeout (no hang), the other hosts go on; plugged back, the re-run converges.
 #[test]
 fn host_vanishing_mid_step_times_out_clearly_and_rerun_converges() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(3);
     let store = Arc::new(MemStore::default());
     let rt = runtime();
@@ -489,6 +493,7 @@ fn host_vanishing_mid_step_times_out_clearly_and_rerun_converges() {
 /// re-run converges.
 #[test]
 fn host_rebooting_mid_step_fails_clearly_and_rerun_converges() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(3);
     let store = Arc::new(MemStore::default());
     let rt = runtime();
@@ -567,6 +572,7 @@ fn store_temps(dir: &Path) -> Vec<PathBuf> {
 /// object and its version as they were; once there is room, the same conditional write works.
 #[test]
 fn file_store_write_on_a_full_disk_changes_nothing_and_retry_succeeds() {
+    crate::needs_tier!(Root);
     let dir = tempfile::Builder::new()
         .prefix("kprov-faults-disk-")
         .tempdir_in("/var/tmp")
@@ -781,6 +787,7 @@ async fn s3_direct(bucket: &str, key: &str) -> Option<(Bytes, String)> {
 /// (ETag) always matches the content, errors name the object and the cause, retries succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_store_writes_failing_half_way_leave_no_torn_object() {
+    crate::needs_tier!(Moto);
     let bucket = "kprov-faults-s3";
     let direct = moto().sdk_config().await;
     aws_sdk_s3::Client::from_conf(
@@ -961,6 +968,7 @@ async fn owned(cluster: &str) -> (usize, usize) {
 /// can play (tests never connect to the addresses moto invents).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_update_converges_while_the_api_throttles() {
+    crate::needs_tier!(Moto);
     use kprov::cloud::aws::AwsCloud;
     use kprov::cloud::engine::{self, ApplyOptions};
     let zone = "faults-throttle.example";
@@ -1026,6 +1034,7 @@ async fn aws_update_converges_while_the_api_throttles() {
 /// re-plan and apply finish the job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_throttling_past_the_deadline_is_reported_as_such() {
+    crate::needs_tier!(Moto);
     use kprov::cloud::aws::AwsCloud;
     use kprov::cloud::engine::{self, ApplyOptions};
     let zone = "faults-deadline.example";
@@ -1151,6 +1160,7 @@ fn host_temps(lab: &Lab) -> Vec<PathBuf> {
 
 #[test]
 fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
+    crate::needs_tier!(SshdHosts);
     let seeds: [u64; 3] = [1, 2, 3];
     let (mut kills, mut lock_breaks, mut converged, mut torn) = (0, 0, 0, 0);
     let mut finished_before_kill = 0;
@@ -1291,6 +1301,7 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
 /// on demand (between kills) and when the hosts go, with their control directories.
 #[test]
 fn masters_left_by_a_killed_kprov_are_stopped_by_the_test_support() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let rt = runtime();
@@ -1338,6 +1349,7 @@ fn shell(name: &str, run: &str) -> Step {
 
 #[test]
 fn resumable_upload_cut_at_seeded_offsets_resumes_from_the_partial_file() {
+    crate::needs_tier!(SshdHosts);
     use std::os::unix::fs::MetadataExt;
     let th = TestHosts::start(1);
     let host = &th.hosts[0];

@@ -84,6 +84,7 @@ fn ctr_calls(lab: &Lab, host: &str) -> Vec<(u128, String)> {
 
 #[test]
 fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tampering_is_refused() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "images.metal.example.com";
     let inv = lab.write(

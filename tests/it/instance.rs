@@ -54,6 +54,7 @@ fn spec_hosts(lab: &Lab, name: &str) -> String {
 
 #[test]
 fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "rm.metal.example.com";
     create(
@@ -319,6 +320,7 @@ fn members_on(lab: &Lab, on: &str) -> String {
 
 #[test]
 fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quorum_loss() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(4);
     let name = "cp.metal.example.com";
     create(

@@ -55,6 +55,7 @@ async fn desired(sdk: &aws_config::SdkConfig, asg: &str) -> i32 {
 
 #[tokio::test]
 async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
+    crate::needs_tier!(Moto);
     let name = "rm.rminstance.example.com";
     let zone = "rminstance.example.com";
     let e = env(name).await;

@@ -3,25 +3,10 @@
 //! never values).
 
 use crate::support::cli::Env;
+use crate::support::cli::{ok, text};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 const NAME: &str = "habits.example.com";
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-#[track_caller]
-fn ok(o: &std::process::Output) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        text(&o.stdout),
-        text(&o.stderr)
-    );
-    text(&o.stdout)
-}
 
 fn created() -> Env {
     let env = Env::new().with_moto();
@@ -42,6 +27,7 @@ fn created() -> Env {
 
 #[test]
 fn name_and_kprov_name_reach_every_command_that_takes_a_cluster() {
+    crate::needs_tier!(Moto);
     let env = created();
     // --name where kprov takes the cluster as its first argument.
     let status = ok(&env.run(&["lock", "status", "--name", NAME]));
@@ -106,6 +92,7 @@ fn version_prints_kprovs_version() {
 
 #[test]
 fn get_secrets_lists_names_and_digests_never_values() {
+    crate::needs_tier!(Moto);
     let env = created();
     let dir = env.state().join(NAME).join("secrets");
     std::fs::create_dir_all(&dir).expect("dir");
@@ -139,6 +126,7 @@ fn json(s: &str) -> serde_json::Value {
 /// object for object (kubectl's habit: `get -o json > f; create -f f`).
 #[test]
 fn json_of_get_and_of_a_dry_run_is_accepted_by_create_f() {
+    crate::needs_tier!(Moto);
     let env = Env::new();
     let dry = ok(&env.run(&[
         "create",
@@ -261,6 +249,7 @@ fn metal_group_sizes_and_cluster_counts_follow_the_hosts() {
 /// refused without writing anything or echoing it.
 #[test]
 fn create_sshpublickey_stores_the_instances_key_shown_by_its_fingerprint() {
+    crate::needs_tier!(Moto);
     let env = created();
     let dir = tempfile::tempdir().expect("tmp");
     let new_pub = dir.path().join("new.pub");
@@ -346,6 +335,7 @@ fn create_sshpublickey_stores_the_instances_key_shown_by_its_fingerprint() {
 /// the API without an SSH login on any host or a command run there.
 #[test]
 fn metal_phases_each_do_their_part_and_nothing_else() {
+    crate::needs_tier!(SshdHosts);
     use crate::metal::{Lab, kprov_inventory};
     use crate::support::fakekube::{FakeKube, node};
     let lab = Lab::start(2);

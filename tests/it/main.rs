@@ -39,4 +39,5 @@ mod smoke;
 mod ssh;
 mod state;
 mod store_trust;
+mod tiers;
 mod tunnel;

@@ -14,6 +14,8 @@ use assert_cmd::Command;
 
 use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectRef};
 
+pub(crate) use crate::support::cli::{ok, show, text};
+use crate::support::cloudlab::snapshot;
 use crate::support::mirror::Mirror;
 use crate::support::testhosts::TestHosts;
 
@@ -25,45 +27,6 @@ pub(crate) struct Lab {
     /// HOME, state store, inventories, and per host its /var/log and fake /sys entries.
     /// Under /var/tmp: the hosts mount tmpfs over /tmp, so they could not see it there.
     pub(crate) dir: tempfile::TempDir,
-}
-
-pub(crate) fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-pub(crate) fn show(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        text(&o.stdout),
-        text(&o.stderr)
-    )
-}
-
-#[track_caller]
-pub(crate) fn ok(o: &Output) -> String {
-    assert!(o.status.success(), "{}", show(o));
-    text(&o.stdout)
-}
-
-/// Every file below `dir` with its content (to prove nothing changed).
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
-            }
-        }
-    }
-    out
 }
 
 impl Lab {
@@ -328,6 +291,7 @@ pub(crate) fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
 
 #[test]
 fn one_control_plane_from_kprov_inventory_lifecycle() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "one.metal.example.com";
     let inv = lab.write(
@@ -597,6 +561,7 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
 
 #[test]
 fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(5);
     let name = "ha.metal.example.com";
     let mut inv = String::from("all:\n  vars:\n    ansible_user: root\n  hosts:\n");
@@ -763,6 +728,7 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
 
 #[test]
 fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_kubespray_ini() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "ini.metal.example.com";
     let inv = format!(
@@ -973,6 +939,7 @@ fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
 /// nothing, and the first cluster still converges.
 #[test]
 fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothing() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let first = "first.metal.example.com";
     let second = "second.metal.example.com";
@@ -1080,6 +1047,7 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
 /// resets every host kprov provisioned, also the one the inventory dropped.
 #[test]
 fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "scale.metal.example.com";
     let inv1 = lab.write(
@@ -1201,6 +1169,7 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
 /// (reset) once the store no longer has it, and then the new cluster provisions it.
 #[test]
 fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let first = "gone.metal.example.com";
     let second = "next.metal.example.com";

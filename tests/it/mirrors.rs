@@ -5,23 +5,14 @@ use std::io::Write;
 use std::process::{Output, Stdio};
 
 use crate::support::cli::Env;
+use crate::support::cli::{show, text};
 
 const NAME: &str = "mirrors.example.com";
 const PASSWORD: &str = "hunter2-not-shown";
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 #[track_caller]
 fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        text(&o.stdout),
-        text(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", show(o));
     format!("{}{}", text(&o.stdout), text(&o.stderr))
 }
 

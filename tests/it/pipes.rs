@@ -59,6 +59,7 @@ fn plain(args: &[&str], o: &std::process::Output) -> String {
 
 #[test]
 fn failing_commands_on_pipes_print_no_escape_and_name_the_api_url_and_the_host() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "pipes.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];

@@ -271,6 +271,7 @@ fn openssl_pin(pem: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
+    crate::needs_tier!(Root);
     let m = mirror();
     let hosts = inventory::load(&inventory_file("kprov-ha.yaml")).unwrap();
     let c = cluster(&m, "");
@@ -427,6 +428,7 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubespray_inventory_single_control_plane_with_external_cloud_provider() {
+    crate::needs_tier!(Root);
     let m = mirror();
     let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
     let c = cluster(&m, "  cloudControllerManager:\n    provider: openstack\n");
@@ -463,6 +465,7 @@ async fn kubespray_inventory_single_control_plane_with_external_cloud_provider()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
+    crate::needs_tier!(Root);
     let m = mirror();
     let hosts = inventory::load(&inventory_file("kprov-single.yaml")).unwrap();
     let mut c = cluster(&m, "");
@@ -528,6 +531,7 @@ async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn external_etcd_hosts_then_control_plane_and_worker() {
+    crate::needs_tier!(Root);
     let m = mirror();
     let inventory = "\
 hosts:
@@ -618,6 +622,7 @@ hosts:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn air_gapped_assets_are_uploaded_not_downloaded() {
+    crate::needs_tier!(Root);
     let m = mirror();
     let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
     let mut c = cluster(&m, "");
@@ -664,6 +669,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
 /// setting; with `spec.kubelet.failCgroupV1: false` the same host only gets a warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cgroup_v1_host_is_refused_unless_the_spec_opts_in() {
+    crate::needs_tier!(Root);
     let mirror = mirror();
     let host: Host = serde_saphyr::from_str(
         "{name: cg1, address: 198.18.7.1, roles: [control-plane, etcd, node]}",

@@ -118,6 +118,7 @@ async fn racing_writers_on_a_file_store_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_writers_on_s3_lose_nothing() {
+    crate::needs_tier!(Moto);
     // moto checks conditional writes and then writes without a lock; only a serial moto
     // evaluates them atomically the way S3 does (see docs/state-store.md).
     let m = moto_serial();

@@ -8,10 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::metal::{Lab, VERSION, kprov_inventory, show};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use crate::support::cli::text;
 
 /// Files one host wrote to its overlay, with contents.
 fn host_files(lab: &Lab, host: &str) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -29,6 +26,7 @@ fn host_files(lab: &Lab, host: &str) -> BTreeMap<PathBuf, Vec<u8>> {
 
 #[test]
 fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "roll.metal.example.com";
     let inv = lab.write(
@@ -981,6 +979,7 @@ mod roll_with_yes {
     /// first control plane again.
     #[test]
     fn an_unhealthy_etcd_member_refuses_the_roll_and_one_lost_mid_roll_stops_it_at_the_gate() {
+        crate::needs_tier!(SshdHosts);
         let lab = Lab::start(3);
         let name = "etcdgate.metal.example.com";
         let hosts = [
@@ -1104,6 +1103,7 @@ mod roll_with_yes {
     /// worker, naming it, before anything is touched.
     #[test]
     fn an_unhealthy_host_deployed_etcd_member_refuses_the_roll() {
+        crate::needs_tier!(SshdHosts);
         let lab = Lab::start(5);
         let name = "etcdhost.metal.example.com";
         crate::etcd::provision(&lab, name);
@@ -1169,6 +1169,7 @@ mod roll_with_yes {
     /// 4. SIGTERM mid-drain behaves as the first Ctrl-C.
     #[test]
     fn ctrl_c_stops_at_a_safe_point_journals_it_releases_the_lock_and_a_rerun_resumes() {
+        crate::needs_tier!(SshdHosts);
         let lab = Lab::start(3);
         let name = "ctrlc.metal.example.com";
         let hosts = [
@@ -1414,6 +1415,7 @@ mod roll_with_yes {
     ///    without re-provisioning host2.
     #[test]
     fn ctrl_c_ends_the_rolls_ready_and_validation_waits_within_a_second() {
+        crate::needs_tier!(SshdHosts);
         use crate::support::signals::{log_text, wait_for_log};
         const EXIT_WITHIN: Duration = Duration::from_secs(2);
         let lab = Lab::start(2);
@@ -1553,6 +1555,7 @@ mod roll_with_yes {
 
     #[test]
     fn a_label_change_rolls_in_order_resumes_after_a_kill_and_stops_at_a_budget() {
+        crate::needs_tier!(SshdHosts);
         let lab = Lab::start(3);
         let name = "rollyes.metal.example.com";
         let hosts = [
@@ -1817,6 +1820,7 @@ mod roll_with_yes {
 
     #[test]
     fn a_minor_upgrade_rolls_control_planes_first_apply_then_node_then_the_kubelets() {
+        crate::needs_tier!(SshdHosts);
         const FROM: &str = "1.34.4";
         let lab = Lab::start(4);
         let old = crate::support::mirror::Mirror::start(lab.gateway().parse().expect("ip"), FROM);

@@ -40,6 +40,7 @@ fn lines_with(log: &str, needle: &str) -> usize {
 
 #[test]
 fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
+    crate::needs_tier!(CloudLab);
     let cluster = "demo.sig-ssh.example";
     let lab = lab_with_zone("sig-ssh.example");
     CreateAws::new(cluster)
@@ -111,6 +112,7 @@ fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
 
 #[test]
 fn a_bastion_that_never_answers_stops_the_run_after_its_own_wait_and_a_signal_ends_that_wait() {
+    crate::needs_tier!(CloudLab);
     let cluster = "demo.sig-bastion.example";
     let lab = lab_with_zone("sig-bastion.example");
     CreateAws::new(cluster)
@@ -162,6 +164,7 @@ fn a_bastion_that_never_answers_stops_the_run_after_its_own_wait_and_a_signal_en
 /// instances, with no secret in it.
 #[test]
 fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_shows_them() {
+    crate::needs_tier!(CloudLab);
     let cluster = "demo.phases.example";
     let lab = lab_with_zone("phases.example");
     CreateAws::new(cluster)
@@ -325,6 +328,7 @@ fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_show
 /// next run uses the joined instance (no second surge, no second member).
 #[test]
 fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
+    crate::needs_tier!(CloudLab);
     use crate::support::awsroll::{journal, rolling, running_cluster, text, update_yes};
     use kprov::spec::{InstanceGroupRole, Object};
     let cluster = "demo.sig-etcd.example";
@@ -438,6 +442,7 @@ fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
 /// next run (hold gone) finishes both hosts.
 #[test]
 fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
+    crate::needs_tier!(SshdHosts);
     use crate::metal::{Lab, kprov_inventory};
     let lab = Lab::start(2);
     let name = "sig.metal.example.com";
@@ -506,6 +511,7 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
 /// still in the store; the next `delete cluster --yes` (hold gone) finishes.
 #[test]
 fn metal_delete_cluster_stops_within_a_second_of_sigint_while_a_host_resets() {
+    crate::needs_tier!(SshdHosts);
     use crate::metal::{Lab, kprov_inventory};
     let lab = Lab::start(2);
     let name = "sig-delete.metal.example.com";
@@ -572,6 +578,7 @@ fn metal_delete_cluster_stops_within_a_second_of_sigint_while_a_host_resets() {
 /// was taken, so a wait that did not race it would have run to its 5-minute bound.)
 #[test]
 fn update_yes_stops_within_a_second_of_sigint_during_the_addons_wait_on_aws() {
+    crate::needs_tier!(CloudLab);
     use crate::support::awsroll::running_cluster;
     let cluster = "demo.sig-addons.example";
     let lab = running_cluster(cluster, "sig-addons.example", 1);

@@ -3,6 +3,7 @@ use crate::support::moto::moto;
 /// The harness itself: moto answers S3 calls from the real SDK.
 #[tokio::test]
 async fn moto_answers_the_sdk() {
+    crate::needs_tier!(Moto);
     let m = moto();
     let s3 = aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(&m.sdk_config().await)

@@ -91,6 +91,7 @@ async fn known_hosts(store: &MemStore) -> String {
 
 #[tokio::test]
 async fn runs_on_three_hosts_at_once() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(3);
     let store = Arc::new(MemStore::default());
     let fleet = fleet(&th, &store);
@@ -166,6 +167,7 @@ async fn runs_on_three_hosts_at_once() {
 
 #[tokio::test]
 async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let fleet = fleet(&th, &store);
@@ -244,6 +246,7 @@ async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
 
 #[tokio::test]
 async fn first_contact_needs_permission_and_records_the_key() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(2);
     let store = Arc::new(MemStore::default());
     let log_before = th.hosts[0].log();
@@ -305,6 +308,7 @@ async fn first_contact_needs_permission_and_records_the_key() {
 
 #[tokio::test]
 async fn changed_host_key_is_refused_naming_both_fingerprints() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let first = fleet(&th, &store);
@@ -336,6 +340,7 @@ async fn changed_host_key_is_refused_naming_both_fingerprints() {
 
 #[tokio::test]
 async fn unreachable_host_is_reported_while_others_succeed() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(2);
     let store = Arc::new(MemStore::default());
     let mut inventory = hosts(&th);
@@ -377,6 +382,7 @@ async fn unreachable_host_is_reported_while_others_succeed() {
 
 #[tokio::test]
 async fn non_root_user_works_through_sudo() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     th.hosts[0].add_user("deploy", true);
     let store = Arc::new(MemStore::default());
@@ -414,6 +420,7 @@ async fn non_root_user_works_through_sudo() {
 
 #[tokio::test]
 async fn sudo_wanting_a_password_is_a_clear_error() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     th.hosts[0].add_user("alice", false);
     let store = Arc::new(MemStore::default());
@@ -438,6 +445,7 @@ async fn sudo_wanting_a_password_is_a_clear_error() {
 
 #[tokio::test]
 async fn failed_step_carries_remote_stderr_and_stops_the_host() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let fleet = fleet(&th, &store);
@@ -471,6 +479,7 @@ async fn failed_step_carries_remote_stderr_and_stops_the_host() {
 
 #[tokio::test]
 async fn step_timeout_is_reported_and_the_remote_command_stopped() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let fleet = fleet(&th, &store);
@@ -527,6 +536,7 @@ fn bastion_config(th: &TestHosts, known: bool) -> std::path::PathBuf {
 /// is untrusted and how to trust it (issue 21).
 #[tokio::test]
 async fn a_bastion_with_an_unknown_host_key_is_named_with_how_to_trust_it() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(2);
     let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
     let mut behind = host(&th, "inner", &target.address, None);
@@ -563,6 +573,7 @@ async fn a_bastion_with_an_unknown_host_key_is_named_with_how_to_trust_it() {
 
 #[tokio::test]
 async fn host_behind_a_bastion_is_reached_through_it() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(2);
     let (bastion, target) = (&th.hosts[0], &th.hosts[1]);
     let config = bastion_config(&th, true);
@@ -640,6 +651,7 @@ async fn host_behind_a_bastion_is_reached_through_it() {
 
 #[tokio::test]
 async fn concurrency_bounds_hosts_in_flight() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(3);
     let store = Arc::new(MemStore::default());
     let rec = Arc::new(Recorder::default());
@@ -673,6 +685,7 @@ async fn concurrency_bounds_hosts_in_flight() {
 
 #[tokio::test]
 async fn many_files_fit_through_stock_max_sessions() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     // Real hosts allow 10 sessions per connection; every upload is one.
     th.hosts[0].set_max_sessions(10);
@@ -714,6 +727,7 @@ async fn many_files_fit_through_stock_max_sessions() {
 
 #[tokio::test]
 async fn a_lost_connection_is_reopened() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let rec = Arc::new(Recorder::default());
@@ -742,6 +756,7 @@ async fn a_lost_connection_is_reopened() {
 
 #[tokio::test]
 async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     // The cluster knows this address's key (it was up once); now nothing answers there.
@@ -772,6 +787,7 @@ async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
 
 #[tokio::test]
 async fn host_keys_on_another_port_are_recorded_as_ssh_looks_them_up() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start_on_port(1, 2222);
     let h = &th.hosts[0];
     let store = Arc::new(MemStore::default());
@@ -870,6 +886,7 @@ async fn unknown_host_key_means_zero_connections_direct_and_through_a_bastion() 
 
 #[tokio::test]
 async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_progress() {
+    crate::needs_tier!(SshdHosts);
     let th = TestHosts::start(1);
     let store = Arc::new(MemStore::default());
     let rec = Arc::new(Recorder::default());

@@ -15,6 +15,7 @@ use tokio::sync::Barrier;
 
 // The serial moto: the threaded one does not make conditional writes atomic (see the harness).
 use crate::support::moto::moto_serial as moto;
+use crate::support::{self, Tier};
 
 /// A store plus whatever must live as long as it (the temporary directory).
 struct Fixture {
@@ -78,6 +79,9 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
+                    if crate::support::skip(crate::support::Tier::Moto) {
+                        return;
+                    }
                     let f = super::s3_fixture().await;
                     super::$case(f.store.clone()).await;
                 }
@@ -842,6 +846,7 @@ async fn file_cas_child_process() {
 
 #[tokio::test]
 async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
+    crate::needs_tier!(Moto);
     let bucket = new_bucket().await;
     let sdk = moto().kprov_sdk_config().await;
     let a = S3Store::new(&sdk, &bucket, "team/a/");
@@ -867,6 +872,7 @@ async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
 
 #[tokio::test]
 async fn s3_errors_name_the_bucket() {
+    crate::needs_tier!(Moto);
     let store = S3Store::new(&moto().kprov_sdk_config().await, "kprov-no-such-bucket", "");
     let err = store.get(KEY).await.unwrap_err().to_string();
     assert!(
@@ -888,6 +894,7 @@ async fn s3_errors_name_the_bucket() {
 
 #[tokio::test]
 async fn s3_versioning_check_does_not_fail() {
+    crate::needs_tier!(Moto);
     let bucket = new_bucket().await;
     let store = S3Store::new(&moto().kprov_sdk_config().await, &bucket, "");
     // moto's GetBucketVersioning reply does not parse in the Rust SDK: the check must report
@@ -903,6 +910,7 @@ async fn s3_versioning_check_does_not_fail() {
 /// which only works with path-style addressing (`BUCKET.localhost` does not resolve).
 #[tokio::test]
 async fn s3_store_opens_from_the_environment() {
+    crate::needs_tier!(Moto);
     let bucket = new_bucket().await;
     let url = format!("s3://{bucket}/ops/");
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
@@ -1115,6 +1123,9 @@ proptest::proptest! {
     /// follow the model of the compare-and-swap rules.
     #[test]
     fn both_backends_follow_one_model(ops in proptest::collection::vec(op(), 1..25)) {
+        if support::skip(Tier::Moto) {
+            return Ok(());
+        }
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let file = file_fixture();

@@ -778,6 +778,7 @@ impl S3Bucket {
 
 #[test]
 fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_deleted() {
+    crate::needs_tier!(Moto);
     let b = S3Bucket::new();
     let (rt, s3, bucket) = (&b.rt, &b.s3, &b.bucket);
     let put = |key: String, body: String| b.put(&key, body.as_bytes());
@@ -1032,6 +1033,7 @@ fn damaged_records_are_named_and_delete_damaged_clears_them() {
 
 #[test]
 fn on_s3_damaged_records_are_named_and_delete_damaged_clears_them() {
+    crate::needs_tier!(Moto);
     let b = S3Bucket::new();
     let env = b.env();
     let name = "records.example.com";

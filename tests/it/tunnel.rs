@@ -13,6 +13,7 @@ use crate::support::testhosts::TestHosts;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_is_reached_through_a_forwarded_port() {
+    crate::needs_tier!(SshdHosts);
     let th = tokio::task::spawn_blocking(|| TestHosts::start(1))
         .await
         .unwrap();
@@ -76,6 +77,7 @@ async fn the_api_is_reached_through_a_forwarded_port() {
 /// store: the binary reaches an API server only the control-plane host can reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validate_reaches_the_api_through_the_control_plane() {
+    crate::needs_tier!(SshdHosts);
     let th = tokio::task::spawn_blocking(|| TestHosts::start(1))
         .await
         .unwrap();

@@ -188,20 +188,12 @@ fn scenario_airgap_bundle() {
     c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
     // The control plane gets every image of the bundle; the worker all but the control
     // plane's own (kube-apiserver, -controller-manager, -scheduler, etcd), which it never runs.
-    let control_plane_only = |r: &String| {
-        let repo = r.rsplit('/').next().unwrap_or(r);
-        let repo = repo.split([':', '@']).next().unwrap_or(repo);
-        matches!(
-            repo,
-            "kube-apiserver" | "kube-controller-manager" | "kube-scheduler" | "etcd"
-        )
-    };
     for h in lab.hosts() {
         let have = containerd_images(h);
         let worker = h.name == "worker1";
         let wanted: BTreeSet<&String> = in_bundle
             .iter()
-            .filter(|r| !worker || !control_plane_only(r))
+            .filter(|r| !worker || !crate::support::control_plane_only(r))
             .collect();
         let missing: Vec<&&String> = wanted.iter().filter(|r| !have.contains(**r)).collect();
         assert!(
@@ -210,7 +202,10 @@ fn scenario_airgap_bundle() {
             h.name
         );
         if worker {
-            let extra: Vec<&String> = have.iter().filter(|r| control_plane_only(r)).collect();
+            let extra: Vec<&String> = have
+                .iter()
+                .filter(|r| crate::support::control_plane_only(r))
+                .collect();
             assert!(
                 extra.is_empty(),
                 "the worker got the control plane's images {extra:?}"

@@ -101,3 +101,32 @@ impl Env {
             .expect("runs")
     }
 }
+
+/// A command's output as text (lossy UTF-8).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Exit code, stdout and stderr, for an assertion's message.
+pub fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        text(&o.stdout),
+        text(&o.stderr)
+    )
+}
+
+/// Asserts the command succeeded (else shows everything it said); its stdout.
+#[track_caller]
+pub fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}", show(o));
+    text(&o.stdout)
+}
+
+/// Asserts the command exited with `code` (else shows everything it said); its stderr.
+#[track_caller]
+pub fn fails(o: &Output, code: i32) -> String {
+    assert_eq!(o.status.code(), Some(code), "{}", show(o));
+    text(&o.stderr)
+}

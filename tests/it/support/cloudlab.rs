@@ -310,6 +310,7 @@ fn splice(a: TcpStream, b: TcpStream) {
 impl CloudLab {
     /// Network, moto, mirror, fake API: everything but instances.
     pub fn start() -> CloudLab {
+        crate::support::tiers::require(crate::support::Tier::CloudLab);
         let t0 = Instant::now();
         let net = Network::start();
         let home = net.dir().join("home");

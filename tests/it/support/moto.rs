@@ -28,7 +28,7 @@ static MOTO: OnceLock<Moto> = OnceLock::new();
 static MOTO_SERIAL: OnceLock<Moto> = OnceLock::new();
 
 /// Where `scripts/install-test-deps` puts moto; falls back to whatever is on PATH.
-fn moto_binary() -> PathBuf {
+pub fn moto_binary() -> PathBuf {
     if let Ok(p) = std::env::var("KPROV_MOTO_SERVER") {
         return PathBuf::from(p);
     }
@@ -87,6 +87,7 @@ fn moto_python(moto: &std::path::Path) -> PathBuf {
 }
 
 fn start(host: &str, serial: bool) -> Moto {
+    crate::support::tiers::require(crate::support::Tier::Moto);
     let port = free_port(host);
     let log = std::env::temp_dir().join(format!("kprov-moto-{}-{port}.log", std::process::id()));
     let logf = std::fs::File::create(&log).expect("moto log file");

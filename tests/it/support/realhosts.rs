@@ -193,20 +193,18 @@ pub struct RealLab {
     _lock: MutexGuard<'static, ()>,
 }
 
-/// Why the tier cannot run here, or `None` when it can. Not root: skipped. The shared archive
-/// missing: skipped, except in CI (`CI=true`), where that is a failure (panic).
+/// Why the tier cannot run here, or `None` when it can (the gate, CI's refusal to skip:
+/// support/tiers.rs).
 pub fn unavailable() -> Option<String> {
-    if !running_as_root() {
-        return Some("the real-hosts tier needs root".into());
+    if !crate::support::tiers::running_as_root() {
+        return Some("needs root".into());
     }
     let archive = crate::support::realk8s::archive_path();
     if !archive.exists() {
-        let why = format!(
-            "the real-hosts tier needs {} (KPROV_REAL_K8S_DIR overrides its directory)",
+        return Some(format!(
+            "needs {} (KPROV_REAL_K8S_DIR overrides its directory)",
             archive.display()
-        );
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        return Some(why);
+        ));
     }
     for tool in [
         "/lib/systemd/systemd",
@@ -216,34 +214,16 @@ pub fn unavailable() -> Option<String> {
         "/usr/bin/etcdctl",
     ] {
         if !Path::new(tool).exists() {
-            return Some(format!(
-                "the real-hosts tier needs {tool}: run scripts/install-test-deps"
-            ));
+            return Some(format!("needs {tool}: run scripts/install-test-deps"));
         }
     }
     None
 }
 
-/// For a test's first line: returns `true` (and says why on stderr) when the tier is skipped.
+/// For a test's first line: returns `true` when the tier is skipped (the one gate:
+/// `support::skip`).
 pub fn skip() -> bool {
-    match unavailable() {
-        Some(why) => {
-            eprintln!("real tier skipped: {why}");
-            true
-        }
-        None => false,
-    }
-}
-
-fn running_as_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
+    crate::support::skip(crate::support::Tier::RealHosts)
 }
 
 /// This process's cgroup directory in every hierarchy of the machine (v1 controllers,
@@ -570,6 +550,7 @@ impl RealLab {
     /// Claims a block of 198.18.0.0/15, makes the lab's bridge, directory and client key.
     /// Waits for any other lab of this process to be dropped first.
     pub fn start() -> RealLab {
+        crate::support::tiers::require(crate::support::Tier::RealHosts);
         let lock = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         reap_orphans();
         let dir = tempfile::Builder::new()

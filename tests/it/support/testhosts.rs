@@ -309,6 +309,16 @@ fn label_bridge(bridge: &str, dir: &Path) {
     .expect("bridge alias");
 }
 
+/// The tier gate's check (support/tiers.rs) in the test binary; the benchmarks that include
+/// this file alone (examples/bench_*.rs) have no gate: their scripts run them as root.
+#[cfg(test)]
+fn require_tier() {
+    crate::support::tiers::require(crate::support::Tier::SshdHosts);
+}
+
+#[cfg(not(test))]
+fn require_tier() {}
+
 impl TestHosts {
     /// Stops the ssh masters a killed kprov left connected to these hosts (by PID; their
     /// control directories removed); returns their PIDs. Also done when the hosts are dropped.
@@ -329,6 +339,7 @@ impl TestHosts {
 
     /// Like `start`, with every sshd listening on `port`.
     pub fn start_on_port(n: usize, port: u16) -> TestHosts {
+        require_tier();
         assert!(
             (1..=200).contains(&n),
             "between 1 and 200 test hosts, not {n}"
@@ -905,6 +916,7 @@ pub struct Network {
 impl Network {
     /// Claims a free block of four /24s and sets up the bridge, router and operator.
     pub fn start() -> Network {
+        require_tier();
         reap_orphans();
         let dir = tempfile::Builder::new()
             .prefix("kprov-th-")
