@@ -114,7 +114,7 @@ impl Lab {
     }
 
     /// `kprov` on a terminal (a pty from util-linux `script`): stdout and stderr merged.
-    fn kprov_tty(&self, args: &[&str]) -> Output {
+    pub(crate) fn kprov_tty(&self, args: &[&str]) -> Output {
         let bin = assert_cmd::cargo::cargo_bin("kprov");
         let line = std::iter::once(bin.display().to_string())
             .chain(args.iter().map(|a| a.to_string()))
