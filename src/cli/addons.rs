@@ -125,6 +125,17 @@ pub(super) async fn deploy(
         ssh_tunnel: a.ssh_tunnel,
     };
     let report = ops_addons::deploy(repo.store(), cluster, &options).await?;
+    Ok(print_report(ctx, cluster, &report, a.exit_code))
+}
+
+/// The add-ons' preview or what was applied; the exit code (`exit_code`: 2 for a preview with
+/// changes).
+pub(super) fn print_report(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    report: &ops_addons::AddonReport,
+    exit_code: bool,
+) -> i32 {
     if let Some(route) = &report.route {
         ctx.printer.debug(route);
     }
@@ -137,18 +148,18 @@ pub(super) async fn deploy(
                 cluster.name()
             ));
         }
-        return Ok(if pending && a.exit_code {
+        return if pending && exit_code {
             exit::CHANGES_PENDING
         } else {
             exit::OK
-        });
+        };
     }
     ctx.printer.success(&format!(
         "Add-ons of {}: {}",
         cluster.name(),
         addons::summary(&report.diffs)
     ));
-    Ok(exit::OK)
+    exit::OK
 }
 
 pub async fn validate(

@@ -20,11 +20,11 @@ use super::commands::Ctx;
 use super::{UpdateClusterArgs, exit};
 use crate::nodes::Target;
 use crate::ops::nodes::{AdminKubeconfig, Events, NodeEvent, NodeReport};
-use crate::ops::update::{Update, UpdatePlan};
+use crate::ops::update::{AddonsError, Update, UpdatePlan};
 use crate::output::{Format, Printer, Table, plural, sanitize_lines};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
 use crate::provision::plan::{Action, NodePlan};
-use crate::spec::{Cluster, Host};
+use crate::spec::Host;
 
 fn roles(h: &Host) -> String {
     h.roles
@@ -167,12 +167,12 @@ pub(super) fn warn_gone(ctx: &Ctx, name: &str, gone: &[Host]) {
 /// API (the CCM's rollout on AWS, up to `--wait` per stage) end at the first one too.
 pub(super) async fn finish(
     ctx: &Ctx,
-    cluster: &Cluster,
+    update: &Update,
     nodes: &NodeReport,
     a: &UpdateClusterArgs,
     ints: &crate::ops::interrupt::Interrupts,
 ) -> anyhow::Result<i32> {
-    let name = cluster.name();
+    let name = update.cluster().name();
     let report = &nodes.report;
     ctx.printer.data(&report_table(report).render());
     if !report.success() {
@@ -239,7 +239,7 @@ pub(super) async fn finish(
         ));
         return Ok(exit::OK);
     }
-    match ints.or(addons_phase(ctx, cluster, a)).await {
+    match ints.or(addons_phase(ctx, update, a)).await {
         Ok(code) => code,
         // Caught before the lock was taken, so the listener no longer ends the process: the
         // add-ons' waits must end here (the lock was released with the nodes' part).
@@ -257,12 +257,14 @@ pub(super) async fn finish(
 }
 
 /// `update cluster --phase addons`, and the last part of every whole `update --yes`:
-/// kube-system's node configuration, then the add-ons. Without --yes, the add-ons' preview.
+/// kube-system's node configuration, then the add-ons ([`Update::addons`]: one API client for
+/// both). Without --yes, the add-ons' preview.
 pub(super) async fn addons_phase(
     ctx: &Ctx,
-    cluster: &Cluster,
+    update: &Update,
     a: &UpdateClusterArgs,
 ) -> anyhow::Result<i32> {
+    let cluster = update.cluster();
     let name = cluster.name();
     if !a.yes {
         let args = super::addons::UpdateAddonsArgs {
@@ -270,63 +272,45 @@ pub(super) async fn addons_phase(
             yes: false,
             kubeconfig: a.kubeconfig.as_deref(),
             force_conflicts: false,
-            wait: Duration::from_secs(300),
+            wait: crate::ops::update::ADDONS_WAIT,
             exit_code: a.exit_code,
             ssh_tunnel: false,
         };
         return super::addons::deploy(ctx, cluster, &args).await;
     }
-    if let Err(e) = sync_node_config(ctx, cluster, a).await {
-        ctx.printer.error(&format!(
-            "the hosts of {name} are provisioned, but its node configuration in kube-system could not be written: {e:#}. Re-run `kprov update cluster {name} --yes` when the cause is fixed (or pass --skip-addons)"
-        ));
-        return Ok(exit::ERROR);
-    }
-    let args = super::addons::UpdateAddonsArgs {
-        name,
-        yes: true,
-        kubeconfig: a.kubeconfig.as_deref(),
-        force_conflicts: false,
-        wait: Duration::from_secs(300),
-        exit_code: false,
-        ssh_tunnel: false,
+    let applied = match update.addons(a.kubeconfig.as_deref()).await {
+        Ok(applied) => applied,
+        Err(AddonsError::NodeConfig(e)) => {
+            ctx.printer.error(&format!(
+                "the hosts of {name} are provisioned, but its node configuration in kube-system could not be written: {e:#}. Re-run `kprov update cluster {name} --yes` when the cause is fixed (or pass --skip-addons)"
+            ));
+            return Ok(exit::ERROR);
+        }
+        Err(AddonsError::Addons(e)) => {
+            ctx.printer.error(&format!(
+                "the hosts of {name} are provisioned, but deploying the add-ons failed: {e:#}. \
+                 Retry with `kprov update addons {name} --yes` when the cause is fixed \
+                 (or pass --skip-addons)"
+            ));
+            return Ok(exit::ERROR);
+        }
     };
-    if let Err(e) = super::addons::deploy(ctx, cluster, &args).await {
-        ctx.printer.error(&format!(
-            "the hosts of {name} are provisioned, but deploying the add-ons failed: {e:#}. \
-             Retry with `kprov update addons {name} --yes` when the cause is fixed \
-             (or pass --skip-addons)"
-        ));
-        return Ok(exit::ERROR);
-    }
-    Ok(exit::OK)
-}
-
-/// kube-system's `kubelet-config` and `kube-proxy` ConfigMaps from the spec
-/// ([`crate::ops::node_config::sync`]), each rewrite said.
-async fn sync_node_config(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    a: &UpdateClusterArgs,
-) -> anyhow::Result<()> {
-    let settings = crate::provision::render::NodeSettings::of(&cluster.spec)?;
-    let (kube, _guard) =
-        super::addons::cluster_client(ctx, cluster, a.kubeconfig.as_deref(), false).await?;
-    let synced = crate::ops::node_config::sync(&kube, &settings)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    for cm in &synced.rewritten {
+    for cm in &applied.node_config.rewritten {
         ctx.printer.status(&format!(
-            "ConfigMap {cm} rewritten from spec.kubelet/spec.kubeProxy: nodes joining now get it; running nodes get it with `kprov rolling-update cluster {}`.",
-            cluster.name()
+            "ConfigMap {cm} rewritten from spec.kubelet/spec.kubeProxy: nodes joining now get it; running nodes get it with `kprov rolling-update cluster {name}`."
         ));
     }
-    for cm in &synced.missing {
+    for cm in &applied.node_config.missing {
         ctx.printer.warn(&format!(
             "ConfigMap {cm} not found (kubeadm makes it at init): spec.kubelet/spec.kubeProxy not written there"
         ));
     }
-    Ok(())
+    Ok(super::addons::print_report(
+        ctx,
+        cluster,
+        &applied.addons,
+        false,
+    ))
 }
 
 pub(super) fn plan_table(plan: &NodePlan) -> Table {

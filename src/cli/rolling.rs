@@ -639,6 +639,7 @@ pub async fn get_instances(
         false,
     )
     .await?;
+    let metal = o.plan.platform == roll::Platform::Metal;
     let mut rows = Vec::new();
     for g in &o.plan.groups {
         for n in &g.nodes {
@@ -646,15 +647,18 @@ pub async fn get_instances(
                 group: g.name.clone(),
                 node: n.node_name.clone(),
                 target: n.target.clone(),
-                // An instance that does not answer is listed as unknown, never dropped.
-                status: if n.unknown.is_some() {
-                    "unknown".into()
-                } else if n.needs_update {
-                    "needs update".into()
-                } else {
-                    "up to date".into()
+                // A machine that does not answer is listed, never dropped: an instance as
+                // unknown, a host as unreachable with the error (escaped: a host's words).
+                status: match &n.unknown {
+                    Some(_) if metal => "unreachable".into(),
+                    Some(_) => "unknown".into(),
+                    None if n.needs_update => "needs update".into(),
+                    None => "up to date".into(),
                 },
-                reasons: n.reasons.clone(),
+                reasons: match &n.unknown {
+                    Some(why) if metal => vec![crate::output::escape(why).into_owned()],
+                    _ => n.reasons.clone(),
+                },
                 ready: n.ready,
             });
         }
@@ -693,7 +697,15 @@ pub async fn get_instances(
     }
     for g in &o.plan.groups {
         for n in g.nodes.iter() {
-            if let Some(why) = &n.unknown {
+            if let Some(why) = n.unknown.as_ref().filter(|_| metal) {
+                ctx.printer.warn(&format!(
+                    "{} ({}): unreachable, its state cannot be read: {}. `kprov rolling-update \
+                     cluster {name}` refuses to run until it answers SSH again",
+                    n.target,
+                    n.node_name,
+                    crate::output::untrusted(why),
+                ));
+            } else if let Some(why) = &n.unknown {
                 ctx.printer.warn(&format!(
                     "{} ({}): unknown, its state cannot be read: {}. Replace it with `kprov \
                      rolling-update cluster {name} --instance-group {} --cloudonly --force \

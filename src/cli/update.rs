@@ -3,7 +3,7 @@
 //! `ops::update` (the platform chosen there); this file prints its plan, events and report.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use super::commands::Ctx;
 use super::commands::{catch_interrupts, interrupted};
@@ -12,6 +12,8 @@ use crate::cloud::aws::launch::LaunchEvent;
 use crate::cloud::aws::wait::WaitEvent;
 use crate::cloud::engine::{self, RenderOptions};
 use crate::ops::aws::AwsEvent;
+use crate::ops::aws::AwsUpdateOptions;
+use crate::ops::interrupt::{Caught, Interrupts};
 use crate::ops::session::Session;
 use crate::ops::update::{
     self as ops_update, Update, UpdateError, UpdateEvent, UpdateEvents, UpdateOptions, UpdatePlan,
@@ -19,17 +21,14 @@ use crate::ops::update::{
 };
 use crate::output::{Format, Printer};
 use crate::spec::Cluster;
-use crate::state::lock;
 
 pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
-    let repo = ctx.repo().await?;
-    let (cluster, groups) = repo.get(&a.name).await?.resolve(&repo.location())?;
-    let store = repo.store().clone();
-    let update = ops_update::open(store.clone(), cluster, groups, options(a))
+    let session = Session::new(ctx.repo().await?.store().clone());
+    let update = ops_update::load(session, &a.name, options(a))
         .await
         .map_err(refused)?;
-    if a.phase == Some(UpdatePhase::Addons) {
-        return super::metal::addons_phase(ctx, update.cluster(), a).await;
+    if update.addons_only() {
+        return super::metal::addons_phase(ctx, &update, a).await;
     }
     let name = update.cluster().name();
     if let Some(r) = update.reread() {
@@ -51,7 +50,7 @@ pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
     if !a.yes {
         return preview(ctx, &update, a).await;
     }
-    apply(ctx, &store, &update, a).await
+    apply(ctx, &update, a).await
 }
 
 /// An `ops::update` error as the command reports it (exit codes from its kind).
@@ -61,6 +60,7 @@ fn refused(e: UpdateError) -> anyhow::Error {
         UpdateError::CloudPlan { error, .. } => {
             anyhow::Error::new(error).context("planning cloud resources")
         }
+        UpdateError::Lock(e) => e.into(),
         UpdateError::NodePlan { error, .. } | UpdateError::Other(error) => error,
     }
 }
@@ -107,13 +107,15 @@ fn print_plan(printer: &Printer, plan: &engine::Plan, prune: bool) -> anyhow::Re
 
 fn options(a: &UpdateClusterArgs) -> UpdateOptions {
     UpdateOptions {
-        prune: a.prune,
-        ssh_private_address: a.ssh_private_address,
-        accept_new_host_keys: a.accept_new_host_keys,
-        concurrency: a.concurrency,
-        ssh_wait: Some(a.ssh_wait),
-        refresh_images: a.refresh_image,
-        phase: a.phase.map(UpdatePhase::ops),
+        common: AwsUpdateOptions {
+            prune: a.prune,
+            ssh_private_address: a.ssh_private_address,
+            accept_new_host_keys: a.accept_new_host_keys,
+            concurrency: a.concurrency,
+            ssh_wait: Some(a.ssh_wait),
+            refresh_images: a.refresh_image,
+            phase: a.phase.map(UpdatePhase::ops),
+        },
         inventory: a.inventory.clone(),
         bundle: a.bundle.clone(),
     }
@@ -211,14 +213,9 @@ fn cloud_preview(
     })
 }
 
-/// `update cluster --yes`: [`Update::apply`] under the cluster lock, its events printed,
-/// then the report and the add-ons.
-async fn apply(
-    ctx: &Ctx,
-    store: &Arc<dyn crate::state::StateStore>,
-    update: &Update,
-    a: &UpdateClusterArgs,
-) -> anyhow::Result<i32> {
+/// `update cluster --yes`: [`Update::apply`] (under the cluster lock, cut by the first
+/// signal), its events printed, then the report and the add-ons.
+async fn apply(ctx: &Ctx, update: &Update, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
     let cluster = update.cluster();
     let name = cluster.name();
     super::metal::warn_gone(ctx, name, update.hosts_to_remove());
@@ -230,19 +227,12 @@ async fn apply(
     }
     // The first signal cuts the apply where it waits (SSH, Auto Scaling, a cloud call, a host
     // step): every part of it is safe to run again, which the next run does.
-    let session = Session::new(store.clone());
-    let outcome = session
-        .with_lock(name, "update cluster --yes", async |guard| {
-            ints.or_try(apply_printing(ctx, update, a, guard, &in_flight))
-                .await
-        })
-        .await?;
-    let outcome = match outcome {
+    let outcome = match apply_printing(ctx, update, a, &ints, &in_flight).await? {
         Err(c) => return Ok(interrupted(ctx, name, c, &in_flight.describe(), &resume)),
         Ok(o) => o,
     };
     match outcome {
-        UpdateReport::Nodes(nodes) => super::metal::finish(ctx, cluster, &nodes, a, &ints).await,
+        UpdateReport::Nodes(nodes) => super::metal::finish(ctx, update, &nodes, a, &ints).await,
         UpdateReport::CloudOnly => {
             ctx.printer.status(&format!(
                 "--phase cloud: the instances of {name} were not waited for nor provisioned; next: `kprov update cluster {name} --yes --phase nodes`, then `--phase addons` (or `kprov update cluster {name} --yes` for both)."
@@ -278,9 +268,9 @@ async fn apply_printing(
     ctx: &Ctx,
     update: &Update,
     a: &UpdateClusterArgs,
-    guard: &lock::LockGuard,
+    ints: &Interrupts,
     in_flight: &InFlight,
-) -> anyhow::Result<UpdateReport> {
+) -> anyhow::Result<Result<UpdateReport, Caught>> {
     let name = update.cluster().name();
     let printer = &ctx.printer;
     let progress = Mutex::new(None);
@@ -390,7 +380,7 @@ async fn apply_printing(
     let bars = Mutex::new(None);
     let machine = update.machine();
     let result = update
-        .apply(guard, events, |t| {
+        .apply(ints, events, |t| {
             in_flight.provisioning(provisioning(t.len(), machine));
             let (events, multi) = super::metal::render_events(ctx, t);
             *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;

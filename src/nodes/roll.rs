@@ -427,6 +427,18 @@ pub fn plan(
     selection: &Selection,
 ) -> RollPlan {
     let mut refusals = Vec::new();
+    // A host (metal) whose state cannot be read cannot be rolled nor replaced: no roll while
+    // one is unreachable (it is still listed, as unknown).
+    if platform == Platform::Metal {
+        for n in nodes {
+            if let Some(why) = &n.unknown {
+                refusals.push(format!(
+                    "{}: cannot read its provisioning record: {why}",
+                    n.target
+                ));
+            }
+        }
+    }
     for g in &selection.groups {
         if !groups.iter().any(|x| &x.name == g) {
             refusals.push(format!(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::addons::{self, Change, DeployOptions, ObjectDiff};
-use crate::kube::Poll;
+use crate::kube::{Kube, Poll};
 use crate::spec::Cluster;
 use crate::state::StateStore;
 
@@ -48,13 +48,26 @@ pub async fn deploy(
     cluster: &Cluster,
     o: &AddonOptions,
 ) -> anyhow::Result<AddonReport> {
-    let manifests = addons::render_addons(cluster)?;
     let (kube, guard) =
         super::credentials::kube_client(store, cluster, o.kubeconfig.as_deref(), o.ssh_tunnel)
             .await?;
     let route = guard.route().map(str::to_string);
+    let report = deploy_with(&kube, route, cluster, o).await;
+    drop(guard);
+    report
+}
+
+/// [`deploy`] through a client the caller opened (`update cluster --yes` writes kube-system's
+/// node configuration through the same one: one client, one tunnel, per run).
+pub async fn deploy_with(
+    kube: &Kube,
+    route: Option<String>,
+    cluster: &Cluster,
+    o: &AddonOptions,
+) -> anyhow::Result<AddonReport> {
+    let manifests = addons::render_addons(cluster)?;
     if !o.apply {
-        let diffs = addons::preview_addons(&kube, &manifests, o.force_conflicts).await?;
+        let diffs = addons::preview_addons(kube, &manifests, o.force_conflicts).await?;
         return Ok(AddonReport {
             diffs,
             applied: false,
@@ -66,7 +79,7 @@ pub async fn deploy(
         interval: Duration::from_secs(2),
     };
     let diffs = addons::deploy_addons(
-        &kube,
+        kube,
         cluster,
         DeployOptions {
             force: o.force_conflicts,
@@ -74,7 +87,6 @@ pub async fn deploy(
         },
     )
     .await?;
-    drop(guard);
     Ok(AddonReport {
         diffs,
         applied: true,

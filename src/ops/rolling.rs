@@ -1243,10 +1243,11 @@ pub fn inputs(
         let mut unknown = None;
         let (record, desired) = match (&o.record, &o.desired) {
             (Ok(r), Ok(d)) => (r.clone(), d.clone()),
-            // An instance that does not answer is listed as unknown, never dropped: only a
-            // replacement through its group (`--force`) can fix it. A host is the user's
-            // machine: nothing replaces it, so it stays a problem.
-            (Err(e), Ok(d)) if t.instance.is_some() && !bastion => {
+            // A machine that does not answer is listed as unknown, never dropped (`get
+            // instances` shows it): on AWS only a replacement through its group (`--force`)
+            // can fix it; a host is the user's machine, which nothing replaces, so the plan
+            // refuses to roll while one is unreachable (`roll::plan`).
+            (Err(e), Ok(d)) if !bastion => {
                 unknown = Some(e.clone());
                 (None, d.clone())
             }

@@ -20,9 +20,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::addons::{AddonOptions, AddonReport};
 use super::aws::{self as ops_aws, AwsApplied, AwsEvent, AwsUpdateOptions, Phase};
+use super::interrupt::{Caught, Interrupts};
+use super::node_config::Synced;
 use super::nodes::{self as ops_nodes, Events, NodeOptions, NodeReport};
 use super::platform::Kind;
+use super::session::Session;
 use crate::cloud::CloudError;
 use crate::cloud::engine::{Plan, Summary};
 use crate::nodes::{self, Target, TargetSource};
@@ -30,24 +34,15 @@ use crate::provision::plan::NodePlan;
 use crate::repo::Repo;
 use crate::spec::{Cluster, Host, InstanceGroup};
 use crate::ssh::KeyConflict;
-use crate::state::{StateStore, Version, lock};
+use crate::state::lock::{self, LockError};
+use crate::state::{StateStore, Version};
 
-/// What `update cluster` was asked for.
+/// What `update cluster` was asked for: the options every platform shares (AWS reads all of
+/// them; metal the host keys, the concurrency, `--prune`'s absence and the phase), and metal's
+/// and the run's own.
 #[derive(Debug, Clone, Default)]
 pub struct UpdateOptions {
-    /// Apply deletions of resources the spec no longer wants (`--prune`).
-    pub prune: bool,
-    /// AWS: reach instances at their private addresses (`--ssh-private-address`).
-    pub ssh_private_address: bool,
-    pub accept_new_host_keys: bool,
-    /// Hosts worked on at the same time (`--concurrency`).
-    pub concurrency: usize,
-    /// AWS: how long instances get to answer SSH (`--ssh-wait`).
-    pub ssh_wait: Option<Duration>,
-    /// AWS: resolve image name patterns again instead of using their pins (`--refresh-image`).
-    pub refresh_images: bool,
-    /// Only this part (`--phase`); all of it when `None`.
-    pub phase: Option<Phase>,
+    pub common: AwsUpdateOptions,
     /// Metal: the inventory to read the hosts from again (`--inventory`).
     pub inventory: Option<PathBuf>,
     /// `spec.assets.bundle` for this run (`--bundle`; the stored spec is unchanged).
@@ -69,8 +64,30 @@ pub enum UpdateError {
         cloud: Box<Plan>,
         error: anyhow::Error,
     },
+    /// The cluster's lock could not be taken (held by another command) or released.
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error(transparent)]
     Other(#[from] anyhow::Error),
+}
+
+/// Why the add-ons part of `update cluster --yes` failed (the hosts are provisioned).
+#[derive(Debug, thiserror::Error)]
+pub enum AddonsError {
+    /// The API could not be reached, or kube-system's `kubelet-config` / `kube-proxy` could
+    /// not be written.
+    #[error("{0:#}")]
+    NodeConfig(anyhow::Error),
+    /// Applying the add-ons (or waiting for their rollouts) failed.
+    #[error("{0:#}")]
+    Addons(anyhow::Error),
+}
+
+/// What the add-ons part of `update cluster --yes` did.
+#[derive(Debug)]
+pub struct AddonsApplied {
+    pub node_config: Synced,
+    pub addons: AddonReport,
 }
 
 /// What reading the inventory again changes in the spec's hosts (by name).
@@ -194,6 +211,7 @@ enum Side {
 
 /// `update cluster` opened: the cluster as this run sees it, its platform's part read.
 pub struct Update {
+    session: Session,
     store: Arc<dyn StateStore>,
     cluster: Cluster,
     groups: Vec<InstanceGroup>,
@@ -202,15 +220,33 @@ pub struct Update {
     side: Side,
 }
 
+/// Reads cluster `name` from the session's store, resolves it and opens `update cluster` on it
+/// ([`open`]).
+pub async fn load(
+    session: Session,
+    name: &str,
+    options: UpdateOptions,
+) -> Result<Update, UpdateError> {
+    let repo = Repo::new(session.store().clone());
+    let (cluster, groups) = repo
+        .get(name)
+        .await
+        .map_err(anyhow::Error::from)?
+        .resolve(&repo.location())
+        .map_err(anyhow::Error::from)?;
+    open(session, cluster, groups, options).await
+}
+
 /// Opens `update cluster` on `cluster` (completed and valid, as the store resolves it):
 /// refuses the flags its platform has no use for, and on metal reads the inventory given
 /// again, the targets and the hosts to remove.
 pub async fn open(
-    store: Arc<dyn StateStore>,
+    session: Session,
     cluster: Cluster,
     groups: Vec<InstanceGroup>,
     options: UpdateOptions,
 ) -> Result<Update, UpdateError> {
+    let store = session.store().clone();
     let cluster = bundle_for_run(cluster, options.bundle.as_deref());
     let kind = Kind::of(&cluster);
     if options.inventory.is_some() && kind != Kind::Metal {
@@ -219,13 +255,13 @@ pub async fn open(
             message: "an inventory is only for a metal cluster's hosts".into(),
         });
     }
-    if options.refresh_images && kind != Kind::Aws {
+    if options.common.refresh_images && kind != Kind::Aws {
         return Err(UpdateError::Flag {
             flag: "refresh-image",
             message: "images are pinned on AWS only; a metal cluster's hosts are the user's".into(),
         });
     }
-    let side = match options.phase {
+    let side = match options.common.phase {
         Some(Phase::Cloud) if kind == Kind::Metal => {
             return Err(UpdateError::Flag {
                 flag: "phase",
@@ -242,6 +278,7 @@ pub async fn open(
         },
     };
     let mut update = Update {
+        session,
         store,
         cluster,
         groups,
@@ -456,23 +493,10 @@ impl Update {
         })
     }
 
-    fn aws_options(&self) -> AwsUpdateOptions {
-        let o = &self.options;
-        AwsUpdateOptions {
-            prune: o.prune,
-            ssh_private_address: o.ssh_private_address,
-            accept_new_host_keys: o.accept_new_host_keys,
-            concurrency: o.concurrency,
-            ssh_wait: o.ssh_wait,
-            refresh_images: o.refresh_images,
-            phase: o.phase,
-        }
-    }
-
     fn node_options(&self) -> NodeOptions {
         NodeOptions {
-            accept_new_host_keys: self.options.accept_new_host_keys,
-            concurrency: self.options.concurrency,
+            accept_new_host_keys: self.options.common.accept_new_host_keys,
+            concurrency: self.options.common.concurrency,
             cloud_api: None,
         }
     }
@@ -496,7 +520,7 @@ impl Update {
             refusals: vec![],
             has_cloud: self.kind == Kind::Aws,
             spec_changes: self.reread().is_some_and(|r| !r.change.is_empty()),
-            prune: self.options.prune,
+            prune: self.options.common.prune,
         };
         match &self.side {
             Side::AddonsOnly => {}
@@ -505,7 +529,7 @@ impl Update {
                     &self.store,
                     &self.cluster,
                     &self.groups,
-                    self.options.refresh_images,
+                    self.options.common.refresh_images,
                 )
                 .await?;
                 if let Err(error) = cloud_plan.check() {
@@ -514,7 +538,7 @@ impl Update {
                         error,
                     });
                 }
-                if self.options.phase != Some(Phase::Cloud) {
+                if self.options.common.phase != Some(Phase::Cloud) {
                     // The cloud phase contacts no instance: its preview is the cloud plan.
                     plan.nodes = match ops_aws::node_plan(
                         &self.store,
@@ -522,7 +546,7 @@ impl Update {
                         &self.cluster,
                         &self.groups,
                         &cloud_plan,
-                        &self.aws_options(),
+                        &self.options.common,
                     )
                     .await
                     {
@@ -559,12 +583,50 @@ impl Update {
         Ok(plan)
     }
 
-    /// `--yes`, under the cluster lock the caller holds as `guard`: planned again here (the
-    /// cloud, then the machines), applied, the nodes converged. Metal stores the inventory's
-    /// hosts first, conditional on the spec read at [`open`] (a concurrent edit is a conflict,
-    /// never overwritten). `node_events` makes the node progress sink once the targets are
-    /// known. The add-ons are not part of it.
+    /// `--yes`: takes the cluster's lock (released whatever happens), then on metal stores the
+    /// inventory's hosts (conditional on the spec read at [`open`]: a concurrent edit is a
+    /// conflict, never overwritten), then applies: on AWS the cloud plan made again and applied,
+    /// its instances waited for; the machines converged. The store write is never raced
+    /// against a signal: cut between the spec and its completed copy it would leave the two
+    /// apart, so a signal that comes during it takes effect right after it. The first signal
+    /// (`ints`) cuts the apply where it waits: `Ok(Err(caught))`, every part of it safe to run
+    /// again. `node_events` makes the node progress sink once the targets are known. The
+    /// add-ons are [`Update::addons`].
     pub async fn apply(
+        &self,
+        ints: &Interrupts,
+        events: UpdateEvents<'_>,
+        node_events: impl FnOnce(&[Target]) -> Events,
+    ) -> Result<Result<UpdateReport, Caught>, UpdateError> {
+        let name = self.cluster().name();
+        self.session
+            .with_lock(name, "update cluster --yes", async |guard| {
+                self.store_hosts(events).await?;
+                ints.or_try(self.apply_locked(guard, events, node_events))
+                    .await
+            })
+            .await
+    }
+
+    /// Metal: the inventory's hosts, read again, stored in the spec (and its completed copy).
+    async fn store_hosts(&self, events: UpdateEvents<'_>) -> Result<(), UpdateError> {
+        let Some(r) = self.reread().filter(|r| !r.change.is_empty()) else {
+            return Ok(());
+        };
+        let repo = Repo::new(self.store.clone());
+        repo.put_cluster(&r.user, &r.version)
+            .await
+            .map_err(anyhow::Error::from)?;
+        repo.write_completed(&r.user, &self.groups)
+            .await
+            .map_err(anyhow::Error::from)?;
+        events(&UpdateEvent::HostsStored(&r.change));
+        Ok(())
+    }
+
+    /// The apply under the lock `guard`: planned again here (the cloud, then the machines),
+    /// applied, the nodes converged.
+    async fn apply_locked(
         &self,
         guard: &lock::LockGuard,
         events: UpdateEvents<'_>,
@@ -581,7 +643,7 @@ impl Update {
                     &self.cluster,
                     &self.groups,
                     guard,
-                    &self.aws_options(),
+                    &self.options.common,
                     &cloud_events,
                     node_events,
                 )
@@ -593,21 +655,7 @@ impl Update {
                     AwsApplied::CloudOnly => UpdateReport::CloudOnly,
                 })
             }
-            Side::Metal {
-                targets, reread, ..
-            } => {
-                if let Some(r) = reread
-                    && !r.change.is_empty()
-                {
-                    let repo = Repo::new(self.store.clone());
-                    repo.put_cluster(&r.user, &r.version)
-                        .await
-                        .map_err(anyhow::Error::from)?;
-                    repo.write_completed(&r.user, &self.groups)
-                        .await
-                        .map_err(anyhow::Error::from)?;
-                    events(&UpdateEvent::HostsStored(&r.change));
-                }
+            Side::Metal { targets, .. } => {
                 let node_events = node_events(targets);
                 let report = ops_nodes::converge(
                     self.store.clone(),
@@ -622,7 +670,51 @@ impl Update {
             }
         }
     }
+
+    /// Whether this run is `--phase addons`: no machine is read or changed, only the add-ons
+    /// ([`Update::addons`], or their preview).
+    pub fn addons_only(&self) -> bool {
+        matches!(self.side, Side::AddonsOnly)
+    }
+
+    /// The last part of a whole `update --yes` (and `--phase addons --yes`): kube-system's node
+    /// configuration from the spec, then the add-ons, through one API client (`kubeconfig`,
+    /// else the stored admin credentials).
+    pub async fn addons(
+        &self,
+        kubeconfig: Option<&std::path::Path>,
+    ) -> Result<AddonsApplied, AddonsError> {
+        let cluster = self.cluster();
+        let settings = crate::provision::render::NodeSettings::of(&cluster.spec)
+            .map_err(|e| AddonsError::NodeConfig(anyhow::Error::from(e)))?;
+        let (kube, guard) =
+            super::credentials::kube_client(&self.store, cluster, kubeconfig, false)
+                .await
+                .map_err(AddonsError::NodeConfig)?;
+        let node_config = super::node_config::sync(&kube, &settings)
+            .await
+            .map_err(|e| AddonsError::NodeConfig(anyhow::Error::msg(e)))?;
+        let options = AddonOptions {
+            apply: true,
+            kubeconfig: kubeconfig.map(std::path::Path::to_path_buf),
+            force_conflicts: false,
+            wait: ADDONS_WAIT,
+            ssh_tunnel: false,
+        };
+        let route = guard.route().map(str::to_string);
+        let addons = super::addons::deploy_with(&kube, route, cluster, &options)
+            .await
+            .map_err(AddonsError::Addons)?;
+        drop(guard);
+        Ok(AddonsApplied {
+            node_config,
+            addons,
+        })
+    }
 }
+
+/// How long `update cluster --yes` waits for the add-ons' rollouts.
+pub const ADDONS_WAIT: Duration = Duration::from_secs(300);
 
 /// Metal's cloud part of the one plan document: no change.
 fn empty_cloud_plan(cluster: &str) -> Plan {
@@ -641,12 +733,191 @@ fn empty_cloud_plan(cluster: &str) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::StateError;
 
     fn host(name: &str, address: &str) -> Host {
         serde_json::from_value(serde_json::json!({
             "name": name, "address": address, "roles": ["node"]
         }))
         .expect("host")
+    }
+
+    /// A store whose writes of `slow` key take `delay`, saying when one starts.
+    #[derive(Debug)]
+    struct SlowWrites {
+        inner: crate::state::file::FileStore,
+        slow: String,
+        delay: Duration,
+        started: tokio::sync::Notify,
+    }
+
+    #[async_trait::async_trait]
+    impl StateStore for SlowWrites {
+        fn location(&self) -> String {
+            self.inner.location()
+        }
+        async fn get(&self, key: &str) -> Result<Option<crate::state::Object>, StateError> {
+            self.inner.get(key).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            data: bytes::Bytes,
+            cond: crate::state::Precondition,
+        ) -> Result<Version, StateError> {
+            if key == self.slow {
+                self.started.notify_one();
+                tokio::time::sleep(self.delay).await;
+            }
+            self.inner.put(key, data, cond).await
+        }
+        async fn delete(
+            &self,
+            key: &str,
+            cond: crate::state::Precondition,
+        ) -> Result<(), StateError> {
+            self.inner.delete(key, cond).await
+        }
+        async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError> {
+            self.inner.list(prefix).await
+        }
+    }
+
+    fn inventory(dir: &std::path::Path, file: &str, hosts: &[(&str, &str, &str)]) -> PathBuf {
+        let mut text = String::from("hosts:\n");
+        for (name, address, role) in hosts {
+            text.push_str(&format!(
+                "  - name: {name}\n    address: {address}\n    user: root\n    roles: [{role}]\n"
+            ));
+        }
+        let path = dir.join(file);
+        std::fs::write(&path, text).expect("inventory");
+        path
+    }
+
+    /// A signal during the store write of `--inventory ... --yes` never cuts it: the spec and
+    /// its completed copy both hold the inventory's hosts, the run still ends with the signal
+    /// (nothing converged) and the lock is released.
+    #[tokio::test]
+    async fn a_signal_during_the_host_store_write_takes_effect_after_it() {
+        use crate::ops::interrupt::Caught;
+        use crate::spec::{CloudProvider, TopologyType};
+        let dir = tempfile::tempdir().expect("tmp");
+        let name = "write.metal.example.com";
+        let first = inventory(
+            dir.path(),
+            "first.yaml",
+            &[("cp1", "198.18.250.1", "control-plane")],
+        );
+        let mut inv = crate::inventory::import(&first).expect("inventory");
+        let request = crate::ops::create::ClusterRequest {
+            name: name.into(),
+            cloud: CloudProvider::Metal,
+            zones: vec![],
+            control_plane_zones: vec![],
+            control_plane_count: 1,
+            control_plane_size: None,
+            node_count: 0,
+            node_size: None,
+            image: None,
+            kubernetes_version: None,
+            networking: None,
+            topology: TopologyType::Public,
+            bastion: false,
+            dns_zone: None,
+            dns: None,
+            api_loadbalancer_type: None,
+            etcd: None,
+            network_cidr: None,
+            network_id: None,
+            pod_cidr: None,
+            service_cidr: None,
+            inventory: Some(first.clone()),
+        };
+        let (cluster, groups, _) =
+            crate::ops::create::inventory_objects(&request, &mut inv, None).expect("objects");
+        let keys = crate::state::layout::ClusterKeys::new(name).expect("keys");
+        let store = Arc::new(SlowWrites {
+            inner: crate::state::file::FileStore::new(dir.path().join("store")).expect("store"),
+            slow: keys.config(),
+            delay: Duration::from_millis(400),
+            started: tokio::sync::Notify::new(),
+        });
+        let repo = Repo::new(store.clone());
+        repo.create(&cluster, &groups).await.expect("create");
+        let (cluster, groups) = repo
+            .get(name)
+            .await
+            .expect("get")
+            .resolve(&repo.location())
+            .expect("resolve");
+        let second = inventory(
+            dir.path(),
+            "second.yaml",
+            &[
+                ("cp1", "198.18.250.1", "control-plane"),
+                ("w1", "198.18.250.2", "node"),
+            ],
+        );
+        let options = UpdateOptions {
+            inventory: Some(second),
+            ..Default::default()
+        };
+        let update = open(Session::new(store.clone()), cluster, groups, options)
+            .await
+            .expect("open");
+        assert_eq!(update.reread().expect("reread").change.added.len(), 1);
+
+        let (tx, ints) = Interrupts::manual();
+        let signal = async {
+            store.started.notified().await;
+            tx.send(Some(Caught::Interrupt)).expect("send");
+        };
+        let stored = std::sync::Mutex::new(false);
+        let events = |e: &UpdateEvent<'_>| {
+            if let UpdateEvent::HostsStored(_) = e {
+                *stored.lock().unwrap() = true;
+            }
+        };
+        let mut converged = false;
+        let (outcome, ()) = tokio::join!(
+            update.apply(&ints, &events, |_| {
+                converged = true;
+                ops_nodes::no_events()
+            }),
+            signal
+        );
+        assert!(matches!(outcome, Ok(Err(Caught::Interrupt))), "{outcome:?}");
+        assert!(
+            !converged,
+            "the signal came before the hosts were worked on"
+        );
+        assert!(*stored.lock().unwrap(), "the write was said");
+        let hosts = |c: &Cluster| {
+            c.spec
+                .hosts
+                .iter()
+                .map(|h| h.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let stored = repo.get(name).await.expect("get");
+        assert_eq!(hosts(&stored.cluster.value), ["cp1", "w1"]);
+        let (resolved, _) = stored.resolve(&repo.location()).expect("resolve");
+        assert_eq!(hosts(&resolved), ["cp1", "w1"]);
+        let completed = store
+            .get(&keys.completed_spec())
+            .await
+            .expect("read")
+            .expect("completed spec");
+        let completed = String::from_utf8_lossy(&completed.data);
+        assert!(completed.contains("198.18.250.2"), "{completed}");
+        assert!(
+            lock::read(store.as_ref(), name)
+                .await
+                .expect("lock")
+                .is_none(),
+            "the lock is released"
+        );
     }
 
     #[test]

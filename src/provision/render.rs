@@ -1533,7 +1533,10 @@ impl Renderer {
             .collect::<Vec<_>>()
             .join(" && ");
         Ok(vec![Step {
-            name: format!("images: import {}", labels.join(", ")),
+            // The labels are the archives' text: escaped here, once, so the step's name is
+            // safe on every path it takes (progress lines, errors, drift reasons, JSON).
+            name: crate::output::escape(&format!("images: import {}", labels.join(", ")))
+                .into_owned(),
             files,
             check: Some(check),
             run,

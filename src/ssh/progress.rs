@@ -97,7 +97,9 @@ fn ms(d: Duration) -> String {
 }
 
 impl fmt::Display for Event {
+    /// One line: a step's name is shown escaped (it may quote an archive's image names).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::output::untrusted;
         match self {
             Event::Connecting { host } => write!(f, "{host}: connecting"),
             Event::Connected { host, duration } => {
@@ -113,7 +115,7 @@ impl fmt::Display for Event {
                 step,
                 index,
                 total,
-            } => write!(f, "{host}: [{}/{total}] {step}", index + 1),
+            } => write!(f, "{host}: [{}/{total}] {}", index + 1, untrusted(step)),
             Event::StepFinished {
                 host,
                 step,
@@ -130,9 +132,13 @@ impl fmt::Display for Event {
                     _ => ms(*duration),
                 };
                 match result {
-                    Ok(StepOutcome::Unchanged) => write!(f, "{host}: {step}: unchanged ({took})"),
-                    Ok(StepOutcome::Changed) => write!(f, "{host}: {step}: changed ({took})"),
-                    Err(e) => write!(f, "{host}: {step}: FAILED ({took}): {e}"),
+                    Ok(StepOutcome::Unchanged) => {
+                        write!(f, "{host}: {}: unchanged ({took})", untrusted(step))
+                    }
+                    Ok(StepOutcome::Changed) => {
+                        write!(f, "{host}: {}: changed ({took})", untrusted(step))
+                    }
+                    Err(e) => write!(f, "{host}: {}: FAILED ({took}): {e}", untrusted(step)),
                 }
             }
             Event::HostFinished { host, ok, duration } => write!(

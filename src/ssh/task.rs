@@ -52,7 +52,7 @@ pub enum ExecError {
     #[error("{host}: cannot connect: {}", host_text(message))]
     Connect { host: String, message: String },
     /// A step failed; `stderr` is the remote command's standard error.
-    #[error("{host}: step {step:?} failed ({}): {}", exit_text(*.code), host_text(stderr))]
+    #[error("{host}: step {:?} failed ({}): {}", untrusted(.step), exit_text(*.code), host_text(stderr))]
     Step {
         host: String,
         step: String,
@@ -62,7 +62,8 @@ pub enum ExecError {
     /// The connection broke (or could not be reopened) while a step was running: the step may
     /// have run in part. Steps are idempotent, so a re-run finishes it.
     #[error(
-        "{host}: step {step:?}: connection lost ({}); the step may have run in part, re-run to finish it",
+        "{host}: step {:?}: connection lost ({}); the step may have run in part, re-run to finish it",
+        untrusted(.step),
         host_text(message)
     )]
     ConnectionLost {
@@ -70,7 +71,7 @@ pub enum ExecError {
         step: String,
         message: String,
     },
-    #[error("{host}: step {step:?} timed out after {timeout:?}")]
+    #[error("{host}: step {:?} timed out after {timeout:?}", untrusted(.step))]
     Timeout {
         host: String,
         step: String,
@@ -101,6 +102,11 @@ pub enum ExecError {
 /// What a host (or ssh on its behalf) said, for an error message: escaped, and when it spans
 /// several lines, each on its own indented line (`  | ...`), so no line of it can pass for a
 /// line of kprov's own (`error: ...`).
+/// A step's name in an error: quoted and escaped (it may quote an archive's image names).
+fn untrusted(step: &str) -> crate::output::Untrusted<'_> {
+    crate::output::untrusted(step)
+}
+
 fn host_text(s: &str) -> String {
     let s = s.trim_end();
     if s.contains('\n') {

@@ -279,3 +279,94 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
         );
     }
 }
+
+/// An image name is the archive's text, and it is in a step's name ("images: import REF"): an
+/// ESC and a newline in a tag reach no output raw, on any path the step name takes (the
+/// step's progress line at -v, a drifted file's reason in the preview) in plain, TTY and
+/// `-o json` output; no line of kprov's own can be forged with it.
+#[test]
+fn an_image_tag_with_control_characters_is_printed_escaped_in_every_output() {
+    let lab = Lab::start(1);
+    let name = "tags.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane")]),
+    );
+    lab.create_metal(name, &inv);
+    // As the archive's manifest.json holds it: JSON escapes for ESC and a newline.
+    let (path, sha) = image_archive(
+        lab.dir.path(),
+        "evil",
+        r"registry.example/evil:v1\u001b[31m\nerror: forged",
+    );
+    lab.edit_cluster(name, |c| {
+        c.spec.assets.as_mut().expect("assets").images = vec![ImageArchive {
+            url: format!("file://{path}"),
+            sha256: sha.clone(),
+        }];
+    });
+    let escaped = r"images: import registry.example/evil:v1\x1b[31m\nerror: forged";
+    let forged = |out: &str| {
+        out.lines().any(|l| {
+            l.trim_start_matches(['\r', ' '])
+                .starts_with("error: forged")
+        })
+    };
+
+    // Plain, and -o json: the step's progress line at -v.
+    for extra in [&[][..], &["-o", "json"][..]] {
+        let mut args = vec![
+            "update",
+            "cluster",
+            name,
+            "--yes",
+            "--accept-new-host-keys",
+            "--skip-addons",
+            "-v",
+        ];
+        args.extend_from_slice(extra);
+        let o = lab.kprov(&args);
+        let err = text(&o.stderr);
+        assert!(o.status.success(), "{}", show(&o));
+        assert!(err.contains(escaped), "{extra:?}: {}", show(&o));
+        assert!(
+            !err.contains('\x1b') && !forged(&err),
+            "{extra:?}: {}",
+            show(&o)
+        );
+    }
+
+    // The uploaded archive drifts on the host: the preview's reason names the step.
+    let cache = format!("/var/lib/kprov/cache/image-{sha}.tar");
+    std::fs::write(lab.host("host1").upper_path(&cache), b"drifted").expect("drift");
+    let o = lab.kprov(&["update", "cluster", name]);
+    let err = text(&o.stderr);
+    assert!(err.contains(escaped), "plain: {}", show(&o));
+    assert!(
+        !err.contains('\x1b') && !forged(&err),
+        "plain: {}",
+        show(&o)
+    );
+
+    let o = lab.kprov(&["update", "cluster", name, "-o", "json"]);
+    let out = text(&o.stdout);
+    assert!(!out.contains('\x1b'), "json: {}", show(&o));
+    let plan: serde_json::Value = serde_json::from_str(&out).expect("plan json");
+    let reasons = plan["nodePlan"]["nodes"][0]["reasons"].to_string();
+    assert!(
+        reasons.contains(
+            &serde_json::to_string(escaped)
+                .unwrap()
+                .trim_matches('"')
+                .to_string()
+        ),
+        "json: {plan:#}"
+    );
+    assert!(!reasons.contains("\\u001b"), "json: {plan:#}");
+
+    // On a terminal (colours on: the printer's own sequences only).
+    let o = lab.kprov_tty(&["update", "cluster", name]);
+    let all = text(&o.stdout);
+    assert!(all.contains(escaped), "tty: {all}");
+    assert!(!all.contains("\x1b[31m\n") && !forged(&all), "tty: {all}");
+}

@@ -77,7 +77,7 @@ impl Lab {
     }
 
     /// `kprov` on a terminal (a pty from util-linux `script`): stdout and stderr merged.
-    fn kprov_tty(&self, args: &[&str]) -> Output {
+    pub(crate) fn kprov_tty(&self, args: &[&str]) -> Output {
         let bin = assert_cmd::cargo::cargo_bin("kprov");
         let line = std::iter::once(bin.display().to_string())
             .chain(args.iter().map(|a| a.to_string()))
@@ -1232,4 +1232,68 @@ fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
     lab.provision(second);
     let marker = lab.upper("host1", "/var/lib/kprov/owner").expect("claimed");
     assert!(marker.contains(&format!("cluster={second}\n")), "{marker}");
+}
+
+/// `get instances` lists a host that does not answer (powered off: nobody listens on its
+/// address, in the lab's namespace) as unreachable with the error, escaped, instead of dropping
+/// it; a rolling update refuses while it is unreachable, naming it.
+#[test]
+fn get_instances_lists_an_unreachable_host_as_unreachable_with_its_error() {
+    let lab = Lab::start(2);
+    let name = "unreachable.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
+    );
+    lab.create_metal(name, &inv);
+    lab.provision(name);
+    lab.host("host2").power_off();
+
+    let o = lab.kprov(&["get", "instances", name]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = text(&o.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("host2"))
+        .unwrap_or_else(|| panic!("host2 dropped:\n{}", show(&o)));
+    assert!(
+        row.contains("unreachable: ") && row.contains("host2: cannot connect"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("host1") && l.contains("up to date")),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        text(&o.stderr).contains("host2 (host2): unreachable, its state cannot be read"),
+        "{}",
+        show(&o)
+    );
+
+    let o = lab.kprov(&["get", "instances", name, "-o", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let host2 = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["target"] == "host2")
+        .unwrap_or_else(|| panic!("host2 dropped: {rows:#}"));
+    assert_eq!(host2["status"], "unreachable", "{rows:#}");
+    let why = host2["reasons"][0].as_str().expect("the error");
+    assert!(
+        why.contains("host2: cannot connect") && !why.contains('\n') && !why.contains('\x1b'),
+        "{rows:#}"
+    );
+
+    let o = lab.kprov(&["rolling-update", "cluster", name, "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        text(&o.stderr).contains("host2: cannot read its provisioning record"),
+        "{}",
+        show(&o)
+    );
 }

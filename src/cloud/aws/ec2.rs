@@ -481,6 +481,28 @@ macro_rules! owned_and_adopted {
     };
 }
 
+/// A listed VPC, subnet or gateway with its cloud ID, logical ID and lifecycle when it is
+/// ours (adopted by its ID, or tagged as this cluster's); `None` when it is someone else's.
+/// Ownership is checked before anything about the item is recorded: a resource of another
+/// cluster (which an API that ignores the tag filter returns) is skipped, never made a conflict
+/// of this cluster's plan, even when it came without an ID.
+fn classify_listed<'x>(
+    c: &AwsCloud,
+    rd: &mut Reader<'_>,
+    adopted: &BTreeMap<String, ResourceId>,
+    kind: &str,
+    cloud_id: Option<&'x str>,
+    tags: &[Tag],
+) -> Option<(&'x str, ResourceId, Lifecycle)> {
+    let is_adopted = cloud_id.is_some_and(|id| adopted.contains_key(id));
+    if !is_adopted && !owned_by(&c.cluster, tag_pairs(tags)) {
+        return None;
+    }
+    let cid = rd.listed(kind, cloud_id)?;
+    let (id, lc) = classify(c, adopted, kind, cid, tags)?;
+    Some((cid, id, lc))
+}
+
 /// The logical ID and lifecycle of a read item: adopted, owned, or (None) someone else's.
 fn classify(
     c: &AwsCloud,
@@ -658,10 +680,8 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         tables,
     } = read;
     for v in vpcs {
-        let Some(vid) = rd.listed(VPC, v.vpc_id()) else {
-            continue;
-        };
-        let Some((id, lc)) = classify(c, &adopted_vpcs, VPC, vid, v.tags()) else {
+        let Some((vid, id, lc)) = classify_listed(c, rd, &adopted_vpcs, VPC, v.vpc_id(), v.tags())
+        else {
             continue;
         };
         let mut vpc = Resource::new(VPC, id.name)
@@ -678,10 +698,9 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
     }
 
     for s in subnets {
-        let Some(sid) = rd.listed(SUBNET, s.subnet_id()) else {
-            continue;
-        };
-        let Some((id, lc)) = classify(c, &adopted_subnets, SUBNET, sid, s.tags()) else {
+        let Some((sid, id, lc)) =
+            classify_listed(c, rd, &adopted_subnets, SUBNET, s.subnet_id(), s.tags())
+        else {
             continue;
         };
         // why: a reference the cloud left out reads as empty, which the diff shows as a change
@@ -705,17 +724,17 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         );
     }
 
+    let adopted_igws: BTreeMap<String, ResourceId> = adopted_igw.into_iter().collect();
     for g in igws {
-        let Some(gid) = rd.listed(INTERNET_GATEWAY, g.internet_gateway_id()) else {
+        let Some((gid, id, lc)) = classify_listed(
+            c,
+            rd,
+            &adopted_igws,
+            INTERNET_GATEWAY,
+            g.internet_gateway_id(),
+            g.tags(),
+        ) else {
             continue;
-        };
-        let (id, lc) = match &adopted_igw {
-            Some((a, id)) if a == gid => (id.clone(), Lifecycle::ExistsAndValidates),
-            _ if owned_by(&c.cluster, tag_pairs(g.tags())) => (
-                id_from_tags(INTERNET_GATEWAY, gid, tag_pairs(g.tags())),
-                Lifecycle::Sync,
-            ),
-            _ => continue,
         };
         let mut r = Resource::new(INTERNET_GATEWAY, id.name)
             .lifecycle(lc)
@@ -1857,5 +1876,101 @@ mod image_tests {
         assert!(matches(r"100\%-\*", "100%-*") && !matches(r"100\%-\*", "100%-x"));
         assert!(matches(r"ends\\", r"ends\"));
         assert!(matches(r"trailing\", r"trailing\"));
+    }
+}
+
+#[cfg(test)]
+mod read_tests {
+    use std::collections::HashMap;
+
+    use aws_sdk_ec2::types::{InternetGateway, Subnet, Vpc};
+
+    use super::*;
+
+    fn cloud(cluster: &str) -> AwsCloud {
+        let sdk = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        AwsCloud::new(&sdk, cluster, &[])
+    }
+
+    fn owner(cluster: &str) -> Tag {
+        Tag::builder()
+            .key(super::super::owned_tag_key(cluster))
+            .value("owned")
+            .build()
+    }
+
+    fn network(vpcs: Vec<Vpc>, subnets: Vec<Subnet>, igws: Vec<InternetGateway>) -> NetworkRead {
+        NetworkRead {
+            vpcs,
+            adopted_vpcs: BTreeMap::new(),
+            vpc_dns: BTreeMap::new(),
+            subnets,
+            adopted_subnets: BTreeMap::new(),
+            igws,
+            adopted_igw: None,
+            eips: vec![],
+            nats: vec![],
+            tables: vec![],
+        }
+    }
+
+    fn read(c: &AwsCloud, n: NetworkRead) -> (Vec<Resource>, Vec<String>) {
+        let mut rd = Reader {
+            desired: &[],
+            refs: HashMap::new(),
+            out: Vec::new(),
+            warnings: Vec::new(),
+            conflicts: Vec::new(),
+        };
+        assemble_network(c, n, &mut rd);
+        (rd.out, rd.conflicts)
+    }
+
+    /// An API that ignores the tag filter returns another cluster's VPC, subnet and gateway;
+    /// some without their IDs. None of them becomes ours, not even as a conflict of this
+    /// cluster's plan; this cluster's own ID-less VPC still does.
+    #[test]
+    fn another_clusters_network_is_never_recorded_even_without_its_id() {
+        let c = cloud("mine.example.com");
+        let theirs = owner("theirs.example.com");
+        let (out, conflicts) = read(
+            &c,
+            network(
+                vec![
+                    Vpc::builder().tags(theirs.clone()).build(),
+                    Vpc::builder()
+                        .vpc_id("vpc-theirs")
+                        .tags(theirs.clone())
+                        .build(),
+                ],
+                vec![Subnet::builder().tags(theirs.clone()).build()],
+                vec![InternetGateway::builder().tags(theirs.clone()).build()],
+            ),
+        );
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(conflicts, Vec::<String>::new());
+
+        let (out, conflicts) = read(
+            &c,
+            network(
+                vec![
+                    Vpc::builder().tags(owner("mine.example.com")).build(),
+                    Vpc::builder()
+                        .vpc_id("vpc-mine")
+                        .cidr_block("10.0.0.0/16")
+                        .tags(owner("mine.example.com"))
+                        .build(),
+                ],
+                vec![Subnet::builder().tags(theirs).build()],
+                vec![],
+            ),
+        );
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].cloud_id.as_deref(), Some("vpc-mine"));
+        assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+        assert!(conflicts[0].contains(VPC), "{conflicts:?}");
     }
 }
