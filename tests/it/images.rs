@@ -286,6 +286,7 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
 /// `-o json` output; no line of kprov's own can be forged with it.
 #[test]
 fn an_image_tag_with_control_characters_is_printed_escaped_in_every_output() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(1);
     let name = "tags.metal.example.com";
     let inv = lab.write(

@@ -1239,6 +1239,7 @@ fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
 /// it; a rolling update refuses while it is unreachable, naming it.
 #[test]
 fn get_instances_lists_an_unreachable_host_as_unreachable_with_its_error() {
+    crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "unreachable.metal.example.com";
     let inv = lab.write(
