@@ -1,16 +1,12 @@
-//! `rolling-update cluster` and `get instances`: the preview of a roll (kops's table per
-//! group, then per node: replace, re-provision in place or leave alone, and why), from each
-//! node's provisioning record compared with the spec.
+//! `rolling-update cluster` and `get instances`: the flags read into
+//! `ops::rolling_update::RollingOptions`, the preview printed (kops's table per group, then per
+//! node: replace, re-provision in place or leave alone, and why), and with `--yes` the roll
+//! (`RollingUpdate::apply`) under `Session::with_lock`, its progress (a spinner line per node
+//! on a terminal, plain lines otherwise), the journal and the exit code from how it ended.
+//! Every decision (the platform, the rollers, the etcd backup, the journal) is in `ops`.
 //!
-//! The platform (`ops::platform::Platform`) gives the machines the plan is made from and, for
-//! `--yes`, the rollers (`ops::rolling_run`: in place on metal, replacing on AWS, with the
-//! etcd backup before control planes roll and the validation gate's etcd check); this module
-//! never asks which platform a cluster runs on. `--yes` runs the engine (`ops::rolling::run`)
-//! under the cluster lock (`ops::session::Session::with_lock`) with the journal and
-//! `KubeCluster` as the cluster side. Ctrl-C (or SIGTERM), caught from the moment the lock is
-//! held, asks the engine to stop at a safe point (exit 130, or 143 for SIGTERM; lock
-//! released); a second one exits at once. The AWS roller's waits (a replacement instance,
-//! SSH, the new etcd member) end at the first one.
+//! Ctrl-C (or SIGTERM), caught before the lock is taken, asks the engine to stop at a safe
+//! point (exit 130, or 143 for SIGTERM; lock released); a second one exits at once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
