@@ -2439,8 +2439,8 @@ pub mod tests {
         Validation,
     }
 
-    /// The fake cluster, except that the wait `stall` never ends once it has broken the store
-    /// (`failing`): only a failed write can end the roll.
+    /// The fake cluster, except that the wait `stall` never ends and the store (`failing`) is
+    /// broken before the write beside it starts: only that failed write can end the roll.
     struct Stalling<'a> {
         fake: &'a Fake,
         stall: Beside,
@@ -2470,6 +2470,12 @@ pub mod tests {
             self.fake.drain(node, timeout).await
         }
         async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String> {
+            if self.stall == Beside::Ready {
+                // Read right before the in-place roll, whose `replaced` is written beside the
+                // wait for Ready: the store breaks before that write can start.
+                self.failing
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             self.fake.ready_heartbeat(node).await
         }
         async fn wait_ready(
