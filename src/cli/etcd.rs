@@ -1,51 +1,36 @@
-//! `backup etcd`, `get backups`, `restore etcd`: thin commands over `ops::etcd` on every
-//! platform: the machines come from `ops::platform` (metal's hosts, AWS's instances), strict
-//! host keys, the cluster lock.
+//! `backup etcd`, `get backups`, `restore etcd`: thin commands over `ops::etcd_backup` on
+//! every platform (the machines from the platform seam, strict host keys), the lock through
+//! `Session::with_lock`.
 
-use std::sync::Arc;
-
-use super::commands::{Ctx, locked};
+use super::commands::Ctx;
 use super::exit;
-use crate::nodes::Target;
-use crate::ops::etcd::{self as ops, BackupRecord};
-use crate::ops::nodes::no_events;
-use crate::ops::platform::{Platform, Reach};
+use crate::ops::etcd::{BackupRecord, DamagedRecord};
+use crate::ops::etcd_backup::{self as ops, EtcdBackups, EtcdError};
+use crate::ops::platform::Reach;
+use crate::ops::session::Session;
 use crate::output::{Table, untrusted};
-use crate::spec::Cluster;
-use crate::state::StateStore;
 
-/// Hosts worked on at once by a restore (every member restores at the same time anyway).
-const CONCURRENCY: usize = 20;
-
-/// The stored cluster and its platform's machines.
-async fn open(
-    ctx: &Ctx,
-    name: &str,
-    reach: Reach,
-) -> anyhow::Result<(Arc<dyn StateStore>, Cluster, Platform, Vec<Target>)> {
-    let repo = ctx.repo().await?;
-    let stored = repo.get(name).await?;
-    // Resolved as every other command resolves a stored cluster (`addons::resolved`):
-    // completed and validated, so a stored spec that is no longer valid is refused with its
-    // located problems before any host is contacted.
-    let (cluster, groups) = stored.resolve(&repo.location())?;
-    let store = repo.store().clone();
-    let platform = Platform::open(&store, &cluster, &groups, reach).await?;
-    let targets = platform.targets().await?;
-    if platform.etcd_hosts(&targets).is_empty() {
-        anyhow::bail!(
-            "{name} has no etcd member running (no control plane{}); nothing to back up or restore",
-            if matches!(platform, Platform::Aws(_)) {
-                " instance found: `kprov get instances` lists them"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok((store, cluster, platform, targets))
+/// The stored cluster's etcd commands, and the session they take the lock through.
+async fn open(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<(Session, EtcdBackups)> {
+    let (cluster, groups) = super::addons::resolved(ctx, name).await?;
+    let session = Session::new(ctx.repo().await?.store().clone());
+    let etcd = ops::open(session.store().clone(), &cluster, &groups, reach)
+        .await
+        .map_err(failed)?;
+    Ok((session, etcd))
 }
 
-fn backups_table(records: &[BackupRecord], damaged: &[ops::DamagedRecord]) -> Table {
+/// An ops error as the command reports it: its cause kept as it is, so that the exit code
+/// (`exit_code_of`: 4 for a held lock) reads it.
+fn failed(e: EtcdError) -> anyhow::Error {
+    match e {
+        EtcdError::Lock(e) => e.into(),
+        EtcdError::Other(e) => e,
+        e => e.into(),
+    }
+}
+
+fn backups_table(records: &[BackupRecord], damaged: &[DamagedRecord]) -> Table {
     let mut t = Table::new(["SNAPSHOT", "TAKEN", "MEMBER", "ETCD", "SIZE", "SHA256"]);
     // Checked on read (`BackupRecord::check`), and escaped all the same: the table is the
     // one place these values meet a terminal.
@@ -75,28 +60,18 @@ fn backups_table(records: &[BackupRecord], damaged: &[ops::DamagedRecord]) -> Ta
 
 /// `kprov backup etcd NAME`.
 pub async fn backup(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<i32> {
-    let (store, cluster, platform, targets) = open(ctx, name, reach).await?;
-    let record = locked(&store, cluster.name(), "backup etcd", async {
-        let fleet = platform.fleet(&store, &targets, CONCURRENCY, &no_events())?;
-        let r = ops::backup(
-            store.as_ref(),
-            &cluster,
-            &targets,
-            &fleet,
-            chrono::Utc::now(),
-        )
-        .await;
-        fleet.close().await;
-        r
-    })
-    .await?;
+    let (session, etcd) = open(ctx, name, reach).await?;
+    let record = session
+        .with_lock(name, "backup etcd", async |guard| etcd.backup(guard).await)
+        .await
+        .map_err(failed)?;
     ctx.printer.value(&record, || {
         backups_table(std::slice::from_ref(&record), &[])
     })?;
     ctx.printer.success(&format!(
         "Backed up etcd of {name} from {} to {} ({} bytes, sha256 {}).",
         record.host,
-        store.key_location(&record.key),
+        etcd.location(&record.key),
         record.size,
         record.sha256
     ));
@@ -105,14 +80,8 @@ pub async fn backup(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<i32> 
 
 /// `kprov get backups NAME`.
 pub async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
-    let repo = ctx.repo().await?;
-    // The cluster must exist, or have been deleted with its backups kept: a typo is an
-    // error, not an empty list.
-    match repo.get(name).await {
-        Ok(_) | Err(crate::repo::RepoError::BackupsOnly { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let backups = ops::list(repo.store().as_ref(), name).await?;
+    let store = ctx.repo().await?.store().clone();
+    let backups = ops::backups(&store, name).await.map_err(failed)?;
     ctx.printer.value(&backups.records, || {
         backups_table(&backups.records, &backups.damaged)
     })?;
@@ -136,10 +105,9 @@ pub async fn restore(
     yes: bool,
     reach: Reach,
 ) -> anyhow::Result<i32> {
-    let (store, cluster, platform, targets) = open(ctx, name, reach).await?;
-    // The checksum is verified before anything else, preview included.
-    let (record, snapshot) = ops::load(store.as_ref(), name, from).await?;
-    let plan = ops::restore_plan(&cluster, &targets, &record);
+    let (session, etcd) = open(ctx, name, reach).await?;
+    let restore = etcd.restore_plan(from).await.map_err(failed)?;
+    let (plan, record) = (&restore.plan, &restore.plan.backup);
     let mut t = Table::new(["HOST", "STEPS"]);
     for (h, what) in &plan.hosts {
         t.row([h.clone(), what.join("; ")]);
@@ -161,13 +129,12 @@ pub async fn restore(
         ));
         return Ok(exit::OK);
     }
-    locked(&store, cluster.name(), "restore etcd", async {
-        let fleet = platform.fleet(&store, &targets, CONCURRENCY, &no_events())?;
-        let r = ops::restore(&cluster, &targets, &fleet, &snapshot).await;
-        fleet.close().await;
-        r
-    })
-    .await?;
+    session
+        .with_lock(name, "restore etcd", async |guard| {
+            etcd.restore(&restore, guard).await
+        })
+        .await
+        .map_err(failed)?;
     ctx.printer.success(&format!(
         "Restored etcd of {name} from snapshot {}: every member healthy, API servers started.",
         untrusted(&record.id)

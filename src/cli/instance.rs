@@ -12,26 +12,13 @@ use std::sync::Arc;
 
 use super::commands::{Ctx, catch_interrupts, interrupted};
 use super::{DeleteInstanceArgs, exit};
-use crate::kube::{Disposition, DrainEvent, DrainOptions, DrainReport, EvictOptions, NodeInfo};
+use crate::kube::{Disposition, DrainEvent, DrainReport, NodeInfo};
 use crate::ops::instance::{
     self as ops, AwsRemovalPlan, EtcdPlan, InstanceError, InstancePlan, InstanceReport,
     RemovalPlan, RemoveEvent, RemoveEvents,
 };
 use crate::ops::session::Session;
 use crate::output::{Format, Printer, Table};
-
-fn drain_options(a: &DeleteInstanceArgs) -> DrainOptions {
-    DrainOptions {
-        timeout: a.drain_timeout,
-        delete_emptydir_data: a.delete_emptydir_data,
-        force_unmanaged: a.force,
-        eviction: EvictOptions {
-            deadline: a.drain_timeout,
-            ..EvictOptions::default()
-        },
-        ..DrainOptions::default()
-    }
-}
 
 fn roles(plan: &RemovalPlan) -> String {
     plan.host
@@ -42,20 +29,7 @@ fn roles(plan: &RemovalPlan) -> String {
         .join(",")
 }
 
-fn render_plan(ctx: &Ctx, plan: &RemovalPlan) -> anyhow::Result<()> {
-    match ctx.printer.format() {
-        Format::Json => {
-            ctx.printer
-                .data(&serde_json::to_string_pretty(&preview_value(plan)?)?);
-            return Ok(());
-        }
-        Format::Yaml => {
-            ctx.printer
-                .data(&crate::output::to_yaml(&preview_value(plan)?)?);
-            return Ok(());
-        }
-        Format::Table => {}
-    }
+fn render_plan(ctx: &Ctx, plan: &RemovalPlan) {
     let mut t = Table::new(["NODE", "HOST", "ADDRESS", "ROLES", "NODE OBJECT"]);
     t.row([
         plan.node.clone(),
@@ -107,7 +81,6 @@ fn render_plan(ctx: &Ctx, plan: &RemovalPlan) -> anyhow::Result<()> {
         ));
     }
     ctx.printer.data(&out);
-    Ok(())
 }
 
 fn pods_text(pods: &[(String, Disposition)]) -> String {
@@ -130,25 +103,6 @@ fn pods_text(pods: &[(String, Disposition)]) -> String {
         }
     }
     out
-}
-
-fn pods_value(pods: &[(String, Disposition)]) -> serde_json::Value {
-    pods.iter()
-        .map(|(p, d)| {
-            let (action, why) = match d {
-                Disposition::Evict => ("evict", String::new()),
-                Disposition::Skip(r) => ("skip", r.to_string()),
-                Disposition::Refuse(w) => ("refused", w.join("; ")),
-            };
-            serde_json::json!({ "pod": p, "action": action, "reason": why })
-        })
-        .collect()
-}
-
-fn preview_value(plan: &RemovalPlan) -> anyhow::Result<serde_json::Value> {
-    let mut v = serde_json::to_value(plan)?;
-    v["pods"] = pods_value(&plan.pods);
-    Ok(v)
 }
 
 /// What the removal is doing now (its last step), for the message of a signal that cuts it.
@@ -246,7 +200,9 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
     let repo = ctx.repo().await?;
     let request = ops::Request {
         node: a.node.clone(),
-        drain: drain_options(a),
+        drain_timeout: a.drain_timeout,
+        delete_emptydir_data: a.delete_emptydir_data,
+        force: a.force,
         decrement: a.decrement_desired_capacity,
         cloud_only: a.cloud_only,
         kubeconfig: a.kubeconfig.clone(),
@@ -259,15 +215,19 @@ pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Resul
     }
     if !a.yes {
         let plan = removal.plan().await.map_err(failed)?;
+        match (&plan, ctx.printer.format()) {
+            (_, Format::Json) => ctx
+                .printer
+                .data(&serde_json::to_string_pretty(&plan.document()?)?),
+            (_, Format::Yaml) => ctx
+                .printer
+                .data(&crate::output::to_yaml(&plan.document()?)?),
+            (InstancePlan::Metal(p), Format::Table) => render_plan(ctx, p),
+            (InstancePlan::Aws(p), Format::Table) => render_aws_plan(ctx, p),
+        };
         let node = match &plan {
-            InstancePlan::Metal(p) => {
-                render_plan(ctx, p)?;
-                &a.node
-            }
-            InstancePlan::Aws(p) => {
-                render_aws_plan(ctx, p)?;
-                &p.node
-            }
+            InstancePlan::Metal(_) => &a.node,
+            InstancePlan::Aws(p) => &p.node,
         };
         return Ok(end_preview(ctx, plan.refusals(), node, name));
     }
@@ -344,21 +304,7 @@ fn failed(e: InstanceError) -> anyhow::Error {
     }
 }
 
-fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
-    match ctx.printer.format() {
-        Format::Json | Format::Yaml => {
-            let mut v = serde_json::to_value(plan)?;
-            v["pods"] = pods_value(&plan.pods);
-            let text = if ctx.printer.format() == Format::Json {
-                serde_json::to_string_pretty(&v)?
-            } else {
-                crate::output::to_yaml(&v)?
-            };
-            ctx.printer.data(&text);
-            return Ok(());
-        }
-        Format::Table => {}
-    }
+fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) {
     let mut t = Table::new(["NODE", "INSTANCE", "GROUP", "ROLE", "NODE OBJECT"]);
     t.row([
         plan.node.clone(),
@@ -404,5 +350,4 @@ fn render_aws_plan(ctx: &Ctx, plan: &AwsRemovalPlan) -> anyhow::Result<()> {
         }
     ));
     ctx.printer.data(&out);
-    Ok(())
 }

@@ -1,40 +1,34 @@
-//! `rolling-update cluster` and `get instances`: the preview of a roll (kops's table per
-//! group, then per node: replace, re-provision in place or leave alone, and why), from each
-//! node's provisioning record compared with the spec.
+//! `rolling-update cluster` and `get instances`: the flags read into
+//! `ops::rolling_update::RollingOptions`, the preview printed (kops's table per group, then per
+//! node: replace, re-provision in place or leave alone, and why), and with `--yes` the roll
+//! (`RollingUpdate::apply`) under `Session::with_lock`, its progress (a spinner line per node
+//! on a terminal, plain lines otherwise), the journal and the exit code from how it ended.
+//! Every decision (the platform, the rollers, the etcd backup, the journal) is in `ops`.
 //!
-//! The platform (`ops::platform::Platform`) gives the machines the plan is made from and, for
-//! `--yes`, the rollers (`ops::rolling_run`: in place on metal, replacing on AWS, with the
-//! etcd backup before control planes roll and the validation gate's etcd check); this module
-//! never asks which platform a cluster runs on. `--yes` runs the engine (`ops::rolling::run`)
-//! under the cluster lock (`ops::session::Session::with_lock`) with the journal and
-//! `KubeCluster` as the cluster side. Ctrl-C (or SIGTERM), caught from the moment the lock is
-//! held, asks the engine to stop at a safe point (exit 130, or 143 for SIGTERM; lock
-//! released); a second one exits at once. The AWS roller's waits (a replacement instance,
-//! SSH, the new etcd member) end at the first one.
+//! Ctrl-C (or SIGTERM), caught before the lock is taken, asks the engine to stop at a safe
+//! point (exit 130, or 143 for SIGTERM; lock released); a second one exits at once.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use serde::Serialize;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::commands::Ctx;
 use super::exit;
-use crate::kube::Kube;
-use crate::nodes::journal::{Journal, JournalFile, NodeStep};
+use crate::nodes::journal::{Journal, NodeStep};
 use crate::nodes::roll::{self, RollPlan, Selection};
 use crate::ops::interrupt::{Caught, Interrupts};
-use crate::ops::platform::{Platform, Reach};
-use crate::ops::rolling as ops;
-use crate::ops::rolling_run::{self, MachinesError, Preparing, Roll};
+use crate::ops::rolling::{self as ops, RollError};
+use crate::ops::rolling_run::{MachinesError, Preparing};
+use crate::ops::rolling_update::{
+    self as ops_roll, RollingError, RollingEvent, RollingOptions, RollingPlan, RollingReport,
+    RollingUpdate,
+};
 use crate::ops::session::Session;
 use crate::output::{Format, Table, plural};
-use crate::spec::{Cluster, InstanceGroup};
-use crate::state::lock;
 
 #[derive(Debug, Args, Clone)]
 pub struct RollingUpdateClusterArgs {
@@ -85,71 +79,6 @@ pub struct RollingUpdateClusterArgs {
     pub bundle: Option<PathBuf>,
 }
 
-/// The cluster's API from stored credentials. One function, so moving the client into
-/// `ops` (branch aws11) changes one line here.
-/// The guard keeps what the client needs (a temporary kubeconfig, an SSH tunnel) alive.
-async fn api(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    kubeconfig: Option<&Path>,
-) -> anyhow::Result<(Kube, crate::ops::credentials::ClientGuard)> {
-    super::addons::cluster_client(ctx, cluster, kubeconfig, false).await
-}
-
-/// Ready per node name, or why it is unknown.
-async fn readiness(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    kubeconfig: Option<&Path>,
-) -> Result<BTreeMap<String, bool>, String> {
-    let ask = async {
-        let (kube, _guard) = api(ctx, cluster, kubeconfig).await?;
-        let nodes = kube.list_nodes().await?;
-        Ok::<_, anyhow::Error>(nodes.into_iter().map(|n| (n.name, n.ready)).collect())
-    };
-    match tokio::time::timeout(Duration::from_secs(30), ask).await {
-        Ok(Ok(m)) => Ok(m),
-        Ok(Err(e)) => Err(format!("{e:#}")),
-        Err(_) => Err("the API did not answer within 30s".into()),
-    }
-}
-
-struct Observation {
-    plan: RollPlan,
-    problems: Vec<String>,
-    ready_error: Option<String>,
-    /// Where the cluster runs, opened once for the preview and the run.
-    platform: Platform,
-}
-
-async fn observe(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-    selection: &Selection,
-    kubeconfig: Option<&Path>,
-    concurrency: usize,
-    ssh_private_address: bool,
-) -> anyhow::Result<Observation> {
-    let repo = ctx.repo().await?;
-    let reach = Reach {
-        private_address: ssh_private_address,
-    };
-    let platform = Platform::open(repo.store(), cluster, groups, reach).await?;
-    let machines = platform.roll_observe(repo.store(), concurrency).await?;
-    let (ready, ready_error) = match readiness(ctx, cluster, kubeconfig).await {
-        Ok(r) => (Some(r), None),
-        Err(e) => (None, Some(e)),
-    };
-    let (plan, problems) = rolling_run::plan(cluster, groups, machines, ready.as_ref(), selection);
-    Ok(Observation {
-        plan,
-        problems,
-        ready_error,
-        platform,
-    })
-}
-
 fn groups_table(plan: &RollPlan) -> Table {
     let mut t = Table::new([
         "NAME",
@@ -198,47 +127,69 @@ fn nodes_table(plan: &RollPlan) -> Table {
     t
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PreviewJson<'a> {
-    #[serde(flatten)]
-    plan: &'a RollPlan,
-    problems: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ready_unknown: Option<&'a str>,
+impl RollingUpdateClusterArgs {
+    fn options(&self) -> anyhow::Result<RollingOptions> {
+        Ok(RollingOptions {
+            selection: Selection {
+                groups: self.instance_groups.clone(),
+                roles: roll::parse_roles(&self.instance_group_roles).map_err(anyhow::Error::msg)?,
+                force: self.force,
+            },
+            drain_timeout: self.drain_timeout,
+            validation_timeout: self.validation_timeout,
+            validate_count: self.validate_count,
+            cloud_only: self.cloud_only,
+            kubeconfig: self.kubeconfig.clone(),
+            concurrency: self.concurrency,
+            ssh_private_address: self.ssh_private_address,
+            bundle: self.bundle.clone(),
+        })
+    }
+}
+
+/// The roll opened on the stored cluster and its preview made (the API's route shown at
+/// debug level, READY's absence warned of after the data).
+async fn planned(
+    ctx: &Ctx,
+    name: &str,
+    options: RollingOptions,
+) -> anyhow::Result<(RollingUpdate, RollingPlan)> {
+    let (cluster, groups) = super::addons::resolved(ctx, name).await?;
+    let store = ctx.repo().await?.store().clone();
+    let roll = ops_roll::open(store, cluster, groups, options)
+        .await
+        .map_err(failed)?;
+    let plan = roll.plan().await.map_err(failed)?;
+    if let Some(route) = &plan.route {
+        ctx.printer.debug(route);
+    }
+    Ok((roll, plan))
+}
+
+fn warn_ready_unknown(ctx: &Ctx, plan: &RollingPlan) {
+    if let Some(e) = &plan.ready_unknown {
+        ctx.printer.warn(&format!(
+            "READY is unknown: the cluster's API could not be asked: {e}"
+        ));
+    }
+}
+
+/// An ops error as the command reports it: its cause kept as it is, so that the exit code
+/// (`exit_code_of`: 4 for a held lock) reads it.
+fn failed(e: RollingError) -> anyhow::Error {
+    match e {
+        RollingError::Lock(e) => e.into(),
+        RollingError::Other(e) => e,
+        e => e.into(),
+    }
 }
 
 pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<i32> {
-    let (cluster, groups) = super::addons::resolved(ctx, &a.name).await?;
-    let cluster = super::update::bundle_for_run(cluster, a.bundle.as_deref());
-    // A tampered, truncated or incomplete bundle is refused before the preview, naming the
-    // entry: no node is cordoned for a roll that could not install.
-    crate::provision::render::check_bundle(&cluster)?;
-    let name = cluster.name();
-    let selection = Selection {
-        groups: a.instance_groups.clone(),
-        roles: roll::parse_roles(&a.instance_group_roles).map_err(anyhow::Error::msg)?,
-        force: a.force,
-    };
-    let o = observe(
-        ctx,
-        &cluster,
-        &groups,
-        &selection,
-        a.kubeconfig.as_deref(),
-        a.concurrency,
-        a.ssh_private_address,
-    )
-    .await?;
+    let (roll, o) = planned(ctx, &a.name, a.options()?).await?;
+    let name = roll.cluster().name().to_string();
     let plan = &o.plan;
     match ctx.printer.format() {
-        Format::Json => ctx
-            .printer
-            .data(&serde_json::to_string_pretty(&PreviewJson {
-                plan,
-                problems: &o.problems,
-                ready_unknown: o.ready_error.as_deref(),
-            })?),
+        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&o)?),
         Format::Yaml => ctx.printer.data(&crate::output::to_yaml(plan)?),
         Format::Table => {
             ctx.printer.data(&groups_table(plan).render());
@@ -246,11 +197,7 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
             ctx.printer.data(&nodes_table(plan).render());
         }
     }
-    if let Some(e) = &o.ready_error {
-        ctx.printer.warn(&format!(
-            "READY is unknown: the cluster's API could not be asked: {e}"
-        ));
-    }
+    warn_ready_unknown(ctx, &o);
     if let Some(v) = &plan.version {
         ctx.printer.status(&format!(
             "Kubernetes {} -> {}: control planes first{}, then the kubelets.",
@@ -262,8 +209,7 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
                 .unwrap_or_default()
         ));
     }
-    let mut refusals = o.problems.clone();
-    refusals.extend(plan.refusals.iter().cloned());
+    let refusals = o.refusals();
     if !refusals.is_empty() {
         for r in &refusals {
             ctx.printer.error(r);
@@ -274,12 +220,11 @@ pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<
         ));
         return Ok(exit::ERROR);
     }
-    let to_roll = plan.to_roll();
     if a.yes {
-        // A journal left unfinished is resumed even when the preview finds nothing to roll:
-        // its node in flight may still be cordoned.
-        return roll(ctx, a, &cluster, &groups, plan, o.platform).await;
+        // A journal left unfinished is resumed even when the preview finds nothing to roll.
+        return apply(ctx, &name, roll, plan).await;
     }
+    let to_roll = plan.to_roll();
     if to_roll == 0 {
         ctx.printer.success(&format!(
             "No rolling update needed: every node of {name} is up to date."
@@ -401,31 +346,32 @@ fn shown_step(step: NodeStep, cloud_only: bool) -> &'static str {
     }
 }
 
-/// `--yes`: under the cluster lock, the journal loaded (an unfinished roll is
-/// resumed) or made from `plan`, and the engine run with the real cluster and machines.
-async fn roll(
-    ctx: &Ctx,
-    a: &RollingUpdateClusterArgs,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-    plan: &RollPlan,
-    platform: Platform,
-) -> anyhow::Result<i32> {
-    let name = cluster.name();
+/// `--yes`: [`RollingUpdate::apply`] under the cluster lock, its events and report printed.
+async fn apply(ctx: &Ctx, name: &str, roll: RollingUpdate, plan: &RollPlan) -> anyhow::Result<i32> {
     let session = Session::new(ctx.repo().await?.store().clone());
     // Ctrl-C is caught before the lock is taken, so none that comes while it is held can end
     // the process with the lock left behind: the first asks the roll to stop at a safe point
     // (then the lock is released), a second exits at once.
     let resume = format!("kprov rolling-update cluster {name} --yes");
     let ints = super::commands::catch_interrupts(name, &resume);
+    let multi = std::sync::Mutex::new(None);
+    let say = |e: RollingEvent<'_>| say(ctx, name, e);
+    let events = |j: &Journal| {
+        let names: Vec<String> = j.nodes.iter().map(|n| n.node_name.clone()).collect();
+        let (events, bars) = roll_events(ctx.printer.is_tty(), &names);
+        *multi.lock().unwrap_or_else(|p| p.into_inner()) = bars;
+        events
+    };
     let code = session
         .with_lock(name, "rolling-update cluster --yes", async |guard| {
-            roll_locked(
-                ctx, a, &session, cluster, groups, plan, platform, guard, &ints,
-            )
-            .await
+            let report = roll.apply(plan, guard, &ints, &say, events).await;
+            if let Some(m) = multi.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = m.clear();
+            }
+            report_code(ctx, name, report, &ints)
         })
-        .await?;
+        .await
+        .map_err(failed)?;
     if let Some(c) = ints.caught()
         && code == c.exit_code()
     {
@@ -436,190 +382,86 @@ async fn roll(
     Ok(code)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn roll_locked(
+/// The report printed (the journal as stored, then how the roll ended) and its exit code.
+fn report_code(
     ctx: &Ctx,
-    a: &RollingUpdateClusterArgs,
-    session: &Session,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-    plan: &RollPlan,
-    platform: Platform,
-    guard: &lock::LockGuard,
+    name: &str,
+    report: Result<RollingReport, RollingError>,
     ints: &Interrupts,
-) -> anyhow::Result<i32> {
-    let cancel = ints.flag();
-    let name = cluster.name();
-    let store = session.store().clone();
-    let (file, start) = rolling_run::start(store.as_ref(), name, plan, guard, a.cloud_only).await?;
-    let journal = match start {
-        rolling_run::Start::Resume(j) => {
-            ctx.printer.status(&format!(
-                "Resuming the roll of {name} started at {} by {}: {} of {} done.",
-                j.started_at.to_rfc3339(),
-                j.started_by,
-                j.done(),
-                plural(j.nodes.len(), "node")
-            ));
-            j
-        }
-        rolling_run::Start::New(j) => j,
-        rolling_run::Start::NothingToRoll => {
+) -> Result<i32, RollingError> {
+    let ran = match report {
+        Ok(RollingReport::NothingToRoll) => {
             ctx.printer.success(&format!(
                 "No rolling update needed: every node of {name} is up to date."
             ));
             return Ok(exit::OK);
         }
-    };
-    let cloud_only = a.cloud_only || journal.cloud_only;
-    if cloud_only {
-        ctx.printer.warn(
-            "--cloudonly: nodes are re-provisioned WITHOUT cordoning, draining, waiting for \
-             Ready or validating the cluster; pods on them are not moved first",
-        );
-    }
-    let kube_client = if cloud_only {
-        None
-    } else {
-        Some(api(ctx, cluster, a.kubeconfig.as_deref()).await?)
-    };
-    let kube = kube_client.as_ref().map(|(k, _)| k.clone());
-    let names: Vec<String> = journal.nodes.iter().map(|n| n.node_name.clone()).collect();
-    let (events, multi) = roll_events(ctx.printer.is_tty(), &names);
-    // The machines: re-provisioned in place on metal, replaced through their group on AWS.
-    // etcd's members are part of validation.
-    let say = |p: Preparing| say_preparing(ctx, name, p);
-    let rollers = platform
-        .rollers(Roll {
-            store: &store,
-            groups,
-            concurrency: a.concurrency,
-            guard,
-            kube: kube.clone(),
-            journal: &journal,
-            plan,
-            events: events.clone(),
-            interrupts: ints,
-            say: &say,
-        })
-        .await;
-    let rollers = match rollers {
-        Ok(r) => r,
-        Err(e @ MachinesError::Backup(_)) => {
+        Ok(RollingReport::Ran(ran)) => ran,
+        Err(RollingError::Machines(e @ MachinesError::Backup(_))) => {
             ctx.printer.error(&e.to_string());
             return Ok(exit::ERROR);
         }
-        Err(e @ MachinesError::Interrupted(_)) => {
+        Err(RollingError::Machines(e @ MachinesError::Interrupted(_))) => {
             ctx.printer.error(&e.to_string());
             return Ok(exit::INTERRUPTED);
         }
-        Err(MachinesError::Other(e)) => return Err(e),
+        Err(RollingError::Machines(MachinesError::Other(e))) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
-    let etcd = Some(rollers.etcd.clone());
-    let options = ops::RollOptions {
-        drain_timeout: a.drain_timeout,
-        validation_timeout: a.validation_timeout,
-        validate_count: a.validate_count,
-        cloud_only,
-        ..ops::RollOptions::default()
-    };
-    let lock_check = || guard.check().map_err(|e| e.to_string());
-    let result = match &kube {
-        Some(kube) => {
-            let api = ops::KubeCluster {
-                kube: kube.clone(),
-                cluster: cluster.clone(),
-                expect: crate::addons::validate::Expectations::from_spec(cluster, groups)?,
-                poll: Duration::from_secs(2),
-                etcd: etcd.clone(),
-            };
-            ops::run(
-                file,
-                journal,
-                &api,
-                rollers.roller.as_ref(),
-                &options,
-                &events,
-                cancel.clone(),
-                &lock_check,
-            )
-            .await
-        }
-        None => {
-            ops::run(
-                file,
-                journal,
-                &rolling_run::NoApi,
-                rollers.roller.as_ref(),
-                &options,
-                &events,
-                cancel.clone(),
-                &lock_check,
-            )
-            .await
-        }
-    };
-    if let Some(m) = multi {
-        let _ = m.clear();
+    if let Some(j) = &ran.stored {
+        ctx.printer.data(&journal_table(j, ran.cloud_only).render());
     }
-    // The gate's etcd check and the roller hold the fleet, which closes only once it is the
-    // last.
-    drop(etcd);
-    rollers.close().await;
-    let (_, last) = JournalFile::load(store.as_ref(), name).await?;
-    if let Some(j) = &last {
-        ctx.printer.data(&journal_table(j, cloud_only).render());
-    }
-    match result {
+    Ok(match ran.outcome {
         Ok(j) => {
             ctx.printer.success(&format!(
                 "Rolled {} of {} of {name}.",
                 j.done(),
                 plural(j.nodes.len(), "node")
             ));
-            Ok(exit::OK)
+            exit::OK
         }
-        Err(ops::RollError::Lock(e)) => {
+        Err(RollError::Lock(e)) => {
             ctx.printer
                 .error(&format!("the cluster lock was lost: {e}"));
-            Ok(exit::ERROR)
+            exit::ERROR
         }
-        Err(e @ ops::RollError::Interrupted(_)) => {
+        Err(e @ RollError::Interrupted(_)) => {
             ctx.printer.error(&e.to_string());
-            Ok(ints.caught().unwrap_or(Caught::Interrupt).exit_code())
+            ints.caught().unwrap_or(Caught::Interrupt).exit_code()
         }
         Err(e) => {
             ctx.printer.error(&e.to_string());
-            Ok(exit::ERROR)
+            exit::ERROR
         }
-    }
+    })
 }
 
-/// The etcd backup before control planes roll, as it happens.
-fn say_preparing(ctx: &Ctx, name: &str, p: Preparing) {
-    match p {
-        Preparing::BackingUp { control_planes } => ctx.printer.status(&format!(
-            "Backing up etcd of {name} before rolling {}.",
-            control_planes.join(", ")
+/// What happens before the engine runs, as it happens.
+fn say(ctx: &Ctx, name: &str, e: RollingEvent<'_>) {
+    match e {
+        RollingEvent::Resuming(j) => ctx.printer.status(&format!(
+            "Resuming the roll of {name} started at {} by {}: {} of {} done.",
+            j.started_at.to_rfc3339(),
+            j.started_by,
+            j.done(),
+            plural(j.nodes.len(), "node")
         )),
-        Preparing::BackedUp(r) => ctx.printer.status(&format!(
+        RollingEvent::CloudOnly => ctx.printer.warn(
+            "--cloudonly: nodes are re-provisioned WITHOUT cordoning, draining, waiting for \
+             Ready or validating the cluster; pods on them are not moved first",
+        ),
+        RollingEvent::Route(route) => ctx.printer.debug(route),
+        RollingEvent::Preparing(Preparing::BackingUp { control_planes }) => {
+            ctx.printer.status(&format!(
+                "Backing up etcd of {name} before rolling {}.",
+                control_planes.join(", ")
+            ))
+        }
+        RollingEvent::Preparing(Preparing::BackedUp(r)) => ctx.printer.status(&format!(
             "etcd backed up from {} as {} ({} bytes, sha256 {}); `kprov restore etcd {name} --from {}` restores it.",
             r.host, r.id, r.size, r.sha256, r.id
         )),
     }
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct InstanceRow {
-    group: String,
-    node: String,
-    target: String,
-    status: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    reasons: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ready: Option<bool>,
 }
 
 /// `get instances NAME`: every host with its group, status and Ready.
@@ -628,51 +470,21 @@ pub async fn get_instances(
     name: &str,
     kubeconfig: Option<&Path>,
 ) -> anyhow::Result<i32> {
-    let (cluster, groups) = super::addons::resolved(ctx, name).await?;
-    let o = observe(
-        ctx,
-        &cluster,
-        &groups,
-        &Selection::default(),
-        kubeconfig,
-        20,
-        false,
-    )
-    .await?;
-    let metal = o.plan.platform == roll::Platform::Metal;
-    let mut rows = Vec::new();
-    for g in &o.plan.groups {
-        for n in &g.nodes {
-            rows.push(InstanceRow {
-                group: g.name.clone(),
-                node: n.node_name.clone(),
-                target: n.target.clone(),
-                // A machine that does not answer is listed, never dropped: an instance as
-                // unknown, a host as unreachable with the error (escaped: a host's words).
-                status: match &n.unknown {
-                    Some(_) if metal => "unreachable".into(),
-                    Some(_) => "unknown".into(),
-                    None if n.needs_update => "needs update".into(),
-                    None => "up to date".into(),
-                },
-                reasons: match &n.unknown {
-                    Some(why) if metal => vec![crate::output::escape(why).into_owned()],
-                    _ => n.reasons.clone(),
-                },
-                ready: n.ready,
-            });
-        }
-    }
+    let options = RollingOptions {
+        kubeconfig: kubeconfig.map(Path::to_path_buf),
+        ..RollingOptions::default()
+    };
+    let (_, o) = planned(ctx, name, options).await?;
+    let rows = o.instances();
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&rows)?),
         Format::Yaml => ctx.printer.data(&crate::output::to_yaml(&rows)?),
         Format::Table => {
             let mut t = Table::new(["ID", "NODE-NAME", "GROUP", "STATUS", "READY"]);
             for r in &rows {
-                let status = if r.reasons.is_empty() {
-                    r.status.clone()
-                } else {
-                    format!("{}: {}", r.status, r.reasons.join("; "))
+                let status = match r.reasons.is_empty() {
+                    true => r.status.to_string(),
+                    false => format!("{}: {}", r.status, r.reasons.join("; ")),
                 };
                 let ready = match r.ready {
                     Some(true) => "True",
@@ -690,33 +502,27 @@ pub async fn get_instances(
             ctx.printer.data(&t.render());
         }
     }
-    if let Some(e) = &o.ready_error {
-        ctx.printer.warn(&format!(
-            "READY is unknown: the cluster's API could not be asked: {e}"
-        ));
-    }
-    for g in &o.plan.groups {
-        for n in g.nodes.iter() {
-            if let Some(why) = n.unknown.as_ref().filter(|_| metal) {
-                ctx.printer.warn(&format!(
-                    "{} ({}): unreachable, its state cannot be read: {}. `kprov rolling-update \
-                     cluster {name}` refuses to run until it answers SSH again",
-                    n.target,
-                    n.node_name,
-                    crate::output::untrusted(why),
-                ));
-            } else if let Some(why) = &n.unknown {
-                ctx.printer.warn(&format!(
-                    "{} ({}): unknown, its state cannot be read: {}. Replace it with `kprov \
-                     rolling-update cluster {name} --instance-group {} --cloudonly --force \
-                     --yes`, or remove it with `kprov delete instance {name} {} --cloudonly --yes`",
-                    n.target,
-                    n.node_name,
-                    crate::output::untrusted(why),
-                    g.name,
-                    n.target
-                ));
-            }
+    warn_ready_unknown(ctx, &o);
+    for r in &rows {
+        if let Some(why) = r.unknown.as_ref().filter(|_| r.unreachable_host) {
+            ctx.printer.warn(&format!(
+                "{} ({}): unreachable, its state cannot be read: {}. `kprov rolling-update \
+                 cluster {name}` refuses to run until it answers SSH again",
+                r.target,
+                r.node,
+                crate::output::untrusted(why),
+            ));
+        } else if let Some(why) = &r.unknown {
+            ctx.printer.warn(&format!(
+                "{} ({}): unknown, its state cannot be read: {}. Replace it with `kprov \
+                 rolling-update cluster {name} --instance-group {} --cloudonly --force \
+                 --yes`, or remove it with `kprov delete instance {name} {} --cloudonly --yes`",
+                r.target,
+                r.node,
+                crate::output::untrusted(why),
+                r.group,
+                r.target
+            ));
         }
     }
     for p in &o.problems {

@@ -20,7 +20,6 @@ use crate::ops::update::{
     UpdateReport,
 };
 use crate::output::{Format, Printer};
-use crate::spec::Cluster;
 
 pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
     let session = Session::new(ctx.repo().await?.store().clone());
@@ -71,11 +70,6 @@ pub(super) fn resume_command(name: &str, a: &UpdateClusterArgs) -> String {
         "kprov update cluster {name} --yes{}",
         a.phase.map(UpdatePhase::flag).unwrap_or_default()
     )
-}
-
-/// `--bundle FILE` of `update` and `rolling-update` as `spec.assets.bundle` for this run.
-pub(super) fn bundle_for_run(cluster: Cluster, bundle: Option<&std::path::Path>) -> Cluster {
-    ops_update::bundle_for_run(cluster, bundle)
 }
 
 /// The plan as one document (docs/plan-json.md): the cloud plan's fields, `nodePlan`,

@@ -1153,13 +1153,34 @@ async fn release_on(
 pub struct Request {
     /// A host name (metal), a Node name or an instance ID (AWS).
     pub node: String,
-    pub drain: DrainOptions,
+    /// Give up on the drain after this long (the node stays cordoned, nothing else changes).
+    pub drain_timeout: std::time::Duration,
+    /// Evict pods with emptyDir volumes (their data is lost).
+    pub delete_emptydir_data: bool,
+    /// Evict pods no controller manages (they are not recreated).
+    pub force: bool,
     /// AWS: shrink the Auto Scaling group instead of letting it launch a replacement.
     pub decrement: bool,
     /// AWS: do not ask the cluster's API (it may be what is down).
     pub cloud_only: bool,
     /// `--kubeconfig`: the API client's credentials instead of the stored ones.
     pub kubeconfig: Option<std::path::PathBuf>,
+}
+
+impl Request {
+    /// kubectl's drain, bounded by `drain_timeout` (each eviction too).
+    fn drain(&self) -> DrainOptions {
+        DrainOptions {
+            timeout: self.drain_timeout,
+            delete_emptydir_data: self.delete_emptydir_data,
+            force_unmanaged: self.force,
+            eviction: crate::kube::EvictOptions {
+                deadline: self.drain_timeout,
+                ..Default::default()
+            },
+            ..DrainOptions::default()
+        }
+    }
 }
 
 /// Why `delete instance` could not run.
@@ -1218,6 +1239,27 @@ impl InstancePlan {
             InstancePlan::Metal(p) => &p.refusals,
             InstancePlan::Aws(p) => &p.refusals,
         }
+    }
+
+    /// The preview as `-o json|yaml` prints it: the plan's fields (keys sorted), each pod as
+    /// `{pod, action, reason}`.
+    pub fn document(&self) -> serde_json::Result<serde_json::Value> {
+        let (mut v, pods) = match self {
+            InstancePlan::Metal(p) => (serde_json::to_value(p)?, &p.pods),
+            InstancePlan::Aws(p) => (serde_json::to_value(p)?, &p.pods),
+        };
+        v["pods"] = pods
+            .iter()
+            .map(|(p, d)| {
+                let (action, why) = match d {
+                    Disposition::Evict => ("evict", String::new()),
+                    Disposition::Skip(r) => ("skip", r.to_string()),
+                    Disposition::Refuse(w) => ("refused", w.join("; ")),
+                };
+                serde_json::json!({ "pod": p, "action": action, "reason": why })
+            })
+            .collect();
+        Ok(v)
     }
 }
 
@@ -1306,7 +1348,7 @@ impl Removal {
         let r = &self.request;
         Ok(match &self.on {
             RemovalOn::Metal { kube } => InstancePlan::Metal(Box::new(
-                plan(self.store.clone(), &self.cluster, kube, &r.node, &r.drain).await?,
+                plan(self.store.clone(), &self.cluster, kube, &r.node, &r.drain()).await?,
             )),
             RemovalOn::Aws(aws) => InstancePlan::Aws(Box::new(
                 plan_aws(
@@ -1314,7 +1356,7 @@ impl Removal {
                     &aws.instances,
                     aws.kube.as_ref(),
                     &r.node,
-                    &r.drain,
+                    &r.drain(),
                     r.decrement,
                 )
                 .await?,
@@ -1338,7 +1380,7 @@ impl Removal {
                     kube,
                     &r.node,
                     guard,
-                    &r.drain,
+                    &r.drain(),
                     events,
                 )
                 .await?,
@@ -1350,7 +1392,7 @@ impl Removal {
                     aws.kube.as_ref(),
                     &r.node,
                     guard,
-                    &r.drain,
+                    &r.drain(),
                     r.decrement,
                     events,
                 )
@@ -1368,7 +1410,9 @@ mod tests {
     fn request(decrement: bool, cloud_only: bool) -> Request {
         Request {
             node: "w1".into(),
-            drain: DrainOptions::default(),
+            drain_timeout: std::time::Duration::from_secs(60),
+            delete_emptydir_data: false,
+            force: false,
             decrement,
             cloud_only,
             kubeconfig: None,

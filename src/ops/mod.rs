@@ -33,11 +33,16 @@
 //!   (`delete damaged`).
 //! - [`etcd`]: snapshots into the state store ([`etcd::backup`], which a rolling update
 //!   calls before control-plane rolls), listing them, and restoring every member.
+//! - [`etcd_backup`]: `backup etcd`, `get backups`, `restore etcd` on every platform: the
+//!   machines from the platform seam ([`etcd_backup::open`]), the backup and the restore under
+//!   the caller's lock.
 //! - [`session`]: the state store opened once per command, and the one way a use case takes
 //!   a cluster's lock ([`session::Session::with_lock`]).
-//! - [`rolling`] (the engine, with its journal), [`rolling_metal`] (in place),
-//!   [`rolling_aws`] (replacing), [`rolling_run`]: `rolling-update cluster`'s machines and
-//!   rollers, asked of the platform seam.
+//! - [`rolling_update`]: `rolling-update cluster` and `get instances` on every platform:
+//!   [`rolling_update::open`], the preview ([`rolling_update::RollingUpdate::plan`]), the roll
+//!   under the lock ([`rolling_update::RollingUpdate::apply`]); over [`rolling`] (the engine,
+//!   with its journal), [`rolling_metal`] (in place), [`rolling_aws`] (replacing) and
+//!   [`rolling_run`] (the machines and rollers, asked of the platform seam).
 //! - [`sshkey`]: the cluster's SSH public key (`create sshpublickey`), shown by fingerprint.
 //! - [`toolbox`]: `toolbox dump`, the cluster's cloud resources and machines as one
 //!   document, secrets never included.
@@ -50,6 +55,7 @@ pub mod credentials;
 pub mod damaged;
 pub mod delete;
 pub mod etcd;
+pub mod etcd_backup;
 pub mod instance;
 pub mod interrupt;
 pub mod node_config;
@@ -61,6 +67,7 @@ pub mod rolling;
 pub mod rolling_aws;
 pub mod rolling_metal;
 pub mod rolling_run;
+pub mod rolling_update;
 pub mod session;
 pub mod sshkey;
 pub mod toolbox;

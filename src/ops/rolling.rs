@@ -487,14 +487,15 @@ async fn roll_batches(
             };
             // The batch's uncordons are written while the cluster is validated, not before.
             let when = format!("after {}", names.join(", "));
-            let (written, gated) = tokio::join!(
-                shared.commit(lock_check),
+            let gated = beside_write(
+                shared,
+                lock_check,
                 shared.timed(
                     Wait::Validate,
                     gate(api, options, events, &cancel, options.validate_count, &when),
-                )
-            );
-            written?;
+                ),
+            )
+            .await?;
             if let Err(e @ RollError::Interrupted(_)) = gated {
                 stopped_in_flight(
                     shared,
@@ -606,6 +607,34 @@ async fn record(
     shared.timed(Wait::Journal, shared.commit(lock_check)).await
 }
 
+/// `wait` (a drain, a wait for Ready, a validation) with the journal written beside it. The
+/// write is never cut short, not even by the wait's end: a write dropped midway would leave
+/// the journal's version unknown. A failed write cuts the wait short instead: the roll stops
+/// at once, not minutes later when a drain or a wait for Ready ends, and no step is taken on
+/// a journal the store no longer follows. Time spent on the write after the wait ended counts
+/// as a wait on the journal.
+async fn beside_write<T>(
+    shared: &Shared<'_>,
+    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    wait: impl std::future::Future<Output = T>,
+) -> Result<T, RollError> {
+    let write = shared.commit(lock_check);
+    tokio::pin!(write, wait);
+    tokio::select! {
+        written = &mut write => {
+            written?;
+            Ok(wait.await)
+        }
+        r = &mut wait => {
+            let waited = Instant::now();
+            let written = write.await;
+            shared.span(Wait::Journal, waited, Instant::now());
+            written?;
+            Ok(r)
+        }
+    }
+}
+
 fn cancelled(cancel: &watch::Receiver<bool>) -> bool {
     *cancel.borrow()
 }
@@ -698,11 +727,7 @@ async fn advance(
                 let drained = tokio::select! {
                     r = &mut drain => r,
                     () = tokio::time::sleep(CORDONED_WRITTEN_AFTER) => {
-                        // Never cut short by the drain's end: a write dropped midway would
-                        // leave the journal's version unknown.
-                        let (written, r) = tokio::join!(shared.commit(lock_check), &mut drain);
-                        written?;
-                        r
+                        beside_write(shared, lock_check, &mut drain).await?
                     }
                 };
                 match drained {
@@ -833,13 +858,7 @@ async fn advance(
                 // before the write lands leaves it `drained`, as a crash right after the
                 // replacement always did: the roller finds its work done.
                 let ready = if std::mem::take(&mut replaced_unwritten) {
-                    let ((written, written_at), (ready, ready_at)) = tokio::join!(
-                        async { (shared.commit(lock_check).await, Instant::now()) },
-                        async { (wait.await, Instant::now()) }
-                    );
-                    shared.span(Wait::Journal, ready_at, written_at);
-                    written?;
-                    ready
+                    beside_write(shared, lock_check, wait).await?
                 } else {
                     wait.await
                 };
@@ -1597,19 +1616,7 @@ pub mod tests {
             store: &s,
             seen: StdMutex::new(Vec::new()),
         };
-        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
-        let j = run(
-            file,
-            Journal::new(&plan, "me@here", false),
-            &fake,
-            &witness,
-            &fast(),
-            &silent(),
-            idle(),
-            &|| Ok(()),
-        )
-        .await
-        .unwrap();
+        let j = roll_new(&s, &plan, &fake, &witness).await.unwrap();
         assert!(j.finished && j.done() == 22);
         let seen = witness.seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 22);
@@ -1712,19 +1719,7 @@ pub mod tests {
                 drain_time,
                 seen: StdMutex::new(Vec::new()),
             };
-            let (file, _) = JournalFile::load(&s, "c").await.unwrap();
-            let j = run(
-                file,
-                Journal::new(&plan, "me@here", false),
-                &api,
-                &fake,
-                &fast(),
-                &silent(),
-                idle(),
-                &|| Ok(()),
-            )
-            .await
-            .unwrap();
+            let j = roll_new(&s, &plan, &api, &fake).await.unwrap();
             assert!(j.finished && j.done() == 6);
             let seen = api.seen.lock().unwrap().clone();
             let uncordons: Vec<_> = seen.iter().filter(|s| s.0 == "uncordon").collect();
@@ -1749,6 +1744,27 @@ pub mod tests {
                 assert!(drains.iter().all(|d| d.2 == NodeStep::Cordoned), "{seen:?}");
             }
         }
+    }
+
+    /// A new roll of `plan` on `store`'s journal, quick options, no interrupt, the lock held.
+    async fn roll_new(
+        store: &dyn StateStore,
+        plan: &roll::RollPlan,
+        api: &dyn ClusterApi,
+        roller: &dyn NodeRoller,
+    ) -> Result<Journal, RollError> {
+        let (file, _) = JournalFile::load(store, "c").await?;
+        run(
+            file,
+            Journal::new(plan, "me@here", false),
+            api,
+            roller,
+            &fast(),
+            &silent(),
+            idle(),
+            &|| Ok(()),
+        )
+        .await
     }
 
     fn store() -> (tempfile::TempDir, FileStore) {
@@ -2372,5 +2388,167 @@ pub mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("broken by bob"));
         assert!(fake.calls().is_empty());
+    }
+
+    /// A store whose writes fail once `failing` is set.
+    #[derive(Debug)]
+    struct Failing<'a> {
+        inner: &'a dyn StateStore,
+        failing: &'a std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait]
+    impl StateStore for Failing<'_> {
+        fn location(&self) -> String {
+            self.inner.location()
+        }
+        async fn get(&self, key: &str) -> Result<Option<crate::state::Object>, StateError> {
+            self.inner.get(key).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            data: bytes::Bytes,
+            cond: crate::state::Precondition,
+        ) -> Result<crate::state::Version, StateError> {
+            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(StateError::Backend {
+                    location: self.location(),
+                    message: "the store is unreachable".into(),
+                });
+            }
+            self.inner.put(key, data, cond).await
+        }
+        async fn delete(
+            &self,
+            key: &str,
+            cond: crate::state::Precondition,
+        ) -> Result<(), StateError> {
+            self.inner.delete(key, cond).await
+        }
+        async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError> {
+            self.inner.list(prefix).await
+        }
+    }
+
+    /// The wait a journal write rides beside.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Beside {
+        Drain,
+        Ready,
+        Validation,
+    }
+
+    /// The fake cluster, except that the wait `stall` never ends and the store (`failing`) is
+    /// broken before the write beside it starts: only that failed write can end the roll.
+    struct Stalling<'a> {
+        fake: &'a Fake,
+        stall: Beside,
+        failing: &'a std::sync::atomic::AtomicBool,
+    }
+
+    impl Stalling<'_> {
+        async fn forever(&self) {
+            self.failing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            std::future::pending::<()>().await
+        }
+    }
+
+    #[async_trait]
+    impl ClusterApi for Stalling<'_> {
+        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+            self.fake.taint_prefer_no_schedule(node).await
+        }
+        async fn cordon(&self, node: &str) -> Result<(), String> {
+            self.fake.cordon(node).await
+        }
+        async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String> {
+            if self.stall == Beside::Drain {
+                self.forever().await;
+            }
+            self.fake.drain(node, timeout).await
+        }
+        async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String> {
+            if self.stall == Beside::Ready {
+                // Read right before the in-place roll, whose `replaced` is written beside the
+                // wait for Ready: the store breaks before that write can start.
+                self.failing
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            self.fake.ready_heartbeat(node).await
+        }
+        async fn wait_ready(
+            &self,
+            node: &str,
+            timeout: Duration,
+            after: Option<&Heartbeat>,
+        ) -> Result<(), String> {
+            if self.stall == Beside::Ready {
+                self.forever().await;
+            }
+            self.fake.wait_ready(node, timeout, after).await
+        }
+        async fn uncordon(&self, node: &str) -> Result<(), String> {
+            if self.stall == Beside::Validation {
+                // The uncordon is written beside the gate that follows: the store breaks now,
+                // and that gate's validation never ends.
+                self.failing
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            self.fake.uncordon(node).await
+        }
+        async fn validate(&self) -> Result<(), String> {
+            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+                self.forever().await;
+            }
+            self.fake.validate().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_journal_write_stops_the_roll_without_waiting_for_the_wait_beside_it() {
+        for stall in [Beside::Drain, Beside::Ready, Beside::Validation] {
+            let (_d, inner) = store();
+            let failing = std::sync::atomic::AtomicBool::new(false);
+            let s = Failing {
+                inner: &inner,
+                failing: &failing,
+            };
+            let fake = Fake::default();
+            let api = Stalling {
+                fake: &fake,
+                stall,
+                failing: &failing,
+            };
+            // The stalled wait never ends: the roll ends only if the failed write ends it. The
+            // bound is for a broken engine, never reached by a working one.
+            let ended = tokio::time::timeout(
+                Duration::from_secs(120),
+                roll_new(&s, &plan_of(Platform::Metal, 1, 1), &api, &fake),
+            )
+            .await;
+            let Ok(result) = ended else {
+                panic!("{stall:?}: the roll still waited 120s after its journal write failed");
+            };
+            let e = result.unwrap_err();
+            assert!(matches!(e, RollError::Journal(_)), "{stall:?}: {e}");
+            assert!(e.to_string().contains("the store is unreachable"), "{e}");
+            // Nothing was done after the write failed: cp1 was not uncordoned (drain, Ready) or
+            // the next node not cordoned (validation).
+            let calls = fake.calls();
+            let after_cp1: Vec<_> = calls
+                .iter()
+                .skip_while(|c| *c != "roll cp1")
+                .skip(1)
+                .collect();
+            match stall {
+                Beside::Drain => assert!(!calls.contains(&"roll cp1".to_string()), "{calls:?}"),
+                Beside::Ready => assert!(after_cp1.is_empty(), "{calls:?}"),
+                Beside::Validation => {
+                    assert_eq!(after_cp1, ["ready cp1", "uncordon cp1"], "{calls:?}")
+                }
+            }
+        }
     }
 }
