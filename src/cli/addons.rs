@@ -8,9 +8,7 @@ use std::time::Duration;
 use super::commands::Ctx;
 use super::exit;
 use crate::addons;
-use crate::kube::{Kube, Poll};
-use crate::ops::addons::{self as ops_addons, AddonOptions};
-use crate::ops::credentials::{self, ClientGuard};
+use crate::ops::addons::{self as ops_addons, AddonOptions, ValidateOptions};
 use crate::output::Format;
 use crate::spec::{Cluster, InstanceGroup};
 
@@ -61,31 +59,12 @@ pub(super) async fn resolved(
     ctx: &Ctx,
     name: &str,
 ) -> anyhow::Result<(Cluster, Vec<InstanceGroup>)> {
-    let repo = ctx.repo().await?;
-    let stored = repo.get(name).await?;
-    Ok(stored.resolve(&repo.location())?)
-}
-
-/// The cluster's API client from stored credentials ([`crate::ops::credentials::kube_client`]),
-/// with the route it takes shown at debug level.
-pub(super) async fn cluster_client(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    explicit: Option<&Path>,
-    ssh_tunnel: bool,
-) -> anyhow::Result<(Kube, ClientGuard)> {
-    let repo = ctx.repo().await?;
-    let (kube, guard) =
-        credentials::kube_client(repo.store(), cluster, explicit, ssh_tunnel).await?;
-    if let Some(route) = guard.route() {
-        ctx.printer.debug(route);
-    }
-    Ok((kube, guard))
+    ctx.session().await?.resolved(name).await
 }
 
 pub async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, name).await?;
-    let manifests = addons::render_addons(&cluster)?;
+    let manifests = ops_addons::manifests(&cluster)?;
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&manifests)?),
         // The manifests are the review artefact: print them exactly as they are applied.
@@ -116,7 +95,7 @@ pub(super) async fn deploy(
     cluster: &Cluster,
     a: &UpdateAddonsArgs<'_>,
 ) -> anyhow::Result<i32> {
-    let repo = ctx.repo().await?;
+    let store = ctx.session().await?.store();
     let options = AddonOptions {
         apply: a.yes,
         kubeconfig: a.kubeconfig.map(Path::to_path_buf),
@@ -124,7 +103,7 @@ pub(super) async fn deploy(
         wait: a.wait,
         ssh_tunnel: a.ssh_tunnel,
     };
-    let report = ops_addons::deploy(repo.store(), cluster, &options).await?;
+    let report = ops_addons::deploy(store, cluster, &options).await?;
     Ok(print_report(ctx, cluster, &report, a.exit_code))
 }
 
@@ -171,24 +150,17 @@ pub async fn validate(
 ) -> anyhow::Result<i32> {
     let (cluster, groups) = resolved(ctx, name).await?;
     // Over SSH, before the API: an expired certificate is often why the API fails.
-    super::certificates::warn_expiring(ctx, &cluster, &groups).await;
-    let (kube, _tmp) = cluster_client(ctx, &cluster, kubeconfig, ssh_tunnel).await?;
-    let expect = addons::validate::Expectations::from_spec(&cluster, &groups)?;
-    let result = match wait {
-        Some(w) => {
-            addons::validate::validate_until(
-                &kube,
-                &cluster,
-                &expect,
-                Poll {
-                    timeout: w,
-                    interval: Duration::from_secs(5),
-                },
-            )
-            .await?
-        }
-        None => addons::validate::validate_cluster(&kube, &cluster, &expect).await?,
+    super::certificates::warn_expiring(ctx, &cluster, &groups).await?;
+    let options = ValidateOptions {
+        wait,
+        kubeconfig: kubeconfig.map(Path::to_path_buf),
+        ssh_tunnel,
     };
+    let store = ctx.session().await?.store();
+    let result = ops_addons::validate(store, &cluster, &groups, &options, &mut |route| {
+        ctx.printer.debug(route)
+    })
+    .await?;
     match ctx.printer.format() {
         Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&result)?),
         Format::Yaml => ctx.printer.data(&crate::output::to_yaml(&result)?),

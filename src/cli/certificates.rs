@@ -10,16 +10,14 @@ use std::time::Duration;
 
 use super::commands::Ctx;
 use super::exit;
-use crate::nodes::Target;
 use crate::ops::certificates::RenewedBy;
 use crate::ops::certificates::{
     self as ops, CertState, CertificateReport, HostState, RotateError, RotateEvent, RotateEvents,
-    RotateOptions, WARN_WITHIN,
+    RotateOptions, ValidateCheck, WARN_WITHIN,
 };
 use crate::ops::nodes::AdminKubeconfig;
-use crate::ops::session::Session;
 use crate::output::{Format, Printer, Table};
-use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::spec::{Cluster, InstanceGroup};
 
 /// `rotate certificates` options from the command line.
 #[derive(Debug, Clone)]
@@ -29,16 +27,6 @@ pub struct RotateArgs {
     pub static_pod_wait: Duration,
     pub health_timeout: Duration,
     pub concurrency: usize,
-}
-
-/// The cluster's targets from the platform seam ([`ops::targets`]).
-async fn targets(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-) -> anyhow::Result<Vec<Target>> {
-    let repo = ctx.repo().await?;
-    Ok(ops::targets(repo.store(), cluster, groups).await?.0)
 }
 
 fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
@@ -159,13 +147,14 @@ fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
 
 /// `get certificates NAME`: exit 1 when a control plane could not be read.
 pub async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
-    let (cluster, groups) = super::addons::resolved(ctx, name).await?;
-    let targets = targets(ctx, &cluster, &groups).await?;
-    if !targets.iter().any(Target::is_control_plane) {
-        anyhow::bail!("{name} has no control plane: no kubeadm certificates to show");
-    }
-    let repo = ctx.repo().await?;
-    let report = ops::read(repo.store().clone(), &cluster, &targets, 20).await?;
+    let session = ctx.session().await?;
+    let (cluster, groups) = session.resolved(name).await?;
+    let report = ops::get(session.store(), &cluster, &groups)
+        .await
+        .map_err(|e| match e {
+            ops::ReadError::Failed(e) => e,
+            e => e.into(),
+        })?;
     print_report(ctx, &report)?;
     Ok(if warn_about(&ctx.printer, &report) {
         exit::OK
@@ -176,34 +165,29 @@ pub async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
 
 /// The certificate part of `validate cluster`: warnings only, never a failure (the API
 /// checks decide). Called with the cluster `validate` resolved.
-pub(super) async fn warn_expiring(ctx: &Ctx, cluster: &Cluster, groups: &[InstanceGroup]) {
+pub(super) async fn warn_expiring(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+) -> anyhow::Result<()> {
     let name = cluster.name();
-    if cluster.spec.cloud_provider != CloudProvider::Metal {
-        // Finding the instances needs the cloud's credentials, which validate does not.
-        ctx.printer.status(&format!(
-            "Certificates are not checked by validate on {:?} clusters; run `kprov get certificates {name}`.",
-            cluster.spec.cloud_provider
-        ));
-        return;
-    }
-    let checked = async {
-        let targets = targets(ctx, cluster, groups).await?;
-        let repo = ctx.repo().await?;
-        ops::read(repo.store().clone(), cluster, &targets, 20).await
-    }
-    .await;
-    match checked {
-        Ok(report) => {
+    let store = ctx.session().await?.store();
+    match ops::check_for_validate(store, cluster, groups).await {
+        ValidateCheck::NotOnCloud(cloud) => ctx.printer.status(&format!(
+            "Certificates are not checked by validate on {cloud:?} clusters; run `kprov get certificates {name}`."
+        )),
+        ValidateCheck::Read(report) => {
             if warn_about(&ctx.printer, &report) && report.expiring(WARN_WITHIN).is_empty() {
                 ctx.printer.status(&format!(
                     "Certificates of {name}: none expires within 30 days."
                 ));
             }
         }
-        Err(e) => ctx.printer.warn(&format!(
+        ValidateCheck::Failed(e) => ctx.printer.warn(&format!(
             "could not check the certificates of {name}: {e:#}"
         )),
     }
+    Ok(())
 }
 
 /// A status line per step and per finished control plane (stderr, whatever `-o` says).
@@ -221,9 +205,9 @@ fn render_events() -> RotateEvents {
 /// `rotate certificates NAME [--yes]`.
 pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
     let name = a.name.as_str();
-    let (cluster, groups) = super::addons::resolved(ctx, name).await?;
-    let repo = ctx.repo().await?;
-    let store = repo.store().clone();
+    let session = ctx.session().await?;
+    let (cluster, groups) = session.resolved(name).await?;
+    let store = session.store().clone();
     let plan = ops::plan(&store, &cluster, &groups).await.map_err(failed)?;
     if !a.yes {
         let report = plan.read(store, a.concurrency).await?;
@@ -259,7 +243,7 @@ pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
     // pod's restart, the API's health) and releases the lock; renewing again is harmless.
     let resume = format!("kprov rotate certificates {name} --yes");
     let ints = super::commands::catch_interrupts(name, &resume);
-    let outcome = Session::new(store.clone())
+    let outcome = session
         .with_lock(name, "rotate certificates --yes", async |guard| {
             ints.or_try(ops::apply(
                 store.clone(),

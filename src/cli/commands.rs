@@ -1,7 +1,6 @@
 //! Command implementations. Each returns an exit code; errors are mapped to exit codes in
 //! [`run`].
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -16,34 +15,43 @@ use super::{
 use crate::bounded;
 use crate::ops::interrupt::{self, Caught, Interrupts};
 use crate::ops::objects::{self, Mode, Written, group_by_cluster};
+use crate::ops::session::Session;
+use crate::ops::{damaged, locks};
 use crate::output::{Format, Printer, Table, plural, untrusted};
-use crate::repo::{Repo, RepoError, resolve_with_docs};
+use crate::repo::{Repo, RepoError};
 use crate::spec::{self, Cluster, InstanceGroup, ObjectRef, SpecErrors};
-use crate::state::lock::{self, LockError};
-use crate::state::{self, StateError, StateStore, Versioning};
+use crate::state::lock::LockError;
+use crate::state::{self, StateError, StateStore};
 
 pub struct Ctx {
     pub printer: Printer,
     pub store_url: String,
+    /// The store, opened once, at the first command that needs it.
+    session: tokio::sync::OnceCell<Session>,
 }
 
 impl Ctx {
+    /// The command's session with the state store (opened at the first call).
+    pub(super) async fn session(&self) -> anyhow::Result<&Session> {
+        Ok(self
+            .session
+            .get_or_try_init(|| Session::open(&self.store_url))
+            .await?)
+    }
+
     async fn store(&self) -> anyhow::Result<Arc<dyn StateStore>> {
-        let store = state::open(&self.store_url).await?;
-        Ok(store)
+        Ok(self.session().await?.store().clone())
     }
 
     pub(super) async fn repo(&self) -> anyhow::Result<Repo> {
-        Ok(Repo::new(self.store().await?))
+        Ok(self.session().await?.repo())
     }
 
-    /// Teams rely on S3 versioning to recover from mistakes; say so when it is off.
-    async fn warn_versioning(&self, store: &dyn StateStore) {
-        match store.check_versioning().await {
-            Versioning::Enabled | Versioning::NotApplicable => {}
-            Versioning::Suspended | Versioning::Disabled => self.printer.warn(&format!("{} has no object versioning: an overwritten or deleted spec cannot be recovered; enable versioning on the bucket", store.location())),
-            Versioning::Unknown(why) => self.printer.warn(&format!("could not confirm object versioning on {} ({why})", store.location())),
+    async fn warn_versioning(&self) -> anyhow::Result<()> {
+        if let Some(w) = self.session().await?.versioning_warning().await {
+            self.printer.warn(&w);
         }
+        Ok(())
     }
 }
 
@@ -55,7 +63,7 @@ pub(super) async fn locked<T>(
     command: &str,
     work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
-    crate::ops::session::Session::new(store.clone())
+    Session::new(store.clone())
         .with_lock(cluster, command, async |_| work.await)
         .await
 }
@@ -185,6 +193,7 @@ pub async fn run(cli: Cli) -> i32 {
     let ctx = Ctx {
         printer: Printer::new(format, cli.verbose),
         store_url: state::resolve(cli.state.as_deref(), None),
+        session: tokio::sync::OnceCell::new(),
     };
     // A kops user's store setting is not kprov's: say which store is used instead of landing
     // clusters silently elsewhere.
@@ -450,7 +459,7 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
         return Ok(exit::OK);
     }
     let repo = ctx.repo().await?;
-    ctx.warn_versioning(repo.store().as_ref()).await;
+    ctx.warn_versioning().await?;
     create::apply(&repo, &plan).await?;
     ctx.printer.success(&format!(
         "Cluster {} created in {} ({}).",
@@ -479,7 +488,7 @@ async fn objects_from_file(ctx: &Ctx, path: &Path, mode: Mode) -> anyhow::Result
     let mut per_cluster = group_by_cluster(objects)?;
     let repo = ctx.repo().await?;
     if mode == Mode::Create {
-        ctx.warn_versioning(repo.store().as_ref()).await;
+        ctx.warn_versioning().await?;
     }
     let mut said = |w: Written| match w {
         Written::Pinned(n) => ctx.printer.status(&n),
@@ -512,18 +521,6 @@ async fn objects_from_file(ctx: &Ctx, path: &Path, mode: Mode) -> anyhow::Result
     objects::plan(&repo, &source, mode, &mut per_cluster, &mut said).await?;
     objects::apply(&repo, &source, mode, per_cluster, &mut said).await?;
     Ok(exit::OK)
-}
-
-#[derive(serde::Serialize)]
-struct ClusterRow {
-    name: String,
-    cloud: String,
-    zones: Vec<String>,
-    #[serde(rename = "kubernetesVersion")]
-    kubernetes_version: String,
-    #[serde(rename = "controlPlanes")]
-    control_planes: u64,
-    nodes: u64,
 }
 
 /// `kprov create registry-credentials`: the password is the first line of standard input.
@@ -590,98 +587,36 @@ async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
 
 async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
-    let names = match name {
-        Some(n) => vec![n.to_string()],
-        None => repo.list_all().await?,
-    };
-    let mut clusters = Vec::new();
-    // A cluster whose objects cannot be read is listed as such, with the reason (which names
-    // the key) and the way out; asked for by name, it is an error.
-    let mut unreadable = Vec::new();
-    // Deleted with their etcd backups kept: listed, so that backups are never forgotten.
-    let mut backups_only = Vec::new();
-    for n in &names {
-        let stored = match repo.get(n).await {
-            Ok(s) => s,
-            Err(RepoError::BackupsOnly { .. }) if name.is_none() => {
-                backups_only.push(n.clone());
-                continue;
-            }
-            Err(e) if name.is_none() && crate::ops::delete::removable(&e) => {
-                unreadable.push((n.clone(), e));
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let (c, g) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
-        clusters.push((stored, c, g));
-    }
-    for (n, e) in &unreadable {
+    let list = objects::list(&repo, name).await?;
+    for u in &list.unreadable {
         ctx.printer.warn(&format!(
-            "cluster {n} is unreadable: {e}{}",
-            if matches!(e, RepoError::Unreadable { .. }) {
-                String::new()
+            "cluster {} is unreadable: {}{}",
+            u.name,
+            u.error,
+            if u.delete_removes_it() {
+                format!(
+                    ". Fix it, or remove it with `kprov delete cluster {} --yes`",
+                    u.name
+                )
             } else {
-                format!(". Fix it, or remove it with `kprov delete cluster {n} --yes`")
+                String::new()
             }
         ));
     }
-    for n in &backups_only {
+    for n in &list.backups_only {
         ctx.printer.status(&format!(
             "cluster {n} was deleted; its etcd backups are kept: `kprov get backups {n}` lists them, `kprov delete cluster {n} --yes --delete-backups` deletes them"
         ));
     }
     if ctx.printer.format() != Format::Table {
         // -o yaml/json prints objects that `create -f` / `replace -f` accept as they are.
-        let mut objs: Vec<ObjectRef> = Vec::new();
-        let user_groups: Vec<Vec<InstanceGroup>> =
-            clusters.iter().map(|(s, _, _)| s.group_values()).collect();
-        for (i, (stored, c, g)) in clusters.iter().enumerate() {
-            objs.push(ObjectRef::Cluster(if full {
-                c
-            } else {
-                &stored.cluster.value
-            }));
-            if name.is_some() {
-                objs.extend(
-                    if full {
-                        g.iter()
-                    } else {
-                        user_groups[i].iter()
-                    }
-                    .map(ObjectRef::InstanceGroup),
-                );
-            }
-        }
-        return print_objects(ctx, &objs).map(|_| exit::OK);
+        return print_objects(ctx, &list.objects(full)).map(|_| exit::OK);
     }
-    if names.is_empty() {
+    if list.empty {
         ctx.printer
             .status(&format!("No clusters in {}.", repo.location()));
         return Ok(exit::OK);
     }
-    let rows: Vec<ClusterRow> = clusters
-        .iter()
-        .map(|(_, c, g)| ClusterRow {
-            name: c.metadata.name.clone(),
-            cloud: c.spec.cloud_provider.to_string(),
-            zones: {
-                let mut z: Vec<String> = c
-                    .spec
-                    .networking
-                    .subnets
-                    .iter()
-                    .map(|s| s.zone.clone())
-                    .collect();
-                z.sort();
-                z.dedup();
-                z
-            },
-            kubernetes_version: c.spec.kubernetes_version.clone().unwrap_or_default(),
-            control_planes: spec::total_min_size(g, spec::InstanceGroupRole::ControlPlane),
-            nodes: spec::total_min_size(g, spec::InstanceGroupRole::Node),
-        })
-        .collect();
     let mut t = Table::new([
         "NAME",
         "CLOUD",
@@ -690,24 +625,24 @@ async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Resu
         "CONTROL PLANES",
         "NODES",
     ]);
-    for r in &rows {
+    for r in list.clusters.iter().map(objects::Listed::summary) {
         t.row([
-            r.name.clone(),
-            r.cloud.clone(),
+            r.name,
+            r.cloud,
             if r.zones.is_empty() {
                 "-".into()
             } else {
                 r.zones.join(",")
             },
-            r.kubernetes_version.clone(),
+            r.kubernetes_version,
             r.control_planes.to_string(),
             r.nodes.to_string(),
         ]);
     }
-    for (n, _) in &unreadable {
-        t.row([n.as_str(), "UNREADABLE", "-", "-", "-", "-"].map(String::from));
+    for u in &list.unreadable {
+        t.row([u.name.as_str(), "UNREADABLE", "-", "-", "-", "-"].map(String::from));
     }
-    for n in &backups_only {
+    for n in &list.backups_only {
         t.row([n.as_str(), "DELETED (backups kept)", "-", "-", "-", "-"].map(String::from));
     }
     ctx.printer.data(&t.render());
@@ -737,14 +672,12 @@ fn print_objects(ctx: &Ctx, objs: &[ObjectRef]) -> anyhow::Result<()> {
 
 async fn get_groups(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
-    let stored = repo.get(cluster).await?;
+    let (user, groups) = objects::groups(&repo, cluster).await?;
     if ctx.printer.format() != Format::Table {
-        let groups = stored.group_values();
-        let objs: Vec<ObjectRef> = groups.iter().map(ObjectRef::InstanceGroup).collect();
+        let objs: Vec<ObjectRef> = user.iter().map(ObjectRef::InstanceGroup).collect();
         print_objects(ctx, &objs)?;
         return Ok(exit::OK);
     }
-    let (_, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
     let mut t = Table::new(["NAME", "ROLE", "MACHINETYPE", "MIN", "MAX", "SUBNETS"]);
     for g in &groups {
         let s = &g.spec;
@@ -809,7 +742,9 @@ async fn delete_cluster(
         }
     );
     let ints = catch_interrupts(name, &resume);
-    let outcome = crate::ops::session::Session::new(repo.store().clone())
+    let outcome = ctx
+        .session()
+        .await?
         .with_lock(name, plan.lock_command(), async |guard| {
             ints.or_try(ops::apply(&repo, &plan, guard, concurrency, &events_for))
                 .await
@@ -990,31 +925,7 @@ fn print_delete_plan(ctx: &Ctx, repo: &Repo, plan: &crate::ops::delete::DeletePl
 
 async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
-    let stored = repo.get(cluster).await?;
-    let g = stored
-        .groups
-        .iter()
-        .find(|g| g.group.value.metadata.name == group)
-        .ok_or_else(|| RepoError::GroupNotFound {
-            cluster: cluster.into(),
-            group: group.into(),
-        })?;
-    let remaining: Vec<InstanceGroup> = stored
-        .groups
-        .iter()
-        .filter(|x| x.group.value.metadata.name != group)
-        .map(|x| x.group.value.clone())
-        .collect();
-    resolve_with_docs(
-        &stored.cluster.value,
-        &remaining,
-        Some(&stored.cluster.doc),
-        &HashMap::new(),
-        &repo.location(),
-    )
-    .context(format!(
-        "cluster {cluster} would be invalid without instance group {group}"
-    ))?;
+    let plan = objects::plan_group_delete(&repo, cluster, group).await?;
     if !yes {
         ctx.printer.data(&format!(
             "Will delete instance group {group} of cluster {cluster}."
@@ -1022,13 +933,12 @@ async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyho
         ctx.printer.status("Must specify --yes to delete.");
         return Ok(exit::OK);
     }
-    locked(repo.store(), cluster, "delete instancegroup", async {
-        repo.delete_group(cluster, group, &g.version).await?;
-        Ok(repo
-            .write_completed(&stored.cluster.value, &remaining)
-            .await?)
-    })
-    .await?;
+    ctx.session()
+        .await?
+        .with_lock(cluster, "delete instancegroup", async |guard| {
+            objects::delete_group(&repo, &plan, guard).await
+        })
+        .await?;
     ctx.printer.success(&format!(
         "Deleted instance group {group} of cluster {cluster}."
     ));
@@ -1037,7 +947,7 @@ async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyho
 
 async fn lock_status(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let store = ctx.store().await?;
-    match lock::read(store.as_ref(), cluster).await? {
+    match locks::status(store.as_ref(), cluster).await? {
         None => ctx
             .printer
             .data(&format!("cluster {cluster} is not locked")),
@@ -1049,69 +959,65 @@ async fn lock_status(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
 /// `kprov delete damaged NAME [--yes]`: the records of a cluster that fail the checks on
 /// read, listed; with `--yes` removed under the cluster lock (`ops::damaged`).
 async fn delete_damaged(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32> {
-    use crate::ops::damaged;
-    let store = ctx.store().await?;
-    let found = damaged::find(store.as_ref(), name).await?;
-    if found.is_empty() {
+    let session = ctx.session().await?;
+    let store = session.store().as_ref();
+    let plan = damaged::plan(store, name).await?;
+    if plan.found.is_empty() {
         ctx.printer
             .status(&format!("cluster {name} has no damaged records"));
         return Ok(exit::OK);
     }
-    let lines: Vec<String> = found
-        .iter()
-        .map(|d| format!("  {}", damaged::describe(store.as_ref(), d)))
-        .collect();
     if !yes {
+        let n = plan.found.len();
         ctx.printer.data(&format!(
-            "Will remove {} damaged record{} of cluster {name} (from known host keys only the \
+            "Will remove {n} damaged record{} of cluster {name} (from known host keys only the \
              damaged lines):\n{}",
-            found.len(),
-            if found.len() == 1 { "" } else { "s" },
-            lines.join("\n")
+            if n == 1 { "" } else { "s" },
+            plan.lines
+                .iter()
+                .map(|l| format!("  {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
         ));
         ctx.printer.status(&format!(
             "Run `kprov delete damaged {name} --yes` to remove them."
         ));
         return Ok(exit::OK);
     }
-    locked(&store, name, "delete damaged", async {
-        // Checked again under the lock: only what is damaged now, at the version checked.
-        let found = damaged::find(store.as_ref(), name).await?;
-        damaged::remove(store.as_ref(), &found).await?;
-        for d in &found {
-            ctx.printer
-                .success(&format!("removed {}", damaged::describe(store.as_ref(), d)));
-        }
-        Ok(())
-    })
-    .await?;
+    let removed = session
+        .with_lock(name, "delete damaged", async |guard| {
+            damaged::apply(store, &plan, guard).await
+        })
+        .await?;
+    for line in &removed {
+        ctx.printer.success(&format!("removed {line}"));
+    }
     Ok(exit::OK)
 }
 
 async fn lock_break(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let store = ctx.store().await?;
-    match lock::break_lock(store.as_ref(), cluster).await? {
-        lock::Broken::NotLocked => ctx
+    match locks::break_lock(store.as_ref(), cluster).await? {
+        locks::Broken::NotLocked => ctx
             .printer
             .status(&format!("cluster {cluster} was not locked")),
-        lock::Broken::Lock(r) => ctx.printer.success(&format!(
+        locks::Broken::Lock(r) => ctx.printer.success(&format!(
             "broke the lock of cluster {cluster} held by {}@{} running `{}`",
             untrusted(&r.holder),
             untrusted(&r.host),
             untrusted(&r.command)
         )),
-        lock::Broken::Unreadable => ctx
+        locks::Broken::Unreadable => ctx
             .printer
             .success(&format!("removed the unreadable lock of cluster {cluster}")),
-        lock::Broken::Obstruction { what, removed } => {
-            let key = crate::state::layout::ClusterKeys::new(cluster)?.lock();
-            ctx.printer.success(&format!(
-                "removed what sat at the lock {} of cluster {cluster} ({what}; {} key{} deleted)",
-                store.key_location(&key),
-                removed.len(),
-                if removed.len() == 1 { "" } else { "s" }
-            ))
-        }
+        locks::Broken::Obstruction {
+            what,
+            location,
+            removed,
+        } => ctx.printer.success(&format!(
+            "removed what sat at the lock {location} of cluster {cluster} ({what}; {removed} key{} deleted)",
+            if removed == 1 { "" } else { "s" }
+        )),
     }
     Ok(exit::OK)
 }

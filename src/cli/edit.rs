@@ -1,22 +1,11 @@
-//! `kprov edit cluster|ig`: edit a stored object in $EDITOR, like `kubectl edit`.
-//!
-//! The edited text is parsed and validated before anything is written; an invalid edit is
-//! reopened with the errors as comments, and never saved. The write is conditional on the
-//! version read before editing, so a concurrent change by someone else is refused and the
-//! edited copy kept on disk instead of being lost.
-
-use std::collections::HashMap;
-use std::sync::Arc;
+//! `kprov edit cluster|ig`: edit a stored object in $EDITOR, like `kubectl edit`. The editor
+//! is run here; what is checked, saved and kept is `ops::edit`.
 
 use anyhow::{Context, bail};
 
 use super::commands::Ctx;
 use super::exit;
-use crate::repo::{RepoError, resolve_with_docs};
-use crate::spec::{self, InstanceGroup, Loaded, Object, ObjectRef};
-use crate::state::StateError;
-
-const HEADER: &str = "# Please edit the object below. Lines beginning with '#' are ignored; an empty\n# file aborts the edit. The object is validated before it is saved.\n";
+use crate::ops::edit::{self as ops, Cancelled, Review};
 
 fn editor() -> String {
     std::env::var("KPROV_EDITOR")
@@ -41,135 +30,28 @@ fn run_editor(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn strip_comments(text: &str) -> String {
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
-    let stored = repo.get(cluster).await?;
-    let original = match group {
-        None => spec::to_yaml_stream([ObjectRef::Cluster(&stored.cluster.value)])?,
-        Some(g) => {
-            let sg = stored
-                .groups
-                .iter()
-                .find(|x| x.group.value.metadata.name == g)
-                .ok_or_else(|| RepoError::GroupNotFound {
-                    cluster: cluster.into(),
-                    group: g.into(),
-                })?;
-            spec::to_yaml_stream([ObjectRef::InstanceGroup(&sg.group.value)])?
-        }
-    };
-    let dir = tempfile::Builder::new().prefix("kprov-edit-").tempdir()?;
-    let file_name = match group {
-        None => format!("{cluster}.yaml"),
-        Some(g) => format!("{cluster}-{g}.yaml"),
-    };
-    let path = dir.path().join(file_name);
-    std::fs::write(&path, format!("{HEADER}{original}"))?;
-    let mut last_invalid: Option<String> = None;
-    let edited = loop {
-        if let Err(e) = run_editor(&path) {
-            let kept = keep_copy(&path)?;
-            return Err(e.context(format!("nothing was saved (your copy: {})", kept.display())));
-        }
-        let text = crate::bounded::read_file_to_string(&path, crate::bounded::SPEC)?;
-        let body = strip_comments(&text);
-        if body.trim().is_empty() {
+    let plan = ops::plan(&repo, cluster, group).await?;
+    let edited = match plan.review(&mut run_editor)? {
+        Review::Edited(object) => object,
+        Review::Cancelled(Cancelled::Emptied) => {
             ctx.printer
                 .status("Edit cancelled: the file was emptied. Nothing was saved.");
             return Ok(exit::OK);
         }
-        if body.trim() == strip_comments(&original).trim() {
+        Review::Cancelled(Cancelled::Unchanged) => {
             ctx.printer.status("Edit cancelled, no changes made.");
             return Ok(exit::OK);
         }
-        match check_edit(&path.display().to_string(), &text, cluster, group, &stored) {
-            Ok(obj) => break obj,
-            Err(errors) => {
-                if last_invalid.as_deref() == Some(body.as_str()) {
-                    let kept = keep_copy(&path)?;
-                    let why = format!(
-                        "the edit is still invalid and nothing was saved (your copy: {})",
-                        kept.display()
-                    );
-                    // The temporary file is gone when the user reads this: locate the problems
-                    // in the copy that is kept (same text, so same lines and columns).
-                    let errors =
-                        check_edit(&kept.display().to_string(), &text, cluster, group, &stored)
-                            .err()
-                            .unwrap_or(errors);
-                    return Err(anyhow::Error::new(errors).context(why));
-                }
-                last_invalid = Some(body.clone());
-                let commented: String = errors
-                    .to_string()
-                    .lines()
-                    .map(|l| format!("# {l}\n"))
-                    .collect();
-                std::fs::write(
-                    &path,
-                    format!("{HEADER}# The edit was not saved:\n{commented}#\n{body}\n"),
-                )?;
-            }
-        }
     };
-    let res = super::commands::locked(repo.store(), cluster, "edit", async {
-        match &edited {
-            Object::Cluster(c) => {
-                repo.put_cluster(c, &stored.version).await?;
-                Ok(repo.write_completed(c, &stored.group_values()).await?)
-            }
-            Object::InstanceGroup(g) => {
-                let version = stored
-                    .groups
-                    .iter()
-                    .find(|x| x.group.value.metadata.name == g.metadata.name)
-                    .map(|x| &x.version);
-                repo.put_group(cluster, g, version).await?;
-                let groups: Vec<InstanceGroup> = stored
-                    .groups
-                    .iter()
-                    .map(|x| {
-                        if x.group.value.metadata.name == g.metadata.name {
-                            g.clone()
-                        } else {
-                            x.group.value.clone()
-                        }
-                    })
-                    .collect();
-                Ok(repo.write_completed(&stored.cluster.value, &groups).await?)
-            }
-        }
-    })
-    .await;
-    if let Err(e) = res {
-        // Whatever went wrong, the user's edit survives on disk.
-        let kept = keep_copy(&path)?;
-        let conflict = e.chain().any(|c| {
-            matches!(
-                c.downcast_ref::<RepoError>(),
-                Some(RepoError::State(StateError::Conflict { .. }))
-            ) || matches!(
-                c.downcast_ref::<StateError>(),
-                Some(StateError::Conflict { .. })
-            )
-        });
-        let why = if conflict {
-            format!(
-                "cluster {cluster} was changed by someone else while you were editing; your edit was not saved and is kept at {}",
-                kept.display()
-            )
-        } else {
-            format!("your edit was not saved and is kept at {}", kept.display())
-        };
-        return Err(e.context(why));
-    }
+    ctx.session()
+        .await?
+        .with_lock(cluster, "edit", async |guard| {
+            ops::apply(&repo, &plan, &edited, guard).await
+        })
+        .await
+        .map_err(|e| plan.not_saved(e))?;
     ctx.printer.success(&format!(
         "Saved {}.",
         group.map_or(format!("cluster {cluster}"), |g| format!(
@@ -177,227 +59,4 @@ pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Resu
         ))
     ));
     Ok(exit::OK)
-}
-
-/// Where a failed edit is kept: `$XDG_STATE_HOME/kprov/edits`, else `~/.kprov/edits`. The
-/// copy can hold secrets (a cloud-controller password, say), so it never goes to a shared
-/// directory such as `/tmp`.
-fn edits_dir() -> anyhow::Result<std::path::PathBuf> {
-    let base = match std::env::var_os("XDG_STATE_HOME")
-        .map(std::path::PathBuf::from)
-        .filter(|p| p.is_absolute())
-    {
-        Some(x) => x.join("kprov"),
-        None => std::env::home_dir()
-            .filter(|h| h.is_absolute())
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "no home directory to keep your edit in (set HOME or XDG_STATE_HOME)"
-                )
-            })?
-            .join(".kprov"),
-    };
-    Ok(base.join("edits"))
-}
-
-/// Copies the edited file out of the temporary directory so the user's work survives.
-fn keep_copy(path: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
-    let stem = path
-        .file_stem()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "edit".into());
-    let text = std::fs::read(path)
-        .with_context(|| format!("reading your edit back from {}", path.display()))?;
-    let dir = edits_dir()?;
-    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-    let names = (0..100u32).map(|i| match i {
-        0 => format!("{stem}-{stamp}.yaml"),
-        i => format!("{stem}-{stamp}-{i}.yaml"),
-    });
-    keep_private(&dir, names, &text)
-        .with_context(|| format!("keeping your edit under {}", dir.display()))
-}
-
-/// Writes `data` to a new file in `dir` (created 0700; an existing one must be a real
-/// directory owned by this user) with mode 0600, `O_EXCL` and no symlink followed: a name that
-/// exists, symlink or not, is skipped, never written through.
-fn keep_private(
-    dir: &std::path::Path,
-    names: impl Iterator<Item = String>,
-    data: &[u8],
-) -> anyhow::Result<std::path::PathBuf> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let md = std::fs::symlink_metadata(dir)?;
-    if !md.is_dir() {
-        bail!(
-            "{} is not a directory (a symlink is not followed)",
-            dir.display()
-        );
-    }
-    // The process's own uid, read from something it just made (std has no getuid).
-    let probe = tempfile::tempfile_in(dir)?;
-    let me = probe.metadata()?.uid();
-    drop(probe);
-    if md.uid() != me {
-        bail!(
-            "{} belongs to uid {}, not to you (uid {me})",
-            dir.display(),
-            md.uid()
-        );
-    }
-    if md.mode() & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    for name in names {
-        let dest = dir.join(&name);
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&dest);
-        match opened {
-            Ok(mut f) => {
-                f.write_all(data)?;
-                f.sync_all()?;
-                return Ok(dest);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    bail!("every candidate file name is taken")
-}
-
-fn check_edit(
-    source: &str,
-    text: &str,
-    cluster: &str,
-    group: Option<&str>,
-    stored: &crate::repo::StoredCluster,
-) -> Result<Object, spec::SpecErrors> {
-    let mut objs = spec::load_objects(source, text)?;
-    let one = |msg: String| {
-        spec::SpecErrors(vec![spec::Diagnostic {
-            source: source.into(),
-            pos: None,
-            path: None,
-            message: msg,
-        }])
-    };
-    if objs.len() != 1 {
-        return Err(one(format!(
-            "expected exactly one object, found {}",
-            objs.len()
-        )));
-    }
-    let Some(loaded) = objs.pop() else {
-        return Err(one("no object".into()));
-    };
-    let doc = loaded.doc.clone();
-    match (loaded.value, group) {
-        (Object::Cluster(c), None) => {
-            if c.metadata.name != cluster {
-                return Err(spec::SpecErrors(vec![doc.diagnostic(
-                    &spec::FieldPath::parse("metadata.name"),
-                    format!("renaming a cluster is not supported (was {cluster})"),
-                )]));
-            }
-            let docs: HashMap<String, Arc<spec::SourceDoc>> = HashMap::new();
-            resolve_with_docs(&c, &stored.group_values(), Some(&doc), &docs, source)?;
-            Ok(Object::Cluster(c))
-        }
-        (Object::InstanceGroup(g), Some(name)) => {
-            if g.metadata.name != name {
-                return Err(spec::SpecErrors(vec![doc.diagnostic(
-                    &spec::FieldPath::parse("metadata.name"),
-                    format!("renaming an instance group is not supported (was {name})"),
-                )]));
-            }
-            let groups: Vec<Loaded<InstanceGroup>> = stored
-                .groups
-                .iter()
-                .map(|x| {
-                    if x.group.value.metadata.name == name {
-                        Loaded {
-                            value: g.clone(),
-                            doc: doc.clone(),
-                        }
-                    } else {
-                        x.group.clone()
-                    }
-                })
-                .collect();
-            let docs: HashMap<String, Arc<spec::SourceDoc>> = groups
-                .iter()
-                .map(|x| (x.value.metadata.name.clone(), x.doc.clone()))
-                .collect();
-            let values: Vec<InstanceGroup> = groups.iter().map(|x| x.value.clone()).collect();
-            resolve_with_docs(
-                &stored.cluster.value,
-                &values,
-                Some(&stored.cluster.doc),
-                &docs,
-                source,
-            )?;
-            Ok(Object::InstanceGroup(g))
-        }
-        _ => Err(one(format!(
-            "the edited object must stay a {}",
-            if group.is_some() {
-                "InstanceGroup"
-            } else {
-                "Cluster"
-            }
-        ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
-    use super::*;
-
-    fn mode(p: &std::path::Path) -> u32 {
-        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
-    }
-
-    #[test]
-    fn kept_copies_are_private_and_never_follow_a_symlink() {
-        let d = tempfile::tempdir().unwrap();
-        let victim = d.path().join("victim");
-        std::fs::write(&victim, "untouched").unwrap();
-        let dir = d.path().join("state/kprov/edits");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::os::unix::fs::symlink(&victim, dir.join("a.yaml")).unwrap();
-        let names = ["a.yaml", "b.yaml"].into_iter().map(String::from);
-        let kept = keep_private(&dir, names, b"secret: x\n").unwrap();
-        assert_eq!(kept, dir.join("b.yaml"));
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
-        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "secret: x\n");
-        assert_eq!(mode(&kept), 0o600);
-        assert_eq!(mode(&dir), 0o700, "an existing directory is made private");
-    }
-
-    #[test]
-    fn a_symlinked_directory_is_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let elsewhere = d.path().join("elsewhere");
-        std::fs::create_dir(&elsewhere).unwrap();
-        let dir = d.path().join("edits");
-        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
-        let e = keep_private(&dir, std::iter::once("a.yaml".into()), b"x").unwrap_err();
-        assert!(e.to_string().contains("not a directory"), "{e}");
-        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
-        let fresh = d.path().join("new/kprov/edits");
-        let kept = keep_private(&fresh, std::iter::once("a.yaml".into()), b"x").unwrap();
-        assert_eq!(mode(&fresh), 0o700);
-        assert_eq!(mode(&kept), 0o600);
-    }
 }

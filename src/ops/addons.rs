@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::addons::validate::{self, ValidationResult};
 use crate::addons::{self, Change, DeployOptions, ObjectDiff};
 use crate::kube::{Kube, Poll};
-use crate::spec::Cluster;
+use crate::spec::{Cluster, InstanceGroup};
 use crate::state::StateStore;
 
 /// How to deploy.
@@ -91,5 +92,55 @@ pub async fn deploy_with(
         diffs,
         applied: true,
         route,
+    })
+}
+
+/// `get addons NAME`: the manifests kprov applies to `cluster`, as it applies them.
+pub fn manifests(cluster: &Cluster) -> anyhow::Result<Vec<addons::Manifest>> {
+    Ok(addons::render_addons(cluster)?)
+}
+
+/// How `validate cluster` reaches and waits for the cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ValidateOptions {
+    /// Poll until valid, at most this long (`--wait`); one check when `None`.
+    pub wait: Option<Duration>,
+    /// `--kubeconfig FILE` instead of the stored admin credentials.
+    pub kubeconfig: Option<PathBuf>,
+    pub ssh_tunnel: bool,
+}
+
+/// `validate cluster`'s API checks (the certificates are
+/// [`super::certificates::check_for_validate`]): the nodes and add-ons the spec expects,
+/// through the cluster's API client from stored credentials. `route` is told as soon as the
+/// client is made (before a `--wait` polls).
+pub async fn validate(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+    o: &ValidateOptions,
+    route: &mut dyn FnMut(&str),
+) -> anyhow::Result<ValidationResult> {
+    let (kube, guard) =
+        super::credentials::kube_client(store, cluster, o.kubeconfig.as_deref(), o.ssh_tunnel)
+            .await?;
+    if let Some(r) = guard.route() {
+        route(r);
+    }
+    let expect = validate::Expectations::from_spec(cluster, groups)?;
+    Ok(match o.wait {
+        Some(w) => {
+            validate::validate_until(
+                &kube,
+                cluster,
+                &expect,
+                Poll {
+                    timeout: w,
+                    interval: Duration::from_secs(5),
+                },
+            )
+            .await?
+        }
+        None => validate::validate_cluster(&kube, cluster, &expect).await?,
     })
 }

@@ -590,6 +590,63 @@ pub async fn read(
     Ok(report)
 }
 
+/// How many control planes `get certificates` and `validate cluster` read at a time.
+pub const READ_CONCURRENCY: usize = 20;
+
+/// Why `get certificates` showed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0} has no control plane: no kubeadm certificates to show")]
+    NoControlPlane(String),
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+/// `get certificates`: the control planes from the platform seam, their certificates read.
+pub async fn get(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+) -> Result<CertificateReport, ReadError> {
+    let (targets, _) = targets(store, cluster, groups).await?;
+    if !targets.iter().any(Target::is_control_plane) {
+        return Err(ReadError::NoControlPlane(cluster.name().to_string()));
+    }
+    Ok(read(store.clone(), cluster, &targets, READ_CONCURRENCY).await?)
+}
+
+/// The certificate part of `validate cluster`, which never fails on it (the API checks
+/// decide).
+#[derive(Debug)]
+pub enum ValidateCheck {
+    /// Not checked: finding a cloud's instances needs its credentials, which validate does
+    /// not.
+    NotOnCloud(crate::spec::CloudProvider),
+    Read(CertificateReport),
+    /// The check itself failed (a warning).
+    Failed(anyhow::Error),
+}
+
+/// Reads the certificates for `validate cluster` (metal only, see [`ValidateCheck`]).
+pub async fn check_for_validate(
+    store: &Arc<dyn StateStore>,
+    cluster: &Cluster,
+    groups: &[InstanceGroup],
+) -> ValidateCheck {
+    if crate::ops::platform::Kind::of(cluster) != crate::ops::platform::Kind::Metal {
+        return ValidateCheck::NotOnCloud(cluster.spec.cloud_provider);
+    }
+    let checked = async {
+        let (targets, _) = targets(store, cluster, groups).await?;
+        read(store.clone(), cluster, &targets, READ_CONCURRENCY).await
+    }
+    .await;
+    match checked {
+        Ok(r) => ValidateCheck::Read(r),
+        Err(e) => ValidateCheck::Failed(e),
+    }
+}
+
 /// How a rotation runs.
 #[derive(Debug, Clone)]
 pub struct RotateOptions {

@@ -152,3 +152,35 @@ pub fn describe(store: &dyn StateStore, d: &Damaged) -> String {
         untrusted(&d.reason)
     )
 }
+
+/// What `delete damaged NAME` would remove: the records found now, each described.
+pub struct DamagedPlan {
+    pub cluster: String,
+    pub found: Vec<Damaged>,
+    /// [`describe`] of each, in the same order.
+    pub lines: Vec<String>,
+}
+
+/// Lists `cluster`'s damaged records. Read-only.
+pub async fn plan(store: &dyn StateStore, cluster: &str) -> anyhow::Result<DamagedPlan> {
+    let found = find(store, cluster).await?;
+    let lines = found.iter().map(|d| describe(store, d)).collect();
+    Ok(DamagedPlan {
+        cluster: cluster.to_string(),
+        found,
+        lines,
+    })
+}
+
+/// Removes what is damaged now (found again under `guard`, the cluster's lock: only what is
+/// damaged at the version checked); returns each removed record described.
+pub async fn apply(
+    store: &dyn StateStore,
+    plan: &DamagedPlan,
+    guard: &crate::state::lock::LockGuard,
+) -> anyhow::Result<Vec<String>> {
+    guard.check()?;
+    let found = find(store, &plan.cluster).await?;
+    remove(store, &found).await?;
+    Ok(found.iter().map(|d| describe(store, d)).collect())
+}

@@ -17,11 +17,17 @@
 //! - [`create`]: `create cluster`: the objects flags and an inventory stand for, checked
 //!   as a whole ([`create::plan`]), then stored under the lock ([`create::apply`]).
 //! - [`objects`]: `create -f` / `replace -f`: a file's objects per cluster, merged with the
-//!   store's and validated before any write.
+//!   store's and validated before any write; `get clusters` ([`objects::list`]), `get
+//!   instancegroups` and `delete instancegroup` ([`objects::plan_group_delete`],
+//!   [`objects::delete_group`]).
+//! - [`edit`]: `edit cluster|ig`: the object opened, reviewed through the caller's editor,
+//!   saved under the lock, the user's copy kept when it is not.
+//! - [`locks`]: `lock status` and `lock break`.
 //! - [`credentials`]: the cluster's API client from stored credentials
 //!   ([`credentials::kube_client`], through an SSH tunnel where needed): the one way a
 //!   command gets a Kubernetes client for a cluster.
-//! - [`addons`]: add-on preview and apply ([`addons::deploy`]).
+//! - [`addons`]: add-on preview and apply ([`addons::deploy`]), `get addons`'s manifests and
+//!   `validate cluster`'s API checks ([`addons::validate`]).
 //! - [`node_config`]: kube-system's `kubelet-config` and `kube-proxy` ConfigMaps rewritten
 //!   from the spec ([`node_config::sync`]).
 //! - [`update`]: `update cluster` on every platform: [`update::open`], the preview
@@ -30,7 +36,7 @@
 //!   the instances as node targets converged through [`nodes::converge`].
 //! - [`interrupt`]: SIGINT/SIGTERM caught once per command, raced by every long wait.
 //! - [`damaged`]: every record of a cluster that fails the checks on read, and their removal
-//!   (`delete damaged`).
+//!   (`delete damaged`: [`damaged::plan`], [`damaged::apply`]).
 //! - [`etcd`]: snapshots into the state store ([`etcd::backup`], which a rolling update
 //!   calls before control-plane rolls), listing them, and restoring every member.
 //! - [`etcd_backup`]: `backup etcd`, `get backups`, `restore etcd` on every platform: the
@@ -54,10 +60,12 @@ pub mod create;
 pub mod credentials;
 pub mod damaged;
 pub mod delete;
+pub mod edit;
 pub mod etcd;
 pub mod etcd_backup;
 pub mod instance;
 pub mod interrupt;
+pub mod locks;
 pub mod node_config;
 pub mod nodes;
 pub mod objects;

@@ -393,3 +393,226 @@ mod tests {
         assert!(said.contains("two.yaml") && said.contains("no "), "{said}");
     }
 }
+
+/// One cluster of `get clusters`: as stored, and completed with the defaults.
+pub struct Listed {
+    pub stored: StoredCluster,
+    pub completed: Cluster,
+    pub completed_groups: Vec<InstanceGroup>,
+}
+
+/// A cluster whose objects cannot be read, listed with the reason (which names the key).
+pub struct Unreadable {
+    pub name: String,
+    pub error: RepoError,
+}
+
+impl Unreadable {
+    /// Whether `delete cluster` is the way out (an object that is there but not a readable
+    /// cluster; a store that cannot be read is fixed at the store).
+    pub fn delete_removes_it(&self) -> bool {
+        !matches!(self.error, RepoError::Unreadable { .. })
+    }
+}
+
+/// What `get clusters [NAME]` shows.
+pub struct ClusterList {
+    /// The name asked for, or `None` for every cluster in the store.
+    pub asked: Option<String>,
+    /// Whether the store holds no cluster at all (nothing listed, nothing unreadable).
+    pub empty: bool,
+    pub clusters: Vec<Listed>,
+    /// Listed as unreadable (only when every cluster is listed; asked by name, an error).
+    pub unreadable: Vec<Unreadable>,
+    /// Deleted with their etcd backups kept: listed, so that backups are never forgotten.
+    pub backups_only: Vec<String>,
+}
+
+/// A row of `get clusters`' table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterSummary {
+    pub name: String,
+    pub cloud: String,
+    pub zones: Vec<String>,
+    #[serde(rename = "kubernetesVersion")]
+    pub kubernetes_version: String,
+    #[serde(rename = "controlPlanes")]
+    pub control_planes: u64,
+    pub nodes: u64,
+}
+
+impl Listed {
+    pub fn summary(&self) -> ClusterSummary {
+        let (c, g) = (&self.completed, &self.completed_groups);
+        let mut zones: Vec<String> = c
+            .spec
+            .networking
+            .subnets
+            .iter()
+            .map(|s| s.zone.clone())
+            .collect();
+        zones.sort();
+        zones.dedup();
+        ClusterSummary {
+            name: c.metadata.name.clone(),
+            cloud: c.spec.cloud_provider.to_string(),
+            zones,
+            // Completion always sets the version; an empty cell would show if it did not.
+            kubernetes_version: c.spec.kubernetes_version.clone().unwrap_or_default(),
+            control_planes: spec::total_min_size(g, spec::InstanceGroupRole::ControlPlane),
+            nodes: spec::total_min_size(g, spec::InstanceGroupRole::Node),
+        }
+    }
+}
+
+impl ClusterList {
+    /// The objects `-o yaml|json` prints, which `create -f` / `replace -f` accept as they
+    /// are: the clusters (completed with `full`), and their groups when one was asked for.
+    pub fn objects(&self, full: bool) -> Vec<spec::ObjectRef<'_>> {
+        let mut objs = Vec::new();
+        for l in &self.clusters {
+            objs.push(spec::ObjectRef::Cluster(if full {
+                &l.completed
+            } else {
+                &l.stored.cluster.value
+            }));
+            if self.asked.is_some() {
+                if full {
+                    objs.extend(
+                        l.completed_groups
+                            .iter()
+                            .map(spec::ObjectRef::InstanceGroup),
+                    );
+                } else {
+                    objs.extend(
+                        l.stored
+                            .groups
+                            .iter()
+                            .map(|g| spec::ObjectRef::InstanceGroup(&g.group.value)),
+                    );
+                }
+            }
+        }
+        objs
+    }
+}
+
+/// `get clusters [NAME]`: the cluster asked for, or every cluster of the store with those
+/// that cannot be read and those deleted with backups kept. Read-only.
+pub async fn list(repo: &Repo, name: Option<&str>) -> Result<ClusterList, RepoError> {
+    let names = match name {
+        Some(n) => vec![n.to_string()],
+        None => repo.list_all().await?,
+    };
+    let mut list = ClusterList {
+        asked: name.map(str::to_string),
+        empty: names.is_empty(),
+        clusters: Vec::new(),
+        unreadable: Vec::new(),
+        backups_only: Vec::new(),
+    };
+    for n in &names {
+        let stored = match repo.get(n).await {
+            Ok(s) => s,
+            Err(RepoError::BackupsOnly { .. }) if name.is_none() => {
+                list.backups_only.push(n.clone());
+                continue;
+            }
+            Err(e) if name.is_none() && super::delete::removable(&e) => {
+                list.unreadable.push(Unreadable {
+                    name: n.clone(),
+                    error: e,
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let (completed, completed_groups) =
+            spec::defaults::complete(&stored.cluster.value, &stored.group_values());
+        list.clusters.push(Listed {
+            stored,
+            completed,
+            completed_groups,
+        });
+    }
+    Ok(list)
+}
+
+/// `get instancegroups CLUSTER`: the groups as stored, and completed with the defaults.
+pub async fn groups(
+    repo: &Repo,
+    cluster: &str,
+) -> Result<(Vec<InstanceGroup>, Vec<InstanceGroup>), RepoError> {
+    let stored = repo.get(cluster).await?;
+    let user = stored.group_values();
+    let (_, completed) = spec::defaults::complete(&stored.cluster.value, &user);
+    Ok((user, completed))
+}
+
+/// `delete instancegroup`: the group, and the cluster without it checked valid.
+pub struct GroupDeletePlan {
+    pub cluster: String,
+    pub group: String,
+    stored: StoredCluster,
+    version: crate::state::Version,
+    remaining: Vec<InstanceGroup>,
+}
+
+/// Plans the deletion of `cluster`'s instance group `group`, refused when the cluster would
+/// be invalid without it. Read-only.
+pub async fn plan_group_delete(
+    repo: &Repo,
+    cluster: &str,
+    group: &str,
+) -> anyhow::Result<GroupDeletePlan> {
+    use anyhow::Context;
+    let stored = repo.get(cluster).await?;
+    let version = stored
+        .groups
+        .iter()
+        .find(|g| g.group.value.metadata.name == group)
+        .ok_or_else(|| RepoError::GroupNotFound {
+            cluster: cluster.into(),
+            group: group.into(),
+        })?
+        .version
+        .clone();
+    let remaining: Vec<InstanceGroup> = stored
+        .groups
+        .iter()
+        .filter(|x| x.group.value.metadata.name != group)
+        .map(|x| x.group.value.clone())
+        .collect();
+    resolve_with_docs(
+        &stored.cluster.value,
+        &remaining,
+        Some(&stored.cluster.doc),
+        &HashMap::new(),
+        &repo.location(),
+    )
+    .context(format!(
+        "cluster {cluster} would be invalid without instance group {group}"
+    ))?;
+    Ok(GroupDeletePlan {
+        cluster: cluster.into(),
+        group: group.into(),
+        stored,
+        version,
+        remaining,
+    })
+}
+
+/// Deletes the planned group under `guard` (conditional on the version planned), and writes
+/// the completed spec without it.
+pub async fn delete_group(
+    repo: &Repo,
+    plan: &GroupDeletePlan,
+    guard: &crate::state::lock::LockGuard,
+) -> anyhow::Result<()> {
+    guard.check()?;
+    repo.delete_group(&plan.cluster, &plan.group, &plan.version)
+        .await?;
+    Ok(repo
+        .write_completed(&plan.stored.cluster.value, &plan.remaining)
+        .await?)
+}

@@ -4,8 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::state::StateStore;
+use crate::repo::Repo;
+use crate::spec::{Cluster, InstanceGroup};
 use crate::state::lock::{self, LockError, LockGuard};
+use crate::state::{StateError, StateStore, Versioning};
 
 /// The lease of a command's cluster lock, renewed in the background while it is held.
 pub const LOCK_LEASE: Duration = Duration::from_secs(300);
@@ -21,8 +23,42 @@ impl Session {
         Session { store }
     }
 
+    /// Opens the store at `url` (`file://`, `s3://`): once per command.
+    pub async fn open(url: &str) -> Result<Session, StateError> {
+        Ok(Session::new(crate::state::open(url).await?))
+    }
+
     pub fn store(&self) -> &Arc<dyn StateStore> {
         &self.store
+    }
+
+    /// The clusters in the store.
+    pub fn repo(&self) -> Repo {
+        Repo::new(self.store.clone())
+    }
+
+    /// Teams rely on S3 versioning to recover from mistakes: a warning when it is off or
+    /// cannot be confirmed.
+    pub async fn versioning_warning(&self) -> Option<String> {
+        let store = &self.store;
+        match store.check_versioning().await {
+            Versioning::Enabled | Versioning::NotApplicable => None,
+            Versioning::Suspended | Versioning::Disabled => Some(format!(
+                "{} has no object versioning: an overwritten or deleted spec cannot be recovered; enable versioning on the bucket",
+                store.location()
+            )),
+            Versioning::Unknown(why) => Some(format!(
+                "could not confirm object versioning on {} ({why})",
+                store.location()
+            )),
+        }
+    }
+
+    /// `name`'s objects from the store, completed and validated.
+    pub async fn resolved(&self, name: &str) -> anyhow::Result<(Cluster, Vec<InstanceGroup>)> {
+        let repo = self.repo();
+        let stored = repo.get(name).await?;
+        Ok(stored.resolve(&repo.location())?)
     }
 
     /// Runs `work` holding `cluster`'s lock for `command`. The lock is released whatever the
