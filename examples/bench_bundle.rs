@@ -5,6 +5,8 @@
 //! upload's aggregate throughput over the hosts' links.
 //!
 //! Usage: bench_bundle HOSTS MIB (artifacts: four files summing to MIB mebibytes).
+// The lint is for the library's surface; test support is `pub` for its own modules.
+#![allow(unreachable_pub)]
 
 #[path = "../tests/it/support/memstate.rs"]
 mod memstate;

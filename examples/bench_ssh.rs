@@ -17,6 +17,8 @@
 //! processes (the `ssh -G` it waited for, and the masters, which `ssh -f` detaches: read from
 //! /proc just before they are closed) is reported beside it. `--no-ansible`: kprov only (the
 //! ansible columns read `-`), for sizes where ansible's run takes many minutes.
+// The lint is for the library's surface; test support is `pub` for its own modules.
+#![allow(unreachable_pub)]
 
 #[path = "../tests/it/support/delayproxy.rs"]
 mod delayproxy;

@@ -12,6 +12,8 @@
 //!
 //! Ctrl-C reaches the command (same process group); the runner outlives it and tears the lab
 //! down. If the runner is killed outright, the next lab (or test run) reaps what it left.
+// The lint is for the library's surface; test support is `pub` for its own modules.
+#![allow(unreachable_pub)]
 
 #[allow(unused_imports)]
 #[path = "../tests/it/support/mod.rs"]

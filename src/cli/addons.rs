@@ -13,7 +13,7 @@ use crate::output::Format;
 use crate::spec::{Cluster, InstanceGroup};
 
 /// Parses `90s`, `5m`, `1h30m` (Go-style durations, as kops and kubectl take them).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     let mut total = 0u64;
     let mut num = String::new();
     let mut seen_unit = false;
@@ -62,7 +62,7 @@ pub(super) async fn resolved(
     ctx.session().await?.resolved(name).await
 }
 
-pub async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+pub(super) async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, name).await?;
     let manifests = ops_addons::manifests(&cluster)?;
     match ctx.printer.format() {
@@ -73,7 +73,7 @@ pub async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
-pub struct UpdateAddonsArgs<'a> {
+pub(super) struct UpdateAddonsArgs<'a> {
     pub name: &'a str,
     pub yes: bool,
     pub kubeconfig: Option<&'a Path>,
@@ -83,7 +83,7 @@ pub struct UpdateAddonsArgs<'a> {
     pub ssh_tunnel: bool,
 }
 
-pub async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow::Result<i32> {
+pub(super) async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, a.name).await?;
     deploy(ctx, &cluster, a).await
 }
@@ -141,7 +141,7 @@ pub(super) fn print_report(
     exit::OK
 }
 
-pub async fn validate(
+pub(super) async fn validate(
     ctx: &Ctx,
     name: &str,
     wait: Option<Duration>,

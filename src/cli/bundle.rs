@@ -9,7 +9,7 @@ use crate::bundle::fetch::{self, RegistryMirrors};
 use crate::output::Format;
 use crate::spec::assets::Arch;
 
-pub async fn get_assets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+pub(super) async fn get_assets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, name).await?;
     let list = artifacts::artifacts(&cluster)?;
     match ctx.printer.format() {
@@ -20,7 +20,7 @@ pub async fn get_assets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
-pub async fn create(ctx: &Ctx, a: &CreateBundleArgs) -> anyhow::Result<i32> {
+pub(super) async fn create(ctx: &Ctx, a: &CreateBundleArgs) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, &a.name).await?;
     let list = artifacts::artifacts(&cluster)?;
     if let Some(i) = list.images.iter().find(|i| {

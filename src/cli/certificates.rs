@@ -21,7 +21,7 @@ use crate::spec::{Cluster, InstanceGroup};
 
 /// `rotate certificates` options from the command line.
 #[derive(Debug, Clone)]
-pub struct RotateArgs {
+pub(super) struct RotateArgs {
     pub name: String,
     pub yes: bool,
     pub static_pod_wait: Duration,
@@ -146,7 +146,7 @@ fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
 }
 
 /// `get certificates NAME`: exit 1 when a control plane could not be read.
-pub async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+pub(super) async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let session = ctx.session().await?;
     let (cluster, groups) = session.resolved(name).await?;
     let report = ops::get(session.store(), &cluster, &groups)
@@ -203,7 +203,7 @@ fn render_events() -> RotateEvents {
 }
 
 /// `rotate certificates NAME [--yes]`.
-pub async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
+pub(super) async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
     let name = a.name.as_str();
     let session = ctx.session().await?;
     let (cluster, groups) = session.resolved(name).await?;

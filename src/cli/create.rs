@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use crate::ops::create::ClusterRequest;
-pub use crate::ops::create::FlagError;
+pub(super) use crate::ops::create::FlagError;
 use crate::spec::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -188,7 +188,10 @@ impl CreateClusterArgs {
 }
 
 /// What `create --dry-run` says it understood from an inventory, one line each.
-pub fn inventory_summary(inv: &crate::inventory::Inventory, overrides: &[String]) -> Vec<String> {
+pub(super) fn inventory_summary(
+    inv: &crate::inventory::Inventory,
+    overrides: &[String],
+) -> Vec<String> {
     let mut out = vec![format!(
         "Inventory {} ({:?}): {} host(s)",
         inv.file,

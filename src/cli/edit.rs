@@ -30,7 +30,7 @@ fn run_editor(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Result<i32> {
+pub(super) async fn edit(ctx: &Ctx, cluster: &str, group: Option<&str>) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let plan = ops::plan(&repo, cluster, group).await?;
     let edited = match plan.review(&mut run_editor)? {

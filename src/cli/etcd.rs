@@ -59,7 +59,7 @@ fn backups_table(records: &[BackupRecord], damaged: &[DamagedRecord]) -> Table {
 }
 
 /// `kprov backup etcd NAME`.
-pub async fn backup(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<i32> {
+pub(super) async fn backup(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<i32> {
     let (session, etcd) = open(ctx, name, reach).await?;
     let record = session
         .with_lock(name, "backup etcd", async |guard| etcd.backup(guard).await)
@@ -79,7 +79,7 @@ pub async fn backup(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<i32> 
 }
 
 /// `kprov get backups NAME`.
-pub async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
+pub(super) async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let store = ctx.repo().await?.store().clone();
     let backups = ops::backups(&store, name).await.map_err(failed)?;
     ctx.printer.value(&backups.records, || {
@@ -98,7 +98,7 @@ pub async fn list(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
 }
 
 /// `kprov restore etcd NAME --from SNAPSHOT [--yes]`.
-pub async fn restore(
+pub(super) async fn restore(
     ctx: &Ctx,
     name: &str,
     from: &str,

@@ -194,7 +194,7 @@ fn end_preview(ctx: &Ctx, refusals: &[String], node: &str, cluster: &str) -> i32
     exit::OK
 }
 
-pub async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Result<i32> {
+pub(super) async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Result<i32> {
     let (cluster, groups) = super::addons::resolved(ctx, &a.cluster).await?;
     let name = cluster.name();
     let repo = ctx.repo().await?;

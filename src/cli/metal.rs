@@ -436,7 +436,7 @@ pub(super) fn reset_preview(name: &str, hosts: &[Host], dropped: &[String]) -> S
 
 /// `forget host-key CLUSTER HOST`: removes HOST's recorded SSH host key (a host of the spec or
 /// of kprov's record of provisioned hosts), under the cluster's lock.
-pub async fn forget_host_key(
+pub(super) async fn forget_host_key(
     ctx: &Ctx,
     cluster: &str,
     host: &str,
@@ -491,7 +491,7 @@ pub async fn forget_host_key(
 }
 
 /// `release host CLUSTER HOST` ([`crate::ops::instance::release_host`]).
-pub async fn release_host(
+pub(super) async fn release_host(
     ctx: &Ctx,
     cluster: &str,
     host: &str,

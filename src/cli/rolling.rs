@@ -184,7 +184,7 @@ fn failed(e: RollingError) -> anyhow::Error {
     }
 }
 
-pub async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<i32> {
+pub(super) async fn cluster(ctx: &Ctx, a: &RollingUpdateClusterArgs) -> anyhow::Result<i32> {
     let (roll, o) = planned(ctx, &a.name, a.options()?).await?;
     let name = roll.cluster().name().to_string();
     let plan = &o.plan;
@@ -465,7 +465,7 @@ fn say(ctx: &Ctx, name: &str, e: RollingEvent<'_>) {
 }
 
 /// `get instances NAME`: every host with its group, status and Ready.
-pub async fn get_instances(
+pub(super) async fn get_instances(
     ctx: &Ctx,
     name: &str,
     kubeconfig: Option<&Path>,

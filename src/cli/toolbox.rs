@@ -8,7 +8,7 @@ use super::exit;
 use crate::ops::sshkey::{self, KeyChange, PublicKey};
 use crate::output::Format;
 
-pub async fn create_sshpublickey(ctx: &Ctx, name: &str, file: &Path) -> anyhow::Result<i32> {
+pub(super) async fn create_sshpublickey(ctx: &Ctx, name: &str, file: &Path) -> anyhow::Result<i32> {
     let source = file.display().to_string();
     // A public key line is short: anything larger is not one (and is never read whole).
     let text = crate::bounded::read_file(file, 16 * 1024)
@@ -42,7 +42,7 @@ pub async fn create_sshpublickey(ctx: &Ctx, name: &str, file: &Path) -> anyhow::
     Ok(exit::OK)
 }
 
-pub async fn dump(
+pub(super) async fn dump(
     ctx: &Ctx,
     name: &str,
     kubeconfig: Option<&Path>,

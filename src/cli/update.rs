@@ -21,7 +21,7 @@ use crate::ops::update::{
 };
 use crate::output::{Format, Printer};
 
-pub async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
+pub(super) async fn cluster(ctx: &Ctx, a: &UpdateClusterArgs) -> anyhow::Result<i32> {
     let session = Session::new(ctx.repo().await?.store().clone());
     let update = ops_update::load(session, &a.name, options(a))
         .await

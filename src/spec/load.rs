@@ -377,7 +377,7 @@ pub fn to_yaml_stream<'a>(
 
 /// YAML as people write it: long one-line values (SSH keys, URLs) stay on one line instead of
 /// being folded, multi-line text uses literal blocks.
-pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::ser::Error> {
+pub(super) fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::ser::Error> {
     let mut options = serde_saphyr::SerializerOptions::default();
     options.folded_wrap_chars = usize::MAX / 2;
     // Exact on stdout whatever a stored value holds (see `output::yaml_exact`).

@@ -78,7 +78,7 @@ pub struct Pos {
 }
 
 #[derive(Debug, Clone)]
-pub enum Node {
+pub(super) enum Node {
     Map(Vec<(Key, Spanned<Node>)>),
     Seq(Vec<Spanned<Node>>),
     Scalar,
@@ -86,7 +86,7 @@ pub enum Node {
 
 /// A mapping key with its own position (where an unknown field is reported).
 #[derive(Debug, Clone)]
-pub struct Key(pub Spanned<String>);
+pub(super) struct Key(pub Spanned<String>);
 
 fn pos_of<T>(s: &Spanned<T>) -> Pos {
     Pos {
@@ -97,12 +97,12 @@ fn pos_of<T>(s: &Spanned<T>) -> Pos {
 
 /// The spanned tree of one document.
 #[derive(Debug, Clone)]
-pub struct Tree {
+pub(super) struct Tree {
     root: Spanned<Node>,
 }
 
 impl Tree {
-    pub fn parse(text: &str) -> Option<Tree> {
+    pub(super) fn parse(text: &str) -> Option<Tree> {
         serde_saphyr::from_str::<Spanned<Node>>(text)
             .ok()
             .map(|root| Tree { root })
@@ -110,7 +110,7 @@ impl Tree {
 
     /// Position of the value at `path`; if the path does not exist (a missing field), the
     /// position of the deepest ancestor that does, which is where the field belongs.
-    pub fn locate(&self, path: &FieldPath) -> Pos {
+    pub(super) fn locate(&self, path: &FieldPath) -> Pos {
         let mut node = &self.root;
         for seg in &path.0 {
             let next = match (&node.value, seg) {
@@ -130,7 +130,7 @@ impl Tree {
     }
 
     /// The path of the mapping key written at `pos` (serde reports unknown fields by position).
-    pub fn path_of_key_at(&self, pos: Pos) -> Option<FieldPath> {
+    pub(super) fn path_of_key_at(&self, pos: Pos) -> Option<FieldPath> {
         fn walk(node: &Spanned<Node>, pos: Pos, here: &FieldPath) -> Option<FieldPath> {
             match &node.value {
                 Node::Map(entries) => entries.iter().find_map(|(k, v)| {

@@ -23,7 +23,7 @@ pub(crate) struct KnownKey {
 }
 
 impl KnownKey {
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!("{} {} {}", self.pattern, self.key_type, self.key)
     }
 }

@@ -1,4 +1,6 @@
 //! kprov's integration tests: one binary (linking is the expensive part of a build here).
+// The lint is for the library's surface; test support is `pub` for its own modules.
+#![allow(unreachable_pub)]
 
 mod support;
 

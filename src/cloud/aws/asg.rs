@@ -369,7 +369,7 @@ impl AwsCloud {
 
 /// The desired capacity of each of the cluster's Auto Scaling groups, by group name (what
 /// the group is asked to run now: the spec's, or an autoscaler's within [min, max]).
-pub async fn desired_capacities(
+pub(crate) async fn desired_capacities(
     c: &AwsCloud,
 ) -> Result<std::collections::BTreeMap<String, usize>, CloudError> {
     let groups: Vec<_> = c
@@ -410,14 +410,14 @@ pub async fn desired_capacities(
 /// A scaling activity of a group that failed: an instance Auto Scaling could not launch
 /// (an instance profile not usable, a type not offered in the zone, a quota reached).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailedLaunch {
+pub(crate) struct FailedLaunch {
     pub activity: String,
     /// Auto Scaling's `StatusMessage` (else its description).
     pub reason: String,
 }
 
 /// The group's scaling activities that failed since `since_epoch` (seconds), newest first.
-pub async fn failed_launches(
+pub(crate) async fn failed_launches(
     c: &AwsCloud,
     group: &str,
     since_epoch: i64,

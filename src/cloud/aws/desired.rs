@@ -15,7 +15,7 @@ use crate::spec::{
 const ANYWHERE: &str = "0.0.0.0/0";
 /// The API load balancer's listener port (and its target group's): read it through
 /// [`super::instances::api_port`], the one place clients take the API's port from.
-pub const API_PORT: u16 = 6443;
+pub(super) const API_PORT: u16 = 6443;
 
 /// Role names the IAM resources, security groups and launch templates are keyed by.
 fn role_key(role: InstanceGroupRole) -> &'static str {
@@ -39,7 +39,7 @@ fn need<'a, T>(v: Option<&'a T>, field: &str) -> Result<&'a T, CloudError> {
 /// The bastion's DNS name (`spec.topology.bastion.publicName`, default `bastion.NAME`):
 /// the record kprov writes for the bastion load balancer and the jump host it connects
 /// through.
-pub fn bastion_name(cluster: &Cluster) -> String {
+pub(super) fn bastion_name(cluster: &Cluster) -> String {
     cluster
         .spec
         .topology
@@ -50,7 +50,7 @@ pub fn bastion_name(cluster: &Cluster) -> String {
 }
 
 /// The port the bastion load balancer forwards to the bastion instances.
-pub const SSH_PORT: i64 = 22;
+pub(super) const SSH_PORT: i64 = 22;
 
 pub fn short_name(prefix: &str, cluster: &str) -> String {
     use sha2::{Digest, Sha256};
@@ -757,7 +757,7 @@ fn role_policy(role: InstanceGroupRole) -> String {
 
 /// Canonical JSON text (sorted keys, two-space indent) so documents compare as text and diff
 /// line by line.
-pub fn pretty(v: &serde_json::Value) -> String {
+pub(super) fn pretty(v: &serde_json::Value) -> String {
     // why: serializing a JSON value cannot fail
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
@@ -833,7 +833,7 @@ struct TcpLoadBalancer<'a> {
 /// How long a target group drains a deregistered target: AWS's default is 300 s, which every
 /// control-plane or bastion termination (a roll, `delete instance`, a forced group delete)
 /// would wait out before the instance goes; the API's and SSH's clients reconnect anyway.
-pub const DEREGISTRATION_DELAY_SECONDS: i64 = 30;
+pub(super) const DEREGISTRATION_DELAY_SECONDS: i64 = 30;
 
 fn push_tcp_load_balancer(out: &mut Vec<Resource>, lb: TcpLoadBalancer<'_>) {
     out.push(

@@ -400,7 +400,7 @@ pub(crate) struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    pub fn push(&mut self, r: Resource) {
+    pub(crate) fn push(&mut self, r: Resource) {
         if let Some(cid) = &r.cloud_id {
             self.refs.insert(cid.clone(), r.id.clone());
         }
@@ -410,7 +410,7 @@ impl Reader<'_> {
     /// The ID of a resource the cloud listed. One listed without an ID cannot be compared,
     /// changed or deleted: it becomes a plan error naming the kind rather than a resource
     /// with an empty cloud ID.
-    pub fn listed<'x>(&mut self, kind: &str, id: Option<&'x str>) -> Option<&'x str> {
+    pub(crate) fn listed<'x>(&mut self, kind: &str, id: Option<&'x str>) -> Option<&'x str> {
         let id = id.filter(|s| !s.is_empty());
         if id.is_none() {
             self.conflicts.push(format!(
@@ -423,7 +423,7 @@ impl Reader<'_> {
 
     /// A reference to whatever has cloud ID `cid`: a logical ref when it is known, the raw ID
     /// otherwise (a foreign resource shows up as itself in a diff).
-    pub fn r(&self, cid: &str) -> Value {
+    pub(crate) fn r(&self, cid: &str) -> Value {
         match self.refs.get(cid) {
             Some(id) => Value::Ref(id.clone()),
             None => Value::str(cid),

@@ -39,7 +39,7 @@ pub struct ApplyOptions {
 #[derive(Clone)]
 pub struct WaitHook(pub std::sync::Arc<WaitFn>);
 
-pub type WaitFn = dyn Fn(&ResourceId, Duration, &str) + Send + Sync;
+pub(super) type WaitFn = dyn Fn(&ResourceId, Duration, &str) + Send + Sync;
 
 impl std::fmt::Debug for WaitHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,7 +51,7 @@ impl std::fmt::Debug for WaitHook {
 #[derive(Clone)]
 pub struct DoneHook(pub std::sync::Arc<DoneFn>);
 
-pub type DoneFn = dyn Fn(Action, &ResourceId) + Send + Sync;
+pub(super) type DoneFn = dyn Fn(Action, &ResourceId) + Send + Sync;
 
 impl std::fmt::Debug for DoneHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -325,7 +325,7 @@ pub fn topo_order(set: &BTreeMap<ResourceId, Resource>) -> Result<Vec<ResourceId
 
 /// Kahn's algorithm over the dependencies inside `set` (outside ones are ignored): actual
 /// resources may point at things that are not owned, and those impose no order.
-pub fn topo_order_lenient(set: &BTreeMap<ResourceId, Resource>) -> Vec<ResourceId> {
+pub(super) fn topo_order_lenient(set: &BTreeMap<ResourceId, Resource>) -> Vec<ResourceId> {
     let deps: BTreeMap<&ResourceId, BTreeSet<ResourceId>> = set
         .iter()
         .map(|(id, r)| {
