@@ -10,6 +10,17 @@
 
 #[path = "../tests/it/support/memstate.rs"]
 mod memstate;
+/// testhosts.rs asks the test harness's tier gate in a test build (`cargo test --all-targets`
+/// builds the examples with `cfg(test)` too); a benchmark has none: its script runs it as root.
+#[cfg(test)]
+mod support {
+    pub enum Tier {
+        SshdHosts,
+    }
+    pub mod tiers {
+        pub fn require(_: super::Tier) {}
+    }
+}
 #[path = "../tests/it/support/testhosts.rs"]
 #[allow(dead_code)]
 mod testhosts;

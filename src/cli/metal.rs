@@ -19,6 +19,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use super::commands::Ctx;
 use super::{UpdateClusterArgs, exit};
 use crate::nodes::Target;
+use crate::ops::node_config::Synced;
 use crate::ops::nodes::{AdminKubeconfig, Events, NodeEvent, NodeReport};
 use crate::ops::update::{AddonsError, Update, UpdatePlan};
 use crate::output::{Format, Printer, Table, plural, sanitize_lines};
@@ -286,7 +287,11 @@ pub(super) async fn addons_phase(
             ));
             return Ok(exit::ERROR);
         }
-        Err(AddonsError::Addons(e)) => {
+        Err(AddonsError::Addons {
+            node_config,
+            error: e,
+        }) => {
+            print_node_config(ctx, name, &node_config);
             ctx.printer.error(&format!(
                 "the hosts of {name} are provisioned, but deploying the add-ons failed: {e:#}. \
                  Retry with `kprov update addons {name} --yes` when the cause is fixed \
@@ -295,22 +300,28 @@ pub(super) async fn addons_phase(
             return Ok(exit::ERROR);
         }
     };
-    for cm in &applied.node_config.rewritten {
-        ctx.printer.status(&format!(
-            "ConfigMap {cm} rewritten from spec.kubelet/spec.kubeProxy: nodes joining now get it; running nodes get it with `kprov rolling-update cluster {name}`."
-        ));
-    }
-    for cm in &applied.node_config.missing {
-        ctx.printer.warn(&format!(
-            "ConfigMap {cm} not found (kubeadm makes it at init): spec.kubelet/spec.kubeProxy not written there"
-        ));
-    }
+    print_node_config(ctx, name, &applied.node_config);
     Ok(super::addons::print_report(
         ctx,
         cluster,
         &applied.addons,
         false,
     ))
+}
+
+/// What writing kube-system's node configuration changed: said whether or not the add-ons
+/// after it succeeded (running nodes need a roll to get it).
+fn print_node_config(ctx: &Ctx, name: &str, synced: &Synced) {
+    for cm in &synced.rewritten {
+        ctx.printer.status(&format!(
+            "ConfigMap {cm} rewritten from spec.kubelet/spec.kubeProxy: nodes joining now get it; running nodes get it with `kprov rolling-update cluster {name}`."
+        ));
+    }
+    for cm in &synced.missing {
+        ctx.printer.warn(&format!(
+            "ConfigMap {cm} not found (kubeadm makes it at init): spec.kubelet/spec.kubeProxy not written there"
+        ));
+    }
 }
 
 pub(super) fn plan_table(plan: &NodePlan) -> Table {

@@ -1,6 +1,6 @@
 //! `update cluster`, without the command line: [`open`] (flags the platform refuses, the
 //! inventory read again on metal), [`Update::plan`] → [`UpdatePlan`] (read-only: the preview
-//! prints it) and [`Update::apply`] → [`UpdateReport`] under the caller's lock. Errors are
+//! prints it) and [`Update::apply`] → [`UpdateReport`] under the cluster's lock. Errors are
 //! [`UpdateError`]s.
 //!
 //! The platform is asked of the seam ([`super::platform::Kind`]); on AWS the cloud plan and
@@ -9,9 +9,9 @@
 //! add-ons after the nodes are `ops::addons`.
 //!
 //! ```text
-//! let update = ops::update::open(store, cluster, groups, options).await?;  // refusals, inventory
-//! let plan = update.plan().await?;                                         // preview
-//! let report = session.with_lock(name, cmd, |guard| update.apply(guard, &events, nodes)).await?;
+//! let update = ops::update::load(session, name, options).await?;  // refusals, inventory
+//! let plan = update.plan().await?;                                 // preview
+//! let report = update.apply(&interrupts, &events, nodes).await?;   // under the cluster lock
 //! ```
 
 use std::path::PathBuf;
@@ -78,9 +78,13 @@ pub enum AddonsError {
     /// not be written.
     #[error("{0:#}")]
     NodeConfig(anyhow::Error),
-    /// Applying the add-ons (or waiting for their rollouts) failed.
-    #[error("{0:#}")]
-    Addons(anyhow::Error),
+    /// Applying the add-ons (or waiting for their rollouts) failed, after kube-system's node
+    /// configuration was written (`node_config`: what the user must still be told of).
+    #[error("{error:#}")]
+    Addons {
+        node_config: Synced,
+        error: anyhow::Error,
+    },
 }
 
 /// What the add-ons part of `update cluster --yes` did.
@@ -601,6 +605,10 @@ impl Update {
         let name = self.cluster().name();
         self.session
             .with_lock(name, "update cluster --yes", async |guard| {
+                // A signal that came while the lock was taken: nothing is written.
+                if let Some(caught) = ints.caught() {
+                    return Ok(Err(caught));
+                }
                 self.store_hosts(events).await?;
                 ints.or_try(self.apply_locked(guard, events, node_events))
                     .await
@@ -702,9 +710,10 @@ impl Update {
             ssh_tunnel: false,
         };
         let route = guard.route().map(str::to_string);
-        let addons = super::addons::deploy_with(&kube, route, cluster, &options)
-            .await
-            .map_err(AddonsError::Addons)?;
+        let addons = match super::addons::deploy_with(&kube, route, cluster, &options).await {
+            Ok(addons) => addons,
+            Err(error) => return Err(AddonsError::Addons { node_config, error }),
+        };
         drop(guard);
         Ok(AddonsApplied {
             node_config,
@@ -845,6 +854,9 @@ mod tests {
         });
         let repo = Repo::new(store.clone());
         repo.create(&cluster, &groups).await.expect("create");
+        // The creation's write left a permit: taken here, so the signal below comes during
+        // the update's write and not before it.
+        let _ = tokio::time::timeout(Duration::from_millis(50), store.started.notified()).await;
         let (cluster, groups) = repo
             .get(name)
             .await
@@ -911,6 +923,26 @@ mod tests {
             .expect("completed spec");
         let completed = String::from_utf8_lossy(&completed.data);
         assert!(completed.contains("198.18.250.2"), "{completed}");
+        assert!(
+            lock::read(store.as_ref(), name)
+                .await
+                .expect("lock")
+                .is_none(),
+            "the lock is released"
+        );
+
+        // A signal caught before the lock was held (it is still caught): nothing is written.
+        let said = std::sync::Mutex::new(false);
+        let events = |e: &UpdateEvent<'_>| {
+            if let UpdateEvent::HostsStored(_) = e {
+                *said.lock().unwrap() = true;
+            }
+        };
+        let outcome = update
+            .apply(&ints, &events, |_| ops_nodes::no_events())
+            .await;
+        assert!(matches!(outcome, Ok(Err(Caught::Interrupt))), "{outcome:?}");
+        assert!(!*said.lock().unwrap(), "hosts written after the signal");
         assert!(
             lock::read(store.as_ref(), name)
                 .await

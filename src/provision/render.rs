@@ -158,7 +158,8 @@ pub fn image_marker(sha256: &str) -> String {
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
-/// The image step uploads or downloads hundreds of MB before it imports them.
+/// An image archive uploads or downloads hundreds of MB before it is imported: the image
+/// step's timeout is this per archive.
 const IMAGE_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Image archives imported at the same time on a host: containerd unpacks each on its own
 /// (decompression is one core per layer), so a few at once use the host's cores and overlap
@@ -372,7 +373,10 @@ pub struct Renderer {
     image_refs: OnceLock<Vec<Vec<String>>>,
     /// `file://` binaries read and verified against their pinned sha256, by path: read once
     /// per run, and every host's upload shares the buffer (hashed here, not again).
-    local_binaries: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Bytes>>,
+    /// `file://` binaries already verified, by path and the sha256 they were verified against
+    /// (two assets may name one path with different pins: each is checked).
+    local_binaries:
+        std::sync::Mutex<std::collections::HashMap<(std::path::PathBuf, String), Bytes>>,
     /// `spec.containerd.registries` as files under /etc/containerd/certs.d.
     registry_files: Vec<super::mirrors::NodeFile>,
     /// kubeadm's `imageRepository` (registry.k8s.io rewritten), if any.
@@ -1175,7 +1179,7 @@ impl Renderer {
     fn local_binary(&self, path: &std::path::Path, a: &Asset) -> Result<Bytes, RenderError> {
         let shown = || path.display().to_string();
         if let Ok(cache) = self.local_binaries.lock()
-            && let Some(b) = cache.get(path)
+            && let Some(b) = cache.get(&(path.to_path_buf(), a.sha256.clone()))
         {
             return Ok(b.clone());
         }
@@ -1197,7 +1201,7 @@ impl Renderer {
         }
         let bytes = Bytes::from(bytes);
         if let Ok(mut cache) = self.local_binaries.lock() {
-            cache.insert(path.to_path_buf(), bytes.clone());
+            cache.insert((path.to_path_buf(), a.sha256.clone()), bytes.clone());
         }
         Ok(bytes)
     }
@@ -1540,7 +1544,9 @@ impl Renderer {
             files,
             check: Some(check),
             run,
-            timeout: IMAGE_TIMEOUT,
+            // Each archive had a step, and so a timeout, of its own; downloads and imports
+            // now share one step, which must not give a host less time than they had.
+            timeout: IMAGE_TIMEOUT.saturating_mul(u32::try_from(markers.len()).unwrap_or(u32::MAX)),
         }])
     }
 
@@ -2717,6 +2723,8 @@ pub(crate) mod tests {
         // upload checked the other's sha256 before renaming it into place), and the digest
         // kprov verified travels with the file, so the engine does not hash it again.
         assert_eq!(steps.len(), 1);
+        // Two archives: each keeps the time a step of its own had.
+        assert_eq!(steps[0].timeout, IMAGE_TIMEOUT * 2);
         assert_eq!(steps[0].files.len(), 1);
         assert_eq!(
             steps[0].files[0].sha256.as_deref(),
@@ -2796,6 +2804,23 @@ pub(crate) mod tests {
             e.contains(&path.display().to_string())
                 && e.contains(&format!("expected sha256 {wrong}, got {sha}"))
                 && e.contains("nothing uploaded"),
+            "{e}"
+        );
+        // One path under two pins: the second asset is checked against its own pin, not
+        // handed the bytes the first one verified.
+        let both = format!(
+            "{}    - name: kubeadm\n      url: file://{}\n      sha256: {wrong}\n",
+            yaml(&sha),
+            path.display()
+        );
+        let r = Renderer::new(&cluster(&both), &targets(&hs)).unwrap();
+        r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
+        let e = r
+            .install_step(Component::Kubeadm, Arch::Amd64)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("expected sha256 {wrong}, got {sha}")),
             "{e}"
         );
     }

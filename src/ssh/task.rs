@@ -99,14 +99,14 @@ pub enum ExecError {
     Other { host: String, message: String },
 }
 
-/// What a host (or ssh on its behalf) said, for an error message: escaped, and when it spans
-/// several lines, each on its own indented line (`  | ...`), so no line of it can pass for a
-/// line of kprov's own (`error: ...`).
 /// A step's name in an error: quoted and escaped (it may quote an archive's image names).
 fn untrusted(step: &str) -> crate::output::Untrusted<'_> {
     crate::output::untrusted(step)
 }
 
+/// What a host (or ssh on its behalf) said, for an error message: escaped, and when it spans
+/// several lines, each on its own indented line (`  | ...`), so no line of it can pass for a
+/// line of kprov's own (`error: ...`).
 fn host_text(s: &str) -> String {
     let s = s.trim_end();
     if s.contains('\n') {
