@@ -1297,8 +1297,15 @@ mv -f "$p" "$1""#;
             let took = st.started.elapsed();
             let remote = st.on_host.map(|t| t.elapsed());
             match kind {
-                "start" => {
+                // The first file's hook started: the first step's work on the host began
+                // (its files' hooks are part of it), while the rest of its files upload.
+                "arrive" => {
                     st.on_host = Some(Instant::now());
+                }
+                "start" => {
+                    if k > 0 || st.on_host.is_none() {
+                        st.on_host = Some(Instant::now());
+                    }
                     if k > 0 {
                         self.progress.event(&Event::StepStarted {
                             host: host.clone(),
@@ -1447,7 +1454,8 @@ struct BatchState {
     /// The step (index in the batch) that started last.
     current: usize,
     started: Instant,
-    /// When the last start marker arrived: the step's time on the host runs from there.
+    /// When the step's work on the host began: its start marker, or for the first step the
+    /// first arrival hook's start when earlier.
     on_host: Option<Instant>,
     /// Per finished step: its outcome or its exit code, and how long it took.
     finished: Vec<Finished>,
@@ -1500,7 +1508,9 @@ fn output_text(stderr: &str, stdout: &str) -> String {
 ///
 /// A file's hook ([`RemoteFile::on_arrival`]) starts in the background once the file is in
 /// place (its stdin /dev/null: the stream is the next file's), while the next files upload;
-/// each one's stderr goes to a file of its own. All have ended before the first step starts;
+/// each one's stderr goes to a file of its own; the first one's start is marked (`NONCE arrive
+/// 0`: the first step's time on the host counts from there). All have ended before the first
+/// step starts;
 /// if any failed, the first step fails with their stderr (exit code: the last failed hook's,
 /// 124 when its timeout stopped it) and nothing else runs.
 const BATCH: &str = r#"n=$1; hk=$2; nf=$3; shift 3
@@ -1538,7 +1548,10 @@ while [ "$nf" -gt 0 ]; do
   chmod "$m" "$t" && mv -f "$t" "$f" || exit 1
   t=
   if [ -n "$x" ]; then
-    [ -n "$hd" ] || hd=$(mktemp -d) || exit 1
+    if [ -z "$hd" ]; then
+      hd=$(mktemp -d) || exit 1
+      printf '\n%s arrive 0\n' "$n" >&2
+    fi
     [ "$hn" -lt "$hk" ] || hwait
     timeout -k 5 "$xt" sh -c "$x" </dev/null >/dev/null 2>"$hd/$up" &
     hj="$hj $!:$up"
