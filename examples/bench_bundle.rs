@@ -124,6 +124,7 @@ async fn main() {
             content: bundle.read(e).expect("member"),
             mode: 0o644,
             resumable: true,
+            on_arrival: None,
             // As the renderer does: the bundle verified it against the manifest.
             sha256: Some(e.sha256.clone()),
         })

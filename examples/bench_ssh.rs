@@ -79,6 +79,7 @@ fn steps(name: &str, address: &str, blob: &Bytes) -> Result<Vec<Step>, tera::Err
         content,
         mode,
         resumable: false,
+        on_arrival: None,
         sha256: None,
     };
     let mut steps = vec![Step {

@@ -33,7 +33,7 @@ use crate::spec::validate::{
     check_kubelet_label, check_label_key, check_label_value, check_taint, is_dns_subdomain,
 };
 use crate::spec::{Cluster, EtcdType, Host, HostRole, ProxyMode};
-use crate::ssh::task::{RemoteFile, Step};
+use crate::ssh::task::{Arrival, RemoteFile, Step};
 
 pub use crate::spec::assets::API_PROXY_IMAGE;
 /// kprov's own sysctl file, the only one the kernel step applies, and its copy once applied.
@@ -788,6 +788,7 @@ fn file(path: &str, content: impl Into<Bytes>, mode: u32) -> RemoteFile {
         content: content.into(),
         mode,
         resumable: false,
+        on_arrival: None,
         sha256: None,
     }
 }
@@ -1486,11 +1487,28 @@ impl Renderer {
         {
             let marker = image_marker(&img.sha256);
             let cache = format!("{CACHE_DIR}/image-{}.tar", img.sha256);
+            let archive = json!({
+                "url": "", "cache": cache, "origin": img.url, "sha256": img.sha256,
+                "marker": marker,
+            });
             let (url, cache) = match (&img.source, content) {
                 (Source::Local(_), Some(bytes)) => {
                     let mut f = file(&cache, bytes.clone(), 0o600);
                     // load_images verified it against the spec's sha256.
                     f.sha256 = Some(img.sha256.clone());
+                    // Imported as soon as it lands, while the next archive uploads (the
+                    // step's run then finds its marker). The same script with this archive
+                    // alone: it never downloads, so its exit trap removes no one's download.
+                    f.on_arrival = Some(Arrival {
+                        run: self.render(
+                            "node/image-import.sh.tera",
+                            json!({
+                                "archives": [archive], "cache_dir": CACHE_DIR,
+                                "marker_dir": IMAGES_DIR, "at_once": "1",
+                            }),
+                        )?,
+                        timeout: IMAGE_TIMEOUT,
+                    });
                     files.push(f);
                     (String::new(), cache)
                 }
@@ -2732,6 +2750,19 @@ pub(crate) mod tests {
         );
         assert_eq!(steps[0].run.matches("sha256sum").count(), 1);
         assert!(steps[0].run.contains("if [ -n \"$u\" ]; then"));
+        // The uploaded archive is imported as soon as it lands: the same import, of it alone,
+        // under an archive's timeout (the step's run then finds its marker).
+        let hook = steps[0].files[0]
+            .on_arrival
+            .as_ref()
+            .expect("an import on arrival");
+        assert_eq!(hook.timeout, IMAGE_TIMEOUT);
+        insta::assert_snapshot!(
+            "image_archive_on_arrival",
+            hook.run
+                .replace(&dir.path().display().to_string(), "/OPERATOR")
+        );
+        assert_eq!(hook.run.matches("\nimport ").count(), 1, "{}", hook.run);
 
         // After containerd runs with its configuration and the kubelet unit, at the end of
         // the install phase, so before any kubeadm step of init or join.

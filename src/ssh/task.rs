@@ -23,7 +23,26 @@ pub struct RemoteFile {
     /// content against a pinned checksum: the engine does not hash it again. A wrong value
     /// cannot install wrong bytes: the host checks what it received against it and refuses.
     pub sha256: Option<String>,
+    /// Work on this file that may start as soon as it is on the host, before the rest of the
+    /// step's files have arrived (an image archive's import while the next archive uploads).
+    /// Run only when the file is uploaded in the step's stream (not for a file already on the
+    /// host, nor a resumable one): the step's `run` must do the same work when it finds it
+    /// undone, the hook only starts it earlier.
+    pub on_arrival: Option<Arrival>,
 }
+
+/// A script run in the background on the host as soon as its file is written (see
+/// [`RemoteFile::on_arrival`]), at most [`ARRIVALS_AT_ONCE`] at a time, each under its own
+/// `timeout`. All of a step's hooks end before its check and run; if one failed, the step
+/// fails with their standard error and its `run` does not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    pub run: String,
+    pub timeout: Duration,
+}
+
+/// Hooks of one batch running at once on a host.
+pub const ARRIVALS_AT_ONCE: usize = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {

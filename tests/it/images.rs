@@ -18,10 +18,24 @@ use crate::metal::{Lab, kprov_inventory, ok, show, text};
 
 /// A docker-archive as `docker save` writes it (manifest.json, config, one layer), in `dir`.
 pub(crate) fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
+    image_archive_with(dir, name, tag, 0)
+}
+
+/// [`image_archive`] whose layer also holds `filler` bytes of noise (a large archive).
+fn image_archive_with(dir: &Path, name: &str, tag: &str, filler: usize) -> (String, String) {
     let staging = tempfile::tempdir().expect("staging");
     let s = staging.path();
     std::fs::create_dir_all(s.join("rootfs")).unwrap();
-    std::fs::write(s.join("rootfs/hello"), format!("{name}\n")).unwrap();
+    let mut hello = format!("{name}\n").into_bytes();
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    hello.extend((0..filler).map(|_| {
+        // xorshift: incompressible enough, no dependency.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    }));
+    std::fs::write(s.join("rootfs/hello"), hello).unwrap();
     let layer = s.join("layer.tar");
     assert!(
         Command::new("tar")
@@ -278,6 +292,113 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
             "{h}: imported"
         );
     }
+}
+
+/// The image archives of a host are imported as each lands, while the next ones upload, and
+/// one import failing among others: the step fails naming that archive with ctr's message,
+/// the others are imported and marked, and a re-run imports only the failed one (its archive
+/// already on the host: uploaded once).
+#[test]
+fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone_alone() {
+    crate::needs_tier!(SshdHosts);
+    let lab = Lab::start(1);
+    let name = "imports.metal.example.com";
+    let inv = lab.write(
+        "inventory.yaml",
+        &kprov_inventory(&lab, &[("host1", "control-plane")]),
+    );
+    lab.create_metal(name, &inv);
+    let dir = lab.dir.path();
+    let (a, a_sha) = image_archive(dir, "first", "example.com/first:1");
+    let (b, b_sha) = image_archive(dir, "second", "example.com/second:1");
+    // Last and large: its upload takes long enough to see the first import start before it
+    // ends.
+    let (c, c_sha) = image_archive_with(dir, "third", "example.com/third:1", 64 << 20);
+    lab.edit_cluster(name, |cl| {
+        cl.spec.assets.as_mut().expect("assets").images =
+            [(&a, &a_sha), (&b, &b_sha), (&c, &c_sha)]
+                .into_iter()
+                .map(|(p, sha)| ImageArchive {
+                    url: format!("file://{p}"),
+                    sha256: sha.clone(),
+                })
+                .collect();
+    });
+    let h = lab.host("host1");
+    h.exec(&format!(
+        "mkdir -p /var/lib/kprov-standins && echo {b_sha} > /var/lib/kprov-standins/ctr-fail"
+    ))
+    .expect("ctr-fail");
+    let o = lab.kprov(&[
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = text(&o.stderr);
+    let cache = |sha: &str| format!("/var/lib/kprov/cache/image-{sha}.tar");
+    assert!(
+        err.contains(&format!("ctr: {}: failed as the test asked", cache(&b_sha)))
+            && err.contains(&format!(
+                "kprov: image archive file://{b}: ctr -n k8s.io images import failed"
+            )),
+        "{}",
+        show(&o)
+    );
+    let marker = |sha: &str| lab.upper("host1", &format!("/var/lib/kprov/images/{sha}"));
+    assert!(
+        marker(&a_sha).is_some() && marker(&c_sha).is_some(),
+        "{}",
+        show(&o)
+    );
+    assert!(marker(&b_sha).is_none());
+    assert!(
+        lab.calls("host1")
+            .iter()
+            .all(|(_, c)| !c.starts_with("kubeadm init"))
+    );
+    // The first archive's import started before the last one had landed (its file's mtime is
+    // the end of its upload: written, then renamed into place).
+    let started = |sha: &str| {
+        lab.first_call(
+            "host1",
+            &format!("ctr -n k8s.io images import {}", cache(sha)),
+        )
+    };
+    let landed = std::fs::metadata(h.upper_path(&cache(&c_sha)))
+        .expect("third archive")
+        .modified()
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    assert!(
+        started(&a_sha) < landed,
+        "the first import waited for the last upload"
+    );
+    let inode = |sha: &str| {
+        std::fs::metadata(h.upper_path(&cache(sha)))
+            .expect("cache")
+            .ino()
+    };
+    let inodes: Vec<u64> = [&a_sha, &b_sha, &c_sha].map(|s| inode(s)).to_vec();
+
+    // The cause gone, a re-run imports the failed archive alone, uploading nothing.
+    h.exec("rm /var/lib/kprov-standins/ctr-fail").expect("rm");
+    let before = imports(&lab, "host1").len();
+    lab.provision(name);
+    let after = imports(&lab, "host1");
+    assert_eq!(after.len(), before + 1, "{after:?}");
+    assert_eq!(after.last().map(|(s, _)| s.as_str()), Some(b_sha.as_str()));
+    assert!(marker(&b_sha).is_some());
+    assert_eq!(
+        [&a_sha, &b_sha, &c_sha].map(|s| inode(s)).to_vec(),
+        inodes,
+        "an archive was uploaded again"
+    );
 }
 
 /// An image name is the archive's text, and it is in a step's name ("images: import REF"): an

@@ -176,6 +176,7 @@ async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
         content: Bytes::from(content.to_string()),
         mode,
         resumable: false,
+        on_arrival: None,
         sha256: None,
     };
     let steps = |a: &str| {
@@ -399,6 +400,7 @@ async fn non_root_user_works_through_sudo() {
             content: Bytes::from_static(b"s3cret"),
             mode: 0o600,
             resumable: false,
+            on_arrival: None,
             sha256: None,
         }],
         ..step(
@@ -697,6 +699,7 @@ async fn many_files_fit_through_stock_max_sessions() {
             content: Bytes::from(format!("file {i}\n")),
             mode: 0o644,
             resumable: false,
+            on_arrival: None,
             sha256: None,
         })
         .collect();
@@ -904,6 +907,7 @@ async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_p
             content: Bytes::from_static(b"a\n"),
             mode: 0o644,
             resumable: false,
+            on_arrival: None,
             sha256: None,
         }],
         ..record(1)
@@ -914,6 +918,7 @@ async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_p
             content: Bytes::from_static(b"b\n"),
             mode: 0o600,
             resumable: false,
+            on_arrival: None,
             sha256: None,
         }],
         ..record(4)
@@ -960,5 +965,60 @@ async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_p
         })
         .collect();
     assert_eq!(seen, want);
+    fleet.close().await;
+}
+
+/// On a CPU with AES instructions kprov's connections offer AES-GCM first (the bulk transfers'
+/// cipher), through a config that still includes the user's; a cipher the user's config sets
+/// wins, and no `Ciphers` of kprov's is written then.
+#[tokio::test]
+async fn aes_gcm_is_preferred_unless_the_users_config_sets_a_cipher() {
+    crate::needs_tier!(SshdHosts);
+    let th = TestHosts::start(1);
+    let aes = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("flags") && l.split_whitespace().any(|w| w == "aes"));
+    let store = Arc::new(MemStore::default());
+    let fleet = fleet(&th, &store);
+    fleet
+        .run_steps("host1", &[step("one", "true")])
+        .await
+        .unwrap();
+    let config = std::fs::read_to_string(fleet.control_dir().join("ssh_config.0"));
+    if aes {
+        let config = config.expect("kprov's connection config");
+        assert!(
+            config.contains("\nCiphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com"),
+            "{config}"
+        );
+        assert!(config.contains("Include ~/.ssh/config\n"), "{config}");
+    } else {
+        assert!(config.is_err(), "{config:?}");
+    }
+    fleet.close().await;
+
+    let user = th.dir().join("user_ssh_config");
+    std::fs::write(&user, "Ciphers aes256-ctr\n").unwrap();
+    let options = SshOptions {
+        config_file: Some(user.clone()),
+        ..options(true)
+    };
+    let fleet = SshFleet::new(
+        CLUSTER,
+        hosts(&th),
+        store.clone(),
+        options,
+        Arc::new(Recorder::default()),
+    )
+    .unwrap();
+    fleet
+        .run_steps("host1", &[step("two", "true")])
+        .await
+        .unwrap();
+    assert!(
+        !fleet.control_dir().join("ssh_config.0").exists(),
+        "kprov wrote a config over the user's cipher"
+    );
     fleet.close().await;
 }
