@@ -22,6 +22,7 @@ use crate::repo::{Repo, RepoError};
 use crate::spec::{self, Cluster, InstanceGroup, ObjectRef, SpecErrors};
 use crate::state::lock::LockError;
 use crate::state::{self, StateError, StateStore};
+use crate::views::objects as view;
 
 pub struct Ctx {
     pub printer: Printer,
@@ -490,34 +491,7 @@ async fn objects_from_file(ctx: &Ctx, path: &Path, mode: Mode) -> anyhow::Result
     if mode == Mode::Create {
         ctx.warn_versioning().await?;
     }
-    let mut said = |w: Written| match w {
-        Written::Pinned(n) => ctx.printer.status(&n),
-        Written::ClusterCreated { name, groups } => ctx.printer.success(&format!(
-            "Created cluster {name} with {}.",
-            plural(groups, "instance group")
-        )),
-        Written::GroupCreated { cluster, group } => ctx.printer.success(&format!(
-            "Created instance group {group} in cluster {cluster}."
-        )),
-        Written::ClusterReplaced {
-            name,
-            changed: true,
-        } => ctx.printer.success(&format!("Replaced cluster {name}.")),
-        Written::ClusterReplaced { name, .. } => {
-            ctx.printer.status(&format!("Cluster {name} unchanged."))
-        }
-        Written::GroupReplaced {
-            group,
-            changed: false,
-            ..
-        } => ctx
-            .printer
-            .status(&format!("Instance group {group} unchanged.")),
-        Written::GroupReplaced { group, existed, .. } => ctx.printer.success(&format!(
-            "{} instance group {group}.",
-            if existed { "Replaced" } else { "Created" }
-        )),
-    };
+    let mut said = |w: Written| view::written(&ctx.printer, w);
     objects::plan(&repo, &source, mode, &mut per_cluster, &mut said).await?;
     objects::apply(&repo, &source, mode, per_cluster, &mut said).await?;
     Ok(exit::OK)
@@ -558,143 +532,21 @@ async fn create_registry_credentials(
 async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let rows = crate::ops::credentials::secrets(&repo, name).await?;
-    let items: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|r| {
-            let (kind, key, len, digest) = (r.kind, &r.name, r.bytes, &r.digest);
-            if kind == "sshpublickey" {
-                serde_json::json!({"type": kind, "name": key, "bytes": len, "fingerprint": digest})
-            } else {
-                serde_json::json!({"type": kind, "name": key, "bytes": len, "sha256": digest})
-            }
-        })
-        .collect();
-    ctx.printer
-        .value(&serde_json::json!({ "items": items }), || {
-            let mut t = Table::new(["TYPE", "NAME", "BYTES", "SHA256 / FINGERPRINT"]);
-            for r in &rows {
-                t.row([
-                    r.kind.to_string(),
-                    untrusted(&r.name).to_string(),
-                    r.bytes.to_string(),
-                    r.digest.clone(),
-                ]);
-            }
-            t
-        })?;
+    view::secrets(&ctx.printer, &rows)?;
     Ok(exit::OK)
 }
 
 async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let list = objects::list(&repo, name).await?;
-    for u in &list.unreadable {
-        ctx.printer.warn(&format!(
-            "cluster {} is unreadable: {}{}",
-            u.name,
-            u.error,
-            if u.delete_removes_it() {
-                format!(
-                    ". Fix it, or remove it with `kprov delete cluster {} --yes`",
-                    u.name
-                )
-            } else {
-                String::new()
-            }
-        ));
-    }
-    for n in &list.backups_only {
-        ctx.printer.status(&format!(
-            "cluster {n} was deleted; its etcd backups are kept: `kprov get backups {n}` lists them, `kprov delete cluster {n} --yes --delete-backups` deletes them"
-        ));
-    }
-    if ctx.printer.format() != Format::Table {
-        // -o yaml/json prints objects that `create -f` / `replace -f` accept as they are.
-        return print_objects(ctx, &list.objects(full)).map(|_| exit::OK);
-    }
-    if list.empty {
-        ctx.printer
-            .status(&format!("No clusters in {}.", repo.location()));
-        return Ok(exit::OK);
-    }
-    let mut t = Table::new([
-        "NAME",
-        "CLOUD",
-        "ZONES",
-        "VERSION",
-        "CONTROL PLANES",
-        "NODES",
-    ]);
-    for r in list.clusters.iter().map(objects::Listed::summary) {
-        t.row([
-            r.name,
-            r.cloud,
-            if r.zones.is_empty() {
-                "-".into()
-            } else {
-                r.zones.join(",")
-            },
-            r.kubernetes_version,
-            r.control_planes.to_string(),
-            r.nodes.to_string(),
-        ]);
-    }
-    for u in &list.unreadable {
-        t.row([u.name.as_str(), "UNREADABLE", "-", "-", "-", "-"].map(String::from));
-    }
-    for n in &list.backups_only {
-        t.row([n.as_str(), "DELETED (backups kept)", "-", "-", "-", "-"].map(String::from));
-    }
-    ctx.printer.data(&t.render());
+    view::clusters(&ctx.printer, &list, full, &repo.location())?;
     Ok(exit::OK)
-}
-
-fn print_objects(ctx: &Ctx, objs: &[ObjectRef]) -> anyhow::Result<()> {
-    match ctx.printer.format() {
-        Format::Json => {
-            let items: Vec<serde_json::Value> = objs
-                .iter()
-                .map(|o| match o {
-                    ObjectRef::Cluster(c) => serde_json::to_value(c),
-                    ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
-                })
-                .collect::<Result<_, _>>()?;
-            ctx.printer.data(&serde_json::to_string_pretty(
-                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
-            )?);
-        }
-        _ => ctx
-            .printer
-            .data(&spec::to_yaml_stream(objs.iter().copied())?),
-    }
-    Ok(())
 }
 
 async fn get_groups(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let (user, groups) = objects::groups(&repo, cluster).await?;
-    if ctx.printer.format() != Format::Table {
-        let objs: Vec<ObjectRef> = user.iter().map(ObjectRef::InstanceGroup).collect();
-        print_objects(ctx, &objs)?;
-        return Ok(exit::OK);
-    }
-    let mut t = Table::new(["NAME", "ROLE", "MACHINETYPE", "MIN", "MAX", "SUBNETS"]);
-    for g in &groups {
-        let s = &g.spec;
-        t.row([
-            g.metadata.name.clone(),
-            s.role.as_str().to_string(),
-            s.machine_type.clone().unwrap_or_else(|| "-".into()),
-            s.min_size.map_or("-".into(), |n| n.to_string()),
-            s.max_size.map_or("-".into(), |n| n.to_string()),
-            if s.subnets.is_empty() {
-                "-".into()
-            } else {
-                s.subnets.join(",")
-            },
-        ]);
-    }
-    ctx.printer.data(&t.render());
+    view::groups(&ctx.printer, &user, &groups)?;
     Ok(exit::OK)
 }
 
@@ -705,7 +557,7 @@ async fn delete_cluster(
     concurrency: usize,
     delete_backups: bool,
 ) -> anyhow::Result<i32> {
-    use crate::ops::delete::{self as ops, DeleteError, DeletePlan, DeleteReport};
+    use crate::ops::delete::{self as ops, DeleteError};
     let repo = ctx.repo().await?;
     let planned = match yes {
         true => ops::scope(&repo, name, delete_backups).await,
@@ -720,14 +572,14 @@ async fn delete_cluster(
         Err(e) => return Err(delete_failed(ctx, e)),
     };
     if !yes {
-        print_delete_plan(ctx, &repo, &plan);
+        crate::views::delete::plan(&ctx.printer, &repo.location(), &plan);
         return Ok(exit::OK);
     }
     // One lock for the whole teardown, so no update runs against a half-deleted cluster.
     // Metal's hosts get a progress line each once they are known, under the lock.
     let bars = std::sync::Mutex::new(None);
     let events_for = |targets: &[crate::nodes::Target]| {
-        let (events, multi) = super::metal::render_events(ctx, targets);
+        let (events, multi) = crate::views::nodes::node_events(&ctx.printer, targets);
         *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
         events
     };
@@ -757,52 +609,7 @@ async fn delete_cluster(
         Err(c) => return Ok(interrupted(ctx, name, c, "deleting the cluster", &resume)),
         Ok(r) => r,
     };
-    match report {
-        DeleteReport::BackupsOnly { deleted } => {
-            if let DeletePlan::BackupsOnly { prefix, .. } = &plan {
-                ctx.printer.success(&format!(
-                    "Deleted {} of {name} under {prefix}.",
-                    plural(deleted, "etcd backup object")
-                ));
-            }
-        }
-        DeleteReport::Unreadable { deleted } => ctx.printer.success(&format!(
-            "Deleted the unreadable cluster {name} ({}) from {}; no cloud resource or host was touched.",
-            plural(deleted, "object"),
-            repo.location()
-        )),
-        DeleteReport::Cluster { machines, objects } => {
-            match machines {
-                ops::MachinesGone::Aws { deleted } => ctx
-                    .printer
-                    .success(&format!("Deleted {deleted} cloud resources of {name}.")),
-                ops::MachinesGone::Metal { warnings, reset } => {
-                    for w in &warnings {
-                        ctx.printer.warn(w);
-                    }
-                    match reset {
-                        ops::HostsReset::NothingClaimed(why) => {
-                            ctx.printer.warn(&format!("{why}: no host to reset"))
-                        }
-                        ops::HostsReset::Reset { reset, of } => ctx.printer.success(&format!(
-                            "Reset {reset} of {} of {name}.",
-                            plural(of, "host")
-                        )),
-                    }
-                }
-            }
-            ctx.printer.success(&format!(
-                "Deleted cluster {name} ({}) from {}.",
-                plural(objects, "object"),
-                repo.location()
-            ));
-            if let DeletePlan::Cluster(t) = &plan
-                && let Some(line) = backups_said(name, t.backups.as_ref(), t.delete_backups, true)
-            {
-                ctx.printer.status(&line);
-            }
-        }
-    }
+    crate::views::delete::report(&ctx.printer, name, &repo.location(), &plan, report);
     Ok(exit::OK)
 }
 
@@ -820,105 +627,6 @@ fn delete_failed(ctx: &Ctx, e: crate::ops::delete::DeleteError) -> anyhow::Error
                 }
             }
             e.into()
-        }
-    }
-}
-
-/// What happens to the etcd backups of a deleted cluster (`done`: after the delete).
-fn backups_said(
-    name: &str,
-    backups: Option<&(usize, String)>,
-    delete_backups: bool,
-    done: bool,
-) -> Option<String> {
-    let (n, where_) = backups?;
-    let n = *n;
-    Some(match (delete_backups, done) {
-        (true, false) => format!(
-            "Will delete {} under {where_} too (--delete-backups).",
-            plural(n, "etcd backup object")
-        ),
-        (true, true) => format!(
-            "Deleted {} under {where_} (--delete-backups).",
-            plural(n, "etcd backup object")
-        ),
-        (false, false) => format!(
-            "Will keep {} under {where_}: `kprov get backups {name}` lists them, a cluster created again as {name} can `kprov restore etcd` from them; `--delete-backups` deletes them too.",
-            plural(n, "etcd backup object")
-        ),
-        (false, true) => format!(
-            "Kept {} under {where_}: `kprov get backups {name}` lists them; `kprov delete cluster {name} --yes --delete-backups` deletes them.",
-            plural(n, "etcd backup object")
-        ),
-    })
-}
-
-/// The preview of `delete cluster`.
-fn print_delete_plan(ctx: &Ctx, repo: &Repo, plan: &crate::ops::delete::DeletePlan) {
-    use crate::ops::delete::{DeletePlan, Machines};
-    let name = plan.cluster();
-    match plan {
-        DeletePlan::BackupsOnly { count, prefix, .. } => {
-            ctx.printer.data(&format!(
-                "Will delete {} of the deleted cluster {name} under {prefix}.",
-                plural(*count, "etcd backup object")
-            ));
-            ctx.printer.status(&format!(
-                "Must specify --yes to delete the backups of {name}."
-            ));
-        }
-        DeletePlan::Unreadable {
-            keys,
-            at_config,
-            why,
-            ..
-        } => {
-            let mut lines: Vec<String> =
-                keys.iter().map(|k| format!("  {}", untrusted(k))).collect();
-            if let Some((config, what)) = at_config {
-                lines.push(format!("  {config} ({what})"));
-            }
-            ctx.printer.data(&format!(
-                "Will delete the objects of cluster {name} from {}:\n{}",
-                repo.location(),
-                lines.join("\n")
-            ));
-            ctx.printer.warn(&format!(
-                "the spec of cluster {name} cannot be read ({why}); kprov cannot tell which cloud \
-                 resources or hosts it had, so --yes removes only its objects in the state store. \
-                 Delete its cloud resources or reset its hosts yourself if it had any."
-            ));
-            ctx.printer
-                .status(&format!("Must specify --yes to delete cluster {name}."));
-        }
-        DeletePlan::Cluster(t) => {
-            match &t.machines {
-                None => {}
-                Some(Machines::Aws(cloud)) => ctx.printer.data(&crate::cloud::engine::render_text(
-                    cloud,
-                    crate::cloud::engine::RenderOptions {
-                        color: ctx.printer.color(),
-                        prune: true,
-                    },
-                )),
-                Some(Machines::Metal { hosts, dropped }) => ctx
-                    .printer
-                    .data(&super::metal::reset_preview(name, hosts, dropped)),
-            }
-            ctx.printer.data(&format!(
-                "Will delete cluster {name} from {}:\n{}",
-                repo.location(),
-                t.keys
-                    .iter()
-                    .map(|k| format!("  {}", untrusted(k)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ));
-            if let Some(line) = backups_said(name, t.backups.as_ref(), t.delete_backups, false) {
-                ctx.printer.status(&line);
-            }
-            ctx.printer
-                .status(&format!("Must specify --yes to delete cluster {name}."));
         }
     }
 }
@@ -947,12 +655,8 @@ async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyho
 
 async fn lock_status(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let store = ctx.store().await?;
-    match locks::status(store.as_ref(), cluster).await? {
-        None => ctx
-            .printer
-            .data(&format!("cluster {cluster} is not locked")),
-        Some(r) => ctx.printer.data(&serde_json::to_string_pretty(&r)?),
-    }
+    let status = locks::status(store.as_ref(), cluster).await?;
+    view::lock_status(&ctx.printer, cluster, status.as_ref())?;
     Ok(exit::OK)
 }
 
@@ -963,25 +667,11 @@ async fn delete_damaged(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
     let store = session.store().as_ref();
     let plan = damaged::plan(store, name).await?;
     if plan.found.is_empty() {
-        ctx.printer
-            .status(&format!("cluster {name} has no damaged records"));
+        view::no_damaged(&ctx.printer, name);
         return Ok(exit::OK);
     }
     if !yes {
-        let n = plan.found.len();
-        ctx.printer.data(&format!(
-            "Will remove {n} damaged record{} of cluster {name} (from known host keys only the \
-             damaged lines):\n{}",
-            if n == 1 { "" } else { "s" },
-            plan.lines
-                .iter()
-                .map(|l| format!("  {l}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        ));
-        ctx.printer.status(&format!(
-            "Run `kprov delete damaged {name} --yes` to remove them."
-        ));
+        view::damaged(&ctx.printer, name, &plan);
         return Ok(exit::OK);
     }
     let removed = session
@@ -997,28 +687,8 @@ async fn delete_damaged(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
 
 async fn lock_break(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let store = ctx.store().await?;
-    match locks::break_lock(store.as_ref(), cluster).await? {
-        locks::Broken::NotLocked => ctx
-            .printer
-            .status(&format!("cluster {cluster} was not locked")),
-        locks::Broken::Lock(r) => ctx.printer.success(&format!(
-            "broke the lock of cluster {cluster} held by {}@{} running `{}`",
-            untrusted(&r.holder),
-            untrusted(&r.host),
-            untrusted(&r.command)
-        )),
-        locks::Broken::Unreadable => ctx
-            .printer
-            .success(&format!("removed the unreadable lock of cluster {cluster}")),
-        locks::Broken::Obstruction {
-            what,
-            location,
-            removed,
-        } => ctx.printer.success(&format!(
-            "removed what sat at the lock {location} of cluster {cluster} ({what}; {removed} key{} deleted)",
-            if removed == 1 { "" } else { "s" }
-        )),
-    }
+    let broken = locks::break_lock(store.as_ref(), cluster).await?;
+    view::lock_broken(&ctx.printer, cluster, broken);
     Ok(exit::OK)
 }
 
