@@ -17,11 +17,12 @@ use crate::ops::interrupt::{self, Caught, Interrupts};
 use crate::ops::objects::{self, Mode, Written, group_by_cluster};
 use crate::ops::session::Session;
 use crate::ops::{damaged, locks};
-use crate::output::{Format, Printer, Table, plural, untrusted};
+use crate::output::{Format, Printer, Table, untrusted};
 use crate::repo::{Repo, RepoError};
-use crate::spec::{self, Cluster, InstanceGroup, ObjectRef, SpecErrors};
+use crate::spec::{self, Cluster, InstanceGroup, SpecErrors};
 use crate::state::lock::LockError;
 use crate::state::{self, StateError, StateStore};
+use crate::views::create as view_create;
 use crate::views::objects as view;
 
 pub struct Ctx {
@@ -422,53 +423,15 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
         ctx.printer.status(&n)
     })
     .await?;
-    if let Some(inv) = &plan.inventory {
-        if let Some(w) = inv.unused_warning() {
-            ctx.printer.warn(&w);
-        }
-        let lines = super::create::inventory_summary(inv, &plan.overrides);
-        if a.dry_run {
-            for l in lines {
-                ctx.printer.status(&l);
-            }
-        } else {
-            for n in inv.notes.iter().chain(&plan.overrides) {
-                ctx.printer.status(&format!("Note: {n}"));
-            }
-        }
-    }
-    let (cluster, groups) = (&plan.cluster, &plan.groups);
+    view_create::inventory(&ctx.printer, &plan, a.dry_run);
     if a.dry_run {
-        let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(cluster))
-            .chain(groups.iter().map(ObjectRef::InstanceGroup))
-            .collect();
-        match a.output {
-            DryRunFormat::Yaml => ctx.printer.data(&spec::to_yaml_stream(objects)?),
-            DryRunFormat::Json => {
-                let items: Vec<serde_json::Value> = objects
-                    .iter()
-                    .map(|o| match o {
-                        ObjectRef::Cluster(c) => serde_json::to_value(c),
-                        ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
-                    })
-                    .collect::<Result<_, _>>()?;
-                ctx.printer.data(&serde_json::to_string_pretty(
-                    &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
-                )?);
-            }
-        }
+        view_create::dry_run(&ctx.printer, &plan, a.output == DryRunFormat::Json)?;
         return Ok(exit::OK);
     }
     let repo = ctx.repo().await?;
     ctx.warn_versioning().await?;
     create::apply(&repo, &plan).await?;
-    ctx.printer.success(&format!(
-        "Cluster {} created in {} ({}).",
-        cluster.name(),
-        repo.location(),
-        plural(groups.len(), "instance group")
-    ));
-    ctx.printer.status(&format!("No infrastructure was changed. Review with `kprov get cluster {0} -o yaml`, then preview with `kprov update cluster {0}`.", cluster.name()));
+    view_create::created(&ctx.printer, &plan, &repo.location());
     Ok(exit::OK)
 }
 

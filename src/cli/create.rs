@@ -187,86 +187,6 @@ impl CreateClusterArgs {
     }
 }
 
-/// What `create --dry-run` says it understood from an inventory, one line each.
-pub(super) fn inventory_summary(
-    inv: &crate::inventory::Inventory,
-    overrides: &[String],
-) -> Vec<String> {
-    let mut out = vec![format!(
-        "Inventory {} ({:?}): {} host(s)",
-        inv.file,
-        inv.format,
-        inv.hosts.len()
-    )];
-    for l in &inv.hosts {
-        let h = &l.host;
-        let roles: Vec<&str> = h
-            .roles
-            .iter()
-            .map(|r| match r {
-                HostRole::ControlPlane => "control-plane",
-                HostRole::Node => "node",
-                HostRole::Etcd => "etcd",
-            })
-            .collect();
-        let mut line = format!(
-            "  {} (line {}): roles {}, address {}",
-            h.name,
-            l.line,
-            roles.join(","),
-            h.address
-        );
-        if let Some(ip) = &h.ip {
-            line.push_str(&format!(", ip {ip}"));
-        }
-        line.push_str(&format!(
-            ", user {}",
-            h.user.as_deref().unwrap_or("(default)")
-        ));
-        line.push_str(&format!(
-            ", port {}",
-            h.port.map_or("22".to_string(), |p| p.to_string())
-        ));
-        if let Some(k) = &h.key_path {
-            line.push_str(&format!(", key {k}"));
-        }
-        if let Some(b) = &h.bastion {
-            line.push_str(&format!(", bastion {b}"));
-        }
-        if !h.labels.is_empty() {
-            let labels: Vec<String> = h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            line.push_str(&format!(", labels {}", labels.join(",")));
-        }
-        if !h.taints.is_empty() {
-            line.push_str(&format!(", taints {}", h.taints.join(",")));
-        }
-        out.push(line);
-    }
-    let etcd = crate::inventory::etcd_topology(&inv.plain_hosts());
-    out.push(format!(
-        "etcd: {}",
-        match etcd {
-            EtcdType::Stacked => "stacked (a member on each control plane)",
-            EtcdType::External => "external (etcd as a service on the etcd hosts)",
-        }
-    ));
-    if inv.mapped.is_empty() {
-        out.push("Variables mapped to the spec: none".into());
-    } else {
-        out.push("Variables mapped to the spec:".into());
-        for m in &inv.mapped {
-            out.push(format!(
-                "  {} ({}) -> {} = {}",
-                m.var, m.at, m.field, m.value
-            ));
-        }
-    }
-    for n in inv.notes.iter().chain(overrides) {
-        out.push(format!("Note: {n}"));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,7 +255,7 @@ mod tests {
         let (mut c, _) =
             crate::ops::create::build_cluster_objects(&a, inv.plain_hosts(), None).unwrap();
         let notes = crate::ops::create::apply_inventory(&mut c, &mut inv, &a);
-        let summary = inventory_summary(&inv, &notes).join("\n");
+        let summary = crate::views::create::inventory_summary(&inv, &notes).join("\n");
         assert!(
             summary.contains(
                 "node3 (line 10): roles control-plane,etcd, address 198.18.10.3, ip 10.0.0.3, \

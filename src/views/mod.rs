@@ -8,6 +8,7 @@
 //! `output::untrusted` as everywhere.
 
 pub mod certificates;
+pub mod create;
 pub mod delete;
 pub mod etcd;
 pub mod instance;
