@@ -17,13 +17,14 @@ use crate::ops::interrupt::{self, Caught, Interrupts};
 use crate::ops::objects::{self, Mode, Written, group_by_cluster};
 use crate::ops::session::Session;
 use crate::ops::{damaged, locks};
-use crate::output::{Format, Printer, Table, untrusted};
+use crate::output::{Format, Printer, untrusted};
 use crate::repo::{Repo, RepoError};
-use crate::spec::{self, Cluster, InstanceGroup, SpecErrors};
+use crate::spec::{self, SpecErrors};
 use crate::state::lock::LockError;
 use crate::state::{self, StateError, StateStore};
 use crate::views::create as view_create;
 use crate::views::objects as view;
+use crate::views::signals;
 
 pub struct Ctx {
     pub printer: Printer,
@@ -75,39 +76,21 @@ pub(super) async fn locked<T>(
 /// first ends the wait in flight, after which the command releases the lock and says how to
 /// resume (`resume`); a second exits at once.
 pub(super) fn catch_interrupts(cluster: &str, resume: &str) -> Interrupts {
-    let printer = Printer::new(Format::Table, 0);
     let first = {
         let cluster = cluster.to_string();
-        move |c: Caught| {
-            Printer::new(Format::Table, 0).warn(&format!(
-                "{c}: stopping what is in flight and releasing the lock of {cluster} \
-                 ({} again exits at once)",
-                match c {
-                    Caught::Interrupt => "Ctrl-C",
-                    Caught::Terminate => "a signal",
-                }
-            ))
-        }
+        move |c: Caught| signals::first(&cluster, c)
     };
     let second = {
         let (cluster, resume) = (cluster.to_string(), resume.to_string());
         move |c: Caught| {
-            Printer::new(Format::Table, 0).error(&format!(
-                "interrupted twice ({c}): exiting now; the lock of {cluster} stays held until its lease \
-                 expires (or `kprov lock break {cluster}`), then `{resume}` resumes"
-            ));
+            signals::second(&cluster, c, &resume);
             std::process::exit(c.exit_code());
         }
     };
-    match interrupt::listen(first, second) {
-        Ok(i) => i,
-        Err(e) => {
-            printer.warn(&format!(
-                "Ctrl-C cannot be caught ({e}): an interrupt ends kprov where it is"
-            ));
-            Interrupts::never()
-        }
-    }
+    interrupt::listen(first, second).unwrap_or_else(|e| {
+        signals::not_caught(&e.to_string());
+        Interrupts::never()
+    })
 }
 
 /// After a command stopped for signal `c` with its lock released: what was in flight, how to
@@ -119,39 +102,51 @@ pub(super) fn interrupted(
     in_flight: &str,
     resume: &str,
 ) -> i32 {
-    ctx.printer.error(&format!(
-        "interrupted by {c} while {in_flight}; the lock of {cluster} is released"
-    ));
-    ctx.printer.status(&format!("Resume with `{resume}`."));
+    signals::interrupted(&ctx.printer, cluster, c, in_flight, resume);
     c.exit_code()
 }
 
-/// Maps an error to the documented exit code.
+/// Maps an error to the documented exit code: the first cause in its chain that means one.
 pub fn exit_code_of(e: &anyhow::Error) -> i32 {
-    for cause in e.chain() {
-        if cause.is::<SpecErrors>()
-            || cause.is::<crate::ops::create::FlagError>()
-            || cause.is::<crate::inventory::InventoryError>()
-        {
-            return exit::INVALID_SPEC;
-        }
-        if let Some(r) = cause.downcast_ref::<RepoError>() {
-            match r {
-                RepoError::Spec(_) => return exit::INVALID_SPEC,
-                RepoError::State(StateError::Conflict { .. }) | RepoError::Exists { .. } => {
-                    return exit::CONFLICT;
-                }
-                _ => {}
-            }
-        }
-        if let Some(StateError::Conflict { .. }) = cause.downcast_ref::<StateError>() {
-            return exit::CONFLICT;
-        }
-        if let Some(LockError::Held { .. }) = cause.downcast_ref::<LockError>() {
-            return exit::CONFLICT;
-        }
+    e.chain().find_map(code_of).unwrap_or(exit::ERROR)
+}
+
+/// The exit code an error of this kind means, if any (ops's error enums by their variant).
+fn code_of(cause: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    use crate::ops::{damaged::DamagedError, objects::GroupDeleteError};
+    if cause.is::<SpecErrors>()
+        || cause.is::<crate::ops::create::FlagError>()
+        || cause.is::<crate::inventory::InventoryError>()
+    {
+        return Some(exit::INVALID_SPEC);
     }
-    exit::ERROR
+    let repo = |r: &RepoError| match r {
+        RepoError::Spec(_) => Some(exit::INVALID_SPEC),
+        RepoError::State(StateError::Conflict { .. }) | RepoError::Exists { .. } => {
+            Some(exit::CONFLICT)
+        }
+        _ => None,
+    };
+    let lock = |l: &LockError| matches!(l, LockError::Held { .. }).then_some(exit::CONFLICT);
+    if let Some(r) = cause.downcast_ref::<RepoError>() {
+        return repo(r);
+    }
+    if let Some(StateError::Conflict { .. }) = cause.downcast_ref::<StateError>() {
+        return Some(exit::CONFLICT);
+    }
+    if let Some(l) = cause.downcast_ref::<LockError>() {
+        return lock(l);
+    }
+    match cause.downcast_ref::<GroupDeleteError>() {
+        Some(GroupDeleteError::Repo(r)) => return repo(r),
+        Some(GroupDeleteError::Lock(l)) => return lock(l),
+        Some(GroupDeleteError::WouldBeInvalid { .. }) => return Some(exit::INVALID_SPEC),
+        None => {}
+    }
+    match cause.downcast_ref::<DamagedError>() {
+        Some(DamagedError::Lock(l)) => lock(l),
+        _ => None,
+    }
 }
 
 pub async fn run(cli: Cli) -> i32 {
@@ -383,15 +378,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             } => super::toolbox::dump(ctx, &name, kubeconfig.as_deref(), !no_api).await,
         },
         Command::Version(_) => {
-            let version = env!("CARGO_PKG_VERSION");
-            if ctx.printer.format() == Format::Table {
-                ctx.printer.data(&format!("kprov {version}"));
-            } else {
-                ctx.printer
-                    .value(&serde_json::json!({ "kprov": version }), || {
-                        Table::new(["VERSION"])
-                    })?;
-            }
+            crate::views::objects::version(&ctx.printer, env!("CARGO_PKG_VERSION"))?;
             Ok(exit::OK)
         }
         Command::Schema(s) => {
@@ -477,17 +464,7 @@ async fn create_registry_credentials(
             Ok(line.trim_end_matches(['\n', '\r']).to_string())
         })
         .await?;
-    if !stored.used {
-        ctx.printer.warn(&format!(
-            "no mirror in spec.containerd.registries has host {host}: the credentials are kept \
-             but not used until one does"
-        ));
-    }
-    ctx.printer.success(&format!(
-        "registry credentials for {host} stored in the secrets of {name} as {} ({}); \
-         `kprov update cluster {name}` writes them to the nodes",
-        stored.secret, stored.digest
-    ));
+    view::registry_credentials(&ctx.printer, name, host, &stored);
     Ok(exit::OK)
 }
 
@@ -538,7 +515,6 @@ async fn delete_cluster(
         crate::views::delete::plan(&ctx.printer, &repo.location(), &plan);
         return Ok(exit::OK);
     }
-    // One lock for the whole teardown, so no update runs against a half-deleted cluster.
     // Metal's hosts get a progress line each once they are known, under the lock.
     let bars = std::sync::Mutex::new(None);
     let events_for = |targets: &[crate::nodes::Target]| {
@@ -546,8 +522,6 @@ async fn delete_cluster(
         *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
         events
     };
-    // Caught before the lock is taken: the first signal ends the teardown's wait in flight
-    // (the cloud's deletions, a host's reset) and releases the lock; deleting again resumes.
     let resume = format!(
         "kprov delete cluster {name} --yes{}",
         if delete_backups {
@@ -557,14 +531,8 @@ async fn delete_cluster(
         }
     );
     let ints = catch_interrupts(name, &resume);
-    let outcome = ctx
-        .session()
-        .await?
-        .with_lock(name, plan.lock_command(), async |guard| {
-            ints.or_try(ops::apply(&repo, &plan, guard, concurrency, &events_for))
-                .await
-        })
-        .await;
+    let session = ctx.session().await?;
+    let outcome = ops::apply_interruptible(session, &plan, &ints, concurrency, &events_for).await;
     if let Some(bars) = bars.into_inner().unwrap_or_else(|p| p.into_inner()) {
         let _ = bars.clear();
     }
@@ -584,11 +552,7 @@ fn delete_failed(ctx: &Ctx, e: crate::ops::delete::DeleteError) -> anyhow::Error
         DeleteError::Lock(e) => e.into(),
         DeleteError::Failed(e) => e,
         e => {
-            if let DeleteError::HostsNotReset { warnings, .. } = &e {
-                for w in warnings {
-                    ctx.printer.warn(w);
-                }
-            }
+            crate::views::delete::not_deleted(&ctx.printer, &e);
             e.into()
         }
     }
@@ -656,47 +620,11 @@ async fn lock_break(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
 }
 
 pub fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
-    let cluster = schemars::schema_for!(Cluster);
-    let ig = schemars::schema_for!(InstanceGroup);
-    let value = match kind {
-        SchemaKind::Cluster => serde_json::to_value(&cluster)?,
-        SchemaKind::Instancegroup => serde_json::to_value(&ig)?,
-        SchemaKind::All => {
-            // One schema for multi-document files holding either kind; `kind` picks the branch.
-            let mut c = serde_json::to_value(&cluster)?;
-            let mut g = serde_json::to_value(&ig)?;
-            let mut defs = serde_json::Map::new();
-            for v in [&mut c, &mut g] {
-                if let Some(serde_json::Value::Object(d)) =
-                    v.as_object_mut().and_then(|o| o.remove("$defs"))
-                {
-                    defs.extend(d);
-                }
-                if let Some(o) = v.as_object_mut() {
-                    o.remove("$schema");
-                }
-            }
-            for (v, k) in [
-                (&mut c, spec::KIND_CLUSTER),
-                (&mut g, spec::KIND_INSTANCE_GROUP),
-            ] {
-                if let Some(props) = v.get_mut("properties").and_then(|p| p.as_object_mut()) {
-                    props.insert("kind".into(), serde_json::json!({"const": k}));
-                    props.insert(
-                        "apiVersion".into(),
-                        serde_json::json!({"const": spec::API_VERSION}),
-                    );
-                }
-            }
-            serde_json::json!({
-                "$schema": "https://json-schema.org/draft/2020-12/schema",
-                "title": "kprov objects",
-                "oneOf": [c, g],
-                "$defs": defs,
-            })
-        }
-    };
-    Ok(serde_json::to_string_pretty(&value)?)
+    crate::views::objects::schema(match kind {
+        SchemaKind::Cluster => crate::views::objects::Schema::Cluster,
+        SchemaKind::Instancegroup => crate::views::objects::Schema::InstanceGroup,
+        SchemaKind::All => crate::views::objects::Schema::All,
+    })
 }
 
 /// Where provisioning keeps the cluster's admin kubeconfig (under the cluster's secrets).

@@ -283,4 +283,45 @@ mod tests {
             crate::cli::exit::INVALID_SPEC
         );
     }
+
+    /// ops's error enums reach their documented exit codes through their variants (a held
+    /// lock 4, a cluster that would be invalid 3), not only as the type they wrap.
+    #[test]
+    fn ops_errors_map_to_exit_codes() {
+        use crate::cli::{commands::exit_code_of, exit};
+        use crate::ops::{damaged::DamagedError, objects::GroupDeleteError};
+        use crate::state::lock::LockError;
+        let now = chrono::Utc::now();
+        let record = crate::state::lock::LockRecord {
+            holder: "someone".into(),
+            host: "h".into(),
+            pid: 1,
+            command: "kprov update cluster c --yes".into(),
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now,
+            id: "x".into(),
+        };
+        let held = || LockError::Held {
+            cluster: "c".into(),
+            record: Box::new(record.clone()),
+        };
+        let code = |e: anyhow::Error| exit_code_of(&e);
+        assert_eq!(code(GroupDeleteError::Lock(held()).into()), exit::CONFLICT);
+        assert_eq!(code(DamagedError::Lock(held()).into()), exit::CONFLICT);
+        assert_eq!(
+            code(DamagedError::Store(anyhow::anyhow!("x")).into()),
+            exit::ERROR
+        );
+        let missing = crate::repo::RepoError::GroupNotFound {
+            cluster: "c".into(),
+            group: "g".into(),
+        };
+        assert_eq!(code(GroupDeleteError::Repo(missing).into()), exit::ERROR);
+        let exists = crate::repo::RepoError::Exists {
+            name: "c".into(),
+            store: "file:///s".into(),
+        };
+        assert_eq!(code(GroupDeleteError::Repo(exists).into()), exit::CONFLICT);
+    }
 }

@@ -5,7 +5,7 @@
 use super::commands::Ctx;
 use super::{UpdateClusterArgs, exit};
 use crate::ops::nodes::NodeReport;
-use crate::ops::update::{AddonsError, Update};
+use crate::ops::update::Update;
 use crate::views::nodes as view;
 
 /// After converging, on every platform: the report ([`view::node_report`]), then the
@@ -25,15 +25,11 @@ pub(super) async fn finish(
         return Ok(exit::ERROR);
     }
     if a.phase == Some(super::UpdatePhase::Nodes) {
-        ctx.printer.status(&format!(
-            "--phase nodes: add-ons and kube-system's node configuration left alone; next: `kprov update cluster {name} --yes --phase addons`."
-        ));
+        view::addons_left(&ctx.printer, name, false);
         return Ok(exit::OK);
     }
     if a.skip_addons {
-        ctx.printer.status(&format!(
-            "Add-ons and the node configuration in kube-system (ConfigMaps kubelet-config, kube-proxy) skipped (--skip-addons); deploy them with `kprov update addons {name} --yes` and `kprov update cluster {name} --yes`."
-        ));
+        view::addons_left(&ctx.printer, name, true);
         return Ok(exit::OK);
     }
     match ints.or(addons_phase(ctx, update, a)).await {
@@ -77,22 +73,8 @@ pub(super) async fn addons_phase(
     }
     let applied = match update.addons(a.kubeconfig.as_deref()).await {
         Ok(applied) => applied,
-        Err(AddonsError::NodeConfig(e)) => {
-            ctx.printer.error(&format!(
-                "the hosts of {name} are provisioned, but its node configuration in kube-system could not be written: {e:#}. Re-run `kprov update cluster {name} --yes` when the cause is fixed (or pass --skip-addons)"
-            ));
-            return Ok(exit::ERROR);
-        }
-        Err(AddonsError::Addons {
-            node_config,
-            error: e,
-        }) => {
-            view::node_config(&ctx.printer, name, &node_config);
-            ctx.printer.error(&format!(
-                "the hosts of {name} are provisioned, but deploying the add-ons failed: {e:#}. \
-                 Retry with `kprov update addons {name} --yes` when the cause is fixed \
-                 (or pass --skip-addons)"
-            ));
+        Err(e) => {
+            view::addons_failed(&ctx.printer, name, &e);
             return Ok(exit::ERROR);
         }
     };
@@ -105,60 +87,41 @@ pub(super) async fn addons_phase(
     ))
 }
 
-/// `forget host-key CLUSTER HOST`: removes HOST's recorded SSH host key (a host of the spec or
-/// of kprov's record of provisioned hosts), under the cluster's lock.
+/// `forget host-key CLUSTER HOST` ([`crate::ops::hostkeys`]): HOST's recorded SSH host key
+/// removed under the cluster's lock.
 pub(super) async fn forget_host_key(
     ctx: &Ctx,
     cluster: &str,
     host: &str,
     yes: bool,
 ) -> anyhow::Result<i32> {
-    let repo = ctx.repo().await?;
-    let stored = repo.get(cluster).await?;
-    let recorded = crate::ops::instance::provisioned_hosts(repo.store().as_ref(), cluster).await?;
-    let h = stored
-        .cluster
-        .value
-        .spec
-        .hosts
-        .iter()
-        .find(|h| h.name == host)
-        .or_else(|| recorded.get(host))
-        .cloned()
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "{} is neither a host of {cluster}'s spec nor one kprov recorded as provisioned",
-                crate::output::untrusted(host)
-            )
-        })?;
-    let pattern = crate::ssh::known_hosts_name(&h.address, h.user.as_deref(), h.port, None)
+    use crate::ops::hostkeys::{self, ForgetError};
+    let session = ctx.session().await?;
+    let plan = hostkeys::plan(&session.repo(), cluster, host)
         .await
-        .map_err(|e| anyhow::anyhow!("{host}: {e}"))?;
+        .map_err(failed)?;
     if !yes {
-        ctx.printer.status(&format!(
-            "Would forget the host keys {cluster} recorded for {host} (as {}). Must specify --yes.",
-            crate::output::untrusted(&pattern)
-        ));
+        view::forget_preview(&ctx.printer, &plan);
         return Ok(exit::OK);
     }
-    let gone = super::commands::locked(repo.store(), cluster, "forget host-key", async {
-        Ok(crate::ssh::forget_host_key(repo.store(), cluster, &pattern).await?)
-    })
-    .await?;
-    if gone.is_empty() {
-        ctx.printer.status(&format!(
-            "{cluster} had no host key recorded for {host} (as {}): nothing to forget.",
-            crate::output::untrusted(&pattern)
-        ));
-    } else {
-        ctx.printer.success(&format!(
-            "Forgot {} host key(s) of {host} (as {}). The next `kprov update cluster {cluster} \
-             --yes --accept-new-host-keys` records its current key; check its fingerprint first.",
-            gone.len(),
-            crate::output::untrusted(&pattern)
-        ));
+    let gone = session
+        .with_lock(cluster, "forget host-key", async |guard| {
+            hostkeys::apply(session.store(), &plan, guard).await
+        })
+        .await
+        .map_err(failed)?;
+    view::forgotten(&ctx.printer, &plan, gone.len());
+    return Ok(exit::OK);
+
+    /// The cause kept as it is for the exit code (4 for a held lock).
+    fn failed(e: ForgetError) -> anyhow::Error {
+        match e {
+            ForgetError::Lock(e) => e.into(),
+            ForgetError::Repo(e) => e.into(),
+            ForgetError::Other(e) => e,
+            e => e.into(),
+        }
     }
-    Ok(exit::OK)
 }
 
 /// `release host CLUSTER HOST` ([`crate::ops::instance::release_host`]).
@@ -169,7 +132,6 @@ pub(super) async fn release_host(
     yes: bool,
     accept_new_host_keys: bool,
 ) -> anyhow::Result<i32> {
-    use crate::ops::instance::Release;
     let (resolved, _) = super::addons::resolved(ctx, cluster).await?;
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
@@ -189,34 +151,9 @@ pub(super) async fn release_host(
         crate::ops::instance::release_host(store, &resolved, host, accept_new_host_keys, false)
             .await?
     };
-    let host = crate::output::untrusted(host);
-    match outcome {
-        Release::NotClaimed => {
-            ctx.printer.status(&format!(
-                "{host} carries no kprov ownership marker: nothing to release."
-            ));
-            Ok(exit::OK)
-        }
-        Release::Refused(why) => {
-            ctx.printer
-                .error(&crate::output::untrusted(&why).to_string());
-            Ok(exit::ERROR)
-        }
-        Release::Gone { owner, done: false } => {
-            ctx.printer.status(&format!(
-                "{host} is held by {}, which the state store no longer has. Must specify --yes \
-                 to reset it (kubeadm reset, kprov's files and marker removed).",
-                crate::output::untrusted(&owner.describe())
-            ));
-            Ok(exit::OK)
-        }
-        Release::Gone { owner, done: true } => {
-            ctx.printer.success(&format!(
-                "Released {host}: reset, it no longer carries the marker of {}. `kprov update \
-                 cluster {cluster} --yes` can now provision it.",
-                crate::output::untrusted(&owner.describe())
-            ));
-            Ok(exit::OK)
-        }
-    }
+    Ok(if view::released(&ctx.printer, cluster, host, &outcome) {
+        exit::OK
+    } else {
+        exit::ERROR
+    })
 }

@@ -55,6 +55,7 @@
 
 pub mod addons;
 pub mod aws;
+pub mod bundle;
 pub mod certificates;
 pub mod create;
 pub mod credentials;
@@ -63,6 +64,7 @@ pub mod delete;
 pub mod edit;
 pub mod etcd;
 pub mod etcd_backup;
+pub mod hostkeys;
 pub mod instance;
 pub mod interrupt;
 pub mod locks;

@@ -1,7 +1,9 @@
 //! `delete cluster`'s views: the plan (the machines, the store's objects, the etcd
 //! backups) and the report.
 
-use crate::ops::delete::{DeletePlan, DeleteReport, HostsReset, Machines, MachinesGone};
+use crate::ops::delete::{
+    DeleteError, DeletePlan, DeleteReport, HostsReset, Machines, MachinesGone,
+};
 use crate::output::{Printer, plural, untrusted};
 
 /// The preview of `delete cluster`.
@@ -153,4 +155,13 @@ fn backups_said(
             plural(n, "etcd backup object")
         ),
     })
+}
+
+/// Before a refusal is reported: the warnings of hosts left alone.
+pub fn not_deleted(printer: &Printer, e: &DeleteError) {
+    if let DeleteError::HostsNotReset { warnings, .. } = e {
+        for w in warnings {
+            printer.warn(w);
+        }
+    }
 }

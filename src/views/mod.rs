@@ -7,6 +7,8 @@
 //! `cli` (layers: `ops` < `views` < `cli`); text kprov did not write goes through
 //! `output::untrusted` as everywhere.
 
+pub mod addons;
+pub mod bundle;
 pub mod certificates;
 pub mod create;
 pub mod delete;
@@ -15,6 +17,8 @@ pub mod instance;
 pub mod nodes;
 pub mod objects;
 pub mod rolling;
+pub mod signals;
+pub mod toolbox;
 pub mod update;
 
 use serde::Serialize;

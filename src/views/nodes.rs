@@ -9,9 +9,12 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::nodes::Target;
+use crate::ops::hostkeys::ForgetPlan;
+use crate::ops::instance::Release;
 use crate::ops::node_config::Synced;
 use crate::ops::nodes::{AdminKubeconfig, Events, NodeEvent, NodeReport};
-use crate::output::{Format, Printer, Table, plural, sanitize_lines};
+use crate::ops::update::AddonsError;
+use crate::output::{Format, Printer, Table, plural, sanitize_lines, untrusted};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
 use crate::provision::plan::NodePlan;
 use crate::spec::Host;
@@ -262,4 +265,97 @@ pub fn reset_preview(name: &str, hosts: &[Host], dropped: &[String]) -> String {
         plural(hosts.len(), "host"),
         t.render()
     )
+}
+
+/// `forget host-key` without `--yes`.
+pub fn forget_preview(printer: &Printer, plan: &ForgetPlan) {
+    printer.status(&format!(
+        "Would forget the host keys {} recorded for {} (as {}). Must specify --yes.",
+        plan.cluster,
+        plan.host,
+        untrusted(&plan.pattern)
+    ));
+}
+
+/// `forget host-key --yes`: how many keys it removed.
+pub fn forgotten(printer: &Printer, plan: &ForgetPlan, removed: usize) {
+    let (cluster, host) = (&plan.cluster, &plan.host);
+    if removed == 0 {
+        printer.status(&format!(
+            "{cluster} had no host key recorded for {host} (as {}): nothing to forget.",
+            untrusted(&plan.pattern)
+        ));
+    } else {
+        printer.success(&format!(
+            "Forgot {removed} host key(s) of {host} (as {}). The next `kprov update cluster {cluster} \
+             --yes --accept-new-host-keys` records its current key; check its fingerprint first.",
+            untrusted(&plan.pattern)
+        ));
+    }
+}
+
+/// `release host`'s outcome; false when it was refused.
+pub fn released(printer: &Printer, cluster: &str, host: &str, outcome: &Release) -> bool {
+    let host = untrusted(host);
+    match outcome {
+        Release::NotClaimed => {
+            printer.status(&format!(
+                "{host} carries no kprov ownership marker: nothing to release."
+            ));
+        }
+        Release::Refused(why) => {
+            printer.error(&untrusted(why).to_string());
+            return false;
+        }
+        Release::Gone { owner, done: false } => {
+            printer.status(&format!(
+                "{host} is held by {}, which the state store no longer has. Must specify --yes \
+                 to reset it (kubeadm reset, kprov's files and marker removed).",
+                untrusted(&owner.describe())
+            ));
+        }
+        Release::Gone { owner, done: true } => {
+            printer.success(&format!(
+                "Released {host}: reset, it no longer carries the marker of {}. `kprov update \
+                 cluster {cluster} --yes` can now provision it.",
+                untrusted(&owner.describe())
+            ));
+        }
+    }
+    true
+}
+
+/// The hosts are provisioned and the add-ons left alone: `--phase nodes` (`skipped`: false)
+/// or `--skip-addons` (true), and how to deploy them.
+pub fn addons_left(printer: &Printer, name: &str, skipped: bool) {
+    printer.status(&if skipped {
+        format!(
+            "Add-ons and the node configuration in kube-system (ConfigMaps kubelet-config, kube-proxy) skipped (--skip-addons); deploy them with `kprov update addons {name} --yes` and `kprov update cluster {name} --yes`."
+        )
+    } else {
+        format!(
+            "--phase nodes: add-ons and kube-system's node configuration left alone; next: `kprov update cluster {name} --yes --phase addons`."
+        )
+    });
+}
+
+/// The hosts are provisioned but the node configuration or the add-ons failed: what was
+/// written, the error, how to retry.
+pub fn addons_failed(printer: &Printer, name: &str, e: &AddonsError) {
+    match e {
+        AddonsError::NodeConfig(e) => printer.error(&format!(
+            "the hosts of {name} are provisioned, but its node configuration in kube-system could not be written: {e:#}. Re-run `kprov update cluster {name} --yes` when the cause is fixed (or pass --skip-addons)"
+        )),
+        AddonsError::Addons {
+            node_config: synced,
+            error,
+        } => {
+            node_config(printer, name, synced);
+            printer.error(&format!(
+                "the hosts of {name} are provisioned, but deploying the add-ons failed: {error:#}. \
+                 Retry with `kprov update addons {name} --yes` when the cause is fixed \
+                 (or pass --skip-addons)"
+            ));
+        }
+    }
 }

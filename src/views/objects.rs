@@ -1,7 +1,7 @@
 //! The store's objects as `get`, `create -f`, `replace -f`, `lock` and `delete damaged`
 //! print them.
 
-use crate::ops::credentials::SecretEntry;
+use crate::ops::credentials::{RegistryStored, SecretEntry};
 use crate::ops::damaged::DamagedPlan;
 use crate::ops::locks::Broken;
 use crate::ops::objects::{self, ClusterList, Written};
@@ -243,4 +243,85 @@ pub fn damaged(printer: &Printer, name: &str, plan: &DamagedPlan) {
     printer.status(&format!(
         "Run `kprov delete damaged {name} --yes` to remove them."
     ));
+}
+
+/// Which JSON schema `kprov schema` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    Cluster,
+    InstanceGroup,
+    /// One schema for multi-document files holding either kind.
+    All,
+}
+
+/// The JSON schema of the objects (`kprov schema`), for editors and CI checks.
+pub fn schema(kind: Schema) -> anyhow::Result<String> {
+    let cluster = schemars::schema_for!(spec::Cluster);
+    let ig = schemars::schema_for!(InstanceGroup);
+    let value = match kind {
+        Schema::Cluster => serde_json::to_value(&cluster)?,
+        Schema::InstanceGroup => serde_json::to_value(&ig)?,
+        Schema::All => {
+            // One schema for multi-document files holding either kind; `kind` picks the branch.
+            let mut c = serde_json::to_value(&cluster)?;
+            let mut g = serde_json::to_value(&ig)?;
+            let mut defs = serde_json::Map::new();
+            for v in [&mut c, &mut g] {
+                if let Some(serde_json::Value::Object(d)) =
+                    v.as_object_mut().and_then(|o| o.remove("$defs"))
+                {
+                    defs.extend(d);
+                }
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("$schema");
+                }
+            }
+            for (v, k) in [
+                (&mut c, spec::KIND_CLUSTER),
+                (&mut g, spec::KIND_INSTANCE_GROUP),
+            ] {
+                if let Some(props) = v.get_mut("properties").and_then(|p| p.as_object_mut()) {
+                    props.insert("kind".into(), serde_json::json!({"const": k}));
+                    props.insert(
+                        "apiVersion".into(),
+                        serde_json::json!({"const": spec::API_VERSION}),
+                    );
+                }
+            }
+            serde_json::json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "title": "kprov objects",
+                "oneOf": [c, g],
+                "$defs": defs,
+            })
+        }
+    };
+    Ok(serde_json::to_string_pretty(&value)?)
+}
+
+/// `create registry-credentials`: where they are kept, and whether a mirror uses them.
+pub fn registry_credentials(printer: &Printer, name: &str, host: &str, stored: &RegistryStored) {
+    if !stored.used {
+        printer.warn(&format!(
+            "no mirror in spec.containerd.registries has host {host}: the credentials are kept \
+             but not used until one does"
+        ));
+    }
+    printer.success(&format!(
+        "registry credentials for {host} stored in the secrets of {name} as {} ({}); \
+         `kprov update cluster {name}` writes them to the nodes",
+        stored.secret, stored.digest
+    ));
+}
+
+/// `kprov version` (`-o json|yaml`: `{"kprov": VERSION}`).
+pub fn version(printer: &Printer, version: &str) -> anyhow::Result<()> {
+    if printer.format() == Format::Table {
+        printer.data(&format!("kprov {version}"));
+    } else {
+        printer.value(&serde_json::json!({ "kprov": version }), || {
+            Table::new(["VERSION"])
+        })?;
+    }
+    Ok(())
 }
