@@ -105,7 +105,7 @@ mod tests {
             "apiVersion": "kprov.dev/v1alpha1",
             "kind": "Cluster",
             "metadata": {"name": "b.lab"},
-            "spec": {"cloudProvider": "metal", "kubernetesVersion": "1.31.4"}
+            "spec": {"cloudProvider": "metal"}
         }))
         .unwrap();
         let (cluster, _) = crate::spec::defaults::complete(&cluster, &[]);
