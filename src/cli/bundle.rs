@@ -5,13 +5,12 @@ use super::CreateBundleArgs;
 use super::addons::resolved;
 use super::commands::Ctx;
 use super::exit;
-use crate::bundle::artifacts;
 use crate::ops::bundle;
 use crate::views::bundle as view;
 
 pub(super) async fn get_assets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, name).await?;
-    view::assets(&ctx.printer, &artifacts::artifacts(&cluster)?)?;
+    view::assets(&ctx.printer, &bundle::assets(&cluster)?)?;
     Ok(exit::OK)
 }
 

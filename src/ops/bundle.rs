@@ -32,6 +32,11 @@ pub enum BundleError {
     Fetch(#[from] FetchError),
 }
 
+/// `get assets`: every binary and image `cluster`'s nodes need.
+pub fn assets(cluster: &Cluster) -> Result<Artifacts, BundleError> {
+    Ok(artifacts::artifacts(cluster)?)
+}
+
 /// What [`make`] fetches.
 pub struct BundlePlan {
     pub list: Artifacts,

@@ -136,7 +136,7 @@ pub fn validate_check(printer: &Printer, name: &str, check: ValidateCheck) {
             "Certificates are not checked by validate on {cloud:?} clusters; run `kprov get certificates {name}`."
         )),
         ValidateCheck::Read(report) => {
-            if warn_about(&printer, &report) && report.expiring(WARN_WITHIN).is_empty() {
+            if warn_about(printer, &report) && report.expiring(WARN_WITHIN).is_empty() {
                 printer.status(&format!(
                     "Certificates of {name}: none expires within 30 days."
                 ));
@@ -170,7 +170,7 @@ pub fn rotate_preview(
     static_pod_wait: Duration,
     health_timeout: Duration,
 ) -> bool {
-    let readable = warn_about(&printer, &report);
+    let readable = warn_about(printer, report);
     printer.status(&format!(
         "Will renew the kubeadm certificates of {name} one control plane at a time ({}): \
          `kubeadm certs renew all`, restart the static pods (manifests aside for {}s), \
