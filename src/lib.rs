@@ -23,3 +23,4 @@ pub mod ssh;
 pub mod state;
 #[cfg(test)]
 mod trust_boundary;
+pub mod views;

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use super::commands::Ctx;
 use super::exit;
-use crate::addons;
 use crate::ops::addons::{self as ops_addons, AddonOptions, ValidateOptions};
-use crate::output::Format;
 use crate::spec::{Cluster, InstanceGroup};
+use crate::views::addons as view;
 
 /// Parses `90s`, `5m`, `1h30m` (Go-style durations, as kops and kubectl take them).
 pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -65,11 +64,7 @@ pub(super) async fn resolved(
 pub(super) async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let (cluster, _) = resolved(ctx, name).await?;
     let manifests = ops_addons::manifests(&cluster)?;
-    match ctx.printer.format() {
-        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&manifests)?),
-        // The manifests are the review artefact: print them exactly as they are applied.
-        Format::Yaml | Format::Table => ctx.printer.data(&addons::manifests_yaml(&manifests)),
-    }
+    view::manifests(&ctx.printer, &manifests)?;
     Ok(exit::OK)
 }
 
@@ -107,38 +102,18 @@ pub(super) async fn deploy(
     Ok(print_report(ctx, cluster, &report, a.exit_code))
 }
 
-/// The add-ons' preview or what was applied; the exit code (`exit_code`: 2 for a preview with
-/// changes).
+/// The add-ons' preview or what was applied ([`view::report`]); the exit code (`exit_code`: 2
+/// for a preview with changes).
 pub(super) fn print_report(
     ctx: &Ctx,
     cluster: &Cluster,
     report: &ops_addons::AddonReport,
     exit_code: bool,
 ) -> i32 {
-    if let Some(route) = &report.route {
-        ctx.printer.debug(route);
-    }
-    ctx.printer.data(&addons::preview_text(&report.diffs));
-    if !report.applied {
-        let pending = report.pending();
-        if pending {
-            ctx.printer.status(&format!(
-                "Must specify --yes to apply these add-on changes to {}.",
-                cluster.name()
-            ));
-        }
-        return if pending && exit_code {
-            exit::CHANGES_PENDING
-        } else {
-            exit::OK
-        };
-    }
-    ctx.printer.success(&format!(
-        "Add-ons of {}: {}",
-        cluster.name(),
-        addons::summary(&report.diffs)
-    ));
-    exit::OK
+    exit::of_preview(
+        view::report(&ctx.printer, cluster.name(), report),
+        exit_code,
+    )
 }
 
 pub(super) async fn validate(
@@ -161,20 +136,11 @@ pub(super) async fn validate(
         ctx.printer.debug(route)
     })
     .await?;
-    match ctx.printer.format() {
-        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&result)?),
-        Format::Yaml => ctx.printer.data(&crate::output::to_yaml(&result)?),
-        Format::Table => ctx.printer.data(&result.render_text()),
-    }
-    if result.ok {
-        ctx.printer
-            .success(&format!("Your cluster {name} is ready."));
-        Ok(exit::OK)
+    Ok(if view::validated(&ctx.printer, name, &result)? {
+        exit::OK
     } else {
-        ctx.printer
-            .error(&format!("cluster {name} did not pass validation"));
-        Ok(exit::ERROR)
-    }
+        exit::ERROR
+    })
 }
 
 #[cfg(test)]

@@ -17,11 +17,14 @@ use crate::ops::interrupt::{self, Caught, Interrupts};
 use crate::ops::objects::{self, Mode, Written, group_by_cluster};
 use crate::ops::session::Session;
 use crate::ops::{damaged, locks};
-use crate::output::{Format, Printer, Table, plural, untrusted};
+use crate::output::{Format, Printer, untrusted};
 use crate::repo::{Repo, RepoError};
-use crate::spec::{self, Cluster, InstanceGroup, ObjectRef, SpecErrors};
+use crate::spec::{self, SpecErrors};
 use crate::state::lock::LockError;
 use crate::state::{self, StateError, StateStore};
+use crate::views::create as view_create;
+use crate::views::objects as view;
+use crate::views::signals;
 
 pub struct Ctx {
     pub printer: Printer,
@@ -73,39 +76,21 @@ pub(super) async fn locked<T>(
 /// first ends the wait in flight, after which the command releases the lock and says how to
 /// resume (`resume`); a second exits at once.
 pub(super) fn catch_interrupts(cluster: &str, resume: &str) -> Interrupts {
-    let printer = Printer::new(Format::Table, 0);
     let first = {
         let cluster = cluster.to_string();
-        move |c: Caught| {
-            Printer::new(Format::Table, 0).warn(&format!(
-                "{c}: stopping what is in flight and releasing the lock of {cluster} \
-                 ({} again exits at once)",
-                match c {
-                    Caught::Interrupt => "Ctrl-C",
-                    Caught::Terminate => "a signal",
-                }
-            ))
-        }
+        move |c: Caught| signals::first(&cluster, c)
     };
     let second = {
         let (cluster, resume) = (cluster.to_string(), resume.to_string());
         move |c: Caught| {
-            Printer::new(Format::Table, 0).error(&format!(
-                "interrupted twice ({c}): exiting now; the lock of {cluster} stays held until its lease \
-                 expires (or `kprov lock break {cluster}`), then `{resume}` resumes"
-            ));
+            signals::second(&cluster, c, &resume);
             std::process::exit(c.exit_code());
         }
     };
-    match interrupt::listen(first, second) {
-        Ok(i) => i,
-        Err(e) => {
-            printer.warn(&format!(
-                "Ctrl-C cannot be caught ({e}): an interrupt ends kprov where it is"
-            ));
-            Interrupts::never()
-        }
-    }
+    interrupt::listen(first, second).unwrap_or_else(|e| {
+        signals::not_caught(&e.to_string());
+        Interrupts::never()
+    })
 }
 
 /// After a command stopped for signal `c` with its lock released: what was in flight, how to
@@ -117,39 +102,51 @@ pub(super) fn interrupted(
     in_flight: &str,
     resume: &str,
 ) -> i32 {
-    ctx.printer.error(&format!(
-        "interrupted by {c} while {in_flight}; the lock of {cluster} is released"
-    ));
-    ctx.printer.status(&format!("Resume with `{resume}`."));
+    signals::interrupted(&ctx.printer, cluster, c, in_flight, resume);
     c.exit_code()
 }
 
-/// Maps an error to the documented exit code.
+/// Maps an error to the documented exit code: the first cause in its chain that means one.
 pub fn exit_code_of(e: &anyhow::Error) -> i32 {
-    for cause in e.chain() {
-        if cause.is::<SpecErrors>()
-            || cause.is::<crate::ops::create::FlagError>()
-            || cause.is::<crate::inventory::InventoryError>()
-        {
-            return exit::INVALID_SPEC;
-        }
-        if let Some(r) = cause.downcast_ref::<RepoError>() {
-            match r {
-                RepoError::Spec(_) => return exit::INVALID_SPEC,
-                RepoError::State(StateError::Conflict { .. }) | RepoError::Exists { .. } => {
-                    return exit::CONFLICT;
-                }
-                _ => {}
-            }
-        }
-        if let Some(StateError::Conflict { .. }) = cause.downcast_ref::<StateError>() {
-            return exit::CONFLICT;
-        }
-        if let Some(LockError::Held { .. }) = cause.downcast_ref::<LockError>() {
-            return exit::CONFLICT;
-        }
+    e.chain().find_map(code_of).unwrap_or(exit::ERROR)
+}
+
+/// The exit code an error of this kind means, if any (ops's error enums by their variant).
+fn code_of(cause: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    use crate::ops::{damaged::DamagedError, objects::GroupDeleteError};
+    if cause.is::<SpecErrors>()
+        || cause.is::<crate::ops::create::FlagError>()
+        || cause.is::<crate::inventory::InventoryError>()
+    {
+        return Some(exit::INVALID_SPEC);
     }
-    exit::ERROR
+    let repo = |r: &RepoError| match r {
+        RepoError::Spec(_) => Some(exit::INVALID_SPEC),
+        RepoError::State(StateError::Conflict { .. }) | RepoError::Exists { .. } => {
+            Some(exit::CONFLICT)
+        }
+        _ => None,
+    };
+    let lock = |l: &LockError| matches!(l, LockError::Held { .. }).then_some(exit::CONFLICT);
+    if let Some(r) = cause.downcast_ref::<RepoError>() {
+        return repo(r);
+    }
+    if let Some(StateError::Conflict { .. }) = cause.downcast_ref::<StateError>() {
+        return Some(exit::CONFLICT);
+    }
+    if let Some(l) = cause.downcast_ref::<LockError>() {
+        return lock(l);
+    }
+    match cause.downcast_ref::<GroupDeleteError>() {
+        Some(GroupDeleteError::Repo(r)) => return repo(r),
+        Some(GroupDeleteError::Lock(l)) => return lock(l),
+        Some(GroupDeleteError::WouldBeInvalid { .. }) => return Some(exit::INVALID_SPEC),
+        None => {}
+    }
+    match cause.downcast_ref::<DamagedError>() {
+        Some(DamagedError::Lock(l)) => lock(l),
+        _ => None,
+    }
 }
 
 pub async fn run(cli: Cli) -> i32 {
@@ -381,15 +378,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             } => super::toolbox::dump(ctx, &name, kubeconfig.as_deref(), !no_api).await,
         },
         Command::Version(_) => {
-            let version = env!("CARGO_PKG_VERSION");
-            if ctx.printer.format() == Format::Table {
-                ctx.printer.data(&format!("kprov {version}"));
-            } else {
-                ctx.printer
-                    .value(&serde_json::json!({ "kprov": version }), || {
-                        Table::new(["VERSION"])
-                    })?;
-            }
+            crate::views::objects::version(&ctx.printer, env!("CARGO_PKG_VERSION"))?;
             Ok(exit::OK)
         }
         Command::Schema(s) => {
@@ -421,53 +410,15 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
         ctx.printer.status(&n)
     })
     .await?;
-    if let Some(inv) = &plan.inventory {
-        if let Some(w) = inv.unused_warning() {
-            ctx.printer.warn(&w);
-        }
-        let lines = super::create::inventory_summary(inv, &plan.overrides);
-        if a.dry_run {
-            for l in lines {
-                ctx.printer.status(&l);
-            }
-        } else {
-            for n in inv.notes.iter().chain(&plan.overrides) {
-                ctx.printer.status(&format!("Note: {n}"));
-            }
-        }
-    }
-    let (cluster, groups) = (&plan.cluster, &plan.groups);
+    view_create::inventory(&ctx.printer, &plan, a.dry_run);
     if a.dry_run {
-        let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(cluster))
-            .chain(groups.iter().map(ObjectRef::InstanceGroup))
-            .collect();
-        match a.output {
-            DryRunFormat::Yaml => ctx.printer.data(&spec::to_yaml_stream(objects)?),
-            DryRunFormat::Json => {
-                let items: Vec<serde_json::Value> = objects
-                    .iter()
-                    .map(|o| match o {
-                        ObjectRef::Cluster(c) => serde_json::to_value(c),
-                        ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
-                    })
-                    .collect::<Result<_, _>>()?;
-                ctx.printer.data(&serde_json::to_string_pretty(
-                    &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
-                )?);
-            }
-        }
+        view_create::dry_run(&ctx.printer, &plan, a.output == DryRunFormat::Json)?;
         return Ok(exit::OK);
     }
     let repo = ctx.repo().await?;
     ctx.warn_versioning().await?;
     create::apply(&repo, &plan).await?;
-    ctx.printer.success(&format!(
-        "Cluster {} created in {} ({}).",
-        cluster.name(),
-        repo.location(),
-        plural(groups.len(), "instance group")
-    ));
-    ctx.printer.status(&format!("No infrastructure was changed. Review with `kprov get cluster {0} -o yaml`, then preview with `kprov update cluster {0}`.", cluster.name()));
+    view_create::created(&ctx.printer, &plan, &repo.location());
     Ok(exit::OK)
 }
 
@@ -490,34 +441,7 @@ async fn objects_from_file(ctx: &Ctx, path: &Path, mode: Mode) -> anyhow::Result
     if mode == Mode::Create {
         ctx.warn_versioning().await?;
     }
-    let mut said = |w: Written| match w {
-        Written::Pinned(n) => ctx.printer.status(&n),
-        Written::ClusterCreated { name, groups } => ctx.printer.success(&format!(
-            "Created cluster {name} with {}.",
-            plural(groups, "instance group")
-        )),
-        Written::GroupCreated { cluster, group } => ctx.printer.success(&format!(
-            "Created instance group {group} in cluster {cluster}."
-        )),
-        Written::ClusterReplaced {
-            name,
-            changed: true,
-        } => ctx.printer.success(&format!("Replaced cluster {name}.")),
-        Written::ClusterReplaced { name, .. } => {
-            ctx.printer.status(&format!("Cluster {name} unchanged."))
-        }
-        Written::GroupReplaced {
-            group,
-            changed: false,
-            ..
-        } => ctx
-            .printer
-            .status(&format!("Instance group {group} unchanged.")),
-        Written::GroupReplaced { group, existed, .. } => ctx.printer.success(&format!(
-            "{} instance group {group}.",
-            if existed { "Replaced" } else { "Created" }
-        )),
-    };
+    let mut said = |w: Written| view::written(&ctx.printer, w);
     objects::plan(&repo, &source, mode, &mut per_cluster, &mut said).await?;
     objects::apply(&repo, &source, mode, per_cluster, &mut said).await?;
     Ok(exit::OK)
@@ -540,17 +464,7 @@ async fn create_registry_credentials(
             Ok(line.trim_end_matches(['\n', '\r']).to_string())
         })
         .await?;
-    if !stored.used {
-        ctx.printer.warn(&format!(
-            "no mirror in spec.containerd.registries has host {host}: the credentials are kept \
-             but not used until one does"
-        ));
-    }
-    ctx.printer.success(&format!(
-        "registry credentials for {host} stored in the secrets of {name} as {} ({}); \
-         `kprov update cluster {name}` writes them to the nodes",
-        stored.secret, stored.digest
-    ));
+    view::registry_credentials(&ctx.printer, name, host, &stored);
     Ok(exit::OK)
 }
 
@@ -558,143 +472,21 @@ async fn create_registry_credentials(
 async fn get_secrets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let rows = crate::ops::credentials::secrets(&repo, name).await?;
-    let items: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|r| {
-            let (kind, key, len, digest) = (r.kind, &r.name, r.bytes, &r.digest);
-            if kind == "sshpublickey" {
-                serde_json::json!({"type": kind, "name": key, "bytes": len, "fingerprint": digest})
-            } else {
-                serde_json::json!({"type": kind, "name": key, "bytes": len, "sha256": digest})
-            }
-        })
-        .collect();
-    ctx.printer
-        .value(&serde_json::json!({ "items": items }), || {
-            let mut t = Table::new(["TYPE", "NAME", "BYTES", "SHA256 / FINGERPRINT"]);
-            for r in &rows {
-                t.row([
-                    r.kind.to_string(),
-                    untrusted(&r.name).to_string(),
-                    r.bytes.to_string(),
-                    r.digest.clone(),
-                ]);
-            }
-            t
-        })?;
+    view::secrets(&ctx.printer, &rows)?;
     Ok(exit::OK)
 }
 
 async fn get_clusters(ctx: &Ctx, name: Option<&str>, full: bool) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let list = objects::list(&repo, name).await?;
-    for u in &list.unreadable {
-        ctx.printer.warn(&format!(
-            "cluster {} is unreadable: {}{}",
-            u.name,
-            u.error,
-            if u.delete_removes_it() {
-                format!(
-                    ". Fix it, or remove it with `kprov delete cluster {} --yes`",
-                    u.name
-                )
-            } else {
-                String::new()
-            }
-        ));
-    }
-    for n in &list.backups_only {
-        ctx.printer.status(&format!(
-            "cluster {n} was deleted; its etcd backups are kept: `kprov get backups {n}` lists them, `kprov delete cluster {n} --yes --delete-backups` deletes them"
-        ));
-    }
-    if ctx.printer.format() != Format::Table {
-        // -o yaml/json prints objects that `create -f` / `replace -f` accept as they are.
-        return print_objects(ctx, &list.objects(full)).map(|_| exit::OK);
-    }
-    if list.empty {
-        ctx.printer
-            .status(&format!("No clusters in {}.", repo.location()));
-        return Ok(exit::OK);
-    }
-    let mut t = Table::new([
-        "NAME",
-        "CLOUD",
-        "ZONES",
-        "VERSION",
-        "CONTROL PLANES",
-        "NODES",
-    ]);
-    for r in list.clusters.iter().map(objects::Listed::summary) {
-        t.row([
-            r.name,
-            r.cloud,
-            if r.zones.is_empty() {
-                "-".into()
-            } else {
-                r.zones.join(",")
-            },
-            r.kubernetes_version,
-            r.control_planes.to_string(),
-            r.nodes.to_string(),
-        ]);
-    }
-    for u in &list.unreadable {
-        t.row([u.name.as_str(), "UNREADABLE", "-", "-", "-", "-"].map(String::from));
-    }
-    for n in &list.backups_only {
-        t.row([n.as_str(), "DELETED (backups kept)", "-", "-", "-", "-"].map(String::from));
-    }
-    ctx.printer.data(&t.render());
+    view::clusters(&ctx.printer, &list, full, &repo.location())?;
     Ok(exit::OK)
-}
-
-fn print_objects(ctx: &Ctx, objs: &[ObjectRef]) -> anyhow::Result<()> {
-    match ctx.printer.format() {
-        Format::Json => {
-            let items: Vec<serde_json::Value> = objs
-                .iter()
-                .map(|o| match o {
-                    ObjectRef::Cluster(c) => serde_json::to_value(c),
-                    ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
-                })
-                .collect::<Result<_, _>>()?;
-            ctx.printer.data(&serde_json::to_string_pretty(
-                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
-            )?);
-        }
-        _ => ctx
-            .printer
-            .data(&spec::to_yaml_stream(objs.iter().copied())?),
-    }
-    Ok(())
 }
 
 async fn get_groups(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;
     let (user, groups) = objects::groups(&repo, cluster).await?;
-    if ctx.printer.format() != Format::Table {
-        let objs: Vec<ObjectRef> = user.iter().map(ObjectRef::InstanceGroup).collect();
-        print_objects(ctx, &objs)?;
-        return Ok(exit::OK);
-    }
-    let mut t = Table::new(["NAME", "ROLE", "MACHINETYPE", "MIN", "MAX", "SUBNETS"]);
-    for g in &groups {
-        let s = &g.spec;
-        t.row([
-            g.metadata.name.clone(),
-            s.role.as_str().to_string(),
-            s.machine_type.clone().unwrap_or_else(|| "-".into()),
-            s.min_size.map_or("-".into(), |n| n.to_string()),
-            s.max_size.map_or("-".into(), |n| n.to_string()),
-            if s.subnets.is_empty() {
-                "-".into()
-            } else {
-                s.subnets.join(",")
-            },
-        ]);
-    }
-    ctx.printer.data(&t.render());
+    view::groups(&ctx.printer, &user, &groups)?;
     Ok(exit::OK)
 }
 
@@ -705,7 +497,7 @@ async fn delete_cluster(
     concurrency: usize,
     delete_backups: bool,
 ) -> anyhow::Result<i32> {
-    use crate::ops::delete::{self as ops, DeleteError, DeletePlan, DeleteReport};
+    use crate::ops::delete::{self as ops, DeleteError};
     let repo = ctx.repo().await?;
     let planned = match yes {
         true => ops::scope(&repo, name, delete_backups).await,
@@ -720,19 +512,16 @@ async fn delete_cluster(
         Err(e) => return Err(delete_failed(ctx, e)),
     };
     if !yes {
-        print_delete_plan(ctx, &repo, &plan);
+        crate::views::delete::plan(&ctx.printer, &repo.location(), &plan);
         return Ok(exit::OK);
     }
-    // One lock for the whole teardown, so no update runs against a half-deleted cluster.
     // Metal's hosts get a progress line each once they are known, under the lock.
     let bars = std::sync::Mutex::new(None);
     let events_for = |targets: &[crate::nodes::Target]| {
-        let (events, multi) = super::metal::render_events(ctx, targets);
+        let (events, multi) = crate::views::nodes::node_events(&ctx.printer, targets);
         *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
         events
     };
-    // Caught before the lock is taken: the first signal ends the teardown's wait in flight
-    // (the cloud's deletions, a host's reset) and releases the lock; deleting again resumes.
     let resume = format!(
         "kprov delete cluster {name} --yes{}",
         if delete_backups {
@@ -742,14 +531,8 @@ async fn delete_cluster(
         }
     );
     let ints = catch_interrupts(name, &resume);
-    let outcome = ctx
-        .session()
-        .await?
-        .with_lock(name, plan.lock_command(), async |guard| {
-            ints.or_try(ops::apply(&repo, &plan, guard, concurrency, &events_for))
-                .await
-        })
-        .await;
+    let session = ctx.session().await?;
+    let outcome = ops::apply_interruptible(session, &plan, &ints, concurrency, &events_for).await;
     if let Some(bars) = bars.into_inner().unwrap_or_else(|p| p.into_inner()) {
         let _ = bars.clear();
     }
@@ -757,52 +540,7 @@ async fn delete_cluster(
         Err(c) => return Ok(interrupted(ctx, name, c, "deleting the cluster", &resume)),
         Ok(r) => r,
     };
-    match report {
-        DeleteReport::BackupsOnly { deleted } => {
-            if let DeletePlan::BackupsOnly { prefix, .. } = &plan {
-                ctx.printer.success(&format!(
-                    "Deleted {} of {name} under {prefix}.",
-                    plural(deleted, "etcd backup object")
-                ));
-            }
-        }
-        DeleteReport::Unreadable { deleted } => ctx.printer.success(&format!(
-            "Deleted the unreadable cluster {name} ({}) from {}; no cloud resource or host was touched.",
-            plural(deleted, "object"),
-            repo.location()
-        )),
-        DeleteReport::Cluster { machines, objects } => {
-            match machines {
-                ops::MachinesGone::Aws { deleted } => ctx
-                    .printer
-                    .success(&format!("Deleted {deleted} cloud resources of {name}.")),
-                ops::MachinesGone::Metal { warnings, reset } => {
-                    for w in &warnings {
-                        ctx.printer.warn(w);
-                    }
-                    match reset {
-                        ops::HostsReset::NothingClaimed(why) => {
-                            ctx.printer.warn(&format!("{why}: no host to reset"))
-                        }
-                        ops::HostsReset::Reset { reset, of } => ctx.printer.success(&format!(
-                            "Reset {reset} of {} of {name}.",
-                            plural(of, "host")
-                        )),
-                    }
-                }
-            }
-            ctx.printer.success(&format!(
-                "Deleted cluster {name} ({}) from {}.",
-                plural(objects, "object"),
-                repo.location()
-            ));
-            if let DeletePlan::Cluster(t) = &plan
-                && let Some(line) = backups_said(name, t.backups.as_ref(), t.delete_backups, true)
-            {
-                ctx.printer.status(&line);
-            }
-        }
-    }
+    crate::views::delete::report(&ctx.printer, name, &repo.location(), &plan, report);
     Ok(exit::OK)
 }
 
@@ -814,111 +552,8 @@ fn delete_failed(ctx: &Ctx, e: crate::ops::delete::DeleteError) -> anyhow::Error
         DeleteError::Lock(e) => e.into(),
         DeleteError::Failed(e) => e,
         e => {
-            if let DeleteError::HostsNotReset { warnings, .. } = &e {
-                for w in warnings {
-                    ctx.printer.warn(w);
-                }
-            }
+            crate::views::delete::not_deleted(&ctx.printer, &e);
             e.into()
-        }
-    }
-}
-
-/// What happens to the etcd backups of a deleted cluster (`done`: after the delete).
-fn backups_said(
-    name: &str,
-    backups: Option<&(usize, String)>,
-    delete_backups: bool,
-    done: bool,
-) -> Option<String> {
-    let (n, where_) = backups?;
-    let n = *n;
-    Some(match (delete_backups, done) {
-        (true, false) => format!(
-            "Will delete {} under {where_} too (--delete-backups).",
-            plural(n, "etcd backup object")
-        ),
-        (true, true) => format!(
-            "Deleted {} under {where_} (--delete-backups).",
-            plural(n, "etcd backup object")
-        ),
-        (false, false) => format!(
-            "Will keep {} under {where_}: `kprov get backups {name}` lists them, a cluster created again as {name} can `kprov restore etcd` from them; `--delete-backups` deletes them too.",
-            plural(n, "etcd backup object")
-        ),
-        (false, true) => format!(
-            "Kept {} under {where_}: `kprov get backups {name}` lists them; `kprov delete cluster {name} --yes --delete-backups` deletes them.",
-            plural(n, "etcd backup object")
-        ),
-    })
-}
-
-/// The preview of `delete cluster`.
-fn print_delete_plan(ctx: &Ctx, repo: &Repo, plan: &crate::ops::delete::DeletePlan) {
-    use crate::ops::delete::{DeletePlan, Machines};
-    let name = plan.cluster();
-    match plan {
-        DeletePlan::BackupsOnly { count, prefix, .. } => {
-            ctx.printer.data(&format!(
-                "Will delete {} of the deleted cluster {name} under {prefix}.",
-                plural(*count, "etcd backup object")
-            ));
-            ctx.printer.status(&format!(
-                "Must specify --yes to delete the backups of {name}."
-            ));
-        }
-        DeletePlan::Unreadable {
-            keys,
-            at_config,
-            why,
-            ..
-        } => {
-            let mut lines: Vec<String> =
-                keys.iter().map(|k| format!("  {}", untrusted(k))).collect();
-            if let Some((config, what)) = at_config {
-                lines.push(format!("  {config} ({what})"));
-            }
-            ctx.printer.data(&format!(
-                "Will delete the objects of cluster {name} from {}:\n{}",
-                repo.location(),
-                lines.join("\n")
-            ));
-            ctx.printer.warn(&format!(
-                "the spec of cluster {name} cannot be read ({why}); kprov cannot tell which cloud \
-                 resources or hosts it had, so --yes removes only its objects in the state store. \
-                 Delete its cloud resources or reset its hosts yourself if it had any."
-            ));
-            ctx.printer
-                .status(&format!("Must specify --yes to delete cluster {name}."));
-        }
-        DeletePlan::Cluster(t) => {
-            match &t.machines {
-                None => {}
-                Some(Machines::Aws(cloud)) => ctx.printer.data(&crate::cloud::engine::render_text(
-                    cloud,
-                    crate::cloud::engine::RenderOptions {
-                        color: ctx.printer.color(),
-                        prune: true,
-                    },
-                )),
-                Some(Machines::Metal { hosts, dropped }) => ctx
-                    .printer
-                    .data(&super::metal::reset_preview(name, hosts, dropped)),
-            }
-            ctx.printer.data(&format!(
-                "Will delete cluster {name} from {}:\n{}",
-                repo.location(),
-                t.keys
-                    .iter()
-                    .map(|k| format!("  {}", untrusted(k)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ));
-            if let Some(line) = backups_said(name, t.backups.as_ref(), t.delete_backups, false) {
-                ctx.printer.status(&line);
-            }
-            ctx.printer
-                .status(&format!("Must specify --yes to delete cluster {name}."));
         }
     }
 }
@@ -947,12 +582,8 @@ async fn delete_group(ctx: &Ctx, cluster: &str, group: &str, yes: bool) -> anyho
 
 async fn lock_status(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let store = ctx.store().await?;
-    match locks::status(store.as_ref(), cluster).await? {
-        None => ctx
-            .printer
-            .data(&format!("cluster {cluster} is not locked")),
-        Some(r) => ctx.printer.data(&serde_json::to_string_pretty(&r)?),
-    }
+    let status = locks::status(store.as_ref(), cluster).await?;
+    view::lock_status(&ctx.printer, cluster, status.as_ref())?;
     Ok(exit::OK)
 }
 
@@ -963,25 +594,11 @@ async fn delete_damaged(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
     let store = session.store().as_ref();
     let plan = damaged::plan(store, name).await?;
     if plan.found.is_empty() {
-        ctx.printer
-            .status(&format!("cluster {name} has no damaged records"));
+        view::no_damaged(&ctx.printer, name);
         return Ok(exit::OK);
     }
     if !yes {
-        let n = plan.found.len();
-        ctx.printer.data(&format!(
-            "Will remove {n} damaged record{} of cluster {name} (from known host keys only the \
-             damaged lines):\n{}",
-            if n == 1 { "" } else { "s" },
-            plan.lines
-                .iter()
-                .map(|l| format!("  {l}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        ));
-        ctx.printer.status(&format!(
-            "Run `kprov delete damaged {name} --yes` to remove them."
-        ));
+        view::damaged(&ctx.printer, name, &plan);
         return Ok(exit::OK);
     }
     let removed = session
@@ -997,73 +614,17 @@ async fn delete_damaged(ctx: &Ctx, name: &str, yes: bool) -> anyhow::Result<i32>
 
 async fn lock_break(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     let store = ctx.store().await?;
-    match locks::break_lock(store.as_ref(), cluster).await? {
-        locks::Broken::NotLocked => ctx
-            .printer
-            .status(&format!("cluster {cluster} was not locked")),
-        locks::Broken::Lock(r) => ctx.printer.success(&format!(
-            "broke the lock of cluster {cluster} held by {}@{} running `{}`",
-            untrusted(&r.holder),
-            untrusted(&r.host),
-            untrusted(&r.command)
-        )),
-        locks::Broken::Unreadable => ctx
-            .printer
-            .success(&format!("removed the unreadable lock of cluster {cluster}")),
-        locks::Broken::Obstruction {
-            what,
-            location,
-            removed,
-        } => ctx.printer.success(&format!(
-            "removed what sat at the lock {location} of cluster {cluster} ({what}; {removed} key{} deleted)",
-            if removed == 1 { "" } else { "s" }
-        )),
-    }
+    let broken = locks::break_lock(store.as_ref(), cluster).await?;
+    view::lock_broken(&ctx.printer, cluster, broken);
     Ok(exit::OK)
 }
 
 pub fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
-    let cluster = schemars::schema_for!(Cluster);
-    let ig = schemars::schema_for!(InstanceGroup);
-    let value = match kind {
-        SchemaKind::Cluster => serde_json::to_value(&cluster)?,
-        SchemaKind::Instancegroup => serde_json::to_value(&ig)?,
-        SchemaKind::All => {
-            // One schema for multi-document files holding either kind; `kind` picks the branch.
-            let mut c = serde_json::to_value(&cluster)?;
-            let mut g = serde_json::to_value(&ig)?;
-            let mut defs = serde_json::Map::new();
-            for v in [&mut c, &mut g] {
-                if let Some(serde_json::Value::Object(d)) =
-                    v.as_object_mut().and_then(|o| o.remove("$defs"))
-                {
-                    defs.extend(d);
-                }
-                if let Some(o) = v.as_object_mut() {
-                    o.remove("$schema");
-                }
-            }
-            for (v, k) in [
-                (&mut c, spec::KIND_CLUSTER),
-                (&mut g, spec::KIND_INSTANCE_GROUP),
-            ] {
-                if let Some(props) = v.get_mut("properties").and_then(|p| p.as_object_mut()) {
-                    props.insert("kind".into(), serde_json::json!({"const": k}));
-                    props.insert(
-                        "apiVersion".into(),
-                        serde_json::json!({"const": spec::API_VERSION}),
-                    );
-                }
-            }
-            serde_json::json!({
-                "$schema": "https://json-schema.org/draft/2020-12/schema",
-                "title": "kprov objects",
-                "oneOf": [c, g],
-                "$defs": defs,
-            })
-        }
-    };
-    Ok(serde_json::to_string_pretty(&value)?)
+    crate::views::objects::schema(match kind {
+        SchemaKind::Cluster => crate::views::objects::Schema::Cluster,
+        SchemaKind::Instancegroup => crate::views::objects::Schema::InstanceGroup,
+        SchemaKind::All => crate::views::objects::Schema::All,
+    })
 }
 
 /// Where provisioning keeps the cluster's admin kubeconfig (under the cluster's secrets).

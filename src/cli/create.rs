@@ -187,86 +187,6 @@ impl CreateClusterArgs {
     }
 }
 
-/// What `create --dry-run` says it understood from an inventory, one line each.
-pub(super) fn inventory_summary(
-    inv: &crate::inventory::Inventory,
-    overrides: &[String],
-) -> Vec<String> {
-    let mut out = vec![format!(
-        "Inventory {} ({:?}): {} host(s)",
-        inv.file,
-        inv.format,
-        inv.hosts.len()
-    )];
-    for l in &inv.hosts {
-        let h = &l.host;
-        let roles: Vec<&str> = h
-            .roles
-            .iter()
-            .map(|r| match r {
-                HostRole::ControlPlane => "control-plane",
-                HostRole::Node => "node",
-                HostRole::Etcd => "etcd",
-            })
-            .collect();
-        let mut line = format!(
-            "  {} (line {}): roles {}, address {}",
-            h.name,
-            l.line,
-            roles.join(","),
-            h.address
-        );
-        if let Some(ip) = &h.ip {
-            line.push_str(&format!(", ip {ip}"));
-        }
-        line.push_str(&format!(
-            ", user {}",
-            h.user.as_deref().unwrap_or("(default)")
-        ));
-        line.push_str(&format!(
-            ", port {}",
-            h.port.map_or("22".to_string(), |p| p.to_string())
-        ));
-        if let Some(k) = &h.key_path {
-            line.push_str(&format!(", key {k}"));
-        }
-        if let Some(b) = &h.bastion {
-            line.push_str(&format!(", bastion {b}"));
-        }
-        if !h.labels.is_empty() {
-            let labels: Vec<String> = h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            line.push_str(&format!(", labels {}", labels.join(",")));
-        }
-        if !h.taints.is_empty() {
-            line.push_str(&format!(", taints {}", h.taints.join(",")));
-        }
-        out.push(line);
-    }
-    let etcd = crate::inventory::etcd_topology(&inv.plain_hosts());
-    out.push(format!(
-        "etcd: {}",
-        match etcd {
-            EtcdType::Stacked => "stacked (a member on each control plane)",
-            EtcdType::External => "external (etcd as a service on the etcd hosts)",
-        }
-    ));
-    if inv.mapped.is_empty() {
-        out.push("Variables mapped to the spec: none".into());
-    } else {
-        out.push("Variables mapped to the spec:".into());
-        for m in &inv.mapped {
-            out.push(format!(
-                "  {} ({}) -> {} = {}",
-                m.var, m.at, m.field, m.value
-            ));
-        }
-    }
-    for n in inv.notes.iter().chain(overrides) {
-        out.push(format!("Note: {n}"));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,7 +255,7 @@ mod tests {
         let (mut c, _) =
             crate::ops::create::build_cluster_objects(&a, inv.plain_hosts(), None).unwrap();
         let notes = crate::ops::create::apply_inventory(&mut c, &mut inv, &a);
-        let summary = inventory_summary(&inv, &notes).join("\n");
+        let summary = crate::views::create::inventory_summary(&inv, &notes).join("\n");
         assert!(
             summary.contains(
                 "node3 (line 10): roles control-plane,etcd, address 198.18.10.3, ip 10.0.0.3, \
@@ -362,5 +282,46 @@ mod tests {
             crate::cli::commands::exit_code_of(&e),
             crate::cli::exit::INVALID_SPEC
         );
+    }
+
+    /// ops's error enums reach their documented exit codes through their variants (a held
+    /// lock 4, a cluster that would be invalid 3), not only as the type they wrap.
+    #[test]
+    fn ops_errors_map_to_exit_codes() {
+        use crate::cli::{commands::exit_code_of, exit};
+        use crate::ops::{damaged::DamagedError, objects::GroupDeleteError};
+        use crate::state::lock::LockError;
+        let now = chrono::Utc::now();
+        let record = crate::state::lock::LockRecord {
+            holder: "someone".into(),
+            host: "h".into(),
+            pid: 1,
+            command: "kprov update cluster c --yes".into(),
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now,
+            id: "x".into(),
+        };
+        let held = || LockError::Held {
+            cluster: "c".into(),
+            record: Box::new(record.clone()),
+        };
+        let code = |e: anyhow::Error| exit_code_of(&e);
+        assert_eq!(code(GroupDeleteError::Lock(held()).into()), exit::CONFLICT);
+        assert_eq!(code(DamagedError::Lock(held()).into()), exit::CONFLICT);
+        assert_eq!(
+            code(DamagedError::Store(anyhow::anyhow!("x")).into()),
+            exit::ERROR
+        );
+        let missing = crate::repo::RepoError::GroupNotFound {
+            cluster: "c".into(),
+            group: "g".into(),
+        };
+        assert_eq!(code(GroupDeleteError::Repo(missing).into()), exit::ERROR);
+        let exists = crate::repo::RepoError::Exists {
+            name: "c".into(),
+            store: "file:///s".into(),
+        };
+        assert_eq!(code(GroupDeleteError::Repo(exists).into()), exit::CONFLICT);
     }
 }

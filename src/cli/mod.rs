@@ -37,6 +37,16 @@ pub mod exit {
     /// Interrupted (Ctrl-C, 128 + SIGINT as shells report it): `rolling-update cluster --yes`
     /// stopped at a safe point and journaled it; the next run resumes.
     pub const INTERRUPTED: i32 = 130;
+
+    /// A preview's exit code: refused 1; changes pending 2 under `--exit-code`, else 0.
+    pub fn of_preview(shown: crate::views::Shown, exit_code: bool) -> i32 {
+        use crate::views::Shown;
+        match shown {
+            Shown::Refused => ERROR,
+            Shown::Pending if exit_code => CHANGES_PENDING,
+            Shown::Pending | Shown::UpToDate => OK,
+        }
+    }
 }
 
 #[derive(Debug, Parser)]

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::commands::{Ctx, locked};
 use super::exit;
-use crate::ops::sshkey::{self, KeyChange, PublicKey};
-use crate::output::Format;
+use crate::ops::sshkey::{self, PublicKey};
+use crate::views::toolbox as view;
 
 pub(super) async fn create_sshpublickey(ctx: &Ctx, name: &str, file: &Path) -> anyhow::Result<i32> {
     let source = file.display().to_string();
@@ -21,24 +21,7 @@ pub(super) async fn create_sshpublickey(ctx: &Ctx, name: &str, file: &Path) -> a
         sshkey::set(&repo, name, &key).await
     })
     .await?;
-    match change {
-        KeyChange::Unchanged => ctx.printer.success(&format!(
-            "{name} already has this SSH public key ({}).",
-            key.fingerprint
-        )),
-        KeyChange::Stored { replaced } => {
-            ctx.printer.success(&format!(
-                "Stored the SSH public key of {name} ({}){}.",
-                key.fingerprint,
-                replaced
-                    .map(|r| format!(", replacing {r}"))
-                    .unwrap_or_default()
-            ));
-            ctx.printer.status(&format!(
-                "AWS: `kprov update cluster {name} --yes` writes it into the key pair and launch templates; running instances get it when `kprov rolling-update cluster {name} --yes` replaces them."
-            ));
-        }
-    }
+    view::key_stored(&ctx.printer, name, &key, &change);
     Ok(exit::OK)
 }
 
@@ -51,21 +34,6 @@ pub(super) async fn dump(
     let (cluster, groups) = super::addons::resolved(ctx, name).await?;
     let repo = ctx.repo().await?;
     let d = crate::ops::toolbox::dump(repo.store(), &cluster, &groups, kubeconfig, with_api).await;
-    for (part, e) in [
-        ("cloud resources", &d.resources_error),
-        ("machines", &d.machines_error),
-        ("nodes", &d.nodes_error),
-    ] {
-        if let Some(e) = e {
-            ctx.printer.warn(&format!(
-                "{part} of {name} not read: {}",
-                crate::output::untrusted(e)
-            ));
-        }
-    }
-    match ctx.printer.format() {
-        Format::Json => ctx.printer.data(&serde_json::to_string_pretty(&d)?),
-        _ => ctx.printer.data(&crate::output::to_yaml(&d)?),
-    }
+    view::dump(&ctx.printer, name, &d)?;
     Ok(exit::OK)
 }

@@ -161,9 +161,20 @@ pub struct DamagedPlan {
     pub lines: Vec<String>,
 }
 
+/// Why `delete damaged` did not list or remove the records.
+#[derive(Debug, thiserror::Error)]
+pub enum DamagedError {
+    /// The cluster's lock is held by another command, or was lost.
+    #[error(transparent)]
+    Lock(#[from] crate::state::lock::LockError),
+    /// Reading or removing a record failed (the error names its key).
+    #[error(transparent)]
+    Store(anyhow::Error),
+}
+
 /// Lists `cluster`'s damaged records. Read-only.
-pub async fn plan(store: &dyn StateStore, cluster: &str) -> anyhow::Result<DamagedPlan> {
-    let found = find(store, cluster).await?;
+pub async fn plan(store: &dyn StateStore, cluster: &str) -> Result<DamagedPlan, DamagedError> {
+    let found = find(store, cluster).await.map_err(DamagedError::Store)?;
     let lines = found.iter().map(|d| describe(store, d)).collect();
     Ok(DamagedPlan {
         cluster: cluster.to_string(),
@@ -178,9 +189,11 @@ pub async fn apply(
     store: &dyn StateStore,
     plan: &DamagedPlan,
     guard: &crate::state::lock::LockGuard,
-) -> anyhow::Result<Vec<String>> {
+) -> Result<Vec<String>, DamagedError> {
     guard.check()?;
-    let found = find(store, &plan.cluster).await?;
-    remove(store, &found).await?;
+    let found = find(store, &plan.cluster)
+        .await
+        .map_err(DamagedError::Store)?;
+    remove(store, &found).await.map_err(DamagedError::Store)?;
     Ok(found.iter().map(|d| describe(store, d)).collect())
 }

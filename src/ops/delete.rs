@@ -337,6 +337,26 @@ impl DeletePlan {
     }
 }
 
+/// `delete cluster --yes`: [`apply`] under one lock for the whole teardown (so no update runs
+/// against a half-deleted cluster), cut by the first signal of `ints` (caught before the lock
+/// is taken): the wait in flight (the cloud's deletions, a host's reset) ends, the lock is
+/// released and `Ok(Err(caught))` returned; deleting again resumes.
+pub async fn apply_interruptible(
+    session: &super::session::Session,
+    plan: &DeletePlan,
+    ints: &super::interrupt::Interrupts,
+    concurrency: usize,
+    events_for: &dyn Fn(&[Target]) -> Events,
+) -> Result<Result<DeleteReport, super::interrupt::Caught>, DeleteError> {
+    let repo = session.repo();
+    session
+        .with_lock(plan.cluster(), plan.lock_command(), async |guard| {
+            ints.or_try(apply(&repo, plan, guard, concurrency, events_for))
+                .await
+        })
+        .await
+}
+
 /// Deletes what `plan` ([`scope`]) says under `guard` (the cluster's lock, taken by the
 /// caller); the machines are planned again here. Metal's hosts report their progress through
 /// the events `events_for` gives for the hosts to reset; `concurrency` bounds the hosts reset

@@ -1364,6 +1364,24 @@ impl Removal {
         })
     }
 
+    /// `delete instance --yes`: [`Removal::apply`] under the cluster's lock (`session`), cut
+    /// by the first signal of `ints` (caught before the lock is taken, so none ends the
+    /// process with the lock held): the wait in flight (drain, etcd member, host, API, the
+    /// cloud) ends, the lock is released and `Ok(Err(caught))` returned; every step is safe to
+    /// run again, which the next run does.
+    pub async fn apply_interruptible(
+        &self,
+        session: &super::session::Session,
+        ints: &super::interrupt::Interrupts,
+        events: &RemoveEvents,
+    ) -> Result<Result<InstanceReport, super::interrupt::Caught>, InstanceError> {
+        session
+            .with_lock(self.cluster.name(), "delete instance", async |guard| {
+                ints.or_try(self.apply(guard, events)).await
+            })
+            .await
+    }
+
     /// Removes the node under `guard` (the caller's [`crate::ops::session::Session::with_lock`]):
     /// the plan is made again under the lock, a refusal stops before anything changes.
     pub async fn apply(

@@ -1,5 +1,5 @@
 //! Use cases: what a command does, without the command line. No clap, no indicatif and no
-//! printing in here: progress leaves as events that the CLI renders through the printer
+//! printing in here: progress leaves as events that `views` renders through the printer
 //! (a spinner line per host on a terminal, plain lines otherwise).
 //!
 //! - [`platform`]: the platform seam: where a cluster runs (metal or AWS), asked for its
@@ -23,6 +23,8 @@
 //! - [`edit`]: `edit cluster|ig`: the object opened, reviewed through the caller's editor,
 //!   saved under the lock, the user's copy kept when it is not.
 //! - [`locks`]: `lock status` and `lock break`.
+//! - [`hostkeys`]: `forget host-key`, a host's recorded SSH host key removed under the lock.
+//! - [`bundle`]: `create bundle` (every image pinned first) and `get assets`.
 //! - [`credentials`]: the cluster's API client from stored credentials
 //!   ([`credentials::kube_client`], through an SSH tunnel where needed): the one way a
 //!   command gets a Kubernetes client for a cluster.
@@ -55,6 +57,7 @@
 
 pub mod addons;
 pub mod aws;
+pub mod bundle;
 pub mod certificates;
 pub mod create;
 pub mod credentials;
@@ -63,6 +66,7 @@ pub mod delete;
 pub mod edit;
 pub mod etcd;
 pub mod etcd_backup;
+pub mod hostkeys;
 pub mod instance;
 pub mod interrupt;
 pub mod locks;

@@ -558,14 +558,33 @@ pub struct GroupDeletePlan {
     remaining: Vec<InstanceGroup>,
 }
 
+/// Why `delete instancegroup` did not delete.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupDeleteError {
+    /// The store: no such cluster or group, unreadable, or changed since the plan.
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    /// The cluster without the group would not validate (a control-plane group its only one,
+    /// a group another refers to): nothing is deleted.
+    #[error("cluster {cluster} would be invalid without instance group {group}")]
+    WouldBeInvalid {
+        cluster: String,
+        group: String,
+        #[source]
+        errors: SpecErrors,
+    },
+    /// The cluster's lock is held by another command, or was lost.
+    #[error(transparent)]
+    Lock(#[from] crate::state::lock::LockError),
+}
+
 /// Plans the deletion of `cluster`'s instance group `group`, refused when the cluster would
 /// be invalid without it. Read-only.
 pub async fn plan_group_delete(
     repo: &Repo,
     cluster: &str,
     group: &str,
-) -> anyhow::Result<GroupDeletePlan> {
-    use anyhow::Context;
+) -> Result<GroupDeletePlan, GroupDeleteError> {
     let stored = repo.get(cluster).await?;
     let version = stored
         .groups
@@ -590,9 +609,11 @@ pub async fn plan_group_delete(
         &HashMap::new(),
         &repo.location(),
     )
-    .context(format!(
-        "cluster {cluster} would be invalid without instance group {group}"
-    ))?;
+    .map_err(|errors| GroupDeleteError::WouldBeInvalid {
+        cluster: cluster.into(),
+        group: group.into(),
+        errors,
+    })?;
     Ok(GroupDeletePlan {
         cluster: cluster.into(),
         group: group.into(),
@@ -608,7 +629,7 @@ pub async fn delete_group(
     repo: &Repo,
     plan: &GroupDeletePlan,
     guard: &crate::state::lock::LockGuard,
-) -> anyhow::Result<()> {
+) -> Result<(), GroupDeleteError> {
     guard.check()?;
     repo.delete_group(&plan.cluster, &plan.group, &plan.version)
         .await?;

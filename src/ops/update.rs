@@ -343,14 +343,35 @@ pub struct UpdatePlan {
     pub hosts_to_remove: Vec<HostToRemove>,
     /// Why some machines will not be provisioned (owned by another cluster).
     pub refusals: Vec<String>,
-    /// Whether this platform has cloud resources (the preview prints the cloud plan).
+    /// What the preview shows on this platform (the cloud plan first, or the hosts alone).
     #[serde(skip)]
-    pub has_cloud: bool,
+    pub shape: PlanShape,
     /// Metal: the inventory given again changes the spec's hosts.
     #[serde(skip)]
     pub spec_changes: bool,
     #[serde(skip)]
     prune: bool,
+}
+
+/// What an [`UpdatePlan`] is made of, so that its preview shows it without asking the
+/// platform: a platform with cloud resources (AWS) plans them first and its instances' nodes
+/// after; one without (metal) plans its hosts, the hosts to remove and the inventory's changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanShape {
+    /// The cloud plan, then the running instances' node plan.
+    Cloud,
+    /// The hosts' node plan (the cloud plan is empty).
+    Hosts,
+}
+
+impl PlanShape {
+    /// The shape of a platform's plan.
+    pub fn of(kind: Kind) -> PlanShape {
+        match kind {
+            Kind::Aws => PlanShape::Cloud,
+            Kind::Metal => PlanShape::Hosts,
+        }
+    }
 }
 
 /// A host kprov provisioned that the spec no longer has.
@@ -522,7 +543,7 @@ impl Update {
                 })
                 .collect(),
             refusals: vec![],
-            has_cloud: self.kind == Kind::Aws,
+            shape: PlanShape::of(self.kind),
             spec_changes: self.reread().is_some_and(|r| !r.change.is_empty()),
             prune: self.options.common.prune,
         };
@@ -978,7 +999,7 @@ mod tests {
                 address: "198.18.0.9".into(),
             }],
             refusals: vec![],
-            has_cloud: false,
+            shape: PlanShape::Hosts,
             spec_changes: false,
             prune: false,
         };
