@@ -1234,8 +1234,10 @@ fn routes(v: Option<&Value>, ids: &IdMap) -> Result<BTreeMap<String, String>, Cl
         .iter()
         .map(|r| match r.as_list() {
             [dest, target] => Ok((
-                // why: a route without destination is refused by EC2 naming it
-                dest.as_str().unwrap_or_default().to_string(),
+                dest.as_str()
+                    .filter(|d| !d.is_empty())
+                    .ok_or_else(|| CloudError::Model(format!("route {r}: no destination")))?
+                    .to_string(),
                 cid(ids, Some(target))?.to_string(),
             )),
             _ => Err(CloudError::Model(format!("malformed route {r}"))),
@@ -1929,6 +1931,24 @@ mod read_tests {
         };
         assemble_network(c, n, &mut rd);
         (rd.out, rd.conflicts)
+    }
+
+    /// A route the model lists without a destination is a model error naming it, never a
+    /// route to "" sent to EC2.
+    #[test]
+    fn a_route_without_destination_is_refused() {
+        let gw = ResourceId::new(INTERNET_GATEWAY, "main");
+        let ids: IdMap = [(gw.clone(), CloudId::new("igw-1").expect("id"))].into();
+        let route = |dest: &str| {
+            Value::List(vec![Value::List(vec![
+                Value::str(dest),
+                Value::Ref(gw.clone()),
+            ])])
+        };
+        let ok = routes(Some(&route("0.0.0.0/0")), &ids).expect("routes");
+        assert_eq!(ok.get("0.0.0.0/0").map(String::as_str), Some("igw-1"));
+        let e = routes(Some(&route("")), &ids).expect_err("no destination");
+        assert!(e.to_string().contains("no destination"), "{e}");
     }
 
     /// An API that ignores the tag filter returns another cluster's VPC, subnet and gateway;
