@@ -11,8 +11,8 @@ pub mod engine;
 use async_trait::async_trait;
 
 pub use engine::{
-    Action, ApplyOptions, ApplyReport, Change, CloudError, ErrorClass, FieldChange, FieldRule,
-    IdMap, Lifecycle, Plan, RenderOptions, Resource, ResourceId, Value,
+    Action, ApplyOptions, ApplyReport, Change, CloudError, CloudId, ErrorClass, FieldChange,
+    FieldRule, IdMap, Lifecycle, Plan, RenderOptions, Resource, ResourceId, Value,
 };
 
 /// What the engine asks of a cloud. Kinds and fields are the provider's vocabulary; the engine
@@ -24,8 +24,9 @@ pub trait Provider: Send + Sync {
     /// resource type) plus the adopted (`ExistsAndValidates`) resources named in `desired`.
     /// References to other resources must come back as `Value::Ref` to their logical IDs.
     async fn read(&self, cluster: &str, desired: &[Resource]) -> Result<Actual, CloudError>;
-    /// Creates `want` (refs resolved through `ids`) and returns its cloud ID.
-    async fn create(&self, want: &Resource, ids: &IdMap) -> Result<String, CloudError>;
+    /// Creates `want` (refs resolved through `ids`) and returns its cloud ID (a reply without
+    /// one is an error naming the resource: an empty ID is never recorded).
+    async fn create(&self, want: &Resource, ids: &IdMap) -> Result<CloudId, CloudError>;
     /// Brings `have` to `want`; `changes` are the fields that differ.
     async fn update(
         &self,

@@ -7,7 +7,7 @@ use aws_sdk_autoscaling::types::{Filter, LaunchTemplateSpecification, Tag};
 
 use super::kinds::*;
 use super::{AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, id_from_tags, owned_by, want_str};
-use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
 
 const TAG_ROLE: &str = "kprov.dev/role";
 
@@ -48,7 +48,7 @@ pub(super) fn assemble(
         if !owned_by(&c.cluster, tags()) {
             continue;
         }
-        let id = id_from_tags(AUTOSCALING_GROUP, name, tags());
+        let id = id_from_tags(AUTOSCALING_GROUP, &name, tags());
         let role = tags()
             .find(|(k, _)| *k == TAG_ROLE)
             .map(|(_, v)| v)
@@ -81,8 +81,8 @@ pub(super) fn assemble(
         }
         rd.push(
             Resource::new(AUTOSCALING_GROUP, id.name)
-                .cloud_id(name)
-                .field("groupName", Value::str(name))
+                .cloud_id(name.clone())
+                .field("groupName", Value::str(name.as_str()))
                 .field("launchTemplate", lt_ref)
                 .field(
                     "launchTemplateVersion",
@@ -134,7 +134,7 @@ pub(super) async fn create(
     c: &AwsCloud,
     want: &Resource,
     ids: &IdMap,
-) -> Result<String, CloudError> {
+) -> Result<CloudId, CloudError> {
     let name = want_str(want, "groupName")?.to_string();
     c.asg
         .create_auto_scaling_group()
@@ -149,7 +149,7 @@ pub(super) async fn create(
         .send()
         .await
         .ctx("CreateAutoScalingGroup")?;
-    Ok(name)
+    super::id_from(&want.id, "field groupName", &name)
 }
 
 pub(super) async fn update(

@@ -114,12 +114,12 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
         let Some(name) = rd.listed(CLASSIC_LOAD_BALANCER, l.load_balancer_name()) else {
             continue;
         };
-        let Some(tags) = owned.get(name) else {
+        let Some(tags) = owned.get(name.as_str()) else {
             continue;
         };
         let id = id_from_tags(
             CLASSIC_LOAD_BALANCER,
-            name,
+            &name,
             tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         );
         // The references order the delete: the load balancer goes before its subnets and

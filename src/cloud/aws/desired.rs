@@ -120,7 +120,9 @@ pub fn desired(
         .field("cidr", Value::str(cidr))
         .rule("cidr", FieldRule::Immutable);
     out.push(match &net.network_id {
-        Some(id) => vpc.lifecycle(Lifecycle::ExistsAndValidates).cloud_id(id),
+        Some(id) => vpc
+            .lifecycle(Lifecycle::ExistsAndValidates)
+            .cloud_id(super::adopted_id(id, "spec.networking.networkID")?),
         // A private hosted zone answers inside a VPC only with both DNS attributes on, and
         // instances get DNS names only with hostnames on (AWS's default for a new VPC is
         // support on, hostnames off). An adopted VPC is the operator's to set.
@@ -153,7 +155,11 @@ pub fn desired(
             .rule("cidr", FieldRule::Immutable);
         if let Some(id) = &s.id {
             // An adopted subnet keeps its owner's routing: no route table, no NAT from us.
-            out.push(r.lifecycle(Lifecycle::ExistsAndValidates).cloud_id(id));
+            let field = format!("spec.networking.subnets[{}].id", s.name);
+            out.push(
+                r.lifecycle(Lifecycle::ExistsAndValidates)
+                    .cloud_id(super::adopted_id(id, &field)?),
+            );
             continue;
         }
         out.push(r);

@@ -11,7 +11,7 @@ use aws_sdk_route53::types::{
 
 use super::kinds::*;
 use super::{AwsCloud, Ctx, Reader, cid, want_str};
-use crate::cloud::engine::{CloudError, IdMap, Lifecycle, Resource, ResourceId, Value};
+use crate::cloud::engine::{CloudError, CloudId, IdMap, Lifecycle, Resource, ResourceId, Value};
 
 fn owner_value(c: &AwsCloud, id: &ResourceId) -> String {
     format!(
@@ -43,7 +43,7 @@ async fn find_zone(
     c: &AwsCloud,
     name: &str,
     private: Option<bool>,
-) -> Result<Option<(String, bool)>, CloudError> {
+) -> Result<Option<(CloudId, bool)>, CloudError> {
     let out = c
         .r53
         .list_hosted_zones_by_name()
@@ -55,9 +55,10 @@ async fn find_zone(
         .hosted_zones()
         .iter()
         .filter(|z| z.name() == name)
-        .map(|z| {
+        // A zone listed without its ID is no zone kprov can use: the plan says it is missing.
+        .filter_map(|z| {
             let p = z.config().map(|c| c.private_zone()).unwrap_or(false);
-            (zone_id(z.id()).to_string(), p)
+            Some((CloudId::new(zone_id(z.id()))?, p))
         })
         .find(|(_, p)| private.is_none_or(|want| want == *p)))
 }
@@ -86,7 +87,7 @@ async fn record_sets(c: &AwsCloud, zone: &str) -> Result<Vec<ResourceRecordSet>,
 /// The cluster's zone as Route 53 has it: its ID, whether it is private, the VPCs a private
 /// zone is associated with, a public zone's delegation warning, and its record sets.
 pub(super) struct ZoneRead {
-    zid: String,
+    zid: CloudId,
     is_private: bool,
     /// A private zone's associated VPC IDs.
     vpcs: Vec<String>,
@@ -136,7 +137,7 @@ pub(super) async fn fetch(
         let zone = c
             .r53
             .get_hosted_zone()
-            .id(&zid)
+            .id(zid.as_str())
             .send()
             .await
             .ctx("GetHostedZone")?;
@@ -175,7 +176,7 @@ pub(super) fn assemble(
     rd.push(
         Resource::new(DNS_ZONE, &want.id.name)
             .lifecycle(Lifecycle::ExistsAndValidates)
-            .cloud_id(&zid)
+            .cloud_id(zid.clone())
             .field("zoneName", Value::str(&name))
             .field("private", Value::Bool(is_private)),
     );
@@ -194,7 +195,7 @@ pub(super) fn assemble(
             continue;
         };
         let mut r = Resource::new(DNS_RECORD, id.name)
-            .cloud_id(format!("{zid}/{}", txt.name()))
+            .cloud_id(zid.join('/', txt.name()))
             .field("zone", Value::reference(DNS_ZONE, &want.id.name))
             .field("recordName", Value::str(txt.name()))
             .field(
@@ -259,22 +260,22 @@ pub(super) fn assemble(
 
 /// The private zone's association with the cluster's VPC. Only an association with a VPC kprov
 /// owns is owned: one with an adopted VPC is its owner's and is never removed.
-fn association(rd: &mut Reader<'_>, zid: &str, zone_vpcs: &[String]) {
-    let Some(vpc) = rd
+fn association(rd: &mut Reader<'_>, zid: &CloudId, zone_vpcs: &[String]) {
+    // Read resources always carry a cloud ID (a `CloudId`, never empty).
+    let Some((vpc_id, lifecycle)) = rd
         .out
         .iter()
         .find(|r| r.id == ResourceId::new(VPC, "main"))
-        // why: read resources always carry a cloud ID (Reader::listed); adopted ones theirs
-        .map(|r| (r.cloud_id.clone().unwrap_or_default(), r.lifecycle))
+        .and_then(|r| Some((r.cloud_id.clone()?, r.lifecycle)))
     else {
         return;
     };
-    if zone_vpcs.contains(&vpc.0) {
-        let vpc_ref = rd.r(&vpc.0);
+    if zone_vpcs.iter().any(|v| v.as_str() == vpc_id.as_str()) {
+        let vpc_ref = rd.r(&vpc_id);
         rd.push(
             Resource::new(DNS_ZONE_VPC, "main")
-                .lifecycle(vpc.1)
-                .cloud_id(format!("{zid}/{}", vpc.0))
+                .lifecycle(lifecycle)
+                .cloud_id(zid.join('/', &vpc_id))
                 .field("zone", Value::reference(DNS_ZONE, "main"))
                 .field("vpc", vpc_ref),
         );
@@ -285,7 +286,7 @@ pub(super) async fn associate(
     c: &AwsCloud,
     want: &Resource,
     ids: &IdMap,
-) -> Result<String, CloudError> {
+) -> Result<CloudId, CloudError> {
     let zone = cid(ids, want.get("zone"))?.to_string();
     let vpc = cid(ids, want.get("vpc"))?.to_string();
     let region = c
@@ -311,7 +312,7 @@ pub(super) async fn associate(
         .send()
         .await
         .ctx("AssociateVPCWithHostedZone")?;
-    Ok(format!("{zone}/{vpc}"))
+    super::id_from(&want.id, "the zone", &zone).map(|z| z.join('/', &vpc))
 }
 
 pub(super) async fn disassociate(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
@@ -488,7 +489,7 @@ pub(super) async fn upsert(
     c: &AwsCloud,
     want: &Resource,
     ids: &IdMap,
-) -> Result<String, CloudError> {
+) -> Result<CloudId, CloudError> {
     let zone = cid(ids, want.get("zone"))?.to_string();
     let name = want_str(want, "recordName")?;
     let arn = cid(ids, want.get("alias"))?;
@@ -505,20 +506,28 @@ pub(super) async fn upsert(
             format!("load balancer {arn} not found"),
         )
     })?;
-    let alias = alias_set(
-        name,
-        // why: an alias to an empty name fails in Route53 with its own error naming it
-        lb.dns_name().unwrap_or_default(),
-        // why: likewise for an empty zone ID
-        lb.canonical_hosted_zone_id().unwrap_or_default(),
-    )?;
+    // The alias needs both; a load balancer listed without them is not ready to point at
+    // (retried until the resource deadline, then named), never aliased to an empty name.
+    let (Some(dns_name), Some(lb_zone)) = (
+        lb.dns_name().filter(|s| !s.is_empty()),
+        lb.canonical_hosted_zone_id().filter(|s| !s.is_empty()),
+    ) else {
+        return Err(CloudError::not_ready(
+            "DescribeLoadBalancers",
+            format!(
+                "{}: load balancer {arn} has no DNS name or canonical hosted zone ID yet",
+                want.id
+            ),
+        ));
+    };
+    let alias = alias_set(name, dns_name, lb_zone)?;
     let owner = txt_set(name, &owner_value(c, &want.id))?;
     let changes = vec![
         change(ChangeAction::Upsert, alias)?,
         change(ChangeAction::Upsert, owner)?,
     ];
     submit(c, &zone, changes).await?;
-    Ok(format!("{zone}/{name}"))
+    super::id_from(&want.id, "the zone", &zone).map(|z| z.join('/', name))
 }
 
 pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {

@@ -16,11 +16,11 @@ use aws_smithy_types::base64;
 use super::kinds::*;
 use super::{
     AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, cloud_id_of, created_id, error_code,
-    finish_create, id_from_tags, owned_by, want_str,
+    finish_create, id_from, id_from_tags, owned_by, want_str,
 };
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
-    CloudError, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
+    CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
 use crate::spec::Cluster;
 
@@ -447,7 +447,7 @@ macro_rules! owned_and_adopted {
     ($c:expr, $desired:expr, $describe:ident, $id_filter:literal, $kind:expr, $op:literal) => {
         async {
             let adopted: BTreeMap<String, ResourceId> = super::adopted_in($desired, $kind)
-                .filter_map(|r| Some((r.cloud_id.clone()?, r.id.clone())))
+                .filter_map(|r| Some((r.cloud_id.clone()?.into(), r.id.clone())))
                 .collect();
             let owned_items = async {
                 $c.ec2
@@ -486,20 +486,20 @@ macro_rules! owned_and_adopted {
 /// Ownership is checked before anything about the item is recorded: a resource of another
 /// cluster (which an API that ignores the tag filter returns) is skipped, never made a conflict
 /// of this cluster's plan, even when it came without an ID.
-fn classify_listed<'x>(
+fn classify_listed(
     c: &AwsCloud,
     rd: &mut Reader<'_>,
     adopted: &BTreeMap<String, ResourceId>,
     kind: &str,
-    cloud_id: Option<&'x str>,
+    cloud_id: Option<&str>,
     tags: &[Tag],
-) -> Option<(&'x str, ResourceId, Lifecycle)> {
+) -> Option<(CloudId, ResourceId, Lifecycle)> {
     let is_adopted = cloud_id.is_some_and(|id| adopted.contains_key(id));
     if !is_adopted && !owned_by(&c.cluster, tag_pairs(tags)) {
         return None;
     }
     let cid = rd.listed(kind, cloud_id)?;
-    let (id, lc) = classify(c, adopted, kind, cid, tags)?;
+    let (id, lc) = classify(c, adopted, kind, &cid, tags)?;
     Some((cid, id, lc))
 }
 
@@ -597,7 +597,7 @@ pub(super) async fn fetch_network(
         let more: Vec<_> = c
             .ec2
             .describe_internet_gateways()
-            .filters(filter("attachment.vpc-id", [vpc_cid]))
+            .filters(filter("attachment.vpc-id", [String::from(vpc_cid)]))
             .into_paginator()
             .items()
             .send()
@@ -646,11 +646,12 @@ pub(super) async fn fetch_network(
         nats,
         tables,
     ) = tokio::try_join!(vpcs, subnets, igws, adopted_igw, eips, nats, tables)?;
-    let adopted_igw = adopted_igw.map(|(g, id)| {
-        // why: an adopted gateway found by attachment always has an ID (DescribeInternetGateways)
-        let gid = g.internet_gateway_id().unwrap_or_default().to_string();
+    // A gateway listed without its ID is matched to nothing: the plan then says the adopted
+    // gateway was not found, naming it.
+    let adopted_igw = adopted_igw.and_then(|(g, id)| {
+        let gid = g.internet_gateway_id()?.to_string();
         igws.push(g);
-        (gid, id)
+        Some((gid, id))
     });
     Ok(NetworkRead {
         vpcs,
@@ -686,10 +687,10 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         };
         let mut vpc = Resource::new(VPC, id.name)
             .lifecycle(lc)
-            .cloud_id(vid)
+            .cloud_id(vid.clone())
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             .field("cidr", Value::str(v.cidr_block().unwrap_or_default()));
-        if let Some((support, hostnames)) = vpc_dns.get(vid) {
+        if let Some((support, hostnames)) = vpc_dns.get(vid.as_str()) {
             vpc = vpc
                 .field("dnsSupport", Value::Bool(*support))
                 .field("dnsHostnames", Value::Bool(*hostnames));
@@ -752,7 +753,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         let Some(aid) = rd.listed(ELASTIC_IP, a.allocation_id()) else {
             continue;
         };
-        let id = id_from_tags(ELASTIC_IP, aid, tag_pairs(a.tags()));
+        let id = id_from_tags(ELASTIC_IP, &aid, tag_pairs(a.tags()));
         rd.push(Resource::new(ELASTIC_IP, id.name).cloud_id(aid).field(
             "domain",
             Value::str(a.domain().map(|d| d.as_str()).unwrap_or("vpc")),
@@ -766,7 +767,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         let Some(nid) = rd.listed(NAT_GATEWAY, n.nat_gateway_id()) else {
             continue;
         };
-        let id = id_from_tags(NAT_GATEWAY, nid, tag_pairs(n.tags()));
+        let id = id_from_tags(NAT_GATEWAY, &nid, tag_pairs(n.tags()));
         let alloc = n
             .nat_gateway_addresses()
             .iter()
@@ -791,7 +792,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         let Some(tid) = rd.listed(ROUTE_TABLE, t.route_table_id()) else {
             continue;
         };
-        let id = id_from_tags(ROUTE_TABLE, tid, tag_pairs(t.tags()));
+        let id = id_from_tags(ROUTE_TABLE, &tid, tag_pairs(t.tags()));
         let routes = t
             .routes()
             .iter()
@@ -881,12 +882,12 @@ pub(super) fn assemble_security_groups(
         let Some(gid) = rd.listed(SECURITY_GROUP, g.group_id()) else {
             continue;
         };
-        let id = id_from_tags(SECURITY_GROUP, gid, tag_pairs(g.tags()));
+        let id = id_from_tags(SECURITY_GROUP, &gid, tag_pairs(g.tags()));
         // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(g.vpc_id().unwrap_or_default());
         rd.push(
             Resource::new(SECURITY_GROUP, &id.name)
-                .cloud_id(gid)
+                .cloud_id(gid.clone())
                 .field("vpc", vpc)
                 // why: a field the cloud left out reads as empty, which the diff shows as a change
                 .field("groupName", Value::str(g.group_name().unwrap_or_default()))
@@ -958,7 +959,7 @@ pub(super) fn assemble_key_pairs(
         let Some(name) = rd.listed(KEY_PAIR, k.key_name()) else {
             continue;
         };
-        let id = id_from_tags(KEY_PAIR, name, tag_pairs(k.tags()));
+        let id = id_from_tags(KEY_PAIR, &name, tag_pairs(k.tags()));
         let hash = tag_pairs(k.tags())
             .find(|(t, _)| *t == TAG_KEY_HASH)
             .map(|(_, v)| v)
@@ -966,8 +967,8 @@ pub(super) fn assemble_key_pairs(
             .unwrap_or_default();
         rd.push(
             Resource::new(KEY_PAIR, id.name)
-                .cloud_id(name)
-                .field("keyName", Value::str(name))
+                .cloud_id(name.clone())
+                .field("keyName", Value::str(name.as_str()))
                 .field("publicKeySha256", Value::str(hash)),
         );
     }
@@ -1018,19 +1019,20 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
         templates,
         versions,
     } = read;
-    let owned_ids: BTreeMap<&str, ResourceId> = templates
+    let owned_ids: BTreeMap<CloudId, ResourceId> = templates
         .iter()
         .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
         .filter_map(|t| {
-            let tid = t.launch_template_id()?;
-            Some((tid, id_from_tags(LAUNCH_TEMPLATE, tid, tag_pairs(t.tags()))))
+            let tid = rd.listed(LAUNCH_TEMPLATE, t.launch_template_id())?;
+            let id = id_from_tags(LAUNCH_TEMPLATE, &tid, tag_pairs(t.tags()));
+            Some((tid, id))
         })
         .collect();
     for v in versions {
         let Some(tid) = v.launch_template_id() else {
             continue;
         };
-        let Some(id) = owned_ids.get(tid) else {
+        let Some((tid, id)) = owned_ids.get_key_value(tid) else {
             continue;
         };
         let d = v.launch_template_data();
@@ -1054,7 +1056,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
         let imds = d.and_then(|d| d.metadata_options());
         rd.push(
             Resource::new(LAUNCH_TEMPLATE, &id.name)
-                .cloud_id(tid)
+                .cloud_id(tid.clone())
                 .field(
                     "templateName",
                     // why: a field the cloud left out reads as empty, which the diff shows as a change
@@ -1232,8 +1234,10 @@ fn routes(v: Option<&Value>, ids: &IdMap) -> Result<BTreeMap<String, String>, Cl
         .iter()
         .map(|r| match r.as_list() {
             [dest, target] => Ok((
-                // why: a route without destination is refused by EC2 naming it
-                dest.as_str().unwrap_or_default().to_string(),
+                dest.as_str()
+                    .filter(|d| !d.is_empty())
+                    .ok_or_else(|| CloudError::Model(format!("route {r}: no destination")))?
+                    .to_string(),
                 cid(ids, Some(target))?.to_string(),
             )),
             _ => Err(CloudError::Model(format!("malformed route {r}"))),
@@ -1320,7 +1324,7 @@ pub(super) async fn create(
     kind: Ec2Kind,
     want: &Resource,
     ids: &IdMap,
-) -> Result<String, CloudError> {
+) -> Result<CloudId, CloudError> {
     let id = &want.id;
     let s = |f: &str| want_str(want, f).map(str::to_string);
     match kind {
@@ -1462,7 +1466,7 @@ pub(super) async fn create(
             // why: an absent list field is an empty list (no rules, routes, subnets)
             let rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
             authorize(c, &gid, rules, ids).await?;
-            Ok(gid)
+            id_from(&want.id, "the group reference", &gid)
         }
         Ec2Kind::KeyPair => {
             let key = want.inputs.get("publicKey").cloned().ok_or_else(|| {
@@ -1481,7 +1485,7 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("ImportKeyPair")?;
-            Ok(s("keyName")?)
+            id_from(&want.id, "field keyName", &s("keyName")?)
         }
         Ec2Kind::LaunchTemplate => {
             let out = c
@@ -1927,6 +1931,24 @@ mod read_tests {
         };
         assemble_network(c, n, &mut rd);
         (rd.out, rd.conflicts)
+    }
+
+    /// A route the model lists without a destination is a model error naming it, never a
+    /// route to "" sent to EC2.
+    #[test]
+    fn a_route_without_destination_is_refused() {
+        let gw = ResourceId::new(INTERNET_GATEWAY, "main");
+        let ids: IdMap = [(gw.clone(), CloudId::new("igw-1").expect("id"))].into();
+        let route = |dest: &str| {
+            Value::List(vec![Value::List(vec![
+                Value::str(dest),
+                Value::Ref(gw.clone()),
+            ])])
+        };
+        let ok = routes(Some(&route("0.0.0.0/0")), &ids).expect("routes");
+        assert_eq!(ok.get("0.0.0.0/0").map(String::as_str), Some("igw-1"));
+        let e = routes(Some(&route("")), &ids).expect_err("no destination");
+        assert!(e.to_string().contains("no destination"), "{e}");
     }
 
     /// An API that ignores the tag filter returns another cluster's VPC, subnet and gateway;

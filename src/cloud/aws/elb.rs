@@ -14,7 +14,7 @@ use super::{
     AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, created_id, finish_create, id_from_tags,
     want_str,
 };
-use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
 
 /// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
 async fn owned_tags(
@@ -153,12 +153,12 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         let Some(arn) = rd.listed(TARGET_GROUP, t.target_group_arn()) else {
             continue;
         };
-        let Some(tags) = pairs(arn) else { continue };
-        let id = id_from_tags(TARGET_GROUP, arn, tags.into_iter());
+        let Some(tags) = pairs(&arn) else { continue };
+        let id = id_from_tags(TARGET_GROUP, &arn, tags.into_iter());
         // why: a reference the cloud left out reads as empty, which the diff shows as a change
         let vpc = rd.r(t.vpc_id().unwrap_or_default());
         let none = BTreeMap::new();
-        let attrs = attrs.get(arn).unwrap_or(&none);
+        let attrs = attrs.get(arn.as_str()).unwrap_or(&none);
         // Absent means AWS's defaults: client IPs preserved (instance targets), 300 s.
         let preserve = attrs
             .get(PRESERVE_CLIENT_IP)
@@ -191,8 +191,8 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         let Some(arn) = rd.listed(LOAD_BALANCER, l.load_balancer_arn()) else {
             continue;
         };
-        let Some(tags) = pairs(arn) else { continue };
-        let id = id_from_tags(LOAD_BALANCER, arn, tags.into_iter());
+        let Some(tags) = pairs(&arn) else { continue };
+        let id = id_from_tags(LOAD_BALANCER, &arn, tags.into_iter());
         let subnets = l
             .availability_zones()
             .iter()
@@ -210,7 +210,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         rd.refs.insert(dns.clone(), id.clone());
         rd.push(
             Resource::new(LOAD_BALANCER, &id.name)
-                .cloud_id(arn)
+                .cloud_id(arn.clone())
                 .field(
                     "lbName",
                     // why: a field the cloud left out reads as empty, which the diff shows as a change
@@ -230,7 +230,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                     Value::str(l.canonical_hosted_zone_id().unwrap_or_default()),
                 ),
         );
-        owned_lbs.push((arn.to_string(), id));
+        owned_lbs.push((String::from(arn), id));
     }
     for (arn, lb_id) in owned_lbs {
         for l in listeners.get(&arn).into_iter().flatten() {
@@ -350,7 +350,7 @@ pub(super) async fn create(
     kind: ElbKind,
     want: &Resource,
     ids: &IdMap,
-) -> Result<String, CloudError> {
+) -> Result<CloudId, CloudError> {
     let s = |f: &str| want_str(want, f).map(str::to_string);
     let port = want.get("port").and_then(Value::as_int).unwrap_or(0) as i32;
     match kind {

@@ -4,7 +4,7 @@
 
 use super::kinds::*;
 use super::{AwsCloud, Ctx, Reader, cid, cloud_id_of, finish_create, want_str};
-use crate::cloud::engine::{CloudError, FieldChange, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
 
 fn path(c: &AwsCloud) -> String {
     format!("/kprov/{}/", c.cluster)
@@ -111,10 +111,13 @@ pub(super) async fn fetch(c: &AwsCloud) -> Result<IamRead, CloudError> {
 pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
     for (role, policies) in &read.roles {
         let name = role.role_name();
+        let Some(role_id) = rd.listed(IAM_ROLE, Some(name)) else {
+            continue;
+        };
         let k = key(c, name);
         rd.push(
             Resource::new(IAM_ROLE, k)
-                .cloud_id(name)
+                .cloud_id(role_id.clone())
                 .field("roleName", Value::str(name))
                 .field(
                     "assumeRolePolicy",
@@ -133,7 +136,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
             let role_ref = rd.r(name);
             rd.push(
                 Resource::new(IAM_ROLE_POLICY, rname)
-                    .cloud_id(format!("{name}:{p}"))
+                    .cloud_id(role_id.join(':', p))
                     .field("role", role_ref)
                     .field("policyName", Value::str(p))
                     .field("document", Value::Doc(normalize(doc))),
@@ -142,8 +145,11 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
     }
     for p in &read.profiles {
         let name = p.instance_profile_name();
+        let Some(profile_id) = rd.listed(INSTANCE_PROFILE, Some(name)) else {
+            continue;
+        };
         let mut r = Resource::new(INSTANCE_PROFILE, key(c, name))
-            .cloud_id(name)
+            .cloud_id(profile_id)
             .field("profileName", Value::str(name));
         if let Some(role) = p.roles().first() {
             r = r.field("role", rd.r(role.role_name()));
@@ -166,7 +172,7 @@ fn tags(c: &AwsCloud, want: &Resource) -> Vec<aws_sdk_iam::types::Tag> {
         .collect()
 }
 
-async fn put_policy(c: &AwsCloud, want: &Resource, ids: &IdMap) -> Result<String, CloudError> {
+async fn put_policy(c: &AwsCloud, want: &Resource, ids: &IdMap) -> Result<CloudId, CloudError> {
     let role = cid(ids, want.get("role"))?.to_string();
     let policy = want_str(want, "policyName")?;
     c.iam
@@ -177,7 +183,7 @@ async fn put_policy(c: &AwsCloud, want: &Resource, ids: &IdMap) -> Result<String
         .send()
         .await
         .ctx("PutRolePolicy")?;
-    Ok(format!("{role}:{policy}"))
+    super::id_from(&want.id, "the role", &role).map(|r| r.join(':', policy))
 }
 
 async fn add_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
@@ -219,7 +225,7 @@ pub(super) async fn create(
     kind: IamKind,
     want: &Resource,
     ids: &IdMap,
-) -> Result<String, CloudError> {
+) -> Result<CloudId, CloudError> {
     match kind {
         IamKind::Role => {
             let name = want_str(want, "roleName")?;
@@ -232,7 +238,7 @@ pub(super) async fn create(
                 .send()
                 .await
                 .ctx("CreateRole")?;
-            Ok(name.to_string())
+            super::id_from(&want.id, "field roleName", name)
         }
         IamKind::RolePolicy => put_policy(c, want, ids).await,
         IamKind::InstanceProfile => {
@@ -250,7 +256,7 @@ pub(super) async fn create(
             // Done only once IAM shows the profile with its role (the `InstanceProfileExists`
             // waiter): launch templates and groups naming it come next.
             finish_create(|| profile_ready(c, name, role)).await?;
-            Ok(name.to_string())
+            super::id_from(&want.id, "field profileName", name)
         }
     }
 }

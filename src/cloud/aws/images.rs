@@ -132,7 +132,6 @@ pub async fn save(
     let doc = Document {
         images: pins.clone(),
     };
-    // Serialising strings and maps cannot fail.
     // why: serializing a map of strings cannot fail
     let text = serde_json::to_vec_pretty(&doc).unwrap_or_default();
     store

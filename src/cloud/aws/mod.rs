@@ -35,7 +35,8 @@ pub use desired::{
 pub use hostkeys::GroupHostKey;
 
 use crate::cloud::engine::{
-    self, CloudError, ErrorClass, FieldChange, IdMap, Lifecycle, Plan, Resource, ResourceId, Value,
+    self, CloudError, CloudId, ErrorClass, FieldChange, IdMap, Lifecycle, Plan, Resource,
+    ResourceId, Value,
 };
 use crate::cloud::{Actual, Provider};
 use crate::output::untrusted;
@@ -402,7 +403,7 @@ pub(crate) struct Reader<'a> {
 impl Reader<'_> {
     pub(crate) fn push(&mut self, r: Resource) {
         if let Some(cid) = &r.cloud_id {
-            self.refs.insert(cid.clone(), r.id.clone());
+            self.refs.insert(cid.to_string(), r.id.clone());
         }
         self.out.push(r);
     }
@@ -410,8 +411,8 @@ impl Reader<'_> {
     /// The ID of a resource the cloud listed. One listed without an ID cannot be compared,
     /// changed or deleted: it becomes a plan error naming the kind rather than a resource
     /// with an empty cloud ID.
-    pub(crate) fn listed<'x>(&mut self, kind: &str, id: Option<&'x str>) -> Option<&'x str> {
-        let id = id.filter(|s| !s.is_empty());
+    pub(crate) fn listed(&mut self, kind: &str, id: Option<&str>) -> Option<CloudId> {
+        let id = id.and_then(CloudId::new);
         if id.is_none() {
             self.conflicts.push(format!(
                 "the cloud listed a {kind} of this cluster without its ID (a reply kprov \
@@ -466,11 +467,10 @@ pub(crate) fn owned_by<'a>(
 }
 
 /// The cloud ID of a resource read from the cloud (update and delete act on it); one without
-/// is refused, naming the resource, rather than sent as an empty ID.
+/// is refused, naming the resource.
 pub(crate) fn cloud_id_of(r: &Resource) -> Result<&str, CloudError> {
     r.cloud_id
         .as_deref()
-        .filter(|s| !s.is_empty())
         .ok_or_else(|| CloudError::Model(format!("{}: no cloud ID recorded", r.id)))
 }
 
@@ -487,10 +487,10 @@ pub(crate) fn created_id(
     id: &ResourceId,
     operation: &str,
     returned: Option<&str>,
-) -> Result<String, CloudError> {
-    match returned {
-        Some(s) if !s.is_empty() => Ok(s.to_string()),
-        _ => Err(after_create(CloudError::verdict(
+) -> Result<CloudId, CloudError> {
+    match returned.and_then(CloudId::new) {
+        Some(id) => Ok(id),
+        None => Err(after_create(CloudError::verdict(
             operation,
             ErrorClass::Fatal,
             format!("{id}: the reply carries no ID"),
@@ -498,12 +498,24 @@ pub(crate) fn created_id(
     }
 }
 
+/// `s` (a name the desired model chose, an ID a reference resolved to) as the cloud ID of `id`;
+/// an empty one is a model error naming the resource and what was empty.
+pub(crate) fn id_from(id: &ResourceId, what: &str, s: &str) -> Result<CloudId, CloudError> {
+    CloudId::new(s).ok_or_else(|| CloudError::Model(format!("{id}: {what} is empty")))
+}
+
+/// The ID of a resource the spec adopts (`field` says where it was written); an empty one is
+/// refused naming the field.
+pub(crate) fn adopted_id(id: &str, field: &str) -> Result<CloudId, CloudError> {
+    CloudId::new(id).ok_or_else(|| CloudError::Spec(format!("{field} is empty")))
+}
+
 /// Resolves a reference to a cloud ID.
 pub(crate) fn cid<'a>(ids: &'a IdMap, v: Option<&'a Value>) -> Result<&'a str, CloudError> {
     match v {
         Some(Value::Ref(r)) => ids
             .get(r)
-            .map(String::as_str)
+            .map(CloudId::as_str)
             .ok_or_else(|| CloudError::Model(format!("{r} has no cloud ID yet"))),
         Some(Value::Str(s)) => Ok(s),
         other => Err(CloudError::Model(format!(
@@ -846,7 +858,7 @@ impl Provider for AwsCloud {
         })
     }
 
-    async fn create(&self, want: &Resource, ids: &IdMap) -> Result<String, CloudError> {
+    async fn create(&self, want: &Resource, ids: &IdMap) -> Result<CloudId, CloudError> {
         match AwsKind::of(&want.id)? {
             AwsKind::Ec2(k) => ec2::create(self, k, want, ids).await,
             AwsKind::AutoScalingGroup => asg::create(self, want, ids).await,
@@ -1102,8 +1114,22 @@ mod tests {
             e.to_string().contains("Subnet/a: no cloud ID recorded"),
             "{e}"
         );
-        have = have.cloud_id("");
-        assert!(cloud_id_of(&have).is_err(), "empty is none");
+        // An empty ID cannot even be made, so none can be recorded.
+        assert_eq!(CloudId::new(""), None);
+        let zone = CloudId::new("Z1").expect("not empty");
+        assert_eq!(
+            zone.join('/', "api.example.com.").as_str(),
+            "Z1/api.example.com."
+        );
+        let e = adopted_id("", "spec.networking.networkID").expect_err("empty");
+        assert_eq!(e.to_string(), "spec: spec.networking.networkID is empty");
+        let e = id_from(&id, "field keyName", "").expect_err("empty");
+        assert!(
+            e.to_string().contains("Subnet/a: field keyName is empty"),
+            "{e}"
+        );
+        have = have.cloud_id(CloudId::new("subnet-1").expect("not empty"));
+        assert_eq!(cloud_id_of(&have).ok(), Some("subnet-1"));
         let e = want_str(&have, "cidr").expect_err("unset");
         assert!(
             e.to_string().contains("Subnet/a: field cidr is not set"),
@@ -1116,7 +1142,10 @@ mod tests {
             warnings: Vec::new(),
             conflicts: Vec::new(),
         };
-        assert_eq!(rd.listed(SUBNET, Some("subnet-1")), Some("subnet-1"));
+        assert_eq!(
+            rd.listed(SUBNET, Some("subnet-1")),
+            CloudId::new("subnet-1")
+        );
         assert!(rd.conflicts.is_empty());
         assert_eq!(rd.listed(SUBNET, Some("")), None);
         assert_eq!(rd.listed(VPC, None), None);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
-use super::model::{IdMap, ResourceId};
+use super::model::{CloudId, IdMap, ResourceId};
 use super::plan::{Action, Plan};
 use super::{CloudError, ErrorClass};
 use crate::cloud::Provider;
@@ -188,7 +188,7 @@ async fn schedule<'a, F, Fut>(
 ) -> Result<(), CloudError>
 where
     F: Fn(ResourceId, IdMap) -> Fut,
-    Fut: Future<Output = Result<(Action, Option<String>), CloudError>> + 'a,
+    Fut: Future<Output = Result<(Action, Option<CloudId>), CloudError>> + 'a,
 {
     let mut running = FuturesUnordered::new();
     let mut failures = Vec::new();

@@ -41,6 +41,57 @@ impl Serialize for ResourceId {
     }
 }
 
+/// A cloud-assigned ID (an EC2 `vpc-...`, an ARN, a group name): never empty, so a resource
+/// with no ID cannot be recorded as one with an empty ID. Made only where the ID enters kprov:
+/// the cloud's reply (a missing one is an error naming the resource) or the spec (adopted IDs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct CloudId(String);
+
+impl CloudId {
+    /// `None` for an empty ID.
+    pub fn new(id: impl Into<String>) -> Option<CloudId> {
+        let id = id.into();
+        (!id.is_empty()).then_some(CloudId(id))
+    }
+
+    /// `self`, `sep` and `part` as one ID (a record's `ZONE/NAME`, a policy's `ROLE:POLICY`):
+    /// not empty, since `self` is not.
+    pub fn join(&self, sep: char, part: &str) -> CloudId {
+        CloudId(format!("{}{sep}{part}", self.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for CloudId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CloudId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+// The same order, equality and hash as the text: maps keyed by `CloudId` are looked up by `&str`.
+impl std::borrow::Borrow<str> for CloudId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<CloudId> for String {
+    fn from(id: CloudId) -> String {
+        id.0
+    }
+}
+
 /// A field value. Lists are kept sorted by their builders where order carries no meaning, so
 /// that comparison is set comparison.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -190,7 +241,7 @@ pub struct Resource {
     pub id: ResourceId,
     pub lifecycle: Lifecycle,
     /// The cloud's ID: set on actual resources, and on desired ones that are adopted by ID.
-    pub cloud_id: Option<String>,
+    pub cloud_id: Option<CloudId>,
     /// Compared fields. Actual resources may carry extra fields the provider needs later
     /// (association IDs, DNS names): only the desired resource's fields are compared.
     pub fields: BTreeMap<String, Value>,
@@ -234,8 +285,8 @@ impl Resource {
         self
     }
 
-    pub fn cloud_id(mut self, id: impl Into<String>) -> Self {
-        self.cloud_id = Some(id.into());
+    pub fn cloud_id(mut self, id: CloudId) -> Self {
+        self.cloud_id = Some(id);
         self
     }
 
@@ -268,4 +319,4 @@ impl Resource {
 }
 
 /// Logical ID → cloud ID, for resolving references.
-pub type IdMap = BTreeMap<ResourceId, String>;
+pub type IdMap = BTreeMap<ResourceId, CloudId>;

@@ -233,7 +233,7 @@ pub fn diff(cluster: &str, desired: Vec<Resource>, actual: Actual) -> Result<Pla
             action,
             kind: id.kind.clone(),
             name: id.name.clone(),
-            cloud_id: h.cloud_id.clone(),
+            cloud_id: h.cloud_id.clone().map(String::from),
             fields,
             id: id.clone(),
         });
@@ -252,7 +252,7 @@ pub fn diff(cluster: &str, desired: Vec<Resource>, actual: Actual) -> Result<Pla
             action: Action::Delete,
             kind: id.kind.clone(),
             name: id.name.clone(),
-            cloud_id: h.cloud_id.clone(),
+            cloud_id: h.cloud_id.clone().map(String::from),
             fields: Vec::new(),
             id,
         });

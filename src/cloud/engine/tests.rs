@@ -11,6 +11,10 @@ use proptest::prelude::*;
 use super::*;
 use crate::cloud::{Actual, Provider};
 
+fn id(s: &str) -> CloudId {
+    CloudId::new(s).expect("a test ID is not empty")
+}
+
 #[derive(Default)]
 struct MemCloud {
     state: Mutex<BTreeMap<ResourceId, Resource>>,
@@ -31,10 +35,10 @@ impl MemCloud {
         m
     }
 
-    fn fresh_id(&self) -> String {
+    fn fresh_id(&self) -> CloudId {
         let mut n = self.next.lock().unwrap();
         *n += 1;
-        format!("mem-{n}")
+        id(&format!("mem-{n}"))
     }
 
     fn throttled(&self, id: &ResourceId) -> Result<(), CloudError> {
@@ -84,7 +88,7 @@ impl Provider for MemCloud {
         })
     }
 
-    async fn create(&self, want: &Resource, ids: &IdMap) -> Result<String, CloudError> {
+    async fn create(&self, want: &Resource, ids: &IdMap) -> Result<CloudId, CloudError> {
         self.throttled(&want.id)?;
         let state = self.state.lock().unwrap();
         for d in want.dependencies() {
@@ -244,7 +248,7 @@ proptest! {
     #[test]
     fn diff_of_equal_sets_is_empty(set in resources(12)) {
         let actual = Actual {
-            resources: set.iter().cloned().map(|r| r.cloud_id("x")).collect(),
+            resources: set.iter().cloned().map(|r| r.cloud_id(id("x"))).collect(),
             warnings: vec![],
             conflicts: vec![],
         };
@@ -362,7 +366,7 @@ fn adopted_resources_must_exist_and_match() {
     let cloud = MemCloud::default();
     let want = Resource::new("Net", "main")
         .lifecycle(Lifecycle::ExistsAndValidates)
-        .cloud_id("vpc-123")
+        .cloud_id(id("vpc-123"))
         .field("cidr", Value::str("10.0.0.0/16"));
     let p = rt()
         .block_on(plan(&cloud, "c", vec![want.clone()]))
@@ -403,12 +407,12 @@ fn preview_text_groups_diffs_documents_and_colours_on_request() {
         .field("body", Value::Doc("a\nb\nc\n".into()))
         .field("n", Value::Int(1))
         .field("set", Value::set(vec![Value::str("x"), Value::str("y")]))
-        .cloud_id("d-1");
+        .cloud_id(id("d-1"));
     let want = Resource::new("Doc", "d")
         .field("body", Value::Doc("a\nB\nc\n".into()))
         .field("n", Value::Int(2))
         .field("set", Value::set(vec![Value::str("y"), Value::str("z")]));
-    let extra = Resource::new("Old", "o").cloud_id("o-1");
+    let extra = Resource::new("Old", "o").cloud_id(id("o-1"));
     let p = diff(
         "c",
         vec![want],
