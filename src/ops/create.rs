@@ -798,37 +798,9 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    /// `create cluster NAME --cloud CLOUD` with the command line's defaults.
-    fn request(name: &str, cloud: CloudProvider) -> ClusterRequest {
-        ClusterRequest {
-            name: name.into(),
-            cloud,
-            zones: vec![],
-            control_plane_zones: vec![],
-            control_plane_count: 1,
-            control_plane_size: None,
-            node_count: 2,
-            node_size: None,
-            image: None,
-            kubernetes_version: None,
-            networking: None,
-            topology: TopologyType::Public,
-            bastion: false,
-            dns_zone: None,
-            dns: None,
-            api_loadbalancer_type: None,
-            etcd: None,
-            network_cidr: None,
-            network_id: None,
-            pod_cidr: None,
-            service_cidr: None,
-            inventory: None,
-        }
-    }
-
     /// `create cluster lab.example.com --cloud metal` and the flags these tests give.
     fn args(extra: &[&str]) -> ClusterRequest {
-        let mut a = request("lab.example.com", CloudProvider::Metal);
+        let mut a = ClusterRequest::defaults("lab.example.com", CloudProvider::Metal);
         for flag in extra.chunks(2) {
             let value = flag[1].to_string();
             match (flag[0], flag[1]) {
@@ -851,7 +823,7 @@ mod tests {
             (".", "."),
             ("a..", "a.."),
         ] {
-            let mut a = request(given, CloudProvider::Aws);
+            let mut a = ClusterRequest::defaults(given, CloudProvider::Aws);
             a.zones = vec!["eu-west-1a".into()];
             let (c, _) =
                 build_cluster_objects(&a, Vec::new(), Some("ssh-ed25519 AAAA".into())).unwrap();
@@ -1359,5 +1331,36 @@ mod tests {
         ));
         insta::assert_snapshot!("fresh_kubespray_inventories", golden);
         assert!(created.len() >= 20, "{}", golden);
+    }
+}
+
+#[cfg(test)]
+impl ClusterRequest {
+    /// `create cluster NAME --cloud CLOUD` with the command line's defaults, for tests.
+    pub(crate) fn defaults(name: &str, cloud: CloudProvider) -> Self {
+        ClusterRequest {
+            name: name.into(),
+            cloud,
+            zones: vec![],
+            control_plane_zones: vec![],
+            control_plane_count: 1,
+            control_plane_size: None,
+            node_count: 2,
+            node_size: None,
+            image: None,
+            kubernetes_version: None,
+            networking: None,
+            topology: TopologyType::Public,
+            bastion: false,
+            dns_zone: None,
+            dns: None,
+            api_loadbalancer_type: None,
+            etcd: None,
+            network_cidr: None,
+            network_id: None,
+            pod_cidr: None,
+            service_cidr: None,
+            inventory: None,
+        }
     }
 }
