@@ -546,8 +546,14 @@ mod tests {
             .map(|f| f.unwrap().path())
             .collect();
         assert_eq!(kept.len(), 1, "{kept:?}");
-        assert!(msg.contains(&format!("your copy: {}", kept[0].display())), "{msg}");
-        assert!(std::fs::read_to_string(&kept[0]).unwrap() == big, "the copy is the edit");
+        assert!(
+            msg.contains(&format!("your copy: {}", kept[0].display())),
+            "{msg}"
+        );
+        assert!(
+            std::fs::read_to_string(&kept[0]).unwrap() == big,
+            "the copy is the edit"
+        );
     }
 
     #[test]
@@ -557,6 +563,9 @@ mod tests {
         let f = std::fs::File::create(&huge).unwrap();
         f.set_len(crate::bounded::KEPT_EDIT + 1).unwrap();
         let e = keep_copy(&huge, &d.path().join("edits")).unwrap_err();
-        assert!(format!("{e:#}").contains("larger than the limit of 64 MiB"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("larger than the limit of 64 MiB"),
+            "{e:#}"
+        );
     }
 }

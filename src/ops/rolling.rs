@@ -1307,8 +1307,8 @@ pub mod tests {
     use super::*;
     use crate::nodes::journal::JournalFile;
     use crate::nodes::roll::{self, GroupInput, GroupRole, NodeInput, Platform, Provisioned};
-    use crate::state::file::FileStore;
     use crate::state::StateStore;
+    use crate::state::file::FileStore;
     use crate::state::testing::HookedStore;
 
     /// An in-memory cluster and fleet: records every call, fails where told.

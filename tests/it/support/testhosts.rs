@@ -309,15 +309,11 @@ fn label_bridge(bridge: &str, dir: &Path) {
     .expect("bridge alias");
 }
 
-/// The tier gate's check (support/tiers.rs) in the test binary; the benchmarks that include
-/// this file alone (examples/bench_*.rs) have no gate: their scripts run them as root.
-#[cfg(test)]
+/// The tier gate's check (support/tiers.rs), in the tests and in the benchmarks that start
+/// test hosts (examples/bench_*.rs include the whole harness).
 fn require_tier() {
     crate::support::tiers::require(crate::support::Tier::SshdHosts);
 }
-
-#[cfg(not(test))]
-fn require_tier() {}
 
 impl TestHosts {
     /// Stops the ssh masters a killed kprov left connected to these hosts (by PID; their
@@ -819,7 +815,6 @@ impl TestHost {
         .expect("mac");
         // The checkout may live under /tmp, which each host covers with its own tmpfs: stage
         // the host tools in the host's directory, which it can see.
-        // Also built into examples/bench_ssh.rs on its own: no path through `crate::support`.
         let tools = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/it/support/standins/host"
