@@ -23,7 +23,8 @@
 use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::support::awsroll::{CreateAws, lab_with_zone};
-use crate::support::cloudlab::{CloudLab, snapshot};
+use crate::support::cloudlab::CloudLab;
+use crate::support::snapshot;
 
 pub(crate) use crate::support::awsroll::{PRIVATE_ADDRESSES, code, text, with_call};
 

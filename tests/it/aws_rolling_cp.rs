@@ -24,8 +24,9 @@ use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::aws_lifecycle::{code, text, with_call};
 use crate::support::awsroll::{CreateAws, lab_with_zone, launched};
-use crate::support::cloudlab::{VERSION, snapshot};
+use crate::support::cloudlab::VERSION;
 use crate::support::mirror::Mirror;
+use crate::support::snapshot;
 use crate::support::testhosts::{TestHost, in_netns};
 
 /// The minor before the lab mirror's (the metal upgrade test's pin).

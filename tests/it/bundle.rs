@@ -12,8 +12,6 @@ use crate::support;
 use crate::support::cli::Env;
 use crate::support::registry::{Registry, member_offset, split_reference};
 
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
-
 fn assets_json(run: impl Fn(&[&str]) -> std::process::Output, name: &str) -> String {
     let o = run(&["get", "assets", name, "-o", "json"]);
     assert!(o.status.success(), "{}", show(&o));
@@ -26,18 +24,7 @@ fn assets_json(run: impl Fn(&[&str]) -> std::process::Output, name: &str) -> Str
 #[test]
 fn get_assets_of_the_default_aws_spec_is_golden() {
     let env = Env::new();
-    let o = env.run(&[
-        "create",
-        "cluster",
-        "assets.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "eu-west-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
-    assert!(o.status.success(), "{}", show(&o));
+    env.create_aws("assets.example.com");
     let json = assets_json(|a| env.run(a), "assets.example.com");
     insta::assert_snapshot!("assets-default-aws", json);
     let table = text(&env.run(&["get", "assets", "assets.example.com"]).stdout);

@@ -1,42 +1,19 @@
 //! `get addons`, `update addons` and `validate cluster` through the real binary, against the
 //! HTTP fake of the Kubernetes API.
 
-use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::cli::Env;
+use crate::support::cli::{Env, show as out};
 use crate::support::fakekube::{FakeKube, node, pod};
-
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
 /// A scratch environment holding one AWS cluster spec (no cloud is contacted).
 fn env_with(cluster: &str) -> Env {
     let env = Env::new();
-    let o = env.run(&[
-        "create",
-        "cluster",
-        cluster,
-        "--cloud",
-        "aws",
-        "--zones",
-        "eu-west-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    env.create_aws(cluster);
     env
-}
-
-fn out(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

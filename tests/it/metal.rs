@@ -15,8 +15,8 @@ use assert_cmd::Command;
 use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectRef};
 
 pub(crate) use crate::support::cli::{ok, show, text};
-use crate::support::cloudlab::snapshot;
 use crate::support::mirror::Mirror;
+use crate::support::snapshot;
 use crate::support::testhosts::TestHosts;
 
 pub(crate) const VERSION: &str = "1.35.1";

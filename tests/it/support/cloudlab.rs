@@ -1404,33 +1404,13 @@ impl Drop for CloudLab {
     }
 }
 
-/// Every file below `dir` with its content (to prove nothing changed).
-pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
-            }
-        }
-    }
-    out
-}
-
 impl CloudLab {
     /// Everything the instances' hosts wrote to their overlays and their stand-in logs.
     pub fn hosts_snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         let mut all = BTreeMap::new();
         for h in self.instances().values() {
-            all.extend(snapshot(&h.dir().join("upper")));
-            all.extend(snapshot(&h.dir().join("log")));
+            all.extend(super::snapshot(&h.dir().join("upper")));
+            all.extend(super::snapshot(&h.dir().join("log")));
         }
         all
     }

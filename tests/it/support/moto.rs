@@ -221,3 +221,19 @@ fn register_exit_hook() {
         atexit(stop_moto);
     });
 }
+
+/// VPCs tagged as owned by the cluster, counted with the SDK, not with kprov's reader.
+pub async fn owned_vpcs(sdk: &aws_config::SdkConfig, cluster: &str) -> usize {
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let f = aws_sdk_ec2::types::Filter::builder()
+        .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+        .values("owned")
+        .build();
+    ec2.describe_vpcs()
+        .filters(f)
+        .send()
+        .await
+        .expect("describe")
+        .vpcs()
+        .len()
+}
