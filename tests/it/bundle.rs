@@ -10,6 +10,7 @@ use crate::images::{image_archive, imports};
 use crate::metal::{Lab, kprov_inventory, ok, show, text};
 use crate::support;
 use crate::support::cli::Env;
+use crate::support::cli::create_metal;
 use crate::support::registry::{Registry, member_offset, split_reference};
 
 fn assets_json(run: impl Fn(&[&str]) -> std::process::Output, name: &str) -> String {
@@ -44,15 +45,10 @@ fn get_assets_of_the_default_metal_spec_is_golden() {
         "hosts:\n  - name: cp1\n    address: 198.18.0.10\n    roles: [control-plane]\n  - name: w1\n    address: 198.18.0.11\n    roles: [node]\n",
     )
     .unwrap();
-    let o = env.run(&[
-        "create",
-        "cluster",
+    let o = env.run(&create_metal(
         "assets.metal.example.com",
-        "--cloud",
-        "metal",
-        "--inventory",
         inv.to_str().unwrap(),
-    ]);
+    ));
     assert!(o.status.success(), "{}", show(&o));
     let json = assets_json(|a| env.run(a), "assets.metal.example.com");
     insta::assert_snapshot!("assets-default-metal", json);

@@ -7,6 +7,7 @@ use std::process::Output;
 use assert_cmd::Command;
 
 use crate::metal::{Lab, ok, show};
+use crate::support::cli::create_metal;
 use crate::support::cli::text;
 
 /// The inventory Kubespray's inventory builder writes for five hosts: two control planes,
@@ -255,15 +256,7 @@ fn kubespray_inventories_with_etcd_beside_other_roles_create_and_preview() {
     {
         let name = format!("real{i}.example.com");
         let inv = fixtures.join(f).display().to_string();
-        let c = kprov(&[
-            "create",
-            "cluster",
-            &name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            &inv,
-        ]);
+        let c = kprov(&create_metal(&name, &inv));
         assert!(c.status.success(), "{f}: {}", show(&c));
         let got = kprov(&["get", "cluster", &name, "-o", "yaml"]);
         assert!(

@@ -1181,19 +1181,7 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
                 ],
             ),
         );
-        let o = lab.kprov(&[
-            "create",
-            "cluster",
-            &name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            &inv,
-            "--kubernetes-version",
-            crate::metal::VERSION,
-        ]);
-        assert!(o.status.success(), "{}", crate::metal::show(&o));
-        lab.use_mirror(&name, None);
+        lab.create_metal(&name, &inv);
         let before = lab.hosts_snapshot();
         let mut rng = Rng::new(seed);
         // Two kills at seeded moments, the second while the first's leftovers are handled.

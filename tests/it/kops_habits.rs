@@ -3,6 +3,7 @@
 //! never values).
 
 use crate::support::cli::Env;
+use crate::support::cli::create_metal;
 use crate::support::cli::{ok, text};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
@@ -128,18 +129,13 @@ fn json(s: &str) -> serde_json::Value {
 fn json_of_get_and_of_a_dry_run_is_accepted_by_create_f() {
     crate::needs_tier!(Moto);
     let env = Env::new();
-    let dry = ok(&env.run(&[
-        "create",
-        "cluster",
-        "lab.internal",
-        "--cloud",
-        "metal",
-        "--inventory",
-        HA,
-        "--dry-run",
-        "-o",
-        "json",
-    ]));
+    let dry = ok(&env.run(
+        &[
+            &create_metal("lab.internal", HA)[..],
+            &["--dry-run", "-o", "json"],
+        ]
+        .concat(),
+    ));
     let file = env.path("dry.json");
     std::fs::write(&file, &dry).expect("write");
     let o = env.run(&["create", "-f", file.to_str().expect("utf-8")]);
@@ -188,15 +184,7 @@ fn json_of_get_and_of_a_dry_run_is_accepted_by_create_f() {
 #[test]
 fn metal_group_sizes_and_cluster_counts_follow_the_hosts() {
     let env = Env::new();
-    let o = env.run(&[
-        "create",
-        "cluster",
-        "lab.internal",
-        "--cloud",
-        "metal",
-        "--inventory",
-        HA,
-    ]);
+    let o = env.run(&create_metal("lab.internal", HA));
     ok(&o);
     let row = |out: &str, first: &str| -> Vec<String> {
         out.lines()

@@ -14,6 +14,7 @@ use assert_cmd::Command;
 
 use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectRef};
 
+use crate::support::cli::create_metal;
 pub(crate) use crate::support::cli::{ok, show, text};
 use crate::support::mirror::Mirror;
 use crate::support::snapshot;
@@ -108,17 +109,13 @@ impl Lab {
     /// `create cluster NAME --cloud metal --inventory INVENTORY` at the pinned test version,
     /// the spec only (assets as the spec says); it must succeed.
     pub(crate) fn create_metal_spec(&self, name: &str, inventory: &str) {
-        ok(&self.kprov(&[
-            "create",
-            "cluster",
-            name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            inventory,
-            "--kubernetes-version",
-            VERSION,
-        ]));
+        ok(&self.kprov(
+            &[
+                &create_metal(name, inventory)[..],
+                &["--kubernetes-version", VERSION],
+            ]
+            .concat(),
+        ));
     }
 
     /// `update cluster NAME --yes --accept-new-host-keys --skip-addons`; it must succeed.
@@ -908,15 +905,7 @@ fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
             .expect("runs kprov")
     };
     let name = "never.metal.example.com";
-    ok(&kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        inv_path.to_str().unwrap(),
-    ]));
+    ok(&kprov(&create_metal(name, inv_path.to_str().unwrap())));
     let preview = ok(&kprov(&["delete", "cluster", name]));
     assert!(
         preview.contains("Will reset 2 hosts") && preview.contains("127.0.0.3"),

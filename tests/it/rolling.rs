@@ -33,19 +33,7 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
         "inventory.yaml",
         &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
     );
-    let o = lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]);
-    assert!(o.status.success(), "{}", show(&o));
-    lab.use_mirror(name, None);
+    lab.create_metal(name, &inv);
     let o = lab.kprov(&[
         "update",
         "cluster",
@@ -1832,17 +1820,13 @@ mod roll_with_yes {
             ("host4", "node"),
         ];
         let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
-        ok(&lab.kprov(&[
-            "create",
-            "cluster",
-            name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            &inv,
-            "--kubernetes-version",
-            FROM,
-        ]));
+        ok(&lab.kprov(
+            &[
+                &crate::support::cli::create_metal(name, &inv)[..],
+                &["--kubernetes-version", FROM],
+            ]
+            .concat(),
+        ));
         lab.edit_cluster(name, |c| {
             c.spec.assets = Some(kprov::spec::Assets {
                 bundle: None,

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use crate::support::cli::create_metal as metal_args;
 use crate::support::cli::{Env, KEY, create_aws, show as out};
 use crate::support::fakekube::FakeKube;
 use crate::support::snapshot_with_dirs as snapshot;
@@ -772,17 +773,7 @@ type Put<'a> = &'a dyn Fn(&str, &[u8]);
 /// The metal cluster the record tests plant into (no host is ever contacted).
 fn create_metal(env: &Env, name: &str) {
     let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
-    let o = env.run(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        inv,
-        "--ssh-public-key",
-        KEY,
-    ]);
+    let o = env.run(&[&metal_args(name, inv)[..], &["--ssh-public-key", KEY]].concat());
     assert!(o.status.success(), "{}", out(&o));
 }
 

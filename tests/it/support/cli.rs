@@ -40,6 +40,19 @@ impl Default for Env {
     }
 }
 
+/// `create cluster CLUSTER --cloud metal --inventory INVENTORY`.
+pub fn create_metal<'a>(cluster: &'a str, inventory: &'a str) -> [&'a str; 7] {
+    [
+        "create",
+        "cluster",
+        cluster,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inventory,
+    ]
+}
+
 impl Env {
     /// A scratch HOME with a `file://` store in it (`<HOME>/state`).
     pub fn new() -> Env {
