@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod aws_recorder;
+pub mod awscloud;
 pub mod awsroll;
 pub mod cli;
 pub mod cloudlab;
