@@ -382,12 +382,7 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
         )),
         "{err}"
     );
-    let status = lab.kprov(&["lock", "status", name]);
-    assert!(
-        text(&status.stdout).contains("is not locked"),
-        "{}",
-        show(&status)
-    );
+    lab.assert_unlocked(name);
     eprintln!("signal figures: SIGINT at a certificate renewal to exit {took:?}");
 }
 

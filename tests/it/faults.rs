@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kprov::spec::{Host, HostRole};
 use kprov::ssh::task::{ExecError, RemoteFile, Step, StepOutcome};
 use kprov::ssh::{NoProgress, SshFleet, SshOptions, Summary};
 use kprov::state::{Object, Precondition, StateError, StateStore, Version};
@@ -63,25 +62,6 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 // ---------------------------------------------------------------------------------------------
 // SSH: connections killed mid-step, hosts that vanish or reboot.
 
-fn fleet_hosts(th: &TestHosts) -> Vec<Host> {
-    th.hosts
-        .iter()
-        .map(|h| Host {
-            name: h.name.clone(),
-            address: h.address.clone(),
-            ip: None,
-            access_ip: None,
-            user: Some("root".into()),
-            port: Some(h.port),
-            key_path: Some(th.client_key.display().to_string()),
-            bastion: None,
-            roles: vec![HostRole::Node],
-            labels: Default::default(),
-            taints: Vec::new(),
-        })
-        .collect()
-}
-
 fn new_fleet(th: &TestHosts, store: &Arc<MemStore>, connect_timeout: Duration) -> SshFleet {
     let options = SshOptions {
         accept_new_host_keys: true,
@@ -90,7 +70,7 @@ fn new_fleet(th: &TestHosts, store: &Arc<MemStore>, connect_timeout: Duration) -
     };
     SshFleet::new(
         CLUSTER,
-        fleet_hosts(th),
+        th.spec_hosts(),
         store.clone(),
         options,
         Arc::new(NoProgress),

@@ -260,12 +260,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
                 )),
                 "{err}"
             );
-            let status = lab.kprov(&["lock", "status", name]);
-            assert!(
-                text(&status.stdout).contains("is not locked"),
-                "{}",
-                show(&status)
-            );
+            lab.assert_unlocked(name);
         }
         assert!(api.fake.unschedulable("host3"));
         assert!(api.fake.get("Pod", Some("default"), "api-1").is_some());

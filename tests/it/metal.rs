@@ -118,6 +118,14 @@ impl Lab {
         ));
     }
 
+    /// `lock status NAME` succeeds and says the cluster is not locked (a stopped run
+    /// released its lock).
+    #[track_caller]
+    pub(crate) fn assert_unlocked(&self, name: &str) {
+        let status = ok(&self.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
+    }
+
     /// `update cluster NAME --yes --accept-new-host-keys --skip-addons`; it must succeed.
     pub(crate) fn provision(&self, name: &str) {
         ok(&self.kprov(&[

@@ -1217,8 +1217,7 @@ mod roll_with_yes {
             assert!(kubelet_restarts(&lab, h, t0).is_empty(), "{h}");
         }
         assert!(!fake.requests().iter().any(|r| r.is_write()), "{err}");
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
         lab.host("host1")
             .exec(&format!("rm -f {snapshot_delay}"))
             .expect("fast backup");
@@ -1265,8 +1264,7 @@ mod roll_with_yes {
         assert_eq!(journal_node("host3")["step"], "waiting");
         assert!(unschedulable(&fake, "host2"), "host2 stays cordoned");
         // The lock was released on the way out.
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
 
         // ... and the next run takes it at once, resumes at host2, leaves host1 alone.
         fake.put(pdb(
@@ -1384,8 +1382,7 @@ mod roll_with_yes {
             "{err}"
         );
         assert_eq!(journal_node("host2")["step"], "cordoned");
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
         eprintln!(
             "ctrl-c figures: mid-drain interrupt to exit {stopped_in:?}; second interrupt to exit {out_in:?}"
         );
@@ -1477,8 +1474,7 @@ mod roll_with_yes {
         let n2 = journal_node("host2");
         assert_eq!(n2["step"], "replaced", "{n2}");
         assert_eq!(n2["stopped"], "interrupted while waiting for Ready", "{n2}");
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
         // Ready again: the next run takes the lock at once and finishes, host2 not
         // re-provisioned a second time.
         ready(true);
@@ -1522,8 +1518,7 @@ mod roll_with_yes {
             n2["stopped"], "interrupted during the validation after host2",
             "{n2}"
         );
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
         lab.seed_etcd_members("host1", &[(1, "host1", true)]);
         let t3 = now_ns();
         let o = lab.kprov(&args);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kprov::spec::{Host, HostRole};
+use kprov::spec::HostRole;
 use kprov::ssh::{NoProgress, SshFleet, SshOptions};
 
 use crate::support::fakekube::{FakeKube, node};
@@ -21,19 +21,7 @@ async fn the_api_is_reached_through_a_forwarded_port() {
     let fake = FakeKube::start_on(&th.gateway).await;
     fake.put(node("cp1", true, true, false, Some("aws:///a/i-1")));
     let h = &th.hosts[0];
-    let host = Host {
-        name: h.name.clone(),
-        address: h.address.clone(),
-        ip: None,
-        access_ip: None,
-        user: Some("root".into()),
-        port: Some(h.port),
-        key_path: Some(th.client_key.display().to_string()),
-        bastion: None,
-        roles: vec![HostRole::ControlPlane],
-        labels: Default::default(),
-        taints: Vec::new(),
-    };
+    let host = th.spec_host(h, HostRole::ControlPlane);
     let store = Arc::new(MemStore::default());
     let options = SshOptions {
         accept_new_host_keys: true,

@@ -316,6 +316,31 @@ fn require_tier() {
 }
 
 impl TestHosts {
+    /// `h` as a spec's host with `role`: root, reached at its port with the tests' client key.
+    pub fn spec_host(&self, h: &TestHost, role: kprov::spec::HostRole) -> kprov::spec::Host {
+        kprov::spec::Host {
+            name: h.name.clone(),
+            address: h.address.clone(),
+            ip: None,
+            access_ip: None,
+            user: Some("root".into()),
+            port: Some(h.port),
+            key_path: Some(self.client_key.display().to_string()),
+            bastion: None,
+            roles: vec![role],
+            labels: Default::default(),
+            taints: Vec::new(),
+        }
+    }
+
+    /// Every host as a worker ([`TestHosts::spec_host`]).
+    pub fn spec_hosts(&self) -> Vec<kprov::spec::Host> {
+        self.hosts
+            .iter()
+            .map(|h| self.spec_host(h, kprov::spec::HostRole::Node))
+            .collect()
+    }
+
     /// Stops the ssh masters a killed kprov left connected to these hosts (by PID; their
     /// control directories removed); returns their PIDs. Also done when the hosts are dropped.
     pub fn stop_kprov_ssh(&self) -> Vec<u32> {
