@@ -1098,19 +1098,7 @@ mod tests {
     fn external_etcd_hosts_with_other_roles_are_valid() {
         // 2 control planes + 3 etcd hosts: External etcd with etcd on control planes and a
         // worker, run as a host service (what `create` stores, `update` runs).
-        let host = |n: &str, a: &str, roles: &[HostRole]| Host {
-            name: n.into(),
-            address: a.into(),
-            ip: None,
-            access_ip: None,
-            user: None,
-            port: None,
-            key_path: None,
-            bastion: None,
-            roles: roles.to_vec(),
-            labels: Default::default(),
-            taints: vec![],
-        };
+        use crate::inventory::test_host as host;
         use HostRole::*;
         let hosts = vec![
             host("node1", "198.18.0.1", &[ControlPlane, Node, Etcd]),
