@@ -151,13 +151,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
             .exists(),
         "admin kubeconfig not stored"
     );
-    let writes: Vec<String> = lab
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.is_write())
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
+    let writes = lab.fake.writes();
     assert!(
         writes.iter().any(|w| w.contains("daemonsets")),
         "no add-on applied: {writes:?}"

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use crate::images::{image_archive, imports};
-use crate::metal::{Lab, kprov_inventory, ok, show, text};
+use crate::metal::{Lab, ok, show, text};
 use crate::support;
 use crate::support::cli::Env;
 use crate::support::cli::create_metal;
@@ -67,10 +67,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "bundle.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     lab.create_metal(name, &inv);
     let list: serde_json::Value =
         serde_json::from_str(&assets_json(|a| lab.kprov(a), name)).unwrap();

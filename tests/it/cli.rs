@@ -578,16 +578,7 @@ fn s3_store_end_to_end_against_moto() {
     let bucket = format!("kprov-cli-{}", std::process::id());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let s3 = aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::config::Builder::from(&m.sdk_config().await)
-                .force_path_style(true)
-                .build(),
-        );
-        s3.create_bucket()
-            .bucket(&bucket)
-            .send()
-            .await
-            .expect("bucket");
+        m.create_bucket(&bucket).await;
     });
     let env = Env::with_store(format!("s3://{bucket}/teams/platform")).with_moto();
     let out = env.run(&[
@@ -611,12 +602,9 @@ fn s3_store_end_to_end_against_moto() {
     let table = ok(&env.run(&["get", "clusters"]));
     assert!(table.contains("s3.example.com"), "{table}");
     let keys = rt.block_on(async {
-        let s3 = aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::config::Builder::from(&m.sdk_config().await)
-                .force_path_style(true)
-                .build(),
-        );
-        let r = s3
+        let r = m
+            .s3()
+            .await
             .list_objects_v2()
             .bucket(&bucket)
             .prefix("teams/platform/")

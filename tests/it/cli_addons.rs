@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::cli::{Env, show as out};
-use crate::support::fakekube::{FakeKube, node, pod};
+use crate::support::fakekube::{FakeKube, node, system_pod};
 
 /// A scratch environment holding one AWS cluster spec (no cloud is contacted).
 fn env_with(cluster: &str) -> Env {
@@ -163,31 +163,10 @@ async fn validate_cluster_exit_code_follows_health() {
         ("calico-node-b", "w1"),
         ("calico-node-c", "w2"),
     ] {
-        fake.put(pod(
-            "kube-system",
-            name,
-            json!({"k8s-app": "calico-node"}),
-            n,
-            "Running",
-            true,
-        ));
+        fake.put(system_pod(name, "calico-node", n));
     }
-    fake.put(pod(
-        "kube-system",
-        "coredns-1",
-        json!({"k8s-app": "kube-dns"}),
-        "w2",
-        "Running",
-        true,
-    ));
-    fake.put(pod(
-        "kube-system",
-        "ccm-1",
-        json!({"k8s-app": "cloud-controller-manager"}),
-        "cp1",
-        "Running",
-        true,
-    ));
+    fake.put(system_pod("coredns-1", "kube-dns", "w2"));
+    fake.put(system_pod("ccm-1", "cloud-controller-manager", "cp1"));
 
     let o = env
         .run_async(&[

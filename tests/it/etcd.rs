@@ -740,16 +740,7 @@ async fn backup_use_case_on_file_and_s3_stores() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = format!("kprov-it-etcd-{:016x}", rand::random::<u64>());
     let moto = crate::support::moto::moto();
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&moto.sdk_config().await)
-            .force_path_style(true)
-            .build(),
-    )
-    .create_bucket()
-    .bucket(&bucket)
-    .send()
-    .await
-    .unwrap();
+    moto.create_bucket(&bucket).await;
     let stores: Vec<(&str, std::sync::Arc<dyn StateStore>)> = vec![
         (
             "file",

@@ -14,7 +14,7 @@ use kprov::ssh::task::{ExecError, RemoteFile, Step, StepOutcome};
 use kprov::ssh::{NoProgress, SshFleet, SshOptions, Summary};
 use kprov::state::{Object, Precondition, StateError, StateStore, Version};
 
-use crate::metal::{Lab, kprov_inventory};
+use crate::metal::Lab;
 use crate::support::awscloud::{delete_all, host_keys, proxied_sdk};
 use crate::support::faultproxy::{Fault, FaultProxy, Request};
 use crate::support::memstate::MemStore;
@@ -738,12 +738,7 @@ fn file_store_writer_killed_at_random_points() {
 
 /// What moto holds for `key`, read around the proxy.
 async fn s3_direct(bucket: &str, key: &str) -> Option<(Bytes, String)> {
-    let sdk = moto().sdk_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .force_path_style(true)
-            .build(),
-    );
+    let s3 = moto().s3().await;
     let out = s3.get_object().bucket(bucket).key(key).send().await.ok()?;
     let etag = out.e_tag().unwrap_or_default().to_string();
     Some((out.body.collect().await.ok()?.into_bytes(), etag))
@@ -756,17 +751,7 @@ async fn s3_direct(bucket: &str, key: &str) -> Option<(Bytes, String)> {
 async fn s3_store_writes_failing_half_way_leave_no_torn_object() {
     crate::needs_tier!(Moto);
     let bucket = "kprov-faults-s3";
-    let direct = moto().sdk_config().await;
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&direct)
-            .force_path_style(true)
-            .build(),
-    )
-    .create_bucket()
-    .bucket(bucket)
-    .send()
-    .await
-    .expect("bucket");
+    moto().create_bucket(bucket).await;
     let proxy = FaultProxy::start(&moto().endpoint);
     // One attempt: the fault reaches kprov's code. Three: the SDK's default.
     let once = kprov::state::s3::S3Store::new(&proxied_sdk(&proxy.endpoint, 1).await, bucket, "p");
@@ -1102,17 +1087,11 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
     for seed in seeds {
         let lab = Lab::start(3);
         let name = format!("kill{seed}.metal.example.com");
-        let inv = lab.write(
-            "inventory.yaml",
-            &kprov_inventory(
-                &lab,
-                &[
-                    ("host1", "control-plane"),
-                    ("host2", "node"),
-                    ("host3", "node"),
-                ],
-            ),
-        );
+        let inv = lab.inventory(&[
+            ("host1", "control-plane"),
+            ("host2", "node"),
+            ("host3", "node"),
+        ]);
         lab.create_metal(&name, &inv);
         let before = lab.hosts_snapshot();
         let mut rng = Rng::new(seed);

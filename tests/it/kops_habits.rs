@@ -324,12 +324,12 @@ fn create_sshpublickey_stores_the_instances_key_shown_by_its_fingerprint() {
 #[test]
 fn metal_phases_each_do_their_part_and_nothing_else() {
     crate::needs_tier!(SshdHosts);
-    use crate::metal::{Lab, kprov_inventory};
+    use crate::metal::Lab;
     use crate::support::fakekube::{FakeKube, node};
     let lab = Lab::start(2);
     let name = "phases.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    let inv = lab.inventory(&hosts);
     lab.create_metal(name, &inv);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let fake = rt.block_on(FakeKube::start());

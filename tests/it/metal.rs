@@ -144,6 +144,11 @@ impl Lab {
         p.display().to_string()
     }
 
+    /// Writes `inventory.yaml` ([`kprov_inventory`] of `roles`); its path.
+    pub(crate) fn inventory(&self, roles: &[(&str, &str)]) -> String {
+        self.write("inventory.yaml", &kprov_inventory(self, roles))
+    }
+
     pub(crate) fn key(&self) -> String {
         self.th.client_key.display().to_string()
     }
@@ -299,17 +304,11 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "one.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(
-            &lab,
-            &[
-                ("host1", "control-plane"),
-                ("host2", "node"),
-                ("host3", "node"),
-            ],
-        ),
-    );
+    let inv = lab.inventory(&[
+        ("host1", "control-plane"),
+        ("host2", "node"),
+        ("host3", "node"),
+    ]);
     lab.create_metal(name, &inv);
 
     // Preview before anything: nothing is written anywhere; changes are pending.
@@ -940,10 +939,7 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
     let lab = Lab::start(2);
     let first = "first.metal.example.com";
     let second = "second.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     for name in [first, second] {
         lab.create_metal(name, &inv);
     }
@@ -1047,10 +1043,7 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "scale.metal.example.com";
-    let inv1 = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv1 = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     lab.create_metal(name, &inv1);
     lab.provision(name);
     let inv2 = lab.write(
@@ -1170,10 +1163,7 @@ fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
     let lab = Lab::start(2);
     let first = "gone.metal.example.com";
     let second = "next.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     for name in [first, second] {
         lab.create_metal(name, &inv);
     }
@@ -1239,10 +1229,7 @@ fn get_instances_lists_an_unreachable_host_as_unreachable_with_its_error() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "unreachable.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     lab.create_metal(name, &inv);
     lab.provision(name);
     lab.host("host2").power_off();

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::metal::{Lab, VERSION, kprov_inventory, show};
+use crate::metal::{Lab, VERSION, show};
 use crate::support::cli::text;
 
 /// Files one host wrote to its overlay, with contents.
@@ -29,10 +29,7 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "roll.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     lab.create_metal(name, &inv);
     let o = lab.kprov(&[
         "update",
@@ -213,7 +210,9 @@ mod engine_on_the_fake_api {
     use kprov::state::file::FileStore;
     use serde_json::json;
 
-    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod, with_heartbeat};
+    use crate::support::fakekube::{
+        FakeKube, node, owned_by, pdb, pod, system_pod, with_heartbeat,
+    };
 
     #[derive(Default)]
     struct Recorder(Mutex<Vec<String>>);
@@ -488,14 +487,7 @@ mod engine_on_the_fake_api {
         fake.put(with_heartbeat(node("cp1", true, true, false, Some("p"))));
         fake.put(with_heartbeat(node("w1", false, true, false, Some("p"))));
         fake.put(with_heartbeat(node("w2", false, true, false, Some("p"))));
-        fake.put(pod(
-            "kube-system",
-            "coredns-1",
-            json!({ "k8s-app": "kube-dns" }),
-            "cp1",
-            "Running",
-            true,
-        ));
+        fake.put(system_pod("coredns-1", "kube-dns", "cp1"));
         let kube = fake.kube().await;
         let cluster: kprov::spec::Cluster = serde_saphyr::from_str(
             "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  cloudProvider: metal\n",
@@ -770,8 +762,10 @@ mod roll_with_yes {
 
     use serde_json::json;
 
-    use crate::metal::{Lab, VERSION, kprov_inventory, ok, show, text};
-    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod, with_heartbeat};
+    use crate::metal::{Lab, VERSION, ok, show, text};
+    use crate::support::fakekube::{
+        FakeKube, node, owned_by, pdb, pod, system_pod, with_heartbeat,
+    };
 
     fn now_ns() -> u128 {
         SystemTime::now()
@@ -840,7 +834,7 @@ mod roll_with_yes {
         name: &str,
         hosts: &[(&str, &str)],
     ) -> (tokio::runtime::Runtime, FakeKube, String) {
-        let inv = lab.write("inventory.yaml", &kprov_inventory(lab, hosts));
+        let inv = lab.inventory(hosts);
         lab.create_metal(name, &inv);
         lab.provision(name);
         let (rt, fake) = cluster_api(hosts);
@@ -871,14 +865,7 @@ mod roll_with_yes {
         }
         let last = hosts.last().map(|(h, _)| *h).unwrap_or("host1");
         fake.put(owned_by(
-            pod(
-                "kube-system",
-                "coredns-1",
-                json!({ "k8s-app": "kube-dns" }),
-                last,
-                "Running",
-                true,
-            ),
+            system_pod("coredns-1", "kube-dns", last),
             // Drains skip it: validation finds CoreDNS whichever node rolls, even when
             // every node is a control plane (tainted) and an evicted pod would stay Pending.
             "DaemonSet",
@@ -1546,7 +1533,7 @@ mod roll_with_yes {
             ("host2", "node"),
             ("host3", "node"),
         ];
-        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+        let inv = lab.inventory(&hosts);
         lab.create_metal(name, &inv);
         lab.provision(name);
 
@@ -1576,14 +1563,7 @@ mod roll_with_yes {
         }
         fake.run_replicaset_controller();
         fake.put(owned_by(
-            pod(
-                "kube-system",
-                "coredns-1",
-                json!({ "k8s-app": "kube-dns" }),
-                "host2",
-                "Running",
-                true,
-            ),
+            system_pod("coredns-1", "kube-dns", "host2"),
             "ReplicaSet",
             "coredns-rs",
         ));
@@ -1814,7 +1794,7 @@ mod roll_with_yes {
             ("host3", "control-plane"),
             ("host4", "node"),
         ];
-        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+        let inv = lab.inventory(&hosts);
         ok(&lab.kprov(
             &[
                 &crate::support::cli::create_metal(name, &inv)[..],
@@ -1855,14 +1835,7 @@ mod roll_with_yes {
             ));
         }
         fake.put(owned_by(
-            pod(
-                "kube-system",
-                "coredns-1",
-                json!({ "k8s-app": "kube-dns" }),
-                "host4",
-                "Running",
-                true,
-            ),
+            system_pod("coredns-1", "kube-dns", "host4"),
             "DaemonSet",
             "coredns-as-a-daemonset",
         ));

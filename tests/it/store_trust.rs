@@ -646,19 +646,7 @@ impl S3Bucket {
         use crate::support::moto::moto;
         let rt = tokio::runtime::Runtime::new().unwrap();
         let bucket = format!("kprov-trust-{:016x}", rand::random::<u64>());
-        let s3 = rt.block_on(async {
-            let s3 = aws_sdk_s3::Client::from_conf(
-                aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
-                    .force_path_style(true)
-                    .build(),
-            );
-            s3.create_bucket()
-                .bucket(&bucket)
-                .send()
-                .await
-                .expect("bucket");
-            s3
-        });
+        let s3 = rt.block_on(moto().create_bucket(&bucket));
         S3Bucket { rt, s3, bucket }
     }
 

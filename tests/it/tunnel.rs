@@ -7,7 +7,7 @@ use std::time::Duration;
 use kprov::spec::HostRole;
 use kprov::ssh::{NoProgress, SshFleet, SshOptions};
 
-use crate::support::fakekube::{FakeKube, node};
+use crate::support::fakekube::{FakeKube, node, system_pod};
 use crate::support::memstate::MemStore;
 use crate::support::testhosts::TestHosts;
 
@@ -71,22 +71,8 @@ async fn validate_reaches_the_api_through_the_control_plane() {
         .unwrap();
     let fake = FakeKube::start_on(&th.gateway).await;
     fake.put(node("cp1", true, true, false, None));
-    fake.put(crate::support::fakekube::pod(
-        "kube-system",
-        "calico-node-a",
-        serde_json::json!({"k8s-app": "calico-node"}),
-        "cp1",
-        "Running",
-        true,
-    ));
-    fake.put(crate::support::fakekube::pod(
-        "kube-system",
-        "coredns-1",
-        serde_json::json!({"k8s-app": "kube-dns"}),
-        "cp1",
-        "Running",
-        true,
-    ));
+    fake.put(system_pod("calico-node-a", "calico-node", "cp1"));
+    fake.put(system_pod("coredns-1", "kube-dns", "cp1"));
     let h = &th.hosts[0];
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");

@@ -51,7 +51,7 @@ use serde_json::Value;
 use crate::support::fakekube::FakeKube;
 use crate::support::faultproxy::{AsItIs, FaultProxy};
 use crate::support::mirror::Mirror;
-use crate::support::testhosts::{HostSpec, Network, TestHost, in_netns};
+use crate::support::testhosts::{HostSpec, Network, TestHost, in_netns, run};
 
 /// The Kubernetes version the mirror serves stand-ins for.
 pub const VERSION: &str = "1.35.1";
@@ -190,22 +190,6 @@ fn link_etcd_members(host: &TestHost, file: &Path) -> Result<(), String> {
     ))
     .map(|_| ())
     .map_err(|e| format!("sharing the etcd member list: {e}"))
-}
-
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{cmd:?}: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
 }
 
 /// Signs a certificate for `sans` (`DNS:x`, `IP:y`) with the lab CA in `dir`; returns the

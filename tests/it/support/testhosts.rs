@@ -176,22 +176,29 @@ fn reap_orphans() {
         let Some(alias) = line.split("alias kprov-test ").nth(1) else {
             continue;
         };
-        let field = |k: &str| {
-            alias
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix(k))
-                .map(str::to_string)
-        };
-        let (Some(pid), Some(dir)) = (field("pid="), field("dir=")) else {
+        let Some(dir) = dead_owner_dir(alias) else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
         if let Ok(idx) = name.trim_start_matches("kpb").parse() {
             teardown(idx, Path::new(&dir));
         }
     }
+}
+
+/// The `dir=` of a bridge's alias (after its `kprov-test `/`kprov-real ` marker) when the
+/// alias's `pid=` is dead: what a later run reaps. `None` while the owner lives, or for a lab
+/// kept on purpose (no PID; `down_kept` removes it).
+pub(crate) fn dead_owner_dir(alias: &str) -> Option<String> {
+    let field = |k: &str| {
+        alias
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .map(str::to_string)
+    };
+    let (Some(pid), Some(dir)) = (field("pid="), field("dir=")) else {
+        return None;
+    };
+    (!Path::new(&format!("/proc/{pid}")).exists()).then_some(dir)
 }
 
 /// Removes everything of subnet `idx`: processes in its namespaces (also of hosts that
