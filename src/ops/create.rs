@@ -794,6 +794,37 @@ pub async fn apply(repo: &Repo, plan: &CreatePlan) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
+impl ClusterRequest {
+    /// `create cluster NAME --cloud CLOUD` with the command line's defaults, for tests.
+    pub(crate) fn defaults(name: &str, cloud: CloudProvider) -> Self {
+        ClusterRequest {
+            name: name.into(),
+            cloud,
+            zones: vec![],
+            control_plane_zones: vec![],
+            control_plane_count: 1,
+            control_plane_size: None,
+            node_count: 2,
+            node_size: None,
+            image: None,
+            kubernetes_version: None,
+            networking: None,
+            topology: TopologyType::Public,
+            bastion: false,
+            dns_zone: None,
+            dns: None,
+            api_loadbalancer_type: None,
+            etcd: None,
+            network_cidr: None,
+            network_id: None,
+            pod_cidr: None,
+            service_cidr: None,
+            inventory: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::path::Path;
@@ -1319,36 +1350,5 @@ mod tests {
         ));
         insta::assert_snapshot!("fresh_kubespray_inventories", golden);
         assert!(created.len() >= 20, "{}", golden);
-    }
-}
-
-#[cfg(test)]
-impl ClusterRequest {
-    /// `create cluster NAME --cloud CLOUD` with the command line's defaults, for tests.
-    pub(crate) fn defaults(name: &str, cloud: CloudProvider) -> Self {
-        ClusterRequest {
-            name: name.into(),
-            cloud,
-            zones: vec![],
-            control_plane_zones: vec![],
-            control_plane_count: 1,
-            control_plane_size: None,
-            node_count: 2,
-            node_size: None,
-            image: None,
-            kubernetes_version: None,
-            networking: None,
-            topology: TopologyType::Public,
-            bastion: false,
-            dns_zone: None,
-            dns: None,
-            api_loadbalancer_type: None,
-            etcd: None,
-            network_cidr: None,
-            network_id: None,
-            pod_cidr: None,
-            service_cidr: None,
-            inventory: None,
-        }
     }
 }
