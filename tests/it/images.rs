@@ -300,10 +300,7 @@ fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(1);
     let name = "imports.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane")]);
     lab.create_metal(name, &inv);
     let dir = lab.dir.path();
     let (a, a_sha) = image_archive(dir, "first", "example.com/first:1");
