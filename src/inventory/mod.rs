@@ -643,25 +643,28 @@ pub(crate) fn yaml_error(file: &str, err: &serde_saphyr::Error) -> InventoryErro
     }
 }
 
+/// An inventory host with only a name, an address and roles, for tests.
+#[cfg(test)]
+pub(crate) fn test_host(name: &str, address: &str, roles: &[HostRole]) -> Host {
+    Host {
+        name: name.into(),
+        address: address.into(),
+        ip: None,
+        access_ip: None,
+        user: None,
+        port: None,
+        key_path: None,
+        bastion: None,
+        roles: roles.to_vec(),
+        labels: Default::default(),
+        taints: vec![],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn host(name: &str, addr: &str, roles: &[HostRole]) -> Host {
-        Host {
-            name: name.into(),
-            address: addr.into(),
-            ip: None,
-            access_ip: None,
-            user: None,
-            port: None,
-            key_path: None,
-            bastion: None,
-            roles: roles.to_vec(),
-            labels: Default::default(),
-            taints: vec![],
-        }
-    }
+    use test_host as host;
 
     fn located(hosts: Vec<Host>) -> Vec<Located> {
         hosts

@@ -794,12 +794,9 @@ pub async fn apply(repo: &Repo, plan: &CreatePlan) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    /// `create cluster NAME --cloud CLOUD` with the command line's defaults.
-    fn request(name: &str, cloud: CloudProvider) -> ClusterRequest {
+impl ClusterRequest {
+    /// `create cluster NAME --cloud CLOUD` with the command line's defaults, for tests.
+    pub(crate) fn defaults(name: &str, cloud: CloudProvider) -> Self {
         ClusterRequest {
             name: name.into(),
             cloud,
@@ -825,10 +822,16 @@ mod tests {
             inventory: None,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
 
     /// `create cluster lab.example.com --cloud metal` and the flags these tests give.
     fn args(extra: &[&str]) -> ClusterRequest {
-        let mut a = request("lab.example.com", CloudProvider::Metal);
+        let mut a = ClusterRequest::defaults("lab.example.com", CloudProvider::Metal);
         for flag in extra.chunks(2) {
             let value = flag[1].to_string();
             match (flag[0], flag[1]) {
@@ -851,7 +854,7 @@ mod tests {
             (".", "."),
             ("a..", "a.."),
         ] {
-            let mut a = request(given, CloudProvider::Aws);
+            let mut a = ClusterRequest::defaults(given, CloudProvider::Aws);
             a.zones = vec!["eu-west-1a".into()];
             let (c, _) =
                 build_cluster_objects(&a, Vec::new(), Some("ssh-ed25519 AAAA".into())).unwrap();
@@ -1126,19 +1129,7 @@ mod tests {
     fn external_etcd_hosts_with_other_roles_are_valid() {
         // 2 control planes + 3 etcd hosts: External etcd with etcd on control planes and a
         // worker, run as a host service (what `create` stores, `update` runs).
-        let host = |n: &str, a: &str, roles: &[HostRole]| Host {
-            name: n.into(),
-            address: a.into(),
-            ip: None,
-            access_ip: None,
-            user: None,
-            port: None,
-            key_path: None,
-            bastion: None,
-            roles: roles.to_vec(),
-            labels: Default::default(),
-            taints: vec![],
-        };
+        use crate::inventory::test_host as host;
         use HostRole::*;
         let hosts = vec![
             host("node1", "198.18.0.1", &[ControlPlane, Node, Etcd]),

@@ -39,6 +39,8 @@ pub struct EditPlan {
     /// Kept for the temporary file's lifetime.
     _dir: tempfile::TempDir,
     path: PathBuf,
+    /// Where a kept copy goes; `None` for [`edits_dir`] (a test names its own).
+    keep_in: Option<PathBuf>,
 }
 
 /// What the editing ended with.
@@ -124,6 +126,7 @@ pub async fn plan(repo: &Repo, cluster: &str, group: Option<&str>) -> anyhow::Re
         original,
         _dir: dir,
         path,
+        keep_in: None,
     })
 }
 
@@ -151,10 +154,13 @@ impl EditPlan {
         let mut last_invalid: Option<String> = None;
         loop {
             if let Err(e) = editor(path) {
-                let kept = self.keep()?;
-                return Err(e.context(format!("nothing was saved (your copy: {})", kept.display())));
+                return Err(self.nothing_saved(e));
             }
-            let text = crate::bounded::read_file_to_string(path, crate::bounded::SPEC)?;
+            // Too large or not text: still the user's work, kept before the error is told.
+            let text = match crate::bounded::read_file_to_string(path, crate::bounded::SPEC) {
+                Ok(text) => text,
+                Err(e) => return Err(self.nothing_saved(e.into())),
+            };
             let body = strip_comments(&text);
             if body.trim().is_empty() {
                 return Ok(Review::Cancelled(Cancelled::Emptied));
@@ -221,7 +227,21 @@ impl EditPlan {
 
     /// Copies the edited file out of the temporary directory so the user's work survives.
     pub fn keep(&self) -> anyhow::Result<PathBuf> {
-        keep_copy(&self.path)
+        let dir = match &self.keep_in {
+            Some(dir) => dir.clone(),
+            None => edits_dir()?,
+        };
+        keep_copy(&self.path, &dir)
+    }
+
+    /// `e`, after which nothing was saved, with the user's copy kept and named.
+    fn nothing_saved(&self, e: anyhow::Error) -> anyhow::Error {
+        match self.keep() {
+            Ok(kept) => e.context(format!("nothing was saved (your copy: {})", kept.display())),
+            Err(k) => e.context(format!(
+                "nothing was saved, and your copy could not be kept: {k:#}"
+            )),
+        }
     }
 
     fn check(&self, source: &str, text: &str) -> Result<Object, spec::SpecErrors> {
@@ -293,21 +313,21 @@ fn edits_dir() -> anyhow::Result<PathBuf> {
     Ok(base.join("edits"))
 }
 
-/// Copies the edited file out of the temporary directory so the user's work survives.
-fn keep_copy(path: &Path) -> anyhow::Result<PathBuf> {
+/// Copies the edited file out of the temporary directory into `dir` so the user's work
+/// survives. The read is bounded, above the spec's bound: an edit too large to load is kept.
+fn keep_copy(path: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
     let stem = path
         .file_stem()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "edit".into());
-    let text = std::fs::read(path)
+    let text = crate::bounded::read_file(path, crate::bounded::KEPT_EDIT)
         .with_context(|| format!("reading your edit back from {}", path.display()))?;
-    let dir = edits_dir()?;
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
     let names = (0..100u32).map(|i| match i {
         0 => format!("{stem}-{stamp}.yaml"),
         i => format!("{stem}-{stamp}-{i}.yaml"),
     });
-    keep_private(&dir, names, &text)
+    keep_private(dir, names, &text)
         .with_context(|| format!("keeping your edit under {}", dir.display()))
 }
 
@@ -492,5 +512,60 @@ mod tests {
         let kept = keep_private(&fresh, std::iter::once("a.yaml".into()), b"x").unwrap();
         assert_eq!(mode(&fresh), 0o700);
         assert_eq!(mode(&kept), 0o600);
+    }
+
+    /// An edit larger than the spec's read bound is refused and still kept (it was lost: the
+    /// read's error returned before the copy was made).
+    #[tokio::test]
+    async fn an_edit_too_large_to_load_is_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let store = crate::state::file::FileStore::new(d.path().join("store")).unwrap();
+        let repo = Repo::new(std::sync::Arc::new(store));
+        let name = "big.example.com";
+        let mut request =
+            crate::ops::create::ClusterRequest::defaults(name, spec::CloudProvider::Aws);
+        request.zones = vec!["eu-west-1a".into()];
+        let (c, g) = crate::ops::create::build_cluster_objects(
+            &request,
+            Vec::new(),
+            Some("ssh-ed25519 AAAA".into()),
+        )
+        .unwrap();
+        repo.create(&c, &g).await.unwrap();
+        let mut plan = plan(&repo, name, None).await.unwrap();
+        let edits = d.path().join("edits");
+        plan.keep_in = Some(edits.clone());
+        let big = "# padding\n".repeat(crate::bounded::SPEC as usize / 10 + 1);
+        let e = plan
+            .review(&mut |p| Ok(std::fs::write(p, &big)?))
+            .unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("larger than the limit of 4 MiB"), "{msg}");
+        let kept: Vec<_> = std::fs::read_dir(&edits)
+            .unwrap()
+            .map(|f| f.unwrap().path())
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(
+            msg.contains(&format!("your copy: {}", kept[0].display())),
+            "{msg}"
+        );
+        assert!(
+            std::fs::read_to_string(&kept[0]).unwrap() == big,
+            "the copy is the edit"
+        );
+    }
+
+    #[test]
+    fn keeping_a_copy_reads_it_with_a_bound() {
+        let d = tempfile::tempdir().unwrap();
+        let huge = d.path().join("huge.yaml");
+        let f = std::fs::File::create(&huge).unwrap();
+        f.set_len(crate::bounded::KEPT_EDIT + 1).unwrap();
+        let e = keep_copy(&huge, &d.path().join("edits")).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("larger than the limit of 64 MiB"),
+            "{e:#}"
+        );
     }
 }

@@ -1520,18 +1520,8 @@ mod tests {
         assert_eq!(m.len(), 3);
         assert_eq!(m[0].hex_id(), "91bc3c398fb3c146");
         assert!(m[0].healthy && !m[1].healthy && !m[2].healthy);
-        let host = |name: &str, address: &str| Host {
-            name: name.into(),
-            address: address.into(),
-            ip: None,
-            access_ip: None,
-            user: None,
-            port: None,
-            key_path: None,
-            bastion: None,
-            roles: vec![HostRole::ControlPlane],
-            labels: BTreeMap::new(),
-            taints: Vec::new(),
+        let host = |name: &str, address: &str| {
+            crate::inventory::test_host(name, address, &[HostRole::ControlPlane])
         };
         assert_eq!(member_of(&m, &host("cp2", "x")).map(|m| m.id), Some(2));
         // A member not (yet) named is found by its peer address.

@@ -1307,8 +1307,9 @@ pub mod tests {
     use super::*;
     use crate::nodes::journal::JournalFile;
     use crate::nodes::roll::{self, GroupInput, GroupRole, NodeInput, Platform, Provisioned};
+    use crate::state::StateStore;
     use crate::state::file::FileStore;
-    use crate::state::{StateError, StateStore};
+    use crate::state::testing::HookedStore;
 
     /// An in-memory cluster and fleet: records every call, fails where told.
     #[derive(Default)]
@@ -1519,59 +1520,6 @@ pub mod tests {
         .await
     }
 
-    /// A store that counts the writes of the journal and the time they took.
-    #[derive(Debug)]
-    struct Counting<'a> {
-        inner: &'a dyn StateStore,
-        writes: StdMutex<(u32, Duration)>,
-    }
-
-    impl<'a> Counting<'a> {
-        fn new(inner: &'a dyn StateStore) -> Self {
-            Counting {
-                inner,
-                writes: StdMutex::new((0, Duration::ZERO)),
-            }
-        }
-
-        fn writes(&self) -> (u32, Duration) {
-            *self.writes.lock().expect("counter")
-        }
-    }
-
-    #[async_trait]
-    impl StateStore for Counting<'_> {
-        fn location(&self) -> String {
-            self.inner.location()
-        }
-        async fn get(&self, key: &str) -> Result<Option<crate::state::Object>, StateError> {
-            self.inner.get(key).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            data: bytes::Bytes,
-            cond: crate::state::Precondition,
-        ) -> Result<crate::state::Version, StateError> {
-            let start = Instant::now();
-            let r = self.inner.put(key, data, cond).await;
-            let mut w = self.writes.lock().expect("counter");
-            w.0 += 1;
-            w.1 += start.elapsed();
-            r
-        }
-        async fn delete(
-            &self,
-            key: &str,
-            cond: crate::state::Precondition,
-        ) -> Result<(), StateError> {
-            self.inner.delete(key, cond).await
-        }
-        async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError> {
-            self.inner.list(prefix).await
-        }
-    }
-
     /// Replaces nodes like `Fake`, after noting the step the store's journal gives the node.
     struct StoreWitness<'a> {
         fake: &'a Fake,
@@ -1607,7 +1555,7 @@ pub mod tests {
     async fn a_batch_is_journaled_in_few_writes_and_a_node_is_drained_on_the_store_before_it_is_replaced()
      {
         let (_d, inner) = store();
-        let s = Counting::new(&inner);
+        let s = HookedStore::new(inner);
         // cp1, cp2, then 20 workers in one batch.
         let plan = plan_of(Platform::Metal, 20, 20);
         let fake = Fake::default();
@@ -1833,7 +1781,7 @@ pub mod tests {
                 &roll::Selection::default(),
             );
             let (_d, inner) = store();
-            let s = Counting::new(&inner);
+            let s = HookedStore::new(inner);
             let fake = Fake {
                 roll_time: replace,
                 validate_time: validate,
@@ -2390,47 +2338,6 @@ pub mod tests {
         assert!(fake.calls().is_empty());
     }
 
-    /// A store whose writes fail once `failing` is set.
-    #[derive(Debug)]
-    struct Failing<'a> {
-        inner: &'a dyn StateStore,
-        failing: &'a std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait]
-    impl StateStore for Failing<'_> {
-        fn location(&self) -> String {
-            self.inner.location()
-        }
-        async fn get(&self, key: &str) -> Result<Option<crate::state::Object>, StateError> {
-            self.inner.get(key).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            data: bytes::Bytes,
-            cond: crate::state::Precondition,
-        ) -> Result<crate::state::Version, StateError> {
-            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(StateError::Backend {
-                    location: self.location(),
-                    message: "the store is unreachable".into(),
-                });
-            }
-            self.inner.put(key, data, cond).await
-        }
-        async fn delete(
-            &self,
-            key: &str,
-            cond: crate::state::Precondition,
-        ) -> Result<(), StateError> {
-            self.inner.delete(key, cond).await
-        }
-        async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError> {
-            self.inner.list(prefix).await
-        }
-    }
-
     /// The wait a journal write rides beside.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum Beside {
@@ -2510,16 +2417,12 @@ pub mod tests {
     async fn a_failed_journal_write_stops_the_roll_without_waiting_for_the_wait_beside_it() {
         for stall in [Beside::Drain, Beside::Ready, Beside::Validation] {
             let (_d, inner) = store();
-            let failing = std::sync::atomic::AtomicBool::new(false);
-            let s = Failing {
-                inner: &inner,
-                failing: &failing,
-            };
+            let s = HookedStore::new(inner);
             let fake = Fake::default();
             let api = Stalling {
                 fake: &fake,
                 stall,
-                failing: &failing,
+                failing: s.failing(),
             };
             // The stalled wait never ends: the roll ends only if the failed write ends it. The
             // bound is for a broken engine, never reached by a working one.

@@ -1045,23 +1045,10 @@ impl NodeRoller for AwsRoller<'_> {
 mod tests {
     use super::*;
     use crate::nodes::CloudInstance;
-    use crate::spec::Host;
 
     fn target(id: &str, group: &str, lt: Option<&str>) -> Target {
         Target {
-            host: Host {
-                name: id.into(),
-                address: "198.18.32.4".into(),
-                ip: None,
-                access_ip: None,
-                user: None,
-                port: None,
-                key_path: None,
-                bastion: None,
-                roles: vec![],
-                labels: BTreeMap::new(),
-                taints: vec![],
-            },
+            host: crate::inventory::test_host(id, "198.18.32.4", &[]),
             node_name: format!("ip-{id}.ec2.internal"),
             group: Some(group.into()),
             instance: Some(CloudInstance {

@@ -763,54 +763,13 @@ fn empty_cloud_plan(cluster: &str) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::StateError;
+    use crate::state::testing::HookedStore;
 
     fn host(name: &str, address: &str) -> Host {
         serde_json::from_value(serde_json::json!({
             "name": name, "address": address, "roles": ["node"]
         }))
         .expect("host")
-    }
-
-    /// A store whose writes of `slow` key take `delay`, saying when one starts.
-    #[derive(Debug)]
-    struct SlowWrites {
-        inner: crate::state::file::FileStore,
-        slow: String,
-        delay: Duration,
-        started: tokio::sync::Notify,
-    }
-
-    #[async_trait::async_trait]
-    impl StateStore for SlowWrites {
-        fn location(&self) -> String {
-            self.inner.location()
-        }
-        async fn get(&self, key: &str) -> Result<Option<crate::state::Object>, StateError> {
-            self.inner.get(key).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            data: bytes::Bytes,
-            cond: crate::state::Precondition,
-        ) -> Result<Version, StateError> {
-            if key == self.slow {
-                self.started.notify_one();
-                tokio::time::sleep(self.delay).await;
-            }
-            self.inner.put(key, data, cond).await
-        }
-        async fn delete(
-            &self,
-            key: &str,
-            cond: crate::state::Precondition,
-        ) -> Result<(), StateError> {
-            self.inner.delete(key, cond).await
-        }
-        async fn list(&self, prefix: &str) -> Result<Vec<String>, StateError> {
-            self.inner.list(prefix).await
-        }
     }
 
     fn inventory(dir: &std::path::Path, file: &str, hosts: &[(&str, &str, &str)]) -> PathBuf {
@@ -831,7 +790,7 @@ mod tests {
     #[tokio::test]
     async fn a_signal_during_the_host_store_write_takes_effect_after_it() {
         use crate::ops::interrupt::Caught;
-        use crate::spec::{CloudProvider, TopologyType};
+        use crate::spec::CloudProvider;
         let dir = tempfile::tempdir().expect("tmp");
         let name = "write.metal.example.com";
         let first = inventory(
@@ -840,44 +799,23 @@ mod tests {
             &[("cp1", "198.18.250.1", "control-plane")],
         );
         let mut inv = crate::inventory::import(&first).expect("inventory");
-        let request = crate::ops::create::ClusterRequest {
-            name: name.into(),
-            cloud: CloudProvider::Metal,
-            zones: vec![],
-            control_plane_zones: vec![],
-            control_plane_count: 1,
-            control_plane_size: None,
-            node_count: 0,
-            node_size: None,
-            image: None,
-            kubernetes_version: None,
-            networking: None,
-            topology: TopologyType::Public,
-            bastion: false,
-            dns_zone: None,
-            dns: None,
-            api_loadbalancer_type: None,
-            etcd: None,
-            network_cidr: None,
-            network_id: None,
-            pod_cidr: None,
-            service_cidr: None,
-            inventory: Some(first.clone()),
-        };
+        let mut request = crate::ops::create::ClusterRequest::defaults(name, CloudProvider::Metal);
+        request.node_count = 0;
+        request.inventory = Some(first.clone());
         let (cluster, groups, _) =
             crate::ops::create::inventory_objects(&request, &mut inv, None).expect("objects");
         let keys = crate::state::layout::ClusterKeys::new(name).expect("keys");
-        let store = Arc::new(SlowWrites {
-            inner: crate::state::file::FileStore::new(dir.path().join("store")).expect("store"),
-            slow: keys.config(),
-            delay: Duration::from_millis(400),
-            started: tokio::sync::Notify::new(),
-        });
+        let store = Arc::new(
+            HookedStore::new(
+                crate::state::file::FileStore::new(dir.path().join("store")).expect("store"),
+            )
+            .slow_key(keys.config(), Duration::from_millis(400)),
+        );
         let repo = Repo::new(store.clone());
         repo.create(&cluster, &groups).await.expect("create");
         // The creation's write left a permit: taken here, so the signal below comes during
         // the update's write and not before it.
-        let _ = tokio::time::timeout(Duration::from_millis(50), store.started.notified()).await;
+        let _ = tokio::time::timeout(Duration::from_millis(50), store.started().notified()).await;
         let (cluster, groups) = repo
             .get(name)
             .await
@@ -903,7 +841,7 @@ mod tests {
 
         let (tx, ints) = Interrupts::manual();
         let signal = async {
-            store.started.notified().await;
+            store.started().notified().await;
             tx.send(Some(Caught::Interrupt)).expect("send");
         };
         let stored = std::sync::Mutex::new(false);

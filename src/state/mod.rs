@@ -13,6 +13,8 @@ pub mod file;
 pub mod layout;
 pub mod lock;
 pub mod s3;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod url;
 
 pub use url::StoreUrl;

@@ -20,7 +20,7 @@ use kprov::spec::defaults::complete_cluster;
 use kprov::spec::validate::validate;
 use serde_json::{Value, json};
 
-use crate::support::fakekube::{FakeKube, node, pod};
+use crate::support::fakekube::{FakeKube, node, pod, system_pod};
 
 fn provider_config(provider: &str) -> &'static str {
     match provider {
@@ -768,30 +768,13 @@ fn healthy_cluster(fake: &FakeKube) {
     fake.put(node("cp1", true, true, false, Some("openstack:///a")));
     fake.put(node("w1", false, true, false, Some("openstack:///b")));
     for (name, n) in [("calico-node-a", "cp1"), ("calico-node-b", "w1")] {
-        fake.put(pod(
-            "kube-system",
-            name,
-            json!({"k8s-app": "calico-node"}),
-            n,
-            "Running",
-            true,
-        ));
+        fake.put(system_pod(name, "calico-node", n));
     }
-    fake.put(pod(
-        "kube-system",
-        "coredns-1",
-        json!({"k8s-app": "kube-dns"}),
-        "w1",
-        "Running",
-        true,
-    ));
-    fake.put(pod(
-        "kube-system",
+    fake.put(system_pod("coredns-1", "kube-dns", "w1"));
+    fake.put(system_pod(
         "cloud-controller-manager-x",
-        json!({"k8s-app": "cloud-controller-manager"}),
+        "cloud-controller-manager",
         "cp1",
-        "Running",
-        true,
     ));
 }
 
@@ -1230,33 +1213,16 @@ async fn validate_counts_instance_group_nodes_on_clouds() {
             true,
         ));
     }
-    fake.put(pod(
-        "kube-system",
-        "coredns-1",
-        json!({"k8s-app": "kube-dns"}),
-        "ip-10-0-0-4",
-        "Running",
-        true,
-    ));
-    fake.put(pod(
-        "kube-system",
+    fake.put(system_pod("coredns-1", "kube-dns", "ip-10-0-0-4"));
+    fake.put(system_pod(
         "ccm-1",
-        json!({"k8s-app": "cloud-controller-manager"}),
+        "cloud-controller-manager",
         "ip-10-0-0-1",
-        "Running",
-        true,
     ));
     let result = validate_cluster(&kube, &c, &expect).await.unwrap();
     let messages: Vec<&str> = result.failures.iter().map(|f| f.message.as_str()).collect();
     assert_eq!(messages, ["4 node(s) registered, 5 expected"]);
     fake.put(node("ip-10-0-0-5", false, true, false, Some("aws:///y")));
-    fake.put(pod(
-        "kube-system",
-        "cilium-5",
-        json!({"k8s-app": "cilium"}),
-        "ip-10-0-0-5",
-        "Running",
-        true,
-    ));
+    fake.put(system_pod("cilium-5", "cilium", "ip-10-0-0-5"));
     assert!(validate_cluster(&kube, &c, &expect).await.unwrap().ok);
 }

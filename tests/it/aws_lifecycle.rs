@@ -23,7 +23,8 @@
 use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::support::awsroll::{CreateAws, lab_with_zone};
-use crate::support::cloudlab::{CloudLab, snapshot};
+use crate::support::cloudlab::CloudLab;
+use crate::support::snapshot;
 
 pub(crate) use crate::support::awsroll::{PRIVATE_ADDRESSES, code, text, with_call};
 
@@ -150,13 +151,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
             .exists(),
         "admin kubeconfig not stored"
     );
-    let writes: Vec<String> = lab
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.is_write())
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
+    let writes = lab.fake.writes();
     assert!(
         writes.iter().any(|w| w.contains("daemonsets")),
         "no add-on applied: {writes:?}"

@@ -12,7 +12,7 @@ use kprov::cloud::aws::AwsCloud;
 use kprov::cloud::engine::{self, ApplyOptions};
 use kprov::spec::{Cluster, InstanceGroup};
 
-use crate::faults::proxied_sdk;
+use crate::support::awscloud::{delete_all, host_keys, proxied_sdk};
 use crate::support::faultproxy::{AwsError, Fault, FaultProxy, Request};
 use crate::support::moto::moto;
 
@@ -20,14 +20,7 @@ use crate::support::moto::moto;
 /// generated host keys.
 async fn cloud(proxy: &FaultProxy, cluster: &str, igs: &[InstanceGroup]) -> AwsCloud {
     let sdk = proxied_sdk(&proxy.endpoint, 3).await;
-    let mut keys = std::collections::BTreeMap::new();
-    for g in igs {
-        let k = kprov::cloud::aws::hostkeys::generate(&g.metadata.name)
-            .await
-            .expect("ssh-keygen");
-        keys.insert(g.metadata.name.clone(), k);
-    }
-    AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys)
+    AwsCloud::new(&sdk, cluster, &[]).with_host_keys(host_keys(igs).await)
 }
 
 /// Applies, then checks that a second plan finds nothing to do.
@@ -44,20 +37,6 @@ async fn apply_converged(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) {
 async fn apply_converge_delete(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) {
     apply_converged(cloud, c, igs).await;
     delete_all(cloud, c, igs).await;
-}
-
-async fn delete_all(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) {
-    let doomed = cloud.plan_delete(c, igs).await.expect("delete plan");
-    engine::apply(
-        cloud,
-        &doomed,
-        &ApplyOptions {
-            prune: true,
-            ..ApplyOptions::default()
-        },
-    )
-    .await
-    .expect("clean up");
 }
 
 /// IAM is eventually consistent: for a few seconds after CreateInstanceProfile, IAM itself
@@ -920,13 +899,7 @@ async fn elastic_ip_quota_is_checked_at_plan_time() {
         allocated.push(a.allocation_id().unwrap().to_string());
     }
     let (c, igs) = crate::aws::spec(cluster, zone, true);
-    let mut keys = std::collections::BTreeMap::new();
-    for g in &igs {
-        let k = kprov::cloud::aws::hostkeys::generate(&g.metadata.name)
-            .await
-            .expect("ssh-keygen");
-        keys.insert(g.metadata.name.clone(), k);
-    }
+    let keys = host_keys(&igs).await;
     let kprov_sdk = moto().kprov_sdk_config().await;
     let cloud = AwsCloud::new(
         &kprov_sdk,

@@ -14,8 +14,8 @@ use crate::support::awsroll::{
     PRIVATE_ADDRESSES, code, delete_cleanly, edit_workers, group_size, journal, launched,
     nothing_to_roll, running_cluster, text, update_yes, with_call, workers,
 };
-use crate::support::cloudlab::snapshot;
 use crate::support::fakekube::{owned_by, pod};
+use crate::support::snapshot;
 
 #[test]
 fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {

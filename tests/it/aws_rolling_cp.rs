@@ -24,8 +24,9 @@ use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::aws_lifecycle::{code, text, with_call};
 use crate::support::awsroll::{CreateAws, lab_with_zone, launched};
-use crate::support::cloudlab::{VERSION, snapshot};
+use crate::support::cloudlab::VERSION;
 use crate::support::mirror::Mirror;
+use crate::support::snapshot;
 use crate::support::testhosts::{TestHost, in_netns};
 
 /// The minor before the lab mirror's (the metal upgrade test's pin).
@@ -533,13 +534,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
         .map(|(id, _)| id)
         .collect();
     assert_eq!(fresh.len(), 1, "{:?}", after.keys());
-    let node_writes: Vec<String> = lab
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.is_write())
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
+    let node_writes = lab.fake.writes();
     assert!(
         node_writes.is_empty(),
         "a bastion roll wrote to the API: {node_writes:?}"

@@ -17,8 +17,9 @@ use crate::support::awsroll::{
     code, delete_cleanly, edit_workers, group_size, journal, launched, nothing_to_roll, rolling,
     running_cluster, text, update_yes, with_call, workers,
 };
-use crate::support::cloudlab::{CloudLab, snapshot};
+use crate::support::cloudlab::CloudLab;
 use crate::support::fakekube::{owned_by, pod};
+use crate::support::snapshot;
 
 /// The image the workers move to: another stock image in moto (the cluster starts on xenial).
 const NEW_IMAGE: &str = "099720109477/ubuntu/images/hvm-ssd/ubuntu-trusty-14.04-amd64-server-*";

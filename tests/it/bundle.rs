@@ -7,12 +7,11 @@
 use std::path::PathBuf;
 
 use crate::images::{image_archive, imports};
-use crate::metal::{Lab, kprov_inventory, ok, show, text};
+use crate::metal::{Lab, ok, show, text};
 use crate::support;
 use crate::support::cli::Env;
+use crate::support::cli::create_metal;
 use crate::support::registry::{Registry, member_offset, split_reference};
-
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
 fn assets_json(run: impl Fn(&[&str]) -> std::process::Output, name: &str) -> String {
     let o = run(&["get", "assets", name, "-o", "json"]);
@@ -26,18 +25,7 @@ fn assets_json(run: impl Fn(&[&str]) -> std::process::Output, name: &str) -> Str
 #[test]
 fn get_assets_of_the_default_aws_spec_is_golden() {
     let env = Env::new();
-    let o = env.run(&[
-        "create",
-        "cluster",
-        "assets.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "eu-west-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
-    assert!(o.status.success(), "{}", show(&o));
+    env.create_aws("assets.example.com");
     let json = assets_json(|a| env.run(a), "assets.example.com");
     insta::assert_snapshot!("assets-default-aws", json);
     let table = text(&env.run(&["get", "assets", "assets.example.com"]).stdout);
@@ -57,15 +45,10 @@ fn get_assets_of_the_default_metal_spec_is_golden() {
         "hosts:\n  - name: cp1\n    address: 198.18.0.10\n    roles: [control-plane]\n  - name: w1\n    address: 198.18.0.11\n    roles: [node]\n",
     )
     .unwrap();
-    let o = env.run(&[
-        "create",
-        "cluster",
+    let o = env.run(&create_metal(
         "assets.metal.example.com",
-        "--cloud",
-        "metal",
-        "--inventory",
         inv.to_str().unwrap(),
-    ]);
+    ));
     assert!(o.status.success(), "{}", show(&o));
     let json = assets_json(|a| env.run(a), "assets.metal.example.com");
     insta::assert_snapshot!("assets-default-metal", json);
@@ -84,10 +67,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "bundle.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     lab.create_metal(name, &inv);
     let list: serde_json::Value =
         serde_json::from_str(&assets_json(|a| lab.kprov(a), name)).unwrap();

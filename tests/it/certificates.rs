@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::metal::{Lab, kprov_inventory, show};
+use crate::metal::{Lab, show};
 use crate::support::cli::{ok, text};
 use crate::support::testhosts::TestHost;
 
@@ -348,10 +348,7 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
     let lab = Lab::start(1);
     let name = "sig-certs.metal.example.com";
     lab_ca(&lab);
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane")]);
     lab.create_metal(name, &inv);
     lab.provision(name);
     let hold = "/var/lib/kprov-standins/certs-renew-hold";
@@ -382,12 +379,7 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
         )),
         "{err}"
     );
-    let status = lab.kprov(&["lock", "status", name]);
-    assert!(
-        text(&status.stdout).contains("is not locked"),
-        "{}",
-        show(&status)
-    );
+    lab.assert_unlocked(name);
     eprintln!("signal figures: SIGINT at a certificate renewal to exit {took:?}");
 }
 
@@ -397,18 +389,12 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
     let lab = Lab::start(4);
     let name = "certs.metal.example.com";
     lab_ca(&lab);
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(
-            &lab,
-            &[
-                ("host1", "control-plane"),
-                ("host2", "control-plane"),
-                ("host3", "control-plane"),
-                ("host4", "node"),
-            ],
-        ),
-    );
+    let inv = lab.inventory(&[
+        ("host1", "control-plane"),
+        ("host2", "control-plane"),
+        ("host3", "control-plane"),
+        ("host4", "node"),
+    ]);
     lab.create_metal(name, &inv);
     lab.provision(name);
     let api = ApiServers::start(&lab, &["host1", "host2", "host3"]);

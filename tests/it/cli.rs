@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::support::cli::Env;
+use crate::support::cli::create_metal;
 use crate::support::cli::{fails, ok, text};
 use crate::support::moto::moto;
 
@@ -89,20 +90,13 @@ fn dry_run_says_what_it_understood_from_a_kubespray_inventory_directory() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/kubespray/corpus/mycluster"
     );
-    let o = env.run(&[
-        "create",
-        "cluster",
-        "lab.internal",
-        "--cloud",
-        "metal",
-        "--inventory",
-        dir,
-        "--ssh-public-key",
-        KEY,
-        "--dry-run",
-        "-o",
-        "yaml",
-    ]);
+    let o = env.run(
+        &[
+            &create_metal("lab.internal", dir)[..],
+            &["--ssh-public-key", KEY, "--dry-run", "-o", "yaml"],
+        ]
+        .concat(),
+    );
     let out = ok(&o);
     let err = text(&o.stderr);
     for want in [
@@ -144,17 +138,13 @@ fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
     )
     .unwrap();
     let err = fails(
-        &env.run(&[
-            "create",
-            "cluster",
-            "lab.internal",
-            "--cloud",
-            "metal",
-            "--inventory",
-            even.to_str().unwrap(),
-            "--ssh-public-key",
-            KEY,
-        ]),
+        &env.run(
+            &[
+                &create_metal("lab.internal", even.to_str().unwrap())[..],
+                &["--ssh-public-key", KEY],
+            ]
+            .concat(),
+        ),
         3,
     );
     assert!(err.contains(&format!("{}:", even.display())), "{err}");
@@ -164,17 +154,13 @@ fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
     );
     let commented = format!("{real}/01-sample-inventory-HEAD.ini");
     let err = fails(
-        &env.run(&[
-            "create",
-            "cluster",
-            "lab.internal",
-            "--cloud",
-            "metal",
-            "--inventory",
-            &commented,
-            "--ssh-public-key",
-            KEY,
-        ]),
+        &env.run(
+            &[
+                &create_metal("lab.internal", &commented)[..],
+                &["--ssh-public-key", KEY],
+            ]
+            .concat(),
+        ),
         3,
     );
     assert!(err.contains("the inventory lists no hosts"), "{err}");
@@ -187,17 +173,13 @@ fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
     )
     .unwrap();
     let err = fails(
-        &env.run(&[
-            "create",
-            "cluster",
-            "lab.internal",
-            "--cloud",
-            "metal",
-            "--inventory",
-            ini.to_str().unwrap(),
-            "--ssh-public-key",
-            KEY,
-        ]),
+        &env.run(
+            &[
+                &create_metal("lab.internal", ini.to_str().unwrap())[..],
+                &["--ssh-public-key", KEY],
+            ]
+            .concat(),
+        ),
         3,
     );
     assert!(
@@ -596,16 +578,7 @@ fn s3_store_end_to_end_against_moto() {
     let bucket = format!("kprov-cli-{}", std::process::id());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let s3 = aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::config::Builder::from(&m.sdk_config().await)
-                .force_path_style(true)
-                .build(),
-        );
-        s3.create_bucket()
-            .bucket(&bucket)
-            .send()
-            .await
-            .expect("bucket");
+        m.create_bucket(&bucket).await;
     });
     let env = Env::with_store(format!("s3://{bucket}/teams/platform")).with_moto();
     let out = env.run(&[
@@ -629,12 +602,9 @@ fn s3_store_end_to_end_against_moto() {
     let table = ok(&env.run(&["get", "clusters"]));
     assert!(table.contains("s3.example.com"), "{table}");
     let keys = rt.block_on(async {
-        let s3 = aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::config::Builder::from(&m.sdk_config().await)
-                .force_path_style(true)
-                .build(),
-        );
-        let r = s3
+        let r = m
+            .s3()
+            .await
             .list_objects_v2()
             .bucket(&bucket)
             .prefix("teams/platform/")
@@ -759,16 +729,10 @@ fn endless_inputs_are_refused_promptly() {
     let cases: [(&[&str], &str); 3] = [
         (
             &[
-                "create",
-                "cluster",
-                "lab.internal",
-                "--cloud",
-                "metal",
-                "--inventory",
-                "/dev/zero",
-                "--ssh-public-key",
-                KEY,
-            ],
+                &create_metal("lab.internal", "/dev/zero")[..],
+                &["--ssh-public-key", KEY],
+            ]
+            .concat(),
             "inventory /dev/zero is larger than the limit of 4 MiB",
         ),
         (
@@ -777,16 +741,10 @@ fn endless_inputs_are_refused_promptly() {
         ),
         (
             &[
-                "create",
-                "cluster",
-                "lab.internal",
-                "--cloud",
-                "metal",
-                "--inventory",
-                inv,
-                "--ssh-public-key",
-                "/dev/zero",
-            ],
+                &create_metal("lab.internal", inv)[..],
+                &["--ssh-public-key", "/dev/zero"],
+            ]
+            .concat(),
             "/dev/zero is larger than the limit of 64 KiB",
         ),
     ];
@@ -881,15 +839,7 @@ fn etcd_commands_refuse_a_stored_spec_that_is_no_longer_valid_as_other_commands_
     let env = Env::new();
     let name = "ha.example.com";
     let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-ha.yaml");
-    ok(&env.run(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        inv,
-    ]));
+    ok(&env.run(&create_metal(name, inv)));
     // Valid: resolution lets the command through, to the hosts (whose keys nobody recorded).
     let err = fails(&env.run(&["backup", "etcd", name]), 1);
     assert!(err.contains("unknown host key"), "{err}");

@@ -1,42 +1,19 @@
 //! `get addons`, `update addons` and `validate cluster` through the real binary, against the
 //! HTTP fake of the Kubernetes API.
 
-use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::cli::Env;
-use crate::support::fakekube::{FakeKube, node, pod};
-
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
+use crate::support::cli::{Env, show as out};
+use crate::support::fakekube::{FakeKube, node, system_pod};
 
 /// A scratch environment holding one AWS cluster spec (no cloud is contacted).
 fn env_with(cluster: &str) -> Env {
     let env = Env::new();
-    let o = env.run(&[
-        "create",
-        "cluster",
-        cluster,
-        "--cloud",
-        "aws",
-        "--zones",
-        "eu-west-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    env.create_aws(cluster);
     env
-}
-
-fn out(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,31 +163,10 @@ async fn validate_cluster_exit_code_follows_health() {
         ("calico-node-b", "w1"),
         ("calico-node-c", "w2"),
     ] {
-        fake.put(pod(
-            "kube-system",
-            name,
-            json!({"k8s-app": "calico-node"}),
-            n,
-            "Running",
-            true,
-        ));
+        fake.put(system_pod(name, "calico-node", n));
     }
-    fake.put(pod(
-        "kube-system",
-        "coredns-1",
-        json!({"k8s-app": "kube-dns"}),
-        "w2",
-        "Running",
-        true,
-    ));
-    fake.put(pod(
-        "kube-system",
-        "ccm-1",
-        json!({"k8s-app": "cloud-controller-manager"}),
-        "cp1",
-        "Running",
-        true,
-    ));
+    fake.put(system_pod("coredns-1", "kube-dns", "w2"));
+    fake.put(system_pod("ccm-1", "cloud-controller-manager", "cp1"));
 
     let o = env
         .run_async(&[

@@ -3,22 +3,7 @@
 
 use crate::support::awsroll::{CreateAws, code, lab_with_zone, text};
 use crate::support::cli::Env;
-
-/// VPCs tagged as owned by the cluster, counted with the SDK, not with kprov's reader.
-async fn owned_vpcs(sdk: &aws_config::SdkConfig, cluster: &str) -> usize {
-    let ec2 = aws_sdk_ec2::Client::new(sdk);
-    let f = aws_sdk_ec2::types::Filter::builder()
-        .name(format!("tag:kubernetes.io/cluster/{cluster}"))
-        .values("owned")
-        .build();
-    ec2.describe_vpcs()
-        .filters(f)
-        .send()
-        .await
-        .expect("describe")
-        .vpcs()
-        .len()
-}
+use crate::support::moto::owned_vpcs;
 
 /// The cluster's running instances that kprov provisions (not its bastions), by instance ID,
 /// read with the SDK from moto itself.

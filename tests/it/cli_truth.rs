@@ -2,23 +2,11 @@
 //! cloud is needed): a plan with errors fails, a zone EC2 does not have is refused before
 //! anything is made, a refused `create` writes nothing, SDK errors show the service's code.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::support::cli::Env;
-use crate::support::moto::moto;
-
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
-
-fn out(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::support::cli::{Env, KEY, show as out};
+use crate::support::moto::{moto, owned_vpcs};
+use crate::support::snapshot_with_dirs;
 
 #[track_caller]
 fn code(o: &Output, want: i32) -> String {
@@ -30,43 +18,6 @@ fn code(o: &Output, want: i32) -> String {
         moto().log_tail()
     );
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.insert(p.clone(), Vec::new());
-                todo.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
-            }
-        }
-    }
-    out
-}
-
-/// VPCs tagged as owned by the cluster, counted with the SDK, not with kprov's reader.
-async fn owned_vpcs(cluster: &str) -> usize {
-    let sdk = moto().sdk_config().await;
-    let ec2 = aws_sdk_ec2::Client::new(&sdk);
-    let f = aws_sdk_ec2::types::Filter::builder()
-        .name(format!("tag:kubernetes.io/cluster/{cluster}"))
-        .values("owned")
-        .build();
-    ec2.describe_vpcs()
-        .filters(f)
-        .send()
-        .await
-        .expect("describe")
-        .vpcs()
-        .len()
 }
 
 /// No debug dump of an SDK error: no struct syntax of the SDK's types.
@@ -120,7 +71,11 @@ async fn a_plan_with_errors_exits_1_preview_or_apply() {
             out(&o)
         );
     }
-    assert_eq!(owned_vpcs(name).await, 0, "nothing may be created");
+    assert_eq!(
+        owned_vpcs(&moto().sdk_config().await, name).await,
+        0,
+        "nothing may be created"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,7 +112,11 @@ async fn a_zone_ec2_does_not_have_is_refused_before_anything_is_created() {
             out(&o)
         );
     }
-    assert_eq!(owned_vpcs(name).await, 0, "nothing may be created");
+    assert_eq!(
+        owned_vpcs(&moto().sdk_config().await, name).await,
+        0,
+        "nothing may be created"
+    );
 }
 
 #[test]
@@ -188,12 +147,12 @@ fn a_refused_create_writes_nothing_and_says_how_to_fix_it() {
         &create(&["--zones", "us-east-1a", "--ssh-public-key", KEY]),
         0,
     );
-    let before = snapshot(&env.state());
+    let before = snapshot_with_dirs(&env.state());
     let o = create(&["--zones", "us-east-1b", "--ssh-public-key", KEY]);
     let err = code(&o, 4);
     assert!(err.contains("already exists"), "{}", out(&o));
     assert_eq!(
-        snapshot(&env.state()),
+        snapshot_with_dirs(&env.state()),
         before,
         "a refused create changed the store"
     );

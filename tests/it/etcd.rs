@@ -7,6 +7,7 @@ use std::process::Output;
 use assert_cmd::Command;
 
 use crate::metal::{Lab, ok, show};
+use crate::support::cli::create_metal;
 use crate::support::cli::text;
 
 /// The inventory Kubespray's inventory builder writes for five hosts: two control planes,
@@ -255,15 +256,7 @@ fn kubespray_inventories_with_etcd_beside_other_roles_create_and_preview() {
     {
         let name = format!("real{i}.example.com");
         let inv = fixtures.join(f).display().to_string();
-        let c = kprov(&[
-            "create",
-            "cluster",
-            &name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            &inv,
-        ]);
+        let c = kprov(&create_metal(&name, &inv));
         assert!(c.status.success(), "{f}: {}", show(&c));
         let got = kprov(&["get", "cluster", &name, "-o", "yaml"]);
         assert!(
@@ -747,16 +740,7 @@ async fn backup_use_case_on_file_and_s3_stores() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = format!("kprov-it-etcd-{:016x}", rand::random::<u64>());
     let moto = crate::support::moto::moto();
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&moto.sdk_config().await)
-            .force_path_style(true)
-            .build(),
-    )
-    .create_bucket()
-    .bucket(&bucket)
-    .send()
-    .await
-    .unwrap();
+    moto.create_bucket(&bucket).await;
     let stores: Vec<(&str, std::sync::Arc<dyn StateStore>)> = vec![
         (
             "file",

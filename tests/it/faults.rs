@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kprov::spec::{Host, HostRole};
 use kprov::ssh::task::{ExecError, RemoteFile, Step, StepOutcome};
 use kprov::ssh::{NoProgress, SshFleet, SshOptions, Summary};
 use kprov::state::{Object, Precondition, StateError, StateStore, Version};
 
-use crate::metal::{Lab, kprov_inventory};
+use crate::metal::Lab;
+use crate::support::awscloud::{delete_all, host_keys, proxied_sdk};
 use crate::support::faultproxy::{Fault, FaultProxy, Request};
 use crate::support::memstate::MemStore;
 use crate::support::moto::moto;
@@ -62,25 +62,6 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 // ---------------------------------------------------------------------------------------------
 // SSH: connections killed mid-step, hosts that vanish or reboot.
 
-fn fleet_hosts(th: &TestHosts) -> Vec<Host> {
-    th.hosts
-        .iter()
-        .map(|h| Host {
-            name: h.name.clone(),
-            address: h.address.clone(),
-            ip: None,
-            access_ip: None,
-            user: Some("root".into()),
-            port: Some(h.port),
-            key_path: Some(th.client_key.display().to_string()),
-            bastion: None,
-            roles: vec![HostRole::Node],
-            labels: Default::default(),
-            taints: Vec::new(),
-        })
-        .collect()
-}
-
 fn new_fleet(th: &TestHosts, store: &Arc<MemStore>, connect_timeout: Duration) -> SshFleet {
     let options = SshOptions {
         accept_new_host_keys: true,
@@ -89,7 +70,7 @@ fn new_fleet(th: &TestHosts, store: &Arc<MemStore>, connect_timeout: Duration) -
     };
     SshFleet::new(
         CLUSTER,
-        fleet_hosts(th),
+        th.spec_hosts(),
         store.clone(),
         options,
         Arc::new(NoProgress),
@@ -755,30 +736,9 @@ fn file_store_writer_killed_at_random_points() {
     );
 }
 
-pub(crate) async fn proxied_sdk(endpoint: &str, attempts: u32) -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            "testing", "testing", None, None, "faults",
-        ))
-        .retry_config(
-            aws_config::retry::RetryConfig::standard()
-                .with_max_attempts(attempts)
-                .with_initial_backoff(Duration::from_millis(20)),
-        )
-        .load()
-        .await
-}
-
 /// What moto holds for `key`, read around the proxy.
 async fn s3_direct(bucket: &str, key: &str) -> Option<(Bytes, String)> {
-    let sdk = moto().sdk_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .force_path_style(true)
-            .build(),
-    );
+    let s3 = moto().s3().await;
     let out = s3.get_object().bucket(bucket).key(key).send().await.ok()?;
     let etag = out.e_tag().unwrap_or_default().to_string();
     Some((out.body.collect().await.ok()?.into_bytes(), etag))
@@ -791,17 +751,7 @@ async fn s3_direct(bucket: &str, key: &str) -> Option<(Bytes, String)> {
 async fn s3_store_writes_failing_half_way_leave_no_torn_object() {
     crate::needs_tier!(Moto);
     let bucket = "kprov-faults-s3";
-    let direct = moto().sdk_config().await;
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&direct)
-            .force_path_style(true)
-            .build(),
-    )
-    .create_bucket()
-    .bucket(bucket)
-    .send()
-    .await
-    .expect("bucket");
+    moto().create_bucket(bucket).await;
     let proxy = FaultProxy::start(&moto().endpoint);
     // One attempt: the fault reaches kprov's code. Three: the SDK's default.
     let once = kprov::state::s3::S3Store::new(&proxied_sdk(&proxy.endpoint, 1).await, bucket, "p");
@@ -980,13 +930,7 @@ async fn aws_update_converges_while_the_api_throttles() {
     // The CLI's SDK settings (standard retry mode, 3 attempts).
     let sdk = proxied_sdk(&proxy.endpoint, 3).await;
     let (c, igs) = crate::aws::spec(cluster, zone, false);
-    let mut keys = std::collections::BTreeMap::new();
-    for g in &igs {
-        let k = kprov::cloud::aws::hostkeys::generate(&g.metadata.name)
-            .await
-            .expect("ssh-keygen");
-        keys.insert(g.metadata.name.clone(), k);
-    }
+    let keys = host_keys(&igs).await;
     let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
     proxy.set_policy(throttling(11));
     let started = Instant::now();
@@ -1018,17 +962,7 @@ async fn aws_update_converges_while_the_api_throttles() {
         ),
     );
     proxy.set_policy(Box::new(|_: &Request| None));
-    let doomed = cloud.plan_delete(&c, &igs).await.expect("delete plan");
-    engine::apply(
-        &cloud,
-        &doomed,
-        &ApplyOptions {
-            prune: true,
-            ..ApplyOptions::default()
-        },
-    )
-    .await
-    .expect("clean up");
+    delete_all(&cloud, &c, &igs).await;
 }
 
 /// Throttling that outlasts the resource deadline: the apply stops at the deadline with an
@@ -1045,14 +979,7 @@ async fn aws_throttling_past_the_deadline_is_reported_as_such() {
     let proxy = FaultProxy::start(&moto().endpoint);
     let sdk = proxied_sdk(&proxy.endpoint, 3).await;
     let (c, igs) = crate::aws::spec(cluster, zone, false);
-    // Launch templates carry each group's SSH host key (generated by `update --yes`).
-    let mut keys = std::collections::BTreeMap::new();
-    for g in &igs {
-        let k = kprov::cloud::aws::hostkeys::generate(&g.metadata.name)
-            .await
-            .expect("ssh-keygen");
-        keys.insert(g.metadata.name.clone(), k);
-    }
+    let keys = host_keys(&igs).await;
     let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
     let plan = cloud.plan(&c, &igs).await.expect("plan");
     proxy.set_policy(Box::new(|r: &Request| {
@@ -1096,17 +1023,7 @@ async fn aws_throttling_past_the_deadline_is_reported_as_such() {
             proxy.stats().total_injected()
         ),
     );
-    let doomed = cloud.plan_delete(&c, &igs).await.expect("delete plan");
-    engine::apply(
-        &cloud,
-        &doomed,
-        &ApplyOptions {
-            prune: true,
-            ..ApplyOptions::default()
-        },
-    )
-    .await
-    .expect("clean up");
+    delete_all(&cloud, &c, &igs).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1170,30 +1087,12 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
     for seed in seeds {
         let lab = Lab::start(3);
         let name = format!("kill{seed}.metal.example.com");
-        let inv = lab.write(
-            "inventory.yaml",
-            &kprov_inventory(
-                &lab,
-                &[
-                    ("host1", "control-plane"),
-                    ("host2", "node"),
-                    ("host3", "node"),
-                ],
-            ),
-        );
-        let o = lab.kprov(&[
-            "create",
-            "cluster",
-            &name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            &inv,
-            "--kubernetes-version",
-            crate::metal::VERSION,
+        let inv = lab.inventory(&[
+            ("host1", "control-plane"),
+            ("host2", "node"),
+            ("host3", "node"),
         ]);
-        assert!(o.status.success(), "{}", crate::metal::show(&o));
-        lab.use_mirror(&name, None);
+        lab.create_metal(&name, &inv);
         let before = lab.hosts_snapshot();
         let mut rng = Rng::new(seed);
         // Two kills at seeded moments, the second while the first's leftovers are handled.

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use kprov::spec::ImageArchive;
 
-use crate::metal::{Lab, kprov_inventory, ok, show, text};
+use crate::metal::{Lab, ok, show, text};
 
 /// A docker-archive as `docker save` writes it (manifest.json, config, one layer), in `dir`.
 pub(crate) fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
@@ -101,10 +101,7 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "images.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     lab.create_metal(name, &inv);
 
     // One archive on the operator's machine (uploaded), one on the lab's mirror (downloaded by
@@ -303,10 +300,7 @@ fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(1);
     let name = "imports.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane")]);
     lab.create_metal(name, &inv);
     let dir = lab.dir.path();
     let (a, a_sha) = image_archive(dir, "first", "example.com/first:1");
@@ -410,10 +404,7 @@ fn an_image_tag_with_control_characters_is_printed_escaped_in_every_output() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(1);
     let name = "tags.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane")]);
     lab.create_metal(name, &inv);
     // As the archive's manifest.json holds it: JSON escapes for ESC and a newline.
     let (path, sha) = image_archive(

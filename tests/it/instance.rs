@@ -9,7 +9,7 @@ use std::process::Output;
 
 use serde_json::json;
 
-use crate::metal::{Lab, kprov_inventory, ok, show, text};
+use crate::metal::{Lab, ok, show, text};
 use crate::support::fakekube::{FakeKube, app_pdb, daemon_pod, replica_pod, static_pod};
 
 struct Api {
@@ -29,7 +29,7 @@ impl Api {
 }
 
 fn create(lab: &Lab, name: &str, roles: &[(&str, &str)]) {
-    let inv = lab.write("inventory.yaml", &kprov_inventory(lab, roles));
+    let inv = lab.inventory(roles);
     lab.create_metal(name, &inv);
     lab.provision(name);
 }
@@ -260,12 +260,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
                 )),
                 "{err}"
             );
-            let status = lab.kprov(&["lock", "status", name]);
-            assert!(
-                text(&status.stdout).contains("is not locked"),
-                "{}",
-                show(&status)
-            );
+            lab.assert_unlocked(name);
         }
         assert!(api.fake.unschedulable("host3"));
         assert!(api.fake.get("Pod", Some("default"), "api-1").is_some());

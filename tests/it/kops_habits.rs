@@ -3,6 +3,7 @@
 //! never values).
 
 use crate::support::cli::Env;
+use crate::support::cli::create_metal;
 use crate::support::cli::{ok, text};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
@@ -128,18 +129,13 @@ fn json(s: &str) -> serde_json::Value {
 fn json_of_get_and_of_a_dry_run_is_accepted_by_create_f() {
     crate::needs_tier!(Moto);
     let env = Env::new();
-    let dry = ok(&env.run(&[
-        "create",
-        "cluster",
-        "lab.internal",
-        "--cloud",
-        "metal",
-        "--inventory",
-        HA,
-        "--dry-run",
-        "-o",
-        "json",
-    ]));
+    let dry = ok(&env.run(
+        &[
+            &create_metal("lab.internal", HA)[..],
+            &["--dry-run", "-o", "json"],
+        ]
+        .concat(),
+    ));
     let file = env.path("dry.json");
     std::fs::write(&file, &dry).expect("write");
     let o = env.run(&["create", "-f", file.to_str().expect("utf-8")]);
@@ -188,15 +184,7 @@ fn json_of_get_and_of_a_dry_run_is_accepted_by_create_f() {
 #[test]
 fn metal_group_sizes_and_cluster_counts_follow_the_hosts() {
     let env = Env::new();
-    let o = env.run(&[
-        "create",
-        "cluster",
-        "lab.internal",
-        "--cloud",
-        "metal",
-        "--inventory",
-        HA,
-    ]);
+    let o = env.run(&create_metal("lab.internal", HA));
     ok(&o);
     let row = |out: &str, first: &str| -> Vec<String> {
         out.lines()
@@ -336,12 +324,12 @@ fn create_sshpublickey_stores_the_instances_key_shown_by_its_fingerprint() {
 #[test]
 fn metal_phases_each_do_their_part_and_nothing_else() {
     crate::needs_tier!(SshdHosts);
-    use crate::metal::{Lab, kprov_inventory};
+    use crate::metal::Lab;
     use crate::support::fakekube::{FakeKube, node};
     let lab = Lab::start(2);
     let name = "phases.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    let inv = lab.inventory(&hosts);
     lab.create_metal(name, &inv);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let fake = rt.block_on(FakeKube::start());

@@ -14,9 +14,10 @@ use assert_cmd::Command;
 
 use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectRef};
 
+use crate::support::cli::create_metal;
 pub(crate) use crate::support::cli::{ok, show, text};
-use crate::support::cloudlab::snapshot;
 use crate::support::mirror::Mirror;
+use crate::support::snapshot;
 use crate::support::testhosts::TestHosts;
 
 pub(crate) const VERSION: &str = "1.35.1";
@@ -108,17 +109,21 @@ impl Lab {
     /// `create cluster NAME --cloud metal --inventory INVENTORY` at the pinned test version,
     /// the spec only (assets as the spec says); it must succeed.
     pub(crate) fn create_metal_spec(&self, name: &str, inventory: &str) {
-        ok(&self.kprov(&[
-            "create",
-            "cluster",
-            name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            inventory,
-            "--kubernetes-version",
-            VERSION,
-        ]));
+        ok(&self.kprov(
+            &[
+                &create_metal(name, inventory)[..],
+                &["--kubernetes-version", VERSION],
+            ]
+            .concat(),
+        ));
+    }
+
+    /// `lock status NAME` succeeds and says the cluster is not locked (a stopped run
+    /// released its lock).
+    #[track_caller]
+    pub(crate) fn assert_unlocked(&self, name: &str) {
+        let status = ok(&self.kprov(&["lock", "status", name]));
+        assert!(status.contains("is not locked"), "{status}");
     }
 
     /// `update cluster NAME --yes --accept-new-host-keys --skip-addons`; it must succeed.
@@ -137,6 +142,11 @@ impl Lab {
         let p = self.dir.path().join(name);
         std::fs::write(&p, content).unwrap();
         p.display().to_string()
+    }
+
+    /// Writes `inventory.yaml` ([`kprov_inventory`] of `roles`); its path.
+    pub(crate) fn inventory(&self, roles: &[(&str, &str)]) -> String {
+        self.write("inventory.yaml", &kprov_inventory(self, roles))
     }
 
     pub(crate) fn key(&self) -> String {
@@ -294,17 +304,11 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "one.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(
-            &lab,
-            &[
-                ("host1", "control-plane"),
-                ("host2", "node"),
-                ("host3", "node"),
-            ],
-        ),
-    );
+    let inv = lab.inventory(&[
+        ("host1", "control-plane"),
+        ("host2", "node"),
+        ("host3", "node"),
+    ]);
     lab.create_metal(name, &inv);
 
     // Preview before anything: nothing is written anywhere; changes are pending.
@@ -908,15 +912,7 @@ fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
             .expect("runs kprov")
     };
     let name = "never.metal.example.com";
-    ok(&kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        inv_path.to_str().unwrap(),
-    ]));
+    ok(&kprov(&create_metal(name, inv_path.to_str().unwrap())));
     let preview = ok(&kprov(&["delete", "cluster", name]));
     assert!(
         preview.contains("Will reset 2 hosts") && preview.contains("127.0.0.3"),
@@ -943,10 +939,7 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
     let lab = Lab::start(2);
     let first = "first.metal.example.com";
     let second = "second.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     for name in [first, second] {
         lab.create_metal(name, &inv);
     }
@@ -1050,10 +1043,7 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "scale.metal.example.com";
-    let inv1 = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv1 = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     lab.create_metal(name, &inv1);
     lab.provision(name);
     let inv2 = lab.write(
@@ -1173,10 +1163,7 @@ fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
     let lab = Lab::start(2);
     let first = "gone.metal.example.com";
     let second = "next.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     for name in [first, second] {
         lab.create_metal(name, &inv);
     }
@@ -1242,10 +1229,7 @@ fn get_instances_lists_an_unreachable_host_as_unreachable_with_its_error() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "unreachable.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
     lab.create_metal(name, &inv);
     lab.provision(name);
     lab.host("host2").power_off();

@@ -6,7 +6,7 @@
 //! Ready the API could not tell (not 0), and counts in the singular when there is one.
 //! Needs root (sshd test hosts).
 
-use crate::metal::{Lab, kprov_inventory, text};
+use crate::metal::{Lab, text};
 
 /// `kprov ARGS` as in a CI job: pipes, a colour TERM, no NO_COLOR.
 fn on_pipes(lab: &Lab, args: &[&str]) -> std::process::Output {
@@ -63,7 +63,7 @@ fn failing_commands_on_pipes_print_no_escape_and_name_the_api_url_and_the_host()
     let lab = Lab::start(2);
     let name = "pipes.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    let inv = lab.inventory(&hosts);
     lab.create_metal(name, &inv);
     lab.provision(name);
     // An API server address nothing listens on: a loopback port this test bound and closed.

@@ -124,16 +124,7 @@ async fn racing_writers_on_s3_lose_nothing() {
     let m = moto_serial();
     let bucket = format!("kprov-race-{}", std::process::id());
     let sdk = m.sdk_config().await;
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .force_path_style(true)
-            .build(),
-    );
-    s3.create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .expect("bucket");
+    m.create_bucket(&bucket).await;
     let store: Arc<dyn StateStore> = Arc::new(state::s3::S3Store::new(&sdk, &bucket, "race"));
     check_backend(store, "s3").await;
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::metal::{Lab, VERSION, kprov_inventory, show};
+use crate::metal::{Lab, VERSION, show};
 use crate::support::cli::text;
 
 /// Files one host wrote to its overlay, with contents.
@@ -29,23 +29,8 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(2);
     let name = "roll.metal.example.com";
-    let inv = lab.write(
-        "inventory.yaml",
-        &kprov_inventory(&lab, &[("host1", "control-plane"), ("host2", "node")]),
-    );
-    let o = lab.kprov(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        &inv,
-        "--kubernetes-version",
-        VERSION,
-    ]);
-    assert!(o.status.success(), "{}", show(&o));
-    lab.use_mirror(name, None);
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
+    lab.create_metal(name, &inv);
     let o = lab.kprov(&[
         "update",
         "cluster",
@@ -225,7 +210,9 @@ mod engine_on_the_fake_api {
     use kprov::state::file::FileStore;
     use serde_json::json;
 
-    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod, with_heartbeat};
+    use crate::support::fakekube::{
+        FakeKube, node, owned_by, pdb, pod, system_pod, with_heartbeat,
+    };
 
     #[derive(Default)]
     struct Recorder(Mutex<Vec<String>>);
@@ -500,14 +487,7 @@ mod engine_on_the_fake_api {
         fake.put(with_heartbeat(node("cp1", true, true, false, Some("p"))));
         fake.put(with_heartbeat(node("w1", false, true, false, Some("p"))));
         fake.put(with_heartbeat(node("w2", false, true, false, Some("p"))));
-        fake.put(pod(
-            "kube-system",
-            "coredns-1",
-            json!({ "k8s-app": "kube-dns" }),
-            "cp1",
-            "Running",
-            true,
-        ));
+        fake.put(system_pod("coredns-1", "kube-dns", "cp1"));
         let kube = fake.kube().await;
         let cluster: kprov::spec::Cluster = serde_saphyr::from_str(
             "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  cloudProvider: metal\n",
@@ -782,8 +762,10 @@ mod roll_with_yes {
 
     use serde_json::json;
 
-    use crate::metal::{Lab, VERSION, kprov_inventory, ok, show, text};
-    use crate::support::fakekube::{FakeKube, node, owned_by, pdb, pod, with_heartbeat};
+    use crate::metal::{Lab, VERSION, ok, show, text};
+    use crate::support::fakekube::{
+        FakeKube, node, owned_by, pdb, pod, system_pod, with_heartbeat,
+    };
 
     fn now_ns() -> u128 {
         SystemTime::now()
@@ -852,7 +834,7 @@ mod roll_with_yes {
         name: &str,
         hosts: &[(&str, &str)],
     ) -> (tokio::runtime::Runtime, FakeKube, String) {
-        let inv = lab.write("inventory.yaml", &kprov_inventory(lab, hosts));
+        let inv = lab.inventory(hosts);
         lab.create_metal(name, &inv);
         lab.provision(name);
         let (rt, fake) = cluster_api(hosts);
@@ -883,14 +865,7 @@ mod roll_with_yes {
         }
         let last = hosts.last().map(|(h, _)| *h).unwrap_or("host1");
         fake.put(owned_by(
-            pod(
-                "kube-system",
-                "coredns-1",
-                json!({ "k8s-app": "kube-dns" }),
-                last,
-                "Running",
-                true,
-            ),
+            system_pod("coredns-1", "kube-dns", last),
             // Drains skip it: validation finds CoreDNS whichever node rolls, even when
             // every node is a control plane (tainted) and an evicted pod would stay Pending.
             "DaemonSet",
@@ -1229,8 +1204,7 @@ mod roll_with_yes {
             assert!(kubelet_restarts(&lab, h, t0).is_empty(), "{h}");
         }
         assert!(!fake.requests().iter().any(|r| r.is_write()), "{err}");
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
         lab.host("host1")
             .exec(&format!("rm -f {snapshot_delay}"))
             .expect("fast backup");
@@ -1277,8 +1251,7 @@ mod roll_with_yes {
         assert_eq!(journal_node("host3")["step"], "waiting");
         assert!(unschedulable(&fake, "host2"), "host2 stays cordoned");
         // The lock was released on the way out.
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
 
         // ... and the next run takes it at once, resumes at host2, leaves host1 alone.
         fake.put(pdb(
@@ -1396,8 +1369,7 @@ mod roll_with_yes {
             "{err}"
         );
         assert_eq!(journal_node("host2")["step"], "cordoned");
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
         eprintln!(
             "ctrl-c figures: mid-drain interrupt to exit {stopped_in:?}; second interrupt to exit {out_in:?}"
         );
@@ -1489,8 +1461,7 @@ mod roll_with_yes {
         let n2 = journal_node("host2");
         assert_eq!(n2["step"], "replaced", "{n2}");
         assert_eq!(n2["stopped"], "interrupted while waiting for Ready", "{n2}");
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
         // Ready again: the next run takes the lock at once and finishes, host2 not
         // re-provisioned a second time.
         ready(true);
@@ -1534,8 +1505,7 @@ mod roll_with_yes {
             n2["stopped"], "interrupted during the validation after host2",
             "{n2}"
         );
-        let status = ok(&lab.kprov(&["lock", "status", name]));
-        assert!(status.contains("is not locked"), "{status}");
+        lab.assert_unlocked(name);
         lab.seed_etcd_members("host1", &[(1, "host1", true)]);
         let t3 = now_ns();
         let o = lab.kprov(&args);
@@ -1563,7 +1533,7 @@ mod roll_with_yes {
             ("host2", "node"),
             ("host3", "node"),
         ];
-        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+        let inv = lab.inventory(&hosts);
         lab.create_metal(name, &inv);
         lab.provision(name);
 
@@ -1593,14 +1563,7 @@ mod roll_with_yes {
         }
         fake.run_replicaset_controller();
         fake.put(owned_by(
-            pod(
-                "kube-system",
-                "coredns-1",
-                json!({ "k8s-app": "kube-dns" }),
-                "host2",
-                "Running",
-                true,
-            ),
+            system_pod("coredns-1", "kube-dns", "host2"),
             "ReplicaSet",
             "coredns-rs",
         ));
@@ -1831,18 +1794,14 @@ mod roll_with_yes {
             ("host3", "control-plane"),
             ("host4", "node"),
         ];
-        let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
-        ok(&lab.kprov(&[
-            "create",
-            "cluster",
-            name,
-            "--cloud",
-            "metal",
-            "--inventory",
-            &inv,
-            "--kubernetes-version",
-            FROM,
-        ]));
+        let inv = lab.inventory(&hosts);
+        ok(&lab.kprov(
+            &[
+                &crate::support::cli::create_metal(name, &inv)[..],
+                &["--kubernetes-version", FROM],
+            ]
+            .concat(),
+        ));
         lab.edit_cluster(name, |c| {
             c.spec.assets = Some(kprov::spec::Assets {
                 bundle: None,
@@ -1876,14 +1835,7 @@ mod roll_with_yes {
             ));
         }
         fake.put(owned_by(
-            pod(
-                "kube-system",
-                "coredns-1",
-                json!({ "k8s-app": "kube-dns" }),
-                "host4",
-                "Running",
-                true,
-            ),
+            system_pod("coredns-1", "kube-dns", "host4"),
             "DaemonSet",
             "coredns-as-a-daemonset",
         ));

@@ -443,11 +443,11 @@ fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
 #[test]
 fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
     crate::needs_tier!(SshdHosts);
-    use crate::metal::{Lab, kprov_inventory};
+    use crate::metal::Lab;
     let lab = Lab::start(2);
     let name = "sig.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    let inv = lab.inventory(&hosts);
     lab.create_metal(name, &inv);
     let hold = "/var/lib/kprov-standins/systemd/containerd.restart-hold";
     lab.host("host2")
@@ -512,11 +512,11 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
 #[test]
 fn metal_delete_cluster_stops_within_a_second_of_sigint_while_a_host_resets() {
     crate::needs_tier!(SshdHosts);
-    use crate::metal::{Lab, kprov_inventory};
+    use crate::metal::Lab;
     let lab = Lab::start(2);
     let name = "sig-delete.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let inv = lab.write("inventory.yaml", &kprov_inventory(&lab, &hosts));
+    let inv = lab.inventory(&hosts);
     lab.create_metal(name, &inv);
     lab.provision(name);
     let hold = "/var/lib/kprov-standins/reset-hold";

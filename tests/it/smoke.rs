@@ -5,11 +5,7 @@ use crate::support::moto::moto;
 async fn moto_answers_the_sdk() {
     crate::needs_tier!(Moto);
     let m = moto();
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&m.sdk_config().await)
-            .force_path_style(true)
-            .build(),
-    );
+    let s3 = m.s3().await;
     s3.create_bucket()
         .bucket("kprov-smoke")
         .send()

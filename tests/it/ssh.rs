@@ -40,13 +40,7 @@ fn host(th: &TestHosts, name: &str, address: &str, user: Option<&str>) -> Host {
 }
 
 fn hosts(th: &TestHosts) -> Vec<Host> {
-    th.hosts
-        .iter()
-        .map(|h| Host {
-            port: Some(h.port),
-            ..host(th, &h.name, &h.address, None)
-        })
-        .collect()
+    th.spec_hosts()
 }
 
 fn options(accept: bool) -> SshOptions {

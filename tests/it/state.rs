@@ -32,11 +32,7 @@ fn file_fixture() -> Fixture {
 }
 
 async fn s3_client() -> aws_sdk_s3::Client {
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
-            .force_path_style(true)
-            .build(),
-    )
+    moto().s3().await
 }
 
 /// A bucket of its own per test: moto's state is shared by every test in the binary.

@@ -4,35 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::support::cli::Env;
+use crate::support::cli::create_metal as metal_args;
+use crate::support::cli::{Env, KEY, create_aws, show as out};
 use crate::support::fakekube::FakeKube;
-
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
-
-/// Writes one AWS cluster spec (no cloud is contacted).
-fn create(env: &Env, cluster: &str) {
-    let o = env.run(&[
-        "create",
-        "cluster",
-        cluster,
-        "--cloud",
-        "aws",
-        "--zones",
-        "eu-west-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
-    assert!(o.status.success(), "{}", out(&o));
-}
-
-fn out(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::support::snapshot_with_dirs as snapshot;
 
 /// A kubeconfig whose user is an exec plugin that leaves `marker` behind and then hands the
 /// client a valid credential, so a client that runs it goes on to talk to `server`.
@@ -52,7 +27,7 @@ async fn a_stored_kubeconfig_that_runs_a_command_is_refused() {
     let fake = FakeKube::start().await;
     let env = Env::new();
     let name = "tampered.example.com";
-    create(&env, name);
+    env.create_aws(name);
     let marker = env.dir.path().join("pwned");
     let secrets = env.state().join(name).join("secrets");
     std::fs::create_dir_all(&secrets).unwrap();
@@ -95,7 +70,7 @@ async fn the_users_own_kubeconfig_may_use_an_exec_plugin() {
     let fake = FakeKube::start().await;
     let env = Env::new();
     let name = "own.example.com";
-    create(&env, name);
+    env.create_aws(name);
     let marker = env.dir.path().join("plugin-ran");
     let mine = env.dir.path().join("mine.conf");
     std::fs::write(
@@ -125,7 +100,7 @@ fn a_failed_edit_is_kept_private_and_no_symlink_is_followed() {
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
     let name = "private.example.com";
-    create(&env, name);
+    env.create_aws(name);
     let tmp = env.dir.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let victim = env.dir.path().join("victim");
@@ -238,7 +213,7 @@ fn forged_lock() -> String {
 fn a_forged_lock_is_shown_escaped_in_every_message() {
     let env = Env::new();
     let name = "forged.example.com";
-    create(&env, name);
+    env.create_aws(name);
     std::fs::write(env.state().join(name).join("lock"), forged_lock()).unwrap();
 
     let o = env.run(&["delete", "cluster", name, "--yes"]);
@@ -291,7 +266,7 @@ fn a_forged_lock_is_shown_escaped_in_every_message() {
 fn a_lock_that_is_a_directory_is_reported_and_broken() {
     let env = Env::new();
     let name = "dirlock.example.com";
-    create(&env, name);
+    env.create_aws(name);
     let lock = env.state().join(name).join("lock");
     std::fs::create_dir_all(lock.join("x")).unwrap();
     std::fs::write(lock.join("x/y"), "planted").unwrap();
@@ -339,21 +314,11 @@ fn a_lock_that_is_a_directory_is_reported_and_broken() {
 #[test]
 fn the_store_lock_as_a_directory_is_named_with_the_fix() {
     let env = Env::new();
-    create(&env, "one.example.com");
+    env.create_aws("one.example.com");
     let store_lock = env.state().join(".kprov.lock");
     std::fs::remove_file(&store_lock).unwrap();
     std::fs::create_dir(&store_lock).unwrap();
-    let o = env.run(&[
-        "create",
-        "cluster",
-        "two.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "eu-west-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
+    let o = env.run(&create_aws("two.example.com"));
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
     let err = stderr(&o);
     let path = store_lock.display();
@@ -381,9 +346,9 @@ fn config_as_directory(env: &Env, name: &str) {
 #[test]
 fn a_cluster_whose_config_is_a_directory_is_listed_and_can_be_deleted() {
     let env = Env::new();
-    create(&env, "good.example.com");
+    env.create_aws("good.example.com");
     let name = "odd.example.com";
-    create(&env, name);
+    env.create_aws(name);
     config_as_directory(&env, name);
     let key = format!("{}/{name}/config", env.store());
 
@@ -432,53 +397,18 @@ fn a_cluster_whose_config_is_a_directory_is_listed_and_can_be_deleted() {
     assert!(env.state().join("good.example.com/config").exists());
 }
 
-/// A listing of the store with sizes and hashes, to compare before and after a refusal.
-fn snapshot(dir: &Path) -> Vec<(String, u64, String)> {
-    use sha2::Digest;
-    let mut out = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.push((p.display().to_string(), 0, "dir".into()));
-                pending.push(p);
-            } else {
-                let data = std::fs::read(&p).unwrap();
-                out.push((
-                    p.display().to_string(),
-                    data.len() as u64,
-                    hex::encode(sha2::Sha256::digest(&data)),
-                ));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn a_refused_create_writes_nothing_to_the_store() {
     let env = Env::new();
     // A group name holding a newline and a forged error line: refused, shown escaped, and on a
     // store that does not exist yet nothing at all is created (not even the store's lock).
-    let dump = env.run(&[
-        "create",
-        "cluster",
-        "x.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "eu-west-1a",
-        "--ssh-public-key",
-        KEY,
-        "--dry-run",
-        "-o",
-        "yaml",
-    ]);
+    let dump = env.run(
+        &[
+            &create_aws("x.example.com")[..],
+            &["--dry-run", "-o", "yaml"],
+        ]
+        .concat(),
+    );
     assert!(dump.status.success(), "{}", out(&dump));
     let spec = env.path("bad.yaml");
     std::fs::write(
@@ -507,7 +437,7 @@ fn a_refused_create_writes_nothing_to_the_store() {
     assert!(!env.state().exists(), "{}", out(&o));
 
     // On a store that holds a cluster: an invalid file, an existing cluster, an existing group.
-    create(&env, "held.example.com");
+    env.create_aws("held.example.com");
     let before = snapshot(&env.state());
     let dump = env.run(&["get", "clusters", "held.example.com", "-o", "yaml"]);
     assert!(dump.status.success(), "{}", out(&dump));
@@ -526,17 +456,7 @@ fn a_refused_create_writes_nothing_to_the_store() {
         assert!(!o.status.success(), "{}", out(&o));
         assert_eq!(snapshot(&env.state()), before, "{}", out(&o));
     }
-    let o = env.run(&[
-        "create",
-        "cluster",
-        "held.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "eu-west-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
+    let o = env.run(&create_aws("held.example.com"));
     assert_eq!(o.status.code(), Some(4), "{}", out(&o));
     assert_eq!(snapshot(&env.state()), before, "{}", out(&o));
 }
@@ -726,19 +646,7 @@ impl S3Bucket {
         use crate::support::moto::moto;
         let rt = tokio::runtime::Runtime::new().unwrap();
         let bucket = format!("kprov-trust-{:016x}", rand::random::<u64>());
-        let s3 = rt.block_on(async {
-            let s3 = aws_sdk_s3::Client::from_conf(
-                aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
-                    .force_path_style(true)
-                    .build(),
-            );
-            s3.create_bucket()
-                .bucket(&bucket)
-                .send()
-                .await
-                .expect("bucket");
-            s3
-        });
+        let s3 = rt.block_on(moto().create_bucket(&bucket));
         S3Bucket { rt, s3, bucket }
     }
 
@@ -783,9 +691,9 @@ fn on_s3_a_forged_lock_is_escaped_and_a_cluster_without_its_config_can_be_delete
     let (rt, s3, bucket) = (&b.rt, &b.s3, &b.bucket);
     let put = |key: String, body: String| b.put(&key, body.as_bytes());
     let env = b.env();
-    create(&env, "good.example.com");
+    env.create_aws("good.example.com");
     let name = "odd.example.com";
-    create(&env, name);
+    env.create_aws(name);
 
     put(format!("{name}/lock"), forged_lock());
     let o = env.run(&["delete", "cluster", name, "--yes"]);
@@ -853,17 +761,7 @@ type Put<'a> = &'a dyn Fn(&str, &[u8]);
 /// The metal cluster the record tests plant into (no host is ever contacted).
 fn create_metal(env: &Env, name: &str) {
     let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
-    let o = env.run(&[
-        "create",
-        "cluster",
-        name,
-        "--cloud",
-        "metal",
-        "--inventory",
-        inv,
-        "--ssh-public-key",
-        KEY,
-    ]);
+    let o = env.run(&[&metal_args(name, inv)[..], &["--ssh-public-key", KEY]].concat());
     assert!(o.status.success(), "{}", out(&o));
 }
 
@@ -1047,13 +945,13 @@ fn refused_writes_nothing(
     env: &Env,
     args: &[&str],
     editor: &Path,
-    before: &[(String, u64, String)],
+    before: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
 ) {
     let o = env.cmd(args).env("EDITOR", editor).output().unwrap();
     assert_no_controls(&o);
     assert!(!o.status.success(), "{args:?} was not refused: {}", out(&o));
     assert_eq!(
-        snapshot(&env.state()),
+        &snapshot(&env.state()),
         before,
         "{args:?} changed the store: {}",
         out(&o)
@@ -1065,7 +963,7 @@ fn every_refused_edit_update_and_delete_leaves_the_store_as_it_was() {
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
     let aws = "refuse.example.com";
-    create(&env, aws);
+    env.create_aws(aws);
     let metal = "refuse-metal.example.com";
     create_metal(&env, metal);
     let editor = |name: &str, script: &str| {
@@ -1153,7 +1051,7 @@ fn yaml_quoted(v: &str) -> String {
 fn yaml_and_json_output_is_exact_whatever_a_stored_value_holds() {
     let env = Env::new();
     let name = "exact.example.com";
-    create(&env, name);
+    env.create_aws(name);
     // An annotation (free text) holding every kind of character a terminal acts on.
     let hostile = format!("{OSC52}|{CLEAR}|{FORGED}|\u{7f}\u{9b}2J\u{202e}\u{2066}\ttab");
     let config = env.state().join(name).join("config");
@@ -1202,7 +1100,7 @@ fn yaml_and_json_output_is_exact_whatever_a_stored_value_holds() {
 fn taking_over_a_forged_expired_lock_warns_escaped_and_without_colour() {
     let env = Env::new();
     let name = "takeover.example.com";
-    create(&env, name);
+    env.create_aws(name);
     let expired = forged_lock().replace("2099-01-01T00:00:00Z", "2026-01-01T00:00:00Z");
     std::fs::write(env.state().join(name).join("lock"), expired).unwrap();
     let o = env.run(&["delete", "ig", "--name", name, "nodes", "--yes"]);
@@ -1226,7 +1124,7 @@ fn taking_over_a_forged_expired_lock_warns_escaped_and_without_colour() {
 fn a_refused_instance_group_is_located_in_its_file() {
     let env = Env::new();
     let name = "located.example.com";
-    create(&env, name);
+    env.create_aws(name);
     let file = env.path("ig.yaml");
     std::fs::write(
         &file,

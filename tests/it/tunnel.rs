@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kprov::spec::{Host, HostRole};
+use kprov::spec::HostRole;
 use kprov::ssh::{NoProgress, SshFleet, SshOptions};
 
-use crate::support::fakekube::{FakeKube, node};
+use crate::support::fakekube::{FakeKube, node, system_pod};
 use crate::support::memstate::MemStore;
 use crate::support::testhosts::TestHosts;
 
@@ -21,19 +21,7 @@ async fn the_api_is_reached_through_a_forwarded_port() {
     let fake = FakeKube::start_on(&th.gateway).await;
     fake.put(node("cp1", true, true, false, Some("aws:///a/i-1")));
     let h = &th.hosts[0];
-    let host = Host {
-        name: h.name.clone(),
-        address: h.address.clone(),
-        ip: None,
-        access_ip: None,
-        user: Some("root".into()),
-        port: Some(h.port),
-        key_path: Some(th.client_key.display().to_string()),
-        bastion: None,
-        roles: vec![HostRole::ControlPlane],
-        labels: Default::default(),
-        taints: Vec::new(),
-    };
+    let host = th.spec_host(h, HostRole::ControlPlane);
     let store = Arc::new(MemStore::default());
     let options = SshOptions {
         accept_new_host_keys: true,
@@ -83,22 +71,8 @@ async fn validate_reaches_the_api_through_the_control_plane() {
         .unwrap();
     let fake = FakeKube::start_on(&th.gateway).await;
     fake.put(node("cp1", true, true, false, None));
-    fake.put(crate::support::fakekube::pod(
-        "kube-system",
-        "calico-node-a",
-        serde_json::json!({"k8s-app": "calico-node"}),
-        "cp1",
-        "Running",
-        true,
-    ));
-    fake.put(crate::support::fakekube::pod(
-        "kube-system",
-        "coredns-1",
-        serde_json::json!({"k8s-app": "kube-dns"}),
-        "cp1",
-        "Running",
-        true,
-    ));
+    fake.put(system_pod("calico-node-a", "calico-node", "cp1"));
+    fake.put(system_pod("coredns-1", "kube-dns", "cp1"));
     let h = &th.hosts[0];
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");

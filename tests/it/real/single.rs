@@ -3,33 +3,12 @@
 //! re-run, validation, backup and restore, scale up, `delete instance`, two rolls in place
 //! (real/scale.rs), then `delete cluster`. One install for all of them: CI's time budget.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::scale;
 use crate::support::realcluster::{RealCluster, present};
 use crate::support::realhosts::{self, RealLab};
-
-/// Every file below `dir` with its content (the store must not change in a preview).
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).expect("store file"));
-            }
-        }
-    }
-    out
-}
+use crate::support::snapshot;
 
 /// A Deployment of the CoreDNS stand-in's HTTP server (its `/health` answers `OK` on 8080;
 /// the image is already on every node, and it is NOT CoreDNS), pinned to `node`, behind a

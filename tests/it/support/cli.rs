@@ -9,6 +9,25 @@ use std::process::{Command, Output};
 
 use crate::support::moto::moto;
 
+/// The SSH public key the tests' `create cluster` is given.
+pub const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
+
+/// `create cluster CLUSTER --cloud aws --zones eu-west-1a --ssh-public-key KEY`: the default
+/// AWS spec (writing it contacts no cloud).
+pub fn create_aws(cluster: &str) -> [&str; 9] {
+    [
+        "create",
+        "cluster",
+        cluster,
+        "--cloud",
+        "aws",
+        "--zones",
+        "eu-west-1a",
+        "--ssh-public-key",
+        KEY,
+    ]
+}
+
 pub struct Env {
     pub dir: tempfile::TempDir,
     store: String,
@@ -19,6 +38,19 @@ impl Default for Env {
     fn default() -> Self {
         Env::new()
     }
+}
+
+/// `create cluster CLUSTER --cloud metal --inventory INVENTORY`.
+pub fn create_metal<'a>(cluster: &'a str, inventory: &'a str) -> [&'a str; 7] {
+    [
+        "create",
+        "cluster",
+        cluster,
+        "--cloud",
+        "metal",
+        "--inventory",
+        inventory,
+    ]
 }
 
 impl Env {
@@ -91,6 +123,12 @@ impl Env {
 
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("runs")
+    }
+
+    /// Writes the default AWS spec of `cluster` ([`create_aws`]); it must succeed.
+    #[track_caller]
+    pub fn create_aws(&self, cluster: &str) {
+        ok(&self.run(&create_aws(cluster)));
     }
 
     /// For tests whose runtime serves a fake (the Kubernetes API): the child must not block it.

@@ -51,7 +51,7 @@ use serde_json::Value;
 use crate::support::fakekube::FakeKube;
 use crate::support::faultproxy::{AsItIs, FaultProxy};
 use crate::support::mirror::Mirror;
-use crate::support::testhosts::{HostSpec, Network, TestHost, in_netns};
+use crate::support::testhosts::{HostSpec, Network, TestHost, in_netns, run};
 
 /// The Kubernetes version the mirror serves stand-ins for.
 pub const VERSION: &str = "1.35.1";
@@ -190,22 +190,6 @@ fn link_etcd_members(host: &TestHost, file: &Path) -> Result<(), String> {
     ))
     .map(|_| ())
     .map_err(|e| format!("sharing the etcd member list: {e}"))
-}
-
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{cmd:?}: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
 }
 
 /// Signs a certificate for `sans` (`DNS:x`, `IP:y`) with the lab CA in `dir`; returns the
@@ -1404,33 +1388,13 @@ impl Drop for CloudLab {
     }
 }
 
-/// Every file below `dir` with its content (to prove nothing changed).
-pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
-            }
-        }
-    }
-    out
-}
-
 impl CloudLab {
     /// Everything the instances' hosts wrote to their overlays and their stand-in logs.
     pub fn hosts_snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         let mut all = BTreeMap::new();
         for h in self.instances().values() {
-            all.extend(snapshot(&h.dir().join("upper")));
-            all.extend(snapshot(&h.dir().join("log")));
+            all.extend(super::snapshot(&h.dir().join("upper")));
+            all.extend(super::snapshot(&h.dir().join("log")));
         }
         all
     }

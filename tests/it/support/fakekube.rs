@@ -208,6 +208,15 @@ impl FakeKube {
         self.state.lock().unwrap().requests.clone()
     }
 
+    /// Every write the API was asked for, as `METHOD path`.
+    pub fn writes(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r.is_write())
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect()
+    }
+
     pub fn clear_requests(&self) {
         self.state.lock().unwrap().requests.clear();
     }
@@ -569,6 +578,18 @@ fn post_ready(state: &Shared, node: &str, ready: bool) {
 }
 
 /// A pod in `phase` on `node`, every container ready iff `ready`.
+/// A Running, ready kube-system pod labelled `k8s-app: APP` on `node` (an add-on's pod).
+pub fn system_pod(name: &str, app: &str, node: &str) -> Value {
+    pod(
+        "kube-system",
+        name,
+        json!({ "k8s-app": app }),
+        node,
+        "Running",
+        true,
+    )
+}
+
 pub fn pod(ns: &str, name: &str, labels: Value, node: &str, phase: &str, ready: bool) -> Value {
     json!({
         "apiVersion": "v1",

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod aws_recorder;
+pub mod awscloud;
 pub mod awsroll;
 pub mod cli;
 pub mod cloudlab;
@@ -20,6 +21,42 @@ pub mod testhosts;
 pub mod tiers;
 
 pub use tiers::{Tier, skip};
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Every file below `dir` with its content (to prove nothing changed).
+pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    walk(dir, false)
+}
+
+/// [`snapshot`] with every directory too (as an empty entry): where even a new directory
+/// would be a change (a refused command writes nothing at all).
+pub fn snapshot_with_dirs(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    walk(dir, true)
+}
+
+fn walk(dir: &Path, dirs: bool) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if dirs {
+                    out.insert(p.clone(), Vec::new());
+                }
+                todo.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
 
 /// Whether an image reference (`registry/.../NAME:TAG` or `@sha256:...`) is one of the control
 /// plane's own images (kube-apiserver, -controller-manager, -scheduler, etcd), which a worker

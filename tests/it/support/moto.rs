@@ -141,6 +141,26 @@ fn start(host: &str, serial: bool) -> Moto {
 }
 
 impl Moto {
+    /// An S3 client for this moto (path-style: moto serves no bucket subdomains).
+    pub async fn s3(&self) -> aws_sdk_s3::Client {
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&self.sdk_config().await)
+                .force_path_style(true)
+                .build(),
+        )
+    }
+
+    /// Creates `bucket` on this moto; the client it used.
+    pub async fn create_bucket(&self, bucket: &str) -> aws_sdk_s3::Client {
+        let s3 = self.s3().await;
+        s3.create_bucket()
+            .bucket(bucket)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create bucket {bucket}: {e}"));
+        s3
+    }
+
     /// Environment that points the AWS SDK's default chain at this moto.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -220,4 +240,20 @@ fn register_exit_hook() {
     REGISTERED.call_once(|| unsafe {
         atexit(stop_moto);
     });
+}
+
+/// VPCs tagged as owned by the cluster, counted with the SDK, not with kprov's reader.
+pub async fn owned_vpcs(sdk: &aws_config::SdkConfig, cluster: &str) -> usize {
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let f = aws_sdk_ec2::types::Filter::builder()
+        .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+        .values("owned")
+        .build();
+    ec2.describe_vpcs()
+        .filters(f)
+        .send()
+        .await
+        .expect("describe")
+        .vpcs()
+        .len()
 }

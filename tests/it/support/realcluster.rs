@@ -8,6 +8,7 @@
 //! the archive's binaries and images as `spec.assets`, the cgroup v1 opt-in, containerd's
 //! `restrictOOMScoreAdj`, conntrack left alone, no NTP requirement.
 
+use crate::support::cli::create_metal;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,16 +145,10 @@ impl<'a> RealCluster<'a> {
         kprov_ok(
             lab,
             &[
-                "create",
-                "cluster",
-                name,
-                "--cloud",
-                "metal",
-                "--inventory",
-                inv_path.to_str().expect("utf-8"),
-                "--kubernetes-version",
-                realk8s::KUBERNETES_VERSION,
-            ],
+                &create_metal(name, inv_path.to_str().expect("utf-8"))[..],
+                &["--kubernetes-version", realk8s::KUBERNETES_VERSION],
+            ]
+            .concat(),
         );
         let yaml = kprov_ok(lab, &["get", "cluster", name, "-o", "yaml"]);
         let mut objects: Vec<Object> = kprov::spec::load_objects("stored", &yaml)

@@ -430,19 +430,10 @@ fn reap_orphans() {
         let Some(alias) = line.split("alias kprov-real ").nth(1) else {
             continue;
         };
-        let field = |k: &str| {
-            alias
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix(k))
-                .map(str::to_string)
-        };
-        let (Some(pid), Some(dir)) = (field("pid="), field("dir=")) else {
-            // `kept`: left running on purpose, removed by `down_kept`.
+        // A lab `kept` on purpose has no PID: `down_kept` removes it.
+        let Some(dir) = super::testhosts::dead_owner_dir(alias) else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
         if let Some(state) = read_state(Path::new(&dir)) {
             teardown_lab(&state);
         }

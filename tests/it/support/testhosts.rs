@@ -176,22 +176,29 @@ fn reap_orphans() {
         let Some(alias) = line.split("alias kprov-test ").nth(1) else {
             continue;
         };
-        let field = |k: &str| {
-            alias
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix(k))
-                .map(str::to_string)
-        };
-        let (Some(pid), Some(dir)) = (field("pid="), field("dir=")) else {
+        let Some(dir) = dead_owner_dir(alias) else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
         if let Ok(idx) = name.trim_start_matches("kpb").parse() {
             teardown(idx, Path::new(&dir));
         }
     }
+}
+
+/// The `dir=` of a bridge's alias (after its `kprov-test `/`kprov-real ` marker) when the
+/// alias's `pid=` is dead: what a later run reaps. `None` while the owner lives, or for a lab
+/// kept on purpose (no PID; `down_kept` removes it).
+pub(crate) fn dead_owner_dir(alias: &str) -> Option<String> {
+    let field = |k: &str| {
+        alias
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .map(str::to_string)
+    };
+    let (Some(pid), Some(dir)) = (field("pid="), field("dir=")) else {
+        return None;
+    };
+    (!Path::new(&format!("/proc/{pid}")).exists()).then_some(dir)
 }
 
 /// Removes everything of subnet `idx`: processes in its namespaces (also of hosts that
@@ -309,17 +316,38 @@ fn label_bridge(bridge: &str, dir: &Path) {
     .expect("bridge alias");
 }
 
-/// The tier gate's check (support/tiers.rs) in the test binary; the benchmarks that include
-/// this file alone (examples/bench_*.rs) have no gate: their scripts run them as root.
-#[cfg(test)]
+/// The tier gate's check (support/tiers.rs), in the tests and in the benchmarks that start
+/// test hosts (examples/bench_*.rs include the whole harness).
 fn require_tier() {
     crate::support::tiers::require(crate::support::Tier::SshdHosts);
 }
 
-#[cfg(not(test))]
-fn require_tier() {}
-
 impl TestHosts {
+    /// `h` as a spec's host with `role`: root, reached at its port with the tests' client key.
+    pub fn spec_host(&self, h: &TestHost, role: kprov::spec::HostRole) -> kprov::spec::Host {
+        kprov::spec::Host {
+            name: h.name.clone(),
+            address: h.address.clone(),
+            ip: None,
+            access_ip: None,
+            user: Some("root".into()),
+            port: Some(h.port),
+            key_path: Some(self.client_key.display().to_string()),
+            bastion: None,
+            roles: vec![role],
+            labels: Default::default(),
+            taints: Vec::new(),
+        }
+    }
+
+    /// Every host as a worker ([`TestHosts::spec_host`]).
+    pub fn spec_hosts(&self) -> Vec<kprov::spec::Host> {
+        self.hosts
+            .iter()
+            .map(|h| self.spec_host(h, kprov::spec::HostRole::Node))
+            .collect()
+    }
+
     /// Stops the ssh masters a killed kprov left connected to these hosts (by PID; their
     /// control directories removed); returns their PIDs. Also done when the hosts are dropped.
     pub fn stop_kprov_ssh(&self) -> Vec<u32> {
@@ -819,7 +847,6 @@ impl TestHost {
         .expect("mac");
         // The checkout may live under /tmp, which each host covers with its own tmpfs: stage
         // the host tools in the host's directory, which it can see.
-        // Also built into examples/bench_ssh.rs on its own: no path through `crate::support`.
         let tools = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/it/support/standins/host"
