@@ -1221,13 +1221,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         assert_eq!(lt.inputs["userData"], full, "apply sends the complete text");
 
         // Before --yes generated a key: pending, and nothing apply could send.
-        let rs = model(
-            &c,
-            &nodes,
-            &BTreeMap::new(),
-            &BTreeMap::new(),
-        )
-        .unwrap();
+        let rs = model(&c, &nodes, &BTreeMap::new(), &BTreeMap::new()).unwrap();
         let lt = rs
             .iter()
             .find(|r| r.id == ResourceId::new(LAUNCH_TEMPLATE, "nodes"))
