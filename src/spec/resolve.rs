@@ -190,7 +190,7 @@ pub struct MetalPart {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Platform {
-    Aws(AwsPart),
+    Aws(Box<AwsPart>),
     Metal(MetalPart),
 }
 
@@ -361,7 +361,7 @@ fn build(c: &Cluster, igs: &[InstanceGroup], out: &mut Vec<Violation>) -> Option
     };
 
     let platform = match s.cloud_provider {
-        CloudProvider::Aws => aws_part(&mut p, c, igs).map(Platform::Aws),
+        CloudProvider::Aws => aws_part(&mut p, c, igs).map(|a| Platform::Aws(Box::new(a))),
         CloudProvider::Metal => Some(Platform::Metal(metal_part(&mut p, c))),
     };
 

@@ -470,7 +470,7 @@ pub fn desired(
     }
     if let Some(zone) = zone.filter(|_| has_bastion) {
         let host = &aws.bastion_name;
-        if !fqdn(&host).ends_with(&format!(".{}", fqdn(zone))) {
+        if !fqdn(host).ends_with(&format!(".{}", fqdn(zone))) {
             return Err(CloudError::Spec(format!(
                 "{host} is not inside the DNS zone {zone} (spec.topology.bastion.publicName)"
             )));
