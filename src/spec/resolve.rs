@@ -274,6 +274,24 @@ pub fn resolve_located(
     }
 }
 
+/// The typed model of objects a caller already validated (the cloud provider's entry points,
+/// reached from `ops` with a spec `resolve` accepted, and from tests with any spec): defaults
+/// applied once, then only the checks the types need, each naming its field; not the policy
+/// rules of [`validate`].
+pub fn model(cluster: &Cluster, groups: &[InstanceGroup]) -> Result<ResolvedCluster, SpecErrors> {
+    let (c, g) = complete(cluster, groups);
+    let mut violations = Vec::new();
+    match build(&c, &g, &mut violations) {
+        Some(r) if violations.is_empty() => Ok(r),
+        _ => Err(validate::locate(
+            &violations,
+            None,
+            &HashMap::new(),
+            "the spec",
+        )),
+    }
+}
+
 struct Problems<'a>(&'a mut Vec<Violation>);
 
 impl Problems<'_> {
@@ -366,7 +384,15 @@ fn build(c: &Cluster, igs: &[InstanceGroup], out: &mut Vec<Violation>) -> Option
     };
 
     let mut groups = Vec::new();
-    for ig in igs {
+    for (i, ig) in igs.iter().enumerate() {
+        if igs[..i].iter().any(|o| o.metadata.name == ig.metadata.name) {
+            p.at(
+                &ObjectKey::InstanceGroup(ig.metadata.name.clone()),
+                "metadata.name",
+                format!("duplicate instance group name {:?}", ig.metadata.name),
+            );
+            continue;
+        }
         if let Some(g) = group(&mut p, c, platform.as_ref(), igs, ig) {
             groups.push(g);
         }

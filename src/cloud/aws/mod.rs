@@ -387,10 +387,10 @@ fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
     out
 }
 
-/// The cluster resolved for the cloud model (`spec::resolve`): a spec the defaults cannot
-/// complete is refused naming its fields.
+/// The cluster's typed model for the cloud model (`spec::resolve::model`; `ops` validated
+/// the spec when it read it): a spec the types cannot hold is refused naming its fields.
 fn resolved(cluster: &Cluster, igs: &[InstanceGroup]) -> Result<ResolvedCluster, CloudError> {
-    crate::spec::resolve(cluster, igs).map_err(|e| CloudError::Spec(e.to_string()))
+    crate::spec::resolve::model(cluster, igs).map_err(|e| CloudError::Spec(e.to_string()))
 }
 
 /// Collects actual resources and the cloud ID → logical ID map that turns the cloud's
