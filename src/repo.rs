@@ -113,18 +113,9 @@ pub fn resolve_with_docs(
     group_docs: &HashMap<String, Arc<spec::SourceDoc>>,
     fallback_source: &str,
 ) -> Result<(Cluster, Vec<InstanceGroup>), SpecErrors> {
-    let (c, g) = spec::defaults::complete(cluster, groups);
-    let violations = spec::validate::validate(&c, &g);
-    if violations.is_empty() {
-        Ok((c, g))
-    } else {
-        Err(spec::validate::locate(
-            &violations,
-            cluster_doc,
-            group_docs,
-            fallback_source,
-        ))
-    }
+    // One path for every command: what `spec::resolve` refuses is refused here too.
+    let r = spec::resolve_located(cluster, groups, cluster_doc, group_docs, fallback_source)?;
+    Ok((r.completed, r.completed_groups))
 }
 
 pub struct Repo {

@@ -6,6 +6,7 @@ pub mod cidr;
 pub mod defaults;
 mod load;
 mod locate;
+pub mod resolve;
 mod types;
 pub mod validate;
 pub mod versions;
@@ -17,4 +18,5 @@ pub use load::{
     Diagnostic, Loaded, Object, ObjectRef, SourceDoc, SpecErrors, load_objects, to_yaml_stream,
 };
 pub use locate::{FieldPath, Pos, Seg};
+pub use resolve::{ResolvedCluster, ResolvedGroup, resolve, resolve_located};
 pub use types::*;

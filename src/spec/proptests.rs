@@ -248,4 +248,21 @@ proptest! {
         let (c, g) = defaults::complete(&c, &gs);
         let _ = validate::validate(&c, &g);
     }
+
+    /// Resolving never panics, and the completed objects resolve to the same cluster as the
+    /// user's: defaults are applied once, so applying them first changes nothing.
+    #[test]
+    fn resolving_the_completed_spec_is_resolving_the_spec(
+        c in cluster(),
+        gs in vec(group(), 0..3),
+    ) {
+        let direct = crate::spec::resolve(&c, &gs);
+        let (cc, cg) = defaults::complete(&c, &gs);
+        let again = crate::spec::resolve(&cc, &cg);
+        match (direct, again) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => prop_assert!(false, "{:?} vs {:?}", a.is_ok(), b.is_ok()),
+        }
+    }
 }

@@ -1,15 +1,17 @@
-//! The AWS resources a completed cluster spec needs (kops's AWS model, trimmed): a pure
-//! function of the spec, so golden tests need no cloud.
+//! The AWS resources a resolved cluster needs (kops's AWS model, trimmed): a pure function
+//! of the [`ResolvedCluster`], so golden tests need no cloud. Defaults were applied and
+//! checked once by `spec::resolve`; nothing here re-applies one.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::json;
 
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
+use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
 use crate::spec::{
-    Cluster, DnsType, InstanceGroup, InstanceGroupRole, LoadBalancerType, SubnetType, TopologyType,
+    Cluster, InstanceGroupRole, LoadBalancerType, ResolvedCluster, SubnetType, TopologyType,
 };
 
 const ANYWHERE: &str = "0.0.0.0/0";
@@ -24,14 +26,6 @@ fn role_key(role: InstanceGroupRole) -> &'static str {
         InstanceGroupRole::Node => "nodes",
         InstanceGroupRole::Bastion => "bastion",
     }
-}
-
-fn need<'a, T>(v: Option<&'a T>, field: &str) -> Result<&'a T, CloudError> {
-    v.ok_or_else(|| {
-        CloudError::Spec(format!(
-            "{field} is not set (the completed spec must have it; run the defaults first)"
-        ))
-    })
 }
 
 /// Load balancer names are limited to 32 characters of `[A-Za-z0-9-]`: keep a readable prefix
@@ -101,25 +95,25 @@ pub fn public_key_hash(key: &str) -> String {
 /// `host_keys` are the groups' SSH host keys (by group name); a group without one shows
 /// [`HOST_KEY_PENDING`] and its launch template cannot be written until one is generated.
 pub fn desired(
-    cluster: &Cluster,
-    igs: &[InstanceGroup],
+    cluster: &ResolvedCluster,
     images: &BTreeMap<String, String>,
     host_keys: &BTreeMap<String, GroupHostKey>,
 ) -> Result<Vec<Resource>, CloudError> {
-    let name = cluster.name();
-    let spec = &cluster.spec;
-    let net = &spec.networking;
-    let topology = need(spec.topology.as_ref(), "spec.topology")?.kind;
-    let cidr = need(net.network_cidr.as_ref(), "spec.networking.networkCIDR")?;
-    if net.subnets.is_empty() {
-        return Err(CloudError::Spec("spec.networking.subnets is empty".into()));
-    }
+    let name = cluster.name.as_str();
+    let Some(aws) = cluster.aws() else {
+        return Err(CloudError::Spec(format!(
+            "cluster {name} is not on AWS (spec.cloudProvider)"
+        )));
+    };
+    let topology = aws.topology;
+    let cidr = aws.network_cidr.to_string();
+    let cidr = cidr.as_str();
     let mut out = Vec::new();
 
     let vpc = Resource::new(VPC, "main")
         .field("cidr", Value::str(cidr))
         .rule("cidr", FieldRule::Immutable);
-    out.push(match &net.network_id {
+    out.push(match &aws.network_id {
         Some(id) => vpc
             .lifecycle(Lifecycle::ExistsAndValidates)
             .cloud_id(super::adopted_id(id, "spec.networking.networkID")?),
@@ -134,7 +128,7 @@ pub fn desired(
 
     // An adopted VPC brings its own internet gateway (a VPC can have only one).
     let igw = Resource::new(INTERNET_GATEWAY, "main").field("vpc", vpc_ref.clone());
-    out.push(if net.network_id.is_some() {
+    out.push(if aws.network_id.is_some() {
         igw.lifecycle(Lifecycle::ExistsAndValidates)
     } else {
         igw
@@ -143,7 +137,7 @@ pub fn desired(
     let mut zones_private: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut public_subnets = Vec::new();
     let mut utility_by_zone: BTreeMap<&str, &str> = BTreeMap::new();
-    for s in &net.subnets {
+    for s in &aws.subnets {
         let public = s.kind != SubnetType::Private;
         let r = Resource::new(SUBNET, &s.name)
             .field("vpc", vpc_ref.clone())
@@ -248,12 +242,7 @@ pub fn desired(
         .collect();
 
     // Security groups and their ingress rules (kept apart: the groups reference each other).
-    let lb_kind = spec
-        .api
-        .as_ref()
-        .and_then(|a| a.load_balancer.as_ref())
-        .map(|l| l.kind)
-        .unwrap_or(LoadBalancerType::None);
+    let lb_kind = cluster.load_balancer;
     let has_lb = lb_kind != LoadBalancerType::None;
     let roles: Vec<InstanceGroupRole> = [
         InstanceGroupRole::ControlPlane,
@@ -261,7 +250,7 @@ pub fn desired(
         InstanceGroupRole::Bastion,
     ]
     .into_iter()
-    .filter(|r| igs.iter().any(|ig| ig.spec.role == *r))
+    .filter(|r| cluster.has_role(*r))
     .collect();
     let has_bastion = roles.contains(&InstanceGroupRole::Bastion);
     let sg = |n: &str| Value::reference(SECURITY_GROUP, n);
@@ -270,14 +259,14 @@ pub fn desired(
     };
     // Who may reach SSH and the API from outside (spec.sshAccess, spec.kubernetesApiAccess;
     // unset is the whole internet, as before these settings existed).
-    let world = |list: &Option<Vec<String>>| -> Vec<Value> {
+    let world = |list: &Access| -> Vec<Value> {
         match list {
-            Some(l) => l.iter().map(|c| Value::str(c.as_str())).collect(),
-            None => vec![Value::str(ANYWHERE)],
+            Access::Only(l) => l.iter().map(|c| Value::str(c.as_str())).collect(),
+            Access::Anywhere => vec![Value::str(ANYWHERE)],
         }
     };
-    let ssh_world = world(&spec.ssh_access);
-    let api_world = world(&spec.kubernetes_api_access);
+    let ssh_world = world(&aws.ssh_access);
+    let api_world = world(&aws.api_access);
     let ssh_from: Vec<Value> = if has_bastion {
         vec![sg("bastion")]
     } else if topology == TopologyType::Private {
@@ -348,18 +337,13 @@ pub fn desired(
             "spec.sshKey.publicKey is not set: instances need an SSH key. Add one with `kprov \
              edit cluster {}` (sshKey: {{publicKey: \"ssh-ed25519 AAAA...\"}}); make a key with \
              `ssh-keygen -t ed25519` if you have none",
-            cluster.metadata.name
+            name
         ))
     };
-    let ssh_key = spec.ssh_key.as_ref().ok_or_else(no_key)?;
-    let public_key = ssh_key.public_key.as_ref().ok_or_else(no_key)?;
-    let key_name = ssh_key
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("kprov-{name}"));
+    let public_key = aws.ssh_public_key.as_ref().ok_or_else(no_key)?;
     out.push(
         Resource::new(KEY_PAIR, "main")
-            .field("keyName", Value::str(key_name))
+            .field("keyName", Value::str(&aws.ssh_key_name))
             .field("publicKeySha256", Value::str(public_key_hash(public_key)))
             .input("publicKey", public_key.trim())
             .rule("keyName", FieldRule::Replace)
@@ -373,7 +357,7 @@ pub fn desired(
                 .field("roleName", Value::str(iam_name(key, name)))
                 .field(
                     "assumeRolePolicy",
-                    Value::Doc(assume_role_policy(spec.region.as_deref())),
+                    Value::Doc(assume_role_policy(&aws.region)),
                 )
                 .rule("roleName", FieldRule::Immutable),
         );
@@ -392,15 +376,8 @@ pub fn desired(
         );
     }
 
-    // Not part of any cloud resource (kubeadm installs it over SSH), but a cluster without it
-    // cannot be provisioned: fail before creating anything.
-    need(spec.kubernetes_version.as_ref(), "spec.kubernetesVersion")?;
     let internal_name = format!("api.internal.{name}");
-    let public_name = spec
-        .api
-        .as_ref()
-        .and_then(|a| a.public_name.clone())
-        .unwrap_or_else(|| format!("api.{name}"));
+    let public_name = &aws.api_name;
 
     let mut lb_subnets = BTreeMap::new();
     let lb_type = if lb_kind == LoadBalancerType::Internal {
@@ -409,7 +386,7 @@ pub fn desired(
         SubnetType::Utility
     };
     for want in [lb_type, SubnetType::Public] {
-        for s in net.subnets.iter().filter(|s| s.kind == want) {
+        for s in aws.subnets.iter().filter(|s| s.kind == want) {
             lb_subnets.entry(s.zone.as_str()).or_insert(s.name.as_str());
         }
         if !lb_subnets.is_empty() {
@@ -451,7 +428,7 @@ pub fn desired(
     if has_bastion {
         let mut subnets = BTreeMap::new();
         for want in [SubnetType::Utility, SubnetType::Public] {
-            for s in net.subnets.iter().filter(|s| s.kind == want) {
+            for s in aws.subnets.iter().filter(|s| s.kind == want) {
                 subnets.entry(s.zone.as_str()).or_insert(s.name.as_str());
             }
             if !subnets.is_empty() {
@@ -476,16 +453,17 @@ pub fn desired(
         );
     }
 
-    let dns = need(spec.dns.as_ref(), "spec.dns")?;
-    if dns.kind != DnsType::None && (has_lb || has_bastion) {
-        let zone = need(dns.zone.as_ref(), "spec.dns.zone")?;
+    // `spec::resolve` refused a Public or Private type without a zone where records are due.
+    let zone = aws.dns.zone();
+    let private_zone = matches!(aws.dns, ResolvedDns::Private { .. });
+    if let Some(zone) = zone.filter(|_| has_lb || has_bastion) {
         out.push(
             Resource::new(DNS_ZONE, "main")
                 .lifecycle(Lifecycle::ExistsAndValidates)
                 .field("zoneName", Value::str(fqdn(zone)))
-                .field("private", Value::Bool(dns.kind == DnsType::Private)),
+                .field("private", Value::Bool(private_zone)),
         );
-        if dns.kind == DnsType::Private {
+        if private_zone {
             // Instances resolve a private zone only from VPCs associated with it.
             out.push(
                 Resource::new(DNS_ZONE_VPC, "main")
@@ -496,10 +474,9 @@ pub fn desired(
             );
         }
     }
-    if dns.kind != DnsType::None && has_bastion {
-        let zone = need(dns.zone.as_ref(), "spec.dns.zone")?;
-        let host = bastion_name(cluster);
-        if !fqdn(&host).ends_with(&format!(".{}", fqdn(zone))) {
+    if let Some(zone) = zone.filter(|_| has_bastion) {
+        let host = &aws.bastion_name;
+        if !fqdn(host).ends_with(&format!(".{}", fqdn(zone))) {
             return Err(CloudError::Spec(format!(
                 "{host} is not inside the DNS zone {zone} (spec.topology.bastion.publicName)"
             )));
@@ -507,15 +484,14 @@ pub fn desired(
         out.push(
             Resource::new(DNS_RECORD, "bastion")
                 .field("zone", Value::reference(DNS_ZONE, "main"))
-                .field("recordName", Value::str(fqdn(&host)))
+                .field("recordName", Value::str(fqdn(host)))
                 .field("type", Value::str("A"))
                 .field("alias", Value::reference(LOAD_BALANCER, "bastion"))
                 .rule("recordName", FieldRule::Replace),
         );
     }
-    if dns.kind != DnsType::None && has_lb {
-        let zone = need(dns.zone.as_ref(), "spec.dns.zone")?;
-        for (rname, host) in [("api", &public_name), ("api-internal", &internal_name)] {
+    if let Some(zone) = zone.filter(|_| has_lb) {
+        for (rname, host) in [("api", public_name), ("api-internal", &internal_name)] {
             if !fqdn(host).ends_with(&format!(".{}", fqdn(zone))) {
                 return Err(CloudError::Spec(format!(
                     "{host} is not inside the DNS zone {zone} (spec.dns.zone)"
@@ -532,71 +508,31 @@ pub fn desired(
         }
     }
 
-    let mut seen = BTreeSet::new();
-    for ig in igs {
-        let ig_name = &ig.metadata.name;
-        if !seen.insert(ig_name.as_str()) {
-            return Err(CloudError::Spec(format!(
-                "instance group {ig_name} is defined twice"
-            )));
-        }
+    for g in &cluster.groups {
+        let ig_name = &g.name;
         let field = |f: &str| format!("instance group {ig_name}: spec.{f}");
-        let s = &ig.spec;
-        let machine = need(s.machine_type.as_ref(), &field("machineType"))?;
-        let image = need(s.image.as_ref(), &field("image"))?;
-        let image_id = if image.starts_with("ami-") {
-            image.clone()
-        } else {
-            images.get(image).cloned().ok_or_else(|| {
-                CloudError::Spec(format!("{}: no image named {image:?}", field("image")))
-            })?
-        };
-        let min = *need(s.min_size.as_ref(), &field("minSize"))?;
-        let max = *need(s.max_size.as_ref(), &field("maxSize"))?;
-        if min > max {
+        let GroupPlacement::Aws {
+            machine_type: machine,
+            image,
+            subnets,
+            ..
+        } = &g.placement
+        else {
             return Err(CloudError::Spec(format!(
-                "{} ({min}) is larger than maxSize ({max})",
-                field("minSize")
-            )));
-        }
-        let subnets: Vec<&str> = if s.subnets.is_empty() {
-            let kinds: &[SubnetType] = match (s.role, topology) {
-                (InstanceGroupRole::Bastion, _) => &[SubnetType::Utility, SubnetType::Public],
-                (_, TopologyType::Private) => &[SubnetType::Private],
-                (_, TopologyType::Public) => &[SubnetType::Public],
-            };
-            kinds
-                .iter()
-                .map(|k| {
-                    net.subnets
-                        .iter()
-                        .filter(|x| x.kind == *k)
-                        .map(|x| x.name.as_str())
-                        .collect::<Vec<_>>()
-                })
-                .find(|v| !v.is_empty())
-                // why: no subnet of the role: the group is refused below, naming it
-                .unwrap_or_default()
-        } else {
-            for sub in &s.subnets {
-                if !net.subnets.iter().any(|x| &x.name == sub) {
-                    return Err(CloudError::Spec(format!(
-                        "{}: subnet {sub:?} is not in spec.networking.subnets",
-                        field("subnets")
-                    )));
-                }
-            }
-            s.subnets.iter().map(String::as_str).collect()
-        };
-        if subnets.is_empty() {
-            return Err(CloudError::Spec(format!(
-                "{}: no subnet of a suitable type to place it in",
+                "{}: the group is not placed on AWS",
                 field("subnets")
             )));
-        }
-        let key = role_key(s.role);
+        };
+        let image_id = match image {
+            ImageRef::Id(id) => id.clone(),
+            ImageRef::Name(n) => images.get(n).cloned().ok_or_else(|| {
+                CloudError::Spec(format!("{}: no image named {n:?}", field("image")))
+            })?,
+        };
+        let (min, max) = (g.size.min(), g.size.max());
+        let key = role_key(g.role);
         let host_key = host_keys.get(ig_name.as_str());
-        let boot = user_data(cluster, ig, host_key);
+        let boot = user_data(cluster, g, host_key);
         // The plan carries the user-data with the private key redacted; apply sends the
         // complete one (an input, never compared or printed).
         let template = Resource::new(LAUNCH_TEMPLATE, ig_name)
@@ -617,7 +553,7 @@ pub fn desired(
             Some(_) => template.input("userData", boot),
             None => template,
         });
-        let tgs = match s.role {
+        let tgs = match g.role {
             InstanceGroupRole::ControlPlane if has_lb => {
                 vec![Value::reference(TARGET_GROUP, "api")]
             }
@@ -636,15 +572,15 @@ pub fn desired(
                 Value::set(
                     subnets
                         .iter()
-                        .map(|x| Value::reference(SUBNET, *x))
+                        .map(|x| Value::reference(SUBNET, x.as_str()))
                         .collect(),
                 ),
             )
             .field("targetGroups", Value::set(tgs))
-            .field("role", Value::str(s.role.as_str()))
+            .field("role", Value::str(g.role.as_str()))
             .rule("groupName", FieldRule::Immutable);
         // Instances must not boot before their subnets route to the internet (packages).
-        let tables = if topology == TopologyType::Private && s.role != InstanceGroupRole::Bastion {
+        let tables = if topology == TopologyType::Private && g.role != InstanceGroupRole::Bastion {
             &private_tables
         } else {
             &public_table
@@ -665,9 +601,9 @@ pub fn fqdn(s: &str) -> String {
 /// EC2's service principal carries the partition's DNS suffix: in aws-cn it is
 /// `ec2.amazonaws.com.cn`, and a role trusting `ec2.amazonaws.com` there cannot be assumed
 /// by the instances (their profile would hand out no credentials).
-fn assume_role_policy(region: Option<&str>) -> String {
-    let service = match region.map(crate::spec::defaults::partition_of_region) {
-        Some("aws-cn") => "ec2.amazonaws.com.cn",
+fn assume_role_policy(region: &str) -> String {
+    let service = match crate::spec::defaults::partition_of_region(region) {
+        "aws-cn" => "ec2.amazonaws.com.cn",
         _ => "ec2.amazonaws.com",
     };
     pretty(&json!({
@@ -778,14 +714,16 @@ pub const HOST_KEY_PENDING: &str = "<generated by update cluster --yes>";
 /// first connection strictly. Everything else (packages, kubeadm) happens over SSH.
 /// Values are JSON-quoted, which YAML reads as double-quoted scalars; the private key is a
 /// literal block of base64 lines (checked by [`GroupHostKey::validate`]).
-pub fn user_data(cluster: &Cluster, ig: &InstanceGroup, key: Option<&GroupHostKey>) -> String {
+pub fn user_data(
+    cluster: &ResolvedCluster,
+    group: &ResolvedGroup,
+    key: Option<&GroupHostKey>,
+) -> String {
     // why: serializing a string cannot fail
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let authorized = cluster
-        .spec
-        .ssh_key
-        .as_ref()
-        .and_then(|k| k.public_key.as_deref())
+        .aws()
+        .and_then(|a| a.ssh_public_key.as_deref())
         .map(|k| format!("  - {}\n", q(k.trim())))
         // why: no SSH key: the spec check refused it before
         .unwrap_or_default();
@@ -816,8 +754,8 @@ pub fn user_data(cluster: &Cluster, ig: &InstanceGroup, key: Option<&GroupHostKe
          ssh_deletekeys: true\n\
          ssh_genkeytypes: []\n\
          ssh_keys:\n{keys}",
-        ig = ig.metadata.name,
-        c = cluster.name(),
+        ig = group.name,
+        c = cluster.name,
     )
 }
 
@@ -890,6 +828,7 @@ fn push_tcp_load_balancer(out: &mut Vec<Resource>, lb: TcpLoadBalancer<'_>) {
 mod tests {
     use super::*;
     use crate::cloud::engine::topo_order;
+    use crate::spec::InstanceGroup;
     use proptest::prelude::*;
 
     fn cluster(private: bool, extra: &str) -> Cluster {
@@ -909,7 +848,7 @@ metadata: {{name: c.example.com}}
 spec:
   cloudProvider: aws
   region: us-east-1
-  kubernetesVersion: 1.31.2
+  kubernetesVersion: {version}
   networking:
     networkCIDR: 172.20.0.0/16
     subnets:
@@ -918,26 +857,56 @@ spec:
   dns: {{type: Public, zone: example.com}}
   api: {{loadBalancer: {{type: Public}}}}
   etcd: {{type: Stacked}}
-{extra}"
+{extra}",
+            version = crate::spec::versions::DEFAULT_KUBERNETES_VERSION
         );
         serde_saphyr::from_str(&yaml).unwrap()
     }
 
     const KEY: &str = "  sshKey: {publicKey: ssh-ed25519 AAAA k}\n";
 
+    /// A control plane has a fixed size (one); other groups 1 to 2.
     fn ig(name: &str, role: &str, rest: &str) -> InstanceGroup {
+        let max = if role == "ControlPlane" { 1 } else { 2 };
         serde_saphyr::from_str(&format!(
             "apiVersion: kprov.dev/v1alpha1
 kind: InstanceGroup
 metadata: {{name: {name}}}
-spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize: 2{rest}}}
+spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize: {max}{rest}}}
 "
         ))
         .unwrap()
     }
 
+    /// The cloud model of the objects as `spec::resolve` gives it; a spec it refuses is an
+    /// error like the model's own.
+    fn model(
+        c: &Cluster,
+        igs: &[InstanceGroup],
+        images: &BTreeMap<String, String>,
+        keys: &BTreeMap<String, GroupHostKey>,
+    ) -> Result<Vec<Resource>, CloudError> {
+        desired(&resolved(c, igs)?, images, keys)
+    }
+
+    /// Resolved with a well-formed stand-in for the tests' short key (`spec::validate` checks
+    /// its form), then the key as written put back: the goldens keep their text.
+    fn resolved(c: &Cluster, igs: &[InstanceGroup]) -> Result<ResolvedCluster, CloudError> {
+        let written = c.spec.ssh_key.as_ref().and_then(|k| k.public_key.clone());
+        let mut valid = c.clone();
+        if let Some(k) = valid.spec.ssh_key.as_mut() {
+            k.public_key = Some("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIStandIn k".into());
+        }
+        let mut r =
+            crate::spec::resolve(&valid, igs).map_err(|e| CloudError::Spec(e.to_string()))?;
+        if let crate::spec::resolve::Platform::Aws(a) = &mut r.platform {
+            a.ssh_public_key = written;
+        }
+        Ok(r)
+    }
+
     fn err(c: &Cluster, igs: &[InstanceGroup]) -> String {
-        desired(c, igs, &BTreeMap::new(), &BTreeMap::new())
+        model(c, igs, &BTreeMap::new(), &BTreeMap::new())
             .unwrap_err()
             .to_string()
     }
@@ -961,7 +930,8 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         let trust = |region: &str| {
             let mut c = cluster(false, KEY);
             c.spec.region = Some(region.into());
-            let rs = desired(
+            c.spec.networking.subnets[0].zone = format!("{region}a");
+            let rs = model(
                 &c,
                 &[ig("cp", "ControlPlane", ""), ig("n", "Node", "")],
                 &BTreeMap::new(),
@@ -992,7 +962,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
     /// the cluster's own instances at the load balancer.
     #[test]
     fn access_lists_narrow_ssh_and_the_api() {
-        let open = desired(
+        let open = model(
             &cluster(false, KEY),
             &[ig("cp", "ControlPlane", ""), ig("n", "Node", "")],
             &BTreeMap::new(),
@@ -1012,7 +982,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         let extra = format!(
             "{KEY}  sshAccess: [203.0.113.0/24, 198.51.100.7/32]\n  kubernetesApiAccess: [192.0.2.0/24]\n"
         );
-        let rs = desired(
+        let rs = model(
             &cluster(false, &extra),
             &[ig("cp", "ControlPlane", ""), ig("n", "Node", "")],
             &BTreeMap::new(),
@@ -1038,7 +1008,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
             "{lb}"
         );
         // With a bastion, only the bastion admits the SSH list; the rest admit the bastion.
-        let rs = desired(
+        let rs = model(
             &cluster(true, &extra),
             &[
                 ig("cp", "ControlPlane", ", subnets: [a]"),
@@ -1073,7 +1043,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         // tag key kprov derives fits AWS's limits.
         let cluster = format!("{}.example.com", "a".repeat(51));
         let group = "g".repeat(63);
-        let rs = desired(
+        let rs = model(
             &cluster_named(&cluster),
             &[ig("cp", "ControlPlane", ""), ig(&group, "Node", "")],
             &BTreeMap::new(),
@@ -1114,7 +1084,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
     fn api_clients_use_the_listener_port() {
         let igs = [ig("cp", "ControlPlane", ""), ig("nodes", "Node", "")];
         let c = cluster(false, KEY);
-        let rs = desired(&c, &igs, &BTreeMap::new(), &BTreeMap::new()).unwrap();
+        let rs = model(&c, &igs, &BTreeMap::new(), &BTreeMap::new()).unwrap();
         let set: BTreeMap<_, _> = rs.into_iter().map(|r| (r.id.clone(), r)).collect();
         let port = super::super::instances::api_port();
         let listener = &set[&ResourceId::new(LISTENER, "api")];
@@ -1135,7 +1105,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
                 ig("nodes", "Node", ""),
                 ig("bastion", "Bastion", ""),
             ];
-            let rs = desired(
+            let rs = model(
                 &cluster(private, KEY),
                 &igs,
                 &BTreeMap::new(),
@@ -1188,19 +1158,20 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         );
 
         let c = cluster(false, KEY);
+        // What the spec's rules refuse is said by `spec::resolve`, naming group and field.
         let bad = [ig("cp", "ControlPlane", ", subnets: [nope]")];
         assert!(
-            err(&c, &bad).contains(
-                "instance group cp: spec.subnets: subnet \"nope\" is not in spec.networking.subnets"
-            ),
+            err(&c, &bad).contains("InstanceGroup cp: unknown subnet \"nope\""),
             "{}",
             err(&c, &bad)
         );
-        let mut big = ig("cp", "ControlPlane", "");
+        let mut big = ig("n", "Node", "");
         big.spec.min_size = Some(3);
         assert!(
-            err(&c, &[big])
-                .contains("instance group cp: spec.minSize (3) is larger than maxSize (2)")
+            err(&c, &[ig("cp", "ControlPlane", ""), big])
+                .contains("spec.minSize: InstanceGroup n: minSize 3 is larger than maxSize 2"),
+            "{}",
+            err(&c, &[ig("cp", "ControlPlane", ""), ig("n", "Node", "")])
         );
         let mut named = ig("cp", "ControlPlane", "");
         named.spec.image = Some("ubuntu/noble".into());
@@ -1209,7 +1180,11 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
                 .contains("instance group cp: spec.image: no image named \"ubuntu/noble\"")
         );
         let twice = [ig("cp", "ControlPlane", ""), ig("cp", "Node", "")];
-        assert!(err(&c, &twice).contains("instance group cp is defined twice"));
+        assert!(
+            err(&c, &twice).contains("duplicate instance group name \"cp\""),
+            "{}",
+            err(&c, &twice)
+        );
         let mut outside = cluster(false, KEY);
         outside.spec.api.as_mut().unwrap().public_name = Some("api.elsewhere.org".into());
         assert!(
@@ -1224,7 +1199,9 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
     fn user_data_is_only_ssh_access() {
         let c = cluster(false, KEY);
         let k = crate::cloud::aws::hostkeys::tests::test_key();
-        let full = user_data(&c, &ig("nodes", "Node", ""), Some(&k));
+        let nodes = [ig("cp", "ControlPlane", ""), ig("nodes", "Node", "")];
+        let r = resolved(&c, &nodes).unwrap();
+        let full = user_data(&r, r.group("nodes").unwrap(), Some(&k));
         insta::assert_snapshot!("user_data_nodes", full);
         assert!(!full.contains("kprov-node") && !full.contains("runcmd"));
         // cloud-init's own format, as a YAML reader sees it.
@@ -1233,9 +1210,9 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         assert_eq!(doc["ssh_keys"]["ed25519_public"], k.public.as_str());
         assert_eq!(doc["ssh_authorized_keys"][0], "ssh-ed25519 AAAA k");
 
-        let rs = desired(
+        let rs = model(
             &c,
-            &[ig("nodes", "Node", "")],
+            &nodes,
             &BTreeMap::new(),
             &BTreeMap::from([("nodes".to_string(), k.clone())]),
         )
@@ -1250,13 +1227,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         assert_eq!(lt.inputs["userData"], full, "apply sends the complete text");
 
         // Before --yes generated a key: pending, and nothing apply could send.
-        let rs = desired(
-            &c,
-            &[ig("nodes", "Node", "")],
-            &BTreeMap::new(),
-            &BTreeMap::new(),
-        )
-        .unwrap();
+        let rs = model(&c, &nodes, &BTreeMap::new(), &BTreeMap::new()).unwrap();
         let lt = rs
             .iter()
             .find(|r| r.id == ResourceId::new(LAUNCH_TEMPLATE, "nodes"))

@@ -40,7 +40,8 @@ use crate::cloud::engine::{
 };
 use crate::cloud::{Actual, Provider};
 use crate::output::untrusted;
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::resolve::{GroupPlacement, ImageRef};
+use crate::spec::{Cluster, InstanceGroup, ResolvedCluster};
 use images::{ImagePins, PinnedImage};
 use kinds::*;
 
@@ -131,27 +132,31 @@ impl AwsCloud {
         cluster: &Cluster,
         igs: &[InstanceGroup],
     ) -> Result<Vec<Resource>, CloudError> {
-        Ok(self.desired_and_images(cluster, igs).await?.0)
+        Ok(self.desired_and_images(&resolved(cluster, igs)?).await?.0)
     }
 
     /// The desired resources, the image each name stands for (its pin unless refreshing,
     /// else the newest match) and what the preview says about pins and newer images.
     async fn desired_and_images(
         &self,
-        cluster: &Cluster,
-        igs: &[InstanceGroup],
+        cluster: &ResolvedCluster,
     ) -> Result<(Vec<Resource>, ImagePins, Vec<String>), CloudError> {
-        if cluster.name() != self.cluster {
+        if cluster.name != self.cluster {
             return Err(CloudError::Model(format!(
                 "provider set up for cluster {} asked about {}",
-                self.cluster,
-                cluster.name()
+                self.cluster, cluster.name
             )));
         }
-        let names: BTreeSet<String> = igs
+        let names: BTreeSet<String> = cluster
+            .groups
             .iter()
-            .filter_map(|ig| ig.spec.image.clone())
-            .filter(|i| !i.starts_with("ami-"))
+            .filter_map(|g| match &g.placement {
+                GroupPlacement::Aws {
+                    image: ImageRef::Name(n),
+                    ..
+                } => Some(n.clone()),
+                _ => None,
+            })
             .collect();
         // Resolved even when pinned: a newer image is worth a line in the preview.
         let newest = if names.is_empty() {
@@ -206,7 +211,7 @@ impl AwsCloud {
             .iter()
             .map(|(k, p)| (k.clone(), p.id.clone()))
             .collect();
-        Ok((desired(cluster, igs, &ids, &self.host_keys)?, chosen, notes))
+        Ok((desired(cluster, &ids, &self.host_keys)?, chosen, notes))
     }
 
     /// The preview of `update cluster`: desired model, read-only read, diff.
@@ -228,13 +233,15 @@ impl AwsCloud {
         // Every request runs to its end (the reads are bounded) and the errors are said in the
         // order a sequential preview would meet them: a zone EC2 does not have explains the
         // rest, then the images and launch checks, then the read.
+        // Resolved once for the whole plan: the model, the read and the checks share it.
+        let resolved = resolved(cluster, igs)?;
         let checked = async {
-            let found = self.desired_and_images(cluster, igs).await?;
+            let found = self.desired_and_images(&resolved).await?;
             ec2::check_launchable(self, &found.0).await?;
             Ok::<_, CloudError>(found)
         };
         let read = async {
-            let stand_in = desired(cluster, igs, &image_names(igs), &self.host_keys)?;
+            let stand_in = desired(&resolved, &image_names(igs), &self.host_keys)?;
             self.read(cluster.name(), &stand_in).await
         };
         let (zones, checked, read) = tokio::join!(ec2::check_zones(self, cluster), checked, read);
@@ -282,7 +289,7 @@ impl AwsCloud {
     ) -> Result<Plan, CloudError> {
         // Deleting must not depend on images still being published: only the adopted anchors
         // (VPC, zone) of the desired model are used, so image names stand in for their IDs.
-        let desired = desired(cluster, igs, &image_names(igs), &self.host_keys)?;
+        let desired = desired(&resolved(cluster, igs)?, &image_names(igs), &self.host_keys)?;
         let mut plan = engine::plan_delete(self, cluster.name(), desired).await?;
         let foreign: Vec<String> = plan
             .changes
@@ -379,6 +386,12 @@ fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The cluster's typed model for the cloud model (`spec::resolve::model`; `ops` validated
+/// the spec when it read it): a spec the types cannot hold is refused naming its fields.
+fn resolved(cluster: &Cluster, igs: &[InstanceGroup]) -> Result<ResolvedCluster, CloudError> {
+    crate::spec::resolve::model(cluster, igs).map_err(|e| CloudError::Spec(e.to_string()))
 }
 
 /// Collects actual resources and the cloud ID → logical ID map that turns the cloud's
