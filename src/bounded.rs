@@ -15,9 +15,6 @@ const MIB: u64 = 1024 * KIB;
 
 /// A cluster spec file or stdin (`create -f`, `replace -f`, what `edit` reads back).
 pub const SPEC: u64 = 4 * MIB;
-/// An edit kprov copies out to keep (`edit`): above [`SPEC`], so an edit too large to load
-/// is still kept.
-pub const KEPT_EDIT: u64 = 64 * MIB;
 /// An inventory file (`--inventory`).
 pub const INVENTORY: u64 = 4 * MIB;
 /// An OpenSSH public key file (`--ssh-public-key`, `~/.ssh/id_*.pub`).

@@ -145,7 +145,10 @@ fn code_of(cause: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     match cause.downcast_ref::<DamagedError>() {
         Some(DamagedError::Lock(l)) => lock(l),
-        _ => None,
+        // Transparent: the wrapped error's own chain says what it means (a conflicting
+        // removal is CONFLICT, as before the enum).
+        Some(DamagedError::Store(e)) => e.chain().find_map(code_of),
+        None => None,
     }
 }
 

@@ -313,6 +313,15 @@ mod tests {
             code(DamagedError::Store(anyhow::anyhow!("x")).into()),
             exit::ERROR
         );
+        let conflict = crate::state::StateError::Conflict {
+            location: "file:///s".into(),
+            key: "c/damaged/x".into(),
+            expected: "1".into(),
+        };
+        assert_eq!(
+            code(DamagedError::Store(anyhow::Error::from(conflict).context("removing")).into()),
+            exit::CONFLICT
+        );
         let missing = crate::repo::RepoError::GroupNotFound {
             cluster: "c".into(),
             group: "g".into(),

@@ -192,10 +192,17 @@ impl EditPlan {
                         .lines()
                         .map(|l| format!("# {l}\n"))
                         .collect();
-                    std::fs::write(
+                    if let Err(e) = std::fs::write(
                         path,
                         format!("{HEADER}# The edit was not saved:\n{commented}#\n{body}\n"),
-                    )?;
+                    ) {
+                        // The write may have cut the file: keep the text read above.
+                        return Err(self.nothing_saved_text(
+                            anyhow::Error::new(e)
+                                .context(format!("writing the problems into {}", path.display())),
+                            text.as_bytes(),
+                        ));
+                    }
                 }
             }
         }
@@ -227,11 +234,27 @@ impl EditPlan {
 
     /// Copies the edited file out of the temporary directory so the user's work survives.
     pub fn keep(&self) -> anyhow::Result<PathBuf> {
-        let dir = match &self.keep_in {
-            Some(dir) => dir.clone(),
-            None => edits_dir()?,
-        };
-        keep_copy(&self.path, &dir)
+        keep_copy(&self.path, &self.keep_dir()?)
+    }
+
+    /// `e`, after which nothing was saved, with `text` (the edit as last read) kept and named.
+    fn nothing_saved_text(&self, e: anyhow::Error, text: &[u8]) -> anyhow::Error {
+        let kept = self
+            .keep_dir()
+            .and_then(|dir| keep_private(&dir, kept_names(&self.path), &mut &text[..]));
+        match kept {
+            Ok(kept) => e.context(format!("nothing was saved (your copy: {})", kept.display())),
+            Err(k) => e.context(format!(
+                "nothing was saved, and your copy could not be kept: {k:#}"
+            )),
+        }
+    }
+
+    fn keep_dir(&self) -> anyhow::Result<PathBuf> {
+        match &self.keep_in {
+            Some(dir) => Ok(dir.clone()),
+            None => edits_dir(),
+        }
     }
 
     /// `e`, after which nothing was saved, with the user's copy kept and named.
@@ -313,21 +336,26 @@ fn edits_dir() -> anyhow::Result<PathBuf> {
     Ok(base.join("edits"))
 }
 
-/// Copies the edited file out of the temporary directory into `dir` so the user's work
-/// survives. The read is bounded, above the spec's bound: an edit too large to load is kept.
-fn keep_copy(path: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+/// The names a kept copy of `path` may take, first free one wins.
+fn kept_names(path: &Path) -> impl Iterator<Item = String> + use<> {
     let stem = path
         .file_stem()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "edit".into());
-    let text = crate::bounded::read_file(path, crate::bounded::KEPT_EDIT)
-        .with_context(|| format!("reading your edit back from {}", path.display()))?;
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-    let names = (0..100u32).map(|i| match i {
+    (0..100u32).map(move |i| match i {
         0 => format!("{stem}-{stamp}.yaml"),
         i => format!("{stem}-{stamp}-{i}.yaml"),
-    });
-    keep_private(dir, names, &text)
+    })
+}
+
+/// Copies the edited file out of the temporary directory into `dir` so the user's work
+/// survives, whatever its size: streamed (memory bounded by the copy's buffer), never
+/// loaded, so an edit too large to load is kept too.
+fn keep_copy(path: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    let mut file = std::fs::File::open(path)
+        .with_context(|| format!("reading your edit back from {}", path.display()))?;
+    keep_private(dir, kept_names(path), &mut file)
         .with_context(|| format!("keeping your edit under {}", dir.display()))
 }
 
@@ -337,9 +365,8 @@ fn keep_copy(path: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
 fn keep_private(
     dir: &std::path::Path,
     names: impl Iterator<Item = String>,
-    data: &[u8],
+    data: &mut dyn std::io::Read,
 ) -> anyhow::Result<std::path::PathBuf> {
-    use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -375,7 +402,7 @@ fn keep_private(
             .open(&dest);
         match opened {
             Ok(mut f) => {
-                f.write_all(data)?;
+                std::io::copy(data, &mut f)?;
                 f.sync_all()?;
                 return Ok(dest);
             }
@@ -490,7 +517,7 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::os::unix::fs::symlink(&victim, dir.join("a.yaml")).unwrap();
         let names = ["a.yaml", "b.yaml"].into_iter().map(String::from);
-        let kept = keep_private(&dir, names, b"secret: x\n").unwrap();
+        let kept = keep_private(&dir, names, &mut &b"secret: x\n"[..]).unwrap();
         assert_eq!(kept, dir.join("b.yaml"));
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
         assert_eq!(std::fs::read_to_string(&kept).unwrap(), "secret: x\n");
@@ -505,11 +532,11 @@ mod tests {
         std::fs::create_dir(&elsewhere).unwrap();
         let dir = d.path().join("edits");
         std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
-        let e = keep_private(&dir, std::iter::once("a.yaml".into()), b"x").unwrap_err();
+        let e = keep_private(&dir, std::iter::once("a.yaml".into()), &mut &b"x"[..]).unwrap_err();
         assert!(e.to_string().contains("not a directory"), "{e}");
         assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
         let fresh = d.path().join("new/kprov/edits");
-        let kept = keep_private(&fresh, std::iter::once("a.yaml".into()), b"x").unwrap();
+        let kept = keep_private(&fresh, std::iter::once("a.yaml".into()), &mut &b"x"[..]).unwrap();
         assert_eq!(mode(&fresh), 0o700);
         assert_eq!(mode(&kept), 0o600);
     }
@@ -557,15 +584,13 @@ mod tests {
     }
 
     #[test]
-    fn keeping_a_copy_reads_it_with_a_bound() {
+    fn an_edit_of_any_size_is_kept_whole() {
         let d = tempfile::tempdir().unwrap();
         let huge = d.path().join("huge.yaml");
         let f = std::fs::File::create(&huge).unwrap();
-        f.set_len(crate::bounded::KEPT_EDIT + 1).unwrap();
-        let e = keep_copy(&huge, &d.path().join("edits")).unwrap_err();
-        assert!(
-            format!("{e:#}").contains("larger than the limit of 64 MiB"),
-            "{e:#}"
-        );
+        // Sparse: 65 MiB on no disk, over any bound a read of it into memory would have.
+        f.set_len(65 * 1024 * 1024).unwrap();
+        let kept = keep_copy(&huge, &d.path().join("edits")).unwrap();
+        assert_eq!(std::fs::metadata(&kept).unwrap().len(), 65 * 1024 * 1024);
     }
 }

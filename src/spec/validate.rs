@@ -1074,6 +1074,12 @@ fn validate_ig(c: &mut Check, cl: &Cluster, ig: &InstanceGroup) {
         if s.machine_type.as_deref().is_none_or(str::is_empty) {
             c.err(p("spec.machineType"), "is required for cloudProvider aws");
         }
+        if s.image.as_deref().is_some_and(|i| i.trim().is_empty()) {
+            c.err(
+                p("spec.image"),
+                "is empty: name an AMI (ami-...) or a name pattern, or remove it for the default image",
+            );
+        }
         if s.subnets.is_empty() {
             c.err(p("spec.subnets"), "at least one subnet is required");
         }
@@ -1265,6 +1271,13 @@ spec:
     #[test]
     fn base_spec_is_valid() {
         assert_eq!(check(BASE), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_empty_image_is_refused_at_its_line() {
+        let t = BASE.replace("  minSize: 2\n", "  minSize: 2\n  image: \"\"\n");
+        expect_one(&t, "c.yaml:30:10:");
+        expect_one(&t, "is empty: name an AMI");
     }
 
     #[test]

@@ -243,19 +243,24 @@ fn split_jump(jump: &str) -> (Option<&str>, &str, Option<u16>) {
 }
 
 /// The ssh config of one connection: kprov's settings first (ssh keeps the first value it
-/// reads), then the user's config as ssh would have read it without `-F`. `ciphers`: see
-/// [`preferred_ciphers`] (set only when the user's config sets none). `jump`: the jump host
-/// checked against the key file kprov recorded for it.
+/// reads), then the user's config as ssh would have read it without `-F`. `ciphers`: the
+/// address ssh is given and the list for it, see [`preferred_ciphers`] (set only when the
+/// user's config sets none for that address). `jump`: the jump host checked against the key
+/// file kprov recorded for it.
 fn connection_config_text(
-    ciphers: Option<&str>,
+    ciphers: Option<(&str, &str)>,
     jump: Option<(&str, &std::path::Path)>,
     config_file: Option<&std::path::Path>,
 ) -> String {
     let mut text = String::from("# Written by kprov for one connection.\n");
-    if let Some(c) = ciphers {
+    if let Some((address, c)) = ciphers {
+        // Under a Match for the address alone: ssh hands this file to the ProxyJump child
+        // too, and the jump host's own `Ciphers` (checked by nobody here) must still win.
         text.push_str(&format!(
             "# The user's config sets no cipher: AES-GCM first (the CPU has AES instructions).\n\
-             Ciphers {c}\n"
+             Match originalhost \"{address}\"\n  \
+             Ciphers {c}\n\
+             Match all\n"
         ));
     }
     if let Some((jump_host, known)) = jump {
@@ -645,13 +650,20 @@ impl SshFleet {
     ) -> Result<Option<PathBuf>, ExecError> {
         let jump = self.jump_known(h, index).await?;
         let default = self.default_ciphers.get_or_init(default_ciphers).await;
-        let ciphers = preferred_ciphers(target.ciphers.as_deref(), default.as_deref(), self.aes);
+        // The address goes into a Match line: only a plain host name or IP (validated
+        // specs have nothing else; anything odd keeps ssh's own choice).
+        let plain = h
+            .address
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c));
+        let ciphers = preferred_ciphers(target.ciphers.as_deref(), default.as_deref(), self.aes)
+            .filter(|_| plain && !h.address.is_empty());
         if jump.is_none() && ciphers.is_none() {
             return Ok(None);
         }
         let config = self.dir.path().join(format!("ssh_config.{index}"));
         let text = connection_config_text(
-            ciphers.as_deref(),
+            ciphers.as_deref().map(|c| (h.address.as_str(), c)),
             jump.as_ref()
                 .map(|(host, known)| (host.as_str(), known.as_path())),
             self.options.config_file.as_deref(),
@@ -1512,7 +1524,9 @@ fn output_text(stderr: &str, stdout: &str) -> String {
 /// 0`: the first step's time on the host counts from there). All have ended before the first
 /// step starts;
 /// if any failed, the first step fails with their stderr (exit code: the last failed hook's,
-/// 124 when its timeout stopped it) and nothing else runs.
+/// 124 when its timeout stopped it) and nothing else runs. A batch that ends early (a
+/// checksum mismatch, its watchdog, a cut session) stops the hooks still running: `timeout`
+/// passes the TERM on, and a re-run must not meet a stale import of the same archive.
 const BATCH: &str = r#"n=$1; hk=$2; nf=$3; shift 3
 up=0
 t=
@@ -1521,7 +1535,7 @@ hj=
 hn=0
 hf=
 hc=0
-trap 'rm -f -- ${t:+"$t"}; [ -z "$hd" ] || rm -rf -- "$hd"' EXIT
+trap 'for j in $hj; do kill -TERM "${j%%:*}" 2>/dev/null; done; rm -f -- ${t:+"$t"}; [ -z "$hd" ] || rm -rf -- "$hd"' EXIT
 # Waits for the oldest running hook (a function's positional parameters are its own).
 hwait() {
   set -- $hj
@@ -1639,6 +1653,75 @@ impl HostExecutor for SshFleet {
 mod tests {
     use super::*;
 
+    /// A batch that fails after a file's hook started (here: the next file's checksum) stops
+    /// the hook: it must not run on beside a re-run (a stale `ctr import`).
+    #[test]
+    fn a_batch_that_fails_stops_the_hooks_still_running() {
+        use sha2::Digest;
+        use std::io::Write;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().display().to_string();
+        let pid_file = d.path().join("hook.pid");
+        let hook = format!("echo $$ > {dir}/hook.pid; exec sleep 60");
+        let sha = |b: &[u8]| hex::encode(sha2::Sha256::digest(b));
+        let (a, b) = (b"first".as_slice(), b"second".as_slice());
+        let mut args: Vec<String> = vec!["NONCE".into(), "4".into(), "2".into()];
+        args.extend([
+            format!("{dir}/a"),
+            "0644".into(),
+            sha(a),
+            a.len().to_string(),
+        ]);
+        args.extend([hook, "120".into()]);
+        // The second file's sha256 is wrong: the batch exits there, its hook running.
+        args.extend([
+            format!("{dir}/b"),
+            "0644".into(),
+            sha(a),
+            b.len().to_string(),
+        ]);
+        args.extend([String::new(), "0".into(), "0".into()]);
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(BATCH)
+            .arg("sh")
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(a).unwrap();
+        stdin.flush().unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        while !pid_file.exists() {
+            assert!(Instant::now() < deadline, "the hook never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        stdin.write_all(b).unwrap();
+        drop(stdin);
+        assert!(
+            !child.wait().unwrap().success(),
+            "the checksum must fail the batch"
+        );
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .to_string();
+        // Gone, or a zombie nobody reaped yet (its state after the `)` of its name is Z).
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().to_string()))
+                .is_some_and(|r| !r.starts_with('Z'))
+        };
+        while alive() {
+            assert!(Instant::now() < deadline, "the hook {pid} still runs");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     #[test]
     fn jump_specs_split_like_ssh_reads_them() {
         assert_eq!(
@@ -1689,23 +1772,34 @@ mod tests {
     fn the_cipher_is_set_before_the_users_config_which_keeps_applying() {
         let dir = tempfile::tempdir().unwrap();
         let user = dir.path().join("user_config");
-        std::fs::write(&user, "Host node.c.example.com\n  HostName 198.18.9.10\n").unwrap();
+        std::fs::write(
+            &user,
+            "Host node.c.example.com\n  HostName 198.18.9.10\n\
+             Host bastion.c.example.com\n  Ciphers aes256-ctr\n",
+        )
+        .unwrap();
         let config = dir.path().join("config");
         let list = "aes128-gcm@openssh.com,chacha20-poly1305@openssh.com";
         std::fs::write(
             &config,
-            connection_config_text(Some(list), None, Some(&user)),
+            connection_config_text(Some(("node.c.example.com", list)), None, Some(&user)),
         )
         .unwrap();
-        let out = std::process::Command::new("ssh")
-            .args(["-G", "-F"])
-            .arg(&config)
-            .arg("node.c.example.com")
-            .output()
-            .unwrap();
-        let g = String::from_utf8_lossy(&out.stdout);
-        assert!(g.contains(&format!("ciphers {list}\n")), "{g}");
-        assert!(g.contains("hostname 198.18.9.10"), "{g}");
+        let g = |address: &str| {
+            let out = std::process::Command::new("ssh")
+                .args(["-G", "-F"])
+                .arg(&config)
+                .arg(address)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let node = g("node.c.example.com");
+        assert!(node.contains(&format!("ciphers {list}\n")), "{node}");
+        assert!(node.contains("hostname 198.18.9.10"), "{node}");
+        // ssh reads the same file for a ProxyJump child: the jump host keeps its own cipher.
+        let jump = g("bastion.c.example.com");
+        assert!(jump.contains("ciphers aes256-ctr\n"), "{jump}");
     }
 
     #[tokio::test]

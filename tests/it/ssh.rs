@@ -983,7 +983,13 @@ async fn aes_gcm_is_preferred_unless_the_users_config_sets_a_cipher() {
     if aes {
         let config = config.expect("kprov's connection config");
         assert!(
-            config.contains("\nCiphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com"),
+            config.contains("\n  Ciphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com"),
+            "{config}"
+        );
+        // For the host's own address only: a ProxyJump child reads this file too.
+        let address = &th.hosts[0].address;
+        assert!(
+            config.contains(&format!("Match originalhost \"{address}\"\n")),
             "{config}"
         );
         assert!(config.contains("Include ~/.ssh/config\n"), "{config}");
