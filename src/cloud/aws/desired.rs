@@ -8,6 +8,9 @@ use serde_json::json;
 
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
+use super::tasks::{
+    Head, InternetGateway, Kinded, Ref, Route, RouteTable, RouteTarget, Subnet, Task, Vpc, VpcDns,
+};
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
 use crate::spec::{
@@ -110,53 +113,71 @@ pub fn desired(
     let cidr = cidr.as_str();
     let mut out = Vec::new();
 
-    let vpc = Resource::new(VPC, "main")
-        .field("cidr", Value::str(cidr))
-        .rule("cidr", FieldRule::Immutable);
-    out.push(match &aws.network_id {
-        Some(id) => vpc
-            .lifecycle(Lifecycle::ExistsAndValidates)
-            .cloud_id(super::adopted_id(id, "spec.networking.networkID")?),
-        // A private hosted zone answers inside a VPC only with both DNS attributes on, and
-        // instances get DNS names only with hostnames on (AWS's default for a new VPC is
-        // support on, hostnames off). An adopted VPC is the operator's to set.
-        None => vpc
-            .field("dnsSupport", Value::Bool(true))
-            .field("dnsHostnames", Value::Bool(true)),
-    });
-    let vpc_ref = Value::reference(VPC, "main");
+    let vpc = Ref::<Vpc>::named("main");
+    out.push(
+        match &aws.network_id {
+            Some(id) => Vpc {
+                head: Head::adopted(
+                    "main",
+                    Some(super::adopted_id(id, "spec.networking.networkID")?),
+                ),
+                cidr: cidr.to_string(),
+                dns: None,
+            },
+            // A private hosted zone answers inside a VPC only with both DNS attributes on, and
+            // instances get DNS names only with hostnames on (AWS's default for a new VPC is
+            // support on, hostnames off). An adopted VPC is the operator's to set.
+            None => Vpc {
+                head: Head::owned("main"),
+                cidr: cidr.to_string(),
+                dns: Some(VpcDns {
+                    support: true,
+                    hostnames: true,
+                }),
+            },
+        }
+        .resource(),
+    );
+    // For the kinds not moved to tasks yet.
+    let vpc_ref = vpc.value();
 
     // An adopted VPC brings its own internet gateway (a VPC can have only one).
-    let igw = Resource::new(INTERNET_GATEWAY, "main").field("vpc", vpc_ref.clone());
-    out.push(if aws.network_id.is_some() {
-        igw.lifecycle(Lifecycle::ExistsAndValidates)
-    } else {
-        igw
-    });
+    let igw = InternetGateway {
+        head: if aws.network_id.is_some() {
+            Head::adopted("main", None)
+        } else {
+            Head::owned("main")
+        },
+        vpc: Some(vpc.clone()),
+    };
+    out.push(igw.resource());
 
     let mut zones_private: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    let mut public_subnets = Vec::new();
+    let mut public_subnets: Vec<&str> = Vec::new();
     let mut utility_by_zone: BTreeMap<&str, &str> = BTreeMap::new();
     for s in &aws.subnets {
-        let public = s.kind != SubnetType::Private;
-        let r = Resource::new(SUBNET, &s.name)
-            .field("vpc", vpc_ref.clone())
-            .field("zone", Value::str(&s.zone))
-            .field("cidr", Value::str(&s.cidr))
-            .field("mapPublicIp", Value::Bool(public))
-            .rule("vpc", FieldRule::Immutable)
-            .rule("zone", FieldRule::Immutable)
-            .rule("cidr", FieldRule::Immutable);
-        if let Some(id) = &s.id {
+        let head = match &s.id {
             // An adopted subnet keeps its owner's routing: no route table, no NAT from us.
-            let field = format!("spec.networking.subnets[{}].id", s.name);
-            out.push(
-                r.lifecycle(Lifecycle::ExistsAndValidates)
-                    .cloud_id(super::adopted_id(id, &field)?),
-            );
+            Some(id) => {
+                let field = format!("spec.networking.subnets[{}].id", s.name);
+                Head::adopted(&s.name, Some(super::adopted_id(id, &field)?))
+            }
+            None => Head::owned(&s.name),
+        };
+        let adopted = s.id.is_some();
+        out.push(
+            Subnet {
+                head,
+                vpc: vpc.clone(),
+                zone: s.zone.clone(),
+                cidr: s.cidr.clone(),
+                map_public_ip: s.kind != SubnetType::Private,
+            }
+            .resource(),
+        );
+        if adopted {
             continue;
         }
-        out.push(r);
         match s.kind {
             SubnetType::Private => zones_private.entry(&s.zone).or_default().push(&s.name),
             SubnetType::Utility => {
@@ -167,26 +188,24 @@ pub fn desired(
         }
     }
 
+    let table = |name: String, target: RouteTarget, subnets: &[&str]| RouteTable {
+        head: Head::owned(name),
+        vpc: vpc.clone(),
+        routes: vec![Route {
+            destination: ANYWHERE.to_string(),
+            target,
+        }],
+        subnets: subnets.iter().map(|s| Ref::named(*s)).collect(),
+        associations: None,
+    };
     if !public_subnets.is_empty() {
         out.push(
-            Resource::new(ROUTE_TABLE, "public")
-                .field("vpc", vpc_ref.clone())
-                .field(
-                    "routes",
-                    Value::set(vec![Value::List(vec![
-                        Value::str(ANYWHERE),
-                        Value::reference(INTERNET_GATEWAY, "main"),
-                    ])]),
-                )
-                .field(
-                    "subnets",
-                    Value::set(
-                        public_subnets
-                            .iter()
-                            .map(|s| Value::reference(SUBNET, *s))
-                            .collect(),
-                    ),
-                ),
+            table(
+                "public".into(),
+                RouteTarget::InternetGateway(Ref::named("main")),
+                public_subnets.as_slice(),
+            )
+            .resource(),
         );
     }
     for (zone, subnets) in &zones_private {
@@ -201,7 +220,7 @@ pub fn desired(
         );
         out.push(
             Resource::new(NAT_GATEWAY, *zone)
-                .field("subnet", Value::reference(SUBNET, *utility))
+                .field("subnet", Ref::<Subnet>::named(*utility).value())
                 .field(
                     "allocation",
                     Value::reference(ELASTIC_IP, format!("nat-{zone}")),
@@ -210,35 +229,23 @@ pub fn desired(
                 .rule("allocation", FieldRule::Immutable),
         );
         out.push(
-            Resource::new(ROUTE_TABLE, format!("private-{zone}"))
-                .field("vpc", vpc_ref.clone())
-                .field(
-                    "routes",
-                    Value::set(vec![Value::List(vec![
-                        Value::str(ANYWHERE),
-                        Value::reference(NAT_GATEWAY, *zone),
-                    ])]),
-                )
-                .field(
-                    "subnets",
-                    Value::set(
-                        subnets
-                            .iter()
-                            .map(|s| Value::reference(SUBNET, *s))
-                            .collect(),
-                    ),
-                ),
+            table(
+                format!("private-{zone}"),
+                RouteTarget::NatGateway(Ref::named(*zone)),
+                subnets.as_slice(),
+            )
+            .resource(),
         );
     }
 
     let public_table: Vec<ResourceId> = if public_subnets.is_empty() {
         vec![]
     } else {
-        vec![ResourceId::new(ROUTE_TABLE, "public")]
+        vec![ResourceId::new(RouteTable::KIND.kind(), "public")]
     };
     let private_tables: Vec<ResourceId> = zones_private
         .keys()
-        .map(|z| ResourceId::new(ROUTE_TABLE, format!("private-{z}")))
+        .map(|z| ResourceId::new(RouteTable::KIND.kind(), format!("private-{z}")))
         .collect();
 
     // Security groups and their ingress rules (kept apart: the groups reference each other).
@@ -1115,7 +1122,9 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
             let set: BTreeMap<_, _> = rs.into_iter().map(|r| (r.id.clone(), r)).collect();
             // Every reference resolves and there is no cycle.
             let order = topo_order(&set).unwrap();
-            let pos = |k: &str, n: &str| order.iter().position(|i| *i == ResourceId::new(k, n));
+            let pos = |k: crate::cloud::engine::Kind, n: &str| {
+                order.iter().position(|i| *i == ResourceId::new(k, n))
+            };
             let asg = pos(AUTOSCALING_GROUP, "nodes").unwrap();
             if private {
                 assert!(pos(ROUTE_TABLE, "private-us-east-1a").unwrap() < asg);

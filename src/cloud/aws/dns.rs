@@ -25,7 +25,8 @@ fn owner_id(c: &AwsCloud, txt: &str) -> Option<ResourceId> {
         "\"heritage=kprov,kprov.dev/cluster={},kprov.dev/id=",
         c.cluster
     );
-    ResourceId::parse(txt.strip_prefix(&prefix)?.strip_suffix('"')?)
+    // An owner record naming no kind of this provider was not written by kprov: not ours.
+    AwsKind::parse_tag(txt.strip_prefix(&prefix)?.strip_suffix('"')?).ok()
 }
 
 fn zone_id(raw: &str) -> &str {

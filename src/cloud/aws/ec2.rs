@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{
-    AttributeBooleanValue, Filter, InstanceType, IpPermission, IpRange,
+    Filter, InstanceType, IpPermission, IpRange,
     LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
     LocationType, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair,
@@ -14,13 +14,14 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::kinds::*;
+use super::tasks::{self, Head, InternetGateway, RouteTable, Subnet, Task, Vpc, VpcDns};
 use super::{
-    AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, cloud_id_of, created_id, error_code,
-    finish_create, id_from, id_from_tags, owned_by, want_str,
+    AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, cloud_id_of, created_id, id_from,
+    id_from_tags, owned_by, want_str,
 };
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
-    CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
+    CloudError, CloudId, FieldChange, IdMap, Kind, Lifecycle, Resource, ResourceId, Value,
 };
 use crate::spec::Cluster;
 
@@ -46,7 +47,7 @@ fn tag_pairs(tags: &[Tag]) -> impl Iterator<Item = (&str, &str)> {
         .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
 }
 
-fn tag_spec(
+pub(super) fn tag_spec(
     c: &AwsCloud,
     rt: ResourceType,
     id: &ResourceId,
@@ -490,7 +491,7 @@ fn classify_listed(
     c: &AwsCloud,
     rd: &mut Reader<'_>,
     adopted: &BTreeMap<String, ResourceId>,
-    kind: &str,
+    kind: Kind,
     cloud_id: Option<&str>,
     tags: &[Tag],
 ) -> Option<(CloudId, ResourceId, Lifecycle)> {
@@ -507,7 +508,7 @@ fn classify_listed(
 fn classify(
     c: &AwsCloud,
     adopted: &BTreeMap<String, ResourceId>,
-    kind: &str,
+    kind: Kind,
     cloud_id: &str,
     tags: &[Tag],
 ) -> Option<(ResourceId, Lifecycle)> {
@@ -685,17 +686,16 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         else {
             continue;
         };
-        let mut vpc = Resource::new(VPC, id.name)
-            .lifecycle(lc)
-            .cloud_id(vid.clone())
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            .field("cidr", Value::str(v.cidr_block().unwrap_or_default()));
-        if let Some((support, hostnames)) = vpc_dns.get(vid.as_str()) {
-            vpc = vpc
-                .field("dnsSupport", Value::Bool(*support))
-                .field("dnsHostnames", Value::Bool(*hostnames));
-        }
-        rd.push(vpc);
+        let dns = vpc_dns
+            .get(vid.as_str())
+            .map(|&(support, hostnames)| VpcDns { support, hostnames });
+        let head = Head {
+            name: id.name,
+            lifecycle: lc,
+            cloud_id: Some(vid),
+        };
+        let vpc = Vpc::read(head, &(v, dns), rd);
+        rd.push(vpc.resource());
     }
 
     for s in subnets {
@@ -704,25 +704,13 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         else {
             continue;
         };
-        // why: a reference the cloud left out reads as empty, which the diff shows as a change
-        let vpc = rd.r(s.vpc_id().unwrap_or_default());
-        rd.push(
-            Resource::new(SUBNET, id.name)
-                .lifecycle(lc)
-                .cloud_id(sid)
-                .field("vpc", vpc)
-                .field(
-                    "zone",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(s.availability_zone().unwrap_or_default()),
-                )
-                // why: a field the cloud left out reads as empty, which the diff shows as a change
-                .field("cidr", Value::str(s.cidr_block().unwrap_or_default()))
-                .field(
-                    "mapPublicIp",
-                    Value::Bool(s.map_public_ip_on_launch().unwrap_or(false)),
-                ),
-        );
+        let head = Head {
+            name: id.name,
+            lifecycle: lc,
+            cloud_id: Some(sid),
+        };
+        let subnet = Subnet::read(head, &s, rd);
+        rd.push(subnet.resource());
     }
 
     let adopted_igws: BTreeMap<String, ResourceId> = adopted_igw.into_iter().collect();
@@ -737,13 +725,13 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         ) else {
             continue;
         };
-        let mut r = Resource::new(INTERNET_GATEWAY, id.name)
-            .lifecycle(lc)
-            .cloud_id(gid);
-        if let Some(vid) = g.attachments().iter().find_map(|a| a.vpc_id()) {
-            r = r.field("vpc", rd.r(vid));
-        }
-        rd.push(r);
+        let head = Head {
+            name: id.name,
+            lifecycle: lc,
+            cloud_id: Some(gid),
+        };
+        let igw = InternetGateway::read(head, &g, rd);
+        rd.push(igw.resource());
     }
 
     for a in eips
@@ -793,42 +781,13 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             continue;
         };
         let id = id_from_tags(ROUTE_TABLE, &tid, tag_pairs(t.tags()));
-        let routes = t
-            .routes()
-            .iter()
-            .filter(|r| r.gateway_id() != Some("local"))
-            .filter_map(|r| {
-                let dest = r.destination_cidr_block()?;
-                let target = r.gateway_id().or(r.nat_gateway_id())?;
-                Some(Value::List(vec![Value::str(dest), rd.r(target)]))
-            })
-            .collect();
-        let assoc: Vec<(&str, &str)> = t
-            .associations()
-            .iter()
-            .filter(|a| a.main() != Some(true))
-            .filter_map(|a| Some((a.subnet_id()?, a.route_table_association_id()?)))
-            .collect();
-        // why: a reference the cloud left out reads as empty, which the diff shows as a change
-        let vpc = rd.r(t.vpc_id().unwrap_or_default());
-        let subnets = Value::set(assoc.iter().map(|(s, _)| rd.r(s)).collect());
-        rd.push(
-            Resource::new(ROUTE_TABLE, id.name)
-                .cloud_id(tid)
-                .field("vpc", vpc)
-                .field("routes", Value::set(routes))
-                .field("subnets", subnets)
-                // Not compared (desired has no such field): what disassociation needs.
-                .field(
-                    "associations",
-                    Value::List(
-                        assoc
-                            .iter()
-                            .map(|(s, a)| Value::List(vec![Value::str(*s), Value::str(*a)]))
-                            .collect(),
-                    ),
-                ),
-        );
+        let head = Head {
+            name: id.name,
+            lifecycle: Lifecycle::Sync,
+            cloud_id: Some(tid),
+        };
+        let table = RouteTable::read(head, t, rd);
+        rd.push(table.resource());
     }
 }
 
@@ -1191,7 +1150,10 @@ fn launch_data(
     let instance_tags = |rt: ResourceType| {
         let display = format!("{}.{}", want.id.name, c.cluster);
         let tags = c
-            .tags(&ResourceId::new("Instance", &want.id.name), &display)
+            .tags(
+                &ResourceId::new(AwsKind::Instance.kind(), &want.id.name),
+                &display,
+            )
             .into_iter()
             .map(|(k, v)| Tag::builder().key(k).value(v).build());
         LaunchTemplateTagSpecificationRequest::builder()
@@ -1224,51 +1186,6 @@ fn launch_data(
         .tag_specifications(instance_tags(ResourceType::Instance))
         .tag_specifications(instance_tags(ResourceType::Volume))
         .build())
-}
-
-/// Routes as `(destination, target cloud ID)`.
-fn routes(v: Option<&Value>, ids: &IdMap) -> Result<BTreeMap<String, String>, CloudError> {
-    v.map(Value::as_list)
-        // why: an absent list field is an empty list
-        .unwrap_or_default()
-        .iter()
-        .map(|r| match r.as_list() {
-            [dest, target] => Ok((
-                dest.as_str()
-                    .filter(|d| !d.is_empty())
-                    .ok_or_else(|| CloudError::Model(format!("route {r}: no destination")))?
-                    .to_string(),
-                cid(ids, Some(target))?.to_string(),
-            )),
-            _ => Err(CloudError::Model(format!("malformed route {r}"))),
-        })
-        .collect()
-}
-
-async fn add_route(c: &AwsCloud, table: &str, dest: &str, target: &str) -> Result<(), CloudError> {
-    let req = c
-        .ec2
-        .create_route()
-        .route_table_id(table)
-        .destination_cidr_block(dest);
-    let req = if target.starts_with("nat-") {
-        req.nat_gateway_id(target)
-    } else {
-        req.gateway_id(target)
-    };
-    req.send().await.ctx("CreateRoute")?;
-    Ok(())
-}
-
-async fn associate(c: &AwsCloud, table: &str, subnet: &str) -> Result<(), CloudError> {
-    c.ec2
-        .associate_route_table()
-        .route_table_id(table)
-        .subnet_id(subnet)
-        .send()
-        .await
-        .ctx("AssociateRouteTable")?;
-    Ok(())
 }
 
 async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError> {
@@ -1328,69 +1245,9 @@ pub(super) async fn create(
     let id = &want.id;
     let s = |f: &str| want_str(want, f).map(str::to_string);
     match kind {
-        Ec2Kind::Vpc => {
-            let out = c
-                .ec2
-                .create_vpc()
-                .cidr_block(s("cidr")?)
-                .tag_specifications(tag_spec(c, ResourceType::Vpc, id, &[]))
-                .send()
-                .await
-                .ctx("CreateVpc")?;
-            let vid = created_id(&want.id, "CreateVpc", out.vpc().and_then(|v| v.vpc_id()))?;
-            // Support first: AWS refuses hostnames on a VPC without DNS support.
-            for field in ["dnsSupport", "dnsHostnames"] {
-                let on = want.get(field).and_then(Value::as_bool);
-                if let Some(on) = on {
-                    finish_create(|| set_vpc_dns(c, &vid, field, on)).await?;
-                }
-            }
-            Ok(vid)
-        }
-        Ec2Kind::Subnet => {
-            let public = want.get("mapPublicIp").and_then(Value::as_bool) == Some(true);
-            let role = if public {
-                "kubernetes.io/role/elb"
-            } else {
-                "kubernetes.io/role/internal-elb"
-            };
-            let out = c
-                .ec2
-                .create_subnet()
-                .vpc_id(cid(ids, want.get("vpc"))?)
-                .cidr_block(s("cidr")?)
-                .availability_zone(s("zone")?)
-                .tag_specifications(tag_spec(c, ResourceType::Subnet, id, &[(role, "1")]))
-                .send()
-                .await
-                .ctx("CreateSubnet")?;
-            let sid = created_id(
-                &want.id,
-                "CreateSubnet",
-                out.subnet().and_then(|v| v.subnet_id()),
-            )?;
-            if public {
-                finish_create(|| set_map_public_ip(c, &sid, true)).await?;
-            }
-            Ok(sid)
-        }
-        Ec2Kind::InternetGateway => {
-            let out = c
-                .ec2
-                .create_internet_gateway()
-                .tag_specifications(tag_spec(c, ResourceType::InternetGateway, id, &[]))
-                .send()
-                .await
-                .ctx("CreateInternetGateway")?;
-            let gid = created_id(
-                &want.id,
-                "CreateInternetGateway",
-                out.internet_gateway().and_then(|g| g.internet_gateway_id()),
-            )?;
-            let vpc = cid(ids, want.get("vpc"))?;
-            finish_create(|| attach_igw(c, &gid, vpc)).await?;
-            Ok(gid)
-        }
+        Ec2Kind::Vpc => tasks::create::<Vpc>(c, want, ids).await,
+        Ec2Kind::Subnet => tasks::create::<Subnet>(c, want, ids).await,
+        Ec2Kind::InternetGateway => tasks::create::<InternetGateway>(c, want, ids).await,
         Ec2Kind::ElasticIp => {
             let out = c
                 .ec2
@@ -1424,29 +1281,7 @@ pub(super) async fn create(
             wait_nat(c, &nid, false).await.map_err(after_create)?;
             Ok(nid)
         }
-        Ec2Kind::RouteTable => {
-            let out = c
-                .ec2
-                .create_route_table()
-                .vpc_id(cid(ids, want.get("vpc"))?)
-                .tag_specifications(tag_spec(c, ResourceType::RouteTable, id, &[]))
-                .send()
-                .await
-                .ctx("CreateRouteTable")?;
-            let tid = created_id(
-                &want.id,
-                "CreateRouteTable",
-                out.route_table().and_then(|t| t.route_table_id()),
-            )?;
-            // Call by call: a throttled route is retried alone, not with those already added.
-            for (dest, target) in routes(want.get("routes"), ids).map_err(after_create)? {
-                finish_create(|| add_route(c, &tid, &dest, &target)).await?;
-            }
-            for sub in cids(ids, want.get("subnets")).map_err(after_create)? {
-                finish_create(|| associate(c, &tid, &sub)).await?;
-            }
-            Ok(tid)
-        }
+        Ec2Kind::RouteTable => tasks::create::<RouteTable>(c, want, ids).await,
         Ec2Kind::SecurityGroup => {
             let out = c
                 .ec2
@@ -1527,45 +1362,6 @@ async fn vpc_attribute(
     Ok(value.and_then(|v| v.value()).unwrap_or(false))
 }
 
-/// Sets a VPC's DNS attribute (ModifyVpcAttribute takes one attribute per call).
-async fn set_vpc_dns(c: &AwsCloud, vid: &str, field: &str, on: bool) -> Result<(), CloudError> {
-    let value = AttributeBooleanValue::builder().value(on).build();
-    let req = c.ec2.modify_vpc_attribute().vpc_id(vid);
-    let req = if field == "dnsHostnames" {
-        req.enable_dns_hostnames(value)
-    } else {
-        req.enable_dns_support(value)
-    };
-    req.send().await.ctx("ModifyVpcAttribute")?;
-    Ok(())
-}
-
-async fn set_map_public_ip(c: &AwsCloud, sid: &str, on: bool) -> Result<(), CloudError> {
-    c.ec2
-        .modify_subnet_attribute()
-        .subnet_id(sid)
-        .map_public_ip_on_launch(AttributeBooleanValue::builder().value(on).build())
-        .send()
-        .await
-        .ctx("ModifySubnetAttribute")?;
-    Ok(())
-}
-
-async fn attach_igw(c: &AwsCloud, gid: &str, vpc: &str) -> Result<(), CloudError> {
-    c.ec2
-        .attach_internet_gateway()
-        .internet_gateway_id(gid)
-        .vpc_id(vpc)
-        .send()
-        .await
-        .ctx("AttachInternetGateway")?;
-    Ok(())
-}
-
-fn changed(changes: &[FieldChange], f: &str) -> bool {
-    changes.iter().any(|c| c.field == f)
-}
-
 pub(super) async fn update(
     c: &AwsCloud,
     kind: Ec2Kind,
@@ -1576,82 +1372,12 @@ pub(super) async fn update(
 ) -> Result<(), CloudError> {
     let cloud_id = cloud_id_of(have)?;
     match kind {
-        Ec2Kind::Vpc if changed(changes, "dnsSupport") || changed(changes, "dnsHostnames") => {
-            for field in ["dnsSupport", "dnsHostnames"] {
-                if changed(changes, field)
-                    && let Some(on) = want.get(field).and_then(Value::as_bool)
-                {
-                    set_vpc_dns(c, cloud_id, field, on).await?;
-                }
-            }
-            Ok(())
-        }
-        Ec2Kind::Subnet if changed(changes, "mapPublicIp") => {
-            let on = want
-                .get("mapPublicIp")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            set_map_public_ip(c, cloud_id, on).await
-        }
+        Ec2Kind::Vpc => tasks::update::<Vpc>(c, want, have, changes, ids).await,
+        Ec2Kind::Subnet => tasks::update::<Subnet>(c, want, have, changes, ids).await,
         Ec2Kind::InternetGateway => {
-            if let Some(old) = have.get("vpc") {
-                let old = cid(ids, Some(old))?;
-                c.ec2
-                    .detach_internet_gateway()
-                    .internet_gateway_id(cloud_id)
-                    .vpc_id(old)
-                    .send()
-                    .await
-                    .ctx("DetachInternetGateway")?;
-            }
-            attach_igw(c, cloud_id, cid(ids, want.get("vpc"))?).await
+            tasks::update::<InternetGateway>(c, want, have, changes, ids).await
         }
-        Ec2Kind::RouteTable => {
-            let want_routes = routes(want.get("routes"), ids)?;
-            let have_routes = routes(have.get("routes"), ids)?;
-            for (dest, target) in &want_routes {
-                match have_routes.get(dest) {
-                    None => add_route(c, cloud_id, dest, target).await?,
-                    Some(t) if t != target => {
-                        let req = c
-                            .ec2
-                            .replace_route()
-                            .route_table_id(cloud_id)
-                            .destination_cidr_block(dest);
-                        let req = if target.starts_with("nat-") {
-                            req.nat_gateway_id(target)
-                        } else {
-                            req.gateway_id(target)
-                        };
-                        req.send().await.ctx("ReplaceRoute")?;
-                    }
-                    Some(_) => {}
-                }
-            }
-            for dest in have_routes.keys().filter(|d| !want_routes.contains_key(*d)) {
-                c.ec2
-                    .delete_route()
-                    .route_table_id(cloud_id)
-                    .destination_cidr_block(dest)
-                    .send()
-                    .await
-                    .ctx("DeleteRoute")?;
-            }
-            let want_subnets: BTreeSet<String> =
-                cids(ids, want.get("subnets"))?.into_iter().collect();
-            let assoc = associations(have);
-            for s in &want_subnets {
-                if !assoc.contains_key(s) {
-                    associate(c, cloud_id, s).await?;
-                }
-            }
-            for (s, a) in &assoc {
-                if !want_subnets.contains(s) {
-                    disassociate(c, a).await?;
-                }
-            }
-            Ok(())
-        }
+        Ec2Kind::RouteTable => tasks::update::<RouteTable>(c, want, have, changes, ids).await,
         Ec2Kind::SecurityGroupRules => {
             // why: an absent list field is an empty list (no rules, routes, subnets)
             let want_rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
@@ -1693,31 +1419,8 @@ pub(super) async fn update(
     }
 }
 
-fn associations(have: &Resource) -> BTreeMap<String, String> {
-    have.get("associations")
-        .map(Value::as_list)
-        // why: an absent list field is an empty list
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|v| match v.as_list() {
-            [s, a] => Some((s.as_str()?.to_string(), a.as_str()?.to_string())),
-            _ => None,
-        })
-        .collect()
-}
-
-async fn disassociate(c: &AwsCloud, assoc: &str) -> Result<(), CloudError> {
-    c.ec2
-        .disassociate_route_table()
-        .association_id(assoc)
-        .send()
-        .await
-        .ctx("DisassociateRouteTable")?;
-    Ok(())
-}
-
 /// Deleting something already gone is success (an interrupted delete, re-run).
-fn gone_ok<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
+pub(super) fn gone_ok<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
     match r {
         Ok(_) => Ok(()),
         Err(e) if e.class() == ErrorClass::NotFound => Ok(()),
@@ -1733,46 +1436,9 @@ pub(super) async fn delete(
 ) -> Result<(), CloudError> {
     let cloud_id = cloud_id_of(have)?;
     match kind {
-        Ec2Kind::Vpc => gone_ok(
-            c.ec2
-                .delete_vpc()
-                .vpc_id(cloud_id)
-                .send()
-                .await
-                .ctx("DeleteVpc"),
-        ),
-        Ec2Kind::Subnet => gone_ok(
-            c.ec2
-                .delete_subnet()
-                .subnet_id(cloud_id)
-                .send()
-                .await
-                .ctx("DeleteSubnet"),
-        ),
-        Ec2Kind::InternetGateway => {
-            if let Some(vpc) = have.get("vpc") {
-                let r = c
-                    .ec2
-                    .detach_internet_gateway()
-                    .internet_gateway_id(cloud_id)
-                    .vpc_id(cid(ids, Some(vpc))?)
-                    .send()
-                    .await;
-                if let Err(e) = r
-                    && error_code(&e) != Some("Gateway.NotAttached")
-                {
-                    return gone_ok(Err::<(), _>(e).ctx("DetachInternetGateway"));
-                }
-            }
-            gone_ok(
-                c.ec2
-                    .delete_internet_gateway()
-                    .internet_gateway_id(cloud_id)
-                    .send()
-                    .await
-                    .ctx("DeleteInternetGateway"),
-            )
-        }
+        Ec2Kind::Vpc => tasks::delete::<Vpc>(c, have, ids).await,
+        Ec2Kind::Subnet => tasks::delete::<Subnet>(c, have, ids).await,
+        Ec2Kind::InternetGateway => tasks::delete::<InternetGateway>(c, have, ids).await,
         Ec2Kind::ElasticIp => gone_ok(
             c.ec2
                 .release_address()
@@ -1793,19 +1459,7 @@ pub(super) async fn delete(
             // Its elastic IP can only be released once it is gone.
             wait_nat(c, cloud_id, true).await
         }
-        Ec2Kind::RouteTable => {
-            for a in associations(have).values() {
-                gone_ok(disassociate(c, a).await)?;
-            }
-            gone_ok(
-                c.ec2
-                    .delete_route_table()
-                    .route_table_id(cloud_id)
-                    .send()
-                    .await
-                    .ctx("DeleteRouteTable"),
-            )
-        }
+        Ec2Kind::RouteTable => tasks::delete::<RouteTable>(c, have, ids).await,
         Ec2Kind::SecurityGroup => gone_ok(
             c.ec2
                 .delete_security_group()
@@ -1933,24 +1587,6 @@ mod read_tests {
         (rd.out, rd.conflicts)
     }
 
-    /// A route the model lists without a destination is a model error naming it, never a
-    /// route to "" sent to EC2.
-    #[test]
-    fn a_route_without_destination_is_refused() {
-        let gw = ResourceId::new(INTERNET_GATEWAY, "main");
-        let ids: IdMap = [(gw.clone(), CloudId::new("igw-1").expect("id"))].into();
-        let route = |dest: &str| {
-            Value::List(vec![Value::List(vec![
-                Value::str(dest),
-                Value::Ref(gw.clone()),
-            ])])
-        };
-        let ok = routes(Some(&route("0.0.0.0/0")), &ids).expect("routes");
-        assert_eq!(ok.get("0.0.0.0/0").map(String::as_str), Some("igw-1"));
-        let e = routes(Some(&route("")), &ids).expect_err("no destination");
-        assert!(e.to_string().contains("no destination"), "{e}");
-    }
-
     /// An API that ignores the tag filter returns another cluster's VPC, subnet and gateway;
     /// some without their IDs. None of them becomes ours, not even as a conflict of this
     /// cluster's plan; this cluster's own ID-less VPC still does.
@@ -1993,6 +1629,6 @@ mod read_tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].cloud_id.as_deref(), Some("vpc-mine"));
         assert_eq!(conflicts.len(), 1, "{conflicts:?}");
-        assert!(conflicts[0].contains(VPC), "{conflicts:?}");
+        assert!(conflicts[0].contains(VPC.as_str()), "{conflicts:?}");
     }
 }

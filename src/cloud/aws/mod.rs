@@ -19,6 +19,7 @@ pub mod images;
 pub mod instances;
 pub mod kinds;
 pub mod launch;
+mod tasks;
 pub mod wait;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -35,7 +36,7 @@ pub use desired::{
 pub use hostkeys::GroupHostKey;
 
 use crate::cloud::engine::{
-    self, CloudError, CloudId, ErrorClass, FieldChange, IdMap, Lifecycle, Plan, Resource,
+    self, CloudError, CloudId, ErrorClass, FieldChange, IdMap, Kind, Lifecycle, Plan, Resource,
     ResourceId, Value,
 };
 use crate::cloud::{Actual, Provider};
@@ -259,7 +260,7 @@ impl AwsCloud {
         let need = plan
             .changes
             .iter()
-            .filter(|c| c.action == engine::Action::Create && c.kind == ELASTIC_IP)
+            .filter(|c| c.action == engine::Action::Create && c.id.kind == ELASTIC_IP)
             .count();
         match ec2::check_address_quota(
             self,
@@ -424,7 +425,7 @@ impl Reader<'_> {
     /// The ID of a resource the cloud listed. One listed without an ID cannot be compared,
     /// changed or deleted: it becomes a plan error naming the kind rather than a resource
     /// with an empty cloud ID.
-    pub(crate) fn listed(&mut self, kind: &str, id: Option<&str>) -> Option<CloudId> {
+    pub(crate) fn listed(&mut self, kind: Kind, id: Option<&str>) -> Option<CloudId> {
         let id = id.and_then(CloudId::new);
         if id.is_none() {
             self.conflicts.push(format!(
@@ -446,25 +447,22 @@ impl Reader<'_> {
 }
 
 /// Desired resources of `kind` that are adopted by cloud ID.
-pub(crate) fn adopted_in<'a>(
-    desired: &'a [Resource],
-    kind: &str,
-) -> impl Iterator<Item = &'a Resource> + 'a {
-    let kind = kind.to_string();
+pub(crate) fn adopted_in(desired: &[Resource], kind: Kind) -> impl Iterator<Item = &Resource> {
     desired
         .iter()
         .filter(move |r| r.id.kind == kind && r.lifecycle == Lifecycle::ExistsAndValidates)
 }
 
-/// The logical ID of an owned resource from its tags; one that lost its `kprov.dev/id` tag is
-/// still owned, so it gets an ID that no desired resource has and is planned for deletion.
+/// The logical ID of an owned resource from its tags; one that lost its `kprov.dev/id` tag (or
+/// whose tag names another kind, or none this provider knows) is still owned, so it gets an ID
+/// that no desired resource has and is planned for deletion.
 pub(crate) fn id_from_tags<'a>(
-    kind: &str,
+    kind: Kind,
     cloud_id: &str,
     tags: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> ResourceId {
     tags.filter(|(k, _)| *k == TAG_ID)
-        .find_map(|(_, v)| ResourceId::parse(v).filter(|id| id.kind == kind))
+        .find_map(|(_, v)| AwsKind::parse_tag(v).ok().filter(|id| id.kind == kind))
         .unwrap_or_else(|| ResourceId::new(kind, format!("{UNTRACKED}{cloud_id}")))
 }
 
@@ -879,10 +877,15 @@ impl Provider for AwsCloud {
             AwsKind::Iam(k) => iam::create(self, k, want, ids).await,
             AwsKind::Dns(DnsKind::Record) => dns::upsert(self, want, ids).await,
             AwsKind::Dns(DnsKind::ZoneVpc) => dns::associate(self, want, ids).await,
-            // Adopted only (the zone) or someone else's (a Classic ELB): never made here.
-            k @ (AwsKind::Dns(DnsKind::Zone) | AwsKind::ClassicLoadBalancer) => Err(
-                CloudError::Model(format!("{}: kprov does not create a {k}", want.id)),
-            ),
+            // Adopted only (the zone), someone else's (a Classic ELB) or its group's (an
+            // instance): never made here.
+            k
+            @ (AwsKind::Dns(DnsKind::Zone) | AwsKind::ClassicLoadBalancer | AwsKind::Instance) => {
+                Err(CloudError::Model(format!(
+                    "{}: kprov does not create a {k}",
+                    want.id
+                )))
+            }
         }
     }
 
@@ -899,12 +902,12 @@ impl Provider for AwsCloud {
             AwsKind::Elb(k) => elb::update(self, k, want, have, changes, ids).await,
             AwsKind::Iam(k) => iam::update(self, k, want, have, changes, ids).await,
             AwsKind::Dns(DnsKind::Record) => dns::upsert(self, want, ids).await.map(|_| ()),
-            k @ (AwsKind::Dns(DnsKind::Zone | DnsKind::ZoneVpc) | AwsKind::ClassicLoadBalancer) => {
-                Err(CloudError::Model(format!(
-                    "{}: kprov does not change a {k} in place",
-                    want.id
-                )))
-            }
+            k @ (AwsKind::Dns(DnsKind::Zone | DnsKind::ZoneVpc)
+            | AwsKind::ClassicLoadBalancer
+            | AwsKind::Instance) => Err(CloudError::Model(format!(
+                "{}: kprov does not change a {k} in place",
+                want.id
+            ))),
         }
     }
 
@@ -920,6 +923,11 @@ impl Provider for AwsCloud {
             // Adopted (ExistsAndValidates): the engine never deletes it.
             AwsKind::Dns(DnsKind::Zone) => Err(CloudError::Model(format!(
                 "{}: kprov does not delete a DNS zone",
+                have.id
+            ))),
+            // Never read as a resource: its group ends it.
+            AwsKind::Instance => Err(CloudError::Model(format!(
+                "{}: an instance is deleted with its Auto Scaling group",
                 have.id
             ))),
         }

@@ -6,7 +6,7 @@ mod plan;
 mod render;
 
 pub use apply::{ApplyOptions, ApplyReport, DoneHook, WaitHook, apply};
-pub use model::{CloudId, FieldRule, IdMap, Lifecycle, Resource, ResourceId, Value};
+pub use model::{CloudId, FieldRule, IdMap, Kind, Lifecycle, Resource, ResourceId, Value};
 pub use plan::{
     Action, Change, FieldChange, PLAN_SCHEMA_VERSION, Plan, Summary, diff, field_changes, plan,
     plan_delete, topo_order,

@@ -6,26 +6,71 @@ use std::fmt;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
+use super::CloudError;
+
+/// A resource kind: a name from one provider's closed set (the AWS provider's are
+/// `cloud::aws::kinds::AwsKind`, whose `kind()` is the only maker outside the engine's own
+/// tests). The engine stays cloud-agnostic (it only compares, orders and prints kinds) while
+/// no code can make a kind from arbitrary text: the constructor is visible to `cloud/` only,
+/// takes a `&'static str`, and text read back from the cloud becomes a kind only through
+/// [`ResourceId::parse`], which checks it against the provider's set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Kind(&'static str);
+
+impl Kind {
+    pub(in crate::cloud) const fn new(name: &'static str) -> Kind {
+        Kind(name)
+    }
+
+    /// The name written into tags and shown in plans.
+    pub const fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
 /// A resource's stable identity: its kind and a logical name unique within the kind. It is
 /// written into the cloud resource's tags, so it must never depend on cloud-assigned IDs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceId {
-    pub kind: String,
+    pub kind: Kind,
     pub name: String,
 }
 
 impl ResourceId {
-    pub fn new(kind: &str, name: impl Into<String>) -> Self {
+    pub fn new(kind: Kind, name: impl Into<String>) -> Self {
         ResourceId {
-            kind: kind.to_string(),
+            kind,
             name: name.into(),
         }
     }
 
-    /// Parses the `Kind/name` form written into tags.
-    pub fn parse(s: &str) -> Option<Self> {
-        let (kind, name) = s.split_once('/')?;
-        (!kind.is_empty() && !name.is_empty()).then(|| ResourceId::new(kind, name))
+    /// Parses the `Kind/name` form written into tags; `kinds` is the provider's set. A tag
+    /// that is not of that form, or names a kind outside the set, is an error naming the tag
+    /// (escaped: it is the cloud's text).
+    pub fn parse(tag: &str, kinds: &[Kind]) -> Result<Self, CloudError> {
+        let bad = |why: &str| {
+            CloudError::Model(format!(
+                "identity tag \"{}\": {why}",
+                crate::output::escape(tag)
+            ))
+        };
+        let (kind, name) = tag
+            .split_once('/')
+            .ok_or_else(|| bad("not of the form Kind/name"))?;
+        if name.is_empty() {
+            return Err(bad("no name after the kind"));
+        }
+        let kind = kinds
+            .iter()
+            .find(|k| k.as_str() == kind)
+            .ok_or_else(|| bad("not a resource kind of this provider"))?;
+        Ok(ResourceId::new(*kind, name))
     }
 }
 
@@ -111,7 +156,7 @@ impl Value {
         Value::Str(s.into())
     }
 
-    pub fn reference(kind: &str, name: impl Into<String>) -> Value {
+    pub fn reference(kind: Kind, name: impl Into<String>) -> Value {
         Value::Ref(ResourceId::new(kind, name))
     }
 
@@ -253,7 +298,7 @@ pub struct Resource {
 }
 
 impl Resource {
-    pub fn new(kind: &str, name: impl Into<String>) -> Self {
+    pub fn new(kind: Kind, name: impl Into<String>) -> Self {
         Resource {
             id: ResourceId::new(kind, name),
             lifecycle: Lifecycle::Sync,

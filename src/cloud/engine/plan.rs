@@ -34,6 +34,7 @@ pub struct FieldChange {
 #[serde(rename_all = "camelCase")]
 pub struct Change {
     pub action: Action,
+    /// The kind's name as plans print it (`-o json`'s `kind`); decisions use `id.kind`.
     pub kind: String,
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -133,7 +134,7 @@ pub async fn plan_delete(
     let actual = provider.read(cluster, &anchors).await?;
     let keep = anchors
         .into_iter()
-        .map(|r| Resource::new(&r.id.kind, r.id.name).lifecycle(Lifecycle::Ignore))
+        .map(|r| Resource::new(r.id.kind, r.id.name).lifecycle(Lifecycle::Ignore))
         .collect();
     diff(cluster, keep, actual)
 }
@@ -181,7 +182,7 @@ pub fn diff(cluster: &str, desired: Vec<Resource>, actual: Actual) -> Result<Pla
             } else {
                 changes.push(Change {
                     action: Action::Create,
-                    kind: id.kind.clone(),
+                    kind: id.kind.to_string(),
                     name: id.name.clone(),
                     cloud_id: None,
                     fields: w
@@ -231,7 +232,7 @@ pub fn diff(cluster: &str, desired: Vec<Resource>, actual: Actual) -> Result<Pla
         }
         changes.push(Change {
             action,
-            kind: id.kind.clone(),
+            kind: id.kind.to_string(),
             name: id.name.clone(),
             cloud_id: h.cloud_id.clone().map(String::from),
             fields,
@@ -250,7 +251,7 @@ pub fn diff(cluster: &str, desired: Vec<Resource>, actual: Actual) -> Result<Pla
         let h = &extra[&id];
         changes.push(Change {
             action: Action::Delete,
-            kind: id.kind.clone(),
+            kind: id.kind.to_string(),
             name: id.name.clone(),
             cloud_id: h.cloud_id.clone().map(String::from),
             fields: Vec::new(),

@@ -11,6 +11,13 @@ use proptest::prelude::*;
 use super::*;
 use crate::cloud::{Actual, Provider};
 
+// The test cloud's kinds (the engine takes any provider's set).
+const K: Kind = Kind::new("K");
+const NET: Kind = Kind::new("Net");
+const DOC: Kind = Kind::new("Doc");
+const OLD: Kind = Kind::new("Old");
+const KS: [Kind; 3] = [Kind::new("K0"), Kind::new("K1"), Kind::new("K2")];
+
 fn id(s: &str) -> CloudId {
     CloudId::new(s).expect("a test ID is not empty")
 }
@@ -97,7 +104,7 @@ impl Provider for MemCloud {
             }
         }
         drop(state);
-        let mut r = Resource::new(&want.id.kind, want.id.name.clone());
+        let mut r = Resource::new(want.id.kind, want.id.name.clone());
         r.fields = want.fields.clone();
         let cid = self.fresh_id();
         r.cloud_id = Some(cid.clone());
@@ -180,9 +187,9 @@ fn resources(max: usize) -> impl Strategy<Value = Vec<Resource>> {
                     .filter(|_| i > 0)
                     .map(|d| d.index(i))
                     .filter(|j| present[*j])
-                    .map(|j| Value::reference(&format!("K{}", j % 3), format!("r{j}")))
+                    .map(|j| Value::reference(KS[j % 3], format!("r{j}")))
                     .collect();
-                Resource::new(&format!("K{}", i % 3), format!("r{i}"))
+                Resource::new(KS[i % 3], format!("r{i}"))
                     .field("a", Value::Int(*a))
                     .field("b", Value::str(*b))
                     .field("uses", Value::set(refs))
@@ -261,7 +268,7 @@ proptest! {
 #[test]
 fn throttling_is_retried_until_the_deadline() {
     let cloud = MemCloud::default();
-    let r = Resource::new("K", "a").field("a", Value::Int(1));
+    let r = Resource::new(K, "a").field("a", Value::Int(1));
     cloud.throttle.lock().unwrap().insert(r.id.clone(), 3);
     let rt = rt();
     let p = rt.block_on(plan(&cloud, "c", vec![r.clone()])).unwrap();
@@ -294,7 +301,7 @@ fn throttling_is_retried_until_the_deadline() {
 #[test]
 fn not_found_is_retried_within_the_propagation_window_only() {
     let cloud = MemCloud::default();
-    let r = Resource::new("K", "a").field("a", Value::Int(1));
+    let r = Resource::new(K, "a").field("a", Value::Int(1));
     cloud.not_found.lock().unwrap().insert(r.id.clone(), 3);
     let rt = rt();
     let p = rt.block_on(plan(&cloud, "c", vec![r.clone()])).unwrap();
@@ -324,11 +331,11 @@ fn not_found_is_retried_within_the_propagation_window_only() {
 
 #[test]
 fn immutable_changes_are_refused_and_replacements_planned() {
-    let have = Resource::new("Net", "main")
+    let have = Resource::new(NET, "main")
         .field("cidr", Value::str("10.0.0.0/16"))
         .field("key", Value::str("k1"));
     let cloud = MemCloud::with(vec![have]);
-    let want = Resource::new("Net", "main")
+    let want = Resource::new(NET, "main")
         .field("cidr", Value::str("10.1.0.0/16"))
         .field("key", Value::str("k1"))
         .rule("cidr", FieldRule::Immutable);
@@ -345,17 +352,17 @@ fn immutable_changes_are_refused_and_replacements_planned() {
     assert!(matches!(err, CloudError::Refused(_)));
     assert_eq!(p.exit_code(true), 1);
 
-    let want = Resource::new("Net", "main")
+    let want = Resource::new(NET, "main")
         .field("cidr", Value::str("10.0.0.0/16"))
         .field("key", Value::str("k2"))
         .rule("key", FieldRule::Replace);
     let p = rt.block_on(plan(&cloud, "c", vec![want])).unwrap();
     assert_eq!(p.summary.replace, 1);
-    let before = cloud.state.lock().unwrap()[&ResourceId::new("Net", "main")]
+    let before = cloud.state.lock().unwrap()[&ResourceId::new(NET, "main")]
         .cloud_id
         .clone();
     rt.block_on(apply(&cloud, &p, &quick())).unwrap();
-    let after = cloud.state.lock().unwrap()[&ResourceId::new("Net", "main")]
+    let after = cloud.state.lock().unwrap()[&ResourceId::new(NET, "main")]
         .cloud_id
         .clone();
     assert_ne!(before, after, "a replacement is a new cloud resource");
@@ -364,7 +371,7 @@ fn immutable_changes_are_refused_and_replacements_planned() {
 #[test]
 fn adopted_resources_must_exist_and_match() {
     let cloud = MemCloud::default();
-    let want = Resource::new("Net", "main")
+    let want = Resource::new(NET, "main")
         .lifecycle(Lifecycle::ExistsAndValidates)
         .cloud_id(id("vpc-123"))
         .field("cidr", Value::str("10.0.0.0/16"));
@@ -378,7 +385,7 @@ fn adopted_resources_must_exist_and_match() {
     );
 
     let cloud = MemCloud::with(vec![
-        Resource::new("Net", "main")
+        Resource::new(NET, "main")
             .lifecycle(Lifecycle::ExistsAndValidates)
             .field("cidr", Value::str("10.9.0.0/16")),
     ]);
@@ -393,8 +400,8 @@ fn adopted_resources_must_exist_and_match() {
 
 #[test]
 fn cycles_and_dangling_references_are_model_errors() {
-    let a = Resource::new("K", "a").field("x", Value::reference("K", "b"));
-    let b = Resource::new("K", "b").field("x", Value::reference("K", "a"));
+    let a = Resource::new(K, "a").field("x", Value::reference(K, "b"));
+    let b = Resource::new(K, "b").field("x", Value::reference(K, "a"));
     let err = diff("c", vec![a.clone(), b], Actual::default()).unwrap_err();
     assert!(err.to_string().contains("dependency cycle"), "{err}");
     let err = diff("c", vec![a], Actual::default()).unwrap_err();
@@ -403,16 +410,16 @@ fn cycles_and_dangling_references_are_model_errors() {
 
 #[test]
 fn preview_text_groups_diffs_documents_and_colours_on_request() {
-    let have = Resource::new("Doc", "d")
+    let have = Resource::new(DOC, "d")
         .field("body", Value::Doc("a\nb\nc\n".into()))
         .field("n", Value::Int(1))
         .field("set", Value::set(vec![Value::str("x"), Value::str("y")]))
         .cloud_id(id("d-1"));
-    let want = Resource::new("Doc", "d")
+    let want = Resource::new(DOC, "d")
         .field("body", Value::Doc("a\nB\nc\n".into()))
         .field("n", Value::Int(2))
         .field("set", Value::set(vec![Value::str("y"), Value::str("z")]));
-    let extra = Resource::new("Old", "o").cloud_id(id("o-1"));
+    let extra = Resource::new(OLD, "o").cloud_id(id("o-1"));
     let p = diff(
         "c",
         vec![want],
@@ -446,4 +453,36 @@ fn preview_text_groups_diffs_documents_and_colours_on_request() {
     assert_eq!(json["schemaVersion"], 2);
     assert_eq!(json["changes"][0]["fields"][1]["old"], 1);
     assert_eq!(json["changes"][1]["action"], "delete");
+}
+
+/// Text read back from the cloud becomes an identity only with a kind of the provider's set;
+/// anything else is an error naming the tag, escaped.
+#[test]
+fn an_identity_tag_parses_only_to_a_known_kind() {
+    let kinds = [K, NET];
+    assert_eq!(
+        ResourceId::parse("Net/main", &kinds).ok(),
+        Some(ResourceId::new(NET, "main"))
+    );
+    assert_eq!(
+        ResourceId::parse("K/a/b", &kinds).ok(),
+        Some(ResourceId::new(K, "a/b")),
+        "the name is everything after the first slash"
+    );
+    for (tag, why) in [
+        ("Bucket/logs", "not a resource kind of this provider"),
+        ("Doc/d", "not a resource kind of this provider"),
+        ("Net", "not of the form Kind/name"),
+        ("Net/", "no name after the kind"),
+        ("/main", "not a resource kind of this provider"),
+    ] {
+        let e = ResourceId::parse(tag, &kinds).expect_err(tag);
+        assert_eq!(
+            e.to_string(),
+            format!("resource model: identity tag \"{tag}\": {why}")
+        );
+    }
+    let e = ResourceId::parse("X\u{1b}[2J/a", &kinds).expect_err("unknown");
+    assert!(!e.to_string().contains('\u{1b}'), "{e}");
+    assert!(e.to_string().contains("X\\x1b[2J/a"), "{e}");
 }

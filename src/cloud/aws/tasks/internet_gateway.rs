@@ -1,0 +1,146 @@
+//! The internet gateway and its attachment to the VPC (an adopted VPC brings its own).
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::ResourceType;
+
+use super::{Head, Kinded, Ref, Task, Vpc};
+use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, error_code, finish_create};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource};
+
+const VPC: &str = "vpc";
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct InternetGateway {
+    pub(crate) head: Head,
+    /// The VPC it is attached to: always set on the desired gateway; a read one may be
+    /// detached.
+    pub(crate) vpc: Option<Ref<Vpc>>,
+}
+
+impl Kinded for InternetGateway {
+    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::InternetGateway);
+}
+
+impl InternetGateway {
+    fn attached_to(&self) -> Result<&Ref<Vpc>, CloudError> {
+        self.vpc
+            .as_ref()
+            .ok_or_else(|| CloudError::Model(format!("{}: field {VPC} is not set", self.id())))
+    }
+}
+
+#[async_trait]
+impl Task for InternetGateway {
+    type Listed = aws_sdk_ec2::types::InternetGateway;
+
+    fn head(&self) -> &Head {
+        &self.head
+    }
+
+    fn resource(&self) -> Resource {
+        let r = self.head.resource::<InternetGateway>();
+        match &self.vpc {
+            Some(vpc) => r.field(VPC, vpc.value()),
+            None => r,
+        }
+    }
+
+    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
+        Ok(InternetGateway {
+            head: Head::of(r),
+            vpc: r
+                .get(VPC)
+                .map(|v| Ref::from_value(&r.id, VPC, Some(v)))
+                .transpose()?,
+        })
+    }
+
+    fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
+        InternetGateway {
+            head,
+            vpc: g
+                .attachments()
+                .iter()
+                .find_map(|a| a.vpc_id())
+                .map(|vid| Ref::read(rd, vid)),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let out = c
+            .ec2
+            .create_internet_gateway()
+            .tag_specifications(tag_spec(c, ResourceType::InternetGateway, &id, &[]))
+            .send()
+            .await
+            .ctx("CreateInternetGateway")?;
+        let gid = created_id(
+            &id,
+            "CreateInternetGateway",
+            out.internet_gateway().and_then(|g| g.internet_gateway_id()),
+        )?;
+        let vpc = self.attached_to()?.resolve(ids)?;
+        finish_create(|| attach(c, &gid, vpc)).await?;
+        Ok(gid)
+    }
+
+    async fn update(
+        &self,
+        have: &Self,
+        _: &[FieldChange],
+        c: &AwsCloud,
+        ids: &IdMap,
+    ) -> Result<(), CloudError> {
+        let gid = have.cloud_id()?;
+        if let Some(old) = &have.vpc {
+            c.ec2
+                .detach_internet_gateway()
+                .internet_gateway_id(gid)
+                .vpc_id(old.resolve(ids)?)
+                .send()
+                .await
+                .ctx("DetachInternetGateway")?;
+        }
+        attach(c, gid, self.attached_to()?.resolve(ids)?).await
+    }
+
+    async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError> {
+        let gid = self.cloud_id()?;
+        if let Some(vpc) = &self.vpc {
+            let r = c
+                .ec2
+                .detach_internet_gateway()
+                .internet_gateway_id(gid)
+                .vpc_id(vpc.resolve(ids)?)
+                .send()
+                .await;
+            if let Err(e) = r
+                && error_code(&e) != Some("Gateway.NotAttached")
+            {
+                return gone_ok(Err::<(), _>(e).ctx("DetachInternetGateway"));
+            }
+        }
+        gone_ok(
+            c.ec2
+                .delete_internet_gateway()
+                .internet_gateway_id(gid)
+                .send()
+                .await
+                .ctx("DeleteInternetGateway"),
+        )
+    }
+}
+
+async fn attach(c: &AwsCloud, gid: &str, vpc: &str) -> Result<(), CloudError> {
+    c.ec2
+        .attach_internet_gateway()
+        .internet_gateway_id(gid)
+        .vpc_id(vpc)
+        .send()
+        .await
+        .ctx("AttachInternetGateway")?;
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! A subnet: its VPC, zone and CIDR (fixed once created) and whether instances launched in it
+//! get a public address.
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
+
+use super::{Head, Kinded, Ref, Task, Vpc, cannot_change, changed, text};
+use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, Value};
+
+const VPC: &str = "vpc";
+const ZONE: &str = "zone";
+const CIDR: &str = "cidr";
+const MAP_PUBLIC_IP: &str = "mapPublicIp";
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Subnet {
+    pub(crate) head: Head,
+    pub(crate) vpc: Ref<Vpc>,
+    pub(crate) zone: String,
+    pub(crate) cidr: String,
+    /// A public subnet (and a utility one): instances get a public address, and the subnet is
+    /// tagged for internet-facing load balancers (internal ones otherwise).
+    pub(crate) map_public_ip: bool,
+}
+
+impl Kinded for Subnet {
+    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::Subnet);
+}
+
+#[async_trait]
+impl Task for Subnet {
+    type Listed = aws_sdk_ec2::types::Subnet;
+
+    fn head(&self) -> &Head {
+        &self.head
+    }
+
+    fn resource(&self) -> Resource {
+        self.head
+            .resource::<Subnet>()
+            .field(VPC, self.vpc.value())
+            .field(ZONE, Value::str(&self.zone))
+            .field(CIDR, Value::str(&self.cidr))
+            .field(MAP_PUBLIC_IP, Value::Bool(self.map_public_ip))
+            .rule(VPC, FieldRule::Immutable)
+            .rule(ZONE, FieldRule::Immutable)
+            .rule(CIDR, FieldRule::Immutable)
+    }
+
+    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
+        Ok(Subnet {
+            head: Head::of(r),
+            vpc: Ref::from_value(&r.id, VPC, r.get(VPC))?,
+            zone: text(r, ZONE)?,
+            cidr: text(r, CIDR)?,
+            map_public_ip: r
+                .get(MAP_PUBLIC_IP)
+                .and_then(Value::as_bool)
+                .ok_or_else(|| {
+                    CloudError::Model(format!("{}: field {MAP_PUBLIC_IP} is not set", r.id))
+                })?,
+        })
+    }
+
+    fn read(head: Head, s: &Self::Listed, rd: &Reader<'_>) -> Self {
+        Subnet {
+            head,
+            // why: a reference the cloud left out reads as empty, which the diff shows as a change
+            vpc: Ref::read(rd, s.vpc_id().unwrap_or_default()),
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            zone: s.availability_zone().unwrap_or_default().to_string(),
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            cidr: s.cidr_block().unwrap_or_default().to_string(),
+            // EC2's default for a new subnet.
+            map_public_ip: s.map_public_ip_on_launch().unwrap_or(false),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let role = if self.map_public_ip {
+            "kubernetes.io/role/elb"
+        } else {
+            "kubernetes.io/role/internal-elb"
+        };
+        let out = c
+            .ec2
+            .create_subnet()
+            .vpc_id(self.vpc.resolve(ids)?)
+            .cidr_block(&self.cidr)
+            .availability_zone(&self.zone)
+            .tag_specifications(tag_spec(c, ResourceType::Subnet, &id, &[(role, "1")]))
+            .send()
+            .await
+            .ctx("CreateSubnet")?;
+        let sid = created_id(
+            &id,
+            "CreateSubnet",
+            out.subnet().and_then(|v| v.subnet_id()),
+        )?;
+        if self.map_public_ip {
+            finish_create(|| set_map_public_ip(c, &sid, true)).await?;
+        }
+        Ok(sid)
+    }
+
+    async fn update(
+        &self,
+        have: &Self,
+        changes: &[FieldChange],
+        c: &AwsCloud,
+        _: &IdMap,
+    ) -> Result<(), CloudError> {
+        if !changed(changes, MAP_PUBLIC_IP) {
+            return Err(cannot_change(&self.id(), changes));
+        }
+        set_map_public_ip(c, have.cloud_id()?, self.map_public_ip).await
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        let sid = self.cloud_id()?;
+        gone_ok(
+            c.ec2
+                .delete_subnet()
+                .subnet_id(sid)
+                .send()
+                .await
+                .ctx("DeleteSubnet"),
+        )
+    }
+}
+
+async fn set_map_public_ip(c: &AwsCloud, sid: &str, on: bool) -> Result<(), CloudError> {
+    c.ec2
+        .modify_subnet_attribute()
+        .subnet_id(sid)
+        .map_public_ip_on_launch(AttributeBooleanValue::builder().value(on).build())
+        .send()
+        .await
+        .ctx("ModifySubnetAttribute")?;
+    Ok(())
+}

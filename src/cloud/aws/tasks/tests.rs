@@ -1,0 +1,320 @@
+//! The tasks' typed fields against the engine's field maps: what the diff compares and prints
+//! is what it was before the move (the goldens say so too), and decoding refuses what the
+//! types cannot hold, naming the resource and field.
+
+use std::collections::HashMap;
+
+use aws_sdk_ec2::types::{
+    InternetGatewayAttachment, Route as Ec2Route, RouteTable as Ec2RouteTable,
+    RouteTableAssociation,
+};
+
+use super::*;
+use crate::cloud::aws::kinds::{INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SUBNET, VPC};
+use crate::cloud::engine::FieldRule;
+
+fn cid(s: &str) -> CloudId {
+    CloudId::new(s).expect("a test ID is not empty")
+}
+
+fn reader(refs: &[(&str, ResourceId)]) -> Reader<'static> {
+    Reader {
+        desired: &[],
+        refs: refs
+            .iter()
+            .map(|(c, id)| (c.to_string(), id.clone()))
+            .collect::<HashMap<_, _>>(),
+        out: Vec::new(),
+        warnings: Vec::new(),
+        conflicts: Vec::new(),
+    }
+}
+
+fn public_table() -> RouteTable {
+    RouteTable {
+        head: Head::owned("public"),
+        vpc: Ref::named("main"),
+        routes: vec![Route {
+            destination: "0.0.0.0/0".into(),
+            target: RouteTarget::InternetGateway(Ref::named("main")),
+        }],
+        subnets: vec![Ref::named("b"), Ref::named("a")],
+        associations: None,
+    }
+}
+
+#[test]
+fn a_task_is_the_field_map_the_diff_always_compared() {
+    let vpc = Vpc {
+        head: Head::owned("main"),
+        cidr: "10.0.0.0/16".into(),
+        dns: Some(VpcDns {
+            support: true,
+            hostnames: true,
+        }),
+    };
+    let want = Resource::new(VPC, "main")
+        .field("cidr", Value::str("10.0.0.0/16"))
+        .rule("cidr", FieldRule::Immutable)
+        .field("dnsSupport", Value::Bool(true))
+        .field("dnsHostnames", Value::Bool(true));
+    assert_eq!(vpc.resource(), want);
+    assert_eq!(Vpc::from_resource(&want).expect("decodes"), vpc);
+
+    let subnet = Subnet {
+        head: Head::adopted("a", Some(cid("subnet-1"))),
+        vpc: Ref::named("main"),
+        zone: "us-east-1a".into(),
+        cidr: "10.0.1.0/24".into(),
+        map_public_ip: false,
+    };
+    let r = subnet.resource();
+    assert_eq!(r.id, ResourceId::new(SUBNET, "a"));
+    assert_eq!(r.lifecycle, Lifecycle::ExistsAndValidates);
+    assert_eq!(r.cloud_id.as_deref(), Some("subnet-1"));
+    assert_eq!(r.get("vpc"), Some(&Value::reference(VPC, "main")));
+    assert_eq!(r.field_rule("zone"), FieldRule::Immutable);
+    assert_eq!(r.field_rule("mapPublicIp"), FieldRule::Mutable);
+    assert_eq!(Subnet::from_resource(&r).expect("decodes"), subnet);
+
+    let igw = InternetGateway {
+        head: Head::owned("main"),
+        vpc: Some(Ref::named("main")),
+    };
+    let r = igw.resource();
+    assert_eq!(
+        r,
+        Resource::new(INTERNET_GATEWAY, "main").field("vpc", Value::reference(VPC, "main"))
+    );
+    assert_eq!(InternetGateway::from_resource(&r).expect("decodes"), igw);
+
+    let table = public_table();
+    let r = table.resource();
+    assert_eq!(
+        r,
+        Resource::new(ROUTE_TABLE, "public")
+            .field("vpc", Value::reference(VPC, "main"))
+            .field(
+                "routes",
+                Value::set(vec![Value::List(vec![
+                    Value::str("0.0.0.0/0"),
+                    Value::reference(INTERNET_GATEWAY, "main"),
+                ])])
+            )
+            .field(
+                "subnets",
+                Value::set(vec![
+                    Value::reference(SUBNET, "a"),
+                    Value::reference(SUBNET, "b")
+                ])
+            )
+    );
+    // The set is sorted: decoded, the subnets come back in its order.
+    let back = RouteTable::from_resource(&r).expect("decodes");
+    assert_eq!(back.subnets, vec![Ref::named("a"), Ref::named("b")]);
+    assert_eq!(back.routes, table.routes);
+    // What the diff orders by: the table needs its VPC, gateway and subnets first.
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        deps,
+        ["InternetGateway/main", "Subnet/a", "Subnet/b", "Vpc/main"]
+    );
+}
+
+/// A route the model lists without a destination is a model error naming it, never a route
+/// to "" sent to EC2; a reference of the wrong kind is refused naming the field.
+#[test]
+fn decoding_refuses_what_the_types_cannot_hold() {
+    let route = |dest: &str| {
+        Value::List(vec![Value::List(vec![
+            Value::str(dest),
+            Value::reference(INTERNET_GATEWAY, "main"),
+        ])])
+    };
+    let r = public_table().resource().field("routes", route(""));
+    let e = RouteTable::from_resource(&r).expect_err("no destination");
+    assert_eq!(
+        e.to_string(),
+        "resource model: RouteTable/public: route [\"\", InternetGateway/main]: no destination"
+    );
+
+    let r = Resource::new(SUBNET, "a")
+        .field("vpc", Value::reference(SUBNET, "b"))
+        .field("zone", Value::str("z"))
+        .field("cidr", Value::str("10.0.0.0/24"))
+        .field("mapPublicIp", Value::Bool(true));
+    let e = Subnet::from_resource(&r).expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: Subnet/a: field vpc: expected a reference to a Vpc, found Subnet/b"
+    );
+    let e = Subnet::from_resource(
+        &r.clone()
+            .field("vpc", Value::reference(VPC, "main"))
+            .field("cidr", Value::Int(1)),
+    )
+    .expect_err("not text");
+    assert!(
+        e.to_string().contains("Subnet/a: field cidr is not set"),
+        "{e}"
+    );
+
+    let half = Resource::new(VPC, "main")
+        .field("cidr", Value::str("10.0.0.0/16"))
+        .field("dnsSupport", Value::Bool(true));
+    let e = Vpc::from_resource(&half).expect_err("half the DNS pair");
+    assert!(e.to_string().contains("go together"), "{e}");
+
+    let no_routes = Resource::new(ROUTE_TABLE, "t")
+        .field("vpc", Value::reference(VPC, "main"))
+        .field("subnets", Value::List(vec![]));
+    let e = RouteTable::from_resource(&no_routes).expect_err("no routes");
+    assert!(
+        e.to_string()
+            .contains("RouteTable/t: field routes is not a list"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_reference_resolves_to_the_recorded_cloud_id_or_is_one() {
+    let ids: IdMap = [(ResourceId::new(VPC, "main"), cid("vpc-1"))].into();
+    assert_eq!(Ref::<Vpc>::named("main").resolve(&ids).ok(), Some("vpc-1"));
+    assert_eq!(Ref::<Vpc>::cloud("vpc-9").resolve(&ids).ok(), Some("vpc-9"));
+    let e = Ref::<Vpc>::named("other")
+        .resolve(&ids)
+        .expect_err("not made yet");
+    assert_eq!(
+        e.to_string(),
+        "resource model: Vpc/other has no cloud ID yet"
+    );
+    assert_eq!(
+        Ref::<Vpc>::named("main").value(),
+        Value::reference(VPC, "main")
+    );
+    assert_eq!(Ref::<Vpc>::cloud("vpc-9").value(), Value::str("vpc-9"));
+}
+
+/// The read tasks: references the reader knows become logical ones, others stay raw IDs (a
+/// foreign gateway shows as itself); the route table keeps its associations for apply, and
+/// EC2's local route and main association are not kprov's.
+#[test]
+fn a_read_route_table_names_what_the_reader_knows() {
+    let rd = reader(&[
+        ("vpc-1", ResourceId::new(VPC, "main")),
+        ("igw-1", ResourceId::new(INTERNET_GATEWAY, "main")),
+        ("nat-1", ResourceId::new(NAT_GATEWAY, "us-east-1a")),
+        ("subnet-1", ResourceId::new(SUBNET, "a")),
+    ]);
+    let listed = Ec2RouteTable::builder()
+        .vpc_id("vpc-1")
+        .routes(
+            Ec2Route::builder()
+                .destination_cidr_block("10.0.0.0/16")
+                .gateway_id("local")
+                .build(),
+        )
+        .routes(
+            Ec2Route::builder()
+                .destination_cidr_block("0.0.0.0/0")
+                .gateway_id("igw-1")
+                .build(),
+        )
+        .routes(
+            Ec2Route::builder()
+                .destination_cidr_block("10.9.0.0/16")
+                .nat_gateway_id("nat-1")
+                .build(),
+        )
+        .routes(
+            Ec2Route::builder()
+                .destination_cidr_block("10.8.0.0/16")
+                .nat_gateway_id("nat-foreign")
+                .build(),
+        )
+        .associations(
+            RouteTableAssociation::builder()
+                .main(true)
+                .route_table_association_id("rtbassoc-0")
+                .build(),
+        )
+        .associations(
+            RouteTableAssociation::builder()
+                .subnet_id("subnet-1")
+                .route_table_association_id("rtbassoc-1")
+                .build(),
+        )
+        .associations(
+            RouteTableAssociation::builder()
+                .subnet_id("subnet-x")
+                .route_table_association_id("rtbassoc-2")
+                .build(),
+        )
+        .build();
+    let head = Head {
+        name: "public".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("rtb-1")),
+    };
+    let t = RouteTable::read(head, &listed, &rd);
+    assert_eq!(t.vpc, Ref::named("main"));
+    assert_eq!(
+        t.routes,
+        vec![
+            Route {
+                destination: "0.0.0.0/0".into(),
+                target: RouteTarget::InternetGateway(Ref::named("main")),
+            },
+            Route {
+                destination: "10.9.0.0/16".into(),
+                target: RouteTarget::NatGateway(Ref::named("us-east-1a")),
+            },
+            Route {
+                destination: "10.8.0.0/16".into(),
+                target: RouteTarget::NatGateway(Ref::cloud("nat-foreign")),
+            },
+        ]
+    );
+    assert_eq!(t.subnets, vec![Ref::named("a"), Ref::cloud("subnet-x")]);
+    let r = t.resource();
+    assert_eq!(
+        r.get("subnets"),
+        Some(&Value::set(vec![
+            Value::reference(SUBNET, "a"),
+            Value::str("subnet-x")
+        ]))
+    );
+    // Through the engine's map and back (what apply decodes), the associations survive.
+    let back = RouteTable::from_resource(&r).expect("decodes");
+    assert_eq!(back.associations, t.associations);
+    assert_eq!(
+        back.read_associations().expect("read").len(),
+        2,
+        "the main association is EC2's"
+    );
+    // A desired table has none to act on.
+    let e = public_table().read_associations().expect_err("desired");
+    assert!(
+        e.to_string().contains("not a table read from the cloud"),
+        "{e}"
+    );
+
+    let gw = InternetGateway::read(
+        Head::owned("main"),
+        &aws_sdk_ec2::types::InternetGateway::builder()
+            .attachments(
+                InternetGatewayAttachment::builder()
+                    .vpc_id("vpc-other")
+                    .build(),
+            )
+            .build(),
+        &rd,
+    );
+    assert_eq!(gw.vpc, Some(Ref::cloud("vpc-other")));
+    let detached = InternetGateway::read(
+        Head::owned("main"),
+        &aws_sdk_ec2::types::InternetGateway::builder().build(),
+        &rd,
+    );
+    assert_eq!(detached.resource().get("vpc"), None);
+}

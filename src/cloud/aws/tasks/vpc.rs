@@ -1,0 +1,151 @@
+//! The VPC: its CIDR (fixed once created) and, for one kprov makes, its DNS attributes.
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
+
+use super::{Head, Kinded, Task, cannot_change, changed, text};
+use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, Value};
+
+const CIDR: &str = "cidr";
+const DNS_SUPPORT: &str = "dnsSupport";
+const DNS_HOSTNAMES: &str = "dnsHostnames";
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Vpc {
+    pub(crate) head: Head,
+    pub(crate) cidr: String,
+    /// Set on a VPC kprov makes (and reads back); an adopted VPC's are its operator's.
+    pub(crate) dns: Option<VpcDns>,
+}
+
+/// A VPC's DNS attributes: a private hosted zone answers inside a VPC only with both on, and
+/// instances get DNS names only with hostnames on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct VpcDns {
+    pub(crate) support: bool,
+    pub(crate) hostnames: bool,
+}
+
+impl Kinded for Vpc {
+    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::Vpc);
+}
+
+#[async_trait]
+impl Task for Vpc {
+    /// The listed VPC and its DNS attributes (read for owned VPCs only).
+    type Listed = (aws_sdk_ec2::types::Vpc, Option<VpcDns>);
+
+    fn head(&self) -> &Head {
+        &self.head
+    }
+
+    fn resource(&self) -> Resource {
+        let r = self
+            .head
+            .resource::<Vpc>()
+            .field(CIDR, Value::str(&self.cidr))
+            .rule(CIDR, FieldRule::Immutable);
+        match self.dns {
+            Some(dns) => r
+                .field(DNS_SUPPORT, Value::Bool(dns.support))
+                .field(DNS_HOSTNAMES, Value::Bool(dns.hostnames)),
+            None => r,
+        }
+    }
+
+    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
+        let flag = |f: &str| r.get(f).and_then(Value::as_bool);
+        let dns = match (flag(DNS_SUPPORT), flag(DNS_HOSTNAMES)) {
+            (Some(support), Some(hostnames)) => Some(VpcDns { support, hostnames }),
+            (None, None) => None,
+            _ => {
+                return Err(CloudError::Model(format!(
+                    "{}: fields {DNS_SUPPORT} and {DNS_HOSTNAMES} go together",
+                    r.id
+                )));
+            }
+        };
+        Ok(Vpc {
+            head: Head::of(r),
+            cidr: text(r, CIDR)?,
+            dns,
+        })
+    }
+
+    fn read(head: Head, (v, dns): &Self::Listed, _: &Reader<'_>) -> Self {
+        Vpc {
+            head,
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            cidr: v.cidr_block().unwrap_or_default().to_string(),
+            dns: *dns,
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let out = c
+            .ec2
+            .create_vpc()
+            .cidr_block(&self.cidr)
+            .tag_specifications(tag_spec(c, ResourceType::Vpc, &id, &[]))
+            .send()
+            .await
+            .ctx("CreateVpc")?;
+        let vid = created_id(&id, "CreateVpc", out.vpc().and_then(|v| v.vpc_id()))?;
+        if let Some(dns) = self.dns {
+            // Support first: AWS refuses hostnames on a VPC without DNS support.
+            finish_create(|| set_dns(c, &vid, Attribute::Support, dns.support)).await?;
+            finish_create(|| set_dns(c, &vid, Attribute::Hostnames, dns.hostnames)).await?;
+        }
+        Ok(vid)
+    }
+
+    async fn update(
+        &self,
+        have: &Self,
+        changes: &[FieldChange],
+        c: &AwsCloud,
+        _: &IdMap,
+    ) -> Result<(), CloudError> {
+        let (Some(dns), true) = (
+            self.dns,
+            changed(changes, DNS_SUPPORT) || changed(changes, DNS_HOSTNAMES),
+        ) else {
+            return Err(cannot_change(&self.id(), changes));
+        };
+        let vid = have.cloud_id()?;
+        if changed(changes, DNS_SUPPORT) {
+            set_dns(c, vid, Attribute::Support, dns.support).await?;
+        }
+        if changed(changes, DNS_HOSTNAMES) {
+            set_dns(c, vid, Attribute::Hostnames, dns.hostnames).await?;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        let vid = self.cloud_id()?;
+        gone_ok(c.ec2.delete_vpc().vpc_id(vid).send().await.ctx("DeleteVpc"))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Attribute {
+    Support,
+    Hostnames,
+}
+
+/// Sets a VPC's DNS attribute (ModifyVpcAttribute takes one attribute per call).
+async fn set_dns(c: &AwsCloud, vid: &str, which: Attribute, on: bool) -> Result<(), CloudError> {
+    let value = AttributeBooleanValue::builder().value(on).build();
+    let req = c.ec2.modify_vpc_attribute().vpc_id(vid);
+    let req = match which {
+        Attribute::Hostnames => req.enable_dns_hostnames(value),
+        Attribute::Support => req.enable_dns_support(value),
+    };
+    req.send().await.ctx("ModifyVpcAttribute")?;
+    Ok(())
+}
