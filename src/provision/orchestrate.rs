@@ -501,8 +501,20 @@ pub async fn execute(
     plan: &NodePlan,
     options: &Options,
 ) -> Result<Report, ProvisionError> {
-    let owner = plan.owner.as_ref().ok_or(ProvisionError::NoOwner)?;
     let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
+    execute_rendered(exec, &renderer, targets, plan, options).await
+}
+
+/// [`execute`] with the run's renderer (the one the plan was observed with: `file://`
+/// archives and binaries read and hashed once per run).
+pub async fn execute_rendered(
+    exec: &dyn HostExecutor,
+    renderer: &Renderer,
+    targets: &[Target],
+    plan: &NodePlan,
+    options: &Options,
+) -> Result<Report, ProvisionError> {
+    let owner = plan.owner.as_ref().ok_or(ProvisionError::NoOwner)?;
     // `file://` image archives are read and verified here, before any host is changed.
     renderer.load_images().map_err(RenderError::from)?;
     let mut t = Tracker::new(targets);
