@@ -688,7 +688,7 @@ pub async fn execute_rendered(
     // cannot start without it.
     let mut etcd_client = None;
     if renderer.etcd_type() == EtcdType::External {
-        match external_etcd(exec, &renderer, &facts, &mut t, options).await {
+        match external_etcd(exec, renderer, &facts, &mut t, options).await {
             Ok(step) => etcd_client = Some(step),
             Err(why) if initialise => {
                 for h in targets {
@@ -755,7 +755,7 @@ pub async fn execute_rendered(
     }
     let secrets = match join_secrets(
         exec,
-        &renderer,
+        renderer,
         &first,
         certificate_key,
         to_join.iter().any(is_control_plane),
