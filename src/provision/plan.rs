@@ -446,20 +446,20 @@ pub async fn observe_target(
         },
         Err(e) => return unreachable(e),
     }
-    // Read-only and independent: asked at once (one round trip on the host's connection, not
-    // three one after another), judged below in order.
-    let read_if = async |wanted: bool, path: &str| {
-        if wanted {
-            exec.read_file(name, path).await
+    // One after another: each is one command on the host's open connection (a few ms), and
+    // an executor need not take several commands on one host at once.
+    let member = exec.read_file(name, membership).await;
+    let admin = if target.is_control_plane() {
+        exec.read_file(name, render::ADMIN_CONF).await
+    } else {
+        Ok(None)
+    };
+    let provisioned =
+        if !etcd_only && (matches!(member, Ok(Some(_))) || matches!(admin, Ok(Some(_)))) {
+            exec.read_file(name, PROVISIONED_FILE).await
         } else {
             Ok(None)
-        }
-    };
-    let (member, admin, provisioned) = futures::join!(
-        exec.read_file(name, membership),
-        read_if(target.is_control_plane(), render::ADMIN_CONF),
-        read_if(!etcd_only, PROVISIONED_FILE),
-    );
+        };
     let member = match member {
         Ok(f) => f.is_some(),
         Err(e) => return unreachable(e),
