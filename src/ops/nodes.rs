@@ -118,7 +118,9 @@ impl Progress for SshEvents {
                     fingerprints: fingerprints.clone(),
                 })
             }
-            Event::Connected { .. } | Event::StepFinished { result: Ok(_), .. } => {
+            Event::Connected { .. }
+            | Event::HookStarted { .. }
+            | Event::StepFinished { result: Ok(_), .. } => {
                 (self.0)(&NodeEvent::Detail(event.to_string()))
             }
             _ => {}
@@ -215,18 +217,36 @@ pub async fn converge(
         ..Options::current()
     };
     let result = async {
+        // One renderer for observing and executing: local assets read and hashed once.
+        let renderer = Arc::new(
+            crate::provision::render::Renderer::for_run(
+                cluster,
+                targets,
+                options.cloud_api.as_ref(),
+            )
+            .context("planning the nodes")?,
+        );
+        // Reading and hashing the `file://` image archives (hundreds of MB) overlaps
+        // connecting to the hosts and observing them; the plan waits for it (and reports a
+        // failure) before it decides anything.
+        let warm = renderer.clone();
+        let warming = tokio::task::spawn_blocking(move || {
+            let _ = warm.load_images();
+        });
         // Observed again: the world may have changed since the preview.
-        let plan = node_plan::plan_with(
+        let plan = node_plan::plan_rendered(
             &fleet,
             None,
+            &renderer,
             cluster,
             targets,
             Some(owner.clone()),
-            options.cloud_api.as_ref(),
         )
         .await
         .context("planning the nodes")?;
-        let report = orchestrate::execute(&fleet, cluster, targets, &plan, &run)
+        // Done by now (the plan loaded the images); a panic in it surfaces here.
+        warming.await.context("loading the image archives")?;
+        let report = orchestrate::execute_rendered(&fleet, &renderer, targets, &plan, &run)
             .await
             .context("provisioning")?;
         // kprov's record of its metal hosts: `update cluster` names those the inventory lost.
@@ -369,6 +389,10 @@ mod tests {
         p.event(&Event::Connected {
             host: "cp1".into(),
             duration: Duration::from_millis(40),
+            parts: vec![
+                ("scan", Duration::from_millis(12)),
+                ("ssh", Duration::from_millis(25)),
+            ],
         });
         p.event(&Event::StepFinished {
             host: "cp1".into(),
@@ -387,7 +411,7 @@ mod tests {
         assert_eq!(
             *seen.lock().unwrap(),
             [
-                NodeEvent::Detail("cp1: connected (40 ms)".into()),
+                NodeEvent::Detail("cp1: connected (40 ms: scan 12 ms, ssh 25 ms)".into()),
                 NodeEvent::Detail("cp1: images: import etcd.tar: changed (2150 ms)".into()),
             ]
         );

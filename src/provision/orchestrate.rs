@@ -501,8 +501,20 @@ pub async fn execute(
     plan: &NodePlan,
     options: &Options,
 ) -> Result<Report, ProvisionError> {
-    let owner = plan.owner.as_ref().ok_or(ProvisionError::NoOwner)?;
     let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
+    execute_rendered(exec, &renderer, targets, plan, options).await
+}
+
+/// [`execute`] with the run's renderer (the one the plan was observed with: `file://`
+/// archives and binaries read and hashed once per run).
+pub async fn execute_rendered(
+    exec: &dyn HostExecutor,
+    renderer: &Renderer,
+    targets: &[Target],
+    plan: &NodePlan,
+    options: &Options,
+) -> Result<Report, ProvisionError> {
+    let owner = plan.owner.as_ref().ok_or(ProvisionError::NoOwner)?;
     // `file://` image archives are read and verified here, before any host is changed.
     renderer.load_images().map_err(RenderError::from)?;
     let mut t = Tracker::new(targets);
@@ -676,7 +688,7 @@ pub async fn execute(
     // cannot start without it.
     let mut etcd_client = None;
     if renderer.etcd_type() == EtcdType::External {
-        match external_etcd(exec, &renderer, &facts, &mut t, options).await {
+        match external_etcd(exec, renderer, &facts, &mut t, options).await {
             Ok(step) => etcd_client = Some(step),
             Err(why) if initialise => {
                 for h in targets {
@@ -743,7 +755,7 @@ pub async fn execute(
     }
     let secrets = match join_secrets(
         exec,
-        &renderer,
+        renderer,
         &first,
         certificate_key,
         to_join.iter().any(is_control_plane),

@@ -421,6 +421,14 @@ pub async fn observe_target(
             reason: e.to_string(),
         },
     };
+    let etcd_only = !joins_cluster(target);
+    let membership = if etcd_only {
+        render::ETCD_UNIT
+    } else {
+        render::KUBELET_CONF
+    };
+    // The owner first: that read connects (an unreachable host fails once, not per file),
+    // and a host of another cluster is not looked at further.
     match exec.read_file(name, OWNER_FILE).await {
         Ok(None) => {}
         Ok(Some(bytes)) => match Owner::parse(&bytes) {
@@ -438,29 +446,33 @@ pub async fn observe_target(
         },
         Err(e) => return unreachable(e),
     }
-    let etcd_only = !joins_cluster(target);
-    let membership = if etcd_only {
-        render::ETCD_UNIT
+    // One after another: each is one command on the host's open connection (a few ms), and
+    // an executor need not take several commands on one host at once.
+    let member = exec.read_file(name, membership).await;
+    let admin = if target.is_control_plane() {
+        exec.read_file(name, render::ADMIN_CONF).await
     } else {
-        render::KUBELET_CONF
+        Ok(None)
     };
-    let member = match exec.read_file(name, membership).await {
+    let provisioned =
+        if !etcd_only && (matches!(member, Ok(Some(_))) || matches!(admin, Ok(Some(_)))) {
+            exec.read_file(name, PROVISIONED_FILE).await
+        } else {
+            Ok(None)
+        };
+    let member = match member {
         Ok(f) => f.is_some(),
         Err(e) => return unreachable(e),
     };
-    let initialised = if target.is_control_plane() {
-        match exec.read_file(name, render::ADMIN_CONF).await {
-            Ok(f) => f.is_some(),
-            Err(e) => return unreachable(e),
-        }
-    } else {
-        false
+    let initialised = match admin {
+        Ok(f) => f.is_some(),
+        Err(e) => return unreachable(e),
     };
     if !member && !initialised {
         return Observation::New;
     }
     if !etcd_only {
-        match exec.read_file(name, PROVISIONED_FILE).await {
+        match provisioned {
             Err(e) => return unreachable(e),
             // Provisioned before kprov kept records: converged as before, then recorded.
             Ok(None) => {}
@@ -576,20 +588,36 @@ pub async fn plan_with(
     cloud_api: Option<&CloudApi>,
 ) -> Result<NodePlan, RenderError> {
     let renderer = Renderer::for_run(cluster, targets, cloud_api)?;
-    // A `file://` image archive whose checksum is wrong fails the preview already.
-    renderer.load_images()?;
+    plan_rendered(exec, diff, &renderer, cluster, targets, owner).await
+}
+
+/// [`plan_with`] with the run's renderer made by the caller: `update --yes` hands the same
+/// one to `orchestrate::execute_rendered`, so its `file://` archives and binaries are read
+/// and hashed once per run, not once to observe and again to execute.
+pub async fn plan_rendered(
+    exec: &dyn HostExecutor,
+    diff: Option<&dyn FileDiff>,
+    renderer: &Renderer,
+    cluster: &Cluster,
+    targets: &[Target],
+    owner: Option<Owner>,
+) -> Result<NodePlan, RenderError> {
     let uid = owner.as_ref().map(|o| o.uid.clone());
     let observed = join_all(
         targets
             .iter()
-            .map(|t| observe_target(exec, diff, &renderer, t, uid.as_deref())),
+            .map(|t| observe_target(exec, diff, renderer, t, uid.as_deref())),
     )
     .await;
+    // A `file://` image archive whose checksum is wrong fails the preview already. Loaded
+    // after observing (read-only): a caller that started loading them meanwhile
+    // (`ops::nodes::converge`) waits here for that load instead of starting another.
+    renderer.load_images()?;
     let missing = join_all(
         targets
             .iter()
             .zip(&observed)
-            .map(|(t, o)| missing_images(exec, &renderer, t, o)),
+            .map(|(t, o)| missing_images(exec, renderer, t, o)),
     )
     .await;
     let mut plan = decide(cluster.name(), targets, &observed, owner);

@@ -1082,6 +1082,23 @@ impl Renderer {
         component: Component,
         arch: Arch,
     ) -> Result<Step, RenderError> {
+        let (a, files, check, run) = self.install_parts(component, arch)?;
+        Ok(Step {
+            name: format!("{}: install {}", component.name(), a.version),
+            files,
+            check: Some(check),
+            run,
+            timeout: LONG,
+        })
+    }
+
+    /// One binary's install: its asset, the file uploaded for it (none when the host
+    /// downloads it), the check that it is installed and the script that installs it.
+    fn install_parts(
+        &self,
+        component: Component,
+        arch: Arch,
+    ) -> Result<(&Asset, Vec<RemoteFile>, String, String), RenderError> {
         let a = self.asset(component, arch)?;
         let name = component.name();
         let (dest, marker_bin) = match component {
@@ -1165,10 +1182,55 @@ impl Renderer {
                 a.sha256
             ),
         };
+        Ok((a, files, check, run))
+    }
+
+    /// The container runtime's and Kubernetes' binaries (`components`, in order) as **one**
+    /// step: their uploads go up in one stream, and each uploaded binary is installed as soon
+    /// as it lands (its arrival hook: the same script its own step would run), while the next
+    /// one uploads. The step is converged when every binary's check passes; its run installs,
+    /// in order, each binary whose hook did not install it in this batch (`$KPROV_HOOKED`)
+    /// and whose check fails: a download, a bundle member, a file already on the host, a
+    /// binary changed since. A failure names the binary (`kprov: NAME: install VERSION
+    /// failed`) after the install's own message, and stops the run there.
+    fn binaries_step(&self, components: &[Component], arch: Arch) -> Result<Step, RenderError> {
+        let mut names = Vec::new();
+        let mut files = Vec::new();
+        let mut checks = Vec::new();
+        let mut run = String::from(
+            "# Installs what this batch's arrival hooks did not (one binary per line below).\n\
+             hooked() { printf '%s\\n' \"${KPROV_HOOKED:-}\" | grep -qxF -- \"$1\"; }\n\
+             failed() { printf 'kprov: %s: install %s failed\\n' \"$1\" \"$2\" >&2; exit 1; }\n",
+        );
+        for &c in components {
+            let (a, mut fs, check, install) = self.install_parts(c, arch)?;
+            let name = c.name();
+            let hooked = match fs.first_mut() {
+                Some(f) if !f.resumable => {
+                    f.on_arrival = Some(Arrival {
+                        run: install.clone(),
+                        timeout: LONG,
+                    });
+                    script!("hooked {} || ", f.path)
+                }
+                _ => String::new(),
+            };
+            run.push_str(&hooked);
+            run.push_str(&script!(
+                "sh -c {} >/dev/null 2>&1 || sh -c {} || failed {} {}\n",
+                check,
+                install,
+                name,
+                a.version
+            ));
+            checks.push(format!("{{ {check}; }}"));
+            names.push(format!("{name} {}", a.version));
+            files.extend(fs);
+        }
         Ok(Step {
-            name: format!("{name}: install {}", a.version),
+            name: format!("binaries: install {}", names.join(", ")),
             files,
-            check: Some(check),
+            check: Some(checks.join(" && ")),
             run,
             timeout: LONG,
         })
@@ -1214,15 +1276,21 @@ impl Renderer {
         arch: Arch,
         roles: &[crate::spec::HostRole],
     ) -> Result<Vec<Step>, RenderError> {
-        let mut steps = Vec::new();
-        for c in [
-            Component::Runc,
-            Component::Containerd,
-            Component::CniPlugins,
-            Component::Crictl,
-        ] {
-            steps.push(self.install_step(c, arch)?);
-        }
+        // Every binary in one step and one upload stream, each installed as it lands; the
+        // kubelet's binary is in place before its service step, containerd's before its
+        // configuration.
+        let mut steps = vec![self.binaries_step(
+            &[
+                Component::Runc,
+                Component::Containerd,
+                Component::CniPlugins,
+                Component::Crictl,
+                Component::Kubeadm,
+                Component::Kubelet,
+                Component::Kubectl,
+            ],
+            arch,
+        )?];
         steps.extend(self.registries_step());
         let (proxy_files, proxy_check, proxy_run) = proxy_dropin(
             self.proxy.as_ref(),
@@ -1272,9 +1340,6 @@ impl Renderer {
             run: [&proxy_run, CONTAINERD_RESTART].concat(),
             timeout: SHORT,
         });
-        for c in [Component::Kubeadm, Component::Kubelet, Component::Kubectl] {
-            steps.push(self.install_step(c, arch)?);
-        }
         let (proxy_files, proxy_check, proxy_run) = proxy_dropin(
             self.proxy.as_ref(),
             "kubelet",
@@ -2787,9 +2852,11 @@ pub(crate) mod tests {
             "{configure:?}"
         );
         assert!(configure.run.contains("until crictl --timeout 5s info"));
-        let crictl = names.iter().position(|x| x.starts_with("crictl: install"));
+        let binaries = names
+            .iter()
+            .position(|x| x.starts_with("binaries: install "));
         assert!(
-            crictl.is_some_and(|c| c < pos("containerd: configure")),
+            binaries.is_some_and(|c| c < pos("containerd: configure")),
             "{names:?}"
         );
         assert!(pos("kubelet: service") < pos(images));
@@ -2853,6 +2920,106 @@ pub(crate) mod tests {
         assert!(
             e.contains(&format!("expected sha256 {wrong}, got {sha}")),
             "{e}"
+        );
+    }
+
+    /// Every binary is installed by one step: one upload stream, each uploaded binary's install
+    /// (its own step's script) as its arrival hook, a run that installs, in order, each binary
+    /// its hook did not (`$KPROV_HOOKED`) and whose check fails, naming the binary when it
+    /// fails; converged when every binary's check passes.
+    #[test]
+    fn the_binaries_are_one_step_each_installed_as_it_lands() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubectl");
+        std::fs::write(&path, b"kubectl binary\n").unwrap();
+        let sha = hex::encode(Sha256::digest(b"kubectl binary\n"));
+        let yaml = format!(
+            "  assets:\n    files:\n    - name: kubectl\n      url: file://{}\n      sha256: {sha}\n",
+            path.display()
+        );
+        let hs = hosts(1, 1);
+        let r = Renderer::new(&cluster(&yaml), &targets(&hs)).unwrap();
+        let install = r.install(Arch::Amd64, CP).unwrap();
+        let all = [
+            Component::Runc,
+            Component::Containerd,
+            Component::CniPlugins,
+            Component::Crictl,
+            Component::Kubeadm,
+            Component::Kubelet,
+            Component::Kubectl,
+        ];
+        let step = &install[0];
+        assert!(
+            step.name.starts_with("binaries: install runc "),
+            "{}",
+            step.name
+        );
+        assert_eq!(
+            install
+                .iter()
+                .filter(|s| all
+                    .iter()
+                    .any(|c| s.name.starts_with(&format!("{}: install", c.name()))))
+                .count(),
+            0,
+            "no binary has a step of its own"
+        );
+        // The only uploaded binary (the others are downloaded by the host).
+        let own = r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
+        assert_eq!(step.files.len(), 1);
+        let f = &step.files[0];
+        assert_eq!(f.path, own.files[0].path);
+        assert_eq!(
+            f.on_arrival.as_ref().map(|a| a.run.as_str()),
+            Some(own.run.as_str())
+        );
+        assert!(step.run.contains(&script!(
+            "hooked {} || sh -c {}",
+            f.path,
+            own.check.as_deref().unwrap()
+        )));
+        for c in all {
+            let one = r.install_step(c, Arch::Amd64).unwrap();
+            let check = one.check.unwrap();
+            assert!(step.check.as_deref().unwrap().contains(&check), "{c:?}");
+            let version = one.name.rsplit(' ').next().unwrap().to_string();
+            assert!(
+                step.run.contains(&script!(
+                    "sh -c {} >/dev/null 2>&1 || sh -c {} || failed {} {}\n",
+                    check,
+                    one.run,
+                    c.name(),
+                    version
+                )),
+                "{c:?}: {}",
+                step.run
+            );
+        }
+        // In order, so the runtime's binaries are there before its configuration.
+        let order: Vec<usize> = all
+            .iter()
+            .map(|c| {
+                step.run
+                    .find(&format!(" || failed '{}' ", c.name()))
+                    .unwrap_or_else(|| panic!("{c:?} not named: {}", step.run))
+            })
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+        sh_n_ok(&step.run);
+        sh_n_ok(step.check.as_deref().unwrap());
+    }
+
+    /// `sh -n`: the script parses.
+    fn sh_n_ok(script: &str) {
+        let out = std::process::Command::new("sh")
+            .args(["-n", "-c", script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {script}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 
@@ -3362,18 +3529,28 @@ pub(crate) mod tests {
         let kubelet = step("kubelet: service");
         text(kubelet, super::super::mirrors::KUBELET_PROXY_DROPIN);
         assert!(kubelet.run.contains("systemctl try-restart kubelet"));
-        let kubeadm = step("kubeadm: install 1.35.1");
+        let binaries = |install: &[Step]| {
+            install
+                .iter()
+                .find(|s| s.name.starts_with("binaries: install "))
+                .unwrap()
+                .clone()
+        };
+        // Each binary's install script (quoted inside the step's run) sets the proxy first.
+        let kubeadm = binaries(&install);
         assert!(
             kubeadm
                 .run
-                .starts_with("# spec.proxy: downloads go through the proxy.\n"),
+                .contains("sh -c '# spec.proxy: downloads go through the proxy.\n"),
             "{}",
             kubeadm.run
         );
         assert!(
             kubeadm
                 .run
-                .contains("export https_proxy='http://proxy.example.com:3128'\n")
+                .contains("export https_proxy='\\''http://proxy.example.com:3128'\\''\n"),
+            "{}",
+            kubeadm.run
         );
         let init = docs(&r.init_config(&ts[0], &"k".repeat(64)).unwrap());
         assert_eq!(init[1]["imageRepository"], "mirror.example.com:5000/k8s");
@@ -3410,7 +3587,7 @@ pub(crate) mod tests {
         let mirrors = step("containerd: registry mirrors");
         assert!(mirrors.files.is_empty());
         assert!(mirrors.run.contains("kprov-managed"), "{}", mirrors.run);
-        assert!(!step("kubeadm: install 1.35.1").run.contains("proxy"));
+        assert!(!binaries(&install).run.contains("proxy"));
         let init = docs(&plain.init_config(&ts[0], &"k".repeat(64)).unwrap());
         assert!(init[1].get("imageRepository").is_none());
         assert_ne!(

@@ -101,8 +101,21 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
     }
     for arch in Arch::ALL {
         steps.extend(r.install(arch, CP).unwrap());
-        // Only etcd hosts install etcd, but its install script takes the same asset values.
-        steps.push(r.install_step(Component::Etcd, arch).unwrap());
+        // Each binary's own install (the binaries step's run stops at the first failure, so
+        // these are also run alone). Only etcd hosts install etcd, but its install script
+        // takes the same asset values.
+        for c in [
+            Component::Runc,
+            Component::Containerd,
+            Component::CniPlugins,
+            Component::Crictl,
+            Component::Kubeadm,
+            Component::Kubelet,
+            Component::Kubectl,
+            Component::Etcd,
+        ] {
+            steps.push(r.install_step(c, arch).unwrap());
+        }
         for how in [
             crate::nodes::roll::Upgrade::Apply,
             crate::nodes::roll::Upgrade::Node,
@@ -141,6 +154,9 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
         for f in &s.files {
             if f.path.ends_with(".sh") {
                 out.push((f.path.clone(), String::from_utf8_lossy(&f.content).into()));
+            }
+            if let Some(a) = &f.on_arrival {
+                out.push((format!("{} (arrival of {})", s.name, f.path), a.run.clone()));
             }
         }
     }
@@ -190,6 +206,9 @@ impl Scratch {
             std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
                 .unwrap();
         }
+        // The shell itself is real: a script that runs another (`sh -c SCRIPT`, the binaries
+        // step's per-binary installs) is exercised through it.
+        std::os::unix::fs::symlink("/bin/sh", stubs.join("sh")).unwrap();
         Scratch {
             dir,
             done: Default::default(),
@@ -479,7 +498,10 @@ proptest::proptest! {
         }]);
         let r = Renderer::new(&c, &targets(&hs)).unwrap();
         let mut seen = Seen::default();
-        for step in r.install(Arch::Amd64, CP).unwrap() {
+        let mut steps = r.install(Arch::Amd64, CP).unwrap();
+        // Run alone too: the binaries step's run stops at the first (stubbed) failure.
+        steps.push(r.install_step(Component::Kubeadm, Arch::Amd64).unwrap());
+        for step in steps {
             sh_n(&step.name, &step.run);
             for exit in [0, 1] {
                 scratch.run(&step.name, &step.run, exit, &mut seen);

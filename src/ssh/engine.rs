@@ -676,6 +676,16 @@ impl SshFleet {
     }
 
     async fn stored_keys(&self, host: &str, pattern: &str) -> Result<Vec<KnownKey>, ExecError> {
+        Ok(self
+            .recorded_keys(host)
+            .await?
+            .into_iter()
+            .filter(|k| k.pattern == pattern)
+            .collect())
+    }
+
+    /// Every key the cluster's store records (for any host), checked line by line.
+    async fn recorded_keys(&self, host: &str) -> Result<Vec<KnownKey>, ExecError> {
         let key = hostkeys::store_key(&self.cluster);
         let obj = self.store.get(&key).await.map_err(|e| ExecError::Other {
             host: host.to_string(),
@@ -697,7 +707,7 @@ impl SshFleet {
                 ),
             });
         }
-        Ok(keys.into_iter().filter(|k| k.pattern == pattern).collect())
+        Ok(keys)
     }
 
     async fn fingerprints(&self, host: &str, keys: &[KnownKey]) -> Result<String, ExecError> {
@@ -713,12 +723,27 @@ impl SshFleet {
     async fn scan(&self, h: &Host, t: &Target) -> Result<Vec<KnownKey>, ExecError> {
         let (index, _) = self.slot(&h.name)?;
         let config = self.connection_config(h, t, index).await?;
+        self.scan_with(
+            h,
+            t,
+            config.as_deref().or(self.options.config_file.as_deref()),
+        )
+        .await
+    }
+
+    /// [`Self::scan`] with the connection's ssh config already made.
+    async fn scan_with(
+        &self,
+        h: &Host,
+        t: &Target,
+        ssh_config: Option<&std::path::Path>,
+    ) -> Result<Vec<KnownKey>, ExecError> {
         hostkeys::scan(
             &t.hostname,
             t.port,
             &t.pattern,
             h.bastion.as_deref(),
-            config.as_deref().or(self.options.config_file.as_deref()),
+            ssh_config,
             self.options.connect_timeout.as_secs().max(1),
         )
         .await
@@ -761,24 +786,15 @@ impl SshFleet {
         })
     }
 
-    /// The host keys to trust for `h`: the cluster's recorded ones, or on first contact the
-    /// scanned ones if the operator allowed recording them.
-    async fn trusted_keys(&self, h: &Host, t: &Target) -> Result<Vec<KnownKey>, ExecError> {
-        let stored = self.stored_keys(&h.name, &t.pattern).await?;
-        if !stored.is_empty() {
-            return Ok(stored);
-        }
-        if !self.options.accept_new_host_keys {
-            // No network contact at all (no keyscan, no bastion login): a preview, or an
-            // update not allowed to record keys, never reaches a host it cannot verify.
-            return Err(ExecError::UnknownHostKey {
-                host: h.name.clone(),
-                fingerprints: super::NOT_SCANNED.into(),
-            });
-        }
-        let scanned = self.scan(h, t).await?;
-        let fingerprints = self.fingerprints(&h.name, &scanned).await?;
-        match hostkeys::record(&self.store, &self.cluster, &scanned).await {
+    /// Records first-contact keys (compare-and-swap) and reports them: `Ok(())` once they are
+    /// in the store.
+    async fn record_keys(&self, h: &Host, scanned: &[KnownKey]) -> Result<(), ExecError> {
+        let (fingerprints, recorded) = tokio::join!(
+            self.fingerprints(&h.name, scanned),
+            hostkeys::record(&self.store, &self.cluster, scanned)
+        );
+        let fingerprints = fingerprints?;
+        match recorded {
             Ok(()) => {}
             Err(RecordError::Differs(existing)) => {
                 return Err(ExecError::HostKeyChanged {
@@ -798,18 +814,53 @@ impl SshFleet {
             host: h.name.clone(),
             fingerprints: fingerprints.split(", ").map(String::from).collect(),
         });
-        Ok(scanned)
+        Ok(())
     }
 
+    /// Opens `slot`'s master. Strict host keys always: against the cluster's recorded keys,
+    /// or on first contact (`--accept-new-host-keys` only) against the scanned ones, recorded
+    /// in the store while ssh connects; nothing runs on the connection before they are.
+    /// Parts that do not depend on each other run at once (`ssh -G` and reading the store;
+    /// recording and ssh's connect), each part's time reported with `Connected`.
     async fn connect(&self, slot: &HostSlot) -> Result<Connection, ExecError> {
         let h = &slot.spec;
         let started = Instant::now();
         self.progress.event(&Event::Connecting {
             host: h.name.clone(),
         });
-        let target = self.resolve(h).await?;
-        let keys = self.trusted_keys(h, &target).await?;
         let (index, _) = self.slot(&h.name)?;
+        let ((target, resolved), (recorded, read)) = tokio::join!(
+            timed("ssh -G", self.resolve(h)),
+            timed("keys", self.recorded_keys(&h.name)),
+        );
+        let mut parts = vec![resolved, read];
+        let target = target?;
+        let stored: Vec<KnownKey> = recorded?
+            .into_iter()
+            .filter(|k| k.pattern == target.pattern)
+            .collect();
+        let t = Instant::now();
+        let config = self
+            .connection_config(h, &target, index)
+            .await?
+            .or(self.options.config_file.clone());
+        parts.push(("config", t.elapsed()));
+        let first_contact = stored.is_empty();
+        let keys = if !first_contact {
+            stored
+        } else if !self.options.accept_new_host_keys {
+            // No network contact at all (no keyscan, no bastion login): a preview, or an
+            // update not allowed to record keys, never reaches a host it cannot verify.
+            return Err(ExecError::UnknownHostKey {
+                host: h.name.clone(),
+                fingerprints: super::NOT_SCANNED.into(),
+            });
+        } else {
+            let t = Instant::now();
+            let scanned = self.scan_with(h, &target, config.as_deref()).await?;
+            parts.push(("scan", t.elapsed()));
+            scanned
+        };
         let known_hosts = self.dir.path().join(format!("known_hosts.{index}"));
         let text: String = keys.iter().map(|k| k.line() + "\n").collect();
         std::fs::write(&known_hosts, text).map_err(|e| ExecError::Other {
@@ -839,14 +890,32 @@ impl SshFleet {
         if let Some(j) = &h.bastion {
             b.jump_hosts([j]);
         }
-        if let Some(f) = self
-            .connection_config(h, &target, index)
-            .await?
-            .or(self.options.config_file.clone())
-        {
+        if let Some(f) = config {
             b.config_file(f);
         }
-        let session = match b.connect_mux(&h.address).await {
+        // First contact: the scanned keys go to the store while ssh connects strictly against
+        // them (the connection only authenticates; no command runs before they are recorded).
+        let record = timed("record", async {
+            if first_contact {
+                self.record_keys(h, &keys).await
+            } else {
+                Ok(())
+            }
+        });
+        let ((recorded, record_took), (session, ssh_took)) =
+            tokio::join!(record, timed("ssh", b.connect_mux(&h.address)));
+        if first_contact {
+            parts.push(record_took);
+        }
+        parts.push(ssh_took);
+        if let Err(e) = recorded {
+            if let Ok(session) = session {
+                // Nothing ran on it; its master goes now.
+                let _ = session.close().await;
+            }
+            return Err(e);
+        }
+        let session = match session {
             Ok(s) => s,
             Err(e) => {
                 let message = chain(&e);
@@ -881,6 +950,7 @@ impl SshFleet {
         self.progress.event(&Event::Connected {
             host: h.name.clone(),
             duration: started.elapsed(),
+            parts,
         });
         Ok(conn)
     }
@@ -1183,6 +1253,7 @@ mv -f "$p" "$1""#;
             started: Instant::now(),
             on_host: None,
             finished: Vec::new(),
+            hooks_failed: false,
         });
         self.progress.event(&Event::StepStarted {
             host: host.clone(),
@@ -1302,6 +1373,17 @@ mv -f "$p" "$1""#;
             let Some(k) = words.next().and_then(|k| k.parse::<usize>().ok()) else {
                 return;
             };
+            if kind == "hook" {
+                // K is the index of a file sent in this batch.
+                if let Some(f) = stale.get(k) {
+                    self.progress.event(&Event::HookStarted {
+                        host: host.clone(),
+                        step: steps[0].name.clone(),
+                        path: f.path.clone(),
+                    });
+                }
+                return;
+            }
             let Ok(mut st) = state.lock() else { return };
             if k >= steps.len() {
                 return;
@@ -1342,6 +1424,11 @@ mv -f "$p" "$1""#;
                 }
                 "exit" => {
                     let code = words.next().and_then(|c| c.parse::<i32>().ok());
+                    // Failed arrival hooks: their own lines name each file and what happened
+                    // (a hook's timeout is not the step's).
+                    if words.next() == Some("hook") {
+                        st.hooks_failed = true;
+                    }
                     if code == Some(0) {
                         finish(k, Ok(StepOutcome::Changed), took, remote);
                         st.finished.push((k, Ok(StepOutcome::Changed), took));
@@ -1384,7 +1471,7 @@ mv -f "$p" "$1""#;
             Ok(_) => None,
         });
         if let Some((k, code, took)) = failed {
-            let e = if code == Some(TIMED_OUT) {
+            let e = if code == Some(TIMED_OUT) && !st.hooks_failed {
                 timed_out(k)
             } else {
                 ExecError::Step {
@@ -1444,6 +1531,16 @@ mv -f "$p" "$1""#;
     }
 }
 
+/// `work`'s result and how long it took, named `what` (a part of a connection's time).
+async fn timed<T>(
+    what: &'static str,
+    work: impl std::future::Future<Output = T>,
+) -> (T, (&'static str, Duration)) {
+    let t = Instant::now();
+    let r = work.await;
+    (r, (what, t.elapsed()))
+}
+
 /// `work`'s result, or `Err` when `limit` resolved first.
 async fn within<T>(
     work: impl std::future::Future<Output = T>,
@@ -1471,6 +1568,8 @@ struct BatchState {
     on_host: Option<Instant>,
     /// Per finished step: its outcome or its exit code, and how long it took.
     finished: Vec<Finished>,
+    /// The first step failed because arrival hooks did (its exit marker said `hook`).
+    hooks_failed: bool,
 }
 
 fn ok_outcomes(steps: &[Step], finished: &[Finished]) -> Vec<(String, StepOutcome)> {
@@ -1521,12 +1620,15 @@ fn output_text(stderr: &str, stdout: &str) -> String {
 /// A file's hook ([`RemoteFile::on_arrival`]) starts in the background once the file is in
 /// place (its stdin /dev/null: the stream is the next file's), while the next files upload;
 /// each one's stderr goes to a file of its own; the first one's start is marked (`NONCE arrive
-/// 0`: the first step's time on the host counts from there). All have ended before the first
-/// step starts;
-/// if any failed, the first step fails with their stderr (exit code: the last failed hook's,
-/// 124 when its timeout stopped it) and nothing else runs. A batch that ends early (a
-/// checksum mismatch, its watchdog, a cut session) stops the hooks still running: `timeout`
-/// passes the TERM on, and a re-run must not meet a stale import of the same archive.
+/// 0`: the first step's time on the host counts from there), and each one's start too (`NONCE
+/// hook J`, J the file's index: written before the next file's upload begins). All have ended
+/// before the first step starts; if any failed, the first step fails with their stderr and a
+/// line naming each failed hook's file (timed out, or its exit code), its exit marker says so
+/// (`NONCE exit 0 CODE hook`, CODE the last failed hook's) and nothing else runs. The first
+/// step's run sees the files whose hooks ran in `$KPROV_HOOKED` (one path a line), so it can
+/// skip their work. A batch that ends early (a checksum mismatch, its watchdog, a cut session)
+/// stops the hooks still running: `timeout` passes the TERM on, and a re-run must not meet a
+/// stale import of the same archive.
 const BATCH: &str = r#"n=$1; hk=$2; nf=$3; shift 3
 up=0
 t=
@@ -1535,6 +1637,9 @@ hj=
 hn=0
 hf=
 hc=0
+ha=
+nl='
+'
 trap 'for j in $hj; do kill -TERM "${j%%:*}" 2>/dev/null; done; rm -f -- ${t:+"$t"}; [ -z "$hd" ] || rm -rf -- "$hd"' EXIT
 # Waits for the oldest running hook (a function's positional parameters are its own).
 hwait() {
@@ -1546,7 +1651,7 @@ hwait() {
   hn=$((hn - 1))
   wait "$p"
   e=$?
-  if [ "$e" -ne 0 ]; then hf="$hf $j"; hc=$e; fi
+  if [ "$e" -ne 0 ]; then hf="$hf $j"; hc=$e; printf '%s\n' "$e" > "$hd/$j.e"; fi
 }
 while [ "$nf" -gt 0 ]; do
   printf '\n%s upload %d\n' "$n" "$up" >&2
@@ -1567,9 +1672,12 @@ while [ "$nf" -gt 0 ]; do
       printf '\n%s arrive 0\n' "$n" >&2
     fi
     [ "$hn" -lt "$hk" ] || hwait
+    printf '%s\n%s\n' "$f" "$xt" > "$hd/$up.f"
     timeout -k 5 "$xt" sh -c "$x" </dev/null >/dev/null 2>"$hd/$up" &
     hj="$hj $!:$up"
     hn=$((hn + 1))
+    ha="$ha$f$nl"
+    printf '\n%s hook %d\n' "$n" "$up" >&2
   fi
   up=$((up + 1))
 done
@@ -1583,8 +1691,17 @@ while [ "$i" -lt "$ns" ]; do
   printf '\n%s start %d\n' "$n" "$i"
   printf '\n%s start %d\n' "$n" "$i" >&2
   if [ -n "$hf" ]; then
-    for j in $hf; do cat -- "$hd/$j" >&2; done
-    printf '\n%s exit %d %d\n' "$n" "$i" "$hc" >&2
+    for j in $hf; do
+      cat -- "$hd/$j" >&2
+      { read -r hp; read -r ht; } < "$hd/$j.f"
+      read -r e < "$hd/$j.e"
+      if [ "$e" = 124 ]; then
+        printf 'kprov: %s: its arrival hook did not end within its timeout (%s s); stopped\n' "$hp" "$ht" >&2
+      else
+        printf 'kprov: %s: its arrival hook failed (exit %s)\n' "$hp" "$e" >&2
+      fi
+    done
+    printf '\n%s exit %d %d hook\n' "$n" "$i" "$hc" >&2
     exit 0
   fi
   if [ -z "$r" ]; then
@@ -1593,12 +1710,13 @@ while [ "$i" -lt "$ns" ]; do
   elif [ "$up" -eq 0 ] && [ "$k" = 1 ] && timeout -k 5 "$to" sh -c "$c" </dev/null >/dev/null 2>&1; then
     printf '\n%s unchanged %d\n' "$n" "$i" >&2
   else
-    timeout -k 5 "$to" sh -c "$r" </dev/null
+    KPROV_HOOKED=$ha timeout -k 5 "$to" sh -c "$r" </dev/null
     rc=$?
     printf '\n%s exit %d %d\n' "$n" "$i" "$rc" >&2
     [ "$rc" -eq 0 ] || exit 0
   fi
   up=0
+  ha=
   i=$((i + 1))
 done"#;
 
@@ -1720,6 +1838,157 @@ mod tests {
             assert!(Instant::now() < deadline, "the hook {pid} still runs");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+    }
+
+    /// Runs [`BATCH`] under `sh` with `files` (path, content, hook, hook timeout) and one
+    /// step whose run is `run`; the stdin is written by a thread (the batch may stop reading
+    /// while it waits for a hook). Returns the child to wait on.
+    fn batch(files: &[(String, &[u8], String, &str)], run: &str) -> std::process::Child {
+        use sha2::Digest;
+        use std::io::Write;
+        let mut args: Vec<String> = vec!["NONCE".into(), "4".into(), files.len().to_string()];
+        let mut data = Vec::new();
+        for (path, content, hook, timeout) in files {
+            args.extend([
+                path.clone(),
+                "644".into(),
+                hex::encode(sha2::Sha256::digest(content)),
+                content.len().to_string(),
+                hook.clone(),
+                timeout.to_string(),
+            ]);
+            data.extend_from_slice(content);
+        }
+        args.extend([
+            "1".into(),
+            "60".into(),
+            "0".into(),
+            String::new(),
+            run.into(),
+        ]);
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(BATCH)
+            .arg("sh")
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            // A batch that stopped early closes its end: nothing to report here.
+            let _ = stdin.write_all(&data);
+        });
+        child
+    }
+
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "waited 60 s for {what}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// A hook that outlives its own timeout is stopped, and the first step fails naming the
+    /// hook's file and the timeout (not as the step's own timeout); the step's run never runs.
+    #[test]
+    fn a_hook_that_exceeds_its_timeout_fails_the_step_naming_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().display().to_string();
+        let files = [
+            (format!("{dir}/fast"), &b"one"[..], "true".to_string(), "60"),
+            (
+                format!("{dir}/slow"),
+                &b"two"[..],
+                "exec sleep 60".to_string(),
+                "1",
+            ),
+        ];
+        let child = batch(&files, &format!("touch {dir}/ran"));
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "kprov: {dir}/slow: its arrival hook did not end within its timeout (1 s); stopped"
+            )),
+            "{err}"
+        );
+        assert!(!err.contains(&format!("{dir}/fast: its")), "{err}");
+        assert!(
+            err.lines().any(|l| l == "NONCE exit 0 124 hook"),
+            "the exit marker names the hooks: {err}"
+        );
+        assert!(
+            !d.path().join("ran").exists(),
+            "the run ran after a failed hook"
+        );
+    }
+
+    /// Never more than [`super::super::task::ARRIVALS_AT_ONCE`] hooks at once, counted with
+    /// marker files (each hook's exists while it runs); each hook starts before the next
+    /// file's upload begins (the batch's own markers, in order); the first step's run sees
+    /// the hooked files in `$KPROV_HOOKED`.
+    #[test]
+    fn at_most_four_hooks_run_at_once_each_started_before_the_next_upload() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().display().to_string();
+        std::fs::create_dir(d.path().join("running")).unwrap();
+        let n = 7;
+        let files: Vec<(String, &[u8], String, &str)> = (0..n)
+            .map(|j| {
+                // Counts the hooks running now (its own marker included), then holds until
+                // the test releases every hook.
+                let hook = format!(
+                    "touch {dir}/running/{j}; ls {dir}/running | wc -l >> {dir}/counts; \
+                     while [ ! -e {dir}/release ]; do sleep 0.05; done; rm {dir}/running/{j}"
+                );
+                (format!("{dir}/file{j}"), &b"content"[..], hook, "120")
+            })
+            .collect();
+        let child = batch(
+            &files,
+            &format!("printf '%s' \"$KPROV_HOOKED\" > {dir}/hooked"),
+        );
+        let counts = || {
+            std::fs::read_to_string(d.path().join("counts"))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.trim().parse::<usize>().unwrap())
+                .collect::<Vec<_>>()
+        };
+        wait_for("four hooks", || counts().len() >= 4);
+        // The fifth file lands; its hook must wait for the oldest one.
+        wait_for("the fifth file", || d.path().join("file4").exists());
+        // Only a batch without the limit would start a fifth hook now: give it the chance.
+        let deadline = Instant::now() + std::time::Duration::from_secs(2);
+        while Instant::now() < deadline && counts().len() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(counts().len(), 4, "a fifth hook started while four ran");
+        std::fs::write(d.path().join("release"), "").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let c = counts();
+        assert_eq!(c.len(), n, "{c:?}");
+        assert!(c.iter().all(|&k| k <= 4), "more than four at once: {c:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let at = |m: &str| {
+            err.lines()
+                .position(|l| l == m)
+                .unwrap_or_else(|| panic!("no marker {m:?}: {err}"))
+        };
+        for j in 0..n - 1 {
+            assert!(
+                at(&format!("NONCE hook {j}")) < at(&format!("NONCE upload {}", j + 1)),
+                "{err}"
+            );
+        }
+        let hooked = std::fs::read_to_string(d.path().join("hooked")).unwrap();
+        let want: Vec<String> = (0..n).map(|j| format!("{dir}/file{j}")).collect();
+        assert_eq!(hooked.lines().collect::<Vec<_>>(), want);
     }
 
     #[test]

@@ -20,11 +20,21 @@ pub enum Event {
     Connected {
         host: String,
         duration: Duration,
+        /// Where the connection's time went (`ssh -G`, the recorded keys, the first-contact
+        /// scan and record, ssh's own connect), each part's own time: some run at once.
+        parts: Vec<(&'static str, Duration)>,
     },
     /// A first-contact host key was recorded in the state store (`--accept-new-host-keys`).
     HostKeyRecorded {
         host: String,
         fingerprints: Vec<String>,
+    },
+    /// A file of a step's batch landed and its arrival hook started (`RemoteFile::on_arrival`),
+    /// while the batch's next files upload.
+    HookStarted {
+        host: String,
+        step: String,
+        path: String,
     },
     StepStarted {
         host: String,
@@ -102,9 +112,24 @@ impl fmt::Display for Event {
         use crate::output::untrusted;
         match self {
             Event::Connecting { host } => write!(f, "{host}: connecting"),
-            Event::Connected { host, duration } => {
-                write!(f, "{host}: connected ({})", ms(*duration))
+            Event::Connected {
+                host,
+                duration,
+                parts,
+            } => {
+                write!(f, "{host}: connected ({}", ms(*duration))?;
+                for (i, (what, took)) in parts.iter().enumerate() {
+                    let sep = if i == 0 { ": " } else { ", " };
+                    write!(f, "{sep}{what} {}", ms(*took))?;
+                }
+                write!(f, ")")
             }
+            Event::HookStarted { host, step, path } => write!(
+                f,
+                "{host}: {}: {} landed, its arrival hook started",
+                untrusted(step),
+                untrusted(path)
+            ),
             Event::HostKeyRecorded { host, fingerprints } => write!(
                 f,
                 "{host}: new host key recorded: {}",

@@ -1022,3 +1022,60 @@ async fn aes_gcm_is_preferred_unless_the_users_config_sets_a_cipher() {
     );
     fleet.close().await;
 }
+
+/// A file's arrival hook that outlives its own timeout is stopped on the host and fails the
+/// step with an error that names the file and the hook's timeout (not the step's own
+/// timeout); the step's run never starts, and `-v` saw the hook start.
+#[tokio::test]
+async fn an_arrival_hook_past_its_timeout_fails_the_step_naming_the_file() {
+    crate::needs_tier!(SshdHosts);
+    let th = TestHosts::start(1);
+    let store = Arc::new(MemStore::default());
+    let rec = Arc::new(Recorder::default());
+    let fleet = fleet_with(hosts(&th), &store, true, rec.clone());
+    let file = |path: &str, hook: &str, secs| RemoteFile {
+        path: path.to_string(),
+        content: Bytes::from(format!("{path}\n")),
+        mode: 0o644,
+        resumable: false,
+        on_arrival: Some(kprov::ssh::task::Arrival {
+            run: hook.to_string(),
+            timeout: Duration::from_secs(secs),
+        }),
+        sha256: None,
+    };
+    let steps = vec![Step {
+        files: vec![
+            file("/opt/kprov/fast", "true", 60),
+            file("/opt/kprov/slow", "exec sleep 600", 1),
+        ],
+        ..step("hooked", "touch /opt/kprov/ran")
+    }];
+    let e = fleet.run_steps("host1", &steps).await.unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, ExecError::Step { .. }), "{e:?}");
+    assert!(
+        text.contains(
+            "kprov: /opt/kprov/slow: its arrival hook did not end within its timeout (1 s); stopped"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("/opt/kprov/fast: its"), "{text}");
+    assert!(th.hosts[0].read_upper("/opt/kprov/ran").is_none());
+    let hooks: Vec<String> = rec
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::HookStarted { path, .. } => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hooks, ["/opt/kprov/fast", "/opt/kprov/slow"]);
+    assert!(
+        !th.hosts[0].processes().iter().any(|p| p == "sleep"),
+        "the hook still runs"
+    );
+    fleet.close().await;
+}

@@ -157,6 +157,23 @@ fn run(n: usize) -> Row {
     c.wait_nodes_ready(&refs, Duration::from_secs(600));
     let ready = t0.elapsed();
 
+    // Before preflight: what kprov said while resolving, scanning and recording host keys,
+    // connecting and observing (each connection's parts in its `connected` line).
+    for (at, l) in lines
+        .iter()
+        .take_while(|(_, l)| !matches!(phase_event(l), Some((_, p, true)) if p == "preflight"))
+    {
+        eprintln!(
+            "# {n} hosts: before preflight: {:.2} s {l}",
+            at.as_secs_f64()
+        );
+    }
+    if let Some((at, _)) = lines
+        .iter()
+        .find(|(_, l)| matches!(phase_event(l), Some((_, p, true)) if p == "preflight"))
+    {
+        eprintln!("# {n} hosts: preflight starts at {:.2} s", at.as_secs_f64());
+    }
     let mut open: std::collections::HashMap<(String, String), Duration> = Default::default();
     let mut spans = Vec::new();
     let mut steps: Vec<(u64, String)> = Vec::new();
