@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::nodes::Target;
 use crate::nodes::model::Facts;
 use crate::ops::instance::{self, EtcdMember};
-use crate::ops::rolling::EtcdHealth;
+use crate::ops::rolling::{EtcdError, EtcdHealth};
 use crate::provision::render::{self, Renderer};
 use crate::spec::{Cluster, EtcdType};
 use crate::ssh::task::{HostExecutor, Step};
@@ -179,11 +179,11 @@ pub struct SshEtcdHealth {
 
 #[async_trait::async_trait]
 impl EtcdHealth for SshEtcdHealth {
-    async fn check(&self) -> Result<(), String> {
+    async fn check(&self) -> Result<(), EtcdError> {
         let members = members(&self.cluster, &self.targets, self.exec.as_ref())
             .await
-            .map_err(|e| format!("{e:#}"))?;
-        assess(&members, &self.targets)
+            .map_err(|e| EtcdError::Unreachable(format!("{e:#}")))?;
+        assess(&members, &self.targets).map_err(EtcdError::Unhealthy)
     }
 }
 

@@ -39,9 +39,10 @@ use crate::nodes::roll::{
 };
 use crate::ops::nodes::NodeOptions;
 use crate::provision::render::Renderer;
-use crate::spec::{Cluster, HostRole, InstanceGroup};
+use crate::spec::{Cluster, HostRole, ResolvedCluster};
 use crate::ssh::task::{ExecError, HostExecutor};
 use crate::state::StateStore;
+use crate::state::lock::LockError;
 
 /// The taint put on nodes about to be replaced, so evicted pods prefer other nodes.
 pub const REPLACING_TAINT: &str = "kprov.dev/rolling-update";
@@ -75,17 +76,18 @@ impl Default for RollOptions {
     }
 }
 
-/// The cluster's API as a roll needs it. Errors are sentences naming what failed.
+/// The cluster's API as a roll needs it. Errors name the node and keep their cause; their
+/// text is a sentence naming what failed.
 #[async_trait]
 pub trait ClusterApi: Send + Sync {
-    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String>;
-    async fn cordon(&self, node: &str) -> Result<(), String>;
+    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError>;
+    async fn cordon(&self, node: &str) -> Result<(), ObserveError>;
     /// Evicts every pod that must leave; on timeout the error names the pods left and the
     /// PodDisruptionBudget blocking each.
-    async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String>;
+    async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError>;
     /// The `lastHeartbeatTime` of `node`'s Ready condition as the API serves it (`None`: no
     /// such node, condition or time). Read before a roll restarts the node's kubelet.
-    async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String>;
+    async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, ObserveError>;
     /// Until `node` is Ready. With `after` (the heartbeat read before its kubelet restarted),
     /// only a Ready condition whose heartbeat is strictly newer counts: right after a restart
     /// the Node still shows the old kubelet's Ready, and the new kubelet posts NotReady (its
@@ -95,11 +97,11 @@ pub trait ClusterApi: Send + Sync {
         node: &str,
         timeout: Duration,
         after: Option<&Heartbeat>,
-    ) -> Result<(), String>;
-    async fn uncordon(&self, node: &str) -> Result<(), String>;
+    ) -> Result<(), ObserveError>;
+    async fn uncordon(&self, node: &str) -> Result<(), ObserveError>;
     /// One validation of the whole cluster (nodes Ready, control plane and etcd healthy,
     /// kube-system available, nothing uninitialized).
-    async fn validate(&self) -> Result<(), String>;
+    async fn validate(&self) -> Result<(), ValidateError>;
 }
 
 /// etcd's side of validation: the validation gate asks it after the API's checks.
@@ -107,7 +109,7 @@ pub trait ClusterApi: Send + Sync {
 pub trait EtcdHealth: Send + Sync {
     /// Ok when every member of etcd's member list is healthy; otherwise a sentence naming
     /// each unhealthy member (name, peer URL, host), or why the list could not be read.
-    async fn check(&self) -> Result<(), String>;
+    async fn check(&self) -> Result<(), EtcdError>;
 }
 
 /// A Ready condition's `lastHeartbeatTime` (RFC 3339 as the API serves it, compared only with
@@ -119,12 +121,15 @@ pub type Heartbeat = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub(crate) async fn node_ready_heartbeat(
     kube: &crate::kube::Kube,
     node: &str,
-) -> Result<Option<Heartbeat>, String> {
+) -> Result<Option<Heartbeat>, ObserveError> {
     let api: Api<Node> = Api::all(kube.client().clone());
     let found = api
         .get_opt(node)
         .await
-        .map_err(|e| format!("reading node {node}: {e}"))?;
+        .map_err(|source| ObserveError::Read {
+            node: node.to_string(),
+            source,
+        })?;
     Ok(found
         .as_ref()
         .and_then(ready_condition)
@@ -161,11 +166,11 @@ pub trait NodeRoller: Send + Sync {
     /// Replaces or re-provisions `node` as its action says (with its kubeadm upgrade, if any),
     /// and says what it did. Must be safe to call again for a node whose previous attempt was
     /// cut short.
-    async fn roll(&self, node: &JournalNode) -> Result<Rolled, String>;
+    async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError>;
 
     /// Before a batch is cordoned (AWS: the surge's new instances start and join here, so
     /// capacity is added before any is taken away). Must be safe to call again on resume.
-    async fn before_batch(&self, _nodes: &[JournalNode]) -> Result<(), String> {
+    async fn before_batch(&self, _nodes: &[JournalNode]) -> Result<(), RollerError> {
         Ok(())
     }
 
@@ -203,8 +208,15 @@ pub type RollEvents = Arc<dyn Fn(&RollEvent) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RollError {
+    /// A node's step failed: `reason` is what the journal records for it, `cause` the
+    /// failure as the cluster side or the roller returned it (match on it, never on `reason`).
     #[error("the roll stopped at {node}: {reason}")]
-    Stopped { node: String, reason: String },
+    Stopped {
+        node: String,
+        reason: String,
+        #[source]
+        cause: StepError,
+    },
     #[error(
         "the cluster did not pass validation {needed} times in a row within {timeout:?}: {last}"
     )]
@@ -212,15 +224,184 @@ pub enum RollError {
         needed: u32,
         timeout: Duration,
         last: String,
+        /// The last attempt's failure (`None`: no attempt finished in time).
+        #[source]
+        cause: Option<ValidateError>,
     },
     #[error(
         "interrupted: {0}; the journal records where each node is, run `rolling-update cluster --yes` again to resume"
     )]
     Interrupted(String),
     #[error("the cluster lock: {0}")]
-    Lock(String),
+    Lock(LockError),
     #[error(transparent)]
     Journal(#[from] JournalError),
+}
+
+/// Which side of a node's step failed, as [`RollError::Stopped`] carries it.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The cluster's API ([`ClusterApi`]): taint, cordon, drain, Ready, uncordon.
+    #[error(transparent)]
+    Observe(#[from] ObserveError),
+    /// The machines ([`NodeRoller`]): the replacement, the re-provisioning, the surge.
+    #[error(transparent)]
+    Roller(#[from] RollerError),
+}
+
+/// Why a step of a node through the cluster's API failed ([`ClusterApi`]). Each names the
+/// node; its text is what the journal and the user read.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// The API failed a change of the Node (`verb`: tainting, cordoning, uncordoning).
+    #[error("{verb} node {node}: {source}")]
+    Change {
+        node: String,
+        verb: &'static str,
+        #[source]
+        source: crate::kube::KubeError,
+    },
+    /// The drain did not finish: a pod would not leave (a budget), or one may not be evicted.
+    #[error("{source}")]
+    Drain {
+        node: String,
+        #[source]
+        source: crate::kube::DrainError,
+    },
+    /// The Node could not be read.
+    #[error("reading node {node}: {source}")]
+    Read {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The node did not become Ready in time (`why`: what its Ready condition showed).
+    #[error("{why}")]
+    NotReady { node: String, why: String },
+    /// `--cloudonly`: there is no API to ask.
+    #[error("{node}: --cloudonly does not use the cluster's API")]
+    NoApi { node: String },
+    /// Another cluster side's failure (an implementation outside this module), as it says it.
+    #[error("{message}")]
+    Failed { node: String, message: String },
+}
+
+impl ObserveError {
+    /// The node the step was for.
+    pub fn node(&self) -> &str {
+        match self {
+            ObserveError::Change { node, .. }
+            | ObserveError::Drain { node, .. }
+            | ObserveError::Read { node, .. }
+            | ObserveError::NotReady { node, .. }
+            | ObserveError::NoApi { node }
+            | ObserveError::Failed { node, .. } => node,
+        }
+    }
+}
+
+/// Why one validation of the cluster failed ([`ClusterApi::validate`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ValidateError {
+    /// The API's checks could not be run.
+    #[error("{0}")]
+    Check(#[source] crate::addons::AddonError),
+    /// The API's checks found failures (each `kind name: message`).
+    #[error("{}", .0.join("; "))]
+    Failures(Vec<String>),
+    /// etcd's members are not all healthy.
+    #[error("{0}")]
+    Etcd(#[source] EtcdError),
+    /// Both: each is reported.
+    #[error("{}; {etcd}", .api.join("; "))]
+    Both {
+        api: Vec<String>,
+        #[source]
+        etcd: EtcdError,
+    },
+    /// `--cloudonly`: there is no API to ask.
+    #[error("--cloudonly does not use the cluster's API")]
+    NoApi,
+}
+
+/// Why etcd's health check failed ([`EtcdHealth::check`]).
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// A member (or more) is unhealthy: each named (name, peer URL, host).
+    #[error("{0}")]
+    Unhealthy(String),
+    /// The member list could not be read, or no control plane runs to ask.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// Why a machine could not be rolled ([`NodeRoller`]). Each names the node (the journal's
+/// name; empty for a batch's surge, whose error names its group).
+#[derive(Debug, thiserror::Error)]
+pub enum RollerError {
+    /// The cloud failed a call (terminating, resizing a group); `class` says whether AWS
+    /// throttled it ([`RollerError::retryable`]).
+    #[error("{what}: {source}")]
+    Cloud {
+        node: String,
+        what: String,
+        #[source]
+        source: crate::cloud::CloudError,
+    },
+    /// The cluster lock was lost between the roller's waits: nothing more was changed.
+    #[error("{source}")]
+    Lock {
+        node: String,
+        #[source]
+        source: crate::state::lock::LockError,
+    },
+    /// The roller refuses the node as it is (not the cluster's, its record unreadable, a
+    /// control plane without a successor): nothing was changed on it.
+    #[error("{message}")]
+    Refused { node: String, message: String },
+    /// A step on the machine failed (SSH, kubeadm, a join, a wait), as it says.
+    #[error("{message}")]
+    Failed { node: String, message: String },
+}
+
+impl RollerError {
+    pub fn failed(node: &str, message: impl Into<String>) -> RollerError {
+        RollerError::Failed {
+            node: node.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub fn refused(node: &str, message: impl Into<String>) -> RollerError {
+        RollerError::Refused {
+            node: node.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// The node it is about.
+    pub fn node(&self) -> &str {
+        match self {
+            RollerError::Cloud { node, .. }
+            | RollerError::Lock { node, .. }
+            | RollerError::Refused { node, .. }
+            | RollerError::Failed { node, .. } => node,
+        }
+    }
+
+    /// A cloud call AWS throttled or found not ready yet: the same run may try it again.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            RollerError::Cloud {
+                source: crate::cloud::CloudError::Api { class, .. },
+                ..
+            } if matches!(
+                class,
+                crate::cloud::ErrorClass::Throttled | crate::cloud::ErrorClass::NotReady
+            )
+        )
+    }
 }
 
 /// The journal in memory and on the store, written with group commit: the nodes of a batch
@@ -338,7 +519,7 @@ impl<'a> Shared<'a> {
     /// Returns once the store holds every change made before the call.
     async fn commit(
         &self,
-        lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+        lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
     ) -> Result<(), RollError> {
         let wanted = self.state.lock().await.changes;
         let mut f = self.file.lock().await;
@@ -368,7 +549,7 @@ pub async fn run<'a>(
     options: &RollOptions,
     events: &RollEvents,
     cancel: watch::Receiver<bool>,
-    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
 ) -> Result<Journal, RollError> {
     run_timed(
         file, journal, api, roller, options, events, cancel, lock_check,
@@ -387,7 +568,7 @@ pub async fn run_timed<'a>(
     options: &RollOptions,
     events: &RollEvents,
     cancel: watch::Receiver<bool>,
-    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
 ) -> (Result<Journal, RollError>, RollTiming) {
     let shared = Shared::new(file, journal);
     let result =
@@ -410,7 +591,7 @@ async fn roll_batches(
     options: &RollOptions,
     events: &RollEvents,
     cancel: &watch::Receiver<bool>,
-    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
 ) -> Result<(), RollError> {
     let cancel = cancel.clone();
     shared
@@ -435,7 +616,8 @@ async fn roll_batches(
             let s = shared.state.lock().await;
             batch.iter().map(|&i| s.journal.nodes[i].clone()).collect()
         };
-        if let Err(reason) = roller.before_batch(&nodes).await {
+        if let Err(cause) = roller.before_batch(&nodes).await {
+            let reason = cause.to_string();
             let node = nodes
                 .first()
                 .map(|n| n.node_name.clone())
@@ -454,7 +636,11 @@ async fn roll_batches(
                     "before {node} was cordoned: {reason}"
                 )));
             }
-            return Err(RollError::Stopped { node, reason });
+            return Err(RollError::Stopped {
+                node,
+                reason,
+                cause: cause.into(),
+            });
         }
         let results = join_all(
             batch
@@ -552,7 +738,7 @@ async fn stopped_in_flight(
     shared: &Shared<'_>,
     batch: &[usize],
     why: &str,
-    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
 ) -> Result<(), RollError> {
     {
         let mut s = shared.state.lock().await;
@@ -570,7 +756,7 @@ async fn note(
     shared: &Shared<'_>,
     i: usize,
     step: NodeStep,
-    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
 ) -> Result<(), RollError> {
     let mut s = shared.state.lock().await;
     lock_check().map_err(RollError::Lock)?;
@@ -591,7 +777,7 @@ async fn record(
     step: NodeStep,
     stopped: Option<String>,
     replacement: Option<String>,
-    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
 ) -> Result<(), RollError> {
     {
         let mut s = shared.state.lock().await;
@@ -615,7 +801,7 @@ async fn record(
 /// as a wait on the journal.
 async fn beside_write<T>(
     shared: &Shared<'_>,
-    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
     wait: impl std::future::Future<Output = T>,
 ) -> Result<T, RollError> {
     let write = shared.commit(lock_check);
@@ -664,7 +850,7 @@ async fn advance(
     options: &RollOptions,
     events: &RollEvents,
     cancel: &watch::Receiver<bool>,
-    lock_check: &(dyn Fn() -> Result<(), String> + Send + Sync),
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
 ) -> Result<(), RollError> {
     let start = Instant::now();
     // The Ready heartbeat read before this run restarted the node's kubelet: only a newer
@@ -676,10 +862,13 @@ async fn advance(
     loop {
         let node = shared.state.lock().await.journal.nodes[i].clone();
         let name = node.node_name.clone();
-        let stop = |reason: String| RollError::Stopped {
+        let stop = |reason: String, cause: StepError| RollError::Stopped {
             node: name.clone(),
             reason,
+            cause,
         };
+        // A step through the API that failed: the journal's reason is its text.
+        let observed = |e: ObserveError| stop(e.to_string(), e.into());
         let interrupted = |what: &str| {
             RollError::Interrupted(format!("{name} was {} ({what})", node.step.as_str()))
         };
@@ -701,12 +890,12 @@ async fn advance(
                     shared
                         .timed(Wait::Observe, api.taint_prefer_no_schedule(&name))
                         .await
-                        .map_err(&stop)?;
+                        .map_err(&observed)?;
                 }
                 shared
                     .timed(Wait::Observe, api.cordon(&name))
                     .await
-                    .map_err(&stop)?;
+                    .map_err(&observed)?;
                 NodeStep::Cordoned
             }
             NodeStep::Cordoned => {
@@ -748,7 +937,7 @@ async fn advance(
                             lock_check,
                         )
                         .await?;
-                        return Err(stop(why));
+                        return Err(stop(why, e.into()));
                     }
                     Some(Ok(())) => NodeStep::Drained,
                 }
@@ -770,7 +959,7 @@ async fn advance(
                                 .await?;
                             return Err(interrupted("before its roll began"));
                         }
-                        Some(r) => r.map_err(&stop)?,
+                        Some(r) => r.map_err(&observed)?,
                     }
                 };
                 // Never cut short: a half-made replacement is worse than a late exit.
@@ -815,7 +1004,7 @@ async fn advance(
                     Err(e) if cancelled(cancel) => {
                         let why = format!("{} stopped: {e}", node.action.as_str());
                         record(shared, i, NodeStep::Drained, Some(why), None, lock_check).await?;
-                        return Err(interrupted(&e));
+                        return Err(interrupted(&e.to_string()));
                     }
                     Err(e) => {
                         let why = format!("{} failed: {e}", node.action.as_str());
@@ -828,7 +1017,7 @@ async fn advance(
                             lock_check,
                         )
                         .await?;
-                        return Err(stop(why));
+                        return Err(stop(why, e.into()));
                     }
                 }
             }
@@ -879,14 +1068,14 @@ async fn advance(
                             lock_check,
                         )
                         .await?;
-                        return Err(stop(why));
+                        return Err(stop(why, e.into()));
                     }
                     Some(Ok(())) => {}
                 }
                 shared
                     .timed(Wait::Observe, api.uncordon(&now))
                     .await
-                    .map_err(&stop)?;
+                    .map_err(&observed)?;
                 NodeStep::Uncordoned
             }
         };
@@ -922,6 +1111,7 @@ async fn gate(
     let deadline = Instant::now() + options.validation_timeout;
     let mut passes = 0;
     let mut last = String::from("never validated");
+    let mut cause = None;
     loop {
         let attempt = abandonable(cancel, api.validate()).await;
         let Some(result) = attempt else {
@@ -944,9 +1134,10 @@ async fn gate(
                 events(&RollEvent::Gate {
                     passes,
                     needed,
-                    error: Some(e.clone()),
+                    error: Some(e.to_string()),
                 });
                 last = format!("{when}: {e}");
+                cause = Some(e);
             }
         }
         if Instant::now() + options.validation_interval > deadline {
@@ -954,6 +1145,7 @@ async fn gate(
                 needed,
                 timeout: options.validation_timeout,
                 last,
+                cause,
             });
         }
         if abandonable(cancel, tokio::time::sleep(options.validation_interval))
@@ -985,7 +1177,7 @@ pub struct KubeCluster {
 
 #[async_trait]
 impl ClusterApi for KubeCluster {
-    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
         let taint = Taint {
             key: REPLACING_TAINT.into(),
             value: None,
@@ -994,17 +1186,25 @@ impl ClusterApi for KubeCluster {
         self.kube
             .add_taint(node, &taint)
             .await
-            .map_err(|e| format!("tainting node {node}: {e}"))
+            .map_err(|source| ObserveError::Change {
+                node: node.to_string(),
+                verb: "tainting",
+                source,
+            })
     }
 
-    async fn cordon(&self, node: &str) -> Result<(), String> {
+    async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
         self.kube
             .cordon(node)
             .await
-            .map_err(|e| format!("cordoning node {node}: {e}"))
+            .map_err(|source| ObserveError::Change {
+                node: node.to_string(),
+                verb: "cordoning",
+                source,
+            })
     }
 
-    async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String> {
+    async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
         let options = DrainOptions {
             timeout,
             poll: self.poll,
@@ -1018,10 +1218,13 @@ impl ClusterApi for KubeCluster {
             .drain(node, &options, &|_: &DrainEvent| {})
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|source| ObserveError::Drain {
+                node: node.to_string(),
+                source,
+            })
     }
 
-    async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String> {
+    async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, ObserveError> {
         node_ready_heartbeat(&self.kube, node).await
     }
 
@@ -1030,42 +1233,51 @@ impl ClusterApi for KubeCluster {
         node: &str,
         timeout: Duration,
         after: Option<&Heartbeat>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ObserveError> {
         let api: Api<Node> = Api::all(self.kube.client().clone());
         let deadline = Instant::now() + timeout;
         loop {
             let found = api
                 .get_opt(node)
                 .await
-                .map_err(|e| format!("reading node {node}: {e}"))?;
+                .map_err(|source| ObserveError::Read {
+                    node: node.to_string(),
+                    source,
+                })?;
             let state = readiness(found.as_ref(), after);
             if state == Readiness::Ready {
                 return Ok(());
             }
             if Instant::now() + self.poll > deadline {
-                return Err(state.timed_out(node, timeout));
+                return Err(ObserveError::NotReady {
+                    node: node.to_string(),
+                    why: state.timed_out(node, timeout),
+                });
             }
             tokio::time::sleep(self.poll).await;
         }
     }
 
-    async fn uncordon(&self, node: &str) -> Result<(), String> {
+    async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
         self.kube
             .uncordon(node)
             .await
-            .map_err(|e| format!("uncordoning node {node}: {e}"))
+            .map_err(|source| ObserveError::Change {
+                node: node.to_string(),
+                verb: "uncordoning",
+                source,
+            })
     }
 
-    async fn validate(&self) -> Result<(), String> {
+    async fn validate(&self) -> Result<(), ValidateError> {
         let r = validate::validate_cluster(&self.kube, &self.cluster, &self.expect)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(ValidateError::Check)?;
         let api = (!r.ok).then(|| {
             r.failures
                 .iter()
                 .map(|f| format!("{} {}: {}", f.kind, f.name, f.message))
                 .collect::<Vec<_>>()
-                .join("; ")
         });
         let etcd = match &self.etcd {
             Some(etcd) => etcd.check().await.err(),
@@ -1152,12 +1364,12 @@ impl Readiness {
 }
 
 /// One validation's verdict from the API's failures and etcd's: both are reported.
-fn combine(api: Option<String>, etcd: Option<String>) -> Result<(), String> {
+fn combine(api: Option<Vec<String>>, etcd: Option<EtcdError>) -> Result<(), ValidateError> {
     match (api, etcd) {
         (None, None) => Ok(()),
-        (Some(a), None) => Err(a),
-        (None, Some(e)) => Err(e),
-        (Some(a), Some(e)) => Err(format!("{a}; {e}")),
+        (Some(a), None) => Err(ValidateError::Failures(a)),
+        (None, Some(e)) => Err(ValidateError::Etcd(e)),
+        (Some(api), Some(etcd)) => Err(ValidateError::Both { api, etcd }),
     }
 }
 
@@ -1166,9 +1378,29 @@ fn combine(api: Option<String>, etcd: Option<String>) -> Result<(), String> {
 pub struct Observed {
     pub target: Target,
     /// The record on the host (`None`: none), or why it could not be read.
-    pub record: Result<Option<Provisioned>, String>,
+    pub record: Result<Option<Provisioned>, ReadError>,
     /// What provisioning it today would record.
-    pub desired: Result<Provisioned, String>,
+    pub desired: Result<Provisioned, ReadError>,
+}
+
+/// Why the preview could not tell a target's record or what it should be: the target is
+/// listed as unknown or refused, never guessed at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    /// kprov never recorded the host's key: it is not contacted.
+    #[error(
+        "its host key is not recorded: `kprov update cluster --yes --accept-new-host-keys` first"
+    )]
+    UnknownHostKey,
+    /// The host did not answer, or the read failed (as the transport says).
+    #[error("{0}")]
+    Unreachable(String),
+    /// The record is there but is not one kprov wrote.
+    #[error("{0}")]
+    Unparsable(String),
+    /// What provisioning it today would record could not be rendered.
+    #[error("{0}")]
+    Render(String),
 }
 
 /// Reads every target's provisioning record, read-only: contacts only hosts whose key the
@@ -1191,17 +1423,18 @@ pub async fn observe(
     let reads = join_all(targets.iter().map(|t| async {
         let record = match fleet.read_file(t.name(), PROVISIONED_FILE).await {
             Ok(None) => Ok(None),
-            Ok(Some(bytes)) => Provisioned::parse(&bytes).map(Some),
-            Err(ExecError::UnknownHostKey { .. }) => Err(
-                "its host key is not recorded: `kprov update cluster --yes --accept-new-host-keys` first"
-                    .to_string(),
-            ),
-            Err(e) => Err(e.to_string()),
+            Ok(Some(bytes)) => Provisioned::parse(&bytes)
+                .map(Some)
+                .map_err(ReadError::Unparsable),
+            Err(ExecError::UnknownHostKey { .. }) => Err(ReadError::UnknownHostKey),
+            Err(e) => Err(ReadError::Unreachable(e.to_string())),
         };
         Observed {
             target: t.clone(),
             record,
-            desired: renderer.provisioned(t).map_err(|e| e.to_string()),
+            desired: renderer
+                .provisioned(t)
+                .map_err(|e| ReadError::Render(e.to_string())),
         }
     }))
     .await;
@@ -1209,24 +1442,35 @@ pub async fn observe(
     Ok(reads)
 }
 
-/// The planner's inputs from the spec's groups and what was observed. Metal hosts belong to
-/// the first group of their role (control planes before workers); etcd-only hosts are not
-/// rolled. Targets that could not be inspected come back as problems: a roll never guesses.
+/// The roll's groups as resolve typed them (role, size with `min <= max`), each with its
+/// `rollingUpdate` settings as the completed spec gives them.
+pub fn group_inputs(resolved: &ResolvedCluster) -> Vec<GroupInput> {
+    resolved
+        .groups
+        .iter()
+        .map(|g| GroupInput {
+            name: g.name.clone(),
+            role: g.role.into(),
+            min: g.size.min(),
+            max: g.size.max(),
+            rolling_update: resolved
+                .completed_groups
+                .iter()
+                .find(|c| c.metadata.name == g.name)
+                .and_then(|c| c.spec.rolling_update.clone()),
+        })
+        .collect()
+}
+
+/// The planner's inputs from the cluster's groups ([`group_inputs`]) and what was observed.
+/// Metal hosts belong to the first group of their role (control planes before workers);
+/// etcd-only hosts are not rolled. Targets that could not be inspected come back as problems:
+/// a roll never guesses.
 pub fn inputs(
-    groups: &[InstanceGroup],
+    group_inputs: Vec<GroupInput>,
     observed: &[Observed],
     ready: Option<&BTreeMap<String, bool>>,
 ) -> (Vec<GroupInput>, Vec<NodeInput>, Vec<String>) {
-    let group_inputs: Vec<GroupInput> = groups
-        .iter()
-        .map(|g| GroupInput {
-            name: g.metadata.name.clone(),
-            role: g.spec.role.into(),
-            min: g.spec.min_size.unwrap_or(1),
-            max: g.spec.max_size.or(g.spec.min_size).unwrap_or(1),
-            rolling_update: g.spec.rolling_update.clone(),
-        })
-        .collect();
     let mut nodes = Vec::new();
     let mut problems = Vec::new();
     for o in observed {
@@ -1267,7 +1511,7 @@ pub fn inputs(
             // can fix it; a host is the user's machine, which nothing replaces, so the plan
             // refuses to roll while one is unreachable (`roll::plan`).
             (Err(e), Ok(d)) if !bastion => {
-                unknown = Some(e.clone());
+                unknown = Some(e.to_string());
                 (None, d.clone())
             }
             (Err(e), _) => {
@@ -1355,23 +1599,36 @@ pub mod tests {
 
     #[async_trait]
     impl ClusterApi for Fake {
-        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
             self.call(format!("taint {node}"));
             Ok(())
         }
-        async fn cordon(&self, node: &str) -> Result<(), String> {
+        async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
             self.call(format!("cordon {node}"));
             Ok(())
         }
-        async fn drain(&self, node: &str, _timeout: Duration) -> Result<(), String> {
+        async fn drain(&self, node: &str, _timeout: Duration) -> Result<(), ObserveError> {
             self.call(format!("drain {node}"));
             self.lag(&format!("drain {node}")).await;
             if self.drain_fails.contains(node) {
-                return Err("pod default/db-0 would not leave: PodDisruptionBudget default/db allows 0 disruptions".into());
+                return Err(ObserveError::Drain {
+                    node: node.to_string(),
+                    source: crate::kube::DrainError::Timeout {
+                        node: node.to_string(),
+                        waited: Duration::ZERO,
+                        stuck: vec![crate::kube::StuckPod {
+                            namespace: "default".into(),
+                            pod: "db-0".into(),
+                            pdb: Some("default/db".into()),
+                            message: "allows 0 disruptions".into(),
+                            deletion_timestamp: None,
+                        }],
+                    },
+                });
             }
             Ok(())
         }
-        async fn ready_heartbeat(&self, _node: &str) -> Result<Option<Heartbeat>, String> {
+        async fn ready_heartbeat(&self, _node: &str) -> Result<Option<Heartbeat>, ObserveError> {
             Ok(None)
         }
         async fn wait_ready(
@@ -1379,22 +1636,25 @@ pub mod tests {
             node: &str,
             _timeout: Duration,
             _after: Option<&Heartbeat>,
-        ) -> Result<(), String> {
+        ) -> Result<(), ObserveError> {
             self.call(format!("ready {node}"));
             self.lag(&format!("ready {node}")).await;
             Ok(())
         }
-        async fn uncordon(&self, node: &str) -> Result<(), String> {
+        async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
             self.call(format!("uncordon {node}"));
             Ok(())
         }
-        async fn validate(&self) -> Result<(), String> {
+        async fn validate(&self) -> Result<(), ValidateError> {
             tokio::time::sleep(self.validate_time).await;
             self.call("validate".into());
-            let mut f = self.validate_failures.lock().map_err(|e| e.to_string())?;
+            let mut f = self
+                .validate_failures
+                .lock()
+                .map_err(|e| ValidateError::Failures(vec![e.to_string()]))?;
             if *f > 0 {
                 *f -= 1;
-                return Err("node w1 is NotReady".into());
+                return Err(ValidateError::Failures(vec!["node w1 is NotReady".into()]));
             }
             Ok(())
         }
@@ -1402,7 +1662,7 @@ pub mod tests {
 
     #[async_trait]
     impl NodeRoller for Fake {
-        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError> {
             tokio::time::sleep(self.roll_time).await;
             self.call(format!("roll {}", node.node_name));
             Ok(match node.action {
@@ -1411,15 +1671,16 @@ pub mod tests {
             })
         }
 
-        async fn before_batch(&self, nodes: &[JournalNode]) -> Result<(), String> {
+        async fn before_batch(&self, nodes: &[JournalNode]) -> Result<(), RollerError> {
             let names: Vec<&str> = nodes.iter().map(|n| n.node_name.as_str()).collect();
             if self.record_batches {
                 self.call(format!("before-batch {}", names.join(",")));
             }
             match &self.batch_fails {
-                Some(n) if names.contains(&n.as_str()) => {
-                    Err(format!("surge for {n}: the group started no instance"))
-                }
+                Some(n) if names.contains(&n.as_str()) => Err(RollerError::failed(
+                    "",
+                    format!("surge for {n}: the group started no instance"),
+                )),
                 _ => Ok(()),
             }
         }
@@ -1529,24 +1790,25 @@ pub mod tests {
 
     #[async_trait]
     impl NodeRoller for StoreWitness<'_> {
-        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError> {
+            let failed = |e: String| RollerError::failed(&node.node_name, e);
             let (_, journal) = JournalFile::load(self.store, "c")
                 .await
-                .map_err(|e| e.to_string())?;
-            let journal = journal.ok_or("no journal on the store")?;
+                .map_err(|e| failed(e.to_string()))?;
+            let journal = journal.ok_or_else(|| failed("no journal on the store".into()))?;
             let step = journal
                 .nodes
                 .iter()
                 .find(|n| n.node_name == node.node_name)
                 .map(|n| n.step)
-                .ok_or("node not in the stored journal")?;
+                .ok_or_else(|| failed("node not in the stored journal".into()))?;
             self.seen
                 .lock()
-                .map_err(|e| e.to_string())?
+                .map_err(|e| failed(e.to_string()))?
                 .push((node.node_name.clone(), step));
             self.fake.roll(node).await
         }
-        async fn before_batch(&self, nodes: &[JournalNode]) -> Result<(), String> {
+        async fn before_batch(&self, nodes: &[JournalNode]) -> Result<(), RollerError> {
             self.fake.before_batch(nodes).await
         }
     }
@@ -1595,17 +1857,21 @@ pub mod tests {
     type Seen = (String, String, NodeStep, Option<String>);
 
     impl ApiWitness<'_> {
-        async fn note(&self, call: &str, node: &str) -> Result<(), String> {
+        async fn note(&self, call: &str, node: &str) -> Result<(), ObserveError> {
+            let failed = |message: String| ObserveError::Failed {
+                node: node.to_string(),
+                message,
+            };
             let (_, journal) = JournalFile::load(self.store, "c")
                 .await
-                .map_err(|e| e.to_string())?;
-            let journal = journal.ok_or("no journal on the store")?;
+                .map_err(|e| failed(e.to_string()))?;
+            let journal = journal.ok_or_else(|| failed("no journal on the store".into()))?;
             let n = journal
                 .nodes
                 .iter()
                 .find(|n| n.node_name == node || n.replacement.as_deref() == Some(node))
-                .ok_or("node not in the stored journal")?;
-            self.seen.lock().map_err(|e| e.to_string())?.push((
+                .ok_or_else(|| failed("node not in the stored journal".into()))?;
+            self.seen.lock().map_err(|e| failed(e.to_string()))?.push((
                 call.into(),
                 n.node_name.clone(),
                 n.step,
@@ -1617,20 +1883,20 @@ pub mod tests {
 
     #[async_trait]
     impl ClusterApi for ApiWitness<'_> {
-        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
             self.fake.taint_prefer_no_schedule(node).await
         }
-        async fn cordon(&self, node: &str) -> Result<(), String> {
+        async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
             self.fake.cordon(node).await
         }
-        async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String> {
+        async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
             if !self.drain_time.is_zero() {
                 tokio::time::sleep(self.drain_time).await;
                 self.note("drain", node).await?;
             }
             self.fake.drain(node, timeout).await
         }
-        async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String> {
+        async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, ObserveError> {
             self.fake.ready_heartbeat(node).await
         }
         async fn wait_ready(
@@ -1638,14 +1904,14 @@ pub mod tests {
             node: &str,
             timeout: Duration,
             after: Option<&Heartbeat>,
-        ) -> Result<(), String> {
+        ) -> Result<(), ObserveError> {
             self.fake.wait_ready(node, timeout, after).await
         }
-        async fn uncordon(&self, node: &str) -> Result<(), String> {
+        async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
             self.note("uncordon", node).await?;
             self.fake.uncordon(node).await
         }
-        async fn validate(&self) -> Result<(), String> {
+        async fn validate(&self) -> Result<(), ValidateError> {
             self.fake.validate().await
         }
     }
@@ -1877,7 +2143,7 @@ pub mod tests {
 
     #[async_trait]
     impl NodeRoller for NotNodes<'_> {
-        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError> {
             self.0.roll(node).await
         }
         fn kubernetes_node(&self, node: &JournalNode) -> bool {
@@ -1967,7 +2233,7 @@ pub mod tests {
         };
         let e = go(&s, roll, &fake, &fast(), idle()).await.unwrap_err();
         assert!(
-            matches!(&e, RollError::Stopped { node, reason } if node == "w2" && reason.contains("no instance")),
+            matches!(&e, RollError::Stopped { node, reason, cause: StepError::Roller(RollerError::Failed { .. }) } if node == "w2" && reason.contains("no instance")),
             "{e}"
         );
         let calls = fake.calls();
@@ -2018,6 +2284,25 @@ pub mod tests {
             text.contains("w1") && text.contains("PodDisruptionBudget default/db"),
             "{text}"
         );
+        // The caller sees which step failed and why, by variant: the drain's pods, typed.
+        let RollError::Stopped {
+            node,
+            cause:
+                StepError::Observe(ObserveError::Drain {
+                    node: drained,
+                    source,
+                }),
+            ..
+        } = &e
+        else {
+            panic!("not a stopped drain: {e:?}");
+        };
+        assert_eq!((node.as_str(), drained.as_str()), ("w1", "w1"));
+        assert!(
+            matches!(source, crate::kube::DrainError::Timeout { stuck, .. }
+                if stuck[0].pdb.as_deref() == Some("default/db")),
+            "{source:?}"
+        );
         assert!(
             !fake
                 .calls()
@@ -2035,6 +2320,69 @@ pub mod tests {
                 .contains("stays cordoned")
         );
         assert!(!j.finished);
+    }
+
+    /// A roller whose cloud call AWS throttled.
+    struct Throttled<'f>(&'f Fake);
+
+    #[async_trait]
+    impl NodeRoller for Throttled<'_> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError> {
+            if node.node_name == "w1" {
+                return Err(RollerError::Cloud {
+                    node: node.node_name.clone(),
+                    what: "terminating i-w1 (w1)".into(),
+                    source: crate::cloud::CloudError::Api {
+                        operation: "TerminateInstanceInAutoScalingGroup".into(),
+                        class: crate::cloud::ErrorClass::Throttled,
+                        code: Some("Throttling".into()),
+                        message: "Rate exceeded".into(),
+                    },
+                });
+            }
+            self.0.roll(node).await
+        }
+    }
+
+    /// A failed replacement reaches the caller as the roller's typed error, not a sentence:
+    /// the cloud's error class tells a throttled call (worth running again) from a refusal,
+    /// while the journal and the user read the same text as before.
+    #[tokio::test]
+    async fn a_throttled_replacement_reaches_the_caller_typed_and_retryable() {
+        let (_d, s) = store();
+        let plan = plan_of(Platform::Aws, 1, 1);
+        let fake = Fake::default();
+        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
+        let e = run(
+            file,
+            Journal::new(&plan, "me", false),
+            &fake,
+            &Throttled(&fake),
+            &fast(),
+            &silent(),
+            idle(),
+            &|| Ok(()),
+        )
+        .await
+        .unwrap_err();
+        let RollError::Stopped {
+            node,
+            reason,
+            cause: StepError::Roller(cause),
+        } = &e
+        else {
+            panic!("not a stopped roll: {e:?}");
+        };
+        assert_eq!((node.as_str(), cause.node()), ("w1", "w1"));
+        assert!(cause.retryable(), "{cause:?}");
+        assert_eq!(
+            reason,
+            "replace failed: terminating i-w1 (w1): TerminateInstanceInAutoScalingGroup: Rate exceeded"
+        );
+        let refused = RollerError::refused("w1", "not a host of this cluster");
+        assert!(!refused.retryable());
+        let (_, j) = JournalFile::load(&s, "c").await.unwrap();
+        assert_eq!(j.unwrap().nodes[2].step, NodeStep::Drained);
     }
 
     #[tokio::test]
@@ -2058,7 +2406,11 @@ pub mod tests {
         )
         .await
         .unwrap_err();
-        assert!(matches!(e, RollError::Validation { .. }), "{e}");
+        assert!(
+            matches!(&e, RollError::Validation { cause: Some(ValidateError::Failures(f)), .. }
+                if f == &["node w1 is NotReady".to_string()]),
+            "{e}"
+        );
         assert!(e.to_string().contains("NotReady"));
         assert!(
             fake.calls().iter().all(|c| c == "validate"),
@@ -2330,7 +2682,12 @@ pub mod tests {
             &fast(),
             &silent(),
             idle(),
-            &|| Err("broken by bob".into()),
+            &|| {
+                Err(LockError::Lost {
+                    cluster: "c".into(),
+                    reason: "broken by bob".into(),
+                })
+            },
         )
         .await
         .unwrap_err();
@@ -2364,19 +2721,19 @@ pub mod tests {
 
     #[async_trait]
     impl ClusterApi for Stalling<'_> {
-        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
+        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
             self.fake.taint_prefer_no_schedule(node).await
         }
-        async fn cordon(&self, node: &str) -> Result<(), String> {
+        async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
             self.fake.cordon(node).await
         }
-        async fn drain(&self, node: &str, timeout: Duration) -> Result<(), String> {
+        async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
             if self.stall == Beside::Drain {
                 self.forever().await;
             }
             self.fake.drain(node, timeout).await
         }
-        async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, String> {
+        async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, ObserveError> {
             if self.stall == Beside::Ready {
                 // Read right before the in-place roll, whose `replaced` is written beside the
                 // wait for Ready: the store breaks before that write can start.
@@ -2390,13 +2747,13 @@ pub mod tests {
             node: &str,
             timeout: Duration,
             after: Option<&Heartbeat>,
-        ) -> Result<(), String> {
+        ) -> Result<(), ObserveError> {
             if self.stall == Beside::Ready {
                 self.forever().await;
             }
             self.fake.wait_ready(node, timeout, after).await
         }
-        async fn uncordon(&self, node: &str) -> Result<(), String> {
+        async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
             if self.stall == Beside::Validation {
                 // The uncordon is written beside the gate that follows: the store breaks now,
                 // and that gate's validation never ends.
@@ -2405,7 +2762,7 @@ pub mod tests {
             }
             self.fake.uncordon(node).await
         }
-        async fn validate(&self) -> Result<(), String> {
+        async fn validate(&self) -> Result<(), ValidateError> {
             if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
                 self.forever().await;
             }

@@ -56,7 +56,7 @@ use tokio::sync::Mutex;
 use super::instance::EtcdMember;
 use super::interrupt::{Interrupted, Interrupts};
 use super::nodes::{self as ops_nodes, NodeOptions};
-use super::rolling::{NodeRoller, Observed, RollEvent, RollEvents, Rolled};
+use super::rolling::{EtcdError, NodeRoller, Observed, RollEvent, RollEvents, Rolled, RollerError};
 use super::rolling_metal::MetalRoller;
 use crate::cloud::aws::instances::{self, AwsInstances, Discovered};
 use crate::cloud::aws::{AwsCloud, hostkeys, kinds, wait};
@@ -233,22 +233,20 @@ pub struct AwsEtcdHealth {
 
 #[async_trait]
 impl super::rolling::EtcdHealth for AwsEtcdHealth {
-    async fn check(&self) -> Result<(), String> {
-        let found = self
-            .instances
-            .discover()
-            .await
-            .map_err(|e| format!("finding the control planes to ask etcd: {e}"))?;
+    async fn check(&self) -> Result<(), EtcdError> {
+        let found = self.instances.discover().await.map_err(|e| {
+            EtcdError::Unreachable(format!("finding the control planes to ask etcd: {e}"))
+        })?;
         let control_planes: Vec<Target> = found
             .targets
             .into_iter()
             .filter(|t| t.is_control_plane())
             .collect();
         if control_planes.is_empty() {
-            return Err(format!(
+            return Err(EtcdError::Unreachable(format!(
                 "no control plane of {} runs: etcd cannot be asked",
                 self.cluster.name()
-            ));
+            )));
         }
         let fleet = Arc::new(
             ops_nodes::fleet(
@@ -259,7 +257,7 @@ impl super::rolling::EtcdHealth for AwsEtcdHealth {
                 control_planes.len(),
                 &ops_nodes::no_events(),
             )
-            .map_err(|e| format!("{e:#}"))?,
+            .map_err(|e| EtcdError::Unreachable(format!("{e:#}")))?,
         );
         let result = super::etcd::SshEtcdHealth {
             cluster: self.cluster.clone(),
@@ -353,16 +351,16 @@ impl<'a> AwsRoller<'a> {
     /// Re-provisions a control plane in place, once the instance is found again as this
     /// cluster's (its ownership tag, re-checked on every DescribeInstances item) in a
     /// control-plane group of the spec; the metal roller then claims it on the host.
-    async fn reprovision(&self, node: &JournalNode) -> Result<Rolled, String> {
+    async fn reprovision(&self, node: &JournalNode) -> Result<Rolled, Why> {
         let found = self.discover().await?;
         let Some(t) = found.targets.iter().find(|t| t.name() == node.target) else {
-            return Err(format!(
+            return Err(Why::Refused(format!(
                 "{} ({}): no running instance of {} carries this ID any more (terminated, or \
                  not tagged as the cluster's); nothing was changed on it",
                 node.target,
                 node.node_name,
                 self.cluster.name()
-            ));
+            )));
         };
         let cp_group = t
             .group
@@ -370,15 +368,15 @@ impl<'a> AwsRoller<'a> {
             .and_then(|g| self.role(g))
             .is_some_and(|r| r == InstanceGroupRole::ControlPlane);
         if !t.is_control_plane() || !cp_group {
-            return Err(format!(
+            return Err(Why::Refused(format!(
                 "{} ({}): only control planes are re-provisioned in place on AWS, and it runs \
                  in group {}; nothing was changed on it",
                 node.target,
                 node.node_name,
                 t.group.as_deref().unwrap_or("(none)")
-            ));
+            )));
         }
-        self.in_place.roll(node).await
+        self.in_place.roll(node).await.map_err(Why::Roller)
     }
 
     fn asg(&self, group: &str) -> String {
@@ -397,7 +395,7 @@ impl<'a> AwsRoller<'a> {
 
     /// Waits (bounded, visibly) for an instance of `group` the roll does not know yet, and
     /// claims it.
-    async fn new_instance(&self, node: &JournalNode, what: &str) -> Result<Target, String> {
+    async fn new_instance(&self, node: &JournalNode, what: &str) -> Result<Target, Why> {
         let start = Instant::now();
         loop {
             let found = self.discover().await?;
@@ -412,13 +410,13 @@ impl<'a> AwsRoller<'a> {
                 }
             }
             if start.elapsed() >= self.replacement_timeout {
-                return Err(format!(
+                return Err(Why::Failed(format!(
                     "{} started no {what} for {} within {:?}; check the group's activity (`aws \
                      autoscaling describe-scaling-activities`) and re-run to resume",
                     self.asg(&node.group),
                     node.target,
                     self.replacement_timeout
-                ));
+                )));
             }
             self.working(
                 &node.node_name,
@@ -447,7 +445,7 @@ impl<'a> AwsRoller<'a> {
     /// The surge of a batch: per surging group, as many new instances as the batch replaces
     /// (at most its `maxSurge`), started by raising the group's desired capacity (and its
     /// maximum, remembered, when needed) and joined before any old node is cordoned.
-    async fn surge_batch(&self, nodes: &[JournalNode]) -> Result<(), String> {
+    async fn surge_batch(&self, nodes: &[JournalNode]) -> Result<(), Why> {
         let mut by_group: BTreeMap<&str, Vec<&JournalNode>> = BTreeMap::new();
         for n in nodes {
             if n.action == RollAction::Replace
@@ -483,7 +481,7 @@ impl<'a> AwsRoller<'a> {
             };
             let more = waiting.len().saturating_sub(already) as i32;
             if more > 0 {
-                self.guard.check().map_err(|e| e.to_string())?;
+                self.guard.check().map_err(Why::Lock)?;
                 let c = self
                     .cloud
                     .group_capacity(&asg)
@@ -514,7 +512,10 @@ impl<'a> AwsRoller<'a> {
                 self.cloud
                     .set_group_size(&asg, desired, max)
                     .await
-                    .map_err(|e| format!("raising {asg} for the surge: {e}"))?;
+                    .map_err(|source| Why::Cloud {
+                        what: format!("raising {asg} for the surge"),
+                        source,
+                    })?;
             }
             for n in waiting {
                 let new = self.new_instance(n, "surge instance").await?;
@@ -538,7 +539,7 @@ impl<'a> AwsRoller<'a> {
 
     /// After a surged replacement: the group's maximum back to what it was, once its desired
     /// capacity fits again.
-    async fn restore_max(&self, group: &str) -> Result<(), String> {
+    async fn restore_max(&self, group: &str) -> Result<(), Why> {
         let remembered = self.raised_max.lock().await.get(group).copied();
         // A resumed roll does not remember what the cut one raised: the spec's maximum is
         // what `update cluster` gives the group.
@@ -562,13 +563,16 @@ impl<'a> AwsRoller<'a> {
             self.cloud
                 .set_group_size(&asg, c.desired, Some(max))
                 .await
-                .map_err(|e| format!("restoring the maximum size of {asg}: {e}"))?;
+                .map_err(|source| Why::Cloud {
+                    what: format!("restoring the maximum size of {asg}"),
+                    source,
+                })?;
             self.raised_max.lock().await.remove(group);
         }
         Ok(())
     }
 
-    async fn replace(&self, node: &JournalNode) -> Result<String, String> {
+    async fn replace(&self, node: &JournalNode) -> Result<String, Why> {
         let name = self.cluster.name();
         let old = node.target.as_str();
         let mut surged = self.surged.lock().await.remove(old);
@@ -594,7 +598,7 @@ impl<'a> AwsRoller<'a> {
                 self.remove_old_member(node, t).await?;
             }
             if found.targets.iter().any(|t| t.name() == old) {
-                self.guard.check().map_err(|e| e.to_string())?;
+                self.guard.check().map_err(Why::Lock)?;
                 self.working(
                     &node.node_name,
                     format!(
@@ -606,7 +610,10 @@ impl<'a> AwsRoller<'a> {
                 self.cloud
                     .terminate_in_group(old, true)
                     .await
-                    .map_err(|e| format!("terminating {old} ({}): {e}", node.node_name))?;
+                    .map_err(|source| Why::Cloud {
+                        what: format!("terminating {old} ({})", node.node_name),
+                        source,
+                    })?;
             }
             self.delete_node(node).await?;
             self.restore_max(&node.group).await?;
@@ -614,14 +621,14 @@ impl<'a> AwsRoller<'a> {
         }
         if self.control_plane_group(&node.group) {
             // Terminating first would lose a member before its successor joined.
-            return Err(format!(
+            return Err(Why::Refused(format!(
                 "{old} ({}): no replacement control plane was started and joined for it; \
                  nothing was terminated",
                 node.node_name
-            ));
+            )));
         }
         if found.targets.iter().any(|t| t.name() == old) {
-            self.guard.check().map_err(|e| e.to_string())?;
+            self.guard.check().map_err(Why::Lock)?;
             self.working(
                 &node.node_name,
                 format!(
@@ -632,7 +639,10 @@ impl<'a> AwsRoller<'a> {
             self.cloud
                 .terminate_in_group(old, false)
                 .await
-                .map_err(|e| format!("terminating {old} ({}): {e}", node.node_name))?;
+                .map_err(|source| Why::Cloud {
+                    what: format!("terminating {old} ({})", node.node_name),
+                    source,
+                })?;
         }
         self.delete_node(node).await?;
         let new = self.new_instance(node, "replacement").await?;
@@ -699,7 +709,7 @@ impl<'a> AwsRoller<'a> {
 
     /// After a new control plane joined: waits (bounded, visibly) until its Node is Ready
     /// (when the API is used) and etcd lists its member started and healthy.
-    async fn member_joined(&self, node: &JournalNode, new: &Target) -> Result<(), String> {
+    async fn member_joined(&self, node: &JournalNode, new: &Target) -> Result<(), Why> {
         let start = Instant::now();
         // Every read of this wait (the API, etcdctl over SSH on hosts that may not answer)
         // races the first signal, not only its pauses: all of them are reads, safe to cut.
@@ -725,14 +735,14 @@ impl<'a> AwsRoller<'a> {
                     break;
                 }
                 if start.elapsed() >= self.replacement_timeout {
-                    return Err(format!(
+                    return Err(Why::Failed(format!(
                         "the new control plane {} ({}) was not Ready within {:?}; the old one \
                          ({}) keeps its etcd member and instance; re-run to resume",
                         new.name(),
                         new.node_name,
                         self.replacement_timeout,
                         node.target
-                    ));
+                    )));
                 }
                 self.working(
                     &node.node_name,
@@ -768,14 +778,14 @@ impl<'a> AwsRoller<'a> {
                 Err(e) => e,
             };
             if start.elapsed() >= self.replacement_timeout {
-                return Err(format!(
+                return Err(Why::Failed(format!(
                     "etcd did not show the new control plane {} ({}) started and healthy within \
                      {:?}: {last}; the old one ({}) keeps its member and instance; re-run to resume",
                     new.name(),
                     new.node_name,
                     self.replacement_timeout,
                     node.target
-                ));
+                )));
             }
             self.working(&node.node_name, format!("waiting for etcd: {last}"));
             self.pause(&format!(
@@ -790,7 +800,7 @@ impl<'a> AwsRoller<'a> {
     /// Removes the old control plane's etcd member through another member, refusing when the
     /// members left would lose quorum. A member already removed (a resumed roll) is not
     /// removed again.
-    async fn remove_old_member(&self, node: &JournalNode, old: &Target) -> Result<(), String> {
+    async fn remove_old_member(&self, node: &JournalNode, old: &Target) -> Result<(), Why> {
         let (fleet, via) = self.control_plane_fleet(old.name()).await?;
         let result = async {
             let (through, members) = self.members(&fleet, &via).await?;
@@ -802,14 +812,14 @@ impl<'a> AwsRoller<'a> {
                 return Ok(());
             };
             super::instance::removal_keeps_quorum(&members, member.id).map_err(|why| {
-                format!(
+                Why::Refused(format!(
                     "{} ({}): its etcd member {} is not removed: {why}; nothing was terminated",
                     old.name(),
                     node.node_name,
                     member.hex_id()
-                )
+                ))
             })?;
-            self.guard.check().map_err(|e| e.to_string())?;
+            self.guard.check().map_err(Why::Lock)?;
             self.working(
                 &node.node_name,
                 format!(
@@ -820,7 +830,12 @@ impl<'a> AwsRoller<'a> {
             );
             super::instance::remove_member(&fleet, &through, member)
                 .await
-                .map_err(|e| format!("removing the etcd member of {}: {e:#}", node.node_name))
+                .map_err(|e| {
+                    Why::Failed(format!(
+                        "removing the etcd member of {}: {e:#}",
+                        node.node_name
+                    ))
+                })
         }
         .await;
         fleet.close().await;
@@ -830,11 +845,11 @@ impl<'a> AwsRoller<'a> {
     /// A bastion: terminated in its group (which starts the replacement), the replacement
     /// waited for, its host key (the group's, generated by kprov) recorded under the name ssh
     /// checks, and SSH through the way in waited for until it answers with that key.
-    async fn replace_bastion(&self, node: &JournalNode) -> Result<String, String> {
+    async fn replace_bastion(&self, node: &JournalNode) -> Result<String, Why> {
         let old = node.target.as_str();
         let found = self.discover().await?;
         if found.jump_hosts.iter().any(|t| t.name() == old) {
-            self.guard.check().map_err(|e| e.to_string())?;
+            self.guard.check().map_err(Why::Lock)?;
             self.working(
                 &node.node_name,
                 format!(
@@ -845,7 +860,10 @@ impl<'a> AwsRoller<'a> {
             self.cloud
                 .terminate_in_group(old, false)
                 .await
-                .map_err(|e| format!("terminating bastion {old}: {e}"))?;
+                .map_err(|source| Why::Cloud {
+                    what: format!("terminating bastion {old}"),
+                    source,
+                })?;
         }
         let new = self.new_instance(node, "replacement").await?;
         self.working(
@@ -862,13 +880,13 @@ impl<'a> AwsRoller<'a> {
 
     /// Records the bastion group's key for `new`'s way in, then waits (bounded) until an SSH
     /// login there succeeds with strict checking against it. A different key fails at once.
-    async fn bastion_answers(&self, new: &Target) -> Result<(), String> {
+    async fn bastion_answers(&self, new: &Target) -> Result<(), Why> {
         let (group, conflicts) = self.record_group_key(new).await?;
         if !conflicts.is_empty() {
-            return Err(format!(
+            return Err(Why::Failed(format!(
                 "the store holds another host key for {} than the one kprov generated for group {group}: {conflicts:?}",
                 new.host.address
-            ));
+            )));
         }
         self.wait_for_login(new).await
     }
@@ -879,19 +897,19 @@ impl<'a> AwsRoller<'a> {
     async fn record_group_key(
         &self,
         new: &Target,
-    ) -> Result<(String, Vec<crate::ssh::KeyConflict>), String> {
+    ) -> Result<(String, Vec<crate::ssh::KeyConflict>), Why> {
         let name = self.cluster.name();
         let group = new.group.clone().unwrap_or_default();
         let keys = hostkeys::load(self.store.as_ref(), name, &[group.as_str()])
             .await
             .map_err(|e| e.to_string())?;
         if !keys.contains_key(&group) {
-            return Err(format!(
+            return Err(Why::Failed(format!(
                 "instance group {group} has no host key in the store: run `kprov update cluster {name} --yes`"
-            ));
+            )));
         }
         let expected = hostkeys::expected_known_hosts(std::slice::from_ref(new), &keys).await?;
-        self.guard.check().map_err(|e| e.to_string())?;
+        self.guard.check().map_err(Why::Lock)?;
         let conflicts = crate::ssh::record_expected_keys(&self.store, name, &expected).await?;
         Ok((group, conflicts))
     }
@@ -900,7 +918,7 @@ impl<'a> AwsRoller<'a> {
     /// against the recorded key; a different or unknown key fails at once. The probe of
     /// `wait::wait_for_ssh` cannot see through a jump host, and a connection through one to an
     /// instance whose sshd is not up yet fails instead of waiting.
-    async fn wait_for_login(&self, new: &Target) -> Result<(), String> {
+    async fn wait_for_login(&self, new: &Target) -> Result<(), Why> {
         let on_wait = |what: String| self.working(&new.node_name, what);
         self.interrupts
             .or(super::aws::wait_for_login(
@@ -913,12 +931,12 @@ impl<'a> AwsRoller<'a> {
             ))
             .await
             .map_err(|c| Interrupted::message(c, &format!("waiting for SSH on {}", new.name())))?
-            .map_err(|e| e.to_string())
+            .map_err(|e| Why::Failed(e.to_string()))
     }
 
     /// What the cloud-controller-manager does once the instance is gone; done here so the
     /// health gate does not count a node that no longer exists.
-    async fn delete_node(&self, node: &JournalNode) -> Result<(), String> {
+    async fn delete_node(&self, node: &JournalNode) -> Result<(), Why> {
         if let Some(kube) = &self.kube {
             kube.delete_node(&node.node_name)
                 .await
@@ -927,14 +945,14 @@ impl<'a> AwsRoller<'a> {
         Ok(())
     }
 
-    async fn join(&self, new: &Target) -> Result<(), String> {
+    async fn join(&self, new: &Target) -> Result<(), Why> {
         let _one = self.joining.lock().await;
         let (_, conflicts) = self.record_group_key(new).await?;
         if !conflicts.is_empty() {
-            return Err(format!(
+            return Err(Why::Failed(format!(
                 "the store holds another host key for {} than the one kprov generated: {conflicts:?}; nothing was run on it",
                 new.name()
-            ));
+            )));
         }
         let on_wait = |e: wait::WaitEvent| {
             let what = match e {
@@ -961,11 +979,11 @@ impl<'a> AwsRoller<'a> {
             .await
             .map_err(|c| Interrupted::message(c, &format!("waiting for SSH on {}", new.name())))?
         {
-            return Err(format!(
+            return Err(Why::Failed(format!(
                 "the replacement {} did not answer SSH within {:?}: {late:?}",
                 new.name(),
                 super::aws::SSH_WAIT
-            ));
+            )));
         }
         if new.host.bastion.is_some() {
             self.wait_for_login(new).await?;
@@ -980,7 +998,7 @@ impl<'a> AwsRoller<'a> {
             .filter(|t| t.is_control_plane() && t.name() != new.name())
             .collect();
         targets.push(new.clone());
-        self.guard.check().map_err(|e| e.to_string())?;
+        self.guard.check().map_err(Why::Lock)?;
         let report = ops_nodes::converge(
             self.store.clone(),
             &self.cluster,
@@ -1005,7 +1023,7 @@ impl<'a> AwsRoller<'a> {
                 })
                 .map(|h| format!("{}: {:?}", h.host, h.result))
                 .collect();
-            return Err(format!(
+            return Err(Why::Failed(format!(
                 "joining the replacement {} failed: {}",
                 new.name(),
                 if failed.is_empty() {
@@ -1013,15 +1031,53 @@ impl<'a> AwsRoller<'a> {
                 } else {
                     failed.join("; ")
                 }
-            ));
+            )));
         }
         Ok(())
     }
 }
 
+/// Why a step of the AWS roller failed, before [`Why::at`] names the node it was for: the
+/// roller's steps share helpers that do not know it.
+#[derive(Debug)]
+enum Why {
+    /// The cloud failed a call (`what`: the call, as the user reads it).
+    Cloud {
+        what: String,
+        source: crate::cloud::CloudError,
+    },
+    Lock(lock::LockError),
+    /// Refused as it is: nothing was changed.
+    Refused(String),
+    Failed(String),
+    /// The in-place roller's own error.
+    Roller(RollerError),
+}
+
+/// The roller's inner reads (discovery, SSH, etcdctl, the waits' interrupts) say what failed
+/// in a sentence.
+impl From<String> for Why {
+    fn from(message: String) -> Why {
+        Why::Failed(message)
+    }
+}
+
+impl Why {
+    fn at(self, node: &str) -> RollerError {
+        let node = node.to_string();
+        match self {
+            Why::Cloud { what, source } => RollerError::Cloud { node, what, source },
+            Why::Lock(source) => RollerError::Lock { node, source },
+            Why::Refused(message) => RollerError::Refused { node, message },
+            Why::Failed(message) => RollerError::Failed { node, message },
+            Why::Roller(e) => e,
+        }
+    }
+}
+
 #[async_trait]
 impl NodeRoller for AwsRoller<'_> {
-    async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+    async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError> {
         match node.action {
             RollAction::Replace if !self.kubernetes_node(node) => {
                 self.replace_bastion(node).await.map(Rolled::replaced_by)
@@ -1030,14 +1086,17 @@ impl NodeRoller for AwsRoller<'_> {
             RollAction::Reprovision => self.reprovision(node).await,
             RollAction::Leave => Ok(Rolled::default()),
         }
+        .map_err(|e| e.at(&node.node_name))
     }
 
     fn kubernetes_node(&self, node: &JournalNode) -> bool {
         self.role(&node.group) != Some(InstanceGroupRole::Bastion)
     }
 
-    async fn before_batch(&self, nodes: &[JournalNode]) -> Result<(), String> {
-        self.surge_batch(nodes).await
+    async fn before_batch(&self, nodes: &[JournalNode]) -> Result<(), RollerError> {
+        // The engine stops the roll at the batch's first node: the error names it too.
+        let first = nodes.first().map_or("", |n| n.node_name.as_str());
+        self.surge_batch(nodes).await.map_err(|e| e.at(first))
     }
 }
 
@@ -1109,14 +1168,6 @@ mod tests {
         assert_eq!(o[2].record.as_ref().unwrap(), &None);
     }
 
-    fn ig(name: &str, role: &str) -> InstanceGroup {
-        serde_saphyr::from_str(&format!(
-            "apiVersion: kprov.dev/v1alpha1\nkind: InstanceGroup\nmetadata: {{name: {name}}}\n\
-             spec: {{role: {role}, image: ubuntu, minSize: 1, maxSize: 1}}\n"
-        ))
-        .unwrap()
-    }
-
     #[test]
     fn a_bastion_from_an_older_template_is_planned_for_replacement_without_reading_it() {
         let cluster: Cluster = serde_saphyr::from_str(
@@ -1124,7 +1175,16 @@ mod tests {
              spec: {cloudProvider: aws, kubernetesVersion: v1.35.1}\n",
         )
         .unwrap();
-        let groups = vec![ig("bastions", "Bastion"), ig("nodes", "Node")];
+        let groups = ["bastions", "nodes"].map(|name| crate::nodes::roll::GroupInput {
+            name: name.into(),
+            role: match name {
+                "bastions" => crate::nodes::roll::GroupRole::Bastion,
+                _ => crate::nodes::roll::GroupRole::Node,
+            },
+            min: 1,
+            max: 1,
+            rolling_update: None,
+        });
         let mut old = target("i-b1", "bastions", Some("1"));
         old.host.roles.clear();
         let mut cur = target("i-b2", "bastions", Some("2"));
@@ -1136,7 +1196,7 @@ mod tests {
         let current = BTreeMap::from([("bastions".to_string(), "2".to_string())]);
         let o = with_template_versions(observed, &current);
         let ready = BTreeMap::new();
-        let (g, n, problems) = super::super::rolling::inputs(&groups, &o, Some(&ready));
+        let (g, n, problems) = super::super::rolling::inputs(groups.to_vec(), &o, Some(&ready));
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(n.len(), 2, "{n:?}");
         assert!(

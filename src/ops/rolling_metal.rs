@@ -28,7 +28,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value};
 
-use super::rolling::{NodeRoller, Rolled};
+use super::rolling::{NodeRoller, Rolled, RollerError};
 use crate::inventory::parse_taint;
 use crate::kube::{Kube, Taint};
 use crate::nodes::Target;
@@ -319,16 +319,20 @@ impl MetalRoller {
 
 #[async_trait]
 impl NodeRoller for MetalRoller {
-    async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+    async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError> {
+        let failed = |e: String| RollerError::failed(&node.node_name, e);
         // Only hosts of this cluster's spec; the claim step below refuses another cluster's.
         let target = self
             .targets
             .iter()
             .find(|t| t.name() == node.target)
             .ok_or_else(|| {
-                format!(
-                    "{}: not a host of this cluster (its spec, or its instances when the roll started) any more; nothing was changed on it",
-                    node.target
+                RollerError::refused(
+                    &node.node_name,
+                    format!(
+                        "{}: not a host of this cluster (its spec, or its instances when the roll started) any more; nothing was changed on it",
+                        node.target
+                    ),
                 )
             })?;
         // The record says which labels and taints a previous provisioning set, so that the
@@ -336,20 +340,26 @@ impl NodeRoller for MetalRoller {
         // preview refuses it), not taken for "no record", before anything changes on the node.
         let old = match self.exec.read_file(target.name(), PROVISIONED_FILE).await {
             Ok(Some(bytes)) => Some(Provisioned::parse(&bytes).map_err(|e| {
-                format!(
-                    "{}: cannot read its provisioning record: {e}; nothing was changed on it",
-                    target.name()
+                RollerError::refused(
+                    &node.node_name,
+                    format!(
+                        "{}: cannot read its provisioning record: {e}; nothing was changed on it",
+                        target.name()
+                    ),
                 )
             })?),
             Ok(None) => None,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(failed(e.to_string())),
         };
         let new = self
             .renderer
             .provisioned(target)
-            .map_err(|e| e.to_string())?;
-        let kubelet_config = self.kubelet_config(node, target).await?;
-        let steps = self.steps(node, target, kubelet_config).await?;
+            .map_err(|e| failed(e.to_string()))?;
+        let kubelet_config = self.kubelet_config(node, target).await.map_err(failed)?;
+        let steps = self
+            .steps(node, target, kubelet_config)
+            .await
+            .map_err(failed)?;
         // The Ready heartbeat is read right before the first step that restarts the kubelet
         // (see `Rolled::ready_before`); the steps before it run first, as one batch.
         let first_restart = steps.iter().position(restarts_kubelet);
@@ -359,13 +369,15 @@ impl NodeRoller for MetalRoller {
                     .exec
                     .run_steps(target.name(), &steps[..k])
                     .await
-                    .map_err(|e| e.to_string())?;
-                let before = super::rolling::node_ready_heartbeat(kube, &target.node_name).await?;
+                    .map_err(|e| failed(e.to_string()))?;
+                let before = super::rolling::node_ready_heartbeat(kube, &target.node_name)
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
                 outcomes.extend(
                     self.exec
                         .run_steps(target.name(), &steps[k..])
                         .await
-                        .map_err(|e| e.to_string())?,
+                        .map_err(|e| failed(e.to_string()))?,
                 );
                 (outcomes, before)
             }
@@ -373,7 +385,7 @@ impl NodeRoller for MetalRoller {
                 self.exec
                     .run_steps(target.name(), &steps)
                     .await
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| failed(e.to_string()))?,
                 None,
             ),
         };
@@ -382,15 +394,21 @@ impl NodeRoller for MetalRoller {
             .zip(&outcomes)
             .any(|(s, o)| restarts_kubelet(s) && matches!(o, StepOutcome::Changed));
         self.labels_and_taints(&target.node_name, old.as_ref(), &new)
-            .await?;
+            .await
+            .map_err(failed)?;
         if kube_proxy_changed(old.as_ref(), &new) {
-            self.restart_kube_proxy(&target.node_name).await?;
+            self.restart_kube_proxy(&target.node_name)
+                .await
+                .map_err(failed)?;
         }
-        let record = self.renderer.record(target).map_err(|e| e.to_string())?;
+        let record = self
+            .renderer
+            .record(target)
+            .map_err(|e| failed(e.to_string()))?;
         self.exec
             .run_steps(target.name(), &[record])
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| failed(e.to_string()))?;
         Ok(Rolled {
             replacement: None,
             kubelet_restarted,
@@ -800,7 +818,8 @@ mod tests {
         let (r, exec) = broken();
         let e = rt()
             .block_on(r.roll(&journal_node("w1", None)))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("w1: /var/lib/kubelet/config.yaml: not YAML")
                 && e.ends_with("nothing was changed on it"),
@@ -821,7 +840,8 @@ mod tests {
         *exec.fail.lock().unwrap() = Some("kubeadm: upgrade node v1.35.1".into());
         let e = rt()
             .block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cut"), "{e}");
         assert!(
             !exec
@@ -845,6 +865,8 @@ mod tests {
         let e = rt()
             .block_on(r.roll(&journal_node("stranger", None)))
             .unwrap_err();
+        assert!(matches!(e, RollerError::Refused { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("not a host of this cluster"), "{e}");
         assert!(exec.ran.lock().unwrap().is_empty());
     }
@@ -862,6 +884,11 @@ mod tests {
         let e = rt()
             .block_on(r.roll(&journal_node("w1", None)))
             .unwrap_err();
+        assert!(
+            matches!(&e, RollerError::Refused { node, .. } if node == "w1"),
+            "{e:?}"
+        );
+        let e = e.to_string();
         assert!(e.starts_with("w1: "), "{e}");
         assert!(e.contains(PROVISIONED_FILE), "{e}");
         // serde_json's own words, with the position.
@@ -880,7 +907,8 @@ mod tests {
         let r = roller(exec.clone(), true);
         let e = rt()
             .block_on(r.roll(&journal_node("w1", None)))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--cloudonly"), "{e}");
         assert!(
             !exec

@@ -26,7 +26,7 @@ use super::etcd::BackupRecord;
 use super::interrupt::Interrupts;
 use super::nodes::NodeOptions;
 use super::platform;
-use super::rolling::{self as engine, EtcdHealth, NodeRoller, Observed, RollEvents};
+use super::rolling::{self as engine, EtcdHealth, NodeRoller, ObserveError, Observed, RollEvents};
 use super::rolling_aws::{self, AwsRoller, REPLACEMENT_TIMEOUT};
 use super::rolling_metal::{MetalRoller, Staging};
 use crate::kube::Kube;
@@ -34,7 +34,7 @@ use crate::nodes::journal::{Journal, JournalError, JournalFile, NodeStep};
 use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
 use crate::nodes::{Inventory, Target, TargetSource};
 use crate::provision::render::{CloudApi, Renderer};
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::{Cluster, InstanceGroup, ResolvedCluster};
 use crate::ssh::SshFleet;
 use crate::ssh::task::HostExecutor;
 use crate::state::StateStore;
@@ -90,27 +90,23 @@ pub(super) async fn observe_aws(
     })
 }
 
-/// The roll's plan from the observed machines and each node's Ready (`None`: unknown), and
-/// every problem found (the observation's first). Pure.
+/// The roll's plan from the resolved cluster (its groups, their sizes, its version), the
+/// observed machines and each node's Ready (`None`: unknown), and every problem found (the
+/// observation's first). Pure.
 pub fn plan(
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    resolved: &ResolvedCluster,
     machines: Machines,
     ready: Option<&BTreeMap<String, bool>>,
     selection: &Selection,
 ) -> (RollPlan, Vec<String>) {
     let mut problems = machines.problems;
-    let (group_inputs, nodes, found) = engine::inputs(groups, &machines.observed, ready);
+    let (group_inputs, nodes, found) =
+        engine::inputs(engine::group_inputs(resolved), &machines.observed, ready);
     problems.extend(found);
-    let version = cluster
-        .spec
-        .kubernetes_version
-        .clone()
-        .unwrap_or_else(|| crate::spec::versions::DEFAULT_KUBERNETES_VERSION.to_string());
     let plan = roll::plan(
-        cluster.name(),
+        &resolved.name,
         machines.platform,
-        crate::spec::assets::normalize_version(&version),
+        &resolved.version.to_string(),
         &group_inputs,
         &nodes,
         selection,
@@ -451,42 +447,36 @@ pub struct NoApi;
 
 #[async_trait::async_trait]
 impl engine::ClusterApi for NoApi {
-    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
+    async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
+        Err(no_api(node))
     }
-    async fn cordon(&self, node: &str) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
+    async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
+        Err(no_api(node))
     }
-    async fn drain(&self, node: &str, _: Duration) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
+    async fn drain(&self, node: &str, _: Duration) -> Result<(), ObserveError> {
+        Err(no_api(node))
     }
-    async fn ready_heartbeat(&self, node: &str) -> Result<Option<engine::Heartbeat>, String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
+    async fn ready_heartbeat(&self, node: &str) -> Result<Option<engine::Heartbeat>, ObserveError> {
+        Err(no_api(node))
     }
     async fn wait_ready(
         &self,
         node: &str,
         _: Duration,
         _: Option<&engine::Heartbeat>,
-    ) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
+    ) -> Result<(), ObserveError> {
+        Err(no_api(node))
     }
-    async fn uncordon(&self, node: &str) -> Result<(), String> {
-        Err(format!(
-            "{node}: --cloudonly does not use the cluster's API"
-        ))
+    async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
+        Err(no_api(node))
     }
-    async fn validate(&self) -> Result<(), String> {
-        Err("--cloudonly does not use the cluster's API".into())
+    async fn validate(&self) -> Result<(), engine::ValidateError> {
+        Err(engine::ValidateError::NoApi)
+    }
+}
+
+fn no_api(node: &str) -> ObserveError {
+    ObserveError::NoApi {
+        node: node.to_string(),
     }
 }

@@ -34,7 +34,7 @@ use super::rolling_run::{self, MachinesError, Preparing, Roll, Start};
 use crate::kube::Kube;
 use crate::nodes::journal::{Journal, JournalFile};
 use crate::nodes::roll::{RollPlan, Selection};
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::{Cluster, InstanceGroup, ResolvedCluster};
 use crate::state::StateStore;
 use crate::state::lock::{LockError, LockGuard};
 
@@ -213,6 +213,8 @@ pub struct RollingUpdate {
     store: Arc<dyn StateStore>,
     cluster: Cluster,
     groups: Vec<InstanceGroup>,
+    /// The cluster resolved once, here: the plan reads its groups, sizes and version.
+    resolved: ResolvedCluster,
     options: RollingOptions,
     platform: Platform,
 }
@@ -232,10 +234,12 @@ pub async fn open(
         private_address: options.ssh_private_address,
     };
     let platform = Platform::open(&store, &cluster, &groups, reach).await?;
+    let resolved = crate::spec::resolve::model(&cluster, &groups).map_err(anyhow::Error::from)?;
     Ok(RollingUpdate {
         store,
         cluster,
         groups,
+        resolved,
         options,
         platform,
     })
@@ -296,8 +300,7 @@ impl RollingUpdate {
             Err(e) => (None, Some(e)),
         };
         let (plan, problems) = rolling_run::plan(
-            &self.cluster,
-            &self.groups,
+            &self.resolved,
             machines,
             ready.as_ref(),
             &self.options.selection,
@@ -390,7 +393,7 @@ impl RollingUpdate {
             cloud_only,
             ..RollOptions::default()
         };
-        let lock_check = || guard.check().map_err(|e| e.to_string());
+        let lock_check = || guard.check();
         let cancel = interrupts.flag();
         let outcome = match (kube, expect) {
             (Some(kube), Some(expect)) => {

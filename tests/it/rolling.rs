@@ -219,7 +219,7 @@ mod engine_on_the_fake_api {
 
     #[async_trait]
     impl NodeRoller for Recorder {
-        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, rolling::RollerError> {
             self.0.lock().unwrap().push(node.node_name.clone());
             Ok(Rolled::default())
         }
@@ -238,7 +238,7 @@ mod engine_on_the_fake_api {
 
     #[async_trait]
     impl NodeRoller for KubeletRestarter<'_> {
-        async fn roll(&self, node: &JournalNode) -> Result<Rolled, String> {
+        async fn roll(&self, node: &JournalNode) -> Result<Rolled, rolling::RollerError> {
             let mut ready_before = None;
             if self.old_posts_first {
                 // The API's heartbeats have one-second precision.
@@ -420,7 +420,8 @@ mod engine_on_the_fake_api {
         let e = api
             .wait_ready("w1", Duration::from_millis(300), Some(&before))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("node w1 still shows the Ready posted before its kubelet restart")
                 && e.contains(&before.0.to_string()),
@@ -536,10 +537,10 @@ mod engine_on_the_fake_api {
 
     #[async_trait]
     impl rolling::EtcdHealth for Etcd {
-        async fn check(&self) -> Result<(), String> {
+        async fn check(&self) -> Result<(), rolling::EtcdError> {
             match self.0.lock().unwrap().clone() {
                 None => Ok(()),
-                Some(e) => Err(e),
+                Some(e) => Err(rolling::EtcdError::Unhealthy(e)),
             }
         }
     }
@@ -557,7 +558,7 @@ mod engine_on_the_fake_api {
 
         let member = "etcd member cp2 (peer https://198.18.0.12:2380, on host cp2) is unhealthy";
         *etcd.0.lock().unwrap() = Some(member.into());
-        let e = api.validate().await.unwrap_err();
+        let e = api.validate().await.unwrap_err().to_string();
         assert_eq!(e, member);
 
         // A kube-system Deployment short of replicas and a DaemonSet short of pods.
@@ -576,7 +577,7 @@ mod engine_on_the_fake_api {
             "status": {"desiredNumberScheduled": 3, "currentNumberScheduled": 3,
                        "numberMisscheduled": 0, "numberReady": 2, "numberAvailable": 2},
         }));
-        let e = api.validate().await.unwrap_err();
+        let e = api.validate().await.unwrap_err().to_string();
         assert!(
             e.contains("deployment kube-system/coredns: 1 of 2 replicas available"),
             "{e}"
@@ -616,7 +617,7 @@ mod engine_on_the_fake_api {
         );
         apiserver["spec"]["priorityClassName"] = json!("system-node-critical");
         fake.put(apiserver.clone());
-        let e = api.validate().await.unwrap_err();
+        let e = api.validate().await.unwrap_err().to_string();
         assert!(
             e.contains("pod kube-system/kube-apiserver-cp1: system-node-critical pod (on cp1) is Running but not ready (main)"),
             "{e}"
@@ -628,7 +629,7 @@ mod engine_on_the_fake_api {
             .expect("healthy with the API server ready");
 
         fake.put(node("w2", false, true, true, Some("p")));
-        let e = api.validate().await.unwrap_err();
+        let e = api.validate().await.unwrap_err().to_string();
         assert!(
             e.contains(
                 "node w2: still has the node.cloudprovider.kubernetes.io/uninitialized taint"
@@ -665,7 +666,7 @@ mod engine_on_the_fake_api {
         )
         .await
         .unwrap_err();
-        let RollError::Stopped { node, reason } = &e else {
+        let RollError::Stopped { node, reason, .. } = &e else {
             panic!("{e}")
         };
         assert_eq!(node, "w1");
