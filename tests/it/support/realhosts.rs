@@ -538,8 +538,6 @@ pub fn down_kept() -> Vec<PathBuf> {
 }
 
 impl RealLab {
-    /// Claims a block of 198.18.0.0/15, makes the lab's bridge, directory and client key.
-    /// Waits for any other lab of this process to be dropped first.
     /// A lab for a cluster scenario: `None` where the real tier is skipped ([`skip`]), else
     /// started with `names` booted and the pod routes between them.
     pub fn for_cluster(names: &[&str]) -> Option<RealLab> {
@@ -552,6 +550,8 @@ impl RealLab {
         Some(lab)
     }
 
+    /// Claims a block of 198.18.0.0/15, makes the lab's bridge, directory and client key.
+    /// Waits for any other lab of this process to be dropped first.
     pub fn start() -> RealLab {
         crate::support::tiers::require(crate::support::Tier::RealHosts);
         let lock = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
