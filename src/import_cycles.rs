@@ -79,3 +79,148 @@ fn a_pub_crate_test_module_is_skipped() {
     let (clean, text) = run_on("1", dir.path());
     assert!(clean, "{text}");
 }
+
+/// The modules `cli` may name (issue 19: "`cli/` parses and prints; it imports only `ops`, the
+/// resolved model and `output`"): the use cases, their renderers, the printer, the spec.
+const CLI_MAY_USE: [&str; 5] = ["cli", "ops", "views", "output", "spec"];
+
+/// Every path into the crate that a file below `dir` (a copy of `src/cli`) writes to a module
+/// outside [`CLI_MAY_USE`], as `file:line: module`: `use` items and paths written inline,
+/// test modules included, brace groups expanded; comments are not read.
+fn cli_foreign_paths(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("read src/cli")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    for file in files {
+        let name = file
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        // How many `super::` reach the crate root: one from mod.rs, two from cli's other
+        // files, one more inside their test module.
+        let mut root = if name == "mod.rs" { 1 } else { 2 };
+        let text = std::fs::read_to_string(&file).expect("read a cli file");
+        let mut after_cfg_test = false;
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if after_cfg_test && code.contains("mod ") {
+                root += 1;
+            }
+            after_cfg_test = code.trim() == "#[cfg(test)]";
+            let mut modules = Vec::new();
+            let mut rest = code;
+            while let Some(i) = rest
+                .find("crate::")
+                .into_iter()
+                .chain(rest.find("super::"))
+                .min()
+            {
+                rest = &rest[i..];
+                if let Some(r) = rest.strip_prefix("crate::") {
+                    rest = r;
+                    modules.extend(first_segments(rest));
+                    continue;
+                }
+                let mut supers = 0;
+                while let Some(r) = rest.strip_prefix("super::") {
+                    (rest, supers) = (r, supers + 1);
+                }
+                if supers >= root {
+                    modules.extend(first_segments(rest));
+                }
+            }
+            for module in modules {
+                if !CLI_MAY_USE.contains(&module.as_str()) {
+                    found.push(format!("src/cli/{name}:{}: {module}", n + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The first segment of a path's remainder (`ops::x` -> `ops`), or of each item of a brace
+/// group (`{ops::x, state::Y}` -> `ops`, `state`; a group left open on the line ends there).
+fn first_segments(rest: &str) -> Vec<String> {
+    let ident = |s: &str| {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<String>()
+    };
+    let Some(group) = rest.strip_prefix('{') else {
+        return vec![ident(rest)]
+            .into_iter()
+            .filter(|m| !m.is_empty())
+            .collect();
+    };
+    let (mut depth, mut items, mut start) = (0, Vec::new(), 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = group.len();
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[start.min(group.len())..]);
+    items
+        .into_iter()
+        .map(ident)
+        .filter(|m| !m.is_empty() && m != "self")
+        .collect()
+}
+
+#[test]
+fn cli_imports_only_ops_views_output_and_the_spec() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli");
+    let found = cli_foreign_paths(&dir);
+    assert!(
+        found.is_empty(),
+        "cli names modules below ops (re-export them through ops::model or wrap them in an \
+         ops function):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The check finds a lower module however cli names it: a `use`, a brace group, a path
+/// written inline, `super::` from mod.rs; and lets the allowed ones and comments pass.
+#[test]
+fn a_cli_import_of_a_lower_module_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.rs"),
+        "use crate::ops::x;\nuse crate::{views::v, state::lock::LockError};\n\
+         // crate::repo in a comment\nfn f() { crate::bounded::read(); }\n\
+         use super::commands::Ctx;\n#[cfg(test)]\nmod tests {\n    use super::*;\n    \
+         use super::super::spec::X;\n    use super::super::super::kube::Y;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("mod.rs"),
+        "use super::inventory::X;\nuse super::output::Printer;\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cli_foreign_paths(dir.path()),
+        [
+            "src/cli/a.rs:2: state",
+            "src/cli/a.rs:4: bounded",
+            "src/cli/a.rs:10: kube",
+            "src/cli/mod.rs:1: inventory"
+        ]
+    );
+}

@@ -12,16 +12,13 @@ use super::{
     LockWhat, ReleaseWhat, RestoreWhat, RollingUpdateWhat, RotateWhat, SchemaKind, UpdateWhat,
     ValidateWhat, exit,
 };
-use crate::bounded;
 use crate::ops::interrupt::{self, Caught, Interrupts};
+use crate::ops::model::{LockError, Repo, RepoError, StateError, StateStore, Target};
 use crate::ops::objects::{self, Mode, Written, group_by_cluster};
 use crate::ops::session::Session;
 use crate::ops::{damaged, locks};
 use crate::output::{Format, Printer, untrusted};
-use crate::repo::{Repo, RepoError};
 use crate::spec::{self, SpecErrors};
-use crate::state::lock::LockError;
-use crate::state::{self, StateError, StateStore};
 use crate::views::create as view_create;
 use crate::views::objects as view;
 use crate::views::signals;
@@ -116,7 +113,7 @@ fn code_of(cause: &(dyn std::error::Error + 'static)) -> Option<i32> {
     use crate::ops::{damaged::DamagedError, objects::GroupDeleteError};
     if cause.is::<SpecErrors>()
         || cause.is::<crate::ops::create::FlagError>()
-        || cause.is::<crate::inventory::InventoryError>()
+        || cause.is::<crate::ops::model::InventoryError>()
     {
         return Some(exit::INVALID_SPEC);
     }
@@ -192,7 +189,7 @@ pub async fn run(cli: Cli) -> i32 {
     };
     let ctx = Ctx {
         printer: Printer::new(format, cli.verbose),
-        store_url: state::resolve(cli.state.as_deref(), None),
+        store_url: crate::ops::session::store_url(cli.state.as_deref()),
         session: tokio::sync::OnceCell::new(),
     };
     // A kops user's store setting is not kprov's: say which store is used instead of landing
@@ -401,7 +398,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
 async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32> {
     use crate::ops::create;
     let inventory = match &a.inventory {
-        Some(path) => Some(crate::inventory::import_collecting(path)?),
+        Some(path) => Some(create::import_inventory(path)?),
         None => None,
     };
     let home = std::env::home_dir();
@@ -425,19 +422,9 @@ async fn create_cluster(ctx: &Ctx, a: &CreateClusterArgs) -> anyhow::Result<i32>
     Ok(exit::OK)
 }
 
-fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
-    if path == Path::new("-") {
-        let s = bounded::read_stdin_to_string(bounded::SPEC)?;
-        Ok(("<stdin>".into(), s))
-    } else {
-        let s = bounded::read_file_to_string(path, bounded::SPEC)?;
-        Ok((path.display().to_string(), s))
-    }
-}
-
 /// `create -f` and `replace -f`: every cluster in the file is handled under its own lock.
 async fn objects_from_file(ctx: &Ctx, path: &Path, mode: Mode) -> anyhow::Result<i32> {
-    let (source, text) = read_input(path)?;
+    let (source, text) = objects::read_input(path)?;
     let objects = spec::load_objects(&source, &text)?;
     let mut per_cluster = group_by_cluster(objects)?;
     let repo = ctx.repo().await?;
@@ -520,7 +507,7 @@ async fn delete_cluster(
     }
     // Metal's hosts get a progress line each once they are known, under the lock.
     let bars = std::sync::Mutex::new(None);
-    let events_for = |targets: &[crate::nodes::Target]| {
+    let events_for = |targets: &[Target]| {
         let (events, multi) = crate::views::nodes::node_events(&ctx.printer, targets);
         *bars.lock().unwrap_or_else(|p| p.into_inner()) = multi;
         events

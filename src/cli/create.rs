@@ -251,7 +251,7 @@ mod tests {
         .unwrap()
         .a
         .request();
-        let mut inv = crate::inventory::import(&path).unwrap();
+        let mut inv = crate::ops::create::import_inventory(&path).unwrap();
         let (mut c, _) =
             crate::ops::create::build_cluster_objects(&a, inv.plain_hosts(), None).unwrap();
         let notes = crate::ops::create::apply_inventory(&mut c, &mut inv, &a);
@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn inventory_errors_exit_3() {
-        let e: anyhow::Error = crate::inventory::InventoryError::Format {
+        let e: anyhow::Error = crate::ops::model::InventoryError::Format {
             file: "x".into(),
             message: "y".into(),
         }
@@ -289,10 +289,10 @@ mod tests {
     #[test]
     fn ops_errors_map_to_exit_codes() {
         use crate::cli::{commands::exit_code_of, exit};
+        use crate::ops::model::{LockError, LockRecord, RepoError, StateError};
         use crate::ops::{damaged::DamagedError, objects::GroupDeleteError};
-        use crate::state::lock::LockError;
         let now = chrono::Utc::now();
-        let record = crate::state::lock::LockRecord {
+        let record = LockRecord {
             holder: "someone".into(),
             host: "h".into(),
             pid: 1,
@@ -313,7 +313,7 @@ mod tests {
             code(DamagedError::Store(anyhow::anyhow!("x")).into()),
             exit::ERROR
         );
-        let conflict = crate::state::StateError::Conflict {
+        let conflict = StateError::Conflict {
             location: "file:///s".into(),
             key: "c/damaged/x".into(),
             expected: "1".into(),
@@ -322,12 +322,12 @@ mod tests {
             code(DamagedError::Store(anyhow::Error::from(conflict).context("removing")).into()),
             exit::CONFLICT
         );
-        let missing = crate::repo::RepoError::GroupNotFound {
+        let missing = RepoError::GroupNotFound {
             cluster: "c".into(),
             group: "g".into(),
         };
         assert_eq!(code(GroupDeleteError::Repo(missing).into()), exit::ERROR);
-        let exists = crate::repo::RepoError::Exists {
+        let exists = RepoError::Exists {
             name: "c".into(),
             store: "file:///s".into(),
         };

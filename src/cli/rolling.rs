@@ -15,9 +15,8 @@ use clap::Args;
 
 use super::commands::Ctx;
 use super::exit;
-use crate::nodes::journal::Journal;
-use crate::nodes::roll::{self, RollPlan, Selection};
 use crate::ops::interrupt::Caught;
+use crate::ops::model::{Journal, RollPlan, Selection, parse_roles};
 use crate::ops::rolling_update::{
     self as ops_roll, RollingError, RollingEvent, RollingOptions, RollingPlan, RollingUpdate,
 };
@@ -79,7 +78,7 @@ impl RollingUpdateClusterArgs {
         Ok(RollingOptions {
             selection: Selection {
                 groups: self.instance_groups.clone(),
-                roles: roll::parse_roles(&self.instance_group_roles).map_err(anyhow::Error::msg)?,
+                roles: parse_roles(&self.instance_group_roles).map_err(anyhow::Error::msg)?,
                 force: self.force,
             },
             drain_timeout: self.drain_timeout,

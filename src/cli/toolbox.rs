@@ -9,13 +9,7 @@ use crate::ops::sshkey::{self, PublicKey};
 use crate::views::toolbox as view;
 
 pub(super) async fn create_sshpublickey(ctx: &Ctx, name: &str, file: &Path) -> anyhow::Result<i32> {
-    let source = file.display().to_string();
-    // A public key line is short: anything larger is not one (and is never read whole).
-    let text = crate::bounded::read_file(file, 16 * 1024)
-        .map_err(|e| anyhow::anyhow!("reading {source}: {e}"))?;
-    let text = String::from_utf8(text)
-        .map_err(|_| anyhow::anyhow!("{source} is not an OpenSSH public key (not UTF-8 text)"))?;
-    let key = PublicKey::parse(&source, &text).map_err(anyhow::Error::msg)?;
+    let key = PublicKey::read(file)?;
     let repo = ctx.repo().await?;
     let change = locked(repo.store(), name, "create sshpublickey", async {
         sshkey::set(&repo, name, &key).await

@@ -379,35 +379,46 @@ mod tests {
             *v.pointer_mut(path).unwrap() = value;
             parse(&v).expect_err(path)
         };
-        assert_eq!(
-            damaged("/cluster", "other.example.com".into()),
-            "it is the journal of cluster \"other.example.com\", not of lab.example.com"
-        );
-        assert_eq!(
-            damaged("/nodes/0/nodeName", "w1\u{1b}[2J\nerror: x".into()),
-            "nodes[0].nodeName \"w1\\x1b[2J\\nerror: x\" is not a node or group name"
-        );
-        assert_eq!(
-            damaged("/nodes/0/target", "../../etc".into()),
-            "nodes[0].target \"../../etc\" is not a node or group name"
-        );
+        for (path, value, says) in [
+            (
+                "/cluster",
+                "other.example.com".to_string(),
+                "it is the journal of cluster \"other.example.com\", not of lab.example.com",
+            ),
+            (
+                "/nodes/0/nodeName",
+                "w1\u{1b}[2J\nerror: x".into(),
+                "nodes[0].nodeName \"w1\\x1b[2J\\nerror: x\" is not a node or group name",
+            ),
+            (
+                "/nodes/0/target",
+                "../../etc".into(),
+                "nodes[0].target \"../../etc\" is not a node or group name",
+            ),
+            (
+                "/startedAt",
+                "2026-11-23T00:00:00Z".into(),
+                "startedAt is after updatedAt",
+            ),
+            (
+                "/kubernetesVersion",
+                "1.36; rm -rf /".into(),
+                "kubernetesVersion \"1.36; rm -rf /\" is not a version like 1.36.4",
+            ),
+            (
+                "/startedBy",
+                "x".repeat(300),
+                "startedBy is longer than 256 characters",
+            ),
+            (
+                "/leftAlone/0",
+                String::new(),
+                "leftAlone[0] \"\" is not a node or group name",
+            ),
+        ] {
+            assert_eq!(damaged(path, value.into()), says, "{path}");
+        }
         assert!(damaged("/startedAt", "yesterday".into()).starts_with("not a journal: "));
-        assert_eq!(
-            damaged("/startedAt", "2026-11-23T00:00:00Z".into()),
-            "startedAt is after updatedAt"
-        );
-        assert_eq!(
-            damaged("/kubernetesVersion", "1.36; rm -rf /".into()),
-            "kubernetesVersion \"1.36; rm -rf /\" is not a version like 1.36.4"
-        );
-        assert_eq!(
-            damaged("/startedBy", "x".repeat(300).into()),
-            "startedBy is longer than 256 characters"
-        );
-        assert_eq!(
-            damaged("/leftAlone/0", "".into()),
-            "leftAlone[0] \"\" is not a node or group name"
-        );
         // serde's own message quotes the unknown step as it is: escaped here.
         let e = damaged("/nodes/0/step", "\u{1b}]52;c;eA==\u{7}".into());
         assert!(

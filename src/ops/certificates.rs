@@ -34,9 +34,8 @@ use serde::Serialize;
 
 use crate::nodes::owner::OWNER_FILE;
 use crate::nodes::{self, Owner, Target};
-use crate::ops::nodes::{AdminKubeconfig, store_admin_kubeconfig};
+use crate::ops::nodes::{AdminKubeconfig, fetch_admin_kubeconfig};
 use crate::ops::platform::{Platform, Reach};
-use crate::provision::orchestrate;
 use crate::provision::pki;
 use crate::provision::render::CloudApi;
 use crate::script;
@@ -988,21 +987,10 @@ pub async fn rotate(
         let admin_kubeconfig = if rolled.renewed.is_empty() {
             AdminKubeconfig::NotFetched("no control plane was renewed".into())
         } else {
-            match orchestrate::admin_kubeconfig_with(
-                &fleet,
-                cluster,
-                targets,
-                &owner,
-                options.cloud_api.as_ref(),
-            )
-            .await
-            {
-                Ok(admin) => {
-                    guard.check()?;
-                    store_admin_kubeconfig(store.as_ref(), name, admin).await?
-                }
-                Err(e) => AdminKubeconfig::NotFetched(e.to_string()),
-            }
+            let (cloud_api, store) = (options.cloud_api.as_ref(), store.as_ref());
+            fetch_admin_kubeconfig(&fleet, store, cluster, targets, &owner, cloud_api, guard)
+                .await?
+                .unwrap_or_else(AdminKubeconfig::NotFetched)
         };
         let after = read_with(&fleet, name, &cps, Some(&owner), Utc::now()).await;
         Ok(RotateReport {

@@ -12,12 +12,18 @@ use std::path::{Path, PathBuf};
 
 use crate::bounded;
 use crate::inventory::Inventory;
-use crate::repo::{Repo, RepoError, resolve_with_docs};
+use crate::repo::{Repo, resolve_with_docs};
 use crate::spec::defaults::{
     DEFAULT_NETWORK_CIDR, DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, new_instance_group,
     region_of_zone,
 };
 use crate::spec::*;
+
+/// Reads `create cluster --inventory`'s file (kprov's or Kubespray's), every problem found
+/// in it reported at once.
+pub fn import_inventory(path: &Path) -> Result<Inventory, crate::inventory::InventoryError> {
+    crate::inventory::import_collecting(path)
+}
 
 /// What `create cluster` is asked for, in the model's terms (the command line's flags
 /// without their parsing). `None` leaves a choice to kprov's default.
@@ -778,14 +784,7 @@ pub async fn plan(
 /// refused create writes nothing), then created if absent under the cluster's lock.
 pub async fn apply(repo: &Repo, plan: &CreatePlan) -> anyhow::Result<()> {
     let name = plan.cluster.name();
-    let config = crate::state::layout::ClusterKeys::new(name)?.config();
-    if repo.store().get(&config).await?.is_some() {
-        return Err(RepoError::Exists {
-            name: name.into(),
-            store: repo.location(),
-        }
-        .into());
-    }
+    super::objects::refuse_existing(repo, name).await?;
     super::session::Session::new(repo.store().clone())
         .with_lock(name, "create cluster", async |_| {
             anyhow::Ok(repo.create(&plan.cluster, &plan.groups).await?)

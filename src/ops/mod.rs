@@ -23,6 +23,8 @@
 //! - [`edit`]: `edit cluster|ig`: the object opened, reviewed through the caller's editor,
 //!   saved under the lock, the user's copy kept when it is not.
 //! - [`locks`]: `lock status` and `lock break`.
+//! - [`model`]: the types of the layers below that commands name (errors for exit codes, the
+//!   store, node targets, the roll plan), so that `cli` imports nothing but `ops`.
 //! - [`hostkeys`]: `forget host-key`, a host's recorded SSH host key removed under the lock.
 //! - [`bundle`]: `create bundle` (every image pinned first) and `get assets`.
 //! - [`credentials`]: the cluster's API client from stored credentials
@@ -70,6 +72,7 @@ pub mod hostkeys;
 pub mod instance;
 pub mod interrupt;
 pub mod locks;
+pub mod model;
 pub mod node_config;
 pub mod nodes;
 pub mod objects;

@@ -274,24 +274,16 @@ pub async fn converge(
         let admin_kubeconfig = if !converged_control_plane {
             AdminKubeconfig::NotFetched("no control plane converged".into())
         } else {
-            match orchestrate::admin_kubeconfig_with(
-                &fleet,
-                cluster,
-                targets,
-                &owner,
-                options.cloud_api.as_ref(),
-            )
-            .await
+            let (cloud_api, store) = (options.cloud_api.as_ref(), store.as_ref());
+            match fetch_admin_kubeconfig(&fleet, store, cluster, targets, &owner, cloud_api, guard)
+                .await?
             {
-                Ok(admin) => {
-                    guard.check()?;
-                    store_admin_kubeconfig(store.as_ref(), cluster.name(), admin).await?
-                }
+                Ok(stored) => stored,
                 Err(e) => {
                     events(&NodeEvent::Warning(format!(
                         "could not fetch the admin kubeconfig: {e}"
                     )));
-                    AdminKubeconfig::NotFetched(e.to_string())
+                    AdminKubeconfig::NotFetched(e)
                 }
             }
         };
@@ -304,6 +296,28 @@ pub async fn converge(
     .await;
     fleet.close().await;
     result
+}
+
+/// The admin kubeconfig read from a control plane this cluster owns, then stored (the lock
+/// checked first); `Err` says why none could be read (nothing stored).
+pub(super) async fn fetch_admin_kubeconfig(
+    fleet: &SshFleet,
+    store: &dyn StateStore,
+    cluster: &Cluster,
+    targets: &[Target],
+    owner: &Owner,
+    cloud_api: Option<&CloudApi>,
+    guard: &lock::LockGuard,
+) -> anyhow::Result<Result<AdminKubeconfig, String>> {
+    match orchestrate::admin_kubeconfig_with(fleet, cluster, targets, owner, cloud_api).await {
+        Ok(admin) => {
+            guard.check()?;
+            Ok(Ok(
+                store_admin_kubeconfig(store, cluster.name(), admin).await?
+            ))
+        }
+        Err(e) => Ok(Err(e.to_string())),
+    }
 }
 
 /// Writes the admin kubeconfig under the cluster's secrets, compare-and-swap; an unchanged

@@ -11,6 +11,19 @@ use crate::output::untrusted;
 use crate::repo::{Repo, RepoError, StoredCluster, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, SpecErrors};
 
+/// The text of `create -f` / `replace -f`'s file (`-` for standard input), read with the
+/// spec's bound, and the name its errors give it.
+pub fn read_input(path: &std::path::Path) -> anyhow::Result<(String, String)> {
+    use crate::bounded;
+    if path == std::path::Path::new("-") {
+        let s = bounded::read_stdin_to_string(bounded::SPEC)?;
+        Ok(("<stdin>".into(), s))
+    } else {
+        let s = bounded::read_file_to_string(path, bounded::SPEC)?;
+        Ok((path.display().to_string(), s))
+    }
+}
+
 /// Objects of a file grouped per cluster: the Cluster (if present) and its groups.
 pub struct FileCluster {
     pub cluster: Option<Loaded<Cluster>>,
@@ -134,19 +147,26 @@ pub async fn check_create(
     match &fc.cluster {
         Some(cluster) => {
             validate_merged(source, cluster, &fc.groups)?;
-            let config = crate::state::layout::ClusterKeys::new(name)?.config();
-            if repo.store().get(&config).await?.is_some() {
-                return Err(RepoError::Exists {
-                    name: name.into(),
-                    store: repo.location(),
-                }
-                .into());
-            }
+            refuse_existing(repo, name).await?;
         }
         None => {
             let stored = repo.get(name).await?;
             merged_groups(source, name, &stored, fc)?;
         }
+    }
+    Ok(())
+}
+
+/// A cluster that is to be created is refused when the store has its config already
+/// ([`RepoError::Exists`]: a conflict).
+pub async fn refuse_existing(repo: &Repo, name: &str) -> anyhow::Result<()> {
+    let config = crate::state::layout::ClusterKeys::new(name)?.config();
+    if repo.store().get(&config).await?.is_some() {
+        return Err(RepoError::Exists {
+            name: name.into(),
+            store: repo.location(),
+        }
+        .into());
     }
     Ok(())
 }
@@ -159,23 +179,37 @@ pub fn merged_groups(
     stored: &StoredCluster,
     fc: &FileCluster,
 ) -> anyhow::Result<Vec<Loaded<InstanceGroup>>> {
-    let mut all: Vec<Loaded<InstanceGroup>> =
-        stored.groups.iter().map(|g| g.group.clone()).collect();
-    for g in &fc.groups {
-        if all
-            .iter()
-            .any(|x| x.value.metadata.name == g.value.metadata.name)
-        {
-            return Err(anyhow!(
-                "{}: instance group {} already exists in cluster {name}; use `kprov replace -f`",
-                untrusted(source),
-                g.value.metadata.name
-            ));
-        }
-        all.push(g.clone());
+    let (all, existing) = with_file_groups(stored, fc);
+    if let Some(group) = existing {
+        return Err(anyhow!(
+            "{}: instance group {group} already exists in cluster {name}; use `kprov replace -f`",
+            untrusted(source),
+        ));
     }
     validate_merged(source, &stored.cluster, &all)?;
     Ok(all)
+}
+
+/// The stored groups with the file's: a file's group named as a stored one takes its place.
+/// Also the first such name (`create -f` refuses it; `replace -f` replaces).
+fn with_file_groups(
+    stored: &StoredCluster,
+    fc: &FileCluster,
+) -> (Vec<Loaded<InstanceGroup>>, Option<String>) {
+    let mut all: Vec<Loaded<InstanceGroup>> =
+        stored.groups.iter().map(|g| g.group.clone()).collect();
+    let mut existing = None;
+    for g in &fc.groups {
+        let name = &g.value.metadata.name;
+        match all.iter_mut().find(|x| &x.value.metadata.name == name) {
+            Some(slot) => {
+                existing.get_or_insert_with(|| name.clone());
+                *slot = g.clone();
+            }
+            None => all.push(g.clone()),
+        }
+    }
+    (all, existing)
 }
 
 /// What `replace -f` will write, validated: the stored cluster and groups with the file's
@@ -188,17 +222,8 @@ pub async fn replace_merged(
 ) -> anyhow::Result<(StoredCluster, Loaded<Cluster>, Vec<Loaded<InstanceGroup>>)> {
     let stored = repo.get(name).await?;
     let cluster = fc.cluster.clone().unwrap_or_else(|| stored.cluster.clone());
-    let mut all: Vec<Loaded<InstanceGroup>> =
-        stored.groups.iter().map(|g| g.group.clone()).collect();
-    for g in &fc.groups {
-        match all
-            .iter_mut()
-            .find(|x| x.value.metadata.name == g.value.metadata.name)
-        {
-            Some(slot) => *slot = g.clone(),
-            None => all.push(g.clone()),
-        }
-    }
+    // A group the store has is replaced: that is what `replace -f` is for.
+    let (all, _replaced) = with_file_groups(&stored, fc);
     validate_merged(source, &cluster, &all)?;
     Ok((stored, cluster, all))
 }

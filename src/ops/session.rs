@@ -18,6 +18,12 @@ pub struct Session {
     store: Arc<dyn StateStore>,
 }
 
+/// The store a command uses: the `--state` flag's (clap fills it from `KPROV_STATE_STORE`),
+/// else the default ([`crate::state::resolve`]).
+pub fn store_url(flag: Option<&str>) -> String {
+    crate::state::resolve(flag, None)
+}
+
 impl Session {
     pub fn new(store: Arc<dyn StateStore>) -> Session {
         Session { store }

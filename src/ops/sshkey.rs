@@ -19,6 +19,18 @@ pub struct PublicKey {
 }
 
 impl PublicKey {
+    /// Reads and parses the user's public key file. A public key line is short: anything
+    /// larger than 16 KiB is not one (and is never read whole).
+    pub fn read(file: &std::path::Path) -> anyhow::Result<PublicKey> {
+        let source = file.display().to_string();
+        let text = crate::bounded::read_file(file, 16 * 1024)
+            .map_err(|e| anyhow::anyhow!("reading {source}: {e}"))?;
+        let text = String::from_utf8(text).map_err(|_| {
+            anyhow::anyhow!("{source} is not an OpenSSH public key (not UTF-8 text)")
+        })?;
+        PublicKey::parse(&source, &text).map_err(anyhow::Error::msg)
+    }
+
     /// Parses one OpenSSH public key line (`source` names the file in errors). A private key
     /// is refused without echoing a byte of it.
     pub fn parse(source: &str, text: &str) -> Result<PublicKey, String> {

@@ -103,7 +103,8 @@ pub struct HostsChange {
     pub changed: Vec<(Host, Host)>,
 }
 
-fn roles(h: &Host) -> String {
+/// A host's roles as the previews print them (`control-plane,etcd`).
+pub fn roles(h: &Host) -> String {
     h.roles
         .iter()
         .map(|r| r.as_str())
@@ -765,6 +766,11 @@ mod tests {
     use super::*;
     use crate::state::testing::HookedStore;
 
+    async fn assert_unlocked(store: &dyn StateStore, name: &str) {
+        let held = lock::read(store, name).await.expect("lock");
+        assert!(held.is_none(), "the lock is released: {held:?}");
+    }
+
     fn host(name: &str, address: &str) -> Host {
         serde_json::from_value(serde_json::json!({
             "name": name, "address": address, "roles": ["node"]
@@ -882,13 +888,7 @@ mod tests {
             .expect("completed spec");
         let completed = String::from_utf8_lossy(&completed.data);
         assert!(completed.contains("198.18.250.2"), "{completed}");
-        assert!(
-            lock::read(store.as_ref(), name)
-                .await
-                .expect("lock")
-                .is_none(),
-            "the lock is released"
-        );
+        assert_unlocked(store.as_ref(), name).await;
 
         // A signal caught before the lock was held (it is still caught): nothing is written.
         let said = std::sync::Mutex::new(false);
@@ -902,13 +902,7 @@ mod tests {
             .await;
         assert!(matches!(outcome, Ok(Err(Caught::Interrupt))), "{outcome:?}");
         assert!(!*said.lock().unwrap(), "hosts written after the signal");
-        assert!(
-            lock::read(store.as_ref(), name)
-                .await
-                .expect("lock")
-                .is_none(),
-            "the lock is released"
-        );
+        assert_unlocked(store.as_ref(), name).await;
     }
 
     #[test]
@@ -925,6 +919,14 @@ mod tests {
             ]
         );
         assert!(HostsChange::of(&before, &before).is_empty());
+    }
+
+    /// The preview's shape follows the platform: AWS plans its cloud resources, then its
+    /// instances' nodes; metal plans its hosts.
+    #[test]
+    fn the_plan_shape_follows_the_platform() {
+        assert_eq!(PlanShape::of(Kind::Aws), PlanShape::Cloud);
+        assert_eq!(PlanShape::of(Kind::Metal), PlanShape::Hosts);
     }
 
     #[test]

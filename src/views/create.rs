@@ -3,7 +3,7 @@
 
 use crate::ops::create::CreatePlan;
 use crate::output::{Printer, plural};
-use crate::spec::{self, EtcdType, HostRole, ObjectRef};
+use crate::spec::{EtcdType, HostRole, ObjectRef};
 
 /// The inventory's warning and notes (`--dry-run`: the whole summary of what was understood).
 pub fn inventory(printer: &Printer, plan: &CreatePlan, dry_run: bool) {
@@ -29,21 +29,7 @@ pub fn dry_run(printer: &Printer, plan: &CreatePlan, json: bool) -> anyhow::Resu
     let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(&plan.cluster))
         .chain(plan.groups.iter().map(ObjectRef::InstanceGroup))
         .collect();
-    if !json {
-        printer.data(&spec::to_yaml_stream(objects)?);
-        return Ok(());
-    }
-    let items: Vec<serde_json::Value> = objects
-        .iter()
-        .map(|o| match o {
-            ObjectRef::Cluster(c) => serde_json::to_value(c),
-            ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
-        })
-        .collect::<Result<_, _>>()?;
-    printer.data(&serde_json::to_string_pretty(
-        &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
-    )?);
-    Ok(())
+    super::objects::objects_as(printer, &objects, json)
 }
 
 /// What `create cluster` stored (`location`: the store's).

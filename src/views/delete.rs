@@ -136,23 +136,15 @@ fn backups_said(
     done: bool,
 ) -> Option<String> {
     let (n, where_) = backups?;
-    let n = *n;
+    let objects = plural(*n, "etcd backup object");
     Some(match (delete_backups, done) {
-        (true, false) => format!(
-            "Will delete {} under {where_} too (--delete-backups).",
-            plural(n, "etcd backup object")
-        ),
-        (true, true) => format!(
-            "Deleted {} under {where_} (--delete-backups).",
-            plural(n, "etcd backup object")
-        ),
+        (true, false) => format!("Will delete {objects} under {where_} too (--delete-backups)."),
+        (true, true) => format!("Deleted {objects} under {where_} (--delete-backups)."),
         (false, false) => format!(
-            "Will keep {} under {where_}: `kprov get backups {name}` lists them, a cluster created again as {name} can `kprov restore etcd` from them; `--delete-backups` deletes them too.",
-            plural(n, "etcd backup object")
+            "Will keep {objects} under {where_}: `kprov get backups {name}` lists them, a cluster created again as {name} can `kprov restore etcd` from them; `--delete-backups` deletes them too."
         ),
         (false, true) => format!(
-            "Kept {} under {where_}: `kprov get backups {name}` lists them; `kprov delete cluster {name} --yes --delete-backups` deletes them.",
-            plural(n, "etcd backup object")
+            "Kept {objects} under {where_}: `kprov get backups {name}` lists them; `kprov delete cluster {name} --yes --delete-backups` deletes them."
         ),
     })
 }

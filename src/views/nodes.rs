@@ -13,18 +13,30 @@ use crate::ops::hostkeys::ForgetPlan;
 use crate::ops::instance::Release;
 use crate::ops::node_config::Synced;
 use crate::ops::nodes::{AdminKubeconfig, Events, NodeEvent, NodeReport};
-use crate::ops::update::AddonsError;
+use crate::ops::update::{AddonsError, roles};
 use crate::output::{Format, Printer, Table, plural, sanitize_lines, untrusted};
 use crate::provision::orchestrate::{HostResult, ProgressEvent, Report};
 use crate::provision::plan::NodePlan;
 use crate::spec::Host;
 
-fn roles(h: &Host) -> String {
-    h.roles
-        .iter()
-        .map(|r| r.as_str())
-        .collect::<Vec<_>>()
-        .join(",")
+/// A spinner line per name (`waiting` until its first event), under one [`MultiProgress`].
+pub(super) fn spinners(
+    names: impl Iterator<Item = String>,
+) -> (MultiProgress, HashMap<String, ProgressBar>) {
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template("{spinner} {prefix:<16} {wide_msg} {elapsed:>4}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let bars = names
+        .map(|name| {
+            let bar = multi.add(ProgressBar::new_spinner());
+            bar.set_style(style.clone());
+            bar.set_prefix(name.clone());
+            bar.set_message("waiting");
+            bar.enable_steady_tick(Duration::from_millis(120));
+            (name, bar)
+        })
+        .collect();
+    (multi, bars)
 }
 
 fn phase_line(e: &ProgressEvent) -> (String, String) {
@@ -72,20 +84,7 @@ pub fn node_events(printer: &Printer, targets: &[Target]) -> (Events, Option<Mul
         });
         return (events, None);
     }
-    let multi = MultiProgress::new();
-    let style = ProgressStyle::with_template("{spinner} {prefix:<16} {wide_msg} {elapsed:>4}")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
-    let bars: HashMap<String, ProgressBar> = targets
-        .iter()
-        .map(|t| {
-            let bar = multi.add(ProgressBar::new_spinner());
-            bar.set_style(style.clone());
-            bar.set_prefix(t.name().to_string());
-            bar.set_message("waiting");
-            bar.enable_steady_tick(Duration::from_millis(120));
-            (t.name().to_string(), bar)
-        })
-        .collect();
+    let (multi, bars) = spinners(targets.iter().map(|t| t.name().to_string()));
     let above = multi.clone();
     let events: Events = Arc::new(move |e: &NodeEvent| match e {
         NodeEvent::Progress(p) => {

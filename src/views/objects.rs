@@ -79,20 +79,25 @@ pub fn clusters(
 
 /// Objects as `create -f` / `replace -f` take them (`-o json`: a `List`, else YAML).
 pub fn objects(printer: &Printer, objs: &[ObjectRef]) -> anyhow::Result<()> {
-    match printer.format() {
-        Format::Json => {
-            let items: Vec<serde_json::Value> = objs
-                .iter()
-                .map(|o| match o {
-                    ObjectRef::Cluster(c) => serde_json::to_value(c),
-                    ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
-                })
-                .collect::<Result<_, _>>()?;
-            printer.data(&serde_json::to_string_pretty(
-                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
-            )?);
-        }
-        _ => printer.data(&spec::to_yaml_stream(objs.iter().copied())?),
+    objects_as(printer, objs, printer.format() == Format::Json)
+}
+
+/// Objects as YAML documents, or (`json`) one `List`, whatever the printer's format (`create
+/// cluster --dry-run` has a format flag of its own).
+pub fn objects_as(printer: &Printer, objs: &[ObjectRef], json: bool) -> anyhow::Result<()> {
+    if json {
+        let items: Vec<serde_json::Value> = objs
+            .iter()
+            .map(|o| match o {
+                ObjectRef::Cluster(c) => serde_json::to_value(c),
+                ObjectRef::InstanceGroup(g) => serde_json::to_value(g),
+            })
+            .collect::<Result<_, _>>()?;
+        printer.data(&serde_json::to_string_pretty(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+        )?);
+    } else {
+        printer.data(&spec::to_yaml_stream(objs.iter().copied())?);
     }
     Ok(())
 }

@@ -2,11 +2,9 @@
 //! node (replace, re-provision in place or leave alone, and why), the roll's progress (a
 //! spinner line per node on a terminal, plain lines otherwise), the journal and how it ended.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use indicatif::MultiProgress;
 
 use super::Shown;
 use crate::nodes::journal::{Journal, NodeStep};
@@ -150,20 +148,7 @@ pub fn roll_events(tty: bool, nodes: &[String]) -> (ops::RollEvents, Option<Mult
         });
         return (events, None);
     }
-    let multi = MultiProgress::new();
-    let style = ProgressStyle::with_template("{spinner} {prefix:<16} {wide_msg} {elapsed:>4}")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
-    let bars: HashMap<String, ProgressBar> = nodes
-        .iter()
-        .map(|n| {
-            let bar = multi.add(ProgressBar::new_spinner());
-            bar.set_style(style.clone());
-            bar.set_prefix(n.clone());
-            bar.set_message("waiting");
-            bar.enable_steady_tick(Duration::from_millis(120));
-            (n.clone(), bar)
-        })
-        .collect();
+    let (multi, bars) = super::nodes::spinners(nodes.iter().cloned());
     let above = multi.clone();
     let events: ops::RollEvents = Arc::new(move |e: &ops::RollEvent| match e {
         ops::RollEvent::Step { node, step, .. } => {

@@ -108,13 +108,8 @@ pub fn cloud_preview(
     }
     let pending = plan.nodes_pending();
     if let Some(n) = plan.nodes.as_ref().filter(|_| !pending.is_empty()) {
-        printer.status(&format!(
-            "{} of {} of {name} {} provisioning ({}).",
-            pending.len(),
-            plural(n.nodes.len(), "instance"),
-            if pending.len() == 1 { "needs" } else { "need" },
-            pending.join(", ")
-        ));
+        let of = format!("{} of {name}", plural(n.nodes.len(), "instance"));
+        printer.status(&format!("{}.", needs_provisioning(&pending, &of)));
     }
     let pending = plan.pending();
     if pending {
@@ -184,11 +179,8 @@ fn node_preview(printer: &Printer, name: &str, update: &UpdatePlan) -> anyhow::R
         return Ok(Shown::UpToDate);
     }
     printer.status(&format!(
-        "{} of {} {} provisioning ({}). Must specify --yes to provision {name}.",
-        pending.len(),
-        plural(plan.nodes.len(), "host"),
-        if pending.len() == 1 { "needs" } else { "need" },
-        pending.join(", ")
+        "{}. Must specify --yes to provision {name}.",
+        needs_provisioning(&pending, &plural(plan.nodes.len(), "host"))
     ));
     Ok(Shown::Pending)
 }
@@ -458,6 +450,16 @@ fn wait_reason(last: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// `2 of 3 hosts need provisioning (a, b)`: which of the machines (`of`) a plan would provision.
+fn needs_provisioning(pending: &[&str], of: &str) -> String {
+    format!(
+        "{} of {of} {} provisioning ({})",
+        pending.len(),
+        if pending.len() == 1 { "needs" } else { "need" },
+        pending.join(", ")
+    )
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use kprov::spec::defaults::complete_cluster;
 use kprov::spec::validate::validate;
 use serde_json::{Value, json};
 
-use crate::support::fakekube::{FakeKube, node, pod, system_pod};
+use crate::support::fakekube::{FakeKube, ccm_stand_in, node, pod, system_pod};
 
 fn provider_config(provider: &str) -> &'static str {
     match provider {
@@ -1017,33 +1017,13 @@ async fn deploy_applies_then_waits_for_the_ccm_to_initialise_every_node() {
     fake.put(node("w1", false, false, true, None));
     // Stands in for the kubelets and the CCM: only once the CCM DaemonSet exists does it run
     // and initialise the nodes.
-    let ccm = tokio::spawn({
-        let fake = fake.clone();
-        async move {
-            while fake
-                .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
-                .is_none()
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            fake.set_status("DaemonSet", Some("kube-system"), "cloud-controller-manager", json!({"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1, "updatedNumberScheduled": 1, "numberAvailable": 1, "observedGeneration": 1}));
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            fake.put(node(
-                "cp1",
-                true,
-                true,
-                false,
-                Some("aws:///eu-west-1a/i-1"),
-            ));
-            fake.put(node(
-                "w1",
-                false,
-                true,
-                false,
-                Some("aws:///eu-west-1a/i-2"),
-            ));
-        }
-    });
+    let ccm = ccm_stand_in(
+        &fake,
+        &[
+            ("cp1", true, "aws:///eu-west-1a/i-1"),
+            ("w1", false, "aws:///eu-west-1a/i-2"),
+        ],
+    );
     let poll = Poll {
         timeout: Duration::from_secs(10),
         interval: Duration::from_millis(50),

@@ -1305,16 +1305,7 @@ async fn adopted_vpc_is_used_validated_and_kept() {
         .subnet()
         .and_then(|s| s.subnet_id().map(str::to_string))
         .unwrap();
-    ec2.modify_subnet_attribute()
-        .subnet_id(&subnet)
-        .map_public_ip_on_launch(
-            aws_sdk_ec2::types::AttributeBooleanValue::builder()
-                .value(true)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    crate::support::awscloud::map_public_ip_on_launch(&ec2, &subnet).await;
 
     let (mut c, igs) = spec(name, zone, false);
     c.spec.networking.subnets[0].id = Some(subnet.clone());

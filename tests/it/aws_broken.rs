@@ -32,19 +32,17 @@ fn a_worker_that_does_not_answer_is_listed_as_unknown_and_replaced_with_cloudonl
         "{err}"
     );
 
+    // `rolling-update cluster` forcing the nodes group's instances, cloud only, with `last`.
+    let forced = |last: &'static str| {
+        rolling(
+            cluster,
+            &["--instance-group", "nodes", "--cloudonly", "--force", last],
+        )
+    };
     // 2. The preview: left alone unless forced; with --force it is replaced, nothing refused.
     let o = lab.kprov(&rolling(cluster, &["--exit-code"]));
     code(&lab, &o, 0);
-    let o = lab.kprov(&rolling(
-        cluster,
-        &[
-            "--instance-group",
-            "nodes",
-            "--cloudonly",
-            "--force",
-            "--exit-code",
-        ],
-    ));
+    let o = lab.kprov(&forced("--exit-code"));
     let out = code(&lab, &o, 2);
     assert!(
         out.lines()
@@ -53,16 +51,7 @@ fn a_worker_that_does_not_answer_is_listed_as_unknown_and_replaced_with_cloudonl
     );
 
     // 3. The roll replaces it through the group; nothing is asked of it.
-    let o = lab.kprov(&rolling(
-        cluster,
-        &[
-            "--instance-group",
-            "nodes",
-            "--cloudonly",
-            "--force",
-            "--yes",
-        ],
-    ));
+    let o = lab.kprov(&forced("--yes"));
     code(&lab, &o, 0);
     // Nothing was cordoned, drained or validated, and nothing says so (progress, table).
     let said = format!("{}{}", text(&o.stdout), text(&o.stderr));

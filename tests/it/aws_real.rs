@@ -12,7 +12,7 @@ use kprov::cloud::aws::AwsCloud;
 use kprov::cloud::engine::{self, ApplyOptions};
 use kprov::spec::{Cluster, InstanceGroup};
 
-use crate::support::awscloud::{delete_all, host_keys, proxied_sdk};
+use crate::support::awscloud::{apply_pruning, delete_all, host_keys, proxied_sdk};
 use crate::support::faultproxy::{AwsError, Fault, FaultProxy, Request};
 use crate::support::moto::moto;
 
@@ -768,16 +768,7 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
     // The next update, even with --prune, has nothing to do.
     let plan = cloud.plan(&c, &igs).await.expect("plan");
     assert!(plan.is_empty(), "{:?}", plan.changes);
-    let report = engine::apply(
-        &cloud,
-        &plan,
-        &ApplyOptions {
-            prune: true,
-            ..ApplyOptions::default()
-        },
-    )
-    .await
-    .expect("apply --prune");
+    let report = apply_pruning(&cloud, &plan, "apply --prune").await;
     assert!(report.done.is_empty(), "{:?}", report.done);
     let rules = ec2
         .describe_security_groups()

@@ -82,20 +82,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
             "--bastion",
         ])
         .run(&lab);
-    let files = old.asset_files();
-    lab.edit_objects(cluster, |objects| {
-        for o in objects {
-            if let Object::Cluster(c) = o {
-                c.spec.assets = Some(kprov::spec::Assets {
-                    bundle: None,
-                    mirror: None,
-                    images: Vec::new(),
-                    files: files.clone(),
-                    checksums: Vec::new(),
-                });
-            }
-        }
-    });
+    lab.use_asset_files(cluster, old.asset_files());
     lab.watch();
     let yes = ["update", "cluster", cluster, "--yes"];
     code(&lab, &lab.kprov(&yes), 0);

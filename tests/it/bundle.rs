@@ -7,11 +7,22 @@
 use std::path::PathBuf;
 
 use crate::images::{image_archive, imports};
-use crate::metal::{Lab, ok, show, text};
+use crate::metal::{Lab, metal_update_yes, ok, show, text};
 use crate::support;
 use crate::support::cli::Env;
 use crate::support::cli::create_metal;
 use crate::support::registry::{Registry, member_offset, split_reference};
+
+/// `o` failed (exit 1) naming the bundle's entry whose checksum does not match.
+#[track_caller]
+fn refused_for_checksum(o: &std::process::Output, member: &str) {
+    assert_eq!(o.status.code(), Some(1), "{}", show(o));
+    assert!(
+        text(&o.stderr).contains(&format!("entry {member}: checksum mismatch")),
+        "{}",
+        show(o)
+    );
+}
 
 fn assets_json(run: impl Fn(&[&str]) -> std::process::Output, name: &str) -> String {
     let o = run(&["get", "assets", name, "-o", "json"]);
@@ -65,10 +76,8 @@ fn get_assets_of_the_default_metal_spec_is_golden() {
 #[test]
 fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_is_refused() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(2);
     let name = "bundle.metal.example.com";
-    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(2, name, &[("host1", "control-plane"), ("host2", "node")]);
     let list: serde_json::Value =
         serde_json::from_str(&assets_json(|a| lab.kprov(a), name)).unwrap();
     let images: Vec<String> = list["images"]
@@ -171,16 +180,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
     // One full verification per run: the preview's renderer and the apply's share the
     // verified handle (kprov::bundle's debug trace says each verification and each reuse).
     let applied = lab
-        .kprov_command(&[
-            "update",
-            "cluster",
-            name,
-            "--bundle",
-            &b,
-            "--yes",
-            "--accept-new-host-keys",
-            "--skip-addons",
-        ])
+        .kprov_command(&metal_update_yes(name, &["--bundle", &b]))
         .env("KPROV_LOG", "kprov::bundle=debug")
         .output()
         .expect("runs kprov");
@@ -247,12 +247,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
         "--yes",
         "--skip-addons",
     ]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains(&format!("entry {member}: checksum mismatch")),
-        "{}",
-        show(&o)
-    );
+    refused_for_checksum(&o, member);
     assert_eq!(
         lab.hosts_snapshot(),
         before,
@@ -273,12 +268,7 @@ fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_
             args.push("--yes");
         }
         let o = lab.kprov(&args);
-        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-        assert!(
-            text(&o.stderr).contains(&format!("entry {member}: checksum mismatch")),
-            "{}",
-            show(&o)
-        );
+        refused_for_checksum(&o, member);
     }
     assert_eq!(
         lab.hosts_snapshot(),

@@ -3,33 +3,34 @@
 use std::path::Path;
 
 use crate::support::cli::Env;
-use crate::support::cli::create_metal;
+use crate::support::cli::{KEY, create_aws_in, create_metal};
 use crate::support::cli::{fails, ok, text};
 use crate::support::moto::moto;
 
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
+/// `create cluster NAME --cloud aws --zones ZONES EXTRA.. --dry-run -o yaml`'s output.
+fn dry_run_aws(env: &Env, name: &str, zones: &str, extra: &[&str]) -> String {
+    dry_run(env, &[&create_aws_in(name, zones)[..], extra].concat())
+}
 
-fn dry_run(env: &Env, extra: &[&str]) -> String {
-    let mut args = vec!["create", "cluster"];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--ssh-public-key", KEY, "--dry-run", "-o", "yaml"]);
-    ok(&env.run(&args))
+/// `create cluster lab.internal --cloud metal --inventory INVENTORY --ssh-public-key KEY`.
+fn metal_keyed(inventory: &str) -> Vec<&str> {
+    [
+        &create_metal("lab.internal", inventory)[..],
+        &["--ssh-public-key", KEY],
+    ]
+    .concat()
+}
+
+/// `create`, a whole `create cluster` command line, with `--dry-run -o yaml`: its output.
+fn dry_run(env: &Env, create: &[&str]) -> String {
+    ok(&env.run(&[create, &["--dry-run", "-o", "yaml"]].concat()))
 }
 
 #[test]
 fn dry_run_golden_minimal_aws() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    insta::assert_snapshot!(dry_run(
-        &env,
-        &[
-            "minimal.example.com",
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a"
-        ]
-    ));
+    insta::assert_snapshot!(dry_run_aws(&env, "minimal.example.com", "us-east-1a", &[]));
     assert!(!env.path("state").exists(), "--dry-run must write nothing");
 }
 
@@ -37,14 +38,11 @@ fn dry_run_golden_minimal_aws() {
 fn dry_run_golden_ha_private() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    insta::assert_snapshot!(dry_run(
+    insta::assert_snapshot!(dry_run_aws(
         &env,
+        "ha.example.com",
+        "eu-west-1a,eu-west-1b,eu-west-1c",
         &[
-            "ha.example.com",
-            "--cloud",
-            "aws",
-            "--zones",
-            "eu-west-1a,eu-west-1b,eu-west-1c",
             "--control-plane-count",
             "3",
             "--topology",
@@ -55,8 +53,8 @@ fn dry_run_golden_ha_private() {
             "--node-size",
             "m6i.large",
             "--networking",
-            "cilium",
-        ]
+            "cilium"
+        ],
     ));
 }
 
@@ -70,15 +68,7 @@ fn dry_run_golden_metal_from_kubespray_inventory() {
     );
     insta::assert_snapshot!(dry_run(
         &env,
-        &[
-            "lab.internal",
-            "--cloud",
-            "metal",
-            "--inventory",
-            inv,
-            "--kubernetes-version",
-            "1.34.4"
-        ]
+        &[&metal_keyed(inv)[..], &["--kubernetes-version", "1.34.4"]].concat()
     ));
 }
 
@@ -90,13 +80,7 @@ fn dry_run_says_what_it_understood_from_a_kubespray_inventory_directory() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/kubespray/corpus/mycluster"
     );
-    let o = env.run(
-        &[
-            &create_metal("lab.internal", dir)[..],
-            &["--ssh-public-key", KEY, "--dry-run", "-o", "yaml"],
-        ]
-        .concat(),
-    );
+    let o = env.run(&[&metal_keyed(dir)[..], &["--dry-run", "-o", "yaml"]].concat());
     let out = ok(&o);
     let err = text(&o.stderr);
     for want in [
@@ -137,32 +121,14 @@ fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
          [kube_node]\nn3\nn4\n",
     )
     .unwrap();
-    let err = fails(
-        &env.run(
-            &[
-                &create_metal("lab.internal", even.to_str().unwrap())[..],
-                &["--ssh-public-key", KEY],
-            ]
-            .concat(),
-        ),
-        3,
-    );
+    let err = fails(&env.run(&metal_keyed(even.to_str().unwrap())), 3);
     assert!(err.contains(&format!("{}:", even.display())), "{err}");
     assert!(
         err.contains("external etcd runs on the etcd hosts and there are 4: n1 (line"),
         "{err}"
     );
     let commented = format!("{real}/01-sample-inventory-HEAD.ini");
-    let err = fails(
-        &env.run(
-            &[
-                &create_metal("lab.internal", &commented)[..],
-                &["--ssh-public-key", KEY],
-            ]
-            .concat(),
-        ),
-        3,
-    );
+    let err = fails(&env.run(&metal_keyed(&commented)), 3);
     assert!(err.contains("the inventory lists no hosts"), "{err}");
     // A host problem found by spec validation points at the host's line, not "command line".
     let ini = env.path("inventory.ini");
@@ -172,16 +138,7 @@ fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
          [all:vars]\nkube_pods_subnet=10.244.0.0/16\n",
     )
     .unwrap();
-    let err = fails(
-        &env.run(
-            &[
-                &create_metal("lab.internal", ini.to_str().unwrap())[..],
-                &["--ssh-public-key", KEY],
-            ]
-            .concat(),
-        ),
-        3,
-    );
+    let err = fails(&env.run(&metal_keyed(ini.to_str().unwrap())), 3);
     assert!(
         err.contains(&format!("{}:2:1: spec.hosts[0]", ini.display())),
         "{err}"
@@ -197,17 +154,11 @@ fn invalid_inventories_exit_3_name_file_and_line_and_store_nothing() {
 fn dry_run_output_is_accepted_by_create_f() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    let yaml = dry_run(
+    let yaml = dry_run_aws(
         &env,
-        &[
-            "round.example.com",
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a,us-east-1b",
-            "--topology",
-            "private",
-        ],
+        "round.example.com",
+        "us-east-1a,us-east-1b",
+        &["--topology", "private"],
     );
     std::fs::write(env.path("c.yaml"), &yaml).unwrap();
     ok(&env.run(&["create", "-f", env.path("c.yaml").to_str().unwrap()]));
@@ -222,62 +173,45 @@ fn dry_run_output_is_accepted_by_create_f() {
 fn invalid_flags_are_refused_without_writing() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    let err = fails(
-        &env.run(&[
+    // (the flags after `--cloud aws --zones`, what the refusal says), each exit 3.
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "us-east-1a",
+                "--control-plane-count",
+                "2",
+                "--ssh-public-key",
+                KEY,
+            ],
+            "2 control-plane members with stacked etcd",
+        ),
+        (
+            &["mars-1a"],
+            "--zones: \"mars-1a\" is not an availability zone",
+        ),
+        (
+            &[
+                "us-east-1a",
+                "--kubernetes-version",
+                "1.19.0",
+                "--ssh-public-key",
+                KEY,
+            ],
+            "spec.kubernetesVersion: 1.19.0 is not supported",
+        ),
+    ];
+    for (flags, says) in cases {
+        let create = [
             "create",
             "cluster",
             "x.example.com",
             "--cloud",
             "aws",
             "--zones",
-            "us-east-1a",
-            "--control-plane-count",
-            "2",
-            "--ssh-public-key",
-            KEY,
-        ]),
-        3,
-    );
-    assert!(
-        err.contains("2 control-plane members with stacked etcd"),
-        "{err}"
-    );
-    let err = fails(
-        &env.run(&[
-            "create",
-            "cluster",
-            "x.example.com",
-            "--cloud",
-            "aws",
-            "--zones",
-            "mars-1a",
-        ]),
-        3,
-    );
-    assert!(
-        err.contains("--zones: \"mars-1a\" is not an availability zone"),
-        "{err}"
-    );
-    let err = fails(
-        &env.run(&[
-            "create",
-            "cluster",
-            "x.example.com",
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a",
-            "--kubernetes-version",
-            "1.19.0",
-            "--ssh-public-key",
-            KEY,
-        ]),
-        3,
-    );
-    assert!(
-        err.contains("spec.kubernetesVersion: 1.19.0 is not supported"),
-        "{err}"
-    );
+        ];
+        let err = fails(&env.run(&[&create[..], flags].concat()), 3);
+        assert!(err.contains(says), "{flags:?}: {err}");
+    }
     assert!(!env.path("state").join("x.example.com").exists());
     // Usage errors have their own code: 2 is reserved for "changes pending".
     fails(&env.run(&["create", "cluster", "--bogus"]), 64);
@@ -287,16 +221,7 @@ fn invalid_flags_are_refused_without_writing() {
 fn bad_file_errors_point_at_file_line_and_field() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    let yaml = dry_run(
-        &env,
-        &[
-            "lines.example.com",
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a",
-        ],
-    );
+    let yaml = dry_run_aws(&env, "lines.example.com", "us-east-1a", &[]);
     let bad = yaml
         .replacen("cidr: 172.20.32.0/19", "cidr: 10.1.0.0/24", 1)
         .replacen("minSize: 2", "minSize: 2\n  maxSise: 3", 1);
@@ -331,29 +256,9 @@ fn bad_file_errors_point_at_file_line_and_field() {
 fn create_get_replace_delete_lifecycle() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    ok(&env.run(&[
-        "create",
-        "cluster",
-        "life.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "us-east-1a",
-        "--ssh-public-key",
-        KEY,
-    ]));
+    ok(&env.run(&create_aws_in("life.example.com", "us-east-1a")));
     let err = fails(
-        &env.run(&[
-            "create",
-            "cluster",
-            "life.example.com",
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a",
-            "--ssh-public-key",
-            KEY,
-        ]),
+        &env.run(&create_aws_in("life.example.com", "us-east-1a")),
         4,
     );
     assert!(err.contains("already exists"), "{err}");
@@ -413,17 +318,7 @@ fn sed_editor(env: &Env, name: &str, expr: &str) -> String {
 fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    ok(&env.run(&[
-        "create",
-        "cluster",
-        "edit.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "us-east-1a",
-        "--ssh-public-key",
-        KEY,
-    ]));
+    ok(&env.run(&create_aws_in("edit.example.com", "us-east-1a")));
     let config = env.path("state/edit.example.com/config");
     let before = std::fs::read_to_string(&config).unwrap();
 
@@ -480,17 +375,7 @@ fn edit_saves_valid_changes_and_never_saves_invalid_ones() {
 fn edit_racing_another_writer_keeps_the_users_copy() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    ok(&env.run(&[
-        "create",
-        "cluster",
-        "race.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "us-east-1a",
-        "--ssh-public-key",
-        KEY,
-    ]));
+    ok(&env.run(&create_aws_in("race.example.com", "us-east-1a")));
     // The "editor" itself changes the stored spec behind kprov's back (another operator
     // saving while this one edits), then makes its own change.
     let other = env.path("other.yaml");
@@ -537,17 +422,7 @@ fn edit_racing_another_writer_keeps_the_users_copy() {
 fn locked_cluster_refuses_writers_and_lock_break_clears_it() {
     crate::needs_tier!(Moto);
     let env = Env::new().with_moto();
-    ok(&env.run(&[
-        "create",
-        "cluster",
-        "locked.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "us-east-1a",
-        "--ssh-public-key",
-        KEY,
-    ]));
+    ok(&env.run(&create_aws_in("locked.example.com", "us-east-1a")));
     // A lock left by a crashed process on another host.
     let lock = serde_json::json!({
         "holder": "alice", "host": "ops-box", "pid": 4242, "command": "update cluster",
@@ -581,17 +456,7 @@ fn s3_store_end_to_end_against_moto() {
         m.create_bucket(&bucket).await;
     });
     let env = Env::with_store(format!("s3://{bucket}/teams/platform")).with_moto();
-    let out = env.run(&[
-        "create",
-        "cluster",
-        "s3.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "us-east-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
+    let out = env.run(&create_aws_in("s3.example.com", "us-east-1a"));
     ok(&out);
     // moto's GetBucketVersioning reply does not parse in the SDK: a warning, never a failure.
     assert!(
@@ -728,11 +593,7 @@ fn endless_inputs_are_refused_promptly() {
     let inv = concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/kprov-single.yaml");
     let cases: [(&[&str], &str); 3] = [
         (
-            &[
-                &create_metal("lab.internal", "/dev/zero")[..],
-                &["--ssh-public-key", KEY],
-            ]
-            .concat(),
+            &metal_keyed("/dev/zero"),
             "inventory /dev/zero is larger than the limit of 4 MiB",
         ),
         (
@@ -917,16 +778,7 @@ fn a_newer_patch_release_is_pinned_from_its_published_checksums_at_create() {
             expected.push((format!("{}/{}", c.name(), a.as_str()), sha));
         }
     }
-    let yaml = dry_run(
-        &env,
-        &[
-            "newer.example.com",
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a",
-        ],
-    );
+    let yaml = dry_run_aws(&env, "newer.example.com", "us-east-1a", &[]);
     let version_line = yaml
         .lines()
         .find(|l| l.trim_start().starts_with("kubernetesVersion:"))

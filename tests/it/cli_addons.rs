@@ -2,18 +2,26 @@
 //! HTTP fake of the Kubernetes API.
 
 use std::sync::Arc;
-use std::time::Duration;
-
-use serde_json::json;
 
 use crate::support::cli::{Env, show as out};
-use crate::support::fakekube::{FakeKube, node, system_pod};
+use crate::support::fakekube::{FakeKube, ccm_stand_in, node, system_pod};
 
 /// A scratch environment holding one AWS cluster spec (no cloud is contacted).
 fn env_with(cluster: &str) -> Env {
     let env = Env::new();
     env.create_aws(cluster);
     env
+}
+
+/// `command` (`update addons NAME`, `validate cluster NAME`) with `--kubeconfig KC` and `extra`.
+async fn with_kubeconfig(
+    env: &Env,
+    command: &[&str],
+    kc: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let args = [command, &["--kubeconfig", kc][..], extra].concat();
+    env.run_async(&args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,17 +52,11 @@ async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
     fake.put(node("cp1", true, false, true, None));
     let env = env_with("live.example.com");
     let kc = fake.kubeconfig.display().to_string();
+    let update_addons = async |extra: &[&str]| {
+        with_kubeconfig(&env, &["update", "addons", "live.example.com"], &kc, extra).await
+    };
 
-    let o = env
-        .run_async(&[
-            "update",
-            "addons",
-            "live.example.com",
-            "--kubeconfig",
-            &kc,
-            "--exit-code",
-        ])
-        .await;
+    let o = update_addons(&["--exit-code"]).await;
     assert_eq!(o.status.code(), Some(2), "{}", out(&o));
     assert!(
         String::from_utf8_lossy(&o.stdout)
@@ -62,13 +64,7 @@ async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
         "{}",
         out(&o)
     );
-    assert!(
-        fake.requests()
-            .iter()
-            .all(|r| !r.is_write() || r.is_dry_run()),
-        "a preview must only dry-run: {:?}",
-        fake.requests()
-    );
+    fake.assert_no_writes();
     assert!(
         fake.get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
             .is_none()
@@ -76,37 +72,8 @@ async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
 
     // Stand-ins for the kubelet and the CCM: once the DaemonSet exists it rolls out and
     // initialises the node.
-    let ccm = tokio::spawn({
-        let fake = fake.clone();
-        async move {
-            while fake
-                .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
-                .is_none()
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            fake.set_status("DaemonSet", Some("kube-system"), "cloud-controller-manager", json!({"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1, "updatedNumberScheduled": 1, "numberAvailable": 1, "observedGeneration": 1}));
-            fake.put(node(
-                "cp1",
-                true,
-                true,
-                false,
-                Some("aws:///eu-west-1a/i-1"),
-            ));
-        }
-    });
-    let o = env
-        .run_async(&[
-            "update",
-            "addons",
-            "live.example.com",
-            "--kubeconfig",
-            &kc,
-            "--yes",
-            "--wait",
-            "30s",
-        ])
-        .await;
+    let ccm = ccm_stand_in(&fake, &[("cp1", true, "aws:///eu-west-1a/i-1")]);
+    let o = update_addons(&["--yes", "--wait", "30s"]).await;
     assert!(o.status.success(), "{}", out(&o));
     ccm.await.unwrap();
     assert!(
@@ -115,27 +82,14 @@ async fn update_addons_previews_read_only_then_applies_then_is_a_no_op() {
     );
 
     fake.clear_requests();
-    let o = env
-        .run_async(&[
-            "update",
-            "addons",
-            "live.example.com",
-            "--kubeconfig",
-            &kc,
-            "--exit-code",
-        ])
-        .await;
+    let o = update_addons(&["--exit-code"]).await;
     assert_eq!(
         o.status.code(),
         Some(0),
         "unchanged add-ons must report no changes: {}",
         out(&o)
     );
-    assert!(
-        fake.requests()
-            .iter()
-            .all(|r| !r.is_write() || r.is_dry_run())
-    );
+    fake.assert_no_writes();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,17 +122,13 @@ async fn validate_cluster_exit_code_follows_health() {
     fake.put(system_pod("coredns-1", "kube-dns", "w2"));
     fake.put(system_pod("ccm-1", "cloud-controller-manager", "cp1"));
 
-    let o = env
-        .run_async(&[
-            "validate",
-            "cluster",
-            "health.example.com",
-            "--kubeconfig",
-            &kc,
-            "-o",
-            "json",
-        ])
-        .await;
+    let o = with_kubeconfig(
+        &env,
+        &["validate", "cluster", "health.example.com"],
+        &kc,
+        &["-o", "json"],
+    )
+    .await;
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["ok"], false);
@@ -191,15 +141,13 @@ async fn validate_cluster_exit_code_follows_health() {
         false,
         Some("aws:///eu-west-1a/i-2"),
     ));
-    let o = env
-        .run_async(&[
-            "validate",
-            "cluster",
-            "health.example.com",
-            "--kubeconfig",
-            &kc,
-        ])
-        .await;
+    let o = with_kubeconfig(
+        &env,
+        &["validate", "cluster", "health.example.com"],
+        &kc,
+        &[],
+    )
+    .await;
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("is ready"),

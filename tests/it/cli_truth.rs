@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-use crate::support::cli::{Env, KEY, show as out};
+use crate::support::cli::{Env, KEY, create_aws_in, show as out};
 use crate::support::moto::{moto, owned_vpcs};
 use crate::support::snapshot_with_dirs;
 
@@ -35,41 +35,26 @@ fn no_debug_dump(err: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plan_with_errors_exits_1_preview_or_apply() {
-    crate::needs_tier!(Moto);
+/// Creates `name` in us-east-1 (`zones`, then `extra` flags), then runs `update cluster
+/// NAME` with each of `updates` (the flags after the name): each exits 1 with an error that
+/// `says` accepts, and the cluster has no VPC (nothing was created).
+async fn every_update_refused(
+    name: &str,
+    zones: &str,
+    extra: &[&str],
+    updates: &[&[&str]],
+    says: impl Fn(&str) -> bool,
+) {
     let env = Env::new().with_moto();
-    // The DNS zone kprov must adopt does not exist: the plan has an error.
-    let name = "gate.no-such-zone-kprov.test";
     code(
-        &env.run(&[
-            "create",
-            "cluster",
-            name,
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a",
-            "--ssh-public-key",
-            KEY,
-            "--image",
-            "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*",
-        ]),
+        &env.run(&[&create_aws_in(name, zones)[..], extra].concat()),
         0,
     );
-    for args in [
-        vec!["update", "cluster", name],
-        vec!["update", "cluster", name, "--exit-code"],
-        vec!["update", "cluster", name, "--exit-code", "-o", "json"],
-        vec!["update", "cluster", name, "--yes"],
-    ] {
+    for flags in updates {
+        let args = [&["update", "cluster", name][..], flags].concat();
         let o = env.run(&args);
         let err = code(&o, 1);
-        assert!(
-            err.contains("DnsZone/main: must already exist") && err.contains("cannot be applied"),
-            "{args:?}: {}",
-            out(&o)
-        );
+        assert!(says(&err), "{args:?}: {}", out(&o));
     }
     assert_eq!(
         owned_vpcs(&moto().sdk_config().await, name).await,
@@ -79,44 +64,42 @@ async fn a_plan_with_errors_exits_1_preview_or_apply() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_with_errors_exits_1_preview_or_apply() {
+    crate::needs_tier!(Moto);
+    // The DNS zone kprov must adopt does not exist: the plan has an error.
+    every_update_refused(
+        "gate.no-such-zone-kprov.test",
+        "us-east-1a",
+        &[
+            "--image",
+            "099720109477/ubuntu/images/hvm-ssd/ubuntu-xenial-16.04-amd64-server-*",
+        ],
+        &[
+            &[],
+            &["--exit-code"],
+            &["--exit-code", "-o", "json"],
+            &["--yes"],
+        ],
+        |err| err.contains("DnsZone/main: must already exist") && err.contains("cannot be applied"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zone_ec2_does_not_have_is_refused_before_anything_is_created() {
     crate::needs_tier!(Moto);
-    let env = Env::new().with_moto();
-    let name = "zonetypo.k8s.local";
     // Syntax alone cannot tell: us-east-1z looks like a zone of us-east-1.
-    code(
-        &env.run(&[
-            "create",
-            "cluster",
-            name,
-            "--cloud",
-            "aws",
-            "--zones",
-            "us-east-1a,us-east-1z",
-            "--ssh-public-key",
-            KEY,
-        ]),
-        0,
-    );
-    for args in [
-        vec!["update", "cluster", name],
-        vec!["update", "cluster", name, "--exit-code"],
-        vec!["update", "cluster", name, "--yes"],
-    ] {
-        let o = env.run(&args);
-        let err = code(&o, 1);
-        assert!(
+    every_update_refused(
+        "zonetypo.k8s.local",
+        "us-east-1a,us-east-1z",
+        &[],
+        &[&[], &["--exit-code"], &["--yes"]],
+        |err| {
             err.contains("availability zone us-east-1z does not exist in us-east-1")
-                && err.contains("us-east-1a, us-east-1b"),
-            "{args:?}: {}",
-            out(&o)
-        );
-    }
-    assert_eq!(
-        owned_vpcs(&moto().sdk_config().await, name).await,
-        0,
-        "nothing may be created"
-    );
+                && err.contains("us-east-1a, us-east-1b")
+        },
+    )
+    .await;
 }
 
 #[test]
@@ -198,17 +181,7 @@ fn missing_credentials_say_which_chain_was_tried() {
         .expect("runs");
     let mut errs = vec![code(&o, 1)];
 
-    let mut c = env.bare(&[
-        "create",
-        "cluster",
-        "creds.k8s.local",
-        "--cloud",
-        "aws",
-        "--zones",
-        "us-east-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
+    let mut c = env.bare(&create_aws_in("creds.k8s.local", "us-east-1a"));
     code(&c.output().expect("runs"), 0);
     c = env.bare(&["update", "cluster", "creds.k8s.local"]);
     aws_env(&mut c);

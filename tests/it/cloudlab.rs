@@ -109,16 +109,7 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
             .and_then(|s| s.subnet_id())
             .unwrap()
             .to_string();
-        ec2.modify_subnet_attribute()
-            .subnet_id(&subnet_id)
-            .map_public_ip_on_launch(
-                aws_sdk_ec2::types::AttributeBooleanValue::builder()
-                    .value(true)
-                    .build(),
-            )
-            .send()
-            .await
-            .expect("public ips");
+        crate::support::awscloud::map_public_ip_on_launch(&ec2, &subnet_id).await;
         // Public: its route table sends 0.0.0.0/0 to an internet gateway.
         let igw = ec2.create_internet_gateway().send().await.expect("igw");
         let igw_id = igw

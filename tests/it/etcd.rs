@@ -4,26 +4,14 @@
 
 use std::process::Output;
 
-use assert_cmd::Command;
-
-use crate::metal::{Lab, ok, show};
+use crate::metal::{Lab, metal_update_yes, ok, show};
 use crate::support::cli::create_metal;
 use crate::support::cli::text;
 
 /// The inventory Kubespray's inventory builder writes for five hosts: two control planes,
 /// etcd on the first three hosts, every host a worker.
 fn builder_inventory(lab: &Lab) -> String {
-    let mut inv = String::from("all:\n  vars:\n    ansible_user: root\n  hosts:\n");
-    for h in &lab.th.hosts {
-        inv.push_str(&format!(
-            "    {}:\n      ansible_host: {}\n      ip: {}\n      access_ip: {}\n      ansible_ssh_private_key_file: {}\n",
-            h.name,
-            h.address,
-            h.address,
-            h.address,
-            lab.key()
-        ));
-    }
+    let mut inv = lab.kubespray_hosts(true);
     inv.push_str(
         "  children:\n    kube_control_plane:\n      hosts:\n        host1:\n        host2:\n",
     );
@@ -207,14 +195,7 @@ fn two_control_planes_and_three_etcd_hosts_from_the_inventory_builder() {
 
 fn provisioned_two_plus_three_after_create(lab: &Lab, name: &str) -> Output {
     lab.use_mirror(name, None);
-    lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ])
+    lab.kprov(&metal_update_yes(name, &[]))
 }
 
 /// The real inventories kprov refused before (etcd beside other roles) import, are stored,
@@ -228,16 +209,7 @@ fn kubespray_inventories_with_etcd_beside_other_roles_create_and_preview() {
     let fixtures =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubespray/real");
     let kprov = |args: &[&str]| {
-        Command::cargo_bin("kprov")
-            .unwrap()
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", dir.path())
-            .env(
-                "KPROV_STATE_STORE",
-                format!("file://{}", dir.path().join("state").display()),
-            )
-            .env("NO_COLOR", "1")
+        crate::support::cli::kprov_in(dir.path(), &dir.path().join("state"))
             .args(args)
             .output()
             .unwrap()
@@ -803,38 +775,29 @@ async fn backup_use_case_on_file_and_s3_stores() {
             .unwrap();
         assert_eq!((rec, &data[..]), (r1.clone(), &b"snapshot of cp2\n"[..]));
         // A changed snapshot, or a record pointing elsewhere, is refused.
-        store
-            .put(
-                &r2.key,
-                bytes::Bytes::from_static(b"evil"),
-                Precondition::None,
-            )
-            .await
-            .unwrap();
-        let err = etcd::load(store.as_ref(), "uc.example.com", &r2.id)
-            .await
-            .unwrap_err();
-        assert!(
-            format!("{err:#}").contains("checksum mismatch"),
-            "{kind}: {err:#}"
-        );
         let mut forged = r1.clone();
         forged.key = "other.example.com/secrets/admin.conf".into();
-        store
-            .put(
-                &format!("uc.example.com/backups/etcd/{}.json", r1.id),
+        let record_key = format!("uc.example.com/backups/etcd/{}.json", r1.id);
+        for (key, data, id, says) in [
+            (
+                r2.key.clone(),
+                bytes::Bytes::from_static(b"evil"),
+                &r2.id,
+                "checksum mismatch",
+            ),
+            (
+                record_key,
                 bytes::Bytes::from(serde_json::to_vec(&forged).unwrap()),
-                Precondition::None,
-            )
-            .await
-            .unwrap();
-        let err = etcd::load(store.as_ref(), "uc.example.com", &r1.id)
-            .await
-            .unwrap_err();
-        assert!(
-            format!("{err:#}").contains("not its own snapshot"),
-            "{kind}: {err:#}"
-        );
+                &r1.id,
+                "not its own snapshot",
+            ),
+        ] {
+            store.put(&key, data, Precondition::None).await.unwrap();
+            let err = etcd::load(store.as_ref(), "uc.example.com", id)
+                .await
+                .unwrap_err();
+            assert!(format!("{err:#}").contains(says), "{kind}: {err:#}");
+        }
         assert!(
             etcd::load(store.as_ref(), "uc.example.com", "20200101T000000Z")
                 .await

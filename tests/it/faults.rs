@@ -14,7 +14,7 @@ use kprov::ssh::task::{ExecError, RemoteFile, Step, StepOutcome};
 use kprov::ssh::{NoProgress, SshFleet, SshOptions, Summary};
 use kprov::state::{Object, Precondition, StateError, StateStore, Version};
 
-use crate::metal::Lab;
+use crate::metal::{Lab, metal_update_yes};
 use crate::support::awscloud::{delete_all, host_keys, proxied_sdk};
 use crate::support::faultproxy::{Fault, FaultProxy, Request};
 use crate::support::memstate::MemStore;
@@ -1032,23 +1032,8 @@ async fn aws_throttling_past_the_deadline_is_reported_as_such() {
 /// `kprov update cluster NAME --yes` as a child process, killed after `after`; returns how it
 /// ended (None: killed).
 fn update_killed_after(lab: &Lab, name: &str, after: Duration) -> Option<std::process::ExitStatus> {
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kprov"))
-        .args([
-            "update",
-            "cluster",
-            name,
-            "--yes",
-            "--accept-new-host-keys",
-            "--skip-addons",
-        ])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", lab.dir.path())
-        .env(
-            "KPROV_STATE_STORE",
-            format!("file://{}", lab.store_dir().display()),
-        )
-        .env("NO_COLOR", "1")
+    let mut child = lab
+        .kprov_command(&metal_update_yes(name, &[]))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -1133,14 +1118,7 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
                 continue;
             }
             let started = Instant::now();
-            let o = lab.kprov(&[
-                "update",
-                "cluster",
-                &name,
-                "--yes",
-                "--accept-new-host-keys",
-                "--skip-addons",
-            ]);
+            let o = lab.kprov(&metal_update_yes(&name, &[]));
             assert!(
                 o.status.success(),
                 "seed {seed}: re-run after a kill at {at:?}: {}",

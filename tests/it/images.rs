@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use kprov::spec::ImageArchive;
 
-use crate::metal::{Lab, ok, show, text};
+use crate::metal::{Lab, metal_update_yes, ok, show, text};
 
 /// A docker-archive as `docker save` writes it (manifest.json, config, one layer), in `dir`.
 pub(crate) fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
@@ -99,10 +99,8 @@ fn ctr_calls(lab: &Lab, host: &str) -> Vec<(u128, String)> {
 #[test]
 fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tampering_is_refused() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(2);
     let name = "images.metal.example.com";
-    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(2, name, &[("host1", "control-plane"), ("host2", "node")]);
 
     // One archive on the operator's machine (uploaded), one on the lab's mirror (downloaded by
     // each host).
@@ -298,10 +296,8 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
 #[test]
 fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone_alone() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(1);
     let name = "imports.metal.example.com";
-    let inv = lab.inventory(&[("host1", "control-plane")]);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(1, name, &[("host1", "control-plane")]);
     let dir = lab.dir.path();
     let (a, a_sha) = image_archive(dir, "first", "example.com/first:1");
     let (b, b_sha) = image_archive(dir, "second", "example.com/second:1");
@@ -321,15 +317,7 @@ fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone
         "mkdir -p /var/lib/kprov-standins && echo {b_sha} > /var/lib/kprov-standins/ctr-fail"
     ))
     .expect("ctr-fail");
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-        "-v",
-    ]);
+    let o = lab.kprov(&metal_update_yes(name, &["-v"]));
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let err = text(&o.stderr);
     let cache = |sha: &str| format!("/var/lib/kprov/cache/image-{sha}.tar");
@@ -405,10 +393,8 @@ fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone
 #[test]
 fn an_image_tag_with_control_characters_is_printed_escaped_in_every_output() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(1);
     let name = "tags.metal.example.com";
-    let inv = lab.inventory(&[("host1", "control-plane")]);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(1, name, &[("host1", "control-plane")]);
     // As the archive's manifest.json holds it: JSON escapes for ESC and a newline.
     let (path, sha) = image_archive(
         lab.dir.path(),
@@ -431,15 +417,7 @@ fn an_image_tag_with_control_characters_is_printed_escaped_in_every_output() {
 
     // Plain, and -o json: the step's progress line at -v.
     for extra in [&[][..], &["-o", "json"][..]] {
-        let mut args = vec![
-            "update",
-            "cluster",
-            name,
-            "--yes",
-            "--accept-new-host-keys",
-            "--skip-addons",
-            "-v",
-        ];
+        let mut args = metal_update_yes(name, &["-v"]);
         args.extend_from_slice(extra);
         let o = lab.kprov(&args);
         let err = text(&o.stderr);

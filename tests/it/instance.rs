@@ -128,18 +128,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
 
     // Another operator holds the cluster's lock: refused (exit 4) naming them; nothing done.
     {
-        let url = format!("file://{}", lab.store_dir().display());
-        let guard = api.rt.block_on(async {
-            let store = kprov::state::open(&url).await.expect("store");
-            kprov::state::lock::acquire(
-                store,
-                name,
-                "another operator's rolling update",
-                std::time::Duration::from_secs(60),
-            )
-            .await
-            .expect("lock")
-        });
+        let guard = lab.hold_lock(&api.rt, name, "another operator's rolling update");
         let o = delete_instance(&lab, &kc, name, "host2", &["--yes"]);
         assert_eq!(o.status.code(), Some(4), "{}", show(&o));
         assert!(

@@ -292,27 +292,17 @@ fn create_sshpublickey_stores_the_instances_key_shown_by_its_fingerprint() {
         "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE\n-----END OPENSSH PRIVATE KEY-----\n",
     )
     .expect("private");
-    let o = env.run(&[
-        "create",
-        "sshpublickey",
-        NAME,
-        "-i",
-        private.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
+    let refused = |file: &std::path::Path| {
+        let o = env.run(&["create", "sshpublickey", NAME, "-i", file.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+        text(&o.stderr)
+    };
+    let err = refused(&private);
     assert!(err.contains("holds a private key"), "{err}");
     assert!(!err.contains("b3BlbnNz"), "{err}");
     let damaged = dir.path().join("bad.pub");
     std::fs::write(&damaged, key.replace("ssh-ed25519", "ssh-rsa")).expect("bad");
-    let o = env.run(&[
-        "create",
-        "sshpublickey",
-        NAME,
-        "-i",
-        damaged.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    refused(&damaged);
     assert!(ok(&env.run(&["get", "cluster", NAME, "-o", "yaml"])).contains(key));
 }
 
@@ -326,11 +316,9 @@ fn metal_phases_each_do_their_part_and_nothing_else() {
     crate::needs_tier!(SshdHosts);
     use crate::metal::Lab;
     use crate::support::fakekube::{FakeKube, node};
-    let lab = Lab::start(2);
     let name = "phases.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let inv = lab.inventory(&hosts);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(2, name, &hosts);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let fake = rt.block_on(FakeKube::start());
     fake.put(node("host1", true, true, false, None));
@@ -404,13 +392,7 @@ fn metal_phases_each_do_their_part_and_nothing_else() {
         preview.contains("DaemonSet kube-system/calico-node"),
         "{preview}"
     );
-    assert!(
-        fake.requests()
-            .iter()
-            .all(|r| !r.is_write() || r.is_dry_run()),
-        "{:?}",
-        fake.requests()
-    );
+    fake.assert_no_writes();
     assert!(
         fake.get("DaemonSet", Some("kube-system"), "calico-node")
             .is_none()

@@ -22,6 +22,34 @@ use crate::support::testhosts::TestHosts;
 
 pub(crate) const VERSION: &str = "1.35.1";
 
+/// Every host of `hosts` has a row in `table` (the line starting with its name) that says
+/// `says`; fails showing the table.
+#[track_caller]
+pub(crate) fn rows_say(table: &str, hosts: &[&str], says: &str) {
+    for h in hosts {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(h))
+            .unwrap_or_else(|| panic!("no row for {h}:\n{table}"));
+        assert!(row.contains(says), "{h}: {table}");
+    }
+}
+
+/// `update cluster NAME --yes --accept-new-host-keys --skip-addons` and `extra`: a metal
+/// lab's apply (its hosts' keys are new; no API for add-ons).
+pub(crate) fn metal_update_yes<'a>(name: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "update",
+        "cluster",
+        name,
+        "--yes",
+        "--accept-new-host-keys",
+        "--skip-addons",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 pub(crate) struct Lab {
     pub(crate) th: TestHosts,
     pub(crate) mirror: Mirror,
@@ -44,6 +72,26 @@ impl Lab {
         Lab { th, mirror, dir }
     }
 
+    /// The start of a Kubespray `hosts.yaml` for the lab's hosts (`all.vars`, `all.hosts`
+    /// with address, `ip`, the key, and `access_ip` when asked); the caller adds `children`.
+    pub(crate) fn kubespray_hosts(&self, access_ip: bool) -> String {
+        let mut inv = String::from("all:\n  vars:\n    ansible_user: root\n  hosts:\n");
+        for h in &self.th.hosts {
+            inv.push_str(&format!(
+                "    {}:\n      ansible_host: {}\n      ip: {}\n",
+                h.name, h.address, h.address
+            ));
+            if access_ip {
+                inv.push_str(&format!("      access_ip: {}\n", h.address));
+            }
+            inv.push_str(&format!(
+                "      ansible_ssh_private_key_file: {}\n",
+                self.key()
+            ));
+        }
+        inv
+    }
+
     /// The address test hosts reach the machine running the tests at (mirrors bind there).
     pub(crate) fn gateway(&self) -> &str {
         &self.th.gateway
@@ -64,16 +112,8 @@ impl Lab {
 
     /// The command [`Lab::kprov`] runs, for a test that starts it in the background.
     pub(crate) fn kprov_command(&self, args: &[&str]) -> std::process::Command {
-        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("kprov"));
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env(
-                "KPROV_STATE_STORE",
-                format!("file://{}", self.store_dir().display()),
-            )
-            .env("NO_COLOR", "1")
-            .args(args);
+        let mut c = crate::support::cli::kprov_in(self.dir.path(), &self.store_dir());
+        c.args(args);
         c
     }
 
@@ -101,6 +141,15 @@ impl Lab {
 
     /// `create cluster NAME --cloud metal --inventory INVENTORY` at the pinned test version,
     /// its assets served by the test mirror; it must succeed.
+    /// A lab of `n` hosts with cluster `name` created from an inventory of `roles` (host,
+    /// role), kept as `inventory.yaml` in the lab's directory.
+    pub(crate) fn with_cluster(n: usize, name: &str, roles: &[(&str, &str)]) -> Lab {
+        let lab = Lab::start(n);
+        let inv = lab.inventory(roles);
+        lab.create_metal(name, &inv);
+        lab
+    }
+
     pub(crate) fn create_metal(&self, name: &str, inventory: &str) {
         self.create_metal_spec(name, inventory);
         self.use_mirror(name, None);
@@ -126,16 +175,26 @@ impl Lab {
         assert!(status.contains("is not locked"), "{status}");
     }
 
+    /// Cluster `name`'s lock taken as another operator running `command` would (on `rt`):
+    /// held until the guard is dropped.
+    pub(crate) fn hold_lock(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        name: &str,
+        command: &str,
+    ) -> kprov::state::lock::LockGuard {
+        let url = format!("file://{}", self.store_dir().display());
+        rt.block_on(async {
+            let store = kprov::state::open(&url).await.expect("store");
+            kprov::state::lock::acquire(store, name, command, std::time::Duration::from_secs(60))
+                .await
+                .expect("lock")
+        })
+    }
+
     /// `update cluster NAME --yes --accept-new-host-keys --skip-addons`; it must succeed.
     pub(crate) fn provision(&self, name: &str) {
-        ok(&self.kprov(&[
-            "update",
-            "cluster",
-            name,
-            "--yes",
-            "--accept-new-host-keys",
-            "--skip-addons",
-        ]));
+        ok(&self.kprov(&metal_update_yes(name, &[])));
     }
 
     pub(crate) fn write(&self, name: &str, content: &str) -> String {
@@ -261,6 +320,14 @@ impl Lab {
         ok(&self.kprov(&["replace", "-f", &path]));
     }
 
+    /// Edits host `host` of the stored spec (as [`Lab::edit_cluster`]).
+    pub(crate) fn edit_host(&self, cluster: &str, host: &str, edit: impl FnOnce(&mut spec::Host)) {
+        self.edit_cluster(cluster, |c| {
+            let h = c.spec.hosts.iter_mut().find(|h| h.name == host);
+            edit(h.unwrap_or_else(|| panic!("{host} in the spec")));
+        });
+    }
+
     /// Points the cluster's assets at the mirror (what an air-gapped site does), optionally
     /// with a wrong checksum for one component.
     pub(crate) fn use_mirror(&self, cluster: &str, wrong_sha_for: Option<&str>) {
@@ -302,14 +369,16 @@ pub(crate) fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
 #[test]
 fn one_control_plane_from_kprov_inventory_lifecycle() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(3);
     let name = "one.metal.example.com";
-    let inv = lab.inventory(&[
-        ("host1", "control-plane"),
-        ("host2", "node"),
-        ("host3", "node"),
-    ]);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(
+        3,
+        name,
+        &[
+            ("host1", "control-plane"),
+            ("host2", "node"),
+            ("host3", "node"),
+        ],
+    );
 
     // Preview before anything: nothing is written anywhere; changes are pending.
     let (store0, hosts0) = (snapshot(&lab.store_dir()), lab.hosts_snapshot());
@@ -332,26 +401,8 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     // holder's command; no host touched, no key recorded.
     {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
-        let url = format!("file://{}", lab.store_dir().display());
-        let guard = rt.block_on(async {
-            let store = kprov::state::open(&url).await.expect("store");
-            kprov::state::lock::acquire(
-                store,
-                name,
-                "another operator's update",
-                std::time::Duration::from_secs(60),
-            )
-            .await
-            .expect("lock")
-        });
-        let o = lab.kprov(&[
-            "update",
-            "cluster",
-            name,
-            "--yes",
-            "--accept-new-host-keys",
-            "--skip-addons",
-        ]);
+        let guard = lab.hold_lock(&rt, name, "another operator's update");
+        let o = lab.kprov(&metal_update_yes(name, &[]));
         assert_eq!(o.status.code(), Some(4), "{}", show(&o));
         assert!(
             text(&o.stderr).contains("another operator's update"),
@@ -377,24 +428,11 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     );
     assert!(lab.kubeadm_calls("host1").is_empty());
 
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]);
+    let o = lab.kprov(&metal_update_yes(name, &[]));
     let table = ok(&o);
     let err = text(&o.stderr);
     assert!(err.contains("new host key recorded"), "{err}");
-    for h in ["host1", "host2", "host3"] {
-        let row = table
-            .lines()
-            .find(|l| l.starts_with(h))
-            .unwrap_or_else(|| panic!("{table}"));
-        assert!(row.contains(" ok"), "{table}");
-    }
+    rows_say(&table, &["host1", "host2", "host3"], " ok");
 
     // Order: init on the control plane before any join.
     let init = lab.first_call("host1", "kubeadm init --config");
@@ -568,16 +606,7 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(5);
     let name = "ha.metal.example.com";
-    let mut inv = String::from("all:\n  vars:\n    ansible_user: root\n  hosts:\n");
-    for h in &lab.th.hosts {
-        inv.push_str(&format!(
-            "    {}:\n      ansible_host: {}\n      ip: {}\n      ansible_ssh_private_key_file: {}\n",
-            h.name,
-            h.address,
-            h.address,
-            lab.key()
-        ));
-    }
+    let mut inv = lab.kubespray_hosts(false);
     inv.push_str(
         "  children:\n    kube_control_plane:\n      hosts:\n        host1:\n        host2:\n        host3:\n\
          \x20   kube_node:\n      hosts:\n        host4:\n        host5:\n\
@@ -594,16 +623,7 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
     });
     lab.use_mirror(name, None);
 
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-        "--concurrency",
-        "3",
-    ]);
+    let o = lab.kprov(&metal_update_yes(name, &["--concurrency", "3"]));
     ok(&o);
 
     let init = lab.first_call("host1", "kubeadm init --config");
@@ -715,19 +735,12 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
     );
     assert!(err.contains(&old) && err.contains(&new), "{err}");
     let table = text(&o.stdout);
-    for h in ["host1", "host2", "host3", "host4"] {
-        let row = table
-            .lines()
-            .find(|l| l.starts_with(h))
-            .unwrap_or_else(|| panic!("{table}"));
-        assert!(row.contains("ok, no changes"), "{table}");
-    }
-    assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("host5") && l.contains("FAILED")),
-        "{table}"
+    rows_say(
+        &table,
+        &["host1", "host2", "host3", "host4"],
+        "ok, no changes",
     );
+    rows_say(&table, &["host5"], "FAILED");
 }
 
 #[test]
@@ -751,14 +764,7 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
 
     // A pinned checksum that does not match what the mirror serves: nothing installed.
     lab.use_mirror(name, Some("kubelet"));
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]);
+    let o = lab.kprov(&metal_update_yes(name, &[]));
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let err = text(&o.stderr);
     assert!(
@@ -775,29 +781,11 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
 
     // Fixed: the run resumes; the unreachable node3 is reported while the others finish.
     lab.use_mirror(name, None);
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]);
+    let o = lab.kprov(&metal_update_yes(name, &[]));
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let table = text(&o.stdout);
-    for h in ["node1", "node2"] {
-        let row = table
-            .lines()
-            .find(|l| l.starts_with(h))
-            .unwrap_or_else(|| panic!("{table}"));
-        assert!(row.contains(" ok"), "{table}");
-    }
-    assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("node3") && l.contains("FAILED")),
-        "{table}"
-    );
+    rows_say(&table, &["node1", "node2"], " ok");
+    rows_say(&table, &["node3"], "FAILED");
     let err = text(&o.stderr);
     assert!(
         err.contains("node3") && err.contains("cannot connect"),
@@ -811,13 +799,7 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
     let before_node2 = lab.kubeadm_calls("host2").len();
     let before_node1 = lab.kubeadm_calls("host1").len();
     let address = lab.host("host3").address.clone();
-    lab.edit_cluster(name, |c| {
-        let node3 = c
-            .spec
-            .hosts
-            .iter_mut()
-            .find(|h| h.name == "node3")
-            .expect("node3");
+    lab.edit_host(name, "node3", |node3| {
         node3.address = address.clone();
         node3.ip = Some(address.clone());
     });
@@ -837,14 +819,7 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
     assert!(row(&preview, "node2").contains("member"), "{preview}");
     assert!(row(&preview, "node3").contains("join worker"), "{preview}");
     // On a terminal: spinners per host while it runs, then the same table.
-    let o = lab.kprov_tty(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]);
+    let o = lab.kprov_tty(&metal_update_yes(name, &[]));
     let table = ok(&o);
     assert!(table.contains("node3: new host key recorded"), "{table}");
     // Drawn as spinners (lines cleared and redrawn), not as plain progress lines.
@@ -930,20 +905,26 @@ fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
     assert!(!store.join(name).exists());
 }
 
+/// Two hosts provisioned by cluster `first`, and cluster `second` created from the same
+/// inventory (not provisioned).
+fn provisioned_and_listed_again(first: &str, second: &str) -> Lab {
+    let lab = Lab::start(2);
+    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
+    for name in [first, second] {
+        lab.create_metal(name, &inv);
+    }
+    lab.provision(first);
+    lab
+}
+
 /// Issue 9 §2: a host belongs to one cluster. A second cluster whose inventory lists the first
 /// one's hosts is refused on update (naming the owner), gets no credentials, its delete resets
 /// nothing, and the first cluster still converges.
 #[test]
 fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothing() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(2);
-    let first = "first.metal.example.com";
-    let second = "second.metal.example.com";
-    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
-    for name in [first, second] {
-        lab.create_metal(name, &inv);
-    }
-    lab.provision(first);
+    let (first, second) = ("first.metal.example.com", "second.metal.example.com");
+    let lab = provisioned_and_listed_again(first, second);
     for h in ["host1", "host2"] {
         let marker = lab
             .upper(h, "/var/lib/kprov/owner")
@@ -958,14 +939,7 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
         .collect();
 
     // The second cluster's update: refused on both hosts, naming the owner; nothing changed.
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        second,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]);
+    let o = lab.kprov(&metal_update_yes(second, &[]));
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let err = text(&o.stderr);
     for h in ["host1", "host2"] {
@@ -1118,14 +1092,7 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
     assert!(keys.contains(&lab.host("host1").address), "{keys}");
     let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    ok(&lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]));
+    ok(&lab.kprov(&metal_update_yes(name, &[])));
     assert!(text(&std::fs::read(&known).unwrap()).contains(&addr3));
 
     // delete cluster: the preview names the dropped host; --yes resets all three.
@@ -1160,22 +1127,9 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
 #[test]
 fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(2);
-    let first = "gone.metal.example.com";
-    let second = "next.metal.example.com";
-    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
-    for name in [first, second] {
-        lab.create_metal(name, &inv);
-    }
-    lab.provision(first);
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        second,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]);
+    let (first, second) = ("gone.metal.example.com", "next.metal.example.com");
+    let lab = provisioned_and_listed_again(first, second);
+    let o = lab.kprov(&metal_update_yes(second, &[]));
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
 
     // The first cluster lives: refused, nothing changed.
@@ -1227,10 +1181,8 @@ fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
 #[test]
 fn get_instances_lists_an_unreachable_host_as_unreachable_with_its_error() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(2);
     let name = "unreachable.metal.example.com";
-    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(2, name, &[("host1", "control-plane"), ("host2", "node")]);
     lab.provision(name);
     lab.host("host2").power_off();
 

@@ -44,18 +44,26 @@ fn all_files(dir: &std::path::Path, out: &mut Vec<(String, Vec<u8>)>) {
     }
 }
 
+/// `create -f` of a metal Cluster named NAME with one host and `spec` (lines under `spec:`).
+fn create_with(env: &Env, spec: &str) -> std::process::Output {
+    let yaml = format!(
+        "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {NAME}\nspec:\n  \
+         cloudProvider: metal\n  kubernetesVersion: 1.35.1\n{spec}  hosts:\n  - name: cp1\n    \
+         address: 198.18.0.11\n    roles: [control-plane, etcd]\n"
+    );
+    std::fs::write(env.path("c.yaml"), yaml).unwrap();
+    env.run(&["create", "-f", env.path("c.yaml").to_str().unwrap()])
+}
+
 #[test]
 fn registry_credentials_are_kept_as_secrets_and_shown_as_digests() {
     let env = Env::new();
-    let spec = format!(
-        "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {NAME}\nspec:\n  \
-         cloudProvider: metal\n  kubernetesVersion: 1.35.1\n  containerd:\n    registries:\n    \
-         - name: registry.k8s.io\n      fallback: false\n      mirrors:\n      - endpoint: \
-         https://mirror.example.com:5000\n  proxy:\n    https: http://proxy.example.com:3128\n  \
-         hosts:\n  - name: cp1\n    address: 198.18.0.11\n    roles: [control-plane, etcd]\n"
-    );
-    std::fs::write(env.path("c.yaml"), spec).unwrap();
-    ok(&env.run(&["create", "-f", env.path("c.yaml").to_str().unwrap()]));
+    ok(&create_with(
+        &env,
+        "  containerd:\n    registries:\n    - name: registry.k8s.io\n      fallback: false\n      \
+         mirrors:\n      - endpoint: https://mirror.example.com:5000\n  proxy:\n    https: \
+         http://proxy.example.com:3128\n",
+    ));
 
     let args = [
         "create",
@@ -115,14 +123,11 @@ fn registry_credentials_are_kept_as_secrets_and_shown_as_digests() {
 #[test]
 fn a_bad_mirror_is_refused_at_create_naming_the_field() {
     let env = Env::new();
-    let spec = format!(
-        "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {NAME}\nspec:\n  \
-         cloudProvider: metal\n  kubernetesVersion: 1.35.1\n  containerd:\n    registries:\n    \
-         - name: docker.io\n      mirrors:\n      - endpoint: ftp://mirror.example.com\n  \
-         hosts:\n  - name: cp1\n    address: 198.18.0.11\n    roles: [control-plane, etcd]\n"
+    let o = create_with(
+        &env,
+        "  containerd:\n    registries:\n    - name: docker.io\n      mirrors:\n      \
+         - endpoint: ftp://mirror.example.com\n",
     );
-    std::fs::write(env.path("c.yaml"), spec).unwrap();
-    let o = env.run(&["create", "-f", env.path("c.yaml").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     let err = text(&o.stderr);
     assert!(

@@ -27,6 +27,14 @@ struct NsHosts {
 const OVERLAID: &[&str] = &["etc", "var/lib", "var/log", "opt", "usr/local"];
 
 impl NsHosts {
+    /// `orchestrate::provision` of `c` on `hosts` through these namespaces, at today's
+    /// options; the run itself must not fail (its report may).
+    async fn provision(&self, c: &Cluster, hosts: &[Host]) -> orchestrate::Report {
+        orchestrate::provision(self, c, &targets(hosts), &owner(), &Options::current())
+            .await
+            .expect("the run")
+    }
+
     fn new(hosts: &[Host]) -> NsHosts {
         let root = tempfile::Builder::new()
             .prefix("kprov-nshosts-")
@@ -67,14 +75,11 @@ impl NsHosts {
 
     /// The stand-ins' call log on `host`: (nanosecond timestamp, "tool args").
     fn calls(&self, host: &str) -> Vec<(u128, String)> {
-        self.file(host, "/var/log/kprov-standins.log")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let (t, rest) = l.split_once(' ')?;
-                Some((t.parse().ok()?, rest.to_string()))
-            })
-            .collect()
+        crate::support::testhosts::standin_calls(
+            &self
+                .file(host, "/var/log/kprov-standins.log")
+                .unwrap_or_default(),
+        )
     }
 
     fn first_call(&self, host: &str, prefix: &str) -> u128 {
@@ -276,9 +281,7 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
     let hosts = inventory::load(&inventory_file("kprov-ha.yaml")).unwrap();
     let c = cluster(&m, "");
     let ns = NsHosts::new(&hosts);
-    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let report = ns.provision(&c, &hosts).await;
     assert!(report.success(), "{report:#?}");
 
     // Order: init on cp1 before any join; control planes one at a time; workers after them.
@@ -382,9 +385,7 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
                 .count()
         })
         .sum();
-    let again = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let again = ns.provision(&c, &hosts).await;
     assert!(again.success(), "{again:#?}");
     assert_eq!(again.changed(), 0, "{again:#?}");
     assert_eq!(m.downloads().len(), downloads);
@@ -433,9 +434,7 @@ async fn kubespray_inventory_single_control_plane_with_external_cloud_provider()
     let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
     let c = cluster(&m, "  cloudControllerManager:\n    provider: openstack\n");
     let ns = NsHosts::new(&hosts);
-    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let report = ns.provision(&c, &hosts).await;
     assert!(report.success(), "{report:#?}");
     for h in &hosts {
         let flags = ns
@@ -479,9 +478,7 @@ async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
     kubelet.sha256 = "0".repeat(64);
     let ns = NsHosts::new(&hosts);
     ns.unreachable.lock().unwrap().insert("worker2".into());
-    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let report = ns.provision(&c, &hosts).await;
     assert!(!report.success());
     let result = |h: &str| {
         report
@@ -552,9 +549,7 @@ hosts:
         kind: kprov::spec::EtcdType::External,
     });
     let ns = NsHosts::new(&hosts);
-    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let report = ns.provision(&c, &hosts).await;
     assert!(report.success(), "{report:#?}");
 
     // One CA for the etcd cluster, every member knows all three peers.
@@ -613,9 +608,7 @@ hosts:
     );
     assert!(ns.file("w1", "/etc/kubernetes/kubelet.conf").is_some());
 
-    let again = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let again = ns.provision(&c, &hosts).await;
     assert!(again.success(), "{again:#?}");
     assert_eq!(again.changed(), 0, "{again:#?}");
 }
@@ -634,9 +627,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
         checksums: Vec::new(),
     });
     let ns = NsHosts::new(&hosts);
-    let report = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let report = ns.provision(&c, &hosts).await;
     assert!(report.success(), "{report:#?}");
     assert!(
         m.downloads().is_empty(),
@@ -656,9 +647,7 @@ async fn air_gapped_assets_are_uploaded_not_downloaded() {
             h.name
         );
     }
-    let again = orchestrate::provision(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let again = ns.provision(&c, &hosts).await;
     assert_eq!(again.changed(), 0, "{again:#?}");
 }
 

@@ -8,9 +8,8 @@ use kprov::repo::{Repo, RepoError};
 use kprov::spec::{self, Object};
 use kprov::state::{self, StateError, StateStore};
 
+use crate::support::cli::create_aws_in;
 use crate::support::moto::moto_serial;
-
-const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 
 fn cluster_yaml(name: &str) -> String {
     format!(
@@ -144,17 +143,7 @@ fn racing_processes_lose_nothing() {
             .output()
             .expect("runs")
     };
-    let out = run(&[
-        "create",
-        "cluster",
-        "procs.example.com",
-        "--cloud",
-        "aws",
-        "--zones",
-        "us-east-1a",
-        "--ssh-public-key",
-        KEY,
-    ]);
+    let out = run(&create_aws_in("procs.example.com", "us-east-1a"));
     assert!(
         out.status.success(),
         "{}",

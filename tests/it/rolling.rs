@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::metal::{Lab, VERSION, show};
+use crate::metal::{Lab, VERSION, metal_update_yes, show};
 use crate::support::cli::text;
 
 /// Files one host wrote to its overlay, with contents.
@@ -27,18 +27,9 @@ fn host_files(lab: &Lab, host: &str) -> BTreeMap<PathBuf, Vec<u8>> {
 #[test]
 fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(2);
     let name = "roll.metal.example.com";
-    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
-    lab.create_metal(name, &inv);
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]);
+    let lab = Lab::with_cluster(2, name, &[("host1", "control-plane"), ("host2", "node")]);
+    let o = lab.kprov(&metal_update_yes(name, &[]));
     assert!(o.status.success(), "{}", show(&o));
     for h in ["host1", "host2"] {
         let record = lab
@@ -60,13 +51,7 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
     );
 
     // The spec changes a running worker's labels.
-    lab.edit_cluster(name, |c| {
-        let h = c
-            .spec
-            .hosts
-            .iter_mut()
-            .find(|h| h.name == "host2")
-            .expect("host2 in the spec");
+    lab.edit_host(name, "host2", |h| {
         h.labels.insert("tier".into(), "web".into());
     });
 
@@ -1527,15 +1512,13 @@ mod roll_with_yes {
     #[test]
     fn a_label_change_rolls_in_order_resumes_after_a_kill_and_stops_at_a_budget() {
         crate::needs_tier!(SshdHosts);
-        let lab = Lab::start(3);
         let name = "rollyes.metal.example.com";
         let hosts = [
             ("host1", "control-plane"),
             ("host2", "node"),
             ("host3", "node"),
         ];
-        let inv = lab.inventory(&hosts);
-        lab.create_metal(name, &inv);
+        let lab = Lab::with_cluster(3, name, &hosts);
         lab.provision(name);
 
         let rt = tokio::runtime::Runtime::new().expect("runtime");

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::support::awsroll::{CreateAws, code, lab_with_zone};
+use crate::support::awsroll::{CreateAws, code, lab_with_zone, update_yes};
 use crate::support::cloudlab::CloudLab;
 use crate::support::signals::{
     ctrl_c, exit_within, interrupt_held_step, log_text, spawn, term, wait_for_log,
@@ -48,13 +48,7 @@ fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
         .run(&lab);
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("update.log");
-    let args = [
-        "update",
-        "cluster",
-        cluster,
-        "--yes",
-        "--ssh-private-address",
-    ];
+    let args = update_yes(cluster);
 
     // 1. Ctrl-C while 3 instances do not answer: out within a second, lock released.
     let mut child = spawn(update(&lab, &args), &log);
@@ -187,15 +181,7 @@ fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_show
     unlocked(&lab, cluster);
 
     // 2. Cloud alone: applied, no instance waited for.
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        cluster,
-        "--yes",
-        "--phase",
-        "cloud",
-        "--ssh-private-address",
-    ]);
+    let o = lab.kprov(&[&update_yes(cluster)[..], &["--phase", "cloud"]].concat());
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     code(&lab, &o, 0);
     assert!(err.contains("Cloud resources of"), "{err}");
@@ -213,15 +199,7 @@ fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_show
     // 3. Nodes alone: the SSH wait; Ctrl-C ends it, the resume names the phase.
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("update.log");
-    let args = [
-        "update",
-        "cluster",
-        cluster,
-        "--yes",
-        "--phase",
-        "nodes",
-        "--ssh-private-address",
-    ];
+    let args = [&update_yes(cluster)[..], &["--phase", "nodes"]].concat();
     let mut child = spawn(update(&lab, &args), &log);
     wait_for_log(&mut child, &log, "waiting for SSH", 240);
     ctrl_c(&child);
@@ -443,26 +421,17 @@ fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
 #[test]
 fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
     crate::needs_tier!(SshdHosts);
-    use crate::metal::Lab;
-    let lab = Lab::start(2);
+    use crate::metal::{Lab, metal_update_yes};
     let name = "sig.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let inv = lab.inventory(&hosts);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(2, name, &hosts);
     let hold = "/var/lib/kprov-standins/systemd/containerd.restart-hold";
     lab.host("host2")
         .exec(&format!(
             "mkdir -p /var/lib/kprov-standins/systemd && touch {hold}"
         ))
         .expect("hold host2's containerd restart");
-    let args = [
-        "update",
-        "cluster",
-        name,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ];
+    let args = metal_update_yes(name, &[]);
     let (c, took, err) = interrupt_held_step(
         lab.kprov_command(&args),
         "host2's containerd restart",
@@ -513,11 +482,9 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
 fn metal_delete_cluster_stops_within_a_second_of_sigint_while_a_host_resets() {
     crate::needs_tier!(SshdHosts);
     use crate::metal::Lab;
-    let lab = Lab::start(2);
     let name = "sig-delete.metal.example.com";
     let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let inv = lab.inventory(&hosts);
-    lab.create_metal(name, &inv);
+    let lab = Lab::with_cluster(2, name, &hosts);
     lab.provision(name);
     let hold = "/var/lib/kprov-standins/reset-hold";
     lab.host("host2")

@@ -479,56 +479,35 @@ fn plant_backups(env: &Env, name: &str) {
     };
     let good = "20261122T213500Z";
     std::fs::write(dir.join(format!("{good}.db")), snapshot).unwrap();
-    std::fs::write(
-        dir.join(format!("{good}.json")),
-        record(
-            good,
-            &format!("{name}/backups/etcd/{good}.db"),
-            "2026-11-22T21:35:00Z",
-            "cp1",
-        ),
-    )
-    .unwrap();
-    // A record naming a key outside its own, one whose id walks up, one whose time is not one,
-    // one whose member is an escape sequence, one that is not JSON.
-    let id = "20261122T220000Z";
-    std::fs::write(
-        dir.join(format!("{id}.json")),
-        record(
-            id,
-            &format!("{name}/secrets/admin.conf"),
+    // Then a record naming a key outside its own, one whose id walks up, one whose time is not
+    // one, one whose member is an escape sequence, one that is not JSON.
+    let (outside, late, osc) = ("20261122T220000Z", "20261122T230000Z", "20261123T000000Z");
+    let key = |id: &str| format!("{name}/backups/etcd/{id}.db");
+    for (file, id, key, taken, host) in [
+        (good, good, key(good), "2026-11-22T21:35:00Z", "cp1"),
+        (
+            outside,
+            outside,
+            format!("{name}/secrets/admin.conf"),
             "2026-11-22T22:00:00Z",
             "cp1",
         ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("up.json"),
-        record("../../../x", "../../../x.db", "2026-11-22T22:00:00Z", "cp1"),
-    )
-    .unwrap();
-    let id = "20261122T230000Z";
-    std::fs::write(
-        dir.join(format!("{id}.json")),
-        record(
-            id,
-            &format!("{name}/backups/etcd/{id}.db"),
-            "yesterday\u{1b}[2J",
+        (
+            "up",
+            "../../../x",
+            "../../../x.db".into(),
+            "2026-11-22T22:00:00Z",
             "cp1",
         ),
-    )
-    .unwrap();
-    let id = "20261123T000000Z";
-    std::fs::write(
-        dir.join(format!("{id}.json")),
-        record(
-            id,
-            &format!("{name}/backups/etcd/{id}.db"),
-            "2026-11-23T00:00:00Z",
-            OSC52,
-        ),
-    )
-    .unwrap();
+        (late, late, key(late), "yesterday\u{1b}[2J", "cp1"),
+        (osc, osc, key(osc), "2026-11-23T00:00:00Z", OSC52),
+    ] {
+        std::fs::write(
+            dir.join(format!("{file}.json")),
+            record(id, &key, taken, host),
+        )
+        .unwrap();
+    }
     std::fs::write(dir.join("zz.json"), "\u{1b}]52;c;eA==\u{7}\nerror: forged").unwrap();
 }
 

@@ -11,14 +11,20 @@ use crate::support::fakekube::{FakeKube, node, system_pod};
 use crate::support::memstate::MemStore;
 use crate::support::testhosts::TestHosts;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_is_reached_through_a_forwarded_port() {
-    crate::needs_tier!(SshdHosts);
+/// One test host and a fake API server listening where the host reaches it (the gateway).
+async fn host_and_api() -> (TestHosts, FakeKube) {
     let th = tokio::task::spawn_blocking(|| TestHosts::start(1))
         .await
         .unwrap();
-    // The API listens where the host reaches it; kprov talks only to its own loopback.
     let fake = FakeKube::start_on(&th.gateway).await;
+    (th, fake)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_is_reached_through_a_forwarded_port() {
+    crate::needs_tier!(SshdHosts);
+    // The API listens where the host reaches it; kprov talks only to its own loopback.
+    let (th, fake) = host_and_api().await;
     fake.put(node("cp1", true, true, false, Some("aws:///a/i-1")));
     let h = &th.hosts[0];
     let host = th.spec_host(h, HostRole::ControlPlane);
@@ -66,10 +72,7 @@ async fn the_api_is_reached_through_a_forwarded_port() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validate_reaches_the_api_through_the_control_plane() {
     crate::needs_tier!(SshdHosts);
-    let th = tokio::task::spawn_blocking(|| TestHosts::start(1))
-        .await
-        .unwrap();
-    let fake = FakeKube::start_on(&th.gateway).await;
+    let (th, fake) = host_and_api().await;
     fake.put(node("cp1", true, true, false, None));
     fake.put(system_pod("calico-node-a", "calico-node", "cp1"));
     fake.put(system_pod("coredns-1", "kube-dns", "cp1"));

@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::support::mirror::Mirror;
-use crate::support::realcluster::{RealCluster, present};
-use crate::support::realhosts::{self, RealHost, RealLab};
+use crate::support::realcluster::{CP1_WORKER1_STATIC_PODS, RealCluster, present};
+use crate::support::realhosts::{RealHost, RealLab};
 use crate::support::realk8s::{self, Binaries};
 use crate::support::registry::{Registry, flip_byte, member_offset, split_reference};
 
@@ -66,13 +66,10 @@ fn reaches(h: &RealHost, addr: &str) -> bool {
 /// local API proxy Running.
 #[test]
 fn scenario_airgap_bundle() {
-    if realhosts::skip() {
-        return;
-    }
     let t0 = Instant::now();
-    let mut lab = RealLab::start();
-    lab.boot(&["cp1", "worker1"]);
-    lab.route_pods();
+    let Some(lab) = RealLab::for_cluster(&["cp1", "worker1"]) else {
+        return;
+    };
     let bins = Binaries::get();
     // The site's mirror and registry, where the nodes could reach them while they run.
     let gateway = IpAddr::V4(lab.gateway);
@@ -212,43 +209,18 @@ fn scenario_airgap_bundle() {
             );
         }
     }
-    let want = [
-        "etcd-cp1",
-        "kube-apiserver-cp1",
-        "kube-controller-manager-cp1",
-        "kube-scheduler-cp1",
-        "kprov-api-proxy-worker1",
-    ];
-    c.wait_for(
+    c.wait_kube_system(
         "control plane, kube-proxy and the API proxy Running",
         Duration::from_secs(180),
-        || {
-            let running = c.running_kube_system_pods()?;
-            let proxies = running
-                .iter()
-                .filter(|p| p.starts_with("kube-proxy-"))
-                .count();
-            let missing: Vec<&&str> = want
-                .iter()
-                .filter(|w| !running.iter().any(|r| r == *w))
-                .collect();
-            if missing.is_empty() && proxies == 2 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "missing {missing:?}, {proxies} kube-proxy; running: {running:?}"
-                ))
-            }
-        },
+        &CP1_WORKER1_STATIC_PODS,
+        2,
     );
     eprintln!("airgap-bundle: {:?} in all", t0.elapsed());
 
-    if realhosts::keep_requested() {
-        println!("KUBECONFIG={}", c.kubeconfig.display());
+    if c.kept() {
         return;
     }
-    let left = lab.teardown_and_check();
-    assert!(left.is_empty(), "left after teardown: {left:#?}");
+    lab.teardown_clean();
 }
 
 /// `kprov ARGS` with `stdin` as standard input; its stdout and stderr.
@@ -280,14 +252,11 @@ fn kprov_with_stdin(lab: &RealLab, args: &[&str], stdin: &str) -> std::process::
 /// image, so the registry named is the upstream `registry.k8s.io`, not the mirror's host.)
 #[test]
 fn scenario_airgap_registry() {
-    if realhosts::skip() {
-        return;
-    }
     use base64::Engine as _;
     let t0 = Instant::now();
-    let mut lab = RealLab::start();
-    lab.boot(&["cp1", "worker1"]);
-    lab.route_pods();
+    let Some(lab) = RealLab::for_cluster(&["cp1", "worker1"]) else {
+        return;
+    };
     let (user, password) = ("puller", "s3cret-Registry-pw");
     let registry = Registry::start_secure(IpAddr::V4(lab.gateway), user, password);
     let upstreams = push_images(&registry);
@@ -372,24 +341,11 @@ fn scenario_airgap_registry() {
     let took = c.update_yes();
     eprintln!("update --yes through the registry: {took:?}");
     c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
-    c.wait_for(
+    c.wait_kube_system(
         "the control plane and the API proxy Running",
         Duration::from_secs(180),
-        || {
-            let running = c.running_kube_system_pods()?;
-            let want = ["kube-apiserver-cp1", "kprov-api-proxy-worker1"];
-            if want.iter().all(|w| running.iter().any(|r| r == w))
-                && running
-                    .iter()
-                    .filter(|p| p.starts_with("kube-proxy-"))
-                    .count()
-                    == 2
-            {
-                Ok(())
-            } else {
-                Err(format!("{running:?}"))
-            }
-        },
+        &["kube-apiserver-cp1", "kprov-api-proxy-worker1"],
+        2,
     );
     // Pulled by then: the worker's kube-proxy and API proxy images too.
     for h in lab.hosts() {
@@ -408,13 +364,11 @@ fn scenario_airgap_registry() {
         );
     }
     eprintln!("airgap-registry: {:?} in all", t0.elapsed());
-    if realhosts::keep_requested() {
-        println!("KUBECONFIG={}", c.kubeconfig.display());
+    if c.kept() {
         return;
     }
     drop(registry);
-    let left = lab.teardown_and_check();
-    assert!(left.is_empty(), "left after teardown: {left:#?}");
+    lab.teardown_clean();
 }
 
 /// Debian's tinyproxy in the foreground on `listen`:PORT, logging every request to
@@ -491,13 +445,10 @@ impl Drop for TinyProxy {
 /// no-proxy list keeps the API endpoint and the node addresses off it; the cluster comes up.
 #[test]
 fn scenario_airgap_proxy() {
-    if realhosts::skip() {
-        return;
-    }
     let t0 = Instant::now();
-    let mut lab = RealLab::start();
-    lab.boot(&["cp1", "worker1"]);
-    lab.route_pods();
+    let Some(lab) = RealLab::for_cluster(&["cp1", "worker1"]) else {
+        return;
+    };
     // The site: an address of the lab's block, on the lab bridge (gone with it), that no node
     // may reach but through the proxy.
     let site = lab
@@ -571,24 +522,11 @@ fn scenario_airgap_proxy() {
     let took = c.update_yes();
     eprintln!("update --yes through the proxy: {took:?}");
     c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
-    c.wait_for(
+    c.wait_kube_system(
         "the control plane, both kube-proxies and the API proxy Running",
         Duration::from_secs(180),
-        || {
-            let running = c.running_kube_system_pods()?;
-            let want = ["kube-apiserver-cp1", "kprov-api-proxy-worker1"];
-            if want.iter().all(|w| running.iter().any(|r| r == w))
-                && running
-                    .iter()
-                    .filter(|p| p.starts_with("kube-proxy-"))
-                    .count()
-                    == 2
-            {
-                Ok(())
-            } else {
-                Err(format!("{running:?}"))
-            }
-        },
+        &["kube-apiserver-cp1", "kprov-api-proxy-worker1"],
+        2,
     );
     let requests = proxy.requests();
     for f in &files {
@@ -626,11 +564,9 @@ fn scenario_airgap_proxy() {
         t0.elapsed(),
         requests.len()
     );
-    if realhosts::keep_requested() {
-        println!("KUBECONFIG={}", c.kubeconfig.display());
+    if c.kept() {
         return;
     }
     drop((proxy, registry, mirror));
-    let left = lab.teardown_and_check();
-    assert!(left.is_empty(), "left after teardown: {left:#?}");
+    lab.teardown_clean();
 }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::realcluster::RealCluster;
-use crate::support::realhosts::{self, RealLab};
+use crate::support::realhosts::RealLab;
 
 const ETCD_HOSTS: [&str; 3] = ["etcd1", "etcd2", "etcd3"];
 
@@ -36,15 +36,12 @@ fn etcdctl(lab: &RealLab, host: &str, args: &str) -> Result<String, String> {
 /// pulled in the tier).
 #[test]
 fn scenario_external_etcd() {
-    if realhosts::skip() {
+    let Some(lab) = RealLab::for_cluster(&["etcd1", "etcd2", "etcd3", "cp1", "worker1"]) else {
         return;
-    }
-    let mut lab = RealLab::start();
-    lab.boot(&["etcd1", "etcd2", "etcd3", "cp1", "worker1"]);
-    lab.route_pods();
+    };
     let name = "etcd.real.example";
     let endpoint = format!("{}:6443", lab.host("cp1").address);
-    let c = RealCluster::create(
+    let c = RealCluster::with_endpoint(
         &lab,
         name,
         &[
@@ -54,9 +51,7 @@ fn scenario_external_etcd() {
             ("cp1", &["control-plane"]),
             ("worker1", &["node"]),
         ],
-        |c| {
-            c.spec.api.get_or_insert_with(Default::default).endpoint = Some(endpoint.clone());
-        },
+        endpoint,
     );
     let spec = c.kprov_ok(&["get", "cluster", name, "-o", "yaml"]);
     assert!(
@@ -173,10 +168,7 @@ fn scenario_external_etcd() {
     );
 
     // A backup of host-deployed etcd.
-    let t = Instant::now();
-    let backup = c.kprov_ok(&["backup", "etcd", name, "-o", "json"]);
-    eprintln!("backup etcd: {:?}\n{backup}", t.elapsed());
-    let record: serde_json::Value = serde_json::from_str(&backup).expect("backup -o json");
+    let record = c.backup_etcd();
     let listed = c.kprov_ok(&["get", "backups", name, "-o", "json"]);
     let listed: serde_json::Value = serde_json::from_str(&listed).expect("get backups -o json");
     assert_eq!(
@@ -238,28 +230,18 @@ fn scenario_external_etcd() {
     }
     c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(180));
 
-    if realhosts::keep_requested() {
-        println!("KUBECONFIG={}", c.kubeconfig.display());
+    if c.kept() {
         return;
     }
 
     // delete cluster: no etcd anywhere, no etcd data or configuration. (The tier masks this
     // machine's own etcd.service on every host, a symlink to /dev/null: only a regular file
     // is kprov's unit.)
-    let t = Instant::now();
-    c.kprov_ok(&["delete", "cluster", name, "--yes"]);
-    eprintln!("delete cluster --yes: {:?}", t.elapsed());
-    for h in lab.hosts() {
-        let left = h
-            .exec(
-                "systemctl is-active etcd kubelet 2>/dev/null | grep -x active || true; \
-                 pgrep -x etcd || true; pgrep -x kube-apiserver || true; \
-                 ls -d /etc/etcd /var/lib/etcd/member 2>/dev/null || true; \
-                 [ -f /etc/systemd/system/etcd.service ] && echo etcd.service || true",
-            )
-            .expect("exec");
-        assert_eq!(left.trim(), "", "{} after delete cluster", h.name);
-    }
-    let left = lab.teardown_and_check();
-    assert!(left.is_empty(), "left after teardown: {left:#?}");
+    c.delete_and_check(
+        "systemctl is-active etcd kubelet 2>/dev/null | grep -x active || true; \
+         pgrep -x etcd || true; pgrep -x kube-apiserver || true; \
+         ls -d /etc/etcd /var/lib/etcd/member 2>/dev/null || true; \
+         [ -f /etc/systemd/system/etcd.service ] && echo etcd.service || true",
+    );
+    lab.teardown_clean();
 }

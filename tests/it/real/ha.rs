@@ -50,15 +50,9 @@ impl HaProxy {
         );
         let path: PathBuf = lab.dir().join("haproxy.cfg");
         std::fs::write(&path, cfg).expect("haproxy.cfg");
-        let check = Command::new("haproxy")
-            .args(["-c", "-f"])
-            .arg(&path)
-            .output()
-            .expect("haproxy -c");
-        assert!(
-            check.status.success(),
-            "haproxy.cfg: {}",
-            String::from_utf8_lossy(&check.stderr)
+        crate::support::run_ok(
+            Command::new("haproxy").args(["-c", "-f"]).arg(&path),
+            "haproxy -c haproxy.cfg",
         );
         let child = Command::new("haproxy")
             .args(["-db", "-f"])
@@ -213,18 +207,15 @@ fn serving_cert(addr: &str) -> Result<String, String> {
 /// working cluster.
 #[test]
 fn scenario_ha() {
-    if realhosts::skip() {
-        return;
-    }
     let t_all = Instant::now();
-    let mut lab = RealLab::start();
-    lab.boot(&["cp1", "cp2", "cp3", "worker1"]);
-    lab.route_pods();
+    let Some(lab) = RealLab::for_cluster(&["cp1", "cp2", "cp3", "worker1"]) else {
+        return;
+    };
     eprintln!("4 hosts booted in {:?}", t_all.elapsed());
     let lb = HaProxy::start(&lab, &CONTROL_PLANES);
     let name = "ha.real.example";
     let endpoint = format!("{}:6443", lab.lb_address);
-    let c = RealCluster::create(
+    let c = RealCluster::with_endpoint(
         &lab,
         name,
         &[
@@ -233,9 +224,7 @@ fn scenario_ha() {
             ("cp3", &["control-plane"]),
             ("worker1", &["node"]),
         ],
-        |c| {
-            c.spec.api.get_or_insert_with(Default::default).endpoint = Some(endpoint.clone());
-        },
+        endpoint.clone(),
     );
     let spec = c.kprov_ok(&["get", "cluster", name, "-o", "yaml"]);
     assert!(
@@ -308,10 +297,7 @@ fn scenario_ha() {
     // unknown" (realk8s::ETCDUTL_STANDIN). Restore is proven on 3 host-deployed members in
     // scenario_external_etcd and on a lone stacked member in scenario_single.
     c.kubectl_ok(&["create", "configmap", "before-1", "--from-literal=k=v"]);
-    let t = Instant::now();
-    let record = c.kprov_ok(&["backup", "etcd", name, "-o", "json"]);
-    eprintln!("backup etcd: {:?}", t.elapsed());
-    let record: serde_json::Value = serde_json::from_str(&record).expect("backup record json");
+    let record = c.backup_etcd();
     assert_eq!(record["etcd"], "Stacked", "{record}");
     assert!(
         record["size"].as_u64().unwrap_or(0) > 0,
@@ -374,6 +360,5 @@ fn scenario_ha() {
     if realhosts::keep_requested() {
         return;
     }
-    let left = lab.teardown_and_check();
-    assert!(left.is_empty(), "left after teardown: {left:#?}");
+    lab.teardown_clean();
 }

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use super::scale;
-use crate::support::realcluster::{RealCluster, present};
-use crate::support::realhosts::{self, RealLab};
+use crate::support::realcluster::{CP1_WORKER1_STATIC_PODS, RealCluster, present};
+use crate::support::realhosts::RealLab;
 use crate::support::snapshot;
 
 /// A Deployment of the CoreDNS stand-in's HTTP server (its `/health` answers `OK` on 8080;
@@ -57,14 +57,11 @@ spec:
 /// leaves no kubelet, containerd task, static pod or etcd on any host.
 #[test]
 fn scenario_single() {
-    if realhosts::skip() {
-        return;
-    }
-    let mut lab = RealLab::start();
     // worker2 is booted now (a lab boots before its cluster borrows it) and joins later, in
     // scale::scale_delete_roll.
-    lab.boot(&["cp1", "worker1", "worker2"]);
-    lab.route_pods();
+    let Some(lab) = RealLab::for_cluster(&["cp1", "worker1", "worker2"]) else {
+        return;
+    };
     let name = "single.real.example";
     let c = RealCluster::create(
         &lab,
@@ -101,35 +98,11 @@ fn scenario_single() {
 
     // The real control plane: static pods and kube-proxy Running and ready. CoreDNS is the
     // archive's stand-in (health and readiness only): its pods are counted, not used for DNS.
-    let want = [
-        "etcd-cp1",
-        "kube-apiserver-cp1",
-        "kube-controller-manager-cp1",
-        "kube-scheduler-cp1",
-        // The worker's local API proxy: kprov's haproxy static pod (spec.api.localProxyImage).
-        "kprov-api-proxy-worker1",
-    ];
-    c.wait_for(
+    c.wait_kube_system(
         "control plane and kube-proxy Running",
         Duration::from_secs(120),
-        || {
-            let running = c.running_kube_system_pods()?;
-            let proxies = running
-                .iter()
-                .filter(|p| p.starts_with("kube-proxy-"))
-                .count();
-            let missing: Vec<&&str> = want
-                .iter()
-                .filter(|w| !running.iter().any(|r| r == *w))
-                .collect();
-            if missing.is_empty() && proxies == 2 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "missing {missing:?}, {proxies} kube-proxy; running: {running:?}"
-                ))
-            }
-        },
+        &CP1_WORKER1_STATIC_PODS,
+        2,
     );
     // The version kubeadm installed is the spec's.
     let version = c.kubectl_ok(&[
@@ -204,10 +177,7 @@ fn scenario_single() {
     // etcd 3.6 accepts here because the lone member keeps its ID: realk8s::ETCDUTL_STANDIN),
     // the API server is back with the snapshot's objects, both nodes Ready.
     c.kubectl_ok(&["create", "configmap", "before-backup", "--from-literal=k=v"]);
-    let t = Instant::now();
-    let record = c.kprov_ok(&["backup", "etcd", name, "-o", "json"]);
-    eprintln!("backup etcd: {:?}", t.elapsed());
-    let record: serde_json::Value = serde_json::from_str(&record).expect("backup -o json");
+    let record = c.backup_etcd();
     assert_eq!(record["etcd"], "Stacked", "{record}");
     let id = record["id"].as_str().expect("backup id");
     let took = c.restore_roundtrip(id, "before-backup", "after-backup");
@@ -235,28 +205,17 @@ fn scenario_single() {
     // rolls in place.
     scale::scale_delete_roll(&c);
 
-    if realhosts::keep_requested() {
-        // The lab stays up (its Drop keeps it); scripts/test-real prints this line.
-        println!("KUBECONFIG={}", c.kubeconfig.display());
+    if c.kept() {
         return;
     }
 
     // Scenario 9: delete cluster removes Kubernetes from every host (worker1 was reset by
     // delete instance already).
-    let t = Instant::now();
-    c.kprov_ok(&["delete", "cluster", name, "--yes"]);
-    eprintln!("delete cluster --yes: {:?}", t.elapsed());
-    for h in lab.hosts() {
-        let left = h
-            .exec(
-                "systemctl is-active kubelet etcd 2>/dev/null | grep -x active || true; \
-                 pgrep -x kubelet || true; pgrep -x etcd || true; pgrep -x kube-apiserver || true; \
-                 ls /etc/kubernetes/manifests 2>/dev/null || true; \
-                 if systemctl is-active --quiet containerd; then ctr -n k8s.io tasks ls -q; fi",
-            )
-            .expect("exec");
-        assert_eq!(left.trim(), "", "{} after delete cluster", h.name);
-    }
-    let left = lab.teardown_and_check();
-    assert!(left.is_empty(), "left after teardown: {left:#?}");
+    c.delete_and_check(
+        "systemctl is-active kubelet etcd 2>/dev/null | grep -x active || true; \
+         pgrep -x kubelet || true; pgrep -x etcd || true; pgrep -x kube-apiserver || true; \
+         ls /etc/kubernetes/manifests 2>/dev/null || true; \
+         if systemctl is-active --quiet containerd; then ctr -n k8s.io tasks ls -q; fi",
+    );
+    lab.teardown_clean();
 }

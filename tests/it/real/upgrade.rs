@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use kprov::spec::{AssetFile, ImageArchive, Object, ObjectRef};
 
 use crate::support::realcluster::RealCluster;
-use crate::support::realhosts::{self, RealLab};
+use crate::support::realhosts::RealLab;
 use crate::support::realk8s::{self, ImageKind};
 
 const TO: &str = "1.36.3";
@@ -23,23 +23,17 @@ const TO: &str = "1.36.3";
 /// `kubeadm upgrade node` on the worker; every kubelet reports v1.36.3 and every node is Ready.
 #[test]
 fn scenario_patch_upgrade_procedure() {
-    if realhosts::skip() {
-        return;
-    }
     let t0 = Instant::now();
-    let mut lab = RealLab::start();
-    lab.boot(&["cp1", "worker1"]);
-    lab.route_pods();
+    let Some(lab) = RealLab::for_cluster(&["cp1", "worker1"]) else {
+        return;
+    };
     let name = "upgrade.real.example";
     let cp_addr = lab.host("cp1").address;
-    let c = RealCluster::create(
+    let c = RealCluster::with_endpoint(
         &lab,
         name,
         &[("cp1", &["control-plane"]), ("worker1", &["node"])],
-        |cl| {
-            cl.spec.api.get_or_insert_with(Default::default).endpoint =
-                Some(format!("{cp_addr}:6443"));
-        },
+        format!("{cp_addr}:6443"),
     );
     c.update_yes();
     c.wait_nodes_ready(&["cp1", "worker1"], Duration::from_secs(300));
@@ -203,11 +197,9 @@ fn scenario_patch_upgrade_procedure() {
     );
     eprintln!("scenario total {:?}", t0.elapsed());
 
-    if realhosts::keep_requested() {
-        println!("KUBECONFIG={}", c.kubeconfig.display());
+    if c.kept() {
         return;
     }
     drop(c);
-    let left = lab.teardown_and_check();
-    assert!(left.is_empty(), "left after teardown: {left:#?}");
+    lab.teardown_clean();
 }

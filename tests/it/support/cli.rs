@@ -15,6 +15,11 @@ pub const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed
 /// `create cluster CLUSTER --cloud aws --zones eu-west-1a --ssh-public-key KEY`: the default
 /// AWS spec (writing it contacts no cloud).
 pub fn create_aws(cluster: &str) -> [&str; 9] {
+    create_aws_in(cluster, "eu-west-1a")
+}
+
+/// `create cluster CLUSTER --cloud aws --zones ZONES --ssh-public-key KEY`.
+pub fn create_aws_in<'a>(cluster: &'a str, zones: &'a str) -> [&'a str; 9] {
     [
         "create",
         "cluster",
@@ -22,10 +27,22 @@ pub fn create_aws(cluster: &str) -> [&str; 9] {
         "--cloud",
         "aws",
         "--zones",
-        "eu-west-1a",
+        zones,
         "--ssh-public-key",
         KEY,
     ]
+}
+
+/// kprov with a clean environment: `PATH`, `HOME` at `home`, the file store at `store`, no
+/// colour (the labs' commands; [`Env`] adds moto's settings where asked).
+pub fn kprov_in(home: &Path, store: &Path) -> Command {
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin("kprov"));
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("KPROV_STATE_STORE", format!("file://{}", store.display()))
+        .env("NO_COLOR", "1");
+    c
 }
 
 pub struct Env {

@@ -481,15 +481,11 @@ impl CloudLab {
                 format!("file://{}", self.store_dir().display()),
             ),
             ("NO_COLOR", "1".into()),
-            ("AWS_ENDPOINT_URL", self.kprov_endpoint.clone()),
-            ("AWS_ACCESS_KEY_ID", "testing".into()),
-            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-            ("AWS_REGION", "us-east-1".into()),
             ("AWS_DEFAULT_REGION", "us-east-1".into()),
             ("AWS_MAX_ATTEMPTS", "1".into()),
-            ("AWS_EC2_METADATA_DISABLED", "true".into()),
         ]
         .into_iter()
+        .chain(super::moto::sdk_env(&self.kprov_endpoint))
         .chain(
             self.agent_socket()
                 .map(|s| ("SSH_AUTH_SOCK", s.display().to_string())),
@@ -1438,7 +1434,11 @@ impl CloudLab {
 
     /// Points the cluster's assets at the lab's mirror (what an air-gapped site does).
     pub fn use_mirror(&self, cluster: &str) {
-        let files = self.mirror.asset_files();
+        self.use_asset_files(cluster, self.mirror.asset_files());
+    }
+
+    /// Points the cluster's assets at `files` (another mirror's, for a version change).
+    pub fn use_asset_files(&self, cluster: &str, files: Vec<kprov::spec::AssetFile>) {
         self.edit_objects(cluster, |objects| {
             for o in objects {
                 if let kprov::spec::Object::Cluster(c) = o {

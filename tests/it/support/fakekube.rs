@@ -208,6 +208,20 @@ impl FakeKube {
         self.state.lock().unwrap().requests.clone()
     }
 
+    /// Nothing the API stores was changed: every request so far read or dry-ran (a preview).
+    #[track_caller]
+    pub fn assert_no_writes(&self) {
+        let writes: Vec<Recorded> = self
+            .requests()
+            .into_iter()
+            .filter(Recorded::is_write)
+            .collect();
+        assert!(
+            writes.is_empty(),
+            "a preview must only read or dry-run: {writes:?}"
+        );
+    }
+
     /// Every write the API was asked for, as `METHOD path`.
     pub fn writes(&self) -> Vec<String> {
         self.requests()
@@ -465,6 +479,29 @@ impl FakeKube {
 }
 
 /// A node as a kubelet registers it.
+/// Stands in for the kubelets and the cloud-controller-manager: once the CCM DaemonSet exists
+/// it is rolled out (one pod ready), then each of `nodes` (name, control plane, provider ID)
+/// is put back Ready and initialised (no `uninitialized` taint, its provider ID).
+pub fn ccm_stand_in(
+    fake: &Arc<FakeKube>,
+    nodes: &[(&'static str, bool, &'static str)],
+) -> tokio::task::JoinHandle<()> {
+    let (fake, nodes) = (fake.clone(), nodes.to_vec());
+    tokio::spawn(async move {
+        while fake
+            .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
+            .is_none()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        fake.set_status("DaemonSet", Some("kube-system"), "cloud-controller-manager", json!({"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1, "updatedNumberScheduled": 1, "numberAvailable": 1, "observedGeneration": 1}));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        for (name, control_plane, provider_id) in nodes {
+            fake.put(node(name, control_plane, true, false, Some(provider_id)));
+        }
+    })
+}
+
 pub fn node(
     name: &str,
     control_plane: bool,
@@ -1358,29 +1395,11 @@ fn apply(
     json_response(if existing.is_none() { 201 } else { 200 }, render(&entry))
 }
 
-fn merge_values(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = json!({});
-            }
-            let t = target.as_object_mut().expect("object");
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_values(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
-/// Strategic merge as the API server does it for the lists kprov patches: lists of objects
-/// with a merge key (`key` for taints, else `name`) merge element by element, and an element
+/// A JSON merge patch (`strategic` false: a list replaces the list), or a strategic merge as
+/// the API server does it for the lists kprov patches: lists of objects with a merge key
+/// (`key` for taints, else `name`) merge element by element, and an element
 /// `{"<key>": K, "$patch": "delete"}` removes K; other values merge like a JSON merge patch.
-fn strategic_merge_values(target: &mut Value, patch: &Value) {
+fn merge_values(target: &mut Value, patch: &Value, strategic: bool) {
     match patch {
         Value::Object(p) => {
             if !target.is_object() {
@@ -1391,11 +1410,13 @@ fn strategic_merge_values(target: &mut Value, patch: &Value) {
                 if v.is_null() {
                     t.remove(k);
                 } else {
-                    strategic_merge_values(t.entry(k.clone()).or_insert(Value::Null), v);
+                    merge_values(t.entry(k.clone()).or_insert(Value::Null), v, strategic);
                 }
             }
         }
-        Value::Array(items) if items.iter().all(Value::is_object) && !items.is_empty() => {
+        Value::Array(items)
+            if strategic && items.iter().all(Value::is_object) && !items.is_empty() =>
+        {
             let merge_key = if items.iter().all(|i| i.get("key").is_some()) {
                 "key"
             } else {
@@ -1413,7 +1434,7 @@ fn strategic_merge_values(target: &mut Value, patch: &Value) {
                     continue;
                 }
                 match pos {
-                    Some(i) => strategic_merge_values(&mut t[i], item),
+                    Some(i) => merge_values(&mut t[i], item, true),
                     None => t.push(item.clone()),
                 }
             }
@@ -1436,11 +1457,7 @@ fn patch_object(
     let rv = st.rv + 1;
     let e = st.objects.get_mut(key)?;
     let before = e.obj.clone();
-    if strategic {
-        strategic_merge_values(&mut e.obj, patch);
-    } else {
-        merge_values(&mut e.obj, patch);
-    }
+    merge_values(&mut e.obj, patch, strategic);
     let old = leaves(&before);
     let new = leaves(&e.obj);
     let changed: BTreeSet<FieldPath> = new

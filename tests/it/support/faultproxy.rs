@@ -257,13 +257,7 @@ impl FaultProxy {
     /// The environment that points the AWS SDK's default chain at this proxy, with the SDK's
     /// default retry policy (unlike the moto helper's single attempt).
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
-            ("AWS_ACCESS_KEY_ID", "testing".into()),
-            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ]
+        super::moto::sdk_env(&self.endpoint)
     }
 }
 
@@ -336,18 +330,14 @@ fn describe(s: &Shared, head: &[String], body: &[u8]) -> Request {
         .cloned()
         .unwrap_or_default();
     // Credential=AKID/DATE/REGION/SERVICE/aws4_request
-    let service = auth
-        .split("Credential=")
-        .nth(1)
-        .and_then(|c| c.split('/').nth(3))
-        .unwrap_or_default()
-        .to_string();
-    let region = auth
-        .split("Credential=")
-        .nth(1)
-        .and_then(|c| c.split('/').nth(2))
-        .unwrap_or_default()
-        .to_string();
+    let credential = |n: usize| {
+        auth.split("Credential=")
+            .nth(1)
+            .and_then(|c| c.split('/').nth(n))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (service, region) = (credential(3), credential(2));
     let account = head
         .iter()
         .find_map(|l| {

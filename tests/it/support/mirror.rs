@@ -41,12 +41,7 @@ pub struct Mirror {
 impl Mirror {
     /// Builds the stand-ins for `kubernetes_version` and serves them on `bind`:0.
     pub fn start(bind: IpAddr, kubernetes_version: &str) -> Mirror {
-        let root = tempfile::Builder::new()
-            .prefix("kprov-mirror-")
-            .tempdir()
-            .expect("mirror dir");
-        let listener = std::net::TcpListener::bind(SocketAddr::new(bind, 0)).expect("bind mirror");
-        let url = url_of(&listener);
+        let (root, listener, url) = Mirror::place(bind);
         let mut served = BTreeMap::new();
         for component in Component::ALL {
             let version = &assets::version_of(component, kubernetes_version);
@@ -74,12 +69,7 @@ impl Mirror {
     /// Serves `files` (`file://` URLs on this machine: the real tier's assets) on `bind`:0,
     /// each under its component name; [`Mirror::asset_files`] gives them with HTTP URLs.
     pub fn of_local_files(bind: IpAddr, files: &[AssetFile]) -> Mirror {
-        let root = tempfile::Builder::new()
-            .prefix("kprov-mirror-")
-            .tempdir()
-            .expect("mirror dir");
-        let listener = std::net::TcpListener::bind(SocketAddr::new(bind, 0)).expect("bind mirror");
-        let url = url_of(&listener);
+        let (root, listener, url) = Mirror::place(bind);
         let mut served = BTreeMap::new();
         for f in files {
             let component = Component::ALL
@@ -91,6 +81,17 @@ impl Mirror {
             served.insert(component, (format!("{url}/{}", f.name), f.sha256.clone()));
         }
         Mirror::serve(listener, url, root, served)
+    }
+
+    /// The mirror's directory and its listener on `bind`:0, with the URL it answers at.
+    fn place(bind: IpAddr) -> (tempfile::TempDir, std::net::TcpListener, String) {
+        let root = tempfile::Builder::new()
+            .prefix("kprov-mirror-")
+            .tempdir()
+            .expect("mirror dir");
+        let listener = std::net::TcpListener::bind(SocketAddr::new(bind, 0)).expect("bind mirror");
+        let url = url_of(&listener);
+        (root, listener, url)
     }
 
     fn serve(

@@ -25,6 +25,21 @@ pub use tiers::{Tier, skip};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Runs `cmd` (no stdin) and fails naming `what` with its stderr unless it succeeded.
+#[track_caller]
+pub fn run_ok(cmd: &mut std::process::Command, what: &str) -> std::process::Output {
+    let o = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
 /// Every file below `dir` with its content (to prove nothing changed).
 pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     walk(dir, false)

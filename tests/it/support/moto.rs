@@ -163,14 +163,9 @@ impl Moto {
 
     /// Environment that points the AWS SDK's default chain at this moto.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
-            ("AWS_ACCESS_KEY_ID", "testing".into()),
-            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_MAX_ATTEMPTS", "1".into()),
-            ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ]
+        let mut env = sdk_env(&self.endpoint);
+        env.push(("AWS_MAX_ATTEMPTS", "1".into()));
+        env
     }
 
     /// An SDK config for this moto: dummy credentials, us-east-1, the SDK's retries with a
@@ -191,19 +186,7 @@ impl Moto {
     }
 
     async fn config_for(&self, endpoint: &str) -> aws_config::SdkConfig {
-        aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(endpoint)
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_s3::config::Credentials::new(
-                "testing", "testing", None, None, "moto",
-            ))
-            .retry_config(
-                aws_config::retry::RetryConfig::standard()
-                    .with_max_attempts(3)
-                    .with_initial_backoff(std::time::Duration::from_millis(20)),
-            )
-            .load()
-            .await
+        super::awscloud::proxied_sdk(endpoint, 3).await
     }
 
     /// The tail of moto's log, for assertion messages (moto's tracebacks only appear there).
@@ -256,4 +239,16 @@ pub async fn owned_vpcs(sdk: &aws_config::SdkConfig, cluster: &str) -> usize {
         .expect("describe")
         .vpcs()
         .len()
+}
+
+/// The environment that points the AWS SDK's default chain at `endpoint` (moto, or a proxy
+/// before it): dummy credentials, us-east-1, no instance metadata lookups.
+pub fn sdk_env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", endpoint.to_string()),
+        ("AWS_ACCESS_KEY_ID", "testing".into()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use kprov::spec::{Cluster, Object, ObjectRef};
 
-use super::realhosts::{RealHost, RealLab};
+use super::realhosts::{self, RealHost, RealLab};
 use super::realk8s::{self, Binaries};
 
 /// The kprov binary as an operator runs it against a lab: HOME and a `file://` state store in
@@ -31,16 +31,8 @@ pub fn kprov(lab: &RealLab, args: &[&str]) -> Output {
 
 /// The command [`kprov`] runs (for one that needs standard input).
 pub fn kprov_command(lab: &RealLab, args: &[&str]) -> Command {
-    let mut c = Command::new(assert_cmd::cargo::cargo_bin("kprov"));
-    c.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", lab.dir())
-        .env(
-            "KPROV_STATE_STORE",
-            format!("file://{}", lab.dir().join("state").display()),
-        )
-        .env("NO_COLOR", "1")
-        .args(args);
+    let mut c = super::cli::kprov_in(lab.dir(), &lab.dir().join("state"));
+    c.args(args);
     c
 }
 
@@ -100,6 +92,16 @@ pub fn present(h: &RealHost) -> Vec<&'static str> {
         .collect()
 }
 
+/// kube-system's static pods on a cluster of `cp1` and `worker1`: the control plane, and the
+/// worker's local API proxy (kprov's haproxy static pod, spec.api.localProxyImage).
+pub const CP1_WORKER1_STATIC_PODS: [&str; 5] = [
+    "etcd-cp1",
+    "kube-apiserver-cp1",
+    "kube-controller-manager-cp1",
+    "kube-scheduler-cp1",
+    "kprov-api-proxy-worker1",
+];
+
 pub struct RealCluster<'a> {
     pub lab: &'a RealLab,
     pub name: String,
@@ -150,77 +152,79 @@ impl<'a> RealCluster<'a> {
             ]
             .concat(),
         );
-        let yaml = kprov_ok(lab, &["get", "cluster", name, "-o", "yaml"]);
-        let mut objects: Vec<Object> = kprov::spec::load_objects("stored", &yaml)
-            .expect("stored objects parse")
-            .into_iter()
-            .map(|o| o.value)
-            .collect();
-        let mut edit = Some(edit);
-        for o in &mut objects {
-            if let Object::Cluster(c) = o {
-                c.spec.networking.pod_cidr = Some(lab.pod_cidr.to_string());
-                c.spec.networking.service_cidr = Some(lab.service_cidr.to_string());
-                c.spec.networking.cni = Some(kprov::spec::Cni::None);
-                c.spec.assets = Some(kprov::spec::Assets {
-                    bundle: None,
-                    mirror: None,
-                    files: assets.files.clone(),
-                    images: images
-                        .iter()
-                        .map(|i| kprov::spec::ImageArchive {
-                            url: format!("file://{}", i.path.display()),
-                            sha256: i.sha256.clone(),
-                        })
-                        .collect(),
-                    checksums: Vec::new(),
-                });
-                // What these hosts need (docs/testing.md: where a real host is not a machine).
-                c.spec.kube_proxy = Some(kprov::spec::KubeProxy {
-                    proxy_mode: None,
-                    conntrack_max_per_core: Some(0),
-                });
-                c.spec.kubelet = Some(kprov::spec::Kubelet {
-                    fail_cgroup_v1: Some(false),
-                    ..Default::default()
-                });
-                c.spec.containerd = Some(kprov::spec::Containerd {
-                    restrict_oom_score_adj: Some(true),
-                    ..Default::default()
-                });
-                c.spec.preflight = Some(kprov::spec::Preflight {
-                    require_clock_sync: Some(false),
-                });
-                // The hosts share this machine's disk: a percentage of it says nothing about
-                // a node, and a busy disk would taint every node with disk-pressure.
-                c.spec
-                    .kubelet
-                    .get_or_insert_with(Default::default)
-                    .eviction_hard = Some(
-                    "memory.available<100Mi,nodefs.available<2Gi,imagefs.available<2Gi".into(),
-                );
-                c.spec
-                    .api
-                    .get_or_insert_with(Default::default)
-                    .local_proxy_image = Some(proxy_reference.clone());
-                if let Some(edit) = edit.take() {
-                    edit(c);
-                }
-            }
-        }
-        let refs = objects.iter().map(|o| match o {
-            Object::Cluster(c) => ObjectRef::Cluster(c),
-            Object::InstanceGroup(g) => ObjectRef::InstanceGroup(g),
+        edit_stored_cluster(lab, name, &format!("{name}.spec.yaml"), |c| {
+            c.spec.networking.pod_cidr = Some(lab.pod_cidr.to_string());
+            c.spec.networking.service_cidr = Some(lab.service_cidr.to_string());
+            c.spec.networking.cni = Some(kprov::spec::Cni::None);
+            c.spec.assets = Some(kprov::spec::Assets {
+                bundle: None,
+                mirror: None,
+                files: assets.files.clone(),
+                images: images
+                    .iter()
+                    .map(|i| kprov::spec::ImageArchive {
+                        url: format!("file://{}", i.path.display()),
+                        sha256: i.sha256.clone(),
+                    })
+                    .collect(),
+                checksums: Vec::new(),
+            });
+            // What these hosts need (docs/testing.md: where a real host is not a machine).
+            c.spec.kube_proxy = Some(kprov::spec::KubeProxy {
+                proxy_mode: None,
+                conntrack_max_per_core: Some(0),
+            });
+            c.spec.kubelet = Some(kprov::spec::Kubelet {
+                fail_cgroup_v1: Some(false),
+                ..Default::default()
+            });
+            c.spec.containerd = Some(kprov::spec::Containerd {
+                restrict_oom_score_adj: Some(true),
+                ..Default::default()
+            });
+            c.spec.preflight = Some(kprov::spec::Preflight {
+                require_clock_sync: Some(false),
+            });
+            // The hosts share this machine's disk: a percentage of it says nothing about
+            // a node, and a busy disk would taint every node with disk-pressure.
+            c.spec
+                .kubelet
+                .get_or_insert_with(Default::default)
+                .eviction_hard =
+                Some("memory.available<100Mi,nodefs.available<2Gi,imagefs.available<2Gi".into());
+            c.spec
+                .api
+                .get_or_insert_with(Default::default)
+                .local_proxy_image = Some(proxy_reference.clone());
+            edit(c);
         });
-        let spec_path = lab.dir().join(format!("{name}.spec.yaml"));
-        std::fs::write(&spec_path, kprov::spec::to_yaml_stream(refs).expect("yaml")).expect("spec");
-        kprov_ok(lab, &["replace", "-f", spec_path.to_str().expect("utf-8")]);
         RealCluster {
             lab,
             name: name.to_string(),
             kubeconfig: lab.dir().join("kubeconfig"),
             bins,
         }
+    }
+
+    /// [`RealCluster::create`] with the API endpoint set to `endpoint` (`HOST:PORT`).
+    pub fn with_endpoint(
+        lab: &'a RealLab,
+        name: &str,
+        hosts: &[(&str, &[&str])],
+        endpoint: String,
+    ) -> RealCluster<'a> {
+        RealCluster::create(lab, name, hosts, |c| {
+            c.spec.api.get_or_insert_with(Default::default).endpoint = Some(endpoint);
+        })
+    }
+
+    /// `backup etcd NAME -o json` (timed): the record.
+    #[track_caller]
+    pub fn backup_etcd(&self) -> serde_json::Value {
+        let t = Instant::now();
+        let record = self.kprov_ok(&["backup", "etcd", &self.name, "-o", "json"]);
+        eprintln!("backup etcd: {:?}\n{record}", t.elapsed());
+        serde_json::from_str(&record).expect("backup -o json")
     }
 
     pub fn kprov(&self, args: &[&str]) -> Output {
@@ -289,24 +293,13 @@ impl<'a> RealCluster<'a> {
 
     /// Real kubectl from this machine with the exported admin kubeconfig.
     pub fn kubectl(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new(self.bins.path("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--request-timeout=20s")
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("kubectl: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "kubectl {}: {}\n{}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        super::testhosts::run(
+            Command::new(self.bins.path("kubectl"))
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .arg("--request-timeout=20s")
+                .args(args),
+        )
     }
 
     #[track_caller]
@@ -318,27 +311,7 @@ impl<'a> RealCluster<'a> {
     /// `replace -f` (the file kept in the lab's directory as `file`).
     #[track_caller]
     pub fn edit_spec(&self, file: &str, edit: impl FnOnce(&mut Cluster)) {
-        let yaml = self.kprov_ok(&["get", "cluster", &self.name, "-o", "yaml"]);
-        let mut objects: Vec<Object> = kprov::spec::load_objects("stored", &yaml)
-            .expect("stored objects parse")
-            .into_iter()
-            .map(|o| o.value)
-            .collect();
-        let mut edit = Some(edit);
-        for o in &mut objects {
-            if let Object::Cluster(cl) = o
-                && let Some(edit) = edit.take()
-            {
-                edit(cl);
-            }
-        }
-        let refs = objects.iter().map(|o| match o {
-            Object::Cluster(c) => ObjectRef::Cluster(c),
-            Object::InstanceGroup(g) => ObjectRef::InstanceGroup(g),
-        });
-        let path = self.lab.dir().join(file);
-        std::fs::write(&path, kprov::spec::to_yaml_stream(refs).expect("yaml")).expect("spec");
-        self.kprov_ok(&["replace", "-f", path.to_str().expect("utf-8")]);
+        edit_stored_cluster(self.lab, &self.name, file, edit);
     }
 
     /// Real kubectl as an owned closure, for a `Watch` thread: stdout on success.
@@ -357,6 +330,59 @@ impl<'a> RealCluster<'a> {
                 .success()
                 .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
         }
+    }
+
+    /// Whether the lab is to stay up (`--keep`): then prints the line scripts/test-real
+    /// shows (`KUBECONFIG=...`) and the test ends there (the lab's Drop keeps it).
+    pub fn kept(&self) -> bool {
+        let keep = realhosts::keep_requested();
+        if keep {
+            println!("KUBECONFIG={}", self.kubeconfig.display());
+        }
+        keep
+    }
+
+    /// `delete cluster --yes`, then `leftovers` (a shell script printing what is left) on
+    /// every host of the lab: each must print nothing.
+    #[track_caller]
+    pub fn delete_and_check(&self, leftovers: &str) {
+        let t = Instant::now();
+        self.kprov_ok(&["delete", "cluster", &self.name, "--yes"]);
+        eprintln!("delete cluster --yes: {:?}", t.elapsed());
+        for h in self.lab.hosts() {
+            let left = h.exec(leftovers).expect("exec");
+            assert_eq!(left.trim(), "", "{} after delete cluster", h.name);
+        }
+    }
+
+    /// Waits (up to `limit`) until every pod of `want` runs in kube-system, with
+    /// `kube_proxies` kube-proxy pods; fails naming what is missing and what runs.
+    #[track_caller]
+    pub fn wait_kube_system(
+        &self,
+        what: &str,
+        limit: Duration,
+        want: &[&str],
+        kube_proxies: usize,
+    ) {
+        self.wait_for(what, limit, || {
+            let running = self.running_kube_system_pods()?;
+            let proxies = running
+                .iter()
+                .filter(|p| p.starts_with("kube-proxy-"))
+                .count();
+            let missing: Vec<&&str> = want
+                .iter()
+                .filter(|w| !running.iter().any(|r| r == *w))
+                .collect();
+            if missing.is_empty() && proxies == kube_proxies {
+                Ok(())
+            } else {
+                Err(format!(
+                    "missing {missing:?}, {proxies} kube-proxy; running: {running:?}"
+                ))
+            }
+        })
     }
 
     /// Polls `probe` once a second until it returns `Some`, failing after `limit` with the
@@ -575,4 +601,31 @@ impl Watch {
         }
         seen
     }
+}
+
+/// Edits cluster `name`'s stored Cluster as an operator does: `get cluster -o yaml`, `edit`,
+/// `replace -f` (the file kept in the lab's directory as `file`).
+#[track_caller]
+fn edit_stored_cluster(lab: &RealLab, name: &str, file: &str, edit: impl FnOnce(&mut Cluster)) {
+    let yaml = kprov_ok(lab, &["get", "cluster", name, "-o", "yaml"]);
+    let mut objects: Vec<Object> = kprov::spec::load_objects("stored", &yaml)
+        .expect("stored objects parse")
+        .into_iter()
+        .map(|o| o.value)
+        .collect();
+    let mut edit = Some(edit);
+    for o in &mut objects {
+        if let Object::Cluster(c) = o
+            && let Some(edit) = edit.take()
+        {
+            edit(c);
+        }
+    }
+    let refs = objects.iter().map(|o| match o {
+        Object::Cluster(c) => ObjectRef::Cluster(c),
+        Object::InstanceGroup(g) => ObjectRef::InstanceGroup(g),
+    });
+    let path = lab.dir().join(file);
+    std::fs::write(&path, kprov::spec::to_yaml_stream(refs).expect("yaml")).expect("spec");
+    kprov_ok(lab, &["replace", "-f", path.to_str().expect("utf-8")]);
 }

@@ -538,6 +538,18 @@ pub fn down_kept() -> Vec<PathBuf> {
 }
 
 impl RealLab {
+    /// A lab for a cluster scenario: `None` where the real tier is skipped ([`skip`]), else
+    /// started with `names` booted and the pod routes between them.
+    pub fn for_cluster(names: &[&str]) -> Option<RealLab> {
+        if skip() {
+            return None;
+        }
+        let mut lab = RealLab::start();
+        lab.boot(names);
+        lab.route_pods();
+        Some(lab)
+    }
+
     /// Claims a block of 198.18.0.0/15, makes the lab's bridge, directory and client key.
     /// Waits for any other lab of this process to be dropped first.
     pub fn start() -> RealLab {
@@ -864,6 +876,13 @@ impl RealLab {
 
     /// Tears the lab down now and returns what is left of it, which must be nothing:
     /// (network namespaces, cgroup directories, live PIDs, the directory if it remains).
+    /// [`RealLab::teardown_and_check`], failing on anything left.
+    #[track_caller]
+    pub fn teardown_clean(self) {
+        let left = self.teardown_and_check();
+        assert!(left.is_empty(), "left after teardown: {left:#?}");
+    }
+
     pub fn teardown_and_check(mut self) -> Vec<String> {
         // `self` (and the one-lab lock it holds) is dropped at the end, after `done` is set.
         let state = self.state.clone();

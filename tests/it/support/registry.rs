@@ -20,16 +20,9 @@ pub struct Registry {
 /// (ca.pem, cert.pem, key.pem) in `dir`.
 pub fn make_tls(dir: &std::path::Path, ip: IpAddr) -> [std::path::PathBuf; 3] {
     let sh = |script: &str| {
-        let o = Command::new("sh")
-            .args(["-ec", script])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("openssl");
-        assert!(
-            o.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&o.stderr)
+        super::run_ok(
+            Command::new("sh").args(["-ec", script]).current_dir(dir),
+            script,
         );
     };
     sh(
@@ -129,16 +122,10 @@ impl Registry {
         if let Some((_, user, password)) = &self.secure {
             c.arg(format!("--dest-creds={user}:{password}"));
         }
-        let o = c
-            .arg(format!("docker-archive:{archive}"))
-            .arg(format!("docker://{}/{repo_tag}", self.addr))
-            .stdin(Stdio::null())
-            .output()
-            .expect("skopeo");
-        assert!(
-            o.status.success(),
-            "skopeo copy {archive} to {repo_tag}: {}",
-            String::from_utf8_lossy(&o.stderr)
+        super::run_ok(
+            c.arg(format!("docker-archive:{archive}"))
+                .arg(format!("docker://{}/{repo_tag}", self.addr)),
+            &format!("skopeo copy {archive} to {repo_tag}"),
         );
     }
 

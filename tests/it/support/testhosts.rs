@@ -440,17 +440,12 @@ impl TestHosts {
             dir,
             sshd: Mutex::new(None),
         };
-        fs::write(host.dir.join("sshd_config"), host.sshd_config()).expect("config");
-        fs::write(host.dir.join("init.sh"), host.init_script()).expect("init.sh");
-        plug(
+        host.boot(
             &self.bridge,
-            &host.netns,
-            &host.veth,
             &format!("kp{idx}n{i}"),
             &format!("{address}/24"),
             None,
         );
-        host.spawn_sshd();
         host
     }
 
@@ -559,6 +554,15 @@ impl TestHost {
             dir = self.dir.display()
         ));
         s
+    }
+
+    /// Writes the host's sshd config and init script, plugs its namespace into `bridge`
+    /// (`peer`: the bridge side's veth, `cidr`: its address) and starts its sshd.
+    fn boot(&self, bridge: &str, peer: &str, cidr: &str, gateway: Option<Ipv4Addr>) {
+        fs::write(self.dir.join("sshd_config"), self.sshd_config()).expect("config");
+        fs::write(self.dir.join("init.sh"), self.init_script()).expect("init.sh");
+        plug(bridge, &self.netns, &self.veth, peer, cidr, gateway);
+        self.spawn_sshd();
     }
 
     fn spawn_sshd(&self) {
@@ -868,14 +872,9 @@ impl TestHost {
 
     /// The stand-ins' calls on this host (after `prepare_node`): (ns timestamp, "tool args").
     pub fn standin_calls(&self) -> Vec<(u128, String)> {
-        fs::read_to_string(self.dir.join("log/kprov-standins.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let (t, rest) = l.split_once(' ')?;
-                Some((t.parse().ok()?, rest.to_string()))
-            })
-            .collect()
+        standin_calls(
+            &fs::read_to_string(self.dir.join("log/kprov-standins.log")).unwrap_or_default(),
+        )
     }
 
     /// The host's directory on this machine (overlay upper dirs, logs, sshd files).
@@ -1119,17 +1118,12 @@ impl Network {
             root_login: spec.login_user.is_none(),
             sshd: Mutex::new(None),
         };
-        fs::write(host.dir.join("sshd_config"), host.sshd_config()).expect("config");
-        fs::write(host.dir.join("init.sh"), host.init_script()).expect("init.sh");
-        plug(
+        host.boot(
             &self.bridge,
-            &host.netns,
-            &host.veth,
             &format!("kp{}n{n}", self.idx),
             &format!("{}/{}", spec.address, spec.subnet.prefix_len()),
             spec.subnet.hosts().next(),
         );
-        host.spawn_sshd();
         host.wait_ready();
         if let Some(user) = &spec.login_user {
             host.add_user(user, true);
@@ -1225,4 +1219,14 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
         .join()
         .expect("thread in netns")
     })
+}
+
+/// The stand-ins' call log (`kprov-standins.log`, a line per call): (ns timestamp, "tool args").
+pub fn standin_calls(log: &str) -> Vec<(u128, String)> {
+    log.lines()
+        .filter_map(|l| {
+            let (t, rest) = l.split_once(' ')?;
+            Some((t.parse().ok()?, rest.to_string()))
+        })
+        .collect()
 }
