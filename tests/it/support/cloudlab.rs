@@ -517,8 +517,16 @@ impl CloudLab {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("ssh-agent");
-            let until = Instant::now() + Duration::from_secs(10);
-            while !sock.exists() && Instant::now() < until {
+            // The socket file appears at bind(), before the agent listens: wait for a
+            // connection to be accepted, not for the file (ssh-add failed in that window
+            // under load). A slow agent is a failure naming it, not a later ssh-add error.
+            let until = Instant::now() + Duration::from_secs(60);
+            while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+                assert!(
+                    Instant::now() < until,
+                    "ssh-agent did not listen on {} within 60 s",
+                    sock.display()
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
             *agent = Some((child, sock));
