@@ -88,14 +88,14 @@ impl StoredCluster {
         self.groups.iter().map(|g| g.group.value.clone()).collect()
     }
 
-    /// Completes and validates; errors point into the stored documents.
-    pub fn resolve(&self, store: &str) -> Result<(Cluster, Vec<InstanceGroup>), SpecErrors> {
+    /// Resolves once (completed, validated, typed); errors point into the stored documents.
+    pub fn resolve(&self, store: &str) -> Result<spec::ResolvedCluster, SpecErrors> {
         let docs: HashMap<String, Arc<spec::SourceDoc>> = self
             .groups
             .iter()
             .map(|g| (g.group.value.metadata.name.clone(), g.group.doc.clone()))
             .collect();
-        resolve_with_docs(
+        spec::resolve_located(
             &self.cluster.value,
             &self.group_values(),
             Some(&self.cluster.doc),

@@ -27,7 +27,7 @@ use crate::cloud::aws::{AwsCloud, hostkeys, images, launch, wait};
 use crate::cloud::engine::{self, ApplyOptions, Plan};
 use crate::nodes::Target;
 use crate::provision::plan::NodePlan;
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::{Cluster, ResolvedCluster};
 use crate::ssh::KeyConflict;
 use crate::ssh::task::{ExecError, HostExecutor};
 use crate::state::{StateStore, lock};
@@ -139,34 +139,37 @@ pub async fn cloud(cluster: &Cluster) -> anyhow::Result<AwsCloud> {
 /// generated.
 pub async fn plan(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
 ) -> anyhow::Result<(AwsCloud, Plan)> {
-    plan_refreshing(store, cluster, groups, false).await
+    plan_refreshing(store, cluster, false).await
 }
 
 /// [`plan`]; with `refresh_images` the image name patterns are resolved again instead of
 /// read from their pins (`update cluster --refresh-image`).
 pub async fn plan_refreshing(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
     refresh_images: bool,
 ) -> anyhow::Result<(AwsCloud, Plan)> {
-    let names: Vec<&str> = groups.iter().map(|g| g.metadata.name.as_str()).collect();
-    let keys = hostkeys::load(store.as_ref(), cluster.name(), &names)
+    let names = group_names(cluster);
+    let keys = hostkeys::load(store.as_ref(), &cluster.name, &names)
         .await
         .context("reading the instance groups' host keys")?;
-    let pins = images::load(store.as_ref(), cluster.name()).await?;
-    let cloud = cloud(cluster)
+    let pins = images::load(store.as_ref(), &cluster.name).await?;
+    let cloud = cloud(&cluster.completed)
         .await?
         .with_host_keys(keys)
         .with_pinned_images(pins, refresh_images);
     let plan = cloud
-        .plan(cluster, groups)
+        .plan(cluster)
         .await
         .context("planning cloud resources")?;
     Ok((cloud, plan))
+}
+
+/// The instance groups' names, as their host keys are stored.
+fn group_names(cluster: &ResolvedCluster) -> Vec<&str> {
+    cluster.groups.iter().map(|g| g.name.as_str()).collect()
 }
 
 /// The node plan of the running instances, read-only: only instances whose host key the
@@ -175,11 +178,11 @@ pub async fn plan_refreshing(
 pub async fn node_plan(
     store: &Arc<dyn StateStore>,
     cloud: &AwsCloud,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    resolved: &ResolvedCluster,
     cloud_plan: &Plan,
     o: &AwsUpdateOptions,
 ) -> anyhow::Result<Option<NodePlan>> {
+    let (cluster, groups) = (&resolved.completed, &resolved.completed_groups);
     let Some(lb) = instances::load_balancer_dns(cloud_plan) else {
         return Ok(None);
     };
@@ -221,17 +224,16 @@ fn with_group_versions(mut targets: Vec<Target>, plan: &Plan) -> Vec<Target> {
 /// metal uses. `node_events` makes the node progress sink once the targets are known.
 pub async fn apply(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    resolved: &ResolvedCluster,
     guard: &lock::LockGuard,
     o: &AwsUpdateOptions,
     events: AwsEvents<'_>,
     node_events: impl FnOnce(&[Target]) -> Events,
 ) -> anyhow::Result<AwsApplied> {
-    let name = cluster.name();
-    let group_names: Vec<&str> = groups.iter().map(|g| g.metadata.name.as_str()).collect();
+    let (cluster, groups) = (&resolved.completed, resolved.completed_groups.as_slice());
+    let name = resolved.name.as_str();
     // Generated (once, compare-and-swap) before any launch template is written.
-    let keys = hostkeys::ensure(store.as_ref(), name, &group_names)
+    let keys = hostkeys::ensure(store.as_ref(), name, &group_names(resolved))
         .await
         .context("generating the instance groups' host keys")?;
     let pins = images::load(store.as_ref(), name).await?;
@@ -242,7 +244,7 @@ pub async fn apply(
     if o.phase == Some(Phase::Nodes) {
         // The nodes phase changes no cloud resource: a pending change is the cloud phase's.
         let plan = cloud
-            .plan(cluster, groups)
+            .plan(resolved)
             .await
             .context("planning cloud resources")?;
         plan.check().context("planning cloud resources")?;
@@ -263,7 +265,7 @@ pub async fn apply(
         }
         events(&AwsEvent::CloudUnchanged);
     } else {
-        apply_cloud(&cloud, store, cluster, groups, o.prune, events).await?;
+        apply_cloud(&cloud, store, resolved, o.prune, events).await?;
     }
     guard.check()?;
     if o.phase == Some(Phase::Cloud) {
@@ -271,7 +273,7 @@ pub async fn apply(
     }
     // Read again after the apply: the load balancers' DNS names exist only now.
     let after = cloud
-        .plan(cluster, groups)
+        .plan(resolved)
         .await
         .context("reading cloud resources after the apply")?;
     let Some(lb) = instances::load_balancer_dns(&after) else {
@@ -526,19 +528,18 @@ pub async fn wait_for_login(
 async fn apply_cloud(
     cloud: &AwsCloud,
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
     prune: bool,
     events: AwsEvents<'_>,
 ) -> anyhow::Result<()> {
     let (plan, images) = cloud
-        .plan_and_images(cluster, groups)
+        .plan_and_images(cluster)
         .await
         .context("planning cloud resources")?;
     plan.check().context("planning cloud resources")?;
     // The images this apply writes into the launch templates are pinned before it starts, so
     // a re-run after a failed apply continues with them (cloud::aws::images).
-    images::save(store.as_ref(), cluster.name(), &images).await?;
+    images::save(store.as_ref(), &cluster.name, &images).await?;
     // 0: nothing to apply (deletions wait for --prune).
     if plan.is_empty() || plan.exit_code(prune) == 0 {
         events(&AwsEvent::CloudUnchanged);
@@ -592,20 +593,20 @@ async fn apply_cloud(
 }
 
 /// `delete cluster` on AWS: every owned resource, in reverse dependency order. Read-only.
-pub async fn delete_plan(cluster: &Cluster, groups: &[InstanceGroup]) -> anyhow::Result<Plan> {
-    let cloud = cloud(cluster).await?;
+pub async fn delete_plan(cluster: &ResolvedCluster) -> anyhow::Result<Plan> {
+    let cloud = cloud(&cluster.completed).await?;
     cloud
-        .plan_delete(cluster, groups)
+        .plan_delete(cluster)
         .await
         .context("finding the cluster's cloud resources")
 }
 
 /// Deletes every owned resource (planned again), under the caller's lock; returns how many
 /// were deleted.
-pub async fn delete_apply(cluster: &Cluster, groups: &[InstanceGroup]) -> anyhow::Result<usize> {
-    let cloud = cloud(cluster).await?;
+pub async fn delete_apply(cluster: &ResolvedCluster) -> anyhow::Result<usize> {
+    let cloud = cloud(&cluster.completed).await?;
     let plan = cloud
-        .plan_delete(cluster, groups)
+        .plan_delete(cluster)
         .await
         .context("finding the cluster's cloud resources")?;
     let report = engine::apply(

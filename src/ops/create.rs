@@ -386,13 +386,11 @@ pub fn build_cluster_objects(
         }
         let cps = hosts
             .iter()
-            .filter(|h| h.roles.contains(&HostRole::ControlPlane))
+            .filter(|h| h.in_group_of(InstanceGroupRole::ControlPlane))
             .count() as u32;
         let nodes = hosts
             .iter()
-            .filter(|h| {
-                h.roles.contains(&HostRole::Node) && !h.roles.contains(&HostRole::ControlPlane)
-            })
+            .filter(|h| h.in_group_of(InstanceGroupRole::Node))
             .count() as u32;
         groups.push(new_instance_group(
             &name,

@@ -25,13 +25,15 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Context;
+
 use super::nodes::{self as ops_nodes, Events, NodeOptions, ResetOutcome};
 use crate::cloud::engine::Plan;
 use crate::nodes::{self, Target, TargetSource};
 use crate::output::plural;
 use crate::provision::orchestrate::HostResult;
 use crate::repo::{Repo, RepoError};
-use crate::spec::{self, CloudProvider, Cluster, Host, InstanceGroup};
+use crate::spec::{self, CloudProvider, Cluster, Host, ResolvedCluster};
 use crate::state::layout::ClusterKeys;
 use crate::state::lock::{LockError, LockGuard};
 
@@ -62,7 +64,9 @@ pub enum DeletePlan {
 /// A readable cluster's teardown.
 pub struct Teardown {
     pub cluster: Cluster,
-    pub groups: Vec<InstanceGroup>,
+    /// AWS: the typed model the cloud's deletion is planned from, made once here (the preview
+    /// and the apply under the lock both use it); `None` on metal.
+    pub model: Option<ResolvedCluster>,
     /// What the preview shows of the machines; `None` in a plan for `--yes` ([`scope`]): the
     /// machines are planned under the lock, after a held lock has been reported.
     pub machines: Option<Machines>,
@@ -285,13 +289,20 @@ async fn plan_with(
         .await
         .map_err(anyhow::Error::from)?;
     let backup_keys = repo.backup_keys(name).await?;
-    let (cluster, groups) = spec::defaults::complete(&stored.cluster.value, &stored.group_values());
-    let machines = match (machines, cluster.spec.cloud_provider) {
+    let cluster = spec::defaults::complete_cluster(&stored.cluster.value);
+    // Not validated: a cluster whose spec no longer passes validation can still be deleted;
+    // only what the cloud model's types need is checked.
+    let model = match cluster.spec.cloud_provider {
+        CloudProvider::Aws => Some(
+            spec::resolve::model(&stored.cluster.value, &stored.group_values())
+                .context("reading the cluster's spec for its cloud resources")?,
+        ),
+        CloudProvider::Metal => None,
+    };
+    let machines = match (machines, &model) {
         (false, _) => None,
-        (true, CloudProvider::Aws) => Some(Machines::Aws(
-            super::aws::delete_plan(&cluster, &groups).await?,
-        )),
-        (true, CloudProvider::Metal) => {
+        (true, Some(model)) => Some(Machines::Aws(super::aws::delete_plan(model).await?)),
+        (true, None) => {
             let (_, with_dropped, dropped) = metal_hosts(repo, &cluster).await?;
             Some(Machines::Metal {
                 hosts: with_dropped.spec.hosts,
@@ -311,7 +322,7 @@ async fn plan_with(
             .filter(|k| delete_backups || !backup_keys.contains(k))
             .collect(),
         cluster,
-        groups,
+        model,
         machines,
         backups,
         delete_backups,
@@ -378,13 +389,11 @@ pub async fn apply(
             deleted: repo.delete_unreadable(name).await?.len(),
         }),
         DeletePlan::Cluster(t) => {
-            let machines = match t.cluster.spec.cloud_provider {
-                CloudProvider::Aws => MachinesGone::Aws {
-                    deleted: super::aws::delete_apply(&t.cluster, &t.groups).await?,
+            let machines = match &t.model {
+                Some(model) => MachinesGone::Aws {
+                    deleted: super::aws::delete_apply(model).await?,
                 },
-                CloudProvider::Metal => {
-                    reset_hosts(repo, &t.cluster, concurrency, events_for).await?
-                }
+                None => reset_hosts(repo, &t.cluster, concurrency, events_for).await?,
             };
             guard.check()?;
             let objects = repo.delete_cluster(name, t.delete_backups).await?;

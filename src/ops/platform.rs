@@ -34,7 +34,7 @@ use crate::cloud::engine::Plan;
 use crate::nodes::{self, Target, TargetSource};
 use crate::provision::plan::NodePlan;
 use crate::provision::render::CloudApi;
-use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::spec::{CloudProvider, Cluster, InstanceGroup, ResolvedCluster};
 use crate::ssh::SshFleet;
 use crate::state::StateStore;
 
@@ -86,6 +86,13 @@ pub struct Aws {
     pub(super) api: Option<CloudApi>,
 }
 
+/// The typed model the cloud is planned from, for the commands that hand the platform the
+/// completed spec (their `cli` reads it through `Session::resolved`): made once per opening.
+fn cloud_model(cluster: &Cluster, groups: &[InstanceGroup]) -> anyhow::Result<ResolvedCluster> {
+    crate::spec::resolve::model(cluster, groups)
+        .with_context(|| format!("reading the spec of {}", cluster.name()))
+}
+
 /// How a command reaches the machines.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Reach {
@@ -107,7 +114,7 @@ impl Platform {
                 cluster: cluster.clone(),
             })),
             CloudProvider::Aws => {
-                let (cloud, plan) = super::aws::plan(store, cluster, groups)
+                let (cloud, plan) = super::aws::plan(store, &cloud_model(cluster, groups)?)
                     .await
                     .with_context(|| {
                         format!("reading the cloud resources of {}", cluster.name())

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::repo::Repo;
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::{Cluster, InstanceGroup, ResolvedCluster};
 use crate::state::lock::{self, LockError, LockGuard};
 use crate::state::{StateError, StateStore, Versioning};
 
@@ -62,6 +62,12 @@ impl Session {
 
     /// `name`'s objects from the store, completed and validated.
     pub async fn resolved(&self, name: &str) -> anyhow::Result<(Cluster, Vec<InstanceGroup>)> {
+        let r = self.resolve(name).await?;
+        Ok((r.completed, r.completed_groups))
+    }
+
+    /// `name` from the store, resolved once ([`crate::spec::resolve`]).
+    pub async fn resolve(&self, name: &str) -> anyhow::Result<ResolvedCluster> {
         let repo = self.repo();
         let stored = repo.get(name).await?;
         Ok(stored.resolve(&repo.location())?)

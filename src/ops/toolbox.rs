@@ -136,7 +136,9 @@ async fn owned_resources(
 ) -> anyhow::Result<Vec<Resource>> {
     let cloud = super::aws::cloud(cluster).await?;
     // The deletion plan is exactly "what this cluster owns", found as `delete cluster` finds it.
-    let plan = cloud.plan_delete(cluster, groups).await?;
+    let plan = cloud
+        .plan_delete(&crate::spec::resolve::model(cluster, groups)?)
+        .await?;
     let mut out: Vec<Resource> = plan
         .changes
         .iter()

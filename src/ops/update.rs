@@ -32,7 +32,7 @@ use crate::cloud::engine::{Plan, Summary};
 use crate::nodes::{self, Target, TargetSource};
 use crate::provision::plan::NodePlan;
 use crate::repo::Repo;
-use crate::spec::{Cluster, Host, InstanceGroup};
+use crate::spec::{Cluster, Host, ResolvedCluster};
 use crate::ssh::KeyConflict;
 use crate::state::lock::{self, LockError};
 use crate::state::{StateStore, Version};
@@ -218,8 +218,9 @@ enum Side {
 pub struct Update {
     session: Session,
     store: Arc<dyn StateStore>,
-    cluster: Cluster,
-    groups: Vec<InstanceGroup>,
+    /// Resolved once when the update was opened (with `--bundle` in its completed spec): the
+    /// cloud plan, the apply and the nodes take it.
+    resolved: ResolvedCluster,
     options: UpdateOptions,
     kind: Kind,
     side: Side,
@@ -233,27 +234,26 @@ pub async fn load(
     options: UpdateOptions,
 ) -> Result<Update, UpdateError> {
     let repo = Repo::new(session.store().clone());
-    let (cluster, groups) = repo
+    let resolved = repo
         .get(name)
         .await
         .map_err(anyhow::Error::from)?
         .resolve(&repo.location())
         .map_err(anyhow::Error::from)?;
-    open(session, cluster, groups, options).await
+    open(session, resolved, options).await
 }
 
-/// Opens `update cluster` on `cluster` (completed and valid, as the store resolves it):
-/// refuses the flags its platform has no use for, and on metal reads the inventory given
-/// again, the targets and the hosts to remove.
+/// Opens `update cluster` on `resolved` (as the store resolves it): refuses the flags its
+/// platform has no use for, and on metal reads the inventory given again, the targets and the
+/// hosts to remove.
 pub async fn open(
     session: Session,
-    cluster: Cluster,
-    groups: Vec<InstanceGroup>,
+    mut resolved: ResolvedCluster,
     options: UpdateOptions,
 ) -> Result<Update, UpdateError> {
     let store = session.store().clone();
-    let cluster = bundle_for_run(cluster, options.bundle.as_deref());
-    let kind = Kind::of(&cluster);
+    resolved.completed = bundle_for_run(resolved.completed, options.bundle.as_deref());
+    let kind = Kind::of(&resolved.completed);
     if options.inventory.is_some() && kind != Kind::Metal {
         return Err(UpdateError::Flag {
             flag: "inventory",
@@ -285,8 +285,7 @@ pub async fn open(
     let mut update = Update {
         session,
         store,
-        cluster,
-        groups,
+        resolved,
         options,
         kind,
         side,
@@ -297,7 +296,9 @@ pub async fn open(
             None => None,
         };
         // The hosts of the inventory read again when one was given.
-        let cluster = reread.as_ref().map_or(&update.cluster, |r| &r.resolved);
+        let cluster = reread
+            .as_ref()
+            .map_or(&update.resolved.completed, |r| &r.resolved);
         let targets = nodes::Inventory {
             hosts: cluster.spec.hosts.clone(),
         }
@@ -440,7 +441,7 @@ impl Update {
             Side::Metal {
                 reread: Some(r), ..
             } => &r.resolved,
-            _ => &self.cluster,
+            _ => &self.resolved.completed,
         }
     }
 
@@ -478,7 +479,7 @@ impl Update {
         // Refused with every problem at once, like `create cluster --inventory`.
         let inv = crate::inventory::import(path)?;
         let repo = Repo::new(self.store.clone());
-        let name = self.cluster.name();
+        let name = self.resolved.name.as_str();
         let stored = repo.get(name).await?;
         let mut user = stored.cluster.value.clone();
         let hosts = inv.plain_hosts();
@@ -553,8 +554,7 @@ impl Update {
             Side::Aws => {
                 let (cloud, cloud_plan) = ops_aws::plan_refreshing(
                     &self.store,
-                    &self.cluster,
-                    &self.groups,
+                    &self.resolved,
                     self.options.common.refresh_images,
                 )
                 .await?;
@@ -569,8 +569,7 @@ impl Update {
                     plan.nodes = match ops_aws::node_plan(
                         &self.store,
                         &cloud,
-                        &self.cluster,
-                        &self.groups,
+                        &self.resolved,
                         &cloud_plan,
                         &self.options.common,
                     )
@@ -647,7 +646,7 @@ impl Update {
         repo.put_cluster(&r.user, &r.version)
             .await
             .map_err(anyhow::Error::from)?;
-        repo.write_completed(&r.user, &self.groups)
+        repo.write_completed(&r.user, &self.resolved.completed_groups)
             .await
             .map_err(anyhow::Error::from)?;
         events(&UpdateEvent::HostsStored(&r.change));
@@ -670,8 +669,7 @@ impl Update {
                 let cloud_events = |e: &AwsEvent<'_>| events(&UpdateEvent::Cloud(e));
                 let applied = ops_aws::apply(
                     &self.store,
-                    &self.cluster,
-                    &self.groups,
+                    &self.resolved,
                     guard,
                     &self.options.common,
                     &cloud_events,
@@ -822,7 +820,7 @@ mod tests {
         // The creation's write left a permit: taken here, so the signal below comes during
         // the update's write and not before it.
         let _ = tokio::time::timeout(Duration::from_millis(50), store.started().notified()).await;
-        let (cluster, groups) = repo
+        let resolved = repo
             .get(name)
             .await
             .expect("get")
@@ -840,7 +838,7 @@ mod tests {
             inventory: Some(second),
             ..Default::default()
         };
-        let update = open(Session::new(store.clone()), cluster, groups, options)
+        let update = open(Session::new(store.clone()), resolved, options)
             .await
             .expect("open");
         assert_eq!(update.reread().expect("reread").change.added.len(), 1);
@@ -879,8 +877,8 @@ mod tests {
         };
         let stored = repo.get(name).await.expect("get");
         assert_eq!(hosts(&stored.cluster.value), ["cp1", "w1"]);
-        let (resolved, _) = stored.resolve(&repo.location()).expect("resolve");
-        assert_eq!(hosts(&resolved), ["cp1", "w1"]);
+        let resolved = stored.resolve(&repo.location()).expect("resolve");
+        assert_eq!(hosts(&resolved.completed), ["cp1", "w1"]);
         let completed = store
             .get(&keys.completed_spec())
             .await

@@ -261,13 +261,7 @@ fn metal_sizes_from_hosts(cluster: &Cluster, groups: &mut [InstanceGroup]) {
             .spec
             .hosts
             .iter()
-            .filter(|h| match role {
-                InstanceGroupRole::ControlPlane => h.roles.contains(&HostRole::ControlPlane),
-                InstanceGroupRole::Node => {
-                    h.roles.contains(&HostRole::Node) && !h.roles.contains(&HostRole::ControlPlane)
-                }
-                InstanceGroupRole::Bastion => false,
-            })
+            .filter(|h| h.in_group_of(role))
             .count();
         u32::try_from(n).unwrap_or(u32::MAX)
     };

@@ -674,13 +674,7 @@ fn metal_hosts(c: &Cluster, all: &[InstanceGroup], ig: &InstanceGroup) -> Vec<St
     c.spec
         .hosts
         .iter()
-        .filter(|h| match role {
-            InstanceGroupRole::ControlPlane => h.roles.contains(&HostRole::ControlPlane),
-            InstanceGroupRole::Node => {
-                h.roles.contains(&HostRole::Node) && !h.roles.contains(&HostRole::ControlPlane)
-            }
-            InstanceGroupRole::Bastion => false,
-        })
+        .filter(|h| h.in_group_of(role))
         .map(|h| h.name.clone())
         .collect()
 }

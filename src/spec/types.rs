@@ -719,6 +719,22 @@ pub struct Host {
     pub taints: Vec<String>,
 }
 
+impl Host {
+    /// Whether this host is one of the machines of an instance group of `role`: control planes
+    /// by their role; nodes are the hosts with the node role that are not control planes
+    /// (a control plane that also runs workloads is counted once, as a control plane); etcd-only
+    /// hosts and bastions are in no group. How `defaults` sizes metal groups, how `resolve`
+    /// places hosts and how `create` counts them.
+    pub fn in_group_of(&self, role: InstanceGroupRole) -> bool {
+        let has = |r| self.roles.contains(&r);
+        match role {
+            InstanceGroupRole::ControlPlane => has(HostRole::ControlPlane),
+            InstanceGroupRole::Node => has(HostRole::Node) && !has(HostRole::ControlPlane),
+            InstanceGroupRole::Bastion => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum InstanceGroupRole {
     ControlPlane,
@@ -828,4 +844,45 @@ pub fn total_min_size(groups: &[InstanceGroup], role: InstanceGroupRole) -> u64 
         .filter(|g| g.spec.role == role)
         .map(|g| u64::from(g.spec.min_size.unwrap_or(1)))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(roles: &[HostRole]) -> Host {
+        Host {
+            name: "h".into(),
+            address: "198.18.0.1".into(),
+            ip: None,
+            access_ip: None,
+            user: None,
+            port: None,
+            key_path: None,
+            bastion: None,
+            roles: roles.to_vec(),
+            labels: BTreeMap::new(),
+            taints: vec![],
+        }
+    }
+
+    /// The one rule sizing metal groups and placing hosts in them: a control plane that is
+    /// also a node is in the control-plane group only; etcd-only hosts are in no group.
+    #[test]
+    fn a_host_is_in_the_group_of_one_role_at_most() {
+        use HostRole::*;
+        use InstanceGroupRole as G;
+        let cases: [(&[HostRole], [bool; 3]); 5] = [
+            (&[ControlPlane], [true, false, false]),
+            (&[ControlPlane, Node, Etcd], [true, false, false]),
+            (&[Node], [false, true, false]),
+            (&[Node, Etcd], [false, true, false]),
+            (&[Etcd], [false, false, false]),
+        ];
+        for (roles, want) in cases {
+            let h = host(roles);
+            let got = [G::ControlPlane, G::Node, G::Bastion].map(|g| h.in_group_of(g));
+            assert_eq!(got, want, "{roles:?}");
+        }
+    }
 }

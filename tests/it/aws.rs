@@ -249,7 +249,7 @@ fn fast() -> ApplyOptions {
 
 pub(crate) async fn plan(e: &Env, c: &Cluster, igs: &[InstanceGroup]) -> Plan {
     e.cloud
-        .plan(c, igs)
+        .plan(&kprov::spec::resolve::model(c, igs).expect("model"))
         .await
         .unwrap_or_else(|err| panic!("plan: {err}\n{}", moto().log_tail()))
 }
@@ -262,7 +262,11 @@ pub(crate) async fn apply(e: &Env, p: &Plan, prune: bool) {
 }
 
 pub(crate) async fn delete_all(e: &Env, c: &Cluster, igs: &[InstanceGroup]) {
-    let p = e.cloud.plan_delete(c, igs).await.expect("delete plan");
+    let p = e
+        .cloud
+        .plan_delete(&kprov::spec::resolve::model(c, igs).expect("model"))
+        .await
+        .expect("delete plan");
     assert!(p.changes.iter().all(|ch| ch.action == Action::Delete));
     apply(e, &p, true).await;
 }
@@ -861,7 +865,10 @@ async fn minimal_public_cluster_lifecycle() {
         .collect();
     keys.insert("nodes".into(), rotated.clone());
     let rotating = AwsCloud::new(&e.kprov_sdk, name, &[]).with_host_keys(keys);
-    let changed = rotating.plan(&c, &igs).await.expect("plan");
+    let changed = rotating
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan");
     assert_eq!(changed.summary.update, 1);
     let text = engine::render_text(&changed, RenderOptions::default());
     let digest = kprov::cloud::aws::hostkeys::digest(&rotated.private);
@@ -879,7 +886,13 @@ async fn minimal_public_cluster_lifecycle() {
     engine::apply(&rotating, &changed, &fast())
         .await
         .expect("apply");
-    assert!(rotating.plan(&c, &igs).await.expect("plan").is_empty());
+    assert!(
+        rotating
+            .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+            .await
+            .expect("plan")
+            .is_empty()
+    );
     let igs2 = igs.clone();
     let e = Env {
         sdk: e.sdk.clone(),
@@ -1038,7 +1051,11 @@ async fn ha_private_cluster_lifecycle() {
     e.rec.take();
     let again = plan(&e, &c, &igs).await;
     // Previews of an existing cluster, for update and for delete, are read-only too.
-    let doomed = e.cloud.plan_delete(&c, &igs).await.expect("delete plan");
+    let doomed = e
+        .cloud
+        .plan_delete(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("delete plan");
     assert_eq!(doomed.summary.delete, first.summary.create);
     let sent = e.rec.take();
     assert!(sent.iter().all(|o| !is_write(o)), "{sent:?}");
@@ -1169,7 +1186,11 @@ async fn interrupt_at(
     );
     assert_eq!(&count_owned(sdk, &name, zone_id).await, expected, "k={k}");
     // Delete, interrupted the same way, then run again.
-    let doomed = e.cloud.plan_delete(&c, &igs).await.expect("delete plan");
+    let doomed = e
+        .cloud
+        .plan_delete(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("delete plan");
     e.rec.limit_writes(Some(k));
     let prune = ApplyOptions {
         prune: true,
@@ -1608,7 +1629,12 @@ async fn instance_type_of_another_architecture_is_refused_at_plan() {
         .find(|ig| ig.metadata.name == "nodes")
         .unwrap();
     nodes.spec.machine_type = Some("m6g.large".into());
-    let err = e.cloud.plan(&c, &igs).await.unwrap_err().to_string();
+    let err = e
+        .cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("instance group nodes: spec.machineType: instance type m6g.large runs arm64 images, but image ami-1e749f67 is x86_64"),
         "{err}"
@@ -1634,7 +1660,12 @@ async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
     for ig in &mut igs {
         ig.spec.machine_type = Some("c5.large".into());
     }
-    let err = e.cloud.plan(&c, &igs).await.unwrap_err().to_string();
+    let err = e
+        .cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains(": spec.machineType: instance type c5.large is not offered in availability zone us-east-1e"),
         "{err}"

@@ -25,11 +25,17 @@ async fn cloud(proxy: &FaultProxy, cluster: &str, igs: &[InstanceGroup]) -> AwsC
 
 /// Applies, then checks that a second plan finds nothing to do.
 async fn apply_converged(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) {
-    let plan = cloud.plan(c, igs).await.expect("plan");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(c, igs).expect("model"))
+        .await
+        .expect("plan");
     engine::apply(cloud, &plan, &ApplyOptions::default())
         .await
         .unwrap_or_else(|e| panic!("apply: {e}\nmoto:\n{}", moto().log_tail()));
-    let again = cloud.plan(c, igs).await.expect("plan again");
+    let again = cloud
+        .plan(&kprov::spec::resolve::model(c, igs).expect("model"))
+        .await
+        .expect("plan again");
     assert!(again.is_empty(), "{:?}", again.changes);
 }
 
@@ -211,7 +217,10 @@ async fn vpc_dns_and_target_group_attributes_as_aws_needs_them() {
         .send()
         .await
         .expect("hostnames off");
-    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan");
     let fields: Vec<String> = plan
         .changes
         .iter()
@@ -319,7 +328,10 @@ async fn auto_scaling_launches_later_and_the_launch_wait_says_so() {
             _ => None,
         }
     }));
-    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan");
     engine::apply(&cloud, &plan, &ApplyOptions::default())
         .await
         .unwrap_or_else(|e| panic!("apply: {e}\nmoto:\n{}", moto().log_tail()));
@@ -766,7 +778,10 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
     };
 
     // The next update, even with --prune, has nothing to do.
-    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan");
     assert!(plan.is_empty(), "{:?}", plan.changes);
     let report = apply_pruning(&cloud, &plan, "apply --prune").await;
     assert!(report.done.is_empty(), "{:?}", report.done);
@@ -791,7 +806,10 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
     );
 
     // delete cluster removes them, and says so.
-    let doomed = cloud.plan_delete(&c, &igs).await.expect("delete plan");
+    let doomed = cloud
+        .plan_delete(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("delete plan");
     let line = doomed
         .warnings
         .iter()
@@ -899,7 +917,10 @@ async fn elastic_ip_quota_is_checked_at_plan_time() {
     )
     .with_host_keys(keys);
 
-    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan");
     let said = plan.errors.join("\n");
     assert!(
         said.contains("allocates 3 Elastic IP")
@@ -936,7 +957,10 @@ async fn elastic_ip_quota_is_checked_at_plan_time() {
             .await
             .expect("release");
     }
-    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan");
     assert!(
         plan.errors.is_empty() && plan.summary.create > 20,
         "{:?}",

@@ -934,7 +934,10 @@ async fn aws_update_converges_while_the_api_throttles() {
     let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
     proxy.set_policy(throttling(11));
     let started = Instant::now();
-    let plan = cloud.plan(&c, &igs).await.expect("plan under faults");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan under faults");
     engine::apply(&cloud, &plan, &ApplyOptions::default())
         .await
         .unwrap_or_else(|e| panic!("{e}\nmoto:\n{}", moto().log_tail()));
@@ -943,7 +946,10 @@ async fn aws_update_converges_while_the_api_throttles() {
     assert!(first.total_injected() > 20, "{first:?}");
     // Other requests fail now: the second runs meet faults of their own.
     proxy.set_policy(throttling(12));
-    let again = cloud.plan(&c, &igs).await.expect("plan again");
+    let again = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan again");
     assert!(again.is_empty(), "{:?}", again.changes);
     engine::apply(&cloud, &again, &ApplyOptions::default())
         .await
@@ -981,7 +987,10 @@ async fn aws_throttling_past_the_deadline_is_reported_as_such() {
     let (c, igs) = crate::aws::spec(cluster, zone, false);
     let keys = host_keys(&igs).await;
     let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
-    let plan = cloud.plan(&c, &igs).await.expect("plan");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan");
     proxy.set_policy(Box::new(|r: &Request| {
         r.is_write().then_some(Fault::Throttle)
     }));
@@ -1009,11 +1018,17 @@ async fn aws_throttling_past_the_deadline_is_reported_as_such() {
         "the call that was being made: {err}"
     );
     proxy.set_policy(Box::new(|_: &Request| None));
-    let plan = cloud.plan(&c, &igs).await.expect("re-plan");
+    let plan = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("re-plan");
     engine::apply(&cloud, &plan, &ApplyOptions::default())
         .await
         .expect("apply without faults");
-    let again = cloud.plan(&c, &igs).await.expect("plan");
+    let again = cloud
+        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        .await
+        .expect("plan");
     assert!(again.is_empty() || again.changes.is_empty(), "{again:?}");
     let line = err.lines().nth(1).unwrap_or(&err).trim().to_string();
     figures(

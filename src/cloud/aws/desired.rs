@@ -93,7 +93,7 @@ pub fn public_key_hash(key: &str) -> String {
 }
 
 /// Images: an `ami-` ID is used as it is; anything else is an image name that
-/// `AwsCloud::desired` resolved into `images` (name → ID).
+/// `AwsCloud::plan` resolved into `images` (name → ID).
 ///
 /// `host_keys` are the groups' SSH host keys (by group name); a group without one shows
 /// [`HOST_KEY_PENDING`] and its launch template cannot be written until one is generated.

@@ -41,8 +41,8 @@ use crate::cloud::engine::{
 };
 use crate::cloud::{Actual, Provider};
 use crate::output::untrusted;
-use crate::spec::resolve::{GroupPlacement, ImageRef};
-use crate::spec::{Cluster, InstanceGroup, ResolvedCluster};
+use crate::spec::ResolvedCluster;
+use crate::spec::resolve::{Access, AwsPart, GroupPlacement, ImageRef, ResolvedGroup};
 use images::{ImagePins, PinnedImage};
 use kinds::*;
 
@@ -126,16 +126,6 @@ impl AwsCloud {
         &self.cluster
     }
 
-    /// The desired resources, with image names (not `ami-` IDs) resolved in one
-    /// DescribeImages call, or taken from their pins.
-    pub async fn desired(
-        &self,
-        cluster: &Cluster,
-        igs: &[InstanceGroup],
-    ) -> Result<Vec<Resource>, CloudError> {
-        Ok(self.desired_and_images(&resolved(cluster, igs)?).await?.0)
-    }
-
     /// The desired resources, the image each name stands for (its pin unless refreshing,
     /// else the newest match) and what the preview says about pins and newer images.
     async fn desired_and_images(
@@ -216,15 +206,14 @@ impl AwsCloud {
     }
 
     /// The preview of `update cluster`: desired model, read-only read, diff.
-    pub async fn plan(&self, cluster: &Cluster, igs: &[InstanceGroup]) -> Result<Plan, CloudError> {
-        Ok(self.plan_and_images(cluster, igs).await?.0)
+    pub async fn plan(&self, cluster: &ResolvedCluster) -> Result<Plan, CloudError> {
+        Ok(self.plan_and_images(cluster).await?.0)
     }
 
     /// [`Self::plan`] and the images it used, which the apply pins ([`images::save`]).
     pub async fn plan_and_images(
         &self,
-        cluster: &Cluster,
-        igs: &[InstanceGroup],
+        resolved: &ResolvedCluster,
     ) -> Result<(Plan, ImagePins), CloudError> {
         // Apply plans first too, so a zone EC2 does not have or a type that cannot launch is
         // refused before any write. The read needs of the desired model only what the spec
@@ -234,18 +223,18 @@ impl AwsCloud {
         // Every request runs to its end (the reads are bounded) and the errors are said in the
         // order a sequential preview would meet them: a zone EC2 does not have explains the
         // rest, then the images and launch checks, then the read.
-        // Resolved once for the whole plan: the model, the read and the checks share it.
-        let resolved = resolved(cluster, igs)?;
+        let aws = aws_part(resolved)?;
         let checked = async {
-            let found = self.desired_and_images(&resolved).await?;
+            let found = self.desired_and_images(resolved).await?;
             ec2::check_launchable(self, &found.0).await?;
             Ok::<_, CloudError>(found)
         };
         let read = async {
-            let stand_in = desired(&resolved, &image_names(igs), &self.host_keys)?;
-            self.read(cluster.name(), &stand_in).await
+            let stand_in = desired(resolved, &image_names(resolved), &self.host_keys)?;
+            self.read(&resolved.name, &stand_in).await
         };
-        let (zones, checked, read) = tokio::join!(ec2::check_zones(self, cluster), checked, read);
+        let (zones, checked, read) =
+            tokio::join!(ec2::check_zones(self, &resolved.completed), checked, read);
         zones?;
         let (desired, images, notes) = checked?;
         let mut actual = read?;
@@ -256,19 +245,13 @@ impl AwsCloud {
         actual
             .resources
             .retain(|r| !r.id.name.starts_with(UNTRACKED));
-        let mut plan = engine::diff(cluster.name(), desired, actual)?;
+        let mut plan = engine::diff(&resolved.name, desired, actual)?;
         let need = plan
             .changes
             .iter()
             .filter(|c| c.action == engine::Action::Create && c.id.kind == ELASTIC_IP)
             .count();
-        match ec2::check_address_quota(
-            self,
-            cluster.spec.region.as_deref().unwrap_or("the region"),
-            need,
-        )
-        .await
-        {
+        match ec2::check_address_quota(self, &aws.region, need).await {
             Ok(Some(over)) => plan.errors.push(over),
             Ok(None) => {}
             // A caller without ec2:DescribeAccountAttributes still gets its preview.
@@ -276,22 +259,19 @@ impl AwsCloud {
                 .warnings
                 .push(format!("the Elastic IP quota was not checked: {e}")),
         }
-        plan.warnings.extend(open_access_warnings(cluster, &plan));
-        plan.warnings.extend(unowned_image_warnings(igs, &images));
+        plan.warnings.extend(open_access_warnings(aws, &plan));
+        plan.warnings
+            .extend(unowned_image_warnings(&resolved.groups, &images));
         plan.warnings.extend(notes);
         Ok((plan, images))
     }
 
     /// The preview of `delete cluster`: every owned resource, in deletion order.
-    pub async fn plan_delete(
-        &self,
-        cluster: &Cluster,
-        igs: &[InstanceGroup],
-    ) -> Result<Plan, CloudError> {
+    pub async fn plan_delete(&self, cluster: &ResolvedCluster) -> Result<Plan, CloudError> {
         // Deleting must not depend on images still being published: only the adopted anchors
         // (VPC, zone) of the desired model are used, so image names stand in for their IDs.
-        let desired = desired(&resolved(cluster, igs)?, &image_names(igs), &self.host_keys)?;
-        let mut plan = engine::plan_delete(self, cluster.name(), desired).await?;
+        let desired = desired(cluster, &image_names(cluster), &self.host_keys)?;
+        let mut plan = engine::plan_delete(self, &cluster.name, desired).await?;
         let foreign: Vec<String> = plan
             .changes
             .iter()
@@ -304,7 +284,7 @@ impl AwsCloud {
                  without a kprov identity; the cloud-controller-manager's Service load \
                  balancers and their security groups): {}",
                 foreign.len(),
-                owned_tag_key(cluster.name()),
+                owned_tag_key(&cluster.name),
                 foreign.join(", ")
             ));
         }
@@ -325,11 +305,18 @@ impl AwsCloud {
 /// The preview's warnings for images named without an owner: anyone can publish an image
 /// under any name, so today's single match can be joined tomorrow by someone else's (then
 /// refused as ambiguous, or worse, picked as the newest). Names the account to pin.
-fn unowned_image_warnings(igs: &[InstanceGroup], images: &ImagePins) -> Vec<String> {
-    igs.iter()
-        .filter_map(|ig| {
-            let image = ig.spec.image.as_deref()?;
-            if image.starts_with("ami-") || ec2::split_owner(image).0.is_some() {
+fn unowned_image_warnings(groups: &[ResolvedGroup], images: &ImagePins) -> Vec<String> {
+    groups
+        .iter()
+        .filter_map(|g| {
+            let GroupPlacement::Aws {
+                image: ImageRef::Name(image),
+                ..
+            } = &g.placement
+            else {
+                return None;
+            };
+            if ec2::split_owner(image).0.is_some() {
                 return None;
             }
             let PinnedImage {
@@ -339,7 +326,7 @@ fn unowned_image_warnings(igs: &[InstanceGroup], images: &ImagePins) -> Vec<Stri
             Some(format!(
                 "instance group {}: spec.image {} names no owner; it resolves to {} published \
                  by account {}: pin it as {}/{} (anyone can publish an image under any name)",
-                crate::output::escape(&ig.metadata.name),
+                crate::output::escape(&g.name),
                 crate::output::escape(image),
                 crate::output::escape(id),
                 crate::output::escape(publisher),
@@ -352,7 +339,7 @@ fn unowned_image_warnings(igs: &[InstanceGroup], images: &ImagePins) -> Vec<Stri
 
 /// The preview's warnings for SSH or the API about to be opened to the whole internet because
 /// `spec.sshAccess` / `spec.kubernetesApiAccess` is unset (kops's default, kept).
-fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
+fn open_access_warnings(aws: &AwsPart, plan: &Plan) -> Vec<String> {
     let opens = |port: &str| {
         plan.changes.iter().any(|c| {
             c.id.kind == SECURITY_GROUP_RULES
@@ -371,14 +358,14 @@ fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
         })
     };
     let mut out = Vec::new();
-    if cluster.spec.ssh_access.is_none() && opens("22") {
+    if aws.ssh_access == Access::Anywhere && opens("22") {
         out.push(
             "SSH (port 22) will be open to 0.0.0.0/0: set spec.sshAccess to the CIDRs that may \
              connect (kops's sshAccess)"
                 .to_string(),
         );
     }
-    if cluster.spec.kubernetes_api_access.is_none() && opens(&desired::API_PORT.to_string()) {
+    if aws.api_access == Access::Anywhere && opens(&desired::API_PORT.to_string()) {
         out.push(format!(
             "the Kubernetes API (port {}) will be open to 0.0.0.0/0: set \
              spec.kubernetesApiAccess to the CIDRs that may connect (kops's \
@@ -389,19 +376,29 @@ fn open_access_warnings(cluster: &Cluster, plan: &Plan) -> Vec<String> {
     out
 }
 
-/// The cluster's typed model for the cloud model (`spec::resolve::model`; `ops` validated
-/// the spec when it read it): a spec the types cannot hold is refused naming its fields.
-fn resolved(cluster: &Cluster, igs: &[InstanceGroup]) -> Result<ResolvedCluster, CloudError> {
-    crate::spec::resolve::model(cluster, igs).map_err(|e| CloudError::Spec(e.to_string()))
+/// The AWS part of a cluster handed to the AWS provider; a metal cluster is a caller's bug,
+/// said as the cloud model says it, before any request.
+fn aws_part(cluster: &ResolvedCluster) -> Result<&AwsPart, CloudError> {
+    cluster.aws().ok_or_else(|| {
+        CloudError::Spec(format!(
+            "cluster {} is not on AWS (spec.cloudProvider)",
+            cluster.name
+        ))
+    })
 }
 
 /// Collects actual resources and the cloud ID → logical ID map that turns the cloud's
 /// references back into `Value::Ref`s.
 /// Every instance group's image name standing for its own ID: for the uses of the desired
 /// model that never look at an image (the read, the delete).
-fn image_names(igs: &[InstanceGroup]) -> BTreeMap<String, String> {
-    igs.iter()
-        .filter_map(|ig| ig.spec.image.clone())
+fn image_names(cluster: &ResolvedCluster) -> BTreeMap<String, String> {
+    cluster
+        .groups
+        .iter()
+        .filter_map(|g| match &g.placement {
+            GroupPlacement::Aws { image, .. } => Some(image.as_str().to_string()),
+            GroupPlacement::Metal { .. } => None,
+        })
         .map(|i| (i.clone(), i))
         .collect()
 }
@@ -1275,5 +1272,32 @@ mod tests {
             ResourceId::new(VPC, "untracked-vpc-1"),
             "an identity of another kind is not trusted"
         );
+    }
+
+    /// The provider takes the model ops resolved: a cluster that is not on AWS is refused
+    /// naming the field, before any request, never a panic.
+    #[tokio::test]
+    async fn a_metal_model_is_refused_before_any_request() {
+        let c: crate::spec::Cluster = serde_saphyr::from_str(
+            "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  cloudProvider: metal\n  hosts:\n  - {name: cp1, address: 198.18.0.11, roles: [control-plane]}\n",
+        )
+        .expect("cluster");
+        let model = crate::spec::resolve::model(&c, &[]).expect("model");
+        let sdk = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        // No credentials provider: a request, if one were tried, fails here without leaving.
+        let cloud = AwsCloud::new(&sdk, "lab", &[]);
+        for err in [
+            cloud.plan(&model).await.expect_err("plan"),
+            cloud.plan_delete(&model).await.expect_err("plan_delete"),
+        ] {
+            assert!(
+                err.to_string()
+                    .contains("cluster lab is not on AWS (spec.cloudProvider)"),
+                "{err}"
+            );
+        }
     }
 }

@@ -42,7 +42,10 @@ pub async fn host_keys(igs: &[InstanceGroup]) -> BTreeMap<String, GroupHostKey> 
 
 /// Deletes everything the cluster owns (`delete cluster --yes`'s cloud part).
 pub async fn delete_all(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) {
-    let doomed = cloud.plan_delete(c, igs).await.expect("delete plan");
+    let doomed = cloud
+        .plan_delete(&kprov::spec::resolve::model(c, igs).expect("model"))
+        .await
+        .expect("delete plan");
     apply_pruning(cloud, &doomed, "clean up").await;
 }
 
