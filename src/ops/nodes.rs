@@ -238,14 +238,13 @@ pub async fn converge(
             &fleet,
             None,
             &renderer,
+            Some(warming),
             cluster,
             targets,
             Some(owner.clone()),
         )
         .await
         .context("planning the nodes")?;
-        // Done by now (the plan loaded the images); a panic in it surfaces here.
-        warming.await.context("loading the image archives")?;
         let report = orchestrate::execute_rendered(&fleet, &renderer, targets, &plan, &run)
             .await
             .context("provisioning")?;

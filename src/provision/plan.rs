@@ -448,7 +448,10 @@ pub async fn observe_target(
     }
     // One after another: each is one command on the host's open connection (a few ms), and
     // an executor need not take several commands on one host at once.
-    let member = exec.read_file(name, membership).await;
+    let member = match exec.read_file(name, membership).await {
+        Err(e) => return unreachable(e),
+        read => read,
+    };
     let admin = if target.is_control_plane() {
         exec.read_file(name, render::ADMIN_CONF).await
     } else {
@@ -588,7 +591,7 @@ pub async fn plan_with(
     cloud_api: Option<&CloudApi>,
 ) -> Result<NodePlan, RenderError> {
     let renderer = Renderer::for_run(cluster, targets, cloud_api)?;
-    plan_rendered(exec, diff, &renderer, cluster, targets, owner).await
+    plan_rendered(exec, diff, &renderer, None, cluster, targets, owner).await
 }
 
 /// [`plan_with`] with the run's renderer made by the caller: `update --yes` hands the same
@@ -598,6 +601,7 @@ pub async fn plan_rendered(
     exec: &dyn HostExecutor,
     diff: Option<&dyn FileDiff>,
     renderer: &Renderer,
+    loading: Option<tokio::task::JoinHandle<()>>,
     cluster: &Cluster,
     targets: &[Target],
     owner: Option<Owner>,
@@ -610,8 +614,13 @@ pub async fn plan_rendered(
     )
     .await;
     // A `file://` image archive whose checksum is wrong fails the preview already. Loaded
-    // after observing (read-only): a caller that started loading them meanwhile
-    // (`ops::nodes::converge`) waits here for that load instead of starting another.
+    // after observing (read-only). A caller that started loading them on a thread of their
+    // own (`ops::nodes::converge`, `loading`) is awaited here, not blocked on: the wait for
+    // hundreds of MB must stay cancellable by the caller's Ctrl-C. A load that panicked left
+    // nothing loaded, so `load_images` below runs it again and reports it here.
+    if let Some(loading) = loading {
+        let _ = loading.await;
+    }
     renderer.load_images()?;
     let missing = join_all(
         targets

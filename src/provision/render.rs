@@ -1232,7 +1232,9 @@ impl Renderer {
             files,
             check: Some(checks.join(" && ")),
             run,
-            timeout: LONG,
+            // The watchdog counts the whole batch (uploads, hooks, downloads) against one
+            // limit: each binary keeps the budget its own step had before they were one.
+            timeout: LONG * u32::try_from(components.len().max(1)).unwrap_or(u32::MAX),
         })
     }
 
@@ -2955,6 +2957,8 @@ pub(crate) mod tests {
             "{}",
             step.name
         );
+        // One watchdog for the batch: the budget the seven steps had, not one step's.
+        assert_eq!(step.timeout, LONG * 7);
         assert_eq!(
             install
                 .iter()

@@ -1846,7 +1846,11 @@ mod tests {
     fn batch(files: &[(String, &[u8], String, &str)], run: &str) -> std::process::Child {
         use sha2::Digest;
         use std::io::Write;
-        let mut args: Vec<String> = vec!["NONCE".into(), "4".into(), files.len().to_string()];
+        let mut args: Vec<String> = vec![
+            "NONCE".into(),
+            super::super::task::ARRIVALS_AT_ONCE.to_string(),
+            files.len().to_string(),
+        ];
         let mut data = Vec::new();
         for (path, content, hook, timeout) in files {
             args.extend([

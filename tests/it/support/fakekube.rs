@@ -478,7 +478,6 @@ impl FakeKube {
     }
 }
 
-/// A node as a kubelet registers it.
 /// Stands in for the kubelets and the cloud-controller-manager: once the CCM DaemonSet exists
 /// it is rolled out (one pod ready), then each of `nodes` (name, control plane, provider ID)
 /// is put back Ready and initialised (no `uninitialized` taint, its provider ID).
@@ -488,10 +487,16 @@ pub fn ccm_stand_in(
 ) -> tokio::task::JoinHandle<()> {
     let (fake, nodes) = (fake.clone(), nodes.to_vec());
     tokio::spawn(async move {
+        // Bounded: a test whose command never deploys the CCM fails on its own wait, and
+        // this task ends instead of polling for the rest of the process.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(600);
         while fake
             .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
             .is_none()
         {
+            if std::time::Instant::now() > until {
+                return;
+            }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         fake.set_status("DaemonSet", Some("kube-system"), "cloud-controller-manager", json!({"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1, "updatedNumberScheduled": 1, "numberAvailable": 1, "observedGeneration": 1}));
@@ -502,6 +507,7 @@ pub fn ccm_stand_in(
     })
 }
 
+/// A node as a kubelet registers it.
 pub fn node(
     name: &str,
     control_plane: bool,

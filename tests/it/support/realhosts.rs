@@ -874,8 +874,6 @@ impl RealLab {
         }
     }
 
-    /// Tears the lab down now and returns what is left of it, which must be nothing:
-    /// (network namespaces, cgroup directories, live PIDs, the directory if it remains).
     /// [`RealLab::teardown_and_check`], failing on anything left.
     #[track_caller]
     pub fn teardown_clean(self) {
@@ -883,6 +881,8 @@ impl RealLab {
         assert!(left.is_empty(), "left after teardown: {left:#?}");
     }
 
+    /// Tears the lab down now and returns what is left of it, which must be nothing:
+    /// (network namespaces, cgroup directories, live PIDs, the directory if it remains).
     pub fn teardown_and_check(mut self) -> Vec<String> {
         // `self` (and the one-lab lock it holds) is dropped at the end, after `done` is set.
         let state = self.state.clone();
