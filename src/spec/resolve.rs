@@ -423,6 +423,19 @@ fn build(c: &Cluster, igs: &[InstanceGroup], out: &mut Vec<Violation>) -> Option
     })
 }
 
+/// The bastion's DNS name: `spec.topology.bastion.publicName`, default `bastion.NAME`.
+/// Completion fills it only when the spec has a bastion section; a Bastion group without one
+/// gets the same default name. The one rule: the resolved model and the cloud's jump name
+/// both read it here.
+pub fn bastion_name(c: &Cluster) -> String {
+    c.spec
+        .topology
+        .as_ref()
+        .and_then(|t| t.bastion.as_ref())
+        .and_then(|b| b.public_name.clone())
+        .unwrap_or_else(|| format!("bastion.{}", c.name()))
+}
+
 fn aws_part(p: &mut Problems<'_>, c: &Cluster, igs: &[InstanceGroup]) -> Option<AwsPart> {
     let cl = ObjectKey::Cluster;
     let s = &c.spec;
@@ -450,14 +463,7 @@ fn aws_part(p: &mut Problems<'_>, c: &Cluster, igs: &[InstanceGroup]) -> Option<
             TopologyType::Public
         }
     };
-    let bastion_name = s
-        .topology
-        .as_ref()
-        .and_then(|t| t.bastion.as_ref())
-        .and_then(|b| b.public_name.clone())
-        // Completion fills it only when the spec has a bastion section; a Bastion group
-        // without one gets the same default name.
-        .unwrap_or_else(|| format!("bastion.{name}"));
+    let bastion_name = bastion_name(c);
     let api_name = match s.api.as_ref().and_then(|a| a.public_name.clone()) {
         Some(n) => n,
         None => {

@@ -13,9 +13,7 @@ use super::tasks::{
 };
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
-use crate::spec::{
-    Cluster, InstanceGroupRole, LoadBalancerType, ResolvedCluster, SubnetType, TopologyType,
-};
+use crate::spec::{InstanceGroupRole, LoadBalancerType, ResolvedCluster, SubnetType, TopologyType};
 
 const ANYWHERE: &str = "0.0.0.0/0";
 /// The API load balancer's listener port (and its target group's): read it through
@@ -31,24 +29,11 @@ fn role_key(role: InstanceGroupRole) -> &'static str {
     }
 }
 
-/// Load balancer names are limited to 32 characters of `[A-Za-z0-9-]`: keep a readable prefix
-/// and make it unique with a hash of the cluster name.
-/// The bastion's DNS name (`spec.topology.bastion.publicName`, default `bastion.NAME`):
-/// the record kprov writes for the bastion load balancer and the jump host it connects
-/// through.
-pub(super) fn bastion_name(cluster: &Cluster) -> String {
-    cluster
-        .spec
-        .topology
-        .as_ref()
-        .and_then(|t| t.bastion.as_ref())
-        .and_then(|b| b.public_name.clone())
-        .unwrap_or_else(|| format!("bastion.{}", cluster.name()))
-}
-
 /// The port the bastion load balancer forwards to the bastion instances.
 pub(super) const SSH_PORT: i64 = 22;
 
+/// Load balancer names are limited to 32 characters of `[A-Za-z0-9-]`: keep a readable prefix
+/// and make it unique with a hash of the cluster name.
 pub fn short_name(prefix: &str, cluster: &str) -> String {
     use sha2::{Digest, Sha256};
     let hash = hex::encode(&Sha256::digest(cluster.as_bytes())[..4]);
@@ -835,7 +820,7 @@ fn push_tcp_load_balancer(out: &mut Vec<Resource>, lb: TcpLoadBalancer<'_>) {
 mod tests {
     use super::*;
     use crate::cloud::engine::topo_order;
-    use crate::spec::InstanceGroup;
+    use crate::spec::{Cluster, InstanceGroup};
     use proptest::prelude::*;
 
     fn cluster(private: bool, extra: &str) -> Cluster {

@@ -96,7 +96,7 @@ pub fn jump_name(cluster: &Cluster, plan: &Plan) -> Option<String> {
     if no_dns {
         lb_dns(plan, "bastion")
     } else {
-        Some(super::desired::bastion_name(cluster))
+        Some(crate::spec::resolve::bastion_name(cluster))
     }
 }
 
