@@ -1281,18 +1281,7 @@ impl Renderer {
         // Every binary in one step and one upload stream, each installed as it lands; the
         // kubelet's binary is in place before its service step, containerd's before its
         // configuration.
-        let mut steps = vec![self.binaries_step(
-            &[
-                Component::Runc,
-                Component::Containerd,
-                Component::CniPlugins,
-                Component::Crictl,
-                Component::Kubeadm,
-                Component::Kubelet,
-                Component::Kubectl,
-            ],
-            arch,
-        )?];
+        let mut steps = vec![self.binaries_step(&Component::NODE_BINARIES, arch)?];
         steps.extend(self.registries_step());
         let (proxy_files, proxy_check, proxy_run) = proxy_dropin(
             self.proxy.as_ref(),
@@ -2942,15 +2931,7 @@ pub(crate) mod tests {
         let hs = hosts(1, 1);
         let r = Renderer::new(&cluster(&yaml), &targets(&hs)).unwrap();
         let install = r.install(Arch::Amd64, CP).unwrap();
-        let all = [
-            Component::Runc,
-            Component::Containerd,
-            Component::CniPlugins,
-            Component::Crictl,
-            Component::Kubeadm,
-            Component::Kubelet,
-            Component::Kubectl,
-        ];
+        let all = Component::NODE_BINARIES;
         let step = &install[0];
         assert!(
             step.name.starts_with("binaries: install runc "),

@@ -104,16 +104,7 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
         // Each binary's own install (the binaries step's run stops at the first failure, so
         // these are also run alone). Only etcd hosts install etcd, but its install script
         // takes the same asset values.
-        for c in [
-            Component::Runc,
-            Component::Containerd,
-            Component::CniPlugins,
-            Component::Crictl,
-            Component::Kubeadm,
-            Component::Kubelet,
-            Component::Kubectl,
-            Component::Etcd,
-        ] {
+        for c in Component::ALL {
             steps.push(r.install_step(c, arch).unwrap());
         }
         for how in [

@@ -63,6 +63,18 @@ impl Component {
         Component::Etcd,
     ];
 
+    /// What every Kubernetes node installs, in install order (one step, `binaries`): the
+    /// runtime before containerd's configuration, the kubelet before its service.
+    pub const NODE_BINARIES: [Component; 7] = [
+        Component::Runc,
+        Component::Containerd,
+        Component::CniPlugins,
+        Component::Crictl,
+        Component::Kubeadm,
+        Component::Kubelet,
+        Component::Kubectl,
+    ];
+
     /// Name used in `spec.assets.files` and in step names.
     pub fn name(self) -> &'static str {
         match self {
