@@ -98,7 +98,7 @@ fn cli_foreign_paths(dir: &Path) -> Vec<String> {
     for file in files {
         let name = file
             .file_name()
-            .unwrap_or_default()
+            .unwrap_or_default() // a path read from a directory listing always has a name
             .to_string_lossy()
             .into_owned();
         // How many `super::` reach the crate root: one from mod.rs, two from cli's other

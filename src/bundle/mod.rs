@@ -136,7 +136,7 @@ impl Bundle {
         let first_path = first
             .path()
             .map(|p| p.display().to_string())
-            .unwrap_or_default();
+            .map_err(|e| bad(format!("unreadable first member's name: {e}")))?;
         if first_path != MANIFEST {
             return Err(bad(format!(
                 "first member is {first_path:?}, not {MANIFEST} (not a kprov bundle?)"

@@ -754,15 +754,13 @@ fn build_host(
     }
     let user = either("ansible_user", "ansible_ssh_user", &mut fail);
     if become_ == Some(false)
-        && user.as_deref().is_some_and(|u| u != "root")
+        && let Some(user) = user.as_deref().filter(|u| *u != "root")
         && let Some(v) = vars.get("ansible_become")
     {
         notes.push(format!(
             "{}:{}: host {name:?}: ansible_become is false, but kprov needs root: it runs its \
-             steps through sudo -n as {}",
-            v.at.file,
-            v.at.line,
-            user.as_deref().unwrap_or_default()
+             steps through sudo -n as {user}",
+            v.at.file, v.at.line,
         ));
     }
     let mut bastion = None;
@@ -1429,14 +1427,22 @@ fn registry_mirrors(
             match key.as_str() {
                 "prefix" | "mirrors" => {}
                 "server" => {
-                    let server = obj["server"].as_str().unwrap_or_default();
+                    let Some(server) = obj["server"].as_str() else {
+                        refuse_here(format!(
+                            "{prefix}: server {} is not a URL (a string)",
+                            obj["server"]
+                        ));
+                        continue;
+                    };
                     let upstream = match prefix {
                         "docker.io" => "https://registry-1.docker.io".to_string(),
                         p => format!("https://{p}"),
                     };
                     if server.trim_end_matches('/') != upstream {
                         refuse_here(format!(
-                            "{prefix}: server {server:?} is not the registry's own server                              ({upstream}); kprov keeps the upstream as the last resort                              (or none: spec.containerd.registries[].fallback: false)"
+                            "{prefix}: server {server:?} is not the registry's own server \
+                             ({upstream}); kprov keeps the upstream as the last resort \
+                             (or none: spec.containerd.registries[].fallback: false)"
                         ));
                     }
                 }
@@ -1475,7 +1481,8 @@ fn registry_mirrors(
                     (other, val) => {
                         ok = false;
                         refuse_here(format!(
-                            "{prefix}: mirror {j}: {other}: {val} is not something kprov maps                              (host, capabilities, skip_verify, override_path)"
+                            "{prefix}: mirror {j}: {other}: {val} is not something kprov maps \
+                             (host, capabilities, skip_verify, override_path)"
                         ));
                     }
                 }

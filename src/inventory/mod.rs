@@ -1581,9 +1581,22 @@ mod corpus {
             err.contains("\n  i.yaml:8: http_proxy: \"proxy.corp:3128\" is not an http://"),
             "{err}"
         );
-        assert!(err.contains("\n  i.yaml:9: containerd_registries_mirrors: quay.io: server \"https://elsewhere.corp\""), "{err}");
+        // The whole sentence, in one line: continuation lines once leaked 30 spaces into it.
         assert!(
-            err.contains("\n  i.yaml:9: containerd_registries_mirrors: quay.io: mirror 0: header:"),
+            err.contains(
+                "\n  i.yaml:9: containerd_registries_mirrors: quay.io: server \
+                 \"https://elsewhere.corp\" is not the registry's own server (https://quay.io); \
+                 kprov keeps the upstream as the last resort (or none: \
+                 spec.containerd.registries[].fallback: false)\n"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "\n  i.yaml:9: containerd_registries_mirrors: quay.io: mirror 0: header: \
+                 {\"X\":true} is not something kprov maps (host, capabilities, skip_verify, \
+                 override_path)"
+            ),
             "{err}"
         );
         assert!(
@@ -1593,6 +1606,16 @@ mod corpus {
             "{err}"
         );
         assert!(!err.contains("hunter2"), "{err}");
+        // A server that is not a string is named as such, not compared as an empty one.
+        let text = "all:\n  hosts:\n    n1: {ansible_host: 198.18.0.1}\n  children:\n    kube_control_plane:\n      hosts: {n1: }\n  vars:\n    \
+                    containerd_registries_mirrors:\n      - prefix: quay.io\n        server: 5\n";
+        let err = import_text(text, "i.yaml", None).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "i.yaml:8: containerd_registries_mirrors: quay.io: server 5 is not a URL (a string)"
+            ),
+            "{err}"
+        );
 
         // no_proxy without a proxy asks for nothing: a note, no spec field.
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\nno_proxy=.corp\n";

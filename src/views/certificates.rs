@@ -33,7 +33,7 @@ pub fn report_table(report: &CertificateReport) -> Table {
                 "-".into(),
                 "-".into(),
                 "not read".into(),
-                h.reason.clone().unwrap_or_default(),
+                h.reason.clone().unwrap_or_default(), // no reason recorded: an empty cell
                 "-".into(),
             ]);
             continue;
@@ -92,13 +92,12 @@ pub fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
         ));
     }
     for h in &report.hosts {
-        for c in h.certificates.iter().filter(|c| c.note.is_some()) {
-            printer.warn(&format!(
-                "{}: {}: {}",
-                h.host,
-                c.name,
-                c.note.as_deref().unwrap_or_default()
-            ));
+        for (c, note) in h
+            .certificates
+            .iter()
+            .filter_map(|c| c.note.as_deref().map(|n| (c, n)))
+        {
+            printer.warn(&format!("{}: {}: {note}", h.host, c.name));
         }
     }
     let expiring = report.expiring(WARN_WITHIN);

@@ -160,7 +160,7 @@ pub fn events(printer: Printer, node: String, in_flight: InFlight) -> RemoveEven
                 "{node}: {namespace}/{pod} blocked{}: {message} (retrying)",
                 pdb.as_ref()
                     .map(|p| format!(" by PodDisruptionBudget {p}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default() // no budget named: no suffix
             )),
             DrainEvent::Evicted { namespace, pod } => {
                 printer.status(&format!("{node}: evicted {namespace}/{pod}"))

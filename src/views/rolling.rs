@@ -36,7 +36,7 @@ pub fn preview(printer: &Printer, name: &str, o: &RollingPlan) -> anyhow::Result
             v.apply_on
                 .as_deref()
                 .map(|c| format!(" (`kubeadm upgrade apply` on {c})"))
-                .unwrap_or_default()
+                .unwrap_or_default() // no control plane to name: no suffix
         ));
     }
     let refusals = o.refusals();
@@ -196,7 +196,7 @@ pub fn journal_table(j: &Journal, cloud_only: bool) -> Table {
             n.group.clone(),
             n.action.as_str().to_string(),
             shown_step(n.step, cloud_only).to_string(),
-            n.stopped.clone().unwrap_or_default(),
+            n.stopped.clone().unwrap_or_default(), // not stopped: nothing to note
         ]);
     }
     t

@@ -18,7 +18,7 @@ pub fn key_stored(printer: &Printer, name: &str, key: &PublicKey, change: &KeyCh
                 replaced
                     .as_ref()
                     .map(|r| format!(", replacing {r}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default() // nothing replaced: no suffix
             ));
             printer.status(&format!(
                 "AWS: `kprov update cluster {name} --yes` writes it into the key pair and launch templates; running instances get it when `kprov rolling-update cluster {name} --yes` replaces them."

@@ -330,7 +330,7 @@ impl<'a> ApplyEvents<'a> {
                 s.last_failure
                     .as_ref()
                     .map(|r| format!("; last failed launch: {r}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default() // no failed launch: no suffix
             )),
             AwsEvent::NotAnswering {
                 instance,
