@@ -398,17 +398,6 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Host>, InventoryError> {
     Ok(import_text(text, file, None)?.plain_hosts())
 }
 
-/// Parses without validating (validation needs the whole host list).
-pub fn parse_located(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    match detect(text) {
-        Format::Kprov => kprov::parse(text, file),
-        f => Ok(kubespray::import_text(text, file, f, None)?
-            .checked()?
-            .hosts),
-    }
-}
-
 /// Detects the format by content: INI files open with a `[group]` header (or a bare host
 /// line), JSON with `{`, kprov's YAML has a top-level `hosts:` key, any other YAML mapping is
 /// an Ansible YAML inventory (`all:` or top-level groups).

@@ -220,13 +220,6 @@ impl Kube {
         Ok(Self { client, server })
     }
 
-    pub fn from_client(client: Client) -> Self {
-        Self {
-            client,
-            server: "the client's server".into(),
-        }
-    }
-
     pub fn client(&self) -> &Client {
         &self.client
     }

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{InstanceGroupRole, IntOrPercent, RollingUpdate, versions};
+use crate::spec::{InstanceGroupRole, RollingUpdate, versions};
 
 /// Where the provisioner records what it set up on a node.
 pub const PROVISIONED_FILE: &str = "/var/lib/kprov/provisioned.json";
@@ -726,18 +726,10 @@ pub fn parse_roles(values: &[String]) -> Result<Vec<GroupRole>, String> {
         .collect()
 }
 
-/// An `IntOrPercent` that cannot resolve is refused at validation; this names it for a plan.
-pub fn describe_bound(v: Option<&IntOrPercent>) -> String {
-    match v {
-        None => "-".into(),
-        Some(IntOrPercent::Int(n)) => n.to_string(),
-        Some(IntOrPercent::Percent(p)) => p.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::IntOrPercent;
     use proptest::prelude::*;
 
     fn rec(version: &str) -> Provisioned {
