@@ -9,7 +9,8 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    Head, InternetGateway, Kinded, Ref, Route, RouteTable, RouteTarget, Subnet, Task, Vpc, VpcDns,
+    ElasticIp, Head, InternetGateway, Kinded, NatGateway, Ref, Route, RouteTable, RouteTarget,
+    Subnet, Task, Vpc, VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
@@ -200,18 +201,15 @@ pub fn desired(
                  (created by kprov, without an id) for its NAT gateway"
             ))
         })?;
+        let eip = format!("nat-{zone}");
+        out.push(ElasticIp::vpc(Head::owned(&eip)).resource());
         out.push(
-            Resource::new(ELASTIC_IP, format!("nat-{zone}")).field("domain", Value::str("vpc")),
-        );
-        out.push(
-            Resource::new(NAT_GATEWAY, *zone)
-                .field("subnet", Ref::<Subnet>::named(*utility).value())
-                .field(
-                    "allocation",
-                    Value::reference(ELASTIC_IP, format!("nat-{zone}")),
-                )
-                .rule("subnet", FieldRule::Immutable)
-                .rule("allocation", FieldRule::Immutable),
+            NatGateway {
+                head: Head::owned(*zone),
+                subnet: Ref::named(*utility),
+                allocation: Ref::named(eip),
+            }
+            .resource(),
         );
         out.push(
             table(

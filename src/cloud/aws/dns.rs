@@ -20,13 +20,32 @@ fn owner_value(c: &AwsCloud, id: &ResourceId) -> String {
     )
 }
 
-fn owner_id(c: &AwsCloud, txt: &str) -> Option<ResourceId> {
-    let prefix = format!(
-        "\"heritage=kprov,kprov.dev/cluster={},kprov.dev/id=",
-        c.cluster
-    );
-    // An owner record naming no kind of this provider was not written by kprov: not ours.
-    AwsKind::parse_tag(txt.strip_prefix(&prefix)?.strip_suffix('"')?).ok()
+/// The resource the owner TXT value `txt` at `record` names: `None` when it is not this
+/// cluster's owner record. One that names this cluster with an identity this version cannot
+/// read (a kind another kprov version made) is refused: read as unowned, its record would be
+/// overwritten by an UPSERT or leaked by a delete.
+fn owner_id(cluster: &str, record: &str, txt: &str) -> Result<Option<ResourceId>, CloudError> {
+    let prefix = format!("\"heritage=kprov,kprov.dev/cluster={cluster},kprov.dev/id=");
+    let Some(tag) = txt.strip_prefix(&prefix).and_then(|t| t.strip_suffix('"')) else {
+        return Ok(None);
+    };
+    AwsKind::parse_tag(tag).map(Some).map_err(|e| {
+        CloudError::Model(format!(
+            "DNS record {}: owner TXT record of cluster {cluster}: {e}; \
+             written by another kprov version? refusing to treat it as unowned",
+            crate::output::escape(record)
+        ))
+    })
+}
+
+/// The resource the owner TXT records of `set` name, if any (the first one that does).
+fn set_owner(cluster: &str, set: &ResourceRecordSet) -> Result<Option<ResourceId>, CloudError> {
+    for r in set.resource_records() {
+        if let Some(id) = owner_id(cluster, set.name(), r.value())? {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
 }
 
 fn zone_id(raw: &str) -> &str {
@@ -188,11 +207,7 @@ pub(super) fn assemble(
         association(rd, &zid, &vpcs);
     }
     for txt in sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
-        let Some(id) = txt
-            .resource_records()
-            .iter()
-            .find_map(|r| owner_id(c, r.value()))
-        else {
+        let Some(id) = set_owner(&c.cluster, txt)? else {
             continue;
         };
         let mut r = Resource::new(DNS_RECORD, id.name)
@@ -226,16 +241,13 @@ pub(super) fn assemble(
     }
     // A name this cluster would write that holds someone else's record: UPSERT would
     // silently take it over, so the plan refuses instead.
-    let owned: Vec<&str> = sets
-        .iter()
-        .filter(|s| s.r#type() == &RrType::Txt)
-        .filter(|s| {
-            s.resource_records()
-                .iter()
-                .any(|r| owner_id(c, r.value()).is_some())
-        })
-        .map(|s| s.name())
-        .collect();
+    // Every owner record was read above: one this version cannot read already failed there.
+    let mut owned: Vec<&str> = Vec::new();
+    for s in sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
+        if set_owner(&c.cluster, s)?.is_some() {
+            owned.push(s.name());
+        }
+    }
     let zone_name = name.clone();
     for want in rd.desired.iter().filter(|r| r.id.kind == DNS_RECORD) {
         let name = want_str(want, "recordName")?;
@@ -546,4 +558,92 @@ pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudErr
         changes.push(change(ChangeAction::Delete, alias_set(name, dns, z)?)?);
     }
     submit(c, zone, changes).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const CLUSTER: &str = "c.example.com";
+
+    fn cloud() -> AwsCloud {
+        let sdk = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        AwsCloud::new(&sdk, CLUSTER, &[])
+    }
+
+    fn owner_txt(name: &str, cluster: &str, id: &str) -> ResourceRecordSet {
+        txt_set(
+            name,
+            &format!("\"heritage=kprov,kprov.dev/cluster={cluster},kprov.dev/id={id}\""),
+        )
+        .expect("a TXT set")
+    }
+
+    /// The zone read holding `sets`, assembled against a plan that wants the API record.
+    fn assemble_sets(sets: Vec<ResourceRecordSet>) -> Result<Vec<Resource>, CloudError> {
+        let desired = [
+            Resource::new(DNS_ZONE, "main").field("zoneName", Value::str("example.com.")),
+            Resource::new(DNS_RECORD, "api").field("recordName", Value::str("api.example.com.")),
+        ];
+        let mut rd = Reader {
+            desired: &desired,
+            refs: HashMap::new(),
+            out: Vec::new(),
+            warnings: Vec::new(),
+            conflicts: Vec::new(),
+        };
+        let read = ZoneRead {
+            zid: CloudId::new("Z1").expect("not empty"),
+            is_private: false,
+            vpcs: vec![],
+            delegation: None,
+            sets,
+        };
+        assemble(&cloud(), Some(read), &mut rd)?;
+        Ok(rd.out)
+    }
+
+    /// An owner record naming this cluster with a kind this version does not know was
+    /// written by another kprov version: the plan refuses, naming the record, instead of
+    /// reading the name as unowned (then overwritten by UPSERT, or never deleted).
+    #[test]
+    fn an_owner_record_of_an_unknown_kind_is_refused_naming_it() {
+        let e = assemble_sets(vec![owner_txt(
+            "api.example.com.",
+            CLUSTER,
+            "DnsRecordV9/api",
+        )])
+        .expect_err("an owner record this version cannot read");
+        let msg = e.to_string();
+        assert!(msg.contains("DNS record api.example.com."), "{msg}");
+        assert!(msg.contains("DnsRecordV9/api"), "{msg}");
+        assert!(msg.contains("refusing to treat it as unowned"), "{msg}");
+
+        // Another cluster's record, whatever its kind, is not this cluster's to read.
+        let out = assemble_sets(vec![owner_txt(
+            "api.example.com.",
+            "other.example.com",
+            "DnsRecordV9/api",
+        )])
+        .expect("another cluster's record is not ours");
+        assert!(out.iter().all(|r| r.id.kind != DNS_RECORD), "{out:?}");
+
+        // This cluster's record of a known kind is read as owned.
+        let out = assemble_sets(vec![owner_txt(
+            "api.example.com.",
+            CLUSTER,
+            "DnsRecord/api",
+        )])
+        .expect("an owned record");
+        let rec = out
+            .iter()
+            .find(|r| r.id == ResourceId::new(DNS_RECORD, "api"))
+            .expect("the record is read");
+        assert_eq!(rec.cloud_id.as_deref(), Some("Z1/api.example.com."));
+    }
 }

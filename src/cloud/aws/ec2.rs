@@ -14,10 +14,12 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::kinds::*;
-use super::tasks::{self, Head, InternetGateway, RouteTable, Subnet, Task, Vpc, VpcDns};
+use super::tasks::{
+    self, ElasticIp, Head, InternetGateway, NatGateway, RouteTable, Subnet, Task, Vpc, VpcDns,
+};
 use super::{
-    AwsCloud, Ctx, Reader, UNTRACKED, after_create, cid, cids, cloud_id_of, created_id, id_from,
-    id_from_tags, owned_by, want_str,
+    AwsCloud, Ctx, Reader, UNTRACKED, cid, cids, cloud_id_of, created_id, id_from, id_from_tags,
+    owned_by, want_str,
 };
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
@@ -734,6 +736,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         rd.push(igw.resource());
     }
 
+    // The addresses first: a NAT gateway's read names its address by the logical ID.
     for a in eips
         .iter()
         .filter(|a| owned_by(&c.cluster, tag_pairs(a.tags())))
@@ -742,10 +745,8 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             continue;
         };
         let id = id_from_tags(ELASTIC_IP, &aid, tag_pairs(a.tags()));
-        rd.push(Resource::new(ELASTIC_IP, id.name).cloud_id(aid).field(
-            "domain",
-            Value::str(a.domain().map(|d| d.as_str()).unwrap_or("vpc")),
-        ));
+        let eip = ElasticIp::read(owned_head(id, aid), a, rd);
+        rd.push(eip.resource());
     }
 
     for n in nats
@@ -756,21 +757,8 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             continue;
         };
         let id = id_from_tags(NAT_GATEWAY, &nid, tag_pairs(n.tags()));
-        let alloc = n
-            .nat_gateway_addresses()
-            .iter()
-            .find_map(|a| a.allocation_id())
-            // why: a NAT gateway without its address reads as none, which the diff shows
-            .unwrap_or_default();
-        // why: a reference the cloud left out reads as empty, which the diff shows as a change
-        let subnet = rd.r(n.subnet_id().unwrap_or_default());
-        let allocation = rd.r(alloc);
-        rd.push(
-            Resource::new(NAT_GATEWAY, id.name)
-                .cloud_id(nid)
-                .field("subnet", subnet)
-                .field("allocation", allocation),
-        );
+        let nat = NatGateway::read(owned_head(id, nid), n, rd);
+        rd.push(nat.resource());
     }
 
     for t in tables
@@ -781,13 +769,17 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             continue;
         };
         let id = id_from_tags(ROUTE_TABLE, &tid, tag_pairs(t.tags()));
-        let head = Head {
-            name: id.name,
-            lifecycle: Lifecycle::Sync,
-            cloud_id: Some(tid),
-        };
-        let table = RouteTable::read(head, t, rd);
+        let table = RouteTable::read(owned_head(id, tid), t, rd);
         rd.push(table.resource());
+    }
+}
+
+/// The head of a read resource found by the cluster's ownership tag (never adopted).
+fn owned_head(id: ResourceId, cloud_id: CloudId) -> Head {
+    Head {
+        name: id.name,
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cloud_id),
     }
 }
 
@@ -1188,7 +1180,7 @@ fn launch_data(
         .build())
 }
 
-async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError> {
+pub(super) async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError> {
     let mut delay = Duration::from_secs(1);
     loop {
         let out = match c
@@ -1248,39 +1240,8 @@ pub(super) async fn create(
         Ec2Kind::Vpc => tasks::create::<Vpc>(c, want, ids).await,
         Ec2Kind::Subnet => tasks::create::<Subnet>(c, want, ids).await,
         Ec2Kind::InternetGateway => tasks::create::<InternetGateway>(c, want, ids).await,
-        Ec2Kind::ElasticIp => {
-            let out = c
-                .ec2
-                .allocate_address()
-                .domain(aws_sdk_ec2::types::DomainType::Vpc)
-                .tag_specifications(tag_spec(c, ResourceType::ElasticIp, id, &[]))
-                .send()
-                .await
-                .ctx("AllocateAddress")?;
-            Ok(created_id(
-                &want.id,
-                "AllocateAddress",
-                out.allocation_id(),
-            )?)
-        }
-        Ec2Kind::NatGateway => {
-            let out = c
-                .ec2
-                .create_nat_gateway()
-                .subnet_id(cid(ids, want.get("subnet"))?)
-                .allocation_id(cid(ids, want.get("allocation"))?)
-                .tag_specifications(tag_spec(c, ResourceType::Natgateway, id, &[]))
-                .send()
-                .await
-                .ctx("CreateNatGateway")?;
-            let nid = created_id(
-                &want.id,
-                "CreateNatGateway",
-                out.nat_gateway().and_then(|n| n.nat_gateway_id()),
-            )?;
-            wait_nat(c, &nid, false).await.map_err(after_create)?;
-            Ok(nid)
-        }
+        Ec2Kind::ElasticIp => tasks::create::<ElasticIp>(c, want, ids).await,
+        Ec2Kind::NatGateway => tasks::create::<NatGateway>(c, want, ids).await,
         Ec2Kind::RouteTable => tasks::create::<RouteTable>(c, want, ids).await,
         Ec2Kind::SecurityGroup => {
             let out = c
@@ -1378,6 +1339,8 @@ pub(super) async fn update(
             tasks::update::<InternetGateway>(c, want, have, changes, ids).await
         }
         Ec2Kind::RouteTable => tasks::update::<RouteTable>(c, want, have, changes, ids).await,
+        Ec2Kind::ElasticIp => tasks::update::<ElasticIp>(c, want, have, changes, ids).await,
+        Ec2Kind::NatGateway => tasks::update::<NatGateway>(c, want, have, changes, ids).await,
         Ec2Kind::SecurityGroupRules => {
             // why: an absent list field is an empty list (no rules, routes, subnets)
             let want_rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
@@ -1439,26 +1402,8 @@ pub(super) async fn delete(
         Ec2Kind::Vpc => tasks::delete::<Vpc>(c, have, ids).await,
         Ec2Kind::Subnet => tasks::delete::<Subnet>(c, have, ids).await,
         Ec2Kind::InternetGateway => tasks::delete::<InternetGateway>(c, have, ids).await,
-        Ec2Kind::ElasticIp => gone_ok(
-            c.ec2
-                .release_address()
-                .allocation_id(cloud_id)
-                .send()
-                .await
-                .ctx("ReleaseAddress"),
-        ),
-        Ec2Kind::NatGateway => {
-            gone_ok(
-                c.ec2
-                    .delete_nat_gateway()
-                    .nat_gateway_id(cloud_id)
-                    .send()
-                    .await
-                    .ctx("DeleteNatGateway"),
-            )?;
-            // Its elastic IP can only be released once it is gone.
-            wait_nat(c, cloud_id, true).await
-        }
+        Ec2Kind::ElasticIp => tasks::delete::<ElasticIp>(c, have, ids).await,
+        Ec2Kind::NatGateway => tasks::delete::<NatGateway>(c, have, ids).await,
         Ec2Kind::RouteTable => tasks::delete::<RouteTable>(c, have, ids).await,
         Ec2Kind::SecurityGroup => gone_ok(
             c.ec2

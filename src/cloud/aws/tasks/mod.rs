@@ -7,11 +7,14 @@
 //! field is a model error naming the resource and field, never an empty value sent to AWS).
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
-//! [`RouteTable`]). The other kinds are still field maps built in `desired.rs` and served by
-//! their service's file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`, `asg.rs`, `clb.rs`); a typed
-//! reference to one of them uses its marker type here ([`NatGateway`]) until it moves.
+//! [`RouteTable`], [`ElasticIp`], [`NatGateway`]). The other kinds are still field maps built
+//! in `desired.rs` and served by their service's file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`,
+//! `asg.rs`, `clb.rs`); a typed reference to one of them would use a marker type here (an
+//! uninhabited enum implementing [`Kinded`]) until it moves.
 
+mod elastic_ip;
 mod internet_gateway;
+mod nat_gateway;
 mod route_table;
 mod subnet;
 mod vpc;
@@ -21,12 +24,14 @@ use std::marker::PhantomData;
 
 use async_trait::async_trait;
 
+pub(crate) use elastic_ip::ElasticIp;
 pub(crate) use internet_gateway::InternetGateway;
+pub(crate) use nat_gateway::NatGateway;
 pub(crate) use route_table::{Route, RouteTable, RouteTarget};
 pub(crate) use subnet::Subnet;
 pub(crate) use vpc::{Vpc, VpcDns};
 
-use super::kinds::{AwsKind, Ec2Kind};
+use super::kinds::AwsKind;
 use super::{AwsCloud, Reader};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
@@ -35,13 +40,6 @@ use crate::cloud::engine::{
 /// A type that stands for one AWS kind: what a [`Ref`] points at.
 pub(crate) trait Kinded {
     const KIND: AwsKind;
-}
-
-/// A NAT gateway (not moved to a task yet): the target of a private route table's route.
-pub(crate) enum NatGateway {}
-
-impl Kinded for NatGateway {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::NatGateway);
 }
 
 /// What every task carries: its logical name, lifecycle and cloud ID (set on a read resource,

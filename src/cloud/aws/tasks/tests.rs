@@ -10,7 +10,9 @@ use aws_sdk_ec2::types::{
 };
 
 use super::*;
-use crate::cloud::aws::kinds::{INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SUBNET, VPC};
+use crate::cloud::aws::kinds::{
+    ELASTIC_IP, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SUBNET, VPC,
+};
 use crate::cloud::engine::FieldRule;
 
 fn cid(s: &str) -> CloudId {
@@ -317,4 +319,88 @@ fn a_read_route_table_names_what_the_reader_knows() {
         &rd,
     );
     assert_eq!(detached.resource().get("vpc"), None);
+}
+
+/// The zone's NAT gateway and its address: the field map the diff always compared (both
+/// references fixed once made), read back through the reader's logical names, and a
+/// reference of the wrong kind refused naming the field.
+#[test]
+fn a_nat_gateway_and_its_address_are_the_field_maps_they_were() {
+    let eip = ElasticIp::vpc(Head::owned("nat-us-east-1a"));
+    let r = eip.resource();
+    assert_eq!(
+        r,
+        Resource::new(ELASTIC_IP, "nat-us-east-1a").field("domain", Value::str("vpc"))
+    );
+    assert_eq!(ElasticIp::from_resource(&r).expect("decodes"), eip);
+
+    let nat = NatGateway {
+        head: Head::owned("us-east-1a"),
+        subnet: Ref::named("utility-a"),
+        allocation: Ref::named("nat-us-east-1a"),
+    };
+    let r = nat.resource();
+    assert_eq!(
+        r,
+        Resource::new(NAT_GATEWAY, "us-east-1a")
+            .field("subnet", Value::reference(SUBNET, "utility-a"))
+            .field("allocation", Value::reference(ELASTIC_IP, "nat-us-east-1a"))
+            .rule("subnet", FieldRule::Immutable)
+            .rule("allocation", FieldRule::Immutable)
+    );
+    assert_eq!(NatGateway::from_resource(&r).expect("decodes"), nat);
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["ElasticIp/nat-us-east-1a", "Subnet/utility-a"]);
+
+    let wrong = r
+        .clone()
+        .field("allocation", Value::reference(SUBNET, "utility-a"));
+    let e = NatGateway::from_resource(&wrong).expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: NatGateway/us-east-1a: field allocation: expected a reference to a \
+         ElasticIp, found Subnet/utility-a"
+    );
+
+    let rd = reader(&[
+        ("subnet-1", ResourceId::new(SUBNET, "utility-a")),
+        ("eipalloc-1", ResourceId::new(ELASTIC_IP, "nat-us-east-1a")),
+    ]);
+    let listed = aws_sdk_ec2::types::NatGateway::builder()
+        .subnet_id("subnet-1")
+        .nat_gateway_addresses(
+            aws_sdk_ec2::types::NatGatewayAddress::builder()
+                .allocation_id("eipalloc-1")
+                .build(),
+        )
+        .build();
+    let head = Head {
+        name: "us-east-1a".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("nat-1")),
+    };
+    let read = NatGateway::read(head.clone(), &listed, &rd);
+    assert_eq!(read.subnet, Ref::named("utility-a"));
+    assert_eq!(read.allocation, Ref::named("nat-us-east-1a"));
+    // A gateway listed without an address shows none (a change the plan names), never the
+    // desired one.
+    let bare = NatGateway::read(
+        head,
+        &aws_sdk_ec2::types::NatGateway::builder()
+            .subnet_id("subnet-x")
+            .build(),
+        &rd,
+    );
+    assert_eq!(bare.subnet, Ref::cloud("subnet-x"));
+    assert_eq!(bare.resource().get("allocation"), Some(&Value::str("")));
+
+    let addr = ElasticIp::read(
+        Head::owned("nat-us-east-1a"),
+        &aws_sdk_ec2::types::Address::builder().build(),
+        &rd,
+    );
+    assert_eq!(
+        addr.domain, "vpc",
+        "an address without a domain is a VPC one"
+    );
 }

@@ -1,0 +1,97 @@
+//! An elastic IP: the public address a zone's NAT gateway holds.
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::{DomainType, ResourceType};
+
+use super::{Head, Kinded, Task, cannot_change, text};
+use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
+
+const DOMAIN: &str = "domain";
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ElasticIp {
+    pub(crate) head: Head,
+    /// `vpc` for every address kprov allocates (EC2-Classic's `standard` is gone).
+    pub(crate) domain: String,
+}
+
+impl Kinded for ElasticIp {
+    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::ElasticIp);
+}
+
+impl ElasticIp {
+    /// The address a NAT gateway needs.
+    pub(crate) fn vpc(head: Head) -> ElasticIp {
+        ElasticIp {
+            head,
+            domain: "vpc".into(),
+        }
+    }
+}
+
+#[async_trait]
+impl Task for ElasticIp {
+    type Listed = aws_sdk_ec2::types::Address;
+
+    fn head(&self) -> &Head {
+        &self.head
+    }
+
+    fn resource(&self) -> Resource {
+        self.head
+            .resource::<ElasticIp>()
+            .field(DOMAIN, Value::str(&self.domain))
+    }
+
+    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
+        Ok(ElasticIp {
+            head: Head::of(r),
+            domain: text(r, DOMAIN)?,
+        })
+    }
+
+    fn read(head: Head, a: &Self::Listed, _: &Reader<'_>) -> Self {
+        ElasticIp {
+            head,
+            // An address listed without its domain is a VPC one: the only kind left.
+            domain: a.domain().map_or("vpc", |d| d.as_str()).to_string(),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let out = c
+            .ec2
+            .allocate_address()
+            .domain(DomainType::from(self.domain.as_str()))
+            .tag_specifications(tag_spec(c, ResourceType::ElasticIp, &id, &[]))
+            .send()
+            .await
+            .ctx("AllocateAddress")?;
+        created_id(&id, "AllocateAddress", out.allocation_id())
+    }
+
+    async fn update(
+        &self,
+        _: &Self,
+        changes: &[FieldChange],
+        _: &AwsCloud,
+        _: &IdMap,
+    ) -> Result<(), CloudError> {
+        Err(cannot_change(&self.id(), changes))
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        gone_ok(
+            c.ec2
+                .release_address()
+                .allocation_id(self.cloud_id()?)
+                .send()
+                .await
+                .ctx("ReleaseAddress"),
+        )
+    }
+}

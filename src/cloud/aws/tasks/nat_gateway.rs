@@ -1,0 +1,110 @@
+//! A zone's NAT gateway: in the zone's utility subnet, holding its elastic IP; the private
+//! route table of the zone routes through it.
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::ResourceType;
+
+use super::{ElasticIp, Head, Kinded, Ref, Subnet, Task, cannot_change};
+use crate::cloud::aws::ec2::{gone_ok, tag_spec, wait_nat};
+use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource};
+
+const SUBNET: &str = "subnet";
+const ALLOCATION: &str = "allocation";
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NatGateway {
+    pub(crate) head: Head,
+    pub(crate) subnet: Ref<Subnet>,
+    pub(crate) allocation: Ref<ElasticIp>,
+}
+
+impl Kinded for NatGateway {
+    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::NatGateway);
+}
+
+#[async_trait]
+impl Task for NatGateway {
+    type Listed = aws_sdk_ec2::types::NatGateway;
+
+    fn head(&self) -> &Head {
+        &self.head
+    }
+
+    fn resource(&self) -> Resource {
+        self.head
+            .resource::<NatGateway>()
+            .field(SUBNET, self.subnet.value())
+            .field(ALLOCATION, self.allocation.value())
+            .rule(SUBNET, FieldRule::Immutable)
+            .rule(ALLOCATION, FieldRule::Immutable)
+    }
+
+    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
+        Ok(NatGateway {
+            head: Head::of(r),
+            subnet: Ref::from_value(&r.id, SUBNET, r.get(SUBNET))?,
+            allocation: Ref::from_value(&r.id, ALLOCATION, r.get(ALLOCATION))?,
+        })
+    }
+
+    fn read(head: Head, n: &Self::Listed, rd: &Reader<'_>) -> Self {
+        let alloc = n
+            .nat_gateway_addresses()
+            .iter()
+            .find_map(|a| a.allocation_id())
+            // why: a NAT gateway without its address reads as none, which the diff shows
+            .unwrap_or_default();
+        NatGateway {
+            head,
+            // why: a reference the cloud left out reads as empty, which the diff shows as a change
+            subnet: Ref::read(rd, n.subnet_id().unwrap_or_default()),
+            allocation: Ref::read(rd, alloc),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let out = c
+            .ec2
+            .create_nat_gateway()
+            .subnet_id(self.subnet.resolve(ids)?)
+            .allocation_id(self.allocation.resolve(ids)?)
+            .tag_specifications(tag_spec(c, ResourceType::Natgateway, &id, &[]))
+            .send()
+            .await
+            .ctx("CreateNatGateway")?;
+        let nid = created_id(
+            &id,
+            "CreateNatGateway",
+            out.nat_gateway().and_then(|n| n.nat_gateway_id()),
+        )?;
+        wait_nat(c, &nid, false).await.map_err(after_create)?;
+        Ok(nid)
+    }
+
+    async fn update(
+        &self,
+        _: &Self,
+        changes: &[FieldChange],
+        _: &AwsCloud,
+        _: &IdMap,
+    ) -> Result<(), CloudError> {
+        Err(cannot_change(&self.id(), changes))
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        let nid = self.cloud_id()?;
+        gone_ok(
+            c.ec2
+                .delete_nat_gateway()
+                .nat_gateway_id(nid)
+                .send()
+                .await
+                .ctx("DeleteNatGateway"),
+        )?;
+        // Its elastic IP can only be released once it is gone.
+        wait_nat(c, nid, true).await
+    }
+}
