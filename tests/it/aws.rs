@@ -1248,6 +1248,9 @@ async fn bench_plan_table(zone: &str, sizes: &[usize]) {
         let p = plan(&e, &c, &igs).await;
         apply(&e, &p, false).await;
         e.rec.take();
+        if std::env::var_os("KPROV_BENCH_PROBE").is_some() {
+            probe_lists(&e, &name, igs.len()).await;
+        }
         let start = std::time::Instant::now();
         let p = plan(&e, &c, &igs).await;
         let wall = start.elapsed();
@@ -1279,6 +1282,67 @@ async fn bench_plan_table(zone: &str, sizes: &[usize]) {
         );
         delete_all(&e, &c, &igs).await;
     }
+}
+
+/// `KPROV_BENCH_PROBE=1`: the lists whose answers grow with the instance groups, each sent
+/// alone (the fastest of 5, client side, as kprov sends it), beside one that does not grow, so
+/// a preview's growth can be told apart from moto answering many requests at once.
+async fn probe_lists(e: &Env, cluster: &str, groups: usize) {
+    let ec2 = aws_sdk_ec2::Client::new(&e.kprov_sdk);
+    let asg = aws_sdk_autoscaling::Client::new(&e.kprov_sdk);
+    let owned = owned_tag_key(cluster);
+    let mut best = [Duration::MAX; 4];
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        ec2.describe_launch_template_versions()
+            .versions("$Latest")
+            .max_results(200)
+            .send()
+            .await
+            .expect("DescribeLaunchTemplateVersions");
+        best[0] = best[0].min(t.elapsed());
+        let t = std::time::Instant::now();
+        ec2.describe_launch_templates()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name(format!("tag:{owned}"))
+                    .values("owned")
+                    .build(),
+            )
+            .max_results(200)
+            .send()
+            .await
+            .expect("DescribeLaunchTemplates");
+        best[1] = best[1].min(t.elapsed());
+        let t = std::time::Instant::now();
+        asg.describe_auto_scaling_groups()
+            .filters(
+                aws_sdk_autoscaling::types::Filter::builder()
+                    .name(format!("tag:{owned}"))
+                    .values("owned")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("DescribeAutoScalingGroups");
+        best[2] = best[2].min(t.elapsed());
+        let t = std::time::Instant::now();
+        ec2.describe_availability_zones()
+            .send()
+            .await
+            .expect("DescribeAvailabilityZones");
+        best[3] = best[3].min(t.elapsed());
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    eprintln!(
+        "probe {groups} groups, alone, ms: DescribeLaunchTemplateVersions {:.1}, \
+         DescribeLaunchTemplates {:.1}, DescribeAutoScalingGroups {:.1}, \
+         DescribeAvailabilityZones {:.1}",
+        ms(best[0]),
+        ms(best[1]),
+        ms(best[2]),
+        ms(best[3])
+    );
 }
 
 /// `networking.networkID` adopts an existing VPC (and its internet gateway), a subnet `id` an
