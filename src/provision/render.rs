@@ -158,6 +158,10 @@ pub fn image_marker(sha256: &str) -> String {
 
 const SHORT: Duration = Duration::from_secs(120);
 const LONG: Duration = Duration::from_secs(600);
+/// The binaries step's watchdog counts the whole batch (uploads, hooks, downloads) against
+/// one limit: each binary keeps the budget its own step had before they were one.
+const BINARIES_TIMEOUT: Duration =
+    Duration::from_secs(LONG.as_secs() * Component::NODE_BINARIES.len() as u64);
 /// An image archive uploads or downloads hundreds of MB before it is imported: the image
 /// step's timeout is this per archive.
 const IMAGE_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -1185,15 +1189,15 @@ impl Renderer {
         Ok((a, files, check, run))
     }
 
-    /// The container runtime's and Kubernetes' binaries (`components`, in order) as **one**
-    /// step: their uploads go up in one stream, and each uploaded binary is installed as soon
-    /// as it lands (its arrival hook: the same script its own step would run), while the next
-    /// one uploads. The step is converged when every binary's check passes; its run installs,
+    /// The container runtime's and Kubernetes' binaries ([`Component::NODE_BINARIES`], in
+    /// order) as **one** step: their uploads go up in one stream, and each uploaded binary is
+    /// installed as soon as it lands (its arrival hook: the same script its own step would
+    /// run), while the next one uploads. The step is converged when every binary's check passes; its run installs,
     /// in order, each binary whose hook did not install it in this batch (`$KPROV_HOOKED`)
     /// and whose check fails: a download, a bundle member, a file already on the host, a
     /// binary changed since. A failure names the binary (`kprov: NAME: install VERSION
     /// failed`) after the install's own message, and stops the run there.
-    fn binaries_step(&self, components: &[Component], arch: Arch) -> Result<Step, RenderError> {
+    fn binaries_step(&self, arch: Arch) -> Result<Step, RenderError> {
         let mut names = Vec::new();
         let mut files = Vec::new();
         let mut checks = Vec::new();
@@ -1202,7 +1206,7 @@ impl Renderer {
              hooked() { printf '%s\\n' \"${KPROV_HOOKED:-}\" | grep -qxF -- \"$1\"; }\n\
              failed() { printf 'kprov: %s: install %s failed\\n' \"$1\" \"$2\" >&2; exit 1; }\n",
         );
-        for &c in components {
+        for c in Component::NODE_BINARIES {
             let (a, mut fs, check, install) = self.install_parts(c, arch)?;
             let name = c.name();
             let hooked = match fs.first_mut() {
@@ -1232,9 +1236,7 @@ impl Renderer {
             files,
             check: Some(checks.join(" && ")),
             run,
-            // The watchdog counts the whole batch (uploads, hooks, downloads) against one
-            // limit: each binary keeps the budget its own step had before they were one.
-            timeout: LONG * u32::try_from(components.len().max(1)).unwrap_or(u32::MAX),
+            timeout: BINARIES_TIMEOUT,
         })
     }
 
@@ -1281,7 +1283,7 @@ impl Renderer {
         // Every binary in one step and one upload stream, each installed as it lands; the
         // kubelet's binary is in place before its service step, containerd's before its
         // configuration.
-        let mut steps = vec![self.binaries_step(&Component::NODE_BINARIES, arch)?];
+        let mut steps = vec![self.binaries_step(arch)?];
         steps.extend(self.registries_step());
         let (proxy_files, proxy_check, proxy_run) = proxy_dropin(
             self.proxy.as_ref(),

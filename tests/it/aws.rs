@@ -12,6 +12,7 @@ use kprov::cloud::engine::{self, Action, ApplyOptions, Plan, RenderOptions};
 use kprov::spec::{Cluster, HostRole, InstanceGroup};
 
 use crate::support::aws_recorder::{Recorder, is_write};
+use crate::support::awscloud;
 use crate::support::moto::moto;
 
 const IMAGE: &str = "ami-1e749f67";
@@ -248,8 +249,7 @@ fn fast() -> ApplyOptions {
 }
 
 pub(crate) async fn plan(e: &Env, c: &Cluster, igs: &[InstanceGroup]) -> Plan {
-    e.cloud
-        .plan(&kprov::spec::resolve::model(c, igs).expect("model"))
+    awscloud::plan(&e.cloud, c, igs)
         .await
         .unwrap_or_else(|err| panic!("plan: {err}\n{}", moto().log_tail()))
 }
@@ -262,11 +262,7 @@ pub(crate) async fn apply(e: &Env, p: &Plan, prune: bool) {
 }
 
 pub(crate) async fn delete_all(e: &Env, c: &Cluster, igs: &[InstanceGroup]) {
-    let p = e
-        .cloud
-        .plan_delete(&kprov::spec::resolve::model(c, igs).expect("model"))
-        .await
-        .expect("delete plan");
+    let p = awscloud::plan_delete(&e.cloud, c, igs).await;
     assert!(p.changes.iter().all(|ch| ch.action == Action::Delete));
     apply(e, &p, true).await;
 }
@@ -560,36 +556,7 @@ async fn minimal_public_cluster_lifecycle() {
         .nat_gateway()
         .and_then(|n| n.nat_gateway_id().map(str::to_string))
         .unwrap();
-    let r53 = aws_sdk_route53::Client::new(&e.sdk);
-    let foreign = aws_sdk_route53::types::ResourceRecordSet::builder()
-        .name(format!("www.{zone}."))
-        .r#type(aws_sdk_route53::types::RrType::A)
-        .ttl(60)
-        .resource_records(
-            aws_sdk_route53::types::ResourceRecord::builder()
-                .value("192.0.2.10")
-                .build()
-                .unwrap(),
-        )
-        .build()
-        .unwrap();
-    r53.change_resource_record_sets()
-        .hosted_zone_id(&zone_id)
-        .change_batch(
-            aws_sdk_route53::types::ChangeBatch::builder()
-                .changes(
-                    aws_sdk_route53::types::Change::builder()
-                        .action(aws_sdk_route53::types::ChangeAction::Create)
-                        .resource_record_set(foreign)
-                        .build()
-                        .unwrap(),
-                )
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    awscloud::create_a_record(&e.sdk, &zone_id, &format!("www.{zone}."), "192.0.2.10").await;
 
     let (c, igs) = spec(name, zone, false);
     e.rec.take();
@@ -865,10 +832,7 @@ async fn minimal_public_cluster_lifecycle() {
         .collect();
     keys.insert("nodes".into(), rotated.clone());
     let rotating = AwsCloud::new(&e.kprov_sdk, name, &[]).with_host_keys(keys);
-    let changed = rotating
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan");
+    let changed = awscloud::plan(&rotating, &c, &igs).await.expect("plan");
     assert_eq!(changed.summary.update, 1);
     let text = engine::render_text(&changed, RenderOptions::default());
     let digest = kprov::cloud::aws::hostkeys::digest(&rotated.private);
@@ -887,8 +851,7 @@ async fn minimal_public_cluster_lifecycle() {
         .await
         .expect("apply");
     assert!(
-        rotating
-            .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+        awscloud::plan(&rotating, &c, &igs)
             .await
             .expect("plan")
             .is_empty()
@@ -1007,7 +970,7 @@ async fn minimal_public_cluster_lifecycle() {
         Some("available"),
         "foreign NAT gateway deleted"
     );
-    let sets = r53
+    let sets = aws_sdk_route53::Client::new(&e.sdk)
         .list_resource_record_sets()
         .hosted_zone_id(&zone_id)
         .send()
@@ -1051,11 +1014,7 @@ async fn ha_private_cluster_lifecycle() {
     e.rec.take();
     let again = plan(&e, &c, &igs).await;
     // Previews of an existing cluster, for update and for delete, are read-only too.
-    let doomed = e
-        .cloud
-        .plan_delete(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("delete plan");
+    let doomed = awscloud::plan_delete(&e.cloud, &c, &igs).await;
     assert_eq!(doomed.summary.delete, first.summary.create);
     let sent = e.rec.take();
     assert!(sent.iter().all(|o| !is_write(o)), "{sent:?}");
@@ -1186,11 +1145,7 @@ async fn interrupt_at(
     );
     assert_eq!(&count_owned(sdk, &name, zone_id).await, expected, "k={k}");
     // Delete, interrupted the same way, then run again.
-    let doomed = e
-        .cloud
-        .plan_delete(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("delete plan");
+    let doomed = awscloud::plan_delete(&e.cloud, &c, &igs).await;
     e.rec.limit_writes(Some(k));
     let prune = ApplyOptions {
         prune: true,
@@ -1390,7 +1345,7 @@ async fn adopted_vpc_is_used_validated_and_kept() {
         .subnet()
         .and_then(|s| s.subnet_id().map(str::to_string))
         .unwrap();
-    crate::support::awscloud::map_public_ip_on_launch(&ec2, &subnet).await;
+    awscloud::map_public_ip_on_launch(&ec2, &subnet).await;
 
     let (mut c, igs) = spec(name, zone, false);
     c.spec.networking.subnets[0].id = Some(subnet.clone());
@@ -1489,36 +1444,7 @@ async fn foreign_record_at_an_api_name_is_a_conflict() {
     let zone = "conflict.example.com";
     let e = env(name).await;
     let zone_id = make_zone(&e.sdk, zone).await;
-    let r53 = aws_sdk_route53::Client::new(&e.sdk);
-    let set = aws_sdk_route53::types::ResourceRecordSet::builder()
-        .name(format!("api.{name}."))
-        .r#type(aws_sdk_route53::types::RrType::A)
-        .ttl(60)
-        .resource_records(
-            aws_sdk_route53::types::ResourceRecord::builder()
-                .value("192.0.2.1")
-                .build()
-                .unwrap(),
-        )
-        .build()
-        .unwrap();
-    r53.change_resource_record_sets()
-        .hosted_zone_id(&zone_id)
-        .change_batch(
-            aws_sdk_route53::types::ChangeBatch::builder()
-                .changes(
-                    aws_sdk_route53::types::Change::builder()
-                        .action(aws_sdk_route53::types::ChangeAction::Create)
-                        .resource_record_set(set)
-                        .build()
-                        .unwrap(),
-                )
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    awscloud::create_a_record(&e.sdk, &zone_id, &format!("api.{name}."), "192.0.2.1").await;
     let (c, igs) = spec(name, zone, false);
     let p = plan(&e, &c, &igs).await;
     assert_eq!(
@@ -1693,9 +1619,7 @@ async fn instance_type_of_another_architecture_is_refused_at_plan() {
         .find(|ig| ig.metadata.name == "nodes")
         .unwrap();
     nodes.spec.machine_type = Some("m6g.large".into());
-    let err = e
-        .cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+    let err = awscloud::plan(&e.cloud, &c, &igs)
         .await
         .unwrap_err()
         .to_string();
@@ -1724,9 +1648,7 @@ async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
     for ig in &mut igs {
         ig.spec.machine_type = Some("c5.large".into());
     }
-    let err = e
-        .cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+    let err = awscloud::plan(&e.cloud, &c, &igs)
         .await
         .unwrap_err()
         .to_string();

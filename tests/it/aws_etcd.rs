@@ -10,7 +10,7 @@
 //! clusters` shows `DELETED (backups kept)`) and `--delete-backups` removes them.
 //! Needs root.
 
-use crate::support::awsroll::{code, running_cluster, text, with_call, workers};
+use crate::support::awsroll::{code, ok_saying, running_cluster, text, with_call, workers};
 
 #[test]
 fn etcd_backup_list_restore_and_the_owned_host_refusal_on_aws_instances() {
@@ -87,12 +87,10 @@ fn etcd_backup_list_restore_and_the_owned_host_refusal_on_aws_instances() {
 
     // Restored on the control plane; the worker untouched.
     let worker_before = worker.standin_calls().len();
-    let o = lab.kprov(&["restore", "etcd", cluster, "--from", &id, "--yes"]);
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("every member healthy"),
-        "{}",
-        text(&o.stderr)
+    ok_saying(
+        &lab,
+        &["restore", "etcd", cluster, "--from", &id, "--yes"],
+        "every member healthy",
     );
     let new: Vec<String> = cp.standin_calls()[calls_before..]
         .iter()
@@ -171,12 +169,10 @@ fn etcd_backup_list_restore_and_the_owned_host_refusal_on_aws_instances() {
             && preview.contains("--delete-backups"),
         "{preview}"
     );
-    let o = lab.kprov(&["delete", "cluster", cluster, "--yes"]);
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains(&format!("Kept {kept} under")),
-        "{}",
-        text(&o.stderr)
+    ok_saying(
+        &lab,
+        &["delete", "cluster", cluster, "--yes"],
+        &format!("Kept {kept} under"),
     );
     lab.sync();
     assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());

@@ -22,7 +22,7 @@
 
 use kprov::spec::{InstanceGroupRole, Object};
 
-use crate::support::awsroll::{CreateAws, lab_with_zone};
+use crate::support::awsroll::{CreateAws, lab_with_zone, ok_saying};
 use crate::support::cloudlab::CloudLab;
 use crate::support::snapshot;
 
@@ -209,13 +209,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
 
     // Again: no changes, nothing run on a host; the preview is read-only on a live cluster.
     let calls = kubeadm_calls(&lab);
-    let o = lab.kprov(&yes);
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("No changes"),
-        "{}",
-        text(&o.stderr)
-    );
+    ok_saying(&lab, &yes, "No changes");
     assert_eq!(kubeadm_calls(&lab), calls, "the re-run called kubeadm");
     let (store1, hosts1) = (snapshot(&lab.store_dir()), lab.hosts_snapshot());
     code(&lab, &lab.kprov(&preview), 0);

@@ -12,7 +12,7 @@ use kprov::cloud::aws::AwsCloud;
 use kprov::cloud::engine::{self, ApplyOptions};
 use kprov::spec::{Cluster, InstanceGroup};
 
-use crate::support::awscloud::{apply_pruning, delete_all, host_keys, proxied_sdk};
+use crate::support::awscloud::{self, apply_pruning, delete_all, host_keys, proxied_sdk};
 use crate::support::faultproxy::{AwsError, Fault, FaultProxy, Request};
 use crate::support::moto::moto;
 
@@ -25,17 +25,11 @@ async fn cloud(proxy: &FaultProxy, cluster: &str, igs: &[InstanceGroup]) -> AwsC
 
 /// Applies, then checks that a second plan finds nothing to do.
 async fn apply_converged(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) {
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(c, igs).expect("model"))
-        .await
-        .expect("plan");
+    let plan = awscloud::plan(cloud, c, igs).await.expect("plan");
     engine::apply(cloud, &plan, &ApplyOptions::default())
         .await
         .unwrap_or_else(|e| panic!("apply: {e}\nmoto:\n{}", moto().log_tail()));
-    let again = cloud
-        .plan(&kprov::spec::resolve::model(c, igs).expect("model"))
-        .await
-        .expect("plan again");
+    let again = awscloud::plan(cloud, c, igs).await.expect("plan again");
     assert!(again.is_empty(), "{:?}", again.changes);
 }
 
@@ -217,10 +211,7 @@ async fn vpc_dns_and_target_group_attributes_as_aws_needs_them() {
         .send()
         .await
         .expect("hostnames off");
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan");
+    let plan = awscloud::plan(&cloud, &c, &igs).await.expect("plan");
     let fields: Vec<String> = plan
         .changes
         .iter()
@@ -328,10 +319,7 @@ async fn auto_scaling_launches_later_and_the_launch_wait_says_so() {
             _ => None,
         }
     }));
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan");
+    let plan = awscloud::plan(&cloud, &c, &igs).await.expect("plan");
     engine::apply(&cloud, &plan, &ApplyOptions::default())
         .await
         .unwrap_or_else(|e| panic!("apply: {e}\nmoto:\n{}", moto().log_tail()));
@@ -778,10 +766,7 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
     };
 
     // The next update, even with --prune, has nothing to do.
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan");
+    let plan = awscloud::plan(&cloud, &c, &igs).await.expect("plan");
     assert!(plan.is_empty(), "{:?}", plan.changes);
     let report = apply_pruning(&cloud, &plan, "apply --prune").await;
     assert!(report.done.is_empty(), "{:?}", report.done);
@@ -806,10 +791,7 @@ async fn the_cloud_controller_managers_rules_and_load_balancers_are_left_alone()
     );
 
     // delete cluster removes them, and says so.
-    let doomed = cloud
-        .plan_delete(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("delete plan");
+    let doomed = awscloud::plan_delete(&cloud, &c, &igs).await;
     let line = doomed
         .warnings
         .iter()
@@ -917,10 +899,7 @@ async fn elastic_ip_quota_is_checked_at_plan_time() {
     )
     .with_host_keys(keys);
 
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan");
+    let plan = awscloud::plan(&cloud, &c, &igs).await.expect("plan");
     let said = plan.errors.join("\n");
     assert!(
         said.contains("allocates 3 Elastic IP")
@@ -957,10 +936,7 @@ async fn elastic_ip_quota_is_checked_at_plan_time() {
             .await
             .expect("release");
     }
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan");
+    let plan = awscloud::plan(&cloud, &c, &igs).await.expect("plan");
     assert!(
         plan.errors.is_empty() && plan.summary.create > 20,
         "{:?}",

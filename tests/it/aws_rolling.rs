@@ -11,8 +11,9 @@
 //! Needs root.
 
 use crate::support::awsroll::{
-    PRIVATE_ADDRESSES, code, delete_cleanly, edit_workers, group_size, journal, launched,
-    nothing_to_roll, running_cluster, text, update_yes, with_call, workers,
+    PRIVATE_ADDRESSES, assert_listed_as, code, delete_cleanly, edit_workers, group_size,
+    instances_listed, journal, launched, nothing_to_roll, running_cluster, text, update_yes,
+    with_call, workers,
 };
 use crate::support::fakekube::{owned_by, pod};
 use crate::support::snapshot;
@@ -179,15 +180,7 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
         "{j}"
     );
 
-    let listed = code(&lab, &lab.kprov(&["get", "instances", cluster]), 0);
-    for id in &new {
-        assert!(
-            listed
-                .lines()
-                .any(|l| l.starts_with(id.as_str()) && l.contains("up to date")),
-            "{listed}"
-        );
-    }
+    assert_listed_as(&instances_listed(&lab, cluster), &new, "up to date");
 
     // Nothing left to roll.
     nothing_to_roll(&lab, cluster);

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::aws_lifecycle::{code, text, with_call};
-use crate::support::awsroll::{CreateAws, lab_with_zone, launched};
+use crate::support::awsroll::{CreateAws, lab_with_zone, launched, ok_saying};
 use crate::support::cloudlab::VERSION;
 use crate::support::mirror::Mirror;
 use crate::support::snapshot;
@@ -135,13 +135,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     });
     lab.use_mirror(cluster);
     let t_update = now_ns();
-    let o = lab.kprov(&yes);
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("pending a rolling update"),
-        "{}",
-        text(&o.stderr)
-    );
+    ok_saying(&lab, &yes, "pending a rolling update");
     assert_eq!(
         lab.instances().keys().collect::<Vec<_>>(),
         before.keys().collect::<Vec<_>>(),
@@ -484,13 +478,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     let nodes = journal["nodes"].as_array().expect("journal nodes");
     assert_eq!(nodes.len(), 6, "{journal}");
     assert!(nodes.iter().all(|n| n["step"] == "validated"), "{journal}");
-    let o = lab.kprov(&preview);
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("No rolling update needed"),
-        "{}",
-        text(&o.stderr)
-    );
+    ok_saying(&lab, &preview, "No rolling update needed");
 
     // The bastion, forced: replaced through its group, no API call about it, and the cluster
     // is reached through the new one.

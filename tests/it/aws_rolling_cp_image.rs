@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::support::awsroll::{
-    code, delete_cleanly, journal, launched, nothing_to_roll, rolling, running_cluster_with, text,
-    update_yes,
+    assert_listed_as, code, delete_cleanly, instances_listed, journal, launched, nothing_to_roll,
+    ok_saying, rolling, running_cluster_with, text, update_yes,
 };
 use crate::support::cloudlab::CloudLab;
 use crate::support::testhosts::TestHost;
@@ -111,13 +111,7 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
             }
         }
     });
-    let o = lab.kprov(&update_yes(cluster));
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("pending a rolling update"),
-        "{}",
-        text(&o.stderr)
-    );
+    ok_saying(&lab, &update_yes(cluster), "pending a rolling update");
     assert_eq!(lab.sync().started, Vec::<String>::new());
 
     // The preview: each control plane replaced, and why.
@@ -229,13 +223,7 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
     );
     assert_eq!(journal(&lab, cluster)["finished"], false);
     code(&lab, &lab.kprov(&["lock", "break", cluster]), 0);
-    let o = lab.kprov(&yes);
-    code(&lab, &o, 0);
-    assert!(
-        text(&o.stderr).contains("already removed"),
-        "{}",
-        text(&o.stderr)
-    );
+    let o = ok_saying(&lab, &yes, "already removed");
     eprintln!(
         "replaced 3 control planes in {:?}\n{}",
         started.elapsed(),
@@ -311,18 +299,11 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
     assert_eq!(j["finished"], true, "{j}");
 
     nothing_to_roll(&lab, cluster);
-    let listed = code(&lab, &lab.kprov(&["get", "instances", cluster]), 0);
+    let listed = instances_listed(&lab, cluster);
     for id in old.keys() {
         assert!(!listed.contains(id.as_str()), "{listed}");
     }
-    for id in new.keys() {
-        assert!(
-            listed
-                .lines()
-                .any(|l| l.starts_with(id.as_str()) && l.contains("up to date")),
-            "{listed}"
-        );
-    }
+    assert_listed_as(&listed, new.keys(), "up to date");
 
     delete_cleanly(&lab, cluster);
 }

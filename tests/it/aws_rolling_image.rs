@@ -14,8 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::support::awsroll::{
-    code, delete_cleanly, edit_workers, group_size, journal, launched, nothing_to_roll, rolling,
-    running_cluster, text, update_yes, with_call, workers,
+    assert_listed_as, code, delete_cleanly, edit_workers, group_size, instances_listed, journal,
+    launched, nothing_to_roll, rolling, running_cluster, text, update_yes, with_call, workers,
 };
 use crate::support::cloudlab::CloudLab;
 use crate::support::fakekube::{owned_by, pod};
@@ -207,21 +207,9 @@ fn an_image_change_rolls_the_workers_onto_the_new_launch_template_version() {
         (&serde_json::json!("leave"), &serde_json::json!(false)),
         "{n}"
     );
-    let listed = code(&lab, &lab.kprov(&["get", "instances", cluster]), 0);
-    for id in &old {
-        assert!(
-            listed
-                .lines()
-                .any(|l| l.starts_with(id.as_str()) && l.contains(&format!("needs update: {WHY}"))),
-            "{listed}"
-        );
-    }
-    assert!(
-        listed
-            .lines()
-            .any(|l| l.starts_with(added.as_str()) && l.contains("up to date")),
-        "{listed}"
-    );
+    let listed = instances_listed(&lab, cluster);
+    assert_listed_as(&listed, &old, &format!("needs update: {WHY}"));
+    assert_listed_as(&listed, [&added], "up to date");
     assert_eq!(snapshot(&lab.store_dir()), store0, "the preview wrote");
     assert_eq!(lab.hosts_snapshot(), hosts0, "the preview changed a host");
     assert!(

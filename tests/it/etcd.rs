@@ -6,6 +6,7 @@ use std::process::Output;
 
 use crate::metal::{Lab, metal_update_yes, ok, show};
 use crate::support::cli::create_metal;
+use crate::support::cli::says;
 use crate::support::cli::text;
 
 /// The inventory Kubespray's inventory builder writes for five hosts: two control planes,
@@ -280,11 +281,7 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
     let before = lab.calls("host1").len();
     let o = lab.kprov(&["backup", "etcd", name, "-o", "json"]);
     let first: serde_json::Value = serde_json::from_str(&ok(&o)).expect("json record");
-    assert!(
-        text(&o.stderr).contains("Backed up etcd of"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "Backed up etcd of");
     assert_eq!(first["host"], "host1");
     assert_eq!(first["etcd"], "External");
     let id1 = first["id"].as_str().unwrap().to_string();
@@ -376,11 +373,7 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
     std::fs::write(&p2, &bad).unwrap();
     let o = lab.kprov(&["restore", "etcd", name, "--from", &id2, "--yes"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("checksum mismatch"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "checksum mismatch");
     // 5. The preview verifies, lists every control plane and member, and changes nothing.
     let o = lab.kprov(&["restore", "etcd", name, "--from", &id1]);
     let preview = ok(&o);
@@ -392,11 +385,7 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
         !preview.contains("host4") && !preview.contains("host5"),
         "{preview}"
     );
-    assert!(
-        text(&o.stderr).contains("Must specify --yes"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "Must specify --yes");
     for (i, h) in lab.th.hosts.iter().enumerate() {
         assert_eq!(
             lab.calls(&h.name).len(),
@@ -520,11 +509,7 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
     );
     let o = lab.kprov(&["delete", "cluster", name, "--yes"]);
     ok(&o);
-    assert!(
-        text(&o.stderr).contains(&format!("Kept {kept} etcd backup objects under")),
-        "{}",
-        show(&o)
-    );
+    says(&o, &format!("Kept {kept} etcd backup objects under"));
     assert!(backup_dir(&lab, name).join(format!("{id1}.db")).exists());
     let clusters = lab.kprov(&["get", "clusters"]);
     assert!(
@@ -537,11 +522,7 @@ fn etcd_backup_list_and_restore_on_host_deployed_etcd() {
     assert_eq!(listed, listed_before);
     let o = lab.kprov(&["get", "cluster", name]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("only its etcd backups remain"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "only its etcd backups remain");
     // Without --delete-backups a second delete says what is kept and changes nothing.
     let o = lab.kprov(&["delete", "cluster", name, "--yes"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));

@@ -15,7 +15,7 @@ use kprov::ssh::{NoProgress, SshFleet, SshOptions, Summary};
 use kprov::state::{Object, Precondition, StateError, StateStore, Version};
 
 use crate::metal::{Lab, metal_update_yes};
-use crate::support::awscloud::{delete_all, host_keys, proxied_sdk};
+use crate::support::awscloud::{self, delete_all, host_keys, proxied_sdk};
 use crate::support::faultproxy::{Fault, FaultProxy, Request};
 use crate::support::memstate::MemStore;
 use crate::support::moto::moto;
@@ -934,8 +934,7 @@ async fn aws_update_converges_while_the_api_throttles() {
     let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
     proxy.set_policy(throttling(11));
     let started = Instant::now();
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
+    let plan = awscloud::plan(&cloud, &c, &igs)
         .await
         .expect("plan under faults");
     engine::apply(&cloud, &plan, &ApplyOptions::default())
@@ -946,10 +945,7 @@ async fn aws_update_converges_while_the_api_throttles() {
     assert!(first.total_injected() > 20, "{first:?}");
     // Other requests fail now: the second runs meet faults of their own.
     proxy.set_policy(throttling(12));
-    let again = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan again");
+    let again = awscloud::plan(&cloud, &c, &igs).await.expect("plan again");
     assert!(again.is_empty(), "{:?}", again.changes);
     engine::apply(&cloud, &again, &ApplyOptions::default())
         .await
@@ -987,10 +983,7 @@ async fn aws_throttling_past_the_deadline_is_reported_as_such() {
     let (c, igs) = crate::aws::spec(cluster, zone, false);
     let keys = host_keys(&igs).await;
     let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan");
+    let plan = awscloud::plan(&cloud, &c, &igs).await.expect("plan");
     proxy.set_policy(Box::new(|r: &Request| {
         r.is_write().then_some(Fault::Throttle)
     }));
@@ -1018,17 +1011,11 @@ async fn aws_throttling_past_the_deadline_is_reported_as_such() {
         "the call that was being made: {err}"
     );
     proxy.set_policy(Box::new(|_: &Request| None));
-    let plan = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("re-plan");
+    let plan = awscloud::plan(&cloud, &c, &igs).await.expect("re-plan");
     engine::apply(&cloud, &plan, &ApplyOptions::default())
         .await
         .expect("apply without faults");
-    let again = cloud
-        .plan(&kprov::spec::resolve::model(&c, &igs).expect("model"))
-        .await
-        .expect("plan");
+    let again = awscloud::plan(&cloud, &c, &igs).await.expect("plan");
     assert!(again.is_empty() || again.changes.is_empty(), "{again:?}");
     let line = err.lines().nth(1).unwrap_or(&err).trim().to_string();
     figures(

@@ -10,6 +10,7 @@ use std::process::Output;
 use serde_json::json;
 
 use crate::metal::{Lab, ok, show, text};
+use crate::support::cli::says;
 use crate::support::fakekube::{FakeKube, app_pdb, daemon_pod, replica_pod, static_pod};
 
 struct Api {
@@ -78,10 +79,9 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     // Preview: what will happen, nothing done.
     let o = delete_instance(&lab, &kc, name, "host2", &[]);
     let out = ok(&o);
-    assert!(
-        text(&o.stderr).contains(&format!("Must specify --yes to remove host2 from {name}.")),
-        "{}",
-        show(&o)
+    says(
+        &o,
+        &format!("Must specify --yes to remove host2 from {name}."),
     );
     assert!(out.contains("host2") && out.contains("node"), "{out}");
     assert!(out.contains("Pods to evict (1):\n  default/web-1"), "{out}");
@@ -90,11 +90,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
         "{out}"
     );
     assert!(out.contains("etcd: no etcd member on this host"), "{out}");
-    assert!(
-        text(&o.stderr).contains("Must specify --yes"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "Must specify --yes");
     assert!(
         !api.fake.requests().iter().any(|r| r.is_write()),
         "the preview wrote to the API"
@@ -117,11 +113,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     for extra in [&[][..], &["--yes"]] {
         let o = delete_instance(&lab, &kc, name, "host1", extra);
         assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-        assert!(
-            text(&o.stderr).contains("host1 is the last control plane"),
-            "{}",
-            show(&o)
-        );
+        says(&o, "host1 is the last control plane");
     }
     assert!(!api.fake.unschedulable("host1"));
     assert!(has_call(&lab, "host1", "kubeadm reset").is_none());
@@ -131,11 +123,7 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
         let guard = lab.hold_lock(&api.rt, name, "another operator's rolling update");
         let o = delete_instance(&lab, &kc, name, "host2", &["--yes"]);
         assert_eq!(o.status.code(), Some(4), "{}", show(&o));
-        assert!(
-            text(&o.stderr).contains("another operator's rolling update"),
-            "{}",
-            show(&o)
-        );
+        says(&o, "another operator's rolling update");
         assert!(!api.fake.unschedulable("host2"));
         api.rt.block_on(guard.release()).expect("release");
     }

@@ -16,6 +16,7 @@ use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectR
 
 use crate::support::cli::create_metal;
 pub(crate) use crate::support::cli::{ok, show, text};
+use crate::support::cli::{prints, says};
 use crate::support::mirror::Mirror;
 use crate::support::snapshot;
 use crate::support::testhosts::TestHosts;
@@ -404,11 +405,7 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
         let guard = lab.hold_lock(&rt, name, "another operator's update");
         let o = lab.kprov(&metal_update_yes(name, &[]));
         assert_eq!(o.status.code(), Some(4), "{}", show(&o));
-        assert!(
-            text(&o.stderr).contains("another operator's update"),
-            "{}",
-            show(&o)
-        );
+        says(&o, "another operator's update");
         assert_eq!(
             lab.hosts_snapshot(),
             hosts0,
@@ -421,11 +418,7 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     // First contact without permission: refused, naming the flag; nothing ran.
     let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("--accept-new-host-keys"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "--accept-new-host-keys");
     assert!(lab.kubeadm_calls("host1").is_empty());
 
     let o = lab.kprov(&metal_update_yes(name, &[]));
@@ -532,7 +525,7 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     let downloads = lab.mirror.downloads().len();
     let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
     ok(&o);
-    assert!(text(&o.stderr).contains("No changes"), "{}", show(&o));
+    says(&o, "No changes");
     let after: Vec<usize> = ["host1", "host2", "host3"]
         .iter()
         .map(|h| lab.kubeadm_calls(h).len())
@@ -895,7 +888,7 @@ fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
     );
     let o = kprov(&["delete", "cluster", name, "--yes"]);
     ok(&o);
-    assert!(text(&o.stderr).contains("no host to reset"), "{}", show(&o));
+    says(&o, "no host to reset");
     for l in &listeners {
         assert!(
             matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
@@ -967,19 +960,14 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
     // Its preview (keys now recorded) lists the hosts as owned by the first and fails.
     let o = lab.kprov(&["update", "cluster", second]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stdout).contains(&format!("owned by cluster {first}")),
-        "{}",
-        show(&o)
-    );
+    prints(&o, &format!("owned by cluster {first}"));
 
     // Its delete resets nothing.
     let o = lab.kprov(&["delete", "cluster", second, "--yes"]);
     ok(&o);
-    assert!(
-        text(&o.stderr).contains(&format!("not reset: the host belongs to cluster {first}")),
-        "{}",
-        show(&o)
+    says(
+        &o,
+        &format!("not reset: the host belongs to cluster {first}"),
     );
     assert_eq!(
         lab.hosts_snapshot(),
@@ -998,7 +986,7 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
     // The first cluster is intact and converges with no change.
     let o = lab.kprov(&["update", "cluster", first, "--yes", "--skip-addons"]);
     ok(&o);
-    assert!(text(&o.stderr).contains("No changes"), "{}", show(&o));
+    says(&o, "No changes");
     assert!(
         lab.store_dir()
             .join(first)
@@ -1204,11 +1192,7 @@ fn get_instances_lists_an_unreachable_host_as_unreachable_with_its_error() {
         "{}",
         show(&o)
     );
-    assert!(
-        text(&o.stderr).contains("host2 (host2): unreachable, its state cannot be read"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "host2 (host2): unreachable, its state cannot be read");
 
     let o = lab.kprov(&["get", "instances", name, "-o", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -1228,9 +1212,5 @@ fn get_instances_lists_an_unreachable_host_as_unreachable_with_its_error() {
 
     let o = lab.kprov(&["rolling-update", "cluster", name, "--yes"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("host2: cannot read its provisioning record"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "host2: cannot read its provisioning record");
 }

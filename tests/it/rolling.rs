@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::metal::{Lab, VERSION, metal_update_yes, show};
 use crate::support::cli::text;
+use crate::support::cli::{prints, says};
 
 /// Files one host wrote to its overlay, with contents.
 fn host_files(lab: &Lab, host: &str) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -44,11 +45,7 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
     // Converged: nothing to roll.
     let o = lab.kprov(&["rolling-update", "cluster", name, "--exit-code"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("No rolling update needed"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "No rolling update needed");
 
     // The spec changes a running worker's labels.
     lab.edit_host(name, "host2", |h| {
@@ -65,11 +62,7 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
         "{}",
         show(&o)
     );
-    assert!(
-        text(&o.stdout).contains("left alone: pending rolling update"),
-        "{}",
-        show(&o)
-    );
+    prints(&o, "left alone: pending rolling update");
     assert!(
         err.contains(&format!("kprov rolling-update cluster {name}")),
         "{}",
@@ -145,11 +138,7 @@ fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
         "nope",
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("no such instance group"),
-        "{}",
-        show(&o)
-    );
+    says(&o, "no such instance group");
 
     assert_eq!(lab.hosts_snapshot(), hosts0, "the preview changed a host");
     assert_eq!(
@@ -749,6 +738,7 @@ mod roll_with_yes {
     use serde_json::json;
 
     use crate::metal::{Lab, VERSION, ok, show, text};
+    use crate::support::cli::says;
     use crate::support::fakekube::{
         FakeKube, node, owned_by, pdb, pod, system_pod, with_heartbeat,
     };
@@ -1049,7 +1039,7 @@ mod roll_with_yes {
             &["--validate-count", "1", "--validation-timeout", "30s"],
         ));
         ok(&o);
-        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        says(&o, "Resuming");
         assert!(
             kubelet_restarts(&lab, "host1", t2).is_empty(),
             "host1 again"
@@ -1091,12 +1081,11 @@ mod roll_with_yes {
         ));
         assert_eq!(o.status.code(), Some(1), "{}", show(&o));
         let addr2 = &lab.host("host2").address;
-        assert!(
-            text(&o.stderr).contains(&format!(
+        says(
+            &o,
+            &format!(
                 "etcd member host2 (peer https://{addr2}:2380, on host host2) is unhealthy; 2 of 3 members healthy"
-            )),
-            "{}",
-            show(&o)
+            ),
         );
         // Asked through the host's etcdctl at its own address, not a container.
         let addr1 = &lab.host("host1").address;
@@ -1250,7 +1239,7 @@ mod roll_with_yes {
         fake.clear_requests();
         let o = lab.kprov(&args);
         ok(&o);
-        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        says(&o, "Resuming");
         assert!(
             kubelet_restarts(&lab, "host1", t1).is_empty(),
             "host1 again"
@@ -1454,7 +1443,7 @@ mod roll_with_yes {
         let t1 = now_ns();
         let o = lab.kprov(&args);
         ok(&o);
-        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        says(&o, "Resuming");
         assert!(
             kubelet_restarts(&lab, "host2", t1).is_empty(),
             "{}",
@@ -1496,7 +1485,7 @@ mod roll_with_yes {
         let t3 = now_ns();
         let o = lab.kprov(&args);
         ok(&o);
-        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        says(&o, "Resuming");
         assert!(
             kubelet_restarts(&lab, "host2", t3).is_empty(),
             "{}",
@@ -1669,7 +1658,7 @@ mod roll_with_yes {
         );
         let r = |h| kubelet_restarts(&lab, h, t0)[0];
         assert!(r("host1") < r("host2") && r("host2") < r("host3"));
-        assert!(text(&o.stderr).contains("validated"), "{}", show(&o));
+        says(&o, "validated");
 
         // 2. Nothing left: a second run says so and touches nothing.
         fake.clear_requests();
@@ -1731,7 +1720,7 @@ mod roll_with_yes {
         fake.clear_requests();
         let o = roll(&[]);
         ok(&o);
-        assert!(text(&o.stderr).contains("Resuming"), "{}", show(&o));
+        says(&o, "Resuming");
         assert_eq!(record(&lab, "host3")["labels"]["tier"], "api");
         assert!(
             kubelet_restarts(&lab, "host2", t1).is_empty(),
@@ -1843,11 +1832,7 @@ mod roll_with_yes {
             }];
         });
         let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
-        assert!(
-            text(&o.stderr).contains("pending a rolling update"),
-            "{}",
-            show(&o)
-        );
+        says(&o, "pending a rolling update");
         // `update` leaves outdated members alone, their images too: the roll brings them.
         for (h, _) in hosts {
             assert!(crate::images::imports(&lab, h).is_empty(), "{h}");

@@ -616,3 +616,67 @@ fn update_yes_stops_within_a_second_of_sigint_during_the_addons_wait_on_aws() {
     unlocked(&lab, cluster);
     eprintln!("signal figures: SIGINT at the add-ons' wait to exit {took:?}");
 }
+
+/// Ctrl-C during a metal `update cluster --yes` while it reads the `file://` image archives
+/// (read on a thread of their own while the hosts are observed, the plan awaiting them): the
+/// archive is a FIFO the test holds open and never writes, so the read never ends by itself.
+/// Out within a second of the signal, saying how to resume, the lock released: the run is not
+/// kept alive by the read it left behind.
+#[test]
+fn metal_update_yes_stops_within_a_second_of_sigint_while_image_archives_load() {
+    crate::needs_tier!(SshdHosts);
+    use crate::metal::{Lab, metal_update_yes};
+    use std::os::unix::fs::OpenOptionsExt;
+    /// Linux's `O_NONBLOCK` (<fcntl.h>): opening a FIFO to write fails at once while no one
+    /// reads it.
+    const O_NONBLOCK: i32 = 0o4000;
+    let name = "sig-images.metal.example.com";
+    let hosts = [("host1", "control-plane"), ("host2", "node")];
+    let lab = Lab::with_cluster(2, name, &hosts);
+    let fifo = lab.dir.path().join("held-archive.tar");
+    crate::support::run_ok(std::process::Command::new("mkfifo").arg(&fifo), "mkfifo");
+    lab.edit_cluster(name, |c| {
+        c.spec.assets.as_mut().expect("assets").images = vec![kprov::spec::ImageArchive {
+            url: format!("file://{}", fifo.display()),
+            sha256: "0".repeat(64),
+        }];
+    });
+    // The writer end, opened once kprov reads the FIFO and held (no byte written) until kprov
+    // exited: closing it would end the read.
+    let writer = std::cell::RefCell::new(None);
+    let args = metal_update_yes(name, &[]);
+    let (c, took, err) = interrupt_held_step(
+        lab.kprov_command(&args),
+        "the image archive's read",
+        || {
+            if writer.borrow().is_none() {
+                let opened = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(O_NONBLOCK)
+                    .open(&fifo);
+                *writer.borrow_mut() = opened.ok();
+            }
+            writer.borrow().is_some()
+        },
+        || drop(writer.borrow_mut().take()),
+    );
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted by SIGINT while provisioning 2 hosts (a host step cut short is done again by the next run); the lock of {name} is released"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("Resume with `kprov update cluster {name} --yes`.")),
+        "{err}"
+    );
+    let status = lab.kprov(&["lock", "status", name]);
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("is not locked"),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    eprintln!("signal figures: SIGINT at the image archives' load to exit {took:?}");
+}

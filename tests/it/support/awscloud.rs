@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kprov::cloud::aws::AwsCloud;
 use kprov::cloud::aws::hostkeys::GroupHostKey;
-use kprov::cloud::engine::{self, ApplyOptions};
+use kprov::cloud::engine::{self, ApplyOptions, CloudError};
 use kprov::spec::{Cluster, InstanceGroup};
 
 /// An SDK config for `endpoint` (moto, or a fault proxy before it): dummy credentials,
@@ -40,12 +40,29 @@ pub async fn host_keys(igs: &[InstanceGroup]) -> BTreeMap<String, GroupHostKey> 
     keys
 }
 
+/// `cloud`'s plan for the cluster `c` with `igs`, resolved as `update cluster` resolves it.
+pub async fn plan(
+    cloud: &AwsCloud,
+    c: &Cluster,
+    igs: &[InstanceGroup],
+) -> Result<engine::Plan, CloudError> {
+    cloud.plan(&model(c, igs)).await
+}
+
+/// `cloud`'s plan to delete what the cluster `c` with `igs` owns (`delete cluster`'s
+/// preview); fails the test if there is none.
+pub async fn plan_delete(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) -> engine::Plan {
+    let cluster = model(c, igs);
+    cloud.plan_delete(&cluster).await.expect("delete plan")
+}
+
+fn model(c: &Cluster, igs: &[InstanceGroup]) -> kprov::spec::resolve::ResolvedCluster {
+    kprov::spec::resolve::model(c, igs).expect("model")
+}
+
 /// Deletes everything the cluster owns (`delete cluster --yes`'s cloud part).
 pub async fn delete_all(cloud: &AwsCloud, c: &Cluster, igs: &[InstanceGroup]) {
-    let doomed = cloud
-        .plan_delete(&kprov::spec::resolve::model(c, igs).expect("model"))
-        .await
-        .expect("delete plan");
+    let doomed = plan_delete(cloud, c, igs).await;
     apply_pruning(cloud, &doomed, "clean up").await;
 }
 
@@ -77,4 +94,36 @@ pub async fn map_public_ip_on_launch(ec2: &aws_sdk_ec2::Client, subnet: &str) {
         .send()
         .await
         .unwrap_or_else(|e| panic!("public IPs on {subnet}: {e}"));
+}
+
+/// Creates an A record `name` -> `address` in the hosted zone `zone_id` with plain SDK calls
+/// (a record someone else wrote: no owner TXT record beside it).
+pub async fn create_a_record(
+    sdk: &aws_config::SdkConfig,
+    zone_id: &str,
+    name: &str,
+    address: &str,
+) {
+    use aws_sdk_route53::types::{
+        Change, ChangeAction, ChangeBatch, ResourceRecord, ResourceRecordSet, RrType,
+    };
+    let set = ResourceRecordSet::builder()
+        .name(name)
+        .r#type(RrType::A)
+        .ttl(60)
+        .resource_records(ResourceRecord::builder().value(address).build().unwrap())
+        .build()
+        .unwrap();
+    let change = Change::builder()
+        .action(ChangeAction::Create)
+        .resource_record_set(set)
+        .build()
+        .unwrap();
+    aws_sdk_route53::Client::new(sdk)
+        .change_resource_record_sets()
+        .hosted_zone_id(zone_id)
+        .change_batch(ChangeBatch::builder().changes(change).build().unwrap())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("A record {name} in {zone_id}: {e}"));
 }

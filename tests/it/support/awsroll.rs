@@ -38,6 +38,37 @@ pub fn code(lab: &CloudLab, o: &Output, want: i32) -> String {
     text(&o.stdout)
 }
 
+/// Runs kprov with `args` in `lab`, asserts exit 0 and that its stderr says `said`; returns
+/// its output.
+#[track_caller]
+pub fn ok_saying(lab: &CloudLab, args: &[&str], said: &str) -> Output {
+    let o = lab.kprov(args);
+    code(lab, &o, 0);
+    let err = text(&o.stderr);
+    assert!(err.contains(said), "{err}");
+    o
+}
+
+/// `get instances CLUSTER`'s table (exit 0).
+#[track_caller]
+pub fn instances_listed(lab: &CloudLab, cluster: &str) -> String {
+    code(lab, &lab.kprov(&["get", "instances", cluster]), 0)
+}
+
+/// Asserts that `listed` (`get instances`'s table) has a row for each of `ids` saying `state`.
+#[track_caller]
+pub fn assert_listed_as(listed: &str, ids: impl IntoIterator<Item = impl AsRef<str>>, state: &str) {
+    for id in ids {
+        let id = id.as_ref();
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.starts_with(id) && l.contains(state)),
+            "{id} not {state}:\n{listed}"
+        );
+    }
+}
+
 /// The instances whose host ran a stand-in command starting with `prefix`, by instance ID.
 pub fn with_call(lab: &CloudLab, prefix: &str) -> Vec<String> {
     lab.instances()

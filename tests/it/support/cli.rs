@@ -185,3 +185,15 @@ pub fn fails(o: &Output, code: i32) -> String {
     assert_eq!(o.status.code(), Some(code), "{}", show(o));
     text(&o.stderr)
 }
+
+/// Asserts that the command's stderr says `needle` (else shows everything it said).
+#[track_caller]
+pub fn says(o: &Output, needle: &str) {
+    assert!(text(&o.stderr).contains(needle), "{}", show(o));
+}
+
+/// Asserts that the command's stdout holds `needle` (else shows everything it said).
+#[track_caller]
+pub fn prints(o: &Output, needle: &str) {
+    assert!(text(&o.stdout).contains(needle), "{}", show(o));
+}
