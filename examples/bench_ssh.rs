@@ -267,15 +267,24 @@ async fn kprov_child(file: &str) {
         .iter()
         .map(|(name, _, _, address)| (name.clone(), steps(name, address, &blob).expect("template")))
         .collect();
+    // KPROV_BENCH_SSH_CONFIG=FILE: kprov's connections read that ssh config (`-F`) instead
+    // of the user's, to measure what a setting costs (a key exchange, a cipher).
     let options = SshOptions {
         concurrency: hosts.len(),
+        config_file: std::env::var_os("KPROV_BENCH_SSH_CONFIG").map(Into::into),
         ..SshOptions::default()
     };
-    // KPROV_BENCH_VERBOSE=1 shows the engine's per-step events (where the time goes).
-    let progress: Arc<dyn Progress> = if std::env::var_os("KPROV_BENCH_VERBOSE").is_some() {
-        Arc::new(PlainProgress::stderr())
-    } else {
-        Arc::new(NoProgress)
+    // KPROV_BENCH_VERBOSE=FILE appends the engine's per-step events there (where the time
+    // goes): the test hosts' harness does not hand this process's stderr on.
+    let progress: Arc<dyn Progress> = match std::env::var_os("KPROV_BENCH_VERBOSE") {
+        Some(path) => Arc::new(PlainProgress::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .expect("KPROV_BENCH_VERBOSE file"),
+        )),
+        None => Arc::new(NoProgress),
     };
     let fds = Arc::new(AtomicUsize::new(open_fds()));
     let sampler = {

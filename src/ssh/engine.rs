@@ -829,9 +829,12 @@ impl SshFleet {
             host: h.name.clone(),
         });
         let (index, _) = self.slot(&h.name)?;
-        let ((target, resolved), (recorded, read)) = tokio::join!(
+        // ssh's default cipher list (the fleet's first connection asks `ssh -G -F /dev/null`
+        // once) is read beside them: in series it cost one more ssh start before the connect.
+        let ((target, resolved), (recorded, read), _) = tokio::join!(
             timed("ssh -G", self.resolve(h)),
             timed("keys", self.recorded_keys(&h.name)),
+            self.default_ciphers.get_or_init(default_ciphers),
         );
         let mut parts = vec![resolved, read];
         let target = target?;
@@ -893,28 +896,18 @@ impl SshFleet {
         if let Some(f) = config {
             b.config_file(f);
         }
-        // First contact: the scanned keys go to the store while ssh connects strictly against
-        // them (the connection only authenticates; no command runs before they are recorded).
-        let record = timed("record", async {
-            if first_contact {
-                self.record_keys(h, &keys).await
-            } else {
-                Ok(())
-            }
-        });
-        let ((recorded, record_took), (session, ssh_took)) =
-            tokio::join!(record, timed("ssh", b.connect_mux(&h.address)));
+        // First contact: the scanned keys are in the store before ssh starts. A record that
+        // fails (another writer recorded other keys for the host, the store refused) ends
+        // here: no master is started, nothing authenticates to the host, nothing runs on it.
+        // Recording beside the connect saved one store write on first contact only, and left
+        // a master that had to be closed half-started when the record failed.
         if first_contact {
-            parts.push(record_took);
+            let (recorded, took) = timed("record", self.record_keys(h, &keys)).await;
+            parts.push(took);
+            recorded?;
         }
+        let (session, ssh_took) = timed("ssh", b.connect_mux(&h.address)).await;
         parts.push(ssh_took);
-        if let Err(e) = recorded {
-            if let Ok(session) = session {
-                // Nothing ran on it; its master goes now.
-                let _ = session.close().await;
-            }
-            return Err(e);
-        }
         let session = match session {
             Ok(s) => s,
             Err(e) => {
@@ -1118,32 +1111,34 @@ impl SshFleet {
         if step.files.is_empty() {
             return Ok(Vec::new());
         }
-        const STAT: &str = r#"for f; do
-  if [ -f "$f" ]; then
-    printf '%s %s\n' "$(sha256sum < "$f" | cut -d' ' -f1)" "$(stat -c %a "$f")"
-  else echo missing; fi
-done"#;
         let paths: Vec<&str> = step.files.iter().map(|f| f.path.as_str()).collect();
         let out = self.exec(slot, STAT, &paths, &[], None, None).await?;
+        let failed = |why: String| ExecError::Step {
+            host: slot.spec.name.clone(),
+            step: step.name.clone(),
+            code: out.status.code(),
+            stderr: format!("comparing files: {why}"),
+        };
         if !out.status.success() {
-            return Err(ExecError::Step {
-                host: slot.spec.name.clone(),
-                step: step.name.clone(),
-                code: out.status.code(),
-                stderr: format!("comparing files: {}", stderr_text(&out)),
-            });
+            return Err(failed(stderr_text(&out)));
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let remote: Vec<&str> = stdout.lines().collect();
+        let remote = parse_stat(&stdout, paths.len()).ok_or_else(|| {
+            failed(format!(
+                "unexpected answer from the host: {:?}",
+                crate::output::untrusted(&stdout.chars().take(200).collect::<String>())
+            ))
+        })?;
         Ok(step
             .files
             .iter()
-            .enumerate()
-            .filter(|(i, f)| {
-                let want = format!("{} {:o}", self.file_hash(f), f.mode);
-                remote.get(*i).is_none_or(|have| *have != want)
+            .zip(remote)
+            .filter(|(f, have)| {
+                have.is_none_or(|(hash, mode)| {
+                    hash != self.file_hash(f) || mode != format!("{:o}", f.mode)
+                })
             })
-            .map(|(_, f)| f)
+            .map(|(f, _)| f)
             .collect())
     }
 
@@ -1531,6 +1526,59 @@ mv -f "$p" "$1""#;
     }
 }
 
+/// Each file's sha256 and mode on the host, for [`parse_stat`]. One `stat` and one
+/// `sha256sum` for every file that exists: per file, its own `sha256sum`, `cut`, `stat` and
+/// two subshells cost the host about twenty process starts for a step of four files. The
+/// answer: a line of `1`/`0` (the file exists or not), then one mode per existing file, then
+/// its `sha256sum` line (`HASH  NAME`, a backslash first when the name needed escaping).
+const STAT: &str = r#"e=
+for f; do
+  shift
+  if [ -f "$f" ]; then e="${e}1"; set -- "$@" "$f"; else e="${e}0"; fi
+done
+echo "$e"
+[ "$#" -gt 0 ] || exit 0
+stat -c %a -- "$@" || exit 1
+sha256sum -- "$@" || exit 1"#;
+
+/// [`STAT`]'s answer for `count` files: per file, its (sha256, mode) or None when it does
+/// not exist. None for an answer of another shape (a file that vanished between the test and
+/// the hash): nothing is guessed.
+fn parse_stat(stdout: &str, count: usize) -> Option<Vec<Option<(&str, &str)>>> {
+    let mut lines = stdout.lines();
+    let exists = lines.next()?;
+    if exists.len() != count || !exists.bytes().all(|b| b == b'0' || b == b'1') {
+        return None;
+    }
+    let present = exists.bytes().filter(|b| *b == b'1').count();
+    let modes: Vec<&str> = lines.by_ref().take(present).collect();
+    let hashes: Vec<&str> = lines
+        .by_ref()
+        .take(present)
+        .map(|l| l.strip_prefix('\\').unwrap_or(l).get(..64))
+        .collect::<Option<_>>()?;
+    let well_formed = modes.len() == present
+        && hashes.len() == present
+        && lines.next().is_none()
+        && modes
+            .iter()
+            .all(|m| !m.is_empty() && m.bytes().all(|b| (b'0'..=b'7').contains(&b)))
+        && hashes
+            .iter()
+            .all(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !well_formed {
+        return None;
+    }
+    let (mut modes, mut hashes) = (modes.into_iter(), hashes.into_iter());
+    exists
+        .bytes()
+        .map(|b| match b {
+            b'1' => Some(Some((hashes.next()?, modes.next()?))),
+            _ => Some(None),
+        })
+        .collect()
+}
+
 /// `work`'s result and how long it took, named `what` (a part of a connection's time).
 async fn timed<T>(
     what: &'static str,
@@ -1656,10 +1704,13 @@ hwait() {
 while [ "$nf" -gt 0 ]; do
   printf '\n%s upload %d\n' "$n" "$up" >&2
   f=$1; m=$2; h=$3; l=$4; x=$5; xt=$6; shift 6; nf=$((nf - 1))
-  d=$(dirname "$f") && mkdir -p "$d" && t=$(mktemp "$d/.kprov.XXXXXX") || exit 1
+  case $f in */*) d=${f%/*}; d=${d:-/} ;; *) d=. ;; esac
+  [ -d "$d" ] || mkdir -p "$d" || exit 1
+  t=$(mktemp "$d/.kprov.XXXXXX") || exit 1
   trap 'exit 1' HUP INT TERM PIPE
   head -c "$l" > "$t" || exit 1
-  g=$(sha256sum < "$t" | cut -d' ' -f1)
+  g=$(sha256sum < "$t") || exit 1
+  g=${g%% *}
   if [ "$g" != "$h" ]; then
     echo "received content has sha256 $g, expected $h (upload cut short?)" >&2
     exit 1
@@ -1770,6 +1821,77 @@ impl HostExecutor for SshFleet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one `stat` and `sha256sum` of STAT answer per file in the order given, missing
+    /// files included, names a shell or sha256sum would mangle included.
+    #[test]
+    fn stat_answers_each_file_in_order_with_one_hash_and_one_stat() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let names = ["plain", "with space", "new\nline", "back\\slash", "-dash"];
+        let mut paths = Vec::new();
+        let mut want = Vec::new();
+        for (i, n) in names.iter().enumerate() {
+            let p = d.path().join(n);
+            let content = format!("content {i}\n");
+            std::fs::write(&p, &content).unwrap();
+            let mode = [0o644, 0o600, 0o755, 0o640, 0o4755][i];
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            want.push(Some((
+                hex::encode(Sha256::digest(content.as_bytes())),
+                format!("{mode:o}"),
+            )));
+            paths.push(p.display().to_string());
+            // A missing file between each two.
+            paths.push(d.path().join(format!("missing {i}")).display().to_string());
+            want.push(None);
+        }
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(STAT)
+            .arg("sh")
+            .args(&paths)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let got: Vec<Option<(String, String)>> = parse_stat(&stdout, paths.len())
+            .unwrap_or_else(|| panic!("{stdout}"))
+            .into_iter()
+            .map(|f| f.map(|(h, m)| (h.to_string(), m.to_string())))
+            .collect();
+        assert_eq!(got, want);
+        // No file at all: the line of zeros alone.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(STAT)
+            .arg("sh")
+            .arg(d.path().join("none"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(parse_stat(&stdout, 1), Some(vec![None]));
+    }
+
+    #[test]
+    fn a_stat_answer_of_another_shape_is_refused_not_guessed() {
+        let h = "a".repeat(64);
+        let ok = format!("1\n644\n{h}  /x\n");
+        assert_eq!(parse_stat(&ok, 1), Some(vec![Some((h.as_str(), "644"))]));
+        for (answer, count) in [
+            (String::new(), 1),
+            // A file that vanished between the test and the hash: its line is missing.
+            ("1\n644\n".to_string(), 1),
+            (ok.clone(), 2),
+            (format!("11\n644\n{h}  /x\n"), 2),
+            (format!("1\n64x\n{h}  /x\n"), 1),
+            (format!("1\n644\n{}  /x\n", "g".repeat(64)), 1),
+            (format!("{ok}more\n"), 1),
+            (format!("2\n644\n{h}  /x\n"), 1),
+        ] {
+            assert_eq!(parse_stat(&answer, count), None, "{answer:?}");
+        }
+    }
 
     /// A batch that fails after a file's hook started (here: the next file's checksum) stops
     /// the hook: it must not run on beside a re-run (a stale `ctr import`).

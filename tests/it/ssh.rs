@@ -301,6 +301,110 @@ async fn first_contact_needs_permission_and_records_the_key() {
         .unwrap();
 }
 
+/// A store where another operator records a different key for every name at the moment
+/// kprov first writes the cluster's known hosts: kprov's record loses the race.
+#[derive(Debug)]
+struct RivalRecords {
+    inner: MemStore,
+    rival_key: String,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl StateStore for RivalRecords {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<kprov::state::Object>, kprov::state::StateError> {
+        self.inner.get(key).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        data: Bytes,
+        cond: kprov::state::Precondition,
+    ) -> Result<kprov::state::Version, kprov::state::StateError> {
+        if key.ends_with("/known_hosts")
+            && !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let rival: String = String::from_utf8_lossy(&data)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .map(|name| format!("{name} {}\n", self.rival_key))
+                .collect();
+            self.inner
+                .put(key, Bytes::from(rival), kprov::state::Precondition::None)
+                .await?;
+        }
+        self.inner.put(key, data, cond).await
+    }
+    async fn delete(
+        &self,
+        key: &str,
+        cond: kprov::state::Precondition,
+    ) -> Result<(), kprov::state::StateError> {
+        self.inner.delete(key, cond).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, kprov::state::StateError> {
+        self.inner.list(prefix).await
+    }
+}
+
+/// Review of issue 22: a first-contact record that fails (another writer recorded other keys
+/// for the host) stops the connection before it starts: ssh never authenticates to the host
+/// (no master to close half-started) and nothing runs there.
+#[tokio::test]
+async fn a_failed_first_contact_record_starts_no_connection() {
+    crate::needs_tier!(SshdHosts);
+    let th = TestHosts::start(1);
+    // Someone else's ed25519 key: a valid key line, not the host's.
+    let rival_key: String = std::fs::read_to_string(th.client_key.with_extension("pub"))
+        .unwrap()
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let store = Arc::new(RivalRecords {
+        inner: MemStore::default(),
+        rival_key: rival_key.clone(),
+        raced: Default::default(),
+    });
+    let fleet = SshFleet::new(
+        CLUSTER,
+        hosts(&th),
+        store.clone(),
+        options(true),
+        Arc::new(Recorder::default()),
+    )
+    .expect("fleet");
+    let err = fleet
+        .run_steps("host1", &[step("x", "mkdir -p /etc/kprov")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecError::HostKeyChanged { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&th.hosts[0].fingerprint()),
+        "{err}"
+    );
+    // The rival's record stands, kprov's scanned key is not added beside it.
+    let recorded = known_hosts(&store.inner).await;
+    assert_eq!(
+        recorded,
+        format!("{} {rival_key}\n", th.hosts[0].address),
+        "{recorded}"
+    );
+    fleet.close().await;
+    let log = th.hosts[0].log();
+    assert!(
+        !log.contains("Accepted publickey"),
+        "ssh authenticated:\n{log}"
+    );
+    assert!(th.hosts[0].read_upper("/etc/kprov").is_none(), "a step ran");
+}
+
 #[tokio::test]
 async fn changed_host_key_is_refused_naming_both_fingerprints() {
     crate::needs_tier!(SshdHosts);
