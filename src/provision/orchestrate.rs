@@ -549,7 +549,7 @@ pub async fn execute_rendered(
                 name,
                 plan.node(name)
                     .map(|n| n.reasons.join("; "))
-                    .unwrap_or_default(),
+                    .unwrap_or_default(), // a node the plan does not list: no reasons to give
             ),
             Some(_) => {}
         }

@@ -443,7 +443,7 @@ impl SshFleet {
                 roles: self
                     .slot(host)
                     .map(|(_, s)| s.spec.roles.clone())
-                    .unwrap_or_default(),
+                    .unwrap_or_default(), // a host outside the fleet has no roles to report
                 duration,
                 result,
             }
@@ -1348,7 +1348,7 @@ mv -f "$p" "$1""#;
             args.extend([
                 st.timeout.as_secs().max(1).to_string(),
                 if st.check.is_some() { "1" } else { "0" }.to_string(),
-                st.check.clone().unwrap_or_default(),
+                st.check.clone().unwrap_or_default(), // the flag before it says there is none
                 if st.run.trim().is_empty() {
                     String::new()
                 } else {
@@ -1364,7 +1364,7 @@ mv -f "$p" "$1""#;
             if words.next() != Some(nonce.as_str()) {
                 return;
             }
-            let kind = words.next().unwrap_or_default();
+            let kind = words.next().unwrap_or_default(); // a bare nonce: no kind below matches
             let Some(k) = words.next().and_then(|k| k.parse::<usize>().ok()) else {
                 return;
             };
