@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::commands::Ctx;
 use super::exit;
 use crate::ops::addons::{self as ops_addons, AddonOptions, ValidateOptions};
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::ResolvedCluster;
 use crate::views::addons as view;
 
 /// Parses `90s`, `5m`, `1h30m` (Go-style durations, as kops and kubectl take them).
@@ -53,16 +53,13 @@ pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(total))
 }
 
-/// The resolved cluster from the store.
-pub(super) async fn resolved(
-    ctx: &Ctx,
-    name: &str,
-) -> anyhow::Result<(Cluster, Vec<InstanceGroup>)> {
-    ctx.session().await?.resolved(name).await
+/// The cluster from the store, resolved once for the command.
+pub(super) async fn resolved(ctx: &Ctx, name: &str) -> anyhow::Result<ResolvedCluster> {
+    ctx.session().await?.resolve(name).await
 }
 
 pub(super) async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
-    let (cluster, _) = resolved(ctx, name).await?;
+    let cluster = resolved(ctx, name).await?;
     let manifests = ops_addons::manifests(&cluster)?;
     view::manifests(&ctx.printer, &manifests)?;
     Ok(exit::OK)
@@ -79,7 +76,7 @@ pub(super) struct UpdateAddonsArgs<'a> {
 }
 
 pub(super) async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow::Result<i32> {
-    let (cluster, _) = resolved(ctx, a.name).await?;
+    let cluster = resolved(ctx, a.name).await?;
     deploy(ctx, &cluster, a).await
 }
 
@@ -87,7 +84,7 @@ pub(super) async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow
 /// ([`crate::ops::addons::deploy`]); `update cluster` calls this after provisioning.
 pub(super) async fn deploy(
     ctx: &Ctx,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     a: &UpdateAddonsArgs<'_>,
 ) -> anyhow::Result<i32> {
     let store = ctx.session().await?.store();
@@ -99,21 +96,18 @@ pub(super) async fn deploy(
         ssh_tunnel: a.ssh_tunnel,
     };
     let report = ops_addons::deploy(store, cluster, &options).await?;
-    Ok(print_report(ctx, cluster, &report, a.exit_code))
+    Ok(print_report(ctx, &cluster.name, &report, a.exit_code))
 }
 
 /// The add-ons' preview or what was applied ([`view::report`]); the exit code (`exit_code`: 2
 /// for a preview with changes).
 pub(super) fn print_report(
     ctx: &Ctx,
-    cluster: &Cluster,
+    cluster: &str,
     report: &ops_addons::AddonReport,
     exit_code: bool,
 ) -> i32 {
-    exit::of_preview(
-        view::report(&ctx.printer, cluster.name(), report),
-        exit_code,
-    )
+    exit::of_preview(view::report(&ctx.printer, cluster, report), exit_code)
 }
 
 pub(super) async fn validate(
@@ -123,16 +117,16 @@ pub(super) async fn validate(
     kubeconfig: Option<&Path>,
     ssh_tunnel: bool,
 ) -> anyhow::Result<i32> {
-    let (cluster, groups) = resolved(ctx, name).await?;
+    let cluster = resolved(ctx, name).await?;
     // Over SSH, before the API: an expired certificate is often why the API fails.
-    super::certificates::warn_expiring(ctx, &cluster, &groups).await?;
+    super::certificates::warn_expiring(ctx, &cluster).await?;
     let options = ValidateOptions {
         wait,
         kubeconfig: kubeconfig.map(Path::to_path_buf),
         ssh_tunnel,
     };
     let store = ctx.session().await?.store();
-    let result = ops_addons::validate(store, &cluster, &groups, &options, &mut |route| {
+    let result = ops_addons::validate(store, &cluster, &options, &mut |route| {
         ctx.printer.debug(route)
     })
     .await?;

@@ -9,14 +9,14 @@ use crate::ops::bundle;
 use crate::views::bundle as view;
 
 pub(super) async fn get_assets(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
-    let (cluster, _) = resolved(ctx, name).await?;
-    view::assets(&ctx.printer, &bundle::assets(&cluster)?)?;
+    let resolved = resolved(ctx, name).await?;
+    view::assets(&ctx.printer, &bundle::assets(&resolved.completed)?)?;
     Ok(exit::OK)
 }
 
 pub(super) async fn create(ctx: &Ctx, a: &CreateBundleArgs) -> anyhow::Result<i32> {
-    let (cluster, _) = resolved(ctx, &a.name).await?;
-    let plan = bundle::plan(&cluster, &a.arch, &a.registry_mirror)?;
+    let resolved = resolved(ctx, &a.name).await?;
+    let plan = bundle::plan(&resolved.completed, &a.arch, &a.registry_mirror)?;
     let label = format!("bundle {}", a.output.display());
     let progress = ctx.printer.progress(plan.count() as u64, &label);
     let printer = &ctx.printer;
@@ -42,6 +42,6 @@ pub(super) async fn create(ctx: &Ctx, a: &CreateBundleArgs) -> anyhow::Result<i3
     }
     let made = made?;
     progress.finish();
-    view::made(printer, &a.output, cluster.name(), &made, start.elapsed());
+    view::made(printer, &a.output, &resolved.name, &made, start.elapsed());
     Ok(exit::OK)
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::commands::Ctx;
 use super::exit;
 use crate::ops::certificates::{self as ops, RotateError, RotateOptions};
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::ResolvedCluster;
 use crate::views::certificates as view;
 
 /// `rotate certificates` options from the command line.
@@ -26,8 +26,8 @@ pub(super) struct RotateArgs {
 /// `get certificates NAME`: exit 1 when a control plane could not be read.
 pub(super) async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
     let session = ctx.session().await?;
-    let (cluster, groups) = session.resolved(name).await?;
-    let report = ops::get(session.store(), &cluster, &groups)
+    let resolved = session.resolve(name).await?;
+    let report = ops::get(session.store(), &resolved)
         .await
         .map_err(|e| match e {
             ops::ReadError::Failed(e) => e,
@@ -43,14 +43,10 @@ pub(super) async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
 
 /// The certificate part of `validate cluster`: warnings only, never a failure (the API
 /// checks decide). Called with the cluster `validate` resolved.
-pub(super) async fn warn_expiring(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-) -> anyhow::Result<()> {
-    let name = cluster.name();
+pub(super) async fn warn_expiring(ctx: &Ctx, cluster: &ResolvedCluster) -> anyhow::Result<()> {
+    let name = cluster.name.as_str();
     let store = ctx.session().await?.store();
-    let check = ops::check_for_validate(store, cluster, groups).await;
+    let check = ops::check_for_validate(store, cluster).await;
     view::validate_check(&ctx.printer, name, check);
     Ok(())
 }
@@ -59,9 +55,9 @@ pub(super) async fn warn_expiring(
 pub(super) async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
     let name = a.name.as_str();
     let session = ctx.session().await?;
-    let (cluster, groups) = session.resolved(name).await?;
+    let resolved = session.resolve(name).await?;
     let store = session.store().clone();
-    let plan = ops::plan(&store, &cluster, &groups).await.map_err(failed)?;
+    let plan = ops::plan(&store, &resolved).await.map_err(failed)?;
     if !a.yes {
         let report = plan.read(store, a.concurrency).await?;
         view::report(&ctx.printer, &report)?;

@@ -11,9 +11,9 @@ use crate::views::etcd as view;
 
 /// The stored cluster's etcd commands, and the session they take the lock through.
 async fn open(ctx: &Ctx, name: &str, reach: Reach) -> anyhow::Result<(Session, EtcdBackups)> {
-    let (cluster, groups) = super::addons::resolved(ctx, name).await?;
+    let resolved = ctx.session().await?.resolve(name).await?;
     let session = Session::new(ctx.repo().await?.store().clone());
-    let etcd = ops::open(session.store().clone(), &cluster, &groups, reach)
+    let etcd = ops::open(session.store().clone(), &resolved, reach)
         .await
         .map_err(failed)?;
     Ok((session, etcd))

@@ -15,8 +15,8 @@ use crate::output::{Format, Printer};
 use crate::views::instance::{self as view, InFlight};
 
 pub(super) async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow::Result<i32> {
-    let (cluster, groups) = super::addons::resolved(ctx, &a.cluster).await?;
-    let name = cluster.name();
+    let cluster = super::addons::resolved(ctx, &a.cluster).await?;
+    let name = cluster.name.as_str();
     let repo = ctx.repo().await?;
     let request = ops::Request {
         node: a.node.clone(),
@@ -27,7 +27,7 @@ pub(super) async fn delete_instance(ctx: &Ctx, a: &DeleteInstanceArgs) -> anyhow
         cloud_only: a.cloud_only,
         kubeconfig: a.kubeconfig.clone(),
     };
-    let removal = ops::Removal::open(repo.store().clone(), &cluster, &groups, request)
+    let removal = ops::Removal::open(repo.store().clone(), &cluster, request)
         .await
         .map_err(failed)?;
     if let Some(route) = removal.route() {

@@ -57,8 +57,8 @@ pub(super) async fn addons_phase(
     update: &Update,
     a: &UpdateClusterArgs,
 ) -> anyhow::Result<i32> {
-    let cluster = update.cluster();
-    let name = cluster.name();
+    let cluster = update.resolved();
+    let name = cluster.name.as_str();
     if !a.yes {
         let args = super::addons::UpdateAddonsArgs {
             name,
@@ -81,7 +81,7 @@ pub(super) async fn addons_phase(
     view::node_config(&ctx.printer, name, &applied.node_config);
     Ok(super::addons::print_report(
         ctx,
-        cluster,
+        name,
         &applied.addons,
         false,
     ))
@@ -132,7 +132,7 @@ pub(super) async fn release_host(
     yes: bool,
     accept_new_host_keys: bool,
 ) -> anyhow::Result<i32> {
-    let (resolved, _) = super::addons::resolved(ctx, cluster).await?;
+    let resolved = super::addons::resolved(ctx, cluster).await?;
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
     let outcome = if yes {

@@ -100,9 +100,9 @@ async fn planned(
     name: &str,
     options: RollingOptions,
 ) -> anyhow::Result<(RollingUpdate, RollingPlan)> {
-    let (cluster, groups) = super::addons::resolved(ctx, name).await?;
+    let resolved = super::addons::resolved(ctx, name).await?;
     let store = ctx.repo().await?.store().clone();
-    let roll = ops_roll::open(store, cluster, groups, options)
+    let roll = ops_roll::open(store, resolved, options)
         .await
         .map_err(failed)?;
     let plan = roll.plan().await.map_err(failed)?;

@@ -25,9 +25,9 @@ pub(super) async fn dump(
     kubeconfig: Option<&Path>,
     with_api: bool,
 ) -> anyhow::Result<i32> {
-    let (cluster, groups) = super::addons::resolved(ctx, name).await?;
+    let cluster = super::addons::resolved(ctx, name).await?;
     let repo = ctx.repo().await?;
-    let d = crate::ops::toolbox::dump(repo.store(), &cluster, &groups, kubeconfig, with_api).await;
+    let d = crate::ops::toolbox::dump(repo.store(), &cluster, kubeconfig, with_api).await;
     view::dump(&ctx.printer, name, &d)?;
     Ok(exit::OK)
 }

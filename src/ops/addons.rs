@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::addons::validate::{self, ValidationResult};
 use crate::addons::{self, Change, DeployOptions, ObjectDiff};
 use crate::kube::{Kube, Poll};
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::ResolvedCluster;
 use crate::state::StateStore;
 
 /// How to deploy.
@@ -46,12 +46,16 @@ impl AddonReport {
 /// Previews or applies the add-ons of `cluster` (CCM of its provider, CNI).
 pub async fn deploy(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     o: &AddonOptions,
 ) -> anyhow::Result<AddonReport> {
-    let (kube, guard) =
-        super::credentials::kube_client(store, cluster, o.kubeconfig.as_deref(), o.ssh_tunnel)
-            .await?;
+    let (kube, guard) = super::credentials::kube_client(
+        store,
+        &cluster.completed,
+        o.kubeconfig.as_deref(),
+        o.ssh_tunnel,
+    )
+    .await?;
     let route = guard.route().map(str::to_string);
     let report = deploy_with(&kube, route, cluster, o).await;
     drop(guard);
@@ -63,10 +67,10 @@ pub async fn deploy(
 pub async fn deploy_with(
     kube: &Kube,
     route: Option<String>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     o: &AddonOptions,
 ) -> anyhow::Result<AddonReport> {
-    let manifests = addons::render_addons(cluster)?;
+    let manifests = addons::render_addons(&cluster.completed)?;
     if !o.apply {
         let diffs = addons::preview_addons(kube, &manifests, o.force_conflicts).await?;
         return Ok(AddonReport {
@@ -81,7 +85,7 @@ pub async fn deploy_with(
     };
     let diffs = addons::deploy_addons(
         kube,
-        cluster,
+        &cluster.completed,
         DeployOptions {
             force: o.force_conflicts,
             wait: Some(poll),
@@ -96,8 +100,8 @@ pub async fn deploy_with(
 }
 
 /// `get addons NAME`: the manifests kprov applies to `cluster`, as it applies them.
-pub fn manifests(cluster: &Cluster) -> anyhow::Result<Vec<addons::Manifest>> {
-    Ok(addons::render_addons(cluster)?)
+pub fn manifests(cluster: &ResolvedCluster) -> anyhow::Result<Vec<addons::Manifest>> {
+    Ok(addons::render_addons(&cluster.completed)?)
 }
 
 /// How `validate cluster` reaches and waits for the cluster.
@@ -116,23 +120,26 @@ pub struct ValidateOptions {
 /// client is made (before a `--wait` polls).
 pub async fn validate(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
     o: &ValidateOptions,
     route: &mut dyn FnMut(&str),
 ) -> anyhow::Result<ValidationResult> {
-    let (kube, guard) =
-        super::credentials::kube_client(store, cluster, o.kubeconfig.as_deref(), o.ssh_tunnel)
-            .await?;
+    let (kube, guard) = super::credentials::kube_client(
+        store,
+        &cluster.completed,
+        o.kubeconfig.as_deref(),
+        o.ssh_tunnel,
+    )
+    .await?;
     if let Some(r) = guard.route() {
         route(r);
     }
-    let expect = validate::Expectations::from_spec(cluster, groups)?;
+    let expect = validate::Expectations::from_spec(&cluster.completed, &cluster.completed_groups)?;
     Ok(match o.wait {
         Some(w) => {
             validate::validate_until(
                 &kube,
-                cluster,
+                &cluster.completed,
                 &expect,
                 Poll {
                     timeout: w,
@@ -141,6 +148,6 @@ pub async fn validate(
             )
             .await?
         }
-        None => validate::validate_cluster(&kube, cluster, &expect).await?,
+        None => validate::validate_cluster(&kube, &cluster.completed, &expect).await?,
     })
 }

@@ -202,7 +202,7 @@ pub async fn node_plan(
         cloud_api: Some(instances::cloud_api(cluster, &lb)),
     };
     Ok(Some(
-        ops_nodes::plan(store.clone(), cluster, &targets, &options).await?,
+        ops_nodes::plan(store.clone(), resolved, &targets, &options).await?,
     ))
 }
 
@@ -427,7 +427,7 @@ pub async fn apply(
     let node_events = node_events(&targets);
     let report = ops_nodes::converge(
         store.clone(),
-        cluster,
+        resolved,
         &targets,
         guard,
         &options,
@@ -487,7 +487,7 @@ pub async fn wait_for_login(
     loop {
         let attempt = async {
             let fleet = ops_nodes::fleet(
-                cluster,
+                cluster.name(),
                 std::slice::from_ref(t),
                 store.clone(),
                 false,

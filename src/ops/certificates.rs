@@ -39,7 +39,7 @@ use crate::ops::platform::{Platform, Reach};
 use crate::provision::pki;
 use crate::provision::render::CloudApi;
 use crate::script;
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::ResolvedCluster;
 use crate::ssh::task::{ExecError, HostExecutor, Step};
 use crate::ssh::{NoProgress, SshFleet, SshOptions};
 use crate::state::{StateStore, lock};
@@ -555,13 +555,13 @@ fn control_planes(targets: &[Target]) -> Vec<Target> {
 
 /// A fleet that records no host key: only hosts the cluster already knows are contacted.
 fn fleet(
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     store: Arc<dyn StateStore>,
     concurrency: usize,
 ) -> anyhow::Result<SshFleet> {
     SshFleet::new(
-        cluster.name(),
+        &cluster.name,
         targets.iter().map(|t| t.host.clone()).collect(),
         store,
         SshOptions {
@@ -577,14 +577,14 @@ fn fleet(
 /// `get certificates`: every control plane's certificates, read-only.
 pub async fn read(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     concurrency: usize,
 ) -> anyhow::Result<CertificateReport> {
-    let owner = nodes::owner::read(store.as_ref(), cluster.name()).await?;
+    let owner = nodes::owner::read(store.as_ref(), &cluster.name).await?;
     let cps = control_planes(targets);
     let fleet = fleet(cluster, &cps, store, concurrency)?;
-    let report = read_with(&fleet, cluster.name(), &cps, owner.as_ref(), Utc::now()).await;
+    let report = read_with(&fleet, &cluster.name, &cps, owner.as_ref(), Utc::now()).await;
     fleet.close().await;
     Ok(report)
 }
@@ -604,12 +604,11 @@ pub enum ReadError {
 /// `get certificates`: the control planes from the platform seam, their certificates read.
 pub async fn get(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
 ) -> Result<CertificateReport, ReadError> {
-    let (targets, _) = targets(store, cluster, groups).await?;
+    let (targets, _) = targets(store, cluster).await?;
     if !targets.iter().any(Target::is_control_plane) {
-        return Err(ReadError::NoControlPlane(cluster.name().to_string()));
+        return Err(ReadError::NoControlPlane(cluster.name.clone()));
     }
     Ok(read(store.clone(), cluster, &targets, READ_CONCURRENCY).await?)
 }
@@ -629,14 +628,13 @@ pub enum ValidateCheck {
 /// Reads the certificates for `validate cluster` (metal only, see [`ValidateCheck`]).
 pub async fn check_for_validate(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
 ) -> ValidateCheck {
-    if crate::ops::platform::Kind::of(cluster) != crate::ops::platform::Kind::Metal {
-        return ValidateCheck::NotOnCloud(cluster.spec.cloud_provider);
+    if crate::ops::platform::Kind::of(&cluster.completed) != crate::ops::platform::Kind::Metal {
+        return ValidateCheck::NotOnCloud(cluster.completed.spec.cloud_provider);
     }
     let checked = async {
-        let (targets, _) = targets(store, cluster, groups).await?;
+        let (targets, _) = targets(store, cluster).await?;
         read(store.clone(), cluster, &targets, READ_CONCURRENCY).await
     }
     .await;
@@ -864,10 +862,9 @@ pub async fn roll(
 /// platform seam: the inventory (metal) or the running instances (AWS).
 pub async fn targets(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
 ) -> anyhow::Result<(Vec<Target>, Option<CloudApi>)> {
-    let platform = Platform::open(store, cluster, groups, Reach::default()).await?;
+    let platform = Platform::open(store, cluster, Reach::default()).await?;
     Ok((platform.targets().await?, platform.cloud_api().cloned()))
 }
 
@@ -876,7 +873,7 @@ pub async fn targets(
 /// ([`RotatePlan::read`]).
 #[derive(Debug, Clone)]
 pub struct RotatePlan {
-    pub cluster: Cluster,
+    pub cluster: ResolvedCluster,
     pub targets: Vec<Target>,
     /// The control planes, one at a time in this order.
     pub order: Vec<String>,
@@ -900,13 +897,12 @@ pub enum RotateError {
 /// Plans the rotation of `cluster`'s certificates (completed and validated). Read-only.
 pub async fn plan(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
 ) -> Result<RotatePlan, RotateError> {
-    let (targets, cloud_api) = targets(store, cluster, groups).await?;
+    let (targets, cloud_api) = targets(store, cluster).await?;
     let order = rotation_order(&targets);
     if order.is_empty() {
-        return Err(RotateError::NoControlPlane(cluster.name().to_string()));
+        return Err(RotateError::NoControlPlane(cluster.name.clone()));
     }
     Ok(RotatePlan {
         cluster: cluster.clone(),
@@ -946,14 +942,14 @@ pub async fn apply(
 /// `rotate certificates --yes`: call under the cluster lock (`guard`).
 pub async fn rotate(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     guard: &lock::LockGuard,
     options: &RotateOptions,
     events: &RotateEvents,
 ) -> anyhow::Result<RotateReport> {
     guard.check()?;
-    let name = cluster.name();
+    let name = cluster.name.as_str();
     let owner = nodes::owner::read(store.as_ref(), name)
         .await?
         .ok_or_else(|| {

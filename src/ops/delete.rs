@@ -413,6 +413,12 @@ async fn reset_hosts(
     let name = cluster.name();
     let (recorded, cluster, _) = metal_hosts(repo, cluster).await?;
     let targets = inventory_targets(&cluster).await?;
+    // The reset scripts are rendered from the typed model of the spec with the dropped hosts
+    // added: the delete's one resolve on metal, made here because only the teardown renders
+    // (not validated, as the preview's cloud model is not: a cluster whose spec no longer
+    // passes validation can still be deleted).
+    let cluster = spec::resolve::model(&cluster, &[])
+        .context("reading the cluster's spec for its reset scripts")?;
     let events = &events_for(&targets);
     let options = NodeOptions {
         accept_new_host_keys: false,

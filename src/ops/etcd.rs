@@ -32,7 +32,7 @@ use crate::nodes::model::Facts;
 use crate::ops::instance::{self, EtcdMember};
 use crate::ops::rolling::{EtcdError, EtcdHealth};
 use crate::provision::render::{self, Renderer};
-use crate::spec::{Cluster, EtcdType};
+use crate::spec::{EtcdType, ResolvedCluster};
 use crate::ssh::task::{HostExecutor, Step};
 use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateError, StateStore};
@@ -67,14 +67,6 @@ fn prefix(cluster: &str) -> anyhow::Result<String> {
     ))
 }
 
-fn etcd_type(cluster: &Cluster) -> EtcdType {
-    cluster
-        .spec
-        .etcd
-        .as_ref()
-        .map_or(EtcdType::Stacked, |e| e.kind)
-}
-
 fn sha256_hex(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
@@ -89,14 +81,14 @@ async fn run(exec: &dyn HostExecutor, host: &str, steps: &[Step]) -> anyhow::Res
 /// The member list with every member's health, read on the first etcd member that answers
 /// (each host tried in inventory order; the errors of all of them when none does).
 pub async fn members(
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     exec: &dyn HostExecutor,
 ) -> anyhow::Result<Vec<EtcdMember>> {
     let renderer = Renderer::new(cluster, targets).context("rendering the etcdctl calls")?;
     let hosts = renderer.etcd_members();
     if hosts.is_empty() {
-        bail!("{} has no etcd member to ask", cluster.name());
+        bail!("{} has no etcd member to ask", cluster.name);
     }
     let mut failures = Vec::new();
     for m in hosts {
@@ -111,7 +103,7 @@ pub async fn members(
     }
     bail!(
         "could not read the etcd member list of {} on any member: {}",
-        cluster.name(),
+        cluster.name,
         failures.join("; ")
     )
 }
@@ -172,7 +164,7 @@ pub fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> 
 
 /// The etcd check of the rolling update's validation gate, over SSH.
 pub struct SshEtcdHealth {
-    pub cluster: Cluster,
+    pub cluster: ResolvedCluster,
     pub targets: Vec<Target>,
     pub exec: std::sync::Arc<dyn HostExecutor>,
 }
@@ -191,7 +183,7 @@ impl EtcdHealth for SshEtcdHealth {
 /// caller holds the cluster lock. `now` names the backup.
 pub async fn backup(
     store: &dyn StateStore,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     exec: &dyn HostExecutor,
     now: chrono::DateTime<chrono::Utc>,
@@ -199,7 +191,7 @@ pub async fn backup(
     let renderer = Renderer::new(cluster, targets).context("rendering the snapshot steps")?;
     let members = renderer.etcd_members();
     if members.is_empty() {
-        bail!("{} has no etcd member to back up", cluster.name());
+        bail!("{} has no etcd member to back up", cluster.name);
     }
     let mut failures = Vec::new();
     for m in members {
@@ -225,19 +217,19 @@ pub async fn backup(
     }
     bail!(
         "no etcd member of {} gave a snapshot: {}",
-        cluster.name(),
+        cluster.name,
         failures.join("; ")
     )
 }
 
 async fn store_backup(
     store: &dyn StateStore,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     host: &str,
     data: Bytes,
     now: chrono::DateTime<chrono::Utc>,
 ) -> anyhow::Result<BackupRecord> {
-    let prefix = prefix(cluster.name())?;
+    let prefix = prefix(&cluster.name)?;
     // Ids are UTC seconds: a second backup within the same second (a refused roll, then the
     // next one at once) takes the next free second instead of failing on the first's key.
     let mut at = now;
@@ -250,7 +242,7 @@ async fn store_backup(
             size: data.len() as u64,
             host: host.to_string(),
             taken_at: at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            etcd: format!("{:?}", etcd_type(cluster)),
+            etcd: format!("{:?}", cluster.etcd),
         };
         // The snapshot first: a record always names a snapshot that is there.
         match store
@@ -474,8 +466,8 @@ pub struct RestorePlan {
 
 /// The etcd members among `targets`: the control planes (stacked etcd) or the `etcd` hosts
 /// (external).
-pub fn members_of<'t>(cluster: &Cluster, targets: &'t [Target]) -> Vec<&'t Target> {
-    let ty = etcd_type(cluster);
+pub fn members_of<'t>(cluster: &ResolvedCluster, targets: &'t [Target]) -> Vec<&'t Target> {
+    let ty = cluster.etcd;
     targets
         .iter()
         .filter(|t| match ty {
@@ -485,8 +477,12 @@ pub fn members_of<'t>(cluster: &Cluster, targets: &'t [Target]) -> Vec<&'t Targe
         .collect()
 }
 
-pub fn restore_plan(cluster: &Cluster, targets: &[Target], backup: &BackupRecord) -> RestorePlan {
-    let ty = etcd_type(cluster);
+pub fn restore_plan(
+    cluster: &ResolvedCluster,
+    targets: &[Target],
+    backup: &BackupRecord,
+) -> RestorePlan {
+    let ty = cluster.etcd;
     let members: Vec<&str> = members_of(cluster, targets)
         .into_iter()
         .map(|t| t.name())
@@ -528,7 +524,7 @@ pub fn restore_plan(cluster: &Cluster, targets: &[Target], backup: &BackupRecord
 /// cluster lock. Stops at the first phase that fails on any host, naming it; a re-run
 /// restores again from the start.
 pub async fn restore(
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     exec: &dyn HostExecutor,
     snapshot: &Bytes,
@@ -628,6 +624,8 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::provision::orchestrate::tests::resolved;
+    use crate::spec::Cluster;
 
     fn good() -> BackupRecord {
         BackupRecord {
@@ -652,12 +650,24 @@ mod tests {
         let now = chrono::DateTime::parse_from_rfc3339("2026-11-26T13:56:24Z")
             .unwrap()
             .to_utc();
-        let a = store_backup(&store, &cluster, "cp1", Bytes::from_static(b"one"), now)
-            .await
-            .unwrap();
-        let b = store_backup(&store, &cluster, "cp1", Bytes::from_static(b"two"), now)
-            .await
-            .unwrap();
+        let a = store_backup(
+            &store,
+            &resolved(&cluster),
+            "cp1",
+            Bytes::from_static(b"one"),
+            now,
+        )
+        .await
+        .unwrap();
+        let b = store_backup(
+            &store,
+            &resolved(&cluster),
+            "cp1",
+            Bytes::from_static(b"two"),
+            now,
+        )
+        .await
+        .unwrap();
         assert_eq!(a.id, "20261126T135624Z");
         assert_eq!(b.id, "20261126T135625Z");
         let listed = list(&store, "c.example.com").await.unwrap();
@@ -858,7 +868,9 @@ mod tests {
             ..Hosts::default()
         };
         let stacked = cluster("");
-        let m = members(&stacked, &targets(&hosts), &exec).await.unwrap();
+        let m = members(&resolved(&stacked), &targets(&hosts), &exec)
+            .await
+            .unwrap();
         assert_eq!(m.len(), 2);
         assert!(m[0].healthy && !m[1].healthy);
         let scripts = exec.scripts.lock().unwrap().clone();
@@ -878,7 +890,9 @@ mod tests {
             e.kind = EtcdType::External;
         }
         exec.scripts.lock().unwrap().clear();
-        members(&external, &targets(&hosts), &exec).await.unwrap();
+        members(&resolved(&external), &targets(&hosts), &exec)
+            .await
+            .unwrap();
         let scripts = exec.scripts.lock().unwrap().clone();
         let script = &scripts[0].1;
         assert!(!script.contains("crictl"), "{script}");
@@ -889,7 +903,7 @@ mod tests {
 
         // Nobody answers: every host's failure is in the error.
         let none = Hosts::default();
-        let e = members(&stacked, &targets(&hosts), &none)
+        let e = members(&resolved(&stacked), &targets(&hosts), &none)
             .await
             .unwrap_err();
         let e = format!("{e:#}");

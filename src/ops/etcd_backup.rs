@@ -7,7 +7,7 @@
 //! ones included. Errors are [`EtcdError`]s.
 //!
 //! ```text
-//! let etcd = ops::etcd_backup::open(store, &cluster, &groups, reach).await?;
+//! let etcd = ops::etcd_backup::open(store, &resolved, reach).await?;
 //! let record = session.with_lock(name, "backup etcd", async |guard| etcd.backup(guard).await).await?;
 //! ```
 
@@ -20,7 +20,7 @@ use super::nodes::no_events;
 use super::platform::{Platform, Reach};
 use crate::nodes::Target;
 use crate::repo::{Repo, RepoError};
-use crate::spec::{Cluster, InstanceGroup};
+use crate::spec::ResolvedCluster;
 use crate::state::StateStore;
 use crate::state::lock::{LockError, LockGuard};
 
@@ -47,7 +47,7 @@ pub enum EtcdError {
 /// The etcd commands opened on one cluster: its platform and its machines.
 pub struct EtcdBackups {
     store: Arc<dyn StateStore>,
-    cluster: Cluster,
+    cluster: ResolvedCluster,
     platform: Platform,
     targets: Vec<Target>,
 }
@@ -58,20 +58,19 @@ pub struct Restore {
     snapshot: Bytes,
 }
 
-/// Opens the etcd commands on `cluster` (completed and valid, as the store resolves it, so a
-/// stored spec that is no longer valid is refused before any host is contacted): the
-/// platform's machines, refused when none runs etcd.
+/// Opens the etcd commands on `cluster` (resolved once by the caller, so a stored spec that
+/// is no longer valid is refused before any host is contacted): the platform's machines,
+/// refused when none runs etcd.
 pub async fn open(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
     reach: Reach,
 ) -> Result<EtcdBackups, EtcdError> {
-    let platform = Platform::open(&store, cluster, groups, reach).await?;
+    let platform = Platform::open(&store, cluster, reach).await?;
     let targets = platform.targets().await?;
     if platform.etcd_hosts(&targets).is_empty() {
         return Err(EtcdError::NoMember {
-            cluster: cluster.name().to_string(),
+            cluster: cluster.name.clone(),
             aws: matches!(platform, Platform::Aws(_)),
         });
     }
@@ -110,7 +109,7 @@ impl EtcdBackups {
     /// The restore's preview from snapshot `from`: its checksum verified before anything else,
     /// then what happens on each host. Read-only.
     pub async fn restore_plan(&self, from: &str) -> Result<Restore, EtcdError> {
-        let (record, snapshot) = etcd::load(self.store.as_ref(), self.cluster.name(), from).await?;
+        let (record, snapshot) = etcd::load(self.store.as_ref(), &self.cluster.name, from).await?;
         Ok(Restore {
             plan: etcd::restore_plan(&self.cluster, &self.targets, &record),
             snapshot,

@@ -45,7 +45,7 @@ use crate::kube::{Disposition, DrainEvent, DrainOptions, DrainReport, Kube, Node
 use crate::nodes::{self, Target, TargetSource};
 use crate::provision::orchestrate::{self, HostResult, Options};
 use crate::repo::{Repo, resolve_with_docs};
-use crate::spec::{Cluster, EtcdType, Host, HostRole};
+use crate::spec::{Cluster, EtcdType, Host, HostRole, ResolvedCluster};
 use crate::ssh::task::{HostExecutor, Step};
 use crate::ssh::{NoProgress, SshFleet, SshOptions};
 use crate::state::layout::ClusterKeys;
@@ -150,12 +150,8 @@ pub struct RemoveReport {
 }
 
 /// Whether a host runs an etcd member in this cluster.
-pub fn runs_etcd(cluster: &Cluster, host: &Host) -> bool {
-    let external = cluster
-        .spec
-        .etcd
-        .as_ref()
-        .is_some_and(|e| e.kind == EtcdType::External);
+pub fn runs_etcd(cluster: &ResolvedCluster, host: &Host) -> bool {
+    let external = cluster.etcd == EtcdType::External;
     host.roles.contains(&HostRole::Etcd)
         || (!external && host.roles.contains(&HostRole::ControlPlane))
 }
@@ -530,22 +526,29 @@ async fn forget_provisioned(
 /// `kprov delete instance` removes them.
 pub async fn hosts_to_remove(
     store: &dyn StateStore,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
 ) -> anyhow::Result<Vec<Host>> {
-    let recorded = provisioned_hosts(store, cluster.name()).await?;
+    let recorded = provisioned_hosts(store, &cluster.name).await?;
     Ok(recorded
         .into_values()
-        .filter(|h| !cluster.spec.hosts.iter().any(|s| s.name == h.name))
+        .filter(|h| {
+            !cluster
+                .completed
+                .spec
+                .hosts
+                .iter()
+                .any(|s| s.name == h.name)
+        })
         .collect())
 }
 
 fn fleet(
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     hosts: Vec<Host>,
     store: Arc<dyn StateStore>,
 ) -> anyhow::Result<SshFleet> {
     SshFleet::new(
-        cluster.name(),
+        &cluster.name,
         hosts,
         store,
         SshOptions::default(),
@@ -555,8 +558,8 @@ fn fleet(
 }
 
 /// The cluster's hosts plus the recorded one being removed (if the spec lost it already).
-fn fleet_hosts(cluster: &Cluster, host: &Host) -> Vec<Host> {
-    let mut hosts = cluster.spec.hosts.clone();
+fn fleet_hosts(cluster: &ResolvedCluster, host: &Host) -> Vec<Host> {
+    let mut hosts = cluster.completed.spec.hosts.clone();
     if !hosts.iter().any(|h| h.name == host.name) {
         hosts.push(host.clone());
     }
@@ -586,13 +589,14 @@ async fn spec_without(repo: &Repo, cluster: &str, node: &str) -> anyhow::Result<
 
 async fn etcd_plan(
     exec: &dyn HostExecutor,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     host: &Host,
 ) -> anyhow::Result<EtcdPlan> {
     if !runs_etcd(cluster, host) {
         return Ok(EtcdPlan::NoEtcd);
     }
     let others: Vec<&Host> = cluster
+        .completed
         .spec
         .hosts
         .iter()
@@ -602,7 +606,7 @@ async fn etcd_plan(
         bail!(
             "{} runs the last etcd member of {}: removing it would destroy the cluster's data",
             host.name,
-            cluster.name()
+            &cluster.name
         );
     }
     let mut failures = Vec::new();
@@ -626,7 +630,7 @@ async fn etcd_plan(
     }
     bail!(
         "could not read the etcd members of {} from any other etcd host: {}",
-        cluster.name(),
+        &cluster.name,
         failures.join("; ")
     )
 }
@@ -635,13 +639,19 @@ async fn etcd_plan(
 /// would be refused. Read-only, apart from the etcdctl answer file on another etcd host.
 pub async fn plan(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     kube: &Kube,
     node: &str,
     drain: &DrainOptions,
 ) -> anyhow::Result<RemovalPlan> {
-    let name = cluster.name();
-    let in_spec = cluster.spec.hosts.iter().find(|h| h.name == node).cloned();
+    let name = cluster.name.as_str();
+    let in_spec = cluster
+        .completed
+        .spec
+        .hosts
+        .iter()
+        .find(|h| h.name == node)
+        .cloned();
     let host = match &in_spec {
         Some(h) => h.clone(),
         None => provisioned_hosts(store.as_ref(), name)
@@ -651,6 +661,7 @@ pub async fn plan(
                 anyhow!(
                     "{name} has no host {node} (hosts: {})",
                     cluster
+                        .completed
                         .spec
                         .hosts
                         .iter()
@@ -663,6 +674,7 @@ pub async fn plan(
     let mut refusals = Vec::new();
     if host.roles.contains(&HostRole::ControlPlane)
         && !cluster
+            .completed
             .spec
             .hosts
             .iter()
@@ -727,7 +739,7 @@ pub async fn plan(
 /// that fails leaves the node cordoned and everything else as it was.
 pub async fn remove(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     kube: &Kube,
     node: &str,
     guard: &lock::LockGuard,
@@ -735,7 +747,7 @@ pub async fn remove(
     events: &RemoveEvents,
 ) -> anyhow::Result<RemoveReport> {
     guard.check()?;
-    let name = cluster.name();
+    let name = cluster.name.as_str();
     let plan = plan(store.clone(), cluster, kube, node, drain).await?;
     if !plan.refusals.is_empty() {
         bail!(
@@ -1043,20 +1055,20 @@ pub enum Release {
 /// cluster's marker (checked again on the host). Call under `cluster`'s lock when `yes`.
 pub async fn release_host(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     host: &str,
     accept_new_host_keys: bool,
     yes: bool,
 ) -> anyhow::Result<Release> {
-    let name = cluster.name();
-    if !cluster.spec.hosts.iter().any(|h| h.name == host) {
+    let name = cluster.name.as_str();
+    if !cluster.completed.spec.hosts.iter().any(|h| h.name == host) {
         bail!(
             "{host} is not a host of {name}'s spec: release a host from the cluster that wants it"
         );
     }
     let fleet = SshFleet::new(
         name,
-        cluster.spec.hosts.clone(),
+        cluster.completed.spec.hosts.clone(),
         store.clone(),
         SshOptions {
             accept_new_host_keys,
@@ -1073,11 +1085,11 @@ pub async fn release_host(
 async fn release_on(
     exec: &dyn HostExecutor,
     store: &dyn StateStore,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     host: &str,
     yes: bool,
 ) -> anyhow::Result<Release> {
-    let name = cluster.name();
+    let name = cluster.name.as_str();
     let Some(marker) = orchestrate::marker(exec, host).await? else {
         return Ok(Release::NotClaimed);
     };
@@ -1119,7 +1131,7 @@ async fn release_on(
         });
     }
     let targets = nodes::Inventory {
-        hosts: cluster.spec.hosts.clone(),
+        hosts: cluster.completed.spec.hosts.clone(),
     }
     .targets()
     .await?;
@@ -1206,7 +1218,7 @@ pub enum InstanceError {
 /// `delete instance` on one cluster, opened: where it runs and the API client it uses.
 pub struct Removal {
     store: Arc<dyn StateStore>,
-    cluster: Cluster,
+    cluster: ResolvedCluster,
     request: Request,
     on: RemovalOn,
     /// Keeps the API client's credentials file and tunnel alive as long as the client.
@@ -1279,12 +1291,11 @@ impl Removal {
     /// AWS with `--cloudonly`, which never asks the API).
     pub async fn open(
         store: Arc<dyn StateStore>,
-        cluster: &Cluster,
-        groups: &[crate::spec::InstanceGroup],
+        cluster: &ResolvedCluster,
         request: Request,
     ) -> Result<Removal, InstanceError> {
-        let name = cluster.name();
-        let aws = cluster.spec.cloud_provider == crate::spec::CloudProvider::Aws;
+        let name = cluster.name.as_str();
+        let aws = cluster.completed.spec.cloud_provider == crate::spec::CloudProvider::Aws;
         if !aws && request.decrement {
             return Err(InstanceError::DecrementOnMetal(name.to_string()));
         }
@@ -1292,18 +1303,18 @@ impl Removal {
             return Err(InstanceError::CloudOnlyOnMetal(name.to_string()));
         }
         let (on, client) = if aws {
-            let cloud = crate::ops::aws::cloud(cluster).await?;
+            let cloud = crate::ops::aws::cloud(&cluster.completed).await?;
             let instances = AwsInstances::new(
                 &cloud,
-                groups,
-                crate::cloud::aws::instances::SshReach::of(cluster, false),
+                &cluster.completed_groups,
+                crate::cloud::aws::instances::SshReach::of(&cluster.completed, false),
             );
             let (kube, client) = match request.cloud_only {
                 true => (None, None),
                 false => {
                     let (k, g) = crate::ops::credentials::kube_client(
                         &store,
-                        cluster,
+                        &cluster.completed,
                         request.kubeconfig.as_deref(),
                         false,
                     )
@@ -1322,7 +1333,7 @@ impl Removal {
         } else {
             let (kube, g) = crate::ops::credentials::kube_client(
                 &store,
-                cluster,
+                &cluster.completed,
                 request.kubeconfig.as_deref(),
                 false,
             )
@@ -1376,7 +1387,7 @@ impl Removal {
         events: &RemoveEvents,
     ) -> Result<Result<InstanceReport, super::interrupt::Caught>, InstanceError> {
         session
-            .with_lock(self.cluster.name(), "delete instance", async |guard| {
+            .with_lock(&self.cluster.name, "delete instance", async |guard| {
                 ints.or_try(self.apply(guard, events)).await
             })
             .await
@@ -1442,12 +1453,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn StateStore> =
             Arc::new(crate::state::file::FileStore::new(dir.path()).unwrap());
-        let cluster = orchestrate::tests::cluster("");
+        let cluster = orchestrate::tests::resolved(&orchestrate::tests::cluster(""));
         for (req, flag) in [
             (request(true, false), "--decrement-desired-capacity"),
             (request(false, true), "--cloudonly"),
         ] {
-            match Removal::open(store.clone(), &cluster, &[], req).await {
+            match Removal::open(store.clone(), &cluster, req).await {
                 Err(
                     e @ (InstanceError::DecrementOnMetal(_) | InstanceError::CloudOnlyOnMetal(_)),
                 ) => {

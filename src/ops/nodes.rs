@@ -21,7 +21,7 @@ use crate::nodes::{self, Owner, Target};
 use crate::provision::orchestrate::{self, HostResult, Options, ProgressEvent, Report};
 use crate::provision::plan::{self as node_plan, NodePlan};
 use crate::provision::render::CloudApi;
-use crate::spec::Cluster;
+use crate::spec::ResolvedCluster;
 use crate::ssh::{Event, Progress, SshFleet, SshOptions};
 use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateStore, lock};
@@ -130,7 +130,7 @@ impl Progress for SshEvents {
 
 /// An SSH fleet over the targets' hosts.
 pub(crate) fn fleet(
-    cluster: &Cluster,
+    cluster: &str,
     targets: &[Target],
     store: Arc<dyn StateStore>,
     accept_new_host_keys: bool,
@@ -138,7 +138,7 @@ pub(crate) fn fleet(
     events: &Events,
 ) -> anyhow::Result<SshFleet> {
     SshFleet::new(
-        cluster.name(),
+        cluster,
         targets.iter().map(|t| t.host.clone()).collect(),
         store,
         SshOptions {
@@ -160,14 +160,14 @@ fn progress(events: &Events) -> orchestrate::Progress {
 /// the cluster recorded, writes nothing to hosts or to the store, records no key.
 pub async fn plan(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     options: &NodeOptions,
 ) -> anyhow::Result<NodePlan> {
     // A cluster that never claimed a host has no UID yet (none is made here).
-    let owner: Option<Owner> = nodes::owner::read(store.as_ref(), cluster.name()).await?;
+    let owner: Option<Owner> = nodes::owner::read(store.as_ref(), &cluster.name).await?;
     let fleet = fleet(
-        cluster,
+        &cluster.name,
         targets,
         store,
         false,
@@ -192,7 +192,7 @@ pub async fn plan(
 /// the report; an `Err` means the run itself could not proceed (store, lock, rendering).
 pub async fn converge(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     guard: &lock::LockGuard,
     options: &NodeOptions,
@@ -200,11 +200,11 @@ pub async fn converge(
 ) -> anyhow::Result<NodeReport> {
     guard.check()?;
     // The identity hosts are claimed for, made once (compare-and-swap) before any claim.
-    let owner = nodes::owner::ensure(store.as_ref(), cluster.name())
+    let owner = nodes::owner::ensure(store.as_ref(), &cluster.name)
         .await
         .context("the cluster's UID")?;
     let fleet = fleet(
-        cluster,
+        &cluster.name,
         targets,
         store.clone(),
         options.accept_new_host_keys,
@@ -250,7 +250,7 @@ pub async fn converge(
             .context("provisioning")?;
         // kprov's record of its metal hosts: `update cluster` names those the inventory lost.
         // (Cloud instances are found from the cloud; their groups replace them.)
-        let metal = cluster.spec.cloud_provider == crate::spec::CloudProvider::Metal;
+        let metal = matches!(cluster.platform, crate::spec::resolve::Platform::Metal(_));
         let converged: Vec<&crate::spec::Host> = targets
             .iter()
             .filter(|_| metal)
@@ -263,7 +263,7 @@ pub async fn converge(
             .map(|t| &t.host)
             .collect();
         guard.check()?;
-        super::instance::record_provisioned(store.as_ref(), cluster.name(), &converged).await?;
+        super::instance::record_provisioned(store.as_ref(), &cluster.name, &converged).await?;
         let converged_control_plane = report.hosts.iter().any(|h| {
             matches!(h.result, HostResult::Ok | HostResult::PendingRoll { .. })
                 && targets
@@ -302,7 +302,7 @@ pub async fn converge(
 pub(super) async fn fetch_admin_kubeconfig(
     fleet: &SshFleet,
     store: &dyn StateStore,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     owner: &Owner,
     cloud_api: Option<&CloudApi>,
@@ -312,7 +312,7 @@ pub(super) async fn fetch_admin_kubeconfig(
         Ok(admin) => {
             guard.check()?;
             Ok(Ok(
-                store_admin_kubeconfig(store, cluster.name(), admin).await?
+                store_admin_kubeconfig(store, &cluster.name, admin).await?
             ))
         }
         Err(e) => Ok(Err(e.to_string())),
@@ -351,12 +351,12 @@ pub enum ResetOutcome {
 /// marker; the others are skipped (the report says whose they are). Call under the lock.
 pub async fn reset(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     options: &NodeOptions,
     events: &Events,
 ) -> anyhow::Result<ResetOutcome> {
-    let name = cluster.name();
+    let name = cluster.name.as_str();
     let known = store
         .get(&ClusterKeys::new(name)?.known_hosts())
         .await?
@@ -372,7 +372,14 @@ pub async fn reset(
             "{name} never claimed a host (no cluster UID in the state store)"
         )));
     };
-    let fleet = fleet(cluster, targets, store, false, options.concurrency, events)?;
+    let fleet = fleet(
+        &cluster.name,
+        targets,
+        store,
+        false,
+        options.concurrency,
+        events,
+    )?;
     let run = Options {
         progress: Some(progress(events)),
         cloud_api: options.cloud_api.clone(),

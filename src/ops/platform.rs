@@ -34,7 +34,8 @@ use crate::cloud::engine::Plan;
 use crate::nodes::{self, Target, TargetSource};
 use crate::provision::plan::NodePlan;
 use crate::provision::render::CloudApi;
-use crate::spec::{CloudProvider, Cluster, InstanceGroup, ResolvedCluster};
+use crate::spec::resolve::Platform as ResolvedPlatform;
+use crate::spec::{CloudProvider, Cluster, ResolvedCluster};
 use crate::ssh::SshFleet;
 use crate::state::StateStore;
 
@@ -71,12 +72,12 @@ pub enum Platform {
 
 /// A metal cluster: the hosts of its spec.
 pub struct Metal {
-    pub(super) cluster: Cluster,
+    pub(super) cluster: ResolvedCluster,
 }
 
 /// An AWS cluster: its instances as the cloud shows them now.
 pub struct Aws {
-    pub(super) cluster: Cluster,
+    pub(super) cluster: ResolvedCluster,
     /// The cloud's clients (the replacing roller works through them).
     pub(super) cloud: AwsCloud,
     /// The cloud plan read when the platform was opened (the load balancer, the bastion, each
@@ -84,13 +85,6 @@ pub struct Aws {
     pub(super) plan: Plan,
     pub(super) instances: AwsInstances,
     pub(super) api: Option<CloudApi>,
-}
-
-/// The typed model the cloud is planned from, for the commands that hand the platform the
-/// completed spec (their `cli` reads it through `Session::resolved`): made once per opening.
-fn cloud_model(cluster: &Cluster, groups: &[InstanceGroup]) -> anyhow::Result<ResolvedCluster> {
-    crate::spec::resolve::model(cluster, groups)
-        .with_context(|| format!("reading the spec of {}", cluster.name()))
 }
 
 /// How a command reaches the machines.
@@ -102,30 +96,29 @@ pub struct Reach {
 }
 
 impl Platform {
-    /// Opens the platform of `cluster` (completed and validated, as a command resolves it).
+    /// Opens the platform of `resolved` (the command's one resolved model: opening it
+    /// resolves nothing again).
     pub async fn open(
         store: &Arc<dyn StateStore>,
-        cluster: &Cluster,
-        groups: &[InstanceGroup],
+        resolved: &ResolvedCluster,
         reach: Reach,
     ) -> anyhow::Result<Platform> {
-        Ok(match cluster.spec.cloud_provider {
-            CloudProvider::Metal => Platform::Metal(Box::new(Metal {
-                cluster: cluster.clone(),
+        let (cluster, groups) = (&resolved.completed, &resolved.completed_groups);
+        Ok(match resolved.platform {
+            ResolvedPlatform::Metal(_) => Platform::Metal(Box::new(Metal {
+                cluster: resolved.clone(),
             })),
-            CloudProvider::Aws => {
-                let (cloud, plan) = super::aws::plan(store, &cloud_model(cluster, groups)?)
-                    .await
-                    .with_context(|| {
-                        format!("reading the cloud resources of {}", cluster.name())
-                    })?;
+            ResolvedPlatform::Aws(_) => {
+                let (cloud, plan) = super::aws::plan(store, resolved).await.with_context(|| {
+                    format!("reading the cloud resources of {}", cluster.name())
+                })?;
                 let instances =
                     AwsInstances::new(&cloud, groups, SshReach::of(cluster, reach.private_address))
                         .through(instances::jump_name(cluster, &plan));
                 let api = instances::load_balancer_dns(&plan)
                     .map(|lb| instances::cloud_api(cluster, &lb));
                 Platform::Aws(Box::new(Aws {
-                    cluster: cluster.clone(),
+                    cluster: resolved.clone(),
                     cloud,
                     plan,
                     instances,
@@ -135,7 +128,7 @@ impl Platform {
         })
     }
 
-    fn cluster(&self) -> &Cluster {
+    fn cluster(&self) -> &ResolvedCluster {
         match self {
             Platform::Metal(m) => &m.cluster,
             Platform::Aws(a) => &a.cluster,
@@ -147,7 +140,7 @@ impl Platform {
     pub async fn targets(&self) -> anyhow::Result<Vec<Target>> {
         match self {
             Platform::Metal(m) => Ok(nodes::Inventory {
-                hosts: m.cluster.spec.hosts.clone(),
+                hosts: m.cluster.completed.spec.hosts.clone(),
             }
             .targets()
             .await?),
@@ -155,7 +148,7 @@ impl Platform {
                 .instances
                 .discover()
                 .await
-                .with_context(|| format!("finding the instances of {}", a.cluster.name()))?
+                .with_context(|| format!("finding the instances of {}", a.cluster.name))?
                 .targets),
         }
     }
@@ -185,7 +178,7 @@ impl Platform {
         events: &Events,
     ) -> anyhow::Result<SshFleet> {
         ops_nodes::fleet(
-            self.cluster(),
+            &self.cluster().name,
             targets,
             store.clone(),
             false,

@@ -1407,13 +1407,13 @@ pub enum ReadError {
 /// cluster recorded, records no key, writes nothing.
 pub async fn observe(
     store: Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     options: &NodeOptions,
 ) -> anyhow::Result<Vec<Observed>> {
     let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
     let fleet = super::nodes::fleet(
-        cluster,
+        &cluster.name,
         targets,
         store,
         false,

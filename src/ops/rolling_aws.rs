@@ -65,7 +65,7 @@ use crate::kube::Kube;
 use crate::nodes::Target;
 use crate::nodes::journal::{Journal, JournalNode};
 use crate::nodes::roll::{Provisioned, RollAction};
-use crate::spec::{Cluster, InstanceGroup, InstanceGroupRole};
+use crate::spec::{InstanceGroup, InstanceGroupRole, ResolvedCluster};
 use crate::ssh::task::HostExecutor;
 use crate::state::{StateStore, lock};
 
@@ -119,14 +119,9 @@ pub fn with_template_versions(
 /// A bastion as the plan sees it: never provisioned, so nothing is read from it; only the
 /// launch template version it was started from ([`with_template_versions`] fills both sides
 /// in) decides whether it needs an update.
-pub fn bastion_observed(cluster: &Cluster, t: &Target) -> Observed {
-    let version = cluster
-        .spec
-        .kubernetes_version
-        .clone()
-        .unwrap_or_else(|| crate::spec::versions::DEFAULT_KUBERNETES_VERSION.to_string());
+pub fn bastion_observed(cluster: &ResolvedCluster, t: &Target) -> Observed {
     let none = Provisioned {
-        kubernetes_version: crate::spec::assets::normalize_version(&version).to_string(),
+        kubernetes_version: cluster.version.to_string(),
         config_digest: String::new(),
         labels: BTreeMap::new(),
         taints: Vec::new(),
@@ -151,12 +146,12 @@ pub struct AwsObservation {
 /// (from the cloud `plan`) and their provisioning records. Read-only.
 pub async fn observe(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     found: &AwsInstances,
     plan: &Plan,
     concurrency: usize,
 ) -> anyhow::Result<AwsObservation> {
-    let name = cluster.name();
+    let name = cluster.name.as_str();
     let Some(lb) = instances::load_balancer_dns(plan) else {
         anyhow::bail!(
             "{name} has no API load balancer yet: nothing to roll; run `kprov update cluster {name} --yes` first"
@@ -169,7 +164,7 @@ pub async fn observe(
     let options = NodeOptions {
         accept_new_host_keys: false,
         concurrency,
-        cloud_api: Some(instances::cloud_api(cluster, &lb)),
+        cloud_api: Some(instances::cloud_api(&cluster.completed, &lb)),
     };
     let mut observed =
         super::rolling::observe(store.clone(), cluster, &found.targets, &options).await?;
@@ -226,7 +221,7 @@ fn every_instance(found: &Discovered) -> Vec<Target> {
 /// check, because a roll replaces them (the instances the roll started with may be gone), and
 /// etcd is asked over SSH on them as on metal ([`super::etcd::SshEtcdHealth`]).
 pub struct AwsEtcdHealth {
-    pub cluster: Cluster,
+    pub cluster: ResolvedCluster,
     pub instances: AwsInstances,
     pub store: Arc<dyn StateStore>,
 }
@@ -245,12 +240,12 @@ impl super::rolling::EtcdHealth for AwsEtcdHealth {
         if control_planes.is_empty() {
             return Err(EtcdError::Unreachable(format!(
                 "no control plane of {} runs: etcd cannot be asked",
-                self.cluster.name()
+                &self.cluster.name
             )));
         }
         let fleet = Arc::new(
             ops_nodes::fleet(
-                &self.cluster,
+                &self.cluster.name,
                 &control_planes,
                 self.store.clone(),
                 false,
@@ -277,7 +272,7 @@ impl super::rolling::EtcdHealth for AwsEtcdHealth {
 /// planes in place (see the module doc).
 pub struct AwsRoller<'a> {
     pub store: Arc<dyn StateStore>,
-    pub cluster: Cluster,
+    pub cluster: ResolvedCluster,
     pub cloud: AwsCloud,
     pub instances: AwsInstances,
     /// The API, to delete the old Node object once its instance is gone (`None` with
@@ -357,9 +352,7 @@ impl<'a> AwsRoller<'a> {
             return Err(Why::Refused(format!(
                 "{} ({}): no running instance of {} carries this ID any more (terminated, or \
                  not tagged as the cluster's); nothing was changed on it",
-                node.target,
-                node.node_name,
-                self.cluster.name()
+                node.target, node.node_name, &self.cluster.name
             )));
         };
         let cp_group = t
@@ -380,7 +373,7 @@ impl<'a> AwsRoller<'a> {
     }
 
     fn asg(&self, group: &str) -> String {
-        format!("{group}.{}", self.cluster.name())
+        format!("{group}.{}", &self.cluster.name)
     }
 
     /// Workers surge as their group says; a control plane being replaced always does (one
@@ -573,7 +566,7 @@ impl<'a> AwsRoller<'a> {
     }
 
     async fn replace(&self, node: &JournalNode) -> Result<String, Why> {
-        let name = self.cluster.name();
+        let name = &self.cluster.name;
         let old = node.target.as_str();
         let mut surged = self.surged.lock().await.remove(old);
         let found = self.discover().await?;
@@ -673,11 +666,11 @@ impl<'a> AwsRoller<'a> {
         if cps.is_empty() {
             return Err(format!(
                 "no control plane of {} runs besides {except}: etcd cannot be asked",
-                self.cluster.name()
+                &self.cluster.name
             ));
         }
         let fleet = ops_nodes::fleet(
-            &self.cluster,
+            &self.cluster.name,
             &cps,
             self.store.clone(),
             false,
@@ -898,7 +891,7 @@ impl<'a> AwsRoller<'a> {
         &self,
         new: &Target,
     ) -> Result<(String, Vec<crate::ssh::KeyConflict>), Why> {
-        let name = self.cluster.name();
+        let name = &self.cluster.name;
         let group = new.group.clone().unwrap_or_default();
         let keys = hostkeys::load(self.store.as_ref(), name, &[group.as_str()])
             .await
@@ -923,7 +916,7 @@ impl<'a> AwsRoller<'a> {
         self.interrupts
             .or(super::aws::wait_for_login(
                 &self.store,
-                &self.cluster,
+                &self.cluster.completed,
                 new,
                 super::aws::SSH_WAIT,
                 self.poll,
@@ -1170,11 +1163,13 @@ mod tests {
 
     #[test]
     fn a_bastion_from_an_older_template_is_planned_for_replacement_without_reading_it() {
-        let cluster: Cluster = serde_saphyr::from_str(
+        let cluster: crate::spec::Cluster = serde_saphyr::from_str(
             "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c.example.com}\n\
-             spec: {cloudProvider: aws, kubernetesVersion: v1.35.1}\n",
+             spec: {cloudProvider: aws, kubernetesVersion: v1.35.1, networking: {subnets: \
+             [{name: a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Public}]}}\n",
         )
         .unwrap();
+        let cluster = crate::spec::resolve::model(&cluster, &[]).unwrap();
         let groups = ["bastions", "nodes"].map(|name| crate::nodes::roll::GroupInput {
             name: name.into(),
             role: match name {

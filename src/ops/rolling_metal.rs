@@ -434,7 +434,7 @@ mod tests {
     use super::*;
     use crate::nodes::journal::NodeStep;
     use crate::nodes::roll::{RollAction, Upgrade};
-    use crate::provision::orchestrate::tests::{cluster, hosts, owner, targets};
+    use crate::provision::orchestrate::tests::{cluster, hosts, owner, resolved, targets};
     use crate::ssh::task::{ExecError, StepOutcome};
 
     /// Hosts that keep uploaded files, record the steps run, and fail a named step while
@@ -530,7 +530,7 @@ mod tests {
                 Bytes::from("machine=x86_64\n"),
             );
         }
-        let renderer = Renderer::new(&c, &ts).unwrap();
+        let renderer = Renderer::new(&resolved(&c), &ts).unwrap();
         MetalRoller::new(exec, renderer, ts, owner(), None)
     }
 
@@ -646,7 +646,7 @@ mod tests {
         }
         let r = MetalRoller::new(
             exec.clone(),
-            Renderer::new(&c, &ts).unwrap(),
+            Renderer::new(&resolved(&c), &ts).unwrap(),
             ts,
             owner(),
             None,
@@ -705,7 +705,7 @@ mod tests {
         let ts = targets(&hosts(1, 2));
         let r = MetalRoller::new(
             exec.clone(),
-            Renderer::new(&c, &ts).unwrap(),
+            Renderer::new(&resolved(&c), &ts).unwrap(),
             ts,
             owner(),
             None,

@@ -34,7 +34,7 @@ use crate::nodes::journal::{Journal, JournalError, JournalFile, NodeStep};
 use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
 use crate::nodes::{Inventory, Target, TargetSource};
 use crate::provision::render::{CloudApi, Renderer};
-use crate::spec::{Cluster, InstanceGroup, ResolvedCluster};
+use crate::spec::{InstanceGroup, ResolvedCluster};
 use crate::ssh::SshFleet;
 use crate::ssh::task::HostExecutor;
 use crate::state::StateStore;
@@ -56,7 +56,7 @@ pub(super) async fn observe_metal(
 ) -> anyhow::Result<Machines> {
     let cluster = &metal.cluster;
     let targets = Inventory {
-        hosts: cluster.spec.hosts.clone(),
+        hosts: cluster.completed.spec.hosts.clone(),
     }
     .targets()
     .await?;
@@ -192,7 +192,7 @@ pub(super) async fn metal_rollers<'g>(
 ) -> Result<Rollers<'g>, MachinesError> {
     let cluster = &metal.cluster;
     let targets = Inventory {
-        hosts: cluster.spec.hosts.clone(),
+        hosts: cluster.completed.spec.hosts.clone(),
     }
     .targets()
     .await
@@ -230,7 +230,7 @@ pub(super) async fn aws_rollers<'g>(
         .iter()
         .map(|g| (g.name.clone(), g.max_surge))
         .collect();
-    let name = cluster.name();
+    let name = cluster.name.as_str();
     let cloud_api =
         api.ok_or_else(|| anyhow::anyhow!("the API load balancer of {name} has no DNS name yet"))?;
     // etcd is asked on the control planes running at each gate (a roll may replace them all).
@@ -300,14 +300,14 @@ struct InPlace {
 /// instances an AWS roll found (with the cloud's API endpoint, as `update cluster` renders
 /// them), after the etcd backup and the image staging (see the module's text).
 async fn in_place(
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     roll: &Roll<'_, '_>,
     kube: Option<Kube>,
     targets: Vec<Target>,
     cloud_api: Option<&CloudApi>,
 ) -> Result<InPlace, MachinesError> {
     let store = roll.store;
-    let name = cluster.name();
+    let name = cluster.name.as_str();
     let owner = crate::nodes::owner::read(store.as_ref(), name)
         .await
         .map_err(anyhow::Error::from)?
@@ -318,7 +318,7 @@ async fn in_place(
         })?;
     let renderer = Renderer::for_run(cluster, &targets, cloud_api).map_err(anyhow::Error::from)?;
     let fleet = super::nodes::fleet(
-        cluster,
+        &cluster.name,
         &targets,
         store.clone(),
         false,
@@ -373,7 +373,7 @@ async fn in_place(
 /// when no control plane waits to roll.
 async fn backup_before_control_planes(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     journal: &Journal,
     targets: &[Target],
     exec: &dyn HostExecutor,

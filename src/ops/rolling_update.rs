@@ -34,7 +34,7 @@ use super::rolling_run::{self, MachinesError, Preparing, Roll, Start};
 use crate::kube::Kube;
 use crate::nodes::journal::{Journal, JournalFile};
 use crate::nodes::roll::{RollPlan, Selection};
-use crate::spec::{Cluster, InstanceGroup, ResolvedCluster};
+use crate::spec::{Cluster, ResolvedCluster};
 use crate::state::StateStore;
 use crate::state::lock::{LockError, LockGuard};
 
@@ -211,34 +211,30 @@ pub struct Ran {
 /// `rolling-update cluster` opened on one cluster: its platform, the options.
 pub struct RollingUpdate {
     store: Arc<dyn StateStore>,
-    cluster: Cluster,
-    groups: Vec<InstanceGroup>,
-    /// The cluster resolved once, here: the plan reads its groups, sizes and version.
+    /// The cluster resolved once, by the caller (with `--bundle`): the plan reads its groups,
+    /// sizes and version, the renderer its settings.
     resolved: ResolvedCluster,
     options: RollingOptions,
     platform: Platform,
 }
 
-/// Opens a roll (or `get instances`) of `cluster` (completed and valid, as the store resolves
-/// it). A tampered, truncated or incomplete `--bundle` is refused here, naming the entry,
-/// before the preview: no node is cordoned for a roll that could not install.
+/// Opens a roll (or `get instances`) of `resolved` (as the store resolves it, once). A
+/// tampered, truncated or incomplete `--bundle` is refused here, naming the entry, before the
+/// preview: no node is cordoned for a roll that could not install.
 pub async fn open(
     store: Arc<dyn StateStore>,
-    cluster: Cluster,
-    groups: Vec<InstanceGroup>,
+    mut resolved: ResolvedCluster,
     options: RollingOptions,
 ) -> Result<RollingUpdate, RollingError> {
-    let cluster = super::update::bundle_for_run(cluster, options.bundle.as_deref());
-    crate::provision::render::check_bundle(&cluster).map_err(anyhow::Error::from)?;
+    resolved.completed =
+        super::update::bundle_for_run(resolved.completed, options.bundle.as_deref());
+    crate::provision::render::check_bundle(&resolved).map_err(anyhow::Error::from)?;
     let reach = Reach {
         private_address: options.ssh_private_address,
     };
-    let platform = Platform::open(&store, &cluster, &groups, reach).await?;
-    let resolved = crate::spec::resolve::model(&cluster, &groups).map_err(anyhow::Error::from)?;
+    let platform = Platform::open(&store, &resolved, reach).await?;
     Ok(RollingUpdate {
         store,
-        cluster,
-        groups,
         resolved,
         options,
         platform,
@@ -248,13 +244,13 @@ pub async fn open(
 impl RollingUpdate {
     /// The cluster as this run sees it (with `--bundle`).
     pub fn cluster(&self) -> &Cluster {
-        &self.cluster
+        &self.resolved.completed
     }
 
     async fn client(&self) -> anyhow::Result<(Kube, ClientGuard)> {
         credentials::kube_client(
             &self.store,
-            &self.cluster,
+            &self.resolved.completed,
             self.options.kubeconfig.as_deref(),
             false,
         )
@@ -325,7 +321,7 @@ impl RollingUpdate {
         say: &(dyn Fn(RollingEvent<'_>) + Sync),
         events: impl FnOnce(&Journal) -> RollEvents,
     ) -> Result<RollingReport, RollingError> {
-        let name = self.cluster.name().to_string();
+        let name = self.resolved.name.clone();
         let store = self.store.clone();
         let (file, start) =
             rolling_run::start(store.as_ref(), &name, plan, guard, self.options.cloud_only)
@@ -355,15 +351,17 @@ impl RollingUpdate {
         let kube = client.as_ref().map(|(k, _)| k.clone());
         let expect = match kube {
             Some(_) => Some(
-                crate::addons::validate::Expectations::from_spec(&self.cluster, &self.groups)
-                    .map_err(anyhow::Error::from)?,
+                crate::addons::validate::Expectations::from_spec(
+                    &self.resolved.completed,
+                    &self.resolved.completed_groups,
+                )
+                .map_err(anyhow::Error::from)?,
             ),
             None => None,
         };
         let events = events(&journal);
         let RollingUpdate {
-            cluster,
-            groups,
+            resolved,
             options,
             platform,
             ..
@@ -373,7 +371,7 @@ impl RollingUpdate {
         let rollers = platform
             .rollers(Roll {
                 store: &store,
-                groups: &groups,
+                groups: &resolved.completed_groups,
                 concurrency: options.concurrency,
                 guard,
                 kube: kube.clone(),
@@ -399,7 +397,7 @@ impl RollingUpdate {
             (Some(kube), Some(expect)) => {
                 let api = engine::KubeCluster {
                     kube,
-                    cluster: cluster.clone(),
+                    cluster: resolved.completed.clone(),
                     expect,
                     poll: Duration::from_secs(2),
                     etcd: etcd.clone(),

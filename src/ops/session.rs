@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::repo::Repo;
-use crate::spec::{Cluster, InstanceGroup, ResolvedCluster};
+use crate::spec::ResolvedCluster;
 use crate::state::lock::{self, LockError, LockGuard};
 use crate::state::{StateError, StateStore, Versioning};
 
@@ -58,12 +58,6 @@ impl Session {
                 store.location()
             )),
         }
-    }
-
-    /// `name`'s objects from the store, completed and validated.
-    pub async fn resolved(&self, name: &str) -> anyhow::Result<(Cluster, Vec<InstanceGroup>)> {
-        let r = self.resolve(name).await?;
-        Ok((r.completed, r.completed_groups))
     }
 
     /// `name` from the store, resolved once ([`crate::spec::resolve`]).

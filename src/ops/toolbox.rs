@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::platform::{Platform, Reach};
 use crate::kube::NodeInfo;
 use crate::nodes::{CloudInstance, Target};
-use crate::spec::{CloudProvider, Cluster, InstanceGroup};
+use crate::spec::{CloudProvider, ResolvedCluster};
 use crate::state::StateStore;
 
 /// The dump (`-o json|yaml`); field names are part of kprov's output contract.
@@ -85,14 +85,13 @@ impl Machine {
 /// days something is broken.
 pub async fn dump(
     store: &Arc<dyn StateStore>,
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
+    cluster: &ResolvedCluster,
     kubeconfig: Option<&Path>,
     with_api: bool,
 ) -> Dump {
     let mut d = Dump {
-        cluster: cluster.name().to_string(),
-        cloud: cluster.spec.cloud_provider.to_string(),
+        cluster: cluster.name.clone(),
+        cloud: cluster.completed.spec.cloud_provider.to_string(),
         resources: Vec::new(),
         resources_error: None,
         machines: Vec::new(),
@@ -100,14 +99,14 @@ pub async fn dump(
         nodes: None,
         nodes_error: None,
     };
-    if cluster.spec.cloud_provider == CloudProvider::Aws {
-        match owned_resources(cluster, groups).await {
+    if cluster.completed.spec.cloud_provider == CloudProvider::Aws {
+        match owned_resources(cluster).await {
             Ok(r) => d.resources = r,
             Err(e) => d.resources_error = Some(format!("{e:#}")),
         }
     }
     let machines = async {
-        Platform::open(store, cluster, groups, Reach::default())
+        Platform::open(store, cluster, Reach::default())
             .await?
             .targets()
             .await
@@ -119,7 +118,8 @@ pub async fn dump(
     if with_api {
         let nodes = async {
             let (kube, _guard) =
-                super::credentials::kube_client(store, cluster, kubeconfig, false).await?;
+                super::credentials::kube_client(store, &cluster.completed, kubeconfig, false)
+                    .await?;
             anyhow::Ok(kube.list_nodes().await?)
         };
         match nodes.await {
@@ -130,15 +130,10 @@ pub async fn dump(
     d
 }
 
-async fn owned_resources(
-    cluster: &Cluster,
-    groups: &[InstanceGroup],
-) -> anyhow::Result<Vec<Resource>> {
-    let cloud = super::aws::cloud(cluster).await?;
+async fn owned_resources(cluster: &ResolvedCluster) -> anyhow::Result<Vec<Resource>> {
+    let cloud = super::aws::cloud(&cluster.completed).await?;
     // The deletion plan is exactly "what this cluster owns", found as `delete cluster` finds it.
-    let plan = cloud
-        .plan_delete(&crate::spec::resolve::model(cluster, groups)?)
-        .await?;
+    let plan = cloud.plan_delete(cluster).await?;
     let mut out: Vec<Resource> = plan
         .changes
         .iter()

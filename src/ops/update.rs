@@ -195,8 +195,9 @@ pub struct Reread {
     pub version_differs: Option<(String, String, String)>,
     user: Cluster,
     version: Version,
-    /// `user` completed and validated, with `--bundle`: the cluster this run provisions.
-    resolved: Cluster,
+    /// `user` resolved (the spec changed: its hosts), with `--bundle`: the cluster this run
+    /// provisions.
+    resolved: ResolvedCluster,
 }
 
 /// Where the update goes, chosen by the platform seam.
@@ -296,11 +297,9 @@ pub async fn open(
             None => None,
         };
         // The hosts of the inventory read again when one was given.
-        let cluster = reread
-            .as_ref()
-            .map_or(&update.resolved.completed, |r| &r.resolved);
+        let cluster = reread.as_ref().map_or(&update.resolved, |r| &r.resolved);
         let targets = nodes::Inventory {
-            hosts: cluster.spec.hosts.clone(),
+            hosts: cluster.completed.spec.hosts.clone(),
         }
         .targets()
         .await
@@ -437,11 +436,16 @@ impl Update {
     /// The cluster as this run sees it (with `--bundle`, and on metal the hosts of the
     /// inventory given again).
     pub fn cluster(&self) -> &Cluster {
+        &self.resolved().completed
+    }
+
+    /// [`Update::cluster`]'s resolved model, the one the nodes are rendered from.
+    pub fn resolved(&self) -> &ResolvedCluster {
         match &self.side {
             Side::Metal {
                 reread: Some(r), ..
             } => &r.resolved,
-            _ => &self.resolved.completed,
+            _ => &self.resolved,
         }
     }
 
@@ -485,7 +489,8 @@ impl Update {
         let hosts = inv.plain_hosts();
         let change = HostsChange::of(&user.spec.hosts, &hosts);
         user.spec.hosts = hosts;
-        let (resolved, _) = crate::repo::resolve_with_docs(
+        // The spec changed (its hosts): resolved anew, once, for this run.
+        let mut resolved = crate::spec::resolve_located(
             &user,
             &stored.group_values(),
             None,
@@ -497,19 +502,11 @@ impl Update {
             .kubernetes_version
             .as_ref()
             .and_then(|(v, at)| {
-                (resolved.spec.kubernetes_version.as_deref() != Some(v.as_str())).then(|| {
-                    (
-                        v.clone(),
-                        at.to_string(),
-                        resolved
-                            .spec
-                            .kubernetes_version
-                            .clone()
-                            .unwrap_or_else(|| "-".into()),
-                    )
-                })
+                // Both without a leading `v` (the inventory's reader strips it).
+                let spec = resolved.version.to_string();
+                (spec != *v).then(|| (v.clone(), at.to_string(), spec))
             });
-        let resolved = bundle_for_run(resolved, self.options.bundle.as_deref());
+        resolved.completed = bundle_for_run(resolved.completed, self.options.bundle.as_deref());
         Ok(Reread {
             file: inv.file,
             change,
@@ -590,7 +587,7 @@ impl Update {
                 plan.nodes = Some(
                     ops_nodes::plan(
                         self.store.clone(),
-                        self.cluster(),
+                        self.resolved(),
                         targets,
                         &self.node_options(),
                     )
@@ -687,7 +684,7 @@ impl Update {
                 let node_events = node_events(targets);
                 let report = ops_nodes::converge(
                     self.store.clone(),
-                    self.cluster(),
+                    self.resolved(),
                     targets,
                     guard,
                     &self.node_options(),
@@ -712,11 +709,11 @@ impl Update {
         &self,
         kubeconfig: Option<&std::path::Path>,
     ) -> Result<AddonsApplied, AddonsError> {
-        let cluster = self.cluster();
-        let settings = crate::provision::render::NodeSettings::of(&cluster.spec)
+        let cluster = self.resolved();
+        let settings = crate::provision::render::NodeSettings::of(&cluster.completed.spec)
             .map_err(|e| AddonsError::NodeConfig(anyhow::Error::from(e)))?;
         let (kube, guard) =
-            super::credentials::kube_client(&self.store, cluster, kubeconfig, false)
+            super::credentials::kube_client(&self.store, &cluster.completed, kubeconfig, false)
                 .await
                 .map_err(AddonsError::NodeConfig)?;
         let node_config = super::node_config::sync(&kube, &settings)

@@ -24,7 +24,7 @@ use crate::nodes::Target;
 use crate::nodes::model::Facts;
 use crate::nodes::owner::{OWNER_FILE, Owner};
 use crate::provision::plan::{self, Action, NodePlan, Observation};
-use crate::spec::{Cluster, EtcdType, HostRole};
+use crate::spec::{EtcdType, HostRole, ResolvedCluster};
 use crate::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
 /// kubeadm deletes uploaded certificates after 2 h; keep a margin for slow joins.
@@ -473,7 +473,7 @@ pub fn parse_join_command(text: &str) -> Option<(String, Option<String>)> {
 /// `provision::plan` for the steps taken apart, as the CLI does).
 pub async fn provision(
     exec: &dyn HostExecutor,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     owner: &Owner,
     options: &Options,
@@ -496,7 +496,7 @@ pub async fn provision(
 /// else changes it.
 pub async fn execute(
     exec: &dyn HostExecutor,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     plan: &NodePlan,
     options: &Options,
@@ -959,7 +959,7 @@ pub(crate) async fn marker(
 /// a host claimed in between is not reset either.
 pub async fn reset(
     exec: &dyn HostExecutor,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     owner: &Owner,
     options: &Options,
@@ -972,7 +972,7 @@ pub async fn reset(
 /// cluster's, which the scripts are rendered against.
 pub async fn reset_only(
     exec: &dyn HostExecutor,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     only: &[&str],
     owner: &Owner,
@@ -1017,7 +1017,7 @@ pub async fn reset_only(
 /// that control plane's reachable address, which the API server certificate also covers.
 pub async fn admin_kubeconfig(
     exec: &dyn HostExecutor,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     owner: &Owner,
 ) -> Result<String, ProvisionError> {
@@ -1027,7 +1027,7 @@ pub async fn admin_kubeconfig(
 /// [`admin_kubeconfig`] of a cloud cluster (its API behind the cloud's load balancer).
 pub async fn admin_kubeconfig_with(
     exec: &dyn HostExecutor,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     owner: &Owner,
     cloud_api: Option<&CloudApi>,
@@ -1067,10 +1067,16 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::provision::plan::decide;
-    use crate::spec::Host;
+    use crate::spec::{Cluster, Host};
 
     pub(crate) const CA: &str = include_str!("testdata/ca.crt");
     const CA_HASH: &str = include_str!("testdata/ca.hash");
+
+    /// `c` as the renderer takes it: the typed model, resolved once (tests render the spec
+    /// they wrote, completed as a command would).
+    pub(crate) fn resolved(c: &Cluster) -> ResolvedCluster {
+        crate::spec::resolve::model(c, &[]).unwrap_or_else(|e| panic!("{e}"))
+    }
 
     pub(crate) fn cluster(extra: &str) -> Cluster {
         let yaml = format!(
@@ -1337,9 +1343,15 @@ pub(crate) mod tests {
             ..Fake::default()
         };
         let hosts = hosts(1, 2);
-        let report = provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hosts),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         assert!(report.success(), "{report:#?}");
         let ev = fake.events();
         let init = span(&ev, "cp1", "kubeadm: init");
@@ -1366,9 +1378,15 @@ pub(crate) mod tests {
             ..Fake::default()
         };
         let hosts = hosts(1, 1);
-        let report = provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hosts),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         assert!(!report.success());
         assert!(!fake.steps_on("cp1").contains(&"kubeadm: init".to_string()));
         assert!(!fake.steps_on("w1").contains(&"kubeadm: join".to_string()));
@@ -1382,9 +1400,15 @@ pub(crate) mod tests {
     async fn ha_order_init_then_sequential_control_planes_then_parallel_workers() {
         let fake = Fake::default();
         let hosts = hosts(3, 3);
-        let report = provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hosts),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         assert!(report.success(), "{report:#?}");
         let ev = fake.events();
         let init = span(&ev, "cp1", "kubeadm: init");
@@ -1449,13 +1473,25 @@ pub(crate) mod tests {
     async fn rerun_is_a_no_op() {
         let fake = Fake::default();
         let hosts = hosts(3, 2);
-        provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
-            .await
-            .unwrap();
+        provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hosts),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         let before = fake.events().len();
-        let report = provision(&fake, &cluster(""), &targets(&hosts), &owner(), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hosts),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         assert!(report.success());
         assert_eq!(report.changed(), 0, "{report:#?}");
         let rerun: Vec<String> = fake.events()[before..]
@@ -1482,9 +1518,15 @@ pub(crate) mod tests {
     async fn a_changed_spec_leaves_members_pending_a_rolling_update() {
         let fake = Fake::default();
         let hs = hosts(2, 1);
-        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
-            .await
-            .unwrap();
+        provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         let record = |host: &str| {
             let files = fake.files.lock().unwrap();
             crate::nodes::roll::Provisioned::parse(
@@ -1502,7 +1544,7 @@ pub(crate) mod tests {
         let mut older = newer.clone();
         older.spec.kubernetes_version = Some("1.34.4".into());
         // Pretend the members were provisioned with 1.34.4: rewrite their records.
-        let r = Renderer::new(&older, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&older), &targets(&hs)).unwrap();
         for t in targets(&hs) {
             fake.put(
                 t.name(),
@@ -1514,9 +1556,15 @@ pub(crate) mod tests {
         more.extend(hosts(2, 2).into_iter().skip(3));
         let mut labelled = more.clone();
         labelled[2].labels.insert("tier".into(), "web".into());
-        let report = provision(&fake, &newer, &targets(&labelled), &owner(), &opts())
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &resolved(&newer),
+            &targets(&labelled),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         assert!(report.success(), "{report:#?}");
         let pending: Vec<&str> = report
             .pending_roll()
@@ -1555,9 +1603,15 @@ pub(crate) mod tests {
     async fn new_host_joins_on_rerun_and_expired_key_is_reuploaded() {
         let fake = Fake::default();
         let mut hs = hosts(1, 1);
-        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
-            .await
-            .unwrap();
+        provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         // A new control plane arrives three hours later: the key from init has expired.
         hs.insert(
             1,
@@ -1573,9 +1627,15 @@ pub(crate) mod tests {
             cloud_api: None,
         };
         let before = fake.events().len();
-        let report = provision(&fake, &cluster(""), &targets(&hs), &owner(), &later)
-            .await
-            .unwrap();
+        let report = provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &owner(),
+            &later,
+        )
+        .await
+        .unwrap();
         assert!(report.success(), "{report:#?}");
         let rerun: Vec<(String, String)> = fake.events()[before..]
             .iter()
@@ -1611,9 +1671,15 @@ pub(crate) mod tests {
     async fn valid_key_is_reused_without_reupload() {
         let fake = Fake::default();
         let mut hs = hosts(1, 0);
-        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
-            .await
-            .unwrap();
+        provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         hs.push(Host {
             name: "cp2".into(),
             address: "198.18.0.30".into(),
@@ -1625,9 +1691,15 @@ pub(crate) mod tests {
             progress: None,
             cloud_api: None,
         };
-        provision(&fake, &cluster(""), &targets(&hs), &owner(), &soon)
-            .await
-            .unwrap();
+        provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &owner(),
+            &soon,
+        )
+        .await
+        .unwrap();
         assert!(
             !fake.events()[before..]
                 .iter()
@@ -1646,7 +1718,7 @@ pub(crate) mod tests {
         };
         let report = reset(
             &fake,
-            &cluster(""),
+            &resolved(&cluster("")),
             &targets(&hosts(1, 3)),
             &owner(),
             &opts(),
@@ -1682,7 +1754,7 @@ pub(crate) mod tests {
         };
         let report = provision(
             &fake,
-            &cluster(""),
+            &resolved(&cluster("")),
             &targets(&hosts(1, 4)),
             &owner(),
             &opts(),
@@ -1717,7 +1789,7 @@ pub(crate) mod tests {
         };
         let report = provision(
             &fake,
-            &cluster(""),
+            &resolved(&cluster("")),
             &targets(&hosts(3, 1)),
             &owner(),
             &opts(),
@@ -1749,7 +1821,7 @@ pub(crate) mod tests {
         };
         let report = provision(
             &fake,
-            &cluster(""),
+            &resolved(&cluster("")),
             &targets(&hosts(1, 2)),
             &owner(),
             &opts(),
@@ -1775,7 +1847,7 @@ pub(crate) mod tests {
         };
         let report = provision(
             &fake,
-            &cluster(""),
+            &resolved(&cluster("")),
             &targets(&hosts(1, 1)),
             &owner(),
             &opts(),
@@ -1796,13 +1868,19 @@ pub(crate) mod tests {
         let fake = Fake::default();
         let hs = hosts(1, 1);
         assert!(matches!(
-            admin_kubeconfig(&fake, &cluster(""), &targets(&hs), &owner()).await,
+            admin_kubeconfig(&fake, &resolved(&cluster("")), &targets(&hs), &owner()).await,
             Err(ProvisionError::NotInitialised)
         ));
-        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
-            .await
-            .unwrap();
-        let kc = admin_kubeconfig(&fake, &cluster(""), &targets(&hs), &owner())
+        provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
+        let kc = admin_kubeconfig(&fake, &resolved(&cluster("")), &targets(&hs), &owner())
             .await
             .unwrap();
         assert!(kc.contains("server: https://198.18.0.11:6443"), "{kc}");
@@ -1814,9 +1892,15 @@ pub(crate) mod tests {
             })),
             ..opts()
         };
-        let report = reset(&fake, &cluster(""), &targets(&hs), &owner(), &with_progress)
-            .await
-            .unwrap();
+        let report = reset(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &owner(),
+            &with_progress,
+        )
+        .await
+        .unwrap();
         let events = events.lock().unwrap().clone();
         assert_eq!(events.len(), 4, "{events:?}");
         assert!(events.contains(&ProgressEvent::Started {
@@ -1846,7 +1930,7 @@ pub(crate) mod tests {
         );
         let report = provision(
             &fake,
-            &cluster(""),
+            &resolved(&cluster("")),
             &targets(&hosts(1, 2)),
             &owner(),
             &opts(),
@@ -1885,7 +1969,7 @@ pub(crate) mod tests {
         plan.first_control_plane = Some("cp2".into());
         plan.nodes[0].action = Action::JoinControlPlane;
         plan.nodes[1].action = Action::Init;
-        let report = execute(&fake, &cluster(""), &ts, &plan, &opts())
+        let report = execute(&fake, &resolved(&cluster("")), &ts, &plan, &opts())
             .await
             .unwrap();
         assert!(report.success(), "{report:#?}");
@@ -1895,7 +1979,7 @@ pub(crate) mod tests {
         // A preview's plan (no owner) is never executed.
         plan.owner = None;
         assert!(matches!(
-            execute(&fake, &cluster(""), &ts, &plan, &opts()).await,
+            execute(&fake, &resolved(&cluster("")), &ts, &plan, &opts()).await,
             Err(ProvisionError::NoOwner)
         ));
     }
@@ -1906,21 +1990,33 @@ pub(crate) mod tests {
     async fn another_cluster_gets_no_credentials_and_resets_nothing() {
         let fake = Fake::default();
         let hs = hosts(1, 1);
-        provision(&fake, &cluster(""), &targets(&hs), &owner(), &opts())
-            .await
-            .unwrap();
+        provision(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &owner(),
+            &opts(),
+        )
+        .await
+        .unwrap();
         let second = Owner {
             uid: "9999".into(),
             cluster: "second.example.com".into(),
             store: "file:///var/tmp/second".into(),
         };
         assert!(matches!(
-            admin_kubeconfig(&fake, &cluster(""), &targets(&hs), &second).await,
+            admin_kubeconfig(&fake, &resolved(&cluster("")), &targets(&hs), &second).await,
             Err(ProvisionError::NotInitialised)
         ));
-        let report = reset(&fake, &cluster(""), &targets(&hs), &second, &opts())
-            .await
-            .unwrap();
+        let report = reset(
+            &fake,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            &second,
+            &opts(),
+        )
+        .await
+        .unwrap();
         for h in &report.hosts {
             assert!(
                 matches!(&h.result, HostResult::Skipped { reason } if reason.contains("demo.example.com")),
@@ -1928,9 +2024,15 @@ pub(crate) mod tests {
             );
         }
         assert!(!fake.events().iter().any(|e| e.step == "kubeadm: reset"));
-        let plan = plan::plan(&fake, None, &cluster(""), &targets(&hs), Some(second))
-            .await
-            .unwrap();
+        let plan = plan::plan(
+            &fake,
+            None,
+            &resolved(&cluster("")),
+            &targets(&hs),
+            Some(second),
+        )
+        .await
+        .unwrap();
         assert!(plan.nodes.iter().all(|n| n.action == Action::Refused));
     }
 

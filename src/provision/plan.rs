@@ -19,7 +19,7 @@ use crate::nodes::model::Facts;
 use crate::nodes::owner::{OWNER_FILE, Owner};
 use crate::nodes::roll::{PROVISIONED_FILE, Provisioned, differences};
 use crate::provision::render::{self, CloudApi, RenderError, Renderer};
-use crate::spec::{Cluster, HostRole};
+use crate::spec::{Cluster, HostRole, ResolvedCluster};
 use crate::ssh::task::{ExecError, HostExecutor, Step};
 
 /// Which files of a step list differ on a host, read-only (hashes and modes only). The SSH
@@ -574,7 +574,7 @@ async fn member_drift(
 pub async fn plan(
     exec: &dyn HostExecutor,
     diff: Option<&dyn FileDiff>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     owner: Option<Owner>,
 ) -> Result<NodePlan, RenderError> {
@@ -585,7 +585,7 @@ pub async fn plan(
 pub async fn plan_with(
     exec: &dyn HostExecutor,
     diff: Option<&dyn FileDiff>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     owner: Option<Owner>,
     cloud_api: Option<&CloudApi>,
@@ -602,7 +602,7 @@ pub async fn plan_rendered(
     diff: Option<&dyn FileDiff>,
     renderer: &Renderer,
     loading: Option<tokio::task::JoinHandle<()>>,
-    cluster: &Cluster,
+    cluster: &ResolvedCluster,
     targets: &[Target],
     owner: Option<Owner>,
 ) -> Result<NodePlan, RenderError> {
@@ -629,8 +629,8 @@ pub async fn plan_rendered(
             .map(|(t, o)| missing_images(exec, renderer, t, o)),
     )
     .await;
-    let mut plan = decide(cluster.name(), targets, &observed, owner);
-    plan.sources = sources(cluster);
+    let mut plan = decide(&cluster.name, targets, &observed, owner);
+    plan.sources = sources(&cluster.completed);
     for (node, missing) in plan.nodes.iter_mut().zip(missing) {
         note_images(node, missing);
     }
@@ -686,7 +686,7 @@ fn note_images(node: &mut PlannedNode, missing: Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::orchestrate::tests::{hosts, owner, targets};
+    use crate::provision::orchestrate::tests::{hosts, owner, resolved, targets};
     use crate::provision::render::tests::{archive_with, images_yaml};
 
     fn member(initialised: bool) -> Observation {
@@ -912,7 +912,7 @@ mod tests {
         let yaml = images_yaml(dir.path(), &[("apiserver", &apiserver), ("pause", &pause)]);
         let cluster = crate::provision::orchestrate::tests::cluster(&yaml);
         let targets = three();
-        let renderer = Renderer::for_run(&cluster, &targets, None).unwrap();
+        let renderer = Renderer::for_run(&resolved(&cluster), &targets, None).unwrap();
         renderer.load_images().unwrap();
         let names = |v: Vec<String>| -> Vec<String> {
             v.iter()
@@ -932,7 +932,7 @@ mod tests {
     async fn a_member_without_facts_is_reported_as_missing_them_not_as_an_unknown_machine() {
         let cluster = crate::provision::orchestrate::tests::cluster("");
         let targets = three();
-        let renderer = Renderer::for_run(&cluster, &targets, None).unwrap();
+        let renderer = Renderer::for_run(&resolved(&cluster), &targets, None).unwrap();
         let drift = async |m: Member| member_drift(&m, &m, &renderer, &targets[2]).await;
         let e = drift(Member(None)).await.unwrap_err();
         assert_eq!(

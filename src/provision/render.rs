@@ -32,7 +32,7 @@ use crate::spec::assets::{self, Arch, Asset, Component, ImageAsset, Install, Sou
 use crate::spec::validate::{
     check_kubelet_label, check_label_key, check_label_value, check_taint, is_dns_subdomain,
 };
-use crate::spec::{Cluster, EtcdType, Host, HostRole, ProxyMode};
+use crate::spec::{Cluster, EtcdType, Host, HostRole, ProxyMode, ResolvedCluster};
 use crate::ssh::task::{Arrival, RemoteFile, Step};
 
 pub use crate::spec::assets::API_PROXY_IMAGE;
@@ -347,6 +347,8 @@ pub struct Renderer {
     tera: Tera,
     cluster_name: String,
     kubernetes_version: String,
+    /// The minor of `kubernetes_version`, typed (what changes with it is chosen by it).
+    minor: u32,
     endpoint: Endpoint,
     /// `spec.api.endpointAddress`: where a fixed endpoint's name points in every host's
     /// /etc/hosts (Kubespray's `loadbalancer_apiserver.address` with a domain name).
@@ -647,7 +649,8 @@ pub fn node_ip(host: &Host) -> Result<String, RenderError> {
 /// for the cluster, made for its version), before a preview or anything is changed: the
 /// commands that render later (`rolling-update`) refuse a bad bundle up front. Nothing without
 /// one. The verified handle is the run's ([`crate::bundle::open_verified`]): not hashed twice.
-pub fn check_bundle(cluster: &Cluster) -> Result<(), RenderError> {
+pub fn check_bundle(model: &ResolvedCluster) -> Result<(), RenderError> {
+    let cluster = &model.completed;
     let Some(path) = cluster
         .spec
         .assets
@@ -798,7 +801,12 @@ fn file(path: &str, content: impl Into<Bytes>, mode: u32) -> RemoteFile {
 }
 
 impl Renderer {
-    pub fn new(cluster: &Cluster, targets: &[Target]) -> Result<Self, RenderError> {
+    /// The renderer of `cluster`'s node steps for `targets`. The typed model gives the
+    /// version, networks, etcd topology and cloud provider (resolved once, nothing re-defaulted
+    /// here); the completed spec it keeps gives the settings it does not type yet (assets,
+    /// mirrors, proxy, kubelet and kube-proxy settings, the API's extra names).
+    pub fn new(model: &ResolvedCluster, targets: &[Target]) -> Result<Self, RenderError> {
+        let cluster = &model.completed;
         let hosts: Vec<&Host> = targets.iter().map(|t| &t.host).collect();
         let mut tera = Tera::default();
         tera.add_raw_templates(TEMPLATES.to_vec())
@@ -808,12 +816,7 @@ impl Renderer {
             })?;
         enable_template_quoting(&mut tera);
         let spec = &cluster.spec;
-        let kubernetes_version = assets::normalize_version(
-            spec.kubernetes_version
-                .as_deref()
-                .ok_or(RenderError::Missing("spec.kubernetesVersion"))?,
-        )
-        .to_string();
+        let kubernetes_version = model.version.to_string();
         let image_repository = super::mirrors::image_repository(spec)?;
         let pause_image = assets::kubeadm_images(&kubernetes_version)
             .map(|k| {
@@ -830,11 +833,7 @@ impl Renderer {
                 name: format!("api.internal.{}", cluster.name()),
             },
         };
-        let etcd = spec
-            .etcd
-            .as_ref()
-            .map(|e| e.kind)
-            .ok_or(RenderError::Missing("spec.etcd"))?;
+        let etcd = model.etcd;
         if !hosts
             .iter()
             .any(|h| h.roles.contains(&HostRole::ControlPlane))
@@ -921,18 +920,11 @@ impl Renderer {
                 .as_ref()
                 .map(|a| a.additional_sans.clone())
                 .unwrap_or_default(), // no api section: no extra SANs
-            pod_cidr: spec
-                .networking
-                .pod_cidr
-                .clone()
-                .ok_or(RenderError::Missing("spec.networking.podCIDR"))?,
-            service_cidr: spec
-                .networking
-                .service_cidr
-                .clone()
-                .ok_or(RenderError::Missing("spec.networking.serviceCIDR"))?,
+            pod_cidr: model.networking.pod_cidr.to_string(),
+            service_cidr: model.networking.service_cidr.to_string(),
             etcd,
-            cloud_external: cluster.external_cloud_provider().is_some(),
+            cloud_external: model.addons.external_cloud_provider.is_some(),
+            minor: model.version.minor,
             targets: targets.to_vec(),
             cloud_sans: Vec::new(),
             pause_image,
@@ -949,7 +941,7 @@ impl Renderer {
     /// (no per-host /etc/hosts line or local proxy), and its names go into the certificate.
     /// [`Renderer::new`], with the cloud's API settings when the platform has them.
     pub fn for_run(
-        cluster: &Cluster,
+        cluster: &ResolvedCluster,
         targets: &[Target],
         cloud_api: Option<&CloudApi>,
     ) -> Result<Self, RenderError> {
@@ -1009,7 +1001,7 @@ impl Renderer {
         }
         ports.sort_unstable();
         ports.dedup();
-        let minor = crate::spec::versions::parse(&self.kubernetes_version).map_or(0, |v| v.1);
+        let minor = self.minor;
         let script = self.render(
             "node/preflight.sh.tera",
             json!({
@@ -2626,7 +2618,7 @@ pub(crate) mod tests {
     use super::*;
     /// A control plane: every image archive.
     pub(super) const CP: &[crate::spec::HostRole] = &[crate::spec::HostRole::ControlPlane];
-    use crate::provision::orchestrate::tests::{cluster, hosts, owner, targets};
+    use crate::provision::orchestrate::tests::{cluster, hosts, owner, resolved, targets};
     use serde_json::Value;
 
     fn secrets() -> JoinSecrets {
@@ -2648,7 +2640,7 @@ pub(crate) mod tests {
     #[test]
     fn golden_first_control_plane() {
         let hs = hosts(3, 2);
-        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
         let mut steps = r.preflight(&targets(&hs)[0]).unwrap();
         steps.extend(r.init(&targets(&hs)[0], &"k".repeat(64)).unwrap());
         steps.extend(r.settle(&targets(&hs)[0]).unwrap());
@@ -2673,7 +2665,7 @@ pub(crate) mod tests {
             launch_template_version: None,
             group_template_version: None,
         });
-        let r = Renderer::new(&cluster(AWS_CCM), &ts).unwrap();
+        let r = Renderer::new(&resolved(&cluster(AWS_CCM)), &ts).unwrap();
         let join = r.join_config(&ts[1], &secrets()).unwrap();
         insta::assert_snapshot!("join_cloud_instance", join);
         let reg = &docs(&join)[0]["nodeRegistration"];
@@ -2718,7 +2710,7 @@ pub(crate) mod tests {
             group_template_version: None,
         });
         let lb = "api-c-example-com-1a2b3c4d.elb.us-east-1.amazonaws.com";
-        let r = Renderer::new(&cluster(AWS_CCM), &ts)
+        let r = Renderer::new(&resolved(&cluster(AWS_CCM)), &ts)
             .unwrap()
             .with_cloud_api(CloudApi {
                 endpoint: "api.c.example.com".into(),
@@ -2763,7 +2755,7 @@ pub(crate) mod tests {
     #[test]
     fn golden_install_amd64() {
         let hs = hosts(1, 0);
-        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
         insta::assert_snapshot!(
             "install_amd64",
             describe(&r.install(Arch::Amd64, CP).unwrap())
@@ -2790,7 +2782,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (c, _, _) = with_images(dir.path(), b"not really a tar\n");
         let hs = hosts(1, 1);
-        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
         let steps = r.images(CP).unwrap();
         let text = describe(&steps).replace(&dir.path().display().to_string(), "/OPERATOR");
         insta::assert_snapshot!("image_archives", text);
@@ -2879,14 +2871,14 @@ pub(crate) mod tests {
             )
         };
         let hs = hosts(1, 1);
-        let r = Renderer::new(&cluster(&yaml(&sha)), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster(&yaml(&sha))), &targets(&hs)).unwrap();
         let a = r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
         let b = r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
         assert_eq!(a.files[0].content.as_ptr(), b.files[0].content.as_ptr());
         assert_eq!(a.files[0].sha256.as_deref(), Some(sha.as_str()));
         assert!(!a.run.contains("sha256sum"), "{}", a.run);
         let wrong = "ab".repeat(32);
-        let r = Renderer::new(&cluster(&yaml(&wrong)), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster(&yaml(&wrong))), &targets(&hs)).unwrap();
         let e = r
             .install_step(Component::Kubectl, Arch::Amd64)
             .unwrap_err()
@@ -2904,7 +2896,7 @@ pub(crate) mod tests {
             yaml(&sha),
             path.display()
         );
-        let r = Renderer::new(&cluster(&both), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster(&both)), &targets(&hs)).unwrap();
         r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
         let e = r
             .install_step(Component::Kubeadm, Arch::Amd64)
@@ -2931,7 +2923,7 @@ pub(crate) mod tests {
             path.display()
         );
         let hs = hosts(1, 1);
-        let r = Renderer::new(&cluster(&yaml), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster(&yaml)), &targets(&hs)).unwrap();
         let install = r.install(Arch::Amd64, CP).unwrap();
         let all = Component::NODE_BINARIES;
         let step = &install[0];
@@ -3069,7 +3061,7 @@ pub(crate) mod tests {
         ));
         let c = cluster(&yaml);
         let hs = hosts(1, 1);
-        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
         let names = |roles: &[HostRole]| -> Vec<String> {
             r.images(roles)
                 .unwrap()
@@ -3152,7 +3144,7 @@ pub(crate) mod tests {
         let actual = hex::encode(Sha256::digest(b"tampered\n"));
         let hs = hosts(1, 0);
         // Rendering what needs no archive still works (etcd backups, certificates, reset).
-        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
         let e = r.images(CP).unwrap_err().to_string();
         assert_eq!(
             e,
@@ -3163,7 +3155,7 @@ pub(crate) mod tests {
         );
         assert!(r.install(Arch::Amd64, CP).is_err());
         std::fs::remove_file(dir.path().join("pause.tar")).unwrap();
-        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
         let e = r.load_images().unwrap_err().to_string();
         assert!(
             e.starts_with(&format!(
@@ -3178,7 +3170,7 @@ pub(crate) mod tests {
         let mut hs = hosts(3, 2);
         hs[4].labels.insert("disk".into(), "ssd".into());
         hs[4].taints.push("dedicated=batch:NoSchedule".into());
-        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
         let mut cp = r
             .join(&targets(&hs)[1], &targets(&hs)[0], &secrets())
             .unwrap();
@@ -3201,7 +3193,9 @@ pub(crate) mod tests {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
         let r = Renderer::new(
-            &cluster("  api:\n    localProxyImage: registry.site.example/haproxy:2.6\n"),
+            &resolved(&cluster(
+                "  api:\n    localProxyImage: registry.site.example/haproxy:2.6\n",
+            )),
             &ts,
         )
         .unwrap();
@@ -3230,7 +3224,7 @@ pub(crate) mod tests {
         c.spec.etcd = Some(crate::spec::Etcd {
             kind: EtcdType::External,
         });
-        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
         let init = r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap();
         insta::assert_snapshot!("init_config_external", init);
         let d = docs(&init);
@@ -3252,14 +3246,14 @@ pub(crate) mod tests {
         );
         insta::assert_snapshot!("external_etcd_member", describe(&etcd));
         assert!(
-            matches!(Renderer::new(&cluster(""), &targets(&hs)), Err(RenderError::Host { ref host, .. }) if host == "etcd1")
+            matches!(Renderer::new(&resolved(&cluster("")), &targets(&hs)), Err(RenderError::Host { ref host, .. }) if host == "etcd1")
         );
         // etcd is a host service: an etcd member may also be a control plane or a worker.
         let mut both = hs.clone();
         both[0].roles.push(HostRole::Etcd);
         both[1].roles.push(HostRole::Etcd);
         both.truncate(3);
-        let r = Renderer::new(&c, &targets(&both)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&both)).unwrap();
         assert_eq!(
             r.etcd_hosts().map(|t| t.name()).collect::<Vec<_>>(),
             ["cp1", "w1", "etcd1"].map(String::from).to_vec()
@@ -3301,7 +3295,7 @@ pub(crate) mod tests {
             (AWS_CCM, true),
             ("  cloudControllerManager:\n    provider: none\n", false),
         ] {
-            let r = Renderer::new(&cluster(extra), &targets(&hs)).unwrap();
+            let r = Renderer::new(&resolved(&cluster(extra)), &targets(&hs)).unwrap();
             let init = docs(&r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap());
             let join = docs(&r.join_config(&targets(&hs)[1], &secrets()).unwrap());
             for args in [
@@ -3331,7 +3325,7 @@ pub(crate) mod tests {
     fn additional_sans_reach_the_api_server_certificate() {
         let hs = hosts(1, 0);
         let c = cluster("  api:\n    additionalSANs: [k8s.example.com, 203.0.113.10]\n");
-        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
         let init = docs(&r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap());
         let sans: Vec<&str> = init[1]["apiServer"]["certSANs"]
             .as_array()
@@ -3346,7 +3340,7 @@ pub(crate) mod tests {
     #[test]
     fn kubeadm_documents_are_v1beta4_and_pin_the_ca() {
         let hs = hosts(3, 1);
-        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
         let init = docs(&r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap());
         assert_eq!(init[0]["apiVersion"], "kubeadm.k8s.io/v1beta4");
         assert_eq!(init[0]["kind"], "InitConfiguration");
@@ -3380,7 +3374,7 @@ pub(crate) mod tests {
     fn node_settings_default() {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
-        let r = Renderer::new(&cluster(""), &ts).unwrap();
+        let r = Renderer::new(&resolved(&cluster("")), &ts).unwrap();
         let init = docs(&r.init_config(&ts[0], &"k".repeat(64)).unwrap());
         assert_eq!(init.len(), 4);
         assert!(
@@ -3417,12 +3411,12 @@ pub(crate) mod tests {
         assert!(!node.contains("ignore-preflight-errors"), "{node}");
         // 1.36 runs the pause image kubeadm 1.36 pins.
         let c = cluster("").tap_version("1.36.2");
-        let r36 = Renderer::new(&c, &ts).unwrap();
+        let r36 = Renderer::new(&resolved(&c), &ts).unwrap();
         let install = describe(&r36.install(Arch::Amd64, CP).unwrap());
         assert!(install.contains("sandbox = \"registry.k8s.io/pause:3.10.2\""));
         // 1.34's kubelet still runs on cgroup v1: no refusal rendered.
         let c = cluster("").tap_version("1.34.11");
-        let r34 = Renderer::new(&c, &ts).unwrap();
+        let r34 = Renderer::new(&resolved(&c), &ts).unwrap();
         let script =
             String::from_utf8(r34.preflight(&ts[0]).unwrap()[1].files[0].content.to_vec()).unwrap();
         assert!(!script.contains("set spec.kubelet.failCgroupV1: false"));
@@ -3467,7 +3461,7 @@ pub(crate) mod tests {
                 password: "pw-not-in-records".into(),
             },
         );
-        let r = Renderer::new(&c, &ts).unwrap();
+        let r = Renderer::new(&resolved(&c), &ts).unwrap();
         let install = r.install(Arch::Amd64, CP).unwrap();
         let step = |name: &str| install.iter().find(|s| s.name == name).unwrap();
         let text = |s: &Step, path: &str| {
@@ -3546,7 +3540,7 @@ pub(crate) mod tests {
 
         // Without proxy and registries: drop-ins removed, kprov's certs.d directories too,
         // no config_path, registry.k8s.io, and another record digest.
-        let plain = Renderer::new(&cluster(""), &ts).unwrap();
+        let plain = Renderer::new(&resolved(&cluster("")), &ts).unwrap();
         let install = plain.install(Arch::Amd64, CP).unwrap();
         let step = |name: &str| install.iter().find(|s| s.name == name).unwrap();
         let configure = step("containerd: configure");
@@ -3587,7 +3581,7 @@ pub(crate) mod tests {
     fn node_settings_reach_every_component() {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
-        let r = Renderer::new(&cluster(REAL_HOST_SETTINGS), &ts).unwrap();
+        let r = Renderer::new(&resolved(&cluster(REAL_HOST_SETTINGS)), &ts).unwrap();
         let init = docs(&r.init_config(&ts[0], &"k".repeat(64)).unwrap());
         assert_eq!(
             init[0]["nodeRegistration"]["ignorePreflightErrors"],
@@ -3647,7 +3641,11 @@ pub(crate) mod tests {
     fn ipvs_mode_loads_the_ipvs_modules() {
         let hs = hosts(1, 0);
         let ts = targets(&hs);
-        let r = Renderer::new(&cluster("  kubeProxy:\n    proxyMode: ipvs\n"), &ts).unwrap();
+        let r = Renderer::new(
+            &resolved(&cluster("  kubeProxy:\n    proxyMode: ipvs\n")),
+            &ts,
+        )
+        .unwrap();
         let pre = r.preflight(&ts[0]).unwrap();
         let ipvs = pre
             .iter()
@@ -3671,7 +3669,7 @@ pub(crate) mod tests {
             .find(|d| d["kind"] == "KubeProxyConfiguration")
             .expect("a KubeProxyConfiguration");
         assert_eq!(proxy["mode"], "ipvs");
-        let plain = Renderer::new(&cluster(""), &ts).unwrap();
+        let plain = Renderer::new(&resolved(&cluster("")), &ts).unwrap();
         assert!(
             !plain
                 .preflight(&ts[0])
@@ -3689,9 +3687,9 @@ pub(crate) mod tests {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
         let r = Renderer::new(
-            &cluster(
+            &resolved(&cluster(
                 "  api:\n    endpoint: api.example.com:8443\n    endpointAddress: 10.2.0.100\n",
-            ),
+            )),
             &ts,
         )
         .unwrap();
@@ -3713,7 +3711,7 @@ pub(crate) mod tests {
         assert_eq!(cc["controlPlaneEndpoint"], "api.example.com:8443");
         // Without the address, a fixed endpoint writes no /etc/hosts line at all.
         let r = Renderer::new(
-            &cluster("  api:\n    endpoint: api.example.com:8443\n"),
+            &resolved(&cluster("  api:\n    endpoint: api.example.com:8443\n")),
             &ts,
         )
         .unwrap();
@@ -3799,7 +3797,7 @@ pub(crate) mod tests {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
         let rec = |extra: &str| {
-            Renderer::new(&cluster(extra), &ts)
+            Renderer::new(&resolved(&cluster(extra)), &ts)
                 .unwrap()
                 .provisioned(&ts[1])
                 .unwrap()
@@ -3831,7 +3829,7 @@ pub(crate) mod tests {
         assert!(kube_proxy_changed(Some(&older), &pods));
         assert!(!kube_proxy_changed(None, &pods));
 
-        let r = Renderer::new(&cluster("  kubelet:\n    maxPods: 50\n"), &ts).unwrap();
+        let r = Renderer::new(&resolved(&cluster("  kubelet:\n    maxPods: 50\n")), &ts).unwrap();
         let init = r.init_config(&ts[0], &"k".repeat(64)).unwrap();
         let kc = docs(&init)
             .into_iter()
@@ -3847,7 +3845,7 @@ pub(crate) mod tests {
         let hs = hosts(1, 0);
         let ts = targets(&hs);
         let digest = |extra: &str| {
-            Renderer::new(&cluster(extra), &ts)
+            Renderer::new(&resolved(&cluster(extra)), &ts)
                 .unwrap()
                 .provisioned(&ts[0])
                 .unwrap()
@@ -3885,7 +3883,7 @@ pub(crate) mod tests {
         std::fs::create_dir_all(r.join("etc/sysctl.d")).unwrap();
         std::fs::create_dir_all(r.join("bin")).unwrap();
         std::fs::write(r.join("proc/filesystems"), "nodev\toverlay\n").unwrap();
-        let conf = Renderer::new(&cluster(""), &targets(&hosts(1, 0)))
+        let conf = Renderer::new(&resolved(&cluster("")), &targets(&hosts(1, 0)))
             .unwrap()
             .render("node/sysctl.conf.tera", json!({}))
             .unwrap();
@@ -3987,7 +3985,7 @@ pub(crate) mod tests {
     #[test]
     fn node_labels_cannot_add_labels() {
         let mut hs = hosts(1, 1);
-        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
         // A comma, '=' or newline in a value would add labels to `--node-labels`.
         for v in ["a,evil=1", "a\nevil=1", "a=b", "a\"b'; rm -rf /"] {
             hs[1].labels = [("team".to_string(), v.to_string())].into();
@@ -4011,16 +4009,18 @@ pub(crate) mod tests {
     #[test]
     fn bad_specs_are_named() {
         let hs = hosts(1, 0);
+        // The networks, version and etcd topology are the typed model's: a bad one is refused
+        // when the spec is resolved, naming the field, before any renderer exists.
         let mut c = cluster("");
-        c.spec.networking.pod_cidr = None;
-        assert_eq!(
-            Renderer::new(&c, &targets(&hs)).err().unwrap().to_string(),
-            "spec.networking.podCIDR is not set (the spec must be completed with defaults first)"
-        );
+        c.spec.networking.pod_cidr = Some("nope".into());
+        let e = crate::spec::resolve::model(&c, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("spec.networking.podCIDR"), "{e}");
         let mut named = hs.clone();
         named[0].address = "cp1.example.com".into();
         assert!(matches!(
-            Renderer::new(&cluster(""), &targets(&named)),
+            Renderer::new(&resolved(&cluster("")), &targets(&named)),
             Err(RenderError::Host { .. })
         ));
         let mut c = cluster("");
@@ -4029,7 +4029,7 @@ pub(crate) mod tests {
             ..Default::default()
         });
         assert!(matches!(
-            Renderer::new(&c, &targets(&hs)),
+            Renderer::new(&resolved(&c), &targets(&hs)),
             Err(RenderError::BadEndpoint(_))
         ));
         for (text, want) in [

@@ -13,7 +13,7 @@ use std::process::Command;
 use super::*;
 const CP: &[crate::spec::HostRole] = &[crate::spec::HostRole::ControlPlane];
 use crate::nodes::owner::Owner;
-use crate::provision::orchestrate::tests::{cluster, hosts, targets};
+use crate::provision::orchestrate::tests::{cluster, hosts, resolved, targets};
 use crate::spec::{Api, AssetFile, Assets};
 
 /// The classics: quotes, substitutions, separators, newlines, backslashes, unicode, options.
@@ -319,7 +319,7 @@ fn hostile_values_never_escape_their_quoting() {
             url: image.clone(),
             sha256: "c".repeat(64),
         }];
-        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
         let seen = exercise(&r, &hs, &scratch);
         assert!(
             seen.args.iter().any(|a| a == &url),
@@ -354,7 +354,7 @@ fn hostile_values_never_escape_their_quoting() {
                     sha256: "b".repeat(64),
                 }],
             );
-            let e = Renderer::new(&wrong, &targets(&hs))
+            let e = Renderer::new(&resolved(&wrong), &targets(&hs))
                 .unwrap()
                 .install(Arch::Amd64, &[crate::spec::HostRole::ControlPlane])
                 .unwrap_err();
@@ -378,7 +378,7 @@ fn hostile_values_never_escape_their_quoting() {
                 url: image.clone(),
                 sha256: hex::encode(Sha256::digest(b"y")),
             }];
-            let r = Renderer::new(&c, &targets(&hs)).unwrap();
+            let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
             exercise(&r, &hs, &scratch);
             // The uploaded archive's URL reaches only the import-failure message now (its upload
             // checked the sha256, so no mismatch message on the host), which this harness's
@@ -394,7 +394,7 @@ fn hostile_values_never_escape_their_quoting() {
             endpoint: Some(format!("{host}:8443")),
             ..Default::default()
         });
-        if let Ok(r) = Renderer::new(&c, &targets(&hs)) {
+        if let Ok(r) = Renderer::new(&resolved(&c), &targets(&hs)) {
             exercise(&r, &hs, &scratch);
             let init = r.init_config(&targets(&hs)[0], "k").unwrap();
             let docs: Vec<serde_json::Value> = init
@@ -408,18 +408,18 @@ fn hostile_values_never_escape_their_quoting() {
         let mut c = cluster("");
         c.metadata.name = format!("demo{v}.example.com");
         assert!(matches!(
-            Renderer::new(&c, &targets(&hs)),
+            Renderer::new(&resolved(&c), &targets(&hs)),
             Err(RenderError::BadName(_))
         ));
         let mut bad = hs.clone();
         bad[1].name = format!("w{v}");
         assert!(matches!(
-            Renderer::new(&cluster(""), &targets(&bad)),
+            Renderer::new(&resolved(&cluster("")), &targets(&bad)),
             Err(RenderError::Host { .. })
         ));
 
         // Labels and taints reach `--node-labels` and kubeadm YAML: refused unless valid.
-        let r = Renderer::new(&cluster(""), &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
         for (k, val) in [
             (format!("team{v}"), "a".to_string()),
             ("team".into(), format!("a{v}")),
@@ -472,7 +472,7 @@ fn external_etcd_scripts_parse_and_run_clean() {
         endpoint: Some("lb.example.com:8443".into()),
         ..Default::default()
     });
-    let r = Renderer::new(&c, &targets(&hs)).unwrap();
+    let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
     exercise(&r, &hs, &scratch);
 }
 
@@ -487,7 +487,7 @@ proptest::proptest! {
         let c = with_assets(None, vec![AssetFile {
             name: "kubeadm".into(), url: url.clone(), sha256: "a".repeat(64),
         }]);
-        let r = Renderer::new(&c, &targets(&hs)).unwrap();
+        let r = Renderer::new(&resolved(&c), &targets(&hs)).unwrap();
         let mut seen = Seen::default();
         let mut steps = r.install(Arch::Amd64, CP).unwrap();
         // Run alone too: the binaries step's run stops at the first (stubbed) failure.

@@ -676,6 +676,8 @@ async fn backup_use_case_on_file_and_s3_stores() {
     crate::needs_tier!(Moto);
     use kprov::ops::etcd;
     use kprov::state::{Precondition, StateStore};
+
+    use crate::support::model;
     let yaml = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: uc.example.com\n\
          spec:\n  cloudProvider: metal\n  kubernetesVersion: 1.35.1\n  networking:\n    \
          podCIDR: 100.96.0.0/11\n    serviceCIDR: 100.64.0.0/13\n  etcd:\n    type: External\n  hosts:\n\
@@ -716,7 +718,7 @@ async fn backup_use_case_on_file_and_s3_stores() {
         let t0 = chrono::DateTime::parse_from_rfc3339("2026-11-22T21:00:00Z")
             .unwrap()
             .to_utc();
-        let r1 = etcd::backup(store.as_ref(), &cluster, &targets, &exec, t0)
+        let r1 = etcd::backup(store.as_ref(), &model(&cluster), &targets, &exec, t0)
             .await
             .unwrap();
         // cp1 failed its snapshot: cp2 gave it, and cleaned up after itself.
@@ -732,7 +734,7 @@ async fn backup_use_case_on_file_and_s3_stores() {
         );
         let r2 = etcd::backup(
             store.as_ref(),
-            &cluster,
+            &model(&cluster),
             &targets,
             &exec,
             t0 + chrono::Duration::hours(1),
@@ -740,7 +742,7 @@ async fn backup_use_case_on_file_and_s3_stores() {
         .await
         .unwrap();
         // The same second twice never overwrites: the second takes the next free second.
-        let r3 = etcd::backup(store.as_ref(), &cluster, &targets, &exec, t0)
+        let r3 = etcd::backup(store.as_ref(), &model(&cluster), &targets, &exec, t0)
             .await
             .unwrap();
         assert_eq!(r3.id, "20261122T210001Z", "{kind}");

@@ -16,6 +16,7 @@ use kprov::spec::{Assets, Cluster, Host};
 use kprov::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
 use crate::support::mirror::{Mirror, host_standins_dir};
+use crate::support::model;
 
 /// Test hosts: one directory per host holding its overlay layers and staged files.
 struct NsHosts {
@@ -30,9 +31,15 @@ impl NsHosts {
     /// `orchestrate::provision` of `c` on `hosts` through these namespaces, at today's
     /// options; the run itself must not fail (its report may).
     async fn provision(&self, c: &Cluster, hosts: &[Host]) -> orchestrate::Report {
-        orchestrate::provision(self, c, &targets(hosts), &owner(), &Options::current())
-            .await
-            .expect("the run")
+        orchestrate::provision(
+            self,
+            &model(c),
+            &targets(hosts),
+            &owner(),
+            &Options::current(),
+        )
+        .await
+        .expect("the run")
     }
 
     fn new(hosts: &[Host]) -> NsHosts {
@@ -401,15 +408,21 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
     assert_eq!(after, kubeadm_calls);
 
     // The admin kubeconfig, pointed at a control plane the operator can reach.
-    let kc = orchestrate::admin_kubeconfig(&ns, &c, &targets(&hosts), &owner())
+    let kc = orchestrate::admin_kubeconfig(&ns, &model(&c), &targets(&hosts), &owner())
         .await
         .unwrap();
     assert!(kc.contains("server: https://198.18.0.11:6443"), "{kc}");
 
     // delete cluster: every host reset.
-    let reset = orchestrate::reset(&ns, &c, &targets(&hosts), &owner(), &Options::current())
-        .await
-        .unwrap();
+    let reset = orchestrate::reset(
+        &ns,
+        &model(&c),
+        &targets(&hosts),
+        &owner(),
+        &Options::current(),
+    )
+    .await
+    .unwrap();
     assert!(reset.success(), "{reset:#?}");
     for h in &hosts {
         assert!(
@@ -667,8 +680,8 @@ async fn a_cgroup_v1_host_is_refused_unless_the_spec_opts_in() {
     let ns = NsHosts::new(std::slice::from_ref(&host));
     let targets = vec![kprov::nodes::Target::from_host(host)];
     let preflight = |extra: &str| {
-        let r =
-            kprov::provision::render::Renderer::new(&cluster(&mirror, extra), &targets).unwrap();
+        let r = kprov::provision::render::Renderer::new(&model(&cluster(&mirror, extra)), &targets)
+            .unwrap();
         let steps = r.preflight(&targets[0]).unwrap();
         String::from_utf8(steps[1].files[0].content.to_vec()).unwrap()
     };

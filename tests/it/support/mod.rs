@@ -84,3 +84,9 @@ pub fn control_plane_only(reference: &str) -> bool {
         "kube-apiserver" | "kube-controller-manager" | "kube-scheduler" | "etcd"
     )
 }
+
+/// `cluster` as the renderer and the node use cases take it: the typed model, resolved once
+/// (completed as a command would; not validated, like a test's partial spec).
+pub fn model(cluster: &kprov::spec::Cluster) -> kprov::spec::ResolvedCluster {
+    kprov::spec::resolve::model(cluster, &[]).unwrap_or_else(|e| panic!("{e}"))
+}
