@@ -1313,6 +1313,18 @@ pub(crate) mod tests {
         }
     }
 
+    /// `provision` of the plain test cluster (`cluster("")`) on `hosts`, as most tests run it.
+    async fn provision_plain(fake: &Fake, hosts: &[Host]) -> Result<Report, ProvisionError> {
+        provision(
+            fake,
+            &resolved(&cluster("")),
+            &targets(hosts),
+            &owner(),
+            &opts(),
+        )
+        .await
+    }
+
     fn opts() -> Options {
         Options {
             now: 1_800_000_000,
@@ -1343,15 +1355,7 @@ pub(crate) mod tests {
             ..Fake::default()
         };
         let hosts = hosts(1, 2);
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = provision_plain(&fake, &hosts).await.unwrap();
         assert!(report.success(), "{report:#?}");
         let ev = fake.events();
         let init = span(&ev, "cp1", "kubeadm: init");
@@ -1378,15 +1382,7 @@ pub(crate) mod tests {
             ..Fake::default()
         };
         let hosts = hosts(1, 1);
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = provision_plain(&fake, &hosts).await.unwrap();
         assert!(!report.success());
         assert!(!fake.steps_on("cp1").contains(&"kubeadm: init".to_string()));
         assert!(!fake.steps_on("w1").contains(&"kubeadm: join".to_string()));
@@ -1400,15 +1396,7 @@ pub(crate) mod tests {
     async fn ha_order_init_then_sequential_control_planes_then_parallel_workers() {
         let fake = Fake::default();
         let hosts = hosts(3, 3);
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = provision_plain(&fake, &hosts).await.unwrap();
         assert!(report.success(), "{report:#?}");
         let ev = fake.events();
         let init = span(&ev, "cp1", "kubeadm: init");
@@ -1473,25 +1461,9 @@ pub(crate) mod tests {
     async fn rerun_is_a_no_op() {
         let fake = Fake::default();
         let hosts = hosts(3, 2);
-        provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        provision_plain(&fake, &hosts).await.unwrap();
         let before = fake.events().len();
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = provision_plain(&fake, &hosts).await.unwrap();
         assert!(report.success());
         assert_eq!(report.changed(), 0, "{report:#?}");
         let rerun: Vec<String> = fake.events()[before..]
@@ -1518,15 +1490,7 @@ pub(crate) mod tests {
     async fn a_changed_spec_leaves_members_pending_a_rolling_update() {
         let fake = Fake::default();
         let hs = hosts(2, 1);
-        provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        provision_plain(&fake, &hs).await.unwrap();
         let record = |host: &str| {
             let files = fake.files.lock().unwrap();
             crate::nodes::roll::Provisioned::parse(
@@ -1603,15 +1567,7 @@ pub(crate) mod tests {
     async fn new_host_joins_on_rerun_and_expired_key_is_reuploaded() {
         let fake = Fake::default();
         let mut hs = hosts(1, 1);
-        provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        provision_plain(&fake, &hs).await.unwrap();
         // A new control plane arrives three hours later: the key from init has expired.
         hs.insert(
             1,
@@ -1671,15 +1627,7 @@ pub(crate) mod tests {
     async fn valid_key_is_reused_without_reupload() {
         let fake = Fake::default();
         let mut hs = hosts(1, 0);
-        provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        provision_plain(&fake, &hs).await.unwrap();
         hs.push(Host {
             name: "cp2".into(),
             address: "198.18.0.30".into(),
@@ -1871,15 +1819,7 @@ pub(crate) mod tests {
             admin_kubeconfig(&fake, &resolved(&cluster("")), &targets(&hs), &owner()).await,
             Err(ProvisionError::NotInitialised)
         ));
-        provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        provision_plain(&fake, &hs).await.unwrap();
         let kc = admin_kubeconfig(&fake, &resolved(&cluster("")), &targets(&hs), &owner())
             .await
             .unwrap();
@@ -1990,15 +1930,7 @@ pub(crate) mod tests {
     async fn another_cluster_gets_no_credentials_and_resets_nothing() {
         let fake = Fake::default();
         let hs = hosts(1, 1);
-        provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        provision_plain(&fake, &hs).await.unwrap();
         let second = Owner {
             uid: "9999".into(),
             cluster: "second.example.com".into(),
