@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! let targets = source.targets().await?;          // nodes::Inventory, AwsInstances, ...
-//! let plan = ops::nodes::plan(store, &cluster, &targets, &options).await?;     // preview
-//! let report = ops::nodes::converge(store, &cluster, &targets, &guard, &options, &events).await?;
+//! let plan = ops::nodes::plan(store, &resolved, &targets, &options).await?;    // preview
+//! let report = ops::nodes::converge(store, &resolved, &targets, &guard, &options, &events).await?;
 //! ```
 //!
 //! `converge` observes the targets again under the caller's cluster lock (the same function
