@@ -134,7 +134,12 @@ fn normalized_yaml(object: &Value) -> String {
             for field in ["data", "stringData"] {
                 if let Some(data) = map.get_mut(field).and_then(Value::as_object_mut) {
                     for value in data.values_mut() {
-                        let digest = sha2::Sha256::digest(value.as_str().unwrap_or_default());
+                        // A non-string value is digested as its JSON text, not as "".
+                        let text = match value.as_str() {
+                            Some(s) => s.to_owned(),
+                            None => value.to_string(),
+                        };
+                        let digest = sha2::Sha256::digest(text.as_bytes());
                         *value = Value::String(format!(
                             "<redacted, sha256 {}>",
                             &hex::encode(digest)[..12]
@@ -358,5 +363,32 @@ mod tests {
         ] {
             assert_eq!(base64(input.as_bytes()), expected);
         }
+    }
+
+    /// A Secret's values are shown as digests only, and two different values (strings or
+    /// not) never share one: a non-string was once digested as "", hiding its change.
+    #[test]
+    fn secret_values_are_digests_that_differ_when_the_values_do() {
+        let secret = |v: Value| {
+            normalized_yaml(&serde_json::json!({
+                "kind": "Secret", "metadata": {"name": "s"}, "data": {"k": v}
+            }))
+        };
+        let (a, b, n1, n2) = (
+            secret("aHVudGVyMg==".into()),
+            secret("b3RoZXI=".into()),
+            secret(1.into()),
+            secret(2.into()),
+        );
+        for shown in [&a, &b, &n1, &n2] {
+            assert!(shown.contains("<redacted, sha256 "), "{shown}");
+            assert!(
+                !shown.contains("aHVudGVyMg") && !shown.contains(": 1\n"),
+                "{shown}"
+            );
+        }
+        assert_ne!(a, b);
+        assert_ne!(n1, n2);
+        assert_ne!(n1, secret("".into()));
     }
 }

@@ -49,7 +49,7 @@ fn refused(e: UpdateError) -> anyhow::Error {
 pub(super) fn resume_command(name: &str, a: &UpdateClusterArgs) -> String {
     format!(
         "kprov update cluster {name} --yes{}",
-        a.phase.map(UpdatePhase::flag).unwrap_or_default()
+        a.phase.map(UpdatePhase::flag).unwrap_or_default() // no phase: no flag
     )
 }
 

@@ -62,7 +62,7 @@ pub fn plan(
 ) -> Result<BundlePlan, BundleError> {
     let list = artifacts::artifacts(cluster)?;
     if let Some(i) = list.images.iter().find(|i| {
-        let last = i.reference.rsplit('/').next().unwrap_or_default();
+        let last = i.reference.rsplit('/').next().unwrap_or_default(); // rsplit yields one at least
         !last.contains(':') && !i.reference.contains('@')
     }) {
         return Err(BundleError::Unpinned {

@@ -308,7 +308,12 @@ pub fn build_cluster_objects(
                 .iter()
                 .find(|s| &s.zone == z && s.kind != SubnetType::Utility)
                 .map(|s| s.name.clone())
-                .unwrap_or_default();
+                .ok_or_else(|| {
+                    flag_err(
+                        "control-plane-zones",
+                        format!("{z}: no private or public subnet in that zone"),
+                    )
+                })?;
             let ig_name = if per_zone_multiple {
                 format!("control-plane-{z}-{}", i / cp_zones.len() + 1)
             } else {

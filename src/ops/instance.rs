@@ -219,6 +219,7 @@ pub fn parse_members(list: &str, health: &str) -> anyhow::Result<Vec<EtcdMember>
             let client_urls = strings(&m["clientURLs"]);
             Ok(EtcdMember {
                 id,
+                // A member added but not started yet has no name in etcd's list.
                 name: m["name"].as_str().unwrap_or_default().to_string(),
                 peer_urls: strings(&m["peerURLs"]),
                 healthy: client_urls

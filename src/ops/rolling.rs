@@ -621,7 +621,7 @@ async fn roll_batches(
             let node = nodes
                 .first()
                 .map(|n| n.node_name.clone())
-                .unwrap_or_default();
+                .unwrap_or_default(); // a batch is never empty
             if cancelled(&cancel) {
                 // The batch's nodes keep their step; the journal says what was in flight
                 // (a surge instance's SSH or etcd member, say) for `get`/the next run.

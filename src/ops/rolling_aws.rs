@@ -498,7 +498,7 @@ impl<'a> AwsRoller<'a> {
                             "surge: {asg} desired capacity {} -> {desired}{}",
                             c.desired,
                             max.map(|m| format!(", max {} -> {m}", c.max))
-                                .unwrap_or_default()
+                                .unwrap_or_default() // max unchanged: no suffix
                         ),
                     );
                 }
@@ -892,7 +892,12 @@ impl<'a> AwsRoller<'a> {
         new: &Target,
     ) -> Result<(String, Vec<crate::ssh::KeyConflict>), Why> {
         let name = &self.cluster.name;
-        let group = new.group.clone().unwrap_or_default();
+        let group = new.group.clone().ok_or_else(|| {
+            Why::Failed(format!(
+                "{}: an instance without an instance group has no group host key",
+                new.host.name
+            ))
+        })?;
         let keys = hostkeys::load(self.store.as_ref(), name, &[group.as_str()])
             .await
             .map_err(|e| e.to_string())?;

@@ -47,7 +47,7 @@ impl PublicKey {
             ));
         }
         let mut parts = line.split_whitespace();
-        let kind = parts.next().unwrap_or_default();
+        let kind = parts.next().unwrap_or_default(); // a blank line: refused below as unknown
         let known =
             kind.starts_with("ssh-") || kind.starts_with("ecdsa-") || kind.starts_with("sk-");
         let blob = parts.next().and_then(|b| {

@@ -393,7 +393,7 @@ impl UpdatePlan {
         self.nodes
             .as_ref()
             .map(NodePlan::pending)
-            .unwrap_or_default()
+            .unwrap_or_default() // no node plan (the cloud's preview alone): none pending
     }
 
     /// Whether `--yes` would change anything, or something waits on the user (hosts to

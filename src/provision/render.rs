@@ -1127,7 +1127,7 @@ impl Renderer {
                     self.bundle
                         .as_ref()
                         .map(|b| b.manifest.arch.as_str())
-                        .unwrap_or_default(),
+                        .unwrap_or_default(), // the match guard holds a bundle
                     arch.as_str()
                 )));
             }
@@ -2317,10 +2317,12 @@ impl Renderer {
         let reg = self.registration(target)?;
         let mut flags = vec![format!("--container-runtime-endpoint={CRI_SOCKET}")];
         for arg in reg["kubelet_args"].as_array().into_iter().flatten() {
-            let (name, value) = (
-                arg["name"].as_str().unwrap_or_default(),
-                arg["value"].as_str().unwrap_or_default(),
-            );
+            let (Some(name), Some(value)) = (arg["name"].as_str(), arg["value"].as_str()) else {
+                return Err(RenderError::Host {
+                    host: target.host.name.clone(),
+                    message: format!("kubelet flag {arg}: no name or no value"),
+                });
+            };
             // A systemd environment file: one double-quoted value, so nothing that quoting or
             // word splitting would change may appear in it.
             if !value
