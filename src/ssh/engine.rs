@@ -819,9 +819,9 @@ impl SshFleet {
 
     /// Opens `slot`'s master. Strict host keys always: against the cluster's recorded keys,
     /// or on first contact (`--accept-new-host-keys` only) against the scanned ones, recorded
-    /// in the store while ssh connects; nothing runs on the connection before they are.
-    /// Parts that do not depend on each other run at once (`ssh -G` and reading the store;
-    /// recording and ssh's connect), each part's time reported with `Connected`.
+    /// in the store before ssh starts: a record that fails starts no connection, so nothing
+    /// logs in. Parts that do not depend on each other run at once (`ssh -G` and reading the
+    /// store), each part's time reported with `Connected`.
     async fn connect(&self, slot: &HostSlot) -> Result<Connection, ExecError> {
         let h = &slot.spec;
         let started = Instant::now();
@@ -1534,6 +1534,8 @@ mv -f "$p" "$1""#;
 const STAT: &str = r#"e=
 for f; do
   shift
+  # A bare "-" would be standard input to stat and sha256sum; paths are absolute anyway.
+  case $f in /*) ;; *) f=./$f ;; esac
   if [ -f "$f" ]; then e="${e}1"; set -- "$@" "$f"; else e="${e}0"; fi
 done
 echo "$e"
@@ -1861,6 +1863,24 @@ mod tests {
             .map(|f| f.map(|(h, m)| (h.to_string(), m.to_string())))
             .collect();
         assert_eq!(got, want);
+        // A bare "-" is the file of that name, never standard input.
+        std::fs::write(d.path().join("-"), "dash\n").unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(STAT)
+            .arg("sh")
+            .arg("-")
+            .current_dir(d.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let got = parse_stat(&stdout, 1).unwrap_or_else(|| panic!("{stdout}"));
+        assert_eq!(
+            got[0].map(|(h, _)| h.to_string()),
+            Some(hex::encode(Sha256::digest(b"dash\n"))),
+            "{stdout}"
+        );
         // No file at all: the line of zeros alone.
         let out = std::process::Command::new("sh")
             .arg("-c")

@@ -30,6 +30,10 @@ fn owner_id(cluster: &str, record: &str, txt: &str) -> Result<Option<ResourceId>
         return Ok(None);
     };
     AwsKind::parse_tag(tag).map(Some).map_err(|e| {
+        let e = match e {
+            CloudError::Model(m) => m,
+            other => other.to_string(),
+        };
         CloudError::Model(format!(
             "DNS record {}: owner TXT record of cluster {cluster}: {e}; \
              written by another kprov version? refusing to treat it as unowned",
@@ -623,6 +627,7 @@ mod tests {
         assert!(msg.contains("DNS record api.example.com."), "{msg}");
         assert!(msg.contains("DnsRecordV9/api"), "{msg}");
         assert!(msg.contains("refusing to treat it as unowned"), "{msg}");
+        assert_eq!(msg.matches("resource model").count(), 1, "{msg}");
 
         // Another cluster's record, whatever its kind, is not this cluster's to read.
         let out = assemble_sets(vec![owner_txt(
