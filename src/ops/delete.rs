@@ -297,7 +297,12 @@ async fn plan_with(
             spec::resolve::model(&stored.cluster.value, &stored.group_values())
                 .context("reading the cluster's spec for its cloud resources")?,
         ),
-        CloudProvider::Metal => None,
+        CloudProvider::Metal => {
+            // The teardown renders its reset scripts from this model under the lock
+            // ([`reset_hosts`]); built here too so that the preview refuses what `--yes` would.
+            reset_model(&cluster)?;
+            None
+        }
     };
     let machines = match (machines, &model) {
         (false, _) => None,
@@ -402,6 +407,12 @@ pub async fn apply(
     }
 }
 
+/// The typed model metal's reset scripts are rendered from: not validated (a cluster whose
+/// spec no longer passes validation can still be deleted), only typed.
+fn reset_model(cluster: &Cluster) -> anyhow::Result<ResolvedCluster> {
+    spec::resolve::model(cluster, &[]).context("reading the cluster's spec for its reset scripts")
+}
+
 /// Metal's teardown (see the module docs); the provisioned hosts are read again under the
 /// lock.
 async fn reset_hosts(
@@ -417,8 +428,7 @@ async fn reset_hosts(
     // added: the delete's one resolve on metal, made here because only the teardown renders
     // (not validated, as the preview's cloud model is not: a cluster whose spec no longer
     // passes validation can still be deleted).
-    let cluster = spec::resolve::model(&cluster, &[])
-        .context("reading the cluster's spec for its reset scripts")?;
+    let cluster = reset_model(&cluster)?;
     let events = &events_for(&targets);
     let options = NodeOptions {
         accept_new_host_keys: false,
@@ -549,6 +559,32 @@ mod tests {
                 assert!(!why.is_empty());
             }
             _ => panic!("an unreadable spec planned more than its objects"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_metal_spec_its_reset_scripts_cannot_read_is_refused_by_the_preview_too() {
+        let (_dir, repo) = repo_with(&[]).await;
+        let text = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c3.example.com}\n\
+                    spec: {cloudProvider: metal, kubernetesVersion: 1.36.4, \
+                    networking: {podCIDR: not-a-cidr}}\n";
+        repo.store()
+            .put(
+                "c3.example.com/config",
+                Bytes::from(text),
+                Precondition::None,
+            )
+            .await
+            .unwrap();
+        for e in [
+            plan(&repo, "c3.example.com", false).await.err(),
+            scope(&repo, "c3.example.com", false).await.err(),
+        ] {
+            let e = format!("{:#}", e.expect("a plan of an unreadable model"));
+            assert!(
+                e.contains("reset scripts") && e.contains("not-a-cidr"),
+                "{e}"
+            );
         }
     }
 
