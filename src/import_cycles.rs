@@ -64,6 +64,29 @@ fn a_cycle_is_reported_with_its_edges() {
     }
 }
 
+/// A path written inline in code is a dependency as much as a `use` item (three such edges
+/// hid a cycle of nine modules until the reader read them); one in a comment is not.
+#[test]
+fn an_inline_path_closes_a_cycle_and_a_comment_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.rs"), "use crate::b::X;\n").unwrap();
+    std::fs::write(
+        dir.path().join("b.rs"),
+        "// see crate::a::Y\n/// [`crate::a::Y`]\npub struct X;\n",
+    )
+    .unwrap();
+    let (clean, text) = run_on("1", dir.path());
+    assert!(clean, "{text}");
+    std::fs::write(
+        dir.path().join("b.rs"),
+        "pub struct X;\nfn f() -> String {\n    crate::a::y()\n}\n",
+    )
+    .unwrap();
+    let (clean, text) = run_on("1", dir.path());
+    assert!(!clean, "{text}");
+    assert!(text.contains("b.rs:3"), "{text}");
+}
+
 /// A test module another module's tests reach (`pub(crate) mod tests`) is cut off like any
 /// test module: its `use` items make no cycle (found when the render and plan tests began
 /// sharing a helper).

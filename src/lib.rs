@@ -4,6 +4,7 @@
 //! See docs/architecture.md for where each stage lives.
 
 pub mod addons;
+pub mod aws_errors;
 pub mod bounded;
 pub mod bundle;
 pub mod cli;

@@ -145,7 +145,7 @@ fn messages(v: &str) -> Vec<String> {
         "/taints/0",
     ] {
         if let Err(reason) =
-            crate::ops::instance::check_host_record("w1", &json_with(host.clone(), field, v))
+            crate::ops::host_records::check_host_record("w1", &json_with(host.clone(), field, v))
         {
             out.push(reason);
         }

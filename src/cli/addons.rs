@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::exit;
 use crate::ops::addons::{self as ops_addons, AddonOptions, ValidateOptions};
 use crate::spec::ResolvedCluster;

@@ -3,7 +3,7 @@
 
 use super::CreateBundleArgs;
 use super::addons::resolved;
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::exit;
 use crate::ops::bundle;
 use crate::views::bundle as view;

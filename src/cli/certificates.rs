@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::exit;
 use crate::ops::certificates::{self as ops, RotateError, RotateOptions};
 use crate::spec::ResolvedCluster;
@@ -82,7 +82,7 @@ pub(super) async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
     // Caught before the lock is taken: the first signal ends the wait in flight (a static
     // pod's restart, the API's health) and releases the lock; renewing again is harmless.
     let resume = format!("kprov rotate certificates {name} --yes");
-    let ints = super::commands::catch_interrupts(name, &resume);
+    let ints = super::ctx::catch_interrupts(name, &resume);
     let outcome = session
         .with_lock(name, "rotate certificates --yes", async |guard| {
             ints.or_try(ops::apply(
@@ -98,7 +98,7 @@ pub(super) async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
         .map_err(failed)?;
     let report = match outcome {
         Err(c) => {
-            return Ok(super::commands::interrupted(
+            return Ok(super::ctx::interrupted(
                 ctx,
                 name,
                 c,

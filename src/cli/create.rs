@@ -279,7 +279,7 @@ mod tests {
         }
         .into();
         assert_eq!(
-            crate::cli::commands::exit_code_of(&e),
+            crate::cli::ctx::exit_code_of(&e),
             crate::cli::exit::INVALID_SPEC
         );
     }
@@ -288,7 +288,7 @@ mod tests {
     /// lock 4, a cluster that would be invalid 3), not only as the type they wrap.
     #[test]
     fn ops_errors_map_to_exit_codes() {
-        use crate::cli::{commands::exit_code_of, exit};
+        use crate::cli::{ctx::exit_code_of, exit};
         use crate::ops::model::{LockError, LockRecord, RepoError, StateError};
         use crate::ops::{damaged::DamagedError, objects::GroupDeleteError};
         let now = chrono::Utc::now();

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::exit;
 use crate::ops::edit::{self as ops, Cancelled, Review};
 

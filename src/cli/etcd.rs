@@ -2,7 +2,7 @@
 //! every platform (the machines from the platform seam, strict host keys), the lock through
 //! `Session::with_lock`.
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::exit;
 use crate::ops::etcd_backup::{self as ops, EtcdBackups, EtcdError};
 use crate::ops::platform::Reach;

@@ -8,7 +8,7 @@
 //! that would be lost; on AWS a control plane, or a group below its minimum) or failed (drain timed out: the node stays
 //! cordoned and nothing else changed; host not reset); 4 the cluster's lock is held.
 
-use super::commands::{Ctx, catch_interrupts, interrupted};
+use super::ctx::{Ctx, catch_interrupts, interrupted};
 use super::{DeleteInstanceArgs, exit};
 use crate::ops::instance::{self as ops, InstanceError};
 use crate::output::{Format, Printer};

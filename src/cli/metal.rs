@@ -2,7 +2,7 @@
 //! host commands `forget host-key` and `release host`. The node plan, progress and report
 //! are printed by `views::nodes`.
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::{UpdateClusterArgs, exit};
 use crate::ops::nodes::NodeReport;
 use crate::ops::update::Update;
@@ -38,7 +38,7 @@ pub(super) async fn finish(
         // add-ons' waits must end here (the lock was released with the nodes' part).
         Err(c) => {
             let resume = format!("kprov update cluster {name} --yes --phase addons");
-            Ok(super::commands::interrupted(
+            Ok(super::ctx::interrupted(
                 ctx,
                 name,
                 c,
@@ -136,7 +136,7 @@ pub(super) async fn release_host(
     let repo = ctx.repo().await?;
     let store = repo.store().clone();
     let outcome = if yes {
-        super::commands::locked(repo.store(), cluster, "release host", async {
+        super::ctx::locked(repo.store(), cluster, "release host", async {
             crate::ops::instance::release_host(
                 store.clone(),
                 &resolved,

@@ -5,6 +5,7 @@ mod bundle;
 mod certificates;
 pub mod commands;
 mod create;
+mod ctx;
 mod edit;
 mod etcd;
 mod instance;

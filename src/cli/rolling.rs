@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::exit;
 use crate::ops::interrupt::Caught;
 use crate::ops::model::{Journal, RollPlan, Selection, parse_roles};
@@ -146,7 +146,7 @@ async fn apply(ctx: &Ctx, name: &str, roll: RollingUpdate, plan: &RollPlan) -> a
     // the process with the lock left behind: the first asks the roll to stop at a safe point
     // (then the lock is released), a second exits at once.
     let resume = format!("kprov rolling-update cluster {name} --yes");
-    let ints = super::commands::catch_interrupts(name, &resume);
+    let ints = super::ctx::catch_interrupts(name, &resume);
     let multi = std::sync::Mutex::new(None);
     let say = |e: RollingEvent<'_>| view::say(&ctx.printer, name, e);
     let events = |j: &Journal| {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::commands::{Ctx, locked};
+use super::ctx::{Ctx, locked};
 use super::exit;
 use crate::ops::sshkey::{self, PublicKey};
 use crate::views::toolbox as view;

@@ -5,8 +5,8 @@
 
 use std::sync::Mutex;
 
-use super::commands::Ctx;
-use super::commands::{catch_interrupts, interrupted};
+use super::ctx::Ctx;
+use super::ctx::{catch_interrupts, interrupted};
 use super::{UpdateClusterArgs, UpdatePhase, exit};
 use crate::ops::aws::AwsUpdateOptions;
 use crate::ops::update::{

@@ -1339,7 +1339,7 @@ fn proxy_settings(
             continue;
         };
         let t = t.trim().to_string();
-        if let Err(e) = crate::provision::mirrors::check_endpoint(&t) {
+        if let Err(e) = crate::spec::mirrors::check_endpoint(&t) {
             refuse.push((v.at.clone(), format!("{var}: {e}")));
             continue;
         }
@@ -1487,7 +1487,7 @@ fn registry_mirrors(
                     }
                 }
             }
-            if let Err(e) = crate::provision::mirrors::check_endpoint(&mirror.endpoint) {
+            if let Err(e) = crate::spec::mirrors::check_endpoint(&mirror.endpoint) {
                 refuse_here(format!("{prefix}: mirror {j}: host {e}"));
                 continue;
             }
@@ -1501,7 +1501,7 @@ fn registry_mirrors(
                 registry.mirrors.push(mirror);
             }
         }
-        if let Err(e) = crate::provision::mirrors::check_registry_name(prefix) {
+        if let Err(e) = crate::spec::mirrors::check_registry_name(prefix) {
             refuse_here(format!("prefix {e}"));
             continue;
         }
@@ -1558,7 +1558,7 @@ fn docker_registries(
                 continue;
             };
             if var == "docker_insecure_registries" {
-                if let Err(e) = crate::provision::mirrors::check_registry_name(entry) {
+                if let Err(e) = crate::spec::mirrors::check_registry_name(entry) {
                     refuse.push((v.at.clone(), format!("{var}: {e}")));
                     continue;
                 }
@@ -1583,7 +1583,7 @@ fn docker_registries(
                 }
             } else {
                 let endpoint = entry.trim_end_matches('/').to_string();
-                if let Err(e) = crate::provision::mirrors::check_endpoint(&endpoint) {
+                if let Err(e) = crate::spec::mirrors::check_endpoint(&endpoint) {
                     refuse.push((v.at.clone(), format!("{var}: {e}")));
                     continue;
                 }

@@ -16,6 +16,7 @@
 //! (or the launch wait ended, which is reported); an instance a group starts later is found by
 //! the next run (and listed as joining by its preview).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use anyhow::Context;
 
 use super::nodes::{self as ops_nodes, Events, NodeOptions, NodeReport};
 use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
-use crate::cloud::aws::{AwsCloud, hostkeys, images, launch, wait};
+use crate::cloud::aws::{AwsCloud, hostkeys, images, kinds, launch, wait};
 use crate::cloud::engine::{self, ApplyOptions, Plan};
 use crate::nodes::Target;
 use crate::provision::plan::NodePlan;
@@ -210,7 +211,7 @@ pub async fn node_plan(
 /// reports an instance launched from an older one as pending a roll (kops's split: `update
 /// --yes` moves the group, `rolling-update` replaces its instances).
 fn with_group_versions(mut targets: Vec<Target>, plan: &Plan) -> Vec<Target> {
-    let current = super::rolling_aws::current_versions(plan);
+    let current = current_versions(plan);
     for t in &mut targets {
         if let (Some(group), Some(i)) = (&t.group, &mut t.instance) {
             i.group_template_version = current.get(group).cloned();
@@ -620,6 +621,19 @@ pub async fn delete_apply(cluster: &ResolvedCluster) -> anyhow::Result<usize> {
     .await
     .context("deleting cloud resources")?;
     Ok(report.done.len())
+}
+
+/// Each group's current launch template version (`latestVersion` of its template: groups
+/// launch `$Latest`), by instance group name.
+pub fn current_versions(plan: &Plan) -> BTreeMap<String, String> {
+    plan.actual
+        .iter()
+        .filter(|(id, _)| id.kind == kinds::LAUNCH_TEMPLATE)
+        .filter_map(|(id, r)| {
+            let v = r.get("latestVersion")?.as_int()?;
+            (v > 0).then(|| (id.name.clone(), v.to_string()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

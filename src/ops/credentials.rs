@@ -151,7 +151,7 @@ pub async fn store_registry_credentials(
     password: impl FnOnce() -> anyhow::Result<String>,
 ) -> anyhow::Result<RegistryStored> {
     use crate::output::untrusted;
-    crate::provision::mirrors::check_registry_name(host).map_err(|e| anyhow!("--host: {e}"))?;
+    crate::spec::mirrors::check_registry_name(host).map_err(|e| anyhow!("--host: {e}"))?;
     if username.is_empty() || username.contains(':') || username.chars().any(char::is_control) {
         return Err(anyhow!(
             "--username: {} is not a registry user name (not empty, no ':' or control characters)",

@@ -70,7 +70,7 @@ pub async fn find(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Vec<D
     for key in store.list(&hosts).await? {
         let name = key.strip_prefix(&hosts).unwrap_or(&key).to_string();
         if let Some(o) = store.get(&key).await?
-            && let Err(reason) = super::instance::check_host_record(&name, &o.data)
+            && let Err(reason) = super::host_records::check_host_record(&name, &o.data)
         {
             out.push(Damaged {
                 key,

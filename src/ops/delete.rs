@@ -193,7 +193,7 @@ async fn metal_hosts(
     cluster: &Cluster,
 ) -> anyhow::Result<(BTreeMap<String, Host>, Cluster, Vec<String>)> {
     let recorded =
-        super::instance::provisioned_hosts(repo.store().as_ref(), cluster.name()).await?;
+        super::host_records::provisioned_hosts(repo.store().as_ref(), cluster.name()).await?;
     let dropped: Vec<Host> = recorded
         .values()
         .filter(|r| !cluster.spec.hosts.iter().any(|h| h.name == r.name))

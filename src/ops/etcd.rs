@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 
 use crate::nodes::Target;
 use crate::nodes::model::Facts;
-use crate::ops::instance::{self, EtcdMember};
+use crate::ops::etcd_members::{self, EtcdMember};
 use crate::ops::rolling::{EtcdError, EtcdHealth};
 use crate::provision::render::{self, Renderer};
 use crate::spec::{EtcdType, ResolvedCluster};
@@ -93,10 +93,10 @@ pub async fn members(
     let mut failures = Vec::new();
     for m in hosts {
         let etcdctl = match renderer.etcd_type() {
-            EtcdType::Stacked => instance::ETCDCTL.to_string(),
+            EtcdType::Stacked => etcd_members::ETCDCTL.to_string(),
             EtcdType::External => renderer.etcdctl_function(m)?,
         };
-        match instance::etcd_members_with(exec, m.name(), &etcdctl).await {
+        match etcd_members::etcd_members_with(exec, m.name(), &etcdctl).await {
             Ok(list) => return Ok(list),
             Err(e) => failures.push(format!("{}: {e:#}", m.name())),
         }
@@ -134,7 +134,7 @@ pub fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> 
                 .iter()
                 .find(|t| {
                     (!m.name.is_empty() && m.name == t.node_name)
-                        || instance::member_of(std::slice::from_ref(m), &t.host).is_some()
+                        || etcd_members::member_of(std::slice::from_ref(m), &t.host).is_some()
                 })
                 .map_or_else(
                     || "on no host of the spec".to_string(),

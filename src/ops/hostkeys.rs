@@ -43,7 +43,7 @@ pub struct ForgetPlan {
 /// the name ssh records its key under. Read-only.
 pub async fn plan(repo: &Repo, cluster: &str, host: &str) -> Result<ForgetPlan, ForgetError> {
     let stored = repo.get(cluster).await?;
-    let recorded = super::instance::provisioned_hosts(repo.store().as_ref(), cluster).await?;
+    let recorded = super::host_records::provisioned_hosts(repo.store().as_ref(), cluster).await?;
     let h = stored
         .cluster
         .value

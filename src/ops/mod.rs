@@ -52,7 +52,7 @@
 //!   [`rolling_update::open`], the preview ([`rolling_update::RollingUpdate::plan`]), the roll
 //!   under the lock ([`rolling_update::RollingUpdate::apply`]); over [`rolling`] (the engine,
 //!   with its journal), [`rolling_metal`] (in place), [`rolling_aws`] (replacing) and
-//!   [`rolling_run`] (the machines and rollers, asked of the platform seam).
+//!   [`platform::rolling`] (the machines and rollers, asked of the platform seam).
 //! - [`sshkey`]: the cluster's SSH public key (`create sshpublickey`), shown by fingerprint.
 //! - [`toolbox`]: `toolbox dump`, the cluster's cloud resources and machines as one
 //!   document, secrets never included.
@@ -68,6 +68,8 @@ pub mod delete;
 pub mod edit;
 pub mod etcd;
 pub mod etcd_backup;
+pub mod etcd_members;
+pub mod host_records;
 pub mod hostkeys;
 pub mod instance;
 pub mod interrupt;
@@ -81,7 +83,6 @@ pub mod release;
 pub mod rolling;
 pub mod rolling_aws;
 pub mod rolling_metal;
-pub mod rolling_run;
 pub mod rolling_update;
 pub mod session;
 pub mod sshkey;

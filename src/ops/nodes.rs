@@ -263,7 +263,7 @@ pub async fn converge(
             .map(|t| &t.host)
             .collect();
         guard.check()?;
-        super::instance::record_provisioned(store.as_ref(), &cluster.name, &converged).await?;
+        super::host_records::record_provisioned(store.as_ref(), &cluster.name, &converged).await?;
         let converged_control_plane = report.hosts.iter().any(|h| {
             matches!(h.result, HostResult::Ok | HostResult::PendingRoll { .. })
                 && targets

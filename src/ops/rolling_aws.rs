@@ -53,13 +53,13 @@ use anyhow::Context;
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use super::instance::EtcdMember;
+use super::etcd_members::EtcdMember;
 use super::interrupt::{Interrupted, Interrupts};
 use super::nodes::{self as ops_nodes, NodeOptions};
 use super::rolling::{EtcdError, NodeRoller, Observed, RollEvent, RollEvents, Rolled, RollerError};
 use super::rolling_metal::MetalRoller;
 use crate::cloud::aws::instances::{self, AwsInstances, Discovered};
-use crate::cloud::aws::{AwsCloud, hostkeys, kinds, wait};
+use crate::cloud::aws::{AwsCloud, hostkeys, wait};
 use crate::cloud::engine::Plan;
 use crate::kube::Kube;
 use crate::nodes::Target;
@@ -71,19 +71,6 @@ use crate::state::{StateStore, lock};
 
 /// How long a group may take to start the replacement of a terminated instance.
 pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
-/// Each group's current launch template version (`latestVersion` of its template: groups
-/// launch `$Latest`), by instance group name.
-pub fn current_versions(plan: &Plan) -> BTreeMap<String, String> {
-    plan.actual
-        .iter()
-        .filter(|(id, _)| id.kind == kinds::LAUNCH_TEMPLATE)
-        .filter_map(|(id, r)| {
-            let v = r.get("latestVersion")?.as_int()?;
-            (v > 0).then(|| (id.name.clone(), v.to_string()))
-        })
-        .collect()
-}
 
 /// Puts the launch template versions into what was observed: an instance ran from the
 /// version it was launched with (its `aws:ec2launchtemplate:version` tag, which the record
@@ -175,7 +162,7 @@ pub async fn observe(
             .map(|t| bastion_observed(cluster, t)),
     );
     Ok(AwsObservation {
-        observed: with_template_versions(observed, &current_versions(plan)),
+        observed: with_template_versions(observed, &super::aws::current_versions(plan)),
         strays: found.strays,
     })
 }
@@ -204,7 +191,7 @@ fn new_member<'m>(members: &'m [EtcdMember], t: &Target) -> Option<&'m EtcdMembe
     members
         .iter()
         .find(|m| m.name == t.node_name)
-        .or_else(|| super::instance::member_of(members, &t.host))
+        .or_else(|| super::etcd_members::member_of(members, &t.host))
 }
 
 /// Nodes and jump hosts together (a bastion's replacement is a jump host).
@@ -689,7 +676,7 @@ impl<'a> AwsRoller<'a> {
     ) -> Result<(String, Vec<EtcdMember>), String> {
         let mut errors = Vec::new();
         for v in via {
-            match super::instance::etcd_members(exec, v).await {
+            match super::etcd_members::etcd_members(exec, v).await {
                 Ok(m) => return Ok((v.clone(), m)),
                 Err(e) => errors.push(format!("{v}: {e:#}")),
             }
@@ -804,7 +791,7 @@ impl<'a> AwsRoller<'a> {
                 );
                 return Ok(());
             };
-            super::instance::removal_keeps_quorum(&members, member.id).map_err(|why| {
+            super::etcd_members::removal_keeps_quorum(&members, member.id).map_err(|why| {
                 Why::Refused(format!(
                     "{} ({}): its etcd member {} is not removed: {why}; nothing was terminated",
                     old.name(),
@@ -821,7 +808,7 @@ impl<'a> AwsRoller<'a> {
                     member.hex_id()
                 ),
             );
-            super::instance::remove_member(&fleet, &through, member)
+            super::etcd_members::remove_member(&fleet, &through, member)
                 .await
                 .map_err(|e| {
                     Why::Failed(format!(
@@ -1344,7 +1331,7 @@ mod tests {
         joining[2] = m(3, "ip-i-new.ec2.internal", "198.18.32.9", true);
         assert!(new_member(&joining, &new).unwrap().healthy);
         assert_eq!(
-            super::super::instance::removal_keeps_quorum(&joining, 1),
+            super::super::etcd_members::removal_keeps_quorum(&joining, 1),
             Ok(())
         );
         // Already removed (a resumed roll): not found, not removed again.

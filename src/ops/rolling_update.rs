@@ -10,7 +10,7 @@
 //! cluster's API client (none with `--cloudonly`); the platform's rollers
 //! ([`Platform::rollers`]: etcd backed up before control planes roll, image archives brought
 //! first for a version roll); the engine ([`engine::run`]) with [`engine::KubeCluster`] as the
-//! cluster side (its gate asks the rollers' etcd check), or [`rolling_run::NoApi`] under
+//! cluster side (its gate asks the rollers' etcd check), or [`run::NoApi`] under
 //! `--cloudonly`; the rollers closed and the journal read back as the store holds it.
 //!
 //! ```text
@@ -28,9 +28,9 @@ use serde::Serialize;
 
 use super::credentials::{self, ClientGuard};
 use super::interrupt::Interrupts;
+use super::platform::rolling::{self as run, MachinesError, Preparing, Roll, Start};
 use super::platform::{Platform, Reach};
 use super::rolling::{self as engine, RollError, RollEvents, RollOptions};
-use super::rolling_run::{self, MachinesError, Preparing, Roll, Start};
 use crate::kube::Kube;
 use crate::nodes::journal::{Journal, JournalFile};
 use crate::nodes::roll::{RollPlan, Selection};
@@ -295,7 +295,7 @@ impl RollingUpdate {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e)),
         };
-        let (plan, problems) = rolling_run::plan(
+        let (plan, problems) = run::plan(
             &self.resolved,
             machines,
             ready.as_ref(),
@@ -323,10 +323,9 @@ impl RollingUpdate {
     ) -> Result<RollingReport, RollingError> {
         let name = self.resolved.name.clone();
         let store = self.store.clone();
-        let (file, start) =
-            rolling_run::start(store.as_ref(), &name, plan, guard, self.options.cloud_only)
-                .await
-                .map_err(anyhow::Error::from)?;
+        let (file, start) = run::start(store.as_ref(), &name, plan, guard, self.options.cloud_only)
+            .await
+            .map_err(anyhow::Error::from)?;
         let journal = match start {
             Start::Resume(j) => {
                 say(RollingEvent::Resuming(&j));
@@ -418,7 +417,7 @@ impl RollingUpdate {
                 engine::run(
                     file,
                     journal,
-                    &rolling_run::NoApi,
+                    &run::NoApi,
                     rollers.roller.as_ref(),
                     &roll_options,
                     &events,

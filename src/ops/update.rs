@@ -305,7 +305,7 @@ pub async fn open(
         .await
         .map_err(anyhow::Error::from)?;
         // Hosts kprov provisioned that the inventory lost stay in the cluster until removed.
-        let gone = super::instance::hosts_to_remove(update.store.as_ref(), cluster).await?;
+        let gone = super::host_records::hosts_to_remove(update.store.as_ref(), cluster).await?;
         update.side = Side::Metal {
             targets,
             reread,

@@ -5,7 +5,6 @@
 //! `orchestrate` runs the plan through a `HostExecutor` phase by phase. All three sit above
 //! the node core (`crate::nodes`). See docs/provisioning.md.
 
-pub mod mirrors;
 pub mod orchestrate;
 pub mod pki;
 pub mod plan;

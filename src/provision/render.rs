@@ -288,7 +288,7 @@ pub enum RenderError {
     #[error("{0}")]
     Bundle(String),
     #[error(transparent)]
-    Mirror(#[from] super::mirrors::MirrorError),
+    Mirror(#[from] crate::spec::mirrors::MirrorError),
 }
 
 /// A `file://` image archive that cannot be uploaded: found before any host is changed.
@@ -384,13 +384,13 @@ pub struct Renderer {
     local_binaries:
         std::sync::Mutex<std::collections::HashMap<(std::path::PathBuf, String), Bytes>>,
     /// `spec.containerd.registries` as files under /etc/containerd/certs.d.
-    registry_files: Vec<super::mirrors::NodeFile>,
+    registry_files: Vec<crate::spec::mirrors::NodeFile>,
     /// kubeadm's `imageRepository` (registry.k8s.io rewritten), if any.
     image_repository: Option<String>,
     /// `spec.proxy` and what its no-proxy list is completed from (the endpoint may change
     /// with [`Renderer::with_cloud_api`]).
     proxy_spec: crate::spec::ClusterSpec,
-    proxy: Option<super::mirrors::ProxyEnv>,
+    proxy: Option<crate::spec::mirrors::ProxyEnv>,
 }
 
 /// The host-level settings of `spec.kubeProxy`, `spec.kubelet`, `spec.containerd` and
@@ -756,7 +756,7 @@ fn use_bundle(
 fn proxy_of(
     spec: &crate::spec::ClusterSpec,
     api_host: &str,
-) -> Result<Option<super::mirrors::ProxyEnv>, RenderError> {
+) -> Result<Option<crate::spec::mirrors::ProxyEnv>, RenderError> {
     let mut addresses: Vec<String> = spec
         .hosts
         .iter()
@@ -765,13 +765,13 @@ fn proxy_of(
     if spec.hosts.is_empty() {
         addresses.extend(spec.networking.network_cidr.clone());
     }
-    Ok(super::mirrors::proxy_env(spec, &addresses, api_host)?)
+    Ok(crate::spec::mirrors::proxy_env(spec, &addresses, api_host)?)
 }
 
 /// Writes a drop-in when there is a proxy, else removes a former one (a proxy taken out of
 /// the spec must stop applying).
 fn proxy_dropin(
-    proxy: Option<&super::mirrors::ProxyEnv>,
+    proxy: Option<&crate::spec::mirrors::ProxyEnv>,
     unit: &str,
     path: &str,
 ) -> (Vec<RemoteFile>, String, String) {
@@ -817,7 +817,7 @@ impl Renderer {
         enable_template_quoting(&mut tera);
         let spec = &cluster.spec;
         let kubernetes_version = model.version.to_string();
-        let image_repository = super::mirrors::image_repository(spec)?;
+        let image_repository = crate::spec::mirrors::image_repository(spec)?;
         let pause_image = assets::kubeadm_images(&kubernetes_version)
             .map(|k| {
                 format!(
@@ -886,7 +886,7 @@ impl Renderer {
         let proxy = proxy_of(spec, endpoint.host())?;
         Ok(Renderer {
             tera,
-            registry_files: super::mirrors::registry_files(spec)?,
+            registry_files: crate::spec::mirrors::registry_files(spec)?,
             image_repository,
             proxy_spec: spec.clone(),
             proxy,
@@ -1280,7 +1280,7 @@ impl Renderer {
         let (proxy_files, proxy_check, proxy_run) = proxy_dropin(
             self.proxy.as_ref(),
             "containerd",
-            super::mirrors::CONTAINERD_PROXY_DROPIN,
+            crate::spec::mirrors::CONTAINERD_PROXY_DROPIN,
         );
         let mut configure_files = proxy_files;
         configure_files.extend([
@@ -1292,7 +1292,7 @@ impl Renderer {
                         "pause_image": self.pause_image,
                         "restrict_oom_score_adj": self.node.restrict_oom_score_adj,
                         "config_path": (!self.registry_files.is_empty())
-                            .then_some(super::mirrors::CERTS_D),
+                            .then_some(crate::spec::mirrors::CERTS_D),
                     }),
                 )?,
                 0o644,
@@ -1328,7 +1328,7 @@ impl Renderer {
         let (proxy_files, proxy_check, proxy_run) = proxy_dropin(
             self.proxy.as_ref(),
             "kubelet",
-            super::mirrors::KUBELET_PROXY_DROPIN,
+            crate::spec::mirrors::KUBELET_PROXY_DROPIN,
         );
         let mut kubelet_files = proxy_files;
         kubelet_files.extend([
@@ -1386,7 +1386,7 @@ impl Renderer {
     /// the removal of kprov's directories whose registry left the spec. Nothing when the spec
     /// has no registries and no kprov directory is left.
     fn registries_step(&self) -> Option<Step> {
-        use super::mirrors::{CERTS_D, MANAGED_MARK};
+        use crate::spec::mirrors::{CERTS_D, MANAGED_MARK};
         let mut keep: Vec<String> = self
             .registry_files
             .iter()
@@ -3500,7 +3500,7 @@ pub(crate) mod tests {
             config.contains("sandbox = \"mirror.example.com:5000/k8s/pause:3.10.1\""),
             "{config}"
         );
-        let dropin = text(configure, super::super::mirrors::CONTAINERD_PROXY_DROPIN);
+        let dropin = text(configure, crate::spec::mirrors::CONTAINERD_PROXY_DROPIN);
         assert!(dropin.contains("Environment=\"HTTPS_PROXY=http://proxy.example.com:3128\""));
         assert!(
             dropin.contains(
@@ -3510,7 +3510,7 @@ pub(crate) mod tests {
             "{dropin}"
         );
         let kubelet = step("kubelet: service");
-        text(kubelet, super::super::mirrors::KUBELET_PROXY_DROPIN);
+        text(kubelet, crate::spec::mirrors::KUBELET_PROXY_DROPIN);
         assert!(kubelet.run.contains("systemctl try-restart kubelet"));
         let binaries = |install: &[Step]| {
             install

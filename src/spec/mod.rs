@@ -6,6 +6,7 @@ pub mod cidr;
 pub mod defaults;
 mod load;
 mod locate;
+pub mod mirrors;
 pub mod resolve;
 mod types;
 pub mod validate;

@@ -475,7 +475,7 @@ fn validate_cluster(c: &mut Check, cl: &Cluster, igs: &[InstanceGroup]) {
         );
     }
 
-    if let Err(e) = crate::provision::mirrors::check_spec(s) {
+    if let Err(e) = super::mirrors::check_spec(s) {
         c.err(p(&e.field), e.message);
     }
     if let Some(k) = &s.kubelet

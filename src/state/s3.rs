@@ -111,7 +111,7 @@ impl S3Store {
     {
         StateError::Backend {
             location: self.key_location(key),
-            message: format!("{what}: {}", crate::cloud::aws::describe_sdk_error(e)),
+            message: format!("{what}: {}", crate::aws_errors::describe_sdk_error(e)),
         }
     }
 
@@ -327,7 +327,7 @@ impl StateStore for S3Store {
                 tracing::debug!(
                     bucket = %self.bucket,
                     "GetBucketVersioning failed: {}",
-                    crate::cloud::aws::describe_sdk_error(&e)
+                    crate::aws_errors::describe_sdk_error(&e)
                 );
                 let reason = match e.as_service_error().and_then(|s| s.code()) {
                     Some(code) => code.to_string(),

@@ -9,8 +9,8 @@ use indicatif::MultiProgress;
 use super::Shown;
 use crate::nodes::journal::{Journal, NodeStep};
 use crate::nodes::roll::{self, RollPlan};
+use crate::ops::platform::rolling::{MachinesError, Preparing};
 use crate::ops::rolling::{self as ops, RollError};
-use crate::ops::rolling_run::{MachinesError, Preparing};
 use crate::ops::rolling_update::{RollingError, RollingEvent, RollingPlan, RollingReport};
 use crate::output::{Format, Printer, Table, plural};
 

@@ -22,17 +22,18 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-use super::etcd::BackupRecord;
-use super::interrupt::Interrupts;
-use super::nodes::NodeOptions;
-use super::platform;
-use super::rolling::{self as engine, EtcdHealth, NodeRoller, ObserveError, Observed, RollEvents};
-use super::rolling_aws::{self, AwsRoller, REPLACEMENT_TIMEOUT};
-use super::rolling_metal::{MetalRoller, Staging};
 use crate::kube::Kube;
 use crate::nodes::journal::{Journal, JournalError, JournalFile, NodeStep};
 use crate::nodes::roll::{self, Platform, RollAction, RollPlan, Selection};
 use crate::nodes::{Inventory, Target, TargetSource};
+use crate::ops::etcd::BackupRecord;
+use crate::ops::interrupt::Interrupts;
+use crate::ops::nodes::NodeOptions;
+use crate::ops::rolling::{
+    self as engine, EtcdHealth, NodeRoller, ObserveError, Observed, RollEvents,
+};
+use crate::ops::rolling_aws::{self, AwsRoller, REPLACEMENT_TIMEOUT};
+use crate::ops::rolling_metal::{MetalRoller, Staging};
 use crate::provision::render::{CloudApi, Renderer};
 use crate::spec::{InstanceGroup, ResolvedCluster};
 use crate::ssh::SshFleet;
@@ -51,7 +52,7 @@ pub struct Machines {
 /// [`super::platform::Platform::roll_observe`] on metal: the inventory's hosts.
 pub(super) async fn observe_metal(
     store: &Arc<dyn StateStore>,
-    metal: &platform::Metal,
+    metal: &super::Metal,
     concurrency: usize,
 ) -> anyhow::Result<Machines> {
     let cluster = &metal.cluster;
@@ -74,7 +75,7 @@ pub(super) async fn observe_metal(
 /// [`super::platform::Platform::roll_observe`] on AWS: the running instances of the groups.
 pub(super) async fn observe_aws(
     store: &Arc<dyn StateStore>,
-    aws: &platform::Aws,
+    aws: &super::Aws,
     concurrency: usize,
 ) -> anyhow::Result<Machines> {
     let o =
@@ -187,7 +188,7 @@ impl Rollers<'_> {
 /// [`super::platform::Platform::rollers`] on metal: the in-place roller over the inventory's
 /// hosts.
 pub(super) async fn metal_rollers<'g>(
-    metal: platform::Metal,
+    metal: super::Metal,
     roll: Roll<'_, 'g>,
 ) -> Result<Rollers<'g>, MachinesError> {
     let cluster = &metal.cluster;
@@ -214,10 +215,10 @@ pub(super) async fn metal_rollers<'g>(
 /// (found by the cluster's ownership tag, in its groups), as metal hosts are, or, when their
 /// launch template changed, replaced new member first.
 pub(super) async fn aws_rollers<'g>(
-    aws: platform::Aws,
+    aws: super::Aws,
     roll: Roll<'_, 'g>,
 ) -> Result<Rollers<'g>, MachinesError> {
-    let platform::Aws {
+    let super::Aws {
         cluster,
         cloud,
         plan: _,
@@ -317,13 +318,13 @@ async fn in_place(
             )
         })?;
     let renderer = Renderer::for_run(cluster, &targets, cloud_api).map_err(anyhow::Error::from)?;
-    let fleet = super::nodes::fleet(
+    let fleet = crate::ops::nodes::fleet(
         &cluster.name,
         &targets,
         store.clone(),
         false,
         roll.concurrency,
-        &super::nodes::no_events(),
+        &crate::ops::nodes::no_events(),
     )?;
     let fleet = Arc::new(fleet);
     if let Err(e) = backup_before_control_planes(
@@ -339,7 +340,7 @@ async fn in_place(
         fleet.close().await;
         return Err(MachinesError::Backup(e));
     }
-    let etcd: Arc<dyn EtcdHealth> = Arc::new(super::etcd::SshEtcdHealth {
+    let etcd: Arc<dyn EtcdHealth> = Arc::new(crate::ops::etcd::SshEtcdHealth {
         cluster: cluster.clone(),
         targets: targets.to_vec(),
         exec: fleet.clone(),
@@ -387,7 +388,8 @@ async fn backup_before_control_planes(
         control_planes: &control_planes,
     });
     let record =
-        super::etcd::backup(store.as_ref(), cluster, targets, exec, chrono::Utc::now()).await?;
+        crate::ops::etcd::backup(store.as_ref(), cluster, targets, exec, chrono::Utc::now())
+            .await?;
     say(Preparing::BackedUp(&record));
     Ok(())
 }

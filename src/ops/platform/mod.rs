@@ -21,6 +21,8 @@
 //! instance` (`ops::instance::Removal`) choose the platform in ops, without opening it (an AWS
 //! platform reads the whole cloud plan, which they do not need).
 
+pub mod rolling;
+
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -219,10 +221,10 @@ impl Platform {
         &self,
         store: &Arc<dyn StateStore>,
         concurrency: usize,
-    ) -> anyhow::Result<super::rolling_run::Machines> {
+    ) -> anyhow::Result<rolling::Machines> {
         match self {
-            Platform::Metal(m) => super::rolling_run::observe_metal(store, m, concurrency).await,
-            Platform::Aws(a) => super::rolling_run::observe_aws(store, a, concurrency).await,
+            Platform::Metal(m) => rolling::observe_metal(store, m, concurrency).await,
+            Platform::Aws(a) => rolling::observe_aws(store, a, concurrency).await,
         }
     }
 
@@ -230,11 +232,11 @@ impl Platform {
     /// `ops::rolling_run::Roll` for what else it takes).
     pub async fn rollers<'g>(
         self,
-        roll: super::rolling_run::Roll<'_, 'g>,
-    ) -> Result<super::rolling_run::Rollers<'g>, super::rolling_run::MachinesError> {
+        roll: rolling::Roll<'_, 'g>,
+    ) -> Result<rolling::Rollers<'g>, rolling::MachinesError> {
         match self {
-            Platform::Metal(m) => super::rolling_run::metal_rollers(*m, roll).await,
-            Platform::Aws(a) => super::rolling_run::aws_rollers(*a, roll).await,
+            Platform::Metal(m) => rolling::metal_rollers(*m, roll).await,
+            Platform::Aws(a) => rolling::aws_rollers(*a, roll).await,
         }
     }
 }
