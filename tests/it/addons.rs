@@ -136,15 +136,15 @@ fn ccm_renders_for_every_provider_and_supported_version() {
             let c = cluster_at(Some(p.name), "calico", v);
             let violations = validate(&complete_cluster(&c), &[]);
             assert!(violations.is_empty(), "{} on {v}: {violations:?}", p.name);
-            let manifests = render_addons(&c).unwrap_or_else(|e| panic!("{} on {v}: {e}", p.name));
-            assert_eq!(
-                ccm_image(manifests),
-                p.image_for(v).unwrap(),
-                "{} {v}",
-                p.name
-            );
+            assert_ccm_image(&c, p.image_for(v).unwrap(), &format!("{} on {v}", p.name));
         }
     }
+}
+
+/// `c`'s add-ons render, with `image` as the CCM's image (`what` names the case).
+fn assert_ccm_image(c: &Cluster, image: &str, what: &str) {
+    let manifests = render_addons(c).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(ccm_image(manifests), image, "{what}");
 }
 
 /// The reported bug: a spec naming no version got the default (1.35.1), for which the table
@@ -157,13 +157,8 @@ fn a_spec_without_a_version_renders_the_ccm_of_the_default_version() {
             c.spec.kubernetes_version.as_deref(),
             Some(DEFAULT_KUBERNETES_VERSION)
         );
-        let manifests = render_addons(&c).unwrap_or_else(|e| panic!("{}: {e}", p.name));
-        assert_eq!(
-            ccm_image(manifests),
-            p.image_for(DEFAULT_KUBERNETES_VERSION).unwrap(),
-            "{}",
-            p.name
-        );
+        let image = p.image_for(DEFAULT_KUBERNETES_VERSION).unwrap();
+        assert_ccm_image(&c, image, p.name);
     }
 }
 
@@ -277,12 +272,7 @@ fn ccm_daemonset_runs_on_control_planes_through_bootstrap() {
             "{}",
             p.name
         );
-        let args: Vec<&str> = pod["containers"][0]["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
+        let args = args_of(&pod["containers"][0]);
         assert!(
             args.contains(&format!("--cloud-provider={}", p.name).as_str()),
             "{args:?}"
@@ -307,12 +297,7 @@ fn user_extra_args_and_image_win() {
     let container = &object(&objs, "DaemonSet", "cloud-controller-manager")["spec"]["template"]["spec"]
         ["containers"][0];
     assert_eq!(container["image"], "mirror.example.com/aws-ccm:custom");
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args = args_of(container);
     assert!(
         args.contains(&"--v=4") && !args.contains(&"--v=2"),
         "{args:?}"
@@ -323,24 +308,14 @@ fn user_extra_args_and_image_win() {
 #[test]
 fn bad_provider_config_names_the_field() {
     let mut c = cluster(Some("vsphere"), "calico");
-    c.spec
-        .cloud_controller_manager
-        .as_mut()
-        .unwrap()
-        .config
-        .remove("password");
+    ccm_spec(&mut c).config.remove("password");
     let e = render_addons(&c).unwrap_err().to_string();
     assert!(
         e.contains("spec.cloudControllerManager.config.password"),
         "{e}"
     );
     let mut c = cluster(Some("nimbus"), "calico");
-    c.spec
-        .cloud_controller_manager
-        .as_mut()
-        .unwrap()
-        .config
-        .clear();
+    ccm_spec(&mut c).config.clear();
     let e = render_addons(&c).unwrap_err().to_string();
     assert!(
         e.contains("spec.cloudControllerManager.provider") && e.contains("nimbus"),
@@ -409,12 +384,7 @@ fn cloud_provider_flags_are_consistent_for_every_provider_and_none() {
     for c in [cluster(None, "calico"), {
         let mut c = cluster(Some("aws"), "calico");
         c.spec.cloud_controller_manager.as_mut().unwrap().provider = Some("none".into());
-        c.spec
-            .cloud_controller_manager
-            .as_mut()
-            .unwrap()
-            .config
-            .clear();
+        ccm_spec(&mut c).config.clear();
         c
     }] {
         for comp in [
@@ -541,12 +511,56 @@ async fn apply_stores_every_object_per_provider_and_cni() {
     }
 }
 
-#[tokio::test]
-async fn apply_requests_golden_and_reapply_is_a_noop() {
+/// The fake API and a client of it.
+async fn api() -> (FakeKube, kprov::kube::Kube) {
     let fake = FakeKube::start().await;
     let kube = fake.kube().await;
-    let manifests = render_addons(&cluster(Some("aws"), "cilium")).unwrap();
+    (fake, kube)
+}
+
+/// The add-ons of a cluster on `provider` with `cni`, applied to a fresh fake API: the API,
+/// its client and the manifests.
+async fn applied(
+    provider: Option<&str>,
+    cni: &str,
+) -> (FakeKube, kprov::kube::Kube, Vec<Manifest>) {
+    let (fake, kube) = api().await;
+    let manifests = render_addons(&cluster(provider, cni)).unwrap();
     apply_addons(&kube, &manifests, false).await.unwrap();
+    (fake, kube, manifests)
+}
+
+/// The image of the CCM's DaemonSet as the fake API stores it.
+fn stored_ccm_image(fake: &FakeKube) -> Value {
+    let stored = fake
+        .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
+        .unwrap();
+    stored["spec"]["template"]["spec"]["containers"][0]["image"].clone()
+}
+
+/// cp1, a control plane the CCM initialised: its AWS provider ID set, no taint left.
+fn cp1_initialised() -> Value {
+    node("cp1", true, true, false, Some("aws:///eu-west-1a/i-0001"))
+}
+
+/// The cloud controller manager's part of the spec of `c`.
+fn ccm_spec(c: &mut Cluster) -> &mut kprov::spec::CloudControllerManager {
+    c.spec.cloud_controller_manager.as_mut().unwrap()
+}
+
+/// The arguments of a container.
+fn args_of(container: &Value) -> Vec<&str> {
+    container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn apply_requests_golden_and_reapply_is_a_noop() {
+    let (fake, kube, manifests) = applied(Some("aws"), "cilium").await;
     let requests: Vec<String> = fake
         .requests()
         .iter()
@@ -598,8 +612,7 @@ async fn apply_requests_golden_and_reapply_is_a_noop() {
 
 #[tokio::test]
 async fn preview_shows_a_diff_per_changed_object_and_writes_nothing() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     let mut c = cluster(Some("aws"), "calico");
     let first = preview_addons(&kube, &render_addons(&c).unwrap(), false)
         .await
@@ -612,12 +625,7 @@ async fn preview_shows_a_diff_per_changed_object_and_writes_nothing() {
     apply_addons(&kube, &render_addons(&c).unwrap(), false)
         .await
         .unwrap();
-    c.spec
-        .cloud_controller_manager
-        .as_mut()
-        .unwrap()
-        .extra_args
-        .insert("v".into(), "5".into());
+    ccm_spec(&mut c).extra_args.insert("v".into(), "5".into());
     fake.clear_requests();
     let diffs = preview_addons(&kube, &render_addons(&c).unwrap(), false)
         .await
@@ -644,10 +652,7 @@ async fn preview_shows_a_diff_per_changed_object_and_writes_nothing() {
 
 #[tokio::test]
 async fn conflict_names_object_manager_and_field_until_forced() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
-    let manifests = render_addons(&cluster(Some("aws"), "calico")).unwrap();
-    apply_addons(&kube, &manifests, false).await.unwrap();
+    let (fake, kube, manifests) = applied(Some("aws"), "calico").await;
     fake.update_as(
         "kubectl-edit",
         "DaemonSet",
@@ -656,13 +661,7 @@ async fn conflict_names_object_manager_and_field_until_forced() {
         json!({"spec": {"template": {"spec": {"containers": [{"name": "cloud-controller-manager", "image": "example.com/hotfix:1"}]}}}}),
     );
     // A JSON merge patch replaces the whole containers list; the conflict is on the image either way.
-    let stored = fake
-        .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
-        .unwrap();
-    assert_eq!(
-        stored["spec"]["template"]["spec"]["containers"][0]["image"],
-        "example.com/hotfix:1"
-    );
+    assert_eq!(stored_ccm_image(&fake), "example.com/hotfix:1");
 
     let e = apply_addons(&kube, &manifests, false).await.unwrap_err();
     let AddonError::Kube(KubeError::Conflict { object, conflicts }) = &e else {
@@ -687,19 +686,15 @@ async fn conflict_names_object_manager_and_field_until_forced() {
     );
 
     apply_addons(&kube, &manifests, true).await.unwrap();
-    let stored = fake
-        .get("DaemonSet", Some("kube-system"), "cloud-controller-manager")
-        .unwrap();
     assert_eq!(
-        stored["spec"]["template"]["spec"]["containers"][0]["image"],
+        stored_ccm_image(&fake),
         "registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.0"
     );
 }
 
 #[tokio::test]
 async fn waits_for_the_ccm_to_initialise_nodes() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     fake.put(node("cp1", true, true, true, None));
     fake.put(node("w1", false, true, true, None));
     let poll = Poll {
@@ -711,13 +706,7 @@ async fn waits_for_the_ccm_to_initialise_nodes() {
         async move { kube.wait_nodes_initialized(poll).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    fake.put(node(
-        "cp1",
-        true,
-        true,
-        false,
-        Some("aws:///eu-west-1a/i-0001"),
-    ));
+    fake.put(cp1_initialised());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!waiter.is_finished(), "returned while w1 was still tainted");
     fake.put(node(
@@ -734,15 +723,8 @@ async fn waits_for_the_ccm_to_initialise_nodes() {
 
 #[tokio::test]
 async fn wait_for_initialisation_times_out_naming_the_nodes() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
-    fake.put(node(
-        "cp1",
-        true,
-        true,
-        false,
-        Some("aws:///eu-west-1a/i-0001"),
-    ));
+    let (fake, kube) = api().await;
+    fake.put(cp1_initialised());
     fake.put(node("w1", false, true, true, None));
     fake.put(node("w2", false, true, false, None));
     let e = kube
@@ -780,8 +762,7 @@ fn healthy_cluster(fake: &FakeKube) {
 
 #[tokio::test]
 async fn validate_reports_a_healthy_cluster() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     healthy_cluster(&fake);
     let c = cluster(Some("openstack"), "calico");
     let expect = Expectations::from_spec(&c, &[]).unwrap();
@@ -792,8 +773,7 @@ async fn validate_reports_a_healthy_cluster() {
 
 #[tokio::test]
 async fn validate_lists_every_failure_of_an_unhealthy_cluster() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     healthy_cluster(&fake);
     fake.put(node("w1", false, false, true, None));
     fake.put(pod(
@@ -846,24 +826,38 @@ fn pdb(allowed: i64) -> Value {
     })
 }
 
-#[tokio::test]
-async fn eviction_retries_while_a_budget_blocks_then_succeeds() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
-    fake.put(pod(
+/// The pod `default/web-1` behind a budget that allows no disruption.
+fn blocked_web_1(fake: &FakeKube) {
+    fake.put(web_1());
+    fake.put(pdb(0));
+}
+
+/// Evictions retried (50 ms, then 100 ms apart) until `deadline`.
+fn evicting_within(deadline: Duration) -> EvictOptions {
+    EvictOptions {
+        deadline,
+        initial_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(100),
+    }
+}
+
+/// The pod `default/web-1` of the app `web`, running on w1, ready.
+fn web_1() -> Value {
+    pod(
         "default",
         "web-1",
         json!({"app": "web"}),
         "w1",
         "Running",
         true,
-    ));
-    fake.put(pdb(0));
-    let opts = EvictOptions {
-        deadline: Duration::from_secs(10),
-        initial_backoff: Duration::from_millis(50),
-        max_backoff: Duration::from_millis(100),
-    };
+    )
+}
+
+#[tokio::test]
+async fn eviction_retries_while_a_budget_blocks_then_succeeds() {
+    let (fake, kube) = api().await;
+    blocked_web_1(&fake);
+    let opts = evicting_within(Duration::from_secs(10));
     let evicting = tokio::spawn({
         let kube = kube.clone();
         async move { kube.evict("default", "web-1", opts).await }
@@ -883,22 +877,9 @@ async fn eviction_retries_while_a_budget_blocks_then_succeeds() {
 
 #[tokio::test]
 async fn eviction_gives_up_at_the_deadline_with_a_clear_message() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
-    fake.put(pod(
-        "default",
-        "web-1",
-        json!({"app": "web"}),
-        "w1",
-        "Running",
-        true,
-    ));
-    fake.put(pdb(0));
-    let opts = EvictOptions {
-        deadline: Duration::from_millis(400),
-        initial_backoff: Duration::from_millis(50),
-        max_backoff: Duration::from_millis(100),
-    };
+    let (fake, kube) = api().await;
+    blocked_web_1(&fake);
+    let opts = evicting_within(Duration::from_millis(400));
     let e = kube
         .evict("default", "web-1", opts)
         .await
@@ -917,8 +898,7 @@ async fn eviction_gives_up_at_the_deadline_with_a_clear_message() {
 
 #[tokio::test]
 async fn pending_pods_are_evicted_despite_a_budget_and_cordon_marks_unschedulable() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     fake.put(node("w1", false, true, false, Some("x")));
     fake.put(pod(
         "default",
@@ -956,8 +936,7 @@ async fn pending_pods_are_evicted_despite_a_budget_and_cordon_marks_unschedulabl
 
 #[tokio::test]
 async fn lists_are_read_page_by_page() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     for i in 0..600 {
         fake.put(node(&format!("n{i:03}"), false, true, false, Some("p")));
     }
@@ -985,10 +964,7 @@ async fn lists_are_read_page_by_page() {
 
 #[tokio::test]
 async fn rollout_wait_reports_progress_on_timeout() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
-    let manifests = render_addons(&cluster(Some("hcloud"), "cilium")).unwrap();
-    apply_addons(&kube, &manifests, false).await.unwrap();
+    let (fake, kube, manifests) = applied(Some("hcloud"), "cilium").await;
     let ds = kprov::addons::workloads(&manifests)
         .unwrap()
         .into_iter()
@@ -1053,16 +1029,12 @@ async fn deploy_applies_then_waits_for_the_ccm_to_initialise_every_node() {
 
 #[tokio::test]
 async fn preview_never_prints_secret_values() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     let mut c = cluster(Some("vsphere"), "calico");
     apply_addons(&kube, &render_addons(&c).unwrap(), false)
         .await
         .unwrap();
-    c.spec
-        .cloud_controller_manager
-        .as_mut()
-        .unwrap()
+    ccm_spec(&mut c)
         .config
         .insert("password".into(), json!("n3w-s3cret"));
     let diffs = preview_addons(&kube, &render_addons(&c).unwrap(), false)
@@ -1091,8 +1063,7 @@ async fn preview_never_prints_secret_values() {
 
 #[tokio::test]
 async fn kube_layer_applies_a_multi_document_manifest_and_dry_run_persists_nothing() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     let objs = parse_manifests(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-a\ndata:\n  mode: fast\n",
         "team-a.yaml",
@@ -1162,8 +1133,7 @@ async fn a_tunnel_address_replaces_the_kubeconfig_server() {
 
 #[tokio::test]
 async fn validate_counts_instance_group_nodes_on_clouds() {
-    let fake = FakeKube::start().await;
-    let kube = fake.kube().await;
+    let (fake, kube) = api().await;
     let mut c = cluster(Some("aws"), "cilium");
     c.spec.hosts.clear();
     let ig = |name: &str, role: &str, min: u32| -> kprov::spec::InstanceGroup {

@@ -47,12 +47,9 @@ pub(crate) fn spec(name: &str, zone: &str, private: bool) -> (Cluster, Vec<Insta
     } else {
         "Public"
     };
+    let top = head("Cluster", name);
     let yaml = format!(
-        "apiVersion: kprov.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: {name}
-spec:
+        "{top}spec:
   cloudProvider: aws
   region: us-east-1
   kubernetesVersion: 1.31.2
@@ -91,12 +88,9 @@ spec:
         } else {
             format!("  subnets: [{}]\n", subnets.join(", "))
         };
+        let top = head("InstanceGroup", ig_name);
         let y = format!(
-            "apiVersion: kprov.dev/v1alpha1
-kind: InstanceGroup
-metadata:
-  name: {ig_name}
-  labels:
+            "{top}  labels:
     kprov.dev/cluster: {name}
 spec:
   role: {role}
@@ -143,6 +137,11 @@ spec:
         ]
     };
     (cluster, igs)
+}
+
+/// The lines every kprov object's YAML starts with.
+fn head(kind: &str, name: &str) -> String {
+    format!("apiVersion: kprov.dev/v1alpha1\nkind: {kind}\nmetadata:\n  name: {name}\n")
 }
 
 pub(crate) struct Env {
@@ -235,6 +234,32 @@ pub(crate) async fn make_zone(sdk: &aws_config::SdkConfig, zone: &str) -> String
         .expect("zone id")
 }
 
+/// A test cluster `name` under a fresh public hosted zone `zone`: its environment, the zone's
+/// ID, and the spec `spec` writes for it.
+async fn zoned(
+    name: &str,
+    zone: &str,
+    private: bool,
+) -> (Env, String, Cluster, Vec<InstanceGroup>) {
+    let e = env(name).await;
+    let zone_id = make_zone(&e.sdk, zone).await;
+    let (c, igs) = spec(name, zone, private);
+    (e, zone_id, c, igs)
+}
+
+/// Asserts that one of the plan's errors is `wanted`.
+fn assert_error(p: &Plan, wanted: impl Fn(&str) -> bool) {
+    assert!(p.errors.iter().any(|m| wanted(m)), "{:?}", p.errors);
+}
+
+/// The error of a plan that could not be made at all.
+async fn plan_refusal(e: &Env, c: &Cluster, igs: &[InstanceGroup]) -> String {
+    awscloud::plan(&e.cloud, c, igs)
+        .await
+        .expect_err("the plan is refused")
+        .to_string()
+}
+
 fn fast() -> ApplyOptions {
     ApplyOptions {
         parallelism: 6,
@@ -275,133 +300,37 @@ async fn count_owned(
     zone_id: &str,
 ) -> BTreeMap<&'static str, usize> {
     let ec2 = aws_sdk_ec2::Client::new(sdk);
-    let f = || {
-        aws_sdk_ec2::types::Filter::builder()
-            .name(format!("tag:{}", owned_tag_key(cluster)))
-            .values("owned")
-            .build()
-    };
-    let mut n = BTreeMap::new();
-    n.insert(
-        "vpc",
-        ec2.describe_vpcs()
-            .filters(f())
-            .send()
-            .await
-            .unwrap()
-            .vpcs()
-            .len(),
-    );
-    n.insert(
-        "subnet",
-        ec2.describe_subnets()
-            .filters(f())
-            .send()
-            .await
-            .unwrap()
-            .subnets()
-            .len(),
-    );
-    n.insert(
-        "igw",
-        ec2.describe_internet_gateways()
-            .filters(f())
-            .send()
-            .await
-            .unwrap()
-            .internet_gateways()
-            .len(),
-    );
-    n.insert(
-        "route-table",
-        ec2.describe_route_tables()
-            .filters(f())
-            .send()
-            .await
-            .unwrap()
-            .route_tables()
-            .len(),
-    );
-    n.insert(
-        "security-group",
-        ec2.describe_security_groups()
-            .filters(f())
-            .send()
-            .await
-            .unwrap()
-            .security_groups()
-            .len(),
-    );
-    n.insert(
-        "eip",
-        ec2.describe_addresses()
-            .filters(f())
-            .send()
-            .await
-            .unwrap()
-            .addresses()
-            .len(),
-    );
-    n.insert(
-        "nat",
-        ec2.describe_nat_gateways()
-            .filter(f())
-            .filter(
-                aws_sdk_ec2::types::Filter::builder()
-                    .name("state")
-                    .values("available")
-                    .values("pending")
-                    .build(),
-            )
-            .send()
-            .await
-            .unwrap()
-            .nat_gateways()
-            .iter()
-            // moto ignores tag filters here.
-            .filter(|g| {
-                g.tags()
-                    .iter()
-                    .any(|t| t.key() == Some(&owned_tag_key(cluster)))
-            })
-            .count(),
-    );
-    n.insert(
-        "key-pair",
-        ec2.describe_key_pairs()
-            .filters(f())
-            .send()
-            .await
-            .unwrap()
-            .key_pairs()
-            .len(),
-    );
-    n.insert(
-        "launch-template",
-        ec2.describe_launch_templates()
-            .filters(f())
-            .send()
-            .await
-            .unwrap()
-            .launch_templates()
-            .len(),
-    );
+    let f = || awscloud::ec2_filter(format!("tag:{}", owned_tag_key(cluster)), ["owned"]);
+    let state = awscloud::ec2_filter("state", ["available", "pending"]);
     let asg = aws_sdk_autoscaling::Client::new(sdk);
-    n.insert(
-        "asg",
-        asg.describe_auto_scaling_groups()
-            .filters(
-                aws_sdk_autoscaling::types::Filter::builder()
-                    .name(format!("tag:{}", owned_tag_key(cluster)))
-                    .values("owned")
-                    .build(),
-            )
-            .send()
-            .await
-            .unwrap()
-            .auto_scaling_groups()
-            .len(),
-    );
+    let asg_owned = awscloud::asg_filter(f());
+    let vpcs = awscloud::sent(ec2.describe_vpcs().filters(f()).send()).await;
+    let subnets = awscloud::sent(ec2.describe_subnets().filters(f()).send()).await;
+    let igws = awscloud::sent(ec2.describe_internet_gateways().filters(f()).send()).await;
+    let tables = awscloud::sent(ec2.describe_route_tables().filters(f()).send()).await;
+    let groups = awscloud::sent(ec2.describe_security_groups().filters(f()).send()).await;
+    let eips = awscloud::sent(ec2.describe_addresses().filters(f()).send()).await;
+    let nats = awscloud::sent(ec2.describe_nat_gateways().filter(f()).filter(state).send()).await;
+    let keys = awscloud::sent(ec2.describe_key_pairs().filters(f()).send()).await;
+    let lts = awscloud::sent(ec2.describe_launch_templates().filters(f()).send()).await;
+    let asgs = awscloud::sent(asg.describe_auto_scaling_groups().filters(asg_owned).send()).await;
+    let mut n = BTreeMap::new();
+    n.insert("vpc", vpcs.vpcs().len());
+    n.insert("subnet", subnets.subnets().len());
+    n.insert("igw", igws.internet_gateways().len());
+    n.insert("route-table", tables.route_tables().len());
+    n.insert("security-group", groups.security_groups().len());
+    n.insert("eip", eips.addresses().len());
+    // moto ignores tag filters on NAT gateways.
+    let ours = |g: &&aws_sdk_ec2::types::NatGateway| {
+        g.tags()
+            .iter()
+            .any(|t| t.key() == Some(&owned_tag_key(cluster)))
+    };
+    n.insert("nat", nats.nat_gateways().iter().filter(ours).count());
+    n.insert("key-pair", keys.key_pairs().len());
+    n.insert("launch-template", lts.launch_templates().len());
+    n.insert("asg", asgs.auto_scaling_groups().len());
     let elb = aws_sdk_elasticloadbalancingv2::Client::new(sdk);
     let lbs = elb.describe_load_balancers().send().await.unwrap();
     let tgs = elb.describe_target_groups().send().await.unwrap();
@@ -459,12 +388,12 @@ async fn count_owned(
             .count(),
     );
     let r53 = aws_sdk_route53::Client::new(sdk);
-    let sets = r53
-        .list_resource_record_sets()
-        .hosted_zone_id(zone_id)
-        .send()
-        .await
-        .unwrap();
+    let sets = awscloud::sent(
+        r53.list_resource_record_sets()
+            .hosted_zone_id(zone_id)
+            .send(),
+    )
+    .await;
     n.insert(
         "dns-record",
         sets.resource_record_sets()
@@ -501,33 +430,14 @@ fn json(p: &Plan) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_public_cluster_lifecycle() {
     crate::needs_tier!(Moto);
-    let name = "minimal.lifecycle.example.com";
-    let zone = "lifecycle.example.com";
-    let e = env(name).await;
-    let zone_id = make_zone(&e.sdk, zone).await;
+    let (name, zone) = ("minimal.lifecycle.example.com", "lifecycle.example.com");
+    let (e, zone_id, c, igs) = zoned(name, zone, false).await;
     // Foreign things in the same account and zone that must survive everything below.
     let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
-    let foreign_vpc = ec2
-        .create_vpc()
-        .cidr_block("172.20.0.0/16")
-        .send()
-        .await
-        .unwrap()
-        .vpc()
-        .and_then(|v| v.vpc_id().map(str::to_string))
-        .unwrap();
+    let foreign_vpc = awscloud::create_vpc(&ec2, "172.20.0.0/16").await;
     // Another cluster's NAT gateway, carrying a kprov identity this cluster could also have:
     // regression test for trusting the server's tag filter (moto ignores it for NAT gateways).
-    let foreign_subnet = ec2
-        .create_subnet()
-        .vpc_id(&foreign_vpc)
-        .cidr_block("172.20.0.0/24")
-        .send()
-        .await
-        .unwrap()
-        .subnet()
-        .and_then(|s| s.subnet_id().map(str::to_string))
-        .unwrap();
+    let foreign_subnet = awscloud::create_subnet(&ec2, &foreign_vpc, "172.20.0.0/24", None).await;
     let eip = ec2.allocate_address().send().await.unwrap();
     let foreign_nat = ec2
         .create_nat_gateway()
@@ -558,7 +468,6 @@ async fn minimal_public_cluster_lifecycle() {
         .unwrap();
     awscloud::create_a_record(&e.sdk, &zone_id, &format!("www.{zone}."), "192.0.2.10").await;
 
-    let (c, igs) = spec(name, zone, false);
     e.rec.take();
     let first = plan(&e, &c, &igs).await;
     // The preview is read-only: every request it sent was a Describe/List/Get.
@@ -605,13 +514,13 @@ async fn minimal_public_cluster_lifecycle() {
     let imds = |name: String| {
         let ec2 = ec2.clone();
         async move {
-            let v = ec2
-                .describe_launch_template_versions()
-                .launch_template_name(name)
-                .versions("$Latest")
-                .send()
-                .await
-                .unwrap();
+            let v = awscloud::sent(
+                ec2.describe_launch_template_versions()
+                    .launch_template_name(name)
+                    .versions("$Latest")
+                    .send(),
+            )
+            .await;
             let d = v.launch_template_versions()[0]
                 .launch_template_data()
                 .cloned()
@@ -733,17 +642,8 @@ async fn minimal_public_cluster_lifecycle() {
     assert!(sent.iter().all(|o| !is_write(o)), "{sent:?}");
 
     // Out-of-band drift: a rule revoked, an ASG resized and pinned to an old template version.
-    let sg = ec2
-        .describe_security_groups()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("group-name")
-                .values(format!("nodes.{name}"))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let by_name = awscloud::ec2_filter("group-name", [format!("nodes.{name}")]);
+    let sg = awscloud::sent(ec2.describe_security_groups().filters(by_name).send()).await;
     let sg_id = sg.security_groups()[0].group_id().unwrap().to_string();
     ec2.revoke_security_group_ingress()
         .group_id(&sg_id)
@@ -886,12 +786,12 @@ async fn minimal_public_cluster_lifecycle() {
     );
     apply(&e, &replace, false).await;
     assert!(plan(&e, &rotated, &igs2).await.is_empty());
-    let keys = ec2
-        .describe_key_pairs()
-        .key_names(format!("kprov-{name}"))
-        .send()
-        .await
-        .unwrap();
+    let keys = awscloud::sent(
+        ec2.describe_key_pairs()
+            .key_names(format!("kprov-{name}"))
+            .send(),
+    )
+    .await;
     let hash = keys.key_pairs()[0]
         .tags()
         .iter()
@@ -905,14 +805,9 @@ async fn minimal_public_cluster_lifecycle() {
     let mut c2 = c.clone();
     c2.spec.networking.subnets[0].cidr = "172.20.64.0/19".into();
     let refused = plan(&e, &c2, &igs2).await;
-    assert!(
-        refused
-            .errors
-            .iter()
-            .any(|m| m.contains("Subnet/us-east-1a: field cidr cannot change")),
-        "{:?}",
-        refused.errors
-    );
+    assert_error(&refused, |m| {
+        m.contains("Subnet/us-east-1a: field cidr cannot change")
+    });
     assert!(engine::apply(&e.cloud, &refused, &fast()).await.is_err());
 
     // Dropping an instance group: its resources are planned for deletion, applied only with prune.
@@ -952,30 +847,29 @@ async fn minimal_public_cluster_lifecycle() {
     delete_all(&e, &c, &igs2).await;
     let left: usize = count_owned(&e.sdk, name, &zone_id).await.values().sum();
     assert_eq!(left, 0, "{:?}", count_owned(&e.sdk, name, &zone_id).await);
-    let vpcs = ec2
-        .describe_vpcs()
-        .vpc_ids(&foreign_vpc)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(vpcs.vpcs().len(), 1, "foreign VPC deleted");
-    let nats = ec2
-        .describe_nat_gateways()
-        .nat_gateway_ids(&foreign_nat)
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(
+        vpcs_with_id(&ec2, &foreign_vpc).await,
+        1,
+        "foreign VPC deleted"
+    );
+    let nats = awscloud::sent(
+        ec2.describe_nat_gateways()
+            .nat_gateway_ids(&foreign_nat)
+            .send(),
+    )
+    .await;
     assert_eq!(
         nats.nat_gateways()[0].state().map(|s| s.as_str()),
         Some("available"),
         "foreign NAT gateway deleted"
     );
-    let sets = aws_sdk_route53::Client::new(&e.sdk)
-        .list_resource_record_sets()
-        .hosted_zone_id(&zone_id)
-        .send()
-        .await
-        .unwrap();
+    let sets = awscloud::sent(
+        aws_sdk_route53::Client::new(&e.sdk)
+            .list_resource_record_sets()
+            .hosted_zone_id(&zone_id)
+            .send(),
+    )
+    .await;
     assert!(
         sets.resource_record_sets()
             .iter()
@@ -989,11 +883,8 @@ async fn minimal_public_cluster_lifecycle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ha_private_cluster_lifecycle() {
     crate::needs_tier!(Moto);
-    let name = "ha.private.example.com";
-    let zone = "private.example.com";
-    let e = env(name).await;
-    let zone_id = make_zone(&e.sdk, zone).await;
-    let (c, igs) = spec(name, zone, true);
+    let (name, zone) = ("ha.private.example.com", "private.example.com");
+    let (e, zone_id, c, igs) = zoned(name, zone, true).await;
     e.rec.take();
     let first = plan(&e, &c, &igs).await;
     assert!(e.rec.take().iter().all(|o| !is_write(o)));
@@ -1247,46 +1138,26 @@ async fn probe_lists(e: &Env, cluster: &str, groups: usize) {
     let asg = aws_sdk_autoscaling::Client::new(&e.kprov_sdk);
     let owned = owned_tag_key(cluster);
     let mut best = [Duration::MAX; 4];
+    // Keeps in `best` the shorter of it and the time `request` takes.
+    async fn timed<T, E: std::fmt::Debug>(
+        best: &mut Duration,
+        request: impl Future<Output = Result<T, E>>,
+    ) {
+        let t = std::time::Instant::now();
+        awscloud::sent(request).await;
+        *best = (*best).min(t.elapsed());
+    }
     for _ in 0..5 {
-        let t = std::time::Instant::now();
-        ec2.describe_launch_template_versions()
-            .versions("$Latest")
-            .max_results(200)
-            .send()
-            .await
-            .expect("DescribeLaunchTemplateVersions");
-        best[0] = best[0].min(t.elapsed());
-        let t = std::time::Instant::now();
-        ec2.describe_launch_templates()
-            .filters(
-                aws_sdk_ec2::types::Filter::builder()
-                    .name(format!("tag:{owned}"))
-                    .values("owned")
-                    .build(),
-            )
-            .max_results(200)
-            .send()
-            .await
-            .expect("DescribeLaunchTemplates");
-        best[1] = best[1].min(t.elapsed());
-        let t = std::time::Instant::now();
-        asg.describe_auto_scaling_groups()
-            .filters(
-                aws_sdk_autoscaling::types::Filter::builder()
-                    .name(format!("tag:{owned}"))
-                    .values("owned")
-                    .build(),
-            )
-            .send()
-            .await
-            .expect("DescribeAutoScalingGroups");
-        best[2] = best[2].min(t.elapsed());
-        let t = std::time::Instant::now();
-        ec2.describe_availability_zones()
-            .send()
-            .await
-            .expect("DescribeAvailabilityZones");
-        best[3] = best[3].min(t.elapsed());
+        let [versions, templates, asgs, zones] = &mut best;
+        let lt_owned = awscloud::ec2_filter(format!("tag:{owned}"), ["owned"]);
+        let asg_owned = awscloud::asg_filter(lt_owned.clone());
+        let list_versions = ec2.describe_launch_template_versions().versions("$Latest");
+        let list_templates = ec2.describe_launch_templates().filters(lt_owned);
+        let list_asgs = asg.describe_auto_scaling_groups().filters(asg_owned);
+        timed(versions, list_versions.max_results(200).send()).await;
+        timed(templates, list_templates.max_results(200).send()).await;
+        timed(asgs, list_asgs.send()).await;
+        timed(zones, ec2.describe_availability_zones().send()).await;
     }
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     eprintln!(
@@ -1305,60 +1176,20 @@ async fn probe_lists(e: &Env, cluster: &str, groups: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adopted_vpc_is_used_validated_and_kept() {
     crate::needs_tier!(Moto);
-    let name = "adopt.shared.example.com";
-    let zone = "shared.example.com";
-    let e = env(name).await;
-    let zone_id = make_zone(&e.sdk, zone).await;
+    let (name, zone) = ("adopt.shared.example.com", "shared.example.com");
+    let (e, zone_id, mut c, igs) = zoned(name, zone, false).await;
     let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
-    let vpc = ec2
-        .create_vpc()
-        .cidr_block("172.20.0.0/16")
-        .send()
-        .await
-        .unwrap()
-        .vpc()
-        .and_then(|v| v.vpc_id().map(str::to_string))
-        .unwrap();
-    let igw = ec2
-        .create_internet_gateway()
-        .send()
-        .await
-        .unwrap()
-        .internet_gateway()
-        .and_then(|g| g.internet_gateway_id().map(str::to_string))
-        .unwrap();
-    ec2.attach_internet_gateway()
-        .internet_gateway_id(&igw)
-        .vpc_id(&vpc)
-        .send()
-        .await
-        .unwrap();
-
-    let subnet = ec2
-        .create_subnet()
-        .vpc_id(&vpc)
-        .cidr_block("172.20.32.0/19")
-        .availability_zone("us-east-1a")
-        .send()
-        .await
-        .unwrap()
-        .subnet()
-        .and_then(|s| s.subnet_id().map(str::to_string))
-        .unwrap();
+    let vpc = awscloud::create_vpc(&ec2, "172.20.0.0/16").await;
+    let igw = awscloud::create_internet_gateway(&ec2, &vpc).await;
+    let subnet = awscloud::create_subnet(&ec2, &vpc, "172.20.32.0/19", Some("us-east-1a")).await;
     awscloud::map_public_ip_on_launch(&ec2, &subnet).await;
 
-    let (mut c, igs) = spec(name, zone, false);
     c.spec.networking.subnets[0].id = Some(subnet.clone());
     c.spec.networking.network_id = Some("vpc-00000000".into());
     let missing = plan(&e, &c, &igs).await;
-    assert!(
-        missing
-            .errors
-            .iter()
-            .any(|m| m == "Vpc/main: must already exist (vpc-00000000) but was not found"),
-        "{:?}",
-        missing.errors
-    );
+    assert_error(&missing, |m| {
+        m == "Vpc/main: must already exist (vpc-00000000) but was not found"
+    });
 
     c.spec.networking.network_id = Some(vpc.clone());
     let p = plan(&e, &c, &igs).await;
@@ -1373,12 +1204,12 @@ async fn adopted_vpc_is_used_validated_and_kept() {
     apply(&e, &p, false).await;
     // The instance groups use the adopted subnet.
     let asg = aws_sdk_autoscaling::Client::new(&e.sdk);
-    let groups = asg
-        .describe_auto_scaling_groups()
-        .auto_scaling_group_names(format!("nodes.{name}"))
-        .send()
-        .await
-        .unwrap();
+    let groups = awscloud::sent(
+        asg.describe_auto_scaling_groups()
+            .auto_scaling_group_names(format!("nodes.{name}"))
+            .send(),
+    )
+    .await;
     assert_eq!(
         groups.auto_scaling_groups()[0].vpc_zone_identifier(),
         Some(subnet.as_str())
@@ -1388,14 +1219,9 @@ async fn adopted_vpc_is_used_validated_and_kept() {
     let mut wrong = c.clone();
     wrong.spec.networking.network_cidr = Some("10.0.0.0/16".into());
     let differs = plan(&e, &wrong, &igs).await;
-    assert!(
-        differs
-            .errors
-            .iter()
-            .any(|m| m.contains("Vpc/main") && m.contains("adopted resource differs")),
-        "{:?}",
-        differs.errors
-    );
+    assert_error(&differs, |m| {
+        m.contains("Vpc/main") && m.contains("adopted resource differs")
+    });
 
     delete_all(&e, &c, &igs).await;
     assert_eq!(
@@ -1405,29 +1231,15 @@ async fn adopted_vpc_is_used_validated_and_kept() {
             .sum::<usize>(),
         0
     );
-    assert_eq!(
-        ec2.describe_vpcs()
-            .vpc_ids(&vpc)
-            .send()
-            .await
-            .unwrap()
-            .vpcs()
-            .len(),
-        1
-    );
-    let kept = ec2
-        .describe_subnets()
-        .subnet_ids(&subnet)
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(vpcs_with_id(&ec2, &vpc).await, 1);
+    let kept = awscloud::sent(ec2.describe_subnets().subnet_ids(&subnet).send()).await;
     assert_eq!(kept.subnets().len(), 1, "the adopted subnet must survive");
-    let g = ec2
-        .describe_internet_gateways()
-        .internet_gateway_ids(&igw)
-        .send()
-        .await
-        .unwrap();
+    let g = awscloud::sent(
+        ec2.describe_internet_gateways()
+            .internet_gateway_ids(&igw)
+            .send(),
+    )
+    .await;
     assert_eq!(
         g.internet_gateways()[0].attachments()[0].vpc_id(),
         Some(vpc.as_str()),
@@ -1440,12 +1252,9 @@ async fn adopted_vpc_is_used_validated_and_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_record_at_an_api_name_is_a_conflict() {
     crate::needs_tier!(Moto);
-    let name = "taken.conflict.example.com";
-    let zone = "conflict.example.com";
-    let e = env(name).await;
-    let zone_id = make_zone(&e.sdk, zone).await;
+    let (name, zone) = ("taken.conflict.example.com", "conflict.example.com");
+    let (e, zone_id, c, igs) = zoned(name, zone, false).await;
     awscloud::create_a_record(&e.sdk, &zone_id, &format!("api.{name}."), "192.0.2.1").await;
-    let (c, igs) = spec(name, zone, false);
     let p = plan(&e, &c, &igs).await;
     assert_eq!(
         p.errors,
@@ -1468,19 +1277,10 @@ async fn foreign_record_at_an_api_name_is_a_conflict() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_zone_is_associated_with_the_cluster_vpc() {
     crate::needs_tier!(Moto);
-    let name = "dns.internal.example";
-    let zone = "internal.example";
+    let (name, zone) = ("dns.internal.example", "internal.example");
     let e = env(name).await;
     let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
-    let other_vpc = ec2
-        .create_vpc()
-        .cidr_block("10.9.0.0/16")
-        .send()
-        .await
-        .unwrap()
-        .vpc()
-        .and_then(|v| v.vpc_id().map(str::to_string))
-        .unwrap();
+    let other_vpc = awscloud::create_vpc(&ec2, "10.9.0.0/16").await;
     let r53 = aws_sdk_route53::Client::new(&e.sdk);
     let zone_id = r53
         .create_hosted_zone()
@@ -1529,21 +1329,9 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
             .any(|ch| ch.kind == "DnsZoneVpcAssociation")
     );
     apply(&e, &p, false).await;
-    let ours = ec2
-        .describe_vpcs()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name(format!("tag:{}", owned_tag_key(name)))
-                .values("owned")
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .vpcs()[0]
-        .vpc_id()
-        .unwrap()
-        .to_string();
+    let owned = awscloud::ec2_filter(format!("tag:{}", owned_tag_key(name)), ["owned"]);
+    let vpcs = awscloud::sent(ec2.describe_vpcs().filters(owned).send()).await;
+    let ours = vpcs.vpcs()[0].vpc_id().unwrap().to_string();
     let mut both = vec![other_vpc.clone(), ours];
     both.sort();
     assert_eq!(associated().await, both);
@@ -1565,25 +1353,17 @@ async fn private_zone_is_associated_with_the_cluster_vpc() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unowned_image_name_is_warned_with_its_publisher() {
     crate::needs_tier!(Moto);
-    let name = "unowned.image.example.com";
-    let zone = "image.example.com";
-    let e = env(name).await;
-    make_zone(&e.sdk, zone).await;
-    let (c, igs) = spec(name, zone, false);
+    let (name, zone) = ("unowned.image.example.com", "image.example.com");
+    let (e, _, c, igs) = zoned(name, zone, false).await;
     let p = plan(&e, &c, &igs).await;
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     let ec2 = aws_sdk_ec2::Client::new(&e.sdk);
-    let img = ec2
-        .describe_images()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("name")
-                .values(IMAGE_NAME)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let img = awscloud::sent(
+        ec2.describe_images()
+            .filters(awscloud::ec2_filter("name", [IMAGE_NAME]))
+            .send(),
+    )
+    .await;
     let publisher = img.images()[0].owner_id().unwrap().to_string();
     let unowned: Vec<&String> = p
         .warnings
@@ -1609,20 +1389,14 @@ async fn unowned_image_name_is_warned_with_its_publisher() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_type_of_another_architecture_is_refused_at_plan() {
     crate::needs_tier!(Moto);
-    let name = "arch.image.example.com";
-    let zone = "image.example.com";
-    let e = env(name).await;
-    make_zone(&e.sdk, zone).await;
-    let (c, mut igs) = spec(name, zone, false);
+    let (name, zone) = ("arch.image.example.com", "image.example.com");
+    let (e, _, c, mut igs) = zoned(name, zone, false).await;
     let nodes = igs
         .iter_mut()
         .find(|ig| ig.metadata.name == "nodes")
         .unwrap();
     nodes.spec.machine_type = Some("m6g.large".into());
-    let err = awscloud::plan(&e.cloud, &c, &igs)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = plan_refusal(&e, &c, &igs).await;
     assert!(
         err.contains("instance group nodes: spec.machineType: instance type m6g.large runs arm64 images, but image ami-1e749f67 is x86_64"),
         "{err}"
@@ -1637,21 +1411,15 @@ async fn instance_type_of_another_architecture_is_refused_at_plan() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
     crate::needs_tier!(Moto);
-    let name = "offered.image.example.com";
-    let zone = "image.example.com";
-    let e = env(name).await;
-    make_zone(&e.sdk, zone).await;
-    let (mut c, mut igs) = spec(name, zone, false);
+    let (name, zone) = ("offered.image.example.com", "image.example.com");
+    let (e, _, mut c, mut igs) = zoned(name, zone, false).await;
     for s in &mut c.spec.networking.subnets {
         s.zone = "us-east-1e".into();
     }
     for ig in &mut igs {
         ig.spec.machine_type = Some("c5.large".into());
     }
-    let err = awscloud::plan(&e.cloud, &c, &igs)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = plan_refusal(&e, &c, &igs).await;
     assert!(
         err.contains(": spec.machineType: instance type c5.large is not offered in availability zone us-east-1e"),
         "{err}"
@@ -1663,19 +1431,17 @@ async fn instance_type_not_offered_in_a_zone_is_refused_at_plan() {
     assert_no_vpc_of(&e.sdk, name).await;
 }
 
+/// How many VPCs have the ID `id`: 1 while it exists.
+async fn vpcs_with_id(ec2: &aws_sdk_ec2::Client, id: &str) -> usize {
+    let vpcs = awscloud::sent(ec2.describe_vpcs().vpc_ids(id).send()).await;
+    vpcs.vpcs().len()
+}
+
 /// Nothing was created for cluster `name`: no VPC carries its tag. Only this cluster's, since
 /// other tests share the moto server and make VPCs meanwhile.
 async fn assert_no_vpc_of(sdk: &aws_config::SdkConfig, name: &str) {
-    let vpcs = aws_sdk_ec2::Client::new(sdk)
-        .describe_vpcs()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("tag-key")
-                .values(format!("kubernetes.io/cluster/{name}"))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let tagged = awscloud::ec2_filter("tag-key", [format!("kubernetes.io/cluster/{name}")]);
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let vpcs = awscloud::sent(ec2.describe_vpcs().filters(tagged).send()).await;
     assert!(vpcs.vpcs().is_empty(), "nothing created: {vpcs:?}");
 }

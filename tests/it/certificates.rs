@@ -191,23 +191,11 @@ impl ApiServers {
     }
 
     fn etcd_ready_on(&self, name: &str) -> Vec<u128> {
-        self.etcd_ready
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(h, _)| h == name)
-            .map(|(_, t)| *t)
-            .collect()
+        times_on(&self.etcd_ready, name)
     }
 
     fn starts_on(&self, name: &str) -> Vec<u128> {
-        self.starts
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(h, _)| h == name)
-            .map(|(_, t)| *t)
-            .collect()
+        times_on(&self.starts, name)
     }
 }
 
@@ -229,7 +217,56 @@ impl Drop for ApiServers {
 }
 
 /// host → certificate name → (state, notAfter, residualSeconds), from `-o json`.
+/// The times of `name` in a log of (host, time).
+fn times_on(log: &Mutex<Vec<(String, u128)>>, name: &str) -> Vec<u128> {
+    let log = log.lock().unwrap();
+    log.iter()
+        .filter(|(h, _)| h == name)
+        .map(|(_, t)| *t)
+        .collect()
+}
+
+/// A lab of `hosts` with the metal cluster `name` on them (under the lab's CA), provisioned.
+fn provisioned(name: &str, hosts: &[(&str, &str)]) -> Lab {
+    let lab = Lab::start(hosts.len());
+    lab_ca(&lab);
+    let inv = lab.inventory(hosts);
+    lab.create_metal(name, &inv);
+    lab.provision(name);
+    lab
+}
+
 type Seen = BTreeMap<String, BTreeMap<String, (String, String, i64)>>;
+
+/// Every leaf certificate of every control plane in `seen` (as `get certificates` read it,
+/// `json`): the one kubeadm writes on the first control plane only is missing elsewhere, the
+/// others are valid, expiring when openssl on the host says; `more` checks the rest of each
+/// (control plane, certificate, expiry, seconds left).
+fn each_valid_leaf(
+    lab: &Lab,
+    seen: &Seen,
+    json: &serde_json::Value,
+    mut more: impl FnMut(&str, &str, &str, i64),
+) {
+    for cp in CPS {
+        let h = host(lab, cp);
+        for (cert, path, kubeconfig) in LEAVES {
+            if cert == "super-admin.conf" && cp != "host1" {
+                // kubeadm writes it on the first control plane only.
+                assert_eq!(seen[cp][cert].0, "missing", "{cp} {cert}");
+                continue;
+            }
+            let (state, not_after, residual) = &seen[cp][cert];
+            assert_eq!(state, "valid", "{cp} {cert}: {json:#}");
+            assert_eq!(
+                *not_after,
+                openssl_not_after(h, path, kubeconfig),
+                "{cp} {cert}"
+            );
+            more(cp, cert, not_after, *residual);
+        }
+    }
+}
 
 fn certificates(lab: &Lab, name: &str) -> (Seen, Value) {
     let o = lab.kprov(&["get", "certificates", name, "-o", "json"]);
@@ -346,12 +383,8 @@ fn lab_ca(lab: &Lab) {
 fn rotate_certificates_stops_within_a_second_of_sigint() {
     crate::needs_tier!(SshdHosts);
     use crate::support::signals::interrupt_held_step;
-    let lab = Lab::start(1);
     let name = "sig-certs.metal.example.com";
-    lab_ca(&lab);
-    let inv = lab.inventory(&[("host1", "control-plane")]);
-    lab.create_metal(name, &inv);
-    lab.provision(name);
+    let lab = provisioned(name, &[("host1", "control-plane")]);
     let hold = "/var/lib/kprov-standins/certs-renew-hold";
     host(&lab, "host1")
         .exec(&format!("touch {hold}"))
@@ -387,17 +420,28 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
 #[test]
 fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane_at_a_time() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(4);
     let name = "certs.metal.example.com";
-    lab_ca(&lab);
-    let inv = lab.inventory(&[
-        ("host1", "control-plane"),
-        ("host2", "control-plane"),
-        ("host3", "control-plane"),
-        ("host4", "node"),
-    ]);
-    lab.create_metal(name, &inv);
-    lab.provision(name);
+    let lab = provisioned(
+        name,
+        &[
+            ("host1", "control-plane"),
+            ("host2", "control-plane"),
+            ("host3", "control-plane"),
+            ("host4", "node"),
+        ],
+    );
+    // `rotate certificates --yes`, each static pod waited for a second, and `extra`.
+    let rotate = |extra: &[&str]| {
+        let base = [
+            "rotate",
+            "certificates",
+            name,
+            "--yes",
+            "--static-pod-wait",
+            "1s",
+        ];
+        lab.kprov(&[&base[..], extra].concat())
+    };
     let api = ApiServers::start(&lab, &["host1", "host2", "host3"]);
 
     // get: the expiry openssl reads in each file, on both control planes, not the worker.
@@ -407,26 +451,14 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
         ["host1", "host2", "host3"],
         "{json:#}"
     );
+    each_valid_leaf(&lab, &before, &json, |cp, cert, _, residual| {
+        assert!(
+            (9 * 86_400..=10 * 86_400).contains(&residual),
+            "{cp} {cert}: {residual}"
+        );
+    });
     for cp in CPS {
         let h = host(&lab, cp);
-        for (cert, path, kubeconfig) in LEAVES {
-            if cert == "super-admin.conf" && cp != "host1" {
-                // kubeadm writes it on the first control plane only.
-                assert_eq!(before[cp][cert].0, "missing", "{cp} {cert}");
-                continue;
-            }
-            let (state, not_after, residual) = &before[cp][cert];
-            assert_eq!(state, "valid", "{cp} {cert}: {json:#}");
-            assert_eq!(
-                *not_after,
-                openssl_not_after(h, path, kubeconfig),
-                "{cp} {cert}"
-            );
-            assert!(
-                (9 * 86_400..=10 * 86_400).contains(residual),
-                "{cp} {cert}: {residual}"
-            );
-        }
         for (cert, path) in CAS {
             assert_eq!(
                 before[cp][cert].1,
@@ -481,14 +513,7 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
     let marker = h2.exec("cat /var/lib/kprov/owner").expect("marker");
     h2.exec("printf 'uid=ffffffffffffffff\\ncluster=other.example.com\\nstore=file:///elsewhere\\n' > /var/lib/kprov/owner")
         .expect("foreign marker");
-    let o = lab.kprov(&[
-        "rotate",
-        "certificates",
-        name,
-        "--yes",
-        "--static-pod-wait",
-        "1s",
-    ]);
+    let o = rotate(&[]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let err = text(&o.stderr);
     assert!(
@@ -514,16 +539,7 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
 
     // The rotation.
     let started = Instant::now();
-    let o = lab.kprov(&[
-        "rotate",
-        "certificates",
-        name,
-        "--yes",
-        "--static-pod-wait",
-        "1s",
-        "--health-timeout",
-        "60s",
-    ]);
+    let o = rotate(&["--health-timeout", "60s"]);
     ok(&o);
     let took = started.elapsed();
     let err = text(&o.stderr);
@@ -580,23 +596,11 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
             .unwrap_or_else(|e| panic!("{s}: {e}"))
             .timestamp()
     };
+    each_valid_leaf(&lab, &after, &json, |cp, cert, not_after, _| {
+        let moved = day(not_after) - day(&before[cp][cert].1);
+        assert!(moved > 350 * 86_400, "{cp} {cert} moved {moved}s");
+    });
     for cp in CPS {
-        let h = host(&lab, cp);
-        for (cert, path, kubeconfig) in LEAVES {
-            if cert == "super-admin.conf" && cp != "host1" {
-                assert_eq!(after[cp][cert].0, "missing", "{cp} {cert}");
-                continue;
-            }
-            let (state, not_after, _) = &after[cp][cert];
-            assert_eq!(state, "valid", "{cp} {cert}: {json:#}");
-            assert_eq!(
-                *not_after,
-                openssl_not_after(h, path, kubeconfig),
-                "{cp} {cert}"
-            );
-            let moved = day(not_after) - day(&before[cp][cert].1);
-            assert!(moved > 350 * 86_400, "{cp} {cert} moved {moved}s");
-        }
         for cert in CAS.iter().map(|(c, _)| *c).chain(["kubelet-client"]) {
             assert_eq!(after[cp][cert].1, before[cp][cert].1, "{cp} {cert}");
         }
@@ -624,13 +628,7 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
     // host2's manifests are back in place, and the error says where and why.
     drop(api);
     let _api = ApiServers::start(&lab, &["host1", "host3"]);
-    let o = lab.kprov(&[
-        "rotate",
-        "certificates",
-        name,
-        "--yes",
-        "--static-pod-wait",
-        "1s",
+    let o = rotate(&[
         "--health-timeout",
         // host1 must pass within it (its stand-in etcd is ready 3 s after its restart) on a
         // loaded machine too; host2's never comes.

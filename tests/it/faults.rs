@@ -222,6 +222,20 @@ fn run_with_fault(
     })
 }
 
+/// `n` hosts, an empty state store and a runtime to drive fleets on.
+fn rig(n: usize) -> (TestHosts, Arc<MemStore>, tokio::runtime::Runtime) {
+    (
+        TestHosts::start(n),
+        Arc::new(MemStore::default()),
+        runtime(),
+    )
+}
+
+/// Runs the one step `s` on host1.
+fn on_host1(rt: &tokio::runtime::Runtime, fleet: &SshFleet, s: Step) -> Summary {
+    rt.block_on(fleet.run_all(&[("host1".into(), vec![s])]))
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -240,9 +254,7 @@ enum Cut {
 }
 
 fn connection_killed_mid_step(cut: Cut) {
-    let th = TestHosts::start(3);
-    let store = Arc::new(MemStore::default());
-    let rt = runtime();
+    let (th, store, rt) = rig(3);
     let fleet = new_fleet(&th, &store, Duration::from_secs(3));
     let steps = steps(Duration::from_secs(2), Duration::from_secs(20));
     let work = work(&th, &steps);
@@ -306,8 +318,8 @@ fn operator_side_master_killed_mid_step_fails_that_host_and_rerun_converges() {
     connection_killed_mid_step(Cut::OperatorMaster);
 }
 
-/// Every `.kprov.*` temporary file below `dir` (upload leftovers).
-fn temp_files(dir: &Path) -> Vec<PathBuf> {
+/// Every file below `dir` whose name `wanted` picks.
+fn files_below(dir: &Path, wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
@@ -315,12 +327,57 @@ fn temp_files(dir: &Path) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 todo.push(p);
-            } else if e.file_name().to_string_lossy().starts_with(".kprov.") {
+            } else if wanted(&e.file_name().to_string_lossy()) {
                 out.push(p);
             }
         }
     }
     out
+}
+
+/// Every `.kprov.*` temporary file below `dir` (upload leftovers).
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    files_below(dir, |name| name.starts_with(".kprov."))
+}
+
+/// 48 MiB of bytes counting up modulo `modulus`: its size, and it.
+fn blob(modulus: usize) -> (usize, Bytes) {
+    let size = 48 * 1024 * 1024;
+    (size, (0..size).map(|i| (i % modulus) as u8).collect())
+}
+
+/// Runs the upload step `s` on host1 and kills the operator's ssh master of `host` once
+/// `uploaded` (what has arrived on the host so far) reaches `threshold`: the run's summary.
+fn cut_upload(
+    rt: &tokio::runtime::Runtime,
+    fleet: &SshFleet,
+    host: &TestHost,
+    s: Step,
+    round: usize,
+    threshold: u64,
+    uploaded: impl Fn() -> u64 + Send,
+) -> Summary {
+    let address = host.address.clone();
+    let (summary, _) = run_with_fault(rt, fleet, &[("host1".into(), vec![s])], move || {
+        let seen = wait_for(Duration::from_secs(20), || uploaded() >= threshold);
+        assert!(seen, "round {round}: no upload reached {threshold} bytes");
+        kill(master_pid(fleet, &address).expect("master"));
+    });
+    summary
+}
+
+/// Runs the upload step `s` on host1 again: it succeeds and `path` holds all of `content`.
+fn uploads_whole(
+    rt: &tokio::runtime::Runtime,
+    fleet: &SshFleet,
+    host: &TestHost,
+    path: &str,
+    s: Step,
+    content: &Bytes,
+) {
+    let again = on_host1(rt, fleet, s);
+    assert!(again.ok(), "{again}");
+    assert_eq!(host.read_upper(path).as_deref(), Some(&content[..]));
 }
 
 /// A big upload cut off in the middle, at seeded points: the target is never replaced by a
@@ -329,13 +386,9 @@ fn temp_files(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn upload_cut_mid_transfer_leaves_no_partial_file() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
+    let (th, store, rt) = rig(1);
     let host = &th.hosts[0];
-    let store = Arc::new(MemStore::default());
-    let rt = runtime();
-    let size = 48 * 1024 * 1024;
-    let content: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-    let content = Bytes::from(content);
+    let (size, content) = blob(251);
     let old = Bytes::from_static(b"the previous version\n");
     let path = "/opt/kprov-faults/blob";
     let step = |c: &Bytes| Step {
@@ -359,23 +412,22 @@ fn upload_cut_mid_transfer_leaves_no_partial_file() {
     for round in 0..seeds {
         let fleet = new_fleet(&th, &store, Duration::from_secs(3));
         // A complete older version is in place: a cut must leave exactly it.
-        let summary = rt.block_on(fleet.run_all(&[("host1".into(), vec![step(&old)])]));
+        let summary = on_host1(&rt, &fleet, step(&old));
         assert!(summary.ok(), "{summary}");
         let threshold = rng.range(1, size as u64 / 2);
-        let address = host.address.clone();
-        let (summary, _) = run_with_fault(
+        let uploaded = || {
+            let sizes = temp_files(&upper_dir).into_iter();
+            let sizes = sizes.map(|t| std::fs::metadata(t).map(|m| m.len()).unwrap_or(0));
+            sizes.max().unwrap_or(0)
+        };
+        let summary = cut_upload(
             &rt,
             &fleet,
-            &[("host1".into(), vec![step(&content)])],
-            || {
-                let seen = wait_for(Duration::from_secs(20), || {
-                    temp_files(&upper_dir)
-                        .iter()
-                        .any(|t| std::fs::metadata(t).map(|m| m.len()).unwrap_or(0) >= threshold)
-                });
-                assert!(seen, "round {round}: no upload reached {threshold} bytes");
-                kill(master_pid(&fleet, &address).expect("master"));
-            },
+            host,
+            step(&content),
+            round,
+            threshold,
+            uploaded,
         );
         // The remote side notices the EOF and ends: wait for that before judging the target
         // (its last act, with the old code, was to rename half a file into place).
@@ -401,9 +453,7 @@ fn upload_cut_mid_transfer_leaves_no_partial_file() {
                 have.len()
             );
         }
-        let again = rt.block_on(fleet.run_all(&[("host1".into(), vec![step(&content)])]));
-        assert!(again.ok(), "{again}");
-        assert_eq!(host.read_upper(path).as_deref(), Some(&content[..]));
+        uploads_whole(&rt, &fleet, host, path, step(&content), &content);
         rt.block_on(fleet.close());
     }
     figures(
@@ -419,9 +469,7 @@ fn upload_cut_mid_transfer_leaves_no_partial_file() {
 #[test]
 fn host_vanishing_mid_step_times_out_clearly_and_rerun_converges() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(3);
-    let store = Arc::new(MemStore::default());
-    let rt = runtime();
+    let (th, store, rt) = rig(3);
     let fleet = new_fleet(&th, &store, Duration::from_secs(3));
     let timeout = Duration::from_secs(6);
     let steps = steps(Duration::from_secs(2), timeout);
@@ -477,9 +525,7 @@ fn host_vanishing_mid_step_times_out_clearly_and_rerun_converges() {
 #[test]
 fn host_rebooting_mid_step_fails_clearly_and_rerun_converges() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(3);
-    let store = Arc::new(MemStore::default());
-    let rt = runtime();
+    let (th, store, rt) = rig(3);
     let fleet = new_fleet(&th, &store, Duration::from_secs(2));
     let steps = steps(Duration::from_secs(2), Duration::from_secs(20));
     let work = work(&th, &steps);
@@ -536,19 +582,7 @@ fn host_rebooting_mid_step_fails_clearly_and_rerun_converges() {
 
 /// Leftover temporary files of the file backend below `dir`.
 fn store_temps(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if e.file_name().to_string_lossy().contains(".tmp-") {
-                out.push(p);
-            }
-        }
-    }
-    out
+    files_below(dir, |name| name.contains(".tmp-"))
 }
 
 /// A full disk: the write fails with the system's reason, leaves no temporary file and the
@@ -737,6 +771,27 @@ fn file_store_writer_killed_at_random_points() {
 }
 
 /// What moto holds for `key`, read around the proxy.
+/// The cluster `cluster` (the spec of aws.rs, under a new hosted zone `zone`) on moto behind a
+/// fault proxy, reached with the CLI's SDK settings (standard retry mode, 3 attempts): the
+/// proxy, the spec and the cloud.
+async fn behind_a_fault_proxy(
+    cluster: &str,
+    zone: &str,
+) -> (
+    FaultProxy,
+    kprov::spec::Cluster,
+    Vec<kprov::spec::InstanceGroup>,
+    kprov::cloud::aws::AwsCloud,
+) {
+    crate::aws::make_zone(&moto().sdk_config().await, zone).await;
+    let proxy = FaultProxy::start(&moto().endpoint);
+    let sdk = proxied_sdk(&proxy.endpoint, 3).await;
+    let (c, igs) = crate::aws::spec(cluster, zone, false);
+    let keys = host_keys(&igs).await;
+    let cloud = kprov::cloud::aws::AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
+    (proxy, c, igs, cloud)
+}
+
 async fn s3_direct(bucket: &str, key: &str) -> Option<(Bytes, String)> {
     let s3 = moto().s3().await;
     let out = s3.get_object().bucket(bucket).key(key).send().await.ok()?;
@@ -921,17 +976,9 @@ async fn owned(cluster: &str) -> (usize, usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_update_converges_while_the_api_throttles() {
     crate::needs_tier!(Moto);
-    use kprov::cloud::aws::AwsCloud;
     use kprov::cloud::engine::{self, ApplyOptions};
-    let zone = "faults-throttle.example";
     let cluster = "demo.faults-throttle.example";
-    crate::aws::make_zone(&moto().sdk_config().await, zone).await;
-    let proxy = FaultProxy::start(&moto().endpoint);
-    // The CLI's SDK settings (standard retry mode, 3 attempts).
-    let sdk = proxied_sdk(&proxy.endpoint, 3).await;
-    let (c, igs) = crate::aws::spec(cluster, zone, false);
-    let keys = host_keys(&igs).await;
-    let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
+    let (proxy, c, igs, cloud) = behind_a_fault_proxy(cluster, "faults-throttle.example").await;
     proxy.set_policy(throttling(11));
     let started = Instant::now();
     let plan = awscloud::plan(&cloud, &c, &igs)
@@ -973,16 +1020,9 @@ async fn aws_update_converges_while_the_api_throttles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_throttling_past_the_deadline_is_reported_as_such() {
     crate::needs_tier!(Moto);
-    use kprov::cloud::aws::AwsCloud;
     use kprov::cloud::engine::{self, ApplyOptions};
-    let zone = "faults-deadline.example";
     let cluster = "demo.faults-deadline.example";
-    crate::aws::make_zone(&moto().sdk_config().await, zone).await;
-    let proxy = FaultProxy::start(&moto().endpoint);
-    let sdk = proxied_sdk(&proxy.endpoint, 3).await;
-    let (c, igs) = crate::aws::spec(cluster, zone, false);
-    let keys = host_keys(&igs).await;
-    let cloud = AwsCloud::new(&sdk, cluster, &[]).with_host_keys(keys);
+    let (proxy, c, igs, cloud) = behind_a_fault_proxy(cluster, "faults-deadline.example").await;
     let plan = awscloud::plan(&cloud, &c, &igs).await.expect("plan");
     proxy.set_policy(Box::new(|r: &Request| {
         r.is_write().then_some(Fault::Throttle)
@@ -1183,9 +1223,7 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
 #[test]
 fn masters_left_by_a_killed_kprov_are_stopped_by_the_test_support() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
-    let rt = runtime();
+    let (th, store, rt) = rig(1);
     let address = th.hosts[0].address.clone();
     let work = work(&th, &steps(Duration::ZERO, Duration::from_secs(10)));
     // A fleet that ran a step and was then neither closed nor dropped, as when SIGKILLed.
@@ -1232,13 +1270,9 @@ fn shell(name: &str, run: &str) -> Step {
 fn resumable_upload_cut_at_seeded_offsets_resumes_from_the_partial_file() {
     crate::needs_tier!(SshdHosts);
     use std::os::unix::fs::MetadataExt;
-    let th = TestHosts::start(1);
+    let (th, store, rt) = rig(1);
     let host = &th.hosts[0];
-    let store = Arc::new(MemStore::default());
-    let rt = runtime();
-    let size = 48 * 1024 * 1024;
-    let content: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
-    let content = Bytes::from(content);
+    let (size, content) = blob(253);
     let path = "/var/lib/kprov/cache/bundle-blob";
     let partial = format!("{path}.kprov-partial");
     let step = |c: &Bytes| Step {
@@ -1268,21 +1302,19 @@ fn resumable_upload_cut_at_seeded_offsets_resumes_from_the_partial_file() {
         )]));
         assert!(rm.ok(), "{rm}");
         let threshold = rng.range(1, size as u64 / 2);
-        let address = host.address.clone();
-        let (summary, _) = run_with_fault(
+        let uploaded = || {
+            std::fs::metadata(&partial_upper)
+                .map(|m| m.len())
+                .unwrap_or(0)
+        };
+        let summary = cut_upload(
             &rt,
             &fleet,
-            &[("host1".into(), vec![step(&content)])],
-            || {
-                let seen = wait_for(Duration::from_secs(20), || {
-                    std::fs::metadata(&partial_upper)
-                        .map(|m| m.len())
-                        .unwrap_or(0)
-                        >= threshold
-                });
-                assert!(seen, "round {round}: no upload reached {threshold} bytes");
-                kill(master_pid(&fleet, &address).expect("master"));
-            },
+            host,
+            step(&content),
+            round,
+            threshold,
+            uploaded,
         );
         assert!(
             wait_for(Duration::from_secs(10), || !host
@@ -1314,9 +1346,7 @@ fn resumable_upload_cut_at_seeded_offsets_resumes_from_the_partial_file() {
             Some(std::fs::metadata(&partial_upper).unwrap().ino())
         };
         let fleet = new_fleet(&th, &store, Duration::from_secs(3));
-        let again = rt.block_on(fleet.run_all(&[("host1".into(), vec![step(&content)])]));
-        assert!(again.ok(), "{again}");
-        assert_eq!(host.read_upper(path).as_deref(), Some(&content[..]));
+        uploads_whole(&rt, &fleet, host, path, step(&content), &content);
         assert!(!partial_upper.exists(), "round {round}: partial left");
         if let Some(inode) = inode {
             assert_eq!(
@@ -1340,13 +1370,11 @@ fn resumable_upload_cut_at_seeded_offsets_resumes_from_the_partial_file() {
         )],
     )]));
     assert!(foreign.ok(), "{foreign}");
-    let first = rt.block_on(fleet.run_all(&[("host1".into(), vec![step(&content)])]));
+    let first = on_host1(&rt, &fleet, step(&content));
     let msg = assert_step_failure(&first, "host1", "bundle blob");
     assert!(msg.contains("the partial upload is removed"), "{msg}");
     assert!(host.read_upper(path).is_none() && !partial_upper.exists());
-    let again = rt.block_on(fleet.run_all(&[("host1".into(), vec![step(&content)])]));
-    assert!(again.ok(), "{again}");
-    assert_eq!(host.read_upper(path).as_deref(), Some(&content[..]));
+    uploads_whole(&rt, &fleet, host, path, step(&content), &content);
     rt.block_on(fleet.close());
     figures(
         "upload-resume",

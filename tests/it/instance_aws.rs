@@ -11,6 +11,7 @@ use kprov::kube::{DrainOptions, EvictOptions};
 use kprov::ops::instance::{RemoveEvent, RemoveEvents, plan_aws, remove_aws};
 
 use crate::aws::{apply, delete_all, env, make_zone, plan, spec, wait_launched};
+use crate::support::awscloud;
 use crate::support::fakekube::{FakeKube, replica_pod};
 use crate::support::memstate::MemStore;
 
@@ -27,14 +28,43 @@ fn drain() -> DrainOptions {
     }
 }
 
+/// Asserts that `plan` refuses the removal, saying `why`.
+fn assert_refused(plan: &kprov::ops::instance::AwsRemovalPlan, why: &str) {
+    assert!(
+        plan.refusals.iter().any(|r| r.contains(why)),
+        "{:?}",
+        plan.refusals
+    );
+}
+
+/// `remove_aws` of `node` with the test's drain options, the group's size kept.
+async fn remove(
+    e: &crate::aws::Env,
+    instances: &AwsInstances,
+    kube: Option<&kprov::kube::Kube>,
+    node: &str,
+    guard: &kprov::state::lock::LockGuard,
+    events: &RemoveEvents,
+) -> anyhow::Result<(
+    kprov::ops::instance::AwsRemovalPlan,
+    Option<kprov::kube::DrainReport>,
+)> {
+    remove_aws(
+        &e.cloud,
+        instances,
+        kube,
+        node,
+        guard,
+        &drain(),
+        false,
+        events,
+    )
+    .await
+}
+
 async fn instance_state(sdk: &aws_config::SdkConfig, id: &str) -> String {
     let ec2 = aws_sdk_ec2::Client::new(sdk);
-    let out = ec2
-        .describe_instances()
-        .instance_ids(id)
-        .send()
-        .await
-        .unwrap();
+    let out = awscloud::sent(ec2.describe_instances().instance_ids(id).send()).await;
     out.reservations()[0].instances()[0]
         .state()
         .and_then(|s| s.name())
@@ -44,12 +74,10 @@ async fn instance_state(sdk: &aws_config::SdkConfig, id: &str) -> String {
 
 async fn desired(sdk: &aws_config::SdkConfig, asg: &str) -> i32 {
     let c = aws_sdk_autoscaling::Client::new(sdk);
-    let out = c
+    let groups = c
         .describe_auto_scaling_groups()
-        .auto_scaling_group_names(asg)
-        .send()
-        .await
-        .unwrap();
+        .auto_scaling_group_names(asg);
+    let out = awscloud::sent(groups.send()).await;
     out.auto_scaling_groups()[0].desired_capacity().unwrap()
 }
 
@@ -121,14 +149,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
         shrink.capacity.min, before,
         "the spec's group runs at its minimum"
     );
-    assert!(
-        shrink
-            .refusals
-            .iter()
-            .any(|r| r.contains("below its minimum size")),
-        "{:?}",
-        shrink.refusals
-    );
+    assert_refused(&shrink, "below its minimum size");
     let cp_plan = plan_aws(
         &e.cloud,
         &instances,
@@ -139,14 +160,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     )
     .await
     .unwrap();
-    assert!(
-        cp_plan
-            .refusals
-            .iter()
-            .any(|r| r.contains("is a control plane")),
-        "{:?}",
-        cp_plan.refusals
-    );
+    assert_refused(&cp_plan, "is a control plane");
     assert!(
         fake.requests().iter().all(|r| !r.is_write()),
         "a preview wrote to the API"
@@ -162,33 +176,22 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
         let seen = seen.clone();
         Arc::new(move |e: &RemoveEvent| seen.lock().unwrap().push(e.clone()))
     };
-    let e2 = remove_aws(
-        &e.cloud,
-        &instances,
-        Some(&kube),
-        &cp.node_name,
-        &guard,
-        &drain(),
-        false,
-        &events,
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let e2 = remove(&e, &instances, Some(&kube), &cp.node_name, &guard, &events)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         e2.contains("refusing to remove") && e2.contains("control plane"),
         "{e2}"
     );
     assert_eq!(instance_state(&e.sdk, cp.name()).await, "running");
 
-    let (done, drained) = remove_aws(
-        &e.cloud,
+    let (done, drained) = remove(
+        &e,
         &instances,
         Some(&kube),
         &worker.node_name,
         &guard,
-        &drain(),
-        false,
         &events,
     )
     .await
@@ -278,18 +281,9 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
         .unwrap();
     assert!(preview.cloud_only && preview.node_object.is_none() && preview.pods.is_empty());
     assert!(preview.refusals.is_empty(), "{:?}", preview.refusals);
-    let (done, drained) = remove_aws(
-        &e.cloud,
-        &instances,
-        None,
-        third.name(),
-        &guard,
-        &drain(),
-        false,
-        &events,
-    )
-    .await
-    .unwrap();
+    let (done, drained) = remove(&e, &instances, None, third.name(), &guard, &events)
+        .await
+        .unwrap();
     assert!(drained.is_none() && done.cloud_only);
     let state = instance_state(&e.sdk, third.name()).await;
     assert!(state == "shutting-down" || state == "terminated", "{state}");

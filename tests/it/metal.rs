@@ -1015,15 +1015,14 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
     let config = lab.store_dir().join(name).join("config");
     let before = std::fs::read(&config).unwrap();
 
+    // `update cluster --inventory inventory2.yaml` and `extra`.
+    let reread = |extra: &[&str]| {
+        let base = ["update", "cluster", name, "--inventory", &inv2];
+        lab.kprov(&[&base[..], extra].concat())
+    };
+
     // The preview: hosts to add and to remove, nothing stored, exit 2 with --exit-code.
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--inventory",
-        &inv2,
-        "--exit-code",
-    ]);
+    let o = reread(&["--exit-code"]);
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let err = text(&o.stderr);
     assert!(err.contains("hosts to add: host3 ("), "{}", show(&o));
@@ -1036,16 +1035,7 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
     assert!(lab.upper("host3", "/var/lib/kprov/owner").is_none());
 
     // --yes: stored, host3 provisioned; host2 (provisioned) is reported to remove.
-    let o = lab.kprov(&[
-        "update",
-        "cluster",
-        name,
-        "--inventory",
-        &inv2,
-        "--yes",
-        "--accept-new-host-keys",
-        "--skip-addons",
-    ]);
+    let o = reread(&["--yes", "--accept-new-host-keys", "--skip-addons"]);
     ok(&o);
     let spec = text(&std::fs::read(&config).unwrap());
     assert!(

@@ -265,6 +265,50 @@ fn cluster(mirror: &Mirror, extra: &str) -> Cluster {
     c
 }
 
+/// The hosts of the inventory file `name` (tests/fixtures).
+fn hosts_of(name: &str) -> Vec<Host> {
+    inventory::load(&inventory_file(name)).unwrap()
+}
+
+/// What `provisioned` made.
+struct Provisioned {
+    m: Mirror,
+    hosts: Vec<Host>,
+    c: Cluster,
+    ns: NsHosts,
+    report: orchestrate::Report,
+}
+
+/// The hosts of the inventory file `inventory`, provisioned (successfully) in namespaces as
+/// the cluster of `cluster(&m, extra)`.
+async fn provisioned(inventory: &str, extra: &str) -> Provisioned {
+    let m = mirror();
+    let hosts = hosts_of(inventory);
+    let c = cluster(&m, extra);
+    let ns = NsHosts::new(&hosts);
+    let report = ns.provision(&c, &hosts).await;
+    assert!(report.success(), "{report:#?}");
+    Provisioned {
+        m,
+        hosts,
+        c,
+        ns,
+        report,
+    }
+}
+
+/// How many kubeadm commands ran on `hosts` so far.
+fn kubeadm_runs(ns: &NsHosts, hosts: &[Host]) -> usize {
+    let on = |h: &Host| {
+        let calls = ns.calls(&h.name);
+        calls
+            .iter()
+            .filter(|(_, c)| c.starts_with("kubeadm"))
+            .count()
+    };
+    hosts.iter().map(on).sum()
+}
+
 fn mirror() -> Mirror {
     Mirror::start(IpAddr::V4(Ipv4Addr::LOCALHOST), "1.35.1")
 }
@@ -284,12 +328,9 @@ fn openssl_pin(pem: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
     crate::needs_tier!(Root);
-    let m = mirror();
-    let hosts = inventory::load(&inventory_file("kprov-ha.yaml")).unwrap();
-    let c = cluster(&m, "");
-    let ns = NsHosts::new(&hosts);
-    let report = ns.provision(&c, &hosts).await;
-    assert!(report.success(), "{report:#?}");
+    let Provisioned {
+        m, hosts, c, ns, ..
+    } = provisioned("kprov-ha.yaml", "").await;
 
     // Order: init on cp1 before any join; control planes one at a time; workers after them.
     let init = ns.first_call("cp1", "kubeadm init --config");
@@ -383,28 +424,12 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
     // Re-run: nothing changes, nothing is downloaded, kubeadm is not called to change anything.
     let downloads = m.downloads().len();
     assert_eq!(downloads, 7 * hosts.len());
-    let kubeadm_calls: usize = hosts
-        .iter()
-        .map(|h| {
-            ns.calls(&h.name)
-                .iter()
-                .filter(|(_, c)| c.starts_with("kubeadm"))
-                .count()
-        })
-        .sum();
+    let kubeadm_calls = kubeadm_runs(&ns, &hosts);
     let again = ns.provision(&c, &hosts).await;
     assert!(again.success(), "{again:#?}");
     assert_eq!(again.changed(), 0, "{again:#?}");
     assert_eq!(m.downloads().len(), downloads);
-    let after: usize = hosts
-        .iter()
-        .map(|h| {
-            ns.calls(&h.name)
-                .iter()
-                .filter(|(_, c)| c.starts_with("kubeadm"))
-                .count()
-        })
-        .sum();
+    let after = kubeadm_runs(&ns, &hosts);
     assert_eq!(after, kubeadm_calls);
 
     // The admin kubeconfig, pointed at a control plane the operator can reach.
@@ -443,12 +468,17 @@ async fn three_control_planes_from_kprov_inventory_then_no_op_rerun() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubespray_inventory_single_control_plane_with_external_cloud_provider() {
     crate::needs_tier!(Root);
-    let m = mirror();
-    let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
-    let c = cluster(&m, "  cloudControllerManager:\n    provider: openstack\n");
-    let ns = NsHosts::new(&hosts);
-    let report = ns.provision(&c, &hosts).await;
-    assert!(report.success(), "{report:#?}");
+    let Provisioned {
+        m: _m,
+        hosts,
+        c: _c,
+        ns,
+        report,
+    } = provisioned(
+        "kubespray-inventory.ini",
+        "  cloudControllerManager:\n    provider: openstack\n",
+    )
+    .await;
     for h in &hosts {
         let flags = ns
             .file(&h.name, "/var/lib/kubelet/kubeadm-flags.env")
@@ -478,8 +508,7 @@ async fn kubespray_inventory_single_control_plane_with_external_cloud_provider()
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checksum_mismatch_is_refused_and_unreachable_host_reported() {
     crate::needs_tier!(Root);
-    let m = mirror();
-    let hosts = inventory::load(&inventory_file("kprov-single.yaml")).unwrap();
+    let (m, hosts) = (mirror(), hosts_of("kprov-single.yaml"));
     let mut c = cluster(&m, "");
     let assets = c.spec.assets.as_mut().unwrap();
     let kubelet = assets
@@ -629,8 +658,7 @@ hosts:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn air_gapped_assets_are_uploaded_not_downloaded() {
     crate::needs_tier!(Root);
-    let m = mirror();
-    let hosts = inventory::load(&inventory_file("kubespray-inventory.ini")).unwrap();
+    let (m, hosts) = (mirror(), hosts_of("kubespray-inventory.ini"));
     let mut c = cluster(&m, "");
     c.spec.assets = Some(Assets {
         bundle: None,

@@ -185,7 +185,7 @@ mod engine_on_the_fake_api {
     use serde_json::json;
 
     use crate::support::fakekube::{
-        FakeKube, node, owned_by, pdb, pod, system_pod, with_heartbeat,
+        FakeKube, app_pdb, node, pod, replica_pod, system_pod, with_heartbeat,
     };
 
     #[derive(Default)]
@@ -251,28 +251,13 @@ mod engine_on_the_fake_api {
         events: rolling::RollEvents,
     ) -> Vec<(usize, String, &'static str)> {
         let (fake, api) = setup().await;
-        let dir = tempfile::tempdir().unwrap();
-        let store = FileStore::new(dir.path()).unwrap();
-        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
         let roller = KubeletRestarter {
             fake: &fake,
             posts: Mutex::default(),
             old_posts_first,
         };
-        let (_tx, rx) = tokio::sync::watch::channel(false);
         fake.clear_requests();
-        let j = rolling::run(
-            file,
-            Journal::new(&plan(), "test", false),
-            &api,
-            &roller,
-            &options(),
-            &events,
-            rx,
-            &|| Ok(()),
-        )
-        .await
-        .unwrap();
+        let j = roll(&api, &roller, &events).await.0.unwrap();
         assert!(j.finished);
         for posts in roller.posts.lock().unwrap().drain(..) {
             posts.join().unwrap();
@@ -449,12 +434,21 @@ mod engine_on_the_fake_api {
         )
     }
 
-    fn rs_pod(name: &str, app: &str, on: &str) -> serde_json::Value {
-        owned_by(
-            pod("default", name, json!({ "app": app }), on, "Running", true),
-            "ReplicaSet",
-            &format!("{app}-rs"),
-        )
+    /// Rolls `plan()` with `roller`, journalled in a fresh file store: the roll's result, and
+    /// the store's directory, where the journal stays to be read.
+    async fn roll(
+        api: &KubeCluster,
+        roller: &dyn NodeRoller,
+        events: &rolling::RollEvents,
+    ) -> (Result<Journal, RollError>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path()).unwrap();
+        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let journal = Journal::new(&plan(), "test", false);
+        let opts = options();
+        let result = rolling::run(file, journal, api, roller, &opts, events, rx, &|| Ok(())).await;
+        (result, dir)
     }
 
     async fn setup() -> (FakeKube, KubeCluster) {
@@ -615,31 +609,12 @@ mod engine_on_the_fake_api {
     #[tokio::test]
     async fn a_budget_that_never_allows_stops_the_roll_naming_it_and_the_node_stays_cordoned() {
         let (fake, api) = setup().await;
-        fake.put(rs_pod("db-1", "db", "w1"));
-        fake.put(pdb(
-            "default",
-            "db",
-            json!({ "app": "db" }),
-            ("minAvailable", json!("100%")),
-        ));
-        let dir = tempfile::tempdir().unwrap();
-        let store = FileStore::new(dir.path()).unwrap();
-        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        fake.put(replica_pod("db-1", "db", "w1"));
+        fake.put(app_pdb("db", ("minAvailable", json!("100%"))));
         let roller = Recorder::default();
-        let (_tx, rx) = tokio::sync::watch::channel(false);
         let events: rolling::RollEvents = Arc::new(|_: &RollEvent| {});
-        let e = rolling::run(
-            file,
-            Journal::new(&plan(), "test", false),
-            &api,
-            &roller,
-            &options(),
-            &events,
-            rx,
-            &|| Ok(()),
-        )
-        .await
-        .unwrap_err();
+        let (result, dir) = roll(&api, &roller, &events).await;
+        let e = result.unwrap_err();
         let RollError::Stopped { node, reason, .. } = &e else {
             panic!("{e}")
         };
@@ -653,6 +628,7 @@ mod engine_on_the_fake_api {
         assert!(unschedulable(&fake, "w1"));
         assert!(!unschedulable(&fake, "w2"), "w2 was touched");
         assert!(roller.0.lock().unwrap().is_empty(), "w1 was rolled");
+        let store = FileStore::new(dir.path()).unwrap();
         let (_, j) = JournalFile::load(&store, "c").await.unwrap();
         let j = j.unwrap();
         assert_eq!(j.nodes[0].step, NodeStep::Cordoned);
@@ -670,12 +646,8 @@ mod engine_on_the_fake_api {
     async fn free_nodes_are_drained_rolled_and_uncordoned_one_by_one() {
         let (fake, api) = setup().await;
         fake.run_replicaset_controller();
-        fake.put(rs_pod("web-1", "web", "w1"));
-        let dir = tempfile::tempdir().unwrap();
-        let store = FileStore::new(dir.path()).unwrap();
-        let (file, _) = JournalFile::load(&store, "c").await.unwrap();
+        fake.put(replica_pod("web-1", "web", "w1"));
         let roller = Recorder::default();
-        let (_tx, rx) = tokio::sync::watch::channel(false);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s2 = seen.clone();
         let events: rolling::RollEvents = Arc::new(move |e: &RollEvent| {
@@ -683,18 +655,7 @@ mod engine_on_the_fake_api {
                 s2.lock().unwrap().push(format!("{node} {}", step.as_str()));
             }
         });
-        let j = rolling::run(
-            file,
-            Journal::new(&plan(), "test", false),
-            &api,
-            &roller,
-            &options(),
-            &events,
-            rx,
-            &|| Ok(()),
-        )
-        .await
-        .unwrap();
+        let j = roll(&api, &roller, &events).await.0.unwrap();
         assert!(j.finished);
         assert_eq!(*roller.0.lock().unwrap(), ["w1", "w2"]);
         assert!(!unschedulable(&fake, "w1") && !unschedulable(&fake, "w2"));
@@ -740,7 +701,7 @@ mod roll_with_yes {
     use crate::metal::{Lab, VERSION, ok, show, text};
     use crate::support::cli::says;
     use crate::support::fakekube::{
-        FakeKube, node, owned_by, pdb, pod, system_pod, with_heartbeat,
+        FakeKube, app_pdb, daemon_pod, node, owned_by, replica_pod, system_pod, with_heartbeat,
     };
 
     fn now_ns() -> u128 {
@@ -795,27 +756,37 @@ mod roll_with_yes {
         });
     }
 
-    fn rs_pod(name: &str, app: &str, on: &str) -> serde_json::Value {
-        owned_by(
-            pod("default", name, json!({ "app": app }), on, "Running", true),
-            "ReplicaSet",
-            &format!("{app}-rs"),
-        )
-    }
-
     /// `name` created from a kprov inventory of `hosts` (name, group) and provisioned, with the
     /// fake API of [`cluster_api`] and its kubeconfig's path (for `--kubeconfig`).
+    /// host1, host2, ...: the first `control_planes` of them control planes, then `nodes`
+    /// nodes.
+    fn layout(control_planes: usize, nodes: usize) -> Vec<(&'static str, &'static str)> {
+        const NAMES: [&str; 6] = ["host1", "host2", "host3", "host4", "host5", "host6"];
+        let roles = std::iter::repeat_n("control-plane", control_planes)
+            .chain(std::iter::repeat_n("node", nodes));
+        NAMES.into_iter().zip(roles).collect()
+    }
+
+    /// A lab of `hosts` with the metal cluster `name` on them provisioned: the lab, its
+    /// hosts, and the fake API as it shows that cluster (its runtime, itself and its
+    /// kubeconfig's path).
     fn provisioned(
-        lab: &Lab,
         name: &str,
-        hosts: &[(&str, &str)],
-    ) -> (tokio::runtime::Runtime, FakeKube, String) {
-        let inv = lab.inventory(hosts);
+        hosts: Vec<(&'static str, &'static str)>,
+    ) -> (
+        Lab,
+        Vec<(&'static str, &'static str)>,
+        tokio::runtime::Runtime,
+        FakeKube,
+        String,
+    ) {
+        let lab = Lab::start(hosts.len());
+        let inv = lab.inventory(&hosts);
         lab.create_metal(name, &inv);
         lab.provision(name);
-        let (rt, fake) = cluster_api(hosts);
+        let (rt, fake) = cluster_api(&hosts);
         let kc = fake.kubeconfig.display().to_string();
-        (rt, fake, kc)
+        (lab, hosts, rt, fake, kc)
     }
 
     /// The fake API as a healthy metal cluster of `hosts` shows it: a Ready Node each, a
@@ -826,18 +797,7 @@ mod roll_with_yes {
         let fake = rt.block_on(FakeKube::start());
         for (h, role) in hosts {
             fake.put(node(h, *role == "control-plane", true, false, None));
-            fake.put(owned_by(
-                pod(
-                    "kube-system",
-                    &format!("calico-node-{h}"),
-                    json!({ "k8s-app": "calico-node" }),
-                    h,
-                    "Running",
-                    true,
-                ),
-                "DaemonSet",
-                "calico-node",
-            ));
+            fake.put(daemon_pod(&format!("calico-node-{h}"), "calico-node", h));
         }
         let last = hosts.last().map(|(h, _)| *h).unwrap_or("host1");
         fake.put(owned_by(
@@ -910,6 +870,71 @@ mod roll_with_yes {
         }
     }
 
+    /// Ctrl-C to `child`, which must then exit with 130 within `secs`: how long it took, and
+    /// what it wrote to `log`.
+    fn interrupted(
+        child: &mut std::process::Child,
+        log: &std::path::Path,
+        secs: u64,
+    ) -> (Duration, String) {
+        let at = Instant::now();
+        ctrl_c(child);
+        let code = exit_within(child, secs);
+        let took = at.elapsed();
+        let err = std::fs::read_to_string(log).expect("log");
+        assert_eq!(code, Some(130), "{err}");
+        (took, err)
+    }
+
+    /// The journal's entry of `node`, in the journal of the roll of `name`.
+    fn journaled(lab: &Lab, name: &str, node: &str) -> serde_json::Value {
+        let j = lab.journal(name).expect("journal");
+        j["nodes"]
+            .as_array()
+            .and_then(|ns| ns.iter().find(|n| n["nodeName"] == node).cloned())
+            .unwrap_or_else(|| panic!("{node} not in the journal: {j}"))
+    }
+
+    /// A roll (one validation pass of at most 3 s) that the gate refuses before it starts,
+    /// exit 1: when it started, and its output; the fake API logs only its requests.
+    fn refused_at_the_gate(
+        lab: &Lab,
+        fake: &FakeKube,
+        name: &str,
+        kc: &str,
+    ) -> (u128, std::process::Output) {
+        let t0 = now_ns();
+        fake.clear_requests();
+        let gate = ["--validate-count", "1", "--validation-timeout", "3s"];
+        let o = lab.kprov(&roll_args(name, kc, &gate));
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        (t0, o)
+    }
+
+    /// Starts the roll `args` and sends Ctrl-C once `host`'s kubelet restart (a step of its
+    /// re-provision) has begun; the roll finishes that step first, so it must still run half
+    /// a second later (`cut` says otherwise).
+    fn ctrl_c_in_a_restart(
+        lab: &Lab,
+        args: &[&str],
+        log: &std::path::Path,
+        host: &str,
+        cut: &str,
+    ) -> std::process::Child {
+        let since = now_ns();
+        let mut child = spawn(lab, args, log);
+        wait_for(
+            &mut child,
+            120,
+            &format!("{host}'s kubelet restart"),
+            || !kubelet_restarts(lab, host, since).is_empty(),
+        );
+        ctrl_c(&child);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(child.try_wait().expect("wait").is_none(), "{cut}");
+        child
+    }
+
     /// `kprov` started in the background in a process group of its own (a terminal's job),
     /// stderr to `log`.
     fn spawn(lab: &Lab, args: &[&str], log: &std::path::Path) -> std::process::Child {
@@ -931,14 +956,8 @@ mod roll_with_yes {
     #[test]
     fn an_unhealthy_etcd_member_refuses_the_roll_and_one_lost_mid_roll_stops_it_at_the_gate() {
         crate::needs_tier!(SshdHosts);
-        let lab = Lab::start(3);
         let name = "etcdgate.metal.example.com";
-        let hosts = [
-            ("host1", "control-plane"),
-            ("host2", "control-plane"),
-            ("host3", "control-plane"),
-        ];
-        let (_rt, fake, kc) = provisioned(&lab, name, &hosts);
+        let (lab, hosts, _rt, fake, kc) = provisioned(name, layout(3, 0));
         let addr3 = lab.host("host3").address.clone();
         let named =
             format!("etcd member host3 (peer https://{addr3}:2380, on host host3) is unhealthy");
@@ -950,14 +969,7 @@ mod roll_with_yes {
 
         // 1. host2's member is down before the roll: refused, nothing touched.
         lab.seed_etcd_members("host1", &HOST3_DOWN);
-        let t0 = now_ns();
-        fake.clear_requests();
-        let o = lab.kprov(&roll_args(
-            name,
-            &kc,
-            &["--validate-count", "1", "--validation-timeout", "3s"],
-        ));
-        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let (t0, o) = refused_at_the_gate(&lab, &fake, name, &kc);
         let err = text(&o.stderr);
         assert!(err.contains(&named), "{}", show(&o));
         assert!(err.contains("before the roll starts"), "{}", show(&o));
@@ -1058,13 +1070,7 @@ mod roll_with_yes {
         let lab = Lab::start(5);
         let name = "etcdhost.metal.example.com";
         crate::etcd::provision(&lab, name);
-        let hosts = [
-            ("host1", "control-plane"),
-            ("host2", "control-plane"),
-            ("host3", "node"),
-            ("host4", "node"),
-            ("host5", "node"),
-        ];
+        let hosts = layout(2, 3);
         let (_rt, fake) = cluster_api(&hosts);
         let kc = fake.kubeconfig.display().to_string();
         set_label(&lab, name, &["host4"], "web");
@@ -1072,14 +1078,7 @@ mod roll_with_yes {
             "host1",
             &[(1, "host1", true), (2, "host2", false), (3, "host3", true)],
         );
-        let t0 = now_ns();
-        fake.clear_requests();
-        let o = lab.kprov(&roll_args(
-            name,
-            &kc,
-            &["--validate-count", "1", "--validation-timeout", "3s"],
-        ));
-        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let (t0, o) = refused_at_the_gate(&lab, &fake, name, &kc);
         let addr2 = &lab.host("host2").address;
         says(
             &o,
@@ -1120,14 +1119,8 @@ mod roll_with_yes {
     #[test]
     fn ctrl_c_stops_at_a_safe_point_journals_it_releases_the_lock_and_a_rerun_resumes() {
         crate::needs_tier!(SshdHosts);
-        let lab = Lab::start(3);
         let name = "ctrlc.metal.example.com";
-        let hosts = [
-            ("host1", "control-plane"),
-            ("host2", "node"),
-            ("host3", "node"),
-        ];
-        let (_rt, fake, kc) = provisioned(&lab, name, &hosts);
+        let (lab, hosts, _rt, fake, kc) = provisioned(name, layout(1, 2));
         let args = roll_args(
             name,
             &kc,
@@ -1141,13 +1134,7 @@ mod roll_with_yes {
             ],
         );
         let log = lab.dir.path().join("ctrlc.log");
-        let journal_node = |node: &str| -> serde_json::Value {
-            let j = lab.journal(name).expect("journal");
-            j["nodes"]
-                .as_array()
-                .and_then(|ns| ns.iter().find(|n| n["nodeName"] == node).cloned())
-                .unwrap_or_else(|| panic!("{node} not in the journal: {j}"))
-        };
+        let journal_node = |node: &str| journaled(&lab, name, node);
 
         // 0. Interrupted during the etcd backup taken before the control plane rolls (the
         //    lock is already held): the backup finishes, the roll stops before its first
@@ -1165,10 +1152,7 @@ mod roll_with_yes {
                 .iter()
                 .any(|(t, c)| *t > t0 && c.contains("snapshot save"))
         });
-        ctrl_c(&child);
-        let code = exit_within(&mut child, 60);
-        let err = std::fs::read_to_string(&log).expect("log");
-        assert_eq!(code, Some(130), "{err}");
+        let (_, err) = interrupted(&mut child, &log, 60);
         assert!(err.contains("etcd backed up from host1"), "{err}");
         assert!(
             err.contains("interrupted: during validation before the roll starts"),
@@ -1185,13 +1169,8 @@ mod roll_with_yes {
             .expect("fast backup");
 
         // 1. Interrupted while host2's drain waits on a budget.
-        fake.put(rs_pod("db-1", "db", "host2"));
-        fake.put(pdb(
-            "default",
-            "db",
-            json!({ "app": "db" }),
-            ("minAvailable", json!("100%")),
-        ));
+        fake.put(replica_pod("db-1", "db", "host2"));
+        fake.put(app_pdb("db", ("minAvailable", json!("100%"))));
         let mut child = spawn(&lab, &args, &log);
         wait_for(&mut child, 120, "host2's drain", || {
             lab.journal_step(name, "host2").as_deref() == Some("cordoned")
@@ -1200,12 +1179,7 @@ mod roll_with_yes {
                     .iter()
                     .any(|r| r.path.ends_with("/eviction"))
         });
-        let interrupted_at = Instant::now();
-        ctrl_c(&child);
-        let code = exit_within(&mut child, 30);
-        let stopped_in = interrupted_at.elapsed();
-        let err = std::fs::read_to_string(&log).expect("log");
-        assert_eq!(code, Some(130), "{err}");
+        let (stopped_in, err) = interrupted(&mut child, &log, 30);
         assert!(
             err.contains("interrupted: host2 was cordoned (drain abandoned"),
             "{err}"
@@ -1229,12 +1203,7 @@ mod roll_with_yes {
         lab.assert_unlocked(name);
 
         // ... and the next run takes it at once, resumes at host2, leaves host1 alone.
-        fake.put(pdb(
-            "default",
-            "db",
-            json!({ "app": "db" }),
-            ("maxUnavailable", json!(1)),
-        ));
+        fake.put(app_pdb("db", ("maxUnavailable", json!(1))));
         let t1 = now_ns();
         fake.clear_requests();
         let o = lab.kprov(&args);
@@ -1257,17 +1226,7 @@ mod roll_with_yes {
         lab.host("host3")
             .exec(&format!("echo 3 > {delay}"))
             .expect("slow restart");
-        let t2 = now_ns();
-        let mut child = spawn(&lab, &args, &log);
-        wait_for(&mut child, 120, "host3's kubelet restart", || {
-            !kubelet_restarts(&lab, "host3", t2).is_empty()
-        });
-        ctrl_c(&child);
-        std::thread::sleep(Duration::from_millis(500));
-        assert!(
-            child.try_wait().expect("wait").is_none(),
-            "the re-provision was cut"
-        );
+        let mut child = ctrl_c_in_a_restart(&lab, &args, &log, "host3", "the re-provision was cut");
         let code = exit_within(&mut child, 60);
         let err = std::fs::read_to_string(&log).expect("log");
         assert_eq!(code, Some(130), "{err}");
@@ -1281,20 +1240,8 @@ mod roll_with_yes {
         lab.host("host3")
             .exec(&format!("echo 60 > {delay}"))
             .expect("slower restart");
-        let t3 = now_ns();
-        let mut child = spawn(&lab, &args, &log);
-        wait_for(&mut child, 120, "host3's kubelet restart", || {
-            !kubelet_restarts(&lab, "host3", t3).is_empty()
-        });
-        ctrl_c(&child);
-        std::thread::sleep(Duration::from_millis(500));
-        assert!(child.try_wait().expect("wait").is_none(), "out after one");
-        let twice = Instant::now();
-        ctrl_c(&child);
-        let code = exit_within(&mut child, 10);
-        let out_in = twice.elapsed();
-        let err = std::fs::read_to_string(&log).expect("log");
-        assert_eq!(code, Some(130), "{err}");
+        let mut child = ctrl_c_in_a_restart(&lab, &args, &log, "host3", "out after one");
+        let (out_in, err) = interrupted(&mut child, &log, 10);
         assert!(err.contains("interrupted twice"), "{err}");
         let o = lab.kprov(&args);
         assert_eq!(o.status.code(), Some(4), "{}", show(&o));
@@ -1314,13 +1261,8 @@ mod roll_with_yes {
 
         // 4. SIGTERM (a service manager stopping kprov) is a first Ctrl-C, exit 143.
         set_label(&lab, name, &["host2"], "db");
-        fake.put(rs_pod("db-9", "db", "host2"));
-        fake.put(pdb(
-            "default",
-            "db",
-            json!({ "app": "db" }),
-            ("minAvailable", json!("100%")),
-        ));
+        fake.put(replica_pod("db-9", "db", "host2"));
+        fake.put(app_pdb("db", ("minAvailable", json!("100%"))));
         fake.clear_requests();
         let mut child = spawn(&lab, &args, &log);
         wait_for(&mut child, 120, "host2's drain", || {
@@ -1363,12 +1305,10 @@ mod roll_with_yes {
     #[test]
     fn ctrl_c_ends_the_rolls_ready_and_validation_waits_within_a_second() {
         crate::needs_tier!(SshdHosts);
-        use crate::support::signals::{log_text, wait_for_log};
+        use crate::support::signals::wait_for_log;
         const EXIT_WITHIN: Duration = Duration::from_secs(2);
-        let lab = Lab::start(2);
         let name = "apiwait.metal.example.com";
-        let hosts = [("host1", "control-plane"), ("host2", "node")];
-        let (_rt, fake, kc) = provisioned(&lab, name, &hosts);
+        let (lab, _, _rt, fake, kc) = provisioned(name, layout(1, 1));
         let args = roll_args(
             name,
             &kc,
@@ -1376,13 +1316,7 @@ mod roll_with_yes {
         );
         let log = lab.dir.path().join("apiwait.log");
         let hold = "/var/lib/kprov-standins/systemd/kubelet.restart-hold";
-        let journal_node = |node: &str| -> serde_json::Value {
-            let j = lab.journal(name).expect("journal");
-            j["nodes"]
-                .as_array()
-                .and_then(|ns| ns.iter().find(|n| n["nodeName"] == node).cloned())
-                .unwrap_or_else(|| panic!("{node} not in the journal: {j}"))
-        };
+        let journal_node = |node: &str| journaled(&lab, name, node);
         let resume = format!(
             "The lock of {name} is released. Resume with `kprov rolling-update cluster {name} --yes`."
         );
@@ -1405,6 +1339,34 @@ mod roll_with_yes {
                 .expect("release host2's kubelet restart");
         };
 
+        // Ctrl-C to a roll waiting on host2: out within EXIT_WITHIN (how long it took), saying
+        // where it stopped (`why`) and how to resume, host2 journaled at `step`, `stopped`, the
+        // lock released.
+        let stops = |child: &mut std::process::Child, why: &str, step: &str, stopped: &str| {
+            let (took, err) = interrupted(child, &log, 60);
+            assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+            assert!(err.contains(why), "{err}");
+            assert!(err.contains(&resume), "{err}");
+            let n2 = journal_node("host2");
+            assert_eq!(n2["step"], step, "{n2}");
+            assert_eq!(n2["stopped"], stopped, "{n2}");
+            lab.assert_unlocked(name);
+            took
+        };
+        // Healed, the next run takes the lock at once and finishes, host2 not re-provisioned
+        // a second time.
+        let resumes = || {
+            let since = now_ns();
+            let o = lab.kprov(&args);
+            ok(&o);
+            says(&o, "Resuming");
+            assert!(
+                kubelet_restarts(&lab, "host2", since).is_empty(),
+                "{}",
+                show(&o)
+            );
+        };
+
         // 1. The wait for Ready.
         set_label(&lab, name, &["host2"], "web");
         lab.host("host2")
@@ -1421,35 +1383,14 @@ mod roll_with_yes {
             "host2: waiting for host2 to be Ready",
             300,
         );
-        let at = Instant::now();
-        ctrl_c(&child);
-        let code = exit_within(&mut child, 60);
-        let took = at.elapsed();
-        let err = log_text(&log);
-        assert_eq!(code, Some(130), "{err}");
-        assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
-        assert!(
-            err.contains("interrupted: host2 was replaced (waiting for Ready)"),
-            "{err}"
+        let ready_wait_took = stops(
+            &mut child,
+            "interrupted: host2 was replaced (waiting for Ready)",
+            "replaced",
+            "interrupted while waiting for Ready",
         );
-        assert!(err.contains(&resume), "{err}");
-        let n2 = journal_node("host2");
-        assert_eq!(n2["step"], "replaced", "{n2}");
-        assert_eq!(n2["stopped"], "interrupted while waiting for Ready", "{n2}");
-        lab.assert_unlocked(name);
-        // Ready again: the next run takes the lock at once and finishes, host2 not
-        // re-provisioned a second time.
         ready(true);
-        let t1 = now_ns();
-        let o = lab.kprov(&args);
-        ok(&o);
-        says(&o, "Resuming");
-        assert!(
-            kubelet_restarts(&lab, "host2", t1).is_empty(),
-            "{}",
-            show(&o)
-        );
-        let ready_wait_took = took;
+        resumes();
 
         // 2. The validation gate after host2.
         set_label(&lab, name, &["host2"], "db");
@@ -1462,35 +1403,14 @@ mod roll_with_yes {
             lab.seed_etcd_members("host1", &[(1, "host1", true), (2, "host2", false)])
         });
         wait_for_log(&mut child, &log, "validation: not yet", 300);
-        let at = Instant::now();
-        ctrl_c(&child);
-        let code = exit_within(&mut child, 60);
-        let took = at.elapsed();
-        let err = log_text(&log);
-        assert_eq!(code, Some(130), "{err}");
-        assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
-        assert!(
-            err.contains("interrupted: during validation after host2"),
-            "{err}"
+        let took = stops(
+            &mut child,
+            "interrupted: during validation after host2",
+            "uncordoned",
+            "interrupted during the validation after host2",
         );
-        assert!(err.contains(&resume), "{err}");
-        let n2 = journal_node("host2");
-        assert_eq!(n2["step"], "uncordoned", "{n2}");
-        assert_eq!(
-            n2["stopped"], "interrupted during the validation after host2",
-            "{n2}"
-        );
-        lab.assert_unlocked(name);
         lab.seed_etcd_members("host1", &[(1, "host1", true)]);
-        let t3 = now_ns();
-        let o = lab.kprov(&args);
-        ok(&o);
-        says(&o, "Resuming");
-        assert!(
-            kubelet_restarts(&lab, "host2", t3).is_empty(),
-            "{}",
-            show(&o)
-        );
+        resumes();
         assert_eq!(journal_node("host2")["step"], "validated");
         assert_eq!(record(&lab, "host2")["labels"]["tier"], "db");
         eprintln!(
@@ -1502,18 +1422,14 @@ mod roll_with_yes {
     fn a_label_change_rolls_in_order_resumes_after_a_kill_and_stops_at_a_budget() {
         crate::needs_tier!(SshdHosts);
         let name = "rollyes.metal.example.com";
-        let hosts = [
-            ("host1", "control-plane"),
-            ("host2", "node"),
-            ("host3", "node"),
-        ];
+        let hosts = layout(1, 2);
         let lab = Lab::with_cluster(3, name, &hosts);
         lab.provision(name);
 
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let fake = rt.block_on(FakeKube::start());
         let kc = fake.kubeconfig.display().to_string();
-        for (h, role) in hosts {
+        for &(h, role) in &hosts {
             fake.put(with_heartbeat(node(
                 h,
                 role == "control-plane",
@@ -1521,18 +1437,7 @@ mod roll_with_yes {
                 false,
                 None,
             )));
-            fake.put(owned_by(
-                pod(
-                    "kube-system",
-                    &format!("calico-node-{h}"),
-                    json!({ "k8s-app": "calico-node" }),
-                    h,
-                    "Running",
-                    true,
-                ),
-                "DaemonSet",
-                "calico-node",
-            ));
+            fake.put(daemon_pod(&format!("calico-node-{h}"), "calico-node", h));
         }
         fake.run_replicaset_controller();
         fake.put(owned_by(
@@ -1541,23 +1446,12 @@ mod roll_with_yes {
             "coredns-rs",
         ));
         let roll_args = |extra: &[&str]| -> Vec<String> {
-            let mut v: Vec<String> = [
-                "rolling-update",
-                "cluster",
-                name,
-                "--yes",
-                "--kubeconfig",
-                &kc,
-                "--validate-count",
-                "1",
-                "--validation-timeout",
-                "60s",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            v.extend(extra.iter().map(|s| s.to_string()));
-            v
+            let mut v = vec!["--validate-count", "1", "--validation-timeout", "60s"];
+            v.extend_from_slice(extra);
+            roll_args(name, &kc, &v)
+                .into_iter()
+                .map(String::from)
+                .collect()
         };
         let roll = |extra: &[&str]| {
             let args = roll_args(extra);
@@ -1674,13 +1568,8 @@ mod roll_with_yes {
         //    refused meanwhile; after the lock is broken the next run resumes at host3 and
         //    leaves host2, already rolled, alone.
         set_label(&lab, name, &["host2", "host3"], "api");
-        fake.put(rs_pod("db-1", "db", "host3"));
-        fake.put(pdb(
-            "default",
-            "db",
-            json!({ "app": "db" }),
-            ("minAvailable", json!("100%")),
-        ));
+        fake.put(replica_pod("db-1", "db", "host3"));
+        fake.put(app_pdb("db", ("minAvailable", json!("100%"))));
         let args = roll_args(&["--drain-timeout", "10m"]);
         let mut child = lab
             .kprov_command(&args.iter().map(String::as_str).collect::<Vec<_>>())
@@ -1711,12 +1600,7 @@ mod roll_with_yes {
         assert_eq!(record(&lab, "host2")["labels"]["tier"], "api");
         assert_eq!(record(&lab, "host3")["labels"]["tier"], "web");
         ok(&lab.kprov(&["lock", "break", name]));
-        fake.put(pdb(
-            "default",
-            "db",
-            json!({ "app": "db" }),
-            ("maxUnavailable", json!(1)),
-        ));
+        fake.put(app_pdb("db", ("maxUnavailable", json!(1))));
         fake.clear_requests();
         let o = roll(&[]);
         ok(&o);
@@ -1733,13 +1617,8 @@ mod roll_with_yes {
         // 4. A budget that never allows: the roll stops at --drain-timeout naming it; the node
         //    stays cordoned and is not re-provisioned.
         set_label(&lab, name, &["host3"], "db");
-        fake.put(rs_pod("db-2", "db", "host3"));
-        fake.put(pdb(
-            "default",
-            "db",
-            json!({ "app": "db" }),
-            ("minAvailable", json!("100%")),
-        ));
+        fake.put(replica_pod("db-2", "db", "host3"));
+        fake.put(app_pdb("db", ("minAvailable", json!("100%"))));
         let t2 = now_ns();
         let o = roll(&["--drain-timeout", "3s"]);
         assert_eq!(o.status.code(), Some(1), "{}", show(&o));
@@ -1761,12 +1640,7 @@ mod roll_with_yes {
         let lab = Lab::start(4);
         let old = crate::support::mirror::Mirror::start(lab.gateway().parse().expect("ip"), FROM);
         let name = "upgrade.metal.example.com";
-        let hosts = [
-            ("host1", "control-plane"),
-            ("host2", "control-plane"),
-            ("host3", "control-plane"),
-            ("host4", "node"),
-        ];
+        let hosts = layout(3, 1);
         let inv = lab.inventory(&hosts);
         ok(&lab.kprov(
             &[
@@ -1785,27 +1659,16 @@ mod roll_with_yes {
             })
         });
         lab.provision(name);
-        for (h, _) in hosts {
+        for &(h, _) in &hosts {
             assert_eq!(record(&lab, h)["kubernetesVersion"], FROM);
         }
 
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let fake = rt.block_on(FakeKube::start());
         let kc = fake.kubeconfig.display().to_string();
-        for (h, role) in hosts {
+        for &(h, role) in &hosts {
             fake.put(node(h, role == "control-plane", true, false, None));
-            fake.put(owned_by(
-                pod(
-                    "kube-system",
-                    &format!("calico-node-{h}"),
-                    json!({ "k8s-app": "calico-node" }),
-                    h,
-                    "Running",
-                    true,
-                ),
-                "DaemonSet",
-                "calico-node",
-            ));
+            fake.put(daemon_pod(&format!("calico-node-{h}"), "calico-node", h));
         }
         fake.put(owned_by(
             system_pod("coredns-1", "kube-dns", "host4"),
@@ -1838,18 +1701,8 @@ mod roll_with_yes {
             assert!(crate::images::imports(&lab, h).is_empty(), "{h}");
         }
         let t0 = now_ns();
-        let o = lab.kprov(&[
-            "rolling-update",
-            "cluster",
-            name,
-            "--yes",
-            "--kubeconfig",
-            &kc,
-            "--validate-count",
-            "1",
-            "--validation-timeout",
-            "60s",
-        ]);
+        let once = ["--validate-count", "1", "--validation-timeout", "60s"];
+        let o = lab.kprov(&roll_args(name, &kc, &once));
         ok(&o);
         let call = |h: &str, prefix: &str| -> Vec<u128> {
             lab.calls(h)

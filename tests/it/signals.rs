@@ -33,6 +33,105 @@ fn unlocked(lab: &CloudLab, cluster: &str) {
     assert!(status.contains("is not locked"), "{status}");
 }
 
+/// The lab with a hosted zone `zone` and the AWS cluster `cluster` created in it (`flags` to
+/// `create cluster`).
+fn created(cluster: &str, zone: &str, flags: &[&str]) -> std::sync::Arc<CloudLab> {
+    let lab = lab_with_zone(zone);
+    CreateAws::new(cluster).flags(flags).run(&lab);
+    lab
+}
+
+/// Sends `signal` to `child`, which must exit with `code` within a second of it (bounded at
+/// `secs`): how long it took, and what it wrote to `log`.
+fn signalled(
+    child: &mut std::process::Child,
+    log: &std::path::Path,
+    signal: fn(&std::process::Child),
+    secs: u64,
+    code: i32,
+) -> (Duration, String) {
+    signal(child);
+    let (c, took) = exit_within(child, secs);
+    let err = log_text(log);
+    assert_eq!(c, Some(code), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    (took, err)
+}
+
+/// The metal cluster `name` of a control plane (host1) and a node (host2), created.
+fn metal_pair(name: &str) -> crate::metal::Lab {
+    let hosts = [("host1", "control-plane"), ("host2", "node")];
+    crate::metal::Lab::with_cluster(2, name, &hosts)
+}
+
+/// A metal run that SIGINT stopped while a host step waited: 130 within a second of it
+/// (`c`, `took`), its stderr `err` saying what was `interrupted` and how to `resume`; the
+/// lock of `name` released.
+fn metal_interrupted(
+    lab: &crate::metal::Lab,
+    name: &str,
+    (c, took, err): (Option<i32>, Duration, &str),
+    interrupted: &str,
+    resume: &str,
+) {
+    assert_eq!(c, Some(130), "{err}");
+    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    assert!(err.contains(interrupted), "{err}");
+    assert!(err.contains(resume), "{err}");
+    let status = lab.kprov(&["lock", "status", name]);
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("is not locked"),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+}
+
+/// `metal_interrupted` for `update cluster --yes` on the two hosts of `metal_pair`.
+fn metal_update_interrupted(
+    lab: &crate::metal::Lab,
+    name: &str,
+    run: (Option<i32>, Duration, &str),
+) {
+    let interrupted = format!(
+        "interrupted by SIGINT while provisioning 2 hosts (a host step cut short is done again by the next run); the lock of {name} is released"
+    );
+    let resume = format!("Resume with `kprov update cluster {name} --yes`.");
+    metal_interrupted(lab, name, run, &interrupted, &resume);
+}
+
+/// Runs `kprov args` on the metal pair `name` (provisioned first when `provisioned`) with a
+/// step of host2 held by the stand-in's `hold` file until host2 is asked the command `called`
+/// finds (`what`), sends Ctrl-C, then lets the step go (see [`interrupt_held_step`]): the lab,
+/// and the run's exit code, time to exit and stderr.
+fn interrupted_on_host2(
+    name: &str,
+    provisioned: bool,
+    args: &[&str],
+    hold: &str,
+    what: &str,
+    called: impl Fn(&str) -> bool,
+) -> (crate::metal::Lab, (Option<i32>, Duration, String)) {
+    let lab = metal_pair(name);
+    if provisioned {
+        lab.provision(name);
+    }
+    let host2 = lab.host("host2");
+    host2
+        .exec(&format!("mkdir -p \"$(dirname {hold})\" && touch {hold}"))
+        .unwrap_or_else(|e| panic!("hold {what}: {e}"));
+    let run = interrupt_held_step(
+        lab.kprov_command(args),
+        what,
+        || lab.calls("host2").iter().any(|(_, c)| called(c)),
+        || {
+            host2
+                .exec(&format!("rm -f {hold}"))
+                .unwrap_or_else(|e| panic!("release {what}: {e}"));
+        },
+    );
+    (lab, run)
+}
+
 /// Lines of `log` that contain `needle`.
 fn lines_with(log: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains(needle)).count()
@@ -42,10 +141,7 @@ fn lines_with(log: &str, needle: &str) -> usize {
 fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
     crate::needs_tier!(CloudLab);
     let cluster = "demo.sig-ssh.example";
-    let lab = lab_with_zone("sig-ssh.example");
-    CreateAws::new(cluster)
-        .flags(&["--node-count", "2"])
-        .run(&lab);
+    let lab = created(cluster, "sig-ssh.example", &["--node-count", "2"]);
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("update.log");
     let args = update_yes(cluster);
@@ -64,11 +160,7 @@ fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    ctrl_c(&child);
-    let (code_int, took) = exit_within(&mut child, 30);
-    let err = log_text(&log);
-    assert_eq!(code_int, Some(130), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    let (_, err) = signalled(&mut child, &log, ctrl_c, 30, 130);
     assert!(
         err.contains("interrupted by SIGINT while waiting for SSH on i-"),
         "{err}"
@@ -89,11 +181,7 @@ fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
     // 2. SIGTERM (a supervisor) at the same wait of the next run: 143, lock released.
     let mut child = spawn(update(&lab, &args), &log);
     wait_for_log(&mut child, &log, "waiting for SSH", 240);
-    term(&child);
-    let (code_term, took) = exit_within(&mut child, 30);
-    let err = log_text(&log);
-    assert_eq!(code_term, Some(143), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    let (_, err) = signalled(&mut child, &log, term, 30, 143);
     assert!(err.contains("interrupted by SIGTERM while"), "{err}");
     unlocked(&lab, cluster);
 
@@ -108,10 +196,11 @@ fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
 fn a_bastion_that_never_answers_stops_the_run_after_its_own_wait_and_a_signal_ends_that_wait() {
     crate::needs_tier!(CloudLab);
     let cluster = "demo.sig-bastion.example";
-    let lab = lab_with_zone("sig-bastion.example");
-    CreateAws::new(cluster)
-        .flags(&["--topology", "private", "--bastion"])
-        .run(&lab);
+    let lab = created(
+        cluster,
+        "sig-bastion.example",
+        &["--topology", "private", "--bastion"],
+    );
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("update.log");
 
@@ -120,11 +209,7 @@ fn a_bastion_that_never_answers_stops_the_run_after_its_own_wait_and_a_signal_en
     let mut child = spawn(update(&lab, &args), &log);
     wait_for_log(&mut child, &log, "bastion", 240);
     wait_for_log(&mut child, &log, "waiting for SSH", 60);
-    ctrl_c(&child);
-    let (c, took) = exit_within(&mut child, 30);
-    let err = log_text(&log);
-    assert_eq!(c, Some(130), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    let (_, err) = signalled(&mut child, &log, ctrl_c, 30, 130);
     assert!(
         err.contains("interrupted by SIGINT while waiting for SSH on bastion"),
         "{err}"
@@ -160,10 +245,7 @@ fn a_bastion_that_never_answers_stops_the_run_after_its_own_wait_and_a_signal_en
 fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_shows_them() {
     crate::needs_tier!(CloudLab);
     let cluster = "demo.phases.example";
-    let lab = lab_with_zone("phases.example");
-    CreateAws::new(cluster)
-        .flags(&["--node-count", "1"])
-        .run(&lab);
+    let lab = created(cluster, "phases.example", &["--node-count", "1"]);
 
     // 1. Nodes before cloud: refused, nothing created.
     let o = lab.kprov(&["update", "cluster", cluster, "--yes", "--phase", "nodes"]);
@@ -202,11 +284,7 @@ fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_show
     let args = [&update_yes(cluster)[..], &["--phase", "nodes"]].concat();
     let mut child = spawn(update(&lab, &args), &log);
     wait_for_log(&mut child, &log, "waiting for SSH", 240);
-    ctrl_c(&child);
-    let (c, took) = exit_within(&mut child, 30);
-    let err = log_text(&log);
-    assert_eq!(c, Some(130), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    let (_, err) = signalled(&mut child, &log, ctrl_c, 30, 130);
     assert!(
         err.contains(&format!(
             "Resume with `kprov update cluster {cluster} --yes --phase nodes`."
@@ -347,11 +425,7 @@ fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
     let mut child = spawn(update(&lab, &args), &log);
     wait_for_log(&mut child, &log, "listed, not healthy yet", 600);
     let at = std::time::Instant::now();
-    ctrl_c(&child);
-    let (c, took) = exit_within(&mut child, 60);
-    let err = log_text(&log);
-    assert_eq!(c, Some(130), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    let (took, err) = signalled(&mut child, &log, ctrl_c, 60, 130);
     assert!(at.elapsed() < Duration::from_secs(60), "{err}");
     assert!(
         err.contains(&format!(
@@ -421,49 +495,17 @@ fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
 #[test]
 fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
     crate::needs_tier!(SshdHosts);
-    use crate::metal::{Lab, metal_update_yes};
+    use crate::metal::metal_update_yes;
     let name = "sig.metal.example.com";
-    let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let lab = Lab::with_cluster(2, name, &hosts);
-    let hold = "/var/lib/kprov-standins/systemd/containerd.restart-hold";
-    lab.host("host2")
-        .exec(&format!(
-            "mkdir -p /var/lib/kprov-standins/systemd && touch {hold}"
-        ))
-        .expect("hold host2's containerd restart");
-    let args = metal_update_yes(name, &[]);
-    let (c, took, err) = interrupt_held_step(
-        lab.kprov_command(&args),
+    let (lab, (c, took, err)) = interrupted_on_host2(
+        name,
+        false,
+        &metal_update_yes(name, &[]),
+        "/var/lib/kprov-standins/systemd/containerd.restart-hold",
         "host2's containerd restart",
-        || {
-            lab.calls("host2")
-                .iter()
-                .any(|(_, c)| c.trim() == "systemctl restart containerd")
-        },
-        || {
-            lab.host("host2")
-                .exec(&format!("rm -f {hold}"))
-                .expect("release host2's containerd restart");
-        },
+        |c| c.trim() == "systemctl restart containerd",
     );
-    assert_eq!(c, Some(130), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
-    assert!(
-        err.contains(&format!(
-            "interrupted by SIGINT while provisioning 2 hosts (a host step cut short is done again by the next run); the lock of {name} is released"
-        )),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("Resume with `kprov update cluster {name} --yes`.")),
-        "{err}"
-    );
-    let status = lab.kprov(&["lock", "status", name]);
-    assert!(
-        String::from_utf8_lossy(&status.stdout).contains("is not locked"),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
+    metal_update_interrupted(&lab, name, (c, took, &err));
     // The next run takes the lock at once and finishes both hosts.
     lab.provision(name);
     assert!(
@@ -481,46 +523,23 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_a_host_step_waits() {
 #[test]
 fn metal_delete_cluster_stops_within_a_second_of_sigint_while_a_host_resets() {
     crate::needs_tier!(SshdHosts);
-    use crate::metal::Lab;
     let name = "sig-delete.metal.example.com";
-    let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let lab = Lab::with_cluster(2, name, &hosts);
-    lab.provision(name);
-    let hold = "/var/lib/kprov-standins/reset-hold";
-    lab.host("host2")
-        .exec(&format!("touch {hold}"))
-        .expect("hold host2's kubeadm reset");
-    let (c, took, err) = interrupt_held_step(
-        lab.kprov_command(&["delete", "cluster", name, "--yes"]),
+    let (lab, (c, took, err)) = interrupted_on_host2(
+        name,
+        true,
+        &["delete", "cluster", name, "--yes"],
+        "/var/lib/kprov-standins/reset-hold",
         "host2's kubeadm reset",
-        || {
-            lab.calls("host2")
-                .iter()
-                .any(|(_, c)| c.starts_with("kubeadm reset"))
-        },
-        || {
-            lab.host("host2")
-                .exec(&format!("rm -f {hold}"))
-                .expect("release host2's kubeadm reset");
-        },
+        |c| c.starts_with("kubeadm reset"),
     );
-    assert_eq!(c, Some(130), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
-    assert!(
-        err.contains(&format!(
+    metal_interrupted(
+        &lab,
+        name,
+        (c, took, &err),
+        &format!(
             "interrupted by SIGINT while deleting the cluster; the lock of {name} is released"
-        )),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("Resume with `kprov delete cluster {name} --yes`.")),
-        "{err}"
-    );
-    let status = lab.kprov(&["lock", "status", name]);
-    assert!(
-        String::from_utf8_lossy(&status.stdout).contains("is not locked"),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
+        ),
+        &format!("Resume with `kprov delete cluster {name} --yes`."),
     );
     let again = lab.kprov(&["delete", "cluster", name, "--yes"]);
     assert!(
@@ -596,11 +615,7 @@ fn update_yes_stops_within_a_second_of_sigint_during_the_addons_wait_on_aws() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    ctrl_c(&child);
-    let (c, took) = exit_within(&mut child, 60);
-    let err = log_text(&log);
-    assert_eq!(c, Some(130), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
+    let (took, err) = signalled(&mut child, &log, ctrl_c, 60, 130);
     assert!(
         err.contains(
             "interrupted by SIGINT while applying the add-ons and waiting for them through the API"
@@ -625,14 +640,13 @@ fn update_yes_stops_within_a_second_of_sigint_during_the_addons_wait_on_aws() {
 #[test]
 fn metal_update_yes_stops_within_a_second_of_sigint_while_image_archives_load() {
     crate::needs_tier!(SshdHosts);
-    use crate::metal::{Lab, metal_update_yes};
+    use crate::metal::metal_update_yes;
     use std::os::unix::fs::OpenOptionsExt;
     /// Linux's `O_NONBLOCK` (<fcntl.h>): opening a FIFO to write fails at once while no one
     /// reads it.
     const O_NONBLOCK: i32 = 0o4000;
     let name = "sig-images.metal.example.com";
-    let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let lab = Lab::with_cluster(2, name, &hosts);
+    let lab = metal_pair(name);
     let fifo = lab.dir.path().join("held-archive.tar");
     crate::support::run_ok(std::process::Command::new("mkfifo").arg(&fifo), "mkfifo");
     lab.edit_cluster(name, |c| {
@@ -660,23 +674,6 @@ fn metal_update_yes_stops_within_a_second_of_sigint_while_image_archives_load() 
         },
         || drop(writer.borrow_mut().take()),
     );
-    assert_eq!(c, Some(130), "{err}");
-    assert!(took < EXIT_WITHIN, "exit took {took:?}\n{err}");
-    assert!(
-        err.contains(&format!(
-            "interrupted by SIGINT while provisioning 2 hosts (a host step cut short is done again by the next run); the lock of {name} is released"
-        )),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("Resume with `kprov update cluster {name} --yes`.")),
-        "{err}"
-    );
-    let status = lab.kprov(&["lock", "status", name]);
-    assert!(
-        String::from_utf8_lossy(&status.stdout).contains("is not locked"),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
+    metal_update_interrupted(&lab, name, (c, took, &err));
     eprintln!("signal figures: SIGINT at the image archives' load to exit {took:?}");
 }

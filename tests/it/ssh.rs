@@ -60,6 +60,18 @@ fn fleet_with(
     SshFleet::new(CLUSTER, hosts, store.clone(), options(accept), progress).expect("fleet")
 }
 
+/// A fleet with the given options whose progress no one reads.
+fn fleet_using(hosts: Vec<Host>, store: Arc<dyn StateStore>, options: SshOptions) -> SshFleet {
+    SshFleet::new(
+        CLUSTER,
+        hosts,
+        store,
+        options,
+        Arc::new(Recorder::default()),
+    )
+    .expect("fleet")
+}
+
 fn fleet(th: &TestHosts, store: &Arc<MemStore>) -> SshFleet {
     fleet_with(hosts(th), store, true, Arc::new(Recorder::default()))
 }
@@ -74,6 +86,57 @@ fn step(name: &str, run: &str) -> Step {
     }
 }
 
+/// `n` hosts and an empty state store.
+fn rig(n: usize) -> (TestHosts, Arc<MemStore>) {
+    (TestHosts::start(n), Arc::new(MemStore::default()))
+}
+
+/// `n` hosts and a fleet over them (its store empty) allowed to accept new host keys.
+fn started(n: usize) -> (TestHosts, SshFleet) {
+    let (th, store) = rig(n);
+    let fleet = fleet(&th, &store);
+    (th, fleet)
+}
+
+/// One host with the user `user` (whose sudo asks no password when `nopasswd`) and a fleet
+/// logging in as that user.
+fn as_user(user: &str, nopasswd: bool) -> (TestHosts, SshFleet) {
+    let (th, store) = rig(1);
+    th.hosts[0].add_user(user, nopasswd);
+    let target = host(&th, "host1", &th.hosts[0].address, Some(user));
+    let fleet = fleet_with(vec![target], &store, true, Arc::new(Recorder::default()));
+    (th, fleet)
+}
+
+/// What `started` gives, and the recorder of the fleet's progress.
+fn watched(n: usize) -> (TestHosts, Arc<Recorder>, SshFleet) {
+    let (th, store) = rig(n);
+    let rec = Arc::new(Recorder::default());
+    let fleet = fleet_with(hosts(&th), &store, true, rec.clone());
+    (th, rec, fleet)
+}
+
+/// Runs one step on host1 with permission to accept new host keys, so that the store records
+/// its key, and closes that fleet.
+async fn contact(th: &TestHosts, store: &Arc<MemStore>) {
+    let first = fleet(th, store);
+    first
+        .run_steps("host1", &[step("x", "true")])
+        .await
+        .unwrap();
+    first.close().await;
+}
+
+/// The error that running the one step `s` on `host` fails with, and its message.
+async fn refusal(fleet: &SshFleet, host: &str, s: Step) -> (ExecError, String) {
+    let err = fleet
+        .run_steps(host, &[s])
+        .await
+        .expect_err("the step must fail");
+    let msg = err.to_string();
+    (err, msg)
+}
+
 async fn known_hosts(store: &MemStore) -> String {
     store
         .get(&format!("{CLUSTER}/known_hosts"))
@@ -86,9 +149,7 @@ async fn known_hosts(store: &MemStore) -> String {
 #[tokio::test]
 async fn runs_on_three_hosts_at_once() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(3);
-    let store = Arc::new(MemStore::default());
-    let fleet = fleet(&th, &store);
+    let (th, fleet) = started(3);
     let work: Vec<(String, Vec<Step>)> = th
         .hosts
         .iter()
@@ -162,9 +223,7 @@ async fn runs_on_three_hosts_at_once() {
 #[tokio::test]
 async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
-    let fleet = fleet(&th, &store);
+    let (th, fleet) = started(1);
     let file = |path: &str, content: &str, mode| RemoteFile {
         path: path.to_string(),
         content: Bytes::from(content.to_string()),
@@ -242,15 +301,10 @@ async fn unchanged_files_are_not_uploaded_and_rerun_is_a_noop() {
 #[tokio::test]
 async fn first_contact_needs_permission_and_records_the_key() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(2);
-    let store = Arc::new(MemStore::default());
+    let (th, store) = rig(2);
     let log_before = th.hosts[0].log();
     let refused = fleet_with(hosts(&th), &store, false, Arc::new(Recorder::default()));
-    let err = refused
-        .run_steps("host1", &[step("x", "true")])
-        .await
-        .unwrap_err();
-    let msg = err.to_string();
+    let (err, msg) = refusal(&refused, "host1", step("x", "true")).await;
     assert!(matches!(err, ExecError::UnknownHostKey { .. }), "{msg}");
     assert!(msg.starts_with("host1: "), "{msg}");
     assert!(msg.contains("--accept-new-host-keys"), "{msg}");
@@ -372,18 +426,8 @@ async fn a_failed_first_contact_record_starts_no_connection() {
         rival_key: rival_key.clone(),
         raced: Default::default(),
     });
-    let fleet = SshFleet::new(
-        CLUSTER,
-        hosts(&th),
-        store.clone(),
-        options(true),
-        Arc::new(Recorder::default()),
-    )
-    .expect("fleet");
-    let err = fleet
-        .run_steps("host1", &[step("x", "mkdir -p /etc/kprov")])
-        .await
-        .unwrap_err();
+    let fleet = fleet_using(hosts(&th), store.clone(), options(true));
+    let (err, _) = refusal(&fleet, "host1", step("x", "mkdir -p /etc/kprov")).await;
     assert!(matches!(err, ExecError::HostKeyChanged { .. }), "{err}");
     assert!(
         err.to_string().contains(&th.hosts[0].fingerprint()),
@@ -408,14 +452,8 @@ async fn a_failed_first_contact_record_starts_no_connection() {
 #[tokio::test]
 async fn changed_host_key_is_refused_naming_both_fingerprints() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
-    let first = fleet(&th, &store);
-    first
-        .run_steps("host1", &[step("x", "true")])
-        .await
-        .unwrap();
-    first.close().await;
+    let (th, store) = rig(1);
+    contact(&th, &store).await;
     let old = th.hosts[0].fingerprint();
     th.hosts[0].new_host_key();
     let new = th.hosts[0].fingerprint();
@@ -423,11 +461,7 @@ async fn changed_host_key_is_refused_naming_both_fingerprints() {
 
     // Even with permission to accept new keys, a changed key is never accepted.
     let second = fleet(&th, &store);
-    let err = second
-        .run_steps("host1", &[step("x", "touch /etc/pwned")])
-        .await
-        .unwrap_err();
-    let msg = err.to_string();
+    let (err, msg) = refusal(&second, "host1", step("x", "touch /etc/pwned")).await;
     assert!(matches!(err, ExecError::HostKeyChanged { .. }), "{msg}");
     assert!(
         msg.contains("host1") && msg.contains(&old) && msg.contains(&new),
@@ -440,8 +474,7 @@ async fn changed_host_key_is_refused_naming_both_fingerprints() {
 #[tokio::test]
 async fn unreachable_host_is_reported_while_others_succeed() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(2);
-    let store = Arc::new(MemStore::default());
+    let (th, store) = rig(2);
     let mut inventory = hosts(&th);
     inventory.push(host(&th, "ghost", &th.unreachable_address, None));
     let fleet = fleet_with(inventory, &store, true, Arc::new(Recorder::default()));
@@ -482,16 +515,8 @@ async fn unreachable_host_is_reported_while_others_succeed() {
 #[tokio::test]
 async fn non_root_user_works_through_sudo() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    th.hosts[0].add_user("deploy", true);
-    let store = Arc::new(MemStore::default());
+    let (th, fleet) = as_user("deploy", true);
     let h = &th.hosts[0];
-    let fleet = fleet_with(
-        vec![host(&th, "host1", &h.address, Some("deploy"))],
-        &store,
-        true,
-        Arc::new(Recorder::default()),
-    );
     let s = Step {
         files: vec![RemoteFile {
             path: "/etc/kprov/secret".into(),
@@ -521,20 +546,8 @@ async fn non_root_user_works_through_sudo() {
 #[tokio::test]
 async fn sudo_wanting_a_password_is_a_clear_error() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    th.hosts[0].add_user("alice", false);
-    let store = Arc::new(MemStore::default());
-    let fleet = fleet_with(
-        vec![host(&th, "host1", &th.hosts[0].address, Some("alice"))],
-        &store,
-        true,
-        Arc::new(Recorder::default()),
-    );
-    let err = fleet
-        .run_steps("host1", &[step("x", "true")])
-        .await
-        .unwrap_err();
-    let msg = err.to_string();
+    let (_th, fleet) = as_user("alice", false);
+    let (err, msg) = refusal(&fleet, "host1", step("x", "true")).await;
     assert!(matches!(err, ExecError::SudoPassword { .. }), "{msg}");
     assert!(
         msg.starts_with("sudo on host1 requires a password"),
@@ -546,9 +559,7 @@ async fn sudo_wanting_a_password_is_a_clear_error() {
 #[tokio::test]
 async fn failed_step_carries_remote_stderr_and_stops_the_host() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
-    let fleet = fleet(&th, &store);
+    let (th, fleet) = started(1);
     let err = fleet
         .run_steps(
             "host1",
@@ -580,9 +591,7 @@ async fn failed_step_carries_remote_stderr_and_stops_the_host() {
 #[tokio::test]
 async fn step_timeout_is_reported_and_the_remote_command_stopped() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
-    let fleet = fleet(&th, &store);
+    let (th, fleet) = started(1);
     let slow = Step {
         timeout: Duration::from_secs(1),
         ..step("slow", "sleep 30")
@@ -646,19 +655,8 @@ async fn a_bastion_with_an_unknown_host_key_is_named_with_how_to_trust_it() {
         ..options(true)
     };
     let store = Arc::new(MemStore::default());
-    let fleet = SshFleet::new(
-        CLUSTER,
-        vec![behind],
-        store.clone(),
-        options,
-        Arc::new(Recorder::default()),
-    )
-    .unwrap();
-    let err = fleet
-        .run_steps("inner", &[step("mark", "true")])
-        .await
-        .unwrap_err()
-        .to_string();
+    let fleet = fleet_using(vec![behind], store.clone(), options);
+    let (_, err) = refusal(&fleet, "inner", step("mark", "true")).await;
     assert!(
         err.contains(&format!(
             "through the bastion root@{}: ssh does not trust the bastion's host key",
@@ -686,14 +684,7 @@ async fn host_behind_a_bastion_is_reached_through_it() {
         config_file: Some(config),
         ..options(true)
     };
-    let fleet = SshFleet::new(
-        CLUSTER,
-        vec![behind],
-        store.clone(),
-        options.clone(),
-        Arc::new(Recorder::default()),
-    )
-    .unwrap();
+    let fleet = fleet_using(vec![behind], store.clone(), options.clone());
     fleet
         .run_steps(
             "inner",
@@ -730,19 +721,8 @@ async fn host_behind_a_bastion_is_reached_through_it() {
         format!("{} {}", bastion.address, target.host_public_key()),
     )
     .unwrap();
-    let again = SshFleet::new(
-        CLUSTER,
-        vec![behind_again],
-        store.clone(),
-        options,
-        Arc::new(Recorder::default()),
-    )
-    .unwrap();
-    let err = again
-        .run_steps("inner", &[step("x", "true")])
-        .await
-        .unwrap_err();
-    let msg = err.to_string();
+    let again = fleet_using(vec![behind_again], store.clone(), options);
+    let (err, msg) = refusal(&again, "inner", step("x", "true")).await;
     // (ssh's ProxyJump child reports the refusal on a stderr the crate discards, so the
     // message is only ssh's "connection closed".)
     assert!(matches!(err, ExecError::Connect { .. }), "{msg}");
@@ -752,8 +732,7 @@ async fn host_behind_a_bastion_is_reached_through_it() {
 #[tokio::test]
 async fn concurrency_bounds_hosts_in_flight() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(3);
-    let store = Arc::new(MemStore::default());
+    let (th, store) = rig(3);
     let rec = Arc::new(Recorder::default());
     let options = SshOptions {
         concurrency: 1,
@@ -829,10 +808,7 @@ async fn many_files_fit_through_stock_max_sessions() {
 #[tokio::test]
 async fn a_lost_connection_is_reopened() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
-    let rec = Arc::new(Recorder::default());
-    let fleet = fleet_with(hosts(&th), &store, true, rec.clone());
+    let (th, rec, fleet) = watched(1);
     let s = step("mark", "mkdir -p /etc/kprov && echo x >> /etc/kprov/runs");
     fleet
         .run_steps("host1", std::slice::from_ref(&s))
@@ -858,14 +834,17 @@ async fn a_lost_connection_is_reopened() {
 #[tokio::test]
 async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
+    let (th, store) = rig(1);
     // The cluster knows this address's key (it was up once); now nothing answers there.
-    let key = th.hosts[0].host_public_key();
+    let line = format!(
+        "{} {}",
+        th.unreachable_address,
+        th.hosts[0].host_public_key()
+    );
     store
         .put(
             &format!("{CLUSTER}/known_hosts"),
-            Bytes::from(format!("{} {key}", th.unreachable_address)),
+            Bytes::from(line),
             kprov::state::Precondition::Absent,
         )
         .await
@@ -876,11 +855,7 @@ async fn known_host_gone_offline_is_a_connect_error_from_ssh() {
         false,
         Arc::new(Recorder::default()),
     );
-    let err = fleet
-        .run_steps("gone", &[step("x", "true")])
-        .await
-        .unwrap_err();
-    let msg = err.to_string();
+    let (err, msg) = refusal(&fleet, "gone", step("x", "true")).await;
     assert!(matches!(err, ExecError::Connect { .. }), "{msg}");
     assert!(msg.starts_with("gone: cannot connect: "), "{msg}");
     assert!(msg.contains(&th.unreachable_address), "{msg}");
@@ -892,12 +867,7 @@ async fn host_keys_on_another_port_are_recorded_as_ssh_looks_them_up() {
     let th = TestHosts::start_on_port(1, 2222);
     let h = &th.hosts[0];
     let store = Arc::new(MemStore::default());
-    let first = fleet(&th, &store);
-    first
-        .run_steps("host1", &[step("x", "true")])
-        .await
-        .unwrap();
-    first.close().await;
+    contact(&th, &store).await;
     let key = h.host_public_key();
     let key: Vec<&str> = key.split_whitespace().take(2).collect();
     assert_eq!(
@@ -988,10 +958,7 @@ async fn unknown_host_key_means_zero_connections_direct_and_through_a_bastion() 
 #[tokio::test]
 async fn steps_after_a_step_with_files_run_in_one_remote_command_with_per_step_progress() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
-    let rec = Arc::new(Recorder::default());
-    let fleet = fleet_with(hosts(&th), &store, true, rec.clone());
+    let (th, rec, fleet) = watched(1);
     // Each step records the remote shell that ran it: the parent of its `timeout`.
     let record = |n: u32| {
         step(
@@ -1108,14 +1075,7 @@ async fn aes_gcm_is_preferred_unless_the_users_config_sets_a_cipher() {
         config_file: Some(user.clone()),
         ..options(true)
     };
-    let fleet = SshFleet::new(
-        CLUSTER,
-        hosts(&th),
-        store.clone(),
-        options,
-        Arc::new(Recorder::default()),
-    )
-    .unwrap();
+    let fleet = fleet_using(hosts(&th), store.clone(), options);
     fleet
         .run_steps("host1", &[step("two", "true")])
         .await
@@ -1133,10 +1093,7 @@ async fn aes_gcm_is_preferred_unless_the_users_config_sets_a_cipher() {
 #[tokio::test]
 async fn an_arrival_hook_past_its_timeout_fails_the_step_naming_the_file() {
     crate::needs_tier!(SshdHosts);
-    let th = TestHosts::start(1);
-    let store = Arc::new(MemStore::default());
-    let rec = Arc::new(Recorder::default());
-    let fleet = fleet_with(hosts(&th), &store, true, rec.clone());
+    let (th, rec, fleet) = watched(1);
     let file = |path: &str, hook: &str, secs| RemoteFile {
         path: path.to_string(),
         content: Bytes::from(format!("{path}\n")),

@@ -105,16 +105,41 @@ conformance!(
 
 const KEY: &str = "demo.example.com/config";
 
-async fn create_if_absent(store: Arc<dyn StateStore>) {
-    assert!(store.get(KEY).await.unwrap().is_none());
-    let v1 = store
-        .put(KEY, Bytes::from_static(b"one"), Precondition::Absent)
+/// Writes `data` at KEY if `pre` holds.
+async fn put(
+    store: &Arc<dyn StateStore>,
+    data: &'static [u8],
+    pre: Precondition,
+) -> Result<Version, StateError> {
+    store.put(KEY, Bytes::from_static(data), pre).await
+}
+
+/// Writes "one" at KEY where nothing was, then "two" over it: both versions.
+async fn one_then_two(store: &Arc<dyn StateStore>) -> (Version, Version) {
+    let v1 = put(store, b"one", Precondition::Absent).await.unwrap();
+    let v2 = put(store, b"two", Precondition::Matches(v1.clone()))
         .await
         .unwrap();
-    let err = store
-        .put(KEY, Bytes::from_static(b"two"), Precondition::Absent)
+    (v1, v2)
+}
+
+/// The body of the object `key` of `bucket`, read past the store.
+async fn object(bucket: &str, key: &str) -> bytes::Bytes {
+    let raw = s3_client()
         .await
-        .unwrap_err();
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    raw.body.collect().await.unwrap().into_bytes()
+}
+
+async fn create_if_absent(store: Arc<dyn StateStore>) {
+    assert!(store.get(KEY).await.unwrap().is_none());
+    let v1 = put(&store, b"one", Precondition::Absent).await.unwrap();
+    let err = put(&store, b"two", Precondition::Absent).await.unwrap_err();
     assert!(matches!(err, StateError::AlreadyExists { .. }), "{err:?}");
     assert!(err.to_string().contains(KEY), "{err}");
     let obj = store.get(KEY).await.unwrap().expect("stored");
@@ -123,49 +148,19 @@ async fn create_if_absent(store: Arc<dyn StateStore>) {
 }
 
 async fn update_if_match(store: Arc<dyn StateStore>) {
-    let v1 = store
-        .put(KEY, Bytes::from_static(b"one"), Precondition::Absent)
-        .await
-        .unwrap();
-    let v2 = store
-        .put(
-            KEY,
-            Bytes::from_static(b"two"),
-            Precondition::Matches(v1.clone()),
-        )
-        .await
-        .unwrap();
+    let (v1, v2) = one_then_two(&store).await;
     assert_ne!(v1, v2);
     let obj = store.get(KEY).await.unwrap().expect("stored");
     assert_eq!(obj.data, Bytes::from_static(b"two"));
     assert_eq!(obj.version, v2);
     // An unconditional write is still possible where a lost race does not matter.
-    let v3 = store
-        .put(KEY, Bytes::from_static(b"three"), Precondition::None)
-        .await
-        .unwrap();
+    let v3 = put(&store, b"three", Precondition::None).await.unwrap();
     assert_eq!(store.get(KEY).await.unwrap().unwrap().version, v3);
 }
 
 async fn stale_update_refused(store: Arc<dyn StateStore>) {
-    let v1 = store
-        .put(KEY, Bytes::from_static(b"one"), Precondition::Absent)
-        .await
-        .unwrap();
-    store
-        .put(
-            KEY,
-            Bytes::from_static(b"two"),
-            Precondition::Matches(v1.clone()),
-        )
-        .await
-        .unwrap();
-    let err = store
-        .put(
-            KEY,
-            Bytes::from_static(b"stale"),
-            Precondition::Matches(v1.clone()),
-        )
+    let (v1, _) = one_then_two(&store).await;
+    let err = put(&store, b"stale", Precondition::Matches(v1.clone()))
         .await
         .unwrap_err();
     assert!(matches!(err, StateError::Conflict { .. }), "{err:?}");
@@ -185,18 +180,7 @@ async fn stale_update_refused(store: Arc<dyn StateStore>) {
 }
 
 async fn delete_if_match(store: Arc<dyn StateStore>) {
-    let v1 = store
-        .put(KEY, Bytes::from_static(b"one"), Precondition::Absent)
-        .await
-        .unwrap();
-    let v2 = store
-        .put(
-            KEY,
-            Bytes::from_static(b"two"),
-            Precondition::Matches(v1.clone()),
-        )
-        .await
-        .unwrap();
+    let (v1, v2) = one_then_two(&store).await;
     let err = store
         .delete(KEY, Precondition::Matches(v1.clone()))
         .await
@@ -321,6 +305,17 @@ async fn invalid_keys_refused(store: Arc<dyn StateStore>) {
 
 const WRITERS: usize = 16;
 
+/// WRITERS tasks, each running what `write` makes of its name (`writer-N`).
+fn spawn_writers<T, F>(write: impl Fn(String) -> F) -> Vec<tokio::task::JoinHandle<T>>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    (0..WRITERS)
+        .map(|i| tokio::spawn(write(format!("writer-{i}"))))
+        .collect()
+}
+
 /// Reads the JSON list of entries at KEY (empty when absent) with its version.
 async fn read_entries(store: &dyn StateStore) -> (Vec<String>, Option<Version>) {
     match store.get(KEY).await.unwrap() {
@@ -345,27 +340,24 @@ async fn write_entries(
 
 async fn racing_writers_with_retry_lose_nothing(store: Arc<dyn StateStore>) {
     let start = Arc::new(Barrier::new(WRITERS));
-    let tasks: Vec<_> = (0..WRITERS)
-        .map(|i| {
-            let (store, start) = (store.clone(), start.clone());
-            tokio::spawn(async move {
-                let mine = format!("writer-{i}");
-                start.wait().await;
-                let mut conflicts = 0;
-                loop {
-                    let (mut entries, version) = read_entries(store.as_ref()).await;
-                    entries.push(mine.clone());
-                    match write_entries(store.as_ref(), &entries, version).await {
-                        Ok(_) => return (mine, conflicts),
-                        Err(StateError::Conflict { .. } | StateError::AlreadyExists { .. }) => {
-                            conflicts += 1;
-                        }
-                        Err(e) => panic!("{mine}: {e}"),
+    let tasks = spawn_writers(|mine| {
+        let (store, start) = (store.clone(), start.clone());
+        async move {
+            start.wait().await;
+            let mut conflicts = 0;
+            loop {
+                let (mut entries, version) = read_entries(store.as_ref()).await;
+                entries.push(mine.clone());
+                match write_entries(store.as_ref(), &entries, version).await {
+                    Ok(_) => return (mine, conflicts),
+                    Err(StateError::Conflict { .. } | StateError::AlreadyExists { .. }) => {
+                        conflicts += 1;
                     }
+                    Err(e) => panic!("{mine}: {e}"),
                 }
-            })
-        })
-        .collect();
+            }
+        }
+    });
     let mut applied = Vec::new();
     let mut conflicts = 0;
     for t in tasks {
@@ -387,19 +379,16 @@ async fn racing_writers_without_retry_conflict(store: Arc<dyn StateStore>) {
         .await
         .unwrap();
     let read_done = Arc::new(Barrier::new(WRITERS));
-    let tasks: Vec<_> = (0..WRITERS)
-        .map(|i| {
-            let (store, read_done) = (store.clone(), read_done.clone());
-            tokio::spawn(async move {
-                let mine = format!("writer-{i}");
-                let (mut entries, version) = read_entries(store.as_ref()).await;
-                // Everyone has read the same version before anyone writes.
-                read_done.wait().await;
-                entries.push(mine.clone());
-                (mine, write_entries(store.as_ref(), &entries, version).await)
-            })
-        })
-        .collect();
+    let tasks = spawn_writers(|mine| {
+        let (store, read_done) = (store.clone(), read_done.clone());
+        async move {
+            let (mut entries, version) = read_entries(store.as_ref()).await;
+            // Everyone has read the same version before anyone writes.
+            read_done.wait().await;
+            entries.push(mine.clone());
+            (mine, write_entries(store.as_ref(), &entries, version).await)
+        }
+    });
     let mut won = Vec::new();
     for t in tasks {
         match t.await.unwrap() {
@@ -419,23 +408,21 @@ async fn racing_writers_without_retry_conflict(store: Arc<dyn StateStore>) {
 
 const CLUSTER: &str = "demo.example.com";
 
+/// Takes CLUSTER's lock for `command`, with a lease of a minute.
+async fn acquire(store: &Arc<dyn StateStore>, command: &str) -> Result<lock::LockGuard, LockError> {
+    lock::acquire(store.clone(), CLUSTER, command, Duration::from_secs(60)).await
+}
+
+/// The record of CLUSTER's lock, which must be held.
+async fn held(store: &dyn StateStore) -> LockRecord {
+    lock::read(store, CLUSTER).await.unwrap().expect("a lock")
+}
+
 async fn lock_contention_names_the_holder(store: Arc<dyn StateStore>) {
-    let a = lock::acquire(
-        store.clone(),
-        CLUSTER,
-        "kprov update cluster demo.example.com --yes",
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap();
-    let err = lock::acquire(
-        store.clone(),
-        CLUSTER,
-        "kprov edit cluster",
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap_err();
+    let a = acquire(&store, "kprov update cluster demo.example.com --yes")
+        .await
+        .unwrap();
+    let err = acquire(&store, "kprov edit cluster").await.unwrap_err();
     let LockError::Held { record, .. } = &err else {
         panic!("expected Held, got {err:?}");
     };
@@ -454,24 +441,10 @@ async fn lock_contention_names_the_holder(store: Arc<dyn StateStore>) {
     ] {
         assert!(msg.contains(part), "{part:?} missing from: {msg}");
     }
-    assert_eq!(
-        lock::read(store.as_ref(), CLUSTER)
-            .await
-            .unwrap()
-            .unwrap()
-            .id,
-        a.record().id
-    );
+    assert_eq!(held(store.as_ref()).await.id, a.record().id);
     a.release().await.unwrap();
     assert!(lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none());
-    let b = lock::acquire(
-        store.clone(),
-        CLUSTER,
-        "kprov edit cluster",
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap();
+    let b = acquire(&store, "kprov edit cluster").await.unwrap();
     b.release().await.unwrap();
 }
 
@@ -571,9 +544,7 @@ async fn break_lock_is_deliberate(store: Arc<dyn StateStore>) {
         panic!("nothing broken");
     };
     assert_eq!(record.command, "wedged run");
-    let b = lock::acquire(store.clone(), CLUSTER, "operator", Duration::from_secs(60))
-        .await
-        .unwrap();
+    let b = acquire(&store, "operator").await.unwrap();
     // The old holder learns at its next renewal that the lock is gone, and its release must
     // not delete the new holder's lock.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -586,14 +557,7 @@ async fn break_lock_is_deliberate(store: Arc<dyn StateStore>) {
     }
     assert!(matches!(a.check(), Err(LockError::Lost { .. })));
     assert!(matches!(a.release().await, Err(LockError::Lost { .. })));
-    assert_eq!(
-        lock::read(store.as_ref(), CLUSTER)
-            .await
-            .unwrap()
-            .unwrap()
-            .id,
-        b.record().id
-    );
+    assert_eq!(held(store.as_ref()).await.id, b.record().id);
     b.release().await.unwrap();
 
     // An unreadable lock blocks acquirers with a hint, and can be broken.
@@ -618,14 +582,7 @@ async fn break_lock_is_deliberate(store: Arc<dyn StateStore>) {
 }
 
 async fn dropped_guard_releases(store: Arc<dyn StateStore>) {
-    let guard = lock::acquire(
-        store.clone(),
-        CLUSTER,
-        "failing run",
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap();
+    let guard = acquire(&store, "failing run").await.unwrap();
     drop(guard);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -682,10 +639,7 @@ async fn file_store_opens_from_urls() {
     // Read-only use creates nothing; the first write creates the directory.
     assert!(store.list("").await.unwrap().is_empty());
     assert!(!dir.path().join("nested").exists());
-    store
-        .put(KEY, Bytes::from_static(b"x"), Precondition::Absent)
-        .await
-        .unwrap();
+    put(&store, b"x", Precondition::Absent).await.unwrap();
     assert_eq!(
         std::fs::read(dir.path().join("nested/state").join(KEY)).unwrap(),
         b"x"
@@ -855,15 +809,7 @@ async fn s3_keys_live_under_the_prefix_and_prefixes_are_isolated() {
     assert!(b.get(KEY).await.unwrap().is_none());
     assert!(b.list("").await.unwrap().is_empty());
     assert_eq!(root.list("").await.unwrap(), vec![format!("team/a/{KEY}")]);
-    let raw = s3_client()
-        .await
-        .get_object()
-        .bucket(&bucket)
-        .key(format!("team/a/{KEY}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(raw.body.collect().await.unwrap().into_bytes(), "a");
+    assert_eq!(object(&bucket, &format!("team/a/{KEY}")).await, "a");
 }
 
 #[tokio::test]
@@ -930,15 +876,7 @@ async fn s3_store_opens_from_the_environment() {
         String::from_utf8_lossy(&out.stderr),
         moto().log_tail()
     );
-    let raw = s3_client()
-        .await
-        .get_object()
-        .bucket(&bucket)
-        .key(format!("ops/{KEY}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(raw.body.collect().await.unwrap().into_bytes(), "from env");
+    assert_eq!(object(&bucket, &format!("ops/{KEY}")).await, "from env");
 }
 
 #[tokio::test]
@@ -949,8 +887,7 @@ async fn s3_open_child_process() {
     };
     let store = kprov::state::open(&url).await.unwrap();
     assert_eq!(store.location(), url.trim_end_matches('/'));
-    store
-        .put(KEY, Bytes::from_static(b"from env"), Precondition::Absent)
+    put(&store, b"from env", Precondition::Absent)
         .await
         .unwrap();
 }
@@ -1183,14 +1120,7 @@ async fn lock_whose_create_reply_was_lost_is_still_ours() {
     )
     .await
     .expect("our own lock reported as held by someone else");
-    assert_eq!(
-        lock::read(store.as_ref(), CLUSTER)
-            .await
-            .unwrap()
-            .unwrap()
-            .id,
-        guard.record().id
-    );
+    assert_eq!(held(store.as_ref()).await.id, guard.record().id);
     guard.release().await.unwrap();
     assert!(lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none());
 }
@@ -1219,9 +1149,7 @@ async fn file_lock_that_is_a_directory_is_reported_and_broken() {
         };
         for err in [
             lock::read(store.as_ref(), CLUSTER).await.unwrap_err(),
-            lock::acquire(store.clone(), CLUSTER, "x", Duration::from_secs(60))
-                .await
-                .unwrap_err(),
+            acquire(&store, "x").await.unwrap_err(),
         ] {
             let LockError::Blocked { what: w, .. } = &err else {
                 panic!("{err:?}");
@@ -1242,9 +1170,7 @@ async fn file_lock_that_is_a_directory_is_reported_and_broken() {
         assert_eq!(removed.len(), planted.len());
         assert!(!dir.exists());
         assert!(lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none());
-        let guard = lock::acquire(store.clone(), CLUSTER, "x", Duration::from_secs(60))
-            .await
-            .unwrap();
+        let guard = acquire(&store, "x").await.unwrap();
         guard.release().await.unwrap();
     }
 }

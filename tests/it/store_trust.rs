@@ -25,9 +25,8 @@ fn exec_kubeconfig(server: &str, marker: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_kubeconfig_that_runs_a_command_is_refused() {
     let fake = FakeKube::start().await;
-    let env = Env::new();
     let name = "tampered.example.com";
-    env.create_aws(name);
+    let env = with_aws(name);
     let marker = env.dir.path().join("pwned");
     let secrets = env.state().join(name).join("secrets");
     std::fs::create_dir_all(&secrets).unwrap();
@@ -68,9 +67,8 @@ async fn a_stored_kubeconfig_that_runs_a_command_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_users_own_kubeconfig_may_use_an_exec_plugin() {
     let fake = FakeKube::start().await;
-    let env = Env::new();
     let name = "own.example.com";
-    env.create_aws(name);
+    let env = with_aws(name);
     let marker = env.dir.path().join("plugin-ran");
     let mine = env.dir.path().join("mine.conf");
     std::fs::write(
@@ -98,9 +96,8 @@ async fn the_users_own_kubeconfig_may_use_an_exec_plugin() {
 #[test]
 fn a_failed_edit_is_kept_private_and_no_symlink_is_followed() {
     use std::os::unix::fs::PermissionsExt;
-    let env = Env::new();
     let name = "private.example.com";
-    env.create_aws(name);
+    let env = with_aws(name);
     let tmp = env.dir.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let victim = env.dir.path().join("victim");
@@ -175,6 +172,27 @@ const FORGED: &str = "kprov\nerror: all nodes were deleted";
 
 /// Nothing the user sees holds a control character but the line breaks between kprov's own
 /// lines.
+/// A scratch environment with the AWS cluster `name` created in its store.
+fn with_aws(name: &str) -> Env {
+    let env = Env::new();
+    env.create_aws(name);
+    env
+}
+
+/// How many lines of `o`'s stderr are errors.
+fn error_lines(o: &Output) -> usize {
+    stderr(o)
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .count()
+}
+
+/// `o` failed with exit code 1 and printed no control character.
+fn assert_failed_cleanly(o: &Output) {
+    assert_no_controls(o);
+    assert_eq!(o.status.code(), Some(1), "{}", out(o));
+}
+
 fn assert_no_controls(o: &Output) {
     for (stream, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
         let text = String::from_utf8_lossy(bytes);
@@ -211,9 +229,8 @@ fn forged_lock() -> String {
 
 #[test]
 fn a_forged_lock_is_shown_escaped_in_every_message() {
-    let env = Env::new();
     let name = "forged.example.com";
-    env.create_aws(name);
+    let env = with_aws(name);
     std::fs::write(env.state().join(name).join("lock"), forged_lock()).unwrap();
 
     let o = env.run(&["delete", "cluster", name, "--yes"]);
@@ -251,30 +268,20 @@ fn a_forged_lock_is_shown_escaped_in_every_message() {
         "{}",
         out(&o)
     );
-    assert_eq!(
-        stderr(&o)
-            .lines()
-            .filter(|l| l.starts_with("error:"))
-            .count(),
-        0,
-        "{}",
-        out(&o)
-    );
+    assert_eq!(error_lines(&o), 0, "{}", out(&o));
 }
 
 #[test]
 fn a_lock_that_is_a_directory_is_reported_and_broken() {
-    let env = Env::new();
     let name = "dirlock.example.com";
-    env.create_aws(name);
+    let env = with_aws(name);
     let lock = env.state().join(name).join("lock");
     std::fs::create_dir_all(lock.join("x")).unwrap();
     std::fs::write(lock.join("x/y"), "planted").unwrap();
     let key = format!("{}/{name}/lock", env.store());
 
     let o = env.run(&["lock", "status", name]);
-    assert_no_controls(&o);
-    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert_failed_cleanly(&o);
     assert_eq!(
         stderr(&o),
         format!(
@@ -420,15 +427,7 @@ fn a_refused_create_writes_nothing_to_the_store() {
     let o = env.run(&["create", "-f", spec.to_str().unwrap()]);
     assert_no_controls(&o);
     assert_ne!(o.status.code(), Some(0), "{}", out(&o));
-    assert_eq!(
-        stderr(&o)
-            .lines()
-            .filter(|l| l.starts_with("error:"))
-            .count(),
-        1,
-        "{}",
-        out(&o)
-    );
+    assert_eq!(error_lines(&o), 1, "{}", out(&o));
     assert!(
         stderr(&o).contains("a\\nerror: forged \\x1b[2J"),
         "{}",
@@ -813,8 +812,7 @@ fn damaged_records_are_named_and_cleared(
 
     // A damaged record of a provisioned host stops the preview, named with the way out.
     let o = env.run(&["update", "cluster", name]);
-    assert_no_controls(&o);
-    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert_failed_cleanly(&o);
     assert_eq!(
         stderr(&o),
         format!(
@@ -940,9 +938,8 @@ fn refused_writes_nothing(
 #[test]
 fn every_refused_edit_update_and_delete_leaves_the_store_as_it_was() {
     use std::os::unix::fs::PermissionsExt;
-    let env = Env::new();
     let aws = "refuse.example.com";
-    env.create_aws(aws);
+    let env = with_aws(aws);
     let metal = "refuse-metal.example.com";
     create_metal(&env, metal);
     let editor = |name: &str, script: &str| {
@@ -1028,9 +1025,8 @@ fn yaml_quoted(v: &str) -> String {
 
 #[test]
 fn yaml_and_json_output_is_exact_whatever_a_stored_value_holds() {
-    let env = Env::new();
     let name = "exact.example.com";
-    env.create_aws(name);
+    let env = with_aws(name);
     // An annotation (free text) holding every kind of character a terminal acts on.
     let hostile = format!("{OSC52}|{CLEAR}|{FORGED}|\u{7f}\u{9b}2J\u{202e}\u{2066}\ttab");
     let config = env.state().join(name).join("config");
@@ -1077,9 +1073,8 @@ fn yaml_and_json_output_is_exact_whatever_a_stored_value_holds() {
 /// colour codes when stderr is not a terminal (issue 21).
 #[test]
 fn taking_over_a_forged_expired_lock_warns_escaped_and_without_colour() {
-    let env = Env::new();
     let name = "takeover.example.com";
-    env.create_aws(name);
+    let env = with_aws(name);
     let expired = forged_lock().replace("2099-01-01T00:00:00Z", "2026-01-01T00:00:00Z");
     std::fs::write(env.state().join(name).join("lock"), expired).unwrap();
     let o = env.run(&["delete", "ig", "--name", name, "nodes", "--yes"]);
@@ -1101,9 +1096,8 @@ fn taking_over_a_forged_expired_lock_warns_escaped_and_without_colour() {
 /// located in its file (never an error without file and line), and writes nothing.
 #[test]
 fn a_refused_instance_group_is_located_in_its_file() {
-    let env = Env::new();
     let name = "located.example.com";
-    env.create_aws(name);
+    let env = with_aws(name);
     let file = env.path("ig.yaml");
     std::fs::write(
         &file,

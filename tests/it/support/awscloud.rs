@@ -81,6 +81,68 @@ pub async fn apply_pruning(
         .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// The output of a request the harness sends itself (setup or check); a failure fails the
+/// test.
+pub async fn sent<T, E: std::fmt::Debug>(request: impl Future<Output = Result<T, E>>) -> T {
+    request
+        .await
+        .unwrap_or_else(|e| panic!("a request of the test failed: {e:?}"))
+}
+
+/// An EC2 filter: `name` is any of `values`.
+pub fn ec2_filter<V: Into<String>>(
+    name: impl Into<String>,
+    values: impl IntoIterator<Item = V>,
+) -> aws_sdk_ec2::types::Filter {
+    aws_sdk_ec2::types::Filter::builder()
+        .name(name)
+        .set_values(Some(values.into_iter().map(Into::into).collect()))
+        .build()
+}
+
+/// The EC2 filter `f` for Auto Scaling's describe calls.
+pub fn asg_filter(f: aws_sdk_ec2::types::Filter) -> aws_sdk_autoscaling::types::Filter {
+    aws_sdk_autoscaling::types::Filter::builder()
+        .set_name(f.name().map(str::to_string))
+        .set_values(Some(f.values().to_vec()))
+        .build()
+}
+
+/// Creates a VPC with plain SDK calls (one the user or another tool made) and returns its ID.
+pub async fn create_vpc(ec2: &aws_sdk_ec2::Client, cidr: &str) -> String {
+    let out = sent(ec2.create_vpc().cidr_block(cidr).send()).await;
+    out.vpc()
+        .and_then(|v| v.vpc_id())
+        .expect("VPC id")
+        .to_string()
+}
+
+/// Creates a subnet of `vpc` (in `zone` when given) with plain SDK calls; returns its ID.
+pub async fn create_subnet(
+    ec2: &aws_sdk_ec2::Client,
+    vpc: &str,
+    cidr: &str,
+    zone: Option<&str>,
+) -> String {
+    let zone = zone.map(str::to_string);
+    let request = ec2.create_subnet().vpc_id(vpc).cidr_block(cidr);
+    let out = sent(request.set_availability_zone(zone).send()).await;
+    out.subnet()
+        .and_then(|s| s.subnet_id())
+        .expect("subnet id")
+        .to_string()
+}
+
+/// Creates an internet gateway attached to `vpc` with plain SDK calls; returns its ID.
+pub async fn create_internet_gateway(ec2: &aws_sdk_ec2::Client, vpc: &str) -> String {
+    let out = sent(ec2.create_internet_gateway().send()).await;
+    let igw = out.internet_gateway().and_then(|g| g.internet_gateway_id());
+    let igw = igw.expect("internet gateway id").to_string();
+    let attach = ec2.attach_internet_gateway().internet_gateway_id(&igw);
+    sent(attach.vpc_id(vpc).send()).await;
+    igw
+}
+
 /// Makes `subnet` give its instances public addresses (what a public subnet the user made
 /// has).
 pub async fn map_public_ip_on_launch(ec2: &aws_sdk_ec2::Client, subnet: &str) {
