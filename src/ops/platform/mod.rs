@@ -12,7 +12,7 @@
 //! `rolling-update cluster` asks it too: for the machines a roll is planned from
 //! ([`Platform::roll_observe`]) and for the rollers of a `--yes` run ([`Platform::rollers`]:
 //! metal's in-place roller, AWS's replacing roller with the in-place one for its control
-//! planes), assembled in `ops::rolling_run`.
+//! planes), assembled in [`rolling`].
 //!
 //! `update cluster` (`ops::update`) asks [`Kind`] only: its preview and its apply read the cloud
 //! themselves (the apply under the lock).
@@ -229,7 +229,7 @@ impl Platform {
     }
 
     /// The rollers of a `rolling-update cluster --yes` run, the lock held as `guard` (see
-    /// `ops::rolling_run::Roll` for what else it takes).
+    /// [`rolling::Roll`] for what else it takes).
     pub async fn rollers<'g>(
         self,
         roll: rolling::Roll<'_, 'g>,
