@@ -3,7 +3,9 @@
 
 use kprov::cloud::engine::{Action, RenderOptions};
 
-use crate::aws::{apply, delete_all, env, make_zone, plan, spec};
+use kprov::spec::{Cluster, InstanceGroup};
+
+use crate::aws::{Env, apply, delete_all, env, make_zone, plan, spec};
 
 const FOREIGN_USER_DATA: &str = "#!/bin/sh\necho another cluster's secret\n";
 
@@ -12,6 +14,19 @@ fn version_reads(ops: &[String]) -> usize {
     ops.iter()
         .filter(|o| o.ends_with(":DescribeLaunchTemplateVersions"))
         .count()
+}
+
+/// A preview with no change that read no launch template version.
+async fn empty_preview_without_version_reads(e: &Env, c: &Cluster, igs: &[InstanceGroup]) {
+    e.rec.take();
+    let p = plan(e, c, igs).await;
+    let ops = e.rec.take();
+    assert!(
+        p.is_empty(),
+        "{}",
+        kprov::cloud::engine::render_text(&p, RenderOptions::default())
+    );
+    assert_eq!(version_reads(&ops), 0, "{ops:?}");
 }
 
 /// (a) another cluster's launch template is never read, (b) a manual new version of an owned
@@ -60,15 +75,7 @@ async fn preview_reads_only_the_cluster_templates_that_changed() {
         .to_string();
 
     // (c) and (a): nothing changed, nothing read, the foreign template least of all.
-    e.rec.take();
-    let p = plan(&e, &c, &igs).await;
-    let ops = e.rec.take();
-    assert!(
-        p.is_empty(),
-        "{}",
-        kprov::cloud::engine::render_text(&p, RenderOptions::default())
-    );
-    assert_eq!(version_reads(&ops), 0, "{ops:?}");
+    empty_preview_without_version_reads(&e, &c, &igs).await;
 
     // (b): someone adds a version to the cluster's `nodes` template.
     let nodes = ec2
@@ -123,15 +130,7 @@ async fn preview_reads_only_the_cluster_templates_that_changed() {
     // Applying writes the spec's version again and records it: the next preview finds it as
     // desired without reading it.
     apply(&e, &p, false).await;
-    e.rec.take();
-    let p = plan(&e, &c, &igs).await;
-    let ops = e.rec.take();
-    assert!(
-        p.is_empty(),
-        "{}",
-        kprov::cloud::engine::render_text(&p, RenderOptions::default())
-    );
-    assert_eq!(version_reads(&ops), 0, "{ops:?}");
+    empty_preview_without_version_reads(&e, &c, &igs).await;
 
     delete_all(&e, &c, &igs).await;
     ec2.delete_launch_template()
