@@ -15,6 +15,7 @@ mod aws_rolling;
 mod aws_rolling_cp;
 mod aws_rolling_cp_image;
 mod aws_rolling_image;
+mod aws_templates;
 mod bundle;
 mod certificates;
 mod cli;

@@ -700,12 +700,14 @@ impl Provider for AwsCloud {
         // Every kind is asked at once (independent reads; the SDK's retries honour
         // throttling), so a preview takes as many dependent waves as the deepest kind (three:
         // a list, its owners' tags or names, their details), however many groups there are.
+        // `desired` may have image names standing in for image IDs (`plan_and_images`): the
+        // launch templates' read takes from it only what does not depend on them.
         let (network, groups, keys, iam, templates, elb, clb, asgs, zone) = tokio::try_join!(
             ec2::fetch_network(self, desired),
             ec2::fetch_security_groups(self),
             ec2::fetch_key_pairs(self),
             iam::fetch(self),
-            ec2::fetch_launch_templates(self),
+            ec2::fetch_launch_templates(self, desired),
             elb::fetch(self),
             clb::fetch(self),
             asg::fetch(self),

@@ -35,6 +35,9 @@ struct State {
     /// Writes that succeeded: the interruption points of a run that completed, also when its
     /// writes overlapped (parallelism above 1, where "the previous write" means nothing).
     ok_writes: usize,
+    /// The template ID of each DescribeLaunchTemplateVersions sent (None: no ID, which asks
+    /// about every template of the account).
+    template_reads: Vec<Option<String>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -57,7 +60,14 @@ impl Recorder {
     pub fn take(&self) -> Vec<String> {
         let mut s = self.state.lock().unwrap();
         s.spans.clear();
+        s.template_reads.clear();
         std::mem::take(&mut s.ops)
+    }
+
+    /// The template each DescribeLaunchTemplateVersions sent since the last `take` named
+    /// (None: it named none, so it read the account's templates, other clusters' too).
+    pub fn template_reads(&self) -> Vec<Option<String>> {
+        self.state.lock().unwrap().template_reads.clone()
     }
 
     /// The number of dependent waves among the operations sent since the last `take`: an
@@ -132,10 +142,11 @@ impl Intercept for Recorder {
 
     fn read_before_serialization(
         &self,
-        _ctx: &BeforeSerializationInterceptorContextRef<'_>,
+        ctx: &BeforeSerializationInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        use aws_sdk_ec2::operation::describe_launch_template_versions::DescribeLaunchTemplateVersionsInput;
         let op = cfg
             .load::<Metadata>()
             .map(|m| format!("{}:{}", m.service(), m.name()))
@@ -154,6 +165,13 @@ impl Intercept for Recorder {
                 s.writes += 1;
             }
             s.sent_writes += 1;
+        }
+        if let Some(i) = ctx
+            .input()
+            .downcast_ref::<DescribeLaunchTemplateVersionsInput>()
+        {
+            s.template_reads
+                .push(i.launch_template_id().map(str::to_string));
         }
         cfg.interceptor_state().store_put(Sent(s.ops.len(), write));
         s.ops.push(op);

@@ -1,6 +1,6 @@
-"""moto_server for the e2e tests, with two emulator bugs worked around (tests/it/support/moto.rs).
+"""moto_server for the e2e tests, with three emulator bugs worked around (tests/it/support/moto.rs).
 
-Both stop a launch template version change from being rolled against moto 5.2.5; AWS has
+The first two stop a launch template version change from being rolled against moto 5.2.5; AWS has
 neither. The patches are applied in memory to moto's classes, then moto's own server entry point
 runs with the arguments given; the installed package is left as pip installed it.
 
@@ -19,6 +19,12 @@ runs with the arguments given; the installed package is left as pip installed it
    from (its image, type and user data do come from the group's version). A group on `$Latest`
    after a new version would have its new instances look old forever. The patch tags each new
    group instance with the version it was launched from and lists that version for it.
+
+3. DescribeLaunchTemplates lists a template's tags as they were when it was created (the model
+   copies them then); a later CreateTags shows in DescribeTags and in tag filters, but not in
+   the list. kprov tags a template with each version it writes so that a preview need not read
+   an unchanged template's version: against unpatched moto every template kprov changed after
+   creating it would be read at every preview. The patch lists the template's current tags.
 
 Only the test harness runs this: kprov talks to any EC2 endpoint unchanged. Remove a patch when a
 moto release fixes its bug (check by deleting it and running `cargo test --test it
@@ -77,6 +83,9 @@ def _listed_template_versioned(self):
 
 
 InstanceState.launch_template = property(_listed_template_versioned)
+
+# The copy __init__ assigns is dropped; the list reads the tags as they are.
+LaunchTemplate.tags = property(lambda self: self.get_tags(), lambda self, _copy: None)
 
 
 def serve_serial(host, port):
