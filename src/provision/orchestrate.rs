@@ -1156,6 +1156,14 @@ pub(crate) mod tests {
     }
 
     impl Fake {
+        /// Hosts where `step` (a step name's beginning) fails on `host`.
+        fn failing(host: &str, step: &str) -> Fake {
+            Fake {
+                fail: vec![(host.into(), step.into())],
+                ..Fake::default()
+            }
+        }
+
         fn tick(&self) -> u64 {
             let mut c = self.clock.lock().unwrap();
             *c += 1;
@@ -1406,10 +1414,7 @@ pub(crate) mod tests {
     /// installed meanwhile).
     #[tokio::test]
     async fn a_failed_install_of_the_first_control_plane_runs_no_init() {
-        let fake = Fake {
-            fail: vec![("cp1".into(), "kubelet: service".into())],
-            ..Fake::default()
-        };
+        let fake = Fake::failing("cp1", "kubelet: service");
         let hosts = hosts(1, 1);
         let report = provision_plain(&fake, &hosts).await.unwrap();
         assert!(!report.success());
@@ -1667,9 +1672,8 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn failed_worker_does_not_stop_others() {
         let fake = Fake {
-            fail: vec![("w2".into(), "kubeadm: join".into())],
             unreachable: vec!["w3".into()],
-            ..Default::default()
+            ..Fake::failing("w2", "kubeadm: join")
         };
         let report = provision_plain(&fake, &hosts(1, 4)).await.unwrap();
         assert!(!report.success());
@@ -1686,10 +1690,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn failed_control_plane_join_stops_later_control_planes_only() {
-        let fake = Fake {
-            fail: vec![("cp2".into(), "kubeadm: join".into())],
-            ..Default::default()
-        };
+        let fake = Fake::failing("cp2", "kubeadm: join");
         let report = provision_plain(&fake, &hosts(3, 1)).await.unwrap();
         let result = |h: &str| result_of(&report, h);
         assert!(matches!(result("cp2"), HostResult::Failed { .. }));
@@ -1702,10 +1703,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn failed_init_skips_everyone_else() {
-        let fake = Fake {
-            fail: vec![("cp1".into(), "kubeadm: init".into())],
-            ..Default::default()
-        };
+        let fake = Fake::failing("cp1", "kubeadm: init");
         let report = provision_plain(&fake, &hosts(1, 2)).await.unwrap();
         assert!(matches!(
             report.hosts[0].result,
