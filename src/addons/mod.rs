@@ -207,32 +207,26 @@ async fn diff_object(
 
 /// Previews the add-ons against the live cluster: a server-side apply dry run per object,
 /// compared with the live object. Writes nothing.
-pub async fn preview_addons(
-    kube: &Kube,
-    manifests: &[Manifest],
-    force: bool,
-) -> Result<Vec<ObjectDiff>, AddonError> {
-    let mut out = Vec::new();
-    for m in manifests {
-        for object in m.objects()? {
-            out.push(diff_object(kube, &m.addon, &object, force).await?);
-        }
-    }
-    Ok(out)
+pub async fn preview_addons(kube: &Kube, manifests: &[Manifest], force: bool) -> Diffs {
+    diff_addons(kube, manifests, force, false).await
 }
 
 /// Applies the add-ons with server-side apply. Objects the dry run shows unchanged are not
 /// written at all, so re-applying an unchanged add-on is a no-op (and reported as such).
-pub async fn apply_addons(
-    kube: &Kube,
-    manifests: &[Manifest],
-    force: bool,
-) -> Result<Vec<ObjectDiff>, AddonError> {
+pub async fn apply_addons(kube: &Kube, manifests: &[Manifest], force: bool) -> Diffs {
+    diff_addons(kube, manifests, force, true).await
+}
+
+type Diffs = Result<Vec<ObjectDiff>, AddonError>;
+
+/// Every object of `manifests` compared with the live one (a server-side apply dry run);
+/// with `apply`, each changed object is then applied.
+async fn diff_addons(kube: &Kube, manifests: &[Manifest], force: bool, apply: bool) -> Diffs {
     let mut out = Vec::new();
     for m in manifests {
         for object in m.objects()? {
             let diff = diff_object(kube, &m.addon, &object, force).await?;
-            if diff.change != Change::Unchanged {
+            if apply && diff.change != Change::Unchanged {
                 kube.apply(
                     &object,
                     ApplyOptions {

@@ -782,6 +782,16 @@ mod tests {
         (groups, nodes)
     }
 
+    /// The plan of cluster "c" for every node (no selection, nothing forced).
+    fn plan_all(
+        platform: Platform,
+        want: &str,
+        groups: &[GroupInput],
+        nodes: &[NodeInput],
+    ) -> RollPlan {
+        plan("c", platform, want, groups, nodes, &Selection::default())
+    }
+
     /// The plan's roll order: each node's target and upgrade.
     fn upgrades(p: &RollPlan) -> Vec<(&str, Option<Upgrade>)> {
         p.order()
@@ -844,7 +854,7 @@ mod tests {
         let (g, mut n) = cluster("1.35.1", "1.35.1");
         n[1].ready = Some(false);
         n[4].ready = None; // b1, as `ops::rolling::inputs` gives a bastion
-        let metal = |n: &[_]| plan("c", Platform::Metal, "1.35.1", &g, n, &Selection::default());
+        let metal = |n: &[_]| plan_all(Platform::Metal, "1.35.1", &g, n);
         let p = metal(&n);
         let ready = |name: &str| p.groups.iter().find(|g| g.name == name).unwrap().ready();
         assert_eq!(ready("nodes"), Some(1));
@@ -861,14 +871,7 @@ mod tests {
     #[test]
     fn a_version_upgrade_rolls_control_planes_first_apply_then_node() {
         let (g, n) = cluster("1.34.4", "1.35.1");
-        let p = plan(
-            "c",
-            Platform::Metal,
-            "1.35.1",
-            &g,
-            &n,
-            &Selection::default(),
-        );
+        let p = plan_all(Platform::Metal, "1.35.1", &g, &n);
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
         assert_eq!(
             upgrades(&p),
@@ -899,38 +902,12 @@ mod tests {
             group("control-plane-2", GroupRole::ControlPlane, None),
             group("control-plane-3", GroupRole::ControlPlane, None),
         ];
-        let nodes = vec![
-            node("w1", "nodes", GroupRole::Node, "1.34.4", "1.35.1"),
-            node(
-                "cp3",
-                "control-plane-3",
-                GroupRole::ControlPlane,
-                "1.34.4",
-                "1.35.1",
-            ),
-            node(
-                "cp2",
-                "control-plane-2",
-                GroupRole::ControlPlane,
-                "1.34.4",
-                "1.35.1",
-            ),
-            node(
-                "cp1",
-                "control-plane-1",
-                GroupRole::ControlPlane,
-                "1.34.4",
-                "1.35.1",
-            ),
-        ];
-        let p = plan(
-            "c",
-            Platform::Aws,
-            "1.35.1",
-            &groups,
-            &nodes,
-            &Selection::default(),
-        );
+        let mut nodes = vec![node("w1", "nodes", GroupRole::Node, "1.34.4", "1.35.1")];
+        nodes.extend([3, 2, 1].map(|i| {
+            let (name, group) = (format!("cp{i}"), format!("control-plane-{i}"));
+            node(&name, &group, GroupRole::ControlPlane, "1.34.4", "1.35.1")
+        }));
+        let p = plan_all(Platform::Aws, "1.35.1", &groups, &nodes);
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
         assert_eq!(
             upgrades(&p),
@@ -956,7 +933,7 @@ mod tests {
     #[test]
     fn a_control_planes_new_template_on_aws_is_replaced_one_at_a_time_before_workers() {
         let (g, n) = new_cp_template("1.35.1", "1.35.1");
-        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        let p = plan_all(Platform::Aws, "1.35.1", &g, &n);
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
         let cp = p.groups.iter().find(|g| g.name == "control-plane").unwrap();
         assert_eq!((cp.max_unavailable, cp.max_surge), (1, 0));
@@ -989,14 +966,7 @@ mod tests {
         );
         // Metal never replaces.
         let (g, n) = new_cp_template("1.35.1", "1.35.1");
-        let p = plan(
-            "c",
-            Platform::Metal,
-            "1.35.1",
-            &g,
-            &n,
-            &Selection::default(),
-        );
+        let p = plan_all(Platform::Metal, "1.35.1", &g, &n);
         assert!(
             p.order()
                 .iter()
@@ -1008,7 +978,7 @@ mod tests {
     fn a_new_control_plane_template_with_a_version_change_is_refused_with_two_steps() {
         for have in ["1.34.4", "1.35.0"] {
             let (g, n) = new_cp_template(have, "1.35.1");
-            let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+            let p = plan_all(Platform::Aws, "1.35.1", &g, &n);
             assert_eq!(p.refusals.len(), 2, "{:?}", p.refusals);
             let r = &p.refusals[0];
             assert!(
@@ -1022,21 +992,14 @@ mod tests {
         }
         // The upgrade alone (templates current) still rolls in place.
         let (g, n) = cluster("1.34.4", "1.35.1");
-        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        let p = plan_all(Platform::Aws, "1.35.1", &g, &n);
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
     }
 
     #[test]
     fn two_minors_at_once_and_downgrades_are_refused_with_the_steps() {
         let (g, n) = cluster("1.33.2", "1.35.1");
-        let p = plan(
-            "c",
-            Platform::Metal,
-            "1.35.1",
-            &g,
-            &n,
-            &Selection::default(),
-        );
+        let p = plan_all(Platform::Metal, "1.35.1", &g, &n);
         assert!(
             p.refusals[0].contains("one minor version at a time"),
             "{:?}",
@@ -1044,14 +1007,7 @@ mod tests {
         );
         assert!(p.refusals[0].contains("1.34"), "{:?}", p.refusals);
         let (g, n) = cluster("1.35.1", "1.34.4");
-        let p = plan(
-            "c",
-            Platform::Metal,
-            "1.34.4",
-            &g,
-            &n,
-            &Selection::default(),
-        );
+        let p = plan_all(Platform::Metal, "1.34.4", &g, &n);
         assert!(
             p.refusals[0].contains("does not downgrade"),
             "{:?}",
@@ -1079,7 +1035,7 @@ mod tests {
     #[test]
     fn up_to_date_nodes_are_left_unless_forced_and_aws_replaces_workers_only() {
         let (g, n) = cluster("1.35.1", "1.35.1");
-        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        let p = plan_all(Platform::Aws, "1.35.1", &g, &n);
         assert_eq!(p.to_roll(), 0);
         let sel = Selection {
             groups: vec!["nodes".into(), "control-plane".into()],
@@ -1127,7 +1083,7 @@ mod tests {
         n.retain(|x| x.role != GroupRole::Bastion);
         n.push(bastion("b1", Some("1"), Some("2")));
         n.push(bastion("b2", Some("2"), Some("2")));
-        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        let p = plan_all(Platform::Aws, "1.35.1", &g, &n);
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
         let order: Vec<(&str, RollAction, Option<Upgrade>)> = p
             .order()
@@ -1164,7 +1120,7 @@ mod tests {
             recorded: None,
             ..bastion("b1", None, Some("3"))
         });
-        let p = plan("c", Platform::Aws, "1.35.1", &g, &n, &Selection::default());
+        let p = plan_all(Platform::Aws, "1.35.1", &g, &n);
         assert_eq!(
             p.groups[0].nodes[0].reasons,
             ["launch template version (unknown) -> 3"]
@@ -1172,7 +1128,7 @@ mod tests {
         let mut n2 = n.clone();
         n2.pop();
         n2.push(bastion("b1", Some("3"), Some("3")));
-        let p = plan("c", Platform::Aws, "1.35.1", &g, &n2, &Selection::default());
+        let p = plan_all(Platform::Aws, "1.35.1", &g, &n2);
         assert_eq!(p.to_roll(), 0);
         assert!(bastion_differences(None, &rec("1.35.1")).is_empty());
         let sel = Selection {
@@ -1270,7 +1226,7 @@ mod tests {
                 .map(|i| node(&format!("n{i}"), "nodes", GroupRole::Node,
                               if stale[i] { "1.35.0" } else { "1.35.1" }, "1.35.1"))
                 .collect();
-            let p = plan("c", platform, "1.35.1", &groups, &nodes, &Selection::default());
+            let p = plan_all(platform, "1.35.1", &groups, &nodes);
             prop_assert!(p.refusals.is_empty());
             let g = &p.groups[0];
             prop_assert!(aws || g.max_surge == 0);

@@ -151,9 +151,17 @@ pub(crate) fn fleet(
     .context("preparing ssh connections")
 }
 
-fn progress(events: &Events) -> orchestrate::Progress {
+/// The orchestrator's options for a run that changes hosts (converge, reset): now, its
+/// progress told as node events.
+fn run_options(options: &NodeOptions, events: &Events) -> Options {
     let events = events.clone();
-    Arc::new(move |e: &ProgressEvent| events(&NodeEvent::Progress(e.clone())))
+    let progress: orchestrate::Progress =
+        Arc::new(move |e: &ProgressEvent| events(&NodeEvent::Progress(e.clone())));
+    Options {
+        progress: Some(progress),
+        cloud_api: options.cloud_api.clone(),
+        ..Options::current()
+    }
 }
 
 /// The preview: observes every target read-only and decides. Contacts only hosts whose keys
@@ -211,11 +219,7 @@ pub async fn converge(
         options.concurrency,
         events,
     )?;
-    let run = Options {
-        progress: Some(progress(events)),
-        cloud_api: options.cloud_api.clone(),
-        ..Options::current()
-    };
+    let run = run_options(options, events);
     let result = async {
         // One renderer for observing and executing: local assets read and hashed once.
         let renderer = Arc::new(
@@ -380,11 +384,7 @@ pub async fn reset(
         options.concurrency,
         events,
     )?;
-    let run = Options {
-        progress: Some(progress(events)),
-        cloud_api: options.cloud_api.clone(),
-        ..Options::current()
-    };
+    let run = run_options(options, events);
     let report = orchestrate::reset(&fleet, cluster, targets, &owner, &run).await;
     fleet.close().await;
     Ok(ResetOutcome::Reset(report.context("resetting hosts")?))

@@ -793,6 +793,22 @@ async fn record(
     shared.timed(Wait::Journal, shared.commit(lock_check)).await
 }
 
+/// Journals why node `i` stopped at `step`, and gives `error`, which ends its run (the
+/// journal's own error where the record could not be written).
+async fn stopped_at(
+    shared: &Shared<'_>,
+    i: usize,
+    step: NodeStep,
+    why: String,
+    error: RollError,
+    lock_check: &(dyn Fn() -> Result<(), LockError> + Send + Sync),
+) -> RollError {
+    match record(shared, i, step, Some(why), None, lock_check).await {
+        Ok(()) => error,
+        Err(e) => e,
+    }
+}
+
 /// `wait` (a drain, a wait for Ready, a validation) with the journal written beside it. The
 /// write is never cut short, not even by the wait's end: a write dropped midway would leave
 /// the journal's version unknown. A failed write cuts the wait short instead: the roll stops
@@ -872,10 +888,12 @@ async fn advance(
         let interrupted = |what: &str| {
             RollError::Interrupted(format!("{name} was {} ({what})", node.step.as_str()))
         };
+        let halt = |step: NodeStep, why: String, error: RollError| {
+            stopped_at(shared, i, step, why, error, lock_check)
+        };
         if cancelled(cancel) {
             let why = format!("interrupted at step {}", node.step.as_str());
-            record(shared, i, node.step, Some(why), None, lock_check).await?;
-            return Err(interrupted("before its next step"));
+            return Err(halt(node.step, why, interrupted("before its next step")).await);
         }
         // Steps through the API only for nodes the API knows, and not under --cloudonly.
         let skip_api = options.cloud_only || !roller.kubernetes_node(&node);
@@ -923,21 +941,18 @@ async fn advance(
                     None => {
                         let why =
                             "drain abandoned by an interrupt; the node stays cordoned".to_string();
-                        record(shared, i, NodeStep::Cordoned, Some(why), None, lock_check).await?;
-                        return Err(interrupted("drain abandoned, it stays cordoned"));
+                        return Err(halt(
+                            NodeStep::Cordoned,
+                            why,
+                            interrupted("drain abandoned, it stays cordoned"),
+                        )
+                        .await);
                     }
                     Some(Err(e)) => {
                         let why = format!("drain failed; the node stays cordoned: {e}");
-                        record(
-                            shared,
-                            i,
-                            NodeStep::Cordoned,
-                            Some(why.clone()),
-                            None,
-                            lock_check,
-                        )
-                        .await?;
-                        return Err(stop(why, e.into()));
+                        return Err(
+                            halt(NodeStep::Cordoned, why.clone(), stop(why, e.into())).await
+                        );
                     }
                     Some(Ok(())) => NodeStep::Drained,
                 }
@@ -955,9 +970,12 @@ async fn advance(
                     match abandonable(cancel, api.ready_heartbeat(&name)).await {
                         None => {
                             let why = "interrupted before its roll began".to_string();
-                            record(shared, i, NodeStep::Drained, Some(why), None, lock_check)
-                                .await?;
-                            return Err(interrupted("before its roll began"));
+                            return Err(halt(
+                                NodeStep::Drained,
+                                why,
+                                interrupted("before its roll began"),
+                            )
+                            .await);
                         }
                         Some(r) => r.map_err(&observed)?,
                     }
@@ -1003,21 +1021,11 @@ async fn advance(
                     // an interruption, journaled where the node is, not a failure.
                     Err(e) if cancelled(cancel) => {
                         let why = format!("{} stopped: {e}", node.action.as_str());
-                        record(shared, i, NodeStep::Drained, Some(why), None, lock_check).await?;
-                        return Err(interrupted(&e.to_string()));
+                        return Err(halt(NodeStep::Drained, why, interrupted(&e.to_string())).await);
                     }
                     Err(e) => {
                         let why = format!("{} failed: {e}", node.action.as_str());
-                        record(
-                            shared,
-                            i,
-                            NodeStep::Drained,
-                            Some(why.clone()),
-                            None,
-                            lock_check,
-                        )
-                        .await?;
-                        return Err(stop(why, e.into()));
+                        return Err(halt(NodeStep::Drained, why.clone(), stop(why, e.into())).await);
                     }
                 }
             }
@@ -1054,21 +1062,18 @@ async fn advance(
                 match ready {
                     None => {
                         let why = "interrupted while waiting for Ready".to_string();
-                        record(shared, i, NodeStep::Replaced, Some(why), None, lock_check).await?;
-                        return Err(interrupted("waiting for Ready"));
+                        return Err(halt(
+                            NodeStep::Replaced,
+                            why,
+                            interrupted("waiting for Ready"),
+                        )
+                        .await);
                     }
                     Some(Err(e)) => {
                         let why = format!("{now} did not become Ready: {e}");
-                        record(
-                            shared,
-                            i,
-                            NodeStep::Replaced,
-                            Some(why.clone()),
-                            None,
-                            lock_check,
-                        )
-                        .await?;
-                        return Err(stop(why, e.into()));
+                        return Err(
+                            halt(NodeStep::Replaced, why.clone(), stop(why, e.into())).await
+                        );
                     }
                     Some(Ok(())) => {}
                 }

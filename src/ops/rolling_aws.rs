@@ -319,6 +319,25 @@ impl<'a> AwsRoller<'a> {
         });
     }
 
+    /// Terminates instance `old` of `node`'s group under the lock, `told` as the node's work;
+    /// `shrink`: the group shrinks by one instead of starting a replacement. `what` names the
+    /// call where the cloud fails it.
+    async fn terminate(
+        &self,
+        node: &JournalNode,
+        old: &str,
+        shrink: bool,
+        told: String,
+        what: String,
+    ) -> Result<(), Why> {
+        self.guard.check().map_err(Why::Lock)?;
+        self.working(&node.node_name, told);
+        self.cloud
+            .terminate_in_group(old, shrink)
+            .await
+            .map_err(|source| Why::Cloud { what, source })
+    }
+
     async fn discover(&self) -> Result<Discovered, String> {
         self.instances.discover().await.map_err(|e| e.to_string())
     }
@@ -578,22 +597,18 @@ impl<'a> AwsRoller<'a> {
                 self.remove_old_member(node, t).await?;
             }
             if found.targets.iter().any(|t| t.name() == old) {
-                self.guard.check().map_err(Why::Lock)?;
-                self.working(
-                    &node.node_name,
+                self.terminate(
+                    node,
+                    old,
+                    true,
                     format!(
                         "terminating {old} in {} (shrinking it back: {} took its place)",
                         self.asg(&node.group),
                         new.name()
                     ),
-                );
-                self.cloud
-                    .terminate_in_group(old, true)
-                    .await
-                    .map_err(|source| Why::Cloud {
-                        what: format!("terminating {old} ({})", node.node_name),
-                        source,
-                    })?;
+                    format!("terminating {old} ({})", node.node_name),
+                )
+                .await?;
             }
             self.delete_node(node).await?;
             self.restore_max(&node.group).await?;
@@ -608,21 +623,17 @@ impl<'a> AwsRoller<'a> {
             )));
         }
         if found.targets.iter().any(|t| t.name() == old) {
-            self.guard.check().map_err(Why::Lock)?;
-            self.working(
-                &node.node_name,
+            self.terminate(
+                node,
+                old,
+                false,
                 format!(
                     "terminating {old} in {}.{name} (the group starts a replacement)",
                     node.group
                 ),
-            );
-            self.cloud
-                .terminate_in_group(old, false)
-                .await
-                .map_err(|source| Why::Cloud {
-                    what: format!("terminating {old} ({})", node.node_name),
-                    source,
-                })?;
+                format!("terminating {old} ({})", node.node_name),
+            )
+            .await?;
         }
         self.delete_node(node).await?;
         let new = self.new_instance(node, "replacement").await?;
@@ -829,21 +840,17 @@ impl<'a> AwsRoller<'a> {
         let old = node.target.as_str();
         let found = self.discover().await?;
         if found.jump_hosts.iter().any(|t| t.name() == old) {
-            self.guard.check().map_err(Why::Lock)?;
-            self.working(
-                &node.node_name,
+            self.terminate(
+                node,
+                old,
+                false,
                 format!(
                     "terminating bastion {old} in {} (the group starts a replacement)",
                     self.asg(&node.group)
                 ),
-            );
-            self.cloud
-                .terminate_in_group(old, false)
-                .await
-                .map_err(|source| Why::Cloud {
-                    what: format!("terminating bastion {old}"),
-                    source,
-                })?;
+                format!("terminating bastion {old}"),
+            )
+            .await?;
         }
         let new = self.new_instance(node, "replacement").await?;
         self.working(

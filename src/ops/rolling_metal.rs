@@ -435,6 +435,7 @@ mod tests {
     use crate::nodes::journal::NodeStep;
     use crate::nodes::roll::{RollAction, Upgrade};
     use crate::provision::orchestrate::tests::{cluster, hosts, owner, resolved, targets};
+    use crate::spec::Cluster;
     use crate::ssh::task::{ExecError, StepOutcome};
 
     /// Hosts that keep uploaded files, record the steps run, and fail a named step while
@@ -449,6 +450,16 @@ mod tests {
     }
 
     impl Hosts {
+        /// The facts of an x86_64 machine on each of `ts`, as preflight leaves them.
+        fn x86_64(&self, ts: &[Target]) {
+            for t in ts {
+                self.files.lock().unwrap().insert(
+                    (t.name().into(), render::FACTS_FILE.into()),
+                    Bytes::from("machine=x86_64\n"),
+                );
+            }
+        }
+
         fn names(&self, host: &str) -> Vec<String> {
             self.ran
                 .lock()
@@ -518,20 +529,27 @@ mod tests {
     }
 
     fn roller(exec: Arc<Hosts>, labels: bool) -> MetalRoller {
-        let c = cluster("");
         let mut hs = hosts(2, 1);
         if labels {
             hs[2].labels.insert("tier".into(), "web".into());
         }
         let ts = targets(&hs);
-        for t in &ts {
-            exec.files.lock().unwrap().insert(
-                (t.name().into(), render::FACTS_FILE.into()),
-                Bytes::from("machine=x86_64\n"),
-            );
-        }
-        let renderer = Renderer::new(&resolved(&c), &ts).unwrap();
+        exec.x86_64(&ts);
+        roller_of(exec, &cluster(""), ts)
+    }
+
+    /// The roller of `c` over `ts`, its steps run by `exec`.
+    fn roller_of(exec: Arc<dyn HostExecutor>, c: &Cluster, ts: Vec<Target>) -> MetalRoller {
+        let renderer = Renderer::new(&resolved(c), &ts).unwrap();
         MetalRoller::new(exec, renderer, ts, owner(), None)
+    }
+
+    /// The test cluster with one image archive in its spec.
+    fn with_an_image_archive() -> Cluster {
+        cluster(&format!(
+            "  assets:\n    images:\n    - url: https://m.example/kube-v1.35.1.tar\n      sha256: {}\n",
+            "ab".repeat(32)
+        ))
     }
 
     fn rt() -> tokio::runtime::Runtime {
@@ -633,24 +651,9 @@ mod tests {
     #[test]
     fn image_archives_come_before_kubeadm_upgrade() {
         let exec = Arc::new(Hosts::default());
-        let c = cluster(&format!(
-            "  assets:\n    images:\n    - url: https://m.example/kube-v1.35.1.tar\n      sha256: {}\n",
-            "ab".repeat(32)
-        ));
         let ts = targets(&hosts(1, 1));
-        for t in &ts {
-            exec.files.lock().unwrap().insert(
-                (t.name().into(), render::FACTS_FILE.into()),
-                Bytes::from("machine=x86_64\n"),
-            );
-        }
-        let r = MetalRoller::new(
-            exec.clone(),
-            Renderer::new(&resolved(&c), &ts).unwrap(),
-            ts,
-            owner(),
-            None,
-        );
+        exec.x86_64(&ts);
+        let r = roller_of(exec.clone(), &with_an_image_archive(), ts);
         rt().block_on(async {
             r.roll(&journal_node("cp1", Some(Upgrade::Apply)))
                 .await
@@ -698,17 +701,10 @@ mod tests {
     #[test]
     fn ctrl_c_while_staging_images_ends_the_wait_at_once() {
         let exec = Arc::new(Stuck::default());
-        let c = cluster(&format!(
-            "  assets:\n    images:\n    - url: https://m.example/kube-v1.35.1.tar\n      sha256: {}\n",
-            "ab".repeat(32)
-        ));
-        let ts = targets(&hosts(1, 2));
-        let r = MetalRoller::new(
+        let r = roller_of(
             exec.clone(),
-            Renderer::new(&resolved(&c), &ts).unwrap(),
-            ts,
-            owner(),
-            None,
+            &with_an_image_archive(),
+            targets(&hosts(1, 2)),
         );
         rt().block_on(async {
             let (tx, rx) = tokio::sync::watch::channel(false);

@@ -392,40 +392,33 @@ impl RollingUpdate {
         };
         let lock_check = || guard.check();
         let cancel = interrupts.flag();
-        let outcome = match (kube, expect) {
-            (Some(kube), Some(expect)) => {
-                let api = engine::KubeCluster {
-                    kube,
-                    cluster: resolved.completed.clone(),
-                    expect,
-                    poll: Duration::from_secs(2),
-                    etcd: etcd.clone(),
-                };
-                engine::run(
-                    file,
-                    journal,
-                    &api,
-                    rollers.roller.as_ref(),
-                    &roll_options,
-                    &events,
-                    cancel,
-                    &lock_check,
-                )
-                .await
-            }
-            _ => {
-                engine::run(
-                    file,
-                    journal,
-                    &run::NoApi,
-                    rollers.roller.as_ref(),
-                    &roll_options,
-                    &events,
-                    cancel,
-                    &lock_check,
-                )
-                .await
-            }
+        let outcome = {
+            // Dropped with this block: its etcd check must be gone before the fleet closes.
+            let kube_api;
+            let api: &dyn engine::ClusterApi = match (kube, expect) {
+                (Some(kube), Some(expect)) => {
+                    kube_api = engine::KubeCluster {
+                        kube,
+                        cluster: resolved.completed.clone(),
+                        expect,
+                        poll: Duration::from_secs(2),
+                        etcd: etcd.clone(),
+                    };
+                    &kube_api
+                }
+                _ => &run::NoApi,
+            };
+            engine::run(
+                file,
+                journal,
+                api,
+                rollers.roller.as_ref(),
+                &roll_options,
+                &events,
+                cancel,
+                &lock_check,
+            )
+            .await
         };
         // The gate's etcd check and the roller hold the fleet, which closes only once it is the
         // last.

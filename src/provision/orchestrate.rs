@@ -1156,6 +1156,14 @@ pub(crate) mod tests {
     }
 
     impl Fake {
+        /// Hosts where `step` (a step name's beginning) fails on `host`.
+        fn failing(host: &str, step: &str) -> Fake {
+            Fake {
+                fail: vec![(host.into(), step.into())],
+                ..Fake::default()
+            }
+        }
+
         fn tick(&self) -> u64 {
             let mut c = self.clock.lock().unwrap();
             *c += 1;
@@ -1195,6 +1203,20 @@ pub(crate) mod tests {
                 .filter(|e| e.host == host)
                 .map(|e| e.step)
                 .collect()
+        }
+
+        /// Whether `step` ran on `host`.
+        fn ran(&self, host: &str, step: &str) -> bool {
+            self.steps_on(host).iter().any(|s| s == step)
+        }
+
+        /// The text of the file at `path` on `host`; panics where there is none.
+        fn text(&self, host: &str, path: &str) -> String {
+            let files = self.files.lock().unwrap();
+            let content = files
+                .get(&(host.to_string(), path.to_string()))
+                .unwrap_or_else(|| panic!("{host}: no {path}"));
+            std::str::from_utf8(content).unwrap().to_string()
         }
     }
 
@@ -1313,16 +1335,21 @@ pub(crate) mod tests {
         }
     }
 
+    type Outcome = Result<Report, ProvisionError>;
+
     /// `provision` of the plain test cluster (`cluster("")`) on `hosts`, as most tests run it.
-    async fn provision_plain(fake: &Fake, hosts: &[Host]) -> Result<Report, ProvisionError> {
-        provision(
-            fake,
-            &resolved(&cluster("")),
-            &targets(hosts),
-            &owner(),
-            &opts(),
-        )
-        .await
+    async fn provision_plain(fake: &Fake, hosts: &[Host]) -> Outcome {
+        provision_with(fake, hosts, &opts()).await
+    }
+
+    /// [`provision_plain`] with other options.
+    async fn provision_with(fake: &Fake, hosts: &[Host], o: &Options) -> Outcome {
+        provision(fake, &resolved(&cluster("")), &targets(hosts), &owner(), o).await
+    }
+
+    /// `reset` of the plain test cluster on `hosts`, as `owner` asks it.
+    async fn reset_plain(fake: &Fake, hosts: &[Host], owner: &Owner, o: &Options) -> Outcome {
+        reset(fake, &resolved(&cluster("")), &targets(hosts), owner, o).await
     }
 
     fn opts() -> Options {
@@ -1331,6 +1358,16 @@ pub(crate) mod tests {
             progress: None,
             cloud_api: None,
         }
+    }
+
+    fn result_of(report: &Report, host: &str) -> HostResult {
+        report
+            .hosts
+            .iter()
+            .find(|r| r.host == host)
+            .unwrap_or_else(|| panic!("{host}: not in the report"))
+            .result
+            .clone()
     }
 
     fn span(events: &[Event], host: &str, step: &str) -> (u64, u64) {
@@ -1377,19 +1414,13 @@ pub(crate) mod tests {
     /// installed meanwhile).
     #[tokio::test]
     async fn a_failed_install_of_the_first_control_plane_runs_no_init() {
-        let fake = Fake {
-            fail: vec![("cp1".into(), "kubelet: service".into())],
-            ..Fake::default()
-        };
+        let fake = Fake::failing("cp1", "kubelet: service");
         let hosts = hosts(1, 1);
         let report = provision_plain(&fake, &hosts).await.unwrap();
         assert!(!report.success());
-        assert!(!fake.steps_on("cp1").contains(&"kubeadm: init".to_string()));
-        assert!(!fake.steps_on("w1").contains(&"kubeadm: join".to_string()));
-        assert!(
-            fake.steps_on("w1")
-                .contains(&"kubelet: service".to_string())
-        );
+        assert!(!fake.ran("cp1", "kubeadm: init"));
+        assert!(!fake.ran("w1", "kubeadm: join"));
+        assert!(fake.ran("w1", "kubelet: service"));
     }
 
     #[tokio::test]
@@ -1419,22 +1450,10 @@ pub(crate) mod tests {
             latest_start < earliest_end,
             "workers did not join in parallel: {joins:?}"
         );
-        assert!(!fake.steps_on("cp2").contains(&"kubeadm: init".to_string()));
+        assert!(!fake.ran("cp2", "kubeadm: init"));
         // The join configs pin the CA read back from cp1 and carry the key init uploaded.
-        let files = fake.files.lock().unwrap();
-        let join = std::str::from_utf8(
-            &files[&(
-                "cp2".to_string(),
-                "/etc/kubernetes/kprov/kubeadm-join.yaml".to_string(),
-            )],
-        )
-        .unwrap()
-        .to_string();
-        let key_file = std::str::from_utf8(
-            &files[&("cp1".to_string(), render::CERTIFICATE_KEY_FILE.to_string())],
-        )
-        .unwrap()
-        .to_string();
+        let join = fake.text("cp2", "/etc/kubernetes/kprov/kubeadm-join.yaml");
+        let key_file = fake.text("cp1", render::CERTIFICATE_KEY_FILE);
         let key = key_file.split_whitespace().nth(1).unwrap();
         assert!(
             join.contains(&format!("sha256:{}", CA_HASH.trim())),
@@ -1446,14 +1465,7 @@ pub(crate) mod tests {
         );
         assert!(key_file.starts_with("1800000000 "));
         assert!(!join.contains("unsafeSkipCAVerification"));
-        let worker_join = std::str::from_utf8(
-            &files[&(
-                "w1".to_string(),
-                "/etc/kubernetes/kprov/kubeadm-join.yaml".to_string(),
-            )],
-        )
-        .unwrap()
-        .to_string();
+        let worker_join = fake.text("w1", "/etc/kubernetes/kprov/kubeadm-join.yaml");
         assert!(!worker_join.contains("controlPlane:"));
     }
 
@@ -1558,7 +1570,7 @@ pub(crate) mod tests {
             "members were changed: {:?}",
             after.iter().map(|e| (&e.host, &e.step)).collect::<Vec<_>>()
         );
-        assert!(fake.steps_on("w2").contains(&"kubeadm: join".to_string()));
+        assert!(fake.ran("w2", "kubeadm: join"));
         assert_eq!(record("w2").kubernetes_version, "1.35.1");
         assert_eq!(record("w1").kubernetes_version, "1.34.4");
     }
@@ -1579,19 +1591,10 @@ pub(crate) mod tests {
         );
         let later = Options {
             now: opts().now + 3 * 3600,
-            progress: None,
-            cloud_api: None,
+            ..opts()
         };
         let before = fake.events().len();
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &owner(),
-            &later,
-        )
-        .await
-        .unwrap();
+        let report = provision_with(&fake, &hs, &later).await.unwrap();
         assert!(report.success(), "{report:#?}");
         let rerun: Vec<(String, String)> = fake.events()[before..]
             .iter()
@@ -1600,22 +1603,10 @@ pub(crate) mod tests {
         assert!(rerun.contains(&("cp1".into(), "kubeadm: certificate key".into())));
         assert!(rerun.contains(&("cp2".into(), "kubeadm: join".into())));
         assert!(!rerun.contains(&("w1".into(), "kubeadm: join".into())));
-        let files = fake.files.lock().unwrap();
-        let key_file = std::str::from_utf8(
-            &files[&("cp1".to_string(), render::CERTIFICATE_KEY_FILE.to_string())],
-        )
-        .unwrap()
-        .to_string();
+        let key_file = fake.text("cp1", render::CERTIFICATE_KEY_FILE);
         assert!(key_file.starts_with(&format!("{} ", later.now)));
         // The worker's proxy now balances over both control planes.
-        let cfg = std::str::from_utf8(
-            &files[&(
-                "w1".to_string(),
-                "/etc/kubernetes/kprov/haproxy.cfg".to_string(),
-            )],
-        )
-        .unwrap()
-        .to_string();
+        let cfg = fake.text("w1", "/etc/kubernetes/kprov/haproxy.cfg");
         assert!(
             cfg.contains("server cp1 198.18.0.11:6443")
                 && cfg.contains("server cp2 198.18.0.30:6443"),
@@ -1636,18 +1627,9 @@ pub(crate) mod tests {
         let before = fake.events().len();
         let soon = Options {
             now: opts().now + 3600,
-            progress: None,
-            cloud_api: None,
+            ..opts()
         };
-        provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &owner(),
-            &soon,
-        )
-        .await
-        .unwrap();
+        provision_with(&fake, &hs, &soon).await.unwrap();
         assert!(
             !fake.events()[before..]
                 .iter()
@@ -1664,15 +1646,9 @@ pub(crate) mod tests {
             unreachable: vec!["w3".into()],
             ..Default::default()
         };
-        let report = reset(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts(1, 3)),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = reset_plain(&fake, &hosts(1, 3), &owner(), &opts())
+            .await
+            .unwrap();
         let unknown = |h: &str| {
             report.hosts.iter().find(|r| r.host == h).map(|r| {
                 matches!(
@@ -1696,29 +1672,12 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn failed_worker_does_not_stop_others() {
         let fake = Fake {
-            fail: vec![("w2".into(), "kubeadm: join".into())],
             unreachable: vec!["w3".into()],
-            ..Default::default()
+            ..Fake::failing("w2", "kubeadm: join")
         };
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts(1, 4)),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = provision_plain(&fake, &hosts(1, 4)).await.unwrap();
         assert!(!report.success());
-        let result = |h: &str| {
-            report
-                .hosts
-                .iter()
-                .find(|r| r.host == h)
-                .unwrap()
-                .result
-                .clone()
-        };
+        let result = |h: &str| result_of(&report, h);
         assert_eq!(result("w1"), HostResult::Ok);
         assert_eq!(result("w4"), HostResult::Ok);
         assert!(
@@ -1731,51 +1690,21 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn failed_control_plane_join_stops_later_control_planes_only() {
-        let fake = Fake {
-            fail: vec![("cp2".into(), "kubeadm: join".into())],
-            ..Default::default()
-        };
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts(3, 1)),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
-        let result = |h: &str| {
-            report
-                .hosts
-                .iter()
-                .find(|r| r.host == h)
-                .unwrap()
-                .result
-                .clone()
-        };
+        let fake = Fake::failing("cp2", "kubeadm: join");
+        let report = provision_plain(&fake, &hosts(3, 1)).await.unwrap();
+        let result = |h: &str| result_of(&report, h);
         assert!(matches!(result("cp2"), HostResult::Failed { .. }));
         assert!(
             matches!(result("cp3"), HostResult::Skipped { ref reason } if reason.contains("cp2"))
         );
         assert_eq!(result("w1"), HostResult::Ok);
-        assert!(!fake.steps_on("cp3").contains(&"kubeadm: join".to_string()));
+        assert!(!fake.ran("cp3", "kubeadm: join"));
     }
 
     #[tokio::test]
     async fn failed_init_skips_everyone_else() {
-        let fake = Fake {
-            fail: vec![("cp1".into(), "kubeadm: init".into())],
-            ..Default::default()
-        };
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts(1, 2)),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let fake = Fake::failing("cp1", "kubeadm: init");
+        let report = provision_plain(&fake, &hosts(1, 2)).await.unwrap();
         assert!(matches!(
             report.hosts[0].result,
             HostResult::Failed {
@@ -1784,7 +1713,7 @@ pub(crate) mod tests {
             }
         ));
         assert!(matches!(report.hosts[1].result, HostResult::Skipped { .. }));
-        assert!(!fake.steps_on("w1").contains(&"kubeadm: join".to_string()));
+        assert!(!fake.ran("w1", "kubeadm: join"));
     }
 
     #[tokio::test]
@@ -1793,15 +1722,7 @@ pub(crate) mod tests {
             duplicate_uuid: true,
             ..Default::default()
         };
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts(1, 1)),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = provision_plain(&fake, &hosts(1, 1)).await.unwrap();
         for r in &report.hosts {
             assert!(
                 matches!(&r.result, HostResult::Failed { phase: Phase::Preflight, error, .. } if error.contains("product_uuid same is also used by")),
@@ -1832,15 +1753,9 @@ pub(crate) mod tests {
             })),
             ..opts()
         };
-        let report = reset(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &owner(),
-            &with_progress,
-        )
-        .await
-        .unwrap();
+        let report = reset_plain(&fake, &hs, &owner(), &with_progress)
+            .await
+            .unwrap();
         let events = events.lock().unwrap().clone();
         assert_eq!(events.len(), 4, "{events:?}");
         assert!(events.contains(&ProgressEvent::Started {
@@ -1868,15 +1783,7 @@ pub(crate) mod tests {
             OWNER_FILE,
             "uid=ffff\ncluster=first.example.com\nstore=file:///var/tmp/first\n",
         );
-        let report = provision(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hosts(1, 2)),
-            &owner(),
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = provision_plain(&fake, &hosts(1, 2)).await.unwrap();
         let w1 = report.hosts.iter().find(|h| h.host == "w1").unwrap();
         assert!(
             matches!(&w1.result, HostResult::Failed { phase: Phase::Claim, error, .. }
@@ -1890,7 +1797,7 @@ pub(crate) mod tests {
                 fake.files.lock().unwrap()[&(h.to_string(), OWNER_FILE.to_string())].clone();
             assert_eq!(Owner::parse(&marker), Some(owner()));
         }
-        assert!(fake.steps_on("w2").contains(&"kubeadm: join".to_string()));
+        assert!(fake.ran("w2", "kubeadm: join"));
     }
 
     /// The orchestrator initialises where the plan says, not where it would have chosen.
@@ -1913,9 +1820,9 @@ pub(crate) mod tests {
             .await
             .unwrap();
         assert!(report.success(), "{report:#?}");
-        assert!(fake.steps_on("cp2").contains(&"kubeadm: init".to_string()));
-        assert!(!fake.steps_on("cp1").contains(&"kubeadm: init".to_string()));
-        assert!(fake.steps_on("cp1").contains(&"kubeadm: join".to_string()));
+        assert!(fake.ran("cp2", "kubeadm: init"));
+        assert!(!fake.ran("cp1", "kubeadm: init"));
+        assert!(fake.ran("cp1", "kubeadm: join"));
         // A preview's plan (no owner) is never executed.
         plan.owner = None;
         assert!(matches!(
@@ -1940,15 +1847,7 @@ pub(crate) mod tests {
             admin_kubeconfig(&fake, &resolved(&cluster("")), &targets(&hs), &second).await,
             Err(ProvisionError::NotInitialised)
         ));
-        let report = reset(
-            &fake,
-            &resolved(&cluster("")),
-            &targets(&hs),
-            &second,
-            &opts(),
-        )
-        .await
-        .unwrap();
+        let report = reset_plain(&fake, &hs, &second, &opts()).await.unwrap();
         for h in &report.hosts {
             assert!(
                 matches!(&h.result, HostResult::Skipped { reason } if reason.contains("demo.example.com")),
