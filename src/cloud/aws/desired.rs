@@ -10,7 +10,7 @@ use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
     ElasticIp, Head, InternetGateway, Kinded, NatGateway, Ref, Route, RouteTable, RouteTarget,
-    Subnet, Task, Vpc, VpcDns,
+    SecurityGroup, Subnet, Task, Vpc, VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
@@ -304,16 +304,13 @@ pub fn desired(
     }
     for (g, rules) in groups {
         out.push(
-            Resource::new(SECURITY_GROUP, g)
-                .field("vpc", vpc_ref.clone())
-                .field("groupName", Value::str(format!("{g}.{name}")))
-                .field(
-                    "description",
-                    Value::str(format!("kprov {g} of cluster {name}")),
-                )
-                .rule("vpc", FieldRule::Immutable)
-                .rule("groupName", FieldRule::Immutable)
-                .rule("description", FieldRule::Immutable),
+            SecurityGroup {
+                head: Head::owned(g),
+                vpc: vpc.clone(),
+                group_name: format!("{g}.{name}"),
+                description: format!("kprov {g} of cluster {name}"),
+            }
+            .resource(),
         );
         out.push(
             Resource::new(SECURITY_GROUP_RULES, g)

@@ -15,7 +15,8 @@ use aws_smithy_types::base64;
 
 use super::kinds::*;
 use super::tasks::{
-    self, ElasticIp, Head, InternetGateway, NatGateway, RouteTable, Subnet, Task, Vpc, VpcDns,
+    self, ElasticIp, Head, InternetGateway, NatGateway, RouteTable, SecurityGroup, Subnet, Task,
+    Vpc, VpcDns,
 };
 use super::{
     AwsCloud, Ctx, Reader, UNTRACKED, cid, cids, cloud_id_of, created_id, id_from, id_from_tags,
@@ -834,20 +835,8 @@ pub(super) fn assemble_security_groups(
             continue;
         };
         let id = id_from_tags(SECURITY_GROUP, &gid, tag_pairs(g.tags()));
-        // why: a reference the cloud left out reads as empty, which the diff shows as a change
-        let vpc = rd.r(g.vpc_id().unwrap_or_default());
-        rd.push(
-            Resource::new(SECURITY_GROUP, &id.name)
-                .cloud_id(gid.clone())
-                .field("vpc", vpc)
-                // why: a field the cloud left out reads as empty, which the diff shows as a change
-                .field("groupName", Value::str(g.group_name().unwrap_or_default()))
-                .field(
-                    "description",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(g.description().unwrap_or_default()),
-                ),
-        );
+        let group = SecurityGroup::read(owned_head(id.clone(), gid.clone()), g, rd);
+        rd.push(group.resource());
         ids.push((g, gid, id));
     }
     // The rules come second: they refer to groups by ID, and all groups are known now.
@@ -1243,19 +1232,7 @@ pub(super) async fn create(
         Ec2Kind::ElasticIp => tasks::create::<ElasticIp>(c, want, ids).await,
         Ec2Kind::NatGateway => tasks::create::<NatGateway>(c, want, ids).await,
         Ec2Kind::RouteTable => tasks::create::<RouteTable>(c, want, ids).await,
-        Ec2Kind::SecurityGroup => {
-            let out = c
-                .ec2
-                .create_security_group()
-                .group_name(s("groupName")?)
-                .description(s("description")?)
-                .vpc_id(cid(ids, want.get("vpc"))?)
-                .tag_specifications(tag_spec(c, ResourceType::SecurityGroup, id, &[]))
-                .send()
-                .await
-                .ctx("CreateSecurityGroup")?;
-            Ok(created_id(&want.id, "CreateSecurityGroup", out.group_id())?)
-        }
+        Ec2Kind::SecurityGroup => tasks::create::<SecurityGroup>(c, want, ids).await,
         Ec2Kind::SecurityGroupRules => {
             // The rules resource is the group's ingress list: "creating" it authorizes them.
             let gid = cid(ids, want.get("group"))?.to_string();
@@ -1341,6 +1318,7 @@ pub(super) async fn update(
         Ec2Kind::RouteTable => tasks::update::<RouteTable>(c, want, have, changes, ids).await,
         Ec2Kind::ElasticIp => tasks::update::<ElasticIp>(c, want, have, changes, ids).await,
         Ec2Kind::NatGateway => tasks::update::<NatGateway>(c, want, have, changes, ids).await,
+        Ec2Kind::SecurityGroup => tasks::update::<SecurityGroup>(c, want, have, changes, ids).await,
         Ec2Kind::SecurityGroupRules => {
             // why: an absent list field is an empty list (no rules, routes, subnets)
             let want_rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
@@ -1405,14 +1383,7 @@ pub(super) async fn delete(
         Ec2Kind::ElasticIp => tasks::delete::<ElasticIp>(c, have, ids).await,
         Ec2Kind::NatGateway => tasks::delete::<NatGateway>(c, have, ids).await,
         Ec2Kind::RouteTable => tasks::delete::<RouteTable>(c, have, ids).await,
-        Ec2Kind::SecurityGroup => gone_ok(
-            c.ec2
-                .delete_security_group()
-                .group_id(cloud_id)
-                .send()
-                .await
-                .ctx("DeleteSecurityGroup"),
-        ),
+        Ec2Kind::SecurityGroup => tasks::delete::<SecurityGroup>(c, have, ids).await,
         Ec2Kind::SecurityGroupRules => {
             // why: an absent list field is an empty list (no rules, routes, subnets)
             let rules = have.get("ingress").map(Value::as_list).unwrap_or_default();

@@ -11,7 +11,7 @@ use aws_sdk_ec2::types::{
 
 use super::*;
 use crate::cloud::aws::kinds::{
-    ELASTIC_IP, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SUBNET, VPC,
+    ELASTIC_IP, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SECURITY_GROUP, SUBNET, VPC,
 };
 use crate::cloud::engine::FieldRule;
 
@@ -403,4 +403,81 @@ fn a_nat_gateway_and_its_address_are_the_field_maps_they_were() {
         addr.domain, "vpc",
         "an address without a domain is a VPC one"
     );
+}
+
+/// A security group: the field map the diff always compared (all three fields fixed once
+/// made), read back with its VPC by the reader's logical name (another VPC as its raw ID), and
+/// decoding refuses a group that lost a field or points at something not a VPC.
+#[test]
+fn a_security_group_is_the_field_map_it_was() {
+    let group = SecurityGroup {
+        head: Head::owned("nodes"),
+        vpc: Ref::named("main"),
+        group_name: "nodes.k.example.com".into(),
+        description: "kprov nodes of cluster k.example.com".into(),
+    };
+    let r = group.resource();
+    assert_eq!(
+        r,
+        Resource::new(SECURITY_GROUP, "nodes")
+            .field("vpc", Value::reference(VPC, "main"))
+            .field("groupName", Value::str("nodes.k.example.com"))
+            .field(
+                "description",
+                Value::str("kprov nodes of cluster k.example.com")
+            )
+            .rule("vpc", FieldRule::Immutable)
+            .rule("groupName", FieldRule::Immutable)
+            .rule("description", FieldRule::Immutable)
+    );
+    assert_eq!(SecurityGroup::from_resource(&r).expect("decodes"), group);
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["Vpc/main"]);
+
+    let mut nameless = r.clone();
+    nameless.fields.remove("groupName");
+    let e = SecurityGroup::from_resource(&nameless).expect_err("no name");
+    assert_eq!(
+        e.to_string(),
+        "resource model: SecurityGroup/nodes: field groupName is not set"
+    );
+    let e = SecurityGroup::from_resource(&r.clone().field("vpc", Value::reference(SUBNET, "a")))
+        .expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: SecurityGroup/nodes: field vpc: expected a reference to a Vpc, found \
+         Subnet/a"
+    );
+
+    let rd = reader(&[("vpc-1", ResourceId::new(VPC, "main"))]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("sg-1")),
+    };
+    let listed = aws_sdk_ec2::types::SecurityGroup::builder()
+        .vpc_id("vpc-1")
+        .group_name("nodes.k.example.com")
+        .description("kprov nodes of cluster k.example.com")
+        .build();
+    let read = SecurityGroup::read(head.clone(), &listed, &rd);
+    assert_eq!(read.vpc, Ref::named("main"));
+    assert_eq!(
+        read.resource().fields,
+        r.fields,
+        "in sync: nothing to change"
+    );
+    assert_eq!(read.resource().cloud_id.as_deref(), Some("sg-1"));
+    // In another VPC, listed without a description: both show as changes, never as the
+    // desired values.
+    let moved = SecurityGroup::read(
+        head,
+        &aws_sdk_ec2::types::SecurityGroup::builder()
+            .vpc_id("vpc-other")
+            .group_name("nodes.k.example.com")
+            .build(),
+        &rd,
+    );
+    assert_eq!(moved.resource().get("vpc"), Some(&Value::str("vpc-other")));
+    assert_eq!(moved.description, "");
 }
