@@ -7,16 +7,18 @@
 //! field is a model error naming the resource and field, never an empty value sent to AWS).
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
-//! [`RouteTable`], [`ElasticIp`], [`NatGateway`]) and [`SecurityGroup`]. The other kinds are
-//! still field maps built in `desired.rs` and served by their service's file (`ec2.rs`,
-//! `elb.rs`, `iam.rs`, `dns.rs`, `asg.rs`, `clb.rs`); a typed reference to one of them would
-//! use a marker type here (an uninhabited enum implementing [`Kinded`]) until it moves.
+//! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`].
+//! The other kinds are still field maps built in `desired.rs` and served by their service's
+//! file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`, `asg.rs`, `clb.rs`); a typed reference to one
+//! of them would use a marker type here (an uninhabited enum implementing [`Kinded`]) until it
+//! moves.
 
 mod elastic_ip;
 mod internet_gateway;
 mod nat_gateway;
 mod route_table;
 mod security_group;
+mod security_group_rules;
 mod subnet;
 mod vpc;
 
@@ -30,6 +32,7 @@ pub(crate) use internet_gateway::InternetGateway;
 pub(crate) use nat_gateway::NatGateway;
 pub(crate) use route_table::{Route, RouteTable, RouteTarget};
 pub(crate) use security_group::SecurityGroup;
+pub(crate) use security_group_rules::{Rule, SecurityGroupRules, Source};
 pub(crate) use subnet::Subnet;
 pub(crate) use vpc::{Vpc, VpcDns};
 
