@@ -10,7 +10,7 @@ use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
     ElasticIp, Head, InternetGateway, Kinded, NatGateway, Ref, Route, RouteTable, RouteTarget,
-    Subnet, Task, Vpc, VpcDns,
+    Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, Task, Vpc, VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
@@ -244,81 +244,72 @@ pub fn desired(
     .collect();
     let has_bastion = roles.contains(&InstanceGroupRole::Bastion);
     let sg = |n: &str| Value::reference(SECURITY_GROUP, n);
-    let rule = |proto: &str, ports: &str, src: Value| {
-        Value::List(vec![Value::str(proto), Value::str(ports), src])
-    };
+    let group = |n: &str| Source::Group(Ref::named(n));
     // Who may reach SSH and the API from outside (spec.sshAccess, spec.kubernetesApiAccess;
     // unset is the whole internet, as before these settings existed).
-    let world = |list: &Access| -> Vec<Value> {
+    let world = |list: &Access| -> Vec<Source> {
         match list {
-            Access::Only(l) => l.iter().map(|c| Value::str(c.as_str())).collect(),
-            Access::Anywhere => vec![Value::str(ANYWHERE)],
+            Access::Only(l) => l.iter().map(|c| Source::Cidr(c.as_str().into())).collect(),
+            Access::Anywhere => vec![Source::Cidr(ANYWHERE.into())],
         }
     };
     let ssh_world = world(&aws.ssh_access);
     let api_world = world(&aws.api_access);
-    let ssh_from: Vec<Value> = if has_bastion {
-        vec![sg("bastion")]
+    let ssh_from: Vec<Source> = if has_bastion {
+        vec![group("bastion")]
     } else if topology == TopologyType::Private {
         // No bastion and no public address: SSH only from inside the VPC.
-        vec![Value::str(cidr)]
+        vec![Source::Cidr(cidr.into())]
     } else {
         ssh_world.clone()
     };
-    let api_port = API_PORT.to_string();
-    let from = |proto: &str, ports: &str, sources: &[Value]| -> Vec<Value> {
+    let tcp_from = |port: u16, sources: &[Source]| -> Vec<Rule> {
         sources
             .iter()
-            .map(|src| rule(proto, ports, src.clone()))
+            .map(|src| Rule::tcp(port, src.clone()))
             .collect()
     };
-    let mut control_plane = vec![
-        rule("-1", "all", sg("control-plane")),
-        rule("-1", "all", sg("nodes")),
-    ];
-    control_plane.extend(from("tcp", "22", &ssh_from));
+    let mut control_plane = vec![Rule::all(group("control-plane")), Rule::all(group("nodes"))];
+    control_plane.extend(tcp_from(22, &ssh_from));
     if has_lb {
-        control_plane.push(rule("tcp", &api_port, sg("api-lb")));
+        control_plane.push(Rule::tcp(API_PORT, group("api-lb")));
     } else {
-        control_plane.extend(from("tcp", &api_port, &api_world));
+        control_plane.extend(tcp_from(API_PORT, &api_world));
     }
-    let mut nodes = vec![
-        rule("-1", "all", sg("nodes")),
-        rule("-1", "all", sg("control-plane")),
-    ];
-    nodes.extend(from("tcp", "22", &ssh_from));
-    let mut groups: Vec<(&str, Vec<Value>)> =
+    let mut nodes = vec![Rule::all(group("nodes")), Rule::all(group("control-plane"))];
+    nodes.extend(tcp_from(22, &ssh_from));
+    let mut groups: Vec<(&str, Vec<Rule>)> =
         vec![("control-plane", control_plane), ("nodes", nodes)];
     if has_lb {
-        let mut lb = from("tcp", &api_port, &api_world);
+        let mut lb = tcp_from(API_PORT, &api_world);
         // The cluster's own instances reach the API through its load balancer too: a
         // narrowed list must not shut them out.
-        if !api_world.contains(&Value::str(ANYWHERE)) {
-            lb.push(rule("tcp", &api_port, sg("control-plane")));
-            lb.push(rule("tcp", &api_port, sg("nodes")));
+        if !api_world.contains(&Source::Cidr(ANYWHERE.into())) {
+            lb.push(Rule::tcp(API_PORT, group("control-plane")));
+            lb.push(Rule::tcp(API_PORT, group("nodes")));
         }
         groups.push(("api-lb", lb));
     }
     if has_bastion {
-        groups.push(("bastion", from("tcp", "22", &ssh_world)));
+        groups.push(("bastion", tcp_from(22, &ssh_world)));
     }
     for (g, rules) in groups {
         out.push(
-            Resource::new(SECURITY_GROUP, g)
-                .field("vpc", vpc_ref.clone())
-                .field("groupName", Value::str(format!("{g}.{name}")))
-                .field(
-                    "description",
-                    Value::str(format!("kprov {g} of cluster {name}")),
-                )
-                .rule("vpc", FieldRule::Immutable)
-                .rule("groupName", FieldRule::Immutable)
-                .rule("description", FieldRule::Immutable),
+            SecurityGroup {
+                head: Head::owned(g),
+                vpc: vpc.clone(),
+                group_name: format!("{g}.{name}"),
+                description: format!("kprov {g} of cluster {name}"),
+            }
+            .resource(),
         );
         out.push(
-            Resource::new(SECURITY_GROUP_RULES, g)
-                .field("group", sg(g))
-                .field("ingress", Value::set(rules)),
+            SecurityGroupRules {
+                head: Head::owned(g),
+                group: Ref::named(g),
+                ingress: rules,
+            }
+            .resource(),
         );
     }
 

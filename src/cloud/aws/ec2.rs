@@ -5,21 +5,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{
-    Filter, InstanceType, IpPermission, IpRange,
-    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    Filter, InstanceType, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
-    LocationType, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair,
-    VpcAttributeName,
+    LocationType, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VpcAttributeName,
 };
 use aws_smithy_types::base64;
 
 use super::kinds::*;
 use super::tasks::{
-    self, ElasticIp, Head, InternetGateway, NatGateway, RouteTable, Subnet, Task, Vpc, VpcDns,
+    self, ElasticIp, Head, InternetGateway, NatGateway, RouteTable, SecurityGroup,
+    SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
 };
 use super::{
-    AwsCloud, Ctx, Reader, UNTRACKED, cid, cids, cloud_id_of, created_id, id_from, id_from_tags,
-    owned_by, want_str,
+    AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, created_id, id_from, id_from_tags, owned_by,
+    want_str,
 };
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
@@ -783,28 +782,6 @@ fn owned_head(id: ResourceId, cloud_id: CloudId) -> Head {
     }
 }
 
-fn ports(p: &IpPermission) -> String {
-    match (p.ip_protocol(), p.from_port(), p.to_port()) {
-        (Some("-1"), _, _) | (_, None, _) => "all".into(),
-        (_, Some(f), Some(t)) if f != t => format!("{f}-{t}"),
-        (_, Some(f), _) => f.to_string(),
-    }
-}
-
-/// A rule the AWS cloud-controller-manager added for a Service's load balancer: it marks
-/// its rules `kubernetes.io/rule/nlb/client=...`, `.../health=...`, `.../mtu...`. They are the
-/// CCM's to add and remove; kprov neither compares nor revokes them.
-fn ccm_rule(description: Option<&str>) -> bool {
-    description.is_some_and(|d| d.starts_with("kubernetes.io/"))
-}
-
-/// Whether a rule's source group is one of kprov's own groups of this cluster. A rule from
-/// any other group (the security group the CCM makes for a Classic ELB, another team's
-/// group) is left alone: kprov manages only the rules it makes.
-fn kprov_group(source: &Value) -> bool {
-    matches!(source, Value::Ref(id) if id.kind == SECURITY_GROUP && !id.name.starts_with(UNTRACKED))
-}
-
 pub(super) async fn fetch_security_groups(
     c: &AwsCloud,
 ) -> Result<Vec<aws_sdk_ec2::types::SecurityGroup>, CloudError> {
@@ -824,7 +801,7 @@ pub(super) fn assemble_security_groups(
     groups: Vec<aws_sdk_ec2::types::SecurityGroup>,
     rd: &mut Reader<'_>,
 ) {
-    let mut ids = Vec::new();
+    let mut heads = Vec::new();
     let groups: Vec<_> = groups
         .into_iter()
         .filter(|g| owned_by(&c.cluster, tag_pairs(g.tags())))
@@ -834,54 +811,16 @@ pub(super) fn assemble_security_groups(
             continue;
         };
         let id = id_from_tags(SECURITY_GROUP, &gid, tag_pairs(g.tags()));
-        // why: a reference the cloud left out reads as empty, which the diff shows as a change
-        let vpc = rd.r(g.vpc_id().unwrap_or_default());
-        rd.push(
-            Resource::new(SECURITY_GROUP, &id.name)
-                .cloud_id(gid.clone())
-                .field("vpc", vpc)
-                // why: a field the cloud left out reads as empty, which the diff shows as a change
-                .field("groupName", Value::str(g.group_name().unwrap_or_default()))
-                .field(
-                    "description",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(g.description().unwrap_or_default()),
-                ),
-        );
-        ids.push((g, gid, id));
+        let group = SecurityGroup::read(owned_head(id, gid), g, rd);
+        rd.push(group.resource());
+        heads.push((g, group.head));
     }
     // The rules come second: they refer to groups by ID, and all groups are known now.
-    for (g, gid, id) in ids {
-        let mut rules = Vec::new();
-        for p in g.ip_permissions() {
-            let proto = Value::str(p.ip_protocol().unwrap_or("-1"));
-            let ports = Value::str(ports(p));
-            for r in p.ip_ranges().iter().filter(|r| !ccm_rule(r.description())) {
-                rules.push(Value::List(vec![
-                    proto.clone(),
-                    ports.clone(),
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(r.cidr_ip().unwrap_or_default()),
-                ]));
-            }
-            for pair in p.user_id_group_pairs() {
-                // why: a reference the cloud left out reads as empty, which the diff shows as a change
-                let source = rd.r(pair.group_id().unwrap_or_default());
-                if !kprov_group(&source) || ccm_rule(pair.description()) {
-                    continue;
-                }
-                rules.push(Value::List(vec![proto.clone(), ports.clone(), source]));
-            }
-        }
-        let group = Value::reference(SECURITY_GROUP, &id.name);
+    for (g, head) in heads {
+        let rules = SecurityGroupRules::read(head, g, rd);
         // Shares its group's cloud ID: pushed past `Reader::push` so that ID keeps mapping to
         // the group.
-        rd.out.push(
-            Resource::new(SECURITY_GROUP_RULES, id.name)
-                .cloud_id(gid)
-                .field("group", group)
-                .field("ingress", Value::set(rules)),
-        );
+        rd.out.push(rules.resource());
     }
 }
 
@@ -1269,68 +1208,6 @@ fn from_version(
         )
         .field("latestVersion", Value::Int(v.version_number().unwrap_or(0)))
 }
-
-/// `[proto, ports, source]` → one IpPermission.
-fn permission(rule: &Value, ids: &IdMap) -> Result<IpPermission, CloudError> {
-    let bad = || CloudError::Model(format!("malformed security group rule {rule}"));
-    let [proto, ports, src] = rule.as_list() else {
-        return Err(bad());
-    };
-    let proto = proto.as_str().ok_or_else(bad)?;
-    let ports = ports.as_str().ok_or_else(bad)?;
-    let mut b = IpPermission::builder().ip_protocol(proto);
-    if ports != "all" {
-        let (from, to) = ports.split_once('-').unwrap_or((ports, ports));
-        let from: i32 = from.parse().map_err(|_| bad())?;
-        let to: i32 = to.parse().map_err(|_| bad())?;
-        b = b.from_port(from).to_port(to);
-    }
-    let source = cid(ids, Some(src))?;
-    b = if source.starts_with("sg-") {
-        b.user_id_group_pairs(UserIdGroupPair::builder().group_id(source).build())
-    } else {
-        b.ip_ranges(IpRange::builder().cidr_ip(source).build())
-    };
-    Ok(b.build())
-}
-
-fn permissions(rules: &[Value], ids: &IdMap) -> Result<Vec<IpPermission>, CloudError> {
-    rules.iter().map(|r| permission(r, ids)).collect()
-}
-
-async fn authorize(
-    c: &AwsCloud,
-    gid: &str,
-    rules: &[Value],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    if rules.is_empty() {
-        return Ok(());
-    }
-    c.ec2
-        .authorize_security_group_ingress()
-        .group_id(gid)
-        .set_ip_permissions(Some(permissions(rules, ids)?))
-        .send()
-        .await
-        .ctx("AuthorizeSecurityGroupIngress")?;
-    Ok(())
-}
-
-async fn revoke(c: &AwsCloud, gid: &str, rules: &[Value], ids: &IdMap) -> Result<(), CloudError> {
-    if rules.is_empty() {
-        return Ok(());
-    }
-    c.ec2
-        .revoke_security_group_ingress()
-        .group_id(gid)
-        .set_ip_permissions(Some(permissions(rules, ids)?))
-        .send()
-        .await
-        .ctx("RevokeSecurityGroupIngress")?;
-    Ok(())
-}
-
 fn launch_data(
     c: &AwsCloud,
     want: &Resource,
@@ -1450,27 +1327,8 @@ pub(super) async fn create(
         Ec2Kind::ElasticIp => tasks::create::<ElasticIp>(c, want, ids).await,
         Ec2Kind::NatGateway => tasks::create::<NatGateway>(c, want, ids).await,
         Ec2Kind::RouteTable => tasks::create::<RouteTable>(c, want, ids).await,
-        Ec2Kind::SecurityGroup => {
-            let out = c
-                .ec2
-                .create_security_group()
-                .group_name(s("groupName")?)
-                .description(s("description")?)
-                .vpc_id(cid(ids, want.get("vpc"))?)
-                .tag_specifications(tag_spec(c, ResourceType::SecurityGroup, id, &[]))
-                .send()
-                .await
-                .ctx("CreateSecurityGroup")?;
-            Ok(created_id(&want.id, "CreateSecurityGroup", out.group_id())?)
-        }
-        Ec2Kind::SecurityGroupRules => {
-            // The rules resource is the group's ingress list: "creating" it authorizes them.
-            let gid = cid(ids, want.get("group"))?.to_string();
-            // why: an absent list field is an empty list (no rules, routes, subnets)
-            let rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
-            authorize(c, &gid, rules, ids).await?;
-            id_from(&want.id, "the group reference", &gid)
-        }
+        Ec2Kind::SecurityGroup => tasks::create::<SecurityGroup>(c, want, ids).await,
+        Ec2Kind::SecurityGroupRules => tasks::create::<SecurityGroupRules>(c, want, ids).await,
         Ec2Kind::KeyPair => {
             let key = want.inputs.get("publicKey").cloned().ok_or_else(|| {
                 CloudError::Model(format!("{}: input publicKey is not set", want.id))
@@ -1554,23 +1412,9 @@ pub(super) async fn update(
         Ec2Kind::RouteTable => tasks::update::<RouteTable>(c, want, have, changes, ids).await,
         Ec2Kind::ElasticIp => tasks::update::<ElasticIp>(c, want, have, changes, ids).await,
         Ec2Kind::NatGateway => tasks::update::<NatGateway>(c, want, have, changes, ids).await,
+        Ec2Kind::SecurityGroup => tasks::update::<SecurityGroup>(c, want, have, changes, ids).await,
         Ec2Kind::SecurityGroupRules => {
-            // why: an absent list field is an empty list (no rules, routes, subnets)
-            let want_rules = want.get("ingress").map(Value::as_list).unwrap_or_default();
-            // why: an absent list field is an empty list (no rules, routes, subnets)
-            let have_rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
-            let missing: Vec<Value> = want_rules
-                .iter()
-                .filter(|r| !have_rules.contains(r))
-                .cloned()
-                .collect();
-            let extra: Vec<Value> = have_rules
-                .iter()
-                .filter(|r| !want_rules.contains(r))
-                .cloned()
-                .collect();
-            revoke(c, cloud_id, &extra, ids).await?;
-            authorize(c, cloud_id, &missing, ids).await
+            tasks::update::<SecurityGroupRules>(c, want, have, changes, ids).await
         }
         Ec2Kind::LaunchTemplate => {
             // Instance groups use `$Latest`: a new complete version is the change.
@@ -1642,19 +1486,8 @@ pub(super) async fn delete(
         Ec2Kind::ElasticIp => tasks::delete::<ElasticIp>(c, have, ids).await,
         Ec2Kind::NatGateway => tasks::delete::<NatGateway>(c, have, ids).await,
         Ec2Kind::RouteTable => tasks::delete::<RouteTable>(c, have, ids).await,
-        Ec2Kind::SecurityGroup => gone_ok(
-            c.ec2
-                .delete_security_group()
-                .group_id(cloud_id)
-                .send()
-                .await
-                .ctx("DeleteSecurityGroup"),
-        ),
-        Ec2Kind::SecurityGroupRules => {
-            // why: an absent list field is an empty list (no rules, routes, subnets)
-            let rules = have.get("ingress").map(Value::as_list).unwrap_or_default();
-            gone_ok(revoke(c, cloud_id, rules, ids).await)
-        }
+        Ec2Kind::SecurityGroup => tasks::delete::<SecurityGroup>(c, have, ids).await,
+        Ec2Kind::SecurityGroupRules => tasks::delete::<SecurityGroupRules>(c, have, ids).await,
         Ec2Kind::KeyPair => gone_ok(
             c.ec2
                 .delete_key_pair()

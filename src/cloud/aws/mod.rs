@@ -44,6 +44,7 @@ use crate::spec::ResolvedCluster;
 use crate::spec::resolve::{Access, AwsPart, GroupPlacement, ImageRef, ResolvedGroup};
 use images::{ImagePins, PinnedImage};
 use kinds::*;
+use tasks::{SecurityGroupRules, Task};
 
 pub const TAG_ID: &str = "kprov.dev/id";
 /// The name prefix of resources that carry this cluster's ownership tag but no kprov
@@ -339,32 +340,25 @@ fn unowned_image_warnings(groups: &[ResolvedGroup], images: &ImagePins) -> Vec<S
 /// The preview's warnings for SSH or the API about to be opened to the whole internet because
 /// `spec.sshAccess` / `spec.kubernetesApiAccess` is unset (kops's default, kept).
 fn open_access_warnings(aws: &AwsPart, plan: &Plan) -> Vec<String> {
-    let opens = |port: &str| {
+    let opens = |port: u16| {
         plan.changes.iter().any(|c| {
             c.id.kind == SECURITY_GROUP_RULES
                 && matches!(c.action, engine::Action::Create | engine::Action::Update)
                 && plan.desired.get(&c.id).is_some_and(|r| {
-                    r.get("ingress")
-                        .map(Value::as_list)
-                        // why: an absent list field is an empty list
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|rule| {
-                            matches!(rule.as_list(), [_, p, src]
-                                if p.as_str() == Some(port) && src.as_str() == Some("0.0.0.0/0"))
-                        })
+                    // The model made it; one that does not decode fails apply, naming it.
+                    SecurityGroupRules::from_resource(r).is_ok_and(|t| t.open_to_anywhere(port))
                 })
         })
     };
     let mut out = Vec::new();
-    if aws.ssh_access == Access::Anywhere && opens("22") {
+    if aws.ssh_access == Access::Anywhere && opens(22) {
         out.push(
             "SSH (port 22) will be open to 0.0.0.0/0: set spec.sshAccess to the CIDRs that may \
              connect (kops's sshAccess)"
                 .to_string(),
         );
     }
-    if aws.api_access == Access::Anywhere && opens(&desired::API_PORT.to_string()) {
+    if aws.api_access == Access::Anywhere && opens(desired::API_PORT) {
         out.push(format!(
             "the Kubernetes API (port {}) will be open to 0.0.0.0/0: set \
              spec.kubernetesApiAccess to the CIDRs that may connect (kops's \

@@ -3,11 +3,11 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
-use super::{Head, Kinded, Task, cannot_change, text};
+use super::{Head, Kinded, Task, text};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, IdMap, Resource, Value};
 
 const DOMAIN: &str = "domain";
 
@@ -72,16 +72,6 @@ impl Task for ElasticIp {
             .await
             .ctx("AllocateAddress")?;
         created_id(&id, "AllocateAddress", out.allocation_id())
-    }
-
-    async fn update(
-        &self,
-        _: &Self,
-        changes: &[FieldChange],
-        _: &AwsCloud,
-        _: &IdMap,
-    ) -> Result<(), CloudError> {
-        Err(cannot_change(&self.id(), changes))
     }
 
     async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {

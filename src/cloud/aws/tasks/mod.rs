@@ -7,15 +7,18 @@
 //! field is a model error naming the resource and field, never an empty value sent to AWS).
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
-//! [`RouteTable`], [`ElasticIp`], [`NatGateway`]). The other kinds are still field maps built
-//! in `desired.rs` and served by their service's file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`,
-//! `asg.rs`, `clb.rs`); a typed reference to one of them would use a marker type here (an
-//! uninhabited enum implementing [`Kinded`]) until it moves.
+//! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`].
+//! The other kinds are still field maps built in `desired.rs` and served by their service's
+//! file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`, `asg.rs`, `clb.rs`); a typed reference to one
+//! of them would use a marker type here (an uninhabited enum implementing [`Kinded`]) until it
+//! moves.
 
 mod elastic_ip;
 mod internet_gateway;
 mod nat_gateway;
 mod route_table;
+mod security_group;
+mod security_group_rules;
 mod subnet;
 mod vpc;
 
@@ -28,6 +31,8 @@ pub(crate) use elastic_ip::ElasticIp;
 pub(crate) use internet_gateway::InternetGateway;
 pub(crate) use nat_gateway::NatGateway;
 pub(crate) use route_table::{Route, RouteTable, RouteTarget};
+pub(crate) use security_group::SecurityGroup;
+pub(crate) use security_group_rules::{Rule, SecurityGroupRules, Source};
 pub(crate) use subnet::Subnet;
 pub(crate) use vpc::{Vpc, VpcDns};
 
@@ -217,14 +222,18 @@ pub(crate) trait Task: Kinded + Sized + Send + Sync {
     /// `finish_create` (a half-made resource is found by its tags on the next plan).
     async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError>;
 
-    /// Brings `have` (read) to `self` (desired); `changes` are the fields the plan showed.
+    /// Brings `have` (read) to `self` (desired); `changes` are the fields the plan showed. The
+    /// default is a kind whose fields are all fixed once made: the plan refuses or replaces
+    /// first, and this names the fields should a change get here.
     async fn update(
         &self,
-        have: &Self,
+        _have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError>;
+        _c: &AwsCloud,
+        _ids: &IdMap,
+    ) -> Result<(), CloudError> {
+        Err(cannot_change(&self.id(), changes))
+    }
 
     /// Deletes `self` (a read task); already gone is success.
     async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError>;

@@ -4,11 +4,11 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{ElasticIp, Head, Kinded, Ref, Subnet, Task, cannot_change};
+use super::{ElasticIp, Head, Kinded, Ref, Subnet, Task};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec, wait_nat};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource};
+use crate::cloud::engine::{CloudError, CloudId, FieldRule, IdMap, Resource};
 
 const SUBNET: &str = "subnet";
 const ALLOCATION: &str = "allocation";
@@ -82,16 +82,6 @@ impl Task for NatGateway {
         )?;
         wait_nat(c, &nid, false).await.map_err(after_create)?;
         Ok(nid)
-    }
-
-    async fn update(
-        &self,
-        _: &Self,
-        changes: &[FieldChange],
-        _: &AwsCloud,
-        _: &IdMap,
-    ) -> Result<(), CloudError> {
-        Err(cannot_change(&self.id(), changes))
     }
 
     async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {

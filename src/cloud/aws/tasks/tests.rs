@@ -11,7 +11,8 @@ use aws_sdk_ec2::types::{
 
 use super::*;
 use crate::cloud::aws::kinds::{
-    ELASTIC_IP, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SUBNET, VPC,
+    ELASTIC_IP, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SECURITY_GROUP, SECURITY_GROUP_RULES,
+    SUBNET, VPC,
 };
 use crate::cloud::engine::FieldRule;
 
@@ -402,5 +403,321 @@ fn a_nat_gateway_and_its_address_are_the_field_maps_they_were() {
     assert_eq!(
         addr.domain, "vpc",
         "an address without a domain is a VPC one"
+    );
+}
+
+/// A security group: the field map the diff always compared (all three fields fixed once
+/// made), read back with its VPC by the reader's logical name (another VPC as its raw ID), and
+/// decoding refuses a group that lost a field or points at something not a VPC.
+#[test]
+fn a_security_group_is_the_field_map_it_was() {
+    let group = SecurityGroup {
+        head: Head::owned("nodes"),
+        vpc: Ref::named("main"),
+        group_name: "nodes.k.example.com".into(),
+        description: "kprov nodes of cluster k.example.com".into(),
+    };
+    let r = group.resource();
+    assert_eq!(
+        r,
+        Resource::new(SECURITY_GROUP, "nodes")
+            .field("vpc", Value::reference(VPC, "main"))
+            .field("groupName", Value::str("nodes.k.example.com"))
+            .field(
+                "description",
+                Value::str("kprov nodes of cluster k.example.com")
+            )
+            .rule("vpc", FieldRule::Immutable)
+            .rule("groupName", FieldRule::Immutable)
+            .rule("description", FieldRule::Immutable)
+    );
+    assert_eq!(SecurityGroup::from_resource(&r).expect("decodes"), group);
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["Vpc/main"]);
+
+    let mut nameless = r.clone();
+    nameless.fields.remove("groupName");
+    let e = SecurityGroup::from_resource(&nameless).expect_err("no name");
+    assert_eq!(
+        e.to_string(),
+        "resource model: SecurityGroup/nodes: field groupName is not set"
+    );
+    let e = SecurityGroup::from_resource(&r.clone().field("vpc", Value::reference(SUBNET, "a")))
+        .expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: SecurityGroup/nodes: field vpc: expected a reference to a Vpc, found \
+         Subnet/a"
+    );
+
+    let rd = reader(&[("vpc-1", ResourceId::new(VPC, "main"))]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("sg-1")),
+    };
+    let listed = aws_sdk_ec2::types::SecurityGroup::builder()
+        .vpc_id("vpc-1")
+        .group_name("nodes.k.example.com")
+        .description("kprov nodes of cluster k.example.com")
+        .build();
+    let read = SecurityGroup::read(head.clone(), &listed, &rd);
+    assert_eq!(read.vpc, Ref::named("main"));
+    assert_eq!(
+        read.resource().fields,
+        r.fields,
+        "in sync: nothing to change"
+    );
+    assert_eq!(read.resource().cloud_id.as_deref(), Some("sg-1"));
+    // In another VPC, listed without a description: both show as changes, never as the
+    // desired values.
+    let moved = SecurityGroup::read(
+        head,
+        &aws_sdk_ec2::types::SecurityGroup::builder()
+            .vpc_id("vpc-other")
+            .group_name("nodes.k.example.com")
+            .build(),
+        &rd,
+    );
+    assert_eq!(moved.resource().get("vpc"), Some(&Value::str("vpc-other")));
+    assert_eq!(moved.description, "");
+}
+
+fn rule_value(proto: &str, ports: &str, src: Value) -> Value {
+    Value::List(vec![Value::str(proto), Value::str(ports), src])
+}
+
+/// A group's ingress rules: the field map the diff always compared (`[protocol, ports,
+/// source]`, a set), decoded back in the set's order, ordered after the groups they name;
+/// a rule that is not three texts and a source is a model error naming the resource.
+#[test]
+fn security_group_rules_are_the_field_map_they_were() {
+    use super::security_group_rules::Ports;
+
+    let rules = SecurityGroupRules {
+        head: Head::owned("nodes"),
+        group: Ref::named("nodes"),
+        ingress: vec![
+            Rule::all(Source::Group(Ref::named("nodes"))),
+            Rule::all(Source::Group(Ref::named("control-plane"))),
+            Rule::tcp(22, Source::Cidr("203.0.113.0/24".into())),
+            Rule::tcp(6443, Source::Group(Ref::named("api-lb"))),
+        ],
+    };
+    let r = rules.resource();
+    assert_eq!(
+        r,
+        Resource::new(SECURITY_GROUP_RULES, "nodes")
+            .field("group", Value::reference(SECURITY_GROUP, "nodes"))
+            .field(
+                "ingress",
+                Value::set(vec![
+                    rule_value("-1", "all", Value::reference(SECURITY_GROUP, "nodes")),
+                    rule_value(
+                        "-1",
+                        "all",
+                        Value::reference(SECURITY_GROUP, "control-plane")
+                    ),
+                    rule_value("tcp", "22", Value::str("203.0.113.0/24")),
+                    rule_value("tcp", "6443", Value::reference(SECURITY_GROUP, "api-lb")),
+                ])
+            )
+    );
+    let back = SecurityGroupRules::from_resource(&r).expect("decodes");
+    assert_eq!(
+        back.resource(),
+        r,
+        "through the map and back, nothing changes"
+    );
+    assert_eq!(back.ingress.len(), 4);
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        deps,
+        [
+            "SecurityGroup/api-lb",
+            "SecurityGroup/control-plane",
+            "SecurityGroup/nodes"
+        ]
+    );
+    assert!(!rules.open_to_anywhere(22), "SSH only from one network");
+    let open = SecurityGroupRules {
+        ingress: vec![Rule::tcp(22, Source::Cidr("0.0.0.0/0".into()))],
+        ..rules.clone()
+    };
+    assert!(open.open_to_anywhere(22));
+    assert!(!open.open_to_anywhere(6443));
+
+    // Port ranges, ICMP's lone -1 and a group by raw ID decode; each says what it is.
+    let r = r.field(
+        "ingress",
+        Value::set(vec![
+            rule_value("tcp", "30000-32767", Value::str("10.0.0.0/16")),
+            rule_value("icmp", "-1", Value::str("10.0.0.0/16")),
+            rule_value("tcp", "443", Value::str("sg-9")),
+        ]),
+    );
+    let back = SecurityGroupRules::from_resource(&r).expect("decodes");
+    assert_eq!(
+        back.ingress,
+        [
+            Rule {
+                protocol: "icmp".into(),
+                ports: Ports::Range(-1, -1),
+                source: Source::Cidr("10.0.0.0/16".into()),
+            },
+            Rule {
+                protocol: "tcp".into(),
+                ports: Ports::Range(30000, 32767),
+                source: Source::Cidr("10.0.0.0/16".into()),
+            },
+            Rule {
+                protocol: "tcp".into(),
+                ports: Ports::Range(443, 443),
+                source: Source::Group(Ref::cloud("sg-9")),
+            },
+        ]
+    );
+    assert_eq!(back.resource(), r);
+
+    for bad in [
+        rule_value("tcp", "22-", Value::str("10.0.0.0/16")),
+        rule_value("tcp", "ssh", Value::str("10.0.0.0/16")),
+        rule_value("tcp", "22", Value::Int(1)),
+        rule_value("tcp", "22", Value::reference(SUBNET, "a")),
+        Value::List(vec![Value::str("tcp"), Value::str("22")]),
+    ] {
+        let r = r.clone().field("ingress", Value::List(vec![bad.clone()]));
+        let e = SecurityGroupRules::from_resource(&r).expect_err("malformed");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "resource model: SecurityGroupRules/nodes: malformed security group rule {bad}"
+            )
+        );
+    }
+}
+
+/// The request a rule becomes: a group source resolved to its cloud ID as a group pair, a
+/// CIDR as an address range, every port as no port range at all.
+#[test]
+fn a_rule_is_sent_as_the_permission_ec2_expects() {
+    let ids: IdMap = [(ResourceId::new(SECURITY_GROUP, "nodes"), cid("sg-1"))].into();
+    let p = Rule::all(Source::Group(Ref::named("nodes")))
+        .permission(&ids)
+        .expect("resolves");
+    assert_eq!(p.ip_protocol(), Some("-1"));
+    assert_eq!((p.from_port(), p.to_port()), (None, None));
+    assert_eq!(p.user_id_group_pairs()[0].group_id(), Some("sg-1"));
+    assert!(p.ip_ranges().is_empty());
+
+    let p = Rule::tcp(22, Source::Cidr("203.0.113.0/24".into()))
+        .permission(&ids)
+        .expect("a CIDR needs nothing resolved");
+    assert_eq!((p.from_port(), p.to_port()), (Some(22), Some(22)));
+    assert_eq!(p.ip_ranges()[0].cidr_ip(), Some("203.0.113.0/24"));
+    assert!(p.user_id_group_pairs().is_empty());
+
+    let e = Rule::all(Source::Group(Ref::named("bastion")))
+        .permission(&ids)
+        .expect_err("not made yet");
+    assert_eq!(
+        e.to_string(),
+        "resource model: SecurityGroup/bastion has no cloud ID yet"
+    );
+}
+
+/// What a read keeps: kprov's rules, from addresses and from kprov's own groups (named as the
+/// reader knows them). The cloud-controller-manager's rules, and those from a group that is
+/// not kprov's (unknown, or one of the cluster's that lost its identity tag), are not kprov's
+/// to compare or revoke.
+#[test]
+fn read_rules_are_kprovs_own() {
+    use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
+
+    let rd = reader(&[
+        ("sg-1", ResourceId::new(SECURITY_GROUP, "nodes")),
+        ("sg-2", ResourceId::new(SECURITY_GROUP, "control-plane")),
+        ("sg-3", ResourceId::new(SECURITY_GROUP, "untracked-sg-3")),
+        ("subnet-1", ResourceId::new(SUBNET, "a")),
+    ]);
+    let pair = |g: &str| UserIdGroupPair::builder().group_id(g).build();
+    let listed = aws_sdk_ec2::types::SecurityGroup::builder()
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("-1")
+                .user_id_group_pairs(pair("sg-1"))
+                .user_id_group_pairs(pair("sg-2"))
+                .user_id_group_pairs(pair("sg-3"))
+                .user_id_group_pairs(pair("sg-foreign"))
+                .user_id_group_pairs(pair("subnet-1"))
+                .user_id_group_pairs(
+                    UserIdGroupPair::builder()
+                        .group_id("sg-2")
+                        .description("kubernetes.io/rule/nlb/health=a1")
+                        .build(),
+                )
+                .build(),
+        )
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(22)
+                .to_port(22)
+                .ip_ranges(IpRange::builder().cidr_ip("0.0.0.0/0").build())
+                .build(),
+        )
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(30000)
+                .to_port(32767)
+                .ip_ranges(
+                    IpRange::builder()
+                        .cidr_ip("0.0.0.0/0")
+                        .description("kubernetes.io/rule/nlb/client=a1")
+                        .build(),
+                )
+                .ip_ranges(IpRange::builder().cidr_ip("10.0.0.0/16").build())
+                .build(),
+        )
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("icmp")
+                .from_port(-1)
+                .to_port(-1)
+                .ip_ranges(IpRange::builder().cidr_ip("10.0.0.0/16").build())
+                .build(),
+        )
+        .build();
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("sg-1")),
+    };
+    let read = SecurityGroupRules::read(head, &listed, &rd);
+    assert_eq!(read.group, Ref::named("nodes"));
+    let r = read.resource();
+    assert_eq!(r.cloud_id.as_deref(), Some("sg-1"), "its group's cloud ID");
+    assert_eq!(
+        r.get("ingress"),
+        Some(&Value::set(vec![
+            rule_value("-1", "all", Value::reference(SECURITY_GROUP, "nodes")),
+            rule_value(
+                "-1",
+                "all",
+                Value::reference(SECURITY_GROUP, "control-plane")
+            ),
+            rule_value("tcp", "22", Value::str("0.0.0.0/0")),
+            rule_value("tcp", "30000-32767", Value::str("10.0.0.0/16")),
+            rule_value("icmp", "-1", Value::str("10.0.0.0/16")),
+        ]))
+    );
+    // Apply decodes what it read: every rule it may have to revoke.
+    assert_eq!(
+        SecurityGroupRules::from_resource(&r)
+            .expect("decodes")
+            .ingress
+            .len(),
+        5
     );
 }
