@@ -2,16 +2,20 @@
 //! Owned objects live under the path `/kprov/CLUSTER/` (ListRoles filters on it) and are named
 //! `ROLE.CLUSTER`.
 
+use super::ec2::gone_ok;
 use super::kinds::*;
+use super::tasks::{self, Head, IamRole, Task};
 use super::{AwsCloud, Ctx, Reader, cid, cloud_id_of, finish_create, want_str};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
+use crate::cloud::engine::{
+    CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
+};
 
-fn path(c: &AwsCloud) -> String {
+pub(super) fn path(c: &AwsCloud) -> String {
     format!("/kprov/{}/", c.cluster)
 }
 
 /// IAM returns policy documents URL-encoded; canonical JSON makes them comparable.
-fn normalize(doc: &str) -> String {
+pub(super) fn normalize(doc: &str) -> String {
     let decoded = percent_decode(doc);
     serde_json::from_str::<serde_json::Value>(&decoded)
         .map(|v| super::desired::pretty(&v))
@@ -115,18 +119,9 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
             continue;
         };
         let k = key(c, name);
-        rd.push(
-            Resource::new(IAM_ROLE, k)
-                .cloud_id(role_id.clone())
-                .field("roleName", Value::str(name))
-                .field(
-                    "assumeRolePolicy",
-                    Value::Doc(normalize(
-                        // why: a field the cloud left out reads as empty, which the diff shows as a change
-                        role.assume_role_policy_document().unwrap_or_default(),
-                    )),
-                ),
-        );
+        let head = owned_head(k, role_id.clone());
+        let read = IamRole::read(head, role, rd);
+        rd.push(read.resource());
         for (p, doc) in policies {
             let rname = if *p == format!("kprov-{k}") {
                 k.to_string()
@@ -158,9 +153,18 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
     }
 }
 
-fn tags(c: &AwsCloud, want: &Resource) -> Vec<aws_sdk_iam::types::Tag> {
-    let display = format!("{}.{}", want.id.name, c.cluster);
-    c.tags(&want.id, &display)
+/// The head of a read resource found under the cluster's path (never adopted).
+fn owned_head(name: &str, cloud_id: CloudId) -> Head {
+    Head {
+        name: name.to_string(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cloud_id),
+    }
+}
+
+pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<aws_sdk_iam::types::Tag> {
+    let display = format!("{}.{}", id.name, c.cluster);
+    c.tags(id, &display)
         .into_iter()
         .filter_map(|(k, v)| {
             aws_sdk_iam::types::Tag::builder()
@@ -227,19 +231,7 @@ pub(super) async fn create(
     ids: &IdMap,
 ) -> Result<CloudId, CloudError> {
     match kind {
-        IamKind::Role => {
-            let name = want_str(want, "roleName")?;
-            c.iam
-                .create_role()
-                .role_name(name)
-                .path(path(c))
-                .assume_role_policy_document(want_str(want, "assumeRolePolicy")?)
-                .set_tags(Some(tags(c, want)))
-                .send()
-                .await
-                .ctx("CreateRole")?;
-            super::id_from(&want.id, "field roleName", name)
-        }
+        IamKind::Role => tasks::create::<IamRole>(c, want, ids).await,
         IamKind::RolePolicy => put_policy(c, want, ids).await,
         IamKind::InstanceProfile => {
             let name = want_str(want, "profileName")?;
@@ -247,7 +239,7 @@ pub(super) async fn create(
                 .create_instance_profile()
                 .instance_profile_name(name)
                 .path(path(c))
-                .set_tags(Some(tags(c, want)))
+                .set_tags(Some(tags(c, &want.id)))
                 .send()
                 .await
                 .ctx("CreateInstanceProfile")?;
@@ -266,23 +258,14 @@ pub(super) async fn update(
     kind: IamKind,
     want: &Resource,
     have: &Resource,
-    _changes: &[FieldChange],
+    changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let name = cloud_id_of(have)?;
     match kind {
-        IamKind::Role => {
-            c.iam
-                .update_assume_role_policy()
-                .role_name(name)
-                .policy_document(want_str(want, "assumeRolePolicy")?)
-                .send()
-                .await
-                .ctx("UpdateAssumeRolePolicy")?;
-            Ok(())
-        }
+        IamKind::Role => tasks::update::<IamRole>(c, want, have, changes, ids).await,
         IamKind::RolePolicy => put_policy(c, want, ids).await.map(|_| ()),
         IamKind::InstanceProfile => {
+            let name = cloud_id_of(have)?;
             if let Some(old) = have.get("role") {
                 c.iam
                     .remove_role_from_instance_profile()
@@ -303,28 +286,23 @@ pub(super) async fn delete(
     have: &Resource,
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let name = cloud_id_of(have)?;
-    let r = match kind {
-        IamKind::Role => c
-            .iam
-            .delete_role()
-            .role_name(name)
-            .send()
-            .await
-            .ctx("DeleteRole")
-            .map(|_| ()),
+    match kind {
+        IamKind::Role => tasks::delete::<IamRole>(c, have, ids).await,
         IamKind::RolePolicy => {
+            let name = cloud_id_of(have)?;
             let (role, policy) = name.split_once(':').unwrap_or((name, ""));
-            c.iam
-                .delete_role_policy()
-                .role_name(role)
-                .policy_name(policy)
-                .send()
-                .await
-                .ctx("DeleteRolePolicy")
-                .map(|_| ())
+            gone_ok(
+                c.iam
+                    .delete_role_policy()
+                    .role_name(role)
+                    .policy_name(policy)
+                    .send()
+                    .await
+                    .ctx("DeleteRolePolicy"),
+            )
         }
         IamKind::InstanceProfile => {
+            let name = cloud_id_of(have)?;
             if let Ok(role) = cid(ids, have.get("role")) {
                 // Already detached by an interrupted run is fine: the delete below decides.
                 let _ = c
@@ -335,17 +313,14 @@ pub(super) async fn delete(
                     .send()
                     .await;
             }
-            c.iam
-                .delete_instance_profile()
-                .instance_profile_name(name)
-                .send()
-                .await
-                .ctx("DeleteInstanceProfile")
-                .map(|_| ())
+            gone_ok(
+                c.iam
+                    .delete_instance_profile()
+                    .instance_profile_name(name)
+                    .send()
+                    .await
+                    .ctx("DeleteInstanceProfile"),
+            )
         }
-    };
-    match r {
-        Err(e) if e.class() == crate::cloud::engine::ErrorClass::NotFound => Ok(()),
-        other => other,
     }
 }

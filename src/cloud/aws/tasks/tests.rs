@@ -11,7 +11,7 @@ use aws_sdk_ec2::types::{
 
 use super::*;
 use crate::cloud::aws::kinds::{
-    ELASTIC_IP, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SUBNET, VPC,
+    ELASTIC_IP, IAM_ROLE, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SUBNET, VPC,
 };
 use crate::cloud::engine::FieldRule;
 
@@ -403,4 +403,69 @@ fn a_nat_gateway_and_its_address_are_the_field_maps_they_were() {
         addr.domain, "vpc",
         "an address without a domain is a VPC one"
     );
+}
+
+fn iam_role(name: &str, doc: Option<&str>) -> aws_sdk_iam::types::Role {
+    aws_sdk_iam::types::Role::builder()
+        .path("/kprov/c.example.com/")
+        .role_name(name)
+        .role_id("AROA1")
+        .arn(format!("arn:aws:iam::1:role/kprov/c.example.com/{name}"))
+        .create_date(aws_smithy_types::DateTime::from_secs(0))
+        .set_assume_role_policy_document(doc.map(str::to_string))
+        .build()
+        .expect("a test role has every required field")
+}
+
+/// An instance-group role: its name fixed once made, its trust policy a document the diff
+/// shows line by line. Read back, IAM's URL-encoded policy is the canonical JSON the desired
+/// one is (or every plan would show every role changed); a role listed without one reads as
+/// empty, a change the plan names, never the desired policy.
+#[test]
+fn an_iam_role_is_the_field_map_it_was() {
+    let policy = "{\n  \"Version\": \"2012-10-17\"\n}";
+    let role = IamRole {
+        head: Head::owned("nodes"),
+        role_name: "nodes.c.example.com".into(),
+        assume_role_policy: policy.into(),
+    };
+    let r = role.resource();
+    assert_eq!(
+        r,
+        Resource::new(IAM_ROLE, "nodes")
+            .field("roleName", Value::str("nodes.c.example.com"))
+            .field("assumeRolePolicy", Value::Doc(policy.into()))
+            .rule("roleName", FieldRule::Immutable)
+    );
+    assert_eq!(IamRole::from_resource(&r).expect("decodes"), role);
+
+    let mut missing = r.clone();
+    missing.fields.remove("assumeRolePolicy");
+    assert_eq!(
+        IamRole::from_resource(&missing)
+            .expect_err("no policy")
+            .to_string(),
+        "resource model: IamRole/nodes: field assumeRolePolicy is not set"
+    );
+
+    let rd = reader(&[]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("nodes.c.example.com")),
+    };
+    let listed = iam_role(
+        "nodes.c.example.com",
+        Some("%7B%22Version%22%3A+%222012-10-17%22%7D"),
+    );
+    let read = IamRole::read(head.clone(), &listed, &rd);
+    assert_eq!(read.role_name, "nodes.c.example.com");
+    assert_eq!(read.assume_role_policy, policy);
+    assert_eq!(
+        read.resource().cloud_id.as_deref(),
+        Some("nodes.c.example.com")
+    );
+
+    let bare = IamRole::read(head, &iam_role("nodes.c.example.com", None), &rd);
+    assert_eq!(bare.assume_role_policy, "");
 }
