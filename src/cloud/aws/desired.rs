@@ -9,8 +9,8 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    ElasticIp, Head, IamRole, InternetGateway, Kinded, NatGateway, Ref, Route, RouteTable,
-    RouteTarget, Subnet, Task, Vpc, VpcDns,
+    ElasticIp, Head, IamRole, IamRolePolicy, InternetGateway, Kinded, NatGateway, Ref, Route,
+    RouteTable, RouteTarget, Subnet, Task, Vpc, VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
@@ -351,11 +351,13 @@ pub fn desired(
             .resource(),
         );
         out.push(
-            Resource::new(IAM_ROLE_POLICY, key)
-                .field("role", Value::reference(IAM_ROLE, key))
-                .field("policyName", Value::str(format!("kprov-{key}")))
-                .field("document", Value::Doc(role_policy(*role)))
-                .rule("policyName", FieldRule::Immutable),
+            IamRolePolicy {
+                head: Head::owned(key),
+                role: Ref::named(key),
+                policy_name: format!("kprov-{key}"),
+                document: role_policy(*role),
+            }
+            .resource(),
         );
         out.push(
             Resource::new(INSTANCE_PROFILE, key)

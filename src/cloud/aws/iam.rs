@@ -4,7 +4,7 @@
 
 use super::ec2::gone_ok;
 use super::kinds::*;
-use super::tasks::{self, Head, IamRole, Task};
+use super::tasks::{self, Head, IamRole, IamRolePolicy, ListedPolicy, Task};
 use super::{AwsCloud, Ctx, Reader, cid, cloud_id_of, finish_create, want_str};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
@@ -44,8 +44,8 @@ fn key<'a>(c: &AwsCloud, name: &'a str) -> &'a str {
 
 /// The cluster's roles (each with its inline policies) and instance profiles.
 pub(super) struct IamRead {
-    /// Each role with its inline policies: (policy name, document).
-    roles: Vec<(aws_sdk_iam::types::Role, Vec<(String, String)>)>,
+    /// Each role with its inline policies.
+    roles: Vec<(aws_sdk_iam::types::Role, Vec<ListedPolicy>)>,
     profiles: Vec<aws_sdk_iam::types::InstanceProfile>,
 }
 
@@ -103,7 +103,11 @@ pub(super) async fn fetch(c: &AwsCloud) -> Result<IamRead, CloudError> {
                 .send()
                 .await
                 .ctx("GetRolePolicy")?;
-            Ok::<_, CloudError>((p, doc.policy_document().to_string()))
+            Ok::<_, CloudError>(ListedPolicy {
+                role: name.to_string(),
+                document: doc.policy_document().to_string(),
+                name: p,
+            })
         }))
         .await?;
         Ok::<_, CloudError>((role, docs))
@@ -122,20 +126,15 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
         let head = owned_head(k, role_id.clone());
         let read = IamRole::read(head, role, rd);
         rd.push(read.resource());
-        for (p, doc) in policies {
-            let rname = if *p == format!("kprov-{k}") {
+        for p in policies {
+            let rname = if p.name == format!("kprov-{k}") {
                 k.to_string()
             } else {
-                format!("{k}-{p}")
+                format!("{k}-{}", p.name)
             };
-            let role_ref = rd.r(name);
-            rd.push(
-                Resource::new(IAM_ROLE_POLICY, rname)
-                    .cloud_id(role_id.join(':', p))
-                    .field("role", role_ref)
-                    .field("policyName", Value::str(p))
-                    .field("document", Value::Doc(normalize(doc))),
-            );
+            let head = owned_head(&rname, role_id.join(':', &p.name));
+            let read = IamRolePolicy::read(head, p, rd);
+            rd.push(read.resource());
         }
     }
     for p in &read.profiles {
@@ -174,20 +173,6 @@ pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<aws_sdk_iam::types::Tag
                 .ok()
         })
         .collect()
-}
-
-async fn put_policy(c: &AwsCloud, want: &Resource, ids: &IdMap) -> Result<CloudId, CloudError> {
-    let role = cid(ids, want.get("role"))?.to_string();
-    let policy = want_str(want, "policyName")?;
-    c.iam
-        .put_role_policy()
-        .role_name(&role)
-        .policy_name(policy)
-        .policy_document(want_str(want, "document")?)
-        .send()
-        .await
-        .ctx("PutRolePolicy")?;
-    super::id_from(&want.id, "the role", &role).map(|r| r.join(':', policy))
 }
 
 async fn add_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
@@ -232,7 +217,7 @@ pub(super) async fn create(
 ) -> Result<CloudId, CloudError> {
     match kind {
         IamKind::Role => tasks::create::<IamRole>(c, want, ids).await,
-        IamKind::RolePolicy => put_policy(c, want, ids).await,
+        IamKind::RolePolicy => tasks::create::<IamRolePolicy>(c, want, ids).await,
         IamKind::InstanceProfile => {
             let name = want_str(want, "profileName")?;
             c.iam
@@ -263,7 +248,7 @@ pub(super) async fn update(
 ) -> Result<(), CloudError> {
     match kind {
         IamKind::Role => tasks::update::<IamRole>(c, want, have, changes, ids).await,
-        IamKind::RolePolicy => put_policy(c, want, ids).await.map(|_| ()),
+        IamKind::RolePolicy => tasks::update::<IamRolePolicy>(c, want, have, changes, ids).await,
         IamKind::InstanceProfile => {
             let name = cloud_id_of(have)?;
             if let Some(old) = have.get("role") {
@@ -288,19 +273,7 @@ pub(super) async fn delete(
 ) -> Result<(), CloudError> {
     match kind {
         IamKind::Role => tasks::delete::<IamRole>(c, have, ids).await,
-        IamKind::RolePolicy => {
-            let name = cloud_id_of(have)?;
-            let (role, policy) = name.split_once(':').unwrap_or((name, ""));
-            gone_ok(
-                c.iam
-                    .delete_role_policy()
-                    .role_name(role)
-                    .policy_name(policy)
-                    .send()
-                    .await
-                    .ctx("DeleteRolePolicy"),
-            )
-        }
+        IamKind::RolePolicy => tasks::delete::<IamRolePolicy>(c, have, ids).await,
         IamKind::InstanceProfile => {
             let name = cloud_id_of(have)?;
             if let Ok(role) = cid(ids, have.get("role")) {

@@ -11,7 +11,8 @@ use aws_sdk_ec2::types::{
 
 use super::*;
 use crate::cloud::aws::kinds::{
-    ELASTIC_IP, IAM_ROLE, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SUBNET, VPC,
+    ELASTIC_IP, IAM_ROLE, IAM_ROLE_POLICY, INSTANCE_PROFILE, INTERNET_GATEWAY, NAT_GATEWAY,
+    ROUTE_TABLE, SUBNET, VPC,
 };
 use crate::cloud::engine::FieldRule;
 
@@ -468,4 +469,66 @@ fn an_iam_role_is_the_field_map_it_was() {
 
     let bare = IamRole::read(head, &iam_role("nodes.c.example.com", None), &rd);
     assert_eq!(bare.assume_role_policy, "");
+}
+
+/// A role's inline policy: the field map the diff always compared (its name fixed once made,
+/// its document a document), decoded back; read through the reader's logical name for its
+/// role with IAM's URL-encoded document made canonical; a reference of the wrong kind refused
+/// naming the field.
+#[test]
+fn an_iam_role_policy_is_the_field_map_it_was() {
+    let doc = "{\n  \"Version\": \"2012-10-17\"\n}";
+    let policy = IamRolePolicy {
+        head: Head::owned("nodes"),
+        role: Ref::named("nodes"),
+        policy_name: "kprov-nodes".into(),
+        document: doc.into(),
+    };
+    let r = policy.resource();
+    assert_eq!(
+        r,
+        Resource::new(IAM_ROLE_POLICY, "nodes")
+            .field("role", Value::reference(IAM_ROLE, "nodes"))
+            .field("policyName", Value::str("kprov-nodes"))
+            .field("document", Value::Doc(doc.into()))
+            .rule("policyName", FieldRule::Immutable)
+    );
+    assert_eq!(IamRolePolicy::from_resource(&r).expect("decodes"), policy);
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["IamRole/nodes"]);
+
+    let wrong = r
+        .clone()
+        .field("role", Value::reference(INSTANCE_PROFILE, "nodes"));
+    assert_eq!(
+        IamRolePolicy::from_resource(&wrong)
+            .expect_err("wrong kind")
+            .to_string(),
+        "resource model: IamRolePolicy/nodes: field role: expected a reference to a IamRole, \
+         found IamInstanceProfile/nodes"
+    );
+
+    let rd = reader(&[("nodes.c.example.com", ResourceId::new(IAM_ROLE, "nodes"))]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("nodes.c.example.com:kprov-nodes")),
+    };
+    let listed = ListedPolicy {
+        role: "nodes.c.example.com".into(),
+        name: "kprov-nodes".into(),
+        document: "%7B%22Version%22%3A+%222012-10-17%22%7D".into(),
+    };
+    let read = IamRolePolicy::read(head.clone(), &listed, &rd);
+    assert_eq!(read, IamRolePolicy { head, ..policy });
+    // A role the reader does not know shows as its name.
+    let foreign = IamRolePolicy::read(
+        Head::owned("x"),
+        &ListedPolicy {
+            role: "other".into(),
+            ..listed
+        },
+        &rd,
+    );
+    assert_eq!(foreign.role, Ref::cloud("other"));
 }
