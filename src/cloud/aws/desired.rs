@@ -9,8 +9,9 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    ElasticIp, Head, InternetGateway, Kinded, NatGateway, Ref, Route, RouteTable, RouteTarget,
-    Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, Task, Vpc, VpcDns,
+    ElasticIp, Head, IamRole, IamRolePolicy, InternetGateway, Kinded, NatGateway, Ref, Route,
+    RouteTable, RouteTarget, Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, Task, Vpc,
+    VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
@@ -334,20 +335,21 @@ pub fn desired(
     for role in &roles {
         let key = role_key(*role);
         out.push(
-            Resource::new(IAM_ROLE, key)
-                .field("roleName", Value::str(iam_name(key, name)))
-                .field(
-                    "assumeRolePolicy",
-                    Value::Doc(assume_role_policy(&aws.region)),
-                )
-                .rule("roleName", FieldRule::Immutable),
+            IamRole {
+                head: Head::owned(key),
+                role_name: iam_name(key, name),
+                assume_role_policy: assume_role_policy(&aws.region),
+            }
+            .resource(),
         );
         out.push(
-            Resource::new(IAM_ROLE_POLICY, key)
-                .field("role", Value::reference(IAM_ROLE, key))
-                .field("policyName", Value::str(format!("kprov-{key}")))
-                .field("document", Value::Doc(role_policy(*role)))
-                .rule("policyName", FieldRule::Immutable),
+            IamRolePolicy {
+                head: Head::owned(key),
+                role: Ref::named(key),
+                policy_name: format!("kprov-{key}"),
+                document: role_policy(*role),
+            }
+            .resource(),
         );
         out.push(
             Resource::new(INSTANCE_PROFILE, key)

@@ -2,16 +2,20 @@
 //! Owned objects live under the path `/kprov/CLUSTER/` (ListRoles filters on it) and are named
 //! `ROLE.CLUSTER`.
 
+use super::ec2::gone_ok;
 use super::kinds::*;
+use super::tasks::{self, Head, IamRole, IamRolePolicy, ListedPolicy, Task};
 use super::{AwsCloud, Ctx, Reader, cid, cloud_id_of, finish_create, want_str};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
+use crate::cloud::engine::{
+    CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
+};
 
-fn path(c: &AwsCloud) -> String {
+pub(super) fn path(c: &AwsCloud) -> String {
     format!("/kprov/{}/", c.cluster)
 }
 
 /// IAM returns policy documents URL-encoded; canonical JSON makes them comparable.
-fn normalize(doc: &str) -> String {
+pub(super) fn normalize(doc: &str) -> String {
     let decoded = percent_decode(doc);
     serde_json::from_str::<serde_json::Value>(&decoded)
         .map(|v| super::desired::pretty(&v))
@@ -40,8 +44,8 @@ fn key<'a>(c: &AwsCloud, name: &'a str) -> &'a str {
 
 /// The cluster's roles (each with its inline policies) and instance profiles.
 pub(super) struct IamRead {
-    /// Each role with its inline policies: (policy name, document).
-    roles: Vec<(aws_sdk_iam::types::Role, Vec<(String, String)>)>,
+    /// Each role with its inline policies.
+    roles: Vec<(aws_sdk_iam::types::Role, Vec<ListedPolicy>)>,
     profiles: Vec<aws_sdk_iam::types::InstanceProfile>,
 }
 
@@ -99,7 +103,11 @@ pub(super) async fn fetch(c: &AwsCloud) -> Result<IamRead, CloudError> {
                 .send()
                 .await
                 .ctx("GetRolePolicy")?;
-            Ok::<_, CloudError>((p, doc.policy_document().to_string()))
+            Ok::<_, CloudError>(ListedPolicy {
+                role: name.to_string(),
+                document: doc.policy_document().to_string(),
+                name: p,
+            })
         }))
         .await?;
         Ok::<_, CloudError>((role, docs))
@@ -115,32 +123,18 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
             continue;
         };
         let k = key(c, name);
-        rd.push(
-            Resource::new(IAM_ROLE, k)
-                .cloud_id(role_id.clone())
-                .field("roleName", Value::str(name))
-                .field(
-                    "assumeRolePolicy",
-                    Value::Doc(normalize(
-                        // why: a field the cloud left out reads as empty, which the diff shows as a change
-                        role.assume_role_policy_document().unwrap_or_default(),
-                    )),
-                ),
-        );
-        for (p, doc) in policies {
-            let rname = if *p == format!("kprov-{k}") {
+        let head = owned_head(k, role_id.clone());
+        let read = IamRole::read(head, role, rd);
+        rd.push(read.resource());
+        for p in policies {
+            let rname = if p.name == format!("kprov-{k}") {
                 k.to_string()
             } else {
-                format!("{k}-{p}")
+                format!("{k}-{}", p.name)
             };
-            let role_ref = rd.r(name);
-            rd.push(
-                Resource::new(IAM_ROLE_POLICY, rname)
-                    .cloud_id(role_id.join(':', p))
-                    .field("role", role_ref)
-                    .field("policyName", Value::str(p))
-                    .field("document", Value::Doc(normalize(doc))),
-            );
+            let head = owned_head(&rname, role_id.join(':', &p.name));
+            let read = IamRolePolicy::read(head, p, rd);
+            rd.push(read.resource());
         }
     }
     for p in &read.profiles {
@@ -158,9 +152,18 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
     }
 }
 
-fn tags(c: &AwsCloud, want: &Resource) -> Vec<aws_sdk_iam::types::Tag> {
-    let display = format!("{}.{}", want.id.name, c.cluster);
-    c.tags(&want.id, &display)
+/// The head of a read resource found under the cluster's path (never adopted).
+fn owned_head(name: &str, cloud_id: CloudId) -> Head {
+    Head {
+        name: name.to_string(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cloud_id),
+    }
+}
+
+pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<aws_sdk_iam::types::Tag> {
+    let display = format!("{}.{}", id.name, c.cluster);
+    c.tags(id, &display)
         .into_iter()
         .filter_map(|(k, v)| {
             aws_sdk_iam::types::Tag::builder()
@@ -170,20 +173,6 @@ fn tags(c: &AwsCloud, want: &Resource) -> Vec<aws_sdk_iam::types::Tag> {
                 .ok()
         })
         .collect()
-}
-
-async fn put_policy(c: &AwsCloud, want: &Resource, ids: &IdMap) -> Result<CloudId, CloudError> {
-    let role = cid(ids, want.get("role"))?.to_string();
-    let policy = want_str(want, "policyName")?;
-    c.iam
-        .put_role_policy()
-        .role_name(&role)
-        .policy_name(policy)
-        .policy_document(want_str(want, "document")?)
-        .send()
-        .await
-        .ctx("PutRolePolicy")?;
-    super::id_from(&want.id, "the role", &role).map(|r| r.join(':', policy))
 }
 
 async fn add_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
@@ -227,27 +216,15 @@ pub(super) async fn create(
     ids: &IdMap,
 ) -> Result<CloudId, CloudError> {
     match kind {
-        IamKind::Role => {
-            let name = want_str(want, "roleName")?;
-            c.iam
-                .create_role()
-                .role_name(name)
-                .path(path(c))
-                .assume_role_policy_document(want_str(want, "assumeRolePolicy")?)
-                .set_tags(Some(tags(c, want)))
-                .send()
-                .await
-                .ctx("CreateRole")?;
-            super::id_from(&want.id, "field roleName", name)
-        }
-        IamKind::RolePolicy => put_policy(c, want, ids).await,
+        IamKind::Role => tasks::create::<IamRole>(c, want, ids).await,
+        IamKind::RolePolicy => tasks::create::<IamRolePolicy>(c, want, ids).await,
         IamKind::InstanceProfile => {
             let name = want_str(want, "profileName")?;
             c.iam
                 .create_instance_profile()
                 .instance_profile_name(name)
                 .path(path(c))
-                .set_tags(Some(tags(c, want)))
+                .set_tags(Some(tags(c, &want.id)))
                 .send()
                 .await
                 .ctx("CreateInstanceProfile")?;
@@ -266,23 +243,14 @@ pub(super) async fn update(
     kind: IamKind,
     want: &Resource,
     have: &Resource,
-    _changes: &[FieldChange],
+    changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let name = cloud_id_of(have)?;
     match kind {
-        IamKind::Role => {
-            c.iam
-                .update_assume_role_policy()
-                .role_name(name)
-                .policy_document(want_str(want, "assumeRolePolicy")?)
-                .send()
-                .await
-                .ctx("UpdateAssumeRolePolicy")?;
-            Ok(())
-        }
-        IamKind::RolePolicy => put_policy(c, want, ids).await.map(|_| ()),
+        IamKind::Role => tasks::update::<IamRole>(c, want, have, changes, ids).await,
+        IamKind::RolePolicy => tasks::update::<IamRolePolicy>(c, want, have, changes, ids).await,
         IamKind::InstanceProfile => {
+            let name = cloud_id_of(have)?;
             if let Some(old) = have.get("role") {
                 c.iam
                     .remove_role_from_instance_profile()
@@ -303,28 +271,11 @@ pub(super) async fn delete(
     have: &Resource,
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let name = cloud_id_of(have)?;
-    let r = match kind {
-        IamKind::Role => c
-            .iam
-            .delete_role()
-            .role_name(name)
-            .send()
-            .await
-            .ctx("DeleteRole")
-            .map(|_| ()),
-        IamKind::RolePolicy => {
-            let (role, policy) = name.split_once(':').unwrap_or((name, ""));
-            c.iam
-                .delete_role_policy()
-                .role_name(role)
-                .policy_name(policy)
-                .send()
-                .await
-                .ctx("DeleteRolePolicy")
-                .map(|_| ())
-        }
+    match kind {
+        IamKind::Role => tasks::delete::<IamRole>(c, have, ids).await,
+        IamKind::RolePolicy => tasks::delete::<IamRolePolicy>(c, have, ids).await,
         IamKind::InstanceProfile => {
+            let name = cloud_id_of(have)?;
             if let Ok(role) = cid(ids, have.get("role")) {
                 // Already detached by an interrupted run is fine: the delete below decides.
                 let _ = c
@@ -335,17 +286,14 @@ pub(super) async fn delete(
                     .send()
                     .await;
             }
-            c.iam
-                .delete_instance_profile()
-                .instance_profile_name(name)
-                .send()
-                .await
-                .ctx("DeleteInstanceProfile")
-                .map(|_| ())
+            gone_ok(
+                c.iam
+                    .delete_instance_profile()
+                    .instance_profile_name(name)
+                    .send()
+                    .await
+                    .ctx("DeleteInstanceProfile"),
+            )
         }
-    };
-    match r {
-        Err(e) if e.class() == crate::cloud::engine::ErrorClass::NotFound => Ok(()),
-        other => other,
     }
 }

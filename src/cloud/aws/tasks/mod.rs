@@ -7,13 +7,16 @@
 //! field is a model error naming the resource and field, never an empty value sent to AWS).
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
-//! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`].
+//! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
+//! and the IAM role and its policy ([`IamRole`], [`IamRolePolicy`]).
 //! The other kinds are still field maps built in `desired.rs` and served by their service's
 //! file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`, `asg.rs`, `clb.rs`); a typed reference to one
 //! of them would use a marker type here (an uninhabited enum implementing [`Kinded`]) until it
 //! moves.
 
 mod elastic_ip;
+mod iam_role;
+mod iam_role_policy;
 mod internet_gateway;
 mod nat_gateway;
 mod route_table;
@@ -28,6 +31,8 @@ use std::marker::PhantomData;
 use async_trait::async_trait;
 
 pub(crate) use elastic_ip::ElasticIp;
+pub(crate) use iam_role::IamRole;
+pub(crate) use iam_role_policy::{IamRolePolicy, ListedPolicy};
 pub(crate) use internet_gateway::InternetGateway;
 pub(crate) use nat_gateway::NatGateway;
 pub(crate) use route_table::{Route, RouteTable, RouteTarget};

@@ -11,8 +11,8 @@ use aws_sdk_ec2::types::{
 
 use super::*;
 use crate::cloud::aws::kinds::{
-    ELASTIC_IP, INTERNET_GATEWAY, NAT_GATEWAY, ROUTE_TABLE, SECURITY_GROUP, SECURITY_GROUP_RULES,
-    SUBNET, VPC,
+    ELASTIC_IP, IAM_ROLE, IAM_ROLE_POLICY, INSTANCE_PROFILE, INTERNET_GATEWAY, NAT_GATEWAY,
+    ROUTE_TABLE, SECURITY_GROUP, SECURITY_GROUP_RULES, SUBNET, VPC,
 };
 use crate::cloud::engine::FieldRule;
 
@@ -720,4 +720,131 @@ fn read_rules_are_kprovs_own() {
             .len(),
         5
     );
+}
+
+fn iam_role(name: &str, doc: Option<&str>) -> aws_sdk_iam::types::Role {
+    aws_sdk_iam::types::Role::builder()
+        .path("/kprov/c.example.com/")
+        .role_name(name)
+        .role_id("AROA1")
+        .arn(format!("arn:aws:iam::1:role/kprov/c.example.com/{name}"))
+        .create_date(aws_smithy_types::DateTime::from_secs(0))
+        .set_assume_role_policy_document(doc.map(str::to_string))
+        .build()
+        .expect("a test role has every required field")
+}
+
+/// An instance-group role: its name fixed once made, its trust policy a document the diff
+/// shows line by line. Read back, IAM's URL-encoded policy is the canonical JSON the desired
+/// one is (or every plan would show every role changed); a role listed without one reads as
+/// empty, a change the plan names, never the desired policy.
+#[test]
+fn an_iam_role_is_the_field_map_it_was() {
+    let policy = "{\n  \"Version\": \"2012-10-17\"\n}";
+    let role = IamRole {
+        head: Head::owned("nodes"),
+        role_name: "nodes.c.example.com".into(),
+        assume_role_policy: policy.into(),
+    };
+    let r = role.resource();
+    assert_eq!(
+        r,
+        Resource::new(IAM_ROLE, "nodes")
+            .field("roleName", Value::str("nodes.c.example.com"))
+            .field("assumeRolePolicy", Value::Doc(policy.into()))
+            .rule("roleName", FieldRule::Immutable)
+    );
+    assert_eq!(IamRole::from_resource(&r).expect("decodes"), role);
+
+    let mut missing = r.clone();
+    missing.fields.remove("assumeRolePolicy");
+    assert_eq!(
+        IamRole::from_resource(&missing)
+            .expect_err("no policy")
+            .to_string(),
+        "resource model: IamRole/nodes: field assumeRolePolicy is not set"
+    );
+
+    let rd = reader(&[]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("nodes.c.example.com")),
+    };
+    let listed = iam_role(
+        "nodes.c.example.com",
+        Some("%7B%22Version%22%3A+%222012-10-17%22%7D"),
+    );
+    let read = IamRole::read(head.clone(), &listed, &rd);
+    assert_eq!(read.role_name, "nodes.c.example.com");
+    assert_eq!(read.assume_role_policy, policy);
+    assert_eq!(
+        read.resource().cloud_id.as_deref(),
+        Some("nodes.c.example.com")
+    );
+
+    let bare = IamRole::read(head, &iam_role("nodes.c.example.com", None), &rd);
+    assert_eq!(bare.assume_role_policy, "");
+}
+
+/// A role's inline policy: the field map the diff always compared (its name fixed once made,
+/// its document a document), decoded back; read through the reader's logical name for its
+/// role with IAM's URL-encoded document made canonical; a reference of the wrong kind refused
+/// naming the field.
+#[test]
+fn an_iam_role_policy_is_the_field_map_it_was() {
+    let doc = "{\n  \"Version\": \"2012-10-17\"\n}";
+    let policy = IamRolePolicy {
+        head: Head::owned("nodes"),
+        role: Ref::named("nodes"),
+        policy_name: "kprov-nodes".into(),
+        document: doc.into(),
+    };
+    let r = policy.resource();
+    assert_eq!(
+        r,
+        Resource::new(IAM_ROLE_POLICY, "nodes")
+            .field("role", Value::reference(IAM_ROLE, "nodes"))
+            .field("policyName", Value::str("kprov-nodes"))
+            .field("document", Value::Doc(doc.into()))
+            .rule("policyName", FieldRule::Immutable)
+    );
+    assert_eq!(IamRolePolicy::from_resource(&r).expect("decodes"), policy);
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["IamRole/nodes"]);
+
+    let wrong = r
+        .clone()
+        .field("role", Value::reference(INSTANCE_PROFILE, "nodes"));
+    assert_eq!(
+        IamRolePolicy::from_resource(&wrong)
+            .expect_err("wrong kind")
+            .to_string(),
+        "resource model: IamRolePolicy/nodes: field role: expected a reference to a IamRole, \
+         found IamInstanceProfile/nodes"
+    );
+
+    let rd = reader(&[("nodes.c.example.com", ResourceId::new(IAM_ROLE, "nodes"))]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("nodes.c.example.com:kprov-nodes")),
+    };
+    let listed = ListedPolicy {
+        role: "nodes.c.example.com".into(),
+        name: "kprov-nodes".into(),
+        document: "%7B%22Version%22%3A+%222012-10-17%22%7D".into(),
+    };
+    let read = IamRolePolicy::read(head.clone(), &listed, &rd);
+    assert_eq!(read, IamRolePolicy { head, ..policy });
+    // A role the reader does not know shows as its name.
+    let foreign = IamRolePolicy::read(
+        Head::owned("x"),
+        &ListedPolicy {
+            role: "other".into(),
+            ..listed
+        },
+        &rd,
+    );
+    assert_eq!(foreign.role, Ref::cloud("other"));
 }

@@ -1,0 +1,123 @@
+//! A role's inline policy (`kprov-ROLE`): what the instances of that role may do. IAM has no
+//! ID for it; kprov's is `ROLE:POLICY`.
+
+use async_trait::async_trait;
+
+use super::{Head, IamRole, Kinded, Ref, Task, text};
+use crate::cloud::aws::ec2::gone_ok;
+use crate::cloud::aws::iam::normalize;
+use crate::cloud::aws::kinds::{AwsKind, IamKind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, Value};
+
+const ROLE: &str = "role";
+const POLICY_NAME: &str = "policyName";
+const DOCUMENT: &str = "document";
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct IamRolePolicy {
+    pub(crate) head: Head,
+    pub(crate) role: Ref<IamRole>,
+    pub(crate) policy_name: String,
+    /// The policy, as canonical JSON (a document the diff shows line by line).
+    pub(crate) document: String,
+}
+
+/// An inline policy as the read found it: its role's name, its name, and its document as
+/// IAM sends it (URL-encoded).
+pub(crate) struct ListedPolicy {
+    pub(crate) role: String,
+    pub(crate) name: String,
+    pub(crate) document: String,
+}
+
+impl Kinded for IamRolePolicy {
+    const KIND: AwsKind = AwsKind::Iam(IamKind::RolePolicy);
+}
+
+#[async_trait]
+impl Task for IamRolePolicy {
+    type Listed = ListedPolicy;
+
+    fn head(&self) -> &Head {
+        &self.head
+    }
+
+    fn resource(&self) -> Resource {
+        self.head
+            .resource::<IamRolePolicy>()
+            .field(ROLE, self.role.value())
+            .field(POLICY_NAME, Value::str(&self.policy_name))
+            .field(DOCUMENT, Value::Doc(self.document.clone()))
+            .rule(POLICY_NAME, FieldRule::Immutable)
+    }
+
+    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
+        Ok(IamRolePolicy {
+            head: Head::of(r),
+            role: Ref::from_value(&r.id, ROLE, r.get(ROLE))?,
+            policy_name: text(r, POLICY_NAME)?,
+            document: text(r, DOCUMENT)?,
+        })
+    }
+
+    fn read(head: Head, p: &Self::Listed, rd: &Reader<'_>) -> Self {
+        IamRolePolicy {
+            head,
+            role: Ref::read(rd, &p.role),
+            policy_name: p.name.clone(),
+            document: normalize(&p.document),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        self.put(c, ids).await
+    }
+
+    /// PutRolePolicy replaces the document (the name is fixed: the plan refuses a change).
+    async fn update(
+        &self,
+        _: &Self,
+        _: &[FieldChange],
+        c: &AwsCloud,
+        ids: &IdMap,
+    ) -> Result<(), CloudError> {
+        self.put(c, ids).await.map(|_| ())
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        let cid = self.cloud_id()?;
+        // A role name has no ':' (IAM allows `\w+=,.@-`): the first one ends it.
+        let (role, policy) = cid.split_once(':').ok_or_else(|| {
+            CloudError::Model(format!(
+                "{}: cloud ID {cid:?} is not of the form ROLE:POLICY",
+                self.id()
+            ))
+        })?;
+        gone_ok(
+            c.iam
+                .delete_role_policy()
+                .role_name(role)
+                .policy_name(policy)
+                .send()
+                .await
+                .ctx("DeleteRolePolicy"),
+        )
+    }
+}
+
+impl IamRolePolicy {
+    /// Creates or replaces the policy on its role.
+    async fn put(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let role = self.role.resolve(ids)?;
+        c.iam
+            .put_role_policy()
+            .role_name(role)
+            .policy_name(&self.policy_name)
+            .policy_document(&self.document)
+            .send()
+            .await
+            .ctx("PutRolePolicy")?;
+        id_from(&self.id(), "the role", role).map(|r| r.join(':', &self.policy_name))
+    }
+}
