@@ -79,12 +79,12 @@ fn an_inline_path_closes_a_cycle_and_a_comment_does_not() {
     assert!(clean, "{text}");
     std::fs::write(
         dir.path().join("b.rs"),
-        "pub struct X;\nfn f() -> String {\n    crate::a::y()\n}\n",
+        "pub struct X;\nfn f() -> String {\n    let _ = ('\"', \"a\n//\");\n    \"https://x\".to_string() + &crate::a::y()\n}\n",
     )
     .unwrap();
     let (clean, text) = run_on("1", dir.path());
     assert!(!clean, "{text}");
-    assert!(text.contains("b.rs:3"), "{text}");
+    assert!(text.contains("b.rs:5"), "{text}");
 }
 
 /// A test module another module's tests reach (`pub(crate) mod tests`) is cut off like any

@@ -1039,6 +1039,13 @@ pub(super) async fn fetch_launch_templates(
                     .await
                     .ctx("DescribeLaunchTemplateVersions")
                     .map(|out| out.launch_template_versions().to_vec())
+                    // The preview takes no lock: a template deleted since the list (e.g. by a
+                    // concurrent `delete instancegroup`) is read as no version, as the old
+                    // account-wide read left it out, not as a failed preview.
+                    .or_else(|e| match e.class() {
+                        ErrorClass::NotFound => Ok(Vec::new()),
+                        _ => Err(e),
+                    })
             })
             .buffer_unordered(VERSION_READS)
             .try_collect()

@@ -860,6 +860,8 @@ mod tests {
             "InvalidGroup.NotFound",
             "InvalidNatGatewayID.NotFound",
             "NatGatewayNotFound",
+            // a template deleted between the preview's list and its version read
+            "InvalidLaunchTemplateId.NotFound",
             "TargetGroupNotFound",
             "NoSuchEntity",
         ] {
