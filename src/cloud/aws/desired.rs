@@ -9,8 +9,8 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    ElasticIp, Head, IamRole, IamRolePolicy, InternetGateway, Kinded, NatGateway, Ref, Route,
-    RouteTable, RouteTarget, Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, Task, Vpc,
+    ElasticIp, Fields, Head, IamRole, IamRolePolicy, InternetGateway, Kinded, NatGateway, Ref,
+    Route, RouteTable, RouteTarget, Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, Vpc,
     VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};

@@ -13,7 +13,7 @@ use aws_smithy_types::base64;
 
 use super::kinds::*;
 use super::tasks::{
-    self, ElasticIp, Head, InternetGateway, NatGateway, RouteTable, SecurityGroup,
+    self, ElasticIp, Fields, Head, InternetGateway, NatGateway, RouteTable, SecurityGroup,
     SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
 };
 use super::{

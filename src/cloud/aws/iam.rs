@@ -4,7 +4,7 @@
 
 use super::ec2::gone_ok;
 use super::kinds::*;
-use super::tasks::{self, Head, IamRole, IamRolePolicy, ListedPolicy, Task};
+use super::tasks::{self, Fields, Head, IamRole, IamRolePolicy, ListedPolicy, Task};
 use super::{AwsCloud, Ctx, Reader, cid, cloud_id_of, finish_create, want_str};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,

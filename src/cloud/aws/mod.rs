@@ -44,7 +44,7 @@ use crate::spec::ResolvedCluster;
 use crate::spec::resolve::{Access, AwsPart, GroupPlacement, ImageRef, ResolvedGroup};
 use images::{ImagePins, PinnedImage};
 use kinds::*;
-use tasks::{SecurityGroupRules, Task};
+use tasks::{Fields, SecurityGroupRules};
 
 pub const TAG_ID: &str = "kprov.dev/id";
 /// The name prefix of resources that carry this cluster's ownership tag but no kprov

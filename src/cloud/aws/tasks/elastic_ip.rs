@@ -3,23 +3,18 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
-use super::{Head, Kinded, Task, text};
+use super::{Head, Task};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
-use crate::cloud::engine::{CloudError, CloudId, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, IdMap};
 
 const DOMAIN: &str = "domain";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ElasticIp {
-    pub(crate) head: Head,
+task! {
+    struct ElasticIp: AwsKind::Ec2(Ec2Kind::ElasticIp);
     /// `vpc` for every address kprov allocates (EC2-Classic's `standard` is gone).
-    pub(crate) domain: String,
-}
-
-impl Kinded for ElasticIp {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::ElasticIp);
+    domain: String = DOMAIN;
 }
 
 impl ElasticIp {
@@ -35,23 +30,6 @@ impl ElasticIp {
 #[async_trait]
 impl Task for ElasticIp {
     type Listed = aws_sdk_ec2::types::Address;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        self.head
-            .resource::<ElasticIp>()
-            .field(DOMAIN, Value::str(&self.domain))
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        Ok(ElasticIp {
-            head: Head::of(r),
-            domain: text(r, DOMAIN)?,
-        })
-    }
 
     fn read(head: Head, a: &Self::Listed, _: &Reader<'_>) -> Self {
         ElasticIp {

@@ -3,55 +3,27 @@
 
 use async_trait::async_trait;
 
-use super::{Head, Kinded, Task, cannot_change, changed, text};
+use super::{Doc, Head, Task, cannot_change, changed};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::iam::{normalize, path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 const ROLE_NAME: &str = "roleName";
 const ASSUME_ROLE_POLICY: &str = "assumeRolePolicy";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct IamRole {
-    pub(crate) head: Head,
+task! {
+    struct IamRole: AwsKind::Iam(IamKind::Role);
     /// Also its cloud ID: IAM names a role by its name.
-    pub(crate) role_name: String,
+    role_name: String = ROLE_NAME, Immutable;
     /// The trust policy, as canonical JSON (a document the diff shows line by line).
-    pub(crate) assume_role_policy: String,
-}
-
-impl Kinded for IamRole {
-    const KIND: AwsKind = AwsKind::Iam(IamKind::Role);
+    assume_role_policy: String = ASSUME_ROLE_POLICY as Doc;
 }
 
 #[async_trait]
 impl Task for IamRole {
     type Listed = aws_sdk_iam::types::Role;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        self.head
-            .resource::<IamRole>()
-            .field(ROLE_NAME, Value::str(&self.role_name))
-            .field(
-                ASSUME_ROLE_POLICY,
-                Value::Doc(self.assume_role_policy.clone()),
-            )
-            .rule(ROLE_NAME, FieldRule::Immutable)
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        Ok(IamRole {
-            head: Head::of(r),
-            role_name: text(r, ROLE_NAME)?,
-            assume_role_policy: text(r, ASSUME_ROLE_POLICY)?,
-        })
-    }
 
     fn read(head: Head, role: &Self::Listed, _: &Reader<'_>) -> Self {
         IamRole {

@@ -3,24 +3,23 @@
 
 use async_trait::async_trait;
 
-use super::{Head, IamRole, Kinded, Ref, Task, text};
+use super::{Doc, Head, IamRole, Ref, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::iam::normalize;
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 const ROLE: &str = "role";
 const POLICY_NAME: &str = "policyName";
 const DOCUMENT: &str = "document";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct IamRolePolicy {
-    pub(crate) head: Head,
-    pub(crate) role: Ref<IamRole>,
-    pub(crate) policy_name: String,
+task! {
+    struct IamRolePolicy: AwsKind::Iam(IamKind::RolePolicy);
+    role: Ref<IamRole> = ROLE;
+    policy_name: String = POLICY_NAME, Immutable;
     /// The policy, as canonical JSON (a document the diff shows line by line).
-    pub(crate) document: String,
+    document: String = DOCUMENT as Doc;
 }
 
 /// An inline policy as the read found it: its role's name, its name, and its document as
@@ -31,35 +30,9 @@ pub(crate) struct ListedPolicy {
     pub(crate) document: String,
 }
 
-impl Kinded for IamRolePolicy {
-    const KIND: AwsKind = AwsKind::Iam(IamKind::RolePolicy);
-}
-
 #[async_trait]
 impl Task for IamRolePolicy {
     type Listed = ListedPolicy;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        self.head
-            .resource::<IamRolePolicy>()
-            .field(ROLE, self.role.value())
-            .field(POLICY_NAME, Value::str(&self.policy_name))
-            .field(DOCUMENT, Value::Doc(self.document.clone()))
-            .rule(POLICY_NAME, FieldRule::Immutable)
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        Ok(IamRolePolicy {
-            head: Head::of(r),
-            role: Ref::from_value(&r.id, ROLE, r.get(ROLE))?,
-            policy_name: text(r, POLICY_NAME)?,
-            document: text(r, DOCUMENT)?,
-        })
-    }
 
     fn read(head: Head, p: &Self::Listed, rd: &Reader<'_>) -> Self {
         IamRolePolicy {

@@ -3,24 +3,19 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Head, Kinded, Ref, Task, Vpc};
+use super::{Head, Ref, Task, Vpc};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, error_code, finish_create};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 const VPC: &str = "vpc";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct InternetGateway {
-    pub(crate) head: Head,
+task! {
+    struct InternetGateway: AwsKind::Ec2(Ec2Kind::InternetGateway);
     /// The VPC it is attached to: always set on the desired gateway; a read one may be
     /// detached.
-    pub(crate) vpc: Option<Ref<Vpc>>,
-}
-
-impl Kinded for InternetGateway {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::InternetGateway);
+    vpc: Option<Ref<Vpc>> = VPC;
 }
 
 impl InternetGateway {
@@ -34,28 +29,6 @@ impl InternetGateway {
 #[async_trait]
 impl Task for InternetGateway {
     type Listed = aws_sdk_ec2::types::InternetGateway;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        let r = self.head.resource::<InternetGateway>();
-        match &self.vpc {
-            Some(vpc) => r.field(VPC, vpc.value()),
-            None => r,
-        }
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        Ok(InternetGateway {
-            head: Head::of(r),
-            vpc: r
-                .get(VPC)
-                .map(|v| Ref::from_value(&r.id, VPC, Some(v)))
-                .transpose()?,
-        })
-    }
 
     fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
         InternetGateway {

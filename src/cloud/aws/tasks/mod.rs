@@ -6,6 +6,10 @@
 //! makes, and apply hands them back, decoded once by `from_resource` (a missing or mistyped
 //! field is a model error naming the resource and field, never an empty value sent to AWS).
 //!
+//! A kind whose fields each map to one engine field is declared with `task!` (the struct, its
+//! [`Kinded`] and its [`Fields`], from one table of field, type, name and rule), so a new kind
+//! writes only what is its own: how it is read, created, updated and deleted.
+//!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
 //! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
 //! and the IAM role and its policy ([`IamRole`], [`IamRolePolicy`]).
@@ -13,6 +17,64 @@
 //! file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`, `asg.rs`, `clb.rs`); a typed reference to one
 //! of them would use a marker type here (an uninhabited enum implementing [`Kinded`]) until it
 //! moves.
+
+/// Declares a task whose typed fields each map to one field of the engine's resource: the
+/// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]) and its
+/// [`Fields`]. Each field names the constant that is its name in the engine's map, optionally
+/// the [`Codec`] that holds it when that is not its own type (`as Doc`), and optionally its
+/// [`FieldRule`](crate::cloud::engine::FieldRule) (`Mutable` when none is given).
+/// A kind whose fields do not map one to one (the VPC's DNS pair) writes [`Fields`] by hand.
+macro_rules! task {
+    (@codec $ty:ty) => { $ty };
+    (@codec $ty:ty, $codec:ty) => { $codec };
+    (
+        $(#[$meta:meta])*
+        struct $name:ident: $kind:expr;
+        $(
+            $(#[$fmeta:meta])*
+            $field:ident: $ty:ty = $key:ident $(as $codec:ty)? $(, $rule:ident)?;
+        )*
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq)]
+        pub(crate) struct $name {
+            pub(crate) head: $crate::cloud::aws::tasks::Head,
+            $( $(#[$fmeta])* pub(crate) $field: $ty, )*
+        }
+
+        impl $crate::cloud::aws::tasks::Kinded for $name {
+            const KIND: $crate::cloud::aws::kinds::AwsKind = $kind;
+        }
+
+        impl $crate::cloud::aws::tasks::Fields for $name {
+            fn head(&self) -> &$crate::cloud::aws::tasks::Head {
+                &self.head
+            }
+
+            fn resource(&self) -> $crate::cloud::engine::Resource {
+                let r = self.head.resource::<$name>();
+                $(
+                    let r = <task!(@codec $ty $(, $codec)?) as
+                        $crate::cloud::aws::tasks::Codec<$ty>>::put(&self.$field, r, $key);
+                    $( let r = r.rule($key, $crate::cloud::engine::FieldRule::$rule); )?
+                )*
+                r
+            }
+
+            fn from_resource(
+                r: &$crate::cloud::engine::Resource,
+            ) -> Result<Self, $crate::cloud::engine::CloudError> {
+                Ok($name {
+                    head: $crate::cloud::aws::tasks::Head::of(r),
+                    $(
+                        $field: <task!(@codec $ty $(, $codec)?) as
+                            $crate::cloud::aws::tasks::Codec<$ty>>::take(r, $key)?,
+                    )*
+                })
+            }
+        }
+    };
+}
 
 mod elastic_ip;
 mod iam_role;
@@ -198,18 +260,9 @@ impl<T: Kinded> Ref<T> {
     }
 }
 
-/// One AWS kind as a typed task.
-#[async_trait]
-pub(crate) trait Task: Kinded + Sized + Send + Sync {
-    /// What the cloud lists for one resource of this kind (with what else the read fetched
-    /// about it).
-    type Listed;
-
+/// A task's typed fields as the engine's resource, and back: what [`task!`] writes.
+pub(crate) trait Fields: Kinded + Sized {
     fn head(&self) -> &Head;
-
-    fn id(&self) -> ResourceId {
-        ResourceId::new(Self::KIND.kind(), &self.head().name)
-    }
 
     /// The engine's resource: identity, lifecycle, cloud ID, the fields the generic diff
     /// compares and prints, and what a change to each means (kops's CheckChanges).
@@ -218,6 +271,118 @@ pub(crate) trait Task: Kinded + Sized + Send + Sync {
     /// The task an engine resource of this kind holds: the desired one the plan carries to
     /// apply, or the read one. A missing or mistyped field is a model error naming both.
     fn from_resource(r: &Resource) -> Result<Self, CloudError>;
+}
+
+/// How a typed field of type `F` is held in the engine's resource: `put` adds it (an absent
+/// optional adds nothing, so the diff sees no field), `take` reads it back (a missing or
+/// mistyped field is a model error naming the resource and the field). A type is its own
+/// codec unless the field names another (`as Doc`).
+pub(crate) trait Codec<F> {
+    fn put(v: &F, r: Resource, field: &str) -> Resource;
+    fn take(r: &Resource, field: &str) -> Result<F, CloudError>;
+}
+
+impl Codec<String> for String {
+    fn put(v: &String, r: Resource, field: &str) -> Resource {
+        r.field(field, Value::str(v))
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<String, CloudError> {
+        text(r, field)
+    }
+}
+
+impl Codec<bool> for bool {
+    fn put(v: &bool, r: Resource, field: &str) -> Resource {
+        r.field(field, Value::Bool(*v))
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<bool, CloudError> {
+        r.get(field)
+            .and_then(Value::as_bool)
+            .ok_or_else(|| not_set(r, field))
+    }
+}
+
+impl<T: Kinded> Codec<Ref<T>> for Ref<T> {
+    fn put(v: &Ref<T>, r: Resource, field: &str) -> Resource {
+        r.field(field, v.value())
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<Ref<T>, CloudError> {
+        Ref::from_value(&r.id, field, r.get(field))
+    }
+}
+
+/// A member of a list field whose order carries no meaning (references, routes, rules): the
+/// list is compared as a set.
+pub(crate) trait Item: Sized {
+    fn item(&self) -> Value;
+    fn from_item(owner: &ResourceId, field: &str, v: &Value) -> Result<Self, CloudError>;
+}
+
+impl<T: Item> Codec<Vec<T>> for Vec<T> {
+    fn put(v: &Vec<T>, r: Resource, field: &str) -> Resource {
+        r.field(field, Value::set(v.iter().map(T::item).collect()))
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<Vec<T>, CloudError> {
+        list(r, field)?
+            .iter()
+            .map(|v| T::from_item(&r.id, field, v))
+            .collect()
+    }
+}
+
+impl<T: Kinded> Item for Ref<T> {
+    fn item(&self) -> Value {
+        self.value()
+    }
+
+    fn from_item(owner: &ResourceId, field: &str, v: &Value) -> Result<Self, CloudError> {
+        Ref::from_value(owner, field, Some(v))
+    }
+}
+
+impl<F, C: Codec<F>> Codec<Option<F>> for Option<C> {
+    fn put(v: &Option<F>, r: Resource, field: &str) -> Resource {
+        match v {
+            Some(v) => C::put(v, r, field),
+            None => r,
+        }
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<Option<F>, CloudError> {
+        match r.get(field) {
+            Some(_) => C::take(r, field).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A text field the diff shows line by line (a policy document).
+pub(crate) enum Doc {}
+
+impl Codec<String> for Doc {
+    fn put(v: &String, r: Resource, field: &str) -> Resource {
+        r.field(field, Value::Doc(v.clone()))
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<String, CloudError> {
+        text(r, field)
+    }
+}
+
+/// One AWS kind as a typed task.
+#[async_trait]
+pub(crate) trait Task: Fields + Send + Sync {
+    /// What the cloud lists for one resource of this kind (with what else the read fetched
+    /// about it).
+    type Listed;
+
+    fn id(&self) -> ResourceId {
+        ResourceId::new(Self::KIND.kind(), &self.head().name)
+    }
 
     /// The read task (kops's Find): `head` as the reader classified the listed item, its
     /// references as the reader knows them.
@@ -296,11 +461,15 @@ fn cannot_change(id: &ResourceId, changes: &[FieldChange]) -> CloudError {
     ))
 }
 
+fn not_set(r: &Resource, field: &str) -> CloudError {
+    CloudError::Model(format!("{}: field {field} is not set", r.id))
+}
+
 /// A text field this kind always sets.
 fn text(r: &Resource, field: &str) -> Result<String, CloudError> {
     r.get_str(field)
         .map(str::to_string)
-        .ok_or_else(|| CloudError::Model(format!("{}: field {field} is not set", r.id)))
+        .ok_or_else(|| not_set(r, field))
 }
 
 /// A list field this kind always sets (an empty list is a list, not an absent field).

@@ -4,50 +4,24 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{ElasticIp, Head, Kinded, Ref, Subnet, Task};
+use super::{ElasticIp, Head, Ref, Subnet, Task};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec, wait_nat};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id};
-use crate::cloud::engine::{CloudError, CloudId, FieldRule, IdMap, Resource};
+use crate::cloud::engine::{CloudError, CloudId, IdMap};
 
 const SUBNET: &str = "subnet";
 const ALLOCATION: &str = "allocation";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct NatGateway {
-    pub(crate) head: Head,
-    pub(crate) subnet: Ref<Subnet>,
-    pub(crate) allocation: Ref<ElasticIp>,
-}
-
-impl Kinded for NatGateway {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::NatGateway);
+task! {
+    struct NatGateway: AwsKind::Ec2(Ec2Kind::NatGateway);
+    subnet: Ref<Subnet> = SUBNET, Immutable;
+    allocation: Ref<ElasticIp> = ALLOCATION, Immutable;
 }
 
 #[async_trait]
 impl Task for NatGateway {
     type Listed = aws_sdk_ec2::types::NatGateway;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        self.head
-            .resource::<NatGateway>()
-            .field(SUBNET, self.subnet.value())
-            .field(ALLOCATION, self.allocation.value())
-            .rule(SUBNET, FieldRule::Immutable)
-            .rule(ALLOCATION, FieldRule::Immutable)
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        Ok(NatGateway {
-            head: Head::of(r),
-            subnet: Ref::from_value(&r.id, SUBNET, r.get(SUBNET))?,
-            allocation: Ref::from_value(&r.id, ALLOCATION, r.get(ALLOCATION))?,
-        })
-    }
 
     fn read(head: Head, n: &Self::Listed, rd: &Reader<'_>) -> Self {
         let alloc = n

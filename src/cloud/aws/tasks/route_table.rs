@@ -6,26 +6,25 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Head, InternetGateway, Kinded, NatGateway, Ref, Subnet, Task, Vpc, list};
+use super::{Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id, finish_create};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, ResourceId, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, ResourceId, Value};
 
 const VPC: &str = "vpc";
 const ROUTES: &str = "routes";
 const SUBNETS: &str = "subnets";
 const ASSOCIATIONS: &str = "associations";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RouteTable {
-    pub(crate) head: Head,
-    pub(crate) vpc: Ref<Vpc>,
-    pub(crate) routes: Vec<Route>,
-    pub(crate) subnets: Vec<Ref<Subnet>>,
+task! {
+    struct RouteTable: AwsKind::Ec2(Ec2Kind::RouteTable);
+    vpc: Ref<Vpc> = VPC;
+    routes: Vec<Route> = ROUTES;
+    subnets: Vec<Ref<Subnet>> = SUBNETS;
     /// A read table's subnet associations (subnet cloud ID, association ID): what
     /// disassociating needs. Not compared (the desired table has none).
-    pub(crate) associations: Option<Vec<Association>>,
+    associations: Option<Vec<Association>> = ASSOCIATIONS;
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -45,10 +44,6 @@ pub(crate) enum RouteTarget {
 pub(crate) struct Association {
     pub(crate) subnet: String,
     pub(crate) id: String,
-}
-
-impl Kinded for RouteTable {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::RouteTable);
 }
 
 impl RouteTarget {
@@ -118,12 +113,12 @@ impl Resolved<'_> {
     }
 }
 
-impl Route {
-    fn value(&self) -> Value {
+impl Item for Route {
+    fn item(&self) -> Value {
         Value::List(vec![Value::str(&self.destination), self.target.value()])
     }
 
-    fn from_value(owner: &ResourceId, v: &Value) -> Result<Route, CloudError> {
+    fn from_item(owner: &ResourceId, _: &str, v: &Value) -> Result<Route, CloudError> {
         let [dest, target] = v.as_list() else {
             return Err(CloudError::Model(format!("{owner}: malformed route {v}")));
         };
@@ -135,6 +130,24 @@ impl Route {
                 .to_string(),
             target: RouteTarget::from_value(owner, target)?,
         })
+    }
+}
+
+impl Item for Association {
+    fn item(&self) -> Value {
+        Value::List(vec![Value::str(&self.subnet), Value::str(&self.id)])
+    }
+
+    fn from_item(owner: &ResourceId, _: &str, v: &Value) -> Result<Association, CloudError> {
+        match v.as_list() {
+            [Value::Str(s), Value::Str(a)] => Ok(Association {
+                subnet: s.clone(),
+                id: a.clone(),
+            }),
+            _ => Err(CloudError::Model(format!(
+                "{owner}: malformed association {v}"
+            ))),
+        }
     }
 }
 
@@ -170,71 +183,6 @@ impl RouteTable {
 #[async_trait]
 impl Task for RouteTable {
     type Listed = aws_sdk_ec2::types::RouteTable;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        let r = self
-            .head
-            .resource::<RouteTable>()
-            .field(VPC, self.vpc.value())
-            .field(
-                ROUTES,
-                Value::set(self.routes.iter().map(Route::value).collect()),
-            )
-            .field(
-                SUBNETS,
-                Value::set(self.subnets.iter().map(Ref::value).collect()),
-            );
-        match &self.associations {
-            Some(assoc) => r.field(
-                ASSOCIATIONS,
-                Value::List(
-                    assoc
-                        .iter()
-                        .map(|a| Value::List(vec![Value::str(&a.subnet), Value::str(&a.id)]))
-                        .collect(),
-                ),
-            ),
-            None => r,
-        }
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        let associations = match r.get(ASSOCIATIONS) {
-            None => None,
-            Some(_) => Some(
-                list(r, ASSOCIATIONS)?
-                    .iter()
-                    .map(|v| match v.as_list() {
-                        [Value::Str(s), Value::Str(a)] => Ok(Association {
-                            subnet: s.clone(),
-                            id: a.clone(),
-                        }),
-                        _ => Err(CloudError::Model(format!(
-                            "{}: malformed association {v}",
-                            r.id
-                        ))),
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-        };
-        Ok(RouteTable {
-            head: Head::of(r),
-            vpc: Ref::from_value(&r.id, VPC, r.get(VPC))?,
-            routes: list(r, ROUTES)?
-                .iter()
-                .map(|v| Route::from_value(&r.id, v))
-                .collect::<Result<_, _>>()?,
-            subnets: list(r, SUBNETS)?
-                .iter()
-                .map(|v| Ref::from_value(&r.id, SUBNETS, Some(v)))
-                .collect::<Result<_, _>>()?,
-            associations,
-        })
-    }
 
     fn read(head: Head, t: &Self::Listed, rd: &Reader<'_>) -> Self {
         let routes = t

@@ -5,55 +5,26 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Head, Kinded, Ref, Task, Vpc, text};
+use super::{Head, Ref, Task, Vpc};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
-use crate::cloud::engine::{CloudError, CloudId, FieldRule, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, IdMap};
 
 const VPC: &str = "vpc";
 const GROUP_NAME: &str = "groupName";
 const DESCRIPTION: &str = "description";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SecurityGroup {
-    pub(crate) head: Head,
-    pub(crate) vpc: Ref<Vpc>,
-    pub(crate) group_name: String,
-    pub(crate) description: String,
-}
-
-impl Kinded for SecurityGroup {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::SecurityGroup);
+task! {
+    struct SecurityGroup: AwsKind::Ec2(Ec2Kind::SecurityGroup);
+    vpc: Ref<Vpc> = VPC, Immutable;
+    group_name: String = GROUP_NAME, Immutable;
+    description: String = DESCRIPTION, Immutable;
 }
 
 #[async_trait]
 impl Task for SecurityGroup {
     type Listed = aws_sdk_ec2::types::SecurityGroup;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        self.head
-            .resource::<SecurityGroup>()
-            .field(VPC, self.vpc.value())
-            .field(GROUP_NAME, Value::str(&self.group_name))
-            .field(DESCRIPTION, Value::str(&self.description))
-            .rule(VPC, FieldRule::Immutable)
-            .rule(GROUP_NAME, FieldRule::Immutable)
-            .rule(DESCRIPTION, FieldRule::Immutable)
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        Ok(SecurityGroup {
-            head: Head::of(r),
-            vpc: Ref::from_value(&r.id, VPC, r.get(VPC))?,
-            group_name: text(r, GROUP_NAME)?,
-            description: text(r, DESCRIPTION)?,
-        })
-    }
 
     fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
         SecurityGroup {

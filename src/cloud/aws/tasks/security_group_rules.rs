@@ -11,21 +11,20 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 
-use super::{Head, Kinded, Ref, SecurityGroup, Task, list};
+use super::{Head, Item, Kinded, Ref, SecurityGroup, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, UNTRACKED, id_from};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, ResourceId, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, ResourceId, Value};
 
 const GROUP: &str = "group";
 const INGRESS: &str = "ingress";
 const ANYWHERE: &str = "0.0.0.0/0";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SecurityGroupRules {
-    pub(crate) head: Head,
-    pub(crate) group: Ref<SecurityGroup>,
-    pub(crate) ingress: Vec<Rule>,
+task! {
+    struct SecurityGroupRules: AwsKind::Ec2(Ec2Kind::SecurityGroupRules);
+    group: Ref<SecurityGroup> = GROUP;
+    ingress: Vec<Rule> = INGRESS;
 }
 
 /// One ingress rule; in the field map `[protocol, ports, source]`, as plans have always shown
@@ -49,10 +48,6 @@ pub(crate) enum Ports {
 pub(crate) enum Source {
     Cidr(String),
     Group(Ref<SecurityGroup>),
-}
-
-impl Kinded for SecurityGroupRules {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::SecurityGroupRules);
 }
 
 impl Ports {
@@ -109,6 +104,28 @@ impl Source {
     }
 }
 
+impl Item for Rule {
+    fn item(&self) -> Value {
+        Value::List(vec![
+            Value::str(&self.protocol),
+            self.ports.value(),
+            self.source.value(),
+        ])
+    }
+
+    fn from_item(owner: &ResourceId, _: &str, v: &Value) -> Result<Rule, CloudError> {
+        let bad = || CloudError::Model(format!("{owner}: malformed security group rule {v}"));
+        let [protocol, ports, source] = v.as_list() else {
+            return Err(bad());
+        };
+        Ok(Rule {
+            protocol: protocol.as_str().ok_or_else(bad)?.to_string(),
+            ports: ports.as_str().and_then(Ports::parse).ok_or_else(bad)?,
+            source: Source::from_value(owner, source).ok_or_else(bad)?,
+        })
+    }
+}
+
 impl Rule {
     /// Every protocol and port from `source`.
     pub(crate) fn all(source: Source) -> Rule {
@@ -126,26 +143,6 @@ impl Rule {
             ports: Ports::Range(port.into(), port.into()),
             source,
         }
-    }
-
-    fn value(&self) -> Value {
-        Value::List(vec![
-            Value::str(&self.protocol),
-            self.ports.value(),
-            self.source.value(),
-        ])
-    }
-
-    fn from_value(owner: &ResourceId, v: &Value) -> Result<Rule, CloudError> {
-        let bad = || CloudError::Model(format!("{owner}: malformed security group rule {v}"));
-        let [protocol, ports, source] = v.as_list() else {
-            return Err(bad());
-        };
-        Ok(Rule {
-            protocol: protocol.as_str().ok_or_else(bad)?.to_string(),
-            ports: ports.as_str().and_then(Ports::parse).ok_or_else(bad)?,
-            source: Source::from_value(owner, source).ok_or_else(bad)?,
-        })
     }
 
     pub(super) fn permission(&self, ids: &IdMap) -> Result<IpPermission, CloudError> {
@@ -177,31 +174,6 @@ impl SecurityGroupRules {
 #[async_trait]
 impl Task for SecurityGroupRules {
     type Listed = aws_sdk_ec2::types::SecurityGroup;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        self.head
-            .resource::<SecurityGroupRules>()
-            .field(GROUP, self.group.value())
-            .field(
-                INGRESS,
-                Value::set(self.ingress.iter().map(Rule::value).collect()),
-            )
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        Ok(SecurityGroupRules {
-            head: Head::of(r),
-            group: Ref::from_value(&r.id, GROUP, r.get(GROUP))?,
-            ingress: list(r, INGRESS)?
-                .iter()
-                .map(|v| Rule::from_value(&r.id, v))
-                .collect::<Result<_, _>>()?,
-        })
-    }
 
     /// The rules of group `g`, read after every group is known (a rule names its source
     /// group by ID).

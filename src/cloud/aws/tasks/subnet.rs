@@ -4,66 +4,30 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Head, Kinded, Ref, Task, Vpc, cannot_change, changed, text};
+use super::{Head, Ref, Task, Vpc, cannot_change, changed};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 const VPC: &str = "vpc";
 const ZONE: &str = "zone";
 const CIDR: &str = "cidr";
 const MAP_PUBLIC_IP: &str = "mapPublicIp";
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Subnet {
-    pub(crate) head: Head,
-    pub(crate) vpc: Ref<Vpc>,
-    pub(crate) zone: String,
-    pub(crate) cidr: String,
+task! {
+    struct Subnet: AwsKind::Ec2(Ec2Kind::Subnet);
+    vpc: Ref<Vpc> = VPC, Immutable;
+    zone: String = ZONE, Immutable;
+    cidr: String = CIDR, Immutable;
     /// A public subnet (and a utility one): instances get a public address, and the subnet is
     /// tagged for internet-facing load balancers (internal ones otherwise).
-    pub(crate) map_public_ip: bool,
-}
-
-impl Kinded for Subnet {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::Subnet);
+    map_public_ip: bool = MAP_PUBLIC_IP;
 }
 
 #[async_trait]
 impl Task for Subnet {
     type Listed = aws_sdk_ec2::types::Subnet;
-
-    fn head(&self) -> &Head {
-        &self.head
-    }
-
-    fn resource(&self) -> Resource {
-        self.head
-            .resource::<Subnet>()
-            .field(VPC, self.vpc.value())
-            .field(ZONE, Value::str(&self.zone))
-            .field(CIDR, Value::str(&self.cidr))
-            .field(MAP_PUBLIC_IP, Value::Bool(self.map_public_ip))
-            .rule(VPC, FieldRule::Immutable)
-            .rule(ZONE, FieldRule::Immutable)
-            .rule(CIDR, FieldRule::Immutable)
-    }
-
-    fn from_resource(r: &Resource) -> Result<Self, CloudError> {
-        Ok(Subnet {
-            head: Head::of(r),
-            vpc: Ref::from_value(&r.id, VPC, r.get(VPC))?,
-            zone: text(r, ZONE)?,
-            cidr: text(r, CIDR)?,
-            map_public_ip: r
-                .get(MAP_PUBLIC_IP)
-                .and_then(Value::as_bool)
-                .ok_or_else(|| {
-                    CloudError::Model(format!("{}: field {MAP_PUBLIC_IP} is not set", r.id))
-                })?,
-        })
-    }
 
     fn read(head: Head, s: &Self::Listed, rd: &Reader<'_>) -> Self {
         Subnet {

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Head, Kinded, Task, cannot_change, changed, text};
+use super::{Fields, Head, Kinded, Task, cannot_change, changed, text};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
@@ -33,11 +33,8 @@ impl Kinded for Vpc {
     const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::Vpc);
 }
 
-#[async_trait]
-impl Task for Vpc {
-    /// The listed VPC and its DNS attributes (read for owned VPCs only).
-    type Listed = (aws_sdk_ec2::types::Vpc, Option<VpcDns>);
-
+/// By hand: the DNS pair is two fields of the resource, both or neither.
+impl Fields for Vpc {
     fn head(&self) -> &Head {
         &self.head
     }
@@ -74,6 +71,12 @@ impl Task for Vpc {
             dns,
         })
     }
+}
+
+#[async_trait]
+impl Task for Vpc {
+    /// The listed VPC and its DNS attributes (read for owned VPCs only).
+    type Listed = (aws_sdk_ec2::types::Vpc, Option<VpcDns>);
 
     fn read(head: Head, (v, dns): &Self::Listed, _: &Reader<'_>) -> Self {
         Vpc {
