@@ -236,7 +236,7 @@ pub(crate) async fn make_zone(sdk: &aws_config::SdkConfig, zone: &str) -> String
 
 /// A test cluster `name` under a fresh public hosted zone `zone`: its environment, the zone's
 /// ID, and the spec `spec` writes for it.
-async fn zoned(
+pub(crate) async fn zoned(
     name: &str,
     zone: &str,
     private: bool,

@@ -23,6 +23,7 @@
 use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::support::awsroll::{CreateAws, lab_with_zone, ok_saying};
+use crate::support::cli::{export_kubeconfig, fails, holds_all};
 use crate::support::cloudlab::CloudLab;
 use crate::support::snapshot;
 
@@ -166,17 +167,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
         0,
     );
     let kc = lab.home.join("kubeconfig");
-    code(
-        &lab,
-        &lab.kprov(&[
-            "export",
-            "kubeconfig",
-            cluster,
-            "--kubeconfig",
-            kc.to_str().unwrap(),
-        ]),
-        0,
-    );
+    code(&lab, &lab.kprov(&export_kubeconfig(cluster, &kc)), 0);
     let exported = std::fs::read_to_string(&kc).unwrap();
     assert!(
         exported.contains(&format!("current-context: {cluster}")),
@@ -229,13 +220,14 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
         ]}}}}),
     );
     let o = lab.kprov(&yes);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("deploying the add-ons failed")
-            && err.contains("kubectl-edit")
-            && err.contains(&format!("kprov update addons {cluster} --yes")),
-        "{err}"
+    let err = fails(&o, 1);
+    holds_all(
+        &err,
+        &[
+            "deploying the add-ons failed",
+            "kubectl-edit",
+            &format!("kprov update addons {cluster} --yes"),
+        ],
     );
     assert_eq!(kubeadm_calls(&lab), calls, "the re-run called kubeadm");
     code(
@@ -398,8 +390,7 @@ fn lifecycle(cluster: &str, zone: &str, extra: &[&str], reach: Reach) {
     .to_string();
     let calls = kubeadm_calls(&lab);
     let o = lab.kprov(&yes);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     assert!(
         err.contains(&stale_fp) && err.contains(&worker.fingerprint()) && err.contains("refused"),
         "expected {stale_fp} and {} in:\n{err}",

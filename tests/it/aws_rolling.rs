@@ -11,9 +11,9 @@
 //! Needs root.
 
 use crate::support::awsroll::{
-    PRIVATE_ADDRESSES, assert_listed_as, code, delete_cleanly, edit_workers, group_size,
-    instances_listed, journal, launched, nothing_to_roll, running_cluster, text, update_yes,
-    with_call, workers,
+    PRIVATE_ADDRESSES, assert_listed_as, assert_replaced_in_preview, code, delete_cleanly,
+    edit_workers, group_size, instances_listed, journal, launched, nothing_to_roll,
+    running_cluster, text, update_yes, with_call, workers,
 };
 use crate::support::fakekube::{owned_by, pod};
 use crate::support::snapshot;
@@ -57,16 +57,11 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
     lab.fake.clear_requests();
     let o = lab.kprov(&preview);
     let out = code(&lab, &o, 2);
-    for (_, node) in &old {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with(node.as_str()))
-            .unwrap_or_else(|| panic!("{node} not in the preview:\n{out}"));
-        assert!(
-            line.contains("replace") && line.contains("labels {} -> {tier=web}"),
-            "{line}"
-        );
-    }
+    assert_replaced_in_preview(
+        &out,
+        old.iter().map(|(_, node)| node),
+        "labels {} -> {tier=web}",
+    );
     assert!(
         out.lines()
             .any(|l| l.starts_with("nodes") && l.contains("NeedsUpdate")),
@@ -198,16 +193,7 @@ fn a_changed_worker_template_rolls_the_workers_one_batch_at_a_time() {
         let all = lab.instances();
         new.iter().map(|id| all[*id].name.clone()).collect()
     };
-    for node in &names {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with(node.as_str()))
-            .unwrap_or_else(|| panic!("{node} not in the preview:\n{out}"));
-        assert!(
-            line.contains("replace") && line.contains("launch template version 1 -> 2"),
-            "{line}"
-        );
-    }
+    assert_replaced_in_preview(&out, &names, "launch template version 1 -> 2");
     let listed = code(&lab, &lab.kprov(&["get", "instances", cluster]), 0);
     assert_eq!(
         listed

@@ -18,12 +18,15 @@
 //!
 //! Needs root.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kprov::spec::{InstanceGroupRole, Object};
 
 use crate::aws_lifecycle::{code, text, with_call};
 use crate::support::awsroll::{CreateAws, lab_with_zone, launched, ok_saying};
+use crate::support::cli::{fails, says};
 use crate::support::cloudlab::VERSION;
 use crate::support::mirror::Mirror;
 use crate::support::snapshot;
@@ -246,12 +249,8 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
         "3m",
     ];
     let o = lab.kprov(&roll);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("the etcd backup before the control-plane roll failed"),
-        "{}",
-        text(&o.stderr)
-    );
+    fails(&o, 1);
+    says(&o, "the etcd backup before the control-plane roll failed");
     assert!(
         lab.fake.requests().iter().all(|r| !r.is_write()),
         "a refused roll wrote to the API"
@@ -311,17 +310,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
         replaced_at < first_node,
         "a node rolled before the bastion:\n{err}"
     );
-    assert!(
-        !now.contains_key(&bastions[0]),
-        "the old bastion still runs"
-    );
-    let new_bastion: Vec<&String> = now
-        .iter()
-        .filter(|(id, h)| !before.contains_key(*id) && h.standin_calls().is_empty())
-        .map(|(id, _)| id)
-        .collect();
-    assert_eq!(new_bastion.len(), 1, "{:?}", now.keys());
-    let new_bastion = new_bastion[0].clone();
+    let new_bastion = replacement_bastion(&bastions[0], &before, &now);
     assert_eq!(
         launched(&lab, std::slice::from_ref(&new_bastion))[&new_bastion]
             .template_version
@@ -499,16 +488,7 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     assert!(err.contains("replacement bastion"), "{err}");
     lab.sync();
     let after = lab.instances();
-    assert!(
-        !after.contains_key(&new_bastion),
-        "the old bastion still runs"
-    );
-    let fresh: Vec<&String> = after
-        .iter()
-        .filter(|(id, h)| !now.contains_key(*id) && h.standin_calls().is_empty())
-        .map(|(id, _)| id)
-        .collect();
-    assert_eq!(fresh.len(), 1, "{:?}", after.keys());
+    let fresh = replacement_bastion(&new_bastion, &now, &after);
     let node_writes = lab.fake.writes();
     assert!(
         node_writes.is_empty(),
@@ -521,17 +501,17 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     let names = lab.names();
     let bastion = names[&format!("bastion.{cluster}")].to_string();
     assert_eq!(
-        after[fresh[0]].address, bastion,
+        after[&fresh].address, bastion,
         "bastion.{cluster} does not lead to the new bastion"
     );
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !after[fresh[0]].log().contains("Accepted publickey") && Instant::now() < deadline {
+    while !after[&fresh].log().contains("Accepted publickey") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        after[fresh[0]].log().contains("Accepted publickey"),
+        after[&fresh].log().contains("Accepted publickey"),
         "nobody logged in to the new bastion: {}",
-        after[fresh[0]].log()
+        after[&fresh].log()
     );
 
     code(
@@ -541,4 +521,21 @@ fn a_minor_upgrade_on_aws_rolls_control_planes_in_place_then_replaces_the_worker
     );
     lab.sync();
     assert!(lab.sync_errors().is_empty(), "{:?}", lab.sync_errors());
+}
+
+/// The one bastion (a host with no stand-in calls) in `after` that was not in `before`, once
+/// `old` is gone.
+fn replacement_bastion(
+    old: &str,
+    before: &BTreeMap<String, Arc<TestHost>>,
+    after: &BTreeMap<String, Arc<TestHost>>,
+) -> String {
+    assert!(!after.contains_key(old), "the old bastion still runs");
+    let fresh: Vec<&String> = after
+        .iter()
+        .filter(|(id, h)| !before.contains_key(*id) && h.standin_calls().is_empty())
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(fresh.len(), 1, "{:?}", after.keys());
+    fresh[0].clone()
 }

@@ -19,14 +19,14 @@
 //! what the order is asserted on. Needs root.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use kprov::spec::{InstanceGroupRole, Object};
 
+use crate::support::awscloud::instances_of;
 use crate::support::awsroll::{
-    assert_listed_as, code, delete_cleanly, instances_listed, journal, launched, nothing_to_roll,
-    ok_saying, rolling, running_cluster_with, text, update_yes,
+    assert_listed_as, assert_replaced_in_preview, code, delete_cleanly, instances_listed, journal,
+    launched, nothing_to_roll, ok_saying, rolling, running_cluster_with, text, update_yes,
 };
 use crate::support::cloudlab::CloudLab;
 use crate::support::testhosts::TestHost;
@@ -116,13 +116,7 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
 
     // The preview: each control plane replaced, and why.
     let out = code(&lab, &lab.kprov(&rolling(cluster, &["--exit-code"])), 2);
-    for name in old.values() {
-        let l = out
-            .lines()
-            .find(|l| l.starts_with(name.as_str()))
-            .unwrap_or_else(|| panic!("{name} not in the preview:\n{out}"));
-        assert!(l.contains("replace") && l.contains(WHY), "{l}");
-    }
+    assert_replaced_in_preview(&out, old.values(), WHY);
 
     // A roll cut after the first new member joined: etcd would lose quorum without the old
     // member (every old member reported unhealthy the moment the join adds the new one), so
@@ -130,13 +124,7 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
     lab.fake.clear_requests();
     let started = std::time::Instant::now();
     let yes = rolling(cluster, &["--yes", "--validation-timeout", "3m"]);
-    let child = lab
-        .command(assert_cmd::cargo::cargo_bin("kprov"))
-        .args(&yes)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kprov starts");
+    let child = lab.spawn_kprov(&yes, true);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !std::fs::read_to_string(&history).is_ok_and(|h| h.contains(" add ")) {
         assert!(Instant::now() < deadline, "no control plane joined");
@@ -184,13 +172,7 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
     std::fs::write(&members, healthy).expect("members healthy");
     let hold = members.with_extension("hold");
     std::fs::write(&hold, "").expect("hold");
-    let mut child = lab
-        .command(assert_cmd::cargo::cargo_bin("kprov"))
-        .args(&yes)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kprov starts");
+    let mut child = lab.spawn_kprov(&yes, false);
     let deadline = Instant::now() + Duration::from_secs(180);
     while !std::fs::read_to_string(&history).is_ok_and(|h| h.contains(" remove ")) {
         if Instant::now() > deadline || child.try_wait().expect("wait").is_some() {
@@ -243,14 +225,10 @@ fn a_control_plane_image_change_replaces_each_control_plane_new_member_first() {
     }
     // No second surge after either cut: three instances ever launched from version 2.
     let every = lab.block_on(async {
-        aws_sdk_ec2::Client::new(&lab.sdk_config().await)
-            .describe_instances()
-            .send()
+        let ec2 = aws_sdk_ec2::Client::new(&lab.sdk_config().await);
+        instances_of(ec2.describe_instances())
             .await
-            .expect("DescribeInstances")
-            .reservations()
             .iter()
-            .flat_map(|r| r.instances())
             .filter_map(|i| i.instance_id().map(str::to_string))
             .collect::<Vec<_>>()
     });

@@ -5,7 +5,7 @@ use kprov::cloud::engine::{Action, RenderOptions};
 
 use kprov::spec::{Cluster, InstanceGroup};
 
-use crate::aws::{Env, apply, delete_all, env, make_zone, plan, spec};
+use crate::aws::{Env, apply, delete_all, plan, zoned};
 
 const FOREIGN_USER_DATA: &str = "#!/bin/sh\necho another cluster's secret\n";
 
@@ -36,9 +36,7 @@ async fn preview_reads_only_the_cluster_templates_that_changed() {
     crate::needs_tier!(Moto);
     let name = "reads.templates.example.com";
     let zone = "templates.example.com";
-    let e = env(name).await;
-    make_zone(&e.sdk, zone).await;
-    let (c, igs) = spec(name, zone, false);
+    let (e, _, c, igs) = zoned(name, zone, false).await;
     let p = plan(&e, &c, &igs).await;
     apply(&e, &p, false).await;
 

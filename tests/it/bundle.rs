@@ -11,7 +11,7 @@ use crate::metal::{Lab, metal_update_yes, ok, show, text};
 use crate::support;
 use crate::support::cli::Env;
 use crate::support::cli::create_metal;
-use crate::support::cli::says;
+use crate::support::cli::{holds_all, says};
 use crate::support::registry::{Registry, member_offset, split_reference};
 
 /// `o` failed (exit 1) naming the bundle's entry whose checksum does not match.
@@ -40,11 +40,8 @@ fn get_assets_of_the_default_aws_spec_is_golden() {
     env.create_aws("assets.example.com");
     let json = assets_json(|a| env.run(a), "assets.example.com");
     insta::assert_snapshot!("assets-default-aws", json);
-    let table = text(&env.run(&["get", "assets", "assets.example.com"]).stdout);
-    assert!(
-        table.contains("(resolved when fetched: only the tag is pinned)"),
-        "{table}"
-    );
+    let table = ok(&env.run(&["get", "assets", "assets.example.com"]));
+    holds_all(&table, &["(resolved when fetched: only the tag is pinned)"]);
 }
 
 /// The default metal spec (stacked etcd: no etcd binary; the local API proxy's image).
@@ -64,21 +61,15 @@ fn get_assets_of_the_default_metal_spec_is_golden() {
     assert!(o.status.success(), "{}", show(&o));
     let json = assets_json(|a| env.run(a), "assets.metal.example.com");
     insta::assert_snapshot!("assets-default-metal", json);
-    let yaml = text(
-        &env.run(&["get", "assets", "assets.metal.example.com", "-o", "yaml"])
-            .stdout,
-    );
-    assert!(
-        yaml.contains("docker.io/library/haproxy:3.2-alpine"),
-        "{yaml}"
-    );
+    let yaml = ok(&env.run(&["get", "assets", "assets.metal.example.com", "-o", "yaml"]));
+    holds_all(&yaml, &["docker.io/library/haproxy:3.2-alpine"]);
 }
 
 #[test]
 fn bundle_from_a_mirror_and_a_registry_installs_with_neither_and_a_flipped_byte_is_refused() {
     crate::needs_tier!(SshdHosts);
     let name = "bundle.metal.example.com";
-    let lab = Lab::with_cluster(2, name, &[("host1", "control-plane"), ("host2", "node")]);
+    let lab = Lab::with_control_plane_and_worker(name);
     let list: serde_json::Value =
         serde_json::from_str(&assets_json(|a| lab.kprov(a), name)).unwrap();
     let images: Vec<String> = list["images"]

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::metal::{Lab, show};
-use crate::support::cli::says;
+use crate::metal::{Lab, layout, show};
+use crate::support::cli::{fails, says};
 use crate::support::cli::{ok, text};
 use crate::support::testhosts::TestHost;
 
@@ -384,7 +384,7 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
     crate::needs_tier!(SshdHosts);
     use crate::support::signals::interrupt_held_step;
     let name = "sig-certs.metal.example.com";
-    let lab = provisioned(name, &[("host1", "control-plane")]);
+    let lab = provisioned(name, &layout(1, 0));
     let hold = "/var/lib/kprov-standins/certs-renew-hold";
     host(&lab, "host1")
         .exec(&format!("touch {hold}"))
@@ -421,15 +421,7 @@ fn rotate_certificates_stops_within_a_second_of_sigint() {
 fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane_at_a_time() {
     crate::needs_tier!(SshdHosts);
     let name = "certs.metal.example.com";
-    let lab = provisioned(
-        name,
-        &[
-            ("host1", "control-plane"),
-            ("host2", "control-plane"),
-            ("host3", "control-plane"),
-            ("host4", "node"),
-        ],
-    );
+    let lab = provisioned(name, &layout(3, 1));
     // `rotate certificates --yes`, each static pod waited for a second, and `extra`.
     let rotate = |extra: &[&str]| {
         let base = [
@@ -514,8 +506,7 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
     h2.exec("printf 'uid=ffffffffffffffff\\ncluster=other.example.com\\nstore=file:///elsewhere\\n' > /var/lib/kprov/owner")
         .expect("foreign marker");
     let o = rotate(&[]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     assert!(
         err.contains("host2") && err.contains("other.example.com"),
         "{err}"
@@ -634,8 +625,7 @@ fn certificates_are_read_refused_on_a_foreign_host_and_renewed_one_control_plane
         // loaded machine too; host2's never comes.
         "30s",
     ]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     assert!(
         err.contains("host2: the rotation stopped here")
             && err.contains("control plane not healthy after 30s")

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::support::cli::Env;
 use crate::support::cli::{KEY, create_aws_in, create_metal};
-use crate::support::cli::{fails, ok, text};
+use crate::support::cli::{fails, holds_all, ok, text};
 use crate::support::moto::moto;
 
 /// `create cluster NAME --cloud aws --zones ZONES EXTRA.. --dry-run -o yaml`'s output.
@@ -542,13 +542,13 @@ fn example_specs_are_valid() {
         ok(&env.run(&["create", "-f", &path]));
     }
     let table = ok(&env.run(&["get", "clusters"]));
-    assert!(
-        table.contains("demo.example.com") && table.contains("prod.example.com"),
-        "{table}"
-    );
-    assert!(
-        table.contains("us-east-1a,us-east-1b,us-east-1c   1.35.1    3"),
-        "{table}"
+    holds_all(
+        &table,
+        &[
+            "demo.example.com",
+            "prod.example.com",
+            "us-east-1a,us-east-1b,us-east-1c   1.35.1    3",
+        ],
     );
 }
 
@@ -733,21 +733,13 @@ fn etcd_commands_refuse_a_stored_spec_that_is_no_longer_valid_as_other_commands_
 #[test]
 fn an_invalid_kprov_log_filter_is_refused() {
     let env = Env::new();
-    let o = env
-        .cmd(&["get", "clusters"])
-        .env("KPROV_LOG", "kprov=loud")
-        .output()
-        .unwrap();
+    let o = env.run_with(&["get", "clusters"], &[("KPROV_LOG", "kprov=loud")]);
     let err = fails(&o, 64);
     assert!(
         err.contains("KPROV_LOG=\"kprov=loud\" is not a log filter"),
         "{err}"
     );
-    let o = env
-        .cmd(&["get", "clusters"])
-        .env("KPROV_LOG", "kprov=debug")
-        .output()
-        .unwrap();
+    let o = env.run_with(&["get", "clusters"], &[("KPROV_LOG", "kprov=debug")]);
     ok(&o);
 }
 

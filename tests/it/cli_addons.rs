@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::support::cli::{Env, show as out};
+use crate::support::cli::{Env, fails, ok, says, show as out};
 use crate::support::fakekube::{FakeKube, ccm_stand_in, node, system_pod};
 
 /// A scratch environment holding one AWS cluster spec (no cloud is contacted).
@@ -30,8 +30,7 @@ async fn get_addons_prints_the_manifests_applied() {
     let o = env
         .run_async(&["get", "addons", "addons.example.com"])
         .await;
-    assert!(o.status.success(), "{}", out(&o));
-    let yaml = String::from_utf8_lossy(&o.stdout);
+    let yaml = ok(&o);
     assert!(
         yaml.contains("registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.0"),
         "{yaml}"
@@ -148,12 +147,8 @@ async fn validate_cluster_exit_code_follows_health() {
         &[],
     )
     .await;
-    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("is ready"),
-        "{}",
-        out(&o)
-    );
+    ok(&o);
+    says(&o, "is ready");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,10 +157,6 @@ async fn addon_commands_without_credentials_say_how_to_get_them() {
     let o = env
         .run_async(&["validate", "cluster", "fresh.example.com"])
         .await;
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("kprov update cluster fresh.example.com --yes"),
-        "{}",
-        out(&o)
-    );
+    fails(&o, 1);
+    says(&o, "kprov update cluster fresh.example.com --yes");
 }

@@ -1,6 +1,7 @@
 //! `create cluster` → `update cluster` (preview) → `--yes` → no changes → `delete --yes`,
 //! through the real binary against moto, for both topologies.
 
+use crate::support::awscloud::{ec2_filter, instances_of};
 use crate::support::awsroll::{CreateAws, code, lab_with_zone, text};
 use crate::support::cli::Env;
 use crate::support::moto::owned_vpcs;
@@ -9,24 +10,11 @@ use crate::support::moto::owned_vpcs;
 /// read with the SDK from moto itself.
 async fn node_instances(sdk: &aws_config::SdkConfig, cluster: &str) -> Vec<String> {
     let ec2 = aws_sdk_ec2::Client::new(sdk);
-    let f = aws_sdk_ec2::types::Filter::builder()
-        .name(format!("tag:kubernetes.io/cluster/{cluster}"))
-        .values("owned")
-        .build();
-    let running = aws_sdk_ec2::types::Filter::builder()
-        .name("instance-state-name")
-        .values("running")
-        .build();
-    let out = ec2
-        .describe_instances()
-        .filters(f)
-        .filters(running)
-        .send()
+    let owned = ec2_filter(format!("tag:kubernetes.io/cluster/{cluster}"), ["owned"]);
+    let running = ec2_filter("instance-state-name", ["running"]);
+    instances_of(ec2.describe_instances().filters(owned).filters(running))
         .await
-        .expect("describe instances");
-    out.reservations()
         .iter()
-        .flat_map(|r| r.instances())
         .filter(|i| {
             !i.tags().iter().any(|t| {
                 t.key() == Some("aws:autoscaling:groupName")

@@ -13,6 +13,7 @@ use aws_sdk_ec2::types::{
 };
 use aws_smithy_types::base64;
 
+use crate::support::awscloud;
 use crate::support::cli::says;
 use crate::support::cli::{show, text};
 use crate::support::cloudlab::{CloudLab, parse_cloud_init};
@@ -90,64 +91,14 @@ fn instances_are_played_by_hosts_with_their_user_data_host_keys() {
     let ec2 = aws_sdk_ec2::Client::new(&sdk);
     let asg = aws_sdk_autoscaling::Client::new(&sdk);
     let subnet_id = lab.block_on(async {
-        let vpc = ec2
-            .create_vpc()
-            .cidr_block(vpc_cidr.to_string())
-            .send()
-            .await
-            .expect("vpc");
-        let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
-        let subnet = ec2
-            .create_subnet()
-            .vpc_id(&vpc_id)
-            .cidr_block(subnet_cidr.to_string())
-            .availability_zone("us-east-1a")
-            .send()
-            .await
-            .expect("subnet");
-        let subnet_id = subnet
-            .subnet()
-            .and_then(|s| s.subnet_id())
-            .unwrap()
-            .to_string();
-        crate::support::awscloud::map_public_ip_on_launch(&ec2, &subnet_id).await;
+        let vpc_id = awscloud::create_vpc(&ec2, &vpc_cidr.to_string()).await;
+        let subnet_id =
+            awscloud::create_subnet(&ec2, &vpc_id, &subnet_cidr.to_string(), Some("us-east-1a"))
+                .await;
+        awscloud::map_public_ip_on_launch(&ec2, &subnet_id).await;
         // Public: its route table sends 0.0.0.0/0 to an internet gateway.
-        let igw = ec2.create_internet_gateway().send().await.expect("igw");
-        let igw_id = igw
-            .internet_gateway()
-            .and_then(|g| g.internet_gateway_id())
-            .unwrap()
-            .to_string();
-        ec2.attach_internet_gateway()
-            .vpc_id(&vpc_id)
-            .internet_gateway_id(&igw_id)
-            .send()
-            .await
-            .expect("attach igw");
-        let rt = ec2
-            .create_route_table()
-            .vpc_id(&vpc_id)
-            .send()
-            .await
-            .expect("route table");
-        let rt_id = rt
-            .route_table()
-            .and_then(|t| t.route_table_id())
-            .unwrap()
-            .to_string();
-        ec2.create_route()
-            .route_table_id(&rt_id)
-            .destination_cidr_block("0.0.0.0/0")
-            .gateway_id(&igw_id)
-            .send()
-            .await
-            .expect("route");
-        ec2.associate_route_table()
-            .route_table_id(&rt_id)
-            .subnet_id(&subnet_id)
-            .send()
-            .await
-            .expect("associate");
+        let igw_id = awscloud::create_internet_gateway(&ec2, &vpc_id).await;
+        awscloud::route_to_internet(&ec2, &vpc_id, &subnet_id, &igw_id).await;
         let images = ec2
             .describe_images()
             .owners("099720109477")

@@ -4,7 +4,7 @@
 
 use std::process::Output;
 
-use crate::metal::{Lab, metal_update_yes, ok, show};
+use crate::metal::{Lab, layout, metal_update_yes, ok, show};
 use crate::support::cli::create_metal;
 use crate::support::cli::says;
 use crate::support::cli::text;
@@ -547,14 +547,7 @@ fn etcd_backup_and_restore_on_stacked_etcd() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "stacked.metal.example.com";
-    let inv = crate::metal::kprov_inventory(
-        &lab,
-        &[
-            ("host1", "control-plane"),
-            ("host2", "control-plane"),
-            ("host3", "control-plane"),
-        ],
-    );
+    let inv = crate::metal::kprov_inventory(&lab, &layout(3, 0));
     let inv = lab.write("hosts.yaml", &inv);
     lab.create_metal_spec(name, &inv);
     ok(&provisioned_two_plus_three_after_create(&lab, name));

@@ -14,7 +14,7 @@ use kprov::ssh::task::{ExecError, RemoteFile, Step, StepOutcome};
 use kprov::ssh::{NoProgress, SshFleet, SshOptions, Summary};
 use kprov::state::{Object, Precondition, StateError, StateStore, Version};
 
-use crate::metal::{Lab, metal_update_yes};
+use crate::metal::{Lab, layout, metal_update_yes};
 use crate::support::awscloud::{self, delete_all, host_keys, proxied_sdk};
 use crate::support::faultproxy::{Fault, FaultProxy, Request};
 use crate::support::memstate::MemStore;
@@ -1114,11 +1114,7 @@ fn kprov_killed_at_random_points_of_a_metal_update_then_rerun_converges() {
     for seed in seeds {
         let lab = Lab::start(3);
         let name = format!("kill{seed}.metal.example.com");
-        let inv = lab.inventory(&[
-            ("host1", "control-plane"),
-            ("host2", "node"),
-            ("host3", "node"),
-        ]);
+        let inv = lab.inventory(&layout(1, 2));
         lab.create_metal(&name, &inv);
         let before = lab.hosts_snapshot();
         let mut rng = Rng::new(seed);

@@ -14,7 +14,8 @@ use sha2::{Digest, Sha256};
 
 use kprov::spec::ImageArchive;
 
-use crate::metal::{Lab, metal_update_yes, ok, show, text};
+use crate::metal::{Lab, layout, metal_update_yes, ok, show, text};
+use crate::support::cli::fails;
 
 /// A docker-archive as `docker save` writes it (manifest.json, config, one layer), in `dir`.
 pub(crate) fn image_archive(dir: &Path, name: &str, tag: &str) -> (String, String) {
@@ -100,7 +101,7 @@ fn ctr_calls(lab: &Lab, host: &str) -> Vec<(u128, String)> {
 fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tampering_is_refused() {
     crate::needs_tier!(SshdHosts);
     let name = "images.metal.example.com";
-    let lab = Lab::with_cluster(2, name, &[("host1", "control-plane"), ("host2", "node")]);
+    let lab = Lab::with_control_plane_and_worker(name);
 
     // One archive on the operator's machine (uploaded), one on the lab's mirror (downloaded by
     // each host).
@@ -232,8 +233,7 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
         &["update", "cluster", name, "--yes", "--skip-addons"][..],
     ] {
         let o = lab.kprov(args);
-        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-        let err = text(&o.stderr);
+        let err = fails(&o, 1);
         assert!(
             err.contains(&format!(
                 "image archive {local_url} (spec.assets.images): checksum mismatch: expected sha256 {local_sha}, got {actual}; nothing uploaded or imported"
@@ -266,8 +266,7 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
             });
     });
     let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     assert!(
         err.contains(&format!(
             "image archive {bad_url}: checksum mismatch: expected sha256 {wrong}, got {other_sha}; nothing imported"
@@ -297,7 +296,7 @@ fn image_archives_are_previewed_uploaded_once_imported_before_kubeadm_and_tamper
 fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone_alone() {
     crate::needs_tier!(SshdHosts);
     let name = "imports.metal.example.com";
-    let lab = Lab::with_cluster(1, name, &[("host1", "control-plane")]);
+    let lab = Lab::with_cluster(1, name, &layout(1, 0));
     let dir = lab.dir.path();
     let (a, a_sha) = image_archive(dir, "first", "example.com/first:1");
     let (b, b_sha) = image_archive(dir, "second", "example.com/second:1");
@@ -318,8 +317,7 @@ fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone
     ))
     .expect("ctr-fail");
     let o = lab.kprov(&metal_update_yes(name, &["-v"]));
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     let cache = |sha: &str| format!("/var/lib/kprov/cache/image-{sha}.tar");
     assert!(
         err.contains(&format!("ctr: {}: failed as the test asked", cache(&b_sha)))
@@ -394,7 +392,7 @@ fn an_archive_is_imported_as_it_lands_and_a_failed_import_among_others_is_redone
 fn an_image_tag_with_control_characters_is_printed_escaped_in_every_output() {
     crate::needs_tier!(SshdHosts);
     let name = "tags.metal.example.com";
-    let lab = Lab::with_cluster(1, name, &[("host1", "control-plane")]);
+    let lab = Lab::with_cluster(1, name, &layout(1, 0));
     // As the archive's manifest.json holds it: JSON escapes for ESC and a newline.
     let (path, sha) = image_archive(
         lab.dir.path(),

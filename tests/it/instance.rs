@@ -9,8 +9,8 @@ use std::process::Output;
 
 use serde_json::json;
 
-use crate::metal::{Lab, ok, show, text};
-use crate::support::cli::says;
+use crate::metal::{Lab, layout, ok, show, text};
+use crate::support::cli::{fails, holds_all, says};
 use crate::support::fakekube::{FakeKube, app_pdb, daemon_pod, replica_pod, static_pod};
 
 struct Api {
@@ -27,12 +27,6 @@ impl Api {
     fn kubeconfig(&self) -> String {
         self.fake.kubeconfig.display().to_string()
     }
-}
-
-fn create(lab: &Lab, name: &str, roles: &[(&str, &str)]) {
-    let inv = lab.inventory(roles);
-    lab.create_metal(name, &inv);
-    lab.provision(name);
 }
 
 /// `kprov delete instance NAME HOST --kubeconfig KC EXTRA...`.
@@ -56,17 +50,8 @@ fn spec_hosts(lab: &Lab, name: &str) -> String {
 #[test]
 fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(3);
     let name = "rm.metal.example.com";
-    create(
-        &lab,
-        name,
-        &[
-            ("host1", "control-plane"),
-            ("host2", "node"),
-            ("host3", "node"),
-        ],
-    );
+    let lab = Lab::provisioned(name, &layout(1, 2));
     let api = Api::start();
     let kc = api.kubeconfig();
     api.fake.put_nodes(&["host1"], &["host2", "host3"]);
@@ -176,18 +161,16 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
         "host3",
         &["--yes", "--drain-timeout", "3s"],
     );
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let err = fails(&o, 1);
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("draining node host3: 1 pod(s) did not leave within 3s"),
-        "{err}"
+    holds_all(
+        &err,
+        &[
+            "draining node host3: 1 pod(s) did not leave within 3s",
+            "default/api-1 blocked by PodDisruptionBudget default/api",
+            "stays cordoned",
+        ],
     );
-    assert!(
-        err.contains("default/api-1 blocked by PodDisruptionBudget default/api"),
-        "{err}"
-    );
-    assert!(err.contains("stays cordoned"), "{err}");
     assert!(api.fake.unschedulable("host3"));
     assert!(api.fake.get("Node", None, "host3").is_some());
     assert!(api.fake.get("Pod", Some("default"), "api-1").is_some());
@@ -250,13 +233,14 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     // through kprov's record of it.
     lab.edit_cluster(name, |c| c.spec.hosts.retain(|h| h.name != "host3"));
     let o = lab.kprov(&["update", "cluster", name, "--exit-code"]);
-    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("host3")
-            && err.contains("to remove")
-            && err.contains(&format!("kprov delete instance {name} host3")),
-        "{err}"
+    let err = fails(&o, 2);
+    holds_all(
+        &err,
+        &[
+            "host3",
+            "to remove",
+            &format!("kprov delete instance {name} host3"),
+        ],
     );
     api.fake.put(replica_pod("api-2", "api", "host1"));
     let o = delete_instance(&lab, &kc, name, "host3", &["--yes"]);
@@ -268,22 +252,6 @@ fn remove_a_worker_refuse_the_last_control_plane_and_stop_at_a_blocking_budget()
     assert!(!text(&o.stderr).contains("to remove"), "{}", show(&o));
 }
 
-/// The stand-in etcd's members as another control plane sees them.
-fn seed_members(lab: &Lab, on: &str, members: &[(u64, &str, bool)]) {
-    let lines: String = members
-        .iter()
-        .map(|(id, host, healthy)| {
-            let addr = &lab.host(host).address;
-            format!("{id} {host} https://{addr}:2380 https://{addr}:2379 {healthy}\n")
-        })
-        .collect();
-    lab.host(on)
-        .exec(&format!(
-            "mkdir -p /var/lib/kprov-standins && printf '%s' '{lines}' > /var/lib/kprov-standins/etcd-members"
-        ))
-        .expect("seed etcd members");
-}
-
 fn members_on(lab: &Lab, on: &str) -> String {
     lab.host(on)
         .exec("cat /var/lib/kprov-standins/etcd-members")
@@ -293,18 +261,8 @@ fn members_on(lab: &Lab, on: &str) -> String {
 #[test]
 fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quorum_loss() {
     crate::needs_tier!(SshdHosts);
-    let lab = Lab::start(4);
     let name = "cp.metal.example.com";
-    create(
-        &lab,
-        name,
-        &[
-            ("host1", "control-plane"),
-            ("host2", "control-plane"),
-            ("host3", "control-plane"),
-            ("host4", "node"),
-        ],
-    );
+    let lab = Lab::provisioned(name, &layout(3, 1));
     let api = Api::start();
     let kc = api.kubeconfig();
     api.fake.put_nodes(&["host1", "host2", "host3"], &["host4"]);
@@ -313,10 +271,9 @@ fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quo
     }
     // host3's etcd is down: removing host2 would leave host1 + a broken host3.
     let degraded = [(1, "host1", true), (2, "host2", true), (3, "host3", false)];
-    seed_members(&lab, "host1", &degraded);
+    lab.seed_etcd_members("host1", &degraded);
     let o = delete_instance(&lab, &kc, name, "host2", &["--yes"]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     assert!(err.contains("would lose etcd quorum"), "{err}");
     assert!(err.contains("unhealthy: host3"), "{err}");
     assert!(
@@ -346,8 +303,7 @@ fn remove_a_control_plane_of_three_removes_its_etcd_member_first_and_refuses_quo
     );
 
     // Healthy again: the preview names the member; --yes removes it before resetting host2.
-    seed_members(
-        &lab,
+    lab.seed_etcd_members(
         "host1",
         &[(1, "host1", true), (2, "host2", true), (3, "host3", true)],
     );

@@ -10,8 +10,9 @@ use kprov::cloud::aws::instances::{AwsInstances, SshReach};
 use kprov::kube::{DrainOptions, EvictOptions};
 use kprov::ops::instance::{RemoveEvent, RemoveEvents, plan_aws, remove_aws};
 
-use crate::aws::{apply, delete_all, env, make_zone, plan, spec, wait_launched};
+use crate::aws::{apply, delete_all, plan, wait_launched, zoned};
 use crate::support::awscloud;
+use crate::support::cli::holds_all;
 use crate::support::fakekube::{FakeKube, replica_pod};
 use crate::support::memstate::MemStore;
 
@@ -86,9 +87,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
     crate::needs_tier!(Moto);
     let name = "rm.rminstance.example.com";
     let zone = "rminstance.example.com";
-    let e = env(name).await;
-    make_zone(&e.sdk, zone).await;
-    let (c, mut igs) = spec(name, zone, false);
+    let (e, _, c, mut igs) = zoned(name, zone, false).await;
     // The control plane's image is an ami- ID, which names no login user.
     for g in &mut igs {
         g.spec.ssh_user.get_or_insert_with(|| "ops".into());
@@ -180,10 +179,7 @@ async fn a_worker_instance_is_drained_then_terminated_in_its_group() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(
-        e2.contains("refusing to remove") && e2.contains("control plane"),
-        "{e2}"
-    );
+    holds_all(&e2, &["refusing to remove", "control plane"]);
     assert_eq!(instance_state(&e.sdk, cp.name()).await, "running");
 
     let (done, drained) = remove(

@@ -4,7 +4,7 @@
 
 use crate::support::cli::Env;
 use crate::support::cli::create_metal;
-use crate::support::cli::{ok, text};
+use crate::support::cli::{fails, ok, says, text};
 
 const KEY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/id_ed25519.pub");
 const NAME: &str = "habits.example.com";
@@ -69,11 +69,10 @@ fn kops_state_store_alone_is_named_with_the_store_used_instead() {
         "{err}"
     );
     // With kprov's own store set, no warning.
-    let o = env
-        .cmd(&["get", "clusters"])
-        .env("KOPS_STATE_STORE", "s3://kops-bucket")
-        .output()
-        .expect("runs");
+    let o = env.run_with(
+        &["get", "clusters"],
+        &[("KOPS_STATE_STORE", "s3://kops-bucket")],
+    );
     assert!(
         !text(&o.stderr).contains("KOPS_STATE_STORE"),
         "{}",
@@ -167,12 +166,8 @@ fn json_of_get_and_of_a_dry_run_is_accepted_by_create_f() {
     let file = third.path("bad.json");
     std::fs::write(&file, dry.replacen("\"role\"", "\"rolle\"", 1)).expect("write");
     let o = third.run(&["create", "-f", file.to_str().expect("utf-8")]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("items[1].spec.rolle"),
-        "{}",
-        text(&o.stderr)
-    );
+    fails(&o, 3);
+    says(&o, "items[1].spec.rolle");
     assert!(
         text(&third.run(&["get", "clusters"]).stderr).contains("No clusters"),
         "a refused create wrote something"
@@ -317,8 +312,7 @@ fn metal_phases_each_do_their_part_and_nothing_else() {
     use crate::metal::Lab;
     use crate::support::fakekube::{FakeKube, node};
     let name = "phases.metal.example.com";
-    let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let lab = Lab::with_cluster(2, name, &hosts);
+    let lab = Lab::with_control_plane_and_worker(name);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let fake = rt.block_on(FakeKube::start());
     fake.put(node("host1", true, true, false, None));

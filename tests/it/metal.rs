@@ -14,9 +14,9 @@ use assert_cmd::Command;
 
 use kprov::spec::{self, Assets, CloudControllerManager, Cluster, Object, ObjectRef};
 
-use crate::support::cli::create_metal;
+use crate::support::cli::{create_metal, export_kubeconfig};
+use crate::support::cli::{fails, prints, says};
 pub(crate) use crate::support::cli::{ok, show, text};
-use crate::support::cli::{prints, says};
 use crate::support::mirror::Mirror;
 use crate::support::snapshot;
 use crate::support::testhosts::TestHosts;
@@ -149,6 +149,19 @@ impl Lab {
         let inv = lab.inventory(roles);
         lab.create_metal(name, &inv);
         lab
+    }
+
+    /// A lab of one host per entry of `roles` (host, role) with cluster `name` created from
+    /// them and provisioned.
+    pub(crate) fn provisioned(name: &str, roles: &[(&str, &str)]) -> Lab {
+        let lab = Lab::with_cluster(roles.len(), name, roles);
+        lab.provision(name);
+        lab
+    }
+
+    /// The common small lab: host1 a control plane, host2 a worker, cluster `name` created.
+    pub(crate) fn with_control_plane_and_worker(name: &str) -> Lab {
+        Lab::with_cluster(2, name, &layout(1, 1))
     }
 
     pub(crate) fn create_metal(&self, name: &str, inventory: &str) {
@@ -367,19 +380,20 @@ pub(crate) fn kprov_inventory(lab: &Lab, roles: &[(&str, &str)]) -> String {
     s
 }
 
+/// Host roles for a lab: host1, host2, ...: the first `control_planes` of them control
+/// planes, then `nodes` nodes.
+pub(crate) fn layout(control_planes: usize, nodes: usize) -> Vec<(&'static str, &'static str)> {
+    const NAMES: [&str; 6] = ["host1", "host2", "host3", "host4", "host5", "host6"];
+    let roles = std::iter::repeat_n("control-plane", control_planes)
+        .chain(std::iter::repeat_n("node", nodes));
+    NAMES.into_iter().zip(roles).collect()
+}
+
 #[test]
 fn one_control_plane_from_kprov_inventory_lifecycle() {
     crate::needs_tier!(SshdHosts);
     let name = "one.metal.example.com";
-    let lab = Lab::with_cluster(
-        3,
-        name,
-        &[
-            ("host1", "control-plane"),
-            ("host2", "node"),
-            ("host3", "node"),
-        ],
-    );
+    let lab = Lab::with_cluster(3, name, &layout(1, 2));
 
     // Preview before anything: nothing is written anywhere; changes are pending.
     let (store0, hosts0) = (snapshot(&lab.store_dir()), lab.hosts_snapshot());
@@ -542,8 +556,7 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
     // no usable key), so the first of those steps fails, saying the hosts are fine and how to
     // retry.
     let o = lab.kprov(&["update", "cluster", name, "--yes"]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     assert!(err.contains("No changes"), "{err}");
     assert!(
         err.contains(
@@ -555,13 +568,7 @@ fn one_control_plane_from_kprov_inventory_lifecycle() {
 
     // export kubeconfig: a context named after the cluster, the control plane reachable.
     let kc = lab.dir.path().join("kubeconfig");
-    ok(&lab.kprov(&[
-        "export",
-        "kubeconfig",
-        name,
-        "--kubeconfig",
-        kc.to_str().unwrap(),
-    ]));
+    ok(&lab.kprov(&export_kubeconfig(name, &kc)));
     let kc = std::fs::read_to_string(&kc).unwrap();
     assert!(kc.contains(&format!("current-context: {name}")), "{kc}");
     assert!(
@@ -720,8 +727,7 @@ fn three_control_planes_from_kubespray_hosts_yaml_and_a_changed_host_key() {
     let new = lab.host("host5").fingerprint();
     assert_ne!(old, new);
     let o = lab.kprov(&["update", "cluster", name, "--yes", "--skip-addons"]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     assert!(
         err.contains("host5") && err.contains("HOST KEY CHANGED"),
         "{err}"
@@ -758,8 +764,7 @@ fn checksum_mismatch_refused_then_unreachable_host_reported_then_joins_from_old_
     // A pinned checksum that does not match what the mirror serves: nothing installed.
     lab.use_mirror(name, Some("kubelet"));
     let o = lab.kprov(&metal_update_yes(name, &[]));
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     assert!(
         err.contains("checksum mismatch") && err.contains(&"0".repeat(64)),
         "{err}"
@@ -902,7 +907,7 @@ fn delete_of_a_never_provisioned_metal_cluster_contacts_no_host() {
 /// inventory (not provisioned).
 fn provisioned_and_listed_again(first: &str, second: &str) -> Lab {
     let lab = Lab::start(2);
-    let inv = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
+    let inv = lab.inventory(&layout(1, 1));
     for name in [first, second] {
         lab.create_metal(name, &inv);
     }
@@ -933,8 +938,7 @@ fn a_second_cluster_listing_the_first_clusters_hosts_is_refused_and_resets_nothi
 
     // The second cluster's update: refused on both hosts, naming the owner; nothing changed.
     let o = lab.kprov(&metal_update_yes(second, &[]));
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 1);
     for h in ["host1", "host2"] {
         assert!(
             err.contains(&format!(
@@ -1005,7 +1009,7 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
     crate::needs_tier!(SshdHosts);
     let lab = Lab::start(3);
     let name = "scale.metal.example.com";
-    let inv1 = lab.inventory(&[("host1", "control-plane"), ("host2", "node")]);
+    let inv1 = lab.inventory(&layout(1, 1));
     lab.create_metal(name, &inv1);
     lab.provision(name);
     let inv2 = lab.write(
@@ -1023,8 +1027,7 @@ fn inventory_reread_adds_and_removes_hosts_and_delete_resets_the_dropped_one() {
 
     // The preview: hosts to add and to remove, nothing stored, exit 2 with --exit-code.
     let o = reread(&["--exit-code"]);
-    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
-    let err = text(&o.stderr);
+    let err = fails(&o, 2);
     assert!(err.contains("hosts to add: host3 ("), "{}", show(&o));
     assert!(err.contains("hosts to remove: host2 ("), "{}", show(&o));
     assert_eq!(
@@ -1160,7 +1163,7 @@ fn a_host_of_a_gone_cluster_is_released_and_a_live_clusters_host_is_not() {
 fn get_instances_lists_an_unreachable_host_as_unreachable_with_its_error() {
     crate::needs_tier!(SshdHosts);
     let name = "unreachable.metal.example.com";
-    let lab = Lab::with_cluster(2, name, &[("host1", "control-plane"), ("host2", "node")]);
+    let lab = Lab::with_control_plane_and_worker(name);
     lab.provision(name);
     lab.host("host2").power_off();
 

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::{Output, Stdio};
 
 use crate::support::cli::Env;
-use crate::support::cli::{show, text};
+use crate::support::cli::{fails, show, text};
 
 const NAME: &str = "mirrors.example.com";
 const PASSWORD: &str = "hunter2-not-shown";
@@ -128,8 +128,7 @@ fn a_bad_mirror_is_refused_at_create_naming_the_field() {
         "  containerd:\n    registries:\n    - name: docker.io\n      mirrors:\n      \
          - endpoint: ftp://mirror.example.com\n",
     );
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
+    let err = fails(&o, 3);
     assert!(
         err.contains("spec.containerd.registries[0].mirrors[0].endpoint"),
         "{err}"

@@ -61,8 +61,7 @@ fn plain(args: &[&str], o: &std::process::Output) -> String {
 fn failing_commands_on_pipes_print_no_escape_and_name_the_api_url_and_the_host() {
     crate::needs_tier!(SshdHosts);
     let name = "pipes.metal.example.com";
-    let hosts = [("host1", "control-plane"), ("host2", "node")];
-    let lab = Lab::with_cluster(2, name, &hosts);
+    let lab = Lab::with_control_plane_and_worker(name);
     lab.provision(name);
     // An API server address nothing listens on: a loopback port this test bound and closed.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

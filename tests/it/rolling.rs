@@ -29,7 +29,7 @@ fn host_files(lab: &Lab, host: &str) -> BTreeMap<PathBuf, Vec<u8>> {
 fn metal_label_change_is_left_to_rolling_update_and_previewed_per_node() {
     crate::needs_tier!(SshdHosts);
     let name = "roll.metal.example.com";
-    let lab = Lab::with_cluster(2, name, &[("host1", "control-plane"), ("host2", "node")]);
+    let lab = Lab::with_control_plane_and_worker(name);
     let o = lab.kprov(&metal_update_yes(name, &[]));
     assert!(o.status.success(), "{}", show(&o));
     for h in ["host1", "host2"] {
@@ -698,8 +698,8 @@ mod roll_with_yes {
 
     use serde_json::json;
 
-    use crate::metal::{Lab, VERSION, ok, show, text};
-    use crate::support::cli::says;
+    use crate::metal::{Lab, VERSION, layout, ok, show, text};
+    use crate::support::cli::{fails, says};
     use crate::support::fakekube::{
         FakeKube, app_pdb, daemon_pod, node, owned_by, replica_pod, system_pod, with_heartbeat,
     };
@@ -754,17 +754,6 @@ mod roll_with_yes {
                 }
             }
         });
-    }
-
-    /// `name` created from a kprov inventory of `hosts` (name, group) and provisioned, with the
-    /// fake API of [`cluster_api`] and its kubeconfig's path (for `--kubeconfig`).
-    /// host1, host2, ...: the first `control_planes` of them control planes, then `nodes`
-    /// nodes.
-    fn layout(control_planes: usize, nodes: usize) -> Vec<(&'static str, &'static str)> {
-        const NAMES: [&str; 6] = ["host1", "host2", "host3", "host4", "host5", "host6"];
-        let roles = std::iter::repeat_n("control-plane", control_planes)
-            .chain(std::iter::repeat_n("node", nodes));
-        NAMES.into_iter().zip(roles).collect()
     }
 
     /// A lab of `hosts` with the metal cluster `name` on them provisioned: the lab, its
@@ -1423,8 +1412,7 @@ mod roll_with_yes {
         crate::needs_tier!(SshdHosts);
         let name = "rollyes.metal.example.com";
         let hosts = layout(1, 2);
-        let lab = Lab::with_cluster(3, name, &hosts);
-        lab.provision(name);
+        let lab = Lab::provisioned(name, &hosts);
 
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let fake = rt.block_on(FakeKube::start());
@@ -1621,13 +1609,9 @@ mod roll_with_yes {
         fake.put(app_pdb("db", ("minAvailable", json!("100%"))));
         let t2 = now_ns();
         let o = roll(&["--drain-timeout", "3s"]);
-        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-        let err = text(&o.stderr);
-        assert!(
-            err.contains("host3") && err.contains("PodDisruptionBudget default/db"),
-            "{}",
-            show(&o)
-        );
+        fails(&o, 1);
+        says(&o, "host3");
+        says(&o, "PodDisruptionBudget default/db");
         assert!(unschedulable(&fake, "host3"));
         assert!(kubelet_restarts(&lab, "host3", t2).is_empty());
         assert_eq!(record(&lab, "host3")["labels"]["tier"], "api");

@@ -21,12 +21,6 @@ use crate::support::signals::{
 /// Within a second of the signal, plus a process's start-up slack on a busy machine.
 const EXIT_WITHIN: Duration = Duration::from_secs(2);
 
-fn update(lab: &CloudLab, args: &[&str]) -> std::process::Command {
-    let mut cmd = lab.command(assert_cmd::cargo::cargo_bin("kprov"));
-    cmd.args(args);
-    cmd
-}
-
 #[track_caller]
 fn unlocked(lab: &CloudLab, cluster: &str) {
     let status = code(lab, &lab.kprov(&["lock", "status", cluster]), 0);
@@ -60,8 +54,7 @@ fn signalled(
 
 /// The metal cluster `name` of a control plane (host1) and a node (host2), created.
 fn metal_pair(name: &str) -> crate::metal::Lab {
-    let hosts = [("host1", "control-plane"), ("host2", "node")];
-    crate::metal::Lab::with_cluster(2, name, &hosts)
+    crate::metal::Lab::with_control_plane_and_worker(name)
 }
 
 /// A metal run that SIGINT stopped while a host step waited: 130 within a second of it
@@ -147,7 +140,7 @@ fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
     let args = update_yes(cluster);
 
     // 1. Ctrl-C while 3 instances do not answer: out within a second, lock released.
-    let mut child = spawn(update(&lab, &args), &log);
+    let mut child = spawn(lab.kprov_command(&args), &log);
     wait_for_log(&mut child, &log, "waiting for SSH", 240);
     // Three polls of the wait (2 s apart) happen before the signal: the same cause is
     // printed once per instance, not once per poll.
@@ -179,7 +172,7 @@ fn update_yes_stops_within_a_second_of_sigint_or_sigterm_during_the_ssh_wait() {
     unlocked(&lab, cluster);
 
     // 2. SIGTERM (a supervisor) at the same wait of the next run: 143, lock released.
-    let mut child = spawn(update(&lab, &args), &log);
+    let mut child = spawn(lab.kprov_command(&args), &log);
     wait_for_log(&mut child, &log, "waiting for SSH", 240);
     let (_, err) = signalled(&mut child, &log, term, 30, 143);
     assert!(err.contains("interrupted by SIGTERM while"), "{err}");
@@ -206,7 +199,7 @@ fn a_bastion_that_never_answers_stops_the_run_after_its_own_wait_and_a_signal_en
 
     // 1. SIGINT during the bastion's wait.
     let args = ["update", "cluster", cluster, "--yes"];
-    let mut child = spawn(update(&lab, &args), &log);
+    let mut child = spawn(lab.kprov_command(&args), &log);
     wait_for_log(&mut child, &log, "bastion", 240);
     wait_for_log(&mut child, &log, "waiting for SSH", 60);
     let (_, err) = signalled(&mut child, &log, ctrl_c, 30, 130);
@@ -282,7 +275,7 @@ fn update_phases_apply_the_cloud_alone_and_the_nodes_alone_and_toolbox_dump_show
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("update.log");
     let args = [&update_yes(cluster)[..], &["--phase", "nodes"]].concat();
-    let mut child = spawn(update(&lab, &args), &log);
+    let mut child = spawn(lab.kprov_command(&args), &log);
     wait_for_log(&mut child, &log, "waiting for SSH", 240);
     let (_, err) = signalled(&mut child, &log, ctrl_c, 30, 130);
     assert!(
@@ -422,7 +415,7 @@ fn a_signal_ends_the_wait_for_a_new_control_planes_etcd_member_on_aws() {
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("roll.log");
     let args = rolling(cluster, &["--yes", "--validation-timeout", "3m"]);
-    let mut child = spawn(update(&lab, &args), &log);
+    let mut child = spawn(lab.kprov_command(&args), &log);
     wait_for_log(&mut child, &log, "listed, not healthy yet", 600);
     let at = std::time::Instant::now();
     let (took, err) = signalled(&mut child, &log, ctrl_c, 60, 130);
@@ -596,7 +589,7 @@ fn update_yes_stops_within_a_second_of_sigint_during_the_addons_wait_on_aws() {
     let dir = tempfile::tempdir().expect("tmp");
     let log = dir.path().join("update.log");
     let args = ["update", "cluster", cluster, "--yes"];
-    let mut child = spawn(update(&lab, &args), &log);
+    let mut child = spawn(lab.kprov_command(&args), &log);
     let path = format!("/apis/apps/v1/namespaces/{ns}/daemonsets/{ds}");
     let polls = || {
         lab.fake

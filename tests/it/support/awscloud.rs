@@ -89,6 +89,19 @@ pub async fn sent<T, E: std::fmt::Debug>(request: impl Future<Output = Result<T,
         .unwrap_or_else(|e| panic!("a request of the test failed: {e:?}"))
 }
 
+/// Every instance a DescribeInstances request of the harness answers, across reservations.
+pub async fn instances_of(
+    request: aws_sdk_ec2::operation::describe_instances::builders::DescribeInstancesFluentBuilder,
+) -> Vec<aws_sdk_ec2::types::Instance> {
+    sent(request.send())
+        .await
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .cloned()
+        .collect()
+}
+
 /// An EC2 filter: `name` is any of `values`.
 pub fn ec2_filter<V: Into<String>>(
     name: impl Into<String>,
@@ -141,6 +154,24 @@ pub async fn create_internet_gateway(ec2: &aws_sdk_ec2::Client, vpc: &str) -> St
     let attach = ec2.attach_internet_gateway().internet_gateway_id(&igw);
     sent(attach.vpc_id(vpc).send()).await;
     igw
+}
+
+/// Gives `subnet` a route table of its own in `vpc` that sends 0.0.0.0/0 to the internet
+/// gateway `igw` (what makes a subnet public); returns the table's ID.
+pub async fn route_to_internet(
+    ec2: &aws_sdk_ec2::Client,
+    vpc: &str,
+    subnet: &str,
+    igw: &str,
+) -> String {
+    let out = sent(ec2.create_route_table().vpc_id(vpc).send()).await;
+    let rt = out.route_table().and_then(|t| t.route_table_id());
+    let rt = rt.expect("route table id").to_string();
+    let route = ec2.create_route().route_table_id(&rt).gateway_id(igw);
+    sent(route.destination_cidr_block("0.0.0.0/0").send()).await;
+    let association = ec2.associate_route_table().route_table_id(&rt);
+    sent(association.subnet_id(subnet).send()).await;
+    rt
 }
 
 /// Makes `subnet` give its instances public addresses (what a public subnet the user made

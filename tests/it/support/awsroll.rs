@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use kprov::spec::{InstanceGroup, InstanceGroupRole, Object, SshAddress, Topology, TopologyType};
 
+use crate::support::awscloud::instances_of;
 use crate::support::cloudlab::{CloudLab, VERSION};
 
 /// The flag that makes kprov connect to instances at their private addresses.
@@ -66,6 +67,23 @@ pub fn assert_listed_as(listed: &str, ids: impl IntoIterator<Item = impl AsRef<s
                 .any(|l| l.starts_with(id) && l.contains(state)),
             "{id} not {state}:\n{listed}"
         );
+    }
+}
+
+/// Each of `nodes` has its line in a rolling-update preview `out`, marked `replace` and
+/// saying `why`.
+pub fn assert_replaced_in_preview(
+    out: &str,
+    nodes: impl IntoIterator<Item = impl AsRef<str>>,
+    why: &str,
+) {
+    for node in nodes {
+        let node = node.as_ref();
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(node))
+            .unwrap_or_else(|| panic!("{node} not in the preview:\n{out}"));
+        assert!(line.contains("replace") && line.contains(why), "{line}");
     }
 }
 
@@ -326,35 +344,33 @@ pub struct Launched {
 /// [`Launched`] of the given instances (all states), by instance ID.
 pub fn launched(lab: &CloudLab, ids: &[String]) -> BTreeMap<String, Launched> {
     lab.block_on(async {
-        let out = aws_sdk_ec2::Client::new(&lab.sdk_config().await)
-            .describe_instances()
-            .set_instance_ids(Some(ids.to_vec()))
-            .send()
-            .await
-            .expect("DescribeInstances");
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .map(|i| {
-                let tag = i
-                    .tags()
-                    .iter()
-                    .find(|t| t.key() == Some("aws:ec2launchtemplate:version"))
-                    .and_then(|t| t.value())
-                    .map(str::to_string);
-                (
-                    i.instance_id().unwrap_or_default().to_string(),
-                    Launched {
-                        image: i.image_id().unwrap_or_default().to_string(),
-                        instance_type: i
-                            .instance_type()
-                            .map(|t| t.as_str().to_string())
-                            .unwrap_or_default(),
-                        template_version: tag,
-                    },
-                )
-            })
-            .collect()
+        let ec2 = aws_sdk_ec2::Client::new(&lab.sdk_config().await);
+        instances_of(
+            ec2.describe_instances()
+                .set_instance_ids(Some(ids.to_vec())),
+        )
+        .await
+        .iter()
+        .map(|i| {
+            let tag = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some("aws:ec2launchtemplate:version"))
+                .and_then(|t| t.value())
+                .map(str::to_string);
+            (
+                i.instance_id().unwrap_or_default().to_string(),
+                Launched {
+                    image: i.image_id().unwrap_or_default().to_string(),
+                    instance_type: i
+                        .instance_type()
+                        .map(|t| t.as_str().to_string())
+                        .unwrap_or_default(),
+                    template_version: tag,
+                },
+            )
+        })
+        .collect()
     })
 }
 

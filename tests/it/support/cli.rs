@@ -57,6 +57,17 @@ impl Default for Env {
     }
 }
 
+/// `export kubeconfig CLUSTER --kubeconfig PATH`.
+pub fn export_kubeconfig<'a>(cluster: &'a str, kc: &'a Path) -> [&'a str; 5] {
+    [
+        "export",
+        "kubeconfig",
+        cluster,
+        "--kubeconfig",
+        kc.to_str().expect("utf-8 path"),
+    ]
+}
+
 /// `create cluster CLUSTER --cloud metal --inventory INVENTORY`.
 pub fn create_metal<'a>(cluster: &'a str, inventory: &'a str) -> [&'a str; 7] {
     [
@@ -142,6 +153,14 @@ impl Env {
         self.cmd(args).output().expect("runs")
     }
 
+    /// [`Env::run`] with `vars` set in kprov's environment.
+    pub fn run_with(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        self.cmd(args)
+            .envs(vars.iter().copied())
+            .output()
+            .expect("runs")
+    }
+
     /// Writes the default AWS spec of `cluster` ([`create_aws`]); it must succeed.
     #[track_caller]
     pub fn create_aws(&self, cluster: &str) {
@@ -184,6 +203,15 @@ pub fn ok(o: &Output) -> String {
 pub fn fails(o: &Output, code: i32) -> String {
     assert_eq!(o.status.code(), Some(code), "{}", show(o));
     text(&o.stderr)
+}
+
+/// Asserts that `text` holds each of `needles` (else names the first missing and shows
+/// the text).
+#[track_caller]
+pub fn holds_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
 }
 
 /// Asserts that the command's stderr says `needle` (else shows everything it said).

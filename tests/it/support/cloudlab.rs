@@ -508,15 +508,10 @@ impl CloudLab {
         let mut agent = self.agent.lock().expect("agent");
         if agent.is_none() {
             let sock = self.home.join("agent.sock");
-            let child = Command::new("ssh-agent")
-                .arg("-D")
-                .arg("-a")
-                .arg(&sock)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("ssh-agent");
+            let child = crate::support::spawn_silent(
+                Command::new("ssh-agent").arg("-D").arg("-a").arg(&sock),
+                "ssh-agent",
+            );
             // The socket file appears at bind(), before the agent listens: wait for a
             // connection to be accepted, not for the file (ssh-add failed in that window
             // under load). A slow agent is a failure naming it, not a later ssh-add error.
@@ -599,10 +594,31 @@ exec "$@""#,
 
     /// Runs the kprov binary in the operator namespace.
     pub fn kprov(&self, args: &[&str]) -> Output {
-        self.command(assert_cmd::cargo::cargo_bin("kprov"))
-            .args(args)
-            .output()
-            .expect("runs kprov")
+        self.kprov_command(args).output().expect("runs kprov")
+    }
+
+    /// kprov with `args` as the operator runs it, not started yet.
+    pub fn kprov_command(&self, args: &[&str]) -> Command {
+        let mut c = self.command(assert_cmd::cargo::cargo_bin("kprov"));
+        c.args(args);
+        c
+    }
+
+    /// kprov started in the background; its output captured (for `wait_with_output`) when
+    /// `capture`, else dropped.
+    pub fn spawn_kprov(&self, args: &[&str], capture: bool) -> Child {
+        let out = || {
+            if capture {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            }
+        };
+        self.kprov_command(args)
+            .stdout(out())
+            .stderr(out())
+            .spawn()
+            .expect("kprov starts")
     }
 
     /// Hosts playing instances, by instance ID.

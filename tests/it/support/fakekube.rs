@@ -81,6 +81,19 @@ struct Key {
     name: String,
 }
 
+impl Key {
+    /// The key of `kind` `ns`/`name`, or None for a kind the fake does not serve.
+    fn of(kind: &str, ns: Option<&str>, name: &str) -> Option<Key> {
+        let (group, plural) = plural_of(kind)?;
+        Some(Key {
+            group: group.into(),
+            plural: plural.into(),
+            ns: ns.map(str::to_string),
+            name: name.into(),
+        })
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     objects: BTreeMap<Key, Entry>,
@@ -267,28 +280,15 @@ impl FakeKube {
 
     /// The stored object as the API would return it.
     pub fn get(&self, kind: &str, ns: Option<&str>, name: &str) -> Option<Value> {
-        let (group, plural) = plural_of(kind)?;
+        let key = Key::of(kind, ns, name)?;
         let st = self.state.lock().unwrap();
-        st.objects
-            .get(&Key {
-                group: group.into(),
-                plural: plural.into(),
-                ns: ns.map(str::to_string),
-                name: name.into(),
-            })
-            .map(render)
+        st.objects.get(&key).map(render)
     }
 
     /// Changes an object as another field manager would (`kubectl edit`): a merge patch
     /// recorded as an Update by `manager`.
     pub fn update_as(&self, manager: &str, kind: &str, ns: Option<&str>, name: &str, patch: Value) {
-        let (group, plural) = plural_of(kind).expect("kind");
-        let key = Key {
-            group: group.into(),
-            plural: plural.into(),
-            ns: ns.map(str::to_string),
-            name: name.into(),
-        };
+        let key = Key::of(kind, ns, name).expect("kind");
         let mut st = self.state.lock().unwrap();
         merge_patch(&mut st, &key, &patch, manager).expect("object exists");
     }
@@ -297,13 +297,7 @@ impl FakeKube {
     pub fn set_status(&self, kind: &str, ns: Option<&str>, name: &str, status: Value) {
         let mut obj = self.get(kind, ns, name).expect("object exists");
         obj["status"] = status;
-        let (group, plural) = plural_of(kind).expect("kind");
-        let key = Key {
-            group: group.into(),
-            plural: plural.into(),
-            ns: ns.map(str::to_string),
-            name: name.into(),
-        };
+        let key = Key::of(kind, ns, name).expect("kind");
         let mut st = self.state.lock().unwrap();
         st.rv += 1;
         let rv = st.rv;
@@ -1028,6 +1022,18 @@ struct Target {
     sub: Option<String>,
 }
 
+impl Target {
+    /// The stored object's key for `name` in this request's collection.
+    fn key(&self, name: &str) -> Key {
+        Key {
+            group: self.group.clone(),
+            plural: self.plural.clone(),
+            ns: self.ns.clone(),
+            name: name.to_string(),
+        }
+    }
+}
+
 fn parse_path(path: &str) -> Option<Target> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest) = match segs.as_slice() {
@@ -1136,12 +1142,7 @@ async fn handle(
         ),
         (&Method::GET, None, _) => list(&st, &t, kind, &api_version, &query),
         (&Method::GET, Some(name), None) => {
-            let key = Key {
-                group: t.group.clone(),
-                plural: t.plural.clone(),
-                ns: t.ns.clone(),
-                name: name.clone(),
-            };
+            let key = t.key(name);
             match st.objects.get(&key) {
                 Some(e) => json_response(200, render(e)),
                 None => not_found(name),
@@ -1151,12 +1152,7 @@ async fn handle(
             let Some(manager) = query.get("fieldManager").cloned() else {
                 return status_response(400, "BadRequest", "fieldManager is required", json!({}));
             };
-            let key = Key {
-                group: t.group.clone(),
-                plural: t.plural.clone(),
-                ns: t.ns.clone(),
-                name: name.clone(),
-            };
+            let key = t.key(name);
             if content_type.starts_with("application/apply-patch") {
                 let parsed: Result<Value, _> = serde_json::from_slice(&body);
                 let Ok(applied) = parsed else {
@@ -1200,12 +1196,7 @@ async fn handle(
             evict(&mut st, t.ns.clone().unwrap_or_default(), name)
         }
         (&Method::DELETE, Some(name), None) => {
-            let key = Key {
-                group: t.group.clone(),
-                plural: t.plural.clone(),
-                ns: t.ns.clone(),
-                name: name.clone(),
-            };
+            let key = t.key(name);
             match st.objects.remove(&key) {
                 Some(e) => json_response(200, render(&e)),
                 None => not_found(name),

@@ -40,6 +40,18 @@ pub fn run_ok(cmd: &mut std::process::Command, what: &str) -> std::process::Outp
     o
 }
 
+/// Starts `cmd` in the background with no stdin and its output dropped (a daemon whose own
+/// log or socket the test reads); fails naming `what` when it cannot start.
+#[track_caller]
+pub fn spawn_silent(cmd: &mut std::process::Command, what: &str) -> std::process::Child {
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
 /// Every file below `dir` with its content (to prove nothing changed).
 pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     walk(dir, false)

@@ -88,14 +88,10 @@ impl Registry {
             secure = Some((ca, user.to_string(), password.to_string()));
         }
         std::fs::write(&config, yaml).expect("registry config");
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry (scripts/install-test-deps installs it)");
+        let child = crate::support::spawn_silent(
+            Command::new("docker-registry").arg("serve").arg(&config),
+            "docker-registry (scripts/install-test-deps installs it)",
+        );
         let mut r = Registry {
             child,
             addr,
