@@ -228,47 +228,49 @@ fn critical_pod_problem(pod: &Pod) -> Option<String> {
 /// kube-system's critical pods that are not running and ready, and its Deployments and
 /// DaemonSets that lack available pods.
 async fn workload_failures(kube: &Kube) -> Result<Vec<Failure>, AddonError> {
-    const NS: &str = "kube-system";
-    let params = ListParams::default();
-    let mut out = Vec::new();
-    let pods = kube.list_pods(Some(NS), &params).await?;
-    failing(&mut out, NS, "pod", &pods, critical_pod_problem);
-    let deployments: Api<Deployment> = Api::namespaced(kube.client().clone(), NS);
-    let deployments = kube.list_all(&deployments, &params).await?;
-    failing(
-        &mut out,
-        NS,
-        "deployment",
-        &deployments,
-        deployment_unavailable,
-    );
-    let daemonsets: Api<DaemonSet> = Api::namespaced(kube.client().clone(), NS);
-    let daemonsets = kube.list_all(&daemonsets, &params).await?;
-    failing(
-        &mut out,
-        NS,
-        "daemonset",
-        &daemonsets,
-        daemonset_unavailable,
-    );
+    let pods = kube.list_pods(Some(NS), &ListParams::default()).await?;
+    let mut out = failing("pod", &pods, critical_pod_problem);
+    out.extend(unavailable::<Deployment>(kube, "deployment", deployment_unavailable).await?);
+    out.extend(unavailable::<DaemonSet>(kube, "daemonset", daemonset_unavailable).await?);
     Ok(out)
 }
 
-/// Adds a failure of `kind` for each of `objects` (in `ns`) that `problem` finds fault with.
+/// The namespace whose workloads validation checks.
+const NS: &str = "kube-system";
+
+/// The workloads of one kind in [`NS`] that `problem` finds without the pods they want.
+async fn unavailable<K>(
+    kube: &Kube,
+    kind: &'static str,
+    problem: fn(&K) -> Option<String>,
+) -> Result<Vec<Failure>, AddonError>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(kube.client().clone(), NS);
+    let objects = kube.list_all(&api, &ListParams::default()).await?;
+    Ok(failing(kind, &objects, problem))
+}
+
+/// A failure of `kind` for each of `objects` (in [`NS`]) that `problem` finds fault with.
 fn failing<K: Resource>(
-    out: &mut Vec<Failure>,
-    ns: &str,
     kind: &'static str,
     objects: &[K],
     problem: fn(&K) -> Option<String>,
-) {
-    out.extend(objects.iter().filter_map(|o| {
-        problem(o).map(|message| Failure {
-            kind,
-            name: format!("{ns}/{}", o.meta().name.as_deref().unwrap_or("?")),
-            message,
+) -> Vec<Failure> {
+    objects
+        .iter()
+        .filter_map(|o| {
+            problem(o).map(|message| Failure {
+                kind,
+                name: format!("{NS}/{}", o.meta().name.as_deref().unwrap_or("?")),
+                message,
+            })
         })
-    }));
+        .collect()
 }
 
 /// One validation pass against the live cluster.
