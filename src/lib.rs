@@ -23,5 +23,7 @@ pub mod spec;
 pub mod ssh;
 pub mod state;
 #[cfg(test)]
+mod test_files;
+#[cfg(test)]
 mod trust_boundary;
 pub mod views;

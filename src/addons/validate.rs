@@ -16,8 +16,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::ListParams;
+use kube::{Api, Resource};
 use serde::Serialize;
 
 use super::AddonError;
@@ -228,39 +228,49 @@ fn critical_pod_problem(pod: &Pod) -> Option<String> {
 /// kube-system's critical pods that are not running and ready, and its Deployments and
 /// DaemonSets that lack available pods.
 async fn workload_failures(kube: &Kube) -> Result<Vec<Failure>, AddonError> {
-    const NS: &str = "kube-system";
-    let params = ListParams::default();
-    let mut out = Vec::new();
-    for pod in kube.list_pods(Some(NS), &params).await? {
-        if let Some(why) = critical_pod_problem(&pod) {
-            out.push(Failure {
-                kind: "pod",
-                name: format!("{NS}/{}", pod.metadata.name.as_deref().unwrap_or("?")),
-                message: why,
-            });
-        }
-    }
-    let deployments: Api<Deployment> = Api::namespaced(kube.client().clone(), NS);
-    for d in kube.list_all(&deployments, &params).await? {
-        if let Some(why) = deployment_unavailable(&d) {
-            out.push(Failure {
-                kind: "deployment",
-                name: format!("{NS}/{}", d.metadata.name.as_deref().unwrap_or("?")),
-                message: why,
-            });
-        }
-    }
-    let daemonsets: Api<DaemonSet> = Api::namespaced(kube.client().clone(), NS);
-    for ds in kube.list_all(&daemonsets, &params).await? {
-        if let Some(why) = daemonset_unavailable(&ds) {
-            out.push(Failure {
-                kind: "daemonset",
-                name: format!("{NS}/{}", ds.metadata.name.as_deref().unwrap_or("?")),
-                message: why,
-            });
-        }
-    }
+    let pods = kube.list_pods(Some(NS), &ListParams::default()).await?;
+    let mut out = failing("pod", &pods, critical_pod_problem);
+    out.extend(unavailable::<Deployment>(kube, "deployment", deployment_unavailable).await?);
+    out.extend(unavailable::<DaemonSet>(kube, "daemonset", daemonset_unavailable).await?);
     Ok(out)
+}
+
+/// The namespace whose workloads validation checks.
+const NS: &str = "kube-system";
+
+/// The workloads of one kind in [`NS`] that `problem` finds without the pods they want.
+async fn unavailable<K>(
+    kube: &Kube,
+    kind: &'static str,
+    problem: fn(&K) -> Option<String>,
+) -> Result<Vec<Failure>, AddonError>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(kube.client().clone(), NS);
+    let objects = kube.list_all(&api, &ListParams::default()).await?;
+    Ok(failing(kind, &objects, problem))
+}
+
+/// A failure of `kind` for each of `objects` (in [`NS`]) that `problem` finds fault with.
+fn failing<K: Resource>(
+    kind: &'static str,
+    objects: &[K],
+    problem: fn(&K) -> Option<String>,
+) -> Vec<Failure> {
+    objects
+        .iter()
+        .filter_map(|o| {
+            problem(o).map(|message| Failure {
+                kind,
+                name: format!("{NS}/{}", o.meta().name.as_deref().unwrap_or("?")),
+                message,
+            })
+        })
+        .collect()
 }
 
 /// One validation pass against the live cluster.
@@ -404,6 +414,16 @@ mod tests {
     use crate::spec::defaults::new_instance_group;
     use crate::spec::{InstanceGroupSpec, load_objects};
 
+    /// The one Cluster `text` holds.
+    fn cluster(text: &str) -> Cluster {
+        let Some(crate::spec::Object::Cluster(c)) =
+            load_objects("t", text).unwrap().pop().map(|o| o.value)
+        else {
+            panic!("cluster")
+        };
+        c
+    }
+
     fn group(role: InstanceGroupRole, size: u32) -> InstanceGroup {
         new_instance_group(
             "lab",
@@ -430,11 +450,7 @@ mod tests {
     #[test]
     fn metal_groups_do_not_count_their_hosts_twice() {
         let text = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  cloudProvider: metal\n  hosts:\n  - {name: cp1, address: 10.0.0.1, roles: [control-plane]}\n  - {name: cp2, address: 10.0.0.2, roles: [control-plane]}\n  - {name: cp3, address: 10.0.0.3, roles: [control-plane]}\n  - {name: w1, address: 10.0.0.4, roles: [node]}\n";
-        let Some(crate::spec::Object::Cluster(c)) =
-            load_objects("t", text).unwrap().pop().map(|o| o.value)
-        else {
-            panic!("cluster")
-        };
+        let c = cluster(text);
         // `create cluster --cloud metal` makes these groups from the same hosts.
         let groups = [
             group(InstanceGroupRole::ControlPlane, 3),
@@ -450,11 +466,7 @@ mod tests {
     #[test]
     fn cni_none_expects_no_pod_network() {
         let text = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  cloudProvider: metal\n  kubernetesVersion: 1.36.2\n  networking:\n    cni: none\n    podCIDR: 198.19.0.0/16\n  hosts:\n  - {name: cp1, address: 198.18.0.1, roles: [control-plane]}\n";
-        let Some(crate::spec::Object::Cluster(c)) =
-            load_objects("t", text).unwrap().pop().map(|o| o.value)
-        else {
-            panic!("cluster")
-        };
+        let c = cluster(text);
         let e = Expectations::from_spec(&c, &[]).unwrap();
         assert_eq!(e.cni, None);
         let checks: Vec<&str> = e.pod_checks().iter().map(|c| c.what).collect();
@@ -568,11 +580,7 @@ mod tests {
     #[test]
     fn huge_cloud_group_sizes_saturate() {
         let text = "apiVersion: kprov.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c.example.com\nspec:\n  cloudProvider: aws\n";
-        let Some(crate::spec::Object::Cluster(c)) =
-            load_objects("t", text).unwrap().pop().map(|o| o.value)
-        else {
-            panic!("cluster")
-        };
+        let c = cluster(text);
         let groups = [
             group(InstanceGroupRole::ControlPlane, u32::MAX),
             group(InstanceGroupRole::Node, u32::MAX),

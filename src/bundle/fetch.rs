@@ -128,6 +128,28 @@ fn sha(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
+/// `url`'s content, refused unless its sha256 is the one the artifact list pins (`what`
+/// names the artifact in the error). Refused before anything is written: the bundle is
+/// renamed into place only when every artifact has passed.
+async fn fetch_checked(
+    http: &reqwest::Client,
+    what: &str,
+    url: &str,
+    sha256: &str,
+) -> Result<Vec<u8>, FetchError> {
+    let data = fetch_url(http, url, ENTRY_LIMIT)
+        .await
+        .map_err(|m| artifact(what, m))?;
+    let actual = sha(&data);
+    if actual != sha256 {
+        return Err(artifact(
+            what,
+            format!("checksum mismatch: expected sha256 {sha256}, got {actual}; nothing written"),
+        ));
+    }
+    Ok(data)
+}
+
 /// Fetches every artifact of `list` for one architecture and writes the bundle to `out`
 /// (through a temporary file beside it, renamed when complete: a cut run leaves no bundle).
 pub async fn make(list: &Artifacts, out: &Path, opts: &Options<'_>) -> Result<Made, FetchError> {
@@ -155,19 +177,7 @@ pub async fn make(list: &Artifacts, out: &Path, opts: &Options<'_>) -> Result<Ma
     };
     for b in list.binaries_for(opts.arch) {
         let what = format!("binary {} {} ({})", b.name, b.version, b.url);
-        let data = fetch_url(&http, &b.url, ENTRY_LIMIT)
-            .await
-            .map_err(|m| artifact(&what, m))?;
-        let actual = sha(&data);
-        if actual != b.sha256 {
-            return Err(artifact(
-                &what,
-                format!(
-                    "checksum mismatch: expected sha256 {}, got {actual}; nothing written",
-                    b.sha256
-                ),
-            ));
-        }
+        let data = fetch_checked(&http, &what, &b.url, &b.sha256).await?;
         (opts.progress)(&format!("fetched {what}: {} bytes", data.len()));
         let path = stage(entries.len(), &data)?;
         entries.push((
@@ -177,7 +187,7 @@ pub async fn make(list: &Artifacts, out: &Path, opts: &Options<'_>) -> Result<Ma
                 name: b.name.clone(),
                 version: Some(b.version.clone()),
                 source: b.url.clone(),
-                sha256: actual,
+                sha256: b.sha256.clone(),
                 size: data.len() as u64,
                 digest: None,
             },
@@ -186,29 +196,17 @@ pub async fn make(list: &Artifacts, out: &Path, opts: &Options<'_>) -> Result<Ma
     }
     for a in &list.archives {
         let what = format!("image archive {}", a.url);
-        let data = fetch_url(&http, &a.url, ENTRY_LIMIT)
-            .await
-            .map_err(|m| artifact(&what, m))?;
-        let actual = sha(&data);
-        if actual != a.sha256 {
-            return Err(artifact(
-                &what,
-                format!(
-                    "checksum mismatch: expected sha256 {}, got {actual}",
-                    a.sha256
-                ),
-            ));
-        }
+        let data = fetch_checked(&http, &what, &a.url, &a.sha256).await?;
         (opts.progress)(&format!("fetched {what}: {} bytes", data.len()));
         let path = stage(entries.len(), &data)?;
         entries.push((
             Entry {
-                path: format!("archives/{actual}.tar"),
+                path: format!("archives/{}.tar", a.sha256),
                 kind: EntryKind::Archive,
                 name: a.url.clone(),
                 version: None,
                 source: a.url.clone(),
-                sha256: actual,
+                sha256: a.sha256.clone(),
                 size: data.len() as u64,
                 digest: None,
             },

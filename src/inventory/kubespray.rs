@@ -2473,18 +2473,13 @@ ansible_user=admin
     /// the new one, so its settings apply); `group_vars/kube_node.yml` reaches `[kube-node]`.
     #[test]
     fn old_group_names_get_the_new_groups_vars() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(d.path().join("group_vars/k8s_cluster")).unwrap();
-        std::fs::write(
-            d.path().join("group_vars/k8s_cluster/k8s-cluster.yml"),
-            "kube_network_plugin: cilium\nkube_proxy_mode: nftables\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.path().join("group_vars/kube_node.yml"),
-            "ansible_user: core\n",
-        )
-        .unwrap();
+        let d = crate::test_files::tree(&[
+            (
+                "group_vars/k8s_cluster/k8s-cluster.yml",
+                "kube_network_plugin: cilium\nkube_proxy_mode: nftables\n",
+            ),
+            ("group_vars/kube_node.yml", "ansible_user: core\n"),
+        ]);
         let text = "[all]\nm ansible_host=198.18.0.1\nw ansible_host=198.18.0.2\n\
                     [kube-master]\nm\n[etcd]\nm\n[kube-node]\nm\nw\n\
                     [k8s-cluster:children]\nkube-master\nkube-node\n";

@@ -632,28 +632,10 @@ pub(crate) fn yaml_error(file: &str, err: &serde_saphyr::Error) -> InventoryErro
     }
 }
 
-/// An inventory host with only a name, an address and roles, for tests.
-#[cfg(test)]
-pub(crate) fn test_host(name: &str, address: &str, roles: &[HostRole]) -> Host {
-    Host {
-        name: name.into(),
-        address: address.into(),
-        ip: None,
-        access_ip: None,
-        user: None,
-        port: None,
-        key_path: None,
-        bastion: None,
-        roles: roles.to_vec(),
-        labels: Default::default(),
-        taints: vec![],
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use test_host as host;
+    use crate::spec::test_host as host;
 
     fn located(hosts: Vec<Host>) -> Vec<Located> {
         hosts
@@ -1188,6 +1170,7 @@ mod corpus {
     //! and the inventory builder's layouts for 1 to 5 hosts.
     use super::real::line_of;
     use super::*;
+    use crate::test_files::{tree, write};
 
     fn dir() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubespray/corpus")
@@ -1485,35 +1468,27 @@ mod corpus {
         let tmp = tempfile::tempdir().unwrap();
         let err = import(tmp.path()).unwrap_err().to_string();
         assert!(err.contains("without an inventory file"), "{err}");
-        std::fs::write(
-            tmp.path().join("inventory.ini"),
-            "[kube_control_plane]\nn1\n",
-        )
-        .unwrap();
+        write(tmp.path(), "inventory.ini", "[kube_control_plane]\nn1\n");
         let inv = import(tmp.path()).unwrap();
         assert!(inv.file.ends_with("inventory.ini"));
-        std::fs::write(tmp.path().join("hosts.yaml"), "all: {}\n").unwrap();
+        write(tmp.path(), "hosts.yaml", "all: {}\n");
         let err = import(tmp.path()).unwrap_err().to_string();
         assert!(err.contains("several inventory files"), "{err}");
-        std::fs::write(
-            tmp.path().join("big.ini"),
+        write(
+            tmp.path(),
+            "big.ini",
             vec![b'#'; (MAX_INVENTORY_BYTES + 1) as usize],
-        )
-        .unwrap();
+        );
         let err = import(&tmp.path().join("big.ini")).unwrap_err().to_string();
         assert!(err.contains("larger than"), "{err}");
     }
 
     #[test]
     fn vault_files_are_reported_not_read() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(tmp.path().join("group_vars")).unwrap();
-        std::fs::write(
-            tmp.path().join("group_vars/all.yml"),
-            "$ANSIBLE_VAULT;1.1;AES256\n6162\n",
-        )
-        .unwrap();
-        std::fs::write(tmp.path().join("hosts.ini"), "[kube_control_plane]\nn1\n").unwrap();
+        let tmp = tree(&[
+            ("group_vars/all.yml", "$ANSIBLE_VAULT;1.1;AES256\n6162\n"),
+            ("hosts.ini", "[kube_control_plane]\nn1\n"),
+        ]);
         let inv = import(tmp.path()).unwrap();
         assert_eq!(inv.unused.len(), 1);
         assert!(inv.unused[0].to_string().contains("ansible-vault"));

@@ -381,71 +381,68 @@ fn patch_params() -> PatchParams {
     }
 }
 
-/// The taints the node carries now (a node without `spec.taints` has none).
-async fn node_taints(
-    api: &Api<Node>,
-    server: &str,
-    node: &str,
-) -> Result<Vec<k8s_openapi::api::core::v1::Taint>, KubeError> {
-    let current = api
-        .get(node)
-        .await
-        .map_err(|e| api_error(server, "reading", &format!("node {node}"), e))?;
-    Ok(current.spec.and_then(|s| s.taints).unwrap_or_default()) // no spec or no taints: none
-}
-
 impl Kube {
     /// Marks a node schedulable again (kubectl uncordon).
     pub async fn uncordon(&self, node: &str) -> Result<(), KubeError> {
-        let api: Api<Node> = Api::all(self.client.clone());
         let patch = serde_json::json!({ "spec": { "unschedulable": null } });
-        api.patch(node, &patch_params(), &Patch::Merge(&patch))
+        self.patch_node(node, "uncordoning", &Patch::Merge(patch))
             .await
-            .map_err(|e| api_error(&self.server, "uncordoning", &format!("node {node}"), e))?;
-        Ok(())
     }
 
     /// Adds (or updates) a taint; nothing is written when the node already carries it.
     /// A strategic merge patch keyed by the taint's key, so other taints are kept even when
     /// someone else edits them at the same time.
     pub async fn add_taint(&self, node: &str, taint: &Taint) -> Result<(), KubeError> {
-        let api: Api<Node> = Api::all(self.client.clone());
-        let present = node_taints(&api, &self.server, node)
-            .await?
-            .iter()
-            .any(|t| t.key == taint.key && t.effect == taint.effect && t.value == taint.value);
+        let present = self
+            .carries(node, |t| {
+                t.key == taint.key && t.effect == taint.effect && t.value == taint.value
+            })
+            .await?;
         if present {
             return Ok(());
         }
         let patch = serde_json::json!({ "spec": { "taints": [taint] } });
-        api.patch(node, &patch_params(), &Patch::Strategic(&patch))
+        self.patch_node(node, "tainting", &Patch::Strategic(patch))
             .await
-            .map_err(|e| api_error(&self.server, "tainting", &format!("node {node}"), e))?;
-        Ok(())
     }
 
     /// Removes every taint with this key (no-op when there is none).
     pub async fn remove_taint(&self, node: &str, key: &str) -> Result<(), KubeError> {
-        let api: Api<Node> = Api::all(self.client.clone());
-        let present = node_taints(&api, &self.server, node)
-            .await?
-            .iter()
-            .any(|t| t.key == key);
-        if !present {
+        if !self.carries(node, |t| t.key == key).await? {
             return Ok(());
         }
         let patch =
             serde_json::json!({ "spec": { "taints": [ { "key": key, "$patch": "delete" } ] } });
-        api.patch(node, &patch_params(), &Patch::Strategic(&patch))
+        self.patch_node(node, "removing a taint from", &Patch::Strategic(patch))
             .await
-            .map_err(|e| {
-                api_error(
-                    &self.server,
-                    "removing a taint from",
-                    &format!("node {node}"),
-                    e,
-                )
-            })?;
+    }
+
+    /// Whether the node carries a taint that `matches` (a node without `spec.taints` has
+    /// none).
+    async fn carries(
+        &self,
+        node: &str,
+        matches: impl Fn(&k8s_openapi::api::core::v1::Taint) -> bool,
+    ) -> Result<bool, KubeError> {
+        let current = Api::<Node>::all(self.client.clone())
+            .get(node)
+            .await
+            .map_err(|e| api_error(&self.server, "reading", &format!("node {node}"), e))?;
+        let taints = current.spec.and_then(|s| s.taints).unwrap_or_default(); // no spec or no taints: none
+        Ok(taints.iter().any(matches))
+    }
+
+    /// Patches the Node object; `doing` names the change in an error.
+    async fn patch_node(
+        &self,
+        node: &str,
+        doing: &'static str,
+        patch: &Patch<serde_json::Value>,
+    ) -> Result<(), KubeError> {
+        Api::<Node>::all(self.client.clone())
+            .patch(node, &patch_params(), patch)
+            .await
+            .map_err(|e| api_error(&self.server, doing, &format!("node {node}"), e))?;
         Ok(())
     }
 

@@ -290,28 +290,28 @@ impl Kube {
             })
     }
 
+    /// The typed object `r` names, in `ns`.
+    async fn read_namespaced<K>(&self, ns: &str, r: &ObjectRef) -> Result<K, KubeError>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(self.client.clone(), ns)
+            .get(&r.name)
+            .await
+            .map_err(|e| api_error(&self.server, "reading", &r.to_string(), e))
+    }
+
     /// Waits until a DaemonSet or Deployment has rolled out its current generation everywhere.
     pub async fn wait_rollout(&self, r: &ObjectRef, poll: Poll) -> Result<(), KubeError> {
         let ns = r.namespace.as_deref().unwrap_or("default");
         let start = tokio::time::Instant::now();
         loop {
             let state = match r.kind.as_str() {
-                "DaemonSet" => {
-                    let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), ns);
-                    let ds = api
-                        .get(&r.name)
-                        .await
-                        .map_err(|e| api_error(&self.server, "reading", &r.to_string(), e))?;
-                    daemonset_progress(&ds)
-                }
-                "Deployment" => {
-                    let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
-                    let d = api
-                        .get(&r.name)
-                        .await
-                        .map_err(|e| api_error(&self.server, "reading", &r.to_string(), e))?;
-                    deployment_progress(&d)
-                }
+                "DaemonSet" => daemonset_progress(&self.read_namespaced(ns, r).await?),
+                "Deployment" => deployment_progress(&self.read_namespaced(ns, r).await?),
                 // Other kinds have no rollout: applied is done.
                 _ => return Ok(()),
             };
@@ -352,34 +352,57 @@ impl Kube {
 
 /// `None` when rolled out, otherwise what is still missing.
 fn daemonset_progress(ds: &DaemonSet) -> Option<String> {
-    let generation = ds.metadata.generation.unwrap_or(0);
     let status = ds.status.clone().unwrap_or_default(); // no status yet: nothing observed, still rolling out
-    let observed = status.observed_generation.unwrap_or(0);
-    let desired = status.desired_number_scheduled;
-    let updated = status.updated_number_scheduled.unwrap_or(0);
-    let available = status.number_available.unwrap_or(0);
-    if observed >= generation && updated >= desired && available >= desired {
-        None
-    } else {
-        Some(format!(
-            "{updated} of {desired} pods updated, {available} available (generation {observed}/{generation} observed)"
-        ))
+    Rollout {
+        generation: ds.metadata.generation.unwrap_or(0),
+        observed: status.observed_generation.unwrap_or(0),
+        desired: status.desired_number_scheduled,
+        updated: status.updated_number_scheduled.unwrap_or(0),
+        available: status.number_available.unwrap_or(0),
     }
+    .missing("pods")
 }
 
 fn deployment_progress(d: &Deployment) -> Option<String> {
-    let generation = d.metadata.generation.unwrap_or(0);
-    let desired = d.spec.replicas.unwrap_or(1);
     let status = d.status.clone().unwrap_or_default(); // no status yet: nothing observed, still rolling out
-    let observed = status.observed_generation.unwrap_or(0);
-    let updated = status.updated_replicas.unwrap_or(0);
-    let available = status.available_replicas.unwrap_or(0);
-    if observed >= generation && updated >= desired && available >= desired {
-        None
-    } else {
-        Some(format!(
-            "{updated} of {desired} replicas updated, {available} available (generation {observed}/{generation} observed)"
-        ))
+    Rollout {
+        generation: d.metadata.generation.unwrap_or(0),
+        observed: status.observed_generation.unwrap_or(0),
+        desired: d.spec.replicas.unwrap_or(1),
+        updated: status.updated_replicas.unwrap_or(0),
+        available: status.available_replicas.unwrap_or(0),
+    }
+    .missing("replicas")
+}
+
+/// A DaemonSet's or Deployment's rollout as its status counts it.
+#[derive(Clone, Copy)]
+struct Rollout {
+    generation: i64,
+    observed: i64,
+    desired: i32,
+    updated: i32,
+    available: i32,
+}
+
+impl Rollout {
+    /// `None` when the current generation is observed and every one of the `desired` (pods or
+    /// replicas) is updated and available; otherwise what is still missing.
+    fn missing(&self, unit: &str) -> Option<String> {
+        let Rollout {
+            generation,
+            observed,
+            desired,
+            updated,
+            available,
+        } = *self;
+        if observed >= generation && updated >= desired && available >= desired {
+            None
+        } else {
+            Some(format!(
+                "{updated} of {desired} {unit} updated, {available} available (generation {observed}/{generation} observed)"
+            ))
+        }
     }
 }
 

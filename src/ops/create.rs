@@ -829,6 +829,7 @@ impl ClusterRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_files::write;
     use std::path::Path;
 
     /// `create cluster lab.example.com --cloud metal` and the flags these tests give.
@@ -977,34 +978,32 @@ mod tests {
     fn behaviour_changing_settings_are_honoured_or_refused_at_their_line() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path();
-        std::fs::create_dir_all(d.join("group_vars/all")).unwrap();
-        std::fs::create_dir_all(d.join("group_vars/k8s_cluster")).unwrap();
-        std::fs::write(
-            d.join("hosts.yaml"),
+        write(
+            d,
+            "hosts.yaml",
             "all:\n  hosts:\n    cp1: {ansible_host: 198.18.0.1}\n    w1: {ansible_host: 198.18.0.2}\n  \
              children:\n    kube_control_plane:\n      hosts: {cp1: }\n    etcd:\n      hosts: {cp1: }\n    \
              kube_node:\n      hosts: {w1: }\n    k8s_cluster:\n      children: {kube_control_plane: , kube_node: }\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("group_vars/all/all.yml"),
+        );
+        write(
+            d,
+            "group_vars/all/all.yml",
             "http_proxy: \"http://proxy.example.com:3128\"\nhttps_proxy: \"\"\nno_proxy: \"\"\n\
              upstream_dns_servers:\n  - 8.8.8.8\nkubelet_fail_swap_on: true\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("group_vars/k8s_cluster/k8s-cluster.yml"),
+        );
+        write(
+            d,
+            "group_vars/k8s_cluster/k8s-cluster.yml",
             "kube_proxy_mode: ipvs\ncontainer_manager: docker\nkube_encrypt_secret_data: true\n\
              kubernetes_audit: false\nkube_vip_enabled: true\nkube_vip_address: 10.0.0.9\n\
              metallb_enabled: false\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("group_vars/all/containerd.yml"),
+        );
+        write(
+            d,
+            "group_vars/all/containerd.yml",
             "containerd_registries_mirrors:\n  - prefix: docker.io\n    mirrors:\n      - host: https://mirror.example.com\n\
              containerd_registry_auth:\n  - registry: mirror.example.com\n    username: u\n    password: p\n",
-        )
-        .unwrap();
+        );
         let a = args(&[
             "--inventory",
             d.to_str().unwrap(),
@@ -1072,21 +1071,21 @@ mod tests {
         }
         // The same directory without the refused settings: created, ipvs honoured, docker
         // answered with containerd in a note, Kubespray's networks, harmless ones grouped.
-        std::fs::write(
-            d.join("group_vars/all/all.yml"),
+        write(
+            d,
+            "group_vars/all/all.yml",
             "https_proxy: \"\"\nkubelet_fail_swap_on: true\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("group_vars/all/containerd.yml"),
+        );
+        write(
+            d,
+            "group_vars/all/containerd.yml",
             "containerd_registries_mirrors:\n  - prefix: docker.io\n    mirrors:\n      - host: https://mirror.example.com\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("group_vars/k8s_cluster/k8s-cluster.yml"),
+        );
+        write(
+            d,
+            "group_vars/k8s_cluster/k8s-cluster.yml",
             "kube_proxy_mode: ipvs\ncontainer_manager: docker\nkube_encrypt_secret_data: false\n",
-        )
-        .unwrap();
+        );
         let mut inv = crate::inventory::import_collecting(d).unwrap();
         let (c, _, notes) = objects_from_inventory(&a, &mut inv, None).unwrap();
         assert_eq!(
@@ -1131,7 +1130,7 @@ mod tests {
     fn external_etcd_hosts_with_other_roles_are_valid() {
         // 2 control planes + 3 etcd hosts: External etcd with etcd on control planes and a
         // worker, run as a host service (what `create` stores, `update` runs).
-        use crate::inventory::test_host as host;
+        use crate::spec::test_host as host;
         use HostRole::*;
         let hosts = vec![
             host("node1", "198.18.0.1", &[ControlPlane, Node, Etcd]),

@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(m[0].hex_id(), "91bc3c398fb3c146");
         assert!(m[0].healthy && !m[1].healthy && !m[2].healthy);
         let host = |name: &str, address: &str| {
-            crate::inventory::test_host(name, address, &[HostRole::ControlPlane])
+            crate::spec::test_host(name, address, &[HostRole::ControlPlane])
         };
         assert_eq!(member_of(&m, &host("cp2", "x")).map(|m| m.id), Some(2));
         // A member not (yet) named is found by its peer address.

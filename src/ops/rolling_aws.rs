@@ -1099,7 +1099,7 @@ mod tests {
 
     fn target(id: &str, group: &str, lt: Option<&str>) -> Target {
         Target {
-            host: crate::inventory::test_host(id, "198.18.32.4", &[]),
+            host: crate::spec::test_host(id, "198.18.32.4", &[]),
             node_name: format!("ip-{id}.ec2.internal"),
             group: Some(group.into()),
             instance: Some(CloudInstance {

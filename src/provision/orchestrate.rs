@@ -1091,27 +1091,19 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         for i in 0..cps + workers {
             let cp = i < cps;
-            out.push(Host {
-                name: if cp {
-                    format!("cp{}", i + 1)
-                } else {
-                    format!("w{}", i + 1 - cps)
-                },
-                address: format!("198.18.0.{}", 11 + i),
-                ip: None,
-                access_ip: None,
-                user: None,
-                port: None,
-                key_path: None,
-                bastion: None,
-                roles: if cp {
-                    vec![HostRole::ControlPlane, HostRole::Etcd]
-                } else {
-                    vec![HostRole::Node]
-                },
-                labels: Default::default(),
-                taints: vec![],
-            });
+            let (name, roles) = if cp {
+                (
+                    format!("cp{}", i + 1),
+                    vec![HostRole::ControlPlane, HostRole::Etcd],
+                )
+            } else {
+                (format!("w{}", i + 1 - cps), vec![HostRole::Node])
+            };
+            out.push(crate::spec::test_host(
+                &name,
+                &format!("198.18.0.{}", 11 + i),
+                &roles,
+            ));
         }
         out
     }

@@ -332,26 +332,18 @@ mod tests {
 
     #[test]
     fn region_from_zone() {
-        assert_eq!(region_of_zone("us-east-1a").as_deref(), Some("us-east-1"));
-        assert_eq!(
-            region_of_zone("eu-central-1c").as_deref(),
-            Some("eu-central-1")
-        );
-        assert_eq!(
-            region_of_zone("us-west-2-lax-1a").as_deref(),
-            Some("us-west-2")
-        );
-        assert_eq!(
-            region_of_zone("us-gov-west-1a").as_deref(),
-            Some("us-gov-west-1")
-        );
-        assert_eq!(
-            region_of_zone("cn-northwest-1b").as_deref(),
-            Some("cn-northwest-1")
-        );
-        assert_eq!(region_of_zone("us-gov-x"), None);
-        assert_eq!(region_of_zone("nonsense"), None);
-        assert_eq!(region_of_zone("a-b-c"), None);
+        for (zone, region) in [
+            ("us-east-1a", Some("us-east-1")),
+            ("eu-central-1c", Some("eu-central-1")),
+            ("us-west-2-lax-1a", Some("us-west-2")),
+            ("us-gov-west-1a", Some("us-gov-west-1")),
+            ("cn-northwest-1b", Some("cn-northwest-1")),
+            ("us-gov-x", None),
+            ("nonsense", None),
+            ("a-b-c", None),
+        ] {
+            assert_eq!(region_of_zone(zone).as_deref(), region, "{zone}");
+        }
     }
 
     #[test]

@@ -719,6 +719,25 @@ pub struct Host {
     pub taints: Vec<String>,
 }
 
+/// A host with only a name, an address and roles (no user, port, key, bastion, labels or
+/// taints of its own), for tests.
+#[cfg(test)]
+pub(crate) fn test_host(name: &str, address: &str, roles: &[HostRole]) -> Host {
+    Host {
+        name: name.into(),
+        address: address.into(),
+        ip: None,
+        access_ip: None,
+        user: None,
+        port: None,
+        key_path: None,
+        bastion: None,
+        roles: roles.to_vec(),
+        labels: BTreeMap::new(),
+        taints: vec![],
+    }
+}
+
 impl Host {
     /// Whether this host is one of the machines of an instance group of `role`: control planes
     /// by their role; nodes are the hosts with the node role that are not control planes
@@ -851,19 +870,7 @@ mod tests {
     use super::*;
 
     fn host(roles: &[HostRole]) -> Host {
-        Host {
-            name: "h".into(),
-            address: "198.18.0.1".into(),
-            ip: None,
-            access_ip: None,
-            user: None,
-            port: None,
-            key_path: None,
-            bastion: None,
-            roles: roles.to_vec(),
-            labels: BTreeMap::new(),
-            taints: vec![],
-        }
+        test_host("h", "198.18.0.1", roles)
     }
 
     /// The one rule sizing metal groups and placing hosts in them: a control plane that is

@@ -291,10 +291,7 @@ enum Attempt {
 impl Attempt {
     fn into_error(self, host: &str) -> ExecError {
         match self {
-            Attempt::NotStarted(e) => ExecError::Connect {
-                host: host.to_string(),
-                message: chain(&e),
-            },
+            Attempt::NotStarted(e) => ExecError::connect(host, chain(&e)),
             Attempt::Failed(e) => e,
         }
     }
@@ -599,10 +596,7 @@ impl SshFleet {
             self.options.config_file.as_deref(),
         )
         .await
-        .map_err(|message| ExecError::Connect {
-            host: h.name.clone(),
-            message,
-        })
+        .map_err(|message| ExecError::connect(&h.name, message))
     }
 
     /// When the cluster's store holds the key of `h`'s jump host (a cloud bastion whose key
@@ -621,9 +615,8 @@ impl SshFleet {
         let (user, host, port) = split_jump(jump);
         let t = resolve(host, user, port, self.options.config_file.as_deref())
             .await
-            .map_err(|message| ExecError::Connect {
-                host: h.name.clone(),
-                message: format!("jump host {jump}: {message}"),
+            .map_err(|message| {
+                ExecError::connect(&h.name, format!("jump host {jump}: {message}"))
             })?;
         let keys = self.stored_keys(&h.name, &t.pattern).await?;
         if keys.is_empty() {
@@ -747,10 +740,7 @@ impl SshFleet {
             self.options.connect_timeout.as_secs().max(1),
         )
         .await
-        .map_err(|message| ExecError::Connect {
-            host: h.name.clone(),
-            message,
-        })
+        .map_err(|message| ExecError::connect(&h.name, message))
     }
 
     /// Explains a host key verification failure. If the host still offers a recorded key,
@@ -767,17 +757,11 @@ impl SshFleet {
             // Not even the scan gets through (e.g. the bastion's key is refused): ssh's own
             // message says more than the scan's.
             Err(_) => {
-                return Ok(ExecError::Connect {
-                    host: h.name.clone(),
-                    message: ssh_message,
-                });
+                return Ok(ExecError::connect(&h.name, ssh_message));
             }
         };
         if offered.iter().any(|k| known.contains(k)) {
-            return Ok(ExecError::Connect {
-                host: h.name.clone(),
-                message: ssh_message,
-            });
+            return Ok(ExecError::connect(&h.name, ssh_message));
         }
         Ok(ExecError::HostKeyChanged {
             host: h.name.clone(),
@@ -917,10 +901,7 @@ impl SshFleet {
                 {
                     return Err(self.changed_key(h, &target, &keys, message).await?);
                 }
-                return Err(ExecError::Connect {
-                    host: h.name.clone(),
-                    message,
-                });
+                return Err(ExecError::connect(&h.name, message));
             }
         };
         let conn = Connection {
@@ -990,12 +971,7 @@ impl SshFleet {
         on_line: Option<&LineSink<'_>>,
     ) -> Result<Output, Attempt> {
         let host = &slot.spec.name;
-        let failed = |e: openssh::Error| {
-            Attempt::Failed(ExecError::Connect {
-                host: host.clone(),
-                message: chain(&e),
-            })
-        };
+        let failed = |e: openssh::Error| Attempt::Failed(ExecError::connect(host, chain(&e)));
         let sudo = conn.target.user != "root";
         let mut argv: Vec<String> = Vec::new();
         if sudo {
@@ -1068,10 +1044,10 @@ impl SshFleet {
         let (fed, stdout, stderr) = tokio::join!(feed, read_out, read_err);
         let status = child.wait().await.map_err(failed)?;
         let io_failed = |e: std::io::Error| {
-            Attempt::Failed(ExecError::Connect {
-                host: host.clone(),
-                message: format!("reading the command's output: {e}"),
-            })
+            Attempt::Failed(ExecError::connect(
+                host,
+                format!("reading the command's output: {e}"),
+            ))
         };
         let out = Output {
             status,
@@ -1824,6 +1800,14 @@ impl HostExecutor for SshFleet {
 mod tests {
     use super::*;
 
+    /// `script` run by a local `sh -c` as a host's shell runs it (`$0` is `sh`; the arguments
+    /// added to the command are its `$1`...).
+    fn sh(script: &str) -> std::process::Command {
+        let mut c = std::process::Command::new("sh");
+        c.arg("-c").arg(script).arg("sh");
+        c
+    }
+
     /// The one `stat` and `sha256sum` of STAT answer per file in the order given, missing
     /// files included, names a shell or sha256sum would mangle included.
     #[test]
@@ -1848,13 +1832,7 @@ mod tests {
             paths.push(d.path().join(format!("missing {i}")).display().to_string());
             want.push(None);
         }
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(STAT)
-            .arg("sh")
-            .args(&paths)
-            .output()
-            .unwrap();
+        let out = sh(STAT).args(&paths).output().unwrap();
         assert!(out.status.success(), "{out:?}");
         let stdout = String::from_utf8(out.stdout).unwrap();
         let got: Vec<Option<(String, String)>> = parse_stat(&stdout, paths.len())
@@ -1865,10 +1843,7 @@ mod tests {
         assert_eq!(got, want);
         // A bare "-" is the file of that name, never standard input.
         std::fs::write(d.path().join("-"), "dash\n").unwrap();
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(STAT)
-            .arg("sh")
+        let out = sh(STAT)
             .arg("-")
             .current_dir(d.path())
             .stdin(std::process::Stdio::null())
@@ -1882,13 +1857,7 @@ mod tests {
             "{stdout}"
         );
         // No file at all: the line of zeros alone.
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(STAT)
-            .arg("sh")
-            .arg(d.path().join("none"))
-            .output()
-            .unwrap();
+        let out = sh(STAT).arg(d.path().join("none")).output().unwrap();
         let stdout = String::from_utf8(out.stdout).unwrap();
         assert_eq!(parse_stat(&stdout, 1), Some(vec![None]));
     }
@@ -1941,10 +1910,7 @@ mod tests {
             b.len().to_string(),
         ]);
         args.extend([String::new(), "0".into(), "0".into()]);
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(BATCH)
-            .arg("sh")
+        let mut child = sh(BATCH)
             .args(&args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
@@ -2012,10 +1978,7 @@ mod tests {
             String::new(),
             run.into(),
         ]);
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(BATCH)
-            .arg("sh")
+        let mut child = sh(BATCH)
             .args(&args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())

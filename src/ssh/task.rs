@@ -118,6 +118,16 @@ pub enum ExecError {
     Other { host: String, message: String },
 }
 
+impl ExecError {
+    /// [`ExecError::Connect`]: `host` could not be reached or authenticated.
+    pub fn connect(host: &str, message: impl Into<String>) -> ExecError {
+        ExecError::Connect {
+            host: host.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
 /// A step's name in an error: quoted and escaped (it may quote an archive's image names).
 fn untrusted(step: &str) -> crate::output::Untrusted<'_> {
     crate::output::untrusted(step)

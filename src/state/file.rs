@@ -55,15 +55,7 @@ impl FileStore {
     fn read(&self, key: &str) -> Result<Option<Object>, StateError> {
         let file = match File::open(self.root.join(key)) {
             Ok(f) => f,
-            // A key that lies below a key does not exist, as in S3.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(None);
-            }
+            Err(e) if absent(&e) => return Ok(None),
             Err(e) => return Err(self.io_err(key, "cannot read", e)),
         };
         // A tampered store could hold a huge object (or a link to /dev/zero).
@@ -229,14 +221,7 @@ impl FileStore {
         while let Some((dir, rel)) = pending.pop() {
             let entries = match fs::read_dir(&dir) {
                 Ok(entries) => entries,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                    ) =>
-                {
-                    continue;
-                }
+                Err(e) if absent(&e) => continue,
                 Err(e) => return Err(self.io_err(&rel, "cannot list", e)),
             };
             for entry in entries {
@@ -278,6 +263,15 @@ fn remove_leftovers(dir: &Path, name: &str) {
             let _ = fs::remove_file(e.path());
         }
     }
+}
+
+/// Whether `e` says there is nothing at the path. A key that lies below a key (a file where a
+/// directory would be) does not exist either, as in S3.
+fn absent(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
 }
 
 fn version_of(data: &[u8]) -> Version {
