@@ -1921,26 +1921,40 @@ mod tests {
         stdin.write_all(a).unwrap();
         stdin.flush().unwrap();
         let deadline = Instant::now() + std::time::Duration::from_secs(30);
-        while !pid_file.exists() {
+        // The fields of /proc/PID/stat after the `)` of the name: state first, the start
+        // time (in clock ticks since boot) 20th.
+        let stat = |pid: &str| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, r)| r.split_whitespace().map(str::to_string).collect())
+                })
+                .unwrap_or_else(Vec::new)
+        };
+        // The hook's PID and start time, read while it surely runs: on a busy machine with
+        // pid_max 32768 the PID may belong to another process or thread by the time the
+        // batch has failed, and only the start time tells it is not the hook.
+        let (pid, started) = loop {
             assert!(Instant::now() < deadline, "the hook never started");
+            if let Ok(p) = std::fs::read_to_string(&pid_file) {
+                let p = p.trim().to_string();
+                if let Some(t) = stat(&p).get(19).cloned().filter(|_| !p.is_empty()) {
+                    break (p, t);
+                }
+            }
             std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        };
         stdin.write_all(b).unwrap();
         drop(stdin);
         assert!(
             !child.wait().unwrap().success(),
             "the checksum must fail the batch"
         );
-        let pid = std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .to_string();
-        // Gone, or a zombie nobody reaped yet (its state after the `)` of its name is Z).
+        // Gone, a zombie nobody reaped yet (state Z), or its PID now someone else's.
         let alive = || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().to_string()))
-                .is_some_and(|r| !r.starts_with('Z'))
+            let f = stat(&pid);
+            f.first().is_some_and(|state| state != "Z") && f.get(19) == Some(&started)
         };
         while alive() {
             assert!(Instant::now() < deadline, "the hook {pid} still runs");
