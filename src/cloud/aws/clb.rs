@@ -8,8 +8,9 @@
 use std::collections::BTreeMap;
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cloud_id_of, id_from_tags};
-use crate::cloud::engine::{CloudError, ErrorClass, Resource, Value};
+use super::tasks::{ClassicLoadBalancer, Fields, Head, Task};
+use super::{AwsCloud, Ctx, Reader, id_from_tags};
+use crate::cloud::engine::{CloudError, ErrorClass};
 
 /// Load balancer name → tags, for the owned ones among `names` (DescribeTags takes 20 names
 /// a call).
@@ -122,38 +123,7 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
             &name,
             tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         );
-        // The references order the delete: the load balancer goes before its subnets and
-        // security groups.
-        let subnets = l.subnets().iter().map(|s| rd.r(s)).collect();
-        let sgs = l.security_groups().iter().map(|g| rd.r(g)).collect();
-        // why: a reference the cloud left out reads as empty, which the diff shows as a change
-        let vpc = rd.r(l.vpc_id().unwrap_or_default());
-        rd.push(
-            Resource::new(CLASSIC_LOAD_BALANCER, id.name)
-                .cloud_id(name)
-                .field("vpc", vpc)
-                .field("subnets", Value::set(subnets))
-                .field("securityGroups", Value::set(sgs))
-                .field(
-                    "dnsName",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(l.dns_name().unwrap_or_default().to_lowercase()),
-                ),
-        );
-    }
-}
-
-pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let name = cloud_id_of(have)?;
-    match c
-        .clb
-        .delete_load_balancer()
-        .load_balancer_name(name)
-        .send()
-        .await
-        .ctx("DeleteLoadBalancer (Classic)")
-    {
-        Err(e) if e.class() == ErrorClass::NotFound => Ok(()),
-        other => other.map(|_| ()),
+        let read = ClassicLoadBalancer::read(Head::listed(id.name, name), l, rd);
+        rd.push(read.resource());
     }
 }

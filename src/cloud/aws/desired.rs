@@ -9,9 +9,9 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    ElasticIp, Fields, Head, IamRole, IamRolePolicy, InternetGateway, Kinded, NatGateway, Ref,
-    Route, RouteTable, RouteTarget, Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, Vpc,
-    VpcDns,
+    ElasticIp, Fields, Head, IamRole, IamRolePolicy, InternetGateway, Kinded, Listener,
+    LoadBalancer, NatGateway, Ref, Route, RouteTable, RouteTarget, Rule, SecurityGroup,
+    SecurityGroupRules, Source, Subnet, TargetGroup, Vpc, VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
@@ -389,10 +389,10 @@ pub fn desired(
                 lb_name: short_name("api", name),
                 scheme,
                 subnets: lb_subnets.values().copied().collect(),
-                security_group: sg("api-lb"),
+                security_group: "api-lb",
                 tg_name: short_name("tcp", name),
                 port: i64::from(API_PORT),
-                vpc: vpc_ref.clone(),
+                vpc: vpc.clone(),
                 // NLB hairpin: with instance targets the client's IP is preserved, and an
                 // internal NLB drops a connection it routes back to the instance that opened
                 // it (AWS documents the time-out). Control planes reach the API through this
@@ -425,10 +425,10 @@ pub fn desired(
                 lb_name: short_name("bastion", name),
                 scheme: "internet-facing",
                 subnets: subnets.values().copied().collect(),
-                security_group: sg("bastion"),
+                security_group: "bastion",
                 tg_name: short_name("ssh", name),
                 port: SSH_PORT,
-                vpc: vpc_ref.clone(),
+                vpc: vpc.clone(),
                 // The bastion is no client of its own load balancer; sshd logs the operator's
                 // address.
                 preserve_client_ip: true,
@@ -748,10 +748,10 @@ struct TcpLoadBalancer<'a> {
     lb_name: String,
     scheme: &'a str,
     subnets: Vec<&'a str>,
-    security_group: Value,
+    security_group: &'a str,
     tg_name: String,
     port: i64,
-    vpc: Value,
+    vpc: Ref<Vpc>,
     /// Whether the target group preserves the client's IP (AWS's default for instance
     /// targets).
     preserve_client_ip: bool,
@@ -764,46 +764,38 @@ pub(super) const DEREGISTRATION_DELAY_SECONDS: i64 = 30;
 
 fn push_tcp_load_balancer(out: &mut Vec<Resource>, lb: TcpLoadBalancer<'_>) {
     out.push(
-        Resource::new(LOAD_BALANCER, lb.id)
-            .field("lbName", Value::str(lb.lb_name))
-            .field("scheme", Value::str(lb.scheme))
-            .field(
-                "subnets",
-                Value::set(
-                    lb.subnets
-                        .into_iter()
-                        .map(|s| Value::reference(SUBNET, s))
-                        .collect(),
-                ),
-            )
-            .field("securityGroups", Value::set(vec![lb.security_group]))
-            .rule("lbName", FieldRule::Immutable)
-            .rule("scheme", FieldRule::Immutable)
-            .rule("securityGroups", FieldRule::Immutable),
+        LoadBalancer {
+            head: Head::owned(lb.id),
+            lb_name: lb.lb_name,
+            scheme: lb.scheme.to_string(),
+            subnets: lb.subnets.into_iter().map(Ref::named).collect(),
+            security_groups: vec![Ref::named(lb.security_group)],
+            dns_name: None,
+            canonical_zone: None,
+        }
+        .resource(),
     );
     out.push(
-        Resource::new(TARGET_GROUP, lb.id)
-            .field("tgName", Value::str(lb.tg_name))
-            .field("port", Value::Int(lb.port))
-            .field("protocol", Value::str("TCP"))
-            .field("vpc", lb.vpc)
-            .field("preserveClientIp", Value::Bool(lb.preserve_client_ip))
-            .field(
-                "deregistrationDelay",
-                Value::Int(DEREGISTRATION_DELAY_SECONDS),
-            )
-            .rule("tgName", FieldRule::Immutable)
-            .rule("port", FieldRule::Immutable)
-            .rule("protocol", FieldRule::Immutable)
-            .rule("vpc", FieldRule::Immutable),
+        TargetGroup {
+            head: Head::owned(lb.id),
+            tg_name: lb.tg_name,
+            port: lb.port,
+            protocol: "TCP".into(),
+            vpc: lb.vpc,
+            preserve_client_ip: lb.preserve_client_ip,
+            deregistration_delay: DEREGISTRATION_DELAY_SECONDS,
+        }
+        .resource(),
     );
     out.push(
-        Resource::new(LISTENER, lb.id)
-            .field("loadBalancer", Value::reference(LOAD_BALANCER, lb.id))
-            .field("port", Value::Int(lb.port))
-            .field("protocol", Value::str("TCP"))
-            .field("targetGroup", Value::reference(TARGET_GROUP, lb.id))
-            .rule("loadBalancer", FieldRule::Immutable),
+        Listener {
+            head: Head::owned(lb.id),
+            load_balancer: Ref::named(lb.id),
+            port: lb.port,
+            protocol: "TCP".into(),
+            target_group: Ref::named(lb.id),
+        }
+        .resource(),
     );
 }
 

@@ -4,17 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_elasticloadbalancingv2::types::{
-    Action, ActionTypeEnum, LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, Tag,
-    TargetGroupAttribute, TargetTypeEnum,
-};
+use aws_sdk_elasticloadbalancingv2::types::Tag;
 
 use super::kinds::*;
-use super::{
-    AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, created_id, finish_create, id_from_tags,
-    want_str,
+use super::tasks::{
+    self, Fields, Head, ListedListener, ListedTargetGroup, Listener, LoadBalancer, TargetGroup,
+    Task,
 };
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
+use super::{AwsCloud, Ctx, Reader, id_from_tags};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, ResourceId};
 
 /// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
 async fn owned_tags(
@@ -138,8 +136,8 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         lbs,
         tgs,
         owned,
-        attrs,
-        listeners,
+        mut attrs,
+        mut listeners,
     } = read;
     let pairs = |arn: &str| {
         owned.get(arn).map(|t| {
@@ -149,42 +147,19 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         })
     };
 
-    for t in &tgs {
-        let Some(arn) = rd.listed(TARGET_GROUP, t.target_group_arn()) else {
+    for group in tgs {
+        let Some(arn) = rd.listed(TARGET_GROUP, group.target_group_arn()) else {
             continue;
         };
         let Some(tags) = pairs(&arn) else { continue };
         let id = id_from_tags(TARGET_GROUP, &arn, tags.into_iter());
-        // why: a reference the cloud left out reads as empty, which the diff shows as a change
-        let vpc = rd.r(t.vpc_id().unwrap_or_default());
-        let none = BTreeMap::new();
-        let attrs = attrs.get(arn.as_str()).unwrap_or(&none);
-        // Absent means AWS's defaults: client IPs preserved (instance targets), 300 s.
-        let preserve = attrs
-            .get(PRESERVE_CLIENT_IP)
-            .is_none_or(|v| v.eq_ignore_ascii_case("true"));
-        let delay = attrs
-            .get(DEREGISTRATION_DELAY)
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(300);
-        rd.push(
-            Resource::new(TARGET_GROUP, id.name)
-                .cloud_id(arn)
-                .field(
-                    "tgName",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(t.target_group_name().unwrap_or_default()),
-                )
-                .field("port", Value::Int(t.port().unwrap_or(0).into()))
-                .field(
-                    "protocol",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(t.protocol().map(|p| p.as_str()).unwrap_or_default()),
-                )
-                .field("vpc", vpc)
-                .field("preserveClientIp", Value::Bool(preserve))
-                .field("deregistrationDelay", Value::Int(delay)),
-        );
+        let listed = ListedTargetGroup {
+            // why: a group whose attributes were not read reads as AWS's defaults
+            attributes: attrs.remove(arn.as_str()).unwrap_or_default(),
+            group,
+        };
+        let read = TargetGroup::read(Head::listed(id.name, arn), &listed, rd);
+        rd.push(read.resource());
     }
     let mut owned_lbs = Vec::new();
     for l in &lbs {
@@ -193,86 +168,41 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         };
         let Some(tags) = pairs(&arn) else { continue };
         let id = id_from_tags(LOAD_BALANCER, &arn, tags.into_iter());
-        let subnets = l
-            .availability_zones()
-            .iter()
-            .filter_map(|z| z.subnet_id())
-            .map(|s| rd.r(s))
-            .collect();
-        let sgs = l.security_groups().iter().map(|g| rd.r(g)).collect();
-        let dns = l
-            .dns_name()
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            .unwrap_or_default()
-            .trim_end_matches('.')
-            .to_lowercase();
+        let read = LoadBalancer::read(Head::listed(&id.name, arn.clone()), l, rd);
         // Route53 aliases name the load balancer by DNS name.
-        rd.refs.insert(dns.clone(), id.clone());
-        rd.push(
-            Resource::new(LOAD_BALANCER, &id.name)
-                .cloud_id(arn.clone())
-                .field(
-                    "lbName",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(l.load_balancer_name().unwrap_or_default()),
-                )
-                .field(
-                    "scheme",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(l.scheme().map(|s| s.as_str()).unwrap_or_default()),
-                )
-                .field("subnets", Value::set(subnets))
-                .field("securityGroups", Value::set(sgs))
-                .field("dnsName", Value::str(dns))
-                .field(
-                    "canonicalZone",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(l.canonical_hosted_zone_id().unwrap_or_default()),
-                ),
-        );
+        if let Some(dns) = &read.dns_name {
+            rd.refs.insert(dns.clone(), id.clone());
+        }
+        rd.push(read.resource());
         owned_lbs.push((String::from(arn), id));
     }
     for (arn, lb_id) in owned_lbs {
-        for l in listeners.get(&arn).into_iter().flatten() {
-            let port = l.port().unwrap_or(0);
-            // A load balancer's own listener is named after it (api: 6443, bastion: 22).
-            let own = if lb_id.name == "bastion" {
-                super::desired::SSH_PORT
-            } else {
-                i64::from(super::desired::API_PORT)
+        // A load balancer's own listener is named after it (api: 6443, bastion: 22).
+        let own = if lb_id.name == "bastion" {
+            super::desired::SSH_PORT
+        } else {
+            i64::from(super::desired::API_PORT)
+        };
+        // why: a load balancer without listeners has none to read
+        for listener in listeners.remove(&arn).unwrap_or_default() {
+            let Some(cloud_id) = rd.listed(LISTENER, listener.listener_arn()) else {
+                continue;
             };
-            let name = if i64::from(port) == own {
+            let port = i64::from(listener.port().unwrap_or(0));
+            let name = if port == own {
                 lb_id.name.clone()
             } else {
                 format!("{}-{port}", lb_id.name)
             };
-            let tg = l
-                .default_actions()
-                .iter()
-                .find_map(|a| a.target_group_arn())
-                // why: a reference the cloud left out reads as empty, which the diff shows as a change
-                .unwrap_or_default();
-            let Some(arn) = rd.listed(LISTENER, l.listener_arn()) else {
-                continue;
+            let listed = ListedListener {
+                load_balancer: arn.clone(),
+                listener,
             };
-            rd.push(
-                Resource::new(LISTENER, name)
-                    .cloud_id(arn)
-                    .field("loadBalancer", Value::Ref(lb_id.clone()))
-                    .field("port", Value::Int(port.into()))
-                    .field(
-                        "protocol",
-                        // why: a field the cloud left out reads as empty, which the diff shows as a change
-                        Value::str(l.protocol().map(|p| p.as_str()).unwrap_or_default()),
-                    )
-                    .field("targetGroup", rd.r(tg)),
-            );
+            let read = Listener::read(Head::listed(name, cloud_id), &listed, rd);
+            rd.push(read.resource());
         }
     }
 }
-
-const PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
-const DEREGISTRATION_DELAY: &str = "deregistration_delay.timeout_seconds";
 
 /// A target group's attributes, key → value.
 async fn target_group_attributes(
@@ -293,56 +223,18 @@ async fn target_group_attributes(
         .collect())
 }
 
-/// Sets the target group attributes kprov manages (client IP preservation, deregistration
-/// delay) to what `want` says.
-async fn set_target_group_attributes(
-    c: &AwsCloud,
-    arn: &str,
-    want: &Resource,
-) -> Result<(), CloudError> {
-    let mut attrs = Vec::new();
-    if let Some(on) = want.get("preserveClientIp").and_then(Value::as_bool) {
-        attrs.push(
-            TargetGroupAttribute::builder()
-                .key(PRESERVE_CLIENT_IP)
-                .value(on.to_string())
-                .build(),
-        );
-    }
-    if let Some(secs) = want.get("deregistrationDelay").and_then(Value::as_int) {
-        attrs.push(
-            TargetGroupAttribute::builder()
-                .key(DEREGISTRATION_DELAY)
-                .value(secs.to_string())
-                .build(),
-        );
-    }
-    if attrs.is_empty() {
-        return Ok(());
-    }
-    c.elb
-        .modify_target_group_attributes()
-        .target_group_arn(arn)
-        .set_attributes(Some(attrs))
-        .send()
-        .await
-        .ctx("ModifyTargetGroupAttributes")?;
-    Ok(())
-}
-
-fn tags(c: &AwsCloud, want: &Resource) -> Vec<Tag> {
-    let display = format!("{}.{}", want.id.name, c.cluster);
-    c.tags(&want.id, &display)
+/// The tags of a load balancer, target group or listener kprov makes.
+pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<Tag> {
+    let display = format!("{}.{}", id.name, c.cluster);
+    c.tags(id, &display)
         .into_iter()
         .map(|(k, v)| Tag::builder().key(k).value(v).build())
         .collect()
 }
 
-fn forward(tg: &str) -> Action {
-    Action::builder()
-        .r#type(ActionTypeEnum::Forward)
-        .target_group_arn(tg)
-        .build()
+/// `port` as ELB takes it; one out of range is a model error naming the resource.
+pub(super) fn port(id: &ResourceId, port: i64) -> Result<i32, CloudError> {
+    i32::try_from(port).map_err(|_| CloudError::Model(format!("{id}: port {port} is out of range")))
 }
 
 pub(super) async fn create(
@@ -351,72 +243,10 @@ pub(super) async fn create(
     want: &Resource,
     ids: &IdMap,
 ) -> Result<CloudId, CloudError> {
-    let s = |f: &str| want_str(want, f).map(str::to_string);
-    let port = want.get("port").and_then(Value::as_int).unwrap_or(0) as i32;
     match kind {
-        ElbKind::LoadBalancer => {
-            let out = c
-                .elb
-                .create_load_balancer()
-                .name(s("lbName")?)
-                .r#type(LoadBalancerTypeEnum::Network)
-                .scheme(LoadBalancerSchemeEnum::from(s("scheme")?.as_str()))
-                .set_subnets(Some(cids(ids, want.get("subnets"))?))
-                .set_security_groups(Some(cids(ids, want.get("securityGroups"))?))
-                .set_tags(Some(tags(c, want)))
-                .send()
-                .await
-                .ctx("CreateLoadBalancer")?;
-            created_id(
-                &want.id,
-                "CreateLoadBalancer",
-                out.load_balancers()
-                    .first()
-                    .and_then(|l| l.load_balancer_arn()),
-            )
-        }
-        ElbKind::TargetGroup => {
-            let out = c
-                .elb
-                .create_target_group()
-                .name(s("tgName")?)
-                .protocol(ProtocolEnum::from(s("protocol")?.as_str()))
-                .port(port)
-                .vpc_id(cid(ids, want.get("vpc"))?)
-                .target_type(TargetTypeEnum::Instance)
-                .health_check_protocol(ProtocolEnum::Tcp)
-                .set_tags(Some(tags(c, want)))
-                .send()
-                .await
-                .ctx("CreateTargetGroup")?;
-            let arn = created_id(
-                &want.id,
-                "CreateTargetGroup",
-                out.target_groups()
-                    .first()
-                    .and_then(|t| t.target_group_arn()),
-            )?;
-            finish_create(|| set_target_group_attributes(c, &arn, want)).await?;
-            Ok(arn)
-        }
-        ElbKind::Listener => {
-            let out = c
-                .elb
-                .create_listener()
-                .load_balancer_arn(cid(ids, want.get("loadBalancer"))?)
-                .protocol(ProtocolEnum::from(s("protocol")?.as_str()))
-                .port(port)
-                .default_actions(forward(cid(ids, want.get("targetGroup"))?))
-                .set_tags(Some(tags(c, want)))
-                .send()
-                .await
-                .ctx("CreateListener")?;
-            created_id(
-                &want.id,
-                "CreateListener",
-                out.listeners().first().and_then(|l| l.listener_arn()),
-            )
-        }
+        ElbKind::LoadBalancer => tasks::create::<LoadBalancer>(c, want, ids).await,
+        ElbKind::TargetGroup => tasks::create::<TargetGroup>(c, want, ids).await,
+        ElbKind::Listener => tasks::create::<Listener>(c, want, ids).await,
     }
 }
 
@@ -428,81 +258,22 @@ pub(super) async fn update(
     changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let arn = cloud_id_of(have)?;
     match kind {
-        ElbKind::LoadBalancer if changes.iter().all(|ch| ch.field == "subnets") => {
-            c.elb
-                .set_subnets()
-                .load_balancer_arn(arn)
-                .set_subnets(Some(cids(ids, want.get("subnets"))?))
-                .send()
-                .await
-                .ctx("SetSubnets")?;
-            Ok(())
-        }
-        ElbKind::TargetGroup
-            if changes.iter().all(|ch| {
-                ["preserveClientIp", "deregistrationDelay"].contains(&ch.field.as_str())
-            }) =>
-        {
-            set_target_group_attributes(c, arn, want).await
-        }
-        ElbKind::Listener => {
-            c.elb
-                .modify_listener()
-                .listener_arn(arn)
-                .port(want.get("port").and_then(Value::as_int).unwrap_or(0) as i32)
-                .protocol(ProtocolEnum::from(
-                    want.get_str("protocol").unwrap_or("TCP"),
-                ))
-                .default_actions(forward(cid(ids, want.get("targetGroup"))?))
-                .send()
-                .await
-                .ctx("ModifyListener")?;
-            Ok(())
-        }
-        _ => Err(CloudError::Model(format!(
-            "{}: cannot change {} in place",
-            want.id,
-            changes
-                .iter()
-                .map(|c| c.field.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
+        ElbKind::LoadBalancer => tasks::update::<LoadBalancer>(c, want, have, changes, ids).await,
+        ElbKind::TargetGroup => tasks::update::<TargetGroup>(c, want, have, changes, ids).await,
+        ElbKind::Listener => tasks::update::<Listener>(c, want, have, changes, ids).await,
     }
 }
 
-pub(super) async fn delete(c: &AwsCloud, kind: ElbKind, have: &Resource) -> Result<(), CloudError> {
-    let arn = cloud_id_of(have)?;
-    let r = match kind {
-        ElbKind::LoadBalancer => c
-            .elb
-            .delete_load_balancer()
-            .load_balancer_arn(arn)
-            .send()
-            .await
-            .ctx("DeleteLoadBalancer")
-            .map(|_| ()),
-        ElbKind::TargetGroup => c
-            .elb
-            .delete_target_group()
-            .target_group_arn(arn)
-            .send()
-            .await
-            .ctx("DeleteTargetGroup")
-            .map(|_| ()),
-        ElbKind::Listener => c
-            .elb
-            .delete_listener()
-            .listener_arn(arn)
-            .send()
-            .await
-            .ctx("DeleteListener")
-            .map(|_| ()),
-    };
-    match r {
-        Err(e) if e.class() == crate::cloud::engine::ErrorClass::NotFound => Ok(()),
-        other => other,
+pub(super) async fn delete(
+    c: &AwsCloud,
+    kind: ElbKind,
+    have: &Resource,
+    ids: &IdMap,
+) -> Result<(), CloudError> {
+    match kind {
+        ElbKind::LoadBalancer => tasks::delete::<LoadBalancer>(c, have, ids).await,
+        ElbKind::TargetGroup => tasks::delete::<TargetGroup>(c, have, ids).await,
+        ElbKind::Listener => tasks::delete::<Listener>(c, have, ids).await,
     }
 }

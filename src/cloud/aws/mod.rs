@@ -777,8 +777,10 @@ impl Provider for AwsCloud {
         match AwsKind::of(&have.id)? {
             AwsKind::Ec2(k) => ec2::delete(self, k, have, ids).await,
             AwsKind::AutoScalingGroup => asg::delete(self, have).await,
-            AwsKind::Elb(k) => elb::delete(self, k, have).await,
-            AwsKind::ClassicLoadBalancer => clb::delete(self, have).await,
+            AwsKind::Elb(k) => elb::delete(self, k, have, ids).await,
+            AwsKind::ClassicLoadBalancer => {
+                tasks::delete::<tasks::ClassicLoadBalancer>(self, have, ids).await
+            }
             AwsKind::Iam(k) => iam::delete(self, k, have, ids).await,
             AwsKind::Dns(DnsKind::Record) => dns::delete(self, have).await,
             AwsKind::Dns(DnsKind::ZoneVpc) => dns::disassociate(self, have).await,

@@ -12,9 +12,12 @@
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
 //! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
-//! and the IAM role and its policy ([`IamRole`], [`IamRolePolicy`]).
+//! the IAM role and its policy ([`IamRole`], [`IamRolePolicy`]), and the network load
+//! balancer with its target group and listener ([`LoadBalancer`], [`TargetGroup`],
+//! [`Listener`]); the Classic ELBs the cloud-controller-manager makes are read and deleted as
+//! [`ClassicLoadBalancer`].
 //! The other kinds are still field maps built in `desired.rs` and served by their service's
-//! file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`, `asg.rs`, `clb.rs`); a typed reference to one
+//! file (`ec2.rs`, `iam.rs`, `dns.rs`, `asg.rs`); a typed reference to one
 //! of them would use a marker type here (an uninhabited enum implementing [`Kinded`]) until it
 //! moves.
 
@@ -76,15 +79,19 @@ macro_rules! task {
     };
 }
 
+mod classic_load_balancer;
 mod elastic_ip;
 mod iam_role;
 mod iam_role_policy;
 mod internet_gateway;
+mod listener;
+mod load_balancer;
 mod nat_gateway;
 mod route_table;
 mod security_group;
 mod security_group_rules;
 mod subnet;
+mod target_group;
 mod vpc;
 
 use std::fmt;
@@ -92,15 +99,19 @@ use std::marker::PhantomData;
 
 use async_trait::async_trait;
 
+pub(crate) use classic_load_balancer::ClassicLoadBalancer;
 pub(crate) use elastic_ip::ElasticIp;
 pub(crate) use iam_role::IamRole;
 pub(crate) use iam_role_policy::{IamRolePolicy, ListedPolicy};
 pub(crate) use internet_gateway::InternetGateway;
+pub(crate) use listener::{ListedListener, Listener};
+pub(crate) use load_balancer::LoadBalancer;
 pub(crate) use nat_gateway::NatGateway;
 pub(crate) use route_table::{Route, RouteTable, RouteTarget};
 pub(crate) use security_group::SecurityGroup;
 pub(crate) use security_group_rules::{Rule, SecurityGroupRules, Source};
 pub(crate) use subnet::Subnet;
+pub(crate) use target_group::{ListedTargetGroup, TargetGroup};
 pub(crate) use vpc::{Vpc, VpcDns};
 
 use super::kinds::AwsKind;
@@ -139,6 +150,15 @@ impl Head {
             name: name.into(),
             lifecycle: Lifecycle::ExistsAndValidates,
             cloud_id,
+        }
+    }
+
+    /// A resource a read found among the cluster's own, at `cloud_id`.
+    pub(crate) fn listed(name: impl Into<String>, cloud_id: CloudId) -> Head {
+        Head {
+            name: name.into(),
+            lifecycle: Lifecycle::Sync,
+            cloud_id: Some(cloud_id),
         }
     }
 
@@ -314,6 +334,18 @@ impl<T: Kinded> Codec<Ref<T>> for Ref<T> {
     }
 }
 
+impl Codec<i64> for i64 {
+    fn put(v: &i64, r: Resource, field: &str) -> Resource {
+        r.field(field, Value::Int(*v))
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<i64, CloudError> {
+        r.get(field)
+            .and_then(Value::as_int)
+            .ok_or_else(|| not_set(r, field))
+    }
+}
+
 /// A member of a list field whose order carries no meaning (references, routes, rules): the
 /// list is compared as a set.
 pub(crate) trait Item: Sized {
@@ -415,6 +447,13 @@ pub(crate) trait Task: Fields + Send + Sync {
             .as_deref()
             .ok_or_else(|| CloudError::Model(format!("{}: no cloud ID recorded", self.id())))
     }
+}
+
+/// The cloud IDs of `refs`, in their order.
+fn resolve_all<T: Kinded>(refs: &[Ref<T>], ids: &IdMap) -> Result<Vec<String>, CloudError> {
+    refs.iter()
+        .map(|r| r.resolve(ids).map(str::to_string))
+        .collect()
 }
 
 pub(super) async fn create<T: Task>(

@@ -1,0 +1,67 @@
+//! A Classic ELB the cluster's cloud-controller-manager made for a Service (see `clb.rs`):
+//! read so that `delete cluster` removes it before the subnets, security groups and VPC it
+//! holds (its references order that delete); kprov never makes or changes one. ELB names a
+//! Classic load balancer by its name: that is its cloud ID.
+
+use async_trait::async_trait;
+
+use super::{Head, Ref, SecurityGroup, Subnet, Task, Vpc};
+use crate::cloud::aws::ec2::gone_ok;
+use crate::cloud::aws::kinds::AwsKind;
+use crate::cloud::aws::{AwsCloud, Ctx, Reader};
+use crate::cloud::engine::{CloudError, CloudId, IdMap};
+
+const VPC: &str = "vpc";
+const SUBNETS: &str = "subnets";
+const SECURITY_GROUPS: &str = "securityGroups";
+const DNS_NAME: &str = "dnsName";
+
+task! {
+    struct ClassicLoadBalancer: AwsKind::ClassicLoadBalancer;
+    vpc: Ref<Vpc> = VPC;
+    subnets: Vec<Ref<Subnet>> = SUBNETS;
+    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS;
+    /// Lower case.
+    dns_name: String = DNS_NAME;
+}
+
+#[async_trait]
+impl Task for ClassicLoadBalancer {
+    type Listed = aws_sdk_elasticloadbalancing::types::LoadBalancerDescription;
+
+    fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
+        ClassicLoadBalancer {
+            head,
+            // why: a reference the cloud left out reads as empty, which the diff shows as a change
+            vpc: Ref::read(rd, l.vpc_id().unwrap_or_default()),
+            subnets: l.subnets().iter().map(|s| Ref::read(rd, s)).collect(),
+            security_groups: l
+                .security_groups()
+                .iter()
+                .map(|g| Ref::read(rd, g))
+                .collect(),
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            dns_name: l.dns_name().unwrap_or_default().to_lowercase(),
+        }
+    }
+
+    /// Never reached: the provider refuses to create one before decoding it.
+    async fn create(&self, _: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+        Err(CloudError::Model(format!(
+            "{}: kprov does not create a {}",
+            self.id(),
+            AwsKind::ClassicLoadBalancer
+        )))
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        gone_ok(
+            c.clb
+                .delete_load_balancer()
+                .load_balancer_name(self.cloud_id()?)
+                .send()
+                .await
+                .ctx("DeleteLoadBalancer (Classic)"),
+        )
+    }
+}

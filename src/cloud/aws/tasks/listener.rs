@@ -1,0 +1,118 @@
+//! A load balancer's TCP listener, forwarding to its target group: fixed to its load
+//! balancer once made, its port, protocol and target group are changed in place.
+
+use async_trait::async_trait;
+use aws_sdk_elasticloadbalancingv2::types::{Action, ActionTypeEnum, ProtocolEnum};
+
+use super::{Head, LoadBalancer, Ref, TargetGroup, Task};
+use crate::cloud::aws::ec2::gone_ok;
+use crate::cloud::aws::elb::{port, tags};
+use crate::cloud::aws::kinds::{AwsKind, ElbKind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
+
+const LOAD_BALANCER: &str = "loadBalancer";
+const PORT: &str = "port";
+const PROTOCOL: &str = "protocol";
+const TARGET_GROUP: &str = "targetGroup";
+
+task! {
+    struct Listener: AwsKind::Elb(ElbKind::Listener);
+    load_balancer: Ref<LoadBalancer> = LOAD_BALANCER, Immutable;
+    port: i64 = PORT;
+    protocol: String = PROTOCOL;
+    target_group: Ref<TargetGroup> = TARGET_GROUP;
+}
+
+/// A listener as listed, with the ARN of the load balancer it was listed for.
+pub(crate) struct ListedListener {
+    pub(crate) load_balancer: String,
+    pub(crate) listener: aws_sdk_elasticloadbalancingv2::types::Listener,
+}
+
+#[async_trait]
+impl Task for Listener {
+    type Listed = ListedListener;
+
+    fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
+        let tg = l
+            .listener
+            .default_actions()
+            .iter()
+            .find_map(|a| a.target_group_arn())
+            // why: a reference the cloud left out reads as empty, which the diff shows as a change
+            .unwrap_or_default();
+        Listener {
+            head,
+            load_balancer: Ref::read(rd, &l.load_balancer),
+            port: l.listener.port().unwrap_or(0).into(),
+            protocol: l
+                .listener
+                .protocol()
+                .map(|p| p.as_str())
+                // why: a field the cloud left out reads as empty, which the diff shows as a change
+                .unwrap_or_default()
+                .to_string(),
+            target_group: Ref::read(rd, tg),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let out = c
+            .elb
+            .create_listener()
+            .load_balancer_arn(self.load_balancer.resolve(ids)?)
+            .protocol(ProtocolEnum::from(self.protocol.as_str()))
+            .port(port(&id, self.port)?)
+            .default_actions(self.forward(ids)?)
+            .set_tags(Some(tags(c, &id)))
+            .send()
+            .await
+            .ctx("CreateListener")?;
+        created_id(
+            &id,
+            "CreateListener",
+            out.listeners().first().and_then(|l| l.listener_arn()),
+        )
+    }
+
+    async fn update(
+        &self,
+        have: &Self,
+        _: &[FieldChange],
+        c: &AwsCloud,
+        ids: &IdMap,
+    ) -> Result<(), CloudError> {
+        c.elb
+            .modify_listener()
+            .listener_arn(have.cloud_id()?)
+            .port(port(&self.id(), self.port)?)
+            .protocol(ProtocolEnum::from(self.protocol.as_str()))
+            .default_actions(self.forward(ids)?)
+            .send()
+            .await
+            .ctx("ModifyListener")?;
+        Ok(())
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        gone_ok(
+            c.elb
+                .delete_listener()
+                .listener_arn(self.cloud_id()?)
+                .send()
+                .await
+                .ctx("DeleteListener"),
+        )
+    }
+}
+
+impl Listener {
+    fn forward(&self, ids: &IdMap) -> Result<Action, CloudError> {
+        Ok(Action::builder()
+            .r#type(ActionTypeEnum::Forward)
+            .target_group_arn(self.target_group.resolve(ids)?)
+            .build())
+    }
+}

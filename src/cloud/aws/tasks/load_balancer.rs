@@ -1,0 +1,126 @@
+//! A network load balancer (the API's, the bastion's): its name, scheme and security groups
+//! are fixed once made, its subnets are set in place. Its DNS name and hosted zone are read
+//! only: clients and Route53 aliases find the load balancer by them.
+
+use async_trait::async_trait;
+use aws_sdk_elasticloadbalancingv2::types::{LoadBalancerSchemeEnum, LoadBalancerTypeEnum};
+
+use super::{Head, Ref, SecurityGroup, Subnet, Task, cannot_change, resolve_all};
+use crate::cloud::aws::ec2::gone_ok;
+use crate::cloud::aws::elb::tags;
+use crate::cloud::aws::kinds::{AwsKind, ElbKind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
+
+const LB_NAME: &str = "lbName";
+const SCHEME: &str = "scheme";
+const SUBNETS: &str = "subnets";
+const SECURITY_GROUPS: &str = "securityGroups";
+/// Read only (the desired model has none): clients find the API by it.
+const DNS_NAME: &str = "dnsName";
+const CANONICAL_ZONE: &str = "canonicalZone";
+
+task! {
+    struct LoadBalancer: AwsKind::Elb(ElbKind::LoadBalancer);
+    lb_name: String = LB_NAME, Immutable;
+    /// `internet-facing` or `internal`.
+    scheme: String = SCHEME, Immutable;
+    subnets: Vec<Ref<Subnet>> = SUBNETS;
+    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS, Immutable;
+    /// Lower case, without the trailing dot.
+    dns_name: Option<String> = DNS_NAME;
+    canonical_zone: Option<String> = CANONICAL_ZONE;
+}
+
+#[async_trait]
+impl Task for LoadBalancer {
+    type Listed = aws_sdk_elasticloadbalancingv2::types::LoadBalancer;
+
+    fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
+        LoadBalancer {
+            head,
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            lb_name: l.load_balancer_name().unwrap_or_default().to_string(),
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            scheme: l
+                .scheme()
+                .map(|s| s.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            subnets: l
+                .availability_zones()
+                .iter()
+                .filter_map(|z| z.subnet_id())
+                .map(|s| Ref::read(rd, s))
+                .collect(),
+            security_groups: l
+                .security_groups()
+                .iter()
+                .map(|g| Ref::read(rd, g))
+                .collect(),
+            dns_name: Some(
+                l.dns_name()
+                    // why: a field the cloud left out reads as empty, which the diff shows as a change
+                    .unwrap_or_default()
+                    .trim_end_matches('.')
+                    .to_lowercase(),
+            ),
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            canonical_zone: Some(l.canonical_hosted_zone_id().unwrap_or_default().to_string()),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let out = c
+            .elb
+            .create_load_balancer()
+            .name(&self.lb_name)
+            .r#type(LoadBalancerTypeEnum::Network)
+            .scheme(LoadBalancerSchemeEnum::from(self.scheme.as_str()))
+            .set_subnets(Some(resolve_all(&self.subnets, ids)?))
+            .set_security_groups(Some(resolve_all(&self.security_groups, ids)?))
+            .set_tags(Some(tags(c, &id)))
+            .send()
+            .await
+            .ctx("CreateLoadBalancer")?;
+        created_id(
+            &id,
+            "CreateLoadBalancer",
+            out.load_balancers()
+                .first()
+                .and_then(|l| l.load_balancer_arn()),
+        )
+    }
+
+    async fn update(
+        &self,
+        have: &Self,
+        changes: &[FieldChange],
+        c: &AwsCloud,
+        ids: &IdMap,
+    ) -> Result<(), CloudError> {
+        if changes.iter().any(|ch| ch.field != SUBNETS) {
+            return Err(cannot_change(&self.id(), changes));
+        }
+        c.elb
+            .set_subnets()
+            .load_balancer_arn(have.cloud_id()?)
+            .set_subnets(Some(resolve_all(&self.subnets, ids)?))
+            .send()
+            .await
+            .ctx("SetSubnets")?;
+        Ok(())
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        gone_ok(
+            c.elb
+                .delete_load_balancer()
+                .load_balancer_arn(self.cloud_id()?)
+                .send()
+                .await
+                .ctx("DeleteLoadBalancer"),
+        )
+    }
+}

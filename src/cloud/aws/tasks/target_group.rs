@@ -1,0 +1,154 @@
+//! A load balancer's target group (TCP, instance targets): its name, port, protocol and VPC
+//! are fixed once made; the attributes kprov manages (client IP preservation, deregistration
+//! delay) are set in place.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, TargetGroupAttribute, TargetTypeEnum};
+
+use super::{Head, Ref, Task, Vpc, cannot_change};
+use crate::cloud::aws::ec2::gone_ok;
+use crate::cloud::aws::elb::{port, tags};
+use crate::cloud::aws::kinds::{AwsKind, ElbKind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
+
+const TG_NAME: &str = "tgName";
+const PORT: &str = "port";
+const PROTOCOL: &str = "protocol";
+const VPC: &str = "vpc";
+const PRESERVE_CLIENT_IP: &str = "preserveClientIp";
+const DEREGISTRATION_DELAY: &str = "deregistrationDelay";
+
+/// The attributes' keys in ELB's API.
+const ATTR_PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
+const ATTR_DEREGISTRATION_DELAY: &str = "deregistration_delay.timeout_seconds";
+
+task! {
+    struct TargetGroup: AwsKind::Elb(ElbKind::TargetGroup);
+    tg_name: String = TG_NAME, Immutable;
+    port: i64 = PORT, Immutable;
+    protocol: String = PROTOCOL, Immutable;
+    vpc: Ref<Vpc> = VPC, Immutable;
+    /// Whether the targets see the client's address (AWS's default for instance targets).
+    preserve_client_ip: bool = PRESERVE_CLIENT_IP;
+    /// Seconds a deregistered target drains.
+    deregistration_delay: i64 = DEREGISTRATION_DELAY;
+}
+
+/// A target group as listed, with its attributes (key → value).
+pub(crate) struct ListedTargetGroup {
+    pub(crate) group: aws_sdk_elasticloadbalancingv2::types::TargetGroup,
+    pub(crate) attributes: BTreeMap<String, String>,
+}
+
+#[async_trait]
+impl Task for TargetGroup {
+    type Listed = ListedTargetGroup;
+
+    fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
+        let t = &l.group;
+        // Absent means AWS's defaults: client IPs preserved (instance targets), 300 s.
+        let preserve = l
+            .attributes
+            .get(ATTR_PRESERVE_CLIENT_IP)
+            .is_none_or(|v| v.eq_ignore_ascii_case("true"));
+        let delay = l
+            .attributes
+            .get(ATTR_DEREGISTRATION_DELAY)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(300);
+        TargetGroup {
+            head,
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            tg_name: t.target_group_name().unwrap_or_default().to_string(),
+            port: t.port().unwrap_or(0).into(),
+            // why: a field the cloud left out reads as empty, which the diff shows as a change
+            protocol: t
+                .protocol()
+                .map(|p| p.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            // why: a reference the cloud left out reads as empty, which the diff shows as a change
+            vpc: Ref::read(rd, t.vpc_id().unwrap_or_default()),
+            preserve_client_ip: preserve,
+            deregistration_delay: delay,
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let out = c
+            .elb
+            .create_target_group()
+            .name(&self.tg_name)
+            .protocol(ProtocolEnum::from(self.protocol.as_str()))
+            .port(port(&id, self.port)?)
+            .vpc_id(self.vpc.resolve(ids)?)
+            .target_type(TargetTypeEnum::Instance)
+            .health_check_protocol(ProtocolEnum::Tcp)
+            .set_tags(Some(tags(c, &id)))
+            .send()
+            .await
+            .ctx("CreateTargetGroup")?;
+        let arn = created_id(
+            &id,
+            "CreateTargetGroup",
+            out.target_groups()
+                .first()
+                .and_then(|t| t.target_group_arn()),
+        )?;
+        finish_create(|| self.set_attributes(c, &arn)).await?;
+        Ok(arn)
+    }
+
+    async fn update(
+        &self,
+        have: &Self,
+        changes: &[FieldChange],
+        c: &AwsCloud,
+        _: &IdMap,
+    ) -> Result<(), CloudError> {
+        if changes
+            .iter()
+            .any(|ch| ![PRESERVE_CLIENT_IP, DEREGISTRATION_DELAY].contains(&ch.field.as_str()))
+        {
+            return Err(cannot_change(&self.id(), changes));
+        }
+        self.set_attributes(c, have.cloud_id()?).await
+    }
+
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        gone_ok(
+            c.elb
+                .delete_target_group()
+                .target_group_arn(self.cloud_id()?)
+                .send()
+                .await
+                .ctx("DeleteTargetGroup"),
+        )
+    }
+}
+
+impl TargetGroup {
+    /// Sets the attributes kprov manages on the target group `arn`.
+    async fn set_attributes(&self, c: &AwsCloud, arn: &str) -> Result<(), CloudError> {
+        let attr = |k: &str, v: String| TargetGroupAttribute::builder().key(k).value(v).build();
+        c.elb
+            .modify_target_group_attributes()
+            .target_group_arn(arn)
+            .attributes(attr(
+                ATTR_PRESERVE_CLIENT_IP,
+                self.preserve_client_ip.to_string(),
+            ))
+            .attributes(attr(
+                ATTR_DEREGISTRATION_DELAY,
+                self.deregistration_delay.to_string(),
+            ))
+            .send()
+            .await
+            .ctx("ModifyTargetGroupAttributes")?;
+        Ok(())
+    }
+}
