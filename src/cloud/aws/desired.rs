@@ -9,11 +9,11 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    ElasticIp, Fields, Head, IamRole, IamRolePolicy, InternetGateway, Kinded, NatGateway, Ref,
-    Route, RouteTable, RouteTarget, Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, Vpc,
-    VpcDns,
+    DnsRecord, DnsZone, DnsZoneVpc, ElasticIp, Fields, Head, IamRole, IamRolePolicy,
+    InternetGateway, Kinded, NatGateway, Ref, Route, RouteTable, RouteTarget, Rule, SecurityGroup,
+    SecurityGroupRules, Source, Subnet, Vpc, VpcDns,
 };
-use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
+use crate::cloud::engine::{CloudError, FieldRule, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
 use crate::spec::{InstanceGroupRole, LoadBalancerType, ResolvedCluster, SubnetType, TopologyType};
 
@@ -72,6 +72,22 @@ pub fn iam_name(key: &str, cluster: &str) -> String {
         body.pop();
     }
     format!("{body}-{hash}")
+}
+
+/// The owned alias record `name` in the cluster's zone: `record_name` pointing at the load
+/// balancer `lb`.
+fn alias_record(name: &str, record_name: String, lb: &str) -> Resource {
+    DnsRecord {
+        head: Head::owned(name),
+        zone: Ref::named("main"),
+        record_name,
+        record_type: Some("A".to_string()),
+        alias: Some(Ref::named(lb)),
+        txt: None,
+        alias_dns: None,
+        alias_zone: None,
+    }
+    .resource()
 }
 
 pub fn public_key_hash(key: &str) -> String {
@@ -441,19 +457,22 @@ pub fn desired(
     let private_zone = matches!(aws.dns, ResolvedDns::Private { .. });
     if let Some(zone) = zone.filter(|_| has_lb || has_bastion) {
         out.push(
-            Resource::new(DNS_ZONE, "main")
-                .lifecycle(Lifecycle::ExistsAndValidates)
-                .field("zoneName", Value::str(fqdn(zone)))
-                .field("private", Value::Bool(private_zone)),
+            DnsZone {
+                head: Head::adopted("main", None),
+                zone_name: fqdn(zone),
+                private: private_zone,
+            }
+            .resource(),
         );
         if private_zone {
             // Instances resolve a private zone only from VPCs associated with it.
             out.push(
-                Resource::new(DNS_ZONE_VPC, "main")
-                    .field("zone", Value::reference(DNS_ZONE, "main"))
-                    .field("vpc", vpc_ref.clone())
-                    .rule("zone", FieldRule::Replace)
-                    .rule("vpc", FieldRule::Replace),
+                DnsZoneVpc {
+                    head: Head::owned("main"),
+                    zone: Ref::named("main"),
+                    vpc: vpc.clone(),
+                }
+                .resource(),
             );
         }
     }
@@ -464,14 +483,7 @@ pub fn desired(
                 "{host} is not inside the DNS zone {zone} (spec.topology.bastion.publicName)"
             )));
         }
-        out.push(
-            Resource::new(DNS_RECORD, "bastion")
-                .field("zone", Value::reference(DNS_ZONE, "main"))
-                .field("recordName", Value::str(fqdn(host)))
-                .field("type", Value::str("A"))
-                .field("alias", Value::reference(LOAD_BALANCER, "bastion"))
-                .rule("recordName", FieldRule::Replace),
-        );
+        out.push(alias_record("bastion", fqdn(host), "bastion"));
     }
     if let Some(zone) = zone.filter(|_| has_lb) {
         for (rname, host) in [("api", public_name), ("api-internal", &internal_name)] {
@@ -480,14 +492,7 @@ pub fn desired(
                     "{host} is not inside the DNS zone {zone} (spec.dns.zone)"
                 )));
             }
-            out.push(
-                Resource::new(DNS_RECORD, rname)
-                    .field("zone", Value::reference(DNS_ZONE, "main"))
-                    .field("recordName", Value::str(fqdn(host)))
-                    .field("type", Value::str("A"))
-                    .field("alias", Value::reference(LOAD_BALANCER, "api"))
-                    .rule("recordName", FieldRule::Replace),
-            );
+            out.push(alias_record(rname, fqdn(host), "api"));
         }
     }
 

@@ -76,6 +76,9 @@ macro_rules! task {
     };
 }
 
+mod dns_record;
+mod dns_zone;
+mod dns_zone_vpc;
 mod elastic_ip;
 mod iam_role;
 mod iam_role_policy;
@@ -92,6 +95,9 @@ use std::marker::PhantomData;
 
 use async_trait::async_trait;
 
+pub(crate) use dns_record::{DnsRecord, ListedRecord};
+pub(crate) use dns_zone::DnsZone;
+pub(crate) use dns_zone_vpc::{DnsZoneVpc, ListedAssociation};
 pub(crate) use elastic_ip::ElasticIp;
 pub(crate) use iam_role::IamRole;
 pub(crate) use iam_role_policy::{IamRolePolicy, ListedPolicy};
