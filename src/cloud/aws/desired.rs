@@ -9,9 +9,9 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    DnsRecord, DnsZone, DnsZoneVpc, ElasticIp, Fields, Head, IamRole, IamRolePolicy,
-    InternetGateway, Kinded, NatGateway, Ref, Route, RouteTable, RouteTarget, Rule, SecurityGroup,
-    SecurityGroupRules, Source, Subnet, Vpc, VpcDns,
+    DnsRecord, DnsZone, DnsZoneVpc, ElasticIp, Fields, Head, IamInstanceProfile, IamRole,
+    IamRolePolicy, InternetGateway, KeyPair, Kinded, NatGateway, PublicKey, Ref, Route, RouteTable,
+    RouteTarget, Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, Vpc, VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
@@ -340,12 +340,13 @@ pub fn desired(
     };
     let public_key = aws.ssh_public_key.as_ref().ok_or_else(no_key)?;
     out.push(
-        Resource::new(KEY_PAIR, "main")
-            .field("keyName", Value::str(&aws.ssh_key_name))
-            .field("publicKeySha256", Value::str(public_key_hash(public_key)))
-            .input("publicKey", public_key.trim())
-            .rule("keyName", FieldRule::Replace)
-            .rule("publicKeySha256", FieldRule::Replace),
+        KeyPair {
+            head: Head::owned("main"),
+            key_name: aws.ssh_key_name.clone(),
+            public_key_sha256: public_key_hash(public_key),
+            public_key: Some(PublicKey(public_key.trim().to_string())),
+        }
+        .resource(),
     );
 
     for role in &roles {
@@ -368,10 +369,12 @@ pub fn desired(
             .resource(),
         );
         out.push(
-            Resource::new(INSTANCE_PROFILE, key)
-                .field("profileName", Value::str(iam_name(key, name)))
-                .field("role", Value::reference(IAM_ROLE, key))
-                .rule("profileName", FieldRule::Immutable),
+            IamInstanceProfile {
+                head: Head::owned(key),
+                profile_name: iam_name(key, name),
+                role: Some(Ref::named(key)),
+            }
+            .resource(),
         );
     }
 

@@ -1025,3 +1025,137 @@ fn a_dns_record_is_the_field_map_it_was() {
     assert_eq!((orphan.record_type, orphan.alias), (None, None));
     assert_eq!(orphan.txt.as_deref(), Some(owner));
 }
+
+/// The key pair: its name and the key's hash are the compared fields (a new one of either is
+/// a new key pair); the key itself is an input apply gets back and the diff never sees, and
+/// the task never shows it. Read, the hash comes from its tag (none reads as empty, a change).
+#[test]
+fn a_key_pair_is_the_field_map_it_was_and_never_shows_its_key() {
+    use crate::cloud::aws::kinds::KEY_PAIR;
+
+    let material = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKprovSecretish ops@example";
+    let key = KeyPair {
+        head: Head::owned("main"),
+        key_name: "ops key".into(),
+        public_key_sha256: "ab12".into(),
+        public_key: Some(PublicKey(material.into())),
+    };
+    let r = key.resource();
+    assert_eq!(
+        r,
+        Resource::new(KEY_PAIR, "main")
+            .field("keyName", Value::str("ops key"))
+            .field("publicKeySha256", Value::str("ab12"))
+            .input("publicKey", material)
+            .rule("keyName", FieldRule::Replace)
+            .rule("publicKeySha256", FieldRule::Replace)
+    );
+    assert!(r.fields.values().all(|v| !v.to_string().contains("AAAA")));
+    assert_eq!(KeyPair::from_resource(&r).expect("decodes"), key);
+    assert!(!format!("{key:?}").contains("AAAA"), "{key:?}");
+
+    let mut missing = r.clone();
+    missing.fields.remove("publicKeySha256");
+    assert_eq!(
+        KeyPair::from_resource(&missing)
+            .expect_err("no hash")
+            .to_string(),
+        "resource model: KeyPair/main: field publicKeySha256 is not set"
+    );
+
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    let listed = aws_sdk_ec2::types::KeyPairInfo::builder()
+        .key_name("ops key")
+        .tags(tag("kprov.dev/public-key-sha256", "ab12"))
+        .tags(tag("kprov.dev/id", "KeyPair/main"))
+        .build();
+    let head = Head {
+        name: "main".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("ops key")),
+    };
+    let rd = reader(&[]);
+    let read = KeyPair::read(head.clone(), &listed, &rd);
+    assert_eq!(
+        read,
+        KeyPair {
+            head: head.clone(),
+            public_key: None,
+            ..key
+        }
+    );
+    assert!(read.resource().inputs.is_empty());
+    let untagged = aws_sdk_ec2::types::KeyPairInfo::builder()
+        .key_name("ops key")
+        .build();
+    assert_eq!(KeyPair::read(head, &untagged, &rd).public_key_sha256, "");
+}
+
+/// An instance profile: its name fixed once made, its role a reference to the role task;
+/// read, the role IAM lists in it is the role the reader knows, or its name; a profile
+/// holding no role reads without one.
+#[test]
+fn an_instance_profile_is_the_field_map_it_was() {
+    let profile = IamInstanceProfile {
+        head: Head::owned("nodes"),
+        profile_name: "nodes.c.example.com".into(),
+        role: Some(Ref::named("nodes")),
+    };
+    let r = profile.resource();
+    assert_eq!(
+        r,
+        Resource::new(INSTANCE_PROFILE, "nodes")
+            .field("profileName", Value::str("nodes.c.example.com"))
+            .field("role", Value::reference(IAM_ROLE, "nodes"))
+            .rule("profileName", FieldRule::Immutable)
+    );
+    assert_eq!(
+        IamInstanceProfile::from_resource(&r).expect("decodes"),
+        profile
+    );
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["IamRole/nodes"]);
+    let e = IamInstanceProfile::from_resource(
+        &r.clone()
+            .field("role", Value::reference(IAM_ROLE_POLICY, "nodes")),
+    )
+    .expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: IamInstanceProfile/nodes: field role: expected a reference to a \
+         IamRole, found IamRolePolicy/nodes"
+    );
+
+    let listed = |roles: &[&str]| {
+        aws_sdk_iam::types::InstanceProfile::builder()
+            .path("/kprov/c.example.com/")
+            .instance_profile_name("nodes.c.example.com")
+            .instance_profile_id("AIPA1")
+            .arn("arn:aws:iam::1:instance-profile/kprov/c.example.com/nodes.c.example.com")
+            .create_date(aws_smithy_types::DateTime::from_secs(0))
+            .set_roles(Some(
+                roles.iter().map(|n| iam_role(n, Some("%7B%7D"))).collect(),
+            ))
+            .build()
+            .expect("a test profile has every required field")
+    };
+    let rd = reader(&[("nodes.c.example.com", ResourceId::new(IAM_ROLE, "nodes"))]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("nodes.c.example.com")),
+    };
+    let read = IamInstanceProfile::read(head.clone(), &listed(&["nodes.c.example.com"]), &rd);
+    assert_eq!(
+        read,
+        IamInstanceProfile {
+            head: head.clone(),
+            ..profile
+        }
+    );
+    let foreign = IamInstanceProfile::read(head.clone(), &listed(&["other"]), &rd);
+    assert_eq!(foreign.role, Some(Ref::cloud("other")));
+    let empty = IamInstanceProfile::read(head, &listed(&[]), &rd);
+    assert_eq!(empty.role, None);
+    assert_eq!(empty.resource().get("role"), None);
+}
