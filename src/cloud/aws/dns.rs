@@ -59,6 +59,20 @@ fn zone_id(raw: &str) -> &str {
     raw.trim_start_matches("/hostedzone/")
 }
 
+/// The zone's ID and the rest of `task`'s cloud ID `ZONE/REST` (`what` names the rest). A
+/// hosted zone ID has no '/' (kprov strips `/hostedzone/`): the first one ends it.
+pub(super) fn in_zone<'a>(
+    task: &ResourceId,
+    cloud_id: &'a str,
+    what: &str,
+) -> Result<(&'a str, &'a str), CloudError> {
+    cloud_id.split_once('/').ok_or_else(|| {
+        CloudError::Model(format!(
+            "{task}: cloud ID {cloud_id:?} is not of the form ZONE/{what}"
+        ))
+    })
+}
+
 pub(super) fn dns_key(name: &str) -> String {
     let n = name.trim_end_matches('.').to_lowercase();
     n.strip_prefix("dualstack.")
@@ -499,6 +513,22 @@ mod tests {
         };
         assemble(&cloud(), Some(read), &mut rd)?;
         Ok(rd.out)
+    }
+
+    /// A record's or association's cloud ID is `ZONE/REST`; one without the '/' is a model
+    /// error naming the task, never a call with an empty name.
+    #[test]
+    fn a_cloud_id_in_a_zone_splits_at_the_first_slash() {
+        let id = ResourceId::new(DNS_RECORD, "api");
+        assert_eq!(
+            in_zone(&id, "Z1/a/b.example.com.", "NAME").ok(),
+            Some(("Z1", "a/b.example.com."))
+        );
+        let e = in_zone(&id, "Z1", "NAME").expect_err("no slash");
+        assert_eq!(
+            e.to_string(),
+            "resource model: DnsRecord/api: cloud ID \"Z1\" is not of the form ZONE/NAME"
+        );
     }
 
     /// An owner record naming this cluster with a kind this version does not know was

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use aws_sdk_route53::types::{AliasTarget, ChangeAction, ResourceRecordSet};
 
 use super::{DnsZone, Head, Kinded, Ref, Task};
-use crate::cloud::aws::dns::{alias_set, change, dns_key, owner_value, submit, txt_set};
+use crate::cloud::aws::dns::{alias_set, change, dns_key, in_zone, owner_value, submit, txt_set};
 use crate::cloud::aws::kinds::{AwsKind, DnsKind, ElbKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
@@ -96,14 +96,7 @@ impl Task for DnsRecord {
 
     /// The owner record and the alias go in one batch, each named exactly as read.
     async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
-        let cid = self.cloud_id()?;
-        // A hosted zone ID has no '/': the first one ends it.
-        let (zone, name) = cid.split_once('/').ok_or_else(|| {
-            CloudError::Model(format!(
-                "{}: cloud ID {cid:?} is not of the form ZONE/NAME",
-                self.id()
-            ))
-        })?;
+        let (zone, name) = in_zone(&self.id(), self.cloud_id()?, "NAME")?;
         // A read record always has its owner's text (it was read through it).
         let txt = self
             .txt

@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 
 use super::{DnsZone, Head, Ref, Task, Vpc};
+use crate::cloud::aws::dns::in_zone;
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -70,14 +71,7 @@ impl Task for DnsZoneVpc {
     /// Already disassociated (`VPCAssociationNotFound`) is success; so is the zone's last
     /// association: a private zone keeps at least one VPC, and the zone is not kprov's to empty.
     async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
-        let cid = self.cloud_id()?;
-        // A hosted zone ID has no '/' (kprov strips `/hostedzone/`): the first one ends it.
-        let (zone, vpc) = cid.split_once('/').ok_or_else(|| {
-            CloudError::Model(format!(
-                "{}: cloud ID {cid:?} is not of the form ZONE/VPC",
-                self.id()
-            ))
-        })?;
+        let (zone, vpc) = in_zone(&self.id(), self.cloud_id()?, "VPC")?;
         let r = c
             .r53
             .disassociate_vpc_from_hosted_zone()

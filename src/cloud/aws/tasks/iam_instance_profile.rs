@@ -71,13 +71,7 @@ impl Task for IamInstanceProfile {
     ) -> Result<(), CloudError> {
         let name = have.cloud_id()?;
         if let Some(old) = &have.role {
-            c.iam
-                .remove_role_from_instance_profile()
-                .instance_profile_name(name)
-                .role_name(old.resolve(ids)?)
-                .send()
-                .await
-                .ctx("RemoveRoleFromInstanceProfile")?;
+            remove_role(c, name, old.resolve(ids)?).await?;
         }
         add_role(c, name, self.desired_role()?.resolve(ids)?).await
     }
@@ -86,13 +80,7 @@ impl Task for IamInstanceProfile {
         let name = self.cloud_id()?;
         if let Some(Ok(role)) = self.role.as_ref().map(|r| r.resolve(ids)) {
             // Already detached by an interrupted run is fine: the delete below decides.
-            let _ = c
-                .iam
-                .remove_role_from_instance_profile()
-                .instance_profile_name(name)
-                .role_name(role)
-                .send()
-                .await;
+            let _ = remove_role(c, name, role).await;
         }
         gone_ok(
             c.iam
@@ -113,6 +101,17 @@ async fn add_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudEr
         .send()
         .await
         .ctx("AddRoleToInstanceProfile")?;
+    Ok(())
+}
+
+async fn remove_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
+    c.iam
+        .remove_role_from_instance_profile()
+        .instance_profile_name(profile)
+        .role_name(role)
+        .send()
+        .await
+        .ctx("RemoveRoleFromInstanceProfile")?;
     Ok(())
 }
 
