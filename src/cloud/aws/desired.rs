@@ -9,11 +9,12 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    ElasticIp, Fields, Head, IamRole, IamRolePolicy, InternetGateway, Kinded, Listener,
-    LoadBalancer, NatGateway, Ref, Route, RouteTable, RouteTarget, Rule, SecurityGroup,
-    SecurityGroupRules, Source, Subnet, TargetGroup, Vpc, VpcDns,
+    DnsRecord, DnsZone, DnsZoneVpc, ElasticIp, Fields, Head, IamInstanceProfile, IamRole,
+    IamRolePolicy, InternetGateway, KeyPair, Kinded, Listener, LoadBalancer, NatGateway,
+    PublicKey, Ref, Route, RouteTable, RouteTarget, Rule, SecurityGroup, SecurityGroupRules,
+    Source, Subnet, TargetGroup, Vpc, VpcDns,
 };
-use crate::cloud::engine::{CloudError, FieldRule, Lifecycle, Resource, ResourceId, Value};
+use crate::cloud::engine::{CloudError, FieldRule, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
 use crate::spec::{InstanceGroupRole, LoadBalancerType, ResolvedCluster, SubnetType, TopologyType};
 
@@ -74,6 +75,22 @@ pub fn iam_name(key: &str, cluster: &str) -> String {
     format!("{body}-{hash}")
 }
 
+/// The owned alias record `name` in the cluster's zone: `record_name` pointing at the load
+/// balancer `lb`.
+fn alias_record(name: &str, record_name: String, lb: &str) -> Resource {
+    DnsRecord {
+        head: Head::owned(name),
+        zone: Ref::named("main"),
+        record_name,
+        record_type: Some("A".to_string()),
+        alias: Some(Ref::named(lb)),
+        txt: None,
+        alias_dns: None,
+        alias_zone: None,
+    }
+    .resource()
+}
+
 pub fn public_key_hash(key: &str) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(key.trim().as_bytes()))
@@ -125,8 +142,6 @@ pub fn desired(
         }
         .resource(),
     );
-    // For the kinds not moved to tasks yet.
-    let vpc_ref = vpc.value();
 
     // An adopted VPC brings its own internet gateway (a VPC can have only one).
     let igw = InternetGateway {
@@ -324,12 +339,13 @@ pub fn desired(
     };
     let public_key = aws.ssh_public_key.as_ref().ok_or_else(no_key)?;
     out.push(
-        Resource::new(KEY_PAIR, "main")
-            .field("keyName", Value::str(&aws.ssh_key_name))
-            .field("publicKeySha256", Value::str(public_key_hash(public_key)))
-            .input("publicKey", public_key.trim())
-            .rule("keyName", FieldRule::Replace)
-            .rule("publicKeySha256", FieldRule::Replace),
+        KeyPair {
+            head: Head::owned("main"),
+            key_name: aws.ssh_key_name.clone(),
+            public_key_sha256: public_key_hash(public_key),
+            public_key: Some(PublicKey(public_key.trim().to_string())),
+        }
+        .resource(),
     );
 
     for role in &roles {
@@ -352,10 +368,12 @@ pub fn desired(
             .resource(),
         );
         out.push(
-            Resource::new(INSTANCE_PROFILE, key)
-                .field("profileName", Value::str(iam_name(key, name)))
-                .field("role", Value::reference(IAM_ROLE, key))
-                .rule("profileName", FieldRule::Immutable),
+            IamInstanceProfile {
+                head: Head::owned(key),
+                profile_name: iam_name(key, name),
+                role: Some(Ref::named(key)),
+            }
+            .resource(),
         );
     }
 
@@ -441,19 +459,22 @@ pub fn desired(
     let private_zone = matches!(aws.dns, ResolvedDns::Private { .. });
     if let Some(zone) = zone.filter(|_| has_lb || has_bastion) {
         out.push(
-            Resource::new(DNS_ZONE, "main")
-                .lifecycle(Lifecycle::ExistsAndValidates)
-                .field("zoneName", Value::str(fqdn(zone)))
-                .field("private", Value::Bool(private_zone)),
+            DnsZone {
+                head: Head::adopted("main", None),
+                zone_name: fqdn(zone),
+                private: private_zone,
+            }
+            .resource(),
         );
         if private_zone {
             // Instances resolve a private zone only from VPCs associated with it.
             out.push(
-                Resource::new(DNS_ZONE_VPC, "main")
-                    .field("zone", Value::reference(DNS_ZONE, "main"))
-                    .field("vpc", vpc_ref.clone())
-                    .rule("zone", FieldRule::Replace)
-                    .rule("vpc", FieldRule::Replace),
+                DnsZoneVpc {
+                    head: Head::owned("main"),
+                    zone: Ref::named("main"),
+                    vpc: vpc.clone(),
+                }
+                .resource(),
             );
         }
     }
@@ -464,14 +485,7 @@ pub fn desired(
                 "{host} is not inside the DNS zone {zone} (spec.topology.bastion.publicName)"
             )));
         }
-        out.push(
-            Resource::new(DNS_RECORD, "bastion")
-                .field("zone", Value::reference(DNS_ZONE, "main"))
-                .field("recordName", Value::str(fqdn(host)))
-                .field("type", Value::str("A"))
-                .field("alias", Value::reference(LOAD_BALANCER, "bastion"))
-                .rule("recordName", FieldRule::Replace),
-        );
+        out.push(alias_record("bastion", fqdn(host), "bastion"));
     }
     if let Some(zone) = zone.filter(|_| has_lb) {
         for (rname, host) in [("api", public_name), ("api-internal", &internal_name)] {
@@ -480,14 +494,7 @@ pub fn desired(
                     "{host} is not inside the DNS zone {zone} (spec.dns.zone)"
                 )));
             }
-            out.push(
-                Resource::new(DNS_RECORD, rname)
-                    .field("zone", Value::reference(DNS_ZONE, "main"))
-                    .field("recordName", Value::str(fqdn(host)))
-                    .field("type", Value::str("A"))
-                    .field("alias", Value::reference(LOAD_BALANCER, "api"))
-                    .rule("recordName", FieldRule::Replace),
-            );
+            out.push(alias_record(rname, fqdn(host), "api"));
         }
     }
 

@@ -10,10 +10,13 @@ use aws_sdk_route53::types::{
 };
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, want_str};
-use crate::cloud::engine::{CloudError, CloudId, IdMap, Lifecycle, Resource, ResourceId, Value};
+use super::tasks::{
+    DnsRecord, DnsZone, DnsZoneVpc, Fields, Head, ListedAssociation, ListedRecord, Task,
+};
+use super::{AwsCloud, Ctx, Reader, want_str};
+use crate::cloud::engine::{CloudError, CloudId, Lifecycle, Resource, ResourceId, Value};
 
-fn owner_value(c: &AwsCloud, id: &ResourceId) -> String {
+pub(super) fn owner_value(c: &AwsCloud, id: &ResourceId) -> String {
     format!(
         "\"heritage=kprov,kprov.dev/cluster={},kprov.dev/id={id}\"",
         c.cluster
@@ -56,7 +59,21 @@ fn zone_id(raw: &str) -> &str {
     raw.trim_start_matches("/hostedzone/")
 }
 
-fn dns_key(name: &str) -> String {
+/// The zone's ID and the rest of `task`'s cloud ID `ZONE/REST` (`what` names the rest). A
+/// hosted zone ID has no '/' (kprov strips `/hostedzone/`): the first one ends it.
+pub(super) fn in_zone<'a>(
+    task: &ResourceId,
+    cloud_id: &'a str,
+    what: &str,
+) -> Result<(&'a str, &'a str), CloudError> {
+    cloud_id.split_once('/').ok_or_else(|| {
+        CloudError::Model(format!(
+            "{task}: cloud ID {cloud_id:?} is not of the form ZONE/{what}"
+        ))
+    })
+}
+
+pub(super) fn dns_key(name: &str) -> String {
     let n = name.trim_end_matches('.').to_lowercase();
     n.strip_prefix("dualstack.")
         .map(str::to_string)
@@ -108,11 +125,13 @@ async fn record_sets(c: &AwsCloud, zone: &str) -> Result<Vec<ResourceRecordSet>,
     }
 }
 
-/// The cluster's zone as Route 53 has it: its ID, whether it is private, the VPCs a private
-/// zone is associated with, a public zone's delegation warning, and its record sets.
-pub(super) struct ZoneRead {
+/// The cluster's zone as Route 53 has it: its name and ID, whether it is private, the VPCs a
+/// private zone is associated with, a public zone's delegation warning, and its record sets.
+pub(crate) struct ZoneRead {
+    /// Fully qualified (the name it was found by).
+    pub(crate) name: String,
     zid: CloudId,
-    is_private: bool,
+    pub(crate) is_private: bool,
     /// A private zone's associated VPC IDs.
     vpcs: Vec<String>,
     delegation: Option<String>,
@@ -173,6 +192,7 @@ pub(super) async fn fetch(
     };
     let (delegation, vpcs, sets) = tokio::try_join!(delegation, vpcs, record_sets(c, &zid))?;
     Ok(Some(ZoneRead {
+        name,
         zid,
         is_private,
         vpcs,
@@ -189,21 +209,21 @@ pub(super) fn assemble(
     let (Some(want), Some(read)) = (rd.desired.iter().find(|r| r.id.kind == DNS_ZONE), read) else {
         return Ok(());
     };
+    let head = Head {
+        name: want.id.name.clone(),
+        lifecycle: Lifecycle::ExistsAndValidates,
+        cloud_id: Some(read.zid.clone()),
+    };
+    let zone = DnsZone::read(head, &read, rd);
+    rd.push(zone.resource());
     let ZoneRead {
+        name,
         zid,
         is_private,
         vpcs,
         delegation,
         sets,
     } = read;
-    let name = want_str(want, "zoneName")?.to_string();
-    rd.push(
-        Resource::new(DNS_ZONE, &want.id.name)
-            .lifecycle(Lifecycle::ExistsAndValidates)
-            .cloud_id(zid.clone())
-            .field("zoneName", Value::str(&name))
-            .field("private", Value::Bool(is_private)),
-    );
     if let Some(w) = delegation {
         rd.warnings.push(w);
     }
@@ -214,34 +234,21 @@ pub(super) fn assemble(
         let Some(id) = set_owner(&c.cluster, txt)? else {
             continue;
         };
-        let mut r = Resource::new(DNS_RECORD, id.name)
-            .cloud_id(zid.join('/', txt.name()))
-            .field("zone", Value::reference(DNS_ZONE, &want.id.name))
-            .field("recordName", Value::str(txt.name()))
-            .field(
-                "txt",
-                Value::str(
-                    txt.resource_records()
-                        .first()
-                        .map(|r| r.value())
-                        // why: a field the cloud left out reads as empty, which the diff shows as a change
-                        .unwrap_or_default(),
-                ),
-            );
-        if let Some(a) = sets
-            .iter()
-            .find(|s| s.name() == txt.name() && s.r#type() == &RrType::A)
-        {
-            r = r.field("type", Value::str("A"));
-            if let Some(t) = a.alias_target() {
-                let key = dns_key(t.dns_name());
-                r = r
-                    .field("alias", rd.r(&key))
-                    .field("aliasDns", Value::str(t.dns_name()))
-                    .field("aliasZone", Value::str(t.hosted_zone_id()));
-            }
-        }
-        rd.push(r);
+        let head = Head {
+            name: id.name,
+            lifecycle: Lifecycle::Sync,
+            cloud_id: Some(zid.join('/', txt.name())),
+        };
+        let listed = ListedRecord {
+            zone: zid.clone(),
+            owner: txt.clone(),
+            a: sets
+                .iter()
+                .find(|s| s.name() == txt.name() && s.r#type() == &RrType::A)
+                .cloned(),
+        };
+        let record = DnsRecord::read(head, &listed, rd);
+        rd.push(record.resource());
     }
     // A name this cluster would write that holds someone else's record: UPSERT would
     // silently take it over, so the plan refuses instead.
@@ -252,7 +259,7 @@ pub(super) fn assemble(
             owned.push(s.name());
         }
     }
-    let zone_name = name.clone();
+    let zone_name = name;
     for want in rd.desired.iter().filter(|r| r.id.kind == DNS_RECORD) {
         let name = want_str(want, "recordName")?;
         if owned.contains(&name) {
@@ -288,67 +295,17 @@ fn association(rd: &mut Reader<'_>, zid: &CloudId, zone_vpcs: &[String]) {
         return;
     };
     if zone_vpcs.iter().any(|v| v.as_str() == vpc_id.as_str()) {
-        let vpc_ref = rd.r(&vpc_id);
-        rd.push(
-            Resource::new(DNS_ZONE_VPC, "main")
-                .lifecycle(lifecycle)
-                .cloud_id(zid.join('/', &vpc_id))
-                .field("zone", Value::reference(DNS_ZONE, "main"))
-                .field("vpc", vpc_ref),
-        );
-    }
-}
-
-pub(super) async fn associate(
-    c: &AwsCloud,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    let zone = cid(ids, want.get("zone"))?.to_string();
-    let vpc = cid(ids, want.get("vpc"))?.to_string();
-    let region = c
-        .r53
-        .config()
-        .region()
-        .map(|r| r.to_string())
-        .ok_or_else(|| {
-            CloudError::Spec(format!(
-                "{}: no AWS region is set to name the VPC's (spec.region or AWS_REGION)",
-                want.id
-            ))
-        })?;
-    c.r53
-        .associate_vpc_with_hosted_zone()
-        .hosted_zone_id(&zone)
-        .vpc(
-            aws_sdk_route53::types::Vpc::builder()
-                .vpc_id(&vpc)
-                .vpc_region(aws_sdk_route53::types::VpcRegion::from(region.as_str()))
-                .build(),
-        )
-        .send()
-        .await
-        .ctx("AssociateVPCWithHostedZone")?;
-    super::id_from(&want.id, "the zone", &zone).map(|z| z.join('/', &vpc))
-}
-
-pub(super) async fn disassociate(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let (zone, vpc) = have
-        .cloud_id
-        .as_deref()
-        .and_then(|s| s.split_once('/'))
-        .ok_or_else(|| CloudError::Model(format!("{}: no zone/vpc", have.id)))?;
-    let r = c
-        .r53
-        .disassociate_vpc_from_hosted_zone()
-        .hosted_zone_id(zone)
-        .vpc(aws_sdk_route53::types::Vpc::builder().vpc_id(vpc).build())
-        .send()
-        .await;
-    match r {
-        // A private zone keeps at least one VPC; the zone is not ours to empty.
-        Err(e) if super::error_code(&e) == Some("LastVPCAssociation") => Ok(()),
-        other => other.ctx("DisassociateVPCFromHostedZone").map(|_| ()),
+        let head = Head {
+            name: "main".to_string(),
+            lifecycle,
+            cloud_id: Some(zid.join('/', &vpc_id)),
+        };
+        let listed = ListedAssociation {
+            zone: zid.clone(),
+            vpc: vpc_id,
+        };
+        let association = DnsZoneVpc::read(head, &listed, rd);
+        rd.push(association.resource());
     }
 }
 
@@ -433,7 +390,7 @@ fn built<T>(r: Result<T, aws_sdk_route53::error::BuildError>) -> Result<T, Cloud
     r.map_err(|e| CloudError::Model(format!("Route53 request: {e}")))
 }
 
-fn txt_set(name: &str, value: &str) -> Result<ResourceRecordSet, CloudError> {
+pub(super) fn txt_set(name: &str, value: &str) -> Result<ResourceRecordSet, CloudError> {
     built(
         ResourceRecordSet::builder()
             .name(name)
@@ -444,7 +401,11 @@ fn txt_set(name: &str, value: &str) -> Result<ResourceRecordSet, CloudError> {
     )
 }
 
-fn alias_set(name: &str, dns: &str, zone: &str) -> Result<ResourceRecordSet, CloudError> {
+pub(super) fn alias_set(
+    name: &str,
+    dns: &str,
+    zone: &str,
+) -> Result<ResourceRecordSet, CloudError> {
     let target = AliasTarget::builder()
         .dns_name(dns)
         .hosted_zone_id(zone)
@@ -459,7 +420,7 @@ fn alias_set(name: &str, dns: &str, zone: &str) -> Result<ResourceRecordSet, Clo
     )
 }
 
-fn change(action: ChangeAction, set: ResourceRecordSet) -> Result<Change, CloudError> {
+pub(super) fn change(action: ChangeAction, set: ResourceRecordSet) -> Result<Change, CloudError> {
     built(
         Change::builder()
             .action(action)
@@ -468,7 +429,11 @@ fn change(action: ChangeAction, set: ResourceRecordSet) -> Result<Change, CloudE
     )
 }
 
-async fn submit(c: &AwsCloud, zone: &str, changes: Vec<Change>) -> Result<(), CloudError> {
+pub(super) async fn submit(
+    c: &AwsCloud,
+    zone: &str,
+    changes: Vec<Change>,
+) -> Result<(), CloudError> {
     let out = c
         .r53
         .change_resource_record_sets()
@@ -499,69 +464,6 @@ async fn submit(c: &AwsCloud, zone: &str, changes: Vec<Change>) -> Result<(), Cl
             .unwrap_or(ChangeStatus::Insync);
     }
     Ok(())
-}
-
-/// Create and update alike: the record and its owner TXT go in one atomic batch.
-pub(super) async fn upsert(
-    c: &AwsCloud,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    let zone = cid(ids, want.get("zone"))?.to_string();
-    let name = want_str(want, "recordName")?;
-    let arn = cid(ids, want.get("alias"))?;
-    let lbs = c
-        .elb
-        .describe_load_balancers()
-        .load_balancer_arns(arn)
-        .send()
-        .await
-        .ctx("DescribeLoadBalancers")?;
-    let lb = lbs.load_balancers().first().ok_or_else(|| {
-        CloudError::not_ready(
-            "DescribeLoadBalancers",
-            format!("load balancer {arn} not found"),
-        )
-    })?;
-    // The alias needs both; a load balancer listed without them is not ready to point at
-    // (retried until the resource deadline, then named), never aliased to an empty name.
-    let (Some(dns_name), Some(lb_zone)) = (
-        lb.dns_name().filter(|s| !s.is_empty()),
-        lb.canonical_hosted_zone_id().filter(|s| !s.is_empty()),
-    ) else {
-        return Err(CloudError::not_ready(
-            "DescribeLoadBalancers",
-            format!(
-                "{}: load balancer {arn} has no DNS name or canonical hosted zone ID yet",
-                want.id
-            ),
-        ));
-    };
-    let alias = alias_set(name, dns_name, lb_zone)?;
-    let owner = txt_set(name, &owner_value(c, &want.id))?;
-    let changes = vec![
-        change(ChangeAction::Upsert, alias)?,
-        change(ChangeAction::Upsert, owner)?,
-    ];
-    submit(c, &zone, changes).await?;
-    super::id_from(&want.id, "the zone", &zone).map(|z| z.join('/', name))
-}
-
-pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let (zone, name) = have
-        .cloud_id
-        .as_deref()
-        .and_then(|s| s.split_once('/'))
-        .ok_or_else(|| CloudError::Model(format!("{}: no zone/name", have.id)))?;
-    let mut changes = vec![change(
-        ChangeAction::Delete,
-        // why: an owner record without text deletes as the empty TXT Route53 then refuses by name
-        txt_set(name, have.get_str("txt").unwrap_or_default())?,
-    )?];
-    if let (Some(dns), Some(z)) = (have.get_str("aliasDns"), have.get_str("aliasZone")) {
-        changes.push(change(ChangeAction::Delete, alias_set(name, dns, z)?)?);
-    }
-    submit(c, zone, changes).await
 }
 
 #[cfg(test)]
@@ -602,6 +504,7 @@ mod tests {
             conflicts: Vec::new(),
         };
         let read = ZoneRead {
+            name: "example.com.".into(),
             zid: CloudId::new("Z1").expect("not empty"),
             is_private: false,
             vpcs: vec![],
@@ -610,6 +513,22 @@ mod tests {
         };
         assemble(&cloud(), Some(read), &mut rd)?;
         Ok(rd.out)
+    }
+
+    /// A record's or association's cloud ID is `ZONE/REST`; one without the '/' is a model
+    /// error naming the task, never a call with an empty name.
+    #[test]
+    fn a_cloud_id_in_a_zone_splits_at_the_first_slash() {
+        let id = ResourceId::new(DNS_RECORD, "api");
+        assert_eq!(
+            in_zone(&id, "Z1/a/b.example.com.", "NAME").ok(),
+            Some(("Z1", "a/b.example.com."))
+        );
+        let e = in_zone(&id, "Z1", "NAME").expect_err("no slash");
+        assert_eq!(
+            e.to_string(),
+            "resource model: DnsRecord/api: cloud ID \"Z1\" is not of the form ZONE/NAME"
+        );
     }
 
     /// An owner record naming this cluster with a kind this version does not know was
@@ -650,5 +569,16 @@ mod tests {
             .find(|r| r.id == ResourceId::new(DNS_RECORD, "api"))
             .expect("the record is read");
         assert_eq!(rec.cloud_id.as_deref(), Some("Z1/api.example.com."));
+        assert_eq!(rec.get("zone"), Some(&Value::reference(DNS_ZONE, "main")));
+
+        // The zone reads as the adopted zone the plan wants, by the name it was found by.
+        let zone = out
+            .iter()
+            .find(|r| r.id == ResourceId::new(DNS_ZONE, "main"))
+            .expect("the zone is read");
+        assert_eq!(zone.lifecycle, Lifecycle::ExistsAndValidates);
+        assert_eq!(zone.cloud_id.as_deref(), Some("Z1"));
+        assert_eq!(zone.get_str("zoneName"), Some("example.com."));
+        assert_eq!(zone.get("private"), Some(&Value::Bool(false)));
     }
 }

@@ -13,20 +13,17 @@ use aws_smithy_types::base64;
 
 use super::kinds::*;
 use super::tasks::{
-    self, ElasticIp, Fields, Head, InternetGateway, NatGateway, RouteTable, SecurityGroup,
+    self, ElasticIp, Fields, Head, InternetGateway, KeyPair, NatGateway, RouteTable, SecurityGroup,
     SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
 };
 use super::{
-    AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, created_id, id_from, id_from_tags, owned_by,
-    want_str,
+    AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, created_id, id_from_tags, owned_by, want_str,
 };
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, IdMap, Kind, Lifecycle, Resource, ResourceId, Value,
 };
 use crate::spec::Cluster;
-
-const TAG_KEY_HASH: &str = "kprov.dev/public-key-sha256";
 
 fn owned(c: &AwsCloud) -> Filter {
     Filter::builder()
@@ -850,17 +847,13 @@ pub(super) fn assemble_key_pairs(
             continue;
         };
         let id = id_from_tags(KEY_PAIR, &name, tag_pairs(k.tags()));
-        let hash = tag_pairs(k.tags())
-            .find(|(t, _)| *t == TAG_KEY_HASH)
-            .map(|(_, v)| v)
-            // why: a key pair without the hash tag reads as none, which the diff shows as a change
-            .unwrap_or_default();
-        rd.push(
-            Resource::new(KEY_PAIR, id.name)
-                .cloud_id(name.clone())
-                .field("keyName", Value::str(name.as_str()))
-                .field("publicKeySha256", Value::str(hash)),
-        );
+        let head = Head {
+            name: id.name,
+            lifecycle: Lifecycle::Sync,
+            cloud_id: Some(name),
+        };
+        let read = KeyPair::read(head, k, rd);
+        rd.push(read.resource());
     }
 }
 
@@ -1336,25 +1329,7 @@ pub(super) async fn create(
         Ec2Kind::RouteTable => tasks::create::<RouteTable>(c, want, ids).await,
         Ec2Kind::SecurityGroup => tasks::create::<SecurityGroup>(c, want, ids).await,
         Ec2Kind::SecurityGroupRules => tasks::create::<SecurityGroupRules>(c, want, ids).await,
-        Ec2Kind::KeyPair => {
-            let key = want.inputs.get("publicKey").cloned().ok_or_else(|| {
-                CloudError::Model(format!("{}: input publicKey is not set", want.id))
-            })?;
-            c.ec2
-                .import_key_pair()
-                .key_name(s("keyName")?)
-                .public_key_material(aws_smithy_types::Blob::new(key.into_bytes()))
-                .tag_specifications(tag_spec(
-                    c,
-                    ResourceType::KeyPair,
-                    id,
-                    &[(TAG_KEY_HASH, &s("publicKeySha256")?)],
-                ))
-                .send()
-                .await
-                .ctx("ImportKeyPair")?;
-            id_from(&want.id, "field keyName", &s("keyName")?)
-        }
+        Ec2Kind::KeyPair => tasks::create::<KeyPair>(c, want, ids).await,
         Ec2Kind::LaunchTemplate => {
             // A new template's only version is 1.
             let written = written_tags(want, ids, 1)?;
@@ -1423,6 +1398,7 @@ pub(super) async fn update(
         Ec2Kind::SecurityGroupRules => {
             tasks::update::<SecurityGroupRules>(c, want, have, changes, ids).await
         }
+        Ec2Kind::KeyPair => tasks::update::<KeyPair>(c, want, have, changes, ids).await,
         Ec2Kind::LaunchTemplate => {
             // Instance groups use `$Latest`: a new complete version is the change.
             let out = c
@@ -1458,15 +1434,6 @@ pub(super) async fn update(
                 .ctx("CreateTags")?;
             Ok(())
         }
-        _ => Err(CloudError::Model(format!(
-            "{}: cannot change {} in place",
-            want.id,
-            changes
-                .iter()
-                .map(|c| c.field.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
     }
 }
 
@@ -1495,14 +1462,7 @@ pub(super) async fn delete(
         Ec2Kind::RouteTable => tasks::delete::<RouteTable>(c, have, ids).await,
         Ec2Kind::SecurityGroup => tasks::delete::<SecurityGroup>(c, have, ids).await,
         Ec2Kind::SecurityGroupRules => tasks::delete::<SecurityGroupRules>(c, have, ids).await,
-        Ec2Kind::KeyPair => gone_ok(
-            c.ec2
-                .delete_key_pair()
-                .key_name(cloud_id)
-                .send()
-                .await
-                .ctx("DeleteKeyPair"),
-        ),
+        Ec2Kind::KeyPair => tasks::delete::<KeyPair>(c, have, ids).await,
         Ec2Kind::LaunchTemplate => gone_ok(
             c.ec2
                 .delete_launch_template()

@@ -2,12 +2,13 @@
 //! Owned objects live under the path `/kprov/CLUSTER/` (ListRoles filters on it) and are named
 //! `ROLE.CLUSTER`.
 
-use super::ec2::gone_ok;
 use super::kinds::*;
-use super::tasks::{self, Fields, Head, IamRole, IamRolePolicy, ListedPolicy, Task};
-use super::{AwsCloud, Ctx, Reader, cid, cloud_id_of, finish_create, want_str};
+use super::tasks::{
+    self, Fields, Head, IamInstanceProfile, IamRole, IamRolePolicy, ListedPolicy, Task,
+};
+use super::{AwsCloud, Ctx, Reader};
 use crate::cloud::engine::{
-    CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
+    CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId,
 };
 
 pub(super) fn path(c: &AwsCloud) -> String {
@@ -142,13 +143,9 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
         let Some(profile_id) = rd.listed(INSTANCE_PROFILE, Some(name)) else {
             continue;
         };
-        let mut r = Resource::new(INSTANCE_PROFILE, key(c, name))
-            .cloud_id(profile_id)
-            .field("profileName", Value::str(name));
-        if let Some(role) = p.roles().first() {
-            r = r.field("role", rd.r(role.role_name()));
-        }
-        rd.push(r);
+        let head = owned_head(key(c, name), profile_id);
+        let read = IamInstanceProfile::read(head, p, rd);
+        rd.push(read.resource());
     }
 }
 
@@ -175,40 +172,6 @@ pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<aws_sdk_iam::types::Tag
         .collect()
 }
 
-async fn add_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
-    c.iam
-        .add_role_to_instance_profile()
-        .instance_profile_name(profile)
-        .role_name(role)
-        .send()
-        .await
-        .ctx("AddRoleToInstanceProfile")?;
-    Ok(())
-}
-
-/// The instance profile as IAM shows it, with `role` in it; a "not found (yet)" otherwise.
-async fn profile_ready(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
-    let out = c
-        .iam
-        .get_instance_profile()
-        .instance_profile_name(profile)
-        .send()
-        .await
-        .ctx("GetInstanceProfile")?;
-    let has_role = out
-        .instance_profile()
-        .is_some_and(|p| p.roles().iter().any(|r| r.role_name() == role));
-    if has_role {
-        Ok(())
-    } else {
-        Err(CloudError::verdict(
-            "GetInstanceProfile",
-            crate::cloud::engine::ErrorClass::NotFound,
-            format!("instance profile {profile} does not show role {role} yet"),
-        ))
-    }
-}
-
 pub(super) async fn create(
     c: &AwsCloud,
     kind: IamKind,
@@ -218,23 +181,7 @@ pub(super) async fn create(
     match kind {
         IamKind::Role => tasks::create::<IamRole>(c, want, ids).await,
         IamKind::RolePolicy => tasks::create::<IamRolePolicy>(c, want, ids).await,
-        IamKind::InstanceProfile => {
-            let name = want_str(want, "profileName")?;
-            c.iam
-                .create_instance_profile()
-                .instance_profile_name(name)
-                .path(path(c))
-                .set_tags(Some(tags(c, &want.id)))
-                .send()
-                .await
-                .ctx("CreateInstanceProfile")?;
-            let role = cid(ids, want.get("role"))?;
-            finish_create(|| add_role(c, name, role)).await?;
-            // Done only once IAM shows the profile with its role (the `InstanceProfileExists`
-            // waiter): launch templates and groups naming it come next.
-            finish_create(|| profile_ready(c, name, role)).await?;
-            super::id_from(&want.id, "field profileName", name)
-        }
+        IamKind::InstanceProfile => tasks::create::<IamInstanceProfile>(c, want, ids).await,
     }
 }
 
@@ -250,17 +197,7 @@ pub(super) async fn update(
         IamKind::Role => tasks::update::<IamRole>(c, want, have, changes, ids).await,
         IamKind::RolePolicy => tasks::update::<IamRolePolicy>(c, want, have, changes, ids).await,
         IamKind::InstanceProfile => {
-            let name = cloud_id_of(have)?;
-            if let Some(old) = have.get("role") {
-                c.iam
-                    .remove_role_from_instance_profile()
-                    .instance_profile_name(name)
-                    .role_name(cid(ids, Some(old))?)
-                    .send()
-                    .await
-                    .ctx("RemoveRoleFromInstanceProfile")?;
-            }
-            add_role(c, name, cid(ids, want.get("role"))?).await
+            tasks::update::<IamInstanceProfile>(c, want, have, changes, ids).await
         }
     }
 }
@@ -274,26 +211,6 @@ pub(super) async fn delete(
     match kind {
         IamKind::Role => tasks::delete::<IamRole>(c, have, ids).await,
         IamKind::RolePolicy => tasks::delete::<IamRolePolicy>(c, have, ids).await,
-        IamKind::InstanceProfile => {
-            let name = cloud_id_of(have)?;
-            if let Ok(role) = cid(ids, have.get("role")) {
-                // Already detached by an interrupted run is fine: the delete below decides.
-                let _ = c
-                    .iam
-                    .remove_role_from_instance_profile()
-                    .instance_profile_name(name)
-                    .role_name(role)
-                    .send()
-                    .await;
-            }
-            gone_ok(
-                c.iam
-                    .delete_instance_profile()
-                    .instance_profile_name(name)
-                    .send()
-                    .await
-                    .ctx("DeleteInstanceProfile"),
-            )
-        }
+        IamKind::InstanceProfile => tasks::delete::<IamInstanceProfile>(c, have, ids).await,
     }
 }

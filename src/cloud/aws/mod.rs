@@ -44,7 +44,7 @@ use crate::spec::ResolvedCluster;
 use crate::spec::resolve::{Access, AwsPart, GroupPlacement, ImageRef, ResolvedGroup};
 use images::{ImagePins, PinnedImage};
 use kinds::*;
-use tasks::{Fields, SecurityGroupRules};
+use tasks::{DnsRecord, DnsZone, DnsZoneVpc, Fields, SecurityGroupRules};
 
 pub const TAG_ID: &str = "kprov.dev/id";
 /// The name prefix of resources that carry this cluster's ownership tag but no kprov
@@ -737,17 +737,13 @@ impl Provider for AwsCloud {
             AwsKind::AutoScalingGroup => asg::create(self, want, ids).await,
             AwsKind::Elb(k) => elb::create(self, k, want, ids).await,
             AwsKind::Iam(k) => iam::create(self, k, want, ids).await,
-            AwsKind::Dns(DnsKind::Record) => dns::upsert(self, want, ids).await,
-            AwsKind::Dns(DnsKind::ZoneVpc) => dns::associate(self, want, ids).await,
-            // Adopted only (the zone), someone else's (a Classic ELB) or its group's (an
-            // instance): never made here.
-            k
-            @ (AwsKind::Dns(DnsKind::Zone) | AwsKind::ClassicLoadBalancer | AwsKind::Instance) => {
-                Err(CloudError::Model(format!(
-                    "{}: kprov does not create a {k}",
-                    want.id
-                )))
-            }
+            AwsKind::Dns(DnsKind::Zone) => tasks::create::<DnsZone>(self, want, ids).await,
+            AwsKind::Dns(DnsKind::Record) => tasks::create::<DnsRecord>(self, want, ids).await,
+            AwsKind::Dns(DnsKind::ZoneVpc) => tasks::create::<DnsZoneVpc>(self, want, ids).await,
+            // Someone else's (a Classic ELB) or its group's (an instance): never made here.
+            k @ (AwsKind::ClassicLoadBalancer | AwsKind::Instance) => Err(CloudError::Model(
+                format!("{}: kprov does not create a {k}", want.id),
+            )),
         }
     }
 
@@ -763,13 +759,18 @@ impl Provider for AwsCloud {
             AwsKind::AutoScalingGroup => asg::update(self, want, have, changes, ids).await,
             AwsKind::Elb(k) => elb::update(self, k, want, have, changes, ids).await,
             AwsKind::Iam(k) => iam::update(self, k, want, have, changes, ids).await,
-            AwsKind::Dns(DnsKind::Record) => dns::upsert(self, want, ids).await.map(|_| ()),
-            k @ (AwsKind::Dns(DnsKind::Zone | DnsKind::ZoneVpc)
-            | AwsKind::ClassicLoadBalancer
-            | AwsKind::Instance) => Err(CloudError::Model(format!(
-                "{}: kprov does not change a {k} in place",
-                want.id
-            ))),
+            AwsKind::Dns(DnsKind::Zone) => {
+                tasks::update::<DnsZone>(self, want, have, changes, ids).await
+            }
+            AwsKind::Dns(DnsKind::Record) => {
+                tasks::update::<DnsRecord>(self, want, have, changes, ids).await
+            }
+            AwsKind::Dns(DnsKind::ZoneVpc) => {
+                tasks::update::<DnsZoneVpc>(self, want, have, changes, ids).await
+            }
+            k @ (AwsKind::ClassicLoadBalancer | AwsKind::Instance) => Err(CloudError::Model(
+                format!("{}: kprov does not change a {k} in place", want.id),
+            )),
         }
     }
 
@@ -782,13 +783,9 @@ impl Provider for AwsCloud {
                 tasks::delete::<tasks::ClassicLoadBalancer>(self, have, ids).await
             }
             AwsKind::Iam(k) => iam::delete(self, k, have, ids).await,
-            AwsKind::Dns(DnsKind::Record) => dns::delete(self, have).await,
-            AwsKind::Dns(DnsKind::ZoneVpc) => dns::disassociate(self, have).await,
-            // Adopted (ExistsAndValidates): the engine never deletes it.
-            AwsKind::Dns(DnsKind::Zone) => Err(CloudError::Model(format!(
-                "{}: kprov does not delete a DNS zone",
-                have.id
-            ))),
+            AwsKind::Dns(DnsKind::Zone) => tasks::delete::<DnsZone>(self, have, ids).await,
+            AwsKind::Dns(DnsKind::Record) => tasks::delete::<DnsRecord>(self, have, ids).await,
+            AwsKind::Dns(DnsKind::ZoneVpc) => tasks::delete::<DnsZoneVpc>(self, have, ids).await,
             // Never read as a resource: its group ends it.
             AwsKind::Instance => Err(CloudError::Model(format!(
                 "{}: an instance is deleted with its Auto Scaling group",

@@ -12,14 +12,15 @@
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
 //! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
-//! the IAM role and its policy ([`IamRole`], [`IamRolePolicy`]), and the network load
-//! balancer with its target group and listener ([`LoadBalancer`], [`TargetGroup`],
-//! [`Listener`]); the Classic ELBs the cloud-controller-manager makes are read and deleted as
-//! [`ClassicLoadBalancer`].
+//! the key pair ([`KeyPair`], its key an input the diff never sees), the IAM role, its policy
+//! and its instance profile ([`IamRole`], [`IamRolePolicy`], [`IamInstanceProfile`]), the
+//! Route 53 kinds ([`DnsZone`], [`DnsRecord`], [`DnsZoneVpc`]; the owner TXT records that prove
+//! a record is the cluster's stay in `dns.rs`), and the network load balancer with its target
+//! group and listener ([`LoadBalancer`], [`TargetGroup`], [`Listener`]); the Classic ELBs the
+//! cloud-controller-manager makes are read and deleted as [`ClassicLoadBalancer`].
 //! The other kinds are still field maps built in `desired.rs` and served by their service's
-//! file (`ec2.rs`, `iam.rs`, `dns.rs`, `asg.rs`); a typed reference to one
-//! of them would use a marker type here (an uninhabited enum implementing [`Kinded`]) until it
-//! moves.
+//! file (`ec2.rs`, `asg.rs`); a typed reference to one of them uses a marker type (an
+//! uninhabited enum implementing [`Kinded`]) until it moves.
 
 /// Declares a task whose typed fields each map to one field of the engine's resource: the
 /// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]) and its
@@ -80,12 +81,17 @@ macro_rules! task {
 }
 
 mod classic_load_balancer;
+mod dns_record;
+mod dns_zone;
+mod dns_zone_vpc;
 mod elastic_ip;
+mod iam_instance_profile;
 mod iam_role;
 mod iam_role_policy;
 mod internet_gateway;
 mod listener;
 mod load_balancer;
+mod key_pair;
 mod nat_gateway;
 mod route_table;
 mod security_group;
@@ -100,12 +106,17 @@ use std::marker::PhantomData;
 use async_trait::async_trait;
 
 pub(crate) use classic_load_balancer::ClassicLoadBalancer;
+pub(crate) use dns_record::{DnsRecord, ListedRecord};
+pub(crate) use dns_zone::DnsZone;
+pub(crate) use dns_zone_vpc::{DnsZoneVpc, ListedAssociation};
 pub(crate) use elastic_ip::ElasticIp;
+pub(crate) use iam_instance_profile::IamInstanceProfile;
 pub(crate) use iam_role::IamRole;
 pub(crate) use iam_role_policy::{IamRolePolicy, ListedPolicy};
 pub(crate) use internet_gateway::InternetGateway;
 pub(crate) use listener::{ListedListener, Listener};
 pub(crate) use load_balancer::LoadBalancer;
+pub(crate) use key_pair::{KeyPair, PublicKey};
 pub(crate) use nat_gateway::NatGateway;
 pub(crate) use route_table::{Route, RouteTable, RouteTarget};
 pub(crate) use security_group::SecurityGroup;

@@ -1144,3 +1144,314 @@ fn a_classic_load_balancer_is_the_field_map_it_was() {
     );
     assert_eq!(bare.vpc, Ref::cloud(""));
 }
+
+/// The zone is adopted (no rules: the plan refuses any difference); its private association
+/// is replaced, never changed; both are the field maps the diff always compared, decoded back.
+/// Read, the association names the zone and VPC the reader knows; a VPC it does not know
+/// shows as its ID.
+#[test]
+fn a_dns_zone_and_its_vpc_association_are_the_field_maps_they_were() {
+    use crate::cloud::aws::kinds::{DNS_ZONE, DNS_ZONE_VPC};
+
+    let zone = DnsZone {
+        head: Head::adopted("main", None),
+        zone_name: "example.com.".into(),
+        private: true,
+    };
+    let r = zone.resource();
+    assert_eq!(
+        r,
+        Resource::new(DNS_ZONE, "main")
+            .lifecycle(Lifecycle::ExistsAndValidates)
+            .field("zoneName", Value::str("example.com."))
+            .field("private", Value::Bool(true))
+    );
+    assert_eq!(DnsZone::from_resource(&r).expect("decodes"), zone);
+    let e = DnsZone::from_resource(&r.clone().field("private", Value::str("yes")))
+        .expect_err("not a bool");
+    assert_eq!(
+        e.to_string(),
+        "resource model: DnsZone/main: field private is not set"
+    );
+
+    let assoc = DnsZoneVpc {
+        head: Head::owned("main"),
+        zone: Ref::named("main"),
+        vpc: Ref::named("main"),
+    };
+    let r = assoc.resource();
+    assert_eq!(
+        r,
+        Resource::new(DNS_ZONE_VPC, "main")
+            .field("zone", Value::reference(DNS_ZONE, "main"))
+            .field("vpc", Value::reference(VPC, "main"))
+            .rule("zone", FieldRule::Replace)
+            .rule("vpc", FieldRule::Replace)
+    );
+    assert_eq!(DnsZoneVpc::from_resource(&r).expect("decodes"), assoc);
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["DnsZone/main", "Vpc/main"]);
+    let e = DnsZoneVpc::from_resource(&r.clone().field("zone", Value::reference(VPC, "main")))
+        .expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: DnsZoneVpcAssociation/main: field zone: expected a reference to a \
+         DnsZone, found Vpc/main"
+    );
+
+    let rd = reader(&[
+        ("Z1", ResourceId::new(DNS_ZONE, "main")),
+        ("vpc-1", ResourceId::new(VPC, "main")),
+    ]);
+    let head = Head {
+        name: "main".into(),
+        lifecycle: Lifecycle::ExistsAndValidates,
+        cloud_id: Some(cid("Z1/vpc-1")),
+    };
+    let listed = ListedAssociation {
+        zone: cid("Z1"),
+        vpc: cid("vpc-1"),
+    };
+    let read = DnsZoneVpc::read(head.clone(), &listed, &rd);
+    assert_eq!(read, DnsZoneVpc { head, ..assoc });
+    let foreign = DnsZoneVpc::read(
+        Head::owned("main"),
+        &ListedAssociation {
+            zone: cid("Z1"),
+            vpc: cid("vpc-9"),
+        },
+        &rd,
+    );
+    assert_eq!(foreign.vpc, Ref::cloud("vpc-9"));
+}
+
+/// An API or bastion record: the field map the diff always compared (a new name replaces the
+/// record), decoded back; the alias must be a load balancer. Read, its owner record's text and
+/// the alias target come along for the delete, which names both exactly; the alias names the
+/// load balancer the reader knows by DNS name (with or without `dualstack.`). An owner record
+/// whose A record is gone reads without type or alias: a change the plan makes.
+#[test]
+fn a_dns_record_is_the_field_map_it_was() {
+    use crate::cloud::aws::dns::{alias_set, txt_set};
+    use crate::cloud::aws::kinds::{DNS_RECORD, DNS_ZONE, LOAD_BALANCER};
+
+    let record = DnsRecord {
+        head: Head::owned("api"),
+        zone: Ref::named("main"),
+        record_name: "api.example.com.".into(),
+        record_type: Some("A".into()),
+        alias: Some(Ref::named("api")),
+        txt: None,
+        alias_dns: None,
+        alias_zone: None,
+    };
+    let r = record.resource();
+    assert_eq!(
+        r,
+        Resource::new(DNS_RECORD, "api")
+            .field("zone", Value::reference(DNS_ZONE, "main"))
+            .field("recordName", Value::str("api.example.com."))
+            .field("type", Value::str("A"))
+            .field("alias", Value::reference(LOAD_BALANCER, "api"))
+            .rule("recordName", FieldRule::Replace)
+    );
+    assert_eq!(DnsRecord::from_resource(&r).expect("decodes"), record);
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["DnsZone/main", "LoadBalancer/api"]);
+
+    let mut missing = r.clone();
+    missing.fields.remove("recordName");
+    assert_eq!(
+        DnsRecord::from_resource(&missing)
+            .expect_err("no name")
+            .to_string(),
+        "resource model: DnsRecord/api: field recordName is not set"
+    );
+    let e = DnsRecord::from_resource(&r.clone().field("alias", Value::reference(VPC, "main")))
+        .expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: DnsRecord/api: field alias: expected a reference to a LoadBalancer, \
+         found Vpc/main"
+    );
+
+    let rd = reader(&[
+        ("Z1", ResourceId::new(DNS_ZONE, "main")),
+        (
+            "api-1.elb.us-east-1.amazonaws.com",
+            ResourceId::new(LOAD_BALANCER, "api"),
+        ),
+    ]);
+    let owner = "\"heritage=kprov,kprov.dev/cluster=c,kprov.dev/id=DnsRecord/api\"";
+    let head = Head {
+        name: "api".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("Z1/api.example.com.")),
+    };
+    let listed = ListedRecord {
+        zone: cid("Z1"),
+        owner: txt_set("api.example.com.", owner).expect("a TXT set"),
+        a: Some(
+            alias_set(
+                "api.example.com.",
+                "dualstack.API-1.elb.us-east-1.amazonaws.com.",
+                "Z35",
+            )
+            .expect("an alias set"),
+        ),
+    };
+    let read = DnsRecord::read(head.clone(), &listed, &rd);
+    assert_eq!(
+        read,
+        DnsRecord {
+            head: head.clone(),
+            txt: Some(owner.into()),
+            alias_dns: Some("dualstack.API-1.elb.us-east-1.amazonaws.com.".into()),
+            alias_zone: Some("Z35".into()),
+            ..record.clone()
+        }
+    );
+    // What the read carries for the delete survives the engine's resource.
+    assert_eq!(
+        DnsRecord::from_resource(&read.resource()).expect("decodes"),
+        read
+    );
+
+    let orphan = DnsRecord::read(head, &ListedRecord { a: None, ..listed }, &rd);
+    assert_eq!((orphan.record_type, orphan.alias), (None, None));
+    assert_eq!(orphan.txt.as_deref(), Some(owner));
+}
+
+/// The key pair: its name and the key's hash are the compared fields (a new one of either is
+/// a new key pair); the key itself is an input apply gets back and the diff never sees, and
+/// the task never shows it. Read, the hash comes from its tag (none reads as empty, a change).
+#[test]
+fn a_key_pair_is_the_field_map_it_was_and_never_shows_its_key() {
+    use crate::cloud::aws::kinds::KEY_PAIR;
+
+    let material = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKprovSecretish ops@example";
+    let key = KeyPair {
+        head: Head::owned("main"),
+        key_name: "ops key".into(),
+        public_key_sha256: "ab12".into(),
+        public_key: Some(PublicKey(material.into())),
+    };
+    let r = key.resource();
+    assert_eq!(
+        r,
+        Resource::new(KEY_PAIR, "main")
+            .field("keyName", Value::str("ops key"))
+            .field("publicKeySha256", Value::str("ab12"))
+            .input("publicKey", material)
+            .rule("keyName", FieldRule::Replace)
+            .rule("publicKeySha256", FieldRule::Replace)
+    );
+    assert!(r.fields.values().all(|v| !v.to_string().contains("AAAA")));
+    assert_eq!(KeyPair::from_resource(&r).expect("decodes"), key);
+    assert!(!format!("{key:?}").contains("AAAA"), "{key:?}");
+
+    let mut missing = r.clone();
+    missing.fields.remove("publicKeySha256");
+    assert_eq!(
+        KeyPair::from_resource(&missing)
+            .expect_err("no hash")
+            .to_string(),
+        "resource model: KeyPair/main: field publicKeySha256 is not set"
+    );
+
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    let listed = aws_sdk_ec2::types::KeyPairInfo::builder()
+        .key_name("ops key")
+        .tags(tag("kprov.dev/public-key-sha256", "ab12"))
+        .tags(tag("kprov.dev/id", "KeyPair/main"))
+        .build();
+    let head = Head {
+        name: "main".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("ops key")),
+    };
+    let rd = reader(&[]);
+    let read = KeyPair::read(head.clone(), &listed, &rd);
+    assert_eq!(
+        read,
+        KeyPair {
+            head: head.clone(),
+            public_key: None,
+            ..key
+        }
+    );
+    assert!(read.resource().inputs.is_empty());
+    let untagged = aws_sdk_ec2::types::KeyPairInfo::builder()
+        .key_name("ops key")
+        .build();
+    assert_eq!(KeyPair::read(head, &untagged, &rd).public_key_sha256, "");
+}
+
+/// An instance profile: its name fixed once made, its role a reference to the role task;
+/// read, the role IAM lists in it is the role the reader knows, or its name; a profile
+/// holding no role reads without one.
+#[test]
+fn an_instance_profile_is_the_field_map_it_was() {
+    let profile = IamInstanceProfile {
+        head: Head::owned("nodes"),
+        profile_name: "nodes.c.example.com".into(),
+        role: Some(Ref::named("nodes")),
+    };
+    let r = profile.resource();
+    assert_eq!(
+        r,
+        Resource::new(INSTANCE_PROFILE, "nodes")
+            .field("profileName", Value::str("nodes.c.example.com"))
+            .field("role", Value::reference(IAM_ROLE, "nodes"))
+            .rule("profileName", FieldRule::Immutable)
+    );
+    assert_eq!(
+        IamInstanceProfile::from_resource(&r).expect("decodes"),
+        profile
+    );
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(deps, ["IamRole/nodes"]);
+    let e = IamInstanceProfile::from_resource(
+        &r.clone()
+            .field("role", Value::reference(IAM_ROLE_POLICY, "nodes")),
+    )
+    .expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: IamInstanceProfile/nodes: field role: expected a reference to a \
+         IamRole, found IamRolePolicy/nodes"
+    );
+
+    let listed = |roles: &[&str]| {
+        aws_sdk_iam::types::InstanceProfile::builder()
+            .path("/kprov/c.example.com/")
+            .instance_profile_name("nodes.c.example.com")
+            .instance_profile_id("AIPA1")
+            .arn("arn:aws:iam::1:instance-profile/kprov/c.example.com/nodes.c.example.com")
+            .create_date(aws_smithy_types::DateTime::from_secs(0))
+            .set_roles(Some(
+                roles.iter().map(|n| iam_role(n, Some("%7B%7D"))).collect(),
+            ))
+            .build()
+            .expect("a test profile has every required field")
+    };
+    let rd = reader(&[("nodes.c.example.com", ResourceId::new(IAM_ROLE, "nodes"))]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("nodes.c.example.com")),
+    };
+    let read = IamInstanceProfile::read(head.clone(), &listed(&["nodes.c.example.com"]), &rd);
+    assert_eq!(
+        read,
+        IamInstanceProfile {
+            head: head.clone(),
+            ..profile
+        }
+    );
+    let foreign = IamInstanceProfile::read(head.clone(), &listed(&["other"]), &rd);
+    assert_eq!(foreign.role, Some(Ref::cloud("other")));
+    let empty = IamInstanceProfile::read(head, &listed(&[]), &rd);
+    assert_eq!(empty.role, None);
+    assert_eq!(empty.resource().get("role"), None);
+}

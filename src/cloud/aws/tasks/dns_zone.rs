@@ -1,0 +1,49 @@
+//! The cluster's Route 53 zone (`spec.dns.zone`): adopted by name, never made, changed or
+//! deleted by kprov; the plan checks it exists and is as private as the spec says.
+
+use async_trait::async_trait;
+
+use super::{Head, Kinded, Task};
+use crate::cloud::aws::dns::ZoneRead;
+use crate::cloud::aws::kinds::{AwsKind, DnsKind};
+use crate::cloud::aws::{AwsCloud, Reader};
+use crate::cloud::engine::{CloudError, CloudId, IdMap};
+
+const ZONE_NAME: &str = "zoneName";
+const PRIVATE: &str = "private";
+
+task! {
+    struct DnsZone: AwsKind::Dns(DnsKind::Zone);
+    /// Fully qualified, with its trailing dot (as Route 53 lists it).
+    zone_name: String = ZONE_NAME;
+    private: bool = PRIVATE;
+}
+
+#[async_trait]
+impl Task for DnsZone {
+    type Listed = ZoneRead;
+
+    fn read(head: Head, z: &Self::Listed, _: &Reader<'_>) -> Self {
+        DnsZone {
+            head,
+            zone_name: z.name.clone(),
+            private: z.is_private,
+        }
+    }
+
+    async fn create(&self, _: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+        Err(CloudError::Model(format!(
+            "{}: kprov does not create a {}",
+            self.id(),
+            Self::KIND
+        )))
+    }
+
+    /// Adopted (ExistsAndValidates): the engine never deletes it.
+    async fn delete(&self, _: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        Err(CloudError::Model(format!(
+            "{}: kprov does not delete a DNS zone",
+            self.id()
+        )))
+    }
+}

@@ -1,0 +1,88 @@
+//! A private zone's association with the cluster's VPC: instances resolve a private zone only
+//! from VPCs associated with it. Route 53 has no ID for it; kprov's is `ZONE/VPC`. Only one
+//! with a VPC kprov owns is owned: one with an adopted VPC is that VPC's owner's and is never
+//! removed.
+
+use async_trait::async_trait;
+
+use super::{DnsZone, Head, Ref, Task, Vpc};
+use crate::cloud::aws::dns::in_zone;
+use crate::cloud::aws::ec2::gone_ok;
+use crate::cloud::aws::kinds::{AwsKind, DnsKind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
+use crate::cloud::engine::{CloudError, CloudId, IdMap};
+
+const ZONE: &str = "zone";
+const VPC: &str = "vpc";
+
+task! {
+    struct DnsZoneVpc: AwsKind::Dns(DnsKind::ZoneVpc);
+    zone: Ref<DnsZone> = ZONE, Replace;
+    vpc: Ref<Vpc> = VPC, Replace;
+}
+
+/// An association the read found: the zone's ID and the VPC's.
+pub(crate) struct ListedAssociation {
+    pub(crate) zone: CloudId,
+    pub(crate) vpc: CloudId,
+}
+
+#[async_trait]
+impl Task for DnsZoneVpc {
+    type Listed = ListedAssociation;
+
+    fn read(head: Head, a: &Self::Listed, rd: &Reader<'_>) -> Self {
+        DnsZoneVpc {
+            head,
+            zone: Ref::read(rd, &a.zone),
+            vpc: Ref::read(rd, &a.vpc),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let zone = self.zone.resolve(ids)?;
+        let vpc = self.vpc.resolve(ids)?;
+        let region = c
+            .r53
+            .config()
+            .region()
+            .map(|r| r.to_string())
+            .ok_or_else(|| {
+                CloudError::Spec(format!(
+                    "{}: no AWS region is set to name the VPC's (spec.region or AWS_REGION)",
+                    self.id()
+                ))
+            })?;
+        c.r53
+            .associate_vpc_with_hosted_zone()
+            .hosted_zone_id(zone)
+            .vpc(
+                aws_sdk_route53::types::Vpc::builder()
+                    .vpc_id(vpc)
+                    .vpc_region(aws_sdk_route53::types::VpcRegion::from(region.as_str()))
+                    .build(),
+            )
+            .send()
+            .await
+            .ctx("AssociateVPCWithHostedZone")?;
+        id_from(&self.id(), "the zone", zone).map(|z| z.join('/', vpc))
+    }
+
+    /// Already disassociated (`VPCAssociationNotFound`) is success; so is the zone's last
+    /// association: a private zone keeps at least one VPC, and the zone is not kprov's to empty.
+    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+        let (zone, vpc) = in_zone(&self.id(), self.cloud_id()?, "VPC")?;
+        let r = c
+            .r53
+            .disassociate_vpc_from_hosted_zone()
+            .hosted_zone_id(zone)
+            .vpc(aws_sdk_route53::types::Vpc::builder().vpc_id(vpc).build())
+            .send()
+            .await
+            .ctx("DisassociateVPCFromHostedZone");
+        match r {
+            Err(e) if e.code() == Some("LastVPCAssociation") => Ok(()),
+            other => gone_ok(other),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! An instance-group role's instance profile (named as its role, under the cluster's path):
+//! what a launch template names to give instances the role. Its name is fixed once made; its
+//! role is swapped in place.
+
+use async_trait::async_trait;
+
+use super::{Head, IamRole, Ref, Task};
+use crate::cloud::aws::ec2::gone_ok;
+use crate::cloud::aws::iam::{path, tags};
+use crate::cloud::aws::kinds::{AwsKind, IamKind};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create, id_from};
+use crate::cloud::engine::{CloudError, CloudId, ErrorClass, FieldChange, IdMap};
+
+const PROFILE_NAME: &str = "profileName";
+const ROLE: &str = "role";
+
+task! {
+    struct IamInstanceProfile: AwsKind::Iam(IamKind::InstanceProfile);
+    /// Also its cloud ID: IAM names a profile by its name.
+    profile_name: String = PROFILE_NAME, Immutable;
+    /// Always on the desired profile; a read one may hold none (IAM allows at most one).
+    role: Option<Ref<IamRole>> = ROLE;
+}
+
+impl IamInstanceProfile {
+    fn desired_role(&self) -> Result<&Ref<IamRole>, CloudError> {
+        self.role
+            .as_ref()
+            .ok_or_else(|| CloudError::Model(format!("{}: field {ROLE} is not set", self.id())))
+    }
+}
+
+#[async_trait]
+impl Task for IamInstanceProfile {
+    type Listed = aws_sdk_iam::types::InstanceProfile;
+
+    fn read(head: Head, p: &Self::Listed, rd: &Reader<'_>) -> Self {
+        IamInstanceProfile {
+            head,
+            profile_name: p.instance_profile_name().to_string(),
+            role: p.roles().first().map(|r| Ref::read(rd, r.role_name())),
+        }
+    }
+
+    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+        let id = self.id();
+        let name = &self.profile_name;
+        c.iam
+            .create_instance_profile()
+            .instance_profile_name(name)
+            .path(path(c))
+            .set_tags(Some(tags(c, &id)))
+            .send()
+            .await
+            .ctx("CreateInstanceProfile")?;
+        let role = self.desired_role()?.resolve(ids)?;
+        finish_create(|| add_role(c, name, role)).await?;
+        // Done only once IAM shows the profile with its role (the `InstanceProfileExists`
+        // waiter): launch templates and groups naming it come next.
+        finish_create(|| profile_ready(c, name, role)).await?;
+        id_from(&id, "field profileName", name)
+    }
+
+    /// A new role: the old one out, the new one in (a profile holds one).
+    async fn update(
+        &self,
+        have: &Self,
+        _: &[FieldChange],
+        c: &AwsCloud,
+        ids: &IdMap,
+    ) -> Result<(), CloudError> {
+        let name = have.cloud_id()?;
+        if let Some(old) = &have.role {
+            remove_role(c, name, old.resolve(ids)?).await?;
+        }
+        add_role(c, name, self.desired_role()?.resolve(ids)?).await
+    }
+
+    async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError> {
+        let name = self.cloud_id()?;
+        if let Some(Ok(role)) = self.role.as_ref().map(|r| r.resolve(ids)) {
+            // Already detached by an interrupted run is fine: the delete below decides.
+            let _ = remove_role(c, name, role).await;
+        }
+        gone_ok(
+            c.iam
+                .delete_instance_profile()
+                .instance_profile_name(name)
+                .send()
+                .await
+                .ctx("DeleteInstanceProfile"),
+        )
+    }
+}
+
+async fn add_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
+    c.iam
+        .add_role_to_instance_profile()
+        .instance_profile_name(profile)
+        .role_name(role)
+        .send()
+        .await
+        .ctx("AddRoleToInstanceProfile")?;
+    Ok(())
+}
+
+async fn remove_role(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
+    c.iam
+        .remove_role_from_instance_profile()
+        .instance_profile_name(profile)
+        .role_name(role)
+        .send()
+        .await
+        .ctx("RemoveRoleFromInstanceProfile")?;
+    Ok(())
+}
+
+/// The instance profile as IAM shows it, with `role` in it; a "not found (yet)" otherwise.
+async fn profile_ready(c: &AwsCloud, profile: &str, role: &str) -> Result<(), CloudError> {
+    let out = c
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(profile)
+        .send()
+        .await
+        .ctx("GetInstanceProfile")?;
+    let has_role = out
+        .instance_profile()
+        .is_some_and(|p| p.roles().iter().any(|r| r.role_name() == role));
+    if has_role {
+        Ok(())
+    } else {
+        Err(CloudError::verdict(
+            "GetInstanceProfile",
+            ErrorClass::NotFound,
+            format!("instance profile {profile} does not show role {role} yet"),
+        ))
+    }
+}
