@@ -12,7 +12,7 @@
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
 //! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
-//! and the IAM role and its policy ([`IamRole`], [`IamRolePolicy`]).
+//! the [`LaunchTemplate`], and the IAM role and its policy ([`IamRole`], [`IamRolePolicy`]).
 //! The other kinds are still field maps built in `desired.rs` and served by their service's
 //! file (`ec2.rs`, `elb.rs`, `iam.rs`, `dns.rs`, `asg.rs`, `clb.rs`); a typed reference to one
 //! of them would use a marker type here (an uninhabited enum implementing [`Kinded`]) until it
@@ -80,6 +80,7 @@ mod elastic_ip;
 mod iam_role;
 mod iam_role_policy;
 mod internet_gateway;
+mod launch_template;
 mod nat_gateway;
 mod route_table;
 mod security_group;
@@ -96,6 +97,7 @@ pub(crate) use elastic_ip::ElasticIp;
 pub(crate) use iam_role::IamRole;
 pub(crate) use iam_role_policy::{IamRolePolicy, ListedPolicy};
 pub(crate) use internet_gateway::InternetGateway;
+pub(crate) use launch_template::{BootData, Launch, LaunchTemplate, ListedTemplate};
 pub(crate) use nat_gateway::NatGateway;
 pub(crate) use route_table::{Route, RouteTable, RouteTarget};
 pub(crate) use security_group::SecurityGroup;
@@ -300,6 +302,18 @@ impl Codec<bool> for bool {
     fn take(r: &Resource, field: &str) -> Result<bool, CloudError> {
         r.get(field)
             .and_then(Value::as_bool)
+            .ok_or_else(|| not_set(r, field))
+    }
+}
+
+impl Codec<i64> for i64 {
+    fn put(v: &i64, r: Resource, field: &str) -> Resource {
+        r.field(field, Value::Int(*v))
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<i64, CloudError> {
+        r.get(field)
+            .and_then(Value::as_int)
             .ok_or_else(|| not_set(r, field))
     }
 }
