@@ -9,10 +9,10 @@ use serde_json::json;
 use super::hostkeys::{self, GroupHostKey};
 use super::kinds::*;
 use super::tasks::{
-    DnsRecord, DnsZone, DnsZoneVpc, ElasticIp, Fields, Head, IamInstanceProfile, IamRole,
-    IamRolePolicy, InternetGateway, KeyPair, Kinded, Listener, LoadBalancer, NatGateway,
-    PublicKey, Ref, Route, RouteTable, RouteTarget, Rule, SecurityGroup, SecurityGroupRules,
-    Source, Subnet, TargetGroup, Vpc, VpcDns,
+    BootData, DnsRecord, DnsZone, DnsZoneVpc, ElasticIp, Fields, Head, IamInstanceProfile, IamRole,
+    IamRolePolicy, InternetGateway, KeyPair, Kinded, Launch, LaunchTemplate, Listener,
+    LoadBalancer, NatGateway, PublicKey, Ref, Route, RouteTable, RouteTarget, Rule, SecurityGroup,
+    SecurityGroupRules, Source, Subnet, TargetGroup, Vpc, VpcDns,
 };
 use crate::cloud::engine::{CloudError, FieldRule, Resource, ResourceId, Value};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
@@ -259,7 +259,6 @@ pub fn desired(
     .filter(|r| cluster.has_role(*r))
     .collect();
     let has_bastion = roles.contains(&InstanceGroupRole::Bastion);
-    let sg = |n: &str| Value::reference(SECURITY_GROUP, n);
     let group = |n: &str| Source::Group(Ref::named(n));
     // Who may reach SSH and the API from outside (spec.sshAccess, spec.kubernetesApiAccess;
     // unset is the whole internet, as before these settings existed).
@@ -525,24 +524,26 @@ pub fn desired(
         let boot = user_data(cluster, g, host_key);
         // The plan carries the user-data with the private key redacted; apply sends the
         // complete one (an input, never compared or printed).
-        let template = Resource::new(LAUNCH_TEMPLATE, ig_name)
-            .field("templateName", Value::str(format!("{ig_name}.{name}")))
-            .field("imageId", Value::str(image_id))
-            .field("instanceType", Value::str(machine))
-            .field("keyName", Value::reference(KEY_PAIR, "main"))
-            .field("securityGroups", Value::set(vec![sg(key)]))
-            .field("instanceProfile", Value::reference(INSTANCE_PROFILE, key))
-            .field("userData", Value::Doc(hostkeys::redact(&boot)))
-            // IMDSv2 only, one hop: a pod (one more hop away, behind the node's network
-            // namespace) cannot read the instance's user-data or role credentials.
-            .field("metadataHttpEndpoint", Value::str("enabled"))
-            .field("metadataHttpTokens", Value::str("required"))
-            .field("metadataHopLimit", Value::Int(1))
-            .rule("templateName", FieldRule::Immutable);
-        out.push(match host_key {
-            Some(_) => template.input("userData", boot),
-            None => template,
-        });
+        let template = LaunchTemplate {
+            head: Head::owned(ig_name),
+            template_name: format!("{ig_name}.{name}"),
+            launch: Some(Launch {
+                image_id,
+                instance_type: machine.to_string(),
+                key_name: Ref::named("main"),
+                security_groups: vec![Ref::named(key)],
+                instance_profile: Ref::named(key),
+                user_data: hostkeys::redact(&boot),
+                boot: host_key.map(|_| BootData(boot)),
+                // IMDSv2 only, one hop: a pod (one more hop away, behind the node's network
+                // namespace) cannot read the instance's user-data or role credentials.
+                http_endpoint: "enabled".into(),
+                http_tokens: "required".into(),
+                hop_limit: 1,
+            }),
+            latest_version: None,
+        };
+        out.push(template.resource());
         let tgs = match g.role {
             InstanceGroupRole::ControlPlane if has_lb => {
                 vec![Value::reference(TARGET_GROUP, "api")]

@@ -5,20 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{
-    Filter, InstanceType, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
-    LocationType, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VpcAttributeName,
+    Filter, InstanceType, LocationType, ResourceType, Tag, TagSpecification, VpcAttributeName,
 };
-use aws_smithy_types::base64;
 
 use super::kinds::*;
 use super::tasks::{
-    self, ElasticIp, Fields, Head, InternetGateway, KeyPair, NatGateway, RouteTable, SecurityGroup,
-    SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
+    self, ElasticIp, Fields, Head, InternetGateway, KeyPair, LaunchTemplate, ListedTemplate,
+    NatGateway, RouteTable, SecurityGroup, SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
 };
-use super::{
-    AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, created_id, id_from_tags, owned_by, want_str,
-};
+use super::{AwsCloud, Ctx, Reader, id_from_tags, owned_by};
 use crate::cloud::engine::ErrorClass;
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, IdMap, Kind, Lifecycle, Resource, ResourceId, Value,
@@ -857,120 +852,17 @@ pub(super) fn assemble_key_pairs(
     }
 }
 
-/// Tags a launch template carries for the version kprov wrote last: its number, the digest of
-/// the compared fields the desired model gives as they are ([`launch_digest`]), and per field
-/// the values the read cannot take from the desired model (`TAG_LT_FIELD` + field: the image
-/// ID, and the cloud IDs where the model has a reference, blank-separated for a set).
-const TAG_LT_VERSION: &str = "kprov.dev/launch-version";
-const TAG_LT_DIGEST: &str = "kprov.dev/launch-digest";
-const TAG_LT_FIELD: &str = "kprov.dev/launch:";
-/// AWS's limit on a tag value.
-const TAG_VALUE_MAX: usize = 256;
 /// Version reads in flight at once: one per template that changed since kprov wrote it.
 const VERSION_READS: usize = 8;
 
-/// A field whose written value the read cannot know from the desired model: the image (the
-/// preview's read runs with image names standing in for IDs) and references (cloud IDs).
-fn resolved_field(name: &str, v: &Value) -> bool {
-    name == "imageId"
-        || match v {
-            Value::Ref(_) => true,
-            Value::List(items) => items.iter().any(|i| matches!(i, Value::Ref(_))),
-            _ => false,
-        }
-}
-
-/// The digest of a desired launch template's compared fields, except its name (the list
-/// gives it) and the resolved fields (recorded as they are): the one function both the write
-/// (recording it) and the read (comparing it) use.
-pub(super) fn launch_digest(want: &Resource) -> String {
-    use sha2::{Digest, Sha256};
-    fn put(h: &mut Sha256, tag: u8, bytes: &[u8]) {
-        h.update([tag]);
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    }
-    fn value(h: &mut Sha256, v: &Value) {
-        match v {
-            Value::Str(s) => put(h, b's', s.as_bytes()),
-            Value::Doc(s) => put(h, b'd', s.as_bytes()),
-            Value::Int(i) => put(h, b'i', &i.to_le_bytes()),
-            Value::Bool(b) => put(h, b'b', &[u8::from(*b)]),
-            Value::Ref(id) => put(h, b'r', id.to_string().as_bytes()),
-            Value::List(items) => {
-                put(h, b'l', &(items.len() as u64).to_le_bytes());
-                for i in items {
-                    value(h, i);
-                }
-            }
-        }
-    }
-    let mut h = Sha256::new();
-    for (k, v) in &want.fields {
-        if k == "templateName" || resolved_field(k, v) {
-            continue;
-        }
-        put(&mut h, b'f', k.as_bytes());
-        value(&mut h, v);
-    }
-    hex::encode(h.finalize())
-}
-
-/// The tags recording `version` of the template as written from `want` (see `TAG_LT_*`).
-/// Empty when a resolved value does not fit a tag: the read then reads that template's
-/// version every time, which is only slower.
-fn written_tags(
-    want: &Resource,
-    ids: &IdMap,
-    version: i64,
-) -> Result<Vec<(String, String)>, CloudError> {
-    let mut tags = vec![
-        (TAG_LT_VERSION.to_string(), version.to_string()),
-        (TAG_LT_DIGEST.to_string(), launch_digest(want)),
-    ];
-    for (k, v) in want.fields.iter().filter(|(k, v)| resolved_field(k, v)) {
-        let value = match v {
-            Value::Ref(_) => cid(ids, Some(v))?.to_string(),
-            Value::List(_) => {
-                let all = cids(ids, Some(v))?;
-                if all.iter().any(|c| c.is_empty() || c.contains(' ')) {
-                    return Ok(Vec::new());
-                }
-                all.join(" ")
-            }
-            _ => want_str(want, k)?.to_string(),
-        };
-        if value.len() > TAG_VALUE_MAX {
-            return Ok(Vec::new());
-        }
-        tags.push((format!("{TAG_LT_FIELD}{k}"), value));
-    }
-    Ok(tags)
-}
-
-fn tag_of<'a>(t: &'a aws_sdk_ec2::types::LaunchTemplate, key: &str) -> Option<&'a str> {
-    tag_pairs(t.tags()).find(|(k, _)| *k == key).map(|(_, v)| v)
-}
-
-/// Whether template `t`'s latest version is the one kprov wrote from what `want` asks now,
-/// so its fields are `want`'s (the resolved ones from their tags) without reading it.
-///
-/// Trusting the tags is safe: a new version by anyone (the console, a script, another tool)
-/// raises `LatestVersionNumber` past the recorded number, and every version is immutable, so
-/// the recorded version is exactly what was written; rewriting the tags to match a changed
-/// template needs ec2:CreateTags on the cluster's templates, the same right that can rewrite
-/// the ownership tags every read trusts. A template written before these tags (or whose
-/// tags did not fit) simply has its version read.
-fn as_written(t: &aws_sdk_ec2::types::LaunchTemplate, want: &Resource) -> bool {
-    let version = tag_of(t, TAG_LT_VERSION).and_then(|v| v.parse::<i64>().ok());
-    version.is_some()
-        && version == t.latest_version_number()
-        && tag_of(t, TAG_LT_DIGEST) == Some(launch_digest(want).as_str())
-        && want
-            .fields
-            .iter()
-            .filter(|(k, v)| resolved_field(k, v))
-            .all(|(k, _)| tag_of(t, &format!("{TAG_LT_FIELD}{k}")).is_some())
+/// The desired launch templates, typed; one that does not decode has its version read (and
+/// its apply fails naming the field).
+fn wanted_templates(desired: &[Resource]) -> BTreeMap<&ResourceId, LaunchTemplate> {
+    desired
+        .iter()
+        .filter(|r| r.id.kind == LAUNCH_TEMPLATE)
+        .filter_map(|r| Some((&r.id, LaunchTemplate::from_resource(r).ok()?)))
+        .collect()
 }
 
 /// The cluster's launch templates and the latest version of each one that needs reading.
@@ -980,12 +872,12 @@ pub(super) struct TemplatesRead {
 }
 
 /// Lists the cluster's templates, then reads by ID the latest version of each one that is not
-/// as kprov wrote it from the desired model ([`as_written`]), a few at once. Never the
-/// account's other templates: a version read without an ID would page through every template
-/// of the account and their user-data, other clusters' too. An unchanged cluster's preview
-/// reads no version, so what grows with the instance groups is the list alone; a changed
-/// template costs one read in the second wave. A template nothing desires is read too: its
-/// references order its deletion (before the profile and security groups it names).
+/// as kprov wrote it from the desired model ([`LaunchTemplate::as_written`]), a few at once.
+/// Never the account's other templates: a version read without an ID would page through every
+/// template of the account and their user-data, other clusters' too. An unchanged cluster's
+/// preview reads no version, so what grows with the instance groups is the list alone; a
+/// changed template costs one read in the second wave. A template nothing desires is read
+/// too: its references order its deletion (before the profile and security groups it names).
 pub(super) async fn fetch_launch_templates(
     c: &AwsCloud,
     desired: &[Resource],
@@ -1003,11 +895,7 @@ pub(super) async fn fetch_launch_templates(
         .try_collect()
         .await
         .ctx("DescribeLaunchTemplates")?;
-    let wanted: BTreeMap<&ResourceId, &Resource> = desired
-        .iter()
-        .filter(|r| r.id.kind == LAUNCH_TEMPLATE)
-        .map(|r| (&r.id, r))
-        .collect();
+    let wanted = wanted_templates(desired);
     let to_read: Vec<String> = templates
         .iter()
         .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
@@ -1015,7 +903,7 @@ pub(super) async fn fetch_launch_templates(
             let tid = t.launch_template_id().filter(|s| !s.is_empty())?;
             let id = id_from_tags(LAUNCH_TEMPLATE, tid, tag_pairs(t.tags()));
             match wanted.get(&id) {
-                Some(want) if as_written(t, want) => None,
+                Some(want) if want.as_written(t) => None,
                 _ => Some(tid.to_string()),
             }
         })
@@ -1058,210 +946,27 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
         .into_iter()
         .filter_map(|v| Some((v.launch_template_id()?.to_string(), v)))
         .collect();
-    for t in templates
-        .iter()
-        .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
-    {
+    let wanted = wanted_templates(rd.desired);
+    for t in templates {
+        if !owned_by(&c.cluster, tag_pairs(t.tags())) {
+            continue;
+        }
         let Some(tid) = rd.listed(LAUNCH_TEMPLATE, t.launch_template_id()) else {
             continue;
         };
         let id = id_from_tags(LAUNCH_TEMPLATE, &tid, tag_pairs(t.tags()));
-        let want = rd.desired.iter().find(|r| r.id == id);
-        let r = if let Some(v) = versions.remove(tid.as_str()) {
-            from_version(&id, tid, &v, rd)
-        } else if let Some(want) = want.filter(|w| as_written(t, w)) {
-            as_recorded(&id, tid, t, want, rd)
-        } else {
-            // A template deleted between the list and its version's read: the diff shows
-            // every field as changed.
-            Resource::new(LAUNCH_TEMPLATE, &id.name)
-                .cloud_id(tid)
-                .field(
-                    "templateName",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(t.launch_template_name().unwrap_or_default()),
-                )
-                .field(
-                    "latestVersion",
-                    Value::Int(t.latest_version_number().unwrap_or(0)),
-                )
+        let listed = match versions.remove(tid.as_str()) {
+            Some(v) => ListedTemplate::Version(Box::new(v)),
+            // Two templates with one identity (a conflict the reader reports) are each
+            // judged against the desired one, as before the typed task.
+            None => match wanted.get(&id).filter(|w| w.as_written(&t)) {
+                Some(want) => ListedTemplate::Written(t, Box::new(want.clone())),
+                None => ListedTemplate::Gone(t),
+            },
         };
-        rd.push(r);
+        let template = LaunchTemplate::read(owned_head(id, tid), &listed, rd);
+        rd.push(template.resource());
     }
-}
-
-/// A template as kprov wrote it: `want`'s fields, the resolved ones from the tags (each
-/// reference turned back into a ref the way a version read's ID would be), its name and
-/// version from the list.
-fn as_recorded(
-    id: &ResourceId,
-    tid: CloudId,
-    t: &aws_sdk_ec2::types::LaunchTemplate,
-    want: &Resource,
-    rd: &Reader<'_>,
-) -> Resource {
-    let mut r = Resource::new(LAUNCH_TEMPLATE, &id.name).cloud_id(tid);
-    for (k, v) in &want.fields {
-        let value = if resolved_field(k, v) {
-            // why: `as_written` checked that every resolved field has its tag
-            let recorded = tag_of(t, &format!("{TAG_LT_FIELD}{k}")).unwrap_or_default();
-            match v {
-                Value::Ref(_) => rd.r(recorded),
-                Value::List(_) => {
-                    Value::set(recorded.split_whitespace().map(|c| rd.r(c)).collect())
-                }
-                _ => Value::str(recorded),
-            }
-        } else {
-            v.clone()
-        };
-        r = r.field(k, value);
-    }
-    r.field(
-        "templateName",
-        // why: a field the cloud left out reads as empty, which the diff shows as a change
-        Value::str(t.launch_template_name().unwrap_or_default()),
-    )
-    .field(
-        "latestVersion",
-        Value::Int(t.latest_version_number().unwrap_or(0)),
-    )
-}
-
-/// A template from its latest version's data.
-fn from_version(
-    id: &ResourceId,
-    tid: CloudId,
-    v: &aws_sdk_ec2::types::LaunchTemplateVersion,
-    rd: &Reader<'_>,
-) -> Resource {
-    let d = v.launch_template_data();
-    let user_data = d
-        .and_then(|d| d.user_data())
-        .and_then(|u| base64::decode(u).ok())
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        // why: no user-data reads as empty, which the diff shows as a change
-        .unwrap_or_default();
-    let sgs = d
-        .map(|d| d.security_group_ids().iter().map(|g| rd.r(g)).collect())
-        // why: an absent list field is an empty list
-        .unwrap_or_default();
-    let profile = d
-        .and_then(|d| d.iam_instance_profile())
-        .and_then(|p| p.name())
-        // why: a field the cloud left out reads as empty, which the diff shows as a change
-        .unwrap_or_default();
-    // why: a field the cloud left out reads as empty, which the diff shows as a change
-    let key = d.and_then(|d| d.key_name()).unwrap_or_default();
-    let imds = d.and_then(|d| d.metadata_options());
-    Resource::new(LAUNCH_TEMPLATE, &id.name)
-        .cloud_id(tid)
-        .field(
-            "templateName",
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            Value::str(v.launch_template_name().unwrap_or_default()),
-        )
-        .field(
-            "imageId",
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            Value::str(d.and_then(|d| d.image_id()).unwrap_or_default()),
-        )
-        .field(
-            "instanceType",
-            Value::str(
-                d.and_then(|d| d.instance_type())
-                    .map(|t| t.as_str())
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    .unwrap_or_default(),
-            ),
-        )
-        .field("keyName", rd.r(key))
-        .field("securityGroups", Value::set(sgs))
-        .field("instanceProfile", rd.r(profile))
-        // Compared by the private key's digest; a plan never shows the key.
-        .field("userData", Value::Doc(super::hostkeys::redact(&user_data)))
-        .field(
-            "metadataHttpEndpoint",
-            Value::str(
-                imds.and_then(|m| m.http_endpoint())
-                    .map(|v| v.as_str())
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    .unwrap_or_default(),
-            ),
-        )
-        .field(
-            "metadataHttpTokens",
-            Value::str(
-                imds.and_then(|m| m.http_tokens())
-                    .map(|v| v.as_str())
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    .unwrap_or_default(),
-            ),
-        )
-        .field(
-            "metadataHopLimit",
-            Value::Int(
-                imds.and_then(|m| m.http_put_response_hop_limit())
-                    .map(i64::from)
-                    .unwrap_or(0),
-            ),
-        )
-        .field("latestVersion", Value::Int(v.version_number().unwrap_or(0)))
-}
-fn launch_data(
-    c: &AwsCloud,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<RequestLaunchTemplateData, CloudError> {
-    let s = |f: &str| want_str(want, f).map(str::to_string);
-    // The field holds the redacted text; the complete user-data is an input, present only
-    // when the group's host key exists.
-    let user_data = want.inputs.get("userData").ok_or_else(|| {
-        CloudError::Model(format!(
-            "{}: the instance group has no SSH host key yet (update cluster --yes generates it \
-             before writing launch templates)",
-            want.id
-        ))
-    })?;
-    let instance_tags = |rt: ResourceType| {
-        let display = format!("{}.{}", want.id.name, c.cluster);
-        let tags = c
-            .tags(
-                &ResourceId::new(AwsKind::Instance.kind(), &want.id.name),
-                &display,
-            )
-            .into_iter()
-            .map(|(k, v)| Tag::builder().key(k).value(v).build());
-        LaunchTemplateTagSpecificationRequest::builder()
-            .resource_type(rt)
-            .set_tags(Some(tags.collect()))
-            .build()
-    };
-    Ok(RequestLaunchTemplateData::builder()
-        .image_id(s("imageId")?)
-        .instance_type(s("instanceType")?.as_str().into())
-        .key_name(cid(ids, want.get("keyName"))?)
-        .set_security_group_ids(Some(cids(ids, want.get("securityGroups"))?))
-        .iam_instance_profile(
-            LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
-                .name(cid(ids, want.get("instanceProfile"))?)
-                .build(),
-        )
-        .user_data(base64::encode(user_data))
-        .metadata_options(
-            LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                .http_endpoint(s("metadataHttpEndpoint")?.as_str().into())
-                .http_tokens(s("metadataHttpTokens")?.as_str().into())
-                .set_http_put_response_hop_limit(
-                    want.get("metadataHopLimit")
-                        .and_then(Value::as_int)
-                        .and_then(|n| i32::try_from(n).ok()),
-                )
-                .build(),
-        )
-        .tag_specifications(instance_tags(ResourceType::Instance))
-        .tag_specifications(instance_tags(ResourceType::Volume))
-        .build())
 }
 
 pub(super) async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), CloudError> {
@@ -1318,8 +1023,6 @@ pub(super) async fn create(
     want: &Resource,
     ids: &IdMap,
 ) -> Result<CloudId, CloudError> {
-    let id = &want.id;
-    let s = |f: &str| want_str(want, f).map(str::to_string);
     match kind {
         Ec2Kind::Vpc => tasks::create::<Vpc>(c, want, ids).await,
         Ec2Kind::Subnet => tasks::create::<Subnet>(c, want, ids).await,
@@ -1330,28 +1033,7 @@ pub(super) async fn create(
         Ec2Kind::SecurityGroup => tasks::create::<SecurityGroup>(c, want, ids).await,
         Ec2Kind::SecurityGroupRules => tasks::create::<SecurityGroupRules>(c, want, ids).await,
         Ec2Kind::KeyPair => tasks::create::<KeyPair>(c, want, ids).await,
-        Ec2Kind::LaunchTemplate => {
-            // A new template's only version is 1.
-            let written = written_tags(want, ids, 1)?;
-            let written: Vec<(&str, &str)> = written
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            let out = c
-                .ec2
-                .create_launch_template()
-                .launch_template_name(s("templateName")?)
-                .launch_template_data(launch_data(c, want, ids)?)
-                .tag_specifications(tag_spec(c, ResourceType::LaunchTemplate, id, &written))
-                .send()
-                .await
-                .ctx("CreateLaunchTemplate")?;
-            created_id(
-                &want.id,
-                "CreateLaunchTemplate",
-                out.launch_template().and_then(|t| t.launch_template_id()),
-            )
-        }
+        Ec2Kind::LaunchTemplate => tasks::create::<LaunchTemplate>(c, want, ids).await,
     }
 }
 
@@ -1384,7 +1066,6 @@ pub(super) async fn update(
     changes: &[FieldChange],
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let cloud_id = cloud_id_of(have)?;
     match kind {
         Ec2Kind::Vpc => tasks::update::<Vpc>(c, want, have, changes, ids).await,
         Ec2Kind::Subnet => tasks::update::<Subnet>(c, want, have, changes, ids).await,
@@ -1400,39 +1081,7 @@ pub(super) async fn update(
         }
         Ec2Kind::KeyPair => tasks::update::<KeyPair>(c, want, have, changes, ids).await,
         Ec2Kind::LaunchTemplate => {
-            // Instance groups use `$Latest`: a new complete version is the change.
-            let out = c
-                .ec2
-                .create_launch_template_version()
-                .launch_template_id(cloud_id)
-                .launch_template_data(launch_data(c, want, ids)?)
-                .send()
-                .await
-                .ctx("CreateLaunchTemplateVersion")?;
-            // Recorded so the next read need not read this version (`as_written`). Until the
-            // tags land (or if they fail) they name an older version, so a read reads it.
-            let Some(n) = out
-                .launch_template_version()
-                .and_then(|v| v.version_number())
-            else {
-                return Ok(());
-            };
-            let tags = written_tags(want, ids, n)?;
-            if tags.is_empty() {
-                return Ok(());
-            }
-            c.ec2
-                .create_tags()
-                .resources(cloud_id)
-                .set_tags(Some(
-                    tags.into_iter()
-                        .map(|(k, v)| Tag::builder().key(k).value(v).build())
-                        .collect(),
-                ))
-                .send()
-                .await
-                .ctx("CreateTags")?;
-            Ok(())
+            tasks::update::<LaunchTemplate>(c, want, have, changes, ids).await
         }
     }
 }
@@ -1452,7 +1101,6 @@ pub(super) async fn delete(
     have: &Resource,
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    let cloud_id = cloud_id_of(have)?;
     match kind {
         Ec2Kind::Vpc => tasks::delete::<Vpc>(c, have, ids).await,
         Ec2Kind::Subnet => tasks::delete::<Subnet>(c, have, ids).await,
@@ -1463,14 +1111,7 @@ pub(super) async fn delete(
         Ec2Kind::SecurityGroup => tasks::delete::<SecurityGroup>(c, have, ids).await,
         Ec2Kind::SecurityGroupRules => tasks::delete::<SecurityGroupRules>(c, have, ids).await,
         Ec2Kind::KeyPair => tasks::delete::<KeyPair>(c, have, ids).await,
-        Ec2Kind::LaunchTemplate => gone_ok(
-            c.ec2
-                .delete_launch_template()
-                .launch_template_id(cloud_id)
-                .send()
-                .await
-                .ctx("DeleteLaunchTemplate"),
-        ),
+        Ec2Kind::LaunchTemplate => tasks::delete::<LaunchTemplate>(c, have, ids).await,
     }
 }
 
@@ -1612,106 +1253,5 @@ mod read_tests {
         assert_eq!(out[0].cloud_id.as_deref(), Some("vpc-mine"));
         assert_eq!(conflicts.len(), 1, "{conflicts:?}");
         assert!(conflicts[0].contains(VPC.as_str()), "{conflicts:?}");
-    }
-}
-
-#[cfg(test)]
-mod launch_template_tests {
-    use std::collections::HashMap;
-
-    use super::*;
-
-    fn template(tags: &[(String, String)], latest: i64) -> aws_sdk_ec2::types::LaunchTemplate {
-        aws_sdk_ec2::types::LaunchTemplate::builder()
-            .launch_template_id("lt-1")
-            .launch_template_name("nodes.c.example.com")
-            .latest_version_number(latest)
-            .set_tags(Some(
-                tags.iter()
-                    .map(|(k, v)| Tag::builder().key(k).value(v).build())
-                    .collect(),
-            ))
-            .build()
-    }
-
-    fn want(image: &str, machine: &str) -> Resource {
-        Resource::new(LAUNCH_TEMPLATE, "nodes")
-            .field("templateName", Value::str("nodes.c.example.com"))
-            .field("imageId", Value::str(image))
-            .field("instanceType", Value::str(machine))
-            .field("keyName", Value::reference(KEY_PAIR, "main"))
-            .field(
-                "securityGroups",
-                Value::set(vec![Value::reference(SECURITY_GROUP, "nodes")]),
-            )
-            .field("userData", Value::Doc("#cloud-config\n".into()))
-    }
-
-    fn ids() -> IdMap {
-        [
-            (ResourceId::new(KEY_PAIR, "main"), "ops key"),
-            (ResourceId::new(SECURITY_GROUP, "nodes"), "sg-1"),
-        ]
-        .into_iter()
-        .map(|(id, c)| (id, CloudId::new(c).unwrap()))
-        .collect()
-    }
-
-    #[test]
-    fn a_template_is_as_written_only_at_the_recorded_version_and_digest() {
-        let w = want("ami-1", "t3.medium");
-        let tags = written_tags(&w, &ids(), 3).unwrap();
-        assert!(as_written(&template(&tags, 3), &w));
-        // The preview's read has image names standing in for IDs: the image is recorded, not
-        // compared.
-        assert!(as_written(
-            &template(&tags, 3),
-            &want("ubuntu/*", "t3.medium")
-        ));
-        // A version made since (by anyone), a spec that changed, a template without the tags.
-        assert!(!as_written(&template(&tags, 4), &w));
-        assert!(!as_written(&template(&tags, 3), &want("ami-1", "t3.large")));
-        assert!(!as_written(&template(&[], 3), &w));
-        let without_sgs: Vec<_> = tags
-            .iter()
-            .filter(|(k, _)| !k.ends_with("securityGroups"))
-            .cloned()
-            .collect();
-        assert!(!as_written(&template(&without_sgs, 3), &w));
-    }
-
-    #[test]
-    fn a_template_as_written_reads_back_as_its_version_would() {
-        let w = want("ami-1", "t3.medium");
-        let t = template(&written_tags(&w, &ids(), 3).unwrap(), 3);
-        // The security group is read (a ref); the key pair is not (its raw name, as a version
-        // read shows a reference to something the read did not find).
-        let rd = Reader {
-            desired: &[],
-            refs: HashMap::from([("sg-1".into(), ResourceId::new(SECURITY_GROUP, "nodes"))]),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
-        let have = as_recorded(&w.id, CloudId::new("lt-1").unwrap(), &t, &w, &rd);
-        assert_eq!(have.get("imageId"), Some(&Value::str("ami-1")));
-        assert_eq!(have.get("keyName"), Some(&Value::str("ops key")));
-        assert_eq!(have.get("securityGroups"), w.get("securityGroups"));
-        assert_eq!(have.get("instanceType"), w.get("instanceType"));
-        assert_eq!(have.get("userData"), w.get("userData"));
-        assert_eq!(have.get("latestVersion"), Some(&Value::Int(3)));
-    }
-
-    #[test]
-    fn a_resolved_value_too_long_for_a_tag_records_nothing() {
-        let mut ids = ids();
-        ids.insert(
-            ResourceId::new(KEY_PAIR, "main"),
-            CloudId::new("k".repeat(TAG_VALUE_MAX + 1)).unwrap(),
-        );
-        assert_eq!(
-            written_tags(&want("ami-1", "t3.medium"), &ids, 1).unwrap(),
-            Vec::new()
-        );
     }
 }

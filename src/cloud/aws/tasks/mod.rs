@@ -17,7 +17,8 @@
 //! Route 53 kinds ([`DnsZone`], [`DnsRecord`], [`DnsZoneVpc`]; the owner TXT records that prove
 //! a record is the cluster's stay in `dns.rs`), and the network load balancer with its target
 //! group and listener ([`LoadBalancer`], [`TargetGroup`], [`Listener`]); the Classic ELBs the
-//! cloud-controller-manager makes are read and deleted as [`ClassicLoadBalancer`].
+//! cloud-controller-manager makes are read and deleted as [`ClassicLoadBalancer`]; and the
+//! [`LaunchTemplate`].
 //! The other kinds are still field maps built in `desired.rs` and served by their service's
 //! file (`ec2.rs`, `asg.rs`); a typed reference to one of them uses a marker type (an
 //! uninhabited enum implementing [`Kinded`]) until it moves.
@@ -89,9 +90,10 @@ mod iam_instance_profile;
 mod iam_role;
 mod iam_role_policy;
 mod internet_gateway;
+mod key_pair;
+mod launch_template;
 mod listener;
 mod load_balancer;
-mod key_pair;
 mod nat_gateway;
 mod route_table;
 mod security_group;
@@ -114,9 +116,10 @@ pub(crate) use iam_instance_profile::IamInstanceProfile;
 pub(crate) use iam_role::IamRole;
 pub(crate) use iam_role_policy::{IamRolePolicy, ListedPolicy};
 pub(crate) use internet_gateway::InternetGateway;
+pub(crate) use key_pair::{KeyPair, PublicKey};
+pub(crate) use launch_template::{BootData, Launch, LaunchTemplate, ListedTemplate};
 pub(crate) use listener::{ListedListener, Listener};
 pub(crate) use load_balancer::LoadBalancer;
-pub(crate) use key_pair::{KeyPair, PublicKey};
 pub(crate) use nat_gateway::NatGateway;
 pub(crate) use route_table::{Route, RouteTable, RouteTarget};
 pub(crate) use security_group::SecurityGroup;
@@ -335,16 +338,6 @@ impl Codec<bool> for bool {
     }
 }
 
-impl<T: Kinded> Codec<Ref<T>> for Ref<T> {
-    fn put(v: &Ref<T>, r: Resource, field: &str) -> Resource {
-        r.field(field, v.value())
-    }
-
-    fn take(r: &Resource, field: &str) -> Result<Ref<T>, CloudError> {
-        Ref::from_value(&r.id, field, r.get(field))
-    }
-}
-
 impl Codec<i64> for i64 {
     fn put(v: &i64, r: Resource, field: &str) -> Resource {
         r.field(field, Value::Int(*v))
@@ -354,6 +347,16 @@ impl Codec<i64> for i64 {
         r.get(field)
             .and_then(Value::as_int)
             .ok_or_else(|| not_set(r, field))
+    }
+}
+
+impl<T: Kinded> Codec<Ref<T>> for Ref<T> {
+    fn put(v: &Ref<T>, r: Resource, field: &str) -> Resource {
+        r.field(field, v.value())
+    }
+
+    fn take(r: &Resource, field: &str) -> Result<Ref<T>, CloudError> {
+        Ref::from_value(&r.id, field, r.get(field))
     }
 }
 

@@ -11,8 +11,8 @@ use aws_sdk_ec2::types::{
 
 use super::*;
 use crate::cloud::aws::kinds::{
-    ELASTIC_IP, IAM_ROLE, IAM_ROLE_POLICY, INSTANCE_PROFILE, INTERNET_GATEWAY, NAT_GATEWAY,
-    ROUTE_TABLE, SECURITY_GROUP, SECURITY_GROUP_RULES, SUBNET, VPC,
+    ELASTIC_IP, IAM_ROLE, IAM_ROLE_POLICY, INSTANCE_PROFILE, INTERNET_GATEWAY, KEY_PAIR,
+    LAUNCH_TEMPLATE, NAT_GATEWAY, ROUTE_TABLE, SECURITY_GROUP, SECURITY_GROUP_RULES, SUBNET, VPC,
 };
 use crate::cloud::engine::FieldRule;
 
@@ -1454,4 +1454,267 @@ fn an_instance_profile_is_the_field_map_it_was() {
     let empty = IamInstanceProfile::read(head, &listed(&[]), &rd);
     assert_eq!(empty.role, None);
     assert_eq!(empty.resource().get("role"), None);
+}
+
+fn ec2_template(tags: &[(String, String)], latest: i64) -> aws_sdk_ec2::types::LaunchTemplate {
+    aws_sdk_ec2::types::LaunchTemplate::builder()
+        .launch_template_id("lt-1")
+        .launch_template_name("nodes.c.example.com")
+        .latest_version_number(latest)
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
+                .collect(),
+        ))
+        .build()
+}
+
+fn want_template(image: &str, machine: &str) -> LaunchTemplate {
+    LaunchTemplate {
+        head: Head::owned("nodes"),
+        template_name: "nodes.c.example.com".into(),
+        launch: Some(Launch {
+            image_id: image.into(),
+            instance_type: machine.into(),
+            key_name: Ref::named("main"),
+            security_groups: vec![Ref::named("nodes")],
+            instance_profile: Ref::named("nodes"),
+            user_data: "#cloud-config\nssh_keys: (redacted)\n".into(),
+            boot: Some(BootData("#cloud-config\nssh_keys: SECRET\n".into())),
+            http_endpoint: "enabled".into(),
+            http_tokens: "required".into(),
+            hop_limit: 1,
+        }),
+        latest_version: None,
+    }
+}
+
+fn template_ids() -> IdMap {
+    [
+        (ResourceId::new(KEY_PAIR, "main"), "ops key"),
+        (ResourceId::new(SECURITY_GROUP, "nodes"), "sg-1"),
+        (
+            ResourceId::new(INSTANCE_PROFILE, "nodes"),
+            "nodes.c.example.com",
+        ),
+    ]
+    .into_iter()
+    .map(|(id, c)| (id, cid(c)))
+    .collect()
+}
+
+/// The desired template is the field map desired.rs always built (the complete user-data an
+/// input, never a field), decoded back; a read with no version decodes too; a field of the
+/// version missing, or a reference of the wrong kind, is refused naming it; the private key
+/// never shows in the task's Debug.
+#[test]
+fn a_launch_template_is_the_field_map_it_was() {
+    let t = want_template("ami-1", "t3.medium");
+    let r = t.resource();
+    let want = Resource::new(LAUNCH_TEMPLATE, "nodes")
+        .field("templateName", Value::str("nodes.c.example.com"))
+        .field("imageId", Value::str("ami-1"))
+        .field("instanceType", Value::str("t3.medium"))
+        .field("keyName", Value::reference(KEY_PAIR, "main"))
+        .field(
+            "securityGroups",
+            Value::set(vec![Value::reference(SECURITY_GROUP, "nodes")]),
+        )
+        .field(
+            "instanceProfile",
+            Value::reference(INSTANCE_PROFILE, "nodes"),
+        )
+        .field(
+            "userData",
+            Value::Doc("#cloud-config\nssh_keys: (redacted)\n".into()),
+        )
+        .field("metadataHttpEndpoint", Value::str("enabled"))
+        .field("metadataHttpTokens", Value::str("required"))
+        .field("metadataHopLimit", Value::Int(1))
+        .rule("templateName", FieldRule::Immutable)
+        .input("userData", "#cloud-config\nssh_keys: SECRET\n");
+    assert_eq!(r, want);
+    assert_eq!(LaunchTemplate::from_resource(&r).expect("decodes"), t);
+    assert!(!format!("{t:?}").contains("SECRET"), "{t:?}");
+    let deps: Vec<String> = r.dependencies().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        deps,
+        [
+            "IamInstanceProfile/nodes",
+            "KeyPair/main",
+            "SecurityGroup/nodes"
+        ]
+    );
+
+    let gone = LaunchTemplate {
+        head: Head::owned("nodes"),
+        template_name: "nodes.c.example.com".into(),
+        launch: None,
+        latest_version: Some(4),
+    };
+    let r = gone.resource();
+    assert_eq!(r.get("latestVersion"), Some(&Value::Int(4)));
+    assert_eq!(r.get("imageId"), None);
+    assert_eq!(LaunchTemplate::from_resource(&r).expect("decodes"), gone);
+
+    let mut half = want.clone();
+    half.fields.remove("metadataHopLimit");
+    assert_eq!(
+        LaunchTemplate::from_resource(&half)
+            .expect_err("half a version")
+            .to_string(),
+        "resource model: LaunchTemplate/nodes: field metadataHopLimit is not set"
+    );
+    let wrong = want.field("keyName", Value::reference(SECURITY_GROUP, "nodes"));
+    assert_eq!(
+        LaunchTemplate::from_resource(&wrong)
+            .expect_err("wrong kind")
+            .to_string(),
+        "resource model: LaunchTemplate/nodes: field keyName: expected a reference to a \
+         KeyPair, found SecurityGroup/nodes"
+    );
+}
+
+#[test]
+fn a_template_is_as_written_only_at_the_recorded_version_and_digest() {
+    let w = want_template("ami-1", "t3.medium");
+    let tags = w.written_tags(&template_ids(), 3).unwrap();
+    assert!(w.as_written(&ec2_template(&tags, 3)));
+    // The preview's read has image names standing in for IDs: the image is recorded, not
+    // compared.
+    assert!(want_template("ubuntu/*", "t3.medium").as_written(&ec2_template(&tags, 3)));
+    // A version made since (by anyone), a spec that changed, a template without the tags.
+    assert!(!w.as_written(&ec2_template(&tags, 4)));
+    assert!(!want_template("ami-1", "t3.large").as_written(&ec2_template(&tags, 3)));
+    assert!(!w.as_written(&ec2_template(&[], 3)));
+    let without_sgs: Vec<_> = tags
+        .iter()
+        .filter(|(k, _)| !k.ends_with("securityGroups"))
+        .cloned()
+        .collect();
+    assert!(!w.as_written(&ec2_template(&without_sgs, 3)));
+    // The digest templates already carry: a change to what it covers makes every cluster's
+    // preview read every template once.
+    assert_eq!(
+        w.digest(),
+        "2551df7df7b7a22690772503012a36358db1b8915000af0a7bcdfa7f6d9185ab"
+    );
+}
+
+#[test]
+fn a_template_as_written_reads_back_as_its_version_would() {
+    let w = want_template("ami-1", "t3.medium");
+    let t = ec2_template(&w.written_tags(&template_ids(), 3).unwrap(), 3);
+    // The security group is read (a ref); the key pair is not (its raw name, as a version
+    // read shows a reference to something the read did not find).
+    let rd = reader(&[("sg-1", ResourceId::new(SECURITY_GROUP, "nodes"))]);
+    let head = Head {
+        name: "nodes".into(),
+        lifecycle: Lifecycle::Sync,
+        cloud_id: Some(cid("lt-1")),
+    };
+    let have = LaunchTemplate::read(head, &ListedTemplate::Written(t, Box::new(w.clone())), &rd);
+    let (got, wanted) = (have.resource(), w.resource());
+    assert_eq!(got.get("imageId"), Some(&Value::str("ami-1")));
+    assert_eq!(got.get("keyName"), Some(&Value::str("ops key")));
+    assert_eq!(
+        got.get("instanceProfile"),
+        Some(&Value::str("nodes.c.example.com"))
+    );
+    for f in ["securityGroups", "instanceType", "userData", "templateName"] {
+        assert_eq!(got.get(f), wanted.get(f), "{f}");
+    }
+    assert_eq!(got.get("latestVersion"), Some(&Value::Int(3)));
+    assert!(got.inputs.is_empty(), "a read carries no user-data input");
+}
+
+#[test]
+fn a_resolved_value_too_long_for_a_tag_records_nothing() {
+    let mut ids = template_ids();
+    ids.insert(
+        ResourceId::new(KEY_PAIR, "main"),
+        cid(&"k".repeat(launch_template::TAG_VALUE_MAX + 1)),
+    );
+    assert_eq!(
+        want_template("ami-1", "t3.medium")
+            .written_tags(&ids, 1)
+            .unwrap(),
+        Vec::new()
+    );
+}
+
+/// A version as EC2 lists it: references the reader knows become logical ones, the user-data
+/// is decoded and its private key redacted, what the cloud left out reads as empty.
+#[test]
+fn a_read_launch_template_version_names_what_the_reader_knows() {
+    use aws_sdk_ec2::types::{
+        LaunchTemplateIamInstanceProfileSpecification, LaunchTemplateInstanceMetadataOptions,
+        LaunchTemplateVersion, ResponseLaunchTemplateData,
+    };
+    let key =
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXkt\n-----END OPENSSH PRIVATE KEY-----";
+    let boot = format!(
+        "#cloud-config\nssh_keys:\n  ed25519_private: |\n    {}\n",
+        key.replace('\n', "\n    ")
+    );
+    let v = LaunchTemplateVersion::builder()
+        .launch_template_id("lt-1")
+        .launch_template_name("nodes.c.example.com")
+        .version_number(7)
+        .launch_template_data(
+            ResponseLaunchTemplateData::builder()
+                .image_id("ami-2")
+                .instance_type("t3.large".into())
+                .key_name("ops key")
+                .security_group_ids("sg-1")
+                .security_group_ids("sg-foreign")
+                .iam_instance_profile(
+                    LaunchTemplateIamInstanceProfileSpecification::builder()
+                        .name("nodes.c.example.com")
+                        .build(),
+                )
+                .user_data(aws_smithy_types::base64::encode(&boot))
+                .metadata_options(
+                    LaunchTemplateInstanceMetadataOptions::builder()
+                        .http_tokens("optional".into())
+                        .http_put_response_hop_limit(2)
+                        .build(),
+                )
+                .build(),
+        )
+        .build();
+    let rd = reader(&[
+        ("sg-1", ResourceId::new(SECURITY_GROUP, "nodes")),
+        (
+            "nodes.c.example.com",
+            ResourceId::new(INSTANCE_PROFILE, "nodes"),
+        ),
+    ]);
+    let have = LaunchTemplate::read(
+        Head::owned("nodes"),
+        &ListedTemplate::Version(Box::new(v)),
+        &rd,
+    );
+    let l = have.launch.clone().expect("a version read");
+    assert_eq!(have.latest_version, Some(7));
+    assert_eq!(have.template_name, "nodes.c.example.com");
+    assert_eq!(l.image_id, "ami-2");
+    assert_eq!(l.instance_type, "t3.large");
+    assert_eq!(l.key_name, Ref::cloud("ops key"));
+    assert_eq!(
+        l.security_groups,
+        vec![Ref::named("nodes"), Ref::cloud("sg-foreign")]
+    );
+    assert_eq!(l.instance_profile, Ref::named("nodes"));
+    assert!(!l.user_data.contains("b3BlbnNzaC1rZXkt"), "{}", l.user_data);
+    assert_eq!(l.user_data, crate::cloud::aws::hostkeys::redact(&boot));
+    assert_eq!(l.boot, None);
+    assert_eq!(
+        (l.http_endpoint.as_str(), l.http_tokens.as_str()),
+        ("", "optional")
+    );
+    assert_eq!(l.hop_limit, 2);
+    // The set is sorted: decoded, the groups come back in its order, the rest as read.
+    let back = LaunchTemplate::from_resource(&have.resource()).expect("decodes");
+    assert_eq!(back.resource(), have.resource());
 }
