@@ -178,8 +178,45 @@ pub struct CloudLab {
     /// with the task accepting on it (aborted, so the port closes, when its listener goes).
     api_ports: Mutex<BTreeMap<u16, tokio::task::JoinHandle<()>>>,
     rt: tokio::runtime::Runtime,
-    /// Last: dropped after everything that lives in it.
+    /// Dropped after everything that lives in it.
     pub net: Network,
+    /// Last of all: counts the lab as gone only once its hosts and network are.
+    live: Live,
+}
+
+/// Labs not yet dropped. The background sync may hold the last reference when a test
+/// returns, so the lab can be dropped on that thread; were that test the process's last, the
+/// process would exit under it and leave its instances' sshd and namespaces behind. The exit
+/// hook waits (bounded) for every lab to be gone.
+static LIVE_LABS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+struct Live;
+
+impl Live {
+    fn new() -> Live {
+        unsafe extern "C" {
+            fn atexit(cb: extern "C" fn()) -> i32;
+        }
+        extern "C" fn wait_for_labs() {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while LIVE_LABS.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registering a plain extern "C" callback with libc's atexit.
+        REGISTERED.call_once(|| unsafe {
+            atexit(wait_for_labs);
+        });
+        LIVE_LABS.fetch_add(1, Ordering::SeqCst);
+        Live
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE_LABS.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Points the host's stand-in etcd member list at the lab's shared one.
@@ -429,6 +466,7 @@ impl CloudLab {
             fake,
             rt,
             net,
+            live: Live::new(),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while in_netns(&lab.net.operator_ns, || {

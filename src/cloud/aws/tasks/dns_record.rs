@@ -90,11 +90,7 @@ impl Task for DnsRecord {
     /// The owner record and the alias go in one batch, each named exactly as read.
     async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
         let (zone, name) = in_zone(&self.id(), self.cloud_id()?, "NAME")?;
-        // A read record always has its owner's text (it was read through it).
-        let txt = self
-            .txt
-            .as_deref()
-            .ok_or_else(|| CloudError::Model(format!("{}: field {TXT} is not set", self.id())))?;
+        let txt = self.owner_text()?;
         let mut changes = vec![change(ChangeAction::Delete, txt_set(name, txt)?)?];
         if let (Some(dns), Some(z)) = (&self.alias_dns, &self.alias_zone) {
             changes.push(change(ChangeAction::Delete, alias_set(name, dns, z)?)?);
@@ -104,6 +100,15 @@ impl Task for DnsRecord {
 }
 
 impl DnsRecord {
+    /// The owner record's text, which a delete must name exactly. A read record always has it
+    /// (it was read through it), so without it the delete is a model error: Route 53 would be
+    /// sent an empty TXT record to delete.
+    pub(super) fn owner_text(&self) -> Result<&str, CloudError> {
+        self.txt
+            .as_deref()
+            .ok_or_else(|| CloudError::Model(format!("{}: field {TXT} is not set", self.id())))
+    }
+
     /// Create and update alike: the alias and its owner TXT record go in one atomic batch.
     async fn upsert(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
         let id = self.id();

@@ -80,9 +80,15 @@ impl Task for DnsZoneVpc {
             .send()
             .await
             .ctx("DisassociateVPCFromHostedZone");
-        match r {
-            Err(e) if e.code() == Some("LastVPCAssociation") => Ok(()),
-            other => gone_ok(other),
-        }
+        disassociated(r)
+    }
+}
+
+/// What a disassociation's answer means for the delete: done, already done, or the zone's
+/// last association (success: the zone is not kprov's to empty); anything else fails it.
+pub(super) fn disassociated<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
+    match r {
+        Err(e) if e.code() == Some("LastVPCAssociation") => Ok(()),
+        other => gone_ok(other),
     }
 }

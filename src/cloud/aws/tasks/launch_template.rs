@@ -18,10 +18,12 @@ use aws_sdk_ec2::types::{
 };
 use aws_smithy_types::base64;
 
-use super::{Codec, Doc, Fields, Head, Kinded, Ref, SecurityGroup, Task, text};
+use super::{
+    Codec, Doc, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup, Task, text,
+};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::hostkeys;
-use crate::cloud::aws::kinds::{AwsKind, Ec2Kind, IamKind};
+use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, ResourceId, Value,
@@ -58,20 +60,6 @@ const TAG_FIELD: &str = "kprov.dev/launch:";
 /// AWS's limit on a tag value.
 pub(crate) const TAG_VALUE_MAX: usize = 256;
 
-/// The key pair, until its kind moves here (a marker: nothing is of this type).
-pub(crate) enum KeyPair {}
-
-impl Kinded for KeyPair {
-    const KIND: AwsKind = AwsKind::Ec2(Ec2Kind::KeyPair);
-}
-
-/// The IAM instance profile, until its kind moves here (a marker).
-pub(crate) enum InstanceProfile {}
-
-impl Kinded for InstanceProfile {
-    const KIND: AwsKind = AwsKind::Iam(IamKind::InstanceProfile);
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LaunchTemplate {
     pub(crate) head: Head,
@@ -90,7 +78,7 @@ pub(crate) struct Launch {
     pub(crate) instance_type: String,
     pub(crate) key_name: Ref<KeyPair>,
     pub(crate) security_groups: Vec<Ref<SecurityGroup>>,
-    pub(crate) instance_profile: Ref<InstanceProfile>,
+    pub(crate) instance_profile: Ref<IamInstanceProfile>,
     /// The user-data with the private host key redacted: what the diff compares and shows
     /// (a document, line by line).
     pub(crate) user_data: String,
@@ -177,7 +165,7 @@ impl Launch {
             instance_type: text(r, INSTANCE_TYPE)?,
             key_name: <Ref<KeyPair>>::take(r, KEY_NAME)?,
             security_groups: <Vec<Ref<SecurityGroup>>>::take(r, SECURITY_GROUPS)?,
-            instance_profile: <Ref<InstanceProfile>>::take(r, INSTANCE_PROFILE)?,
+            instance_profile: <Ref<IamInstanceProfile>>::take(r, INSTANCE_PROFILE)?,
             user_data: Doc::take(r, USER_DATA)?,
             boot: r.inputs.get(USER_DATA).cloned().map(BootData),
             http_endpoint: text(r, HTTP_ENDPOINT)?,

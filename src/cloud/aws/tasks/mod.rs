@@ -19,9 +19,9 @@
 //! group and listener ([`LoadBalancer`], [`TargetGroup`], [`Listener`]); the Classic ELBs the
 //! cloud-controller-manager makes are read and deleted as [`ClassicLoadBalancer`]; and the
 //! [`LaunchTemplate`].
-//! The other kinds are still field maps built in `desired.rs` and served by their service's
-//! file (`ec2.rs`, `asg.rs`); a typed reference to one of them uses a marker type (an
-//! uninhabited enum implementing [`Kinded`]) until it moves.
+//! The one kind still a field map, the Auto Scaling group, is built in `desired.rs` and served
+//! by `asg.rs`; a typed reference to it would use a marker type (an uninhabited enum
+//! implementing [`Kinded`]) until it moves.
 
 /// Declares a task whose typed fields each map to one field of the engine's resource: the
 /// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]) and its

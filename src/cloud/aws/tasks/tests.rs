@@ -1718,3 +1718,60 @@ fn a_read_launch_template_version_names_what_the_reader_knows() {
     let back = LaunchTemplate::from_resource(&have.resource()).expect("decodes");
     assert_eq!(back.resource(), have.resource());
 }
+
+/// Removing a private zone's VPC association: done, already gone (Route 53's
+/// `VPCAssociationNotFound`, classified as the SDK path classifies it) and the zone's last
+/// association (`LastVPCAssociation`) are success; any other answer fails the delete.
+#[test]
+fn a_vpc_disassociation_already_gone_or_the_zones_last_is_success() {
+    use super::dns_zone_vpc::disassociated;
+    const OP: &str = "DisassociateVPCFromHostedZone";
+    let answer = |code: &str| -> Result<(), CloudError> {
+        Err(CloudError::Api {
+            operation: OP.into(),
+            class: crate::cloud::aws::class_of(OP, code, None),
+            code: Some(code.into()),
+            message: format!("{code} (test)"),
+        })
+    };
+    assert!(disassociated(Ok(())).is_ok());
+    assert!(disassociated(answer("VPCAssociationNotFound")).is_ok());
+    assert!(disassociated(answer("LastVPCAssociation")).is_ok());
+    for code in ["AccessDenied", "InvalidVPCId", "Throttling", "InvalidInput"] {
+        let e = disassociated(answer(code)).expect_err(code);
+        assert_eq!(
+            e.code(),
+            Some(code),
+            "{code}: the error is passed on as it came"
+        );
+    }
+}
+
+/// A record's delete names its owner TXT record exactly; one without it (never so when read)
+/// is a model error naming the record and field, not an empty TXT record sent to Route 53.
+#[test]
+fn a_dns_record_without_its_owner_text_is_not_deleted() {
+    let record = DnsRecord {
+        head: Head::owned("api"),
+        zone: Ref::named("main"),
+        record_name: "api.example.com.".into(),
+        record_type: Some("A".into()),
+        alias: Some(Ref::named("api")),
+        txt: None,
+        alias_dns: None,
+        alias_zone: None,
+    };
+    let e = record.owner_text().expect_err("no owner text");
+    assert_eq!(
+        e.to_string(),
+        "resource model: DnsRecord/api: field txt is not set"
+    );
+    let owned = DnsRecord {
+        txt: Some("\"heritage=kprov,cluster=c\"".into()),
+        ..record
+    };
+    assert_eq!(
+        owned.owner_text().expect("owner text"),
+        "\"heritage=kprov,cluster=c\""
+    );
+}
