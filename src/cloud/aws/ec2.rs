@@ -736,7 +736,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             continue;
         };
         let id = id_from_tags(ELASTIC_IP, &aid, tag_pairs(a.tags()));
-        let eip = ElasticIp::read(owned_head(id, aid), a, rd);
+        let eip = ElasticIp::read(Head::listed(id.name, aid), a, rd);
         rd.push(eip.resource());
     }
 
@@ -748,7 +748,7 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             continue;
         };
         let id = id_from_tags(NAT_GATEWAY, &nid, tag_pairs(n.tags()));
-        let nat = NatGateway::read(owned_head(id, nid), n, rd);
+        let nat = NatGateway::read(Head::listed(id.name, nid), n, rd);
         rd.push(nat.resource());
     }
 
@@ -760,17 +760,8 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
             continue;
         };
         let id = id_from_tags(ROUTE_TABLE, &tid, tag_pairs(t.tags()));
-        let table = RouteTable::read(owned_head(id, tid), t, rd);
+        let table = RouteTable::read(Head::listed(id.name, tid), t, rd);
         rd.push(table.resource());
-    }
-}
-
-/// The head of a read resource found by the cluster's ownership tag (never adopted).
-fn owned_head(id: ResourceId, cloud_id: CloudId) -> Head {
-    Head {
-        name: id.name,
-        lifecycle: Lifecycle::Sync,
-        cloud_id: Some(cloud_id),
     }
 }
 
@@ -803,7 +794,7 @@ pub(super) fn assemble_security_groups(
             continue;
         };
         let id = id_from_tags(SECURITY_GROUP, &gid, tag_pairs(g.tags()));
-        let group = SecurityGroup::read(owned_head(id, gid), g, rd);
+        let group = SecurityGroup::read(Head::listed(id.name, gid), g, rd);
         rd.push(group.resource());
         heads.push((g, group.head));
     }
@@ -964,7 +955,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                 None => ListedTemplate::Gone(t),
             },
         };
-        let template = LaunchTemplate::read(owned_head(id, tid), &listed, rd);
+        let template = LaunchTemplate::read(Head::listed(id.name, tid), &listed, rd);
         rd.push(template.resource());
     }
 }

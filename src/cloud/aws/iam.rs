@@ -7,9 +7,7 @@ use super::tasks::{
     self, Fields, Head, IamInstanceProfile, IamRole, IamRolePolicy, ListedPolicy, Task,
 };
 use super::{AwsCloud, Ctx, Reader};
-use crate::cloud::engine::{
-    CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId,
-};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, ResourceId};
 
 pub(super) fn path(c: &AwsCloud) -> String {
     format!("/kprov/{}/", c.cluster)
@@ -124,7 +122,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
             continue;
         };
         let k = key(c, name);
-        let head = owned_head(k, role_id.clone());
+        let head = Head::listed(k, role_id.clone());
         let read = IamRole::read(head, role, rd);
         rd.push(read.resource());
         for p in policies {
@@ -133,7 +131,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
             } else {
                 format!("{k}-{}", p.name)
             };
-            let head = owned_head(&rname, role_id.join(':', &p.name));
+            let head = Head::listed(rname.as_str(), role_id.join(':', &p.name));
             let read = IamRolePolicy::read(head, p, rd);
             rd.push(read.resource());
         }
@@ -143,18 +141,9 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
         let Some(profile_id) = rd.listed(INSTANCE_PROFILE, Some(name)) else {
             continue;
         };
-        let head = owned_head(key(c, name), profile_id);
+        let head = Head::listed(key(c, name), profile_id);
         let read = IamInstanceProfile::read(head, p, rd);
         rd.push(read.resource());
-    }
-}
-
-/// The head of a read resource found under the cluster's path (never adopted).
-fn owned_head(name: &str, cloud_id: CloudId) -> Head {
-    Head {
-        name: name.to_string(),
-        lifecycle: Lifecycle::Sync,
-        cloud_id: Some(cloud_id),
     }
 }
 
