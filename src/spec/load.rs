@@ -239,42 +239,34 @@ fn load_document(
     errors: &mut Vec<Diagnostic>,
     parse_error: impl Fn(&serde_saphyr::Error) -> Diagnostic,
 ) -> Option<Loaded<Object>> {
-    match meta.api_version.as_deref() {
-        Some(API_VERSION) => {}
-        Some(other) => {
-            errors.push(doc.diagnostic(
-                &FieldPath::parse("apiVersion"),
-                format!("unsupported apiVersion {other:?}; expected {API_VERSION:?}"),
-            ));
-            return None;
-        }
-        None => {
-            errors.push(doc.diagnostic(
-                &FieldPath::root(),
-                format!("missing apiVersion (expected {API_VERSION:?})"),
-            ));
-            return None;
-        }
+    // A document without a known apiVersion and kind is said once, and not parsed further.
+    let refused = match (meta.api_version.as_deref(), meta.kind.as_deref()) {
+        (Some(API_VERSION), Some(KIND_CLUSTER | KIND_INSTANCE_GROUP)) => None,
+        (Some(API_VERSION), Some(other)) => Some((
+            FieldPath::parse("kind"),
+            format!("unknown kind {other:?}; expected Cluster or InstanceGroup"),
+        )),
+        (Some(API_VERSION), None) => Some((
+            FieldPath::root(),
+            "missing kind (Cluster or InstanceGroup)".to_string(),
+        )),
+        (Some(other), _) => Some((
+            FieldPath::parse("apiVersion"),
+            format!("unsupported apiVersion {other:?}; expected {API_VERSION:?}"),
+        )),
+        (None, _) => Some((
+            FieldPath::root(),
+            format!("missing apiVersion (expected {API_VERSION:?})"),
+        )),
+    };
+    if let Some((path, message)) = refused {
+        errors.push(doc.diagnostic(&path, message));
+        return None;
     }
-    let parsed = match meta.kind.as_deref() {
-        Some(KIND_CLUSTER) => serde_saphyr::from_str::<Cluster>(text).map(Object::Cluster),
-        Some(KIND_INSTANCE_GROUP) => {
-            serde_saphyr::from_str::<InstanceGroup>(text).map(Object::InstanceGroup)
-        }
-        Some(other) => {
-            errors.push(doc.diagnostic(
-                &FieldPath::parse("kind"),
-                format!("unknown kind {other:?}; expected Cluster or InstanceGroup"),
-            ));
-            return None;
-        }
-        None => {
-            errors.push(doc.diagnostic(
-                &FieldPath::root(),
-                "missing kind (Cluster or InstanceGroup)",
-            ));
-            return None;
-        }
+    let parsed = if meta.kind.as_deref() == Some(KIND_CLUSTER) {
+        serde_saphyr::from_str::<Cluster>(text).map(Object::Cluster)
+    } else {
+        serde_saphyr::from_str::<InstanceGroup>(text).map(Object::InstanceGroup)
     };
     match parsed {
         Ok(value) => Some(Loaded { value, doc }),
@@ -496,6 +488,26 @@ mod tests {
                 .contains("x.yaml:2:7: kind: unknown kind \"Pod\""),
             "{err}"
         );
+    }
+
+    /// A missing apiVersion is said alone (not also the kind), a missing kind once.
+    #[test]
+    fn missing_kind_and_api_version_are_named_once() {
+        for (text, message) in [
+            (
+                "kind: Pod\n",
+                "missing apiVersion (expected \"kprov.dev/v1alpha1\")",
+            ),
+            ("metadata: {}\n", "missing apiVersion"),
+            (
+                "apiVersion: kprov.dev/v1alpha1\n",
+                "missing kind (Cluster or InstanceGroup)",
+            ),
+        ] {
+            let err = load_objects("x.yaml", text).unwrap_err();
+            assert_eq!(err.0.len(), 1, "{err}");
+            assert!(err.to_string().contains(message), "{err}");
+        }
     }
 
     #[test]
