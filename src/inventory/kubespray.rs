@@ -1101,27 +1101,24 @@ fn cluster_settings(
             )),
         }
     }
-    if let Some(v) = one.get("kube_pods_subnet")
-        && let Some(t) = text("kube_pods_subnet", v)
-    {
-        map(
+    for (var, field, slot) in [
+        (
             "kube_pods_subnet",
-            &v.at,
             "spec.networking.podCIDR",
-            t.clone(),
-        );
-        s.pod_cidr = Some((t, v.at.clone()));
-    }
-    if let Some(v) = one.get("kube_service_addresses")
-        && let Some(t) = text("kube_service_addresses", v)
-    {
-        map(
+            &mut s.pod_cidr,
+        ),
+        (
             "kube_service_addresses",
-            &v.at,
             "spec.networking.serviceCIDR",
-            t.clone(),
-        );
-        s.service_cidr = Some((t, v.at.clone()));
+            &mut s.service_cidr,
+        ),
+    ] {
+        if let Some(v) = one.get(var)
+            && let Some(t) = text(var, v)
+        {
+            map(var, &v.at, field, t.clone());
+            *slot = Some((t, v.at.clone()));
+        }
     }
     if let Some(v) = one.get("cluster_name")
         && let Some(t) = text("cluster_name", v)
