@@ -71,20 +71,18 @@ hosts:
         assert_eq!(w1.labels.get("disk").map(String::as_str), Some("ssd"));
     }
 
+    /// An unknown role and an unknown field are refused at their line, named.
     #[test]
-    fn unknown_role_names_line() {
-        let text = "hosts:\n  - name: cp1\n    address: a\n    roles: [control-plane, master]\n";
-        let err = parse(text, "inv.yaml").unwrap_err().to_string();
-        assert!(err.starts_with("inv.yaml:4:"), "{err}");
-        assert!(err.contains("master"), "{err}");
-    }
-
-    #[test]
-    fn unknown_field_names_line() {
-        let text = "hosts:\n  - name: cp1\n    address: a\n    rolez: [node]\n";
-        let err = parse(text, "inv.yaml").unwrap_err().to_string();
-        assert!(err.starts_with("inv.yaml:4:"), "{err}");
-        assert!(err.contains("rolez"), "{err}");
+    fn unknown_role_or_field_names_line() {
+        for (line, name) in [
+            ("roles: [control-plane, master]", "master"),
+            ("rolez: [node]", "rolez"),
+        ] {
+            let text = format!("hosts:\n  - name: cp1\n    address: a\n    {line}\n");
+            let err = parse(&text, "inv.yaml").unwrap_err().to_string();
+            assert!(err.starts_with("inv.yaml:4:"), "{err}");
+            assert!(err.contains(name), "{err}");
+        }
     }
 
     fn arb_host() -> impl Strategy<Value = Host> {

@@ -1187,23 +1187,35 @@ mod corpus {
             .collect()
     }
 
+    /// Imports `file` of the corpus, checks its format, host lines and mapped variables, and
+    /// returns it for the test's own checks.
+    fn import_as(
+        file: &str,
+        format: Format,
+        want_lines: &[impl AsRef<str>],
+        want_mapped: &[&str],
+    ) -> Inventory {
+        let inv = import(&dir().join(file)).unwrap();
+        assert_eq!(inv.format, format);
+        let want_lines: Vec<&str> = want_lines.iter().map(AsRef::as_ref).collect();
+        assert_eq!(lines(&inv), want_lines);
+        assert_eq!(mapped(&inv), want_mapped);
+        inv
+    }
+
     #[test]
     fn directory_with_group_vars_and_host_vars_in_ansible_order() {
-        let inv = import(&dir().join("mycluster")).unwrap();
-        assert!(inv.file.ends_with("mycluster/hosts.yaml"), "{}", inv.file);
-        assert_eq!(
-            lines(&inv),
-            vec![
+        let inv = import_as(
+            "mycluster",
+            Format::KubesprayYaml,
+            &[
                 "node1 cp,etcd 198.18.10.1 ip=10.0.0.1 u=from-k8s-cluster p=2201 k=~/.ssh/cluster_key b=-",
                 "node2 cp,etcd 198.18.10.2 ip=10.0.0.2 u=from-k8s-cluster p=2201 k=~/.ssh/cluster_key b=-",
                 "node3 cp,etcd 198.18.10.3 ip=10.0.0.3 u=from-host-vars p=2203 k=~/.ssh/cluster_key b=-",
                 "node4 node 198.18.10.4 ip=10.0.0.4 u=from-kube-node p=2201 k=~/.ssh/cluster_key b=- \
                  l=disk=ssd t=from-inventory=group:NoSchedule",
-            ]
-        );
-        assert_eq!(
-            mapped(&inv),
-            vec![
+            ],
+            &[
                 "kube_version spec.kubernetesVersion 1.35.1",
                 "kube_network_plugin spec.networking.cni cilium",
                 "kube_pods_subnet spec.networking.podCIDR 10.244.0.0/16",
@@ -1211,8 +1223,9 @@ mod corpus {
                 "kube_proxy_mode spec.kubeProxy.proxyMode iptables",
                 "supplementary_addresses_in_ssl_keys spec.api.additionalSANs k8s.example.com",
                 "supplementary_addresses_in_ssl_keys spec.api.additionalSANs 203.0.113.10",
-            ]
+            ],
         );
+        assert!(inv.file.ends_with("mycluster/hosts.yaml"), "{}", inv.file);
         let k8s = "group_vars/k8s_cluster/k8s-cluster.yml";
         let at = |v: &str| {
             inv.mapped
@@ -1260,12 +1273,11 @@ mod corpus {
 
     #[test]
     fn ini_quotes_bom_comments_literals_and_proxycommand() {
-        let inv = import(&dir().join("quotes-bom.ini")).unwrap();
-        assert_eq!(inv.format, Format::KubesprayIni);
         let b = "b=jump@203.0.113.5:2022";
-        assert_eq!(
-            lines(&inv),
-            vec![
+        let inv = import_as(
+            "quotes-bom.ini",
+            Format::KubesprayIni,
+            &[
                 format!("cp1 cp,etcd 198.18.11.1 ip=10.1.0.1 u=ubuntu p=- k=- {b}"),
                 format!("w1 node 198.18.11.2 ip=- u=ops p=- k=- {b} l=disk=nvme,zone=a"),
                 format!("w2 node 198.18.11.3 ip=- u=ubuntu p=- k=- {b} l=role=worker"),
@@ -1273,11 +1285,8 @@ mod corpus {
                     "w3 node 198.18.11.4 ip=- u=ubuntu p=2222 k=- {b} l=role=worker \
                      t=gpu=true:NoSchedule"
                 ),
-            ]
-        );
-        assert_eq!(
-            mapped(&inv),
-            vec!["kube_network_plugin spec.networking.cni flannel"]
+            ],
+            &["kube_network_plugin spec.networking.cni flannel"],
         );
         assert!(
             inv.notes
@@ -1291,42 +1300,34 @@ mod corpus {
 
     #[test]
     fn yaml_without_all_and_proxyjump_and_api_load_balancer() {
-        let inv = import(&dir().join("no-all.yaml")).unwrap();
-        assert_eq!(inv.format, Format::KubesprayYaml);
-        assert_eq!(
-            lines(&inv),
-            vec![
+        import_as(
+            "no-all.yaml",
+            Format::KubesprayYaml,
+            &[
                 "cp1 cp,etcd 198.18.12.1 ip=- u=admin p=- k=- b=-",
                 "w1 node 198.18.12.2 ip=- u=- p=- k=- b=bastion@203.0.113.6:2200",
-            ]
-        );
-        assert_eq!(
-            mapped(&inv),
-            vec![
+            ],
+            &[
                 "loadbalancer_apiserver spec.api.endpoint api.example.com:8443",
                 // Kubespray's /etc/hosts line and SAN for the address: kept (issue 20).
                 "loadbalancer_apiserver.address spec.api.endpointAddress 10.2.0.100",
                 "loadbalancer_apiserver.address spec.api.additionalSANs 10.2.0.100",
                 "apiserver_loadbalancer_domain_name spec.api.additionalSANs api.example.com",
-            ]
+            ],
         );
     }
 
     #[test]
     fn ansible_json_script_format() {
-        let inv = import(&dir().join("script.json")).unwrap();
-        assert_eq!(inv.format, Format::AnsibleJson);
-        assert_eq!(
-            lines(&inv),
-            vec![
+        import_as(
+            "script.json",
+            Format::AnsibleJson,
+            &[
                 "cp1 cp,etcd 198.18.13.1 ip=- u=core p=- k=- b=-",
                 "w1 node 198.18.13.2 ip=- u=debian p=2200 k=- b=-",
                 "w2 node 198.18.13.3 ip=- u=debian p=- k=/keys/w2 b=-",
-            ]
-        );
-        assert_eq!(
-            mapped(&inv),
-            vec!["kube_version spec.kubernetesVersion 1.35.1"]
+            ],
+            &["kube_version spec.kubernetesVersion 1.35.1"],
         );
     }
 
