@@ -401,13 +401,20 @@ mod tests {
         path
     }
 
-    #[test]
-    fn a_good_bundle_opens_and_reads() {
+    /// A bundle of two members, `binaries/a` ("alpha") and `images/b.tar` ("beta"), in a
+    /// directory of its own (removed when the first value is dropped).
+    fn alpha_beta() -> (tempfile::TempDir, PathBuf) {
         let d = tempfile::tempdir().unwrap();
         let p = write_bundle(
             d.path(),
             &[("binaries/a", b"alpha"), ("images/b.tar", b"beta")],
         );
+        (d, p)
+    }
+
+    #[test]
+    fn a_good_bundle_opens_and_reads() {
+        let (_d, p) = alpha_beta();
         let b = Bundle::open(&p).unwrap();
         let e = b.manifest.entries[1].clone();
         assert_eq!(&b.read(&e).unwrap()[..], b"beta");
@@ -417,11 +424,7 @@ mod tests {
     /// Every byte of every member's data: a flip is refused, naming the member.
     #[test]
     fn a_flipped_byte_is_refused_naming_the_entry() {
-        let d = tempfile::tempdir().unwrap();
-        let p = write_bundle(
-            d.path(),
-            &[("binaries/a", b"alpha"), ("images/b.tar", b"beta")],
-        );
+        let (_d, p) = alpha_beta();
         let clean = std::fs::read(&p).unwrap();
         for (needle, entry) in [(&b"alpha"[..], "binaries/a"), (b"beta", "images/b.tar")] {
             let at = clean
@@ -443,11 +446,7 @@ mod tests {
 
     #[test]
     fn truncated_padded_or_foreign_bundles_are_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let p = write_bundle(
-            d.path(),
-            &[("binaries/a", b"alpha"), ("images/b.tar", b"beta")],
-        );
+        let (d, p) = alpha_beta();
         let clean = std::fs::read(&p).unwrap();
         // Cut inside the last member's data: the tar reader or the size check names it.
         let at = clean.windows(4).position(|w| w == b"beta").unwrap();
