@@ -9,6 +9,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::test_files::{tree, write};
+
 fn run(depth: &str) -> (bool, String) {
     run_on(depth, &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
 }
@@ -47,15 +49,14 @@ fn no_cycle_between_submodules() {
 /// modules whose `use` items (one inside a brace group) name each other.
 #[test]
 fn a_cycle_is_reported_with_its_edges() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("b")).unwrap();
-    std::fs::write(dir.path().join("a.rs"), "use crate::b::inner::X;\n").unwrap();
-    std::fs::write(dir.path().join("b/mod.rs"), "pub mod inner;\n").unwrap();
-    std::fs::write(
-        dir.path().join("b/inner.rs"),
-        "use std::fmt;\nuse crate::{a::Y, b::other};\n",
-    )
-    .unwrap();
+    let dir = tree(&[
+        ("a.rs", "use crate::b::inner::X;\n"),
+        ("b/mod.rs", "pub mod inner;\n"),
+        (
+            "b/inner.rs",
+            "use std::fmt;\nuse crate::{a::Y, b::other};\n",
+        ),
+    ]);
     for depth in ["1", "2"] {
         let (clean, text) = run_on(depth, dir.path());
         assert!(!clean, "depth {depth}: {text}");
@@ -68,20 +69,20 @@ fn a_cycle_is_reported_with_its_edges() {
 /// hid a cycle of nine modules until the reader read them); one in a comment is not.
 #[test]
 fn an_inline_path_closes_a_cycle_and_a_comment_does_not() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("a.rs"), "use crate::b::X;\n").unwrap();
-    std::fs::write(
-        dir.path().join("b.rs"),
-        "// see crate::a::Y\n/// [`crate::a::Y`]\npub struct X;\n",
-    )
-    .unwrap();
+    let dir = tree(&[
+        ("a.rs", "use crate::b::X;\n"),
+        (
+            "b.rs",
+            "// see crate::a::Y\n/// [`crate::a::Y`]\npub struct X;\n",
+        ),
+    ]);
     let (clean, text) = run_on("1", dir.path());
     assert!(clean, "{text}");
-    std::fs::write(
-        dir.path().join("b.rs"),
+    write(
+        dir.path(),
+        "b.rs",
         "pub struct X;\nfn f() -> String {\n    let _ = ('\"', \"a\n//\");\n    \"https://x\".to_string() + &crate::a::y()\n}\n",
-    )
-    .unwrap();
+    );
     let (clean, text) = run_on("1", dir.path());
     assert!(!clean, "{text}");
     assert!(text.contains("b.rs:5"), "{text}");
@@ -92,13 +93,13 @@ fn an_inline_path_closes_a_cycle_and_a_comment_does_not() {
 /// sharing a helper).
 #[test]
 fn a_pub_crate_test_module_is_skipped() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("a.rs"), "use crate::b::X;\n").unwrap();
-    std::fs::write(
-        dir.path().join("b.rs"),
-        "pub struct X;\n#[cfg(test)]\npub(crate) mod tests {\n    use crate::a::Y;\n}\n",
-    )
-    .unwrap();
+    let dir = tree(&[
+        ("a.rs", "use crate::b::X;\n"),
+        (
+            "b.rs",
+            "pub struct X;\n#[cfg(test)]\npub(crate) mod tests {\n    use crate::a::Y;\n}\n",
+        ),
+    ]);
     let (clean, text) = run_on("1", dir.path());
     assert!(clean, "{text}");
 }
@@ -223,20 +224,19 @@ fn cli_imports_only_ops_views_output_and_the_spec() {
 /// written inline, `super::` from mod.rs; and lets the allowed ones and comments pass.
 #[test]
 fn a_cli_import_of_a_lower_module_is_found() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("a.rs"),
-        "use crate::ops::x;\nuse crate::{views::v, state::lock::LockError};\n\
-         // crate::repo in a comment\nfn f() { crate::bounded::read(); }\n\
-         use super::commands::Ctx;\n#[cfg(test)]\nmod tests {\n    use super::*;\n    \
-         use super::super::spec::X;\n    use super::super::super::kube::Y;\n}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("mod.rs"),
-        "use super::inventory::X;\nuse super::output::Printer;\n",
-    )
-    .unwrap();
+    let dir = tree(&[
+        (
+            "a.rs",
+            "use crate::ops::x;\nuse crate::{views::v, state::lock::LockError};\n\
+             // crate::repo in a comment\nfn f() { crate::bounded::read(); }\n\
+             use super::commands::Ctx;\n#[cfg(test)]\nmod tests {\n    use super::*;\n    \
+             use super::super::spec::X;\n    use super::super::super::kube::Y;\n}\n",
+        ),
+        (
+            "mod.rs",
+            "use super::inventory::X;\nuse super::output::Printer;\n",
+        ),
+    ]);
     assert_eq!(
         cli_foreign_paths(dir.path()),
         [
