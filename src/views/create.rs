@@ -3,7 +3,7 @@
 
 use crate::ops::create::CreatePlan;
 use crate::output::{Printer, plural};
-use crate::spec::{EtcdType, HostRole, ObjectRef};
+use crate::spec::{EtcdType, ObjectRef};
 
 /// The inventory's warning and notes (`--dry-run`: the whole summary of what was understood).
 pub fn inventory(printer: &Printer, plan: &CreatePlan, dry_run: bool) {
@@ -54,15 +54,7 @@ pub fn inventory_summary(inv: &crate::inventory::Inventory, overrides: &[String]
     )];
     for l in &inv.hosts {
         let h = &l.host;
-        let roles: Vec<&str> = h
-            .roles
-            .iter()
-            .map(|r| match r {
-                HostRole::ControlPlane => "control-plane",
-                HostRole::Node => "node",
-                HostRole::Etcd => "etcd",
-            })
-            .collect();
+        let roles: Vec<&str> = h.roles.iter().map(|r| r.as_str()).collect();
         let mut line = format!(
             "  {} (line {}): roles {}, address {}",
             h.name,
