@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::test_files::{tree, write};
+use crate::test_files::tree;
 
 fn run(depth: &str) -> (bool, String) {
     run_on(depth, &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
@@ -31,6 +31,11 @@ fn run_on(depth: &str, src: &Path) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// The reader at `depth` on a temporary tree of `files`.
+fn run_on_tree(depth: &str, files: &[(&str, &str)]) -> (bool, String) {
+    run_on(depth, tree(files).path())
 }
 
 #[test]
@@ -69,21 +74,13 @@ fn a_cycle_is_reported_with_its_edges() {
 /// hid a cycle of nine modules until the reader read them); one in a comment is not.
 #[test]
 fn an_inline_path_closes_a_cycle_and_a_comment_does_not() {
-    let dir = tree(&[
-        ("a.rs", "use crate::b::X;\n"),
-        (
-            "b.rs",
-            "// see crate::a::Y\n/// [`crate::a::Y`]\npub struct X;\n",
-        ),
-    ]);
-    let (clean, text) = run_on("1", dir.path());
+    let a = ("a.rs", "use crate::b::X;\n");
+    let commented = "// see crate::a::Y\n/// [`crate::a::Y`]\npub struct X;\n";
+    let (clean, text) = run_on_tree("1", &[a, ("b.rs", commented)]);
     assert!(clean, "{text}");
-    write(
-        dir.path(),
-        "b.rs",
-        "pub struct X;\nfn f() -> String {\n    let _ = ('\"', \"a\n//\");\n    \"https://x\".to_string() + &crate::a::y()\n}\n",
-    );
-    let (clean, text) = run_on("1", dir.path());
+    let inline = "pub struct X;\nfn f() -> String {\n    let _ = ('\"', \"a\n//\");\n    \
+                  \"https://x\".to_string() + &crate::a::y()\n}\n";
+    let (clean, text) = run_on_tree("1", &[a, ("b.rs", inline)]);
     assert!(!clean, "{text}");
     assert!(text.contains("b.rs:5"), "{text}");
 }
@@ -93,14 +90,8 @@ fn an_inline_path_closes_a_cycle_and_a_comment_does_not() {
 /// sharing a helper).
 #[test]
 fn a_pub_crate_test_module_is_skipped() {
-    let dir = tree(&[
-        ("a.rs", "use crate::b::X;\n"),
-        (
-            "b.rs",
-            "pub struct X;\n#[cfg(test)]\npub(crate) mod tests {\n    use crate::a::Y;\n}\n",
-        ),
-    ]);
-    let (clean, text) = run_on("1", dir.path());
+    let b = "pub struct X;\n#[cfg(test)]\npub(crate) mod tests {\n    use crate::a::Y;\n}\n";
+    let (clean, text) = run_on_tree("1", &[("a.rs", "use crate::b::X;\n"), ("b.rs", b)]);
     assert!(clean, "{text}");
 }
 
