@@ -1421,13 +1421,6 @@ mod corpus {
         );
         assert!(err.contains("Jinja template"), "{err}");
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[k8s_cluster:children]\nkube_control_plane\n\
-                    [k8s_cluster:vars]\nkube_proxy_mode=userspace\n";
-        let err = import_text(text, "i.ini", None).unwrap_err().to_string();
-        assert!(
-            err.contains("\n  i.ini:8: kube_proxy_mode: \"userspace\" is not a kube-proxy mode"),
-            "{err}"
-        );
-        let text = "[all]\nn1\n[kube_control_plane]\nn1\n[k8s_cluster:children]\nkube_control_plane\n\
                     [k8s_cluster:vars]\nkube_proxy_mode=ipvs\nkube_proxy_conntrack_max_per_core=0\n";
         let inv = import_text(text, "i.ini", None).unwrap();
         assert_eq!(
@@ -1438,30 +1431,37 @@ mod corpus {
             inv.settings.conntrack_max_per_core.as_ref().map(|m| m.0),
             Some(0)
         );
-        let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\nkube_proxy_conntrack_max_per_core=lots\n";
-        let err = import_text(text, "i.ini", None).unwrap_err().to_string();
-        assert!(
-            err.contains("\n  i.ini:6: kube_proxy_conntrack_max_per_core: \"lots\""),
-            "{err}"
-        );
-        let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\ncontainer_manager=crio\n";
-        let err = import_text(text, "i.ini", None).unwrap_err().to_string();
-        assert!(err.contains("\n  i.ini:6: container_manager"), "{err}");
-        let text = "[all]\nn1 kube_version=1.35.1\nn2 kube_version=1.34.0\n[kube_control_plane]\nn1\nn2\nn3\n";
-        let err = import_text(text, "i.ini", None).unwrap_err().to_string();
-        assert!(err.contains("must be the same on every host"), "{err}");
-        let text = "[all]\nn1 ansible_connection=docker\n[kube_control_plane]\nn1\n";
-        let err = import_text(text, "i.ini", None).unwrap_err().to_string();
-        assert!(
-            err.contains("ansible_connection=docker is not supported"),
-            "{err}"
-        );
-        let text = "[all]\nn1 ansible_become_user=deploy\n[kube_control_plane]\nn1\n";
-        let err = import_text(text, "i.ini", None).unwrap_err().to_string();
-        assert!(
-            err.contains("\n  i.ini:2: host \"n1\": ansible_become_user"),
-            "{err}"
-        );
+        // Each refused at its line, the variable named.
+        for (text, needle) in [
+            (
+                "[all]\nn1\n[kube_control_plane]\nn1\n[k8s_cluster:children]\nkube_control_plane\n\
+                 [k8s_cluster:vars]\nkube_proxy_mode=userspace\n",
+                "\n  i.ini:8: kube_proxy_mode: \"userspace\" is not a kube-proxy mode",
+            ),
+            (
+                "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\nkube_proxy_conntrack_max_per_core=lots\n",
+                "\n  i.ini:6: kube_proxy_conntrack_max_per_core: \"lots\"",
+            ),
+            (
+                "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\ncontainer_manager=crio\n",
+                "\n  i.ini:6: container_manager",
+            ),
+            (
+                "[all]\nn1 kube_version=1.35.1\nn2 kube_version=1.34.0\n[kube_control_plane]\nn1\nn2\nn3\n",
+                "must be the same on every host",
+            ),
+            (
+                "[all]\nn1 ansible_connection=docker\n[kube_control_plane]\nn1\n",
+                "ansible_connection=docker is not supported",
+            ),
+            (
+                "[all]\nn1 ansible_become_user=deploy\n[kube_control_plane]\nn1\n",
+                "\n  i.ini:2: host \"n1\": ansible_become_user",
+            ),
+        ] {
+            let err = import_text(text, "i.ini", None).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
     }
 
     #[test]
