@@ -1381,20 +1381,21 @@ spec:
 
     #[test]
     fn unsupported_kubernetes_version() {
-        expect_one(
-            &BASE.replace("1.35.1", "1.20.0"),
-            "c.yaml:7:22: spec.kubernetesVersion: 1.20.0 is not supported",
-        );
-        expect_one(
-            &BASE.replace("1.35.1", "latest"),
-            "is not a version like 1.35.1",
-        );
-        // The supported versions as ranges per minor, not 26 patches.
-        expect_one(
-            &BASE.replace("1.35.1", "1.37.0"),
-            "c.yaml:7:22: spec.kubernetesVersion: 1.37.0 is not supported; supported versions \
-             (pinned checksums): 1.34.0-1.34.11, 1.35.0-1.35.8, 1.36.0-1.36.4",
-        );
+        for (version, needle) in [
+            (
+                "1.20.0",
+                "c.yaml:7:22: spec.kubernetesVersion: 1.20.0 is not supported",
+            ),
+            ("latest", "is not a version like 1.35.1"),
+            // The supported versions as ranges per minor, not 26 patches.
+            (
+                "1.37.0",
+                "c.yaml:7:22: spec.kubernetesVersion: 1.37.0 is not supported; supported versions \
+                 (pinned checksums): 1.34.0-1.34.11, 1.35.0-1.35.8, 1.36.0-1.36.4",
+            ),
+        ] {
+            expect_one(&BASE.replace("1.35.1", version), needle);
+        }
         assert!(check(&BASE.replace("1.35.1", "1.36.4")).is_empty());
         assert!(check(&BASE.replace("1.35.1", "v1.34.0")).is_empty());
     }
@@ -1498,18 +1499,25 @@ spec:
 
     #[test]
     fn invalid_names() {
-        expect_one(
-            &BASE.replace("name: demo.example.com", "name: Demo_Cluster.example.com"),
-            "is not a valid DNS name",
-        );
-        expect_one(
-            &BASE.replace("name: demo.example.com", "name: demo"),
-            "must be a fully qualified DNS name",
-        );
-        expect_one(
-            &BASE.replace("name: nodes", "name: Nodes!"),
-            "metadata.name: InstanceGroup Nodes!: \"Nodes!\" is not a valid name",
-        );
+        for (from, to, needle) in [
+            (
+                "name: demo.example.com",
+                "name: Demo_Cluster.example.com",
+                "is not a valid DNS name",
+            ),
+            (
+                "name: demo.example.com",
+                "name: demo",
+                "must be a fully qualified DNS name",
+            ),
+            (
+                "name: nodes",
+                "name: Nodes!",
+                "metadata.name: InstanceGroup Nodes!: \"Nodes!\" is not a valid name",
+            ),
+        ] {
+            expect_one(&BASE.replace(from, to), needle);
+        }
     }
 
     #[test]
