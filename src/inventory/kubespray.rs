@@ -2631,13 +2631,7 @@ ansible_user=admin
         let inv = import_text(text, "hosts.yaml", Format::KubesprayYaml, None).unwrap();
         let all = format!("{:?} {:?}", inv.notes, inv.unused);
         assert!(!all.contains("s3cret"), "{all}");
-        assert!(
-            inv.notes
-                .iter()
-                .any(|n| n.contains("ansible_password is set for node1: kprov logs in with keys")),
-            "{:?}",
-            inv.notes
-        );
+        inv.assert_note("ansible_password is set for node1: kprov logs in with keys");
     }
 
     proptest! {

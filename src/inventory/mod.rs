@@ -788,6 +788,18 @@ mod samples {
 pub(crate) use real::line_of as real_line_of;
 
 #[cfg(test)]
+impl Inventory {
+    /// Asserts that one of the notes says `needle`.
+    pub(crate) fn assert_note(&self, needle: &str) {
+        assert!(
+            self.notes.iter().any(|n| n.contains(needle)),
+            "{needle:?} is in none of {:?}",
+            self.notes
+        );
+    }
+}
+
+#[cfg(test)]
 mod real {
     //! The 30 real inventories in `tests/fixtures/kubespray/real/` (origins in its ORIGIN.tsv).
     use super::*;
@@ -1130,13 +1142,7 @@ mod real {
             .collect();
         files.sort();
         let bastion = import(&dir.join("23-terraform-aws-output-bastion.ini")).unwrap();
-        assert!(
-            bastion.notes.iter().any(|n| n.contains(
-                "host \"bastion\": ansible_host is set again (\"54.209.28.146\" replaces \"54.89.80.238\""
-            )),
-            "{:?}",
-            bastion.notes
-        );
+        bastion.assert_note("host \"bastion\": ansible_host is set again (\"54.209.28.146\" replaces \"54.89.80.238\"");
         let listed: Vec<String> = table.iter().map(|(f, _)| f.to_string()).collect();
         assert_eq!(files, listed, "every fixture has a row");
         for (file, want) in table {
@@ -1264,11 +1270,7 @@ mod corpus {
                 .iter()
                 .any(|m| m.var == "kube_proxy_mode" && m.field == "spec.kubeProxy.proxyMode")
         );
-        assert!(
-            inv.notes
-                .iter()
-                .any(|n| n.contains("container_manager: containerd"))
-        );
+        inv.assert_note("container_manager: containerd");
     }
 
     #[test]
@@ -1288,13 +1290,7 @@ mod corpus {
             ],
             &["kube_network_plugin spec.networking.cni flannel"],
         );
-        assert!(
-            inv.notes
-                .iter()
-                .any(|n| n.contains("does not pass -o StrictHostKeyChecking=no")),
-            "{:?}",
-            inv.notes
-        );
+        inv.assert_note("does not pass -o StrictHostKeyChecking=no");
         assert!(inv.unused.is_empty(), "{:?}", inv.unused);
     }
 
@@ -1586,12 +1582,6 @@ mod corpus {
         let text = "[all]\nn1\n[kube_control_plane]\nn1\n[all:vars]\nno_proxy=.corp\n";
         let inv = import_text(text, "i.ini", None).unwrap();
         assert!(inv.settings.proxy.is_none());
-        assert!(
-            inv.notes
-                .iter()
-                .any(|n| n.contains("i.ini:6: no_proxy: without http_proxy")),
-            "{:?}",
-            inv.notes
-        );
+        inv.assert_note("i.ini:6: no_proxy: without http_proxy");
     }
 }
