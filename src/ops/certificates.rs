@@ -1011,7 +1011,7 @@ mod tests {
     use super::*;
     use crate::provision::orchestrate::tests::{hosts, owner, targets};
     use crate::ssh::task::StepOutcome;
-    use crate::ssh::task::fake::{Files, StepByStep, step_failed};
+    use crate::ssh::task::fake::{Files, StepByStep, on_host, step_failed};
 
     /// testdata/ca.crt: notAfter 2036-11-18T11:16:51Z.
     const CA: &str = include_str!("../provision/testdata/ca.crt");
@@ -1059,13 +1059,7 @@ mod tests {
         }
 
         fn reads_on(&self, host: &str) -> Vec<String> {
-            self.reads
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(h, _)| h == host)
-                .map(|(_, p)| p.clone())
-                .collect()
+            on_host(&self.reads, host, String::clone)
         }
     }
 

@@ -435,7 +435,7 @@ mod tests {
     use crate::nodes::roll::{RollAction, Upgrade};
     use crate::provision::orchestrate::tests::{cluster, hosts, owner, resolved, targets};
     use crate::spec::Cluster;
-    use crate::ssh::task::fake::{Files, StepByStep, step_failed};
+    use crate::ssh::task::fake::{Files, StepByStep, on_host, step_failed};
     use crate::ssh::task::{ExecError, StepOutcome};
 
     /// Hosts that keep uploaded files, record the steps run, and fail a named step while
@@ -459,13 +459,7 @@ mod tests {
         }
 
         fn names(&self, host: &str) -> Vec<String> {
-            self.ran
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(h, _)| h == host)
-                .map(|(_, s)| s.name.clone())
-                .collect()
+            on_host(&self.ran, host, |s| s.name.clone())
         }
     }
 

@@ -225,6 +225,20 @@ pub(crate) mod fake {
         }
     }
 
+    /// What `log` recorded on `host`, in order, each as `f` gives it.
+    pub(crate) fn on_host<T, U>(
+        log: &Mutex<Vec<(String, T)>>,
+        host: &str,
+        f: impl Fn(&T) -> U,
+    ) -> Vec<U> {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|(h, _)| h == host)
+            .map(|(_, t)| f(t))
+            .collect()
+    }
+
     /// The files on test hosts, by host and path.
     #[derive(Default)]
     pub(crate) struct Files(Mutex<HashMap<(String, String), Bytes>>);
