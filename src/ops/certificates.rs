@@ -1003,7 +1003,6 @@ pub async fn rotate(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::sync::Mutex;
 
     use bytes::Bytes;
@@ -1012,6 +1011,7 @@ mod tests {
     use super::*;
     use crate::provision::orchestrate::tests::{hosts, owner, targets};
     use crate::ssh::task::StepOutcome;
+    use crate::ssh::task::fake::{Files, StepByStep, on_host, step_failed};
 
     /// testdata/ca.crt: notAfter 2036-11-18T11:16:51Z.
     const CA: &str = include_str!("../provision/testdata/ca.crt");
@@ -1030,7 +1030,7 @@ mod tests {
     /// Hosts as files; records every read and step.
     #[derive(Default)]
     struct Fake {
-        files: Mutex<HashMap<(String, String), Bytes>>,
+        files: Files,
         reads: Mutex<Vec<(String, String)>>,
         steps: Mutex<Vec<(String, String)>>,
         unknown_key: Vec<String>,
@@ -1039,10 +1039,7 @@ mod tests {
 
     impl Fake {
         fn put(&self, host: &str, path: &str, content: &str) {
-            self.files
-                .lock()
-                .unwrap()
-                .insert((host.into(), path.into()), Bytes::from(content.to_string()));
+            self.files.put(host, path, content.to_string());
         }
 
         /// A control plane of `owner` with every certificate kubeadm writes.
@@ -1062,43 +1059,28 @@ mod tests {
         }
 
         fn reads_on(&self, host: &str) -> Vec<String> {
-            self.reads
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(h, _)| h == host)
-                .map(|(_, p)| p.clone())
-                .collect()
+            on_host(&self.reads, host, String::clone)
         }
     }
 
     #[async_trait::async_trait]
-    impl HostExecutor for Fake {
-        async fn run_steps(
-            &self,
-            host: &str,
-            steps: &[Step],
-        ) -> Result<Vec<StepOutcome>, ExecError> {
-            let mut out = Vec::new();
-            for s in steps {
-                self.steps
-                    .lock()
-                    .unwrap()
-                    .push((host.to_string(), s.name.clone()));
-                if self.fail_step.as_ref() == Some(&(host.to_string(), s.name.clone())) {
-                    return Err(ExecError::Step {
-                        host: host.into(),
-                        step: s.name.clone(),
-                        code: Some(1),
-                        stderr: "kube-apiserver not healthy after 300s".into(),
-                    });
-                }
-                out.push(StepOutcome::Changed);
+    impl StepByStep for Fake {
+        async fn step(&self, host: &str, s: &Step) -> Result<StepOutcome, ExecError> {
+            self.steps
+                .lock()
+                .unwrap()
+                .push((host.to_string(), s.name.clone()));
+            if self.fail_step.as_ref() == Some(&(host.to_string(), s.name.clone())) {
+                return Err(step_failed(
+                    host,
+                    s,
+                    "kube-apiserver not healthy after 300s",
+                ));
             }
-            Ok(out)
+            Ok(StepOutcome::Changed)
         }
 
-        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+        async fn read(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
             if self.unknown_key.iter().any(|h| h == host) {
                 return Err(ExecError::UnknownHostKey {
                     host: host.into(),
@@ -1109,12 +1091,7 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push((host.to_string(), path.to_string()));
-            Ok(self
-                .files
-                .lock()
-                .unwrap()
-                .get(&(host.to_string(), path.to_string()))
-                .cloned())
+            Ok(self.files.get(host, path))
         }
     }
 

@@ -743,6 +743,7 @@ mod tests {
         }
     }
     use crate::provision::orchestrate::tests::{cluster, hosts, targets};
+    use crate::ssh::task::fake::{StepByStep, step_failed};
     use crate::ssh::task::{ExecError, StepOutcome};
 
     fn member(id: u64, name: &str, healthy: bool) -> EtcdMember {
@@ -821,30 +822,27 @@ mod tests {
     }
 
     #[async_trait::async_trait]
-    impl HostExecutor for Hosts {
-        async fn run_steps(
-            &self,
-            host: &str,
-            steps: &[Step],
-        ) -> Result<Vec<StepOutcome>, ExecError> {
+    impl StepByStep for Hosts {
+        fn admit(&self, host: &str, steps: &[Step]) -> Result<(), ExecError> {
             if !self.answers.contains_key(host) {
-                return Err(ExecError::Step {
-                    host: host.into(),
-                    step: steps[0].name.clone(),
-                    code: Some(1),
-                    stderr: "no running etcd container on this host".into(),
-                });
+                return Err(step_failed(
+                    host,
+                    &steps[0],
+                    "no running etcd container on this host",
+                ));
             }
-            for s in steps {
-                self.scripts
-                    .lock()
-                    .unwrap()
-                    .push((host.into(), s.run.clone()));
-            }
-            Ok(vec![StepOutcome::Changed; steps.len()])
+            Ok(())
         }
 
-        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+        async fn step(&self, host: &str, s: &Step) -> Result<StepOutcome, ExecError> {
+            self.scripts
+                .lock()
+                .unwrap()
+                .push((host.into(), s.run.clone()));
+            Ok(StepOutcome::Changed)
+        }
+
+        async fn read(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
             let (list, health) = &self.answers[host];
             Ok(Some(Bytes::from(if path.ends_with("members.json") {
                 list.clone()

@@ -895,6 +895,16 @@ impl Removal {
         if !aws && request.cloud_only {
             return Err(InstanceError::CloudOnlyOnMetal(name.to_string()));
         }
+        // The API client, opened where the platform's branch needs it (after the cloud's).
+        let api = async || {
+            crate::ops::credentials::kube_client(
+                &store,
+                &cluster.completed,
+                request.kubeconfig.as_deref(),
+                false,
+            )
+            .await
+        };
         let (on, client) = if aws {
             let cloud = crate::ops::aws::cloud(&cluster.completed).await?;
             let instances = AwsInstances::new(
@@ -905,13 +915,7 @@ impl Removal {
             let (kube, client) = match request.cloud_only {
                 true => (None, None),
                 false => {
-                    let (k, g) = crate::ops::credentials::kube_client(
-                        &store,
-                        &cluster.completed,
-                        request.kubeconfig.as_deref(),
-                        false,
-                    )
-                    .await?;
+                    let (k, g) = api().await?;
                     (Some(k), Some(g))
                 }
             };
@@ -924,13 +928,7 @@ impl Removal {
                 client,
             )
         } else {
-            let (kube, g) = crate::ops::credentials::kube_client(
-                &store,
-                &cluster.completed,
-                request.kubeconfig.as_deref(),
-                false,
-            )
-            .await?;
+            let (kube, g) = api().await?;
             (RemovalOn::Metal { kube }, Some(g))
         };
         Ok(Removal {

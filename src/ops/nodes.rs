@@ -151,6 +151,25 @@ pub(crate) fn fleet(
     .context("preparing ssh connections")
 }
 
+/// An SSH fleet that contacts only hosts whose keys the cluster recorded (the preview, a
+/// reset): it accepts no new host key.
+fn known_hosts_fleet(
+    cluster: &ResolvedCluster,
+    targets: &[Target],
+    store: Arc<dyn StateStore>,
+    options: &NodeOptions,
+    events: &Events,
+) -> anyhow::Result<SshFleet> {
+    fleet(
+        &cluster.name,
+        targets,
+        store,
+        false,
+        options.concurrency,
+        events,
+    )
+}
+
 /// The orchestrator's options for a run that changes hosts (converge, reset): now, its
 /// progress told as node events.
 fn run_options(options: &NodeOptions, events: &Events) -> Options {
@@ -174,14 +193,7 @@ pub async fn plan(
 ) -> anyhow::Result<NodePlan> {
     // A cluster that never claimed a host has no UID yet (none is made here).
     let owner: Option<Owner> = nodes::owner::read(store.as_ref(), &cluster.name).await?;
-    let fleet = fleet(
-        &cluster.name,
-        targets,
-        store,
-        false,
-        options.concurrency,
-        &no_events(),
-    )?;
+    let fleet = known_hosts_fleet(cluster, targets, store, options, &no_events())?;
     let plan = node_plan::plan_with(
         &fleet,
         Some(&fleet),
@@ -376,14 +388,7 @@ pub async fn reset(
             "{name} never claimed a host (no cluster UID in the state store)"
         )));
     };
-    let fleet = fleet(
-        &cluster.name,
-        targets,
-        store,
-        false,
-        options.concurrency,
-        events,
-    )?;
+    let fleet = known_hosts_fleet(cluster, targets, store, options, events)?;
     let run = run_options(options, events);
     let report = orchestrate::reset(&fleet, cluster, targets, &owner, &run).await;
     fleet.close().await;

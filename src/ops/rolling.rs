@@ -891,6 +891,23 @@ async fn advance(
         let halt = |step: NodeStep, why: String, error: RollError| {
             stopped_at(shared, i, step, why, error, lock_check)
         };
+        // A wait through the API (a drain, a wait for Ready) that the operator interrupted or
+        // that failed stops the node at `step`, journaled: an interrupt with the journal's
+        // reason `why` (`what` for the interruption's text), a failure with `failed: {error}`.
+        let waited = async |step: NodeStep,
+                            outcome: Option<Result<(), ObserveError>>,
+                            (why, what): (&str, &str),
+                            failed: String|
+               -> Result<(), RollError> {
+            match outcome {
+                None => Err(halt(step, why.to_string(), interrupted(what)).await),
+                Some(Err(e)) => {
+                    let why = format!("{failed}: {e}");
+                    Err(halt(step, why.clone(), stop(why, e.into())).await)
+                }
+                Some(Ok(())) => Ok(()),
+            }
+        };
         if cancelled(cancel) {
             let why = format!("interrupted at step {}", node.step.as_str());
             return Err(halt(node.step, why, interrupted("before its next step")).await);
@@ -937,25 +954,17 @@ async fn advance(
                         beside_write(shared, lock_check, &mut drain).await?
                     }
                 };
-                match drained {
-                    None => {
-                        let why =
-                            "drain abandoned by an interrupt; the node stays cordoned".to_string();
-                        return Err(halt(
-                            NodeStep::Cordoned,
-                            why,
-                            interrupted("drain abandoned, it stays cordoned"),
-                        )
-                        .await);
-                    }
-                    Some(Err(e)) => {
-                        let why = format!("drain failed; the node stays cordoned: {e}");
-                        return Err(
-                            halt(NodeStep::Cordoned, why.clone(), stop(why, e.into())).await
-                        );
-                    }
-                    Some(Ok(())) => NodeStep::Drained,
-                }
+                waited(
+                    NodeStep::Cordoned,
+                    drained,
+                    (
+                        "drain abandoned by an interrupt; the node stays cordoned",
+                        "drain abandoned, it stays cordoned",
+                    ),
+                    "drain failed; the node stays cordoned".to_string(),
+                )
+                .await?;
+                NodeStep::Drained
             }
             NodeStep::Drained => {
                 events(&RollEvent::Working {
@@ -1059,24 +1068,13 @@ async fn advance(
                 } else {
                     wait.await
                 };
-                match ready {
-                    None => {
-                        let why = "interrupted while waiting for Ready".to_string();
-                        return Err(halt(
-                            NodeStep::Replaced,
-                            why,
-                            interrupted("waiting for Ready"),
-                        )
-                        .await);
-                    }
-                    Some(Err(e)) => {
-                        let why = format!("{now} did not become Ready: {e}");
-                        return Err(
-                            halt(NodeStep::Replaced, why.clone(), stop(why, e.into())).await
-                        );
-                    }
-                    Some(Ok(())) => {}
-                }
+                waited(
+                    NodeStep::Replaced,
+                    ready,
+                    ("interrupted while waiting for Ready", "waiting for Ready"),
+                    format!("{now} did not become Ready"),
+                )
+                .await?;
                 shared
                     .timed(Wait::Observe, api.uncordon(&now))
                     .await

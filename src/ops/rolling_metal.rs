@@ -426,7 +426,6 @@ fn restarts_kubelet(step: &Step) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::sync::Mutex;
 
     use bytes::Bytes;
@@ -436,13 +435,14 @@ mod tests {
     use crate::nodes::roll::{RollAction, Upgrade};
     use crate::provision::orchestrate::tests::{cluster, hosts, owner, resolved, targets};
     use crate::spec::Cluster;
+    use crate::ssh::task::fake::{Files, StepByStep, on_host, step_failed};
     use crate::ssh::task::{ExecError, StepOutcome};
 
     /// Hosts that keep uploaded files, record the steps run, and fail a named step while
     /// `fail` holds it (a cut).
     #[derive(Default)]
     struct Hosts {
-        files: Mutex<HashMap<(String, String), Bytes>>,
+        files: Files,
         ran: Mutex<Vec<(String, Step)>>,
         fail: Mutex<Option<String>>,
         /// Every step answers already converged (nothing ran).
@@ -453,64 +453,35 @@ mod tests {
         /// The facts of an x86_64 machine on each of `ts`, as preflight leaves them.
         fn x86_64(&self, ts: &[Target]) {
             for t in ts {
-                self.files.lock().unwrap().insert(
-                    (t.name().into(), render::FACTS_FILE.into()),
-                    Bytes::from("machine=x86_64\n"),
-                );
+                self.files
+                    .put(t.name(), render::FACTS_FILE, "machine=x86_64\n");
             }
         }
 
         fn names(&self, host: &str) -> Vec<String> {
-            self.ran
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(h, _)| h == host)
-                .map(|(_, s)| s.name.clone())
-                .collect()
+            on_host(&self.ran, host, |s| s.name.clone())
         }
     }
 
     #[async_trait]
-    impl HostExecutor for Hosts {
-        async fn run_steps(
-            &self,
-            host: &str,
-            steps: &[Step],
-        ) -> Result<Vec<StepOutcome>, ExecError> {
-            let mut out = Vec::new();
-            for s in steps {
-                if self.fail.lock().unwrap().as_deref() == Some(s.name.as_str()) {
-                    return Err(ExecError::Step {
-                        host: host.into(),
-                        step: s.name.clone(),
-                        code: Some(1),
-                        stderr: "cut".into(),
-                    });
-                }
-                self.ran.lock().unwrap().push((host.into(), s.clone()));
-                for f in &s.files {
-                    self.files
-                        .lock()
-                        .unwrap()
-                        .insert((host.into(), f.path.clone()), f.content.clone());
-                }
-                out.push(if *self.converged.lock().unwrap() {
-                    StepOutcome::Unchanged
-                } else {
-                    StepOutcome::Changed
-                });
+    impl StepByStep for Hosts {
+        async fn step(&self, host: &str, s: &Step) -> Result<StepOutcome, ExecError> {
+            if self.fail.lock().unwrap().as_deref() == Some(s.name.as_str()) {
+                return Err(step_failed(host, s, "cut"));
             }
-            Ok(out)
+            self.ran.lock().unwrap().push((host.into(), s.clone()));
+            for f in &s.files {
+                self.files.put(host, &f.path, f.content.clone());
+            }
+            Ok(if *self.converged.lock().unwrap() {
+                StepOutcome::Unchanged
+            } else {
+                StepOutcome::Changed
+            })
         }
 
-        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
-            Ok(self
-                .files
-                .lock()
-                .unwrap()
-                .get(&(host.to_string(), path.to_string()))
-                .cloned())
+        async fn read(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+            Ok(self.files.get(host, path))
         }
     }
 
@@ -746,13 +717,7 @@ mod tests {
         );
         assert!(names.contains(&"kubelet: flags".to_string()), "{names:?}");
         assert_eq!(names.last().unwrap(), "kprov: provisioning record");
-        let flags = exec
-            .files
-            .lock()
-            .unwrap()
-            .get(&("w1".to_string(), render::KUBELET_FLAGS.to_string()))
-            .cloned()
-            .unwrap();
+        let flags = exec.files.get("w1", render::KUBELET_FLAGS).unwrap();
         let flags = String::from_utf8_lossy(&flags);
         assert!(
             flags.starts_with("KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint="),

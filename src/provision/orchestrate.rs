@@ -1060,7 +1060,7 @@ pub async fn admin_kubeconfig_with(
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::collections::{BTreeSet, HashMap};
+    use std::collections::BTreeSet;
     use std::sync::Mutex;
 
     use bytes::Bytes;
@@ -1068,6 +1068,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::provision::plan::decide;
     use crate::spec::{Cluster, Host};
+    use crate::ssh::task::fake::{Files, StepByStep, step_failed};
 
     pub(crate) const CA: &str = include_str!("testdata/ca.crt");
     const CA_HASH: &str = include_str!("testdata/ca.hash");
@@ -1134,7 +1135,7 @@ pub(crate) mod tests {
     struct Fake {
         clock: Mutex<u64>,
         events: Mutex<Vec<Event>>,
-        files: Mutex<HashMap<(String, String), Bytes>>,
+        files: Files,
         done: Mutex<BTreeSet<(String, String, Vec<Bytes>)>>,
         fail: Vec<(String, String)>,
         unreachable: Vec<String>,
@@ -1163,10 +1164,7 @@ pub(crate) mod tests {
         }
 
         fn put(&self, host: &str, path: &str, content: impl Into<Bytes>) {
-            self.files
-                .lock()
-                .unwrap()
-                .insert((host.into(), path.into()), content.into());
+            self.files.put(host, path, content);
         }
 
         fn reachable(&self, host: &str) -> Result<(), ExecError> {
@@ -1204,126 +1202,100 @@ pub(crate) mod tests {
 
         /// The text of the file at `path` on `host`; panics where there is none.
         fn text(&self, host: &str, path: &str) -> String {
-            let files = self.files.lock().unwrap();
-            let content = files
-                .get(&(host.to_string(), path.to_string()))
+            let content = self
+                .files
+                .get(host, path)
                 .unwrap_or_else(|| panic!("{host}: no {path}"));
-            std::str::from_utf8(content).unwrap().to_string()
+            std::str::from_utf8(&content).unwrap().to_string()
         }
     }
 
     #[async_trait::async_trait]
-    impl HostExecutor for Fake {
-        async fn run_steps(
-            &self,
-            host: &str,
-            steps: &[Step],
-        ) -> Result<Vec<StepOutcome>, ExecError> {
-            self.reachable(host)?;
-            let mut out = Vec::new();
-            for s in steps {
-                let start = self.tick();
-                self.started.lock().unwrap().push(s.name.clone());
-                // Let concurrent hosts interleave, as real ssh round trips do.
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                for (_, _, other) in self
-                    .hold
-                    .iter()
-                    .filter(|(h, n, _)| h == host && *n == s.name)
-                {
-                    let until = std::time::Instant::now() + Duration::from_secs(10);
-                    while !self.started.lock().unwrap().contains(other)
-                        && std::time::Instant::now() < until
-                    {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                }
-                let key = (
-                    host.to_string(),
-                    s.name.clone(),
-                    s.files.iter().map(|f| f.content.clone()).collect(),
-                );
-                let converged = s.check.is_some() && self.done.lock().unwrap().contains(&key);
-                let end = self.tick();
-                self.events.lock().unwrap().push(Event {
-                    host: host.into(),
-                    step: s.name.clone(),
-                    start,
-                    end,
-                });
-                if self
-                    .fail
-                    .iter()
-                    .any(|(h, n)| h == host && s.name.starts_with(n.as_str()))
-                {
-                    return Err(ExecError::Step {
-                        host: host.into(),
-                        step: s.name.clone(),
-                        code: Some(1),
-                        stderr: "boom".into(),
-                    });
-                }
-                if converged {
-                    out.push(StepOutcome::Unchanged);
-                    continue;
-                }
-                for f in &s.files {
-                    self.put(host, &f.path, f.content.clone());
-                }
-                match s.name.as_str() {
-                    "ownership: claim" => {
-                        let ours = s.run.contains(&owner().uid);
-                        let existing = self
-                            .files
-                            .lock()
-                            .unwrap()
-                            .get(&(host.to_string(), OWNER_FILE.to_string()))
-                            .cloned();
-                        match existing {
-                            Some(m) if !ours || !m.starts_with(format!("uid={}", owner().uid).as_bytes()) => {
-                                return Err(ExecError::Step {
-                                    host: host.into(),
-                                    step: s.name.clone(),
-                                    code: Some(1),
-                                    stderr: "this host belongs to another cluster".into(),
-                                });
-                            }
-                            Some(_) => {}
-                            None => self.put(host, OWNER_FILE, owner().marker()),
-                        }
-                    }
-                    "preflight: checks" => {
-                        let uuid = if self.duplicate_uuid { "same".to_string() } else { format!("uuid-{host}") };
-                        self.put(host, render::FACTS_FILE, format!(
-                            "hostname={host}\nmachine=x86_64\nproduct_uuid={uuid}\nmacs=mac-of-{host}\n"
-                        ));
-                    }
-                    "kubeadm: init" => {
-                        self.put(host, render::ADMIN_CONF, "apiVersion: v1\nclusters:\n- cluster:\n    server: https://api.internal.demo.example.com:6443\n");
-                        self.put(host, render::CA_CERT, CA);
-                        self.put(host, render::KUBELET_CONF, "kubelet");
-                    }
-                    "kubeadm: join token" => self.put(host, render::JOIN_COMMAND_FILE, format!(
-                        "kubeadm join api.internal.demo.example.com:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:{}\n",
-                        CA_HASH.trim()
-                    )),
-                    "kubeadm: join" => self.put(host, render::KUBELET_CONF, "kubelet"),
-                    _ => {}
-                }
-                self.done.lock().unwrap().insert(key);
-                out.push(StepOutcome::Changed);
-            }
-            Ok(out)
+    impl StepByStep for Fake {
+        fn admit(&self, host: &str, _: &[Step]) -> Result<(), ExecError> {
+            self.reachable(host)
         }
 
-        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+        async fn step(&self, host: &str, s: &Step) -> Result<StepOutcome, ExecError> {
+            let start = self.tick();
+            self.started.lock().unwrap().push(s.name.clone());
+            // Let concurrent hosts interleave, as real ssh round trips do.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            for (_, _, other) in self
+                .hold
+                .iter()
+                .filter(|(h, n, _)| h == host && *n == s.name)
+            {
+                let until = std::time::Instant::now() + Duration::from_secs(10);
+                while !self.started.lock().unwrap().contains(other)
+                    && std::time::Instant::now() < until
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            let key = (
+                host.to_string(),
+                s.name.clone(),
+                s.files.iter().map(|f| f.content.clone()).collect(),
+            );
+            let converged = s.check.is_some() && self.done.lock().unwrap().contains(&key);
+            let end = self.tick();
+            self.events.lock().unwrap().push(Event {
+                host: host.into(),
+                step: s.name.clone(),
+                start,
+                end,
+            });
+            if self
+                .fail
+                .iter()
+                .any(|(h, n)| h == host && s.name.starts_with(n.as_str()))
+            {
+                return Err(step_failed(host, s, "boom"));
+            }
+            if converged {
+                return Ok(StepOutcome::Unchanged);
+            }
+            for f in &s.files {
+                self.put(host, &f.path, f.content.clone());
+            }
+            match s.name.as_str() {
+                "ownership: claim" => {
+                    let ours = s.run.contains(&owner().uid);
+                    let existing = self.files.get(host, OWNER_FILE);
+                    match existing {
+                        Some(m) if !ours || !m.starts_with(format!("uid={}", owner().uid).as_bytes()) => {
+                            return Err(step_failed(host, s, "this host belongs to another cluster"));
+                        }
+                        Some(_) => {}
+                        None => self.put(host, OWNER_FILE, owner().marker()),
+                    }
+                }
+                "preflight: checks" => {
+                    let uuid = if self.duplicate_uuid { "same".to_string() } else { format!("uuid-{host}") };
+                    self.put(host, render::FACTS_FILE, format!(
+                        "hostname={host}\nmachine=x86_64\nproduct_uuid={uuid}\nmacs=mac-of-{host}\n"
+                    ));
+                }
+                "kubeadm: init" => {
+                    self.put(host, render::ADMIN_CONF, "apiVersion: v1\nclusters:\n- cluster:\n    server: https://api.internal.demo.example.com:6443\n");
+                    self.put(host, render::CA_CERT, CA);
+                    self.put(host, render::KUBELET_CONF, "kubelet");
+                }
+                "kubeadm: join token" => self.put(host, render::JOIN_COMMAND_FILE, format!(
+                    "kubeadm join api.internal.demo.example.com:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:{}\n",
+                    CA_HASH.trim()
+                )),
+                "kubeadm: join" => self.put(host, render::KUBELET_CONF, "kubelet"),
+                _ => {}
+            }
+            self.done.lock().unwrap().insert(key);
+            Ok(StepOutcome::Changed)
+        }
+
+        async fn read(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
             self.reachable(host)?;
-            Ok(self
-                .files
-                .lock()
-                .unwrap()
-                .get(&(host.to_string(), path.to_string()))
-                .cloned())
+            Ok(self.files.get(host, path))
         }
     }
 

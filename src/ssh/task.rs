@@ -172,3 +172,100 @@ pub trait HostExecutor: Send + Sync {
         self.read_file(host, path).await
     }
 }
+
+/// Test hosts. Every fake answers a run one step at a time: the loop over the steps, stopping
+/// at the first failure as [`HostExecutor::run_steps`] does, is written once here.
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+
+    use super::{ExecError, HostExecutor, Step, StepOutcome};
+
+    /// A test host's answers; [`HostExecutor`] comes with it.
+    #[async_trait::async_trait]
+    pub(crate) trait StepByStep: Send + Sync {
+        /// Whether `host` takes `steps` at all, asked before the first of them.
+        fn admit(&self, _host: &str, _steps: &[Step]) -> Result<(), ExecError> {
+            Ok(())
+        }
+        async fn step(&self, host: &str, step: &Step) -> Result<StepOutcome, ExecError>;
+        async fn read(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError>;
+    }
+
+    #[async_trait::async_trait]
+    impl<T: StepByStep> HostExecutor for T {
+        async fn run_steps(
+            &self,
+            host: &str,
+            steps: &[Step],
+        ) -> Result<Vec<StepOutcome>, ExecError> {
+            self.admit(host, steps)?;
+            let mut out = Vec::new();
+            for s in steps {
+                out.push(self.step(host, s).await?);
+            }
+            Ok(out)
+        }
+
+        async fn read_file(&self, host: &str, path: &str) -> Result<Option<Bytes>, ExecError> {
+            self.read(host, path).await
+        }
+    }
+
+    /// `step` failing on `host` with exit code 1 and `stderr`.
+    pub(crate) fn step_failed(host: &str, step: &Step, stderr: &str) -> ExecError {
+        ExecError::Step {
+            host: host.into(),
+            step: step.name.clone(),
+            code: Some(1),
+            stderr: stderr.into(),
+        }
+    }
+
+    /// What `log` recorded on `host`, in order, each as `f` gives it.
+    pub(crate) fn on_host<T, U>(
+        log: &Mutex<Vec<(String, T)>>,
+        host: &str,
+        f: impl Fn(&T) -> U,
+    ) -> Vec<U> {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|(h, _)| h == host)
+            .map(|(_, t)| f(t))
+            .collect()
+    }
+
+    /// The files on test hosts, by host and path.
+    #[derive(Default)]
+    pub(crate) struct Files(Mutex<HashMap<(String, String), Bytes>>);
+
+    impl Files {
+        pub(crate) fn put(&self, host: &str, path: &str, content: impl Into<Bytes>) {
+            self.0
+                .lock()
+                .unwrap()
+                .insert((host.into(), path.into()), content.into());
+        }
+
+        pub(crate) fn get(&self, host: &str, path: &str) -> Option<Bytes> {
+            self.0
+                .lock()
+                .unwrap()
+                .get(&(host.to_string(), path.to_string()))
+                .cloned()
+        }
+    }
+
+    /// The map itself, for tests that look at or change it as a whole.
+    impl std::ops::Deref for Files {
+        type Target = Mutex<HashMap<(String, String), Bytes>>;
+
+        fn deref(&self) -> &Self::Target {
+            &self.0
+        }
+    }
+}

@@ -337,11 +337,12 @@ pub enum Broken {
     Lock(Box<LockRecord>),
     /// The lock object did not parse; it was removed anyway.
     Unreadable,
-    /// Something that was not a lock object sat at the key (`what`); these keys below it were
-    /// deleted with it.
+    /// Something that was not a lock object sat at the lock's key (`what`, at `location`);
+    /// `removed` keys below it were deleted with it.
     Obstruction {
         what: String,
-        removed: Vec<String>,
+        location: String,
+        removed: usize,
     },
 }
 
@@ -356,7 +357,11 @@ pub async fn break_lock(store: &dyn StateStore, cluster: &str) -> Result<Broken,
         };
         let removed = store.clear_obstruction(&key).await?;
         tracing::warn!("removed {what} at the lock of cluster {cluster}");
-        return Ok(Broken::Obstruction { what, removed });
+        return Ok(Broken::Obstruction {
+            what,
+            location: store.key_location(&key),
+            removed: removed.len(),
+        });
     };
     store
         .delete(&key, Precondition::Matches(obj.version))
