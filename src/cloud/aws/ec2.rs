@@ -10,14 +10,12 @@ use aws_sdk_ec2::types::{
 
 use super::kinds::*;
 use super::tasks::{
-    self, ElasticIp, Fields, Head, InternetGateway, KeyPair, LaunchTemplate, ListedTemplate,
-    NatGateway, RouteTable, SecurityGroup, SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
+    ElasticIp, Fields, Head, InternetGateway, KeyPair, LaunchTemplate, ListedTemplate, NatGateway,
+    RouteTable, SecurityGroup, SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
 };
 use super::{AwsCloud, Ctx, Reader, id_from_tags, owned_by};
 use crate::cloud::engine::ErrorClass;
-use crate::cloud::engine::{
-    CloudError, CloudId, FieldChange, IdMap, Kind, Lifecycle, Resource, ResourceId, Value,
-};
+use crate::cloud::engine::{CloudError, CloudId, Kind, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::Cluster;
 
 fn owned(c: &AwsCloud) -> Filter {
@@ -1008,26 +1006,6 @@ pub(super) async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), 
     }
 }
 
-pub(super) async fn create(
-    c: &AwsCloud,
-    kind: Ec2Kind,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    match kind {
-        Ec2Kind::Vpc => tasks::create::<Vpc>(c, want, ids).await,
-        Ec2Kind::Subnet => tasks::create::<Subnet>(c, want, ids).await,
-        Ec2Kind::InternetGateway => tasks::create::<InternetGateway>(c, want, ids).await,
-        Ec2Kind::ElasticIp => tasks::create::<ElasticIp>(c, want, ids).await,
-        Ec2Kind::NatGateway => tasks::create::<NatGateway>(c, want, ids).await,
-        Ec2Kind::RouteTable => tasks::create::<RouteTable>(c, want, ids).await,
-        Ec2Kind::SecurityGroup => tasks::create::<SecurityGroup>(c, want, ids).await,
-        Ec2Kind::SecurityGroupRules => tasks::create::<SecurityGroupRules>(c, want, ids).await,
-        Ec2Kind::KeyPair => tasks::create::<KeyPair>(c, want, ids).await,
-        Ec2Kind::LaunchTemplate => tasks::create::<LaunchTemplate>(c, want, ids).await,
-    }
-}
-
 /// A VPC's DNS attribute (DescribeVpcAttribute answers one attribute per call).
 async fn vpc_attribute(
     c: &AwsCloud,
@@ -1049,60 +1027,12 @@ async fn vpc_attribute(
     Ok(value.and_then(|v| v.value()).unwrap_or(false))
 }
 
-pub(super) async fn update(
-    c: &AwsCloud,
-    kind: Ec2Kind,
-    want: &Resource,
-    have: &Resource,
-    changes: &[FieldChange],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        Ec2Kind::Vpc => tasks::update::<Vpc>(c, want, have, changes, ids).await,
-        Ec2Kind::Subnet => tasks::update::<Subnet>(c, want, have, changes, ids).await,
-        Ec2Kind::InternetGateway => {
-            tasks::update::<InternetGateway>(c, want, have, changes, ids).await
-        }
-        Ec2Kind::RouteTable => tasks::update::<RouteTable>(c, want, have, changes, ids).await,
-        Ec2Kind::ElasticIp => tasks::update::<ElasticIp>(c, want, have, changes, ids).await,
-        Ec2Kind::NatGateway => tasks::update::<NatGateway>(c, want, have, changes, ids).await,
-        Ec2Kind::SecurityGroup => tasks::update::<SecurityGroup>(c, want, have, changes, ids).await,
-        Ec2Kind::SecurityGroupRules => {
-            tasks::update::<SecurityGroupRules>(c, want, have, changes, ids).await
-        }
-        Ec2Kind::KeyPair => tasks::update::<KeyPair>(c, want, have, changes, ids).await,
-        Ec2Kind::LaunchTemplate => {
-            tasks::update::<LaunchTemplate>(c, want, have, changes, ids).await
-        }
-    }
-}
-
 /// Deleting something already gone is success (an interrupted delete, re-run).
 pub(super) fn gone_ok<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
     match r {
         Ok(_) => Ok(()),
         Err(e) if e.class() == ErrorClass::NotFound => Ok(()),
         Err(e) => Err(e),
-    }
-}
-
-pub(super) async fn delete(
-    c: &AwsCloud,
-    kind: Ec2Kind,
-    have: &Resource,
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        Ec2Kind::Vpc => tasks::delete::<Vpc>(c, have, ids).await,
-        Ec2Kind::Subnet => tasks::delete::<Subnet>(c, have, ids).await,
-        Ec2Kind::InternetGateway => tasks::delete::<InternetGateway>(c, have, ids).await,
-        Ec2Kind::ElasticIp => tasks::delete::<ElasticIp>(c, have, ids).await,
-        Ec2Kind::NatGateway => tasks::delete::<NatGateway>(c, have, ids).await,
-        Ec2Kind::RouteTable => tasks::delete::<RouteTable>(c, have, ids).await,
-        Ec2Kind::SecurityGroup => tasks::delete::<SecurityGroup>(c, have, ids).await,
-        Ec2Kind::SecurityGroupRules => tasks::delete::<SecurityGroupRules>(c, have, ids).await,
-        Ec2Kind::KeyPair => tasks::delete::<KeyPair>(c, have, ids).await,
-        Ec2Kind::LaunchTemplate => tasks::delete::<LaunchTemplate>(c, have, ids).await,
     }
 }
 

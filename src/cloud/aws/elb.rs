@@ -8,11 +8,10 @@ use aws_sdk_elasticloadbalancingv2::types::Tag;
 
 use super::kinds::*;
 use super::tasks::{
-    self, Fields, Head, ListedListener, ListedTargetGroup, Listener, LoadBalancer, TargetGroup,
-    Task,
+    Fields, Head, ListedListener, ListedTargetGroup, Listener, LoadBalancer, TargetGroup, Task,
 };
 use super::{AwsCloud, Ctx, Reader, id_from_tags};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, ResourceId};
+use crate::cloud::engine::{CloudError, ResourceId};
 
 /// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
 async fn owned_tags(
@@ -235,45 +234,4 @@ pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<Tag> {
 /// `port` as ELB takes it; one out of range is a model error naming the resource.
 pub(super) fn port(id: &ResourceId, port: i64) -> Result<i32, CloudError> {
     i32::try_from(port).map_err(|_| CloudError::Model(format!("{id}: port {port} is out of range")))
-}
-
-pub(super) async fn create(
-    c: &AwsCloud,
-    kind: ElbKind,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    match kind {
-        ElbKind::LoadBalancer => tasks::create::<LoadBalancer>(c, want, ids).await,
-        ElbKind::TargetGroup => tasks::create::<TargetGroup>(c, want, ids).await,
-        ElbKind::Listener => tasks::create::<Listener>(c, want, ids).await,
-    }
-}
-
-pub(super) async fn update(
-    c: &AwsCloud,
-    kind: ElbKind,
-    want: &Resource,
-    have: &Resource,
-    changes: &[FieldChange],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        ElbKind::LoadBalancer => tasks::update::<LoadBalancer>(c, want, have, changes, ids).await,
-        ElbKind::TargetGroup => tasks::update::<TargetGroup>(c, want, have, changes, ids).await,
-        ElbKind::Listener => tasks::update::<Listener>(c, want, have, changes, ids).await,
-    }
-}
-
-pub(super) async fn delete(
-    c: &AwsCloud,
-    kind: ElbKind,
-    have: &Resource,
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        ElbKind::LoadBalancer => tasks::delete::<LoadBalancer>(c, have, ids).await,
-        ElbKind::TargetGroup => tasks::delete::<TargetGroup>(c, have, ids).await,
-        ElbKind::Listener => tasks::delete::<Listener>(c, have, ids).await,
-    }
 }

@@ -3,11 +3,9 @@
 //! `ROLE.CLUSTER`.
 
 use super::kinds::*;
-use super::tasks::{
-    self, Fields, Head, IamInstanceProfile, IamRole, IamRolePolicy, ListedPolicy, Task,
-};
+use super::tasks::{Fields, Head, IamInstanceProfile, IamRole, IamRolePolicy, ListedPolicy, Task};
 use super::{AwsCloud, Ctx, Reader};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, ResourceId};
+use crate::cloud::engine::{CloudError, ResourceId};
 
 pub(super) fn path(c: &AwsCloud) -> String {
     format!("/kprov/{}/", c.cluster)
@@ -159,47 +157,4 @@ pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<aws_sdk_iam::types::Tag
                 .ok()
         })
         .collect()
-}
-
-pub(super) async fn create(
-    c: &AwsCloud,
-    kind: IamKind,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    match kind {
-        IamKind::Role => tasks::create::<IamRole>(c, want, ids).await,
-        IamKind::RolePolicy => tasks::create::<IamRolePolicy>(c, want, ids).await,
-        IamKind::InstanceProfile => tasks::create::<IamInstanceProfile>(c, want, ids).await,
-    }
-}
-
-pub(super) async fn update(
-    c: &AwsCloud,
-    kind: IamKind,
-    want: &Resource,
-    have: &Resource,
-    changes: &[FieldChange],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        IamKind::Role => tasks::update::<IamRole>(c, want, have, changes, ids).await,
-        IamKind::RolePolicy => tasks::update::<IamRolePolicy>(c, want, have, changes, ids).await,
-        IamKind::InstanceProfile => {
-            tasks::update::<IamInstanceProfile>(c, want, have, changes, ids).await
-        }
-    }
-}
-
-pub(super) async fn delete(
-    c: &AwsCloud,
-    kind: IamKind,
-    have: &Resource,
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        IamKind::Role => tasks::delete::<IamRole>(c, have, ids).await,
-        IamKind::RolePolicy => tasks::delete::<IamRolePolicy>(c, have, ids).await,
-        IamKind::InstanceProfile => tasks::delete::<IamInstanceProfile>(c, have, ids).await,
-    }
 }
