@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use aws_sdk_elasticloadbalancingv2::types::Tag;
 
 use super::kinds::*;
-use super::tasks::{
-    Fields, Head, ListedListener, ListedTargetGroup, Listener, LoadBalancer, TargetGroup, Task,
-};
+use super::tasks::{Head, ListedListener, ListedTargetGroup, Listener, LoadBalancer, TargetGroup};
 use super::{AwsCloud, Ctx, Reader, id_from_tags};
 use crate::cloud::engine::{CloudError, ResourceId};
 
@@ -157,8 +155,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
             attributes: attrs.remove(arn.as_str()).unwrap_or_default(),
             group,
         };
-        let read = TargetGroup::read(Head::listed(id.name, arn), &listed, rd);
-        rd.push(read.resource());
+        rd.add::<TargetGroup>(Head::listed(id.name, arn), &listed);
     }
     let mut owned_lbs = Vec::new();
     for l in &lbs {
@@ -167,12 +164,11 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         };
         let Some(tags) = pairs(&arn) else { continue };
         let id = id_from_tags(LOAD_BALANCER, &arn, tags.into_iter());
-        let read = LoadBalancer::read(Head::listed(&id.name, arn.clone()), l, rd);
+        let read = rd.add::<LoadBalancer>(Head::listed(&id.name, arn.clone()), l);
         // Route53 aliases name the load balancer by DNS name.
         if let Some(dns) = &read.dns_name {
             rd.refs.insert(dns.clone(), id.clone());
         }
-        rd.push(read.resource());
         owned_lbs.push((String::from(arn), id));
     }
     for (arn, lb_id) in owned_lbs {
@@ -197,8 +193,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 load_balancer: arn.clone(),
                 listener,
             };
-            let read = Listener::read(Head::listed(name, cloud_id), &listed, rd);
-            rd.push(read.resource());
+            rd.add::<Listener>(Head::listed(name, cloud_id), &listed);
         }
     }
 }

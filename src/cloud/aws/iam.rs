@@ -3,7 +3,7 @@
 //! `ROLE.CLUSTER`.
 
 use super::kinds::*;
-use super::tasks::{Fields, Head, IamInstanceProfile, IamRole, IamRolePolicy, ListedPolicy, Task};
+use super::tasks::{Head, IamInstanceProfile, IamRole, IamRolePolicy, ListedPolicy};
 use super::{AwsCloud, Ctx, Reader};
 use crate::cloud::engine::{CloudError, ResourceId};
 
@@ -121,8 +121,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
         };
         let k = key(c, name);
         let head = Head::listed(k, role_id.clone());
-        let read = IamRole::read(head, role, rd);
-        rd.push(read.resource());
+        rd.add::<IamRole>(head, role);
         for p in policies {
             let rname = if p.name == format!("kprov-{k}") {
                 k.to_string()
@@ -130,8 +129,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
                 format!("{k}-{}", p.name)
             };
             let head = Head::listed(rname.as_str(), role_id.join(':', &p.name));
-            let read = IamRolePolicy::read(head, p, rd);
-            rd.push(read.resource());
+            rd.add::<IamRolePolicy>(head, p);
         }
     }
     for p in &read.profiles {
@@ -140,8 +138,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
             continue;
         };
         let head = Head::listed(key(c, name), profile_id);
-        let read = IamInstanceProfile::read(head, p, rd);
-        rd.push(read.resource());
+        rd.add::<IamInstanceProfile>(head, p);
     }
 }
 

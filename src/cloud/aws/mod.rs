@@ -414,6 +414,14 @@ impl Reader<'_> {
         self.out.push(r);
     }
 
+    /// The task of kind `T` a read found (`head` as the reader classified the listed item),
+    /// recorded among the actual resources.
+    pub(crate) fn add<T: tasks::Task>(&mut self, head: tasks::Head, listed: &T::Listed) -> T {
+        let task = T::read(head, listed, self);
+        self.push(task.resource());
+        task
+    }
+
     /// The ID of a resource the cloud listed. One listed without an ID cannot be compared,
     /// changed or deleted: it becomes a plan error naming the kind rather than a resource
     /// with an empty cloud ID.
