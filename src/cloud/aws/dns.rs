@@ -463,7 +463,6 @@ pub(super) async fn submit(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
 
@@ -491,13 +490,7 @@ mod tests {
             Resource::new(DNS_ZONE, "main").field("zoneName", Value::str("example.com.")),
             Resource::new(DNS_RECORD, "api").field("recordName", Value::str("api.example.com.")),
         ];
-        let mut rd = Reader {
-            desired: &desired,
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let mut rd = Reader::new(&desired);
         let read = ZoneRead {
             name: "example.com.".into(),
             zid: CloudId::new("Z1").expect("not empty"),

@@ -1032,7 +1032,6 @@ mod image_tests {
 
 #[cfg(test)]
 mod read_tests {
-    use std::collections::HashMap;
 
     use aws_sdk_ec2::types::{InternetGateway, Subnet, Vpc};
 
@@ -1069,13 +1068,7 @@ mod read_tests {
     }
 
     fn read(c: &AwsCloud, n: NetworkRead) -> (Vec<Resource>, Vec<String>) {
-        let mut rd = Reader {
-            desired: &[],
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let mut rd = Reader::new(&[]);
         assemble_network(c, n, &mut rd);
         (rd.out, rd.conflicts)
     }

@@ -406,7 +406,18 @@ pub(crate) struct Reader<'a> {
     pub conflicts: Vec<String>,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// A reader of the resources the cloud lists, against the `desired` ones.
+    pub(crate) fn new(desired: &'a [Resource]) -> Reader<'a> {
+        Reader {
+            desired,
+            refs: HashMap::new(),
+            out: Vec::new(),
+            warnings: Vec::new(),
+            conflicts: Vec::new(),
+        }
+    }
+
     pub(crate) fn push(&mut self, r: Resource) {
         if let Some(cid) = &r.cloud_id {
             self.refs.insert(cid.to_string(), r.id.clone());
@@ -717,13 +728,7 @@ impl Provider for AwsCloud {
             asg::fetch(self),
             dns::fetch(self, desired),
         )?;
-        let mut rd = Reader {
-            desired,
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let mut rd = Reader::new(desired);
         // Order matters: each kind turns the cloud IDs of the kinds before it into refs.
         ec2::assemble_network(self, network, &mut rd);
         ec2::assemble_security_groups(self, groups, &mut rd);
@@ -1009,13 +1014,7 @@ mod tests {
             e.to_string().contains("Subnet/a: field cidr is not set"),
             "{e}"
         );
-        let mut rd = Reader {
-            desired: &[],
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let mut rd = Reader::new(&[]);
         assert_eq!(
             rd.listed(SUBNET, Some("subnet-1")),
             CloudId::new("subnet-1")

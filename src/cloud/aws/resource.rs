@@ -99,7 +99,7 @@ aws_resources! {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet, HashMap};
+    use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
     use crate::cloud::aws::Reader;
@@ -148,13 +148,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         let resolved = crate::spec::resolve(&cluster, &groups).expect("resolved");
         let mut out =
             super::super::desired(&resolved, &BTreeMap::new(), &BTreeMap::new()).expect("model");
-        let rd = Reader {
-            desired: &[],
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let rd = Reader::new(&[]);
         let listed =
             aws_sdk_elasticloadbalancing::types::LoadBalancerDescription::builder().build();
         let cid = CloudId::new("a1b2").expect("not empty");
