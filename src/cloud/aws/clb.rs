@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::kinds::*;
-use super::tasks::{ClassicLoadBalancer, Fields, Head, Task};
+use super::tasks::{ClassicLoadBalancer, Head};
 use super::{AwsCloud, Ctx, Reader, id_from_tags};
 use crate::cloud::engine::{CloudError, ErrorClass};
 
@@ -123,7 +123,6 @@ pub(super) fn assemble(read: ClbRead, rd: &mut Reader<'_>) {
             &name,
             tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         );
-        let read = ClassicLoadBalancer::read(Head::listed(id.name, name), l, rd);
-        rd.push(read.resource());
+        rd.add::<ClassicLoadBalancer>(Head::listed(id.name, name), l);
     }
 }

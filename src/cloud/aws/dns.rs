@@ -10,9 +10,7 @@ use aws_sdk_route53::types::{
 };
 
 use super::kinds::*;
-use super::tasks::{
-    DnsRecord, DnsZone, DnsZoneVpc, Fields, Head, ListedAssociation, ListedRecord, Task,
-};
+use super::tasks::{DnsRecord, DnsZone, DnsZoneVpc, Head, ListedAssociation, ListedRecord};
 use super::{AwsCloud, Ctx, Reader, want_str};
 use crate::cloud::engine::{CloudError, CloudId, Lifecycle, Resource, ResourceId, Value};
 
@@ -214,8 +212,7 @@ pub(super) fn assemble(
         lifecycle: Lifecycle::ExistsAndValidates,
         cloud_id: Some(read.zid.clone()),
     };
-    let zone = DnsZone::read(head, &read, rd);
-    rd.push(zone.resource());
+    rd.add::<DnsZone>(head, &read);
     let ZoneRead {
         name,
         zid,
@@ -247,8 +244,7 @@ pub(super) fn assemble(
                 .find(|s| s.name() == txt.name() && s.r#type() == &RrType::A)
                 .cloned(),
         };
-        let record = DnsRecord::read(head, &listed, rd);
-        rd.push(record.resource());
+        rd.add::<DnsRecord>(head, &listed);
     }
     // A name this cluster would write that holds someone else's record: UPSERT would
     // silently take it over, so the plan refuses instead.
@@ -304,8 +300,7 @@ fn association(rd: &mut Reader<'_>, zid: &CloudId, zone_vpcs: &[String]) {
             zone: zid.clone(),
             vpc: vpc_id,
         };
-        let association = DnsZoneVpc::read(head, &listed, rd);
-        rd.push(association.resource());
+        rd.add::<DnsZoneVpc>(head, &listed);
     }
 }
 
@@ -468,7 +463,6 @@ pub(super) async fn submit(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
 
@@ -496,13 +490,7 @@ mod tests {
             Resource::new(DNS_ZONE, "main").field("zoneName", Value::str("example.com.")),
             Resource::new(DNS_RECORD, "api").field("recordName", Value::str("api.example.com.")),
         ];
-        let mut rd = Reader {
-            desired: &desired,
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let mut rd = Reader::new(&desired);
         let read = ZoneRead {
             name: "example.com.".into(),
             zid: CloudId::new("Z1").expect("not empty"),

@@ -10,14 +10,12 @@ use aws_sdk_ec2::types::{
 
 use super::kinds::*;
 use super::tasks::{
-    self, ElasticIp, Fields, Head, InternetGateway, KeyPair, LaunchTemplate, ListedTemplate,
-    NatGateway, RouteTable, SecurityGroup, SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
+    ElasticIp, Fields, Head, InternetGateway, KeyPair, LaunchTemplate, ListedTemplate, NatGateway,
+    RouteTable, SecurityGroup, SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
 };
 use super::{AwsCloud, Ctx, Reader, id_from_tags, owned_by};
 use crate::cloud::engine::ErrorClass;
-use crate::cloud::engine::{
-    CloudError, CloudId, FieldChange, IdMap, Kind, Lifecycle, Resource, ResourceId, Value,
-};
+use crate::cloud::engine::{CloudError, Kind, Lifecycle, Resource, ResourceId, Value};
 use crate::spec::Cluster;
 
 fn owned(c: &AwsCloud) -> Filter {
@@ -434,6 +432,21 @@ pub(super) async fn resolve_images(
     Ok(out)
 }
 
+/// Every item a paginated EC2 Describe call lists under `filter`.
+macro_rules! describe_all {
+    ($c:expr, $describe:ident, $filter:expr, $op:literal) => {
+        $c.ec2
+            .$describe()
+            .filters($filter)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .ctx($op)
+    };
+}
+
 /// Items of one EC2 Describe call: those tagged as the cluster's, plus the adopted ones of
 /// `kind` by ID (a filter, so a missing ID is no error here; the plan reports it), both asked
 /// at once. Also returns adopted cloud ID → logical ID.
@@ -443,30 +456,17 @@ macro_rules! owned_and_adopted {
             let adopted: BTreeMap<String, ResourceId> = super::adopted_in($desired, $kind)
                 .filter_map(|r| Some((r.cloud_id.clone()?.into(), r.id.clone())))
                 .collect();
-            let owned_items = async {
-                $c.ec2
-                    .$describe()
-                    .filters(owned($c))
-                    .into_paginator()
-                    .items()
-                    .send()
-                    .try_collect()
-                    .await
-                    .ctx($op)
-            };
+            let owned_items = async { describe_all!($c, $describe, owned($c), $op) };
             let adopted_items = async {
                 if adopted.is_empty() {
                     return Ok(Vec::new());
                 }
-                $c.ec2
-                    .$describe()
-                    .filters(filter($id_filter, adopted.keys().cloned()))
-                    .into_paginator()
-                    .items()
-                    .send()
-                    .try_collect()
-                    .await
-                    .ctx($op)
+                describe_all!(
+                    $c,
+                    $describe,
+                    filter($id_filter, adopted.keys().cloned()),
+                    $op
+                )
             };
             let (mut items, more) = tokio::try_join!(owned_items, adopted_items)?;
             items.extend(more);
@@ -475,26 +475,49 @@ macro_rules! owned_and_adopted {
     };
 }
 
-/// A listed VPC, subnet or gateway with its cloud ID, logical ID and lifecycle when it is
-/// ours (adopted by its ID, or tagged as this cluster's); `None` when it is someone else's.
-/// Ownership is checked before anything about the item is recorded: a resource of another
-/// cluster (which an API that ignores the tag filter returns) is skipped, never made a conflict
-/// of this cluster's plan, even when it came without an ID.
-fn classify_listed(
+/// The head of a listed item when it is ours (adopted by its ID, or tagged as this cluster's);
+/// `None` when it is someone else's. Ownership is checked before anything about the item is
+/// recorded: a resource of another cluster (which an API that ignores the tag filter returns)
+/// is skipped, never made a conflict of this cluster's plan, even when it came without an ID.
+fn listed_head(
     c: &AwsCloud,
     rd: &mut Reader<'_>,
     adopted: &BTreeMap<String, ResourceId>,
     kind: Kind,
     cloud_id: Option<&str>,
     tags: &[Tag],
-) -> Option<(CloudId, ResourceId, Lifecycle)> {
+) -> Option<Head> {
     let is_adopted = cloud_id.is_some_and(|id| adopted.contains_key(id));
     if !is_adopted && !owned_by(&c.cluster, tag_pairs(tags)) {
         return None;
     }
     let cid = rd.listed(kind, cloud_id)?;
-    let (id, lc) = classify(c, adopted, kind, &cid, tags)?;
-    Some((cid, id, lc))
+    let (id, lifecycle) = classify(c, adopted, kind, &cid, tags)?;
+    Some(Head {
+        name: id.name,
+        lifecycle,
+        cloud_id: Some(cid),
+    })
+}
+
+/// Reads and records the listed items of kind `T` that are ours ([`listed_head`]); returns
+/// each task with the item it was read from.
+fn read_listed<'a, T: Task>(
+    c: &AwsCloud,
+    rd: &mut Reader<'_>,
+    adopted: &BTreeMap<String, ResourceId>,
+    items: &'a [T::Listed],
+    cloud_id: impl Fn(&T::Listed) -> Option<&str>,
+    tags: impl Fn(&T::Listed) -> &[Tag],
+) -> Vec<(&'a T::Listed, T)> {
+    let mut out = Vec::new();
+    for item in items {
+        if let Some(head) = listed_head(c, rd, adopted, T::KIND.kind(), cloud_id(item), tags(item))
+        {
+            out.push((item, rd.add::<T>(head, item)));
+        }
+    }
+    out
 }
 
 /// The logical ID and lifecycle of a read item: adopted, owned, or (None) someone else's.
@@ -569,15 +592,12 @@ pub(super) async fn fetch_network(
         "DescribeSubnets"
     );
     let igws = async {
-        c.ec2
-            .describe_internet_gateways()
-            .filters(owned(c))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeInternetGateways")
+        describe_all!(
+            c,
+            describe_internet_gateways,
+            owned(c),
+            "DescribeInternetGateways"
+        )
     };
     // An adopted VPC's gateway is found by its attachment.
     let adopted_igw = async {
@@ -588,16 +608,12 @@ pub(super) async fn fetch_network(
         let (Some(igw_id), Some(vpc_cid)) = (adopt_igw, adopted_vpc) else {
             return Ok(None);
         };
-        let more: Vec<_> = c
-            .ec2
-            .describe_internet_gateways()
-            .filters(filter("attachment.vpc-id", [String::from(vpc_cid)]))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeInternetGateways")?;
+        let more: Vec<_> = describe_all!(
+            c,
+            describe_internet_gateways,
+            filter("attachment.vpc-id", [String::from(vpc_cid)]),
+            "DescribeInternetGateways"
+        )?;
         Ok::<_, CloudError>(more.into_iter().next().map(|g| (g, igw_id)))
     };
     let eips = async {
@@ -620,17 +636,7 @@ pub(super) async fn fetch_network(
             .await
             .ctx("DescribeNatGateways")
     };
-    let tables = async {
-        c.ec2
-            .describe_route_tables()
-            .filters(owned(c))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeRouteTables")
-    };
+    let tables = async { describe_all!(c, describe_route_tables, owned(c), "DescribeRouteTables") };
     let (
         (vpcs, adopted_vpcs, vpc_dns),
         (subnets, adopted_subnets),
@@ -674,109 +680,57 @@ pub(super) fn assemble_network(c: &AwsCloud, read: NetworkRead, rd: &mut Reader<
         nats,
         tables,
     } = read;
-    for v in vpcs {
-        let Some((vid, id, lc)) = classify_listed(c, rd, &adopted_vpcs, VPC, v.vpc_id(), v.tags())
-        else {
-            continue;
-        };
-        let dns = vpc_dns
-            .get(vid.as_str())
-            .map(|&(support, hostnames)| VpcDns { support, hostnames });
-        let head = Head {
-            name: id.name,
-            lifecycle: lc,
-            cloud_id: Some(vid),
-        };
-        let vpc = Vpc::read(head, &(v, dns), rd);
-        rd.push(vpc.resource());
-    }
-
-    for s in subnets {
-        let Some((sid, id, lc)) =
-            classify_listed(c, rd, &adopted_subnets, SUBNET, s.subnet_id(), s.tags())
-        else {
-            continue;
-        };
-        let head = Head {
-            name: id.name,
-            lifecycle: lc,
-            cloud_id: Some(sid),
-        };
-        let subnet = Subnet::read(head, &s, rd);
-        rd.push(subnet.resource());
-    }
-
+    let vpcs: Vec<_> = vpcs
+        .into_iter()
+        .map(|v| {
+            let dns = v
+                .vpc_id()
+                .and_then(|vid| vpc_dns.get(vid))
+                .map(|&(support, hostnames)| VpcDns { support, hostnames });
+            (v, dns)
+        })
+        .collect();
+    let none = BTreeMap::new();
     let adopted_igws: BTreeMap<String, ResourceId> = adopted_igw.into_iter().collect();
-    for g in igws {
-        let Some((gid, id, lc)) = classify_listed(
-            c,
-            rd,
-            &adopted_igws,
-            INTERNET_GATEWAY,
-            g.internet_gateway_id(),
-            g.tags(),
-        ) else {
-            continue;
-        };
-        let head = Head {
-            name: id.name,
-            lifecycle: lc,
-            cloud_id: Some(gid),
-        };
-        let igw = InternetGateway::read(head, &g, rd);
-        rd.push(igw.resource());
-    }
-
+    read_listed::<Vpc>(
+        c,
+        rd,
+        &adopted_vpcs,
+        &vpcs,
+        |(v, _)| v.vpc_id(),
+        |(v, _)| v.tags(),
+    );
+    read_listed::<Subnet>(
+        c,
+        rd,
+        &adopted_subnets,
+        &subnets,
+        |s| s.subnet_id(),
+        |s| s.tags(),
+    );
+    read_listed::<InternetGateway>(
+        c,
+        rd,
+        &adopted_igws,
+        &igws,
+        |g| g.internet_gateway_id(),
+        |g| g.tags(),
+    );
     // The addresses first: a NAT gateway's read names its address by the logical ID.
-    for a in eips
-        .iter()
-        .filter(|a| owned_by(&c.cluster, tag_pairs(a.tags())))
-    {
-        let Some(aid) = rd.listed(ELASTIC_IP, a.allocation_id()) else {
-            continue;
-        };
-        let id = id_from_tags(ELASTIC_IP, &aid, tag_pairs(a.tags()));
-        let eip = ElasticIp::read(Head::listed(id.name, aid), a, rd);
-        rd.push(eip.resource());
-    }
-
-    for n in nats
-        .iter()
-        .filter(|n| owned_by(&c.cluster, tag_pairs(n.tags())))
-    {
-        let Some(nid) = rd.listed(NAT_GATEWAY, n.nat_gateway_id()) else {
-            continue;
-        };
-        let id = id_from_tags(NAT_GATEWAY, &nid, tag_pairs(n.tags()));
-        let nat = NatGateway::read(Head::listed(id.name, nid), n, rd);
-        rd.push(nat.resource());
-    }
-
-    for t in tables
-        .iter()
-        .filter(|t| owned_by(&c.cluster, tag_pairs(t.tags())))
-    {
-        let Some(tid) = rd.listed(ROUTE_TABLE, t.route_table_id()) else {
-            continue;
-        };
-        let id = id_from_tags(ROUTE_TABLE, &tid, tag_pairs(t.tags()));
-        let table = RouteTable::read(Head::listed(id.name, tid), t, rd);
-        rd.push(table.resource());
-    }
+    read_listed::<ElasticIp>(c, rd, &none, &eips, |a| a.allocation_id(), |a| a.tags());
+    read_listed::<NatGateway>(c, rd, &none, &nats, |n| n.nat_gateway_id(), |n| n.tags());
+    read_listed::<RouteTable>(c, rd, &none, &tables, |t| t.route_table_id(), |t| t.tags());
 }
 
 pub(super) async fn fetch_security_groups(
     c: &AwsCloud,
 ) -> Result<Vec<aws_sdk_ec2::types::SecurityGroup>, CloudError> {
-    c.ec2
-        .describe_security_groups()
-        .filters(owned(c))
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeSecurityGroups")
+    describe_all!(
+        c,
+        describe_security_groups,
+        owned(c),
+        "DescribeSecurityGroups"
+    )
 }
 
 pub(super) fn assemble_security_groups(
@@ -784,23 +738,17 @@ pub(super) fn assemble_security_groups(
     groups: Vec<aws_sdk_ec2::types::SecurityGroup>,
     rd: &mut Reader<'_>,
 ) {
-    let mut heads = Vec::new();
-    let groups: Vec<_> = groups
-        .into_iter()
-        .filter(|g| owned_by(&c.cluster, tag_pairs(g.tags())))
-        .collect();
-    for g in &groups {
-        let Some(gid) = rd.listed(SECURITY_GROUP, g.group_id()) else {
-            continue;
-        };
-        let id = id_from_tags(SECURITY_GROUP, &gid, tag_pairs(g.tags()));
-        let group = SecurityGroup::read(Head::listed(id.name, gid), g, rd);
-        rd.push(group.resource());
-        heads.push((g, group.head));
-    }
+    let groups = read_listed::<SecurityGroup>(
+        c,
+        rd,
+        &BTreeMap::new(),
+        &groups,
+        |g| g.group_id(),
+        |g| g.tags(),
+    );
     // The rules come second: they refer to groups by ID, and all groups are known now.
-    for (g, head) in heads {
-        let rules = SecurityGroupRules::read(head, g, rd);
+    for (g, group) in groups {
+        let rules = SecurityGroupRules::read(group.head, g, rd);
         // Shares its group's cloud ID: pushed past `Reader::push` so that ID keeps mapping to
         // the group.
         rd.out.push(rules.resource());
@@ -825,22 +773,14 @@ pub(super) fn assemble_key_pairs(
     keys: Vec<aws_sdk_ec2::types::KeyPairInfo>,
     rd: &mut Reader<'_>,
 ) {
-    for k in keys
-        .iter()
-        .filter(|k| owned_by(&c.cluster, tag_pairs(k.tags())))
-    {
-        let Some(name) = rd.listed(KEY_PAIR, k.key_name()) else {
-            continue;
-        };
-        let id = id_from_tags(KEY_PAIR, &name, tag_pairs(k.tags()));
-        let head = Head {
-            name: id.name,
-            lifecycle: Lifecycle::Sync,
-            cloud_id: Some(name),
-        };
-        let read = KeyPair::read(head, k, rd);
-        rd.push(read.resource());
-    }
+    read_listed::<KeyPair>(
+        c,
+        rd,
+        &BTreeMap::new(),
+        &keys,
+        |k| k.key_name(),
+        |k| k.tags(),
+    );
 }
 
 /// Version reads in flight at once: one per template that changed since kprov wrote it.
@@ -939,14 +879,22 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
         .collect();
     let wanted = wanted_templates(rd.desired);
     for t in templates {
-        if !owned_by(&c.cluster, tag_pairs(t.tags())) {
-            continue;
-        }
-        let Some(tid) = rd.listed(LAUNCH_TEMPLATE, t.launch_template_id()) else {
+        let Some(head) = listed_head(
+            c,
+            rd,
+            &BTreeMap::new(),
+            LAUNCH_TEMPLATE,
+            t.launch_template_id(),
+            t.tags(),
+        ) else {
             continue;
         };
-        let id = id_from_tags(LAUNCH_TEMPLATE, &tid, tag_pairs(t.tags()));
-        let listed = match versions.remove(tid.as_str()) {
+        let id = ResourceId::new(LAUNCH_TEMPLATE, &head.name);
+        let version = head
+            .cloud_id
+            .as_ref()
+            .and_then(|tid| versions.remove(tid.as_str()));
+        let listed = match version {
             Some(v) => ListedTemplate::Version(Box::new(v)),
             // Two templates with one identity (a conflict the reader reports) are each
             // judged against the desired one, as before the typed task.
@@ -955,8 +903,7 @@ pub(super) fn assemble_launch_templates(c: &AwsCloud, read: TemplatesRead, rd: &
                 None => ListedTemplate::Gone(t),
             },
         };
-        let template = LaunchTemplate::read(Head::listed(id.name, tid), &listed, rd);
-        rd.push(template.resource());
+        rd.add::<LaunchTemplate>(head, &listed);
     }
 }
 
@@ -1008,26 +955,6 @@ pub(super) async fn wait_nat(c: &AwsCloud, nid: &str, gone: bool) -> Result<(), 
     }
 }
 
-pub(super) async fn create(
-    c: &AwsCloud,
-    kind: Ec2Kind,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    match kind {
-        Ec2Kind::Vpc => tasks::create::<Vpc>(c, want, ids).await,
-        Ec2Kind::Subnet => tasks::create::<Subnet>(c, want, ids).await,
-        Ec2Kind::InternetGateway => tasks::create::<InternetGateway>(c, want, ids).await,
-        Ec2Kind::ElasticIp => tasks::create::<ElasticIp>(c, want, ids).await,
-        Ec2Kind::NatGateway => tasks::create::<NatGateway>(c, want, ids).await,
-        Ec2Kind::RouteTable => tasks::create::<RouteTable>(c, want, ids).await,
-        Ec2Kind::SecurityGroup => tasks::create::<SecurityGroup>(c, want, ids).await,
-        Ec2Kind::SecurityGroupRules => tasks::create::<SecurityGroupRules>(c, want, ids).await,
-        Ec2Kind::KeyPair => tasks::create::<KeyPair>(c, want, ids).await,
-        Ec2Kind::LaunchTemplate => tasks::create::<LaunchTemplate>(c, want, ids).await,
-    }
-}
-
 /// A VPC's DNS attribute (DescribeVpcAttribute answers one attribute per call).
 async fn vpc_attribute(
     c: &AwsCloud,
@@ -1049,60 +976,12 @@ async fn vpc_attribute(
     Ok(value.and_then(|v| v.value()).unwrap_or(false))
 }
 
-pub(super) async fn update(
-    c: &AwsCloud,
-    kind: Ec2Kind,
-    want: &Resource,
-    have: &Resource,
-    changes: &[FieldChange],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        Ec2Kind::Vpc => tasks::update::<Vpc>(c, want, have, changes, ids).await,
-        Ec2Kind::Subnet => tasks::update::<Subnet>(c, want, have, changes, ids).await,
-        Ec2Kind::InternetGateway => {
-            tasks::update::<InternetGateway>(c, want, have, changes, ids).await
-        }
-        Ec2Kind::RouteTable => tasks::update::<RouteTable>(c, want, have, changes, ids).await,
-        Ec2Kind::ElasticIp => tasks::update::<ElasticIp>(c, want, have, changes, ids).await,
-        Ec2Kind::NatGateway => tasks::update::<NatGateway>(c, want, have, changes, ids).await,
-        Ec2Kind::SecurityGroup => tasks::update::<SecurityGroup>(c, want, have, changes, ids).await,
-        Ec2Kind::SecurityGroupRules => {
-            tasks::update::<SecurityGroupRules>(c, want, have, changes, ids).await
-        }
-        Ec2Kind::KeyPair => tasks::update::<KeyPair>(c, want, have, changes, ids).await,
-        Ec2Kind::LaunchTemplate => {
-            tasks::update::<LaunchTemplate>(c, want, have, changes, ids).await
-        }
-    }
-}
-
 /// Deleting something already gone is success (an interrupted delete, re-run).
 pub(super) fn gone_ok<T>(r: Result<T, CloudError>) -> Result<(), CloudError> {
     match r {
         Ok(_) => Ok(()),
         Err(e) if e.class() == ErrorClass::NotFound => Ok(()),
         Err(e) => Err(e),
-    }
-}
-
-pub(super) async fn delete(
-    c: &AwsCloud,
-    kind: Ec2Kind,
-    have: &Resource,
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        Ec2Kind::Vpc => tasks::delete::<Vpc>(c, have, ids).await,
-        Ec2Kind::Subnet => tasks::delete::<Subnet>(c, have, ids).await,
-        Ec2Kind::InternetGateway => tasks::delete::<InternetGateway>(c, have, ids).await,
-        Ec2Kind::ElasticIp => tasks::delete::<ElasticIp>(c, have, ids).await,
-        Ec2Kind::NatGateway => tasks::delete::<NatGateway>(c, have, ids).await,
-        Ec2Kind::RouteTable => tasks::delete::<RouteTable>(c, have, ids).await,
-        Ec2Kind::SecurityGroup => tasks::delete::<SecurityGroup>(c, have, ids).await,
-        Ec2Kind::SecurityGroupRules => tasks::delete::<SecurityGroupRules>(c, have, ids).await,
-        Ec2Kind::KeyPair => tasks::delete::<KeyPair>(c, have, ids).await,
-        Ec2Kind::LaunchTemplate => tasks::delete::<LaunchTemplate>(c, have, ids).await,
     }
 }
 
@@ -1153,7 +1032,6 @@ mod image_tests {
 
 #[cfg(test)]
 mod read_tests {
-    use std::collections::HashMap;
 
     use aws_sdk_ec2::types::{InternetGateway, Subnet, Vpc};
 
@@ -1190,13 +1068,7 @@ mod read_tests {
     }
 
     fn read(c: &AwsCloud, n: NetworkRead) -> (Vec<Resource>, Vec<String>) {
-        let mut rd = Reader {
-            desired: &[],
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let mut rd = Reader::new(&[]);
         assemble_network(c, n, &mut rd);
         (rd.out, rd.conflicts)
     }

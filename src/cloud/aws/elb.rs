@@ -7,12 +7,9 @@ use std::collections::BTreeMap;
 use aws_sdk_elasticloadbalancingv2::types::Tag;
 
 use super::kinds::*;
-use super::tasks::{
-    self, Fields, Head, ListedListener, ListedTargetGroup, Listener, LoadBalancer, TargetGroup,
-    Task,
-};
+use super::tasks::{Head, ListedListener, ListedTargetGroup, Listener, LoadBalancer, TargetGroup};
 use super::{AwsCloud, Ctx, Reader, id_from_tags};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, ResourceId};
+use crate::cloud::engine::{CloudError, ResourceId};
 
 /// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
 async fn owned_tags(
@@ -158,8 +155,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
             attributes: attrs.remove(arn.as_str()).unwrap_or_default(),
             group,
         };
-        let read = TargetGroup::read(Head::listed(id.name, arn), &listed, rd);
-        rd.push(read.resource());
+        rd.add::<TargetGroup>(Head::listed(id.name, arn), &listed);
     }
     let mut owned_lbs = Vec::new();
     for l in &lbs {
@@ -168,12 +164,11 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
         };
         let Some(tags) = pairs(&arn) else { continue };
         let id = id_from_tags(LOAD_BALANCER, &arn, tags.into_iter());
-        let read = LoadBalancer::read(Head::listed(&id.name, arn.clone()), l, rd);
+        let read = rd.add::<LoadBalancer>(Head::listed(&id.name, arn.clone()), l);
         // Route53 aliases name the load balancer by DNS name.
         if let Some(dns) = &read.dns_name {
             rd.refs.insert(dns.clone(), id.clone());
         }
-        rd.push(read.resource());
         owned_lbs.push((String::from(arn), id));
     }
     for (arn, lb_id) in owned_lbs {
@@ -198,8 +193,7 @@ pub(super) fn assemble(read: ElbRead, rd: &mut Reader<'_>) {
                 load_balancer: arn.clone(),
                 listener,
             };
-            let read = Listener::read(Head::listed(name, cloud_id), &listed, rd);
-            rd.push(read.resource());
+            rd.add::<Listener>(Head::listed(name, cloud_id), &listed);
         }
     }
 }
@@ -235,45 +229,4 @@ pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<Tag> {
 /// `port` as ELB takes it; one out of range is a model error naming the resource.
 pub(super) fn port(id: &ResourceId, port: i64) -> Result<i32, CloudError> {
     i32::try_from(port).map_err(|_| CloudError::Model(format!("{id}: port {port} is out of range")))
-}
-
-pub(super) async fn create(
-    c: &AwsCloud,
-    kind: ElbKind,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    match kind {
-        ElbKind::LoadBalancer => tasks::create::<LoadBalancer>(c, want, ids).await,
-        ElbKind::TargetGroup => tasks::create::<TargetGroup>(c, want, ids).await,
-        ElbKind::Listener => tasks::create::<Listener>(c, want, ids).await,
-    }
-}
-
-pub(super) async fn update(
-    c: &AwsCloud,
-    kind: ElbKind,
-    want: &Resource,
-    have: &Resource,
-    changes: &[FieldChange],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        ElbKind::LoadBalancer => tasks::update::<LoadBalancer>(c, want, have, changes, ids).await,
-        ElbKind::TargetGroup => tasks::update::<TargetGroup>(c, want, have, changes, ids).await,
-        ElbKind::Listener => tasks::update::<Listener>(c, want, have, changes, ids).await,
-    }
-}
-
-pub(super) async fn delete(
-    c: &AwsCloud,
-    kind: ElbKind,
-    have: &Resource,
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        ElbKind::LoadBalancer => tasks::delete::<LoadBalancer>(c, have, ids).await,
-        ElbKind::TargetGroup => tasks::delete::<TargetGroup>(c, have, ids).await,
-        ElbKind::Listener => tasks::delete::<Listener>(c, have, ids).await,
-    }
 }

@@ -3,11 +3,9 @@
 //! `ROLE.CLUSTER`.
 
 use super::kinds::*;
-use super::tasks::{
-    self, Fields, Head, IamInstanceProfile, IamRole, IamRolePolicy, ListedPolicy, Task,
-};
+use super::tasks::{Head, IamInstanceProfile, IamRole, IamRolePolicy, ListedPolicy};
 use super::{AwsCloud, Ctx, Reader};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, ResourceId};
+use crate::cloud::engine::{CloudError, ResourceId};
 
 pub(super) fn path(c: &AwsCloud) -> String {
     format!("/kprov/{}/", c.cluster)
@@ -123,8 +121,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
         };
         let k = key(c, name);
         let head = Head::listed(k, role_id.clone());
-        let read = IamRole::read(head, role, rd);
-        rd.push(read.resource());
+        rd.add::<IamRole>(head, role);
         for p in policies {
             let rname = if p.name == format!("kprov-{k}") {
                 k.to_string()
@@ -132,8 +129,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
                 format!("{k}-{}", p.name)
             };
             let head = Head::listed(rname.as_str(), role_id.join(':', &p.name));
-            let read = IamRolePolicy::read(head, p, rd);
-            rd.push(read.resource());
+            rd.add::<IamRolePolicy>(head, p);
         }
     }
     for p in &read.profiles {
@@ -142,8 +138,7 @@ pub(super) fn assemble(c: &AwsCloud, read: IamRead, rd: &mut Reader<'_>) {
             continue;
         };
         let head = Head::listed(key(c, name), profile_id);
-        let read = IamInstanceProfile::read(head, p, rd);
-        rd.push(read.resource());
+        rd.add::<IamInstanceProfile>(head, p);
     }
 }
 
@@ -159,47 +154,4 @@ pub(super) fn tags(c: &AwsCloud, id: &ResourceId) -> Vec<aws_sdk_iam::types::Tag
                 .ok()
         })
         .collect()
-}
-
-pub(super) async fn create(
-    c: &AwsCloud,
-    kind: IamKind,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    match kind {
-        IamKind::Role => tasks::create::<IamRole>(c, want, ids).await,
-        IamKind::RolePolicy => tasks::create::<IamRolePolicy>(c, want, ids).await,
-        IamKind::InstanceProfile => tasks::create::<IamInstanceProfile>(c, want, ids).await,
-    }
-}
-
-pub(super) async fn update(
-    c: &AwsCloud,
-    kind: IamKind,
-    want: &Resource,
-    have: &Resource,
-    changes: &[FieldChange],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        IamKind::Role => tasks::update::<IamRole>(c, want, have, changes, ids).await,
-        IamKind::RolePolicy => tasks::update::<IamRolePolicy>(c, want, have, changes, ids).await,
-        IamKind::InstanceProfile => {
-            tasks::update::<IamInstanceProfile>(c, want, have, changes, ids).await
-        }
-    }
-}
-
-pub(super) async fn delete(
-    c: &AwsCloud,
-    kind: IamKind,
-    have: &Resource,
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    match kind {
-        IamKind::Role => tasks::delete::<IamRole>(c, have, ids).await,
-        IamKind::RolePolicy => tasks::delete::<IamRolePolicy>(c, have, ids).await,
-        IamKind::InstanceProfile => tasks::delete::<IamInstanceProfile>(c, have, ids).await,
-    }
 }

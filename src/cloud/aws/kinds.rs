@@ -3,8 +3,9 @@
 //! The engine is cloud-agnostic and carries a kind as an opaque [`Kind`], which only
 //! [`AwsKind::kind`] makes (and [`AwsKind::parse_tag`] from a tag, checked against this set);
 //! the provider turns it back into an [`AwsKind`] where a call enters it ([`AwsKind::of`]) and
-//! dispatches by exhaustive matches from there: adding a kind is one variant here, and the
-//! compiler then names every service's create, update and delete that must say what to do.
+//! dispatches from there (typed tasks through `resource::AwsResource`, whose table's
+//! exhaustive match names a kind it forgot): adding a kind is one variant here and one line
+//! of that table.
 
 use crate::cloud::engine::{CloudError, Kind, ResourceId};
 

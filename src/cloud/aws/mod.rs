@@ -19,6 +19,7 @@ pub mod images;
 pub mod instances;
 pub mod kinds;
 pub mod launch;
+mod resource;
 mod tasks;
 pub mod wait;
 
@@ -44,7 +45,8 @@ use crate::spec::ResolvedCluster;
 use crate::spec::resolve::{Access, AwsPart, GroupPlacement, ImageRef, ResolvedGroup};
 use images::{ImagePins, PinnedImage};
 use kinds::*;
-use tasks::{DnsRecord, DnsZone, DnsZoneVpc, Fields, SecurityGroupRules};
+use resource::AwsResource;
+use tasks::{Fields, SecurityGroupRules};
 
 pub const TAG_ID: &str = "kprov.dev/id";
 /// The name prefix of resources that carry this cluster's ownership tag but no kprov
@@ -404,12 +406,31 @@ pub(crate) struct Reader<'a> {
     pub conflicts: Vec<String>,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// A reader of the resources the cloud lists, against the `desired` ones.
+    pub(crate) fn new(desired: &'a [Resource]) -> Reader<'a> {
+        Reader {
+            desired,
+            refs: HashMap::new(),
+            out: Vec::new(),
+            warnings: Vec::new(),
+            conflicts: Vec::new(),
+        }
+    }
+
     pub(crate) fn push(&mut self, r: Resource) {
         if let Some(cid) = &r.cloud_id {
             self.refs.insert(cid.to_string(), r.id.clone());
         }
         self.out.push(r);
+    }
+
+    /// The task of kind `T` a read found (`head` as the reader classified the listed item),
+    /// recorded among the actual resources.
+    pub(crate) fn add<T: tasks::Task>(&mut self, head: tasks::Head, listed: &T::Listed) -> T {
+        let task = T::read(head, listed, self);
+        self.push(task.resource());
+        task
     }
 
     /// The ID of a resource the cloud listed. One listed without an ID cannot be compared,
@@ -707,13 +728,7 @@ impl Provider for AwsCloud {
             asg::fetch(self),
             dns::fetch(self, desired),
         )?;
-        let mut rd = Reader {
-            desired,
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let mut rd = Reader::new(desired);
         // Order matters: each kind turns the cloud IDs of the kinds before it into refs.
         ec2::assemble_network(self, network, &mut rd);
         ec2::assemble_security_groups(self, groups, &mut rd);
@@ -733,17 +748,12 @@ impl Provider for AwsCloud {
 
     async fn create(&self, want: &Resource, ids: &IdMap) -> Result<CloudId, CloudError> {
         match AwsKind::of(&want.id)? {
-            AwsKind::Ec2(k) => ec2::create(self, k, want, ids).await,
             AwsKind::AutoScalingGroup => asg::create(self, want, ids).await,
-            AwsKind::Elb(k) => elb::create(self, k, want, ids).await,
-            AwsKind::Iam(k) => iam::create(self, k, want, ids).await,
-            AwsKind::Dns(DnsKind::Zone) => tasks::create::<DnsZone>(self, want, ids).await,
-            AwsKind::Dns(DnsKind::Record) => tasks::create::<DnsRecord>(self, want, ids).await,
-            AwsKind::Dns(DnsKind::ZoneVpc) => tasks::create::<DnsZoneVpc>(self, want, ids).await,
             // Someone else's (a Classic ELB) or its group's (an instance): never made here.
             k @ (AwsKind::ClassicLoadBalancer | AwsKind::Instance) => Err(CloudError::Model(
                 format!("{}: kprov does not create a {k}", want.id),
             )),
+            _ => AwsResource::from_resource(want)?.create(self, ids).await,
         }
     }
 
@@ -755,42 +765,27 @@ impl Provider for AwsCloud {
         ids: &IdMap,
     ) -> Result<(), CloudError> {
         match AwsKind::of(&want.id)? {
-            AwsKind::Ec2(k) => ec2::update(self, k, want, have, changes, ids).await,
             AwsKind::AutoScalingGroup => asg::update(self, want, have, changes, ids).await,
-            AwsKind::Elb(k) => elb::update(self, k, want, have, changes, ids).await,
-            AwsKind::Iam(k) => iam::update(self, k, want, have, changes, ids).await,
-            AwsKind::Dns(DnsKind::Zone) => {
-                tasks::update::<DnsZone>(self, want, have, changes, ids).await
-            }
-            AwsKind::Dns(DnsKind::Record) => {
-                tasks::update::<DnsRecord>(self, want, have, changes, ids).await
-            }
-            AwsKind::Dns(DnsKind::ZoneVpc) => {
-                tasks::update::<DnsZoneVpc>(self, want, have, changes, ids).await
-            }
             k @ (AwsKind::ClassicLoadBalancer | AwsKind::Instance) => Err(CloudError::Model(
                 format!("{}: kprov does not change a {k} in place", want.id),
             )),
+            _ => {
+                AwsResource::from_resource(want)?
+                    .update(have, changes, self, ids)
+                    .await
+            }
         }
     }
 
     async fn delete(&self, have: &Resource, ids: &IdMap) -> Result<(), CloudError> {
         match AwsKind::of(&have.id)? {
-            AwsKind::Ec2(k) => ec2::delete(self, k, have, ids).await,
             AwsKind::AutoScalingGroup => asg::delete(self, have).await,
-            AwsKind::Elb(k) => elb::delete(self, k, have, ids).await,
-            AwsKind::ClassicLoadBalancer => {
-                tasks::delete::<tasks::ClassicLoadBalancer>(self, have, ids).await
-            }
-            AwsKind::Iam(k) => iam::delete(self, k, have, ids).await,
-            AwsKind::Dns(DnsKind::Zone) => tasks::delete::<DnsZone>(self, have, ids).await,
-            AwsKind::Dns(DnsKind::Record) => tasks::delete::<DnsRecord>(self, have, ids).await,
-            AwsKind::Dns(DnsKind::ZoneVpc) => tasks::delete::<DnsZoneVpc>(self, have, ids).await,
             // Never read as a resource: its group ends it.
             AwsKind::Instance => Err(CloudError::Model(format!(
                 "{}: an instance is deleted with its Auto Scaling group",
                 have.id
             ))),
+            _ => AwsResource::from_resource(have)?.delete(self, ids).await,
         }
     }
 }
@@ -1019,13 +1014,7 @@ mod tests {
             e.to_string().contains("Subnet/a: field cidr is not set"),
             "{e}"
         );
-        let mut rd = Reader {
-            desired: &[],
-            refs: HashMap::new(),
-            out: Vec::new(),
-            warnings: Vec::new(),
-            conflicts: Vec::new(),
-        };
+        let mut rd = Reader::new(&[]);
         assert_eq!(
             rd.listed(SUBNET, Some("subnet-1")),
             CloudId::new("subnet-1")

@@ -470,33 +470,6 @@ fn resolve_all<T: Kinded>(refs: &[Ref<T>], ids: &IdMap) -> Result<Vec<String>, C
         .collect()
 }
 
-pub(super) async fn create<T: Task>(
-    c: &AwsCloud,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    T::from_resource(want)?.create(c, ids).await
-}
-
-pub(super) async fn update<T: Task>(
-    c: &AwsCloud,
-    want: &Resource,
-    have: &Resource,
-    changes: &[FieldChange],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    let have = T::from_resource(have)?;
-    T::from_resource(want)?.update(&have, changes, c, ids).await
-}
-
-pub(super) async fn delete<T: Task>(
-    c: &AwsCloud,
-    have: &Resource,
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    T::from_resource(have)?.delete(c, ids).await
-}
-
 fn changed(changes: &[FieldChange], field: &str) -> bool {
     changes.iter().any(|c| c.field == field)
 }
