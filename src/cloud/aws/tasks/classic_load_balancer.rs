@@ -11,18 +11,13 @@ use crate::cloud::aws::kinds::AwsKind;
 use crate::cloud::aws::{Ctx, Reader};
 use crate::cloud::engine::{CloudError, CloudId};
 
-const VPC: &str = "vpc";
-const SUBNETS: &str = "subnets";
-const SECURITY_GROUPS: &str = "securityGroups";
-const DNS_NAME: &str = "dnsName";
-
 task! {
     struct ClassicLoadBalancer: AwsKind::ClassicLoadBalancer;
-    vpc: Ref<Vpc> = VPC;
-    subnets: Vec<Ref<Subnet>> = SUBNETS;
-    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS;
+    vpc: Ref<Vpc> = VPC("vpc");
+    subnets: Vec<Ref<Subnet>> = SUBNETS("subnets");
+    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS("securityGroups");
     /// Lower case.
-    dns_name: String = DNS_NAME;
+    dns_name: String = DNS_NAME("dnsName");
 }
 
 #[async_trait]

@@ -12,29 +12,21 @@ use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
-const ZONE: &str = "zone";
-const RECORD_NAME: &str = "recordName";
-const TYPE: &str = "type";
-const ALIAS: &str = "alias";
-const TXT: &str = "txt";
-const ALIAS_DNS: &str = "aliasDns";
-const ALIAS_ZONE: &str = "aliasZone";
-
 task! {
     struct DnsRecord: AwsKind::Dns(DnsKind::Record);
-    zone: Ref<DnsZone> = ZONE;
+    zone: Ref<DnsZone> = ZONE("zone");
     /// Fully qualified, with its trailing dot; a new name is a new record.
-    record_name: String = RECORD_NAME, Replace;
+    record_name: String = RECORD_NAME("recordName"), Replace;
     /// `A`: always on the desired record; on a read one when the A record is there (an owner
     /// record alone, left by an interrupted delete, reads without it, a change to make).
-    record_type: Option<String> = TYPE;
+    record_type: Option<String> = TYPE("type");
     /// Always on the desired record; on a read one when the A record is an alias.
-    alias: Option<Ref<LoadBalancer>> = ALIAS;
+    alias: Option<Ref<LoadBalancer>> = ALIAS("alias");
     /// Read only: the owner record's text, which its delete must name exactly.
-    txt: Option<String> = TXT;
+    txt: Option<String> = TXT("txt");
     /// Read only: the alias target as Route 53 has it, which its delete must name exactly.
-    alias_dns: Option<String> = ALIAS_DNS;
-    alias_zone: Option<String> = ALIAS_ZONE;
+    alias_dns: Option<String> = ALIAS_DNS("aliasDns");
+    alias_zone: Option<String> = ALIAS_ZONE("aliasZone");
 }
 
 /// A record the read found: its zone's ID, the owner TXT set naming this cluster, and the A

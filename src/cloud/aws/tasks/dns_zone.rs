@@ -9,14 +9,11 @@ use crate::cloud::aws::dns::ZoneRead;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::engine::{CloudError, CloudId};
 
-const ZONE_NAME: &str = "zoneName";
-const PRIVATE: &str = "private";
-
 task! {
     struct DnsZone: AwsKind::Dns(DnsKind::Zone);
     /// Fully qualified, with its trailing dot (as Route 53 lists it).
-    zone_name: String = ZONE_NAME;
-    private: bool = PRIVATE;
+    zone_name: String = ZONE_NAME("zoneName");
+    private: bool = PRIVATE("private");
 }
 
 #[async_trait]

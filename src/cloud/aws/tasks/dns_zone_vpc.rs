@@ -12,13 +12,10 @@ use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::aws::{Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId};
 
-const ZONE: &str = "zone";
-const VPC: &str = "vpc";
-
 task! {
     struct DnsZoneVpc: AwsKind::Dns(DnsKind::ZoneVpc);
-    zone: Ref<DnsZone> = ZONE, Replace;
-    vpc: Ref<Vpc> = VPC, Replace;
+    zone: Ref<DnsZone> = ZONE("zone"), Replace;
+    vpc: Ref<Vpc> = VPC("vpc"), Replace;
 }
 
 /// An association the read found: the zone's ID and the VPC's.

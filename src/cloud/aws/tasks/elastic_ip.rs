@@ -9,12 +9,10 @@ use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
 
-const DOMAIN: &str = "domain";
-
 task! {
     struct ElasticIp: AwsKind::Ec2(Ec2Kind::ElasticIp);
     /// `vpc` for every address kprov allocates (EC2-Classic's `standard` is gone).
-    domain: String = DOMAIN;
+    domain: String = DOMAIN("domain");
 }
 
 impl ElasticIp {

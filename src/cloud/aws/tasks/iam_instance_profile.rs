@@ -11,15 +11,12 @@ use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create, id_from};
 use crate::cloud::engine::{CloudError, CloudId, ErrorClass, FieldChange};
 
-const PROFILE_NAME: &str = "profileName";
-const ROLE: &str = "role";
-
 task! {
     struct IamInstanceProfile: AwsKind::Iam(IamKind::InstanceProfile);
     /// Also its cloud ID: IAM names a profile by its name.
-    profile_name: String = PROFILE_NAME, Immutable;
+    profile_name: String = PROFILE_NAME("profileName"), Immutable;
     /// Always on the desired profile; a read one may hold none (IAM allows at most one).
-    role: Option<Ref<IamRole>> = ROLE;
+    role: Option<Ref<IamRole>> = ROLE("role");
 }
 
 impl IamInstanceProfile {

@@ -10,15 +10,12 @@ use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
-const ROLE_NAME: &str = "roleName";
-const ASSUME_ROLE_POLICY: &str = "assumeRolePolicy";
-
 task! {
     struct IamRole: AwsKind::Iam(IamKind::Role);
     /// Also its cloud ID: IAM names a role by its name.
-    role_name: String = ROLE_NAME, Immutable;
+    role_name: String = ROLE_NAME("roleName"), Immutable;
     /// The trust policy, as canonical JSON (a document the diff shows line by line).
-    assume_role_policy: String = ASSUME_ROLE_POLICY as Doc;
+    assume_role_policy: String = ASSUME_ROLE_POLICY("assumeRolePolicy") as Doc;
 }
 
 #[async_trait]

@@ -10,16 +10,12 @@ use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
-const ROLE: &str = "role";
-const POLICY_NAME: &str = "policyName";
-const DOCUMENT: &str = "document";
-
 task! {
     struct IamRolePolicy: AwsKind::Iam(IamKind::RolePolicy);
-    role: Ref<IamRole> = ROLE;
-    policy_name: String = POLICY_NAME, Immutable;
+    role: Ref<IamRole> = ROLE("role");
+    policy_name: String = POLICY_NAME("policyName"), Immutable;
     /// The policy, as canonical JSON (a document the diff shows line by line).
-    document: String = DOCUMENT as Doc;
+    document: String = DOCUMENT("document") as Doc;
 }
 
 /// An inline policy as the read found it: its role's name, its name, and its document as

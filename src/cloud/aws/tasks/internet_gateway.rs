@@ -9,13 +9,11 @@ use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, error_code, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
-const VPC: &str = "vpc";
-
 task! {
     struct InternetGateway: AwsKind::Ec2(Ec2Kind::InternetGateway);
     /// The VPC it is attached to: always set on the desired gateway; a read one may be
     /// detached.
-    vpc: Option<Ref<Vpc>> = VPC;
+    vpc: Option<Ref<Vpc>> = VPC("vpc");
 }
 
 impl InternetGateway {

@@ -14,19 +14,17 @@ use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, Resource};
 
-const KEY_NAME: &str = "keyName";
 const PUBLIC_KEY_SHA256: &str = "publicKeySha256";
-const PUBLIC_KEY: &str = "publicKey";
 /// Where the hash is kept on the key pair.
 const TAG_KEY_HASH: &str = "kprov.dev/public-key-sha256";
 
 task! {
     struct KeyPair: AwsKind::Ec2(Ec2Kind::KeyPair);
     /// Also its cloud ID: EC2 names a key pair by its name.
-    key_name: String = KEY_NAME, Replace;
+    key_name: String = KEY_NAME("keyName"), Replace;
     public_key_sha256: String = PUBLIC_KEY_SHA256, Replace;
     /// On the desired key pair only (a read cannot get it back).
-    public_key: Option<PublicKey> = PUBLIC_KEY as Input;
+    public_key: Option<PublicKey> = PUBLIC_KEY("publicKey") as Input;
 }
 
 /// An OpenSSH public key, trimmed. Shown (`Debug`) as a placeholder: its hash is what a

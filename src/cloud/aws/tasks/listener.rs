@@ -11,17 +11,12 @@ use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
-const LOAD_BALANCER: &str = "loadBalancer";
-const PORT: &str = "port";
-const PROTOCOL: &str = "protocol";
-const TARGET_GROUP: &str = "targetGroup";
-
 task! {
     struct Listener: AwsKind::Elb(ElbKind::Listener);
-    load_balancer: Ref<LoadBalancer> = LOAD_BALANCER, Immutable;
-    port: i64 = PORT;
-    protocol: String = PROTOCOL;
-    target_group: Ref<TargetGroup> = TARGET_GROUP;
+    load_balancer: Ref<LoadBalancer> = LOAD_BALANCER("loadBalancer"), Immutable;
+    port: i64 = PORT("port");
+    protocol: String = PROTOCOL("protocol");
+    target_group: Ref<TargetGroup> = TARGET_GROUP("targetGroup");
 }
 
 /// A listener as listed, with the ARN of the load balancer it was listed for.

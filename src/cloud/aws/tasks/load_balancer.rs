@@ -12,24 +12,17 @@ use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
-const LB_NAME: &str = "lbName";
-const SCHEME: &str = "scheme";
-const SUBNETS: &str = "subnets";
-const SECURITY_GROUPS: &str = "securityGroups";
-/// Read only (the desired model has none): clients find the API by it.
-const DNS_NAME: &str = "dnsName";
-const CANONICAL_ZONE: &str = "canonicalZone";
-
 task! {
     struct LoadBalancer: AwsKind::Elb(ElbKind::LoadBalancer);
-    lb_name: String = LB_NAME, Immutable;
+    lb_name: String = LB_NAME("lbName"), Immutable;
     /// `internet-facing` or `internal`.
-    scheme: String = SCHEME, Immutable;
-    subnets: Vec<Ref<Subnet>> = SUBNETS;
-    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS, Immutable;
-    /// Lower case, without the trailing dot.
-    dns_name: Option<String> = DNS_NAME;
-    canonical_zone: Option<String> = CANONICAL_ZONE;
+    scheme: String = SCHEME("scheme"), Immutable;
+    subnets: Vec<Ref<Subnet>> = SUBNETS("subnets");
+    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS("securityGroups"), Immutable;
+    /// Read only (the desired model has none): clients find the API by it. Lower case,
+    /// without the trailing dot.
+    dns_name: Option<String> = DNS_NAME("dnsName");
+    canonical_zone: Option<String> = CANONICAL_ZONE("canonicalZone");
 }
 
 #[async_trait]

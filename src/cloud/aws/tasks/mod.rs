@@ -25,8 +25,9 @@
 
 /// Declares a task whose typed fields each map to one field of the engine's resource: the
 /// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]) and its
-/// [`Fields`]. Each field names the constant that is its name in the engine's map, optionally
-/// the [`Codec`] that holds it when that is not its own type (`as Doc`), and optionally its
+/// [`Fields`]. Each field names the constant that is its name in the engine's map (declared
+/// here when its text follows, `VPC("vpc")`, else one the file declares), optionally the
+/// [`Codec`] that holds it when that is not its own type (`as Doc`), and optionally its
 /// [`FieldRule`](crate::cloud::engine::FieldRule) (`Mutable` when none is given).
 /// A kind whose fields do not map one to one (the VPC's DNS pair) writes [`Fields`] by hand.
 macro_rules! task {
@@ -37,9 +38,11 @@ macro_rules! task {
         struct $name:ident: $kind:expr;
         $(
             $(#[$fmeta:meta])*
-            $field:ident: $ty:ty = $key:ident $(as $codec:ty)? $(, $rule:ident)?;
+            $field:ident: $ty:ty = $key:ident $(($text:literal))? $(as $codec:ty)? $(, $rule:ident)?;
         )*
     ) => {
+        $( $( const $key: &str = $text; )? )*
+
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq)]
         pub(crate) struct $name {

@@ -10,13 +10,10 @@ use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, after_create, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
 
-const SUBNET: &str = "subnet";
-const ALLOCATION: &str = "allocation";
-
 task! {
     struct NatGateway: AwsKind::Ec2(Ec2Kind::NatGateway);
-    subnet: Ref<Subnet> = SUBNET, Immutable;
-    allocation: Ref<ElasticIp> = ALLOCATION, Immutable;
+    subnet: Ref<Subnet> = SUBNET("subnet"), Immutable;
+    allocation: Ref<ElasticIp> = ALLOCATION("allocation"), Immutable;
 }
 
 #[async_trait]

@@ -12,19 +12,14 @@ use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, ResourceId, Value};
 
-const VPC: &str = "vpc";
-const ROUTES: &str = "routes";
-const SUBNETS: &str = "subnets";
-const ASSOCIATIONS: &str = "associations";
-
 task! {
     struct RouteTable: AwsKind::Ec2(Ec2Kind::RouteTable);
-    vpc: Ref<Vpc> = VPC;
-    routes: Vec<Route> = ROUTES;
-    subnets: Vec<Ref<Subnet>> = SUBNETS;
+    vpc: Ref<Vpc> = VPC("vpc");
+    routes: Vec<Route> = ROUTES("routes");
+    subnets: Vec<Ref<Subnet>> = SUBNETS("subnets");
     /// A read table's subnet associations (subnet cloud ID, association ID): what
     /// disassociating needs. Not compared (the desired table has none).
-    associations: Option<Vec<Association>> = ASSOCIATIONS;
+    associations: Option<Vec<Association>> = ASSOCIATIONS("associations");
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -11,15 +11,11 @@ use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
 
-const VPC: &str = "vpc";
-const GROUP_NAME: &str = "groupName";
-const DESCRIPTION: &str = "description";
-
 task! {
     struct SecurityGroup: AwsKind::Ec2(Ec2Kind::SecurityGroup);
-    vpc: Ref<Vpc> = VPC, Immutable;
-    group_name: String = GROUP_NAME, Immutable;
-    description: String = DESCRIPTION, Immutable;
+    vpc: Ref<Vpc> = VPC("vpc"), Immutable;
+    group_name: String = GROUP_NAME("groupName"), Immutable;
+    description: String = DESCRIPTION("description"), Immutable;
 }
 
 #[async_trait]

@@ -17,14 +17,12 @@ use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, UNTRACKED, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, ResourceId, Value};
 
-const GROUP: &str = "group";
-const INGRESS: &str = "ingress";
 const ANYWHERE: &str = "0.0.0.0/0";
 
 task! {
     struct SecurityGroupRules: AwsKind::Ec2(Ec2Kind::SecurityGroupRules);
-    group: Ref<SecurityGroup> = GROUP;
-    ingress: Vec<Rule> = INGRESS;
+    group: Ref<SecurityGroup> = GROUP("group");
+    ingress: Vec<Rule> = INGRESS("ingress");
 }
 
 /// One ingress rule; in the field map `[protocol, ports, source]`, as plans have always shown

@@ -10,19 +10,14 @@ use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
-const VPC: &str = "vpc";
-const ZONE: &str = "zone";
-const CIDR: &str = "cidr";
-const MAP_PUBLIC_IP: &str = "mapPublicIp";
-
 task! {
     struct Subnet: AwsKind::Ec2(Ec2Kind::Subnet);
-    vpc: Ref<Vpc> = VPC, Immutable;
-    zone: String = ZONE, Immutable;
-    cidr: String = CIDR, Immutable;
+    vpc: Ref<Vpc> = VPC("vpc"), Immutable;
+    zone: String = ZONE("zone"), Immutable;
+    cidr: String = CIDR("cidr"), Immutable;
     /// A public subnet (and a utility one): instances get a public address, and the subnet is
     /// tagged for internet-facing load balancers (internal ones otherwise).
-    map_public_ip: bool = MAP_PUBLIC_IP;
+    map_public_ip: bool = MAP_PUBLIC_IP("mapPublicIp");
 }
 
 #[async_trait]

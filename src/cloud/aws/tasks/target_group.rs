@@ -14,27 +14,20 @@ use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
-const TG_NAME: &str = "tgName";
-const PORT: &str = "port";
-const PROTOCOL: &str = "protocol";
-const VPC: &str = "vpc";
-const PRESERVE_CLIENT_IP: &str = "preserveClientIp";
-const DEREGISTRATION_DELAY: &str = "deregistrationDelay";
-
 /// The attributes' keys in ELB's API.
 const ATTR_PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
 const ATTR_DEREGISTRATION_DELAY: &str = "deregistration_delay.timeout_seconds";
 
 task! {
     struct TargetGroup: AwsKind::Elb(ElbKind::TargetGroup);
-    tg_name: String = TG_NAME, Immutable;
-    port: i64 = PORT, Immutable;
-    protocol: String = PROTOCOL, Immutable;
-    vpc: Ref<Vpc> = VPC, Immutable;
+    tg_name: String = TG_NAME("tgName"), Immutable;
+    port: i64 = PORT("port"), Immutable;
+    protocol: String = PROTOCOL("protocol"), Immutable;
+    vpc: Ref<Vpc> = VPC("vpc"), Immutable;
     /// Whether the targets see the client's address (AWS's default for instance targets).
-    preserve_client_ip: bool = PRESERVE_CLIENT_IP;
+    preserve_client_ip: bool = PRESERVE_CLIENT_IP("preserveClientIp");
     /// Seconds a deregistered target drains.
-    deregistration_delay: i64 = DEREGISTRATION_DELAY;
+    deregistration_delay: i64 = DEREGISTRATION_DELAY("deregistrationDelay");
 }
 
 /// A target group as listed, with its attributes (key → value).
