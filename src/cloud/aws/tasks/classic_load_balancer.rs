@@ -5,10 +5,9 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, Vpc};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, Vpc, gone};
+use crate::cloud::aws::Reader;
 use crate::cloud::aws::kinds::AwsKind;
-use crate::cloud::aws::{Ctx, Reader};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
@@ -50,13 +49,13 @@ impl Task for ClassicLoadBalancer {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
+        gone(
             a.clb
                 .delete_load_balancer()
                 .load_balancer_name(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteLoadBalancer (Classic)"),
+                .send(),
+            "DeleteLoadBalancer (Classic)",
         )
+        .await
     }
 }

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
-use super::{Apply, Head, Task};
-use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use super::{Apply, Head, Task, gone};
+use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
@@ -51,13 +51,13 @@ impl Task for ElasticIp {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
+        gone(
             a.ec2
                 .release_address()
                 .allocation_id(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("ReleaseAddress"),
+                .send(),
+            "ReleaseAddress",
         )
+        .await
     }
 }

@@ -4,8 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Head, IamRole, Ref, Task};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Head, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::{path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create, id_from};
@@ -73,14 +72,14 @@ impl Task for IamInstanceProfile {
             // Already detached by an interrupted run is fine: the delete below decides.
             let _ = remove_role(a.c, name, role).await;
         }
-        gone_ok(
+        gone(
             a.iam
                 .delete_instance_profile()
                 .instance_profile_name(name)
-                .send()
-                .await
-                .ctx("DeleteInstanceProfile"),
+                .send(),
+            "DeleteInstanceProfile",
         )
+        .await
     }
 }
 

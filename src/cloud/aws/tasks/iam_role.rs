@@ -3,8 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Doc, Head, Task, cannot_change, changed};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Doc, Head, Task, cannot_change, changed, gone};
 use crate::cloud::aws::iam::{normalize, path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{Ctx, Reader, id_from};
@@ -67,13 +66,10 @@ impl Task for IamRole {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
-            a.iam
-                .delete_role()
-                .role_name(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteRole"),
+        gone(
+            a.iam.delete_role().role_name(self.cloud_id()?).send(),
+            "DeleteRole",
         )
+        .await
     }
 }

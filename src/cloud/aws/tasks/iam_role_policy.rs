@@ -3,8 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Doc, Head, IamRole, Ref, Task};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Doc, Head, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::normalize;
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -57,15 +56,15 @@ impl Task for IamRolePolicy {
                 self.id()
             ))
         })?;
-        gone_ok(
+        gone(
             a.iam
                 .delete_role_policy()
                 .role_name(role)
                 .policy_name(policy)
-                .send()
-                .await
-                .ctx("DeleteRolePolicy"),
+                .send(),
+            "DeleteRolePolicy",
         )
+        .await
     }
 }
 

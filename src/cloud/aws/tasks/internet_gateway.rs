@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Head, Ref, Task, Vpc};
+use super::{Apply, Head, Ref, Task, Vpc, gone};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, error_code, finish_create};
@@ -88,14 +88,14 @@ impl Task for InternetGateway {
                 return gone_ok(Err::<(), _>(e).ctx("DetachInternetGateway"));
             }
         }
-        gone_ok(
+        gone(
             a.ec2
                 .delete_internet_gateway()
                 .internet_gateway_id(gid)
-                .send()
-                .await
-                .ctx("DeleteInternetGateway"),
+                .send(),
+            "DeleteInternetGateway",
         )
+        .await
     }
 }
 

@@ -8,8 +8,8 @@ use std::fmt;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Codec, Head, Task};
-use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use super::{Apply, Codec, Head, Task, gone};
+use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, Resource};
@@ -97,13 +97,10 @@ impl Task for KeyPair {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
-            a.ec2
-                .delete_key_pair()
-                .key_name(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteKeyPair"),
+        gone(
+            a.ec2.delete_key_pair().key_name(self.cloud_id()?).send(),
+            "DeleteKeyPair",
         )
+        .await
     }
 }

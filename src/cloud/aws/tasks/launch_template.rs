@@ -20,9 +20,9 @@ use aws_smithy_types::base64;
 
 use super::{
     Apply, Codec, Doc, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup, Task,
-    text,
+    gone, text,
 };
-use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::hostkeys;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
@@ -376,14 +376,14 @@ impl Task for LaunchTemplate {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
+        gone(
             a.ec2
                 .delete_launch_template()
                 .launch_template_id(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteLaunchTemplate"),
+                .send(),
+            "DeleteLaunchTemplate",
         )
+        .await
     }
 }
 

@@ -4,8 +4,7 @@
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{Action, ActionTypeEnum, ProtocolEnum};
 
-use super::{Apply, Head, LoadBalancer, Ref, TargetGroup, Task};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Head, LoadBalancer, Ref, TargetGroup, Task, gone};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
@@ -86,14 +85,14 @@ impl Task for Listener {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
+        gone(
             a.elb
                 .delete_listener()
                 .listener_arn(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteListener"),
+                .send(),
+            "DeleteListener",
         )
+        .await
     }
 }
 

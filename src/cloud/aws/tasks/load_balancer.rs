@@ -5,8 +5,7 @@
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{LoadBalancerSchemeEnum, LoadBalancerTypeEnum};
 
-use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, cannot_change, resolve_all};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, cannot_change, gone, resolve_all};
 use crate::cloud::aws::elb::tags;
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
@@ -106,13 +105,13 @@ impl Task for LoadBalancer {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
+        gone(
             a.elb
                 .delete_load_balancer()
                 .load_balancer_arn(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteLoadBalancer"),
+                .send(),
+            "DeleteLoadBalancer",
         )
+        .await
     }
 }

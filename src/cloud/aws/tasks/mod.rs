@@ -131,8 +131,9 @@ pub(crate) use subnet::Subnet;
 pub(crate) use target_group::{ListedTargetGroup, TargetGroup};
 pub(crate) use vpc::{Vpc, VpcDns};
 
+use super::ec2::gone_ok;
 use super::kinds::AwsKind;
-use super::{AwsCloud, Reader};
+use super::{AwsCloud, Ctx, Reader};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
@@ -516,6 +517,11 @@ pub(super) async fn delete<T: Task>(
     ids: &IdMap,
 ) -> Result<(), CloudError> {
     T::from_resource(have)?.delete(Apply { c, ids }).await
+}
+
+/// Awaits a delete call: an answer that the resource is already gone is success.
+async fn gone<T, R: Ctx<T>>(call: impl Future<Output = R>, op: &str) -> Result<(), CloudError> {
+    gone_ok(call.await.ctx(op))
 }
 
 fn changed(changes: &[FieldChange], field: &str) -> bool {

@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, ElasticIp, Head, Ref, Subnet, Task};
-use crate::cloud::aws::ec2::{gone_ok, tag_spec, wait_nat};
+use super::{Apply, ElasticIp, Head, Ref, Subnet, Task, gone};
+use crate::cloud::aws::ec2::{tag_spec, wait_nat};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, after_create, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
@@ -57,14 +57,11 @@ impl Task for NatGateway {
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let nid = self.cloud_id()?;
-        gone_ok(
-            a.ec2
-                .delete_nat_gateway()
-                .nat_gateway_id(nid)
-                .send()
-                .await
-                .ctx("DeleteNatGateway"),
-        )?;
+        gone(
+            a.ec2.delete_nat_gateway().nat_gateway_id(nid).send(),
+            "DeleteNatGateway",
+        )
+        .await?;
         // Its elastic IP can only be released once it is gone.
         wait_nat(a.c, nid, true).await
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc};
+use super::{Apply, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc, gone};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id, finish_create};
@@ -297,14 +297,11 @@ impl Task for RouteTable {
         for assoc in self.read_associations()? {
             gone_ok(disassociate(a.c, &assoc.id).await)?;
         }
-        gone_ok(
-            a.ec2
-                .delete_route_table()
-                .route_table_id(tid)
-                .send()
-                .await
-                .ctx("DeleteRouteTable"),
+        gone(
+            a.ec2.delete_route_table().route_table_id(tid).send(),
+            "DeleteRouteTable",
         )
+        .await
     }
 }
 

@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Head, Ref, Task, Vpc};
-use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use super::{Apply, Head, Ref, Task, Vpc, gone};
+use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
@@ -50,13 +50,13 @@ impl Task for SecurityGroup {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
+        gone(
             a.ec2
                 .delete_security_group()
                 .group_id(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteSecurityGroup"),
+                .send(),
+            "DeleteSecurityGroup",
         )
+        .await
     }
 }

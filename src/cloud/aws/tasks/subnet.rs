@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Head, Ref, Task, Vpc, cannot_change, changed};
-use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use super::{Apply, Head, Ref, Task, Vpc, cannot_change, changed, gone};
+use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
@@ -80,14 +80,7 @@ impl Task for Subnet {
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let sid = self.cloud_id()?;
-        gone_ok(
-            a.ec2
-                .delete_subnet()
-                .subnet_id(sid)
-                .send()
-                .await
-                .ctx("DeleteSubnet"),
-        )
+        gone(a.ec2.delete_subnet().subnet_id(sid).send(), "DeleteSubnet").await
     }
 }
 

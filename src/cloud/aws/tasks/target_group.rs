@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, TargetGroupAttribute, TargetTypeEnum};
 
-use super::{Apply, Head, Ref, Task, Vpc, cannot_change};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Head, Ref, Task, Vpc, cannot_change, gone};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
@@ -112,14 +111,14 @@ impl Task for TargetGroup {
     }
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
-        gone_ok(
+        gone(
             a.elb
                 .delete_target_group()
                 .target_group_arn(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteTargetGroup"),
+                .send(),
+            "DeleteTargetGroup",
         )
+        .await
     }
 }
 
