@@ -2,13 +2,15 @@
 //! fields and [`Ref`]s to the resources it needs, and one [`Task`] trait says how it becomes
 //! the engine's resource (the fields the generic diff compares and prints, and their rules),
 //! how it is read back from the cloud (kops's Find), and how it is created, updated and
-//! deleted (kops's Render). The engine stays generic: it diffs the field maps `resource()`
+//! deleted (kops's Render) against one [`Apply`] context (kops's target: the cloud and the
+//! cloud IDs recorded so far). The engine stays generic: it diffs the field maps `resource()`
 //! makes, and apply hands them back, decoded once by `from_resource` (a missing or mistyped
 //! field is a model error naming the resource and field, never an empty value sent to AWS).
 //!
 //! A kind whose fields each map to one engine field is declared with `task!` (the struct, its
-//! [`Kinded`] and its [`Fields`], from one table of field, type, name and rule), so a new kind
-//! writes only what is its own: how it is read, created, updated and deleted.
+//! [`Kinded`], its [`Fields`] and its field-name constants, from one table of field, type,
+//! name and rule), so a new kind writes only what is its own: how it is read, created,
+//! updated and deleted.
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
 //! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
