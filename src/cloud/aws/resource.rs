@@ -6,7 +6,7 @@
 
 use super::AwsCloud;
 use super::kinds::*;
-use super::tasks::{self, Fields, Task};
+use super::tasks::{self, Apply, Fields, Task};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource};
 
 /// The enum, its decoding and its dispatch, from one list of `AwsKind pattern => task type`
@@ -46,7 +46,7 @@ macro_rules! aws_resources {
                 ids: &IdMap,
             ) -> Result<CloudId, CloudError> {
                 match self {
-                    $(AwsResource::$task(t) => t.create(c, ids).await,)*
+                    $(AwsResource::$task(t) => t.create(Apply { c, ids }).await,)*
                 }
             }
 
@@ -60,14 +60,14 @@ macro_rules! aws_resources {
             ) -> Result<(), CloudError> {
                 match self {
                     $(AwsResource::$task(want) => {
-                        want.update(&tasks::$task::from_resource(have)?, changes, c, ids).await
+                        want.update(&tasks::$task::from_resource(have)?, changes, Apply { c, ids }).await
                     })*
                 }
             }
 
             pub(super) async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError> {
                 match self {
-                    $(AwsResource::$task(t) => t.delete(c, ids).await,)*
+                    $(AwsResource::$task(t) => t.delete(Apply { c, ids }).await,)*
                 }
             }
         }

@@ -5,24 +5,18 @@
 
 use async_trait::async_trait;
 
-use super::{Head, Ref, SecurityGroup, Subnet, Task, Vpc};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, Vpc, gone};
+use crate::cloud::aws::Reader;
 use crate::cloud::aws::kinds::AwsKind;
-use crate::cloud::aws::{AwsCloud, Ctx, Reader};
-use crate::cloud::engine::{CloudError, CloudId, IdMap};
-
-const VPC: &str = "vpc";
-const SUBNETS: &str = "subnets";
-const SECURITY_GROUPS: &str = "securityGroups";
-const DNS_NAME: &str = "dnsName";
+use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
     struct ClassicLoadBalancer: AwsKind::ClassicLoadBalancer;
-    vpc: Ref<Vpc> = VPC;
-    subnets: Vec<Ref<Subnet>> = SUBNETS;
-    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS;
+    vpc: Ref<Vpc> = VPC("vpc");
+    subnets: Vec<Ref<Subnet>> = SUBNETS("subnets");
+    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS("securityGroups");
     /// Lower case.
-    dns_name: String = DNS_NAME;
+    dns_name: String = DNS_NAME("dnsName");
 }
 
 #[async_trait]
@@ -46,7 +40,7 @@ impl Task for ClassicLoadBalancer {
     }
 
     /// Never reached: the provider refuses to create one before decoding it.
-    async fn create(&self, _: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, _: Apply<'_>) -> Result<CloudId, CloudError> {
         Err(CloudError::Model(format!(
             "{}: kprov does not create a {}",
             self.id(),
@@ -54,14 +48,14 @@ impl Task for ClassicLoadBalancer {
         )))
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
-        gone_ok(
-            c.clb
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+        gone(
+            a.clb
                 .delete_load_balancer()
                 .load_balancer_name(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteLoadBalancer (Classic)"),
+                .send(),
+            "DeleteLoadBalancer (Classic)",
         )
+        .await
     }
 }

@@ -6,35 +6,27 @@
 use async_trait::async_trait;
 use aws_sdk_route53::types::{AliasTarget, ChangeAction, ResourceRecordSet};
 
-use super::{DnsZone, Head, LoadBalancer, Ref, Task};
+use super::{Apply, DnsZone, Head, LoadBalancer, Ref, Task};
 use crate::cloud::aws::dns::{alias_set, change, dns_key, in_zone, owner_value, submit, txt_set};
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
-const ZONE: &str = "zone";
-const RECORD_NAME: &str = "recordName";
-const TYPE: &str = "type";
-const ALIAS: &str = "alias";
-const TXT: &str = "txt";
-const ALIAS_DNS: &str = "aliasDns";
-const ALIAS_ZONE: &str = "aliasZone";
-
 task! {
     struct DnsRecord: AwsKind::Dns(DnsKind::Record);
-    zone: Ref<DnsZone> = ZONE;
+    zone: Ref<DnsZone> = ZONE("zone");
     /// Fully qualified, with its trailing dot; a new name is a new record.
-    record_name: String = RECORD_NAME, Replace;
+    record_name: String = RECORD_NAME("recordName"), Replace;
     /// `A`: always on the desired record; on a read one when the A record is there (an owner
     /// record alone, left by an interrupted delete, reads without it, a change to make).
-    record_type: Option<String> = TYPE;
+    record_type: Option<String> = TYPE("type");
     /// Always on the desired record; on a read one when the A record is an alias.
-    alias: Option<Ref<LoadBalancer>> = ALIAS;
+    alias: Option<Ref<LoadBalancer>> = ALIAS("alias");
     /// Read only: the owner record's text, which its delete must name exactly.
-    txt: Option<String> = TXT;
+    txt: Option<String> = TXT("txt");
     /// Read only: the alias target as Route 53 has it, which its delete must name exactly.
-    alias_dns: Option<String> = ALIAS_DNS;
-    alias_zone: Option<String> = ALIAS_ZONE;
+    alias_dns: Option<String> = ALIAS_DNS("aliasDns");
+    alias_zone: Option<String> = ALIAS_ZONE("aliasZone");
 }
 
 /// A record the read found: its zone's ID, the owner TXT set naming this cluster, and the A
@@ -72,30 +64,24 @@ impl Task for DnsRecord {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
-        self.upsert(c, ids).await
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
+        self.upsert(a.c, a.ids).await
     }
 
     /// The same UPSERT as the create (the name is fixed: a new one replaces the record).
-    async fn update(
-        &self,
-        _: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
-        self.upsert(c, ids).await.map(|_| ())
+    async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+        self.upsert(a.c, a.ids).await.map(|_| ())
     }
 
     /// The owner record and the alias go in one batch, each named exactly as read.
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let (zone, name) = in_zone(&self.id(), self.cloud_id()?, "NAME")?;
         let txt = self.owner_text()?;
         let mut changes = vec![change(ChangeAction::Delete, txt_set(name, txt)?)?];
         if let (Some(dns), Some(z)) = (&self.alias_dns, &self.alias_zone) {
             changes.push(change(ChangeAction::Delete, alias_set(name, dns, z)?)?);
         }
-        submit(c, zone, changes).await
+        submit(a.c, zone, changes).await
     }
 }
 

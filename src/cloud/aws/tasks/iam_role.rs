@@ -3,22 +3,18 @@
 
 use async_trait::async_trait;
 
-use super::{Doc, Head, Task, cannot_change, changed};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Doc, Head, Task, cannot_change, changed, gone};
 use crate::cloud::aws::iam::{normalize, path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
-
-const ROLE_NAME: &str = "roleName";
-const ASSUME_ROLE_POLICY: &str = "assumeRolePolicy";
+use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
     struct IamRole: AwsKind::Iam(IamKind::Role);
     /// Also its cloud ID: IAM names a role by its name.
-    role_name: String = ROLE_NAME, Immutable;
+    role_name: String = ROLE_NAME("roleName"), Immutable;
     /// The trust policy, as canonical JSON (a document the diff shows line by line).
-    assume_role_policy: String = ASSUME_ROLE_POLICY as Doc;
+    assume_role_policy: String = ASSUME_ROLE_POLICY("assumeRolePolicy") as Doc;
 }
 
 #[async_trait]
@@ -36,14 +32,14 @@ impl Task for IamRole {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        c.iam
+        a.iam
             .create_role()
             .role_name(&self.role_name)
-            .path(path(c))
+            .path(path(a.c))
             .assume_role_policy_document(&self.assume_role_policy)
-            .set_tags(Some(tags(c, &id)))
+            .set_tags(Some(tags(a.c, &id)))
             .send()
             .await
             .ctx("CreateRole")?;
@@ -54,13 +50,12 @@ impl Task for IamRole {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        _: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         if !changed(changes, ASSUME_ROLE_POLICY) {
             return Err(cannot_change(&self.id(), changes));
         }
-        c.iam
+        a.iam
             .update_assume_role_policy()
             .role_name(have.cloud_id()?)
             .policy_document(&self.assume_role_policy)
@@ -70,14 +65,11 @@ impl Task for IamRole {
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
-        gone_ok(
-            c.iam
-                .delete_role()
-                .role_name(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteRole"),
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+        gone(
+            a.iam.delete_role().role_name(self.cloud_id()?).send(),
+            "DeleteRole",
         )
+        .await
     }
 }

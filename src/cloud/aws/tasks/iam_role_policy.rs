@@ -3,23 +3,18 @@
 
 use async_trait::async_trait;
 
-use super::{Doc, Head, IamRole, Ref, Task};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Doc, Head, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::normalize;
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
-const ROLE: &str = "role";
-const POLICY_NAME: &str = "policyName";
-const DOCUMENT: &str = "document";
-
 task! {
     struct IamRolePolicy: AwsKind::Iam(IamKind::RolePolicy);
-    role: Ref<IamRole> = ROLE;
-    policy_name: String = POLICY_NAME, Immutable;
+    role: Ref<IamRole> = ROLE("role");
+    policy_name: String = POLICY_NAME("policyName"), Immutable;
     /// The policy, as canonical JSON (a document the diff shows line by line).
-    document: String = DOCUMENT as Doc;
+    document: String = DOCUMENT("document") as Doc;
 }
 
 /// An inline policy as the read found it: its role's name, its name, and its document as
@@ -43,22 +38,16 @@ impl Task for IamRolePolicy {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
-        self.put(c, ids).await
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
+        self.put(a.c, a.ids).await
     }
 
     /// PutRolePolicy replaces the document (the name is fixed: the plan refuses a change).
-    async fn update(
-        &self,
-        _: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
-        self.put(c, ids).await.map(|_| ())
+    async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+        self.put(a.c, a.ids).await.map(|_| ())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let cid = self.cloud_id()?;
         // A role name has no ':' (IAM allows `\w+=,.@-`): the first one ends it.
         let (role, policy) = cid.split_once(':').ok_or_else(|| {
@@ -67,15 +56,15 @@ impl Task for IamRolePolicy {
                 self.id()
             ))
         })?;
-        gone_ok(
-            c.iam
+        gone(
+            a.iam
                 .delete_role_policy()
                 .role_name(role)
                 .policy_name(policy)
-                .send()
-                .await
-                .ctx("DeleteRolePolicy"),
+                .send(),
+            "DeleteRolePolicy",
         )
+        .await
     }
 }
 

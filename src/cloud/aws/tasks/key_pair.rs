@@ -8,25 +8,23 @@ use std::fmt;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Codec, Head, Task};
-use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use super::{Apply, Codec, Head, Task, gone};
+use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
-use crate::cloud::engine::{CloudError, CloudId, IdMap, Resource};
+use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::engine::{CloudError, CloudId, Resource};
 
-const KEY_NAME: &str = "keyName";
 const PUBLIC_KEY_SHA256: &str = "publicKeySha256";
-const PUBLIC_KEY: &str = "publicKey";
 /// Where the hash is kept on the key pair.
 const TAG_KEY_HASH: &str = "kprov.dev/public-key-sha256";
 
 task! {
     struct KeyPair: AwsKind::Ec2(Ec2Kind::KeyPair);
     /// Also its cloud ID: EC2 names a key pair by its name.
-    key_name: String = KEY_NAME, Replace;
+    key_name: String = KEY_NAME("keyName"), Replace;
     public_key_sha256: String = PUBLIC_KEY_SHA256, Replace;
     /// On the desired key pair only (a read cannot get it back).
-    public_key: Option<PublicKey> = PUBLIC_KEY as Input;
+    public_key: Option<PublicKey> = PUBLIC_KEY("publicKey") as Input;
 }
 
 /// An OpenSSH public key, trimmed. Shown (`Debug`) as a placeholder: its hash is what a
@@ -76,18 +74,18 @@ impl Task for KeyPair {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let key = self
             .public_key
             .as_ref()
             .ok_or_else(|| CloudError::Model(format!("{id}: input {PUBLIC_KEY} is not set")))?;
-        c.ec2
+        a.ec2
             .import_key_pair()
             .key_name(&self.key_name)
             .public_key_material(aws_smithy_types::Blob::new(key.0.as_bytes()))
             .tag_specifications(tag_spec(
-                c,
+                a.c,
                 ResourceType::KeyPair,
                 &id,
                 &[(TAG_KEY_HASH, self.public_key_sha256.as_str())],
@@ -98,14 +96,11 @@ impl Task for KeyPair {
         id_from(&id, "field keyName", &self.key_name)
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
-        gone_ok(
-            c.ec2
-                .delete_key_pair()
-                .key_name(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteKeyPair"),
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+        gone(
+            a.ec2.delete_key_pair().key_name(self.cloud_id()?).send(),
+            "DeleteKeyPair",
         )
+        .await
     }
 }

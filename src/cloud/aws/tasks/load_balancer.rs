@@ -5,31 +5,23 @@
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{LoadBalancerSchemeEnum, LoadBalancerTypeEnum};
 
-use super::{Head, Ref, SecurityGroup, Subnet, Task, cannot_change, resolve_all};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, cannot_change, gone, resolve_all};
 use crate::cloud::aws::elb::tags;
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
-
-const LB_NAME: &str = "lbName";
-const SCHEME: &str = "scheme";
-const SUBNETS: &str = "subnets";
-const SECURITY_GROUPS: &str = "securityGroups";
-/// Read only (the desired model has none): clients find the API by it.
-const DNS_NAME: &str = "dnsName";
-const CANONICAL_ZONE: &str = "canonicalZone";
+use crate::cloud::aws::{Ctx, Reader, created_id};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
     struct LoadBalancer: AwsKind::Elb(ElbKind::LoadBalancer);
-    lb_name: String = LB_NAME, Immutable;
+    lb_name: String = LB_NAME("lbName"), Immutable;
     /// `internet-facing` or `internal`.
-    scheme: String = SCHEME, Immutable;
-    subnets: Vec<Ref<Subnet>> = SUBNETS;
-    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS, Immutable;
-    /// Lower case, without the trailing dot.
-    dns_name: Option<String> = DNS_NAME;
-    canonical_zone: Option<String> = CANONICAL_ZONE;
+    scheme: String = SCHEME("scheme"), Immutable;
+    subnets: Vec<Ref<Subnet>> = SUBNETS("subnets");
+    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS("securityGroups"), Immutable;
+    /// Read only (the desired model has none): clients find the API by it. Lower case,
+    /// without the trailing dot.
+    dns_name: Option<String> = DNS_NAME("dnsName");
+    canonical_zone: Option<String> = CANONICAL_ZONE("canonicalZone");
 }
 
 #[async_trait]
@@ -70,17 +62,17 @@ impl Task for LoadBalancer {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .elb
             .create_load_balancer()
             .name(&self.lb_name)
             .r#type(LoadBalancerTypeEnum::Network)
             .scheme(LoadBalancerSchemeEnum::from(self.scheme.as_str()))
-            .set_subnets(Some(resolve_all(&self.subnets, ids)?))
-            .set_security_groups(Some(resolve_all(&self.security_groups, ids)?))
-            .set_tags(Some(tags(c, &id)))
+            .set_subnets(Some(resolve_all(&self.subnets, a.ids)?))
+            .set_security_groups(Some(resolve_all(&self.security_groups, a.ids)?))
+            .set_tags(Some(tags(a.c, &id)))
             .send()
             .await
             .ctx("CreateLoadBalancer")?;
@@ -97,30 +89,29 @@ impl Task for LoadBalancer {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         if changes.iter().any(|ch| ch.field != SUBNETS) {
             return Err(cannot_change(&self.id(), changes));
         }
-        c.elb
+        a.elb
             .set_subnets()
             .load_balancer_arn(have.cloud_id()?)
-            .set_subnets(Some(resolve_all(&self.subnets, ids)?))
+            .set_subnets(Some(resolve_all(&self.subnets, a.ids)?))
             .send()
             .await
             .ctx("SetSubnets")?;
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
-        gone_ok(
-            c.elb
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+        gone(
+            a.elb
                 .delete_load_balancer()
                 .load_balancer_arn(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteLoadBalancer"),
+                .send(),
+            "DeleteLoadBalancer",
         )
+        .await
     }
 }

@@ -2,13 +2,15 @@
 //! fields and [`Ref`]s to the resources it needs, and one [`Task`] trait says how it becomes
 //! the engine's resource (the fields the generic diff compares and prints, and their rules),
 //! how it is read back from the cloud (kops's Find), and how it is created, updated and
-//! deleted (kops's Render). The engine stays generic: it diffs the field maps `resource()`
+//! deleted (kops's Render) against one [`Apply`] context (kops's target: the cloud and the
+//! cloud IDs recorded so far). The engine stays generic: it diffs the field maps `resource()`
 //! makes, and apply hands them back, decoded once by `from_resource` (a missing or mistyped
 //! field is a model error naming the resource and field, never an empty value sent to AWS).
 //!
 //! A kind whose fields each map to one engine field is declared with `task!` (the struct, its
-//! [`Kinded`] and its [`Fields`], from one table of field, type, name and rule), so a new kind
-//! writes only what is its own: how it is read, created, updated and deleted.
+//! [`Kinded`], its [`Fields`] and its field-name constants, from one table of field, type,
+//! name and rule), so a new kind writes only what is its own: how it is read, created,
+//! updated and deleted.
 //!
 //! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
 //! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
@@ -25,8 +27,9 @@
 
 /// Declares a task whose typed fields each map to one field of the engine's resource: the
 /// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]) and its
-/// [`Fields`]. Each field names the constant that is its name in the engine's map, optionally
-/// the [`Codec`] that holds it when that is not its own type (`as Doc`), and optionally its
+/// [`Fields`]. Each field names the constant that is its name in the engine's map (declared
+/// here when its text follows, `VPC("vpc")`, else one the file declares), optionally the
+/// [`Codec`] that holds it when that is not its own type (`as Doc`), and optionally its
 /// [`FieldRule`](crate::cloud::engine::FieldRule) (`Mutable` when none is given).
 /// A kind whose fields do not map one to one (the VPC's DNS pair) writes [`Fields`] by hand.
 macro_rules! task {
@@ -37,9 +40,11 @@ macro_rules! task {
         struct $name:ident: $kind:expr;
         $(
             $(#[$fmeta:meta])*
-            $field:ident: $ty:ty = $key:ident $(as $codec:ty)? $(, $rule:ident)?;
+            $field:ident: $ty:ty = $key:ident $(($text:literal))? $(as $codec:ty)? $(, $rule:ident)?;
         )*
     ) => {
+        $( $( const $key: &str = $text; )? )*
+
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq)]
         pub(crate) struct $name {
@@ -128,8 +133,9 @@ pub(crate) use subnet::Subnet;
 pub(crate) use target_group::{ListedTargetGroup, TargetGroup};
 pub(crate) use vpc::{Vpc, VpcDns};
 
+use super::ec2::gone_ok;
 use super::kinds::AwsKind;
-use super::{AwsCloud, Reader};
+use super::{AwsCloud, Ctx, Reader};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
@@ -419,6 +425,23 @@ impl Codec<String> for Doc {
     }
 }
 
+/// What apply hands a task's create, update and delete (kops's target): the cloud, and the
+/// cloud IDs recorded so far, which its [`Ref`]s resolve against.
+#[derive(Clone, Copy)]
+pub(crate) struct Apply<'a> {
+    pub(crate) c: &'a AwsCloud,
+    pub(crate) ids: &'a IdMap,
+}
+
+/// The cloud's clients (`a.ec2`, `a.iam`, ...), as the SDK calls read on the cloud itself.
+impl std::ops::Deref for Apply<'_> {
+    type Target = AwsCloud;
+
+    fn deref(&self) -> &AwsCloud {
+        self.c
+    }
+}
+
 /// One AWS kind as a typed task.
 #[async_trait]
 pub(crate) trait Task: Fields + Send + Sync {
@@ -436,23 +459,22 @@ pub(crate) trait Task: Fields + Send + Sync {
 
     /// Makes it and returns the ID AWS assigned; steps after the first write go through
     /// `finish_create` (a half-made resource is found by its tags on the next plan).
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError>;
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError>;
 
     /// Brings `have` (read) to `self` (desired); `changes` are the fields the plan showed. The
     /// default is a kind whose fields are all fixed once made: the plan refuses or replaces
     /// first, and this names the fields should a change get here.
     async fn update(
         &self,
-        _have: &Self,
+        _: &Self,
         changes: &[FieldChange],
-        _c: &AwsCloud,
-        _ids: &IdMap,
+        _: Apply<'_>,
     ) -> Result<(), CloudError> {
         Err(cannot_change(&self.id(), changes))
     }
 
     /// Deletes `self` (a read task); already gone is success.
-    async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError>;
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError>;
 
     /// Its cloud ID; a read task always has one, so its absence is a model error.
     fn cloud_id(&self) -> Result<&str, CloudError> {
@@ -468,6 +490,11 @@ fn resolve_all<T: Kinded>(refs: &[Ref<T>], ids: &IdMap) -> Result<Vec<String>, C
     refs.iter()
         .map(|r| r.resolve(ids).map(str::to_string))
         .collect()
+}
+
+/// Awaits a delete call: an answer that the resource is already gone is success.
+async fn gone<T, R: Ctx<T>>(call: impl Future<Output = R>, op: &str) -> Result<(), CloudError> {
+    gone_ok(call.await.ctx(op))
 }
 
 fn changed(changes: &[FieldChange], field: &str) -> bool {

@@ -5,21 +5,17 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Head, Ref, Task, Vpc};
-use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use super::{Apply, Head, Ref, Task, Vpc, gone};
+use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
-use crate::cloud::engine::{CloudError, CloudId, IdMap};
-
-const VPC: &str = "vpc";
-const GROUP_NAME: &str = "groupName";
-const DESCRIPTION: &str = "description";
+use crate::cloud::aws::{Ctx, Reader, created_id};
+use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
     struct SecurityGroup: AwsKind::Ec2(Ec2Kind::SecurityGroup);
-    vpc: Ref<Vpc> = VPC, Immutable;
-    group_name: String = GROUP_NAME, Immutable;
-    description: String = DESCRIPTION, Immutable;
+    vpc: Ref<Vpc> = VPC("vpc"), Immutable;
+    group_name: String = GROUP_NAME("groupName"), Immutable;
+    description: String = DESCRIPTION("description"), Immutable;
 }
 
 #[async_trait]
@@ -38,29 +34,29 @@ impl Task for SecurityGroup {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .ec2
             .create_security_group()
             .group_name(&self.group_name)
             .description(&self.description)
-            .vpc_id(self.vpc.resolve(ids)?)
-            .tag_specifications(tag_spec(c, ResourceType::SecurityGroup, &id, &[]))
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::SecurityGroup, &id, &[]))
             .send()
             .await
             .ctx("CreateSecurityGroup")?;
         created_id(&id, "CreateSecurityGroup", out.group_id())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
-        gone_ok(
-            c.ec2
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+        gone(
+            a.ec2
                 .delete_security_group()
                 .group_id(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteSecurityGroup"),
+                .send(),
+            "DeleteSecurityGroup",
         )
+        .await
     }
 }

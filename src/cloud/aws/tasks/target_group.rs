@@ -7,19 +7,11 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, TargetGroupAttribute, TargetTypeEnum};
 
-use super::{Head, Ref, Task, Vpc, cannot_change};
-use crate::cloud::aws::ec2::gone_ok;
+use super::{Apply, Head, Ref, Task, Vpc, cannot_change, gone};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
-
-const TG_NAME: &str = "tgName";
-const PORT: &str = "port";
-const PROTOCOL: &str = "protocol";
-const VPC: &str = "vpc";
-const PRESERVE_CLIENT_IP: &str = "preserveClientIp";
-const DEREGISTRATION_DELAY: &str = "deregistrationDelay";
+use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 /// The attributes' keys in ELB's API.
 const ATTR_PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
@@ -27,14 +19,14 @@ const ATTR_DEREGISTRATION_DELAY: &str = "deregistration_delay.timeout_seconds";
 
 task! {
     struct TargetGroup: AwsKind::Elb(ElbKind::TargetGroup);
-    tg_name: String = TG_NAME, Immutable;
-    port: i64 = PORT, Immutable;
-    protocol: String = PROTOCOL, Immutable;
-    vpc: Ref<Vpc> = VPC, Immutable;
+    tg_name: String = TG_NAME("tgName"), Immutable;
+    port: i64 = PORT("port"), Immutable;
+    protocol: String = PROTOCOL("protocol"), Immutable;
+    vpc: Ref<Vpc> = VPC("vpc"), Immutable;
     /// Whether the targets see the client's address (AWS's default for instance targets).
-    preserve_client_ip: bool = PRESERVE_CLIENT_IP;
+    preserve_client_ip: bool = PRESERVE_CLIENT_IP("preserveClientIp");
     /// Seconds a deregistered target drains.
-    deregistration_delay: i64 = DEREGISTRATION_DELAY;
+    deregistration_delay: i64 = DEREGISTRATION_DELAY("deregistrationDelay");
 }
 
 /// A target group as listed, with its attributes (key → value).
@@ -77,18 +69,18 @@ impl Task for TargetGroup {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .elb
             .create_target_group()
             .name(&self.tg_name)
             .protocol(ProtocolEnum::from(self.protocol.as_str()))
             .port(port(&id, self.port)?)
-            .vpc_id(self.vpc.resolve(ids)?)
+            .vpc_id(self.vpc.resolve(a.ids)?)
             .target_type(TargetTypeEnum::Instance)
             .health_check_protocol(ProtocolEnum::Tcp)
-            .set_tags(Some(tags(c, &id)))
+            .set_tags(Some(tags(a.c, &id)))
             .send()
             .await
             .ctx("CreateTargetGroup")?;
@@ -99,7 +91,7 @@ impl Task for TargetGroup {
                 .first()
                 .and_then(|t| t.target_group_arn()),
         )?;
-        finish_create(|| self.set_attributes(c, &arn)).await?;
+        finish_create(|| self.set_attributes(a.c, &arn)).await?;
         Ok(arn)
     }
 
@@ -107,8 +99,7 @@ impl Task for TargetGroup {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        _: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         if changes
             .iter()
@@ -116,18 +107,18 @@ impl Task for TargetGroup {
         {
             return Err(cannot_change(&self.id(), changes));
         }
-        self.set_attributes(c, have.cloud_id()?).await
+        self.set_attributes(a.c, have.cloud_id()?).await
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
-        gone_ok(
-            c.elb
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+        gone(
+            a.elb
                 .delete_target_group()
                 .target_group_arn(self.cloud_id()?)
-                .send()
-                .await
-                .ctx("DeleteTargetGroup"),
+                .send(),
+            "DeleteTargetGroup",
         )
+        .await
     }
 }
 
