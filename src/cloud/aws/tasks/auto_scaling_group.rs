@@ -14,7 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
 
-use super::{Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed, resolve_all};
+use super::{
+    Apply, Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed, resolve_all,
+};
 use crate::cloud::aws::asg::tag_pairs;
 use crate::cloud::aws::kinds::AwsKind;
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -114,18 +116,18 @@ impl Task for AutoScalingGroup {
         read
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let name = &self.group_name;
-        c.asg
+        a.asg
             .create_auto_scaling_group()
             .auto_scaling_group_name(name)
-            .launch_template(self.template(ids)?)
+            .launch_template(self.template(a.ids)?)
             .min_size(self.size(MIN_SIZE, self.min_size)?)
             .max_size(self.size(MAX_SIZE, self.max_size)?)
             .desired_capacity(self.size(DESIRED_CAPACITY, self.desired_capacity)?)
-            .vpc_zone_identifier(resolve_all(&self.subnets, ids)?.join(","))
-            .set_target_group_arns(Some(resolve_all(&self.target_groups, ids)?))
-            .set_tags(Some(self.tags(c, name)))
+            .vpc_zone_identifier(resolve_all(&self.subnets, a.ids)?.join(","))
+            .set_target_group_arns(Some(resolve_all(&self.target_groups, a.ids)?))
+            .set_tags(Some(self.tags(a.c, name)))
             .send()
             .await
             .ctx("CreateAutoScalingGroup")?;
@@ -136,15 +138,14 @@ impl Task for AutoScalingGroup {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         let name = have.cloud_id()?;
         if GROUP_FIELDS.iter().any(|f| changed(changes, f)) {
-            c.asg
+            a.asg
                 .update_auto_scaling_group()
                 .auto_scaling_group_name(name)
-                .launch_template(self.template(ids)?)
+                .launch_template(self.template(a.ids)?)
                 .min_size(self.size(MIN_SIZE, self.min_size)?)
                 .max_size(self.size(MAX_SIZE, self.max_size)?)
                 // Only when out of bounds (see `read`): never undo an autoscaler's decision.
@@ -153,20 +154,22 @@ impl Task for AutoScalingGroup {
                         .then(|| self.size(DESIRED_CAPACITY, self.desired_capacity))
                         .transpose()?,
                 )
-                .vpc_zone_identifier(resolve_all(&self.subnets, ids)?.join(","))
+                .vpc_zone_identifier(resolve_all(&self.subnets, a.ids)?.join(","))
                 .send()
                 .await
                 .ctx("UpdateAutoScalingGroup")?;
         }
         if changed(changes, TARGET_GROUPS) {
-            let want: BTreeSet<String> =
-                resolve_all(&self.target_groups, ids)?.into_iter().collect();
-            let have: BTreeSet<String> =
-                resolve_all(&have.target_groups, ids)?.into_iter().collect();
+            let want: BTreeSet<String> = resolve_all(&self.target_groups, a.ids)?
+                .into_iter()
+                .collect();
+            let have: BTreeSet<String> = resolve_all(&have.target_groups, a.ids)?
+                .into_iter()
+                .collect();
             let add: Vec<String> = want.difference(&have).cloned().collect();
             let remove: Vec<String> = have.difference(&want).cloned().collect();
             if !add.is_empty() {
-                c.asg
+                a.asg
                     .attach_load_balancer_target_groups()
                     .auto_scaling_group_name(name)
                     .set_target_group_arns(Some(add))
@@ -175,7 +178,7 @@ impl Task for AutoScalingGroup {
                     .ctx("AttachLoadBalancerTargetGroups")?;
             }
             if !remove.is_empty() {
-                c.asg
+                a.asg
                     .detach_load_balancer_target_groups()
                     .auto_scaling_group_name(name)
                     .set_target_group_arns(Some(remove))
@@ -185,9 +188,9 @@ impl Task for AutoScalingGroup {
             }
         }
         if changed(changes, ROLE) {
-            c.asg
+            a.asg
                 .create_or_update_tags()
-                .set_tags(Some(self.tags(c, name)))
+                .set_tags(Some(self.tags(a.c, name)))
                 .send()
                 .await
                 .ctx("CreateOrUpdateTags")?;
@@ -195,9 +198,9 @@ impl Task for AutoScalingGroup {
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let name = self.cloud_id()?;
-        let r = c
+        let r = a
             .asg
             .delete_auto_scaling_group()
             .auto_scaling_group_name(name)
@@ -218,7 +221,7 @@ impl Task for AutoScalingGroup {
         // delete, which the engine retries, and the group is then found already deleting).
         let mut delay = Duration::from_secs(1);
         loop {
-            let out = c
+            let out = a
                 .asg
                 .describe_auto_scaling_groups()
                 .auto_scaling_group_names(name)

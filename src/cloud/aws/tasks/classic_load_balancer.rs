@@ -5,11 +5,11 @@
 
 use async_trait::async_trait;
 
-use super::{Head, Ref, SecurityGroup, Subnet, Task, Vpc};
+use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, Vpc};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::AwsKind;
-use crate::cloud::aws::{AwsCloud, Ctx, Reader};
-use crate::cloud::engine::{CloudError, CloudId, IdMap};
+use crate::cloud::aws::{Ctx, Reader};
+use crate::cloud::engine::{CloudError, CloudId};
 
 const VPC: &str = "vpc";
 const SUBNETS: &str = "subnets";
@@ -46,7 +46,7 @@ impl Task for ClassicLoadBalancer {
     }
 
     /// Never reached: the provider refuses to create one before decoding it.
-    async fn create(&self, _: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, _: Apply<'_>) -> Result<CloudId, CloudError> {
         Err(CloudError::Model(format!(
             "{}: kprov does not create a {}",
             self.id(),
@@ -54,9 +54,9 @@ impl Task for ClassicLoadBalancer {
         )))
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.clb
+            a.clb
                 .delete_load_balancer()
                 .load_balancer_name(self.cloud_id()?)
                 .send()

@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use aws_sdk_route53::types::{AliasTarget, ChangeAction, ResourceRecordSet};
 
-use super::{DnsZone, Head, LoadBalancer, Ref, Task};
+use super::{Apply, DnsZone, Head, LoadBalancer, Ref, Task};
 use crate::cloud::aws::dns::{alias_set, change, dns_key, in_zone, owner_value, submit, txt_set};
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -72,30 +72,24 @@ impl Task for DnsRecord {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
-        self.upsert(c, ids).await
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
+        self.upsert(a.c, a.ids).await
     }
 
     /// The same UPSERT as the create (the name is fixed: a new one replaces the record).
-    async fn update(
-        &self,
-        _: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
-        self.upsert(c, ids).await.map(|_| ())
+    async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+        self.upsert(a.c, a.ids).await.map(|_| ())
     }
 
     /// The owner record and the alias go in one batch, each named exactly as read.
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let (zone, name) = in_zone(&self.id(), self.cloud_id()?, "NAME")?;
         let txt = self.owner_text()?;
         let mut changes = vec![change(ChangeAction::Delete, txt_set(name, txt)?)?];
         if let (Some(dns), Some(z)) = (&self.alias_dns, &self.alias_zone) {
             changes.push(change(ChangeAction::Delete, alias_set(name, dns, z)?)?);
         }
-        submit(c, zone, changes).await
+        submit(a.c, zone, changes).await
     }
 }
 

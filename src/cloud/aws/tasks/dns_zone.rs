@@ -3,11 +3,11 @@
 
 use async_trait::async_trait;
 
-use super::{Head, Kinded, Task};
+use super::{Apply, Head, Kinded, Task};
+use crate::cloud::aws::Reader;
 use crate::cloud::aws::dns::ZoneRead;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
-use crate::cloud::aws::{AwsCloud, Reader};
-use crate::cloud::engine::{CloudError, CloudId, IdMap};
+use crate::cloud::engine::{CloudError, CloudId};
 
 const ZONE_NAME: &str = "zoneName";
 const PRIVATE: &str = "private";
@@ -31,7 +31,7 @@ impl Task for DnsZone {
         }
     }
 
-    async fn create(&self, _: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, _: Apply<'_>) -> Result<CloudId, CloudError> {
         Err(CloudError::Model(format!(
             "{}: kprov does not create a {}",
             self.id(),
@@ -40,7 +40,7 @@ impl Task for DnsZone {
     }
 
     /// Adopted (ExistsAndValidates): the engine never deletes it.
-    async fn delete(&self, _: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, _: Apply<'_>) -> Result<(), CloudError> {
         Err(CloudError::Model(format!(
             "{}: kprov does not delete a DNS zone",
             self.id()

@@ -5,12 +5,12 @@
 
 use async_trait::async_trait;
 
-use super::{DnsZone, Head, Ref, Task, Vpc};
+use super::{Apply, DnsZone, Head, Ref, Task, Vpc};
 use crate::cloud::aws::dns::in_zone;
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
-use crate::cloud::engine::{CloudError, CloudId, IdMap};
+use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::engine::{CloudError, CloudId};
 
 const ZONE: &str = "zone";
 const VPC: &str = "vpc";
@@ -39,10 +39,10 @@ impl Task for DnsZoneVpc {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
-        let zone = self.zone.resolve(ids)?;
-        let vpc = self.vpc.resolve(ids)?;
-        let region = c
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
+        let zone = self.zone.resolve(a.ids)?;
+        let vpc = self.vpc.resolve(a.ids)?;
+        let region = a
             .r53
             .config()
             .region()
@@ -53,7 +53,7 @@ impl Task for DnsZoneVpc {
                     self.id()
                 ))
             })?;
-        c.r53
+        a.r53
             .associate_vpc_with_hosted_zone()
             .hosted_zone_id(zone)
             .vpc(
@@ -70,9 +70,9 @@ impl Task for DnsZoneVpc {
 
     /// Already disassociated (`VPCAssociationNotFound`) is success; so is the zone's last
     /// association: a private zone keeps at least one VPC, and the zone is not kprov's to empty.
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let (zone, vpc) = in_zone(&self.id(), self.cloud_id()?, "VPC")?;
-        let r = c
+        let r = a
             .r53
             .disassociate_vpc_from_hosted_zone()
             .hosted_zone_id(zone)

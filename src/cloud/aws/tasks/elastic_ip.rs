@@ -3,11 +3,11 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
-use super::{Head, Task};
+use super::{Apply, Head, Task};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
-use crate::cloud::engine::{CloudError, CloudId, IdMap};
+use crate::cloud::aws::{Ctx, Reader, created_id};
+use crate::cloud::engine::{CloudError, CloudId};
 
 const DOMAIN: &str = "domain";
 
@@ -39,22 +39,22 @@ impl Task for ElasticIp {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .ec2
             .allocate_address()
             .domain(DomainType::from(self.domain.as_str()))
-            .tag_specifications(tag_spec(c, ResourceType::ElasticIp, &id, &[]))
+            .tag_specifications(tag_spec(a.c, ResourceType::ElasticIp, &id, &[]))
             .send()
             .await
             .ctx("AllocateAddress")?;
         created_id(&id, "AllocateAddress", out.allocation_id())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.ec2
+            a.ec2
                 .release_address()
                 .allocation_id(self.cloud_id()?)
                 .send()

@@ -4,12 +4,12 @@
 
 use async_trait::async_trait;
 
-use super::{Head, IamRole, Ref, Task};
+use super::{Apply, Head, IamRole, Ref, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::iam::{path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create, id_from};
-use crate::cloud::engine::{CloudError, CloudId, ErrorClass, FieldChange, IdMap};
+use crate::cloud::engine::{CloudError, CloudId, ErrorClass, FieldChange};
 
 const PROFILE_NAME: &str = "profileName";
 const ROLE: &str = "role";
@@ -42,48 +42,42 @@ impl Task for IamInstanceProfile {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let name = &self.profile_name;
-        c.iam
+        a.iam
             .create_instance_profile()
             .instance_profile_name(name)
-            .path(path(c))
-            .set_tags(Some(tags(c, &id)))
+            .path(path(a.c))
+            .set_tags(Some(tags(a.c, &id)))
             .send()
             .await
             .ctx("CreateInstanceProfile")?;
-        let role = self.desired_role()?.resolve(ids)?;
-        finish_create(|| add_role(c, name, role)).await?;
+        let role = self.desired_role()?.resolve(a.ids)?;
+        finish_create(|| add_role(a.c, name, role)).await?;
         // Done only once IAM shows the profile with its role (the `InstanceProfileExists`
         // waiter): launch templates and groups naming it come next.
-        finish_create(|| profile_ready(c, name, role)).await?;
+        finish_create(|| profile_ready(a.c, name, role)).await?;
         id_from(&id, "field profileName", name)
     }
 
     /// A new role: the old one out, the new one in (a profile holds one).
-    async fn update(
-        &self,
-        have: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
         let name = have.cloud_id()?;
         if let Some(old) = &have.role {
-            remove_role(c, name, old.resolve(ids)?).await?;
+            remove_role(a.c, name, old.resolve(a.ids)?).await?;
         }
-        add_role(c, name, self.desired_role()?.resolve(ids)?).await
+        add_role(a.c, name, self.desired_role()?.resolve(a.ids)?).await
     }
 
-    async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let name = self.cloud_id()?;
-        if let Some(Ok(role)) = self.role.as_ref().map(|r| r.resolve(ids)) {
+        if let Some(Ok(role)) = self.role.as_ref().map(|r| r.resolve(a.ids)) {
             // Already detached by an interrupted run is fine: the delete below decides.
-            let _ = remove_role(c, name, role).await;
+            let _ = remove_role(a.c, name, role).await;
         }
         gone_ok(
-            c.iam
+            a.iam
                 .delete_instance_profile()
                 .instance_profile_name(name)
                 .send()

@@ -3,12 +3,12 @@
 
 use async_trait::async_trait;
 
-use super::{Doc, Head, Task, cannot_change, changed};
+use super::{Apply, Doc, Head, Task, cannot_change, changed};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::iam::{normalize, path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
+use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 const ROLE_NAME: &str = "roleName";
 const ASSUME_ROLE_POLICY: &str = "assumeRolePolicy";
@@ -36,14 +36,14 @@ impl Task for IamRole {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        c.iam
+        a.iam
             .create_role()
             .role_name(&self.role_name)
-            .path(path(c))
+            .path(path(a.c))
             .assume_role_policy_document(&self.assume_role_policy)
-            .set_tags(Some(tags(c, &id)))
+            .set_tags(Some(tags(a.c, &id)))
             .send()
             .await
             .ctx("CreateRole")?;
@@ -54,13 +54,12 @@ impl Task for IamRole {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        _: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         if !changed(changes, ASSUME_ROLE_POLICY) {
             return Err(cannot_change(&self.id(), changes));
         }
-        c.iam
+        a.iam
             .update_assume_role_policy()
             .role_name(have.cloud_id()?)
             .policy_document(&self.assume_role_policy)
@@ -70,9 +69,9 @@ impl Task for IamRole {
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.iam
+            a.iam
                 .delete_role()
                 .role_name(self.cloud_id()?)
                 .send()

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Doc, Head, IamRole, Ref, Task};
+use super::{Apply, Doc, Head, IamRole, Ref, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::iam::normalize;
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
@@ -43,22 +43,16 @@ impl Task for IamRolePolicy {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
-        self.put(c, ids).await
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
+        self.put(a.c, a.ids).await
     }
 
     /// PutRolePolicy replaces the document (the name is fixed: the plan refuses a change).
-    async fn update(
-        &self,
-        _: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
-        self.put(c, ids).await.map(|_| ())
+    async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+        self.put(a.c, a.ids).await.map(|_| ())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let cid = self.cloud_id()?;
         // A role name has no ':' (IAM allows `\w+=,.@-`): the first one ends it.
         let (role, policy) = cid.split_once(':').ok_or_else(|| {
@@ -68,7 +62,7 @@ impl Task for IamRolePolicy {
             ))
         })?;
         gone_ok(
-            c.iam
+            a.iam
                 .delete_role_policy()
                 .role_name(role)
                 .policy_name(policy)

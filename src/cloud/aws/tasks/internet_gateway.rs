@@ -3,11 +3,11 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Head, Ref, Task, Vpc};
+use super::{Apply, Head, Ref, Task, Vpc};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, error_code, finish_create};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 const VPC: &str = "vpc";
 
@@ -41,12 +41,12 @@ impl Task for InternetGateway {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .ec2
             .create_internet_gateway()
-            .tag_specifications(tag_spec(c, ResourceType::InternetGateway, &id, &[]))
+            .tag_specifications(tag_spec(a.c, ResourceType::InternetGateway, &id, &[]))
             .send()
             .await
             .ctx("CreateInternetGateway")?;
@@ -55,39 +55,33 @@ impl Task for InternetGateway {
             "CreateInternetGateway",
             out.internet_gateway().and_then(|g| g.internet_gateway_id()),
         )?;
-        let vpc = self.attached_to()?.resolve(ids)?;
-        finish_create(|| attach(c, &gid, vpc)).await?;
+        let vpc = self.attached_to()?.resolve(a.ids)?;
+        finish_create(|| attach(a.c, &gid, vpc)).await?;
         Ok(gid)
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
         let gid = have.cloud_id()?;
         if let Some(old) = &have.vpc {
-            c.ec2
+            a.ec2
                 .detach_internet_gateway()
                 .internet_gateway_id(gid)
-                .vpc_id(old.resolve(ids)?)
+                .vpc_id(old.resolve(a.ids)?)
                 .send()
                 .await
                 .ctx("DetachInternetGateway")?;
         }
-        attach(c, gid, self.attached_to()?.resolve(ids)?).await
+        attach(a.c, gid, self.attached_to()?.resolve(a.ids)?).await
     }
 
-    async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let gid = self.cloud_id()?;
         if let Some(vpc) = &self.vpc {
-            let r = c
+            let r = a
                 .ec2
                 .detach_internet_gateway()
                 .internet_gateway_id(gid)
-                .vpc_id(vpc.resolve(ids)?)
+                .vpc_id(vpc.resolve(a.ids)?)
                 .send()
                 .await;
             if let Err(e) = r
@@ -97,7 +91,7 @@ impl Task for InternetGateway {
             }
         }
         gone_ok(
-            c.ec2
+            a.ec2
                 .delete_internet_gateway()
                 .internet_gateway_id(gid)
                 .send()

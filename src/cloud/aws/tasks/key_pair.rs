@@ -8,11 +8,11 @@ use std::fmt;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Codec, Head, Task};
+use super::{Apply, Codec, Head, Task};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
-use crate::cloud::engine::{CloudError, CloudId, IdMap, Resource};
+use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::engine::{CloudError, CloudId, Resource};
 
 const KEY_NAME: &str = "keyName";
 const PUBLIC_KEY_SHA256: &str = "publicKeySha256";
@@ -76,18 +76,18 @@ impl Task for KeyPair {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let key = self
             .public_key
             .as_ref()
             .ok_or_else(|| CloudError::Model(format!("{id}: input {PUBLIC_KEY} is not set")))?;
-        c.ec2
+        a.ec2
             .import_key_pair()
             .key_name(&self.key_name)
             .public_key_material(aws_smithy_types::Blob::new(key.0.as_bytes()))
             .tag_specifications(tag_spec(
-                c,
+                a.c,
                 ResourceType::KeyPair,
                 &id,
                 &[(TAG_KEY_HASH, self.public_key_sha256.as_str())],
@@ -98,9 +98,9 @@ impl Task for KeyPair {
         id_from(&id, "field keyName", &self.key_name)
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.ec2
+            a.ec2
                 .delete_key_pair()
                 .key_name(self.cloud_id()?)
                 .send()

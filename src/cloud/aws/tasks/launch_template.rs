@@ -19,7 +19,8 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::{
-    Codec, Doc, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup, Task, text,
+    Apply, Codec, Doc, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup, Task,
+    text,
 };
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::hostkeys;
@@ -312,20 +313,20 @@ impl Task for LaunchTemplate {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         // A new template's only version is 1.
-        let written = self.written_tags(ids, 1)?;
+        let written = self.written_tags(a.ids, 1)?;
         let written: Vec<(&str, &str)> = written
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let out = c
+        let out = a
             .ec2
             .create_launch_template()
             .launch_template_name(&self.template_name)
-            .launch_template_data(self.launch()?.data(c, &id, ids)?)
-            .tag_specifications(tag_spec(c, ResourceType::LaunchTemplate, &id, &written))
+            .launch_template_data(self.launch()?.data(a.c, &id, a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::LaunchTemplate, &id, &written))
             .send()
             .await
             .ctx("CreateLaunchTemplate")?;
@@ -338,19 +339,13 @@ impl Task for LaunchTemplate {
 
     /// Instance groups use `$Latest`: a new complete version is the change (the name is
     /// fixed: the plan refuses a change).
-    async fn update(
-        &self,
-        have: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
         let tid = have.cloud_id()?;
-        let out = c
+        let out = a
             .ec2
             .create_launch_template_version()
             .launch_template_id(tid)
-            .launch_template_data(self.launch()?.data(c, &self.id(), ids)?)
+            .launch_template_data(self.launch()?.data(a.c, &self.id(), a.ids)?)
             .send()
             .await
             .ctx("CreateLaunchTemplateVersion")?;
@@ -362,11 +357,11 @@ impl Task for LaunchTemplate {
         else {
             return Ok(());
         };
-        let tags = self.written_tags(ids, n)?;
+        let tags = self.written_tags(a.ids, n)?;
         if tags.is_empty() {
             return Ok(());
         }
-        c.ec2
+        a.ec2
             .create_tags()
             .resources(tid)
             .set_tags(Some(
@@ -380,9 +375,9 @@ impl Task for LaunchTemplate {
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.ec2
+            a.ec2
                 .delete_launch_template()
                 .launch_template_id(self.cloud_id()?)
                 .send()

@@ -4,11 +4,11 @@
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{Action, ActionTypeEnum, ProtocolEnum};
 
-use super::{Head, LoadBalancer, Ref, TargetGroup, Task};
+use super::{Apply, Head, LoadBalancer, Ref, TargetGroup, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
+use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 const LOAD_BALANCER: &str = "loadBalancer";
@@ -57,16 +57,16 @@ impl Task for Listener {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .elb
             .create_listener()
-            .load_balancer_arn(self.load_balancer.resolve(ids)?)
+            .load_balancer_arn(self.load_balancer.resolve(a.ids)?)
             .protocol(ProtocolEnum::from(self.protocol.as_str()))
             .port(port(&id, self.port)?)
-            .default_actions(self.forward(ids)?)
-            .set_tags(Some(tags(c, &id)))
+            .default_actions(self.forward(a.ids)?)
+            .set_tags(Some(tags(a.c, &id)))
             .send()
             .await
             .ctx("CreateListener")?;
@@ -77,28 +77,22 @@ impl Task for Listener {
         )
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
-        c.elb
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+        a.elb
             .modify_listener()
             .listener_arn(have.cloud_id()?)
             .port(port(&self.id(), self.port)?)
             .protocol(ProtocolEnum::from(self.protocol.as_str()))
-            .default_actions(self.forward(ids)?)
+            .default_actions(self.forward(a.ids)?)
             .send()
             .await
             .ctx("ModifyListener")?;
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.elb
+            a.elb
                 .delete_listener()
                 .listener_arn(self.cloud_id()?)
                 .send()

@@ -5,12 +5,12 @@
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{LoadBalancerSchemeEnum, LoadBalancerTypeEnum};
 
-use super::{Head, Ref, SecurityGroup, Subnet, Task, cannot_change, resolve_all};
+use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, cannot_change, resolve_all};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::elb::tags;
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
+use crate::cloud::aws::{Ctx, Reader, created_id};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 const LB_NAME: &str = "lbName";
 const SCHEME: &str = "scheme";
@@ -70,17 +70,17 @@ impl Task for LoadBalancer {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .elb
             .create_load_balancer()
             .name(&self.lb_name)
             .r#type(LoadBalancerTypeEnum::Network)
             .scheme(LoadBalancerSchemeEnum::from(self.scheme.as_str()))
-            .set_subnets(Some(resolve_all(&self.subnets, ids)?))
-            .set_security_groups(Some(resolve_all(&self.security_groups, ids)?))
-            .set_tags(Some(tags(c, &id)))
+            .set_subnets(Some(resolve_all(&self.subnets, a.ids)?))
+            .set_security_groups(Some(resolve_all(&self.security_groups, a.ids)?))
+            .set_tags(Some(tags(a.c, &id)))
             .send()
             .await
             .ctx("CreateLoadBalancer")?;
@@ -97,25 +97,24 @@ impl Task for LoadBalancer {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         if changes.iter().any(|ch| ch.field != SUBNETS) {
             return Err(cannot_change(&self.id(), changes));
         }
-        c.elb
+        a.elb
             .set_subnets()
             .load_balancer_arn(have.cloud_id()?)
-            .set_subnets(Some(resolve_all(&self.subnets, ids)?))
+            .set_subnets(Some(resolve_all(&self.subnets, a.ids)?))
             .send()
             .await
             .ctx("SetSubnets")?;
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.elb
+            a.elb
                 .delete_load_balancer()
                 .load_balancer_arn(self.cloud_id()?)
                 .send()

@@ -421,6 +421,23 @@ impl Codec<String> for Doc {
     }
 }
 
+/// What apply hands a task's create, update and delete (kops's target): the cloud, and the
+/// cloud IDs recorded so far, which its [`Ref`]s resolve against.
+#[derive(Clone, Copy)]
+pub(crate) struct Apply<'a> {
+    pub(crate) c: &'a AwsCloud,
+    pub(crate) ids: &'a IdMap,
+}
+
+/// The cloud's clients (`a.ec2`, `a.iam`, ...), as the SDK calls read on the cloud itself.
+impl std::ops::Deref for Apply<'_> {
+    type Target = AwsCloud;
+
+    fn deref(&self) -> &AwsCloud {
+        self.c
+    }
+}
+
 /// One AWS kind as a typed task.
 #[async_trait]
 pub(crate) trait Task: Fields + Send + Sync {
@@ -438,23 +455,22 @@ pub(crate) trait Task: Fields + Send + Sync {
 
     /// Makes it and returns the ID AWS assigned; steps after the first write go through
     /// `finish_create` (a half-made resource is found by its tags on the next plan).
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError>;
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError>;
 
     /// Brings `have` (read) to `self` (desired); `changes` are the fields the plan showed. The
     /// default is a kind whose fields are all fixed once made: the plan refuses or replaces
     /// first, and this names the fields should a change get here.
     async fn update(
         &self,
-        _have: &Self,
+        _: &Self,
         changes: &[FieldChange],
-        _c: &AwsCloud,
-        _ids: &IdMap,
+        _: Apply<'_>,
     ) -> Result<(), CloudError> {
         Err(cannot_change(&self.id(), changes))
     }
 
     /// Deletes `self` (a read task); already gone is success.
-    async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError>;
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError>;
 
     /// Its cloud ID; a read task always has one, so its absence is a model error.
     fn cloud_id(&self) -> Result<&str, CloudError> {
@@ -477,7 +493,7 @@ pub(super) async fn create<T: Task>(
     want: &Resource,
     ids: &IdMap,
 ) -> Result<CloudId, CloudError> {
-    T::from_resource(want)?.create(c, ids).await
+    T::from_resource(want)?.create(Apply { c, ids }).await
 }
 
 pub(super) async fn update<T: Task>(
@@ -488,7 +504,9 @@ pub(super) async fn update<T: Task>(
     ids: &IdMap,
 ) -> Result<(), CloudError> {
     let have = T::from_resource(have)?;
-    T::from_resource(want)?.update(&have, changes, c, ids).await
+    T::from_resource(want)?
+        .update(&have, changes, Apply { c, ids })
+        .await
 }
 
 pub(super) async fn delete<T: Task>(
@@ -496,7 +514,7 @@ pub(super) async fn delete<T: Task>(
     have: &Resource,
     ids: &IdMap,
 ) -> Result<(), CloudError> {
-    T::from_resource(have)?.delete(c, ids).await
+    T::from_resource(have)?.delete(Apply { c, ids }).await
 }
 
 fn changed(changes: &[FieldChange], field: &str) -> bool {

@@ -4,11 +4,11 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{ElasticIp, Head, Ref, Subnet, Task};
+use super::{Apply, ElasticIp, Head, Ref, Subnet, Task};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec, wait_nat};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id};
-use crate::cloud::engine::{CloudError, CloudId, IdMap};
+use crate::cloud::aws::{Ctx, Reader, after_create, created_id};
+use crate::cloud::engine::{CloudError, CloudId};
 
 const SUBNET: &str = "subnet";
 const ALLOCATION: &str = "allocation";
@@ -38,14 +38,14 @@ impl Task for NatGateway {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .ec2
             .create_nat_gateway()
-            .subnet_id(self.subnet.resolve(ids)?)
-            .allocation_id(self.allocation.resolve(ids)?)
-            .tag_specifications(tag_spec(c, ResourceType::Natgateway, &id, &[]))
+            .subnet_id(self.subnet.resolve(a.ids)?)
+            .allocation_id(self.allocation.resolve(a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::Natgateway, &id, &[]))
             .send()
             .await
             .ctx("CreateNatGateway")?;
@@ -54,14 +54,14 @@ impl Task for NatGateway {
             "CreateNatGateway",
             out.nat_gateway().and_then(|n| n.nat_gateway_id()),
         )?;
-        wait_nat(c, &nid, false).await.map_err(after_create)?;
+        wait_nat(a.c, &nid, false).await.map_err(after_create)?;
         Ok(nid)
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let nid = self.cloud_id()?;
         gone_ok(
-            c.ec2
+            a.ec2
                 .delete_nat_gateway()
                 .nat_gateway_id(nid)
                 .send()
@@ -69,6 +69,6 @@ impl Task for NatGateway {
                 .ctx("DeleteNatGateway"),
         )?;
         // Its elastic IP can only be released once it is gone.
-        wait_nat(c, nid, true).await
+        wait_nat(a.c, nid, true).await
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc};
+use super::{Apply, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id, finish_create};
@@ -222,13 +222,13 @@ impl Task for RouteTable {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .ec2
             .create_route_table()
-            .vpc_id(self.vpc.resolve(ids)?)
-            .tag_specifications(tag_spec(c, ResourceType::RouteTable, &id, &[]))
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::RouteTable, &id, &[]))
             .send()
             .await
             .ctx("CreateRouteTable")?;
@@ -238,30 +238,24 @@ impl Task for RouteTable {
             out.route_table().and_then(|t| t.route_table_id()),
         )?;
         // Call by call: a throttled route is retried alone, not with those already added.
-        for (dest, target) in self.resolved(ids).map_err(after_create)? {
-            finish_create(|| add_route(c, &tid, dest, target)).await?;
+        for (dest, target) in self.resolved(a.ids).map_err(after_create)? {
+            finish_create(|| add_route(a.c, &tid, dest, target)).await?;
         }
-        for sub in self.subnet_ids(ids).map_err(after_create)? {
-            finish_create(|| associate(c, &tid, &sub)).await?;
+        for sub in self.subnet_ids(a.ids).map_err(after_create)? {
+            finish_create(|| associate(a.c, &tid, &sub)).await?;
         }
         Ok(tid)
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
         let tid = have.cloud_id()?;
-        let want_routes = self.resolved(ids)?;
-        let have_routes = have.resolved(ids)?;
+        let want_routes = self.resolved(a.ids)?;
+        let have_routes = have.resolved(a.ids)?;
         for (dest, target) in &want_routes {
             match have_routes.get(dest) {
-                None => add_route(c, tid, dest, *target).await?,
+                None => add_route(a.c, tid, dest, *target).await?,
                 Some(t) if t.id() != target.id() => {
-                    let req = c
+                    let req = a
                         .ec2
                         .replace_route()
                         .route_table_id(tid)
@@ -276,7 +270,7 @@ impl Task for RouteTable {
             }
         }
         for dest in have_routes.keys().filter(|d| !want_routes.contains_key(*d)) {
-            c.ec2
+            a.ec2
                 .delete_route()
                 .route_table_id(tid)
                 .destination_cidr_block(*dest)
@@ -284,7 +278,7 @@ impl Task for RouteTable {
                 .await
                 .ctx("DeleteRoute")?;
         }
-        let want_subnets = self.subnet_ids(ids)?;
+        let want_subnets = self.subnet_ids(a.ids)?;
         let assoc: BTreeMap<&str, &str> = have
             .read_associations()?
             .iter()
@@ -292,24 +286,24 @@ impl Task for RouteTable {
             .collect();
         for s in &want_subnets {
             if !assoc.contains_key(s.as_str()) {
-                associate(c, tid, s).await?;
+                associate(a.c, tid, s).await?;
             }
         }
-        for (s, a) in &assoc {
+        for (s, assoc_id) in &assoc {
             if !want_subnets.contains(*s) {
-                disassociate(c, a).await?;
+                disassociate(a.c, assoc_id).await?;
             }
         }
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let tid = self.cloud_id()?;
-        for a in self.read_associations()? {
-            gone_ok(disassociate(c, &a.id).await)?;
+        for assoc in self.read_associations()? {
+            gone_ok(disassociate(a.c, &assoc.id).await)?;
         }
         gone_ok(
-            c.ec2
+            a.ec2
                 .delete_route_table()
                 .route_table_id(tid)
                 .send()

@@ -5,11 +5,11 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Head, Ref, Task, Vpc};
+use super::{Apply, Head, Ref, Task, Vpc};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
-use crate::cloud::engine::{CloudError, CloudId, IdMap};
+use crate::cloud::aws::{Ctx, Reader, created_id};
+use crate::cloud::engine::{CloudError, CloudId};
 
 const VPC: &str = "vpc";
 const GROUP_NAME: &str = "groupName";
@@ -38,24 +38,24 @@ impl Task for SecurityGroup {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .ec2
             .create_security_group()
             .group_name(&self.group_name)
             .description(&self.description)
-            .vpc_id(self.vpc.resolve(ids)?)
-            .tag_specifications(tag_spec(c, ResourceType::SecurityGroup, &id, &[]))
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::SecurityGroup, &id, &[]))
             .send()
             .await
             .ctx("CreateSecurityGroup")?;
         created_id(&id, "CreateSecurityGroup", out.group_id())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.ec2
+            a.ec2
                 .delete_security_group()
                 .group_id(self.cloud_id()?)
                 .send()

@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 
-use super::{Head, Item, Kinded, Ref, SecurityGroup, Task};
+use super::{Apply, Head, Item, Kinded, Ref, SecurityGroup, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, UNTRACKED, id_from};
@@ -210,19 +210,13 @@ impl Task for SecurityGroupRules {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
-        let gid = self.group.resolve(ids)?;
-        authorize(c, gid, &self.ingress, ids).await?;
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
+        let gid = self.group.resolve(a.ids)?;
+        authorize(a.c, gid, &self.ingress, a.ids).await?;
         id_from(&self.id(), "the group reference", gid)
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        _: &[FieldChange],
-        c: &AwsCloud,
-        ids: &IdMap,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
         let gid = have.cloud_id()?;
         let missing: Vec<Rule> = self
             .ingress
@@ -236,12 +230,12 @@ impl Task for SecurityGroupRules {
             .filter(|r| !self.ingress.contains(r))
             .cloned()
             .collect();
-        revoke(c, gid, &extra, ids).await?;
-        authorize(c, gid, &missing, ids).await
+        revoke(a.c, gid, &extra, a.ids).await?;
+        authorize(a.c, gid, &missing, a.ids).await
     }
 
-    async fn delete(&self, c: &AwsCloud, ids: &IdMap) -> Result<(), CloudError> {
-        gone_ok(revoke(c, self.cloud_id()?, &self.ingress, ids).await)
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+        gone_ok(revoke(a.c, self.cloud_id()?, &self.ingress, a.ids).await)
     }
 }
 

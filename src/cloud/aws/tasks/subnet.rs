@@ -4,11 +4,11 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Head, Ref, Task, Vpc, cannot_change, changed};
+use super::{Apply, Head, Ref, Task, Vpc, cannot_change, changed};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 const VPC: &str = "vpc";
 const ZONE: &str = "zone";
@@ -43,20 +43,20 @@ impl Task for Subnet {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let role = if self.map_public_ip {
             "kubernetes.io/role/elb"
         } else {
             "kubernetes.io/role/internal-elb"
         };
-        let out = c
+        let out = a
             .ec2
             .create_subnet()
-            .vpc_id(self.vpc.resolve(ids)?)
+            .vpc_id(self.vpc.resolve(a.ids)?)
             .cidr_block(&self.cidr)
             .availability_zone(&self.zone)
-            .tag_specifications(tag_spec(c, ResourceType::Subnet, &id, &[(role, "1")]))
+            .tag_specifications(tag_spec(a.c, ResourceType::Subnet, &id, &[(role, "1")]))
             .send()
             .await
             .ctx("CreateSubnet")?;
@@ -66,7 +66,7 @@ impl Task for Subnet {
             out.subnet().and_then(|v| v.subnet_id()),
         )?;
         if self.map_public_ip {
-            finish_create(|| set_map_public_ip(c, &sid, true)).await?;
+            finish_create(|| set_map_public_ip(a.c, &sid, true)).await?;
         }
         Ok(sid)
     }
@@ -75,19 +75,18 @@ impl Task for Subnet {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        _: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         if !changed(changes, MAP_PUBLIC_IP) {
             return Err(cannot_change(&self.id(), changes));
         }
-        set_map_public_ip(c, have.cloud_id()?, self.map_public_ip).await
+        set_map_public_ip(a.c, have.cloud_id()?, self.map_public_ip).await
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let sid = self.cloud_id()?;
         gone_ok(
-            c.ec2
+            a.ec2
                 .delete_subnet()
                 .subnet_id(sid)
                 .send()

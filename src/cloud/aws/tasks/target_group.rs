@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, TargetGroupAttribute, TargetTypeEnum};
 
-use super::{Head, Ref, Task, Vpc, cannot_change};
+use super::{Apply, Head, Ref, Task, Vpc, cannot_change};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 const TG_NAME: &str = "tgName";
 const PORT: &str = "port";
@@ -77,18 +77,18 @@ impl Task for TargetGroup {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, ids: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .elb
             .create_target_group()
             .name(&self.tg_name)
             .protocol(ProtocolEnum::from(self.protocol.as_str()))
             .port(port(&id, self.port)?)
-            .vpc_id(self.vpc.resolve(ids)?)
+            .vpc_id(self.vpc.resolve(a.ids)?)
             .target_type(TargetTypeEnum::Instance)
             .health_check_protocol(ProtocolEnum::Tcp)
-            .set_tags(Some(tags(c, &id)))
+            .set_tags(Some(tags(a.c, &id)))
             .send()
             .await
             .ctx("CreateTargetGroup")?;
@@ -99,7 +99,7 @@ impl Task for TargetGroup {
                 .first()
                 .and_then(|t| t.target_group_arn()),
         )?;
-        finish_create(|| self.set_attributes(c, &arn)).await?;
+        finish_create(|| self.set_attributes(a.c, &arn)).await?;
         Ok(arn)
     }
 
@@ -107,8 +107,7 @@ impl Task for TargetGroup {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        _: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         if changes
             .iter()
@@ -116,12 +115,12 @@ impl Task for TargetGroup {
         {
             return Err(cannot_change(&self.id(), changes));
         }
-        self.set_attributes(c, have.cloud_id()?).await
+        self.set_attributes(a.c, have.cloud_id()?).await
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         gone_ok(
-            c.elb
+            a.elb
                 .delete_target_group()
                 .target_group_arn(self.cloud_id()?)
                 .send()

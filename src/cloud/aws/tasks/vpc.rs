@@ -3,11 +3,11 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Fields, Head, Kinded, Task, cannot_change, changed, text};
+use super::{Apply, Fields, Head, Kinded, Task, cannot_change, changed, text};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, Value};
+use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, Resource, Value};
 
 const CIDR: &str = "cidr";
 const DNS_SUPPORT: &str = "dnsSupport";
@@ -87,21 +87,21 @@ impl Task for Vpc {
         }
     }
 
-    async fn create(&self, c: &AwsCloud, _: &IdMap) -> Result<CloudId, CloudError> {
+    async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = c
+        let out = a
             .ec2
             .create_vpc()
             .cidr_block(&self.cidr)
-            .tag_specifications(tag_spec(c, ResourceType::Vpc, &id, &[]))
+            .tag_specifications(tag_spec(a.c, ResourceType::Vpc, &id, &[]))
             .send()
             .await
             .ctx("CreateVpc")?;
         let vid = created_id(&id, "CreateVpc", out.vpc().and_then(|v| v.vpc_id()))?;
         if let Some(dns) = self.dns {
             // Support first: AWS refuses hostnames on a VPC without DNS support.
-            finish_create(|| set_dns(c, &vid, Attribute::Support, dns.support)).await?;
-            finish_create(|| set_dns(c, &vid, Attribute::Hostnames, dns.hostnames)).await?;
+            finish_create(|| set_dns(a.c, &vid, Attribute::Support, dns.support)).await?;
+            finish_create(|| set_dns(a.c, &vid, Attribute::Hostnames, dns.hostnames)).await?;
         }
         Ok(vid)
     }
@@ -110,8 +110,7 @@ impl Task for Vpc {
         &self,
         have: &Self,
         changes: &[FieldChange],
-        c: &AwsCloud,
-        _: &IdMap,
+        a: Apply<'_>,
     ) -> Result<(), CloudError> {
         let (Some(dns), true) = (
             self.dns,
@@ -121,17 +120,17 @@ impl Task for Vpc {
         };
         let vid = have.cloud_id()?;
         if changed(changes, DNS_SUPPORT) {
-            set_dns(c, vid, Attribute::Support, dns.support).await?;
+            set_dns(a.c, vid, Attribute::Support, dns.support).await?;
         }
         if changed(changes, DNS_HOSTNAMES) {
-            set_dns(c, vid, Attribute::Hostnames, dns.hostnames).await?;
+            set_dns(a.c, vid, Attribute::Hostnames, dns.hostnames).await?;
         }
         Ok(())
     }
 
-    async fn delete(&self, c: &AwsCloud, _: &IdMap) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let vid = self.cloud_id()?;
-        gone_ok(c.ec2.delete_vpc().vpc_id(vid).send().await.ctx("DeleteVpc"))
+        gone_ok(a.ec2.delete_vpc().vpc_id(vid).send().await.ctx("DeleteVpc"))
     }
 }
 
