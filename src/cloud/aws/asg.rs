@@ -1,15 +1,11 @@
 //! Auto Scaling groups, one per instance group, on the group's launch template.
 
-use std::collections::BTreeSet;
-use std::time::Duration;
-
-use aws_sdk_autoscaling::types::{Filter, LaunchTemplateSpecification, Tag};
+use aws_sdk_autoscaling::types::Filter;
 
 use super::kinds::*;
-use super::{AwsCloud, Ctx, Reader, cid, cids, cloud_id_of, id_from_tags, owned_by, want_str};
-use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource, Value};
-
-const TAG_ROLE: &str = "kprov.dev/role";
+use super::tasks::{AutoScalingGroup, Fields, Head, Task};
+use super::{AwsCloud, Ctx, Reader, id_from_tags, owned_by};
+use crate::cloud::engine::CloudError;
 
 pub(super) async fn fetch(
     c: &AwsCloud,
@@ -39,243 +35,23 @@ pub(super) fn assemble(
         let Some(name) = rd.listed(AUTOSCALING_GROUP, g.auto_scaling_group_name()) else {
             continue;
         };
-        let tags = || {
-            g.tags()
-                .iter()
-                // why: a tag without key or value matches no ownership or identity key
-                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
-        };
-        if !owned_by(&c.cluster, tags()) {
+        if !owned_by(&c.cluster, tag_pairs(&g)) {
             continue;
         }
-        let id = id_from_tags(AUTOSCALING_GROUP, &name, tags());
-        let role = tags()
-            .find(|(k, _)| *k == TAG_ROLE)
-            .map(|(_, v)| v)
-            // why: a group without the role tag reads as no role, which the diff shows
-            .unwrap_or_default();
-        let lt = g.launch_template();
-        let subnets = g
-            .vpc_zone_identifier()
-            // why: a group without subnets lists none
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| rd.r(s))
-            .collect();
-        let tgs = g.target_group_arns().iter().map(|a| rd.r(a)).collect();
-        // why: a reference the cloud left out reads as empty, which the diff shows as a change
-        let lt_ref = rd.r(lt.and_then(|l| l.launch_template_id()).unwrap_or_default());
-        // The desired capacity belongs to whoever scales the group (a cluster-autoscaler,
-        // an operator): any value within the spec's [min, max] counts as matching.
-        let mut desired = i64::from(g.desired_capacity().unwrap_or(0));
-        if let Some(w) = rd.desired.iter().find(|r| r.id == id) {
-            let bound = |f: &str| w.get(f).and_then(Value::as_int);
-            if let (Some(min), Some(max), Some(want)) =
-                (bound("minSize"), bound("maxSize"), bound("desiredCapacity"))
-                && (min..=max).contains(&desired)
-            {
-                desired = want;
-            }
-        }
-        rd.push(
-            Resource::new(AUTOSCALING_GROUP, id.name)
-                .cloud_id(name.clone())
-                .field("groupName", Value::str(name.as_str()))
-                .field("launchTemplate", lt_ref)
-                .field(
-                    "launchTemplateVersion",
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    Value::str(lt.and_then(|l| l.version()).unwrap_or_default()),
-                )
-                .field("minSize", Value::Int(g.min_size().unwrap_or(0).into()))
-                .field("maxSize", Value::Int(g.max_size().unwrap_or(0).into()))
-                .field("desiredCapacity", Value::Int(desired))
-                .field("subnets", Value::set(subnets))
-                .field("targetGroups", Value::set(tgs))
-                .field("role", Value::str(role)),
-        );
+        let id = id_from_tags(AUTOSCALING_GROUP, &name, tag_pairs(&g));
+        let read = AutoScalingGroup::read(Head::listed(id.name, name), &g, rd);
+        rd.push(read.resource());
     }
 }
 
-fn int(r: &Resource, f: &str) -> i32 {
-    r.get(f).and_then(Value::as_int).unwrap_or(0) as i32
-}
-
-fn template(want: &Resource, ids: &IdMap) -> Result<LaunchTemplateSpecification, CloudError> {
-    Ok(LaunchTemplateSpecification::builder()
-        .launch_template_id(cid(ids, want.get("launchTemplate"))?)
-        .version(want.get_str("launchTemplateVersion").unwrap_or("$Latest"))
-        .build())
-}
-
-fn tags(c: &AwsCloud, want: &Resource, name: &str) -> Result<Vec<Tag>, CloudError> {
-    let role = want_str(want, "role")?;
-    let display = format!("{}.{}", want.id.name, c.cluster);
-    let tags = c
-        .tags(&want.id, &display)
-        .into_iter()
-        .chain([(TAG_ROLE.to_string(), role.to_string())])
-        .map(|(k, v)| {
-            Tag::builder()
-                .resource_id(name)
-                .resource_type("auto-scaling-group")
-                .key(k)
-                .value(v)
-                .propagate_at_launch(true)
-                .build()
-        })
-        .collect();
-    Ok(tags)
-}
-
-pub(super) async fn create(
-    c: &AwsCloud,
-    want: &Resource,
-    ids: &IdMap,
-) -> Result<CloudId, CloudError> {
-    let name = want_str(want, "groupName")?.to_string();
-    c.asg
-        .create_auto_scaling_group()
-        .auto_scaling_group_name(&name)
-        .launch_template(template(want, ids)?)
-        .min_size(int(want, "minSize"))
-        .max_size(int(want, "maxSize"))
-        .desired_capacity(int(want, "desiredCapacity"))
-        .vpc_zone_identifier(cids(ids, want.get("subnets"))?.join(","))
-        .set_target_group_arns(Some(cids(ids, want.get("targetGroups"))?))
-        .set_tags(Some(tags(c, want, &name)?))
-        .send()
-        .await
-        .ctx("CreateAutoScalingGroup")?;
-    super::id_from(&want.id, "field groupName", &name)
-}
-
-pub(super) async fn update(
-    c: &AwsCloud,
-    want: &Resource,
-    have: &Resource,
-    changes: &[FieldChange],
-    ids: &IdMap,
-) -> Result<(), CloudError> {
-    let name = cloud_id_of(have)?;
-    let group_fields = [
-        "launchTemplate",
-        "launchTemplateVersion",
-        "minSize",
-        "maxSize",
-        "desiredCapacity",
-        "subnets",
-    ];
-    if changes
+/// The tags of a listed group as key/value pairs.
+pub(crate) fn tag_pairs(
+    g: &aws_sdk_autoscaling::types::AutoScalingGroup,
+) -> impl Iterator<Item = (&str, &str)> {
+    g.tags()
         .iter()
-        .any(|ch| group_fields.contains(&ch.field.as_str()))
-    {
-        c.asg
-            .update_auto_scaling_group()
-            .auto_scaling_group_name(name)
-            .launch_template(template(want, ids)?)
-            .min_size(int(want, "minSize"))
-            .max_size(int(want, "maxSize"))
-            // Only when out of bounds (see `read`): never undo an autoscaler's decision.
-            .set_desired_capacity(
-                changes
-                    .iter()
-                    .any(|ch| ch.field == "desiredCapacity")
-                    .then(|| int(want, "desiredCapacity")),
-            )
-            .vpc_zone_identifier(cids(ids, want.get("subnets"))?.join(","))
-            .send()
-            .await
-            .ctx("UpdateAutoScalingGroup")?;
-    }
-    if changes.iter().any(|ch| ch.field == "targetGroups") {
-        let want_tg: BTreeSet<String> = cids(ids, want.get("targetGroups"))?.into_iter().collect();
-        let have_tg: BTreeSet<String> = cids(ids, have.get("targetGroups"))?.into_iter().collect();
-        let add: Vec<String> = want_tg.difference(&have_tg).cloned().collect();
-        let remove: Vec<String> = have_tg.difference(&want_tg).cloned().collect();
-        if !add.is_empty() {
-            c.asg
-                .attach_load_balancer_target_groups()
-                .auto_scaling_group_name(name)
-                .set_target_group_arns(Some(add))
-                .send()
-                .await
-                .ctx("AttachLoadBalancerTargetGroups")?;
-        }
-        if !remove.is_empty() {
-            c.asg
-                .detach_load_balancer_target_groups()
-                .auto_scaling_group_name(name)
-                .set_target_group_arns(Some(remove))
-                .send()
-                .await
-                .ctx("DetachLoadBalancerTargetGroups")?;
-        }
-    }
-    if changes.iter().any(|ch| ch.field == "role") {
-        c.asg
-            .create_or_update_tags()
-            .set_tags(Some(tags(c, want, name)?))
-            .send()
-            .await
-            .ctx("CreateOrUpdateTags")?;
-    }
-    Ok(())
-}
-
-pub(super) async fn delete(c: &AwsCloud, have: &Resource) -> Result<(), CloudError> {
-    let name = cloud_id_of(have)?;
-    let r = c
-        .asg
-        .delete_auto_scaling_group()
-        .auto_scaling_group_name(name)
-        .force_delete(true)
-        .send()
-        .await
-        .ctx("DeleteAutoScalingGroup");
-    // Auto Scaling answers a missing group with a plain `ValidationError` ("AutoScalingGroup
-    // name not found"), a code it also gives bad input: whether the group is gone is asked
-    // below (an empty describe), never read from the message.
-    let mut refused = match r {
-        Ok(_) => None,
-        Err(e) if e.code() == Some("ValidationError") => Some(e),
-        Err(e) => return Err(e),
-    };
-    // Its instances hold the subnets and security groups: wait until the group is gone,
-    // backing off (terminations take minutes on AWS; a throttled describe fails this delete,
-    // which the engine retries, and the group is then found already deleting).
-    let mut delay = Duration::from_secs(1);
-    loop {
-        let out = c
-            .asg
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(name)
-            .send()
-            .await
-            .ctx("DescribeAutoScalingGroups")?;
-        let groups = out.auto_scaling_groups();
-        if groups.is_empty() {
-            return Ok(());
-        }
-        // The group is there and the delete was refused: not a "not found", unless the group
-        // is already being deleted (a retried delete after a throttled describe: AWS refuses
-        // calls on a group pending delete with the same code), which this call waits out.
-        if let Some(e) = refused.take()
-            && !groups.iter().any(|g| already_deleting(g.status()))
-        {
-            return Err(e);
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(10));
-    }
-}
-
-/// Whether an Auto Scaling group's `Status` says a delete is under way (AWS sets
-/// "Delete in progress" on a group being deleted and leaves it unset otherwise).
-fn already_deleting(status: Option<&str>) -> bool {
-    status.is_some_and(|s| s.eq_ignore_ascii_case("Delete in progress"))
+        // why: a tag without key or value matches no ownership or identity key
+        .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
 }
 
 /// An Auto Scaling group's size (`delete instance` shows what terminating does to it).
@@ -301,15 +77,7 @@ impl AwsCloud {
         let g = out
             .auto_scaling_groups()
             .iter()
-            .find(|g| {
-                owned_by(
-                    &self.cluster,
-                    g.tags()
-                        .iter()
-                        // why: a tag without key or value matches no ownership or identity key
-                        .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
-                )
-            })
+            .find(|g| owned_by(&self.cluster, tag_pairs(g)))
             .ok_or_else(|| {
                 CloudError::verdict(
                     "DescribeAutoScalingGroups",
@@ -372,32 +140,10 @@ impl AwsCloud {
 pub(crate) async fn desired_capacities(
     c: &AwsCloud,
 ) -> Result<std::collections::BTreeMap<String, usize>, CloudError> {
-    let groups: Vec<_> = c
-        .asg
-        .describe_auto_scaling_groups()
-        .filters(
-            Filter::builder()
-                .name(format!("tag:{}", super::owned_tag_key(&c.cluster)))
-                .values("owned")
-                .build(),
-        )
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeAutoScalingGroups")?;
+    let groups = fetch(c).await?;
     Ok(groups
         .iter()
-        .filter(|g| {
-            owned_by(
-                &c.cluster,
-                g.tags()
-                    .iter()
-                    // why: a tag without key or value matches no ownership or identity key
-                    .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())),
-            )
-        })
+        .filter(|g| owned_by(&c.cluster, tag_pairs(g)))
         .filter_map(|g| {
             Some((
                 g.auto_scaling_group_name()?.to_string(),
@@ -447,19 +193,4 @@ pub(crate) async fn failed_launches(
                 .to_string(),
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::already_deleting;
-
-    /// A delete refused on a group already being deleted waits for it instead of failing
-    /// (`delete cluster` retried after a throttled describe); any other status is a refusal.
-    #[test]
-    fn a_group_pending_delete_is_waited_for_not_refused() {
-        assert!(already_deleting(Some("Delete in progress")));
-        assert!(!already_deleting(None));
-        assert!(!already_deleting(Some("")));
-        assert!(!already_deleting(Some("InService")));
-    }
 }

@@ -7,14 +7,13 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::hostkeys::{self, GroupHostKey};
-use super::kinds::*;
 use super::tasks::{
-    BootData, DnsRecord, DnsZone, DnsZoneVpc, ElasticIp, Fields, Head, IamInstanceProfile, IamRole,
-    IamRolePolicy, InternetGateway, KeyPair, Kinded, Launch, LaunchTemplate, Listener,
-    LoadBalancer, NatGateway, PublicKey, Ref, Route, RouteTable, RouteTarget, Rule, SecurityGroup,
-    SecurityGroupRules, Source, Subnet, TargetGroup, Vpc, VpcDns,
+    AutoScalingGroup, BootData, DnsRecord, DnsZone, DnsZoneVpc, ElasticIp, Fields, Head,
+    IamInstanceProfile, IamRole, IamRolePolicy, InternetGateway, KeyPair, Kinded, Launch,
+    LaunchTemplate, Listener, LoadBalancer, NatGateway, PublicKey, Ref, Route, RouteTable,
+    RouteTarget, Rule, SecurityGroup, SecurityGroupRules, Source, Subnet, TargetGroup, Vpc, VpcDns,
 };
-use crate::cloud::engine::{CloudError, FieldRule, Resource, ResourceId, Value};
+use crate::cloud::engine::{CloudError, Resource, ResourceId};
 use crate::spec::resolve::{Access, GroupPlacement, ImageRef, ResolvedDns, ResolvedGroup};
 use crate::spec::{InstanceGroupRole, LoadBalancerType, ResolvedCluster, SubnetType, TopologyType};
 
@@ -544,32 +543,24 @@ pub fn desired(
             latest_version: None,
         };
         out.push(template.resource());
-        let tgs = match g.role {
-            InstanceGroupRole::ControlPlane if has_lb => {
-                vec![Value::reference(TARGET_GROUP, "api")]
-            }
-            InstanceGroupRole::Bastion => vec![Value::reference(TARGET_GROUP, "bastion")],
+        let target_groups = match g.role {
+            InstanceGroupRole::ControlPlane if has_lb => vec![Ref::named("api")],
+            InstanceGroupRole::Bastion => vec![Ref::named("bastion")],
             _ => vec![],
         };
-        let asg = Resource::new(AUTOSCALING_GROUP, ig_name)
-            .field("groupName", Value::str(format!("{ig_name}.{name}")))
-            .field("launchTemplate", Value::reference(LAUNCH_TEMPLATE, ig_name))
-            .field("launchTemplateVersion", Value::str("$Latest"))
-            .field("minSize", Value::Int(min.into()))
-            .field("maxSize", Value::Int(max.into()))
-            .field("desiredCapacity", Value::Int(min.into()))
-            .field(
-                "subnets",
-                Value::set(
-                    subnets
-                        .iter()
-                        .map(|x| Value::reference(SUBNET, x.as_str()))
-                        .collect(),
-                ),
-            )
-            .field("targetGroups", Value::set(tgs))
-            .field("role", Value::str(g.role.as_str()))
-            .rule("groupName", FieldRule::Immutable);
+        let asg = AutoScalingGroup {
+            head: Head::owned(ig_name),
+            group_name: format!("{ig_name}.{name}"),
+            launch_template: Ref::named(ig_name),
+            launch_template_version: "$Latest".into(),
+            min_size: min.into(),
+            max_size: max.into(),
+            desired_capacity: min.into(),
+            subnets: subnets.iter().map(Ref::named).collect(),
+            target_groups,
+            role: g.role.as_str().into(),
+        }
+        .resource();
         // Instances must not boot before their subnets route to the internet (packages).
         let tables = if topology == TopologyType::Private && g.role != InstanceGroupRole::Bastion {
             &private_tables
@@ -810,7 +801,8 @@ fn push_tcp_load_balancer(out: &mut Vec<Resource>, lb: TcpLoadBalancer<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloud::engine::topo_order;
+    use crate::cloud::aws::kinds::*;
+    use crate::cloud::engine::{Value, topo_order};
     use crate::spec::{Cluster, InstanceGroup};
     use proptest::prelude::*;
 

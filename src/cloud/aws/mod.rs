@@ -38,7 +38,7 @@ pub use hostkeys::GroupHostKey;
 use crate::aws_errors::describe_sdk_error;
 use crate::cloud::engine::{
     self, CloudError, CloudId, ErrorClass, FieldChange, IdMap, Kind, Lifecycle, Plan, Resource,
-    ResourceId, Value,
+    ResourceId,
 };
 use crate::cloud::{Actual, Provider};
 use crate::spec::ResolvedCluster;
@@ -446,15 +446,6 @@ impl<'a> Reader<'a> {
         }
         id
     }
-
-    /// A reference to whatever has cloud ID `cid`: a logical ref when it is known, the raw ID
-    /// otherwise (a foreign resource shows up as itself in a diff).
-    pub(crate) fn r(&self, cid: &str) -> Value {
-        match self.refs.get(cid) {
-            Some(id) => Value::Ref(id.clone()),
-            None => Value::str(cid),
-        }
-    }
 }
 
 /// Desired resources of `kind` that are adopted by cloud ID.
@@ -486,14 +477,6 @@ pub(crate) fn owned_by<'a>(
 ) -> bool {
     let key = owned_tag_key(cluster);
     tags.any(|(k, v)| k == key && v == "owned")
-}
-
-/// The cloud ID of a resource read from the cloud (update and delete act on it); one without
-/// is refused, naming the resource.
-pub(crate) fn cloud_id_of(r: &Resource) -> Result<&str, CloudError> {
-    r.cloud_id
-        .as_deref()
-        .ok_or_else(|| CloudError::Model(format!("{}: no cloud ID recorded", r.id)))
 }
 
 /// A text field the desired model always sets for this kind; its absence is a model error
@@ -530,29 +513,6 @@ pub(crate) fn id_from(id: &ResourceId, what: &str, s: &str) -> Result<CloudId, C
 /// refused naming the field.
 pub(crate) fn adopted_id(id: &str, field: &str) -> Result<CloudId, CloudError> {
     CloudId::new(id).ok_or_else(|| CloudError::Spec(format!("{field} is empty")))
-}
-
-/// Resolves a reference to a cloud ID.
-pub(crate) fn cid<'a>(ids: &'a IdMap, v: Option<&'a Value>) -> Result<&'a str, CloudError> {
-    match v {
-        Some(Value::Ref(r)) => ids
-            .get(r)
-            .map(CloudId::as_str)
-            .ok_or_else(|| CloudError::Model(format!("{r} has no cloud ID yet"))),
-        Some(Value::Str(s)) => Ok(s),
-        other => Err(CloudError::Model(format!(
-            "expected a reference, found {other:?}"
-        ))),
-    }
-}
-
-pub(crate) fn cids(ids: &IdMap, v: Option<&Value>) -> Result<Vec<String>, CloudError> {
-    v.map(Value::as_list)
-        // why: an absent list field is an empty list
-        .unwrap_or_default()
-        .iter()
-        .map(|x| cid(ids, Some(x)).map(str::to_string))
-        .collect()
 }
 
 /// The class of an error `operation` got. `AuthFailure` means "in use" only where EC2 says
@@ -748,7 +708,6 @@ impl Provider for AwsCloud {
 
     async fn create(&self, want: &Resource, ids: &IdMap) -> Result<CloudId, CloudError> {
         match AwsKind::of(&want.id)? {
-            AwsKind::AutoScalingGroup => asg::create(self, want, ids).await,
             // Someone else's (a Classic ELB) or its group's (an instance): never made here.
             k @ (AwsKind::ClassicLoadBalancer | AwsKind::Instance) => Err(CloudError::Model(
                 format!("{}: kprov does not create a {k}", want.id),
@@ -765,7 +724,6 @@ impl Provider for AwsCloud {
         ids: &IdMap,
     ) -> Result<(), CloudError> {
         match AwsKind::of(&want.id)? {
-            AwsKind::AutoScalingGroup => asg::update(self, want, have, changes, ids).await,
             k @ (AwsKind::ClassicLoadBalancer | AwsKind::Instance) => Err(CloudError::Model(
                 format!("{}: kprov does not change a {k} in place", want.id),
             )),
@@ -779,7 +737,6 @@ impl Provider for AwsCloud {
 
     async fn delete(&self, have: &Resource, ids: &IdMap) -> Result<(), CloudError> {
         match AwsKind::of(&have.id)? {
-            AwsKind::AutoScalingGroup => asg::delete(self, have).await,
             // Never read as a resource: its group ends it.
             AwsKind::Instance => Err(CloudError::Model(format!(
                 "{}: an instance is deleted with its Auto Scaling group",
@@ -988,11 +945,6 @@ mod tests {
             );
         }
         let mut have = Resource::new(SUBNET, "a");
-        let e = cloud_id_of(&have).expect_err("none");
-        assert!(
-            e.to_string().contains("Subnet/a: no cloud ID recorded"),
-            "{e}"
-        );
         // An empty ID cannot even be made, so none can be recorded.
         assert_eq!(CloudId::new(""), None);
         let zone = CloudId::new("Z1").expect("not empty");
@@ -1008,7 +960,6 @@ mod tests {
             "{e}"
         );
         have = have.cloud_id(CloudId::new("subnet-1").expect("not empty"));
-        assert_eq!(cloud_id_of(&have).ok(), Some("subnet-1"));
         let e = want_str(&have, "cidr").expect_err("unset");
         assert!(
             e.to_string().contains("Subnet/a: field cidr is not set"),

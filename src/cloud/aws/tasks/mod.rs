@@ -19,11 +19,11 @@
 //! Route 53 kinds ([`DnsZone`], [`DnsRecord`], [`DnsZoneVpc`]; the owner TXT records that prove
 //! a record is the cluster's stay in `dns.rs`), and the network load balancer with its target
 //! group and listener ([`LoadBalancer`], [`TargetGroup`], [`Listener`]); the Classic ELBs the
-//! cloud-controller-manager makes are read and deleted as [`ClassicLoadBalancer`]; and the
-//! [`LaunchTemplate`].
-//! The one kind still a field map, the Auto Scaling group, is built in `desired.rs` and served
-//! by `asg.rs`; a typed reference to it would use a marker type (an uninhabited enum
-//! implementing [`Kinded`]) until it moves.
+//! cloud-controller-manager makes are read and deleted as [`ClassicLoadBalancer`]; the
+//! [`LaunchTemplate`]; and the [`AutoScalingGroup`] that launches it. Every kind kprov writes
+//! is a task; the instances are only read (`instances.rs`): their group makes and ends them.
+//! A typed reference to a kind that is not a task would use a marker type (an uninhabited
+//! enum implementing [`Kinded`]).
 
 /// Declares a task whose typed fields each map to one field of the engine's resource: the
 /// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]) and its
@@ -86,6 +86,7 @@ macro_rules! task {
     };
 }
 
+mod auto_scaling_group;
 mod classic_load_balancer;
 mod dns_record;
 mod dns_zone;
@@ -112,6 +113,7 @@ use std::marker::PhantomData;
 
 use async_trait::async_trait;
 
+pub(crate) use auto_scaling_group::AutoScalingGroup;
 pub(crate) use classic_load_balancer::ClassicLoadBalancer;
 pub(crate) use dns_record::{DnsRecord, ListedRecord};
 pub(crate) use dns_zone::DnsZone;

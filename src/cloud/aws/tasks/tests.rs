@@ -1775,3 +1775,155 @@ fn a_dns_record_without_its_owner_text_is_not_deleted() {
         "\"heritage=kprov,cluster=c\""
     );
 }
+
+fn nodes_group() -> AutoScalingGroup {
+    AutoScalingGroup {
+        head: Head::owned("nodes"),
+        group_name: "nodes.c.example.com".into(),
+        launch_template: Ref::named("nodes"),
+        launch_template_version: "$Latest".into(),
+        min_size: 2,
+        max_size: 5,
+        desired_capacity: 2,
+        subnets: vec![Ref::named("a"), Ref::named("b")],
+        target_groups: vec![Ref::named("api")],
+        role: "Node".into(),
+    }
+}
+
+/// An Auto Scaling group: the field map the diff always compared (its name fixed once made,
+/// the subnets and target groups compared as sets), decoded back; a size that is not a number
+/// or a template reference of another kind is refused naming the field, and a size Auto
+/// Scaling cannot take is a model error naming it, never a truncated number sent to AWS.
+#[test]
+fn an_auto_scaling_group_is_the_field_map_it_was() {
+    use crate::cloud::aws::kinds::{AUTOSCALING_GROUP, TARGET_GROUP};
+
+    let group = nodes_group();
+    let r = group.resource();
+    assert_eq!(
+        r,
+        Resource::new(AUTOSCALING_GROUP, "nodes")
+            .field("groupName", Value::str("nodes.c.example.com"))
+            .field("launchTemplate", Value::reference(LAUNCH_TEMPLATE, "nodes"))
+            .field("launchTemplateVersion", Value::str("$Latest"))
+            .field("minSize", Value::Int(2))
+            .field("maxSize", Value::Int(5))
+            .field("desiredCapacity", Value::Int(2))
+            .field(
+                "subnets",
+                Value::set(vec![
+                    Value::reference(SUBNET, "a"),
+                    Value::reference(SUBNET, "b"),
+                ])
+            )
+            .field(
+                "targetGroups",
+                Value::set(vec![Value::reference(TARGET_GROUP, "api")])
+            )
+            .field("role", Value::str("Node"))
+            .rule("groupName", FieldRule::Immutable)
+    );
+    assert_eq!(AutoScalingGroup::from_resource(&r).expect("decodes"), group);
+
+    let e = AutoScalingGroup::from_resource(&r.clone().field("minSize", Value::str("2")))
+        .expect_err("mistyped");
+    assert_eq!(
+        e.to_string(),
+        "resource model: AutoScalingGroup/nodes: field minSize is not set"
+    );
+    let e = AutoScalingGroup::from_resource(
+        &r.clone()
+            .field("launchTemplate", Value::reference(SUBNET, "nodes")),
+    )
+    .expect_err("wrong kind");
+    assert_eq!(
+        e.to_string(),
+        "resource model: AutoScalingGroup/nodes: field launchTemplate: expected a reference to \
+         a LaunchTemplate, found Subnet/nodes"
+    );
+    let e = group
+        .size("maxSize", i64::from(i32::MAX) + 1)
+        .expect_err("out of range");
+    assert_eq!(
+        e.to_string(),
+        "resource model: AutoScalingGroup/nodes: field maxSize: 2147483648 is out of range"
+    );
+    assert_eq!(group.size("maxSize", 5).expect("in range"), 5);
+    // A desired group has no cloud ID to update or delete by; a read one has its name.
+    let e = group.cloud_id().expect_err("none");
+    assert_eq!(
+        e.to_string(),
+        "resource model: AutoScalingGroup/nodes: no cloud ID recorded"
+    );
+}
+
+/// A group read back: its template, subnets and target groups by the reader's logical names
+/// (a foreign ID as itself), its role from its tag; the desired capacity is the spec's while
+/// the group's (an autoscaler's) is within the spec's [min, max], and the group's otherwise.
+#[test]
+fn a_read_auto_scaling_group_leaves_the_capacity_to_its_scaler() {
+    use crate::cloud::aws::kinds::TARGET_GROUP;
+    use aws_sdk_autoscaling::types::{
+        AutoScalingGroup as AsgGroup, LaunchTemplateSpecification, TagDescription,
+    };
+
+    let listed = |desired: i32| {
+        AsgGroup::builder()
+            .auto_scaling_group_name("nodes.c.example.com")
+            .launch_template(
+                LaunchTemplateSpecification::builder()
+                    .launch_template_id("lt-1")
+                    .version("$Latest")
+                    .build(),
+            )
+            .min_size(2)
+            .max_size(5)
+            .desired_capacity(desired)
+            .vpc_zone_identifier("subnet-a, subnet-b,")
+            .target_group_arns("arn:tg")
+            .tags(
+                TagDescription::builder()
+                    .key("kprov.dev/role")
+                    .value("Node")
+                    .build(),
+            )
+            .build()
+    };
+    let desired = [nodes_group().resource()];
+    let rd = Reader {
+        desired: &desired,
+        ..reader(&[
+            ("lt-1", ResourceId::new(LAUNCH_TEMPLATE, "nodes")),
+            ("subnet-a", ResourceId::new(SUBNET, "a")),
+            ("arn:tg", ResourceId::new(TARGET_GROUP, "api")),
+        ])
+    };
+    let head = Head::listed("nodes", cid("nodes.c.example.com"));
+    let scaled = AutoScalingGroup::read(head.clone(), &listed(4), &rd);
+    assert_eq!(
+        scaled,
+        AutoScalingGroup {
+            head: head.clone(),
+            subnets: vec![Ref::named("a"), Ref::cloud("subnet-b")],
+            ..nodes_group()
+        }
+    );
+    let beyond = AutoScalingGroup::read(head.clone(), &listed(7), &rd);
+    assert_eq!(beyond.desired_capacity, 7);
+    let unplanned = AutoScalingGroup::read(head, &listed(4), &reader(&[]));
+    assert_eq!(unplanned.desired_capacity, 4);
+    assert_eq!(unplanned.launch_template, Ref::cloud("lt-1"));
+}
+
+/// A delete refused on a group already being deleted waits for it instead of failing
+/// (`delete cluster` retried after a throttled describe); any other status is a refusal.
+#[test]
+fn a_group_pending_delete_is_waited_for_not_refused() {
+    use super::auto_scaling_group::already_deleting;
+
+    assert!(already_deleting(Some("Delete in progress")));
+    assert!(!already_deleting(None));
+    assert!(!already_deleting(Some("")));
+    assert!(!already_deleting(Some("InService")));
+}
