@@ -239,34 +239,40 @@ fn load_document(
     errors: &mut Vec<Diagnostic>,
     parse_error: impl Fn(&serde_saphyr::Error) -> Diagnostic,
 ) -> Option<Loaded<Object>> {
-    // A document without a known apiVersion and kind is said once, and not parsed further.
-    let refused = match (meta.api_version.as_deref(), meta.kind.as_deref()) {
-        (Some(API_VERSION), Some(KIND_CLUSTER | KIND_INSTANCE_GROUP)) => None,
-        (Some(API_VERSION), Some(other)) => Some((
-            FieldPath::parse("kind"),
-            format!("unknown kind {other:?}; expected Cluster or InstanceGroup"),
-        )),
-        (Some(API_VERSION), None) => Some((
-            FieldPath::root(),
-            "missing kind (Cluster or InstanceGroup)".to_string(),
-        )),
-        (Some(other), _) => Some((
-            FieldPath::parse("apiVersion"),
-            format!("unsupported apiVersion {other:?}; expected {API_VERSION:?}"),
-        )),
-        (None, _) => Some((
-            FieldPath::root(),
-            format!("missing apiVersion (expected {API_VERSION:?})"),
-        )),
-    };
-    if let Some((path, message)) = refused {
-        errors.push(doc.diagnostic(&path, message));
-        return None;
-    }
-    let parsed = if meta.kind.as_deref() == Some(KIND_CLUSTER) {
-        serde_saphyr::from_str::<Cluster>(text).map(Object::Cluster)
-    } else {
-        serde_saphyr::from_str::<InstanceGroup>(text).map(Object::InstanceGroup)
+    // A document without a known apiVersion and kind is said once, and not parsed further;
+    // a known one is parsed as its kind (each kind named, so a new one cannot fall through).
+    type Parse = fn(&str) -> Result<Object, serde_saphyr::Error>;
+    let parse: Result<Parse, (FieldPath, String)> =
+        match (meta.api_version.as_deref(), meta.kind.as_deref()) {
+            (Some(API_VERSION), Some(KIND_CLUSTER)) => {
+                Ok(|t| serde_saphyr::from_str::<Cluster>(t).map(Object::Cluster))
+            }
+            (Some(API_VERSION), Some(KIND_INSTANCE_GROUP)) => {
+                Ok(|t| serde_saphyr::from_str::<InstanceGroup>(t).map(Object::InstanceGroup))
+            }
+            (Some(API_VERSION), Some(other)) => Err((
+                FieldPath::parse("kind"),
+                format!("unknown kind {other:?}; expected Cluster or InstanceGroup"),
+            )),
+            (Some(API_VERSION), None) => Err((
+                FieldPath::root(),
+                "missing kind (Cluster or InstanceGroup)".to_string(),
+            )),
+            (Some(other), _) => Err((
+                FieldPath::parse("apiVersion"),
+                format!("unsupported apiVersion {other:?}; expected {API_VERSION:?}"),
+            )),
+            (None, _) => Err((
+                FieldPath::root(),
+                format!("missing apiVersion (expected {API_VERSION:?})"),
+            )),
+        };
+    let parsed = match parse {
+        Ok(parse) => parse(text),
+        Err((path, message)) => {
+            errors.push(doc.diagnostic(&path, message));
+            return None;
+        }
     };
     match parsed {
         Ok(value) => Some(Loaded { value, doc }),

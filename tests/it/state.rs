@@ -1162,12 +1162,18 @@ async fn file_lock_that_is_a_directory_is_reported_and_broken() {
             );
         }
         let Broken::Obstruction {
-            what: w, removed, ..
+            what: w,
+            location,
+            removed,
         } = lock::break_lock(store.as_ref(), CLUSTER).await.unwrap()
         else {
             panic!("not an obstruction");
         };
         assert_eq!(w, what);
+        // Where it was, as `lock break` prints it: the lock's own key in this store.
+        let key = ClusterKeys::new(CLUSTER).unwrap().lock();
+        assert_eq!(location, store.key_location(&key));
+        assert!(location.ends_with(&key), "{location}");
         assert_eq!(removed, planted.len());
         assert!(!dir.exists());
         assert!(lock::read(store.as_ref(), CLUSTER).await.unwrap().is_none());

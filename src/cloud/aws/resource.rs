@@ -27,7 +27,7 @@ macro_rules! aws_resources {
                 match AwsKind::of(&r.id)? {
                     $($kind => tasks::$task::from_resource(r).map(AwsResource::$task),)*
                     k @ AwsKind::Instance => Err(
-                        CloudError::Model(format!("{}: a {k} is not a typed task", r.id)),
+                        CloudError::Model(format!("{}: not a typed task: {k}", r.id)),
                     ),
                 }
             }
@@ -199,7 +199,7 @@ spec: {{role: {role}, machineType: t3.medium, image: ami-1, minSize: 1, maxSize:
         instance.id = ResourceId::new(AwsKind::Instance.kind(), "i-1");
         let e = AwsResource::from_resource(&instance).expect_err("never a resource");
         assert!(
-            matches!(&e, CloudError::Model(m) if m == "Instance/i-1: a Instance is not a typed task"),
+            matches!(&e, CloudError::Model(m) if m == "Instance/i-1: not a typed task: Instance"),
             "{e:?}"
         );
         let mut other = subnet.clone();

@@ -3,10 +3,12 @@
 //! place (one UpdateAutoScalingGroup), the target groups by attaching and detaching, the role
 //! tag by rewriting the tags.
 //!
-//! The desired capacity belongs to whoever scales the group (a cluster-autoscaler, an
-//! operator, the rolling update's surge): the read reports the spec's value while the group's
-//! is within the spec's [min, max], and an update sends it only when the plan showed it
-//! changed, so an autoscaler's decision is never undone.
+//! The desired capacity belongs to whoever scales the group within the spec's bounds (a
+//! cluster-autoscaler, an operator): the read reports the spec's value while the group's is
+//! within the spec's [min, max], and an update sends it only when the plan showed it changed,
+//! so an autoscaler's decision is never undone. A capacity outside the bounds (a rolling
+//! update's surge left by an interrupted roll) is a change the plan shows and `update` puts
+//! back.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -21,16 +23,6 @@ use crate::cloud::aws::asg::tag_pairs;
 use crate::cloud::aws::kinds::AwsKind;
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
-
-const GROUP_NAME: &str = "groupName";
-const LAUNCH_TEMPLATE: &str = "launchTemplate";
-const LAUNCH_TEMPLATE_VERSION: &str = "launchTemplateVersion";
-const MIN_SIZE: &str = "minSize";
-const MAX_SIZE: &str = "maxSize";
-const DESIRED_CAPACITY: &str = "desiredCapacity";
-const SUBNETS: &str = "subnets";
-const TARGET_GROUPS: &str = "targetGroups";
-const ROLE: &str = "role";
 
 /// The fields one UpdateAutoScalingGroup sets.
 const GROUP_FIELDS: [&str; 6] = [
@@ -48,18 +40,18 @@ const TAG_ROLE: &str = "kprov.dev/role";
 task! {
     struct AutoScalingGroup: AwsKind::AutoScalingGroup;
     /// `IG.CLUSTER`: its cloud ID.
-    group_name: String = GROUP_NAME, Immutable;
-    launch_template: Ref<LaunchTemplate> = LAUNCH_TEMPLATE;
+    group_name: String = GROUP_NAME("groupName"), Immutable;
+    launch_template: Ref<LaunchTemplate> = LAUNCH_TEMPLATE("launchTemplate");
     /// `$Latest` on a desired group: a new template version is what the group launches next.
-    launch_template_version: String = LAUNCH_TEMPLATE_VERSION;
-    min_size: i64 = MIN_SIZE;
-    max_size: i64 = MAX_SIZE;
+    launch_template_version: String = LAUNCH_TEMPLATE_VERSION("launchTemplateVersion");
+    min_size: i64 = MIN_SIZE("minSize");
+    max_size: i64 = MAX_SIZE("maxSize");
     /// The spec's minimum on a desired group; on a read one, see the module doc.
-    desired_capacity: i64 = DESIRED_CAPACITY;
-    subnets: Vec<Ref<Subnet>> = SUBNETS;
-    target_groups: Vec<Ref<TargetGroup>> = TARGET_GROUPS;
+    desired_capacity: i64 = DESIRED_CAPACITY("desiredCapacity");
+    subnets: Vec<Ref<Subnet>> = SUBNETS("subnets");
+    target_groups: Vec<Ref<TargetGroup>> = TARGET_GROUPS("targetGroups");
     /// The instance group's role (`ControlPlane`, `Node`, `Bastion`), as a tag.
-    role: String = ROLE;
+    role: String = ROLE("role");
 }
 
 #[async_trait]
@@ -131,7 +123,7 @@ impl Task for AutoScalingGroup {
             .send()
             .await
             .ctx("CreateAutoScalingGroup")?;
-        id_from(&self.id(), "field groupName", name)
+        id_from(&self.id(), &format!("field {GROUP_NAME}"), name)
     }
 
     async fn update(

@@ -12,7 +12,7 @@
 //! name and rule), so a new kind writes only what is its own: how it is read, created,
 //! updated and deleted.
 //!
-//! Moved so far: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
+//! The tasks: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
 //! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
 //! the key pair ([`KeyPair`], its key an input the diff never sees), the IAM role, its policy
 //! and its instance profile ([`IamRole`], [`IamRolePolicy`], [`IamInstanceProfile`]), the

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Fields, Head, Kinded, Task, cannot_change, changed, text};
-use crate::cloud::aws::ec2::{gone_ok, tag_spec};
+use super::{Apply, Fields, Head, Kinded, Task, cannot_change, changed, gone, text};
+use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, Resource, Value};
@@ -130,7 +130,7 @@ impl Task for Vpc {
 
     async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
         let vid = self.cloud_id()?;
-        gone_ok(a.ec2.delete_vpc().vpc_id(vid).send().await.ctx("DeleteVpc"))
+        gone(a.ec2.delete_vpc().vpc_id(vid).send(), "DeleteVpc").await
     }
 }
 
