@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
 
 use super::{
-    Apply, Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed, resolve_all,
+    Apply, Done, Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed, resolve_all,
 };
 use crate::cloud::aws::asg::tag_pairs;
 use crate::cloud::aws::kinds::AwsKind;
@@ -126,12 +126,7 @@ impl Task for AutoScalingGroup {
         id_from(&self.id(), &format!("field {GROUP_NAME}"), name)
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        changes: &[FieldChange],
-        a: Apply<'_>,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, changes: &[FieldChange], a: Apply<'_>) -> Done {
         let name = have.cloud_id()?;
         if GROUP_FIELDS.iter().any(|f| changed(changes, f)) {
             a.asg
@@ -190,7 +185,7 @@ impl Task for AutoScalingGroup {
         Ok(())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;
         let r = a
             .asg

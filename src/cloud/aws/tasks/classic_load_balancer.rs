@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, Vpc, gone};
+use super::{Apply, Done, Head, Ref, SecurityGroup, Subnet, Task, Vpc, gone};
 use crate::cloud::aws::Reader;
 use crate::cloud::aws::kinds::AwsKind;
 use crate::cloud::engine::{CloudError, CloudId};
@@ -48,7 +48,7 @@ impl Task for ClassicLoadBalancer {
         )))
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone(
             a.clb
                 .delete_load_balancer()

@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use aws_sdk_route53::types::{AliasTarget, ChangeAction, ResourceRecordSet};
 
-use super::{Apply, DnsZone, Head, LoadBalancer, Ref, Task};
+use super::{Apply, DnsZone, Done, Head, LoadBalancer, Ref, Task};
 use crate::cloud::aws::dns::{alias_set, change, dns_key, in_zone, owner_value, submit, txt_set};
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -69,12 +69,12 @@ impl Task for DnsRecord {
     }
 
     /// The same UPSERT as the create (the name is fixed: a new one replaces the record).
-    async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+    async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         self.upsert(a.c, a.ids).await.map(|_| ())
     }
 
     /// The owner record and the alias go in one batch, each named exactly as read.
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let (zone, name) = in_zone(&self.id(), self.cloud_id()?, "NAME")?;
         let txt = self.owner_text()?;
         let mut changes = vec![change(ChangeAction::Delete, txt_set(name, txt)?)?];

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Head, Kinded, Task};
+use super::{Apply, Done, Head, Kinded, Task};
 use crate::cloud::aws::Reader;
 use crate::cloud::aws::dns::ZoneRead;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
@@ -37,7 +37,7 @@ impl Task for DnsZone {
     }
 
     /// Adopted (ExistsAndValidates): the engine never deletes it.
-    async fn delete(&self, _: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, _: Apply<'_>) -> Done {
         Err(CloudError::Model(format!(
             "{}: kprov does not delete a DNS zone",
             self.id()

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
-use super::{Apply, Head, Task, gone};
+use super::{Apply, Done, Head, Task, gone};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
@@ -50,7 +50,7 @@ impl Task for ElasticIp {
         created_id(&id, "AllocateAddress", out.allocation_id())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone(
             a.ec2
                 .release_address()

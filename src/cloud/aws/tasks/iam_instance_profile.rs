@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Head, IamRole, Ref, Task, gone};
+use super::{Apply, Done, Head, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::{path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create, id_from};
@@ -58,7 +58,7 @@ impl Task for IamInstanceProfile {
     }
 
     /// A new role: the old one out, the new one in (a profile holds one).
-    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         let name = have.cloud_id()?;
         if let Some(old) = &have.role {
             remove_role(a.c, name, old.resolve(a.ids)?).await?;
@@ -66,7 +66,7 @@ impl Task for IamInstanceProfile {
         add_role(a.c, name, self.desired_role()?.resolve(a.ids)?).await
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;
         if let Some(Ok(role)) = self.role.as_ref().map(|r| r.resolve(a.ids)) {
             // Already detached by an interrupted run is fine: the delete below decides.

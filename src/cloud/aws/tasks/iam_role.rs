@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Doc, Head, Task, cannot_change, changed, gone};
+use super::{Apply, Doc, Done, Head, Task, cannot_change, changed, gone};
 use crate::cloud::aws::iam::{normalize, path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{Ctx, Reader, id_from};
@@ -46,12 +46,7 @@ impl Task for IamRole {
         id_from(&id, "field roleName", &self.role_name)
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        changes: &[FieldChange],
-        a: Apply<'_>,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, changes: &[FieldChange], a: Apply<'_>) -> Done {
         if !changed(changes, ASSUME_ROLE_POLICY) {
             return Err(cannot_change(&self.id(), changes));
         }
@@ -65,7 +60,7 @@ impl Task for IamRole {
         Ok(())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone(
             a.iam.delete_role().role_name(self.cloud_id()?).send(),
             "DeleteRole",

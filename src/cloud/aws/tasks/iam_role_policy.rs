@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Doc, Head, IamRole, Ref, Task, gone};
+use super::{Apply, Doc, Done, Head, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::normalize;
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -43,11 +43,11 @@ impl Task for IamRolePolicy {
     }
 
     /// PutRolePolicy replaces the document (the name is fixed: the plan refuses a change).
-    async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+    async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         self.put(a.c, a.ids).await.map(|_| ())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let cid = self.cloud_id()?;
         // A role name has no ':' (IAM allows `\w+=,.@-`): the first one ends it.
         let (role, policy) = cid.split_once(':').ok_or_else(|| {

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Head, Ref, Task, Vpc, gone};
+use super::{Apply, Done, Head, Ref, Task, Vpc, gone};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, error_code, finish_create};
@@ -58,7 +58,7 @@ impl Task for InternetGateway {
         Ok(gid)
     }
 
-    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         let gid = have.cloud_id()?;
         if let Some(old) = &have.vpc {
             a.ec2
@@ -72,7 +72,7 @@ impl Task for InternetGateway {
         attach(a.c, gid, self.attached_to()?.resolve(a.ids)?).await
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let gid = self.cloud_id()?;
         if let Some(vpc) = &self.vpc {
             let r = a

@@ -19,8 +19,8 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::{
-    Apply, Codec, Doc, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup, Task,
-    gone, text,
+    Apply, Codec, Doc, Done, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup,
+    Task, gone, text,
 };
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::hostkeys;
@@ -339,7 +339,7 @@ impl Task for LaunchTemplate {
 
     /// Instance groups use `$Latest`: a new complete version is the change (the name is
     /// fixed: the plan refuses a change).
-    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         let tid = have.cloud_id()?;
         let out = a
             .ec2
@@ -375,7 +375,7 @@ impl Task for LaunchTemplate {
         Ok(())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone(
             a.ec2
                 .delete_launch_template()

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{Action, ActionTypeEnum, ProtocolEnum};
 
-use super::{Apply, Head, LoadBalancer, Ref, TargetGroup, Task, gone};
+use super::{Apply, Done, Head, LoadBalancer, Ref, TargetGroup, Task, gone};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
@@ -71,7 +71,7 @@ impl Task for Listener {
         )
     }
 
-    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         a.elb
             .modify_listener()
             .listener_arn(have.cloud_id()?)
@@ -84,7 +84,7 @@ impl Task for Listener {
         Ok(())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone(
             a.elb
                 .delete_listener()

@@ -5,7 +5,9 @@
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{LoadBalancerSchemeEnum, LoadBalancerTypeEnum};
 
-use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, cannot_change, gone, resolve_all};
+use super::{
+    Apply, Done, Head, Ref, SecurityGroup, Subnet, Task, cannot_change, gone, resolve_all,
+};
 use crate::cloud::aws::elb::tags;
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
@@ -85,12 +87,7 @@ impl Task for LoadBalancer {
         )
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        changes: &[FieldChange],
-        a: Apply<'_>,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, changes: &[FieldChange], a: Apply<'_>) -> Done {
         if changes.iter().any(|ch| ch.field != SUBNETS) {
             return Err(cannot_change(&self.id(), changes));
         }
@@ -104,7 +101,7 @@ impl Task for LoadBalancer {
         Ok(())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone(
             a.elb
                 .delete_load_balancer()

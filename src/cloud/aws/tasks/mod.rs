@@ -444,6 +444,9 @@ impl std::ops::Deref for Apply<'_> {
     }
 }
 
+/// What a task's update and delete return.
+pub(crate) type Done = Result<(), CloudError>;
+
 /// One AWS kind as a typed task.
 #[async_trait]
 pub(crate) trait Task: Fields + Send + Sync {
@@ -466,12 +469,7 @@ pub(crate) trait Task: Fields + Send + Sync {
     /// Brings `have` (read) to `self` (desired); `changes` are the fields the plan showed. The
     /// default is a kind whose fields are all fixed once made: the plan refuses or replaces
     /// first, and this names the fields should a change get here.
-    async fn update(
-        &self,
-        _: &Self,
-        changes: &[FieldChange],
-        _: Apply<'_>,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, _: &Self, changes: &[FieldChange], _: Apply<'_>) -> Done {
         Err(cannot_change(&self.id(), changes))
     }
 

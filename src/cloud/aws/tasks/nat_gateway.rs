@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, ElasticIp, Head, Ref, Subnet, Task, gone};
+use super::{Apply, Done, ElasticIp, Head, Ref, Subnet, Task, gone};
 use crate::cloud::aws::ec2::{tag_spec, wait_nat};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, after_create, created_id};
@@ -55,7 +55,7 @@ impl Task for NatGateway {
         Ok(nid)
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let nid = self.cloud_id()?;
         gone(
             a.ec2.delete_nat_gateway().nat_gateway_id(nid).send(),

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc, gone};
+use super::{
+    Apply, Done, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc, gone,
+};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id, finish_create};
@@ -242,7 +244,7 @@ impl Task for RouteTable {
         Ok(tid)
     }
 
-    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         let tid = have.cloud_id()?;
         let want_routes = self.resolved(a.ids)?;
         let have_routes = have.resolved(a.ids)?;
@@ -292,7 +294,7 @@ impl Task for RouteTable {
         Ok(())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let tid = self.cloud_id()?;
         for assoc in self.read_associations()? {
             gone_ok(disassociate(a.c, &assoc.id).await)?;

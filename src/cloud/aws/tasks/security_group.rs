@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Head, Ref, Task, Vpc, gone};
+use super::{Apply, Done, Head, Ref, Task, Vpc, gone};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, created_id};
@@ -49,7 +49,7 @@ impl Task for SecurityGroup {
         created_id(&id, "CreateSecurityGroup", out.group_id())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone(
             a.ec2
                 .delete_security_group()

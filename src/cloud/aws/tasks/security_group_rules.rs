@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 
-use super::{Apply, Head, Item, Kinded, Ref, SecurityGroup, Task};
+use super::{Apply, Done, Head, Item, Kinded, Ref, SecurityGroup, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, UNTRACKED, id_from};
@@ -214,7 +214,7 @@ impl Task for SecurityGroupRules {
         id_from(&self.id(), "the group reference", gid)
     }
 
-    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         let gid = have.cloud_id()?;
         let missing: Vec<Rule> = self
             .ingress
@@ -232,7 +232,7 @@ impl Task for SecurityGroupRules {
         authorize(a.c, gid, &missing, a.ids).await
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone_ok(revoke(a.c, self.cloud_id()?, &self.ingress, a.ids).await)
     }
 }

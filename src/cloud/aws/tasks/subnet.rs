@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Head, Ref, Task, Vpc, cannot_change, changed, gone};
+use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, changed, gone};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
@@ -66,19 +66,14 @@ impl Task for Subnet {
         Ok(sid)
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        changes: &[FieldChange],
-        a: Apply<'_>,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, changes: &[FieldChange], a: Apply<'_>) -> Done {
         if !changed(changes, MAP_PUBLIC_IP) {
             return Err(cannot_change(&self.id(), changes));
         }
         set_map_public_ip(a.c, have.cloud_id()?, self.map_public_ip).await
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let sid = self.cloud_id()?;
         gone(a.ec2.delete_subnet().subnet_id(sid).send(), "DeleteSubnet").await
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, TargetGroupAttribute, TargetTypeEnum};
 
-use super::{Apply, Head, Ref, Task, Vpc, cannot_change, gone};
+use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, gone};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
@@ -95,12 +95,7 @@ impl Task for TargetGroup {
         Ok(arn)
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        changes: &[FieldChange],
-        a: Apply<'_>,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, changes: &[FieldChange], a: Apply<'_>) -> Done {
         if changes
             .iter()
             .any(|ch| ![PRESERVE_CLIENT_IP, DEREGISTRATION_DELAY].contains(&ch.field.as_str()))
@@ -110,7 +105,7 @@ impl Task for TargetGroup {
         self.set_attributes(a.c, have.cloud_id()?).await
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         gone(
             a.elb
                 .delete_target_group()

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Fields, Head, Kinded, Task, cannot_change, changed, gone, text};
+use super::{Apply, Done, Fields, Head, Kinded, Task, cannot_change, changed, gone, text};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
@@ -106,12 +106,7 @@ impl Task for Vpc {
         Ok(vid)
     }
 
-    async fn update(
-        &self,
-        have: &Self,
-        changes: &[FieldChange],
-        a: Apply<'_>,
-    ) -> Result<(), CloudError> {
+    async fn update(&self, have: &Self, changes: &[FieldChange], a: Apply<'_>) -> Done {
         let (Some(dns), true) = (
             self.dns,
             changed(changes, DNS_SUPPORT) || changed(changes, DNS_HOSTNAMES),
@@ -128,7 +123,7 @@ impl Task for Vpc {
         Ok(())
     }
 
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError> {
+    async fn delete(&self, a: Apply<'_>) -> Done {
         let vid = self.cloud_id()?;
         gone(a.ec2.delete_vpc().vpc_id(vid).send(), "DeleteVpc").await
     }
