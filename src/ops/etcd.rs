@@ -38,7 +38,7 @@ use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateError, StateStore};
 
 /// The largest snapshot kprov reads back: etcd's largest supported backend quota (8 GiB).
-pub const SNAPSHOT_LIMIT: u64 = 8 << 30;
+pub(crate) const SNAPSHOT_LIMIT: u64 = 8 << 30;
 /// A backup record is a few hundred bytes; anything much larger is not one.
 const RECORD_LIMIT: usize = 64 << 10;
 
@@ -80,7 +80,7 @@ async fn run(exec: &dyn HostExecutor, host: &str, steps: &[Step]) -> anyhow::Res
 
 /// The member list with every member's health, read on the first etcd member that answers
 /// (each host tried in inventory order; the errors of all of them when none does).
-pub async fn members(
+pub(crate) async fn members(
     cluster: &ResolvedCluster,
     targets: &[Target],
     exec: &dyn HostExecutor,
@@ -112,7 +112,7 @@ pub async fn members(
 /// error names each unhealthy member with its peer URL and the target it runs on (found by
 /// node name, which kubeadm names members after, by host name, else by peer address), and
 /// says whether quorum still holds.
-pub fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> {
+pub(crate) fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> {
     if members.is_empty() {
         return Err("etcd lists no member".into());
     }
@@ -163,7 +163,7 @@ pub fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> 
 }
 
 /// The etcd check of the rolling update's validation gate, over SSH.
-pub struct SshEtcdHealth {
+pub(crate) struct SshEtcdHealth {
     pub cluster: ResolvedCluster,
     pub targets: Vec<Target>,
     pub exec: std::sync::Arc<dyn HostExecutor>,
@@ -370,7 +370,7 @@ impl BackupRecord {
 
 /// A stored backup record read from `key` under `prefix`: bounded, JSON, then
 /// [`BackupRecord::check`].
-pub fn check_record(prefix: &str, key: &str, data: &[u8]) -> Result<BackupRecord, String> {
+pub(crate) fn check_record(prefix: &str, key: &str, data: &[u8]) -> Result<BackupRecord, String> {
     if data.len() > RECORD_LIMIT {
         return Err(format!(
             "{} bytes, more than a backup record's {RECORD_LIMIT}",
@@ -457,7 +457,7 @@ pub async fn load(
 /// What a restore will do, host by host (the preview prints it).
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RestorePlan {
+pub(crate) struct RestorePlan {
     pub backup: BackupRecord,
     pub etcd: String,
     /// (host, what happens there), in order.
@@ -466,7 +466,7 @@ pub struct RestorePlan {
 
 /// The etcd members among `targets`: the control planes (stacked etcd) or the `etcd` hosts
 /// (external).
-pub fn members_of<'t>(cluster: &ResolvedCluster, targets: &'t [Target]) -> Vec<&'t Target> {
+pub(crate) fn members_of<'t>(cluster: &ResolvedCluster, targets: &'t [Target]) -> Vec<&'t Target> {
     let ty = cluster.etcd;
     targets
         .iter()
@@ -477,7 +477,7 @@ pub fn members_of<'t>(cluster: &ResolvedCluster, targets: &'t [Target]) -> Vec<&
         .collect()
 }
 
-pub fn restore_plan(
+pub(crate) fn restore_plan(
     cluster: &ResolvedCluster,
     targets: &[Target],
     backup: &BackupRecord,
@@ -523,7 +523,7 @@ pub fn restore_plan(
 /// Restores `snapshot` (already verified by [`load`]) on every member. The caller holds the
 /// cluster lock. Stops at the first phase that fails on any host, naming it; a re-run
 /// restores again from the start.
-pub async fn restore(
+pub(crate) async fn restore(
     cluster: &ResolvedCluster,
     targets: &[Target],
     exec: &dyn HostExecutor,

@@ -97,16 +97,6 @@ pub struct RemovalPlan {
     pub refusals: Vec<String>,
 }
 
-impl RemovalPlan {
-    pub fn to_evict(&self) -> Vec<&str> {
-        self.pods
-            .iter()
-            .filter(|(_, d)| *d == Disposition::Evict)
-            .map(|(p, _)| p.as_str())
-            .collect()
-    }
-}
-
 /// Progress of a removal, for the CLI to render.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RemoveEvent {
@@ -129,7 +119,7 @@ pub struct RemoveReport {
 }
 
 /// Whether a host runs an etcd member in this cluster.
-pub fn runs_etcd(cluster: &ResolvedCluster, host: &Host) -> bool {
+pub(crate) fn runs_etcd(cluster: &ResolvedCluster, host: &Host) -> bool {
     let external = cluster.etcd == EtcdType::External;
     host.roles.contains(&HostRole::Etcd)
         || (!external && host.roles.contains(&HostRole::ControlPlane))
@@ -230,7 +220,7 @@ async fn etcd_plan(
 
 /// Observes what removing `node` means: its host, Node object, pods, etcd member, and why it
 /// would be refused. Read-only, apart from the etcdctl answer file on another etcd host.
-pub async fn plan(
+pub(crate) async fn plan(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     kube: &Kube,
@@ -330,7 +320,7 @@ pub async fn plan(
 /// Removes `node` (see the module docs) under `guard`, the cluster lock the caller holds.
 /// The plan is made again under the lock; any refusal stops before anything changes. A drain
 /// that fails leaves the node cordoned and everything else as it was.
-pub async fn remove(
+pub(crate) async fn remove(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     kube: &Kube,
@@ -646,7 +636,7 @@ pub enum Release {
 /// state store (never by force: a live cluster's host is refused, naming the command that
 /// removes it from its cluster). The reset runs only on a host still carrying the gone
 /// cluster's marker (checked again on the host). Call under `cluster`'s lock when `yes`.
-pub async fn release_host(
+pub(crate) async fn release_host(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     host: &str,
@@ -755,7 +745,7 @@ async fn release_on(
 
 /// What `delete instance` is asked to do (its flags).
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     /// A host name (metal), a Node name or an instance ID (AWS).
     pub node: String,
     /// Give up on the drain after this long (the node stays cordoned, nothing else changes).
@@ -790,7 +780,7 @@ impl Request {
 
 /// Why `delete instance` could not run.
 #[derive(Debug, thiserror::Error)]
-pub enum InstanceError {
+pub(crate) enum InstanceError {
     /// `--decrement-desired-capacity` on a metal cluster.
     #[error("--decrement-desired-capacity applies to AWS clusters; {0} is bare metal")]
     DecrementOnMetal(String),
@@ -809,7 +799,7 @@ pub enum InstanceError {
 }
 
 /// `delete instance` on one cluster, opened: where it runs and the API client it uses.
-pub struct Removal {
+pub(crate) struct Removal {
     store: Arc<dyn StateStore>,
     cluster: ResolvedCluster,
     request: Request,
@@ -839,7 +829,7 @@ pub enum InstancePlan {
 
 impl InstancePlan {
     /// Why `--yes` would refuse (empty: it would remove the node).
-    pub fn refusals(&self) -> &[String] {
+    pub(crate) fn refusals(&self) -> &[String] {
         match self {
             InstancePlan::Metal(p) => &p.refusals,
             InstancePlan::Aws(p) => &p.refusals,
@@ -848,7 +838,7 @@ impl InstancePlan {
 
     /// The preview as `-o json|yaml` prints it: the plan's fields (keys sorted), each pod as
     /// `{pod, action, reason}`.
-    pub fn document(&self) -> serde_json::Result<serde_json::Value> {
+    pub(crate) fn document(&self) -> serde_json::Result<serde_json::Value> {
         let (mut v, pods) = match self {
             InstancePlan::Metal(p) => (serde_json::to_value(p)?, &p.pods),
             InstancePlan::Aws(p) => (serde_json::to_value(p)?, &p.pods),
@@ -882,7 +872,7 @@ impl Removal {
     /// Opens the removal of `request.node` from `cluster` (completed and validated): the flags
     /// checked against the platform, the cloud's clients on AWS, and the API client (not on
     /// AWS with `--cloudonly`, which never asks the API).
-    pub async fn open(
+    pub(crate) async fn open(
         store: Arc<dyn StateStore>,
         cluster: &ResolvedCluster,
         request: Request,
@@ -941,12 +931,12 @@ impl Removal {
     }
 
     /// How the API is reached when not directly, for a debug line.
-    pub fn route(&self) -> Option<&str> {
+    pub(crate) fn route(&self) -> Option<&str> {
         self.client.as_ref().and_then(|c| c.route())
     }
 
     /// What removing the node means, read-only (the preview).
-    pub async fn plan(&self) -> Result<InstancePlan, InstanceError> {
+    pub(crate) async fn plan(&self) -> Result<InstancePlan, InstanceError> {
         let r = &self.request;
         Ok(match &self.on {
             RemovalOn::Metal { kube } => InstancePlan::Metal(Box::new(
@@ -971,7 +961,7 @@ impl Removal {
     /// process with the lock held): the wait in flight (drain, etcd member, host, API, the
     /// cloud) ends, the lock is released and `Ok(Err(caught))` returned; every step is safe to
     /// run again, which the next run does.
-    pub async fn apply_interruptible(
+    pub(crate) async fn apply_interruptible(
         &self,
         session: &super::session::Session,
         ints: &super::interrupt::Interrupts,
@@ -986,7 +976,7 @@ impl Removal {
 
     /// Removes the node under `guard` (the caller's [`crate::ops::session::Session::with_lock`]):
     /// the plan is made again under the lock, a refusal stops before anything changes.
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         guard: &lock::LockGuard,
         events: &RemoveEvents,

@@ -45,7 +45,7 @@ use crate::state::StateStore;
 use crate::state::lock::LockError;
 
 /// The taint put on nodes about to be replaced, so evicted pods prefer other nodes.
-pub const REPLACING_TAINT: &str = "kprov.dev/rolling-update";
+pub(crate) const REPLACING_TAINT: &str = "kprov.dev/rolling-update";
 
 #[derive(Debug, Clone)]
 pub struct RollOptions {
@@ -114,7 +114,7 @@ pub trait EtcdHealth: Send + Sync {
 
 /// A Ready condition's `lastHeartbeatTime` (RFC 3339 as the API serves it, compared only with
 /// other times the API served: never with this machine's clock).
-pub type Heartbeat = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+pub(crate) type Heartbeat = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The heartbeat of `node`'s Ready condition as the API serves it now (`None`: no Node, or
 /// no Ready condition yet).
@@ -284,20 +284,6 @@ pub enum ObserveError {
     /// Another cluster side's failure (an implementation outside this module), as it says it.
     #[error("{message}")]
     Failed { node: String, message: String },
-}
-
-impl ObserveError {
-    /// The node the step was for.
-    pub fn node(&self) -> &str {
-        match self {
-            ObserveError::Change { node, .. }
-            | ObserveError::Drain { node, .. }
-            | ObserveError::Read { node, .. }
-            | ObserveError::NotReady { node, .. }
-            | ObserveError::NoApi { node }
-            | ObserveError::Failed { node, .. } => node,
-        }
-    }
 }
 
 /// Why one validation of the cluster failed ([`ClusterApi::validate`]).
@@ -1378,7 +1364,7 @@ fn combine(api: Option<Vec<String>>, etcd: Option<EtcdError>) -> Result<(), Vali
 
 /// What a rolling-update preview found on one target.
 #[derive(Debug, Clone)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub target: Target,
     /// The record on the host (`None`: none), or why it could not be read.
     pub record: Result<Option<Provisioned>, ReadError>,
@@ -1389,7 +1375,7 @@ pub struct Observed {
 /// Why the preview could not tell a target's record or what it should be: the target is
 /// listed as unknown or refused, never guessed at.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// kprov never recorded the host's key: it is not contacted.
     #[error(
         "its host key is not recorded: `kprov update cluster --yes --accept-new-host-keys` first"
@@ -1408,7 +1394,7 @@ pub enum ReadError {
 
 /// Reads every target's provisioning record, read-only: contacts only hosts whose key the
 /// cluster recorded, records no key, writes nothing.
-pub async fn observe(
+pub(crate) async fn observe(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     targets: &[Target],
@@ -1447,7 +1433,7 @@ pub async fn observe(
 
 /// The roll's groups as resolve typed them (role, size with `min <= max`), each with its
 /// `rollingUpdate` settings as the completed spec gives them.
-pub fn group_inputs(resolved: &ResolvedCluster) -> Vec<GroupInput> {
+pub(crate) fn group_inputs(resolved: &ResolvedCluster) -> Vec<GroupInput> {
     resolved
         .groups
         .iter()
@@ -1469,7 +1455,7 @@ pub fn group_inputs(resolved: &ResolvedCluster) -> Vec<GroupInput> {
 /// Metal hosts belong to the first group of their role (control planes before workers);
 /// etcd-only hosts are not rolled. Targets that could not be inspected come back as problems:
 /// a roll never guesses.
-pub fn inputs(
+pub(crate) fn inputs(
     group_inputs: Vec<GroupInput>,
     observed: &[Observed],
     ready: Option<&BTreeMap<String, bool>>,
@@ -1547,7 +1533,7 @@ pub fn inputs(
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeSet;
     use std::sync::Mutex as StdMutex;
 
@@ -1560,7 +1546,7 @@ pub mod tests {
 
     /// An in-memory cluster and fleet: records every call, fails where told.
     #[derive(Default)]
-    pub struct Fake {
+    pub(crate) struct Fake {
         pub calls: StdMutex<Vec<String>>,
         pub drain_fails: BTreeSet<String>,
         pub validate_failures: StdMutex<u32>,
@@ -1595,7 +1581,7 @@ pub mod tests {
             }
         }
 
-        pub fn calls(&self) -> Vec<String> {
+        pub(crate) fn calls(&self) -> Vec<String> {
             self.calls.lock().map(|c| c.clone()).unwrap_or_default()
         }
     }
@@ -1689,7 +1675,7 @@ pub mod tests {
         }
     }
 
-    pub fn rec(v: &str) -> Provisioned {
+    pub(crate) fn rec(v: &str) -> Provisioned {
         Provisioned {
             kubernetes_version: v.into(),
             config_digest: "0".repeat(64),
@@ -1701,7 +1687,7 @@ pub mod tests {
     }
 
     /// cp1, cp2 and `workers` workers behind by a minor, workers two at a time.
-    pub fn plan_of(platform: Platform, workers: usize, unavailable: u32) -> roll::RollPlan {
+    pub(crate) fn plan_of(platform: Platform, workers: usize, unavailable: u32) -> roll::RollPlan {
         let groups = vec![
             GroupInput {
                 name: "control-plane".into(),
@@ -1751,7 +1737,7 @@ pub mod tests {
         }
     }
 
-    pub fn fast() -> RollOptions {
+    pub(crate) fn fast() -> RollOptions {
         RollOptions {
             validation_interval: Duration::from_millis(1),
             validation_timeout: Duration::from_secs(5),
@@ -1759,11 +1745,11 @@ pub mod tests {
         }
     }
 
-    pub fn silent() -> RollEvents {
+    pub(crate) fn silent() -> RollEvents {
         Arc::new(|_: &RollEvent| {})
     }
 
-    pub async fn go(
+    pub(crate) async fn go(
         store: &dyn StateStore,
         journal: Journal,
         fake: &Fake,
