@@ -50,7 +50,10 @@ pub struct BackupRecord {
     pub id: String,
     /// State store key of the snapshot.
     pub key: String,
+    /// The snapshot's SHA-256, 64 lowercase hex digits; [`load`] refuses a snapshot that
+    /// differs.
     pub sha256: String,
+    /// The snapshot's length in bytes (1 byte to 8 GiB), checked again on [`load`].
     pub size: u64,
     /// The member it was taken on.
     pub host: String,
@@ -275,14 +278,18 @@ const ID_FORMAT: &str = "%Y%m%dT%H%M%SZ";
 /// restored. `reason` quotes stored values only through [`crate::output::untrusted`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DamagedRecord {
+    /// Where the record is, as the store names it ([`StateStore::key_location`]).
     pub key: String,
+    /// Which check it failed, stored values escaped.
     pub reason: String,
 }
 
 /// What `<cluster>/backups/etcd/` holds: the good records, oldest first, and the damaged ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Backups {
+    /// The records that passed the checks, oldest id first.
     pub records: Vec<BackupRecord>,
+    /// The records that did not, each with its reason; never restorable.
     pub damaged: Vec<DamagedRecord>,
 }
 

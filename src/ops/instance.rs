@@ -62,13 +62,18 @@ pub enum EtcdPlan {
     NoEtcd,
     /// The host should run etcd, but the member list has no member for it (already removed).
     NotAMember {
+        /// The other etcd host whose member list was read.
         via: String,
+        /// That member list, none of them the host's.
         members: Vec<EtcdMember>,
     },
     /// Its member is removed through `via` before the host is reset.
     Remove {
+        /// The host's own member, the one removed.
         member: EtcdMember,
+        /// The other etcd host the removal runs on (the first whose member list could be read).
         via: String,
+        /// The member list read on `via`, the host's member included.
         members: Vec<EtcdMember>,
     },
 }
@@ -77,45 +82,50 @@ pub enum EtcdPlan {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RemovalPlan {
-    pub cluster: String,
-    pub node: String,
-    pub host: Host,
+    pub(crate) cluster: String,
+    pub(crate) node: String,
+    pub(crate) host: Host,
     /// In the stored spec (otherwise only in kprov's record of provisioned hosts).
-    pub in_spec: bool,
+    pub(crate) in_spec: bool,
     /// Why the host stays in the spec after the removal (the spec without it would be
     /// invalid, e.g. an even number of stacked control planes): `update cluster --yes` then
     /// provisions it again, which is how a control plane is replaced.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stays_in_spec: Option<String>,
+    pub(crate) stays_in_spec: Option<String>,
     /// The Node object, when the API server has one.
-    pub node_object: Option<NodeInfo>,
+    pub(crate) node_object: Option<NodeInfo>,
     /// `namespace/name` of each pod on the node and what the drain does with it.
     #[serde(skip)]
-    pub pods: Vec<(String, Disposition)>,
-    pub etcd: EtcdPlan,
+    pub(crate) pods: Vec<(String, Disposition)>,
+    pub(crate) etcd: EtcdPlan,
     /// Why the removal may not go ahead (quorum, last control plane, pods that would be lost).
-    pub refusals: Vec<String>,
+    pub(crate) refusals: Vec<String>,
 }
 
 /// Progress of a removal, for the CLI to render.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RemoveEvent {
+    /// A step begins, as a sentence (`draining NODE`, `resetting host NODE`).
     Step(String),
+    /// The drain's own progress (evictions, waits).
     Drain(DrainEvent),
+    /// Something left undone that does not stop the removal (no Node object to drain, the
+    /// host staying in the spec).
     Warning(String),
 }
 
+/// Where [`remove`] and [`remove_aws`] send their [`RemoveEvent`]s, as they happen.
 pub type RemoveEvents = Arc<dyn Fn(&RemoveEvent) + Send + Sync>;
 
 /// What [`remove`] did.
 #[derive(Debug, Clone)]
 pub struct RemoveReport {
-    pub drain: Option<DrainReport>,
-    pub etcd_member_removed: Option<EtcdMember>,
+    pub(crate) drain: Option<DrainReport>,
+    pub(crate) etcd_member_removed: Option<EtcdMember>,
     /// `false` when the host carried no marker of this cluster (e.g. already reset).
-    pub host_reset: bool,
-    pub node_deleted: bool,
-    pub removed_from_spec: bool,
+    pub(crate) host_reset: bool,
+    pub(crate) node_deleted: bool,
+    pub(crate) removed_from_spec: bool,
 }
 
 /// Whether a host runs an etcd member in this cluster.
@@ -442,19 +452,31 @@ pub(crate) async fn remove(
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AwsRemovalPlan {
+    /// The cluster's name, as the cloud's ownership tags carry it.
     pub cluster: String,
     /// The Node name (the instance's private DNS name).
     pub node: String,
+    /// The EC2 instance ID (`i-...`) that is terminated.
     pub instance_id: String,
+    /// The instance group the instance belongs to.
     pub instance_group: String,
+    /// That group's Auto Scaling group, `GROUP.CLUSTER`.
     pub auto_scaling_group: String,
+    /// The Auto Scaling group's size when planned (`--decrement-desired-capacity` is refused
+    /// below its minimum).
     pub capacity: GroupCapacity,
     /// Shrink the group instead of letting it launch a replacement.
     pub decrement: bool,
+    /// The instance is a control plane: the plan then refuses (its etcd member is not
+    /// removed on AWS yet).
     pub control_plane: bool,
+    /// The Node object, when the API has one (`None` under `--cloudonly` too).
     pub node_object: Option<NodeInfo>,
+    /// `namespace/name` of each pod on the node and what the drain does with it.
     #[serde(skip)]
     pub pods: Vec<(String, Disposition)>,
+    /// Why the removal may not go ahead (a control plane, the group's minimum, pods that
+    /// would be lost); empty: `--yes` removes it.
     pub refusals: Vec<String>,
     /// `--cloudonly`: the cluster's API is not asked (it may be down): no drain, the Node
     /// object is left to the cloud-controller-manager.
@@ -624,7 +646,9 @@ pub enum Release {
     /// The marker names a cluster the store no longer has (or a recreated one with another
     /// UID); `done` once the host was reset.
     Gone {
+        /// The ownership marker read on the host.
         owner: nodes::owner::Owner,
+        /// The host was reset (`false`: only previewed).
         done: bool,
     },
     /// Not released, and why (a live cluster's host, this cluster's own, another store's).
@@ -823,7 +847,9 @@ struct AwsRemoval {
 /// The preview of `delete instance`, per platform.
 #[derive(Debug, Clone)]
 pub enum InstancePlan {
+    /// A metal host: its Node, pods and etcd member.
     Metal(Box<RemovalPlan>),
+    /// An AWS instance: its Auto Scaling group and capacity.
     Aws(Box<AwsRemovalPlan>),
 }
 
@@ -861,9 +887,13 @@ impl InstancePlan {
 /// What `delete instance --yes` did, per platform.
 #[derive(Debug, Clone)]
 pub enum InstanceReport {
+    /// A metal host removed: drained, etcd member, reset, Node object, spec.
     Metal(RemoveReport),
+    /// An AWS instance terminated in its Auto Scaling group.
     Aws {
+        /// The plan as made again under the lock, the one carried out.
         plan: AwsRemovalPlan,
+        /// The drain's outcome; `None` when nothing was drained (`--cloudonly`, no Node).
         drain: Option<DrainReport>,
     },
 }

@@ -47,6 +47,8 @@ use crate::state::lock::LockError;
 /// The taint put on nodes about to be replaced, so evicted pods prefer other nodes.
 pub(crate) const REPLACING_TAINT: &str = "kprov.dev/rolling-update";
 
+/// The waits and gates of a roll, from `rolling-update cluster`'s flags; [`Default`] is what
+/// the flags default to.
 #[derive(Debug, Clone)]
 pub struct RollOptions {
     /// `--drain-timeout` per node (default 15 minutes).
@@ -59,7 +61,7 @@ pub struct RollOptions {
     pub validation_interval: Duration,
     /// How long a replaced or re-provisioned node may take to be Ready.
     pub ready_timeout: Duration,
-    /// `--cloudonly`.
+    /// `--cloudonly`: the API is not asked (no drain, no Ready, no validation gate).
     pub cloud_only: bool,
 }
 
@@ -80,7 +82,10 @@ impl Default for RollOptions {
 /// text is a sentence naming what failed.
 #[async_trait]
 pub trait ClusterApi: Send + Sync {
+    /// Puts `REPLACING_TAINT` (`kprov.dev/rolling-update`, PreferNoSchedule) on `node`, so
+    /// pods evicted from the batch prefer other nodes.
     async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError>;
+    /// Marks `node` unschedulable before its drain.
     async fn cordon(&self, node: &str) -> Result<(), ObserveError>;
     /// Evicts every pod that must leave; on timeout the error names the pods left and the
     /// PodDisruptionBudget blocking each.
@@ -98,6 +103,7 @@ pub trait ClusterApi: Send + Sync {
         timeout: Duration,
         after: Option<&Heartbeat>,
     ) -> Result<(), ObserveError>;
+    /// Makes `node` schedulable again, once it is Ready after its roll.
     async fn uncordon(&self, node: &str) -> Result<(), ObserveError>;
     /// One validation of the whole cluster (nodes Ready, control plane and etcd healthy,
     /// kube-system available, nothing uninitialized).
@@ -151,6 +157,7 @@ pub struct Rolled {
 }
 
 impl Rolled {
+    /// A node replaced by the new node `node` (whose kubelet the engine waits Ready for).
     pub fn replaced_by(node: String) -> Rolled {
         Rolled {
             replacement: Some(node),
@@ -186,54 +193,78 @@ pub trait NodeRoller: Send + Sync {
 pub enum RollEvent {
     /// A node reached a step.
     Step {
+        /// The node, by its journal name.
         node: String,
+        /// The step it reached (as the journal records it).
         step: NodeStep,
+        /// Time since this run began working on the node.
         elapsed: Duration,
     },
     /// A node is working on something (drain, replace, Ready).
     Working {
+        /// The node, by its journal name.
         node: String,
+        /// What it waits on, as a phrase for the spinner.
         what: String,
     },
     /// A validation attempt of the gate: passes so far, needed.
     Gate {
+        /// Consecutive passes so far (0 after a failure).
         passes: u32,
+        /// Consecutive passes the gate needs (`--validate-count`).
         needed: u32,
+        /// Why this attempt failed; `None`: it passed.
         error: Option<String>,
     },
+    /// A line for the user that is no step (a node done without validation under
+    /// `--cloudonly`).
     Note(String),
 }
 
+/// Where [`run`] sends its [`RollEvent`]s, as they happen (from the batch's tasks: it must be
+/// cheap and must not block).
 pub type RollEvents = Arc<dyn Fn(&RollEvent) + Send + Sync>;
 
+/// Why [`run`] stopped before the journal was finished; the journal on the store says where
+/// each node is, and a run started again resumes from there.
 #[derive(Debug, thiserror::Error)]
 pub enum RollError {
     /// A node's step failed: `reason` is what the journal records for it, `cause` the
     /// failure as the cluster side or the roller returned it (match on it, never on `reason`).
     #[error("the roll stopped at {node}: {reason}")]
     Stopped {
+        /// The node, by its journal name.
         node: String,
+        /// The failure as the journal records it for the node.
         reason: String,
+        /// The failure itself.
         #[source]
         cause: StepError,
     },
+    /// The validation gate after a batch did not see `needed` passes in a row in time.
     #[error(
         "the cluster did not pass validation {needed} times in a row within {timeout:?}: {last}"
     )]
     Validation {
+        /// Consecutive passes the gate needed (`--validate-count`).
         needed: u32,
+        /// The gate's whole time (`--validation-timeout`).
         timeout: Duration,
+        /// The last failed attempt, when it was and why.
         last: String,
         /// The last attempt's failure (`None`: no attempt finished in time).
         #[source]
         cause: Option<ValidateError>,
     },
+    /// Ctrl-C (or SIGTERM) at a safe point: where the roll stopped and why.
     #[error(
         "interrupted: {0}; the journal records where each node is, run `rolling-update cluster --yes` again to resume"
     )]
     Interrupted(String),
+    /// The cluster lock was lost or could not be renewed: nothing more was written.
     #[error("the cluster lock: {0}")]
     Lock(LockError),
+    /// The journal could not be written to the store.
     #[error(transparent)]
     Journal(#[from] JournalError),
 }
@@ -256,34 +287,54 @@ pub enum ObserveError {
     /// The API failed a change of the Node (`verb`: tainting, cordoning, uncordoning).
     #[error("{verb} node {node}: {source}")]
     Change {
+        /// The node, by its journal name.
         node: String,
+        /// What was asked of the Node, as the message words it.
         verb: &'static str,
+        /// The API's failure.
         #[source]
         source: crate::kube::KubeError,
     },
     /// The drain did not finish: a pod would not leave (a budget), or one may not be evicted.
     #[error("{source}")]
     Drain {
+        /// The node, by its journal name.
         node: String,
+        /// Why the drain stopped, naming the pods left.
         #[source]
         source: crate::kube::DrainError,
     },
     /// The Node could not be read.
     #[error("reading node {node}: {source}")]
     Read {
+        /// The node, by its journal name.
         node: String,
+        /// The API's failure.
         #[source]
         source: kube::Error,
     },
     /// The node did not become Ready in time (`why`: what its Ready condition showed).
     #[error("{why}")]
-    NotReady { node: String, why: String },
+    NotReady {
+        /// The node, by its journal name.
+        node: String,
+        /// The whole message: the node, the time waited and what its Ready condition showed.
+        why: String,
+    },
     /// `--cloudonly`: there is no API to ask.
     #[error("{node}: --cloudonly does not use the cluster's API")]
-    NoApi { node: String },
+    NoApi {
+        /// The node, by its journal name.
+        node: String,
+    },
     /// Another cluster side's failure (an implementation outside this module), as it says it.
     #[error("{message}")]
-    Failed { node: String, message: String },
+    Failed {
+        /// The node, by its journal name.
+        node: String,
+        /// The whole message, naming the node.
+        message: String,
+    },
 }
 
 /// Why one validation of the cluster failed ([`ClusterApi::validate`]).
@@ -301,7 +352,9 @@ pub enum ValidateError {
     /// Both: each is reported.
     #[error("{}; {etcd}", .api.join("; "))]
     Both {
+        /// The API's failures, as in [`ValidateError::Failures`].
         api: Vec<String>,
+        /// etcd's.
         #[source]
         etcd: EtcdError,
     },
@@ -329,28 +382,44 @@ pub enum RollerError {
     /// throttled it ([`RollerError::retryable`]).
     #[error("{what}: {source}")]
     Cloud {
+        /// The node, by its journal name.
         node: String,
+        /// The call that failed, as a phrase (`terminating i-0abc (NODE)`).
         what: String,
+        /// The cloud's error, its class kept.
         #[source]
         source: crate::cloud::CloudError,
     },
     /// The cluster lock was lost between the roller's waits: nothing more was changed.
     #[error("{source}")]
     Lock {
+        /// The node, by its journal name.
         node: String,
+        /// Why the lock is gone.
         #[source]
         source: crate::state::lock::LockError,
     },
     /// The roller refuses the node as it is (not the cluster's, its record unreadable, a
     /// control plane without a successor): nothing was changed on it.
     #[error("{message}")]
-    Refused { node: String, message: String },
+    Refused {
+        /// The node, by its journal name.
+        node: String,
+        /// The whole message: why, and what to do.
+        message: String,
+    },
     /// A step on the machine failed (SSH, kubeadm, a join, a wait), as it says.
     #[error("{message}")]
-    Failed { node: String, message: String },
+    Failed {
+        /// The node, by its journal name.
+        node: String,
+        /// The whole message, naming what failed.
+        message: String,
+    },
 }
 
 impl RollerError {
+    /// A [`RollerError::Failed`] of `node`.
     pub fn failed(node: &str, message: impl Into<String>) -> RollerError {
         RollerError::Failed {
             node: node.to_string(),
@@ -358,6 +427,7 @@ impl RollerError {
         }
     }
 
+    /// A [`RollerError::Refused`] of `node`.
     pub fn refused(node: &str, message: impl Into<String>) -> RollerError {
         RollerError::Refused {
             node: node.to_string(),
@@ -425,8 +495,11 @@ pub struct RollTiming {
     /// Waiting for a journal write before the next step (not the writes that ride beside a
     /// validation or a wait for Ready while they run).
     pub journal: Duration,
+    /// In a validation gate.
     pub validate: Duration,
+    /// On the cluster's API: taint, cordon, drain, the wait for Ready, uncordon.
     pub observe: Duration,
+    /// On the machines: a replacement or a re-provisioning ([`NodeRoller::roll`]).
     pub roll: Duration,
 }
 
@@ -1155,8 +1228,11 @@ async fn gate(
 /// Caveat: with `etcd: None` (today AWS, until its roller builds an [`EtcdHealth`]) etcd is
 /// not asked; a member down shows only through what the API reports.
 pub struct KubeCluster {
+    /// The cluster's API client.
     pub kube: Kube,
+    /// The cluster's spec, which the validation checks the nodes and add-ons against.
     pub cluster: Cluster,
+    /// What a healthy cluster has (the nodes by name, the minimum counts, the CNI and CCM).
     pub expect: Expectations,
     /// How often evictions, Ready and pods are re-checked.
     pub poll: Duration,
