@@ -1909,10 +1909,9 @@ pub(crate) mod tests {
         assert!(stored.finished && stored.done() == 22);
     }
 
-    /// The fake cluster, noting what the store's journal says of a node when it is uncordoned
-    /// and, `drain_time` into a drain, when it is drained.
+    /// Notes what the store's journal says of a node when it is uncordoned and, `drain_time`
+    /// into a drain, when it is drained (the fake cluster, [`Hooked`], answers the calls).
     struct ApiWitness<'a> {
-        fake: &'a Fake,
         store: &'a dyn StateStore,
         drain_time: Duration,
         seen: StdMutex<Vec<Seen>>,
@@ -1946,22 +1945,50 @@ pub(crate) mod tests {
         }
     }
 
+    /// A call the engine makes of the cluster's API, as [`Hooked`] tells its hook.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Call {
+        Taint,
+        Cordon,
+        Drain,
+        ReadyHeartbeat,
+        WaitReady,
+        Uncordon,
+    }
+
+    /// What a test does before the fake cluster answers a call ([`Hooked`]).
     #[async_trait]
-    impl ClusterApi for ApiWitness<'_> {
+    trait BeforeCall: Send + Sync {
+        /// Before `call` for `node`; an error is the call's, and the fake is not asked.
+        async fn before(&self, _call: Call, _node: &str) -> Result<(), ObserveError> {
+            Ok(())
+        }
+        /// Before a validation.
+        async fn before_validate(&self) {}
+    }
+
+    /// The fake cluster, with `hook` run before each call.
+    struct Hooked<'a, H> {
+        fake: &'a Fake,
+        hook: H,
+    }
+
+    #[async_trait]
+    impl<H: BeforeCall> ClusterApi for Hooked<'_, H> {
         async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
+            self.hook.before(Call::Taint, node).await?;
             self.fake.taint_prefer_no_schedule(node).await
         }
         async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
+            self.hook.before(Call::Cordon, node).await?;
             self.fake.cordon(node).await
         }
         async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
-            if !self.drain_time.is_zero() {
-                tokio::time::sleep(self.drain_time).await;
-                self.note("drain", node).await?;
-            }
+            self.hook.before(Call::Drain, node).await?;
             self.fake.drain(node, timeout).await
         }
         async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, ObserveError> {
+            self.hook.before(Call::ReadyHeartbeat, node).await?;
             self.fake.ready_heartbeat(node).await
         }
         async fn wait_ready(
@@ -1970,14 +1997,30 @@ pub(crate) mod tests {
             timeout: Duration,
             after: Option<&Heartbeat>,
         ) -> Result<(), ObserveError> {
+            self.hook.before(Call::WaitReady, node).await?;
             self.fake.wait_ready(node, timeout, after).await
         }
         async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
-            self.note("uncordon", node).await?;
+            self.hook.before(Call::Uncordon, node).await?;
             self.fake.uncordon(node).await
         }
         async fn validate(&self) -> Result<(), ValidateError> {
+            self.hook.before_validate().await;
             self.fake.validate().await
+        }
+    }
+
+    #[async_trait]
+    impl BeforeCall for ApiWitness<'_> {
+        async fn before(&self, call: Call, node: &str) -> Result<(), ObserveError> {
+            match call {
+                Call::Drain if !self.drain_time.is_zero() => {
+                    tokio::time::sleep(self.drain_time).await;
+                    self.note("drain", node).await
+                }
+                Call::Uncordon => self.note("uncordon", node).await,
+                _ => Ok(()),
+            }
         }
     }
 
@@ -1992,15 +2035,17 @@ pub(crate) mod tests {
             let (_d, s) = store();
             let plan = plan_of(platform, 4, 2);
             let fake = Fake::default();
-            let api = ApiWitness {
+            let api = Hooked {
                 fake: &fake,
-                store: &s,
-                drain_time,
-                seen: StdMutex::new(Vec::new()),
+                hook: ApiWitness {
+                    store: &s,
+                    drain_time,
+                    seen: StdMutex::new(Vec::new()),
+                },
             };
             let j = roll_new(&s, &plan, &api, &fake).await.unwrap();
             assert!(j.finished && j.done() == 6);
-            let seen = api.seen.lock().unwrap().clone();
+            let seen = api.hook.seen.lock().unwrap().clone();
             let uncordons: Vec<_> = seen.iter().filter(|s| s.0 == "uncordon").collect();
             assert_eq!(uncordons.len(), 6, "{platform:?}: {seen:?}");
             for (_, node, step, replacement) in uncordons {
@@ -2768,10 +2813,9 @@ pub(crate) mod tests {
         Validation,
     }
 
-    /// The fake cluster, except that the wait `stall` never ends and the store (`failing`) is
-    /// broken before the write beside it starts: only that failed write can end the roll.
+    /// Makes the wait `stall` of the fake cluster ([`Hooked`]) never end, and breaks the store
+    /// (`failing`) before the write beside it starts: only that failed write can end the roll.
     struct Stalling<'a> {
-        fake: &'a Fake,
         stall: Beside,
         failing: &'a std::sync::atomic::AtomicBool,
     }
@@ -2785,53 +2829,28 @@ pub(crate) mod tests {
     }
 
     #[async_trait]
-    impl ClusterApi for Stalling<'_> {
-        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
-            self.fake.taint_prefer_no_schedule(node).await
-        }
-        async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
-            self.fake.cordon(node).await
-        }
-        async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
-            if self.stall == Beside::Drain {
-                self.forever().await;
-            }
-            self.fake.drain(node, timeout).await
-        }
-        async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, ObserveError> {
-            if self.stall == Beside::Ready {
+    impl BeforeCall for Stalling<'_> {
+        async fn before(&self, call: Call, _node: &str) -> Result<(), ObserveError> {
+            match (call, self.stall) {
+                (Call::Drain, Beside::Drain) | (Call::WaitReady, Beside::Ready) => {
+                    self.forever().await
+                }
                 // Read right before the in-place roll, whose `replaced` is written beside the
                 // wait for Ready: the store breaks before that write can start.
-                self.failing
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-            self.fake.ready_heartbeat(node).await
-        }
-        async fn wait_ready(
-            &self,
-            node: &str,
-            timeout: Duration,
-            after: Option<&Heartbeat>,
-        ) -> Result<(), ObserveError> {
-            if self.stall == Beside::Ready {
-                self.forever().await;
-            }
-            self.fake.wait_ready(node, timeout, after).await
-        }
-        async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
-            if self.stall == Beside::Validation {
+                (Call::ReadyHeartbeat, Beside::Ready)
                 // The uncordon is written beside the gate that follows: the store breaks now,
                 // and that gate's validation never ends.
-                self.failing
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                | (Call::Uncordon, Beside::Validation) => self
+                    .failing
+                    .store(true, std::sync::atomic::Ordering::SeqCst),
+                _ => {}
             }
-            self.fake.uncordon(node).await
+            Ok(())
         }
-        async fn validate(&self) -> Result<(), ValidateError> {
+        async fn before_validate(&self) {
             if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
                 self.forever().await;
             }
-            self.fake.validate().await
         }
     }
 
@@ -2841,10 +2860,12 @@ pub(crate) mod tests {
             let (_d, inner) = store();
             let s = HookedStore::new(inner);
             let fake = Fake::default();
-            let api = Stalling {
+            let api = Hooked {
                 fake: &fake,
-                stall,
-                failing: s.failing(),
+                hook: Stalling {
+                    stall,
+                    failing: s.failing(),
+                },
             };
             // The stalled wait never ends: the roll ends only if the failed write ends it. The
             // bound is for a broken engine, never reached by a working one.
