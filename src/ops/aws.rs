@@ -487,18 +487,12 @@ pub(crate) async fn wait_for_login(
     let start = std::time::Instant::now();
     loop {
         let attempt = async {
-            let fleet = ops_nodes::fleet(
-                cluster.name(),
-                std::slice::from_ref(t),
-                store.clone(),
-                false,
-                1,
-                &ops_nodes::no_events(),
-            )
-            .map_err(|e| ExecError::Connect {
-                host: t.name().to_string(),
-                message: format!("{e:#}"),
-            })?;
+            let fleet =
+                ops_nodes::strict_fleet(cluster.name(), std::slice::from_ref(t), store.clone(), 1)
+                    .map_err(|e| ExecError::Connect {
+                        host: t.name().to_string(),
+                        message: format!("{e:#}"),
+                    })?;
             let r = fleet.read_file(t.name(), "/etc/hostname").await;
             fleet.close().await;
             r.map(|_| ())

@@ -128,6 +128,17 @@ impl Progress for SshEvents {
     }
 }
 
+/// An SSH fleet over the targets' hosts that trusts only the host keys already recorded and
+/// tells no one of its progress: the fleet of a check, a read or a roll.
+pub(crate) fn strict_fleet(
+    cluster: &str,
+    targets: &[Target],
+    store: Arc<dyn StateStore>,
+    concurrency: usize,
+) -> anyhow::Result<SshFleet> {
+    fleet(cluster, targets, store, false, concurrency, &no_events())
+}
+
 /// An SSH fleet over the targets' hosts.
 pub(crate) fn fleet(
     cluster: &str,

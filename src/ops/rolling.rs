@@ -1477,14 +1477,7 @@ pub(crate) async fn observe(
     options: &NodeOptions,
 ) -> anyhow::Result<Vec<Observed>> {
     let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
-    let fleet = super::nodes::fleet(
-        &cluster.name,
-        targets,
-        store,
-        false,
-        options.concurrency,
-        &super::nodes::no_events(),
-    )?;
+    let fleet = super::nodes::strict_fleet(&cluster.name, targets, store, options.concurrency)?;
     let reads = join_all(targets.iter().map(|t| async {
         let record = match fleet.read_file(t.name(), PROVISIONED_FILE).await {
             Ok(None) => Ok(None),

@@ -231,13 +231,11 @@ impl super::rolling::EtcdHealth for AwsEtcdHealth {
             )));
         }
         let fleet = Arc::new(
-            ops_nodes::fleet(
+            ops_nodes::strict_fleet(
                 &self.cluster.name,
                 &control_planes,
                 self.store.clone(),
-                false,
                 control_planes.len(),
-                &ops_nodes::no_events(),
             )
             .map_err(|e| EtcdError::Unreachable(format!("{e:#}")))?,
         );
@@ -667,15 +665,9 @@ impl<'a> AwsRoller<'a> {
                 &self.cluster.name
             ));
         }
-        let fleet = ops_nodes::fleet(
-            &self.cluster.name,
-            &cps,
-            self.store.clone(),
-            false,
-            cps.len(),
-            &ops_nodes::no_events(),
-        )
-        .map_err(|e| format!("{e:#}"))?;
+        let fleet =
+            ops_nodes::strict_fleet(&self.cluster.name, &cps, self.store.clone(), cps.len())
+                .map_err(|e| format!("{e:#}"))?;
         Ok((fleet, cps.iter().map(|t| t.name().to_string()).collect()))
     }
 

@@ -461,6 +461,13 @@ mod tests {
         fn names(&self, host: &str) -> Vec<String> {
             on_host(&self.ran, host, |s| s.name.clone())
         }
+
+        /// Whether `host` ran the step that writes its provisioning record.
+        fn recorded(&self, host: &str) -> bool {
+            self.names(host)
+                .iter()
+                .any(|n| n == "kprov: provisioning record")
+        }
     }
 
     #[async_trait]
@@ -804,12 +811,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cut"), "{e}");
-        assert!(
-            !exec
-                .names("w1")
-                .iter()
-                .any(|n| n == "kprov: provisioning record")
-        );
+        assert!(!exec.recorded("w1"));
         *exec.fail.lock().unwrap() = None;
         rt().block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
             .unwrap();
@@ -871,11 +873,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--cloudonly"), "{e}");
-        assert!(
-            !exec
-                .names("w1")
-                .iter()
-                .any(|n| n == "kprov: provisioning record")
-        );
+        assert!(!exec.recorded("w1"));
     }
 }

@@ -318,14 +318,8 @@ async fn in_place(
             )
         })?;
     let renderer = Renderer::for_run(cluster, &targets, cloud_api).map_err(anyhow::Error::from)?;
-    let fleet = crate::ops::nodes::fleet(
-        &cluster.name,
-        &targets,
-        store.clone(),
-        false,
-        roll.concurrency,
-        &crate::ops::nodes::no_events(),
-    )?;
+    let fleet =
+        crate::ops::nodes::strict_fleet(&cluster.name, &targets, store.clone(), roll.concurrency)?;
     let fleet = Arc::new(fleet);
     if let Err(e) = backup_before_control_planes(
         store,
