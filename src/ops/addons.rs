@@ -15,7 +15,7 @@ use crate::state::StateStore;
 
 /// How to deploy.
 #[derive(Debug, Clone, Default)]
-pub struct AddonOptions {
+pub(crate) struct AddonOptions {
     /// Apply (`--yes`); otherwise a dry run.
     pub apply: bool,
     /// `--kubeconfig FILE` instead of the stored admin credentials.
@@ -44,7 +44,7 @@ impl AddonReport {
 }
 
 /// Previews or applies the add-ons of `cluster` (CCM of its provider, CNI).
-pub async fn deploy(
+pub(crate) async fn deploy(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     o: &AddonOptions,
@@ -64,7 +64,7 @@ pub async fn deploy(
 
 /// [`deploy`] through a client the caller opened (`update cluster --yes` writes kube-system's
 /// node configuration through the same one: one client, one tunnel, per run).
-pub async fn deploy_with(
+pub(crate) async fn deploy_with(
     kube: &Kube,
     route: Option<String>,
     cluster: &ResolvedCluster,
@@ -100,13 +100,13 @@ pub async fn deploy_with(
 }
 
 /// `get addons NAME`: the manifests kprov applies to `cluster`, as it applies them.
-pub fn manifests(cluster: &ResolvedCluster) -> anyhow::Result<Vec<addons::Manifest>> {
+pub(crate) fn manifests(cluster: &ResolvedCluster) -> anyhow::Result<Vec<addons::Manifest>> {
     Ok(addons::render_addons(&cluster.completed)?)
 }
 
 /// How `validate cluster` reaches and waits for the cluster.
 #[derive(Debug, Clone, Default)]
-pub struct ValidateOptions {
+pub(crate) struct ValidateOptions {
     /// Poll until valid, at most this long (`--wait`); one check when `None`.
     pub wait: Option<Duration>,
     /// `--kubeconfig FILE` instead of the stored admin credentials.
@@ -118,7 +118,7 @@ pub struct ValidateOptions {
 /// [`super::certificates::check_for_validate`]): the nodes and add-ons the spec expects,
 /// through the cluster's API client from stored credentials. `route` is told as soon as the
 /// client is made (before a `--wait` polls).
-pub async fn validate(
+pub(crate) async fn validate(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     o: &ValidateOptions,

@@ -35,15 +35,15 @@ use crate::state::{StateStore, lock};
 use futures::StreamExt;
 
 /// How long instances get to answer SSH after the cloud apply.
-pub const SSH_WAIT: Duration = Duration::from_secs(300);
+pub(crate) const SSH_WAIT: Duration = Duration::from_secs(300);
 
 /// How long Auto Scaling gets to launch every group's desired instances after the cloud apply
 /// (AWS launches asynchronously and retries failed launches with back-off).
-pub const LAUNCH_WAIT: Duration = Duration::from_secs(600);
+pub(crate) const LAUNCH_WAIT: Duration = Duration::from_secs(600);
 
 /// What `update cluster` on AWS was asked for.
 #[derive(Debug, Clone, Default)]
-pub struct AwsUpdateOptions {
+pub(crate) struct AwsUpdateOptions {
     /// Apply deletions of resources the spec no longer wants (`--prune`).
     pub prune: bool,
     /// Reach instances at their private addresses (`--ssh-private-address`).
@@ -109,11 +109,11 @@ pub enum AwsEvent<'a> {
 }
 
 /// Where [`apply`] reports progress; called on the caller's task.
-pub type AwsEvents<'e> = &'e (dyn Fn(&AwsEvent<'_>) + Send + Sync);
+pub(crate) type AwsEvents<'e> = &'e (dyn Fn(&AwsEvent<'_>) + Send + Sync);
 
 /// How an AWS apply ended.
 #[derive(Debug)]
-pub enum AwsApplied {
+pub(crate) enum AwsApplied {
     /// The nodes were converged (see the report for failures).
     Nodes(Box<NodeReport>),
     /// No instance of the cluster runs: nothing was provisioned.
@@ -127,7 +127,7 @@ pub enum AwsApplied {
 
 /// SDK clients in the cluster's region; credentials and endpoint come from the usual chain
 /// (environment, profiles, SSO, instance roles; `AWS_ENDPOINT_URL` for emulators).
-pub async fn cloud(cluster: &Cluster) -> anyhow::Result<AwsCloud> {
+pub(crate) async fn cloud(cluster: &Cluster) -> anyhow::Result<AwsCloud> {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
     if let Some(region) = &cluster.spec.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
@@ -138,7 +138,7 @@ pub async fn cloud(cluster: &Cluster) -> anyhow::Result<AwsCloud> {
 
 /// The cloud plan, read-only: a group without a host key shows it as pending; none is
 /// generated.
-pub async fn plan(
+pub(crate) async fn plan(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
 ) -> anyhow::Result<(AwsCloud, Plan)> {
@@ -147,7 +147,7 @@ pub async fn plan(
 
 /// [`plan`]; with `refresh_images` the image name patterns are resolved again instead of
 /// read from their pins (`update cluster --refresh-image`).
-pub async fn plan_refreshing(
+pub(crate) async fn plan_refreshing(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     refresh_images: bool,
@@ -176,7 +176,7 @@ fn group_names(cluster: &ResolvedCluster) -> Vec<&str> {
 /// The node plan of the running instances, read-only: only instances whose host key the
 /// store holds are contacted (read-only checks); the others are listed as joining. None
 /// before the load balancer and instances exist.
-pub async fn node_plan(
+pub(crate) async fn node_plan(
     store: &Arc<dyn StateStore>,
     cloud: &AwsCloud,
     resolved: &ResolvedCluster,
@@ -223,7 +223,7 @@ fn with_group_versions(mut targets: Vec<Target>, plan: &Plan) -> Vec<Target> {
 /// Under the caller's cluster lock: the cloud apply, then the instances found, their
 /// expected host keys recorded, waited for (bounded) and converged through the node layer
 /// metal uses. `node_events` makes the node progress sink once the targets are known.
-pub async fn apply(
+pub(crate) async fn apply(
     store: &Arc<dyn StateStore>,
     resolved: &ResolvedCluster,
     guard: &lock::LockGuard,
@@ -440,7 +440,7 @@ pub async fn apply(
 
 /// Why [`wait_for_login`] gave up.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LoginWait {
+pub(crate) enum LoginWait {
     /// The host (or the jump host) presented another key, or refused the login: waiting
     /// longer would not help.
     Refused(String),
@@ -472,7 +472,7 @@ fn refused(e: &ExecError) -> bool {
 /// behind a jump host, whose sshd the banner probe of [`wait::wait_for_ssh`] cannot see: a
 /// connection through the jump to an instance whose sshd is not up yet fails at once instead
 /// of waiting. A key or login refused ends the wait at once.
-pub async fn wait_for_login(
+pub(crate) async fn wait_for_login(
     store: &Arc<dyn StateStore>,
     cluster: &Cluster,
     t: &Target,
@@ -487,18 +487,12 @@ pub async fn wait_for_login(
     let start = std::time::Instant::now();
     loop {
         let attempt = async {
-            let fleet = ops_nodes::fleet(
-                cluster.name(),
-                std::slice::from_ref(t),
-                store.clone(),
-                false,
-                1,
-                &ops_nodes::no_events(),
-            )
-            .map_err(|e| ExecError::Connect {
-                host: t.name().to_string(),
-                message: format!("{e:#}"),
-            })?;
+            let fleet =
+                ops_nodes::strict_fleet(cluster.name(), std::slice::from_ref(t), store.clone(), 1)
+                    .map_err(|e| ExecError::Connect {
+                        host: t.name().to_string(),
+                        message: format!("{e:#}"),
+                    })?;
             let r = fleet.read_file(t.name(), "/etc/hostname").await;
             fleet.close().await;
             r.map(|_| ())
@@ -594,7 +588,7 @@ async fn apply_cloud(
 }
 
 /// `delete cluster` on AWS: every owned resource, in reverse dependency order. Read-only.
-pub async fn delete_plan(cluster: &ResolvedCluster) -> anyhow::Result<Plan> {
+pub(crate) async fn delete_plan(cluster: &ResolvedCluster) -> anyhow::Result<Plan> {
     let cloud = cloud(&cluster.completed).await?;
     cloud
         .plan_delete(cluster)
@@ -604,7 +598,7 @@ pub async fn delete_plan(cluster: &ResolvedCluster) -> anyhow::Result<Plan> {
 
 /// Deletes every owned resource (planned again), under the caller's lock; returns how many
 /// were deleted.
-pub async fn delete_apply(cluster: &ResolvedCluster) -> anyhow::Result<usize> {
+pub(crate) async fn delete_apply(cluster: &ResolvedCluster) -> anyhow::Result<usize> {
     let cloud = cloud(&cluster.completed).await?;
     let plan = cloud
         .plan_delete(cluster)
@@ -625,7 +619,7 @@ pub async fn delete_apply(cluster: &ResolvedCluster) -> anyhow::Result<usize> {
 
 /// Each group's current launch template version (`latestVersion` of its template: groups
 /// launch `$Latest`), by instance group name.
-pub fn current_versions(plan: &Plan) -> BTreeMap<String, String> {
+pub(crate) fn current_versions(plan: &Plan) -> BTreeMap<String, String> {
     plan.actual
         .iter()
         .filter(|(id, _)| id.kind == kinds::LAUNCH_TEMPLATE)

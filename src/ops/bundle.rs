@@ -12,7 +12,7 @@ use crate::spec::assets::Arch;
 
 /// Why no bundle was made.
 #[derive(Debug, thiserror::Error)]
-pub enum BundleError {
+pub(crate) enum BundleError {
     #[error(transparent)]
     Artifacts(#[from] ArtifactError),
     /// An image the cluster needs has no tag or digest pinned: a bundle of it would not be
@@ -33,12 +33,12 @@ pub enum BundleError {
 }
 
 /// `get assets`: every binary and image `cluster`'s nodes need.
-pub fn assets(cluster: &Cluster) -> Result<Artifacts, BundleError> {
+pub(crate) fn assets(cluster: &Cluster) -> Result<Artifacts, BundleError> {
     Ok(artifacts::artifacts(cluster)?)
 }
 
 /// What [`make`] fetches.
-pub struct BundlePlan {
+pub(crate) struct BundlePlan {
     pub list: Artifacts,
     pub arch: Arch,
     mirrors: RegistryMirrors,
@@ -46,7 +46,7 @@ pub struct BundlePlan {
 
 impl BundlePlan {
     /// How many artifacts the bundle holds (the progress bar's length).
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.list.binaries_for(self.arch).count()
             + self.list.images.len()
             + self.list.archives.len()
@@ -55,7 +55,7 @@ impl BundlePlan {
 
 /// The artifacts of `cluster` for `arch` (`arm64`, else amd64), every image pinned, the
 /// registry mirrors (`UPSTREAM=HOST[:PORT]`) read.
-pub fn plan(
+pub(crate) fn plan(
     cluster: &Cluster,
     arch: &str,
     registry_mirrors: &[String],
@@ -87,7 +87,7 @@ pub fn plan(
 }
 
 /// Fetches every artifact of `plan` into the bundle at `out`.
-pub async fn make(
+pub(crate) async fn make(
     plan: BundlePlan,
     out: &Path,
     progress: &(dyn Fn(&str) + Sync),

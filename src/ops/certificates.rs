@@ -45,11 +45,11 @@ use crate::ssh::{NoProgress, SshFleet, SshOptions};
 use crate::state::{StateStore, lock};
 
 /// `validate cluster` warns about certificates that expire sooner than this.
-pub const WARN_WITHIN: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const WARN_WITHIN: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// How a file carries its certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Carrier {
+pub(crate) enum Carrier {
     /// A PEM certificate file.
     Pem,
     /// A kubeconfig with `client-certificate-data`.
@@ -58,7 +58,7 @@ pub enum Carrier {
 
 /// A certificate kubeadm keeps on a control plane.
 #[derive(Debug, Clone, Copy)]
-pub struct Known {
+pub(crate) struct Known {
     /// kubeadm's name for it (`kubeadm certs check-expiration`).
     pub name: &'static str,
     pub path: &'static str,
@@ -91,7 +91,7 @@ const fn ca(name: &'static str, path: &'static str) -> Known {
 
 /// What `kubeadm certs check-expiration` lists (in its order), then the CAs. The etcd
 /// certificates exist only where etcd runs on the control plane.
-pub const KUBEADM_CERTIFICATES: &[Known] = &[
+pub(crate) const KUBEADM_CERTIFICATES: &[Known] = &[
     conf("admin.conf", "/etc/kubernetes/admin.conf"),
     pem("apiserver", "/etc/kubernetes/pki/apiserver.crt"),
     pem(
@@ -149,7 +149,7 @@ pub enum RenewedBy {
 
 /// The kubelet's client certificate as kubeadm (1.17+) leaves it: kubelet.conf points at the
 /// kubelet's rotating file. Not renewed by kubeadm.
-pub const KUBELET_CLIENT: &str = "kubelet-client";
+pub(crate) const KUBELET_CLIENT: &str = "kubelet-client";
 /// The only directory kprov follows a kubelet.conf's `client-certificate` into.
 const KUBELET_PKI: &str = "/var/lib/kubelet/pki/";
 
@@ -336,7 +336,11 @@ fn kubeconfig_client(text: &str) -> Result<ClientCertificate, String> {
 }
 
 /// The status of `known` from the file's content (`None`: the file does not exist).
-pub fn inspect(known: &Known, content: Option<&[u8]>, now: DateTime<Utc>) -> CertificateStatus {
+pub(crate) fn inspect(
+    known: &Known,
+    content: Option<&[u8]>,
+    now: DateTime<Utc>,
+) -> CertificateStatus {
     let mut status = CertificateStatus {
         name: known.name.to_string(),
         path: known.path.to_string(),
@@ -511,7 +515,7 @@ async fn observe(
 
 /// Reads the certificates of `control_planes` through `exec` (any executor: the SSH fleet,
 /// or a fake in tests). Without an owner the cluster never claimed a host: none is contacted.
-pub async fn read_with(
+pub(crate) async fn read_with(
     exec: &dyn HostExecutor,
     cluster: &str,
     control_planes: &[Target],
@@ -575,7 +579,7 @@ fn fleet(
 }
 
 /// `get certificates`: every control plane's certificates, read-only.
-pub async fn read(
+pub(crate) async fn read(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     targets: &[Target],
@@ -590,11 +594,11 @@ pub async fn read(
 }
 
 /// How many control planes `get certificates` and `validate cluster` read at a time.
-pub const READ_CONCURRENCY: usize = 20;
+pub(crate) const READ_CONCURRENCY: usize = 20;
 
 /// Why `get certificates` showed nothing.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error("{0} has no control plane: no kubeadm certificates to show")]
     NoControlPlane(String),
     #[error(transparent)]
@@ -602,7 +606,7 @@ pub enum ReadError {
 }
 
 /// `get certificates`: the control planes from the platform seam, their certificates read.
-pub async fn get(
+pub(crate) async fn get(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
 ) -> Result<CertificateReport, ReadError> {
@@ -626,7 +630,7 @@ pub enum ValidateCheck {
 }
 
 /// Reads the certificates for `validate cluster` (metal only, see [`ValidateCheck`]).
-pub async fn check_for_validate(
+pub(crate) async fn check_for_validate(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
 ) -> ValidateCheck {
@@ -646,7 +650,7 @@ pub async fn check_for_validate(
 
 /// How a rotation runs.
 #[derive(Debug, Clone)]
-pub struct RotateOptions {
+pub(crate) struct RotateOptions {
     pub concurrency: usize,
     /// How long the static pods' manifests stay out of the kubelet's directory: at least
     /// the kubelet's `fileCheckFrequency` (20 s by default), or the pods are not restarted.
@@ -677,26 +681,26 @@ pub enum RotateEvent {
     HostDone { host: String, took: Duration },
 }
 
-pub type RotateEvents = Arc<dyn Fn(&RotateEvent) + Send + Sync>;
+pub(crate) type RotateEvents = Arc<dyn Fn(&RotateEvent) + Send + Sync>;
 
 /// The order of the work, for previews: the control planes, as the spec lists them.
-pub fn rotation_order(targets: &[Target]) -> Vec<String> {
+pub(crate) fn rotation_order(targets: &[Target]) -> Vec<String> {
     control_planes(targets)
         .iter()
         .map(|t| t.name().to_string())
         .collect()
 }
 
-pub const STEP_RENEW: &str = "certificates: kubeadm certs renew all";
-pub const STEP_RESTART: &str = "certificates: restart static pods";
-pub const STEP_HEALTH: &str = "certificates: wait for kube-apiserver and etcd";
+pub(crate) const STEP_RENEW: &str = "certificates: kubeadm certs renew all";
+pub(crate) const STEP_RESTART: &str = "certificates: restart static pods";
+pub(crate) const STEP_HEALTH: &str = "certificates: wait for kube-apiserver and etcd";
 
 /// Where manifests wait while the kubelet stops their pods (outside its directory).
 const HELD_MANIFESTS: &str = "/etc/kubernetes/kprov/manifests-held";
 const MANIFESTS: &str = "/etc/kubernetes/manifests";
 
 /// The steps run on one control plane, in order.
-pub fn rotation_steps(options: &RotateOptions) -> Vec<Step> {
+pub(crate) fn rotation_steps(options: &RotateOptions) -> Vec<Step> {
     let wait = options.static_pod_wait.as_secs().to_string();
     let health = options.health_timeout.as_secs().max(1).to_string();
     let renew = Step {
@@ -821,7 +825,7 @@ pub struct Rolled {
 
 /// Renews, restarts and waits for each control plane in turn, through any executor; stops
 /// at the first failure. `still_locked` is asked before each host (the cluster lock).
-pub async fn roll(
+pub(crate) async fn roll(
     exec: &dyn HostExecutor,
     control_planes: &[Target],
     options: &RotateOptions,
@@ -860,7 +864,7 @@ pub async fn roll(
 
 /// The cluster's machines and, on AWS, its API settings (for the admin kubeconfig), from the
 /// platform seam: the inventory (metal) or the running instances (AWS).
-pub async fn targets(
+pub(crate) async fn targets(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
 ) -> anyhow::Result<(Vec<Target>, Option<CloudApi>)> {
@@ -883,7 +887,7 @@ pub struct RotatePlan {
 
 /// Why `rotate certificates` did not run.
 #[derive(Debug, thiserror::Error)]
-pub enum RotateError {
+pub(crate) enum RotateError {
     #[error("{0} has no control plane: no kubeadm certificates to rotate")]
     NoControlPlane(String),
     /// The cluster's lock could not be taken, or was lost.
@@ -895,7 +899,7 @@ pub enum RotateError {
 }
 
 /// Plans the rotation of `cluster`'s certificates (completed and validated). Read-only.
-pub async fn plan(
+pub(crate) async fn plan(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
 ) -> Result<RotatePlan, RotateError> {
@@ -925,7 +929,7 @@ impl RotatePlan {
 
 /// Carries out `plan` under `guard`, the lock the caller holds
 /// ([`crate::ops::session::Session::with_lock`]); `options.cloud_api` is the plan's.
-pub async fn apply(
+pub(crate) async fn apply(
     store: Arc<dyn StateStore>,
     plan: &RotatePlan,
     guard: &lock::LockGuard,
@@ -940,7 +944,7 @@ pub async fn apply(
 }
 
 /// `rotate certificates --yes`: call under the cluster lock (`guard`).
-pub async fn rotate(
+pub(crate) async fn rotate(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     targets: &[Target],

@@ -21,7 +21,7 @@ use crate::spec::*;
 
 /// Reads `create cluster --inventory`'s file (kprov's or Kubespray's), every problem found
 /// in it reported at once.
-pub fn import_inventory(path: &Path) -> Result<Inventory, crate::inventory::InventoryError> {
+pub(crate) fn import_inventory(path: &Path) -> Result<Inventory, crate::inventory::InventoryError> {
     crate::inventory::import_collecting(path)
 }
 
@@ -57,7 +57,7 @@ pub struct ClusterRequest {
 /// A flag problem, reported like a spec error against the flag name.
 #[derive(Debug, thiserror::Error)]
 #[error("--{flag}: {message}")]
-pub struct FlagError {
+pub(crate) struct FlagError {
     pub flag: &'static str,
     pub message: String,
 }
@@ -135,7 +135,7 @@ fn ig_spec(
 
 /// Builds the objects `create cluster` stores. `hosts` is the parsed inventory for metal.
 /// `ssh_public_key` is the key text already read from disk.
-pub fn build_cluster_objects(
+pub(crate) fn build_cluster_objects(
     a: &ClusterRequest,
     hosts: Vec<Host>,
     ssh_public_key: Option<String>,
@@ -426,15 +426,15 @@ pub fn build_cluster_objects(
 /// Kubespray's own pod and service networks (`kube_pods_subnet`, `kube_service_addresses`
 /// in its defaults): a Kubespray inventory that does not set them gets them, as Kubespray
 /// would give it, not kprov's (kops's) defaults.
-pub const KUBESPRAY_POD_CIDR: &str = "10.233.64.0/18";
-pub const KUBESPRAY_SERVICE_CIDR: &str = "10.233.0.0/18";
+pub(crate) const KUBESPRAY_POD_CIDR: &str = "10.233.64.0/18";
+pub(crate) const KUBESPRAY_SERVICE_CIDR: &str = "10.233.0.0/18";
 
 /// Applies the cluster-wide settings an inventory's variables carry (Kubespray's
 /// `kube_version`, `kube_pods_subnet`, ...). A flag given on the command line wins; each such
 /// override is returned as a note so the user sees it. A value kprov cannot install (a
 /// `kube_version` outside its table, when `--kubernetes-version` does not choose another) is
 /// added to the inventory's problems at its line, naming the flag.
-pub fn apply_inventory(
+pub(crate) fn apply_inventory(
     cluster: &mut Cluster,
     inv: &mut crate::inventory::Inventory,
     a: &ClusterRequest,
@@ -564,7 +564,7 @@ pub fn apply_inventory(
 /// Validates what `create` built from flags and an inventory; problems about hosts point at
 /// the inventory line that defined the host, problems about a field an inventory variable set
 /// at that variable's line, and the rest at the command line.
-pub fn validate_with_inventory(
+pub(crate) fn validate_with_inventory(
     cluster: &Cluster,
     groups: &[InstanceGroup],
     inv: &crate::inventory::Inventory,
@@ -626,7 +626,7 @@ pub fn validate_with_inventory(
 /// each at its file and line. (`create` itself runs the two halves with the checksum pin in
 /// between.)
 #[cfg(test)]
-pub fn objects_from_inventory(
+pub(crate) fn objects_from_inventory(
     a: &ClusterRequest,
     inv: &mut crate::inventory::Inventory,
     ssh_public_key: Option<String>,
@@ -638,7 +638,7 @@ pub fn objects_from_inventory(
 
 /// The first half of [`objects_from_inventory`]: the objects, not yet validated (`create`
 /// pins a newer patch release's checksums in between).
-pub fn inventory_objects(
+pub(crate) fn inventory_objects(
     a: &ClusterRequest,
     inv: &mut crate::inventory::Inventory,
     ssh_public_key: Option<String>,
@@ -650,7 +650,7 @@ pub fn inventory_objects(
 
 /// The second half of [`objects_from_inventory`]: every problem of the inventory and of the
 /// spec it led to, at once.
-pub fn check_inventory_objects(
+pub(crate) fn check_inventory_objects(
     cluster: &Cluster,
     groups: &[InstanceGroup],
     inv: &mut crate::inventory::Inventory,
@@ -682,7 +682,7 @@ pub fn check_inventory_objects(
 }
 
 /// A spec problem (from [`validate_with_inventory`]) among an inventory's problems.
-pub fn problem_of(d: Diagnostic) -> crate::inventory::Problem {
+pub(crate) fn problem_of(d: Diagnostic) -> crate::inventory::Problem {
     crate::inventory::Problem {
         file: Some(d.source),
         line: d.pos.map(|p| p.line),
@@ -698,7 +698,7 @@ pub fn problem_of(d: Diagnostic) -> crate::inventory::Problem {
 /// user's usual default key in `home`. A default key that exists but cannot be used (too
 /// large, unreadable, not text, empty) is skipped with a warning (returned) naming the file
 /// and why; an absent one silently.
-pub fn ssh_public_key(
+pub(crate) fn ssh_public_key(
     flag: Option<&Path>,
     home: Option<&Path>,
 ) -> anyhow::Result<(Option<String>, Vec<String>)> {
@@ -747,7 +747,7 @@ pub struct CreatePlan {
 /// returned one at a time: an inventory is refused once, with every problem it has (its own,
 /// its settings', and the spec's they lead to). A newer patch release's checksums are read
 /// here and pinned in the spec (`pinned` hears one line per pinned binary as it happens).
-pub async fn plan(
+pub(crate) async fn plan(
     req: &ClusterRequest,
     mut inventory: Option<Inventory>,
     ssh_public_key: Option<String>,
@@ -785,7 +785,7 @@ pub async fn plan(
 
 /// Stores `plan`'s objects: refused before the lock is taken when the cluster exists (so a
 /// refused create writes nothing), then created if absent under the cluster's lock.
-pub async fn apply(repo: &Repo, plan: &CreatePlan) -> anyhow::Result<()> {
+pub(crate) async fn apply(repo: &Repo, plan: &CreatePlan) -> anyhow::Result<()> {
     let name = plan.cluster.name();
     super::objects::refuse_existing(repo, name).await?;
     super::session::Session::new(repo.store().clone())

@@ -22,11 +22,11 @@ use crate::spec::Cluster;
 use crate::state::StateStore;
 use crate::state::layout::ClusterKeys;
 
-pub use super::nodes::ADMIN_KUBECONFIG_SECRET;
+pub(crate) use super::nodes::ADMIN_KUBECONFIG_SECRET;
 
 /// What keeps a cluster client working: its private kubeconfig file and, when the API is
 /// reached through SSH, the connection carrying the tunnel.
-pub struct ClientGuard {
+pub(crate) struct ClientGuard {
     _dir: Option<tempfile::TempDir>,
     _tunnel: Option<crate::ssh::SshFleet>,
     route: Option<String>,
@@ -35,7 +35,7 @@ pub struct ClientGuard {
 impl ClientGuard {
     /// How the API is reached when it is not direct (`local → host → server`), for a debug
     /// line.
-    pub fn route(&self) -> Option<&str> {
+    pub(crate) fn route(&self) -> Option<&str> {
         self.route.as_deref()
     }
 }
@@ -55,7 +55,7 @@ fn tunnel_host(cluster: &Cluster, forced: bool) -> Option<&crate::spec::Host> {
 /// credentials kprov stored when it provisioned the cluster (written to a private temporary
 /// file), through an SSH tunnel to a control plane when the hosts sit behind a bastion or
 /// `ssh_tunnel` asks for it.
-pub async fn kube_client(
+pub(crate) async fn kube_client(
     store: &Arc<dyn StateStore>,
     cluster: &Cluster,
     explicit: Option<&Path>,
@@ -143,7 +143,7 @@ pub struct RegistryStored {
 /// `create registry-credentials`: `host` and `username` checked (errors name their flag),
 /// the cluster read, then the password (`password()`, read only then) stored in the
 /// cluster's secrets.
-pub async fn store_registry_credentials(
+pub(crate) async fn store_registry_credentials(
     repo: &crate::repo::Repo,
     name: &str,
     host: &str,
@@ -201,7 +201,10 @@ pub struct SecretEntry {
 /// `get secrets NAME`: every object under the cluster's `secrets/` and `pki/` keys with the
 /// sha256 of its bytes (to compare two stores, or notice a change), and the instances' SSH
 /// public key by its fingerprint (as kops shows it).
-pub async fn secrets(repo: &crate::repo::Repo, name: &str) -> anyhow::Result<Vec<SecretEntry>> {
+pub(crate) async fn secrets(
+    repo: &crate::repo::Repo,
+    name: &str,
+) -> anyhow::Result<Vec<SecretEntry>> {
     use sha2::{Digest, Sha256};
     // The cluster must exist: an empty listing must not hide a typo.
     let stored = repo.get(name).await?;
@@ -252,7 +255,7 @@ pub async fn secrets(repo: &crate::repo::Repo, name: &str) -> anyhow::Result<Vec
 /// `export kubeconfig`: the stored admin credentials merged into the kubeconfig kubectl's
 /// rules choose (`explicit`, else `$KUBECONFIG`'s first file, else `~/.kube/config`), with the
 /// context named after the cluster; returns the file written.
-pub async fn export_kubeconfig(
+pub(crate) async fn export_kubeconfig(
     repo: &crate::repo::Repo,
     name: &str,
     explicit: Option<&Path>,

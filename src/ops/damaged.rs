@@ -33,7 +33,7 @@ pub struct Damaged {
 }
 
 /// Every damaged record of `cluster`, in key order.
-pub async fn find(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Vec<Damaged>> {
+pub(crate) async fn find(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Vec<Damaged>> {
     let keys = ClusterKeys::new(cluster)?;
     let mut out = Vec::new();
     // Backups: the same checks `get backups` and `restore etcd` apply.
@@ -108,7 +108,7 @@ pub async fn find(store: &dyn StateStore, cluster: &str) -> anyhow::Result<Vec<D
 /// Removes `found` (call under the cluster lock): an object damaged as a whole is deleted on
 /// the version that was checked (a record rewritten since is left alone, with a conflict
 /// error); from the known host keys only the damaged lines go, the good keys stay.
-pub async fn remove(store: &dyn StateStore, found: &[Damaged]) -> anyhow::Result<()> {
+pub(crate) async fn remove(store: &dyn StateStore, found: &[Damaged]) -> anyhow::Result<()> {
     for d in found {
         if d.lines.is_empty() {
             store
@@ -144,7 +144,7 @@ pub async fn remove(store: &dyn StateStore, found: &[Damaged]) -> anyhow::Result
 }
 
 /// One line per damaged record, for previews and reports: `KEY (WHAT): REASON`.
-pub fn describe(store: &dyn StateStore, d: &Damaged) -> String {
+pub(crate) fn describe(store: &dyn StateStore, d: &Damaged) -> String {
     format!(
         "{} ({}): {}",
         untrusted(&store.key_location(&d.key)),
@@ -163,7 +163,7 @@ pub struct DamagedPlan {
 
 /// Why `delete damaged` did not list or remove the records.
 #[derive(Debug, thiserror::Error)]
-pub enum DamagedError {
+pub(crate) enum DamagedError {
     /// The cluster's lock is held by another command, or was lost.
     #[error(transparent)]
     Lock(#[from] crate::state::lock::LockError),
@@ -173,7 +173,10 @@ pub enum DamagedError {
 }
 
 /// Lists `cluster`'s damaged records. Read-only.
-pub async fn plan(store: &dyn StateStore, cluster: &str) -> Result<DamagedPlan, DamagedError> {
+pub(crate) async fn plan(
+    store: &dyn StateStore,
+    cluster: &str,
+) -> Result<DamagedPlan, DamagedError> {
     let found = find(store, cluster).await.map_err(DamagedError::Store)?;
     let lines = found.iter().map(|d| describe(store, d)).collect();
     Ok(DamagedPlan {
@@ -185,7 +188,7 @@ pub async fn plan(store: &dyn StateStore, cluster: &str) -> Result<DamagedPlan, 
 
 /// Removes what is damaged now (found again under `guard`, the cluster's lock: only what is
 /// damaged at the version checked); returns each removed record described.
-pub async fn apply(
+pub(crate) async fn apply(
     store: &dyn StateStore,
     plan: &DamagedPlan,
     guard: &crate::state::lock::LockGuard,

@@ -179,7 +179,7 @@ impl From<RepoError> for DeleteError {
 /// Whether a cluster that failed to read may be removed without its spec: its objects are
 /// there but the spec is not a readable Cluster. A store that could not be reached is not one
 /// (deleting on a transient error would lose the spec of a running cluster).
-pub fn removable(e: &RepoError) -> bool {
+pub(crate) fn removable(e: &RepoError) -> bool {
     matches!(
         e,
         RepoError::Unreadable { .. } | RepoError::Corrupt { .. } | RepoError::Spec(_)
@@ -218,7 +218,7 @@ async fn inventory_targets(cluster: &Cluster) -> anyhow::Result<Vec<Target>> {
 
 /// Plans the deletion of cluster `name` for the preview. Read-only (the cloud and the store
 /// are read; no host is contacted).
-pub async fn plan(
+pub(crate) async fn plan(
     repo: &Repo,
     name: &str,
     delete_backups: bool,
@@ -228,7 +228,7 @@ pub async fn plan(
 
 /// What `delete cluster --yes` works on: [`plan`] without the machines, which [`apply`]
 /// plans under the lock (the cloud is not asked before the lock is taken).
-pub async fn scope(
+pub(crate) async fn scope(
     repo: &Repo,
     name: &str,
     delete_backups: bool,
@@ -357,7 +357,7 @@ impl DeletePlan {
 /// against a half-deleted cluster), cut by the first signal of `ints` (caught before the lock
 /// is taken): the wait in flight (the cloud's deletions, a host's reset) ends, the lock is
 /// released and `Ok(Err(caught))` returned; deleting again resumes.
-pub async fn apply_interruptible(
+pub(crate) async fn apply_interruptible(
     session: &super::session::Session,
     plan: &DeletePlan,
     ints: &super::interrupt::Interrupts,
@@ -377,7 +377,7 @@ pub async fn apply_interruptible(
 /// caller); the machines are planned again here. Metal's hosts report their progress through
 /// the events `events_for` gives for the hosts to reset; `concurrency` bounds the hosts reset
 /// at once.
-pub async fn apply(
+pub(crate) async fn apply(
     repo: &Repo,
     plan: &DeletePlan,
     guard: &LockGuard,

@@ -29,7 +29,7 @@ const HEADER: &str = "# Please edit the object below. Lines beginning with '#' a
 
 /// An object opened for editing: the stored cluster as read (its versions are what the save
 /// is conditional on) and the temporary file the editor works on.
-pub struct EditPlan {
+pub(crate) struct EditPlan {
     pub cluster: String,
     /// The instance group edited; the cluster when `None`.
     pub group: Option<String>,
@@ -45,7 +45,7 @@ pub struct EditPlan {
 
 /// What the editing ended with.
 #[derive(Debug)]
-pub enum Review {
+pub(crate) enum Review {
     /// A valid object, different from the stored one.
     Edited(Box<Object>),
     /// Nothing to save.
@@ -53,7 +53,7 @@ pub enum Review {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cancelled {
+pub(crate) enum Cancelled {
     /// The file was emptied.
     Emptied,
     /// The text is the object as it was.
@@ -62,7 +62,7 @@ pub enum Cancelled {
 
 /// Why the save failed; the user's copy is kept either way.
 #[derive(Debug, thiserror::Error)]
-pub enum EditError {
+pub(crate) enum EditError {
     /// The cluster's lock could not be taken, or was lost.
     #[error(transparent)]
     Lock(#[from] LockError),
@@ -78,7 +78,7 @@ impl From<RepoError> for EditError {
 
 impl EditError {
     /// Whether someone else wrote the object since it was read.
-    pub fn conflict(&self) -> bool {
+    pub(crate) fn conflict(&self) -> bool {
         match self {
             EditError::Lock(_) => false,
             EditError::Failed(e) => e.chain().any(|c| {
@@ -96,7 +96,11 @@ impl EditError {
 
 /// Reads `cluster` (or its instance group `group`) and writes it, under a header, to a new
 /// private temporary file for the editor. Writes nothing to the store.
-pub async fn plan(repo: &Repo, cluster: &str, group: Option<&str>) -> anyhow::Result<EditPlan> {
+pub(crate) async fn plan(
+    repo: &Repo,
+    cluster: &str,
+    group: Option<&str>,
+) -> anyhow::Result<EditPlan> {
     let stored = repo.get(cluster).await?;
     let original = match group {
         None => spec::to_yaml_stream([ObjectRef::Cluster(&stored.cluster.value)])?,
@@ -138,15 +142,10 @@ fn strip_comments(text: &str) -> String {
 }
 
 impl EditPlan {
-    /// The file the editor works on.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Runs `editor` on the file until the text is a valid object, or the edit is cancelled.
     /// An invalid text is reopened with its errors as comments; the same invalid text twice
     /// gives up. On an error the user's copy is kept ([`EditPlan::keep`]) and named.
-    pub fn review(
+    pub(crate) fn review(
         &self,
         editor: &mut dyn FnMut(&Path) -> anyhow::Result<()>,
     ) -> anyhow::Result<Review> {
@@ -210,7 +209,7 @@ impl EditPlan {
 
     /// A failed save as the user reads it: the edit kept on disk and named, with whether
     /// someone else changed the cluster meanwhile.
-    pub fn not_saved(&self, e: EditError) -> anyhow::Error {
+    pub(crate) fn not_saved(&self, e: EditError) -> anyhow::Error {
         let conflict = e.conflict();
         let e: anyhow::Error = match e {
             EditError::Lock(l) => l.into(),
@@ -233,7 +232,7 @@ impl EditPlan {
     }
 
     /// Copies the edited file out of the temporary directory so the user's work survives.
-    pub fn keep(&self) -> anyhow::Result<PathBuf> {
+    pub(crate) fn keep(&self) -> anyhow::Result<PathBuf> {
         keep_copy(&self.path, &self.keep_dir()?)
     }
 
@@ -280,7 +279,7 @@ impl EditPlan {
 
 /// Stores `edited` (from [`EditPlan::review`]) under `guard`, conditional on the versions
 /// read by [`plan`], and the completed spec with it.
-pub async fn apply(
+pub(crate) async fn apply(
     repo: &Repo,
     plan: &EditPlan,
     edited: &Object,

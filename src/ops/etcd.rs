@@ -38,7 +38,7 @@ use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateError, StateStore};
 
 /// The largest snapshot kprov reads back: etcd's largest supported backend quota (8 GiB).
-pub const SNAPSHOT_LIMIT: u64 = 8 << 30;
+pub(crate) const SNAPSHOT_LIMIT: u64 = 8 << 30;
 /// A backup record is a few hundred bytes; anything much larger is not one.
 const RECORD_LIMIT: usize = 64 << 10;
 
@@ -50,7 +50,10 @@ pub struct BackupRecord {
     pub id: String,
     /// State store key of the snapshot.
     pub key: String,
+    /// The snapshot's SHA-256, 64 lowercase hex digits; [`load`] refuses a snapshot that
+    /// differs.
     pub sha256: String,
+    /// The snapshot's length in bytes (1 byte to 8 GiB), checked again on [`load`].
     pub size: u64,
     /// The member it was taken on.
     pub host: String,
@@ -80,7 +83,7 @@ async fn run(exec: &dyn HostExecutor, host: &str, steps: &[Step]) -> anyhow::Res
 
 /// The member list with every member's health, read on the first etcd member that answers
 /// (each host tried in inventory order; the errors of all of them when none does).
-pub async fn members(
+pub(crate) async fn members(
     cluster: &ResolvedCluster,
     targets: &[Target],
     exec: &dyn HostExecutor,
@@ -112,7 +115,7 @@ pub async fn members(
 /// error names each unhealthy member with its peer URL and the target it runs on (found by
 /// node name, which kubeadm names members after, by host name, else by peer address), and
 /// says whether quorum still holds.
-pub fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> {
+pub(crate) fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> {
     if members.is_empty() {
         return Err("etcd lists no member".into());
     }
@@ -163,7 +166,7 @@ pub fn assess(members: &[EtcdMember], targets: &[Target]) -> Result<(), String> 
 }
 
 /// The etcd check of the rolling update's validation gate, over SSH.
-pub struct SshEtcdHealth {
+pub(crate) struct SshEtcdHealth {
     pub cluster: ResolvedCluster,
     pub targets: Vec<Target>,
     pub exec: std::sync::Arc<dyn HostExecutor>,
@@ -275,14 +278,18 @@ const ID_FORMAT: &str = "%Y%m%dT%H%M%SZ";
 /// restored. `reason` quotes stored values only through [`crate::output::untrusted`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DamagedRecord {
+    /// Where the record is, as the store names it ([`StateStore::key_location`]).
     pub key: String,
+    /// Which check it failed, stored values escaped.
     pub reason: String,
 }
 
 /// What `<cluster>/backups/etcd/` holds: the good records, oldest first, and the damaged ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Backups {
+    /// The records that passed the checks, oldest id first.
     pub records: Vec<BackupRecord>,
+    /// The records that did not, each with its reason; never restorable.
     pub damaged: Vec<DamagedRecord>,
 }
 
@@ -370,7 +377,7 @@ impl BackupRecord {
 
 /// A stored backup record read from `key` under `prefix`: bounded, JSON, then
 /// [`BackupRecord::check`].
-pub fn check_record(prefix: &str, key: &str, data: &[u8]) -> Result<BackupRecord, String> {
+pub(crate) fn check_record(prefix: &str, key: &str, data: &[u8]) -> Result<BackupRecord, String> {
     if data.len() > RECORD_LIMIT {
         return Err(format!(
             "{} bytes, more than a backup record's {RECORD_LIMIT}",
@@ -457,7 +464,7 @@ pub async fn load(
 /// What a restore will do, host by host (the preview prints it).
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RestorePlan {
+pub(crate) struct RestorePlan {
     pub backup: BackupRecord,
     pub etcd: String,
     /// (host, what happens there), in order.
@@ -466,7 +473,7 @@ pub struct RestorePlan {
 
 /// The etcd members among `targets`: the control planes (stacked etcd) or the `etcd` hosts
 /// (external).
-pub fn members_of<'t>(cluster: &ResolvedCluster, targets: &'t [Target]) -> Vec<&'t Target> {
+pub(crate) fn members_of<'t>(cluster: &ResolvedCluster, targets: &'t [Target]) -> Vec<&'t Target> {
     let ty = cluster.etcd;
     targets
         .iter()
@@ -477,7 +484,7 @@ pub fn members_of<'t>(cluster: &ResolvedCluster, targets: &'t [Target]) -> Vec<&
         .collect()
 }
 
-pub fn restore_plan(
+pub(crate) fn restore_plan(
     cluster: &ResolvedCluster,
     targets: &[Target],
     backup: &BackupRecord,
@@ -523,7 +530,7 @@ pub fn restore_plan(
 /// Restores `snapshot` (already verified by [`load`]) on every member. The caller holds the
 /// cluster lock. Stops at the first phase that fails on any host, naming it; a re-run
 /// restores again from the start.
-pub async fn restore(
+pub(crate) async fn restore(
     cluster: &ResolvedCluster,
     targets: &[Target],
     exec: &dyn HostExecutor,

@@ -29,7 +29,7 @@ const CONCURRENCY: usize = 20;
 
 /// Why an etcd command could not run.
 #[derive(Debug, thiserror::Error)]
-pub enum EtcdError {
+pub(crate) enum EtcdError {
     /// The platform found no etcd member: nothing to back up or restore.
     #[error(
         "{cluster} has no etcd member running (no control plane{}); nothing to back up or restore",
@@ -45,7 +45,7 @@ pub enum EtcdError {
 }
 
 /// The etcd commands opened on one cluster: its platform and its machines.
-pub struct EtcdBackups {
+pub(crate) struct EtcdBackups {
     store: Arc<dyn StateStore>,
     cluster: ResolvedCluster,
     platform: Platform,
@@ -54,14 +54,14 @@ pub struct EtcdBackups {
 
 /// A restore previewed: the snapshot (verified against its record) and what happens where.
 pub struct Restore {
-    pub plan: RestorePlan,
+    pub(crate) plan: RestorePlan,
     snapshot: Bytes,
 }
 
 /// Opens the etcd commands on `cluster` (resolved once by the caller, so a stored spec that
 /// is no longer valid is refused before any host is contacted): the platform's machines,
 /// refused when none runs etcd.
-pub async fn open(
+pub(crate) async fn open(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     reach: Reach,
@@ -84,13 +84,13 @@ pub async fn open(
 
 impl EtcdBackups {
     /// Where a stored key is, as the user finds it (`s3://bucket/key`, a file path).
-    pub fn location(&self, key: &str) -> String {
+    pub(crate) fn location(&self, key: &str) -> String {
         self.store.key_location(key)
     }
 
     /// `backup etcd`: a snapshot of a healthy member into the store, under the caller's lock
     /// (`_guard`).
-    pub async fn backup(&self, _guard: &LockGuard) -> Result<BackupRecord, EtcdError> {
+    pub(crate) async fn backup(&self, _guard: &LockGuard) -> Result<BackupRecord, EtcdError> {
         let fleet = self
             .platform
             .fleet(&self.store, &self.targets, CONCURRENCY, &no_events())?;
@@ -108,7 +108,7 @@ impl EtcdBackups {
 
     /// The restore's preview from snapshot `from`: its checksum verified before anything else,
     /// then what happens on each host. Read-only.
-    pub async fn restore_plan(&self, from: &str) -> Result<Restore, EtcdError> {
+    pub(crate) async fn restore_plan(&self, from: &str) -> Result<Restore, EtcdError> {
         let (record, snapshot) = etcd::load(self.store.as_ref(), &self.cluster.name, from).await?;
         Ok(Restore {
             plan: etcd::restore_plan(&self.cluster, &self.targets, &record),
@@ -117,7 +117,11 @@ impl EtcdBackups {
     }
 
     /// `restore etcd --yes`: `restore` on every member, under the caller's lock (`_guard`).
-    pub async fn restore(&self, restore: &Restore, _guard: &LockGuard) -> Result<(), EtcdError> {
+    pub(crate) async fn restore(
+        &self,
+        restore: &Restore,
+        _guard: &LockGuard,
+    ) -> Result<(), EtcdError> {
         let fleet = self
             .platform
             .fleet(&self.store, &self.targets, CONCURRENCY, &no_events())?;
@@ -129,7 +133,10 @@ impl EtcdBackups {
 
 /// `get backups`: the backups of `cluster`, which must exist or have been deleted with its
 /// backups kept (a typo is an error, not an empty list).
-pub async fn backups(store: &Arc<dyn StateStore>, cluster: &str) -> Result<Backups, EtcdError> {
+pub(crate) async fn backups(
+    store: &Arc<dyn StateStore>,
+    cluster: &str,
+) -> Result<Backups, EtcdError> {
     match Repo::new(store.clone()).get(cluster).await {
         Ok(_) | Err(RepoError::BackupsOnly { .. }) => {}
         Err(e) => return Err(anyhow::Error::from(e).into()),

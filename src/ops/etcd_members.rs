@@ -27,14 +27,14 @@ pub struct EtcdMember {
 
 impl EtcdMember {
     /// The member id as etcdctl prints and takes it (hex).
-    pub fn hex_id(&self) -> String {
+    pub(crate) fn hex_id(&self) -> String {
         format!("{:x}", self.id)
     }
 }
 
 /// etcd's rule for removing `removing`: the members left must still have a quorum of healthy
 /// members, and the last member is never removed.
-pub fn removal_keeps_quorum(members: &[EtcdMember], removing: u64) -> Result<(), String> {
+pub(crate) fn removal_keeps_quorum(members: &[EtcdMember], removing: u64) -> Result<(), String> {
     let remaining: Vec<&EtcdMember> = members.iter().filter(|m| m.id != removing).collect();
     if remaining.is_empty() {
         return Err(
@@ -61,7 +61,7 @@ pub fn removal_keeps_quorum(members: &[EtcdMember], removing: u64) -> Result<(),
 
 /// Parses `etcdctl member list -w json` and `etcdctl endpoint health --cluster -w json`. A
 /// member no health answer names is counted unhealthy.
-pub fn parse_members(list: &str, health: &str) -> anyhow::Result<Vec<EtcdMember>> {
+pub(crate) fn parse_members(list: &str, health: &str) -> anyhow::Result<Vec<EtcdMember>> {
     let list: serde_json::Value =
         serde_json::from_str(list).context("etcdctl member list: not JSON")?;
     let health: serde_json::Value = if health.trim().is_empty() {
@@ -117,7 +117,7 @@ fn url_host(url: &str) -> &str {
 }
 
 /// The member of `host`: by name (kubeadm names members after the node), else by peer address.
-pub fn member_of<'a>(members: &'a [EtcdMember], host: &Host) -> Option<&'a EtcdMember> {
+pub(crate) fn member_of<'a>(members: &'a [EtcdMember], host: &Host) -> Option<&'a EtcdMember> {
     members.iter().find(|m| m.name == host.name).or_else(|| {
         let addresses: Vec<&str> = [
             Some(&host.address),

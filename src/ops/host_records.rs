@@ -21,7 +21,7 @@ const RECORD_LIMIT: usize = 64 * 1024;
 /// [`record_provisioned`] writes it by: at most [`RECORD_LIMIT`] bytes of JSON, the host named
 /// as its key, and every SSH field as the spec's validation admits it (address, ip, user,
 /// port, key path, bastion, labels, taints), since `delete instance` connects with them.
-pub fn check_host_record(name: &str, data: &[u8]) -> Result<Host, String> {
+pub(crate) fn check_host_record(name: &str, data: &[u8]) -> Result<Host, String> {
     use crate::output::untrusted;
     use crate::spec::validate as v;
     if data.len() > RECORD_LIMIT {
@@ -74,7 +74,7 @@ pub fn check_host_record(name: &str, data: &[u8]) -> Result<Host, String> {
 
 /// kprov's records of provisioned hosts: the good ones by name, and the keys of those that
 /// fail [`check_host_record`] with the reason (never used).
-pub async fn host_records(
+pub(crate) async fn host_records(
     store: &dyn StateStore,
     cluster: &str,
 ) -> anyhow::Result<(BTreeMap<String, Host>, Vec<(String, String)>)> {
@@ -100,7 +100,7 @@ pub async fn host_records(
 /// The hosts kprov provisioned for `cluster` (its record), by name. A damaged record is
 /// refused, naming its key and the command that removes it: a host missing from this list
 /// would be taken for one that was never provisioned.
-pub async fn provisioned_hosts(
+pub(crate) async fn provisioned_hosts(
     store: &dyn StateStore,
     cluster: &str,
 ) -> anyhow::Result<BTreeMap<String, Host>> {
@@ -120,7 +120,7 @@ pub async fn provisioned_hosts(
 
 /// Records the hosts that converged (called by `converge`): compare-and-swap, unchanged
 /// records are not rewritten.
-pub async fn record_provisioned(
+pub(crate) async fn record_provisioned(
     store: &dyn StateStore,
     cluster: &str,
     hosts: &[&Host],
@@ -156,7 +156,7 @@ pub(crate) async fn forget_provisioned(
 
 /// Hosts kprov provisioned that the spec no longer lists: still in the cluster until
 /// `kprov delete instance` removes them.
-pub async fn hosts_to_remove(
+pub(crate) async fn hosts_to_remove(
     store: &dyn StateStore,
     cluster: &ResolvedCluster,
 ) -> anyhow::Result<Vec<Host>> {

@@ -12,7 +12,7 @@ use crate::state::{StateError, StateStore};
 
 /// Why a host key cannot be forgotten.
 #[derive(Debug, thiserror::Error)]
-pub enum ForgetError {
+pub(crate) enum ForgetError {
     #[error(
         "{} is neither a host of {cluster}'s spec nor one kprov recorded as provisioned",
         crate::output::untrusted(host)
@@ -41,7 +41,11 @@ pub struct ForgetPlan {
 
 /// Finds `host` among `cluster`'s spec hosts, then kprov's record of provisioned hosts, and
 /// the name ssh records its key under. Read-only.
-pub async fn plan(repo: &Repo, cluster: &str, host: &str) -> Result<ForgetPlan, ForgetError> {
+pub(crate) async fn plan(
+    repo: &Repo,
+    cluster: &str,
+    host: &str,
+) -> Result<ForgetPlan, ForgetError> {
     let stored = repo.get(cluster).await?;
     let recorded = super::host_records::provisioned_hosts(repo.store().as_ref(), cluster).await?;
     let h = stored
@@ -71,7 +75,7 @@ pub async fn plan(repo: &Repo, cluster: &str, host: &str) -> Result<ForgetPlan, 
 
 /// Removes the recorded keys of `plan`'s host; returns the lines removed (none: nothing was
 /// recorded under its name).
-pub async fn apply(
+pub(crate) async fn apply(
     store: &Arc<dyn StateStore>,
     plan: &ForgetPlan,
     _guard: &LockGuard,

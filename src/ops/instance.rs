@@ -62,13 +62,18 @@ pub enum EtcdPlan {
     NoEtcd,
     /// The host should run etcd, but the member list has no member for it (already removed).
     NotAMember {
+        /// The other etcd host whose member list was read.
         via: String,
+        /// That member list, none of them the host's.
         members: Vec<EtcdMember>,
     },
     /// Its member is removed through `via` before the host is reset.
     Remove {
+        /// The host's own member, the one removed.
         member: EtcdMember,
+        /// The other etcd host the removal runs on (the first whose member list could be read).
         via: String,
+        /// The member list read on `via`, the host's member included.
         members: Vec<EtcdMember>,
     },
 }
@@ -77,59 +82,54 @@ pub enum EtcdPlan {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RemovalPlan {
-    pub cluster: String,
-    pub node: String,
-    pub host: Host,
+    pub(crate) cluster: String,
+    pub(crate) node: String,
+    pub(crate) host: Host,
     /// In the stored spec (otherwise only in kprov's record of provisioned hosts).
-    pub in_spec: bool,
+    pub(crate) in_spec: bool,
     /// Why the host stays in the spec after the removal (the spec without it would be
     /// invalid, e.g. an even number of stacked control planes): `update cluster --yes` then
     /// provisions it again, which is how a control plane is replaced.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stays_in_spec: Option<String>,
+    pub(crate) stays_in_spec: Option<String>,
     /// The Node object, when the API server has one.
-    pub node_object: Option<NodeInfo>,
+    pub(crate) node_object: Option<NodeInfo>,
     /// `namespace/name` of each pod on the node and what the drain does with it.
     #[serde(skip)]
-    pub pods: Vec<(String, Disposition)>,
-    pub etcd: EtcdPlan,
+    pub(crate) pods: Vec<(String, Disposition)>,
+    pub(crate) etcd: EtcdPlan,
     /// Why the removal may not go ahead (quorum, last control plane, pods that would be lost).
-    pub refusals: Vec<String>,
-}
-
-impl RemovalPlan {
-    pub fn to_evict(&self) -> Vec<&str> {
-        self.pods
-            .iter()
-            .filter(|(_, d)| *d == Disposition::Evict)
-            .map(|(p, _)| p.as_str())
-            .collect()
-    }
+    pub(crate) refusals: Vec<String>,
 }
 
 /// Progress of a removal, for the CLI to render.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RemoveEvent {
+    /// A step begins, as a sentence (`draining NODE`, `resetting host NODE`).
     Step(String),
+    /// The drain's own progress (evictions, waits).
     Drain(DrainEvent),
+    /// Something left undone that does not stop the removal (no Node object to drain, the
+    /// host staying in the spec).
     Warning(String),
 }
 
+/// Where [`remove`] and [`remove_aws`] send their [`RemoveEvent`]s, as they happen.
 pub type RemoveEvents = Arc<dyn Fn(&RemoveEvent) + Send + Sync>;
 
 /// What [`remove`] did.
 #[derive(Debug, Clone)]
 pub struct RemoveReport {
-    pub drain: Option<DrainReport>,
-    pub etcd_member_removed: Option<EtcdMember>,
+    pub(crate) drain: Option<DrainReport>,
+    pub(crate) etcd_member_removed: Option<EtcdMember>,
     /// `false` when the host carried no marker of this cluster (e.g. already reset).
-    pub host_reset: bool,
-    pub node_deleted: bool,
-    pub removed_from_spec: bool,
+    pub(crate) host_reset: bool,
+    pub(crate) node_deleted: bool,
+    pub(crate) removed_from_spec: bool,
 }
 
 /// Whether a host runs an etcd member in this cluster.
-pub fn runs_etcd(cluster: &ResolvedCluster, host: &Host) -> bool {
+pub(crate) fn runs_etcd(cluster: &ResolvedCluster, host: &Host) -> bool {
     let external = cluster.etcd == EtcdType::External;
     host.roles.contains(&HostRole::Etcd)
         || (!external && host.roles.contains(&HostRole::ControlPlane))
@@ -230,7 +230,7 @@ async fn etcd_plan(
 
 /// Observes what removing `node` means: its host, Node object, pods, etcd member, and why it
 /// would be refused. Read-only, apart from the etcdctl answer file on another etcd host.
-pub async fn plan(
+pub(crate) async fn plan(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     kube: &Kube,
@@ -330,7 +330,7 @@ pub async fn plan(
 /// Removes `node` (see the module docs) under `guard`, the cluster lock the caller holds.
 /// The plan is made again under the lock; any refusal stops before anything changes. A drain
 /// that fails leaves the node cordoned and everything else as it was.
-pub async fn remove(
+pub(crate) async fn remove(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     kube: &Kube,
@@ -452,19 +452,31 @@ pub async fn remove(
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AwsRemovalPlan {
+    /// The cluster's name, as the cloud's ownership tags carry it.
     pub cluster: String,
     /// The Node name (the instance's private DNS name).
     pub node: String,
+    /// The EC2 instance ID (`i-...`) that is terminated.
     pub instance_id: String,
+    /// The instance group the instance belongs to.
     pub instance_group: String,
+    /// That group's Auto Scaling group, `GROUP.CLUSTER`.
     pub auto_scaling_group: String,
+    /// The Auto Scaling group's size when planned (`--decrement-desired-capacity` is refused
+    /// below its minimum).
     pub capacity: GroupCapacity,
     /// Shrink the group instead of letting it launch a replacement.
     pub decrement: bool,
+    /// The instance is a control plane: the plan then refuses (its etcd member is not
+    /// removed on AWS yet).
     pub control_plane: bool,
+    /// The Node object, when the API has one (`None` under `--cloudonly` too).
     pub node_object: Option<NodeInfo>,
+    /// `namespace/name` of each pod on the node and what the drain does with it.
     #[serde(skip)]
     pub pods: Vec<(String, Disposition)>,
+    /// Why the removal may not go ahead (a control plane, the group's minimum, pods that
+    /// would be lost); empty: `--yes` removes it.
     pub refusals: Vec<String>,
     /// `--cloudonly`: the cluster's API is not asked (it may be down): no drain, the Node
     /// object is left to the cloud-controller-manager.
@@ -634,7 +646,9 @@ pub enum Release {
     /// The marker names a cluster the store no longer has (or a recreated one with another
     /// UID); `done` once the host was reset.
     Gone {
+        /// The ownership marker read on the host.
         owner: nodes::owner::Owner,
+        /// The host was reset (`false`: only previewed).
         done: bool,
     },
     /// Not released, and why (a live cluster's host, this cluster's own, another store's).
@@ -646,7 +660,7 @@ pub enum Release {
 /// state store (never by force: a live cluster's host is refused, naming the command that
 /// removes it from its cluster). The reset runs only on a host still carrying the gone
 /// cluster's marker (checked again on the host). Call under `cluster`'s lock when `yes`.
-pub async fn release_host(
+pub(crate) async fn release_host(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     host: &str,
@@ -755,7 +769,7 @@ async fn release_on(
 
 /// What `delete instance` is asked to do (its flags).
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     /// A host name (metal), a Node name or an instance ID (AWS).
     pub node: String,
     /// Give up on the drain after this long (the node stays cordoned, nothing else changes).
@@ -790,7 +804,7 @@ impl Request {
 
 /// Why `delete instance` could not run.
 #[derive(Debug, thiserror::Error)]
-pub enum InstanceError {
+pub(crate) enum InstanceError {
     /// `--decrement-desired-capacity` on a metal cluster.
     #[error("--decrement-desired-capacity applies to AWS clusters; {0} is bare metal")]
     DecrementOnMetal(String),
@@ -809,7 +823,7 @@ pub enum InstanceError {
 }
 
 /// `delete instance` on one cluster, opened: where it runs and the API client it uses.
-pub struct Removal {
+pub(crate) struct Removal {
     store: Arc<dyn StateStore>,
     cluster: ResolvedCluster,
     request: Request,
@@ -833,13 +847,15 @@ struct AwsRemoval {
 /// The preview of `delete instance`, per platform.
 #[derive(Debug, Clone)]
 pub enum InstancePlan {
+    /// A metal host: its Node, pods and etcd member.
     Metal(Box<RemovalPlan>),
+    /// An AWS instance: its Auto Scaling group and capacity.
     Aws(Box<AwsRemovalPlan>),
 }
 
 impl InstancePlan {
     /// Why `--yes` would refuse (empty: it would remove the node).
-    pub fn refusals(&self) -> &[String] {
+    pub(crate) fn refusals(&self) -> &[String] {
         match self {
             InstancePlan::Metal(p) => &p.refusals,
             InstancePlan::Aws(p) => &p.refusals,
@@ -848,7 +864,7 @@ impl InstancePlan {
 
     /// The preview as `-o json|yaml` prints it: the plan's fields (keys sorted), each pod as
     /// `{pod, action, reason}`.
-    pub fn document(&self) -> serde_json::Result<serde_json::Value> {
+    pub(crate) fn document(&self) -> serde_json::Result<serde_json::Value> {
         let (mut v, pods) = match self {
             InstancePlan::Metal(p) => (serde_json::to_value(p)?, &p.pods),
             InstancePlan::Aws(p) => (serde_json::to_value(p)?, &p.pods),
@@ -871,9 +887,13 @@ impl InstancePlan {
 /// What `delete instance --yes` did, per platform.
 #[derive(Debug, Clone)]
 pub enum InstanceReport {
+    /// A metal host removed: drained, etcd member, reset, Node object, spec.
     Metal(RemoveReport),
+    /// An AWS instance terminated in its Auto Scaling group.
     Aws {
+        /// The plan as made again under the lock, the one carried out.
         plan: AwsRemovalPlan,
+        /// The drain's outcome; `None` when nothing was drained (`--cloudonly`, no Node).
         drain: Option<DrainReport>,
     },
 }
@@ -882,7 +902,7 @@ impl Removal {
     /// Opens the removal of `request.node` from `cluster` (completed and validated): the flags
     /// checked against the platform, the cloud's clients on AWS, and the API client (not on
     /// AWS with `--cloudonly`, which never asks the API).
-    pub async fn open(
+    pub(crate) async fn open(
         store: Arc<dyn StateStore>,
         cluster: &ResolvedCluster,
         request: Request,
@@ -941,12 +961,12 @@ impl Removal {
     }
 
     /// How the API is reached when not directly, for a debug line.
-    pub fn route(&self) -> Option<&str> {
+    pub(crate) fn route(&self) -> Option<&str> {
         self.client.as_ref().and_then(|c| c.route())
     }
 
     /// What removing the node means, read-only (the preview).
-    pub async fn plan(&self) -> Result<InstancePlan, InstanceError> {
+    pub(crate) async fn plan(&self) -> Result<InstancePlan, InstanceError> {
         let r = &self.request;
         Ok(match &self.on {
             RemovalOn::Metal { kube } => InstancePlan::Metal(Box::new(
@@ -971,7 +991,7 @@ impl Removal {
     /// process with the lock held): the wait in flight (drain, etcd member, host, API, the
     /// cloud) ends, the lock is released and `Ok(Err(caught))` returned; every step is safe to
     /// run again, which the next run does.
-    pub async fn apply_interruptible(
+    pub(crate) async fn apply_interruptible(
         &self,
         session: &super::session::Session,
         ints: &super::interrupt::Interrupts,
@@ -986,7 +1006,7 @@ impl Removal {
 
     /// Removes the node under `guard` (the caller's [`crate::ops::session::Session::with_lock`]):
     /// the plan is made again under the lock, a refusal stops before anything changes.
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         guard: &lock::LockGuard,
         events: &RemoveEvents,

@@ -54,14 +54,14 @@ impl std::fmt::Display for Caught {
 /// A wait ended by a signal, and what it was waiting for (for the journal and the message).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("interrupted by {signal} while {what}")]
-pub struct Interrupted {
+pub(crate) struct Interrupted {
     pub signal: Caught,
     pub what: String,
 }
 
 impl Interrupted {
     /// The text of an interrupted wait, for callers whose errors are strings.
-    pub fn message(signal: Caught, what: &str) -> String {
+    pub(crate) fn message(signal: Caught, what: &str) -> String {
         Interrupted {
             signal,
             what: what.to_string(),
@@ -73,7 +73,7 @@ impl Interrupted {
 /// The first signal caught, as a value every wait can race against. Cheap to clone; the
 /// default never fires (library callers and tests that send no signal).
 #[derive(Debug, Clone)]
-pub struct Interrupts(watch::Receiver<Option<Caught>>);
+pub(crate) struct Interrupts(watch::Receiver<Option<Caught>>);
 
 impl Default for Interrupts {
     fn default() -> Self {
@@ -83,24 +83,25 @@ impl Default for Interrupts {
 
 impl Interrupts {
     /// Never interrupted.
-    pub fn never() -> Self {
+    pub(crate) fn never() -> Self {
         let (_tx, rx) = watch::channel(None);
         Interrupts(rx)
     }
 
-    /// Interrupted when the caller sends `Some` (tests, and [`listen`]).
-    pub fn manual() -> (watch::Sender<Option<Caught>>, Self) {
+    /// Interrupted when the caller sends `Some`.
+    #[cfg(test)]
+    pub(crate) fn manual() -> (watch::Sender<Option<Caught>>, Self) {
         let (tx, rx) = watch::channel(None);
         (tx, Interrupts(rx))
     }
 
     /// The signal caught so far, if any.
-    pub fn caught(&self) -> Option<Caught> {
+    pub(crate) fn caught(&self) -> Option<Caught> {
         *self.0.borrow()
     }
 
     /// Resolves with the first signal; never when none comes (or no listener exists).
-    pub async fn wait(&self) -> Caught {
+    pub(crate) async fn wait(&self) -> Caught {
         let mut rx = self.0.clone();
         loop {
             if let Some(c) = *rx.borrow_and_update() {
@@ -114,7 +115,7 @@ impl Interrupts {
     }
 
     /// `fut`, unless a signal comes first (then `fut` is dropped, cut where it waited).
-    pub async fn or<T>(&self, fut: impl Future<Output = T>) -> Result<T, Caught> {
+    pub(crate) async fn or<T>(&self, fut: impl Future<Output = T>) -> Result<T, Caught> {
         if let Some(c) = self.caught() {
             return Err(c);
         }
@@ -126,7 +127,7 @@ impl Interrupts {
 
     /// A fallible `fut`, unless a signal comes first: its error outside, the signal inside,
     /// as a `Session::with_lock` closure returns them (the lock is released either way).
-    pub async fn or_try<T, E>(
+    pub(crate) async fn or_try<T, E>(
         &self,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<Result<T, Caught>, E> {
@@ -137,13 +138,13 @@ impl Interrupts {
     }
 
     /// A wait loop's pause, ended early by a signal.
-    pub async fn sleep(&self, d: Duration) -> Result<(), Caught> {
+    pub(crate) async fn sleep(&self, d: Duration) -> Result<(), Caught> {
         self.or(tokio::time::sleep(d)).await
     }
 
     /// A `watch::Receiver<bool>` that turns true with the first signal (the rolling engine's
     /// cancel flag).
-    pub fn flag(&self) -> watch::Receiver<bool> {
+    pub(crate) fn flag(&self) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(self.caught().is_some());
         let me = self.clone();
         tokio::spawn(async move {
@@ -159,7 +160,7 @@ impl Interrupts {
 /// Catches SIGINT and SIGTERM from now on: the first one calls `on_first` and fires the
 /// returned [`Interrupts`]; any later one calls `on_second` (which should exit the process:
 /// the operator insists).
-pub fn listen(
+pub(crate) fn listen(
     on_first: impl Fn(Caught) + Send + 'static,
     on_second: impl Fn(Caught) + Send + 'static,
 ) -> std::io::Result<Interrupts> {

@@ -6,10 +6,10 @@ use crate::state::StateStore;
 use crate::state::lock::{self, LockError, LockRecord};
 
 /// What `lock break` removed.
-pub use crate::state::lock::Broken;
+pub(crate) use crate::state::lock::Broken;
 
 /// `lock status CLUSTER`: who holds the lock, or `None`.
-pub async fn status(
+pub(crate) async fn status(
     store: &dyn StateStore,
     cluster: &str,
 ) -> Result<Option<LockRecord>, LockError> {
@@ -18,6 +18,6 @@ pub async fn status(
 
 /// `lock break CLUSTER`: removes the lock conditional on the version read (a lock that
 /// changed hands meanwhile is a conflict, not removed blindly).
-pub async fn break_lock(store: &dyn StateStore, cluster: &str) -> Result<Broken, LockError> {
+pub(crate) async fn break_lock(store: &dyn StateStore, cluster: &str) -> Result<Broken, LockError> {
     lock::break_lock(store, cluster).await
 }

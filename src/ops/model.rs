@@ -4,10 +4,12 @@
 //! `cli` imports only `ops`, `views`, `output` and the spec model (a test in
 //! `src/import_cycles.rs` fails on any other import from `src/cli`).
 
-pub use crate::inventory::InventoryError;
-pub use crate::nodes::Target;
-pub use crate::nodes::journal::Journal;
-pub use crate::nodes::roll::{RollPlan, Selection, parse_roles};
-pub use crate::repo::{Repo, RepoError};
-pub use crate::state::lock::{LockError, LockRecord};
-pub use crate::state::{StateError, StateStore};
+pub(crate) use crate::inventory::InventoryError;
+pub(crate) use crate::nodes::Target;
+pub(crate) use crate::nodes::journal::Journal;
+pub(crate) use crate::nodes::roll::{RollPlan, Selection, parse_roles};
+pub(crate) use crate::repo::{Repo, RepoError};
+pub(crate) use crate::state::lock::LockError;
+#[cfg(test)]
+pub(crate) use crate::state::lock::LockRecord;
+pub(crate) use crate::state::{StateError, StateStore};

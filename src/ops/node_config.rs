@@ -17,7 +17,7 @@ use crate::kube::{FIELD_MANAGER, Kube};
 use crate::provision::render::{ComponentConfig, NodeSettings};
 
 /// The ConfigMaps, their data key, and what the key holds.
-pub const CONFIG_MAPS: [(&str, &str, ComponentConfig); 2] = [
+pub(crate) const CONFIG_MAPS: [(&str, &str, ComponentConfig); 2] = [
     ("kubelet-config", "kubelet", ComponentConfig::Kubelet),
     ("kube-proxy", "config.conf", ComponentConfig::KubeProxy),
 ];
@@ -33,7 +33,7 @@ pub struct Synced {
 
 /// Rewrites the ConfigMaps that differ from the spec. A write is a replace at the version
 /// read: a concurrent change fails it (named) instead of being overwritten.
-pub async fn sync(kube: &Kube, settings: &NodeSettings) -> Result<Synced, String> {
+pub(crate) async fn sync(kube: &Kube, settings: &NodeSettings) -> Result<Synced, String> {
     let api: Api<ConfigMap> = Api::namespaced(kube.client().clone(), "kube-system");
     let mut out = Synced::default();
     for (name, key, which) in CONFIG_MAPS {

@@ -31,7 +31,7 @@ pub const ADMIN_KUBECONFIG_SECRET: &str = "admin.conf";
 
 /// How to reach and treat the nodes.
 #[derive(Debug, Clone)]
-pub struct NodeOptions {
+pub(crate) struct NodeOptions {
     /// Record the keys of hosts the cluster has never seen (`--accept-new-host-keys`).
     /// Ignored by [`plan`] (a preview never records a key).
     pub accept_new_host_keys: bool,
@@ -69,10 +69,10 @@ pub enum NodeEvent {
     Detail(String),
 }
 
-pub type Events = Arc<dyn Fn(&NodeEvent) + Send + Sync>;
+pub(crate) type Events = Arc<dyn Fn(&NodeEvent) + Send + Sync>;
 
 /// Events nobody listens to.
-pub fn no_events() -> Events {
+pub(crate) fn no_events() -> Events {
     Arc::new(|_: &NodeEvent| {})
 }
 
@@ -126,6 +126,17 @@ impl Progress for SshEvents {
             _ => {}
         }
     }
+}
+
+/// An SSH fleet over the targets' hosts that trusts only the host keys already recorded and
+/// tells no one of its progress: the fleet of a check, a read or a roll.
+pub(crate) fn strict_fleet(
+    cluster: &str,
+    targets: &[Target],
+    store: Arc<dyn StateStore>,
+    concurrency: usize,
+) -> anyhow::Result<SshFleet> {
+    fleet(cluster, targets, store, false, concurrency, &no_events())
 }
 
 /// An SSH fleet over the targets' hosts.
@@ -185,7 +196,7 @@ fn run_options(options: &NodeOptions, events: &Events) -> Options {
 
 /// The preview: observes every target read-only and decides. Contacts only hosts whose keys
 /// the cluster recorded, writes nothing to hosts or to the store, records no key.
-pub async fn plan(
+pub(crate) async fn plan(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     targets: &[Target],
@@ -210,7 +221,7 @@ pub async fn plan(
 /// `update cluster --yes` for the nodes: plans again under `guard` (the cluster lock the
 /// caller holds), executes the plan, stores the admin kubeconfig. The nodes' failures are in
 /// the report; an `Err` means the run itself could not proceed (store, lock, rendering).
-pub async fn converge(
+pub(crate) async fn converge(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     targets: &[Target],
@@ -337,7 +348,7 @@ pub(super) async fn fetch_admin_kubeconfig(
 
 /// Writes the admin kubeconfig under the cluster's secrets, compare-and-swap; an unchanged
 /// one is not rewritten.
-pub async fn store_admin_kubeconfig(
+pub(crate) async fn store_admin_kubeconfig(
     store: &dyn StateStore,
     cluster: &str,
     admin: String,
@@ -357,7 +368,7 @@ pub async fn store_admin_kubeconfig(
 
 /// What [`reset`] did.
 #[derive(Debug, Clone)]
-pub enum ResetOutcome {
+pub(crate) enum ResetOutcome {
     /// The cluster never claimed a host (no UID, or no key recorded): nothing contacted.
     NothingClaimed(String),
     Reset(Report),
@@ -365,7 +376,7 @@ pub enum ResetOutcome {
 
 /// `delete cluster` for the nodes: resets the targets that carry this cluster's ownership
 /// marker; the others are skipped (the report says whose they are). Call under the lock.
-pub async fn reset(
+pub(crate) async fn reset(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     targets: &[Target],

@@ -13,7 +13,7 @@ use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, SpecErrors};
 
 /// The text of `create -f` / `replace -f`'s file (`-` for standard input), read with the
 /// spec's bound, and the name its errors give it.
-pub fn read_input(path: &std::path::Path) -> anyhow::Result<(String, String)> {
+pub(crate) fn read_input(path: &std::path::Path) -> anyhow::Result<(String, String)> {
     use crate::bounded;
     if path == std::path::Path::new("-") {
         let s = bounded::read_stdin_to_string(bounded::SPEC)?;
@@ -25,14 +25,14 @@ pub fn read_input(path: &std::path::Path) -> anyhow::Result<(String, String)> {
 }
 
 /// Objects of a file grouped per cluster: the Cluster (if present) and its groups.
-pub struct FileCluster {
+pub(crate) struct FileCluster {
     pub cluster: Option<Loaded<Cluster>>,
     pub groups: Vec<Loaded<InstanceGroup>>,
 }
 
 /// The file's objects per cluster, in the file's order: an InstanceGroup belongs to the
 /// cluster its label names, or to the file's only Cluster when it has no label.
-pub fn group_by_cluster(
+pub(crate) fn group_by_cluster(
     objects: Vec<Loaded<Object>>,
 ) -> Result<Vec<(String, FileCluster)>, SpecErrors> {
     let single_cluster = {
@@ -123,7 +123,7 @@ pub fn group_by_cluster(
 
 /// Validates the union of stored and incoming objects, locating errors in whichever document
 /// each object came from.
-pub fn validate_merged(
+pub(crate) fn validate_merged(
     source: &str,
     cluster: &Loaded<Cluster>,
     groups: &[Loaded<InstanceGroup>],
@@ -138,7 +138,7 @@ pub fn validate_merged(
 
 /// What `create -f` refuses, found without writing: the file's own objects, a cluster that
 /// exists, instance groups that exist or make the stored cluster invalid.
-pub async fn check_create(
+pub(crate) async fn check_create(
     repo: &Repo,
     source: &str,
     name: &str,
@@ -159,7 +159,7 @@ pub async fn check_create(
 
 /// A cluster that is to be created is refused when the store has its config already
 /// ([`RepoError::Exists`]: a conflict).
-pub async fn refuse_existing(repo: &Repo, name: &str) -> anyhow::Result<()> {
+pub(crate) async fn refuse_existing(repo: &Repo, name: &str) -> anyhow::Result<()> {
     let config = crate::state::layout::ClusterKeys::new(name)?.config();
     if repo.store().get(&config).await?.is_some() {
         return Err(RepoError::Exists {
@@ -173,7 +173,7 @@ pub async fn refuse_existing(repo: &Repo, name: &str) -> anyhow::Result<()> {
 
 /// The stored groups plus the file's new ones, validated with the stored cluster; refused
 /// when one of them exists already.
-pub fn merged_groups(
+pub(crate) fn merged_groups(
     source: &str,
     name: &str,
     stored: &StoredCluster,
@@ -214,7 +214,7 @@ fn with_file_groups(
 
 /// What `replace -f` will write, validated: the stored cluster and groups with the file's
 /// objects in their place.
-pub async fn replace_merged(
+pub(crate) async fn replace_merged(
     repo: &Repo,
     source: &str,
     name: &str,
@@ -230,7 +230,7 @@ pub async fn replace_merged(
 
 /// `create -f` or `replace -f`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Create,
     Replace,
 }
@@ -257,7 +257,7 @@ pub enum Written {
 /// Every refusal of a file's objects, found before the first write: each cluster of the file
 /// checked against the store as it is now (under the lock [`apply`] checks again). For
 /// `create -f` a newer patch release's checksums are read once, here, and kept in the spec.
-pub async fn plan(
+pub(crate) async fn plan(
     repo: &Repo,
     source: &str,
     mode: Mode,
@@ -285,7 +285,7 @@ pub async fn plan(
 }
 
 /// Writes a file's objects, every cluster under its own lock, in the file's order.
-pub async fn apply(
+pub(crate) async fn apply(
     repo: &Repo,
     source: &str,
     mode: Mode,
@@ -524,7 +524,7 @@ impl ClusterList {
 
 /// `get clusters [NAME]`: the cluster asked for, or every cluster of the store with those
 /// that cannot be read and those deleted with backups kept. Read-only.
-pub async fn list(repo: &Repo, name: Option<&str>) -> Result<ClusterList, RepoError> {
+pub(crate) async fn list(repo: &Repo, name: Option<&str>) -> Result<ClusterList, RepoError> {
     let names = match name {
         Some(n) => vec![n.to_string()],
         None => repo.list_all().await?,
@@ -564,7 +564,7 @@ pub async fn list(repo: &Repo, name: Option<&str>) -> Result<ClusterList, RepoEr
 }
 
 /// `get instancegroups CLUSTER`: the groups as stored, and completed with the defaults.
-pub async fn groups(
+pub(crate) async fn groups(
     repo: &Repo,
     cluster: &str,
 ) -> Result<(Vec<InstanceGroup>, Vec<InstanceGroup>), RepoError> {
@@ -575,7 +575,7 @@ pub async fn groups(
 }
 
 /// `delete instancegroup`: the group, and the cluster without it checked valid.
-pub struct GroupDeletePlan {
+pub(crate) struct GroupDeletePlan {
     pub cluster: String,
     pub group: String,
     stored: StoredCluster,
@@ -585,7 +585,7 @@ pub struct GroupDeletePlan {
 
 /// Why `delete instancegroup` did not delete.
 #[derive(Debug, thiserror::Error)]
-pub enum GroupDeleteError {
+pub(crate) enum GroupDeleteError {
     /// The store: no such cluster or group, unreadable, or changed since the plan.
     #[error(transparent)]
     Repo(#[from] RepoError),
@@ -605,7 +605,7 @@ pub enum GroupDeleteError {
 
 /// Plans the deletion of `cluster`'s instance group `group`, refused when the cluster would
 /// be invalid without it. Read-only.
-pub async fn plan_group_delete(
+pub(crate) async fn plan_group_delete(
     repo: &Repo,
     cluster: &str,
     group: &str,
@@ -650,7 +650,7 @@ pub async fn plan_group_delete(
 
 /// Deletes the planned group under `guard` (conditional on the version planned), and writes
 /// the completed spec without it.
-pub async fn delete_group(
+pub(crate) async fn delete_group(
     repo: &Repo,
     plan: &GroupDeletePlan,
     guard: &crate::state::lock::LockGuard,

@@ -19,7 +19,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(20);
     "cannot pin the checksums of Kubernetes {version}: {url}: {message}; nothing was created \
      (check spec.assets.mirror, or choose a version kprov knows)"
 )]
-pub struct ReleaseError {
+pub(crate) struct ReleaseError {
     pub version: String,
     pub url: String,
     pub message: String,
@@ -28,7 +28,7 @@ pub struct ReleaseError {
 /// Pins the checksums `cluster`'s Kubernetes version needs beyond kprov's table, fetched now.
 /// Returns one line per pinned binary for the user; nothing to do for a version of the table,
 /// an unknown minor (validation refuses it) or checksums already pinned.
-pub async fn pin_checksums(cluster: &mut Cluster) -> Result<Vec<String>, ReleaseError> {
+pub(crate) async fn pin_checksums(cluster: &mut Cluster) -> Result<Vec<String>, ReleaseError> {
     let Some(version) = cluster.spec.kubernetes_version.clone() else {
         return Ok(Vec::new());
     };

@@ -45,8 +45,10 @@ use crate::state::StateStore;
 use crate::state::lock::LockError;
 
 /// The taint put on nodes about to be replaced, so evicted pods prefer other nodes.
-pub const REPLACING_TAINT: &str = "kprov.dev/rolling-update";
+pub(crate) const REPLACING_TAINT: &str = "kprov.dev/rolling-update";
 
+/// The waits and gates of a roll, from `rolling-update cluster`'s flags; [`Default`] is what
+/// the flags default to.
 #[derive(Debug, Clone)]
 pub struct RollOptions {
     /// `--drain-timeout` per node (default 15 minutes).
@@ -59,7 +61,7 @@ pub struct RollOptions {
     pub validation_interval: Duration,
     /// How long a replaced or re-provisioned node may take to be Ready.
     pub ready_timeout: Duration,
-    /// `--cloudonly`.
+    /// `--cloudonly`: the API is not asked (no drain, no Ready, no validation gate).
     pub cloud_only: bool,
 }
 
@@ -80,7 +82,10 @@ impl Default for RollOptions {
 /// text is a sentence naming what failed.
 #[async_trait]
 pub trait ClusterApi: Send + Sync {
+    /// Puts `REPLACING_TAINT` (`kprov.dev/rolling-update`, PreferNoSchedule) on `node`, so
+    /// pods evicted from the batch prefer other nodes.
     async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError>;
+    /// Marks `node` unschedulable before its drain.
     async fn cordon(&self, node: &str) -> Result<(), ObserveError>;
     /// Evicts every pod that must leave; on timeout the error names the pods left and the
     /// PodDisruptionBudget blocking each.
@@ -98,6 +103,7 @@ pub trait ClusterApi: Send + Sync {
         timeout: Duration,
         after: Option<&Heartbeat>,
     ) -> Result<(), ObserveError>;
+    /// Makes `node` schedulable again, once it is Ready after its roll.
     async fn uncordon(&self, node: &str) -> Result<(), ObserveError>;
     /// One validation of the whole cluster (nodes Ready, control plane and etcd healthy,
     /// kube-system available, nothing uninitialized).
@@ -114,7 +120,7 @@ pub trait EtcdHealth: Send + Sync {
 
 /// A Ready condition's `lastHeartbeatTime` (RFC 3339 as the API serves it, compared only with
 /// other times the API served: never with this machine's clock).
-pub type Heartbeat = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+pub(crate) type Heartbeat = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The heartbeat of `node`'s Ready condition as the API serves it now (`None`: no Node, or
 /// no Ready condition yet).
@@ -151,6 +157,7 @@ pub struct Rolled {
 }
 
 impl Rolled {
+    /// A node replaced by the new node `node` (whose kubelet the engine waits Ready for).
     pub fn replaced_by(node: String) -> Rolled {
         Rolled {
             replacement: Some(node),
@@ -186,54 +193,78 @@ pub trait NodeRoller: Send + Sync {
 pub enum RollEvent {
     /// A node reached a step.
     Step {
+        /// The node, by its journal name.
         node: String,
+        /// The step it reached (as the journal records it).
         step: NodeStep,
+        /// Time since this run began working on the node.
         elapsed: Duration,
     },
     /// A node is working on something (drain, replace, Ready).
     Working {
+        /// The node, by its journal name.
         node: String,
+        /// What it waits on, as a phrase for the spinner.
         what: String,
     },
     /// A validation attempt of the gate: passes so far, needed.
     Gate {
+        /// Consecutive passes so far (0 after a failure).
         passes: u32,
+        /// Consecutive passes the gate needs (`--validate-count`).
         needed: u32,
+        /// Why this attempt failed; `None`: it passed.
         error: Option<String>,
     },
+    /// A line for the user that is no step (a node done without validation under
+    /// `--cloudonly`).
     Note(String),
 }
 
+/// Where [`run`] sends its [`RollEvent`]s, as they happen (from the batch's tasks: it must be
+/// cheap and must not block).
 pub type RollEvents = Arc<dyn Fn(&RollEvent) + Send + Sync>;
 
+/// Why [`run`] stopped before the journal was finished; the journal on the store says where
+/// each node is, and a run started again resumes from there.
 #[derive(Debug, thiserror::Error)]
 pub enum RollError {
     /// A node's step failed: `reason` is what the journal records for it, `cause` the
     /// failure as the cluster side or the roller returned it (match on it, never on `reason`).
     #[error("the roll stopped at {node}: {reason}")]
     Stopped {
+        /// The node, by its journal name.
         node: String,
+        /// The failure as the journal records it for the node.
         reason: String,
+        /// The failure itself.
         #[source]
         cause: StepError,
     },
+    /// The validation gate after a batch did not see `needed` passes in a row in time.
     #[error(
         "the cluster did not pass validation {needed} times in a row within {timeout:?}: {last}"
     )]
     Validation {
+        /// Consecutive passes the gate needed (`--validate-count`).
         needed: u32,
+        /// The gate's whole time (`--validation-timeout`).
         timeout: Duration,
+        /// The last failed attempt, when it was and why.
         last: String,
         /// The last attempt's failure (`None`: no attempt finished in time).
         #[source]
         cause: Option<ValidateError>,
     },
+    /// Ctrl-C (or SIGTERM) at a safe point: where the roll stopped and why.
     #[error(
         "interrupted: {0}; the journal records where each node is, run `rolling-update cluster --yes` again to resume"
     )]
     Interrupted(String),
+    /// The cluster lock was lost or could not be renewed: nothing more was written.
     #[error("the cluster lock: {0}")]
     Lock(LockError),
+    /// The journal could not be written to the store.
     #[error(transparent)]
     Journal(#[from] JournalError),
 }
@@ -256,48 +287,54 @@ pub enum ObserveError {
     /// The API failed a change of the Node (`verb`: tainting, cordoning, uncordoning).
     #[error("{verb} node {node}: {source}")]
     Change {
+        /// The node, by its journal name.
         node: String,
+        /// What was asked of the Node, as the message words it.
         verb: &'static str,
+        /// The API's failure.
         #[source]
         source: crate::kube::KubeError,
     },
     /// The drain did not finish: a pod would not leave (a budget), or one may not be evicted.
     #[error("{source}")]
     Drain {
+        /// The node, by its journal name.
         node: String,
+        /// Why the drain stopped, naming the pods left.
         #[source]
         source: crate::kube::DrainError,
     },
     /// The Node could not be read.
     #[error("reading node {node}: {source}")]
     Read {
+        /// The node, by its journal name.
         node: String,
+        /// The API's failure.
         #[source]
         source: kube::Error,
     },
     /// The node did not become Ready in time (`why`: what its Ready condition showed).
     #[error("{why}")]
-    NotReady { node: String, why: String },
+    NotReady {
+        /// The node, by its journal name.
+        node: String,
+        /// The whole message: the node, the time waited and what its Ready condition showed.
+        why: String,
+    },
     /// `--cloudonly`: there is no API to ask.
     #[error("{node}: --cloudonly does not use the cluster's API")]
-    NoApi { node: String },
+    NoApi {
+        /// The node, by its journal name.
+        node: String,
+    },
     /// Another cluster side's failure (an implementation outside this module), as it says it.
     #[error("{message}")]
-    Failed { node: String, message: String },
-}
-
-impl ObserveError {
-    /// The node the step was for.
-    pub fn node(&self) -> &str {
-        match self {
-            ObserveError::Change { node, .. }
-            | ObserveError::Drain { node, .. }
-            | ObserveError::Read { node, .. }
-            | ObserveError::NotReady { node, .. }
-            | ObserveError::NoApi { node }
-            | ObserveError::Failed { node, .. } => node,
-        }
-    }
+    Failed {
+        /// The node, by its journal name.
+        node: String,
+        /// The whole message, naming the node.
+        message: String,
+    },
 }
 
 /// Why one validation of the cluster failed ([`ClusterApi::validate`]).
@@ -315,7 +352,9 @@ pub enum ValidateError {
     /// Both: each is reported.
     #[error("{}; {etcd}", .api.join("; "))]
     Both {
+        /// The API's failures, as in [`ValidateError::Failures`].
         api: Vec<String>,
+        /// etcd's.
         #[source]
         etcd: EtcdError,
     },
@@ -343,28 +382,44 @@ pub enum RollerError {
     /// throttled it ([`RollerError::retryable`]).
     #[error("{what}: {source}")]
     Cloud {
+        /// The node, by its journal name.
         node: String,
+        /// The call that failed, as a phrase (`terminating i-0abc (NODE)`).
         what: String,
+        /// The cloud's error, its class kept.
         #[source]
         source: crate::cloud::CloudError,
     },
     /// The cluster lock was lost between the roller's waits: nothing more was changed.
     #[error("{source}")]
     Lock {
+        /// The node, by its journal name.
         node: String,
+        /// Why the lock is gone.
         #[source]
         source: crate::state::lock::LockError,
     },
     /// The roller refuses the node as it is (not the cluster's, its record unreadable, a
     /// control plane without a successor): nothing was changed on it.
     #[error("{message}")]
-    Refused { node: String, message: String },
+    Refused {
+        /// The node, by its journal name.
+        node: String,
+        /// The whole message: why, and what to do.
+        message: String,
+    },
     /// A step on the machine failed (SSH, kubeadm, a join, a wait), as it says.
     #[error("{message}")]
-    Failed { node: String, message: String },
+    Failed {
+        /// The node, by its journal name.
+        node: String,
+        /// The whole message, naming what failed.
+        message: String,
+    },
 }
 
 impl RollerError {
+    /// A [`RollerError::Failed`] of `node`.
     pub fn failed(node: &str, message: impl Into<String>) -> RollerError {
         RollerError::Failed {
             node: node.to_string(),
@@ -372,6 +427,7 @@ impl RollerError {
         }
     }
 
+    /// A [`RollerError::Refused`] of `node`.
     pub fn refused(node: &str, message: impl Into<String>) -> RollerError {
         RollerError::Refused {
             node: node.to_string(),
@@ -439,8 +495,11 @@ pub struct RollTiming {
     /// Waiting for a journal write before the next step (not the writes that ride beside a
     /// validation or a wait for Ready while they run).
     pub journal: Duration,
+    /// In a validation gate.
     pub validate: Duration,
+    /// On the cluster's API: taint, cordon, drain, the wait for Ready, uncordon.
     pub observe: Duration,
+    /// On the machines: a replacement or a re-provisioning ([`NodeRoller::roll`]).
     pub roll: Duration,
 }
 
@@ -1169,8 +1228,11 @@ async fn gate(
 /// Caveat: with `etcd: None` (today AWS, until its roller builds an [`EtcdHealth`]) etcd is
 /// not asked; a member down shows only through what the API reports.
 pub struct KubeCluster {
+    /// The cluster's API client.
     pub kube: Kube,
+    /// The cluster's spec, which the validation checks the nodes and add-ons against.
     pub cluster: Cluster,
+    /// What a healthy cluster has (the nodes by name, the minimum counts, the CNI and CCM).
     pub expect: Expectations,
     /// How often evictions, Ready and pods are re-checked.
     pub poll: Duration,
@@ -1378,7 +1440,7 @@ fn combine(api: Option<Vec<String>>, etcd: Option<EtcdError>) -> Result<(), Vali
 
 /// What a rolling-update preview found on one target.
 #[derive(Debug, Clone)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub target: Target,
     /// The record on the host (`None`: none), or why it could not be read.
     pub record: Result<Option<Provisioned>, ReadError>,
@@ -1389,7 +1451,7 @@ pub struct Observed {
 /// Why the preview could not tell a target's record or what it should be: the target is
 /// listed as unknown or refused, never guessed at.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// kprov never recorded the host's key: it is not contacted.
     #[error(
         "its host key is not recorded: `kprov update cluster --yes --accept-new-host-keys` first"
@@ -1408,21 +1470,14 @@ pub enum ReadError {
 
 /// Reads every target's provisioning record, read-only: contacts only hosts whose key the
 /// cluster recorded, records no key, writes nothing.
-pub async fn observe(
+pub(crate) async fn observe(
     store: Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     targets: &[Target],
     options: &NodeOptions,
 ) -> anyhow::Result<Vec<Observed>> {
     let renderer = Renderer::for_run(cluster, targets, options.cloud_api.as_ref())?;
-    let fleet = super::nodes::fleet(
-        &cluster.name,
-        targets,
-        store,
-        false,
-        options.concurrency,
-        &super::nodes::no_events(),
-    )?;
+    let fleet = super::nodes::strict_fleet(&cluster.name, targets, store, options.concurrency)?;
     let reads = join_all(targets.iter().map(|t| async {
         let record = match fleet.read_file(t.name(), PROVISIONED_FILE).await {
             Ok(None) => Ok(None),
@@ -1447,7 +1502,7 @@ pub async fn observe(
 
 /// The roll's groups as resolve typed them (role, size with `min <= max`), each with its
 /// `rollingUpdate` settings as the completed spec gives them.
-pub fn group_inputs(resolved: &ResolvedCluster) -> Vec<GroupInput> {
+pub(crate) fn group_inputs(resolved: &ResolvedCluster) -> Vec<GroupInput> {
     resolved
         .groups
         .iter()
@@ -1469,7 +1524,7 @@ pub fn group_inputs(resolved: &ResolvedCluster) -> Vec<GroupInput> {
 /// Metal hosts belong to the first group of their role (control planes before workers);
 /// etcd-only hosts are not rolled. Targets that could not be inspected come back as problems:
 /// a roll never guesses.
-pub fn inputs(
+pub(crate) fn inputs(
     group_inputs: Vec<GroupInput>,
     observed: &[Observed],
     ready: Option<&BTreeMap<String, bool>>,
@@ -1547,7 +1602,7 @@ pub fn inputs(
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeSet;
     use std::sync::Mutex as StdMutex;
 
@@ -1560,7 +1615,7 @@ pub mod tests {
 
     /// An in-memory cluster and fleet: records every call, fails where told.
     #[derive(Default)]
-    pub struct Fake {
+    pub(crate) struct Fake {
         pub calls: StdMutex<Vec<String>>,
         pub drain_fails: BTreeSet<String>,
         pub validate_failures: StdMutex<u32>,
@@ -1595,7 +1650,7 @@ pub mod tests {
             }
         }
 
-        pub fn calls(&self) -> Vec<String> {
+        pub(crate) fn calls(&self) -> Vec<String> {
             self.calls.lock().map(|c| c.clone()).unwrap_or_default()
         }
     }
@@ -1689,7 +1744,7 @@ pub mod tests {
         }
     }
 
-    pub fn rec(v: &str) -> Provisioned {
+    pub(crate) fn rec(v: &str) -> Provisioned {
         Provisioned {
             kubernetes_version: v.into(),
             config_digest: "0".repeat(64),
@@ -1701,7 +1756,7 @@ pub mod tests {
     }
 
     /// cp1, cp2 and `workers` workers behind by a minor, workers two at a time.
-    pub fn plan_of(platform: Platform, workers: usize, unavailable: u32) -> roll::RollPlan {
+    pub(crate) fn plan_of(platform: Platform, workers: usize, unavailable: u32) -> roll::RollPlan {
         let groups = vec![
             GroupInput {
                 name: "control-plane".into(),
@@ -1751,7 +1806,7 @@ pub mod tests {
         }
     }
 
-    pub fn fast() -> RollOptions {
+    pub(crate) fn fast() -> RollOptions {
         RollOptions {
             validation_interval: Duration::from_millis(1),
             validation_timeout: Duration::from_secs(5),
@@ -1759,11 +1814,11 @@ pub mod tests {
         }
     }
 
-    pub fn silent() -> RollEvents {
+    pub(crate) fn silent() -> RollEvents {
         Arc::new(|_: &RollEvent| {})
     }
 
-    pub async fn go(
+    pub(crate) async fn go(
         store: &dyn StateStore,
         journal: Journal,
         fake: &Fake,
@@ -1847,10 +1902,9 @@ pub mod tests {
         assert!(stored.finished && stored.done() == 22);
     }
 
-    /// The fake cluster, noting what the store's journal says of a node when it is uncordoned
-    /// and, `drain_time` into a drain, when it is drained.
+    /// Notes what the store's journal says of a node when it is uncordoned and, `drain_time`
+    /// into a drain, when it is drained (the fake cluster, [`Hooked`], answers the calls).
     struct ApiWitness<'a> {
-        fake: &'a Fake,
         store: &'a dyn StateStore,
         drain_time: Duration,
         seen: StdMutex<Vec<Seen>>,
@@ -1884,22 +1938,50 @@ pub mod tests {
         }
     }
 
+    /// A call the engine makes of the cluster's API, as [`Hooked`] tells its hook.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Call {
+        Taint,
+        Cordon,
+        Drain,
+        ReadyHeartbeat,
+        WaitReady,
+        Uncordon,
+    }
+
+    /// What a test does before the fake cluster answers a call ([`Hooked`]).
     #[async_trait]
-    impl ClusterApi for ApiWitness<'_> {
+    trait BeforeCall: Send + Sync {
+        /// Before `call` for `node`; an error is the call's, and the fake is not asked.
+        async fn before(&self, _call: Call, _node: &str) -> Result<(), ObserveError> {
+            Ok(())
+        }
+        /// Before a validation.
+        async fn before_validate(&self) {}
+    }
+
+    /// The fake cluster, with `hook` run before each call.
+    struct Hooked<'a, H> {
+        fake: &'a Fake,
+        hook: H,
+    }
+
+    #[async_trait]
+    impl<H: BeforeCall> ClusterApi for Hooked<'_, H> {
         async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
+            self.hook.before(Call::Taint, node).await?;
             self.fake.taint_prefer_no_schedule(node).await
         }
         async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
+            self.hook.before(Call::Cordon, node).await?;
             self.fake.cordon(node).await
         }
         async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
-            if !self.drain_time.is_zero() {
-                tokio::time::sleep(self.drain_time).await;
-                self.note("drain", node).await?;
-            }
+            self.hook.before(Call::Drain, node).await?;
             self.fake.drain(node, timeout).await
         }
         async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, ObserveError> {
+            self.hook.before(Call::ReadyHeartbeat, node).await?;
             self.fake.ready_heartbeat(node).await
         }
         async fn wait_ready(
@@ -1908,14 +1990,30 @@ pub mod tests {
             timeout: Duration,
             after: Option<&Heartbeat>,
         ) -> Result<(), ObserveError> {
+            self.hook.before(Call::WaitReady, node).await?;
             self.fake.wait_ready(node, timeout, after).await
         }
         async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
-            self.note("uncordon", node).await?;
+            self.hook.before(Call::Uncordon, node).await?;
             self.fake.uncordon(node).await
         }
         async fn validate(&self) -> Result<(), ValidateError> {
+            self.hook.before_validate().await;
             self.fake.validate().await
+        }
+    }
+
+    #[async_trait]
+    impl BeforeCall for ApiWitness<'_> {
+        async fn before(&self, call: Call, node: &str) -> Result<(), ObserveError> {
+            match call {
+                Call::Drain if !self.drain_time.is_zero() => {
+                    tokio::time::sleep(self.drain_time).await;
+                    self.note("drain", node).await
+                }
+                Call::Uncordon => self.note("uncordon", node).await,
+                _ => Ok(()),
+            }
         }
     }
 
@@ -1930,15 +2028,17 @@ pub mod tests {
             let (_d, s) = store();
             let plan = plan_of(platform, 4, 2);
             let fake = Fake::default();
-            let api = ApiWitness {
+            let api = Hooked {
                 fake: &fake,
-                store: &s,
-                drain_time,
-                seen: StdMutex::new(Vec::new()),
+                hook: ApiWitness {
+                    store: &s,
+                    drain_time,
+                    seen: StdMutex::new(Vec::new()),
+                },
             };
             let j = roll_new(&s, &plan, &api, &fake).await.unwrap();
             assert!(j.finished && j.done() == 6);
-            let seen = api.seen.lock().unwrap().clone();
+            let seen = api.hook.seen.lock().unwrap().clone();
             let uncordons: Vec<_> = seen.iter().filter(|s| s.0 == "uncordon").collect();
             assert_eq!(uncordons.len(), 6, "{platform:?}: {seen:?}");
             for (_, node, step, replacement) in uncordons {
@@ -2706,10 +2806,9 @@ pub mod tests {
         Validation,
     }
 
-    /// The fake cluster, except that the wait `stall` never ends and the store (`failing`) is
-    /// broken before the write beside it starts: only that failed write can end the roll.
+    /// Makes the wait `stall` of the fake cluster ([`Hooked`]) never end, and breaks the store
+    /// (`failing`) before the write beside it starts: only that failed write can end the roll.
     struct Stalling<'a> {
-        fake: &'a Fake,
         stall: Beside,
         failing: &'a std::sync::atomic::AtomicBool,
     }
@@ -2723,53 +2822,28 @@ pub mod tests {
     }
 
     #[async_trait]
-    impl ClusterApi for Stalling<'_> {
-        async fn taint_prefer_no_schedule(&self, node: &str) -> Result<(), ObserveError> {
-            self.fake.taint_prefer_no_schedule(node).await
-        }
-        async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
-            self.fake.cordon(node).await
-        }
-        async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
-            if self.stall == Beside::Drain {
-                self.forever().await;
-            }
-            self.fake.drain(node, timeout).await
-        }
-        async fn ready_heartbeat(&self, node: &str) -> Result<Option<Heartbeat>, ObserveError> {
-            if self.stall == Beside::Ready {
+    impl BeforeCall for Stalling<'_> {
+        async fn before(&self, call: Call, _node: &str) -> Result<(), ObserveError> {
+            match (call, self.stall) {
+                (Call::Drain, Beside::Drain) | (Call::WaitReady, Beside::Ready) => {
+                    self.forever().await
+                }
                 // Read right before the in-place roll, whose `replaced` is written beside the
                 // wait for Ready: the store breaks before that write can start.
-                self.failing
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-            self.fake.ready_heartbeat(node).await
-        }
-        async fn wait_ready(
-            &self,
-            node: &str,
-            timeout: Duration,
-            after: Option<&Heartbeat>,
-        ) -> Result<(), ObserveError> {
-            if self.stall == Beside::Ready {
-                self.forever().await;
-            }
-            self.fake.wait_ready(node, timeout, after).await
-        }
-        async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
-            if self.stall == Beside::Validation {
+                (Call::ReadyHeartbeat, Beside::Ready)
                 // The uncordon is written beside the gate that follows: the store breaks now,
                 // and that gate's validation never ends.
-                self.failing
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                | (Call::Uncordon, Beside::Validation) => self
+                    .failing
+                    .store(true, std::sync::atomic::Ordering::SeqCst),
+                _ => {}
             }
-            self.fake.uncordon(node).await
+            Ok(())
         }
-        async fn validate(&self) -> Result<(), ValidateError> {
+        async fn before_validate(&self) {
             if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
                 self.forever().await;
             }
-            self.fake.validate().await
         }
     }
 
@@ -2779,10 +2853,12 @@ pub mod tests {
             let (_d, inner) = store();
             let s = HookedStore::new(inner);
             let fake = Fake::default();
-            let api = Stalling {
+            let api = Hooked {
                 fake: &fake,
-                stall,
-                failing: s.failing(),
+                hook: Stalling {
+                    stall,
+                    failing: s.failing(),
+                },
             };
             // The stalled wait never ends: the roll ends only if the failed write ends it. The
             // bound is for a broken engine, never reached by a working one.

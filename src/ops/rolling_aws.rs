@@ -70,12 +70,12 @@ use crate::ssh::task::HostExecutor;
 use crate::state::{StateStore, lock};
 
 /// How long a group may take to start the replacement of a terminated instance.
-pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+pub(crate) const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// Puts the launch template versions into what was observed: an instance ran from the
 /// version it was launched with (its `aws:ec2launchtemplate:version` tag, which the record
 /// on it repeats), and provisioning it today means the group's current version.
-pub fn with_template_versions(
+pub(crate) fn with_template_versions(
     mut observed: Vec<Observed>,
     current: &BTreeMap<String, String>,
 ) -> Vec<Observed> {
@@ -106,7 +106,7 @@ pub fn with_template_versions(
 /// A bastion as the plan sees it: never provisioned, so nothing is read from it; only the
 /// launch template version it was started from ([`with_template_versions`] fills both sides
 /// in) decides whether it needs an update.
-pub fn bastion_observed(cluster: &ResolvedCluster, t: &Target) -> Observed {
+pub(crate) fn bastion_observed(cluster: &ResolvedCluster, t: &Target) -> Observed {
     let none = Provisioned {
         kubernetes_version: cluster.version.to_string(),
         config_digest: String::new(),
@@ -123,7 +123,7 @@ pub fn bastion_observed(cluster: &ResolvedCluster, t: &Target) -> Observed {
 }
 
 /// What the preview and `get instances` read on AWS.
-pub struct AwsObservation {
+pub(crate) struct AwsObservation {
     pub observed: Vec<Observed>,
     /// Owned instances in no group of the spec (named, never rolled).
     pub strays: Vec<String>,
@@ -131,7 +131,7 @@ pub struct AwsObservation {
 
 /// The instances (`found`, as the platform seam reaches them), their launch template versions
 /// (from the cloud `plan`) and their provisioning records. Read-only.
-pub async fn observe(
+pub(crate) async fn observe(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     found: &AwsInstances,
@@ -169,7 +169,7 @@ pub async fn observe(
 
 /// The replacement among the group's instances: in `group`, not `old`, not known to the roll
 /// (`known`: instance IDs and node names of the journal), not claimed by another node.
-pub fn pick_replacement<'a>(
+pub(crate) fn pick_replacement<'a>(
     found: &'a [Target],
     group: &str,
     old: &str,
@@ -207,7 +207,7 @@ fn every_instance(found: &Discovered) -> Vec<Target> {
 /// The validation gate's etcd check on AWS. The control planes are found again at every
 /// check, because a roll replaces them (the instances the roll started with may be gone), and
 /// etcd is asked over SSH on them as on metal ([`super::etcd::SshEtcdHealth`]).
-pub struct AwsEtcdHealth {
+pub(crate) struct AwsEtcdHealth {
     pub cluster: ResolvedCluster,
     pub instances: AwsInstances,
     pub store: Arc<dyn StateStore>,
@@ -231,13 +231,11 @@ impl super::rolling::EtcdHealth for AwsEtcdHealth {
             )));
         }
         let fleet = Arc::new(
-            ops_nodes::fleet(
+            ops_nodes::strict_fleet(
                 &self.cluster.name,
                 &control_planes,
                 self.store.clone(),
-                false,
                 control_planes.len(),
-                &ops_nodes::no_events(),
             )
             .map_err(|e| EtcdError::Unreachable(format!("{e:#}")))?,
         );
@@ -257,7 +255,7 @@ impl super::rolling::EtcdHealth for AwsEtcdHealth {
 
 /// Replaces workers and bastions through their Auto Scaling groups, re-provisions control
 /// planes in place (see the module doc).
-pub struct AwsRoller<'a> {
+pub(crate) struct AwsRoller<'a> {
     pub store: Arc<dyn StateStore>,
     pub cluster: ResolvedCluster,
     pub cloud: AwsCloud,
@@ -296,7 +294,7 @@ impl<'a> AwsRoller<'a> {
     /// The instance IDs and node names a journal knows (its nodes, their replacements, and
     /// the instances it leaves alone: an instance already up to date when the roll started is
     /// no surge instance).
-    pub fn known_of(journal: &Journal) -> BTreeSet<String> {
+    pub(crate) fn known_of(journal: &Journal) -> BTreeSet<String> {
         journal
             .nodes
             .iter()
@@ -667,15 +665,9 @@ impl<'a> AwsRoller<'a> {
                 &self.cluster.name
             ));
         }
-        let fleet = ops_nodes::fleet(
-            &self.cluster.name,
-            &cps,
-            self.store.clone(),
-            false,
-            cps.len(),
-            &ops_nodes::no_events(),
-        )
-        .map_err(|e| format!("{e:#}"))?;
+        let fleet =
+            ops_nodes::strict_fleet(&self.cluster.name, &cps, self.store.clone(), cps.len())
+                .map_err(|e| format!("{e:#}"))?;
         Ok((fleet, cps.iter().map(|t| t.name().to_string()).collect()))
     }
 

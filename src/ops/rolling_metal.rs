@@ -39,7 +39,7 @@ use crate::nodes::roll::{PROVISIONED_FILE, Provisioned, kube_proxy_changed};
 use crate::provision::render::{self, ComponentConfig, KUBELET_CONFIG, Renderer};
 use crate::ssh::task::{HostExecutor, Step, StepOutcome};
 
-pub struct MetalRoller {
+pub(crate) struct MetalRoller {
     exec: Arc<dyn HostExecutor>,
     renderer: Renderer,
     targets: Vec<Target>,
@@ -50,7 +50,7 @@ pub struct MetalRoller {
 
 /// Why [`MetalRoller::stage_images`] stopped.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Staging {
+pub(crate) enum Staging {
     /// A host failed (named in the message).
     Failed(String),
     /// Ctrl-C: the uploads and imports in flight were abandoned.
@@ -58,7 +58,7 @@ pub enum Staging {
 }
 
 impl MetalRoller {
-    pub fn new(
+    pub(crate) fn new(
         exec: Arc<dyn HostExecutor>,
         renderer: Renderer,
         targets: Vec<Target>,
@@ -84,7 +84,7 @@ impl MetalRoller {
     /// `cancel` turning true (the roll's first Ctrl-C) abandons the uploads and imports in
     /// flight at once: nothing was rolled yet, and an import cut short leaves no marker, so
     /// the next run brings that archive again.
-    pub async fn stage_images(
+    pub(crate) async fn stage_images(
         &self,
         mut cancel: tokio::sync::watch::Receiver<bool>,
     ) -> Result<(), Staging> {
@@ -461,6 +461,13 @@ mod tests {
         fn names(&self, host: &str) -> Vec<String> {
             on_host(&self.ran, host, |s| s.name.clone())
         }
+
+        /// Whether `host` ran the step that writes its provisioning record.
+        fn recorded(&self, host: &str) -> bool {
+            self.names(host)
+                .iter()
+                .any(|n| n == "kprov: provisioning record")
+        }
     }
 
     #[async_trait]
@@ -804,12 +811,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cut"), "{e}");
-        assert!(
-            !exec
-                .names("w1")
-                .iter()
-                .any(|n| n == "kprov: provisioning record")
-        );
+        assert!(!exec.recorded("w1"));
         *exec.fail.lock().unwrap() = None;
         rt().block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
             .unwrap();
@@ -871,11 +873,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--cloudonly"), "{e}");
-        assert!(
-            !exec
-                .names("w1")
-                .iter()
-                .any(|n| n == "kprov: provisioning record")
-        );
+        assert!(!exec.recorded("w1"));
     }
 }

@@ -44,7 +44,7 @@ const READY_WAIT: Duration = Duration::from_secs(30);
 /// What `rolling-update cluster` (or `get instances`) was asked for: its flags in the
 /// model's types.
 #[derive(Debug, Clone)]
-pub struct RollingOptions {
+pub(crate) struct RollingOptions {
     /// The groups, roles and `--force` that choose the nodes.
     pub selection: Selection,
     /// Give up on a node's drain after this long (`--drain-timeout`).
@@ -209,7 +209,7 @@ pub struct Ran {
 }
 
 /// `rolling-update cluster` opened on one cluster: its platform, the options.
-pub struct RollingUpdate {
+pub(crate) struct RollingUpdate {
     store: Arc<dyn StateStore>,
     /// The cluster resolved once, by the caller (with `--bundle`): the plan reads its groups,
     /// sizes and version, the renderer its settings.
@@ -221,7 +221,7 @@ pub struct RollingUpdate {
 /// Opens a roll (or `get instances`) of `resolved` (as the store resolves it, once). A
 /// tampered, truncated or incomplete `--bundle` is refused here, naming the entry, before the
 /// preview: no node is cordoned for a roll that could not install.
-pub async fn open(
+pub(crate) async fn open(
     store: Arc<dyn StateStore>,
     mut resolved: ResolvedCluster,
     options: RollingOptions,
@@ -243,7 +243,7 @@ pub async fn open(
 
 impl RollingUpdate {
     /// The cluster as this run sees it (with `--bundle`).
-    pub fn cluster(&self) -> &Cluster {
+    pub(crate) fn cluster(&self) -> &Cluster {
         &self.resolved.completed
     }
 
@@ -285,7 +285,7 @@ impl RollingUpdate {
 
     /// The preview, read-only: the machines and their provisioning records through the
     /// platform, each node's Ready (unknown when the API does not answer), the plan.
-    pub async fn plan(&self) -> Result<RollingPlan, RollingError> {
+    pub(crate) async fn plan(&self) -> Result<RollingPlan, RollingError> {
         let machines = self
             .platform
             .roll_observe(&self.store, self.options.concurrency)
@@ -313,7 +313,7 @@ impl RollingUpdate {
     /// `plan` is the preview's: a new journal is made from it. `events` makes the engine's
     /// progress sink once the journal's nodes are known. The first signal caught by
     /// `interrupts` asks the engine to stop at a safe point.
-    pub async fn apply(
+    pub(crate) async fn apply(
         self,
         plan: &RollPlan,
         guard: &LockGuard,

@@ -10,42 +10,42 @@ use crate::state::lock::{self, LockError, LockGuard};
 use crate::state::{StateError, StateStore, Versioning};
 
 /// The lease of a command's cluster lock, renewed in the background while it is held.
-pub const LOCK_LEASE: Duration = Duration::from_secs(300);
+pub(crate) const LOCK_LEASE: Duration = Duration::from_secs(300);
 
 /// The state store a command works on.
 #[derive(Clone)]
-pub struct Session {
+pub(crate) struct Session {
     store: Arc<dyn StateStore>,
 }
 
 /// The store a command uses: the `--state` flag's (clap fills it from `KPROV_STATE_STORE`),
 /// else the default ([`crate::state::resolve`]).
-pub fn store_url(flag: Option<&str>) -> String {
+pub(crate) fn store_url(flag: Option<&str>) -> String {
     crate::state::resolve(flag, None)
 }
 
 impl Session {
-    pub fn new(store: Arc<dyn StateStore>) -> Session {
+    pub(crate) fn new(store: Arc<dyn StateStore>) -> Session {
         Session { store }
     }
 
     /// Opens the store at `url` (`file://`, `s3://`): once per command.
-    pub async fn open(url: &str) -> Result<Session, StateError> {
+    pub(crate) async fn open(url: &str) -> Result<Session, StateError> {
         Ok(Session::new(crate::state::open(url).await?))
     }
 
-    pub fn store(&self) -> &Arc<dyn StateStore> {
+    pub(crate) fn store(&self) -> &Arc<dyn StateStore> {
         &self.store
     }
 
     /// The clusters in the store.
-    pub fn repo(&self) -> Repo {
+    pub(crate) fn repo(&self) -> Repo {
         Repo::new(self.store.clone())
     }
 
     /// Teams rely on S3 versioning to recover from mistakes: a warning when it is off or
     /// cannot be confirmed.
-    pub async fn versioning_warning(&self) -> Option<String> {
+    pub(crate) async fn versioning_warning(&self) -> Option<String> {
         let store = &self.store;
         match store.check_versioning().await {
             Versioning::Enabled | Versioning::NotApplicable => None,
@@ -61,7 +61,7 @@ impl Session {
     }
 
     /// `name` from the store, resolved once ([`crate::spec::resolve`]).
-    pub async fn resolve(&self, name: &str) -> anyhow::Result<ResolvedCluster> {
+    pub(crate) async fn resolve(&self, name: &str) -> anyhow::Result<ResolvedCluster> {
         let repo = self.repo();
         let stored = repo.get(name).await?;
         Ok(stored.resolve(&repo.location())?)
@@ -70,7 +70,7 @@ impl Session {
     /// Runs `work` holding `cluster`'s lock for `command`. The lock is released whatever the
     /// work returns; when both the work and the release fail, the work's error is the one
     /// returned.
-    pub async fn with_lock<T, E: From<LockError>>(
+    pub(crate) async fn with_lock<T, E: From<LockError>>(
         &self,
         cluster: &str,
         command: &str,

@@ -86,7 +86,7 @@ fn fingerprint_of(blob: &[u8]) -> String {
 }
 
 /// The `SHA256:` fingerprint of a stored public key line; `None` when it is not one.
-pub fn fingerprint(text: &str) -> Option<String> {
+pub(crate) fn fingerprint(text: &str) -> Option<String> {
     PublicKey::parse("the key", text)
         .ok()
         .map(|k| k.fingerprint)
@@ -104,7 +104,7 @@ pub enum KeyChange {
 
 /// Stores `key` as the cluster's SSH public key: a conditional write of the spec (a concurrent
 /// edit is a conflict, never overwritten), validated as every stored spec is.
-pub async fn set(repo: &Repo, name: &str, key: &PublicKey) -> anyhow::Result<KeyChange> {
+pub(crate) async fn set(repo: &Repo, name: &str, key: &PublicKey) -> anyhow::Result<KeyChange> {
     let stored = repo.get(name).await?;
     let mut cluster = stored.cluster.value.clone();
     let old = cluster

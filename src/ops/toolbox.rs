@@ -83,7 +83,7 @@ impl Machine {
 /// Reads the dump. A part that cannot be read (the cloud, the API server) is named in the
 /// document with its cause instead of failing the whole dump: a dump is wanted most on the
 /// days something is broken.
-pub async fn dump(
+pub(crate) async fn dump(
     store: &Arc<dyn StateStore>,
     cluster: &ResolvedCluster,
     kubeconfig: Option<&Path>,

@@ -41,7 +41,7 @@ use crate::state::{StateStore, Version};
 /// them; metal the host keys, the concurrency, `--prune`'s absence and the phase), and metal's
 /// and the run's own.
 #[derive(Debug, Clone, Default)]
-pub struct UpdateOptions {
+pub(crate) struct UpdateOptions {
     pub common: AwsUpdateOptions,
     /// Metal: the inventory to read the hosts from again (`--inventory`).
     pub inventory: Option<PathBuf>,
@@ -51,7 +51,7 @@ pub struct UpdateOptions {
 
 /// Why `update cluster` stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum UpdateError {
+pub(crate) enum UpdateError {
     /// A flag this platform has no use for.
     #[error("--{flag}: {message}")]
     Flag { flag: &'static str, message: String },
@@ -89,7 +89,7 @@ pub enum AddonsError {
 
 /// What the add-ons part of `update cluster --yes` did.
 #[derive(Debug)]
-pub struct AddonsApplied {
+pub(crate) struct AddonsApplied {
     pub node_config: Synced,
     pub addons: AddonReport,
 }
@@ -104,7 +104,7 @@ pub struct HostsChange {
 }
 
 /// A host's roles as the previews print them (`control-plane,etcd`).
-pub fn roles(h: &Host) -> String {
+pub(crate) fn roles(h: &Host) -> String {
     h.roles
         .iter()
         .map(|r| r.as_str())
@@ -216,7 +216,7 @@ enum Side {
 }
 
 /// `update cluster` opened: the cluster as this run sees it, its platform's part read.
-pub struct Update {
+pub(crate) struct Update {
     session: Session,
     store: Arc<dyn StateStore>,
     /// Resolved once when the update was opened (with `--bundle` in its completed spec): the
@@ -229,7 +229,7 @@ pub struct Update {
 
 /// Reads cluster `name` from the session's store, resolves it and opens `update cluster` on it
 /// ([`open`]).
-pub async fn load(
+pub(crate) async fn load(
     session: Session,
     name: &str,
     options: UpdateOptions,
@@ -247,7 +247,7 @@ pub async fn load(
 /// Opens `update cluster` on `resolved` (as the store resolves it): refuses the flags its
 /// platform has no use for, and on metal reads the inventory given again, the targets and the
 /// hosts to remove.
-pub async fn open(
+pub(crate) async fn open(
     session: Session,
     mut resolved: ResolvedCluster,
     options: UpdateOptions,
@@ -316,7 +316,7 @@ pub async fn open(
 }
 
 /// `--bundle FILE` of `update` and `rolling-update` as `spec.assets.bundle` for this run.
-pub fn bundle_for_run(mut cluster: Cluster, bundle: Option<&std::path::Path>) -> Cluster {
+pub(crate) fn bundle_for_run(mut cluster: Cluster, bundle: Option<&std::path::Path>) -> Cluster {
     if let Some(b) = bundle {
         cluster
             .spec
@@ -430,17 +430,17 @@ pub enum UpdateEvent<'a> {
 }
 
 /// Where [`Update::apply`] reports progress; called on the caller's task.
-pub type UpdateEvents<'e> = &'e (dyn Fn(&UpdateEvent<'_>) + Send + Sync);
+pub(crate) type UpdateEvents<'e> = &'e (dyn Fn(&UpdateEvent<'_>) + Send + Sync);
 
 impl Update {
     /// The cluster as this run sees it (with `--bundle`, and on metal the hosts of the
     /// inventory given again).
-    pub fn cluster(&self) -> &Cluster {
+    pub(crate) fn cluster(&self) -> &Cluster {
         &self.resolved().completed
     }
 
     /// [`Update::cluster`]'s resolved model, the one the nodes are rendered from.
-    pub fn resolved(&self) -> &ResolvedCluster {
+    pub(crate) fn resolved(&self) -> &ResolvedCluster {
         match &self.side {
             Side::Metal {
                 reread: Some(r), ..
@@ -450,7 +450,7 @@ impl Update {
     }
 
     /// The inventory read again (`--inventory`), for the preview and the apply to say.
-    pub fn reread(&self) -> Option<&Reread> {
+    pub(crate) fn reread(&self) -> Option<&Reread> {
         match &self.side {
             Side::Metal { reread, .. } => reread.as_deref(),
             _ => None,
@@ -458,7 +458,7 @@ impl Update {
     }
 
     /// Hosts kprov provisioned that the spec lost (metal): the apply leaves them alone.
-    pub fn hosts_to_remove(&self) -> &[Host] {
+    pub(crate) fn hosts_to_remove(&self) -> &[Host] {
         match &self.side {
             Side::Metal { gone, .. } => gone,
             _ => &[],
@@ -466,13 +466,13 @@ impl Update {
     }
 
     /// How this platform calls its machines in sentences (`host`, `instance`).
-    pub fn machine(&self) -> &'static str {
+    pub(crate) fn machine(&self) -> &'static str {
         self.kind.machine()
     }
 
     /// The machines the apply provisions when they are known before it (metal's hosts); AWS
     /// finds its instances during the apply.
-    pub fn known_targets(&self) -> Option<&[Target]> {
+    pub(crate) fn known_targets(&self) -> Option<&[Target]> {
         match &self.side {
             Side::Metal { targets, .. } => Some(targets),
             _ => None,
@@ -528,7 +528,7 @@ impl Update {
     /// The preview, read-only: on AWS the cloud plan and (unless `--phase cloud`) the node plan
     /// of the running instances; on metal the node plan of the hosts. Machines another cluster
     /// owns are refused in it on every platform.
-    pub async fn plan(&self) -> Result<UpdatePlan, UpdateError> {
+    pub(crate) async fn plan(&self) -> Result<UpdatePlan, UpdateError> {
         let name = self.cluster().name();
         let mut plan = UpdatePlan {
             cloud: empty_cloud_plan(name),
@@ -614,7 +614,7 @@ impl Update {
     /// (`ints`) cuts the apply where it waits: `Ok(Err(caught))`, every part of it safe to run
     /// again. `node_events` makes the node progress sink once the targets are known. The
     /// add-ons are [`Update::addons`].
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         ints: &Interrupts,
         events: UpdateEvents<'_>,
@@ -698,14 +698,14 @@ impl Update {
 
     /// Whether this run is `--phase addons`: no machine is read or changed, only the add-ons
     /// ([`Update::addons`], or their preview).
-    pub fn addons_only(&self) -> bool {
+    pub(crate) fn addons_only(&self) -> bool {
         matches!(self.side, Side::AddonsOnly)
     }
 
     /// The last part of a whole `update --yes` (and `--phase addons --yes`): kube-system's node
     /// configuration from the spec, then the add-ons, through one API client (`kubeconfig`,
     /// else the stored admin credentials).
-    pub async fn addons(
+    pub(crate) async fn addons(
         &self,
         kubeconfig: Option<&std::path::Path>,
     ) -> Result<AddonsApplied, AddonsError> {
@@ -740,7 +740,7 @@ impl Update {
 }
 
 /// How long `update cluster --yes` waits for the add-ons' rollouts.
-pub const ADDONS_WAIT: Duration = Duration::from_secs(300);
+pub(crate) const ADDONS_WAIT: Duration = Duration::from_secs(300);
 
 /// Metal's cloud part of the one plan document: no change.
 fn empty_cloud_plan(cluster: &str) -> Plan {

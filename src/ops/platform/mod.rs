@@ -1,6 +1,6 @@
 //! The platform seam (issue 19): the one place that asks where a cluster runs. A command opens
 //! the cluster's [`Platform`] and asks it for the machines to work on, the API address they are
-//! rendered with and the etcd health check; the use cases below it (`ops::etcd`,
+//! rendered with and (through [`rolling`]) the rollers and the etcd health check; the use cases below it (`ops::etcd`,
 //! `ops::certificates`) work on targets and an SSH fleet the same way on every platform.
 //!
 //! - metal: the hosts of the spec; the API address is the spec's.
@@ -21,15 +21,13 @@
 //! instance` (`ops::instance::Removal`) choose the platform in ops, without opening it (an AWS
 //! platform reads the whole cloud plan, which they do not need).
 
-pub mod rolling;
+pub(crate) mod rolling;
 
 use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::etcd::SshEtcdHealth;
 use super::nodes::{self as ops_nodes, Events};
-use super::rolling::EtcdHealth;
 use crate::cloud::aws::AwsCloud;
 use crate::cloud::aws::instances::{self, AwsInstances, SshReach};
 use crate::cloud::engine::Plan;
@@ -67,18 +65,18 @@ impl Kind {
 }
 
 /// Where a cluster runs, opened for one command.
-pub enum Platform {
+pub(crate) enum Platform {
     Metal(Box<Metal>),
     Aws(Box<Aws>),
 }
 
 /// A metal cluster: the hosts of its spec.
-pub struct Metal {
+pub(crate) struct Metal {
     pub(super) cluster: ResolvedCluster,
 }
 
 /// An AWS cluster: its instances as the cloud shows them now.
-pub struct Aws {
+pub(crate) struct Aws {
     pub(super) cluster: ResolvedCluster,
     /// The cloud's clients (the replacing roller works through them).
     pub(super) cloud: AwsCloud,
@@ -91,7 +89,7 @@ pub struct Aws {
 
 /// How a command reaches the machines.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Reach {
+pub(crate) struct Reach {
     /// AWS: the instances' private addresses (`--ssh-private-address`); the spec's
     /// `topology.sshAddress` otherwise.
     pub private_address: bool,
@@ -100,7 +98,7 @@ pub struct Reach {
 impl Platform {
     /// Opens the platform of `resolved` (the command's one resolved model: opening it
     /// resolves nothing again).
-    pub async fn open(
+    pub(crate) async fn open(
         store: &Arc<dyn StateStore>,
         resolved: &ResolvedCluster,
         reach: Reach,
@@ -139,7 +137,7 @@ impl Platform {
 
     /// The cluster's machines as node targets: metal's hosts, AWS's running instances
     /// (bastions excluded: they are never nodes).
-    pub async fn targets(&self) -> anyhow::Result<Vec<Target>> {
+    pub(crate) async fn targets(&self) -> anyhow::Result<Vec<Target>> {
         match self {
             Platform::Metal(m) => Ok(nodes::Inventory {
                 hosts: m.cluster.completed.spec.hosts.clone(),
@@ -157,7 +155,7 @@ impl Platform {
 
     /// The API address nodes are rendered with when the platform sets it (AWS: the load
     /// balancer's record, once it exists); `None` on metal, where the spec's applies.
-    pub fn cloud_api(&self) -> Option<&CloudApi> {
+    pub(crate) fn cloud_api(&self) -> Option<&CloudApi> {
         match self {
             Platform::Metal(_) => None,
             Platform::Aws(a) => a.api.as_ref(),
@@ -166,13 +164,13 @@ impl Platform {
 
     /// The etcd members among `targets` (stacked: the control planes; external: the `etcd`
     /// hosts), as the etcd use cases pick them.
-    pub fn etcd_hosts<'t>(&self, targets: &'t [Target]) -> Vec<&'t Target> {
+    pub(crate) fn etcd_hosts<'t>(&self, targets: &'t [Target]) -> Vec<&'t Target> {
         super::etcd::members_of(self.cluster(), targets)
     }
 
     /// An SSH fleet over `targets` with strict host keys (the keys `update cluster` recorded;
     /// AWS instances' are the ones kprov generated).
-    pub fn fleet(
+    pub(crate) fn fleet(
         &self,
         store: &Arc<dyn StateStore>,
         targets: &[Target],
@@ -188,36 +186,13 @@ impl Platform {
             events,
         )
     }
-
-    /// The etcd check of the rolling update's validation gate. On metal the members are the
-    /// given targets over `fleet`; on AWS the control planes are found again at every check,
-    /// because a roll replaces them.
-    pub fn etcd_health(
-        &self,
-        store: &Arc<dyn StateStore>,
-        targets: &[Target],
-        fleet: Arc<SshFleet>,
-    ) -> Arc<dyn EtcdHealth> {
-        match self {
-            Platform::Metal(m) => Arc::new(SshEtcdHealth {
-                cluster: m.cluster.clone(),
-                targets: targets.to_vec(),
-                exec: fleet,
-            }),
-            Platform::Aws(a) => Arc::new(super::rolling_aws::AwsEtcdHealth {
-                cluster: a.cluster.clone(),
-                instances: a.instances.clone(),
-                store: store.clone(),
-            }),
-        }
-    }
 }
 
 impl Platform {
     /// `rolling-update cluster`'s observation: the machines and their provisioning records
     /// (AWS: with their launch template versions, bastions, and owned instances in no group
     /// as problems). Read-only.
-    pub async fn roll_observe(
+    pub(crate) async fn roll_observe(
         &self,
         store: &Arc<dyn StateStore>,
         concurrency: usize,
@@ -230,7 +205,7 @@ impl Platform {
 
     /// The rollers of a `rolling-update cluster --yes` run, the lock held as `guard` (see
     /// [`rolling::Roll`] for what else it takes).
-    pub async fn rollers<'g>(
+    pub(crate) async fn rollers<'g>(
         self,
         roll: rolling::Roll<'_, 'g>,
     ) -> Result<rolling::Rollers<'g>, rolling::MachinesError> {
@@ -244,7 +219,7 @@ impl Platform {
 /// The preview's refusal of hosts another cluster owns, the same on every platform: `Some`
 /// sentence naming each refused host and its owner when the node plan has any (`update
 /// cluster` then exits 1 before `--yes` is even considered).
-pub fn owned_elsewhere(cluster: &str, plan: &NodePlan, what: &str) -> Option<String> {
+pub(crate) fn owned_elsewhere(cluster: &str, plan: &NodePlan, what: &str) -> Option<String> {
     let refused = plan.refused();
     if refused.is_empty() {
         return None;

@@ -42,7 +42,7 @@ use crate::state::StateStore;
 use crate::state::lock::LockGuard;
 
 /// The machines as observed for a roll's plan, whatever the platform.
-pub struct Machines {
+pub(crate) struct Machines {
     pub platform: Platform,
     pub observed: Vec<Observed>,
     /// Problems found on the way (AWS: owned instances in none of the cluster's groups).
@@ -94,7 +94,7 @@ pub(super) async fn observe_aws(
 /// The roll's plan from the resolved cluster (its groups, their sizes, its version), the
 /// observed machines and each node's Ready (`None`: unknown), and every problem found (the
 /// observation's first). Pure.
-pub fn plan(
+pub(crate) fn plan(
     resolved: &ResolvedCluster,
     machines: Machines,
     ready: Option<&BTreeMap<String, bool>>,
@@ -116,7 +116,7 @@ pub fn plan(
 }
 
 /// What a `--yes` run hands the platform for its rollers.
-pub struct Roll<'a, 'g> {
+pub(crate) struct Roll<'a, 'g> {
     pub store: &'a Arc<dyn StateStore>,
     pub groups: &'a [InstanceGroup],
     /// SSH connections at a time of the in-place roller's fleet.
@@ -162,7 +162,7 @@ pub enum MachinesError {
 /// The roller of a `--yes` run, with the SSH fleet it uses and the validation gate's etcd
 /// check (over the same hosts on metal; over the control planes running at each check on
 /// AWS, because a roll may replace them all). [`Rollers::close`] closes the fleet.
-pub struct Rollers<'g> {
+pub(crate) struct Rollers<'g> {
     pub roller: Box<dyn NodeRoller + 'g>,
     pub etcd: Arc<dyn EtcdHealth>,
     fleet: Arc<SshFleet>,
@@ -171,7 +171,7 @@ pub struct Rollers<'g> {
 impl Rollers<'_> {
     /// Drops the roller and the etcd check, then closes the fleet they shared (it closes only
     /// once it is the last holder).
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let Rollers {
             roller,
             etcd,
@@ -318,14 +318,8 @@ async fn in_place(
             )
         })?;
     let renderer = Renderer::for_run(cluster, &targets, cloud_api).map_err(anyhow::Error::from)?;
-    let fleet = crate::ops::nodes::fleet(
-        &cluster.name,
-        &targets,
-        store.clone(),
-        false,
-        roll.concurrency,
-        &crate::ops::nodes::no_events(),
-    )?;
+    let fleet =
+        crate::ops::nodes::strict_fleet(&cluster.name, &targets, store.clone(), roll.concurrency)?;
     let fleet = Arc::new(fleet);
     if let Err(e) = backup_before_control_planes(
         store,
@@ -412,7 +406,7 @@ fn control_planes_to_roll<'j>(journal: &'j Journal, targets: &[Target]) -> Vec<&
 /// How a `--yes` run starts: an unfinished journal is resumed even when the preview finds
 /// nothing to roll (its node in flight may still be cordoned); otherwise a new one is made
 /// from the plan, unless nothing would roll.
-pub enum Start {
+pub(crate) enum Start {
     Resume(Journal),
     New(Journal),
     NothingToRoll,
@@ -420,7 +414,7 @@ pub enum Start {
 
 /// The journal a `--yes` run works on, read under the lock (`guard`, whose holder starts a
 /// new one), with the file it is written back through.
-pub async fn start<'s>(
+pub(crate) async fn start<'s>(
     store: &'s dyn StateStore,
     cluster: &str,
     plan: &RollPlan,
@@ -445,7 +439,7 @@ pub async fn start<'s>(
 
 /// The cluster side under `--cloudonly`: the engine never calls it (it skips cordon, drain,
 /// Ready and validation); anything that does gets an error, not a pretend success.
-pub struct NoApi;
+pub(crate) struct NoApi;
 
 #[async_trait::async_trait]
 impl engine::ClusterApi for NoApi {
