@@ -17,7 +17,8 @@ use async_trait::async_trait;
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
 
 use super::{
-    Apply, Done, Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed, resolve_all,
+    Apply, Delete, Done, Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed,
+    resolve_all,
 };
 use crate::cloud::aws::asg::tag_pairs;
 use crate::cloud::aws::kinds::AwsKind;
@@ -184,7 +185,10 @@ impl Task for AutoScalingGroup {
         }
         Ok(())
     }
+}
 
+#[async_trait]
+impl Delete for AutoScalingGroup {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;
         let r = a

@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Done, Head, Ref, SecurityGroup, Subnet, Task, Vpc, gone};
+use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, Vpc};
 use crate::cloud::aws::Reader;
 use crate::cloud::aws::kinds::AwsKind;
 use crate::cloud::engine::{CloudError, CloudId};
@@ -47,15 +47,9 @@ impl Task for ClassicLoadBalancer {
             AwsKind::ClassicLoadBalancer
         )))
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.clb
-                .delete_load_balancer()
-                .load_balancer_name(self.cloud_id()?)
-                .send(),
-            "DeleteLoadBalancer (Classic)",
-        )
-        .await
-    }
 }
+
+delete_by_id!(
+    ClassicLoadBalancer: clb.delete_load_balancer().load_balancer_name,
+    "DeleteLoadBalancer (Classic)"
+);

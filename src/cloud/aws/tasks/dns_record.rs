@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use aws_sdk_route53::types::{AliasTarget, ChangeAction, ResourceRecordSet};
 
-use super::{Apply, DnsZone, Done, Head, LoadBalancer, Ref, Task};
+use super::{Apply, Delete, DnsZone, Done, Head, LoadBalancer, Ref, Task};
 use crate::cloud::aws::dns::{alias_set, change, dns_key, in_zone, owner_value, submit, txt_set};
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -72,7 +72,10 @@ impl Task for DnsRecord {
     async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         self.upsert(a.c, a.ids).await.map(|_| ())
     }
+}
 
+#[async_trait]
+impl Delete for DnsRecord {
     /// The owner record and the alias go in one batch, each named exactly as read.
     async fn delete(&self, a: Apply<'_>) -> Done {
         let (zone, name) = in_zone(&self.id(), self.cloud_id()?, "NAME")?;

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Done, Head, IamRole, Ref, Task, gone};
+use super::{Apply, Delete, Done, Head, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::{path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create, id_from};
@@ -65,7 +65,10 @@ impl Task for IamInstanceProfile {
         }
         add_role(a.c, name, self.desired_role()?.resolve(a.ids)?).await
     }
+}
 
+#[async_trait]
+impl Delete for IamInstanceProfile {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;
         if let Some(Ok(role)) = self.role.as_ref().map(|r| r.resolve(a.ids)) {

@@ -20,12 +20,12 @@ use aws_smithy_types::base64;
 
 use super::{
     Apply, Codec, Doc, Done, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup,
-    Task, gone, text,
+    Task, created, text,
 };
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::hostkeys;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, ResourceId, Value,
 };
@@ -321,20 +321,18 @@ impl Task for LaunchTemplate {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let out = a
-            .ec2
-            .create_launch_template()
-            .launch_template_name(&self.template_name)
-            .launch_template_data(self.launch()?.data(a.c, &id, a.ids)?)
-            .tag_specifications(tag_spec(a.c, ResourceType::LaunchTemplate, &id, &written))
-            .send()
-            .await
-            .ctx("CreateLaunchTemplate")?;
-        created_id(
+        created(
             &id,
+            a.ec2
+                .create_launch_template()
+                .launch_template_name(&self.template_name)
+                .launch_template_data(self.launch()?.data(a.c, &id, a.ids)?)
+                .tag_specifications(tag_spec(a.c, ResourceType::LaunchTemplate, &id, &written))
+                .send(),
             "CreateLaunchTemplate",
-            out.launch_template().and_then(|t| t.launch_template_id()),
+            |out| out.launch_template().and_then(|t| t.launch_template_id()),
         )
+        .await
     }
 
     /// Instance groups use `$Latest`: a new complete version is the change (the name is
@@ -374,18 +372,12 @@ impl Task for LaunchTemplate {
             .ctx("CreateTags")?;
         Ok(())
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.ec2
-                .delete_launch_template()
-                .launch_template_id(self.cloud_id()?)
-                .send(),
-            "DeleteLaunchTemplate",
-        )
-        .await
-    }
 }
+
+delete_by_id!(
+    LaunchTemplate: ec2.delete_launch_template().launch_template_id,
+    "DeleteLaunchTemplate"
+);
 
 impl LaunchTemplate {
     /// What it launches; a desired template always says.

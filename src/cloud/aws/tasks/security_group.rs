@@ -5,10 +5,10 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Done, Head, Ref, Task, Vpc, gone};
+use super::{Apply, Head, Ref, Task, Vpc, created};
+use crate::cloud::aws::Reader;
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
@@ -36,27 +36,20 @@ impl Task for SecurityGroup {
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .ec2
-            .create_security_group()
-            .group_name(&self.group_name)
-            .description(&self.description)
-            .vpc_id(self.vpc.resolve(a.ids)?)
-            .tag_specifications(tag_spec(a.c, ResourceType::SecurityGroup, &id, &[]))
-            .send()
-            .await
-            .ctx("CreateSecurityGroup")?;
-        created_id(&id, "CreateSecurityGroup", out.group_id())
-    }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
+        created(
+            &id,
             a.ec2
-                .delete_security_group()
-                .group_id(self.cloud_id()?)
+                .create_security_group()
+                .group_name(&self.group_name)
+                .description(&self.description)
+                .vpc_id(self.vpc.resolve(a.ids)?)
+                .tag_specifications(tag_spec(a.c, ResourceType::SecurityGroup, &id, &[]))
                 .send(),
-            "DeleteSecurityGroup",
+            "CreateSecurityGroup",
+            |out| out.group_id(),
         )
         .await
     }
 }
+
+delete_by_id!(SecurityGroup: ec2.delete_security_group().group_id, "DeleteSecurityGroup");
