@@ -66,15 +66,15 @@ impl Task for AutoScalingGroup {
             .map(|(_, v)| v)
             // why: a group without the role tag reads as no role, which the diff shows
             .unwrap_or_default();
-        let subnets = g
-            .vpc_zone_identifier()
-            // why: a group without subnets lists none
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| Ref::read(rd, s))
-            .collect();
+        let subnets = Ref::read_all(
+            rd,
+            g.vpc_zone_identifier()
+                // why: a group without subnets lists none
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty()),
+        );
         let desired = i64::from(g.desired_capacity().unwrap_or(0));
         let mut read = AutoScalingGroup {
             // why: a group is listed by its name (`asg::assemble` skips one without)
@@ -90,11 +90,7 @@ impl Task for AutoScalingGroup {
             max_size: g.max_size().unwrap_or(0).into(),
             desired_capacity: desired,
             subnets,
-            target_groups: g
-                .target_group_arns()
-                .iter()
-                .map(|a| Ref::read(rd, a))
-                .collect(),
+            target_groups: Ref::read_all(rd, g.target_group_arns()),
             role: role.to_string(),
             head,
         };

@@ -28,12 +28,8 @@ impl Task for ClassicLoadBalancer {
             head,
             // why: a reference the cloud left out reads as empty, which the diff shows as a change
             vpc: Ref::read(rd, l.vpc_id().unwrap_or_default()),
-            subnets: l.subnets().iter().map(|s| Ref::read(rd, s)).collect(),
-            security_groups: l
-                .security_groups()
-                .iter()
-                .map(|g| Ref::read(rd, g))
-                .collect(),
+            subnets: Ref::read_all(rd, l.subnets()),
+            security_groups: Ref::read_all(rd, l.security_groups()),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             dns_name: l.dns_name().unwrap_or_default().to_lowercase(),
         }

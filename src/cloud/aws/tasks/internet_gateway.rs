@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Delete, Done, Head, Ref, Task, Vpc, created, gone};
+use super::{Apply, Delete, Done, Head, Ref, Task, Vpc, created, gone, not_set};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, error_code, finish_create};
@@ -18,9 +18,7 @@ task! {
 
 impl InternetGateway {
     fn attached_to(&self) -> Result<&Ref<Vpc>, CloudError> {
-        self.vpc
-            .as_ref()
-            .ok_or_else(|| CloudError::Model(format!("{}: field {VPC} is not set", self.id())))
+        self.vpc.as_ref().ok_or_else(|| not_set(&self.id(), VPC))
     }
 }
 

@@ -191,13 +191,12 @@ impl Launch {
             image_id: or_empty(d.and_then(|d| d.image_id())),
             instance_type: or_empty(d.and_then(|d| d.instance_type()).map(|t| t.as_str())),
             key_name: Ref::read(rd, &or_empty(d.and_then(|d| d.key_name()))),
-            security_groups: d
-                .map(|d| d.security_group_ids())
-                // why: an absent list field is an empty list
-                .unwrap_or_default()
-                .iter()
-                .map(|g| Ref::read(rd, g))
-                .collect(),
+            security_groups: Ref::read_all(
+                rd,
+                d.map(|d| d.security_group_ids())
+                    // why: an absent list field is an empty list
+                    .unwrap_or_default(),
+            ),
             instance_profile: Ref::read(
                 rd,
                 &or_empty(
@@ -522,10 +521,7 @@ fn as_recorded(t: &aws_sdk_ec2::types::LaunchTemplate, want: &Launch, rd: &Reade
         l.key_name = Ref::read(rd, key);
     }
     if let Some(groups) = recorded(SECURITY_GROUPS) {
-        l.security_groups = groups
-            .split_whitespace()
-            .map(|g| Ref::read(rd, g))
-            .collect();
+        l.security_groups = Ref::read_all(rd, groups.split_whitespace());
     }
     if let Some(profile) = recorded(INSTANCE_PROFILE) {
         l.instance_profile = Ref::read(rd, profile);

@@ -41,17 +41,11 @@ impl Task for LoadBalancer {
                 .map(|s| s.as_str())
                 .unwrap_or_default()
                 .to_string(),
-            subnets: l
-                .availability_zones()
-                .iter()
-                .filter_map(|z| z.subnet_id())
-                .map(|s| Ref::read(rd, s))
-                .collect(),
-            security_groups: l
-                .security_groups()
-                .iter()
-                .map(|g| Ref::read(rd, g))
-                .collect(),
+            subnets: Ref::read_all(
+                rd,
+                l.availability_zones().iter().filter_map(|z| z.subnet_id()),
+            ),
+            security_groups: Ref::read_all(rd, l.security_groups()),
             dns_name: Some(
                 l.dns_name()
                     // why: a field the cloud left out reads as empty, which the diff shows as a change

@@ -285,6 +285,16 @@ impl<T: Kinded> Ref<T> {
         }
     }
 
+    /// What a read found at each of `cids`, in their order (see [`Ref::read`]).
+    pub(crate) fn read_all<S: AsRef<str>>(
+        rd: &Reader<'_>,
+        cids: impl IntoIterator<Item = S>,
+    ) -> Vec<Ref<T>> {
+        cids.into_iter()
+            .map(|c| Ref::read(rd, c.as_ref()))
+            .collect()
+    }
+
     /// As a field value: a `Value::Ref` (which orders the plan) or the raw ID.
     pub(crate) fn value(&self) -> Value {
         match &self.to {
@@ -366,7 +376,9 @@ macro_rules! scalar_codec {
             }
 
             fn take(r: &Resource, field: &str) -> Result<$ty, CloudError> {
-                r.get(field).and_then($get).ok_or_else(|| not_set(r, field))
+                r.get(field)
+                    .and_then($get)
+                    .ok_or_else(|| not_set(&r.id, field))
             }
         }
     };
@@ -548,15 +560,17 @@ fn cannot_change(id: &ResourceId, changes: &[FieldChange]) -> CloudError {
     ))
 }
 
-fn not_set(r: &Resource, field: &str) -> CloudError {
-    CloudError::Model(format!("{}: field {field} is not set", r.id))
+/// Field `field` of `id` missing: on an engine resource as decoded, or on a desired task
+/// where only a read one may lack it.
+fn not_set(id: &ResourceId, field: &str) -> CloudError {
+    CloudError::Model(format!("{id}: field {field} is not set"))
 }
 
 /// A text field this kind always sets.
 fn text(r: &Resource, field: &str) -> Result<String, CloudError> {
     r.get_str(field)
         .map(str::to_string)
-        .ok_or_else(|| not_set(r, field))
+        .ok_or_else(|| not_set(&r.id, field))
 }
 
 /// A list field this kind always sets (an empty list is a list, not an absent field).

@@ -212,10 +212,7 @@ impl Task for RouteTable {
             // why: a reference the cloud left out reads as empty, which the diff shows as a change
             vpc: Ref::read(rd, t.vpc_id().unwrap_or_default()),
             routes,
-            subnets: associations
-                .iter()
-                .map(|a| Ref::read(rd, &a.subnet))
-                .collect(),
+            subnets: Ref::read_all(rd, associations.iter().map(|a| &a.subnet)),
             associations: Some(associations),
         }
     }
