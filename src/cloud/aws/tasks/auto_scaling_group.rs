@@ -79,11 +79,7 @@ impl Task for AutoScalingGroup {
         let mut read = AutoScalingGroup {
             // why: a group is listed by its name (`asg::assemble` skips one without)
             group_name: g.auto_scaling_group_name().unwrap_or_default().to_string(),
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            launch_template: Ref::read(
-                rd,
-                lt.and_then(|l| l.launch_template_id()).unwrap_or_default(),
-            ),
+            launch_template: Ref::read_or_empty(rd, lt.and_then(|l| l.launch_template_id())),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             launch_template_version: lt.and_then(|l| l.version()).unwrap_or_default().to_string(),
             min_size: g.min_size().unwrap_or(0).into(),

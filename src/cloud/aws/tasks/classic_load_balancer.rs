@@ -26,8 +26,7 @@ impl Task for ClassicLoadBalancer {
     fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
         ClassicLoadBalancer {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, l.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, l.vpc_id()),
             subnets: Ref::read_all(rd, l.subnets()),
             security_groups: Ref::read_all(rd, l.security_groups()),
             // why: a field the cloud left out reads as empty, which the diff shows as a change

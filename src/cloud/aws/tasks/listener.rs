@@ -33,9 +33,7 @@ impl Task for Listener {
             .listener
             .default_actions()
             .iter()
-            .find_map(|a| a.target_group_arn())
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            .unwrap_or_default();
+            .find_map(|a| a.target_group_arn());
         Listener {
             head,
             load_balancer: Ref::read(rd, &l.load_balancer),
@@ -47,7 +45,7 @@ impl Task for Listener {
                 // why: a field the cloud left out reads as empty, which the diff shows as a change
                 .unwrap_or_default()
                 .to_string(),
-            target_group: Ref::read(rd, tg),
+            target_group: Ref::read_or_empty(rd, tg),
         }
     }
 

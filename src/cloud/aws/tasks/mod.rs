@@ -285,6 +285,12 @@ impl<T: Kinded> Ref<T> {
         }
     }
 
+    /// As [`Ref::read`], for an ID the cloud may leave out.
+    pub(crate) fn read_or_empty(rd: &Reader<'_>, cid: Option<&str>) -> Ref<T> {
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
+        Ref::read(rd, cid.unwrap_or_default())
+    }
+
     /// What a read found at each of `cids`, in their order (see [`Ref::read`]).
     pub(crate) fn read_all<S: AsRef<str>>(
         rd: &Reader<'_>,

@@ -29,8 +29,7 @@ impl Task for NatGateway {
             .unwrap_or_default();
         NatGateway {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            subnet: Ref::read(rd, n.subnet_id().unwrap_or_default()),
+            subnet: Ref::read_or_empty(rd, n.subnet_id()),
             allocation: Ref::read(rd, alloc),
         }
     }

@@ -209,8 +209,7 @@ impl Task for RouteTable {
             .collect();
         RouteTable {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, t.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, t.vpc_id()),
             routes,
             subnets: Ref::read_all(rd, associations.iter().map(|a| &a.subnet)),
             associations: Some(associations),

@@ -25,8 +25,7 @@ impl Task for SecurityGroup {
     fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
         SecurityGroup {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, g.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, g.vpc_id()),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             group_name: g.group_name().unwrap_or_default().to_string(),
             // why: a field the cloud left out reads as empty, which the diff shows as a change

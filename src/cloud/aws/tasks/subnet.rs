@@ -27,8 +27,7 @@ impl Task for Subnet {
     fn read(head: Head, s: &Self::Listed, rd: &Reader<'_>) -> Self {
         Subnet {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, s.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, s.vpc_id()),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             zone: s.availability_zone().unwrap_or_default().to_string(),
             // why: a field the cloud left out reads as empty, which the diff shows as a change

@@ -62,8 +62,7 @@ impl Task for TargetGroup {
                 .map(|p| p.as_str())
                 .unwrap_or_default()
                 .to_string(),
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, t.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, t.vpc_id()),
             preserve_client_ip: preserve,
             deregistration_delay: delay,
         }
