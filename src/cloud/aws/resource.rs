@@ -6,7 +6,7 @@
 
 use super::AwsCloud;
 use super::kinds::*;
-use super::tasks::{self, Apply, Fields, Task};
+use super::tasks::{self, Apply, Delete, Fields, Task};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, Resource};
 
 /// The enum, its decoding and its dispatch, from one list of `AwsKind pattern => task type`

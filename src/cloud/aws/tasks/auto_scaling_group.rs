@@ -17,7 +17,8 @@ use async_trait::async_trait;
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
 
 use super::{
-    Apply, Done, Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed, resolve_all,
+    Apply, Delete, Done, Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed,
+    resolve_all,
 };
 use crate::cloud::aws::asg::tag_pairs;
 use crate::cloud::aws::kinds::AwsKind;
@@ -65,35 +66,27 @@ impl Task for AutoScalingGroup {
             .map(|(_, v)| v)
             // why: a group without the role tag reads as no role, which the diff shows
             .unwrap_or_default();
-        let subnets = g
-            .vpc_zone_identifier()
-            // why: a group without subnets lists none
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| Ref::read(rd, s))
-            .collect();
+        let subnets = Ref::read_all(
+            rd,
+            g.vpc_zone_identifier()
+                // why: a group without subnets lists none
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty()),
+        );
         let desired = i64::from(g.desired_capacity().unwrap_or(0));
         let mut read = AutoScalingGroup {
             // why: a group is listed by its name (`asg::assemble` skips one without)
             group_name: g.auto_scaling_group_name().unwrap_or_default().to_string(),
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            launch_template: Ref::read(
-                rd,
-                lt.and_then(|l| l.launch_template_id()).unwrap_or_default(),
-            ),
+            launch_template: Ref::read_or_empty(rd, lt.and_then(|l| l.launch_template_id())),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             launch_template_version: lt.and_then(|l| l.version()).unwrap_or_default().to_string(),
             min_size: g.min_size().unwrap_or(0).into(),
             max_size: g.max_size().unwrap_or(0).into(),
             desired_capacity: desired,
             subnets,
-            target_groups: g
-                .target_group_arns()
-                .iter()
-                .map(|a| Ref::read(rd, a))
-                .collect(),
+            target_groups: Ref::read_all(rd, g.target_group_arns()),
             role: role.to_string(),
             head,
         };
@@ -184,7 +177,10 @@ impl Task for AutoScalingGroup {
         }
         Ok(())
     }
+}
 
+#[async_trait]
+impl Delete for AutoScalingGroup {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;
         let r = a

@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Done, Head, Ref, SecurityGroup, Subnet, Task, Vpc, gone};
+use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, Vpc};
 use crate::cloud::aws::Reader;
 use crate::cloud::aws::kinds::AwsKind;
 use crate::cloud::engine::{CloudError, CloudId};
@@ -26,14 +26,9 @@ impl Task for ClassicLoadBalancer {
     fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
         ClassicLoadBalancer {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, l.vpc_id().unwrap_or_default()),
-            subnets: l.subnets().iter().map(|s| Ref::read(rd, s)).collect(),
-            security_groups: l
-                .security_groups()
-                .iter()
-                .map(|g| Ref::read(rd, g))
-                .collect(),
+            vpc: Ref::read_or_empty(rd, l.vpc_id()),
+            subnets: Ref::read_all(rd, l.subnets()),
+            security_groups: Ref::read_all(rd, l.security_groups()),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             dns_name: l.dns_name().unwrap_or_default().to_lowercase(),
         }
@@ -47,15 +42,9 @@ impl Task for ClassicLoadBalancer {
             AwsKind::ClassicLoadBalancer
         )))
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.clb
-                .delete_load_balancer()
-                .load_balancer_name(self.cloud_id()?)
-                .send(),
-            "DeleteLoadBalancer (Classic)",
-        )
-        .await
-    }
 }
+
+delete_by_id!(
+    ClassicLoadBalancer: clb.delete_load_balancer().load_balancer_name,
+    "DeleteLoadBalancer (Classic)"
+);

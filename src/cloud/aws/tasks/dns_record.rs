@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use aws_sdk_route53::types::{AliasTarget, ChangeAction, ResourceRecordSet};
 
-use super::{Apply, DnsZone, Done, Head, LoadBalancer, Ref, Task};
+use super::{Apply, Delete, DnsZone, Done, Head, LoadBalancer, Ref, Task, not_set};
 use crate::cloud::aws::dns::{alias_set, change, dns_key, in_zone, owner_value, submit, txt_set};
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -72,7 +72,10 @@ impl Task for DnsRecord {
     async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         self.upsert(a.c, a.ids).await.map(|_| ())
     }
+}
 
+#[async_trait]
+impl Delete for DnsRecord {
     /// The owner record and the alias go in one batch, each named exactly as read.
     async fn delete(&self, a: Apply<'_>) -> Done {
         let (zone, name) = in_zone(&self.id(), self.cloud_id()?, "NAME")?;
@@ -90,9 +93,7 @@ impl DnsRecord {
     /// (it was read through it), so without it the delete is a model error: Route 53 would be
     /// sent an empty TXT record to delete.
     pub(super) fn owner_text(&self) -> Result<&str, CloudError> {
-        self.txt
-            .as_deref()
-            .ok_or_else(|| CloudError::Model(format!("{}: field {TXT} is not set", self.id())))
+        self.txt.as_deref().ok_or_else(|| not_set(&self.id(), TXT))
     }
 
     /// Create and update alike: the alias and its owner TXT record go in one atomic batch.
@@ -103,7 +104,7 @@ impl DnsRecord {
         let arn = self
             .alias
             .as_ref()
-            .ok_or_else(|| CloudError::Model(format!("{id}: field {ALIAS} is not set")))?
+            .ok_or_else(|| not_set(&id, ALIAS))?
             .resolve(ids)?;
         let lbs = c
             .elb

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Done, Head, Kinded, Task};
+use super::{Apply, Delete, Done, Head, Kinded, Task};
 use crate::cloud::aws::Reader;
 use crate::cloud::aws::dns::ZoneRead;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
@@ -35,7 +35,10 @@ impl Task for DnsZone {
             Self::KIND
         )))
     }
+}
 
+#[async_trait]
+impl Delete for DnsZone {
     /// Adopted (ExistsAndValidates): the engine never deletes it.
     async fn delete(&self, _: Apply<'_>) -> Done {
         Err(CloudError::Model(format!(

@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, DnsZone, Done, Head, Ref, Task, Vpc};
+use super::{Apply, Delete, DnsZone, Done, Head, Ref, Task, Vpc};
 use crate::cloud::aws::dns::in_zone;
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
@@ -64,7 +64,10 @@ impl Task for DnsZoneVpc {
             .ctx("AssociateVPCWithHostedZone")?;
         id_from(&self.id(), "the zone", zone).map(|z| z.join('/', vpc))
     }
+}
 
+#[async_trait]
+impl Delete for DnsZoneVpc {
     /// Already disassociated (`VPCAssociationNotFound`) is success; so is the zone's last
     /// association: a private zone keeps at least one VPC, and the zone is not kprov's to empty.
     async fn delete(&self, a: Apply<'_>) -> Done {

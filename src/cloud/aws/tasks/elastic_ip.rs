@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
-use super::{Apply, Done, Head, Task, gone};
+use super::{Apply, Head, Task, created};
+use crate::cloud::aws::Reader;
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
@@ -39,25 +39,18 @@ impl Task for ElasticIp {
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .ec2
-            .allocate_address()
-            .domain(DomainType::from(self.domain.as_str()))
-            .tag_specifications(tag_spec(a.c, ResourceType::ElasticIp, &id, &[]))
-            .send()
-            .await
-            .ctx("AllocateAddress")?;
-        created_id(&id, "AllocateAddress", out.allocation_id())
-    }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
+        created(
+            &id,
             a.ec2
-                .release_address()
-                .allocation_id(self.cloud_id()?)
+                .allocate_address()
+                .domain(DomainType::from(self.domain.as_str()))
+                .tag_specifications(tag_spec(a.c, ResourceType::ElasticIp, &id, &[]))
                 .send(),
-            "ReleaseAddress",
+            "AllocateAddress",
+            |out| out.allocation_id(),
         )
         .await
     }
 }
+
+delete_by_id!(ElasticIp: ec2.release_address().allocation_id, "ReleaseAddress");

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Done, Head, IamRole, Ref, Task, gone};
+use super::{Apply, Delete, Done, Head, IamRole, Ref, Task, gone, not_set};
 use crate::cloud::aws::iam::{path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create, id_from};
@@ -20,9 +20,7 @@ task! {
 
 impl IamInstanceProfile {
     fn desired_role(&self) -> Result<&Ref<IamRole>, CloudError> {
-        self.role
-            .as_ref()
-            .ok_or_else(|| CloudError::Model(format!("{}: field {ROLE} is not set", self.id())))
+        self.role.as_ref().ok_or_else(|| not_set(&self.id(), ROLE))
     }
 }
 
@@ -65,7 +63,10 @@ impl Task for IamInstanceProfile {
         }
         add_role(a.c, name, self.desired_role()?.resolve(a.ids)?).await
     }
+}
 
+#[async_trait]
+impl Delete for IamInstanceProfile {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;
         if let Some(Ok(role)) = self.role.as_ref().map(|r| r.resolve(a.ids)) {

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Doc, Done, Head, Task, cannot_change, changed, gone};
+use super::{Apply, Doc, Done, Head, Task, cannot_change, changed};
 use crate::cloud::aws::iam::{normalize, path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{Ctx, Reader, id_from};
@@ -59,12 +59,6 @@ impl Task for IamRole {
             .ctx("UpdateAssumeRolePolicy")?;
         Ok(())
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.iam.delete_role().role_name(self.cloud_id()?).send(),
-            "DeleteRole",
-        )
-        .await
-    }
 }
+
+delete_by_id!(IamRole: iam.delete_role().role_name, "DeleteRole");

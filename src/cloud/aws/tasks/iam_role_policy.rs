@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Doc, Done, Head, IamRole, Ref, Task, gone};
+use super::{Apply, Delete, Doc, Done, Head, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::normalize;
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
@@ -46,7 +46,10 @@ impl Task for IamRolePolicy {
     async fn update(&self, _: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
         self.put(a.c, a.ids).await.map(|_| ())
     }
+}
 
+#[async_trait]
+impl Delete for IamRolePolicy {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let cid = self.cloud_id()?;
         // A role name has no ':' (IAM allows `\w+=,.@-`): the first one ends it.

@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Done, Head, Ref, Task, Vpc, gone};
+use super::{Apply, Delete, Done, Head, Ref, Task, Vpc, created, gone, not_set};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, error_code, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, error_code, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
@@ -18,9 +18,7 @@ task! {
 
 impl InternetGateway {
     fn attached_to(&self) -> Result<&Ref<Vpc>, CloudError> {
-        self.vpc
-            .as_ref()
-            .ok_or_else(|| CloudError::Model(format!("{}: field {VPC} is not set", self.id())))
+        self.vpc.as_ref().ok_or_else(|| not_set(&self.id(), VPC))
     }
 }
 
@@ -41,18 +39,16 @@ impl Task for InternetGateway {
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .ec2
-            .create_internet_gateway()
-            .tag_specifications(tag_spec(a.c, ResourceType::InternetGateway, &id, &[]))
-            .send()
-            .await
-            .ctx("CreateInternetGateway")?;
-        let gid = created_id(
+        let gid = created(
             &id,
+            a.ec2
+                .create_internet_gateway()
+                .tag_specifications(tag_spec(a.c, ResourceType::InternetGateway, &id, &[]))
+                .send(),
             "CreateInternetGateway",
-            out.internet_gateway().and_then(|g| g.internet_gateway_id()),
-        )?;
+            |out| out.internet_gateway().and_then(|g| g.internet_gateway_id()),
+        )
+        .await?;
         let vpc = self.attached_to()?.resolve(a.ids)?;
         finish_create(|| attach(a.c, &gid, vpc)).await?;
         Ok(gid)
@@ -71,7 +67,10 @@ impl Task for InternetGateway {
         }
         attach(a.c, gid, self.attached_to()?.resolve(a.ids)?).await
     }
+}
 
+#[async_trait]
+impl Delete for InternetGateway {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let gid = self.cloud_id()?;
         if let Some(vpc) = &self.vpc {

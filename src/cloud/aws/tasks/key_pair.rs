@@ -8,7 +8,7 @@ use std::fmt;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Codec, Done, Head, Task, gone};
+use super::{Apply, Codec, Head, Task};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{Ctx, Reader, id_from};
@@ -95,12 +95,6 @@ impl Task for KeyPair {
             .ctx("ImportKeyPair")?;
         id_from(&id, "field keyName", &self.key_name)
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.ec2.delete_key_pair().key_name(self.cloud_id()?).send(),
-            "DeleteKeyPair",
-        )
-        .await
-    }
 }
+
+delete_by_id!(KeyPair: ec2.delete_key_pair().key_name, "DeleteKeyPair");

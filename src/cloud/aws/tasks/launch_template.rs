@@ -20,12 +20,12 @@ use aws_smithy_types::base64;
 
 use super::{
     Apply, Codec, Doc, Done, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup,
-    Task, gone, text,
+    Task, created, text,
 };
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::hostkeys;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, FieldRule, IdMap, Resource, ResourceId, Value,
 };
@@ -191,13 +191,12 @@ impl Launch {
             image_id: or_empty(d.and_then(|d| d.image_id())),
             instance_type: or_empty(d.and_then(|d| d.instance_type()).map(|t| t.as_str())),
             key_name: Ref::read(rd, &or_empty(d.and_then(|d| d.key_name()))),
-            security_groups: d
-                .map(|d| d.security_group_ids())
-                // why: an absent list field is an empty list
-                .unwrap_or_default()
-                .iter()
-                .map(|g| Ref::read(rd, g))
-                .collect(),
+            security_groups: Ref::read_all(
+                rd,
+                d.map(|d| d.security_group_ids())
+                    // why: an absent list field is an empty list
+                    .unwrap_or_default(),
+            ),
             instance_profile: Ref::read(
                 rd,
                 &or_empty(
@@ -321,20 +320,18 @@ impl Task for LaunchTemplate {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let out = a
-            .ec2
-            .create_launch_template()
-            .launch_template_name(&self.template_name)
-            .launch_template_data(self.launch()?.data(a.c, &id, a.ids)?)
-            .tag_specifications(tag_spec(a.c, ResourceType::LaunchTemplate, &id, &written))
-            .send()
-            .await
-            .ctx("CreateLaunchTemplate")?;
-        created_id(
+        created(
             &id,
+            a.ec2
+                .create_launch_template()
+                .launch_template_name(&self.template_name)
+                .launch_template_data(self.launch()?.data(a.c, &id, a.ids)?)
+                .tag_specifications(tag_spec(a.c, ResourceType::LaunchTemplate, &id, &written))
+                .send(),
             "CreateLaunchTemplate",
-            out.launch_template().and_then(|t| t.launch_template_id()),
+            |out| out.launch_template().and_then(|t| t.launch_template_id()),
         )
+        .await
     }
 
     /// Instance groups use `$Latest`: a new complete version is the change (the name is
@@ -374,18 +371,12 @@ impl Task for LaunchTemplate {
             .ctx("CreateTags")?;
         Ok(())
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.ec2
-                .delete_launch_template()
-                .launch_template_id(self.cloud_id()?)
-                .send(),
-            "DeleteLaunchTemplate",
-        )
-        .await
-    }
 }
+
+delete_by_id!(
+    LaunchTemplate: ec2.delete_launch_template().launch_template_id,
+    "DeleteLaunchTemplate"
+);
 
 impl LaunchTemplate {
     /// What it launches; a desired template always says.
@@ -530,10 +521,7 @@ fn as_recorded(t: &aws_sdk_ec2::types::LaunchTemplate, want: &Launch, rd: &Reade
         l.key_name = Ref::read(rd, key);
     }
     if let Some(groups) = recorded(SECURITY_GROUPS) {
-        l.security_groups = groups
-            .split_whitespace()
-            .map(|g| Ref::read(rd, g))
-            .collect();
+        l.security_groups = Ref::read_all(rd, groups.split_whitespace());
     }
     if let Some(profile) = recorded(INSTANCE_PROFILE) {
         l.instance_profile = Ref::read(rd, profile);

@@ -4,10 +4,10 @@
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{Action, ActionTypeEnum, ProtocolEnum};
 
-use super::{Apply, Done, Head, LoadBalancer, Ref, TargetGroup, Task, gone};
+use super::{Apply, Done, Head, LoadBalancer, Ref, TargetGroup, Task, created};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
-use crate::cloud::aws::{Ctx, Reader, created_id};
+use crate::cloud::aws::{Ctx, Reader};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 task! {
@@ -33,9 +33,7 @@ impl Task for Listener {
             .listener
             .default_actions()
             .iter()
-            .find_map(|a| a.target_group_arn())
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            .unwrap_or_default();
+            .find_map(|a| a.target_group_arn());
         Listener {
             head,
             load_balancer: Ref::read(rd, &l.load_balancer),
@@ -47,28 +45,26 @@ impl Task for Listener {
                 // why: a field the cloud left out reads as empty, which the diff shows as a change
                 .unwrap_or_default()
                 .to_string(),
-            target_group: Ref::read(rd, tg),
+            target_group: Ref::read_or_empty(rd, tg),
         }
     }
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .elb
-            .create_listener()
-            .load_balancer_arn(self.load_balancer.resolve(a.ids)?)
-            .protocol(ProtocolEnum::from(self.protocol.as_str()))
-            .port(port(&id, self.port)?)
-            .default_actions(self.forward(a.ids)?)
-            .set_tags(Some(tags(a.c, &id)))
-            .send()
-            .await
-            .ctx("CreateListener")?;
-        created_id(
+        created(
             &id,
+            a.elb
+                .create_listener()
+                .load_balancer_arn(self.load_balancer.resolve(a.ids)?)
+                .protocol(ProtocolEnum::from(self.protocol.as_str()))
+                .port(port(&id, self.port)?)
+                .default_actions(self.forward(a.ids)?)
+                .set_tags(Some(tags(a.c, &id)))
+                .send(),
             "CreateListener",
-            out.listeners().first().and_then(|l| l.listener_arn()),
+            |out| out.listeners().first().and_then(|l| l.listener_arn()),
         )
+        .await
     }
 
     async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {
@@ -83,18 +79,9 @@ impl Task for Listener {
             .ctx("ModifyListener")?;
         Ok(())
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.elb
-                .delete_listener()
-                .listener_arn(self.cloud_id()?)
-                .send(),
-            "DeleteListener",
-        )
-        .await
-    }
 }
+
+delete_by_id!(Listener: elb.delete_listener().listener_arn, "DeleteListener");
 
 impl Listener {
     fn forward(&self, ids: &IdMap) -> Result<Action, CloudError> {

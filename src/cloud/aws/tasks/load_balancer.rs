@@ -6,11 +6,11 @@ use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{LoadBalancerSchemeEnum, LoadBalancerTypeEnum};
 
 use super::{
-    Apply, Done, Head, Ref, SecurityGroup, Subnet, Task, cannot_change, gone, resolve_all,
+    Apply, Done, Head, Ref, SecurityGroup, Subnet, Task, cannot_change, created, resolve_all,
 };
 use crate::cloud::aws::elb::tags;
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
-use crate::cloud::aws::{Ctx, Reader, created_id};
+use crate::cloud::aws::{Ctx, Reader};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
@@ -41,17 +41,11 @@ impl Task for LoadBalancer {
                 .map(|s| s.as_str())
                 .unwrap_or_default()
                 .to_string(),
-            subnets: l
-                .availability_zones()
-                .iter()
-                .filter_map(|z| z.subnet_id())
-                .map(|s| Ref::read(rd, s))
-                .collect(),
-            security_groups: l
-                .security_groups()
-                .iter()
-                .map(|g| Ref::read(rd, g))
-                .collect(),
+            subnets: Ref::read_all(
+                rd,
+                l.availability_zones().iter().filter_map(|z| z.subnet_id()),
+            ),
+            security_groups: Ref::read_all(rd, l.security_groups()),
             dns_name: Some(
                 l.dns_name()
                     // why: a field the cloud left out reads as empty, which the diff shows as a change
@@ -66,25 +60,25 @@ impl Task for LoadBalancer {
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .elb
-            .create_load_balancer()
-            .name(&self.lb_name)
-            .r#type(LoadBalancerTypeEnum::Network)
-            .scheme(LoadBalancerSchemeEnum::from(self.scheme.as_str()))
-            .set_subnets(Some(resolve_all(&self.subnets, a.ids)?))
-            .set_security_groups(Some(resolve_all(&self.security_groups, a.ids)?))
-            .set_tags(Some(tags(a.c, &id)))
-            .send()
-            .await
-            .ctx("CreateLoadBalancer")?;
-        created_id(
+        created(
             &id,
+            a.elb
+                .create_load_balancer()
+                .name(&self.lb_name)
+                .r#type(LoadBalancerTypeEnum::Network)
+                .scheme(LoadBalancerSchemeEnum::from(self.scheme.as_str()))
+                .set_subnets(Some(resolve_all(&self.subnets, a.ids)?))
+                .set_security_groups(Some(resolve_all(&self.security_groups, a.ids)?))
+                .set_tags(Some(tags(a.c, &id)))
+                .send(),
             "CreateLoadBalancer",
-            out.load_balancers()
-                .first()
-                .and_then(|l| l.load_balancer_arn()),
+            |out| {
+                out.load_balancers()
+                    .first()
+                    .and_then(|l| l.load_balancer_arn())
+            },
         )
+        .await
     }
 
     async fn update(&self, have: &Self, changes: &[FieldChange], a: Apply<'_>) -> Done {
@@ -100,15 +94,6 @@ impl Task for LoadBalancer {
             .ctx("SetSubnets")?;
         Ok(())
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.elb
-                .delete_load_balancer()
-                .load_balancer_arn(self.cloud_id()?)
-                .send(),
-            "DeleteLoadBalancer",
-        )
-        .await
-    }
 }
+
+delete_by_id!(LoadBalancer: elb.delete_load_balancer().load_balancer_arn, "DeleteLoadBalancer");

@@ -3,7 +3,8 @@
 //! the engine's resource (the fields the generic diff compares and prints, and their rules),
 //! how it is read back from the cloud (kops's Find), and how it is created, updated and
 //! deleted (kops's Render) against one [`Apply`] context (kops's target: the cloud and the
-//! cloud IDs recorded so far). The engine stays generic: it diffs the field maps `resource()`
+//! cloud IDs recorded so far). Its delete is the supertrait [`Delete`]: most kinds are
+//! deleted by one call naming their cloud ID, which `delete_by_id!` declares in one line. The engine stays generic: it diffs the field maps `resource()`
 //! makes, and apply hands them back, decoded once by `from_resource` (a missing or mistyped
 //! field is a model error naming the resource and field, never an empty value sent to AWS).
 //!
@@ -24,6 +25,27 @@
 //! is a task; the instances are only read (`instances.rs`): their group makes and ends them.
 //! A typed reference to a kind that is not a task would use a marker type (an uninhabited
 //! enum implementing [`Kinded`]).
+
+/// Declares the [`Delete`] of a kind that is deleted by one call naming its cloud ID: the
+/// client, the operation and the setter the ID goes to, and the operation's name for errors
+/// (`delete_by_id!(Vpc: ec2.delete_vpc().vpc_id, "DeleteVpc")`). An answer that the resource
+/// is already gone is success ([`gone`]). A kind whose delete does more writes [`Delete`] by
+/// hand.
+macro_rules! delete_by_id {
+    ($name:ident: $client:ident.$op:ident().$setter:ident, $operation:literal) => {
+        #[async_trait::async_trait]
+        impl $crate::cloud::aws::tasks::Delete for $name {
+            async fn delete(
+                &self,
+                a: $crate::cloud::aws::tasks::Apply<'_>,
+            ) -> $crate::cloud::aws::tasks::Done {
+                let cid = $crate::cloud::aws::tasks::Task::cloud_id(self)?;
+                $crate::cloud::aws::tasks::gone(a.$client.$op().$setter(cid).send(), $operation)
+                    .await
+            }
+        }
+    };
+}
 
 /// Declares a task whose typed fields each map to one field of the engine's resource: the
 /// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]) and its
@@ -137,7 +159,7 @@ pub(crate) use vpc::{Vpc, VpcDns};
 
 use super::ec2::gone_ok;
 use super::kinds::AwsKind;
-use super::{AwsCloud, Ctx, Reader};
+use super::{AwsCloud, Ctx, Reader, created_id};
 use crate::cloud::engine::{
     CloudError, CloudId, FieldChange, IdMap, Lifecycle, Resource, ResourceId, Value,
 };
@@ -263,6 +285,22 @@ impl<T: Kinded> Ref<T> {
         }
     }
 
+    /// As [`Ref::read`], for an ID the cloud may leave out.
+    pub(crate) fn read_or_empty(rd: &Reader<'_>, cid: Option<&str>) -> Ref<T> {
+        // why: a reference the cloud left out reads as empty, which the diff shows as a change
+        Ref::read(rd, cid.unwrap_or_default())
+    }
+
+    /// What a read found at each of `cids`, in their order (see [`Ref::read`]).
+    pub(crate) fn read_all<S: AsRef<str>>(
+        rd: &Reader<'_>,
+        cids: impl IntoIterator<Item = S>,
+    ) -> Vec<Ref<T>> {
+        cids.into_iter()
+            .map(|c| Ref::read(rd, c.as_ref()))
+            .collect()
+    }
+
     /// As a field value: a `Value::Ref` (which orders the plan) or the raw ID.
     pub(crate) fn value(&self) -> Value {
         match &self.to {
@@ -334,29 +372,26 @@ impl Codec<String> for String {
     }
 }
 
-impl Codec<bool> for bool {
-    fn put(v: &bool, r: Resource, field: &str) -> Resource {
-        r.field(field, Value::Bool(*v))
-    }
+/// A `Copy` scalar as its own codec: the [`Value`] variant that holds it and the accessor
+/// that reads it back.
+macro_rules! scalar_codec {
+    ($ty:ty, $variant:path, $get:path) => {
+        impl Codec<$ty> for $ty {
+            fn put(v: &$ty, r: Resource, field: &str) -> Resource {
+                r.field(field, $variant(*v))
+            }
 
-    fn take(r: &Resource, field: &str) -> Result<bool, CloudError> {
-        r.get(field)
-            .and_then(Value::as_bool)
-            .ok_or_else(|| not_set(r, field))
-    }
+            fn take(r: &Resource, field: &str) -> Result<$ty, CloudError> {
+                r.get(field)
+                    .and_then($get)
+                    .ok_or_else(|| not_set(&r.id, field))
+            }
+        }
+    };
 }
 
-impl Codec<i64> for i64 {
-    fn put(v: &i64, r: Resource, field: &str) -> Resource {
-        r.field(field, Value::Int(*v))
-    }
-
-    fn take(r: &Resource, field: &str) -> Result<i64, CloudError> {
-        r.get(field)
-            .and_then(Value::as_int)
-            .ok_or_else(|| not_set(r, field))
-    }
-}
+scalar_codec!(bool, Value::Bool, Value::as_bool);
+scalar_codec!(i64, Value::Int, Value::as_int);
 
 impl<T: Kinded> Codec<Ref<T>> for Ref<T> {
     fn put(v: &Ref<T>, r: Resource, field: &str) -> Resource {
@@ -447,9 +482,17 @@ impl std::ops::Deref for Apply<'_> {
 /// What a task's update and delete return.
 pub(crate) type Done = Result<(), CloudError>;
 
-/// One AWS kind as a typed task.
+/// How a kind is deleted: declared with `delete_by_id!` for a kind deleted by one call naming
+/// its cloud ID, written by hand otherwise.
 #[async_trait]
-pub(crate) trait Task: Fields + Send + Sync {
+pub(crate) trait Delete {
+    /// Deletes `self` (a read task); already gone is success.
+    async fn delete(&self, a: Apply<'_>) -> Done;
+}
+
+/// One AWS kind as a typed task (its delete is its [`Delete`]).
+#[async_trait]
+pub(crate) trait Task: Fields + Delete + Send + Sync {
     /// What the cloud lists for one resource of this kind (with what else the read fetched
     /// about it).
     type Listed;
@@ -473,9 +516,6 @@ pub(crate) trait Task: Fields + Send + Sync {
         Err(cannot_change(&self.id(), changes))
     }
 
-    /// Deletes `self` (a read task); already gone is success.
-    async fn delete(&self, a: Apply<'_>) -> Result<(), CloudError>;
-
     /// Its cloud ID; a read task always has one, so its absence is a model error.
     fn cloud_id(&self) -> Result<&str, CloudError> {
         self.head()
@@ -490,6 +530,18 @@ fn resolve_all<T: Kinded>(refs: &[Ref<T>], ids: &IdMap) -> Result<Vec<String>, C
     refs.iter()
         .map(|r| r.resolve(ids).map(str::to_string))
         .collect()
+}
+
+/// Awaits a create call and the ID its reply carries (`returned` finds it there): a failed
+/// call, or a reply without an ID, is an error naming `operation` (see [`created_id`]).
+async fn created<O, R: Ctx<O>>(
+    id: &ResourceId,
+    call: impl Future<Output = R>,
+    operation: &str,
+    returned: impl FnOnce(&O) -> Option<&str>,
+) -> Result<CloudId, CloudError> {
+    let out = call.await.ctx(operation)?;
+    created_id(id, operation, returned(&out))
 }
 
 /// Awaits a delete call: an answer that the resource is already gone is success.
@@ -514,15 +566,17 @@ fn cannot_change(id: &ResourceId, changes: &[FieldChange]) -> CloudError {
     ))
 }
 
-fn not_set(r: &Resource, field: &str) -> CloudError {
-    CloudError::Model(format!("{}: field {field} is not set", r.id))
+/// Field `field` of `id` missing: on an engine resource as decoded, or on a desired task
+/// where only a read one may lack it.
+fn not_set(id: &ResourceId, field: &str) -> CloudError {
+    CloudError::Model(format!("{id}: field {field} is not set"))
 }
 
 /// A text field this kind always sets.
 fn text(r: &Resource, field: &str) -> Result<String, CloudError> {
     r.get_str(field)
         .map(str::to_string)
-        .ok_or_else(|| not_set(r, field))
+        .ok_or_else(|| not_set(&r.id, field))
 }
 
 /// A list field this kind always sets (an empty list is a list, not an absent field).

@@ -4,10 +4,10 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Done, ElasticIp, Head, Ref, Subnet, Task, gone};
+use super::{Apply, Delete, Done, ElasticIp, Head, Ref, Subnet, Task, created, gone};
 use crate::cloud::aws::ec2::{tag_spec, wait_nat};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{Ctx, Reader, after_create, created_id};
+use crate::cloud::aws::{Reader, after_create};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
@@ -29,32 +29,32 @@ impl Task for NatGateway {
             .unwrap_or_default();
         NatGateway {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            subnet: Ref::read(rd, n.subnet_id().unwrap_or_default()),
+            subnet: Ref::read_or_empty(rd, n.subnet_id()),
             allocation: Ref::read(rd, alloc),
         }
     }
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .ec2
-            .create_nat_gateway()
-            .subnet_id(self.subnet.resolve(a.ids)?)
-            .allocation_id(self.allocation.resolve(a.ids)?)
-            .tag_specifications(tag_spec(a.c, ResourceType::Natgateway, &id, &[]))
-            .send()
-            .await
-            .ctx("CreateNatGateway")?;
-        let nid = created_id(
+        let nid = created(
             &id,
+            a.ec2
+                .create_nat_gateway()
+                .subnet_id(self.subnet.resolve(a.ids)?)
+                .allocation_id(self.allocation.resolve(a.ids)?)
+                .tag_specifications(tag_spec(a.c, ResourceType::Natgateway, &id, &[]))
+                .send(),
             "CreateNatGateway",
-            out.nat_gateway().and_then(|n| n.nat_gateway_id()),
-        )?;
+            |out| out.nat_gateway().and_then(|n| n.nat_gateway_id()),
+        )
+        .await?;
         wait_nat(a.c, &nid, false).await.map_err(after_create)?;
         Ok(nid)
     }
+}
 
+#[async_trait]
+impl Delete for NatGateway {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let nid = self.cloud_id()?;
         gone(

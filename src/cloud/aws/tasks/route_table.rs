@@ -7,11 +7,12 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
 use super::{
-    Apply, Done, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc, gone,
+    Apply, Delete, Done, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc,
+    created, gone,
 };
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, created_id, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, after_create, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap, ResourceId, Value};
 
 task! {
@@ -208,32 +209,26 @@ impl Task for RouteTable {
             .collect();
         RouteTable {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, t.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, t.vpc_id()),
             routes,
-            subnets: associations
-                .iter()
-                .map(|a| Ref::read(rd, &a.subnet))
-                .collect(),
+            subnets: Ref::read_all(rd, associations.iter().map(|a| &a.subnet)),
             associations: Some(associations),
         }
     }
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .ec2
-            .create_route_table()
-            .vpc_id(self.vpc.resolve(a.ids)?)
-            .tag_specifications(tag_spec(a.c, ResourceType::RouteTable, &id, &[]))
-            .send()
-            .await
-            .ctx("CreateRouteTable")?;
-        let tid = created_id(
+        let tid = created(
             &id,
+            a.ec2
+                .create_route_table()
+                .vpc_id(self.vpc.resolve(a.ids)?)
+                .tag_specifications(tag_spec(a.c, ResourceType::RouteTable, &id, &[]))
+                .send(),
             "CreateRouteTable",
-            out.route_table().and_then(|t| t.route_table_id()),
-        )?;
+            |out| out.route_table().and_then(|t| t.route_table_id()),
+        )
+        .await?;
         // Call by call: a throttled route is retried alone, not with those already added.
         for (dest, target) in self.resolved(a.ids).map_err(after_create)? {
             finish_create(|| add_route(a.c, &tid, dest, target)).await?;
@@ -293,7 +288,10 @@ impl Task for RouteTable {
         }
         Ok(())
     }
+}
 
+#[async_trait]
+impl Delete for RouteTable {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let tid = self.cloud_id()?;
         for assoc in self.read_associations()? {

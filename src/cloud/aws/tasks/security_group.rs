@@ -5,10 +5,10 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Done, Head, Ref, Task, Vpc, gone};
+use super::{Apply, Head, Ref, Task, Vpc, created};
+use crate::cloud::aws::Reader;
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{Ctx, Reader, created_id};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
@@ -25,8 +25,7 @@ impl Task for SecurityGroup {
     fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
         SecurityGroup {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, g.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, g.vpc_id()),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             group_name: g.group_name().unwrap_or_default().to_string(),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
@@ -36,27 +35,20 @@ impl Task for SecurityGroup {
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .ec2
-            .create_security_group()
-            .group_name(&self.group_name)
-            .description(&self.description)
-            .vpc_id(self.vpc.resolve(a.ids)?)
-            .tag_specifications(tag_spec(a.c, ResourceType::SecurityGroup, &id, &[]))
-            .send()
-            .await
-            .ctx("CreateSecurityGroup")?;
-        created_id(&id, "CreateSecurityGroup", out.group_id())
-    }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
+        created(
+            &id,
             a.ec2
-                .delete_security_group()
-                .group_id(self.cloud_id()?)
+                .create_security_group()
+                .group_name(&self.group_name)
+                .description(&self.description)
+                .vpc_id(self.vpc.resolve(a.ids)?)
+                .tag_specifications(tag_spec(a.c, ResourceType::SecurityGroup, &id, &[]))
                 .send(),
-            "DeleteSecurityGroup",
+            "CreateSecurityGroup",
+            |out| out.group_id(),
         )
         .await
     }
 }
+
+delete_by_id!(SecurityGroup: ec2.delete_security_group().group_id, "DeleteSecurityGroup");

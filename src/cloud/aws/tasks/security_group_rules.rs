@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 
-use super::{Apply, Done, Head, Item, Kinded, Ref, SecurityGroup, Task};
+use super::{Apply, Delete, Done, Head, Item, Kinded, Ref, SecurityGroup, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, UNTRACKED, id_from};
@@ -231,7 +231,10 @@ impl Task for SecurityGroupRules {
         revoke(a.c, gid, &extra, a.ids).await?;
         authorize(a.c, gid, &missing, a.ids).await
     }
+}
 
+#[async_trait]
+impl Delete for SecurityGroupRules {
     async fn delete(&self, a: Apply<'_>) -> Done {
         gone_ok(revoke(a.c, self.cloud_id()?, &self.ingress, a.ids).await)
     }

@@ -4,10 +4,10 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, changed, gone};
+use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, changed, created};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
@@ -27,8 +27,7 @@ impl Task for Subnet {
     fn read(head: Head, s: &Self::Listed, rd: &Reader<'_>) -> Self {
         Subnet {
             head,
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, s.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, s.vpc_id()),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
             zone: s.availability_zone().unwrap_or_default().to_string(),
             // why: a field the cloud left out reads as empty, which the diff shows as a change
@@ -45,21 +44,19 @@ impl Task for Subnet {
         } else {
             "kubernetes.io/role/internal-elb"
         };
-        let out = a
-            .ec2
-            .create_subnet()
-            .vpc_id(self.vpc.resolve(a.ids)?)
-            .cidr_block(&self.cidr)
-            .availability_zone(&self.zone)
-            .tag_specifications(tag_spec(a.c, ResourceType::Subnet, &id, &[(role, "1")]))
-            .send()
-            .await
-            .ctx("CreateSubnet")?;
-        let sid = created_id(
+        let sid = created(
             &id,
+            a.ec2
+                .create_subnet()
+                .vpc_id(self.vpc.resolve(a.ids)?)
+                .cidr_block(&self.cidr)
+                .availability_zone(&self.zone)
+                .tag_specifications(tag_spec(a.c, ResourceType::Subnet, &id, &[(role, "1")]))
+                .send(),
             "CreateSubnet",
-            out.subnet().and_then(|v| v.subnet_id()),
-        )?;
+            |out| out.subnet().and_then(|v| v.subnet_id()),
+        )
+        .await?;
         if self.map_public_ip {
             finish_create(|| set_map_public_ip(a.c, &sid, true)).await?;
         }
@@ -72,12 +69,9 @@ impl Task for Subnet {
         }
         set_map_public_ip(a.c, have.cloud_id()?, self.map_public_ip).await
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        let sid = self.cloud_id()?;
-        gone(a.ec2.delete_subnet().subnet_id(sid).send(), "DeleteSubnet").await
-    }
 }
+
+delete_by_id!(Subnet: ec2.delete_subnet().subnet_id, "DeleteSubnet");
 
 async fn set_map_public_ip(c: &AwsCloud, sid: &str, on: bool) -> Result<(), CloudError> {
     c.ec2

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, TargetGroupAttribute, TargetTypeEnum};
 
-use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, gone};
+use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, created};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 /// The attributes' keys in ELB's API.
@@ -62,8 +62,7 @@ impl Task for TargetGroup {
                 .map(|p| p.as_str())
                 .unwrap_or_default()
                 .to_string(),
-            // why: a reference the cloud left out reads as empty, which the diff shows as a change
-            vpc: Ref::read(rd, t.vpc_id().unwrap_or_default()),
+            vpc: Ref::read_or_empty(rd, t.vpc_id()),
             preserve_client_ip: preserve,
             deregistration_delay: delay,
         }
@@ -71,26 +70,26 @@ impl Task for TargetGroup {
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .elb
-            .create_target_group()
-            .name(&self.tg_name)
-            .protocol(ProtocolEnum::from(self.protocol.as_str()))
-            .port(port(&id, self.port)?)
-            .vpc_id(self.vpc.resolve(a.ids)?)
-            .target_type(TargetTypeEnum::Instance)
-            .health_check_protocol(ProtocolEnum::Tcp)
-            .set_tags(Some(tags(a.c, &id)))
-            .send()
-            .await
-            .ctx("CreateTargetGroup")?;
-        let arn = created_id(
+        let arn = created(
             &id,
+            a.elb
+                .create_target_group()
+                .name(&self.tg_name)
+                .protocol(ProtocolEnum::from(self.protocol.as_str()))
+                .port(port(&id, self.port)?)
+                .vpc_id(self.vpc.resolve(a.ids)?)
+                .target_type(TargetTypeEnum::Instance)
+                .health_check_protocol(ProtocolEnum::Tcp)
+                .set_tags(Some(tags(a.c, &id)))
+                .send(),
             "CreateTargetGroup",
-            out.target_groups()
-                .first()
-                .and_then(|t| t.target_group_arn()),
-        )?;
+            |out| {
+                out.target_groups()
+                    .first()
+                    .and_then(|t| t.target_group_arn())
+            },
+        )
+        .await?;
         finish_create(|| self.set_attributes(a.c, &arn)).await?;
         Ok(arn)
     }
@@ -104,18 +103,9 @@ impl Task for TargetGroup {
         }
         self.set_attributes(a.c, have.cloud_id()?).await
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        gone(
-            a.elb
-                .delete_target_group()
-                .target_group_arn(self.cloud_id()?)
-                .send(),
-            "DeleteTargetGroup",
-        )
-        .await
-    }
 }
+
+delete_by_id!(TargetGroup: elb.delete_target_group().target_group_arn, "DeleteTargetGroup");
 
 impl TargetGroup {
     /// Sets the attributes kprov manages on the target group `arn`.

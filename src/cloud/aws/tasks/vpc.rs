@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Done, Fields, Head, Kinded, Task, cannot_change, changed, gone, text};
+use super::{Apply, Done, Fields, Head, Kinded, Task, cannot_change, changed, created, text};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, created_id, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, FieldRule, Resource, Value};
 
 const CIDR: &str = "cidr";
@@ -89,15 +89,17 @@ impl Task for Vpc {
 
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let out = a
-            .ec2
-            .create_vpc()
-            .cidr_block(&self.cidr)
-            .tag_specifications(tag_spec(a.c, ResourceType::Vpc, &id, &[]))
-            .send()
-            .await
-            .ctx("CreateVpc")?;
-        let vid = created_id(&id, "CreateVpc", out.vpc().and_then(|v| v.vpc_id()))?;
+        let vid = created(
+            &id,
+            a.ec2
+                .create_vpc()
+                .cidr_block(&self.cidr)
+                .tag_specifications(tag_spec(a.c, ResourceType::Vpc, &id, &[]))
+                .send(),
+            "CreateVpc",
+            |out| out.vpc().and_then(|v| v.vpc_id()),
+        )
+        .await?;
         if let Some(dns) = self.dns {
             // Support first: AWS refuses hostnames on a VPC without DNS support.
             finish_create(|| set_dns(a.c, &vid, Attribute::Support, dns.support)).await?;
@@ -122,12 +124,9 @@ impl Task for Vpc {
         }
         Ok(())
     }
-
-    async fn delete(&self, a: Apply<'_>) -> Done {
-        let vid = self.cloud_id()?;
-        gone(a.ec2.delete_vpc().vpc_id(vid).send(), "DeleteVpc").await
-    }
 }
+
+delete_by_id!(Vpc: ec2.delete_vpc().vpc_id, "DeleteVpc");
 
 #[derive(Clone, Copy)]
 enum Attribute {
