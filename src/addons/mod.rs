@@ -3,7 +3,7 @@
 //! applied with server-side apply; and `validate cluster`.
 
 pub mod ccm;
-pub mod cni;
+pub(crate) mod cni;
 pub mod providers;
 pub mod validate;
 
@@ -75,7 +75,7 @@ pub enum Change {
 /// What applying one object changes: the unified diff of live → would-be, noise removed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ObjectDiff {
-    pub addon: String,
+    pub(crate) addon: String,
     pub object: String,
     pub change: Change,
     pub diff: String,

@@ -120,8 +120,8 @@ impl Expectations {
 #[serde(rename_all = "camelCase")]
 pub struct Failure {
     /// `node`, `pod` or `cluster`.
-    pub kind: &'static str,
-    pub name: String,
+    pub(crate) kind: &'static str,
+    pub(crate) name: String,
     pub message: String,
 }
 
@@ -129,9 +129,9 @@ pub struct Failure {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidationResult {
-    pub cluster: String,
+    pub(crate) cluster: String,
     pub ok: bool,
-    pub nodes: Vec<NodeInfo>,
+    pub(crate) nodes: Vec<NodeInfo>,
     pub failures: Vec<Failure>,
 }
 

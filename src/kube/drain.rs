@@ -31,7 +31,7 @@ use super::nodes::{EvictOptions, Taint};
 use super::{FIELD_MANAGER, Kube, KubeError, api_error};
 
 /// The annotation the kubelet puts on the API copy of a static pod.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Evictions in flight at once: parallel like kubectl, without flooding the API server.
 const EVICTION_CONCURRENCY: usize = 16;
@@ -194,7 +194,11 @@ pub enum Disposition {
 
 /// kubectl drain's filters, in its order: finished pods, mirror pods and DaemonSet pods are
 /// skipped; unmanaged pods and pods with emptyDir volumes are refused unless allowed.
-pub fn classify(pod: &Pod, delete_emptydir_data: bool, force_unmanaged: bool) -> Disposition {
+pub(crate) fn classify(
+    pod: &Pod,
+    delete_emptydir_data: bool,
+    force_unmanaged: bool,
+) -> Disposition {
     let phase = pod
         .status
         .as_ref()
@@ -257,7 +261,7 @@ pub fn classify(pod: &Pod, delete_emptydir_data: bool, force_unmanaged: bool) ->
 
 /// Whether a PodDisruptionBudget's selector selects these labels. In policy/v1 an empty
 /// selector selects every pod of the namespace; a missing one selects none.
-pub fn selector_matches(
+pub(crate) fn selector_matches(
     selector: Option<&LabelSelector>,
     labels: &BTreeMap<String, String>,
 ) -> bool {
@@ -285,7 +289,7 @@ pub fn selector_matches(
 }
 
 /// The names of the budgets (of the pod's namespace) that select the pod.
-pub fn matching_pdbs(
+pub(crate) fn matching_pdbs(
     pdbs: &[PodDisruptionBudget],
     labels: &BTreeMap<String, String>,
 ) -> Vec<String> {
@@ -463,7 +467,7 @@ impl Kube {
 
     /// What a drain of `node` would do to each pod now, without changing anything: the
     /// preview of `delete instance` and `rolling-update`.
-    pub async fn drain_preview(
+    pub(crate) async fn drain_preview(
         &self,
         node: &str,
         options: &DrainOptions,

@@ -8,7 +8,7 @@ use super::KubeError;
 /// Where an object lives in the API: enough to build its URL without a discovery round trip.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectRef {
-    pub api_version: String,
+    pub(crate) api_version: String,
     pub kind: String,
     pub namespace: Option<String>,
     pub name: String,
@@ -78,7 +78,7 @@ const KINDS: &[(&str, &str, &str, bool)] = &[
 ];
 
 /// The API resource (plural, scope) of a kind, or an error naming the object.
-pub fn api_resource(api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {
+pub(crate) fn api_resource(api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {
     KINDS
         .iter()
         .find(|(v, k, _, _)| *v == api_version && *k == kind)

@@ -18,17 +18,18 @@ use kube::{Client, Config};
 use serde_json::Value;
 
 pub use drain::{
-    Disposition, DrainError, DrainEvent, DrainOptions, DrainReport, MIRROR_ANNOTATION, SkipReason,
-    StuckPod, classify, matching_pdbs, selector_matches,
+    Disposition, DrainError, DrainEvent, DrainOptions, DrainReport, SkipReason, StuckPod,
 };
-pub use manifest::{Object, ObjectRef, api_resource, parse_manifests};
-pub use nodes::{EvictOptions, NodeInfo, Taint, UNINITIALIZED_TAINT};
+pub(crate) use manifest::api_resource;
+pub use manifest::{Object, ObjectRef, parse_manifests};
+pub(crate) use nodes::UNINITIALIZED_TAINT;
+pub use nodes::{EvictOptions, NodeInfo, Taint};
 
 /// The field manager every kprov write uses, so ownership is visible in managedFields.
-pub const FIELD_MANAGER: &str = "kprov";
+pub(crate) const FIELD_MANAGER: &str = "kprov";
 
 /// Page size for list calls: large clusters are read in pages with `continue`, never at once.
-pub const PAGE_SIZE: u32 = 250;
+pub(crate) const PAGE_SIZE: u32 = 250;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
@@ -330,7 +331,11 @@ impl Kube {
     }
 
     /// Lists every object of a typed resource, page by page.
-    pub async fn list_all<K>(&self, api: &Api<K>, params: &ListParams) -> Result<Vec<K>, KubeError>
+    pub(crate) async fn list_all<K>(
+        &self,
+        api: &Api<K>,
+        params: &ListParams,
+    ) -> Result<Vec<K>, KubeError>
     where
         K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {

@@ -12,7 +12,7 @@ use super::{FIELD_MANAGER, Kube, KubeError, Poll, api_error};
 
 /// The taint a kubelet started with `--cloud-provider=external` carries until the CCM has
 /// initialised its node.
-pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+pub(crate) const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
@@ -29,17 +29,17 @@ pub struct Taint {
 #[serde(rename_all = "camelCase")]
 pub struct NodeInfo {
     pub name: String,
-    pub ready: bool,
-    pub control_plane: bool,
+    pub(crate) ready: bool,
+    pub(crate) control_plane: bool,
     pub unschedulable: bool,
     #[serde(rename = "providerID", skip_serializing_if = "Option::is_none")]
     pub provider_id: Option<String>,
-    pub taints: Vec<Taint>,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) taints: Vec<Taint>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 impl NodeInfo {
-    pub fn from_node(node: &Node) -> Self {
+    pub(crate) fn from_node(node: &Node) -> Self {
         let spec = node.spec.clone().unwrap_or_default(); // no spec: schedulable, no taints, no provider ID
         let labels = node.metadata.labels.clone().unwrap_or_default(); // no labels: not a control plane
         let ready = node
@@ -69,7 +69,7 @@ impl NodeInfo {
         }
     }
 
-    pub fn has_taint(&self, key: &str) -> bool {
+    pub(crate) fn has_taint(&self, key: &str) -> bool {
         self.taints.iter().any(|t| t.key == key)
     }
 
@@ -114,7 +114,7 @@ impl Kube {
     }
 
     /// Pods of a namespace (or all namespaces with `None`), optionally filtered.
-    pub async fn list_pods(
+    pub(crate) async fn list_pods(
         &self,
         namespace: Option<&str>,
         params: &ListParams,

@@ -18,7 +18,7 @@ use super::roll::{RollAction, RollPlan, Upgrade};
 use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateError, StateStore, Version};
 
-pub const JOURNAL_ENTRY: &str = "rolling-update.json";
+pub(crate) const JOURNAL_ENTRY: &str = "rolling-update.json";
 
 /// Where a node is in its roll. Ordered: a node only moves forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -144,7 +144,7 @@ impl Journal {
     }
 
     /// Batches in order, each the indexes of its nodes not yet validated.
-    pub fn remaining_batches(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn remaining_batches(&self) -> Vec<Vec<usize>> {
         let mut out: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if n.step == NodeStep::Validated {
@@ -156,14 +156,6 @@ impl Journal {
             }
         }
         out.into_iter().map(|(_, v)| v).collect()
-    }
-
-    /// Nodes in flight (past waiting, not yet validated): the ones a resume settles first.
-    pub fn in_flight(&self) -> Vec<&JournalNode> {
-        self.nodes
-            .iter()
-            .filter(|n| n.step != NodeStep::Waiting && n.step != NodeStep::Validated)
-            .collect()
     }
 }
 

@@ -47,11 +47,11 @@ pub struct CloudInstance {
     /// The launch template version the instance was started from, when known (rolling
     /// updates compare it with the group's current one).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub launch_template_version: Option<String>,
+    pub(crate) launch_template_version: Option<String>,
     /// The version its group launches now (its template's latest), when the caller read it:
     /// an instance launched from an older one is pending a rolling update.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub group_template_version: Option<String>,
+    pub(crate) group_template_version: Option<String>,
 }
 
 impl Target {
@@ -69,7 +69,7 @@ impl Target {
         &self.host.name
     }
 
-    pub fn has_role(&self, role: HostRole) -> bool {
+    pub(crate) fn has_role(&self, role: HostRole) -> bool {
         self.host.roles.contains(&role)
     }
 
@@ -87,13 +87,13 @@ pub enum TargetError {
 
 /// Finds the cluster's nodes at run time.
 #[async_trait]
-pub trait TargetSource: Send + Sync {
+pub(crate) trait TargetSource: Send + Sync {
     async fn targets(&self) -> Result<Vec<Target>, TargetError>;
 }
 
 /// The hosts of a metal cluster's inventory (`spec.hosts`), in inventory order.
-pub struct Inventory {
-    pub hosts: Vec<Host>,
+pub(crate) struct Inventory {
+    pub(crate) hosts: Vec<Host>,
 }
 
 #[async_trait]
@@ -104,8 +104,8 @@ impl TargetSource for Inventory {
 }
 
 pub mod journal;
-pub mod model;
-pub mod owner;
+pub(crate) mod model;
+pub(crate) mod owner;
 pub mod roll;
 
 pub use owner::Owner;

@@ -19,9 +19,9 @@ use crate::state::{Precondition, StateError, StateStore};
 
 /// Where the marker lives on a host (removed by `delete cluster`'s reset with the rest of
 /// /var/lib/kprov).
-pub const OWNER_FILE: &str = "/var/lib/kprov/owner";
+pub(crate) const OWNER_FILE: &str = "/var/lib/kprov/owner";
 /// The store secret holding the cluster's UID.
-pub const UID_SECRET: &str = "cluster-uid";
+pub(crate) const UID_SECRET: &str = "cluster-uid";
 /// Markers are a few lines; anything longer is not one of kprov's.
 const MAX_MARKER: usize = 4096;
 
@@ -87,7 +87,10 @@ fn parse_uid(data: &[u8]) -> Option<String> {
 
 /// The cluster's identity if it has one (read-only: what a preview uses). A cluster without a
 /// UID has never claimed a host.
-pub async fn read(store: &dyn StateStore, cluster: &str) -> Result<Option<Owner>, StateError> {
+pub(crate) async fn read(
+    store: &dyn StateStore,
+    cluster: &str,
+) -> Result<Option<Owner>, StateError> {
     let key = uid_key(cluster)?;
     let Some(obj) = store.get(&key).await? else {
         return Ok(None);
@@ -105,7 +108,7 @@ pub async fn read(store: &dyn StateStore, cluster: &str) -> Result<Option<Owner>
 
 /// The cluster's identity, created (compare-and-swap) on first use. Call under the cluster
 /// lock, before anything claims a host.
-pub async fn ensure(store: &dyn StateStore, cluster: &str) -> Result<Owner, StateError> {
+pub(crate) async fn ensure(store: &dyn StateStore, cluster: &str) -> Result<Owner, StateError> {
     for _ in 0..3 {
         if let Some(owner) = read(store, cluster).await? {
             return Ok(owner);

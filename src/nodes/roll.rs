@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{InstanceGroupRole, RollingUpdate, versions};
 
 /// Where the provisioner records what it set up on a node.
-pub const PROVISIONED_FILE: &str = "/var/lib/kprov/provisioned.json";
+pub(crate) const PROVISIONED_FILE: &str = "/var/lib/kprov/provisioned.json";
 
 /// What kprov provisioned on a node. Unknown fields are accepted (a newer kprov may record
 /// more); the node is the trust boundary here, so the record is only compared, never executed.
@@ -59,14 +59,14 @@ impl Provisioned {
         serde_json::from_slice(data).map_err(|e| format!("{PROVISIONED_FILE} is unreadable: {e}"))
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         // Strings and maps of strings always serialise.
         serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
     }
 }
 
 /// Why a node needs an update: the fields that differ between the record and the spec.
-pub fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String> {
+pub(crate) fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String> {
     let mut why = Vec::new();
     if recorded.kubernetes_version != desired.kubernetes_version {
         why.push(format!(
@@ -115,7 +115,7 @@ pub fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String>
 
 /// `field old -> new` for each kubelet/kube-proxy setting that differs (`(default)` for one
 /// the spec does not set).
-pub fn settings_changed(
+pub(crate) fn settings_changed(
     old: &BTreeMap<String, String>,
     new: &BTreeMap<String, String>,
 ) -> Vec<String> {
@@ -133,7 +133,7 @@ pub fn settings_changed(
 
 /// Whether a roll from `old` to `new` changes kube-proxy's settings (it reads them only when
 /// it starts). A record without settings says nothing: then a changed digest counts.
-pub fn kube_proxy_changed(old: Option<&Provisioned>, new: &Provisioned) -> bool {
+pub(crate) fn kube_proxy_changed(old: Option<&Provisioned>, new: &Provisioned) -> bool {
     match (old.and_then(|o| o.settings.as_ref()), &new.settings) {
         (Some(o), Some(n)) => settings_changed(o, n)
             .iter()
@@ -203,7 +203,7 @@ pub enum RollAction {
 }
 
 impl RollAction {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RollAction::Replace => "replace",
             RollAction::Reprovision => "re-provision in place",
@@ -262,9 +262,9 @@ pub enum Platform {
 /// `--instance-group`, `--instance-group-roles`, `--force`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
-    pub groups: Vec<String>,
-    pub roles: Vec<GroupRole>,
-    pub force: bool,
+    pub(crate) groups: Vec<String>,
+    pub(crate) roles: Vec<GroupRole>,
+    pub(crate) force: bool,
 }
 
 impl Selection {
@@ -277,57 +277,57 @@ impl Selection {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollNode {
-    pub target: String,
-    pub node_name: String,
-    pub group: String,
-    pub action: RollAction,
+    pub(crate) target: String,
+    pub(crate) node_name: String,
+    pub(crate) group: String,
+    pub(crate) action: RollAction,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upgrade: Option<Upgrade>,
+    pub(crate) upgrade: Option<Upgrade>,
     /// Needs update per the record (independent of selection and `--force`).
-    pub needs_update: bool,
-    pub reasons: Vec<String>,
+    pub(crate) needs_update: bool,
+    pub(crate) reasons: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ready: Option<bool>,
+    pub(crate) ready: Option<bool>,
     /// Why kprov does not know what this instance runs (see [`NodeInput::unknown`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub unknown: Option<String>,
+    pub(crate) unknown: Option<String>,
 }
 
 /// One group of the plan, with kops's table columns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollGroup {
-    pub name: String,
-    pub role: GroupRole,
-    pub selected: bool,
-    pub min: u32,
-    pub target: u32,
-    pub max: u32,
+    pub(crate) name: String,
+    pub(crate) role: GroupRole,
+    pub(crate) selected: bool,
+    pub(crate) min: u32,
+    pub(crate) target: u32,
+    pub(crate) max: u32,
     /// Nodes out of service at once at most.
-    pub max_unavailable: u32,
+    pub(crate) max_unavailable: u32,
     /// New instances launched before old ones leave (cloud only).
-    pub max_surge: u32,
-    pub nodes: Vec<RollNode>,
+    pub(crate) max_surge: u32,
+    pub(crate) nodes: Vec<RollNode>,
     /// Target names, batch by batch, in order.
-    pub batches: Vec<Vec<String>>,
+    pub(crate) batches: Vec<Vec<String>>,
 }
 
 impl RollGroup {
-    pub fn need_update(&self) -> usize {
+    pub(crate) fn need_update(&self) -> usize {
         self.nodes.iter().filter(|n| n.needs_update).count()
     }
 
     /// Nodes Ready; `None` when Ready is unknown for any of them (the API could not be
     /// asked, or the group's machines are no nodes, as bastions): a count of 0 would say
     /// "none is Ready" where nobody knows.
-    pub fn ready(&self) -> Option<usize> {
+    pub(crate) fn ready(&self) -> Option<usize> {
         if self.nodes.iter().any(|n| n.ready.is_none()) {
             return None;
         }
         Some(self.nodes.iter().filter(|n| n.ready == Some(true)).count())
     }
 
-    pub fn to_roll(&self) -> usize {
+    pub(crate) fn to_roll(&self) -> usize {
         self.nodes
             .iter()
             .filter(|n| n.action != RollAction::Leave)
@@ -335,7 +335,7 @@ impl RollGroup {
     }
 
     /// kops's STATUS column.
-    pub fn status(&self) -> &'static str {
+    pub(crate) fn status(&self) -> &'static str {
         if self.to_roll() > 0 {
             "NeedsUpdate"
         } else {
@@ -348,10 +348,10 @@ impl RollGroup {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VersionChange {
-    pub from: Vec<String>,
-    pub to: String,
+    pub(crate) from: Vec<String>,
+    pub(crate) to: String,
     /// Where `kubeadm upgrade apply` runs; `None` when the control planes are already there.
-    pub apply_on: Option<String>,
+    pub(crate) apply_on: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -368,7 +368,7 @@ pub struct RollPlan {
 }
 
 impl RollPlan {
-    pub fn to_roll(&self) -> usize {
+    pub(crate) fn to_roll(&self) -> usize {
         self.groups.iter().map(RollGroup::to_roll).sum()
     }
 
@@ -388,7 +388,7 @@ impl RollPlan {
 
 /// (maxUnavailable, maxSurge) of a group of `size` with kops's rules: unavailable rounds
 /// down, surge up; surge only where instances can be added; both zero means one at a time.
-pub fn batch_bounds(ru: Option<&RollingUpdate>, size: u32, can_surge: bool) -> (u32, u32) {
+pub(crate) fn batch_bounds(ru: Option<&RollingUpdate>, size: u32, can_surge: bool) -> (u32, u32) {
     let surge = match (can_surge, ru.and_then(|r| r.max_surge.as_ref())) {
         (true, Some(s)) => s.resolve(size, true).unwrap_or(0),
         _ => 0,
@@ -408,7 +408,7 @@ pub fn batch_bounds(ru: Option<&RollingUpdate>, size: u32, can_surge: bool) -> (
 
 /// Splits `nodes` into batches of `unavailable + surge`: the surge's new instances start
 /// first, so at most `unavailable` fewer than the target serve at any time.
-pub fn batches(nodes: &[String], unavailable: u32, surge: u32) -> Vec<Vec<String>> {
+pub(crate) fn batches(nodes: &[String], unavailable: u32, surge: u32) -> Vec<Vec<String>> {
     let size = (unavailable.saturating_add(surge)).max(1) as usize;
     nodes.chunks(size).map(|c| c.to_vec()).collect()
 }
@@ -630,7 +630,10 @@ pub fn plan(
 
 /// Why a bastion needs an update: only its launch template version counts (it runs no
 /// Kubernetes and carries no provisioning record).
-pub fn bastion_differences(launched: Option<&Provisioned>, desired: &Provisioned) -> Vec<String> {
+pub(crate) fn bastion_differences(
+    launched: Option<&Provisioned>,
+    desired: &Provisioned,
+) -> Vec<String> {
     match &desired.launch_template_version {
         Some(want) if launched.and_then(|l| l.launch_template_version.as_ref()) != Some(want) => {
             vec![format!(

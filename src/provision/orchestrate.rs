@@ -28,7 +28,7 @@ use crate::spec::{EtcdType, HostRole, ResolvedCluster};
 use crate::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
 /// kubeadm deletes uploaded certificates after 2 h; keep a margin for slow joins.
-pub const CERTIFICATE_KEY_LIFETIME: i64 = 2 * 3600 - 15 * 60;
+pub(crate) const CERTIFICATE_KEY_LIFETIME: i64 = 2 * 3600 - 15 * 60;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
@@ -123,9 +123,9 @@ pub struct HostReport {
     pub host: String,
     pub roles: Vec<HostRole>,
     pub result: HostResult,
-    pub changed: usize,
-    pub unchanged: usize,
-    pub duration: Duration,
+    pub(crate) changed: usize,
+    pub(crate) unchanged: usize,
+    pub(crate) duration: Duration,
 }
 
 /// The final table: host, roles, result, duration.
@@ -142,7 +142,7 @@ impl Report {
     }
 
     /// Members left for `rolling-update cluster`.
-    pub fn pending_roll(&self) -> Vec<&HostReport> {
+    pub(crate) fn pending_roll(&self) -> Vec<&HostReport> {
         self.hosts
             .iter()
             .filter(|h| matches!(h.result, HostResult::PendingRoll { .. }))
@@ -177,7 +177,7 @@ pub enum ProgressEvent {
     },
 }
 
-pub type Progress = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
+pub(crate) type Progress = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
 
 /// Inputs that vary between runs, injectable for tests.
 #[derive(Clone)]
@@ -215,7 +215,7 @@ impl Options {
 }
 
 /// Finds values that more than one host reports; returns a message per offending host.
-pub fn duplicate_facts(facts: &[(String, Facts)]) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn duplicate_facts(facts: &[(String, Facts)]) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut check = |what: &str, why: &str, value_of: &dyn Fn(&Facts) -> Vec<String>| {
         let mut seen: BTreeMap<String, Vec<&str>> = BTreeMap::new();
@@ -454,7 +454,7 @@ fn new_certificate_key() -> String {
 }
 
 /// Parses `kubeadm token create --print-join-command` output: the token and the CA pin.
-pub fn parse_join_command(text: &str) -> Option<(String, Option<String>)> {
+pub(crate) fn parse_join_command(text: &str) -> Option<(String, Option<String>)> {
     let words: Vec<&str> = text.split_whitespace().collect();
     let after = |flag: &str| {
         words
@@ -494,7 +494,7 @@ pub async fn provision(
 /// initialises or joins. Targets the plan refuses, or could not inspect, are reported failed
 /// and never contacted again; every other target is claimed (ownership marker) before anything
 /// else changes it.
-pub async fn execute(
+pub(crate) async fn execute(
     exec: &dyn HostExecutor,
     cluster: &ResolvedCluster,
     targets: &[Target],
@@ -507,7 +507,7 @@ pub async fn execute(
 
 /// [`execute`] with the run's renderer (the one the plan was observed with: `file://`
 /// archives and binaries read and hashed once per run).
-pub async fn execute_rendered(
+pub(crate) async fn execute_rendered(
     exec: &dyn HostExecutor,
     renderer: &Renderer,
     targets: &[Target],
@@ -970,7 +970,7 @@ pub async fn reset(
 
 /// [`reset`] of the targets named in `only` (`delete instance`); `targets` are all of the
 /// cluster's, which the scripts are rendered against.
-pub async fn reset_only(
+pub(crate) async fn reset_only(
     exec: &dyn HostExecutor,
     cluster: &ResolvedCluster,
     targets: &[Target],
@@ -1025,7 +1025,7 @@ pub async fn admin_kubeconfig(
 }
 
 /// [`admin_kubeconfig`] of a cloud cluster (its API behind the cloud's load balancer).
-pub async fn admin_kubeconfig_with(
+pub(crate) async fn admin_kubeconfig_with(
     exec: &dyn HostExecutor,
     cluster: &ResolvedCluster,
     targets: &[Target],

@@ -200,7 +200,7 @@ fn preferred_ciphers(configured: Option<&str>, default: Option<&str>, aes: bool)
 /// The name ssh checks `address`'s host key under once the user's ssh config (or
 /// `config_file`) is applied: a `HostKeyAlias`, else the `HostName`, with the port in
 /// brackets when it is not 22. Where kprov records a key it knows in advance.
-pub async fn known_hosts_name(
+pub(crate) async fn known_hosts_name(
     address: &str,
     user: Option<&str>,
     port: Option<u16>,
@@ -213,7 +213,7 @@ pub async fn known_hosts_name(
 
 /// Where ssh connects for `address` once the user's ssh config is applied (`HostName`,
 /// `Port`), without contacting it: what a probe of the same host must dial.
-pub async fn destination(
+pub(crate) async fn destination(
     address: &str,
     user: Option<&str>,
     port: Option<u16>,
@@ -491,7 +491,7 @@ impl SshFleet {
     /// Per step, the paths of its files whose content or mode differ on `host`. Strictly
     /// read-only (hashes and modes are read; nothing is uploaded, no check or run script is
     /// executed): what a preview may do.
-    pub async fn differing_files(
+    pub(crate) async fn differing_files(
         &self,
         host: &str,
         steps: &[Step],

@@ -189,8 +189,8 @@ impl<W: Write + Send> Progress for PlainProgress<W> {
 #[derive(Debug)]
 pub struct HostReport {
     pub host: String,
-    pub roles: Vec<HostRole>,
-    pub duration: Duration,
+    pub(crate) roles: Vec<HostRole>,
+    pub(crate) duration: Duration,
     /// Step names with their outcomes, or the error that stopped the host.
     pub result: Result<Vec<(String, StepOutcome)>, ExecError>,
 }

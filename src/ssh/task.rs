@@ -42,7 +42,7 @@ pub struct Arrival {
 }
 
 /// Hooks of one batch running at once on a host.
-pub const ARRIVALS_AT_ONCE: usize = 4;
+pub(crate) const ARRIVALS_AT_ONCE: usize = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
