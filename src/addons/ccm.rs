@@ -24,7 +24,7 @@ pub enum Component {
 }
 
 impl Component {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Component::Kubelet => "kubelet",
             Component::KubeApiserver => "kube-apiserver",

@@ -33,7 +33,7 @@ pub struct Manifest {
     /// `cloud-controller-manager`, `calico`, `cilium`, `flannel`.
     pub addon: String,
     /// The template's version (the upstream release it was trimmed from).
-    pub version: String,
+    pub(crate) version: String,
     pub yaml: String,
 }
 

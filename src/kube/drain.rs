@@ -128,7 +128,7 @@ pub struct DrainReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StuckPod {
-    pub namespace: String,
+    pub(crate) namespace: String,
     pub pod: String,
     /// The PodDisruptionBudget(s) whose selector matches the pod, when an eviction was refused.
     #[serde(skip_serializing_if = "Option::is_none")]

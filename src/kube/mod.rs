@@ -221,7 +221,7 @@ impl Kube {
         Ok(Self { client, server })
     }
 
-    pub fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
@@ -242,7 +242,11 @@ impl Kube {
 
     /// Server-side apply of one object as field manager `kprov`; returns the object the server
     /// stored (or, with `dry_run`, would store).
-    pub async fn apply(&self, object: &Object, options: ApplyOptions) -> Result<Value, KubeError> {
+    pub(crate) async fn apply(
+        &self,
+        object: &Object,
+        options: ApplyOptions,
+    ) -> Result<Value, KubeError> {
         let api = self.dynamic_api(&object.reference)?;
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = options.force;

@@ -50,18 +50,18 @@ impl NodeStep {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JournalNode {
-    pub target: String,
+    pub(crate) target: String,
     pub node_name: String,
-    pub group: String,
-    pub action: RollAction,
+    pub(crate) group: String,
+    pub(crate) action: RollAction,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upgrade: Option<Upgrade>,
+    pub(crate) upgrade: Option<Upgrade>,
     /// Index of its batch in the roll (nodes of a batch roll together).
-    pub batch: usize,
+    pub(crate) batch: usize,
     pub step: NodeStep,
     /// The node that took its place (AWS replacement), once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replacement: Option<String>,
+    pub(crate) replacement: Option<String>,
     /// Why the roll stopped at this node (drain timeout, interruption), for the next operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
@@ -70,21 +70,21 @@ pub struct JournalNode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Journal {
-    pub cluster: String,
-    pub started_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
+    pub(crate) cluster: String,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
     /// `user@host`: who started it.
-    pub started_by: String,
+    pub(crate) started_by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubernetes_version: Option<String>,
-    pub cloud_only: bool,
+    pub(crate) kubernetes_version: Option<String>,
+    pub(crate) cloud_only: bool,
     pub nodes: Vec<JournalNode>,
     /// The targets and node names the plan had but does not roll (up to date, or in a group
     /// not selected), as the roll found them when it started: on AWS never taken for a surge
     /// or replacement instance, by this run or a resumed one. Instances started later are not
     /// here, so a resumed roll still uses the surge instance an interrupted run started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub left_alone: Vec<String>,
+    pub(crate) left_alone: Vec<String>,
     pub finished: bool,
 }
 
@@ -136,7 +136,7 @@ impl Journal {
         }
     }
 
-    pub fn done(&self) -> usize {
+    pub(crate) fn done(&self) -> usize {
         self.nodes
             .iter()
             .filter(|n| n.step == NodeStep::Validated)
@@ -194,7 +194,7 @@ impl Journal {
     /// in RFC 3339 (`startedAt` not after `updatedAt`), the cluster's own name, node, target,
     /// group and replacement names that are names, batches in order, text fields of bounded
     /// length, at most [`JOURNAL_LIMIT`] bytes. Anything else is damaged and never resumed.
-    pub fn parse(data: &[u8], cluster: &str) -> Result<Journal, String> {
+    pub(crate) fn parse(data: &[u8], cluster: &str) -> Result<Journal, String> {
         use crate::output::untrusted;
         if data.len() > JOURNAL_LIMIT {
             return Err(format!(
@@ -318,7 +318,7 @@ impl<'a> JournalFile<'a> {
     }
 
     /// Writes `journal` on condition that nobody else wrote since our last read or write.
-    pub async fn save(&mut self, journal: &mut Journal) -> Result<(), JournalError> {
+    pub(crate) async fn save(&mut self, journal: &mut Journal) -> Result<(), JournalError> {
         journal.updated_at = Utc::now();
         let data = serde_json::to_vec_pretty(journal).map_err(|e| JournalError::Corrupt {
             cluster: journal.cluster.clone(),

@@ -45,7 +45,7 @@ fn one_line(s: &str) -> String {
 
 impl Owner {
     /// The marker's text: `key=value` lines.
-    pub fn marker(&self) -> String {
+    pub(crate) fn marker(&self) -> String {
         format!(
             "uid={}\ncluster={}\nstore={}\n",
             one_line(&self.uid),
@@ -55,7 +55,7 @@ impl Owner {
     }
 
     /// Reads a marker; `None` when it names no UID (not a marker kprov wrote).
-    pub fn parse(bytes: &[u8]) -> Option<Owner> {
+    pub(crate) fn parse(bytes: &[u8]) -> Option<Owner> {
         let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_MARKER)]);
         let get = |k: &str| {
             text.lines()
@@ -70,7 +70,7 @@ impl Owner {
     }
 
     /// "cluster X (state store Y)", for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("cluster {} (state store {})", self.cluster, self.store)
     }
 }

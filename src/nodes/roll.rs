@@ -55,7 +55,7 @@ pub struct Provisioned {
 }
 
 impl Provisioned {
-    pub fn parse(data: &[u8]) -> Result<Provisioned, String> {
+    pub(crate) fn parse(data: &[u8]) -> Result<Provisioned, String> {
         serde_json::from_slice(data).map_err(|e| format!("{PROVISIONED_FILE} is unreadable: {e}"))
     }
 
@@ -161,7 +161,7 @@ pub enum GroupRole {
 }
 
 impl GroupRole {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             GroupRole::Bastion => "Bastion",
             GroupRole::ControlPlane => "ControlPlane",
@@ -170,7 +170,7 @@ impl GroupRole {
     }
 
     /// `--instance-group-roles` values (kops spelling, old `Master` included).
-    pub fn parse(s: &str) -> Option<GroupRole> {
+    pub(crate) fn parse(s: &str) -> Option<GroupRole> {
         match s.to_ascii_lowercase().as_str() {
             "bastion" => Some(GroupRole::Bastion),
             "controlplane" | "control-plane" | "master" => Some(GroupRole::ControlPlane),
@@ -357,14 +357,14 @@ pub struct VersionChange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollPlan {
-    pub cluster: String,
-    pub platform: Platform,
+    pub(crate) cluster: String,
+    pub(crate) platform: Platform,
     /// In roll order: bastions, control planes, workers.
-    pub groups: Vec<RollGroup>,
+    pub(crate) groups: Vec<RollGroup>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub version: Option<VersionChange>,
+    pub(crate) version: Option<VersionChange>,
     /// Why the roll cannot start as planned (skew, unknown groups): non-empty means refused.
-    pub refusals: Vec<String>,
+    pub(crate) refusals: Vec<String>,
 }
 
 impl RollPlan {
@@ -373,7 +373,8 @@ impl RollPlan {
     }
 
     /// Every node that rolls, in order (batch by batch).
-    pub fn order(&self) -> Vec<&RollNode> {
+    #[cfg(test)]
+    pub(crate) fn order(&self) -> Vec<&RollNode> {
         self.groups
             .iter()
             .flat_map(|g| {

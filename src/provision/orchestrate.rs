@@ -103,7 +103,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Claim => "ownership",
             Phase::Preflight => "preflight",
@@ -183,10 +183,10 @@ pub(crate) type Progress = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
 #[derive(Clone)]
 pub struct Options {
     /// Unix time, to date certificate keys.
-    pub now: i64,
-    pub progress: Option<Progress>,
+    pub(crate) now: i64,
+    pub(crate) progress: Option<Progress>,
     /// The cloud's API endpoint and certificate names (AWS: the load balancer).
-    pub cloud_api: Option<CloudApi>,
+    pub(crate) cloud_api: Option<CloudApi>,
 }
 
 impl std::fmt::Debug for Options {

@@ -967,11 +967,11 @@ impl Renderer {
         self
     }
 
-    pub fn endpoint(&self) -> &Endpoint {
+    pub(crate) fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }
 
-    pub fn control_planes(&self) -> impl Iterator<Item = &Target> {
+    pub(crate) fn control_planes(&self) -> impl Iterator<Item = &Target> {
         self.targets.iter().filter(|t| t.is_control_plane())
     }
 
@@ -1267,7 +1267,7 @@ impl Renderer {
 
     /// Container runtime, kube binaries and their services, and the image archives, for a host
     /// of `arch` with `roles`.
-    pub fn install(
+    pub(crate) fn install(
         &self,
         arch: Arch,
         roles: &[crate::spec::HostRole],
@@ -1375,11 +1375,6 @@ impl Renderer {
             .find(|e| e.path == path)
             .ok_or_else(|| format!("bundle {}: no member {path}", b.path().display()))?;
         b.read(entry).map_err(|e| e.to_string())
-    }
-
-    /// The bundle in use (`spec.assets.bundle`), if any.
-    pub fn bundle(&self) -> Option<&crate::bundle::Bundle> {
-        self.bundle.as_deref()
     }
 
     /// containerd's `hosts.toml` per mirrored registry (read at each pull: no restart), and
@@ -1521,7 +1516,7 @@ impl Renderer {
     /// archive): one after another they cost the sum of their imports. The step is converged
     /// when every marker exists; a run imports only the archives whose marker is missing, and
     /// a failure names the archive with `ctr`'s own message. No step without archives.
-    pub fn images(&self, roles: &[crate::spec::HostRole]) -> Result<Vec<Step>, RenderError> {
+    pub(crate) fn images(&self, roles: &[crate::spec::HostRole]) -> Result<Vec<Step>, RenderError> {
         let contents = self.load_images()?;
         let needed = self.image_archives(roles);
         let mut labels = Vec::new();
@@ -1796,7 +1791,11 @@ impl Renderer {
     }
 
     /// `kubeadm init` on the first control plane.
-    pub fn init(&self, target: &Target, certificate_key: &str) -> Result<Vec<Step>, RenderError> {
+    pub(crate) fn init(
+        &self,
+        target: &Target,
+        certificate_key: &str,
+    ) -> Result<Vec<Step>, RenderError> {
         let mut steps: Vec<Step> = self
             .endpoint_entry(&node_ip(&target.host)?)
             .into_iter()
@@ -1833,7 +1832,7 @@ impl Renderer {
     }
 
     /// `kubeadm join` on `host`, through the first control plane `via`.
-    pub fn join(
+    pub(crate) fn join(
         &self,
         target: &Target,
         via: &Target,
@@ -1859,7 +1858,7 @@ impl Renderer {
 
     /// What a member runs once it is in the cluster: control planes use their own API server,
     /// workers the local proxy over every control plane.
-    pub fn settle(&self, target: &Target) -> Result<Vec<Step>, RenderError> {
+    pub(crate) fn settle(&self, target: &Target) -> Result<Vec<Step>, RenderError> {
         if !matches!(self.endpoint, Endpoint::LocalProxy { .. }) {
             return Ok(vec![]);
         }
@@ -2042,7 +2041,7 @@ impl Renderer {
 
     /// An etcdctl command line against the member at `ip`, with the health-check client
     /// certificate every member has. `args` is code (a literal at every call site).
-    pub fn etcdctl(&self, ip: &str, args: &'static str) -> String {
+    pub(crate) fn etcdctl(&self, ip: &str, args: &'static str) -> String {
         script!(
             "ETCDCTL_API=3 etcdctl --endpoints {} --cacert {} --cert {} --key {} ",
             format!("https://{ip}:2379"),
@@ -2069,7 +2068,7 @@ impl Renderer {
     }
 
     /// The etcd members: the control planes with stacked etcd, the etcd hosts with external.
-    pub fn etcd_members(&self) -> Vec<&Target> {
+    pub(crate) fn etcd_members(&self) -> Vec<&Target> {
         match self.etcd {
             EtcdType::Stacked => self.control_planes().collect(),
             EtcdType::External => self.etcd_hosts().collect(),
@@ -2355,7 +2354,7 @@ impl Renderer {
     /// `kubeadm upgrade node` elsewhere, then the new kubelet and kubectl, then a kubelet
     /// restart on the new binary. Every step checks a marker first: a cut run repeats only
     /// what it had not finished.
-    pub fn upgrade(
+    pub(crate) fn upgrade(
         &self,
         arch: Arch,
         how: crate::nodes::roll::Upgrade,
@@ -2425,7 +2424,7 @@ impl Renderer {
 
     /// What provisioning `target` sets up, as recorded on it ([`Provisioned`]): the version,
     /// a digest of its kubeadm/kubelet configuration, its labels and taints.
-    pub fn provisioned(&self, target: &Target) -> Result<Provisioned, RenderError> {
+    pub(crate) fn provisioned(&self, target: &Target) -> Result<Provisioned, RenderError> {
         let mut ctx = self.kubeadm_common(target)?;
         ctx.insert("kubernetes_version".into(), json!(self.kubernetes_version));
         // The preflight skip reaches the digest through `node`, not on its own.
@@ -2496,7 +2495,7 @@ impl Renderer {
 
     /// Records [`Renderer::provisioned`] on the host; the last step of a provisioning, so the
     /// record never claims more than was done.
-    pub fn record(&self, target: &Target) -> Result<Step, RenderError> {
+    pub(crate) fn record(&self, target: &Target) -> Result<Step, RenderError> {
         Ok(Step {
             name: "kprov: provisioning record".into(),
             files: vec![file(
@@ -2513,7 +2512,7 @@ impl Renderer {
     /// Claims the host for `owner` before anything else changes it: the marker is created
     /// with `ln` (atomic, fails if it exists), so of two clusters racing for a host one wins
     /// and the other's step fails naming the winner. Re-claiming an own host changes nothing.
-    pub fn claim(&self, owner: &Owner) -> Step {
+    pub(crate) fn claim(&self, owner: &Owner) -> Step {
         Step {
             name: "ownership: claim".into(),
             files: vec![],
@@ -2540,7 +2539,7 @@ impl Renderer {
 
     /// Removes Kubernetes from a host (`delete cluster`), only if its marker names `owner`
     /// (checked on the host, right before the reset).
-    pub fn reset(&self, target: &Target, owner: &Owner) -> Result<Vec<Step>, RenderError> {
+    pub(crate) fn reset(&self, target: &Target, owner: &Owner) -> Result<Vec<Step>, RenderError> {
         let host = &target.host;
         Ok(vec![Step {
             name: "kubeadm: reset".into(),

@@ -327,7 +327,7 @@ fn stderr_text(out: &Output) -> String {
 
 impl SshFleet {
     /// A fleet for the hosts of a completed metal cluster spec.
-    pub fn for_cluster(
+    pub(crate) fn for_cluster(
         cluster: &Cluster,
         store: Arc<dyn StateStore>,
         options: SshOptions,

@@ -88,12 +88,6 @@ impl<W: Write + Send> PlainProgress<W> {
     }
 }
 
-impl PlainProgress<std::io::Stderr> {
-    pub fn stderr() -> Self {
-        PlainProgress::new(std::io::stderr())
-    }
-}
-
 fn plural(steps: usize) -> String {
     if steps == 1 {
         "1 step".to_string()
@@ -231,7 +225,8 @@ impl Summary {
     /// Folds a later phase's summary into this one (provisioning runs phases: common steps on
     /// all hosts, init on the first control plane, joins): per host, steps are appended,
     /// durations added, and a failure ends the host's record. Hosts new in `later` are appended.
-    pub fn absorb(&mut self, later: Summary) {
+    #[cfg(test)]
+    pub(crate) fn absorb(&mut self, later: Summary) {
         for report in later.hosts {
             let Some(mine) = self.hosts.iter_mut().find(|h| h.host == report.host) else {
                 self.hosts.push(report);

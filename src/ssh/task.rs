@@ -120,7 +120,7 @@ pub enum ExecError {
 
 impl ExecError {
     /// [`ExecError::Connect`]: `host` could not be reached or authenticated.
-    pub fn connect(host: &str, message: impl Into<String>) -> ExecError {
+    pub(crate) fn connect(host: &str, message: impl Into<String>) -> ExecError {
         ExecError::Connect {
             host: host.to_string(),
             message: message.into(),
