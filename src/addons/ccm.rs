@@ -18,8 +18,11 @@ const CONFIG_DIR: &str = "/etc/kubernetes/cloud-config";
 /// The control-plane components whose flags depend on the cloud provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Component {
+    /// The kubelet on every node.
     Kubelet,
+    /// kube-apiserver on the control planes.
     KubeApiserver,
+    /// kube-controller-manager on the control planes.
     KubeControllerManager,
 }
 

@@ -59,6 +59,8 @@ const fn opt_bool(name: &'static str) -> ConfigKey {
     }
 }
 
+/// A cloud-controller-manager kprov can deploy: its images per Kubernetes minor, flags and cloud
+/// config.
 #[derive(Debug)]
 pub struct Provider {
     /// The name `--cloud-provider` takes and `spec.cloudControllerManager.provider` names.
@@ -75,6 +77,7 @@ pub struct Provider {
     pub(crate) keys: &'static [ConfigKey],
 }
 
+/// Every provider `spec.cloudControllerManager.provider` may name.
 pub const PROVIDERS: &[Provider] = &[
     Provider {
         name: "aws",
@@ -300,6 +303,8 @@ pub(crate) fn kubernetes_minor(version: &str) -> Option<u32> {
 }
 
 impl Provider {
+    /// The CCM image for the cluster's `kubernetesVersion`; an error when the version does not
+    /// parse or no image is pinned for its minor.
     pub fn image_for(&self, version: &str) -> Result<&'static str, AddonError> {
         let minor = kubernetes_minor(version).ok_or_else(|| AddonError::Field {
             field: "spec.kubernetesVersion".into(),

@@ -9,8 +9,11 @@ use super::KubeError;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectRef {
     pub(crate) api_version: String,
+    /// The object's kind (`Deployment`).
     pub kind: String,
+    /// Its namespace; `None` for a cluster-scoped kind.
     pub namespace: Option<String>,
+    /// Its name.
     pub name: String,
 }
 
@@ -26,7 +29,9 @@ impl std::fmt::Display for ObjectRef {
 /// One object of a manifest, as the API server will see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Object {
+    /// Where it lives in the API.
     pub reference: ObjectRef,
+    /// The object as it will be applied.
     pub body: Value,
 }
 

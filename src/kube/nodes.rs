@@ -16,11 +16,15 @@ pub(crate) const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/u
 
 const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
+/// A node taint as the API holds it (`key[=value]:effect`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Taint {
+    /// The taint's key.
     pub key: String,
+    /// Its value; `None` when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: String,
 }
 
@@ -28,10 +32,14 @@ pub struct Taint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeInfo {
+    /// The node's name.
     pub name: String,
     pub(crate) ready: bool,
     pub(crate) control_plane: bool,
+    /// True when the node is cordoned.
     pub unschedulable: bool,
+    /// The cloud's ID of the machine (`aws:///zone/i-...`); `None` until a cloud-controller-manager
+    /// sets it, and on metal.
     #[serde(rename = "providerID", skip_serializing_if = "Option::is_none")]
     pub provider_id: Option<String>,
     pub(crate) taints: Vec<Taint>,
@@ -91,7 +99,9 @@ impl NodeInfo {
 pub struct EvictOptions {
     /// Give up (with a clear error) once this much time has passed.
     pub deadline: Duration,
+    /// The first wait after a 429; doubled after each.
     pub initial_backoff: Duration,
+    /// The longest wait between two attempts.
     pub max_backoff: Duration,
 }
 

@@ -24,17 +24,22 @@ pub(crate) const JOURNAL_ENTRY: &str = "rolling-update.json";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NodeStep {
+    /// Not started yet.
     Waiting,
+    /// Marked unschedulable.
     Cordoned,
+    /// Its pods evicted.
     Drained,
     /// Replaced (AWS) or re-provisioned in place.
     Replaced,
+    /// Made schedulable again; the batch's health gate is next.
     Uncordoned,
     /// The health gate after its batch passed: done.
     Validated,
 }
 
 impl NodeStep {
+    /// The step's name as progress and `get instances` print it.
     pub fn as_str(self) -> &'static str {
         match self {
             NodeStep::Waiting => "waiting",
@@ -47,10 +52,12 @@ impl NodeStep {
     }
 }
 
+/// One node of the roll in the journal: where it is and what was done to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JournalNode {
     pub(crate) target: String,
+    /// The Kubernetes node's name when the roll started.
     pub node_name: String,
     pub(crate) group: String,
     pub(crate) action: RollAction,
@@ -58,6 +65,7 @@ pub struct JournalNode {
     pub(crate) upgrade: Option<Upgrade>,
     /// Index of its batch in the roll (nodes of a batch roll together).
     pub(crate) batch: usize,
+    /// The last step it completed.
     pub step: NodeStep,
     /// The node that took its place (AWS replacement), once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +75,8 @@ pub struct JournalNode {
     pub stopped: Option<String>,
 }
 
+/// The rolling-update journal kept in the state store, so an interrupted roll resumes where
+/// it stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Journal {
@@ -78,6 +88,7 @@ pub struct Journal {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) kubernetes_version: Option<String>,
     pub(crate) cloud_only: bool,
+    /// Every node that rolls, in roll order.
     pub nodes: Vec<JournalNode>,
     /// The targets and node names the plan had but does not roll (up to date, or in a group
     /// not selected), as the roll found them when it started: on AWS never taken for a surge
@@ -85,6 +96,7 @@ pub struct Journal {
     /// here, so a resumed roll still uses the surge instance an interrupted run started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) left_alone: Vec<String>,
+    /// Set when the roll ended with every node validated.
     pub finished: bool,
 }
 
@@ -257,6 +269,7 @@ impl Journal {
     }
 }
 
+/// Why the journal could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     /// The journal object fails [`Journal::parse`]: it is never resumed.
@@ -267,10 +280,14 @@ pub enum JournalError {
         reason = crate::output::untrusted(reason)
     )]
     Corrupt {
+        /// The cluster whose journal it is.
         cluster: String,
+        /// The journal's key in the state store.
         key: String,
+        /// What is wrong with it (quotes the object: printed escaped).
         reason: String,
     },
+    /// The state store could not be read or written (a conflict included).
     #[error(transparent)]
     State(#[from] StateError),
 }

@@ -36,11 +36,16 @@ pub struct Target {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CloudInstance {
+    /// The instance ID (`i-...`).
     pub id: String,
+    /// Its availability zone.
     pub zone: String,
+    /// Its private IPv4 address.
     pub private_ip: String,
+    /// Its public IPv4 address; `None` when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public_ip: Option<String>,
+    /// Its private DNS name, which the Node registers under.
     pub private_dns: String,
     /// `spec.providerID` of the Node, e.g. `aws:///us-east-1a/i-0123456789abcdef0`.
     pub provider_id: String,
@@ -65,6 +70,7 @@ impl Target {
         }
     }
 
+    /// The host's inventory name (the name errors and progress use).
     pub fn name(&self) -> &str {
         &self.host.name
     }
@@ -73,16 +79,23 @@ impl Target {
         self.host.roles.contains(&role)
     }
 
+    /// True when the host has the control-plane role.
     pub fn is_control_plane(&self) -> bool {
         self.has_role(HostRole::ControlPlane)
     }
 }
 
+/// Why the platform could not list the cluster's machines.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
     /// The platform could not be asked (cloud API error, bad credentials); names the call.
     #[error("finding the nodes of {cluster}: {message}")]
-    Discovery { cluster: String, message: String },
+    Discovery {
+        /// The cluster whose machines were asked for.
+        cluster: String,
+        /// The platform's error.
+        message: String,
+    },
 }
 
 /// Finds the cluster's nodes at run time.

@@ -33,6 +33,7 @@ pub struct Owner {
     pub uid: String,
     /// For people: which cluster, in which store.
     pub cluster: String,
+    /// The state store's URL, for people.
     pub store: String,
 }
 

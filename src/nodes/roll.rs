@@ -36,12 +36,15 @@ pub(crate) const PROVISIONED_FILE: &str = "/var/lib/kprov/provisioned.json";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Provisioned {
+    /// The Kubernetes version the node was provisioned with.
     pub kubernetes_version: String,
     /// sha256 of the node's rendered kubeadm/kubelet configuration (registration, kubelet
     /// arguments, endpoint): a change there changes the digest.
     pub config_digest: String,
+    /// The node labels kprov set (the spec's, at the time).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The node taints kprov set, as `key[=value]:effect`.
     #[serde(default)]
     pub taints: Vec<String>,
     /// The spec's kubelet and kube-proxy settings that differ from their defaults, by field
@@ -155,8 +158,11 @@ fn map_text(m: &BTreeMap<String, String>) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GroupRole {
+    /// SSH bastions: rolled first, one at a time.
     Bastion,
+    /// Control planes: rolled one at a time, before the workers.
     ControlPlane,
+    /// Workers: rolled last.
     Node,
 }
 
@@ -227,12 +233,16 @@ pub enum Upgrade {
 pub struct NodeInput {
     /// The target's name (instance ID on AWS, host name on metal).
     pub target: String,
+    /// The Kubernetes node's name.
     pub node_name: String,
+    /// The group it belongs to.
     pub group: String,
+    /// Its group's role.
     pub role: GroupRole,
     /// `None`: no record (not provisioned by this kprov, or never provisioned). A bastion
     /// carries none: here only its launch template version, from the cloud, counts.
     pub recorded: Option<Provisioned>,
+    /// What the spec would provision on it now.
     pub desired: Provisioned,
     /// From the API; `None` when it could not be asked.
     pub ready: Option<bool>,
@@ -245,17 +255,27 @@ pub struct NodeInput {
 /// A group as the spec has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupInput {
+    /// The group's name.
     pub name: String,
+    /// Its role.
     pub role: GroupRole,
+    /// The group's minimum size.
     pub min: u32,
+    /// The group's maximum size.
     pub max: u32,
+    /// The group's `rollingUpdate` (maxSurge, maxUnavailable) from the spec; `None` when it
+    /// sets none.
     pub rolling_update: Option<RollingUpdate>,
 }
 
+/// Where the cluster's machines come from: metal hosts rolled in place, or AWS instances
+/// replaced through their groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Platform {
+    /// Inventory hosts, re-provisioned in place.
     Metal,
+    /// AWS instances: workers replaced through their Auto Scaling groups.
     Aws,
 }
 
@@ -274,6 +294,7 @@ impl Selection {
     }
 }
 
+/// One node of the roll plan and why it rolls.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollNode {
@@ -354,6 +375,8 @@ pub struct VersionChange {
     pub(crate) apply_on: Option<String>,
 }
 
+/// What `rolling-update cluster` will do: the groups in roll order, their batches and the
+/// version change, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollPlan {

@@ -249,44 +249,79 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Why the steps for a host could not be rendered from the spec.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
+    /// A setting defaults should have filled is unset: the spec was not completed.
     #[error("{0} is not set (the spec must be completed with defaults first)")]
     Missing(&'static str),
+    /// A pinned asset (binary, image) cannot be named for this version or architecture.
     #[error(transparent)]
     Assets(#[from] assets::AssetError),
+    /// A host's own settings cannot be rendered.
     #[error("host {host:?}: {message}")]
-    Host { host: String, message: String },
-    #[error("spec.api.endpoint: {0:?} is not host[:port]")]
-    BadEndpoint(String),
-    #[error("cluster name {0:?} is not a DNS name")]
-    BadName(String),
-    #[error("{field}: {message}")]
-    BadField {
-        field: &'static str,
+    Host {
+        /// The host's inventory name.
+        host: String,
+        /// What is wrong with it.
         message: String,
     },
+    /// `spec.api.endpoint` is not `host[:port]`.
+    #[error("spec.api.endpoint: {0:?} is not host[:port]")]
+    BadEndpoint(String),
+    /// The cluster's name cannot name DNS records and certificates.
+    #[error("cluster name {0:?} is not a DNS name")]
+    BadName(String),
+    /// A spec field holds a value the node configuration cannot take.
+    #[error("{field}: {message}")]
+    BadField {
+        /// The field's path in the spec.
+        field: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// No host has the control-plane role.
     #[error("the cluster has no control-plane host")]
     NoControlPlane,
+    /// A node template failed to render (a kprov bug, or a value the template cannot take).
     #[error("template {name}: {message}")]
-    Template { name: String, message: String },
+    Template {
+        /// The template's name.
+        name: String,
+        /// Tera's error.
+        message: String,
+    },
+    /// A local (`file://`) asset cannot be read.
     #[error("asset {path}: cannot read: {message}")]
-    LocalAsset { path: String, message: String },
+    LocalAsset {
+        /// The file's path.
+        path: String,
+        /// The read error.
+        message: String,
+    },
+    /// A local asset's sha256 is not the pinned one: nothing is uploaded.
     #[error(
         "asset {path} ({name} {version}): checksum mismatch: expected sha256 {expected}, got {actual}; nothing uploaded or installed"
     )]
     LocalChecksum {
+        /// The file's path.
         path: String,
+        /// The component (`kubelet`, `containerd`, ...).
         name: String,
+        /// The component's version.
         version: String,
+        /// The pinned sha256 (hex).
         expected: String,
+        /// The file's sha256 (hex).
         actual: String,
     },
+    /// An image archive of the spec cannot be uploaded.
     #[error(transparent)]
     Image(#[from] ImageError),
     /// `spec.assets.bundle` cannot serve this cluster (refused before anything is uploaded).
     #[error("{0}")]
     Bundle(String),
+    /// The spec's registry mirrors or proxy cannot be turned into node files.
     #[error(transparent)]
     Mirror(#[from] crate::spec::mirrors::MirrorError),
 }
@@ -294,16 +329,32 @@ pub enum RenderError {
 /// A `file://` image archive that cannot be uploaded: found before any host is changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImageError {
+    /// The archive cannot be read.
     #[error("image archive {url} (spec.assets.images): cannot read: {message}")]
-    Read { url: String, message: String },
+    Read {
+        /// The archive's URL in the spec.
+        url: String,
+        /// The read error.
+        message: String,
+    },
+    /// The bundle does not hold the image, or its member cannot be read.
     #[error("image {url} (spec.assets.bundle): {message}")]
-    Bundle { url: String, message: String },
+    Bundle {
+        /// The image archive's URL in the spec.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The archive's sha256 is not the one the spec pins: nothing is uploaded.
     #[error(
         "image archive {url} (spec.assets.images): checksum mismatch: expected sha256 {expected}, got {actual}; nothing uploaded or imported"
     )]
     Checksum {
+        /// The archive's URL in the spec.
         url: String,
+        /// The pinned sha256 (hex).
         expected: String,
+        /// The archive's sha256 (hex).
         actual: String,
     },
 }
@@ -312,9 +363,17 @@ pub enum ImageError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// An external load balancer or VIP (`spec.api.endpoint`).
-    Fixed { host: String, port: u16 },
+    Fixed {
+        /// Its DNS name or address.
+        host: String,
+        /// Its port.
+        port: u16,
+    },
     /// `NAME:6443` resolved per host through /etc/hosts (see the module docs).
-    LocalProxy { name: String },
+    LocalProxy {
+        /// The name the API server certificate and /etc/hosts carry.
+        name: String,
+    },
 }
 
 impl Endpoint {
@@ -343,6 +402,8 @@ pub struct JoinSecrets {
     pub(crate) certificate_key: String,
 }
 
+/// Renders the steps each provisioning phase runs on a host, from the resolved cluster and the
+/// targets.
 pub struct Renderer {
     tera: Tera,
     cluster_name: String,
@@ -1184,7 +1245,8 @@ impl Renderer {
     /// The container runtime's and Kubernetes' binaries ([`Component::NODE_BINARIES`], in
     /// order) as **one** step: their uploads go up in one stream, and each uploaded binary is
     /// installed as soon as it lands (its arrival hook: the same script its own step would
-    /// run), while the next one uploads. The step is converged when every binary's check passes; its run installs,
+    /// run), while the next one uploads. The step is converged when every binary's check passes;
+    /// its run installs,
     /// in order, each binary whose hook did not install it in this batch (`$KPROV_HOOKED`)
     /// and whose check fails: a download, a bundle member, a file already on the host, a
     /// binary changed since. A failure names the binary (`kprov: NAME: install VERSION

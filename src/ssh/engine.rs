@@ -32,6 +32,7 @@ pub struct SshOptions {
     /// Commands in flight on one connection. sshd's default `MaxSessions` is 10 and a
     /// multiplexed master counts each command as a session, so stay below it.
     pub sessions_per_host: usize,
+    /// How long one connection attempt may take (ssh's `ConnectTimeout`).
     pub connect_timeout: Duration,
     /// Record the keys of hosts the cluster has never seen (`--accept-new-host-keys`).
     pub accept_new_host_keys: bool,
@@ -342,6 +343,8 @@ impl SshFleet {
         )
     }
 
+    /// A fleet over `hosts` (names must be unique); nothing connects until a run. Fails when a name
+    /// repeats or the private control-socket directory cannot be made in /tmp.
     pub fn new(
         cluster: &str,
         hosts: Vec<Host>,
