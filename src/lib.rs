@@ -26,4 +26,4 @@ pub mod state;
 mod test_files;
 #[cfg(test)]
 mod trust_boundary;
-pub mod views;
+pub(crate) mod views;

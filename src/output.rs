@@ -24,7 +24,7 @@ pub(crate) fn is_unsafe(c: char) -> bool {
 }
 
 /// `1 thing` or `n things` (regular plurals; pass the singular).
-pub fn plural(n: usize, thing: &str) -> String {
+pub(crate) fn plural(n: usize, thing: &str) -> String {
     if n == 1 {
         format!("1 {thing}")
     } else {
@@ -36,7 +36,7 @@ pub fn plural(n: usize, thing: &str) -> String {
 /// inventory, a host's output, a cloud API's message): every character [`is_unsafe`] is
 /// shown escaped (`\n`, `\t`, `\r`, `\x1b`, `\u{202e}`), so the value stays on one line and
 /// no escape sequence reaches the terminal. Borrowed when nothing needs escaping.
-pub fn escape(s: &str) -> Cow<'_, str> {
+pub(crate) fn escape(s: &str) -> Cow<'_, str> {
     escape_except(s, |_| false)
 }
 
@@ -65,10 +65,10 @@ fn escape_except(s: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
 /// `Untrusted` into a message cannot pass a control character, an escape sequence or a line
 /// break through; there is no way to get the raw text back out of it for printing.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Untrusted<'a>(pub &'a str);
+pub(crate) struct Untrusted<'a>(pub &'a str);
 
 /// Wraps untrusted text for a message: `format!("held by {}", untrusted(&record.holder))`.
-pub fn untrusted(s: &str) -> Untrusted<'_> {
+pub(crate) fn untrusted(s: &str) -> Untrusted<'_> {
     Untrusted(s)
 }
 
@@ -96,12 +96,8 @@ impl fmt::Debug for Untrusted<'_> {
 pub struct UntrustedText(String);
 
 impl UntrustedText {
-    pub fn new(s: impl Into<String>) -> UntrustedText {
+    pub(crate) fn new(s: impl Into<String>) -> UntrustedText {
         UntrustedText(s.into())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     /// For decisions on the text (is it a known error?), never for printing.
@@ -136,7 +132,7 @@ impl fmt::Debug for UntrustedText {
 
 /// Several lines of untrusted text (a host's stderr): each line escaped and indented with
 /// `  | `, so no line of it can pass for a line kprov wrote.
-pub struct UntrustedBlock<'a>(pub &'a str);
+pub(crate) struct UntrustedBlock<'a>(pub &'a str);
 
 impl fmt::Display for UntrustedBlock<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -152,14 +148,15 @@ impl fmt::Display for UntrustedBlock<'_> {
 
 /// The last line of defence, applied to everything the printer writes: whatever a message
 /// holds, only its own line breaks pass; every other unsafe character is escaped.
-pub fn sanitize_lines(s: &str) -> Cow<'_, str> {
+pub(crate) fn sanitize_lines(s: &str) -> Cow<'_, str> {
     escape_except(s, |c| c == '\n')
 }
 
 /// JSON with every character a terminal could act on written as a `\uXXXX` escape. serde_json
 /// already escapes C0 controls; DEL, C1 and bidi controls it leaves raw. They can occur only
 /// inside strings, and the escape denotes the same string, so the document stays exact.
-pub fn json_terminal_safe(json: &str) -> Cow<'_, str> {
+#[cfg(test)]
+pub(crate) fn json_terminal_safe(json: &str) -> Cow<'_, str> {
     data_safe(json, false)
 }
 
@@ -169,7 +166,7 @@ pub fn json_terminal_safe(json: &str) -> Cow<'_, str> {
 /// six characters. So a document that would carry any such character raw is written in YAML's
 /// JSON form instead (JSON is YAML: every string double-quoted, where `\uXXXX` is the same
 /// character), which the printer then makes terminal-safe without changing what it says.
-pub fn yaml_exact(yaml: String, value: &impl Serialize) -> String {
+pub(crate) fn yaml_exact(yaml: String, value: &impl Serialize) -> String {
     if !yaml.chars().any(|c| is_unsafe(c) && c != '\n') {
         return yaml;
     }
@@ -182,7 +179,7 @@ pub fn yaml_exact(yaml: String, value: &impl Serialize) -> String {
 }
 
 /// [`yaml_exact`] of serde_saphyr's YAML: what every `-o yaml` prints.
-pub fn to_yaml<T: Serialize>(value: &T) -> Result<String, serde_saphyr::ser::Error> {
+pub(crate) fn to_yaml<T: Serialize>(value: &T) -> Result<String, serde_saphyr::ser::Error> {
     Ok(yaml_exact(serde_saphyr::to_string(value)?, value))
 }
 
@@ -230,7 +227,7 @@ fn sgr_len(s: &str) -> Option<usize> {
 /// An error with its causes, `outer: cause: root`, each cause shown once: a message that
 /// already quotes its cause (`cannot read X: permission denied` over `permission denied`) is
 /// not followed by that cause again.
-pub fn error_chain(e: &anyhow::Error) -> String {
+pub(crate) fn error_chain(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
@@ -246,14 +243,14 @@ pub fn error_chain(e: &anyhow::Error) -> String {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Format {
+pub(crate) enum Format {
     #[default]
     Table,
     Yaml,
     Json,
 }
 
-pub struct Printer {
+pub(crate) struct Printer {
     format: Format,
     /// Colour on stderr (status, warnings, errors).
     err_color: bool,
@@ -266,7 +263,7 @@ pub struct Printer {
 }
 
 impl Printer {
-    pub fn new(format: Format, verbosity: u8) -> Self {
+    pub(crate) fn new(format: Format, verbosity: u8) -> Self {
         let tty = std::io::stderr().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some();
         let err_color = tty && !no_color;
@@ -285,7 +282,8 @@ impl Printer {
     }
 
     /// A printer writing into buffers, for tests of command output.
-    pub fn to_writers(
+    #[cfg(test)]
+    pub(crate) fn to_writers(
         format: Format,
         out: Box<dyn Write + Send>,
         err: Box<dyn Write + Send>,
@@ -301,21 +299,21 @@ impl Printer {
         }
     }
 
-    pub fn format(&self) -> Format {
+    pub(crate) fn format(&self) -> Format {
         self.format
     }
 
     /// Whether data written with [`Printer::data`] may be coloured (stdout is a terminal).
-    pub fn color(&self) -> bool {
+    pub(crate) fn color(&self) -> bool {
         self.out_color
     }
 
-    pub fn is_tty(&self) -> bool {
+    pub(crate) fn is_tty(&self) -> bool {
         self.tty
     }
 
     /// How many `-v` were given.
-    pub fn verbosity(&self) -> u8 {
+    pub(crate) fn verbosity(&self) -> u8 {
         self.verbosity
     }
 
@@ -343,7 +341,7 @@ impl Printer {
     }
 
     /// Raw text to stdout (already formatted data such as YAML streams or a preview).
-    pub fn data(&self, text: &str) {
+    pub(crate) fn data(&self, text: &str) {
         let mut s = text.to_string();
         if !s.ends_with('\n') {
             s.push('\n');
@@ -352,11 +350,11 @@ impl Printer {
     }
 
     /// A status line for humans (stderr).
-    pub fn status(&self, msg: &str) {
+    pub(crate) fn status(&self, msg: &str) {
         self.write_err(&format!("{msg}\n"));
     }
 
-    pub fn success(&self, msg: &str) {
+    pub(crate) fn success(&self, msg: &str) {
         let msg = sanitize_lines(msg);
         let m = if self.err_color {
             style(msg).green().force_styling(true).to_string()
@@ -366,7 +364,7 @@ impl Printer {
         self.write_err_raw(&format!("{m}\n"));
     }
 
-    pub fn warn(&self, msg: &str) {
+    pub(crate) fn warn(&self, msg: &str) {
         let prefix = if self.err_color {
             style("warning:")
                 .yellow()
@@ -379,7 +377,7 @@ impl Printer {
         self.write_err_raw(&format!("{prefix} {}\n", sanitize_lines(msg)));
     }
 
-    pub fn error(&self, msg: &str) {
+    pub(crate) fn error(&self, msg: &str) {
         let prefix = if self.err_color {
             style("error:").red().bold().force_styling(true).to_string()
         } else {
@@ -388,14 +386,14 @@ impl Printer {
         self.write_err_raw(&format!("{prefix} {}\n", sanitize_lines(msg)));
     }
 
-    pub fn debug(&self, msg: &str) {
+    pub(crate) fn debug(&self, msg: &str) {
         if self.verbosity > 0 {
             self.write_err(&format!("{msg}\n"));
         }
     }
 
     /// Structured data in the chosen format; `table` renders the human table.
-    pub fn value<T: Serialize>(
+    pub(crate) fn value<T: Serialize>(
         &self,
         value: &T,
         table: impl FnOnce() -> Table,
@@ -409,7 +407,7 @@ impl Printer {
     }
 
     /// A progress bar on a terminal; on a pipe, plain lines at start and finish.
-    pub fn progress(&self, len: u64, what: &str) -> Progress {
+    pub(crate) fn progress(&self, len: u64, what: &str) -> Progress {
         if self.tty {
             let bar = ProgressBar::new(len);
             bar.set_style(
@@ -427,12 +425,12 @@ impl Printer {
     }
 }
 
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
 }
 
 impl Progress {
-    pub fn inc(&self, printer: &Printer, line: &str) {
+    pub(crate) fn inc(&self, printer: &Printer, line: &str) {
         match &self.bar {
             Some(b) => {
                 b.println(sanitize_lines(line));
@@ -442,7 +440,7 @@ impl Progress {
         }
     }
 
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         if let Some(b) = self.bar {
             b.finish_and_clear();
         }
@@ -451,24 +449,24 @@ impl Progress {
 
 /// A plain text table with left-aligned columns.
 #[derive(Debug, Clone, Default)]
-pub struct Table {
-    pub headers: Vec<String>,
-    pub rows: Vec<Vec<String>>,
+pub(crate) struct Table {
+    pub(crate) headers: Vec<String>,
+    pub(crate) rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    pub fn new<S: Into<String>>(headers: impl IntoIterator<Item = S>) -> Self {
+    pub(crate) fn new<S: Into<String>>(headers: impl IntoIterator<Item = S>) -> Self {
         Table {
             headers: headers.into_iter().map(Into::into).collect(),
             rows: Vec::new(),
         }
     }
 
-    pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
+    pub(crate) fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         self.rows.push(cells.into_iter().map(Into::into).collect());
     }
 
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let cols = self.headers.len();
         let mut width = vec![0usize; cols];
         for r in std::iter::once(&self.headers).chain(self.rows.iter()) {

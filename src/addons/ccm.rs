@@ -11,20 +11,23 @@ use crate::spec::Cluster;
 
 pub(super) const TEMPLATE: &str = "ccm-v1.yaml";
 /// The add-on name of the CCM manifest.
-pub const ADDON: &str = "cloud-controller-manager";
+pub(crate) const ADDON: &str = "cloud-controller-manager";
 const TEMPLATE_VERSION: &str = "v1";
 const CONFIG_DIR: &str = "/etc/kubernetes/cloud-config";
 
 /// The control-plane components whose flags depend on the cloud provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Component {
+    /// The kubelet on every node.
     Kubelet,
+    /// kube-apiserver on the control planes.
     KubeApiserver,
+    /// kube-controller-manager on the control planes.
     KubeControllerManager,
 }
 
 impl Component {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Component::Kubelet => "kubelet",
             Component::KubeApiserver => "kube-apiserver",
@@ -34,7 +37,7 @@ impl Component {
 }
 
 /// The provider entry of the cluster's CCM, `None` when no CCM runs (plain bare metal).
-pub fn cluster_provider(cluster: &Cluster) -> Result<Option<&'static Provider>, AddonError> {
+pub(crate) fn cluster_provider(cluster: &Cluster) -> Result<Option<&'static Provider>, AddonError> {
     cluster
         .external_cloud_provider()
         .map(|name| {
@@ -118,7 +121,7 @@ struct Env {
 }
 
 /// The CCM manifest, or `None` when the cluster runs no CCM.
-pub fn render_ccm(cluster: &Cluster) -> Result<Option<Manifest>, AddonError> {
+pub(crate) fn render_ccm(cluster: &Cluster) -> Result<Option<Manifest>, AddonError> {
     let Some(p) = cluster_provider(cluster)? else {
         return Ok(None);
     };

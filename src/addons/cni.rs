@@ -48,7 +48,7 @@ struct Crd {
 }
 
 /// The CNI manifest, or `None` with `cni: none` (the user brings their own).
-pub fn render_cni(cluster: &Cluster) -> Result<Option<Manifest>, AddonError> {
+pub(crate) fn render_cni(cluster: &Cluster) -> Result<Option<Manifest>, AddonError> {
     let cni = cluster
         .spec
         .networking

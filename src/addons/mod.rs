@@ -3,7 +3,7 @@
 //! applied with server-side apply; and `validate cluster`.
 
 pub mod ccm;
-pub mod cni;
+pub(crate) mod cni;
 pub mod providers;
 pub mod validate;
 
@@ -17,12 +17,26 @@ use tera::Tera;
 use crate::kube::{ApplyOptions, Kube, KubeError, Object, ObjectRef, Poll, parse_manifests};
 use crate::spec::Cluster;
 
+/// Why the add-ons could not be rendered, diffed or applied.
 #[derive(Debug, thiserror::Error)]
 pub enum AddonError {
+    /// A spec field an add-on needs holds a value it cannot take.
     #[error("{field}: {message}")]
-    Field { field: String, message: String },
+    Field {
+        /// The field's path in the spec.
+        field: String,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// An add-on template failed to render.
     #[error("rendering add-on template {template}: {message}")]
-    Template { template: String, message: String },
+    Template {
+        /// The template's name.
+        template: String,
+        /// Tera's error.
+        message: String,
+    },
+    /// An API call failed, or a rendered manifest does not parse.
     #[error(transparent)]
     Kube(#[from] KubeError),
 }
@@ -33,11 +47,14 @@ pub struct Manifest {
     /// `cloud-controller-manager`, `calico`, `cilium`, `flannel`.
     pub addon: String,
     /// The template's version (the upstream release it was trimmed from).
-    pub version: String,
+    pub(crate) version: String,
+    /// The manifest: YAML documents separated by `---`.
     pub yaml: String,
 }
 
 impl Manifest {
+    /// The manifest parsed into API objects; a document that does not parse is an error naming the
+    /// add-on.
     pub fn objects(&self) -> Result<Vec<Object>, AddonError> {
         Ok(parse_manifests(
             &self.yaml,
@@ -64,20 +81,27 @@ pub fn manifests_yaml(manifests: &[Manifest]) -> String {
         + "\n"
 }
 
+/// What applying an object would do, as the preview shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Change {
+    /// The object does not exist yet.
     Create,
+    /// The object exists and applying changes it.
     Update,
+    /// The object exists as it would be applied.
     Unchanged,
 }
 
 /// What applying one object changes: the unified diff of live → would-be, noise removed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ObjectDiff {
-    pub addon: String,
+    pub(crate) addon: String,
+    /// The object, as `Kind namespace/name` (`Kind name` when cluster-scoped).
     pub object: String,
+    /// What applying it does.
     pub change: Change,
+    /// The unified diff (empty when nothing changes).
     pub diff: String,
 }
 

@@ -14,7 +14,7 @@ use super::AddonError;
 
 /// How the provider's configuration reaches the CCM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigStore {
+pub(crate) enum ConfigStore {
     /// No cloud config file: the CCM uses instance metadata / IAM.
     None,
     /// A ConfigMap (nothing secret in it).
@@ -24,17 +24,17 @@ pub enum ConfigStore {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyType {
+pub(crate) enum KeyType {
     String,
     Bool,
 }
 
 /// One key of `spec.cloudControllerManager.config`.
 #[derive(Debug, Clone, Copy)]
-pub struct ConfigKey {
-    pub name: &'static str,
-    pub required: bool,
-    pub kind: KeyType,
+pub(crate) struct ConfigKey {
+    pub(crate) name: &'static str,
+    pub(crate) required: bool,
+    pub(crate) kind: KeyType,
 }
 
 const fn req(name: &'static str) -> ConfigKey {
@@ -59,24 +59,25 @@ const fn opt_bool(name: &'static str) -> ConfigKey {
     }
 }
 
+/// A cloud-controller-manager kprov can deploy: its images per Kubernetes minor, flags and cloud
+/// config.
 #[derive(Debug)]
 pub struct Provider {
     /// The name `--cloud-provider` takes and `spec.cloudControllerManager.provider` names.
     pub name: &'static str,
     /// (Kubernetes minor, image).
-    pub images: &'static [(u32, &'static str)],
+    pub(crate) images: &'static [(u32, &'static str)],
     /// Set when the image has no usable entrypoint and the binary must be named.
-    pub command: Option<&'static str>,
+    pub(crate) command: Option<&'static str>,
     /// Flags beyond the common ones (`--cloud-provider`, leader election, credentials).
-    pub flags: &'static [&'static str],
-    pub config_store: ConfigStore,
+    pub(crate) flags: &'static [&'static str],
+    pub(crate) config_store: ConfigStore,
     /// File name of the cloud config inside the mounted ConfigMap/Secret.
-    pub config_file: &'static str,
-    pub keys: &'static [ConfigKey],
-    /// What the CCM needs from the cloud to work (documented, checked by nobody but the cloud).
-    pub credentials: &'static str,
+    pub(crate) config_file: &'static str,
+    pub(crate) keys: &'static [ConfigKey],
 }
 
+/// Every provider `spec.cloudControllerManager.provider` may name.
 pub const PROVIDERS: &[Provider] = &[
     Provider {
         name: "aws",
@@ -102,9 +103,10 @@ pub const PROVIDERS: &[Provider] = &[
         config_store: ConfigStore::None,
         config_file: "",
         keys: &[],
-        credentials: "The control-plane instance profile grants the CCM policy (EC2 describe/tag, \
-                      ELB and ELBv2 management, autoscaling describe); kprov's IAM role for the \
-                      control plane carries it. Nodes must be tagged kubernetes.io/cluster/NAME.",
+        // What the CCM needs from the cloud (checked by nobody but the cloud): The control-plane
+        // instance profile grants the CCM policy (EC2 describe/tag, ELB and ELBv2 management,
+        // autoscaling describe); kprov's IAM role for the control plane carries it. Nodes must be
+        // tagged kubernetes.io/cluster/NAME.
     },
     Provider {
         name: "gce",
@@ -133,8 +135,9 @@ pub const PROVIDERS: &[Provider] = &[
             opt("nodeTags"),
             opt_bool("multizone"),
         ],
-        credentials: "The control-plane VMs' service account needs roles/compute.admin (instances, \
-                      forwarding rules, firewalls, target pools) and the cloud-platform scope.",
+        // What the CCM needs from the cloud (checked by nobody but the cloud): The control-plane
+        // VMs' service account needs roles/compute.admin (instances, forwarding rules, firewalls,
+        // target pools) and the cloud-platform scope.
     },
     Provider {
         name: "azure",
@@ -174,9 +177,10 @@ pub const PROVIDERS: &[Provider] = &[
             opt_bool("useManagedIdentityExtension"),
             opt("userAssignedIdentityID"),
         ],
-        credentials: "Either a service principal (aadClientId/aadClientSecret) or a managed \
-                      identity (useManagedIdentityExtension) with Contributor on the resource \
-                      group (network and VM read, load balancer and public IP management).",
+        // What the CCM needs from the cloud (checked by nobody but the cloud): Either a service
+        // principal (aadClientId/aadClientSecret) or a managed identity
+        // (useManagedIdentityExtension) with Contributor on the resource group (network and VM read,
+        // load balancer and public IP management).
     },
     Provider {
         name: "openstack",
@@ -212,8 +216,9 @@ pub const PROVIDERS: &[Provider] = &[
             opt("floatingNetworkID"),
             opt("subnetID"),
         ],
-        credentials: "Keystone credentials: an application credential (preferred) or a user with \
-                      the member role in the project; Octavia for Services of type LoadBalancer.",
+        // What the CCM needs from the cloud (checked by nobody but the cloud): Keystone credentials:
+        // an application credential (preferred) or a user with the member role in the project;
+        // Octavia for Services of type LoadBalancer.
     },
     Provider {
         name: "vsphere",
@@ -243,8 +248,9 @@ pub const PROVIDERS: &[Provider] = &[
             opt("port"),
             opt_bool("insecureFlag"),
         ],
-        credentials: "A vCenter user with read access to the datacenters' VMs (the CPI only reads \
-                      inventory: System.Read, System.View on the datacenter).",
+        // What the CCM needs from the cloud (checked by nobody but the cloud): A vCenter user with
+        // read access to the datacenters' VMs (the CPI only reads inventory: System.Read,
+        // System.View on the datacenter).
     },
     Provider {
         name: "hcloud",
@@ -273,23 +279,23 @@ pub const PROVIDERS: &[Provider] = &[
         config_store: ConfigStore::None,
         config_file: "",
         keys: &[opt("tokenSecretName"), opt("network")],
-        credentials: "An API token with read/write scope, in a Secret in kube-system (key `token`) \
-                      the operator creates; its name is config.tokenSecretName (default `hcloud`). \
-                      kprov never stores the token in the spec.",
+        // What the CCM needs from the cloud (checked by nobody but the cloud): An API token with
+        // read/write scope, in a Secret in kube-system (key `token`) the operator creates; its name
+        // is config.tokenSecretName (default `hcloud`). kprov never stores the token in the spec.
     },
 ];
 
-pub fn provider(name: &str) -> Option<&'static Provider> {
+pub(crate) fn provider(name: &str) -> Option<&'static Provider> {
     PROVIDERS.iter().find(|p| p.name == name)
 }
 
 /// The names the table knows, for error messages.
-pub fn provider_names() -> Vec<&'static str> {
+pub(crate) fn provider_names() -> Vec<&'static str> {
     PROVIDERS.iter().map(|p| p.name).collect()
 }
 
 /// `1.33.2`, `v1.33` → 33.
-pub fn kubernetes_minor(version: &str) -> Option<u32> {
+pub(crate) fn kubernetes_minor(version: &str) -> Option<u32> {
     let v = version.trim().trim_start_matches('v');
     let mut parts = v.split('.');
     (parts.next()? == "1").then_some(())?;
@@ -297,6 +303,8 @@ pub fn kubernetes_minor(version: &str) -> Option<u32> {
 }
 
 impl Provider {
+    /// The CCM image for the cluster's `kubernetesVersion`; an error when the version does not
+    /// parse or no image is pinned for its minor.
     pub fn image_for(&self, version: &str) -> Result<&'static str, AddonError> {
         let minor = kubernetes_minor(version).ok_or_else(|| AddonError::Field {
             field: "spec.kubernetesVersion".into(),

@@ -31,10 +31,14 @@ use crate::spec::{Cluster, Cni, HostRole, InstanceGroup, InstanceGroupRole};
 pub struct Expectations {
     /// Nodes known by name (bare-metal hosts): (name, control plane).
     pub named: Vec<(String, bool)>,
+    /// How many control-plane nodes must be Ready at least.
     pub min_control_plane: u32,
     /// All nodes, control plane included.
     pub min_nodes: u32,
+    /// True when a cloud-controller-manager must be running.
     pub ccm: bool,
+    /// The pod network whose pods must run on every node (`calico`, ...); `None` when the
+    /// spec's CNI is `none` or unset: not checked.
     pub cni: Option<String>,
 }
 
@@ -48,6 +52,8 @@ struct PodCheck {
 }
 
 impl Expectations {
+    /// What `validate cluster` expects of this spec: the nodes it names and the system pods its CCM
+    /// and CNI run.
     pub fn from_spec(cluster: &Cluster, groups: &[InstanceGroup]) -> Result<Self, AddonError> {
         let mut named = Vec::new();
         for h in &cluster.spec.hosts {
@@ -116,12 +122,14 @@ impl Expectations {
     }
 }
 
+/// One thing `validate cluster` found wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Failure {
     /// `node`, `pod` or `cluster`.
-    pub kind: &'static str,
-    pub name: String,
+    pub(crate) kind: &'static str,
+    pub(crate) name: String,
+    /// What is wrong, for the operator (`is not Ready`).
     pub message: String,
 }
 
@@ -129,9 +137,11 @@ pub struct Failure {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidationResult {
-    pub cluster: String,
+    pub(crate) cluster: String,
+    /// True when nothing failed.
     pub ok: bool,
-    pub nodes: Vec<NodeInfo>,
+    pub(crate) nodes: Vec<NodeInfo>,
+    /// Every failure found; empty when `ok`.
     pub failures: Vec<Failure>,
 }
 

@@ -66,13 +66,13 @@ pub(super) async fn get_addons(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
 }
 
 pub(super) struct UpdateAddonsArgs<'a> {
-    pub name: &'a str,
-    pub yes: bool,
-    pub kubeconfig: Option<&'a Path>,
-    pub force_conflicts: bool,
-    pub wait: Duration,
-    pub exit_code: bool,
-    pub ssh_tunnel: bool,
+    pub(crate) name: &'a str,
+    pub(crate) yes: bool,
+    pub(crate) kubeconfig: Option<&'a Path>,
+    pub(crate) force_conflicts: bool,
+    pub(crate) wait: Duration,
+    pub(crate) exit_code: bool,
+    pub(crate) ssh_tunnel: bool,
 }
 
 pub(super) async fn update_addons(ctx: &Ctx, a: &UpdateAddonsArgs<'_>) -> anyhow::Result<i32> {

@@ -5,23 +5,11 @@
 //! the cluster's running instances (AWS, found with the same discovery as `update cluster`). Only hosts whose key
 //! the cluster recorded and that carry its ownership marker are read or rotated.
 
-use std::time::Duration;
-
 use super::ctx::Ctx;
 use super::exit;
 use crate::ops::certificates::{self as ops, RotateError, RotateOptions};
 use crate::spec::ResolvedCluster;
 use crate::views::certificates as view;
-
-/// `rotate certificates` options from the command line.
-#[derive(Debug, Clone)]
-pub(super) struct RotateArgs {
-    pub name: String,
-    pub yes: bool,
-    pub static_pod_wait: Duration,
-    pub health_timeout: Duration,
-    pub concurrency: usize,
-}
 
 /// `get certificates NAME`: exit 1 when a control plane could not be read.
 pub(super) async fn get(ctx: &Ctx, name: &str) -> anyhow::Result<i32> {
@@ -52,7 +40,7 @@ pub(super) async fn warn_expiring(ctx: &Ctx, cluster: &ResolvedCluster) -> anyho
 }
 
 /// `rotate certificates NAME [--yes]`.
-pub(super) async fn rotate(ctx: &Ctx, a: &RotateArgs) -> anyhow::Result<i32> {
+pub(super) async fn rotate(ctx: &Ctx, a: &super::RotateCertificatesCli) -> anyhow::Result<i32> {
     let name = a.name.as_str();
     let session = ctx.session().await?;
     let resolved = session.resolve(name).await?;

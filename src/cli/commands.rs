@@ -22,6 +22,8 @@ use crate::spec;
 use crate::views::create as view_create;
 use crate::views::objects as view;
 
+/// Carries out the parsed command and returns the process's exit code (see [`super::exit`]);
+/// errors are printed here, never returned.
 pub async fn run(cli: Cli) -> i32 {
     let format = match &cli.command {
         Command::Get(g) => match &g.what {
@@ -205,16 +207,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref(), ssh_tunnel).await,
         },
         Command::Rotate(r) => match r.what {
-            RotateWhat::Certificates(a) => {
-                let args = super::certificates::RotateArgs {
-                    name: a.name,
-                    yes: a.yes,
-                    static_pod_wait: a.static_pod_wait,
-                    health_timeout: a.health_timeout,
-                    concurrency: a.concurrency,
-                };
-                super::certificates::rotate(ctx, &args).await
-            }
+            RotateWhat::Certificates(a) => super::certificates::rotate(ctx, &a).await,
         },
         Command::Backup(b) => match b.what {
             BackupWhat::Etcd {
@@ -481,16 +474,13 @@ async fn lock_break(ctx: &Ctx, cluster: &str) -> anyhow::Result<i32> {
     Ok(exit::OK)
 }
 
-pub fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
+pub(crate) fn schema_json(kind: SchemaKind) -> anyhow::Result<String> {
     crate::views::objects::schema(match kind {
         SchemaKind::Cluster => crate::views::objects::Schema::Cluster,
         SchemaKind::Instancegroup => crate::views::objects::Schema::InstanceGroup,
         SchemaKind::All => crate::views::objects::Schema::All,
     })
 }
-
-/// Where provisioning keeps the cluster's admin kubeconfig (under the cluster's secrets).
-pub use crate::ops::nodes::ADMIN_KUBECONFIG_SECRET;
 
 async fn export_kubeconfig(ctx: &Ctx, name: &str, explicit: Option<&Path>) -> anyhow::Result<i32> {
     let repo = ctx.repo().await?;

@@ -11,118 +11,118 @@ pub(super) use crate::ops::create::FlagError;
 use crate::spec::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TopologyArg {
+pub(crate) enum TopologyArg {
     Public,
     Private,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DnsArg {
+pub(crate) enum DnsArg {
     Public,
     Private,
     None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ApiLbArg {
+pub(crate) enum ApiLbArg {
     Public,
     Internal,
     None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum EtcdArg {
+pub(crate) enum EtcdArg {
     Stacked,
     External,
 }
 
 #[derive(Debug, Args, Clone)]
-pub struct CreateClusterArgs {
+pub(crate) struct CreateClusterArgs {
     /// Cluster name: a DNS name such as demo.example.com (or NAME.k8s.local for no DNS)
-    pub name: String,
+    pub(crate) name: String,
     /// Cloud provider
     #[arg(long, value_enum)]
-    pub cloud: CloudArg,
+    pub(crate) cloud: CloudArg,
     /// Availability zones (aws), comma-separated: a subnet is made in each
     #[arg(long, value_delimiter = ',')]
-    pub zones: Vec<String>,
+    pub(crate) zones: Vec<String>,
     /// Zones for control-plane instances (default: the first zones)
     #[arg(long, value_delimiter = ',', alias = "master-zones")]
-    pub control_plane_zones: Vec<String>,
+    pub(crate) control_plane_zones: Vec<String>,
     /// Number of control-plane instances (odd with stacked etcd)
     #[arg(long, default_value_t = 1, alias = "master-count")]
-    pub control_plane_count: u32,
+    pub(crate) control_plane_count: u32,
     /// Machine type of control-plane instances
     #[arg(long, alias = "master-size")]
-    pub control_plane_size: Option<String>,
+    pub(crate) control_plane_size: Option<String>,
     /// Number of worker nodes
     #[arg(long, default_value_t = 2)]
-    pub node_count: u32,
+    pub(crate) node_count: u32,
     /// Machine type of worker nodes
     #[arg(long)]
-    pub node_size: Option<String>,
+    pub(crate) node_size: Option<String>,
     /// Machine image for all instance groups
     #[arg(long)]
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
     /// Kubernetes version, e.g. 1.35.1
     #[arg(long)]
-    pub kubernetes_version: Option<String>,
+    pub(crate) kubernetes_version: Option<String>,
     /// Pod network add-on
     #[arg(long, value_enum)]
-    pub networking: Option<CniArg>,
+    pub(crate) networking: Option<CniArg>,
     /// Network topology: nodes in public subnets, or private subnets behind NAT
     #[arg(long, value_enum, default_value_t = TopologyArg::Public)]
-    pub topology: TopologyArg,
+    pub(crate) topology: TopologyArg,
     /// Add a bastion host group (private topology)
     #[arg(long)]
-    pub bastion: bool,
+    pub(crate) bastion: bool,
     /// DNS zone for the cluster's records (default: the cluster name's parent domain)
     #[arg(long)]
-    pub dns_zone: Option<String>,
+    pub(crate) dns_zone: Option<String>,
     /// DNS type
     #[arg(long, value_enum)]
-    pub dns: Option<DnsArg>,
+    pub(crate) dns: Option<DnsArg>,
     /// API load balancer type
     #[arg(long, value_enum)]
-    pub api_loadbalancer_type: Option<ApiLbArg>,
+    pub(crate) api_loadbalancer_type: Option<ApiLbArg>,
     /// etcd topology
     #[arg(long, value_enum)]
-    pub etcd: Option<EtcdArg>,
+    pub(crate) etcd: Option<EtcdArg>,
     /// Network CIDR (aws VPC)
     #[arg(long)]
-    pub network_cidr: Option<String>,
+    pub(crate) network_cidr: Option<String>,
     /// Use an existing VPC by ID instead of creating one
     #[arg(long, alias = "vpc")]
-    pub network_id: Option<String>,
+    pub(crate) network_id: Option<String>,
     /// Pod network CIDR
     #[arg(long)]
-    pub pod_cidr: Option<String>,
+    pub(crate) pod_cidr: Option<String>,
     /// Service CIDR
     #[arg(long)]
-    pub service_cidr: Option<String>,
+    pub(crate) service_cidr: Option<String>,
     /// SSH public key installed on instances [default: ~/.ssh/id_ed25519.pub or ~/.ssh/id_rsa.pub if present]
     #[arg(long, value_name = "FILE")]
-    pub ssh_public_key: Option<PathBuf>,
+    pub(crate) ssh_public_key: Option<PathBuf>,
     /// Inventory of hosts (metal): kprov YAML, or a Kubespray inventory file or directory
     /// (inventory/mycluster/ with hosts.yaml or inventory.ini, group_vars/ and host_vars/)
     #[arg(long, value_name = "DIR_OR_FILE")]
-    pub inventory: Option<PathBuf>,
+    pub(crate) inventory: Option<PathBuf>,
     /// Print the objects instead of storing them
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Output format for --dry-run
     #[arg(short, long, value_enum, default_value_t = DryRunFormat::Yaml)]
-    pub output: DryRunFormat,
+    pub(crate) output: DryRunFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CloudArg {
+pub(crate) enum CloudArg {
     Aws,
     Metal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CniArg {
+pub(crate) enum CniArg {
     Calico,
     Cilium,
     Flannel,
@@ -130,14 +130,14 @@ pub enum CniArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DryRunFormat {
+pub(crate) enum DryRunFormat {
     Yaml,
     Json,
 }
 
 impl CreateClusterArgs {
     /// The request these flags make (the same words in the model's types).
-    pub fn request(&self) -> ClusterRequest {
+    pub(crate) fn request(&self) -> ClusterRequest {
         ClusterRequest {
             name: self.name.clone(),
             cloud: match self.cloud {

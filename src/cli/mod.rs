@@ -3,7 +3,7 @@
 mod addons;
 mod bundle;
 mod certificates;
-pub mod commands;
+mod commands;
 mod create;
 mod ctx;
 mod edit;
@@ -18,29 +18,30 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-pub use create::CreateClusterArgs;
+pub(crate) use create::CreateClusterArgs;
 
 use crate::output::Format;
 
 /// Exit codes (documented in the README).
 pub mod exit {
-    pub const OK: i32 = 0;
+    /// Success: the command did what it was asked, or a preview found nothing to do.
+    pub(crate) const OK: i32 = 0;
     /// Any runtime failure: cloud, SSH, state store, I/O.
     pub const ERROR: i32 = 1;
     /// `update cluster --exit-code`: changes are pending.
-    pub const CHANGES_PENDING: i32 = 2;
+    pub(crate) const CHANGES_PENDING: i32 = 2;
     /// The spec (file or flags) is invalid; nothing was written.
-    pub const INVALID_SPEC: i32 = 3;
+    pub(crate) const INVALID_SPEC: i32 = 3;
     /// Someone else changed the cluster or holds its lock; re-read and retry.
-    pub const CONFLICT: i32 = 4;
+    pub(crate) const CONFLICT: i32 = 4;
     /// The command line itself is wrong.
     pub const USAGE: i32 = 64;
     /// Interrupted (Ctrl-C, 128 + SIGINT as shells report it): `rolling-update cluster --yes`
     /// stopped at a safe point and journaled it; the next run resumes.
-    pub const INTERRUPTED: i32 = 130;
+    pub(crate) const INTERRUPTED: i32 = 130;
 
     /// A preview's exit code: refused 1; changes pending 2 under `--exit-code`, else 0.
-    pub fn of_preview(shown: crate::views::Shown, exit_code: bool) -> i32 {
+    pub(crate) fn of_preview(shown: crate::views::Shown, exit_code: bool) -> i32 {
         use crate::views::Shown;
         match shown {
             Shown::Refused => ERROR,
@@ -50,6 +51,7 @@ pub mod exit {
     }
 }
 
+/// The parsed command line; [`parse`] makes it, [`run`] carries it out.
 #[derive(Debug, Parser)]
 #[command(
     name = "kprov",
@@ -60,16 +62,16 @@ pub mod exit {
 pub struct Cli {
     /// State store: file://DIR or s3://BUCKET/PREFIX [default: file://$HOME/.kprov/state]
     #[arg(long, global = true, env = "KPROV_STATE_STORE", value_name = "URL")]
-    pub state: Option<String>,
+    pub(crate) state: Option<String>,
     /// More output (-v: debug, -vv: trace)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Create a cluster spec from flags, or objects from a file (writes the spec only)
     Create(CreateCmd),
     /// Replace stored objects with the ones in a file
@@ -112,13 +114,13 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct ToolboxCmd {
+pub(crate) struct ToolboxCmd {
     #[command(subcommand)]
-    pub what: ToolboxWhat,
+    pub(crate) what: ToolboxWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ToolboxWhat {
+pub(crate) enum ToolboxWhat {
     /// The cluster's cloud resources (AWS: every one it owns, with its ID), its machines
     /// (hosts or running instances) and the nodes the API server lists, as YAML or JSON. No
     /// key, certificate or credential is ever in it; a part that cannot be read is named with
@@ -137,24 +139,24 @@ pub enum ToolboxWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct FileArgs {
+pub(crate) struct FileArgs {
     /// File with Cluster and InstanceGroup documents ('-' for standard input)
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
-pub struct CreateCmd {
+pub(crate) struct CreateCmd {
     #[command(subcommand)]
-    pub what: Option<CreateWhat>,
+    pub(crate) what: Option<CreateWhat>,
     /// Create the objects in FILE ('-' for standard input)
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum CreateWhat {
+pub(crate) enum CreateWhat {
     /// Create a cluster spec (like `kops create cluster`): no infrastructure is changed
     Cluster(Box<CreateClusterArgs>),
     /// Fetch every binary and image the cluster's nodes need into one tar file, verified
@@ -190,7 +192,7 @@ pub enum CreateWhat {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum CreateSecretWhat {
+pub(crate) enum CreateSecretWhat {
     /// The SSH public key of the cluster's instances (as `create sshpublickey`)
     Sshpublickey {
         /// kops's secret name; kprov keeps one key per cluster
@@ -210,35 +212,35 @@ pub enum CreateSecretWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct CreateBundleArgs {
-    pub name: String,
+pub(crate) struct CreateBundleArgs {
+    pub(crate) name: String,
     /// The bundle file to write (replaced only once complete)
     #[arg(short, long, value_name = "FILE")]
-    pub output: PathBuf,
+    pub(crate) output: PathBuf,
     /// The nodes' architecture (a bundle holds one)
     #[arg(long, default_value = "amd64", value_parser = ["amd64", "arm64"])]
-    pub arch: String,
+    pub(crate) arch: String,
     /// Pull images of UPSTREAM from another registry: `registry.k8s.io=http://10.0.0.5:5000`
     /// (`http://` for a plain-HTTP registry); repeatable. Images keep their upstream names.
     #[arg(long, value_name = "UPSTREAM=HOST")]
-    pub registry_mirror: Vec<String>,
+    pub(crate) registry_mirror: Vec<String>,
 }
 
 #[derive(Debug, Args)]
-pub struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// Output format
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
-    pub output: Format,
+    pub(crate) output: Format,
 }
 
 #[derive(Debug, Args)]
-pub struct GetCmd {
+pub(crate) struct GetCmd {
     #[command(subcommand)]
-    pub what: GetWhat,
+    pub(crate) what: GetWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum GetWhat {
+pub(crate) enum GetWhat {
     /// List clusters, or show one
     #[command(visible_alias = "cluster")]
     Clusters {
@@ -310,13 +312,13 @@ pub enum GetWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct EditCmd {
+pub(crate) struct EditCmd {
     #[command(subcommand)]
-    pub what: EditWhat,
+    pub(crate) what: EditWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum EditWhat {
+pub(crate) enum EditWhat {
     /// Edit the Cluster object
     Cluster { name: String },
     /// Edit an InstanceGroup (`kprov edit ig --name CLUSTER GROUP`)
@@ -330,13 +332,13 @@ pub enum EditWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct DeleteCmd {
+pub(crate) struct DeleteCmd {
     #[command(subcommand)]
-    pub what: DeleteWhat,
+    pub(crate) what: DeleteWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum DeleteWhat {
+pub(crate) enum DeleteWhat {
     /// Delete a cluster (preview without --yes)
     Cluster {
         name: String,
@@ -375,53 +377,53 @@ pub enum DeleteWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct DeleteInstanceArgs {
+pub(crate) struct DeleteInstanceArgs {
     /// The cluster
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// The node (on metal: the host's name in the inventory)
-    pub node: String,
+    pub(crate) node: String,
     /// Really remove it
     #[arg(long, short)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// Give up draining after this long (the node then stays cordoned and nothing else changes)
     #[arg(long, value_parser = addons::parse_duration, default_value = "15m")]
-    pub drain_timeout: std::time::Duration,
+    pub(crate) drain_timeout: std::time::Duration,
     /// Evict pods with emptyDir volumes (their data is lost)
     #[arg(long)]
-    pub delete_emptydir_data: bool,
+    pub(crate) delete_emptydir_data: bool,
     /// Evict pods that no controller manages (nothing re-creates them)
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
     /// AWS: shrink the Auto Scaling group instead of letting it replace the instance
     #[arg(long)]
-    pub decrement_desired_capacity: bool,
+    pub(crate) decrement_desired_capacity: bool,
     /// AWS: terminate the instance without asking the cluster's API (kops's `--cloudonly`,
     /// for an instance or a cluster that does not answer): no drain, the Node object is left
     /// to the cloud-controller-manager
     #[arg(long = "cloudonly", visible_alias = "cloud-only")]
-    pub cloud_only: bool,
+    pub(crate) cloud_only: bool,
     /// Kubeconfig to reach the API with (default: the credentials kprov stored)
     #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// Output format of the preview
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
-    pub output: Format,
+    pub(crate) output: Format,
 }
 
 #[derive(Debug, Args)]
-pub struct LockCmd {
+pub(crate) struct LockCmd {
     #[command(subcommand)]
-    pub what: LockWhat,
+    pub(crate) what: LockWhat,
 }
 
 #[derive(Debug, Args)]
-pub struct ForgetCmd {
+pub(crate) struct ForgetCmd {
     #[command(subcommand)]
-    pub what: ForgetWhat,
+    pub(crate) what: ForgetWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ForgetWhat {
+pub(crate) enum ForgetWhat {
     /// Remove a host's recorded SSH host key from the cluster's known hosts (a reinstalled
     /// host, a replaced key): the next `update cluster --yes --accept-new-host-keys` records
     /// its new key. Without --yes, only shows the key it would forget
@@ -435,13 +437,13 @@ pub enum ForgetWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct ReleaseCmd {
+pub(crate) struct ReleaseCmd {
     #[command(subcommand)]
-    pub what: ReleaseWhat,
+    pub(crate) what: ReleaseWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ReleaseWhat {
+pub(crate) enum ReleaseWhat {
     /// Reset HOST (of CLUSTER's spec) when the ownership marker on it names a cluster the
     /// state store no longer has; a live cluster's host is refused. Without --yes, only says
     /// whose marker it carries and whether it may be released
@@ -458,7 +460,7 @@ pub enum ReleaseWhat {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum LockWhat {
+pub(crate) enum LockWhat {
     /// Show who holds a cluster's lock
     Status { cluster: String },
     /// Remove a cluster's lock, whoever holds it (only when its holder is dead)
@@ -466,13 +468,13 @@ pub enum LockWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct ExportCmd {
+pub(crate) struct ExportCmd {
     #[command(subcommand)]
-    pub what: ExportWhat,
+    pub(crate) what: ExportWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ExportWhat {
+pub(crate) enum ExportWhat {
     /// Merge the cluster's admin credentials into your kubeconfig (context named after the
     /// cluster; KUBECONFIG honoured like kubectl does)
     Kubeconfig {
@@ -484,13 +486,13 @@ pub enum ExportWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct UpdateCmd {
+pub(crate) struct UpdateCmd {
     #[command(subcommand)]
-    pub what: UpdateWhat,
+    pub(crate) what: UpdateWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum UpdateWhat {
+pub(crate) enum UpdateWhat {
     /// Preview what the cluster needs; --yes applies it (cloud resources, nodes, add-ons)
     Cluster(UpdateClusterArgs),
     /// Preview the add-ons against the live cluster (server-side apply dry run); --yes applies
@@ -499,71 +501,71 @@ pub enum UpdateWhat {
 }
 
 #[derive(Debug, Args, Clone)]
-pub struct UpdateClusterArgs {
-    pub name: String,
+pub(crate) struct UpdateClusterArgs {
+    pub(crate) name: String,
     /// Apply the changes (without it nothing is changed)
     #[arg(long, short)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// Also delete resources the cluster owns that the spec no longer wants
     #[arg(long)]
-    pub prune: bool,
+    pub(crate) prune: bool,
     /// Exit 2 when changes are pending, 0 when there are none
     #[arg(long)]
-    pub exit_code: bool,
+    pub(crate) exit_code: bool,
     /// Output format of the preview
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
-    pub output: Format,
+    pub(crate) output: Format,
     /// Record the host keys of hosts contacted for the first time (strict checking otherwise)
     #[arg(long)]
-    pub accept_new_host_keys: bool,
+    pub(crate) accept_new_host_keys: bool,
     /// Hosts provisioned at once
     #[arg(long, default_value_t = 20)]
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     /// Kubeconfig for the add-on step (default: the credentials kprov stored)
     #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// Provision cloud resources and nodes but leave add-ons alone
     #[arg(long)]
-    pub skip_addons: bool,
+    pub(crate) skip_addons: bool,
     /// AWS: connect to instances at their private addresses (VPN, peered network), like
     /// `spec.topology.sshAddress: Private`
     #[arg(long)]
-    pub ssh_private_address: bool,
+    pub(crate) ssh_private_address: bool,
     /// Metal: read the hosts again from this inventory (kprov YAML or Kubespray, as for
     /// `create cluster`), Kubespray's scale.yml habit: the preview shows the hosts to add and to
     /// remove; `--yes` stores them in the spec, then provisions the new ones
     #[arg(long, value_name = "DIR_OR_FILE")]
-    pub inventory: Option<PathBuf>,
+    pub(crate) inventory: Option<PathBuf>,
     /// Upload every binary and image from this bundle (`kprov create bundle`) instead of
     /// letting the hosts download them, as `spec.assets.bundle` does (air-gapped sites)
     #[arg(long, value_name = "FILE")]
-    pub bundle: Option<PathBuf>,
+    pub(crate) bundle: Option<PathBuf>,
     /// AWS: how long the instances (and the bastion) get to answer SSH after the cloud apply
     #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
-    pub ssh_wait: std::time::Duration,
+    pub(crate) ssh_wait: std::time::Duration,
     /// Only one part of the apply (kops's lifecycle phases): `cloud` applies the AWS
     /// resources without waiting for the instances, `nodes` provisions the hosts or instances
     /// (the cloud resources must already match), `addons` writes kube-system's node
     /// configuration and the add-ons
     #[arg(long, value_enum, value_name = "PHASE")]
-    pub phase: Option<UpdatePhase>,
+    pub(crate) phase: Option<UpdatePhase>,
     /// AWS: move image name patterns (`spec.image`, kprov's default) to the newest image that
     /// matches; otherwise each stays on the image it was pinned to when first applied, and the
     /// preview only mentions a newer one
     #[arg(long)]
-    pub refresh_image: bool,
+    pub(crate) refresh_image: bool,
 }
 
 /// `update cluster --phase`: see [`crate::ops::aws::Phase`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum UpdatePhase {
+pub(crate) enum UpdatePhase {
     Cloud,
     Nodes,
     Addons,
 }
 
 impl UpdatePhase {
-    pub fn ops(self) -> crate::ops::aws::Phase {
+    pub(crate) fn ops(self) -> crate::ops::aws::Phase {
         match self {
             UpdatePhase::Cloud => crate::ops::aws::Phase::Cloud,
             UpdatePhase::Nodes => crate::ops::aws::Phase::Nodes,
@@ -572,7 +574,7 @@ impl UpdatePhase {
     }
 
     /// The flag as typed, for the commands kprov prints.
-    pub fn flag(self) -> &'static str {
+    pub(crate) fn flag(self) -> &'static str {
         match self {
             UpdatePhase::Cloud => " --phase cloud",
             UpdatePhase::Nodes => " --phase nodes",
@@ -582,48 +584,48 @@ impl UpdatePhase {
 }
 
 #[derive(Debug, Args)]
-pub struct UpdateAddonsCli {
-    pub name: String,
+pub(crate) struct UpdateAddonsCli {
+    pub(crate) name: String,
     #[arg(long, short)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// Kubeconfig to use (default: the credentials kprov stored)
     #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// Take over fields another field manager changed
     #[arg(long)]
-    pub force_conflicts: bool,
+    pub(crate) force_conflicts: bool,
     /// How long to wait for the CCM rollout and node initialisation
     #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
-    pub wait: std::time::Duration,
+    pub(crate) wait: std::time::Duration,
     /// Exit 2 when changes are pending
     #[arg(long)]
-    pub exit_code: bool,
+    pub(crate) exit_code: bool,
     /// Reach the API through an SSH tunnel to a control-plane host (automatic when the
     /// control planes sit behind a bastion)
     #[arg(long)]
-    pub ssh_tunnel: bool,
+    pub(crate) ssh_tunnel: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct RollingUpdateCmd {
+pub(crate) struct RollingUpdateCmd {
     #[command(subcommand)]
-    pub what: RollingUpdateWhat,
+    pub(crate) what: RollingUpdateWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum RollingUpdateWhat {
+pub(crate) enum RollingUpdateWhat {
     /// Preview (and with --yes, roll) the nodes that need an update
     Cluster(rolling::RollingUpdateClusterArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct ValidateCmd {
+pub(crate) struct ValidateCmd {
     #[command(subcommand)]
-    pub what: ValidateWhat,
+    pub(crate) what: ValidateWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ValidateWhat {
+pub(crate) enum ValidateWhat {
     /// Nodes registered and Ready, none left uninitialized, CCM / CNI / CoreDNS running
     Cluster {
         name: String,
@@ -642,46 +644,46 @@ pub enum ValidateWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct RotateCmd {
+pub(crate) struct RotateCmd {
     #[command(subcommand)]
-    pub what: RotateWhat,
+    pub(crate) what: RotateWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum RotateWhat {
+pub(crate) enum RotateWhat {
     /// Renew the kubeadm certificates one control plane at a time (preview without --yes)
     #[command(visible_aliases = ["certificate", "certs"])]
     Certificates(RotateCertificatesCli),
 }
 
 #[derive(Debug, Args)]
-pub struct RotateCertificatesCli {
-    pub name: String,
+pub(crate) struct RotateCertificatesCli {
+    pub(crate) name: String,
     /// Really rotate (without it: the certificates and the plan)
     #[arg(long, short)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// How long static pod manifests stay out of the kubelet's directory; at least the
     /// kubelet's fileCheckFrequency (20s by default)
     #[arg(long, value_parser = addons::parse_duration, default_value = "20s")]
-    pub static_pod_wait: std::time::Duration,
+    pub(crate) static_pod_wait: std::time::Duration,
     /// How long to wait for each restarted kube-apiserver to be healthy
     #[arg(long, value_parser = addons::parse_duration, default_value = "5m")]
-    pub health_timeout: std::time::Duration,
+    pub(crate) health_timeout: std::time::Duration,
     /// Hosts read at once
     #[arg(long, default_value_t = 20)]
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     #[command(flatten)]
-    pub out: OutputArgs,
+    pub(crate) out: OutputArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct BackupCmd {
+pub(crate) struct BackupCmd {
     #[command(subcommand)]
-    pub what: BackupWhat,
+    pub(crate) what: BackupWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum BackupWhat {
+pub(crate) enum BackupWhat {
     /// Take an etcd snapshot on a healthy member and store it (with its sha256) in the state
     /// store under NAME/backups/etcd/
     Etcd {
@@ -696,13 +698,13 @@ pub enum BackupWhat {
 }
 
 #[derive(Debug, Args)]
-pub struct RestoreCmd {
+pub(crate) struct RestoreCmd {
     #[command(subcommand)]
-    pub what: RestoreWhat,
+    pub(crate) what: RestoreWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum RestoreWhat {
+pub(crate) enum RestoreWhat {
     /// Restore every etcd member from a stored snapshot (checksum verified first); API
     /// servers and etcd stop meanwhile. Preview without --yes
     Etcd {
@@ -721,21 +723,21 @@ pub enum RestoreWhat {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum SchemaKind {
+pub(crate) enum SchemaKind {
     All,
     Cluster,
     Instancegroup,
 }
 
 #[derive(Debug, Args)]
-pub struct SchemaArgs {
+pub(crate) struct SchemaArgs {
     #[arg(value_enum, default_value_t = SchemaKind::All)]
-    pub kind: SchemaKind,
+    pub(crate) kind: SchemaKind,
 }
 
 #[derive(Debug, Args)]
-pub struct CompletionArgs {
-    pub shell: clap_complete::Shell,
+pub(crate) struct CompletionArgs {
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// Parses arguments; usage errors exit with [`exit::USAGE`] (2 is reserved for "changes pending").
@@ -826,6 +828,8 @@ fn kops_name(args: &[String], env: Option<&str>, missing: bool) -> Option<Vec<St
     Some(out)
 }
 
+/// The command line of this process, kops's `--name`/`KPROV_NAME` habit accepted; a usage
+/// error (or `--help`/`--version`) is printed here and ends the process.
 pub fn parse() -> Cli {
     let args: Vec<String> = std::env::args().collect();
     let env = std::env::var("KPROV_NAME").ok();
@@ -852,7 +856,7 @@ pub fn parse() -> Cli {
     }
 }
 
-pub fn command() -> clap::Command {
+pub(crate) fn command() -> clap::Command {
     Cli::command()
 }
 

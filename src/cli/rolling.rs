@@ -25,52 +25,52 @@ use crate::output::Format;
 use crate::views::rolling::{self as view, Ended};
 
 #[derive(Debug, Args, Clone)]
-pub struct RollingUpdateClusterArgs {
-    pub name: String,
+pub(crate) struct RollingUpdateClusterArgs {
+    pub(crate) name: String,
     /// Roll (without it: preview only)
     #[arg(long, short)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     /// Exit 2 when something would roll
     #[arg(long)]
-    pub exit_code: bool,
+    pub(crate) exit_code: bool,
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
-    pub output: Format,
+    pub(crate) output: Format,
     /// Only these instance groups (repeat, or comma-separated)
     #[arg(long = "instance-group", value_delimiter = ',', value_name = "GROUP")]
-    pub instance_groups: Vec<String>,
+    pub(crate) instance_groups: Vec<String>,
     /// Only groups of these roles: Bastion, ControlPlane (or Master), Node
     #[arg(
         long = "instance-group-roles",
         value_delimiter = ',',
         value_name = "ROLE"
     )]
-    pub instance_group_roles: Vec<String>,
+    pub(crate) instance_group_roles: Vec<String>,
     /// Roll every selected node, up to date or not
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
     /// Give up on a node's drain after this long; the roll stops, the node stays cordoned
     #[arg(long, value_parser = super::addons::parse_duration, default_value = "15m")]
-    pub drain_timeout: Duration,
+    pub(crate) drain_timeout: Duration,
     /// How long the cluster may take to pass validation after each batch
     #[arg(long, value_parser = super::addons::parse_duration, default_value = "15m")]
-    pub validation_timeout: Duration,
+    pub(crate) validation_timeout: Duration,
     /// Consecutive validation passes needed after each batch
     #[arg(long, default_value_t = 2)]
-    pub validate_count: u32,
+    pub(crate) validate_count: u32,
     /// Replace without draining or validating (for a cluster whose API is down)
     #[arg(long = "cloudonly", visible_alias = "cloud-only")]
-    pub cloud_only: bool,
+    pub(crate) cloud_only: bool,
     #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     #[arg(long, default_value_t = 20)]
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     /// AWS: reach instances at their private addresses (as `update cluster --ssh-private-address`)
     #[arg(long)]
-    pub ssh_private_address: bool,
+    pub(crate) ssh_private_address: bool,
     /// Upload every binary and image from this bundle (`kprov create bundle`), as
     /// `update cluster --bundle` does: checked in full before the preview (air-gapped sites)
     #[arg(long, value_name = "FILE")]
-    pub bundle: Option<PathBuf>,
+    pub(crate) bundle: Option<PathBuf>,
 }
 
 impl RollingUpdateClusterArgs {

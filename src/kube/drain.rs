@@ -31,11 +31,12 @@ use super::nodes::{EvictOptions, Taint};
 use super::{FIELD_MANAGER, Kube, KubeError, api_error};
 
 /// The annotation the kubelet puts on the API copy of a static pod.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Evictions in flight at once: parallel like kubectl, without flooding the API server.
 const EVICTION_CONCURRENCY: usize = 16;
 
+/// How `drain` treats a node's pods and how long it may take.
 #[derive(Debug, Clone)]
 pub struct DrainOptions {
     /// The whole drain (cordon, evictions, waiting for the pods to go) ends by then.
@@ -70,27 +71,50 @@ impl Default for DrainOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrainEvent {
     /// The node is marked unschedulable.
-    Cordoned { node: String },
+    Cordoned {
+        /// The node's name.
+        node: String,
+    },
     /// A pod left alone (DaemonSet, mirror, finished).
     Skipped {
+        /// The pod's namespace.
         namespace: String,
+        /// The pod's name.
         pod: String,
+        /// Why it stays.
         reason: SkipReason,
     },
     /// The first eviction request for a pod is about to be sent.
-    Evicting { namespace: String, pod: String },
+    Evicting {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        pod: String,
+    },
     /// The eviction was refused for now (429); retried with back-off. Sent again only when the
     /// message changes.
     Blocked {
+        /// The pod's namespace.
         namespace: String,
+        /// The pod's name.
         pod: String,
+        /// The PodDisruptionBudget(s) matching the pod, when any does.
         pdb: Option<String>,
+        /// The API server's refusal.
         message: String,
     },
     /// The API server accepted the eviction (the pod may still be terminating).
-    Evicted { namespace: String, pod: String },
+    Evicted {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        pod: String,
+    },
     /// Pods not gone yet (sent when the number changes).
-    Waiting { remaining: usize },
+    Waiting {
+        /// How many evicted pods are still on the node.
+        remaining: usize,
+    },
 }
 
 /// Why a pod is left on the node.
@@ -98,11 +122,17 @@ pub enum DrainEvent {
 #[serde(tag = "reason", rename_all = "camelCase")]
 pub enum SkipReason {
     /// Owned by a DaemonSet (which would put it straight back).
-    DaemonSet { name: String },
+    DaemonSet {
+        /// The DaemonSet's name.
+        name: String,
+    },
     /// A static pod's API mirror: the kubelet runs it from a file, eviction cannot stop it.
     Mirror,
     /// Already Succeeded or Failed.
-    Finished { phase: String },
+    Finished {
+        /// `Succeeded` or `Failed`.
+        phase: String,
+    },
 }
 
 impl fmt::Display for SkipReason {
@@ -128,7 +158,8 @@ pub struct DrainReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StuckPod {
-    pub namespace: String,
+    pub(crate) namespace: String,
+    /// The pod's name.
     pub pod: String,
     /// The PodDisruptionBudget(s) whose selector matches the pod, when an eviction was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -150,27 +181,36 @@ impl fmt::Display for StuckPod {
     }
 }
 
+/// Why a drain stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum DrainError {
+    /// Pods were still on the node when `timeout` passed; the node stays cordoned.
     #[error(
         "draining node {node}: {} pod(s) did not leave within {}s: {}; the node stays cordoned",
         .stuck.len(), .waited.as_secs(), join(.stuck)
     )]
     Timeout {
+        /// The node drained.
         node: String,
+        /// How long the drain ran.
         waited: Duration,
+        /// The pods that did not leave.
         stuck: Vec<StuckPod>,
     },
+    /// Pods would be lost (emptyDir data, no controller) and the flag allowing it was not given;
+    /// nothing was evicted.
     #[error(
         "draining node {node}: refused, evicting these pods would lose them: {}; nothing was \
          evicted and the node stays cordoned",
         .pods.iter().map(|(p, why)| format!("{p} ({why})")).collect::<Vec<_>>().join("; ")
     )]
     Refused {
+        /// The node drained.
         node: String,
         /// `namespace/name` and why it is refused.
         pods: Vec<(String, String)>,
     },
+    /// An API call of the drain failed.
     #[error(transparent)]
     Api(#[from] KubeError),
 }
@@ -186,7 +226,9 @@ fn join(stuck: &[StuckPod]) -> String {
 /// What a drain does with one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Disposition {
+    /// Evicted (and waited for).
     Evict,
+    /// Left on the node, for this reason.
     Skip(SkipReason),
     /// Every reason it may not be evicted without a flag.
     Refuse(Vec<String>),
@@ -194,7 +236,11 @@ pub enum Disposition {
 
 /// kubectl drain's filters, in its order: finished pods, mirror pods and DaemonSet pods are
 /// skipped; unmanaged pods and pods with emptyDir volumes are refused unless allowed.
-pub fn classify(pod: &Pod, delete_emptydir_data: bool, force_unmanaged: bool) -> Disposition {
+pub(crate) fn classify(
+    pod: &Pod,
+    delete_emptydir_data: bool,
+    force_unmanaged: bool,
+) -> Disposition {
     let phase = pod
         .status
         .as_ref()
@@ -257,7 +303,7 @@ pub fn classify(pod: &Pod, delete_emptydir_data: bool, force_unmanaged: bool) ->
 
 /// Whether a PodDisruptionBudget's selector selects these labels. In policy/v1 an empty
 /// selector selects every pod of the namespace; a missing one selects none.
-pub fn selector_matches(
+pub(crate) fn selector_matches(
     selector: Option<&LabelSelector>,
     labels: &BTreeMap<String, String>,
 ) -> bool {
@@ -285,7 +331,7 @@ pub fn selector_matches(
 }
 
 /// The names of the budgets (of the pod's namespace) that select the pod.
-pub fn matching_pdbs(
+pub(crate) fn matching_pdbs(
     pdbs: &[PodDisruptionBudget],
     labels: &BTreeMap<String, String>,
 ) -> Vec<String> {
@@ -463,7 +509,7 @@ impl Kube {
 
     /// What a drain of `node` would do to each pod now, without changing anything: the
     /// preview of `delete instance` and `rolling-update`.
-    pub async fn drain_preview(
+    pub(crate) async fn drain_preview(
         &self,
         node: &str,
         options: &DrainOptions,

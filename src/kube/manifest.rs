@@ -8,9 +8,12 @@ use super::KubeError;
 /// Where an object lives in the API: enough to build its URL without a discovery round trip.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectRef {
-    pub api_version: String,
+    pub(crate) api_version: String,
+    /// The object's kind (`Deployment`).
     pub kind: String,
+    /// Its namespace; `None` for a cluster-scoped kind.
     pub namespace: Option<String>,
+    /// Its name.
     pub name: String,
 }
 
@@ -26,7 +29,9 @@ impl std::fmt::Display for ObjectRef {
 /// One object of a manifest, as the API server will see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Object {
+    /// Where it lives in the API.
     pub reference: ObjectRef,
+    /// The object as it will be applied.
     pub body: Value,
 }
 
@@ -78,7 +83,7 @@ const KINDS: &[(&str, &str, &str, bool)] = &[
 ];
 
 /// The API resource (plural, scope) of a kind, or an error naming the object.
-pub fn api_resource(api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {
+pub(crate) fn api_resource(api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {
     KINDS
         .iter()
         .find(|(v, k, _, _)| *v == api_version && *k == kind)

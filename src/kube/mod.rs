@@ -18,77 +18,116 @@ use kube::{Client, Config};
 use serde_json::Value;
 
 pub use drain::{
-    Disposition, DrainError, DrainEvent, DrainOptions, DrainReport, MIRROR_ANNOTATION, SkipReason,
-    StuckPod, classify, matching_pdbs, selector_matches,
+    Disposition, DrainError, DrainEvent, DrainOptions, DrainReport, SkipReason, StuckPod,
 };
-pub use manifest::{Object, ObjectRef, api_resource, parse_manifests};
-pub use nodes::{EvictOptions, NodeInfo, Taint, UNINITIALIZED_TAINT};
+pub(crate) use manifest::api_resource;
+pub use manifest::{Object, ObjectRef, parse_manifests};
+pub(crate) use nodes::UNINITIALIZED_TAINT;
+pub use nodes::{EvictOptions, NodeInfo, Taint};
 
 /// The field manager every kprov write uses, so ownership is visible in managedFields.
-pub const FIELD_MANAGER: &str = "kprov";
+pub(crate) const FIELD_MANAGER: &str = "kprov";
 
 /// Page size for list calls: large clusters are read in pages with `continue`, never at once.
-pub const PAGE_SIZE: u32 = 250;
+pub(crate) const PAGE_SIZE: u32 = 250;
 
+/// A failed Kubernetes API call or kubeconfig read; each names the object or file it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
+    /// The kubeconfig could not be read or used.
     #[error("kubeconfig {path}: {message}")]
-    Kubeconfig { path: String, message: String },
+    Kubeconfig {
+        /// The kubeconfig file.
+        path: String,
+        /// Why it could not be used (unreadable, no such context, bad credentials).
+        message: String,
+    },
+    /// A manifest does not parse into API objects.
     #[error("manifest {source_name}: {message}")]
     Manifest {
+        /// What the manifest came from (e.g. `add-on calico`).
         source_name: String,
+        /// The parse error.
         message: String,
     },
+    /// Server-side apply refused: fields another manager owns would change (no
+    /// `--force-conflicts`).
     #[error("{}", conflict_message(.object, .conflicts))]
     Conflict {
+        /// The object applied.
         object: ObjectRef,
+        /// Each field and the manager that owns it.
         conflicts: Vec<FieldConflict>,
     },
+    /// The API server answered with an error status.
     #[error("{action} {object}: the API server answered {code} {reason}: {message}")]
     Api {
+        /// What kprov was doing (`applying`, `cordoning`, ...).
         action: &'static str,
+        /// The object it concerned.
         object: String,
+        /// The HTTP status code.
         code: u16,
+        /// The status's reason (`NotFound`, `Forbidden`, ...).
         reason: String,
+        /// The API server's message.
         message: String,
     },
+    /// The API server could not be reached or did not answer.
     #[error(
         "{action} {object}: the API server at {} did not answer: {}",
         crate::output::escape(.server),
         innermost_causes(.cause)
     )]
     Transport {
+        /// What kprov was doing.
         action: &'static str,
+        /// The object it concerned.
         object: String,
+        /// Where the request went (the kubeconfig's server, or the tunnel's near end).
         server: String,
         // Boxed: the error stays small enough to return by value everywhere. Not the error's
         // `source`: the message already says the causes a user can act on, and a chain
         // printed with `{:#}` would end in kube-rs's "ServiceError: client error (Connect)".
+        /// The client's error.
         cause: Box<kube::Error>,
     },
+    /// An eviction was still refused by a PodDisruptionBudget when its deadline passed.
     #[error(
         "evicting pod {namespace}/{pod}: still blocked by a PodDisruptionBudget after {}s ({message}); \
          the disruption budget must allow one more pod to go before the node can be drained",
         .waited.as_secs()
     )]
     EvictionBlocked {
+        /// The pod's namespace.
         namespace: String,
+        /// The pod's name.
         pod: String,
+        /// How long evictions were retried.
         waited: Duration,
+        /// The API server's last refusal.
         message: String,
     },
+    /// A Deployment or DaemonSet did not finish rolling out in time.
     #[error("timed out after {}s waiting for the rollout of {object}: {state}", .waited.as_secs())]
     RolloutTimeout {
+        /// The workload waited for.
         object: String,
+        /// How long it was waited for.
         waited: Duration,
+        /// Its last observed rollout state.
         state: String,
     },
+    /// Nodes still carry the uninitialised taint: the cloud-controller-manager did not initialise
+    /// them in time.
     #[error(
         "timed out after {}s waiting for the cloud-controller-manager to initialise {} node(s): {}",
         .waited.as_secs(), .waiting.len(), .waiting.join("; ")
     )]
     NodesNotInitialized {
+        /// How long it was waited for.
         waited: Duration,
+        /// The nodes still carrying the uninitialised taint, each with why.
         waiting: Vec<String>,
     },
 }
@@ -96,7 +135,9 @@ pub enum KubeError {
 /// One field another manager owns and kprov's apply would change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldConflict {
+    /// The field manager that owns the field.
     pub manager: String,
+    /// The field's path in the object.
     pub field: String,
 }
 
@@ -125,10 +166,13 @@ pub struct ApplyOptions {
 /// How long and how often to poll while waiting for the cluster to converge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Poll {
+    /// Give up after this long.
     pub timeout: Duration,
+    /// Time between two polls.
     pub interval: Duration,
 }
 
+/// A client for one cluster's API server (directly or through an SSH tunnel); cheap to clone.
 #[derive(Clone)]
 pub struct Kube {
     client: Client,
@@ -220,7 +264,7 @@ impl Kube {
         Ok(Self { client, server })
     }
 
-    pub fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
@@ -241,7 +285,11 @@ impl Kube {
 
     /// Server-side apply of one object as field manager `kprov`; returns the object the server
     /// stored (or, with `dry_run`, would store).
-    pub async fn apply(&self, object: &Object, options: ApplyOptions) -> Result<Value, KubeError> {
+    pub(crate) async fn apply(
+        &self,
+        object: &Object,
+        options: ApplyOptions,
+    ) -> Result<Value, KubeError> {
         let api = self.dynamic_api(&object.reference)?;
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = options.force;
@@ -330,7 +378,11 @@ impl Kube {
     }
 
     /// Lists every object of a typed resource, page by page.
-    pub async fn list_all<K>(&self, api: &Api<K>, params: &ListParams) -> Result<Vec<K>, KubeError>
+    pub(crate) async fn list_all<K>(
+        &self,
+        api: &Api<K>,
+        params: &ListParams,
+    ) -> Result<Vec<K>, KubeError>
     where
         K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {

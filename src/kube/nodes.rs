@@ -12,15 +12,19 @@ use super::{FIELD_MANAGER, Kube, KubeError, Poll, api_error};
 
 /// The taint a kubelet started with `--cloud-provider=external` carries until the CCM has
 /// initialised its node.
-pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+pub(crate) const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
+/// A node taint as the API holds it (`key[=value]:effect`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Taint {
+    /// The taint's key.
     pub key: String,
+    /// Its value; `None` when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: String,
 }
 
@@ -28,18 +32,22 @@ pub struct Taint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeInfo {
+    /// The node's name.
     pub name: String,
-    pub ready: bool,
-    pub control_plane: bool,
+    pub(crate) ready: bool,
+    pub(crate) control_plane: bool,
+    /// True when the node is cordoned.
     pub unschedulable: bool,
+    /// The cloud's ID of the machine (`aws:///zone/i-...`); `None` until a cloud-controller-manager
+    /// sets it, and on metal.
     #[serde(rename = "providerID", skip_serializing_if = "Option::is_none")]
     pub provider_id: Option<String>,
-    pub taints: Vec<Taint>,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) taints: Vec<Taint>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 impl NodeInfo {
-    pub fn from_node(node: &Node) -> Self {
+    pub(crate) fn from_node(node: &Node) -> Self {
         let spec = node.spec.clone().unwrap_or_default(); // no spec: schedulable, no taints, no provider ID
         let labels = node.metadata.labels.clone().unwrap_or_default(); // no labels: not a control plane
         let ready = node
@@ -69,7 +77,7 @@ impl NodeInfo {
         }
     }
 
-    pub fn has_taint(&self, key: &str) -> bool {
+    pub(crate) fn has_taint(&self, key: &str) -> bool {
         self.taints.iter().any(|t| t.key == key)
     }
 
@@ -91,7 +99,9 @@ impl NodeInfo {
 pub struct EvictOptions {
     /// Give up (with a clear error) once this much time has passed.
     pub deadline: Duration,
+    /// The first wait after a 429; doubled after each.
     pub initial_backoff: Duration,
+    /// The longest wait between two attempts.
     pub max_backoff: Duration,
 }
 
@@ -114,7 +124,7 @@ impl Kube {
     }
 
     /// Pods of a namespace (or all namespaces with `None`), optionally filtered.
-    pub async fn list_pods(
+    pub(crate) async fn list_pods(
         &self,
         namespace: Option<&str>,
         params: &ListParams,

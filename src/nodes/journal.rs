@@ -18,23 +18,28 @@ use super::roll::{RollAction, RollPlan, Upgrade};
 use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateError, StateStore, Version};
 
-pub const JOURNAL_ENTRY: &str = "rolling-update.json";
+pub(crate) const JOURNAL_ENTRY: &str = "rolling-update.json";
 
 /// Where a node is in its roll. Ordered: a node only moves forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NodeStep {
+    /// Not started yet.
     Waiting,
+    /// Marked unschedulable.
     Cordoned,
+    /// Its pods evicted.
     Drained,
     /// Replaced (AWS) or re-provisioned in place.
     Replaced,
+    /// Made schedulable again; the batch's health gate is next.
     Uncordoned,
     /// The health gate after its batch passed: done.
     Validated,
 }
 
 impl NodeStep {
+    /// The step's name as progress and `get instances` print it.
     pub fn as_str(self) -> &'static str {
         match self {
             NodeStep::Waiting => "waiting",
@@ -47,44 +52,51 @@ impl NodeStep {
     }
 }
 
+/// One node of the roll in the journal: where it is and what was done to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JournalNode {
-    pub target: String,
+    pub(crate) target: String,
+    /// The Kubernetes node's name when the roll started.
     pub node_name: String,
-    pub group: String,
-    pub action: RollAction,
+    pub(crate) group: String,
+    pub(crate) action: RollAction,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upgrade: Option<Upgrade>,
+    pub(crate) upgrade: Option<Upgrade>,
     /// Index of its batch in the roll (nodes of a batch roll together).
-    pub batch: usize,
+    pub(crate) batch: usize,
+    /// The last step it completed.
     pub step: NodeStep,
     /// The node that took its place (AWS replacement), once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replacement: Option<String>,
+    pub(crate) replacement: Option<String>,
     /// Why the roll stopped at this node (drain timeout, interruption), for the next operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
 }
 
+/// The rolling-update journal kept in the state store, so an interrupted roll resumes where
+/// it stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Journal {
-    pub cluster: String,
-    pub started_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
+    pub(crate) cluster: String,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
     /// `user@host`: who started it.
-    pub started_by: String,
+    pub(crate) started_by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubernetes_version: Option<String>,
-    pub cloud_only: bool,
+    pub(crate) kubernetes_version: Option<String>,
+    pub(crate) cloud_only: bool,
+    /// Every node that rolls, in roll order.
     pub nodes: Vec<JournalNode>,
     /// The targets and node names the plan had but does not roll (up to date, or in a group
     /// not selected), as the roll found them when it started: on AWS never taken for a surge
     /// or replacement instance, by this run or a resumed one. Instances started later are not
     /// here, so a resumed roll still uses the surge instance an interrupted run started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub left_alone: Vec<String>,
+    pub(crate) left_alone: Vec<String>,
+    /// Set when the roll ended with every node validated.
     pub finished: bool,
 }
 
@@ -136,7 +148,7 @@ impl Journal {
         }
     }
 
-    pub fn done(&self) -> usize {
+    pub(crate) fn done(&self) -> usize {
         self.nodes
             .iter()
             .filter(|n| n.step == NodeStep::Validated)
@@ -144,7 +156,7 @@ impl Journal {
     }
 
     /// Batches in order, each the indexes of its nodes not yet validated.
-    pub fn remaining_batches(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn remaining_batches(&self) -> Vec<Vec<usize>> {
         let mut out: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if n.step == NodeStep::Validated {
@@ -156,14 +168,6 @@ impl Journal {
             }
         }
         out.into_iter().map(|(_, v)| v).collect()
-    }
-
-    /// Nodes in flight (past waiting, not yet validated): the ones a resume settles first.
-    pub fn in_flight(&self) -> Vec<&JournalNode> {
-        self.nodes
-            .iter()
-            .filter(|n| n.step != NodeStep::Waiting && n.step != NodeStep::Validated)
-            .collect()
     }
 }
 
@@ -202,7 +206,7 @@ impl Journal {
     /// in RFC 3339 (`startedAt` not after `updatedAt`), the cluster's own name, node, target,
     /// group and replacement names that are names, batches in order, text fields of bounded
     /// length, at most [`JOURNAL_LIMIT`] bytes. Anything else is damaged and never resumed.
-    pub fn parse(data: &[u8], cluster: &str) -> Result<Journal, String> {
+    pub(crate) fn parse(data: &[u8], cluster: &str) -> Result<Journal, String> {
         use crate::output::untrusted;
         if data.len() > JOURNAL_LIMIT {
             return Err(format!(
@@ -265,6 +269,7 @@ impl Journal {
     }
 }
 
+/// Why the journal could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     /// The journal object fails [`Journal::parse`]: it is never resumed.
@@ -275,10 +280,14 @@ pub enum JournalError {
         reason = crate::output::untrusted(reason)
     )]
     Corrupt {
+        /// The cluster whose journal it is.
         cluster: String,
+        /// The journal's key in the state store.
         key: String,
+        /// What is wrong with it (quotes the object: printed escaped).
         reason: String,
     },
+    /// The state store could not be read or written (a conflict included).
     #[error(transparent)]
     State(#[from] StateError),
 }
@@ -326,7 +335,7 @@ impl<'a> JournalFile<'a> {
     }
 
     /// Writes `journal` on condition that nobody else wrote since our last read or write.
-    pub async fn save(&mut self, journal: &mut Journal) -> Result<(), JournalError> {
+    pub(crate) async fn save(&mut self, journal: &mut Journal) -> Result<(), JournalError> {
         journal.updated_at = Utc::now();
         let data = serde_json::to_vec_pretty(journal).map_err(|e| JournalError::Corrupt {
             cluster: journal.cluster.clone(),

@@ -36,22 +36,27 @@ pub struct Target {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CloudInstance {
+    /// The instance ID (`i-...`).
     pub id: String,
+    /// Its availability zone.
     pub zone: String,
+    /// Its private IPv4 address.
     pub private_ip: String,
+    /// Its public IPv4 address; `None` when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public_ip: Option<String>,
+    /// Its private DNS name, which the Node registers under.
     pub private_dns: String,
     /// `spec.providerID` of the Node, e.g. `aws:///us-east-1a/i-0123456789abcdef0`.
     pub provider_id: String,
     /// The launch template version the instance was started from, when known (rolling
     /// updates compare it with the group's current one).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub launch_template_version: Option<String>,
+    pub(crate) launch_template_version: Option<String>,
     /// The version its group launches now (its template's latest), when the caller read it:
     /// an instance launched from an older one is pending a rolling update.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub group_template_version: Option<String>,
+    pub(crate) group_template_version: Option<String>,
 }
 
 impl Target {
@@ -65,35 +70,43 @@ impl Target {
         }
     }
 
+    /// The host's inventory name (the name errors and progress use).
     pub fn name(&self) -> &str {
         &self.host.name
     }
 
-    pub fn has_role(&self, role: HostRole) -> bool {
+    pub(crate) fn has_role(&self, role: HostRole) -> bool {
         self.host.roles.contains(&role)
     }
 
+    /// True when the host has the control-plane role.
     pub fn is_control_plane(&self) -> bool {
         self.has_role(HostRole::ControlPlane)
     }
 }
 
+/// Why the platform could not list the cluster's machines.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
     /// The platform could not be asked (cloud API error, bad credentials); names the call.
     #[error("finding the nodes of {cluster}: {message}")]
-    Discovery { cluster: String, message: String },
+    Discovery {
+        /// The cluster whose machines were asked for.
+        cluster: String,
+        /// The platform's error.
+        message: String,
+    },
 }
 
 /// Finds the cluster's nodes at run time.
 #[async_trait]
-pub trait TargetSource: Send + Sync {
+pub(crate) trait TargetSource: Send + Sync {
     async fn targets(&self) -> Result<Vec<Target>, TargetError>;
 }
 
 /// The hosts of a metal cluster's inventory (`spec.hosts`), in inventory order.
-pub struct Inventory {
-    pub hosts: Vec<Host>,
+pub(crate) struct Inventory {
+    pub(crate) hosts: Vec<Host>,
 }
 
 #[async_trait]
@@ -104,8 +117,8 @@ impl TargetSource for Inventory {
 }
 
 pub mod journal;
-pub mod model;
-pub mod owner;
+pub(crate) mod model;
+pub(crate) mod owner;
 pub mod roll;
 
 pub use owner::Owner;

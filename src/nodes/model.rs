@@ -6,15 +6,15 @@ use crate::spec::assets::Arch;
 
 /// What preflight learnt about a host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Facts {
-    pub hostname: String,
-    pub machine: String,
-    pub product_uuid: String,
-    pub macs: Vec<String>,
+pub(crate) struct Facts {
+    pub(crate) hostname: String,
+    pub(crate) machine: String,
+    pub(crate) product_uuid: String,
+    pub(crate) macs: Vec<String>,
 }
 
 impl Facts {
-    pub fn parse(text: &str) -> Facts {
+    pub(crate) fn parse(text: &str) -> Facts {
         let mut f = Facts::default();
         for line in text.lines() {
             let Some((k, v)) = line.split_once('=') else {
@@ -32,7 +32,7 @@ impl Facts {
         f
     }
 
-    pub fn arch(&self) -> Option<Arch> {
+    pub(crate) fn arch(&self) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| a.uname() == self.machine)
     }
 }

@@ -19,9 +19,9 @@ use crate::state::{Precondition, StateError, StateStore};
 
 /// Where the marker lives on a host (removed by `delete cluster`'s reset with the rest of
 /// /var/lib/kprov).
-pub const OWNER_FILE: &str = "/var/lib/kprov/owner";
+pub(crate) const OWNER_FILE: &str = "/var/lib/kprov/owner";
 /// The store secret holding the cluster's UID.
-pub const UID_SECRET: &str = "cluster-uid";
+pub(crate) const UID_SECRET: &str = "cluster-uid";
 /// Markers are a few lines; anything longer is not one of kprov's.
 const MAX_MARKER: usize = 4096;
 
@@ -33,6 +33,7 @@ pub struct Owner {
     pub uid: String,
     /// For people: which cluster, in which store.
     pub cluster: String,
+    /// The state store's URL, for people.
     pub store: String,
 }
 
@@ -45,7 +46,7 @@ fn one_line(s: &str) -> String {
 
 impl Owner {
     /// The marker's text: `key=value` lines.
-    pub fn marker(&self) -> String {
+    pub(crate) fn marker(&self) -> String {
         format!(
             "uid={}\ncluster={}\nstore={}\n",
             one_line(&self.uid),
@@ -55,7 +56,7 @@ impl Owner {
     }
 
     /// Reads a marker; `None` when it names no UID (not a marker kprov wrote).
-    pub fn parse(bytes: &[u8]) -> Option<Owner> {
+    pub(crate) fn parse(bytes: &[u8]) -> Option<Owner> {
         let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_MARKER)]);
         let get = |k: &str| {
             text.lines()
@@ -70,7 +71,7 @@ impl Owner {
     }
 
     /// "cluster X (state store Y)", for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("cluster {} (state store {})", self.cluster, self.store)
     }
 }
@@ -87,7 +88,10 @@ fn parse_uid(data: &[u8]) -> Option<String> {
 
 /// The cluster's identity if it has one (read-only: what a preview uses). A cluster without a
 /// UID has never claimed a host.
-pub async fn read(store: &dyn StateStore, cluster: &str) -> Result<Option<Owner>, StateError> {
+pub(crate) async fn read(
+    store: &dyn StateStore,
+    cluster: &str,
+) -> Result<Option<Owner>, StateError> {
     let key = uid_key(cluster)?;
     let Some(obj) = store.get(&key).await? else {
         return Ok(None);
@@ -105,7 +109,7 @@ pub async fn read(store: &dyn StateStore, cluster: &str) -> Result<Option<Owner>
 
 /// The cluster's identity, created (compare-and-swap) on first use. Call under the cluster
 /// lock, before anything claims a host.
-pub async fn ensure(store: &dyn StateStore, cluster: &str) -> Result<Owner, StateError> {
+pub(crate) async fn ensure(store: &dyn StateStore, cluster: &str) -> Result<Owner, StateError> {
     for _ in 0..3 {
         if let Some(owner) = read(store, cluster).await? {
             return Ok(owner);

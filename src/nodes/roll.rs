@@ -29,19 +29,22 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{InstanceGroupRole, RollingUpdate, versions};
 
 /// Where the provisioner records what it set up on a node.
-pub const PROVISIONED_FILE: &str = "/var/lib/kprov/provisioned.json";
+pub(crate) const PROVISIONED_FILE: &str = "/var/lib/kprov/provisioned.json";
 
 /// What kprov provisioned on a node. Unknown fields are accepted (a newer kprov may record
 /// more); the node is the trust boundary here, so the record is only compared, never executed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Provisioned {
+    /// The Kubernetes version the node was provisioned with.
     pub kubernetes_version: String,
     /// sha256 of the node's rendered kubeadm/kubelet configuration (registration, kubelet
     /// arguments, endpoint): a change there changes the digest.
     pub config_digest: String,
+    /// The node labels kprov set (the spec's, at the time).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The node taints kprov set, as `key[=value]:effect`.
     #[serde(default)]
     pub taints: Vec<String>,
     /// The spec's kubelet and kube-proxy settings that differ from their defaults, by field
@@ -55,18 +58,18 @@ pub struct Provisioned {
 }
 
 impl Provisioned {
-    pub fn parse(data: &[u8]) -> Result<Provisioned, String> {
+    pub(crate) fn parse(data: &[u8]) -> Result<Provisioned, String> {
         serde_json::from_slice(data).map_err(|e| format!("{PROVISIONED_FILE} is unreadable: {e}"))
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         // Strings and maps of strings always serialise.
         serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
     }
 }
 
 /// Why a node needs an update: the fields that differ between the record and the spec.
-pub fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String> {
+pub(crate) fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String> {
     let mut why = Vec::new();
     if recorded.kubernetes_version != desired.kubernetes_version {
         why.push(format!(
@@ -115,7 +118,7 @@ pub fn differences(recorded: &Provisioned, desired: &Provisioned) -> Vec<String>
 
 /// `field old -> new` for each kubelet/kube-proxy setting that differs (`(default)` for one
 /// the spec does not set).
-pub fn settings_changed(
+pub(crate) fn settings_changed(
     old: &BTreeMap<String, String>,
     new: &BTreeMap<String, String>,
 ) -> Vec<String> {
@@ -133,7 +136,7 @@ pub fn settings_changed(
 
 /// Whether a roll from `old` to `new` changes kube-proxy's settings (it reads them only when
 /// it starts). A record without settings says nothing: then a changed digest counts.
-pub fn kube_proxy_changed(old: Option<&Provisioned>, new: &Provisioned) -> bool {
+pub(crate) fn kube_proxy_changed(old: Option<&Provisioned>, new: &Provisioned) -> bool {
     match (old.and_then(|o| o.settings.as_ref()), &new.settings) {
         (Some(o), Some(n)) => settings_changed(o, n)
             .iter()
@@ -155,13 +158,16 @@ fn map_text(m: &BTreeMap<String, String>) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GroupRole {
+    /// SSH bastions: rolled first, one at a time.
     Bastion,
+    /// Control planes: rolled one at a time, before the workers.
     ControlPlane,
+    /// Workers: rolled last.
     Node,
 }
 
 impl GroupRole {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             GroupRole::Bastion => "Bastion",
             GroupRole::ControlPlane => "ControlPlane",
@@ -170,7 +176,7 @@ impl GroupRole {
     }
 
     /// `--instance-group-roles` values (kops spelling, old `Master` included).
-    pub fn parse(s: &str) -> Option<GroupRole> {
+    pub(crate) fn parse(s: &str) -> Option<GroupRole> {
         match s.to_ascii_lowercase().as_str() {
             "bastion" => Some(GroupRole::Bastion),
             "controlplane" | "control-plane" | "master" => Some(GroupRole::ControlPlane),
@@ -203,7 +209,7 @@ pub enum RollAction {
 }
 
 impl RollAction {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RollAction::Replace => "replace",
             RollAction::Reprovision => "re-provision in place",
@@ -227,12 +233,16 @@ pub enum Upgrade {
 pub struct NodeInput {
     /// The target's name (instance ID on AWS, host name on metal).
     pub target: String,
+    /// The Kubernetes node's name.
     pub node_name: String,
+    /// The group it belongs to.
     pub group: String,
+    /// Its group's role.
     pub role: GroupRole,
     /// `None`: no record (not provisioned by this kprov, or never provisioned). A bastion
     /// carries none: here only its launch template version, from the cloud, counts.
     pub recorded: Option<Provisioned>,
+    /// What the spec would provision on it now.
     pub desired: Provisioned,
     /// From the API; `None` when it could not be asked.
     pub ready: Option<bool>,
@@ -245,26 +255,36 @@ pub struct NodeInput {
 /// A group as the spec has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupInput {
+    /// The group's name.
     pub name: String,
+    /// Its role.
     pub role: GroupRole,
+    /// The group's minimum size.
     pub min: u32,
+    /// The group's maximum size.
     pub max: u32,
+    /// The group's `rollingUpdate` (maxSurge, maxUnavailable) from the spec; `None` when it
+    /// sets none.
     pub rolling_update: Option<RollingUpdate>,
 }
 
+/// Where the cluster's machines come from: metal hosts rolled in place, or AWS instances
+/// replaced through their groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Platform {
+    /// Inventory hosts, re-provisioned in place.
     Metal,
+    /// AWS instances: workers replaced through their Auto Scaling groups.
     Aws,
 }
 
 /// `--instance-group`, `--instance-group-roles`, `--force`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
-    pub groups: Vec<String>,
-    pub roles: Vec<GroupRole>,
-    pub force: bool,
+    pub(crate) groups: Vec<String>,
+    pub(crate) roles: Vec<GroupRole>,
+    pub(crate) force: bool,
 }
 
 impl Selection {
@@ -274,60 +294,61 @@ impl Selection {
     }
 }
 
+/// One node of the roll plan and why it rolls.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollNode {
-    pub target: String,
-    pub node_name: String,
-    pub group: String,
-    pub action: RollAction,
+    pub(crate) target: String,
+    pub(crate) node_name: String,
+    pub(crate) group: String,
+    pub(crate) action: RollAction,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upgrade: Option<Upgrade>,
+    pub(crate) upgrade: Option<Upgrade>,
     /// Needs update per the record (independent of selection and `--force`).
-    pub needs_update: bool,
-    pub reasons: Vec<String>,
+    pub(crate) needs_update: bool,
+    pub(crate) reasons: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ready: Option<bool>,
+    pub(crate) ready: Option<bool>,
     /// Why kprov does not know what this instance runs (see [`NodeInput::unknown`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub unknown: Option<String>,
+    pub(crate) unknown: Option<String>,
 }
 
 /// One group of the plan, with kops's table columns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollGroup {
-    pub name: String,
-    pub role: GroupRole,
-    pub selected: bool,
-    pub min: u32,
-    pub target: u32,
-    pub max: u32,
+    pub(crate) name: String,
+    pub(crate) role: GroupRole,
+    pub(crate) selected: bool,
+    pub(crate) min: u32,
+    pub(crate) target: u32,
+    pub(crate) max: u32,
     /// Nodes out of service at once at most.
-    pub max_unavailable: u32,
+    pub(crate) max_unavailable: u32,
     /// New instances launched before old ones leave (cloud only).
-    pub max_surge: u32,
-    pub nodes: Vec<RollNode>,
+    pub(crate) max_surge: u32,
+    pub(crate) nodes: Vec<RollNode>,
     /// Target names, batch by batch, in order.
-    pub batches: Vec<Vec<String>>,
+    pub(crate) batches: Vec<Vec<String>>,
 }
 
 impl RollGroup {
-    pub fn need_update(&self) -> usize {
+    pub(crate) fn need_update(&self) -> usize {
         self.nodes.iter().filter(|n| n.needs_update).count()
     }
 
     /// Nodes Ready; `None` when Ready is unknown for any of them (the API could not be
     /// asked, or the group's machines are no nodes, as bastions): a count of 0 would say
     /// "none is Ready" where nobody knows.
-    pub fn ready(&self) -> Option<usize> {
+    pub(crate) fn ready(&self) -> Option<usize> {
         if self.nodes.iter().any(|n| n.ready.is_none()) {
             return None;
         }
         Some(self.nodes.iter().filter(|n| n.ready == Some(true)).count())
     }
 
-    pub fn to_roll(&self) -> usize {
+    pub(crate) fn to_roll(&self) -> usize {
         self.nodes
             .iter()
             .filter(|n| n.action != RollAction::Leave)
@@ -335,7 +356,7 @@ impl RollGroup {
     }
 
     /// kops's STATUS column.
-    pub fn status(&self) -> &'static str {
+    pub(crate) fn status(&self) -> &'static str {
         if self.to_roll() > 0 {
             "NeedsUpdate"
         } else {
@@ -348,32 +369,35 @@ impl RollGroup {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VersionChange {
-    pub from: Vec<String>,
-    pub to: String,
+    pub(crate) from: Vec<String>,
+    pub(crate) to: String,
     /// Where `kubeadm upgrade apply` runs; `None` when the control planes are already there.
-    pub apply_on: Option<String>,
+    pub(crate) apply_on: Option<String>,
 }
 
+/// What `rolling-update cluster` will do: the groups in roll order, their batches and the
+/// version change, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollPlan {
-    pub cluster: String,
-    pub platform: Platform,
+    pub(crate) cluster: String,
+    pub(crate) platform: Platform,
     /// In roll order: bastions, control planes, workers.
-    pub groups: Vec<RollGroup>,
+    pub(crate) groups: Vec<RollGroup>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub version: Option<VersionChange>,
+    pub(crate) version: Option<VersionChange>,
     /// Why the roll cannot start as planned (skew, unknown groups): non-empty means refused.
-    pub refusals: Vec<String>,
+    pub(crate) refusals: Vec<String>,
 }
 
 impl RollPlan {
-    pub fn to_roll(&self) -> usize {
+    pub(crate) fn to_roll(&self) -> usize {
         self.groups.iter().map(RollGroup::to_roll).sum()
     }
 
     /// Every node that rolls, in order (batch by batch).
-    pub fn order(&self) -> Vec<&RollNode> {
+    #[cfg(test)]
+    pub(crate) fn order(&self) -> Vec<&RollNode> {
         self.groups
             .iter()
             .flat_map(|g| {
@@ -388,7 +412,7 @@ impl RollPlan {
 
 /// (maxUnavailable, maxSurge) of a group of `size` with kops's rules: unavailable rounds
 /// down, surge up; surge only where instances can be added; both zero means one at a time.
-pub fn batch_bounds(ru: Option<&RollingUpdate>, size: u32, can_surge: bool) -> (u32, u32) {
+pub(crate) fn batch_bounds(ru: Option<&RollingUpdate>, size: u32, can_surge: bool) -> (u32, u32) {
     let surge = match (can_surge, ru.and_then(|r| r.max_surge.as_ref())) {
         (true, Some(s)) => s.resolve(size, true).unwrap_or(0),
         _ => 0,
@@ -408,7 +432,7 @@ pub fn batch_bounds(ru: Option<&RollingUpdate>, size: u32, can_surge: bool) -> (
 
 /// Splits `nodes` into batches of `unavailable + surge`: the surge's new instances start
 /// first, so at most `unavailable` fewer than the target serve at any time.
-pub fn batches(nodes: &[String], unavailable: u32, surge: u32) -> Vec<Vec<String>> {
+pub(crate) fn batches(nodes: &[String], unavailable: u32, surge: u32) -> Vec<Vec<String>> {
     let size = (unavailable.saturating_add(surge)).max(1) as usize;
     nodes.chunks(size).map(|c| c.to_vec()).collect()
 }
@@ -630,7 +654,10 @@ pub fn plan(
 
 /// Why a bastion needs an update: only its launch template version counts (it runs no
 /// Kubernetes and carries no provisioning record).
-pub fn bastion_differences(launched: Option<&Provisioned>, desired: &Provisioned) -> Vec<String> {
+pub(crate) fn bastion_differences(
+    launched: Option<&Provisioned>,
+    desired: &Provisioned,
+) -> Vec<String> {
     match &desired.launch_template_version {
         Some(want) if launched.and_then(|l| l.launch_template_version.as_ref()) != Some(want) => {
             vec![format!(

@@ -6,7 +6,7 @@
 //! the node core (`crate::nodes`). See docs/provisioning.md.
 
 pub mod orchestrate;
-pub mod pki;
+pub(crate) mod pki;
 pub mod plan;
 pub mod render;
-pub mod shell;
+pub(crate) mod shell;

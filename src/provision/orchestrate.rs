@@ -28,25 +28,35 @@ use crate::spec::{EtcdType, HostRole, ResolvedCluster};
 use crate::ssh::task::{ExecError, HostExecutor, Step, StepOutcome};
 
 /// kubeadm deletes uploaded certificates after 2 h; keep a margin for slow joins.
-pub const CERTIFICATE_KEY_LIFETIME: i64 = 2 * 3600 - 15 * 60;
+pub(crate) const CERTIFICATE_KEY_LIFETIME: i64 = 2 * 3600 - 15 * 60;
 
+/// Why provisioning stopped before every host had a result (a host's own failure is in its
+/// `HostReport`).
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
+    /// The spec or the targets could not be rendered into steps.
     #[error(transparent)]
     Render(#[from] RenderError),
+    /// A file read from a host is not what provisioning expects (e.g. not UTF-8).
     #[error("{host}: {path}: {message}")]
     Remote {
+        /// The host the file was read from.
         host: String,
+        /// The file's path on the host.
         path: String,
+        /// What is wrong with it.
         message: String,
     },
+    /// A host could not be reached or a step on it failed.
     #[error(transparent)]
     Exec(#[from] ExecError),
     #[error(
         "no control plane has been initialised (no {} on any control-plane host)",
         render::ADMIN_CONF
     )]
+    /// No control plane holds the admin kubeconfig: the cluster was never initialised.
     NotInitialised,
+    /// The plan was made for a preview (no owner): it cannot be executed.
     #[error("the node plan names no owner (a preview's plan cannot be executed)")]
     NoOwner,
 }
@@ -70,40 +80,56 @@ impl From<String> for Failure {
 /// How one host fared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostResult {
+    /// Every phase succeeded.
     Ok,
+    /// A phase failed; the host's later phases did not run.
     Failed {
+        /// The phase that failed.
         phase: Phase,
+        /// The failure, as the host or the renderer reported it.
         error: String,
         /// The host was never contacted: its key is not recorded (a delete may skip it).
         unknown_host_key: bool,
     },
     /// Not attempted because something it depends on failed.
     Skipped {
+        /// What it depended on that failed.
         reason: String,
     },
     /// A member left alone: it runs an older configuration that `rolling-update cluster`
     /// applies (`update cluster` never upgrades running members).
     PendingRoll {
+        /// What differs from the spec (the version or configuration it runs).
         reason: String,
     },
 }
 
+/// A stage of provisioning, in the order they run; a host's failure names the phase it failed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
     /// Ownership: the host's marker names this cluster (written before anything else).
     Claim,
+    /// Host settings (modules, sysctls, swap) and the preflight checks.
     Preflight,
+    /// The pinned binaries, images and runtime configuration.
     Install,
+    /// External etcd members, when the spec runs etcd apart.
     Etcd,
+    /// `kubeadm init` on the first control plane.
     Init,
+    /// `kubeadm join --control-plane` on the other control planes.
     JoinControlPlane,
+    /// `kubeadm join` on the workers.
     JoinWorker,
+    /// What a member runs once it is in the cluster (its API endpoint: its own API server, or
+    /// the workers' local proxy) and the provisioning record.
     Settle,
+    /// `delete cluster`: the host reset to before kprov.
     Reset,
 }
 
 impl Phase {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Claim => "ownership",
             Phase::Preflight => "preflight",
@@ -118,23 +144,29 @@ impl Phase {
     }
 }
 
+/// How provisioning ended on one host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostReport {
+    /// The host's inventory name.
     pub host: String,
+    /// Its roles in the spec.
     pub roles: Vec<HostRole>,
+    /// How its run ended.
     pub result: HostResult,
-    pub changed: usize,
-    pub unchanged: usize,
-    pub duration: Duration,
+    pub(crate) changed: usize,
+    pub(crate) unchanged: usize,
+    pub(crate) duration: Duration,
 }
 
 /// The final table: host, roles, result, duration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
+    /// One report per target, in the order the targets were given.
     pub hosts: Vec<HostReport>,
 }
 
 impl Report {
+    /// True when every host succeeded (a host left to `rolling-update` counts as success).
     pub fn success(&self) -> bool {
         self.hosts
             .iter()
@@ -142,7 +174,7 @@ impl Report {
     }
 
     /// Members left for `rolling-update cluster`.
-    pub fn pending_roll(&self) -> Vec<&HostReport> {
+    pub(crate) fn pending_roll(&self) -> Vec<&HostReport> {
         self.hosts
             .iter()
             .filter(|h| matches!(h.result, HostResult::PendingRoll { .. }))
@@ -158,35 +190,47 @@ impl Report {
 /// What the orchestrator reports while it runs (for per-host progress bars or plain lines).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProgressEvent {
+    /// A host began a phase.
     Started {
+        /// The host's inventory name.
         host: String,
+        /// The phase begun.
         phase: Phase,
+        /// How many steps the phase runs on the host.
         steps: usize,
     },
+    /// A host finished a phase.
     Finished {
+        /// The host's inventory name.
         host: String,
+        /// The phase finished.
         phase: Phase,
+        /// Steps that changed the host.
         changed: usize,
+        /// Steps that found the host already done.
         unchanged: usize,
     },
+    /// A host's phase failed.
     Failed {
+        /// The host's inventory name.
         host: String,
+        /// The phase that failed.
         phase: Phase,
         /// Quotes what the host said: shown only escaped, on one line.
         error: crate::output::UntrustedText,
     },
 }
 
-pub type Progress = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
+pub(crate) type Progress = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
 
 /// Inputs that vary between runs, injectable for tests.
 #[derive(Clone)]
 pub struct Options {
     /// Unix time, to date certificate keys.
-    pub now: i64,
-    pub progress: Option<Progress>,
+    pub(crate) now: i64,
+    pub(crate) progress: Option<Progress>,
     /// The cloud's API endpoint and certificate names (AWS: the load balancer).
-    pub cloud_api: Option<CloudApi>,
+    pub(crate) cloud_api: Option<CloudApi>,
 }
 
 impl std::fmt::Debug for Options {
@@ -199,6 +243,7 @@ impl std::fmt::Debug for Options {
 }
 
 impl Options {
+    /// The options of a real run: the time now, no progress callback, no cloud API.
     pub fn current() -> Self {
         Options {
             now: chrono::Utc::now().timestamp(),
@@ -215,7 +260,7 @@ impl Options {
 }
 
 /// Finds values that more than one host reports; returns a message per offending host.
-pub fn duplicate_facts(facts: &[(String, Facts)]) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn duplicate_facts(facts: &[(String, Facts)]) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut check = |what: &str, why: &str, value_of: &dyn Fn(&Facts) -> Vec<String>| {
         let mut seen: BTreeMap<String, Vec<&str>> = BTreeMap::new();
@@ -454,7 +499,7 @@ fn new_certificate_key() -> String {
 }
 
 /// Parses `kubeadm token create --print-join-command` output: the token and the CA pin.
-pub fn parse_join_command(text: &str) -> Option<(String, Option<String>)> {
+pub(crate) fn parse_join_command(text: &str) -> Option<(String, Option<String>)> {
     let words: Vec<&str> = text.split_whitespace().collect();
     let after = |flag: &str| {
         words
@@ -494,7 +539,7 @@ pub async fn provision(
 /// initialises or joins. Targets the plan refuses, or could not inspect, are reported failed
 /// and never contacted again; every other target is claimed (ownership marker) before anything
 /// else changes it.
-pub async fn execute(
+pub(crate) async fn execute(
     exec: &dyn HostExecutor,
     cluster: &ResolvedCluster,
     targets: &[Target],
@@ -507,7 +552,7 @@ pub async fn execute(
 
 /// [`execute`] with the run's renderer (the one the plan was observed with: `file://`
 /// archives and binaries read and hashed once per run).
-pub async fn execute_rendered(
+pub(crate) async fn execute_rendered(
     exec: &dyn HostExecutor,
     renderer: &Renderer,
     targets: &[Target],
@@ -970,7 +1015,7 @@ pub async fn reset(
 
 /// [`reset`] of the targets named in `only` (`delete instance`); `targets` are all of the
 /// cluster's, which the scripts are rendered against.
-pub async fn reset_only(
+pub(crate) async fn reset_only(
     exec: &dyn HostExecutor,
     cluster: &ResolvedCluster,
     targets: &[Target],
@@ -1025,7 +1070,7 @@ pub async fn admin_kubeconfig(
 }
 
 /// [`admin_kubeconfig`] of a cloud cluster (its API behind the cloud's load balancer).
-pub async fn admin_kubeconfig_with(
+pub(crate) async fn admin_kubeconfig_with(
     exec: &dyn HostExecutor,
     cluster: &ResolvedCluster,
     targets: &[Target],

@@ -12,7 +12,7 @@ use x509_cert::Certificate;
 use x509_cert::der::{Decode, Encode};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PkiError {
+pub(crate) enum PkiError {
     #[error("no PEM CERTIFICATE block found")]
     NoPem,
     #[error("invalid PEM CERTIFICATE block: {0}")]
@@ -24,7 +24,7 @@ pub enum PkiError {
 }
 
 /// Hex sha256 of the SubjectPublicKeyInfo of the first certificate in `pem`.
-pub fn ca_cert_hash(pem: &str) -> Result<String, PkiError> {
+pub(crate) fn ca_cert_hash(pem: &str) -> Result<String, PkiError> {
     let cert = Certificate::from_der(&pem_certificate(pem)?).map_err(der_error)?;
     let spki = cert
         .tbs_certificate
@@ -36,22 +36,22 @@ pub fn ca_cert_hash(pem: &str) -> Result<String, PkiError> {
 
 /// What `get certificates` shows of a certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertInfo {
+pub(crate) struct CertInfo {
     /// The subject's common name (empty when it has none).
-    pub subject: String,
+    pub(crate) subject: String,
     /// The issuer's common name.
-    pub issuer: String,
-    pub not_before: chrono::DateTime<chrono::Utc>,
-    pub not_after: chrono::DateTime<chrono::Utc>,
+    pub(crate) issuer: String,
+    pub(crate) not_before: chrono::DateTime<chrono::Utc>,
+    pub(crate) not_after: chrono::DateTime<chrono::Utc>,
 }
 
 /// Subject, issuer and validity of the first certificate in `pem`.
-pub fn cert_info_pem(pem: &str) -> Result<CertInfo, PkiError> {
+pub(crate) fn cert_info_pem(pem: &str) -> Result<CertInfo, PkiError> {
     cert_info(&pem_certificate(pem)?)
 }
 
 /// Standard base64 (kubeconfig `*-data` fields); whitespace is skipped.
-pub fn decode_base64(text: &str) -> Result<Vec<u8>, PkiError> {
+pub(crate) fn decode_base64(text: &str) -> Result<Vec<u8>, PkiError> {
     let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     base64::engine::general_purpose::STANDARD
         .decode(compact)
@@ -78,7 +78,7 @@ fn der_error(e: x509_cert::der::Error) -> PkiError {
 }
 
 /// Subject, issuer and validity of a DER certificate.
-pub fn cert_info(der: &[u8]) -> Result<CertInfo, PkiError> {
+pub(crate) fn cert_info(der: &[u8]) -> Result<CertInfo, PkiError> {
     let tbs = Certificate::from_der(der)
         .map_err(der_error)?
         .tbs_certificate;

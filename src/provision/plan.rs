@@ -25,7 +25,7 @@ use crate::ssh::task::{ExecError, HostExecutor, Step};
 /// Which files of a step list differ on a host, read-only (hashes and modes only). The SSH
 /// engine implements it; a plan made without it does not report drift.
 #[async_trait::async_trait]
-pub trait FileDiff: Send + Sync {
+pub(crate) trait FileDiff: Send + Sync {
     async fn differing_files(
         &self,
         host: &str,
@@ -47,7 +47,7 @@ impl FileDiff for crate::ssh::SshFleet {
 /// What the read-only look at a target found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
-pub enum Observation {
+pub(crate) enum Observation {
     /// Reachable, not (yet) a member, and not owned by another cluster.
     New,
     /// kubelet.conf present (etcd-only hosts: etcd's manifest); `initialised` when it is a
@@ -75,7 +75,7 @@ pub enum Observation {
 /// What `update --yes` does to a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Action {
+pub(crate) enum Action {
     /// `kubeadm init`: the first control plane of a cluster that has none initialised.
     Init,
     JoinControlPlane,
@@ -91,7 +91,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Action::Init => "init",
             Action::JoinControlPlane => "join control plane",
@@ -107,27 +107,27 @@ impl Action {
 /// One row of the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PlannedNode {
+pub(crate) struct PlannedNode {
     /// The target's name (progress, reports, host keys).
-    pub target: String,
-    pub node_name: String,
-    pub roles: Vec<HostRole>,
-    pub action: Action,
-    pub observed: Observation,
+    pub(crate) target: String,
+    pub(crate) node_name: String,
+    pub(crate) roles: Vec<HostRole>,
+    pub(crate) action: Action,
+    pub(crate) observed: Observation,
     /// Why the action, and what stands in its way, in words.
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
     /// Whether `--yes` would change the target (it joins, files drifted, or it could not be
     /// inspected).
-    pub pending: bool,
+    pub(crate) pending: bool,
     /// The image archives (`spec.assets.images`, by URL) the target has not imported yet:
     /// what `--yes` (or, for a member pending a roll, `rolling-update`) brings to it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub images: Vec<String>,
+    pub(crate) images: Vec<String>,
 }
 
 impl PlannedNode {
     /// A short state for tables.
-    pub fn state(&self) -> String {
+    pub(crate) fn state(&self) -> String {
         match &self.observed {
             Observation::New => "new".into(),
             Observation::Member { initialised, drift } => match (*initialised, drift.len()) {
@@ -153,17 +153,17 @@ impl PlannedNode {
 /// Where one kind of artifact comes from in this run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ArtifactSource {
+pub(crate) struct ArtifactSource {
     /// `binaries` or `images`.
-    pub artifacts: String,
-    pub origin: crate::bundle::artifacts::Origin,
+    pub(crate) artifacts: String,
+    pub(crate) origin: crate::bundle::artifacts::Origin,
     /// The bundle file, the mirror, or what upstream means for this kind.
-    pub from: String,
+    pub(crate) from: String,
 }
 
 impl ArtifactSource {
     /// One line of the preview.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "{}: from {} ({})",
             self.artifacts,
@@ -174,7 +174,7 @@ impl ArtifactSource {
 }
 
 /// Where binaries and images come from for `cluster` (what the renderer will use).
-pub fn sources(cluster: &Cluster) -> Vec<ArtifactSource> {
+pub(crate) fn sources(cluster: &Cluster) -> Vec<ArtifactSource> {
     use crate::bundle::artifacts::Origin;
     let assets = cluster.spec.assets.as_ref();
     let source = |artifacts: &str, origin: Origin, from: String| ArtifactSource {
@@ -252,32 +252,32 @@ pub fn sources(cluster: &Cluster) -> Vec<ArtifactSource> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePlan {
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// The control plane others join through: an initialised member, or the one planned for
     /// `kubeadm init`. `None` when no control plane is usable.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_control_plane: Option<String>,
-    pub nodes: Vec<PlannedNode>,
+    pub(crate) first_control_plane: Option<String>,
+    pub(crate) nodes: Vec<PlannedNode>,
     /// Where the nodes' binaries and images come from (bundle, mirror, upstream).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sources: Vec<ArtifactSource>,
+    pub(crate) sources: Vec<ArtifactSource>,
     /// Who claims the hosts; `None` for a preview of a cluster that never claimed one (such a
     /// plan cannot be executed).
     #[serde(skip)]
-    pub owner: Option<Owner>,
+    pub(crate) owner: Option<Owner>,
 }
 
 impl NodePlan {
-    pub fn node(&self, target: &str) -> Option<&PlannedNode> {
+    pub(crate) fn node(&self, target: &str) -> Option<&PlannedNode> {
         self.nodes.iter().find(|n| n.target == target)
     }
 
-    pub fn action(&self, target: &str) -> Option<Action> {
+    pub(crate) fn action(&self, target: &str) -> Option<Action> {
         self.node(target).map(|n| n.action)
     }
 
     /// Targets `--yes` would change.
-    pub fn pending(&self) -> Vec<&str> {
+    pub(crate) fn pending(&self) -> Vec<&str> {
         self.nodes
             .iter()
             .filter(|n| n.pending)
@@ -286,7 +286,7 @@ impl NodePlan {
     }
 
     /// Targets the plan refuses (errors, not changes).
-    pub fn refused(&self) -> Vec<&PlannedNode> {
+    pub(crate) fn refused(&self) -> Vec<&PlannedNode> {
         self.nodes
             .iter()
             .filter(|n| n.action == Action::Refused)
@@ -299,7 +299,7 @@ fn joins_cluster(t: &Target) -> bool {
 }
 
 /// Decides each target's action from what was observed (pure; `observed` in target order).
-pub fn decide(
+pub(crate) fn decide(
     cluster: &str,
     targets: &[Target],
     observed: &[Observation],
@@ -407,7 +407,7 @@ pub fn decide(
 }
 
 /// Looks at one target without changing anything.
-pub async fn observe_target(
+pub(crate) async fn observe_target(
     exec: &dyn HostExecutor,
     diff: Option<&dyn FileDiff>,
     renderer: &Renderer,
@@ -508,7 +508,7 @@ pub async fn observe_target(
 /// instance whose group's current launch template version is known is compared by the version
 /// it was launched from (its tag) against that one: the record alone names the version the
 /// instance has, never the one its group moved to.
-pub fn record_differences(
+pub(crate) fn record_differences(
     mut have: Provisioned,
     mut want: Provisioned,
     target: &Target,
@@ -571,7 +571,8 @@ async fn member_drift(
 
 /// Observes every target (concurrently; the executor bounds it) and decides. `owner` is the
 /// cluster's identity: `None` in a preview of a cluster that has never claimed a host.
-pub async fn plan(
+#[cfg(test)]
+pub(crate) async fn plan(
     exec: &dyn HostExecutor,
     diff: Option<&dyn FileDiff>,
     cluster: &ResolvedCluster,
@@ -582,7 +583,7 @@ pub async fn plan(
 }
 
 /// [`plan`] of a cloud cluster: the files compared are rendered with its API settings.
-pub async fn plan_with(
+pub(crate) async fn plan_with(
     exec: &dyn HostExecutor,
     diff: Option<&dyn FileDiff>,
     cluster: &ResolvedCluster,
@@ -597,7 +598,7 @@ pub async fn plan_with(
 /// [`plan_with`] with the run's renderer made by the caller: `update --yes` hands the same
 /// one to `orchestrate::execute_rendered`, so its `file://` archives and binaries are read
 /// and hashed once per run, not once to observe and again to execute.
-pub async fn plan_rendered(
+pub(crate) async fn plan_rendered(
     exec: &dyn HostExecutor,
     diff: Option<&dyn FileDiff>,
     renderer: &Renderer,

@@ -35,7 +35,7 @@ use crate::spec::validate::{
 use crate::spec::{Cluster, EtcdType, Host, HostRole, ProxyMode, ResolvedCluster};
 use crate::ssh::task::{Arrival, RemoteFile, Step};
 
-pub use crate::spec::assets::API_PROXY_IMAGE;
+use crate::spec::assets::API_PROXY_IMAGE;
 /// kprov's own sysctl file, the only one the kernel step applies, and its copy once applied.
 const SYSCTL_FILE: &str = "/etc/sysctl.d/99-kprov.conf";
 const SYSCTL_APPLIED: &str = "/var/lib/kprov/sysctl.applied";
@@ -94,13 +94,13 @@ done
 
 /// Marker on kprov's line in /etc/hosts.
 const HOSTS_MARK: &str = "# kprov-api";
-pub const KPROV_DIR: &str = "/etc/kubernetes/kprov";
-pub const CERTIFICATE_KEY_FILE: &str = "/etc/kubernetes/kprov/certificate-key";
-pub const JOIN_COMMAND_FILE: &str = "/etc/kubernetes/kprov/join-command";
-pub const FACTS_FILE: &str = "/var/lib/kprov/facts";
-pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
-pub const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
-pub const CA_CERT: &str = "/etc/kubernetes/pki/ca.crt";
+pub(crate) const KPROV_DIR: &str = "/etc/kubernetes/kprov";
+pub(crate) const CERTIFICATE_KEY_FILE: &str = "/etc/kubernetes/kprov/certificate-key";
+pub(crate) const JOIN_COMMAND_FILE: &str = "/etc/kubernetes/kprov/join-command";
+pub(crate) const FACTS_FILE: &str = "/var/lib/kprov/facts";
+pub(crate) const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
+pub(crate) const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
+pub(crate) const CA_CERT: &str = "/etc/kubernetes/pki/ca.crt";
 /// Restarts containerd and waits (bounded, 60 s) until its CRI plugin answers; otherwise fails
 /// with what crictl and containerd's log say about it.
 const CONTAINERD_RESTART: &str = "set -e\nsystemctl daemon-reload\nsystemctl enable containerd\n\
@@ -111,35 +111,35 @@ crictl --timeout 5s info 2>&1 | tail -n 3 >&2 || true\n    \
 journalctl -u containerd --no-pager 2>/dev/null | grep -iE 'cri|inotify' | tail -n 5 >&2 || true\n    exit 1\n  fi\n  \
 sleep 1\ndone\n";
 
-pub const ETCD_CA_CERT: &str = "/etc/kubernetes/pki/etcd/ca.crt";
-pub const ETCD_CA_KEY: &str = "/etc/kubernetes/pki/etcd/ca.key";
-pub const ETCD_CLIENT_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
-pub const ETCD_CLIENT_KEY: &str = "/etc/kubernetes/pki/apiserver-etcd-client.key";
-pub const ETCD_SERVER_CERT: &str = "/etc/kubernetes/pki/etcd/server.crt";
-pub const ETCD_SERVER_KEY: &str = "/etc/kubernetes/pki/etcd/server.key";
-pub const ETCD_PEER_CERT: &str = "/etc/kubernetes/pki/etcd/peer.crt";
-pub const ETCD_PEER_KEY: &str = "/etc/kubernetes/pki/etcd/peer.key";
-pub const ETCD_HEALTHCHECK_CERT: &str = "/etc/kubernetes/pki/etcd/healthcheck-client.crt";
-pub const ETCD_HEALTHCHECK_KEY: &str = "/etc/kubernetes/pki/etcd/healthcheck-client.key";
+pub(crate) const ETCD_CA_CERT: &str = "/etc/kubernetes/pki/etcd/ca.crt";
+pub(crate) const ETCD_CA_KEY: &str = "/etc/kubernetes/pki/etcd/ca.key";
+pub(crate) const ETCD_CLIENT_CERT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
+pub(crate) const ETCD_CLIENT_KEY: &str = "/etc/kubernetes/pki/apiserver-etcd-client.key";
+pub(crate) const ETCD_SERVER_CERT: &str = "/etc/kubernetes/pki/etcd/server.crt";
+pub(crate) const ETCD_SERVER_KEY: &str = "/etc/kubernetes/pki/etcd/server.key";
+pub(crate) const ETCD_PEER_CERT: &str = "/etc/kubernetes/pki/etcd/peer.crt";
+pub(crate) const ETCD_PEER_KEY: &str = "/etc/kubernetes/pki/etcd/peer.key";
+pub(crate) const ETCD_HEALTHCHECK_CERT: &str = "/etc/kubernetes/pki/etcd/healthcheck-client.crt";
+pub(crate) const ETCD_HEALTHCHECK_KEY: &str = "/etc/kubernetes/pki/etcd/healthcheck-client.key";
 /// Host-deployed etcd (external etcd): binaries, configuration, unit and data.
-pub const ETCD_BIN: &str = "/usr/local/bin/etcd";
-pub const ETCD_CONFIG: &str = "/etc/etcd/etcd.conf.yml";
-pub const ETCD_UNIT: &str = "/etc/systemd/system/etcd.service";
-pub const ETCD_DATA_DIR: &str = "/var/lib/etcd";
+pub(crate) const ETCD_BIN: &str = "/usr/local/bin/etcd";
+pub(crate) const ETCD_CONFIG: &str = "/etc/etcd/etcd.conf.yml";
+pub(crate) const ETCD_UNIT: &str = "/etc/systemd/system/etcd.service";
+pub(crate) const ETCD_DATA_DIR: &str = "/var/lib/etcd";
 /// Where a backup's snapshot is written on a member: inside the data directory, which
 /// kubeadm's etcd static pod mounts at the same path, so both topologies find it there.
 pub const ETCD_SNAPSHOT: &str = "/var/lib/etcd/kprov-snapshot.db";
 /// Where a restore uploads the snapshot on each member.
-pub const ETCD_RESTORE_UPLOAD: &str = "/var/lib/kprov/etcd-restore.db";
+pub(crate) const ETCD_RESTORE_UPLOAD: &str = "/var/lib/kprov/etcd-restore.db";
 /// Static pod manifests set aside while etcd is restored.
-pub const ETCD_PAUSED_DIR: &str = "/etc/kubernetes/kprov/paused";
-pub const APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
-pub const STACKED_ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
+pub(crate) const ETCD_PAUSED_DIR: &str = "/etc/kubernetes/kprov/paused";
+pub(crate) const APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+pub(crate) const STACKED_ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
 /// kubeadm's file of kubelet flags, and kprov's copy of the flags last applied.
-pub const KUBELET_FLAGS: &str = "/var/lib/kubelet/kubeadm-flags.env";
+pub(crate) const KUBELET_FLAGS: &str = "/var/lib/kubelet/kubeadm-flags.env";
 const KUBELET_FLAGS_APPLIED: &str = "/var/lib/kprov/kubelet-flags.applied";
 /// The kubelet's configuration as kubeadm writes it at init/join/upgrade.
-pub const KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+pub(crate) const KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
 const KUBELET_CONFIG_APPLIED: &str = "/var/lib/kprov/kubelet-config.applied";
 /// The version a member's `kubeadm upgrade` last finished at, and the kubelet binary restarted.
 const UPGRADED_MARKER: &str = "/var/lib/kprov/kubeadm-upgraded";
@@ -147,12 +147,12 @@ const KUBELET_RESTARTED: &str = "/var/lib/kprov/kubelet-restarted";
 const CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 /// Where uploaded assets wait on a host (binaries' and image archives' `file://` sources), and
 /// where image archives are downloaded before their checksum is verified.
-pub const CACHE_DIR: &str = "/var/lib/kprov/cache";
+pub(crate) const CACHE_DIR: &str = "/var/lib/kprov/cache";
 /// One marker per imported image archive, named by its sha256 (holding its URL).
-pub const IMAGES_DIR: &str = "/var/lib/kprov/images";
+pub(crate) const IMAGES_DIR: &str = "/var/lib/kprov/images";
 
 /// The marker a host keeps once the image archive with `sha256` is imported.
-pub fn image_marker(sha256: &str) -> String {
+pub(crate) fn image_marker(sha256: &str) -> String {
     format!("{IMAGES_DIR}/{sha256}")
 }
 
@@ -168,7 +168,7 @@ const IMAGE_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Image archives imported at the same time on a host: containerd unpacks each on its own
 /// (decompression is one core per layer), so a few at once use the host's cores and overlap
 /// one import's disk waits with another's work, without flooding a small host.
-pub const IMPORTS_AT_ONCE: usize = 4;
+pub(crate) const IMPORTS_AT_ONCE: usize = 4;
 
 const TEMPLATES: &[(&str, &str)] = &[
     (
@@ -249,44 +249,79 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Why the steps for a host could not be rendered from the spec.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
+    /// A setting defaults should have filled is unset: the spec was not completed.
     #[error("{0} is not set (the spec must be completed with defaults first)")]
     Missing(&'static str),
+    /// A pinned asset (binary, image) cannot be named for this version or architecture.
     #[error(transparent)]
     Assets(#[from] assets::AssetError),
+    /// A host's own settings cannot be rendered.
     #[error("host {host:?}: {message}")]
-    Host { host: String, message: String },
-    #[error("spec.api.endpoint: {0:?} is not host[:port]")]
-    BadEndpoint(String),
-    #[error("cluster name {0:?} is not a DNS name")]
-    BadName(String),
-    #[error("{field}: {message}")]
-    BadField {
-        field: &'static str,
+    Host {
+        /// The host's inventory name.
+        host: String,
+        /// What is wrong with it.
         message: String,
     },
+    /// `spec.api.endpoint` is not `host[:port]`.
+    #[error("spec.api.endpoint: {0:?} is not host[:port]")]
+    BadEndpoint(String),
+    /// The cluster's name cannot name DNS records and certificates.
+    #[error("cluster name {0:?} is not a DNS name")]
+    BadName(String),
+    /// A spec field holds a value the node configuration cannot take.
+    #[error("{field}: {message}")]
+    BadField {
+        /// The field's path in the spec.
+        field: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// No host has the control-plane role.
     #[error("the cluster has no control-plane host")]
     NoControlPlane,
+    /// A node template failed to render (a kprov bug, or a value the template cannot take).
     #[error("template {name}: {message}")]
-    Template { name: String, message: String },
+    Template {
+        /// The template's name.
+        name: String,
+        /// Tera's error.
+        message: String,
+    },
+    /// A local (`file://`) asset cannot be read.
     #[error("asset {path}: cannot read: {message}")]
-    LocalAsset { path: String, message: String },
+    LocalAsset {
+        /// The file's path.
+        path: String,
+        /// The read error.
+        message: String,
+    },
+    /// A local asset's sha256 is not the pinned one: nothing is uploaded.
     #[error(
         "asset {path} ({name} {version}): checksum mismatch: expected sha256 {expected}, got {actual}; nothing uploaded or installed"
     )]
     LocalChecksum {
+        /// The file's path.
         path: String,
+        /// The component (`kubelet`, `containerd`, ...).
         name: String,
+        /// The component's version.
         version: String,
+        /// The pinned sha256 (hex).
         expected: String,
+        /// The file's sha256 (hex).
         actual: String,
     },
+    /// An image archive of the spec cannot be uploaded.
     #[error(transparent)]
     Image(#[from] ImageError),
     /// `spec.assets.bundle` cannot serve this cluster (refused before anything is uploaded).
     #[error("{0}")]
     Bundle(String),
+    /// The spec's registry mirrors or proxy cannot be turned into node files.
     #[error(transparent)]
     Mirror(#[from] crate::spec::mirrors::MirrorError),
 }
@@ -294,16 +329,32 @@ pub enum RenderError {
 /// A `file://` image archive that cannot be uploaded: found before any host is changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImageError {
+    /// The archive cannot be read.
     #[error("image archive {url} (spec.assets.images): cannot read: {message}")]
-    Read { url: String, message: String },
+    Read {
+        /// The archive's URL in the spec.
+        url: String,
+        /// The read error.
+        message: String,
+    },
+    /// The bundle does not hold the image, or its member cannot be read.
     #[error("image {url} (spec.assets.bundle): {message}")]
-    Bundle { url: String, message: String },
+    Bundle {
+        /// The image archive's URL in the spec.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The archive's sha256 is not the one the spec pins: nothing is uploaded.
     #[error(
         "image archive {url} (spec.assets.images): checksum mismatch: expected sha256 {expected}, got {actual}; nothing uploaded or imported"
     )]
     Checksum {
+        /// The archive's URL in the spec.
         url: String,
+        /// The pinned sha256 (hex).
         expected: String,
+        /// The archive's sha256 (hex).
         actual: String,
     },
 }
@@ -312,20 +363,28 @@ pub enum ImageError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// An external load balancer or VIP (`spec.api.endpoint`).
-    Fixed { host: String, port: u16 },
+    Fixed {
+        /// Its DNS name or address.
+        host: String,
+        /// Its port.
+        port: u16,
+    },
     /// `NAME:6443` resolved per host through /etc/hosts (see the module docs).
-    LocalProxy { name: String },
+    LocalProxy {
+        /// The name the API server certificate and /etc/hosts carry.
+        name: String,
+    },
 }
 
 impl Endpoint {
-    pub fn host(&self) -> &str {
+    pub(crate) fn host(&self) -> &str {
         match self {
             Endpoint::Fixed { host, .. } => host,
             Endpoint::LocalProxy { name } => name,
         }
     }
 
-    pub fn address(&self) -> String {
+    pub(crate) fn address(&self) -> String {
         match self {
             Endpoint::Fixed { host, port } => format!("{host}:{port}"),
             Endpoint::LocalProxy { name } => format!("{name}:6443"),
@@ -336,13 +395,15 @@ impl Endpoint {
 /// Secrets a joining node needs, read back from the first control plane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinSecrets {
-    pub token: String,
+    pub(crate) token: String,
     /// Hex sha256 of the cluster CA's SubjectPublicKeyInfo.
-    pub ca_cert_hash: String,
+    pub(crate) ca_cert_hash: String,
     /// Decrypts the control-plane certificates uploaded by `--upload-certs`.
-    pub certificate_key: String,
+    pub(crate) certificate_key: String,
 }
 
+/// Renders the steps each provisioning phase runs on a host, from the resolved cluster and the
+/// targets.
 pub struct Renderer {
     tera: Tera,
     cluster_name: String,
@@ -410,7 +471,7 @@ pub struct NodeSettings {
 }
 
 impl NodeSettings {
-    pub fn of(spec: &crate::spec::ClusterSpec) -> Result<NodeSettings, RenderError> {
+    pub(crate) fn of(spec: &crate::spec::ClusterSpec) -> Result<NodeSettings, RenderError> {
         let proxy = spec.kube_proxy.clone().unwrap_or_default(); // no kubeProxy section: kube-proxy's defaults
         Ok(NodeSettings {
             proxy_mode: proxy.proxy_mode.unwrap_or_default(), // no proxyMode: the default mode
@@ -509,7 +570,7 @@ impl NodeSettings {
     /// set from the spec; `None` when it already says what the spec says (compared as data,
     /// not text, so kubeadm's formatting never causes a rewrite). Keys come out sorted, as
     /// kubeadm marshals them.
-    pub fn edit_component_config(
+    pub(crate) fn edit_component_config(
         &self,
         which: ComponentConfig,
         origin: &str,
@@ -598,7 +659,7 @@ pub enum ComponentConfig {
 }
 
 impl ComponentConfig {
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             ComponentConfig::Kubelet => "KubeletConfiguration",
             ComponentConfig::KubeProxy => "KubeProxyConfiguration",
@@ -625,14 +686,14 @@ fi\n";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloudApi {
     /// The `controlPlaneEndpoint` host.
-    pub endpoint: String,
-    pub port: u16,
+    pub(crate) endpoint: String,
+    pub(crate) port: u16,
     /// Names the API server certificate must also carry (the load balancer's DNS name).
-    pub sans: Vec<String>,
+    pub(crate) sans: Vec<String>,
 }
 
 /// The address Kubernetes binds to on a host (`ip`, else `address` when it is an IP).
-pub fn node_ip(host: &Host) -> Result<String, RenderError> {
+pub(crate) fn node_ip(host: &Host) -> Result<String, RenderError> {
     let candidate = host.ip.as_deref().unwrap_or(&host.address);
     candidate
         .parse::<IpAddr>()
@@ -649,7 +710,7 @@ pub fn node_ip(host: &Host) -> Result<String, RenderError> {
 /// for the cluster, made for its version), before a preview or anything is changed: the
 /// commands that render later (`rolling-update`) refuse a bad bundle up front. Nothing without
 /// one. The verified handle is the run's ([`crate::bundle::open_verified`]): not hashed twice.
-pub fn check_bundle(model: &ResolvedCluster) -> Result<(), RenderError> {
+pub(crate) fn check_bundle(model: &ResolvedCluster) -> Result<(), RenderError> {
     let cluster = &model.completed;
     let Some(path) = cluster
         .spec
@@ -940,7 +1001,7 @@ impl Renderer {
     /// A cloud cluster's API sits behind a load balancer: that is the control-plane endpoint
     /// (no per-host /etc/hosts line or local proxy), and its names go into the certificate.
     /// [`Renderer::new`], with the cloud's API settings when the platform has them.
-    pub fn for_run(
+    pub(crate) fn for_run(
         cluster: &ResolvedCluster,
         targets: &[Target],
         cloud_api: Option<&CloudApi>,
@@ -952,7 +1013,7 @@ impl Renderer {
         })
     }
 
-    pub fn with_cloud_api(mut self, api: CloudApi) -> Self {
+    pub(crate) fn with_cloud_api(mut self, api: CloudApi) -> Self {
         // The proxy was checked in `new`; the load balancer's name joins its no-proxy list
         // (a DNS name passes the same check; were it refused, the list stays as checked).
         if let Ok(p) = proxy_of(&self.proxy_spec, &api.endpoint) {
@@ -967,11 +1028,11 @@ impl Renderer {
         self
     }
 
-    pub fn endpoint(&self) -> &Endpoint {
+    pub(crate) fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }
 
-    pub fn control_planes(&self) -> impl Iterator<Item = &Target> {
+    pub(crate) fn control_planes(&self) -> impl Iterator<Item = &Target> {
         self.targets.iter().filter(|t| t.is_control_plane())
     }
 
@@ -1184,7 +1245,8 @@ impl Renderer {
     /// The container runtime's and Kubernetes' binaries ([`Component::NODE_BINARIES`], in
     /// order) as **one** step: their uploads go up in one stream, and each uploaded binary is
     /// installed as soon as it lands (its arrival hook: the same script its own step would
-    /// run), while the next one uploads. The step is converged when every binary's check passes; its run installs,
+    /// run), while the next one uploads. The step is converged when every binary's check passes;
+    /// its run installs,
     /// in order, each binary whose hook did not install it in this batch (`$KPROV_HOOKED`)
     /// and whose check fails: a download, a bundle member, a file already on the host, a
     /// binary changed since. A failure names the binary (`kprov: NAME: install VERSION
@@ -1267,7 +1329,7 @@ impl Renderer {
 
     /// Container runtime, kube binaries and their services, and the image archives, for a host
     /// of `arch` with `roles`.
-    pub fn install(
+    pub(crate) fn install(
         &self,
         arch: Arch,
         roles: &[crate::spec::HostRole],
@@ -1377,11 +1439,6 @@ impl Renderer {
         b.read(entry).map_err(|e| e.to_string())
     }
 
-    /// The bundle in use (`spec.assets.bundle`), if any.
-    pub fn bundle(&self) -> Option<&crate::bundle::Bundle> {
-        self.bundle.as_deref()
-    }
-
     /// containerd's `hosts.toml` per mirrored registry (read at each pull: no restart), and
     /// the removal of kprov's directories whose registry left the spec. Nothing when the spec
     /// has no registries and no kprov directory is left.
@@ -1447,7 +1504,7 @@ impl Renderer {
     /// in spec order: a worker skips the control plane's own images when the archive names them
     /// ([`assets::archive_needed_on`]). Archives not loaded (a download URL, or a load error the
     /// run reports elsewhere) go to every host.
-    pub fn image_archives(&self, roles: &[crate::spec::HostRole]) -> Vec<&ImageAsset> {
+    pub(crate) fn image_archives(&self, roles: &[crate::spec::HostRole]) -> Vec<&ImageAsset> {
         self.images
             .iter()
             .zip(self.image_refs())
@@ -1473,7 +1530,7 @@ impl Renderer {
 
     /// Reads every `file://` image archive and checks its sha256 on the operator's machine,
     /// once per renderer. A mismatch names the file before any host is changed.
-    pub fn load_images(&self) -> Result<&[Option<Bytes>], ImageError> {
+    pub(crate) fn load_images(&self) -> Result<&[Option<Bytes>], ImageError> {
         self.image_files
             .get_or_init(|| {
                 self.images
@@ -1521,7 +1578,7 @@ impl Renderer {
     /// archive): one after another they cost the sum of their imports. The step is converged
     /// when every marker exists; a run imports only the archives whose marker is missing, and
     /// a failure names the archive with `ctr`'s own message. No step without archives.
-    pub fn images(&self, roles: &[crate::spec::HostRole]) -> Result<Vec<Step>, RenderError> {
+    pub(crate) fn images(&self, roles: &[crate::spec::HostRole]) -> Result<Vec<Step>, RenderError> {
         let contents = self.load_images()?;
         let needed = self.image_archives(roles);
         let mut labels = Vec::new();
@@ -1621,7 +1678,7 @@ impl Renderer {
     /// Points the API name at `ip` in /etc/hosts (local-proxy endpoint), or a fixed endpoint's
     /// name at `spec.api.endpointAddress` when the spec gives one (as Kubespray does for
     /// `apiserver_loadbalancer_domain_name` with `loadbalancer_apiserver.address`).
-    pub fn endpoint_entry(&self, ip: &str) -> Option<Step> {
+    pub(crate) fn endpoint_entry(&self, ip: &str) -> Option<Step> {
         let (ip, name) = match (&self.endpoint, &self.endpoint_address) {
             (Endpoint::LocalProxy { name }, _) => (ip, name),
             (Endpoint::Fixed { host, .. }, Some(address)) => (address.as_str(), host),
@@ -1714,7 +1771,7 @@ impl Renderer {
     }
 
     /// The kubeadm configuration for `kubeadm init` on `host`.
-    pub fn init_config(
+    pub(crate) fn init_config(
         &self,
         target: &Target,
         certificate_key: &str,
@@ -1763,7 +1820,7 @@ impl Renderer {
     }
 
     /// The kubeadm configuration for `kubeadm join` on `host`.
-    pub fn join_config(
+    pub(crate) fn join_config(
         &self,
         target: &Target,
         secrets: &JoinSecrets,
@@ -1778,7 +1835,7 @@ impl Renderer {
 
     /// Writes a fresh certificate key (with the time it was issued, for its 2 h validity) and,
     /// on an initialised control plane, re-uploads the certificates encrypted with it.
-    pub fn certificate_key(&self, key: &str, issued_at: i64) -> Step {
+    pub(crate) fn certificate_key(&self, key: &str, issued_at: i64) -> Step {
         Step {
             name: "kubeadm: certificate key".into(),
             files: vec![file(
@@ -1796,7 +1853,11 @@ impl Renderer {
     }
 
     /// `kubeadm init` on the first control plane.
-    pub fn init(&self, target: &Target, certificate_key: &str) -> Result<Vec<Step>, RenderError> {
+    pub(crate) fn init(
+        &self,
+        target: &Target,
+        certificate_key: &str,
+    ) -> Result<Vec<Step>, RenderError> {
         let mut steps: Vec<Step> = self
             .endpoint_entry(&node_ip(&target.host)?)
             .into_iter()
@@ -1820,7 +1881,7 @@ impl Renderer {
     }
 
     /// Creates a bootstrap token on the first control plane; its join command is read back.
-    pub fn join_token(&self) -> Step {
+    pub(crate) fn join_token(&self) -> Step {
         Step {
             name: "kubeadm: join token".into(),
             files: vec![],
@@ -1833,7 +1894,7 @@ impl Renderer {
     }
 
     /// `kubeadm join` on `host`, through the first control plane `via`.
-    pub fn join(
+    pub(crate) fn join(
         &self,
         target: &Target,
         via: &Target,
@@ -1859,7 +1920,7 @@ impl Renderer {
 
     /// What a member runs once it is in the cluster: control planes use their own API server,
     /// workers the local proxy over every control plane.
-    pub fn settle(&self, target: &Target) -> Result<Vec<Step>, RenderError> {
+    pub(crate) fn settle(&self, target: &Target) -> Result<Vec<Step>, RenderError> {
         if !matches!(self.endpoint, Endpoint::LocalProxy { .. }) {
             return Ok(vec![]);
         }
@@ -1901,12 +1962,12 @@ impl Renderer {
         Ok(steps)
     }
 
-    pub fn etcd_type(&self) -> EtcdType {
+    pub(crate) fn etcd_type(&self) -> EtcdType {
         self.etcd
     }
 
     /// The hosts of external etcd (whatever other roles they have); none with stacked etcd.
-    pub fn etcd_hosts(&self) -> impl Iterator<Item = &Target> {
+    pub(crate) fn etcd_hosts(&self) -> impl Iterator<Item = &Target> {
         let external = self.etcd == EtcdType::External;
         self.targets
             .iter()
@@ -1914,7 +1975,7 @@ impl Renderer {
     }
 
     /// The etcd CA, made once on the first etcd host and copied to the others.
-    pub fn etcd_ca(&self) -> Step {
+    pub(crate) fn etcd_ca(&self) -> Step {
         Step {
             name: "etcd: CA".into(),
             files: vec![],
@@ -1925,7 +1986,7 @@ impl Renderer {
     }
 
     /// `name=https://IP:2380` of every external etcd member, in inventory order.
-    pub fn etcd_initial_cluster(&self) -> Result<Vec<String>, RenderError> {
+    pub(crate) fn etcd_initial_cluster(&self) -> Result<Vec<String>, RenderError> {
         self.etcd_hosts()
             .map(|t| {
                 Ok(format!(
@@ -1941,7 +2002,7 @@ impl Renderer {
     /// certificates under the shared CA with the host's addresses as names, the pinned etcd
     /// release, a systemd service, and a health check. Independent of the kubelet, so the
     /// host may have any other role.
-    pub fn etcd_member(
+    pub(crate) fn etcd_member(
         &self,
         target: &Target,
         arch: Arch,
@@ -2042,7 +2103,7 @@ impl Renderer {
 
     /// An etcdctl command line against the member at `ip`, with the health-check client
     /// certificate every member has. `args` is code (a literal at every call site).
-    pub fn etcdctl(&self, ip: &str, args: &'static str) -> String {
+    pub(crate) fn etcdctl(&self, ip: &str, args: &'static str) -> String {
         script!(
             "ETCDCTL_API=3 etcdctl --endpoints {} --cacert {} --cert {} --key {} ",
             format!("https://{ip}:2379"),
@@ -2055,7 +2116,7 @@ impl Renderer {
     /// Shell code defining `etcdctl` as a function that talks to host-deployed etcd on
     /// `member` (the service's etcdctl, the health-check client certificate), so scripts
     /// written against kubeadm's static pod (`crictl exec` into it) run unchanged.
-    pub fn etcdctl_function(&self, member: &Target) -> Result<String, RenderError> {
+    pub(crate) fn etcdctl_function(&self, member: &Target) -> Result<String, RenderError> {
         let ip = node_ip(&member.host)?;
         Ok("etcdctl() { ".to_string()
             + &script!(
@@ -2069,7 +2130,7 @@ impl Renderer {
     }
 
     /// The etcd members: the control planes with stacked etcd, the etcd hosts with external.
-    pub fn etcd_members(&self) -> Vec<&Target> {
+    pub(crate) fn etcd_members(&self) -> Vec<&Target> {
         match self.etcd {
             EtcdType::Stacked => self.control_planes().collect(),
             EtcdType::External => self.etcd_hosts().collect(),
@@ -2104,7 +2165,7 @@ impl Renderer {
     /// Takes a snapshot on `member` into [`ETCD_SNAPSHOT`] after a health check: with stacked
     /// etcd through the static pod's own etcdctl and kubeadm's health-check certificate, with
     /// host-deployed etcd through the service's etcdctl.
-    pub fn etcd_snapshot(&self, member: &Target) -> Result<Step, RenderError> {
+    pub(crate) fn etcd_snapshot(&self, member: &Target) -> Result<Step, RenderError> {
         let run = match self.etcd {
             EtcdType::Stacked => {
                 let ctl = script!(
@@ -2142,7 +2203,7 @@ impl Renderer {
     }
 
     /// Removes the snapshot file a backup left on a member.
-    pub fn etcd_snapshot_cleanup(&self) -> Step {
+    pub(crate) fn etcd_snapshot_cleanup(&self) -> Step {
         Step {
             name: "etcd: remove snapshot file".into(),
             files: vec![],
@@ -2155,7 +2216,7 @@ impl Renderer {
     /// First restore phase on `target`: the API server (control planes) and etcd (members)
     /// stop, as kubeadm documents it: static pod manifests moved out of the kubelet's
     /// directory, the etcd service stopped.
-    pub fn etcd_restore_stop(&self, target: &Target) -> Step {
+    pub(crate) fn etcd_restore_stop(&self, target: &Target) -> Step {
         let mut run = script!("set -eu\nmkdir -p {}\n", ETCD_PAUSED_DIR);
         if target.is_control_plane() {
             run += &script!(
@@ -2200,7 +2261,7 @@ impl Renderer {
     /// restore). Only `member` moves, never the data directory itself: it is often a mount
     /// point (etcd on a disk of its own; the real-hosts tier's bind mount), which `mv` cannot
     /// rename (EBUSY), and inside it every move stays on one file system.
-    pub fn etcd_restore_member(
+    pub(crate) fn etcd_restore_member(
         &self,
         member: &Target,
         arch: Arch,
@@ -2245,7 +2306,7 @@ impl Renderer {
     }
 
     /// Third phase on a member: etcd starts again on the restored data.
-    pub fn etcd_restore_start(&self) -> Step {
+    pub(crate) fn etcd_restore_start(&self) -> Step {
         let run = match self.etcd {
             EtcdType::Stacked => script!(
                 "set -eu\nmv -f {}/etcd.yaml {}\n",
@@ -2265,7 +2326,7 @@ impl Renderer {
 
     /// Fourth phase on a member: wait until it is healthy (a member only is once a quorum of
     /// its peers runs).
-    pub fn etcd_health(&self, member: &Target) -> Result<Step, RenderError> {
+    pub(crate) fn etcd_health(&self, member: &Target) -> Result<Step, RenderError> {
         let ip = node_ip(&member.host)?;
         Ok(Step {
             name: "etcd: health".into(),
@@ -2279,7 +2340,7 @@ impl Renderer {
     }
 
     /// Last phase on a control plane: its API server starts again.
-    pub fn etcd_restore_apiserver(&self) -> Step {
+    pub(crate) fn etcd_restore_apiserver(&self) -> Step {
         Step {
             name: "etcd restore: start the API server".into(),
             files: vec![],
@@ -2295,7 +2356,7 @@ impl Renderer {
     }
 
     /// What the first control plane needs to reach external etcd, copied from an etcd host.
-    pub fn etcd_client(&self, ca_cert: &Bytes, cert: &Bytes, key: &Bytes) -> Step {
+    pub(crate) fn etcd_client(&self, ca_cert: &Bytes, cert: &Bytes, key: &Bytes) -> Step {
         Step {
             name: "etcd: client certificates".into(),
             files: vec![
@@ -2313,7 +2374,7 @@ impl Renderer {
     /// (`/var/lib/kubelet/kubeadm-flags.env`), from the spec's registration of `target`
     /// (node IP, labels, provider ID); the kubelet restarts when they changed. A marker with
     /// the flags last applied makes a cut run restart it on the next one.
-    pub fn kubelet_flags(&self, target: &Target) -> Result<Step, RenderError> {
+    pub(crate) fn kubelet_flags(&self, target: &Target) -> Result<Step, RenderError> {
         let reg = self.registration(target)?;
         let mut flags = vec![format!("--container-runtime-endpoint={CRI_SOCKET}")];
         for arg in reg["kubelet_args"].as_array().into_iter().flatten() {
@@ -2355,7 +2416,7 @@ impl Renderer {
     /// `kubeadm upgrade node` elsewhere, then the new kubelet and kubectl, then a kubelet
     /// restart on the new binary. Every step checks a marker first: a cut run repeats only
     /// what it had not finished.
-    pub fn upgrade(
+    pub(crate) fn upgrade(
         &self,
         arch: Arch,
         how: crate::nodes::roll::Upgrade,
@@ -2425,7 +2486,7 @@ impl Renderer {
 
     /// What provisioning `target` sets up, as recorded on it ([`Provisioned`]): the version,
     /// a digest of its kubeadm/kubelet configuration, its labels and taints.
-    pub fn provisioned(&self, target: &Target) -> Result<Provisioned, RenderError> {
+    pub(crate) fn provisioned(&self, target: &Target) -> Result<Provisioned, RenderError> {
         let mut ctx = self.kubeadm_common(target)?;
         ctx.insert("kubernetes_version".into(), json!(self.kubernetes_version));
         // The preflight skip reaches the digest through `node`, not on its own.
@@ -2469,7 +2530,7 @@ impl Renderer {
     /// /var/lib/kubelet/config.yaml as it should be), its configuration file, with one
     /// restart when either differs from what the kubelet last started with (markers under
     /// /var/lib/kprov: a run cut between the write and the restart restarts on the next).
-    pub fn kubelet_flags_and_config(
+    pub(crate) fn kubelet_flags_and_config(
         &self,
         target: &Target,
         config: Option<String>,
@@ -2490,13 +2551,13 @@ impl Renderer {
     }
 
     /// The spec's kubelet and kube-proxy settings.
-    pub fn node_settings(&self) -> &NodeSettings {
+    pub(crate) fn node_settings(&self) -> &NodeSettings {
         &self.node
     }
 
     /// Records [`Renderer::provisioned`] on the host; the last step of a provisioning, so the
     /// record never claims more than was done.
-    pub fn record(&self, target: &Target) -> Result<Step, RenderError> {
+    pub(crate) fn record(&self, target: &Target) -> Result<Step, RenderError> {
         Ok(Step {
             name: "kprov: provisioning record".into(),
             files: vec![file(
@@ -2513,7 +2574,7 @@ impl Renderer {
     /// Claims the host for `owner` before anything else changes it: the marker is created
     /// with `ln` (atomic, fails if it exists), so of two clusters racing for a host one wins
     /// and the other's step fails naming the winner. Re-claiming an own host changes nothing.
-    pub fn claim(&self, owner: &Owner) -> Step {
+    pub(crate) fn claim(&self, owner: &Owner) -> Step {
         Step {
             name: "ownership: claim".into(),
             files: vec![],
@@ -2540,7 +2601,7 @@ impl Renderer {
 
     /// Removes Kubernetes from a host (`delete cluster`), only if its marker names `owner`
     /// (checked on the host, right before the reset).
-    pub fn reset(&self, target: &Target, owner: &Owner) -> Result<Vec<Step>, RenderError> {
+    pub(crate) fn reset(&self, target: &Target, owner: &Owner) -> Result<Vec<Step>, RenderError> {
         let host = &target.host;
         Ok(vec![Step {
             name: "kubeadm: reset".into(),
@@ -2581,8 +2642,9 @@ fn parse_endpoint(e: &str) -> Result<Endpoint, RenderError> {
     Ok(Endpoint::Fixed { host, port })
 }
 
-/// A readable dump of steps, for golden tests and `--dry-run` style output.
-pub fn describe(steps: &[Step]) -> String {
+/// A readable dump of steps, for golden tests.
+#[cfg(test)]
+pub(crate) fn describe(steps: &[Step]) -> String {
     let mut out = String::new();
     for s in steps {
         out.push_str(&format!(
@@ -2639,10 +2701,15 @@ pub(crate) mod tests {
 
     const AWS_CCM: &str = "  cloudControllerManager:\n    provider: aws\n";
 
+    /// The renderer of the test cluster with `extra` added to its spec, over `targets`.
+    fn renderer(extra: &str, targets: &[Target]) -> Renderer {
+        Renderer::new(&resolved(&cluster(extra)), targets).unwrap()
+    }
+
     #[test]
     fn golden_first_control_plane() {
         let hs = hosts(3, 2);
-        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
+        let r = renderer("", &targets(&hs));
         let mut steps = r.preflight(&targets(&hs)[0]).unwrap();
         steps.extend(r.init(&targets(&hs)[0], &"k".repeat(64)).unwrap());
         steps.extend(r.settle(&targets(&hs)[0]).unwrap());
@@ -2667,7 +2734,7 @@ pub(crate) mod tests {
             launch_template_version: None,
             group_template_version: None,
         });
-        let r = Renderer::new(&resolved(&cluster(AWS_CCM)), &ts).unwrap();
+        let r = renderer(AWS_CCM, &ts);
         let join = r.join_config(&ts[1], &secrets()).unwrap();
         insta::assert_snapshot!("join_cloud_instance", join);
         let reg = &docs(&join)[0]["nodeRegistration"];
@@ -2712,13 +2779,11 @@ pub(crate) mod tests {
             group_template_version: None,
         });
         let lb = "api-c-example-com-1a2b3c4d.elb.us-east-1.amazonaws.com";
-        let r = Renderer::new(&resolved(&cluster(AWS_CCM)), &ts)
-            .unwrap()
-            .with_cloud_api(CloudApi {
-                endpoint: "api.c.example.com".into(),
-                port: 6443,
-                sans: vec![lb.into()],
-            });
+        let r = renderer(AWS_CCM, &ts).with_cloud_api(CloudApi {
+            endpoint: "api.c.example.com".into(),
+            port: 6443,
+            sans: vec![lb.into()],
+        });
         let init = r.init_config(&ts[0], &"k".repeat(64)).unwrap();
         insta::assert_snapshot!("aws_init", init);
         let d = docs(&init);
@@ -2757,7 +2822,7 @@ pub(crate) mod tests {
     #[test]
     fn golden_install_amd64() {
         let hs = hosts(1, 0);
-        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
+        let r = renderer("", &targets(&hs));
         insta::assert_snapshot!(
             "install_amd64",
             describe(&r.install(Arch::Amd64, CP).unwrap())
@@ -2873,14 +2938,14 @@ pub(crate) mod tests {
             )
         };
         let hs = hosts(1, 1);
-        let r = Renderer::new(&resolved(&cluster(&yaml(&sha))), &targets(&hs)).unwrap();
+        let r = renderer(&yaml(&sha), &targets(&hs));
         let a = r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
         let b = r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
         assert_eq!(a.files[0].content.as_ptr(), b.files[0].content.as_ptr());
         assert_eq!(a.files[0].sha256.as_deref(), Some(sha.as_str()));
         assert!(!a.run.contains("sha256sum"), "{}", a.run);
         let wrong = "ab".repeat(32);
-        let r = Renderer::new(&resolved(&cluster(&yaml(&wrong))), &targets(&hs)).unwrap();
+        let r = renderer(&yaml(&wrong), &targets(&hs));
         let e = r
             .install_step(Component::Kubectl, Arch::Amd64)
             .unwrap_err()
@@ -2898,7 +2963,7 @@ pub(crate) mod tests {
             yaml(&sha),
             path.display()
         );
-        let r = Renderer::new(&resolved(&cluster(&both)), &targets(&hs)).unwrap();
+        let r = renderer(&both, &targets(&hs));
         r.install_step(Component::Kubectl, Arch::Amd64).unwrap();
         let e = r
             .install_step(Component::Kubeadm, Arch::Amd64)
@@ -2925,7 +2990,7 @@ pub(crate) mod tests {
             path.display()
         );
         let hs = hosts(1, 1);
-        let r = Renderer::new(&resolved(&cluster(&yaml)), &targets(&hs)).unwrap();
+        let r = renderer(&yaml, &targets(&hs));
         let install = r.install(Arch::Amd64, CP).unwrap();
         let all = Component::NODE_BINARIES;
         let step = &install[0];
@@ -3172,7 +3237,7 @@ pub(crate) mod tests {
         let mut hs = hosts(3, 2);
         hs[4].labels.insert("disk".into(), "ssd".into());
         hs[4].taints.push("dedicated=batch:NoSchedule".into());
-        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
+        let r = renderer("", &targets(&hs));
         let mut cp = r
             .join(&targets(&hs)[1], &targets(&hs)[0], &secrets())
             .unwrap();
@@ -3194,13 +3259,10 @@ pub(crate) mod tests {
     fn local_proxy_image_from_the_spec() {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
-        let r = Renderer::new(
-            &resolved(&cluster(
-                "  api:\n    localProxyImage: registry.site.example/haproxy:2.6\n",
-            )),
+        let r = renderer(
+            "  api:\n    localProxyImage: registry.site.example/haproxy:2.6\n",
             &ts,
-        )
-        .unwrap();
+        );
         let w = describe(&r.settle(&ts[1]).unwrap());
         assert!(
             w.contains("image: \"registry.site.example/haproxy:2.6\"\n"),
@@ -3297,7 +3359,7 @@ pub(crate) mod tests {
             (AWS_CCM, true),
             ("  cloudControllerManager:\n    provider: none\n", false),
         ] {
-            let r = Renderer::new(&resolved(&cluster(extra)), &targets(&hs)).unwrap();
+            let r = renderer(extra, &targets(&hs));
             let init = docs(&r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap());
             let join = docs(&r.join_config(&targets(&hs)[1], &secrets()).unwrap());
             for args in [
@@ -3342,7 +3404,7 @@ pub(crate) mod tests {
     #[test]
     fn kubeadm_documents_are_v1beta4_and_pin_the_ca() {
         let hs = hosts(3, 1);
-        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
+        let r = renderer("", &targets(&hs));
         let init = docs(&r.init_config(&targets(&hs)[0], &"k".repeat(64)).unwrap());
         assert_eq!(init[0]["apiVersion"], "kubeadm.k8s.io/v1beta4");
         assert_eq!(init[0]["kind"], "InitConfiguration");
@@ -3376,7 +3438,7 @@ pub(crate) mod tests {
     fn node_settings_default() {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
-        let r = Renderer::new(&resolved(&cluster("")), &ts).unwrap();
+        let r = renderer("", &ts);
         let init = docs(&r.init_config(&ts[0], &"k".repeat(64)).unwrap());
         assert_eq!(init.len(), 4);
         assert!(
@@ -3542,7 +3604,7 @@ pub(crate) mod tests {
 
         // Without proxy and registries: drop-ins removed, kprov's certs.d directories too,
         // no config_path, registry.k8s.io, and another record digest.
-        let plain = Renderer::new(&resolved(&cluster("")), &ts).unwrap();
+        let plain = renderer("", &ts);
         let install = plain.install(Arch::Amd64, CP).unwrap();
         let step = |name: &str| install.iter().find(|s| s.name == name).unwrap();
         let configure = step("containerd: configure");
@@ -3583,7 +3645,7 @@ pub(crate) mod tests {
     fn node_settings_reach_every_component() {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
-        let r = Renderer::new(&resolved(&cluster(REAL_HOST_SETTINGS)), &ts).unwrap();
+        let r = renderer(REAL_HOST_SETTINGS, &ts);
         let init = docs(&r.init_config(&ts[0], &"k".repeat(64)).unwrap());
         assert_eq!(
             init[0]["nodeRegistration"]["ignorePreflightErrors"],
@@ -3643,11 +3705,7 @@ pub(crate) mod tests {
     fn ipvs_mode_loads_the_ipvs_modules() {
         let hs = hosts(1, 0);
         let ts = targets(&hs);
-        let r = Renderer::new(
-            &resolved(&cluster("  kubeProxy:\n    proxyMode: ipvs\n")),
-            &ts,
-        )
-        .unwrap();
+        let r = renderer("  kubeProxy:\n    proxyMode: ipvs\n", &ts);
         let pre = r.preflight(&ts[0]).unwrap();
         let ipvs = pre
             .iter()
@@ -3671,7 +3729,7 @@ pub(crate) mod tests {
             .find(|d| d["kind"] == "KubeProxyConfiguration")
             .expect("a KubeProxyConfiguration");
         assert_eq!(proxy["mode"], "ipvs");
-        let plain = Renderer::new(&resolved(&cluster("")), &ts).unwrap();
+        let plain = renderer("", &ts);
         assert!(
             !plain
                 .preflight(&ts[0])
@@ -3688,13 +3746,10 @@ pub(crate) mod tests {
     fn endpoint_address_is_an_etc_hosts_line_and_a_san() {
         let hs = hosts(1, 1);
         let ts = targets(&hs);
-        let r = Renderer::new(
-            &resolved(&cluster(
-                "  api:\n    endpoint: api.example.com:8443\n    endpointAddress: 10.2.0.100\n",
-            )),
+        let r = renderer(
+            "  api:\n    endpoint: api.example.com:8443\n    endpointAddress: 10.2.0.100\n",
             &ts,
-        )
-        .unwrap();
+        );
         let line = "10.2.0.100 api.example.com # kprov-api";
         let init = describe(&r.init(&ts[0], &"k".repeat(64)).unwrap());
         assert!(init.contains(line), "{init}");
@@ -3712,11 +3767,7 @@ pub(crate) mod tests {
         );
         assert_eq!(cc["controlPlaneEndpoint"], "api.example.com:8443");
         // Without the address, a fixed endpoint writes no /etc/hosts line at all.
-        let r = Renderer::new(
-            &resolved(&cluster("  api:\n    endpoint: api.example.com:8443\n")),
-            &ts,
-        )
-        .unwrap();
+        let r = renderer("  api:\n    endpoint: api.example.com:8443\n", &ts);
         assert!(r.endpoint_entry("198.18.0.1").is_none());
     }
 
@@ -3798,12 +3849,7 @@ pub(crate) mod tests {
         use crate::nodes::roll::{differences, kube_proxy_changed};
         let hs = hosts(1, 1);
         let ts = targets(&hs);
-        let rec = |extra: &str| {
-            Renderer::new(&resolved(&cluster(extra)), &ts)
-                .unwrap()
-                .provisioned(&ts[1])
-                .unwrap()
-        };
+        let rec = |extra: &str| renderer(extra, &ts).provisioned(&ts[1]).unwrap();
         let old = rec("");
         assert!(differences(&old, &rec("")).is_empty());
         let pods = rec("  kubelet:\n    maxPods: 50\n");
@@ -3831,7 +3877,7 @@ pub(crate) mod tests {
         assert!(kube_proxy_changed(Some(&older), &pods));
         assert!(!kube_proxy_changed(None, &pods));
 
-        let r = Renderer::new(&resolved(&cluster("  kubelet:\n    maxPods: 50\n")), &ts).unwrap();
+        let r = renderer("  kubelet:\n    maxPods: 50\n", &ts);
         let init = r.init_config(&ts[0], &"k".repeat(64)).unwrap();
         let kc = docs(&init)
             .into_iter()
@@ -3847,8 +3893,7 @@ pub(crate) mod tests {
         let hs = hosts(1, 0);
         let ts = targets(&hs);
         let digest = |extra: &str| {
-            Renderer::new(&resolved(&cluster(extra)), &ts)
-                .unwrap()
+            renderer(extra, &ts)
                 .provisioned(&ts[0])
                 .unwrap()
                 .config_digest
@@ -3885,8 +3930,7 @@ pub(crate) mod tests {
         std::fs::create_dir_all(r.join("etc/sysctl.d")).unwrap();
         std::fs::create_dir_all(r.join("bin")).unwrap();
         std::fs::write(r.join("proc/filesystems"), "nodev\toverlay\n").unwrap();
-        let conf = Renderer::new(&resolved(&cluster("")), &targets(&hosts(1, 0)))
-            .unwrap()
+        let conf = renderer("", &targets(&hosts(1, 0)))
             .render("node/sysctl.conf.tera", json!({}))
             .unwrap();
         std::fs::write(r.join("etc/sysctl.d/99-kprov.conf"), conf).unwrap();
@@ -3987,7 +4031,7 @@ pub(crate) mod tests {
     #[test]
     fn node_labels_cannot_add_labels() {
         let mut hs = hosts(1, 1);
-        let r = Renderer::new(&resolved(&cluster("")), &targets(&hs)).unwrap();
+        let r = renderer("", &targets(&hs));
         // A comma, '=' or newline in a value would add labels to `--node-labels`.
         for v in ["a,evil=1", "a\nevil=1", "a=b", "a\"b'; rm -rf /"] {
             hs[1].labels = [("team".to_string(), v.to_string())].into();

@@ -20,10 +20,10 @@ use std::fmt;
 use tera::Tera;
 
 /// Suffix of the templates rendered with shell quoting.
-pub const SH_SUFFIX: &str = ".sh.tera";
+pub(crate) const SH_SUFFIX: &str = ".sh.tera";
 
 /// Quotes `s` as one POSIX shell word: `it's` becomes `'it'\''s'`.
-pub fn sh_quote(s: &str) -> String {
+pub(crate) fn sh_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('\'');
     for c in s.chars() {
@@ -39,16 +39,16 @@ pub fn sh_quote(s: &str) -> String {
 
 /// Turns on shell quoting for every `*.sh.tera` template of `tera` (and no other: YAML, TOML
 /// and haproxy templates quote their own way).
-pub fn enable_template_quoting(tera: &mut Tera) {
+pub(crate) fn enable_template_quoting(tera: &mut Tera) {
     tera.set_escape_fn(sh_quote);
     tera.autoescape_on(vec![SH_SUFFIX]);
 }
 
 /// A value displayed as one quoted shell word (see [`script!`]).
-pub struct Quoted<'a>(pub &'a str);
+pub(crate) struct Quoted<'a>(pub &'a str);
 
 impl<'a> Quoted<'a> {
-    pub fn new<S: AsRef<str> + ?Sized>(s: &'a S) -> Self {
+    pub(crate) fn new<S: AsRef<str> + ?Sized>(s: &'a S) -> Self {
         Quoted(s.as_ref())
     }
 }

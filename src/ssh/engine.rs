@@ -32,6 +32,7 @@ pub struct SshOptions {
     /// Commands in flight on one connection. sshd's default `MaxSessions` is 10 and a
     /// multiplexed master counts each command as a session, so stay below it.
     pub sessions_per_host: usize,
+    /// How long one connection attempt may take (ssh's `ConnectTimeout`).
     pub connect_timeout: Duration,
     /// Record the keys of hosts the cluster has never seen (`--accept-new-host-keys`).
     pub accept_new_host_keys: bool,
@@ -200,7 +201,7 @@ fn preferred_ciphers(configured: Option<&str>, default: Option<&str>, aes: bool)
 /// The name ssh checks `address`'s host key under once the user's ssh config (or
 /// `config_file`) is applied: a `HostKeyAlias`, else the `HostName`, with the port in
 /// brackets when it is not 22. Where kprov records a key it knows in advance.
-pub async fn known_hosts_name(
+pub(crate) async fn known_hosts_name(
     address: &str,
     user: Option<&str>,
     port: Option<u16>,
@@ -213,7 +214,7 @@ pub async fn known_hosts_name(
 
 /// Where ssh connects for `address` once the user's ssh config is applied (`HostName`,
 /// `Port`), without contacting it: what a probe of the same host must dial.
-pub async fn destination(
+pub(crate) async fn destination(
     address: &str,
     user: Option<&str>,
     port: Option<u16>,
@@ -327,7 +328,7 @@ fn stderr_text(out: &Output) -> String {
 
 impl SshFleet {
     /// A fleet for the hosts of a completed metal cluster spec.
-    pub fn for_cluster(
+    pub(crate) fn for_cluster(
         cluster: &Cluster,
         store: Arc<dyn StateStore>,
         options: SshOptions,
@@ -342,6 +343,8 @@ impl SshFleet {
         )
     }
 
+    /// A fleet over `hosts` (names must be unique); nothing connects until a run. Fails when a name
+    /// repeats or the private control-socket directory cannot be made in /tmp.
     pub fn new(
         cluster: &str,
         hosts: Vec<Host>,
@@ -491,7 +494,7 @@ impl SshFleet {
     /// Per step, the paths of its files whose content or mode differ on `host`. Strictly
     /// read-only (hashes and modes are read; nothing is uploaded, no check or run script is
     /// executed): what a preview may do.
-    pub async fn differing_files(
+    pub(crate) async fn differing_files(
         &self,
         host: &str,
         steps: &[Step],
@@ -1886,37 +1889,19 @@ mod tests {
     /// the hook: it must not run on beside a re-run (a stale `ctr import`).
     #[test]
     fn a_batch_that_fails_stops_the_hooks_still_running() {
-        use sha2::Digest;
         use std::io::Write;
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().display().to_string();
         let pid_file = d.path().join("hook.pid");
         let hook = format!("echo $$ > {dir}/hook.pid; exec sleep 60");
-        let sha = |b: &[u8]| hex::encode(sha2::Sha256::digest(b));
         let (a, b) = (b"first".as_slice(), b"second".as_slice());
-        let mut args: Vec<String> = vec!["NONCE".into(), "4".into(), "2".into()];
-        args.extend([
-            format!("{dir}/a"),
-            "0644".into(),
-            sha(a),
-            a.len().to_string(),
-        ]);
-        args.extend([hook, "120".into()]);
-        // The second file's sha256 is wrong: the batch exits there, its hook running.
-        args.extend([
-            format!("{dir}/b"),
-            "0644".into(),
-            sha(a),
-            b.len().to_string(),
-        ]);
-        args.extend([String::new(), "0".into(), "0".into()]);
-        let mut child = sh(BATCH)
-            .args(&args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        // The second file is announced with another content's sha256: the batch exits there,
+        // its hook running.
+        let files = [
+            (format!("{dir}/a"), a, hook, "120"),
+            (format!("{dir}/b"), b"SECOND".as_slice(), String::new(), "0"),
+        ];
+        let mut child = spawn_batch(&files, &["0"], std::process::Stdio::null());
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(a).unwrap();
         stdin.flush().unwrap();
@@ -1962,18 +1947,22 @@ mod tests {
         }
     }
 
-    /// Runs [`BATCH`] under `sh` with `files` (path, content, hook, hook timeout) and one
-    /// step whose run is `run`; the stdin is written by a thread (the batch may stop reading
-    /// while it waits for a hook). Returns the child to wait on.
-    fn batch(files: &[(String, &[u8], String, &str)], run: &str) -> std::process::Child {
+    /// A file of a test batch: its path, content, arrival hook and the hook's timeout.
+    type BatchFile<'a> = (String, &'a [u8], String, &'a str);
+
+    /// [`BATCH`] under `sh`, announcing `files` (each with its content's sha256 and size)
+    /// and then `steps` (the step arguments, their count first); stdin piped, stdout dropped.
+    fn spawn_batch(
+        files: &[BatchFile],
+        steps: &[&str],
+        stderr: std::process::Stdio,
+    ) -> std::process::Child {
         use sha2::Digest;
-        use std::io::Write;
         let mut args: Vec<String> = vec![
             "NONCE".into(),
             super::super::task::ARRIVALS_AT_ONCE.to_string(),
             files.len().to_string(),
         ];
-        let mut data = Vec::new();
         for (path, content, hook, timeout) in files {
             args.extend([
                 path.clone(),
@@ -1983,22 +1972,28 @@ mod tests {
                 hook.clone(),
                 timeout.to_string(),
             ]);
-            data.extend_from_slice(content);
         }
-        args.extend([
-            "1".into(),
-            "60".into(),
-            "0".into(),
-            String::new(),
-            run.into(),
-        ]);
-        let mut child = sh(BATCH)
+        args.extend(steps.iter().map(|s| s.to_string()));
+        sh(BATCH)
             .args(&args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
+            .stderr(stderr)
             .spawn()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Runs [`BATCH`] under `sh` with `files` and one step whose run is `run`; the stdin is
+    /// written by a thread (the batch may stop reading while it waits for a hook). Returns
+    /// the child to wait on.
+    fn batch(files: &[BatchFile], run: &str) -> std::process::Child {
+        use std::io::Write;
+        let mut child = spawn_batch(
+            files,
+            &["1", "60", "0", "", run],
+            std::process::Stdio::piped(),
+        );
+        let data: Vec<u8> = files.iter().flat_map(|f| f.1.iter().copied()).collect();
         let mut stdin = child.stdin.take().unwrap();
         std::thread::spawn(move || {
             // A batch that stopped early closes its end: nothing to report here.

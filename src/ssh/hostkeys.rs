@@ -17,9 +17,9 @@ use crate::state::{Precondition, StateError, StateStore};
 /// One `pattern keytype base64` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KnownKey {
-    pub pattern: String,
-    pub key_type: String,
-    pub key: String,
+    pub(crate) pattern: String,
+    pub(crate) key_type: String,
+    pub(crate) key: String,
 }
 
 impl KnownKey {
@@ -293,7 +293,7 @@ pub(crate) fn shell_quote(s: &str) -> String {
 /// got there first) and returns them; the next connection to that host is a first contact
 /// again (recorded only with `--accept-new-host-keys`). How a host key is forgotten or
 /// replaced without editing the store by hand.
-pub async fn forget(
+pub(crate) async fn forget(
     store: &Arc<dyn StateStore>,
     cluster: &str,
     pattern: &str,

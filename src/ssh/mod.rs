@@ -6,16 +6,17 @@
 
 mod engine;
 pub(crate) mod hostkeys;
-pub mod progress;
+pub(crate) mod progress;
 pub mod task;
 
-pub use engine::{SshFleet, SshOptions, destination, known_hosts_name};
-pub use hostkeys::forget as forget_host_key;
+pub use engine::{SshFleet, SshOptions};
+pub(crate) use engine::{destination, known_hosts_name};
+pub(crate) use hostkeys::forget as forget_host_key;
 pub use progress::{Event, HostReport, NoProgress, PlainProgress, Progress, Summary};
 
 /// What an `UnknownHostKey` error says instead of fingerprints: kprov contacts no host whose
 /// key is not recorded unless it may record it.
-pub const NOT_SCANNED: &str = "(not scanned: kprov contacts no host whose key the cluster has not recorded; `ssh-keyscan HOST | ssh-keygen -lf -` shows it)";
+pub(crate) const NOT_SCANNED: &str = "(not scanned: kprov contacts no host whose key the cluster has not recorded; `ssh-keyscan HOST | ssh-keygen -lf -` shows it)";
 
 /// A host key kprov expected (it generated it) at a name the store already holds another
 /// key for: an address reused by a new instance, or a host impersonating one. Fingerprints
@@ -23,9 +24,9 @@ pub const NOT_SCANNED: &str = "(not scanned: kprov contacts no host whose key th
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyConflict {
     /// The name the key is checked under (an address, a jump host's name).
-    pub name: String,
-    pub stored: Vec<String>,
-    pub expected: Vec<String>,
+    pub(crate) name: String,
+    pub(crate) stored: Vec<String>,
+    pub(crate) expected: Vec<String>,
 }
 
 impl std::fmt::Display for KeyConflict {
@@ -47,7 +48,7 @@ impl std::fmt::Display for KeyConflict {
 /// connection is checked strictly. A line whose name already has other keys in the store is
 /// not recorded: it comes back as a [`KeyConflict`] naming both fingerprints, and the caller
 /// refuses to go on rather than trusting either key.
-pub async fn record_expected_keys(
+pub(crate) async fn record_expected_keys(
     store: &std::sync::Arc<dyn crate::state::StateStore>,
     cluster: &str,
     lines: &[String],

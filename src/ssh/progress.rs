@@ -12,13 +12,19 @@ use crate::spec::HostRole;
 
 use super::task::{ExecError, StepOutcome};
 
+/// What the engine reports while a run goes on, host by host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// The engine starts connecting to the host (its SSH master connection).
     Connecting {
+        /// The host's inventory name.
         host: String,
     },
+    /// The host's connection is up.
     Connected {
+        /// The host's inventory name.
         host: String,
+        /// How long connecting took, wall clock.
         duration: Duration,
         /// Where the connection's time went (`ssh -G`, the recorded keys, the first-contact
         /// scan and record, ssh's own connect), each part's own time: some run at once.
@@ -26,28 +32,41 @@ pub enum Event {
     },
     /// A first-contact host key was recorded in the state store (`--accept-new-host-keys`).
     HostKeyRecorded {
+        /// The host's inventory name.
         host: String,
+        /// The SHA256 fingerprints of the keys recorded.
         fingerprints: Vec<String>,
     },
     /// A file of a step's batch landed and its arrival hook started (`RemoteFile::on_arrival`),
     /// while the batch's next files upload.
     HookStarted {
+        /// The host's inventory name.
         host: String,
+        /// The step whose file it is.
         step: String,
+        /// The file's path on the host.
         path: String,
     },
+    /// A step began on the host.
     StepStarted {
+        /// The host's inventory name.
         host: String,
+        /// The step's name.
         step: String,
         /// 0-based position and number of steps in this run on the host.
         index: usize,
+        /// How many steps this run has on the host.
         total: usize,
     },
+    /// A step ended on the host, done, already done, or failed.
     StepFinished {
+        /// The host's inventory name.
         host: String,
+        /// The step's name.
         step: String,
         /// The outcome, or the error message (it quotes the host: shown escaped, one line).
         result: Result<StepOutcome, crate::output::UntrustedText>,
+        /// Wall-clock time from the step's start to its end as kprov saw it.
         duration: Duration,
         /// How long the step's check and run took on the host (from its start marker to its
         /// end marker); `duration` also counts, for the first step of a batch, comparing and
@@ -56,14 +75,18 @@ pub enum Event {
     },
     /// Emitted by [`super::SshFleet::run_all`] when a host is done (or failed).
     HostFinished {
+        /// The host's inventory name.
         host: String,
+        /// True when every step of the host's run succeeded.
         ok: bool,
+        /// The host's whole run, connecting included.
         duration: Duration,
     },
 }
 
 /// Receives events from concurrently running hosts; must be cheap and must not block.
 pub trait Progress: Send + Sync {
+    /// Called for every event, from the task running the host: must not block.
     fn event(&self, event: &Event);
 }
 
@@ -81,16 +104,11 @@ pub struct PlainProgress<W: Write + Send> {
 }
 
 impl<W: Write + Send> PlainProgress<W> {
+    /// One line per event written to `out`.
     pub fn new(out: W) -> Self {
         PlainProgress {
             out: Mutex::new(out),
         }
-    }
-}
-
-impl PlainProgress<std::io::Stderr> {
-    pub fn stderr() -> Self {
-        PlainProgress::new(std::io::stderr())
     }
 }
 
@@ -188,14 +206,16 @@ impl<W: Write + Send> Progress for PlainProgress<W> {
 /// How one host's run ended.
 #[derive(Debug)]
 pub struct HostReport {
+    /// The host's inventory name.
     pub host: String,
-    pub roles: Vec<HostRole>,
-    pub duration: Duration,
+    pub(crate) roles: Vec<HostRole>,
+    pub(crate) duration: Duration,
     /// Step names with their outcomes, or the error that stopped the host.
     pub result: Result<Vec<(String, StepOutcome)>, ExecError>,
 }
 
 impl HostReport {
+    /// How many steps changed the host (0 when the host failed).
     pub fn changed(&self) -> usize {
         self.result.as_ref().map_or(0, |steps| {
             steps
@@ -209,10 +229,12 @@ impl HostReport {
 /// The final table of a fleet run, in the order hosts were given.
 #[derive(Debug)]
 pub struct Summary {
+    /// One report per host, in the order the hosts were given.
     pub hosts: Vec<HostReport>,
 }
 
 impl Summary {
+    /// True when every host ran all its steps.
     pub fn ok(&self) -> bool {
         self.hosts.iter().all(|h| h.result.is_ok())
     }
@@ -222,6 +244,7 @@ impl Summary {
         self.ok() && self.hosts.iter().all(|h| h.changed() == 0)
     }
 
+    /// The hosts that failed, each with its error, in the order hosts were given.
     pub fn failures(&self) -> impl Iterator<Item = (&HostReport, &ExecError)> {
         self.hosts
             .iter()
@@ -231,7 +254,8 @@ impl Summary {
     /// Folds a later phase's summary into this one (provisioning runs phases: common steps on
     /// all hosts, init on the first control plane, joins): per host, steps are appended,
     /// durations added, and a failure ends the host's record. Hosts new in `later` are appended.
-    pub fn absorb(&mut self, later: Summary) {
+    #[cfg(test)]
+    pub(crate) fn absorb(&mut self, later: Summary) {
         for report in later.hosts {
             let Some(mine) = self.hosts.iter_mut().find(|h| h.host == report.host) else {
                 self.hosts.push(report);

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+/// A file a step puts on the host before its check and run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteFile {
     /// Absolute path on the host.
     pub path: String,
+    /// The file's bytes, written exactly.
     pub content: Bytes,
     /// Octal permission bits, e.g. 0o644.
     pub mode: u32,
@@ -37,22 +39,30 @@ pub struct RemoteFile {
 /// fails with their standard error and its `run` does not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Arrival {
+    /// POSIX sh script, run as root in the background (no arguments, no stdin) once the file
+    /// is written.
     pub run: String,
+    /// How long the hook may run before it is stopped and the step fails.
     pub timeout: Duration,
 }
 
 /// Hooks of one batch running at once on a host.
-pub const ARRIVALS_AT_ONCE: usize = 4;
+pub(crate) const ARRIVALS_AT_ONCE: usize = 4;
 
+/// One idempotent unit of work on a host: its files, a `check` that says whether it is
+/// already done, and the `run` that does it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     /// Short, stable name shown in progress output and errors (`containerd: install`).
     pub name: String,
+    /// Files put on the host first, in order.
     pub files: Vec<RemoteFile>,
     /// POSIX sh script; exit status 0 means the step is already done.
     pub check: Option<String>,
     /// POSIX sh script run as root (through sudo when the ssh user is not root).
     pub run: String,
+    /// How long the check and run together may take before the step fails with
+    /// `ExecError::Timeout`.
     pub timeout: Duration,
 }
 
@@ -65,17 +75,27 @@ pub enum StepOutcome {
     Changed,
 }
 
+/// Why a host's run failed; every variant names the host.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
     /// The host could not be reached or authenticated (ssh's own message included).
     #[error("{host}: cannot connect: {}", host_text(message))]
-    Connect { host: String, message: String },
+    Connect {
+        /// The host's inventory name.
+        host: String,
+        /// ssh's own message (from the host side: shown escaped).
+        message: String,
+    },
     /// A step failed; `stderr` is the remote command's standard error.
     #[error("{host}: step {:?} failed ({}): {}", untrusted(.step), exit_text(*.code), host_text(stderr))]
     Step {
+        /// The host's inventory name.
         host: String,
+        /// The step's name.
         step: String,
+        /// The remote exit status; None when a signal ended it.
         code: Option<i32>,
+        /// The remote command's standard error (from the host: shown escaped).
         stderr: String,
     },
     /// The connection broke (or could not be reopened) while a step was running: the step may
@@ -86,41 +106,68 @@ pub enum ExecError {
         host_text(message)
     )]
     ConnectionLost {
+        /// The host's inventory name.
         host: String,
+        /// The step that was running.
         step: String,
+        /// Why the connection ended (ssh's message).
         message: String,
     },
+    /// The step did not end within its `timeout`.
     #[error("{host}: step {:?} timed out after {timeout:?}", untrusted(.step))]
     Timeout {
+        /// The host's inventory name.
         host: String,
+        /// The step's name.
         step: String,
+        /// The step's timeout.
         timeout: Duration,
     },
     /// First contact with a host whose key the cluster has not recorded yet.
     #[error(
         "{host}: unknown host key {fingerprints}; verify it (e.g. on the host: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and re-run with --accept-new-host-keys to record it"
     )]
-    UnknownHostKey { host: String, fingerprints: String },
+    UnknownHostKey {
+        /// The host's inventory name.
+        host: String,
+        /// The SHA256 fingerprints the host offered, for the operator to verify.
+        fingerprints: String,
+    },
     /// The host offers a key other than the one recorded for the cluster.
     #[error(
         "{host}: HOST KEY CHANGED: the cluster's state store has {known} but the host offers {offered}; this may be an attack or a reinstalled host. If the host was reinstalled, remove its line from the cluster's known_hosts in the state store"
     )]
     HostKeyChanged {
+        /// The host's inventory name.
         host: String,
+        /// The fingerprints the state store holds.
         known: String,
+        /// The fingerprints the host offered.
         offered: String,
     },
+    /// sudo on the host asks for a password: kprov needs NOPASSWD (or root).
     #[error(
         "sudo on {host} requires a password; configure NOPASSWD for user {user} (e.g. '{user} ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/) or connect as root"
     )]
-    SudoPassword { host: String, user: String },
+    SudoPassword {
+        /// The host's inventory name.
+        host: String,
+        /// The ssh user sudo asked a password of.
+        user: String,
+    },
+    /// Any other failure (a duplicate host name, a local directory that cannot be made).
     #[error("{host}: {}", host_text(message))]
-    Other { host: String, message: String },
+    Other {
+        /// The host the failure concerns (`localhost` for a local failure).
+        host: String,
+        /// What failed.
+        message: String,
+    },
 }
 
 impl ExecError {
     /// [`ExecError::Connect`]: `host` could not be reached or authenticated.
-    pub fn connect(host: &str, message: impl Into<String>) -> ExecError {
+    pub(crate) fn connect(host: &str, message: impl Into<String>) -> ExecError {
         ExecError::Connect {
             host: host.to_string(),
             message: message.into(),

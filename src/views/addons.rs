@@ -8,7 +8,7 @@ use crate::ops::addons::AddonReport;
 use crate::output::{Format, Printer};
 
 /// `get addons`: the manifests, exactly as they are applied (`-o json`: their document).
-pub fn manifests(printer: &Printer, manifests: &[Manifest]) -> anyhow::Result<()> {
+pub(crate) fn manifests(printer: &Printer, manifests: &[Manifest]) -> anyhow::Result<()> {
     match printer.format() {
         Format::Json => printer.data(&serde_json::to_string_pretty(manifests)?),
         // The manifests are the review artefact: print them exactly as they are applied.
@@ -18,7 +18,7 @@ pub fn manifests(printer: &Printer, manifests: &[Manifest]) -> anyhow::Result<()
 }
 
 /// The add-ons' preview (what would change) or what was applied.
-pub fn report(printer: &Printer, name: &str, report: &AddonReport) -> Shown {
+pub(crate) fn report(printer: &Printer, name: &str, report: &AddonReport) -> Shown {
     if let Some(route) = &report.route {
         printer.debug(route);
     }
@@ -46,7 +46,11 @@ pub fn report(printer: &Printer, name: &str, report: &AddonReport) -> Shown {
 }
 
 /// `validate cluster`'s result (the document, or the text); false when it did not pass.
-pub fn validated(printer: &Printer, name: &str, result: &ValidationResult) -> anyhow::Result<bool> {
+pub(crate) fn validated(
+    printer: &Printer,
+    name: &str,
+    result: &ValidationResult,
+) -> anyhow::Result<bool> {
     match printer.format() {
         Format::Json => printer.data(&serde_json::to_string_pretty(result)?),
         Format::Yaml => printer.data(&crate::output::to_yaml(result)?),

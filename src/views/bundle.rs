@@ -8,7 +8,7 @@ use crate::bundle::fetch::Made;
 use crate::output::{Format, Printer};
 
 /// `get assets`: every binary and image the cluster's nodes need (`-o json|yaml`: the list).
-pub fn assets(printer: &Printer, list: &Artifacts) -> anyhow::Result<()> {
+pub(crate) fn assets(printer: &Printer, list: &Artifacts) -> anyhow::Result<()> {
     match printer.format() {
         Format::Json => printer.data(&serde_json::to_string_pretty(list)?),
         Format::Yaml => printer.data(&crate::output::to_yaml(list)?),
@@ -18,7 +18,7 @@ pub fn assets(printer: &Printer, list: &Artifacts) -> anyhow::Result<()> {
 }
 
 /// `create bundle` wrote `out`.
-pub fn made(printer: &Printer, out: &Path, cluster: &str, made: &Made, took: Duration) {
+pub(crate) fn made(printer: &Printer, out: &Path, cluster: &str, made: &Made, took: Duration) {
     printer.status(&format!(
         "Wrote bundle {} for {cluster} ({}, Kubernetes {}): {} entries, {} bytes, in {:.1}s.",
         out.display(),

@@ -17,7 +17,7 @@ fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-pub fn report_table(report: &CertificateReport) -> Table {
+pub(crate) fn report_table(report: &CertificateReport) -> Table {
     let mut t = Table::new([
         "HOST",
         "CERTIFICATE",
@@ -63,7 +63,7 @@ pub fn report_table(report: &CertificateReport) -> Table {
 }
 
 /// The report: the table, or its document (`-o json|yaml`).
-pub fn report(printer: &Printer, report: &CertificateReport) -> anyhow::Result<()> {
+pub(crate) fn report(printer: &Printer, report: &CertificateReport) -> anyhow::Result<()> {
     match printer.format() {
         Format::Json => printer.data(&serde_json::to_string_pretty(report)?),
         Format::Yaml => printer.data(&crate::output::to_yaml(report)?),
@@ -74,7 +74,7 @@ pub fn report(printer: &Printer, report: &CertificateReport) -> anyhow::Result<(
 
 /// Warnings for what a report shows: unread hosts, unreadable files, certificates that
 /// expire within 30 days. Returns whether every control plane was read.
-pub fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
+pub(crate) fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
     let name = &report.cluster;
     for h in report.unread() {
         printer.warn(&format!(
@@ -129,7 +129,7 @@ pub fn warn_about(printer: &Printer, report: &CertificateReport) -> bool {
 }
 
 /// The certificate part of `validate cluster`: warnings only, never a failure.
-pub fn validate_check(printer: &Printer, name: &str, check: ValidateCheck) {
+pub(crate) fn validate_check(printer: &Printer, name: &str, check: ValidateCheck) {
     match check {
         ValidateCheck::NotOnCloud(cloud) => printer.status(&format!(
             "Certificates are not checked by validate on {cloud:?} clusters; run `kprov get certificates {name}`."
@@ -148,7 +148,7 @@ pub fn validate_check(printer: &Printer, name: &str, check: ValidateCheck) {
 }
 
 /// A status line per step and per finished control plane (stderr, whatever `-o` says).
-pub fn events() -> RotateEvents {
+pub(crate) fn events() -> RotateEvents {
     let printer = Printer::new(Format::Table, 0);
     Arc::new(move |e: &RotateEvent| match e {
         RotateEvent::Step { host, step } => printer.status(&format!("{host}: {step}")),
@@ -161,7 +161,7 @@ pub fn events() -> RotateEvents {
 
 /// `rotate certificates`' preview after its report: the rotation's order and waits, refused
 /// (false) unless every control plane was read.
-pub fn rotate_preview(
+pub(crate) fn rotate_preview(
     printer: &Printer,
     name: &str,
     report: &CertificateReport,
@@ -193,7 +193,11 @@ pub fn rotate_preview(
 
 /// What `rotate certificates --yes` did: the certificates after, where it stopped, the admin
 /// kubeconfig; false when it did not succeed.
-pub fn rotated(printer: &Printer, name: &str, report: &RotateReport) -> anyhow::Result<bool> {
+pub(crate) fn rotated(
+    printer: &Printer,
+    name: &str,
+    report: &RotateReport,
+) -> anyhow::Result<bool> {
     self::report(printer, &report.after)?;
     if let Some((host, why)) = &report.rolled.failed {
         printer.error(&format!("{host}: the rotation stopped here: {why}"));

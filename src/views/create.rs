@@ -6,7 +6,7 @@ use crate::output::{Printer, plural};
 use crate::spec::{EtcdType, ObjectRef};
 
 /// The inventory's warning and notes (`--dry-run`: the whole summary of what was understood).
-pub fn inventory(printer: &Printer, plan: &CreatePlan, dry_run: bool) {
+pub(crate) fn inventory(printer: &Printer, plan: &CreatePlan, dry_run: bool) {
     if let Some(inv) = &plan.inventory {
         if let Some(w) = inv.unused_warning() {
             printer.warn(&w);
@@ -25,7 +25,7 @@ pub fn inventory(printer: &Printer, plan: &CreatePlan, dry_run: bool) {
 }
 
 /// `--dry-run`'s objects: YAML documents, or (`json`) one `List`.
-pub fn dry_run(printer: &Printer, plan: &CreatePlan, json: bool) -> anyhow::Result<()> {
+pub(crate) fn dry_run(printer: &Printer, plan: &CreatePlan, json: bool) -> anyhow::Result<()> {
     let objects: Vec<ObjectRef> = std::iter::once(ObjectRef::Cluster(&plan.cluster))
         .chain(plan.groups.iter().map(ObjectRef::InstanceGroup))
         .collect();
@@ -33,7 +33,7 @@ pub fn dry_run(printer: &Printer, plan: &CreatePlan, json: bool) -> anyhow::Resu
 }
 
 /// What `create cluster` stored (`location`: the store's).
-pub fn created(printer: &Printer, plan: &CreatePlan, location: &str) {
+pub(crate) fn created(printer: &Printer, plan: &CreatePlan, location: &str) {
     let (cluster, groups) = (&plan.cluster, &plan.groups);
     printer.success(&format!(
         "Cluster {} created in {} ({}).",
@@ -45,7 +45,10 @@ pub fn created(printer: &Printer, plan: &CreatePlan, location: &str) {
 }
 
 /// What `create --dry-run` says it understood from an inventory, one line each.
-pub fn inventory_summary(inv: &crate::inventory::Inventory, overrides: &[String]) -> Vec<String> {
+pub(crate) fn inventory_summary(
+    inv: &crate::inventory::Inventory,
+    overrides: &[String],
+) -> Vec<String> {
     let mut out = vec![format!(
         "Inventory {} ({:?}): {} host(s)",
         inv.file,

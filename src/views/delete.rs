@@ -7,7 +7,7 @@ use crate::ops::delete::{
 use crate::output::{Printer, plural, untrusted};
 
 /// The preview of `delete cluster`.
-pub fn plan(printer: &Printer, location: &str, plan: &DeletePlan) {
+pub(crate) fn plan(printer: &Printer, location: &str, plan: &DeletePlan) {
     let name = plan.cluster();
     match plan {
         DeletePlan::BackupsOnly { count, prefix, .. } => {
@@ -74,7 +74,7 @@ pub fn plan(printer: &Printer, location: &str, plan: &DeletePlan) {
 }
 
 /// What `delete cluster --yes` did (`location`: the store's).
-pub fn report(
+pub(crate) fn report(
     printer: &Printer,
     name: &str,
     location: &str,
@@ -150,7 +150,7 @@ fn backups_said(
 }
 
 /// Before a refusal is reported: the warnings of hosts left alone.
-pub fn not_deleted(printer: &Printer, e: &DeleteError) {
+pub(crate) fn not_deleted(printer: &Printer, e: &DeleteError) {
     if let DeleteError::HostsNotReset { warnings, .. } = e {
         for w in warnings {
             printer.warn(w);

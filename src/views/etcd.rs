@@ -5,7 +5,7 @@ use crate::ops::etcd_backup::Restore;
 use crate::output::{Printer, Table, untrusted};
 
 /// `backup etcd`: the record (`location`: where the snapshot is stored).
-pub fn backed_up(
+pub(crate) fn backed_up(
     printer: &Printer,
     name: &str,
     record: &BackupRecord,
@@ -20,7 +20,7 @@ pub fn backed_up(
 }
 
 /// `get backups`: the table (or the records' document), each damaged record warned of.
-pub fn backups(printer: &Printer, name: &str, backups: &Backups) -> anyhow::Result<()> {
+pub(crate) fn backups(printer: &Printer, name: &str, backups: &Backups) -> anyhow::Result<()> {
     printer.value(&backups.records, || {
         backups_table(&backups.records, &backups.damaged)
     })?;
@@ -37,7 +37,7 @@ pub fn backups(printer: &Printer, name: &str, backups: &Backups) -> anyhow::Resu
 }
 
 /// `restore etcd`'s plan: the snapshot (checksum verified) and the steps per host.
-pub fn restore_plan(printer: &Printer, name: &str, restore: &Restore) {
+pub(crate) fn restore_plan(printer: &Printer, name: &str, restore: &Restore) {
     let (plan, record) = (&restore.plan, &restore.plan.backup);
     let mut t = Table::new(["HOST", "STEPS"]);
     for (h, what) in &plan.hosts {
@@ -56,7 +56,7 @@ pub fn restore_plan(printer: &Printer, name: &str, restore: &Restore) {
 }
 
 /// A restore's preview ends here.
-pub fn restore_pending(printer: &Printer, record: &BackupRecord) {
+pub(crate) fn restore_pending(printer: &Printer, record: &BackupRecord) {
     printer.status(&format!(
         "Everything written to the cluster after {} is lost. Must specify --yes to restore.",
         untrusted(&record.taken_at)
@@ -64,7 +64,7 @@ pub fn restore_pending(printer: &Printer, record: &BackupRecord) {
 }
 
 /// `restore etcd --yes` succeeded.
-pub fn restored(printer: &Printer, name: &str, record: &BackupRecord) {
+pub(crate) fn restored(printer: &Printer, name: &str, record: &BackupRecord) {
     printer.success(&format!(
         "Restored etcd of {name} from snapshot {}: every member healthy, API servers started.",
         untrusted(&record.id)
@@ -72,7 +72,7 @@ pub fn restored(printer: &Printer, name: &str, record: &BackupRecord) {
 }
 
 /// The snapshots, newest first as listed, and the records that failed their check.
-pub fn backups_table(records: &[BackupRecord], damaged: &[DamagedRecord]) -> Table {
+pub(crate) fn backups_table(records: &[BackupRecord], damaged: &[DamagedRecord]) -> Table {
     let mut t = Table::new(["SNAPSHOT", "TAKEN", "MEMBER", "ETCD", "SIZE", "SHA256"]);
     // Checked on read (`BackupRecord::check`), and escaped all the same: the table is the
     // one place these values meet a terminal.

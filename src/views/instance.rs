@@ -12,7 +12,7 @@ use crate::output::{Format, Printer, Table};
 
 /// The preview: `-o json|yaml` the plan's document, else the platform's table and text;
 /// then the refusals (or what `--yes` would do).
-pub fn preview(
+pub(crate) fn preview(
     printer: &Printer,
     name: &str,
     node: &str,
@@ -41,7 +41,7 @@ fn roles(plan: &RemovalPlan) -> String {
 }
 
 /// The preview of removing a metal host: the table, the pods, the etcd member, what follows.
-pub fn metal_plan(printer: &Printer, plan: &RemovalPlan) {
+pub(crate) fn metal_plan(printer: &Printer, plan: &RemovalPlan) {
     let mut t = Table::new(["NODE", "HOST", "ADDRESS", "ROLES", "NODE OBJECT"]);
     t.row([
         plan.node.clone(),
@@ -119,10 +119,10 @@ fn pods_text(pods: &[(String, Disposition)]) -> String {
 
 /// What the removal is doing now (its last step), for the message of a signal that cuts it.
 #[derive(Clone, Default)]
-pub struct InFlight(Arc<std::sync::Mutex<String>>);
+pub(crate) struct InFlight(Arc<std::sync::Mutex<String>>);
 
 impl InFlight {
-    pub fn describe(&self, node: &str) -> String {
+    pub(crate) fn describe(&self, node: &str) -> String {
         let step = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if step.is_empty() {
             format!("planning the removal of {node}")
@@ -134,7 +134,7 @@ impl InFlight {
 
 /// A status line per step and drain event (stderr, whatever `-o` says); the last step kept
 /// in `in_flight`.
-pub fn events(printer: Printer, node: String, in_flight: InFlight) -> RemoveEvents {
+pub(crate) fn events(printer: Printer, node: String, in_flight: InFlight) -> RemoveEvents {
     Arc::new(move |e: &RemoveEvent| match e {
         RemoveEvent::Step(s) => {
             *in_flight.0.lock().unwrap_or_else(|p| p.into_inner()) = s.clone();
@@ -195,7 +195,12 @@ fn drain_status(printer: &Printer, node: &str, drained: Option<&DrainReport>) {
 }
 
 /// The end of a preview: its refusals as errors (exit 1), else what `--yes` would do.
-pub fn end_preview(printer: &Printer, refusals: &[String], node: &str, cluster: &str) -> Shown {
+pub(crate) fn end_preview(
+    printer: &Printer,
+    refusals: &[String],
+    node: &str,
+    cluster: &str,
+) -> Shown {
     for r in refusals {
         printer.error(r);
     }
@@ -209,7 +214,7 @@ pub fn end_preview(printer: &Printer, refusals: &[String], node: &str, cluster: 
 }
 
 /// What `delete instance --yes` did.
-pub fn report(printer: &Printer, name: &str, node: &str, report: &InstanceReport) {
+pub(crate) fn report(printer: &Printer, name: &str, node: &str, report: &InstanceReport) {
     match report {
         InstanceReport::Metal(report) => {
             drain_status(printer, node, report.drain.as_ref());
@@ -244,7 +249,7 @@ pub fn report(printer: &Printer, name: &str, node: &str, report: &InstanceReport
 }
 
 /// The preview of removing an AWS instance: the table, the pods, what follows.
-pub fn aws_plan(printer: &Printer, plan: &AwsRemovalPlan) {
+pub(crate) fn aws_plan(printer: &Printer, plan: &AwsRemovalPlan) {
     let mut t = Table::new(["NODE", "INSTANCE", "GROUP", "ROLE", "NODE OBJECT"]);
     t.row([
         plan.node.clone(),

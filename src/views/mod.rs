@@ -7,46 +7,28 @@
 //! `cli` (layers: `ops` < `views` < `cli`); text kprov did not write goes through
 //! `output::untrusted` as everywhere.
 
-pub mod addons;
-pub mod bundle;
-pub mod certificates;
-pub mod create;
-pub mod delete;
-pub mod etcd;
-pub mod instance;
-pub mod nodes;
-pub mod objects;
-pub mod rolling;
-pub mod signals;
-pub mod toolbox;
-pub mod update;
-
-use serde::Serialize;
-
-use crate::output::{Format, Printer};
+pub(crate) mod addons;
+pub(crate) mod bundle;
+pub(crate) mod certificates;
+pub(crate) mod create;
+pub(crate) mod delete;
+pub(crate) mod etcd;
+pub(crate) mod instance;
+pub(crate) mod nodes;
+pub(crate) mod objects;
+pub(crate) mod rolling;
+pub(crate) mod signals;
+pub(crate) mod toolbox;
+pub(crate) mod update;
 
 /// What a preview showed, for the command's exit code (`cli::exit`: refused 1; changes
 /// pending 2 under `--exit-code`, else 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shown {
+pub(crate) enum Shown {
     /// Nothing to do.
     UpToDate,
     /// Changes a `--yes` would make.
     Pending,
     /// The plan cannot run as it is (printed as errors).
     Refused,
-}
-
-/// `value` as the document `-o json` (pretty) or `-o yaml` prints; `table` for `-o table`.
-pub fn document<T: Serialize>(
-    printer: &Printer,
-    value: &T,
-    table: impl FnOnce() -> String,
-) -> anyhow::Result<()> {
-    match printer.format() {
-        Format::Json => printer.data(&serde_json::to_string_pretty(value)?),
-        Format::Yaml => printer.data(&crate::output::to_yaml(value)?),
-        Format::Table => printer.data(&table()),
-    }
-    Ok(())
 }

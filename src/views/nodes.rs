@@ -66,7 +66,10 @@ fn phase_line(e: &ProgressEvent) -> (String, String) {
 /// Renders node events: on a terminal a spinner line per target showing its current phase
 /// (other lines printed above the spinners), otherwise a plain status line per event.
 /// Returns the bars to clear once the run is over.
-pub fn node_events(printer: &Printer, targets: &[Target]) -> (Events, Option<MultiProgress>) {
+pub(crate) fn node_events(
+    printer: &Printer,
+    targets: &[Target],
+) -> (Events, Option<MultiProgress>) {
     let tty = printer.is_tty();
     let printer = Printer::new(Format::Table, printer.verbosity());
     if !tty {
@@ -116,7 +119,7 @@ pub fn node_events(printer: &Printer, targets: &[Target]) -> (Events, Option<Mul
     (events, Some(multi))
 }
 
-pub fn report_table(report: &Report) -> Table {
+pub(crate) fn report_table(report: &Report) -> Table {
     let mut t = Table::new(["HOST", "ROLES", "RESULT", "CHANGED", "DURATION"]);
     for h in &report.hosts {
         let roles: Vec<&str> = h.roles.iter().map(|r| r.as_str()).collect();
@@ -143,7 +146,7 @@ pub fn report_table(report: &Report) -> Table {
 }
 
 /// Hosts kprov provisioned that the spec lost: they stay in the cluster until removed.
-pub fn warn_gone(printer: &Printer, name: &str, gone: &[Host]) {
+pub(crate) fn warn_gone(printer: &Printer, name: &str, gone: &[Host]) {
     for h in gone {
         printer.warn(&format!(
             "{} ({}) is no longer in the spec but kprov provisioned it: it is still in the \
@@ -156,7 +159,7 @@ pub fn warn_gone(printer: &Printer, name: &str, gone: &[Host]) {
 /// After converging, on every platform: the report table, each failure named, the admin
 /// kubeconfig checked. False (never a silent success) when a host did not converge or the
 /// credentials were not stored.
-pub fn node_report(printer: &Printer, name: &str, nodes: &NodeReport) -> bool {
+pub(crate) fn node_report(printer: &Printer, name: &str, nodes: &NodeReport) -> bool {
     let report = &nodes.report;
     printer.data(&report_table(report).render());
     if !report.success() {
@@ -216,7 +219,7 @@ pub fn node_report(printer: &Printer, name: &str, nodes: &NodeReport) -> bool {
 
 /// What writing kube-system's node configuration changed: said whether or not the add-ons
 /// after it succeeded (running nodes need a roll to get it).
-pub fn node_config(printer: &Printer, name: &str, synced: &Synced) {
+pub(crate) fn node_config(printer: &Printer, name: &str, synced: &Synced) {
     for cm in &synced.rewritten {
         printer.status(&format!(
             "ConfigMap {cm} rewritten from spec.kubelet/spec.kubeProxy: nodes joining now get it; running nodes get it with `kprov rolling-update cluster {name}`."
@@ -229,7 +232,7 @@ pub fn node_config(printer: &Printer, name: &str, synced: &Synced) {
     }
 }
 
-pub fn plan_table(plan: &NodePlan) -> Table {
+pub(crate) fn plan_table(plan: &NodePlan) -> Table {
     let mut t = Table::new(["HOST", "ROLES", "STATE", "ACTION"]);
     for n in &plan.nodes {
         let roles: Vec<&str> = n.roles.iter().map(|r| r.as_str()).collect();
@@ -244,7 +247,7 @@ pub fn plan_table(plan: &NodePlan) -> Table {
 }
 
 /// `delete cluster`'s preview of a metal cluster's hosts (`ops::delete`'s plan).
-pub fn reset_preview(name: &str, hosts: &[Host], dropped: &[String]) -> String {
+pub(crate) fn reset_preview(name: &str, hosts: &[Host], dropped: &[String]) -> String {
     let mut t = Table::new(["HOST", "ROLES", "ADDRESS", "NOTE"]);
     for h in hosts {
         let note = if dropped.contains(&h.name) {
@@ -267,7 +270,7 @@ pub fn reset_preview(name: &str, hosts: &[Host], dropped: &[String]) -> String {
 }
 
 /// `forget host-key` without `--yes`.
-pub fn forget_preview(printer: &Printer, plan: &ForgetPlan) {
+pub(crate) fn forget_preview(printer: &Printer, plan: &ForgetPlan) {
     printer.status(&format!(
         "Would forget the host keys {} recorded for {} (as {}). Must specify --yes.",
         plan.cluster,
@@ -277,7 +280,7 @@ pub fn forget_preview(printer: &Printer, plan: &ForgetPlan) {
 }
 
 /// `forget host-key --yes`: how many keys it removed.
-pub fn forgotten(printer: &Printer, plan: &ForgetPlan, removed: usize) {
+pub(crate) fn forgotten(printer: &Printer, plan: &ForgetPlan, removed: usize) {
     let (cluster, host) = (&plan.cluster, &plan.host);
     if removed == 0 {
         printer.status(&format!(
@@ -294,7 +297,7 @@ pub fn forgotten(printer: &Printer, plan: &ForgetPlan, removed: usize) {
 }
 
 /// `release host`'s outcome; false when it was refused.
-pub fn released(printer: &Printer, cluster: &str, host: &str, outcome: &Release) -> bool {
+pub(crate) fn released(printer: &Printer, cluster: &str, host: &str, outcome: &Release) -> bool {
     let host = untrusted(host);
     match outcome {
         Release::NotClaimed => {
@@ -326,7 +329,7 @@ pub fn released(printer: &Printer, cluster: &str, host: &str, outcome: &Release)
 
 /// The hosts are provisioned and the add-ons left alone: `--phase nodes` (`skipped`: false)
 /// or `--skip-addons` (true), and how to deploy them.
-pub fn addons_left(printer: &Printer, name: &str, skipped: bool) {
+pub(crate) fn addons_left(printer: &Printer, name: &str, skipped: bool) {
     printer.status(&if skipped {
         format!(
             "Add-ons and the node configuration in kube-system (ConfigMaps kubelet-config, kube-proxy) skipped (--skip-addons); deploy them with `kprov update addons {name} --yes` and `kprov update cluster {name} --yes`."
@@ -340,7 +343,7 @@ pub fn addons_left(printer: &Printer, name: &str, skipped: bool) {
 
 /// The hosts are provisioned but the node configuration or the add-ons failed: what was
 /// written, the error, how to retry.
-pub fn addons_failed(printer: &Printer, name: &str, e: &AddonsError) {
+pub(crate) fn addons_failed(printer: &Printer, name: &str, e: &AddonsError) {
     match e {
         AddonsError::NodeConfig(e) => printer.error(&format!(
             "the hosts of {name} are provisioned, but its node configuration in kube-system could not be written: {e:#}. Re-run `kprov update cluster {name} --yes` when the cause is fixed (or pass --skip-addons)"

@@ -11,7 +11,7 @@ use crate::state::lock::LockRecord;
 
 /// `get clusters`: the readable clusters' table, the unreadable and deleted ones named (`-o
 /// yaml|json`: the objects as `create -f` takes them).
-pub fn clusters(
+pub(crate) fn clusters(
     printer: &Printer,
     list: &ClusterList,
     full: bool,
@@ -78,13 +78,13 @@ pub fn clusters(
 }
 
 /// Objects as `create -f` / `replace -f` take them (`-o json`: a `List`, else YAML).
-pub fn objects(printer: &Printer, objs: &[ObjectRef]) -> anyhow::Result<()> {
+pub(crate) fn objects(printer: &Printer, objs: &[ObjectRef]) -> anyhow::Result<()> {
     objects_as(printer, objs, printer.format() == Format::Json)
 }
 
 /// Objects as YAML documents, or (`json`) one `List`, whatever the printer's format (`create
 /// cluster --dry-run` has a format flag of its own).
-pub fn objects_as(printer: &Printer, objs: &[ObjectRef], json: bool) -> anyhow::Result<()> {
+pub(crate) fn objects_as(printer: &Printer, objs: &[ObjectRef], json: bool) -> anyhow::Result<()> {
     if json {
         let items: Vec<serde_json::Value> = objs
             .iter()
@@ -103,7 +103,7 @@ pub fn objects_as(printer: &Printer, objs: &[ObjectRef], json: bool) -> anyhow::
 }
 
 /// `get instancegroups`: the table (`-o yaml|json`: the user's objects).
-pub fn groups(
+pub(crate) fn groups(
     printer: &Printer,
     user: &[InstanceGroup],
     groups: &[InstanceGroup],
@@ -133,7 +133,7 @@ pub fn groups(
 }
 
 /// `get secrets`: each secret by its digest, never its bytes.
-pub fn secrets(printer: &Printer, rows: &[SecretEntry]) -> anyhow::Result<()> {
+pub(crate) fn secrets(printer: &Printer, rows: &[SecretEntry]) -> anyhow::Result<()> {
     let items: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
@@ -161,7 +161,7 @@ pub fn secrets(printer: &Printer, rows: &[SecretEntry]) -> anyhow::Result<()> {
 }
 
 /// What `create -f` / `replace -f` wrote, as it writes it.
-pub fn written(printer: &Printer, w: Written) {
+pub(crate) fn written(printer: &Printer, w: Written) {
     match w {
         Written::Pinned(n) => printer.status(&n),
         Written::ClusterCreated { name, groups } => printer.success(&format!(
@@ -191,7 +191,7 @@ pub fn written(printer: &Printer, w: Written) {
 }
 
 /// `lock status`: the lock's record, or that there is none.
-pub fn lock_status(
+pub(crate) fn lock_status(
     printer: &Printer,
     cluster: &str,
     status: Option<&LockRecord>,
@@ -204,7 +204,7 @@ pub fn lock_status(
 }
 
 /// `lock break`: what was removed.
-pub fn lock_broken(printer: &Printer, cluster: &str, broken: Broken) {
+pub(crate) fn lock_broken(printer: &Printer, cluster: &str, broken: Broken) {
     match broken {
         Broken::NotLocked => printer
             .status(&format!("cluster {cluster} was not locked")),
@@ -228,12 +228,12 @@ pub fn lock_broken(printer: &Printer, cluster: &str, broken: Broken) {
 }
 
 /// `delete damaged` without a damaged record.
-pub fn no_damaged(printer: &Printer, name: &str) {
+pub(crate) fn no_damaged(printer: &Printer, name: &str) {
     printer.status(&format!("cluster {name} has no damaged records"));
 }
 
 /// `delete damaged`'s preview: the damaged records.
-pub fn damaged(printer: &Printer, name: &str, plan: &DamagedPlan) {
+pub(crate) fn damaged(printer: &Printer, name: &str, plan: &DamagedPlan) {
     let n = plan.found.len();
     printer.data(&format!(
         "Will remove {n} damaged record{} of cluster {name} (from known host keys only the \
@@ -252,7 +252,7 @@ pub fn damaged(printer: &Printer, name: &str, plan: &DamagedPlan) {
 
 /// Which JSON schema `kprov schema` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Schema {
+pub(crate) enum Schema {
     Cluster,
     InstanceGroup,
     /// One schema for multi-document files holding either kind.
@@ -260,7 +260,7 @@ pub enum Schema {
 }
 
 /// The JSON schema of the objects (`kprov schema`), for editors and CI checks.
-pub fn schema(kind: Schema) -> anyhow::Result<String> {
+pub(crate) fn schema(kind: Schema) -> anyhow::Result<String> {
     let cluster = schemars::schema_for!(spec::Cluster);
     let ig = schemars::schema_for!(InstanceGroup);
     let value = match kind {
@@ -305,7 +305,12 @@ pub fn schema(kind: Schema) -> anyhow::Result<String> {
 }
 
 /// `create registry-credentials`: where they are kept, and whether a mirror uses them.
-pub fn registry_credentials(printer: &Printer, name: &str, host: &str, stored: &RegistryStored) {
+pub(crate) fn registry_credentials(
+    printer: &Printer,
+    name: &str,
+    host: &str,
+    stored: &RegistryStored,
+) {
     if !stored.used {
         printer.warn(&format!(
             "no mirror in spec.containerd.registries has host {host}: the credentials are kept \
@@ -320,7 +325,7 @@ pub fn registry_credentials(printer: &Printer, name: &str, host: &str, stored: &
 }
 
 /// `kprov version` (`-o json|yaml`: `{"kprov": VERSION}`).
-pub fn version(printer: &Printer, version: &str) -> anyhow::Result<()> {
+pub(crate) fn version(printer: &Printer, version: &str) -> anyhow::Result<()> {
     if printer.format() == Format::Table {
         printer.data(&format!("kprov {version}"));
     } else {

@@ -16,7 +16,7 @@ use crate::output::{Format, Printer, Table, plural};
 
 /// The preview of `rolling-update cluster`: the groups' and nodes' tables (or the plan's
 /// document), READY's absence, the version change, the refusals (false: the roll cannot start).
-pub fn preview(printer: &Printer, name: &str, o: &RollingPlan) -> anyhow::Result<bool> {
+pub(crate) fn preview(printer: &Printer, name: &str, o: &RollingPlan) -> anyhow::Result<bool> {
     let plan = &o.plan;
     match printer.format() {
         Format::Json => printer.data(&serde_json::to_string_pretty(o)?),
@@ -54,7 +54,7 @@ pub fn preview(printer: &Printer, name: &str, o: &RollingPlan) -> anyhow::Result
 }
 
 /// What a `--yes` would roll (up to date, or pending).
-pub fn to_roll(printer: &Printer, name: &str, plan: &RollPlan) -> Shown {
+pub(crate) fn to_roll(printer: &Printer, name: &str, plan: &RollPlan) -> Shown {
     let to_roll = plan.to_roll();
     if to_roll == 0 {
         printer.success(&format!(
@@ -69,7 +69,7 @@ pub fn to_roll(printer: &Printer, name: &str, plan: &RollPlan) -> Shown {
     Shown::Pending
 }
 
-pub fn warn_ready_unknown(printer: &Printer, plan: &RollingPlan) {
+pub(crate) fn warn_ready_unknown(printer: &Printer, plan: &RollingPlan) {
     if let Some(e) = &plan.ready_unknown {
         printer.warn(&format!(
             "READY is unknown: the cluster's API could not be asked: {e}"
@@ -77,7 +77,7 @@ pub fn warn_ready_unknown(printer: &Printer, plan: &RollingPlan) {
     }
 }
 
-pub fn groups_table(plan: &RollPlan) -> Table {
+pub(crate) fn groups_table(plan: &RollPlan) -> Table {
     let mut t = Table::new([
         "NAME",
         "STATUS",
@@ -103,7 +103,7 @@ pub fn groups_table(plan: &RollPlan) -> Table {
     t
 }
 
-pub fn nodes_table(plan: &RollPlan) -> Table {
+pub(crate) fn nodes_table(plan: &RollPlan) -> Table {
     let mut t = Table::new(["NODE", "GROUP", "ACTION", "WHY"]);
     for g in &plan.groups {
         for n in &g.nodes {
@@ -128,7 +128,7 @@ pub fn nodes_table(plan: &RollPlan) -> Table {
 /// Renders the roll's events: on a terminal one line per node (its step or what it is
 /// doing, and the time since that line started), validation above them; otherwise plain
 /// lines naming the node, its step and the seconds since the roll started.
-pub fn roll_events(tty: bool, nodes: &[String]) -> (ops::RollEvents, Option<MultiProgress>) {
+pub(crate) fn roll_events(tty: bool, nodes: &[String]) -> (ops::RollEvents, Option<MultiProgress>) {
     let printer = crate::output::Printer::new(Format::Table, 0);
     let start = std::time::Instant::now();
     if !tty {
@@ -188,7 +188,7 @@ fn gate_line(e: &ops::RollEvent) -> String {
     }
 }
 
-pub fn journal_table(j: &Journal, cloud_only: bool) -> Table {
+pub(crate) fn journal_table(j: &Journal, cloud_only: bool) -> Table {
     let mut t = Table::new(["NODE", "GROUP", "ACTION", "STEP", "NOTE"]);
     for n in &j.nodes {
         t.row([
@@ -218,7 +218,7 @@ fn shown_step(step: NodeStep, cloud_only: bool) -> &'static str {
 
 /// How a roll ended, for the command's exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// Rolled, or nothing to roll.
     Rolled,
     /// Refused or failed (said as an error).
@@ -231,7 +231,7 @@ pub enum Ended {
 
 /// The report printed (the journal as stored, then how the roll ended); the errors it does
 /// not say are returned.
-pub fn report(
+pub(crate) fn report(
     printer: &Printer,
     name: &str,
     report: Result<RollingReport, RollingError>,
@@ -283,7 +283,7 @@ pub fn report(
 }
 
 /// What happens before the engine runs, as it happens.
-pub fn say(printer: &Printer, name: &str, e: RollingEvent<'_>) {
+pub(crate) fn say(printer: &Printer, name: &str, e: RollingEvent<'_>) {
     match e {
         RollingEvent::Resuming(j) => printer.status(&format!(
             "Resuming the roll of {name} started at {} by {}: {} of {} done.",
@@ -312,7 +312,7 @@ pub fn say(printer: &Printer, name: &str, e: RollingEvent<'_>) {
 
 /// `get instances`: every machine with its group, status and Ready, the unknown ones
 /// warned of, the problems as errors (false: there are some).
-pub fn instances(printer: &Printer, name: &str, o: &RollingPlan) -> anyhow::Result<bool> {
+pub(crate) fn instances(printer: &Printer, name: &str, o: &RollingPlan) -> anyhow::Result<bool> {
     let rows = o.instances();
     match printer.format() {
         Format::Json => printer.data(&serde_json::to_string_pretty(&rows)?),

@@ -5,7 +5,7 @@ use crate::ops::interrupt::Caught;
 use crate::output::{Format, Printer};
 
 /// The first signal: what happens now.
-pub fn first(cluster: &str, c: Caught) {
+pub(crate) fn first(cluster: &str, c: Caught) {
     Printer::new(Format::Table, 0).warn(&format!(
         "{c}: stopping what is in flight and releasing the lock of {cluster} \
          ({} again exits at once)",
@@ -17,7 +17,7 @@ pub fn first(cluster: &str, c: Caught) {
 }
 
 /// The second signal: kprov exits at once, the lock left to its lease.
-pub fn second(cluster: &str, c: Caught, resume: &str) {
+pub(crate) fn second(cluster: &str, c: Caught, resume: &str) {
     Printer::new(Format::Table, 0).error(&format!(
         "interrupted twice ({c}): exiting now; the lock of {cluster} stays held until its lease \
          expires (or `kprov lock break {cluster}`), then `{resume}` resumes"
@@ -25,7 +25,7 @@ pub fn second(cluster: &str, c: Caught, resume: &str) {
 }
 
 /// Signals cannot be caught here.
-pub fn not_caught(why: &str) {
+pub(crate) fn not_caught(why: &str) {
     Printer::new(Format::Table, 0).warn(&format!(
         "Ctrl-C cannot be caught ({why}): an interrupt ends kprov where it is"
     ));
@@ -33,7 +33,13 @@ pub fn not_caught(why: &str) {
 
 /// After a command stopped for signal `c` with its lock released: what was in flight, how to
 /// resume.
-pub fn interrupted(printer: &Printer, cluster: &str, c: Caught, in_flight: &str, resume: &str) {
+pub(crate) fn interrupted(
+    printer: &Printer,
+    cluster: &str,
+    c: Caught,
+    in_flight: &str,
+    resume: &str,
+) {
     printer.error(&format!(
         "interrupted by {c} while {in_flight}; the lock of {cluster} is released"
     ));

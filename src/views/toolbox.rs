@@ -5,7 +5,7 @@ use crate::ops::toolbox::Dump;
 use crate::output::{Format, Printer};
 
 /// What `create sshpublickey` stored.
-pub fn key_stored(printer: &Printer, name: &str, key: &PublicKey, change: &KeyChange) {
+pub(crate) fn key_stored(printer: &Printer, name: &str, key: &PublicKey, change: &KeyChange) {
     match change {
         KeyChange::Unchanged => printer.success(&format!(
             "{name} already has this SSH public key ({}).",
@@ -28,7 +28,7 @@ pub fn key_stored(printer: &Printer, name: &str, key: &PublicKey, change: &KeyCh
 }
 
 /// `toolbox dump`: the parts not read warned of, then the document (`-o json`, else YAML).
-pub fn dump(printer: &Printer, name: &str, d: &Dump) -> anyhow::Result<()> {
+pub(crate) fn dump(printer: &Printer, name: &str, d: &Dump) -> anyhow::Result<()> {
     for (part, e) in [
         ("cloud resources", &d.resources_error),
         ("machines", &d.machines_error),

@@ -18,7 +18,7 @@ use crate::provision::plan::Action;
 
 /// The plan as one document (docs/plan-json.md): the cloud plan's fields, `nodePlan`,
 /// `hostsToRemove` and `refusals`, keys in order.
-pub fn plan_document(printer: &Printer, plan: &UpdatePlan) -> anyhow::Result<()> {
+pub(crate) fn plan_document(printer: &Printer, plan: &UpdatePlan) -> anyhow::Result<()> {
     let doc = serde_json::to_value(plan)?;
     match printer.format() {
         Format::Yaml => printer.data(&crate::output::to_yaml(&doc)?),
@@ -28,7 +28,11 @@ pub fn plan_document(printer: &Printer, plan: &UpdatePlan) -> anyhow::Result<()>
 }
 
 /// The cloud plan alone: the table, or (`-o json|yaml`) the cloud plan's document.
-pub fn cloud_plan(printer: &Printer, plan: &engine::Plan, prune: bool) -> anyhow::Result<()> {
+pub(crate) fn cloud_plan(
+    printer: &Printer,
+    plan: &engine::Plan,
+    prune: bool,
+) -> anyhow::Result<()> {
     match printer.format() {
         Format::Json => printer.data(&serde_json::to_string_pretty(&serde_json::to_value(plan)?)?),
         Format::Yaml => printer.data(&crate::output::to_yaml(&serde_json::to_value(plan)?)?),
@@ -45,7 +49,7 @@ pub fn cloud_plan(printer: &Printer, plan: &engine::Plan, prune: bool) -> anyhow
 
 /// The lines `update cluster` prints when it reads the inventory again: the hosts' changes,
 /// and a `kube_version` that differs from the spec's.
-pub fn reread(printer: &Printer, name: &str, r: &crate::ops::update::Reread) {
+pub(crate) fn reread(printer: &Printer, name: &str, r: &crate::ops::update::Reread) {
     for line in r.change.lines(&r.file) {
         printer.status(&untrusted(&line).to_string());
     }
@@ -63,7 +67,7 @@ pub fn reread(printer: &Printer, name: &str, r: &crate::ops::update::Reread) {
 
 /// The preview of a platform with cloud resources: the cloud plan, then the node plan of its
 /// running instances (`cloud_phase`: `--phase cloud`, the cloud plan alone).
-pub fn cloud_preview(
+pub(crate) fn cloud_preview(
     printer: &Printer,
     name: &str,
     plan: &UpdatePlan,
@@ -124,7 +128,7 @@ pub fn cloud_preview(
 
 /// The preview of a platform without cloud resources (metal): the node plan of its hosts,
 /// the hosts to remove and the inventory's changes to the spec (`inventory`: the flag).
-pub fn hosts_preview(
+pub(crate) fn hosts_preview(
     printer: &Printer,
     name: &str,
     plan: &UpdatePlan,
@@ -186,7 +190,7 @@ fn node_preview(printer: &Printer, name: &str, update: &UpdatePlan) -> anyhow::R
 }
 
 /// What a signal cuts once the machines are being provisioned.
-pub fn provisioning(machines: usize, machine: &str) -> String {
+pub(crate) fn provisioning(machines: usize, machine: &str) -> String {
     format!(
         "provisioning {} (a host step cut short is done again by the next run)",
         plural(machines, machine)
@@ -195,7 +199,7 @@ pub fn provisioning(machines: usize, machine: &str) -> String {
 
 /// An apply that provisioned no machine, as said; false when that is a failure. `None` for
 /// [`UpdateReport::Nodes`] (the node report's own view).
-pub fn unprovisioned(printer: &Printer, name: &str, report: &UpdateReport) -> Option<bool> {
+pub(crate) fn unprovisioned(printer: &Printer, name: &str, report: &UpdateReport) -> Option<bool> {
     match report {
         UpdateReport::Nodes(_) => None,
         UpdateReport::CloudOnly => {
@@ -221,7 +225,7 @@ pub fn unprovisioned(printer: &Printer, name: &str, report: &UpdateReport) -> Op
 
 /// The apply's events printed: the cloud plan and a line (or bar step) per finished change,
 /// waits per instance (a line per new cause), the inventory's hosts stored.
-pub struct ApplyEvents<'a> {
+pub(crate) struct ApplyEvents<'a> {
     printer: &'a Printer,
     name: &'a str,
     prune: bool,
@@ -230,7 +234,12 @@ pub struct ApplyEvents<'a> {
 }
 
 impl<'a> ApplyEvents<'a> {
-    pub fn new(printer: &'a Printer, name: &'a str, prune: bool, in_flight: &'a InFlight) -> Self {
+    pub(crate) fn new(
+        printer: &'a Printer,
+        name: &'a str,
+        prune: bool,
+        in_flight: &'a InFlight,
+    ) -> Self {
         ApplyEvents {
             printer,
             name,
@@ -240,7 +249,7 @@ impl<'a> ApplyEvents<'a> {
         }
     }
 
-    pub fn show(&self, e: &UpdateEvent<'_>) {
+    pub(crate) fn show(&self, e: &UpdateEvent<'_>) {
         let (printer, name) = (self.printer, self.name);
         let e = match e {
             UpdateEvent::HostsStored(change) => {
@@ -347,7 +356,7 @@ impl<'a> ApplyEvents<'a> {
 /// What an AWS apply is doing now, for the message of a signal that cuts it; and the last
 /// wait line printed per instance, so that a wait prints a line per change only.
 #[derive(Default)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     phase: Mutex<String>,
     /// Instance -> the "waiting for SSH" causes printed for it (a wait that alternates
     /// between two causes says each once).
@@ -359,7 +368,7 @@ impl InFlight {
         *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase;
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         if !waiting.is_empty() {
             let names: Vec<&str> = waiting.keys().map(String::as_str).collect();
@@ -375,7 +384,7 @@ impl InFlight {
 
     /// Follows `e`; false when it only repeats what was printed (the same instance still
     /// waiting for a cause already said).
-    pub fn follow(&self, e: &AwsEvent<'_>) -> bool {
+    pub(crate) fn follow(&self, e: &AwsEvent<'_>) -> bool {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         let phase = match e {
             AwsEvent::Wait(WaitEvent::Waiting { instance, last }) => {
@@ -419,7 +428,7 @@ impl InFlight {
     }
 
     /// The waits are over: the nodes are provisioned now.
-    pub fn provisioning(&self, phase: String) {
+    pub(crate) fn provisioning(&self, phase: String) {
         self.waiting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
