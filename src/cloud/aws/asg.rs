@@ -10,20 +10,15 @@ use crate::cloud::engine::CloudError;
 pub(super) async fn fetch(
     c: &AwsCloud,
 ) -> Result<Vec<aws_sdk_autoscaling::types::AutoScalingGroup>, CloudError> {
-    c.asg
-        .describe_auto_scaling_groups()
-        .filters(
+    all_items!(
+        c.asg.describe_auto_scaling_groups().filters(
             Filter::builder()
                 .name(format!("tag:{}", super::owned_tag_key(&c.cluster)))
                 .values("owned")
                 .build(),
-        )
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeAutoScalingGroups")
+        ),
+        "DescribeAutoScalingGroups"
+    )
 }
 
 pub(super) fn assemble(

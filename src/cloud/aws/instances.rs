@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 
-use super::{AwsCloud, Ctx, owned_by, owned_tag_key};
+use super::{AwsCloud, owned_by, owned_tag_key};
 use crate::cloud::engine::{CloudError, Plan, ResourceId};
 use crate::nodes::{CloudInstance, Target, TargetError, TargetSource};
 use crate::provision::render::CloudApi;
@@ -376,29 +376,25 @@ impl AwsInstances {
 
     /// One paginated DescribeInstances for the whole cluster.
     pub async fn instances(&self) -> Result<Vec<InstanceFacts>, CloudError> {
-        let reservations: Vec<_> = self
-            .ec2
-            .describe_instances()
-            .filters(
-                Filter::builder()
-                    .name(format!("tag:{}", owned_tag_key(&self.cluster)))
-                    .values("owned")
-                    .build(),
-            )
-            .filters(
-                Filter::builder()
-                    .name("instance-state-name")
-                    .values("running")
-                    .values("pending")
-                    .build(),
-            )
-            .max_results(1000)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeInstances")?;
+        let reservations: Vec<_> = all_items!(
+            self.ec2
+                .describe_instances()
+                .filters(
+                    Filter::builder()
+                        .name(format!("tag:{}", owned_tag_key(&self.cluster)))
+                        .values("owned")
+                        .build(),
+                )
+                .filters(
+                    Filter::builder()
+                        .name("instance-state-name")
+                        .values("running")
+                        .values("pending")
+                        .build(),
+                )
+                .max_results(1000),
+            "DescribeInstances"
+        )?;
         Ok(reservations
             .iter()
             .flat_map(|r| r.instances())

@@ -6,6 +6,18 @@
 //! paginated Describe per resource type finds the whole cluster. IAM objects live under the path
 //! `/kprov/NAME/`; Route53 records are owned through a TXT record next to them.
 
+/// Every item a paginated list call answers, in one `Vec`: `$request` is the call's request
+/// builder, `$op` names the operation in its error. A macro because the five SDKs' paginators
+/// share this shape but no trait a function could be written over.
+macro_rules! all_items {
+    ($request:expr, $op:expr) => {
+        $crate::cloud::aws::Ctx::ctx(
+            $request.into_paginator().items().send().try_collect().await,
+            $op,
+        )
+    };
+}
+
 pub(crate) mod asg;
 pub use asg::GroupCapacity;
 mod clb;
@@ -752,26 +764,32 @@ impl Provider for AwsCloud {
 pub(crate) mod tests_support {
     use super::*;
 
-    /// A service error and a transport error whose texts are `text`, as the SDK hands them.
-    pub(crate) fn sdk_errors(
-        text: &str,
-    ) -> [SdkError<
+    /// What an S3 `GetObject` call fails with: the SDK error type these helpers build.
+    pub(crate) type S3Error = SdkError<
         aws_sdk_s3::operation::get_object::GetObjectError,
         aws_smithy_runtime_api::http::Response,
-    >; 2] {
+    >;
+
+    /// A service error answering `code` and `message` (an HTTP 400), as the SDK hands it.
+    pub(crate) fn service_error(code: &str, message: &str) -> S3Error {
         let meta = aws_smithy_types::error::ErrorMetadata::builder()
-            .code(text)
-            .message(text)
+            .code(code)
+            .message(message)
             .build();
         let raw = aws_smithy_runtime_api::http::Response::new(
             aws_smithy_runtime_api::http::StatusCode::try_from(400).expect("status"),
             aws_smithy_types::body::SdkBody::from(""),
         );
+        SdkError::service_error(
+            aws_sdk_s3::operation::get_object::GetObjectError::generic(meta),
+            raw,
+        )
+    }
+
+    /// A service error and a transport error whose texts are `text`, as the SDK hands them.
+    pub(crate) fn sdk_errors(text: &str) -> [S3Error; 2] {
         [
-            SdkError::service_error(
-                aws_sdk_s3::operation::get_object::GetObjectError::generic(meta),
-                raw,
-            ),
+            service_error(text, text),
             SdkError::timeout_error(text.to_string()),
         ]
     }
@@ -825,18 +843,7 @@ mod tests {
 
     /// A service error with `code` and `message`, through `ctx` as every call site sends it.
     fn api_error(operation: &str, code: &str, message: &str) -> CloudError {
-        let meta = aws_smithy_types::error::ErrorMetadata::builder()
-            .code(code)
-            .message(message)
-            .build();
-        let raw = aws_smithy_runtime_api::http::Response::new(
-            aws_smithy_runtime_api::http::StatusCode::try_from(400).expect("status"),
-            aws_smithy_types::body::SdkBody::from(""),
-        );
-        let r: Result<(), _> = Err(SdkError::service_error(
-            aws_sdk_s3::operation::get_object::GetObjectError::generic(meta),
-            raw,
-        ));
+        let r: Result<(), _> = Err(tests_support::service_error(code, message));
         r.ctx(operation).expect_err("an error")
     }
 
