@@ -204,17 +204,12 @@ pub async fn load(
 ) -> Result<BTreeMap<String, GroupHostKey>, HostKeyError> {
     let mut out = BTreeMap::new();
     for g in groups {
-        let key = secret_key(cluster, g).map_err(|source| HostKeyError::Store {
+        let err = |source| HostKeyError::Store {
             group: g.to_string(),
             source,
-        })?;
-        let got = store
-            .get(&key)
-            .await
-            .map_err(|source| HostKeyError::Store {
-                group: g.to_string(),
-                source,
-            })?;
+        };
+        let key = secret_key(cluster, g).map_err(err)?;
+        let got = store.get(&key).await.map_err(err)?;
         if let Some(o) = got {
             out.insert(g.to_string(), parse(g, &store.key_location(&key), &o.data)?);
         }
