@@ -11,7 +11,7 @@ use crate::cloud::engine::{CloudError, Kind, ResourceId};
 
 /// The EC2 kinds (networking, security groups, key pair, launch templates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Ec2Kind {
+pub(crate) enum Ec2Kind {
     Vpc,
     Subnet,
     InternetGateway,
@@ -26,7 +26,7 @@ pub enum Ec2Kind {
 
 /// The Elastic Load Balancing (v2) kinds: the API's network load balancer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ElbKind {
+pub(crate) enum ElbKind {
     LoadBalancer,
     TargetGroup,
     Listener,
@@ -34,7 +34,7 @@ pub enum ElbKind {
 
 /// The IAM kinds, under the path `/kprov/CLUSTER/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IamKind {
+pub(crate) enum IamKind {
     Role,
     RolePolicy,
     InstanceProfile,
@@ -42,7 +42,7 @@ pub enum IamKind {
 
 /// The Route53 kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DnsKind {
+pub(crate) enum DnsKind {
     Zone,
     Record,
     ZoneVpc,
@@ -50,7 +50,7 @@ pub enum DnsKind {
 
 /// Every kind the AWS provider knows, grouped by the service that makes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum AwsKind {
+pub(crate) enum AwsKind {
     Ec2(Ec2Kind),
     AutoScalingGroup,
     Elb(ElbKind),
@@ -66,18 +66,21 @@ pub enum AwsKind {
 
 /// The kinds as one table, each with the name written into `kprov.dev/id` tags and shown in
 /// plans (never change one: owned resources are found by it) and, where the code builds IDs
-/// of it, the engine's kind as a constant: [`AwsKind::ALL`], [`AwsKind::name`] and the
+/// of it, the engine's kind as a constant (`#[cfg(test)]` where only tests do): [`AwsKind::ALL`], [`AwsKind::name`] and the
 /// constants all come from it, so a new variant is one row here.
 macro_rules! kinds {
-    ($( $variant:ident $(($group:ident::$inner:ident))? => $name:literal $(, $konst:ident)?; )*) => {
+    ($(
+        $variant:ident $(($group:ident::$inner:ident))? => $name:literal
+            $(, $(#[$attr:meta])* $konst:ident)?;
+    )*) => {
         impl AwsKind {
             /// Every kind: [`AwsKind::of`] parses by it (the test below checks that each has
             /// its own name).
-            pub const ALL: [AwsKind; [$($name),*].len()] =
+            pub(crate) const ALL: [AwsKind; [$($name),*].len()] =
                 [$( AwsKind::$variant $(($group::$inner))? ),*];
 
             /// The name written into `kprov.dev/id` tags and shown in plans.
-            pub const fn name(self) -> &'static str {
+            pub(crate) const fn name(self) -> &'static str {
                 match self {
                     $( AwsKind::$variant $(($group::$inner))? => $name, )*
                 }
@@ -86,11 +89,12 @@ macro_rules! kinds {
 
         // The engine's kinds, for building `ResourceId`s and comparing them (typed: a `Kind`
         // is made only by `AwsKind::kind`).
-        $( kinds!(@const [$($konst)?] AwsKind::$variant $(($group::$inner))?); )*
+        $( kinds!(@const [$($(#[$attr])* $konst)?] AwsKind::$variant $(($group::$inner))?); )*
     };
     (@const [] $($kind:tt)*) => {};
-    (@const [$konst:ident] $($kind:tt)*) => {
-        pub const $konst: Kind = $($kind)*.kind();
+    (@const [$(#[$attr:meta])* $konst:ident] $($kind:tt)*) => {
+        $(#[$attr])*
+        pub(crate) const $konst: Kind = $($kind)*.kind();
     };
 }
 
@@ -98,12 +102,12 @@ kinds! {
     Ec2(Ec2Kind::Vpc) => "Vpc", VPC;
     Ec2(Ec2Kind::Subnet) => "Subnet", SUBNET;
     Ec2(Ec2Kind::InternetGateway) => "InternetGateway", INTERNET_GATEWAY;
-    Ec2(Ec2Kind::RouteTable) => "RouteTable", ROUTE_TABLE;
+    Ec2(Ec2Kind::RouteTable) => "RouteTable", #[cfg(test)] ROUTE_TABLE;
     Ec2(Ec2Kind::ElasticIp) => "ElasticIp", ELASTIC_IP;
-    Ec2(Ec2Kind::NatGateway) => "NatGateway", NAT_GATEWAY;
-    Ec2(Ec2Kind::SecurityGroup) => "SecurityGroup", SECURITY_GROUP;
+    Ec2(Ec2Kind::NatGateway) => "NatGateway", #[cfg(test)] NAT_GATEWAY;
+    Ec2(Ec2Kind::SecurityGroup) => "SecurityGroup", #[cfg(test)] SECURITY_GROUP;
     Ec2(Ec2Kind::SecurityGroupRules) => "SecurityGroupRules", SECURITY_GROUP_RULES;
-    Ec2(Ec2Kind::KeyPair) => "KeyPair", KEY_PAIR;
+    Ec2(Ec2Kind::KeyPair) => "KeyPair", #[cfg(test)] KEY_PAIR;
     Ec2(Ec2Kind::LaunchTemplate) => "LaunchTemplate", LAUNCH_TEMPLATE;
     AutoScalingGroup => "AutoScalingGroup", AUTOSCALING_GROUP;
     Elb(ElbKind::LoadBalancer) => "LoadBalancer", LOAD_BALANCER;
@@ -111,34 +115,34 @@ kinds! {
     Elb(ElbKind::Listener) => "Listener", LISTENER;
     ClassicLoadBalancer => "ClassicLoadBalancer", CLASSIC_LOAD_BALANCER;
     Iam(IamKind::Role) => "IamRole", IAM_ROLE;
-    Iam(IamKind::RolePolicy) => "IamRolePolicy", IAM_ROLE_POLICY;
+    Iam(IamKind::RolePolicy) => "IamRolePolicy", #[cfg(test)] IAM_ROLE_POLICY;
     Iam(IamKind::InstanceProfile) => "IamInstanceProfile", INSTANCE_PROFILE;
     Dns(DnsKind::Zone) => "DnsZone", DNS_ZONE;
     Dns(DnsKind::Record) => "DnsRecord", DNS_RECORD;
-    Dns(DnsKind::ZoneVpc) => "DnsZoneVpcAssociation", DNS_ZONE_VPC;
+    Dns(DnsKind::ZoneVpc) => "DnsZoneVpcAssociation", #[cfg(test)] DNS_ZONE_VPC;
     Instance => "Instance";
 }
 
 impl AwsKind {
     /// The engine's kind: the one maker of a [`Kind`] outside the engine.
-    pub const fn kind(self) -> Kind {
+    pub(crate) const fn kind(self) -> Kind {
         Kind::new(self.name())
     }
 
     /// Every kind of this provider, as the engine's kinds (what a tag may name).
-    pub fn kinds() -> [Kind; AwsKind::ALL.len()] {
+    pub(crate) fn kinds() -> [Kind; AwsKind::ALL.len()] {
         AwsKind::ALL.map(AwsKind::kind)
     }
 
     /// The identity a `kprov.dev/id` tag (or a Route53 owner record) names; a kind this
     /// provider does not know is an error naming the tag.
-    pub fn parse_tag(tag: &str) -> Result<ResourceId, CloudError> {
+    pub(crate) fn parse_tag(tag: &str) -> Result<ResourceId, CloudError> {
         ResourceId::parse(tag, &AwsKind::kinds())
     }
 
     /// The kind of `id`; a kind this provider does not know is a model error naming the
     /// resource (the engine only hands back resources the provider made or read).
-    pub fn of(id: &ResourceId) -> Result<AwsKind, CloudError> {
+    pub(crate) fn of(id: &ResourceId) -> Result<AwsKind, CloudError> {
         AwsKind::ALL
             .into_iter()
             .find(|k| k.kind() == id.kind)

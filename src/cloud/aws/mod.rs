@@ -27,9 +27,9 @@ mod ec2;
 mod elb;
 pub mod hostkeys;
 mod iam;
-pub mod images;
+pub(crate) mod images;
 pub mod instances;
-pub mod kinds;
+pub(crate) mod kinds;
 pub mod launch;
 mod resource;
 mod tasks;
@@ -42,9 +42,8 @@ use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
-pub use desired::{
-    HOST_KEY_PENDING, IAM_NAME_MAX, desired, fqdn, iam_name, public_key_hash, short_name, user_data,
-};
+pub use desired::public_key_hash;
+pub(crate) use desired::{desired, fqdn};
 pub use hostkeys::GroupHostKey;
 
 use crate::aws_errors::describe_sdk_error;
@@ -60,17 +59,22 @@ use kinds::*;
 use resource::AwsResource;
 use tasks::{Fields, SecurityGroupRules};
 
-pub const TAG_ID: &str = "kprov.dev/id";
+pub(crate) const TAG_ID: &str = "kprov.dev/id";
 /// The name prefix of resources that carry this cluster's ownership tag but no kprov
 /// identity: someone else made them for the cluster (the cloud-controller-manager's load
 /// balancers, target groups and security groups for Services).
-pub const UNTRACKED: &str = "untracked-";
-pub const TAG_CLUSTER: &str = "KubernetesCluster";
+pub(crate) const UNTRACKED: &str = "untracked-";
+pub(crate) const TAG_CLUSTER: &str = "KubernetesCluster";
 
+/// The tag key whose value `owned` marks a resource as cluster `cluster`'s
+/// (`kubernetes.io/cluster/NAME`, as the cloud-controller-manager also reads it): every
+/// owned-resource read filters on it.
 pub fn owned_tag_key(cluster: &str) -> String {
     format!("kubernetes.io/cluster/{cluster}")
 }
 
+/// The AWS provider for one cluster: the SDK clients of each service it calls, and what its
+/// plans need beyond the spec (the groups' host keys, the pinned images).
 pub struct AwsCloud {
     cluster: String,
     ec2: aws_sdk_ec2::Client,
@@ -123,7 +127,7 @@ impl AwsCloud {
 
     /// The pins [`images::load`] read; `refresh` resolves every pattern again instead (the
     /// preview then shows the launch templates' new image, and the apply pins it).
-    pub fn with_pinned_images(mut self, pins: ImagePins, refresh: bool) -> Self {
+    pub(crate) fn with_pinned_images(mut self, pins: ImagePins, refresh: bool) -> Self {
         self.pins = pins;
         self.refresh_images = refresh;
         self
@@ -136,7 +140,7 @@ impl AwsCloud {
         self
     }
 
-    pub fn cluster(&self) -> &str {
+    pub(crate) fn cluster(&self) -> &str {
         &self.cluster
     }
 
@@ -225,7 +229,7 @@ impl AwsCloud {
     }
 
     /// [`Self::plan`] and the images it used, which the apply pins ([`images::save`]).
-    pub async fn plan_and_images(
+    pub(crate) async fn plan_and_images(
         &self,
         resolved: &ResolvedCluster,
     ) -> Result<(Plan, ImagePins), CloudError> {
@@ -411,11 +415,11 @@ fn image_names(cluster: &ResolvedCluster) -> BTreeMap<String, String> {
 }
 
 pub(crate) struct Reader<'a> {
-    pub desired: &'a [Resource],
-    pub refs: HashMap<String, ResourceId>,
-    pub out: Vec<Resource>,
-    pub warnings: Vec<String>,
-    pub conflicts: Vec<String>,
+    pub(crate) desired: &'a [Resource],
+    pub(crate) refs: HashMap<String, ResourceId>,
+    pub(crate) out: Vec<Resource>,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) conflicts: Vec<String>,
 }
 
 impl<'a> Reader<'a> {
