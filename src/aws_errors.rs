@@ -11,7 +11,7 @@ use crate::output::untrusted;
 /// or the chain of causes for errors that never reached a service; when no credentials were
 /// found, which sources were tried and how to provide one. Never a `Debug` dump (which
 /// `DisplayErrorContext` appends, with the raw response, headers and body).
-pub fn describe_sdk_error<E, R>(e: &SdkError<E, R>) -> String
+pub(crate) fn describe_sdk_error<E, R>(e: &SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug + 'static,

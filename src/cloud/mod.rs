@@ -1,8 +1,8 @@
 //! Cloud resources: the provider-agnostic engine (desired vs actual, plan, apply) and the
 //! providers that implement it (AWS today).
 //!
-//! The CLI's path through this module:
-//! `aws::AwsCloud::from_sdk_config` → `aws::desired` (pure) → `engine::plan` (read-only) →
+//! The path `ops` takes through this module: `aws::AwsCloud::new` → `AwsCloud::plan`
+//! (`aws::desired`, pure; the provider's read-only read; `engine::diff`) →
 //! `engine::render_text` / `engine::Plan` as JSON → `engine::apply` with `--yes`.
 
 pub mod aws;
@@ -10,10 +10,7 @@ pub mod engine;
 
 use async_trait::async_trait;
 
-pub use engine::{
-    Action, ApplyOptions, ApplyReport, Change, CloudError, CloudId, ErrorClass, FieldChange,
-    FieldRule, IdMap, Lifecycle, Plan, RenderOptions, Resource, ResourceId, Value,
-};
+pub(crate) use engine::{CloudError, CloudId, ErrorClass, FieldChange, IdMap, Resource};
 
 /// What the engine asks of a cloud. Kinds and fields are the provider's vocabulary; the engine
 /// only diffs `Resource::fields`, follows `Value::Ref`s for ordering and retries by
@@ -42,10 +39,10 @@ pub trait Provider: Send + Sync {
 /// The result of `Provider::read`.
 #[derive(Debug, Default, Clone)]
 pub struct Actual {
-    pub resources: Vec<Resource>,
+    pub(crate) resources: Vec<Resource>,
     /// Things the operator should know that do not stop a plan (e.g. NS delegation unconfirmed).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Conflicts that make applying unsafe (a record this cluster would write exists and is
     /// not owned by it); they become plan errors.
-    pub conflicts: Vec<String>,
+    pub(crate) conflicts: Vec<String>,
 }

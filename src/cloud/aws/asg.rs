@@ -10,20 +10,15 @@ use crate::cloud::engine::CloudError;
 pub(super) async fn fetch(
     c: &AwsCloud,
 ) -> Result<Vec<aws_sdk_autoscaling::types::AutoScalingGroup>, CloudError> {
-    c.asg
-        .describe_auto_scaling_groups()
-        .filters(
+    all_items!(
+        c.asg.describe_auto_scaling_groups().filters(
             Filter::builder()
                 .name(format!("tag:{}", super::owned_tag_key(&c.cluster)))
                 .values("owned")
                 .build(),
-        )
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeAutoScalingGroups")
+        ),
+        "DescribeAutoScalingGroups"
+    )
 }
 
 pub(super) fn assemble(
@@ -58,15 +53,18 @@ pub(crate) fn tag_pairs(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupCapacity {
+    /// The fewest instances Auto Scaling keeps running.
     pub min: i32,
+    /// The instances Auto Scaling is asked to run now.
     pub desired: i32,
+    /// The most instances Auto Scaling may run.
     pub max: i32,
 }
 
 impl AwsCloud {
     /// The size of one of the cluster's groups (`NAME.CLUSTER`); an error when it is not the
     /// cluster's.
-    pub async fn group_capacity(&self, asg_name: &str) -> Result<GroupCapacity, CloudError> {
+    pub(crate) async fn group_capacity(&self, asg_name: &str) -> Result<GroupCapacity, CloudError> {
         let out = self
             .asg
             .describe_auto_scaling_groups()
@@ -97,7 +95,7 @@ impl AwsCloud {
 
     /// Sets a group's desired capacity, and its maximum when given (a rolling update's surge
     /// launches instances beyond the spec's maximum, then puts it back).
-    pub async fn set_group_size(
+    pub(crate) async fn set_group_size(
         &self,
         asg_name: &str,
         desired: i32,
@@ -119,7 +117,7 @@ impl AwsCloud {
     /// Terminates an instance through its Auto Scaling group: the group launches a
     /// replacement, or with `decrement` shrinks by one (refused by AWS below the group's
     /// minimum). The caller checks the instance is the cluster's.
-    pub async fn terminate_in_group(
+    pub(crate) async fn terminate_in_group(
         &self,
         instance_id: &str,
         decrement: bool,
@@ -157,9 +155,9 @@ pub(crate) async fn desired_capacities(
 /// (an instance profile not usable, a type not offered in the zone, a quota reached).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FailedLaunch {
-    pub activity: String,
+    pub(crate) activity: String,
     /// Auto Scaling's `StatusMessage` (else its description).
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// The group's scaling activities that failed since `since_epoch` (seconds), newest first.

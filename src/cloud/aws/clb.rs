@@ -13,7 +13,7 @@ use super::{AwsCloud, Ctx, Reader, id_from_tags};
 use crate::cloud::engine::{CloudError, ErrorClass};
 
 /// Load balancer name → tags, for the owned ones among `names` (DescribeTags takes 20 names
-/// a call).
+/// a call; no names, no call).
 async fn owned_tags(
     c: &AwsCloud,
     names: Vec<String>,
@@ -87,25 +87,16 @@ pub(super) struct ClbRead {
 }
 
 pub(super) async fn fetch(c: &AwsCloud) -> Result<ClbRead, CloudError> {
-    let lbs: Vec<_> = c
-        .clb
-        .describe_load_balancers()
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeLoadBalancers (Classic)")?;
+    let lbs: Vec<_> = all_items!(
+        c.clb.describe_load_balancers(),
+        "DescribeLoadBalancers (Classic)"
+    )?;
     let names: Vec<String> = lbs
         .iter()
         .filter_map(|l| l.load_balancer_name())
         .map(str::to_string)
         .collect();
-    let owned = if names.is_empty() {
-        BTreeMap::new()
-    } else {
-        owned_tags(c, names).await?
-    };
+    let owned = owned_tags(c, names).await?;
     Ok(ClbRead { lbs, owned })
 }
 

@@ -213,33 +213,26 @@ pub(super) fn assemble(
         cloud_id: Some(read.zid.clone()),
     };
     rd.add::<DnsZone>(head, &read);
-    let ZoneRead {
-        name,
-        zid,
-        is_private,
-        vpcs,
-        delegation,
-        sets,
-    } = read;
-    if let Some(w) = delegation {
+    if let Some(w) = read.delegation {
         rd.warnings.push(w);
     }
-    if is_private {
-        association(rd, &zid, &vpcs);
+    if read.is_private {
+        association(rd, &read.zid, &read.vpcs);
     }
-    for txt in sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
+    for txt in read.sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
         let Some(id) = set_owner(&c.cluster, txt)? else {
             continue;
         };
         let head = Head {
             name: id.name,
             lifecycle: Lifecycle::Sync,
-            cloud_id: Some(zid.join('/', txt.name())),
+            cloud_id: Some(read.zid.join('/', txt.name())),
         };
         let listed = ListedRecord {
-            zone: zid.clone(),
+            zone: read.zid.clone(),
             owner: txt.clone(),
-            a: sets
+            a: read
+                .sets
                 .iter()
                 .find(|s| s.name() == txt.name() && s.r#type() == &RrType::A)
                 .cloned(),
@@ -250,18 +243,18 @@ pub(super) fn assemble(
     // silently take it over, so the plan refuses instead.
     // Every owner record was read above: one this version cannot read already failed there.
     let mut owned: Vec<&str> = Vec::new();
-    for s in sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
+    for s in read.sets.iter().filter(|s| s.r#type() == &RrType::Txt) {
         if set_owner(&c.cluster, s)?.is_some() {
             owned.push(s.name());
         }
     }
-    let zone_name = name;
     for want in rd.desired.iter().filter(|r| r.id.kind == DNS_RECORD) {
         let name = want_str(want, "recordName")?;
         if owned.contains(&name) {
             continue;
         }
-        if let Some(s) = sets
+        if let Some(s) = read
+            .sets
             .iter()
             .find(|s| s.name() == name && s.r#type() != &RrType::Txt)
         {
@@ -271,7 +264,7 @@ pub(super) fn assemble(
                 want.id,
                 s.r#type().as_str(),
                 c.cluster,
-                zone = zone_name,
+                zone = read.name,
             ));
         }
     }

@@ -252,17 +252,12 @@ pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Resu
     };
     // The types, the images and the offerings are independent: asked at once.
     let infos = async {
-        match c
-            .ec2
-            .describe_instance_types()
-            .set_instance_types(Some(types.iter().map(|t| InstanceType::from(*t)).collect()))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeInstanceTypes")
-        {
+        match all_items!(
+            c.ec2
+                .describe_instance_types()
+                .set_instance_types(Some(types.iter().map(|t| InstanceType::from(*t)).collect())),
+            "DescribeInstanceTypes"
+        ) {
             Ok(v) => Ok(v),
             // EC2 names the unknown types in its message; the groups using them are named here.
             Err(CloudError::Api { code, message, .. })
@@ -284,27 +279,21 @@ pub(super) async fn check_launchable(c: &AwsCloud, desired: &[Resource]) -> Resu
     // By filter, not ImageIds: an image that does not exist is the apply's error to report.
     let image_ids: BTreeSet<String> = groups.iter().map(|g| g.image.to_string()).collect();
     let images = async {
-        c.ec2
-            .describe_images()
-            .filters(filter("image-id", image_ids))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeImages")
+        all_items!(
+            c.ec2
+                .describe_images()
+                .filters(filter("image-id", image_ids)),
+            "DescribeImages"
+        )
     };
     let offered = async {
-        c.ec2
-            .describe_instance_type_offerings()
-            .location_type(LocationType::AvailabilityZone)
-            .filters(filter("instance-type", types.iter().map(|t| t.to_string())))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeInstanceTypeOfferings")
+        all_items!(
+            c.ec2
+                .describe_instance_type_offerings()
+                .location_type(LocationType::AvailabilityZone)
+                .filters(filter("instance-type", types.iter().map(|t| t.to_string()))),
+            "DescribeInstanceTypeOfferings"
+        )
     };
     let (infos, images, offered): (Vec<_>, Vec<_>, Vec<_>) =
         tokio::try_join!(infos, images, offered)?;
@@ -388,13 +377,7 @@ pub(super) async fn resolve_images(
         if let Some(o) = &owner {
             req = req.owners(o.clone());
         }
-        let images: Vec<_> = req
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeImages")?;
+        let images: Vec<_> = all_items!(req, "DescribeImages")?;
         for pattern in &patterns {
             let matcher = name_matcher(pattern)?;
             let matching: Vec<_> = images
@@ -435,15 +418,7 @@ pub(super) async fn resolve_images(
 /// Every item a paginated EC2 Describe call lists under `filter`.
 macro_rules! describe_all {
     ($c:expr, $describe:ident, $filter:expr, $op:literal) => {
-        $c.ec2
-            .$describe()
-            .filters($filter)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx($op)
+        all_items!($c.ec2.$describe().filters($filter), $op)
     };
 }
 
@@ -625,16 +600,13 @@ pub(super) async fn fetch_network(
             .ctx("DescribeAddresses")
     };
     let nats = async {
-        c.ec2
-            .describe_nat_gateways()
-            .filter(owned(c))
-            .filter(filter("state", ["pending".into(), "available".into()]))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeNatGateways")
+        all_items!(
+            c.ec2
+                .describe_nat_gateways()
+                .filter(owned(c))
+                .filter(filter("state", ["pending".into(), "available".into()])),
+            "DescribeNatGateways"
+        )
     };
     let tables = async { describe_all!(c, describe_route_tables, owned(c), "DescribeRouteTables") };
     let (
@@ -814,18 +786,14 @@ pub(super) async fn fetch_launch_templates(
     desired: &[Resource],
 ) -> Result<TemplatesRead, CloudError> {
     use futures::{StreamExt, TryStreamExt};
-    let templates: Vec<aws_sdk_ec2::types::LaunchTemplate> = c
-        .ec2
-        .describe_launch_templates()
-        .filters(owned(c))
-        // AWS's largest page; moto returns only the first page (15 by default) and no token.
-        .max_results(200)
-        .into_paginator()
-        .items()
-        .send()
-        .try_collect()
-        .await
-        .ctx("DescribeLaunchTemplates")?;
+    let templates: Vec<aws_sdk_ec2::types::LaunchTemplate> = all_items!(
+        c.ec2
+            .describe_launch_templates()
+            .filters(owned(c))
+            // AWS's largest page; moto returns only the first page (15 by default) and no token.
+            .max_results(200),
+        "DescribeLaunchTemplates"
+    )?;
     let wanted = wanted_templates(desired);
     let to_read: Vec<String> = templates
         .iter()

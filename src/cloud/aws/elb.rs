@@ -11,7 +11,8 @@ use super::tasks::{Head, ListedListener, ListedTargetGroup, Listener, LoadBalanc
 use super::{AwsCloud, Ctx, Reader, id_from_tags};
 use crate::cloud::engine::{CloudError, ResourceId};
 
-/// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call).
+/// ARN → tags, for the owned ones among `arns` (DescribeTags takes 20 ARNs a call; no ARNs, no
+/// call).
 async fn owned_tags(
     c: &AwsCloud,
     arns: Vec<String>,
@@ -61,26 +62,8 @@ pub(super) struct ElbRead {
 /// Three waves: load balancers and target groups; their tags (which are the cluster's);
 /// the attributes and listeners of the cluster's own, all at once.
 pub(super) async fn fetch(c: &AwsCloud) -> Result<ElbRead, CloudError> {
-    let lbs = async {
-        c.elb
-            .describe_load_balancers()
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeLoadBalancers")
-    };
-    let tgs = async {
-        c.elb
-            .describe_target_groups()
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeTargetGroups")
-    };
+    let lbs = async { all_items!(c.elb.describe_load_balancers(), "DescribeLoadBalancers") };
+    let tgs = async { all_items!(c.elb.describe_target_groups(), "DescribeTargetGroups") };
     let (lbs, tgs): (Vec<_>, Vec<_>) = tokio::try_join!(lbs, tgs)?;
     let arns: Vec<String> = lbs
         .iter()
@@ -88,11 +71,7 @@ pub(super) async fn fetch(c: &AwsCloud) -> Result<ElbRead, CloudError> {
         .chain(tgs.iter().filter_map(|t| t.target_group_arn()))
         .map(str::to_string)
         .collect();
-    let owned = if arns.is_empty() {
-        BTreeMap::new()
-    } else {
-        owned_tags(c, arns).await?
-    };
+    let owned = owned_tags(c, arns).await?;
     let owned_tgs = tgs
         .iter()
         .filter_map(|t| t.target_group_arn())
@@ -106,16 +85,10 @@ pub(super) async fn fetch(c: &AwsCloud) -> Result<ElbRead, CloudError> {
         .filter_map(|l| l.load_balancer_arn())
         .filter(|a| owned.contains_key(*a));
     let listeners = futures::future::try_join_all(owned_lbs.map(|arn| async move {
-        let ls: Vec<_> = c
-            .elb
-            .describe_listeners()
-            .load_balancer_arn(arn)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeListeners")?;
+        let ls: Vec<_> = all_items!(
+            c.elb.describe_listeners().load_balancer_arn(arn),
+            "DescribeListeners"
+        )?;
         Ok::<_, CloudError>((arn.to_string(), ls))
     }));
     let (attrs, listeners) = tokio::try_join!(attrs, listeners)?;

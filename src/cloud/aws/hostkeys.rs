@@ -52,34 +52,48 @@ impl fmt::Debug for GroupHostKey {
     }
 }
 
+/// Why a group's host key could not be loaded, stored or made.
 #[derive(Debug, thiserror::Error)]
 pub enum HostKeyError {
+    /// The state store failed reading or writing the key.
     #[error("host key of instance group {group}: {source}")]
     Store {
+        /// The instance group whose key it is.
         group: String,
+        /// The store's error.
         #[source]
         source: StateError,
     },
+    /// The stored key is not one kprov accepts (too large, not a host key, not a valid pair).
     #[error("host key of instance group {group} in {key}: {message}")]
     Invalid {
+        /// The instance group whose key it is.
         group: String,
+        /// Where in the store the key was read (its location as the store prints it).
         key: String,
+        /// What is wrong with it.
         message: String,
     },
+    /// `ssh-keygen` could not make a key (not installed, failed, unreadable output).
     #[error("generating the host key of instance group {group}: {message}")]
-    Generate { group: String, message: String },
+    Generate {
+        /// The instance group the key was for.
+        group: String,
+        /// What failed.
+        message: String,
+    },
 }
 
 impl GroupHostKey {
     /// The base64 blob of the public key (what a known_hosts line carries).
-    pub fn public_blob(&self) -> &str {
+    pub(crate) fn public_blob(&self) -> &str {
         // why: keys are checked by `validate` when read; a malformed one has no blob to give
         self.public.split_whitespace().nth(1).unwrap_or_default()
     }
 
     /// Checks the shape of a key pair read from the store: it is about to be written into a
     /// YAML document and a known_hosts file, so only base64 text in the expected frame passes.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         let b64 = |s: &str| {
             !s.is_empty()
                 && s.bytes()
@@ -114,7 +128,7 @@ pub fn digest(private: &str) -> String {
 /// Replaces every OpenSSH private key block in a document with one line naming its digest,
 /// keeping the indentation. Desired and actual user-data go through the same function, so a
 /// plan compares keys by digest and never prints one.
-pub fn redact(doc: &str) -> String {
+pub(crate) fn redact(doc: &str) -> String {
     let mut out = String::with_capacity(doc.len());
     let mut block: Option<(String, Vec<&str>)> = None;
     for line in doc.split_inclusive('\n') {
@@ -153,7 +167,7 @@ pub fn redact(doc: &str) -> String {
 /// checked strictly. A target whose group has no key yields none (it is not contacted; see
 /// the preview rules in docs/aws.md). Targets sharing a name (a bastion group's instances
 /// behind its load balancer) yield one line.
-pub async fn expected_known_hosts(
+pub(crate) async fn expected_known_hosts(
     targets: &[crate::nodes::Target],
     keys: &BTreeMap<String, GroupHostKey>,
 ) -> Result<Vec<String>, String> {
@@ -197,24 +211,19 @@ fn parse(group: &str, key: &str, data: &[u8]) -> Result<GroupHostKey, HostKeyErr
 }
 
 /// The stored host keys of `groups` (read-only: a group without one is absent from the map).
-pub async fn load(
+pub(crate) async fn load(
     store: &dyn StateStore,
     cluster: &str,
     groups: &[&str],
 ) -> Result<BTreeMap<String, GroupHostKey>, HostKeyError> {
     let mut out = BTreeMap::new();
     for g in groups {
-        let key = secret_key(cluster, g).map_err(|source| HostKeyError::Store {
+        let err = |source| HostKeyError::Store {
             group: g.to_string(),
             source,
-        })?;
-        let got = store
-            .get(&key)
-            .await
-            .map_err(|source| HostKeyError::Store {
-                group: g.to_string(),
-                source,
-            })?;
+        };
+        let key = secret_key(cluster, g).map_err(err)?;
+        let got = store.get(&key).await.map_err(err)?;
         if let Some(o) = got {
             out.insert(g.to_string(), parse(g, &store.key_location(&key), &o.data)?);
         }
@@ -224,7 +233,7 @@ pub async fn load(
 
 /// The host keys of `groups`, generating and storing (compare-and-swap) the missing ones. When
 /// another operator stored a key first, theirs is used.
-pub async fn ensure(
+pub(crate) async fn ensure(
     store: &dyn StateStore,
     cluster: &str,
     groups: &[&str],

@@ -51,27 +51,12 @@ pub(super) struct IamRead {
 /// number of instance groups.
 pub(super) async fn fetch(c: &AwsCloud) -> Result<IamRead, CloudError> {
     let prefix = path(c);
-    let roles = async {
-        c.iam
-            .list_roles()
-            .path_prefix(&prefix)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("ListRoles")
-    };
+    let roles = async { all_items!(c.iam.list_roles().path_prefix(&prefix), "ListRoles") };
     let profiles = async {
-        c.iam
-            .list_instance_profiles()
-            .path_prefix(&prefix)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("ListInstanceProfiles")
+        all_items!(
+            c.iam.list_instance_profiles().path_prefix(&prefix),
+            "ListInstanceProfiles"
+        )
     };
     let (roles, profiles): (Vec<_>, Vec<_>) = tokio::try_join!(roles, profiles)?;
     let roles: Vec<_> = roles.into_iter().filter(|r| r.path() == prefix).collect();
@@ -81,16 +66,10 @@ pub(super) async fn fetch(c: &AwsCloud) -> Result<IamRead, CloudError> {
         .collect();
     let roles = futures::future::try_join_all(roles.into_iter().map(|role| async move {
         let name = role.role_name();
-        let names: Vec<String> = c
-            .iam
-            .list_role_policies()
-            .role_name(name)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("ListRolePolicies")?;
+        let names: Vec<String> = all_items!(
+            c.iam.list_role_policies().role_name(name),
+            "ListRolePolicies"
+        )?;
         let docs = futures::future::try_join_all(names.into_iter().map(|p| async move {
             let doc = c
                 .iam

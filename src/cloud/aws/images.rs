@@ -23,13 +23,13 @@ const MAX_DOCUMENT: usize = 64 * 1024;
 /// One image: its `ami-` ID and the account that published it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PinnedImage {
-    pub id: String,
-    pub owner: String,
+pub(crate) struct PinnedImage {
+    pub(crate) id: String,
+    pub(crate) owner: String,
 }
 
 /// Image name (as `spec.image` spells it) → the image it is pinned to.
-pub type ImagePins = BTreeMap<String, PinnedImage>;
+pub(crate) type ImagePins = BTreeMap<String, PinnedImage>;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -38,7 +38,7 @@ struct Document {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum PinError {
+pub(crate) enum PinError {
     #[error("pinned images of cluster {cluster}: {source}")]
     Store {
         cluster: String,
@@ -102,7 +102,7 @@ fn parse(cluster: &str, location: &str, data: &[u8]) -> Result<ImagePins, PinErr
 }
 
 /// The cluster's pins; none before the first `update cluster --yes`.
-pub async fn load(store: &dyn StateStore, cluster: &str) -> Result<ImagePins, PinError> {
+pub(crate) async fn load(store: &dyn StateStore, cluster: &str) -> Result<ImagePins, PinError> {
     let err = |source| PinError::Store {
         cluster: cluster.to_string(),
         source,
@@ -116,7 +116,7 @@ pub async fn load(store: &dyn StateStore, cluster: &str) -> Result<ImagePins, Pi
 
 /// Writes `pins` (the images the applied launch templates use) when they differ from what
 /// the store holds. Called under the cluster lock, so no compare-and-swap is needed.
-pub async fn save(
+pub(crate) async fn save(
     store: &dyn StateStore,
     cluster: &str,
     pins: &ImagePins,

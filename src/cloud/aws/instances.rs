@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 
-use super::{AwsCloud, Ctx, owned_by, owned_tag_key};
+use super::{AwsCloud, owned_by, owned_tag_key};
 use crate::cloud::engine::{CloudError, Plan, ResourceId};
 use crate::nodes::{CloudInstance, Target, TargetError, TargetSource};
 use crate::provision::render::CloudApi;
@@ -32,7 +32,7 @@ use crate::spec::{
 /// `api.NAME`) that points at the load balancer, or the load balancer's own DNS name when the
 /// cluster has no DNS (`spec.dns.type: None`). The load balancer's name is always among the
 /// certificate names, so clients may use either. The port is [`api_port`].
-pub fn cloud_api(cluster: &Cluster, lb_dns: &str) -> CloudApi {
+pub(crate) fn cloud_api(cluster: &Cluster, lb_dns: &str) -> CloudApi {
     CloudApi {
         endpoint: api_record(cluster).unwrap_or_else(|| lb_dns.to_string()),
         port: api_port(),
@@ -47,7 +47,7 @@ pub fn cloud_api(cluster: &Cluster, lb_dns: &str) -> CloudApi {
 /// kubeadm's `controlPlaneEndpoint`, the admin kubeconfig kubeadm writes and kprov stores,
 /// `export kubeconfig`, `validate`, the add-ons, rolling updates, `delete instance` — takes
 /// its port from here.
-pub fn api_port() -> u16 {
+pub(crate) fn api_port() -> u16 {
     super::desired::API_PORT
 }
 
@@ -72,7 +72,7 @@ fn api_record(cluster: &Cluster) -> Option<String> {
 /// kubeconfig kprov stores and the one it exports name the same server. None for a metal
 /// cluster (its kubeconfig carries the endpoint kubeadm was given) and for an AWS cluster
 /// without DNS (its stored kubeconfig already names the load balancer, on the same port).
-pub fn api_server_url(cluster: &Cluster) -> Option<String> {
+pub(crate) fn api_server_url(cluster: &Cluster) -> Option<String> {
     if cluster.spec.cloud_provider != crate::spec::CloudProvider::Aws {
         return None;
     }
@@ -80,14 +80,14 @@ pub fn api_server_url(cluster: &Cluster) -> Option<String> {
 }
 
 /// The API load balancer's DNS name, as the cloud read found it (after an apply, read again).
-pub fn load_balancer_dns(plan: &Plan) -> Option<String> {
+pub(crate) fn load_balancer_dns(plan: &Plan) -> Option<String> {
     lb_dns(plan, "api")
 }
 
 /// The name kprov jumps through in private topology: the bastion record
 /// (`spec.topology.bastion.publicName`, default `bastion.NAME`), or the bastion load
 /// balancer's own DNS name when the cluster has no DNS. None before the load balancer exists.
-pub fn jump_name(cluster: &Cluster, plan: &Plan) -> Option<String> {
+pub(crate) fn jump_name(cluster: &Cluster, plan: &Plan) -> Option<String> {
     let no_dns = cluster
         .spec
         .dns
@@ -124,7 +124,7 @@ pub enum SshReach {
 
 impl SshReach {
     /// From the spec (`spec.topology.sshAddress`) and the `--ssh-private-address` flag.
-    pub fn of(cluster: &Cluster, private_flag: bool) -> SshReach {
+    pub(crate) fn of(cluster: &Cluster, private_flag: bool) -> SshReach {
         let topology = cluster.spec.topology.as_ref();
         let chosen = topology.and_then(|t| t.ssh_address);
         match (private_flag, chosen) {
@@ -141,7 +141,7 @@ impl SshReach {
 
 /// The login user of an image family, from the image's name (`ubuntu/images/...`,
 /// `099720109477/ubuntu-...`, `al2023-ami-...`, `amzn2-ami-...`, `debian-12-...`).
-pub fn login_user_of_image(image: &str) -> Option<&'static str> {
+pub(crate) fn login_user_of_image(image: &str) -> Option<&'static str> {
     let name = image.to_ascii_lowercase();
     if name.starts_with("ami-") {
         return None;
@@ -158,7 +158,7 @@ pub fn login_user_of_image(image: &str) -> Option<&'static str> {
 }
 
 /// The login user of an instance group: `spec.sshUser`, else the image family's.
-pub fn login_user(ig: &InstanceGroup) -> Result<String, String> {
+pub(crate) fn login_user(ig: &InstanceGroup) -> Result<String, String> {
     if let Some(u) = &ig.spec.ssh_user {
         return Ok(u.clone());
     }
@@ -179,16 +179,16 @@ pub fn login_user(ig: &InstanceGroup) -> Result<String, String> {
 /// type so the mapping is unit-tested without a cloud).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceFacts {
-    pub id: String,
-    pub zone: String,
-    pub private_ip: String,
-    pub public_ip: Option<String>,
-    pub private_dns: String,
-    pub launch_template_version: Option<String>,
+    pub(crate) id: String,
+    pub(crate) zone: String,
+    pub(crate) private_ip: String,
+    pub(crate) public_ip: Option<String>,
+    pub(crate) private_dns: String,
+    pub(crate) launch_template_version: Option<String>,
     /// The instance's Auto Scaling group name (`NAME.CLUSTER`).
-    pub asg: String,
+    pub(crate) asg: String,
     /// RFC 3339 launch time, to order instances stably (oldest first).
-    pub launched: String,
+    pub(crate) launched: String,
 }
 
 /// The cluster's nodes and its jump hosts.
@@ -204,7 +204,7 @@ pub struct Discovered {
 
 /// Maps instances to targets. `groups` are the cluster's instance groups; `jump_name` is the
 /// name nodes are reached through in [`SshReach::Bastion`] (see [`jump_name`]).
-pub fn map_instances(
+pub(crate) fn map_instances(
     cluster: &str,
     groups: &[InstanceGroup],
     reach: SshReach,
@@ -358,6 +358,8 @@ pub struct AwsInstances {
 }
 
 impl AwsInstances {
+    /// The instances of `groups` (the cluster's instance groups) in `cloud`'s cluster, reached
+    /// over SSH as `reach` says.
     pub fn new(cloud: &AwsCloud, groups: &[InstanceGroup], reach: SshReach) -> AwsInstances {
         AwsInstances {
             ec2: cloud.ec2.clone(),
@@ -369,36 +371,32 @@ impl AwsInstances {
     }
 
     /// The name nodes are reached through in private topology ([`jump_name`]).
-    pub fn through(mut self, jump_name: Option<String>) -> AwsInstances {
+    pub(crate) fn through(mut self, jump_name: Option<String>) -> AwsInstances {
         self.jump_name = jump_name;
         self
     }
 
     /// One paginated DescribeInstances for the whole cluster.
     pub async fn instances(&self) -> Result<Vec<InstanceFacts>, CloudError> {
-        let reservations: Vec<_> = self
-            .ec2
-            .describe_instances()
-            .filters(
-                Filter::builder()
-                    .name(format!("tag:{}", owned_tag_key(&self.cluster)))
-                    .values("owned")
-                    .build(),
-            )
-            .filters(
-                Filter::builder()
-                    .name("instance-state-name")
-                    .values("running")
-                    .values("pending")
-                    .build(),
-            )
-            .max_results(1000)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .ctx("DescribeInstances")?;
+        let reservations: Vec<_> = all_items!(
+            self.ec2
+                .describe_instances()
+                .filters(
+                    Filter::builder()
+                        .name(format!("tag:{}", owned_tag_key(&self.cluster)))
+                        .values("owned")
+                        .build(),
+                )
+                .filters(
+                    Filter::builder()
+                        .name("instance-state-name")
+                        .values("running")
+                        .values("pending")
+                        .build(),
+                )
+                .max_results(1000),
+            "DescribeInstances"
+        )?;
         Ok(reservations
             .iter()
             .flat_map(|r| r.instances())

@@ -4,14 +4,14 @@
 //! [`AwsKind::kind`] makes (and [`AwsKind::parse_tag`] from a tag, checked against this set);
 //! the provider turns it back into an [`AwsKind`] where a call enters it ([`AwsKind::of`]) and
 //! dispatches from there (typed tasks through `resource::AwsResource`, whose table's
-//! exhaustive match names a kind it forgot): adding a kind is one variant here and one line
-//! of that table.
+//! exhaustive match names a kind it forgot): adding a kind is one variant here, one row of
+//! the `kinds!` table below (its name, and its constant) and one line of that table.
 
 use crate::cloud::engine::{CloudError, Kind, ResourceId};
 
 /// The EC2 kinds (networking, security groups, key pair, launch templates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Ec2Kind {
+pub(crate) enum Ec2Kind {
     Vpc,
     Subnet,
     InternetGateway,
@@ -26,7 +26,7 @@ pub enum Ec2Kind {
 
 /// The Elastic Load Balancing (v2) kinds: the API's network load balancer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ElbKind {
+pub(crate) enum ElbKind {
     LoadBalancer,
     TargetGroup,
     Listener,
@@ -34,7 +34,7 @@ pub enum ElbKind {
 
 /// The IAM kinds, under the path `/kprov/CLUSTER/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IamKind {
+pub(crate) enum IamKind {
     Role,
     RolePolicy,
     InstanceProfile,
@@ -42,7 +42,7 @@ pub enum IamKind {
 
 /// The Route53 kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DnsKind {
+pub(crate) enum DnsKind {
     Zone,
     Record,
     ZoneVpc,
@@ -50,7 +50,7 @@ pub enum DnsKind {
 
 /// Every kind the AWS provider knows, grouped by the service that makes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum AwsKind {
+pub(crate) enum AwsKind {
     Ec2(Ec2Kind),
     AutoScalingGroup,
     Elb(ElbKind),
@@ -64,90 +64,85 @@ pub enum AwsKind {
     Instance,
 }
 
-impl AwsKind {
-    /// Every kind: [`AwsKind::of`] parses by it (a new variant goes here too; the test below
-    /// checks that each has its own name).
-    pub const ALL: [AwsKind; 22] = [
-        AwsKind::Ec2(Ec2Kind::Vpc),
-        AwsKind::Ec2(Ec2Kind::Subnet),
-        AwsKind::Ec2(Ec2Kind::InternetGateway),
-        AwsKind::Ec2(Ec2Kind::RouteTable),
-        AwsKind::Ec2(Ec2Kind::ElasticIp),
-        AwsKind::Ec2(Ec2Kind::NatGateway),
-        AwsKind::Ec2(Ec2Kind::SecurityGroup),
-        AwsKind::Ec2(Ec2Kind::SecurityGroupRules),
-        AwsKind::Ec2(Ec2Kind::KeyPair),
-        AwsKind::Ec2(Ec2Kind::LaunchTemplate),
-        AwsKind::AutoScalingGroup,
-        AwsKind::Elb(ElbKind::LoadBalancer),
-        AwsKind::Elb(ElbKind::TargetGroup),
-        AwsKind::Elb(ElbKind::Listener),
-        AwsKind::ClassicLoadBalancer,
-        AwsKind::Iam(IamKind::Role),
-        AwsKind::Iam(IamKind::RolePolicy),
-        AwsKind::Iam(IamKind::InstanceProfile),
-        AwsKind::Dns(DnsKind::Zone),
-        AwsKind::Dns(DnsKind::Record),
-        AwsKind::Dns(DnsKind::ZoneVpc),
-        AwsKind::Instance,
-    ];
+/// The kinds as one table, each with the name written into `kprov.dev/id` tags and shown in
+/// plans (never change one: owned resources are found by it) and, where the code builds IDs
+/// of it, the engine's kind as a constant (`#[cfg(test)]` where only tests do): [`AwsKind::ALL`], [`AwsKind::name`] and the
+/// constants all come from it, so a new variant is one row here.
+macro_rules! kinds {
+    ($(
+        $variant:ident $(($group:ident::$inner:ident))? => $name:literal
+            $(, $(#[$attr:meta])* $konst:ident)?;
+    )*) => {
+        impl AwsKind {
+            /// Every kind: [`AwsKind::of`] parses by it (the test below checks that each has
+            /// its own name).
+            pub(crate) const ALL: [AwsKind; [$($name),*].len()] =
+                [$( AwsKind::$variant $(($group::$inner))? ),*];
 
-    /// The name written into `kprov.dev/id` tags and shown in plans: never change one (owned
-    /// resources are found by it).
-    pub const fn name(self) -> &'static str {
-        match self {
-            AwsKind::Ec2(k) => match k {
-                Ec2Kind::Vpc => "Vpc",
-                Ec2Kind::Subnet => "Subnet",
-                Ec2Kind::InternetGateway => "InternetGateway",
-                Ec2Kind::RouteTable => "RouteTable",
-                Ec2Kind::ElasticIp => "ElasticIp",
-                Ec2Kind::NatGateway => "NatGateway",
-                Ec2Kind::SecurityGroup => "SecurityGroup",
-                Ec2Kind::SecurityGroupRules => "SecurityGroupRules",
-                Ec2Kind::KeyPair => "KeyPair",
-                Ec2Kind::LaunchTemplate => "LaunchTemplate",
-            },
-            AwsKind::AutoScalingGroup => "AutoScalingGroup",
-            AwsKind::Elb(k) => match k {
-                ElbKind::LoadBalancer => "LoadBalancer",
-                ElbKind::TargetGroup => "TargetGroup",
-                ElbKind::Listener => "Listener",
-            },
-            AwsKind::ClassicLoadBalancer => "ClassicLoadBalancer",
-            AwsKind::Iam(k) => match k {
-                IamKind::Role => "IamRole",
-                IamKind::RolePolicy => "IamRolePolicy",
-                IamKind::InstanceProfile => "IamInstanceProfile",
-            },
-            AwsKind::Dns(k) => match k {
-                DnsKind::Zone => "DnsZone",
-                DnsKind::Record => "DnsRecord",
-                DnsKind::ZoneVpc => "DnsZoneVpcAssociation",
-            },
-            AwsKind::Instance => "Instance",
+            /// The name written into `kprov.dev/id` tags and shown in plans.
+            pub(crate) const fn name(self) -> &'static str {
+                match self {
+                    $( AwsKind::$variant $(($group::$inner))? => $name, )*
+                }
+            }
         }
-    }
 
+        // The engine's kinds, for building `ResourceId`s and comparing them (typed: a `Kind`
+        // is made only by `AwsKind::kind`).
+        $( kinds!(@const [$($(#[$attr])* $konst)?] AwsKind::$variant $(($group::$inner))?); )*
+    };
+    (@const [] $($kind:tt)*) => {};
+    (@const [$(#[$attr:meta])* $konst:ident] $($kind:tt)*) => {
+        $(#[$attr])*
+        pub(crate) const $konst: Kind = $($kind)*.kind();
+    };
+}
+
+kinds! {
+    Ec2(Ec2Kind::Vpc) => "Vpc", VPC;
+    Ec2(Ec2Kind::Subnet) => "Subnet", SUBNET;
+    Ec2(Ec2Kind::InternetGateway) => "InternetGateway", INTERNET_GATEWAY;
+    Ec2(Ec2Kind::RouteTable) => "RouteTable", #[cfg(test)] ROUTE_TABLE;
+    Ec2(Ec2Kind::ElasticIp) => "ElasticIp", ELASTIC_IP;
+    Ec2(Ec2Kind::NatGateway) => "NatGateway", #[cfg(test)] NAT_GATEWAY;
+    Ec2(Ec2Kind::SecurityGroup) => "SecurityGroup", #[cfg(test)] SECURITY_GROUP;
+    Ec2(Ec2Kind::SecurityGroupRules) => "SecurityGroupRules", SECURITY_GROUP_RULES;
+    Ec2(Ec2Kind::KeyPair) => "KeyPair", #[cfg(test)] KEY_PAIR;
+    Ec2(Ec2Kind::LaunchTemplate) => "LaunchTemplate", LAUNCH_TEMPLATE;
+    AutoScalingGroup => "AutoScalingGroup", AUTOSCALING_GROUP;
+    Elb(ElbKind::LoadBalancer) => "LoadBalancer", LOAD_BALANCER;
+    Elb(ElbKind::TargetGroup) => "TargetGroup", TARGET_GROUP;
+    Elb(ElbKind::Listener) => "Listener", LISTENER;
+    ClassicLoadBalancer => "ClassicLoadBalancer", CLASSIC_LOAD_BALANCER;
+    Iam(IamKind::Role) => "IamRole", IAM_ROLE;
+    Iam(IamKind::RolePolicy) => "IamRolePolicy", #[cfg(test)] IAM_ROLE_POLICY;
+    Iam(IamKind::InstanceProfile) => "IamInstanceProfile", INSTANCE_PROFILE;
+    Dns(DnsKind::Zone) => "DnsZone", DNS_ZONE;
+    Dns(DnsKind::Record) => "DnsRecord", DNS_RECORD;
+    Dns(DnsKind::ZoneVpc) => "DnsZoneVpcAssociation", #[cfg(test)] DNS_ZONE_VPC;
+    Instance => "Instance";
+}
+
+impl AwsKind {
     /// The engine's kind: the one maker of a [`Kind`] outside the engine.
-    pub const fn kind(self) -> Kind {
+    pub(crate) const fn kind(self) -> Kind {
         Kind::new(self.name())
     }
 
     /// Every kind of this provider, as the engine's kinds (what a tag may name).
-    pub fn kinds() -> [Kind; 22] {
+    pub(crate) fn kinds() -> [Kind; AwsKind::ALL.len()] {
         AwsKind::ALL.map(AwsKind::kind)
     }
 
     /// The identity a `kprov.dev/id` tag (or a Route53 owner record) names; a kind this
     /// provider does not know is an error naming the tag.
-    pub fn parse_tag(tag: &str) -> Result<ResourceId, CloudError> {
+    pub(crate) fn parse_tag(tag: &str) -> Result<ResourceId, CloudError> {
         ResourceId::parse(tag, &AwsKind::kinds())
     }
 
     /// The kind of `id`; a kind this provider does not know is a model error naming the
     /// resource (the engine only hands back resources the provider made or read).
-    pub fn of(id: &ResourceId) -> Result<AwsKind, CloudError> {
+    pub(crate) fn of(id: &ResourceId) -> Result<AwsKind, CloudError> {
         AwsKind::ALL
             .into_iter()
             .find(|k| k.kind() == id.kind)
@@ -160,31 +155,6 @@ impl std::fmt::Display for AwsKind {
         f.write_str(self.name())
     }
 }
-
-// The engine's kinds, for building `ResourceId`s and comparing them (typed: a `Kind` is made
-// only by `AwsKind::kind`); one source, the enum.
-pub const VPC: Kind = AwsKind::Ec2(Ec2Kind::Vpc).kind();
-pub const SUBNET: Kind = AwsKind::Ec2(Ec2Kind::Subnet).kind();
-pub const INTERNET_GATEWAY: Kind = AwsKind::Ec2(Ec2Kind::InternetGateway).kind();
-pub const ROUTE_TABLE: Kind = AwsKind::Ec2(Ec2Kind::RouteTable).kind();
-pub const ELASTIC_IP: Kind = AwsKind::Ec2(Ec2Kind::ElasticIp).kind();
-pub const NAT_GATEWAY: Kind = AwsKind::Ec2(Ec2Kind::NatGateway).kind();
-pub const SECURITY_GROUP: Kind = AwsKind::Ec2(Ec2Kind::SecurityGroup).kind();
-pub const SECURITY_GROUP_RULES: Kind = AwsKind::Ec2(Ec2Kind::SecurityGroupRules).kind();
-pub const KEY_PAIR: Kind = AwsKind::Ec2(Ec2Kind::KeyPair).kind();
-pub const IAM_ROLE: Kind = AwsKind::Iam(IamKind::Role).kind();
-pub const IAM_ROLE_POLICY: Kind = AwsKind::Iam(IamKind::RolePolicy).kind();
-pub const INSTANCE_PROFILE: Kind = AwsKind::Iam(IamKind::InstanceProfile).kind();
-pub const LAUNCH_TEMPLATE: Kind = AwsKind::Ec2(Ec2Kind::LaunchTemplate).kind();
-pub const AUTOSCALING_GROUP: Kind = AwsKind::AutoScalingGroup.kind();
-pub const LOAD_BALANCER: Kind = AwsKind::Elb(ElbKind::LoadBalancer).kind();
-pub const TARGET_GROUP: Kind = AwsKind::Elb(ElbKind::TargetGroup).kind();
-pub const LISTENER: Kind = AwsKind::Elb(ElbKind::Listener).kind();
-/// A Classic ELB: only ever someone else's (the cloud-controller-manager's), read for `delete`.
-pub const CLASSIC_LOAD_BALANCER: Kind = AwsKind::ClassicLoadBalancer.kind();
-pub const DNS_ZONE: Kind = AwsKind::Dns(DnsKind::Zone).kind();
-pub const DNS_RECORD: Kind = AwsKind::Dns(DnsKind::Record).kind();
-pub const DNS_ZONE_VPC: Kind = AwsKind::Dns(DnsKind::ZoneVpc).kind();
 
 #[cfg(test)]
 mod tests {

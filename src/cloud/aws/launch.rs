@@ -28,26 +28,36 @@ use crate::spec::InstanceGroup;
 pub enum LaunchEvent {
     /// A group has `ready` of its `desired` instances (sent when the count changes).
     Waiting {
+        /// The instance group's name.
         group: String,
+        /// Its instances running with an address.
         ready: usize,
+        /// Its desired capacity.
         desired: usize,
     },
     /// A scaling activity of the group failed (each once).
     /// `reason` is Auto Scaling's status message: AWS's text, not kprov's.
     Failed {
+        /// The instance group's name.
         group: String,
+        /// Auto Scaling's status message for the activity.
         reason: UntrustedText,
     },
     /// Every group had its instances, after waiting this long (sent only when it waited).
-    Launched { waited: Duration },
+    Launched {
+        /// How long the wait took.
+        waited: Duration,
+    },
 }
 
 /// A group still short of its desired capacity when the wait ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Short {
+    /// The instance group's name.
     pub group: String,
+    /// Its instances running with an address when the wait ended.
     pub ready: usize,
-    pub desired: usize,
+    pub(crate) desired: usize,
     /// The last failed scaling activity's reason, if any.
     pub last_failure: Option<UntrustedText>,
 }

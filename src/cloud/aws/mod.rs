@@ -6,6 +6,18 @@
 //! paginated Describe per resource type finds the whole cluster. IAM objects live under the path
 //! `/kprov/NAME/`; Route53 records are owned through a TXT record next to them.
 
+/// Every item a paginated list call answers, in one `Vec`: `$request` is the call's request
+/// builder, `$op` names the operation in its error. A macro because the five SDKs' paginators
+/// share this shape but no trait a function could be written over.
+macro_rules! all_items {
+    ($request:expr, $op:expr) => {
+        $crate::cloud::aws::Ctx::ctx(
+            $request.into_paginator().items().send().try_collect().await,
+            $op,
+        )
+    };
+}
+
 pub(crate) mod asg;
 pub use asg::GroupCapacity;
 mod clb;
@@ -15,9 +27,9 @@ mod ec2;
 mod elb;
 pub mod hostkeys;
 mod iam;
-pub mod images;
+pub(crate) mod images;
 pub mod instances;
-pub mod kinds;
+pub(crate) mod kinds;
 pub mod launch;
 mod resource;
 mod tasks;
@@ -30,9 +42,8 @@ use aws_smithy_runtime_api::client::interceptors::SharedInterceptor;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
-pub use desired::{
-    HOST_KEY_PENDING, IAM_NAME_MAX, desired, fqdn, iam_name, public_key_hash, short_name, user_data,
-};
+pub use desired::public_key_hash;
+pub(crate) use desired::{desired, fqdn};
 pub use hostkeys::GroupHostKey;
 
 use crate::aws_errors::describe_sdk_error;
@@ -48,17 +59,22 @@ use kinds::*;
 use resource::AwsResource;
 use tasks::{Fields, SecurityGroupRules};
 
-pub const TAG_ID: &str = "kprov.dev/id";
+pub(crate) const TAG_ID: &str = "kprov.dev/id";
 /// The name prefix of resources that carry this cluster's ownership tag but no kprov
 /// identity: someone else made them for the cluster (the cloud-controller-manager's load
 /// balancers, target groups and security groups for Services).
-pub const UNTRACKED: &str = "untracked-";
-pub const TAG_CLUSTER: &str = "KubernetesCluster";
+pub(crate) const UNTRACKED: &str = "untracked-";
+pub(crate) const TAG_CLUSTER: &str = "KubernetesCluster";
 
+/// The tag key whose value `owned` marks a resource as cluster `cluster`'s
+/// (`kubernetes.io/cluster/NAME`, as the cloud-controller-manager also reads it): every
+/// owned-resource read filters on it.
 pub fn owned_tag_key(cluster: &str) -> String {
     format!("kubernetes.io/cluster/{cluster}")
 }
 
+/// The AWS provider for one cluster: the SDK clients of each service it calls, and what its
+/// plans need beyond the spec (the groups' host keys, the pinned images).
 pub struct AwsCloud {
     cluster: String,
     ec2: aws_sdk_ec2::Client,
@@ -111,7 +127,7 @@ impl AwsCloud {
 
     /// The pins [`images::load`] read; `refresh` resolves every pattern again instead (the
     /// preview then shows the launch templates' new image, and the apply pins it).
-    pub fn with_pinned_images(mut self, pins: ImagePins, refresh: bool) -> Self {
+    pub(crate) fn with_pinned_images(mut self, pins: ImagePins, refresh: bool) -> Self {
         self.pins = pins;
         self.refresh_images = refresh;
         self
@@ -124,7 +140,7 @@ impl AwsCloud {
         self
     }
 
-    pub fn cluster(&self) -> &str {
+    pub(crate) fn cluster(&self) -> &str {
         &self.cluster
     }
 
@@ -213,7 +229,7 @@ impl AwsCloud {
     }
 
     /// [`Self::plan`] and the images it used, which the apply pins ([`images::save`]).
-    pub async fn plan_and_images(
+    pub(crate) async fn plan_and_images(
         &self,
         resolved: &ResolvedCluster,
     ) -> Result<(Plan, ImagePins), CloudError> {
@@ -399,11 +415,11 @@ fn image_names(cluster: &ResolvedCluster) -> BTreeMap<String, String> {
 }
 
 pub(crate) struct Reader<'a> {
-    pub desired: &'a [Resource],
-    pub refs: HashMap<String, ResourceId>,
-    pub out: Vec<Resource>,
-    pub warnings: Vec<String>,
-    pub conflicts: Vec<String>,
+    pub(crate) desired: &'a [Resource],
+    pub(crate) refs: HashMap<String, ResourceId>,
+    pub(crate) out: Vec<Resource>,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) conflicts: Vec<String>,
 }
 
 impl<'a> Reader<'a> {
@@ -752,26 +768,32 @@ impl Provider for AwsCloud {
 pub(crate) mod tests_support {
     use super::*;
 
-    /// A service error and a transport error whose texts are `text`, as the SDK hands them.
-    pub(crate) fn sdk_errors(
-        text: &str,
-    ) -> [SdkError<
+    /// What an S3 `GetObject` call fails with: the SDK error type these helpers build.
+    pub(crate) type S3Error = SdkError<
         aws_sdk_s3::operation::get_object::GetObjectError,
         aws_smithy_runtime_api::http::Response,
-    >; 2] {
+    >;
+
+    /// A service error answering `code` and `message` (an HTTP 400), as the SDK hands it.
+    pub(crate) fn service_error(code: &str, message: &str) -> S3Error {
         let meta = aws_smithy_types::error::ErrorMetadata::builder()
-            .code(text)
-            .message(text)
+            .code(code)
+            .message(message)
             .build();
         let raw = aws_smithy_runtime_api::http::Response::new(
             aws_smithy_runtime_api::http::StatusCode::try_from(400).expect("status"),
             aws_smithy_types::body::SdkBody::from(""),
         );
+        SdkError::service_error(
+            aws_sdk_s3::operation::get_object::GetObjectError::generic(meta),
+            raw,
+        )
+    }
+
+    /// A service error and a transport error whose texts are `text`, as the SDK hands them.
+    pub(crate) fn sdk_errors(text: &str) -> [S3Error; 2] {
         [
-            SdkError::service_error(
-                aws_sdk_s3::operation::get_object::GetObjectError::generic(meta),
-                raw,
-            ),
+            service_error(text, text),
             SdkError::timeout_error(text.to_string()),
         ]
     }
@@ -825,18 +847,7 @@ mod tests {
 
     /// A service error with `code` and `message`, through `ctx` as every call site sends it.
     fn api_error(operation: &str, code: &str, message: &str) -> CloudError {
-        let meta = aws_smithy_types::error::ErrorMetadata::builder()
-            .code(code)
-            .message(message)
-            .build();
-        let raw = aws_smithy_runtime_api::http::Response::new(
-            aws_smithy_runtime_api::http::StatusCode::try_from(400).expect("status"),
-            aws_smithy_types::body::SdkBody::from(""),
-        );
-        let r: Result<(), _> = Err(SdkError::service_error(
-            aws_sdk_s3::operation::get_object::GetObjectError::generic(meta),
-            raw,
-        ));
+        let r: Result<(), _> = Err(tests_support::service_error(code, message));
         r.ctx(operation).expect_err("an error")
     }
 

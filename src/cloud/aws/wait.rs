@@ -26,20 +26,27 @@ const MAX_BANNER: usize = 255;
 pub enum WaitEvent {
     /// Not answering yet (the error of the last attempt).
     Waiting {
+        /// The instance's ID.
         instance: String,
+        /// The last attempt's error.
         last: UntrustedText,
     },
+    /// Its SSH server answered (sent once per instance).
     Answering {
+        /// The instance's ID.
         instance: String,
         /// The identification line the instance sent: its text, not kprov's.
         banner: UntrustedText,
     },
     /// Reached through a jump host: the SSH connection waits for it.
-    Deferred { instance: String },
+    Deferred {
+        /// The instance's ID.
+        instance: String,
+    },
 }
 
 /// Probes one `host:port` once: connects and reads the identification line.
-pub async fn probe(address: &str, port: u16, per_try: Duration) -> Result<String, String> {
+pub(crate) async fn probe(address: &str, port: u16, per_try: Duration) -> Result<String, String> {
     let attempt = async {
         let mut s = TcpStream::connect((address, port))
             .await
@@ -75,7 +82,7 @@ pub async fn probe(address: &str, port: u16, per_try: Duration) -> Result<String
 
 /// Waits until every directly reachable target answers SSH, or the deadline passes. Returns
 /// the instances still not answering, each with its last error.
-pub async fn wait_for_ssh(
+pub(crate) async fn wait_for_ssh(
     targets: &[Target],
     deadline: Duration,
     interval: Duration,

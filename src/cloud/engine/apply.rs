@@ -13,6 +13,9 @@ use super::plan::{Action, Plan};
 use super::{CloudError, ErrorClass};
 use crate::cloud::Provider;
 
+/// How [`apply`] works through a plan: how many resources at once, how long each may take, how
+/// it backs off, whether it deletes, and its progress hooks (`Default`: 8 at once, 600 s a
+/// resource, 60 s of propagation, back-off from 0.5 s to 20 s, no prune, no hooks).
 #[derive(Debug, Clone)]
 pub struct ApplyOptions {
     /// Resources worked on at once.
@@ -25,6 +28,7 @@ pub struct ApplyOptions {
     pub propagation: Duration,
     /// First back-off after a retryable error; doubles up to `max_backoff`.
     pub initial_backoff: Duration,
+    /// The longest back-off between two tries.
     pub max_backoff: Duration,
     /// Delete owned resources the spec no longer wants (`--prune`, and `delete cluster`).
     pub prune: bool,
@@ -37,7 +41,7 @@ pub struct ApplyOptions {
 
 /// A callback per resource that had to wait (the CLI prints what and how long).
 #[derive(Clone)]
-pub struct WaitHook(pub std::sync::Arc<WaitFn>);
+pub struct WaitHook(pub(crate) std::sync::Arc<WaitFn>);
 
 pub(super) type WaitFn = dyn Fn(&ResourceId, Duration, &str) + Send + Sync;
 
@@ -49,7 +53,7 @@ impl std::fmt::Debug for WaitHook {
 
 /// A callback per finished resource (the CLI advances its progress bar with it).
 #[derive(Clone)]
-pub struct DoneHook(pub std::sync::Arc<DoneFn>);
+pub struct DoneHook(pub(crate) std::sync::Arc<DoneFn>);
 
 pub(super) type DoneFn = dyn Fn(Action, &ResourceId) + Send + Sync;
 
@@ -74,12 +78,13 @@ impl Default for ApplyOptions {
     }
 }
 
+/// What [`apply`] did.
 #[derive(Debug, Default, Clone)]
 pub struct ApplyReport {
     /// Changes done, in completion order.
     pub done: Vec<(Action, ResourceId)>,
     /// Logical → cloud ID after the run.
-    pub ids: IdMap,
+    pub(crate) ids: IdMap,
 }
 
 /// Applies `plan`. Refuses a plan with errors. On failure the resources already done stay

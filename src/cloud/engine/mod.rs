@@ -6,11 +6,12 @@ mod plan;
 mod render;
 
 pub use apply::{ApplyOptions, ApplyReport, DoneHook, WaitHook, apply};
-pub use model::{CloudId, FieldRule, IdMap, Kind, Lifecycle, Resource, ResourceId, Value};
-pub use plan::{
-    Action, Change, FieldChange, PLAN_SCHEMA_VERSION, Plan, Summary, diff, field_changes, plan,
-    plan_delete, topo_order,
-};
+pub use model::{CloudId, IdMap, Resource, ResourceId, Value};
+pub(crate) use model::{FieldRule, Kind, Lifecycle};
+pub use plan::{Action, Change, FieldChange, Plan, Summary};
+pub(crate) use plan::{PLAN_SCHEMA_VERSION, diff, plan_delete};
+#[cfg(test)]
+pub(crate) use plan::{field_changes, topo_order};
 pub use render::{RenderOptions, render_text};
 
 /// How the engine reacts to a failed cloud call.
@@ -35,11 +36,15 @@ pub enum ErrorClass {
     Fatal,
 }
 
+/// What failed in a plan or apply, and how the engine treats it ([`CloudError::class`]).
 #[derive(Debug, thiserror::Error)]
 pub enum CloudError {
+    /// A cloud call failed, or kprov judged its answer ([`CloudError::verdict`]).
     #[error("{operation}: {message}")]
     Api {
+        /// The service operation (`DeleteSubnet`), as the error names it.
         operation: String,
+        /// How the engine reacts: retry, wait, or fail.
         class: ErrorClass,
         /// The service's error code as the SDK read it (`ProvideErrorMetadata::code`), raw:
         /// decisions ("already gone", "no such type") match on it, never on `message`. `None`
@@ -54,26 +59,36 @@ pub enum CloudError {
     /// The spec lacks something this provider needs.
     #[error("spec: {0}")]
     Spec(String),
+    /// A resource still failed with a retryable error when its deadline
+    /// ([`ApplyOptions::resource_deadline`]) passed.
     #[error("{id}: not done within {after:?} (last error: {last})")]
     Deadline {
+        /// The resource.
         id: ResourceId,
+        /// The deadline it had.
         after: std::time::Duration,
+        /// The last error it met.
         last: String,
     },
+    /// An error of one resource's step, naming the resource.
     #[error("{id}: {source}")]
     Resource {
+        /// The resource.
         id: ResourceId,
+        /// What failed.
         #[source]
         source: Box<CloudError>,
     },
+    /// The plan has errors ([`Plan::errors`]): apply makes no change.
     #[error("the plan cannot be applied:\n  {}", .0.join("\n  "))]
     Refused(Vec<String>),
+    /// Resources failed during apply (each error names its resource); the others were done.
     #[error("{} resource(s) failed:\n  {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
     Failed(Vec<CloudError>),
 }
 
 impl CloudError {
-    pub fn class(&self) -> ErrorClass {
+    pub(crate) fn class(&self) -> ErrorClass {
         match self {
             CloudError::Api { class, .. } => *class,
             CloudError::Resource { source, .. } => source.class(),
@@ -82,7 +97,7 @@ impl CloudError {
     }
 
     /// The service's error code, through `Resource` wrappers.
-    pub fn code(&self) -> Option<&str> {
+    pub(crate) fn code(&self) -> Option<&str> {
         match self {
             CloudError::Api { code, .. } => code.as_deref(),
             CloudError::Resource { source, .. } => source.code(),
@@ -90,13 +105,13 @@ impl CloudError {
         }
     }
 
-    pub fn not_ready(operation: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn not_ready(operation: &str, message: impl Into<String>) -> Self {
         CloudError::verdict(operation, ErrorClass::NotReady, message)
     }
 
     /// kprov's own verdict about a call's result (no service code): a resource not visible
     /// yet, a group not owned by the cluster.
-    pub fn verdict(operation: &str, class: ErrorClass, message: impl Into<String>) -> Self {
+    pub(crate) fn verdict(operation: &str, class: ErrorClass, message: impl Into<String>) -> Self {
         CloudError::Api {
             operation: operation.to_string(),
             class,

@@ -15,7 +15,7 @@ use super::CloudError;
 /// takes a `&'static str`, and text read back from the cloud becomes a kind only through
 /// [`ResourceId::parse`], which checks it against the provider's set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Kind(&'static str);
+pub(crate) struct Kind(&'static str);
 
 impl Kind {
     pub(in crate::cloud) const fn new(name: &'static str) -> Kind {
@@ -23,7 +23,7 @@ impl Kind {
     }
 
     /// The name written into tags and shown in plans.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         self.0
     }
 }
@@ -38,12 +38,12 @@ impl fmt::Display for Kind {
 /// written into the cloud resource's tags, so it must never depend on cloud-assigned IDs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceId {
-    pub kind: Kind,
-    pub name: String,
+    pub(crate) kind: Kind,
+    pub(crate) name: String,
 }
 
 impl ResourceId {
-    pub fn new(kind: Kind, name: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: Kind, name: impl Into<String>) -> Self {
         ResourceId {
             kind,
             name: name.into(),
@@ -53,7 +53,7 @@ impl ResourceId {
     /// Parses the `Kind/name` form written into tags; `kinds` is the provider's set. A tag
     /// that is not of that form, or names a kind outside the set, is an error naming the tag
     /// (escaped: it is the cloud's text).
-    pub fn parse(tag: &str, kinds: &[Kind]) -> Result<Self, CloudError> {
+    pub(crate) fn parse(tag: &str, kinds: &[Kind]) -> Result<Self, CloudError> {
         let bad = |why: &str| {
             CloudError::Model(format!(
                 "identity tag \"{}\": {why}",
@@ -95,18 +95,18 @@ pub struct CloudId(String);
 
 impl CloudId {
     /// `None` for an empty ID.
-    pub fn new(id: impl Into<String>) -> Option<CloudId> {
+    pub(crate) fn new(id: impl Into<String>) -> Option<CloudId> {
         let id = id.into();
         (!id.is_empty()).then_some(CloudId(id))
     }
 
     /// `self`, `sep` and `part` as one ID (a record's `ZONE/NAME`, a policy's `ROLE:POLICY`):
     /// not empty, since `self` is not.
-    pub fn join(&self, sep: char, part: &str) -> CloudId {
+    pub(crate) fn join(&self, sep: char, part: &str) -> CloudId {
         CloudId(format!("{}{sep}{part}", self.0))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -141,32 +141,37 @@ impl From<CloudId> for String {
 /// that comparison is set comparison.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Value {
+    /// Text (a name, a CIDR, a cloud ID a reference could not name).
     Str(String),
+    /// A number (a port, a size, a version).
     Int(i64),
+    /// A switch (DNS support, a public IP on launch).
     Bool(bool),
     /// Another resource of the same plan; resolved to its cloud ID at apply time.
     Ref(ResourceId),
+    /// Several values; a set (sorted, no duplicates) when built by `Value::set`.
     List(Vec<Value>),
     /// A multi-line document (user-data, a policy): previews show a line diff.
     Doc(String),
 }
 
 impl Value {
-    pub fn str(s: impl Into<String>) -> Value {
+    pub(crate) fn str(s: impl Into<String>) -> Value {
         Value::Str(s.into())
     }
 
-    pub fn reference(kind: Kind, name: impl Into<String>) -> Value {
+    pub(crate) fn reference(kind: Kind, name: impl Into<String>) -> Value {
         Value::Ref(ResourceId::new(kind, name))
     }
 
     /// A list with set semantics: sorted and deduplicated.
-    pub fn set(mut items: Vec<Value>) -> Value {
+    pub(crate) fn set(mut items: Vec<Value>) -> Value {
         items.sort();
         items.dedup();
         Value::List(items)
     }
 
+    /// The text of a `Str` or `Doc`; `None` for any other value.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) | Value::Doc(s) => Some(s),
@@ -174,28 +179,28 @@ impl Value {
         }
     }
 
-    pub fn as_int(&self) -> Option<i64> {
+    pub(crate) fn as_int(&self) -> Option<i64> {
         match self {
             Value::Int(i) => Some(*i),
             _ => None,
         }
     }
 
-    pub fn as_bool(&self) -> Option<bool> {
+    pub(crate) fn as_bool(&self) -> Option<bool> {
         match self {
             Value::Bool(b) => Some(*b),
             _ => None,
         }
     }
 
-    pub fn as_ref_id(&self) -> Option<&ResourceId> {
+    pub(crate) fn as_ref_id(&self) -> Option<&ResourceId> {
         match self {
             Value::Ref(r) => Some(r),
             _ => None,
         }
     }
 
-    pub fn as_list(&self) -> &[Value] {
+    pub(crate) fn as_list(&self) -> &[Value] {
         match self {
             Value::List(l) => l,
             _ => &[],
@@ -203,7 +208,7 @@ impl Value {
     }
 
     /// Every resource this value points at, nested lists included.
-    pub fn refs<'a>(&'a self, out: &mut BTreeSet<&'a ResourceId>) {
+    pub(crate) fn refs<'a>(&'a self, out: &mut BTreeSet<&'a ResourceId>) {
         match self {
             Value::Ref(r) => {
                 out.insert(r);
@@ -262,7 +267,7 @@ impl Serialize for Value {
 
 /// How the engine treats a resource (kops's lifecycles).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Lifecycle {
+pub(crate) enum Lifecycle {
     /// Create, update and (with prune) delete it.
     Sync,
     /// Leave it alone entirely.
@@ -273,7 +278,7 @@ pub enum Lifecycle {
 
 /// What a change to a field means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum FieldRule {
+pub(crate) enum FieldRule {
     Mutable,
     /// Cannot change in place; a plan that needs it is refused with a message.
     Immutable,
@@ -281,24 +286,26 @@ pub enum FieldRule {
     Replace,
 }
 
+/// One cloud resource as the engine diffs it: its identity, lifecycle and cloud ID, the fields
+/// the diff compares (and what a change to each means), and what apply needs besides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resource {
-    pub id: ResourceId,
-    pub lifecycle: Lifecycle,
+    pub(crate) id: ResourceId,
+    pub(crate) lifecycle: Lifecycle,
     /// The cloud's ID: set on actual resources, and on desired ones that are adopted by ID.
-    pub cloud_id: Option<CloudId>,
+    pub(crate) cloud_id: Option<CloudId>,
     /// Compared fields. Actual resources may carry extra fields the provider needs later
     /// (association IDs, DNS names): only the desired resource's fields are compared.
-    pub fields: BTreeMap<String, Value>,
+    pub(crate) fields: BTreeMap<String, Value>,
     /// Dependencies not expressed by a `Value::Ref` in the fields.
-    pub deps: BTreeSet<ResourceId>,
-    pub rules: BTreeMap<String, FieldRule>,
+    pub(crate) deps: BTreeSet<ResourceId>,
+    pub(crate) rules: BTreeMap<String, FieldRule>,
     /// Inputs apply needs but the diff must not compare (key material whose hash is a field).
-    pub inputs: BTreeMap<String, String>,
+    pub(crate) inputs: BTreeMap<String, String>,
 }
 
 impl Resource {
-    pub fn new(kind: Kind, name: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: Kind, name: impl Into<String>) -> Self {
         Resource {
             id: ResourceId::new(kind, name),
             lifecycle: Lifecycle::Sync,
@@ -310,50 +317,51 @@ impl Resource {
         }
     }
 
-    pub fn field(mut self, name: &str, v: Value) -> Self {
+    pub(crate) fn field(mut self, name: &str, v: Value) -> Self {
         self.fields.insert(name.to_string(), v);
         self
     }
 
-    pub fn rule(mut self, name: &str, rule: FieldRule) -> Self {
+    pub(crate) fn rule(mut self, name: &str, rule: FieldRule) -> Self {
         self.rules.insert(name.to_string(), rule);
         self
     }
 
-    pub fn input(mut self, name: &str, v: impl Into<String>) -> Self {
+    pub(crate) fn input(mut self, name: &str, v: impl Into<String>) -> Self {
         self.inputs.insert(name.to_string(), v.into());
         self
     }
 
-    pub fn lifecycle(mut self, l: Lifecycle) -> Self {
+    pub(crate) fn lifecycle(mut self, l: Lifecycle) -> Self {
         self.lifecycle = l;
         self
     }
 
-    pub fn cloud_id(mut self, id: CloudId) -> Self {
+    #[cfg(test)]
+    pub(crate) fn cloud_id(mut self, id: CloudId) -> Self {
         self.cloud_id = Some(id);
         self
     }
 
-    pub fn depends_on(mut self, id: ResourceId) -> Self {
+    pub(crate) fn depends_on(mut self, id: ResourceId) -> Self {
         self.deps.insert(id);
         self
     }
 
-    pub fn get(&self, name: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Value> {
         self.fields.get(name)
     }
 
-    pub fn get_str(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get_str(&self, name: &str) -> Option<&str> {
         self.get(name).and_then(Value::as_str)
     }
 
-    pub fn field_rule(&self, name: &str) -> FieldRule {
+    pub(crate) fn field_rule(&self, name: &str) -> FieldRule {
         self.rules.get(name).copied().unwrap_or(FieldRule::Mutable)
     }
 
     /// Explicit dependencies plus every referenced resource.
-    pub fn dependencies(&self) -> BTreeSet<ResourceId> {
+    pub(crate) fn dependencies(&self) -> BTreeSet<ResourceId> {
         let mut refs = BTreeSet::new();
         self.fields.values().for_each(|v| v.refs(&mut refs));
         let mut all: BTreeSet<ResourceId> = refs.into_iter().cloned().collect();

@@ -10,51 +10,70 @@ use crate::cloud::{Actual, Provider};
 
 /// Version of the JSON plan schema (docs/plan-json.md); bump on any incompatible change.
 /// 2: one document on both platforms (metal's node plan moved under `nodePlan`).
-pub const PLAN_SCHEMA_VERSION: u32 = 2;
+pub(crate) const PLAN_SCHEMA_VERSION: u32 = 2;
 
+/// What a change does to its resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
+    /// Makes a resource the cloud does not have.
     Create,
+    /// Changes fields of an existing resource in place.
     Update,
+    /// Deletes the resource and creates it again (a field that cannot change in place).
     Replace,
+    /// Deletes an owned resource nothing wants any more (applied only with prune).
     Delete,
 }
 
+/// One field of a change: its value in the cloud and the one wanted.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FieldChange {
+    /// The field's name in the resource's field map (`cidr`, `instanceType`).
     pub field: String,
+    /// The value the cloud has; `None` when it has none (every field of a create).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub old: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub new: Option<Value>,
+    pub(crate) new: Option<Value>,
 }
 
+/// One resource's change in a plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Change {
+    /// What the change does.
     pub action: Action,
     /// The kind's name as plans print it (`-o json`'s `kind`); decisions use `id.kind`.
     pub kind: String,
+    /// The resource's logical name, unique within its kind.
     pub name: String,
+    /// The cloud's ID of the resource changed or deleted; `None` for a create.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cloud_id: Option<String>,
     /// Create: every desired field (old absent). Update/Replace: the differing fields.
     /// Delete: empty.
     pub fields: Vec<FieldChange>,
+    /// The resource's identity (kind and name), what decisions compare.
     #[serde(skip)]
     pub id: ResourceId,
 }
 
+/// How many changes of each action a plan holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Summary {
+    /// Resources to create.
     pub create: usize,
+    /// Resources to change in place.
     pub update: usize,
+    /// Resources to delete and create again.
     pub replace: usize,
+    /// Owned resources to delete (applied only with prune).
     pub delete: usize,
 }
 
 impl Summary {
+    /// Every change of the plan, deletions included.
     pub fn total(&self) -> usize {
         self.create + self.update + self.replace + self.delete
     }
@@ -65,21 +84,25 @@ impl Summary {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
-    pub schema_version: u32,
-    pub cluster: String,
+    pub(crate) schema_version: u32,
+    pub(crate) cluster: String,
     /// Creates and updates in dependency order, then deletions in reverse dependency order.
     pub changes: Vec<Change>,
+    /// The changes counted by action.
     pub summary: Summary,
+    /// What the operator should know that does not stop the plan (an unconfirmed DNS
+    /// delegation, access open to anywhere, an unchecked quota).
     pub warnings: Vec<String>,
     /// Why this plan must not be applied (immutable field changed, adopted resource missing).
     pub errors: Vec<String>,
     #[serde(skip)]
-    pub desired: BTreeMap<ResourceId, Resource>,
+    pub(crate) desired: BTreeMap<ResourceId, Resource>,
     #[serde(skip)]
-    pub actual: BTreeMap<ResourceId, Resource>,
+    pub(crate) actual: BTreeMap<ResourceId, Resource>,
 }
 
 impl Plan {
+    /// Nothing to change, deletions included.
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
@@ -100,7 +123,7 @@ impl Plan {
     /// A plan with errors cannot be applied, and `update cluster` fails on it (exit 1) whether
     /// it previews or applies and whatever `--exit-code` says: a CI gate must never read a
     /// broken plan as "in sync".
-    pub fn check(&self) -> Result<(), CloudError> {
+    pub(crate) fn check(&self) -> Result<(), CloudError> {
         if self.errors.is_empty() {
             Ok(())
         } else {
@@ -109,20 +132,10 @@ impl Plan {
     }
 }
 
-/// Reads the actual state through `provider` (read-only) and diffs it against `desired`.
-pub async fn plan(
-    provider: &dyn Provider,
-    cluster: &str,
-    desired: Vec<Resource>,
-) -> Result<Plan, CloudError> {
-    let actual = provider.read(cluster, &desired).await?;
-    diff(cluster, desired, actual)
-}
-
 /// The plan of `delete cluster`: every owned resource goes. The adopted resources of `desired`
 /// (zone, VPC) are still handed to the reader, which needs them to know where to look, but
 /// they are never deleted, and one that vanished only means there is less to delete.
-pub async fn plan_delete(
+pub(crate) async fn plan_delete(
     provider: &dyn Provider,
     cluster: &str,
     desired: Vec<Resource>,
@@ -141,7 +154,11 @@ pub async fn plan_delete(
 
 /// The pure half of `plan`: compares and orders. Duplicate IDs and references to resources
 /// outside the plan are errors in the desired model.
-pub fn diff(cluster: &str, desired: Vec<Resource>, actual: Actual) -> Result<Plan, CloudError> {
+pub(crate) fn diff(
+    cluster: &str,
+    desired: Vec<Resource>,
+    actual: Actual,
+) -> Result<Plan, CloudError> {
     let mut want: BTreeMap<ResourceId, Resource> = BTreeMap::new();
     for r in desired {
         if let Some(dup) = want.insert(r.id.clone(), r) {
@@ -286,7 +303,7 @@ fn show(v: &Option<Value>) -> String {
 }
 
 /// Field-level differences of the fields the desired resource declares.
-pub fn field_changes(want: &Resource, have: &Resource) -> Vec<FieldChange> {
+pub(crate) fn field_changes(want: &Resource, have: &Resource) -> Vec<FieldChange> {
     want.fields
         .iter()
         .filter(|(k, v)| have.fields.get(*k) != Some(*v))
@@ -300,7 +317,9 @@ pub fn field_changes(want: &Resource, have: &Resource) -> Vec<FieldChange> {
 
 /// Dependencies first, ties broken by ID so plans are stable. Errors on cycles and on
 /// references to resources the model does not contain.
-pub fn topo_order(set: &BTreeMap<ResourceId, Resource>) -> Result<Vec<ResourceId>, CloudError> {
+pub(crate) fn topo_order(
+    set: &BTreeMap<ResourceId, Resource>,
+) -> Result<Vec<ResourceId>, CloudError> {
     for r in set.values() {
         if let Some(missing) = r.dependencies().into_iter().find(|d| !set.contains_key(d)) {
             return Err(CloudError::Model(format!(

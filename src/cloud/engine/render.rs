@@ -10,12 +10,13 @@ use similar::{ChangeTag, TextDiff};
 use super::model::Value;
 use super::plan::{Action, Change, Plan};
 
+/// How [`render_text`] prints a plan (`Default`: no colour, deletions shown as skipped).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RenderOptions {
     /// ANSI colour; the CLI turns it on for a terminal.
-    pub color: bool,
+    pub(crate) color: bool,
     /// Whether deletions will be applied (`--prune`); otherwise they are listed as skipped.
-    pub prune: bool,
+    pub(crate) prune: bool,
 }
 
 struct Styles {
@@ -37,6 +38,8 @@ impl Styles {
     }
 }
 
+/// The plan as the preview prints it: its warnings and errors, the changes by action and kind
+/// with their fields, and the summary line.
 pub fn render_text(plan: &Plan, opts: RenderOptions) -> String {
     let st = Styles::new(opts.color);
     let mut out = String::new();

@@ -18,6 +18,17 @@ const DOC: Kind = Kind::new("Doc");
 const OLD: Kind = Kind::new("Old");
 const KS: [Kind; 3] = [Kind::new("K0"), Kind::new("K1"), Kind::new("K2")];
 
+/// Reads the actual state through `provider` (read-only) and diffs it against `desired`: what
+/// a provider's own plan does around its checks.
+async fn plan(
+    provider: &dyn Provider,
+    cluster: &str,
+    desired: Vec<Resource>,
+) -> Result<Plan, CloudError> {
+    let actual = provider.read(cluster, &desired).await?;
+    diff(cluster, desired, actual)
+}
+
 fn id(s: &str) -> CloudId {
     CloudId::new(s).expect("a test ID is not empty")
 }
@@ -231,7 +242,7 @@ proptest! {
         prop_assert_eq!(seen.lock().unwrap().clone(), report.done);
         let expect: BTreeMap<_, _> = desired.iter().map(|r| (r.id.clone(), r.fields.clone())).collect();
         prop_assert_eq!(cloud.fields(), expect);
-        let again = rt.block_on(super::plan(&cloud, "c", desired)).unwrap();
+        let again = rt.block_on(self::plan(&cloud, "c", desired)).unwrap();
         prop_assert!(again.is_empty());
     }
 
@@ -265,31 +276,33 @@ proptest! {
     }
 }
 
-#[test]
-fn throttling_is_retried_until_the_deadline() {
+/// Plans and applies one resource against a cloud that first answers it `times` times with
+/// one of its transient errors (`answers` picks which counter): apply's error when it gave
+/// up, and how many resources the cloud then holds.
+fn apply_answered(
+    answers: fn(&MemCloud) -> &Mutex<BTreeMap<ResourceId, usize>>,
+    times: usize,
+    opts: &ApplyOptions,
+) -> (Option<String>, usize) {
     let cloud = MemCloud::default();
     let r = Resource::new(K, "a").field("a", Value::Int(1));
-    cloud.throttle.lock().unwrap().insert(r.id.clone(), 3);
+    answers(&cloud).lock().unwrap().insert(r.id.clone(), times);
     let rt = rt();
-    let p = rt.block_on(plan(&cloud, "c", vec![r.clone()])).unwrap();
-    rt.block_on(apply(&cloud, &p, &quick())).unwrap();
-    assert_eq!(cloud.fields().len(), 1);
-
-    let cloud = MemCloud::default();
-    cloud
-        .throttle
-        .lock()
-        .unwrap()
-        .insert(r.id.clone(), usize::MAX);
     let p = rt.block_on(plan(&cloud, "c", vec![r])).unwrap();
+    let err = rt.block_on(apply(&cloud, &p, opts)).err();
+    (err.map(|e| e.to_string()), cloud.fields().len())
+}
+
+#[test]
+fn throttling_is_retried_until_the_deadline() {
+    assert_eq!(apply_answered(|c| &c.throttle, 3, &quick()), (None, 1));
+
     let opts = ApplyOptions {
         resource_deadline: Duration::from_millis(50),
         ..quick()
     };
-    let err = rt
-        .block_on(apply(&cloud, &p, &opts))
-        .unwrap_err()
-        .to_string();
+    let (err, _) = apply_answered(|c| &c.throttle, usize::MAX, &opts);
+    let err = err.expect("gives up at the deadline");
     assert!(err.contains("K/a: not done within 50ms"), "{err}");
     assert!(err.contains("slow down"), "{err}");
     assert!(err.contains("throttled by the API"), "{err}");
@@ -300,31 +313,16 @@ fn throttling_is_retried_until_the_deadline() {
 /// then, long before the resource deadline, naming the answer.
 #[test]
 fn not_found_is_retried_within_the_propagation_window_only() {
-    let cloud = MemCloud::default();
-    let r = Resource::new(K, "a").field("a", Value::Int(1));
-    cloud.not_found.lock().unwrap().insert(r.id.clone(), 3);
-    let rt = rt();
-    let p = rt.block_on(plan(&cloud, "c", vec![r.clone()])).unwrap();
-    rt.block_on(apply(&cloud, &p, &quick())).unwrap();
-    assert_eq!(cloud.fields().len(), 1);
+    assert_eq!(apply_answered(|c| &c.not_found, 3, &quick()), (None, 1));
 
-    let cloud = MemCloud::default();
-    cloud
-        .not_found
-        .lock()
-        .unwrap()
-        .insert(r.id.clone(), usize::MAX);
-    let p = rt.block_on(plan(&cloud, "c", vec![r])).unwrap();
     let opts = ApplyOptions {
         resource_deadline: Duration::from_secs(30),
         propagation: Duration::from_millis(50),
         ..quick()
     };
     let t = std::time::Instant::now();
-    let err = rt
-        .block_on(apply(&cloud, &p, &opts))
-        .unwrap_err()
-        .to_string();
+    let (err, _) = apply_answered(|c| &c.not_found, usize::MAX, &opts);
+    let err = err.expect("gives up after the propagation window");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(err.contains("K/a: Mem: InvalidGroup.NotFound"), "{err}");
 }
