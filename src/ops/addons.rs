@@ -28,7 +28,7 @@ pub(crate) struct AddonOptions {
 
 /// What [`deploy`] did.
 #[derive(Debug)]
-pub struct AddonReport {
+pub(crate) struct AddonReport {
     /// Per manifest: created, changed, unchanged (a preview: what would be).
     pub diffs: Vec<ObjectDiff>,
     pub applied: bool,
@@ -38,7 +38,7 @@ pub struct AddonReport {
 
 impl AddonReport {
     /// Whether a preview found changes to apply.
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         !self.applied && self.diffs.iter().any(|d| d.change != Change::Unchanged)
     }
 }

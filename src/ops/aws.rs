@@ -62,7 +62,7 @@ pub(crate) struct AwsUpdateOptions {
 /// A part of `update cluster --yes` applied alone (`--phase`), in the order a whole apply
 /// runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// The cloud resources only: no wait for Auto Scaling or SSH, no host contacted.
     Cloud,
     /// The instances only (waited for, then provisioned); the cloud resources must already
@@ -74,7 +74,7 @@ pub enum Phase {
 
 /// Progress of an AWS apply, for the CLI to render.
 #[derive(Debug)]
-pub enum AwsEvent<'a> {
+pub(crate) enum AwsEvent<'a> {
     /// The cloud changes about to be applied (planned under the lock).
     CloudPlan(&'a Plan),
     /// The cloud resources already match the spec.

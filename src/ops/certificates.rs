@@ -125,7 +125,7 @@ pub(crate) const KUBEADM_CERTIFICATES: &[Known] = &[
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum CertState {
+pub(crate) enum CertState {
     Valid,
     Expired,
     /// The file does not exist (`super-admin.conf` before Kubernetes 1.29, etcd certificates
@@ -138,7 +138,7 @@ pub enum CertState {
 /// Who renews a certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum RenewedBy {
+pub(crate) enum RenewedBy {
     /// `kubeadm certs renew all`, which `rotate certificates` runs.
     Kubeadm,
     /// The kubelet itself (`rotateCertificates`, kubeadm's default).
@@ -156,7 +156,7 @@ const KUBELET_PKI: &str = "/var/lib/kubelet/pki/";
 /// One certificate on one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CertificateStatus {
+pub(crate) struct CertificateStatus {
     pub name: String,
     pub path: String,
     pub certificate_authority: bool,
@@ -180,7 +180,7 @@ pub struct CertificateStatus {
 
 impl CertificateStatus {
     /// "364d", "23h", "expired 2d ago", for tables and messages.
-    pub fn residual(&self) -> String {
+    pub(crate) fn residual(&self) -> String {
         match (self.state, self.residual_seconds) {
             (CertState::Missing, _) => "missing".into(),
             (CertState::Invalid, _) => "invalid".into(),
@@ -210,7 +210,7 @@ fn human(secs: u64) -> String {
 /// What could be seen on a control plane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum HostState {
+pub(crate) enum HostState {
     Read,
     /// The cluster has no recorded key for it: kprov never connected, and does not now.
     HostKeyNotRecorded,
@@ -221,7 +221,7 @@ pub enum HostState {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HostCertificates {
+pub(crate) struct HostCertificates {
     pub host: String,
     pub state: HostState,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -243,7 +243,7 @@ impl HostCertificates {
 /// Every control plane's certificates, as read at `checkedAt`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CertificateReport {
+pub(crate) struct CertificateReport {
     pub cluster: String,
     pub checked_at: DateTime<Utc>,
     pub hosts: Vec<HostCertificates>,
@@ -252,7 +252,7 @@ pub struct CertificateReport {
 impl CertificateReport {
     /// Certificates that expire within `within` (or have expired), with their host, whoever
     /// renews them.
-    pub fn expiring(&self, within: Duration) -> Vec<(&str, &CertificateStatus)> {
+    pub(crate) fn expiring(&self, within: Duration) -> Vec<(&str, &CertificateStatus)> {
         self.hosts
             .iter()
             .flat_map(|h| h.certificates.iter().map(move |c| (h.host.as_str(), c)))
@@ -261,7 +261,7 @@ impl CertificateReport {
     }
 
     /// Hosts whose certificates could not be read, with why.
-    pub fn unread(&self) -> Vec<&HostCertificates> {
+    pub(crate) fn unread(&self) -> Vec<&HostCertificates> {
         self.hosts
             .iter()
             .filter(|h| h.state != HostState::Read)
@@ -269,7 +269,7 @@ impl CertificateReport {
     }
 
     /// Certificates that are neither valid nor expired nor legitimately absent.
-    pub fn invalid(&self) -> Vec<(&str, &CertificateStatus)> {
+    pub(crate) fn invalid(&self) -> Vec<(&str, &CertificateStatus)> {
         self.hosts
             .iter()
             .flat_map(|h| h.certificates.iter().map(move |c| (h.host.as_str(), c)))
@@ -620,7 +620,7 @@ pub(crate) async fn get(
 /// The certificate part of `validate cluster`, which never fails on it (the API checks
 /// decide).
 #[derive(Debug)]
-pub enum ValidateCheck {
+pub(crate) enum ValidateCheck {
     /// Not checked: finding a cloud's instances needs its credentials, which validate does
     /// not.
     NotOnCloud(crate::spec::CloudProvider),
@@ -674,7 +674,7 @@ impl Default for RotateOptions {
 
 /// Progress of a rotation, for the CLI to render.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RotateEvent {
+pub(crate) enum RotateEvent {
     /// A step started on a control plane.
     Step { host: String, step: String },
     /// A control plane was renewed, restarted and is healthy again.
@@ -795,15 +795,14 @@ done
 
 /// What a rotation did.
 #[derive(Debug, Clone)]
-pub struct RotateReport {
+pub(crate) struct RotateReport {
     pub rolled: Rolled,
     pub admin_kubeconfig: AdminKubeconfig,
-    pub before: CertificateReport,
     pub after: CertificateReport,
 }
 
 impl RotateReport {
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.rolled.failed.is_none()
             && matches!(
                 self.admin_kubeconfig,
@@ -814,7 +813,7 @@ impl RotateReport {
 
 /// How far a rotation got.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rolled {
+pub(crate) struct Rolled {
     /// Control planes renewed, restarted and healthy, in order, with how long each took.
     pub renewed: Vec<(String, Duration)>,
     /// The control plane where the rotation stopped, and why.
@@ -876,7 +875,7 @@ pub(crate) async fn targets(
 /// renewed. Read-only; the preview prints it with the certificates it reads
 /// ([`RotatePlan::read`]).
 #[derive(Debug, Clone)]
-pub struct RotatePlan {
+pub(crate) struct RotatePlan {
     pub cluster: ResolvedCluster,
     pub targets: Vec<Target>,
     /// The control planes, one at a time in this order.
@@ -918,7 +917,7 @@ pub(crate) async fn plan(
 
 impl RotatePlan {
     /// The certificates of the plan's control planes now (the preview's table).
-    pub async fn read(
+    pub(crate) async fn read(
         &self,
         store: Arc<dyn StateStore>,
         concurrency: usize,
@@ -996,7 +995,6 @@ pub(crate) async fn rotate(
         Ok(RotateReport {
             rolled,
             admin_kubeconfig,
-            before,
             after,
         })
     }

@@ -28,7 +28,7 @@ pub(crate) fn import_inventory(path: &Path) -> Result<Inventory, crate::inventor
 /// What `create cluster` is asked for, in the model's terms (the command line's flags
 /// without their parsing). `None` leaves a choice to kprov's default.
 #[derive(Debug, Clone)]
-pub struct ClusterRequest {
+pub(crate) struct ClusterRequest {
     pub name: String,
     pub cloud: CloudProvider,
     pub zones: Vec<String>,
@@ -732,7 +732,7 @@ pub(crate) fn ssh_public_key(
 }
 
 /// What `create cluster` stores, built and checked: nothing is written yet.
-pub struct CreatePlan {
+pub(crate) struct CreatePlan {
     pub cluster: Cluster,
     pub groups: Vec<InstanceGroup>,
     /// The inventory the hosts came from (metal), its problems all answered.

@@ -130,7 +130,7 @@ pub(crate) async fn kube_client(
 }
 
 /// What `create registry-credentials` stored.
-pub struct RegistryStored {
+pub(crate) struct RegistryStored {
     /// The secret's name under the cluster's secrets.
     pub secret: String,
     /// The digest of what was stored (never the password).
@@ -188,7 +188,7 @@ pub(crate) async fn store_registry_credentials(
 }
 
 /// One object among a cluster's secrets, as `get secrets` lists it: never its bytes.
-pub struct SecretEntry {
+pub(crate) struct SecretEntry {
     /// "secret", "pki" or "sshpublickey".
     pub kind: &'static str,
     /// Its key below the cluster's `secrets/` or `pki/`; "admin" for the SSH key.

@@ -18,7 +18,7 @@ use crate::state::{Precondition, StateStore, Version};
 
 /// One record that failed its checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Damaged {
+pub(crate) struct Damaged {
     /// The store key (for `key_location`).
     pub key: String,
     /// What kind of record it is ("backup record", "rolling-update journal", ...).
@@ -154,7 +154,7 @@ pub(crate) fn describe(store: &dyn StateStore, d: &Damaged) -> String {
 }
 
 /// What `delete damaged NAME` would remove: the records found now, each described.
-pub struct DamagedPlan {
+pub(crate) struct DamagedPlan {
     pub cluster: String,
     pub found: Vec<Damaged>,
     /// [`describe`] of each, in the same order.

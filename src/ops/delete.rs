@@ -38,7 +38,7 @@ use crate::state::layout::ClusterKeys;
 use crate::state::lock::{LockError, LockGuard};
 
 /// What `delete cluster` would delete.
-pub enum DeletePlan {
+pub(crate) enum DeletePlan {
     /// A cluster whose spec reads.
     Cluster(Box<Teardown>),
     /// A cluster deleted earlier with its etcd backups kept.
@@ -47,7 +47,6 @@ pub enum DeletePlan {
         count: usize,
         /// Where the backups are (the store's location of their prefix).
         prefix: String,
-        delete_backups: bool,
     },
     /// A cluster whose spec cannot be read: only its objects in the store can go.
     Unreadable {
@@ -62,7 +61,7 @@ pub enum DeletePlan {
 }
 
 /// A readable cluster's teardown.
-pub struct Teardown {
+pub(crate) struct Teardown {
     pub cluster: Cluster,
     /// AWS: the typed model the cloud's deletion is planned from, made once here (the preview
     /// and the apply under the lock both use it); `None` on metal.
@@ -79,7 +78,7 @@ pub struct Teardown {
 }
 
 /// The machines a teardown removes, per platform.
-pub enum Machines {
+pub(crate) enum Machines {
     /// The cloud resources to delete.
     Aws(Plan),
     /// The hosts to reset: the spec's, then those kprov provisioned that the spec dropped.
@@ -91,7 +90,7 @@ pub enum Machines {
 }
 
 /// What `delete cluster --yes` did.
-pub enum DeleteReport {
+pub(crate) enum DeleteReport {
     Cluster {
         machines: MachinesGone,
         /// Objects deleted from the store.
@@ -106,7 +105,7 @@ pub enum DeleteReport {
 }
 
 /// What happened to the machines.
-pub enum MachinesGone {
+pub(crate) enum MachinesGone {
     Aws {
         deleted: usize,
     },
@@ -117,7 +116,7 @@ pub enum MachinesGone {
     },
 }
 
-pub enum HostsReset {
+pub(crate) enum HostsReset {
     /// The cluster never claimed a host (and kprov recorded none): none contacted.
     NothingClaimed(String),
     Reset {
@@ -128,7 +127,7 @@ pub enum HostsReset {
 
 /// Why `delete cluster` did not delete.
 #[derive(Debug, thiserror::Error)]
-pub enum DeleteError {
+pub(crate) enum DeleteError {
     /// `delete cluster` of a deleted cluster whose backups are kept, without `--delete-backups`.
     #[error(
         "cluster {cluster} was deleted already; its {} under {prefix} are kept. Pass --delete-backups to delete them.",
@@ -256,7 +255,6 @@ async fn plan_with(
                 cluster: name.to_string(),
                 count,
                 prefix,
-                delete_backups,
             });
         }
         Err(e) if removable(&e) => {
@@ -335,7 +333,7 @@ async fn plan_with(
 }
 
 impl DeletePlan {
-    pub fn cluster(&self) -> &str {
+    pub(crate) fn cluster(&self) -> &str {
         match self {
             DeletePlan::Cluster(t) => t.cluster.name(),
             DeletePlan::BackupsOnly { cluster, .. } | DeletePlan::Unreadable { cluster, .. } => {
@@ -345,7 +343,7 @@ impl DeletePlan {
     }
 
     /// The command the lock names while `--yes` runs.
-    pub fn lock_command(&self) -> &'static str {
+    pub(crate) fn lock_command(&self) -> &'static str {
         match self {
             DeletePlan::BackupsOnly { .. } => "delete cluster --delete-backups",
             _ => "delete cluster",

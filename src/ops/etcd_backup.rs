@@ -53,7 +53,7 @@ pub(crate) struct EtcdBackups {
 }
 
 /// A restore previewed: the snapshot (verified against its record) and what happens where.
-pub struct Restore {
+pub(crate) struct Restore {
     pub(crate) plan: RestorePlan,
     snapshot: Bytes,
 }

@@ -32,7 +32,7 @@ pub(crate) enum ForgetError {
 
 /// The host key to forget: the host, and the name its keys are recorded under.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForgetPlan {
+pub(crate) struct ForgetPlan {
     pub cluster: String,
     pub host: String,
     /// The `known_hosts` name (`[address]:port` as ssh writes it).

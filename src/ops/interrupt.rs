@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 /// Which signal stopped the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caught {
+pub(crate) enum Caught {
     /// SIGINT: Ctrl-C on a terminal.
     Interrupt,
     /// SIGTERM: a supervisor, `kill`, a CI job's timeout.
@@ -30,14 +30,14 @@ pub enum Caught {
 
 impl Caught {
     /// As shells report a process ended by the signal: 128 + its number.
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             Caught::Interrupt => 130,
             Caught::Terminate => 143,
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Caught::Interrupt => "SIGINT",
             Caught::Terminate => "SIGTERM",

@@ -24,7 +24,7 @@ pub(crate) const CONFIG_MAPS: [(&str, &str, ComponentConfig); 2] = [
 
 /// What [`sync`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Synced {
+pub(crate) struct Synced {
     /// `kube-system/NAME` of each ConfigMap rewritten.
     pub rewritten: Vec<String>,
     /// Those not found (kubeadm makes both at `init`; a cluster without them is told).

@@ -27,7 +27,7 @@ use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateStore, lock};
 
 /// Where the admin kubeconfig is kept: `<cluster>/secrets/admin.conf`.
-pub const ADMIN_KUBECONFIG_SECRET: &str = "admin.conf";
+pub(crate) const ADMIN_KUBECONFIG_SECRET: &str = "admin.conf";
 
 /// How to reach and treat the nodes.
 #[derive(Debug, Clone)]
@@ -53,7 +53,7 @@ impl Default for NodeOptions {
 
 /// What happens while nodes are worked on, for the CLI to render.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeEvent {
+pub(crate) enum NodeEvent {
     /// A phase started, finished or failed on a target.
     Progress(ProgressEvent),
     /// A first-contact host key was recorded: the operator should compare its fingerprints.
@@ -78,7 +78,7 @@ pub(crate) fn no_events() -> Events {
 
 /// What became of the admin kubeconfig.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdminKubeconfig {
+pub(crate) enum AdminKubeconfig {
     /// Written to the store (new or changed).
     Stored,
     /// The store already held exactly this one.
@@ -89,16 +89,14 @@ pub enum AdminKubeconfig {
 
 /// The outcome of [`converge`].
 #[derive(Debug, Clone)]
-pub struct NodeReport {
-    /// The plan that was executed (observed under the lock).
-    pub plan: NodePlan,
+pub(crate) struct NodeReport {
     pub report: Report,
     pub admin_kubeconfig: AdminKubeconfig,
 }
 
 impl NodeReport {
     /// Every target converged and the cluster's credentials are in the store.
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.report.success()
             && matches!(
                 self.admin_kubeconfig,
@@ -314,7 +312,6 @@ pub(crate) async fn converge(
             }
         };
         Ok::<_, anyhow::Error>(NodeReport {
-            plan,
             report,
             admin_kubeconfig,
         })

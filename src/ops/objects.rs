@@ -237,7 +237,7 @@ pub(crate) enum Mode {
 
 /// What [`plan`] and [`apply`] did, one event each, as it happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Written {
+pub(crate) enum Written {
     /// A line about the checksums pinned for a newer patch release (`create -f`).
     Pinned(String),
     /// `create -f`: a cluster stored with this many instance groups.
@@ -420,14 +420,14 @@ mod tests {
 }
 
 /// One cluster of `get clusters`: as stored, and completed with the defaults.
-pub struct Listed {
+pub(crate) struct Listed {
     pub stored: StoredCluster,
     pub completed: Cluster,
     pub completed_groups: Vec<InstanceGroup>,
 }
 
 /// A cluster whose objects cannot be read, listed with the reason (which names the key).
-pub struct Unreadable {
+pub(crate) struct Unreadable {
     pub name: String,
     pub error: RepoError,
 }
@@ -435,13 +435,13 @@ pub struct Unreadable {
 impl Unreadable {
     /// Whether `delete cluster` is the way out (an object that is there but not a readable
     /// cluster; a store that cannot be read is fixed at the store).
-    pub fn delete_removes_it(&self) -> bool {
+    pub(crate) fn delete_removes_it(&self) -> bool {
         !matches!(self.error, RepoError::Unreadable { .. })
     }
 }
 
 /// What `get clusters [NAME]` shows.
-pub struct ClusterList {
+pub(crate) struct ClusterList {
     /// The name asked for, or `None` for every cluster in the store.
     pub asked: Option<String>,
     /// Whether the store holds no cluster at all (nothing listed, nothing unreadable).
@@ -455,7 +455,7 @@ pub struct ClusterList {
 
 /// A row of `get clusters`' table.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ClusterSummary {
+pub(crate) struct ClusterSummary {
     pub name: String,
     pub cloud: String,
     pub zones: Vec<String>,
@@ -467,7 +467,7 @@ pub struct ClusterSummary {
 }
 
 impl Listed {
-    pub fn summary(&self) -> ClusterSummary {
+    pub(crate) fn summary(&self) -> ClusterSummary {
         let (c, g) = (&self.completed, &self.completed_groups);
         let mut zones: Vec<String> = c
             .spec
@@ -493,7 +493,7 @@ impl Listed {
 impl ClusterList {
     /// The objects `-o yaml|json` prints, which `create -f` / `replace -f` accept as they
     /// are: the clusters (completed with `full`), and their groups when one was asked for.
-    pub fn objects(&self, full: bool) -> Vec<spec::ObjectRef<'_>> {
+    pub(crate) fn objects(&self, full: bool) -> Vec<spec::ObjectRef<'_>> {
         let mut objs = Vec::new();
         for l in &self.clusters {
             objs.push(spec::ObjectRef::Cluster(if full {

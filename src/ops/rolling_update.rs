@@ -85,7 +85,7 @@ impl Default for RollingOptions {
 
 /// Why a roll stopped before its engine ran: nothing was rolled.
 #[derive(Debug, thiserror::Error)]
-pub enum RollingError {
+pub(crate) enum RollingError {
     /// The machines could not be made ready (the etcd backup, the image staging, ...).
     #[error(transparent)]
     Machines(#[from] MachinesError),
@@ -101,7 +101,7 @@ pub enum RollingError {
 /// `-o json` prints it as it serializes: the plan's fields, `problems`, `readyUnknown`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RollingPlan {
+pub(crate) struct RollingPlan {
     #[serde(flatten)]
     pub plan: RollPlan,
     /// Problems of the observation (AWS: owned instances in none of the groups; records that
@@ -118,7 +118,7 @@ pub struct RollingPlan {
 impl RollingPlan {
     /// Why the roll cannot start as planned: the observation's problems, then the plan's
     /// refusals. Not empty: nothing may roll.
-    pub fn refusals(&self) -> Vec<String> {
+    pub(crate) fn refusals(&self) -> Vec<String> {
         let mut refusals = self.problems.clone();
         refusals.extend(self.plan.refusals.iter().cloned());
         refusals
@@ -126,7 +126,7 @@ impl RollingPlan {
 
     /// `get instances`: every machine with its group, status and Ready. A machine whose
     /// state cannot be read is listed, never dropped.
-    pub fn instances(&self) -> Vec<Instance> {
+    pub(crate) fn instances(&self) -> Vec<Instance> {
         let metal = self.plan.platform == crate::nodes::roll::Platform::Metal;
         let mut rows = Vec::new();
         for g in &self.plan.groups {
@@ -160,7 +160,7 @@ impl RollingPlan {
 /// One machine of `get instances`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Instance {
+pub(crate) struct Instance {
     pub group: String,
     pub node: String,
     pub target: String,
@@ -178,7 +178,7 @@ pub struct Instance {
 }
 
 /// What happens before the engine runs, as it happens.
-pub enum RollingEvent<'a> {
+pub(crate) enum RollingEvent<'a> {
     /// An unfinished roll is resumed.
     Resuming(&'a Journal),
     /// `--cloudonly` (asked now or by the roll resumed): no cordon, drain, Ready or
@@ -191,7 +191,7 @@ pub enum RollingEvent<'a> {
 }
 
 /// How `rolling-update cluster --yes` ended, once it held the lock.
-pub enum RollingReport {
+pub(crate) enum RollingReport {
     /// No journal to resume and nothing to roll.
     NothingToRoll,
     /// The engine ran.
@@ -199,7 +199,7 @@ pub enum RollingReport {
 }
 
 /// A roll the engine ran, to its end or to where it stopped.
-pub struct Ran {
+pub(crate) struct Ran {
     /// The roll done, or why it stopped (the journal says where each node is).
     pub outcome: Result<Journal, RollError>,
     /// The journal as the store holds it after the run.

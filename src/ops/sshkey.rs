@@ -11,7 +11,7 @@ use crate::spec::SshKey;
 
 /// A public key read from the user's file, checked as OpenSSH's one-line format.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicKey {
+pub(crate) struct PublicKey {
     /// `ssh-ed25519 AAAA... comment`, trimmed.
     pub text: String,
     /// `SHA256:...` as `ssh-keygen -l` prints it.
@@ -21,7 +21,7 @@ pub struct PublicKey {
 impl PublicKey {
     /// Reads and parses the user's public key file. A public key line is short: anything
     /// larger than 16 KiB is not one (and is never read whole).
-    pub fn read(file: &std::path::Path) -> anyhow::Result<PublicKey> {
+    pub(crate) fn read(file: &std::path::Path) -> anyhow::Result<PublicKey> {
         let source = file.display().to_string();
         let text = crate::bounded::read_file(file, 16 * 1024)
             .map_err(|e| anyhow::anyhow!("reading {source}: {e}"))?;
@@ -33,7 +33,7 @@ impl PublicKey {
 
     /// Parses one OpenSSH public key line (`source` names the file in errors). A private key
     /// is refused without echoing a byte of it.
-    pub fn parse(source: &str, text: &str) -> Result<PublicKey, String> {
+    pub(crate) fn parse(source: &str, text: &str) -> Result<PublicKey, String> {
         let line = text.trim();
         if line.contains("PRIVATE KEY") {
             return Err(format!(
@@ -94,7 +94,7 @@ pub(crate) fn fingerprint(text: &str) -> Option<String> {
 
 /// What [`set`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyChange {
+pub(crate) enum KeyChange {
     Unchanged,
     /// Stored; the fingerprint of the key it replaced, if any.
     Stored {

@@ -18,7 +18,7 @@ use crate::state::StateStore;
 /// The dump (`-o json|yaml`); field names are part of kprov's output contract.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Dump {
+pub(crate) struct Dump {
     pub cluster: String,
     pub cloud: String,
     /// AWS: every resource the cluster owns; empty on metal.
@@ -38,7 +38,7 @@ pub struct Dump {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Resource {
+pub(crate) struct Resource {
     pub kind: String,
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -48,7 +48,7 @@ pub struct Resource {
 /// A host or instance, without anything secret (the SSH key's path is the user's, not kept).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Machine {
+pub(crate) struct Machine {
     pub name: String,
     pub node_name: String,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -73,7 +73,7 @@ pub(crate) enum UpdateError {
 
 /// Why the add-ons part of `update cluster --yes` failed (the hosts are provisioned).
 #[derive(Debug, thiserror::Error)]
-pub enum AddonsError {
+pub(crate) enum AddonsError {
     /// The API could not be reached, or kube-system's `kubelet-config` / `kube-proxy` could
     /// not be written.
     #[error("{0:#}")]
@@ -96,7 +96,7 @@ pub(crate) struct AddonsApplied {
 
 /// What reading the inventory again changes in the spec's hosts (by name).
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct HostsChange {
+pub(crate) struct HostsChange {
     pub added: Vec<Host>,
     pub removed: Vec<Host>,
     /// The same name with another address, roles, user, port, labels, ...: (before, after).
@@ -113,7 +113,7 @@ pub(crate) fn roles(h: &Host) -> String {
 }
 
 impl HostsChange {
-    pub fn of(before: &[Host], after: &[Host]) -> HostsChange {
+    pub(crate) fn of(before: &[Host], after: &[Host]) -> HostsChange {
         let find = |hosts: &[Host], name: &str| hosts.iter().find(|h| h.name == name).cloned();
         HostsChange {
             added: after
@@ -137,12 +137,12 @@ impl HostsChange {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
     }
 
     /// One line each: the hosts to add, to remove and those that changed.
-    pub fn lines(&self, inventory: &str) -> Vec<String> {
+    pub(crate) fn lines(&self, inventory: &str) -> Vec<String> {
         let list = |hosts: &[Host]| {
             hosts
                 .iter()
@@ -186,7 +186,7 @@ impl HostsChange {
 /// `--inventory DIR` read again: the stored user spec with the inventory's hosts (to store at
 /// `--yes`, conditional on the version read), and what changes.
 #[derive(Debug)]
-pub struct Reread {
+pub(crate) struct Reread {
     /// The inventory's file, as its problems name it.
     pub file: String,
     pub change: HostsChange,
@@ -330,7 +330,7 @@ pub(crate) fn bundle_for_run(mut cluster: Cluster, bundle: Option<&std::path::Pa
 /// The preview of `update cluster`, one shape on every platform (docs/plan-json.md): the
 /// cloud plan (empty on metal), the node plan, the hosts to remove and the refusals.
 #[derive(Debug, Serialize)]
-pub struct UpdatePlan {
+pub(crate) struct UpdatePlan {
     /// The cloud plan's fields at the top of the document.
     #[serde(flatten)]
     pub cloud: Plan,
@@ -358,7 +358,7 @@ pub struct UpdatePlan {
 /// platform: a platform with cloud resources (AWS) plans them first and its instances' nodes
 /// after; one without (metal) plans its hosts, the hosts to remove and the inventory's changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PlanShape {
+pub(crate) enum PlanShape {
     /// The cloud plan, then the running instances' node plan.
     Cloud,
     /// The hosts' node plan (the cloud plan is empty).
@@ -367,7 +367,7 @@ pub enum PlanShape {
 
 impl PlanShape {
     /// The shape of a platform's plan.
-    pub fn of(kind: Kind) -> PlanShape {
+    pub(crate) fn of(kind: Kind) -> PlanShape {
         match kind {
             Kind::Aws => PlanShape::Cloud,
             Kind::Metal => PlanShape::Hosts,
@@ -377,19 +377,19 @@ impl PlanShape {
 
 /// A host kprov provisioned that the spec no longer has.
 #[derive(Debug, Clone, Serialize)]
-pub struct HostToRemove {
+pub(crate) struct HostToRemove {
     pub name: String,
     pub address: String,
 }
 
 impl UpdatePlan {
     /// Cloud changes that `--yes` would apply (deletions only with `--prune`).
-    pub fn cloud_pending(&self) -> bool {
+    pub(crate) fn cloud_pending(&self) -> bool {
         self.cloud.exit_code(self.prune) == 2
     }
 
     /// The targets `--yes` would provision.
-    pub fn nodes_pending(&self) -> Vec<&str> {
+    pub(crate) fn nodes_pending(&self) -> Vec<&str> {
         self.nodes
             .as_ref()
             .map(NodePlan::pending)
@@ -398,7 +398,7 @@ impl UpdatePlan {
 
     /// Whether `--yes` would change anything, or something waits on the user (hosts to
     /// remove): what `--exit-code` reports as 2.
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         self.cloud_pending()
             || !self.nodes_pending().is_empty()
             || !self.hosts_to_remove.is_empty()
@@ -408,7 +408,7 @@ impl UpdatePlan {
 
 /// How `update cluster --yes` ended.
 #[derive(Debug)]
-pub enum UpdateReport {
+pub(crate) enum UpdateReport {
     /// The nodes were converged (see the report for failures).
     Nodes(Box<NodeReport>),
     /// AWS: no instance of the cluster runs: nothing was provisioned.
@@ -422,7 +422,7 @@ pub enum UpdateReport {
 
 /// Progress of `update cluster --yes`.
 #[derive(Debug)]
-pub enum UpdateEvent<'a> {
+pub(crate) enum UpdateEvent<'a> {
     /// The cloud part (AWS).
     Cloud(&'a AwsEvent<'a>),
     /// Metal: the inventory's hosts were stored in the spec.

@@ -42,13 +42,13 @@ use crate::state::StateStore;
 /// Where a cluster runs, told without opening it (no cloud read): for a use case that reads
 /// what it needs itself, as `update cluster` does (its apply plans the cloud under the lock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Metal,
     Aws,
 }
 
 impl Kind {
-    pub fn of(cluster: &Cluster) -> Kind {
+    pub(crate) fn of(cluster: &Cluster) -> Kind {
         match cluster.spec.cloud_provider {
             CloudProvider::Metal => Kind::Metal,
             CloudProvider::Aws => Kind::Aws,
@@ -56,7 +56,7 @@ impl Kind {
     }
 
     /// How the platform's machines are called in sentences.
-    pub fn machine(self) -> &'static str {
+    pub(crate) fn machine(self) -> &'static str {
         match self {
             Kind::Metal => "host",
             Kind::Aws => "instance",

@@ -135,7 +135,7 @@ pub(crate) struct Roll<'a, 'g> {
 }
 
 /// What happens while the machines are made ready, for the CLI to say.
-pub enum Preparing<'a> {
+pub(crate) enum Preparing<'a> {
     /// etcd is being backed up before these control planes roll.
     BackingUp {
         control_planes: &'a [&'a str],
@@ -145,7 +145,7 @@ pub enum Preparing<'a> {
 
 /// Why the machines could not be made ready; nothing was rolled.
 #[derive(Debug, thiserror::Error)]
-pub enum MachinesError {
+pub(crate) enum MachinesError {
     #[error("the etcd backup before the control-plane roll failed, so nothing was rolled: {0:#}")]
     Backup(anyhow::Error),
     #[error(
