@@ -740,7 +740,7 @@ fn version_change(
 }
 
 /// Parses `--instance-group-roles` values.
-pub fn parse_roles(values: &[String]) -> Result<Vec<GroupRole>, String> {
+pub(crate) fn parse_roles(values: &[String]) -> Result<Vec<GroupRole>, String> {
     values
         .iter()
         .flat_map(|v| v.split(','))

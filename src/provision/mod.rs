@@ -7,6 +7,6 @@
 
 pub mod orchestrate;
 pub(crate) mod pki;
-pub mod plan;
+pub(crate) mod plan;
 pub mod render;
 pub(crate) mod shell;

@@ -189,7 +189,7 @@ impl Report {
 
 /// What the orchestrator reports while it runs (for per-host progress bars or plain lines).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProgressEvent {
+pub(crate) enum ProgressEvent {
     /// A host began a phase.
     Started {
         /// The host's inventory name.

@@ -251,7 +251,7 @@ pub(crate) fn sources(cluster: &Cluster) -> Vec<ArtifactSource> {
 /// The node plan of one cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodePlan {
+pub(crate) struct NodePlan {
     pub(crate) cluster: String,
     /// The control plane others join through: an initialised member, or the one planned for
     /// `kubeadm init`. `None` when no control plane is usable.

@@ -457,7 +457,7 @@ pub struct Renderer {
 /// The host-level settings of `spec.kubeProxy`, `spec.kubelet`, `spec.containerd` and
 /// `spec.preflight`, with their defaults applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeSettings {
+pub(crate) struct NodeSettings {
     proxy_mode: ProxyMode,
     conntrack_max_per_core: Option<u32>,
     /// KubeletConfiguration `failCgroupV1` (kubelet's default, `true`, unless the spec says).
@@ -651,7 +651,7 @@ impl NodeSettings {
 
 /// Which component configuration [`NodeSettings::edit_component_config`] edits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ComponentConfig {
+pub(crate) enum ComponentConfig {
     /// A KubeletConfiguration.
     Kubelet,
     /// A KubeProxyConfiguration.
@@ -684,7 +684,7 @@ fi\n";
 /// How clients reach a cloud cluster's API servers: through its load balancer, under the API
 /// record when the cluster has DNS (`api.NAME`), else under the load balancer's own name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CloudApi {
+pub(crate) struct CloudApi {
     /// The `controlPlaneEndpoint` host.
     pub(crate) endpoint: String,
     pub(crate) port: u16,

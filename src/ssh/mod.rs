@@ -22,7 +22,7 @@ pub(crate) const NOT_SCANNED: &str = "(not scanned: kprov contacts no host whose
 /// key for: an address reused by a new instance, or a host impersonating one. Fingerprints
 /// as `ssh-keygen -lf` prints them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyConflict {
+pub(crate) struct KeyConflict {
     /// The name the key is checked under (an address, a jump host's name).
     pub(crate) name: String,
     pub(crate) stored: Vec<String>,

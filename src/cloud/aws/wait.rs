@@ -23,7 +23,7 @@ const MAX_BANNER: usize = 255;
 
 /// One instance's progress, for the printer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WaitEvent {
+pub(crate) enum WaitEvent {
     /// Not answering yet (the error of the last attempt).
     Waiting {
         /// The instance's ID.
