@@ -150,22 +150,18 @@ mod tests {
 
     #[test]
     fn file_urls() {
-        assert_eq!(
-            StoreUrl::parse("file:///var/lib/kprov").unwrap(),
-            StoreUrl::File("/var/lib/kprov".into())
-        );
-        assert_eq!(
-            StoreUrl::parse("file://state/dev").unwrap(),
-            StoreUrl::File("state/dev".into())
-        );
-        assert_eq!(
-            StoreUrl::parse("file://./state").unwrap(),
-            StoreUrl::File("./state".into())
-        );
-        assert_eq!(
-            StoreUrl::parse("file://localhost/srv/kprov").unwrap(),
-            StoreUrl::File("/srv/kprov".into())
-        );
+        for (url, dir) in [
+            ("file:///var/lib/kprov", "/var/lib/kprov"),
+            ("file://state/dev", "state/dev"),
+            ("file://./state", "./state"),
+            ("file://localhost/srv/kprov", "/srv/kprov"),
+        ] {
+            assert_eq!(
+                StoreUrl::parse(url).unwrap(),
+                StoreUrl::File(dir.into()),
+                "{url}"
+            );
+        }
         assert!(err("file://").contains("needs a directory"));
     }
 
