@@ -26,18 +26,32 @@ pub const STATE_OBJECT: u64 = 32 * MIB;
 /// A node binary or tarball from a `file://` asset mirror (containerd's tarball is ~40 MB).
 pub const LOCAL_ASSET: u64 = 1024 * MIB;
 
+/// Why a bounded read failed; every variant names the input as the caller described it.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
+    /// The system refused the open or the read (missing file, permissions, a broken pipe).
     #[error("{what}: cannot read: {source}")]
     Io {
+        /// The input as the caller names it (a path, `stdin`, a state-store key).
         what: String,
+        /// The underlying I/O error.
         #[source]
         source: io::Error,
     },
+    /// The input holds more than `limit` bytes; only `limit + 1` of them were read.
     #[error("{what} is larger than the limit of {} ({limit} bytes); is it the right file?", human(*limit))]
-    TooLarge { what: String, limit: u64 },
+    TooLarge {
+        /// The input as the caller names it.
+        what: String,
+        /// The largest size accepted, in bytes.
+        limit: u64,
+    },
+    /// A read meant to give text found bytes that are not UTF-8.
     #[error("{what} is not UTF-8 text")]
-    NotText { what: String },
+    NotText {
+        /// The input as the caller names it.
+        what: String,
+    },
 }
 
 impl ReadError {

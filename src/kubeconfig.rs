@@ -6,26 +6,49 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+/// Why a kubeconfig could not be checked, merged or written.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
+    /// A kubeconfig (the user's file or the admin one) is not YAML of the kubeconfig shape.
     #[error("{path}: not a kubeconfig: {message}")]
-    Parse { path: String, message: String },
+    Parse {
+        /// The file, or "admin kubeconfig" for the one from the state store.
+        path: String,
+        /// What the parser or the shape check found.
+        message: String,
+    },
+    /// Writing the merged kubeconfig (its directory, temporary file or rename) failed.
     #[error("{path}: {source}")]
     Io {
+        /// The kubeconfig file being written.
         path: String,
+        /// The underlying I/O error.
         source: std::io::Error,
     },
+    /// Reading the user's existing kubeconfig failed or hit its size limit.
     #[error(transparent)]
     Read(#[from] crate::bounded::ReadError),
+    /// The admin kubeconfig lacks the cluster or user entry the merge copies.
     #[error("{what}: the admin kubeconfig has no {field}")]
-    Missing { what: String, field: &'static str },
+    Missing {
+        /// The cluster whose admin kubeconfig it is.
+        what: String,
+        /// The missing entry: `cluster` or `user`.
+        field: &'static str,
+    },
+    /// The stored admin kubeconfig is not one kprov writes (a refused field, too large, not text).
     #[error(
         "{key} in the state store: {message}; kprov stores client-certificate kubeconfigs only, so \
          this one was not written by kprov (whoever can write the state store can change it). \
          Refusing to use it: check who changed it, then re-provision (`kprov update cluster \
          --yes`) or pass your own --kubeconfig FILE"
     )]
-    Untrusted { key: String, message: String },
+    Untrusted {
+        /// The state-store key the admin kubeconfig was read from.
+        key: String,
+        /// Which check it failed (size, encoding, an unexpected field).
+        message: String,
+    },
 }
 
 /// The fields kprov's stored admin kubeconfig may have, per level. Anything else (`exec`,

@@ -14,14 +14,27 @@ use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, ObjectRef, SpecE
 use crate::state::layout::ClusterKeys;
 use crate::state::{Precondition, StateError, StateStore, Version};
 
+/// Why reading or writing a cluster's objects in the state store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
+    /// No object of the cluster is in the store.
     #[error("cluster {name:?} not found in {store}; `kprov get clusters` lists what is there")]
-    NotFound { name: String, store: String },
+    NotFound {
+        /// The cluster name asked for.
+        name: String,
+        /// The store's location (`file:///…`, `s3://…`).
+        store: String,
+    },
+    /// `create` found the cluster's `config` already there.
     #[error(
         "cluster {name:?} already exists in {store}; use `kprov replace -f` or `kprov edit cluster {name}` to change it"
     )]
-    Exists { name: String, store: String },
+    Exists {
+        /// The cluster name.
+        name: String,
+        /// The store's location.
+        store: String,
+    },
     /// The cluster's `config` cannot be read as an object (missing, a directory, a prefix of
     /// other keys) while other objects of the cluster remain.
     #[error(
@@ -31,10 +44,15 @@ pub enum RepoError {
         s = if *remaining == 1 { "" } else { "s" }
     )]
     Unreadable {
+        /// The cluster name.
         name: String,
+        /// The `config` key's location in the store.
         key: String,
+        /// What stands at that key instead of an object ("missing", "a directory", …).
         what: String,
+        /// How many other objects of the cluster are still stored.
         remaining: usize,
+        /// The cluster's key prefix, under which they are.
         prefix: String,
     },
     /// The cluster was deleted with its etcd backups kept: they are all that remains.
@@ -46,44 +64,74 @@ pub enum RepoError {
         s = if *count == 1 { "" } else { "s" }
     )]
     BackupsOnly {
+        /// The cluster name.
         name: String,
+        /// How many backup objects remain.
         count: usize,
+        /// The key prefix they are under.
         prefix: String,
     },
+    /// The cluster exists but has no instance group of that name.
     #[error("instance group {group:?} not found in cluster {cluster:?}")]
-    GroupNotFound { cluster: String, group: String },
+    GroupNotFound {
+        /// The cluster name.
+        cluster: String,
+        /// The group name asked for.
+        group: String,
+    },
+    /// A stored or given spec does not parse, complete or validate; messages locate the field.
     #[error("{0}")]
     Spec(#[from] SpecErrors),
+    /// The store itself failed, or refused a write whose version no longer matched.
     #[error(transparent)]
     State(#[from] StateError),
+    /// A stored object is not the document its key promises (not UTF-8, several documents,
+    /// an InstanceGroup where the Cluster belongs).
     #[error("{location}: stored object is not a {expected}")]
     Corrupt {
+        /// The object's location in the store.
         location: String,
+        /// What the key should hold, e.g. "Cluster" or "single YAML document".
         expected: &'static str,
     },
+    /// A spec could not be turned into YAML for writing.
     #[error("cannot serialise {what}: {message}")]
-    Serialise { what: String, message: String },
+    Serialise {
+        /// What was being written (e.g. "spec").
+        what: String,
+        /// The serialiser's message.
+        message: String,
+    },
 }
 
 /// A cluster as read from the store, with the versions every later write is conditional on.
 #[derive(Debug, Clone)]
 pub struct StoredCluster {
+    /// The Cluster as the user wrote it (`<name>/config`), with its registry credentials
+    /// loaded from the cluster's secrets and its source for locating errors.
     pub cluster: Loaded<Cluster>,
+    /// The version of `<name>/config` that was read.
     pub version: Version,
+    /// The cluster's instance groups, sorted by name.
     pub groups: Vec<StoredGroup>,
 }
 
+/// One instance group as read from the store (`<name>/instancegroup/<ig>`).
 #[derive(Debug, Clone)]
 pub struct StoredGroup {
+    /// The InstanceGroup as stored, with its source for locating errors.
     pub group: Loaded<InstanceGroup>,
+    /// The version of its object that was read.
     pub version: Version,
 }
 
 impl StoredCluster {
+    /// The cluster's name (`metadata.name`).
     pub fn name(&self) -> &str {
         self.cluster.value.name()
     }
 
+    /// The groups' specs as stored, without their versions or sources.
     pub fn group_values(&self) -> Vec<InstanceGroup> {
         self.groups.iter().map(|g| g.group.value.clone()).collect()
     }
@@ -118,6 +166,7 @@ pub fn resolve_with_docs(
     Ok((r.completed, r.completed_groups))
 }
 
+/// The clusters of one state store: reads whole clusters, writes each object conditionally.
 pub struct Repo {
     store: Arc<dyn StateStore>,
 }
@@ -132,14 +181,17 @@ fn yaml_of(o: ObjectRef<'_>) -> Result<Bytes, RepoError> {
 }
 
 impl Repo {
+    /// Clusters in `store`.
     pub fn new(store: Arc<dyn StateStore>) -> Self {
         Repo { store }
     }
 
+    /// The store underneath, for objects other than specs (locks, secrets, plans).
     pub fn store(&self) -> &Arc<dyn StateStore> {
         &self.store
     }
 
+    /// The store's location for messages (`file:///path`, `s3://bucket/prefix`).
     pub fn location(&self) -> String {
         self.store.location()
     }
@@ -197,6 +249,8 @@ impl Repo {
         Ok(objs.pop().map(|o| (o, obj.version)))
     }
 
+    /// Reads the cluster `name` and all its groups; a missing `config` is `NotFound`,
+    /// `Unreadable` or `BackupsOnly` depending on what else of the cluster remains.
     pub async fn get(&self, name: &str) -> Result<StoredCluster, RepoError> {
         let keys = ClusterKeys::new(name)?;
         let Some((loaded, version)) = self.read_object(&keys.config()).await? else {
@@ -438,6 +492,7 @@ impl Repo {
             .await?)
     }
 
+    /// Deletes one instance group's object if it is still at version `expected`.
     pub async fn delete_group(
         &self,
         cluster: &str,
@@ -469,10 +524,7 @@ impl Repo {
         all.retain(|k| *k != config && *k != lock && (delete_backups || !k.starts_with(&backups)));
         let n = all.len() + 1;
         for k in all {
-            match self.store.delete(&k, Precondition::None).await {
-                Ok(()) | Err(StateError::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+            self.store.delete(&k, Precondition::None).await?;
         }
         self.store.delete(&config, Precondition::None).await?;
         Ok(n)
@@ -492,10 +544,7 @@ impl Repo {
         let all = self.backup_keys(name).await?;
         let n = all.len();
         for k in all {
-            match self.store.delete(&k, Precondition::None).await {
-                Ok(()) | Err(StateError::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+            self.store.delete(&k, Precondition::None).await?;
         }
         Ok(n)
     }
@@ -512,10 +561,8 @@ impl Repo {
             if k == lock {
                 continue;
             }
-            match self.store.delete(&k, Precondition::None).await {
-                Ok(()) | Err(StateError::NotFound { .. }) => deleted.push(k),
-                Err(e) => return Err(e.into()),
-            }
+            self.store.delete(&k, Precondition::None).await?;
+            deleted.push(k);
         }
         // On the file store, what is left of a `config` directory (empty directories).
         deleted.extend(self.store.clear_obstruction(&config).await?);

@@ -26,6 +26,7 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// The origin as `get assets` prints it (`upstream`, `mirror`, `bundle`).
     pub fn as_str(self) -> &'static str {
         match self {
             Origin::Upstream => "upstream",
@@ -41,14 +42,18 @@ impl Origin {
 pub struct BinaryArtifact {
     /// The component (`kubeadm`, `containerd`, …).
     pub name: String,
+    /// The component's version, as the pinned table or `spec.assets.files` gives it.
     pub version: String,
+    /// The architecture it is built for (`amd64`, `arm64`).
     pub arch: String,
     /// Where it is fetched from (`file://` for a file on the operator's machine).
     pub url: String,
+    /// The hex sha256 it must have: pinned, or given with a `spec.assets.files` override.
     pub sha256: String,
     /// Size in bytes; `None` until fetched (kprov's table pins checksums, not sizes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// Upstream, the mirror or a bundle.
     pub origin: Origin,
     /// Installed only on these hosts (`etcd`: the hosts of an external etcd cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -67,6 +72,7 @@ pub struct ImageArtifact {
     pub digest: Option<String>,
     /// Who runs it (`kubeadm`, `calico`, `cloud-controller-manager`, `api proxy`).
     pub used_by: String,
+    /// Upstream, a mirror of its registry (`spec.containerd.registries`), or a bundle.
     pub origin: Origin,
 }
 
@@ -74,7 +80,9 @@ pub struct ImageArtifact {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ArchiveArtifact {
+    /// The archive's `url` as written in the spec.
     pub url: String,
+    /// Its `sha256` as written in the spec.
     pub sha256: String,
 }
 
@@ -82,22 +90,28 @@ pub struct ArchiveArtifact {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Artifacts {
+    /// The cluster's name.
     pub cluster: String,
+    /// The completed spec's Kubernetes version, without a leading `v`.
     pub kubernetes_version: String,
+    /// Every binary the nodes install (etcd's only for an external etcd), per architecture.
     pub binaries: Vec<BinaryArtifact>,
+    /// Every container image, kubeadm's first.
     pub images: Vec<ImageArtifact>,
+    /// The `spec.assets.images` archives; omitted from JSON when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub archives: Vec<ArchiveArtifact>,
 }
 
+/// Why the list could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ArtifactError {
+    /// The version or `spec.assets` cannot be resolved to pinned binaries.
     #[error(transparent)]
     Asset(#[from] AssetError),
+    /// An add-on manifest (CNI, CCM) could not be rendered to read its images.
     #[error(transparent)]
     Addon(#[from] crate::addons::AddonError),
-    #[error("{0}")]
-    Other(String),
 }
 
 impl Artifacts {

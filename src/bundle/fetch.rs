@@ -70,8 +70,11 @@ impl RegistryMirrors {
     }
 }
 
+/// How [`make`] fetches.
 pub struct Options<'a> {
+    /// The architecture whose binaries and image variants are bundled.
     pub arch: Arch,
+    /// Where images are pulled from instead of their own registry (`--registry-mirror`).
     pub mirrors: RegistryMirrors,
     /// A line per artifact fetched (the printer's progress).
     pub progress: &'a (dyn Fn(&str) + Sync),
@@ -80,16 +83,31 @@ pub struct Options<'a> {
 /// What was written.
 #[derive(Debug)]
 pub struct Made {
+    /// The manifest written as the bundle's first member.
     pub manifest: Manifest,
+    /// The bundle file's size in bytes.
     pub bytes: u64,
 }
 
+/// Why a bundle could not be made; nothing is left at the output path.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
+    /// One artifact could not be fetched or did not match its sha256.
     #[error("{what}: {message}")]
-    Artifact { what: String, message: String },
+    Artifact {
+        /// The artifact: "binary NAME VERSION (URL)", "image REF" or "image archive URL".
+        what: String,
+        /// Why: the download's or registry's error, or the checksum mismatch.
+        message: String,
+    },
+    /// Staging or writing the bundle file failed.
     #[error("bundle {path}: {message}")]
-    Write { path: String, message: String },
+    Write {
+        /// The bundle path given.
+        path: String,
+        /// What failed.
+        message: String,
+    },
 }
 
 fn artifact(what: &str, message: impl std::fmt::Display) -> FetchError {

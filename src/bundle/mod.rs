@@ -24,12 +24,14 @@ use sha2::{Digest, Sha256};
 
 /// The manifest's `format`: bumped when a reader of this version cannot use a bundle.
 pub const FORMAT: &str = "kprov-bundle/1";
+/// The tar path of the manifest, the bundle's first member.
 pub const MANIFEST: &str = "manifest.json";
 /// The manifest itself is small (one line per artifact).
 const MANIFEST_LIMIT: u64 = 16 * 1024 * 1024;
 /// One member (a containerd tarball is ~40 MB, a large image a few hundred).
 pub const ENTRY_LIMIT: u64 = crate::bounded::LOCAL_ASSET;
 
+/// What a bundle member is (the manifest's `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EntryKind {
@@ -41,55 +43,80 @@ pub enum EntryKind {
     Archive,
 }
 
+/// One member of the bundle as the manifest lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Entry {
     /// The member's path in the tar.
     pub path: String,
+    /// Binary, image or archive.
     pub kind: EntryKind,
     /// Component name (binary), image reference (image) or URL (archive).
     pub name: String,
+    /// The binary's version (binaries only; `None` for images and archives).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Where it was fetched from.
     pub source: String,
+    /// Hex sha256 of the member's bytes, checked on open and on every read.
     pub sha256: String,
+    /// The member's size in bytes.
     pub size: u64,
     /// The image manifest's digest as the registry served it (images only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
 }
 
+/// `manifest.json`: what the bundle was made for and every other member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Manifest {
+    /// The bundle format; a bundle whose format is not [`FORMAT`] is refused.
     pub format: String,
+    /// The cluster the bundle was made for.
     pub cluster: String,
+    /// The Kubernetes version its binaries and images are for.
     pub kubernetes_version: String,
+    /// The nodes' architecture (`amd64`, `arm64`).
     pub arch: String,
+    /// Every member except the manifest itself.
     pub entries: Vec<Entry>,
 }
 
 impl Manifest {
+    /// The binary entry for a component name (as `spec.assets.files` names it), if bundled.
     pub fn binary(&self, name: &str) -> Option<&Entry> {
         self.entries
             .iter()
             .find(|e| e.kind == EntryKind::Binary && e.name == name)
     }
 
+    /// The members' total size in bytes (without the manifest).
     pub fn total_size(&self) -> u64 {
         self.entries.iter().map(|e| e.size).sum()
     }
 }
 
+/// Why a bundle was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
+    /// The bundle as a whole: unreadable, empty, cut short, or not starting with the manifest.
     #[error("bundle {path}: {message}")]
-    Bad { path: String, message: String },
+    Bad {
+        /// The bundle file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// One member, the manifest included: unreadable, of the wrong format, listed twice or
+    /// not at all, or not matching its manifest entry (missing, size, sha256).
     #[error("bundle {path}: entry {entry}: {message}; nothing uploaded")]
     Entry {
+        /// The bundle file.
         path: String,
+        /// The member's path in the tar.
         entry: String,
+        /// How it differs from the manifest.
         message: String,
     },
 }
@@ -98,6 +125,7 @@ pub enum BundleError {
 #[derive(Debug)]
 pub struct Bundle {
     path: PathBuf,
+    /// The checked manifest.
     pub manifest: Manifest,
     /// Offset of each member's data in the file, by path.
     offsets: BTreeMap<String, u64>,
@@ -229,6 +257,7 @@ impl Bundle {
         })
     }
 
+    /// The bundle file as given to [`Bundle::open`].
     pub fn path(&self) -> &Path {
         &self.path
     }

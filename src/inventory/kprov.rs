@@ -1,6 +1,6 @@
 //! kprov's own inventory: a `hosts:` list whose entries are exactly `spec::Host`.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::{InventoryError, Located, yaml_error};
@@ -12,12 +12,9 @@ struct File {
     hosts: Vec<Spanned<Host>>,
 }
 
-#[derive(Serialize)]
-struct FileOut<'a> {
-    hosts: &'a [Host],
-}
-
-pub fn parse(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
+/// Reads kprov's own inventory (`hosts:` entries as `spec.hosts` writes them), each host
+/// with its line.
+pub(crate) fn parse(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
     let parsed: File = serde_saphyr::from_str(text).map_err(|e| yaml_error(file, &e))?;
     Ok(parsed
         .hosts
@@ -29,16 +26,21 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
         .collect())
 }
 
-/// Writes hosts in kprov's inventory format (what `parse` reads back).
-pub fn render(hosts: &[Host]) -> Result<String, serde_saphyr::SerializeError> {
-    serde_saphyr::to_string(&FileOut { hosts })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spec::HostRole;
     use proptest::prelude::*;
+
+    #[derive(serde::Serialize)]
+    struct FileOut<'a> {
+        hosts: &'a [Host],
+    }
+
+    /// Writes hosts in kprov's inventory format (what `parse` reads back).
+    fn render(hosts: &[Host]) -> Result<String, serde_saphyr::SerializeError> {
+        serde_saphyr::to_string(&FileOut { hosts })
+    }
 
     const SAMPLE: &str = "\
 hosts:

@@ -57,7 +57,7 @@ const LEGACY_GROUPS: &[(&str, &str)] = &[
 const MAX_GROUP_DEPTH: usize = 64;
 
 /// Per-host variables kprov honours.
-pub const HOST_VARS: &[&str] = &[
+pub(crate) const HOST_VARS: &[&str] = &[
     "ansible_host",
     "ansible_ssh_host",
     "ansible_port",
@@ -77,7 +77,7 @@ pub const HOST_VARS: &[&str] = &[
 ];
 
 /// Cluster-wide variables kprov honours (they must agree on every host).
-pub const CLUSTER_VARS: &[&str] = &[
+pub(crate) const CLUSTER_VARS: &[&str] = &[
     "kube_version",
     "kube_network_plugin",
     "container_manager",
@@ -809,7 +809,7 @@ fn build_host(
 
 /// The jump host in `ansible_ssh_common_args` (`-o ProxyCommand="ssh -W %h:%p user@host"`,
 /// `-o ProxyJump=...`, `-J ...`) as `[user@]host[:port]`, and the arguments kprov does not use.
-pub fn proxy_of(args: &str) -> Result<(Option<String>, Vec<String>), String> {
+pub(crate) fn proxy_of(args: &str) -> Result<(Option<String>, Vec<String>), String> {
     let words = split_words(args)?;
     let mut jump = None;
     let mut extra = Vec::new();
@@ -926,7 +926,7 @@ const ADDONS: &[(&str, &str)] = &[
 /// Why kprov refuses a behaviour-changing Kubespray setting with this value, if it does.
 /// Values that ask for nothing (`false`, `""`, `[]`) are harmless and stay among the unused
 /// variables; a value that asks for something kprov does not do is refused at its line.
-pub fn refusal(name: &str, value: &Value) -> Option<String> {
+pub(crate) fn refusal(name: &str, value: &Value) -> Option<String> {
     let empty = match value {
         Value::Null => true,
         Value::String(s) => s.trim().is_empty(),
@@ -1962,21 +1962,9 @@ fn parse_structured(text: &str, file: &str) -> Result<Raw, InventoryError> {
     Ok(raw)
 }
 
-pub fn parse_yaml(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
-    Ok(import_text(text, file, Format::KubesprayYaml, None)?
-        .checked()?
-        .hosts)
-}
-
-pub fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
-    Ok(import_text(text, file, Format::KubesprayIni, None)?
-        .checked()?
-        .hosts)
-}
-
 /// Reads inventory text of a Kubespray format; `vars_dir` is where `group_vars/` and
 /// `host_vars/` are looked for (the inventory's directory), if anywhere.
-pub fn import_text(
+pub(crate) fn import_text(
     text: &str,
     file: &str,
     format: Format,
@@ -2287,6 +2275,18 @@ fn split_words(line: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_yaml(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
+        Ok(import_text(text, file, Format::KubesprayYaml, None)?
+            .checked()?
+            .hosts)
+    }
+
+    fn parse_ini(text: &str, file: &str) -> Result<Vec<Located>, InventoryError> {
+        Ok(import_text(text, file, Format::KubesprayIni, None)?
+            .checked()?
+            .hosts)
+    }
     use proptest::prelude::*;
 
     const YAML: &str = "\

@@ -12,7 +12,7 @@ use serde_json::{Map, Number, Value};
 const MAX_DEPTH: usize = 32;
 
 /// The value of `text` as a Python literal, or `None` when it is not one.
-pub fn parse(text: &str) -> Option<Value> {
+pub(crate) fn parse(text: &str) -> Option<Value> {
     let mut p = Parser {
         s: text.as_bytes(),
         text,

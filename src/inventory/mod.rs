@@ -8,9 +8,9 @@
 //! Every host keeps the line it was defined on so validation errors can point at it, and
 //! every variable the file and line it was set on.
 
-pub mod kprov;
-pub mod kubespray;
-pub mod literal;
+pub(crate) mod kprov;
+pub(crate) mod kubespray;
+pub(crate) mod literal;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -34,14 +34,18 @@ pub const DIRECTORY_FILES: &[&str] = &[
 /// A host together with the line of the inventory file it was defined on (1-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Located {
+    /// The host as the inventory defines it.
     pub host: Host,
+    /// The 1-based line of its definition.
     pub line: usize,
 }
 
 /// Where a variable was set: file and 1-based line.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct At {
+    /// The file as named to the user (the inventory, or a `group_vars/`/`host_vars/` file).
     pub file: String,
+    /// The 1-based line.
     pub line: usize,
 }
 
@@ -54,18 +58,24 @@ impl fmt::Display for At {
 /// A variable kprov turned into a spec field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapped {
+    /// The Kubespray variable, e.g. `kube_pods_subnet`.
     pub var: String,
+    /// Where it was set.
     pub at: At,
     /// The spec field, e.g. `spec.networking.podCIDR`.
     pub field: String,
+    /// The value the field gets, as text.
     pub value: String,
 }
 
 /// A variable (or file) kprov does not use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unused {
+    /// The variable's (or file's) name.
     pub var: String,
+    /// Where it was set.
     pub at: At,
+    /// Why kprov does not use it, when there is more to say than "not a kprov setting".
     pub why: Option<String>,
 }
 
@@ -82,14 +92,22 @@ impl fmt::Display for Unused {
 /// Cluster-wide settings an inventory's variables set, each with where it was set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterSettings {
+    /// `kube_version`, without a leading `v` (`spec.kubernetesVersion`).
     pub kubernetes_version: Option<(String, At)>,
+    /// `kube_network_plugin` (`spec.networking.cni`; Kubespray's `cni` is kprov's `none`).
     pub cni: Option<(Cni, At)>,
+    /// `kube_pods_subnet` (`spec.networking.podCIDR`).
     pub pod_cidr: Option<(String, At)>,
+    /// `kube_service_addresses` (`spec.networking.serviceCIDR`).
     pub service_cidr: Option<(String, At)>,
+    /// `loadbalancer_apiserver` as `HOST:PORT` (`spec.api.endpoint`), the host being
+    /// `apiserver_loadbalancer_domain_name` when set.
     pub api_endpoint: Option<(String, At)>,
     /// `loadbalancer_apiserver.address` when `apiserver_loadbalancer_domain_name` names the
     /// endpoint: the address the name resolves to on every host.
     pub api_endpoint_address: Option<(String, At)>,
+    /// `supplementary_addresses_in_ssl_keys` and the load balancer's name and address: extra
+    /// names in the API server's certificate.
     pub extra_sans: Vec<(String, At)>,
     /// `kube_proxy_mode`.
     pub proxy_mode: Option<(crate::spec::ProxyMode, At)>,
@@ -106,10 +124,15 @@ pub struct ClusterSettings {
 pub struct Inventory {
     /// The inventory file read (inside the directory, when a directory was given).
     pub file: String,
+    /// The format it was detected as.
     pub format: Format,
+    /// Every host, in the order defined.
     pub hosts: Vec<Located>,
+    /// The cluster-wide settings its variables set.
     pub settings: ClusterSettings,
+    /// Every variable that became a spec field.
     pub mapped: Vec<Mapped>,
+    /// Every variable or file kprov does not use (listed in one warning).
     pub unused: Vec<Unused>,
     /// What kprov does with settings it honours without a spec field (file:line first).
     pub notes: Vec<String>,
@@ -131,6 +154,7 @@ impl Inventory {
         }
     }
 
+    /// The hosts without their lines, as the spec's `hosts` takes them.
     pub fn plain_hosts(&self) -> Vec<Host> {
         self.hosts.iter().map(|l| l.host.clone()).collect()
     }
@@ -155,8 +179,11 @@ impl Inventory {
 /// The inventory formats kprov reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// kprov's own YAML: a `hosts:` list of spec hosts.
     Kprov,
+    /// A Kubespray YAML inventory (`hosts.yaml`, with or without `all:`).
     KubesprayYaml,
+    /// A Kubespray INI inventory (`inventory.ini`).
     KubesprayIni,
     /// Ansible's JSON inventory (script output or the YAML layout written as JSON).
     AnsibleJson,
@@ -167,8 +194,11 @@ pub enum Format {
 pub struct Problem {
     /// The file it is in, when not the inventory file itself (a `group_vars/` file).
     pub file: Option<String>,
+    /// The 1-based line, when the finding has one.
     pub line: Option<usize>,
+    /// The host it concerns, when it concerns one.
     pub host: Option<String>,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -208,16 +238,22 @@ impl fmt::Display for Problem {
     }
 }
 
+/// Why an inventory could not be read or imported.
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
+    /// A directory beside the inventory (`group_vars/`, `host_vars/`) could not be listed.
     #[error("{file}: cannot read inventory: {source}")]
     Io {
+        /// The directory.
         file: String,
+        /// The underlying I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// The inventory or a variables file could not be read, or is over its size limit.
     #[error("inventory {source}")]
     Read {
+        /// The bounded reader's error, naming the file.
         #[source]
         source: crate::bounded::ReadError,
     },
@@ -225,17 +261,30 @@ pub enum InventoryError {
     /// line), or a variable's value is wrong or not supported.
     #[error("{file}:{line}:{column}: {}", crate::output::untrusted(message))]
     Syntax {
+        /// The file it is in.
         file: String,
+        /// The 1-based line; 0 when unknown.
         line: usize,
+        /// The 1-based column; 0 when unknown (INI errors name the line only).
         column: usize,
+        /// What is wrong (inventory text: printed escaped).
         message: String,
     },
+    /// The file as a whole is not a usable inventory: no hosts, no or several inventory files
+    /// in a directory, groups nested too deep, a group that is not a mapping.
     #[error("{file}: {}", crate::output::untrusted(message))]
-    Format { file: String, message: String },
+    Format {
+        /// The file or directory.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The hosts parse but do not form a valid cluster; every problem is listed.
     #[error("{file}: invalid inventory:{}", problems.iter().map(|p| format!("\n  {}", crate::output::untrusted(&p.at(file)))).collect::<String>())]
     Invalid {
+        /// The inventory file.
         file: String,
+        /// Every problem, each at its file and line where known.
         problems: Vec<Problem>,
     },
 }
@@ -590,11 +639,15 @@ fn check_node_name(name: &str) -> Result<(), String> {
 /// A taint as written by `kubectl taint`: `key[=value]:Effect`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taint {
+    /// The taint's key (not empty).
     pub key: String,
+    /// The value after `=`; `None` when the taint has none.
     pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: String,
 }
 
+/// Parses `key[=value]:Effect`; the error says which part is wrong.
 pub fn parse_taint(text: &str) -> Result<Taint, String> {
     let (kv, effect) = text
         .rsplit_once(':')

@@ -12,15 +12,20 @@ use std::path::PathBuf;
 
 use crate::spec::{Assets, Cluster};
 
+/// A node architecture kprov has binaries for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Arch {
+    /// x86-64 (`amd64`).
     Amd64,
+    /// 64-bit ARM (`arm64`).
     Arm64,
 }
 
 impl Arch {
+    /// Every architecture, in the order assets are listed.
     pub const ALL: [Arch; 2] = [Arch::Amd64, Arch::Arm64];
 
+    /// Go's spelling (`amd64`, `arm64`), as release URLs and `spec.assets.files` use it.
     pub fn as_str(self) -> &'static str {
         match self {
             Arch::Amd64 => "amd64",
@@ -40,18 +45,26 @@ impl Arch {
 /// The components a node installs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Component {
+    /// The `kubeadm` binary.
     Kubeadm,
+    /// The `kubelet` binary.
     Kubelet,
+    /// The `kubectl` binary.
     Kubectl,
+    /// containerd's release tarball ([`CONTAINERD_VERSION`]).
     Containerd,
+    /// The `runc` binary ([`RUNC_VERSION`]).
     Runc,
+    /// The CNI plugins tarball ([`CNI_PLUGINS_VERSION`]).
     CniPlugins,
+    /// crictl's tarball (release MAJOR.MINOR.0 of the Kubernetes version).
     Crictl,
     /// etcd, etcdctl and etcdutl: installed only on the hosts of an External etcd cluster.
     Etcd,
 }
 
 impl Component {
+    /// Every component, in the order assets are listed.
     pub const ALL: [Component; 8] = [
         Component::Kubeadm,
         Component::Kubelet,
@@ -102,6 +115,7 @@ impl Component {
     }
 }
 
+/// How a component's download becomes files on the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Install {
     /// A single executable copied to its destination.
@@ -110,8 +124,11 @@ pub enum Install {
     Tarball,
 }
 
+/// The containerd release every node installs (checksums pinned).
 pub const CONTAINERD_VERSION: &str = "2.2.7";
+/// The runc release every node installs.
 pub const RUNC_VERSION: &str = "1.3.6";
+/// The CNI plugins release every node installs.
 pub const CNI_PLUGINS_VERSION: &str = "1.9.1";
 /// Image of the local API proxy on workers, unless `spec.api.localProxyImage` names another.
 pub const API_PROXY_IMAGE: &str = "docker.io/library/haproxy:3.2-alpine";
@@ -149,6 +166,7 @@ pub fn parse(v: &str) -> Option<(u32, u32, u32)> {
 /// different one, when they differ) and the etcd image its stacked members run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KubeadmImages {
+    /// The Kubernetes minor (1.`minor`).
     pub minor: u32,
     /// `registry.k8s.io/pause` tag.
     pub pause: &'static str,
@@ -223,36 +241,62 @@ pub enum Source {
 /// One resolved asset: what a node installs for one component and architecture.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asset {
+    /// The component.
     pub component: Component,
+    /// The architecture this download is for.
     pub arch: Arch,
+    /// The component's release (Kubernetes's for its binaries, the pinned one otherwise, or
+    /// a `spec.assets.files` override's).
     pub version: String,
+    /// Where the node gets it.
     pub source: Source,
+    /// Lowercase hex sha256 the download must have.
     pub sha256: String,
 }
 
+/// A spec's Kubernetes version or `spec.assets` that cannot be turned into assets; each
+/// message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AssetError {
+    /// No pinned checksums for this version (nor, for a newer patch of a known minor, in
+    /// `spec.assets.checksums`).
     #[error(
         "spec.kubernetesVersion: {0:?} is not supported (kprov pins checksums for {supported})",
         supported = supported_summary()
     )]
     UnsupportedVersion(String),
+    /// `spec.kubernetesVersion` is absent: the spec was not completed.
     #[error("spec.kubernetesVersion is not set (the spec must be completed with defaults first)")]
     MissingVersion,
+    /// A `spec.assets.files` entry names no component.
     #[error("spec.assets.files[{index}]: unknown asset {name:?} (expected one of {known}, optionally with /amd64 or /arm64)", known = Component::ALL.map(Component::name).join(", "))]
-    UnknownOverride { index: usize, name: String },
+    UnknownOverride {
+        /// The entry's index in `spec.assets.files`.
+        index: usize,
+        /// Its `name`.
+        name: String,
+    },
+    /// A `spec.assets.files` or `spec.assets.checksums` sha256 is not 64 hex digits.
     #[error("spec.assets.files[{index}] ({name}): sha256 {sha256:?} is not 64 hex digits")]
     BadChecksum {
+        /// The entry's index.
         index: usize,
+        /// Its name (`checksums: NAME` for a `spec.assets.checksums` entry).
         name: String,
+        /// The value as written.
         sha256: String,
     },
+    /// `spec.assets.mirror` has a scheme kprov cannot fetch from.
     #[error("spec.assets.mirror: {0:?} must start with http://, https:// or file://")]
     BadMirror(String),
+    /// A `spec.assets.images` archive's URL or checksum is unusable.
     #[error("spec.assets.images[{index}] ({url}): {message}")]
     BadImage {
+        /// The entry's index in `spec.assets.images`.
         index: usize,
+        /// Its `url`.
         url: String,
+        /// What is wrong.
         message: String,
     },
 }
@@ -262,6 +306,7 @@ pub enum AssetError {
 pub struct ImageAsset {
     /// The URL as the spec gives it: how messages and the preview name the archive.
     pub url: String,
+    /// Where the node gets it.
     pub source: Source,
     /// Lowercase hex sha256 of the archive file.
     pub sha256: String,
@@ -546,6 +591,8 @@ pub fn installable(kubernetes: &str, assets: Option<&Assets>) -> bool {
         })
 }
 
+/// Every asset for Kubernetes `kubernetes` with `assets` (mirror, overrides, extra
+/// checksums) applied, for both architectures.
 pub fn resolve_for(kubernetes: &str, assets: Option<&Assets>) -> Result<Vec<Asset>, AssetError> {
     if !installable(kubernetes, assets) {
         return Err(AssetError::UnsupportedVersion(kubernetes.to_string()));

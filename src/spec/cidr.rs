@@ -4,7 +4,7 @@
 use ipnet::Ipv4Net;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CidrError {
+pub(crate) enum CidrError {
     #[error(
         "networkCIDR {network} is too small for {wanted} subnets of /{prefix} (use a /16 or larger)"
     )]
@@ -17,7 +17,7 @@ pub enum CidrError {
 
 /// Picks `count` consecutive, non-overlapping subnets of `prefix` inside `network`, skipping
 /// any that overlap `taken`.
-pub fn allocate(
+pub(crate) fn allocate(
     network: Ipv4Net,
     prefix: u8,
     count: usize,
@@ -43,13 +43,13 @@ pub fn allocate(
     }
 }
 
-pub fn overlaps(a: Ipv4Net, b: Ipv4Net) -> bool {
+pub(crate) fn overlaps(a: Ipv4Net, b: Ipv4Net) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// kops layout: node subnets (/19) first but leaving the first /19 for utility /22s, so
 /// zones a, b, c get 172.20.32.0/19, 172.20.64.0/19, ... and utility 172.20.0.0/22, ...
-pub fn kops_layout(
+pub(crate) fn kops_layout(
     network: Ipv4Net,
     zones: usize,
     utility: bool,

@@ -6,11 +6,15 @@ use std::collections::BTreeMap;
 
 use super::types::*;
 
+/// `spec.networking.networkCIDR` on AWS when absent: the VPC's range, as kops.
 pub const DEFAULT_NETWORK_CIDR: &str = "172.20.0.0/16";
 /// kops's defaults, chosen outside RFC 1918 so they rarely collide with existing networks.
 pub const DEFAULT_POD_CIDR: &str = "100.96.0.0/11";
+/// `spec.networking.serviceCIDR` when absent (kops's default, outside RFC 1918).
 pub const DEFAULT_SERVICE_CIDR: &str = "100.64.0.0/13";
+/// An AWS instance group's `spec.machineType` when absent (bastions excepted).
 pub const DEFAULT_AWS_MACHINE_TYPE: &str = "t3.medium";
+/// A Bastion group's `spec.machineType` when absent.
 pub const DEFAULT_AWS_BASTION_MACHINE_TYPE: &str = "t3.micro";
 /// Canonical's Ubuntu 24.04 LTS image, by owner and name pattern (resolved at update time),
 /// in the commercial partition; see [`default_aws_image`] for the others.
@@ -86,6 +90,7 @@ pub fn is_gossip_name(name: &str) -> bool {
     name.ends_with(".k8s.local")
 }
 
+/// The Cluster with every absent default filled in (what the user wrote is kept).
 pub fn complete_cluster(c: &Cluster) -> Cluster {
     let mut c = c.clone();
     let name = c.metadata.name.clone();
@@ -167,6 +172,8 @@ pub fn complete_cluster(c: &Cluster) -> Cluster {
     c
 }
 
+/// The InstanceGroup with every absent default filled in, from the completed cluster `c`
+/// (metal sizes come from the hosts only in [`complete`]).
 pub fn complete_instance_group(c: &Cluster, ig: &InstanceGroup) -> InstanceGroup {
     let mut ig = ig.clone();
     ig.metadata

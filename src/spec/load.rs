@@ -14,9 +14,11 @@ use super::types::{API_VERSION, Cluster, InstanceGroup, KIND_CLUSTER, KIND_INSTA
 pub struct Diagnostic {
     /// File path or state-store location the spec came from (`-` for standard input).
     pub source: String,
+    /// Line and column in the source, when the problem could be placed there.
     pub pos: Option<Pos>,
     /// Field path, when the problem is about a field.
     pub path: Option<String>,
+    /// What is wrong (spec text in it is escaped when displayed).
     pub message: String,
 }
 
@@ -60,6 +62,7 @@ impl fmt::Display for SpecErrors {
 /// The document an object was read from, kept so later validation can point into it.
 #[derive(Debug, Clone)]
 pub struct SourceDoc {
+    /// The file path or state-store location it was read from (`-` for standard input).
     pub source: String,
     /// Lines before this document in its file (0 for the first).
     pub line_offset: usize,
@@ -74,6 +77,8 @@ impl SourceDoc {
         FieldPath(self.base.0.iter().chain(&path.0).cloned().collect())
     }
 
+    /// Where a field of the object sits in the file (the nearest existing parent when the
+    /// field is absent); `None` when the document could not be parsed into a tree.
     pub fn locate(&self, path: &FieldPath) -> Option<Pos> {
         let path = self.full(path);
         self.tree.as_ref().map(|t| {
@@ -85,6 +90,7 @@ impl SourceDoc {
         })
     }
 
+    /// A problem about the field at `path` of this object, placed in its document.
     pub fn diagnostic(&self, path: &FieldPath, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             source: self.source.clone(),
@@ -97,16 +103,21 @@ impl SourceDoc {
 
 // A handful of objects live per command; boxing the Cluster would buy nothing.
 #[allow(clippy::large_enum_variant)]
+/// One document of a spec file, by its `kind`.
 #[derive(Debug, Clone)]
 pub enum Object {
+    /// `kind: Cluster`.
     Cluster(Cluster),
+    /// `kind: InstanceGroup`.
     InstanceGroup(InstanceGroup),
 }
 
 /// An object plus where it came from.
 #[derive(Debug, Clone)]
 pub struct Loaded<T> {
+    /// The object as parsed.
     pub value: T,
+    /// Its document, for placing later validation errors.
     pub doc: Arc<SourceDoc>,
 }
 
@@ -385,9 +396,12 @@ pub(super) fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, serde_sa
     ))
 }
 
+/// A borrowed [`Object`], for writing objects without cloning them.
 #[derive(Debug, Clone, Copy)]
 pub enum ObjectRef<'a> {
+    /// A Cluster.
     Cluster(&'a Cluster),
+    /// An InstanceGroup.
     InstanceGroup(&'a InstanceGroup),
 }
 

@@ -12,7 +12,9 @@ use serde_saphyr::Spanned;
 /// One step of a field path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Seg {
+    /// A mapping key (`networking`, a label's name).
     Key(String),
+    /// A sequence index, 0-based (`subnets[1]`).
     Index(usize),
 }
 
@@ -21,16 +23,19 @@ pub enum Seg {
 pub struct FieldPath(pub Vec<Seg>);
 
 impl FieldPath {
+    /// The empty path: the document itself.
     pub fn root() -> Self {
         FieldPath(Vec::new())
     }
 
+    /// This path followed by mapping key `k` (which may hold dots: it is one segment).
     pub fn key(&self, k: &str) -> Self {
         let mut p = self.clone();
         p.0.push(Seg::Key(k.to_string()));
         p
     }
 
+    /// This path followed by sequence index `i`.
     pub fn index(&self, i: usize) -> Self {
         let mut p = self.clone();
         p.0.push(Seg::Index(i));
@@ -73,7 +78,9 @@ impl fmt::Display for FieldPath {
 /// 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pos {
+    /// The line in the file, 1-based.
     pub line: usize,
+    /// The column, 1-based.
     pub column: usize,
 }
 

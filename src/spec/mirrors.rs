@@ -20,8 +20,10 @@ pub const CERTS_D: &str = "/etc/containerd/certs.d";
 /// Marks a `certs.d` directory as kprov's: only those are removed when their registry
 /// leaves the spec (an operator's own directories stay).
 pub const MANAGED_MARK: &str = "kprov-managed";
+/// The systemd drop-in that gives containerd `spec.proxy` (written only when a proxy is set).
 pub const CONTAINERD_PROXY_DROPIN: &str =
     "/etc/systemd/system/containerd.service.d/http-proxy.conf";
+/// The systemd drop-in that gives the kubelet `spec.proxy`.
 pub const KUBELET_PROXY_DROPIN: &str = "/etc/systemd/system/kubelet.service.d/http-proxy.conf";
 
 /// The capabilities a mirror has unless the spec names them.
@@ -32,7 +34,9 @@ const CAPABILITIES: &[&str] = &["pull", "resolve", "push"];
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct MirrorError {
+    /// The spec field, e.g. `spec.containerd.registries[0].mirrors[1].endpoint`.
     pub field: String,
+    /// What is wrong with its value.
     pub message: String,
 }
 
@@ -118,8 +122,11 @@ fn file_stem(host: &str) -> String {
 /// One file a node gets: path, content, mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeFile {
+    /// Absolute path on the node.
     pub path: String,
+    /// The file's bytes.
     pub content: Vec<u8>,
+    /// Unix permissions: 0o600 for credentials and keys, 0o644 otherwise.
     pub mode: u32,
 }
 
@@ -367,8 +374,11 @@ pub fn image_repository(spec: &ClusterSpec) -> Result<Option<String>, MirrorErro
 /// `spec.proxy` resolved for the nodes: the proxies and the complete no-proxy list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyEnv {
+    /// `spec.proxy.http`, as `HTTP_PROXY`.
     pub http: Option<String>,
+    /// `spec.proxy.https`, as `HTTPS_PROXY`.
     pub https: Option<String>,
+    /// `spec.proxy.noProxy` plus what must never go through a proxy, comma-separated.
     pub no_proxy: String,
 }
 

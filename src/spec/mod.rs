@@ -2,7 +2,7 @@
 //! validation and the JSON Schema.
 
 pub mod assets;
-pub mod cidr;
+pub(crate) mod cidr;
 pub mod defaults;
 mod load;
 mod locate;
@@ -10,7 +10,7 @@ pub mod mirrors;
 pub mod resolve;
 mod types;
 pub mod validate;
-pub mod versions;
+pub(crate) mod versions;
 
 #[cfg(test)]
 mod proptests;

@@ -20,8 +20,11 @@ use super::validate::{self, ObjectKey, Violation};
 /// A Kubernetes release, `MAJOR.MINOR.PATCH`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KubeVersion {
+    /// The major version (1).
     pub major: u32,
+    /// The minor version, e.g. 35 in 1.35.1.
     pub minor: u32,
+    /// The patch release, e.g. 1 in 1.35.1.
     pub patch: u32,
 }
 
@@ -45,15 +48,20 @@ pub enum Access {
 pub enum ResolvedDns {
     /// No records (gossip names, metal).
     None,
+    /// Records in a public hosted zone (`spec.dns.type: Public`).
     Public {
+        /// The zone's name (`spec.dns.zone`, default: the cluster name after its first label).
         zone: String,
     },
+    /// Records in a private hosted zone (`spec.dns.type: Private`).
     Private {
+        /// The zone's name (`spec.dns.zone`).
         zone: String,
     },
 }
 
 impl ResolvedDns {
+    /// The zone records go to; `None` when the cluster has no records.
     pub fn zone(&self) -> Option<&str> {
         match self {
             ResolvedDns::None => None,
@@ -66,7 +74,9 @@ impl ResolvedDns {
 /// `OWNER/` first) that the cloud resolves, then pins (`cloud::aws::images`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageRef {
+    /// An AMI ID (`ami-…`), used as it is.
     Id(String),
+    /// An image name or pattern, optionally `OWNER/` first, resolved then pinned.
     Name(String),
 }
 
@@ -95,12 +105,15 @@ pub struct GroupSize {
 }
 
 impl GroupSize {
+    /// The bounds, or `None` when `min > max`.
     pub fn new(min: u32, max: u32) -> Option<GroupSize> {
         (min <= max).then_some(GroupSize { min, max })
     }
+    /// The fewest instances (`spec.minSize`, default 1; on metal the hosts of the role).
     pub fn min(self) -> u32 {
         self.min
     }
+    /// The most instances (`spec.maxSize`, default `minSize`; on metal the hosts of the role).
     pub fn max(self) -> u32 {
         self.max
     }
@@ -109,8 +122,11 @@ impl GroupSize {
 /// What a group needs of its platform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupPlacement {
+    /// An AWS group: its launch settings.
     Aws {
+        /// `spec.machineType` (default t3.medium, t3.micro for a bastion).
         machine_type: String,
+        /// `spec.image` (default Canonical's Ubuntu 24.04 for the region's partition).
         image: ImageRef,
         /// The subnets the group's instances go to (never empty; each one of the cluster's).
         subnets: Vec<String>,
@@ -119,6 +135,7 @@ pub enum GroupPlacement {
         /// The SSH user when the spec names one (otherwise the image family tells it).
         ssh_user: Option<String>,
     },
+    /// A metal group: hosts of the spec, not machines kprov makes.
     Metal {
         /// The hosts (by name) the group stands for: every host of its role goes to the first
         /// group of that role, as the roll places it.
@@ -126,13 +143,20 @@ pub enum GroupPlacement {
     },
 }
 
+/// One instance group, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedGroup {
+    /// The group's `metadata.name` (unique in the cluster).
     pub name: String,
+    /// `spec.role`.
     pub role: InstanceGroupRole,
+    /// `spec.minSize` and `spec.maxSize`.
     pub size: GroupSize,
+    /// Where its instances go, per platform.
     pub placement: GroupPlacement,
+    /// `spec.nodeLabels`: labels the kubelet registers its node with.
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// `spec.taints`, as `key[=value]:Effect`.
     pub taints: Vec<String>,
 }
 
@@ -149,60 +173,81 @@ impl ResolvedGroup {
 /// The AWS half of a cluster: what the cloud model needs, each field set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AwsPart {
+    /// `spec.region`, default: the region of the first subnet's zone.
     pub region: String,
+    /// `spec.networking.networkCIDR`, the VPC's range (default 172.20.0.0/16).
     pub network_cidr: Ipv4Net,
     /// An adopted VPC's ID (absent: kprov creates one).
     pub network_id: Option<String>,
     /// Never empty.
     pub subnets: Vec<Subnet>,
+    /// `spec.topology.type` (default Public).
     pub topology: TopologyType,
     /// `spec.topology.bastion.publicName`, default `bastion.NAME`.
     pub bastion_name: String,
     /// `spec.api.publicName`, default `api.NAME`.
     pub api_name: String,
+    /// Where the cluster's DNS records go (`spec.dns`).
     pub dns: ResolvedDns,
     /// `spec.sshKey.name`, default `kprov-NAME`.
     pub ssh_key_name: String,
     /// Not a default: the user adds it (`create sshpublickey`); the cloud model refuses to
     /// plan instances without it, naming the field.
     pub ssh_public_key: Option<String>,
+    /// Who may reach SSH (`spec.sshAccess`).
     pub ssh_access: Access,
+    /// Who may reach the API (`spec.kubernetesApiAccess`).
     pub api_access: Access,
 }
 
 /// One metal host with its connection defaults applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetalHost {
+    /// The host's `name` (its node name).
     pub name: String,
+    /// The `address` kprov connects to over SSH.
     pub address: String,
+    /// The SSH `user` (default root).
     pub user: String,
+    /// The SSH `port` (default 22).
     pub port: u16,
+    /// The host's `roles`.
     pub roles: Vec<HostRole>,
 }
 
 /// The metal half of a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetalPart {
+    /// Every host of `spec.hosts`, in order.
     pub hosts: Vec<MetalHost>,
     /// A fixed API endpoint (VIP or external load balancer); absent: a local proxy per node.
     pub endpoint: Option<String>,
 }
 
+/// The platform's half of the cluster (`spec.cloudProvider`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Platform {
+    /// `cloudProvider: aws`.
     Aws(Box<AwsPart>),
+    /// `cloudProvider: metal`.
     Metal(MetalPart),
 }
 
+/// The cluster's networks inside Kubernetes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedNetworking {
+    /// `spec.networking.podCIDR` (default 100.96.0.0/11, as kops).
     pub pod_cidr: Ipv4Net,
+    /// `spec.networking.serviceCIDR` (default 100.64.0.0/13, as kops).
     pub service_cidr: Ipv4Net,
+    /// `spec.networking.cni` (default calico).
     pub cni: Cni,
 }
 
+/// What the add-ons are rendered from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedAddons {
+    /// The CNI to install (`none`: the user installs their own).
     pub cni: Cni,
     /// The provider whose cloud-controller-manager runs; none on plain metal (absence is the
     /// setting: no kubelet gets `--cloud-provider=external`).
@@ -214,19 +259,30 @@ pub struct ResolvedAddons {
 /// docs/architecture.md) and for the store's `cluster-completed.spec`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedCluster {
+    /// The cluster's `metadata.name`.
     pub name: String,
+    /// `spec.kubernetesVersion` (default: kprov's pinned default release).
     pub version: KubeVersion,
+    /// Pod and service networks and the CNI.
     pub networking: ResolvedNetworking,
+    /// `spec.api.loadBalancer.type` (default Public on AWS, None on metal).
     pub load_balancer: LoadBalancerType,
+    /// `spec.etcd.type` (default Stacked).
     pub etcd: EtcdType,
+    /// The AWS or metal half.
     pub platform: Platform,
+    /// Every instance group, in the order given.
     pub groups: Vec<ResolvedGroup>,
+    /// What the add-ons are rendered from.
     pub addons: ResolvedAddons,
+    /// The completed Cluster (every default filled in).
     pub completed: Cluster,
+    /// The completed InstanceGroups, in the order given.
     pub completed_groups: Vec<InstanceGroup>,
 }
 
 impl ResolvedCluster {
+    /// The AWS half, on AWS.
     pub fn aws(&self) -> Option<&AwsPart> {
         match &self.platform {
             Platform::Aws(a) => Some(a),
@@ -234,10 +290,12 @@ impl ResolvedCluster {
         }
     }
 
+    /// The group of that name.
     pub fn group(&self, name: &str) -> Option<&ResolvedGroup> {
         self.groups.iter().find(|g| g.name == name)
     }
 
+    /// Whether any group has that role.
     pub fn has_role(&self, role: InstanceGroupRole) -> bool {
         self.groups.iter().any(|g| g.role == role)
     }

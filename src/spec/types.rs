@@ -8,48 +8,70 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The `apiVersion` every kprov object carries.
 pub const API_VERSION: &str = "kprov.dev/v1alpha1";
+/// The `kind` of a Cluster object.
 pub const KIND_CLUSTER: &str = "Cluster";
+/// The `kind` of an InstanceGroup object.
 pub const KIND_INSTANCE_GROUP: &str = "InstanceGroup";
 /// Label that ties an InstanceGroup to its cluster (kops uses `kops.k8s.io/cluster`).
 pub const CLUSTER_LABEL: &str = "kprov.dev/cluster";
 
+/// An object's `metadata`, as in Kubernetes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObjectMeta {
+    /// The object's name: the cluster's DNS-style name (`demo.example.com`, or
+    /// `NAME.k8s.local` for no DNS), or the instance group's name.
     pub name: String,
+    /// Labels; an InstanceGroup gets `kprov.dev/cluster: CLUSTER` when it has none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Free-form annotations, kept as written.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
 
+/// `kind: Cluster`: the cluster as a whole (kops's Cluster).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Cluster {
+    /// `kprov.dev/v1alpha1`.
     pub api_version: String,
+    /// `Cluster`.
     pub kind: String,
+    /// The cluster's name and labels.
     pub metadata: ObjectMeta,
+    /// What the cluster is.
     pub spec: ClusterSpec,
 }
 
+/// `kind: InstanceGroup`: a set of machines with one role (kops's InstanceGroup).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InstanceGroup {
+    /// `kprov.dev/v1alpha1`.
     pub api_version: String,
+    /// `InstanceGroup`.
     pub kind: String,
+    /// The group's name and labels (`kprov.dev/cluster` ties it to its cluster).
     pub metadata: ObjectMeta,
+    /// What the group is.
     pub spec: InstanceGroupSpec,
 }
 
+/// Where the cluster runs (`spec.cloudProvider`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CloudProvider {
+    /// `aws`: kprov creates the network and instances.
     Aws,
+    /// `metal`: existing hosts listed in `spec.hosts` (Kubespray's reach).
     Metal,
 }
 
 impl CloudProvider {
+    /// The YAML spelling (`aws`, `metal`).
     pub fn as_str(self) -> &'static str {
         match self {
             CloudProvider::Aws => "aws",
@@ -68,18 +90,27 @@ impl std::fmt::Display for CloudProvider {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterSpec {
+    /// `aws` or `metal`; required.
     pub cloud_provider: CloudProvider,
     /// AWS region; derived from the zones when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// The Kubernetes release to install, `1.35.1` (a leading `v` is accepted); one kprov pins
+    /// checksums for. Default: the newest pinned patch (Kubespray's `kube_version`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
+    /// The cluster's networks: VPC, subnets, pod and service ranges, CNI.
     #[serde(default)]
     pub networking: Networking,
+    /// AWS: public or private subnets for the nodes, and the bastion. Default: `type: Public`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<Topology>,
+    /// Where DNS records for the API and bastion go. Default on AWS: `Public` in the zone the
+    /// cluster name implies (`demo.example.com` → `example.com`); `None` for `*.k8s.local`
+    /// names and on metal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<Dns>,
+    /// How clients reach the API servers: load balancer, names, endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<Api>,
     /// AWS: the CIDRs allowed to reach SSH on the bastion, or on every instance of a public
@@ -91,12 +122,16 @@ pub struct ClusterSpec {
     /// preview warns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_api_access: Option<Vec<String>>,
+    /// Where etcd runs. Default: `type: Stacked`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd: Option<Etcd>,
+    /// The external cloud-controller-manager. Default on AWS: `provider: aws`; none on metal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_controller_manager: Option<CloudControllerManager>,
+    /// The SSH key pair instances are created with (AWS). Default: `name: kprov-CLUSTER`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_key: Option<SshKey>,
+    /// Where node binaries and images come from: mirror, overrides, archives, bundle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assets: Option<Assets>,
     /// kube-proxy's configuration (kops's `kubeProxy`): the KubeProxyConfiguration kprov
@@ -120,9 +155,11 @@ pub struct ClusterSpec {
     pub hosts: Vec<Host>,
 }
 
+/// `spec.networking`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Networking {
+    /// `networkCIDR`, AWS: the VPC's IPv4 range. Default `172.20.0.0/16` (as kops).
     #[serde(
         default,
         rename = "networkCIDR",
@@ -132,26 +169,37 @@ pub struct Networking {
     /// Adopt an existing VPC (or equivalent) by ID instead of creating one.
     #[serde(default, rename = "networkID", skip_serializing_if = "Option::is_none")]
     pub network_id: Option<String>,
+    /// AWS: the subnets, one or more per zone; at least one is required.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subnets: Vec<Subnet>,
+    /// `podCIDR`: the pods' IPv4 range. Default `100.96.0.0/11` (kops's; Kubespray's
+    /// `kube_pods_subnet`).
     #[serde(default, rename = "podCIDR", skip_serializing_if = "Option::is_none")]
     pub pod_cidr: Option<String>,
+    /// `serviceCIDR`: the services' IPv4 range. Default `100.64.0.0/13` (kops's; Kubespray's
+    /// `kube_service_addresses`).
     #[serde(
         default,
         rename = "serviceCIDR",
         skip_serializing_if = "Option::is_none"
     )]
     pub service_cidr: Option<String>,
+    /// The pod network add-on. Default `calico` (Kubespray's `kube_network_plugin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cni: Option<Cni>,
 }
 
+/// One AWS subnet (kops's `subnets` entry).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Subnet {
+    /// The subnet's name, as instance groups' `subnets` refer to it.
     pub name: String,
+    /// Its availability zone (`us-east-1a`); the region is derived from the first.
     pub zone: String,
+    /// Its IPv4 range, inside `networkCIDR`.
     pub cidr: String,
+    /// `type`: `Public`, `Private` or `Utility`.
     #[serde(rename = "type")]
     pub kind: SubnetType,
     /// Adopt an existing subnet by ID.
@@ -159,24 +207,33 @@ pub struct Subnet {
     pub id: Option<String>,
 }
 
+/// A subnet's kind, as in kops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum SubnetType {
+    /// Routed to the internet gateway; instances get public addresses.
     Public,
+    /// Routed through its zone's NAT gateway; instances have private addresses only.
     Private,
+    /// Public, for the bastion and NAT gateways of a private topology.
     Utility,
 }
 
+/// The pod network add-on (`spec.networking.cni`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Cni {
+    /// `calico` (the default).
     Calico,
+    /// `cilium`.
     Cilium,
+    /// `flannel`.
     Flannel,
     /// The user installs a pod network themselves.
     None,
 }
 
 impl Cni {
+    /// The YAML spelling (`calico`, `cilium`, `flannel`, `none`).
     pub fn as_str(self) -> &'static str {
         match self {
             Cni::Calico => "calico",
@@ -187,11 +244,14 @@ impl Cni {
     }
 }
 
+/// `spec.topology` (AWS), as in kops.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Topology {
+    /// `type`: `Public` or `Private`.
     #[serde(rename = "type")]
     pub kind: TopologyType,
+    /// The bastion's settings; a Bastion instance group is what creates one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bastion: Option<Bastion>,
     /// Which address kprov connects to over SSH (aws). Default: `Public` in public topology,
@@ -213,6 +273,7 @@ pub enum SshAddress {
     Private,
 }
 
+/// Where nodes are placed (`spec.topology.type`), as in kops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum TopologyType {
     /// Nodes in public subnets with public addresses.
@@ -221,6 +282,7 @@ pub enum TopologyType {
     Private,
 }
 
+/// `spec.topology.bastion`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Bastion {
@@ -229,9 +291,11 @@ pub struct Bastion {
     pub public_name: Option<String>,
 }
 
+/// `spec.dns`: the hosted zone for the cluster's records (AWS Route 53).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Dns {
+    /// `type`: `Public`, `Private` or `None`.
     #[serde(rename = "type")]
     pub kind: DnsType,
     /// The hosted zone records go into, found by name (e.g. `example.com`).
@@ -239,13 +303,18 @@ pub struct Dns {
     pub zone: Option<String>,
 }
 
+/// The kind of hosted zone (`spec.dns.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum DnsType {
+    /// A public hosted zone.
     Public,
+    /// A private hosted zone, resolvable inside the VPC only.
     Private,
+    /// No records (gossip-style `*.k8s.local` names, metal).
     None,
 }
 
+/// `spec.api`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Api {
@@ -281,28 +350,36 @@ pub struct Api {
     pub local_proxy_image: Option<String>,
 }
 
+/// `spec.api.loadBalancer`. Default: `type: Public` on AWS, `type: None` on metal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LoadBalancer {
+    /// `type`: `Public`, `Internal` or `None`.
     #[serde(rename = "type")]
     pub kind: LoadBalancerType,
 }
 
+/// The API load balancer's kind (`spec.api.loadBalancer.type`), as in kops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum LoadBalancerType {
+    /// Internet-facing.
     Public,
+    /// Reachable inside the VPC only.
     Internal,
     /// No load balancer (single control plane reached directly, or a local proxy on metal).
     None,
 }
 
+/// `spec.etcd`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Etcd {
+    /// `type`: `Stacked` or `External` (Kubespray's `etcd_deployment_type: host` hosts).
     #[serde(rename = "type")]
     pub kind: EtcdType,
 }
 
+/// Where etcd runs (`spec.etcd.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum EtcdType {
     /// etcd runs on the control-plane nodes (kubeadm's default).
@@ -311,6 +388,7 @@ pub enum EtcdType {
     External,
 }
 
+/// `spec.cloudControllerManager`: the provider's cloud-controller-manager kprov deploys.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CloudControllerManager {
@@ -325,10 +403,13 @@ pub struct CloudControllerManager {
     /// against the provider table.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, serde_json::Value>,
+    /// Extra command-line flags (`name: value`, leading dashes optional; an empty value is a
+    /// bare flag); one named like a flag kprov sets replaces it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra_args: BTreeMap<String, String>,
 }
 
+/// `spec.sshKey`: the key pair kprov creates AWS instances with (kops's SSH public key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SshKey {
@@ -340,6 +421,8 @@ pub struct SshKey {
     pub public_key: Option<String>,
 }
 
+/// `spec.assets`: where node binaries and images come from (Kubespray's `files_repo` and
+/// offline settings).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Assets {
@@ -371,8 +454,11 @@ pub struct Assets {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PinnedChecksum {
+    /// `COMPONENT/ARCH`, e.g. `kubeadm/amd64`.
     pub name: String,
+    /// The Kubernetes release it is for (`1.36.5`).
     pub version: String,
+    /// 64 hex digits.
     pub sha256: String,
 }
 
@@ -381,7 +467,9 @@ pub struct PinnedChecksum {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ImageArchive {
+    /// `https://…`, `http://…` or `file:///…`.
     pub url: String,
+    /// 64 hex digits: the archive file's sha256, checked on every host.
     pub sha256: String,
 }
 
@@ -399,6 +487,7 @@ pub enum ProxyMode {
 }
 
 impl ProxyMode {
+    /// The YAML spelling (`iptables`, `ipvs`, `nftables`).
     pub fn as_str(self) -> &'static str {
         match self {
             ProxyMode::Iptables => "iptables",
@@ -408,6 +497,7 @@ impl ProxyMode {
     }
 }
 
+/// `spec.kubeProxy`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeProxy {
@@ -421,6 +511,7 @@ pub struct KubeProxy {
     pub conntrack_max_per_core: Option<u32>,
 }
 
+/// `spec.kubelet`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Kubelet {
@@ -506,6 +597,7 @@ impl Kubelet {
     }
 }
 
+/// `spec.containerd`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Containerd {
@@ -539,6 +631,7 @@ pub struct Registry {
     /// The registry as image references name it (`docker.io`, `registry.k8s.io`,
     /// `harbor.example.com:5000`).
     pub name: String,
+    /// The mirrors, tried in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<RegistryMirror>,
     /// `false`: never pull from the upstream itself (an air-gapped site, where trying it only
@@ -575,6 +668,7 @@ pub struct RegistryMirror {
     /// hosts.toml, the key with mode 0600.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cert_file: Option<String>,
+    /// The PEM private key of `clientCertFile`, on the operator's machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_key_file: Option<String>,
 }
@@ -594,7 +688,9 @@ impl RegistryMirror {
 /// A registry's user name and password.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegistryCredential {
+    /// The registry user.
     pub username: String,
+    /// The password or token; never printed.
     pub password: String,
 }
 
@@ -651,6 +747,7 @@ pub struct Proxy {
     pub no_proxy: Vec<String>,
 }
 
+/// `spec.preflight`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Preflight {
@@ -661,25 +758,34 @@ pub struct Preflight {
     pub require_clock_sync: Option<bool>,
 }
 
+/// One `spec.assets.files` override: where one component is downloaded from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AssetFile {
+    /// The component (`kubeadm`: every architecture) or `COMPONENT/ARCH` (`kubeadm/arm64`).
     pub name: String,
+    /// Where it is fetched from (`https://`, `http://` or `file://`).
     pub url: String,
+    /// 64 hex digits: the file's sha256.
     pub sha256: String,
 }
 
+/// What a metal host is for (`spec.hosts[].roles`; Kubespray's inventory groups).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum HostRole {
+    /// `control-plane` (Kubespray's `kube_control_plane`).
     ControlPlane,
+    /// `node`: runs workloads (Kubespray's `kube_node`).
     Node,
+    /// `etcd`: an etcd member (Kubespray's `etcd`); with `External` etcd, a dedicated host.
     Etcd,
 }
 
 impl HostRole {
+    /// The YAML spelling (`control-plane`, `node`, `etcd`).
     pub fn as_str(self) -> &'static str {
         match self {
             HostRole::ControlPlane => "control-plane",
@@ -693,6 +799,7 @@ impl HostRole {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Host {
+    /// The host's name, which becomes its Kubernetes node name.
     pub name: String,
     /// Where ssh connects (host name or IP).
     pub address: String,
@@ -702,16 +809,22 @@ pub struct Host {
     /// Address other hosts reach this one at (Kubespray's `access_ip`).
     #[serde(default, rename = "accessIP", skip_serializing_if = "Option::is_none")]
     pub access_ip: Option<String>,
+    /// The SSH user (Kubespray's `ansible_user`). Default `root`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The SSH port (Kubespray's `ansible_port`). Default 22.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// The private key file for `ssh -i` on the operator's machine (Kubespray's
+    /// `ansible_ssh_private_key_file`). Unset: ssh's own configuration and agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_path: Option<String>,
     /// Jump host, `[user@]host[:port]`, passed to ssh as ProxyJump.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bastion: Option<String>,
+    /// What the host is for; a host may have several roles.
     pub roles: Vec<HostRole>,
+    /// Labels its node registers with (Kubespray's `node_labels`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// `key[=value]:Effect`, as kubectl taint writes them.
@@ -754,14 +867,19 @@ impl Host {
     }
 }
 
+/// An instance group's `spec.role`, as in kops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum InstanceGroupRole {
+    /// Control-plane machines (API server, scheduler, controller manager; stacked etcd).
     ControlPlane,
+    /// Worker nodes.
     Node,
+    /// An SSH jump host (AWS); a private topology's instances are reached through it.
     Bastion,
 }
 
 impl InstanceGroupRole {
+    /// The YAML spelling (`ControlPlane`, `Node`, `Bastion`).
     pub fn as_str(self) -> &'static str {
         match self {
             InstanceGroupRole::ControlPlane => "ControlPlane",
@@ -771,22 +889,35 @@ impl InstanceGroupRole {
     }
 }
 
+/// An InstanceGroup's `spec`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InstanceGroupSpec {
+    /// `ControlPlane`, `Node` or `Bastion`; required.
     pub role: InstanceGroupRole,
+    /// AWS: the EC2 instance type. Default `t3.medium` (`t3.micro` for a Bastion).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_type: Option<String>,
+    /// AWS: an `ami-` ID, or an image name pattern (`OWNER/NAME-*`) resolved once and pinned.
+    /// Default: Canonical's Ubuntu 24.04 LTS for the region's partition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The fewest instances. Default 1; on metal, the number of hosts of the role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_size: Option<u32>,
+    /// The most instances. Default `minSize`; on metal, the number of hosts of the role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_size: Option<u32>,
+    /// AWS: the names of the subnets its instances go to. Default: every subnet of the
+    /// topology's type for the role (Utility for a private topology's bastion).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subnets: Vec<String>,
+    /// How a rolling update replaces its instances. Default: control planes one at a time
+    /// without surge (`maxSurge: 0, maxUnavailable: 1`), others surge first (`maxSurge: 1,
+    /// maxUnavailable: 0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_update: Option<RollingUpdate>,
+    /// Labels the group's nodes register with (kops's `nodeLabels`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_labels: BTreeMap<String, String>,
     /// `key[=value]:Effect`, as kubectl taint writes them.
@@ -799,12 +930,14 @@ pub struct InstanceGroupSpec {
     pub ssh_user: Option<String>,
 }
 
+/// `spec.rollingUpdate` of an instance group (kops's `rollingUpdate`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RollingUpdate {
     /// Extra instances started before old ones go: a count (`1`) or a percentage (`25%`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_surge: Option<IntOrPercent>,
+    /// How many instances may be out of service at once: a count or a percentage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable: Option<IntOrPercent>,
 }
@@ -813,7 +946,9 @@ pub struct RollingUpdate {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum IntOrPercent {
+    /// A count of instances.
     Int(u32),
+    /// A percentage of the group's size, `"25%"`.
     Percent(String),
 }
 
@@ -839,6 +974,7 @@ impl IntOrPercent {
 }
 
 impl Cluster {
+    /// The cluster's `metadata.name`.
     pub fn name(&self) -> &str {
         &self.metadata.name
     }

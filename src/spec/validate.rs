@@ -22,16 +22,23 @@ pub const CLUSTER_NAME_MAX: usize = 63;
 /// Providers with a known cloud-controller-manager.
 pub const CCM_PROVIDERS: &[&str] = &["aws", "gce", "azure", "openstack", "vsphere", "hcloud"];
 
+/// Which object a violation is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ObjectKey {
+    /// The Cluster.
     Cluster,
+    /// The InstanceGroup of that name.
     InstanceGroup(String),
 }
 
+/// One broken rule, before it is placed in a file ([`locate`] makes it a diagnostic).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
+    /// The object it is in.
     pub object: ObjectKey,
+    /// The field, from the object's root (`spec.networking.podCIDR`).
     pub path: FieldPath,
+    /// What is wrong.
     pub message: String,
 }
 

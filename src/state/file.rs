@@ -18,6 +18,8 @@ use super::{Object, Precondition, StateError, StateStore, Version};
 
 const LOCK_FILE: &str = ".kprov.lock";
 
+/// The `file://DIR` backend: one file per key below a directory, written through a
+/// temporary file and a rename, compare-and-swap under a store-wide lock file.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     root: PathBuf,
@@ -41,6 +43,7 @@ impl FileStore {
         Ok(FileStore { root })
     }
 
+    /// The store's directory, absolute.
     pub fn root(&self) -> &Path {
         &self.root
     }

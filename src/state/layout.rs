@@ -35,6 +35,7 @@ pub struct ClusterKeys {
 }
 
 impl ClusterKeys {
+    /// The keys of cluster `cluster`; refused when the name is not a single key segment.
     pub fn new(cluster: &str) -> Result<ClusterKeys, StateError> {
         single_segment(cluster, "cluster name")?;
         Ok(ClusterKeys {
@@ -42,6 +43,7 @@ impl ClusterKeys {
         })
     }
 
+    /// The cluster's name, as given to [`ClusterKeys::new`].
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -51,33 +53,39 @@ impl ClusterKeys {
         format!("{}/", self.name)
     }
 
+    /// `<cluster>/config`: the Cluster as the user wrote it.
     pub fn config(&self) -> String {
         self.key(CONFIG)
     }
 
+    /// `<cluster>/cluster-completed.spec`: the Cluster and groups with every default filled in.
     pub fn completed_spec(&self) -> String {
         self.key(COMPLETED)
     }
 
+    /// `<cluster>/instancegroup/`: every InstanceGroup's key starts with it.
     pub fn instance_groups_prefix(&self) -> String {
-        self.key(&format!("{INSTANCE_GROUPS}/"))
+        self.dir(INSTANCE_GROUPS)
     }
 
+    /// `<cluster>/instancegroup/<group>`; refused when `group` is not a single segment.
     pub fn instance_group(&self, group: &str) -> Result<String, StateError> {
-        single_segment(group, "instance group name")?;
-        Ok(self.key(&format!("{INSTANCE_GROUPS}/{group}")))
+        self.child(INSTANCE_GROUPS, group, "instance group name")
     }
 
+    /// `<cluster>/lock`: the cluster lock (see [`super::lock`]).
     pub fn lock(&self) -> String {
         self.key(LOCK)
     }
 
+    /// `<cluster>/known_hosts`: the SSH host keys accepted for the cluster's hosts.
     pub fn known_hosts(&self) -> String {
         self.key(KNOWN_HOSTS)
     }
 
+    /// `<cluster>/pki/`: certificates and keys.
     pub fn pki_prefix(&self) -> String {
-        self.key(&format!("{PKI}/"))
+        self.dir(PKI)
     }
 
     /// `<cluster>/pki/<path>`; `path` may have several segments (`issued/ca.crt`).
@@ -85,22 +93,24 @@ impl ClusterKeys {
         self.below(PKI, path)
     }
 
+    /// `<cluster>/secrets/`: secrets other than the PKI.
     pub fn secrets_prefix(&self) -> String {
-        self.key(&format!("{SECRETS}/"))
+        self.dir(SECRETS)
     }
 
+    /// `<cluster>/secrets/<path>`; `path` may have several segments (`registries/HOST`).
     pub fn secret(&self, path: &str) -> Result<String, StateError> {
         self.below(SECRETS, path)
     }
 
     /// `<cluster>/hosts/`: kprov's record of the hosts it provisioned.
     pub fn hosts_prefix(&self) -> String {
-        self.key(&format!("{HOSTS}/"))
+        self.dir(HOSTS)
     }
 
+    /// `<cluster>/hosts/<name>`: one provisioned host's record; `name` is a single segment.
     pub fn host(&self, name: &str) -> Result<String, StateError> {
-        single_segment(name, "host name")?;
-        Ok(self.key(&format!("{HOSTS}/{name}")))
+        self.child(HOSTS, name, "host name")
     }
 
     /// What kprov chose once and keeps (see `cloud::aws::images`): not the user's spec, not
@@ -115,16 +125,29 @@ impl ClusterKeys {
         self.key("backups/")
     }
 
+    /// `<cluster>/journal/`: the operation journal.
     pub fn journal_prefix(&self) -> String {
-        self.key(&format!("{JOURNAL}/"))
+        self.dir(JOURNAL)
     }
 
+    /// `<cluster>/journal/<entry>`; `entry` may have several segments.
     pub fn journal(&self, entry: &str) -> Result<String, StateError> {
         self.below(JOURNAL, entry)
     }
 
     fn key(&self, rest: &str) -> String {
         format!("{}/{rest}", self.name)
+    }
+
+    /// `<cluster>/<dir>/`.
+    fn dir(&self, dir: &str) -> String {
+        self.key(&format!("{dir}/"))
+    }
+
+    /// `<cluster>/<dir>/<name>`, where `name` (a `what`, for the error) is one segment.
+    fn child(&self, dir: &str, name: &str, what: &str) -> Result<String, StateError> {
+        single_segment(name, what)?;
+        Ok(self.key(&format!("{dir}/{name}")))
     }
 
     fn below(&self, dir: &str, path: &str) -> Result<String, StateError> {

@@ -35,10 +35,13 @@ const MAX_ATTEMPTS: usize = 8;
 pub struct LockRecord {
     /// The user who ran the command.
     pub holder: String,
+    /// The host name of the machine it ran on.
     pub host: String,
+    /// The process id of the command on that host.
     pub pid: u32,
     /// The command line, e.g. `kprov update cluster demo.example.com --yes`.
     pub command: String,
+    /// When the lock was taken.
     pub acquired_at: DateTime<Utc>,
     /// When the holder last renewed the lease.
     pub renewed_at: DateTime<Utc>,
@@ -63,10 +66,12 @@ impl LockRecord {
         }
     }
 
+    /// Whether the lease has run out at `now` (from `expires_at` on).
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
         now >= self.expires_at
     }
 
+    /// The record as the lock object's pretty-printed JSON.
     pub fn to_bytes(&self) -> Bytes {
         // A struct of strings, numbers and timestamps always serialises.
         Bytes::from(serde_json::to_vec_pretty(self).unwrap_or_default())
@@ -129,8 +134,10 @@ fn when(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
+/// Why the cluster lock could not be taken, read, renewed or released.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// Another command holds an unexpired lease.
     #[error(
         "cluster {cluster} is locked by {holder}@{host} (pid {pid}) running `{command}` since {since}; \
          the lease runs until {until}. Wait for that command to finish; if it is dead, break the \
@@ -143,17 +150,23 @@ pub enum LockError {
         until = when(&record.expires_at)
     )]
     Held {
+        /// The cluster.
         cluster: String,
+        /// The holder's record as read.
         record: Box<LockRecord>,
     },
+    /// The lock object is not a lock record (see [`LockRecord::parse`]).
     #[error(
         "the lock {key} of cluster {cluster} is unreadable ({reason}); if no kprov command is \
          running on the cluster, remove it with `kprov lock break {cluster}`",
         reason = untrusted(reason)
     )]
     Corrupt {
+        /// The cluster.
         cluster: String,
+        /// The lock's location in the store.
         key: String,
+        /// Why it does not parse (stored text: printed escaped).
         reason: String,
     },
     /// Something that is not a lock object sits at the lock's key (a directory, other keys
@@ -163,15 +176,25 @@ pub enum LockError {
          kprov command is running on the cluster, remove it with `kprov lock break {cluster}`"
     )]
     Blocked {
+        /// The cluster.
         cluster: String,
+        /// The lock's location in the store.
         key: String,
+        /// What sits there (see [`StateStore::obstruction`]).
         what: String,
     },
+    /// A renewal or the release found the lock no longer ours.
     #[error(
         "the lock on cluster {cluster} was lost: {reason}. Someone broke or took over the lock; \
          check `kprov get cluster {cluster}` before retrying"
     )]
-    Lost { cluster: String, reason: String },
+    Lost {
+        /// The cluster.
+        cluster: String,
+        /// What was found instead of our record.
+        reason: String,
+    },
+    /// The store failed.
     #[error(transparent)]
     State(#[from] StateError),
 }
@@ -333,15 +356,20 @@ pub async fn read(store: &dyn StateStore, cluster: &str) -> Result<Option<LockRe
 /// What [`break_lock`] removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Broken {
+    /// There was no lock: nothing was removed.
     NotLocked,
+    /// A lock record, removed; this is what it said.
     Lock(Box<LockRecord>),
     /// The lock object did not parse; it was removed anyway.
     Unreadable,
     /// Something that was not a lock object sat at the lock's key (`what`, at `location`);
     /// `removed` keys below it were deleted with it.
     Obstruction {
+        /// What sat there.
         what: String,
+        /// The lock key's location in the store.
         location: String,
+        /// How many keys below it were deleted.
         removed: usize,
     },
 }
@@ -441,6 +469,7 @@ impl LockGuard {
         }
     }
 
+    /// The cluster whose lock this is.
     pub fn cluster(&self) -> &str {
         &self.cluster
     }

@@ -40,39 +40,72 @@ pub enum Precondition {
     Matches(Version),
 }
 
+/// One stored object as read.
 #[derive(Debug, Clone)]
 pub struct Object {
+    /// Its content, untrusted: whoever can write the store can change it.
     pub data: Bytes,
+    /// The version a conditional write of the key must match.
     pub version: Version,
 }
 
+/// Why a state-store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// A `Precondition::Matches` write found another version: someone else wrote the key.
     #[error(
         "{location}: {key} was changed by someone else since it was read (expected version {expected}); re-read and retry"
     )]
     Conflict {
+        /// The store's location.
         location: String,
+        /// The key written.
         key: String,
+        /// The version the writer had read.
         expected: String,
     },
+    /// A `Precondition::Absent` write (a create) found the key there.
     #[error("{location}: {key} already exists")]
-    AlreadyExists { location: String, key: String },
-    #[error("{location}: {key} does not exist")]
-    NotFound { location: String, key: String },
+    AlreadyExists {
+        /// The store's location.
+        location: String,
+        /// The key written.
+        key: String,
+    },
+    /// The store URL cannot be used (unknown scheme, no bucket, a path that is not a
+    /// directory).
     #[error("invalid state store URL {url:?}: {reason}")]
-    InvalidUrl { url: String, reason: String },
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A key or prefix breaks the key rules (see [`validate_key`]), or a name makes such a key.
     #[error("invalid state store key {key:?}: {reason}")]
-    InvalidKey { key: String, reason: String },
+    InvalidKey {
+        /// The key, prefix or name as given.
+        key: String,
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// The backend failed: I/O, S3, an object over the size limit.
     #[error("{location}: {message}")]
-    Backend { location: String, message: String },
+    Backend {
+        /// The key's location, or the store's.
+        location: String,
+        /// The backend's message.
+        message: String,
+    },
 }
 
 /// Whether an S3 bucket keeps old versions of objects: without versioning an overwritten or
 /// deleted spec is gone for good, so the CLI warns about anything but `Enabled`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Versioning {
+    /// Old versions are kept.
     Enabled,
+    /// Versioning was on and is paused: objects written since have no old versions.
     Suspended,
     /// Versioning was never turned on for the bucket.
     Disabled,
@@ -93,8 +126,11 @@ pub trait StateStore: Send + Sync + fmt::Debug {
     fn key_location(&self, key: &str) -> String {
         format!("{}/{}", self.location().trim_end_matches('/'), key)
     }
+    /// The object at `key`, or `None` when there is none.
     async fn get(&self, key: &str) -> Result<Option<Object>, StateError>;
+    /// Writes `data` at `key` if `cond` holds; returns the new version.
     async fn put(&self, key: &str, data: Bytes, cond: Precondition) -> Result<Version, StateError>;
+    /// Deletes `key` if `cond` holds; an absent key with [`Precondition::None`] is no error.
     async fn delete(&self, key: &str, cond: Precondition) -> Result<(), StateError>;
     /// Keys below `prefix` (recursive), sorted. `prefix` is a plain string prefix, as in S3:
     /// `demo` matches `demo.example.com/config`; end it with `/` to mean a directory.

@@ -13,6 +13,8 @@ use bytes::Bytes;
 
 use super::{Object, Precondition, StateError, StateStore, Version, Versioning};
 
+/// The `s3://BUCKET/PREFIX` backend: one object per key under the prefix, compare-and-swap
+/// by conditional writes on the object's ETag.
 #[derive(Debug, Clone)]
 pub struct S3Store {
     client: aws_sdk_s3::Client,

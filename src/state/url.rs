@@ -10,10 +10,17 @@ pub enum StoreUrl {
     /// A local directory; relative paths are relative to the working directory.
     File(PathBuf),
     /// An S3 bucket and a key prefix without leading or trailing `/` (may be empty).
-    S3 { bucket: String, prefix: String },
+    S3 {
+        /// The bucket's name.
+        bucket: String,
+        /// The key prefix every object of the store is under.
+        prefix: String,
+    },
 }
 
 impl StoreUrl {
+    /// Parses `file://DIR` or `s3://BUCKET[/PREFIX]`; the error names the URL and suggests
+    /// the likely intended one (`/x` is `file:///x`).
     pub fn parse(url: &str) -> Result<StoreUrl, StateError> {
         let invalid = |reason: String| StateError::InvalidUrl {
             url: url.to_string(),
@@ -133,58 +140,58 @@ mod tests {
         StoreUrl::parse(url).unwrap_err().to_string()
     }
 
+    /// Each URL is refused with a message that contains the text paired with it.
+    fn refused(cases: &[(&str, &str)]) {
+        for (url, want) in cases {
+            let e = err(url);
+            assert!(e.contains(want), "{url}: {e}");
+        }
+    }
+
     #[test]
     fn file_urls() {
-        assert_eq!(
-            StoreUrl::parse("file:///var/lib/kprov").unwrap(),
-            StoreUrl::File("/var/lib/kprov".into())
-        );
-        assert_eq!(
-            StoreUrl::parse("file://state/dev").unwrap(),
-            StoreUrl::File("state/dev".into())
-        );
-        assert_eq!(
-            StoreUrl::parse("file://./state").unwrap(),
-            StoreUrl::File("./state".into())
-        );
-        assert_eq!(
-            StoreUrl::parse("file://localhost/srv/kprov").unwrap(),
-            StoreUrl::File("/srv/kprov".into())
-        );
+        for (url, dir) in [
+            ("file:///var/lib/kprov", "/var/lib/kprov"),
+            ("file://state/dev", "state/dev"),
+            ("file://./state", "./state"),
+            ("file://localhost/srv/kprov", "/srv/kprov"),
+        ] {
+            assert_eq!(
+                StoreUrl::parse(url).unwrap(),
+                StoreUrl::File(dir.into()),
+                "{url}"
+            );
+        }
         assert!(err("file://").contains("needs a directory"));
     }
 
     #[test]
     fn s3_urls() {
-        assert_eq!(
-            StoreUrl::parse("s3://my-state").unwrap(),
-            StoreUrl::S3 {
+        for (url, prefix) in [("s3://my-state", ""), ("s3://my-state/teams/a/", "teams/a")] {
+            let want = StoreUrl::S3 {
                 bucket: "my-state".into(),
-                prefix: String::new()
-            }
-        );
-        assert_eq!(
-            StoreUrl::parse("s3://my-state/teams/a/").unwrap(),
-            StoreUrl::S3 {
-                bucket: "my-state".into(),
-                prefix: "teams/a".into()
-            }
-        );
-        assert!(err("s3://").contains("needs a bucket"));
-        assert!(err("s3://My_Bucket").contains("lowercase"));
-        assert!(err("s3://ab").contains("3 to 63"));
-        assert!(err("s3://bucket/a/../b").contains("'..'"));
+                prefix: prefix.into(),
+            };
+            assert_eq!(StoreUrl::parse(url).unwrap(), want, "{url}");
+        }
+        refused(&[
+            ("s3://", "needs a bucket"),
+            ("s3://My_Bucket", "lowercase"),
+            ("s3://ab", "3 to 63"),
+            ("s3://bucket/a/../b", "'..'"),
+        ]);
     }
 
     #[test]
     fn errors_name_the_url_and_suggest_a_fix() {
-        let e = err("/var/lib/kprov");
-        assert!(e.contains("\"/var/lib/kprov\""), "{e}");
-        assert!(e.contains("did you mean file:///var/lib/kprov?"), "{e}");
-        assert!(err("state").contains("did you mean file://state?"));
-        assert!(err("s3:bucket/x").contains("did you mean s3://bucket/x?"));
-        assert!(err("gs://bucket").contains("unsupported scheme \"gs\""));
-        assert!(err("").contains("empty"));
+        refused(&[
+            ("/var/lib/kprov", "\"/var/lib/kprov\""),
+            ("/var/lib/kprov", "did you mean file:///var/lib/kprov?"),
+            ("state", "did you mean file://state?"),
+            ("s3:bucket/x", "did you mean s3://bucket/x?"),
+            ("gs://bucket", "unsupported scheme \"gs\""),
+            ("", "empty"),
+        ]);
     }
 
     #[test]
