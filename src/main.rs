@@ -1,3 +1,6 @@
+//! The `kprov` command: installs the TLS provider and the log filter, then hands the parsed
+//! command line to [`kprov::cli::run`] and exits with its code.
+
 fn main() {
     // The AWS SDK and kube both link rustls; exactly one process-wide provider must be
     // installed before the first TLS connection or rustls panics.
