@@ -105,7 +105,7 @@ pub enum FetchError {
     Write {
         /// The bundle path given.
         path: String,
-        /// What failed.
+        /// What failed: the I/O or archive error writing the bundle.
         message: String,
     },
 }

@@ -257,7 +257,7 @@ pub struct NodeInput {
 pub struct GroupInput {
     /// The group's name.
     pub name: String,
-    /// Its role.
+    /// Its role, which places the group in the roll order (bastions, control planes, workers).
     pub role: GroupRole,
     /// The group's minimum size.
     pub min: u32,

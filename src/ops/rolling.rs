@@ -460,13 +460,13 @@ impl RollerError {
     }
 }
 
-/// The journal in memory and on the store, written with group commit: the nodes of a batch
-/// record their steps at nearly the same moment, and one store write then carries every change
-/// made while the previous write was in flight. A `record` returns only once a write holding
-/// its change is on the store; a `note` (an uncordon, a batch validated: harmless to repeat)
-/// waits for none and is written alongside the next wait, or as the roll stops. A batch of 20 thus costs a few writes instead of 100 (each a full
-/// journal, serialized and written with compare-and-swap), which kept large rolls far from
-/// their bound (scripts/bench-rolling).
+/// The journal in memory and on the store, written with group commit: the nodes of a batch record
+/// their steps at nearly the same moment, and one store write then carries every change made while
+/// the previous write was in flight. A `record` returns only once a write holding its change is on
+/// the store; a `note` (an uncordon, a batch validated: harmless to repeat) waits for none and is
+/// written alongside the next wait, or as the roll stops. A batch of 20 thus costs a few writes
+/// instead of 100 (each a full journal, serialized and written with compare-and-swap), which kept
+/// large rolls far from their bound (scripts/bench-rolling).
 struct Shared<'a> {
     state: Mutex<InMemory>,
     file: Mutex<OnStore<'a>>,

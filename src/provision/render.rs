@@ -366,7 +366,7 @@ pub enum Endpoint {
     Fixed {
         /// Its DNS name or address.
         host: String,
-        /// Its port.
+        /// The port it serves the API on (the `controlPlaneEndpoint` port).
         port: u16,
     },
     /// `NAME:6443` resolved per host through /etc/hosts (see the module docs).

@@ -24,7 +24,8 @@ pub struct ObjectMeta {
     /// The object's name: the cluster's DNS-style name (`demo.example.com`, or
     /// `NAME.k8s.local` for no DNS), or the instance group's name.
     pub name: String,
-    /// Labels; an InstanceGroup gets `kprov.dev/cluster: CLUSTER` when it has none.
+    /// Labels; an InstanceGroup without a `kprov.dev/cluster` label gets
+    /// `kprov.dev/cluster: CLUSTER` (its other labels are kept).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Free-form annotations, kept as written.
@@ -172,12 +173,13 @@ pub struct Networking {
     /// AWS: the subnets, one or more per zone; at least one is required.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subnets: Vec<Subnet>,
-    /// `podCIDR`: the pods' IPv4 range. Default `100.96.0.0/11` (kops's; Kubespray's
-    /// `kube_pods_subnet`).
+    /// `podCIDR`: the pods' IPv4 range. Default `100.96.0.0/11` (kops's default). Kubespray's
+    /// field is `kube_pods_subnet`; a cluster made from a Kubespray inventory keeps its range.
     #[serde(default, rename = "podCIDR", skip_serializing_if = "Option::is_none")]
     pub pod_cidr: Option<String>,
-    /// `serviceCIDR`: the services' IPv4 range. Default `100.64.0.0/13` (kops's; Kubespray's
-    /// `kube_service_addresses`).
+    /// `serviceCIDR`: the services' IPv4 range. Default `100.64.0.0/13` (kops's default).
+    /// Kubespray's field is `kube_service_addresses`; a cluster made from a Kubespray inventory
+    /// keeps its range.
     #[serde(
         default,
         rename = "serviceCIDR",
@@ -374,7 +376,8 @@ pub enum LoadBalancerType {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Etcd {
-    /// `type`: `Stacked` or `External` (Kubespray's `etcd_deployment_type: host` hosts).
+    /// `type`: `Stacked` (etcd on the control planes) or `External` (etcd on hosts apart from
+    /// them: a Kubespray `etcd` group distinct from `kube_control_plane`).
     #[serde(rename = "type")]
     pub kind: EtcdType,
 }

@@ -25,7 +25,7 @@ pub const CCM_PROVIDERS: &[&str] = &["aws", "gce", "azure", "openstack", "vspher
 /// Which object a violation is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ObjectKey {
-    /// The Cluster.
+    /// The Cluster object (there is one per spec).
     Cluster,
     /// The InstanceGroup of that name.
     InstanceGroup(String),

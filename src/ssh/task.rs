@@ -160,7 +160,7 @@ pub enum ExecError {
     Other {
         /// The host the failure concerns (`localhost` for a local failure).
         host: String,
-        /// What failed.
+        /// What failed, as the host or the local step reported it (untrusted text).
         message: String,
     },
 }

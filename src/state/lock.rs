@@ -150,7 +150,7 @@ pub enum LockError {
         until = when(&record.expires_at)
     )]
     Held {
-        /// The cluster.
+        /// The cluster whose lock another command holds.
         cluster: String,
         /// The holder's record as read.
         record: Box<LockRecord>,
@@ -162,7 +162,7 @@ pub enum LockError {
         reason = untrusted(reason)
     )]
     Corrupt {
-        /// The cluster.
+        /// The cluster whose lock record does not read.
         cluster: String,
         /// The lock's location in the store.
         key: String,
@@ -176,7 +176,7 @@ pub enum LockError {
          kprov command is running on the cluster, remove it with `kprov lock break {cluster}`"
     )]
     Blocked {
-        /// The cluster.
+        /// The cluster whose lock key holds something that is not a lock.
         cluster: String,
         /// The lock's location in the store.
         key: String,
@@ -189,7 +189,7 @@ pub enum LockError {
          check `kprov get cluster {cluster}` before retrying"
     )]
     Lost {
-        /// The cluster.
+        /// The cluster whose lock this command no longer holds.
         cluster: String,
         /// What was found instead of our record.
         reason: String,

@@ -79,7 +79,7 @@ pub enum HostKeyError {
     Generate {
         /// The instance group the key was for.
         group: String,
-        /// What failed.
+        /// What failed: the key generator's error.
         message: String,
     },
 }

@@ -64,10 +64,10 @@ pub(crate) enum AwsKind {
     Instance,
 }
 
-/// The kinds as one table, each with the name written into `kprov.dev/id` tags and shown in
-/// plans (never change one: owned resources are found by it) and, where the code builds IDs
-/// of it, the engine's kind as a constant (`#[cfg(test)]` where only tests do): [`AwsKind::ALL`], [`AwsKind::name`] and the
-/// constants all come from it, so a new variant is one row here.
+/// The kinds as one table, each with the name written into `kprov.dev/id` tags and shown in plans
+/// (never change one: owned resources are found by it) and, where the code builds IDs of it, the
+/// engine's kind as a constant (`#[cfg(test)]` where only tests do): [`AwsKind::ALL`],
+/// [`AwsKind::name`] and the constants all come from it, so a new variant is one row here.
 macro_rules! kinds {
     ($(
         $variant:ident $(($group:ident::$inner:ident))? => $name:literal

@@ -63,7 +63,7 @@ pub enum CloudError {
     /// ([`ApplyOptions::resource_deadline`]) passed.
     #[error("{id}: not done within {after:?} (last error: {last})")]
     Deadline {
-        /// The resource.
+        /// The resource that ran out of time.
         id: ResourceId,
         /// The deadline it had.
         after: std::time::Duration,
@@ -73,7 +73,7 @@ pub enum CloudError {
     /// An error of one resource's step, naming the resource.
     #[error("{id}: {source}")]
     Resource {
-        /// The resource.
+        /// The resource whose step failed.
         id: ResourceId,
         /// What failed.
         #[source]

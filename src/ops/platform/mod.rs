@@ -1,7 +1,8 @@
-//! The platform seam (issue 19): the one place that asks where a cluster runs. A command opens
-//! the cluster's [`Platform`] and asks it for the machines to work on, the API address they are
-//! rendered with and (through [`rolling`]) the rollers and the etcd health check; the use cases below it (`ops::etcd`,
-//! `ops::certificates`) work on targets and an SSH fleet the same way on every platform.
+//! The platform seam (issue 19): the one place that asks where a cluster runs. A command opens the
+//! cluster's [`Platform`] and asks it for the machines to work on, the API address they are
+//! rendered with and (through [`rolling`]) the rollers and the etcd health check; the use cases
+//! below it (`ops::etcd`, `ops::certificates`) work on targets and an SSH fleet the same way on
+//! every platform.
 //!
 //! - metal: the hosts of the spec; the API address is the spec's.
 //! - AWS: the running instances of the cluster's groups (found by its ownership tag, reached as

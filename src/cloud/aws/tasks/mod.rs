@@ -1,12 +1,13 @@
-//! Typed AWS tasks, one file per kind (as kops's `awstasks`): a task is a struct with typed
-//! fields and [`Ref`]s to the resources it needs, and one [`Task`] trait says how it becomes
-//! the engine's resource (the fields the generic diff compares and prints, and their rules),
-//! how it is read back from the cloud (kops's Find), and how it is created, updated and
-//! deleted (kops's Render) against one [`Apply`] context (kops's target: the cloud and the
-//! cloud IDs recorded so far). Its delete is the supertrait [`Delete`]: most kinds are
-//! deleted by one call naming their cloud ID, which `delete_by_id!` declares in one line. The engine stays generic: it diffs the field maps `resource()`
-//! makes, and apply hands them back, decoded once by `from_resource` (a missing or mistyped
-//! field is a model error naming the resource and field, never an empty value sent to AWS).
+//! Typed AWS tasks, one file per kind (as kops's `awstasks`): a task is a struct with typed fields
+//! and [`Ref`]s to the resources it needs, and one [`Task`] trait says how it becomes the engine's
+//! resource (the fields the generic diff compares and prints, and their rules), how it is read back
+//! from the cloud (kops's Find), and how it is created, updated and deleted (kops's Render) against
+//! one [`Apply`] context (kops's target: the cloud and the cloud IDs recorded so far). Its delete
+//! is the supertrait [`Delete`]: most kinds are deleted by one call naming their cloud ID, which
+//! `delete_by_id!` declares in one line. The engine stays generic: it diffs the field maps
+//! `resource()` makes, and apply hands them back, decoded once by `from_resource` (a missing or
+//! mistyped field is a model error naming the resource and field, never an empty value sent to
+//! AWS).
 //!
 //! A kind whose fields each map to one engine field is declared with `task!` (the struct, its
 //! [`Kinded`], its [`Fields`] and its field-name constants, from one table of field, type,
