@@ -26,7 +26,7 @@ use crate::views::objects as view;
 /// errors are printed here, never returned.
 pub async fn run(cli: Cli) -> i32 {
     let format = match &cli.command {
-        Command::Get(g) => match &g.what {
+        Command::Get(g) => match g {
             GetWhat::Clusters { out, .. }
             | GetWhat::Instancegroups { out, .. }
             | GetWhat::Certificates { out, .. }
@@ -36,30 +36,17 @@ pub async fn run(cli: Cli) -> i32 {
             | GetWhat::Assets { out, .. } => out.output,
             GetWhat::Addons { output, .. } => *output,
         },
-        Command::Update(u) => match &u.what {
+        Command::Update(u) => match u {
             UpdateWhat::Cluster(a) => a.output,
             UpdateWhat::Addons(_) => Format::Table,
         },
-        Command::Validate(v) => match &v.what {
-            ValidateWhat::Cluster { output, .. } => *output,
-        },
-        Command::Rotate(r) => match &r.what {
-            RotateWhat::Certificates(a) => a.out.output,
-        },
-        Command::RollingUpdate(r) => match &r.what {
-            RollingUpdateWhat::Cluster(a) => a.output,
-        },
-        Command::Delete(d) => match &d.what {
-            DeleteWhat::Instance(a) => a.output,
-            _ => Format::Table,
-        },
-        Command::Backup(b) => match &b.what {
-            BackupWhat::Etcd { out, .. } => out.output,
-        },
+        Command::Validate(ValidateWhat::Cluster { output, .. }) => *output,
+        Command::Rotate(RotateWhat::Certificates(a)) => a.out.output,
+        Command::RollingUpdate(RollingUpdateWhat::Cluster(a)) => a.output,
+        Command::Delete(DeleteWhat::Instance(a)) => a.output,
+        Command::Backup(BackupWhat::Etcd { out, .. }) => out.output,
         Command::Version(o) => o.output,
-        Command::Toolbox(t) => match &t.what {
-            super::ToolboxWhat::Dump { output, .. } => *output,
-        },
+        Command::Toolbox(super::ToolboxWhat::Dump { output, .. }) => *output,
         _ => Format::Table,
     };
     let ctx = Ctx::new(
@@ -121,7 +108,7 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             )),
         },
         Command::Replace(f) => objects_from_file(ctx, &f.file, Mode::Replace).await,
-        Command::Get(g) => match g.what {
+        Command::Get(g) => match g {
             GetWhat::Clusters { name, full, .. } => get_clusters(ctx, name.as_deref(), full).await,
             GetWhat::Addons { name, .. } => super::addons::get_addons(ctx, &name).await,
             GetWhat::Assets { name, .. } => super::bundle::get_assets(ctx, &name).await,
@@ -138,13 +125,13 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 get_groups(ctx, &cluster).await
             }
         },
-        Command::Edit(e) => match e.what {
+        Command::Edit(e) => match e {
             EditWhat::Cluster { name } => super::edit::edit(ctx, &name, None).await,
             EditWhat::Instancegroups { group, name } => {
                 super::edit::edit(ctx, &name, Some(&group)).await
             }
         },
-        Command::Delete(d) => match d.what {
+        Command::Delete(d) => match d {
             DeleteWhat::Cluster {
                 name,
                 yes,
@@ -157,32 +144,26 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
             DeleteWhat::Instance(a) => super::instance::delete_instance(ctx, &a).await,
             DeleteWhat::Damaged { name, yes } => delete_damaged(ctx, &name, yes).await,
         },
-        Command::Forget(f) => match f.what {
-            ForgetWhat::HostKey { cluster, host, yes } => {
-                super::metal::forget_host_key(ctx, &cluster, &host, yes).await
-            }
-        },
-        Command::Release(r) => match r.what {
-            ReleaseWhat::Host {
-                cluster,
-                host,
-                yes,
-                accept_new_host_keys,
-            } => super::metal::release_host(ctx, &cluster, &host, yes, accept_new_host_keys).await,
-        },
-        Command::Lock(l) => match l.what {
+        Command::Forget(ForgetWhat::HostKey { cluster, host, yes }) => {
+            super::metal::forget_host_key(ctx, &cluster, &host, yes).await
+        }
+        Command::Release(ReleaseWhat::Host {
+            cluster,
+            host,
+            yes,
+            accept_new_host_keys,
+        }) => super::metal::release_host(ctx, &cluster, &host, yes, accept_new_host_keys).await,
+        Command::Lock(l) => match l {
             LockWhat::Status { cluster } => lock_status(ctx, &cluster).await,
             LockWhat::Break { cluster } => lock_break(ctx, &cluster).await,
         },
-        Command::Export(e) => match e.what {
-            ExportWhat::Kubeconfig { name, kubeconfig } => {
-                export_kubeconfig(ctx, &name, kubeconfig.as_deref()).await
-            }
-        },
-        Command::RollingUpdate(r) => match r.what {
-            RollingUpdateWhat::Cluster(a) => super::rolling::cluster(ctx, &a).await,
-        },
-        Command::Update(u) => match u.what {
+        Command::Export(ExportWhat::Kubeconfig { name, kubeconfig }) => {
+            export_kubeconfig(ctx, &name, kubeconfig.as_deref()).await
+        }
+        Command::RollingUpdate(RollingUpdateWhat::Cluster(a)) => {
+            super::rolling::cluster(ctx, &a).await
+        }
+        Command::Update(u) => match u {
             UpdateWhat::Cluster(a) => super::update::cluster(ctx, &a).await,
             UpdateWhat::Addons(a) => {
                 let args = super::addons::UpdateAddonsArgs {
@@ -197,51 +178,41 @@ async fn dispatch(ctx: &Ctx, cmd: Command) -> anyhow::Result<i32> {
                 super::addons::update_addons(ctx, &args).await
             }
         },
-        Command::Validate(v) => match v.what {
-            ValidateWhat::Cluster {
-                name,
-                wait,
-                kubeconfig,
-                ssh_tunnel,
-                ..
-            } => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref(), ssh_tunnel).await,
-        },
-        Command::Rotate(r) => match r.what {
-            RotateWhat::Certificates(a) => super::certificates::rotate(ctx, &a).await,
-        },
-        Command::Backup(b) => match b.what {
-            BackupWhat::Etcd {
-                name,
-                ssh_private_address,
-                ..
-            } => {
-                let reach = crate::ops::platform::Reach {
-                    private_address: ssh_private_address,
-                };
-                super::etcd::backup(ctx, &name, reach).await
-            }
-        },
-        Command::Restore(r) => match r.what {
-            RestoreWhat::Etcd {
-                name,
-                from,
-                yes,
-                ssh_private_address,
-            } => {
-                let reach = crate::ops::platform::Reach {
-                    private_address: ssh_private_address,
-                };
-                super::etcd::restore(ctx, &name, &from, yes, reach).await
-            }
-        },
-        Command::Toolbox(t) => match t.what {
-            super::ToolboxWhat::Dump {
-                name,
-                kubeconfig,
-                no_api,
-                ..
-            } => super::toolbox::dump(ctx, &name, kubeconfig.as_deref(), !no_api).await,
-        },
+        Command::Validate(ValidateWhat::Cluster {
+            name,
+            wait,
+            kubeconfig,
+            ssh_tunnel,
+            ..
+        }) => super::addons::validate(ctx, &name, wait, kubeconfig.as_deref(), ssh_tunnel).await,
+        Command::Rotate(RotateWhat::Certificates(a)) => super::certificates::rotate(ctx, &a).await,
+        Command::Backup(BackupWhat::Etcd {
+            name,
+            ssh_private_address,
+            ..
+        }) => {
+            let reach = crate::ops::platform::Reach {
+                private_address: ssh_private_address,
+            };
+            super::etcd::backup(ctx, &name, reach).await
+        }
+        Command::Restore(RestoreWhat::Etcd {
+            name,
+            from,
+            yes,
+            ssh_private_address,
+        }) => {
+            let reach = crate::ops::platform::Reach {
+                private_address: ssh_private_address,
+            };
+            super::etcd::restore(ctx, &name, &from, yes, reach).await
+        }
+        Command::Toolbox(super::ToolboxWhat::Dump {
+            name,
+            kubeconfig,
+            no_api,
+            ..
+        }) => super::toolbox::dump(ctx, &name, kubeconfig.as_deref(), !no_api).await,
         Command::Version(_) => {
             crate::views::objects::version(&ctx.printer, env!("CARGO_PKG_VERSION"))?;
             Ok(exit::OK)

@@ -77,31 +77,44 @@ pub(crate) enum Command {
     /// Replace stored objects with the ones in a file
     Replace(FileArgs),
     /// List clusters or instance groups
-    Get(GetCmd),
+    #[command(subcommand)]
+    Get(GetWhat),
     /// Edit a stored spec in $EDITOR; an invalid result is never saved
-    Edit(EditCmd),
+    #[command(subcommand)]
+    Edit(EditWhat),
     /// Delete a cluster or an instance group
-    Delete(DeleteCmd),
+    #[command(subcommand)]
+    Delete(DeleteWhat),
     /// Inspect or break a cluster's lock
-    Lock(LockCmd),
+    #[command(subcommand)]
+    Lock(LockWhat),
     /// Forget what kprov recorded about a host (`forget host-key CLUSTER HOST`)
-    Forget(ForgetCmd),
+    #[command(subcommand)]
+    Forget(ForgetWhat),
     /// Free a host held by a cluster that no longer exists (`release host CLUSTER HOST`)
-    Release(ReleaseCmd),
+    #[command(subcommand)]
+    Release(ReleaseWhat),
     /// Export credentials (kubeconfig) of a provisioned cluster
-    Export(ExportCmd),
+    #[command(subcommand)]
+    Export(ExportWhat),
     /// Preview, and with --yes apply, what a cluster needs (cloud resources, nodes, add-ons)
-    Update(UpdateCmd),
+    #[command(subcommand)]
+    Update(UpdateWhat),
     /// Replace or re-provision nodes whose configuration is out of date, safely, in batches
-    RollingUpdate(RollingUpdateCmd),
+    #[command(subcommand)]
+    RollingUpdate(RollingUpdateWhat),
     /// Check that a running cluster is healthy
-    Validate(ValidateCmd),
+    #[command(subcommand)]
+    Validate(ValidateWhat),
     /// Renew credentials of a running cluster (kubeadm certificates)
-    Rotate(RotateCmd),
+    #[command(subcommand)]
+    Rotate(RotateWhat),
     /// Back up a cluster's data (etcd snapshots into the state store)
-    Backup(BackupCmd),
+    #[command(subcommand)]
+    Backup(BackupWhat),
     /// Restore a cluster's data from a backup (preview without --yes)
-    Restore(RestoreCmd),
+    #[command(subcommand)]
+    Restore(RestoreWhat),
     /// Print the JSON Schema of the kprov objects (for editors)
     Schema(SchemaArgs),
     /// Print a shell completion script
@@ -110,13 +123,8 @@ pub(crate) enum Command {
     Version(OutputArgs),
     /// kops's toolbox: `toolbox dump NAME` prints the cluster's cloud resources, machines and
     /// nodes as one document (never a secret)
-    Toolbox(ToolboxCmd),
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct ToolboxCmd {
     #[command(subcommand)]
-    pub(crate) what: ToolboxWhat,
+    Toolbox(ToolboxWhat),
 }
 
 #[derive(Debug, Subcommand)]
@@ -233,12 +241,6 @@ pub(crate) struct OutputArgs {
     pub(crate) output: Format,
 }
 
-#[derive(Debug, Args)]
-pub(crate) struct GetCmd {
-    #[command(subcommand)]
-    pub(crate) what: GetWhat,
-}
-
 #[derive(Debug, Subcommand)]
 pub(crate) enum GetWhat {
     /// List clusters, or show one
@@ -311,12 +313,6 @@ pub(crate) enum GetWhat {
     },
 }
 
-#[derive(Debug, Args)]
-pub(crate) struct EditCmd {
-    #[command(subcommand)]
-    pub(crate) what: EditWhat,
-}
-
 #[derive(Debug, Subcommand)]
 pub(crate) enum EditWhat {
     /// Edit the Cluster object
@@ -329,12 +325,6 @@ pub(crate) enum EditWhat {
         #[arg(long)]
         name: String,
     },
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct DeleteCmd {
-    #[command(subcommand)]
-    pub(crate) what: DeleteWhat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -410,18 +400,6 @@ pub(crate) struct DeleteInstanceArgs {
     pub(crate) output: Format,
 }
 
-#[derive(Debug, Args)]
-pub(crate) struct LockCmd {
-    #[command(subcommand)]
-    pub(crate) what: LockWhat,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct ForgetCmd {
-    #[command(subcommand)]
-    pub(crate) what: ForgetWhat,
-}
-
 #[derive(Debug, Subcommand)]
 pub(crate) enum ForgetWhat {
     /// Remove a host's recorded SSH host key from the cluster's known hosts (a reinstalled
@@ -434,12 +412,6 @@ pub(crate) enum ForgetWhat {
         #[arg(long, short)]
         yes: bool,
     },
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct ReleaseCmd {
-    #[command(subcommand)]
-    pub(crate) what: ReleaseWhat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -467,12 +439,6 @@ pub(crate) enum LockWhat {
     Break { cluster: String },
 }
 
-#[derive(Debug, Args)]
-pub(crate) struct ExportCmd {
-    #[command(subcommand)]
-    pub(crate) what: ExportWhat,
-}
-
 #[derive(Debug, Subcommand)]
 pub(crate) enum ExportWhat {
     /// Merge the cluster's admin credentials into your kubeconfig (context named after the
@@ -483,12 +449,6 @@ pub(crate) enum ExportWhat {
         #[arg(long, value_name = "FILE")]
         kubeconfig: Option<PathBuf>,
     },
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct UpdateCmd {
-    #[command(subcommand)]
-    pub(crate) what: UpdateWhat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -606,22 +566,10 @@ pub(crate) struct UpdateAddonsCli {
     pub(crate) ssh_tunnel: bool,
 }
 
-#[derive(Debug, Args)]
-pub(crate) struct RollingUpdateCmd {
-    #[command(subcommand)]
-    pub(crate) what: RollingUpdateWhat,
-}
-
 #[derive(Debug, Subcommand)]
 pub(crate) enum RollingUpdateWhat {
     /// Preview (and with --yes, roll) the nodes that need an update
     Cluster(rolling::RollingUpdateClusterArgs),
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct ValidateCmd {
-    #[command(subcommand)]
-    pub(crate) what: ValidateWhat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -641,12 +589,6 @@ pub(crate) enum ValidateWhat {
         #[arg(long)]
         ssh_tunnel: bool,
     },
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct RotateCmd {
-    #[command(subcommand)]
-    pub(crate) what: RotateWhat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -676,12 +618,6 @@ pub(crate) struct RotateCertificatesCli {
     pub(crate) out: OutputArgs,
 }
 
-#[derive(Debug, Args)]
-pub(crate) struct BackupCmd {
-    #[command(subcommand)]
-    pub(crate) what: BackupWhat,
-}
-
 #[derive(Debug, Subcommand)]
 pub(crate) enum BackupWhat {
     /// Take an etcd snapshot on a healthy member and store it (with its sha256) in the state
@@ -695,12 +631,6 @@ pub(crate) enum BackupWhat {
         #[arg(long)]
         ssh_private_address: bool,
     },
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct RestoreCmd {
-    #[command(subcommand)]
-    pub(crate) what: RestoreWhat,
 }
 
 #[derive(Debug, Subcommand)]

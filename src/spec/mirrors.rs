@@ -546,13 +546,11 @@ mod tests {
 
     #[test]
     fn golden_hosts_toml() {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = dir.path().join("ca.pem");
-        std::fs::write(
-            &ca,
+        let dir = crate::test_files::tree(&[(
+            "ca.pem",
             "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
+        )]);
+        let ca = dir.path().join("ca.pem");
         let mut s = spec(&format!(
             "containerd:\n  registries:\n  - name: docker.io\n    mirrors:\n    - endpoint: https://mirror.example.com:5000\n      caFile: {}\n    - endpoint: https://cache.example.com/v2/dockerhub\n      capabilities: [pull]\n      skipVerify: true\n      overridePath: true\n  - name: registry.k8s.io\n    fallback: false\n    imageRepository: mirror.example.com:5000/k8s\n    mirrors:\n    - endpoint: https://mirror.example.com:5000\n",
             ca.display()

@@ -13,6 +13,8 @@ pub mod validate;
 pub(crate) mod versions;
 
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
 mod proptests;
 
 pub use load::{

@@ -110,8 +110,6 @@ fn cluster() -> impl Strategy<Value = Cluster> {
                     annotations,
                 },
                 spec: ClusterSpec {
-                    cloud_provider: cloud,
-                    region: None,
                     kubernetes_version: version,
                     networking: Networking {
                         subnets: subnets
@@ -127,25 +125,13 @@ fn cluster() -> impl Strategy<Value = Cluster> {
                         cni,
                         ..Default::default()
                     },
-                    topology: None,
-                    dns: None,
-                    api: None,
-                    ssh_access: None,
-                    kubernetes_api_access: None,
-                    etcd: None,
                     cloud_controller_manager: ccm.map(|config| CloudControllerManager {
                         provider: Some("openstack".into()),
                         config,
                         ..Default::default()
                     }),
-                    ssh_key: None,
-                    assets: None,
-                    kube_proxy: None,
-                    kubelet: None,
-                    containerd: None,
-                    preflight: None,
-                    proxy: None,
                     hosts,
+                    ..ClusterSpec::new(cloud)
                 },
             },
         )

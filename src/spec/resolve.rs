@@ -745,47 +745,32 @@ fn metal_hosts(c: &Cluster, all: &[InstanceGroup], ig: &InstanceGroup) -> Vec<St
 
 #[cfg(test)]
 mod tests {
+    use std::sync::LazyLock;
+
     use super::*;
     use crate::spec::defaults::{
         DEFAULT_AWS_BASTION_MACHINE_TYPE, DEFAULT_AWS_IMAGE, DEFAULT_AWS_MACHINE_TYPE,
         DEFAULT_NETWORK_CIDR, DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, new_instance_group,
     };
+    use crate::spec::fixtures::aws_stream;
     use crate::spec::load::{Loaded, Object, load_objects};
     use crate::spec::versions::DEFAULT_KUBERNETES_VERSION;
 
-    const AWS: &str = "apiVersion: kprov.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: demo.example.com
-spec:
-  cloudProvider: aws
-  networking:
+    /// A cluster that leaves every default to kprov: no version, no VPC range, no group sizes
+    /// but the workers'.
+    static AWS: LazyLock<String> = LazyLock::new(|| {
+        aws_stream(
+            "  networking:
     subnets:
     - {name: us-east-1a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Public}
----
-apiVersion: kprov.dev/v1alpha1
-kind: InstanceGroup
-metadata:
-  name: control-plane
-spec:
-  role: ControlPlane
----
-apiVersion: kprov.dev/v1alpha1
-kind: InstanceGroup
-metadata:
-  name: nodes
-spec:
-  role: Node
-  minSize: 2
-  maxSize: 3
----
-apiVersion: kprov.dev/v1alpha1
-kind: InstanceGroup
-metadata:
-  name: bastion
-spec:
-  role: Bastion
-";
+",
+            &[
+                ("control-plane", "ControlPlane", None),
+                ("nodes", "Node", Some((2, 3))),
+                ("bastion", "Bastion", None),
+            ],
+        )
+    });
 
     fn objects(text: &str) -> (Cluster, Vec<InstanceGroup>, Vec<Loaded<Object>>) {
         let objs = load_objects("c.yaml", text).unwrap();
@@ -801,7 +786,7 @@ spec:
     }
 
     fn aws() -> (Cluster, Vec<InstanceGroup>) {
-        let (c, g, _) = objects(AWS);
+        let (c, g, _) = objects(&AWS);
         (c, g)
     }
 

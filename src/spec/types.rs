@@ -156,6 +156,34 @@ pub struct ClusterSpec {
     pub hosts: Vec<Host>,
 }
 
+impl ClusterSpec {
+    /// A spec with only its provider set: what `spec: {cloudProvider: ...}` reads as, every
+    /// other field left to the defaults.
+    pub fn new(cloud_provider: CloudProvider) -> ClusterSpec {
+        ClusterSpec {
+            cloud_provider,
+            region: None,
+            kubernetes_version: None,
+            networking: Networking::default(),
+            topology: None,
+            dns: None,
+            api: None,
+            ssh_access: None,
+            kubernetes_api_access: None,
+            etcd: None,
+            cloud_controller_manager: None,
+            ssh_key: None,
+            assets: None,
+            kube_proxy: None,
+            kubelet: None,
+            containerd: None,
+            preflight: None,
+            proxy: None,
+            hosts: Vec::new(),
+        }
+    }
+}
+
 /// `spec.networking`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -1007,6 +1035,18 @@ pub fn total_min_size(groups: &[InstanceGroup], role: InstanceGroupRole) -> u64 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `ClusterSpec::new` is the spec a user gets by writing the provider alone.
+    #[test]
+    fn a_new_spec_is_the_provider_alone() {
+        for (yaml, cloud) in [
+            ("cloudProvider: aws\n", CloudProvider::Aws),
+            ("cloudProvider: metal\n", CloudProvider::Metal),
+        ] {
+            let read: ClusterSpec = serde_saphyr::from_str(yaml).unwrap();
+            assert_eq!(read, ClusterSpec::new(cloud));
+        }
+    }
 
     fn host(roles: &[HostRole]) -> Host {
         test_host("h", "198.18.0.1", roles)

@@ -1215,41 +1215,29 @@ pub fn locate(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::LazyLock;
+
     use super::super::defaults::complete;
+    use super::super::fixtures::aws_stream;
     use super::super::load::{Object, load_objects};
     use super::*;
 
-    const BASE: &str = r#"apiVersion: kprov.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: demo.example.com
-spec:
-  cloudProvider: aws
-  kubernetesVersion: 1.35.1
+    /// A valid AWS cluster; each test changes one thing in it.
+    static BASE: LazyLock<String> = LazyLock::new(|| {
+        aws_stream(
+            "  kubernetesVersion: 1.35.1
   networking:
     networkCIDR: 172.20.0.0/16
     subnets:
     - {name: us-east-1a, zone: us-east-1a, cidr: 172.20.32.0/19, type: Public}
     - {name: us-east-1b, zone: us-east-1b, cidr: 172.20.64.0/19, type: Public}
----
-apiVersion: kprov.dev/v1alpha1
-kind: InstanceGroup
-metadata:
-  name: control-plane-us-east-1a
-spec:
-  role: ControlPlane
-  minSize: 1
-  maxSize: 1
----
-apiVersion: kprov.dev/v1alpha1
-kind: InstanceGroup
-metadata:
-  name: nodes
-spec:
-  role: Node
-  minSize: 2
-  maxSize: 3
-"#;
+",
+            &[
+                ("control-plane-us-east-1a", "ControlPlane", Some((1, 1))),
+                ("nodes", "Node", Some((2, 3))),
+            ],
+        )
+    });
 
     /// Loads, completes and validates; returns the located messages.
     fn check(text: &str) -> Vec<String> {
@@ -1315,7 +1303,7 @@ spec:
 
     #[test]
     fn base_spec_is_valid() {
-        assert_eq!(check(BASE), Vec::<String>::new());
+        assert_eq!(check(&BASE), Vec::<String>::new());
     }
 
     #[test]
