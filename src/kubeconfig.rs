@@ -79,12 +79,8 @@ pub fn trusted_admin(data: &[u8], key: &str) -> Result<String, KubeconfigError> 
         key: key.to_string(),
         message,
     };
-    if data.len() > MAX_STORED_ADMIN {
-        return Err(bad(format!(
-            "{} bytes, more than the {MAX_STORED_ADMIN} an admin kubeconfig may have",
-            data.len()
-        )));
-    }
+    let limit = format_args!("the {MAX_STORED_ADMIN} an admin kubeconfig may have");
+    crate::state::check_size(data, MAX_STORED_ADMIN, limit).map_err(bad)?;
     let text = std::str::from_utf8(data)
         .map_err(|_| bad("not UTF-8 text".into()))?
         .to_string();

@@ -82,12 +82,8 @@ impl LockRecord {
     /// hold anything else (a user name is the user's): they are shown only through
     /// [`crate::output::untrusted`].
     pub fn parse(data: &[u8]) -> Result<LockRecord, String> {
-        if data.len() > RECORD_LIMIT {
-            return Err(format!(
-                "{} bytes, more than a lock record's {RECORD_LIMIT}",
-                data.len()
-            ));
-        }
+        let limit = format_args!("a lock record's {RECORD_LIMIT}");
+        super::check_size(data, RECORD_LIMIT, limit)?;
         let r: LockRecord = serde_json::from_slice(data).map_err(|e| e.to_string())?;
         for (field, value, max) in [
             ("holder", &r.holder, 256),

@@ -157,6 +157,16 @@ pub trait StateStore: Send + Sync + fmt::Debug {
     }
 }
 
+/// Refuses state-store bytes longer than `max` before anything parses them (the content is
+/// untrusted): the message gives their length and `limit`, the maximum as the reader names it
+/// ("a lock record's 65536").
+pub(crate) fn check_size(data: &[u8], max: usize, limit: impl fmt::Display) -> Result<(), String> {
+    if data.len() > max {
+        return Err(format!("{} bytes, more than {limit}", data.len()));
+    }
+    Ok(())
+}
+
 /// "a prefix of 2 other keys (a/lock/x, a/lock/y)", or `None` for no keys.
 pub fn describe_keys_below(below: &[String]) -> Option<String> {
     if below.is_empty() {
@@ -271,6 +281,16 @@ pub fn validate_prefix(prefix: &str) -> Result<(), StateError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The limit is inclusive, and the refusal names the length and the limit as given.
+    #[test]
+    fn check_size_accepts_the_limit_and_refuses_one_byte_more() {
+        assert_eq!(check_size(&[0; 4], 4, "four"), Ok(()));
+        assert_eq!(
+            check_size(&[0; 5], 4, format_args!("a record's {}", 4)),
+            Err("5 bytes, more than a record's 4".to_string())
+        );
+    }
 
     #[test]
     fn resolve_prefers_flag_then_env_then_home() {

@@ -514,6 +514,7 @@ fn classify(
 }
 
 /// What the network read gets from EC2, before any of it becomes a resource.
+#[derive(Default)]
 pub(super) struct NetworkRead {
     vpcs: Vec<aws_sdk_ec2::types::Vpc>,
     adopted_vpcs: BTreeMap<String, ResourceId>,
@@ -1023,15 +1024,9 @@ mod read_tests {
     fn network(vpcs: Vec<Vpc>, subnets: Vec<Subnet>, igws: Vec<InternetGateway>) -> NetworkRead {
         NetworkRead {
             vpcs,
-            adopted_vpcs: BTreeMap::new(),
-            vpc_dns: BTreeMap::new(),
             subnets,
-            adopted_subnets: BTreeMap::new(),
             igws,
-            adopted_igw: None,
-            eips: vec![],
-            nats: vec![],
-            tables: vec![],
+            ..NetworkRead::default()
         }
     }
 

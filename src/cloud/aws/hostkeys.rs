@@ -198,12 +198,8 @@ fn parse(group: &str, key: &str, data: &[u8]) -> Result<GroupHostKey, HostKeyErr
         key: key.to_string(),
         message,
     };
-    if data.len() > MAX_SECRET {
-        return Err(invalid(format!(
-            "{} bytes, more than the {MAX_SECRET} a host key takes",
-            data.len()
-        )));
-    }
+    let limit = format_args!("the {MAX_SECRET} a host key takes");
+    crate::state::check_size(data, MAX_SECRET, limit).map_err(invalid)?;
     let k: GroupHostKey =
         serde_json::from_slice(data).map_err(|e| invalid(format!("not a host key: {e}")))?;
     k.validate().map_err(invalid)?;

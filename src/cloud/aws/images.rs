@@ -74,12 +74,7 @@ fn parse(cluster: &str, location: &str, data: &[u8]) -> Result<ImagePins, PinErr
         location: location.to_string(),
         message,
     };
-    if data.len() > MAX_DOCUMENT {
-        return Err(invalid(format!(
-            "{} bytes, more than {MAX_DOCUMENT}",
-            data.len()
-        )));
-    }
+    crate::state::check_size(data, MAX_DOCUMENT, MAX_DOCUMENT).map_err(invalid)?;
     let doc: Document =
         serde_json::from_slice(data).map_err(|e| invalid(format!("not a pins document: {e}")))?;
     for (name, pin) in &doc.images {
