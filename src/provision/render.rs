@@ -1036,6 +1036,12 @@ impl Renderer {
         self.targets.iter().filter(|t| t.is_control_plane())
     }
 
+    /// The file `path` (mode 0644: units and configuration without secrets) holding the
+    /// template `name`, which takes no values.
+    fn static_file(&self, path: &str, name: &str) -> Result<RemoteFile, RenderError> {
+        Ok(file(path, self.render(name, json!({}))?, 0o644))
+    }
+
     fn render(&self, name: &str, ctx: Value) -> Result<String, RenderError> {
         let ctx = tera::Context::from_value(ctx).map_err(|e| RenderError::Template {
             name: name.into(),
@@ -1076,16 +1082,11 @@ impl Renderer {
         let mut steps = vec![Step {
             name: "preflight: kernel settings".into(),
             files: vec![
-                file(
+                self.static_file(
                     "/etc/modules-load.d/kprov.conf",
-                    self.render("node/modules-load.conf.tera", json!({}))?,
-                    0o644,
-                ),
-                file(
-                    SYSCTL_FILE,
-                    self.render("node/sysctl.conf.tera", json!({}))?,
-                    0o644,
-                ),
+                    "node/modules-load.conf.tera",
+                )?,
+                self.static_file(SYSCTL_FILE, "node/sysctl.conf.tera")?,
             ],
             check: Some(script!(
                 "( grep -qw overlay /proc/filesystems || [ -d /sys/module/overlay ] ) && \
@@ -1359,16 +1360,11 @@ impl Renderer {
                 )?,
                 0o644,
             ),
-            file(
+            self.static_file(
                 "/etc/systemd/system/containerd.service",
-                self.render("node/containerd.service.tera", json!({}))?,
-                0o644,
-            ),
-            file(
-                "/etc/crictl.yaml",
-                self.render("node/crictl.yaml.tera", json!({}))?,
-                0o644,
-            ),
+                "node/containerd.service.tera",
+            )?,
+            self.static_file("/etc/crictl.yaml", "node/crictl.yaml.tera")?,
         ]);
         steps.push(Step {
             name: "containerd: configure".into(),
@@ -1394,16 +1390,14 @@ impl Renderer {
         );
         let mut kubelet_files = proxy_files;
         kubelet_files.extend([
-            file(
+            self.static_file(
                 "/etc/systemd/system/kubelet.service",
-                self.render("node/kubelet.service.tera", json!({}))?,
-                0o644,
-            ),
-            file(
+                "node/kubelet.service.tera",
+            )?,
+            self.static_file(
                 "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
-                self.render("node/10-kubeadm.conf.tera", json!({}))?,
-                0o644,
-            ),
+                "node/10-kubeadm.conf.tera",
+            )?,
         ]);
         steps.push(Step {
             name: "kubelet: service".into(),
@@ -2074,11 +2068,7 @@ impl Renderer {
                 name: "etcd: service".into(),
                 files: vec![
                     file(ETCD_CONFIG, service, 0o600),
-                    file(
-                        ETCD_UNIT,
-                        self.render("node/etcd.service.tera", json!({}))?,
-                        0o644,
-                    ),
+                    self.static_file(ETCD_UNIT, "node/etcd.service.tera")?,
                 ],
                 check: Some("systemctl is-active --quiet etcd".into()),
                 // etcd wants its data directory private; an empty one it initialises.
@@ -3052,19 +3042,19 @@ pub(crate) mod tests {
             })
             .collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
-        sh_n_ok(&step.run);
-        sh_n_ok(step.check.as_deref().unwrap());
+        sh_n(&step.name, &step.run);
+        sh_n(&step.name, step.check.as_deref().unwrap());
     }
 
-    /// `sh -n`: the script parses.
-    fn sh_n_ok(script: &str) {
+    /// `sh -n`: the script (of the step `name`) parses.
+    pub(crate) fn sh_n(name: &str, script: &str) {
         let out = std::process::Command::new("sh")
             .args(["-n", "-c", script])
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "{}: {script}",
+            "{name}: sh -n: {}\n{script}",
             String::from_utf8_lossy(&out.stderr)
         );
     }

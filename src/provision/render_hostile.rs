@@ -12,6 +12,7 @@ use std::process::Command;
 
 use super::*;
 const CP: &[crate::spec::HostRole] = &[crate::spec::HostRole::ControlPlane];
+use super::tests::sh_n;
 use crate::nodes::owner::Owner;
 use crate::provision::orchestrate::tests::{cluster, hosts, resolved, targets};
 use crate::spec::{Api, AssetFile, Assets};
@@ -152,20 +153,6 @@ fn scripts(r: &Renderer, hs: &[Host]) -> Vec<(String, String)> {
         }
     }
     out
-}
-
-fn sh_n(name: &str, script: &str) {
-    let out = Command::new("sh")
-        .arg("-n")
-        .arg("-c")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{name}: sh -n: {}\n{script}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 struct Scratch {

@@ -122,19 +122,9 @@ async fn resolve(
         cmd.args(["-l", u]);
     }
     // `--`: an address is never read as an option.
-    let out = cmd
-        .arg("--")
-        .arg(address)
-        .output()
-        .await
-        .map_err(|e| format!("cannot run ssh: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ssh -G {address}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    cmd.arg("--").arg(address);
+    let out = super::stdout_of(&mut cmd, "cannot run ssh", &format!("ssh -G {address}")).await?;
+    let text = String::from_utf8_lossy(&out);
     let get = |k: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(k)?.strip_prefix(' '))
@@ -625,12 +615,7 @@ impl SshFleet {
         if keys.is_empty() {
             return Ok(None);
         }
-        let known = self.dir.path().join(format!("known_hosts.jump.{index}"));
-        let text: String = keys.iter().map(|k| k.line() + "\n").collect();
-        std::fs::write(&known, text).map_err(|e| ExecError::Other {
-            host: h.name.clone(),
-            message: format!("writing {}: {e}", known.display()),
-        })?;
+        let known = self.write_known_hosts(h, &format!("known_hosts.jump.{index}"), &keys)?;
         Ok(Some((host.to_string(), known)))
     }
 
@@ -669,6 +654,23 @@ impl SshFleet {
             message: format!("writing {}: {e}", config.display()),
         })?;
         Ok(Some(config))
+    }
+
+    /// `keys` as the known_hosts file `name` in the fleet's private directory, for a
+    /// connection to `h` that checks them strictly.
+    fn write_known_hosts(
+        &self,
+        h: &Host,
+        name: &str,
+        keys: &[KnownKey],
+    ) -> Result<PathBuf, ExecError> {
+        let path = self.dir.path().join(name);
+        let text: String = keys.iter().map(|k| k.line() + "\n").collect();
+        std::fs::write(&path, text).map_err(|e| ExecError::Other {
+            host: h.name.clone(),
+            message: format!("writing {}: {e}", path.display()),
+        })?;
+        Ok(path)
     }
 
     async fn stored_keys(&self, host: &str, pattern: &str) -> Result<Vec<KnownKey>, ExecError> {
@@ -851,12 +853,7 @@ impl SshFleet {
             parts.push(("scan", t.elapsed()));
             scanned
         };
-        let known_hosts = self.dir.path().join(format!("known_hosts.{index}"));
-        let text: String = keys.iter().map(|k| k.line() + "\n").collect();
-        std::fs::write(&known_hosts, text).map_err(|e| ExecError::Other {
-            host: h.name.clone(),
-            message: format!("writing {}: {e}", known_hosts.display()),
-        })?;
+        let known_hosts = self.write_known_hosts(h, &format!("known_hosts.{index}"), &keys)?;
 
         let mut b = SessionBuilder::default();
         b.known_hosts_check(KnownHosts::Strict)
@@ -914,7 +911,7 @@ impl SshFleet {
         if conn.target.user != "root" {
             // Fail at connect with the clear sudo message rather than in the middle of a step.
             let out = self
-                .exec_on(slot, &conn, "true", &[], &[], None, None)
+                .exec_on(slot, &conn, Remote::new("true", &[]))
                 .await
                 .map_err(|a| a.into_error(&h.name))?;
             if !out.status.success() {
@@ -932,29 +929,16 @@ impl SshFleet {
         Ok(conn)
     }
 
-    /// Runs `sh -c script` (with `args` as `$1..`) as root on the host, through `sudo -n`
-    /// when the login user is not root, optionally killed remotely after `timeout`. `stdin`
-    /// is sent in order, then EOF (no buffers: none means /dev/null). `on_line` sees each
-    /// line of standard error as it arrives (progress markers of a batch of steps).
-    async fn exec(
-        &self,
-        slot: &HostSlot,
-        script: &str,
-        args: &[&str],
-        stdin: &[Bytes],
-        timeout: Option<Duration>,
-        on_line: Option<&LineSink<'_>>,
-    ) -> Result<Output, ExecError> {
+    /// Runs `command` as root on the host, through `sudo -n` when the login user is not root,
+    /// on a fresh connection when the master died before the command started.
+    async fn exec(&self, slot: &HostSlot, command: Remote<'_>) -> Result<Output, ExecError> {
         let conn = self.connection(slot).await?;
-        match self
-            .exec_on(slot, &conn, script, args, stdin, timeout, on_line)
-            .await
-        {
+        match self.exec_on(slot, &conn, command).await {
             // The master died since its last use (host rebooted, network cut). The command
             // never started, so running it on a fresh connection is safe.
             Err(Attempt::NotStarted(_)) => {
                 let fresh = self.reconnect(slot, &conn).await?;
-                self.exec_on(slot, &fresh, script, args, stdin, timeout, on_line)
+                self.exec_on(slot, &fresh, command)
                     .await
                     .map_err(|a| a.into_error(&slot.spec.name))
             }
@@ -962,32 +946,24 @@ impl SshFleet {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn exec_on(
         &self,
         slot: &HostSlot,
         conn: &Connection,
-        script: &str,
-        args: &[&str],
-        stdin: &[Bytes],
-        timeout: Option<Duration>,
-        on_line: Option<&LineSink<'_>>,
+        command: Remote<'_>,
     ) -> Result<Output, Attempt> {
+        let Remote {
+            script,
+            args,
+            stdin,
+            on_line,
+        } = command;
         let host = &slot.spec.name;
         let failed = |e: openssh::Error| Attempt::Failed(ExecError::connect(host, chain(&e)));
         let sudo = conn.target.user != "root";
         let mut argv: Vec<String> = Vec::new();
         if sudo {
             argv.extend(["sudo".into(), "-n".into()]);
-        }
-        if let Some(t) = timeout {
-            // Ends the remote command too; the local timeout alone would leave it running.
-            argv.extend([
-                "timeout".into(),
-                "-k".into(),
-                "5".into(),
-                format!("{}", t.as_secs().max(1)),
-            ]);
         }
         argv.extend(["sh".into(), "-c".into(), script.into(), "sh".into()]);
         argv.extend(args.iter().map(|a| a.to_string()));
@@ -1091,7 +1067,7 @@ impl SshFleet {
             return Ok(Vec::new());
         }
         let paths: Vec<&str> = step.files.iter().map(|f| f.path.as_str()).collect();
-        let out = self.exec(slot, STAT, &paths, &[], None, None).await?;
+        let out = self.exec(slot, Remote::new(STAT, &paths)).await?;
         let failed = |why: String| ExecError::Step {
             host: slot.spec.name.clone(),
             step: step.name.clone(),
@@ -1146,7 +1122,7 @@ if [ "$s" -gt "$2" ]; then rm -f "$p"; s=0; fi
 echo "$s""#;
         let total = f.content.len() as u64;
         let out = self
-            .exec(slot, SIZE, &[&f.path, &total.to_string()], &[], None, None)
+            .exec(slot, Remote::new(SIZE, &[&f.path, &total.to_string()]))
             .await?;
         if !out.status.success() {
             return Err(fail(
@@ -1185,11 +1161,13 @@ mv -f "$p" "$1""#;
         let out = self
             .exec(
                 slot,
-                APPEND,
-                &[&f.path, mode, hash, &have.to_string(), &total.to_string()],
-                &[rest],
-                None,
-                None,
+                Remote {
+                    stdin: &[rest],
+                    ..Remote::new(
+                        APPEND,
+                        &[&f.path, mode, hash, &have.to_string(), &total.to_string()],
+                    )
+                },
             )
             .await?;
         if out.status.success() {
@@ -1413,7 +1391,12 @@ mv -f "$p" "$1""#;
                 _ => {}
             }
         };
-        let run = self.exec(slot, BATCH, &arg_refs, &data, None, Some(&on_line));
+        let batch = Remote {
+            stdin: &data,
+            on_line: Some(&on_line),
+            ..Remote::new(BATCH, &arg_refs)
+        };
+        let run = self.exec(slot, batch);
         let result = within(run, watchdog()).await;
         let st = state.lock().map_err(|e| ExecError::Other {
             host: host.clone(),
@@ -1583,6 +1566,29 @@ async fn within<T>(
 
 /// Sees each line of a command's standard error as it arrives.
 type LineSink<'a> = dyn Fn(&[u8]) + Sync + 'a;
+
+/// A command for a host: `sh -c script` with `args` as `$1..`. `stdin` is sent in order, then
+/// EOF (no buffers: none means /dev/null); `on_line` sees each line of standard error as it
+/// arrives (progress markers of a batch of steps).
+#[derive(Clone, Copy)]
+struct Remote<'a> {
+    script: &'a str,
+    args: &'a [&'a str],
+    stdin: &'a [Bytes],
+    on_line: Option<&'a LineSink<'a>>,
+}
+
+impl<'a> Remote<'a> {
+    /// `script` with `args`, nothing on its standard input, its standard error read whole.
+    fn new(script: &'a str, args: &'a [&'a str]) -> Self {
+        Remote {
+            script,
+            args,
+            stdin: &[],
+            on_line: None,
+        }
+    }
+}
 
 /// A finished step of a batch (its index): its outcome or its exit code, how long it took.
 type Finished = (usize, Result<StepOutcome, Option<i32>>, Duration);
@@ -1780,7 +1786,7 @@ impl HostExecutor for SshFleet {
             "[ -e \"$1\" ] || exit {MISSING}; head -c {} -- \"$1\"",
             limit + 1
         );
-        let out = self.exec(slot, &script, &[path], &[], None, None).await?;
+        let out = self.exec(slot, Remote::new(&script, &[path])).await?;
         match out.status.code() {
             Some(0) if out.stdout.len() as u64 > limit => Err(ExecError::Other {
                 host: host.to_string(),
@@ -2155,16 +2161,25 @@ mod tests {
         assert_eq!(preferred_ciphers(None, Some(default), true), None);
     }
 
+    /// What ssh makes of `host` under the config file `config` (`ssh -G`: no network contact).
+    fn ssh_g(config: &std::path::Path, host: &str) -> String {
+        let out = std::process::Command::new("ssh")
+            .args(["-G", "-F"])
+            .arg(config)
+            .arg(host)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     #[test]
     fn the_cipher_is_set_before_the_users_config_which_keeps_applying() {
-        let dir = tempfile::tempdir().unwrap();
-        let user = dir.path().join("user_config");
-        std::fs::write(
-            &user,
+        let dir = crate::test_files::tree(&[(
+            "user_config",
             "Host node.c.example.com\n  HostName 198.18.9.10\n\
              Host bastion.c.example.com\n  Ciphers aes256-ctr\n",
-        )
-        .unwrap();
+        )]);
+        let user = dir.path().join("user_config");
         let config = dir.path().join("config");
         let list = "aes128-gcm@openssh.com,chacha20-poly1305@openssh.com";
         std::fs::write(
@@ -2172,15 +2187,7 @@ mod tests {
             connection_config_text(Some(("node.c.example.com", list)), None, Some(&user)),
         )
         .unwrap();
-        let g = |address: &str| {
-            let out = std::process::Command::new("ssh")
-                .args(["-G", "-F"])
-                .arg(&config)
-                .arg(address)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
+        let g = |host: &str| ssh_g(&config, host);
         let node = g("node.c.example.com");
         assert!(node.contains(&format!("ciphers {list}\n")), "{node}");
         assert!(node.contains("hostname 198.18.9.10"), "{node}");
@@ -2191,9 +2198,11 @@ mod tests {
 
     #[tokio::test]
     async fn the_jump_config_checks_the_jump_strictly_and_keeps_the_users_config() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::test_files::tree(&[(
+            "user_config",
+            "Host bastion.c.example.com\n  HostName 198.18.9.9\n",
+        )]);
         let user = dir.path().join("user_config");
-        std::fs::write(&user, "Host bastion.c.example.com\n  HostName 198.18.9.9\n").unwrap();
         let known = dir.path().join("known");
         let config = dir.path().join("config");
         std::fs::write(
@@ -2201,17 +2210,7 @@ mod tests {
             connection_config_text(None, Some(("bastion.c.example.com", &known)), Some(&user)),
         )
         .unwrap();
-        // What ssh makes of it, without contacting anything.
-        let g = |host: &str| {
-            let out = std::process::Command::new("ssh")
-                .arg("-G")
-                .arg("-F")
-                .arg(&config)
-                .arg(host)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
+        let g = |host: &str| ssh_g(&config, host);
         let jump = g("bastion.c.example.com");
         assert!(jump.contains("hostname 198.18.9.9"), "{jump}");
         assert!(jump.contains("stricthostkeychecking true"), "{jump}");

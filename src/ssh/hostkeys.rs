@@ -178,20 +178,14 @@ pub(crate) async fn fingerprints(keys: &[KnownKey], scratch: &Path) -> Result<Ve
     let file = tempfile::NamedTempFile::new_in(scratch).map_err(|e| e.to_string())?;
     let text: String = keys.iter().map(|k| k.line() + "\n").collect();
     std::fs::write(file.path(), text).map_err(|e| e.to_string())?;
-    let out = Command::new("ssh-keygen")
-        .arg("-lf")
-        .arg(file.path())
-        .output()
-        .await
-        .map_err(|e| format!("ssh-keygen: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ssh-keygen -lf: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    let out = super::stdout_of(
+        Command::new("ssh-keygen").arg("-lf").arg(file.path()),
+        "ssh-keygen",
+        "ssh-keygen -lf",
+    )
+    .await?;
     // `256 SHA256:abc 198.18.0.11 (ED25519)`
-    Ok(String::from_utf8_lossy(&out.stdout)
+    Ok(String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();

@@ -14,6 +14,27 @@ pub(crate) use engine::{destination, known_hosts_name};
 pub(crate) use hostkeys::forget as forget_host_key;
 pub use progress::{Event, HostReport, NoProgress, PlainProgress, Progress, Summary};
 
+/// Runs a local command (ssh, ssh-keygen) for its standard output. A command that cannot
+/// start fails as `{cannot_start}: {error}`, one that exits non-zero as `{failed}: {stderr}`
+/// (trimmed): what the operator needs to fix their OpenSSH setup.
+pub(crate) async fn stdout_of(
+    cmd: &mut tokio::process::Command,
+    cannot_start: &str,
+    failed: &str,
+) -> Result<Vec<u8>, String> {
+    let out = cmd
+        .output()
+        .await
+        .map_err(|e| format!("{cannot_start}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{failed}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(out.stdout)
+}
+
 /// What an `UnknownHostKey` error says instead of fingerprints: kprov contacts no host whose
 /// key is not recorded unless it may record it.
 pub(crate) const NOT_SCANNED: &str = "(not scanned: kprov contacts no host whose key the cluster has not recorded; `ssh-keyscan HOST | ssh-keygen -lf -` shows it)";

@@ -396,30 +396,24 @@ mod tests {
 
     #[test]
     fn absorb_joins_phases_per_host() {
-        let step = |n: &str, o| (n.to_string(), o);
+        // A host of one role that ran one step.
+        let ran = |host: &str, role, secs, step: &str, o| {
+            report(host, vec![role], secs, Ok(vec![(step.to_string(), o)]))
+        };
         let mut first = Summary {
             hosts: vec![
-                report(
-                    "cp1",
-                    vec![HostRole::ControlPlane],
-                    1,
-                    Ok(vec![step("a", StepOutcome::Changed)]),
-                ),
-                report(
-                    "w1",
-                    vec![HostRole::Node],
-                    1,
-                    Ok(vec![step("a", StepOutcome::Unchanged)]),
-                ),
+                ran("cp1", HostRole::ControlPlane, 1, "a", StepOutcome::Changed),
+                ran("w1", HostRole::Node, 1, "a", StepOutcome::Unchanged),
             ],
         };
         first.absorb(Summary {
             hosts: vec![
-                report(
+                ran(
                     "cp1",
-                    vec![HostRole::ControlPlane],
+                    HostRole::ControlPlane,
                     2,
-                    Ok(vec![step("init", StepOutcome::Changed)]),
+                    "init",
+                    StepOutcome::Changed,
                 ),
                 report(
                     "w1",
