@@ -603,22 +603,6 @@ pub(crate) enum GroupDeleteError {
     Lock(#[from] crate::state::lock::LockError),
 }
 
-/// `cluster`'s instance group `group` as read from the store, or the repo's "not found".
-pub(crate) fn stored_group<'s>(
-    stored: &'s StoredCluster,
-    cluster: &str,
-    group: &str,
-) -> Result<&'s StoredGroup, RepoError> {
-    stored
-        .groups
-        .iter()
-        .find(|g| g.group.value.metadata.name == group)
-        .ok_or_else(|| RepoError::GroupNotFound {
-            cluster: cluster.into(),
-            group: group.into(),
-        })
-}
-
 /// Plans the deletion of `cluster`'s instance group `group`, refused when the cluster would
 /// be invalid without it. Read-only.
 pub(crate) async fn plan_group_delete(
@@ -653,6 +637,22 @@ pub(crate) async fn plan_group_delete(
         version,
         remaining,
     })
+}
+
+/// `cluster`'s instance group `group` as read from the store, or the repo's "not found".
+pub(crate) fn stored_group<'s>(
+    stored: &'s StoredCluster,
+    cluster: &str,
+    group: &str,
+) -> Result<&'s StoredGroup, RepoError> {
+    stored
+        .groups
+        .iter()
+        .find(|g| g.group.value.metadata.name == group)
+        .ok_or_else(|| RepoError::GroupNotFound {
+            cluster: cluster.into(),
+            group: group.into(),
+        })
 }
 
 /// Deletes the planned group under `guard` (conditional on the version planned), and writes
