@@ -31,7 +31,7 @@ use tokio::sync::{Mutex, watch};
 use std::collections::BTreeMap;
 
 use crate::addons::validate::{self, Expectations};
-use crate::kube::{DrainEvent, DrainOptions, EvictOptions, Kube, Taint};
+use crate::kube::{DrainEvent, DrainOptions, EvictOptions, Kube, KubeError, Taint};
 use crate::nodes::Target;
 use crate::nodes::journal::{Journal, JournalError, JournalFile, JournalNode, NodeStep};
 use crate::nodes::roll::{
@@ -128,18 +128,36 @@ pub(crate) async fn node_ready_heartbeat(
     kube: &crate::kube::Kube,
     node: &str,
 ) -> Result<Option<Heartbeat>, ObserveError> {
-    let api: Api<Node> = Api::all(kube.client().clone());
-    let found = api
+    let found = read_node(kube, node).await?;
+    Ok(found
+        .as_ref()
+        .and_then(ready_condition)
+        .and_then(|c| c.last_heartbeat_time.clone()))
+}
+
+/// `node`'s Node object as the API serves it now (`None`: no such Node).
+async fn read_node(kube: &Kube, node: &str) -> Result<Option<Node>, ObserveError> {
+    Api::<Node>::all(kube.client().clone())
         .get_opt(node)
         .await
         .map_err(|source| ObserveError::Read {
             node: node.to_string(),
             source,
-        })?;
-    Ok(found
-        .as_ref()
-        .and_then(ready_condition)
-        .and_then(|c| c.last_heartbeat_time.clone()))
+        })
+}
+
+/// A change made to `node` through the API (`verb`: "cordoning", ...), its failure an
+/// [`ObserveError::Change`] naming the node and the change.
+async fn change(
+    node: &str,
+    verb: &'static str,
+    made: impl Future<Output = Result<(), KubeError>>,
+) -> Result<(), ObserveError> {
+    made.await.map_err(|source| ObserveError::Change {
+        node: node.to_string(),
+        verb,
+        source,
+    })
 }
 
 /// What [`NodeRoller::roll`] did to a node.
@@ -1248,25 +1266,11 @@ impl ClusterApi for KubeCluster {
             value: None,
             effect: "PreferNoSchedule".into(),
         };
-        self.kube
-            .add_taint(node, &taint)
-            .await
-            .map_err(|source| ObserveError::Change {
-                node: node.to_string(),
-                verb: "tainting",
-                source,
-            })
+        change(node, "tainting", self.kube.add_taint(node, &taint)).await
     }
 
     async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
-        self.kube
-            .cordon(node)
-            .await
-            .map_err(|source| ObserveError::Change {
-                node: node.to_string(),
-                verb: "cordoning",
-                source,
-            })
+        change(node, "cordoning", self.kube.cordon(node)).await
     }
 
     async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
@@ -1299,16 +1303,9 @@ impl ClusterApi for KubeCluster {
         timeout: Duration,
         after: Option<&Heartbeat>,
     ) -> Result<(), ObserveError> {
-        let api: Api<Node> = Api::all(self.kube.client().clone());
         let deadline = Instant::now() + timeout;
         loop {
-            let found = api
-                .get_opt(node)
-                .await
-                .map_err(|source| ObserveError::Read {
-                    node: node.to_string(),
-                    source,
-                })?;
+            let found = read_node(&self.kube, node).await?;
             let state = readiness(found.as_ref(), after);
             if state == Readiness::Ready {
                 return Ok(());
@@ -1324,14 +1321,7 @@ impl ClusterApi for KubeCluster {
     }
 
     async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
-        self.kube
-            .uncordon(node)
-            .await
-            .map_err(|source| ObserveError::Change {
-                node: node.to_string(),
-                verb: "uncordoning",
-                source,
-            })
+        change(node, "uncordoning", self.kube.uncordon(node)).await
     }
 
     async fn validate(&self) -> Result<(), ValidateError> {
@@ -1910,6 +1900,14 @@ pub(crate) mod tests {
         }
     }
 
+    /// The journal of cluster `c` as the store holds it now; why not, as a witness says it.
+    async fn stored_journal(store: &dyn StateStore) -> Result<Journal, String> {
+        let (_, journal) = JournalFile::load(store, "c")
+            .await
+            .map_err(|e| e.to_string())?;
+        journal.ok_or_else(|| "no journal on the store".to_string())
+    }
+
     /// Replaces nodes like `Fake`, after noting the step the store's journal gives the node.
     struct StoreWitness<'a> {
         fake: &'a Fake,
@@ -1921,10 +1919,7 @@ pub(crate) mod tests {
     impl NodeRoller for StoreWitness<'_> {
         async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError> {
             let failed = |e: String| RollerError::failed(&node.node_name, e);
-            let (_, journal) = JournalFile::load(self.store, "c")
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            let journal = journal.ok_or_else(|| failed("no journal on the store".into()))?;
+            let journal = stored_journal(self.store).await.map_err(failed)?;
             let step = journal
                 .nodes
                 .iter()
@@ -1994,10 +1989,7 @@ pub(crate) mod tests {
                 node: node.to_string(),
                 message,
             };
-            let (_, journal) = JournalFile::load(self.store, "c")
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            let journal = journal.ok_or_else(|| failed("no journal on the store".into()))?;
+            let journal = stored_journal(self.store).await.map_err(failed)?;
             let n = journal
                 .nodes
                 .iter()
