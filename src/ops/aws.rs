@@ -111,17 +111,17 @@ pub(crate) enum AwsEvent<'a> {
 /// Where [`apply`] reports progress; called on the caller's task.
 pub(crate) type AwsEvents<'e> = &'e (dyn Fn(&AwsEvent<'_>) + Send + Sync);
 
-/// How an AWS apply ended.
+/// How `update cluster --yes` ended: [`apply`] (AWS) in any of these, metal only in `Nodes`.
 #[derive(Debug)]
-pub(crate) enum AwsApplied {
+pub(crate) enum UpdateReport {
     /// The nodes were converged (see the report for failures).
     Nodes(Box<NodeReport>),
-    /// No instance of the cluster runs: nothing was provisioned.
+    /// AWS: no instance of the cluster runs: nothing was provisioned.
     NoInstances,
-    /// The store holds other keys than the generated ones for these names: nothing was
+    /// AWS: the store holds other keys than the generated ones for these names: nothing was
     /// provisioned (neither key is trusted silently).
     KeyConflicts(Vec<KeyConflict>),
-    /// `Phase::Cloud`: the cloud resources were applied; no instance was waited for.
+    /// `--phase cloud`: the cloud resources were applied; no instance was waited for.
     CloudOnly,
 }
 
@@ -230,7 +230,7 @@ pub(crate) async fn apply(
     o: &AwsUpdateOptions,
     events: AwsEvents<'_>,
     node_events: impl FnOnce(&[Target]) -> Events,
-) -> anyhow::Result<AwsApplied> {
+) -> anyhow::Result<UpdateReport> {
     let (cluster, groups) = (&resolved.completed, resolved.completed_groups.as_slice());
     let name = resolved.name.as_str();
     // Generated (once, compare-and-swap) before any launch template is written.
@@ -270,7 +270,7 @@ pub(crate) async fn apply(
     }
     guard.check()?;
     if o.phase == Some(Phase::Cloud) {
-        return Ok(AwsApplied::CloudOnly);
+        return Ok(UpdateReport::CloudOnly);
     }
     // Read again after the apply: the load balancers' DNS names exist only now.
     let after = cloud
@@ -310,7 +310,7 @@ pub(crate) async fn apply(
     }
     let targets = with_group_versions(found.targets, &after);
     if targets.is_empty() {
-        return Ok(AwsApplied::NoInstances);
+        return Ok(UpdateReport::NoInstances);
     }
     // kprov generated the host keys: the first connection is checked strictly against them.
     let mut expected = hostkeys::expected_known_hosts(&targets, &keys)
@@ -326,7 +326,7 @@ pub(crate) async fn apply(
         .map_err(anyhow::Error::msg)
         .context("recording the instances' host keys")?;
     if !conflicts.is_empty() {
-        return Ok(AwsApplied::KeyConflicts(conflicts));
+        return Ok(UpdateReport::KeyConflicts(conflicts));
     }
     // Nodes behind the bastion are waited for by the jump itself; the way in (the bastion's
     // name, where the user's ssh config sends it) is waited for here.
@@ -435,7 +435,7 @@ pub(crate) async fn apply(
         &node_events,
     )
     .await?;
-    Ok(AwsApplied::Nodes(Box::new(report)))
+    Ok(UpdateReport::Nodes(Box::new(report)))
 }
 
 /// Why [`wait_for_login`] gave up.

@@ -105,14 +105,7 @@ pub(crate) async fn plan(
     let original = match group {
         None => spec::to_yaml_stream([ObjectRef::Cluster(&stored.cluster.value)])?,
         Some(g) => {
-            let sg = stored
-                .groups
-                .iter()
-                .find(|x| x.group.value.metadata.name == g)
-                .ok_or_else(|| RepoError::GroupNotFound {
-                    cluster: cluster.into(),
-                    group: g.into(),
-                })?;
+            let sg = super::objects::stored_group(&stored, cluster, g)?;
             spec::to_yaml_stream([ObjectRef::InstanceGroup(&sg.group.value)])?
         }
     };

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 
 use crate::output::untrusted;
-use crate::repo::{Repo, RepoError, StoredCluster, resolve_with_docs};
+use crate::repo::{Repo, RepoError, StoredCluster, StoredGroup, resolve_with_docs};
 use crate::spec::{self, Cluster, InstanceGroup, Loaded, Object, SpecErrors};
 
 /// The text of `create -f` / `replace -f`'s file (`-` for standard input), read with the
@@ -611,16 +611,7 @@ pub(crate) async fn plan_group_delete(
     group: &str,
 ) -> Result<GroupDeletePlan, GroupDeleteError> {
     let stored = repo.get(cluster).await?;
-    let version = stored
-        .groups
-        .iter()
-        .find(|g| g.group.value.metadata.name == group)
-        .ok_or_else(|| RepoError::GroupNotFound {
-            cluster: cluster.into(),
-            group: group.into(),
-        })?
-        .version
-        .clone();
+    let version = stored_group(&stored, cluster, group)?.version.clone();
     let remaining: Vec<InstanceGroup> = stored
         .groups
         .iter()
@@ -646,6 +637,22 @@ pub(crate) async fn plan_group_delete(
         version,
         remaining,
     })
+}
+
+/// `cluster`'s instance group `group` as read from the store, or the repo's "not found".
+pub(crate) fn stored_group<'s>(
+    stored: &'s StoredCluster,
+    cluster: &str,
+    group: &str,
+) -> Result<&'s StoredGroup, RepoError> {
+    stored
+        .groups
+        .iter()
+        .find(|g| g.group.value.metadata.name == group)
+        .ok_or_else(|| RepoError::GroupNotFound {
+            cluster: cluster.into(),
+            group: group.into(),
+        })
 }
 
 /// Deletes the planned group under `guard` (conditional on the version planned), and writes

@@ -31,7 +31,7 @@ use tokio::sync::{Mutex, watch};
 use std::collections::BTreeMap;
 
 use crate::addons::validate::{self, Expectations};
-use crate::kube::{DrainEvent, DrainOptions, EvictOptions, Kube, Taint};
+use crate::kube::{DrainEvent, DrainOptions, EvictOptions, Kube, KubeError, Taint};
 use crate::nodes::Target;
 use crate::nodes::journal::{Journal, JournalError, JournalFile, JournalNode, NodeStep};
 use crate::nodes::roll::{
@@ -128,18 +128,36 @@ pub(crate) async fn node_ready_heartbeat(
     kube: &crate::kube::Kube,
     node: &str,
 ) -> Result<Option<Heartbeat>, ObserveError> {
-    let api: Api<Node> = Api::all(kube.client().clone());
-    let found = api
+    let found = read_node(kube, node).await?;
+    Ok(found
+        .as_ref()
+        .and_then(ready_condition)
+        .and_then(|c| c.last_heartbeat_time.clone()))
+}
+
+/// `node`'s Node object as the API serves it now (`None`: no such Node).
+async fn read_node(kube: &Kube, node: &str) -> Result<Option<Node>, ObserveError> {
+    Api::<Node>::all(kube.client().clone())
         .get_opt(node)
         .await
         .map_err(|source| ObserveError::Read {
             node: node.to_string(),
             source,
-        })?;
-    Ok(found
-        .as_ref()
-        .and_then(ready_condition)
-        .and_then(|c| c.last_heartbeat_time.clone()))
+        })
+}
+
+/// A change made to `node` through the API (`verb`: "cordoning", ...), its failure an
+/// [`ObserveError::Change`] naming the node and the change.
+async fn change(
+    node: &str,
+    verb: &'static str,
+    made: impl Future<Output = Result<(), KubeError>>,
+) -> Result<(), ObserveError> {
+    made.await.map_err(|source| ObserveError::Change {
+        node: node.to_string(),
+        verb,
+        source,
+    })
 }
 
 /// What [`NodeRoller::roll`] did to a node.
@@ -1248,25 +1266,11 @@ impl ClusterApi for KubeCluster {
             value: None,
             effect: "PreferNoSchedule".into(),
         };
-        self.kube
-            .add_taint(node, &taint)
-            .await
-            .map_err(|source| ObserveError::Change {
-                node: node.to_string(),
-                verb: "tainting",
-                source,
-            })
+        change(node, "tainting", self.kube.add_taint(node, &taint)).await
     }
 
     async fn cordon(&self, node: &str) -> Result<(), ObserveError> {
-        self.kube
-            .cordon(node)
-            .await
-            .map_err(|source| ObserveError::Change {
-                node: node.to_string(),
-                verb: "cordoning",
-                source,
-            })
+        change(node, "cordoning", self.kube.cordon(node)).await
     }
 
     async fn drain(&self, node: &str, timeout: Duration) -> Result<(), ObserveError> {
@@ -1299,16 +1303,9 @@ impl ClusterApi for KubeCluster {
         timeout: Duration,
         after: Option<&Heartbeat>,
     ) -> Result<(), ObserveError> {
-        let api: Api<Node> = Api::all(self.kube.client().clone());
         let deadline = Instant::now() + timeout;
         loop {
-            let found = api
-                .get_opt(node)
-                .await
-                .map_err(|source| ObserveError::Read {
-                    node: node.to_string(),
-                    source,
-                })?;
+            let found = read_node(&self.kube, node).await?;
             let state = readiness(found.as_ref(), after);
             if state == Readiness::Ready {
                 return Ok(());
@@ -1324,14 +1321,7 @@ impl ClusterApi for KubeCluster {
     }
 
     async fn uncordon(&self, node: &str) -> Result<(), ObserveError> {
-        self.kube
-            .uncordon(node)
-            .await
-            .map_err(|source| ObserveError::Change {
-                node: node.to_string(),
-                verb: "uncordoning",
-                source,
-            })
+        change(node, "uncordoning", self.kube.uncordon(node)).await
     }
 
     async fn validate(&self) -> Result<(), ValidateError> {
@@ -1818,25 +1808,104 @@ pub(crate) mod tests {
         Arc::new(|_: &RollEvent| {})
     }
 
-    pub(crate) async fn go(
-        store: &dyn StateStore,
-        journal: Journal,
-        fake: &Fake,
-        options: &RollOptions,
+    /// A roll in a test: `fake` is the cluster API and the roller, the options are [`fast`],
+    /// nothing listens, nothing interrupts and the lock is held, unless the test says otherwise.
+    pub(crate) struct TestRoll<'a> {
+        api: &'a dyn ClusterApi,
+        roller: &'a dyn NodeRoller,
+        options: RollOptions,
+        events: RollEvents,
         cancel: watch::Receiver<bool>,
-    ) -> Result<Journal, RollError> {
-        let (file, _) = JournalFile::load(store, "c").await?;
-        run(
-            file,
-            journal,
-            fake,
-            fake,
-            options,
-            &silent(),
-            cancel,
-            &|| Ok(()),
-        )
-        .await
+        lock_check: Box<dyn Fn() -> Result<(), LockError> + Send + Sync + 'a>,
+    }
+
+    impl<'a> TestRoll<'a> {
+        pub(crate) fn of(fake: &'a Fake) -> Self {
+            TestRoll {
+                api: fake,
+                roller: fake,
+                options: fast(),
+                events: silent(),
+                cancel: idle(),
+                lock_check: Box::new(|| Ok(())),
+            }
+        }
+
+        fn api(self, api: &'a dyn ClusterApi) -> Self {
+            TestRoll { api, ..self }
+        }
+
+        fn roller(self, roller: &'a dyn NodeRoller) -> Self {
+            TestRoll { roller, ..self }
+        }
+
+        fn options(self, options: RollOptions) -> Self {
+            TestRoll { options, ..self }
+        }
+
+        fn events(self, events: RollEvents) -> Self {
+            TestRoll { events, ..self }
+        }
+
+        fn cancel(self, cancel: watch::Receiver<bool>) -> Self {
+            TestRoll { cancel, ..self }
+        }
+
+        fn lock_check(
+            self,
+            lock_check: impl Fn() -> Result<(), LockError> + Send + Sync + 'a,
+        ) -> Self {
+            TestRoll {
+                lock_check: Box::new(lock_check),
+                ..self
+            }
+        }
+
+        /// Rolls `journal` with the journal file of cluster `c` on `store`, loaded now.
+        pub(crate) async fn on(
+            self,
+            store: &dyn StateStore,
+            journal: Journal,
+        ) -> Result<Journal, RollError> {
+            let (file, _) = JournalFile::load(store, "c").await?;
+            self.with_file(file, journal).await
+        }
+
+        /// Rolls `journal` with `file`, loaded earlier by the test.
+        async fn with_file(
+            self,
+            file: JournalFile<'_>,
+            journal: Journal,
+        ) -> Result<Journal, RollError> {
+            self.timed(file, journal).await.0
+        }
+
+        /// [`run_timed`]: the roll and where its time went.
+        async fn timed(
+            self,
+            file: JournalFile<'_>,
+            journal: Journal,
+        ) -> (Result<Journal, RollError>, RollTiming) {
+            run_timed(
+                file,
+                journal,
+                self.api,
+                self.roller,
+                &self.options,
+                &self.events,
+                self.cancel,
+                &*self.lock_check,
+            )
+            .await
+        }
+    }
+
+    /// The journal of cluster `c` as the store holds it now; why not, as a witness says it.
+    async fn stored_journal(store: &dyn StateStore) -> Result<Journal, String> {
+        let (_, journal) = JournalFile::load(store, "c")
+            .await
+            .map_err(|e| e.to_string())?;
+        journal.ok_or_else(|| "no journal on the store".to_string())
     }
 
     /// Replaces nodes like `Fake`, after noting the step the store's journal gives the node.
@@ -1850,10 +1919,7 @@ pub(crate) mod tests {
     impl NodeRoller for StoreWitness<'_> {
         async fn roll(&self, node: &JournalNode) -> Result<Rolled, RollerError> {
             let failed = |e: String| RollerError::failed(&node.node_name, e);
-            let (_, journal) = JournalFile::load(self.store, "c")
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            let journal = journal.ok_or_else(|| failed("no journal on the store".into()))?;
+            let journal = stored_journal(self.store).await.map_err(failed)?;
             let step = journal
                 .nodes
                 .iter()
@@ -1884,7 +1950,11 @@ pub(crate) mod tests {
             store: &s,
             seen: StdMutex::new(Vec::new()),
         };
-        let j = roll_new(&s, &plan, &fake, &witness).await.unwrap();
+        let j = TestRoll::of(&fake)
+            .roller(&witness)
+            .on(&s, Journal::new(&plan, "me@here", false))
+            .await
+            .unwrap();
         assert!(j.finished && j.done() == 22);
         let seen = witness.seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 22);
@@ -1919,10 +1989,7 @@ pub(crate) mod tests {
                 node: node.to_string(),
                 message,
             };
-            let (_, journal) = JournalFile::load(self.store, "c")
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            let journal = journal.ok_or_else(|| failed("no journal on the store".into()))?;
+            let journal = stored_journal(self.store).await.map_err(failed)?;
             let n = journal
                 .nodes
                 .iter()
@@ -2036,7 +2103,11 @@ pub(crate) mod tests {
                     seen: StdMutex::new(Vec::new()),
                 },
             };
-            let j = roll_new(&s, &plan, &api, &fake).await.unwrap();
+            let j = TestRoll::of(&fake)
+                .api(&api)
+                .on(&s, Journal::new(&plan, "me@here", false))
+                .await
+                .unwrap();
             assert!(j.finished && j.done() == 6);
             let seen = api.hook.seen.lock().unwrap().clone();
             let uncordons: Vec<_> = seen.iter().filter(|s| s.0 == "uncordon").collect();
@@ -2061,27 +2132,6 @@ pub(crate) mod tests {
                 assert!(drains.iter().all(|d| d.2 == NodeStep::Cordoned), "{seen:?}");
             }
         }
-    }
-
-    /// A new roll of `plan` on `store`'s journal, quick options, no interrupt, the lock held.
-    async fn roll_new(
-        store: &dyn StateStore,
-        plan: &roll::RollPlan,
-        api: &dyn ClusterApi,
-        roller: &dyn NodeRoller,
-    ) -> Result<Journal, RollError> {
-        let (file, _) = JournalFile::load(store, "c").await?;
-        run(
-            file,
-            Journal::new(plan, "me@here", false),
-            api,
-            roller,
-            &fast(),
-            &silent(),
-            idle(),
-            &|| Ok(()),
-        )
-        .await
     }
 
     fn store() -> (tempfile::TempDir, FileStore) {
@@ -2162,17 +2212,10 @@ pub(crate) mod tests {
             };
             let start = Instant::now();
             let (file, _) = JournalFile::load(&s, "c").await.unwrap();
-            let (j, timing) = run_timed(
-                file,
-                Journal::new(&plan, "bench", false),
-                &fake,
-                &fake,
-                &options,
-                &silent(),
-                idle(),
-                &|| Ok(()),
-            )
-            .await;
+            let (j, timing) = TestRoll::of(&fake)
+                .options(options)
+                .timed(file, Journal::new(&plan, "bench", false))
+                .await;
             let j = j.unwrap();
             let wall = start.elapsed();
             assert!(j.finished && j.done() == n);
@@ -2199,15 +2242,10 @@ pub(crate) mod tests {
         let (_d, s) = store();
         let plan = plan_of(Platform::Metal, 3, 2);
         let fake = Fake::default();
-        let j = go(
-            &s,
-            Journal::new(&plan, "me@here", false),
-            &fake,
-            &fast(),
-            idle(),
-        )
-        .await
-        .unwrap();
+        let j = TestRoll::of(&fake)
+            .on(&s, Journal::new(&plan, "me@here", false))
+            .await
+            .unwrap();
         assert!(j.finished && j.done() == 5);
         let calls = fake.calls();
         let seq: Vec<&str> = calls.iter().map(|c| c.as_str()).collect();
@@ -2260,7 +2298,6 @@ pub(crate) mod tests {
         let plan = plan_of(Platform::Aws, 1, 1);
         let fake = Fake::default();
         let roller = NotNodes(&fake, ["w1".to_string()].into());
-        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
         let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = steps.clone();
         let events: RollEvents = Arc::new(move |e: &RollEvent| {
@@ -2270,18 +2307,12 @@ pub(crate) mod tests {
                     .push(format!("{node} {}", step.as_str()));
             }
         });
-        let j = run(
-            file,
-            Journal::new(&plan, "me", false),
-            &fake,
-            &roller,
-            &fast(),
-            &events,
-            idle(),
-            &|| Ok(()),
-        )
-        .await
-        .unwrap();
+        let j = TestRoll::of(&fake)
+            .roller(&roller)
+            .events(events)
+            .on(&s, Journal::new(&plan, "me", false))
+            .await
+            .unwrap();
         // Reported: only the steps that happened to it (no "drained", no "uncordoned").
         let steps = steps.lock().unwrap().clone();
         let w1: Vec<&String> = steps.iter().filter(|s| s.starts_with("w1 ")).collect();
@@ -2322,7 +2353,7 @@ pub(crate) mod tests {
             ..Fake::default()
         };
         let roll = Journal::new(&plan, "me", false);
-        go(&s, roll.clone(), &fake, &fast(), idle()).await.unwrap();
+        TestRoll::of(&fake).on(&s, roll.clone()).await.unwrap();
         let calls = fake.calls();
         let at = |c: &str| calls.iter().position(|x| x == c).unwrap();
         assert!(at("before-batch w1") < at("taint w1"), "{calls:?}");
@@ -2334,7 +2365,7 @@ pub(crate) mod tests {
             batch_fails: Some("w2".into()),
             ..Fake::default()
         };
-        let e = go(&s, roll, &fake, &fast(), idle()).await.unwrap_err();
+        let e = TestRoll::of(&fake).on(&s, roll).await.unwrap_err();
         assert!(
             matches!(&e, RollError::Stopped { node, reason, cause: StepError::Roller(RollerError::Failed { .. }) } if node == "w2" && reason.contains("no instance")),
             "{e}"
@@ -2352,7 +2383,8 @@ pub(crate) mod tests {
         let (_d, s) = store();
         let plan = plan_of(Platform::Aws, 1, 1);
         let fake = Fake::default();
-        let j = go(&s, Journal::new(&plan, "me", false), &fake, &fast(), idle())
+        let j = TestRoll::of(&fake)
+            .on(&s, Journal::new(&plan, "me", false))
             .await
             .unwrap();
         let calls = fake.calls();
@@ -2379,7 +2411,8 @@ pub(crate) mod tests {
             drain_fails: ["w1".to_string()].into(),
             ..Fake::default()
         };
-        let e = go(&s, Journal::new(&plan, "me", false), &fake, &fast(), idle())
+        let e = TestRoll::of(&fake)
+            .on(&s, Journal::new(&plan, "me", false))
             .await
             .unwrap_err();
         let text = e.to_string();
@@ -2455,19 +2488,11 @@ pub(crate) mod tests {
         let (_d, s) = store();
         let plan = plan_of(Platform::Aws, 1, 1);
         let fake = Fake::default();
-        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
-        let e = run(
-            file,
-            Journal::new(&plan, "me", false),
-            &fake,
-            &Throttled(&fake),
-            &fast(),
-            &silent(),
-            idle(),
-            &|| Ok(()),
-        )
-        .await
-        .unwrap_err();
+        let e = TestRoll::of(&fake)
+            .roller(&Throttled(&fake))
+            .on(&s, Journal::new(&plan, "me", false))
+            .await
+            .unwrap_err();
         let RollError::Stopped {
             node,
             reason,
@@ -2500,15 +2525,11 @@ pub(crate) mod tests {
             validation_timeout: Duration::from_millis(30),
             ..fast()
         };
-        let e = go(
-            &s,
-            Journal::new(&plan, "me", false),
-            &fake,
-            &options,
-            idle(),
-        )
-        .await
-        .unwrap_err();
+        let e = TestRoll::of(&fake)
+            .options(options)
+            .on(&s, Journal::new(&plan, "me", false))
+            .await
+            .unwrap_err();
         assert!(
             matches!(&e, RollError::Validation { cause: Some(ValidateError::Failures(f)), .. }
                 if f == &["node w1 is NotReady".to_string()]),
@@ -2531,7 +2552,6 @@ pub(crate) mod tests {
             cloud_only: true,
             ..fast()
         };
-        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
         let said = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = said.clone();
         let events: RollEvents = Arc::new(move |e: &RollEvent| {
@@ -2542,18 +2562,12 @@ pub(crate) mod tests {
             };
             seen.lock().unwrap().push(line);
         });
-        let j = run(
-            file,
-            Journal::new(&plan, "me", true),
-            &fake,
-            &fake,
-            &options,
-            &events,
-            idle(),
-            &|| Ok(()),
-        )
-        .await
-        .unwrap();
+        let j = TestRoll::of(&fake)
+            .options(options)
+            .events(events)
+            .on(&s, Journal::new(&plan, "me", true))
+            .await
+            .unwrap();
         assert_eq!(fake.calls(), ["roll cp1", "roll cp2", "roll w1"]);
         assert!(j.finished, "{j:?}");
         // Said: what happened (replaced), never a drain or a validation that did not.
@@ -2605,7 +2619,7 @@ pub(crate) mod tests {
             j.nodes[0].step = NodeStep::Validated;
             j.nodes[1].step = step;
             let fake = Fake::default();
-            let out = go(&s, j, &fake, &fast(), idle()).await.unwrap();
+            let out = TestRoll::of(&fake).on(&s, j).await.unwrap();
             assert!(out.finished && out.done() == 3);
             let calls = fake.calls();
             let cp2: Vec<&str> = calls
@@ -2649,7 +2663,9 @@ pub(crate) mod tests {
                 slow: Duration::from_secs(600),
                 ..Fake::default()
             };
-            let e = go(&s, Journal::new(&plan, "me", false), &fake, &fast(), rx)
+            let e = TestRoll::of(&fake)
+                .cancel(rx)
+                .on(&s, Journal::new(&plan, "me", false))
                 .await
                 .unwrap_err();
             assert!(matches!(e, RollError::Interrupted(_)), "{on}: {e}");
@@ -2659,7 +2675,7 @@ pub(crate) mod tests {
             assert!(j.nodes[2].stopped.is_some(), "{on}");
             assert_eq!(j.done(), 2);
             let again = Fake::default();
-            let out = go(&s, j, &again, &fast(), idle()).await.unwrap();
+            let out = TestRoll::of(&again).on(&s, j).await.unwrap();
             assert!(out.finished);
             let calls = again.calls();
             assert!(!calls.iter().any(|c| c.contains("cp")), "{on}: {calls:?}");
@@ -2684,18 +2700,10 @@ pub(crate) mod tests {
             .await
             .unwrap();
         let fake = Fake::default();
-        let e = run(
-            file,
-            Journal::new(&plan, "me", false),
-            &fake,
-            &fake,
-            &fast(),
-            &silent(),
-            idle(),
-            &|| Ok(()),
-        )
-        .await
-        .unwrap_err();
+        let e = TestRoll::of(&fake)
+            .with_file(file, Journal::new(&plan, "me", false))
+            .await
+            .unwrap_err();
         assert!(
             matches!(
                 e,
@@ -2775,25 +2783,17 @@ pub(crate) mod tests {
     async fn a_lost_lock_stops_before_any_write() {
         let (_d, s) = store();
         let plan = plan_of(Platform::Metal, 1, 1);
-        let (file, _) = JournalFile::load(&s, "c").await.unwrap();
         let fake = Fake::default();
-        let e = run(
-            file,
-            Journal::new(&plan, "me", false),
-            &fake,
-            &fake,
-            &fast(),
-            &silent(),
-            idle(),
-            &|| {
+        let e = TestRoll::of(&fake)
+            .lock_check(|| {
                 Err(LockError::Lost {
                     cluster: "c".into(),
                     reason: "broken by bob".into(),
                 })
-            },
-        )
-        .await
-        .unwrap_err();
+            })
+            .on(&s, Journal::new(&plan, "me", false))
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("broken by bob"));
         assert!(fake.calls().is_empty());
     }
@@ -2864,7 +2864,10 @@ pub(crate) mod tests {
             // bound is for a broken engine, never reached by a working one.
             let ended = tokio::time::timeout(
                 Duration::from_secs(120),
-                roll_new(&s, &plan_of(Platform::Metal, 1, 1), &api, &fake),
+                TestRoll::of(&fake).api(&api).on(
+                    &s,
+                    Journal::new(&plan_of(Platform::Metal, 1, 1), "me@here", false),
+                ),
             )
             .await;
             let Ok(result) = ended else {

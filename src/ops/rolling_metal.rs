@@ -506,14 +506,17 @@ mod tests {
         }
     }
 
-    fn roller(exec: Arc<Hosts>, labels: bool) -> MetalRoller {
+    /// The roller over the test hosts (the third one labelled `tier: web` when `labels`), and
+    /// the fake hosts its steps run on.
+    fn roller(labels: bool) -> (MetalRoller, Arc<Hosts>) {
+        let exec = Arc::new(Hosts::default());
         let mut hs = hosts(2, 1);
         if labels {
             hs[2].labels.insert("tier".into(), "web".into());
         }
         let ts = targets(&hs);
         exec.x86_64(&ts);
-        roller_of(exec, &cluster(""), ts)
+        (roller_of(exec.clone(), &cluster(""), ts), exec)
     }
 
     /// The roller of `c` over `ts`, its steps run by `exec`.
@@ -539,8 +542,7 @@ mod tests {
 
     #[test]
     fn an_upgrade_runs_kubeadm_first_then_the_kubelet_and_the_record_last() {
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
+        let (r, exec) = roller(false);
         rt().block_on(async {
             r.roll(&journal_node("cp1", Some(Upgrade::Apply)))
                 .await
@@ -599,8 +601,7 @@ mod tests {
     /// names, and no other; a node whose steps were all converged was not restarted.
     #[test]
     fn the_roll_says_whether_it_restarted_the_kubelet() {
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
+        let (r, exec) = roller(false);
         let upgraded = rt()
             .block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
             .unwrap();
@@ -712,8 +713,7 @@ mod tests {
 
     #[test]
     fn a_configuration_change_touches_no_binary_and_rewrites_the_kubelet_flags() {
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
+        let (r, exec) = roller(false);
         rt().block_on(r.roll(&journal_node("w1", None))).unwrap();
         let names = exec.names("w1");
         assert!(
@@ -740,8 +740,7 @@ mod tests {
     /// leaves it to `kubeadm upgrade`.
     #[test]
     fn the_kubelet_configuration_is_rewritten_with_the_flags() {
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
+        let (r, exec) = roller(false);
         let key = ("w1".to_string(), render::KUBELET_CONFIG.to_string());
         let kubeadm = include_str!("../provision/testdata/kubelet-config.yaml");
         exec.files
@@ -776,12 +775,12 @@ mod tests {
 
         // A host whose config.yaml is not YAML.
         let broken = || {
-            let exec = Arc::new(Hosts::default());
+            let (r, exec) = roller(false);
             exec.files
                 .lock()
                 .unwrap()
                 .insert(key.clone(), Bytes::from_static(b"kind: [broken"));
-            (roller(exec.clone(), false), exec)
+            (r, exec)
         };
         let (r, exec) = broken();
         let e = rt()
@@ -803,8 +802,7 @@ mod tests {
 
     #[test]
     fn a_cut_leaves_no_record_and_the_next_call_finishes() {
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
+        let (r, exec) = roller(false);
         *exec.fail.lock().unwrap() = Some("kubeadm: upgrade node v1.35.1".into());
         let e = rt()
             .block_on(r.roll(&journal_node("w1", Some(Upgrade::Node))))
@@ -823,8 +821,7 @@ mod tests {
 
     #[test]
     fn a_host_outside_the_spec_is_refused_untouched() {
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
+        let (r, exec) = roller(false);
         let e = rt()
             .block_on(r.roll(&journal_node("stranger", None)))
             .unwrap_err();
@@ -836,8 +833,7 @@ mod tests {
 
     #[test]
     fn an_unparsable_record_is_refused_naming_host_file_and_error_before_any_change() {
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), false);
+        let (r, exec) = roller(false);
         let key = ("w1".to_string(), PROVISIONED_FILE.to_string());
         let garbage = Bytes::from_static(b"{\"labels\": [not json");
         exec.files
@@ -866,8 +862,7 @@ mod tests {
 
     #[test]
     fn a_label_change_without_the_api_fails_before_the_record() {
-        let exec = Arc::new(Hosts::default());
-        let r = roller(exec.clone(), true);
+        let (r, exec) = roller(true);
         let e = rt()
             .block_on(r.roll(&journal_node("w1", None)))
             .unwrap_err()

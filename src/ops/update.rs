@@ -21,10 +21,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::addons::{AddonOptions, AddonReport};
-use super::aws::{self as ops_aws, AwsApplied, AwsEvent, AwsUpdateOptions, Phase};
+pub(crate) use super::aws::UpdateReport;
+use super::aws::{self as ops_aws, AwsEvent, AwsUpdateOptions, Phase};
 use super::interrupt::{Caught, Interrupts};
 use super::node_config::Synced;
-use super::nodes::{self as ops_nodes, Events, NodeOptions, NodeReport};
+use super::nodes::{self as ops_nodes, Events, NodeOptions};
 use super::platform::Kind;
 use super::session::Session;
 use crate::cloud::CloudError;
@@ -33,7 +34,6 @@ use crate::nodes::{self, Target, TargetSource};
 use crate::provision::plan::NodePlan;
 use crate::repo::Repo;
 use crate::spec::{Cluster, Host, ResolvedCluster};
-use crate::ssh::KeyConflict;
 use crate::state::lock::{self, LockError};
 use crate::state::{StateStore, Version};
 
@@ -406,20 +406,6 @@ impl UpdatePlan {
     }
 }
 
-/// How `update cluster --yes` ended.
-#[derive(Debug)]
-pub(crate) enum UpdateReport {
-    /// The nodes were converged (see the report for failures).
-    Nodes(Box<NodeReport>),
-    /// AWS: no instance of the cluster runs: nothing was provisioned.
-    NoInstances,
-    /// AWS: the store holds other keys than the generated ones for these names: nothing was
-    /// provisioned.
-    KeyConflicts(Vec<KeyConflict>),
-    /// `--phase cloud`: the cloud resources were applied; no instance was waited for.
-    CloudOnly,
-}
-
 /// Progress of `update cluster --yes`.
 #[derive(Debug)]
 pub(crate) enum UpdateEvent<'a> {
@@ -664,7 +650,7 @@ impl Update {
             ))),
             Side::Aws => {
                 let cloud_events = |e: &AwsEvent<'_>| events(&UpdateEvent::Cloud(e));
-                let applied = ops_aws::apply(
+                Ok(ops_aws::apply(
                     &self.store,
                     &self.resolved,
                     guard,
@@ -672,13 +658,7 @@ impl Update {
                     &cloud_events,
                     node_events,
                 )
-                .await?;
-                Ok(match applied {
-                    AwsApplied::Nodes(n) => UpdateReport::Nodes(n),
-                    AwsApplied::NoInstances => UpdateReport::NoInstances,
-                    AwsApplied::KeyConflicts(c) => UpdateReport::KeyConflicts(c),
-                    AwsApplied::CloudOnly => UpdateReport::CloudOnly,
-                })
+                .await?)
             }
             Side::Metal { targets, .. } => {
                 let node_events = node_events(targets);
