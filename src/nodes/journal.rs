@@ -208,12 +208,11 @@ impl Journal {
     /// length, at most [`JOURNAL_LIMIT`] bytes. Anything else is damaged and never resumed.
     pub(crate) fn parse(data: &[u8], cluster: &str) -> Result<Journal, String> {
         use crate::output::untrusted;
-        if data.len() > JOURNAL_LIMIT {
-            return Err(format!(
-                "{} bytes, more than a journal's {JOURNAL_LIMIT}",
-                data.len()
-            ));
-        }
+        crate::state::check_size(
+            data,
+            JOURNAL_LIMIT,
+            format_args!("a journal's {JOURNAL_LIMIT}"),
+        )?;
         let j: Journal = serde_json::from_slice(data).map_err(|e| {
             // serde quotes the offending value (an unknown step) as it is.
             format!("not a journal: {}", untrusted(&e.to_string()))

@@ -149,8 +149,6 @@ pub(crate) fn build_cluster_objects(
     let aws = a.cloud == CloudProvider::Aws;
     let has_key = ssh_public_key.is_some();
     let mut spec = ClusterSpec {
-        cloud_provider: a.cloud,
-        region: None,
         // Choices made at creation are pinned in the user's spec, so a newer kprov with newer
         // defaults never changes an existing cluster behind its owner's back.
         kubernetes_version: Some(
@@ -180,23 +178,12 @@ pub(crate) fn build_cluster_objects(
             bastion: a.bastion.then(Bastion::default),
             ssh_address: None,
         }),
-        dns: None,
-        api: None,
-        ssh_access: None,
-        kubernetes_api_access: None,
         etcd: a.etcd.map(|kind| Etcd { kind }),
-        cloud_controller_manager: None,
         ssh_key: ssh_public_key.map(|k| SshKey {
             name: None,
             public_key: Some(k.trim().to_string()),
         }),
-        assets: None,
-        kube_proxy: None,
-        kubelet: None,
-        containerd: None,
-        preflight: None,
-        proxy: None,
-        hosts: Vec::new(),
+        ..ClusterSpec::new(a.cloud)
     };
     if a.dns.is_some() || a.dns_zone.is_some() {
         spec.dns = Some(Dns {

@@ -378,12 +378,11 @@ impl BackupRecord {
 /// A stored backup record read from `key` under `prefix`: bounded, JSON, then
 /// [`BackupRecord::check`].
 pub(crate) fn check_record(prefix: &str, key: &str, data: &[u8]) -> Result<BackupRecord, String> {
-    if data.len() > RECORD_LIMIT {
-        return Err(format!(
-            "{} bytes, more than a backup record's {RECORD_LIMIT}",
-            data.len()
-        ));
-    }
+    crate::state::check_size(
+        data,
+        RECORD_LIMIT,
+        format_args!("a backup record's {RECORD_LIMIT}"),
+    )?;
     serde_json::from_slice::<BackupRecord>(data)
         .map_err(|e| {
             // serde quotes the offending value as it is.

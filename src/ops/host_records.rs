@@ -24,12 +24,11 @@ const RECORD_LIMIT: usize = 64 * 1024;
 pub(crate) fn check_host_record(name: &str, data: &[u8]) -> Result<Host, String> {
     use crate::output::untrusted;
     use crate::spec::validate as v;
-    if data.len() > RECORD_LIMIT {
-        return Err(format!(
-            "{} bytes, more than a host record's {RECORD_LIMIT}",
-            data.len()
-        ));
-    }
+    crate::state::check_size(
+        data,
+        RECORD_LIMIT,
+        format_args!("a host record's {RECORD_LIMIT}"),
+    )?;
     let h: Host = serde_json::from_slice(data)
         .map_err(|e| format!("not a host record: {}", untrusted(&e.to_string())))?;
     if h.name != name {

@@ -53,12 +53,7 @@ const KNOWN_HOSTS_LIMIT: usize = 1 << 20;
 /// or `[host]:port`, a key type ssh offers, the key in base64, at most 16 KiB.
 fn check_line(line: &str) -> Result<KnownKey, String> {
     use crate::output::untrusted;
-    if line.len() > 16 << 10 {
-        return Err(format!(
-            "{} bytes, more than a key line's 16 KiB",
-            line.len()
-        ));
-    }
+    crate::state::check_size(line.as_bytes(), 16 << 10, "a key line's 16 KiB")?;
     // A comment after the key (a line pasted from a `.pub` file) is allowed and never used.
     let f: Vec<&str> = line.split_whitespace().collect();
     let [pattern, key_type, key, ..] = f.as_slice() else {
@@ -105,17 +100,9 @@ fn check_line(line: &str) -> Result<KnownKey, String> {
 /// The stored known_hosts read with [`check_line`]: the good keys, and the damaged lines
 /// (1-based number, reason), which are never used. Blank lines are kprov's own separators.
 pub(crate) fn parse_checked(data: &[u8]) -> (Vec<KnownKey>, Vec<(usize, String)>) {
-    if data.len() > KNOWN_HOSTS_LIMIT {
-        return (
-            Vec::new(),
-            vec![(
-                0,
-                format!(
-                    "{} bytes, more than a known_hosts' {KNOWN_HOSTS_LIMIT}",
-                    data.len()
-                ),
-            )],
-        );
+    let limit = format_args!("a known_hosts' {KNOWN_HOSTS_LIMIT}");
+    if let Err(e) = crate::state::check_size(data, KNOWN_HOSTS_LIMIT, limit) {
+        return (Vec::new(), vec![(0, e)]);
     }
     let mut good = Vec::new();
     let mut damaged = Vec::new();

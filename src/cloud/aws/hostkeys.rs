@@ -283,19 +283,16 @@ pub async fn generate(group: &str) -> Result<GroupHostKey, HostKeyError> {
     };
     let dir = tempfile::tempdir().map_err(|e| fail(format!("temporary directory: {e}")))?;
     let path = dir.path().join("host_key");
-    let out = tokio::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "", "-f"])
-        .arg(&path)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .map_err(|e| fail(format!("ssh-keygen: {e}")))?;
-    if !out.status.success() {
-        return Err(fail(format!(
-            "ssh-keygen: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
+    crate::ssh::stdout_of(
+        tokio::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "", "-f"])
+            .arg(&path)
+            .stdin(std::process::Stdio::null()),
+        "ssh-keygen",
+        "ssh-keygen",
+    )
+    .await
+    .map_err(fail)?;
     let read = |p: &std::path::Path| {
         std::fs::read_to_string(p).map_err(|e| fail(format!("{}: {e}", p.display())))
     };
