@@ -183,6 +183,9 @@ pub(crate) fn build_cluster_objects(
             name: None,
             public_key: Some(k.trim().to_string()),
         }),
+        // The rest is what the create flags do not choose: absent in the written spec, so
+        // the user's own edits (or `resolve`'s defaults) decide it. A new flag sets its field
+        // above.
         ..ClusterSpec::new(a.cloud)
     };
     if a.dns.is_some() || a.dns_zone.is_some() {

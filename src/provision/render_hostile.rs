@@ -10,12 +10,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::*;
-const CP: &[crate::spec::HostRole] = &[crate::spec::HostRole::ControlPlane];
 use super::tests::sh_n;
+use super::*;
 use crate::nodes::owner::Owner;
 use crate::provision::orchestrate::tests::{cluster, hosts, resolved, targets};
 use crate::spec::{Api, AssetFile, Assets};
+
+const CP: &[crate::spec::HostRole] = &[crate::spec::HostRole::ControlPlane];
 
 /// The classics: quotes, substitutions, separators, newlines, backslashes, unicode, options.
 const HOSTILE: &[&str] = &[
