@@ -3,31 +3,20 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Delete, Done, Head, Kinded, Task};
-use crate::cloud::aws::Reader;
+use super::{Apply, Delete, Done, Kinded, Task};
 use crate::cloud::aws::dns::ZoneRead;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
-    struct DnsZone: AwsKind::Dns(DnsKind::Zone);
+    struct DnsZone: AwsKind::Dns(DnsKind::Zone), listed ZoneRead as z;
     /// Fully qualified, with its trailing dot (as Route 53 lists it).
-    zone_name: String = ZONE_NAME("zoneName");
-    private: bool = PRIVATE("private");
+    zone_name: String = ZONE_NAME("zoneName") <- z.name.clone();
+    private: bool = PRIVATE("private") <- z.is_private;
 }
 
 #[async_trait]
 impl Task for DnsZone {
-    type Listed = ZoneRead;
-
-    fn read(head: Head, z: &Self::Listed, _: &Reader<'_>) -> Self {
-        DnsZone {
-            head,
-            zone_name: z.name.clone(),
-            private: z.is_private,
-        }
-    }
-
     async fn create(&self, _: Apply<'_>) -> Result<CloudId, CloudError> {
         Err(CloudError::Model(format!(
             "{}: kprov does not create a {}",

@@ -5,17 +5,17 @@
 
 use async_trait::async_trait;
 
-use super::{Apply, Delete, DnsZone, Done, Head, Ref, Task, Vpc};
+use super::{Apply, Delete, DnsZone, Done, Ref, Task, Vpc};
 use crate::cloud::aws::dns::in_zone;
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
-use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::aws::{Ctx, id_from};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
-    struct DnsZoneVpc: AwsKind::Dns(DnsKind::ZoneVpc);
-    zone: Ref<DnsZone> = ZONE("zone"), Replace;
-    vpc: Ref<Vpc> = VPC("vpc"), Replace;
+    struct DnsZoneVpc: AwsKind::Dns(DnsKind::ZoneVpc), listed ListedAssociation as a, rd;
+    zone: Ref<DnsZone> = ZONE("zone"), Replace <- Ref::read(rd, &a.zone);
+    vpc: Ref<Vpc> = VPC("vpc"), Replace <- Ref::read(rd, &a.vpc);
 }
 
 /// An association the read found: the zone's ID and the VPC's.
@@ -26,16 +26,6 @@ pub(crate) struct ListedAssociation {
 
 #[async_trait]
 impl Task for DnsZoneVpc {
-    type Listed = ListedAssociation;
-
-    fn read(head: Head, a: &Self::Listed, rd: &Reader<'_>) -> Self {
-        DnsZoneVpc {
-            head,
-            zone: Ref::read(rd, &a.zone),
-            vpc: Ref::read(rd, &a.vpc),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let zone = self.zone.resolve(a.ids)?;
         let vpc = self.vpc.resolve(a.ids)?;

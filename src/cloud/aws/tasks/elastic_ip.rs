@@ -4,15 +4,16 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
 use super::{Apply, Head, Task, created};
-use crate::cloud::aws::Reader;
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
-    struct ElasticIp: AwsKind::Ec2(Ec2Kind::ElasticIp);
+    struct ElasticIp: AwsKind::Ec2(Ec2Kind::ElasticIp), listed aws_sdk_ec2::types::Address as a;
     /// `vpc` for every address kprov allocates (EC2-Classic's `standard` is gone).
-    domain: String = DOMAIN("domain");
+    domain: String = DOMAIN("domain")
+        // An address listed without its domain is a VPC one: the only kind left.
+        <- a.domain().map_or("vpc", |d| d.as_str()).to_string();
 }
 
 impl ElasticIp {
@@ -27,16 +28,6 @@ impl ElasticIp {
 
 #[async_trait]
 impl Task for ElasticIp {
-    type Listed = aws_sdk_ec2::types::Address;
-
-    fn read(head: Head, a: &Self::Listed, _: &Reader<'_>) -> Self {
-        ElasticIp {
-            head,
-            // An address listed without its domain is a VPC one: the only kind left.
-            domain: a.domain().map_or("vpc", |d| d.as_str()).to_string(),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         created(

@@ -19,8 +19,8 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::{
-    Apply, Codec, Doc, Done, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup,
-    Task, created, text,
+    Apply, Codec, Doc, Done, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Read, Ref,
+    SecurityGroup, Task, created, text,
 };
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::hostkeys;
@@ -283,11 +283,10 @@ pub(crate) enum ListedTemplate {
     Gone(aws_sdk_ec2::types::LaunchTemplate),
 }
 
-#[async_trait]
-impl Task for LaunchTemplate {
+impl Read for LaunchTemplate {
     type Listed = ListedTemplate;
 
-    fn read(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn from_listed(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self {
         // why: a field the cloud left out reads as empty, which the diff shows as a change
         let name = |n: Option<&str>| n.unwrap_or_default().to_string();
         match listed {
@@ -311,7 +310,10 @@ impl Task for LaunchTemplate {
             },
         }
     }
+}
 
+#[async_trait]
+impl Task for LaunchTemplate {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         // A new template's only version is 1.

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
 use super::{
-    Apply, Delete, Done, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc,
-    created, gone,
+    Apply, Delete, Done, Head, InternetGateway, Item, Kinded, NatGateway, Read, Ref, Subnet, Task,
+    Vpc, created, gone,
 };
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
@@ -178,11 +178,10 @@ impl RouteTable {
     }
 }
 
-#[async_trait]
-impl Task for RouteTable {
+impl Read for RouteTable {
     type Listed = aws_sdk_ec2::types::RouteTable;
 
-    fn read(head: Head, t: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn from_listed(head: Head, t: &Self::Listed, rd: &Reader<'_>) -> Self {
         let routes = t
             .routes()
             .iter()
@@ -215,7 +214,10 @@ impl Task for RouteTable {
             associations: Some(associations),
         }
     }
+}
 
+#[async_trait]
+impl Task for RouteTable {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let tid = created(

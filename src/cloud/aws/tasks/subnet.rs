@@ -4,39 +4,30 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, changed, created};
+use super::{Apply, Done, Ref, Task, Vpc, cannot_change, changed, created};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
-    struct Subnet: AwsKind::Ec2(Ec2Kind::Subnet);
-    vpc: Ref<Vpc> = VPC("vpc"), Immutable;
-    zone: String = ZONE("zone"), Immutable;
-    cidr: String = CIDR("cidr"), Immutable;
+    struct Subnet: AwsKind::Ec2(Ec2Kind::Subnet), listed aws_sdk_ec2::types::Subnet as s, rd;
+    vpc: Ref<Vpc> = VPC("vpc"), Immutable <- Ref::read_or_empty(rd, s.vpc_id());
+    zone: String = ZONE("zone"), Immutable
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- s.availability_zone().unwrap_or_default().to_string();
+    cidr: String = CIDR("cidr"), Immutable
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- s.cidr_block().unwrap_or_default().to_string();
     /// A public subnet (and a utility one): instances get a public address, and the subnet is
     /// tagged for internet-facing load balancers (internal ones otherwise).
-    map_public_ip: bool = MAP_PUBLIC_IP("mapPublicIp");
+    map_public_ip: bool = MAP_PUBLIC_IP("mapPublicIp")
+        // EC2's default for a new subnet.
+        <- s.map_public_ip_on_launch().unwrap_or(false);
 }
 
 #[async_trait]
 impl Task for Subnet {
-    type Listed = aws_sdk_ec2::types::Subnet;
-
-    fn read(head: Head, s: &Self::Listed, rd: &Reader<'_>) -> Self {
-        Subnet {
-            head,
-            vpc: Ref::read_or_empty(rd, s.vpc_id()),
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            zone: s.availability_zone().unwrap_or_default().to_string(),
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            cidr: s.cidr_block().unwrap_or_default().to_string(),
-            // EC2's default for a new subnet.
-            map_public_ip: s.map_public_ip_on_launch().unwrap_or(false),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let role = if self.map_public_ip {

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Done, Fields, Head, Kinded, Task, cannot_change, changed, created, text};
+use super::{Apply, Done, Fields, Head, Kinded, Read, Task, cannot_change, changed, created, text};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create};
@@ -73,12 +73,11 @@ impl Fields for Vpc {
     }
 }
 
-#[async_trait]
-impl Task for Vpc {
+impl Read for Vpc {
     /// The listed VPC and its DNS attributes (read for owned VPCs only).
     type Listed = (aws_sdk_ec2::types::Vpc, Option<VpcDns>);
 
-    fn read(head: Head, (v, dns): &Self::Listed, _: &Reader<'_>) -> Self {
+    fn from_listed(head: Head, (v, dns): &Self::Listed, _: &Reader<'_>) -> Self {
         Vpc {
             head,
             // why: a field the cloud left out reads as empty, which the diff shows as a change
@@ -86,7 +85,10 @@ impl Task for Vpc {
             dns: *dns,
         }
     }
+}
 
+#[async_trait]
+impl Task for Vpc {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let vid = created(
