@@ -13,7 +13,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
 
 use super::{
@@ -101,7 +100,6 @@ impl Read for AutoScalingGroup {
     }
 }
 
-#[async_trait]
 impl Task for AutoScalingGroup {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let name = &self.group_name;
@@ -181,7 +179,6 @@ impl Task for AutoScalingGroup {
     }
 }
 
-#[async_trait]
 impl Delete for AutoScalingGroup {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;

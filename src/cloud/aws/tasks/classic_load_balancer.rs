@@ -3,9 +3,7 @@
 //! holds (its references order that delete); kprov never makes or changes one. ELB names a
 //! Classic load balancer by its name: that is its cloud ID.
 
-use async_trait::async_trait;
-
-use super::{Apply, Ref, SecurityGroup, Subnet, Task, Vpc};
+use super::{Apply, Ref, SecurityGroup, Subnet, Task, Vpc, never_created};
 use crate::cloud::aws::kinds::AwsKind;
 use crate::cloud::engine::{CloudError, CloudId};
 
@@ -22,15 +20,10 @@ task! {
         <- l.dns_name().unwrap_or_default().to_lowercase();
 }
 
-#[async_trait]
 impl Task for ClassicLoadBalancer {
     /// Never reached: the provider refuses to create one before decoding it.
     async fn create(&self, _: Apply<'_>) -> Result<CloudId, CloudError> {
-        Err(CloudError::Model(format!(
-            "{}: kprov does not create a {}",
-            self.id(),
-            AwsKind::ClassicLoadBalancer
-        )))
+        Err(never_created(self))
     }
 }
 

@@ -3,7 +3,6 @@
 //! same batch) says which cluster owns it, and only a record with that proof is read. Route 53
 //! has no ID for it; kprov's is `ZONE/NAME`.
 
-use async_trait::async_trait;
 use aws_sdk_route53::types::{AliasTarget, ChangeAction, ResourceRecordSet};
 
 use super::{Apply, Delete, DnsZone, Done, LoadBalancer, Ref, Task, not_set};
@@ -56,7 +55,6 @@ impl ListedRecord {
     }
 }
 
-#[async_trait]
 impl Task for DnsRecord {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         self.upsert(a.c, a.ids).await
@@ -68,7 +66,6 @@ impl Task for DnsRecord {
     }
 }
 
-#[async_trait]
 impl Delete for DnsRecord {
     /// The owner record and the alias go in one batch, each named exactly as read.
     async fn delete(&self, a: Apply<'_>) -> Done {

@@ -1,9 +1,7 @@
 //! The cluster's Route 53 zone (`spec.dns.zone`): adopted by name, never made, changed or
 //! deleted by kprov; the plan checks it exists and is as private as the spec says.
 
-use async_trait::async_trait;
-
-use super::{Apply, Delete, Done, Kinded, Task};
+use super::{Apply, Delete, Done, Task, never_created};
 use crate::cloud::aws::dns::ZoneRead;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::engine::{CloudError, CloudId};
@@ -15,18 +13,13 @@ task! {
     private: bool = PRIVATE("private") <- z.is_private;
 }
 
-#[async_trait]
 impl Task for DnsZone {
+    /// Adopted (ExistsAndValidates): the engine never creates it.
     async fn create(&self, _: Apply<'_>) -> Result<CloudId, CloudError> {
-        Err(CloudError::Model(format!(
-            "{}: kprov does not create a {}",
-            self.id(),
-            Self::KIND
-        )))
+        Err(never_created(self))
     }
 }
 
-#[async_trait]
 impl Delete for DnsZone {
     /// Adopted (ExistsAndValidates): the engine never deletes it.
     async fn delete(&self, _: Apply<'_>) -> Done {

@@ -3,8 +3,6 @@
 //! with a VPC kprov owns is owned: one with an adopted VPC is that VPC's owner's and is never
 //! removed.
 
-use async_trait::async_trait;
-
 use super::{Apply, Delete, DnsZone, Done, Ref, Task, Vpc};
 use crate::cloud::aws::dns::in_zone;
 use crate::cloud::aws::ec2::gone_ok;
@@ -24,7 +22,6 @@ pub(crate) struct ListedAssociation {
     pub(crate) vpc: CloudId,
 }
 
-#[async_trait]
 impl Task for DnsZoneVpc {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let zone = self.zone.resolve(a.ids)?;
@@ -56,7 +53,6 @@ impl Task for DnsZoneVpc {
     }
 }
 
-#[async_trait]
 impl Delete for DnsZoneVpc {
     /// Already disassociated (`VPCAssociationNotFound`) is success; so is the zone's last
     /// association: a private zone keeps at least one VPC, and the zone is not kprov's to empty.

@@ -1,9 +1,8 @@
 //! An elastic IP: the public address a zone's NAT gateway holds.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
-use super::{Apply, Head, Task, created};
+use super::{Apply, Created, Head, Task};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::engine::{CloudError, CloudId};
@@ -26,21 +25,15 @@ impl ElasticIp {
     }
 }
 
-#[async_trait]
 impl Task for ElasticIp {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        created(
-            &id,
-            a.ec2
-                .allocate_address()
-                .domain(DomainType::from(self.domain.as_str()))
-                .tag_specifications(tag_spec(a.c, ResourceType::ElasticIp, &id, &[]))
-                .send(),
-            "AllocateAddress",
-            |out| out.allocation_id(),
-        )
-        .await
+        a.ec2
+            .allocate_address()
+            .domain(DomainType::from(self.domain.as_str()))
+            .tag_specifications(tag_spec(a.c, ResourceType::ElasticIp, &self.id(), &[]))
+            .send()
+            .await
+            .created(self, "AllocateAddress", |out| out.allocation_id())
     }
 }
 

@@ -2,8 +2,6 @@
 //! what a launch template names to give instances the role. Its name is fixed once made; its
 //! role is swapped in place.
 
-use async_trait::async_trait;
-
 use super::{Apply, Delete, Done, IamRole, Ref, Task, gone, not_set};
 use crate::cloud::aws::iam::{path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
@@ -27,7 +25,6 @@ impl IamInstanceProfile {
     }
 }
 
-#[async_trait]
 impl Task for IamInstanceProfile {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
@@ -58,7 +55,6 @@ impl Task for IamInstanceProfile {
     }
 }
 
-#[async_trait]
 impl Delete for IamInstanceProfile {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;

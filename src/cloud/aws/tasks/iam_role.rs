@@ -1,8 +1,6 @@
 //! An instance-group role's IAM role (`ROLE.CLUSTER`, under the cluster's path): its name
 //! is fixed once made, its trust policy is brought back in place.
 
-use async_trait::async_trait;
-
 use super::{Apply, Doc, Done, Task, cannot_change, changed};
 use crate::cloud::aws::iam::{normalize, path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
@@ -19,7 +17,6 @@ task! {
         <- normalize(role.assume_role_policy_document().unwrap_or_default());
 }
 
-#[async_trait]
 impl Task for IamRole {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();

@@ -1,8 +1,6 @@
 //! A role's inline policy (`kprov-ROLE`): what the instances of that role may do. IAM has no
 //! ID for it; kprov's is `ROLE:POLICY`.
 
-use async_trait::async_trait;
-
 use super::{Apply, Delete, Doc, Done, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::normalize;
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
@@ -25,7 +23,6 @@ pub(crate) struct ListedPolicy {
     pub(crate) document: String,
 }
 
-#[async_trait]
 impl Task for IamRolePolicy {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         self.put(a.c, a.ids).await
@@ -37,7 +34,6 @@ impl Task for IamRolePolicy {
     }
 }
 
-#[async_trait]
 impl Delete for IamRolePolicy {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let cid = self.cloud_id()?;

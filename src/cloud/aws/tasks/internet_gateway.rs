@@ -1,9 +1,8 @@
 //! The internet gateway and its attachment to the VPC (an adopted VPC brings its own).
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Delete, Done, Ref, Task, Vpc, created, gone, not_set};
+use super::{Apply, Created, Delete, Done, Ref, Task, Vpc, gone, not_set};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, error_code, finish_create};
@@ -24,20 +23,22 @@ impl InternetGateway {
     }
 }
 
-#[async_trait]
 impl Task for InternetGateway {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        let gid = created(
-            &id,
-            a.ec2
-                .create_internet_gateway()
-                .tag_specifications(tag_spec(a.c, ResourceType::InternetGateway, &id, &[]))
-                .send(),
-            "CreateInternetGateway",
-            |out| out.internet_gateway().and_then(|g| g.internet_gateway_id()),
-        )
-        .await?;
+        let gid = a
+            .ec2
+            .create_internet_gateway()
+            .tag_specifications(tag_spec(
+                a.c,
+                ResourceType::InternetGateway,
+                &self.id(),
+                &[],
+            ))
+            .send()
+            .await
+            .created(self, "CreateInternetGateway", |out| {
+                out.internet_gateway().and_then(|g| g.internet_gateway_id())
+            })?;
         let vpc = self.attached_to()?.resolve(a.ids)?;
         finish_create(|| attach(a.c, &gid, vpc)).await?;
         Ok(gid)
@@ -58,7 +59,6 @@ impl Task for InternetGateway {
     }
 }
 
-#[async_trait]
 impl Delete for InternetGateway {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let gid = self.cloud_id()?;

@@ -5,7 +5,6 @@
 
 use std::fmt;
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
 use super::{Apply, Codec, Task};
@@ -60,7 +59,6 @@ impl Codec<Option<PublicKey>> for Input {
     }
 }
 
-#[async_trait]
 impl Task for KeyPair {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();

@@ -1,10 +1,9 @@
 //! A load balancer's TCP listener, forwarding to its target group: fixed to its load
 //! balancer once made, its port, protocol and target group are changed in place.
 
-use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{Action, ActionTypeEnum, ProtocolEnum};
 
-use super::{Apply, Done, LoadBalancer, Ref, TargetGroup, Task, created};
+use super::{Apply, Created, Done, LoadBalancer, Ref, TargetGroup, Task};
 use crate::cloud::aws::Ctx;
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
@@ -31,24 +30,21 @@ pub(crate) struct ListedListener {
     pub(crate) listener: aws_sdk_elasticloadbalancingv2::types::Listener,
 }
 
-#[async_trait]
 impl Task for Listener {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        created(
-            &id,
-            a.elb
-                .create_listener()
-                .load_balancer_arn(self.load_balancer.resolve(a.ids)?)
-                .protocol(ProtocolEnum::from(self.protocol.as_str()))
-                .port(port(&id, self.port)?)
-                .default_actions(self.forward(a.ids)?)
-                .set_tags(Some(tags(a.c, &id)))
-                .send(),
-            "CreateListener",
-            |out| out.listeners().first().and_then(|l| l.listener_arn()),
-        )
-        .await
+        a.elb
+            .create_listener()
+            .load_balancer_arn(self.load_balancer.resolve(a.ids)?)
+            .protocol(ProtocolEnum::from(self.protocol.as_str()))
+            .port(port(&id, self.port)?)
+            .default_actions(self.forward(a.ids)?)
+            .set_tags(Some(tags(a.c, &id)))
+            .send()
+            .await
+            .created(self, "CreateListener", |out| {
+                out.listeners().first().and_then(|l| l.listener_arn())
+            })
     }
 
     async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {

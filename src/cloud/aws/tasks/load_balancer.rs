@@ -2,10 +2,9 @@
 //! are fixed once made, its subnets are set in place. Its DNS name and hosted zone are read
 //! only: clients and Route53 aliases find the load balancer by them.
 
-use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{LoadBalancerSchemeEnum, LoadBalancerTypeEnum};
 
-use super::{Apply, Done, Ref, SecurityGroup, Subnet, Task, cannot_change, created, resolve_all};
+use super::{Apply, Created, Done, Ref, SecurityGroup, Subnet, Task, cannot_change, resolve_all};
 use crate::cloud::aws::Ctx;
 use crate::cloud::aws::elb::tags;
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
@@ -35,29 +34,23 @@ task! {
         <- Some(l.canonical_hosted_zone_id().unwrap_or_default().to_string());
 }
 
-#[async_trait]
 impl Task for LoadBalancer {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        created(
-            &id,
-            a.elb
-                .create_load_balancer()
-                .name(&self.lb_name)
-                .r#type(LoadBalancerTypeEnum::Network)
-                .scheme(LoadBalancerSchemeEnum::from(self.scheme.as_str()))
-                .set_subnets(Some(resolve_all(&self.subnets, a.ids)?))
-                .set_security_groups(Some(resolve_all(&self.security_groups, a.ids)?))
-                .set_tags(Some(tags(a.c, &id)))
-                .send(),
-            "CreateLoadBalancer",
-            |out| {
+        a.elb
+            .create_load_balancer()
+            .name(&self.lb_name)
+            .r#type(LoadBalancerTypeEnum::Network)
+            .scheme(LoadBalancerSchemeEnum::from(self.scheme.as_str()))
+            .set_subnets(Some(resolve_all(&self.subnets, a.ids)?))
+            .set_security_groups(Some(resolve_all(&self.security_groups, a.ids)?))
+            .set_tags(Some(tags(a.c, &self.id())))
+            .send()
+            .await
+            .created(self, "CreateLoadBalancer", |out| {
                 out.load_balancers()
                     .first()
                     .and_then(|l| l.load_balancer_arn())
-            },
-        )
-        .await
+            })
     }
 
     async fn update(&self, have: &Self, changes: &[FieldChange], a: Apply<'_>) -> Done {

@@ -35,7 +35,6 @@
 /// hand.
 macro_rules! delete_by_id {
     ($name:ident: $client:ident.$op:ident().$setter:ident, $operation:literal) => {
-        #[async_trait::async_trait]
         impl $crate::cloud::aws::tasks::Delete for $name {
             async fn delete(
                 &self,
@@ -162,8 +161,6 @@ mod vpc;
 
 use std::fmt;
 use std::marker::PhantomData;
-
-use async_trait::async_trait;
 
 pub(crate) use auto_scaling_group::AutoScalingGroup;
 pub(crate) use classic_load_balancer::ClassicLoadBalancer;
@@ -514,7 +511,6 @@ pub(crate) type Done = Result<(), CloudError>;
 
 /// How a kind is deleted: declared with `delete_by_id!` for a kind deleted by one call naming
 /// its cloud ID, written by hand otherwise.
-#[async_trait]
 pub(crate) trait Delete {
     /// Deletes `self` (a read task); already gone is success.
     async fn delete(&self, a: Apply<'_>) -> Done;
@@ -534,7 +530,6 @@ pub(crate) trait Read: Fields {
 }
 
 /// One AWS kind as a typed task (its read is its [`Read`], its delete its [`Delete`]).
-#[async_trait]
 pub(crate) trait Task: Read + Delete + Send + Sync {
     fn id(&self) -> ResourceId {
         ResourceId::new(Self::KIND.kind(), &self.head().name)
@@ -572,16 +567,28 @@ fn resolve_all<T: Kinded>(refs: &[Ref<T>], ids: &IdMap) -> Result<Vec<String>, C
         .collect()
 }
 
-/// Awaits a create call and the ID its reply carries (`returned` finds it there): a failed
-/// call, or a reply without an ID, is an error naming `operation` (see [`created_id`]).
-async fn created<O, R: Ctx<O>>(
-    id: &ResourceId,
-    call: impl Future<Output = R>,
-    operation: &str,
-    returned: impl FnOnce(&O) -> Option<&str>,
-) -> Result<CloudId, CloudError> {
-    let out = call.await.ctx(operation)?;
-    created_id(id, operation, returned(&out))
+/// A create call's answer, as `.send().await.created(self, "CreateVpc", |out| ...)`: the ID of
+/// the task it made, which `returned` finds in the reply. A failed call, or a reply without
+/// an ID, is an error naming the operation (see [`created_id`]).
+trait Created<O> {
+    fn created<T: Task>(
+        self,
+        task: &T,
+        operation: &str,
+        returned: impl FnOnce(&O) -> Option<&str>,
+    ) -> Result<CloudId, CloudError>;
+}
+
+impl<O, R: Ctx<O>> Created<O> for R {
+    fn created<T: Task>(
+        self,
+        task: &T,
+        operation: &str,
+        returned: impl FnOnce(&O) -> Option<&str>,
+    ) -> Result<CloudId, CloudError> {
+        let out = self.ctx(operation)?;
+        created_id(&task.id(), operation, returned(&out))
+    }
 }
 
 /// Awaits a delete call: an answer that the resource is already gone is success.
@@ -603,6 +610,16 @@ fn cannot_change(id: &ResourceId, changes: &[FieldChange]) -> CloudError {
             .map(|c| c.field.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    ))
+}
+
+/// The create of a kind kprov only reads or adopts: never reached (the provider refuses it, or
+/// the engine never creates it), named should one get here.
+fn never_created<T: Task>(task: &T) -> CloudError {
+    CloudError::Model(format!(
+        "{}: kprov does not create a {}",
+        task.id(),
+        T::KIND
     ))
 }
 

@@ -1,10 +1,9 @@
 //! A zone's NAT gateway: in the zone's utility subnet, holding its elastic IP; the private
 //! route table of the zone routes through it.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Delete, Done, ElasticIp, Ref, Subnet, Task, created, gone};
+use super::{Apply, Created, Delete, Done, ElasticIp, Ref, Subnet, Task, gone};
 use crate::cloud::aws::after_create;
 use crate::cloud::aws::ec2::{tag_spec, wait_nat};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
@@ -22,28 +21,24 @@ task! {
         );
 }
 
-#[async_trait]
 impl Task for NatGateway {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        let nid = created(
-            &id,
-            a.ec2
-                .create_nat_gateway()
-                .subnet_id(self.subnet.resolve(a.ids)?)
-                .allocation_id(self.allocation.resolve(a.ids)?)
-                .tag_specifications(tag_spec(a.c, ResourceType::Natgateway, &id, &[]))
-                .send(),
-            "CreateNatGateway",
-            |out| out.nat_gateway().and_then(|n| n.nat_gateway_id()),
-        )
-        .await?;
+        let nid = a
+            .ec2
+            .create_nat_gateway()
+            .subnet_id(self.subnet.resolve(a.ids)?)
+            .allocation_id(self.allocation.resolve(a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::Natgateway, &self.id(), &[]))
+            .send()
+            .await
+            .created(self, "CreateNatGateway", |out| {
+                out.nat_gateway().and_then(|n| n.nat_gateway_id())
+            })?;
         wait_nat(a.c, &nid, false).await.map_err(after_create)?;
         Ok(nid)
     }
 }
 
-#[async_trait]
 impl Delete for NatGateway {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let nid = self.cloud_id()?;

@@ -2,10 +2,9 @@
 //! are a kind of their own (`SecurityGroupRules`): groups admit each other, so every
 //! group must exist before any rule names one.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Ref, Task, Vpc, created};
+use super::{Apply, Created, Ref, Task, Vpc};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::engine::{CloudError, CloudId};
@@ -22,23 +21,17 @@ task! {
         <- g.description().unwrap_or_default().to_string();
 }
 
-#[async_trait]
 impl Task for SecurityGroup {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        created(
-            &id,
-            a.ec2
-                .create_security_group()
-                .group_name(&self.group_name)
-                .description(&self.description)
-                .vpc_id(self.vpc.resolve(a.ids)?)
-                .tag_specifications(tag_spec(a.c, ResourceType::SecurityGroup, &id, &[]))
-                .send(),
-            "CreateSecurityGroup",
-            |out| out.group_id(),
-        )
-        .await
+        a.ec2
+            .create_security_group()
+            .group_name(&self.group_name)
+            .description(&self.description)
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::SecurityGroup, &self.id(), &[]))
+            .send()
+            .await
+            .created(self, "CreateSecurityGroup", |out| out.group_id())
     }
 }
 

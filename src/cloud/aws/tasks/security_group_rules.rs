@@ -8,7 +8,6 @@
 //! group, another team's), are theirs to add and remove; kprov neither compares nor revokes
 //! them.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 
 use super::{Apply, Delete, Done, Head, Item, Kinded, Read, Ref, SecurityGroup, Task};
@@ -208,7 +207,6 @@ impl Read for SecurityGroupRules {
     }
 }
 
-#[async_trait]
 impl Task for SecurityGroupRules {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let gid = self.group.resolve(a.ids)?;
@@ -235,7 +233,6 @@ impl Task for SecurityGroupRules {
     }
 }
 
-#[async_trait]
 impl Delete for SecurityGroupRules {
     async fn delete(&self, a: Apply<'_>) -> Done {
         gone_ok(revoke(a.c, self.cloud_id()?, &self.ingress, a.ids).await)

@@ -1,10 +1,9 @@
 //! A subnet: its VPC, zone and CIDR (fixed once created) and whether instances launched in it
 //! get a public address.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Done, Ref, Task, Vpc, cannot_change, changed, created};
+use super::{Apply, Created, Done, Ref, Task, Vpc, cannot_change, changed};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, finish_create};
@@ -26,7 +25,6 @@ task! {
         <- s.map_public_ip_on_launch().unwrap_or(false);
 }
 
-#[async_trait]
 impl Task for Subnet {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
@@ -35,19 +33,18 @@ impl Task for Subnet {
         } else {
             "kubernetes.io/role/internal-elb"
         };
-        let sid = created(
-            &id,
-            a.ec2
-                .create_subnet()
-                .vpc_id(self.vpc.resolve(a.ids)?)
-                .cidr_block(&self.cidr)
-                .availability_zone(&self.zone)
-                .tag_specifications(tag_spec(a.c, ResourceType::Subnet, &id, &[(role, "1")]))
-                .send(),
-            "CreateSubnet",
-            |out| out.subnet().and_then(|v| v.subnet_id()),
-        )
-        .await?;
+        let sid = a
+            .ec2
+            .create_subnet()
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .cidr_block(&self.cidr)
+            .availability_zone(&self.zone)
+            .tag_specifications(tag_spec(a.c, ResourceType::Subnet, &id, &[(role, "1")]))
+            .send()
+            .await
+            .created(self, "CreateSubnet", |out| {
+                out.subnet().and_then(|v| v.subnet_id())
+            })?;
         if self.map_public_ip {
             finish_create(|| set_map_public_ip(a.c, &sid, true)).await?;
         }

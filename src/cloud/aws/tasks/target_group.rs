@@ -4,10 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, TargetGroupAttribute, TargetTypeEnum};
 
-use super::{Apply, Done, Ref, Task, Vpc, cannot_change, created};
+use super::{Apply, Created, Done, Ref, Task, Vpc, cannot_change};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
 use crate::cloud::aws::{AwsCloud, Ctx, finish_create};
@@ -48,30 +47,26 @@ pub(crate) struct ListedTargetGroup {
     pub(crate) attributes: BTreeMap<String, String>,
 }
 
-#[async_trait]
 impl Task for TargetGroup {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let arn = created(
-            &id,
-            a.elb
-                .create_target_group()
-                .name(&self.tg_name)
-                .protocol(ProtocolEnum::from(self.protocol.as_str()))
-                .port(port(&id, self.port)?)
-                .vpc_id(self.vpc.resolve(a.ids)?)
-                .target_type(TargetTypeEnum::Instance)
-                .health_check_protocol(ProtocolEnum::Tcp)
-                .set_tags(Some(tags(a.c, &id)))
-                .send(),
-            "CreateTargetGroup",
-            |out| {
+        let arn = a
+            .elb
+            .create_target_group()
+            .name(&self.tg_name)
+            .protocol(ProtocolEnum::from(self.protocol.as_str()))
+            .port(port(&id, self.port)?)
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .target_type(TargetTypeEnum::Instance)
+            .health_check_protocol(ProtocolEnum::Tcp)
+            .set_tags(Some(tags(a.c, &id)))
+            .send()
+            .await
+            .created(self, "CreateTargetGroup", |out| {
                 out.target_groups()
                     .first()
                     .and_then(|t| t.target_group_arn())
-            },
-        )
-        .await?;
+            })?;
         finish_create(|| self.set_attributes(a.c, &arn)).await?;
         Ok(arn)
     }
