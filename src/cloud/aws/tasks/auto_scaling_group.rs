@@ -13,12 +13,11 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use aws_sdk_autoscaling::types::{LaunchTemplateSpecification, Tag};
 
 use super::{
-    Apply, Delete, Done, Fields, Head, LaunchTemplate, Ref, Subnet, TargetGroup, Task, changed,
-    resolve_all,
+    Apply, Delete, Done, Fields, Head, LaunchTemplate, Read, Ref, Subnet, TargetGroup, Task,
+    changed, resolve_all,
 };
 use crate::cloud::aws::asg::tag_pairs;
 use crate::cloud::aws::kinds::AwsKind;
@@ -55,11 +54,10 @@ task! {
     role: String = ROLE("role");
 }
 
-#[async_trait]
-impl Task for AutoScalingGroup {
+impl Read for AutoScalingGroup {
     type Listed = aws_sdk_autoscaling::types::AutoScalingGroup;
 
-    fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn from_listed(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
         let lt = g.launch_template();
         let role = tag_pairs(g)
             .find(|(k, _)| *k == TAG_ROLE)
@@ -100,7 +98,9 @@ impl Task for AutoScalingGroup {
         }
         read
     }
+}
 
+impl Task for AutoScalingGroup {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let name = &self.group_name;
         a.asg
@@ -179,7 +179,6 @@ impl Task for AutoScalingGroup {
     }
 }
 
-#[async_trait]
 impl Delete for AutoScalingGroup {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;

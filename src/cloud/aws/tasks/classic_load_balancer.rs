@@ -3,44 +3,27 @@
 //! holds (its references order that delete); kprov never makes or changes one. ELB names a
 //! Classic load balancer by its name: that is its cloud ID.
 
-use async_trait::async_trait;
-
-use super::{Apply, Head, Ref, SecurityGroup, Subnet, Task, Vpc};
-use crate::cloud::aws::Reader;
+use super::{Apply, Ref, SecurityGroup, Subnet, Task, Vpc, never_created};
 use crate::cloud::aws::kinds::AwsKind;
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
-    struct ClassicLoadBalancer: AwsKind::ClassicLoadBalancer;
-    vpc: Ref<Vpc> = VPC("vpc");
-    subnets: Vec<Ref<Subnet>> = SUBNETS("subnets");
-    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS("securityGroups");
+    struct ClassicLoadBalancer: AwsKind::ClassicLoadBalancer,
+        listed aws_sdk_elasticloadbalancing::types::LoadBalancerDescription as l, rd;
+    vpc: Ref<Vpc> = VPC("vpc") <- Ref::read_or_empty(rd, l.vpc_id());
+    subnets: Vec<Ref<Subnet>> = SUBNETS("subnets") <- Ref::read_all(rd, l.subnets());
+    security_groups: Vec<Ref<SecurityGroup>> = SECURITY_GROUPS("securityGroups")
+        <- Ref::read_all(rd, l.security_groups());
     /// Lower case.
-    dns_name: String = DNS_NAME("dnsName");
+    dns_name: String = DNS_NAME("dnsName")
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- l.dns_name().unwrap_or_default().to_lowercase();
 }
 
-#[async_trait]
 impl Task for ClassicLoadBalancer {
-    type Listed = aws_sdk_elasticloadbalancing::types::LoadBalancerDescription;
-
-    fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
-        ClassicLoadBalancer {
-            head,
-            vpc: Ref::read_or_empty(rd, l.vpc_id()),
-            subnets: Ref::read_all(rd, l.subnets()),
-            security_groups: Ref::read_all(rd, l.security_groups()),
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            dns_name: l.dns_name().unwrap_or_default().to_lowercase(),
-        }
-    }
-
     /// Never reached: the provider refuses to create one before decoding it.
     async fn create(&self, _: Apply<'_>) -> Result<CloudId, CloudError> {
-        Err(CloudError::Model(format!(
-            "{}: kprov does not create a {}",
-            self.id(),
-            AwsKind::ClassicLoadBalancer
-        )))
+        Err(never_created(self))
     }
 }
 

@@ -3,30 +3,42 @@
 //! same batch) says which cluster owns it, and only a record with that proof is read. Route 53
 //! has no ID for it; kprov's is `ZONE/NAME`.
 
-use async_trait::async_trait;
 use aws_sdk_route53::types::{AliasTarget, ChangeAction, ResourceRecordSet};
 
-use super::{Apply, Delete, DnsZone, Done, Head, LoadBalancer, Ref, Task, not_set};
+use super::{Apply, Delete, DnsZone, Done, LoadBalancer, Ref, Task, not_set};
 use crate::cloud::aws::dns::{alias_set, change, dns_key, in_zone, owner_value, submit, txt_set};
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
+use crate::cloud::aws::{AwsCloud, Ctx, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 task! {
-    struct DnsRecord: AwsKind::Dns(DnsKind::Record);
-    zone: Ref<DnsZone> = ZONE("zone");
+    struct DnsRecord: AwsKind::Dns(DnsKind::Record), listed ListedRecord as l, rd;
+    zone: Ref<DnsZone> = ZONE("zone") <- Ref::read(rd, &l.zone);
     /// Fully qualified, with its trailing dot; a new name is a new record.
-    record_name: String = RECORD_NAME("recordName"), Replace;
+    record_name: String = RECORD_NAME("recordName"), Replace <- l.owner.name().to_string();
     /// `A`: always on the desired record; on a read one when the A record is there (an owner
     /// record alone, left by an interrupted delete, reads without it, a change to make).
-    record_type: Option<String> = TYPE("type");
+    record_type: Option<String> = TYPE("type") <- l.a.as_ref().map(|_| "A".to_string());
     /// Always on the desired record; on a read one when the A record is an alias.
-    alias: Option<Ref<LoadBalancer>> = ALIAS("alias");
+    alias: Option<Ref<LoadBalancer>> = ALIAS("alias")
+        // The load balancer's read keys it by DNS name (Route 53 aliases name it so).
+        <- l.alias_target().map(|t| Ref::read(rd, &dns_key(t.dns_name())));
     /// Read only: the owner record's text, which its delete must name exactly.
-    txt: Option<String> = TXT("txt");
+    txt: Option<String> = TXT("txt")
+        <- Some(
+            l.owner
+                .resource_records()
+                .first()
+                .map(|r| r.value())
+                // why: a field the cloud left out reads as empty, which the diff shows as a change
+                .unwrap_or_default()
+                .to_string(),
+        );
     /// Read only: the alias target as Route 53 has it, which its delete must name exactly.
-    alias_dns: Option<String> = ALIAS_DNS("aliasDns");
-    alias_zone: Option<String> = ALIAS_ZONE("aliasZone");
+    alias_dns: Option<String> = ALIAS_DNS("aliasDns")
+        <- l.alias_target().map(|t| t.dns_name().to_string());
+    alias_zone: Option<String> = ALIAS_ZONE("aliasZone")
+        <- l.alias_target().map(|t| t.hosted_zone_id().to_string());
 }
 
 /// A record the read found: its zone's ID, the owner TXT set naming this cluster, and the A
@@ -37,33 +49,13 @@ pub(crate) struct ListedRecord {
     pub(crate) a: Option<ResourceRecordSet>,
 }
 
-#[async_trait]
-impl Task for DnsRecord {
-    type Listed = ListedRecord;
-
-    fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
-        let target: Option<&AliasTarget> = l.a.as_ref().and_then(|a| a.alias_target());
-        DnsRecord {
-            head,
-            zone: Ref::read(rd, &l.zone),
-            record_name: l.owner.name().to_string(),
-            record_type: l.a.as_ref().map(|_| "A".to_string()),
-            // The load balancer's read keys it by DNS name (Route 53 aliases name it so).
-            alias: target.map(|t| Ref::read(rd, &dns_key(t.dns_name()))),
-            txt: Some(
-                l.owner
-                    .resource_records()
-                    .first()
-                    .map(|r| r.value())
-                    // why: a field the cloud left out reads as empty, which the diff shows as a change
-                    .unwrap_or_default()
-                    .to_string(),
-            ),
-            alias_dns: target.map(|t| t.dns_name().to_string()),
-            alias_zone: target.map(|t| t.hosted_zone_id().to_string()),
-        }
+impl ListedRecord {
+    fn alias_target(&self) -> Option<&AliasTarget> {
+        self.a.as_ref().and_then(|a| a.alias_target())
     }
+}
 
+impl Task for DnsRecord {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         self.upsert(a.c, a.ids).await
     }
@@ -74,7 +66,6 @@ impl Task for DnsRecord {
     }
 }
 
-#[async_trait]
 impl Delete for DnsRecord {
     /// The owner record and the alias go in one batch, each named exactly as read.
     async fn delete(&self, a: Apply<'_>) -> Done {

@@ -1,43 +1,25 @@
 //! The cluster's Route 53 zone (`spec.dns.zone`): adopted by name, never made, changed or
 //! deleted by kprov; the plan checks it exists and is as private as the spec says.
 
-use async_trait::async_trait;
-
-use super::{Apply, Delete, Done, Head, Kinded, Task};
-use crate::cloud::aws::Reader;
+use super::{Apply, Delete, Done, Task, never_created};
 use crate::cloud::aws::dns::ZoneRead;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
-    struct DnsZone: AwsKind::Dns(DnsKind::Zone);
+    struct DnsZone: AwsKind::Dns(DnsKind::Zone), listed ZoneRead as z;
     /// Fully qualified, with its trailing dot (as Route 53 lists it).
-    zone_name: String = ZONE_NAME("zoneName");
-    private: bool = PRIVATE("private");
+    zone_name: String = ZONE_NAME("zoneName") <- z.name.clone();
+    private: bool = PRIVATE("private") <- z.is_private;
 }
 
-#[async_trait]
 impl Task for DnsZone {
-    type Listed = ZoneRead;
-
-    fn read(head: Head, z: &Self::Listed, _: &Reader<'_>) -> Self {
-        DnsZone {
-            head,
-            zone_name: z.name.clone(),
-            private: z.is_private,
-        }
-    }
-
+    /// Adopted (ExistsAndValidates): the engine never creates it.
     async fn create(&self, _: Apply<'_>) -> Result<CloudId, CloudError> {
-        Err(CloudError::Model(format!(
-            "{}: kprov does not create a {}",
-            self.id(),
-            Self::KIND
-        )))
+        Err(never_created(self))
     }
 }
 
-#[async_trait]
 impl Delete for DnsZone {
     /// Adopted (ExistsAndValidates): the engine never deletes it.
     async fn delete(&self, _: Apply<'_>) -> Done {

@@ -3,19 +3,17 @@
 //! with a VPC kprov owns is owned: one with an adopted VPC is that VPC's owner's and is never
 //! removed.
 
-use async_trait::async_trait;
-
-use super::{Apply, Delete, DnsZone, Done, Head, Ref, Task, Vpc};
+use super::{Apply, Delete, DnsZone, Done, Ref, Task, Vpc};
 use crate::cloud::aws::dns::in_zone;
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, DnsKind};
-use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::aws::{Ctx, id_from};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
-    struct DnsZoneVpc: AwsKind::Dns(DnsKind::ZoneVpc);
-    zone: Ref<DnsZone> = ZONE("zone"), Replace;
-    vpc: Ref<Vpc> = VPC("vpc"), Replace;
+    struct DnsZoneVpc: AwsKind::Dns(DnsKind::ZoneVpc), listed ListedAssociation as a, rd;
+    zone: Ref<DnsZone> = ZONE("zone"), Replace <- Ref::read(rd, &a.zone);
+    vpc: Ref<Vpc> = VPC("vpc"), Replace <- Ref::read(rd, &a.vpc);
 }
 
 /// An association the read found: the zone's ID and the VPC's.
@@ -24,18 +22,7 @@ pub(crate) struct ListedAssociation {
     pub(crate) vpc: CloudId,
 }
 
-#[async_trait]
 impl Task for DnsZoneVpc {
-    type Listed = ListedAssociation;
-
-    fn read(head: Head, a: &Self::Listed, rd: &Reader<'_>) -> Self {
-        DnsZoneVpc {
-            head,
-            zone: Ref::read(rd, &a.zone),
-            vpc: Ref::read(rd, &a.vpc),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let zone = self.zone.resolve(a.ids)?;
         let vpc = self.vpc.resolve(a.ids)?;
@@ -66,7 +53,6 @@ impl Task for DnsZoneVpc {
     }
 }
 
-#[async_trait]
 impl Delete for DnsZoneVpc {
     /// Already disassociated (`VPCAssociationNotFound`) is success; so is the zone's last
     /// association: a private zone keeps at least one VPC, and the zone is not kprov's to empty.

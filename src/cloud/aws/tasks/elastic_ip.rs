@@ -1,18 +1,18 @@
 //! An elastic IP: the public address a zone's NAT gateway holds.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::{DomainType, ResourceType};
 
-use super::{Apply, Head, Task, created};
-use crate::cloud::aws::Reader;
+use super::{Apply, Created, Head, Task};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::engine::{CloudError, CloudId};
 
 task! {
-    struct ElasticIp: AwsKind::Ec2(Ec2Kind::ElasticIp);
+    struct ElasticIp: AwsKind::Ec2(Ec2Kind::ElasticIp), listed aws_sdk_ec2::types::Address as a;
     /// `vpc` for every address kprov allocates (EC2-Classic's `standard` is gone).
-    domain: String = DOMAIN("domain");
+    domain: String = DOMAIN("domain")
+        // An address listed without its domain is a VPC one: the only kind left.
+        <- a.domain().map_or("vpc", |d| d.as_str()).to_string();
 }
 
 impl ElasticIp {
@@ -25,31 +25,15 @@ impl ElasticIp {
     }
 }
 
-#[async_trait]
 impl Task for ElasticIp {
-    type Listed = aws_sdk_ec2::types::Address;
-
-    fn read(head: Head, a: &Self::Listed, _: &Reader<'_>) -> Self {
-        ElasticIp {
-            head,
-            // An address listed without its domain is a VPC one: the only kind left.
-            domain: a.domain().map_or("vpc", |d| d.as_str()).to_string(),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        created(
-            &id,
-            a.ec2
-                .allocate_address()
-                .domain(DomainType::from(self.domain.as_str()))
-                .tag_specifications(tag_spec(a.c, ResourceType::ElasticIp, &id, &[]))
-                .send(),
-            "AllocateAddress",
-            |out| out.allocation_id(),
-        )
-        .await
+        a.ec2
+            .allocate_address()
+            .domain(DomainType::from(self.domain.as_str()))
+            .tag_specifications(tag_spec(a.c, ResourceType::ElasticIp, &self.id(), &[]))
+            .send()
+            .await
+            .created(self, "AllocateAddress", |out| out.allocation_id())
     }
 }
 

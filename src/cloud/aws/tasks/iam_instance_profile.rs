@@ -2,20 +2,21 @@
 //! what a launch template names to give instances the role. Its name is fixed once made; its
 //! role is swapped in place.
 
-use async_trait::async_trait;
-
-use super::{Apply, Delete, Done, Head, IamRole, Ref, Task, gone, not_set};
+use super::{Apply, Delete, Done, IamRole, Ref, Task, gone, not_set};
 use crate::cloud::aws::iam::{path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create, id_from};
+use crate::cloud::aws::{AwsCloud, Ctx, finish_create, id_from};
 use crate::cloud::engine::{CloudError, CloudId, ErrorClass, FieldChange};
 
 task! {
-    struct IamInstanceProfile: AwsKind::Iam(IamKind::InstanceProfile);
+    struct IamInstanceProfile: AwsKind::Iam(IamKind::InstanceProfile),
+        listed aws_sdk_iam::types::InstanceProfile as p, rd;
     /// Also its cloud ID: IAM names a profile by its name.
-    profile_name: String = PROFILE_NAME("profileName"), Immutable;
+    profile_name: String = PROFILE_NAME("profileName"), Immutable
+        <- p.instance_profile_name().to_string();
     /// Always on the desired profile; a read one may hold none (IAM allows at most one).
-    role: Option<Ref<IamRole>> = ROLE("role");
+    role: Option<Ref<IamRole>> = ROLE("role")
+        <- p.roles().first().map(|r| Ref::read(rd, r.role_name()));
 }
 
 impl IamInstanceProfile {
@@ -24,18 +25,7 @@ impl IamInstanceProfile {
     }
 }
 
-#[async_trait]
 impl Task for IamInstanceProfile {
-    type Listed = aws_sdk_iam::types::InstanceProfile;
-
-    fn read(head: Head, p: &Self::Listed, rd: &Reader<'_>) -> Self {
-        IamInstanceProfile {
-            head,
-            profile_name: p.instance_profile_name().to_string(),
-            role: p.roles().first().map(|r| Ref::read(rd, r.role_name())),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let name = &self.profile_name;
@@ -65,7 +55,6 @@ impl Task for IamInstanceProfile {
     }
 }
 
-#[async_trait]
 impl Delete for IamInstanceProfile {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let name = self.cloud_id()?;

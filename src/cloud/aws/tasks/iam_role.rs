@@ -1,37 +1,23 @@
 //! An instance-group role's IAM role (`ROLE.CLUSTER`, under the cluster's path): its name
 //! is fixed once made, its trust policy is brought back in place.
 
-use async_trait::async_trait;
-
-use super::{Apply, Doc, Done, Head, Task, cannot_change, changed};
+use super::{Apply, Doc, Done, Task, cannot_change, changed};
 use crate::cloud::aws::iam::{normalize, path, tags};
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
-use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::aws::{Ctx, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
-    struct IamRole: AwsKind::Iam(IamKind::Role);
+    struct IamRole: AwsKind::Iam(IamKind::Role), listed aws_sdk_iam::types::Role as role;
     /// Also its cloud ID: IAM names a role by its name.
-    role_name: String = ROLE_NAME("roleName"), Immutable;
+    role_name: String = ROLE_NAME("roleName"), Immutable <- role.role_name().to_string();
     /// The trust policy, as canonical JSON (a document the diff shows line by line).
-    assume_role_policy: String = ASSUME_ROLE_POLICY("assumeRolePolicy") as Doc;
+    assume_role_policy: String = ASSUME_ROLE_POLICY("assumeRolePolicy") as Doc
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- normalize(role.assume_role_policy_document().unwrap_or_default());
 }
 
-#[async_trait]
 impl Task for IamRole {
-    type Listed = aws_sdk_iam::types::Role;
-
-    fn read(head: Head, role: &Self::Listed, _: &Reader<'_>) -> Self {
-        IamRole {
-            head,
-            role_name: role.role_name().to_string(),
-            assume_role_policy: normalize(
-                // why: a field the cloud left out reads as empty, which the diff shows as a change
-                role.assume_role_policy_document().unwrap_or_default(),
-            ),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         a.iam

@@ -1,20 +1,18 @@
 //! A role's inline policy (`kprov-ROLE`): what the instances of that role may do. IAM has no
 //! ID for it; kprov's is `ROLE:POLICY`.
 
-use async_trait::async_trait;
-
-use super::{Apply, Delete, Doc, Done, Head, IamRole, Ref, Task, gone};
+use super::{Apply, Delete, Doc, Done, IamRole, Ref, Task, gone};
 use crate::cloud::aws::iam::normalize;
 use crate::cloud::aws::kinds::{AwsKind, IamKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, id_from};
+use crate::cloud::aws::{AwsCloud, Ctx, id_from};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 task! {
-    struct IamRolePolicy: AwsKind::Iam(IamKind::RolePolicy);
-    role: Ref<IamRole> = ROLE("role");
-    policy_name: String = POLICY_NAME("policyName"), Immutable;
+    struct IamRolePolicy: AwsKind::Iam(IamKind::RolePolicy), listed ListedPolicy as p, rd;
+    role: Ref<IamRole> = ROLE("role") <- Ref::read(rd, &p.role);
+    policy_name: String = POLICY_NAME("policyName"), Immutable <- p.name.clone();
     /// The policy, as canonical JSON (a document the diff shows line by line).
-    document: String = DOCUMENT("document") as Doc;
+    document: String = DOCUMENT("document") as Doc <- normalize(&p.document);
 }
 
 /// An inline policy as the read found it: its role's name, its name, and its document as
@@ -25,19 +23,7 @@ pub(crate) struct ListedPolicy {
     pub(crate) document: String,
 }
 
-#[async_trait]
 impl Task for IamRolePolicy {
-    type Listed = ListedPolicy;
-
-    fn read(head: Head, p: &Self::Listed, rd: &Reader<'_>) -> Self {
-        IamRolePolicy {
-            head,
-            role: Ref::read(rd, &p.role),
-            policy_name: p.name.clone(),
-            document: normalize(&p.document),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         self.put(a.c, a.ids).await
     }
@@ -48,7 +34,6 @@ impl Task for IamRolePolicy {
     }
 }
 
-#[async_trait]
 impl Delete for IamRolePolicy {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let cid = self.cloud_id()?;

@@ -1,19 +1,20 @@
 //! The internet gateway and its attachment to the VPC (an adopted VPC brings its own).
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Delete, Done, Head, Ref, Task, Vpc, created, gone, not_set};
+use super::{Apply, Created, Delete, Done, Ref, Task, Vpc, gone, not_set};
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, error_code, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, error_code, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
-    struct InternetGateway: AwsKind::Ec2(Ec2Kind::InternetGateway);
+    struct InternetGateway: AwsKind::Ec2(Ec2Kind::InternetGateway),
+        listed aws_sdk_ec2::types::InternetGateway as g, rd;
     /// The VPC it is attached to: always set on the desired gateway; a read one may be
     /// detached.
-    vpc: Option<Ref<Vpc>> = VPC("vpc");
+    vpc: Option<Ref<Vpc>> = VPC("vpc")
+        <- g.attachments().iter().find_map(|a| a.vpc_id()).map(|vid| Ref::read(rd, vid));
 }
 
 impl InternetGateway {
@@ -22,33 +23,22 @@ impl InternetGateway {
     }
 }
 
-#[async_trait]
 impl Task for InternetGateway {
-    type Listed = aws_sdk_ec2::types::InternetGateway;
-
-    fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
-        InternetGateway {
-            head,
-            vpc: g
-                .attachments()
-                .iter()
-                .find_map(|a| a.vpc_id())
-                .map(|vid| Ref::read(rd, vid)),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        let gid = created(
-            &id,
-            a.ec2
-                .create_internet_gateway()
-                .tag_specifications(tag_spec(a.c, ResourceType::InternetGateway, &id, &[]))
-                .send(),
-            "CreateInternetGateway",
-            |out| out.internet_gateway().and_then(|g| g.internet_gateway_id()),
-        )
-        .await?;
+        let gid = a
+            .ec2
+            .create_internet_gateway()
+            .tag_specifications(tag_spec(
+                a.c,
+                ResourceType::InternetGateway,
+                &self.id(),
+                &[],
+            ))
+            .send()
+            .await
+            .created(self, "CreateInternetGateway", |out| {
+                out.internet_gateway().and_then(|g| g.internet_gateway_id())
+            })?;
         let vpc = self.attached_to()?.resolve(a.ids)?;
         finish_create(|| attach(a.c, &gid, vpc)).await?;
         Ok(gid)
@@ -69,7 +59,6 @@ impl Task for InternetGateway {
     }
 }
 
-#[async_trait]
 impl Delete for InternetGateway {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let gid = self.cloud_id()?;

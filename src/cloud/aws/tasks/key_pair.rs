@@ -5,13 +5,12 @@
 
 use std::fmt;
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
-use super::{Apply, Codec, Head, Task};
+use super::{Apply, Codec, Task};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{Ctx, Reader, id_from};
+use crate::cloud::aws::{Ctx, id_from};
 use crate::cloud::engine::{CloudError, CloudId, Resource};
 
 const PUBLIC_KEY_SHA256: &str = "publicKeySha256";
@@ -19,12 +18,18 @@ const PUBLIC_KEY_SHA256: &str = "publicKeySha256";
 const TAG_KEY_HASH: &str = "kprov.dev/public-key-sha256";
 
 task! {
-    struct KeyPair: AwsKind::Ec2(Ec2Kind::KeyPair);
+    struct KeyPair: AwsKind::Ec2(Ec2Kind::KeyPair), listed aws_sdk_ec2::types::KeyPairInfo as k;
     /// Also its cloud ID: EC2 names a key pair by its name.
-    key_name: String = KEY_NAME("keyName"), Replace;
-    public_key_sha256: String = PUBLIC_KEY_SHA256, Replace;
+    key_name: String = KEY_NAME("keyName"), Replace
+        // why: never absent here: the reader skips a key pair listed without its name
+        <- k.key_name().unwrap_or_default().to_string();
+    public_key_sha256: String = PUBLIC_KEY_SHA256, Replace
+        <- k.tags().iter().find(|t| t.key() == Some(TAG_KEY_HASH)).and_then(|t| t.value())
+            // why: a key pair without the hash tag reads as none, which the diff shows as a change
+            .unwrap_or_default()
+            .to_string();
     /// On the desired key pair only (a read cannot get it back).
-    public_key: Option<PublicKey> = PUBLIC_KEY("publicKey") as Input;
+    public_key: Option<PublicKey> = PUBLIC_KEY("publicKey") as Input <- None;
 }
 
 /// An OpenSSH public key, trimmed. Shown (`Debug`) as a placeholder: its hash is what a
@@ -54,26 +59,7 @@ impl Codec<Option<PublicKey>> for Input {
     }
 }
 
-#[async_trait]
 impl Task for KeyPair {
-    type Listed = aws_sdk_ec2::types::KeyPairInfo;
-
-    fn read(head: Head, k: &Self::Listed, _: &Reader<'_>) -> Self {
-        let hash = k
-            .tags()
-            .iter()
-            .find(|t| t.key() == Some(TAG_KEY_HASH))
-            .and_then(|t| t.value());
-        KeyPair {
-            head,
-            // why: never absent here: the reader skips a key pair listed without its name
-            key_name: k.key_name().unwrap_or_default().to_string(),
-            // why: a key pair without the hash tag reads as none, which the diff shows as a change
-            public_key_sha256: hash.unwrap_or_default().to_string(),
-            public_key: None,
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let key = self

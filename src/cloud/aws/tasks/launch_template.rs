@@ -10,7 +10,6 @@
 
 use std::fmt;
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::{
     LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
@@ -19,8 +18,8 @@ use aws_sdk_ec2::types::{
 use aws_smithy_types::base64;
 
 use super::{
-    Apply, Codec, Doc, Done, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Ref, SecurityGroup,
-    Task, created, text,
+    Apply, Codec, Created, Doc, Done, Fields, Head, IamInstanceProfile, KeyPair, Kinded, Read, Ref,
+    SecurityGroup, Task, text,
 };
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::hostkeys;
@@ -283,11 +282,10 @@ pub(crate) enum ListedTemplate {
     Gone(aws_sdk_ec2::types::LaunchTemplate),
 }
 
-#[async_trait]
-impl Task for LaunchTemplate {
+impl Read for LaunchTemplate {
     type Listed = ListedTemplate;
 
-    fn read(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn from_listed(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self {
         // why: a field the cloud left out reads as empty, which the diff shows as a change
         let name = |n: Option<&str>| n.unwrap_or_default().to_string();
         match listed {
@@ -311,7 +309,9 @@ impl Task for LaunchTemplate {
             },
         }
     }
+}
 
+impl Task for LaunchTemplate {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         // A new template's only version is 1.
@@ -320,18 +320,16 @@ impl Task for LaunchTemplate {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        created(
-            &id,
-            a.ec2
-                .create_launch_template()
-                .launch_template_name(&self.template_name)
-                .launch_template_data(self.launch()?.data(a.c, &id, a.ids)?)
-                .tag_specifications(tag_spec(a.c, ResourceType::LaunchTemplate, &id, &written))
-                .send(),
-            "CreateLaunchTemplate",
-            |out| out.launch_template().and_then(|t| t.launch_template_id()),
-        )
-        .await
+        a.ec2
+            .create_launch_template()
+            .launch_template_name(&self.template_name)
+            .launch_template_data(self.launch()?.data(a.c, &id, a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::LaunchTemplate, &id, &written))
+            .send()
+            .await
+            .created(self, "CreateLaunchTemplate", |out| {
+                out.launch_template().and_then(|t| t.launch_template_id())
+            })
     }
 
     /// Instance groups use `$Latest`: a new complete version is the change (the name is

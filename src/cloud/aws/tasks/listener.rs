@@ -1,21 +1,27 @@
 //! A load balancer's TCP listener, forwarding to its target group: fixed to its load
 //! balancer once made, its port, protocol and target group are changed in place.
 
-use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{Action, ActionTypeEnum, ProtocolEnum};
 
-use super::{Apply, Done, Head, LoadBalancer, Ref, TargetGroup, Task, created};
+use super::{Apply, Created, Done, LoadBalancer, Ref, TargetGroup, Task};
+use crate::cloud::aws::Ctx;
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
-use crate::cloud::aws::{Ctx, Reader};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange, IdMap};
 
 task! {
-    struct Listener: AwsKind::Elb(ElbKind::Listener);
-    load_balancer: Ref<LoadBalancer> = LOAD_BALANCER("loadBalancer"), Immutable;
-    port: i64 = PORT("port");
-    protocol: String = PROTOCOL("protocol");
-    target_group: Ref<TargetGroup> = TARGET_GROUP("targetGroup");
+    struct Listener: AwsKind::Elb(ElbKind::Listener), listed ListedListener as l, rd;
+    load_balancer: Ref<LoadBalancer> = LOAD_BALANCER("loadBalancer"), Immutable
+        <- Ref::read(rd, &l.load_balancer);
+    port: i64 = PORT("port") <- l.listener.port().unwrap_or(0).into();
+    protocol: String = PROTOCOL("protocol")
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- l.listener.protocol().map(|p| p.as_str()).unwrap_or_default().to_string();
+    target_group: Ref<TargetGroup> = TARGET_GROUP("targetGroup")
+        <- Ref::read_or_empty(
+            rd,
+            l.listener.default_actions().iter().find_map(|a| a.target_group_arn()),
+        );
 }
 
 /// A listener as listed, with the ARN of the load balancer it was listed for.
@@ -24,47 +30,21 @@ pub(crate) struct ListedListener {
     pub(crate) listener: aws_sdk_elasticloadbalancingv2::types::Listener,
 }
 
-#[async_trait]
 impl Task for Listener {
-    type Listed = ListedListener;
-
-    fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
-        let tg = l
-            .listener
-            .default_actions()
-            .iter()
-            .find_map(|a| a.target_group_arn());
-        Listener {
-            head,
-            load_balancer: Ref::read(rd, &l.load_balancer),
-            port: l.listener.port().unwrap_or(0).into(),
-            protocol: l
-                .listener
-                .protocol()
-                .map(|p| p.as_str())
-                // why: a field the cloud left out reads as empty, which the diff shows as a change
-                .unwrap_or_default()
-                .to_string(),
-            target_group: Ref::read_or_empty(rd, tg),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        created(
-            &id,
-            a.elb
-                .create_listener()
-                .load_balancer_arn(self.load_balancer.resolve(a.ids)?)
-                .protocol(ProtocolEnum::from(self.protocol.as_str()))
-                .port(port(&id, self.port)?)
-                .default_actions(self.forward(a.ids)?)
-                .set_tags(Some(tags(a.c, &id)))
-                .send(),
-            "CreateListener",
-            |out| out.listeners().first().and_then(|l| l.listener_arn()),
-        )
-        .await
+        a.elb
+            .create_listener()
+            .load_balancer_arn(self.load_balancer.resolve(a.ids)?)
+            .protocol(ProtocolEnum::from(self.protocol.as_str()))
+            .port(port(&id, self.port)?)
+            .default_actions(self.forward(a.ids)?)
+            .set_tags(Some(tags(a.c, &id)))
+            .send()
+            .await
+            .created(self, "CreateListener", |out| {
+                out.listeners().first().and_then(|l| l.listener_arn())
+            })
     }
 
     async fn update(&self, have: &Self, _: &[FieldChange], a: Apply<'_>) -> Done {

@@ -1,18 +1,19 @@
 //! Typed AWS tasks, one file per kind (as kops's `awstasks`): a task is a struct with typed fields
 //! and [`Ref`]s to the resources it needs, and one [`Task`] trait says how it becomes the engine's
 //! resource (the fields the generic diff compares and prints, and their rules), how it is read back
-//! from the cloud (kops's Find), and how it is created, updated and deleted (kops's Render) against
-//! one [`Apply`] context (kops's target: the cloud and the cloud IDs recorded so far). Its delete
-//! is the supertrait [`Delete`]: most kinds are deleted by one call naming their cloud ID, which
-//! `delete_by_id!` declares in one line. The engine stays generic: it diffs the field maps
+//! from the cloud (kops's Find, its supertrait [`Read`]), and how it is created, updated and
+//! deleted (kops's Render) against one [`Apply`] context (kops's target: the cloud and the cloud
+//! IDs recorded so far). Its delete is the supertrait [`Delete`]: most kinds are deleted by one
+//! call naming their cloud ID, which `delete_by_id!` declares in one line. The engine stays generic: it diffs the field maps
 //! `resource()` makes, and apply hands them back, decoded once by `from_resource` (a missing or
 //! mistyped field is a model error naming the resource and field, never an empty value sent to
 //! AWS).
 //!
 //! A kind whose fields each map to one engine field is declared with `task!` (the struct, its
-//! [`Kinded`], its [`Fields`] and its field-name constants, from one table of field, type,
-//! name and rule), so a new kind writes only what is its own: how it is read, created,
-//! updated and deleted.
+//! [`Kinded`], its [`Fields`], its field-name constants and its [`Read`], from one table of
+//! field, type, name, rule and read expression: a field is declared once, in one row, with how
+//! it is held, compared and read), so a new kind writes only what is its own: how it is
+//! created, updated and deleted.
 //!
 //! The tasks: the EC2 networking kinds ([`Vpc`], [`Subnet`], [`InternetGateway`],
 //! [`RouteTable`], [`ElasticIp`], [`NatGateway`]), [`SecurityGroup`] and [`SecurityGroupRules`],
@@ -34,7 +35,6 @@
 /// hand.
 macro_rules! delete_by_id {
     ($name:ident: $client:ident.$op:ident().$setter:ident, $operation:literal) => {
-        #[async_trait::async_trait]
         impl $crate::cloud::aws::tasks::Delete for $name {
             async fn delete(
                 &self,
@@ -49,21 +49,47 @@ macro_rules! delete_by_id {
 }
 
 /// Declares a task whose typed fields each map to one field of the engine's resource: the
-/// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]) and its
-/// [`Fields`]. Each field names the constant that is its name in the engine's map (declared
-/// here when its text follows, `VPC("vpc")`, else one the file declares), optionally the
-/// [`Codec`] that holds it when that is not its own type (`as Doc`), and optionally its
-/// [`FieldRule`](crate::cloud::engine::FieldRule) (`Mutable` when none is given).
-/// A kind whose fields do not map one to one (the VPC's DNS pair) writes [`Fields`] by hand.
+/// struct (its [`Head`] and the fields), the kind it stands for ([`Kinded`]), its [`Fields`],
+/// and, when each field is read from the listed item by one expression, its [`Read`]. Each
+/// field row says all there is to it: its name and type, the constant that is its name in the
+/// engine's map (declared here when its text follows, `VPC("vpc")`, else one the file
+/// declares), optionally the [`Codec`] that holds it when that is not its own type (`as Doc`),
+/// optionally its [`FieldRule`](crate::cloud::engine::FieldRule) (`Mutable` when none is
+/// given), and how a read finds it (`<- expr`). The read expressions name the listed item and
+/// the [`Reader`] as the struct line's `listed TYPE as ITEM, READER` says (`READER` left out
+/// when no field needs it); a read longer than an expression calls a helper of the kind's
+/// file. A kind whose fields are not read one by one (the auto scaling group's capacity, judged
+/// against the desired group) leaves out `listed` and the `<-`s and writes [`Read`] by hand;
+/// one whose fields do not map one to one (the VPC's DNS pair) writes [`Fields`] by hand too.
 macro_rules! task {
     (@codec $ty:ty) => { $ty };
-    (@codec $ty:ty, $codec:ty) => { $codec };
+    (@codec $ty:ty, $codec:ident) => { $codec };
+    (@reader) => { _ };
+    (@reader $rd:ident) => { $rd };
+    (@read $name:ident [] $($field:ident: ;)*) => {};
+    (@read $name:ident [$listed:ty, $l:ident $(, $rd:ident)?] $($field:ident: $read:expr;)*) => {
+        impl $crate::cloud::aws::tasks::Read for $name {
+            type Listed = $listed;
+
+            fn from_listed(
+                head: $crate::cloud::aws::tasks::Head,
+                $l: &$listed,
+                task!(@reader $($rd)?): &$crate::cloud::aws::Reader<'_>,
+            ) -> Self {
+                $name {
+                    head,
+                    $( $field: $read, )*
+                }
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
-        struct $name:ident: $kind:expr;
+        struct $name:ident: $kind:expr $(, listed $listed:ty as $l:ident $(, $rd:ident)?)?;
         $(
             $(#[$fmeta:meta])*
-            $field:ident: $ty:ty = $key:ident $(($text:literal))? $(as $codec:ty)? $(, $rule:ident)?;
+            $field:ident: $ty:ty = $key:ident $(($text:literal))? $(as $codec:ident)?
+                $(, $rule:ident)? $(<- $read:expr)?;
         )*
     ) => {
         $( $( const $key: &str = $text; )? )*
@@ -106,6 +132,8 @@ macro_rules! task {
                 })
             }
         }
+
+        task!(@read $name [$($listed, $l $(, $rd)?)?] $($field: $($read)?;)*);
     };
 }
 
@@ -133,8 +161,6 @@ mod vpc;
 
 use std::fmt;
 use std::marker::PhantomData;
-
-use async_trait::async_trait;
 
 pub(crate) use auto_scaling_group::AutoScalingGroup;
 pub(crate) use classic_load_balancer::ClassicLoadBalancer;
@@ -485,26 +511,34 @@ pub(crate) type Done = Result<(), CloudError>;
 
 /// How a kind is deleted: declared with `delete_by_id!` for a kind deleted by one call naming
 /// its cloud ID, written by hand otherwise.
-#[async_trait]
 pub(crate) trait Delete {
     /// Deletes `self` (a read task); already gone is success.
     async fn delete(&self, a: Apply<'_>) -> Done;
 }
 
-/// One AWS kind as a typed task (its delete is its [`Delete`]).
-#[async_trait]
-pub(crate) trait Task: Fields + Delete + Send + Sync {
+/// How a kind is read back from the cloud (kops's Find): written by `task!` from each field's
+/// read expression, by hand for a kind whose fields are not read one by one. Callers read
+/// through [`Task::read`].
+pub(crate) trait Read: Fields {
     /// What the cloud lists for one resource of this kind (with what else the read fetched
     /// about it).
     type Listed;
 
+    /// The read task: `head` as the reader classified the listed item, its references as the
+    /// reader knows them.
+    fn from_listed(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self;
+}
+
+/// One AWS kind as a typed task (its read is its [`Read`], its delete its [`Delete`]).
+pub(crate) trait Task: Read + Delete + Send + Sync {
     fn id(&self) -> ResourceId {
         ResourceId::new(Self::KIND.kind(), &self.head().name)
     }
 
-    /// The read task (kops's Find): `head` as the reader classified the listed item, its
-    /// references as the reader knows them.
-    fn read(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self;
+    /// The read task (kops's Find), as the kind's [`Read`] makes it.
+    fn read(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self {
+        Self::from_listed(head, listed, rd)
+    }
 
     /// Makes it and returns the ID AWS assigned; steps after the first write go through
     /// `finish_create` (a half-made resource is found by its tags on the next plan).
@@ -533,16 +567,28 @@ fn resolve_all<T: Kinded>(refs: &[Ref<T>], ids: &IdMap) -> Result<Vec<String>, C
         .collect()
 }
 
-/// Awaits a create call and the ID its reply carries (`returned` finds it there): a failed
-/// call, or a reply without an ID, is an error naming `operation` (see [`created_id`]).
-async fn created<O, R: Ctx<O>>(
-    id: &ResourceId,
-    call: impl Future<Output = R>,
-    operation: &str,
-    returned: impl FnOnce(&O) -> Option<&str>,
-) -> Result<CloudId, CloudError> {
-    let out = call.await.ctx(operation)?;
-    created_id(id, operation, returned(&out))
+/// A create call's answer, as `.send().await.created(self, "CreateVpc", |out| ...)`: the ID of
+/// the task it made, which `returned` finds in the reply. A failed call, or a reply without
+/// an ID, is an error naming the operation (see [`created_id`]).
+trait Created<O> {
+    fn created<T: Task>(
+        self,
+        task: &T,
+        operation: &str,
+        returned: impl FnOnce(&O) -> Option<&str>,
+    ) -> Result<CloudId, CloudError>;
+}
+
+impl<O, R: Ctx<O>> Created<O> for R {
+    fn created<T: Task>(
+        self,
+        task: &T,
+        operation: &str,
+        returned: impl FnOnce(&O) -> Option<&str>,
+    ) -> Result<CloudId, CloudError> {
+        let out = self.ctx(operation)?;
+        created_id(&task.id(), operation, returned(&out))
+    }
 }
 
 /// Awaits a delete call: an answer that the resource is already gone is success.
@@ -564,6 +610,16 @@ fn cannot_change(id: &ResourceId, changes: &[FieldChange]) -> CloudError {
             .map(|c| c.field.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    ))
+}
+
+/// The create of a kind kprov only reads or adopts: never reached (the provider refuses it, or
+/// the engine never creates it), named should one get here.
+fn never_created<T: Task>(task: &T) -> CloudError {
+    CloudError::Model(format!(
+        "{}: kprov does not create a {}",
+        task.id(),
+        T::KIND
     ))
 }
 

@@ -3,12 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::ResourceType;
 
 use super::{
-    Apply, Delete, Done, Head, InternetGateway, Item, Kinded, NatGateway, Ref, Subnet, Task, Vpc,
-    created, gone,
+    Apply, Created, Delete, Done, Head, InternetGateway, Item, Kinded, NatGateway, Read, Ref,
+    Subnet, Task, Vpc, gone,
 };
 use crate::cloud::aws::ec2::{gone_ok, tag_spec};
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
@@ -178,11 +177,10 @@ impl RouteTable {
     }
 }
 
-#[async_trait]
-impl Task for RouteTable {
+impl Read for RouteTable {
     type Listed = aws_sdk_ec2::types::RouteTable;
 
-    fn read(head: Head, t: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn from_listed(head: Head, t: &Self::Listed, rd: &Reader<'_>) -> Self {
         let routes = t
             .routes()
             .iter()
@@ -215,20 +213,20 @@ impl Task for RouteTable {
             associations: Some(associations),
         }
     }
+}
 
+impl Task for RouteTable {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        let tid = created(
-            &id,
-            a.ec2
-                .create_route_table()
-                .vpc_id(self.vpc.resolve(a.ids)?)
-                .tag_specifications(tag_spec(a.c, ResourceType::RouteTable, &id, &[]))
-                .send(),
-            "CreateRouteTable",
-            |out| out.route_table().and_then(|t| t.route_table_id()),
-        )
-        .await?;
+        let tid = a
+            .ec2
+            .create_route_table()
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .tag_specifications(tag_spec(a.c, ResourceType::RouteTable, &self.id(), &[]))
+            .send()
+            .await
+            .created(self, "CreateRouteTable", |out| {
+                out.route_table().and_then(|t| t.route_table_id())
+            })?;
         // Call by call: a throttled route is retried alone, not with those already added.
         for (dest, target) in self.resolved(a.ids).map_err(after_create)? {
             finish_create(|| add_route(a.c, &tid, dest, target)).await?;
@@ -290,7 +288,6 @@ impl Task for RouteTable {
     }
 }
 
-#[async_trait]
 impl Delete for RouteTable {
     async fn delete(&self, a: Apply<'_>) -> Done {
         let tid = self.cloud_id()?;

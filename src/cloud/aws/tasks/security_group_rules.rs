@@ -8,10 +8,9 @@
 //! group, another team's), are theirs to add and remove; kprov neither compares nor revokes
 //! them.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 
-use super::{Apply, Delete, Done, Head, Item, Kinded, Ref, SecurityGroup, Task};
+use super::{Apply, Delete, Done, Head, Item, Kinded, Read, Ref, SecurityGroup, Task};
 use crate::cloud::aws::ec2::gone_ok;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, UNTRACKED, id_from};
@@ -169,13 +168,12 @@ impl SecurityGroupRules {
     }
 }
 
-#[async_trait]
-impl Task for SecurityGroupRules {
+impl Read for SecurityGroupRules {
     type Listed = aws_sdk_ec2::types::SecurityGroup;
 
     /// The rules of group `g`, read after every group is known (a rule names its source
     /// group by ID).
-    fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn from_listed(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
         let mut ingress = Vec::new();
         for p in g.ip_permissions() {
             let protocol = p.ip_protocol().unwrap_or("-1");
@@ -207,7 +205,9 @@ impl Task for SecurityGroupRules {
             ingress,
         }
     }
+}
 
+impl Task for SecurityGroupRules {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let gid = self.group.resolve(a.ids)?;
         authorize(a.c, gid, &self.ingress, a.ids).await?;
@@ -233,7 +233,6 @@ impl Task for SecurityGroupRules {
     }
 }
 
-#[async_trait]
 impl Delete for SecurityGroupRules {
     async fn delete(&self, a: Apply<'_>) -> Done {
         gone_ok(revoke(a.c, self.cloud_id()?, &self.ingress, a.ids).await)

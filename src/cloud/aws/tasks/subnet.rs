@@ -1,42 +1,31 @@
 //! A subnet: its VPC, zone and CIDR (fixed once created) and whether instances launched in it
 //! get a public address.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, changed, created};
+use super::{Apply, Created, Done, Ref, Task, Vpc, cannot_change, changed};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 task! {
-    struct Subnet: AwsKind::Ec2(Ec2Kind::Subnet);
-    vpc: Ref<Vpc> = VPC("vpc"), Immutable;
-    zone: String = ZONE("zone"), Immutable;
-    cidr: String = CIDR("cidr"), Immutable;
+    struct Subnet: AwsKind::Ec2(Ec2Kind::Subnet), listed aws_sdk_ec2::types::Subnet as s, rd;
+    vpc: Ref<Vpc> = VPC("vpc"), Immutable <- Ref::read_or_empty(rd, s.vpc_id());
+    zone: String = ZONE("zone"), Immutable
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- s.availability_zone().unwrap_or_default().to_string();
+    cidr: String = CIDR("cidr"), Immutable
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- s.cidr_block().unwrap_or_default().to_string();
     /// A public subnet (and a utility one): instances get a public address, and the subnet is
     /// tagged for internet-facing load balancers (internal ones otherwise).
-    map_public_ip: bool = MAP_PUBLIC_IP("mapPublicIp");
+    map_public_ip: bool = MAP_PUBLIC_IP("mapPublicIp")
+        // EC2's default for a new subnet.
+        <- s.map_public_ip_on_launch().unwrap_or(false);
 }
 
-#[async_trait]
 impl Task for Subnet {
-    type Listed = aws_sdk_ec2::types::Subnet;
-
-    fn read(head: Head, s: &Self::Listed, rd: &Reader<'_>) -> Self {
-        Subnet {
-            head,
-            vpc: Ref::read_or_empty(rd, s.vpc_id()),
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            zone: s.availability_zone().unwrap_or_default().to_string(),
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            cidr: s.cidr_block().unwrap_or_default().to_string(),
-            // EC2's default for a new subnet.
-            map_public_ip: s.map_public_ip_on_launch().unwrap_or(false),
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
         let role = if self.map_public_ip {
@@ -44,19 +33,18 @@ impl Task for Subnet {
         } else {
             "kubernetes.io/role/internal-elb"
         };
-        let sid = created(
-            &id,
-            a.ec2
-                .create_subnet()
-                .vpc_id(self.vpc.resolve(a.ids)?)
-                .cidr_block(&self.cidr)
-                .availability_zone(&self.zone)
-                .tag_specifications(tag_spec(a.c, ResourceType::Subnet, &id, &[(role, "1")]))
-                .send(),
-            "CreateSubnet",
-            |out| out.subnet().and_then(|v| v.subnet_id()),
-        )
-        .await?;
+        let sid = a
+            .ec2
+            .create_subnet()
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .cidr_block(&self.cidr)
+            .availability_zone(&self.zone)
+            .tag_specifications(tag_spec(a.c, ResourceType::Subnet, &id, &[(role, "1")]))
+            .send()
+            .await
+            .created(self, "CreateSubnet", |out| {
+                out.subnet().and_then(|v| v.subnet_id())
+            })?;
         if self.map_public_ip {
             finish_create(|| set_map_public_ip(a.c, &sid, true)).await?;
         }

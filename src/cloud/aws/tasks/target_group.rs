@@ -4,13 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, TargetGroupAttribute, TargetTypeEnum};
 
-use super::{Apply, Done, Head, Ref, Task, Vpc, cannot_change, created};
+use super::{Apply, Created, Done, Ref, Task, Vpc, cannot_change};
 use crate::cloud::aws::elb::{port, tags};
 use crate::cloud::aws::kinds::{AwsKind, ElbKind};
-use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create};
+use crate::cloud::aws::{AwsCloud, Ctx, finish_create};
 use crate::cloud::engine::{CloudError, CloudId, FieldChange};
 
 /// The attributes' keys in ELB's API.
@@ -18,15 +17,28 @@ const ATTR_PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
 const ATTR_DEREGISTRATION_DELAY: &str = "deregistration_delay.timeout_seconds";
 
 task! {
-    struct TargetGroup: AwsKind::Elb(ElbKind::TargetGroup);
-    tg_name: String = TG_NAME("tgName"), Immutable;
-    port: i64 = PORT("port"), Immutable;
-    protocol: String = PROTOCOL("protocol"), Immutable;
-    vpc: Ref<Vpc> = VPC("vpc"), Immutable;
+    struct TargetGroup: AwsKind::Elb(ElbKind::TargetGroup), listed ListedTargetGroup as l, rd;
+    tg_name: String = TG_NAME("tgName"), Immutable
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- l.group.target_group_name().unwrap_or_default().to_string();
+    port: i64 = PORT("port"), Immutable <- l.group.port().unwrap_or(0).into();
+    protocol: String = PROTOCOL("protocol"), Immutable
+        // why: a field the cloud left out reads as empty, which the diff shows as a change
+        <- l.group.protocol().map(|p| p.as_str()).unwrap_or_default().to_string();
+    vpc: Ref<Vpc> = VPC("vpc"), Immutable <- Ref::read_or_empty(rd, l.group.vpc_id());
     /// Whether the targets see the client's address (AWS's default for instance targets).
-    preserve_client_ip: bool = PRESERVE_CLIENT_IP("preserveClientIp");
+    preserve_client_ip: bool = PRESERVE_CLIENT_IP("preserveClientIp")
+        // Absent means AWS's default: client IPs preserved (instance targets).
+        <- l.attributes
+            .get(ATTR_PRESERVE_CLIENT_IP)
+            .is_none_or(|v| v.eq_ignore_ascii_case("true"));
     /// Seconds a deregistered target drains.
-    deregistration_delay: i64 = DEREGISTRATION_DELAY("deregistrationDelay");
+    deregistration_delay: i64 = DEREGISTRATION_DELAY("deregistrationDelay")
+        // Absent means AWS's default, 300 s.
+        <- l.attributes
+            .get(ATTR_DEREGISTRATION_DELAY)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(300);
 }
 
 /// A target group as listed, with its attributes (key → value).
@@ -35,61 +47,26 @@ pub(crate) struct ListedTargetGroup {
     pub(crate) attributes: BTreeMap<String, String>,
 }
 
-#[async_trait]
 impl Task for TargetGroup {
-    type Listed = ListedTargetGroup;
-
-    fn read(head: Head, l: &Self::Listed, rd: &Reader<'_>) -> Self {
-        let t = &l.group;
-        // Absent means AWS's defaults: client IPs preserved (instance targets), 300 s.
-        let preserve = l
-            .attributes
-            .get(ATTR_PRESERVE_CLIENT_IP)
-            .is_none_or(|v| v.eq_ignore_ascii_case("true"));
-        let delay = l
-            .attributes
-            .get(ATTR_DEREGISTRATION_DELAY)
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(300);
-        TargetGroup {
-            head,
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            tg_name: t.target_group_name().unwrap_or_default().to_string(),
-            port: t.port().unwrap_or(0).into(),
-            // why: a field the cloud left out reads as empty, which the diff shows as a change
-            protocol: t
-                .protocol()
-                .map(|p| p.as_str())
-                .unwrap_or_default()
-                .to_string(),
-            vpc: Ref::read_or_empty(rd, t.vpc_id()),
-            preserve_client_ip: preserve,
-            deregistration_delay: delay,
-        }
-    }
-
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
         let id = self.id();
-        let arn = created(
-            &id,
-            a.elb
-                .create_target_group()
-                .name(&self.tg_name)
-                .protocol(ProtocolEnum::from(self.protocol.as_str()))
-                .port(port(&id, self.port)?)
-                .vpc_id(self.vpc.resolve(a.ids)?)
-                .target_type(TargetTypeEnum::Instance)
-                .health_check_protocol(ProtocolEnum::Tcp)
-                .set_tags(Some(tags(a.c, &id)))
-                .send(),
-            "CreateTargetGroup",
-            |out| {
+        let arn = a
+            .elb
+            .create_target_group()
+            .name(&self.tg_name)
+            .protocol(ProtocolEnum::from(self.protocol.as_str()))
+            .port(port(&id, self.port)?)
+            .vpc_id(self.vpc.resolve(a.ids)?)
+            .target_type(TargetTypeEnum::Instance)
+            .health_check_protocol(ProtocolEnum::Tcp)
+            .set_tags(Some(tags(a.c, &id)))
+            .send()
+            .await
+            .created(self, "CreateTargetGroup", |out| {
                 out.target_groups()
                     .first()
                     .and_then(|t| t.target_group_arn())
-            },
-        )
-        .await?;
+            })?;
         finish_create(|| self.set_attributes(a.c, &arn)).await?;
         Ok(arn)
     }

@@ -1,9 +1,8 @@
 //! The VPC: its CIDR (fixed once created) and, for one kprov makes, its DNS attributes.
 
-use async_trait::async_trait;
 use aws_sdk_ec2::types::{AttributeBooleanValue, ResourceType};
 
-use super::{Apply, Done, Fields, Head, Kinded, Task, cannot_change, changed, created, text};
+use super::{Apply, Created, Done, Fields, Head, Kinded, Read, Task, cannot_change, changed, text};
 use crate::cloud::aws::ec2::tag_spec;
 use crate::cloud::aws::kinds::{AwsKind, Ec2Kind};
 use crate::cloud::aws::{AwsCloud, Ctx, Reader, finish_create};
@@ -73,12 +72,11 @@ impl Fields for Vpc {
     }
 }
 
-#[async_trait]
-impl Task for Vpc {
+impl Read for Vpc {
     /// The listed VPC and its DNS attributes (read for owned VPCs only).
     type Listed = (aws_sdk_ec2::types::Vpc, Option<VpcDns>);
 
-    fn read(head: Head, (v, dns): &Self::Listed, _: &Reader<'_>) -> Self {
+    fn from_listed(head: Head, (v, dns): &Self::Listed, _: &Reader<'_>) -> Self {
         Vpc {
             head,
             // why: a field the cloud left out reads as empty, which the diff shows as a change
@@ -86,20 +84,18 @@ impl Task for Vpc {
             dns: *dns,
         }
     }
+}
 
+impl Task for Vpc {
     async fn create(&self, a: Apply<'_>) -> Result<CloudId, CloudError> {
-        let id = self.id();
-        let vid = created(
-            &id,
-            a.ec2
-                .create_vpc()
-                .cidr_block(&self.cidr)
-                .tag_specifications(tag_spec(a.c, ResourceType::Vpc, &id, &[]))
-                .send(),
-            "CreateVpc",
-            |out| out.vpc().and_then(|v| v.vpc_id()),
-        )
-        .await?;
+        let vid = a
+            .ec2
+            .create_vpc()
+            .cidr_block(&self.cidr)
+            .tag_specifications(tag_spec(a.c, ResourceType::Vpc, &self.id(), &[]))
+            .send()
+            .await
+            .created(self, "CreateVpc", |out| out.vpc().and_then(|v| v.vpc_id()))?;
         if let Some(dns) = self.dns {
             // Support first: AWS refuses hostnames on a VPC without DNS support.
             finish_create(|| set_dns(a.c, &vid, Attribute::Support, dns.support)).await?;
