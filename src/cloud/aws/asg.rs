@@ -3,7 +3,7 @@
 use aws_sdk_autoscaling::types::Filter;
 
 use super::kinds::*;
-use super::tasks::{AutoScalingGroup, Fields, Head, Task};
+use super::tasks::{AutoScalingGroup, Fields, Head, Read};
 use super::{AwsCloud, Ctx, Reader, id_from_tags, owned_by};
 use crate::cloud::engine::CloudError;
 

@@ -11,7 +11,7 @@ use aws_sdk_ec2::types::{
 use super::kinds::*;
 use super::tasks::{
     ElasticIp, Fields, Head, InternetGateway, KeyPair, LaunchTemplate, ListedTemplate, NatGateway,
-    RouteTable, SecurityGroup, SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
+    Read, RouteTable, SecurityGroup, SecurityGroupRules, Subnet, Task, Vpc, VpcDns,
 };
 use super::{AwsCloud, Ctx, Reader, id_from_tags, owned_by};
 use crate::cloud::engine::ErrorClass;

@@ -104,7 +104,7 @@ mod tests {
 
     use super::*;
     use crate::cloud::aws::Reader;
-    use crate::cloud::aws::tasks::{ClassicLoadBalancer, Head};
+    use crate::cloud::aws::tasks::{ClassicLoadBalancer, Head, Read};
     use crate::cloud::engine::{Kind, ResourceId};
 
     /// A private cluster with a bastion and a private DNS zone, whose desired model holds

@@ -57,7 +57,7 @@ task! {
 impl Read for AutoScalingGroup {
     type Listed = aws_sdk_autoscaling::types::AutoScalingGroup;
 
-    fn from_listed(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
         let lt = g.launch_template();
         let role = tag_pairs(g)
             .find(|(k, _)| *k == TAG_ROLE)

@@ -24,7 +24,11 @@ task! {
         // why: never absent here: the reader skips a key pair listed without its name
         <- k.key_name().unwrap_or_default().to_string();
     public_key_sha256: String = PUBLIC_KEY_SHA256, Replace
-        <- k.tags().iter().find(|t| t.key() == Some(TAG_KEY_HASH)).and_then(|t| t.value())
+        <- k
+            .tags()
+            .iter()
+            .find(|t| t.key() == Some(TAG_KEY_HASH))
+            .and_then(|t| t.value())
             // why: a key pair without the hash tag reads as none, which the diff shows as a change
             .unwrap_or_default()
             .to_string();

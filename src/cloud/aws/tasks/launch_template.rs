@@ -285,7 +285,7 @@ pub(crate) enum ListedTemplate {
 impl Read for LaunchTemplate {
     type Listed = ListedTemplate;
 
-    fn from_listed(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn read(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self {
         // why: a field the cloud left out reads as empty, which the diff shows as a change
         let name = |n: Option<&str>| n.unwrap_or_default().to_string();
         match listed {

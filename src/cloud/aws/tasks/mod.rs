@@ -4,10 +4,10 @@
 //! from the cloud (kops's Find, its supertrait [`Read`]), and how it is created, updated and
 //! deleted (kops's Render) against one [`Apply`] context (kops's target: the cloud and the cloud
 //! IDs recorded so far). Its delete is the supertrait [`Delete`]: most kinds are deleted by one
-//! call naming their cloud ID, which `delete_by_id!` declares in one line. The engine stays generic: it diffs the field maps
-//! `resource()` makes, and apply hands them back, decoded once by `from_resource` (a missing or
-//! mistyped field is a model error naming the resource and field, never an empty value sent to
-//! AWS).
+//! call naming their cloud ID, which `delete_by_id!` declares in one line. The engine stays
+//! generic: it diffs the field maps `resource()` makes, and apply hands them back, decoded once
+//! by `from_resource` (a missing or mistyped field is a model error naming the resource and
+//! field, never an empty value sent to AWS).
 //!
 //! A kind whose fields each map to one engine field is declared with `task!` (the struct, its
 //! [`Kinded`], its [`Fields`], its field-name constants and its [`Read`], from one table of
@@ -71,7 +71,7 @@ macro_rules! task {
         impl $crate::cloud::aws::tasks::Read for $name {
             type Listed = $listed;
 
-            fn from_listed(
+            fn read(
                 head: $crate::cloud::aws::tasks::Head,
                 $l: &$listed,
                 task!(@reader $($rd)?): &$crate::cloud::aws::Reader<'_>,
@@ -517,8 +517,8 @@ pub(crate) trait Delete {
 }
 
 /// How a kind is read back from the cloud (kops's Find): written by `task!` from each field's
-/// read expression, by hand for a kind whose fields are not read one by one. Callers read
-/// through [`Task::read`].
+/// read expression, by hand for a kind whose fields are not read one by one. A [`Task`] is
+/// always a `Read`.
 pub(crate) trait Read: Fields {
     /// What the cloud lists for one resource of this kind (with what else the read fetched
     /// about it).
@@ -526,18 +526,13 @@ pub(crate) trait Read: Fields {
 
     /// The read task: `head` as the reader classified the listed item, its references as the
     /// reader knows them.
-    fn from_listed(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self;
+    fn read(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self;
 }
 
 /// One AWS kind as a typed task (its read is its [`Read`], its delete its [`Delete`]).
 pub(crate) trait Task: Read + Delete + Send + Sync {
     fn id(&self) -> ResourceId {
         ResourceId::new(Self::KIND.kind(), &self.head().name)
-    }
-
-    /// The read task (kops's Find), as the kind's [`Read`] makes it.
-    fn read(head: Head, listed: &Self::Listed, rd: &Reader<'_>) -> Self {
-        Self::from_listed(head, listed, rd)
     }
 
     /// Makes it and returns the ID AWS assigned; steps after the first write go through

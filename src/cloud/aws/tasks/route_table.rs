@@ -180,7 +180,7 @@ impl RouteTable {
 impl Read for RouteTable {
     type Listed = aws_sdk_ec2::types::RouteTable;
 
-    fn from_listed(head: Head, t: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn read(head: Head, t: &Self::Listed, rd: &Reader<'_>) -> Self {
         let routes = t
             .routes()
             .iter()

@@ -173,7 +173,7 @@ impl Read for SecurityGroupRules {
 
     /// The rules of group `g`, read after every group is known (a rule names its source
     /// group by ID).
-    fn from_listed(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
+    fn read(head: Head, g: &Self::Listed, rd: &Reader<'_>) -> Self {
         let mut ingress = Vec::new();
         for p in g.ip_permissions() {
             let protocol = p.ip_protocol().unwrap_or("-1");

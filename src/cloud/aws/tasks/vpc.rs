@@ -76,7 +76,7 @@ impl Read for Vpc {
     /// The listed VPC and its DNS attributes (read for owned VPCs only).
     type Listed = (aws_sdk_ec2::types::Vpc, Option<VpcDns>);
 
-    fn from_listed(head: Head, (v, dns): &Self::Listed, _: &Reader<'_>) -> Self {
+    fn read(head: Head, (v, dns): &Self::Listed, _: &Reader<'_>) -> Self {
         Vpc {
             head,
             // why: a field the cloud left out reads as empty, which the diff shows as a change
