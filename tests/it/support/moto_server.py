@@ -1,4 +1,4 @@
-"""moto_server for the e2e tests, with three emulator bugs worked around (tests/it/support/moto.rs).
+"""moto_server for the e2e tests, with four emulator bugs worked around (tests/it/support/moto.rs).
 
 The first two stop a launch template version change from being rolled against moto 5.2.5; AWS has
 neither. The patches are applied in memory to moto's classes, then moto's own server entry point
@@ -26,6 +26,14 @@ runs with the arguments given; the installed package is left as pip installed it
    an unchanged template's version: against unpatched moto every template kprov changed after
    creating it would be read at every preview. The patch lists the template's current tags.
 
+4. A subnet hands out private addresses from one cached generator (`Subnet._base_avail_ip_iterator`
+   is `@cache`d), read without a lock on the threaded server: two launches into one subnet at
+   once (two Auto Scaling groups of a cluster, created concurrently) can call it together, and
+   the second fails inside moto with "ValueError: generator already executing", answered as an
+   empty 500 that no SDK can parse (seen once in an aws_lifecycle run under load; reproduced
+   with threads in-process). AWS assigns addresses atomically. The patch takes one lock around
+   the subnet's address allocation.
+
 Only the test harness runs this: kprov talks to any EC2 endpoint unchanged. Remove a patch when a
 moto release fixes its bug (check by deleting it and running `cargo test --test it
 aws_rolling_image`).
@@ -35,10 +43,12 @@ Usage: python3 moto_server.py [moto_server arguments], e.g. -H 127.0.0.1 -p 5000
 """
 
 import sys
+import threading
 
 from moto.autoscaling.models import FakeAutoScalingGroup, InstanceState
 from moto.core.types import Base64EncodedString
 from moto.ec2.models.launch_templates import LaunchTemplate
+from moto.ec2.models.subnets import Subnet
 from moto.ec2.utils import parse_user_data
 
 _create_version = LaunchTemplate.create_version
@@ -86,6 +96,17 @@ InstanceState.launch_template = property(_listed_template_versioned)
 
 # The copy __init__ assigns is dropped; the list reads the tags as they are.
 LaunchTemplate.tags = property(lambda self: self.get_tags(), lambda self, _copy: None)
+
+_subnet_ip = Subnet.get_available_subnet_ip
+_subnet_ip_lock = threading.Lock()
+
+
+def _subnet_ip_locked(self, instance):
+    with _subnet_ip_lock:
+        return _subnet_ip(self, instance)
+
+
+Subnet.get_available_subnet_ip = _subnet_ip_locked
 
 
 def serve_serial(host, port):
