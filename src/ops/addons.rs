@@ -3,11 +3,10 @@
 //! stored credentials ([`super::credentials::kube_client`]). `update addons` and
 //! `update cluster --yes` (metal and AWS) call [`deploy`]; the CLI prints the outcome.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::credentials::ClientGuard;
 use crate::addons::validate::{self, ValidationResult};
 use crate::addons::{self, Change, DeployOptions, ObjectDiff};
 use crate::kube::{Kube, Poll};
@@ -50,22 +49,17 @@ pub(crate) async fn deploy(
     cluster: &ResolvedCluster,
     o: &AddonOptions,
 ) -> anyhow::Result<AddonReport> {
-    let (kube, guard) = client(store, cluster, o.kubeconfig.as_deref(), o.ssh_tunnel).await?;
+    let (kube, guard) = super::credentials::kube_client(
+        store,
+        &cluster.completed,
+        o.kubeconfig.as_deref(),
+        o.ssh_tunnel,
+    )
+    .await?;
     let route = guard.route().map(str::to_string);
     let report = deploy_with(&kube, route, cluster, o).await;
     drop(guard);
     report
-}
-
-/// The client [`deploy`] and [`validate`] reach `cluster` with: `--kubeconfig FILE`, else the
-/// stored admin credentials, through an SSH tunnel when one is needed or asked for.
-async fn client(
-    store: &Arc<dyn StateStore>,
-    cluster: &ResolvedCluster,
-    kubeconfig: Option<&Path>,
-    ssh_tunnel: bool,
-) -> anyhow::Result<(Kube, ClientGuard)> {
-    super::credentials::kube_client(store, &cluster.completed, kubeconfig, ssh_tunnel).await
 }
 
 /// [`deploy`] through a client the caller opened (`update cluster --yes` writes kube-system's
@@ -130,7 +124,13 @@ pub(crate) async fn validate(
     o: &ValidateOptions,
     route: &mut dyn FnMut(&str),
 ) -> anyhow::Result<ValidationResult> {
-    let (kube, guard) = client(store, cluster, o.kubeconfig.as_deref(), o.ssh_tunnel).await?;
+    let (kube, guard) = super::credentials::kube_client(
+        store,
+        &cluster.completed,
+        o.kubeconfig.as_deref(),
+        o.ssh_tunnel,
+    )
+    .await?;
     if let Some(r) = guard.route() {
         route(r);
     }
